@@ -1,0 +1,236 @@
+//! Tensor element types as the GGUF format numbers them.
+
+/// A tensor element type (`ggml_type` in llama.cpp), with its block geometry.
+///
+/// Quantized types store elements in fixed-size blocks; a row's length must be a
+/// multiple of the block length.
+#[allow(non_camel_case_types)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum GgmlType {
+    /// 32-bit IEEE float.
+    F32,
+    /// 16-bit IEEE float.
+    F16,
+    /// 4-bit, 32 per block, one f16 scale.
+    Q4_0,
+    /// 4-bit, 32 per block, f16 scale and minimum.
+    Q4_1,
+    /// 5-bit, 32 per block, one f16 scale.
+    Q5_0,
+    /// 5-bit, 32 per block, f16 scale and minimum.
+    Q5_1,
+    /// 8-bit, 32 per block, one f16 scale.
+    Q8_0,
+    /// 8-bit, 32 per block, f16 scale and sum (activation format).
+    Q8_1,
+    /// 2-bit super-blocks of 256.
+    Q2_K,
+    /// 3-bit super-blocks of 256.
+    Q3_K,
+    /// 4-bit super-blocks of 256 with 6-bit sub-block scales and minimums.
+    Q4_K,
+    /// 5-bit super-blocks of 256 with 6-bit sub-block scales and minimums.
+    Q5_K,
+    /// 6-bit super-blocks of 256 with 8-bit sub-block scales.
+    Q6_K,
+    /// 8-bit super-blocks of 256 with an f32 scale and block sums (activation format).
+    Q8_K,
+    /// 8-bit signed integers.
+    I8,
+    /// 16-bit signed integers.
+    I16,
+    /// 32-bit signed integers.
+    I32,
+    /// 64-bit signed integers.
+    I64,
+    /// 64-bit IEEE float.
+    F64,
+    /// bfloat16.
+    BF16,
+}
+
+impl GgmlType {
+    /// Every type this crate can size, for iteration in tests and tools.
+    pub const ALL: [GgmlType; 20] = [
+        GgmlType::F32,
+        GgmlType::F16,
+        GgmlType::Q4_0,
+        GgmlType::Q4_1,
+        GgmlType::Q5_0,
+        GgmlType::Q5_1,
+        GgmlType::Q8_0,
+        GgmlType::Q8_1,
+        GgmlType::Q2_K,
+        GgmlType::Q3_K,
+        GgmlType::Q4_K,
+        GgmlType::Q5_K,
+        GgmlType::Q6_K,
+        GgmlType::Q8_K,
+        GgmlType::I8,
+        GgmlType::I16,
+        GgmlType::I32,
+        GgmlType::I64,
+        GgmlType::F64,
+        GgmlType::BF16,
+    ];
+
+    /// The type for a numeric id from a GGUF file, or `None` when unknown.
+    pub fn from_id(id: u32) -> Option<Self> {
+        Some(match id {
+            0 => Self::F32,
+            1 => Self::F16,
+            2 => Self::Q4_0,
+            3 => Self::Q4_1,
+            6 => Self::Q5_0,
+            7 => Self::Q5_1,
+            8 => Self::Q8_0,
+            9 => Self::Q8_1,
+            10 => Self::Q2_K,
+            11 => Self::Q3_K,
+            12 => Self::Q4_K,
+            13 => Self::Q5_K,
+            14 => Self::Q6_K,
+            15 => Self::Q8_K,
+            24 => Self::I8,
+            25 => Self::I16,
+            26 => Self::I32,
+            27 => Self::I64,
+            28 => Self::F64,
+            30 => Self::BF16,
+            _ => return None,
+        })
+    }
+
+    /// The numeric id written in GGUF files.
+    pub fn id(self) -> u32 {
+        match self {
+            Self::F32 => 0,
+            Self::F16 => 1,
+            Self::Q4_0 => 2,
+            Self::Q4_1 => 3,
+            Self::Q5_0 => 6,
+            Self::Q5_1 => 7,
+            Self::Q8_0 => 8,
+            Self::Q8_1 => 9,
+            Self::Q2_K => 10,
+            Self::Q3_K => 11,
+            Self::Q4_K => 12,
+            Self::Q5_K => 13,
+            Self::Q6_K => 14,
+            Self::Q8_K => 15,
+            Self::I8 => 24,
+            Self::I16 => 25,
+            Self::I32 => 26,
+            Self::I64 => 27,
+            Self::F64 => 28,
+            Self::BF16 => 30,
+        }
+    }
+
+    /// The name llama.cpp uses (`q4_K`, `f16`, …), upper-cased as in its tools' output.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::F32 => "F32",
+            Self::F16 => "F16",
+            Self::Q4_0 => "Q4_0",
+            Self::Q4_1 => "Q4_1",
+            Self::Q5_0 => "Q5_0",
+            Self::Q5_1 => "Q5_1",
+            Self::Q8_0 => "Q8_0",
+            Self::Q8_1 => "Q8_1",
+            Self::Q2_K => "Q2_K",
+            Self::Q3_K => "Q3_K",
+            Self::Q4_K => "Q4_K",
+            Self::Q5_K => "Q5_K",
+            Self::Q6_K => "Q6_K",
+            Self::Q8_K => "Q8_K",
+            Self::I8 => "I8",
+            Self::I16 => "I16",
+            Self::I32 => "I32",
+            Self::I64 => "I64",
+            Self::F64 => "F64",
+            Self::BF16 => "BF16",
+        }
+    }
+
+    /// Elements per block (1 for plain types).
+    pub fn block_len(self) -> usize {
+        match self {
+            Self::Q4_0 | Self::Q4_1 | Self::Q5_0 | Self::Q5_1 | Self::Q8_0 | Self::Q8_1 => 32,
+            Self::Q2_K | Self::Q3_K | Self::Q4_K | Self::Q5_K | Self::Q6_K | Self::Q8_K => 256,
+            _ => 1,
+        }
+    }
+
+    /// Bytes per block.
+    pub fn block_bytes(self) -> usize {
+        match self {
+            Self::F32 | Self::I32 => 4,
+            Self::F16 | Self::BF16 | Self::I16 => 2,
+            Self::I8 => 1,
+            Self::I64 | Self::F64 => 8,
+            Self::Q4_0 => 2 + 16,
+            Self::Q4_1 => 2 + 2 + 16,
+            Self::Q5_0 => 2 + 4 + 16,
+            Self::Q5_1 => 2 + 2 + 4 + 16,
+            Self::Q8_0 => 2 + 32,
+            Self::Q8_1 => 4 + 32,
+            Self::Q2_K => 16 + 64 + 2 + 2,
+            Self::Q3_K => 32 + 64 + 12 + 2,
+            Self::Q4_K => 2 + 2 + 12 + 128,
+            Self::Q5_K => 2 + 2 + 12 + 32 + 128,
+            Self::Q6_K => 128 + 64 + 16 + 2,
+            Self::Q8_K => 4 + 256 + 2 * 16,
+        }
+    }
+
+    /// Whether elements are stored in quantized blocks.
+    pub fn is_quantized(self) -> bool {
+        self.block_len() > 1
+    }
+
+    /// Bytes taken by a row of `n` elements, or `None` when `n` is not a whole
+    /// number of blocks or the size overflows.
+    pub fn row_bytes(self, n: u64) -> Option<u64> {
+        let bl = self.block_len() as u64;
+        if n % bl != 0 {
+            return None;
+        }
+        (n / bl).checked_mul(self.block_bytes() as u64)
+    }
+}
+
+impl std::fmt::Display for GgmlType {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ids_round_trip() {
+        for t in GgmlType::ALL {
+            assert_eq!(GgmlType::from_id(t.id()), Some(t));
+        }
+        assert_eq!(GgmlType::from_id(4), None);
+        assert_eq!(GgmlType::from_id(1000), None);
+    }
+
+    #[test]
+    fn block_sizes_match_ggml() {
+        // Values from ggml's type traits table.
+        assert_eq!(GgmlType::Q4_K.block_bytes(), 144);
+        assert_eq!(GgmlType::Q5_K.block_bytes(), 176);
+        assert_eq!(GgmlType::Q6_K.block_bytes(), 210);
+        assert_eq!(GgmlType::Q8_K.block_bytes(), 292);
+        assert_eq!(GgmlType::Q5_0.block_bytes(), 22);
+        assert_eq!(GgmlType::Q8_0.block_bytes(), 34);
+        assert_eq!(GgmlType::Q2_K.block_bytes(), 84);
+        assert_eq!(GgmlType::Q3_K.block_bytes(), 110);
+        assert_eq!(GgmlType::Q8_0.row_bytes(640), Some(20 * 34));
+        assert_eq!(GgmlType::Q8_0.row_bytes(33), None);
+    }
+}

