@@ -1,0 +1,135 @@
+//! `hearth chat`: a multi-turn conversation on stdin/stdout.
+
+use crate::commands::{load_engine, report_session, sampling};
+use crate::{ModelArgs, SampleArgs};
+use anyhow::Result;
+use engine::{ChatMessage, EngineError, FinishReason, GenerateOptions, Sampler};
+use std::io::{BufRead, IsTerminal, Write};
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::Arc;
+
+/// What Ctrl-C does depends on what the program is doing.
+const IDLE: u8 = 0;
+const GENERATING: u8 = 1;
+const CANCEL: u8 = 2;
+
+/// Run a chat: one reply for `-p`, else a read-reply loop until end of input.
+pub fn run(
+    args: &ModelArgs,
+    sample: &SampleArgs,
+    ctx: usize,
+    system: Option<String>,
+    prompt: Option<String>,
+    n_predict: usize,
+) -> Result<ExitCode> {
+    let engine = load_engine(args)?;
+    report_session(&engine, ctx);
+    let mut session = engine.session(ctx);
+    let mut sampler = Sampler::new(sampling(sample));
+    let opts = GenerateOptions {
+        max_tokens: n_predict,
+        stop: Vec::new(),
+        stop_on_eog: true,
+        render_special: false,
+    };
+    let mut messages: Vec<ChatMessage> = system.into_iter().map(ChatMessage::system).collect();
+
+    // Ctrl-C while a reply streams stops that reply; at the prompt it exits.
+    let state = Arc::new(AtomicU8::new(IDLE));
+    {
+        let state = Arc::clone(&state);
+        let _ = ctrlc::set_handler(move || {
+            if state
+                .compare_exchange(GENERATING, CANCEL, Ordering::SeqCst, Ordering::SeqCst)
+                .is_err()
+            {
+                eprintln!();
+                std::process::exit(130);
+            }
+        });
+    }
+
+    let once = prompt.is_some();
+    let interactive = !once && std::io::stdin().is_terminal();
+    if interactive {
+        eprintln!("hearth chat: type a message; /reset clears the conversation, Ctrl-D exits, Ctrl-C stops a reply.");
+    }
+    let mut pending = prompt;
+    let stdin = std::io::stdin();
+    let mut lines = stdin.lock().lines();
+    loop {
+        let user = match pending.take() {
+            Some(p) => p,
+            None if once => break,
+            None => {
+                if interactive {
+                    eprint!("> ");
+                }
+                match lines.next() {
+                    None => break,
+                    Some(Err(e)) if e.kind() == std::io::ErrorKind::InvalidData => {
+                        eprintln!("error: input is not valid UTF-8; line ignored");
+                        continue;
+                    }
+                    Some(Err(e)) => return Err(e.into()),
+                    Some(Ok(l)) => l,
+                }
+            }
+        };
+        let trimmed = user.trim();
+        if trimmed.is_empty() {
+            continue;
+        }
+        if trimmed == "/reset" {
+            messages.retain(|m| m.role == "system");
+            session.reset();
+            eprintln!("(conversation cleared)");
+            continue;
+        }
+        if trimmed == "/exit" || trimmed == "/quit" {
+            break;
+        }
+        messages.push(ChatMessage::user(user.clone()));
+        let ids = match engine.encode_chat(&messages) {
+            Ok(ids) => ids,
+            Err(e) => {
+                messages.pop();
+                eprintln!("error: {e}");
+                if once {
+                    return Ok(ExitCode::FAILURE);
+                }
+                continue;
+            }
+        };
+        state.store(GENERATING, Ordering::SeqCst);
+        let stdout = std::io::stdout();
+        let mut out = stdout.lock();
+        let result = session.generate(&ids, &mut sampler, &opts, |ev| {
+            let _ = out.write_all(ev.text.as_bytes()).and_then(|_| out.flush());
+            state.load(Ordering::SeqCst) != CANCEL
+        });
+        state.store(IDLE, Ordering::SeqCst);
+        let _ = writeln!(out);
+        match result {
+            Ok(g) => {
+                if g.finish == FinishReason::Cancelled {
+                    eprintln!("(reply stopped)");
+                }
+                messages.push(ChatMessage::assistant(g.text.trim_end().to_string()));
+            }
+            Err(e @ EngineError::PromptTooLong { .. }) => {
+                messages.pop();
+                eprintln!("error: {e}; use /reset to start over or a larger --ctx");
+                if once {
+                    return Ok(ExitCode::FAILURE);
+                }
+            }
+            Err(e) => return Err(e.into()),
+        }
+        if once {
+            break;
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,207 @@
+//! `hearth`: run Gemma models locally on the CPU.
+
+mod chat;
+mod commands;
+
+use anyhow::Result;
+use clap::{Args, Parser, Subcommand};
+use std::process::ExitCode;
+
+/// Hearth: a CPU-first local LLM runtime.
+#[derive(Parser, Debug)]
+#[command(name = "hearth", version, about, propagate_version = true)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Options every command that runs the model takes.
+#[derive(Args, Debug, Clone)]
+struct ModelArgs {
+    /// Model: a GGUF path, a known alias (gemma3-270m) or hf:OWNER/REPO/FILE.gguf.
+    #[arg(short, long, default_value = "gemma3-270m")]
+    model: String,
+    /// Worker threads (default: physical cores).
+    #[arg(short, long)]
+    threads: Option<usize>,
+}
+
+/// Sampling flags shared by `complete` and `chat`.
+#[derive(Args, Debug, Clone)]
+struct SampleArgs {
+    /// Temperature; 0 is greedy.
+    #[arg(long, default_value_t = 0.8)]
+    temp: f32,
+    /// Top-k truncation (0 = off).
+    #[arg(long, default_value_t = 40)]
+    top_k: usize,
+    /// Top-p (nucleus) truncation (1 = off).
+    #[arg(long, default_value_t = 0.95)]
+    top_p: f32,
+    /// Min-p truncation (0 = off).
+    #[arg(long, default_value_t = 0.05)]
+    min_p: f32,
+    /// Repetition penalty (1 = off).
+    #[arg(long, default_value_t = 1.0)]
+    repeat_penalty: f32,
+    /// Tokens the repetition penalty looks back over.
+    #[arg(long, default_value_t = 64)]
+    repeat_last_n: usize,
+    /// Random seed (default: from the clock).
+    #[arg(long)]
+    seed: Option<u64>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Continue a prompt (raw completion, no chat template), streamed to stdout.
+    Complete {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[command(flatten)]
+        sample: SampleArgs,
+        /// Context size in tokens (default: the model's, at most 4096).
+        #[arg(short = 'c', long = "ctx", default_value_t = 0)]
+        ctx: usize,
+        /// The prompt; read from stdin when omitted.
+        #[arg(short, long)]
+        prompt: Option<String>,
+        /// Read the prompt from a file.
+        #[arg(short, long, conflicts_with = "prompt")]
+        file: Option<std::path::PathBuf>,
+        /// Tokens to generate.
+        #[arg(short = 'n', long, default_value_t = 128)]
+        n_predict: usize,
+        /// Print one JSON object at the end instead of streaming text.
+        #[arg(long)]
+        json: bool,
+        /// Keep generating past end-of-generation tokens.
+        #[arg(long)]
+        ignore_eos: bool,
+    },
+    /// Chat with the model using its chat template (interactive, or once with -p).
+    Chat {
+        #[command(flatten)]
+        model: ModelArgs,
+        #[command(flatten)]
+        sample: SampleArgs,
+        /// Context size in tokens (default: the model's, at most 4096).
+        #[arg(short = 'c', long = "ctx", default_value_t = 0)]
+        ctx: usize,
+        /// System prompt.
+        #[arg(long)]
+        system: Option<String>,
+        /// Answer this message once and exit.
+        #[arg(short, long)]
+        prompt: Option<String>,
+        /// Most tokens per reply.
+        #[arg(short = 'n', long, default_value_t = 1024)]
+        n_predict: usize,
+    },
+    /// Print the token ids of TEXT as a JSON array.
+    Tokenize {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// Do not add the BOS token.
+        #[arg(long)]
+        no_bos: bool,
+        /// Treat control-token text like `<start_of_turn>` as plain text.
+        #[arg(long)]
+        no_special: bool,
+        /// The text.
+        text: String,
+    },
+    /// Print per-position logits for a token sequence as JSON lines.
+    Logits {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// Comma-separated token ids.
+        #[arg(long, value_delimiter = ',', required = true)]
+        ids: Vec<u32>,
+        /// How many of the largest logits to print per position.
+        #[arg(long, default_value_t = 10, conflicts_with = "full")]
+        top: usize,
+        /// Print every logit.
+        #[arg(long)]
+        full: bool,
+    },
+    /// Perplexity of a text file, computed as llama-perplexity does.
+    Perplexity {
+        #[command(flatten)]
+        model: ModelArgs,
+        /// The text file.
+        #[arg(short, long)]
+        file: std::path::PathBuf,
+        /// Chunk (context) size in tokens.
+        #[arg(short = 'c', long = "ctx", default_value_t = 512)]
+        chunk: usize,
+    },
+    /// Show a GGUF file's metadata and tensors.
+    Inspect {
+        /// Model path or alias.
+        model: String,
+        /// Print every element of long arrays.
+        #[arg(long)]
+        full: bool,
+    },
+    /// Fetch a model into the local cache (alias or hf:OWNER/REPO/FILE.gguf).
+    Pull {
+        /// What to fetch.
+        spec: String,
+        /// No progress bar.
+        #[arg(long)]
+        quiet: bool,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Complete {
+            model,
+            sample,
+            ctx,
+            prompt,
+            file,
+            n_predict,
+            json,
+            ignore_eos,
+        } => commands::complete(
+            &model,
+            &sample,
+            ctx,
+            commands::PromptSource::new(prompt, file),
+            n_predict,
+            json,
+            ignore_eos,
+        ),
+        Command::Chat {
+            model,
+            sample,
+            ctx,
+            system,
+            prompt,
+            n_predict,
+        } => chat::run(&model, &sample, ctx, system, prompt, n_predict),
+        Command::Tokenize {
+            model,
+            no_bos,
+            no_special,
+            text,
+        } => commands::tokenize(&model, !no_bos, !no_special, &text),
+        Command::Logits { model, ids, top, full } => commands::logits(&model, &ids, top, full),
+        Command::Perplexity { model, file, chunk } => commands::perplexity(&model, &file, chunk),
+        Command::Inspect { model, full } => commands::inspect(&model, full),
+        Command::Pull { spec, quiet } => commands::pull(&spec, quiet),
+    }
+}

@@ -1,0 +1,308 @@
+//! The forward pass. One code path serves batched prefill and single-token
+//! decode: a batch of `B` tokens at positions `n_past .. n_past + B`.
+
+use crate::kv::{KvCache, LayerCache};
+use crate::ops::{self, Rope};
+use crate::{Config, Model, ModelError};
+use std::ops::Range;
+use std::sync::Mutex;
+
+/// Reusable buffers for one sequence, sized once for the largest batch, so the
+/// decode loop allocates nothing.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    max_batch: usize,
+    x: Vec<f32>,
+    h: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    attn: Vec<f32>,
+    o: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    /// Attention scores, one row of `n_ctx` per worker thread. Each worker
+    /// locks its own row once per layer, so the locks are never contended.
+    scores: Vec<Mutex<Vec<f32>>>,
+    /// Quantized activations for the matmul kernels.
+    qbuf: Vec<u8>,
+    /// Logits of the rows last asked for.
+    logits: Vec<f32>,
+    /// Final-normed hidden states of the last batch.
+    out: Vec<f32>,
+    batch: usize,
+    ropes: Vec<Rope>,
+}
+
+impl Scratch {
+    /// Buffers for batches of up to `max_batch` tokens in a context of
+    /// `n_ctx`, for a pool of `threads` workers.
+    pub fn new(cfg: &Config, n_ctx: usize, max_batch: usize, threads: usize) -> Self {
+        let b = max_batch.max(1);
+        let qd = cfg.n_heads * cfg.head_dim;
+        let kd = cfg.n_kv_heads * cfg.head_dim;
+        let vd = cfg.n_kv_heads * cfg.value_dim;
+        let ropes = cfg
+            .layers
+            .iter()
+            .map(|l| Rope::new(cfg.head_dim, l.rope_base, l.rope_scale))
+            .collect();
+        Self {
+            max_batch: b,
+            x: vec![0.0; b * cfg.hidden],
+            h: vec![0.0; b * cfg.hidden],
+            q: vec![0.0; b * qd],
+            k: vec![0.0; b * kd],
+            v: vec![0.0; b * vd],
+            attn: vec![0.0; b * cfg.n_heads * cfg.value_dim],
+            o: vec![0.0; b * cfg.hidden],
+            gate: vec![0.0; b * cfg.ffn_dim],
+            up: vec![0.0; b * cfg.ffn_dim],
+            scores: (0..threads.max(1))
+                .map(|_| Mutex::new(vec![0.0; n_ctx.max(1)]))
+                .collect(),
+            qbuf: Vec::new(),
+            logits: Vec::new(),
+            out: vec![0.0; b * cfg.hidden],
+            batch: 0,
+            ropes,
+        }
+    }
+
+    /// Bytes the buffers take (the logits buffer for one row included).
+    pub fn bytes_for(cfg: &Config, n_ctx: usize, max_batch: usize, threads: usize) -> usize {
+        let b = max_batch.max(1);
+        let per_token = 4 * cfg.hidden
+            + cfg.n_heads * cfg.head_dim
+            + cfg.n_kv_heads * (cfg.head_dim + cfg.value_dim)
+            + cfg.n_heads * cfg.value_dim
+            + 2 * cfg.ffn_dim;
+        (b * per_token + threads.max(1) * n_ctx + cfg.vocab) * std::mem::size_of::<f32>()
+    }
+
+    /// The largest batch these buffers take.
+    pub fn max_batch(&self) -> usize {
+        self.max_batch
+    }
+
+    /// Rows in the last batch run.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
+    /// Final-normed hidden state of row `i` of the last batch.
+    pub fn hidden(&self, i: usize) -> Option<&[f32]> {
+        let h = self.out.len() / self.max_batch;
+        (i < self.batch).then(|| &self.out[i * h..(i + 1) * h])
+    }
+}
+
+impl Model {
+    /// Run `tokens` through the model at positions `cache.n_past()..`, append
+    /// their keys and values to `cache`, and leave their final hidden states
+    /// in `scratch`. Batches longer than the scratch's `max_batch` are split.
+    pub fn forward(&self, cache: &mut KvCache, scratch: &mut Scratch, tokens: &[u32]) -> Result<(), ModelError> {
+        let needed = cache.n_past() + tokens.len();
+        if needed > cache.n_ctx() {
+            return Err(ModelError::ContextFull {
+                needed,
+                n_ctx: cache.n_ctx(),
+            });
+        }
+        if let Some(&id) = tokens.iter().find(|&&t| t as usize >= self.config.vocab) {
+            return Err(ModelError::BadToken {
+                id,
+                vocab: self.config.vocab,
+            });
+        }
+        for chunk in tokens.chunks(scratch.max_batch) {
+            self.forward_batch(cache, scratch, chunk)?;
+        }
+        Ok(())
+    }
+
+    /// Logits for rows `rows` of the last batch, `vocab` values per row, in
+    /// the scratch's logits buffer.
+    pub fn logits<'s>(&self, scratch: &'s mut Scratch, rows: Range<usize>) -> Result<&'s mut [f32], ModelError> {
+        let rows = rows.start.min(scratch.batch)..rows.end.min(scratch.batch);
+        let n = rows.len();
+        let h = self.config.hidden;
+        let vocab = self.config.vocab;
+        scratch.logits.resize(n * vocab, 0.0);
+        let out = self.weights.output.matrix(&self.file)?;
+        quant::matmul(
+            &self.pool,
+            &out,
+            &scratch.out[rows.start * h..rows.end * h],
+            n,
+            &mut scratch.logits,
+            &mut scratch.qbuf,
+        );
+        if let Some(cap) = self.config.final_softcap {
+            ops::softcap(&mut scratch.logits, cap);
+        }
+        Ok(&mut scratch.logits)
+    }
+
+    fn forward_batch(&self, cache: &mut KvCache, s: &mut Scratch, tokens: &[u32]) -> Result<(), ModelError> {
+        let cfg = &self.config;
+        let file = &*self.file;
+        let b = tokens.len();
+        let h = cfg.hidden;
+        let pos0 = cache.n_past();
+        s.batch = b;
+
+        let embd = self.weights.token_embd.matrix(file)?;
+        let scale = (h as f32).sqrt();
+        for (row, &t) in s.x.chunks_exact_mut(h).zip(tokens) {
+            embd.dequantize_row(t as usize, row)?;
+            row.iter_mut().for_each(|v| *v *= scale);
+        }
+
+        let qd = cfg.n_heads * cfg.head_dim;
+        let kd = cfg.n_kv_heads * cfg.head_dim;
+        let vd = cfg.n_kv_heads * cfg.value_dim;
+        for (li, lw) in self.weights.layers.iter().enumerate() {
+            let x = &s.x[..b * h];
+            let hb = &mut s.h[..b * h];
+            ops::rms_norm_into(x, &lw.attn_norm, cfg.norm_eps, hb);
+
+            let mm = |w: &crate::weights::Linear, input: &[f32], out: &mut [f32], qbuf: &mut Vec<u8>| {
+                w.matrix(file).map(|m| quant::matmul(&self.pool, &m, input, b, out, qbuf))
+            };
+            mm(&lw.q, &s.h[..b * h], &mut s.q[..b * qd], &mut s.qbuf)?;
+            mm(&lw.k, &s.h[..b * h], &mut s.k[..b * kd], &mut s.qbuf)?;
+            mm(&lw.v, &s.h[..b * h], &mut s.v[..b * vd], &mut s.qbuf)?;
+
+            let rope = &s.ropes[li];
+            for (i, head) in s.q[..b * qd].chunks_exact_mut(cfg.head_dim).enumerate() {
+                ops::rms_norm(head, &lw.q_norm, cfg.norm_eps);
+                rope.apply(head, pos0 + i / cfg.n_heads);
+                head.iter_mut().for_each(|v| *v *= cfg.attn_scale);
+            }
+            for (i, head) in s.k[..b * kd].chunks_exact_mut(cfg.head_dim).enumerate() {
+                ops::rms_norm(head, &lw.k_norm, cfg.norm_eps);
+                rope.apply(head, pos0 + i / cfg.n_kv_heads);
+            }
+
+            let layer = &mut cache.layers[li];
+            attention(
+                &self.pool,
+                cfg,
+                cfg.layers[li].window,
+                pos0,
+                b,
+                layer,
+                &s.q[..b * qd],
+                &s.k[..b * kd],
+                &s.v[..b * vd],
+                &mut s.attn,
+                &s.scores,
+            );
+            store_kv(cfg, layer, pos0, b, &s.k[..b * kd], &s.v[..b * vd]);
+
+            let ad = cfg.n_heads * cfg.value_dim;
+            mm(&lw.o, &s.attn[..b * ad], &mut s.o[..b * h], &mut s.qbuf)?;
+            ops::rms_norm_rows(&mut s.o[..b * h], &lw.post_attn_norm, cfg.norm_eps);
+            for (xv, &ov) in s.x[..b * h].iter_mut().zip(&s.o[..b * h]) {
+                *xv += ov;
+            }
+
+            ops::rms_norm_into(&s.x[..b * h], &lw.ffn_norm, cfg.norm_eps, &mut s.h[..b * h]);
+            let fd = cfg.ffn_dim;
+            mm(&lw.gate, &s.h[..b * h], &mut s.gate[..b * fd], &mut s.qbuf)?;
+            mm(&lw.up, &s.h[..b * h], &mut s.up[..b * fd], &mut s.qbuf)?;
+            ops::geglu(&mut s.gate[..b * fd], &s.up[..b * fd]);
+            mm(&lw.down, &s.gate[..b * fd], &mut s.o[..b * h], &mut s.qbuf)?;
+            ops::rms_norm_rows(&mut s.o[..b * h], &lw.post_ffn_norm, cfg.norm_eps);
+            for (xv, &ov) in s.x[..b * h].iter_mut().zip(&s.o[..b * h]) {
+                *xv += ov;
+            }
+        }
+
+        ops::rms_norm_into(&s.x[..b * h], &self.weights.output_norm, cfg.norm_eps, &mut s.out[..b * h]);
+        cache.advance(b);
+        Ok(())
+    }
+}
+
+/// Causal attention of the batch's queries over the cached positions before
+/// the batch and the batch's own keys. Reading the batch's keys from its own
+/// buffer (not the ring) keeps a sliding-window ring correct when a batch is
+/// longer than the window.
+#[allow(clippy::too_many_arguments)]
+fn attention(
+    pool: &quant::ThreadPool,
+    cfg: &Config,
+    window: Option<usize>,
+    pos0: usize,
+    b: usize,
+    cache: &LayerCache,
+    q: &[f32],
+    k_new: &[f32],
+    v_new: &[f32],
+    out: &mut [f32],
+    scores: &[Mutex<Vec<f32>>],
+) {
+    let hd = cfg.head_dim;
+    let vdim = cfg.value_dim;
+    let n_heads = cfg.n_heads;
+    let group = n_heads / cfg.n_kv_heads;
+    let kd = cfg.n_kv_heads * hd;
+    let vd = cfg.n_kv_heads * vdim;
+    let n_tasks = b * n_heads;
+    let per_worker = n_tasks.div_ceil(scores.len());
+    let out = &mut out[..n_tasks * vdim];
+
+    let attend_one = |task: usize, o: &mut [f32], sc: &mut [f32]| {
+        let (i, head) = (task / n_heads, task % n_heads);
+        let kvh = head / group;
+        let pos = pos0 + i;
+        let lo = window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        let qh = &q[task * hd..(task + 1) * hd];
+        let n_cached = pos0.saturating_sub(lo);
+        let n_keys = pos + 1 - lo;
+        let sc = &mut sc[..n_keys];
+        // Keys before the batch come from the cache ring, the rest from the batch.
+        for (j, p) in (lo..pos0).enumerate() {
+            let slot = p % cache.cap;
+            sc[j] = ops::dot(qh, &cache.k[slot * kd + kvh * hd..][..hd]);
+        }
+        for (j, p) in (lo.max(pos0)..=pos).enumerate() {
+            let r = p - pos0;
+            sc[n_cached + j] = ops::dot(qh, &k_new[r * kd + kvh * hd..][..hd]);
+        }
+        if let Some(cap) = cfg.attn_softcap {
+            ops::softcap(sc, cap);
+        }
+        ops::softmax(sc);
+        o.fill(0.0);
+        for (j, p) in (lo..pos0).enumerate() {
+            let slot = p % cache.cap;
+            ops::axpy(o, sc[j], &cache.v[slot * vd + kvh * vdim..][..vdim]);
+        }
+        for (j, p) in (lo.max(pos0)..=pos).enumerate() {
+            let r = p - pos0;
+            ops::axpy(o, sc[n_cached + j], &v_new[r * vd + kvh * vdim..][..vdim]);
+        }
+    };
+
+    pool.for_each_chunk_mut(out, per_worker * vdim, |worker, rows| {
+        let mut guard = scores[worker].lock().unwrap_or_else(|e| e.into_inner());
+        for (r, o) in rows.chunks_exact_mut(vdim).enumerate() {
+            attend_one(worker * per_worker + r, o, &mut guard);
+        }
+    });
+}
+
+/// Write the batch's keys and values into the cache; a ring keeps only the
+/// last `cap` of them.
+fn store_kv(cfg: &Config, cache: &mut LayerCache, pos0: usize, b: usize, k: &[f32], v: &[f32]) {
+    let kd = cfg.n_kv_heads * cfg.head_dim;
+    let vd = cfg.n_kv_heads * cfg.value_dim;
+    for r in b.saturating_sub(cache.cap)..b {
+        let slot = (pos0 + r) % cache.cap;
+        cache.k[slot * kd..(slot + 1) * kd].copy_from_slice(&k[r * kd..(r + 1) * kd]);
+        cache.v[slot * vd..(slot + 1) * vd].copy_from_slice(&v[r * vd..(r + 1) * vd]);
+    }
+}

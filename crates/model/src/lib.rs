@@ -1,0 +1,165 @@
+//! Gemma architectures: configuration from metadata, weights bound to kernels,
+//! the forward pass (batched prefill and single-token decode) and the KV cache.
+//!
+//! The model never samples or prints: it turns token ids into hidden states and
+//! logits for the positions asked for.
+
+mod config;
+mod forward;
+mod kv;
+pub mod ops;
+mod weights;
+
+pub use config::{Arch, Config, LayerKind};
+pub use forward::Scratch;
+pub use kv::KvCache;
+pub use weights::Weights;
+
+use gguf::GgufFile;
+use quant::ThreadPool;
+use std::path::Path;
+use std::sync::Arc;
+
+/// Why a model cannot be loaded or run.
+#[derive(Debug, thiserror::Error)]
+pub enum ModelError {
+    /// The container is unreadable.
+    #[error(transparent)]
+    Gguf(#[from] gguf::GgufError),
+    /// `general.architecture` names something we do not implement.
+    #[error("unknown model architecture `{name}` (supported: {})", Arch::SUPPORTED.join(", "))]
+    UnknownArchitecture {
+        /// The architecture found.
+        name: String,
+    },
+    /// A required hyper-parameter is missing or inconsistent.
+    #[error("bad model metadata: {0}")]
+    Metadata(String),
+    /// A required tensor is absent.
+    #[error("tensor `{0}` is missing")]
+    MissingTensor(String),
+    /// A tensor has the wrong shape for the configuration.
+    #[error("tensor `{name}` has shape {found:?}, expected {expected:?}")]
+    TensorShape {
+        /// The tensor.
+        name: String,
+        /// Its dimensions.
+        found: Vec<u64>,
+        /// What the configuration implies.
+        expected: Vec<u64>,
+    },
+    /// A tensor is stored in a type we have no kernels for.
+    #[error("tensor `{name}` has type {ty}, which is not supported")]
+    UnsupportedTensorType {
+        /// The tensor.
+        name: String,
+        /// Its type.
+        ty: gguf::GgmlType,
+    },
+    /// The sequence would grow past the context.
+    #[error("context full: {needed} positions needed, the context holds {n_ctx}")]
+    ContextFull {
+        /// Positions the request needs.
+        needed: usize,
+        /// The context size.
+        n_ctx: usize,
+    },
+    /// A token id outside the vocabulary.
+    #[error("token id {id} is outside the vocabulary of {vocab}")]
+    BadToken {
+        /// The id.
+        id: u32,
+        /// Vocabulary size.
+        vocab: usize,
+    },
+    /// A kernel rejected its input (a bug or a corrupt tensor).
+    #[error("kernel error: {0}")]
+    Kernel(#[from] quant::QuantError),
+}
+
+/// Options for loading.
+#[derive(Debug, Clone)]
+pub struct LoadOptions {
+    /// Worker threads for the kernels.
+    pub threads: usize,
+}
+
+impl Default for LoadOptions {
+    fn default() -> Self {
+        Self {
+            threads: quant::default_threads(),
+        }
+    }
+}
+
+/// A loaded model: configuration, weights (borrowed from the mapped file) and
+/// the thread pool its kernels run on. Shared read-only between sessions.
+pub struct Model {
+    config: Config,
+    weights: Weights,
+    file: Arc<GgufFile>,
+    pool: ThreadPool,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model").field("config", &self.config).finish()
+    }
+}
+
+impl Model {
+    /// Open a GGUF file and bind its weights.
+    pub fn load(path: impl AsRef<Path>, opts: &LoadOptions) -> Result<Self, ModelError> {
+        let file = Arc::new(GgufFile::open(path)?);
+        Self::from_gguf(file, opts)
+    }
+
+    /// Bind the weights of an already opened file.
+    pub fn from_gguf(file: Arc<GgufFile>, opts: &LoadOptions) -> Result<Self, ModelError> {
+        let config = Config::from_gguf(&file)?;
+        let weights = Weights::bind(&file, &config)?;
+        Ok(Self {
+            config,
+            weights,
+            file,
+            pool: ThreadPool::new(opts.threads.max(1)),
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Config {
+        &self.config
+    }
+
+    /// The underlying file (metadata for the tokenizer, `inspect`).
+    pub fn gguf(&self) -> &Arc<GgufFile> {
+        &self.file
+    }
+
+    /// Worker threads in use.
+    pub fn threads(&self) -> usize {
+        self.pool.threads()
+    }
+
+    /// Bytes of weights the forward pass reads.
+    pub fn weight_bytes(&self) -> u64 {
+        self.file.tensors().iter().map(|t| t.n_bytes).sum()
+    }
+
+    /// Bytes a session of `n_ctx` positions with prefill batches of up to
+    /// `max_batch` tokens needs: the KV cache plus the scratch buffers.
+    pub fn session_bytes(&self, n_ctx: usize, max_batch: usize) -> usize {
+        KvCache::bytes_for(&self.config, n_ctx)
+            + Scratch::bytes_for(&self.config, n_ctx, max_batch, self.pool.threads())
+    }
+
+    /// A fresh KV cache.
+    pub fn new_cache(&self, n_ctx: usize) -> KvCache {
+        KvCache::new(&self.config, n_ctx)
+    }
+
+    /// A new scratch area for batches of up to `max_batch` tokens.
+    pub fn new_scratch(&self, n_ctx: usize, max_batch: usize) -> Scratch {
+        Scratch::new(&self.config, n_ctx, max_batch, self.pool.threads())
+    }
+}

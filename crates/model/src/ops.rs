@@ -1,0 +1,171 @@
+//! Element-wise and per-row operations of the forward pass, in f32.
+
+/// `x <- x / rms(x) * w`, where GGUF Gemma norm weights already hold `1 + w`.
+/// The sum of squares is accumulated in f64, as ggml does, so long rows do
+/// not lose precision.
+pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) {
+    let ss: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
+    let scale = (1.0 / ((ss / x.len() as f64) as f32 + eps).sqrt()) as f32;
+    for (v, &g) in x.iter_mut().zip(w) {
+        *v = *v * scale * g;
+    }
+}
+
+/// Apply `rms_norm` to each `w.len()`-wide row of `x`.
+pub fn rms_norm_rows(x: &mut [f32], w: &[f32], eps: f32) {
+    for row in x.chunks_exact_mut(w.len()) {
+        rms_norm(row, w, eps);
+    }
+}
+
+/// `out <- rms_norm(x) * w` without touching `x`.
+pub fn rms_norm_into(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
+    out.copy_from_slice(x);
+    rms_norm_rows(out, w, eps);
+}
+
+/// GELU with the tanh approximation (`gelu_pytorch_tanh`).
+#[inline]
+pub fn gelu_tanh(x: f32) -> f32 {
+    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
+    0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).tanh())
+}
+
+/// `gate <- gelu(gate) * up`, the gated FFN activation.
+pub fn geglu(gate: &mut [f32], up: &[f32]) {
+    for (g, &u) in gate.iter_mut().zip(up) {
+        *g = gelu_tanh(*g) * u;
+    }
+}
+
+/// `cap * tanh(x / cap)` over a slice.
+pub fn softcap(x: &mut [f32], cap: f32) {
+    for v in x {
+        *v = cap * (*v / cap).tanh();
+    }
+}
+
+/// Rotary embedding tables for one base and scale: `inv_freq[i] = base^(-2i/d)`.
+#[derive(Debug, Clone)]
+pub struct Rope {
+    inv_freq: Vec<f32>,
+    scale: f32,
+}
+
+impl Rope {
+    /// Tables for head dimension `dim`.
+    pub fn new(dim: usize, base: f32, scale: f32) -> Self {
+        let half = dim / 2;
+        let inv_freq = (0..half)
+            .map(|i| (base as f64).powf(-2.0 * i as f64 / dim as f64) as f32)
+            .collect();
+        Self { inv_freq, scale }
+    }
+
+    /// Rotate one head in place, NeoX style: element `i` pairs with `i + d/2`.
+    pub fn apply(&self, head: &mut [f32], pos: usize) {
+        let half = self.inv_freq.len();
+        let p = pos as f32 * self.scale;
+        let (lo, hi) = head.split_at_mut(half);
+        for ((a, b), &f) in lo.iter_mut().zip(hi.iter_mut()).zip(&self.inv_freq) {
+            let (sin, cos) = (p * f).sin_cos();
+            let (x0, x1) = (*a, *b);
+            *a = x0 * cos - x1 * sin;
+            *b = x0 * sin + x1 * cos;
+        }
+    }
+}
+
+/// Numerically stable softmax in place.
+pub fn softmax(x: &mut [f32]) {
+    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
+    let mut sum = 0.0f32;
+    for v in x.iter_mut() {
+        *v = (*v - max).exp();
+        sum += *v;
+    }
+    let inv = 1.0 / sum;
+    for v in x.iter_mut() {
+        *v *= inv;
+    }
+}
+
+/// Plain f32 dot product; the compiler vectorises this loop well enough for
+/// attention at these head sizes.
+#[inline]
+pub fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut acc = [0.0f32; 8];
+    let chunks = a.len() / 8;
+    for c in 0..chunks {
+        for (l, slot) in acc.iter_mut().enumerate() {
+            *slot += a[c * 8 + l] * b[c * 8 + l];
+        }
+    }
+    let mut s: f32 = acc.iter().sum();
+    for i in chunks * 8..a.len().min(b.len()) {
+        s += a[i] * b[i];
+    }
+    s
+}
+
+/// `y += a * x`.
+#[inline]
+pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
+    for (yv, &xv) in y.iter_mut().zip(x) {
+        *yv += a * xv;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rms_norm_unit_rows() {
+        let mut x = vec![3.0, 4.0];
+        rms_norm(&mut x, &[1.0, 2.0], 0.0);
+        let r = (12.5f32).sqrt();
+        assert!((x[0] - 3.0 / r).abs() < 1e-6 && (x[1] - 8.0 / r).abs() < 1e-6);
+    }
+
+    #[test]
+    fn gelu_known_values() {
+        assert_eq!(gelu_tanh(0.0), 0.0);
+        assert!((gelu_tanh(1.0) - 0.841_192).abs() < 1e-5);
+        assert!((gelu_tanh(-1.0) + 0.158_808).abs() < 1e-5);
+    }
+
+    #[test]
+    fn rope_is_a_rotation() {
+        let rope = Rope::new(4, 10000.0, 1.0);
+        let mut h = vec![1.0, 0.5, 0.0, 2.0];
+        let norm0: f32 = h.iter().map(|v| v * v).sum();
+        rope.apply(&mut h, 7);
+        let norm1: f32 = h.iter().map(|v| v * v).sum();
+        assert!((norm0 - norm1).abs() < 1e-5);
+        // Position 0 leaves the head unchanged.
+        let mut z = vec![1.0, 0.5, 0.0, 2.0];
+        rope.apply(&mut z, 0);
+        assert_eq!(z, vec![1.0, 0.5, 0.0, 2.0]);
+        // The first pair rotates by exactly `pos` radians (inv_freq[0] = 1).
+        let mut e = vec![1.0, 0.0, 0.0, 0.0];
+        rope.apply(&mut e, 1);
+        assert!((e[0] - 1f32.cos()).abs() < 1e-6 && (e[2] - 1f32.sin()).abs() < 1e-6);
+    }
+
+    #[test]
+    fn softmax_sums_to_one() {
+        let mut x = vec![1.0, 2.0, 3.0, -1e9];
+        softmax(&mut x);
+        assert!((x.iter().sum::<f32>() - 1.0).abs() < 1e-6);
+        assert!(x[3] == 0.0 && x[2] > x[1]);
+    }
+
+    #[test]
+    fn dot_matches_naive() {
+        let a: Vec<f32> = (0..19).map(|i| i as f32 * 0.5).collect();
+        let b: Vec<f32> = (0..19).map(|i| 1.0 - i as f32 * 0.1).collect();
+        let naive: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
+        assert!((dot(&a, &b) - naive).abs() < 1e-4);
+    }
+}

@@ -1,0 +1,237 @@
+//! The 256-element super-block formats: Q2_K, Q3_K, Q4_K, Q5_K, Q6_K and Q8_K.
+//!
+//! Layouts (little-endian, packed), as in ggml-common.h:
+//! - `block_q2_K`: scales[16] (low nibble scale, high nibble min), qs[64], d f16, dmin f16
+//! - `block_q3_K`: hmask[32], qs[64], scales[12] (16 six-bit scales), d f16
+//! - `block_q4_K`: d f16, dmin f16, scales[12] (8 six-bit scales + 8 six-bit mins), qs[128]
+//! - `block_q5_K`: d f16, dmin f16, scales[12], qh[32], qs[128]
+//! - `block_q6_K`: ql[128], qh[64], scales[16] i8, d f16
+//! - `block_q8_K`: d f32, qs[256] i8, bsums[16] i16 (sum of each 16 quants)
+
+use super::{f16_at, f32_at, nearest_int};
+
+/// Elements per super-block.
+pub(crate) const QK_K: usize = 256;
+/// Groups of 16 elements per super-block; every K format's scales fit this grid.
+pub(crate) const GROUPS: usize = QK_K / 16;
+
+/// A decoded super-block: value[i] = d * sc[i/16] * q[i] - dmin * m[i/16].
+pub(crate) struct Unpacked {
+    pub d: f32,
+    pub dmin: f32,
+    pub q: [i8; QK_K],
+    pub sc: [i32; GROUPS],
+    pub m: [i32; GROUPS],
+}
+
+impl Unpacked {
+    fn new(d: f32, dmin: f32) -> Self {
+        Unpacked {
+            d,
+            dmin,
+            q: [0; QK_K],
+            sc: [0; GROUPS],
+            m: [0; GROUPS],
+        }
+    }
+}
+
+/// ggml's `get_scale_min_k4`: the 6-bit scale and min of sub-block `j` (of 8).
+#[inline(always)]
+pub(crate) fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
+    if j < 4 {
+        (q[j] & 63, q[j + 4] & 63)
+    } else {
+        (
+            (q[j + 4] & 0x0F) | ((q[j - 4] >> 6) << 4),
+            (q[j + 4] >> 4) | ((q[j] >> 6) << 4),
+        )
+    }
+}
+
+/// All 8 scales and 8 mins of a Q4_K/Q5_K block.
+#[inline(always)]
+pub(crate) fn scales_mins_k4(q: &[u8]) -> ([u8; 8], [u8; 8]) {
+    let mut sc = [0u8; 8];
+    let mut m = [0u8; 8];
+    for j in 0..8 {
+        (sc[j], m[j]) = scale_min_k4(j, q);
+    }
+    (sc, m)
+}
+
+pub(crate) fn unpack_q2_k(b: &[u8]) -> Unpacked {
+    let scales = &b[0..16];
+    let qs = &b[16..80];
+    let mut u = Unpacked::new(f16_at(&b[80..]), f16_at(&b[82..]));
+    for g in 0..GROUPS {
+        u.sc[g] = (scales[g] & 0x0F) as i32;
+        u.m[g] = (scales[g] >> 4) as i32;
+    }
+    for n in 0..2 {
+        let q = &qs[32 * n..32 * n + 32];
+        for j in 0..4 {
+            let shift = 2 * j;
+            for l in 0..32 {
+                u.q[128 * n + 32 * j + l] = ((q[l] >> shift) & 3) as i8;
+            }
+        }
+    }
+    u
+}
+
+pub(crate) fn unpack_q3_k(b: &[u8]) -> Unpacked {
+    let hm = &b[0..32];
+    let qs = &b[32..96];
+    let s = &b[96..108];
+    let mut u = Unpacked::new(f16_at(&b[108..]), 0.0);
+    // 16 six-bit scales: low 4 bits from s[0..8] nibbles, high 2 bits from s[8..12].
+    for g in 0..GROUPS {
+        let low = if g < 8 {
+            s[g] & 0x0F
+        } else {
+            s[g - 8] >> 4
+        };
+        let high = (s[8 + (g % 4)] >> (2 * (g / 4))) & 3;
+        u.sc[g] = (low | (high << 4)) as i32 - 32;
+    }
+    let mut m = 1u8;
+    for n in 0..2 {
+        let q = &qs[32 * n..32 * n + 32];
+        for j in 0..4 {
+            let shift = 2 * j;
+            for l in 0..32 {
+                let low = ((q[l] >> shift) & 3) as i8;
+                let sub = if hm[l] & m != 0 { 0 } else { 4 };
+                u.q[128 * n + 32 * j + l] = low - sub;
+            }
+            m <<= 1;
+        }
+    }
+    u
+}
+
+pub(crate) fn unpack_q4_k(b: &[u8]) -> Unpacked {
+    let mut u = Unpacked::new(f16_at(b), f16_at(&b[2..]));
+    let (sc, m) = scales_mins_k4(&b[4..16]);
+    let qs = &b[16..144];
+    for j in 0..4 {
+        let q = &qs[32 * j..32 * j + 32];
+        for l in 0..32 {
+            u.q[64 * j + l] = (q[l] & 0x0F) as i8;
+            u.q[64 * j + 32 + l] = (q[l] >> 4) as i8;
+        }
+    }
+    expand_8(&mut u, &sc, &m);
+    u
+}
+
+pub(crate) fn unpack_q5_k(b: &[u8]) -> Unpacked {
+    let mut u = Unpacked::new(f16_at(b), f16_at(&b[2..]));
+    let (sc, m) = scales_mins_k4(&b[4..16]);
+    let qh = &b[16..48];
+    let qs = &b[48..176];
+    for j in 0..4 {
+        let q = &qs[32 * j..32 * j + 32];
+        for l in 0..32 {
+            let h0 = ((qh[l] >> (2 * j)) & 1) << 4;
+            let h1 = ((qh[l] >> (2 * j + 1)) & 1) << 4;
+            u.q[64 * j + l] = ((q[l] & 0x0F) | h0) as i8;
+            u.q[64 * j + 32 + l] = ((q[l] >> 4) | h1) as i8;
+        }
+    }
+    expand_8(&mut u, &sc, &m);
+    u
+}
+
+/// Spreads 8 per-32 scales and mins over the 16-element grid.
+#[inline(always)]
+fn expand_8(u: &mut Unpacked, sc: &[u8; 8], m: &[u8; 8]) {
+    for g in 0..GROUPS {
+        u.sc[g] = sc[g / 2] as i32;
+        u.m[g] = m[g / 2] as i32;
+    }
+}
+
+pub(crate) fn unpack_q6_k(b: &[u8]) -> Unpacked {
+    let mut u = Unpacked::new(f16_at(&b[208..]), 0.0);
+    for g in 0..GROUPS {
+        u.sc[g] = b[192 + g] as i8 as i32;
+    }
+    for n in 0..2 {
+        let ql = &b[64 * n..64 * n + 64];
+        let qh = &b[128 + 32 * n..128 + 32 * n + 32];
+        let y = &mut u.q[128 * n..128 * n + 128];
+        for l in 0..32 {
+            y[l] = ((ql[l] & 0x0F) | ((qh[l] & 3) << 4)) as i8 - 32;
+            y[l + 32] = ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) as i8 - 32;
+            y[l + 64] = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) as i8 - 32;
+            y[l + 96] = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) as i8 - 32;
+        }
+    }
+    u
+}
+
+pub(crate) fn unpack_q8_k(b: &[u8]) -> Unpacked {
+    let mut u = Unpacked::new(f32_at(b), 0.0);
+    for (q, &v) in u.q.iter_mut().zip(&b[4..260]) {
+        *q = v as i8;
+    }
+    u.sc = [1; GROUPS];
+    u
+}
+
+/// The i16 block sums of a Q8_K block.
+#[inline(always)]
+pub(crate) fn q8k_bsum(b: &[u8], g: usize) -> i32 {
+    i16::from_le_bytes([b[260 + 2 * g], b[261 + 2 * g]]) as i32
+}
+
+pub(crate) fn dequant_with(
+    src: &[u8],
+    dst: &mut [f32],
+    block_bytes: usize,
+    unpack: impl Fn(&[u8]) -> Unpacked,
+) {
+    for (b, y) in src.chunks_exact(block_bytes).zip(dst.chunks_exact_mut(QK_K)) {
+        let u = unpack(b);
+        for g in 0..GROUPS {
+            // Same operation order as ggml: (d*sc)*q - (dmin*m).
+            let dl = u.d * u.sc[g] as f32;
+            let ml = u.dmin * u.m[g] as f32;
+            for l in 0..16 {
+                y[16 * g + l] = dl * u.q[16 * g + l] as f32 - ml;
+            }
+        }
+    }
+}
+
+/// `quantize_row_q8_K_ref`: iscale = -127/max of the signed extreme, so the extreme
+/// maps to -127, and block sums of 16 feed the K-quant min corrections.
+pub(crate) fn quant_q8_k(src: &[f32], dst: &mut [u8]) {
+    for (x, b) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(292)) {
+        let (mut amax, mut max) = (0.0f32, 0.0f32);
+        for &v in x {
+            if v.abs() > amax {
+                amax = v.abs();
+                max = v;
+            }
+        }
+        if amax == 0.0 {
+            b.fill(0);
+            continue;
+        }
+        let iscale = -127.0 / max;
+        for (q, &v) in b[4..260].iter_mut().zip(x) {
+            *q = nearest_int(iscale * v).min(127) as i8 as u8;
+        }
+        for g in 0..GROUPS {
+            let s: i32 = b[4 + 16 * g..4 + 16 * g + 16]
+                .iter()
+                .map(|&q| q as i8 as i32)
+                .sum();
+            b[260 + 2 * g..262 + 2 * g].copy_from_slice(&(s as i16).to_le_bytes());
+        }
+        b[0..4].copy_from_slice(&(1.0 / iscale).to_le_bytes());
+    }
+}

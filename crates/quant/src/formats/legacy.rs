@@ -1,0 +1,235 @@
+//! The 32-element block formats: Q4_0, Q4_1, Q5_0, Q5_1, Q8_0 and Q8_1.
+//!
+//! Layouts (little-endian, packed):
+//! - `block_q4_0`: d f16, qs[16] (element j in the low nibble of qs[j], j+16 in the high one)
+//! - `block_q4_1`: d f16, m f16, qs[16]
+//! - `block_q5_0`: d f16, qh u32 (bit j = fifth bit of element j), qs[16]
+//! - `block_q5_1`: d f16, m f16, qh u32, qs[16]
+//! - `block_q8_0`: d f16, qs[32] i8
+//! - `block_q8_1`: d f16, s f16 (= d * sum(qs)), qs[32] i8
+
+use super::{f16_at, put_f16};
+
+/// Elements per block.
+pub(crate) const QK: usize = 32;
+
+/// A decoded block: value = d * q + m.
+pub(crate) struct Unpacked {
+    pub d: f32,
+    pub m: f32,
+    pub q: [i8; QK],
+}
+
+#[inline(always)]
+fn nibbles(qs: &[u8], q: &mut [i8; QK], hi_bits: u32, offset: i8) {
+    for j in 0..QK / 2 {
+        let h0 = (((hi_bits >> j) & 1) << 4) as u8;
+        let h1 = (((hi_bits >> (j + 16)) & 1) << 4) as u8;
+        q[j] = ((qs[j] & 0x0F) | h0) as i8 - offset;
+        q[j + QK / 2] = ((qs[j] >> 4) | h1) as i8 - offset;
+    }
+}
+
+#[inline(always)]
+pub(crate) fn unpack_q4_0(b: &[u8]) -> Unpacked {
+    let mut q = [0i8; QK];
+    nibbles(&b[2..18], &mut q, 0, 8);
+    Unpacked { d: f16_at(b), m: 0.0, q }
+}
+
+#[inline(always)]
+pub(crate) fn unpack_q4_1(b: &[u8]) -> Unpacked {
+    let mut q = [0i8; QK];
+    nibbles(&b[4..20], &mut q, 0, 0);
+    Unpacked { d: f16_at(b), m: f16_at(&b[2..]), q }
+}
+
+#[inline(always)]
+pub(crate) fn unpack_q5_0(b: &[u8]) -> Unpacked {
+    let mut q = [0i8; QK];
+    let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
+    nibbles(&b[6..22], &mut q, qh, 16);
+    Unpacked { d: f16_at(b), m: 0.0, q }
+}
+
+#[inline(always)]
+pub(crate) fn unpack_q5_1(b: &[u8]) -> Unpacked {
+    let mut q = [0i8; QK];
+    let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
+    nibbles(&b[8..24], &mut q, qh, 0);
+    Unpacked { d: f16_at(b), m: f16_at(&b[2..]), q }
+}
+
+/// Q8_0 and Q8_1 share the quant layout after a 2- or 4-byte header.
+#[inline(always)]
+pub(crate) fn q8_values(b: &[u8], header: usize) -> &[u8] {
+    &b[header..header + QK]
+}
+
+pub(crate) fn dequant_with(
+    src: &[u8],
+    dst: &mut [f32],
+    block_bytes: usize,
+    unpack: impl Fn(&[u8]) -> Unpacked,
+) {
+    for (b, y) in src.chunks_exact(block_bytes).zip(dst.chunks_exact_mut(QK)) {
+        let u = unpack(b);
+        if u.m == 0.0 {
+            for (y, &q) in y.iter_mut().zip(u.q.iter()) {
+                *y = q as f32 * u.d;
+            }
+        } else {
+            for (y, &q) in y.iter_mut().zip(u.q.iter()) {
+                *y = q as f32 * u.d + u.m;
+            }
+        }
+    }
+}
+
+pub(crate) fn dequant_q8(src: &[u8], dst: &mut [f32], block_bytes: usize, header: usize) {
+    for (b, y) in src.chunks_exact(block_bytes).zip(dst.chunks_exact_mut(QK)) {
+        let d = f16_at(b);
+        for (y, &q) in y.iter_mut().zip(q8_values(b, header)) {
+            *y = q as i8 as f32 * d;
+        }
+    }
+}
+
+/// Signed value with the largest magnitude (the first one on ties), as ggml picks it.
+#[inline(always)]
+fn signed_absmax(x: &[f32]) -> f32 {
+    let (mut amax, mut max) = (0.0f32, 0.0f32);
+    for &v in x {
+        if amax < v.abs() {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    max
+}
+
+#[inline(always)]
+fn min_max(x: &[f32]) -> (f32, f32) {
+    let (mut min, mut max) = (f32::MAX, -f32::MAX);
+    for &v in x {
+        min = min.min(v);
+        max = max.max(v);
+    }
+    (min, max)
+}
+
+/// `quantize_row_q4_0_ref`.
+pub(crate) fn quant_q4_0(src: &[f32], dst: &mut [u8]) {
+    for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(18)) {
+        let d = signed_absmax(x) / -8.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        put_f16(b, d);
+        for j in 0..QK / 2 {
+            let x0 = ((x[j] * id + 8.5) as i8).min(15) as u8;
+            let x1 = ((x[j + 16] * id + 8.5) as i8).min(15) as u8;
+            b[2 + j] = x0 | (x1 << 4);
+        }
+    }
+}
+
+/// `quantize_row_q4_1_ref`.
+pub(crate) fn quant_q4_1(src: &[f32], dst: &mut [u8]) {
+    for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(20)) {
+        let (min, max) = min_max(x);
+        let d = (max - min) / 15.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        put_f16(b, d);
+        put_f16(&mut b[2..], min);
+        for j in 0..QK / 2 {
+            let x0 = (((x[j] - min) * id + 0.5) as i8).min(15) as u8;
+            let x1 = (((x[j + 16] - min) * id + 0.5) as i8).min(15) as u8;
+            b[4 + j] = x0 | (x1 << 4);
+        }
+    }
+}
+
+/// `quantize_row_q5_0_ref`.
+pub(crate) fn quant_q5_0(src: &[f32], dst: &mut [u8]) {
+    for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(22)) {
+        let d = signed_absmax(x) / -16.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        put_f16(b, d);
+        let mut qh = 0u32;
+        for j in 0..QK / 2 {
+            let x0 = ((x[j] * id + 16.5) as i8).min(31) as u8;
+            let x1 = ((x[j + 16] * id + 16.5) as i8).min(31) as u8;
+            b[6 + j] = (x0 & 0x0F) | ((x1 & 0x0F) << 4);
+            qh |= (((x0 & 0x10) >> 4) as u32) << j;
+            qh |= (((x1 & 0x10) >> 4) as u32) << (j + 16);
+        }
+        b[2..6].copy_from_slice(&qh.to_le_bytes());
+    }
+}
+
+/// `quantize_row_q5_1_ref`.
+pub(crate) fn quant_q5_1(src: &[f32], dst: &mut [u8]) {
+    for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(24)) {
+        let (min, max) = min_max(x);
+        let d = (max - min) / 31.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        put_f16(b, d);
+        put_f16(&mut b[2..], min);
+        let mut qh = 0u32;
+        for j in 0..QK / 2 {
+            let x0 = (((x[j] - min) * id + 0.5) as i8).min(31) as u8;
+            let x1 = (((x[j + 16] - min) * id + 0.5) as i8).min(31) as u8;
+            b[8 + j] = (x0 & 0x0F) | ((x1 & 0x0F) << 4);
+            qh |= (((x0 & 0x10) >> 4) as u32) << j;
+            qh |= (((x1 & 0x10) >> 4) as u32) << (j + 16);
+        }
+        b[4..8].copy_from_slice(&qh.to_le_bytes());
+    }
+}
+
+/// `quantize_row_q8_0_ref`: what llama-quantize writes into files
+/// (id = 1/d, round half away from zero).
+pub(crate) fn quant_q8_0_ref(src: &[f32], dst: &mut [u8]) {
+    for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(34)) {
+        let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let d = amax / 127.0;
+        let id = if d != 0.0 { 1.0 / d } else { 0.0 };
+        put_f16(b, d);
+        for (q, &v) in b[2..].iter_mut().zip(x) {
+            *q = (v * id).round() as i8 as u8;
+        }
+    }
+}
+
+/// llama.cpp's x86 `quantize_row_q8_0`/`q8_1` for activations: id = 127/amax and
+/// round half to even (`_mm256_round_ps`), so our logits track llama.cpp's on x86.
+/// Returns d and the integer sum (Q8_1 needs it).
+#[inline(always)]
+fn quant_q8_act_block(x: &[f32], qs: &mut [u8]) -> (f32, i32) {
+    let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let d = amax / 127.0;
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    let mut sum = 0i32;
+    for (q, &v) in qs.iter_mut().zip(x) {
+        let i = (v * id).round_ties_even().clamp(-128.0, 127.0) as i8;
+        sum += i as i32;
+        *q = i as u8;
+    }
+    (d, sum)
+}
+
+/// Activation quantizer for Q8_0 (see [`quant_q8_act_block`]).
+pub(crate) fn quant_q8_0_act(src: &[f32], dst: &mut [u8]) {
+    for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(34)) {
+        let (d, _) = quant_q8_act_block(x, &mut b[2..]);
+        put_f16(b, d);
+    }
+}
+
+/// Activation quantizer for Q8_1: also stores s = d * sum(qs).
+pub(crate) fn quant_q8_1_act(src: &[f32], dst: &mut [u8]) {
+    for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(36)) {
+        let (d, sum) = quant_q8_act_block(x, &mut b[4..]);
+        put_f16(b, d);
+        put_f16(&mut b[2..], d * sum as f32);
+    }
+}

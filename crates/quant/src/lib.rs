@@ -1,0 +1,192 @@
+//! Tensor block formats, quantize/dequantize, and dot/matmul kernels with run-time
+//! SIMD dispatch, plus the thread pool they run on.
+//!
+//! Block layouts are byte-exact ggml/llama.cpp layouts, so weights are used straight
+//! from the GGUF mmap. Every format has a scalar reference kernel ([`scalar`]) that
+//! the SIMD kernels are tested against.
+
+mod error;
+mod formats;
+mod matmul;
+mod pool;
+pub mod scalar;
+mod simd;
+
+pub use error::QuantError;
+pub use gguf::GgmlType;
+pub use matmul::{matmul, try_matmul, Matrix};
+pub use pool::{default_threads, ThreadPool};
+
+use formats::{float, kquants, legacy};
+
+/// Whether this crate can dequantize and multiply weights of this type.
+pub fn is_supported(ty: GgmlType) -> bool {
+    use GgmlType::*;
+    matches!(
+        ty,
+        F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K
+    )
+}
+
+/// The activation format multiplied against weights of type `ty`, as in llama.cpp:
+/// Q4_0/Q5_0/Q8_0 → Q8_0, Q4_1/Q5_1 → Q8_1, K-quants → Q8_K, everything else → F32.
+pub fn vec_dot_type(ty: GgmlType) -> GgmlType {
+    use GgmlType::*;
+    match ty {
+        Q4_0 | Q5_0 | Q8_0 => Q8_0,
+        Q4_1 | Q5_1 => Q8_1,
+        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K => Q8_K,
+        _ => F32,
+    }
+}
+
+/// Blocks making up `n` elements of `ty`, or the error saying why not.
+fn blocks(ty: GgmlType, n: usize) -> Result<usize, QuantError> {
+    let block = ty.block_len();
+    if n % block != 0 {
+        return Err(QuantError::NotBlockMultiple { ty, len: n, block });
+    }
+    Ok(n / block)
+}
+
+/// Bytes taken by `n` elements of `ty`.
+pub fn row_size(ty: GgmlType, n: usize) -> Result<usize, QuantError> {
+    blocks(ty, n)?
+        .checked_mul(ty.block_bytes())
+        .ok_or(QuantError::Overflow)
+}
+
+/// Dequantize `dst.len()` elements from `src` (a whole number of blocks).
+pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), QuantError> {
+    use GgmlType::*;
+    let need = row_size(ty, dst.len())?;
+    if !is_supported(ty) && ty != Q8_1 {
+        return Err(QuantError::Unsupported(ty));
+    }
+    let src = src.get(..need).ok_or(QuantError::BufferTooShort {
+        what: "source",
+        need,
+        have: src.len(),
+    })?;
+    match ty {
+        F32 => float::dequant_f32(src, dst),
+        F16 => float::dequant_f16(src, dst),
+        BF16 => float::dequant_bf16(src, dst),
+        Q4_0 => legacy::dequant_with(src, dst, 18, legacy::unpack_q4_0),
+        Q4_1 => legacy::dequant_with(src, dst, 20, legacy::unpack_q4_1),
+        Q5_0 => legacy::dequant_with(src, dst, 22, legacy::unpack_q5_0),
+        Q5_1 => legacy::dequant_with(src, dst, 24, legacy::unpack_q5_1),
+        Q8_0 => legacy::dequant_q8(src, dst, 34, 2),
+        Q8_1 => legacy::dequant_q8(src, dst, 36, 4),
+        Q2_K => kquants::dequant_with(src, dst, 84, kquants::unpack_q2_k),
+        Q3_K => kquants::dequant_with(src, dst, 110, kquants::unpack_q3_k),
+        Q4_K => kquants::dequant_with(src, dst, 144, kquants::unpack_q4_k),
+        Q5_K => kquants::dequant_with(src, dst, 176, kquants::unpack_q5_k),
+        Q6_K => kquants::dequant_with(src, dst, 210, kquants::unpack_q6_k),
+        Q8_K => kquants::dequant_with(src, dst, 292, kquants::unpack_q8_k),
+        _ => return Err(QuantError::Unsupported(ty)),
+    }
+    Ok(())
+}
+
+/// Whether [`quantize`] can produce this type.
+pub fn can_quantize(ty: GgmlType) -> bool {
+    use GgmlType::*;
+    matches!(ty, F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | Q8_K)
+}
+
+/// Checks sizes for a quantizer and returns the destination prefix to fill.
+fn quant_dst<'d>(ty: GgmlType, n: usize, dst: &'d mut [u8]) -> Result<&'d mut [u8], QuantError> {
+    let need = row_size(ty, n)?;
+    let have = dst.len();
+    dst.get_mut(..need).ok_or(QuantError::BufferTooShort {
+        what: "destination",
+        need,
+        have,
+    })
+}
+
+/// Quantize f32 values into `ty` blocks with llama.cpp's reference quantizers (the
+/// bytes `llama-quantize` and gguf-py write). Needs `src.len()` to be whole blocks.
+pub fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
+    use GgmlType::*;
+    if !can_quantize(ty) {
+        return Err(QuantError::Unsupported(ty));
+    }
+    let dst = quant_dst(ty, src.len(), dst)?;
+    match ty {
+        F32 => float::quant_f32(src, dst),
+        F16 => float::quant_f16(src, dst),
+        BF16 => float::quant_bf16(src, dst),
+        Q4_0 => legacy::quant_q4_0(src, dst),
+        Q4_1 => legacy::quant_q4_1(src, dst),
+        Q5_0 => legacy::quant_q5_0(src, dst),
+        Q5_1 => legacy::quant_q5_1(src, dst),
+        Q8_0 => legacy::quant_q8_0_ref(src, dst),
+        Q8_1 => legacy::quant_q8_1_act(src, dst),
+        Q8_K => kquants::quant_q8_k(src, dst),
+        _ => return Err(QuantError::Unsupported(ty)),
+    }
+    Ok(())
+}
+
+/// Quantize activations into a [`vec_dot_type`] the way llama.cpp's x86 build does at
+/// run time (for Q8_0/Q8_1: id = 127/amax, round half to even), so logits track it.
+pub fn quantize_activation(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantError> {
+    match ty {
+        GgmlType::Q8_0 => {
+            let dst = quant_dst(ty, src.len(), dst)?;
+            legacy::quant_q8_0_act(src, dst);
+            Ok(())
+        }
+        GgmlType::Q8_1 | GgmlType::Q8_K | GgmlType::F32 => quantize(ty, src, dst),
+        _ => Err(QuantError::Unsupported(ty)),
+    }
+}
+
+/// Dot product of one weight row (type `ty`, `n` elements) with one activation row
+/// already in [`vec_dot_type`]`(ty)`, through the best SIMD kernel for this CPU.
+///
+/// Returns NaN (and fails a debug assertion) when the type is unsupported or either
+/// buffer is too short; it never reads out of bounds.
+pub fn vec_dot(ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> f32 {
+    simd::checked_vec_dot(simd::best(), ty, n, w, a)
+}
+
+/// Dot product of a float weight row (F32, F16 or BF16) with `x.len()` f32 values,
+/// through the best SIMD kernel; NaN on a non-float type or short row.
+pub fn vec_dot_f32(ty: GgmlType, w: &[u8], x: &[f32]) -> f32 {
+    simd::checked_vec_dot_f32(simd::best(), ty, w, x)
+}
+
+/// Name of the kernel set chosen for this CPU (`scalar`, `avx2`, `avx512vnni`, …).
+pub fn kernel_name() -> &'static str {
+    simd::best().name
+}
+
+/// Test and benchmark hooks: every kernel table this CPU can run.
+#[doc(hidden)]
+pub mod testing {
+    use crate::GgmlType;
+
+    /// Names of the kernel tables this CPU can run, scalar first.
+    pub fn kernel_sets() -> Vec<&'static str> {
+        crate::simd::available().iter().map(|k| k.name).collect()
+    }
+
+    /// `vec_dot` through the named kernel table; NaN when the name is unknown.
+    pub fn vec_dot_with(set: &str, ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> f32 {
+        match crate::simd::available().into_iter().find(|k| k.name == set) {
+            Some(k) => crate::simd::checked_vec_dot(k, ty, n, w, a),
+            None => f32::NAN,
+        }
+    }
+
+    /// `vec_dot_f32` through the named kernel table; NaN when the name is unknown.
+    pub fn vec_dot_f32_with(set: &str, ty: GgmlType, w: &[u8], x: &[f32]) -> f32 {
+        match crate::simd::available().into_iter().find(|k| k.name == set) {
+            Some(k) => crate::simd::checked_vec_dot_f32(k, ty, w, x),
+            None => f32::NAN,
+        }
+    }
+}

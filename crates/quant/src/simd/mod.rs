@@ -1,0 +1,169 @@
+//! Run-time kernel selection: a table of function pointers chosen once per process.
+
+use std::sync::OnceLock;
+
+use crate::{scalar, vec_dot_type, GgmlType};
+
+#[cfg(target_arch = "x86_64")]
+pub(crate) mod x86;
+
+/// A quantized dot kernel over `nb` blocks.
+///
+/// Callers must pass slices holding at least `nb` blocks of the weight and activation
+/// types, and must only call kernels from a table built by this module, which installs
+/// a kernel only after detecting the CPU features it was compiled for.
+pub(crate) type DotFn = unsafe fn(w: &[u8], a: &[u8], nb: usize) -> f32;
+/// A float-weight dot kernel over `n` elements with f32 activations (same contract).
+pub(crate) type FloatDotFn = unsafe fn(w: &[u8], x: &[f32], n: usize) -> f32;
+
+/// One kernel per supported weight type.
+#[derive(Clone, Copy)]
+pub(crate) struct Kernels {
+    pub name: &'static str,
+    pub q4_0: DotFn,
+    pub q4_1: DotFn,
+    pub q5_0: DotFn,
+    pub q5_1: DotFn,
+    pub q8_0: DotFn,
+    pub q2_k: DotFn,
+    pub q3_k: DotFn,
+    pub q4_k: DotFn,
+    pub q5_k: DotFn,
+    pub q6_k: DotFn,
+    pub q8_k: DotFn,
+    pub f32: FloatDotFn,
+    pub f16: FloatDotFn,
+    pub bf16: FloatDotFn,
+}
+
+impl Kernels {
+    /// The quantized kernel for weights of type `ty`.
+    pub(crate) fn quant(&self, ty: GgmlType) -> Option<DotFn> {
+        Some(match ty {
+            GgmlType::Q4_0 => self.q4_0,
+            GgmlType::Q4_1 => self.q4_1,
+            GgmlType::Q5_0 => self.q5_0,
+            GgmlType::Q5_1 => self.q5_1,
+            GgmlType::Q8_0 => self.q8_0,
+            GgmlType::Q2_K => self.q2_k,
+            GgmlType::Q3_K => self.q3_k,
+            GgmlType::Q4_K => self.q4_k,
+            GgmlType::Q5_K => self.q5_k,
+            GgmlType::Q6_K => self.q6_k,
+            GgmlType::Q8_K => self.q8_k,
+            _ => return None,
+        })
+    }
+
+    /// The float kernel for weights of type `ty`.
+    pub(crate) fn float(&self, ty: GgmlType) -> Option<FloatDotFn> {
+        Some(match ty {
+            GgmlType::F32 => self.f32,
+            GgmlType::F16 => self.f16,
+            GgmlType::BF16 => self.bf16,
+            _ => return None,
+        })
+    }
+}
+
+static SCALAR: Kernels = Kernels {
+    name: "scalar",
+    q4_0: scalar::dot_q4_0,
+    q4_1: scalar::dot_q4_1,
+    q5_0: scalar::dot_q5_0,
+    q5_1: scalar::dot_q5_1,
+    q8_0: scalar::dot_q8_0,
+    q2_k: scalar::dot_q2_k,
+    q3_k: scalar::dot_q3_k,
+    q4_k: scalar::dot_q4_k,
+    q5_k: scalar::dot_q5_k,
+    q6_k: scalar::dot_q6_k,
+    q8_k: scalar::dot_q8_k,
+    f32: scalar::dot_f32,
+    f16: scalar::dot_f16,
+    bf16: scalar::dot_bf16,
+};
+
+/// The scalar reference table.
+pub(crate) fn scalar_kernels() -> &'static Kernels {
+    &SCALAR
+}
+
+/// The fastest table this CPU supports, detected once.
+pub(crate) fn best() -> &'static Kernels {
+    static BEST: OnceLock<Kernels> = OnceLock::new();
+    BEST.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        if let Some(k) = x86::detect() {
+            return k;
+        }
+        SCALAR
+    })
+}
+
+/// Every table this CPU can run (scalar first), for tests and benchmarks.
+pub(crate) fn available() -> Vec<&'static Kernels> {
+    #[allow(unused_mut)]
+    let mut v = vec![&SCALAR];
+    #[cfg(target_arch = "x86_64")]
+    v.extend(x86::available());
+    v
+}
+
+/// Blocks in `n` elements of `ty`, when `w` and `a` are long enough.
+fn blocks_for(ty: GgmlType, n: usize, w: usize, a: usize) -> Option<usize> {
+    let bl = ty.block_len();
+    if n % bl != 0 {
+        return None;
+    }
+    let nb = n / bl;
+    let at = vec_dot_type(ty);
+    (w >= nb.checked_mul(ty.block_bytes())? && a >= nb.checked_mul(at.block_bytes())?)
+        .then_some(nb)
+}
+
+/// `vec_dot` through table `k`, validating everything first.
+pub(crate) fn checked_vec_dot(k: &Kernels, ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> f32 {
+    if k.float(ty).is_some() {
+        let Some(a) = a.get(..n.saturating_mul(4)) else {
+            debug_assert!(false, "activation row too short");
+            return f32::NAN;
+        };
+        let mut buf = [0f32; 64];
+        let mut sum = 0.0f32;
+        let es = ty.block_bytes();
+        let mut w_rest = w;
+        for chunk in a.chunks(buf.len() * 4) {
+            let m = chunk.len() / 4;
+            crate::formats::float::dequant_f32(chunk, &mut buf[..m]);
+            let Some((wc, rest)) = w_rest.split_at_checked(m * es) else {
+                debug_assert!(false, "weight row too short");
+                return f32::NAN;
+            };
+            w_rest = rest;
+            sum += checked_vec_dot_f32(k, ty, wc, &buf[..m]);
+        }
+        return sum;
+    }
+    let (Some(f), Some(nb)) = (k.quant(ty), blocks_for(ty, n, w.len(), a.len())) else {
+        debug_assert!(false, "vec_dot: unsupported type {ty} or bad lengths");
+        return f32::NAN;
+    };
+    // SAFETY: `k` comes from this module (kernels installed only after feature
+    // detection) and `blocks_for` checked that both slices hold `nb` blocks.
+    unsafe { f(w, a, nb) }
+}
+
+/// Float-weight dot through table `k` over `x.len()` elements.
+pub(crate) fn checked_vec_dot_f32(k: &Kernels, ty: GgmlType, w: &[u8], x: &[f32]) -> f32 {
+    let Some(f) = k.float(ty) else {
+        debug_assert!(false, "vec_dot_f32: {ty} is not a float type");
+        return f32::NAN;
+    };
+    if w.len() < x.len().saturating_mul(ty.block_bytes()) {
+        debug_assert!(false, "vec_dot_f32: weight row too short");
+        return f32::NAN;
+    }
+    // SAFETY: table from this module; `w` holds `x.len()` elements (checked above).
+    unsafe { f(w, x, x.len()) }
+}

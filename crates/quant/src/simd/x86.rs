@@ -1,0 +1,481 @@
+//! x86_64 kernels: AVX2+FMA+F16C for every main format, and AVX-512 VNNI /
+//! AVX-VNNI variants of the 32-block formats, where `vpdpbusd` replaces the
+//! `maddubs`+`madd` pair.
+//!
+//! Every kernel is an `unsafe fn` with the [`super::DotFn`] contract: the slices hold
+//! `nb` blocks (checked by the caller), and the CPU has the enabled features (checked
+//! by [`detect`] before the kernel is put in a table).
+
+#![allow(clippy::incompatible_msrv)] // AVX-512 intrinsics are stable since 1.89; guarded at run time.
+
+use std::arch::x86_64::*;
+
+use super::{Kernels, SCALAR};
+
+/// Reads an f16 at `p` and widens it with F16C.
+///
+/// # Safety
+/// `p` must be valid for 2 bytes; F16C must be available.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn h2f(p: *const u8) -> f32 {
+    // SAFETY: caller guarantees 2 readable bytes; unaligned read.
+    let h = unsafe { std::ptr::read_unaligned(p as *const u16) };
+    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
+}
+
+/// Reads an f32 at `p`.
+///
+/// # Safety
+/// `p` must be valid for 4 bytes.
+#[inline]
+unsafe fn rf32(p: *const u8) -> f32 {
+    // SAFETY: caller guarantees 4 readable bytes; unaligned read.
+    unsafe { std::ptr::read_unaligned(p as *const f32) }
+}
+
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+fn hsum_ps(v: __m256) -> f32 {
+    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    _mm_cvtss_f32(s)
+}
+
+/// Loads 32 bytes.
+///
+/// # Safety
+/// `p` must be valid for 32 bytes.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn load32(p: *const u8) -> __m256i {
+    // SAFETY: caller guarantees 32 readable bytes; loadu has no alignment need.
+    unsafe { _mm256_loadu_si256(p as *const __m256i) }
+}
+
+/// Loads 16 bytes.
+///
+/// # Safety
+/// `p` must be valid for 16 bytes.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn load16(p: *const u8) -> __m128i {
+    // SAFETY: caller guarantees 16 readable bytes; loadu has no alignment need.
+    unsafe { _mm_loadu_si128(p as *const __m128i) }
+}
+
+/// Sums of four u8*i8 products per i32 lane (AVX2: maddubs then madd with ones).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn dot4_avx2(u: __m256i, s: __m256i) -> __m256i {
+    _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
+}
+
+/// Sums of four u8*i8 products per i32 lane (AVX-512 VNNI, 256-bit form).
+#[inline]
+#[target_feature(enable = "avx2,avx512vnni,avx512vl")]
+fn dot4_vnni512(u: __m256i, s: __m256i) -> __m256i {
+    _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
+}
+
+/// Sums of four u8*i8 products per i32 lane (AVX-VNNI).
+#[inline]
+#[target_feature(enable = "avx2,avxvnni")]
+fn dot4_avxvnni(u: __m256i, s: __m256i) -> __m256i {
+    _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, s)
+}
+
+/// Unpacks 16 bytes of nibbles: low nibbles to bytes 0..16, high ones to 16..32.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn nibbles32(q: __m128i) -> __m256i {
+    let m = _mm_set1_epi8(0x0F);
+    let lo = _mm_and_si128(q, m);
+    let hi = _mm_and_si128(_mm_srli_epi16(q, 4), m);
+    _mm256_set_m128i(hi, lo)
+}
+
+/// Expands 32 bits to 32 bytes: 0xFF where bit j is set, else 0.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn bits_to_bytes(x: u32) -> __m256i {
+    let shuf = _mm256_set_epi64x(
+        0x0303030303030303,
+        0x0202020202020202,
+        0x0101010101010101,
+        0x0000000000000000,
+    );
+    let bytes = _mm256_shuffle_epi8(_mm256_set1_epi32(x as i32), shuf);
+    let mask = _mm256_set1_epi64x(0x7fbfdfeff7fbfdfe_u64 as i64);
+    _mm256_cmpeq_epi8(_mm256_or_si256(bytes, mask), _mm256_set1_epi64x(-1))
+}
+
+/// Generates the 32-block kernels for one i8 dot primitive and feature set.
+macro_rules! legacy_kernels {
+    ($feat:literal, $dot4:ident, $q8_0:ident, $q4_0:ident, $q5_0:ident) => {
+        /// Q8_0 · Q8_0.
+        ///
+        /// # Safety
+        /// [`super::DotFn`] contract.
+        #[target_feature(enable = $feat)]
+        pub(crate) unsafe fn $q8_0(w: &[u8], a: &[u8], nb: usize) -> f32 {
+            debug_assert!(w.len() >= nb * 34 && a.len() >= nb * 34);
+            let (wp, ap) = (w.as_ptr(), a.as_ptr());
+            let mut acc = _mm256_setzero_ps();
+            for i in 0..nb {
+                // SAFETY: block i (34 bytes) is inside both slices by the contract.
+                let (bw, ba) = unsafe { (wp.add(i * 34), ap.add(i * 34)) };
+                // SAFETY: as above; the blocks hold d at 0 and 32 quants at 2.
+                let (d, qx, qy) = unsafe { (h2f(bw) * h2f(ba), load32(bw.add(2)), load32(ba.add(2))) };
+                // |x| as u8 and y carrying x's sign keep the product exact for u8*i8.
+                let p = $dot4(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc);
+            }
+            hsum_ps(acc)
+        }
+
+        /// Q4_0 · Q8_0.
+        ///
+        /// # Safety
+        /// [`super::DotFn`] contract.
+        #[target_feature(enable = $feat)]
+        pub(crate) unsafe fn $q4_0(w: &[u8], a: &[u8], nb: usize) -> f32 {
+            debug_assert!(w.len() >= nb * 18 && a.len() >= nb * 34);
+            let (wp, ap) = (w.as_ptr(), a.as_ptr());
+            let mut acc = _mm256_setzero_ps();
+            let off = _mm256_set1_epi8(8);
+            for i in 0..nb {
+                // SAFETY: block i is inside both slices by the contract.
+                let (bw, ba) = unsafe { (wp.add(i * 18), ap.add(i * 34)) };
+                // SAFETY: as above; d at 0, 16 bytes of nibbles at 2; q8 quants at 2.
+                let (d, q, qy) = unsafe { (h2f(bw) * h2f(ba), load16(bw.add(2)), load32(ba.add(2))) };
+                let qx = _mm256_sub_epi8(nibbles32(q), off);
+                let p = $dot4(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc);
+            }
+            hsum_ps(acc)
+        }
+
+        /// Q5_0 · Q8_0.
+        ///
+        /// # Safety
+        /// [`super::DotFn`] contract.
+        #[target_feature(enable = $feat)]
+        pub(crate) unsafe fn $q5_0(w: &[u8], a: &[u8], nb: usize) -> f32 {
+            debug_assert!(w.len() >= nb * 22 && a.len() >= nb * 34);
+            let (wp, ap) = (w.as_ptr(), a.as_ptr());
+            let mut acc = _mm256_setzero_ps();
+            let f0 = _mm256_set1_epi8(0xF0u8 as i8);
+            for i in 0..nb {
+                // SAFETY: block i is inside both slices by the contract.
+                let (bw, ba) = unsafe { (wp.add(i * 22), ap.add(i * 34)) };
+                // SAFETY: as above; d at 0, qh at 2..6, nibbles at 6..22.
+                let (d, qh, q, qy) = unsafe {
+                    (
+                        h2f(bw) * h2f(ba),
+                        std::ptr::read_unaligned(bw.add(2) as *const u32),
+                        load16(bw.add(6)),
+                        load32(ba.add(2)),
+                    )
+                };
+                // Where the fifth bit is clear, or-ing 0xF0 makes the byte nibble-16.
+                let hi = _mm256_andnot_si256(bits_to_bytes(qh), f0);
+                let qx = _mm256_or_si256(nibbles32(q), hi);
+                let p = $dot4(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
+                acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc);
+            }
+            hsum_ps(acc)
+        }
+    };
+}
+
+legacy_kernels!("avx2,fma,f16c", dot4_avx2, q8_0_avx2, q4_0_avx2, q5_0_avx2);
+legacy_kernels!(
+    "avx2,fma,f16c,avx512vnni,avx512vl",
+    dot4_vnni512,
+    q8_0_vnni512,
+    q4_0_vnni512,
+    q5_0_vnni512
+);
+legacy_kernels!(
+    "avx2,fma,f16c,avxvnni",
+    dot4_avxvnni,
+    q8_0_avxvnni,
+    q4_0_avxvnni,
+    q5_0_avxvnni
+);
+
+/// Sum over sub-blocks of min[j] * (bsums[2j] + bsums[2j+1]) for Q4_K/Q5_K.
+///
+/// # Safety
+/// `ba` must point at a whole Q8_K block.
+#[inline]
+unsafe fn k4_min_dot(mins: &[u8; 8], ba: *const u8) -> i32 {
+    let mut s = 0i32;
+    for (j, &m) in mins.iter().enumerate() {
+        // SAFETY: bsums live at 260..292 of the block.
+        let (b0, b1) = unsafe {
+            (
+                std::ptr::read_unaligned(ba.add(260 + 4 * j) as *const i16),
+                std::ptr::read_unaligned(ba.add(262 + 4 * j) as *const i16),
+            )
+        };
+        s += m as i32 * (b0 as i32 + b1 as i32);
+    }
+    s
+}
+
+/// Q4_K · Q8_K.
+///
+/// # Safety
+/// [`super::DotFn`] contract.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q4_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
+    debug_assert!(w.len() >= nb * 144 && a.len() >= nb * 292);
+    let mut acc = _mm256_setzero_ps();
+    let mut summ = 0.0f32;
+    let m4 = _mm256_set1_epi8(0x0F);
+    for (bw, ba) in w.chunks_exact(144).zip(a.chunks_exact(292)).take(nb) {
+        let (sc, mins) = crate::formats::kquants::scales_mins_k4(&bw[4..16]);
+        let (bw, ba) = (bw.as_ptr(), ba.as_ptr());
+        // SAFETY: whole blocks (chunks_exact); d, dmin at 0 and 2 of the Q4_K block,
+        // d f32 at 0 of the Q8_K block.
+        let (dy, d, dmin) = unsafe { (rf32(ba), h2f(bw), h2f(bw.add(2))) };
+        // SAFETY: whole Q8_K block.
+        summ += dy * dmin * unsafe { k4_min_dot(&mins, ba) } as f32;
+        let mut sumi = _mm256_setzero_si256();
+        for j in 0..4 {
+            // SAFETY: qs at 16..144 (32 bytes per j); q8 quants at 4..260 (64 per j).
+            let (q4, q8l, q8h) =
+                unsafe { (load32(bw.add(16 + 32 * j)), load32(ba.add(4 + 64 * j)), load32(ba.add(36 + 64 * j))) };
+            let q4l = _mm256_and_si256(q4, m4);
+            let q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+            // maddubs cannot saturate here: 2 * 15 * 128 < 2^15.
+            let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(q4l, q8l), _mm256_set1_epi16(sc[2 * j] as i16));
+            let ph =
+                _mm256_madd_epi16(_mm256_maddubs_epi16(q4h, q8h), _mm256_set1_epi16(sc[2 * j + 1] as i16));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * dy), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_ps(acc) - summ
+}
+
+/// Q5_K · Q8_K.
+///
+/// # Safety
+/// [`super::DotFn`] contract.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q5_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
+    debug_assert!(w.len() >= nb * 176 && a.len() >= nb * 292);
+    let mut acc = _mm256_setzero_ps();
+    let mut summ = 0.0f32;
+    let m4 = _mm256_set1_epi8(0x0F);
+    let b4 = _mm256_set1_epi8(0x10);
+    for (bw, ba) in w.chunks_exact(176).zip(a.chunks_exact(292)).take(nb) {
+        let (sc, mins) = crate::formats::kquants::scales_mins_k4(&bw[4..16]);
+        let (bw, ba) = (bw.as_ptr(), ba.as_ptr());
+        // SAFETY: whole blocks; d, dmin at 0 and 2; Q8_K d at 0.
+        let (dy, d, dmin) = unsafe { (rf32(ba), h2f(bw), h2f(bw.add(2))) };
+        // SAFETY: whole Q8_K block.
+        summ += dy * dmin * unsafe { k4_min_dot(&mins, ba) } as f32;
+        // SAFETY: qh at 16..48.
+        let qh = unsafe { load32(bw.add(16)) };
+        let mut sumi = _mm256_setzero_si256();
+        for j in 0..4 {
+            // SAFETY: qs at 48..176 (32 bytes per j); q8 quants at 4..260 (64 per j).
+            let (q5, q8l, q8h) =
+                unsafe { (load32(bw.add(48 + 32 * j)), load32(ba.add(4 + 64 * j)), load32(ba.add(36 + 64 * j))) };
+            let ml = _mm256_set1_epi8((1u8 << (2 * j)) as i8);
+            let mh = _mm256_set1_epi8((1u8 << (2 * j + 1)) as i8);
+            let hl = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, ml), ml), b4);
+            let hh = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, mh), mh), b4);
+            let q5l = _mm256_or_si256(_mm256_and_si256(q5, m4), hl);
+            let q5h = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q5, 4), m4), hh);
+            // 2 * 31 * 128 < 2^15: no saturation.
+            let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(q5l, q8l), _mm256_set1_epi16(sc[2 * j] as i16));
+            let ph =
+                _mm256_madd_epi16(_mm256_maddubs_epi16(q5h, q8h), _mm256_set1_epi16(sc[2 * j + 1] as i16));
+            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * dy), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_ps(acc) - summ
+}
+
+/// Q6_K · Q8_K.
+///
+/// # Safety
+/// [`super::DotFn`] contract.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn q6_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
+    debug_assert!(w.len() >= nb * 210 && a.len() >= nb * 292);
+    let mut acc = _mm256_setzero_ps();
+    let m4 = _mm256_set1_epi8(0x0F);
+    let m32 = _mm256_set1_epi8(32);
+    for (bw, ba) in w.chunks_exact(210).zip(a.chunks_exact(292)).take(nb) {
+        let sc = &bw[192..208];
+        let (bw, ba) = (bw.as_ptr(), ba.as_ptr());
+        // SAFETY: whole blocks; Q6_K d at 208, Q8_K d at 0.
+        let d = unsafe { h2f(bw.add(208)) * rf32(ba) };
+        let mut sumi = _mm256_setzero_si256();
+        for n in 0..2 {
+            // SAFETY: ql at 0..128 (64 per n), qh at 128..192 (32 per n).
+            let (ql1, ql2, qh) =
+                unsafe { (load32(bw.add(64 * n)), load32(bw.add(64 * n + 32)), load32(bw.add(128 + 32 * n))) };
+            let q = [
+                _mm256_or_si256(
+                    _mm256_and_si256(ql1, m4),
+                    _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x03)), 4),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(ql2, m4),
+                    _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x0C)), 2),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                    _mm256_and_si256(qh, _mm256_set1_epi8(0x30)),
+                ),
+                _mm256_or_si256(
+                    _mm256_and_si256(_mm256_srli_epi16(ql2, 4), m4),
+                    _mm256_srli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0xC0u8 as i8)), 2),
+                ),
+            ];
+            for (k, &qk) in q.iter().enumerate() {
+                // SAFETY: q8 quants at 4..260 (128 per n, 32 per k).
+                let q8 = unsafe { load32(ba.add(4 + 128 * n + 32 * k)) };
+                // Values are stored +32; subtract 32*q8 rather than re-sign the nibbles.
+                let p = _mm256_sub_epi16(_mm256_maddubs_epi16(qk, q8), _mm256_maddubs_epi16(m32, q8));
+                let s = _mm256_set_m128i(
+                    _mm_set1_epi16(sc[8 * n + 2 * k + 1] as i8 as i16),
+                    _mm_set1_epi16(sc[8 * n + 2 * k] as i8 as i16),
+                );
+                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
+            }
+        }
+        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+    }
+    hsum_ps(acc)
+}
+
+/// F32 · F32.
+///
+/// # Safety
+/// [`super::FloatDotFn`] contract.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn f32_avx2(w: &[u8], x: &[f32], n: usize) -> f32 {
+    float_dot(w, x, n, 4, |p| {
+        // SAFETY: `float_dot` passes pointers to 8 whole elements.
+        unsafe { _mm256_loadu_ps(p as *const f32) }
+    }, crate::scalar::dot_f32)
+}
+
+/// F16 · F32.
+///
+/// # Safety
+/// [`super::FloatDotFn`] contract.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn f16_avx2(w: &[u8], x: &[f32], n: usize) -> f32 {
+    float_dot(w, x, n, 2, |p| {
+        // SAFETY: `float_dot` passes pointers to 8 whole elements.
+        _mm256_cvtph_ps(unsafe { load16(p) })
+    }, crate::scalar::dot_f16)
+}
+
+/// BF16 · F32.
+///
+/// # Safety
+/// [`super::FloatDotFn`] contract.
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(crate) unsafe fn bf16_avx2(w: &[u8], x: &[f32], n: usize) -> f32 {
+    float_dot(w, x, n, 2, |p| {
+        // SAFETY: `float_dot` passes pointers to 8 whole elements.
+        let h = unsafe { load16(p) };
+        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+    }, crate::scalar::dot_bf16)
+}
+
+/// Shared float loop: 4 independent accumulators hide FMA latency; a scalar tail.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn float_dot(
+    w: &[u8],
+    x: &[f32],
+    n: usize,
+    es: usize,
+    load: impl Fn(*const u8) -> __m256,
+    tail: fn(&[u8], &[f32], usize) -> f32,
+) -> f32 {
+    let n = n.min(x.len()).min(w.len() / es);
+    let (wp, xp) = (w.as_ptr(), x.as_ptr());
+    let mut acc = [_mm256_setzero_ps(); 4];
+    let mut i = 0;
+    while i + 32 <= n {
+        for (k, a) in acc.iter_mut().enumerate() {
+            let j = i + 8 * k;
+            // SAFETY: j + 8 <= n, and n is within both slices (clamped above).
+            let (wv, xv) = unsafe { (load(wp.add(j * es)), _mm256_loadu_ps(xp.add(j))) };
+            *a = _mm256_fmadd_ps(wv, xv, *a);
+        }
+        i += 32;
+    }
+    while i + 8 <= n {
+        // SAFETY: i + 8 <= n, within both slices.
+        let (wv, xv) = unsafe { (load(wp.add(i * es)), _mm256_loadu_ps(xp.add(i))) };
+        acc[0] = _mm256_fmadd_ps(wv, xv, acc[0]);
+        i += 8;
+    }
+    let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    let mut sum = hsum_ps(s);
+    sum += tail(&w[i * es..n * es], &x[i..n], n - i);
+    sum
+}
+
+/// The AVX2 table, with the best VNNI variants of the 32-block kernels on top.
+pub(crate) fn detect() -> Option<Kernels> {
+    available().pop().copied()
+}
+
+/// Every x86 table this CPU can run, slowest first.
+pub(crate) fn available() -> Vec<&'static Kernels> {
+    static AVX2: Kernels = Kernels {
+        name: "avx2",
+        q4_0: q4_0_avx2,
+        q5_0: q5_0_avx2,
+        q8_0: q8_0_avx2,
+        q4_k: q4_k_avx2,
+        q5_k: q5_k_avx2,
+        q6_k: q6_k_avx2,
+        f32: f32_avx2,
+        f16: f16_avx2,
+        bf16: bf16_avx2,
+        ..SCALAR
+    };
+    static AVXVNNI: Kernels = Kernels {
+        name: "avxvnni",
+        q4_0: q4_0_avxvnni,
+        q5_0: q5_0_avxvnni,
+        q8_0: q8_0_avxvnni,
+        ..AVX2
+    };
+    static VNNI512: Kernels = Kernels {
+        name: "avx512vnni",
+        q4_0: q4_0_vnni512,
+        q5_0: q5_0_vnni512,
+        q8_0: q8_0_vnni512,
+        ..AVX2
+    };
+    let mut v = Vec::new();
+    if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")) {
+        return v;
+    }
+    v.push(&AVX2);
+    if is_x86_feature_detected!("avxvnni") {
+        v.push(&AVXVNNI);
+    }
+    if is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl") {
+        v.push(&VNNI512);
+    }
+    v
+}

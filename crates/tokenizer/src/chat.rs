@@ -1,0 +1,258 @@
+//! Chat templates: a GGUF's own Jinja template rendered with minijinja, or
+//! the built-in Gemma turn format when the file has none.
+
+use minijinja::value::{Value, ValueKind};
+use minijinja::{Environment, Error, ErrorKind, State};
+use serde::{Deserialize, Serialize};
+
+use crate::TokenizerError;
+
+/// One message of a conversation (`role` is `system`, `user` or `assistant`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ChatMessage {
+    /// Who speaks: `system`, `user`, `assistant` (Gemma writes it `model`).
+    pub role: String,
+    /// What they say.
+    pub content: String,
+}
+
+impl ChatMessage {
+    /// A message with any role.
+    pub fn new(role: impl Into<String>, content: impl Into<String>) -> Self {
+        Self {
+            role: role.into(),
+            content: content.into(),
+        }
+    }
+
+    /// A `system` message.
+    pub fn system(content: impl Into<String>) -> Self {
+        Self::new("system", content)
+    }
+
+    /// A `user` message.
+    pub fn user(content: impl Into<String>) -> Self {
+        Self::new("user", content)
+    }
+
+    /// An `assistant` message.
+    pub fn assistant(content: impl Into<String>) -> Self {
+        Self::new("assistant", content)
+    }
+}
+
+const TEMPLATE_NAME: &str = "chat";
+
+enum Kind {
+    Jinja(Box<Environment<'static>>),
+    Gemma,
+}
+
+/// Turns a conversation into the prompt text the model was trained on.
+pub struct ChatTemplate {
+    kind: Kind,
+    bos_token: String,
+    eos_token: String,
+}
+
+impl std::fmt::Debug for ChatTemplate {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ChatTemplate")
+            .field("builtin", &self.is_builtin())
+            .field("bos_token", &self.bos_token)
+            .field("eos_token", &self.eos_token)
+            .finish()
+    }
+}
+
+impl ChatTemplate {
+    /// The Jinja template `source` if given and it compiles, else the built-in
+    /// Gemma format (a model file without a usable template still chats).
+    pub fn new(
+        source: Option<&str>,
+        bos_token: impl Into<String>,
+        eos_token: impl Into<String>,
+    ) -> Self {
+        let (bos_token, eos_token) = (bos_token.into(), eos_token.into());
+        match source {
+            Some(src) => Self::jinja(src, bos_token.clone(), eos_token.clone())
+                .unwrap_or_else(|_| Self::gemma(bos_token)),
+            None => Self::gemma(bos_token),
+        }
+    }
+
+    /// A Jinja template; fails if it does not compile.
+    pub fn jinja(
+        source: &str,
+        bos_token: impl Into<String>,
+        eos_token: impl Into<String>,
+    ) -> Result<Self, TokenizerError> {
+        let mut env = Environment::new();
+        // transformers renders chat templates with these two options on, and
+        // templates are written for them.
+        env.set_trim_blocks(true);
+        env.set_lstrip_blocks(true);
+        env.add_function("raise_exception", raise_exception);
+        env.set_unknown_method_callback(python_methods);
+        env.add_template_owned(TEMPLATE_NAME, source.to_string())
+            .map_err(|e| TokenizerError::Template(format!("does not compile: {e:#}")))?;
+        Ok(Self {
+            kind: Kind::Jinja(Box::new(env)),
+            bos_token: bos_token.into(),
+            eos_token: eos_token.into(),
+        })
+    }
+
+    /// The built-in Gemma format, as Gemma 3's own template writes it.
+    pub fn gemma(bos_token: impl Into<String>) -> Self {
+        Self {
+            kind: Kind::Gemma,
+            bos_token: bos_token.into(),
+            eos_token: String::new(),
+        }
+    }
+
+    /// Whether this is the built-in Gemma format rather than a Jinja template.
+    pub fn is_builtin(&self) -> bool {
+        matches!(self.kind, Kind::Gemma)
+    }
+
+    /// The conversation as prompt text; with `add_generation_prompt` it ends
+    /// with the opening of the model's turn.
+    pub fn render(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<String, TokenizerError> {
+        match &self.kind {
+            Kind::Gemma => Ok(render_gemma(
+                &self.bos_token,
+                messages,
+                add_generation_prompt,
+            )),
+            Kind::Jinja(env) => {
+                let tmpl = env
+                    .get_template(TEMPLATE_NAME)
+                    .map_err(|e| TokenizerError::Template(format!("{e:#}")))?;
+                tmpl.render(minijinja::context! {
+                    messages => messages,
+                    bos_token => &self.bos_token,
+                    eos_token => &self.eos_token,
+                    add_generation_prompt => add_generation_prompt,
+                })
+                .map_err(|e| TokenizerError::Template(format!("render failed: {e:#}")))
+            }
+        }
+    }
+}
+
+/// Gemma's turn format. Gemma has no system role: system text goes in front
+/// of the first turn followed by a blank line, and message text is trimmed,
+/// exactly like Gemma 3's Hugging Face template. Unlike that template this
+/// never fails: later system messages prefix the next turn, and a system
+/// message with no turn after it becomes a user turn rather than vanishing.
+fn render_gemma(bos: &str, messages: &[ChatMessage], add_generation_prompt: bool) -> String {
+    let mut out = String::from(bos);
+    let mut prefix = String::new();
+    for m in messages {
+        if m.role == "system" {
+            prefix.push_str(&m.content);
+            prefix.push_str("\n\n");
+            continue;
+        }
+        let role = if m.role == "assistant" {
+            "model"
+        } else {
+            &m.role
+        };
+        out.push_str("<start_of_turn>");
+        out.push_str(role);
+        out.push('\n');
+        out.push_str(&prefix);
+        prefix.clear();
+        out.push_str(m.content.trim());
+        out.push_str("<end_of_turn>\n");
+    }
+    if !prefix.is_empty() {
+        out.push_str("<start_of_turn>user\n");
+        out.push_str(&prefix);
+        out.push_str("<end_of_turn>\n");
+    }
+    if add_generation_prompt {
+        out.push_str("<start_of_turn>model\n");
+    }
+    out
+}
+
+/// `raise_exception(msg)`, which Hugging Face templates call to reject a
+/// conversation; it becomes a render error carrying `msg`.
+fn raise_exception(msg: String) -> Result<String, Error> {
+    Err(Error::new(ErrorKind::InvalidOperation, msg))
+}
+
+/// The Python string and dict methods chat templates commonly call
+/// (`.strip()`, `.startswith()`, `.items()`, ...), which Jinja2 gets from
+/// Python and minijinja does not have.
+fn python_methods(
+    state: &State,
+    value: &Value,
+    method: &str,
+    args: &[Value],
+) -> Result<Value, Error> {
+    let arg_str =
+        |i: usize| -> Option<String> { args.get(i).and_then(|v| v.as_str().map(str::to_string)) };
+    match value.kind() {
+        ValueKind::String => {
+            let s = value.as_str().unwrap_or_default();
+            let chars = arg_str(0);
+            let strip_set = |c: char| match &chars {
+                Some(set) => set.contains(c),
+                None => c.is_whitespace(),
+            };
+            let v = match method {
+                "strip" => Value::from(s.trim_matches(strip_set)),
+                "lstrip" => Value::from(s.trim_start_matches(strip_set)),
+                "rstrip" => Value::from(s.trim_end_matches(strip_set)),
+                "upper" => Value::from(s.to_uppercase()),
+                "lower" => Value::from(s.to_lowercase()),
+                "startswith" => Value::from(arg_str(0).is_some_and(|p| s.starts_with(&p))),
+                "endswith" => Value::from(arg_str(0).is_some_and(|p| s.ends_with(&p))),
+                "replace" => match (arg_str(0), arg_str(1)) {
+                    (Some(a), Some(b)) => Value::from(s.replace(&a, &b)),
+                    _ => return Err(Error::new(ErrorKind::MissingArgument, "replace(old, new)")),
+                },
+                "split" => {
+                    let parts: Vec<Value> = match arg_str(0) {
+                        Some(sep) if !sep.is_empty() => {
+                            s.split(sep.as_str()).map(Value::from).collect()
+                        }
+                        _ => s.split_whitespace().map(Value::from).collect(),
+                    };
+                    Value::from(parts)
+                }
+                _ => return Err(Error::from(ErrorKind::UnknownMethod)),
+            };
+            Ok(v)
+        }
+        ValueKind::Map => match method {
+            "items" => state.apply_filter("items", std::slice::from_ref(value)),
+            "keys" => Ok(Value::from(value.try_iter()?.collect::<Vec<_>>())),
+            "values" => {
+                let vals = value
+                    .try_iter()?
+                    .map(|k| value.get_item(&k).unwrap_or_default())
+                    .collect::<Vec<_>>();
+                Ok(Value::from(vals))
+            }
+            "get" => {
+                let key = args.first().cloned().unwrap_or_default();
+                match value.get_item(&key) {
+                    Ok(v) if !v.is_undefined() => Ok(v),
+                    _ => Ok(args.get(1).cloned().unwrap_or(Value::from(()))),
+                }
+            }
+            _ => Err(Error::from(ErrorKind::UnknownMethod)),
+        },
+        _ => Err(Error::from(ErrorKind::UnknownMethod)),
+    }
+}

@@ -1,0 +1,362 @@
+//! Text <-> token ids for GGUF models: the SentencePiece tokenizer as llama.cpp
+//! implements `tokenizer.ggml.model = llama`, special tokens, streaming
+//! decode, and chat templates.
+//!
+//! The core works on a [`Vocab`] and does not need a GGUF file; only
+//! [`Vocab::from_gguf`] and [`Tokenizer::from_gguf`] read one.
+
+#![warn(missing_docs)]
+
+mod chat;
+mod decode;
+mod index;
+mod spm;
+mod vocab;
+
+pub use chat::{ChatMessage, ChatTemplate};
+pub use decode::StreamDecoder;
+pub use vocab::{TokenType, Vocab};
+
+use index::TokenIndex;
+
+/// Everything that can go wrong building a tokenizer or rendering a chat.
+#[derive(Debug, thiserror::Error)]
+pub enum TokenizerError {
+    /// A metadata key the tokenizer needs is absent.
+    #[error("GGUF metadata key `{0}` is missing")]
+    MissingKey(String),
+    /// A metadata key has the wrong type or an impossible value.
+    #[error("GGUF metadata key `{key}` is invalid: {reason}")]
+    InvalidKey {
+        /// The key.
+        key: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// `tokenizer.ggml.model` names an algorithm this crate does not implement.
+    #[error("tokenizer model `{0}` is not supported (only `llama`, i.e. SentencePiece)")]
+    UnsupportedModel(String),
+    /// The vocabulary itself is inconsistent.
+    #[error("invalid vocabulary: {0}")]
+    InvalidVocab(String),
+    /// A chat template failed to compile or render.
+    #[error("chat template: {0}")]
+    Template(String),
+}
+
+/// Token texts that end a generation when present in the vocabulary, the
+/// same list llama.cpp consults (Gemma ends turns with `<end_of_turn>`).
+const EOG_TEXTS: &[&str] = &[
+    "<end_of_turn>",
+    "<|eot_id|>",
+    "<|im_end|>",
+    "<|end|>",
+    "<EOT>",
+    "<|endoftext|>",
+    "<end_of_utterance>",
+];
+
+/// A SentencePiece tokenizer over a [`Vocab`].
+#[derive(Debug, Clone)]
+pub struct Tokenizer {
+    vocab: Vocab,
+    index: TokenIndex,
+    /// `<0xNN>` id for each byte value (or a single-character fallback).
+    byte_ids: [Option<u32>; 256],
+    /// Control, user-defined and unknown tokens, longest text first, the
+    /// order in which llama.cpp splits them out of text.
+    specials: Vec<u32>,
+    /// For each first byte, the distinct lengths of specials starting with it
+    /// (longest first); lets `encode` find candidate specials in one pass.
+    special_lens: Vec<Vec<usize>>,
+    eog: Vec<u32>,
+}
+
+impl Tokenizer {
+    /// Build the lookup structures for `vocab` (validates the special ids).
+    pub fn new(vocab: Vocab) -> Result<Self, TokenizerError> {
+        let n = vocab.len();
+        for (name, id) in [
+            ("bos_id", vocab.bos_id),
+            ("eos_id", vocab.eos_id),
+            ("unk_id", vocab.unk_id),
+            ("pad_id", vocab.pad_id),
+            ("eot_id", vocab.eot_id),
+        ] {
+            if let Some(id) = id {
+                if id as usize >= n {
+                    return Err(TokenizerError::InvalidVocab(format!(
+                        "{name} {id} is outside the vocabulary of {n} tokens"
+                    )));
+                }
+            }
+        }
+        let index = TokenIndex::build(&vocab);
+
+        let mut specials: Vec<u32> = (0..n as u32)
+            .filter(|&id| {
+                vocab.token_type(id).is_some_and(TokenType::is_special)
+                    && !vocab.text(id).unwrap_or_default().is_empty()
+            })
+            .collect();
+        // Stable sort: equal lengths keep id order, a deterministic choice
+        // where llama.cpp's std::sort leaves it unspecified.
+        specials.sort_by_key(|&id| std::cmp::Reverse(vocab.text(id).map_or(0, str::len)));
+        let mut special_lens = vec![Vec::new(); 256];
+        for &id in &specials {
+            let t = vocab.text(id).unwrap_or_default().as_bytes();
+            let lens: &mut Vec<usize> = &mut special_lens[t[0] as usize];
+            if lens.last() != Some(&t.len()) {
+                lens.push(t.len());
+            }
+        }
+
+        let mut tok = Self {
+            vocab,
+            index,
+            byte_ids: [None; 256],
+            specials,
+            special_lens,
+            eog: Vec::new(),
+        };
+        for b in 0..=255u8 {
+            let name = format!("<0x{b:02X}>");
+            // llama.cpp falls back to the single-character token when the
+            // vocabulary has no byte token for this value.
+            tok.byte_ids[b as usize] = tok
+                .lookup(name.as_bytes())
+                .or_else(|| tok.lookup(&[b]))
+                .or(tok.vocab.unk_id);
+        }
+        let mut eog: Vec<u32> = [tok.vocab.eos_id, tok.vocab.eot_id]
+            .into_iter()
+            .flatten()
+            .collect();
+        for t in EOG_TEXTS {
+            if let Some(id) = tok.lookup(t.as_bytes()) {
+                eog.push(id);
+            }
+        }
+        eog.sort_unstable();
+        eog.dedup();
+        tok.eog = eog;
+        Ok(tok)
+    }
+
+    /// Read the vocabulary from a GGUF file and build the tokenizer.
+    pub fn from_gguf(file: &gguf::GgufFile) -> Result<Self, TokenizerError> {
+        Self::new(Vocab::from_gguf(file)?)
+    }
+
+    /// The vocabulary this tokenizer was built from.
+    pub fn vocab(&self) -> &Vocab {
+        &self.vocab
+    }
+
+    pub(crate) fn lookup(&self, text: &[u8]) -> Option<u32> {
+        self.index.get(&self.vocab, text)
+    }
+
+    pub(crate) fn byte_token(&self, b: u8) -> Option<u32> {
+        self.byte_ids[b as usize]
+    }
+
+    /// Number of tokens in the vocabulary.
+    pub fn vocab_size(&self) -> usize {
+        self.vocab.len()
+    }
+
+    /// Beginning-of-sequence id, if the model has one.
+    pub fn bos_id(&self) -> Option<u32> {
+        self.vocab.bos_id
+    }
+
+    /// End-of-sequence id, if the model has one.
+    pub fn eos_id(&self) -> Option<u32> {
+        self.vocab.eos_id
+    }
+
+    /// Whether the model asks for BOS in front of prompts.
+    pub fn add_bos(&self) -> bool {
+        self.vocab.add_bos
+    }
+
+    /// Whether generating `id` ends the generation (EOS, end-of-turn, ...).
+    pub fn is_eog(&self, id: u32) -> bool {
+        self.eog.binary_search(&id).is_ok()
+    }
+
+    /// All end-of-generation ids, sorted.
+    pub fn eog_ids(&self) -> &[u32] {
+        &self.eog
+    }
+
+    /// The raw vocabulary text of a token (U+2581 for spaces, `<0xNN>` for bytes).
+    pub fn token_text(&self, id: u32) -> Option<&str> {
+        self.vocab.text(id)
+    }
+
+    /// The id whose vocabulary text is exactly `text`.
+    pub fn token_id(&self, text: &str) -> Option<u32> {
+        self.lookup(text.as_bytes())
+    }
+
+    /// The type of a token, `None` for an id outside the vocabulary.
+    pub fn token_type(&self, id: u32) -> Option<TokenType> {
+        self.vocab.token_type(id)
+    }
+
+    /// Encode `text`; with `parse_special` control tokens written in the text
+    /// (`<start_of_turn>`) become single ids, otherwise they are plain text.
+    /// User-defined tokens are matched whole either way, as in llama.cpp.
+    pub fn encode(&self, text: &str, add_bos: bool, parse_special: bool) -> Vec<u32> {
+        let mut out = Vec::with_capacity(text.len() / 3 + 2);
+        if add_bos {
+            if let Some(bos) = self.vocab.bos_id {
+                out.push(bos);
+            }
+        }
+        let mut prev_special = true;
+        let mut escaped = String::new();
+        for frag in self.partition(text, parse_special) {
+            match frag {
+                Fragment::Token(id) => {
+                    out.push(id);
+                    prev_special = true;
+                }
+                Fragment::Text(s, e) => {
+                    escaped.clear();
+                    if self.vocab.add_space_prefix && prev_special {
+                        escaped.push('\u{2581}');
+                    }
+                    for ch in text[s..e].chars() {
+                        escaped.push(if ch == ' ' { '\u{2581}' } else { ch });
+                    }
+                    spm::encode_piece(self, &escaped, &mut out);
+                    prev_special = false;
+                }
+            }
+        }
+        out
+    }
+
+    /// Split `text` into plain-text ranges and special-token ids exactly as
+    /// llama.cpp's `tokenizer_st_partition`: for each special token, longest
+    /// first, split every remaining text fragment at its occurrences.
+    fn partition(&self, text: &str, parse_special: bool) -> Vec<Fragment> {
+        let mut frags = Vec::new();
+        if text.is_empty() {
+            return frags;
+        }
+        frags.push(Fragment::Text(0, text.len()));
+        let found = self.specials_in(text, parse_special);
+        if found.is_empty() {
+            return frags;
+        }
+        // Apply in the global longest-first order; only specials present in
+        // the original text can match a substring of it, so the result is
+        // the same as trying all of them.
+        let mut order: Vec<(usize, u32)> = found
+            .into_iter()
+            .map(|id| {
+                let pos = self.specials.iter().position(|&s| s == id).unwrap_or(0);
+                (pos, id)
+            })
+            .collect();
+        order.sort_unstable();
+        for (_, id) in order {
+            let pat = self.vocab.text(id).unwrap_or_default();
+            let mut next = Vec::with_capacity(frags.len() + 2);
+            for f in frags {
+                let Fragment::Text(s, e) = f else {
+                    next.push(f);
+                    continue;
+                };
+                let mut cur = s;
+                for (m, _) in text[s..e].match_indices(pat) {
+                    let m = s + m;
+                    if m > cur {
+                        next.push(Fragment::Text(cur, m));
+                    }
+                    next.push(Fragment::Token(id));
+                    cur = m + pat.len();
+                }
+                if cur < e {
+                    next.push(Fragment::Text(cur, e));
+                }
+            }
+            frags = next;
+        }
+        frags
+    }
+
+    /// The distinct special ids that occur anywhere in `text`.
+    fn specials_in(&self, text: &str, parse_special: bool) -> Vec<u32> {
+        let bytes = text.as_bytes();
+        let mut found = Vec::new();
+        for (p, &b) in bytes.iter().enumerate() {
+            for &len in &self.special_lens[b as usize] {
+                let Some(piece) = bytes.get(p..p + len) else {
+                    continue;
+                };
+                let Some(id) = self.lookup(piece) else {
+                    continue;
+                };
+                let ty = self.vocab.token_type(id).unwrap_or(TokenType::Undefined);
+                // Without parse_special only user-defined tokens are split
+                // out (llama.cpp skips control and unknown ones).
+                let wanted = if parse_special {
+                    ty.is_special()
+                } else {
+                    ty == TokenType::UserDefined
+                };
+                if wanted && !found.contains(&id) {
+                    found.push(id);
+                }
+            }
+        }
+        found
+    }
+
+    /// Render `messages` with `template` and encode the result with special
+    /// tokens parsed, adding BOS only when the model wants it and the
+    /// rendered text does not already start with it.
+    pub fn encode_chat(
+        &self,
+        template: &ChatTemplate,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+    ) -> Result<Vec<u32>, TokenizerError> {
+        let text = template.render(messages, add_generation_prompt)?;
+        let bos_text = self.vocab.bos_id.and_then(|id| self.vocab.text(id));
+        let starts_with_bos = bos_text.is_some_and(|b| !b.is_empty() && text.starts_with(b));
+        Ok(self.encode(&text, self.vocab.add_bos && !starts_with_bos, true))
+    }
+
+    /// The chat template from the GGUF metadata, or the built-in Gemma format
+    /// when there is none or it does not compile.
+    pub fn chat_template(&self) -> ChatTemplate {
+        let text = |id: Option<u32>| {
+            id.and_then(|id| self.vocab.text(id))
+                .unwrap_or_default()
+                .to_string()
+        };
+        ChatTemplate::new(
+            self.vocab.chat_template.as_deref(),
+            text(self.vocab.bos_id),
+            text(self.vocab.eos_id),
+        )
+    }
+}
+
+/// A piece of input after special-token partitioning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Fragment {
+    /// A byte range of plain text.
+    Text(usize, usize),
+    /// A special token matched whole.
+    Token(u32),
+}
+
+#[cfg(test)]
+mod tests;

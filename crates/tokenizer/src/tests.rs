@@ -1,0 +1,451 @@
+//! Unit tests on a tiny hand-made vocabulary.
+
+use super::*;
+
+/// Control/user-defined/byte tokens first, then normal pieces with scores
+/// chosen so that the expected merges are unambiguous.
+fn tiny_vocab(add_space_prefix: bool) -> Vocab {
+    let mut tokens: Vec<String> = vec![
+        "<pad>".into(),
+        "<eos>".into(),
+        "<bos>".into(),
+        "<unk>".into(),
+        "<start_of_turn>".into(),
+        "<end_of_turn>".into(),
+        "\n".into(),
+        "<b>".into(),
+    ];
+    let mut types = vec![3, 3, 3, 2, 3, 3, 4, 4];
+    for b in 0..=255u8 {
+        tokens.push(format!("<0x{b:02X}>"));
+        types.push(6);
+    }
+    let normal: &[(&str, f32)] = &[
+        ("▁", -1.0),
+        ("h", -2.0),
+        ("e", -2.0),
+        ("l", -2.0),
+        ("o", -2.0),
+        ("w", -2.0),
+        ("r", -2.0),
+        ("d", -2.0),
+        ("a", -2.0),
+        ("b", -2.0),
+        ("c", -2.0),
+        ("<", -3.0),
+        (">", -3.0),
+        ("s", -3.0),
+        ("t", -3.0),
+        ("he", -1.5),
+        ("ll", -1.4),
+        ("llo", -1.3),
+        ("hello", -1.0),
+        ("▁hello", -0.5),
+        ("▁w", -1.6),
+        ("or", -1.6),
+        ("ld", -1.6),
+        ("orld", -1.5),
+        ("▁world", -0.6),
+        // Equal scores: the leftmost pair must win.
+        ("ab", -1.0),
+        ("bc", -1.0),
+        ("xy", -1.0),
+        ("y", -2.0),
+        ("z", -2.0),
+        ("yz", 0.5),
+        ("x", -2.0),
+    ];
+    let mut scores = vec![-1000.0; tokens.len()];
+    for (t, s) in normal {
+        tokens.push((*t).into());
+        types.push(1);
+        scores.push(*s);
+    }
+    let mut v = Vocab::new(&tokens, Some(&scores), Some(&types)).unwrap();
+    v.bos_id = Some(2);
+    v.eos_id = Some(1);
+    v.unk_id = Some(3);
+    v.pad_id = Some(0);
+    v.add_space_prefix = add_space_prefix;
+    v
+}
+
+fn tiny() -> Tokenizer {
+    Tokenizer::new(tiny_vocab(false)).unwrap()
+}
+
+fn pieces(t: &Tokenizer, ids: &[u32]) -> Vec<String> {
+    ids.iter()
+        .map(|&i| t.token_text(i).unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn merges_by_score() {
+    let t = tiny();
+    let ids = t.encode("hello world", false, true);
+    assert_eq!(pieces(&t, &ids), ["hello", "▁world"]);
+    let ids = t.encode("hello world", true, true);
+    assert_eq!(ids[0], 2);
+    assert_eq!(t.decode(&ids, false), "hello world");
+}
+
+#[test]
+fn ties_go_left_and_high_scores_win() {
+    let t = tiny();
+    assert_eq!(pieces(&t, &t.encode("abc", false, false)), ["ab", "c"]);
+    // "yz" outscores "xy" although "xy" is further left.
+    assert_eq!(pieces(&t, &t.encode("xyz", false, false)), ["x", "yz"]);
+}
+
+#[test]
+fn byte_fallback_for_unknown_characters() {
+    let t = tiny();
+    let ids = t.encode("hé", false, false);
+    assert_eq!(pieces(&t, &ids), ["h", "<0xC3>", "<0xA9>"]);
+    assert_eq!(t.decode(&ids, false), "hé");
+    let ids = t.encode("🍕", false, false);
+    assert_eq!(ids.len(), 4);
+    assert_eq!(t.decode(&ids, false), "🍕");
+}
+
+#[test]
+fn special_tokens_parsed_only_when_asked() {
+    let t = tiny();
+    let text = "<start_of_turn>hello<end_of_turn>";
+    let on = t.encode(text, false, true);
+    assert_eq!(
+        pieces(&t, &on),
+        ["<start_of_turn>", "hello", "<end_of_turn>"]
+    );
+    let off = t.encode(text, false, false);
+    assert!(!off.contains(&4) && !off.contains(&5));
+    // As plain text it still round-trips.
+    assert_eq!(t.decode(&off, false), text);
+    // Control tokens render only on request.
+    assert_eq!(t.decode(&on, false), "hello");
+    assert_eq!(t.decode(&on, true), text);
+}
+
+#[test]
+fn user_defined_tokens_match_even_without_parse_special() {
+    let t = tiny();
+    for parse in [false, true] {
+        let ids = t.encode("hello\n<b>hello", false, parse);
+        assert_eq!(pieces(&t, &ids), ["hello", "\n", "<b>", "hello"]);
+        assert_eq!(t.decode(&ids, false), "hello\n<b>hello");
+    }
+}
+
+#[test]
+fn space_prefix_added_and_removed() {
+    let t = Tokenizer::new(tiny_vocab(true)).unwrap();
+    let ids = t.encode("hello", false, true);
+    assert_eq!(pieces(&t, &ids), ["▁hello"]);
+    assert_eq!(t.decode(&ids, false), "hello");
+    // After a special token the prefix is added again, as llama.cpp does.
+    let ids = t.encode("<start_of_turn>hello", false, true);
+    assert_eq!(pieces(&t, &ids), ["<start_of_turn>", "▁hello"]);
+}
+
+#[test]
+fn empty_text() {
+    let t = tiny();
+    assert!(t.encode("", false, true).is_empty());
+    assert_eq!(t.encode("", true, true), [2]);
+    assert_eq!(t.decode(&[], true), "");
+}
+
+#[test]
+fn stream_decoder_waits_for_whole_characters() {
+    let t = tiny();
+    let ids = t.encode("hé🍕", false, false);
+    let mut d = StreamDecoder::new(false);
+    let outs: Vec<String> = ids.iter().map(|&id| d.push(&t, id)).collect();
+    assert_eq!(outs, ["h", "", "é", "", "", "", "🍕"]);
+    assert!(!d.has_pending());
+    assert_eq!(d.finish(), "");
+}
+
+#[test]
+fn stream_decoder_replaces_garbage_and_flushes() {
+    let t = tiny();
+    let byte = |b: u8| t.token_id(&format!("<0x{b:02X}>")).unwrap();
+    let mut d = StreamDecoder::new(false);
+    // A lone continuation byte can never become valid: replaced at once.
+    assert_eq!(d.push(&t, byte(0xA9)), "\u{FFFD}");
+    // A lead byte waits; the stream ends before its continuation.
+    assert_eq!(d.push(&t, byte(0xE2)), "");
+    assert!(d.has_pending());
+    assert_eq!(d.finish(), "\u{FFFD}");
+    // A lead byte followed by a normal token: the lead byte is garbage.
+    assert_eq!(d.push(&t, byte(0xC3)), "");
+    assert_eq!(d.push(&t, t.token_id("hello").unwrap()), "\u{FFFD}hello");
+}
+
+#[test]
+fn invalid_ids_are_harmless() {
+    let t = tiny();
+    let n = t.vocab_size() as u32;
+    assert_eq!(t.token_text(n), None);
+    assert_eq!(t.token_type(u32::MAX), None);
+    assert!(t.token_bytes(n, true).is_empty());
+    assert_eq!(
+        t.decode(&[n, u32::MAX, t.token_id("hello").unwrap()], true),
+        "hello"
+    );
+    let mut d = StreamDecoder::new(true);
+    assert_eq!(d.push(&t, u32::MAX), "");
+    assert!(!t.is_eog(u32::MAX));
+}
+
+#[test]
+fn invalid_special_ids_are_rejected() {
+    let mut v = tiny_vocab(false);
+    v.eos_id = Some(1_000_000);
+    let err = Tokenizer::new(v).unwrap_err().to_string();
+    assert!(err.contains("eos_id"), "{err}");
+}
+
+#[test]
+fn ids_helpers() {
+    let t = tiny();
+    assert_eq!(t.bos_id(), Some(2));
+    assert_eq!(t.eos_id(), Some(1));
+    assert!(t.is_eog(1));
+    assert!(t.is_eog(5), "<end_of_turn> ends a generation");
+    assert!(!t.is_eog(4));
+    assert_eq!(t.token_id("<end_of_turn>"), Some(5));
+    assert_eq!(t.token_id("nope"), None);
+    assert_eq!(t.token_type(7), Some(TokenType::UserDefined));
+}
+
+/// Gemma 3's Hugging Face chat template (the part that handles text).
+const GEMMA3_TEMPLATE: &str = r#"{{ bos_token }}
+{%- if messages[0]['role'] == 'system' -%}
+    {%- set first_user_prefix = messages[0]['content'] + '\n\n' -%}
+    {%- set loop_messages = messages[1:] -%}
+{%- else -%}
+    {%- set first_user_prefix = "" -%}
+    {%- set loop_messages = messages -%}
+{%- endif -%}
+{%- for message in loop_messages -%}
+    {%- if (message['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+        {{ raise_exception("Conversation roles must alternate user/assistant/user/assistant/...") }}
+    {%- endif -%}
+    {%- if (message['role'] == 'assistant') -%}
+        {%- set role = "model" -%}
+    {%- else -%}
+        {%- set role = message['role'] -%}
+    {%- endif -%}
+    {{ '<start_of_turn>' + role + '\n' + (first_user_prefix if loop.first else "") }}
+    {%- if message['content'] is string -%}
+        {{ message['content'] | trim }}
+    {%- else -%}
+        {{ raise_exception("Invalid content type") }}
+    {%- endif -%}
+    {{ '<end_of_turn>\n' }}
+{%- endfor -%}
+{%- if add_generation_prompt -%}
+    {{'<start_of_turn>model\n'}}
+{%- endif -%}
+"#;
+
+fn conversation() -> Vec<ChatMessage> {
+    vec![
+        ChatMessage::system("Be brief."),
+        ChatMessage::user("Hi there "),
+        ChatMessage::assistant("Hello!"),
+        ChatMessage::user("How are you?"),
+    ]
+}
+
+#[test]
+fn builtin_gemma_format() {
+    let t = ChatTemplate::gemma("<bos>");
+    assert!(t.is_builtin());
+    let s = t.render(&conversation(), true).unwrap();
+    assert_eq!(
+        s,
+        "<bos><start_of_turn>user\nBe brief.\n\nHi there<end_of_turn>\n\
+         <start_of_turn>model\nHello!<end_of_turn>\n\
+         <start_of_turn>user\nHow are you?<end_of_turn>\n\
+         <start_of_turn>model\n"
+    );
+    let s = t.render(&[ChatMessage::user("x")], false).unwrap();
+    assert_eq!(s, "<bos><start_of_turn>user\nx<end_of_turn>\n");
+    // A lone system message is kept, not dropped.
+    let s = t.render(&[ChatMessage::system("rules")], true).unwrap();
+    assert_eq!(
+        s,
+        "<bos><start_of_turn>user\nrules\n\n<end_of_turn>\n<start_of_turn>model\n"
+    );
+}
+
+#[test]
+fn jinja_template_matches_builtin() {
+    let j = ChatTemplate::jinja(GEMMA3_TEMPLATE, "<bos>", "<eos>").unwrap();
+    assert!(!j.is_builtin());
+    let b = ChatTemplate::gemma("<bos>");
+    for gen in [false, true] {
+        let msgs = conversation();
+        assert_eq!(j.render(&msgs, gen).unwrap(), b.render(&msgs, gen).unwrap());
+        let msgs = &conversation()[1..];
+        assert_eq!(j.render(msgs, gen).unwrap(), b.render(msgs, gen).unwrap());
+    }
+}
+
+#[test]
+fn jinja_raise_exception_is_an_error() {
+    let j = ChatTemplate::jinja(GEMMA3_TEMPLATE, "<bos>", "<eos>").unwrap();
+    let bad = [ChatMessage::assistant("first"), ChatMessage::user("x")];
+    let err = j.render(&bad, true).unwrap_err().to_string();
+    assert!(err.contains("must alternate"), "{err}");
+}
+
+#[test]
+fn jinja_python_methods_and_variables() {
+    let src = "{{ bos_token }}{% for m in messages %}[{{ m.role.upper() }}:{{ m.content.strip() }}]{% endfor %}\
+               {% if add_generation_prompt %}{{ eos_token }}{% endif %}";
+    let j = ChatTemplate::jinja(src, "<s>", "</s>").unwrap();
+    let s = j.render(&[ChatMessage::user("  hi  ")], true).unwrap();
+    assert_eq!(s, "<s>[USER:hi]</s>");
+}
+
+#[test]
+fn broken_template_falls_back_to_builtin() {
+    assert!(ChatTemplate::jinja("{% for %}", "<bos>", "").is_err());
+    let t = ChatTemplate::new(Some("{% for %}"), "<bos>", "<eos>");
+    assert!(t.is_builtin());
+    assert!(ChatTemplate::new(None, "<bos>", "<eos>").is_builtin());
+}
+
+#[test]
+fn encode_chat_adds_bos_once() {
+    let t = tiny();
+    let tmpl = t.chat_template();
+    assert!(tmpl.is_builtin());
+    let ids = t
+        .encode_chat(&tmpl, &[ChatMessage::user("hello")], true)
+        .unwrap();
+    assert_eq!(
+        pieces(&t, &ids),
+        [
+            "<bos>",
+            "<start_of_turn>",
+            "<0x75>",
+            "s",
+            "e",
+            "r",
+            "\n",
+            "hello",
+            "<end_of_turn>",
+            "\n",
+            "<start_of_turn>",
+            "<0x6D>",
+            "o",
+            "d",
+            "e",
+            "l",
+            "\n"
+        ]
+    );
+    // A template that writes no BOS gets one from the tokenizer.
+    let plain = ChatTemplate::jinja("{{ messages[0].content }}", "<bos>", "").unwrap();
+    let ids = t
+        .encode_chat(&plain, &[ChatMessage::user("hello")], false)
+        .unwrap();
+    assert_eq!(pieces(&t, &ids), ["<bos>", "hello"]);
+}
+
+#[test]
+fn chat_message_serde() {
+    let m: ChatMessage = serde_json::from_str(r#"{"role":"user","content":"hi"}"#).unwrap();
+    assert_eq!(m, ChatMessage::user("hi"));
+}
+
+fn gguf_with(edit: impl FnOnce(&mut gguf::GgufWriter)) -> Result<Tokenizer, TokenizerError> {
+    use gguf::{MetaArray, MetaValue};
+    let v = tiny_vocab(false);
+    let tokens: Vec<String> = (0..v.len() as u32)
+        .map(|i| v.text(i).unwrap().to_string())
+        .collect();
+    let scores: Vec<f32> = (0..v.len() as u32).map(|i| v.score(i).unwrap()).collect();
+    let types: Vec<i32> = (0..v.len() as u32)
+        .map(|i| v.token_type(i).unwrap() as i32)
+        .collect();
+    let mut w = gguf::GgufWriter::new();
+    w.set("tokenizer.ggml.model", MetaValue::String("llama".into()))
+        .set(
+            "tokenizer.ggml.tokens",
+            MetaValue::Array(MetaArray::String(tokens)),
+        )
+        .set(
+            "tokenizer.ggml.scores",
+            MetaValue::Array(MetaArray::F32(scores)),
+        )
+        .set(
+            "tokenizer.ggml.token_type",
+            MetaValue::Array(MetaArray::I32(types)),
+        )
+        .set("tokenizer.ggml.bos_token_id", MetaValue::U32(2))
+        .set("tokenizer.ggml.eos_token_id", MetaValue::U32(1))
+        .set("tokenizer.ggml.add_space_prefix", MetaValue::Bool(false));
+    edit(&mut w);
+    let file = gguf::GgufFile::from_bytes(w.to_bytes()).expect("valid gguf");
+    Tokenizer::from_gguf(&file)
+}
+
+#[test]
+fn from_gguf_reads_metadata() {
+    let t = gguf_with(|_| {}).unwrap();
+    assert_eq!(t.bos_id(), Some(2));
+    assert_eq!(t.eos_id(), Some(1));
+    assert!(t.add_bos());
+    assert!(!t.vocab().add_space_prefix);
+    assert_eq!(
+        pieces(&t, &t.encode("hello world", false, true)),
+        ["hello", "▁world"]
+    );
+}
+
+#[test]
+fn from_gguf_errors_name_the_key() {
+    use gguf::MetaValue;
+    let mut w = gguf::GgufWriter::new();
+    w.set("tokenizer.ggml.model", MetaValue::String("llama".into()));
+    let file = gguf::GgufFile::from_bytes(w.to_bytes()).unwrap();
+    let err = Tokenizer::from_gguf(&file).unwrap_err().to_string();
+    assert!(err.contains("tokenizer.ggml.tokens"), "{err}");
+
+    let err = gguf_with(|w| {
+        w.set("tokenizer.ggml.model", MetaValue::String("gpt2".into()));
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("gpt2"), "{err}");
+
+    let err = gguf_with(|w| {
+        w.set("tokenizer.ggml.eos_token_id", MetaValue::U32(99_999));
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("tokenizer.ggml.eos_token_id"), "{err}");
+
+    let err = gguf_with(|w| {
+        w.set("tokenizer.ggml.scores", MetaValue::String("x".into()));
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("tokenizer.ggml.scores"), "{err}");
+
+    let err = gguf_with(|w| {
+        w.set(
+            "tokenizer.ggml.scores",
+            MetaValue::Array(gguf::MetaArray::F32(vec![0.0; 3])),
+        );
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("3 scores"), "{err}");
+}

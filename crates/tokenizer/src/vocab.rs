@@ -1,0 +1,285 @@
+//! The vocabulary as stored in GGUF metadata, independent of any algorithm.
+
+use crate::TokenizerError;
+
+/// What a vocabulary entry is, as in `tokenizer.ggml.token_type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum TokenType {
+    /// Type 0 or any value outside the specification; decodes to nothing.
+    Undefined = 0,
+    /// Type 1: an ordinary piece (U+2581 stands for a space).
+    Normal = 1,
+    /// Type 2: the unknown token.
+    Unknown = 2,
+    /// Type 3: a control token such as `<bos>` or `<start_of_turn>`.
+    Control = 3,
+    /// Type 4: a user-defined token, always matched as a whole in text.
+    UserDefined = 4,
+    /// Type 5: a reserved, unused entry.
+    Unused = 5,
+    /// Type 6: a byte-fallback token `<0xNN>`.
+    Byte = 6,
+}
+
+impl TokenType {
+    /// The type for a GGUF `token_type` value; unknown values map to `Undefined`.
+    pub fn from_i32(v: i32) -> Self {
+        match v {
+            1 => Self::Normal,
+            2 => Self::Unknown,
+            3 => Self::Control,
+            4 => Self::UserDefined,
+            5 => Self::Unused,
+            6 => Self::Byte,
+            _ => Self::Undefined,
+        }
+    }
+
+    /// Whether text may contain this token verbatim and have it matched as one id
+    /// (llama.cpp's special-token partition covers control, user-defined, unknown).
+    pub fn is_special(self) -> bool {
+        matches!(self, Self::Control | Self::UserDefined | Self::Unknown)
+    }
+}
+
+/// A tokenizer vocabulary: token texts, scores, types and the special ids.
+///
+/// Token texts are packed into one string with an offset table, so that
+/// loading a 262 144-entry vocabulary costs two allocations instead of one
+/// per token (cold start is a product feature).
+#[derive(Debug, Clone)]
+pub struct Vocab {
+    text: String,
+    offsets: Vec<u32>,
+    scores: Vec<f32>,
+    types: Vec<TokenType>,
+    /// Beginning-of-sequence id (`tokenizer.ggml.bos_token_id`).
+    pub bos_id: Option<u32>,
+    /// End-of-sequence id (`tokenizer.ggml.eos_token_id`).
+    pub eos_id: Option<u32>,
+    /// Unknown-token id (`tokenizer.ggml.unknown_token_id`).
+    pub unk_id: Option<u32>,
+    /// Padding id (`tokenizer.ggml.padding_token_id`).
+    pub pad_id: Option<u32>,
+    /// End-of-turn id (`tokenizer.ggml.eot_token_id`), if the file names one.
+    pub eot_id: Option<u32>,
+    /// Whether the model wants BOS in front of a prompt (`add_bos_token`).
+    pub add_bos: bool,
+    /// Whether the model wants EOS after a prompt (`add_eos_token`).
+    pub add_eos: bool,
+    /// Whether text gets a leading space before SentencePiece (`add_space_prefix`).
+    pub add_space_prefix: bool,
+    /// The Jinja chat template (`tokenizer.chat_template`), if any.
+    pub chat_template: Option<String>,
+}
+
+impl Vocab {
+    /// A vocabulary from token texts with optional scores and types (missing
+    /// scores are 0, missing types are `Normal`, as llama.cpp assumes).
+    ///
+    /// Special ids are unset and flags take SentencePiece defaults; set the
+    /// public fields afterwards.
+    pub fn new<S: AsRef<str>>(
+        tokens: &[S],
+        scores: Option<&[f32]>,
+        types: Option<&[i32]>,
+    ) -> Result<Self, TokenizerError> {
+        let n = tokens.len();
+        if n == 0 {
+            return Err(TokenizerError::InvalidVocab(
+                "the vocabulary is empty".into(),
+            ));
+        }
+        if n > u32::MAX as usize / 2 {
+            return Err(TokenizerError::InvalidVocab(format!(
+                "{n} tokens is too many"
+            )));
+        }
+        if let Some(s) = scores {
+            if s.len() != n {
+                return Err(TokenizerError::InvalidVocab(format!(
+                    "{} scores for {n} tokens",
+                    s.len()
+                )));
+            }
+        }
+        if let Some(t) = types {
+            if t.len() != n {
+                return Err(TokenizerError::InvalidVocab(format!(
+                    "{} token types for {n} tokens",
+                    t.len()
+                )));
+            }
+        }
+        let total: usize = tokens.iter().map(|t| t.as_ref().len()).sum();
+        if total > u32::MAX as usize {
+            return Err(TokenizerError::InvalidVocab(
+                "token texts exceed 4 GiB".into(),
+            ));
+        }
+        let mut text = String::with_capacity(total);
+        let mut offsets = Vec::with_capacity(n + 1);
+        offsets.push(0u32);
+        for t in tokens {
+            text.push_str(t.as_ref());
+            offsets.push(text.len() as u32);
+        }
+        // NaN scores would make the merge order ill-defined; treat them as
+        // "never preferred" so the priority queue stays a total order.
+        let scores = match scores {
+            Some(s) => s
+                .iter()
+                .map(|&x| if x.is_nan() { f32::MIN } else { x })
+                .collect(),
+            None => vec![0.0; n],
+        };
+        let types = match types {
+            Some(t) => t.iter().map(|&x| TokenType::from_i32(x)).collect(),
+            None => vec![TokenType::Normal; n],
+        };
+        Ok(Self {
+            text,
+            offsets,
+            scores,
+            types,
+            bos_id: None,
+            eos_id: None,
+            unk_id: None,
+            pad_id: None,
+            eot_id: None,
+            add_bos: true,
+            add_eos: false,
+            add_space_prefix: true,
+            chat_template: None,
+        })
+    }
+
+    /// Read the vocabulary of a `tokenizer.ggml.model = llama` (SentencePiece) file.
+    pub fn from_gguf(file: &gguf::GgufFile) -> Result<Self, TokenizerError> {
+        const MODEL: &str = "tokenizer.ggml.model";
+        const TOKENS: &str = "tokenizer.ggml.tokens";
+        const SCORES: &str = "tokenizer.ggml.scores";
+        const TYPES: &str = "tokenizer.ggml.token_type";
+
+        let model = match file.get(MODEL) {
+            None => return Err(TokenizerError::MissingKey(MODEL.into())),
+            Some(v) => v.as_str().ok_or_else(|| invalid(MODEL, "not a string"))?,
+        };
+        if model != "llama" {
+            return Err(TokenizerError::UnsupportedModel(model.to_string()));
+        }
+        let tokens = match file.get(TOKENS) {
+            None => return Err(TokenizerError::MissingKey(TOKENS.into())),
+            Some(_) => file
+                .get_str_array(TOKENS)
+                .ok_or_else(|| invalid(TOKENS, "not a string array"))?,
+        };
+        let scores = match file.get(SCORES) {
+            None => None,
+            Some(_) => Some(
+                file.get_f32_array(SCORES)
+                    .ok_or_else(|| invalid(SCORES, "not an f32 array"))?,
+            ),
+        };
+        // Converters write i32, but accept any integer array rather than
+        // refusing a file over the width of a small enum.
+        let types_owned;
+        let types = match file.get(TYPES) {
+            None => None,
+            Some(v) => match file.get_i32_array(TYPES) {
+                Some(t) => Some(t),
+                None => {
+                    let wide = v
+                        .as_array()
+                        .and_then(|a| a.to_i64_vec())
+                        .ok_or_else(|| invalid(TYPES, "not an integer array"))?;
+                    types_owned = wide
+                        .into_iter()
+                        .map(|x| i32::try_from(x).unwrap_or(0))
+                        .collect::<Vec<i32>>();
+                    Some(&types_owned[..])
+                }
+            },
+        };
+        let mut vocab = Self::new(tokens, scores, types).map_err(|e| match e {
+            TokenizerError::InvalidVocab(m) => invalid(TOKENS, &m),
+            other => other,
+        })?;
+        let n = vocab.len() as u64;
+        let id = |key: &str| -> Result<Option<u32>, TokenizerError> {
+            match file.get(key) {
+                None => Ok(None),
+                Some(v) => {
+                    // Some converters write -1 (as a signed type) for "none".
+                    if v.as_i64().is_some_and(|x| x < 0) {
+                        return Ok(None);
+                    }
+                    let x = v.as_u64().ok_or_else(|| invalid(key, "not an integer"))?;
+                    if x >= n {
+                        return Err(invalid(key, &format!("id {x} >= vocabulary size {n}")));
+                    }
+                    Ok(Some(x as u32))
+                }
+            }
+        };
+        vocab.bos_id = id("tokenizer.ggml.bos_token_id")?;
+        vocab.eos_id = id("tokenizer.ggml.eos_token_id")?;
+        vocab.unk_id = id("tokenizer.ggml.unknown_token_id")?;
+        vocab.pad_id = id("tokenizer.ggml.padding_token_id")?;
+        vocab.eot_id = id("tokenizer.ggml.eot_token_id")?;
+        let flag = |key: &str, default: bool| -> Result<bool, TokenizerError> {
+            match file.get(key) {
+                None => Ok(default),
+                Some(v) => v.as_bool().ok_or_else(|| invalid(key, "not a bool")),
+            }
+        };
+        vocab.add_bos = flag("tokenizer.ggml.add_bos_token", true)?;
+        vocab.add_eos = flag("tokenizer.ggml.add_eos_token", false)?;
+        vocab.add_space_prefix = flag("tokenizer.ggml.add_space_prefix", true)?;
+        vocab.chat_template = match file.get("tokenizer.chat_template") {
+            None => None,
+            Some(v) => Some(
+                v.as_str()
+                    .ok_or_else(|| invalid("tokenizer.chat_template", "not a string"))?
+                    .to_string(),
+            ),
+        };
+        Ok(vocab)
+    }
+
+    /// Number of tokens.
+    pub fn len(&self) -> usize {
+        self.types.len()
+    }
+
+    /// Whether the vocabulary is empty (never true for a constructed one).
+    pub fn is_empty(&self) -> bool {
+        self.types.is_empty()
+    }
+
+    /// The text of a token, `None` for an id outside the vocabulary.
+    pub fn text(&self, id: u32) -> Option<&str> {
+        let i = id as usize;
+        let start = *self.offsets.get(i)? as usize;
+        let end = *self.offsets.get(i + 1)? as usize;
+        self.text.get(start..end)
+    }
+
+    /// The merge score of a token, `None` for an id outside the vocabulary.
+    pub fn score(&self, id: u32) -> Option<f32> {
+        self.scores.get(id as usize).copied()
+    }
+
+    /// The type of a token, `None` for an id outside the vocabulary.
+    pub fn token_type(&self, id: u32) -> Option<TokenType> {
+        self.types.get(id as usize).copied()
+    }
+}
+
+fn invalid(key: &str, reason: &str) -> TokenizerError {
+    TokenizerError::InvalidKey {
+        key: key.to_string(),
+        reason: reason.to_string(),
+    }
+}
