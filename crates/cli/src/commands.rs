@@ -65,7 +65,17 @@ pub fn load_engine(args: &ModelArgs) -> Result<Engine> {
     if threads == 0 {
         bail!("--threads must be at least 1");
     }
-    Engine::load(&path, &EngineOptions { threads })
+    Engine::load(
+        &path,
+        &EngineOptions {
+            threads,
+            precision: if args.precise {
+                engine::Precision::Exact
+            } else {
+                engine::Precision::Quantized
+            },
+        },
+    )
         .with_context(|| format!("cannot load {}", path.display()))
 }
 

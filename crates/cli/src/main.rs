@@ -24,6 +24,9 @@ struct ModelArgs {
     /// Worker threads (default: physical cores).
     #[arg(short, long)]
     threads: Option<usize>,
+    /// Keep activations in f32 in matrix products (slower; no 8-bit activation rounding).
+    #[arg(long)]
+    precise: bool,
 }
 
 /// Sampling flags shared by `complete` and `chat`.

@@ -9,6 +9,7 @@ mod score;
 
 pub use sampling::{argmax, Rng, Sampler, SamplingParams};
 pub use score::{logsumexp, top_k, PerplexityReport};
+pub use model::Precision;
 pub use tokenizer::{ChatMessage, ChatTemplate, StreamDecoder, Tokenizer};
 
 use model::{KvCache, Model, Scratch};
@@ -43,12 +44,15 @@ pub enum EngineError {
 pub struct EngineOptions {
     /// Kernel threads.
     pub threads: usize,
+    /// Activation precision of the matrix products.
+    pub precision: Precision,
 }
 
 impl Default for EngineOptions {
     fn default() -> Self {
         Self {
             threads: quant::default_threads(),
+            precision: Precision::default(),
         }
     }
 }
@@ -74,7 +78,13 @@ impl Engine {
     /// Load a GGUF model and its tokenizer.
     pub fn load(path: impl AsRef<Path>, opts: &EngineOptions) -> Result<Self, EngineError> {
         let start = Instant::now();
-        let model = Model::load(path, &model::LoadOptions { threads: opts.threads })?;
+        let model = Model::load(
+            path,
+            &model::LoadOptions {
+                threads: opts.threads,
+                precision: opts.precision,
+            },
+        )?;
         let tokenizer = Tokenizer::from_gguf(model.gguf())?;
         let template = tokenizer.chat_template();
         Ok(Self {

@@ -3,7 +3,7 @@
 
 use crate::kv::{KvCache, LayerCache};
 use crate::ops::{self, Rope};
-use crate::{Config, Model, ModelError};
+use crate::{Config, Model, ModelError, Precision};
 use std::ops::Range;
 use std::sync::Mutex;
 
@@ -26,6 +26,8 @@ pub struct Scratch {
     scores: Vec<Mutex<Vec<f32>>>,
     /// Quantized activations for the matmul kernels.
     qbuf: Vec<u8>,
+    /// Transposed outputs of the exact-precision matmul.
+    wide: Vec<f32>,
     /// Logits of the rows last asked for.
     logits: Vec<f32>,
     /// Final-normed hidden states of the last batch.
@@ -62,6 +64,7 @@ impl Scratch {
                 .map(|_| Mutex::new(vec![0.0; n_ctx.max(1)]))
                 .collect(),
             qbuf: Vec::new(),
+            wide: Vec::new(),
             logits: Vec::new(),
             out: vec![0.0; b * cfg.hidden],
             batch: 0,
@@ -130,14 +133,14 @@ impl Model {
         let vocab = self.config.vocab;
         scratch.logits.resize(n * vocab, 0.0);
         let out = self.weights.output.matrix(&self.file)?;
-        quant::matmul(
-            &self.pool,
+        self.matmul(
             &out,
             &scratch.out[rows.start * h..rows.end * h],
             n,
             &mut scratch.logits,
             &mut scratch.qbuf,
-        );
+            &mut scratch.wide,
+        )?;
         if let Some(cap) = self.config.final_softcap {
             ops::softcap(&mut scratch.logits, cap);
         }
@@ -167,12 +170,16 @@ impl Model {
             let hb = &mut s.h[..b * h];
             ops::rms_norm_into(x, &lw.attn_norm, cfg.norm_eps, hb);
 
-            let mm = |w: &crate::weights::Linear, input: &[f32], out: &mut [f32], qbuf: &mut Vec<u8>| {
-                w.matrix(file).map(|m| quant::matmul(&self.pool, &m, input, b, out, qbuf))
+            let mm = |w: &crate::weights::Linear,
+                      input: &[f32],
+                      out: &mut [f32],
+                      qbuf: &mut Vec<u8>,
+                      wide: &mut Vec<f32>| {
+                self.matmul(&w.matrix(file)?, input, b, out, qbuf, wide)
             };
-            mm(&lw.q, &s.h[..b * h], &mut s.q[..b * qd], &mut s.qbuf)?;
-            mm(&lw.k, &s.h[..b * h], &mut s.k[..b * kd], &mut s.qbuf)?;
-            mm(&lw.v, &s.h[..b * h], &mut s.v[..b * vd], &mut s.qbuf)?;
+            mm(&lw.q, &s.h[..b * h], &mut s.q[..b * qd], &mut s.qbuf, &mut s.wide)?;
+            mm(&lw.k, &s.h[..b * h], &mut s.k[..b * kd], &mut s.qbuf, &mut s.wide)?;
+            mm(&lw.v, &s.h[..b * h], &mut s.v[..b * vd], &mut s.qbuf, &mut s.wide)?;
 
             let rope = &s.ropes[li];
             for (i, head) in s.q[..b * qd].chunks_exact_mut(cfg.head_dim).enumerate() {
@@ -202,7 +209,7 @@ impl Model {
             store_kv(cfg, layer, pos0, b, &s.k[..b * kd], &s.v[..b * vd]);
 
             let ad = cfg.n_heads * cfg.value_dim;
-            mm(&lw.o, &s.attn[..b * ad], &mut s.o[..b * h], &mut s.qbuf)?;
+            mm(&lw.o, &s.attn[..b * ad], &mut s.o[..b * h], &mut s.qbuf, &mut s.wide)?;
             ops::rms_norm_rows(&mut s.o[..b * h], &lw.post_attn_norm, cfg.norm_eps);
             for (xv, &ov) in s.x[..b * h].iter_mut().zip(&s.o[..b * h]) {
                 *xv += ov;
@@ -210,10 +217,10 @@ impl Model {
 
             ops::rms_norm_into(&s.x[..b * h], &lw.ffn_norm, cfg.norm_eps, &mut s.h[..b * h]);
             let fd = cfg.ffn_dim;
-            mm(&lw.gate, &s.h[..b * h], &mut s.gate[..b * fd], &mut s.qbuf)?;
-            mm(&lw.up, &s.h[..b * h], &mut s.up[..b * fd], &mut s.qbuf)?;
+            mm(&lw.gate, &s.h[..b * h], &mut s.gate[..b * fd], &mut s.qbuf, &mut s.wide)?;
+            mm(&lw.up, &s.h[..b * h], &mut s.up[..b * fd], &mut s.qbuf, &mut s.wide)?;
             ops::geglu(&mut s.gate[..b * fd], &s.up[..b * fd]);
-            mm(&lw.down, &s.gate[..b * fd], &mut s.o[..b * h], &mut s.qbuf)?;
+            mm(&lw.down, &s.gate[..b * fd], &mut s.o[..b * h], &mut s.qbuf, &mut s.wide)?;
             ops::rms_norm_rows(&mut s.o[..b * h], &lw.post_ffn_norm, cfg.norm_eps);
             for (xv, &ov) in s.x[..b * h].iter_mut().zip(&s.o[..b * h]) {
                 *xv += ov;
@@ -305,4 +312,62 @@ fn store_kv(cfg: &Config, cache: &mut LayerCache, pos0: usize, b: usize, k: &[f3
         cache.k[slot * kd..(slot + 1) * kd].copy_from_slice(&k[r * kd..(r + 1) * kd]);
         cache.v[slot * vd..(slot + 1) * vd].copy_from_slice(&v[r * vd..(r + 1) * vd]);
     }
+}
+
+impl Model {
+    /// `out = W x` for a batch, in the precision the model was loaded with.
+    #[allow(clippy::too_many_arguments)]
+    fn matmul(
+        &self,
+        w: &quant::Matrix,
+        x: &[f32],
+        batch: usize,
+        out: &mut [f32],
+        qbuf: &mut Vec<u8>,
+        wide: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
+        match self.precision {
+            Precision::Quantized => quant::try_matmul(&self.pool, w, x, batch, out, qbuf)?,
+            Precision::Exact => matmul_exact(&self.pool, w, x, batch, out, wide)?,
+        }
+        Ok(())
+    }
+}
+
+/// `out = W x` with f32 activations: each weight row is dequantized once and
+/// dotted with every row of the batch. Slower than the integer kernels, but
+/// free of activation-quantization error (see [`Precision`]).
+fn matmul_exact(
+    pool: &quant::ThreadPool,
+    w: &quant::Matrix,
+    x: &[f32],
+    batch: usize,
+    out: &mut [f32],
+    transposed: &mut Vec<f32>,
+) -> Result<(), quant::QuantError> {
+    let (rows, cols) = (w.rows(), w.cols());
+    transposed.resize(rows * batch, 0.0);
+    let per_worker = rows.div_ceil(pool.threads());
+    let failed = std::sync::atomic::AtomicBool::new(false);
+    pool.for_each_chunk_mut(&mut transposed[..rows * batch], per_worker * batch, |worker, chunk| {
+        let mut row = vec![0.0f32; cols];
+        for (i, outs) in chunk.chunks_exact_mut(batch).enumerate() {
+            if w.dequantize_row(worker * per_worker + i, &mut row).is_err() {
+                failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                return;
+            }
+            for (b, o) in outs.iter_mut().enumerate() {
+                *o = ops::dot(&row, &x[b * cols..(b + 1) * cols]);
+            }
+        }
+    });
+    if failed.into_inner() {
+        return Err(quant::QuantError::Overflow);
+    }
+    for r in 0..rows {
+        for b in 0..batch {
+            out[b * rows + r] = transposed[r * batch + b];
+        }
+    }
+    Ok(())
 }

@@ -77,17 +77,38 @@ pub enum ModelError {
     Kernel(#[from] quant::QuantError),
 }
 
+/// How matrix products treat activations.
+///
+/// Gemma's residual stream carries a few channels hundreds of times larger
+/// than the rest. Quantizing activations to 8 bits (as llama.cpp does, and as
+/// `Quantized` does, with its exact rounding rules) then leaves the other
+/// channels of such a block with a step so coarse that a change in the last
+/// bit of an input can flip roundings and move logits by a few tenths. `Exact`
+/// keeps activations in f32 and dequantizes weights instead: deterministic to
+/// the last digits, slower.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Precision {
+    /// 8-bit activations and integer dot products (llama.cpp's scheme).
+    #[default]
+    Quantized,
+    /// f32 activations against dequantized weights.
+    Exact,
+}
+
 /// Options for loading.
 #[derive(Debug, Clone)]
 pub struct LoadOptions {
     /// Worker threads for the kernels.
     pub threads: usize,
+    /// Activation precision of the matrix products.
+    pub precision: Precision,
 }
 
 impl Default for LoadOptions {
     fn default() -> Self {
         Self {
             threads: quant::default_threads(),
+            precision: Precision::default(),
         }
     }
 }
@@ -99,6 +120,7 @@ pub struct Model {
     weights: Weights,
     file: Arc<GgufFile>,
     pool: ThreadPool,
+    precision: Precision,
 }
 
 impl std::fmt::Debug for Model {
@@ -123,6 +145,7 @@ impl Model {
             weights,
             file,
             pool: ThreadPool::new(opts.threads.max(1)),
+            precision: opts.precision,
         })
     }
 
@@ -134,6 +157,11 @@ impl Model {
     /// The underlying file (metadata for the tokenizer, `inspect`).
     pub fn gguf(&self) -> &Arc<GgufFile> {
         &self.file
+    }
+
+    /// Activation precision in use.
+    pub fn precision(&self) -> Precision {
+        self.precision
     }
 
     /// Worker threads in use.

@@ -45,33 +45,40 @@ pub fn softcap(x: &mut [f32], cap: f32) {
     }
 }
 
-/// Rotary embedding tables for one base and scale: `inv_freq[i] = base^(-2i/d)`.
+/// Rotary embedding for one base and position scale.
+///
+/// The angle of pair `i` at position `p` is `p * base^(-2i/d)`. The powers are
+/// built by repeated f32 multiplication, the way ggml builds its rope cache:
+/// Gemma's activations are large enough that the last bits of these angles
+/// show in the logits, and we want llama.cpp's numbers on the same file.
 #[derive(Debug, Clone)]
 pub struct Rope {
-    inv_freq: Vec<f32>,
+    half: usize,
+    theta_scale: f32,
     scale: f32,
 }
 
 impl Rope {
     /// Tables for head dimension `dim`.
     pub fn new(dim: usize, base: f32, scale: f32) -> Self {
-        let half = dim / 2;
-        let inv_freq = (0..half)
-            .map(|i| (base as f64).powf(-2.0 * i as f64 / dim as f64) as f32)
-            .collect();
-        Self { inv_freq, scale }
+        Self {
+            half: dim / 2,
+            theta_scale: base.powf(-2.0 / dim as f32),
+            scale,
+        }
     }
 
     /// Rotate one head in place, NeoX style: element `i` pairs with `i + d/2`.
     pub fn apply(&self, head: &mut [f32], pos: usize) {
-        let half = self.inv_freq.len();
-        let p = pos as f32 * self.scale;
+        let half = self.half;
         let (lo, hi) = head.split_at_mut(half);
-        for ((a, b), &f) in lo.iter_mut().zip(hi.iter_mut()).zip(&self.inv_freq) {
-            let (sin, cos) = (p * f).sin_cos();
+        let mut theta = pos as f32;
+        for (a, b) in lo.iter_mut().zip(hi.iter_mut()) {
+            let (sin, cos) = (theta * self.scale).sin_cos();
             let (x0, x1) = (*a, *b);
             *a = x0 * cos - x1 * sin;
             *b = x0 * sin + x1 * cos;
+            theta *= self.theta_scale;
         }
     }
 }

@@ -1,1 +1,106 @@
-fn main() {}
+//! vec_dot per weight type and kernel set, and a 640x2048 matmul.
+
+use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
+use hearth_quant::{
+    default_threads, matmul, quantize, quantize_activation, testing, vec_dot_type, GgmlType,
+    Matrix, ThreadPool,
+};
+use std::hint::black_box;
+
+const TYPES: [GgmlType; 9] = [
+    GgmlType::F32,
+    GgmlType::F16,
+    GgmlType::BF16,
+    GgmlType::Q4_0,
+    GgmlType::Q5_0,
+    GgmlType::Q8_0,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
+/// Deterministic pseudo-random values in [-1, 1).
+fn values(n: usize, seed: u32) -> Vec<f32> {
+    let mut s = seed.wrapping_mul(2654435761) | 1;
+    (0..n)
+        .map(|_| {
+            s ^= s << 13;
+            s ^= s >> 17;
+            s ^= s << 5;
+            (s >> 8) as f32 / (1u32 << 23) as f32 - 1.0
+        })
+        .collect()
+}
+
+/// Weights of type `ty`: random bytes with sane f16 scales for formats this crate
+/// cannot quantize to, quantized values otherwise.
+fn weights(ty: GgmlType, n: usize) -> Vec<u8> {
+    let bytes = ty.row_bytes(n as u64).unwrap() as usize;
+    let mut w = vec![0u8; bytes];
+    if quantize(ty, &values(n, 7), &mut w).is_ok() {
+        return w;
+    }
+    let noise = values(bytes, 11);
+    for (b, v) in w.iter_mut().zip(noise) {
+        *b = (v * 127.0) as i8 as u8;
+    }
+    let scales: &[usize] = match ty {
+        GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
+        GgmlType::Q6_K => &[208],
+        _ => &[],
+    };
+    for block in w.chunks_exact_mut(ty.block_bytes()) {
+        for &o in scales {
+            block[o..o + 2].copy_from_slice(&half::f16::from_f32(0.01).to_bits().to_le_bytes());
+        }
+    }
+    w
+}
+
+fn bench_vec_dot(c: &mut Criterion) {
+    let n = 4096;
+    let mut g = c.benchmark_group("vec_dot_4096");
+    g.throughput(Throughput::Elements(n as u64));
+    for ty in TYPES {
+        let w = weights(ty, n);
+        let x = values(n, 3);
+        let at = vec_dot_type(ty);
+        let mut a = vec![0u8; at.row_bytes(n as u64).unwrap() as usize];
+        quantize_activation(at, &x, &mut a).unwrap();
+        for set in testing::kernel_sets() {
+            g.bench_with_input(BenchmarkId::new(ty.name(), set), &set, |b, set| {
+                b.iter(|| testing::vec_dot_with(set, ty, n, black_box(&w), black_box(&a)))
+            });
+        }
+    }
+    g.finish();
+}
+
+fn bench_matmul(c: &mut Criterion) {
+    let (rows, cols) = (640, 2048);
+    let pool = ThreadPool::new(default_threads());
+    let mut g = c.benchmark_group("matmul_640x2048");
+    g.throughput(Throughput::Elements((rows * cols) as u64));
+    for ty in [
+        GgmlType::Q8_0,
+        GgmlType::Q4_0,
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+        GgmlType::F16,
+    ] {
+        let w = weights(ty, rows * cols);
+        let m = Matrix::new(ty, rows, cols, &w).unwrap();
+        for batch in [1usize, 8] {
+            let x = values(cols * batch, 5);
+            let mut out = vec![0f32; rows * batch];
+            let mut scratch = Vec::new();
+            g.bench_function(BenchmarkId::new(ty.name(), format!("batch{batch}")), |b| {
+                b.iter(|| matmul(&pool, &m, black_box(&x), batch, &mut out, &mut scratch))
+            });
+        }
+    }
+    g.finish();
+}
+
+criterion_group!(benches, bench_vec_dot, bench_matmul);
+criterion_main!(benches);

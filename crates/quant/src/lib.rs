@@ -24,7 +24,19 @@ pub fn is_supported(ty: GgmlType) -> bool {
     use GgmlType::*;
     matches!(
         ty,
-        F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K
+        F32 | F16
+            | BF16
+            | Q4_0
+            | Q4_1
+            | Q5_0
+            | Q5_1
+            | Q8_0
+            | Q2_K
+            | Q3_K
+            | Q4_K
+            | Q5_K
+            | Q6_K
+            | Q8_K
     )
 }
 
@@ -92,11 +104,14 @@ pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Quant
 /// Whether [`quantize`] can produce this type.
 pub fn can_quantize(ty: GgmlType) -> bool {
     use GgmlType::*;
-    matches!(ty, F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | Q8_K)
+    matches!(
+        ty,
+        F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | Q8_K
+    )
 }
 
 /// Checks sizes for a quantizer and returns the destination prefix to fill.
-fn quant_dst<'d>(ty: GgmlType, n: usize, dst: &'d mut [u8]) -> Result<&'d mut [u8], QuantError> {
+fn quant_dst(ty: GgmlType, n: usize, dst: &mut [u8]) -> Result<&mut [u8], QuantError> {
     let need = row_size(ty, n)?;
     let have = dst.len();
     dst.get_mut(..need).ok_or(QuantError::BufferTooShort {

@@ -1,7 +1,9 @@
 //! Weight matrices and the matrix-times-activations product.
 
 use crate::pool::{split_range, ThreadPool};
-use crate::{dequantize, is_supported, quantize_activation, simd, vec_dot_type, GgmlType, QuantError};
+use crate::{
+    dequantize, is_supported, quantize_activation, simd, vec_dot_type, GgmlType, QuantError,
+};
 
 /// A row-major weight matrix view: `rows` rows of `cols` elements of type `ty`,
 /// validated on construction.
@@ -23,7 +25,11 @@ impl<'a> Matrix<'a> {
         }
         let block = ty.block_len();
         if cols % block != 0 {
-            return Err(QuantError::NotBlockMultiple { ty, len: cols, block });
+            return Err(QuantError::NotBlockMultiple {
+                ty,
+                len: cols,
+                block,
+            });
         }
         let row_bytes = (cols / block)
             .checked_mul(ty.block_bytes())
@@ -83,7 +89,10 @@ impl<'a> Matrix<'a> {
     /// Dequantizes row `i` into `dst[..cols]`.
     pub fn dequantize_row(&self, i: usize, dst: &mut [f32]) -> Result<(), QuantError> {
         if i >= self.rows {
-            return Err(QuantError::RowOutOfRange { row: i, rows: self.rows });
+            return Err(QuantError::RowOutOfRange {
+                row: i,
+                rows: self.rows,
+            });
         }
         let have = dst.len();
         let dst = dst.get_mut(..self.cols).ok_or(QuantError::BufferTooShort {
@@ -132,7 +141,14 @@ impl SharedOut {
 /// # Panics
 /// When `x` or `out` is shorter than the shapes imply; use [`try_matmul`] to get an
 /// error instead.
-pub fn matmul(pool: &ThreadPool, w: &Matrix, x: &[f32], batch: usize, out: &mut [f32], scratch: &mut Vec<u8>) {
+pub fn matmul(
+    pool: &ThreadPool,
+    w: &Matrix,
+    x: &[f32],
+    batch: usize,
+    out: &mut [f32],
+    scratch: &mut Vec<u8>,
+) {
     if let Err(e) = try_matmul(pool, w, x, batch, out, scratch) {
         panic!("matmul: {e}");
     }

@@ -167,6 +167,8 @@ pub(crate) fn dot_bf16(w: &[u8], x: &[f32], n: usize) -> f32 {
     w.chunks_exact(2)
         .zip(x)
         .take(n)
-        .map(|(w, &x)| crate::formats::float::bf16_bits_to_f32(u16::from_le_bytes([w[0], w[1]])) * x)
+        .map(|(w, &x)| {
+            crate::formats::float::bf16_bits_to_f32(u16::from_le_bytes([w[0], w[1]])) * x
+        })
         .sum()
 }

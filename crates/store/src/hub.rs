@@ -383,6 +383,21 @@ mod tests {
         set
     }
 
+    /// The real Hub (or $HF_ENDPOINT): a small git-stored file from a public repo.
+    #[test]
+    #[ignore = "talks to the Hugging Face Hub; run with --ignored"]
+    fn real_hub_pull() {
+        let home = tempfile::tempdir().unwrap();
+        let store = Store::new(home.path(), Registry::default());
+        let path = store
+            .pull(
+                "hf:openai-community/gpt2/config.json",
+                &PullOptions::default(),
+            )
+            .unwrap();
+        assert!(std::fs::read_to_string(&path).unwrap().contains("n_layer"));
+    }
+
     #[test]
     fn parse_specs() {
         let s = HubSpec::parse("owner/repo/sub/model.gguf").unwrap();

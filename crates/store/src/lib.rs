@@ -5,6 +5,8 @@
 //! (fetched from the Hugging Face Hub). [`resolve`] finds a spec on disk without touching
 //! the network; [`pull`] downloads what is missing. Models live under `home()/models/`.
 
+#![warn(missing_docs)]
+
 mod error;
 mod hub;
 mod pypi;

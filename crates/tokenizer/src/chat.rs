@@ -43,12 +43,14 @@ impl ChatMessage {
 
 const TEMPLATE_NAME: &str = "chat";
 
+#[derive(Clone)]
 enum Kind {
     Jinja(Box<Environment<'static>>),
     Gemma,
 }
 
 /// Turns a conversation into the prompt text the model was trained on.
+#[derive(Clone)]
 pub struct ChatTemplate {
     kind: Kind,
     bos_token: String,

@@ -449,3 +449,38 @@ fn from_gguf_errors_name_the_key() {
     .to_string();
     assert!(err.contains("3 scores"), "{err}");
 }
+
+proptest::proptest! {
+    /// Whatever the text, encoding never panics and decoding gives it back.
+    #[test]
+    fn round_trip_any_text(s in "(<start_of_turn>|<end_of_turn>|<b>|<bos>|hello|world|[ \n\t]|[a-e]|\\PC){0,24}") {
+        let t = tiny();
+        let ids = t.encode(&s, false, true);
+        proptest::prop_assert_eq!(t.decode(&ids, true), s.clone());
+        let ids = t.encode(&s, false, false);
+        proptest::prop_assert_eq!(t.decode(&ids, false), s.clone());
+        let mut d = StreamDecoder::new(false);
+        let mut streamed: String = ids.iter().map(|&id| d.push(&t, id)).collect();
+        streamed.push_str(&d.finish());
+        proptest::prop_assert_eq!(streamed, s);
+    }
+
+    /// Arbitrary ids, valid or not, never panic and stream like `decode`.
+    #[test]
+    fn any_ids_decode(ids in proptest::collection::vec(0u32..400, 0..32)) {
+        let t = tiny();
+        let whole = t.decode(&ids, true);
+        let mut d = StreamDecoder::new(true);
+        let mut streamed: String = ids.iter().map(|&id| d.push(&t, id)).collect();
+        streamed.push_str(&d.finish());
+        proptest::prop_assert_eq!(streamed, whole);
+    }
+}
+
+#[test]
+fn shareable_across_threads() {
+    fn assert_send_sync<T: Send + Sync + Clone>() {}
+    assert_send_sync::<Tokenizer>();
+    assert_send_sync::<ChatTemplate>();
+    assert_send_sync::<StreamDecoder>();
+}

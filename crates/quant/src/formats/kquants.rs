@@ -87,11 +87,7 @@ pub(crate) fn unpack_q3_k(b: &[u8]) -> Unpacked {
     let mut u = Unpacked::new(f16_at(&b[108..]), 0.0);
     // 16 six-bit scales: low 4 bits from s[0..8] nibbles, high 2 bits from s[8..12].
     for g in 0..GROUPS {
-        let low = if g < 8 {
-            s[g] & 0x0F
-        } else {
-            s[g - 8] >> 4
-        };
+        let low = if g < 8 { s[g] & 0x0F } else { s[g - 8] >> 4 };
         let high = (s[8 + (g % 4)] >> (2 * (g / 4))) & 3;
         u.sc[g] = (low | (high << 4)) as i32 - 32;
     }
@@ -193,7 +189,10 @@ pub(crate) fn dequant_with(
     block_bytes: usize,
     unpack: impl Fn(&[u8]) -> Unpacked,
 ) {
-    for (b, y) in src.chunks_exact(block_bytes).zip(dst.chunks_exact_mut(QK_K)) {
+    for (b, y) in src
+        .chunks_exact(block_bytes)
+        .zip(dst.chunks_exact_mut(QK_K))
+    {
         let u = unpack(b);
         for g in 0..GROUPS {
             // Same operation order as ggml: (d*sc)*q - (dmin*m).

@@ -34,14 +34,22 @@ fn nibbles(qs: &[u8], q: &mut [i8; QK], hi_bits: u32, offset: i8) {
 pub(crate) fn unpack_q4_0(b: &[u8]) -> Unpacked {
     let mut q = [0i8; QK];
     nibbles(&b[2..18], &mut q, 0, 8);
-    Unpacked { d: f16_at(b), m: 0.0, q }
+    Unpacked {
+        d: f16_at(b),
+        m: 0.0,
+        q,
+    }
 }
 
 #[inline(always)]
 pub(crate) fn unpack_q4_1(b: &[u8]) -> Unpacked {
     let mut q = [0i8; QK];
     nibbles(&b[4..20], &mut q, 0, 0);
-    Unpacked { d: f16_at(b), m: f16_at(&b[2..]), q }
+    Unpacked {
+        d: f16_at(b),
+        m: f16_at(&b[2..]),
+        q,
+    }
 }
 
 #[inline(always)]
@@ -49,7 +57,11 @@ pub(crate) fn unpack_q5_0(b: &[u8]) -> Unpacked {
     let mut q = [0i8; QK];
     let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
     nibbles(&b[6..22], &mut q, qh, 16);
-    Unpacked { d: f16_at(b), m: 0.0, q }
+    Unpacked {
+        d: f16_at(b),
+        m: 0.0,
+        q,
+    }
 }
 
 #[inline(always)]
@@ -57,7 +69,11 @@ pub(crate) fn unpack_q5_1(b: &[u8]) -> Unpacked {
     let mut q = [0i8; QK];
     let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
     nibbles(&b[8..24], &mut q, qh, 0);
-    Unpacked { d: f16_at(b), m: f16_at(&b[2..]), q }
+    Unpacked {
+        d: f16_at(b),
+        m: f16_at(&b[2..]),
+        q,
+    }
 }
 
 /// Q8_0 and Q8_1 share the quant layout after a 2- or 4-byte header.
@@ -111,9 +127,14 @@ fn signed_absmax(x: &[f32]) -> f32 {
 #[inline(always)]
 fn min_max(x: &[f32]) -> (f32, f32) {
     let (mut min, mut max) = (f32::MAX, -f32::MAX);
+    // Strict comparisons as in ggml, so the sign of a zero extreme matches too.
     for &v in x {
-        min = min.min(v);
-        max = max.max(v);
+        if v < min {
+            min = v;
+        }
+        if v > max {
+            max = v;
+        }
     }
     (min, max)
 }

@@ -1,6 +1,9 @@
 //! Byte-exact ggml block layouts: decoding to integers (shared by dequantize and
 //! the scalar dot products, so both follow one spec) and reference quantizers.
 
+// Index loops mirror the bit layouts in ggml-quants.c, which keeps them checkable by eye.
+#![allow(clippy::needless_range_loop)]
+
 pub(crate) mod float;
 pub(crate) mod kquants;
 pub(crate) mod legacy;

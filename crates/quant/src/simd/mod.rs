@@ -118,8 +118,7 @@ fn blocks_for(ty: GgmlType, n: usize, w: usize, a: usize) -> Option<usize> {
     }
     let nb = n / bl;
     let at = vec_dot_type(ty);
-    (w >= nb.checked_mul(ty.block_bytes())? && a >= nb.checked_mul(at.block_bytes())?)
-        .then_some(nb)
+    (w >= nb.checked_mul(ty.block_bytes())? && a >= nb.checked_mul(at.block_bytes())?).then_some(nb)
 }
 
 /// `vec_dot` through table `k`, validating everything first.

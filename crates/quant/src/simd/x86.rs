@@ -12,16 +12,43 @@ use std::arch::x86_64::*;
 
 use super::{Kernels, SCALAR};
 
-/// Reads an f16 at `p` and widens it with F16C.
+/// Reads a u16 at `p`.
 ///
 /// # Safety
-/// `p` must be valid for 2 bytes; F16C must be available.
+/// `p` must be valid for 2 bytes.
+#[inline]
+unsafe fn rd16(p: *const u8) -> u32 {
+    // SAFETY: caller guarantees 2 readable bytes; unaligned read.
+    unsafe { std::ptr::read_unaligned(p as *const u16) as u32 }
+}
+
+/// Reads a u32 at `p`.
+///
+/// # Safety
+/// `p` must be valid for 4 bytes.
+#[inline]
+unsafe fn rd32(p: *const u8) -> u32 {
+    // SAFETY: caller guarantees 4 readable bytes; unaligned read.
+    unsafe { std::ptr::read_unaligned(p as *const u32) }
+}
+
+/// Widens the two f16 halves of `pair` (low half first) with F16C.
+///
+/// Going through a 32-bit GPR value matters: a lone 16-bit load is compiled to
+/// `vpinsrw` into whatever register is live, chaining every block's scale onto the
+/// accumulator and tripling the per-block latency.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn h2f(p: *const u8) -> f32 {
-    // SAFETY: caller guarantees 2 readable bytes; unaligned read.
-    let h = unsafe { std::ptr::read_unaligned(p as *const u16) };
-    _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(h as i32)))
+fn h2f_pair(pair: u32) -> __m128 {
+    _mm_cvtph_ps(_mm_cvtsi32_si128(pair as i32))
+}
+
+/// Product of the two f16 halves of `pair`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn h2f_prod(pair: u32) -> f32 {
+    let v = h2f_pair(pair);
+    _mm_cvtss_f32(_mm_mul_ss(v, _mm_movehdup_ps(v)))
 }
 
 /// Reads an f32 at `p`.
@@ -127,7 +154,13 @@ macro_rules! legacy_kernels {
                 // SAFETY: block i (34 bytes) is inside both slices by the contract.
                 let (bw, ba) = unsafe { (wp.add(i * 34), ap.add(i * 34)) };
                 // SAFETY: as above; the blocks hold d at 0 and 32 quants at 2.
-                let (d, qx, qy) = unsafe { (h2f(bw) * h2f(ba), load32(bw.add(2)), load32(ba.add(2))) };
+                let (d, qx, qy) = unsafe {
+                    (
+                        h2f_prod(rd16(bw) | rd16(ba) << 16),
+                        load32(bw.add(2)),
+                        load32(ba.add(2)),
+                    )
+                };
                 // |x| as u8 and y carrying x's sign keep the product exact for u8*i8.
                 let p = $dot4(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
                 acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc);
@@ -149,7 +182,13 @@ macro_rules! legacy_kernels {
                 // SAFETY: block i is inside both slices by the contract.
                 let (bw, ba) = unsafe { (wp.add(i * 18), ap.add(i * 34)) };
                 // SAFETY: as above; d at 0, 16 bytes of nibbles at 2; q8 quants at 2.
-                let (d, q, qy) = unsafe { (h2f(bw) * h2f(ba), load16(bw.add(2)), load32(ba.add(2))) };
+                let (d, q, qy) = unsafe {
+                    (
+                        h2f_prod(rd16(bw) | rd16(ba) << 16),
+                        load16(bw.add(2)),
+                        load32(ba.add(2)),
+                    )
+                };
                 let qx = _mm256_sub_epi8(nibbles32(q), off);
                 let p = $dot4(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
                 acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc);
@@ -173,7 +212,7 @@ macro_rules! legacy_kernels {
                 // SAFETY: as above; d at 0, qh at 2..6, nibbles at 6..22.
                 let (d, qh, q, qy) = unsafe {
                     (
-                        h2f(bw) * h2f(ba),
+                        h2f_prod(rd16(bw) | rd16(ba) << 16),
                         std::ptr::read_unaligned(bw.add(2) as *const u32),
                         load16(bw.add(6)),
                         load32(ba.add(2)),
@@ -241,20 +280,31 @@ pub(crate) unsafe fn q4_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
         let (bw, ba) = (bw.as_ptr(), ba.as_ptr());
         // SAFETY: whole blocks (chunks_exact); d, dmin at 0 and 2 of the Q4_K block,
         // d f32 at 0 of the Q8_K block.
-        let (dy, d, dmin) = unsafe { (rf32(ba), h2f(bw), h2f(bw.add(2))) };
+        let (dy, dd) = unsafe { (rf32(ba), h2f_pair(rd32(bw))) };
+        let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
         // SAFETY: whole Q8_K block.
         summ += dy * dmin * unsafe { k4_min_dot(&mins, ba) } as f32;
         let mut sumi = _mm256_setzero_si256();
         for j in 0..4 {
             // SAFETY: qs at 16..144 (32 bytes per j); q8 quants at 4..260 (64 per j).
-            let (q4, q8l, q8h) =
-                unsafe { (load32(bw.add(16 + 32 * j)), load32(ba.add(4 + 64 * j)), load32(ba.add(36 + 64 * j))) };
+            let (q4, q8l, q8h) = unsafe {
+                (
+                    load32(bw.add(16 + 32 * j)),
+                    load32(ba.add(4 + 64 * j)),
+                    load32(ba.add(36 + 64 * j)),
+                )
+            };
             let q4l = _mm256_and_si256(q4, m4);
             let q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
             // maddubs cannot saturate here: 2 * 15 * 128 < 2^15.
-            let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(q4l, q8l), _mm256_set1_epi16(sc[2 * j] as i16));
-            let ph =
-                _mm256_madd_epi16(_mm256_maddubs_epi16(q4h, q8h), _mm256_set1_epi16(sc[2 * j + 1] as i16));
+            let pl = _mm256_madd_epi16(
+                _mm256_maddubs_epi16(q4l, q8l),
+                _mm256_set1_epi16(sc[2 * j] as i16),
+            );
+            let ph = _mm256_madd_epi16(
+                _mm256_maddubs_epi16(q4h, q8h),
+                _mm256_set1_epi16(sc[2 * j + 1] as i16),
+            );
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d * dy), _mm256_cvtepi32_ps(sumi), acc);
@@ -277,7 +327,8 @@ pub(crate) unsafe fn q5_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
         let (sc, mins) = crate::formats::kquants::scales_mins_k4(&bw[4..16]);
         let (bw, ba) = (bw.as_ptr(), ba.as_ptr());
         // SAFETY: whole blocks; d, dmin at 0 and 2; Q8_K d at 0.
-        let (dy, d, dmin) = unsafe { (rf32(ba), h2f(bw), h2f(bw.add(2))) };
+        let (dy, dd) = unsafe { (rf32(ba), h2f_pair(rd32(bw))) };
+        let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
         // SAFETY: whole Q8_K block.
         summ += dy * dmin * unsafe { k4_min_dot(&mins, ba) } as f32;
         // SAFETY: qh at 16..48.
@@ -285,8 +336,13 @@ pub(crate) unsafe fn q5_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
         let mut sumi = _mm256_setzero_si256();
         for j in 0..4 {
             // SAFETY: qs at 48..176 (32 bytes per j); q8 quants at 4..260 (64 per j).
-            let (q5, q8l, q8h) =
-                unsafe { (load32(bw.add(48 + 32 * j)), load32(ba.add(4 + 64 * j)), load32(ba.add(36 + 64 * j))) };
+            let (q5, q8l, q8h) = unsafe {
+                (
+                    load32(bw.add(48 + 32 * j)),
+                    load32(ba.add(4 + 64 * j)),
+                    load32(ba.add(36 + 64 * j)),
+                )
+            };
             let ml = _mm256_set1_epi8((1u8 << (2 * j)) as i8);
             let mh = _mm256_set1_epi8((1u8 << (2 * j + 1)) as i8);
             let hl = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, ml), ml), b4);
@@ -294,9 +350,14 @@ pub(crate) unsafe fn q5_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
             let q5l = _mm256_or_si256(_mm256_and_si256(q5, m4), hl);
             let q5h = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q5, 4), m4), hh);
             // 2 * 31 * 128 < 2^15: no saturation.
-            let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(q5l, q8l), _mm256_set1_epi16(sc[2 * j] as i16));
-            let ph =
-                _mm256_madd_epi16(_mm256_maddubs_epi16(q5h, q8h), _mm256_set1_epi16(sc[2 * j + 1] as i16));
+            let pl = _mm256_madd_epi16(
+                _mm256_maddubs_epi16(q5l, q8l),
+                _mm256_set1_epi16(sc[2 * j] as i16),
+            );
+            let ph = _mm256_madd_epi16(
+                _mm256_maddubs_epi16(q5h, q8h),
+                _mm256_set1_epi16(sc[2 * j + 1] as i16),
+            );
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
         }
         acc = _mm256_fmadd_ps(_mm256_set1_ps(d * dy), _mm256_cvtepi32_ps(sumi), acc);
@@ -317,13 +378,19 @@ pub(crate) unsafe fn q6_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
     for (bw, ba) in w.chunks_exact(210).zip(a.chunks_exact(292)).take(nb) {
         let sc = &bw[192..208];
         let (bw, ba) = (bw.as_ptr(), ba.as_ptr());
-        // SAFETY: whole blocks; Q6_K d at 208, Q8_K d at 0.
-        let d = unsafe { h2f(bw.add(208)) * rf32(ba) };
+        // SAFETY: whole blocks; Q6_K d is the upper half of the u32 at 206 (a
+        // 4-byte read ending exactly at the block's end), Q8_K d at 0.
+        let d = unsafe { _mm_cvtss_f32(_mm_movehdup_ps(h2f_pair(rd32(bw.add(206))))) * rf32(ba) };
         let mut sumi = _mm256_setzero_si256();
         for n in 0..2 {
             // SAFETY: ql at 0..128 (64 per n), qh at 128..192 (32 per n).
-            let (ql1, ql2, qh) =
-                unsafe { (load32(bw.add(64 * n)), load32(bw.add(64 * n + 32)), load32(bw.add(128 + 32 * n))) };
+            let (ql1, ql2, qh) = unsafe {
+                (
+                    load32(bw.add(64 * n)),
+                    load32(bw.add(64 * n + 32)),
+                    load32(bw.add(128 + 32 * n)),
+                )
+            };
             let q = [
                 _mm256_or_si256(
                     _mm256_and_si256(ql1, m4),
@@ -346,7 +413,8 @@ pub(crate) unsafe fn q6_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
                 // SAFETY: q8 quants at 4..260 (128 per n, 32 per k).
                 let q8 = unsafe { load32(ba.add(4 + 128 * n + 32 * k)) };
                 // Values are stored +32; subtract 32*q8 rather than re-sign the nibbles.
-                let p = _mm256_sub_epi16(_mm256_maddubs_epi16(qk, q8), _mm256_maddubs_epi16(m32, q8));
+                let p =
+                    _mm256_sub_epi16(_mm256_maddubs_epi16(qk, q8), _mm256_maddubs_epi16(m32, q8));
                 let s = _mm256_set_m128i(
                     _mm_set1_epi16(sc[8 * n + 2 * k + 1] as i8 as i16),
                     _mm_set1_epi16(sc[8 * n + 2 * k] as i8 as i16),
@@ -365,10 +433,17 @@ pub(crate) unsafe fn q6_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
 /// [`super::FloatDotFn`] contract.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn f32_avx2(w: &[u8], x: &[f32], n: usize) -> f32 {
-    float_dot(w, x, n, 4, |p| {
-        // SAFETY: `float_dot` passes pointers to 8 whole elements.
-        unsafe { _mm256_loadu_ps(p as *const f32) }
-    }, crate::scalar::dot_f32)
+    float_dot(
+        w,
+        x,
+        n,
+        4,
+        |p| {
+            // SAFETY: `float_dot` passes pointers to 8 whole elements.
+            unsafe { _mm256_loadu_ps(p as *const f32) }
+        },
+        crate::scalar::dot_f32,
+    )
 }
 
 /// F16 · F32.
@@ -377,10 +452,17 @@ pub(crate) unsafe fn f32_avx2(w: &[u8], x: &[f32], n: usize) -> f32 {
 /// [`super::FloatDotFn`] contract.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn f16_avx2(w: &[u8], x: &[f32], n: usize) -> f32 {
-    float_dot(w, x, n, 2, |p| {
-        // SAFETY: `float_dot` passes pointers to 8 whole elements.
-        _mm256_cvtph_ps(unsafe { load16(p) })
-    }, crate::scalar::dot_f16)
+    float_dot(
+        w,
+        x,
+        n,
+        2,
+        |p| {
+            // SAFETY: `float_dot` passes pointers to 8 whole elements.
+            _mm256_cvtph_ps(unsafe { load16(p) })
+        },
+        crate::scalar::dot_f16,
+    )
 }
 
 /// BF16 · F32.
@@ -389,11 +471,18 @@ pub(crate) unsafe fn f16_avx2(w: &[u8], x: &[f32], n: usize) -> f32 {
 /// [`super::FloatDotFn`] contract.
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn bf16_avx2(w: &[u8], x: &[f32], n: usize) -> f32 {
-    float_dot(w, x, n, 2, |p| {
-        // SAFETY: `float_dot` passes pointers to 8 whole elements.
-        let h = unsafe { load16(p) };
-        _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
-    }, crate::scalar::dot_bf16)
+    float_dot(
+        w,
+        x,
+        n,
+        2,
+        |p| {
+            // SAFETY: `float_dot` passes pointers to 8 whole elements.
+            let h = unsafe { load16(p) };
+            _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
+        },
+        crate::scalar::dot_bf16,
+    )
 }
 
 /// Shared float loop: 4 independent accumulators hide FMA latency; a scalar tail.
@@ -467,7 +556,10 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         ..AVX2
     };
     let mut v = Vec::new();
-    if !(is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") && is_x86_feature_detected!("f16c")) {
+    if !(is_x86_feature_detected!("avx2")
+        && is_x86_feature_detected!("fma")
+        && is_x86_feature_detected!("f16c"))
+    {
         return v;
     }
     v.push(&AVX2);
