@@ -76,7 +76,7 @@ pub fn load_engine(args: &ModelArgs) -> Result<Engine> {
             },
         },
     )
-        .with_context(|| format!("cannot load {}", path.display()))
+    .with_context(|| format!("cannot load {}", path.display()))
 }
 
 /// Sampling parameters from flags; without `--seed` the clock seeds.
@@ -188,7 +188,8 @@ pub fn complete(
 /// `hearth tokenize`.
 pub fn tokenize(args: &ModelArgs, add_bos: bool, special: bool, text: &str) -> Result<ExitCode> {
     let path = store::resolve(&args.model)?;
-    let file = gguf::GgufFile::open(&path).with_context(|| format!("cannot load {}", path.display()))?;
+    let file =
+        gguf::GgufFile::open(&path).with_context(|| format!("cannot load {}", path.display()))?;
     let tok = engine::Tokenizer::from_gguf(&file)?;
     let ids = tok.encode(text, add_bos && tok.add_bos(), special);
     println!("{}", serde_json::to_string(&ids)?);
@@ -250,7 +251,8 @@ pub fn perplexity(args: &ModelArgs, file: &Path, chunk: usize) -> Result<ExitCod
 /// `hearth inspect`.
 pub fn inspect(spec: &str, full: bool) -> Result<ExitCode> {
     let path = store::resolve(spec)?;
-    let file = gguf::GgufFile::open(&path).with_context(|| format!("cannot load {}", path.display()))?;
+    let file =
+        gguf::GgufFile::open(&path).with_context(|| format!("cannot load {}", path.display()))?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     writeln!(
@@ -271,10 +273,21 @@ pub fn inspect(spec: &str, full: bool) -> Result<ExitCode> {
         }
     }
     writeln!(out, "\ntensors:")?;
-    writeln!(out, "  {:<40} {:<6} {:<22} {:>12}", "name", "type", "shape", "bytes")?;
+    writeln!(
+        out,
+        "  {:<40} {:<6} {:<22} {:>12}",
+        "name", "type", "shape", "bytes"
+    )?;
     for t in file.tensors() {
         let shape = format!("{:?}", t.dims);
-        writeln!(out, "  {:<40} {:<6} {:<22} {:>12}", t.name, t.ty.name(), shape, t.n_bytes)?;
+        writeln!(
+            out,
+            "  {:<40} {:<6} {:<22} {:>12}",
+            t.name,
+            t.ty.name(),
+            shape,
+            t.n_bytes
+        )?;
     }
     let total: u64 = file.tensors().iter().map(|t| t.n_bytes).sum();
     writeln!(out, "  total tensor bytes: {total}")?;

@@ -202,7 +202,12 @@ fn run(cli: Cli) -> Result<ExitCode> {
             no_special,
             text,
         } => commands::tokenize(&model, !no_bos, !no_special, &text),
-        Command::Logits { model, ids, top, full } => commands::logits(&model, &ids, top, full),
+        Command::Logits {
+            model,
+            ids,
+            top,
+            full,
+        } => commands::logits(&model, &ids, top, full),
         Command::Perplexity { model, file, chunk } => commands::perplexity(&model, &file, chunk),
         Command::Inspect { model, full } => commands::inspect(&model, full),
         Command::Pull { spec, quiet } => commands::pull(&spec, quiet),

@@ -7,9 +7,9 @@
 mod sampling;
 mod score;
 
+pub use model::Precision;
 pub use sampling::{argmax, Rng, Sampler, SamplingParams};
 pub use score::{logsumexp, top_k, PerplexityReport};
-pub use model::Precision;
 pub use tokenizer::{ChatMessage, ChatTemplate, StreamDecoder, Tokenizer};
 
 use model::{KvCache, Model, Scratch};
@@ -67,7 +67,9 @@ pub struct Engine {
 
 impl std::fmt::Debug for Engine {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Engine").field("model", &self.model).finish()
+        f.debug_struct("Engine")
+            .field("model", &self.model)
+            .finish()
     }
 }
 
@@ -123,7 +125,11 @@ impl Engine {
 
     /// A new session with a context of `n_ctx` tokens (0 = default).
     pub fn session(&self, n_ctx: usize) -> Session {
-        let n_ctx = if n_ctx == 0 { self.default_ctx() } else { n_ctx };
+        let n_ctx = if n_ctx == 0 {
+            self.default_ctx()
+        } else {
+            n_ctx
+        };
         let batch = DEFAULT_BATCH.min(n_ctx);
         Session {
             model: Arc::clone(&self.model),
@@ -136,7 +142,11 @@ impl Engine {
 
     /// Bytes a session of `n_ctx` tokens takes (KV cache and buffers).
     pub fn session_bytes(&self, n_ctx: usize) -> usize {
-        let n_ctx = if n_ctx == 0 { self.default_ctx() } else { n_ctx };
+        let n_ctx = if n_ctx == 0 {
+            self.default_ctx()
+        } else {
+            n_ctx
+        };
         self.model.session_bytes(n_ctx, DEFAULT_BATCH.min(n_ctx))
     }
 
@@ -278,7 +288,9 @@ impl Session {
     /// Logits after the last token fed.
     pub fn last_logits(&mut self) -> Result<&mut [f32], EngineError> {
         let rows = self.scratch.batch();
-        Ok(self.model.logits(&mut self.scratch, rows.saturating_sub(1)..rows)?)
+        Ok(self
+            .model
+            .logits(&mut self.scratch, rows.saturating_sub(1)..rows)?)
     }
 
     /// Feed `prompt` and sample up to `opts.max_tokens` tokens, calling
@@ -322,7 +334,9 @@ impl Session {
                 break;
             }
             let rows = self.scratch.batch();
-            let logits = self.model.logits(&mut self.scratch, rows.saturating_sub(1)..rows)?;
+            let logits = self
+                .model
+                .logits(&mut self.scratch, rows.saturating_sub(1)..rows)?;
             let id = sampler.sample(logits, &self.tokens);
             ids.push(id);
             if opts.stop_on_eog && tokenizer.is_eog(id) {
@@ -334,7 +348,12 @@ impl Session {
             text.push_str(&piece);
             if let Some(cut) = find_stop(&text, &opts.stop, emitted) {
                 text.truncate(cut);
-                if cut > emitted && !on_token(TokenEvent { id, text: &text[emitted..] }) {
+                if cut > emitted
+                    && !on_token(TokenEvent {
+                        id,
+                        text: &text[emitted..],
+                    })
+                {
                     finish = FinishReason::Cancelled;
                 } else {
                     finish = FinishReason::Stop;
@@ -348,7 +367,10 @@ impl Session {
             } else {
                 floor_char_boundary(&text, text.len().saturating_sub(max_stop - 1)).max(emitted)
             };
-            if !on_token(TokenEvent { id, text: &text[emitted..safe] }) {
+            if !on_token(TokenEvent {
+                id,
+                text: &text[emitted..safe],
+            }) {
                 emitted = safe;
                 finish = FinishReason::Cancelled;
                 break;
@@ -367,7 +389,10 @@ impl Session {
             text.push_str(&tail);
             if emitted < text.len() && finish != FinishReason::Cancelled {
                 let last = ids.last().copied().unwrap_or(0);
-                on_token(TokenEvent { id: last, text: &text[emitted..] });
+                on_token(TokenEvent {
+                    id: last,
+                    text: &text[emitted..],
+                });
             }
         }
         Ok(Generation {
@@ -383,7 +408,11 @@ impl Session {
 
     /// Evaluate `ids` from an empty cache and call `each` with the logits of
     /// every position (in order). Used by `logits` and `perplexity`.
-    pub fn score(&mut self, ids: &[u32], mut each: impl FnMut(usize, &[f32])) -> Result<(), EngineError> {
+    pub fn score(
+        &mut self,
+        ids: &[u32],
+        mut each: impl FnMut(usize, &[f32]),
+    ) -> Result<(), EngineError> {
         self.reset();
         if ids.len() > self.n_ctx() {
             return Err(EngineError::PromptTooLong {
@@ -420,7 +449,9 @@ fn find_stop(text: &str, stops: &[String], from: usize) -> Option<usize> {
         .filter(|s| !s.is_empty())
         .filter_map(|s| {
             let search_from = floor_char_boundary(text, from.saturating_sub(s.len()));
-            text[search_from..].find(s.as_str()).map(|i| search_from + i)
+            text[search_from..]
+                .find(s.as_str())
+                .map(|i| search_from + i)
         })
         .min()
 }

@@ -238,7 +238,11 @@ impl Sampler {
                 continue;
             };
             if p.repeat_penalty != 1.0 {
-                *l = if *l > 0.0 { *l / p.repeat_penalty } else { *l * p.repeat_penalty };
+                *l = if *l > 0.0 {
+                    *l / p.repeat_penalty
+                } else {
+                    *l * p.repeat_penalty
+                };
             }
             *l -= n as f32 * p.frequency_penalty + p.presence_penalty;
         }
@@ -271,10 +275,15 @@ mod tests {
         };
         let run = |params: &SamplingParams| {
             let mut s = Sampler::new(params.clone());
-            (0..50).map(|_| s.sample(&mut logits(), &[])).collect::<Vec<_>>()
+            (0..50)
+                .map(|_| s.sample(&mut logits(), &[]))
+                .collect::<Vec<_>>()
         };
         assert_eq!(run(&params), run(&params));
-        let other = run(&SamplingParams { seed: 43, ..params.clone() });
+        let other = run(&SamplingParams {
+            seed: 43,
+            ..params.clone()
+        });
         assert_ne!(run(&params), other);
         // With a high temperature and no truncation every token shows up.
         let seen: std::collections::HashSet<u32> = run(&params).into_iter().collect();

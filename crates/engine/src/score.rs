@@ -83,7 +83,8 @@ impl Session {
             self.score(&chunk, |pos, logits| {
                 if pos >= first && pos + 1 < n_ctx {
                     let target = targets[pos + 1] as usize;
-                    let lp = logits.get(target).map_or(f64::NEG_INFINITY, |&l| l as f64) - logsumexp(logits);
+                    let lp = logits.get(target).map_or(f64::NEG_INFINITY, |&l| l as f64)
+                        - logsumexp(logits);
                     nll -= lp;
                     nll2 += lp * lp;
                     count += 1;

@@ -291,9 +291,14 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Parsed, GgufError> {
             offset: type_at,
         })?;
         let offset = c.u64(&format!("tensor `{name}` offset"))?;
-        let n_elements = dims
+        // Check the row count on its own too: with dims[0] == 0 the element
+        // count is 0 whatever the other dimensions are, but
+        // `TensorInfo::n_rows` multiplies those alone.
+        let n_rows = dims[1..]
             .iter()
-            .try_fold(1u64, |acc, &d| acc.checked_mul(d))
+            .try_fold(1u64, |acc, &d| acc.checked_mul(d));
+        let n_elements = n_rows
+            .and_then(|_| dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d)))
             .ok_or_else(|| GgufError::Invalid {
                 offset: at,
                 message: format!("tensor `{name}` dimensions {dims:?} overflow"),

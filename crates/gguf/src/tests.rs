@@ -150,6 +150,32 @@ fn out_of_bounds_and_misaligned_offsets() {
     assert!(err.to_string().contains("not aligned"), "{err}");
 }
 
+/// Found by `cargo fuzz run gguf_parse`: dims `[0, 2^40, 2^40]` have 0
+/// elements, so the element count did not overflow, but `n_rows()` did.
+#[test]
+fn row_count_overflow_is_rejected() {
+    let mut w = GgufWriter::new();
+    w.add_tensor("z", &[0, 1, 1], GgmlType::F32, Vec::new())
+        .unwrap();
+    let bytes = w.to_bytes();
+    let dims_at = tensor_field_offset(&bytes, "z") - 3 * 8;
+
+    // A zero-sized tensor with a sane row count still opens.
+    let mut ok = bytes.clone();
+    ok[dims_at + 8..dims_at + 16].copy_from_slice(&3u64.to_le_bytes());
+    let f = GgufFile::from_bytes(ok).unwrap();
+    let z = f.tensor("z").unwrap();
+    assert_eq!((z.n_elements(), z.n_rows(), z.n_bytes), (0, 3, 0));
+
+    let mut bad = bytes;
+    for i in 1..3 {
+        let at = dims_at + 8 * i;
+        bad[at..at + 8].copy_from_slice(&(1u64 << 40).to_le_bytes());
+    }
+    let err = GgufFile::from_bytes(bad).unwrap_err();
+    assert!(err.to_string().contains("overflow"), "{err}");
+}
+
 #[test]
 fn huge_counts_do_not_allocate() {
     // A header claiming 2^60 metadata entries and a string of 2^62 bytes.

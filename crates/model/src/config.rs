@@ -95,7 +95,9 @@ impl Config {
             let full = key(k);
             file.get_u64(&full)
                 .and_then(|v| usize::try_from(v).ok())
-                .ok_or_else(|| ModelError::Metadata(format!("`{full}` is missing or not an integer")))
+                .ok_or_else(|| {
+                    ModelError::Metadata(format!("`{full}` is missing or not an integer"))
+                })
         };
         let float = |k: &str| -> Option<f32> { file.get_f32(&key(k)) };
 
@@ -103,7 +105,8 @@ impl Config {
         let n_layers = uint("block_count")?;
         let n_heads = uint("attention.head_count")?;
         let n_kv_heads = uint("attention.head_count_kv").unwrap_or(n_heads);
-        let head_dim = uint("attention.key_length").unwrap_or(if n_heads > 0 { hidden / n_heads } else { 0 });
+        let head_dim =
+            uint("attention.key_length").unwrap_or(hidden.checked_div(n_heads).unwrap_or(0));
         let value_dim = uint("attention.value_length").unwrap_or(head_dim);
         let ffn_dim = uint("feed_forward_length")?;
         let context_length = uint("context_length")?;
@@ -120,15 +123,25 @@ impl Config {
                 let global_base = float("rope.freq_base").unwrap_or(1_000_000.0);
                 let local_base = float("rope.freq_base_swa").unwrap_or(GEMMA3_LOCAL_ROPE_BASE);
                 let global_scale = match file.get_str(&key("rope.scaling.type")) {
-                    Some("linear") => float("rope.scaling.factor").filter(|f| *f > 0.0).map_or(1.0, |f| 1.0 / f),
+                    Some("linear") => float("rope.scaling.factor")
+                        .filter(|f| *f > 0.0)
+                        .map_or(1.0, |f| 1.0 / f),
                     _ => 1.0,
                 };
                 (0..n_layers)
                     .map(|i| {
                         if (i + 1) % GEMMA3_SWA_PATTERN == 0 {
-                            LayerKind { window: None, rope_base: global_base, rope_scale: global_scale }
+                            LayerKind {
+                                window: None,
+                                rope_base: global_base,
+                                rope_scale: global_scale,
+                            }
                         } else {
-                            LayerKind { window: Some(window), rope_base: local_base, rope_scale: 1.0 }
+                            LayerKind {
+                                window: Some(window),
+                                rope_base: local_base,
+                                rope_scale: 1.0,
+                            }
                         }
                     })
                     .collect()
@@ -169,10 +182,16 @@ impl Config {
             ));
         }
         if self.n_heads % self.n_kv_heads != 0 {
-            return bad(format!("{} heads are not a multiple of {} kv heads", self.n_heads, self.n_kv_heads));
+            return bad(format!(
+                "{} heads are not a multiple of {} kv heads",
+                self.n_heads, self.n_kv_heads
+            ));
         }
         if self.head_dim == 0 || self.head_dim % 2 != 0 || self.value_dim == 0 {
-            return bad(format!("head dims {}/{} must be even and non-zero", self.head_dim, self.value_dim));
+            return bad(format!(
+                "head dims {}/{} must be even and non-zero",
+                self.head_dim, self.value_dim
+            ));
         }
         if self.layers.iter().any(|l| l.window == Some(0)) {
             return bad("sliding window of 0".into());

@@ -104,7 +104,12 @@ impl Model {
     /// Run `tokens` through the model at positions `cache.n_past()..`, append
     /// their keys and values to `cache`, and leave their final hidden states
     /// in `scratch`. Batches longer than the scratch's `max_batch` are split.
-    pub fn forward(&self, cache: &mut KvCache, scratch: &mut Scratch, tokens: &[u32]) -> Result<(), ModelError> {
+    pub fn forward(
+        &self,
+        cache: &mut KvCache,
+        scratch: &mut Scratch,
+        tokens: &[u32],
+    ) -> Result<(), ModelError> {
         let needed = cache.n_past() + tokens.len();
         if needed > cache.n_ctx() {
             return Err(ModelError::ContextFull {
@@ -126,7 +131,11 @@ impl Model {
 
     /// Logits for rows `rows` of the last batch, `vocab` values per row, in
     /// the scratch's logits buffer.
-    pub fn logits<'s>(&self, scratch: &'s mut Scratch, rows: Range<usize>) -> Result<&'s mut [f32], ModelError> {
+    pub fn logits<'s>(
+        &self,
+        scratch: &'s mut Scratch,
+        rows: Range<usize>,
+    ) -> Result<&'s mut [f32], ModelError> {
         let rows = rows.start.min(scratch.batch)..rows.end.min(scratch.batch);
         let n = rows.len();
         let h = self.config.hidden;
@@ -147,7 +156,12 @@ impl Model {
         Ok(&mut scratch.logits)
     }
 
-    fn forward_batch(&self, cache: &mut KvCache, s: &mut Scratch, tokens: &[u32]) -> Result<(), ModelError> {
+    fn forward_batch(
+        &self,
+        cache: &mut KvCache,
+        s: &mut Scratch,
+        tokens: &[u32],
+    ) -> Result<(), ModelError> {
         let cfg = &self.config;
         let file = &*self.file;
         let b = tokens.len();
@@ -177,9 +191,27 @@ impl Model {
                       wide: &mut Vec<f32>| {
                 self.matmul(&w.matrix(file)?, input, b, out, qbuf, wide)
             };
-            mm(&lw.q, &s.h[..b * h], &mut s.q[..b * qd], &mut s.qbuf, &mut s.wide)?;
-            mm(&lw.k, &s.h[..b * h], &mut s.k[..b * kd], &mut s.qbuf, &mut s.wide)?;
-            mm(&lw.v, &s.h[..b * h], &mut s.v[..b * vd], &mut s.qbuf, &mut s.wide)?;
+            mm(
+                &lw.q,
+                &s.h[..b * h],
+                &mut s.q[..b * qd],
+                &mut s.qbuf,
+                &mut s.wide,
+            )?;
+            mm(
+                &lw.k,
+                &s.h[..b * h],
+                &mut s.k[..b * kd],
+                &mut s.qbuf,
+                &mut s.wide,
+            )?;
+            mm(
+                &lw.v,
+                &s.h[..b * h],
+                &mut s.v[..b * vd],
+                &mut s.qbuf,
+                &mut s.wide,
+            )?;
 
             let rope = &s.ropes[li];
             for (i, head) in s.q[..b * qd].chunks_exact_mut(cfg.head_dim).enumerate() {
@@ -209,7 +241,13 @@ impl Model {
             store_kv(cfg, layer, pos0, b, &s.k[..b * kd], &s.v[..b * vd]);
 
             let ad = cfg.n_heads * cfg.value_dim;
-            mm(&lw.o, &s.attn[..b * ad], &mut s.o[..b * h], &mut s.qbuf, &mut s.wide)?;
+            mm(
+                &lw.o,
+                &s.attn[..b * ad],
+                &mut s.o[..b * h],
+                &mut s.qbuf,
+                &mut s.wide,
+            )?;
             ops::rms_norm_rows(&mut s.o[..b * h], &lw.post_attn_norm, cfg.norm_eps);
             for (xv, &ov) in s.x[..b * h].iter_mut().zip(&s.o[..b * h]) {
                 *xv += ov;
@@ -217,17 +255,40 @@ impl Model {
 
             ops::rms_norm_into(&s.x[..b * h], &lw.ffn_norm, cfg.norm_eps, &mut s.h[..b * h]);
             let fd = cfg.ffn_dim;
-            mm(&lw.gate, &s.h[..b * h], &mut s.gate[..b * fd], &mut s.qbuf, &mut s.wide)?;
-            mm(&lw.up, &s.h[..b * h], &mut s.up[..b * fd], &mut s.qbuf, &mut s.wide)?;
+            mm(
+                &lw.gate,
+                &s.h[..b * h],
+                &mut s.gate[..b * fd],
+                &mut s.qbuf,
+                &mut s.wide,
+            )?;
+            mm(
+                &lw.up,
+                &s.h[..b * h],
+                &mut s.up[..b * fd],
+                &mut s.qbuf,
+                &mut s.wide,
+            )?;
             ops::geglu(&mut s.gate[..b * fd], &s.up[..b * fd]);
-            mm(&lw.down, &s.gate[..b * fd], &mut s.o[..b * h], &mut s.qbuf, &mut s.wide)?;
+            mm(
+                &lw.down,
+                &s.gate[..b * fd],
+                &mut s.o[..b * h],
+                &mut s.qbuf,
+                &mut s.wide,
+            )?;
             ops::rms_norm_rows(&mut s.o[..b * h], &lw.post_ffn_norm, cfg.norm_eps);
             for (xv, &ov) in s.x[..b * h].iter_mut().zip(&s.o[..b * h]) {
                 *xv += ov;
             }
         }
 
-        ops::rms_norm_into(&s.x[..b * h], &self.weights.output_norm, cfg.norm_eps, &mut s.out[..b * h]);
+        ops::rms_norm_into(
+            &s.x[..b * h],
+            &self.weights.output_norm,
+            cfg.norm_eps,
+            &mut s.out[..b * h],
+        );
         cache.advance(b);
         Ok(())
     }
@@ -349,18 +410,22 @@ fn matmul_exact(
     transposed.resize(rows * batch, 0.0);
     let per_worker = rows.div_ceil(pool.threads());
     let failed = std::sync::atomic::AtomicBool::new(false);
-    pool.for_each_chunk_mut(&mut transposed[..rows * batch], per_worker * batch, |worker, chunk| {
-        let mut row = vec![0.0f32; cols];
-        for (i, outs) in chunk.chunks_exact_mut(batch).enumerate() {
-            if w.dequantize_row(worker * per_worker + i, &mut row).is_err() {
-                failed.store(true, std::sync::atomic::Ordering::Relaxed);
-                return;
+    pool.for_each_chunk_mut(
+        &mut transposed[..rows * batch],
+        per_worker * batch,
+        |worker, chunk| {
+            let mut row = vec![0.0f32; cols];
+            for (i, outs) in chunk.chunks_exact_mut(batch).enumerate() {
+                if w.dequantize_row(worker * per_worker + i, &mut row).is_err() {
+                    failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                    return;
+                }
+                for (b, o) in outs.iter_mut().enumerate() {
+                    *o = ops::dot(&row, &x[b * cols..(b + 1) * cols]);
+                }
             }
-            for (b, o) in outs.iter_mut().enumerate() {
-                *o = ops::dot(&row, &x[b * cols..(b + 1) * cols]);
-            }
-        }
-    });
+        },
+    );
     if failed.into_inner() {
         return Err(quant::QuantError::Overflow);
     }

@@ -38,7 +38,11 @@ impl KvCache {
                 }
             })
             .collect();
-        Self { layers, n_ctx, n_past: 0 }
+        Self {
+            layers,
+            n_ctx,
+            n_past: 0,
+        }
     }
 
     /// Bytes a cache for `n_ctx` positions takes, computable before allocating.

@@ -125,7 +125,9 @@ pub struct Model {
 
 impl std::fmt::Debug for Model {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Model").field("config", &self.config).finish()
+        f.debug_struct("Model")
+            .field("config", &self.config)
+            .finish()
     }
 }
 

@@ -5,7 +5,7 @@
 /// not lose precision.
 pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) {
     let ss: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
-    let scale = (1.0 / ((ss / x.len() as f64) as f32 + eps).sqrt()) as f32;
+    let scale = 1.0 / ((ss / x.len() as f64) as f32 + eps).sqrt();
     for (v, &g) in x.iter_mut().zip(w) {
         *v = *v * scale * g;
     }

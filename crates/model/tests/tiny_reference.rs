@@ -5,22 +5,41 @@ use hearth_model::{LoadOptions, Model};
 use std::path::PathBuf;
 
 fn fixture_dir(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny").join(name)
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/tiny")
+        .join(name)
 }
 
 /// A minimal reader for the little-endian f32 `.npy` files of the fixtures.
 fn read_npy_f32(path: &std::path::Path) -> (Vec<usize>, Vec<f32>) {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    assert_eq!(&bytes[..6], b"\x93NUMPY", "{} is not an npy file", path.display());
+    assert_eq!(
+        &bytes[..6],
+        b"\x93NUMPY",
+        "{} is not an npy file",
+        path.display()
+    );
     let (header_len, header_start) = if bytes[6] == 1 {
         (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10)
     } else {
-        (u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize, 12)
+        (
+            u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize,
+            12,
+        )
     };
     let header = std::str::from_utf8(&bytes[header_start..header_start + header_len]).unwrap();
-    assert!(header.contains("'descr': '<f4'"), "unexpected dtype in {header}");
+    assert!(
+        header.contains("'descr': '<f4'"),
+        "unexpected dtype in {header}"
+    );
     assert!(header.contains("'fortran_order': False"));
-    let shape_str = header.split("'shape': (").nth(1).unwrap().split(')').next().unwrap();
+    let shape_str = header
+        .split("'shape': (")
+        .nth(1)
+        .unwrap()
+        .split(')')
+        .next()
+        .unwrap();
     let shape: Vec<usize> = shape_str
         .split(',')
         .filter(|s| !s.trim().is_empty())
@@ -42,7 +61,11 @@ fn reference(name: &str) -> Reference {
     let text = std::fs::read_to_string(fixture_dir(name).join("reference.json")).unwrap();
     let v: serde_json::Value = serde_json::from_str(&text).unwrap();
     let ids = |k: &str| -> Vec<u32> {
-        v[k].as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+        v[k].as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap() as u32)
+            .collect()
     };
     Reference {
         tokens: ids("tokens"),
@@ -63,13 +86,22 @@ fn prompt_logits(model: &Model, tokens: &[u32], batch: usize) -> Vec<f32> {
 }
 
 fn argmax(v: &[f32]) -> usize {
-    v.iter().enumerate().fold(0, |b, (i, &x)| if x > v[b] { i } else { b })
+    v.iter()
+        .enumerate()
+        .fold(0, |b, (i, &x)| if x > v[b] { i } else { b })
 }
 
 /// Compare one GGUF against one golden; returns (max abs diff, argmax agreement).
 fn check(name: &str, gguf: &str, golden: &str, tol: f32) -> (f32, usize) {
     let dir = fixture_dir(name);
-    let model = Model::load(dir.join(gguf), &LoadOptions { threads: 2, ..Default::default() }).unwrap();
+    let model = Model::load(
+        dir.join(gguf),
+        &LoadOptions {
+            threads: 2,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let r = reference(name);
     let (shape, want) = read_npy_f32(&dir.join(golden));
     let vocab = shape[1];
@@ -78,14 +110,24 @@ fn check(name: &str, gguf: &str, golden: &str, tol: f32) -> (f32, usize) {
     for batch in [r.tokens.len(), 1, 3] {
         let got = prompt_logits(&model, &r.tokens, batch);
         assert_eq!(got.len(), want.len());
-        let max_diff = got.iter().zip(&want).map(|(a, b)| (a - b).abs()).fold(0.0, f32::max);
+        let max_diff = got
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
         let agree = got
             .chunks_exact(vocab)
             .zip(want.chunks_exact(vocab))
             .filter(|(a, b)| argmax(a) == argmax(b))
             .count();
-        eprintln!("{name}/{gguf} batch {batch}: max |Δlogit| = {max_diff:.2e}, argmax agrees {agree}/{}", r.tokens.len());
-        assert!(max_diff <= tol, "{name}/{gguf} batch {batch}: max diff {max_diff} > {tol}");
+        eprintln!(
+            "{name}/{gguf} batch {batch}: max |Δlogit| = {max_diff:.2e}, argmax agrees {agree}/{}",
+            r.tokens.len()
+        );
+        assert!(
+            max_diff <= tol,
+            "{name}/{gguf} batch {batch}: max diff {max_diff} > {tol}"
+        );
         if batch == r.tokens.len() {
             return (max_diff, agree);
         }
@@ -94,7 +136,14 @@ fn check(name: &str, gguf: &str, golden: &str, tol: f32) -> (f32, usize) {
 }
 
 fn greedy(name: &str, gguf: &str) -> Vec<u32> {
-    let model = Model::load(fixture_dir(name).join(gguf), &LoadOptions { threads: 1, ..Default::default() }).unwrap();
+    let model = Model::load(
+        fixture_dir(name).join(gguf),
+        &LoadOptions {
+            threads: 1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
     let r = reference(name);
     let mut cache = model.new_cache(64);
     let mut scratch = model.new_scratch(64, 32);
@@ -114,13 +163,24 @@ fn greedy(name: &str, gguf: &str) -> Vec<u32> {
 #[test]
 fn gemma3_f32_matches_transformers() {
     check("gemma3", "model-f32.gguf", "logits_model-f32.npy", 2e-3);
-    assert_eq!(greedy("gemma3", "model-f32.gguf"), reference("gemma3").greedy);
+    assert_eq!(
+        greedy("gemma3", "model-f32.gguf"),
+        reference("gemma3").greedy
+    );
 }
 
 #[test]
 fn gemma3_h256_f32_matches_transformers() {
-    check("gemma3_h256", "model-f32.gguf", "logits_model-f32.npy", 2e-3);
-    assert_eq!(greedy("gemma3_h256", "model-f32.gguf"), reference("gemma3_h256").greedy);
+    check(
+        "gemma3_h256",
+        "model-f32.gguf",
+        "logits_model-f32.npy",
+        2e-3,
+    );
+    assert_eq!(
+        greedy("gemma3_h256", "model-f32.gguf"),
+        reference("gemma3_h256").greedy
+    );
 }
 
 #[test]
@@ -131,6 +191,11 @@ fn gemma3_quantized_match_dequantized_goldens() {
         ("gemma3_h256", "q6_k"),
         ("gemma3_h256", "q4_k_m"),
     ] {
-        check(name, &format!("model-{q}.gguf"), &format!("logits_model-{q}.npy"), 0.3);
+        check(
+            name,
+            &format!("model-{q}.gguf"),
+            &format!("logits_model-{q}.npy"),
+            0.3,
+        );
     }
 }
