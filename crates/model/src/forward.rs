@@ -61,7 +61,7 @@ impl Scratch {
             gate: vec![0.0; b * cfg.ffn_dim],
             up: vec![0.0; b * cfg.ffn_dim],
             scores: (0..threads.max(1))
-                .map(|_| Mutex::new(vec![0.0; n_ctx.max(1)]))
+                .map(|_| Mutex::new(vec![0.0; n_ctx.max(1) * (cfg.n_heads / cfg.n_kv_heads)]))
                 .collect(),
             qbuf: Vec::new(),
             wide: Vec::new(),
@@ -80,7 +80,8 @@ impl Scratch {
             + cfg.n_kv_heads * (cfg.head_dim + cfg.value_dim)
             + cfg.n_heads * cfg.value_dim
             + 2 * cfg.ffn_dim;
-        (b * per_token + threads.max(1) * n_ctx + cfg.vocab) * std::mem::size_of::<f32>()
+        (b * per_token + threads.max(1) * n_ctx * (cfg.n_heads / cfg.n_kv_heads) + cfg.vocab)
+            * std::mem::size_of::<f32>()
     }
 
     /// The largest batch these buffers take.
@@ -297,7 +298,8 @@ impl Model {
 /// Causal attention of the batch's queries over the cached positions before
 /// the batch and the batch's own keys. Reading the batch's keys from its own
 /// buffer (not the ring) keeps a sliding-window ring correct when a batch is
-/// longer than the window.
+/// longer than the window. One task is one token and one KV head: the query
+/// heads sharing that KV head read each key and value once between them.
 #[allow(clippy::too_many_arguments)]
 fn attention(
     pool: &quant::ThreadPool,
@@ -315,50 +317,64 @@ fn attention(
     let hd = cfg.head_dim;
     let vdim = cfg.value_dim;
     let n_heads = cfg.n_heads;
-    let group = n_heads / cfg.n_kv_heads;
-    let kd = cfg.n_kv_heads * hd;
-    let vd = cfg.n_kv_heads * vdim;
-    let n_tasks = b * n_heads;
+    let n_kv = cfg.n_kv_heads;
+    let group = n_heads / n_kv;
+    let kd = n_kv * hd;
+    let vd = n_kv * vdim;
+    let n_tasks = b * n_kv;
     let per_worker = n_tasks.div_ceil(scores.len());
-    let out = &mut out[..n_tasks * vdim];
+    let out = &mut out[..b * n_heads * vdim];
 
-    let attend_one = |task: usize, o: &mut [f32], sc: &mut [f32]| {
-        let (i, head) = (task / n_heads, task % n_heads);
-        let kvh = head / group;
-        let pos = pos0 + i;
-        let lo = window.map_or(0, |w| (pos + 1).saturating_sub(w));
-        let qh = &q[task * hd..(task + 1) * hd];
-        let n_cached = pos0.saturating_sub(lo);
-        let n_keys = pos + 1 - lo;
-        let sc = &mut sc[..n_keys];
-        // Keys before the batch come from the cache ring, the rest from the batch.
-        for (j, p) in (lo..pos0).enumerate() {
+    let key = |p: usize, kvh: usize| -> &[f32] {
+        if p < pos0 {
             let slot = p % cache.cap;
-            sc[j] = ops::dot(qh, &cache.k[slot * kd + kvh * hd..][..hd]);
+            &cache.k[slot * kd + kvh * hd..][..hd]
+        } else {
+            &k_new[(p - pos0) * kd + kvh * hd..][..hd]
         }
-        for (j, p) in (lo.max(pos0)..=pos).enumerate() {
-            let r = p - pos0;
-            sc[n_cached + j] = ops::dot(qh, &k_new[r * kd + kvh * hd..][..hd]);
-        }
-        if let Some(cap) = cfg.attn_softcap {
-            ops::softcap(sc, cap);
-        }
-        ops::softmax(sc);
-        o.fill(0.0);
-        for (j, p) in (lo..pos0).enumerate() {
+    };
+    let value = |p: usize, kvh: usize| -> &[f32] {
+        if p < pos0 {
             let slot = p % cache.cap;
-            ops::axpy(o, sc[j], &cache.v[slot * vd + kvh * vdim..][..vdim]);
-        }
-        for (j, p) in (lo.max(pos0)..=pos).enumerate() {
-            let r = p - pos0;
-            ops::axpy(o, sc[n_cached + j], &v_new[r * vd + kvh * vdim..][..vdim]);
+            &cache.v[slot * vd + kvh * vdim..][..vdim]
+        } else {
+            &v_new[(p - pos0) * vd + kvh * vdim..][..vdim]
         }
     };
 
-    pool.for_each_chunk_mut(out, per_worker * vdim, |worker, rows| {
+    let attend = |task: usize, o: &mut [f32], sc: &mut [f32]| {
+        let (i, kvh) = (task / n_kv, task % n_kv);
+        let pos = pos0 + i;
+        let lo = window.map_or(0, |w| (pos + 1).saturating_sub(w));
+        let n_keys = pos + 1 - lo;
+        let stride = sc.len() / group;
+        let q0 = (i * n_heads + kvh * group) * hd;
+        for (j, p) in (lo..=pos).enumerate() {
+            let k = key(p, kvh);
+            for g in 0..group {
+                sc[g * stride + j] = quant::vector::dot(&q[q0 + g * hd..q0 + (g + 1) * hd], k);
+            }
+        }
+        for g in 0..group {
+            let row = &mut sc[g * stride..g * stride + n_keys];
+            if let Some(cap) = cfg.attn_softcap {
+                ops::softcap(row, cap);
+            }
+            ops::softmax(row);
+        }
+        o.fill(0.0);
+        for (j, p) in (lo..=pos).enumerate() {
+            let v = value(p, kvh);
+            for (g, og) in o.chunks_exact_mut(vdim).enumerate() {
+                quant::vector::axpy(og, sc[g * stride + j], v);
+            }
+        }
+    };
+
+    pool.for_each_chunk_mut(out, per_worker * group * vdim, |worker, rows| {
         let mut guard = scores[worker].lock().unwrap_or_else(|e| e.into_inner());
-        for (r, o) in rows.chunks_exact_mut(vdim).enumerate() {
-            attend_one(worker * per_worker + r, o, &mut guard);
+        for (r, o) in rows.chunks_exact_mut(group * vdim).enumerate() {
+            attend(worker * per_worker + r, o, &mut guard);
         }
     });
 }
@@ -421,7 +437,7 @@ fn matmul_exact(
                     return;
                 }
                 for (b, o) in outs.iter_mut().enumerate() {
-                    *o = ops::dot(&row, &x[b * cols..(b + 1) * cols]);
+                    *o = quant::vector::dot(&row, &x[b * cols..(b + 1) * cols]);
                 }
             }
         },

@@ -97,32 +97,6 @@ pub fn softmax(x: &mut [f32]) {
     }
 }
 
-/// Plain f32 dot product; the compiler vectorises this loop well enough for
-/// attention at these head sizes.
-#[inline]
-pub fn dot(a: &[f32], b: &[f32]) -> f32 {
-    let mut acc = [0.0f32; 8];
-    let chunks = a.len() / 8;
-    for c in 0..chunks {
-        for (l, slot) in acc.iter_mut().enumerate() {
-            *slot += a[c * 8 + l] * b[c * 8 + l];
-        }
-    }
-    let mut s: f32 = acc.iter().sum();
-    for i in chunks * 8..a.len().min(b.len()) {
-        s += a[i] * b[i];
-    }
-    s
-}
-
-/// `y += a * x`.
-#[inline]
-pub fn axpy(y: &mut [f32], a: f32, x: &[f32]) {
-    for (yv, &xv) in y.iter_mut().zip(x) {
-        *yv += a * xv;
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -166,13 +140,5 @@ mod tests {
         softmax(&mut x);
         assert!((x.iter().sum::<f32>() - 1.0).abs() < 1e-6);
         assert!(x[3] == 0.0 && x[2] > x[1]);
-    }
-
-    #[test]
-    fn dot_matches_naive() {
-        let a: Vec<f32> = (0..19).map(|i| i as f32 * 0.5).collect();
-        let b: Vec<f32> = (0..19).map(|i| 1.0 - i as f32 * 0.1).collect();
-        let naive: f32 = a.iter().zip(&b).map(|(x, y)| x * y).sum();
-        assert!((dot(&a, &b) - naive).abs() < 1e-4);
     }
 }

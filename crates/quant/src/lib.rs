@@ -11,6 +11,7 @@ mod matmul;
 mod pool;
 pub mod scalar;
 mod simd;
+pub mod vector;
 
 pub use error::QuantError;
 pub use gguf::GgmlType;

@@ -231,7 +231,7 @@ fn quant_q8_act_block(x: &[f32], qs: &mut [u8]) -> (f32, i32) {
     let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
     let mut sum = 0i32;
     for (q, &v) in qs.iter_mut().zip(x) {
-        let i = (v * id).round_ties_even().clamp(-128.0, 127.0) as i8;
+        let i = super::nearest_int(v * id).clamp(-128, 127) as i8;
         sum += i as i32;
         *q = i as u8;
     }

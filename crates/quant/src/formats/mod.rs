@@ -29,5 +29,41 @@ pub(crate) fn f32_at(b: &[u8]) -> f32 {
 /// ggml's `nearest_int`: round half to even (the magic-number trick rounds that way).
 #[inline(always)]
 pub(crate) fn nearest_int(v: f32) -> i32 {
-    v.round_ties_even() as i32
+    // Adding 1.5 * 2^23 leaves the rounded integer in the low mantissa bits
+    // (round half to even, as the FPU rounds): ggml's trick, and an inline
+    // add where `round_ties_even` is a libm call on baseline x86-64.
+    if v.abs() <= 4_194_303.0 {
+        ((v + 12_582_912.0).to_bits() & 0x007f_ffff) as i32 - 0x0040_0000
+    } else {
+        v.round_ties_even() as i32
+    }
+}
+
+#[cfg(test)]
+mod nearest_int_tests {
+    use super::nearest_int;
+    use proptest::prelude::*;
+
+    #[test]
+    fn halves_round_to_even() {
+        for (v, want) in [
+            (0.5, 0),
+            (1.5, 2),
+            (2.5, 2),
+            (-0.5, 0),
+            (-1.5, -2),
+            (126.5, 126),
+            (-127.5, -128),
+        ] {
+            assert_eq!(nearest_int(v), want, "{v}");
+        }
+        assert_eq!(nearest_int(1e9), 1_000_000_000);
+    }
+
+    proptest! {
+        #[test]
+        fn matches_round_ties_even(v in -5_000_000.0f32..5_000_000.0) {
+            prop_assert_eq!(nearest_int(v), v.round_ties_even() as i32);
+        }
+    }
 }
