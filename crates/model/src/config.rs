@@ -181,13 +181,13 @@ impl Config {
                 self.hidden, self.n_layers, self.n_heads, self.n_kv_heads
             ));
         }
-        if self.n_heads % self.n_kv_heads != 0 {
+        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
             return bad(format!(
                 "{} heads are not a multiple of {} kv heads",
                 self.n_heads, self.n_kv_heads
             ));
         }
-        if self.head_dim == 0 || self.head_dim % 2 != 0 || self.value_dim == 0 {
+        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) || self.value_dim == 0 {
             return bad(format!(
                 "head dims {}/{} must be even and non-zero",
                 self.head_dim, self.value_dim

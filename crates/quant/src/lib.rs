@@ -56,7 +56,7 @@ pub fn vec_dot_type(ty: GgmlType) -> GgmlType {
 /// Blocks making up `n` elements of `ty`, or the error saying why not.
 fn blocks(ty: GgmlType, n: usize) -> Result<usize, QuantError> {
     let block = ty.block_len();
-    if n % block != 0 {
+    if !n.is_multiple_of(block) {
         return Err(QuantError::NotBlockMultiple { ty, len: n, block });
     }
     Ok(n / block)

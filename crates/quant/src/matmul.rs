@@ -24,7 +24,7 @@ impl<'a> Matrix<'a> {
             return Err(QuantError::Unsupported(ty));
         }
         let block = ty.block_len();
-        if cols % block != 0 {
+        if !cols.is_multiple_of(block) {
             return Err(QuantError::NotBlockMultiple {
                 ty,
                 len: cols,

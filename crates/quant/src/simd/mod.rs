@@ -113,7 +113,7 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
 /// Blocks in `n` elements of `ty`, when `w` and `a` are long enough.
 fn blocks_for(ty: GgmlType, n: usize, w: usize, a: usize) -> Option<usize> {
     let bl = ty.block_len();
-    if n % bl != 0 {
+    if !n.is_multiple_of(bl) {
         return None;
     }
     let nb = n / bl;
