@@ -1,6 +1,6 @@
 //! How close one matrix-vector product over a real model's largest tensor gets
 //! to the memory bandwidth: `cargo run --release -p hearth-quant --example
-//! head_bandwidth -- MODEL.gguf [TENSOR] [THREADS]`.
+//! head_bandwidth -- MODEL.gguf [TENSOR] [THREADS] [BATCH]`.
 
 use gguf::GgufFile;
 use hearth_quant::{matmul, Matrix, ThreadPool};
@@ -13,29 +13,31 @@ fn main() {
         .expect("usage: head_bandwidth MODEL.gguf [TENSOR] [THREADS]");
     let name = args.get(2).map_or("token_embd.weight", String::as_str);
     let threads: usize = args.get(3).and_then(|t| t.parse().ok()).unwrap_or(2);
+    let batch: usize = args.get(4).and_then(|t| t.parse().ok()).unwrap_or(1);
     let file = GgufFile::open(path).expect("cannot open model");
     let info = file.tensor(name).expect("no such tensor").clone();
     let (cols, rows) = (info.dims[0] as usize, info.n_rows() as usize);
     let data = file.tensor_data(&info);
     let m = Matrix::new(info.ty, rows, cols, data).expect("bad matrix");
     let pool = ThreadPool::new(threads);
-    let x: Vec<f32> = (0..cols)
+    let x: Vec<f32> = (0..cols * batch)
         .map(|i| ((i * 7919) % 113) as f32 / 50.0 - 1.0)
         .collect();
-    let mut out = vec![0.0f32; rows];
+    let mut out = vec![0.0f32; rows * batch];
     let mut scratch = Vec::new();
     let reps = 20;
-    matmul(&pool, &m, &x, 1, &mut out, &mut scratch);
+    matmul(&pool, &m, &x, batch, &mut out, &mut scratch);
     let t = Instant::now();
     for _ in 0..reps {
-        matmul(&pool, &m, &x, 1, &mut out, &mut scratch);
+        matmul(&pool, &m, &x, batch, &mut out, &mut scratch);
     }
     let s = t.elapsed().as_secs_f64() / reps as f64;
     println!(
-        "{name} {} {rows}x{cols}: {:.2} ms per product, {:.1} GB/s ({threads} threads)",
+        "{name} {} {rows}x{cols} batch {batch}: {:.2} ms per product, {:.1} GB/s, {:.1} GMAC/s ({threads} threads)",
         info.ty,
         s * 1e3,
-        data.len() as f64 / s / 1e9
+        data.len() as f64 / s / 1e9,
+        (rows * cols * batch) as f64 / s / 1e9
     );
     // Plain read of the same bytes, split the same way, as the bandwidth bar.
     let sum = std::sync::atomic::AtomicU64::new(0);

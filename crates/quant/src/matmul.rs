@@ -227,6 +227,40 @@ pub fn try_matmul(
     }
     let acts = &scratch[..need];
     let nb = cols / w.ty.block_len();
+    if let (Some(tile), true) = (k.tile4(w.ty), batch >= 4) {
+        pool.run(parts, |t| {
+            let range = split_range(rows, parts, t);
+            let mut r0 = range.start;
+            while r0 < range.end {
+                let r1 = (r0 + ROW_TILE).min(range.end);
+                let mut b = 0;
+                while b + 4 <= batch {
+                    for r in r0..r1 {
+                        // SAFETY: kernel from `simd::best()`; the row holds `nb`
+                        // blocks, and activation rows b..b+4 (each `arow` bytes of
+                        // `nb` Q8_0 blocks) lie inside `acts`.
+                        let v =
+                            unsafe { tile(w.row(r), &acts[b * arow..(b + 4) * arow], arow, nb) };
+                        for (c, v) in v.into_iter().enumerate() {
+                            // SAFETY: row r belongs to this task alone.
+                            unsafe { shared.write((b + c) * rows + r, v) };
+                        }
+                    }
+                    b += 4;
+                }
+                for b in b..batch {
+                    for r in r0..r1 {
+                        // SAFETY: as in the single-row path below.
+                        let v = unsafe { f(w.row(r), &acts[b * arow..(b + 1) * arow], nb) };
+                        // SAFETY: row r belongs to this task alone.
+                        unsafe { shared.write(b * rows + r, v) };
+                    }
+                }
+                r0 = r1;
+            }
+        });
+        return Ok(());
+    }
     pool.run(parts, |t| {
         for_tiles(split_range(rows, parts, t), batch, |r, b| {
             // SAFETY: kernel from `simd::best()`; a row holds `nb` weight blocks and

@@ -163,7 +163,7 @@ fn matmul_matches_naive_loop() {
             let (rows, cols) = (37, 512);
             let w = random_weights(ty, rows * cols, &mut rng);
             let m = Matrix::new(ty, rows, cols, &w).unwrap();
-            for batch in [1, 4] {
+            for batch in [1, 4, 7] {
                 let x: Vec<f32> = (0..batch * cols).map(|_| rng.f32()).collect();
                 let mut out = vec![f32::NAN; batch * rows];
                 quant::matmul(&pool, &m, &x, batch, &mut out, &mut scratch);

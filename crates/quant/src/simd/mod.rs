@@ -16,6 +16,10 @@ pub(crate) type DotFn = unsafe fn(w: &[u8], a: &[u8], nb: usize) -> f32;
 /// A float-weight dot kernel over `n` elements with f32 activations (same contract).
 pub(crate) type FloatDotFn = unsafe fn(w: &[u8], x: &[f32], n: usize) -> f32;
 
+/// A tile kernel: one weight row of `nb` blocks against four activation rows
+/// that start `stride` bytes apart in `a` (same contract as [`DotFn`]).
+pub(crate) type TileFn = unsafe fn(w: &[u8], a: &[u8], stride: usize, nb: usize) -> [f32; 4];
+
 /// One kernel per supported weight type.
 #[derive(Clone, Copy)]
 pub(crate) struct Kernels {
@@ -34,6 +38,12 @@ pub(crate) struct Kernels {
     pub f32: FloatDotFn,
     pub f16: FloatDotFn,
     pub bf16: FloatDotFn,
+    /// Four-activation tile kernels where a SIMD table has them.
+    pub q8_0_x4: Option<TileFn>,
+    /// Q4_0 tile kernel.
+    pub q4_0_x4: Option<TileFn>,
+    /// Q5_0 tile kernel.
+    pub q5_0_x4: Option<TileFn>,
 }
 
 impl Kernels {
@@ -53,6 +63,16 @@ impl Kernels {
             GgmlType::Q8_K => self.q8_k,
             _ => return None,
         })
+    }
+
+    /// The four-activation tile kernel for weights of type `ty`, if any.
+    pub(crate) fn tile4(&self, ty: GgmlType) -> Option<TileFn> {
+        match ty {
+            GgmlType::Q8_0 => self.q8_0_x4,
+            GgmlType::Q4_0 => self.q4_0_x4,
+            GgmlType::Q5_0 => self.q5_0_x4,
+            _ => None,
+        }
     }
 
     /// The float kernel for weights of type `ty`.
@@ -82,6 +102,9 @@ static SCALAR: Kernels = Kernels {
     f32: scalar::dot_f32,
     f16: scalar::dot_f16,
     bf16: scalar::dot_bf16,
+    q8_0_x4: None,
+    q4_0_x4: None,
+    q5_0_x4: None,
 };
 
 /// The scalar reference table.

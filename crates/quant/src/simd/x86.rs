@@ -539,6 +539,9 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         f32: f32_avx2,
         f16: f16_avx2,
         bf16: bf16_avx2,
+        q8_0_x4: Some(q8_0_x4_avx2),
+        q4_0_x4: Some(q4_0_x4_avx2),
+        q5_0_x4: Some(q5_0_x4_avx2),
         ..SCALAR
     };
     static AVXVNNI: Kernels = Kernels {
@@ -553,6 +556,9 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q4_0: q4_0_vnni512,
         q5_0: q5_0_vnni512,
         q8_0: q8_0_vnni512,
+        q8_0_x4: Some(q8_0_x4_vnni512),
+        q4_0_x4: Some(q4_0_x4_vnni512),
+        q5_0_x4: Some(q5_0_x4_vnni512),
         ..AVX2
     };
     let mut v = Vec::new();
@@ -571,3 +577,71 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
     }
     v
 }
+
+/// Tile kernels for batched products: one weight row against four activation
+/// rows. Each weight block is unpacked once and used four times, which is
+/// what makes prefill compute-bound on the dot products rather than on the
+/// unpacking.
+macro_rules! legacy_tiles {
+    ($feat:literal, $dot4:ident, $t8:ident, $t4:ident, $t5:ident) => {
+        legacy_tiles!(@one $feat, $dot4, $t8, 34, |bw| {
+            // SAFETY: the block holds 32 quants at 2.
+            unsafe { load32(bw.add(2)) }
+        });
+        legacy_tiles!(@one $feat, $dot4, $t4, 18, |bw| {
+            // SAFETY: the block holds 16 bytes of nibbles at 2.
+            let q = unsafe { load16(bw.add(2)) };
+            _mm256_sub_epi8(nibbles32(q), _mm256_set1_epi8(8))
+        });
+        legacy_tiles!(@one $feat, $dot4, $t5, 22, |bw| {
+            // SAFETY: the block holds qh at 2..6 and nibbles at 6..22.
+            let (qh, q) = unsafe { (std::ptr::read_unaligned(bw.add(2) as *const u32), load16(bw.add(6))) };
+            let hi = _mm256_andnot_si256(bits_to_bytes(qh), _mm256_set1_epi8(0xF0u8 as i8));
+            _mm256_or_si256(nibbles32(q), hi)
+        });
+    };
+    (@one $feat:literal, $dot4:ident, $name:ident, $wb:expr, |$bw:ident| $unpack:expr) => {
+        /// One weight row times four Q8_0 activation rows `stride` bytes apart.
+        ///
+        /// # Safety
+        /// [`super::TileFn`] contract.
+        #[target_feature(enable = $feat)]
+        pub(crate) unsafe fn $name(w: &[u8], a: &[u8], stride: usize, nb: usize) -> [f32; 4] {
+            debug_assert!(w.len() >= nb * $wb && a.len() >= 3 * stride + nb * 34);
+            let (wp, ap) = (w.as_ptr(), a.as_ptr());
+            let mut acc = [_mm256_setzero_ps(); 4];
+            for i in 0..nb {
+                // SAFETY: block i is inside the weight row by the contract.
+                let $bw = unsafe { wp.add(i * $wb) };
+                let qx = $unpack;
+                // SAFETY: d is the first two bytes of the block.
+                let dw = unsafe { rd16($bw) };
+                let ux = _mm256_sign_epi8(qx, qx);
+                for (c, acc) in acc.iter_mut().enumerate() {
+                    // SAFETY: activation row c's block i lies inside `a` by the contract.
+                    let ba = unsafe { ap.add(c * stride + i * 34) };
+                    // SAFETY: as above: d at 0, 32 quants at 2.
+                    let (d, qy) = unsafe { (h2f_prod(dw | rd16(ba) << 16), load32(ba.add(2))) };
+                    let p = $dot4(ux, _mm256_sign_epi8(qy, qx));
+                    *acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), *acc);
+                }
+            }
+            [hsum_ps(acc[0]), hsum_ps(acc[1]), hsum_ps(acc[2]), hsum_ps(acc[3])]
+        }
+    };
+}
+
+legacy_tiles!(
+    "avx2,fma,f16c",
+    dot4_avx2,
+    q8_0_x4_avx2,
+    q4_0_x4_avx2,
+    q5_0_x4_avx2
+);
+legacy_tiles!(
+    "avx2,fma,f16c,avx512vnni,avx512vl",
+    dot4_vnni512,
+    q8_0_x4_vnni512,
+    q4_0_x4_vnni512,
+    q5_0_x4_vnni512
+);
