@@ -1,0 +1,123 @@
+//! `hearth bench`: llama-bench-style throughput rows.
+
+use crate::commands::load_engine;
+use crate::ModelArgs;
+use anyhow::{bail, Result};
+use engine::bench::{BenchResult, BenchTest};
+use std::process::ExitCode;
+
+/// Flags of `hearth bench`.
+#[derive(clap::Args, Debug)]
+pub struct BenchArgs {
+    /// Model: a GGUF path or alias.
+    #[arg(short, long, default_value = "gemma3-270m")]
+    pub model: String,
+    /// Prompt lengths to test (0 skips prompt processing).
+    #[arg(
+        short = 'p',
+        long = "n-prompt",
+        value_delimiter = ',',
+        default_value = "512"
+    )]
+    pub n_prompt: Vec<usize>,
+    /// Generation lengths to test (0 skips generation).
+    #[arg(
+        short = 'n',
+        long = "n-gen",
+        value_delimiter = ',',
+        default_value = "128"
+    )]
+    pub n_gen: Vec<usize>,
+    /// Thread counts to test.
+    #[arg(short, long, value_delimiter = ',')]
+    pub threads: Vec<usize>,
+    /// Repetitions per test.
+    #[arg(short, long, default_value_t = 5)]
+    pub reps: usize,
+    /// Context tokens processed before each timed test.
+    #[arg(short, long, default_value_t = 0)]
+    pub depth: usize,
+    /// Print JSON lines instead of a table.
+    #[arg(long)]
+    pub json: bool,
+    /// Keep activations in f32 in matrix products.
+    #[arg(long)]
+    pub precise: bool,
+}
+
+/// Run every (threads, test) combination and print a row for each.
+pub fn run(args: &BenchArgs) -> Result<ExitCode> {
+    let threads = if args.threads.is_empty() {
+        vec![engine::EngineOptions::default().threads]
+    } else {
+        args.threads.clone()
+    };
+    if threads.contains(&0) {
+        bail!("--threads must be at least 1");
+    }
+    let tests: Vec<BenchTest> = args
+        .n_prompt
+        .iter()
+        .filter(|&&n| n > 0)
+        .map(|&n| BenchTest::Prompt(n))
+        .chain(
+            args.n_gen
+                .iter()
+                .filter(|&&n| n > 0)
+                .map(|&n| BenchTest::Generate(n)),
+        )
+        .collect();
+    if tests.is_empty() {
+        bail!("nothing to measure: give -p or -n above 0");
+    }
+    if !args.json {
+        println!("| model | threads | test | t/s |");
+        println!("| --- | ---: | ---: | ---: |");
+    }
+    for &t in &threads {
+        let engine = load_engine(&ModelArgs {
+            model: args.model.clone(),
+            threads: Some(t),
+            precise: args.precise,
+        })?;
+        let name = engine
+            .model()
+            .gguf()
+            .get_str("general.name")
+            .unwrap_or("model")
+            .to_string();
+        for &test in &tests {
+            let r = engine.bench(test, args.depth, args.reps)?;
+            print_row(&name, &r, args.json);
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_row(model: &str, r: &BenchResult, json: bool) {
+    let test = if r.depth > 0 {
+        format!("{} @ d{}", r.test.name(), r.depth)
+    } else {
+        r.test.name()
+    };
+    if json {
+        let v = serde_json::json!({
+            "model": model,
+            "test": test,
+            "threads": r.threads,
+            "n_tokens": r.test.tokens(),
+            "depth": r.depth,
+            "avg_ts": r.mean(),
+            "stddev_ts": r.sd(),
+            "samples_ts": r.samples,
+        });
+        println!("{v}");
+    } else {
+        println!(
+            "| {model} | {} | {test} | {:.2} ± {:.2} |",
+            r.threads,
+            r.mean(),
+            r.sd()
+        );
+    }
+}

@@ -1,0 +1,139 @@
+//! Throughput measurements in llama-bench's terms: `pp N` processes a prompt
+//! of N tokens in one batch, `tg N` decodes N tokens one at a time (after
+//! `depth` tokens of context), each run from an empty cache.
+
+use crate::{Engine, EngineError, Rng};
+use std::time::{Duration, Instant};
+
+/// What one benchmark row measures.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BenchTest {
+    /// Prompt processing of `n` tokens in one batch.
+    Prompt(usize),
+    /// Generation of `n` tokens one by one.
+    Generate(usize),
+}
+
+impl BenchTest {
+    /// Tokens the test processes.
+    pub fn tokens(self) -> usize {
+        match self {
+            BenchTest::Prompt(n) | BenchTest::Generate(n) => n,
+        }
+    }
+
+    /// llama-bench's name for the test (`pp512`, `tg128`).
+    pub fn name(self) -> String {
+        match self {
+            BenchTest::Prompt(n) => format!("pp{n}"),
+            BenchTest::Generate(n) => format!("tg{n}"),
+        }
+    }
+}
+
+/// Repeated timings of one test.
+#[derive(Debug, Clone)]
+pub struct BenchResult {
+    /// The test.
+    pub test: BenchTest,
+    /// Context tokens processed before the timed part.
+    pub depth: usize,
+    /// Kernel threads.
+    pub threads: usize,
+    /// Tokens per second of each repetition.
+    pub samples: Vec<f64>,
+}
+
+impl BenchResult {
+    /// Mean tokens per second.
+    pub fn mean(&self) -> f64 {
+        self.samples.iter().sum::<f64>() / self.samples.len().max(1) as f64
+    }
+
+    /// Sample standard deviation of tokens per second.
+    pub fn sd(&self) -> f64 {
+        let n = self.samples.len();
+        if n < 2 {
+            return 0.0;
+        }
+        let m = self.mean();
+        (self.samples.iter().map(|v| (v - m) * (v - m)).sum::<f64>() / (n - 1) as f64).sqrt()
+    }
+}
+
+/// Random token ids, as llama-bench feeds: the content does not change the
+/// work done.
+fn tokens(engine: &Engine, n: usize, seed: u64) -> Vec<u32> {
+    let vocab = engine.model().config().vocab as u64;
+    let mut rng = Rng::new(seed);
+    (0..n).map(|_| (rng.next_u64() % vocab) as u32).collect()
+}
+
+impl Engine {
+    /// Time `test` `reps` times (after one untimed warm-up run).
+    pub fn bench(
+        &self,
+        test: BenchTest,
+        depth: usize,
+        reps: usize,
+    ) -> Result<BenchResult, EngineError> {
+        let n = test.tokens();
+        if n == 0 {
+            return Err(EngineError::InvalidRequest(
+                "a benchmark needs at least one token".into(),
+            ));
+        }
+        let n_ctx = depth + n;
+        let mut session = self.session(n_ctx);
+        let ctx_ids = tokens(self, depth, 1);
+        let ids = tokens(self, n, 2);
+        let mut run = || -> Result<Duration, EngineError> {
+            session.reset();
+            if depth > 0 {
+                session.feed(&ctx_ids)?;
+            }
+            let start = Instant::now();
+            match test {
+                BenchTest::Prompt(_) => {
+                    session.feed_batch(&ids)?;
+                }
+                BenchTest::Generate(_) => {
+                    for &id in &ids {
+                        session.feed_batch(&[id])?;
+                    }
+                }
+            }
+            Ok(start.elapsed())
+        };
+        run()?;
+        let mut samples = Vec::with_capacity(reps);
+        for _ in 0..reps.max(1) {
+            let t = run()?;
+            samples.push(n as f64 / t.as_secs_f64().max(1e-9));
+        }
+        Ok(BenchResult {
+            test,
+            depth,
+            threads: self.model().threads(),
+            samples,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statistics() {
+        let r = BenchResult {
+            test: BenchTest::Prompt(4),
+            depth: 0,
+            threads: 1,
+            samples: vec![1.0, 2.0, 3.0],
+        };
+        assert_eq!(r.mean(), 2.0);
+        assert!((r.sd() - 1.0).abs() < 1e-12);
+        assert_eq!(BenchTest::Generate(128).name(), "tg128");
+    }
+}
