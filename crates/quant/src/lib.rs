@@ -7,6 +7,7 @@
 
 mod error;
 mod formats;
+mod gemm;
 mod matmul;
 mod pool;
 pub mod scalar;

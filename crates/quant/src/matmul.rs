@@ -108,6 +108,59 @@ impl<'a> Matrix<'a> {
 /// while the activations stream past.
 const ROW_TILE: usize = 16;
 
+/// Batches from this size on take the split-tile GEMM where the CPU has it.
+const GEMM_MIN_BATCH: usize = 16;
+
+/// The split-tile product (see [`crate::gemm`]): activations split once, each
+/// thread splits its own tiles of four weight rows and sweeps all activations.
+#[allow(clippy::too_many_arguments)]
+fn gemm_split(
+    pool: &ThreadPool,
+    w: &Matrix,
+    acts: &[u8],
+    arow: usize,
+    batch: usize,
+    nb: usize,
+    tile: crate::gemm::TileFn,
+    out: &SharedOut,
+) {
+    use crate::gemm::{Split, TILE};
+    let rows = w.rows;
+    let cols_padded = batch.div_ceil(TILE) * TILE;
+    let mut a = Split::new(cols_padded, nb);
+    for c in 0..batch {
+        a.fill(c, GgmlType::Q8_0, &acts[c * arow..(c + 1) * arow], nb);
+    }
+    let tiles = rows.div_ceil(TILE);
+    let parts = pool.threads().min(tiles);
+    pool.run(parts, |t| {
+        let mut ws = Split::new(TILE, nb);
+        for rt in split_range(tiles, parts, t) {
+            let r0 = rt * TILE;
+            for r in 0..TILE {
+                if r0 + r < rows {
+                    ws.fill(r, w.ty, w.row(r0 + r), nb);
+                } else {
+                    ws.clear(r);
+                }
+            }
+            for c0 in (0..batch).step_by(TILE) {
+                let v = tile(&ws, 0, &a, c0);
+                for (c, vc) in v.iter().enumerate().take(batch - c0) {
+                    for (r, &x) in vc
+                        .iter()
+                        .enumerate()
+                        .take(rows.saturating_sub(r0).min(TILE))
+                    {
+                        // SAFETY: rows r0..r0+TILE belong to this task alone.
+                        unsafe { out.write((c0 + c) * rows + r0 + r, x) };
+                    }
+                }
+            }
+        }
+    });
+}
+
 /// The output buffer shared by tasks that each write a disjoint set of rows.
 struct SharedOut {
     ptr: *mut f32,
@@ -227,6 +280,12 @@ pub fn try_matmul(
     }
     let acts = &scratch[..need];
     let nb = cols / w.ty.block_len();
+    if batch >= GEMM_MIN_BATCH && at == GgmlType::Q8_0 && crate::gemm::supports(w.ty) {
+        if let Some(tile) = crate::gemm::kernel() {
+            gemm_split(pool, w, acts, arow, batch, nb, tile, &shared);
+            return Ok(());
+        }
+    }
     if let (Some(tile), true) = (k.tile4(w.ty), batch >= 4) {
         pool.run(parts, |t| {
             let range = split_range(rows, parts, t);

@@ -153,6 +153,37 @@ proptest! {
     }
 }
 
+/// Large batches take the split-tile GEMM, which sums blocks in another
+/// order: equal to the vector kernels up to f32 rounding.
+#[test]
+fn batched_matmul_matches_vector_kernels() {
+    let mut rng = Rng(7);
+    for threads in [1, 2] {
+        let pool = ThreadPool::new(threads);
+        let mut scratch = Vec::new();
+        for ty in [GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q4_0] {
+            let (rows, cols, batch) = (13, 96, 37);
+            let w = random_weights(ty, rows * cols, &mut rng);
+            let m = Matrix::new(ty, rows, cols, &w).unwrap();
+            let x: Vec<f32> = (0..batch * cols).map(|_| rng.f32()).collect();
+            let mut out = vec![f32::NAN; batch * rows];
+            quant::matmul(&pool, &m, &x, batch, &mut out, &mut scratch);
+            let mut a = vec![0u8; GgmlType::Q8_0.row_bytes(cols as u64).unwrap() as usize];
+            for b in 0..batch {
+                quantize_activation(GgmlType::Q8_0, &x[b * cols..(b + 1) * cols], &mut a).unwrap();
+                for r in 0..rows {
+                    let want = vec_dot(ty, cols, m.row(r), &a);
+                    let got = out[b * rows + r];
+                    assert!(
+                        (got - want).abs() <= 1e-4 * (want.abs() + 1.0),
+                        "{ty} threads {threads} batch row {b} row {r}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn matmul_matches_naive_loop() {
     let mut rng = Rng(42);
