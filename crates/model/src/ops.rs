@@ -24,11 +24,13 @@ pub fn rms_norm_into(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
     rms_norm_rows(out, w, eps);
 }
 
-/// GELU with the tanh approximation (`gelu_pytorch_tanh`).
+/// GELU with the tanh approximation (`gelu_pytorch_tanh`), written with the
+/// identity `(1 + tanh(z)) / 2 = 1 / (1 + exp(-2z))`: one `exp` instead of a
+/// `tanh`, which is the slower libm call.
 #[inline]
 pub fn gelu_tanh(x: f32) -> f32 {
-    const SQRT_2_OVER_PI: f32 = 0.797_884_6;
-    0.5 * x * (1.0 + (SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).tanh())
+    const TWO_SQRT_2_OVER_PI: f32 = 2.0 * 0.797_884_6;
+    x / (1.0 + (-TWO_SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).exp())
 }
 
 /// `gate <- gelu(gate) * up`, the gated FFN activation.

@@ -185,7 +185,7 @@ mod x86 {
                 // SAFETY: as above, 16 scales per pair.
                 sw[r] = unsafe { _mm512_loadu_ps(ws(r).add(p * 16)) };
             }
-            for c in 0..TILE {
+            for (c, acc_c) in acc.iter_mut().enumerate() {
                 // SAFETY: pair p of activation row c lies inside the buffers.
                 let (av, sa) = unsafe {
                     (
@@ -198,17 +198,11 @@ mod x86 {
                     let signed = _mm512_mask_sub_epi8(av, neg[r], zero, av);
                     let dot = _mm512_dpbusd_epi32(zero, absw[r], signed);
                     let scale = _mm512_mul_ps(sw[r], sa);
-                    acc[c][r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc[c][r]);
+                    acc_c[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc_c[r]);
                 }
             }
         }
-        let mut out = [[0.0f32; TILE]; TILE];
-        for c in 0..TILE {
-            for r in 0..TILE {
-                out[c][r] = _mm512_reduce_add_ps(acc[c][r]);
-            }
-        }
-        out
+        acc.map(|row| row.map(|v| _mm512_reduce_add_ps(v)))
     }
 }
 
@@ -280,9 +274,9 @@ mod tests {
             crate::dequantize(ty, &blocks, &mut want).unwrap();
             let mut s = Split::new(1, 3);
             s.fill(0, ty, &blocks, 3);
-            for i in 0..96 {
+            for (i, &w) in want.iter().enumerate() {
                 let got = s.q[i] as f32 * s.s[(i / 32) * 8];
-                assert_eq!(got, want[i], "{ty} element {i}");
+                assert_eq!(got, w, "{ty} element {i}");
             }
             // The padding block of the last pair is zero.
             assert!(s.q[96..128].iter().all(|&v| v == 0));
