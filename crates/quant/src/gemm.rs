@@ -24,6 +24,9 @@ pub(crate) struct Split {
     pub s: Vec<f32>,
     /// Block pairs per row.
     pub pairs: usize,
+    /// Per 32-element block: for Q4_K weights the minimum term `dmin * m`,
+    /// for activations the block's sum `d * sum(q)`; zero otherwise.
+    pub m: Vec<f32>,
 }
 
 impl Split {
@@ -34,6 +37,85 @@ impl Split {
             q: vec![0; n * pairs * 64],
             s: vec![0.0; n * pairs * 16],
             pairs,
+            m: vec![0.0; n * pairs * 2],
+        }
+    }
+
+    /// Fill row `row` from a row of `cols` elements of type `ty`: weights of
+    /// any type [`supports`] accepts, or activations in Q8_0 or Q8_K.
+    pub fn fill_row(&mut self, row: usize, ty: GgmlType, src: &[u8], cols: usize) {
+        match ty {
+            GgmlType::Q4_K | GgmlType::Q6_K | GgmlType::Q8_K => self.fill_k(row, ty, src, cols),
+            _ => self.fill(row, ty, src, cols / QK),
+        }
+        if matches!(ty, GgmlType::Q8_0 | GgmlType::Q8_K) {
+            // Activation block sums, for the Q4_K minimum term.
+            let pairs = self.pairs;
+            for b in 0..cols / QK {
+                let q = &self.q[row * pairs * 64 + b * QK..][..QK];
+                let sum: i32 = q.iter().map(|&v| v as i32).sum();
+                self.m[row * pairs * 2 + b] = self.s[row * pairs * 16 + b * 8] * sum as f32;
+            }
+        }
+    }
+
+    /// The super-block formats: each 32-element block gets its byte values
+    /// and a scale per i32 lane (Q6_K's scales cover 16 elements, four lanes).
+    fn fill_k(&mut self, row: usize, ty: GgmlType, src: &[u8], cols: usize) {
+        let pairs = self.pairs;
+        let base = row * pairs;
+        for (sb, b) in src
+            .chunks_exact(ty.block_bytes())
+            .take(cols / 256)
+            .enumerate()
+        {
+            for k in 0..8 {
+                let blk = sb * 8 + k;
+                let q = &mut self.q[base * 64 + blk * QK..][..QK];
+                let s = &mut self.s[base * 16 + blk * 8..][..8];
+                match ty {
+                    GgmlType::Q8_K => {
+                        let d = f32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                        for (o, &v) in q.iter_mut().zip(&b[4 + k * 32..4 + (k + 1) * 32]) {
+                            *o = v as i8;
+                        }
+                        s.fill(d);
+                    }
+                    GgmlType::Q4_K => {
+                        let d = half::f16::from_le_bytes([b[0], b[1]]).to_f32();
+                        let dmin = half::f16::from_le_bytes([b[2], b[3]]).to_f32();
+                        let (sc, mn) = crate::formats::kquants::scales_mins_k4(&b[4..16]);
+                        let qs = &b[16 + (k / 2) * 32..16 + (k / 2 + 1) * 32];
+                        for (o, &v) in q.iter_mut().zip(qs) {
+                            *o = if k % 2 == 0 {
+                                (v & 0x0F) as i8
+                            } else {
+                                (v >> 4) as i8
+                            };
+                        }
+                        s.fill(d * sc[k] as f32);
+                        self.m[base * 2 + blk] = dmin * mn[k] as f32;
+                    }
+                    GgmlType::Q6_K => {
+                        let (ql, qh, sc) = (&b[0..128], &b[128..192], &b[192..208]);
+                        let d = half::f16::from_le_bytes([b[208], b[209]]).to_f32();
+                        // Element e of the super-block: half h = e / 128, and
+                        // within it l = e % 32 and quarter j = (e % 128) / 32.
+                        for (i, o) in q.iter_mut().enumerate() {
+                            let e = k * 32 + i;
+                            let (h, j, l) = (e / 128, (e % 128) / 32, e % 32);
+                            let lo = ql[h * 64 + l + if j % 2 == 1 { 32 } else { 0 }];
+                            let lo = if j >= 2 { lo >> 4 } else { lo & 0x0F };
+                            let hi = (qh[h * 32 + l] >> (2 * j)) & 3;
+                            *o = (lo | (hi << 4)) as i8 - 32;
+                        }
+                        for (lane, sv) in s.iter_mut().enumerate() {
+                            *sv = d * sc[(k * 32 + lane * 4) / 16] as i8 as f32;
+                        }
+                    }
+                    _ => unreachable!("fill_k takes super-block types only"),
+                }
+            }
         }
     }
 
@@ -79,12 +161,24 @@ impl Split {
         let pairs = self.pairs;
         self.q[row * pairs * 64..(row + 1) * pairs * 64].fill(0);
         self.s[row * pairs * 16..(row + 1) * pairs * 16].fill(0.0);
+        self.m[row * pairs * 2..(row + 1) * pairs * 2].fill(0.0);
+    }
+
+    /// `sum_b self.m[row][b] * other.m[other_row][b]`: the Q4_K minimum term.
+    pub fn min_term(&self, row: usize, other: &Split, other_row: usize) -> f32 {
+        let n = self.pairs * 2;
+        let a = &self.m[row * n..(row + 1) * n];
+        let b = &other.m[other_row * n..(other_row + 1) * n];
+        crate::vector::dot(a, b)
     }
 }
 
 /// Whether the weight type has a split form.
 pub(crate) fn supports(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q4_0)
+    matches!(
+        ty,
+        GgmlType::Q8_0 | GgmlType::Q5_0 | GgmlType::Q4_0 | GgmlType::Q4_K | GgmlType::Q6_K
+    )
 }
 
 /// The 4×4 tile kernel: `out[c][r] = sum over pairs of the dot products of
@@ -260,6 +354,45 @@ mod tests {
                     let tol = 1e-5 * mag(c, r) + 1e-6;
                     prop_assert!((got[c][r] - want[c][r]).abs() <= tol, "{} vs {}", got[c][r], want[c][r]);
                 }
+            }
+        }
+    }
+
+    /// Q4_K and Q6_K rows split into bytes, lane scales and minimum terms
+    /// that reproduce `dequantize` (random valid super-blocks).
+    #[test]
+    fn split_k_decodes_like_dequantize() {
+        let mut x = 0x9e37_79b9_u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        for ty in [GgmlType::Q4_K, GgmlType::Q6_K] {
+            let mut blocks: Vec<u8> = (0..2 * ty.block_bytes()).map(|_| next() as u8).collect();
+            // Sane f16 scales (d and dmin for Q4_K at 0..4, d for Q6_K at 208..210).
+            for sb in 0..2 {
+                let o = sb * ty.block_bytes();
+                let d = half::f16::from_f32(0.01 + (next() % 100) as f32 / 1000.0).to_le_bytes();
+                if ty == GgmlType::Q4_K {
+                    blocks[o..o + 2].copy_from_slice(&d);
+                    blocks[o + 2..o + 4].copy_from_slice(&d);
+                } else {
+                    blocks[o + 208..o + 210].copy_from_slice(&d);
+                }
+            }
+            let mut want = vec![0.0f32; 512];
+            crate::dequantize(ty, &blocks, &mut want).unwrap();
+            let mut s = Split::new(1, 16);
+            s.fill_row(0, ty, &blocks, 512);
+            for (e, &w) in want.iter().enumerate() {
+                let (b, lane) = (e / 32, (e % 32) / 4);
+                let got = s.q[e] as f32 * s.s[b * 8 + lane] - s.m[b];
+                assert!(
+                    (got - w).abs() <= 1e-5 * (w.abs() + 1.0),
+                    "{ty} element {e}: {got} vs {w}"
+                );
             }
         }
     }

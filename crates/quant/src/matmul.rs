@@ -117,19 +117,21 @@ const GEMM_MIN_BATCH: usize = 16;
 fn gemm_split(
     pool: &ThreadPool,
     w: &Matrix,
+    at: GgmlType,
     acts: &[u8],
     arow: usize,
     batch: usize,
-    nb: usize,
     tile: crate::gemm::TileFn,
     out: &SharedOut,
 ) {
     use crate::gemm::{Split, TILE};
-    let rows = w.rows;
+    let (rows, cols) = (w.rows, w.cols);
+    let nb = cols / 32;
+    let has_min = w.ty == GgmlType::Q4_K;
     let cols_padded = batch.div_ceil(TILE) * TILE;
     let mut a = Split::new(cols_padded, nb);
     for c in 0..batch {
-        a.fill(c, GgmlType::Q8_0, &acts[c * arow..(c + 1) * arow], nb);
+        a.fill_row(c, at, &acts[c * arow..(c + 1) * arow], cols);
     }
     let tiles = rows.div_ceil(TILE);
     let parts = pool.threads().min(tiles);
@@ -139,7 +141,7 @@ fn gemm_split(
             let r0 = rt * TILE;
             for r in 0..TILE {
                 if r0 + r < rows {
-                    ws.fill(r, w.ty, w.row(r0 + r), nb);
+                    ws.fill_row(r, w.ty, w.row(r0 + r), cols);
                 } else {
                     ws.clear(r);
                 }
@@ -152,6 +154,11 @@ fn gemm_split(
                         .enumerate()
                         .take(rows.saturating_sub(r0).min(TILE))
                     {
+                        let x = if has_min {
+                            x - ws.min_term(r, &a, c0 + c)
+                        } else {
+                            x
+                        };
                         // SAFETY: rows r0..r0+TILE belong to this task alone.
                         unsafe { out.write((c0 + c) * rows + r0 + r, x) };
                     }
@@ -280,9 +287,9 @@ pub fn try_matmul(
     }
     let acts = &scratch[..need];
     let nb = cols / w.ty.block_len();
-    if batch >= GEMM_MIN_BATCH && at == GgmlType::Q8_0 && crate::gemm::supports(w.ty) {
+    if batch >= GEMM_MIN_BATCH && crate::gemm::supports(w.ty) {
         if let Some(tile) = crate::gemm::kernel() {
-            gemm_split(pool, w, acts, arow, batch, nb, tile, &shared);
+            gemm_split(pool, w, at, acts, arow, batch, tile, &shared);
             return Ok(());
         }
     }

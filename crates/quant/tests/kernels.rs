@@ -154,29 +154,40 @@ proptest! {
 }
 
 /// Large batches take the split-tile GEMM, which sums blocks in another
-/// order: equal to the vector kernels up to f32 rounding.
+/// order: equal to the vector kernels up to f32 rounding of the terms.
 #[test]
 fn batched_matmul_matches_vector_kernels() {
     let mut rng = Rng(7);
     for threads in [1, 2] {
         let pool = ThreadPool::new(threads);
         let mut scratch = Vec::new();
-        for ty in [GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q4_0] {
-            let (rows, cols, batch) = (13, 96, 37);
+        for ty in [
+            GgmlType::Q8_0,
+            GgmlType::Q5_0,
+            GgmlType::Q4_0,
+            GgmlType::Q4_K,
+            GgmlType::Q6_K,
+        ] {
+            let (rows, cols, batch) = (13, 512, 37);
             let w = random_weights(ty, rows * cols, &mut rng);
             let m = Matrix::new(ty, rows, cols, &w).unwrap();
             let x: Vec<f32> = (0..batch * cols).map(|_| rng.f32()).collect();
             let mut out = vec![f32::NAN; batch * rows];
             quant::matmul(&pool, &m, &x, batch, &mut out, &mut scratch);
-            let mut a = vec![0u8; GgmlType::Q8_0.row_bytes(cols as u64).unwrap() as usize];
+            let at = vec_dot_type(ty);
+            let mut a = vec![0u8; at.row_bytes(cols as u64).unwrap() as usize];
+            let mut wrow = vec![0.0f32; cols];
             for b in 0..batch {
-                quantize_activation(GgmlType::Q8_0, &x[b * cols..(b + 1) * cols], &mut a).unwrap();
+                let xb = &x[b * cols..(b + 1) * cols];
+                quantize_activation(at, xb, &mut a).unwrap();
                 for r in 0..rows {
                     let want = vec_dot(ty, cols, m.row(r), &a);
+                    m.dequantize_row(r, &mut wrow).unwrap();
+                    let mag: f32 = wrow.iter().zip(xb).map(|(p, q)| (p * q).abs()).sum();
                     let got = out[b * rows + r];
                     assert!(
-                        (got - want).abs() <= 1e-4 * (want.abs() + 1.0),
-                        "{ty} threads {threads} batch row {b} row {r}: {got} vs {want}"
+                        (got - want).abs() <= 1e-5 * mag + 1e-6,
+                        "{ty} threads {threads} batch row {b} row {r}: {got} vs {want} (mag {mag})"
                     );
                 }
             }
