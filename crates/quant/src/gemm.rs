@@ -344,7 +344,9 @@ mod tests {
                     .map(|b| {
                         let wq = &w.q[r * p * 64 + b * 32..][..32];
                         let aq = &a.q[c * p * 64 + b * 32..][..32];
-                        let isum: i32 = wq.iter().zip(aq).map(|(&x, &y)| x as i32 * y as i32).sum();
+                        // Element magnitudes: the SIMD lanes hold partial sums
+                        // that may cancel only in the final reduction.
+                        let isum: i32 = wq.iter().zip(aq).map(|(&x, &y)| (x as i32 * y as i32).abs()).sum();
                         (isum as f32 * w.s[r * p * 16 + b * 8] * a.s[c * p * 16 + b * 8]).abs()
                     })
                     .sum()
