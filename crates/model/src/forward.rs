@@ -181,9 +181,10 @@ impl Model {
         let kd = cfg.n_kv_heads * cfg.head_dim;
         let vd = cfg.n_kv_heads * cfg.value_dim;
         for (li, lw) in self.weights.layers.iter().enumerate() {
-            let x = &s.x[..b * h];
-            let hb = &mut s.h[..b * h];
-            ops::rms_norm_into(x, &lw.attn_norm, cfg.norm_eps, hb);
+            s.h[..b * h].copy_from_slice(&s.x[..b * h]);
+            par_rows(&self.pool, &mut s.h[..b * h], h, |_, row| {
+                ops::rms_norm(row, &lw.attn_norm, cfg.norm_eps)
+            });
 
             let mm = |w: &crate::weights::Linear,
                       input: &[f32],
@@ -215,15 +216,15 @@ impl Model {
             )?;
 
             let rope = &s.ropes[li];
-            for (i, head) in s.q[..b * qd].chunks_exact_mut(cfg.head_dim).enumerate() {
+            par_rows(&self.pool, &mut s.q[..b * qd], cfg.head_dim, |i, head| {
                 ops::rms_norm(head, &lw.q_norm, cfg.norm_eps);
                 rope.apply(head, pos0 + i / cfg.n_heads);
                 head.iter_mut().for_each(|v| *v *= cfg.attn_scale);
-            }
-            for (i, head) in s.k[..b * kd].chunks_exact_mut(cfg.head_dim).enumerate() {
+            });
+            par_rows(&self.pool, &mut s.k[..b * kd], cfg.head_dim, |i, head| {
                 ops::rms_norm(head, &lw.k_norm, cfg.norm_eps);
                 rope.apply(head, pos0 + i / cfg.n_kv_heads);
-            }
+            });
 
             let layer = &mut cache.layers[li];
             attention(
@@ -249,12 +250,18 @@ impl Model {
                 &mut s.qbuf,
                 &mut s.wide,
             )?;
-            ops::rms_norm_rows(&mut s.o[..b * h], &lw.post_attn_norm, cfg.norm_eps);
+            let o = &mut s.o[..b * h];
+            par_rows(&self.pool, o, h, |_, row| {
+                ops::rms_norm(row, &lw.post_attn_norm, cfg.norm_eps)
+            });
             for (xv, &ov) in s.x[..b * h].iter_mut().zip(&s.o[..b * h]) {
                 *xv += ov;
             }
 
-            ops::rms_norm_into(&s.x[..b * h], &lw.ffn_norm, cfg.norm_eps, &mut s.h[..b * h]);
+            s.h[..b * h].copy_from_slice(&s.x[..b * h]);
+            par_rows(&self.pool, &mut s.h[..b * h], h, |_, row| {
+                ops::rms_norm(row, &lw.ffn_norm, cfg.norm_eps)
+            });
             let fd = cfg.ffn_dim;
             mm(
                 &lw.gate,
@@ -270,7 +277,10 @@ impl Model {
                 &mut s.qbuf,
                 &mut s.wide,
             )?;
-            ops::geglu(&mut s.gate[..b * fd], &s.up[..b * fd]);
+            let up = &s.up[..b * fd];
+            par_rows(&self.pool, &mut s.gate[..b * fd], fd, |i, g| {
+                ops::geglu(g, &up[i * fd..(i + 1) * fd])
+            });
             mm(
                 &lw.down,
                 &s.gate[..b * fd],
@@ -278,7 +288,10 @@ impl Model {
                 &mut s.qbuf,
                 &mut s.wide,
             )?;
-            ops::rms_norm_rows(&mut s.o[..b * h], &lw.post_ffn_norm, cfg.norm_eps);
+            let o = &mut s.o[..b * h];
+            par_rows(&self.pool, o, h, |_, row| {
+                ops::rms_norm(row, &lw.post_ffn_norm, cfg.norm_eps)
+            });
             for (xv, &ov) in s.x[..b * h].iter_mut().zip(&s.o[..b * h]) {
                 *xv += ov;
             }
@@ -293,6 +306,29 @@ impl Model {
         cache.advance(b);
         Ok(())
     }
+}
+
+/// Apply `f(row_index, row)` to every `row_len`-wide row of `data`, split
+/// over the pool when there are enough rows to pay for the hand-off.
+fn par_rows(
+    pool: &quant::ThreadPool,
+    data: &mut [f32],
+    row_len: usize,
+    f: impl Fn(usize, &mut [f32]) + Sync + Send,
+) {
+    let rows = data.len() / row_len.max(1);
+    if rows < 16 || pool.threads() == 1 {
+        data.chunks_exact_mut(row_len)
+            .enumerate()
+            .for_each(|(i, r)| f(i, r));
+        return;
+    }
+    let per = rows.div_ceil(pool.threads());
+    pool.for_each_chunk_mut(data, per * row_len, |chunk, rows| {
+        for (j, r) in rows.chunks_exact_mut(row_len).enumerate() {
+            f(chunk * per + j, r);
+        }
+    });
 }
 
 /// Causal attention of the batch's queries over the cached positions before
