@@ -329,6 +329,9 @@ pub fn try_matmul(
     }
     pool.run(parts, |t| {
         for_tiles(split_range(rows, parts, t), batch, |r, b| {
+            if b == 0 {
+                prefetch(w.row(r + PREFETCH_ROWS));
+            }
             // SAFETY: kernel from `simd::best()`; a row holds `nb` weight blocks and
             // each activation row `nb` blocks of the vec_dot type.
             let v = unsafe { f(w.row(r), &acts[b * arow..(b + 1) * arow], nb) };
@@ -337,6 +340,29 @@ pub fn try_matmul(
         });
     });
     Ok(())
+}
+
+/// How far ahead of the row being multiplied its successor is prefetched.
+const PREFETCH_ROWS: usize = 4;
+
+/// Ask for `bytes` (a weight row; empty past the last row) to be brought into
+/// cache: the decode products stream weights once, and the hardware
+/// prefetcher alone leaves the kernels waiting on memory.
+#[inline(always)]
+fn prefetch(bytes: &[u8]) {
+    #[cfg(target_arch = "x86_64")]
+    for line in bytes.chunks(64) {
+        // SAFETY: prefetching is a hint that never faults; the address is in a
+        // live slice anyway.
+        unsafe {
+            std::arch::x86_64::_mm_prefetch(
+                line.as_ptr() as *const i8,
+                std::arch::x86_64::_MM_HINT_T0,
+            )
+        };
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = bytes;
 }
 
 /// Visits (row, batch) pairs tile by tile: all batch entries for a few rows at a time.
