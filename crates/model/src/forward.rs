@@ -124,10 +124,12 @@ impl Model {
                 vocab: self.config.vocab,
             });
         }
-        for chunk in tokens.chunks(scratch.max_batch) {
-            self.forward_batch(cache, scratch, chunk)?;
-        }
-        Ok(())
+        self.pool.install(|| {
+            for chunk in tokens.chunks(scratch.max_batch) {
+                self.forward_batch(cache, scratch, chunk)?;
+            }
+            Ok(())
+        })
     }
 
     /// Logits for rows `rows` of the last batch, `vocab` values per row, in
