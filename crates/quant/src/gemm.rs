@@ -264,18 +264,22 @@ mod x86 {
         let aq = |c: usize| a.q[(a_row0 + c) * pairs * 64..].as_ptr();
         let as_ = |c: usize| a.s[(a_row0 + c) * pairs * 16..].as_ptr();
         let zero = _mm512_setzero_si512();
+        let flip = _mm512_set1_epi8(0x80u8 as i8);
+        let ones = _mm512_set1_epi8(1);
         let mut acc = [[_mm512_setzero_ps(); TILE]; TILE];
-        // Activation bytes are in [-127, 127] (Q8_0 activation quantization),
-        // so negating them cannot overflow.
+        // vpdpbusd multiplies unsigned by signed bytes. Activations (in
+        // [-127, 127]) are shifted to a + 128 by flipping their top bit, and
+        // the extra 128 * sum(w) is cancelled by starting each dot product at
+        // -128 * sum(w), computed once per weight row and pair.
         for p in 0..pairs {
-            let mut absw = [zero; TILE];
-            let mut neg = [0u64; TILE];
+            let mut wv = [zero; TILE];
+            let mut bias = [zero; TILE];
             let mut sw = [_mm512_setzero_ps(); TILE];
             for r in 0..TILE {
                 // SAFETY: pair p of row r lies inside the buffers (asserted by the caller).
-                let v = unsafe { _mm512_loadu_si512(wq(r).add(p * 64) as *const _) };
-                absw[r] = _mm512_abs_epi8(v);
-                neg[r] = _mm512_movepi8_mask(v);
+                wv[r] = unsafe { _mm512_loadu_si512(wq(r).add(p * 64) as *const _) };
+                let wsum = _mm512_dpbusd_epi32(zero, ones, wv[r]);
+                bias[r] = _mm512_sub_epi32(zero, _mm512_slli_epi32(wsum, 7));
                 // SAFETY: as above, 16 scales per pair.
                 sw[r] = unsafe { _mm512_loadu_ps(ws(r).add(p * 16)) };
             }
@@ -287,10 +291,9 @@ mod x86 {
                         _mm512_loadu_ps(as_(c).add(p * 16)),
                     )
                 };
+                let au = _mm512_xor_si512(av, flip);
                 for r in 0..TILE {
-                    // a * w = a' * |w| where a' is a negated wherever w < 0.
-                    let signed = _mm512_mask_sub_epi8(av, neg[r], zero, av);
-                    let dot = _mm512_dpbusd_epi32(zero, absw[r], signed);
+                    let dot = _mm512_dpbusd_epi32(bias[r], au, wv[r]);
                     let scale = _mm512_mul_ps(sw[r], sa);
                     acc_c[r] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(dot), scale, acc_c[r]);
                 }
@@ -320,7 +323,7 @@ mod tests {
                 let d = half::f16::from_f32((next() % 1000) as f32 / 5000.0 + 0.001);
                 bytes.extend_from_slice(&d.to_le_bytes());
                 // Activations never hold -128 (the quantizer stops at ±127),
-                // which the kernel relies on when it negates them.
+                // which the kernel relies on when it shifts them to unsigned.
                 bytes.extend((0..32).map(|_| ((next() % 255) as i32 - 127) as i8 as u8));
             }
             s.fill(row, GgmlType::Q8_0, &bytes, nb);
