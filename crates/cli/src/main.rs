@@ -1,7 +1,9 @@
 //! `hearth`: run Gemma models locally on the CPU.
 
+mod bench;
 mod chat;
 mod commands;
+mod serve;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
@@ -147,6 +149,10 @@ enum Command {
         #[arg(long)]
         full: bool,
     },
+    /// Serve the model over an OpenAI-compatible HTTP API until SIGTERM/SIGINT.
+    Serve(serve::ServeArgs),
+    /// Measure prompt-processing and generation throughput (like llama-bench).
+    Bench(bench::BenchArgs),
     /// Fetch a model into the local cache (alias or hf:OWNER/REPO/FILE.gguf).
     Pull {
         /// What to fetch.
@@ -211,5 +217,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Perplexity { model, file, chunk } => commands::perplexity(&model, &file, chunk),
         Command::Inspect { model, full } => commands::inspect(&model, full),
         Command::Pull { spec, quiet } => commands::pull(&spec, quiet),
+        Command::Bench(args) => bench::run(&args),
+        Command::Serve(args) => serve::run(&args),
     }
 }

@@ -4,6 +4,7 @@
 //!
 //! Front ends talk to this crate only; it hides kernels and tensors.
 
+pub mod bench;
 mod sampling;
 mod score;
 
@@ -225,6 +226,115 @@ impl Generation {
     }
 }
 
+/// One step of a generation.
+#[derive(Debug, Clone, Copy)]
+pub struct Step<'a> {
+    /// The id sampled in this step (on a final step that sampled nothing,
+    /// the last id sampled before, if any).
+    pub id: Option<u32>,
+    /// Text that became safe to show with this step (may be empty).
+    pub text: &'a str,
+    /// Set when the generation has ended.
+    pub finish: Option<FinishReason>,
+}
+
+/// A generation in progress, advanced a token at a time by
+/// [`Session::step`]; it owns the text state, the session owns the cache.
+#[derive(Debug)]
+pub struct Decoding {
+    opts: GenerateOptions,
+    decoder: StreamDecoder,
+    ids: Vec<u32>,
+    text: String,
+    piece: String,
+    /// Bytes of `text` already handed out; the rest might start a stop string.
+    emitted: usize,
+    max_stop: usize,
+    /// Sampled but not yet fed to the model.
+    pending: Option<u32>,
+    /// Prompt tokens still to evaluate (after the reused prefix), and how
+    /// many of them are in.
+    prefill: Vec<u32>,
+    prefilled: usize,
+    finish: Option<FinishReason>,
+    evaluated: usize,
+    reused: usize,
+    prompt_time: Duration,
+    gen_start: Instant,
+}
+
+impl Decoding {
+    /// Why it ended, once it has.
+    pub fn finish(&self) -> Option<FinishReason> {
+        self.finish
+    }
+
+    /// Whether it has ended.
+    pub fn is_done(&self) -> bool {
+        self.finish.is_some()
+    }
+
+    /// Whether the whole prompt is in the cache.
+    pub fn prefill_done(&self) -> bool {
+        self.prefilled >= self.prefill.len()
+    }
+
+    /// Prompt tokens still to evaluate.
+    pub fn prefill_left(&self) -> usize {
+        self.prefill.len() - self.prefilled.min(self.prefill.len())
+    }
+
+    /// Ids sampled so far.
+    pub fn ids(&self) -> &[u32] {
+        &self.ids
+    }
+
+    /// Prompt tokens evaluated by `start` (after the reused prefix).
+    pub fn prompt_tokens_evaluated(&self) -> usize {
+        self.evaluated
+    }
+
+    /// Prompt tokens reused from the session's cache.
+    pub fn prompt_tokens_reused(&self) -> usize {
+        self.reused
+    }
+
+    /// Stop here because the caller asked to; no more text is emitted.
+    pub fn cancel(&mut self) {
+        if self.finish.is_none() {
+            self.finish = Some(FinishReason::Cancelled);
+            self.pending = None;
+        }
+    }
+
+    /// End with `reason`, flushing the decoder's held bytes into the text so
+    /// the step that ends it can hand out the rest.
+    fn end(&mut self, reason: FinishReason) {
+        self.pending = None;
+        // As before the step API: an end-of-generation token with nothing
+        // held back drops the decoder's incomplete bytes.
+        if reason != FinishReason::Stop || self.emitted < self.text.len() {
+            let tail = self.decoder.finish();
+            self.text.push_str(&tail);
+        }
+        self.emitted = self.text.len();
+        self.finish = Some(reason);
+    }
+
+    /// The finished (or cancelled) generation.
+    pub fn into_generation(self) -> Generation {
+        Generation {
+            ids: self.ids,
+            text: self.text,
+            finish: self.finish.unwrap_or(FinishReason::Cancelled),
+            prompt_tokens_evaluated: self.evaluated,
+            prompt_tokens_reused: self.reused,
+            prompt_time: self.prompt_time,
+            gen_time: self.gen_start.elapsed(),
+        }
+    }
+}
+
 /// One sequence: its KV cache, buffers and the tokens it holds.
 pub struct Session {
     model: Arc<Model>,
@@ -260,6 +370,15 @@ impl Session {
                 n_ctx: self.n_ctx(),
             });
         }
+        let shared = self.reuse_prefix(prompt);
+        let rest = &prompt[shared..];
+        self.forward_prompt(rest)?;
+        Ok((rest.len(), shared))
+    }
+
+    /// Rewind the cache to the longest prefix it shares with `prompt` (when
+    /// the cache can rewind that far; else clear it) and return its length.
+    fn reuse_prefix(&mut self, prompt: &[u32]) -> usize {
         let mut shared = self
             .tokens
             .iter()
@@ -275,14 +394,36 @@ impl Session {
             shared = 0;
         }
         self.tokens.truncate(shared);
-        let rest = &prompt[shared..];
-        if let Err(e) = self.model.forward(&mut self.cache, &mut self.scratch, rest) {
+        shared
+    }
+
+    /// Evaluate prompt tokens after what the cache holds.
+    fn forward_prompt(&mut self, ids: &[u32]) -> Result<(), EngineError> {
+        if let Err(e) = self.model.forward(&mut self.cache, &mut self.scratch, ids) {
             // A failed batch leaves the cache in an unknown state.
             self.reset();
             return Err(e.into());
         }
-        self.tokens.extend_from_slice(rest);
-        Ok((rest.len(), shared))
+        self.tokens.extend_from_slice(ids);
+        Ok(())
+    }
+
+    /// Append `ids` to what the session holds, with no prefix matching, and
+    /// return the logits of the last one (the work of one llama-bench step).
+    pub fn feed_batch(&mut self, ids: &[u32]) -> Result<&mut [f32], EngineError> {
+        let needed = self.tokens.len() + ids.len();
+        if needed > self.n_ctx() {
+            return Err(EngineError::PromptTooLong {
+                prompt: needed,
+                n_ctx: self.n_ctx(),
+            });
+        }
+        if let Err(e) = self.model.forward(&mut self.cache, &mut self.scratch, ids) {
+            self.reset();
+            return Err(e.into());
+        }
+        self.tokens.extend_from_slice(ids);
+        self.last_logits()
     }
 
     /// Logits after the last token fed.
@@ -302,6 +443,51 @@ impl Session {
         opts: &GenerateOptions,
         mut on_token: impl FnMut(TokenEvent<'_>) -> bool,
     ) -> Result<Generation, EngineError> {
+        let mut decoding = self.start(prompt, sampler, opts)?;
+        loop {
+            let step = self.step(&mut decoding, sampler)?;
+            let done = step.finish.is_some();
+            let wants_more = match step.id {
+                Some(id) if !step.text.is_empty() || !done => on_token(TokenEvent {
+                    id,
+                    text: step.text,
+                }),
+                _ => true,
+            };
+            if done {
+                break;
+            }
+            if !wants_more {
+                decoding.cancel();
+                break;
+            }
+        }
+        Ok(decoding.into_generation())
+    }
+
+    /// Check the request and feed `prompt`, reusing the cached prefix: the
+    /// first half of a step-wise generation that [`Session::step`] advances.
+    pub fn start(
+        &mut self,
+        prompt: &[u32],
+        sampler: &Sampler,
+        opts: &GenerateOptions,
+    ) -> Result<Decoding, EngineError> {
+        let mut d = self.begin(prompt, sampler, opts)?;
+        self.prefill(&mut d, usize::MAX)?;
+        Ok(d)
+    }
+
+    /// Check the request and rewind the cache to the prefix it shares with
+    /// `prompt`, evaluating nothing yet: [`Session::prefill`] then evaluates
+    /// the rest in chunks, so a scheduler can interleave a long prompt with
+    /// other sequences' decoding.
+    pub fn begin(
+        &mut self,
+        prompt: &[u32],
+        sampler: &Sampler,
+        opts: &GenerateOptions,
+    ) -> Result<Decoding, EngineError> {
         if prompt.is_empty() {
             return Err(EngineError::InvalidRequest("the prompt is empty".into()));
         }
@@ -315,94 +501,153 @@ impl Session {
             .params()
             .validate()
             .map_err(EngineError::InvalidRequest)?;
-        let t0 = Instant::now();
-        let (evaluated, reused) = self.feed(prompt)?;
-        let prompt_time = t0.elapsed();
-        let t1 = Instant::now();
+        let reused = self.reuse_prefix(prompt);
+        let rest = prompt[reused..].to_vec();
+        Ok(Decoding {
+            decoder: StreamDecoder::new(opts.render_special),
+            ids: Vec::with_capacity(opts.max_tokens.min(4096)),
+            text: String::new(),
+            piece: String::new(),
+            emitted: 0,
+            max_stop: opts.stop.iter().map(|s| s.len()).max().unwrap_or(0),
+            opts: opts.clone(),
+            pending: None,
+            finish: None,
+            evaluated: rest.len(),
+            reused,
+            prefill: rest,
+            prefilled: 0,
+            prompt_time: Duration::ZERO,
+            gen_start: Instant::now(),
+        })
+    }
 
-        let tokenizer = Arc::clone(&self.tokenizer);
-        let mut decoder = StreamDecoder::new(opts.render_special);
-        let mut ids = Vec::with_capacity(opts.max_tokens.min(4096));
-        let mut text = String::new();
-        let mut piece = String::new();
-        let mut finish = FinishReason::Length;
-        let max_stop = opts.stop.iter().map(|s| s.len()).max().unwrap_or(0);
-        // Text held back because it might be the start of a stop string.
-        let mut emitted = 0usize;
-        while ids.len() < opts.max_tokens {
-            if self.tokens.len() >= self.n_ctx() {
-                break;
-            }
-            let rows = self.scratch.batch();
-            let logits = self
-                .model
-                .logits(&mut self.scratch, rows.saturating_sub(1)..rows)?;
-            let id = sampler.sample(logits, &self.tokens);
-            ids.push(id);
-            if opts.stop_on_eog && tokenizer.is_eog(id) {
-                finish = FinishReason::Stop;
-                break;
-            }
-            piece.clear();
-            decoder.push_into(&tokenizer, id, &mut piece);
-            text.push_str(&piece);
-            if let Some(cut) = find_stop(&text, &opts.stop, emitted) {
-                text.truncate(cut);
-                if cut > emitted
-                    && !on_token(TokenEvent {
-                        id,
-                        text: &text[emitted..],
-                    })
-                {
-                    finish = FinishReason::Cancelled;
-                } else {
-                    finish = FinishReason::Stop;
-                }
-                emitted = text.len();
-                break;
-            }
-            // Emit what can no longer become part of a stop string.
-            let safe = if max_stop == 0 {
-                text.len()
-            } else {
-                floor_char_boundary(&text, text.len().saturating_sub(max_stop - 1)).max(emitted)
-            };
-            if !on_token(TokenEvent {
-                id,
-                text: &text[emitted..safe],
-            }) {
-                emitted = safe;
-                finish = FinishReason::Cancelled;
-                break;
-            }
-            emitted = safe;
-            if self.tokens.len() + 1 > self.n_ctx() {
-                break;
-            }
-            self.model
-                .forward(&mut self.cache, &mut self.scratch, &[id])
-                .inspect_err(|_| self.reset())?;
-            self.tokens.push(id);
-        }
-        if finish != FinishReason::Stop || emitted < text.len() {
-            let tail = decoder.finish();
-            text.push_str(&tail);
-            if emitted < text.len() && finish != FinishReason::Cancelled {
-                let last = ids.last().copied().unwrap_or(0);
-                on_token(TokenEvent {
-                    id: last,
-                    text: &text[emitted..],
-                });
+    /// Evaluate up to `max_tokens` more prompt tokens of a generation made
+    /// by [`Session::begin`]; returns whether the whole prompt is in.
+    pub fn prefill(&mut self, d: &mut Decoding, max_tokens: usize) -> Result<bool, EngineError> {
+        if d.prefilled < d.prefill.len() {
+            let t0 = Instant::now();
+            let end = d
+                .prefill
+                .len()
+                .min(d.prefilled.saturating_add(max_tokens.max(1)));
+            self.forward_prompt(&d.prefill[d.prefilled..end])?;
+            d.prefilled = end;
+            d.prompt_time += t0.elapsed();
+            if d.prefilled == d.prefill.len() {
+                d.prefill = Vec::new();
+                d.prefilled = 0;
+                d.gen_start = Instant::now();
             }
         }
-        Ok(Generation {
-            ids,
-            text,
-            finish,
-            prompt_tokens_evaluated: evaluated,
-            prompt_tokens_reused: reused,
-            prompt_time,
-            gen_time: t1.elapsed(),
+        Ok(d.prefill_done())
+    }
+
+    /// Advance a generation by one token: feed the token sampled last (if
+    /// any), then sample the next one and apply the stop conditions.
+    ///
+    /// A batched scheduler would split this in two: one forward over the
+    /// pending tokens of many sessions ([`Session::accept_pending`] here),
+    /// then [`Session::sample_next`] for each.
+    pub fn step<'d>(
+        &mut self,
+        d: &'d mut Decoding,
+        sampler: &mut Sampler,
+    ) -> Result<Step<'d>, EngineError> {
+        self.prefill(d, usize::MAX)?;
+        self.accept_pending(d)?;
+        self.sample_next(d, sampler)
+    }
+
+    /// Feed the token that the last [`Session::sample_next`] produced into the
+    /// cache, so the logits for the next one are ready. Ends the generation
+    /// with `Length` when the context is full.
+    pub fn accept_pending(&mut self, d: &mut Decoding) -> Result<(), EngineError> {
+        let Some(id) = d.pending.take() else {
+            return Ok(());
+        };
+        if d.finish.is_some() {
+            return Ok(());
+        }
+        if self.tokens.len() + 1 > self.n_ctx() {
+            // Full: `sample_next` ends the generation with `Length`.
+            return Ok(());
+        }
+        self.model
+            .forward(&mut self.cache, &mut self.scratch, &[id])
+            .inspect_err(|_| self.reset())?;
+        self.tokens.push(id);
+        Ok(())
+    }
+
+    /// Sample the next token from the current logits and apply the stop
+    /// conditions; the returned text is what can be shown now.
+    pub fn sample_next<'d>(
+        &mut self,
+        d: &'d mut Decoding,
+        sampler: &mut Sampler,
+    ) -> Result<Step<'d>, EngineError> {
+        if d.finish.is_some() {
+            return Ok(Step {
+                id: None,
+                text: "",
+                finish: d.finish,
+            });
+        }
+        if !d.prefill_done() {
+            return Err(EngineError::InvalidRequest(
+                "sample_next before the prompt was prefilled".into(),
+            ));
+        }
+        if d.ids.len() >= d.opts.max_tokens || self.tokens.len() >= self.n_ctx() {
+            let from = d.emitted;
+            d.end(FinishReason::Length);
+            return Ok(Step {
+                id: d.ids.last().copied(),
+                text: &d.text[from..],
+                finish: d.finish,
+            });
+        }
+        let rows = self.scratch.batch();
+        let logits = self
+            .model
+            .logits(&mut self.scratch, rows.saturating_sub(1)..rows)?;
+        let id = sampler.sample(logits, &self.tokens);
+        d.ids.push(id);
+        let from = d.emitted;
+        if d.opts.stop_on_eog && self.tokenizer.is_eog(id) {
+            d.end(FinishReason::Stop);
+            return Ok(Step {
+                id: Some(id),
+                text: &d.text[from..],
+                finish: d.finish,
+            });
+        }
+        d.piece.clear();
+        d.decoder.push_into(&self.tokenizer, id, &mut d.piece);
+        d.text.push_str(&d.piece);
+        if let Some(cut) = find_stop(&d.text, &d.opts.stop, d.emitted) {
+            d.text.truncate(cut);
+            d.emitted = d.text.len();
+            d.finish = Some(FinishReason::Stop);
+            return Ok(Step {
+                id: Some(id),
+                text: &d.text[from.min(cut)..],
+                finish: d.finish,
+            });
+        }
+        // Emit what can no longer become part of a stop string.
+        let safe = if d.max_stop == 0 {
+            d.text.len()
+        } else {
+            floor_char_boundary(&d.text, d.text.len().saturating_sub(d.max_stop - 1)).max(from)
+        };
+        d.emitted = safe;
+        d.pending = Some(id);
+        Ok(Step {
+            id: Some(id),
+            text: &d.text[from..safe],
+            finish: None,
         })
     }
 

@@ -1,0 +1,106 @@
+//! `hearth serve`: flags to a [`server::ServerConfig`].
+
+use crate::ModelArgs;
+use anyhow::{bail, Context, Result};
+use engine::EngineOptions;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// Flags of `hearth serve`.
+#[derive(clap::Args, Debug)]
+pub struct ServeArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1")]
+    host: String,
+    /// Port to listen on (0 picks a free one; the address is printed).
+    #[arg(long, default_value_t = 8080)]
+    port: u16,
+    /// Sequences generated at once (each keeps its own KV cache).
+    #[arg(long, default_value_t = 1)]
+    parallel: usize,
+    /// Context size of each sequence in tokens (default: the model's, at most 4096).
+    #[arg(short = 'c', long = "ctx", default_value_t = 0)]
+    ctx: usize,
+    /// Requests that may wait for a free sequence (default: 4 per sequence);
+    /// more get 429 with Retry-After.
+    #[arg(long)]
+    queue: Option<usize>,
+    /// Require `Authorization: Bearer KEY` on /v1/* (also read from HEARTH_API_KEY).
+    #[arg(long, env = "HEARTH_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
+    /// Largest request body in bytes.
+    #[arg(long, default_value_t = 1 << 20)]
+    body_limit: usize,
+    /// Seconds a client has to send its request headers, and again its body.
+    #[arg(long, default_value_t = 30.0)]
+    read_timeout: f64,
+    /// Seconds a non-streaming request may take in all.
+    #[arg(long, default_value_t = 600.0)]
+    request_timeout: f64,
+    /// Seconds in-flight requests may take to finish after SIGTERM/SIGINT.
+    #[arg(long, default_value_t = 10.0)]
+    shutdown_timeout: f64,
+}
+
+fn secs(name: &str, v: f64) -> Result<Duration> {
+    if !(v.is_finite() && v > 0.0) {
+        bail!("--{name} must be a positive number of seconds");
+    }
+    Ok(Duration::from_secs_f64(v))
+}
+
+/// Resolve the model and run the server until a signal stops it.
+pub fn run(args: &ServeArgs) -> Result<ExitCode> {
+    if args.parallel == 0 {
+        bail!("--parallel must be at least 1");
+    }
+    let path = store::resolve(&args.model.model)?;
+    let threads = args
+        .model
+        .threads
+        .unwrap_or_else(|| EngineOptions::default().threads);
+    if threads == 0 {
+        bail!("--threads must be at least 1");
+    }
+    let mut config = server::ServerConfig::new(path.clone());
+    // The id is what -m named (alias or file stem); the others resolve to it.
+    let spec = args.model.model.trim().to_string();
+    let stem = config.model_ids.remove(0);
+    let mut ids = Vec::new();
+    if std::path::Path::new(&spec).exists() {
+        ids.push(stem.clone());
+    } else {
+        ids.push(spec.clone());
+        ids.push(stem.clone());
+    }
+    ids.push(spec);
+    if let Some(name) = path.file_name() {
+        ids.push(name.to_string_lossy().into_owned());
+    }
+    ids.push(path.display().to_string());
+    ids.dedup();
+    config.model_ids = ids;
+    config.engine = EngineOptions {
+        threads,
+        precision: if args.model.precise {
+            engine::Precision::Exact
+        } else {
+            engine::Precision::Quantized
+        },
+    };
+    config.host = args.host.clone();
+    config.port = args.port;
+    config.parallel = args.parallel;
+    config.ctx = args.ctx;
+    config.queue = args.queue.unwrap_or(4 * args.parallel);
+    config.api_key = args.api_key.clone().filter(|k| !k.is_empty());
+    config.body_limit = args.body_limit;
+    config.header_timeout = secs("read-timeout", args.read_timeout)?;
+    config.body_timeout = config.header_timeout;
+    config.request_timeout = secs("request-timeout", args.request_timeout)?;
+    config.shutdown_timeout = secs("shutdown-timeout", args.shutdown_timeout)?;
+    server::run(config).context("hearth serve")?;
+    Ok(ExitCode::SUCCESS)
+}

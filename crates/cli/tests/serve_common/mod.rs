@@ -1,0 +1,316 @@
+//! Shared by the `serve_*` tests: start the real `hearth serve` on a free
+//! loopback port, speak plain HTTP/1.1 to it over a socket, stop it.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::TcpStream;
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// The tiny random Gemma 3 model: fast enough for many requests.
+pub const TINY: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../tests/fixtures/tiny/gemma3/model-f32.gguf"
+);
+
+/// A running `hearth serve`.
+pub struct Server {
+    /// The process.
+    pub child: Child,
+    /// `127.0.0.1:PORT`.
+    pub addr: String,
+    /// Everything it wrote to stderr so far.
+    pub stderr: Arc<Mutex<String>>,
+}
+
+impl Server {
+    /// Start `hearth serve -m MODEL --port 0 ARGS` and wait until it listens
+    /// and, when `wait_ready`, until /health says 200.
+    pub fn start(model: &str, args: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_hearth"))
+            .args(["serve", "-m", model, "--host", "127.0.0.1", "--port", "0"])
+            .args(if args.contains(&"-t") {
+                &[][..]
+            } else {
+                &["-t", "1"][..]
+            })
+            .args(args)
+            .env("RUST_BACKTRACE", "0")
+            .env_remove("HEARTH_API_KEY")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn hearth serve");
+        let stderr = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        {
+            let pipe = child.stderr.take().expect("stderr");
+            let stderr = Arc::clone(&stderr);
+            std::thread::spawn(move || {
+                for line in BufReader::new(pipe).lines() {
+                    let Ok(line) = line else { break };
+                    if let Some(addr) = line.split("listening on http://").nth(1) {
+                        let _ = tx.send(addr.trim().to_string());
+                    }
+                    let mut s = stderr.lock().unwrap();
+                    s.push_str(&line);
+                    s.push('\n');
+                }
+            });
+        }
+        let addr = match rx.recv_timeout(Duration::from_secs(60)) {
+            Ok(a) => a,
+            Err(_) => {
+                let _ = child.kill();
+                panic!(
+                    "hearth serve did not start; stderr:\n{}",
+                    stderr.lock().unwrap()
+                );
+            }
+        };
+        let server = Server {
+            child,
+            addr,
+            stderr,
+        };
+        server.wait_healthy(Duration::from_secs(120));
+        server
+    }
+
+    /// Poll /health until 200.
+    pub fn wait_healthy(&self, limit: Duration) {
+        let t0 = Instant::now();
+        while t0.elapsed() < limit {
+            if let Ok(r) = try_request(&self.addr, "GET", "/health", &[], b"") {
+                if r.status == 200 {
+                    return;
+                }
+                assert_eq!(r.status, 503, "health while loading: {}", r.text());
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("server not healthy after {limit:?}");
+    }
+
+    /// A request that must get a response.
+    pub fn request(&self, method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Resp {
+        try_request(&self.addr, method, path, headers, body)
+            .unwrap_or_else(|e| panic!("{method} {path}: {e}; stderr:\n{}", self.stderr()))
+    }
+
+    /// POST a JSON body.
+    pub fn post(&self, path: &str, body: &str) -> Resp {
+        self.request(
+            "POST",
+            path,
+            &[("Content-Type", "application/json")],
+            body.as_bytes(),
+        )
+    }
+
+    /// Its stderr so far.
+    pub fn stderr(&self) -> String {
+        self.stderr.lock().unwrap().clone()
+    }
+
+    /// Send SIGTERM.
+    pub fn sigterm(&self) {
+        let ok = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(ok.success());
+    }
+
+    /// Wait for the process to exit, at most `limit`.
+    pub fn wait_exit(&mut self, limit: Duration) -> ExitStatus {
+        let t0 = Instant::now();
+        loop {
+            if let Some(st) = self.child.try_wait().expect("try_wait") {
+                return st;
+            }
+            if t0.elapsed() > limit {
+                let _ = self.child.kill();
+                panic!(
+                    "server did not exit within {limit:?}; stderr:\n{}",
+                    self.stderr()
+                );
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    /// Assert it is still alive and never panicked.
+    pub fn assert_alive(&mut self) {
+        assert!(
+            self.child.try_wait().expect("try_wait").is_none(),
+            "server exited; stderr:\n{}",
+            self.stderr()
+        );
+        assert!(!self.stderr().contains("panicked"), "{}", self.stderr());
+        assert_eq!(self.request("GET", "/health", &[], b"").status, 200);
+    }
+
+    /// One metric's value from /metrics.
+    pub fn metric(&self, name: &str) -> f64 {
+        let m = self.request("GET", "/metrics", &[], b"").text();
+        m.lines()
+            .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or_else(|| panic!("no metric {name} in:\n{m}"))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A response.
+#[derive(Debug)]
+pub struct Resp {
+    /// Status code.
+    pub status: u16,
+    /// Header lines, lower-cased names.
+    pub headers: Vec<(String, String)>,
+    /// The body (de-chunked).
+    pub body: Vec<u8>,
+}
+
+impl Resp {
+    /// The body as text.
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    /// The body as JSON.
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body)
+            .unwrap_or_else(|e| panic!("not JSON ({e}): {}", self.text()))
+    }
+
+    /// A header's value.
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// Assert an OpenAI-shaped error with this status; returns the message.
+    #[track_caller]
+    pub fn assert_error(&self, status: u16) -> String {
+        assert_eq!(self.status, status, "body: {}", self.text());
+        let v = self.json();
+        let e = &v["error"];
+        assert!(e["message"].is_string(), "{v}");
+        assert!(e["type"].is_string(), "{v}");
+        assert!(e.get("param").is_some() && e.get("code").is_some(), "{v}");
+        e["message"].as_str().unwrap_or_default().to_string()
+    }
+
+    /// The `data:` payloads of an SSE body.
+    pub fn sse_data(&self) -> Vec<String> {
+        self.text()
+            .lines()
+            .filter_map(|l| l.strip_prefix("data: ").map(str::to_string))
+            .collect()
+    }
+}
+
+/// Connect with a timeout.
+pub fn connect(addr: &str) -> std::io::Result<TcpStream> {
+    let sock = addr
+        .parse()
+        .map_err(|e| std::io::Error::other(format!("{addr}: {e}")))?;
+    let s = TcpStream::connect_timeout(&sock, Duration::from_secs(5))?;
+    s.set_read_timeout(Some(Duration::from_secs(60)))?;
+    s.set_write_timeout(Some(Duration::from_secs(60)))?;
+    Ok(s)
+}
+
+/// Format a request with `Connection: close`.
+pub fn raw_request(method: &str, path: &str, headers: &[(&str, &str)], body: &[u8]) -> Vec<u8> {
+    let mut req = format!("{method} {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n");
+    for (k, v) in headers {
+        req.push_str(&format!("{k}: {v}\r\n"));
+    }
+    req.push_str(&format!("Content-Length: {}\r\n\r\n", body.len()));
+    let mut bytes = req.into_bytes();
+    bytes.extend_from_slice(body);
+    bytes
+}
+
+/// Send one request and read the whole response.
+pub fn try_request(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &[u8],
+) -> std::io::Result<Resp> {
+    let mut s = connect(addr)?;
+    // The server may answer (413) and close before the whole body is sent:
+    // read its answer all the same.
+    let written = s.write_all(&raw_request(method, path, headers, body));
+    let mut raw = Vec::new();
+    let read = s.read_to_end(&mut raw);
+    match parse_response(&raw) {
+        Ok(r) => Ok(r),
+        Err(e) => {
+            written?;
+            read?;
+            Err(e)
+        }
+    }
+}
+
+/// Split a raw response into status, headers and (de-chunked) body.
+pub fn parse_response(raw: &[u8]) -> std::io::Result<Resp> {
+    let bad = |m: &str| std::io::Error::other(format!("{m}: {}", String::from_utf8_lossy(raw)));
+    let end = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .ok_or_else(|| bad("no header end"))?;
+    let head = String::from_utf8_lossy(&raw[..end]).into_owned();
+    let mut lines = head.split("\r\n");
+    let status = lines
+        .next()
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|c| c.parse().ok())
+        .ok_or_else(|| bad("no status"))?;
+    let headers: Vec<(String, String)> = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.trim().to_ascii_lowercase(), v.trim().to_string()))
+        .collect();
+    let mut body = raw[end + 4..].to_vec();
+    if headers
+        .iter()
+        .any(|(k, v)| k == "transfer-encoding" && v.contains("chunked"))
+    {
+        body = dechunk(&body);
+    }
+    Ok(Resp {
+        status,
+        headers,
+        body,
+    })
+}
+
+fn dechunk(mut b: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(nl) = b.windows(2).position(|w| w == b"\r\n") {
+        let size = usize::from_str_radix(String::from_utf8_lossy(&b[..nl]).trim(), 16).unwrap_or(0);
+        if size == 0 || b.len() < nl + 2 + size {
+            break;
+        }
+        out.extend_from_slice(&b[nl + 2..nl + 2 + size]);
+        b = &b[(nl + 2 + size + 2).min(b.len())..];
+    }
+    out
+}

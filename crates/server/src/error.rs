@@ -1,0 +1,153 @@
+//! Errors in OpenAI's JSON shape, with the HTTP status that goes with each.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use serde_json::json;
+
+/// An error answered to the client as `{"error": {message, type, param, code}}`.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    /// The HTTP status.
+    pub status: StatusCode,
+    /// What went wrong, for a person.
+    pub message: String,
+    /// OpenAI's error type (`invalid_request_error`, ...).
+    pub kind: &'static str,
+    /// The request field at fault, if one is.
+    pub param: Option<String>,
+    /// A short machine-readable code, if one fits.
+    pub code: Option<&'static str>,
+    /// Seconds after which a retry may succeed (sets `Retry-After`).
+    pub retry_after: Option<u64>,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, kind: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            message: message.into(),
+            kind,
+            param: None,
+            code: None,
+            retry_after: None,
+        }
+    }
+
+    /// 400: the request is malformed or a parameter is out of range.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "invalid_request_error", message)
+    }
+
+    /// 400 naming the parameter at fault.
+    pub fn bad_param(param: &str, message: impl Into<String>) -> Self {
+        Self {
+            param: Some(param.to_string()),
+            ..Self::bad_request(message)
+        }
+    }
+
+    /// 401: missing or wrong API key.
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self {
+            code: Some("invalid_api_key"),
+            ..Self::new(StatusCode::UNAUTHORIZED, "authentication_error", message)
+        }
+    }
+
+    /// 404: no such route.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "invalid_request_error", message)
+    }
+
+    /// 404: no such model.
+    pub fn model_not_found(model: &str, served: &str) -> Self {
+        Self {
+            param: Some("model".into()),
+            code: Some("model_not_found"),
+            ..Self::not_found(format!(
+                "The model `{model}` does not exist; this server serves `{served}`."
+            ))
+        }
+    }
+
+    /// 405: the route exists but not with this method.
+    pub fn method_not_allowed() -> Self {
+        Self::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "invalid_request_error",
+            "Method not allowed on this route.",
+        )
+    }
+
+    /// 408: the client took too long to send its request.
+    pub fn request_timeout(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::REQUEST_TIMEOUT,
+            "invalid_request_error",
+            message,
+        )
+    }
+
+    /// 413: the body is over the limit.
+    pub fn too_large(limit: usize) -> Self {
+        Self::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "invalid_request_error",
+            format!("The request body is larger than the limit of {limit} bytes."),
+        )
+    }
+
+    /// 429: the queue is full; retry after `secs`.
+    pub fn queue_full(secs: u64) -> Self {
+        Self {
+            code: Some("queue_full"),
+            retry_after: Some(secs),
+            ..Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                "The server is busy: every slot is in use and the queue is full. Retry later.",
+            )
+        }
+    }
+
+    /// 503: not ready (loading) or going away (shutting down).
+    pub fn unavailable(message: impl Into<String>, retry_after: u64) -> Self {
+        Self {
+            retry_after: Some(retry_after),
+            ..Self::new(StatusCode::SERVICE_UNAVAILABLE, "server_error", message)
+        }
+    }
+
+    /// 504: the generation took longer than the request timeout.
+    pub fn timed_out(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::GATEWAY_TIMEOUT, "server_error", message)
+    }
+
+    /// 500: our own bug.
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "server_error", message)
+    }
+
+    /// The JSON body.
+    pub fn body(&self) -> serde_json::Value {
+        json!({
+            "error": {
+                "message": self.message,
+                "type": self.kind,
+                "param": self.param,
+                "code": self.code,
+            }
+        })
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let mut resp = (self.status, axum::Json(self.body())).into_response();
+        if let Some(secs) = self.retry_after {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        resp
+    }
+}

@@ -1,0 +1,178 @@
+//! Counters and gauges, rendered as Prometheus text at `/metrics`.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Mutex;
+use std::time::Duration;
+
+/// Everything `/metrics` reports; shared by the HTTP side and the scheduler.
+#[derive(Debug, Default)]
+pub struct Metrics {
+    /// HTTP requests by (endpoint, status).
+    requests: Mutex<BTreeMap<(&'static str, u16), u64>>,
+    /// Whether the model is loaded.
+    pub loaded: AtomicBool,
+    /// Generations that ran to their end.
+    pub completed: AtomicU64,
+    /// Generations ended because the client went away or the server stopped.
+    pub cancelled: AtomicU64,
+    /// Jobs refused because the queue was full.
+    pub rejected: AtomicU64,
+    /// Panics caught in the scheduler (bugs).
+    pub panics: AtomicU64,
+    /// Prompt tokens of admitted requests.
+    pub prompt_tokens: AtomicU64,
+    /// Tokens generated.
+    pub completion_tokens: AtomicU64,
+    /// Prompt tokens computed by prefill.
+    pub prefill_evaluated: AtomicU64,
+    /// Prompt tokens reused from a slot's cache instead of computed.
+    pub prefill_saved: AtomicU64,
+    /// Jobs waiting for a slot.
+    pub queue_depth: AtomicU64,
+    /// Queue capacity.
+    pub queue_capacity: AtomicU64,
+    /// Slots generating now.
+    pub slots_busy: AtomicU64,
+    /// Slots in all.
+    pub slots_total: AtomicU64,
+    /// Tokens produced by decode steps.
+    decode_tokens: AtomicU64,
+    /// Microseconds spent in decode steps.
+    decode_micros: AtomicU64,
+}
+
+impl Metrics {
+    /// Count one HTTP response.
+    pub fn record_request(&self, endpoint: &'static str, status: u16) {
+        let mut map = self.requests.lock().unwrap_or_else(|e| e.into_inner());
+        *map.entry((endpoint, status)).or_default() += 1;
+    }
+
+    /// Count one round of decode steps.
+    pub fn record_decode(&self, tokens: u64, took: Duration) {
+        self.decode_tokens.fetch_add(tokens, Ordering::Relaxed);
+        self.decode_micros
+            .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// Generated tokens per second of decoding, over the server's life.
+    pub fn decode_tokens_per_s(&self) -> f64 {
+        let t = self.decode_tokens.load(Ordering::Relaxed) as f64;
+        let us = self.decode_micros.load(Ordering::Relaxed) as f64;
+        if us > 0.0 {
+            t / (us / 1e6)
+        } else {
+            0.0
+        }
+    }
+
+    /// The Prometheus text exposition.
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        let mut put = |name: &str, kind: &str, help: &str, value: String| {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} {kind}");
+            let _ = writeln!(out, "{name} {value}");
+        };
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
+        put(
+            "hearth_model_loaded",
+            "gauge",
+            "1 once the model is loaded.",
+            u8::from(self.loaded.load(Ordering::Relaxed)).to_string(),
+        );
+        put(
+            "hearth_generations_completed_total",
+            "counter",
+            "Generations that ran to their end.",
+            get(&self.completed),
+        );
+        put(
+            "hearth_generations_cancelled_total",
+            "counter",
+            "Generations cancelled (client gone or shutdown).",
+            get(&self.cancelled),
+        );
+        put(
+            "hearth_requests_rejected_total",
+            "counter",
+            "Requests refused because the queue was full.",
+            get(&self.rejected),
+        );
+        put(
+            "hearth_internal_errors_total",
+            "counter",
+            "Panics caught in the scheduler.",
+            get(&self.panics),
+        );
+        put(
+            "hearth_prompt_tokens_total",
+            "counter",
+            "Prompt tokens of admitted requests.",
+            get(&self.prompt_tokens),
+        );
+        put(
+            "hearth_completion_tokens_total",
+            "counter",
+            "Tokens generated (cancelled generations included).",
+            get(&self.completion_tokens),
+        );
+        put(
+            "hearth_prefill_tokens_evaluated_total",
+            "counter",
+            "Prompt tokens computed by prefill.",
+            get(&self.prefill_evaluated),
+        );
+        put(
+            "hearth_prefill_tokens_saved_total",
+            "counter",
+            "Prompt tokens reused from the prefix cache instead of computed.",
+            get(&self.prefill_saved),
+        );
+        put(
+            "hearth_queue_depth",
+            "gauge",
+            "Requests waiting for a slot.",
+            get(&self.queue_depth),
+        );
+        put(
+            "hearth_queue_capacity",
+            "gauge",
+            "Most requests that may wait.",
+            get(&self.queue_capacity),
+        );
+        put(
+            "hearth_slots_busy",
+            "gauge",
+            "Slots generating now.",
+            get(&self.slots_busy),
+        );
+        put(
+            "hearth_slots_total",
+            "gauge",
+            "Slots (parallel sequences).",
+            get(&self.slots_total),
+        );
+        put(
+            "hearth_decode_tokens_per_second",
+            "gauge",
+            "Generated tokens per second of decoding, all slots together.",
+            format!("{:.3}", self.decode_tokens_per_s()),
+        );
+        let _ = writeln!(
+            out,
+            "# HELP hearth_requests_total HTTP requests answered, by endpoint and status."
+        );
+        let _ = writeln!(out, "# TYPE hearth_requests_total counter");
+        let map = self.requests.lock().unwrap_or_else(|e| e.into_inner());
+        for ((endpoint, status), n) in map.iter() {
+            let _ = writeln!(
+                out,
+                "hearth_requests_total{{endpoint=\"{endpoint}\",status=\"{status}\"}} {n}"
+            );
+        }
+        out
+    }
+}

@@ -1,0 +1,187 @@
+"""Drive a running `hearth serve` with the official `openai` Python client.
+
+Run by crates/cli/tests/serve_openai.rs against the real model. Reads
+HEARTH_BASE_URL (…/v1), HEARTH_API_KEY, HEARTH_MODEL_ID and HEARTH_CTX from
+the environment; exits non-zero on the first failed check.
+"""
+
+import json
+import os
+import sys
+import urllib.request
+
+import openai
+
+BASE = os.environ["HEARTH_BASE_URL"]
+KEY = os.environ["HEARTH_API_KEY"]
+MODEL = os.environ["HEARTH_MODEL_ID"]
+CTX = int(os.environ["HEARTH_CTX"])
+
+client = openai.OpenAI(base_url=BASE, api_key=KEY, max_retries=0, timeout=120)
+
+
+def check(cond, what):
+    if not cond:
+        print(f"FAIL: {what}", file=sys.stderr)
+        sys.exit(1)
+    print(f"ok: {what}")
+
+
+def metric(name):
+    with urllib.request.urlopen(BASE.removesuffix("/v1") + "/metrics", timeout=30) as r:
+        for line in r.read().decode().splitlines():
+            if line.startswith(name + " "):
+                return float(line.split()[1])
+    raise KeyError(name)
+
+
+def expect_error(cls, status, fn, what):
+    try:
+        fn()
+    except cls as e:
+        check(e.status_code == status, f"{what}: status {e.status_code} == {status}")
+        body = e.body if isinstance(e.body, dict) else {}
+        check("message" in body and "type" in body, f"{what}: OpenAI error shape {body}")
+        return e
+    except Exception as e:  # noqa: BLE001 - report what came instead
+        check(False, f"{what}: expected {cls.__name__}, got {type(e).__name__}: {e}")
+    check(False, f"{what}: expected {cls.__name__}, got success")
+
+
+# Models.
+models = client.models.list()
+ids = [m.id for m in models.data]
+check(ids == [MODEL], f"models.list gives {ids}")
+check(client.models.retrieve(MODEL).id == MODEL, "models.retrieve")
+
+# Chat, greedy.
+question = [
+    {"role": "system", "content": "Answer in one word."},
+    {"role": "user", "content": "What is the capital of France?"},
+]
+chat = client.chat.completions.create(
+    model=MODEL, messages=question, max_tokens=8, temperature=0
+)
+answer = chat.choices[0].message.content
+print("chat:", json.dumps(answer))
+check(chat.object == "chat.completion", "chat object")
+check(chat.choices[0].message.role == "assistant", "chat role")
+# The default model is a base model (not instruction-tuned): check shape, not wit.
+check(len(answer) > 0, f"chat answers something: {answer!r}")
+check(chat.choices[0].finish_reason in ("stop", "length"), "chat finish_reason")
+check(
+    chat.usage.total_tokens == chat.usage.prompt_tokens + chat.usage.completion_tokens
+    and chat.usage.completion_tokens <= 8
+    and chat.usage.prompt_tokens > 5,
+    f"chat usage {chat.usage}",
+)
+
+# Streaming chat gives the same text as a plain request, then a finish
+# reason and usage. A repeated prompt reuses the cached prefix and computes
+# its last token alone, which may round differently from the full prefill:
+# so compare against a plain request that took the same path.
+again = client.chat.completions.create(
+    model=MODEL, messages=question, max_tokens=8, temperature=0
+)
+answer = again.choices[0].message.content
+check(again.usage.prompt_tokens_details.cached_tokens == again.usage.prompt_tokens - 1,
+      f"a repeated prompt reuses all but its last token: {again.usage}")
+stream = client.chat.completions.create(
+    model=MODEL,
+    messages=question,
+    max_tokens=8,
+    temperature=0,
+    stream=True,
+    stream_options={"include_usage": True},
+)
+pieces, finish, usage, roles = [], None, None, []
+for chunk in stream:
+    if not pieces:
+        check(chunk.object == "chat.completion.chunk", "chunk object")
+    if chunk.usage is not None:
+        usage = chunk.usage
+    for c in chunk.choices:
+        if c.delta.role:
+            roles.append(c.delta.role)
+        if c.delta.content:
+            pieces.append(c.delta.content)
+        if c.finish_reason:
+            finish = c.finish_reason
+streamed = "".join(pieces)
+print("stream:", json.dumps(streamed))
+check(roles == ["assistant"], f"one role delta: {roles}")
+check(streamed == answer, f"streamed text equals the plain answer: {streamed!r} vs {answer!r}")
+check(finish in ("stop", "length"), f"stream finish_reason {finish}")
+check(usage is not None and usage.completion_tokens == again.usage.completion_tokens, f"stream usage {usage}")
+
+# The next turn reuses the cached prefix of the conversation.
+saved_before = metric("hearth_prefill_tokens_saved_total")
+turn2 = question + [
+    {"role": "assistant", "content": answer},
+    {"role": "user", "content": "And of Italy?"},
+]
+chat2 = client.chat.completions.create(model=MODEL, messages=turn2, max_tokens=8, temperature=0)
+print("turn 2:", json.dumps(chat2.choices[0].message.content))
+saved = metric("hearth_prefill_tokens_saved_total") - saved_before
+check(saved >= chat.usage.prompt_tokens - 1, f"turn 2 reused {saved} prefill tokens")
+check(chat2.usage.prompt_tokens_details.cached_tokens == saved, "turn 2 reports cached_tokens")
+
+# Completions.
+# llama.cpp's greedy continuation of this prompt starts " Bonjour\nSpanish".
+PROMPT = "English: Good morning\nFrench:"
+comp = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=6, temperature=0)
+print("completion:", json.dumps(comp.choices[0].text))
+check(comp.object == "text_completion", "completion object")
+check(comp.choices[0].text.startswith(" Bonjour"), "completion says Bonjour")
+check(comp.usage.completion_tokens <= 6, "completion usage")
+comp = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=6, temperature=0)
+text = "".join(
+    c.choices[0].text
+    for c in client.completions.create(
+        model=MODEL, prompt=PROMPT, max_tokens=6, temperature=0, stream=True
+    )
+    if c.choices
+)
+check(text == comp.choices[0].text, f"streamed completion equals plain: {text!r}")
+
+# Stop strings and seeds.
+stopped = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=20, temperature=0, stop=["\n"])
+check(stopped.choices[0].text == " Bonjour" and stopped.choices[0].finish_reason == "stop",
+      f"stop string: {stopped.choices[0].text!r}")
+a = client.chat.completions.create(model=MODEL, messages=question, max_tokens=12, temperature=1.0, seed=7)
+b = client.chat.completions.create(model=MODEL, messages=question, max_tokens=12, temperature=1.0, seed=7)
+check(a.choices[0].message.content == b.choices[0].message.content, "same seed, same text")
+
+# Error cases.
+bad_key = openai.OpenAI(base_url=BASE, api_key="wrong", max_retries=0)
+expect_error(openai.AuthenticationError, 401, lambda: bad_key.models.list(), "wrong API key")
+expect_error(
+    openai.NotFoundError, 404,
+    lambda: client.chat.completions.create(model="gpt-4o", messages=question, max_tokens=2),
+    "unknown model",
+)
+expect_error(
+    openai.BadRequestError, 400,
+    lambda: client.chat.completions.create(model=MODEL, messages=question, max_tokens=2, n=2),
+    "n = 2",
+)
+expect_error(
+    openai.BadRequestError, 400,
+    lambda: client.chat.completions.create(model=MODEL, messages=question, max_tokens=2, temperature=-1),
+    "negative temperature",
+)
+e = expect_error(
+    openai.BadRequestError, 400,
+    lambda: client.completions.create(model=MODEL, prompt="word " * (CTX * 2), max_tokens=2),
+    "prompt longer than the context",
+)
+check(str(CTX) in str(e), f"the error names the context size: {e}")
+expect_error(
+    openai.NotFoundError, 404,
+    lambda: client.post("/nothing/here", cast_to=object, body={}),
+    "unknown route",
+)
+huge = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=10**9, temperature=0, stop=["\n"])
+check(huge.choices[0].finish_reason in ("stop", "length"), "huge max_tokens is capped, not an error")
+
+print("all openai client checks passed")

@@ -1,0 +1,204 @@
+//! The scheduler on the tiny model, without HTTP: output identical to
+//! `Session::generate`, a bounded queue, and cancellation by a dropped
+//! receiver.
+
+use engine::{Engine, EngineOptions, FinishReason, GenerateOptions, Sampler, SamplingParams};
+use hearth_server::metrics::Metrics;
+use hearth_server::scheduler::{Event, Job, Rejected, Scheduler};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+const TINY: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../tests/fixtures/tiny/gemma3/model-f32.gguf"
+);
+
+fn engine() -> Arc<Engine> {
+    Arc::new(
+        Engine::load(
+            TINY,
+            &EngineOptions {
+                threads: 1,
+                ..EngineOptions::default()
+            },
+        )
+        .expect("load the tiny model"),
+    )
+}
+
+fn opts(max_tokens: usize) -> GenerateOptions {
+    GenerateOptions {
+        max_tokens,
+        stop: Vec::new(),
+        stop_on_eog: true,
+        render_special: false,
+    }
+}
+
+/// Collect a job's events until it ends (bounded in time).
+fn drain(rx: &mut mpsc::UnboundedReceiver<Event>) -> (String, Option<FinishReason>) {
+    let t0 = Instant::now();
+    let mut text = String::new();
+    while t0.elapsed() < Duration::from_secs(60) {
+        match rx.try_recv() {
+            Ok(Event::Text(t)) => text.push_str(&t),
+            Ok(Event::Done(u)) => return (text, Some(u.finish)),
+            Ok(Event::Failed(m)) => panic!("failed: {m}"),
+            Ok(Event::Started) => {}
+            Err(mpsc::error::TryRecvError::Empty) => std::thread::sleep(Duration::from_millis(1)),
+            Err(mpsc::error::TryRecvError::Disconnected) => return (text, None),
+        }
+    }
+    panic!("job did not end");
+}
+
+#[test]
+fn interleaved_slots_match_generate() {
+    let engine = engine();
+    let prompts: Vec<Vec<u32>> = ["Once upon a time", "Hello", "The sky is", "1 2 3"]
+        .iter()
+        .map(|p| engine.tokenizer().encode(p, true, true))
+        .collect();
+    let params = SamplingParams {
+        seed: 11,
+        ..SamplingParams::default()
+    };
+    // Reference: each prompt alone through Session::generate.
+    let want: Vec<String> = prompts
+        .iter()
+        .map(|p| {
+            let mut s = engine.session(64);
+            let mut sampler = Sampler::new(params.clone());
+            s.generate(p, &mut sampler, &opts(20), |_| true)
+                .expect("generate")
+                .text
+        })
+        .collect();
+
+    let metrics = Arc::new(Metrics::default());
+    let sched = Scheduler::start(Arc::clone(&engine), 2, 64, 16, Arc::clone(&metrics)).unwrap();
+    let mut rxs = Vec::new();
+    for p in &prompts {
+        let (tx, rx) = mpsc::unbounded_channel();
+        sched
+            .submit(Job {
+                prompt: p.clone(),
+                params: params.clone(),
+                opts: opts(20),
+                events: tx,
+            })
+            .unwrap();
+        rxs.push(rx);
+    }
+    for (rx, want) in rxs.iter_mut().zip(&want) {
+        let (text, finish) = drain(rx);
+        assert!(finish.is_some());
+        assert_eq!(&text, want);
+    }
+    assert_eq!(metrics.completed.load(Ordering::Relaxed), 4);
+    sched.join();
+}
+
+#[test]
+fn the_queue_is_bounded_and_a_dropped_receiver_cancels() {
+    let engine = engine();
+    let metrics = Arc::new(Metrics::default());
+    let sched = Scheduler::start(Arc::clone(&engine), 1, 2048, 1, Arc::clone(&metrics)).unwrap();
+    let prompt = engine.tokenizer().encode("a", true, true);
+    let mut accepted = Vec::new();
+    let mut rejected = 0;
+    for _ in 0..5 {
+        let (tx, rx) = mpsc::unbounded_channel();
+        match sched.submit(Job {
+            prompt: prompt.clone(),
+            params: SamplingParams::default(),
+            opts: opts(100_000),
+            events: tx,
+        }) {
+            Ok(()) => accepted.push(rx),
+            Err(Rejected::QueueFull) => rejected += 1,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    // One slot and one queue place: at most two in, the rest refused.
+    assert!(
+        accepted.len() <= 2 && rejected >= 3,
+        "{} {rejected}",
+        accepted.len()
+    );
+    // Hanging up cancels: both end long before their 2000-odd tokens.
+    drop(accepted);
+    let t0 = Instant::now();
+    while metrics.slots_busy.load(Ordering::Relaxed) > 0
+        || metrics.queue_depth.load(Ordering::Relaxed) > 0
+    {
+        assert!(t0.elapsed() < Duration::from_secs(30));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(metrics.cancelled.load(Ordering::Relaxed) >= 1);
+    assert!(metrics.completed.load(Ordering::Relaxed) == 0);
+    sched.shutdown(false);
+    let (tx, _rx) = mpsc::unbounded_channel();
+    let after = sched.submit(Job {
+        prompt,
+        params: SamplingParams::default(),
+        opts: opts(4),
+        events: tx,
+    });
+    assert_eq!(after.unwrap_err(), Rejected::ShuttingDown);
+    sched.join();
+}
+
+#[test]
+fn a_long_prompt_is_prefilled_in_chunks_beside_a_decoding_slot() {
+    let engine = engine();
+    let short = engine.tokenizer().encode("Hello", true, true);
+    let long = engine.tokenizer().encode(
+        &"the quick brown fox jumps over the lazy dog ".repeat(12),
+        true,
+        true,
+    );
+    assert!(long.len() > 256, "{}", long.len());
+    let params = SamplingParams::greedy();
+    let reference = |p: &[u32], n: usize| {
+        let mut s = engine.session(1024);
+        let mut sampler = Sampler::new(params.clone());
+        s.generate(p, &mut sampler, &opts(n), |_| true)
+            .expect("generate")
+            .text
+    };
+    let want_short = reference(&short, 300);
+    let want_long = reference(&long, 20);
+
+    let metrics = Arc::new(Metrics::default());
+    let sched = Scheduler::start(Arc::clone(&engine), 2, 1024, 4, Arc::clone(&metrics)).unwrap();
+    let (tx_a, mut rx_a) = mpsc::unbounded_channel();
+    sched
+        .submit(Job {
+            prompt: short,
+            params: params.clone(),
+            opts: opts(300),
+            events: tx_a,
+        })
+        .unwrap();
+    // Wait until the short one decodes, so the long one is chunked.
+    let t0 = Instant::now();
+    while metrics.slots_busy.load(Ordering::Relaxed) == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(30));
+        std::thread::yield_now();
+    }
+    let (tx_b, mut rx_b) = mpsc::unbounded_channel();
+    sched
+        .submit(Job {
+            prompt: long,
+            params,
+            opts: opts(20),
+            events: tx_b,
+        })
+        .unwrap();
+    assert_eq!(drain(&mut rx_b).0, want_long);
+    assert_eq!(drain(&mut rx_a).0, want_short);
+    sched.join();
+}

@@ -1,0 +1,243 @@
+#!/usr/bin/env python3
+"""Bounded load test of `hearth serve` on loopback (Python 3.11, stdlib only).
+
+Starts the server itself (or uses --url), then runs CLIENTS concurrent clients
+of REQUESTS requests each: chat and completions, streaming and not, with
+every 5th request hanging up early. Checks that every request completes or
+gets a well-formed OpenAI error, that none hangs past --timeout, that the
+server is healthy afterwards and its memory returns near its baseline.
+Prints aggregate tokens/s. Exits non-zero on any failed check.
+
+  python3 scripts/load-test.py --model tests/fixtures/tiny/gemma3/model-f32.gguf --parallel 2
+  python3 scripts/load-test.py --model ~/.cache/hearth/models/gemma-3-270m-q4_k_m.gguf \
+      --parallel 4 --ctx 512 --max-tokens 16
+"""
+
+import argparse
+import http.client
+import json
+import os
+import re
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def parse_args():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--url", help="use a running server at http://HOST:PORT instead of starting one")
+    p.add_argument("--binary", default=os.path.join(ROOT, "target/release/hearth"))
+    p.add_argument("--model", default=os.path.join(ROOT, "tests/fixtures/tiny/gemma3/model-f32.gguf"))
+    p.add_argument("--parallel", type=int, default=2)
+    p.add_argument("--ctx", type=int, default=512)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--clients", type=int, default=32)
+    p.add_argument("--requests", type=int, default=8)
+    p.add_argument("--max-tokens", type=int, default=16)
+    p.add_argument("--timeout", type=float, default=300.0, help="seconds one request may take")
+    p.add_argument("--api-key", default=None)
+    return p.parse_args()
+
+
+def start_server(a):
+    cmd = [a.binary, "serve", "-m", a.model, "--host", "127.0.0.1", "--port", "0",
+           "--parallel", str(a.parallel), "--ctx", str(a.ctx), "-t", str(a.threads),
+           "--queue", str(a.clients * 2)]
+    proc = subprocess.Popen(cmd, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        line = proc.stderr.readline()
+        if not line:
+            break
+        m = re.search(r"listening on http://(\S+)", line)
+        if m:
+            threading.Thread(target=lambda: [None for _ in proc.stderr], daemon=True).start()
+            return proc, m.group(1)
+    proc.kill()
+    sys.exit("the server did not start")
+
+
+def rss_kib(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+class Client:
+    def __init__(self, addr, timeout, key):
+        self.host, self.port = addr.split(":")
+        self.timeout = timeout
+        self.headers = {"Content-Type": "application/json"}
+        if key:
+            self.headers["Authorization"] = f"Bearer {key}"
+
+    def conn(self):
+        return http.client.HTTPConnection(self.host, int(self.port), timeout=self.timeout)
+
+    def get(self, path):
+        c = self.conn()
+        c.request("GET", path)
+        r = c.getresponse()
+        body = r.read()
+        c.close()
+        return r.status, body
+
+    def run(self, i, j, max_tokens):
+        """One request; returns a result dict."""
+        chat = (i + j) % 2 == 0
+        stream = (i * 3 + j) % 4 < 2
+        hang_up = (i * 8 + j) % 5 == 4
+        payload = {"max_tokens": max_tokens, "temperature": 0.8, "seed": i * 100 + j}
+        if chat:
+            payload["messages"] = [{"role": "user", "content": f"Client {i} asks question {j}: tell me a story."}]
+            path = "/v1/chat/completions"
+        else:
+            payload["prompt"] = f"Client {i}, request {j}: once upon a time"
+            path = "/v1/completions"
+        if stream:
+            payload["stream"] = True
+            payload["stream_options"] = {"include_usage": True}
+        t0 = time.time()
+        res = {"stream": stream, "hang_up": hang_up, "tokens": 0, "status": None, "ok": False}
+        c = self.conn()
+        try:
+            c.request("POST", path, body=json.dumps(payload), headers=self.headers)
+            r = c.getresponse()
+            res["status"] = r.status
+            if r.status != 200:
+                body = json.loads(r.read())
+                res["ok"] = isinstance(body.get("error", {}).get("message"), str)
+                res["error"] = body["error"]["message"]
+            elif stream:
+                done = False
+                for raw in r:
+                    line = raw.decode().strip()
+                    if hang_up and line.startswith("data: "):
+                        res["ok"] = True  # got a chunk, now hang up
+                        break
+                    if line == "data: [DONE]":
+                        done = True
+                        break
+                    if line.startswith("data: "):
+                        chunk = json.loads(line[6:])
+                        if "error" in chunk:
+                            res["error"] = chunk["error"]["message"]
+                        if chunk.get("usage"):
+                            res["tokens"] = chunk["usage"]["completion_tokens"]
+                res["ok"] = res["ok"] or (done and "error" not in res)
+            else:
+                if hang_up:
+                    res["ok"] = True  # hang up before reading the answer
+                else:
+                    body = json.loads(r.read())
+                    res["tokens"] = body["usage"]["completion_tokens"]
+                    res["ok"] = body["choices"][0]["finish_reason"] in ("stop", "length")
+        except Exception as e:  # noqa: BLE001 - any failure is a failed request
+            res["error"] = f"{type(e).__name__}: {e}"
+        finally:
+            c.close()
+        res["seconds"] = time.time() - t0
+        return res
+
+
+def metric(client, name):
+    _, body = client.get("/metrics")
+    for line in body.decode().splitlines():
+        if line.startswith(name + " "):
+            return float(line.split()[1])
+    return 0.0
+
+
+def main():
+    a = parse_args()
+    proc = None
+    if a.url:
+        addr = a.url.removeprefix("http://").rstrip("/")
+    else:
+        proc, addr = start_server(a)
+    client = Client(addr, a.timeout, a.api_key)
+    deadline = time.time() + 120
+    while True:
+        try:
+            if client.get("/health")[0] == 200:
+                break
+        except OSError:
+            pass
+        if time.time() > deadline:
+            sys.exit("the server did not become healthy")
+        time.sleep(0.1)
+
+    # Warm up, then take the memory baseline.
+    client.run(0, 0, a.max_tokens)
+    base_rss = rss_kib(proc.pid) if proc else None
+    tokens_before = metric(client, "hearth_completion_tokens_total")
+
+    def worker(i):
+        return [client.run(i, j, a.max_tokens) for j in range(a.requests)]
+
+    t0 = time.time()
+    with ThreadPoolExecutor(max_workers=a.clients) as pool:
+        results = [r for rs in pool.map(worker, range(a.clients)) for r in rs]
+    wall = time.time() - t0
+
+    # Let cancelled generations drain, then check the server.
+    for _ in range(100):
+        if metric(client, "hearth_slots_busy") == 0 and metric(client, "hearth_queue_depth") == 0:
+            break
+        time.sleep(0.1)
+    healthy = client.get("/health")[0] == 200
+    server_tokens = metric(client, "hearth_completion_tokens_total") - tokens_before
+    end_rss = rss_kib(proc.pid) if proc else None
+
+    failed = [r for r in results if not r["ok"]]
+    by_status = {}
+    for r in results:
+        by_status[r["status"]] = by_status.get(r["status"], 0) + 1
+    client_tokens = sum(r["tokens"] for r in results)
+    slowest = max(r["seconds"] for r in results)
+    print(f"model:          {os.path.basename(a.model) if not a.url else a.url}")
+    print(f"parallel:       {a.parallel}   clients: {a.clients} x {a.requests} requests, max_tokens {a.max_tokens}")
+    print(f"requests:       {len(results)} in {wall:.1f} s; statuses {by_status}; hung up early: {sum(r['hang_up'] for r in results)}")
+    print(f"failed:         {len(failed)}")
+    for r in failed[:5]:
+        print(f"   {r}")
+    print(f"slowest:        {slowest:.1f} s (limit {a.timeout:.0f} s)")
+    print(f"tokens:         {client_tokens} delivered, {server_tokens:.0f} generated (cancelled included)")
+    print(f"aggregate:      {server_tokens / wall:.1f} generated tokens/s, {client_tokens / wall:.1f} delivered tokens/s")
+    print(f"server decode:  {metric(client, 'hearth_decode_tokens_per_second'):.1f} tokens/s (lifetime, from /metrics)")
+    print(f"cancelled:      {metric(client, 'hearth_generations_cancelled_total'):.0f}; rejected (429): {metric(client, 'hearth_requests_rejected_total'):.0f}")
+    if base_rss is not None and end_rss is not None:
+        print(f"memory (RSS):   {base_rss / 1024:.1f} MiB after warm-up, {end_rss / 1024:.1f} MiB after the load")
+    print(f"healthy after:  {healthy}")
+
+    code = 0
+    if failed or not healthy:
+        code = 1
+    if base_rss and end_rss and end_rss > base_rss * 1.5 + 64 * 1024:
+        print("memory did not come back near its baseline")
+        code = 1
+    if proc:
+        proc.terminate()
+        try:
+            rc = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = "killed"
+        print(f"server exit:    {rc}")
+        if rc != 0:
+            code = 1
+    print("PASS" if code == 0 else "FAIL")
+    sys.exit(code)
+
+
+if __name__ == "__main__":
+    main()
