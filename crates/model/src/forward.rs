@@ -183,10 +183,13 @@ impl Model {
         let kd = cfg.n_kv_heads * cfg.head_dim;
         let vd = cfg.n_kv_heads * cfg.value_dim;
         for (li, lw) in self.weights.layers.iter().enumerate() {
-            s.h[..b * h].copy_from_slice(&s.x[..b * h]);
-            par_rows(&self.pool, &mut s.h[..b * h], h, |_, row| {
-                ops::rms_norm(row, &lw.attn_norm, cfg.norm_eps)
-            });
+            pre_norm(
+                &self.pool,
+                &s.x[..b * h],
+                &mut s.h[..b * h],
+                &lw.attn_norm,
+                cfg.norm_eps,
+            );
 
             let mm = |w: &crate::weights::Linear,
                       input: &[f32],
@@ -252,18 +255,21 @@ impl Model {
                 &mut s.qbuf,
                 &mut s.wide,
             )?;
-            let o = &mut s.o[..b * h];
-            par_rows(&self.pool, o, h, |_, row| {
-                ops::rms_norm(row, &lw.post_attn_norm, cfg.norm_eps)
-            });
-            for (xv, &ov) in s.x[..b * h].iter_mut().zip(&s.o[..b * h]) {
-                *xv += ov;
-            }
+            post_norm_add(
+                &self.pool,
+                &mut s.o[..b * h],
+                &mut s.x[..b * h],
+                &lw.post_attn_norm,
+                cfg.norm_eps,
+            );
 
-            s.h[..b * h].copy_from_slice(&s.x[..b * h]);
-            par_rows(&self.pool, &mut s.h[..b * h], h, |_, row| {
-                ops::rms_norm(row, &lw.ffn_norm, cfg.norm_eps)
-            });
+            pre_norm(
+                &self.pool,
+                &s.x[..b * h],
+                &mut s.h[..b * h],
+                &lw.ffn_norm,
+                cfg.norm_eps,
+            );
             let fd = cfg.ffn_dim;
             mm(
                 &lw.gate,
@@ -290,23 +296,39 @@ impl Model {
                 &mut s.qbuf,
                 &mut s.wide,
             )?;
-            let o = &mut s.o[..b * h];
-            par_rows(&self.pool, o, h, |_, row| {
-                ops::rms_norm(row, &lw.post_ffn_norm, cfg.norm_eps)
-            });
-            for (xv, &ov) in s.x[..b * h].iter_mut().zip(&s.o[..b * h]) {
-                *xv += ov;
-            }
+            post_norm_add(
+                &self.pool,
+                &mut s.o[..b * h],
+                &mut s.x[..b * h],
+                &lw.post_ffn_norm,
+                cfg.norm_eps,
+            );
         }
 
-        ops::rms_norm_into(
+        pre_norm(
+            &self.pool,
             &s.x[..b * h],
+            &mut s.out[..b * h],
             &self.weights.output_norm,
             cfg.norm_eps,
-            &mut s.out[..b * h],
         );
         cache.advance(b);
         Ok(())
+    }
+}
+
+/// `h = rms_norm(x) * w` row by row: the norm in front of a block.
+fn pre_norm(pool: &quant::ThreadPool, x: &[f32], h: &mut [f32], w: &[f32], eps: f32) {
+    h.copy_from_slice(x);
+    par_rows(pool, h, w.len(), |_, row| ops::rms_norm(row, w, eps));
+}
+
+/// `x += rms_norm(o) * w` row by row: Gemma's norm after a block, then the
+/// residual add.
+fn post_norm_add(pool: &quant::ThreadPool, o: &mut [f32], x: &mut [f32], w: &[f32], eps: f32) {
+    par_rows(pool, o, w.len(), |_, row| ops::rms_norm(row, w, eps));
+    for (xv, &ov) in x.iter_mut().zip(o.iter()) {
+        *xv += ov;
     }
 }
 

@@ -11,19 +11,6 @@ pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) {
     }
 }
 
-/// Apply `rms_norm` to each `w.len()`-wide row of `x`.
-pub fn rms_norm_rows(x: &mut [f32], w: &[f32], eps: f32) {
-    for row in x.chunks_exact_mut(w.len()) {
-        rms_norm(row, w, eps);
-    }
-}
-
-/// `out <- rms_norm(x) * w` without touching `x`.
-pub fn rms_norm_into(x: &[f32], w: &[f32], eps: f32, out: &mut [f32]) {
-    out.copy_from_slice(x);
-    rms_norm_rows(out, w, eps);
-}
-
 /// GELU with the tanh approximation (`gelu_pytorch_tanh`), written with the
 /// identity `(1 + tanh(z)) / 2 = 1 / (1 + exp(-2z))`: one `exp` instead of a
 /// `tanh`, which is the slower libm call.
