@@ -397,10 +397,10 @@ impl Session {
         shared
     }
 
-    /// Evaluate prompt tokens after what the cache holds.
+    /// Evaluate tokens after what the cache holds and record them; a failed
+    /// batch leaves the cache in an unknown state, so it clears the session.
     fn forward_prompt(&mut self, ids: &[u32]) -> Result<(), EngineError> {
         if let Err(e) = self.model.forward(&mut self.cache, &mut self.scratch, ids) {
-            // A failed batch leaves the cache in an unknown state.
             self.reset();
             return Err(e.into());
         }
@@ -418,11 +418,7 @@ impl Session {
                 n_ctx: self.n_ctx(),
             });
         }
-        if let Err(e) = self.model.forward(&mut self.cache, &mut self.scratch, ids) {
-            self.reset();
-            return Err(e.into());
-        }
-        self.tokens.extend_from_slice(ids);
+        self.forward_prompt(ids)?;
         self.last_logits()
     }
 
@@ -573,11 +569,7 @@ impl Session {
             // Full: `sample_next` ends the generation with `Length`.
             return Ok(());
         }
-        self.model
-            .forward(&mut self.cache, &mut self.scratch, &[id])
-            .inspect_err(|_| self.reset())?;
-        self.tokens.push(id);
-        Ok(())
+        self.forward_prompt(&[id])
     }
 
     /// Sample the next token from the current logits and apply the stop
@@ -670,10 +662,7 @@ impl Session {
         // Logits rows are computed a few at a time to bound memory.
         const ROWS: usize = 16;
         for (ci, chunk) in ids.chunks(batch).enumerate() {
-            self.model
-                .forward(&mut self.cache, &mut self.scratch, chunk)
-                .inspect_err(|_| self.reset())?;
-            self.tokens.extend_from_slice(chunk);
+            self.forward_prompt(chunk)?;
             for start in (0..chunk.len()).step_by(ROWS) {
                 let end = (start + ROWS).min(chunk.len());
                 let logits = self.model.logits(&mut self.scratch, start..end)?;

@@ -485,15 +485,15 @@ fn matmul_exact(
     let (rows, cols) = (w.rows(), w.cols());
     transposed.resize(rows * batch, 0.0);
     let per_worker = rows.div_ceil(pool.threads());
-    let failed = std::sync::atomic::AtomicBool::new(false);
+    let failure = Mutex::new(None);
     pool.for_each_chunk_mut(
         &mut transposed[..rows * batch],
         per_worker * batch,
         |worker, chunk| {
             let mut row = vec![0.0f32; cols];
             for (i, outs) in chunk.chunks_exact_mut(batch).enumerate() {
-                if w.dequantize_row(worker * per_worker + i, &mut row).is_err() {
-                    failed.store(true, std::sync::atomic::Ordering::Relaxed);
+                if let Err(e) = w.dequantize_row(worker * per_worker + i, &mut row) {
+                    *failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
                     return;
                 }
                 for (b, o) in outs.iter_mut().enumerate() {
@@ -502,8 +502,8 @@ fn matmul_exact(
             }
         },
     );
-    if failed.into_inner() {
-        return Err(quant::QuantError::Overflow);
+    if let Some(e) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
     }
     for r in 0..rows {
         for b in 0..batch {
