@@ -1,4 +1,9 @@
 //! Architecture hyper-parameters, read from GGUF metadata and validated once.
+//!
+//! Every Gemma generation runs through one forward pass; what differs between
+//! them is data: which layers slide, each layer's head size, RoPE and FFN
+//! width, which norms exist, soft-caps, and whether layers share KV or take
+//! per-layer embeddings. This module turns a file's metadata into that data.
 
 use crate::ModelError;
 use gguf::GgufFile;
@@ -6,31 +11,41 @@ use gguf::GgufFile;
 /// The architectures this crate runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Arch {
-    /// Gemma 3 text models (270M to 27B).
+    /// Gemma 2 (2B, 9B, 27B): soft-capped attention, alternating local/global.
+    Gemma2,
+    /// Gemma 3 text models (270M to 27B): QK-norm, 5 local : 1 global.
     Gemma3,
+    /// Gemma 4 text models (E2B, E4B, 31B, 26B-A4B): per-layer embeddings,
+    /// V-norm, KV sharing, proportional RoPE on global layers.
+    Gemma4,
 }
 
 impl Arch {
     /// The `general.architecture` string.
     pub fn name(self) -> &'static str {
         match self {
+            Arch::Gemma2 => "gemma2",
             Arch::Gemma3 => "gemma3",
+            Arch::Gemma4 => "gemma4",
         }
     }
 
     /// Every supported architecture name, for error messages.
-    pub const SUPPORTED: &'static [&'static str] = &["gemma3"];
+    pub const SUPPORTED: &'static [&'static str] = &["gemma2", "gemma3", "gemma4"];
 
-    fn from_name(name: &str) -> Option<Self> {
+    /// The architecture named `name` in `general.architecture`.
+    pub fn from_name(name: &str) -> Option<Self> {
         match name {
+            "gemma2" => Some(Arch::Gemma2),
             "gemma3" => Some(Arch::Gemma3),
+            "gemma4" => Some(Arch::Gemma4),
             _ => None,
         }
     }
 }
 
-/// How one decoder layer attends.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// How one decoder layer attends, and how wide it is.
+#[derive(Debug, Clone, PartialEq)]
 pub struct LayerKind {
     /// `Some(w)`: a query sees only the last `w` positions (itself included).
     pub window: Option<usize>,
@@ -38,6 +53,19 @@ pub struct LayerKind {
     pub rope_base: f32,
     /// RoPE position scale (1 / linear scaling factor).
     pub rope_scale: f32,
+    /// Dimensions RoPE rotates (the head's leading `rope_dims`).
+    pub rope_dims: usize,
+    /// Dimension of each query/key head.
+    pub head_dim: usize,
+    /// Dimension of each value head.
+    pub value_dim: usize,
+    /// Key/value heads (grouped-query attention).
+    pub n_kv_heads: usize,
+    /// FFN inner width.
+    pub ffn_dim: usize,
+    /// `Some(j)`: this layer computes no keys or values and attends over
+    /// layer `j`'s (Gemma 4's KV sharing).
+    pub kv_source: Option<usize>,
 }
 
 /// The single source of truth for a model's shape.
@@ -51,13 +79,13 @@ pub struct Config {
     pub n_layers: usize,
     /// Query heads.
     pub n_heads: usize,
-    /// Key/value heads (grouped-query attention).
+    /// Largest key/value head count over layers (buffer sizing).
     pub n_kv_heads: usize,
-    /// Dimension of each query/key head.
+    /// Largest query/key head dimension over layers (buffer sizing).
     pub head_dim: usize,
-    /// Dimension of each value head.
+    /// Largest value head dimension over layers (buffer sizing).
     pub value_dim: usize,
-    /// FFN inner width.
+    /// Largest FFN inner width over layers (buffer sizing).
     pub ffn_dim: usize,
     /// Vocabulary size (rows of the embedding table).
     pub vocab: usize,
@@ -69,8 +97,14 @@ pub struct Config {
     pub attn_scale: f32,
     /// Soft-cap applied to attention scores (Gemma 2).
     pub attn_softcap: Option<f32>,
-    /// Soft-cap applied to the final logits (Gemma 2).
+    /// Soft-cap applied to the final logits (Gemma 2, Gemma 4).
     pub final_softcap: Option<f32>,
+    /// Queries and keys are RMS-normed per head (Gemma 3, Gemma 4).
+    pub qk_norm: bool,
+    /// Values are RMS-normed per head without a weight (Gemma 4).
+    pub v_norm: bool,
+    /// Width of each layer's per-layer embedding; 0 when the model has none.
+    pub per_layer_dim: usize,
     /// Per-layer attention kind.
     pub layers: Vec<LayerKind>,
 }
@@ -80,6 +114,43 @@ pub struct Config {
 const GEMMA3_SWA_PATTERN: usize = 6;
 /// Gemma 3's local layers always use this RoPE base unless the file says otherwise.
 const GEMMA3_LOCAL_ROPE_BASE: f32 = 10_000.0;
+/// Gemma 2's defaults when a file predates the soft-cap keys.
+const GEMMA2_ATTN_SOFTCAP: f32 = 50.0;
+const GEMMA2_FINAL_SOFTCAP: f32 = 30.0;
+const GEMMA2_WINDOW: usize = 4096;
+
+/// A metadata value that is either one integer for every layer or an array
+/// with one per layer (Gemma 4 stores FFN widths and KV heads both ways).
+fn per_layer_uint(
+    file: &GgufFile,
+    key: &str,
+    n_layers: usize,
+) -> Result<Option<Vec<usize>>, ModelError> {
+    let Some(v) = file.get(key) else {
+        return Ok(None);
+    };
+    if let Some(one) = v.as_u64() {
+        let one = usize::try_from(one)
+            .map_err(|_| ModelError::Metadata(format!("`{key}` = {one} does not fit")))?;
+        return Ok(Some(vec![one; n_layers]));
+    }
+    let arr = v.as_array().and_then(|a| a.to_i64_vec()).ok_or_else(|| {
+        ModelError::Metadata(format!("`{key}` is not an integer or integer array"))
+    })?;
+    if arr.len() != n_layers {
+        return Err(ModelError::Metadata(format!(
+            "`{key}` has {} entries for {n_layers} layers",
+            arr.len()
+        )));
+    }
+    arr.into_iter()
+        .map(|x| {
+            usize::try_from(x)
+                .map_err(|_| ModelError::Metadata(format!("`{key}` has a negative entry {x}")))
+        })
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+}
 
 impl Config {
     /// Read and validate the configuration of a GGUF model.
@@ -91,24 +162,33 @@ impl Config {
             name: arch_name.to_string(),
         })?;
         let key = |k: &str| format!("{arch_name}.{k}");
+        let opt_uint = |k: &str| -> Option<usize> {
+            file.get_u64(&key(k)).and_then(|v| usize::try_from(v).ok())
+        };
         let uint = |k: &str| -> Result<usize, ModelError> {
-            let full = key(k);
-            file.get_u64(&full)
-                .and_then(|v| usize::try_from(v).ok())
-                .ok_or_else(|| {
-                    ModelError::Metadata(format!("`{full}` is missing or not an integer"))
-                })
+            opt_uint(k).ok_or_else(|| {
+                ModelError::Metadata(format!("`{}` is missing or not an integer", key(k)))
+            })
         };
         let float = |k: &str| -> Option<f32> { file.get_f32(&key(k)) };
 
         let hidden = uint("embedding_length")?;
         let n_layers = uint("block_count")?;
+        if n_layers > 4096 {
+            return Err(ModelError::Metadata(format!(
+                "{n_layers} layers is implausible"
+            )));
+        }
         let n_heads = uint("attention.head_count")?;
-        let n_kv_heads = uint("attention.head_count_kv").unwrap_or(n_heads);
+        let kv_heads = per_layer_uint(file, &key("attention.head_count_kv"), n_layers)?
+            .unwrap_or_else(|| vec![n_heads; n_layers]);
+        let ffn =
+            per_layer_uint(file, &key("feed_forward_length"), n_layers)?.ok_or_else(|| {
+                ModelError::Metadata(format!("`{}` is missing", key("feed_forward_length")))
+            })?;
         let head_dim =
-            uint("attention.key_length").unwrap_or(hidden.checked_div(n_heads).unwrap_or(0));
-        let value_dim = uint("attention.value_length").unwrap_or(head_dim);
-        let ffn_dim = uint("feed_forward_length")?;
+            opt_uint("attention.key_length").unwrap_or(hidden.checked_div(n_heads).unwrap_or(0));
+        let value_dim = opt_uint("attention.value_length").unwrap_or(head_dim);
         let context_length = uint("context_length")?;
         let norm_eps = float("attention.layer_norm_rms_epsilon").unwrap_or(1e-6);
         let vocab = file
@@ -116,57 +196,106 @@ impl Config {
             .and_then(|t| t.dims.get(1).copied())
             .and_then(|v| usize::try_from(v).ok())
             .ok_or_else(|| ModelError::MissingTensor("token_embd.weight".into()))?;
+        let global_base = float("rope.freq_base");
+        let local_base = float("rope.freq_base_swa");
 
-        let layers = match arch {
+        let plain = |i: usize, window: Option<usize>, base: f32, scale: f32| LayerKind {
+            window,
+            rope_base: base,
+            rope_scale: scale,
+            rope_dims: head_dim,
+            head_dim,
+            value_dim,
+            n_kv_heads: kv_heads[i],
+            ffn_dim: ffn[i],
+            kv_source: None,
+        };
+
+        let mut attn_softcap = float("attn_logit_softcapping").filter(|c| *c > 0.0);
+        let mut final_softcap = float("final_logit_softcapping").filter(|c| *c > 0.0);
+        let mut attn_scale = float("attention.scale");
+        let (layers, qk_norm, v_norm, per_layer_dim) = match arch {
+            Arch::Gemma2 => {
+                // Even layers slide, odd layers see everything; one RoPE base.
+                let window = opt_uint("attention.sliding_window").unwrap_or(GEMMA2_WINDOW);
+                let base = global_base.unwrap_or(10_000.0);
+                attn_softcap = attn_softcap.or(Some(GEMMA2_ATTN_SOFTCAP));
+                final_softcap = final_softcap.or(Some(GEMMA2_FINAL_SOFTCAP));
+                // Gemma 2 27B scales queries by (hidden / heads)^-1/2, not
+                // head_dim^-1/2 (query_pre_attn_scalar = 144); llama.cpp keys it
+                // on the layer count and so do we.
+                if n_layers == 46 {
+                    attn_scale = attn_scale.or(Some(1.0 / ((hidden / n_heads) as f32).sqrt()));
+                }
+                let layers = (0..n_layers)
+                    .map(|i| {
+                        let w = (i % 2 == 0).then_some(window);
+                        plain(
+                            i,
+                            w,
+                            local_base.filter(|_| w.is_some()).unwrap_or(base),
+                            1.0,
+                        )
+                    })
+                    .collect();
+                (layers, false, false, 0)
+            }
             Arch::Gemma3 => {
                 let window = uint("attention.sliding_window")?;
-                let global_base = float("rope.freq_base").unwrap_or(1_000_000.0);
-                let local_base = float("rope.freq_base_swa").unwrap_or(GEMMA3_LOCAL_ROPE_BASE);
+                let global_base = global_base.unwrap_or(1_000_000.0);
+                let local_base = local_base.unwrap_or(GEMMA3_LOCAL_ROPE_BASE);
                 let global_scale = match file.get_str(&key("rope.scaling.type")) {
                     Some("linear") => float("rope.scaling.factor")
                         .filter(|f| *f > 0.0)
                         .map_or(1.0, |f| 1.0 / f),
                     _ => 1.0,
                 };
-                (0..n_layers)
+                // Gemma 3 27B: query_pre_attn_scalar = hidden / heads (168).
+                if n_layers == 62 {
+                    attn_scale = attn_scale.or(Some(1.0 / ((hidden / n_heads) as f32).sqrt()));
+                }
+                let layers = (0..n_layers)
                     .map(|i| {
                         if (i + 1) % GEMMA3_SWA_PATTERN == 0 {
-                            LayerKind {
-                                window: None,
-                                rope_base: global_base,
-                                rope_scale: global_scale,
-                            }
+                            plain(i, None, global_base, global_scale)
                         } else {
-                            LayerKind {
-                                window: Some(window),
-                                rope_base: local_base,
-                                rope_scale: 1.0,
-                            }
+                            plain(i, Some(window), local_base, 1.0)
                         }
                     })
-                    .collect()
+                    .collect();
+                (layers, true, false, 0)
             }
+            Arch::Gemma4 => (
+                gemma4_layers(file, arch_name, n_layers, &kv_heads, &ffn)?,
+                true,
+                true,
+                opt_uint("embedding_length_per_layer_input").unwrap_or(0),
+            ),
         };
-        // Gemma 3 27B was trained with query_pre_attn_scalar = hidden / heads
-        // rather than head_dim; llama.cpp keys that on the model size, and we
-        // follow the file's `attention.scale` when present.
-        let attn_scale = float("attention.scale").unwrap_or(1.0 / (head_dim as f32).sqrt());
+        let attn_scale = match arch {
+            Arch::Gemma4 => attn_scale.unwrap_or(1.0),
+            _ => attn_scale.unwrap_or(1.0 / (head_dim as f32).sqrt()),
+        };
 
+        let max = |f: fn(&LayerKind) -> usize| layers.iter().map(f).max().unwrap_or(0);
         let cfg = Config {
             arch,
             hidden,
             n_layers,
             n_heads,
-            n_kv_heads,
-            head_dim,
-            value_dim,
-            ffn_dim,
+            n_kv_heads: max(|l| l.n_kv_heads),
+            head_dim: max(|l| l.head_dim),
+            value_dim: max(|l| l.value_dim),
+            ffn_dim: max(|l| l.ffn_dim),
             vocab,
             norm_eps,
             context_length,
             attn_scale,
-            attn_softcap: float("attn_logit_softcapping").filter(|c| *c > 0.0),
-            final_softcap: float("final_logit_softcapping").filter(|c| *c > 0.0),
+            attn_softcap,
+            final_softcap,
+            qk_norm,
+            v_norm,
+            per_layer_dim,
             layers,
         };
         cfg.validate()?;
@@ -175,30 +304,134 @@ impl Config {
 
     fn validate(&self) -> Result<(), ModelError> {
         let bad = |m: String| Err(ModelError::Metadata(m));
-        if self.hidden == 0 || self.n_layers == 0 || self.n_heads == 0 || self.n_kv_heads == 0 {
+        if self.hidden == 0 || self.n_layers == 0 || self.n_heads == 0 {
             return bad(format!(
-                "zero-sized model: hidden {}, layers {}, heads {}, kv heads {}",
-                self.hidden, self.n_layers, self.n_heads, self.n_kv_heads
+                "zero-sized model: hidden {}, layers {}, heads {}",
+                self.hidden, self.n_layers, self.n_heads
             ));
         }
-        if !self.n_heads.is_multiple_of(self.n_kv_heads) {
-            return bad(format!(
-                "{} heads are not a multiple of {} kv heads",
-                self.n_heads, self.n_kv_heads
-            ));
+        for (i, l) in self.layers.iter().enumerate() {
+            if l.n_kv_heads == 0 || !self.n_heads.is_multiple_of(l.n_kv_heads) {
+                return bad(format!(
+                    "layer {i}: {} heads are not a multiple of {} kv heads",
+                    self.n_heads, l.n_kv_heads
+                ));
+            }
+            if l.head_dim == 0 || !l.head_dim.is_multiple_of(2) || l.value_dim == 0 {
+                return bad(format!(
+                    "layer {i}: head dims {}/{} must be even and non-zero",
+                    l.head_dim, l.value_dim
+                ));
+            }
+            if l.rope_dims > l.head_dim || !l.rope_dims.is_multiple_of(2) {
+                return bad(format!(
+                    "layer {i}: RoPE over {} dims of a {}-dim head",
+                    l.rope_dims, l.head_dim
+                ));
+            }
+            if l.window == Some(0) {
+                return bad(format!("layer {i}: sliding window of 0"));
+            }
+            if l.ffn_dim == 0 {
+                return bad(format!("layer {i}: FFN width 0"));
+            }
+            if let Some(j) = l.kv_source {
+                let src = &self.layers[j];
+                if j >= i
+                    || src.kv_source.is_some()
+                    || src.head_dim != l.head_dim
+                    || src.value_dim != l.value_dim
+                    || src.n_kv_heads != l.n_kv_heads
+                    || src.window != l.window
+                {
+                    return bad(format!("layer {i} cannot share the KV of layer {j}"));
+                }
+            }
         }
-        if self.head_dim == 0 || !self.head_dim.is_multiple_of(2) || self.value_dim == 0 {
-            return bad(format!(
-                "head dims {}/{} must be even and non-zero",
-                self.head_dim, self.value_dim
-            ));
-        }
-        if self.layers.iter().any(|l| l.window == Some(0)) {
-            return bad("sliding window of 0".into());
-        }
-        if self.vocab == 0 || self.ffn_dim == 0 || self.context_length == 0 {
-            return bad("vocabulary, FFN width and context length must be non-zero".into());
+        if self.vocab == 0 || self.context_length == 0 {
+            return bad("vocabulary and context length must be non-zero".into());
         }
         Ok(())
     }
+
+    /// Whether some later layer attends over layer `i`'s keys and values.
+    pub fn is_kv_source(&self, i: usize) -> bool {
+        self.layers.iter().any(|l| l.kv_source == Some(i))
+    }
+}
+
+/// Gemma 4's layers: the sliding pattern and head sizes come from the file,
+/// global layers get their own head size and RoPE, and the last
+/// `shared_kv_layers` layers reuse the KV of the last earlier layer of the
+/// same kind.
+fn gemma4_layers(
+    file: &GgufFile,
+    arch: &str,
+    n_layers: usize,
+    kv_heads: &[usize],
+    ffn: &[usize],
+) -> Result<Vec<LayerKind>, ModelError> {
+    let key = |k: &str| format!("{arch}.{k}");
+    let uint = |k: &str| file.get_u64(&key(k)).and_then(|v| usize::try_from(v).ok());
+    let need =
+        |k: &str| uint(k).ok_or_else(|| ModelError::Metadata(format!("`{}` is missing", key(k))));
+    let pattern = file
+        .get(&key("attention.sliding_window_pattern"))
+        .and_then(|v| v.as_array())
+        .and_then(|a| a.to_i64_vec())
+        .ok_or_else(|| {
+            ModelError::Metadata(format!(
+                "`{}` is missing",
+                key("attention.sliding_window_pattern")
+            ))
+        })?;
+    if pattern.len() != n_layers {
+        return Err(ModelError::Metadata(format!(
+            "sliding-window pattern has {} entries for {n_layers} layers",
+            pattern.len()
+        )));
+    }
+    let window = need("attention.sliding_window")?;
+    let head_global = need("attention.key_length")?;
+    let value_global = uint("attention.value_length").unwrap_or(head_global);
+    let head_local = uint("attention.key_length_swa").unwrap_or(head_global);
+    let value_local = uint("attention.value_length_swa").unwrap_or(head_local);
+    let rope_global = uint("rope.dimension_count").unwrap_or(head_global);
+    let rope_local = uint("rope.dimension_count_swa").unwrap_or(head_local);
+    let base_global = file.get_f32(&key("rope.freq_base")).unwrap_or(1_000_000.0);
+    let base_local = file.get_f32(&key("rope.freq_base_swa")).unwrap_or(10_000.0);
+    let shared = uint("attention.shared_kv_layers")
+        .unwrap_or(0)
+        .min(n_layers);
+    let first_shared = n_layers - shared;
+
+    let mut layers: Vec<LayerKind> = (0..n_layers)
+        .map(|i| {
+            let sliding = pattern[i] != 0;
+            LayerKind {
+                window: sliding.then_some(window),
+                rope_base: if sliding { base_local } else { base_global },
+                rope_scale: 1.0,
+                rope_dims: if sliding { rope_local } else { rope_global },
+                head_dim: if sliding { head_local } else { head_global },
+                value_dim: if sliding { value_local } else { value_global },
+                n_kv_heads: kv_heads[i],
+                ffn_dim: ffn[i],
+                kv_source: None,
+            }
+        })
+        .collect();
+    for i in first_shared..n_layers {
+        let sliding = layers[i].window.is_some();
+        let source = (0..first_shared)
+            .rev()
+            .find(|&j| layers[j].window.is_some() == sliding)
+            .ok_or_else(|| {
+                ModelError::Metadata(format!(
+                    "layer {i} shares KV but no earlier layer of its kind computes any"
+                ))
+            })?;
+        layers[i].kv_source = Some(source);
+    }
+    Ok(layers)
 }

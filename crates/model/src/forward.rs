@@ -2,8 +2,8 @@
 //! decode: a batch of `B` tokens at positions `n_past .. n_past + B`.
 
 use crate::kv::{KvCache, LayerCache};
-use crate::ops::{self, Rope};
-use crate::{Config, Model, ModelError, Precision};
+use crate::ops;
+use crate::{Config, LayerKind, Model, ModelError, Precision};
 use std::ops::Range;
 use std::sync::Mutex;
 
@@ -33,7 +33,16 @@ pub struct Scratch {
     /// Final-normed hidden states of the last batch.
     out: Vec<f32>,
     batch: usize,
-    ropes: Vec<Rope>,
+    /// Gemma 4: the batch's per-layer inputs, `n_layers * per_layer_dim` per token.
+    ple: Vec<f32>,
+    /// Gemma 4: the projection half of the per-layer inputs.
+    ple_proj: Vec<f32>,
+    /// Gemma 4: one layer's gated per-layer input.
+    ple_gate: Vec<f32>,
+    /// Keys and values of the batch from layers whose KV later layers reuse,
+    /// indexed by layer (empty for the others).
+    shared_k: Vec<Vec<f32>>,
+    shared_v: Vec<Vec<f32>>,
 }
 
 impl Scratch {
@@ -44,11 +53,6 @@ impl Scratch {
         let qd = cfg.n_heads * cfg.head_dim;
         let kd = cfg.n_kv_heads * cfg.head_dim;
         let vd = cfg.n_kv_heads * cfg.value_dim;
-        let ropes = cfg
-            .layers
-            .iter()
-            .map(|l| Rope::new(cfg.head_dim, l.rope_base, l.rope_scale))
-            .collect();
         Self {
             max_batch: b,
             x: vec![0.0; b * cfg.hidden],
@@ -61,14 +65,18 @@ impl Scratch {
             gate: vec![0.0; b * cfg.ffn_dim],
             up: vec![0.0; b * cfg.ffn_dim],
             scores: (0..threads.max(1))
-                .map(|_| Mutex::new(vec![0.0; n_ctx.max(1) * (cfg.n_heads / cfg.n_kv_heads)]))
+                .map(|_| Mutex::new(vec![0.0; n_ctx.max(1) * cfg.n_heads]))
                 .collect(),
             qbuf: Vec::new(),
             wide: Vec::new(),
             logits: Vec::new(),
             out: vec![0.0; b * cfg.hidden],
             batch: 0,
-            ropes,
+            ple: vec![0.0; b * cfg.n_layers * cfg.per_layer_dim],
+            ple_proj: vec![0.0; b * cfg.n_layers * cfg.per_layer_dim],
+            ple_gate: vec![0.0; b * cfg.per_layer_dim],
+            shared_k: (0..cfg.n_layers).map(|_| Vec::new()).collect(),
+            shared_v: (0..cfg.n_layers).map(|_| Vec::new()).collect(),
         }
     }
 
@@ -79,8 +87,9 @@ impl Scratch {
             + cfg.n_heads * cfg.head_dim
             + cfg.n_kv_heads * (cfg.head_dim + cfg.value_dim)
             + cfg.n_heads * cfg.value_dim
-            + 2 * cfg.ffn_dim;
-        (b * per_token + threads.max(1) * n_ctx * (cfg.n_heads / cfg.n_kv_heads) + cfg.vocab)
+            + 2 * cfg.ffn_dim
+            + (2 * cfg.n_layers + 1) * cfg.per_layer_dim;
+        (b * per_token + threads.max(1) * n_ctx * cfg.n_heads + cfg.vocab)
             * std::mem::size_of::<f32>()
     }
 
@@ -178,11 +187,23 @@ impl Model {
             embd.dequantize_row(t as usize, row)?;
             row.iter_mut().for_each(|v| *v *= scale);
         }
+        if let Some(ple) = &self.weights.per_layer {
+            self.per_layer_inputs(ple, s, tokens)?;
+        }
 
-        let qd = cfg.n_heads * cfg.head_dim;
-        let kd = cfg.n_kv_heads * cfg.head_dim;
-        let vd = cfg.n_kv_heads * cfg.value_dim;
+        let mm = |w: &crate::weights::Linear,
+                  input: &[f32],
+                  out: &mut [f32],
+                  qbuf: &mut Vec<u8>,
+                  wide: &mut Vec<f32>| {
+            self.matmul(&w.matrix(file)?, input, b, out, qbuf, wide)
+        };
         for (li, lw) in self.weights.layers.iter().enumerate() {
+            let kind = &cfg.layers[li];
+            let hd = kind.head_dim;
+            let qd = cfg.n_heads * hd;
+            let kd = kind.n_kv_heads * hd;
+            let vd = kind.n_kv_heads * kind.value_dim;
             pre_norm(
                 &self.pool,
                 &s.x[..b * h],
@@ -191,13 +212,6 @@ impl Model {
                 cfg.norm_eps,
             );
 
-            let mm = |w: &crate::weights::Linear,
-                      input: &[f32],
-                      out: &mut [f32],
-                      qbuf: &mut Vec<u8>,
-                      wide: &mut Vec<f32>| {
-                self.matmul(&w.matrix(file)?, input, b, out, qbuf, wide)
-            };
             mm(
                 &lw.q,
                 &s.h[..b * h],
@@ -205,49 +219,90 @@ impl Model {
                 &mut s.qbuf,
                 &mut s.wide,
             )?;
-            mm(
-                &lw.k,
-                &s.h[..b * h],
-                &mut s.k[..b * kd],
-                &mut s.qbuf,
-                &mut s.wide,
-            )?;
-            mm(
-                &lw.v,
-                &s.h[..b * h],
-                &mut s.v[..b * vd],
-                &mut s.qbuf,
-                &mut s.wide,
-            )?;
-
-            let rope = &s.ropes[li];
-            par_rows(&self.pool, &mut s.q[..b * qd], cfg.head_dim, |i, head| {
-                ops::rms_norm(head, &lw.q_norm, cfg.norm_eps);
+            let rope = &self.ropes[li];
+            par_rows(&self.pool, &mut s.q[..b * qd], hd, |i, head| {
+                if let Some(w) = &lw.q_norm {
+                    ops::rms_norm(head, w, cfg.norm_eps);
+                }
                 rope.apply(head, pos0 + i / cfg.n_heads);
-                head.iter_mut().for_each(|v| *v *= cfg.attn_scale);
-            });
-            par_rows(&self.pool, &mut s.k[..b * kd], cfg.head_dim, |i, head| {
-                ops::rms_norm(head, &lw.k_norm, cfg.norm_eps);
-                rope.apply(head, pos0 + i / cfg.n_kv_heads);
+                if cfg.attn_scale != 1.0 {
+                    head.iter_mut().for_each(|v| *v *= cfg.attn_scale);
+                }
             });
 
-            let layer = &mut cache.layers[li];
+            let (kv_layer, k_new, v_new) = match kind.kv_source {
+                Some(src) => (src, &s.shared_k[src][..b * kd], &s.shared_v[src][..b * vd]),
+                None => {
+                    let k_w = lw.k.as_ref().ok_or_else(|| {
+                        ModelError::MissingTensor(format!("blk.{li}.attn_k.weight"))
+                    })?;
+                    mm(
+                        k_w,
+                        &s.h[..b * h],
+                        &mut s.k[..b * kd],
+                        &mut s.qbuf,
+                        &mut s.wide,
+                    )?;
+                    match &lw.v {
+                        Some(v_w) => mm(
+                            v_w,
+                            &s.h[..b * h],
+                            &mut s.v[..b * vd],
+                            &mut s.qbuf,
+                            &mut s.wide,
+                        )?,
+                        // k = v: values are the keys' projection before
+                        // the key norm and RoPE.
+                        None => s.v[..b * vd].copy_from_slice(&s.k[..b * kd]),
+                    }
+                    par_rows(&self.pool, &mut s.k[..b * kd], hd, |i, head| {
+                        if let Some(w) = &lw.k_norm {
+                            ops::rms_norm(head, w, cfg.norm_eps);
+                        }
+                        rope.apply(head, pos0 + i / kind.n_kv_heads);
+                    });
+                    if cfg.v_norm {
+                        par_rows(&self.pool, &mut s.v[..b * vd], kind.value_dim, |_, head| {
+                            ops::rms_norm_plain(head, cfg.norm_eps)
+                        });
+                    }
+                    if cfg.is_kv_source(li) {
+                        s.shared_k[li].clear();
+                        s.shared_k[li].extend_from_slice(&s.k[..b * kd]);
+                        s.shared_v[li].clear();
+                        s.shared_v[li].extend_from_slice(&s.v[..b * vd]);
+                    }
+                    (li, &s.k[..b * kd], &s.v[..b * vd])
+                }
+            };
+
             attention(
                 &self.pool,
                 cfg,
-                cfg.layers[li].window,
+                kind,
                 pos0,
                 b,
-                layer,
+                &cache.layers[kv_layer],
                 &s.q[..b * qd],
-                &s.k[..b * kd],
-                &s.v[..b * vd],
+                k_new,
+                v_new,
                 &mut s.attn,
                 &s.scores,
             );
-            store_kv(cfg, layer, pos0, b, &s.k[..b * kd], &s.v[..b * vd]);
+            // A layer whose KV later layers reuse writes its ring only after
+            // the whole batch: they still need the positions it would evict.
+            if kind.kv_source.is_none() && !cfg.is_kv_source(li) {
+                store_kv(
+                    kind,
+                    &mut cache.layers[li],
+                    pos0,
+                    b,
+                    &s.k[..b * kd],
+                    &s.v[..b * vd],
+                );
+            }
 
-            let ad = cfg.n_heads * cfg.value_dim;
+            let ad = cfg.n_heads * kind.value_dim;
             mm(
                 &lw.o,
                 &s.attn[..b * ad],
@@ -270,7 +325,7 @@ impl Model {
                 &lw.ffn_norm,
                 cfg.norm_eps,
             );
-            let fd = cfg.ffn_dim;
+            let fd = kind.ffn_dim;
             mm(
                 &lw.gate,
                 &s.h[..b * h],
@@ -303,8 +358,56 @@ impl Model {
                 &lw.post_ffn_norm,
                 cfg.norm_eps,
             );
+
+            if let Some(pl) = &lw.per_layer {
+                // Gemma 4: a gated projection of this layer's per-layer input.
+                let pd = cfg.per_layer_dim;
+                let width = cfg.n_layers * pd;
+                mm(
+                    &pl.gate,
+                    &s.x[..b * h],
+                    &mut s.ple_gate[..b * pd],
+                    &mut s.qbuf,
+                    &mut s.wide,
+                )?;
+                for (i, g) in s.ple_gate[..b * pd].chunks_exact_mut(pd).enumerate() {
+                    let input = &s.ple[i * width + li * pd..][..pd];
+                    for (gv, &iv) in g.iter_mut().zip(input) {
+                        *gv = ops::gelu_tanh(*gv) * iv;
+                    }
+                }
+                mm(
+                    &pl.proj,
+                    &s.ple_gate[..b * pd],
+                    &mut s.o[..b * h],
+                    &mut s.qbuf,
+                    &mut s.wide,
+                )?;
+                post_norm_add(
+                    &self.pool,
+                    &mut s.o[..b * h],
+                    &mut s.x[..b * h],
+                    &pl.post_norm,
+                    cfg.norm_eps,
+                );
+            }
+            if let Some(f) = lw.out_scale {
+                s.x[..b * h].iter_mut().for_each(|v| *v *= f);
+            }
         }
 
+        for (li, kind) in cfg.layers.iter().enumerate() {
+            if cfg.is_kv_source(li) {
+                store_kv(
+                    kind,
+                    &mut cache.layers[li],
+                    pos0,
+                    b,
+                    &s.shared_k[li],
+                    &s.shared_v[li],
+                );
+            }
+        }
         pre_norm(
             &self.pool,
             &s.x[..b * h],
@@ -313,6 +416,50 @@ impl Model {
             cfg.norm_eps,
         );
         cache.advance(b);
+        Ok(())
+    }
+
+    /// Gemma 4's per-layer inputs for the batch: each token's row of the
+    /// per-layer embedding table (scaled by `sqrt(per_layer_dim)`) plus a
+    /// normed projection of its scaled embedding, the sum scaled by `1/sqrt 2`.
+    /// Needs the scaled embeddings in `s.x`.
+    fn per_layer_inputs(
+        &self,
+        ple: &crate::weights::PerLayerEmbeddings,
+        s: &mut Scratch,
+        tokens: &[u32],
+    ) -> Result<(), ModelError> {
+        let cfg = &self.config;
+        let file = &*self.file;
+        let b = tokens.len();
+        let pd = cfg.per_layer_dim;
+        let width = cfg.n_layers * pd;
+        let table = ple.token_embd.matrix(file)?;
+        let tok_scale = (pd as f32).sqrt();
+        for (row, &t) in s.ple.chunks_exact_mut(width).zip(tokens) {
+            table.dequantize_row(t as usize, row)?;
+            row.iter_mut().for_each(|v| *v *= tok_scale);
+        }
+        self.matmul(
+            &ple.model_proj.matrix(file)?,
+            &s.x[..b * cfg.hidden],
+            b,
+            &mut s.ple_proj[..b * width],
+            &mut s.qbuf,
+            &mut s.wide,
+        )?;
+        let proj_scale = 1.0 / (cfg.hidden as f32).sqrt();
+        let mix = std::f32::consts::FRAC_1_SQRT_2;
+        for (p, t) in s.ple_proj[..b * width]
+            .chunks_exact_mut(pd)
+            .zip(s.ple[..b * width].chunks_exact_mut(pd))
+        {
+            p.iter_mut().for_each(|v| *v *= proj_scale);
+            ops::rms_norm(p, &ple.proj_norm, cfg.norm_eps);
+            for (tv, &pv) in t.iter_mut().zip(p.iter()) {
+                *tv = (pv + *tv) * mix;
+            }
+        }
         Ok(())
     }
 }
@@ -364,7 +511,7 @@ fn par_rows(
 fn attention(
     pool: &quant::ThreadPool,
     cfg: &Config,
-    window: Option<usize>,
+    kind: &LayerKind,
     pos0: usize,
     b: usize,
     cache: &LayerCache,
@@ -374,10 +521,11 @@ fn attention(
     out: &mut [f32],
     scores: &[Mutex<Vec<f32>>],
 ) {
-    let hd = cfg.head_dim;
-    let vdim = cfg.value_dim;
+    let window = kind.window;
+    let hd = kind.head_dim;
+    let vdim = kind.value_dim;
     let n_heads = cfg.n_heads;
-    let n_kv = cfg.n_kv_heads;
+    let n_kv = kind.n_kv_heads;
     let group = n_heads / n_kv;
     let kd = n_kv * hd;
     let vd = n_kv * vdim;
@@ -441,9 +589,9 @@ fn attention(
 
 /// Write the batch's keys and values into the cache; a ring keeps only the
 /// last `cap` of them.
-fn store_kv(cfg: &Config, cache: &mut LayerCache, pos0: usize, b: usize, k: &[f32], v: &[f32]) {
-    let kd = cfg.n_kv_heads * cfg.head_dim;
-    let vd = cfg.n_kv_heads * cfg.value_dim;
+fn store_kv(kind: &LayerKind, cache: &mut LayerCache, pos0: usize, b: usize, k: &[f32], v: &[f32]) {
+    let kd = kind.n_kv_heads * kind.head_dim;
+    let vd = kind.n_kv_heads * kind.value_dim;
     for r in b.saturating_sub(cache.cap)..b {
         let slot = (pos0 + r) % cache.cap;
         cache.k[slot * kd..(slot + 1) * kd].copy_from_slice(&k[r * kd..(r + 1) * kd]);

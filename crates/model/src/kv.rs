@@ -7,7 +7,8 @@ use crate::Config;
 /// Cached keys and values of one layer.
 #[derive(Debug, Clone)]
 pub(crate) struct LayerCache {
-    /// `cap` slots of `n_kv_heads * head_dim` keys.
+    /// `cap` slots of `n_kv_heads * head_dim` keys (the layer's own sizes);
+    /// empty on layers that reuse another layer's KV.
     pub k: Vec<f32>,
     /// `cap` slots of `n_kv_heads * value_dim` values.
     pub v: Vec<f32>,
@@ -31,9 +32,10 @@ impl KvCache {
             .iter()
             .map(|l| {
                 let cap = l.window.map_or(n_ctx, |w| w.min(n_ctx)).max(1);
+                let own = if l.kv_source.is_none() { cap } else { 0 };
                 LayerCache {
-                    k: vec![0.0; cap * cfg.n_kv_heads * cfg.head_dim],
-                    v: vec![0.0; cap * cfg.n_kv_heads * cfg.value_dim],
+                    k: vec![0.0; own * l.n_kv_heads * l.head_dim],
+                    v: vec![0.0; own * l.n_kv_heads * l.value_dim],
                     cap,
                 }
             })
@@ -49,9 +51,10 @@ impl KvCache {
     pub fn bytes_for(cfg: &Config, n_ctx: usize) -> usize {
         cfg.layers
             .iter()
+            .filter(|l| l.kv_source.is_none())
             .map(|l| {
                 let cap = l.window.map_or(n_ctx, |w| w.min(n_ctx)).max(1);
-                cap * cfg.n_kv_heads * (cfg.head_dim + cfg.value_dim) * std::mem::size_of::<f32>()
+                cap * l.n_kv_heads * (l.head_dim + l.value_dim) * std::mem::size_of::<f32>()
             })
             .sum()
     }

@@ -118,6 +118,8 @@ impl Default for LoadOptions {
 pub struct Model {
     config: Config,
     weights: Weights,
+    /// Each layer's rotary embedding (bases, scales and divisors differ).
+    ropes: Vec<ops::Rope>,
     file: Arc<GgufFile>,
     pool: ThreadPool,
     precision: Precision,
@@ -142,9 +144,19 @@ impl Model {
     pub fn from_gguf(file: Arc<GgufFile>, opts: &LoadOptions) -> Result<Self, ModelError> {
         let config = Config::from_gguf(&file)?;
         let weights = Weights::bind(&file, &config)?;
+        let ropes = config
+            .layers
+            .iter()
+            .zip(&weights.layers)
+            .map(|(l, w)| {
+                ops::Rope::new(l.rope_dims, l.rope_base, l.rope_scale)
+                    .with_divisors(w.rope_freqs.clone())
+            })
+            .collect();
         Ok(Self {
             config,
             weights,
+            ropes,
             file,
             pool: ThreadPool::new(opts.threads.max(1)),
             precision: opts.precision,

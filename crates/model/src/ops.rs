@@ -11,6 +11,13 @@ pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) {
     }
 }
 
+/// `x <- x / rms(x)`: RMSNorm without a weight (Gemma 4's value norm).
+pub fn rms_norm_plain(x: &mut [f32], eps: f32) {
+    let ss: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
+    let scale = 1.0 / ((ss / x.len() as f64) as f32 + eps).sqrt();
+    x.iter_mut().for_each(|v| *v *= scale);
+}
+
 /// GELU with the tanh approximation (`gelu_pytorch_tanh`), written with the
 /// identity `(1 + tanh(z)) / 2 = 1 / (1 + exp(-2z))`: one `exp` instead of a
 /// `tanh`, which is the slower libm call.
@@ -36,34 +43,50 @@ pub fn softcap(x: &mut [f32], cap: f32) {
 
 /// Rotary embedding for one base and position scale.
 ///
-/// The angle of pair `i` at position `p` is `p * base^(-2i/d)`. The powers are
-/// built by repeated f32 multiplication, the way ggml builds its rope cache:
-/// Gemma's activations are large enough that the last bits of these angles
-/// show in the logits, and we want llama.cpp's numbers on the same file.
+/// The angle of pair `i` at position `p` is `p * base^(-2i/d) / f_i`, where
+/// `d` is the rotated width and `f_i` an optional per-pair divisor (Gemma 4's
+/// proportional RoPE stores huge divisors for the pairs it leaves unrotated).
+/// The powers are built by repeated f32 multiplication, the way ggml builds
+/// its rope cache: Gemma's activations are large enough that the last bits of
+/// these angles show in the logits, and we want llama.cpp's numbers on the
+/// same file.
 #[derive(Debug, Clone)]
 pub struct Rope {
     half: usize,
     theta_scale: f32,
     scale: f32,
+    freq_divisors: Option<Vec<f32>>,
 }
 
 impl Rope {
-    /// Tables for head dimension `dim`.
-    pub fn new(dim: usize, base: f32, scale: f32) -> Self {
+    /// Tables rotating the leading `dims` dimensions of each head.
+    pub fn new(dims: usize, base: f32, scale: f32) -> Self {
         Self {
-            half: dim / 2,
-            theta_scale: base.powf(-2.0 / dim as f32),
+            half: dims / 2,
+            theta_scale: base.powf(-2.0 / dims as f32),
             scale,
+            freq_divisors: None,
         }
     }
 
-    /// Rotate one head in place, NeoX style: element `i` pairs with `i + d/2`.
+    /// The same rotation with a divisor per pair (`dims / 2` of them).
+    pub fn with_divisors(mut self, divisors: Option<Vec<f32>>) -> Self {
+        self.freq_divisors = divisors.filter(|d| d.len() == self.half);
+        self
+    }
+
+    /// Rotate one head in place, NeoX style: element `i` pairs with
+    /// `i + dims/2`; elements past `dims` are left alone.
     pub fn apply(&self, head: &mut [f32], pos: usize) {
         let half = self.half;
-        let (lo, hi) = head.split_at_mut(half);
+        let (lo, hi) = head[..2 * half].split_at_mut(half);
         let mut theta = pos as f32;
-        for (a, b) in lo.iter_mut().zip(hi.iter_mut()) {
-            let (sin, cos) = (theta * self.scale).sin_cos();
+        for (i, (a, b)) in lo.iter_mut().zip(hi.iter_mut()).enumerate() {
+            let t = match &self.freq_divisors {
+                Some(d) => theta / d[i],
+                None => theta,
+            };
+            let (sin, cos) = (t * self.scale).sin_cos();
             let (x0, x1) = (*a, *b);
             *a = x0 * cos - x1 * sin;
             *b = x0 * sin + x1 * cos;

@@ -1,6 +1,6 @@
 //! Binding GGUF tensors to the roles the forward pass gives them.
 
-use crate::{Config, ModelError};
+use crate::{Arch, Config, ModelError};
 use gguf::{GgmlType, GgufFile, TensorInfo};
 
 /// A weight matrix left in the mapped file: `rows` outputs of `cols` inputs.
@@ -76,6 +76,17 @@ fn vector(file: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>, ModelErro
     Ok(out)
 }
 
+/// The per-layer-embedding block of one Gemma 4 layer.
+#[derive(Debug, Clone)]
+pub struct PerLayerInput {
+    /// Residual stream → per-layer width, before GELU.
+    pub gate: Linear,
+    /// Per-layer width → residual stream.
+    pub proj: Linear,
+    /// Norm on the projection before the residual add.
+    pub post_norm: Vec<f32>,
+}
+
 /// The weights of one decoder layer.
 #[derive(Debug, Clone)]
 pub struct LayerWeights {
@@ -83,16 +94,17 @@ pub struct LayerWeights {
     pub attn_norm: Vec<f32>,
     /// Query projection.
     pub q: Linear,
-    /// Key projection.
-    pub k: Linear,
-    /// Value projection.
-    pub v: Linear,
+    /// Key projection; `None` on layers that reuse another layer's KV.
+    pub k: Option<Linear>,
+    /// Value projection; `None` when values are the keys' projection
+    /// (Gemma 4 global layers with k = v) or the layer reuses another's KV.
+    pub v: Option<Linear>,
     /// Attention output projection.
     pub o: Linear,
-    /// Per-head query norm.
-    pub q_norm: Vec<f32>,
-    /// Per-head key norm.
-    pub k_norm: Vec<f32>,
+    /// Per-head query norm (Gemma 3 and 4).
+    pub q_norm: Option<Vec<f32>>,
+    /// Per-head key norm (Gemma 3 and 4, layers computing keys).
+    pub k_norm: Option<Vec<f32>>,
     /// Norm after attention, before the residual add.
     pub post_attn_norm: Vec<f32>,
     /// Norm before the FFN.
@@ -105,6 +117,23 @@ pub struct LayerWeights {
     pub down: Linear,
     /// Norm after the FFN, before the residual add.
     pub post_ffn_norm: Vec<f32>,
+    /// Per-layer embedding block (Gemma 4).
+    pub per_layer: Option<PerLayerInput>,
+    /// Scalar the whole residual stream is multiplied by after the layer.
+    pub out_scale: Option<f32>,
+    /// RoPE frequency divisors for this layer (Gemma 4's proportional RoPE).
+    pub rope_freqs: Option<Vec<f32>>,
+}
+
+/// Gemma 4's per-layer embedding tables.
+#[derive(Debug, Clone)]
+pub struct PerLayerEmbeddings {
+    /// `vocab` rows of `n_layers * per_layer_dim`.
+    pub token_embd: Linear,
+    /// Residual stream → `n_layers * per_layer_dim`.
+    pub model_proj: Linear,
+    /// Norm on each layer's slice of the projection.
+    pub proj_norm: Vec<f32>,
 }
 
 /// All weights of a model.
@@ -116,6 +145,8 @@ pub struct Weights {
     pub output_norm: Vec<f32>,
     /// Output head; the embeddings when tied.
     pub output: Linear,
+    /// Per-layer embeddings (Gemma 4).
+    pub per_layer: Option<PerLayerEmbeddings>,
     /// Decoder layers.
     pub layers: Vec<LayerWeights>,
 }
@@ -124,32 +155,94 @@ impl Weights {
     /// Find, shape-check and type-check every tensor the configuration needs.
     pub fn bind(file: &GgufFile, cfg: &Config) -> Result<Self, ModelError> {
         let h = cfg.hidden;
-        let q_dim = cfg.n_heads * cfg.head_dim;
-        let k_dim = cfg.n_kv_heads * cfg.head_dim;
-        let v_dim = cfg.n_kv_heads * cfg.value_dim;
         let token_embd = Linear::bind(file, "token_embd.weight", h, cfg.vocab)?;
         let output = if file.tensor("output.weight").is_some() {
             Linear::bind(file, "output.weight", h, cfg.vocab)?
         } else {
             token_embd.clone()
         };
-        let layers = (0..cfg.n_layers)
-            .map(|i| {
+        let pd = cfg.per_layer_dim;
+        let per_layer = if pd > 0 {
+            let width = cfg.n_layers * pd;
+            Some(PerLayerEmbeddings {
+                token_embd: Linear::bind(file, "per_layer_token_embd.weight", width, cfg.vocab)?,
+                model_proj: Linear::bind(file, "per_layer_model_proj.weight", h, width)?,
+                proj_norm: vector(file, "per_layer_proj_norm.weight", pd)?,
+            })
+        } else {
+            None
+        };
+        let optional = |name: &str, len: usize| -> Result<Option<Vec<f32>>, ModelError> {
+            if file.tensor(name).is_some() {
+                vector(file, name, len).map(Some)
+            } else {
+                Ok(None)
+            }
+        };
+        let layers = cfg
+            .layers
+            .iter()
+            .enumerate()
+            .map(|(i, kind)| {
                 let n = |s: &str| format!("blk.{i}.{s}.weight");
+                let hd = kind.head_dim;
+                let q_dim = cfg.n_heads * hd;
+                let k_dim = kind.n_kv_heads * hd;
+                let v_dim = kind.n_kv_heads * kind.value_dim;
+                let computes_kv = kind.kv_source.is_none();
+                let k = computes_kv
+                    .then(|| Linear::bind(file, &n("attn_k"), h, k_dim))
+                    .transpose()?;
+                let v = if computes_kv
+                    && (cfg.arch != Arch::Gemma4 || file.tensor(&n("attn_v")).is_some())
+                {
+                    Some(Linear::bind(file, &n("attn_v"), h, v_dim)?)
+                } else {
+                    None
+                };
+                if computes_kv && v.is_none() && kind.value_dim != hd {
+                    return Err(ModelError::MissingTensor(n("attn_v")));
+                }
+                let per_layer = if pd > 0 {
+                    Some(PerLayerInput {
+                        gate: Linear::bind(file, &n("inp_gate"), h, pd)?,
+                        proj: Linear::bind(file, &n("proj"), pd, h)?,
+                        post_norm: vector(file, &n("post_norm"), h)?,
+                    })
+                } else {
+                    None
+                };
+                // Gemma 4 stores one `rope_freqs` for all global layers.
+                let rope_freqs = if cfg.arch == Arch::Gemma4 && kind.window.is_none() {
+                    match optional(&n("rope_freqs"), kind.rope_dims / 2)? {
+                        Some(f) => Some(f),
+                        None => optional("rope_freqs.weight", kind.rope_dims / 2)?,
+                    }
+                } else {
+                    None
+                };
                 Ok(LayerWeights {
                     attn_norm: vector(file, &n("attn_norm"), h)?,
                     q: Linear::bind(file, &n("attn_q"), h, q_dim)?,
-                    k: Linear::bind(file, &n("attn_k"), h, k_dim)?,
-                    v: Linear::bind(file, &n("attn_v"), h, v_dim)?,
-                    o: Linear::bind(file, &n("attn_output"), cfg.n_heads * cfg.value_dim, h)?,
-                    q_norm: vector(file, &n("attn_q_norm"), cfg.head_dim)?,
-                    k_norm: vector(file, &n("attn_k_norm"), cfg.head_dim)?,
+                    k,
+                    v,
+                    o: Linear::bind(file, &n("attn_output"), cfg.n_heads * kind.value_dim, h)?,
+                    q_norm: cfg
+                        .qk_norm
+                        .then(|| vector(file, &n("attn_q_norm"), hd))
+                        .transpose()?,
+                    k_norm: (cfg.qk_norm && computes_kv)
+                        .then(|| vector(file, &n("attn_k_norm"), hd))
+                        .transpose()?,
                     post_attn_norm: vector(file, &n("post_attention_norm"), h)?,
                     ffn_norm: vector(file, &n("ffn_norm"), h)?,
-                    gate: Linear::bind(file, &n("ffn_gate"), h, cfg.ffn_dim)?,
-                    up: Linear::bind(file, &n("ffn_up"), h, cfg.ffn_dim)?,
-                    down: Linear::bind(file, &n("ffn_down"), cfg.ffn_dim, h)?,
+                    gate: Linear::bind(file, &n("ffn_gate"), h, kind.ffn_dim)?,
+                    up: Linear::bind(file, &n("ffn_up"), h, kind.ffn_dim)?,
+                    down: Linear::bind(file, &n("ffn_down"), kind.ffn_dim, h)?,
                     post_ffn_norm: vector(file, &n("post_ffw_norm"), h)?,
+                    per_layer,
+                    out_scale: optional(&n("layer_output_scale"), 1)?.map(|v| v[0]),
+                    rope_freqs,
                 })
             })
             .collect::<Result<Vec<_>, ModelError>>()?;
@@ -157,6 +250,7 @@ impl Weights {
             token_embd,
             output_norm: vector(file, "output_norm.weight", h)?,
             output,
+            per_layer,
             layers,
         })
     }

@@ -230,3 +230,35 @@ fn precise_mode_matches_dequantized_goldens_tightly() {
         );
     }
 }
+
+#[test]
+fn gemma2_f32_matches_transformers() {
+    check("gemma2", "model-f32.gguf", "logits_model-f32.npy", 2e-3);
+    assert_eq!(
+        greedy("gemma2", "model-f32.gguf"),
+        reference("gemma2").greedy
+    );
+}
+
+#[test]
+fn gemma4_e2b_f32_matches_transformers() {
+    check("gemma4_e2b", "model-f32.gguf", "logits_model-f32.npy", 2e-3);
+    assert_eq!(
+        greedy("gemma4_e2b", "model-f32.gguf"),
+        reference("gemma4_e2b").greedy
+    );
+}
+
+#[test]
+fn gemma2_and_gemma4_quantized_match_dequantized_goldens() {
+    for name in ["gemma2", "gemma4_e2b"] {
+        check(name, "model-q8_0.gguf", "logits_model-q8_0.npy", 0.3);
+        check_with(
+            name,
+            "model-q8_0.gguf",
+            "logits_model-q8_0.npy",
+            2e-3,
+            Precision::Exact,
+        );
+    }
+}
