@@ -3,6 +3,7 @@
 mod bench;
 mod chat;
 mod commands;
+mod convert;
 mod serve;
 
 use anyhow::Result;
@@ -153,6 +154,10 @@ enum Command {
     Serve(serve::ServeArgs),
     /// Measure prompt-processing and generation throughput (like llama-bench).
     Bench(bench::BenchArgs),
+    /// Requantize a GGUF file with llama-quantize's per-tensor type choices.
+    Quantize(convert::QuantizeArgs),
+    /// Write a random-weight Gemma 3 model of a real size (for speed and memory tests).
+    Synth(convert::SynthArgs),
     /// Fetch a model into the local cache (alias or hf:OWNER/REPO/FILE.gguf).
     Pull {
         /// What to fetch.
@@ -217,6 +222,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Perplexity { model, file, chunk } => commands::perplexity(&model, &file, chunk),
         Command::Inspect { model, full } => commands::inspect(&model, full),
         Command::Pull { spec, quiet } => commands::pull(&spec, quiet),
+        Command::Quantize(args) => convert::quantize(&args),
+        Command::Synth(args) => convert::synth(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Serve(args) => serve::run(&args),
     }

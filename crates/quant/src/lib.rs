@@ -19,7 +19,7 @@ pub use gguf::GgmlType;
 pub use matmul::{matmul, try_matmul, Matrix};
 pub use pool::{default_threads, ThreadPool};
 
-use formats::{float, kquants, legacy};
+use formats::{float, kquantize, kquants, legacy};
 
 /// Whether this crate can dequantize and multiply weights of this type.
 pub fn is_supported(ty: GgmlType) -> bool {
@@ -108,7 +108,20 @@ pub fn can_quantize(ty: GgmlType) -> bool {
     use GgmlType::*;
     matches!(
         ty,
-        F32 | F16 | BF16 | Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q8_1 | Q8_K
+        F32 | F16
+            | BF16
+            | Q4_0
+            | Q4_1
+            | Q5_0
+            | Q5_1
+            | Q8_0
+            | Q8_1
+            | Q2_K
+            | Q3_K
+            | Q4_K
+            | Q5_K
+            | Q6_K
+            | Q8_K
     )
 }
 
@@ -141,6 +154,11 @@ pub fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
         Q5_1 => legacy::quant_q5_1(src, dst),
         Q8_0 => legacy::quant_q8_0_ref(src, dst),
         Q8_1 => legacy::quant_q8_1_act(src, dst),
+        Q2_K => kquantize::quant_q2_k(src, dst),
+        Q3_K => kquantize::quant_q3_k(src, dst),
+        Q4_K => kquantize::quant_q4_k(src, dst),
+        Q5_K => kquantize::quant_q5_k(src, dst),
+        Q6_K => kquantize::quant_q6_k(src, dst),
         Q8_K => kquants::quant_q8_k(src, dst),
         _ => return Err(QuantError::Unsupported(ty)),
     }

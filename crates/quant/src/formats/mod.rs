@@ -5,6 +5,7 @@
 #![allow(clippy::needless_range_loop)]
 
 pub(crate) mod float;
+pub(crate) mod kquantize;
 pub(crate) mod kquants;
 pub(crate) mod legacy;
 

@@ -1,0 +1,234 @@
+//! `hearth quantize` and `hearth synth`: flags, progress and file writing around
+//! the conversion library (named `::convert` here, since this module shares
+//! its name).
+
+use ::convert::{FileType, Preset, TensorReport};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use gguf::{GgufFile, GgufWriter};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::Instant;
+
+/// Flags of `hearth quantize`.
+#[derive(Args, Debug)]
+pub struct QuantizeArgs {
+    /// Input GGUF: a path or a model alias (gemma3-270m).
+    input: String,
+    /// Output GGUF path.
+    output: PathBuf,
+    /// Target mix, as llama-quantize names it: q4_k_m, q4_k_s, q5_k_m, q5_k_s,
+    /// q6_k, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k_s, q3_k_m, q3_k_l, f16,
+    /// bf16, f32.
+    #[arg(long = "type", value_name = "TYPE")]
+    ftype: String,
+    /// Worker threads (default: all cores).
+    #[arg(short, long)]
+    threads: Option<usize>,
+    /// No per-tensor lines.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+/// Flags of `hearth synth`.
+#[derive(Args, Debug)]
+pub struct SynthArgs {
+    /// Architecture (only gemma3 for now).
+    #[arg(long, default_value = "gemma3")]
+    arch: String,
+    /// Model size: 270m, 1b or 4b.
+    #[arg(long)]
+    preset: String,
+    /// Quantization mix of the weights (see `hearth quantize --help`).
+    #[arg(long, default_value = "q4_k_m")]
+    quant: String,
+    /// Output GGUF path.
+    #[arg(short, long)]
+    output: PathBuf,
+    /// Model whose tokenizer (and so vocabulary) to copy: a path or an alias.
+    #[arg(long, default_value = "gemma3-270m")]
+    tokenizer_from: String,
+    /// Seed of the random weights; the same seed gives the same file.
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
+    /// Worker threads (default: all cores).
+    #[arg(short, long)]
+    threads: Option<usize>,
+    /// No per-tensor lines.
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+fn parse_ftype(name: &str) -> Result<FileType> {
+    FileType::from_name(name).with_context(|| {
+        format!(
+            "unknown quantization type `{name}`; expected one of: {}",
+            FileType::names()
+        )
+    })
+}
+
+fn open_model(spec: &str, what: &str) -> Result<GgufFile> {
+    let path = store::resolve(spec).with_context(|| format!("cannot find the {what} `{spec}`"))?;
+    GgufFile::open(&path).with_context(|| format!("cannot load the {what} {}", path.display()))
+}
+
+/// Runs `f` on a pool of `threads` workers (rayon's default pool when `None`).
+fn with_threads<T: Send>(threads: Option<usize>, f: impl FnOnce() -> T + Send) -> Result<T> {
+    match threads {
+        None => Ok(f()),
+        Some(0) => bail!("--threads must be at least 1"),
+        Some(n) => Ok(rayon::ThreadPoolBuilder::new()
+            .num_threads(n)
+            .build()
+            .context("cannot start the worker threads")?
+            .install(f)),
+    }
+}
+
+/// A file written under a temporary name next to its destination and renamed
+/// into place once complete, so a failed run never leaves a truncated GGUF.
+struct PendingFile {
+    tmp: PathBuf,
+    dest: PathBuf,
+    file: Option<std::fs::File>,
+}
+
+impl PendingFile {
+    /// Creates the temporary file now, so an unwritable destination fails
+    /// before minutes of quantizing.
+    fn create(dest: &Path) -> Result<Self> {
+        if dest.is_dir() {
+            bail!("output {} is a directory", dest.display());
+        }
+        let name = dest
+            .file_name()
+            .with_context(|| format!("output {} has no file name", dest.display()))?;
+        let mut tmp_name = std::ffi::OsString::from(".");
+        tmp_name.push(name);
+        tmp_name.push(format!(".{}.tmp", std::process::id()));
+        let tmp = dest.with_file_name(tmp_name);
+        let file = std::fs::File::create(&tmp)
+            .with_context(|| format!("cannot write the output {}", dest.display()))?;
+        Ok(Self {
+            tmp,
+            dest: dest.to_path_buf(),
+            file: Some(file),
+        })
+    }
+
+    fn commit(mut self, w: &GgufWriter) -> Result<u64> {
+        let file = self.file.take().context("output already written")?;
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+        w.write_to(&mut out)
+            .and_then(|()| out.flush())
+            .with_context(|| format!("cannot write the output {}", self.dest.display()))?;
+        drop(out);
+        std::fs::rename(&self.tmp, &self.dest)
+            .with_context(|| format!("cannot move the output into {}", self.dest.display()))?;
+        Ok(std::fs::metadata(&self.dest).map(|m| m.len()).unwrap_or(0))
+    }
+}
+
+impl Drop for PendingFile {
+    fn drop(&mut self) {
+        if self.tmp.exists() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
+    }
+}
+
+/// A per-tensor progress printer in llama-quantize's style.
+fn progress(total: usize, quiet: bool) -> impl FnMut(&TensorReport) {
+    let mut i = 0;
+    move |r: &TensorReport| {
+        i += 1;
+        if !quiet {
+            eprintln!(
+                "[{i:>4}/{total:>4}] {:<36} {:<24} {:>5} -> {:<5} {:>10.2} MiB",
+                r.name,
+                format!("{:?}", r.dims),
+                r.from.name(),
+                r.to.name(),
+                r.bytes as f64 / (1024.0 * 1024.0)
+            );
+        }
+    }
+}
+
+fn same_file(a: &Path, b: &Path) -> bool {
+    match (a.canonicalize(), b.canonicalize()) {
+        (Ok(a), Ok(b)) => a == b,
+        _ => false,
+    }
+}
+
+/// `hearth quantize IN OUT --type T`.
+pub fn quantize(args: &QuantizeArgs) -> Result<ExitCode> {
+    let ftype = parse_ftype(&args.ftype)?;
+    let in_path = store::resolve(&args.input)
+        .with_context(|| format!("cannot find the input `{}`", args.input))?;
+    if same_file(&in_path, &args.output) {
+        bail!(
+            "the output {} is the input file; write to another path",
+            args.output.display()
+        );
+    }
+    let input = GgufFile::open(&in_path)
+        .with_context(|| format!("cannot load the input {}", in_path.display()))?;
+    let pending = PendingFile::create(&args.output)?;
+    let start = Instant::now();
+    let mut report = progress(input.tensors().len(), args.quiet);
+    let w = with_threads(args.threads, || {
+        ::convert::quantize_gguf_with(&input, ftype, &mut report)
+    })?
+    .with_context(|| format!("cannot quantize {}", in_path.display()))?;
+    let bytes = pending.commit(&w)?;
+    eprintln!(
+        "quantized {} ({:.1} MiB) to {ftype} in {:.1} s",
+        in_path.display(),
+        input.file_len() as f64 / (1024.0 * 1024.0),
+        start.elapsed().as_secs_f64()
+    );
+    println!(
+        "wrote {} ({:.1} MiB, {} tensors, {ftype})",
+        args.output.display(),
+        bytes as f64 / (1024.0 * 1024.0),
+        input.tensors().len()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `hearth synth --preset P --quant T -o FILE`.
+pub fn synth(args: &SynthArgs) -> Result<ExitCode> {
+    if !args.arch.eq_ignore_ascii_case("gemma3") {
+        bail!(
+            "unknown architecture `{}`; synth supports: gemma3",
+            args.arch
+        );
+    }
+    let preset = Preset::by_name(&args.preset)?;
+    let ftype = parse_ftype(&args.quant)?;
+    let donor = open_model(&args.tokenizer_from, "tokenizer donor")?;
+    let pending = PendingFile::create(&args.output)?;
+    let start = Instant::now();
+    let n_tensors = preset.tensor_specs(1).len();
+    let mut report = progress(n_tensors, args.quiet);
+    let w = with_threads(args.threads, || {
+        ::convert::synth_with(&preset, ftype, &donor, args.seed, &mut report)
+    })??;
+    let bytes = pending.commit(&w)?;
+    eprintln!(
+        "synthesized Gemma 3 {} ({ftype}, seed {}) in {:.1} s",
+        preset.size_label,
+        args.seed,
+        start.elapsed().as_secs_f64()
+    );
+    println!(
+        "wrote {} ({:.1} MiB, {n_tensors} tensors, {ftype})",
+        args.output.display(),
+        bytes as f64 / (1024.0 * 1024.0)
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,513 @@
+//! Reference quantizers for the K formats Q2_K, Q3_K, Q4_K, Q5_K and Q6_K: the
+//! algorithms llama.cpp runs when it has no importance matrix, so the bytes are the
+//! ones `llama-quantize` writes.
+//!
+//! Float expressions keep ggml's operand order (`(w*l)*x`, not `w*(l*x)`), and
+//! nothing is fused: a change in the last bit of one sub-block scale can pick a
+//! different grid and change every quant of the sub-block.
+
+use super::kquants::QK_K;
+use super::{f16_at, nearest_int, put_f16};
+
+/// ggml's threshold below which a group counts as all zeros.
+const GROUP_MAX_EPS: f32 = 1e-15;
+
+/// A weighted least-squares fit of `x ≈ scale * L - min` with `L` in `0..=nmax`,
+/// searching `nstep + 1` grid densities around `nmax / (max - min)` (ggml's
+/// `make_qkx2_quants`). Returns `(scale, min)` with `min >= 0` and fills `l`.
+#[allow(clippy::too_many_arguments)]
+fn fit_scale_min(
+    nmax: i32,
+    x: &[f32],
+    weights: &[f32],
+    l: &mut [u8],
+    laux: &mut [u8],
+    rmin: f32,
+    rdelta: f32,
+    nstep: i32,
+    use_mad: bool,
+) -> (f32, f32) {
+    let n = x.len();
+    let mut min = x[0];
+    let mut max = x[0];
+    let mut sum_w = weights[0];
+    let mut sum_x = sum_w * x[0];
+    for i in 1..n {
+        if x[i] < min {
+            min = x[i];
+        }
+        if x[i] > max {
+            max = x[i];
+        }
+        let w = weights[i];
+        sum_w += w;
+        sum_x += w * x[i];
+    }
+    if min > 0.0 {
+        min = 0.0;
+    }
+    if max == min {
+        l[..n].fill(0);
+        return (0.0, -min);
+    }
+    let nmax_f = nmax as f32;
+    let err = |d: f32| if use_mad { d.abs() } else { d * d };
+    let mut iscale = nmax_f / (max - min);
+    let mut scale = 1.0 / iscale;
+    let mut best_error = 0.0f32;
+    for i in 0..n {
+        let q = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
+        l[i] = q as u8;
+        let diff = scale * q as f32 + min - x[i];
+        best_error += weights[i] * err(diff);
+    }
+    for is in 0..=nstep {
+        iscale = (rmin + rdelta * is as f32 + nmax_f) / (max - min);
+        let (mut sum_l, mut sum_l2, mut sum_xl) = (0.0f32, 0.0f32, 0.0f32);
+        for i in 0..n {
+            let q = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
+            laux[i] = q as u8;
+            let (w, q) = (weights[i], q as f32);
+            sum_l += w * q;
+            sum_l2 += w * q * q;
+            sum_xl += w * q * x[i];
+        }
+        let det = sum_w * sum_l2 - sum_l * sum_l;
+        if det > 0.0 {
+            let mut this_scale = (sum_w * sum_xl - sum_x * sum_l) / det;
+            let mut this_min = (sum_l2 * sum_x - sum_l * sum_xl) / det;
+            if this_min > 0.0 {
+                this_min = 0.0;
+                this_scale = sum_xl / sum_l2;
+            }
+            let mut cur_error = 0.0f32;
+            for i in 0..n {
+                let diff = this_scale * laux[i] as f32 + this_min - x[i];
+                cur_error += weights[i] * err(diff);
+            }
+            if cur_error < best_error {
+                l[..n].copy_from_slice(&laux[..n]);
+                best_error = cur_error;
+                scale = this_scale;
+                min = this_min;
+            }
+        }
+    }
+    (scale, -min)
+}
+
+/// A symmetric fit `x ≈ scale * (L - nmax)` weighted by `x²`, trying 18 grid
+/// densities around `nmax / amax` (ggml's `make_qx_quants` with rmse_type 1 and no
+/// importance weights). `l` receives the biased quants `0..2*nmax`.
+fn fit_symmetric(nmax: i32, x: &[f32], l: &mut [i8]) -> f32 {
+    let n = x.len();
+    let (mut amax, mut max) = (0.0f32, 0.0f32);
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    if amax < GROUP_MAX_EPS {
+        l[..n].fill(0);
+        return 0.0;
+    }
+    let nmax_f = nmax as f32;
+    let quant = |iscale: f32, v: f32| nearest_int(iscale * v).clamp(-nmax, nmax - 1);
+    let sums = |iscale: f32| {
+        let (mut sumlx, mut suml2) = (0.0f32, 0.0f32);
+        for &v in x {
+            let q = quant(iscale, v) as f32;
+            let w = v * v;
+            sumlx += w * v * q;
+            suml2 += w * q * q;
+        }
+        (sumlx, suml2)
+    };
+    let iscale = -nmax_f / max;
+    for i in 0..n {
+        l[i] = (quant(iscale, x[i]) + nmax) as i8;
+    }
+    let (sumlx, suml2) = sums(iscale);
+    let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
+    let mut best = scale * sumlx;
+    for is in (-9..=9).filter(|&is| is != 0) {
+        let iscale = -(nmax_f + 0.1 * is as f32) / max;
+        let (sumlx, suml2) = sums(iscale);
+        if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
+            for i in 0..n {
+                l[i] = (quant(iscale, x[i]) + nmax) as i8;
+            }
+            scale = sumlx / suml2;
+            best = scale * sumlx;
+        }
+    }
+    scale
+}
+
+/// A symmetric fit for Q3_K (ggml's `make_q3_quants` with its rmse refinement):
+/// start from the `nmax / amax` grid, then move single quants while that lowers
+/// the `x²`-weighted error. `l` receives the biased quants `0..2*nmax`.
+fn fit_q3(nmax: i32, x: &[f32], l: &mut [i8]) -> f32 {
+    let n = x.len();
+    let (mut amax, mut max) = (0.0f32, 0.0f32);
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    if amax < GROUP_MAX_EPS {
+        l[..n].fill(0);
+        return 0.0;
+    }
+    let iscale = -(nmax as f32) / max;
+    let (mut sumlx, mut suml2) = (0.0f32, 0.0f32);
+    for i in 0..n {
+        let q = nearest_int(iscale * x[i]).clamp(-nmax, nmax - 1);
+        l[i] = q as i8;
+        let w = x[i] * x[i];
+        sumlx += w * x[i] * q as f32;
+        suml2 += w * q as f32 * q as f32;
+    }
+    for _ in 0..5 {
+        let mut changed = false;
+        for i in 0..n {
+            let w = x[i] * x[i];
+            let old = l[i] as f32;
+            let mut slx = sumlx - w * x[i] * old;
+            if slx > 0.0 {
+                let mut sl2 = suml2 - w * old * old;
+                let new_l = nearest_int(x[i] * sl2 / slx).clamp(-nmax, nmax - 1);
+                if new_l != l[i] as i32 {
+                    let q = new_l as f32;
+                    slx += w * x[i] * q;
+                    sl2 += w * q * q;
+                    if sl2 > 0.0 && slx * slx * suml2 > sumlx * sumlx * sl2 {
+                        l[i] = new_l as i8;
+                        sumlx = slx;
+                        suml2 = sl2;
+                        changed = true;
+                    }
+                }
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    for q in l[..n].iter_mut() {
+        *q += nmax as i8;
+    }
+    if suml2 > 0.0 {
+        sumlx / suml2
+    } else {
+        0.0
+    }
+}
+
+/// Packs 2-bit quants as Q2_K/Q3_K store them: byte `32*h + i` of a 128-value half
+/// `h` holds values `i`, `i+32`, `i+64` and `i+96` in bits 0-1, 2-3, 4-5 and 6-7.
+fn pack_2bit(l: &[u8; QK_K], qs: &mut [u8]) {
+    for h in 0..2 {
+        let (l, q) = (&l[128 * h..128 * h + 128], &mut qs[32 * h..32 * h + 32]);
+        for i in 0..32 {
+            q[i] = l[i] | (l[i + 32] << 2) | (l[i + 64] << 4) | (l[i + 96] << 6);
+        }
+    }
+}
+
+/// `quantize_row_q2_K_ref`: per 16 values an absolute-error fit of 2-bit quants
+/// with a min, then both the 16 scales and the 16 mins as 4-bit fractions of
+/// their maxima.
+pub(crate) fn quant_q2_k(src: &[f32], dst: &mut [u8]) {
+    for (x, b) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(84)) {
+        let mut l = [0u8; QK_K];
+        let mut laux = [0u8; 16];
+        let mut weights = [0f32; 16];
+        let mut scales = [0f32; 16];
+        let mut mins = [0f32; 16];
+        let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
+        for j in 0..16 {
+            let xs = &x[16 * j..16 * j + 16];
+            for (w, v) in weights.iter_mut().zip(xs) {
+                *w = v.abs();
+            }
+            (scales[j], mins[j]) = fit_scale_min(
+                3,
+                xs,
+                &weights,
+                &mut l[16 * j..16 * j + 16],
+                &mut laux,
+                -0.5,
+                0.1,
+                15,
+                true,
+            );
+            max_scale = keep_max(max_scale, scales[j]);
+            max_min = keep_max(max_min, mins[j]);
+        }
+        let mut sc = [0u8; 16];
+        if max_scale > 0.0 {
+            let iscale = 15.0 / max_scale;
+            for j in 0..16 {
+                sc[j] = nearest_int(iscale * scales[j]) as u8;
+            }
+            put_f16(&mut b[80..], max_scale / 15.0);
+        } else {
+            put_f16(&mut b[80..], 0.0);
+        }
+        if max_min > 0.0 {
+            let iscale = 15.0 / max_min;
+            for j in 0..16 {
+                sc[j] |= (nearest_int(iscale * mins[j]) << 4) as u8;
+            }
+            put_f16(&mut b[82..], max_min / 15.0);
+        } else {
+            put_f16(&mut b[82..], 0.0);
+        }
+        let (d_all, m_all) = (f16_at(&b[80..]), f16_at(&b[82..]));
+        for j in 0..16 {
+            let d = d_all * (sc[j] & 0x0F) as f32;
+            if d == 0.0 {
+                continue;
+            }
+            let dm = m_all * (sc[j] >> 4) as f32;
+            for i in 16 * j..16 * j + 16 {
+                l[i] = nearest_int((x[i] + dm) / d).clamp(0, 3) as u8;
+            }
+        }
+        b[..16].copy_from_slice(&sc);
+        pack_2bit(&l, &mut b[16..80]);
+    }
+}
+
+/// `quantize_row_q3_K_ref`: per 16 values a symmetric 3-bit fit, the 16 scales as
+/// signed 6-bit fractions of the largest, then re-quantization against the
+/// stored scales; the third bit of each quant goes to `hmask`.
+pub(crate) fn quant_q3_k(src: &[f32], dst: &mut [u8]) {
+    for (x, b) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(110)) {
+        let mut l = [0i8; QK_K];
+        let mut scales = [0f32; 16];
+        let (mut amax, mut max_scale) = (0.0f32, 0.0f32);
+        for j in 0..16 {
+            scales[j] = fit_q3(4, &x[16 * j..16 * j + 16], &mut l[16 * j..16 * j + 16]);
+            if scales[j].abs() > amax {
+                amax = scales[j].abs();
+                max_scale = scales[j];
+            }
+        }
+        let mut s = [0u8; 12];
+        if max_scale != 0.0 {
+            let iscale = -32.0 / max_scale;
+            for j in 0..16 {
+                // ggml stores the rounded value in an int8 before clamping.
+                let q = (nearest_int(iscale * scales[j]) as i8).clamp(-32, 31) as i32 + 32;
+                let q = q as u8;
+                if j < 8 {
+                    s[j] = q & 0x0F;
+                } else {
+                    s[j - 8] |= (q & 0x0F) << 4;
+                }
+                s[8 + j % 4] |= (q >> 4) << (2 * (j / 4));
+            }
+            put_f16(&mut b[108..], 1.0 / iscale);
+        } else {
+            put_f16(&mut b[108..], 0.0);
+        }
+        let d_all = f16_at(&b[108..]);
+        for j in 0..16 {
+            let low = if j < 8 { s[j] & 0x0F } else { s[j - 8] >> 4 };
+            let high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
+            let sc = (low | (high << 4)) as i32 - 32;
+            let d = d_all * sc as f32;
+            if d == 0.0 {
+                continue;
+            }
+            for i in 16 * j..16 * j + 16 {
+                l[i] = (nearest_int(x[i] / d).clamp(-4, 3) + 4) as i8;
+            }
+        }
+        let (hmask, rest) = b.split_at_mut(32);
+        hmask.fill(0);
+        let mut low = [0u8; QK_K];
+        for (j, (&q, lo)) in l.iter().zip(low.iter_mut()).enumerate() {
+            let mut q = q as u8;
+            if q > 3 {
+                hmask[j % 32] |= 1 << (j / 32);
+                q -= 4;
+            }
+            *lo = q;
+        }
+        pack_2bit(&low, &mut rest[..64]);
+        rest[64..76].copy_from_slice(&s);
+    }
+}
+
+/// The per-32 weights of Q4_K/Q5_K: the sub-block's RMS plus each |x|.
+fn rms_weights(x: &[f32], weights: &mut [f32; 32]) {
+    let mut sum_x2 = 0.0f32;
+    for &v in x {
+        sum_x2 += v * v;
+    }
+    let av_x = (sum_x2 / 32.0).sqrt();
+    for (w, v) in weights.iter_mut().zip(x) {
+        *w = av_x + v.abs();
+    }
+}
+
+/// The shared front half of Q4_K and Q5_K: fits 8 sub-blocks of 32 with
+/// `nmax` levels, writes `d`, `dmin` and the 12 packed 6-bit scales/mins into
+/// `b[0..16]`, and returns the quants re-fitted to the stored scales.
+fn scale_min_blocks(x: &[f32], b: &mut [u8], nmax: i32, rmin: f32, nstep: i32) -> [u8; QK_K] {
+    let mut l = [0u8; QK_K];
+    let mut laux = [0u8; 32];
+    let mut weights = [0f32; 32];
+    let mut scales = [0f32; 8];
+    let mut mins = [0f32; 8];
+    let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
+    for j in 0..8 {
+        let xs = &x[32 * j..32 * j + 32];
+        rms_weights(xs, &mut weights);
+        (scales[j], mins[j]) = fit_scale_min(
+            nmax,
+            xs,
+            &weights,
+            &mut l[32 * j..32 * j + 32],
+            &mut laux,
+            rmin,
+            0.1,
+            nstep,
+            false,
+        );
+        max_scale = keep_max(max_scale, scales[j]);
+        max_min = keep_max(max_min, mins[j]);
+    }
+    let inv_scale = if max_scale > 0.0 {
+        63.0 / max_scale
+    } else {
+        0.0
+    };
+    let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
+    let s = &mut b[4..16];
+    s.fill(0);
+    for j in 0..8 {
+        let ls = (nearest_int(inv_scale * scales[j]) as u8).min(63);
+        let lm = (nearest_int(inv_min * mins[j]) as u8).min(63);
+        if j < 4 {
+            s[j] = ls;
+            s[j + 4] = lm;
+        } else {
+            s[j + 4] = (ls & 0x0F) | ((lm & 0x0F) << 4);
+            s[j - 4] |= (ls >> 4) << 6;
+            s[j] |= (lm >> 4) << 6;
+        }
+    }
+    put_f16(b, max_scale / 63.0);
+    put_f16(&mut b[2..], max_min / 63.0);
+    let (d_all, m_all) = (f16_at(b), f16_at(&b[2..]));
+    let (sc, m) = super::kquants::scales_mins_k4(&b[4..16]);
+    for j in 0..8 {
+        let d = d_all * sc[j] as f32;
+        if d == 0.0 {
+            continue;
+        }
+        let dm = m_all * m[j] as f32;
+        for i in 32 * j..32 * j + 32 {
+            l[i] = nearest_int((x[i] + dm) / d).clamp(0, nmax) as u8;
+        }
+    }
+    l
+}
+
+/// `quantize_row_q4_K_ref`: 8 sub-blocks of 32 fitted with 4-bit quants and a
+/// min, then scales and mins as 6-bit fractions of their maxima.
+pub(crate) fn quant_q4_k(src: &[f32], dst: &mut [u8]) {
+    for (x, b) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(144)) {
+        let l = scale_min_blocks(x, b, 15, -1.0, 20);
+        let qs = &mut b[16..144];
+        for j in 0..4 {
+            for i in 0..32 {
+                qs[32 * j + i] = l[64 * j + i] | (l[64 * j + 32 + i] << 4);
+            }
+        }
+    }
+}
+
+/// `quantize_row_q5_K_ref`: as Q4_K with 5-bit quants, the fifth bits in `qh`.
+pub(crate) fn quant_q5_k(src: &[f32], dst: &mut [u8]) {
+    for (x, b) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(176)) {
+        let l = scale_min_blocks(x, b, 31, -0.5, 15);
+        let (qh, qs) = b[16..176].split_at_mut(32);
+        qh.fill(0);
+        for j in 0..4 {
+            for i in 0..32 {
+                let (lo, hi) = (l[64 * j + i], l[64 * j + 32 + i]);
+                qh[i] |= ((lo >> 4) << (2 * j)) | ((hi >> 4) << (2 * j + 1));
+                qs[32 * j + i] = (lo & 0x0F) | ((hi & 0x0F) << 4);
+            }
+        }
+    }
+}
+
+/// `quantize_row_q6_K_ref`: per 16 values a symmetric 6-bit fit, the 16 scales
+/// as int8 fractions of the largest (-128 maps to it), then re-quantization
+/// against the stored scales.
+pub(crate) fn quant_q6_k(src: &[f32], dst: &mut [u8]) {
+    for (x, b) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(210)) {
+        let mut l = [0i8; QK_K];
+        let mut scales = [0f32; 16];
+        let (mut max_abs, mut max_scale) = (0.0f32, 0.0f32);
+        for j in 0..16 {
+            scales[j] = fit_symmetric(32, &x[16 * j..16 * j + 16], &mut l[16 * j..16 * j + 16]);
+            if scales[j].abs() > max_abs {
+                max_abs = scales[j].abs();
+                max_scale = scales[j];
+            }
+        }
+        if max_abs < GROUP_MAX_EPS {
+            b.fill(0);
+            continue;
+        }
+        let iscale = -128.0 / max_scale;
+        put_f16(&mut b[208..], 1.0 / iscale);
+        let d_all = f16_at(&b[208..]);
+        for j in 0..16 {
+            let sc = nearest_int(iscale * scales[j]).min(127) as i8;
+            b[192 + j] = sc as u8;
+            let d = d_all * sc as f32;
+            if d == 0.0 {
+                continue;
+            }
+            for i in 16 * j..16 * j + 16 {
+                l[i] = (nearest_int(x[i] / d).clamp(-32, 31) + 32) as i8;
+            }
+        }
+        for h in 0..2 {
+            let l = &l[128 * h..128 * h + 128];
+            let (ql, qh) = (64 * h, 128 + 32 * h);
+            for i in 0..32 {
+                let q = [
+                    l[i] as u8,
+                    l[i + 32] as u8,
+                    l[i + 64] as u8,
+                    l[i + 96] as u8,
+                ];
+                b[ql + i] = (q[0] & 0x0F) | ((q[2] & 0x0F) << 4);
+                b[ql + 32 + i] = (q[1] & 0x0F) | ((q[3] & 0x0F) << 4);
+                b[qh + i] =
+                    (q[0] >> 4) | ((q[1] >> 4) << 2) | ((q[2] >> 4) << 4) | ((q[3] >> 4) << 6);
+            }
+        }
+    }
+}
+
+/// ggml's `if (v > max) max = v;`: unlike `f32::max`, a NaN never replaces `cur`.
+#[inline(always)]
+fn keep_max(cur: f32, v: f32) -> f32 {
+    if v > cur {
+        v
+    } else {
+        cur
+    }
+}
