@@ -33,7 +33,9 @@ fn make_input(g: &Value) -> Vec<f32> {
     let n_blocks = g["n_blocks"].as_u64().unwrap();
     let mut out = Vec::with_capacity(n_blocks as usize * 256);
     for b in 0..n_blocks {
-        let u: Vec<u64> = (0..256).map(|j| splitmix(seed_values, b * 256 + j)).collect();
+        let u: Vec<u64> = (0..256)
+            .map(|j| splitmix(seed_values, b * 256 + j))
+            .collect();
         let x: Vec<f32> = u
             .iter()
             .map(|&u| (u >> 40) as f32 * 2f32.powi(-23) - 1.0)
@@ -91,7 +93,10 @@ fn k_quants_match_llama_cpp_and_gguf_py_on_ten_block_styles() {
     let types = f["types"].as_object().unwrap();
     assert_eq!(types.len(), 5);
     for (name, chunks) in types {
-        let ty = GgmlType::ALL.into_iter().find(|t| t.name() == name).unwrap();
+        let ty = GgmlType::ALL
+            .into_iter()
+            .find(|t| t.name() == name)
+            .unwrap();
         let mut q = vec![0u8; row_size(ty, x.len()).unwrap()];
         quantize(ty, &x, &mut q).unwrap();
         let mut y = vec![0f32; x.len()];
