@@ -4,11 +4,12 @@
 //!
 //! The file comes from `scripts/fetch-model.sh` (or `hearth pull gemma3-270m`);
 //! `HEARTH_MODEL` may point at it instead. A missing file fails the tests:
-//! they never pass by skipping. Only the tensor index is read.
+//! they never pass by skipping.
 
 use gguf::GgufFile;
 use hearth_convert::plan::plan_types;
-use hearth_convert::{FileType, ModelShape, Preset, TensorSpec};
+use hearth_convert::{quantize_gguf, FileType, ModelShape, Preset, TensorSpec};
+use sha2::{Digest, Sha256};
 use std::path::PathBuf;
 
 fn real_model() -> GgufFile {
@@ -99,5 +100,23 @@ fn the_270m_preset_has_the_real_files_tensors_and_types() {
     assert_eq!(
         file.get_u64("gemma3.attention.sliding_window"),
         Some(preset.sliding_window as u64)
+    );
+}
+
+/// Requantizing the real file to Q5_K_M decodes Q4_K, Q5_0, Q6_K and Q8_0 and
+/// encodes Q5_K, Q5_1, Q6_K and Q8_0: the result is llama.cpp's file, byte for
+/// byte (its sha256 from `tests/fixtures/make_llama_quantize_hashes.py --real`).
+#[test]
+fn requantizing_the_real_model_matches_llama_cpp() {
+    let bytes = quantize_gguf(&real_model(), FileType::Q5_K_M)
+        .unwrap()
+        .to_bytes();
+    let sha: String = Sha256::digest(&bytes)
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(
+        sha,
+        "de0ca6e0d6daf8ca15f25a000dd7c1d4d6e05ad136029d9403ec0ff913682d1c"
     );
 }
