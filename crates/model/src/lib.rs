@@ -26,6 +26,9 @@ pub enum ModelError {
     /// The container is unreadable.
     #[error(transparent)]
     Gguf(#[from] gguf::GgufError),
+    /// A Hugging Face checkpoint directory could not be converted.
+    #[error(transparent)]
+    Checkpoint(#[from] hf::HfError),
     /// `general.architecture` names something we do not implement.
     #[error("unknown model architecture `{name}` (supported: {})", Arch::SUPPORTED.join(", "))]
     UnknownArchitecture {
@@ -95,6 +98,17 @@ pub enum Precision {
     Exact,
 }
 
+/// The GGUF at `path`, or the in-memory GGUF of the checkpoint directory
+/// at `path`.
+pub fn open_model_file(path: &Path) -> Result<GgufFile, ModelError> {
+    if path.is_dir() {
+        let writer = hf::convert_dir(path)?;
+        Ok(GgufFile::from_bytes(writer.to_bytes())?)
+    } else {
+        Ok(GgufFile::open(path)?)
+    }
+}
+
 /// Options for loading.
 #[derive(Debug, Clone)]
 pub struct LoadOptions {
@@ -134,10 +148,10 @@ impl std::fmt::Debug for Model {
 }
 
 impl Model {
-    /// Open a GGUF file and bind its weights.
+    /// Open a GGUF file, or a Hugging Face checkpoint directory (converted
+    /// in memory, weights in their stored precision), and bind its weights.
     pub fn load(path: impl AsRef<Path>, opts: &LoadOptions) -> Result<Self, ModelError> {
-        let file = Arc::new(GgufFile::open(path)?);
-        Self::from_gguf(file, opts)
+        Self::from_gguf(Arc::new(open_model_file(path.as_ref())?), opts)
     }
 
     /// Bind the weights of an already opened file.

@@ -262,3 +262,31 @@ fn gemma2_and_gemma4_quantized_match_dequantized_goldens() {
         );
     }
 }
+
+/// A Hugging Face checkpoint directory loads directly (safetensors in f32)
+/// and matches transformers' logits on the same weights.
+#[test]
+fn safetensors_directories_match_transformers() {
+    for name in ["gemma2", "gemma3", "gemma4_e2b"] {
+        let dir = fixture_dir(name);
+        let model = Model::load(
+            &dir,
+            &LoadOptions {
+                threads: 2,
+                precision: Precision::Exact,
+            },
+        )
+        .unwrap_or_else(|e| panic!("{name}: {e}"));
+        let r = reference(name);
+        let (_, want) = read_npy_f32(&dir.join("logits.npy"));
+        let got = prompt_logits(&model, &r.tokens, 5);
+        let max_diff = got
+            .iter()
+            .zip(&want)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        eprintln!("{name}/model.safetensors: max |Δlogit| = {max_diff:.2e}");
+        assert_eq!(got.len(), want.len());
+        assert!(max_diff <= 2e-3, "{name}: {max_diff}");
+    }
+}

@@ -1,0 +1,324 @@
+//! Hugging Face checkpoint directories as GGUF.
+//!
+//! A directory holding `config.json`, `model.safetensors` (or shards listed in
+//! `model.safetensors.index.json`) and `tokenizer.model` / `tokenizer.json` is
+//! converted in memory into the GGUF llama.cpp's `convert_hf_to_gguf.py` would
+//! write for it: the same tensor names, shapes and metadata keys, norm weights
+//! shifted by one where the architecture stores `w` and computes `x * (1 + w)`.
+//! Everything downstream (the model, the tokenizer, `hearth quantize`) then has
+//! one input format.
+
+mod spm;
+mod tensors;
+mod vocab;
+
+use gguf::{GgufWriter, MetaArray, MetaValue};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+/// Why a checkpoint directory cannot be converted.
+#[derive(Debug, thiserror::Error)]
+pub enum HfError {
+    /// A file could not be read.
+    #[error("{path}: {source}")]
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// The error.
+        source: std::io::Error,
+    },
+    /// A JSON file is malformed.
+    #[error("{path}: {message}")]
+    Json {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong.
+        message: String,
+    },
+    /// The checkpoint is for a model we do not convert.
+    #[error("unsupported model_type `{0}` in config.json (supported: gemma2, gemma3, gemma3_text, gemma4, gemma4_text)")]
+    UnsupportedModel(String),
+    /// A required config value is missing or of the wrong kind.
+    #[error("config.json: {0}")]
+    Config(String),
+    /// A safetensors file is malformed or holds an unexpected tensor.
+    #[error("{0}")]
+    Tensor(String),
+    /// The vocabulary files are missing or malformed.
+    #[error("tokenizer: {0}")]
+    Tokenizer(String),
+    /// Building the GGUF failed.
+    #[error(transparent)]
+    Gguf(#[from] gguf::GgufError),
+}
+
+/// Whether `path` looks like a Hugging Face checkpoint directory.
+pub fn is_checkpoint_dir(path: &Path) -> bool {
+    path.is_dir() && path.join("config.json").is_file()
+}
+
+/// The Gemma generations this crate converts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Family {
+    Gemma2,
+    Gemma3,
+    Gemma4,
+}
+
+impl Family {
+    fn gguf_arch(self) -> &'static str {
+        match self {
+            Family::Gemma2 => "gemma2",
+            Family::Gemma3 => "gemma3",
+            Family::Gemma4 => "gemma4",
+        }
+    }
+
+    /// Gemma 2 and 3 store RMSNorm weights as `w` and scale by `1 + w`;
+    /// GGUF stores `1 + w`. Gemma 4 scales by `w` itself.
+    fn norm_offset(self) -> f32 {
+        match self {
+            Family::Gemma2 | Family::Gemma3 => 1.0,
+            Family::Gemma4 => 0.0,
+        }
+    }
+}
+
+pub(crate) fn read_json(path: &Path) -> Result<Value, HfError> {
+    let text = std::fs::read_to_string(path).map_err(|source| HfError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    serde_json::from_str(&text).map_err(|e| HfError::Json {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })
+}
+
+/// The text-model part of `config.json` (multimodal checkpoints nest it).
+pub(crate) struct TextConfig<'a> {
+    v: &'a Value,
+}
+
+impl TextConfig<'_> {
+    fn uint(&self, key: &str) -> Result<u64, HfError> {
+        self.opt_uint(key)
+            .ok_or_else(|| HfError::Config(format!("`{key}` is missing or not an integer")))
+    }
+    fn opt_uint(&self, key: &str) -> Option<u64> {
+        self.v.get(key).and_then(Value::as_u64)
+    }
+    fn opt_f32(&self, key: &str) -> Option<f32> {
+        self.v.get(key).and_then(Value::as_f64).map(|x| x as f32)
+    }
+    fn layer_types(&self) -> Option<Vec<bool>> {
+        let arr = self.v.get("layer_types")?.as_array()?;
+        arr.iter()
+            .map(|t| t.as_str().map(|s| s == "sliding_attention"))
+            .collect()
+    }
+    /// `rope_parameters[kind][key]` (transformers 5) or the flat
+    /// `rope_theta` / `rope_local_base_freq` of older configs.
+    fn rope(&self, kind: &str, key: &str) -> Option<&Value> {
+        self.v
+            .get("rope_parameters")
+            .and_then(|p| p.get(kind).or(Some(p)))
+            .and_then(|p| p.get(key))
+    }
+}
+
+/// Convert a checkpoint directory into a GGUF held in memory, tensors in
+/// their stored precision (F32, F16 or BF16; norms in F32).
+pub fn convert_dir(dir: &Path) -> Result<GgufWriter, HfError> {
+    let config_path = dir.join("config.json");
+    let root = read_json(&config_path)?;
+    let text = root.get("text_config").unwrap_or(&root);
+    let model_type = text
+        .get("model_type")
+        .or_else(|| root.get("model_type"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    let family = match model_type {
+        "gemma2" => Family::Gemma2,
+        "gemma3" | "gemma3_text" => Family::Gemma3,
+        "gemma4" | "gemma4_text" => Family::Gemma4,
+        other => return Err(HfError::UnsupportedModel(other.to_string())),
+    };
+    let cfg = TextConfig { v: text };
+    let mut w = GgufWriter::new();
+    let arch = family.gguf_arch();
+    let name = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| arch.to_string());
+    w.set("general.architecture", MetaValue::String(arch.into()));
+    w.set("general.name", MetaValue::String(name));
+    write_hparams(&mut w, family, &cfg)?;
+    let store = tensors::Checkpoint::open(dir)?;
+    let file_type = tensors::write_tensors(&mut w, &store, family, &cfg)?;
+    w.set("general.file_type", MetaValue::U32(file_type));
+    w.set("general.quantization_version", MetaValue::U32(2));
+    vocab::write_tokenizer(&mut w, dir, family, &root)?;
+    Ok(w)
+}
+
+fn u32_of(v: u64, key: &str) -> Result<MetaValue, HfError> {
+    u32::try_from(v)
+        .map(MetaValue::U32)
+        .map_err(|_| HfError::Config(format!("`{key}` = {v} is too large")))
+}
+
+/// The `<arch>.*` hyper-parameter keys, as llama.cpp's converter names them.
+fn write_hparams(w: &mut GgufWriter, family: Family, cfg: &TextConfig) -> Result<(), HfError> {
+    let arch = family.gguf_arch();
+    let k = |s: &str| format!("{arch}.{s}");
+    let hidden = cfg.uint("hidden_size")?;
+    let n_layers = cfg.uint("num_hidden_layers")?;
+    let heads = cfg.uint("num_attention_heads")?;
+    let kv_heads = cfg.opt_uint("num_key_value_heads").unwrap_or(heads);
+    let head_dim = cfg.opt_uint("head_dim").unwrap_or(hidden / heads.max(1));
+    let ffn = cfg.uint("intermediate_size")?;
+    let ctx = cfg.opt_uint("max_position_embeddings").unwrap_or(8192);
+    let eps = cfg.opt_f32("rms_norm_eps").unwrap_or(1e-6);
+    w.set(k("context_length"), u32_of(ctx, "max_position_embeddings")?);
+    w.set(k("embedding_length"), u32_of(hidden, "hidden_size")?);
+    w.set(k("block_count"), u32_of(n_layers, "num_hidden_layers")?);
+    w.set(
+        k("attention.head_count"),
+        u32_of(heads, "num_attention_heads")?,
+    );
+    w.set(
+        k("attention.head_count_kv"),
+        u32_of(kv_heads, "num_key_value_heads")?,
+    );
+    w.set(k("attention.layer_norm_rms_epsilon"), MetaValue::F32(eps));
+    if let Some(c) = cfg.opt_f32("final_logit_softcapping") {
+        w.set(k("final_logit_softcapping"), MetaValue::F32(c));
+    }
+    let window = cfg.opt_uint("sliding_window");
+    if let Some(win) = window {
+        w.set(
+            k("attention.sliding_window"),
+            u32_of(win, "sliding_window")?,
+        );
+    }
+    let rope_theta = |kind: &str| cfg.rope(kind, "rope_theta").and_then(Value::as_f64);
+    match family {
+        Family::Gemma2 | Family::Gemma3 => {
+            w.set(k("feed_forward_length"), u32_of(ffn, "intermediate_size")?);
+            w.set(k("attention.key_length"), u32_of(head_dim, "head_dim")?);
+            w.set(k("attention.value_length"), u32_of(head_dim, "head_dim")?);
+            if let Some(s) = cfg.opt_f32("query_pre_attn_scalar").filter(|s| *s > 0.0) {
+                w.set(k("attention.scale"), MetaValue::F32(1.0 / s.sqrt()));
+            }
+            if family == Family::Gemma2 {
+                if let Some(c) = cfg.opt_f32("attn_logit_softcapping") {
+                    w.set(k("attn_logit_softcapping"), MetaValue::F32(c));
+                }
+                if let Some(t) = rope_theta("default").or_else(|| rope_theta("full_attention")) {
+                    w.set(k("rope.freq_base"), MetaValue::F32(t as f32));
+                }
+            } else {
+                if let Some(t) = rope_theta("full_attention") {
+                    w.set(k("rope.freq_base"), MetaValue::F32(t as f32));
+                }
+                let local = rope_theta("sliding_attention")
+                    .or_else(|| cfg.v.get("rope_local_base_freq").and_then(Value::as_f64));
+                if let Some(t) = local {
+                    w.set(k("rope.freq_base_swa"), MetaValue::F32(t as f32));
+                }
+                let rope_type = cfg
+                    .rope("full_attention", "rope_type")
+                    .and_then(Value::as_str);
+                let factor = cfg.rope("full_attention", "factor").and_then(Value::as_f64);
+                if let (Some("linear"), Some(f)) = (rope_type, factor) {
+                    w.set(k("rope.scaling.type"), MetaValue::String("linear".into()));
+                    w.set(k("rope.scaling.factor"), MetaValue::F32(f as f32));
+                }
+            }
+        }
+        Family::Gemma4 => {
+            let sliding = cfg
+                .layer_types()
+                .ok_or_else(|| HfError::Config("`layer_types` is missing".into()))?;
+            if sliding.len() as u64 != n_layers {
+                return Err(HfError::Config(format!(
+                    "{} layer types for {n_layers} layers",
+                    sliding.len()
+                )));
+            }
+            let global_dim = gemma4_global_head_dim(cfg, &sliding).unwrap_or(head_dim);
+            let shared = cfg
+                .opt_uint("num_kv_shared_layers")
+                .unwrap_or(0)
+                .min(n_layers);
+            let double = cfg.v.get("use_double_wide_mlp").and_then(Value::as_bool) == Some(true);
+            let ffn_per_layer: Vec<i32> = (0..n_layers)
+                .map(|i| {
+                    let wide = double && i >= n_layers - shared;
+                    i32::try_from(if wide { 2 * ffn } else { ffn })
+                        .map_err(|_| HfError::Config("intermediate_size is too large".into()))
+                })
+                .collect::<Result<_, _>>()?;
+            w.set(
+                k("feed_forward_length"),
+                MetaValue::Array(MetaArray::I32(ffn_per_layer)),
+            );
+            w.set(
+                k("attention.key_length"),
+                u32_of(global_dim, "global_head_dim")?,
+            );
+            w.set(
+                k("attention.value_length"),
+                u32_of(global_dim, "global_head_dim")?,
+            );
+            w.set(k("attention.key_length_swa"), u32_of(head_dim, "head_dim")?);
+            w.set(
+                k("attention.value_length_swa"),
+                u32_of(head_dim, "head_dim")?,
+            );
+            w.set(
+                k("rope.dimension_count"),
+                u32_of(global_dim, "global_head_dim")?,
+            );
+            w.set(k("rope.dimension_count_swa"), u32_of(head_dim, "head_dim")?);
+            w.set(
+                k("rope.freq_base"),
+                MetaValue::F32(rope_theta("full_attention").unwrap_or(1e6) as f32),
+            );
+            w.set(
+                k("rope.freq_base_swa"),
+                MetaValue::F32(rope_theta("sliding_attention").unwrap_or(1e4) as f32),
+            );
+            w.set(
+                k("attention.sliding_window_pattern"),
+                MetaValue::Array(MetaArray::Bool(sliding)),
+            );
+            w.set(
+                k("attention.shared_kv_layers"),
+                u32_of(shared, "num_kv_shared_layers")?,
+            );
+            let ple = cfg.opt_uint("hidden_size_per_layer_input").unwrap_or(0);
+            w.set(
+                k("embedding_length_per_layer_input"),
+                u32_of(ple, "hidden_size_per_layer_input")?,
+            );
+        }
+    }
+    Ok(())
+}
+
+/// Gemma 4's global-layer head size: `per_layer_config` of a full-attention
+/// layer, else `global_head_dim`.
+pub(crate) fn gemma4_global_head_dim(cfg: &TextConfig, sliding: &[bool]) -> Option<u64> {
+    let first_global = sliding.iter().position(|s| !s)?;
+    cfg.v
+        .get("per_layer_config")
+        .and_then(|p| p.get(first_global.to_string()))
+        .and_then(|l| l.get("head_dim"))
+        .and_then(Value::as_u64)
+        .or_else(|| cfg.opt_uint("global_head_dim"))
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,286 @@
+//! Safetensors checkpoints: reading the shards and renaming tensors to GGUF's
+//! names.
+
+use crate::{Family, HfError, TextConfig};
+use gguf::{GgmlType, GgufWriter};
+use memmap2::Mmap;
+use safetensors::{Dtype, SafeTensors};
+use serde_json::Value;
+use std::path::Path;
+
+/// The mapped safetensors files of one checkpoint.
+pub(crate) struct Checkpoint {
+    shards: Vec<(String, Mmap)>,
+}
+
+impl Checkpoint {
+    /// Map `model.safetensors`, or every shard the index names.
+    pub(crate) fn open(dir: &Path) -> Result<Self, HfError> {
+        let index = dir.join("model.safetensors.index.json");
+        let mut files: Vec<String> = if index.is_file() {
+            let v = crate::read_json(&index)?;
+            let map = v
+                .get("weight_map")
+                .and_then(Value::as_object)
+                .ok_or_else(|| HfError::Tensor(format!("{}: no weight_map", index.display())))?;
+            let mut f: Vec<String> = map
+                .values()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect();
+            f.sort();
+            f.dedup();
+            f
+        } else {
+            vec!["model.safetensors".to_string()]
+        };
+        files.retain(|f| !f.contains('/') && !f.contains('\\'));
+        let shards = files
+            .into_iter()
+            .map(|f| {
+                let path = dir.join(&f);
+                let file = std::fs::File::open(&path).map_err(|source| HfError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+                // SAFETY: the map is read-only and private to this process;
+                // like every mmap reader we rely on the checkpoint not being
+                // truncated while it is converted.
+                let map = unsafe { Mmap::map(&file) }.map_err(|source| HfError::Io {
+                    path: path.clone(),
+                    source,
+                })?;
+                Ok((f, map))
+            })
+            .collect::<Result<Vec<_>, HfError>>()?;
+        Ok(Self { shards })
+    }
+
+    /// Every tensor of every shard, parsed.
+    fn parsed(&self) -> Result<Vec<(&str, SafeTensors<'_>)>, HfError> {
+        self.shards
+            .iter()
+            .map(|(name, map)| {
+                SafeTensors::deserialize(map)
+                    .map(|st| (name.as_str(), st))
+                    .map_err(|e| HfError::Tensor(format!("{name}: {e}")))
+            })
+            .collect()
+    }
+}
+
+/// Where a checkpoint tensor goes in the GGUF.
+enum Target {
+    /// A matrix or table, kept in its stored precision.
+    Matrix(String),
+    /// An RMSNorm weight, in F32 with the family's offset added.
+    Norm(String),
+    /// A scalar or small vector kept as F32 verbatim.
+    Vector(String),
+    /// Not needed by the text model.
+    Skip,
+}
+
+/// The HF name with the text model's prefix removed, or `None` for
+/// tensors of other towers (vision, audio) and the tied head.
+fn strip_prefix(name: &str) -> Option<&str> {
+    for p in ["model.language_model.", "language_model.model.", "model."] {
+        if let Some(rest) = name.strip_prefix(p) {
+            return Some(rest);
+        }
+    }
+    None
+}
+
+fn target(name: &str, shared_from: u64) -> Target {
+    if name == "lm_head.weight" {
+        return Target::Matrix("output.weight".into());
+    }
+    let Some(rest) = strip_prefix(name) else {
+        return Target::Skip;
+    };
+    match rest {
+        "embed_tokens.weight" => return Target::Matrix("token_embd.weight".into()),
+        "norm.weight" => return Target::Norm("output_norm.weight".into()),
+        "embed_tokens_per_layer.weight" => {
+            return Target::Matrix("per_layer_token_embd.weight".into())
+        }
+        "per_layer_model_projection.weight" => {
+            return Target::Matrix("per_layer_model_proj.weight".into())
+        }
+        // A norm of Gemma 4's, so no offset either way.
+        "per_layer_projection_norm.weight" => {
+            return Target::Norm("per_layer_proj_norm.weight".into())
+        }
+        _ => {}
+    }
+    let Some(layer) = rest.strip_prefix("layers.") else {
+        return Target::Skip;
+    };
+    let Some((idx, suffix)) = layer.split_once('.') else {
+        return Target::Skip;
+    };
+    let Ok(i) = idx.parse::<u64>() else {
+        return Target::Skip;
+    };
+    let kv_part = matches!(
+        suffix,
+        "self_attn.k_proj.weight" | "self_attn.v_proj.weight" | "self_attn.k_norm.weight"
+    );
+    if kv_part && i >= shared_from {
+        // Layers that reuse an earlier layer's KV never read these.
+        return Target::Skip;
+    }
+    let blk = |s: &str| format!("blk.{i}.{s}.weight");
+    match suffix {
+        "input_layernorm.weight" => Target::Norm(blk("attn_norm")),
+        "self_attn.q_proj.weight" => Target::Matrix(blk("attn_q")),
+        "self_attn.k_proj.weight" => Target::Matrix(blk("attn_k")),
+        "self_attn.v_proj.weight" => Target::Matrix(blk("attn_v")),
+        "self_attn.o_proj.weight" => Target::Matrix(blk("attn_output")),
+        "self_attn.q_norm.weight" => Target::Norm(blk("attn_q_norm")),
+        "self_attn.k_norm.weight" => Target::Norm(blk("attn_k_norm")),
+        "post_attention_layernorm.weight" => Target::Norm(blk("post_attention_norm")),
+        "pre_feedforward_layernorm.weight" => Target::Norm(blk("ffn_norm")),
+        "post_feedforward_layernorm.weight" => Target::Norm(blk("post_ffw_norm")),
+        "mlp.gate_proj.weight" => Target::Matrix(blk("ffn_gate")),
+        "mlp.up_proj.weight" => Target::Matrix(blk("ffn_up")),
+        "mlp.down_proj.weight" => Target::Matrix(blk("ffn_down")),
+        "per_layer_input_gate.weight" => Target::Matrix(blk("inp_gate")),
+        "per_layer_projection.weight" => Target::Matrix(blk("proj")),
+        "post_per_layer_input_norm.weight" => Target::Norm(blk("post_norm")),
+        "layer_scalar" => Target::Vector(blk("layer_output_scale")),
+        _ => Target::Skip,
+    }
+}
+
+/// The tensor's elements as f32, whatever its stored float type.
+fn to_f32(dtype: Dtype, data: &[u8], name: &str) -> Result<Vec<f32>, HfError> {
+    let conv = |f: fn([u8; 2]) -> f32| {
+        data.chunks_exact(2)
+            .map(|c| f([c[0], c[1]]))
+            .collect::<Vec<f32>>()
+    };
+    Ok(match dtype {
+        Dtype::F32 => data
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect(),
+        Dtype::F16 => conv(|b| half::f16::from_le_bytes(b).to_f32()),
+        Dtype::BF16 => conv(|b| half::bf16::from_le_bytes(b).to_f32()),
+        other => return Err(HfError::Tensor(format!(
+            "tensor `{name}` has dtype {other:?}; only F32, F16 and BF16 checkpoints are supported"
+        ))),
+    })
+}
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// Add every text-model tensor to `w`; returns llama.cpp's file type number
+/// for the precision most weights are stored in.
+pub(crate) fn write_tensors(
+    w: &mut GgufWriter,
+    ckpt: &Checkpoint,
+    family: Family,
+    cfg: &TextConfig,
+) -> Result<u32, HfError> {
+    let n_layers = cfg.uint("num_hidden_layers")?;
+    let shared = cfg
+        .opt_uint("num_kv_shared_layers")
+        .unwrap_or(0)
+        .min(n_layers);
+    let shared_from = if family == Family::Gemma4 {
+        n_layers - shared
+    } else {
+        n_layers
+    };
+    let tied = cfg.v.get("tie_word_embeddings").and_then(Value::as_bool) != Some(false);
+    let mut counts = [0usize; 3];
+    let mut names: Vec<(String, usize)> = Vec::new();
+    let parsed = ckpt.parsed()?;
+    for (si, (_, st)) in parsed.iter().enumerate() {
+        for name in st.names() {
+            names.push((name.to_string(), si));
+        }
+    }
+    // A stable order, so the same checkpoint always gives the same file.
+    names.sort();
+    for (name, si) in names {
+        let view = parsed[si]
+            .1
+            .tensor(&name)
+            .map_err(|e| HfError::Tensor(format!("{name}: {e}")))?;
+        let target = match target(&name, shared_from) {
+            Target::Matrix(n) if n == "output.weight" && tied => Target::Skip,
+            t => t,
+        };
+        let dims: Vec<u64> = view.shape().iter().rev().map(|&d| d as u64).collect();
+        match target {
+            Target::Skip => {}
+            Target::Matrix(gname) => {
+                let ty = match view.dtype() {
+                    Dtype::F32 => GgmlType::F32,
+                    Dtype::F16 => GgmlType::F16,
+                    Dtype::BF16 => GgmlType::BF16,
+                    other => {
+                        return Err(HfError::Tensor(format!(
+                            "tensor `{name}` has dtype {other:?}; only F32, F16 and BF16 checkpoints are supported"
+                        )))
+                    }
+                };
+                counts[match ty {
+                    GgmlType::F32 => 0,
+                    GgmlType::F16 => 1,
+                    _ => 2,
+                }] += 1;
+                w.add_tensor(gname, &dims, ty, view.data().to_vec())?;
+            }
+            Target::Norm(gname) => {
+                let offset = family.norm_offset();
+                let v: Vec<f32> = to_f32(view.dtype(), view.data(), &name)?
+                    .into_iter()
+                    .map(|x| x + offset)
+                    .collect();
+                w.add_tensor(gname, &[v.len() as u64], GgmlType::F32, f32_bytes(&v))?;
+            }
+            Target::Vector(gname) => {
+                let v = to_f32(view.dtype(), view.data(), &name)?;
+                w.add_tensor(gname, &[v.len() as u64], GgmlType::F32, f32_bytes(&v))?;
+            }
+        }
+    }
+    if family == Family::Gemma4 {
+        add_gemma4_rope_freqs(w, cfg)?;
+    }
+    // llama.cpp's LLAMA_FTYPE numbers: ALL_F32 0, MOSTLY_F16 1, MOSTLY_BF16 32.
+    let most = (0..3).max_by_key(|&i| counts[i]).unwrap_or(0);
+    Ok([0, 1, 32][most])
+}
+
+/// Gemma 4's proportional RoPE as the divisors llama.cpp reads from
+/// `rope_freqs.weight`: 1 for the rotated leading pairs, a huge divisor
+/// (angle ~0, no rotation) for the rest.
+fn add_gemma4_rope_freqs(w: &mut GgufWriter, cfg: &TextConfig) -> Result<(), HfError> {
+    let sliding = cfg.layer_types().unwrap_or_default();
+    let head_dim = cfg.opt_uint("head_dim").unwrap_or(0);
+    let global = crate::gemma4_global_head_dim(cfg, &sliding).unwrap_or(head_dim) as usize;
+    if global == 0 {
+        return Ok(());
+    }
+    let factor = cfg
+        .rope("full_attention", "partial_rotary_factor")
+        .and_then(Value::as_f64)
+        .unwrap_or(1.0);
+    let rotated = ((factor * global as f64) as usize / 2).min(global / 2);
+    let freqs: Vec<f32> = (0..global / 2)
+        .map(|i| if i < rotated { 1.0 } else { 1e30 })
+        .collect();
+    w.add_tensor(
+        "rope_freqs.weight",
+        &[freqs.len() as u64],
+        GgmlType::F32,
+        f32_bytes(&freqs),
+    )?;
+    Ok(())
+}
