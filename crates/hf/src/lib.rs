@@ -260,10 +260,14 @@ fn write_hparams(w: &mut GgufWriter, family: Family, cfg: &TextConfig) -> Result
                         .map_err(|_| HfError::Config("intermediate_size is too large".into()))
                 })
                 .collect::<Result<_, _>>()?;
-            w.set(
-                k("feed_forward_length"),
-                MetaValue::Array(MetaArray::I32(ffn_per_layer)),
-            );
+            if double {
+                w.set(
+                    k("feed_forward_length"),
+                    MetaValue::Array(MetaArray::I32(ffn_per_layer)),
+                );
+            } else {
+                w.set(k("feed_forward_length"), u32_of(ffn, "intermediate_size")?);
+            }
             w.set(
                 k("attention.key_length"),
                 u32_of(global_dim, "global_head_dim")?,
@@ -292,12 +296,43 @@ fn write_hparams(w: &mut GgufWriter, family: Family, cfg: &TextConfig) -> Result
             );
             w.set(
                 k("attention.sliding_window_pattern"),
-                MetaValue::Array(MetaArray::Bool(sliding)),
+                MetaValue::Array(MetaArray::Bool(sliding.clone())),
             );
             w.set(
                 k("attention.shared_kv_layers"),
                 u32_of(shared, "num_kv_shared_layers")?,
             );
+            let global_kv = cfg.opt_uint("num_global_key_value_heads").or_else(|| {
+                let first_global = sliding.iter().position(|s| !s)?;
+                cfg.v
+                    .get("per_layer_config")?
+                    .get(first_global.to_string())?
+                    .get("num_key_value_heads")?
+                    .as_u64()
+            });
+            if let Some(g) = global_kv {
+                let per_layer: Vec<i32> = sliding
+                    .iter()
+                    .map(|&s| i32::try_from(if s { kv_heads } else { g }))
+                    .collect::<Result<_, _>>()
+                    .map_err(|_| HfError::Config("key/value head count too large".into()))?;
+                w.set(
+                    k("attention.head_count_kv"),
+                    MetaValue::Array(MetaArray::I32(per_layer)),
+                );
+            }
+            if let Some(n) = cfg.opt_uint("num_experts") {
+                w.set(k("expert_count"), u32_of(n, "num_experts")?);
+            }
+            if let Some(n) = cfg.opt_uint("top_k_experts") {
+                w.set(k("expert_used_count"), u32_of(n, "top_k_experts")?);
+            }
+            if let Some(n) = cfg.opt_uint("moe_intermediate_size") {
+                w.set(
+                    k("expert_feed_forward_length"),
+                    u32_of(n, "moe_intermediate_size")?,
+                );
+            }
             let ple = cfg.opt_uint("hidden_size_per_layer_input").unwrap_or(0);
             w.set(
                 k("embedding_length_per_layer_input"),

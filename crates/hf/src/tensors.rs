@@ -149,6 +149,14 @@ fn target(name: &str, shared_from: u64) -> Target {
         "per_layer_projection.weight" => Target::Matrix(blk("proj")),
         "post_per_layer_input_norm.weight" => Target::Norm(blk("post_norm")),
         "layer_scalar" => Target::Vector(blk("layer_output_scale")),
+        "router.proj.weight" => Target::Matrix(blk("ffn_gate_inp")),
+        "router.scale" => Target::Vector(format!("blk.{i}.ffn_gate_inp.scale")),
+        "router.per_expert_scale" => Target::Vector(format!("blk.{i}.ffn_down_exps.scale")),
+        "experts.gate_up_proj" => Target::Matrix(blk("ffn_gate_up_exps")),
+        "experts.down_proj" => Target::Matrix(blk("ffn_down_exps")),
+        "pre_feedforward_layernorm_2.weight" => Target::Norm(blk("pre_ffw_norm_2")),
+        "post_feedforward_layernorm_1.weight" => Target::Norm(blk("post_ffw_norm_1")),
+        "post_feedforward_layernorm_2.weight" => Target::Norm(blk("post_ffw_norm_2")),
         _ => Target::Skip,
     }
 }
@@ -167,9 +175,11 @@ fn to_f32(dtype: Dtype, data: &[u8], name: &str) -> Result<Vec<f32>, HfError> {
             .collect(),
         Dtype::F16 => conv(|b| half::f16::from_le_bytes(b).to_f32()),
         Dtype::BF16 => conv(|b| half::bf16::from_le_bytes(b).to_f32()),
-        other => return Err(HfError::Tensor(format!(
+        other => {
+            return Err(HfError::Tensor(format!(
             "tensor `{name}` has dtype {other:?}; only F32, F16 and BF16 checkpoints are supported"
-        ))),
+        )))
+        }
     })
 }
 

@@ -92,3 +92,10 @@ fn bad_directories_give_errors() {
     .unwrap();
     assert!(matches!(convert_dir(dir.path()), Err(HfError::Tensor(_))));
 }
+
+#[test]
+fn gemma_variant_checkpoints_convert_like_llama_cpp() {
+    for name in ["gemma3_linear8", "gemma4_31b", "gemma4_moe"] {
+        same_as_reference(name, NAMING);
+    }
+}

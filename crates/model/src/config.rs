@@ -105,6 +105,12 @@ pub struct Config {
     pub v_norm: bool,
     /// Width of each layer's per-layer embedding; 0 when the model has none.
     pub per_layer_dim: usize,
+    /// Experts in MoE layers (0: dense model).
+    pub n_experts: usize,
+    /// Experts each token is routed to.
+    pub n_experts_used: usize,
+    /// Inner width of each expert.
+    pub expert_ffn_dim: usize,
     /// Per-layer attention kind.
     pub layers: Vec<LayerKind>,
 }
@@ -296,6 +302,9 @@ impl Config {
             qk_norm,
             v_norm,
             per_layer_dim,
+            n_experts: opt_uint("expert_count").unwrap_or(0),
+            n_experts_used: opt_uint("expert_used_count").unwrap_or(0),
+            expert_ffn_dim: opt_uint("expert_feed_forward_length").unwrap_or(0),
             layers,
         };
         cfg.validate()?;

@@ -43,6 +43,8 @@ pub struct Scratch {
     /// indexed by layer (empty for the others).
     shared_k: Vec<Vec<f32>>,
     shared_v: Vec<Vec<f32>>,
+    /// Buffers of the mixture-of-experts block.
+    moe: crate::moe::MoeScratch,
 }
 
 impl Scratch {
@@ -77,6 +79,7 @@ impl Scratch {
             ple_gate: vec![0.0; b * cfg.per_layer_dim],
             shared_k: (0..cfg.n_layers).map(|_| Vec::new()).collect(),
             shared_v: (0..cfg.n_layers).map(|_| Vec::new()).collect(),
+            moe: Default::default(),
         }
     }
 
@@ -351,6 +354,17 @@ impl Model {
                 &mut s.qbuf,
                 &mut s.wide,
             )?;
+            if let Some(moe) = &lw.moe {
+                self.moe_block(
+                    moe,
+                    &s.x[..b * h],
+                    &mut s.o[..b * h],
+                    b,
+                    &mut s.moe,
+                    &mut s.qbuf,
+                    &mut s.wide,
+                )?;
+            }
             post_norm_add(
                 &self.pool,
                 &mut s.o[..b * h],
@@ -602,7 +616,7 @@ fn store_kv(kind: &LayerKind, cache: &mut LayerCache, pos0: usize, b: usize, k: 
 impl Model {
     /// `out = W x` for a batch, in the precision the model was loaded with.
     #[allow(clippy::too_many_arguments)]
-    fn matmul(
+    pub(crate) fn matmul(
         &self,
         w: &quant::Matrix,
         x: &[f32],

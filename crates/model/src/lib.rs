@@ -7,12 +7,14 @@
 mod config;
 mod forward;
 mod kv;
+mod moe;
 pub mod ops;
 mod weights;
 
 pub use config::{Arch, Config, LayerKind};
 pub use forward::Scratch;
 pub use kv::KvCache;
+pub use moe::{Experts, GateUp, MoeWeights};
 pub use weights::Weights;
 
 use gguf::GgufFile;

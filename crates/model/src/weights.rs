@@ -14,7 +14,12 @@ pub struct Linear {
 }
 
 impl Linear {
-    fn bind(file: &GgufFile, name: &str, cols: usize, rows: usize) -> Result<Self, ModelError> {
+    pub(crate) fn bind(
+        file: &GgufFile,
+        name: &str,
+        cols: usize,
+        rows: usize,
+    ) -> Result<Self, ModelError> {
         let info = tensor(file, name)?;
         let expected = vec![cols as u64, rows as u64];
         if info.dims != expected {
@@ -49,14 +54,14 @@ impl Linear {
     }
 }
 
-fn tensor(file: &GgufFile, name: &str) -> Result<TensorInfo, ModelError> {
+pub(crate) fn tensor(file: &GgufFile, name: &str) -> Result<TensorInfo, ModelError> {
     file.tensor(name)
         .cloned()
         .ok_or_else(|| ModelError::MissingTensor(name.to_string()))
 }
 
 /// A 1-D tensor read into f32 once at load (norm weights are tiny).
-fn vector(file: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+pub(crate) fn vector(file: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
     let info = tensor(file, name)?;
     if info.dims != [len as u64] {
         return Err(ModelError::TensorShape {
@@ -123,6 +128,8 @@ pub struct LayerWeights {
     pub out_scale: Option<f32>,
     /// RoPE frequency divisors for this layer (Gemma 4's proportional RoPE).
     pub rope_freqs: Option<Vec<f32>>,
+    /// Mixture-of-experts block beside the dense FFN (Gemma 4 26B-A4B).
+    pub moe: Option<crate::moe::MoeWeights>,
 }
 
 /// Gemma 4's per-layer embedding tables.
@@ -243,6 +250,14 @@ impl Weights {
                     per_layer,
                     out_scale: optional(&n("layer_output_scale"), 1)?.map(|v| v[0]),
                     rope_freqs,
+                    moe: crate::moe::MoeWeights::bind(
+                        file,
+                        i,
+                        h,
+                        cfg.n_experts,
+                        cfg.n_experts_used,
+                        cfg.expert_ffn_dim,
+                    )?,
                 })
             })
             .collect::<Result<Vec<_>, ModelError>>()?;

@@ -1,0 +1,319 @@
+//! Gemma 4's mixture-of-experts block (26B-A4B): a router picks the top-k of
+//! E small GeGLU experts per token; their weighted sum is added to the dense
+//! FFN's output before the layer's post-FFN norm.
+
+use crate::weights::{tensor, vector, Linear};
+use crate::{ops, Model, ModelError};
+use gguf::{GgufFile, TensorInfo};
+
+/// E expert matrices stored as one 3-D tensor `[cols, rows, E]`.
+#[derive(Debug, Clone)]
+pub struct Experts {
+    info: TensorInfo,
+    /// Output features of each expert.
+    pub rows: usize,
+    /// Input features of each expert.
+    pub cols: usize,
+    /// Number of experts.
+    pub n: usize,
+}
+
+impl Experts {
+    fn bind(
+        file: &GgufFile,
+        name: &str,
+        cols: usize,
+        rows: usize,
+        n: usize,
+    ) -> Result<Self, ModelError> {
+        let info = tensor(file, name)?;
+        let expected = vec![cols as u64, rows as u64, n as u64];
+        if info.dims != expected {
+            return Err(ModelError::TensorShape {
+                name: name.to_string(),
+                found: info.dims.clone(),
+                expected,
+            });
+        }
+        if !quant::is_supported(info.ty) {
+            return Err(ModelError::UnsupportedTensorType {
+                name: name.to_string(),
+                ty: info.ty,
+            });
+        }
+        Ok(Self {
+            info,
+            rows,
+            cols,
+            n,
+        })
+    }
+
+    /// Expert `e` as a kernel view.
+    fn matrix<'a>(&self, file: &'a GgufFile, e: usize) -> Result<quant::Matrix<'a>, ModelError> {
+        let per = quant::row_size(self.info.ty, self.cols)? * self.rows;
+        let bytes = file
+            .tensor_data(&self.info)
+            .get(e * per..(e + 1) * per)
+            .ok_or_else(|| ModelError::MissingTensor(format!("{} expert {e}", self.info.name)))?;
+        Ok(quant::Matrix::new(
+            self.info.ty,
+            self.rows,
+            self.cols,
+            bytes,
+        )?)
+    }
+}
+
+/// The experts' gate and up projections: fused (`[gate; up]` rows) or apart.
+#[derive(Debug, Clone)]
+pub enum GateUp {
+    /// One tensor, gate rows first.
+    Fused(Experts),
+    /// Separate gate and up tensors.
+    Split(Experts, Experts),
+}
+
+/// The weights of one layer's MoE block.
+#[derive(Debug, Clone)]
+pub struct MoeWeights {
+    /// Router: residual stream → one logit per expert.
+    pub router: Linear,
+    /// Elementwise scale on the router's normed input.
+    pub router_scale: Vec<f32>,
+    /// Per-expert output scale.
+    pub expert_scale: Option<Vec<f32>>,
+    /// Norm on the experts' input.
+    pub pre_norm: Vec<f32>,
+    /// Norm on the dense FFN's output before the sum.
+    pub post_norm_dense: Vec<f32>,
+    /// Norm on the experts' weighted sum.
+    pub post_norm_experts: Vec<f32>,
+    /// Gate and up projections.
+    pub gate_up: GateUp,
+    /// Down projections.
+    pub down: Experts,
+    /// Experts each token uses.
+    pub top_k: usize,
+}
+
+impl MoeWeights {
+    /// Bind layer `i`'s MoE tensors, or `None` when the layer has no router.
+    pub(crate) fn bind(
+        file: &GgufFile,
+        i: usize,
+        hidden: usize,
+        n_experts: usize,
+        top_k: usize,
+        expert_ffn: usize,
+    ) -> Result<Option<Self>, ModelError> {
+        let n = |s: &str| format!("blk.{i}.{s}");
+        if file.tensor(&n("ffn_gate_inp.weight")).is_none() {
+            return Ok(None);
+        }
+        if n_experts == 0 || top_k == 0 || top_k > n_experts || expert_ffn == 0 {
+            return Err(ModelError::Metadata(format!(
+                "layer {i} has a router but expert_count {n_experts}, expert_used_count {top_k}, expert_feed_forward_length {expert_ffn}"
+            )));
+        }
+        let gate_up = if file.tensor(&n("ffn_gate_up_exps.weight")).is_some() {
+            GateUp::Fused(Experts::bind(
+                file,
+                &n("ffn_gate_up_exps.weight"),
+                hidden,
+                2 * expert_ffn,
+                n_experts,
+            )?)
+        } else {
+            GateUp::Split(
+                Experts::bind(
+                    file,
+                    &n("ffn_gate_exps.weight"),
+                    hidden,
+                    expert_ffn,
+                    n_experts,
+                )?,
+                Experts::bind(
+                    file,
+                    &n("ffn_up_exps.weight"),
+                    hidden,
+                    expert_ffn,
+                    n_experts,
+                )?,
+            )
+        };
+        let expert_scale = if file.tensor(&n("ffn_down_exps.scale")).is_some() {
+            Some(vector(file, &n("ffn_down_exps.scale"), n_experts)?)
+        } else {
+            None
+        };
+        Ok(Some(Self {
+            router: Linear::bind(file, &n("ffn_gate_inp.weight"), hidden, n_experts)?,
+            router_scale: vector(file, &n("ffn_gate_inp.scale"), hidden)?,
+            expert_scale,
+            pre_norm: vector(file, &n("pre_ffw_norm_2.weight"), hidden)?,
+            post_norm_dense: vector(file, &n("post_ffw_norm_1.weight"), hidden)?,
+            post_norm_experts: vector(file, &n("post_ffw_norm_2.weight"), hidden)?,
+            gate_up,
+            down: Experts::bind(
+                file,
+                &n("ffn_down_exps.weight"),
+                expert_ffn,
+                hidden,
+                n_experts,
+            )?,
+            top_k,
+        }))
+    }
+}
+
+/// Buffers of the MoE block, grown on first use.
+#[derive(Debug, Default)]
+pub(crate) struct MoeScratch {
+    input: Vec<f32>,
+    router_in: Vec<f32>,
+    logits: Vec<f32>,
+    sum: Vec<f32>,
+    gathered: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+    out: Vec<f32>,
+}
+
+impl Model {
+    /// `dense <- post_norm_dense(dense) + post_norm_experts(Σ_k w_k expert_k(pre_norm(x)))`
+    /// for `b` rows, where the router reads `x` (the residual stream after
+    /// attention).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn moe_block(
+        &self,
+        moe: &MoeWeights,
+        x: &[f32],
+        dense: &mut [f32],
+        b: usize,
+        ms: &mut MoeScratch,
+        qbuf: &mut Vec<u8>,
+        wide: &mut Vec<f32>,
+    ) -> Result<(), ModelError> {
+        let file = &*self.file;
+        let h = self.config.hidden;
+        let eps = self.config.norm_eps;
+        let n_exp = moe.router.rows;
+        for row in dense.chunks_exact_mut(h) {
+            ops::rms_norm(row, &moe.post_norm_dense, eps);
+        }
+
+        ms.router_in.clear();
+        ms.router_in.extend_from_slice(&x[..b * h]);
+        let inv_sqrt_h = 1.0 / (h as f32).sqrt();
+        for row in ms.router_in.chunks_exact_mut(h) {
+            ops::rms_norm_plain(row, eps);
+            for (v, &s) in row.iter_mut().zip(&moe.router_scale) {
+                *v *= s * inv_sqrt_h;
+            }
+        }
+        ms.logits.resize(b * n_exp, 0.0);
+        self.matmul(
+            &moe.router.matrix(file)?,
+            &ms.router_in,
+            b,
+            &mut ms.logits,
+            qbuf,
+            wide,
+        )?;
+
+        ms.input.clear();
+        ms.input.extend_from_slice(&x[..b * h]);
+        for row in ms.input.chunks_exact_mut(h) {
+            ops::rms_norm(row, &moe.pre_norm, eps);
+        }
+
+        // Route: per expert, the rows that chose it and their weights.
+        let mut routes: Vec<Vec<(usize, f32)>> = vec![Vec::new(); n_exp];
+        let mut order: Vec<usize> = Vec::with_capacity(n_exp);
+        for (r, logits) in ms.logits.chunks_exact_mut(n_exp).enumerate() {
+            ops::softmax(logits);
+            order.clear();
+            order.extend(0..n_exp);
+            // Highest probability first; ties to the lower index, as topk does.
+            order.sort_by(|&a, &c| logits[c].total_cmp(&logits[a]).then(a.cmp(&c)));
+            let chosen = &order[..moe.top_k];
+            let total: f32 = chosen.iter().map(|&e| logits[e]).sum();
+            for &e in chosen {
+                let scale = moe.expert_scale.as_ref().map_or(1.0, |s| s[e]);
+                routes[e].push((r, logits[e] / total * scale));
+            }
+        }
+
+        let ffn = moe.down.cols;
+        ms.sum.clear();
+        ms.sum.resize(b * h, 0.0);
+        for (e, rows) in routes.iter().enumerate() {
+            if rows.is_empty() {
+                continue;
+            }
+            let m = rows.len();
+            ms.gathered.clear();
+            for &(r, _) in rows {
+                ms.gathered.extend_from_slice(&ms.input[r * h..(r + 1) * h]);
+            }
+            match &moe.gate_up {
+                GateUp::Fused(gu) => {
+                    ms.up.resize(m * 2 * ffn, 0.0);
+                    self.matmul(
+                        &gu.matrix(file, e)?,
+                        &ms.gathered,
+                        m,
+                        &mut ms.up,
+                        qbuf,
+                        wide,
+                    )?;
+                    ms.gate.clear();
+                    for row in ms.up.chunks_exact(2 * ffn) {
+                        let (g, u) = row.split_at(ffn);
+                        ms.gate
+                            .extend(g.iter().zip(u).map(|(&g, &u)| ops::gelu_tanh(g) * u));
+                    }
+                }
+                GateUp::Split(g, u) => {
+                    ms.gate.resize(m * ffn, 0.0);
+                    ms.up.resize(m * ffn, 0.0);
+                    self.matmul(
+                        &g.matrix(file, e)?,
+                        &ms.gathered,
+                        m,
+                        &mut ms.gate,
+                        qbuf,
+                        wide,
+                    )?;
+                    self.matmul(&u.matrix(file, e)?, &ms.gathered, m, &mut ms.up, qbuf, wide)?;
+                    ops::geglu(&mut ms.gate, &ms.up);
+                }
+            }
+            ms.out.resize(m * h, 0.0);
+            self.matmul(
+                &moe.down.matrix(file, e)?,
+                &ms.gate,
+                m,
+                &mut ms.out,
+                qbuf,
+                wide,
+            )?;
+            for (j, &(r, w)) in rows.iter().enumerate() {
+                for (acc, &v) in ms.sum[r * h..(r + 1) * h]
+                    .iter_mut()
+                    .zip(&ms.out[j * h..(j + 1) * h])
+                {
+                    *acc += w * v;
+                }
+            }
+        }
+        for (row, drow) in ms.sum.chunks_exact_mut(h).zip(dense.chunks_exact_mut(h)) {
+            ops::rms_norm(row, &moe.post_norm_experts, eps);
+            for (d, &v) in drow.iter_mut().zip(row.iter()) {
+                *d += v;
+            }
+        }
+        Ok(())
+    }
+}
