@@ -2,9 +2,12 @@
 //! algorithms llama.cpp runs when it has no importance matrix, so the bytes are the
 //! ones `llama-quantize` writes.
 //!
-//! Float expressions keep ggml's operand order (`(w*l)*x`, not `w*(l*x)`), and
-//! nothing is fused: a change in the last bit of one sub-block scale can pick a
-//! different grid and change every quant of the sub-block.
+//! Float expressions keep ggml's operand order (`(w*l)*x`, not `w*(l*x)`), every
+//! running sum adds in ggml's element order, and nothing is fused: a change in
+//! the last bit of one sub-block scale can pick a different grid and change
+//! every quant of the sub-block. Speed comes only from what keeps the bits:
+//! branch-free rounding, independent candidates summed side by side, and
+//! stopping an error sum once it cannot win.
 
 use super::kquants::QK_K;
 use super::{f16_at, nearest_int, put_f16};
@@ -12,27 +15,37 @@ use super::{f16_at, nearest_int, put_f16};
 /// ggml's threshold below which a group counts as all zeros.
 const GROUP_MAX_EPS: f32 = 1e-15;
 
+/// `nearest_int(v).clamp(lo, hi)` without a branch, so loops over it vectorize:
+/// clamping to `[lo - 1, hi + 1]` first keeps the magic-number rounding exact
+/// and gives the same result for every finite `v` (a NaN lands on `lo`).
+#[inline(always)]
+fn round_clamped(v: f32, lo: i32, hi: i32) -> i32 {
+    let v = v.max(lo as f32 - 1.0).min(hi as f32 + 1.0);
+    (((v + 12_582_912.0).to_bits() & 0x007f_ffff) as i32 - 0x0040_0000).clamp(lo, hi)
+}
+
 /// A weighted least-squares fit of `x ≈ scale * L - min` with `L` in `0..=nmax`,
 /// searching `nstep + 1` grid densities around `nmax / (max - min)` (ggml's
 /// `make_qkx2_quants`). Returns `(scale, min)` with `min >= 0` and fills `l`.
+///
+/// The sums run in ggml's order (so every bit matches); only the rounding
+/// loops, which have no carried state, are free to vectorize.
 #[allow(clippy::too_many_arguments)]
-fn fit_scale_min(
+fn fit_scale_min<const N: usize>(
     nmax: i32,
-    x: &[f32],
-    weights: &[f32],
-    l: &mut [u8],
-    laux: &mut [u8],
+    x: &[f32; N],
+    weights: &[f32; N],
+    l: &mut [u8; N],
     rmin: f32,
     rdelta: f32,
     nstep: i32,
     use_mad: bool,
 ) -> (f32, f32) {
-    let n = x.len();
     let mut min = x[0];
     let mut max = x[0];
     let mut sum_w = weights[0];
     let mut sum_x = sum_w * x[0];
-    for i in 1..n {
+    for i in 1..N {
         if x[i] < min {
             min = x[i];
         }
@@ -47,30 +60,36 @@ fn fit_scale_min(
         min = 0.0;
     }
     if max == min {
-        l[..n].fill(0);
+        l.fill(0);
         return (0.0, -min);
     }
     let nmax_f = nmax as f32;
     let err = |d: f32| if use_mad { d.abs() } else { d * d };
-    let mut iscale = nmax_f / (max - min);
+    let quants = |iscale: f32, min: f32| {
+        let mut q = [0f32; N];
+        for i in 0..N {
+            q[i] = round_clamped(iscale * (x[i] - min), 0, nmax) as f32;
+        }
+        q
+    };
+    let iscale = nmax_f / (max - min);
     let mut scale = 1.0 / iscale;
+    let q = quants(iscale, min);
     let mut best_error = 0.0f32;
-    for i in 0..n {
-        let q = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
-        l[i] = q as u8;
-        let diff = scale * q as f32 + min - x[i];
+    for i in 0..N {
+        let diff = scale * q[i] + min - x[i];
         best_error += weights[i] * err(diff);
     }
+    let mut best_q = q;
     for is in 0..=nstep {
-        iscale = (rmin + rdelta * is as f32 + nmax_f) / (max - min);
+        let iscale = (rmin + rdelta * is as f32 + nmax_f) / (max - min);
+        let q = quants(iscale, min);
         let (mut sum_l, mut sum_l2, mut sum_xl) = (0.0f32, 0.0f32, 0.0f32);
-        for i in 0..n {
-            let q = nearest_int(iscale * (x[i] - min)).clamp(0, nmax);
-            laux[i] = q as u8;
-            let (w, q) = (weights[i], q as f32);
-            sum_l += w * q;
-            sum_l2 += w * q * q;
-            sum_xl += w * q * x[i];
+        for i in 0..N {
+            let wq = weights[i] * q[i];
+            sum_l += wq;
+            sum_l2 += wq * q[i];
+            sum_xl += wq * x[i];
         }
         let det = sum_w * sum_l2 - sum_l * sum_l;
         if det > 0.0 {
@@ -80,27 +99,44 @@ fn fit_scale_min(
                 this_min = 0.0;
                 this_scale = sum_xl / sum_l2;
             }
+            // Every term is >= 0 (or NaN) and adding one never lowers a
+            // rounded sum, so once the partial error reaches the best the
+            // candidate has lost: stopping there changes no outcome.
             let mut cur_error = 0.0f32;
-            for i in 0..n {
-                let diff = this_scale * laux[i] as f32 + this_min - x[i];
+            let mut better = true;
+            for i in 0..N {
+                let diff = this_scale * q[i] + this_min - x[i];
                 cur_error += weights[i] * err(diff);
+                better = cur_error < best_error;
+                if !better {
+                    break;
+                }
             }
-            if cur_error < best_error {
-                l[..n].copy_from_slice(&laux[..n]);
+            if better {
+                best_q = q;
                 best_error = cur_error;
                 scale = this_scale;
                 min = this_min;
             }
         }
     }
+    for (l, q) in l.iter_mut().zip(best_q) {
+        *l = q as u8;
+    }
     (scale, -min)
 }
+
+/// Grid densities [`fit_symmetric`] tries: `nmax / amax`, then 18 around it.
+const SYM_GRIDS: usize = 19;
 
 /// A symmetric fit `x ≈ scale * (L - nmax)` weighted by `x²`, trying 18 grid
 /// densities around `nmax / amax` (ggml's `make_qx_quants` with rmse_type 1 and no
 /// importance weights). `l` receives the biased quants `0..2*nmax`.
-fn fit_symmetric(nmax: i32, x: &[f32], l: &mut [i8]) -> f32 {
-    let n = x.len();
+///
+/// The candidates do not depend on each other, so their sums are accumulated
+/// side by side (each in ggml's element order, so every bit matches) and the
+/// winner is then picked in ggml's order.
+fn fit_symmetric<const N: usize>(nmax: i32, x: &[f32; N], l: &mut [i8; N]) -> f32 {
     let (mut amax, mut max) = (0.0f32, 0.0f32);
     for &v in x {
         if v.abs() > amax {
@@ -109,38 +145,45 @@ fn fit_symmetric(nmax: i32, x: &[f32], l: &mut [i8]) -> f32 {
         }
     }
     if amax < GROUP_MAX_EPS {
-        l[..n].fill(0);
+        l.fill(0);
         return 0.0;
     }
     let nmax_f = nmax as f32;
-    let quant = |iscale: f32, v: f32| nearest_int(iscale * v).clamp(-nmax, nmax - 1);
-    let sums = |iscale: f32| {
-        let (mut sumlx, mut suml2) = (0.0f32, 0.0f32);
-        for &v in x {
-            let q = quant(iscale, v) as f32;
-            let w = v * v;
-            sumlx += w * v * q;
-            suml2 += w * q * q;
-        }
-        (sumlx, suml2)
-    };
-    let iscale = -nmax_f / max;
-    for i in 0..n {
-        l[i] = (quant(iscale, x[i]) + nmax) as i8;
+    let mut iscales = [-nmax_f / max; SYM_GRIDS];
+    for (k, is) in (-9..=9).filter(|&is| is != 0).enumerate() {
+        iscales[k + 1] = -(nmax_f + 0.1 * is as f32) / max;
     }
-    let (sumlx, suml2) = sums(iscale);
-    let mut scale = if suml2 != 0.0 { sumlx / suml2 } else { 0.0 };
-    let mut best = scale * sumlx;
-    for is in (-9..=9).filter(|&is| is != 0) {
-        let iscale = -(nmax_f + 0.1 * is as f32) / max;
-        let (sumlx, suml2) = sums(iscale);
-        if suml2 > 0.0 && sumlx * sumlx > best * suml2 {
-            for i in 0..n {
-                l[i] = (quant(iscale, x[i]) + nmax) as i8;
-            }
-            scale = sumlx / suml2;
-            best = scale * sumlx;
+    let mut q = [[0f32; SYM_GRIDS]; N];
+    for (qi, &xi) in q.iter_mut().zip(x) {
+        for (qp, &iscale) in qi.iter_mut().zip(&iscales) {
+            *qp = round_clamped(iscale * xi, -nmax, nmax - 1) as f32;
         }
+    }
+    let (mut sumlx, mut suml2) = ([0f32; SYM_GRIDS], [0f32; SYM_GRIDS]);
+    for (qi, &xi) in q.iter().zip(x) {
+        let w = xi * xi;
+        let wx = w * xi;
+        for p in 0..SYM_GRIDS {
+            sumlx[p] += wx * qi[p];
+            suml2[p] += w * qi[p] * qi[p];
+        }
+    }
+    let mut best_p = 0;
+    let mut scale = if suml2[0] != 0.0 {
+        sumlx[0] / suml2[0]
+    } else {
+        0.0
+    };
+    let mut best = scale * sumlx[0];
+    for p in 1..SYM_GRIDS {
+        if suml2[p] > 0.0 && sumlx[p] * sumlx[p] > best * suml2[p] {
+            best_p = p;
+            scale = sumlx[p] / suml2[p];
+            best = scale * sumlx[p];
+        }
+    }
+    for (l, qi) in l.iter_mut().zip(&q) {
+        *l = (qi[best_p] as i32 + nmax) as i8;
     }
     scale
 }
@@ -223,27 +266,17 @@ fn pack_2bit(l: &[u8; QK_K], qs: &mut [u8]) {
 pub(crate) fn quant_q2_k(src: &[f32], dst: &mut [u8]) {
     for (x, b) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(84)) {
         let mut l = [0u8; QK_K];
-        let mut laux = [0u8; 16];
         let mut weights = [0f32; 16];
         let mut scales = [0f32; 16];
         let mut mins = [0f32; 16];
         let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
-        for j in 0..16 {
-            let xs = &x[16 * j..16 * j + 16];
+        let xs16 = x.as_chunks::<16>().0;
+        let ls16 = l.as_chunks_mut::<16>().0;
+        for (j, (xs, ls)) in xs16.iter().zip(ls16.iter_mut()).enumerate() {
             for (w, v) in weights.iter_mut().zip(xs) {
                 *w = v.abs();
             }
-            (scales[j], mins[j]) = fit_scale_min(
-                3,
-                xs,
-                &weights,
-                &mut l[16 * j..16 * j + 16],
-                &mut laux,
-                -0.5,
-                0.1,
-                15,
-                true,
-            );
+            (scales[j], mins[j]) = fit_scale_min(3, xs, &weights, ls, -0.5, 0.1, 15, true);
             max_scale = keep_max(max_scale, scales[j]);
             max_min = keep_max(max_min, mins[j]);
         }
@@ -274,7 +307,7 @@ pub(crate) fn quant_q2_k(src: &[f32], dst: &mut [u8]) {
             }
             let dm = m_all * (sc[j] >> 4) as f32;
             for i in 16 * j..16 * j + 16 {
-                l[i] = nearest_int((x[i] + dm) / d).clamp(0, 3) as u8;
+                l[i] = round_clamped((x[i] + dm) / d, 0, 3) as u8;
             }
         }
         b[..16].copy_from_slice(&sc);
@@ -325,7 +358,7 @@ pub(crate) fn quant_q3_k(src: &[f32], dst: &mut [u8]) {
                 continue;
             }
             for i in 16 * j..16 * j + 16 {
-                l[i] = (nearest_int(x[i] / d).clamp(-4, 3) + 4) as i8;
+                l[i] = (round_clamped(x[i] / d, -4, 3) + 4) as i8;
             }
         }
         let (hmask, rest) = b.split_at_mut(32);
@@ -361,25 +394,15 @@ fn rms_weights(x: &[f32], weights: &mut [f32; 32]) {
 /// `b[0..16]`, and returns the quants re-fitted to the stored scales.
 fn scale_min_blocks(x: &[f32], b: &mut [u8], nmax: i32, rmin: f32, nstep: i32) -> [u8; QK_K] {
     let mut l = [0u8; QK_K];
-    let mut laux = [0u8; 32];
     let mut weights = [0f32; 32];
     let mut scales = [0f32; 8];
     let mut mins = [0f32; 8];
     let (mut max_scale, mut max_min) = (0.0f32, 0.0f32);
-    for j in 0..8 {
-        let xs = &x[32 * j..32 * j + 32];
+    let xs32 = x.as_chunks::<32>().0;
+    let ls32 = l.as_chunks_mut::<32>().0;
+    for (j, (xs, ls)) in xs32.iter().zip(ls32.iter_mut()).enumerate() {
         rms_weights(xs, &mut weights);
-        (scales[j], mins[j]) = fit_scale_min(
-            nmax,
-            xs,
-            &weights,
-            &mut l[32 * j..32 * j + 32],
-            &mut laux,
-            rmin,
-            0.1,
-            nstep,
-            false,
-        );
+        (scales[j], mins[j]) = fit_scale_min(nmax, xs, &weights, ls, rmin, 0.1, nstep, false);
         max_scale = keep_max(max_scale, scales[j]);
         max_min = keep_max(max_min, mins[j]);
     }
@@ -414,7 +437,7 @@ fn scale_min_blocks(x: &[f32], b: &mut [u8], nmax: i32, rmin: f32, nstep: i32) -
         }
         let dm = m_all * m[j] as f32;
         for i in 32 * j..32 * j + 32 {
-            l[i] = nearest_int((x[i] + dm) / d).clamp(0, nmax) as u8;
+            l[i] = round_clamped((x[i] + dm) / d, 0, nmax) as u8;
         }
     }
     l
@@ -458,8 +481,10 @@ pub(crate) fn quant_q6_k(src: &[f32], dst: &mut [u8]) {
         let mut l = [0i8; QK_K];
         let mut scales = [0f32; 16];
         let (mut max_abs, mut max_scale) = (0.0f32, 0.0f32);
-        for j in 0..16 {
-            scales[j] = fit_symmetric(32, &x[16 * j..16 * j + 16], &mut l[16 * j..16 * j + 16]);
+        let xs16 = x.as_chunks::<16>().0;
+        let ls16 = l.as_chunks_mut::<16>().0;
+        for (j, (xs, ls)) in xs16.iter().zip(ls16.iter_mut()).enumerate() {
+            scales[j] = fit_symmetric(32, xs, ls);
             if scales[j].abs() > max_abs {
                 max_abs = scales[j].abs();
                 max_scale = scales[j];
@@ -480,7 +505,7 @@ pub(crate) fn quant_q6_k(src: &[f32], dst: &mut [u8]) {
                 continue;
             }
             for i in 16 * j..16 * j + 16 {
-                l[i] = (nearest_int(x[i] / d).clamp(-32, 31) + 32) as i8;
+                l[i] = (round_clamped(x[i] / d, -32, 31) + 32) as i8;
             }
         }
         for h in 0..2 {
