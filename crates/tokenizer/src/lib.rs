@@ -1,12 +1,14 @@
 //! Text <-> token ids for GGUF models: the SentencePiece tokenizer as llama.cpp
-//! implements `tokenizer.ggml.model = llama`, special tokens, streaming
-//! decode, and chat templates.
+//! implements `tokenizer.ggml.model = llama`, Gemma 4's BPE
+//! (`tokenizer.ggml.model = gemma4`), special tokens, streaming decode, and
+//! chat templates.
 //!
 //! The core works on a [`Vocab`] and does not need a GGUF file; only
 //! [`Vocab::from_gguf`] and [`Tokenizer::from_gguf`] read one.
 
 #![warn(missing_docs)]
 
+mod bpe;
 mod chat;
 mod decode;
 mod index;
@@ -15,7 +17,7 @@ mod vocab;
 
 pub use chat::{ChatMessage, ChatTemplate};
 pub use decode::StreamDecoder;
-pub use vocab::{TokenType, Vocab};
+pub use vocab::{TokenType, TokenizerModel, Vocab};
 
 use index::TokenIndex;
 
@@ -34,7 +36,9 @@ pub enum TokenizerError {
         reason: String,
     },
     /// `tokenizer.ggml.model` names an algorithm this crate does not implement.
-    #[error("tokenizer model `{0}` is not supported (only `llama`, i.e. SentencePiece)")]
+    #[error(
+        "tokenizer model `{0}` is not supported (only `llama`, i.e. SentencePiece, and `gemma4`)"
+    )]
     UnsupportedModel(String),
     /// The vocabulary itself is inconsistent.
     #[error("invalid vocabulary: {0}")]
@@ -44,10 +48,15 @@ pub enum TokenizerError {
     Template(String),
 }
 
-/// Token texts that end a generation when present in the vocabulary, the
-/// same list llama.cpp consults (Gemma ends turns with `<end_of_turn>`).
+/// Token texts that end a generation when present in the vocabulary, taken
+/// from the list llama.cpp consults (Gemma 2 and 3 end turns with
+/// `<end_of_turn>`, Gemma 4 with `<turn|>`, and Gemma 4 stops to wait for a
+/// tool's answer at `<|tool_response>`).
 const EOG_TEXTS: &[&str] = &[
     "<end_of_turn>",
+    "<turn|>",
+    "<|tool_response>",
+    "<eos>",
     "<|eot_id|>",
     "<|im_end|>",
     "<|end|>",
@@ -56,12 +65,16 @@ const EOG_TEXTS: &[&str] = &[
     "<end_of_utterance>",
 ];
 
-/// A SentencePiece tokenizer over a [`Vocab`].
+/// A tokenizer over a [`Vocab`]: SentencePiece or Gemma 4 BPE, as the
+/// vocabulary's [`TokenizerModel`] says.
 #[derive(Debug, Clone)]
 pub struct Tokenizer {
     vocab: Vocab,
     index: TokenIndex,
-    /// `<0xNN>` id for each byte value (or a single-character fallback).
+    /// The merge rules, for [`TokenizerModel::Gemma4`] only.
+    merges: Option<bpe::MergeTable>,
+    /// `<0xNN>` id for each byte value (SentencePiece also falls back to a
+    /// single-character token, then to the unknown token).
     byte_ids: [Option<u32>; 256],
     /// Control, user-defined and unknown tokens, longest text first, the
     /// order in which llama.cpp splits them out of text.
@@ -73,8 +86,20 @@ pub struct Tokenizer {
 }
 
 impl Tokenizer {
-    /// Build the lookup structures for `vocab` (validates the special ids).
+    /// Build the lookup structures for `vocab` (validates the special ids
+    /// and, for Gemma 4, that every merge names two tokens).
     pub fn new(vocab: Vocab) -> Result<Self, TokenizerError> {
+        Self::build(vocab, None)
+    }
+
+    /// `new`, reporting bad merges against `merges_key` when they come from
+    /// a GGUF key.
+    fn build(mut vocab: Vocab, merges_key: Option<&str>) -> Result<Self, TokenizerError> {
+        if vocab.model == TokenizerModel::Gemma4 {
+            // Converted Gemma 4 files may say add_bos_token = false, but the
+            // model needs BOS; llama.cpp overrides the flag the same way.
+            vocab.add_bos = true;
+        }
         let n = vocab.len();
         for (name, id) in [
             ("bos_id", vocab.bos_id),
@@ -92,6 +117,18 @@ impl Tokenizer {
             }
         }
         let index = TokenIndex::build(&vocab);
+        let merges = match vocab.model {
+            TokenizerModel::Llama => None,
+            TokenizerModel::Gemma4 => Some(bpe::MergeTable::build(&vocab, &index).map_err(
+                |reason| match merges_key {
+                    Some(key) => TokenizerError::InvalidKey {
+                        key: key.to_string(),
+                        reason,
+                    },
+                    None => TokenizerError::InvalidVocab(reason),
+                },
+            )?),
+        };
 
         let mut specials: Vec<u32> = (0..n as u32)
             .filter(|&id| {
@@ -114,6 +151,7 @@ impl Tokenizer {
         let mut tok = Self {
             vocab,
             index,
+            merges,
             byte_ids: [None; 256],
             specials,
             special_lens,
@@ -121,12 +159,15 @@ impl Tokenizer {
         };
         for b in 0..=255u8 {
             let name = format!("<0x{b:02X}>");
-            // llama.cpp falls back to the single-character token when the
-            // vocabulary has no byte token for this value.
-            tok.byte_ids[b as usize] = tok
-                .lookup(name.as_bytes())
-                .or_else(|| tok.lookup(&[b]))
-                .or(tok.vocab.unk_id);
+            let byte_token = tok.lookup(name.as_bytes());
+            tok.byte_ids[b as usize] = match tok.vocab.model {
+                // llama.cpp's SentencePiece falls back to the single-character
+                // token when the vocabulary has no byte token for this value.
+                TokenizerModel::Llama => {
+                    byte_token.or_else(|| tok.lookup(&[b])).or(tok.vocab.unk_id)
+                }
+                TokenizerModel::Gemma4 => byte_token,
+            };
         }
         let mut eog: Vec<u32> = [tok.vocab.eos_id, tok.vocab.eot_id]
             .into_iter()
@@ -145,7 +186,7 @@ impl Tokenizer {
 
     /// Read the vocabulary from a GGUF file and build the tokenizer.
     pub fn from_gguf(file: &gguf::GgufFile) -> Result<Self, TokenizerError> {
-        Self::new(Vocab::from_gguf(file)?)
+        Self::build(Vocab::from_gguf(file)?, Some("tokenizer.ggml.merges"))
     }
 
     /// The vocabulary this tokenizer was built from.
@@ -176,7 +217,7 @@ impl Tokenizer {
         self.vocab.eos_id
     }
 
-    /// Whether the model asks for BOS in front of prompts.
+    /// Whether the model asks for BOS in front of prompts (always for Gemma 4).
     pub fn add_bos(&self) -> bool {
         self.vocab.add_bos
     }
@@ -226,13 +267,21 @@ impl Tokenizer {
                 }
                 Fragment::Text(s, e) => {
                     escaped.clear();
-                    if self.vocab.add_space_prefix && prev_special {
+                    // Only SentencePiece adds the prefix space; llama.cpp's
+                    // BPE never does, whatever the flag says.
+                    if self.vocab.add_space_prefix
+                        && prev_special
+                        && self.vocab.model == TokenizerModel::Llama
+                    {
                         escaped.push('\u{2581}');
                     }
                     for ch in text[s..e].chars() {
                         escaped.push(if ch == ' ' { '\u{2581}' } else { ch });
                     }
-                    spm::encode_piece(self, &escaped, &mut out);
+                    match &self.merges {
+                        None => spm::encode_piece(self, &escaped, &mut out),
+                        Some(merges) => bpe::encode_text(self, merges, &escaped, &mut out),
+                    }
                     prev_special = false;
                 }
             }

@@ -484,3 +484,302 @@ fn shareable_across_threads() {
     assert_send_sync::<ChatTemplate>();
     assert_send_sync::<StreamDecoder>();
 }
+
+// ---- Gemma 4 BPE ----
+
+/// Special and byte tokens as in `tiny_vocab`, then pieces for the merges
+/// below; `merges` are "LEFT RIGHT" in rank order.
+fn bpe_vocab(merges: &[&str]) -> Vocab {
+    let mut tokens: Vec<String> = vec![
+        "<pad>".into(),
+        "<eos>".into(),
+        "<bos>".into(),
+        "<unk>".into(),
+        "<|turn>".into(),
+        "<turn|>".into(),
+        "[tool]".into(),
+    ];
+    let mut types = vec![3, 3, 3, 2, 3, 3, 4];
+    for b in 0..=255u8 {
+        tokens.push(format!("<0x{b:02X}>"));
+        types.push(6);
+    }
+    for t in [
+        "▁", "a", "b", "c", "d", "x", "y", "z", "h", "e", "ab", "bc", "cd", "yz", "xy", "aa",
+        "aaaa", "▁a", "▁ab", "\n", "\n\n\n", " x", "q",
+    ] {
+        tokens.push(t.into());
+        types.push(1);
+    }
+    let mut v = Vocab::new(&tokens, None, Some(&types)).unwrap();
+    v.model = TokenizerModel::Gemma4;
+    v.bos_id = Some(2);
+    v.eos_id = Some(1);
+    v.unk_id = Some(3);
+    v.pad_id = Some(0);
+    v.add_bos = false;
+    v.add_space_prefix = false;
+    v.set_merges(merges).unwrap();
+    v
+}
+
+const BPE_MERGES: &[&str] = &[
+    "c d", "b c", "a b", "y z", "x y", "a a", "aa aa", "▁ a", "▁a b", "h e", " x q",
+    // A repeated pair keeps its first rank.
+    "c d", "▁ ab",
+];
+
+fn bpe() -> Tokenizer {
+    Tokenizer::new(bpe_vocab(BPE_MERGES)).unwrap()
+}
+
+#[test]
+fn bpe_merges_by_rank_then_leftmost() {
+    let t = bpe();
+    assert_eq!(t.vocab().n_merges(), BPE_MERGES.len());
+    // "c d" (rank 0) beats "b c" (rank 1) although it is further right.
+    assert_eq!(pieces(&t, &t.encode("bcd", false, false)), ["b", "cd"]);
+    assert_eq!(pieces(&t, &t.encode("abc", false, false)), ["a", "bc"]);
+    // "y z" outranks "x y".
+    assert_eq!(pieces(&t, &t.encode("xyz", false, false)), ["x", "yz"]);
+    // Equal ranks (the same pair twice): leftmost first.
+    assert_eq!(pieces(&t, &t.encode("aaa", false, false)), ["aa", "a"]);
+    assert_eq!(pieces(&t, &t.encode("aaaaa", false, false)), ["aaaa", "a"]);
+    // Spaces are pieces like any other character; no prefix is added.
+    assert_eq!(pieces(&t, &t.encode("ab ab", false, false)), ["ab", "▁ab"]);
+    assert_eq!(
+        t.decode(&t.encode(" ab ab ", false, false), false),
+        " ab ab "
+    );
+}
+
+#[test]
+fn bpe_repeated_merge_keeps_first_rank() {
+    // With "c d" re-ranked last, "b c" would win in "bcd".
+    let t = bpe();
+    assert_eq!(pieces(&t, &t.encode("bcd", false, false)), ["b", "cd"]);
+}
+
+#[test]
+fn bpe_merge_result_outside_vocab_falls_back_to_bytes() {
+    let t = bpe();
+    // "h e" merges into "he", which is no token: its bytes are emitted.
+    assert_eq!(
+        pieces(&t, &t.encode("hee", false, false)),
+        ["<0x68>", "<0x65>", "e"]
+    );
+    assert_eq!(t.decode(&t.encode("hee", false, false), false), "hee");
+}
+
+#[test]
+fn bpe_merge_sides_may_start_with_a_space() {
+    // " x q" splits after " x": the separator is the first space past byte 0.
+    let v = bpe_vocab(BPE_MERGES);
+    assert_eq!(v.merge(10), Some(" x q"));
+    Tokenizer::new(v).unwrap();
+}
+
+#[test]
+fn bpe_newline_runs() {
+    let t = bpe();
+    // "\n\n\n" is a token and taken whole; "\n\n" is not, so it splits.
+    assert_eq!(
+        pieces(&t, &t.encode("a\n\n\nb\n\nc", false, false)),
+        ["a", "\n\n\n", "b", "\n", "\n", "c"]
+    );
+    // Merges never cross a newline: "a" and "b" stay apart.
+    assert_eq!(
+        pieces(&t, &t.encode("a\nb", false, false)),
+        ["a", "\n", "b"]
+    );
+}
+
+#[test]
+fn bpe_byte_fallback_uses_only_byte_tokens() {
+    let t = bpe();
+    assert_eq!(
+        pieces(&t, &t.encode("é", false, false)),
+        ["<0xC3>", "<0xA9>"]
+    );
+    // Without byte tokens an unknown character is dropped, not <unk>
+    // (llama.cpp's BPE), while SentencePiece would give <unk>.
+    let mut v = Vocab::new(&["<unk>", "<bos>", "a"], None, Some(&[2, 3, 1])).unwrap();
+    v.model = TokenizerModel::Gemma4;
+    v.unk_id = Some(0);
+    let t = Tokenizer::new(v).unwrap();
+    assert_eq!(t.encode("aéa", false, false), [2, 2]);
+}
+
+#[test]
+fn bpe_specials_and_bos() {
+    let t = bpe();
+    // Gemma 4 always wants BOS, whatever the vocabulary says.
+    assert!(t.add_bos());
+    let ids = t.encode("<|turn>ab<turn|>[tool]", true, true);
+    assert_eq!(
+        pieces(&t, &ids),
+        ["<bos>", "<|turn>", "ab", "<turn|>", "[tool]"]
+    );
+    // Without parse_special the control tokens are text, user-defined not.
+    let ids = t.encode("<turn|>[tool]", false, false);
+    assert!(!ids.contains(&5));
+    assert_eq!(*ids.last().unwrap(), 6);
+    assert_eq!(t.decode(&ids, false), "<turn|>[tool]");
+    assert!(t.is_eog(5), "<turn|> ends a Gemma 4 turn");
+    assert!(!t.is_eog(4));
+}
+
+#[test]
+fn bpe_bad_merges_are_errors() {
+    let bad = |merges: &[&str]| {
+        let v = bpe_vocab(merges);
+        Tokenizer::new(v).unwrap_err().to_string()
+    };
+    let err = bad(&["a b", "ab"]);
+    assert!(err.contains("merge 1") && err.contains("no space"), "{err}");
+    let err = bad(&[" ab"]);
+    assert!(err.contains("no space"), "{err}");
+    let err = bad(&[""]);
+    assert!(err.contains("merge 0"), "{err}");
+    let err = bad(&["a nope"]);
+    assert!(err.contains("\"nope\" is not in the vocabulary"), "{err}");
+    let err = bad(&["a "]);
+    assert!(err.contains("is not in the vocabulary"), "{err}");
+    // SentencePiece ignores merges altogether.
+    let mut v = bpe_vocab(&["a nope"]);
+    v.model = TokenizerModel::Llama;
+    Tokenizer::new(v).unwrap();
+}
+
+fn gemma4_gguf(edit: impl FnOnce(&mut gguf::GgufWriter)) -> Result<Tokenizer, TokenizerError> {
+    use gguf::{MetaArray, MetaValue};
+    let v = bpe_vocab(BPE_MERGES);
+    let tokens: Vec<String> = (0..v.len() as u32)
+        .map(|i| v.text(i).unwrap().to_string())
+        .collect();
+    let types: Vec<i32> = (0..v.len() as u32)
+        .map(|i| v.token_type(i).unwrap() as i32)
+        .collect();
+    let merges: Vec<String> = BPE_MERGES.iter().map(|m| m.to_string()).collect();
+    let mut w = gguf::GgufWriter::new();
+    w.set("tokenizer.ggml.model", MetaValue::String("gemma4".into()))
+        .set(
+            "tokenizer.ggml.tokens",
+            MetaValue::Array(MetaArray::String(tokens)),
+        )
+        .set(
+            "tokenizer.ggml.token_type",
+            MetaValue::Array(MetaArray::I32(types)),
+        )
+        .set(
+            "tokenizer.ggml.merges",
+            MetaValue::Array(MetaArray::String(merges)),
+        )
+        .set("tokenizer.ggml.bos_token_id", MetaValue::U32(2))
+        .set("tokenizer.ggml.eos_token_id", MetaValue::U32(1))
+        .set("tokenizer.ggml.add_bos_token", MetaValue::Bool(false));
+    edit(&mut w);
+    let file = gguf::GgufFile::from_bytes(w.to_bytes()).expect("valid gguf");
+    Tokenizer::from_gguf(&file)
+}
+
+#[test]
+fn gemma4_from_gguf() {
+    let t = gemma4_gguf(|_| {}).unwrap();
+    assert_eq!(t.vocab().model, TokenizerModel::Gemma4);
+    assert!(t.add_bos(), "forced on for Gemma 4");
+    assert!(!t.vocab().add_space_prefix, "BPE default");
+    assert_eq!(
+        pieces(&t, &t.encode("ab ab", true, true)),
+        ["<bos>", "ab", "▁ab"]
+    );
+    assert_eq!(t.decode(&t.encode("ab ab", true, true), false), "ab ab");
+}
+
+#[test]
+fn gemma4_from_gguf_errors() {
+    use gguf::{MetaArray, MetaValue};
+    let err =
+        |edit: &dyn Fn(&mut gguf::GgufWriter)| gemma4_gguf(|w| edit(w)).unwrap_err().to_string();
+    let e = err(&|w| {
+        w.set(
+            "tokenizer.ggml.merges",
+            MetaValue::Array(MetaArray::String(vec!["a b".into(), "ab".into()])),
+        );
+    });
+    assert!(
+        e.contains("tokenizer.ggml.merges") && e.contains("merge 1"),
+        "{e}"
+    );
+    let e = err(&|w| {
+        w.set(
+            "tokenizer.ggml.merges",
+            MetaValue::Array(MetaArray::String(vec!["a zzz".into()])),
+        );
+    });
+    assert!(
+        e.contains("tokenizer.ggml.merges") && e.contains("zzz"),
+        "{e}"
+    );
+    let e = err(&|w| {
+        w.set("tokenizer.ggml.merges", MetaValue::U32(3));
+    });
+    assert!(e.contains("tokenizer.ggml.merges"), "{e}");
+    let e = err(&|w| {
+        w.set(
+            "tokenizer.ggml.tokens",
+            MetaValue::Array(MetaArray::String(Vec::new())),
+        );
+    });
+    assert!(e.contains("empty"), "{e}");
+    let e = err(&|w| {
+        w.set("tokenizer.ggml.model", MetaValue::String("gemma5".into()));
+    });
+    assert!(e.contains("gemma5") && e.contains("not supported"), "{e}");
+
+    // A missing merges key is an error, as in llama.cpp.
+    let mut w = gguf::GgufWriter::new();
+    w.set("tokenizer.ggml.model", MetaValue::String("gemma4".into()))
+        .set(
+            "tokenizer.ggml.tokens",
+            MetaValue::Array(MetaArray::String(vec!["a".into()])),
+        );
+    let file = gguf::GgufFile::from_bytes(w.to_bytes()).unwrap();
+    let e = Tokenizer::from_gguf(&file).unwrap_err().to_string();
+    assert!(
+        e.contains("tokenizer.ggml.merges") && e.contains("missing"),
+        "{e}"
+    );
+}
+
+proptest::proptest! {
+    /// Any text encodes without panicking and decodes back (U+2581 aside,
+    /// which every SentencePiece-style decoder turns into a space).
+    #[test]
+    fn bpe_round_trip_any_text(s in "(<\\|turn>|<turn\\|>|\\[tool\\]|<bos>|ab|aa|xyz|[ \n\t]|[a-e]|\\PC){0,24}") {
+        let t = bpe();
+        let want = s.replace('\u{2581}', " ");
+        let ids = t.encode(&s, false, true);
+        proptest::prop_assert_eq!(t.decode(&ids, true), want.clone());
+        let ids = t.encode(&s, true, false);
+        proptest::prop_assert_eq!(ids[0], 2);
+        let mut d = StreamDecoder::new(false);
+        let mut streamed: String = ids[1..].iter().map(|&id| d.push(&t, id)).collect();
+        streamed.push_str(&d.finish());
+        proptest::prop_assert_eq!(streamed, want);
+    }
+
+    /// Whatever the merges say, building either fails cleanly or gives a
+    /// tokenizer that encodes without panicking.
+    #[test]
+    fn bpe_any_merges_never_panic(
+        merges in proptest::collection::vec("(a|b|c|ab|aa|▁| |x|\n|<0x41>|é){0,4}", 0..12),
+        text in "(a|b|c|x| |\n|é){0,16}",
+    ) {
+        let mut v = bpe_vocab(&[]);
+        v.set_merges(&merges).unwrap();
+        if let Ok(t) = Tokenizer::new(v) {
+            let _ = t.encode(&text, true, true);
+        }
+    }
+}

@@ -43,15 +43,89 @@ impl TokenType {
     }
 }
 
-/// A tokenizer vocabulary: token texts, scores, types and the special ids.
-///
-/// Token texts are packed into one string with an offset table, so that
-/// loading a 262 144-entry vocabulary costs two allocations instead of one
-/// per token (cold start is a product feature).
-#[derive(Debug, Clone)]
-pub struct Vocab {
+/// The algorithm that splits text into tokens, as named by
+/// `tokenizer.ggml.model`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum TokenizerModel {
+    /// `llama`: SentencePiece, merging the highest-scoring pair first.
+    #[default]
+    Llama,
+    /// `gemma4`: BPE over SentencePiece-style pieces (U+2581 for spaces),
+    /// merging by rank from `tokenizer.ggml.merges`.
+    Gemma4,
+}
+
+impl TokenizerModel {
+    /// The `tokenizer.ggml.model` value for this algorithm.
+    pub fn gguf_name(self) -> &'static str {
+        match self {
+            Self::Llama => "llama",
+            Self::Gemma4 => "gemma4",
+        }
+    }
+
+    /// The algorithm a `tokenizer.ggml.model` value names, if supported.
+    pub fn from_gguf_name(name: &str) -> Option<Self> {
+        match name {
+            "llama" => Some(Self::Llama),
+            "gemma4" => Some(Self::Gemma4),
+            _ => None,
+        }
+    }
+}
+
+/// Strings packed into one buffer with an offset table (see [`Vocab`]).
+#[derive(Debug, Clone, Default)]
+struct Packed {
     text: String,
     offsets: Vec<u32>,
+}
+
+impl Packed {
+    fn new<S: AsRef<str>>(items: &[S], what: &str) -> Result<Self, TokenizerError> {
+        if items.len() > u32::MAX as usize / 2 {
+            return Err(TokenizerError::InvalidVocab(format!(
+                "{} {what} is too many",
+                items.len()
+            )));
+        }
+        let total: usize = items.iter().map(|t| t.as_ref().len()).sum();
+        if total > u32::MAX as usize {
+            return Err(TokenizerError::InvalidVocab(format!(
+                "the texts of the {what} exceed 4 GiB"
+            )));
+        }
+        let mut text = String::with_capacity(total);
+        let mut offsets = Vec::with_capacity(items.len() + 1);
+        offsets.push(0u32);
+        for t in items {
+            text.push_str(t.as_ref());
+            offsets.push(text.len() as u32);
+        }
+        Ok(Self { text, offsets })
+    }
+
+    fn len(&self) -> usize {
+        self.offsets.len().saturating_sub(1)
+    }
+
+    fn get(&self, i: usize) -> Option<&str> {
+        let start = *self.offsets.get(i)? as usize;
+        let end = *self.offsets.get(i + 1)? as usize;
+        self.text.get(start..end)
+    }
+}
+
+/// A tokenizer vocabulary: token texts, scores, types and the special ids.
+///
+/// Token texts (and BPE merges) are packed into one string with an offset
+/// table, so that loading a 262 144-entry vocabulary costs two allocations
+/// instead of one per token (cold start is a product feature).
+#[derive(Debug, Clone)]
+pub struct Vocab {
+    tokens: Packed,
+    /// BPE merges in rank order, each "LEFT RIGHT" (Gemma 4 only).
+    merges: Packed,
     scores: Vec<f32>,
     types: Vec<TokenType>,
     /// Beginning-of-sequence id (`tokenizer.ggml.bos_token_id`).
@@ -72,6 +146,8 @@ pub struct Vocab {
     pub add_space_prefix: bool,
     /// The Jinja chat template (`tokenizer.chat_template`), if any.
     pub chat_template: Option<String>,
+    /// Which algorithm encodes text with this vocabulary (`tokenizer.ggml.model`).
+    pub model: TokenizerModel,
 }
 
 impl Vocab {
@@ -91,11 +167,6 @@ impl Vocab {
                 "the vocabulary is empty".into(),
             ));
         }
-        if n > u32::MAX as usize / 2 {
-            return Err(TokenizerError::InvalidVocab(format!(
-                "{n} tokens is too many"
-            )));
-        }
         if let Some(s) = scores {
             if s.len() != n {
                 return Err(TokenizerError::InvalidVocab(format!(
@@ -112,19 +183,7 @@ impl Vocab {
                 )));
             }
         }
-        let total: usize = tokens.iter().map(|t| t.as_ref().len()).sum();
-        if total > u32::MAX as usize {
-            return Err(TokenizerError::InvalidVocab(
-                "token texts exceed 4 GiB".into(),
-            ));
-        }
-        let mut text = String::with_capacity(total);
-        let mut offsets = Vec::with_capacity(n + 1);
-        offsets.push(0u32);
-        for t in tokens {
-            text.push_str(t.as_ref());
-            offsets.push(text.len() as u32);
-        }
+        let tokens = Packed::new(tokens, "tokens")?;
         // NaN scores would make the merge order ill-defined; treat them as
         // "never preferred" so the priority queue stays a total order.
         let scores = match scores {
@@ -139,8 +198,8 @@ impl Vocab {
             None => vec![TokenType::Normal; n],
         };
         Ok(Self {
-            text,
-            offsets,
+            tokens,
+            merges: Packed::default(),
             scores,
             types,
             bos_id: None,
@@ -152,23 +211,43 @@ impl Vocab {
             add_eos: false,
             add_space_prefix: true,
             chat_template: None,
+            model: TokenizerModel::Llama,
         })
     }
 
-    /// Read the vocabulary of a `tokenizer.ggml.model = llama` (SentencePiece) file.
+    /// Set the BPE merges, highest priority first, each two token texts
+    /// separated by a space ("▁ t"). Only [`TokenizerModel::Gemma4`] uses
+    /// them; [`crate::Tokenizer::new`] checks that they name real tokens.
+    pub fn set_merges<S: AsRef<str>>(&mut self, merges: &[S]) -> Result<(), TokenizerError> {
+        self.merges = Packed::new(merges, "merges")?;
+        Ok(())
+    }
+
+    /// Number of BPE merges.
+    pub fn n_merges(&self) -> usize {
+        self.merges.len()
+    }
+
+    /// The merge of rank `rank` as stored ("LEFT RIGHT"), `None` past the end.
+    pub fn merge(&self, rank: usize) -> Option<&str> {
+        self.merges.get(rank)
+    }
+
+    /// Read the vocabulary of a `tokenizer.ggml.model = llama` (SentencePiece)
+    /// or `gemma4` (BPE with merges) file.
     pub fn from_gguf(file: &gguf::GgufFile) -> Result<Self, TokenizerError> {
         const MODEL: &str = "tokenizer.ggml.model";
         const TOKENS: &str = "tokenizer.ggml.tokens";
         const SCORES: &str = "tokenizer.ggml.scores";
         const TYPES: &str = "tokenizer.ggml.token_type";
+        const MERGES: &str = "tokenizer.ggml.merges";
 
-        let model = match file.get(MODEL) {
+        let model_name = match file.get(MODEL) {
             None => return Err(TokenizerError::MissingKey(MODEL.into())),
             Some(v) => v.as_str().ok_or_else(|| invalid(MODEL, "not a string"))?,
         };
-        if model != "llama" {
-            return Err(TokenizerError::UnsupportedModel(model.to_string()));
-        }
+        let model = TokenizerModel::from_gguf_name(model_name)
+            .ok_or_else(|| TokenizerError::UnsupportedModel(model_name.to_string()))?;
         let tokens = match file.get(TOKENS) {
             None => return Err(TokenizerError::MissingKey(TOKENS.into())),
             Some(_) => file
@@ -206,6 +285,21 @@ impl Vocab {
             TokenizerError::InvalidVocab(m) => invalid(TOKENS, &m),
             other => other,
         })?;
+        vocab.model = model;
+        if model == TokenizerModel::Gemma4 {
+            // Without merges BPE would silently degrade to characters and
+            // bytes, so a missing key is an error as in llama.cpp.
+            let merges = match file.get(MERGES) {
+                None => return Err(TokenizerError::MissingKey(MERGES.into())),
+                Some(_) => file
+                    .get_str_array(MERGES)
+                    .ok_or_else(|| invalid(MERGES, "not a string array"))?,
+            };
+            vocab.set_merges(merges).map_err(|e| match e {
+                TokenizerError::InvalidVocab(m) => invalid(MERGES, &m),
+                other => other,
+            })?;
+        }
         let n = vocab.len() as u64;
         let id = |key: &str| -> Result<Option<u32>, TokenizerError> {
             match file.get(key) {
@@ -236,7 +330,10 @@ impl Vocab {
         };
         vocab.add_bos = flag("tokenizer.ggml.add_bos_token", true)?;
         vocab.add_eos = flag("tokenizer.ggml.add_eos_token", false)?;
-        vocab.add_space_prefix = flag("tokenizer.ggml.add_space_prefix", true)?;
+        // BPE vocabularies default to no prefix space (llama.cpp's choice);
+        // the flag then only affects decode, as there.
+        let space_default = model == TokenizerModel::Llama;
+        vocab.add_space_prefix = flag("tokenizer.ggml.add_space_prefix", space_default)?;
         vocab.chat_template = match file.get("tokenizer.chat_template") {
             None => None,
             Some(v) => Some(
@@ -260,10 +357,7 @@ impl Vocab {
 
     /// The text of a token, `None` for an id outside the vocabulary.
     pub fn text(&self, id: u32) -> Option<&str> {
-        let i = id as usize;
-        let start = *self.offsets.get(i)? as usize;
-        let end = *self.offsets.get(i + 1)? as usize;
-        self.text.get(start..end)
+        self.tokens.get(id as usize)
     }
 
     /// The merge score of a token, `None` for an id outside the vocabulary.
