@@ -1,5 +1,7 @@
-//! The forward pass. One code path serves batched prefill and single-token
-//! decode: a batch of `B` tokens at positions `n_past .. n_past + B`.
+//! The forward pass. One code path serves batched prefill, single-token
+//! decode and multi-sequence decode: a batch of rows, each a token of some
+//! sequence at that sequence's next position, so the matrix products see all
+//! rows at once while attention and the KV cache stay per sequence.
 
 use crate::kv::{KvCache, LayerCache};
 use crate::ops;
@@ -45,6 +47,17 @@ pub struct Scratch {
     shared_v: Vec<Vec<f32>>,
     /// Buffers of the mixture-of-experts block.
     moe: crate::moe::MoeScratch,
+    /// Positions the attention buffers hold scores for.
+    n_ctx: usize,
+    /// Rows `seq_start[j]..seq_start[j + 1]` of the last batch belong to its
+    /// sequence `j`; one entry more than there are sequences.
+    seq_start: Vec<usize>,
+    /// The sequence of each row of the last batch.
+    row_seq: Vec<usize>,
+    /// The position of each row of the last batch in its sequence.
+    row_pos: Vec<usize>,
+    /// The batch's token ids in row order.
+    tokens: Vec<u32>,
 }
 
 impl Scratch {
@@ -80,6 +93,11 @@ impl Scratch {
             shared_k: (0..cfg.n_layers).map(|_| Vec::new()).collect(),
             shared_v: (0..cfg.n_layers).map(|_| Vec::new()).collect(),
             moe: Default::default(),
+            n_ctx: n_ctx.max(1),
+            seq_start: Vec::with_capacity(b + 1),
+            row_seq: Vec::with_capacity(b),
+            row_pos: Vec::with_capacity(b),
+            tokens: Vec::with_capacity(b),
         }
     }
 
@@ -106,11 +124,32 @@ impl Scratch {
         self.batch
     }
 
+    /// Sequences in the last batch run (1 after [`Model::forward`]).
+    pub fn sequences(&self) -> usize {
+        self.seq_start.len().saturating_sub(1)
+    }
+
+    /// Rows of sequence `j` in the last batch run.
+    pub fn sequence_rows(&self, j: usize) -> Option<Range<usize>> {
+        let start = *self.seq_start.get(j)?;
+        let end = *self.seq_start.get(j + 1)?;
+        Some(start..end)
+    }
+
     /// Final-normed hidden state of row `i` of the last batch.
     pub fn hidden(&self, i: usize) -> Option<&[f32]> {
         let h = self.out.len() / self.max_batch;
         (i < self.batch).then(|| &self.out[i * h..(i + 1) * h])
     }
+}
+
+/// One sequence's share of a [`Model::forward_multi`] step.
+#[derive(Debug)]
+pub struct SeqInput<'a> {
+    /// The sequence's cache; the tokens go at positions `cache.n_past()..`.
+    pub cache: &'a mut KvCache,
+    /// The tokens that follow what the cache holds (at least one).
+    pub tokens: &'a [u32],
 }
 
 impl Model {
@@ -123,12 +162,65 @@ impl Model {
         scratch: &mut Scratch,
         tokens: &[u32],
     ) -> Result<(), ModelError> {
+        self.check_input(cache, scratch, tokens)?;
+        self.pool.install(|| {
+            for chunk in tokens.chunks(scratch.max_batch) {
+                self.forward_batch(
+                    &mut [SeqInput {
+                        cache: &mut *cache,
+                        tokens: chunk,
+                    }],
+                    scratch,
+                )?;
+            }
+            Ok(())
+        })
+    }
+
+    /// One forward step over several sequences: each appends its `tokens` to
+    /// its own cache, at its own positions. The rows of all sequences go
+    /// through every matrix product together, so the weights are read once
+    /// per step instead of once per sequence; RoPE, attention and the cache
+    /// writes use each row's own sequence. All rows must fit the scratch's
+    /// `max_batch`. Nothing is written when the batch is refused.
+    ///
+    /// [`Model::sequence_logits`] then gives the logits of each sequence's
+    /// last token.
+    pub fn forward_multi(
+        &self,
+        seqs: &mut [SeqInput<'_>],
+        scratch: &mut Scratch,
+    ) -> Result<(), ModelError> {
+        let rows: usize = seqs.iter().map(|s| s.tokens.len()).sum();
+        if seqs.is_empty() || seqs.iter().any(|s| s.tokens.is_empty()) {
+            return Err(ModelError::BadBatch(
+                "every sequence of a batch needs at least one token".into(),
+            ));
+        }
+        if rows > scratch.max_batch {
+            return Err(ModelError::BadBatch(format!(
+                "{rows} rows do not fit buffers made for {}",
+                scratch.max_batch
+            )));
+        }
+        for s in seqs.iter() {
+            self.check_input(s.cache, scratch, s.tokens)?;
+        }
+        self.pool.install(|| self.forward_batch(seqs, scratch))
+    }
+
+    /// Refuse tokens that would not fit the cache or the scratch's attention
+    /// buffers, and ids outside the vocabulary.
+    fn check_input(
+        &self,
+        cache: &KvCache,
+        scratch: &Scratch,
+        tokens: &[u32],
+    ) -> Result<(), ModelError> {
         let needed = cache.n_past() + tokens.len();
-        if needed > cache.n_ctx() {
-            return Err(ModelError::ContextFull {
-                needed,
-                n_ctx: cache.n_ctx(),
-            });
+        let n_ctx = cache.n_ctx().min(scratch.n_ctx);
+        if needed > n_ctx {
+            return Err(ModelError::ContextFull { needed, n_ctx });
         }
         if let Some(&id) = tokens.iter().find(|&&t| t as usize >= self.config.vocab) {
             return Err(ModelError::BadToken {
@@ -136,12 +228,46 @@ impl Model {
                 vocab: self.config.vocab,
             });
         }
-        self.pool.install(|| {
-            for chunk in tokens.chunks(scratch.max_batch) {
-                self.forward_batch(cache, scratch, chunk)?;
+        Ok(())
+    }
+
+    /// Logits of the last row of each sequence of the last batch, `vocab`
+    /// values per sequence in batch order, from one product with the output
+    /// head (which is then read once for all of them).
+    pub fn sequence_logits<'s>(
+        &self,
+        scratch: &'s mut Scratch,
+    ) -> Result<&'s mut [f32], ModelError> {
+        let n = scratch.sequences();
+        let h = self.config.hidden;
+        let contiguous = (0..n).all(|j| scratch.seq_start[j + 1] == j + 1);
+        if !contiguous {
+            // Gather the last rows; `h` is free once the batch has run.
+            for j in 0..n {
+                let r = scratch.seq_start[j + 1] - 1;
+                scratch.h[j * h..(j + 1) * h].copy_from_slice(&scratch.out[r * h..(r + 1) * h]);
             }
-            Ok(())
-        })
+        }
+        let vocab = self.config.vocab;
+        scratch.logits.resize(n * vocab, 0.0);
+        let out = self.weights.output.matrix(&self.file)?;
+        let input = if contiguous {
+            &scratch.out[..n * h]
+        } else {
+            &scratch.h[..n * h]
+        };
+        self.matmul(
+            &out,
+            input,
+            n,
+            &mut scratch.logits,
+            &mut scratch.qbuf,
+            &mut scratch.wide,
+        )?;
+        if let Some(cap) = self.config.final_softcap {
+            ops::softcap(&mut scratch.logits, cap);
+        }
+        Ok(&mut scratch.logits)
     }
 
     /// Logits for rows `rows` of the last batch, `vocab` values per row, in
@@ -171,28 +297,38 @@ impl Model {
         Ok(&mut scratch.logits)
     }
 
-    fn forward_batch(
-        &self,
-        cache: &mut KvCache,
-        s: &mut Scratch,
-        tokens: &[u32],
-    ) -> Result<(), ModelError> {
+    /// One batch whose rows are the tokens of `seqs` in order; each row
+    /// carries its sequence and position (`s.row_seq`, `s.row_pos`).
+    fn forward_batch(&self, seqs: &mut [SeqInput<'_>], s: &mut Scratch) -> Result<(), ModelError> {
         let cfg = &self.config;
         let file = &*self.file;
-        let b = tokens.len();
         let h = cfg.hidden;
-        let pos0 = cache.n_past();
+        s.seq_start.clear();
+        s.row_seq.clear();
+        s.row_pos.clear();
+        s.tokens.clear();
+        for (j, sq) in seqs.iter().enumerate() {
+            s.seq_start.push(s.row_pos.len());
+            let p0 = sq.cache.n_past();
+            s.row_pos.extend(p0..p0 + sq.tokens.len());
+            s.row_seq.extend(std::iter::repeat_n(j, sq.tokens.len()));
+            s.tokens.extend_from_slice(sq.tokens);
+        }
+        let b = s.row_pos.len();
+        s.seq_start.push(b);
         s.batch = b;
 
+        let tokens = std::mem::take(&mut s.tokens);
         let embd = self.weights.token_embd.matrix(file)?;
         let scale = (h as f32).sqrt();
-        for (row, &t) in s.x.chunks_exact_mut(h).zip(tokens) {
+        for (row, &t) in s.x.chunks_exact_mut(h).zip(&tokens) {
             embd.dequantize_row(t as usize, row)?;
             row.iter_mut().for_each(|v| *v *= scale);
         }
         if let Some(ple) = &self.weights.per_layer {
-            self.per_layer_inputs(ple, s, tokens)?;
+            self.per_layer_inputs(ple, s, &tokens)?;
         }
+        s.tokens = tokens;
 
         let mm = |w: &crate::weights::Linear,
                   input: &[f32],
@@ -227,7 +363,7 @@ impl Model {
                 if let Some(w) = &lw.q_norm {
                     ops::rms_norm(head, w, cfg.norm_eps);
                 }
-                rope.apply(head, pos0 + i / cfg.n_heads);
+                rope.apply(head, s.row_pos[i / cfg.n_heads]);
                 if cfg.attn_scale != 1.0 {
                     head.iter_mut().for_each(|v| *v *= cfg.attn_scale);
                 }
@@ -262,7 +398,7 @@ impl Model {
                         if let Some(w) = &lw.k_norm {
                             ops::rms_norm(head, w, cfg.norm_eps);
                         }
-                        rope.apply(head, pos0 + i / kind.n_kv_heads);
+                        rope.apply(head, s.row_pos[i / kind.n_kv_heads]);
                     });
                     if cfg.v_norm {
                         par_rows(&self.pool, &mut s.v[..b * vd], kind.value_dim, |_, head| {
@@ -283,9 +419,12 @@ impl Model {
                 &self.pool,
                 cfg,
                 kind,
-                pos0,
-                b,
-                &cache.layers[kv_layer],
+                Rows {
+                    seqs,
+                    layer: kv_layer,
+                    seq_start: &s.seq_start,
+                    row_seq: &s.row_seq,
+                },
                 &s.q[..b * qd],
                 k_new,
                 v_new,
@@ -295,14 +434,7 @@ impl Model {
             // A layer whose KV later layers reuse writes its ring only after
             // the whole batch: they still need the positions it would evict.
             if kind.kv_source.is_none() && !cfg.is_kv_source(li) {
-                store_kv(
-                    kind,
-                    &mut cache.layers[li],
-                    pos0,
-                    b,
-                    &s.k[..b * kd],
-                    &s.v[..b * vd],
-                );
+                store_seqs_kv(kind, li, seqs, &s.seq_start, &s.k, &s.v);
             }
 
             let ad = cfg.n_heads * kind.value_dim;
@@ -412,11 +544,11 @@ impl Model {
 
         for (li, kind) in cfg.layers.iter().enumerate() {
             if cfg.is_kv_source(li) {
-                store_kv(
+                store_seqs_kv(
                     kind,
-                    &mut cache.layers[li],
-                    pos0,
-                    b,
+                    li,
+                    seqs,
+                    &s.seq_start,
                     &s.shared_k[li],
                     &s.shared_v[li],
                 );
@@ -429,7 +561,9 @@ impl Model {
             &self.weights.output_norm,
             cfg.norm_eps,
         );
-        cache.advance(b);
+        for sq in seqs.iter_mut() {
+            sq.cache.advance(sq.tokens.len());
+        }
         Ok(())
     }
 
@@ -516,25 +650,35 @@ fn par_rows(
     });
 }
 
-/// Causal attention of the batch's queries over the cached positions before
-/// the batch and the batch's own keys. Reading the batch's keys from its own
-/// buffer (not the ring) keeps a sliding-window ring correct when a batch is
-/// longer than the window. One task is one token and one KV head: the query
-/// heads sharing that KV head read each key and value once between them.
+/// Which sequence each row of a batch belongs to, and the cache layer its
+/// queries read.
+struct Rows<'r, 'a> {
+    seqs: &'r [SeqInput<'a>],
+    /// The layer whose cache holds the keys (the KV source on sharing layers).
+    layer: usize,
+    seq_start: &'r [usize],
+    row_seq: &'r [usize],
+}
+
+/// Causal attention of the batch's queries, each over its own sequence: the
+/// cached positions before the batch and the sequence's keys in the batch.
+/// Reading the batch's keys from its own buffer (not the ring) keeps a
+/// sliding-window ring correct when a batch is longer than the window. One
+/// task is one row and one KV head: the query heads sharing that KV head read
+/// each key and value once between them.
 #[allow(clippy::too_many_arguments)]
 fn attention(
     pool: &quant::ThreadPool,
     cfg: &Config,
     kind: &LayerKind,
-    pos0: usize,
-    b: usize,
-    cache: &LayerCache,
+    rows: Rows<'_, '_>,
     q: &[f32],
     k_new: &[f32],
     v_new: &[f32],
     out: &mut [f32],
     scores: &[Mutex<Vec<f32>>],
 ) {
+    let b = rows.row_seq.len();
     let window = kind.window;
     let hd = kind.head_dim;
     let vdim = kind.value_dim;
@@ -547,32 +691,36 @@ fn attention(
     let per_worker = n_tasks.div_ceil(scores.len());
     let out = &mut out[..b * n_heads * vdim];
 
-    let key = |p: usize, kvh: usize| -> &[f32] {
-        if p < pos0 {
-            let slot = p % cache.cap;
-            &cache.k[slot * kd + kvh * hd..][..hd]
-        } else {
-            &k_new[(p - pos0) * kd + kvh * hd..][..hd]
-        }
-    };
-    let value = |p: usize, kvh: usize| -> &[f32] {
-        if p < pos0 {
-            let slot = p % cache.cap;
-            &cache.v[slot * vd + kvh * vdim..][..vdim]
-        } else {
-            &v_new[(p - pos0) * vd + kvh * vdim..][..vdim]
-        }
-    };
-
     let attend = |task: usize, o: &mut [f32], sc: &mut [f32]| {
         let (i, kvh) = (task / n_kv, task % n_kv);
-        let pos = pos0 + i;
+        let seq = rows.row_seq[i];
+        let row0 = rows.seq_start[seq];
+        let seq_cache = &*rows.seqs[seq].cache;
+        let pos0 = seq_cache.n_past();
+        let cache: &LayerCache = &seq_cache.layers[rows.layer];
+        let key = |p: usize| -> &[f32] {
+            if p < pos0 {
+                let slot = p % cache.cap;
+                &cache.k[slot * kd + kvh * hd..][..hd]
+            } else {
+                &k_new[(row0 + p - pos0) * kd + kvh * hd..][..hd]
+            }
+        };
+        let value = |p: usize| -> &[f32] {
+            if p < pos0 {
+                let slot = p % cache.cap;
+                &cache.v[slot * vd + kvh * vdim..][..vdim]
+            } else {
+                &v_new[(row0 + p - pos0) * vd + kvh * vdim..][..vdim]
+            }
+        };
+        let pos = pos0 + (i - row0);
         let lo = window.map_or(0, |w| (pos + 1).saturating_sub(w));
         let n_keys = pos + 1 - lo;
         let stride = sc.len() / group;
         let q0 = (i * n_heads + kvh * group) * hd;
         for (j, p) in (lo..=pos).enumerate() {
-            let k = key(p, kvh);
+            let k = key(p);
             for g in 0..group {
                 sc[g * stride + j] = quant::vector::dot(&q[q0 + g * hd..q0 + (g + 1) * hd], k);
             }
@@ -586,7 +734,7 @@ fn attention(
         }
         o.fill(0.0);
         for (j, p) in (lo..=pos).enumerate() {
-            let v = value(p, kvh);
+            let v = value(p);
             for (g, og) in o.chunks_exact_mut(vdim).enumerate() {
                 quant::vector::axpy(og, sc[g * stride + j], v);
             }
@@ -599,6 +747,31 @@ fn attention(
             attend(worker * per_worker + r, o, &mut guard);
         }
     });
+}
+
+/// Write each sequence's keys and values of layer `li` into its own cache.
+fn store_seqs_kv(
+    kind: &LayerKind,
+    li: usize,
+    seqs: &mut [SeqInput<'_>],
+    seq_start: &[usize],
+    k: &[f32],
+    v: &[f32],
+) {
+    let kd = kind.n_kv_heads * kind.head_dim;
+    let vd = kind.n_kv_heads * kind.value_dim;
+    for (j, sq) in seqs.iter_mut().enumerate() {
+        let (r0, r1) = (seq_start[j], seq_start[j + 1]);
+        let pos0 = sq.cache.n_past();
+        store_kv(
+            kind,
+            &mut sq.cache.layers[li],
+            pos0,
+            r1 - r0,
+            &k[r0 * kd..r1 * kd],
+            &v[r0 * vd..r1 * vd],
+        );
+    }
 }
 
 /// Write the batch's keys and values into the cache; a ring keeps only the

@@ -12,7 +12,7 @@ pub mod ops;
 mod weights;
 
 pub use config::{Arch, Config, LayerKind};
-pub use forward::Scratch;
+pub use forward::{Scratch, SeqInput};
 pub use kv::KvCache;
 pub use moe::{Experts, GateUp, MoeWeights};
 pub use weights::Weights;
@@ -80,6 +80,10 @@ pub enum ModelError {
     /// A kernel rejected its input (a bug or a corrupt tensor).
     #[error("kernel error: {0}")]
     Kernel(#[from] quant::QuantError),
+    /// A multi-sequence batch is malformed (an empty sequence, or more rows
+    /// than the buffers hold).
+    #[error("bad batch: {0}")]
+    BadBatch(String),
 }
 
 /// How matrix products treat activations.
