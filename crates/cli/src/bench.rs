@@ -79,6 +79,7 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
             model: args.model.clone(),
             threads: Some(t),
             precise: args.precise,
+            quant: None,
         })?;
         let name = engine
             .model()

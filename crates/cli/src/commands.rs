@@ -65,18 +65,31 @@ pub fn load_engine(args: &ModelArgs) -> Result<Engine> {
     if threads == 0 {
         bail!("--threads must be at least 1");
     }
-    Engine::load(
-        &path,
-        &EngineOptions {
-            threads,
-            precision: if args.precise {
-                engine::Precision::Exact
-            } else {
-                engine::Precision::Quantized
-            },
+    let opts = EngineOptions {
+        threads,
+        precision: if args.precise {
+            engine::Precision::Exact
+        } else {
+            engine::Precision::Quantized
         },
-    )
-    .with_context(|| format!("cannot load {}", path.display()))
+    };
+    let Some(name) = &args.quant else {
+        return Engine::load(&path, &opts)
+            .with_context(|| format!("cannot load {}", path.display()));
+    };
+    let ftype = convert::FileType::from_name(name).with_context(|| {
+        format!(
+            "unknown --quant type `{name}` (known: {})",
+            convert::FileType::names()
+        )
+    })?;
+    let file =
+        model::open_model_file(&path).with_context(|| format!("cannot load {}", path.display()))?;
+    let quantized = convert::quantize_gguf(&file, ftype)
+        .with_context(|| format!("cannot quantize {} to {name}", path.display()))?;
+    let file = gguf::GgufFile::from_bytes(quantized.to_bytes())?;
+    Engine::from_file(std::sync::Arc::new(file), &opts)
+        .with_context(|| format!("cannot load {} as {name}", path.display()))
 }
 
 /// Sampling parameters from flags; without `--seed` the clock seeds.

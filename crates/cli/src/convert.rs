@@ -175,7 +175,8 @@ pub fn quantize(args: &QuantizeArgs) -> Result<ExitCode> {
             args.output.display()
         );
     }
-    let input = GgufFile::open(&in_path)
+    // A Hugging Face checkpoint directory is converted in memory first.
+    let input = model::open_model_file(&in_path)
         .with_context(|| format!("cannot load the input {}", in_path.display()))?;
     let pending = PendingFile::create(&args.output)?;
     let start = Instant::now();

@@ -30,6 +30,10 @@ struct ModelArgs {
     /// Keep activations in f32 in matrix products (slower; no 8-bit activation rounding).
     #[arg(long)]
     precise: bool,
+    /// Requantize the weights at load (q8_0, q4_k_m, ...): for Hugging Face
+    /// checkpoint directories, which otherwise run in their stored F32/BF16.
+    #[arg(long, value_name = "TYPE")]
+    quant: Option<String>,
 }
 
 /// Sampling flags shared by `complete` and `chat`.

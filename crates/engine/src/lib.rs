@@ -78,11 +78,22 @@ impl std::fmt::Debug for Engine {
 pub const DEFAULT_BATCH: usize = 512;
 
 impl Engine {
-    /// Load a GGUF model and its tokenizer.
+    /// Load a GGUF model (or a Hugging Face checkpoint directory) and its
+    /// tokenizer.
     pub fn load(path: impl AsRef<Path>, opts: &EngineOptions) -> Result<Self, EngineError> {
         let start = Instant::now();
-        let model = Model::load(
-            path,
+        let file = model::open_model_file(path.as_ref())?;
+        let mut engine = Self::from_file(Arc::new(file), opts)?;
+        engine.load_time = start.elapsed();
+        Ok(engine)
+    }
+
+    /// Build an engine on an already opened (or in-memory) GGUF: a converted
+    /// checkpoint, or weights requantized at load.
+    pub fn from_file(file: Arc<gguf::GgufFile>, opts: &EngineOptions) -> Result<Self, EngineError> {
+        let start = Instant::now();
+        let model = Model::from_gguf(
+            file,
             &model::LoadOptions {
                 threads: opts.threads,
                 precision: opts.precision,
