@@ -47,6 +47,7 @@ const TEMPLATE_NAME: &str = "chat";
 enum Kind {
     Jinja(Box<Environment<'static>>),
     Gemma,
+    Gemma4,
 }
 
 /// Turns a conversation into the prompt text the model was trained on.
@@ -114,9 +115,19 @@ impl ChatTemplate {
         }
     }
 
-    /// Whether this is the built-in Gemma format rather than a Jinja template.
+    /// The built-in Gemma 4 format, as Gemma 4's own template writes a
+    /// conversation without tools or images (thinking off).
+    pub fn gemma4(bos_token: impl Into<String>) -> Self {
+        Self {
+            kind: Kind::Gemma4,
+            bos_token: bos_token.into(),
+            eos_token: String::new(),
+        }
+    }
+
+    /// Whether this is a built-in format rather than a Jinja template.
     pub fn is_builtin(&self) -> bool {
-        matches!(self.kind, Kind::Gemma)
+        matches!(self.kind, Kind::Gemma | Kind::Gemma4)
     }
 
     /// The conversation as prompt text; with `add_generation_prompt` it ends
@@ -128,6 +139,11 @@ impl ChatTemplate {
     ) -> Result<String, TokenizerError> {
         match &self.kind {
             Kind::Gemma => Ok(render_gemma(
+                &self.bos_token,
+                messages,
+                add_generation_prompt,
+            )),
+            Kind::Gemma4 => Ok(render_gemma4(
                 &self.bos_token,
                 messages,
                 add_generation_prompt,
@@ -182,6 +198,29 @@ fn render_gemma(bos: &str, messages: &[ChatMessage], add_generation_prompt: bool
     }
     if add_generation_prompt {
         out.push_str("<start_of_turn>model\n");
+    }
+    out
+}
+
+/// Gemma 4's turn format: `<|turn>ROLE\n text <turn|>\n`, with a real
+/// system role, and (thinking off) an empty thought channel opening the
+/// model's turn.
+fn render_gemma4(bos: &str, messages: &[ChatMessage], add_generation_prompt: bool) -> String {
+    let mut out = String::from(bos);
+    for m in messages {
+        let role = if m.role == "assistant" {
+            "model"
+        } else {
+            &m.role
+        };
+        out.push_str("<|turn>");
+        out.push_str(role);
+        out.push('\n');
+        out.push_str(m.content.trim());
+        out.push_str("<turn|>\n");
+    }
+    if add_generation_prompt {
+        out.push_str("<|turn>model\n<|channel>thought\n<channel|>");
     }
     out
 }

@@ -390,6 +390,9 @@ impl Tokenizer {
                 .unwrap_or_default()
                 .to_string()
         };
+        if self.vocab.chat_template.is_none() && self.vocab.model == TokenizerModel::Gemma4 {
+            return ChatTemplate::gemma4(text(self.vocab.bos_id));
+        }
         ChatTemplate::new(
             self.vocab.chat_template.as_deref(),
             text(self.vocab.bos_id),

@@ -282,6 +282,22 @@ fn builtin_gemma_format() {
     );
 }
 
+/// The expected text is what Gemma 4's own chat template (llama.cpp's
+/// models/templates/google-gemma-4-31B-it.jinja) renders for this
+/// conversation through our minijinja set-up.
+#[test]
+fn builtin_gemma4_format() {
+    let t = ChatTemplate::gemma4("<bos>");
+    assert!(t.is_builtin());
+    let s = t.render(&conversation(), true).unwrap();
+    assert_eq!(
+        s,
+        "<bos><|turn>system\nBe brief.<turn|>\n<|turn>user\nHi there<turn|>\n\
+         <|turn>model\nHello!<turn|>\n<|turn>user\nHow are you?<turn|>\n\
+         <|turn>model\n<|channel>thought\n<channel|>"
+    );
+}
+
 #[test]
 fn jinja_template_matches_builtin() {
     let j = ChatTemplate::jinja(GEMMA3_TEMPLATE, "<bos>", "<eos>").unwrap();
