@@ -36,9 +36,14 @@ pub struct ServeArgs {
     /// Seconds a client has to send its request headers, and again its body.
     #[arg(long, default_value_t = 30.0)]
     read_timeout: f64,
-    /// Seconds a non-streaming request may take in all.
+    /// Seconds a non-streaming request may take in all before it gets 504
+    /// (a backstop behind --max-request-secs).
     #[arg(long, default_value_t = 600.0)]
     request_timeout: f64,
+    /// Seconds any request may take, streamed or not, from its arrival: its
+    /// generation then ends with finish_reason "length" (0: no limit).
+    #[arg(long, default_value_t = 300.0)]
+    max_request_secs: f64,
     /// Seconds in-flight requests may take to finish after SIGTERM/SIGINT.
     #[arg(long, default_value_t = 10.0)]
     shutdown_timeout: f64,
@@ -100,6 +105,11 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
     config.header_timeout = secs("read-timeout", args.read_timeout)?;
     config.body_timeout = config.header_timeout;
     config.request_timeout = secs("request-timeout", args.request_timeout)?;
+    config.max_request_time = if args.max_request_secs == 0.0 {
+        None
+    } else {
+        Some(secs("max-request-secs", args.max_request_secs)?)
+    };
     config.shutdown_timeout = secs("shutdown-timeout", args.shutdown_timeout)?;
     server::run(config).context("hearth serve")?;
     Ok(ExitCode::SUCCESS)

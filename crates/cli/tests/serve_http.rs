@@ -677,3 +677,53 @@ fn fuzzed_bodies_get_4xx_or_an_answer_never_500() {
     }
     s.assert_alive();
 }
+
+#[test]
+fn the_time_limit_ends_streamed_and_plain_answers_with_length() {
+    // A context so long that the tiny model cannot fill it within the limit.
+    let mut s = Server::start(
+        TINY,
+        &[
+            "--ctx",
+            "32768",
+            "--parallel",
+            "2",
+            "--max-request-secs",
+            "0.5",
+        ],
+    );
+    let streamed = r#"{"prompt":"a a a a","max_tokens":100000,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}"#;
+    let plain = r#"{"prompt":"a a a a","max_tokens":100000,"temperature":0}"#;
+    // Streamed: a normal end, finish_reason "length", usage, [DONE].
+    let t0 = Instant::now();
+    let r = s.post("/v1/completions", streamed);
+    let took = t0.elapsed();
+    assert_eq!(r.status, 200, "{}", r.text());
+    let data = r.sse_data();
+    assert_eq!(data.last().map(String::as_str), Some("[DONE]"));
+    let chunks: Vec<Value> = data[..data.len() - 1]
+        .iter()
+        .map(|d| serde_json::from_str(d).unwrap())
+        .collect();
+    assert!(chunks.iter().all(|c| c.get("error").is_none()), "{data:?}");
+    let finish = &chunks[chunks.len() - 2];
+    assert_eq!(finish["choices"][0]["finish_reason"], "length", "{finish}");
+    let generated = chunks[chunks.len() - 1]["usage"]["completion_tokens"]
+        .as_u64()
+        .unwrap();
+    assert!(generated > 0 && generated < 32000, "{generated}");
+    assert!(took >= Duration::from_millis(500), "{took:?}");
+    assert!(took < Duration::from_secs(30), "{took:?}");
+
+    // Not streamed: 200 with the text so far, not a 504.
+    let r = s.post("/v1/completions", plain);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["choices"][0]["finish_reason"], "length", "{v}");
+    let generated = v["usage"]["completion_tokens"].as_u64().unwrap();
+    assert!(generated > 0 && generated < 32000, "{v}");
+    assert!(!v["choices"][0]["text"].as_str().unwrap().is_empty());
+
+    assert_eq!(s.metric("hearth_generations_time_limited_total"), 2.0);
+    s.assert_alive();
+}

@@ -4,10 +4,12 @@
 //!
 //! Front ends talk to this crate only; it hides kernels and tensors.
 
+mod batch;
 pub mod bench;
 mod sampling;
 mod score;
 
+pub use batch::{BatchDecoder, BatchItem};
 pub use model::Precision;
 pub use sampling::{argmax, Rng, Sampler, SamplingParams};
 pub use score::{logsumexp, top_k, PerplexityReport};
@@ -590,6 +592,17 @@ impl Session {
         d: &'d mut Decoding,
         sampler: &mut Sampler,
     ) -> Result<Step<'d>, EngineError> {
+        self.sample_from(d, sampler, None)
+    }
+
+    /// [`Session::sample_next`] from `logits` when given (this session's
+    /// row of a batched step), else from the session's own last batch.
+    fn sample_from<'d>(
+        &mut self,
+        d: &'d mut Decoding,
+        sampler: &mut Sampler,
+        logits: Option<&mut [f32]>,
+    ) -> Result<Step<'d>, EngineError> {
         if d.finish.is_some() {
             return Ok(Step {
                 id: None,
@@ -611,10 +624,14 @@ impl Session {
                 finish: d.finish,
             });
         }
-        let rows = self.scratch.batch();
-        let logits = self
-            .model
-            .logits(&mut self.scratch, rows.saturating_sub(1)..rows)?;
+        let logits = match logits {
+            Some(row) => row,
+            None => {
+                let rows = self.scratch.batch();
+                self.model
+                    .logits(&mut self.scratch, rows.saturating_sub(1)..rows)?
+            }
+        };
         let id = sampler.sample(logits, &self.tokens);
         d.ids.push(id);
         let from = d.emitted;

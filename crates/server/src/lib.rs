@@ -30,7 +30,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 
 /// How the server is set up.
@@ -60,8 +60,13 @@ pub struct ServerConfig {
     pub body_timeout: Duration,
     /// Time a client has to send its request line and headers.
     pub header_timeout: Duration,
-    /// Longest a non-streaming request may take.
+    /// Longest a non-streaming request may take before it is answered 504
+    /// (a backstop; `max_request_time` normally ends it first).
     pub request_timeout: Duration,
+    /// Longest any request may generate, streamed or not, counted from its
+    /// arrival: the generation then ends with finish_reason `length`.
+    /// `None`: no limit.
+    pub max_request_time: Option<Duration>,
     /// On SIGTERM/SIGINT, how long in-flight requests may finish before they
     /// are cancelled.
     pub shutdown_timeout: Duration,
@@ -88,6 +93,7 @@ impl ServerConfig {
             body_timeout: Duration::from_secs(30),
             header_timeout: Duration::from_secs(30),
             request_timeout: Duration::from_secs(600),
+            max_request_time: Some(Duration::from_secs(300)),
             shutdown_timeout: Duration::from_secs(10),
         }
     }
@@ -535,6 +541,7 @@ async fn generate_inner(
     body: Body,
     kind: Kind,
 ) -> Result<Response, ApiError> {
+    let received = Instant::now();
     let bytes = read_body(&st, &headers, body).await?;
     let req = match kind {
         Kind::Chat => api::parse_chat(&bytes)?,
@@ -578,6 +585,10 @@ async fn generate_inner(
         params: req.params.clone(),
         opts,
         events: tx,
+        deadline: st
+            .config
+            .max_request_time
+            .and_then(|limit| received.checked_add(limit)),
     };
     match backend.scheduler.submit(job) {
         Ok(()) => {}

@@ -17,6 +17,9 @@ pub struct Metrics {
     pub completed: AtomicU64,
     /// Generations ended because the client went away or the server stopped.
     pub cancelled: AtomicU64,
+    /// Generations ended by the per-request time limit (counted in
+    /// `completed` too: they end with `length`).
+    pub time_limited: AtomicU64,
     /// Jobs refused because the queue was full.
     pub rejected: AtomicU64,
     /// Panics caught in the scheduler (bugs).
@@ -94,6 +97,12 @@ impl Metrics {
             "counter",
             "Generations cancelled (client gone or shutdown).",
             get(&self.cancelled),
+        );
+        put(
+            "hearth_generations_time_limited_total",
+            "counter",
+            "Generations ended with finish_reason length by --max-request-secs.",
+            get(&self.time_limited),
         );
         put(
             "hearth_requests_rejected_total",

@@ -1,15 +1,17 @@
-//! Slots and the scheduler: one OS thread owns `parallel` sessions and steps
-//! every active one a token at a time, in turn, so requests interleave; a
-//! bounded first-come-first-served queue holds the rest.
+//! Slots and the scheduler: one OS thread owns `parallel` sessions and
+//! advances every active one a token per step, all of them in one batched
+//! forward ([`engine::BatchDecoder`]), so the weights are read once per step
+//! however many requests run; a bounded first-come-first-served queue holds
+//! the rest.
 //!
-//! A request joins or leaves between steps. The step is split the way a
-//! batched forward would need it (`Session::accept_pending` feeds the token
-//! sampled last, `Session::sample_next` samples), so a future
-//! `Model::forward` over several sequences can replace the per-slot feed.
+//! A request joins or leaves between steps. Prompts are prefilled per slot,
+//! a chunk per round while others decode, so a long prompt does not stall
+//! their streams.
 
 use crate::metrics::Metrics;
 use engine::{
-    Decoding, Engine, EngineError, FinishReason, GenerateOptions, Sampler, SamplingParams, Session,
+    BatchDecoder, BatchItem, Decoding, Engine, EngineError, FinishReason, GenerateOptions, Sampler,
+    SamplingParams, Session,
 };
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -30,6 +32,9 @@ pub struct Job {
     pub opts: GenerateOptions,
     /// Where the output goes; a closed receiver cancels the job.
     pub events: UnboundedSender<Event>,
+    /// When the request must be over, queueing included: generation stops
+    /// there with `FinishReason::Length`. `None`: no limit.
+    pub deadline: Option<Instant>,
 }
 
 /// What the scheduler tells a request's handler.
@@ -128,11 +133,12 @@ impl Scheduler {
                 last_used: 0,
             })
             .collect();
+        let decoder = engine.batch_decoder(parallel.max(1), n_ctx);
         let thread = {
             let shared = Arc::clone(&shared);
             std::thread::Builder::new()
                 .name("hearth-scheduler".into())
-                .spawn(move || run(&shared, slots))?
+                .spawn(move || run(&shared, slots, decoder))?
         };
         Ok(Self {
             shared,
@@ -216,7 +222,7 @@ fn pick_slot(slots: &[Slot], free: &[bool], prompt: &[u32]) -> Option<usize> {
         .map(|(i, _)| i)
 }
 
-fn run(shared: &Shared, mut slots: Vec<Slot>) {
+fn run(shared: &Shared, mut slots: Vec<Slot>, mut decoder: BatchDecoder) {
     let metrics = &shared.metrics;
     let mut tick = 0u64;
     loop {
@@ -316,23 +322,11 @@ fn run(shared: &Shared, mut slots: Vec<Slot>) {
             }
         }
 
-        // One step for every active slot, in turn: a prefill chunk, or one
-        // decoded token.
         let busy = slots.iter().filter(|s| s.active.is_some()).count();
         metrics.slots_busy.store(busy as u64, Ordering::Relaxed);
-        let decoding_slots = slots
-            .iter()
-            .filter(|s| s.active.as_ref().is_some_and(|a| a.decoding.prefill_done()))
-            .count();
-        // Alone, a prompt goes in whole; beside sequences that are decoding,
-        // a chunk per round keeps their tokens flowing.
-        let chunk = if decoding_slots == 0 {
-            usize::MAX
-        } else {
-            PREFILL_CHUNK
-        };
-        let mut decode_time = Duration::ZERO;
-        let mut produced = 0u64;
+
+        // Requests whose client left or whose time ran out end here.
+        let now = Instant::now();
         for slot in slots.iter_mut() {
             let Some(active) = slot.active.as_mut() else {
                 continue;
@@ -341,67 +335,46 @@ fn run(shared: &Shared, mut slots: Vec<Slot>) {
                 active.decoding.cancel();
                 metrics.cancelled.fetch_add(1, Ordering::Relaxed);
                 slot.active = None;
-                continue;
-            }
-            if !active.decoding.prefill_done() {
-                let session = &mut slot.session;
-                let filled = catch_unwind(AssertUnwindSafe(|| {
-                    session.prefill(&mut active.decoding, chunk)
-                }));
-                match filled {
-                    Ok(Ok(true)) => {
-                        let _ = active.job.events.send(Event::Started);
-                    }
-                    Ok(Ok(false)) => {}
-                    Ok(Err(e)) => {
-                        let _ = active.job.events.send(Event::Failed(engine_error(&e)));
-                        slot.active = None;
-                    }
-                    Err(_) => {
-                        metrics.panics.fetch_add(1, Ordering::Relaxed);
-                        let _ = active
-                            .job
-                            .events
-                            .send(Event::Failed("internal error during prefill".into()));
-                        slot.active = None;
-                        slot.session.reset();
-                    }
+            } else if active.job.deadline.is_some_and(|d| now >= d) {
+                if !active.decoding.prefill_done() {
+                    let _ = active.job.events.send(Event::Started);
                 }
+                let text = active.decoding.end_with_length().text.to_owned();
+                if !text.is_empty() {
+                    let _ = active.job.events.send(Event::Text(text));
+                }
+                metrics.time_limited.fetch_add(1, Ordering::Relaxed);
+                finish(slot, metrics, FinishReason::Length);
+            }
+        }
+
+        // Prompts: alone, a prompt goes in whole; beside sequences that are
+        // decoding, a chunk per round keeps their tokens flowing.
+        let decoding_slots = slots
+            .iter()
+            .filter(|s| s.active.as_ref().is_some_and(|a| a.decoding.prefill_done()))
+            .count();
+        let chunk = if decoding_slots == 0 {
+            usize::MAX
+        } else {
+            PREFILL_CHUNK
+        };
+        for slot in slots.iter_mut() {
+            let Some(active) = slot.active.as_mut() else {
+                continue;
+            };
+            if active.decoding.prefill_done() {
                 continue;
             }
             let session = &mut slot.session;
-            let before = active.decoding.ids().len();
-            let ts = Instant::now();
-            let stepped = catch_unwind(AssertUnwindSafe(|| {
-                session
-                    .step(&mut active.decoding, &mut active.sampler)
-                    .map(|s| (s.text.to_owned(), s.finish))
+            let filled = catch_unwind(AssertUnwindSafe(|| {
+                session.prefill(&mut active.decoding, chunk)
             }));
-            decode_time += ts.elapsed();
-            let sampled = active.decoding.ids().len().saturating_sub(before) as u64;
-            produced += sampled;
-            metrics
-                .completion_tokens
-                .fetch_add(sampled, Ordering::Relaxed);
-            match stepped {
-                Ok(Ok((text, finish))) => {
-                    if !text.is_empty() && active.job.events.send(Event::Text(text)).is_err() {
-                        metrics.cancelled.fetch_add(1, Ordering::Relaxed);
-                        slot.active = None;
-                        continue;
-                    }
-                    if let Some(finish) = finish {
-                        let usage = Usage {
-                            finish,
-                            prompt_tokens: active.job.prompt.len(),
-                            completion_tokens: active.decoding.ids().len(),
-                            cached_tokens: active.decoding.prompt_tokens_reused(),
-                        };
-                        metrics.completed.fetch_add(1, Ordering::Relaxed);
-                        let _ = active.job.events.send(Event::Done(usage));
-                        slot.active = None;
-                    }
+            match filled {
+                Ok(Ok(true)) => {
+                    let _ = active.job.events.send(Event::Started);
                 }
+                Ok(Ok(false)) => {}
                 Ok(Err(e)) => {
                     let _ = active.job.events.send(Event::Failed(engine_error(&e)));
                     slot.active = None;
@@ -411,9 +384,94 @@ fn run(shared: &Shared, mut slots: Vec<Slot>) {
                     let _ = active
                         .job
                         .events
-                        .send(Event::Failed("internal error during decoding".into()));
+                        .send(Event::Failed("internal error during prefill".into()));
                     slot.active = None;
                     slot.session.reset();
+                }
+            }
+        }
+
+        // One token for every prefilled slot, all in one batched forward.
+        let mut stepped: Vec<usize> = Vec::with_capacity(slots.len());
+        let mut before: Vec<usize> = Vec::with_capacity(slots.len());
+        let mut items: Vec<BatchItem<'_>> = Vec::with_capacity(slots.len());
+        for (i, slot) in slots.iter_mut().enumerate() {
+            let Slot {
+                session,
+                active: Some(active),
+                ..
+            } = slot
+            else {
+                continue;
+            };
+            if !active.decoding.prefill_done() {
+                continue;
+            }
+            stepped.push(i);
+            before.push(active.decoding.ids().len());
+            items.push(BatchItem {
+                session,
+                decoding: &mut active.decoding,
+                sampler: &mut active.sampler,
+            });
+        }
+        if items.is_empty() {
+            continue;
+        }
+        let mut outcomes: Vec<Option<StepOutcome>> = (0..items.len()).map(|_| None).collect();
+        let ts = Instant::now();
+        let ran = catch_unwind(AssertUnwindSafe(|| {
+            decoder.step(&mut items, |i, step| {
+                outcomes[i] = Some(step.map(|s| (s.text.to_owned(), s.finish)));
+            })
+        }));
+        let decode_time = ts.elapsed();
+        drop(items);
+        if ran.is_err() {
+            metrics.panics.fetch_add(1, Ordering::Relaxed);
+            for &i in &stepped {
+                if let Some(a) = slots[i].active.take() {
+                    let _ = a
+                        .job
+                        .events
+                        .send(Event::Failed("internal error during decoding".into()));
+                }
+                slots[i].session.reset();
+            }
+            continue;
+        }
+        let mut produced = 0u64;
+        for ((&i, &before), outcome) in stepped.iter().zip(&before).zip(outcomes) {
+            let slot = &mut slots[i];
+            let Some(active) = slot.active.as_mut() else {
+                continue;
+            };
+            let sampled = active.decoding.ids().len().saturating_sub(before) as u64;
+            produced += sampled;
+            metrics
+                .completion_tokens
+                .fetch_add(sampled, Ordering::Relaxed);
+            match outcome {
+                Some(Ok((text, finish_reason))) => {
+                    if !text.is_empty() && active.job.events.send(Event::Text(text)).is_err() {
+                        metrics.cancelled.fetch_add(1, Ordering::Relaxed);
+                        slot.active = None;
+                        continue;
+                    }
+                    if let Some(reason) = finish_reason {
+                        finish(slot, metrics, reason);
+                    }
+                }
+                Some(Err(e)) => {
+                    let _ = active.job.events.send(Event::Failed(engine_error(&e)));
+                    slot.active = None;
+                }
+                None => {
+                    let _ = active
+                        .job
+                        .events
+                        .send(Event::Failed("internal error: no step result".into()));
+                    slot.active = None;
                 }
             }
         }
@@ -421,6 +479,24 @@ fn run(shared: &Shared, mut slots: Vec<Slot>) {
             metrics.record_decode(produced, decode_time);
         }
     }
+}
+
+/// What one slot's step produced: the text to show and the finish, if any.
+type StepOutcome = Result<(String, Option<FinishReason>), EngineError>;
+
+/// Report the end of a slot's generation and free the slot.
+fn finish(slot: &mut Slot, metrics: &Metrics, reason: FinishReason) {
+    let Some(active) = slot.active.take() else {
+        return;
+    };
+    let usage = Usage {
+        finish: reason,
+        prompt_tokens: active.job.prompt.len(),
+        completion_tokens: active.decoding.ids().len(),
+        cached_tokens: active.decoding.prompt_tokens_reused(),
+    };
+    metrics.completed.fetch_add(1, Ordering::Relaxed);
+    let _ = active.job.events.send(Event::Done(usage));
 }
 
 fn engine_error(e: &EngineError) -> String {

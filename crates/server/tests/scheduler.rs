@@ -4,7 +4,7 @@
 
 use engine::{Engine, EngineOptions, FinishReason, GenerateOptions, Sampler, SamplingParams};
 use hearth_server::metrics::Metrics;
-use hearth_server::scheduler::{Event, Job, Rejected, Scheduler};
+use hearth_server::scheduler::{Event, Job, Rejected, Scheduler, Usage};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -88,6 +88,7 @@ fn interleaved_slots_match_generate() {
                 params: params.clone(),
                 opts: opts(20),
                 events: tx,
+                deadline: None,
             })
             .unwrap();
         rxs.push(rx);
@@ -116,6 +117,7 @@ fn the_queue_is_bounded_and_a_dropped_receiver_cancels() {
             params: SamplingParams::default(),
             opts: opts(100_000),
             events: tx,
+            deadline: None,
         }) {
             Ok(()) => accepted.push(rx),
             Err(Rejected::QueueFull) => rejected += 1,
@@ -146,6 +148,7 @@ fn the_queue_is_bounded_and_a_dropped_receiver_cancels() {
         params: SamplingParams::default(),
         opts: opts(4),
         events: tx,
+        deadline: None,
     });
     assert_eq!(after.unwrap_err(), Rejected::ShuttingDown);
     sched.join();
@@ -181,6 +184,7 @@ fn a_long_prompt_is_prefilled_in_chunks_beside_a_decoding_slot() {
             params: params.clone(),
             opts: opts(300),
             events: tx_a,
+            deadline: None,
         })
         .unwrap();
     // Wait until the short one decodes, so the long one is chunked.
@@ -196,9 +200,140 @@ fn a_long_prompt_is_prefilled_in_chunks_beside_a_decoding_slot() {
             params,
             opts: opts(20),
             events: tx_b,
+            deadline: None,
         })
         .unwrap();
     assert_eq!(drain(&mut rx_b).0, want_long);
     assert_eq!(drain(&mut rx_a).0, want_short);
+    sched.join();
+}
+
+#[test]
+fn batched_slots_match_generate_as_requests_join_and_leave() {
+    let engine = engine();
+    // Eight requests through four slots: they join as others leave, with
+    // different lengths, samplers and stop strings.
+    let cases: Vec<(Vec<u32>, SamplingParams, GenerateOptions)> = (0..8)
+        .map(|i| {
+            let prompt = engine.tokenizer().encode(
+                &format!("Request {i}: {}", "once upon a time ".repeat(i % 3 + 1)),
+                true,
+                true,
+            );
+            let params = if i % 3 == 0 {
+                SamplingParams::greedy()
+            } else {
+                SamplingParams {
+                    seed: 100 + i as u64,
+                    ..SamplingParams::default()
+                }
+            };
+            let mut o = opts(6 + 7 * i);
+            if i == 5 {
+                o.stop = vec!["a".into()];
+            }
+            (prompt, params, o)
+        })
+        .collect();
+    let want: Vec<String> = cases
+        .iter()
+        .map(|(p, params, o)| {
+            let mut s = engine.session(128);
+            let mut sampler = Sampler::new(params.clone());
+            s.generate(p, &mut sampler, o, |_| true)
+                .expect("generate")
+                .text
+        })
+        .collect();
+    let metrics = Arc::new(Metrics::default());
+    let sched = Scheduler::start(Arc::clone(&engine), 4, 128, 16, Arc::clone(&metrics)).unwrap();
+    let mut rxs = Vec::new();
+    for (prompt, params, o) in &cases {
+        let (tx, rx) = mpsc::unbounded_channel();
+        sched
+            .submit(Job {
+                prompt: prompt.clone(),
+                params: params.clone(),
+                opts: o.clone(),
+                events: tx,
+                deadline: None,
+            })
+            .unwrap();
+        rxs.push(rx);
+    }
+    for (i, (rx, want)) in rxs.iter_mut().zip(&want).enumerate() {
+        let (text, finish) = drain(rx);
+        assert!(finish.is_some(), "request {i}");
+        assert_eq!(&text, want, "request {i}");
+    }
+    assert_eq!(metrics.completed.load(Ordering::Relaxed), 8);
+    sched.join();
+}
+
+/// The `Done` usage of a job, with the time it took to come.
+fn done_usage(rx: &mut mpsc::UnboundedReceiver<Event>) -> (bool, String, Usage) {
+    let t0 = Instant::now();
+    let mut started = false;
+    let mut text = String::new();
+    while t0.elapsed() < Duration::from_secs(60) {
+        match rx.try_recv() {
+            Ok(Event::Started) => started = true,
+            Ok(Event::Text(t)) => text.push_str(&t),
+            Ok(Event::Done(u)) => return (started, text, u),
+            Ok(Event::Failed(m)) => panic!("failed: {m}"),
+            Err(mpsc::error::TryRecvError::Empty) => std::thread::sleep(Duration::from_millis(1)),
+            Err(mpsc::error::TryRecvError::Disconnected) => panic!("no Done"),
+        }
+    }
+    panic!("job did not end");
+}
+
+#[test]
+fn the_time_limit_ends_generations_with_length() {
+    let engine = engine();
+    let metrics = Arc::new(Metrics::default());
+    // A context so long that filling it takes far longer than the limit.
+    let n_ctx = 32768;
+    let sched = Scheduler::start(Arc::clone(&engine), 2, n_ctx, 4, Arc::clone(&metrics)).unwrap();
+    let prompt = engine.tokenizer().encode("a", true, true);
+    let job = |deadline, tx| Job {
+        prompt: prompt.clone(),
+        params: SamplingParams::default(),
+        opts: GenerateOptions {
+            stop_on_eog: false,
+            ..opts(n_ctx)
+        },
+        events: tx,
+        deadline,
+    };
+    // Out of time in the queue already: it ends at once, having started.
+    let (tx, mut expired) = mpsc::unbounded_channel();
+    sched
+        .submit(job(Some(Instant::now() - Duration::from_millis(1)), tx))
+        .unwrap();
+    let (started, text, u) = done_usage(&mut expired);
+    assert!(started);
+    assert_eq!((text.as_str(), u.completion_tokens), ("", 0));
+    assert_eq!(u.finish, FinishReason::Length);
+    assert_eq!(u.prompt_tokens, prompt.len());
+
+    // Out of time while generating: stopped early, the text so far kept.
+    let t0 = Instant::now();
+    let (tx, mut running) = mpsc::unbounded_channel();
+    sched
+        .submit(job(Some(t0 + Duration::from_millis(300)), tx))
+        .unwrap();
+    let (_, text, u) = done_usage(&mut running);
+    let took = t0.elapsed();
+    assert_eq!(u.finish, FinishReason::Length);
+    assert!(
+        u.completion_tokens > 0 && u.completion_tokens < n_ctx - 10,
+        "{u:?}"
+    );
+    assert!(!text.is_empty());
+    assert!(took >= Duration::from_millis(300), "{took:?}");
+    assert!(took < Duration::from_secs(20), "{took:?}");
+    assert_eq!(metrics.time_limited.load(Ordering::Relaxed), 2);
+    assert_eq!(metrics.completed.load(Ordering::Relaxed), 2);
     sched.join();
 }
