@@ -67,8 +67,9 @@ impl BatchDecoder {
     /// Advance every item by one token, as [`Session::step`] would: feed
     /// the token each sampled last, then sample its next one and apply its
     /// stop conditions. The fed tokens of all items go through one forward
-    /// step (a few, when there are more items than `max_seqs`); an item that
-    /// has just been prefilled samples from its own session's logits.
+    /// step (a few, when there are more items than `max_seqs`), and the
+    /// logits of all items, those just prefilled included, come from one
+    /// product with the output head.
     ///
     /// `on_step(i, step)` gets item `i`'s outcome, once per item. A failed
     /// forward clears the sessions it touched, as [`Session::step`] does.
@@ -79,6 +80,9 @@ impl BatchDecoder {
     ) {
         // (item, token) of the items whose last sample goes into the batch.
         let mut feed: Vec<(usize, u32)> = Vec::with_capacity(items.len());
+        // Items just prefilled: their last prompt row waits in their own
+        // scratch, ready for the head.
+        let mut fresh: Vec<usize> = Vec::new();
         for (i, it) in items.iter_mut().enumerate() {
             let d = &mut *it.decoding;
             let ours = Arc::ptr_eq(&it.session.model, &self.model)
@@ -89,46 +93,61 @@ impl BatchDecoder {
                 on_step(i, it.session.step(d, it.sampler));
                 continue;
             }
+            let room = it.session.tokens.len() < it.session.n_ctx();
             match d.pending.take() {
-                Some(id) if d.finish.is_none() && it.session.tokens.len() < it.session.n_ctx() => {
-                    feed.push((i, id))
+                Some(id) if d.finish.is_none() && room => feed.push((i, id)),
+                None if d.finish.is_none() && room && it.session.scratch.batch() > 0 => {
+                    fresh.push(i)
                 }
-                // Just prefilled (its logits are in its own scratch), ended,
-                // or full (sampling ends it with `Length`).
+                // Ended, or full (sampling ends it with `Length`).
                 _ => on_step(i, it.session.sample_from(d, it.sampler, None)),
             }
         }
-        let per_step = self.scratch.max_batch();
-        for group in feed.chunks(per_step) {
-            let ids: Vec<[u32; 1]> = group.iter().map(|&(_, id)| [id]).collect();
-            let ran = {
-                let mut inputs: Vec<SeqInput<'_>> = Vec::with_capacity(group.len());
-                let mut next = group.iter().zip(&ids).peekable();
-                for (i, it) in items.iter_mut().enumerate() {
-                    if let Some(((_, _), tokens)) = next.next_if(|((j, _), _)| *j == i) {
-                        inputs.push(SeqInput {
-                            cache: &mut it.session.cache,
-                            tokens,
-                        });
+        let mut groups: Vec<&[(usize, u32)]> = feed.chunks(self.scratch.max_batch()).collect();
+        if groups.is_empty() && !fresh.is_empty() {
+            groups.push(&[]);
+        }
+        for (g, group) in groups.into_iter().enumerate() {
+            // The fresh items ride with the first group.
+            let fresh: &[usize] = if g == 0 { &fresh } else { &[] };
+            if !group.is_empty() {
+                if let Err(e) = self.forward(items, group) {
+                    // The caches may hold part of the step: start them over.
+                    for &(i, _) in group {
+                        items[i].session.reset();
+                        on_step(i, Err(batch_error(&e)));
                     }
+                    for &i in fresh {
+                        let it = &mut items[i];
+                        on_step(i, it.session.sample_from(it.decoding, it.sampler, None));
+                    }
+                    continue;
                 }
-                self.model.forward_multi(&mut inputs, &mut self.scratch)
+                for &(i, id) in group {
+                    items[i].session.tokens.push(id);
+                }
+            }
+            let logits = {
+                let extra: Vec<&[f32]> = fresh
+                    .iter()
+                    .filter_map(|&i| {
+                        let sc = &items[i].session.scratch;
+                        sc.hidden(sc.batch().wrapping_sub(1))
+                    })
+                    .collect();
+                if extra.len() != fresh.len() {
+                    Err(ModelError::BadBatch("a prefilled row is missing".into()))
+                } else if group.is_empty() {
+                    self.model.hidden_logits(&mut self.scratch, &extra)
+                } else {
+                    self.model.sequence_logits_with(&mut self.scratch, &extra)
+                }
             };
-            if let Err(e) = ran {
-                // The caches may hold part of the step: start them over.
-                for &(i, _) in group {
-                    items[i].session.reset();
-                    on_step(i, Err(batch_error(&e)));
-                }
-                continue;
-            }
-            for &(i, id) in group {
-                items[i].session.tokens.push(id);
-            }
             let vocab = self.model.config().vocab;
-            match self.model.sequence_logits(&mut self.scratch) {
+            let order = group.iter().map(|&(i, _)| i).chain(fresh.iter().copied());
+            match logits {
                 Ok(logits) => {
-                    for (&(i, _), row) in group.iter().zip(logits.chunks_exact_mut(vocab)) {
+                    for (i, row) in order.zip(logits.chunks_exact_mut(vocab)) {
                         let it = &mut items[i];
                         on_step(
                             i,
@@ -137,12 +156,33 @@ impl BatchDecoder {
                     }
                 }
                 Err(e) => {
-                    for &(i, _) in group {
+                    for i in order {
                         on_step(i, Err(batch_error(&e)));
                     }
                 }
             }
         }
+    }
+
+    /// One forward step over the tokens of `group`, each into its item's
+    /// cache.
+    fn forward(
+        &mut self,
+        items: &mut [BatchItem<'_>],
+        group: &[(usize, u32)],
+    ) -> Result<(), ModelError> {
+        let ids: Vec<[u32; 1]> = group.iter().map(|&(_, id)| [id]).collect();
+        let mut inputs: Vec<SeqInput<'_>> = Vec::with_capacity(group.len());
+        let mut next = group.iter().zip(&ids).peekable();
+        for (i, it) in items.iter_mut().enumerate() {
+            if let Some((_, tokens)) = next.next_if(|((j, _), _)| *j == i) {
+                inputs.push(SeqInput {
+                    cache: &mut it.session.cache,
+                    tokens,
+                });
+            }
+        }
+        self.model.forward_multi(&mut inputs, &mut self.scratch)
     }
 }
 

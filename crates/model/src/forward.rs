@@ -238,28 +238,73 @@ impl Model {
         &self,
         scratch: &'s mut Scratch,
     ) -> Result<&'s mut [f32], ModelError> {
-        let n = scratch.sequences();
+        self.gathered_logits(scratch, true, &[])
+    }
+
+    /// [`Model::sequence_logits`], then the logits of `extra` final-normed
+    /// hidden rows (another scratch's [`Scratch::hidden`], such as a prompt
+    /// just prefilled on its own), all from the same product with the head.
+    pub fn sequence_logits_with<'s>(
+        &self,
+        scratch: &'s mut Scratch,
+        extra: &[&[f32]],
+    ) -> Result<&'s mut [f32], ModelError> {
+        self.gathered_logits(scratch, true, extra)
+    }
+
+    /// The logits of final-normed hidden rows alone (the last batch of
+    /// `scratch` is left out), using `scratch`'s buffers.
+    pub fn hidden_logits<'s>(
+        &self,
+        scratch: &'s mut Scratch,
+        rows: &[&[f32]],
+    ) -> Result<&'s mut [f32], ModelError> {
+        self.gathered_logits(scratch, false, rows)
+    }
+
+    fn gathered_logits<'s>(
+        &self,
+        scratch: &'s mut Scratch,
+        with_batch: bool,
+        extra: &[&[f32]],
+    ) -> Result<&'s mut [f32], ModelError> {
         let h = self.config.hidden;
-        let contiguous = (0..n).all(|j| scratch.seq_start[j + 1] == j + 1);
-        if !contiguous {
-            // Gather the last rows; `h` is free once the batch has run.
+        if let Some(bad) = extra.iter().find(|r| r.len() != h) {
+            return Err(ModelError::BadBatch(format!(
+                "a hidden row of {} values where the model has {h}",
+                bad.len()
+            )));
+        }
+        let n = if with_batch { scratch.sequences() } else { 0 };
+        let m = n + extra.len();
+        // One row per sequence already in place: no copy.
+        let in_place = extra.is_empty() && (0..n).all(|j| scratch.seq_start[j + 1] == j + 1);
+        if !in_place {
+            // Gather into `h`, free once the batch has run (grown when the
+            // extra rows need more than a batch).
+            if scratch.h.len() < m * h {
+                scratch.h.resize(m * h, 0.0);
+            }
             for j in 0..n {
                 let r = scratch.seq_start[j + 1] - 1;
                 scratch.h[j * h..(j + 1) * h].copy_from_slice(&scratch.out[r * h..(r + 1) * h]);
             }
+            for (j, row) in extra.iter().enumerate() {
+                scratch.h[(n + j) * h..(n + j + 1) * h].copy_from_slice(row);
+            }
         }
         let vocab = self.config.vocab;
-        scratch.logits.resize(n * vocab, 0.0);
+        scratch.logits.resize(m * vocab, 0.0);
         let out = self.weights.output.matrix(&self.file)?;
-        let input = if contiguous {
-            &scratch.out[..n * h]
+        let input = if in_place {
+            &scratch.out[..m * h]
         } else {
-            &scratch.h[..n * h]
+            &scratch.h[..m * h]
         };
         self.matmul(
             &out,
             input,
-            n,
+            m,
             &mut scratch.logits,
             &mut scratch.qbuf,
             &mut scratch.wide,

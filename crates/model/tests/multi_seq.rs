@@ -279,3 +279,59 @@ fn malformed_batches_are_refused_before_any_write() {
     assert!(matches!(err, ModelError::ContextFull { .. }), "{err}");
     assert_eq!(long.n_past(), 0);
 }
+
+#[test]
+fn hidden_rows_of_other_scratches_share_the_head_product() {
+    let model = load("gemma3", "model-q8_0.gguf");
+    let vocab = model.config().vocab;
+    // Two prompts prefilled on their own; their last rows join the head
+    // product of a decode step of a third sequence.
+    let mut alone = Vec::new();
+    for (seed, len) in [(11usize, 7usize), (12, 19)] {
+        let mut c = model.new_cache(N_CTX);
+        let mut sc = model.new_scratch(N_CTX, 32);
+        model
+            .forward(&mut c, &mut sc, &prompt(vocab, seed, len))
+            .unwrap();
+        let want = model.logits(&mut sc, len - 1..len).unwrap().to_vec();
+        alone.push((sc, want));
+    }
+    let mut c = model.new_cache(N_CTX);
+    let mut own = model.new_scratch(N_CTX, 32);
+    model
+        .forward(&mut c, &mut own, &prompt(vocab, 13, 5))
+        .unwrap();
+    let mut ref_cache = c.clone();
+    let tok = [decode_token(vocab, 13, 0)];
+    model.forward(&mut ref_cache, &mut own, &tok).unwrap();
+    let want_step = model.logits(&mut own, 0..1).unwrap().to_vec();
+
+    let mut shared = model.new_scratch(N_CTX, 2);
+    model
+        .forward_multi(
+            &mut [SeqInput {
+                cache: &mut c,
+                tokens: &tok,
+            }],
+            &mut shared,
+        )
+        .unwrap();
+    let extra: Vec<&[f32]> = alone
+        .iter()
+        .map(|(sc, _)| sc.hidden(sc.batch() - 1).unwrap())
+        .collect();
+    // Three rows in a scratch made for two: the gather buffer grows.
+    let got = model
+        .sequence_logits_with(&mut shared, &extra)
+        .unwrap()
+        .to_vec();
+    assert_eq!(got.len(), 3 * vocab);
+    let same = |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits());
+    assert!(same(&got[..vocab], &want_step));
+    assert!(same(&got[vocab..2 * vocab], &alone[0].1));
+    assert!(same(&got[2 * vocab..], &alone[1].1));
+    let only = model.hidden_logits(&mut shared, &extra[1..]).unwrap();
+    assert!(same(only, &alone[1].1));
+    let short = [0.0f32; 3];
+    assert!(model.hidden_logits(&mut shared, &[&short]).is_err());
+}
