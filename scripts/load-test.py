@@ -6,11 +6,17 @@ of REQUESTS requests each: chat and completions, streaming and not, with
 every 5th request hanging up early. Checks that every request completes or
 gets a well-formed OpenAI error, that none hangs past --timeout, that the
 server is healthy afterwards and its memory returns near its baseline.
-Prints aggregate tokens/s. Exits non-zero on any failed check.
+Prints aggregate tokens/s and peak RSS. Exits non-zero on any failed check.
 
   python3 scripts/load-test.py --model tests/fixtures/tiny/gemma3/model-f32.gguf --parallel 2
   python3 scripts/load-test.py --model ~/.cache/hearth/models/gemma-3-270m-q4_k_m.gguf \
       --parallel 4 --ctx 512 --max-tokens 16
+
+Another OpenAI-compatible server (llama.cpp's) runs the same load with --url
+and --pid (for its memory); without Hearth's /metrics, tokens are counted
+from the responses (usage, else one per streamed content chunk):
+
+  python3 scripts/load-test.py --url http://127.0.0.1:8000 --pid PID --hang-up-every 0
 """
 
 import argparse
@@ -40,6 +46,9 @@ def parse_args():
     p.add_argument("--max-tokens", type=int, default=16)
     p.add_argument("--timeout", type=float, default=300.0, help="seconds one request may take")
     p.add_argument("--api-key", default=None)
+    p.add_argument("--pid", type=int, help="with --url: the server's process id, for its memory")
+    p.add_argument("--hang-up-every", type=int, default=5,
+                   help="every Nth request hangs up early (0: none, so every token is delivered)")
     return p.parse_args()
 
 
@@ -61,11 +70,14 @@ def start_server(a):
     sys.exit("the server did not start")
 
 
-def rss_kib(pid):
+def rss_kib(pid, field="VmRSS"):
+    """A memory figure of `pid` from /proc in KiB (VmHWM: the peak RSS)."""
+    if pid is None:
+        return None
     try:
         with open(f"/proc/{pid}/status") as f:
             for line in f:
-                if line.startswith("VmRSS:"):
+                if line.startswith(field + ":"):
                     return int(line.split()[1])
     except OSError:
         return None
@@ -73,7 +85,8 @@ def rss_kib(pid):
 
 
 class Client:
-    def __init__(self, addr, timeout, key):
+    def __init__(self, addr, timeout, key, hang_up_every=5):
+        self.hang_up_every = hang_up_every
         self.host, self.port = addr.split(":")
         self.timeout = timeout
         self.headers = {"Content-Type": "application/json"}
@@ -95,7 +108,8 @@ class Client:
         """One request; returns a result dict."""
         chat = (i + j) % 2 == 0
         stream = (i * 3 + j) % 4 < 2
-        hang_up = (i * 8 + j) % 5 == 4
+        n = self.hang_up_every
+        hang_up = n > 0 and (i * 8 + j) % n == n - 1
         payload = {"max_tokens": max_tokens, "temperature": 0.8, "seed": i * 100 + j}
         if chat:
             payload["messages"] = [{"role": "user", "content": f"Client {i} asks question {j}: tell me a story."}]
@@ -119,6 +133,7 @@ class Client:
                 res["error"] = body["error"]["message"]
             elif stream:
                 done = False
+                content_chunks = 0
                 for raw in r:
                     line = raw.decode().strip()
                     if hang_up and line.startswith("data: "):
@@ -133,6 +148,16 @@ class Client:
                             res["error"] = chunk["error"]["message"]
                         if chunk.get("usage"):
                             res["tokens"] = chunk["usage"]["completion_tokens"]
+                            res["usage"] = True
+                        for choice in chunk.get("choices") or []:
+                            piece = choice.get("text") or (choice.get("delta") or {}).get("content")
+                            if piece:
+                                content_chunks += 1
+                if done and not res.get("usage"):
+                    # No usage chunk (not every server sends one): one token
+                    # per content chunk, as llama.cpp streams them.
+                    res["tokens"] = content_chunks
+                    res["counted_chunks"] = True
                 res["ok"] = res["ok"] or (done and "error" not in res)
             else:
                 if hang_up:
@@ -164,11 +189,15 @@ def main():
         addr = a.url.removeprefix("http://").rstrip("/")
     else:
         proc, addr = start_server(a)
-    client = Client(addr, a.timeout, a.api_key)
+    client = Client(addr, a.timeout, a.api_key, a.hang_up_every)
+    pid = proc.pid if proc else a.pid
     deadline = time.time() + 120
     while True:
         try:
-            if client.get("/health")[0] == 200:
+            status = client.get("/health")[0]
+            if status == 404:  # a server without /health
+                status = client.get("/v1/models")[0]
+            if status == 200:
                 break
         except OSError:
             pass
@@ -178,8 +207,9 @@ def main():
 
     # Warm up, then take the memory baseline.
     client.run(0, 0, a.max_tokens)
-    base_rss = rss_kib(proc.pid) if proc else None
-    tokens_before = metric(client, "hearth_completion_tokens_total")
+    base_rss = rss_kib(pid)
+    hearth = b"hearth_completion_tokens_total" in client.get("/metrics")[1]
+    tokens_before = metric(client, "hearth_completion_tokens_total") if hearth else 0.0
 
     def worker(i):
         return [client.run(i, j, a.max_tokens) for j in range(a.requests)]
@@ -191,32 +221,39 @@ def main():
 
     # Let cancelled generations drain, then check the server.
     for _ in range(100):
-        if metric(client, "hearth_slots_busy") == 0 and metric(client, "hearth_queue_depth") == 0:
+        if not hearth or (metric(client, "hearth_slots_busy") == 0 and metric(client, "hearth_queue_depth") == 0):
             break
         time.sleep(0.1)
-    healthy = client.get("/health")[0] == 200
-    server_tokens = metric(client, "hearth_completion_tokens_total") - tokens_before
-    end_rss = rss_kib(proc.pid) if proc else None
+    healthy = client.get("/health" if hearth else "/v1/models")[0] == 200
+    end_rss = rss_kib(pid)
+    peak_rss = rss_kib(pid, "VmHWM")
 
     failed = [r for r in results if not r["ok"]]
     by_status = {}
     for r in results:
         by_status[r["status"]] = by_status.get(r["status"], 0) + 1
     client_tokens = sum(r["tokens"] for r in results)
+    # Without the server's count, what the clients received is all we know
+    # (hung-up requests then count only what arrived before the hang-up).
+    server_tokens = (metric(client, "hearth_completion_tokens_total") - tokens_before) if hearth else client_tokens
     slowest = max(r["seconds"] for r in results)
     print(f"model:          {os.path.basename(a.model) if not a.url else a.url}")
-    print(f"parallel:       {a.parallel}   clients: {a.clients} x {a.requests} requests, max_tokens {a.max_tokens}")
+    print(f"parallel:       {a.parallel if not a.url else '(set on the server)'}   clients: {a.clients} x {a.requests} requests, max_tokens {a.max_tokens}")
     print(f"requests:       {len(results)} in {wall:.1f} s; statuses {by_status}; hung up early: {sum(r['hang_up'] for r in results)}")
     print(f"failed:         {len(failed)}")
     for r in failed[:5]:
         print(f"   {r}")
     print(f"slowest:        {slowest:.1f} s (limit {a.timeout:.0f} s)")
-    print(f"tokens:         {client_tokens} delivered, {server_tokens:.0f} generated (cancelled included)")
+    counted = sum(1 for r in results if r.get("counted_chunks"))
+    print(f"tokens:         {client_tokens} delivered, {server_tokens:.0f} generated"
+          + (" (cancelled included)" if hearth else " (counted by the clients)")
+          + (f"; {counted} streams counted by chunks" if counted else ""))
     print(f"aggregate:      {server_tokens / wall:.1f} generated tokens/s, {client_tokens / wall:.1f} delivered tokens/s")
-    print(f"server decode:  {metric(client, 'hearth_decode_tokens_per_second'):.1f} tokens/s (lifetime, from /metrics)")
-    print(f"cancelled:      {metric(client, 'hearth_generations_cancelled_total'):.0f}; rejected (429): {metric(client, 'hearth_requests_rejected_total'):.0f}")
+    if hearth:
+        print(f"server decode:  {metric(client, 'hearth_decode_tokens_per_second'):.1f} tokens/s (lifetime, from /metrics)")
+        print(f"cancelled:      {metric(client, 'hearth_generations_cancelled_total'):.0f}; rejected (429): {metric(client, 'hearth_requests_rejected_total'):.0f}")
     if base_rss is not None and end_rss is not None:
-        print(f"memory (RSS):   {base_rss / 1024:.1f} MiB after warm-up, {end_rss / 1024:.1f} MiB after the load")
+        print(f"memory (RSS):   {base_rss / 1024:.1f} MiB after warm-up, {end_rss / 1024:.1f} MiB after the load, peak {peak_rss / 1024:.1f} MiB")
     print(f"healthy after:  {healthy}")
 
     code = 0
