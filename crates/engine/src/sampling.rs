@@ -173,18 +173,18 @@ impl Sampler {
             return argmax(logits) as u32;
         }
         let c = &mut self.candidates;
-        c.clear();
-        c.extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
-        c.retain(|(_, l)| l.is_finite());
+        let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
+        if p.top_k > 0 && p.top_k < logits.len() {
+            top_k_sorted(logits, p.top_k, c);
+        } else {
+            c.clear();
+            c.extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
+            c.retain(|(_, l)| l.is_finite());
+            c.sort_unstable_by(by_logit);
+        }
         if c.is_empty() {
             return argmax(logits) as u32;
         }
-        let by_logit = |a: &(u32, f32), b: &(u32, f32)| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0));
-        if p.top_k > 0 && p.top_k < c.len() {
-            c.select_nth_unstable_by(p.top_k - 1, by_logit);
-            c.truncate(p.top_k);
-        }
-        c.sort_unstable_by(by_logit);
         // Probabilities at temperature 1 decide the truncation, as in
         // llama.cpp's default chain (top-k, top-p, min-p, then temperature).
         let max = c[0].1;
@@ -249,8 +249,62 @@ impl Sampler {
     }
 }
 
+/// The `k` best finite logits as `(id, logit)`, best first, ties to the
+/// lower id: the same list as sorting every candidate, in one pass that
+/// keeps a sorted list of `k`. A vocabulary of 262144 made the full
+/// selection a visible share of a batched decode step, which samples every
+/// sequence in turn.
+fn top_k_sorted(logits: &[f32], k: usize, out: &mut Vec<(u32, f32)>) {
+    out.clear();
+    for (i, &l) in logits.iter().enumerate() {
+        if !l.is_finite() {
+            continue;
+        }
+        if out.len() == k {
+            // Ids come in increasing order, so an equal logit loses to the
+            // one already kept.
+            if l.total_cmp(&out[k - 1].1).is_le() {
+                continue;
+            }
+            out.pop();
+        }
+        let at = out.partition_point(|&(_, kept)| kept.total_cmp(&l).is_ge());
+        out.insert(at, (i as u32, l));
+    }
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn one_pass_top_k_equals_the_full_sort() {
+        let mut rng = super::Rng::new(5);
+        for case in 0..200usize {
+            let n = 1 + case * 7 % 300;
+            // Few distinct values, so ties are common; some non-finite.
+            let logits: Vec<f32> = (0..n)
+                .map(|_| match rng.next_f64() {
+                    x if x < 0.05 => f32::NAN,
+                    x if x < 0.1 => f32::NEG_INFINITY,
+                    x if x < 0.2 => -0.0,
+                    x => (x * 20.0).floor() as f32 - 10.0,
+                })
+                .collect();
+            for k in [1, 2, 5, 40, n.saturating_sub(1).max(1)] {
+                let mut want: Vec<(u32, f32)> = logits
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, l)| l.is_finite())
+                    .map(|(i, &l)| (i as u32, l))
+                    .collect();
+                want.sort_by(|a, b| b.1.total_cmp(&a.1).then(a.0.cmp(&b.0)));
+                want.truncate(k);
+                let mut got = Vec::new();
+                super::top_k_sorted(&logits, k, &mut got);
+                assert_eq!(got, want, "n {n} k {k}");
+            }
+        }
+    }
+
     use super::*;
 
     fn logits() -> Vec<f32> {
