@@ -1,0 +1,51 @@
+#!/bin/sh
+# Aggregate serving throughput: scripts/load-test.py against `hearth serve`
+# at several --parallel values, then against llama.cpp's server (from
+# llama-cpp-python, in the venv scripts/bench-vs-llamacpp.sh builds) on the
+# same file, context, threads and load. Prints each run's summary.
+#
+#   sh scripts/serve-bench.sh [MODEL] [PARALLEL...]
+#
+# LOAD overrides the client load (default: 16 clients x 4 requests of 64
+# tokens, no hang-ups, so every generated token is delivered and both
+# servers are counted the same way).
+set -eu
+cd "$(dirname "$0")/.."
+HOME_DIR=${HEARTH_HOME:-${HOME}/.cache/hearth}
+MODEL=${1:-$(sh scripts/fetch-model.sh)}
+[ $# -gt 0 ] && shift
+PARALLEL=${*:-1 4 8}
+CTX=${CTX:-512}
+THREADS=${THREADS:-2}
+LOAD=${LOAD:---clients 16 --requests 4 --max-tokens 64 --hang-up-every 0}
+VENV="$HOME_DIR/bench-venv"
+PORT=${PORT:-8011}
+
+cargo build --release -q -p hearth-cli
+echo "load before: $(uptime)"
+for p in $PARALLEL; do
+    echo "== hearth --parallel $p"
+    # shellcheck disable=SC2086 # LOAD is a list of flags
+    python3 scripts/load-test.py --model "$MODEL" --parallel "$p" --ctx "$CTX" --threads "$THREADS" $LOAD || true
+done
+
+if ! "$VENV/bin/python" -c 'import llama_cpp.server' 2>/dev/null; then
+    echo "no llama-cpp-python server in $VENV (pip install 'llama-cpp-python[server]' there)" >&2
+    exit 0
+fi
+# llama-cpp-python's server runs one request at a time (it has no parallel
+# sequences); interrupt_requests=False queues the others instead of cutting
+# the running stream short. Its OpenMP threads spin between the calls it
+# makes from different worker threads, which makes it several times slower
+# unless they are told to sleep (OMP_WAIT_POLICY=PASSIVE).
+echo "== llama.cpp (llama-cpp-python server)"
+OMP_WAIT_POLICY=PASSIVE "$VENV/bin/python" -m llama_cpp.server --model "$MODEL" \
+    --n_ctx "$CTX" --n_threads "$THREADS" --n_threads_batch "$THREADS" \
+    --logits_all False --interrupt_requests False --verbose False \
+    --host 127.0.0.1 --port "$PORT" >/dev/null 2>&1 &
+LLAMA=$!
+trap 'kill $LLAMA 2>/dev/null || true' EXIT INT TERM
+# shellcheck disable=SC2086
+python3 scripts/load-test.py --url "http://127.0.0.1:$PORT" --pid "$LLAMA" $LOAD || true
+kill "$LLAMA" 2>/dev/null || true
+echo "load after: $(uptime)"
