@@ -2,7 +2,7 @@
 //! E small GeGLU experts per token; their weighted sum is added to the dense
 //! FFN's output before the layer's post-FFN norm.
 
-use crate::weights::{tensor, vector, Linear};
+use crate::weights::{checked_tensor, vector, Linear};
 use crate::{ops, Model, ModelError};
 use gguf::{GgufFile, TensorInfo};
 
@@ -26,21 +26,7 @@ impl Experts {
         rows: usize,
         n: usize,
     ) -> Result<Self, ModelError> {
-        let info = tensor(file, name)?;
-        let expected = vec![cols as u64, rows as u64, n as u64];
-        if info.dims != expected {
-            return Err(ModelError::TensorShape {
-                name: name.to_string(),
-                found: info.dims.clone(),
-                expected,
-            });
-        }
-        if !quant::is_supported(info.ty) {
-            return Err(ModelError::UnsupportedTensorType {
-                name: name.to_string(),
-                ty: info.ty,
-            });
-        }
+        let info = checked_tensor(file, name, &[cols as u64, rows as u64, n as u64])?;
         Ok(Self {
             info,
             rows,
@@ -170,6 +156,10 @@ impl MoeWeights {
 /// Buffers of the MoE block, grown on first use.
 #[derive(Debug, Default)]
 pub(crate) struct MoeScratch {
+    /// Per expert, the rows routed to it and their weights.
+    routes: Vec<Vec<(usize, f32)>>,
+    /// Expert indices sorted by one row's router probability.
+    order: Vec<usize>,
     input: Vec<f32>,
     router_in: Vec<f32>,
     logits: Vec<f32>,
@@ -229,8 +219,12 @@ impl Model {
         }
 
         // Route: per expert, the rows that chose it and their weights.
-        let mut routes: Vec<Vec<(usize, f32)>> = vec![Vec::new(); n_exp];
-        let mut order: Vec<usize> = Vec::with_capacity(n_exp);
+        // Taken out of the scratch so the loops below can borrow it freely;
+        // put back at the end, so steady-state decoding allocates nothing.
+        let mut routes = std::mem::take(&mut ms.routes);
+        routes.resize_with(n_exp, Vec::new);
+        routes.iter_mut().for_each(Vec::clear);
+        let mut order = std::mem::take(&mut ms.order);
         for (r, logits) in ms.logits.chunks_exact_mut(n_exp).enumerate() {
             ops::softmax(logits);
             order.clear();
@@ -308,6 +302,8 @@ impl Model {
                 }
             }
         }
+        ms.routes = routes;
+        ms.order = order;
         for (row, drow) in ms.sum.chunks_exact_mut(h).zip(dense.chunks_exact_mut(h)) {
             ops::rms_norm(row, &moe.post_norm_experts, eps);
             for (d, &v) in drow.iter_mut().zip(row.iter()) {

@@ -20,21 +20,7 @@ impl Linear {
         cols: usize,
         rows: usize,
     ) -> Result<Self, ModelError> {
-        let info = tensor(file, name)?;
-        let expected = vec![cols as u64, rows as u64];
-        if info.dims != expected {
-            return Err(ModelError::TensorShape {
-                name: name.to_string(),
-                found: info.dims.clone(),
-                expected,
-            });
-        }
-        if !quant::is_supported(info.ty) {
-            return Err(ModelError::UnsupportedTensorType {
-                name: name.to_string(),
-                ty: info.ty,
-            });
-        }
+        let info = checked_tensor(file, name, &[cols as u64, rows as u64])?;
         Ok(Self { info, rows, cols })
     }
 
@@ -54,20 +40,22 @@ impl Linear {
     }
 }
 
-pub(crate) fn tensor(file: &GgufFile, name: &str) -> Result<TensorInfo, ModelError> {
-    file.tensor(name)
+/// The tensor `name`, required to have shape `dims` and a type the kernels
+/// support.
+pub(crate) fn checked_tensor(
+    file: &GgufFile,
+    name: &str,
+    dims: &[u64],
+) -> Result<TensorInfo, ModelError> {
+    let info = file
+        .tensor(name)
         .cloned()
-        .ok_or_else(|| ModelError::MissingTensor(name.to_string()))
-}
-
-/// A 1-D tensor read into f32 once at load (norm weights are tiny).
-pub(crate) fn vector(file: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
-    let info = tensor(file, name)?;
-    if info.dims != [len as u64] {
+        .ok_or_else(|| ModelError::MissingTensor(name.to_string()))?;
+    if info.dims != dims {
         return Err(ModelError::TensorShape {
             name: name.to_string(),
             found: info.dims,
-            expected: vec![len as u64],
+            expected: dims.to_vec(),
         });
     }
     if !quant::is_supported(info.ty) {
@@ -76,6 +64,12 @@ pub(crate) fn vector(file: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>
             ty: info.ty,
         });
     }
+    Ok(info)
+}
+
+/// A 1-D tensor read into f32 once at load (norm weights are tiny).
+pub(crate) fn vector(file: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>, ModelError> {
+    let info = checked_tensor(file, name, &[len as u64])?;
     let mut out = vec![0.0; len];
     quant::dequantize(info.ty, file.tensor_data(&info), &mut out)?;
     Ok(out)
