@@ -253,14 +253,14 @@ fn write_hparams(w: &mut GgufWriter, family: Family, cfg: &TextConfig) -> Result
                 .unwrap_or(0)
                 .min(n_layers);
             let double = cfg.v.get("use_double_wide_mlp").and_then(Value::as_bool) == Some(true);
-            let ffn_per_layer: Vec<i32> = (0..n_layers)
-                .map(|i| {
-                    let wide = double && i >= n_layers - shared;
-                    i32::try_from(if wide { 2 * ffn } else { ffn })
-                        .map_err(|_| HfError::Config("intermediate_size is too large".into()))
-                })
-                .collect::<Result<_, _>>()?;
             if double {
+                let ffn_per_layer: Vec<i32> = (0..n_layers)
+                    .map(|i| {
+                        let wide = i >= n_layers - shared;
+                        i32::try_from(if wide { 2 * ffn } else { ffn })
+                            .map_err(|_| HfError::Config("intermediate_size is too large".into()))
+                    })
+                    .collect::<Result<_, _>>()?;
                 w.set(
                     k("feed_forward_length"),
                     MetaValue::Array(MetaArray::I32(ffn_per_layer)),
@@ -268,24 +268,16 @@ fn write_hparams(w: &mut GgufWriter, family: Family, cfg: &TextConfig) -> Result
             } else {
                 w.set(k("feed_forward_length"), u32_of(ffn, "intermediate_size")?);
             }
-            w.set(
-                k("attention.key_length"),
-                u32_of(global_dim, "global_head_dim")?,
-            );
-            w.set(
-                k("attention.value_length"),
-                u32_of(global_dim, "global_head_dim")?,
-            );
-            w.set(k("attention.key_length_swa"), u32_of(head_dim, "head_dim")?);
-            w.set(
-                k("attention.value_length_swa"),
-                u32_of(head_dim, "head_dim")?,
-            );
-            w.set(
-                k("rope.dimension_count"),
-                u32_of(global_dim, "global_head_dim")?,
-            );
-            w.set(k("rope.dimension_count_swa"), u32_of(head_dim, "head_dim")?);
+            for (key, value, what) in [
+                ("attention.key_length", global_dim, "global_head_dim"),
+                ("attention.value_length", global_dim, "global_head_dim"),
+                ("attention.key_length_swa", head_dim, "head_dim"),
+                ("attention.value_length_swa", head_dim, "head_dim"),
+                ("rope.dimension_count", global_dim, "global_head_dim"),
+                ("rope.dimension_count_swa", head_dim, "head_dim"),
+            ] {
+                w.set(k(key), u32_of(value, what)?);
+            }
             w.set(
                 k("rope.freq_base"),
                 MetaValue::F32(rope_theta("full_attention").unwrap_or(1e6) as f32),
