@@ -108,65 +108,112 @@ impl<'a> Matrix<'a> {
 /// while the activations stream past.
 const ROW_TILE: usize = 16;
 
-/// Batches from this size on take the split-tile GEMM where the CPU has it.
+/// Batches from this size on take the panel GEMM where the CPU has it.
 const GEMM_MIN_BATCH: usize = 16;
 
-/// The split-tile product (see [`crate::gemm`]): activations split once, each
-/// thread splits its own tiles of four weight rows and sweeps all activations.
-#[allow(clippy::too_many_arguments)]
-fn gemm_split(
-    pool: &ThreadPool,
-    w: &Matrix,
-    at: GgmlType,
-    acts: &[u8],
-    arow: usize,
-    batch: usize,
-    tile: crate::gemm::TileFn,
-    out: &SharedOut,
-) {
-    use crate::gemm::{Split, TILE};
-    let (rows, cols) = (w.rows, w.cols);
-    let nb = cols / 32;
-    let has_min = w.ty == GgmlType::Q4_K;
-    let cols_padded = batch.div_ceil(TILE) * TILE;
-    let mut a = Split::new(cols_padded, nb);
-    for c in 0..batch {
-        a.fill_row(c, at, &acts[c * arow..(c + 1) * arow], cols);
+/// Panels packed together; their activations are swept in [`SWEEP`]-row
+/// blocks, so the packed panels and the swept activations both stay in L2.
+const PANELS: usize = 8;
+
+/// Activation rows per sweep over the packed panels (a multiple of the tile's).
+const SWEEP: usize = 64;
+
+/// The panel product (see [`crate::gemm`]): activations quantized once, each
+/// thread packs its own weight rows into panels and sweeps every activation
+/// row past them.
+fn gemm_panels(pool: &ThreadPool, w: &Matrix, x: &[f32], batch: usize, out: &SharedOut) {
+    use crate::gemm::{group_len, tile, Acts, Panel, MR, NR};
+    use std::cell::RefCell;
+    thread_local! {
+        static ACTS: RefCell<Acts> = RefCell::new(Acts::default());
+        static PACKED: RefCell<Vec<Panel>> = const { RefCell::new(Vec::new()) };
     }
-    let tiles = rows.div_ceil(TILE);
-    let parts = pool.threads().min(tiles);
-    pool.run(parts, |t| {
-        let mut ws = Split::new(TILE, nb);
-        for rt in split_range(tiles, parts, t) {
-            let r0 = rt * TILE;
-            for r in 0..TILE {
-                if r0 + r < rows {
-                    ws.fill_row(r, w.ty, w.row(r0 + r), cols);
-                } else {
-                    ws.clear(r);
+    let (rows, cols) = (w.rows, w.cols);
+    let Some(g) = group_len(w.ty) else { return };
+    let at = vec_dot_type(w.ty);
+    ACTS.with(|acts| {
+        let mut acts = acts.borrow_mut();
+        acts.reset(batch, cols, g);
+        let per = batch.div_ceil(pool.threads());
+        {
+            let Acts { q, d, sum, .. } = &mut *acts;
+            let parts = batch.div_ceil(per);
+            let (qp, dp, sp) = (
+                SyncPtr(q.as_mut_ptr()),
+                SyncPtr(d.as_mut_ptr()),
+                SyncPtr(sum.as_mut_ptr()),
+            );
+            pool.run(parts, |t| {
+                for r in t * per..((t + 1) * per).min(batch) {
+                    // SAFETY: row r's slices are disjoint from every other
+                    // task's rows, and inside the buffers `reset` sized.
+                    let (q, d, s) = unsafe {
+                        (
+                            std::slice::from_raw_parts_mut(qp.get().add(r * cols), cols),
+                            std::slice::from_raw_parts_mut(dp.get().add(r * cols / 32), cols / 32),
+                            std::slice::from_raw_parts_mut(sp.get().add(r * cols / g), cols / g),
+                        )
+                    };
+                    Acts::fill_row(&x[r * cols..(r + 1) * cols], at, g, q, d, s);
                 }
-            }
-            for c0 in (0..batch).step_by(TILE) {
-                let v = tile(&ws, 0, &a, c0);
-                for (c, vc) in v.iter().enumerate().take(batch - c0) {
-                    for (r, &x) in vc
-                        .iter()
-                        .enumerate()
-                        .take(rows.saturating_sub(r0).min(TILE))
-                    {
-                        let x = if has_min {
-                            x - ws.min_term(r, &a, c0 + c)
-                        } else {
-                            x
-                        };
-                        // SAFETY: rows r0..r0+TILE belong to this task alone.
-                        unsafe { out.write((c0 + c) * rows + r0 + r, x) };
-                    }
-                }
-            }
+            });
         }
+        let acts = &*acts;
+        let panels = rows.div_ceil(NR);
+        let parts = pool.threads().min(panels);
+        pool.run(parts, |t| {
+            PACKED.with(|packed| {
+                let mut packed = packed.borrow_mut();
+                packed.resize_with(PANELS, Panel::default);
+                let mine = split_range(panels, parts, t);
+                let mut p0 = mine.start;
+                while p0 < mine.end {
+                    let p1 = (p0 + PANELS).min(mine.end);
+                    for (i, panel) in packed.iter_mut().enumerate().take(p1 - p0) {
+                        let r0 = (p0 + i) * NR;
+                        let views: Vec<&[u8]> =
+                            (r0..(r0 + NR).min(rows)).map(|r| w.row(r)).collect();
+                        panel.fill(w.ty, &views, cols);
+                    }
+                    for c0 in (0..batch).step_by(SWEEP) {
+                        let c1 = (c0 + SWEEP).min(batch);
+                        for (i, panel) in packed.iter().enumerate().take(p1 - p0) {
+                            let r0 = (p0 + i) * NR;
+                            let n = (rows - r0).min(NR);
+                            for c in (c0..c1).step_by(MR) {
+                                let m = (c1 - c).min(MR);
+                                let v = tile(panel, acts, c, m);
+                                for (j, vj) in v.iter().enumerate().take(m) {
+                                    // SAFETY: weight rows r0..r0+n belong to
+                                    // this task alone, and this slice is the
+                                    // only one alive.
+                                    unsafe { out.slice((c + j) * rows + r0, n) }
+                                        .copy_from_slice(&vj[..n]);
+                                }
+                            }
+                        }
+                    }
+                    p0 = p1;
+                }
+            });
+        });
     });
 }
+
+/// A raw pointer that tasks writing disjoint parts of one buffer may share.
+#[derive(Clone, Copy)]
+struct SyncPtr<T>(*mut T);
+impl<T> SyncPtr<T> {
+    /// The pointer (a method, so closures capture the whole wrapper).
+    fn get(&self) -> *mut T {
+        self.0
+    }
+}
+
+// SAFETY: only used for disjoint writes inside one parallel scope.
+unsafe impl<T> Sync for SyncPtr<T> {}
+// SAFETY: as above.
+unsafe impl<T> Send for SyncPtr<T> {}
 
 /// The output buffer shared by tasks that each write a disjoint set of rows.
 struct SharedOut {
@@ -181,6 +228,18 @@ unsafe impl Sync for SharedOut {}
 unsafe impl Send for SharedOut {}
 
 impl SharedOut {
+    /// The `n` elements from `start`.
+    ///
+    /// # Safety
+    /// No other thread may access them while the slice lives, and no other
+    /// slice of them may be live.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn slice(&self, start: usize, n: usize) -> &mut [f32] {
+        assert!(start.checked_add(n).is_some_and(|e| e <= self.len));
+        // SAFETY: in bounds (checked above); exclusivity is the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), n) }
+    }
+
     /// Writes `v` at `i`.
     ///
     /// # Safety
@@ -266,6 +325,11 @@ pub fn try_matmul(
     }
 
     let f = k.quant(w.ty).ok_or(QuantError::Unsupported(w.ty))?;
+    if batch >= GEMM_MIN_BATCH && crate::gemm::available() && crate::gemm::group_len(w.ty).is_some()
+    {
+        gemm_panels(pool, w, x, batch, &shared);
+        return Ok(());
+    }
     let at = vec_dot_type(w.ty);
     let arow = (cols / at.block_len()) * at.block_bytes();
     let need = arow * batch;
@@ -287,12 +351,6 @@ pub fn try_matmul(
     }
     let acts = &scratch[..need];
     let nb = cols / w.ty.block_len();
-    if batch >= GEMM_MIN_BATCH && crate::gemm::supports(w.ty) {
-        if let Some(tile) = crate::gemm::kernel() {
-            gemm_split(pool, w, at, acts, arow, batch, tile, &shared);
-            return Ok(());
-        }
-    }
     if let (Some(tile), true) = (k.tile4(w.ty), batch >= 4) {
         pool.run(parts, |t| {
             let range = split_range(rows, parts, t);

@@ -153,8 +153,8 @@ proptest! {
     }
 }
 
-/// Large batches take the split-tile GEMM, which sums blocks in another
-/// order: equal to the vector kernels up to f32 rounding of the terms.
+/// Large batches take the panel GEMM, which sums blocks in another order:
+/// equal to the vector kernels up to f32 rounding of the terms.
 #[test]
 fn batched_matmul_matches_vector_kernels() {
     let mut rng = Rng(7);
@@ -165,10 +165,15 @@ fn batched_matmul_matches_vector_kernels() {
             GgmlType::Q8_0,
             GgmlType::Q5_0,
             GgmlType::Q4_0,
+            GgmlType::Q4_1,
+            GgmlType::Q5_1,
+            GgmlType::Q2_K,
+            GgmlType::Q3_K,
             GgmlType::Q4_K,
+            GgmlType::Q5_K,
             GgmlType::Q6_K,
         ] {
-            let (rows, cols, batch) = (13, 512, 37);
+            let (rows, cols, batch) = (45, 512, 37);
             let w = random_weights(ty, rows * cols, &mut rng);
             let m = Matrix::new(ty, rows, cols, &w).unwrap();
             let x: Vec<f32> = (0..batch * cols).map(|_| rng.f32()).collect();
