@@ -240,8 +240,8 @@ pub(crate) fn tile_scalar(p: &Panel, a: &Acts, c0: usize, m: usize) -> Tile {
             let mut acc = 0.0f32;
             for g in 0..p.groups {
                 let mut isum = p.bias[g * NR + r];
-                for k in g * p.g..(g + 1) * p.g {
-                    isum += p.q[(k / 4) * NR * 4 + r * 4 + k % 4] as i32 * aq[k] as i32;
+                for (k, &av) in aq.iter().enumerate().skip(g * p.g).take(p.g) {
+                    isum += p.q[(k / 4) * NR * 4 + r * 4 + k % 4] as i32 * av as i32;
                 }
                 let d = a.d[(c0 + c) * (cols / QK) + g * p.g / QK];
                 acc = (isum as f32).mul_add(p.s[g * NR + r] * d, acc);
@@ -496,20 +496,20 @@ mod tests {
             for (r, row) in w.iter().enumerate() {
                 let mut wf = vec![0.0f32; cols];
                 crate::dequantize(ty, row, &mut wf).unwrap();
-                for c in 0..MR {
+                for (c, got_c) in got.iter().enumerate() {
                     let mut want = 0.0f64;
                     let mut mag = 0.0f64;
-                    for k in 0..cols {
+                    for (k, &wk) in wf.iter().enumerate() {
                         let av = (a.q[c * cols + k] ^ 0x80) as i8 as f64
                             * a.d[c * cols / QK + k / QK] as f64;
-                        want += wf[k] as f64 * av;
-                        mag += (wf[k] as f64 * av).abs();
+                        want += wk as f64 * av;
+                        mag += (wk as f64 * av).abs();
                     }
-                    let err = (got[c][r] as f64 - want).abs();
+                    let err = (got_c[r] as f64 - want).abs();
                     assert!(
                         err <= 1e-5 * mag + 1e-6,
                         "{ty} row {r} col {c}: {} vs {want}",
-                        got[c][r]
+                        got_c[r]
                     );
                 }
             }
