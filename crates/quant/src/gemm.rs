@@ -81,6 +81,15 @@ impl Acts {
         if at == GgmlType::Q8_K {
             let mut block = [0u8; 292];
             for (b, xb) in x.chunks_exact(kquants::QK_K).enumerate() {
+                #[cfg(target_arch = "x86_64")]
+                if available() {
+                    // SAFETY: avx512f/bw detected; `xb` holds 256 values and
+                    // the block 4 + 256 bytes.
+                    unsafe { x86::quant_q8_k(xb, &mut block) };
+                } else {
+                    kquants::quant_q8_k(xb, &mut block);
+                }
+                #[cfg(not(target_arch = "x86_64"))]
                 kquants::quant_q8_k(xb, &mut block);
                 let scale = f32::from_le_bytes([block[0], block[1], block[2], block[3]]);
                 let per = kquants::QK_K / QK;
@@ -103,6 +112,14 @@ impl Acts {
         }
         let mut block = [0u8; 34];
         for (b, xb) in x.chunks_exact(QK).enumerate() {
+            #[cfg(target_arch = "x86_64")]
+            if available() {
+                // SAFETY: avx512f/bw detected; `xb` holds 32 values, the block 34 bytes.
+                unsafe { x86::quant_q8_0(xb, &mut block) };
+            } else {
+                legacy::quant_q8_0_act(xb, &mut block);
+            }
+            #[cfg(not(target_arch = "x86_64"))]
             legacy::quant_q8_0_act(xb, &mut block);
             let scale = f16_at(&block);
             d[b] = scale;
@@ -164,9 +181,17 @@ impl Panel {
         }
     }
 
-    fn put(&mut self, r: usize, k: usize, q: i8) {
-        self.q[(k / 4) * NR * 4 + r * 4 + k % 4] = q;
-        self.bias[(k / self.g) * NR + r] -= 128 * q as i32;
+    /// Stores signed values `vals` of row `r` from element `k0` (a multiple
+    /// of the group length) four at a time, and their groups' starting sums.
+    fn put(&mut self, r: usize, k0: usize, vals: &[i8]) {
+        for (j, quad) in vals.chunks_exact(4).enumerate() {
+            let at = (k0 / 4 + j) * NR * 4 + r * 4;
+            self.q[at..at + 4].copy_from_slice(quad);
+        }
+        for (h, part) in vals.chunks_exact(self.g).enumerate() {
+            let sum: i32 = part.iter().map(|&v| v as i32).sum();
+            self.bias[(k0 / self.g + h) * NR + r] = -128 * sum;
+        }
     }
 
     fn fill_row(&mut self, ty: GgmlType, r: usize, row: &[u8], cols: usize) {
@@ -181,17 +206,17 @@ impl Panel {
         let bb = ty.block_bytes();
         if ty == Q8_0 {
             for (b, blk) in row.chunks_exact(bb).take(cols / QK).enumerate() {
-                for (j, &v) in legacy::q8_values(blk, 2).iter().enumerate() {
-                    self.put(r, b * QK + j, v as i8);
+                let mut vals = [0i8; QK];
+                for (o, &v) in vals.iter_mut().zip(legacy::q8_values(blk, 2)) {
+                    *o = v as i8;
                 }
+                self.put(r, b * QK, &vals);
                 self.s[b * NR + r] = f16_at(blk);
             }
         } else if let Some(unpack) = unpack_legacy {
             for (b, blk) in row.chunks_exact(bb).take(cols / QK).enumerate() {
                 let u = unpack(blk);
-                for (j, &v) in u.q.iter().enumerate() {
-                    self.put(r, b * QK + j, v);
-                }
+                self.put(r, b * QK, &u.q);
                 // value = d * q + m, i.e. s = d and a minimum term of -m.
                 self.s[b * NR + r] = u.d;
                 self.m[b * NR + r] = -u.m;
@@ -208,9 +233,7 @@ impl Panel {
             let per = kquants::QK_K / self.g;
             for (b, blk) in row.chunks_exact(bb).take(cols / kquants::QK_K).enumerate() {
                 let u = unpack(blk);
-                for (j, &v) in u.q.iter().enumerate() {
-                    self.put(r, b * kquants::QK_K + j, v);
-                }
+                self.put(r, b * kquants::QK_K, &u.q);
                 // The unpacked scales sit on a 16-element grid; a 32-element
                 // group takes the first of its two (they are equal).
                 for h in 0..per {
@@ -320,6 +343,78 @@ mod x86 {
                 pick!(32)
             }
         }
+    }
+
+    /// `legacy::quant_q8_0_act` for one block of 32, the same bytes: scale
+    /// amax/127 (as f16), values round-half-even of `v * 127/amax`.
+    ///
+    /// # Safety
+    /// avx512f and avx512bw present; `x` holds 32 values, `block` 34 bytes.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(super) unsafe fn quant_q8_0(x: &[f32], block: &mut [u8; 34]) {
+        assert!(x.len() >= 32);
+        // SAFETY: 32 values, as asserted.
+        let (v0, v1) = unsafe {
+            (
+                _mm512_loadu_ps(x.as_ptr()),
+                _mm512_loadu_ps(x.as_ptr().add(16)),
+            )
+        };
+        let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+        let d = amax / 127.0;
+        let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+        let idv = _mm512_set1_ps(id);
+        let lo = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, idv)));
+        let hi = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, idv)));
+        crate::formats::put_f16(&mut block[..2], d);
+        // SAFETY: bytes 2..34 of the block.
+        unsafe {
+            _mm_storeu_si128(block.as_mut_ptr().add(2) as *mut _, lo);
+            _mm_storeu_si128(block.as_mut_ptr().add(18) as *mut _, hi);
+        }
+    }
+
+    /// `kquants::quant_q8_k` for one super-block of 256, the same bytes
+    /// (scale, values; the i16 group sums are not written).
+    ///
+    /// # Safety
+    /// avx512f and avx512bw present; `x` holds 256 values.
+    #[target_feature(enable = "avx512f,avx512bw")]
+    pub(super) unsafe fn quant_q8_k(x: &[f32], block: &mut [u8; 292]) {
+        assert!(x.len() >= 256);
+        let mut vmax = _mm512_setzero_ps();
+        for i in 0..16 {
+            // SAFETY: 256 values, as asserted.
+            let v = unsafe { _mm512_loadu_ps(x.as_ptr().add(16 * i)) };
+            vmax = _mm512_max_ps(vmax, _mm512_abs_ps(v));
+        }
+        let amax = _mm512_reduce_max_ps(vmax);
+        if amax == 0.0 {
+            block.fill(0);
+            return;
+        }
+        // The signed value of the first element reaching amax, as the
+        // scalar loop finds it.
+        let max = x[..256]
+            .iter()
+            .copied()
+            .find(|v| v.abs() == amax)
+            .unwrap_or(amax);
+        let iscale = -127.0 / max;
+        let sv = _mm512_set1_ps(iscale);
+        let top = _mm512_set1_epi32(127);
+        for i in 0..16 {
+            // SAFETY: 256 values in, 4 + 256 bytes out.
+            unsafe {
+                let v = _mm512_loadu_ps(x.as_ptr().add(16 * i));
+                let q = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v, sv)), top);
+                _mm_storeu_si128(
+                    block.as_mut_ptr().add(4 + 16 * i) as *mut _,
+                    _mm512_cvtsepi32_epi8(q),
+                );
+            }
+        }
+        block[0..4].copy_from_slice(&(1.0 / iscale).to_le_bytes());
     }
 
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
@@ -471,6 +566,48 @@ mod tests {
             let got = tile(&p, &a, 1, m);
             prop_assert_eq!(got, want);
         }
+    }
+
+    /// The SIMD activation quantizers write the scalar ones' bytes.
+    #[cfg(target_arch = "x86_64")]
+    #[test]
+    fn simd_activation_quantizers_match_scalar() {
+        if !available() {
+            return;
+        }
+        let mut x = 0x2545_f491_u64;
+        for round in 0..200 {
+            let scale = [1e-3f32, 1.0, 37.0, 1e4][round % 4];
+            let v: Vec<f32> = (0..256)
+                .map(|i| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    // Some exact halves and repeated extremes, to hit ties.
+                    if round % 5 == 0 && i % 9 == 0 {
+                        scale
+                    } else {
+                        ((x >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+                    }
+                })
+                .collect();
+            let (mut want, mut got) = ([0u8; 292], [0u8; 292]);
+            kquants::quant_q8_k(&v, &mut want);
+            // SAFETY: features checked above; 256 values.
+            unsafe { x86::quant_q8_k(&v, &mut got) };
+            assert_eq!(want[..260], got[..260], "q8_k round {round}");
+            let (mut want, mut got) = ([0u8; 34], [0u8; 34]);
+            legacy::quant_q8_0_act(&v[..32], &mut want);
+            // SAFETY: as above; 32 values.
+            unsafe { x86::quant_q8_0(&v[..32], &mut got) };
+            assert_eq!(want, got, "q8_0 round {round}");
+        }
+        let zeros = [0.0f32; 256];
+        let (mut want, mut got) = ([0u8; 292], [1u8; 292]);
+        kquants::quant_q8_k(&zeros, &mut want);
+        // SAFETY: as above.
+        unsafe { x86::quant_q8_k(&zeros, &mut got) };
+        assert_eq!(want[..260], got[..260]);
     }
 
     /// The panel product agrees with dequantized weights times the Q8_0
