@@ -26,6 +26,9 @@ pub struct Scratch {
     /// Attention scores, one row of `n_ctx` per worker thread. Each worker
     /// locks its own row once per layer, so the locks are never contended.
     scores: Vec<Mutex<Vec<f32>>>,
+    /// Prefill attention: the keys (transposed) and values of the positions
+    /// a batch attends to, gathered contiguously per KV head.
+    attn_kv: Vec<f32>,
     /// Quantized activations for the matmul kernels.
     qbuf: Vec<u8>,
     /// Transposed outputs of the exact-precision matmul.
@@ -82,6 +85,7 @@ impl Scratch {
             scores: (0..threads.max(1))
                 .map(|_| Mutex::new(vec![0.0; n_ctx.max(1) * cfg.n_heads]))
                 .collect(),
+            attn_kv: Vec::new(),
             qbuf: Vec::new(),
             wide: Vec::new(),
             logits: Vec::new(),
@@ -475,6 +479,7 @@ impl Model {
                 v_new,
                 &mut s.attn,
                 &s.scores,
+                &mut s.attn_kv,
             );
             // A layer whose KV later layers reuse writes its ring only after
             // the whole batch: they still need the positions it would evict.
@@ -722,8 +727,19 @@ fn attention(
     v_new: &[f32],
     out: &mut [f32],
     scores: &[Mutex<Vec<f32>>],
+    gathered: &mut Vec<f32>,
 ) {
     let b = rows.row_seq.len();
+    if rows.seqs.len() == 1 && b >= BLOCKED_ATTENTION_MIN_ROWS {
+        let view = BlockedView {
+            kind,
+            rows,
+            q,
+            k_new,
+            v_new,
+        };
+        return attention_blocked(pool, cfg, view, out, scores, gathered);
+    }
     let window = kind.window;
     let hd = kind.head_dim;
     let vdim = kind.value_dim;
@@ -792,6 +808,133 @@ fn attention(
             attend(worker * per_worker + r, o, &mut guard);
         }
     });
+}
+
+/// Batches of one sequence with at least this many rows take the blocked
+/// attention (prefill); shorter ones, decode steps among them, go row by row.
+const BLOCKED_ATTENTION_MIN_ROWS: usize = 16;
+
+/// Query vectors per block of the blocked attention: a multiple of the
+/// heads sharing a KV head, near the matrix kernel's 12-row tile.
+const BLOCK_QUERIES: usize = 12;
+
+/// What the blocked attention reads: the layer, the single sequence's rows,
+/// and the batch's queries, keys and values.
+struct BlockedView<'v, 'r, 'a> {
+    kind: &'v LayerKind,
+    rows: Rows<'r, 'a>,
+    q: &'v [f32],
+    k_new: &'v [f32],
+    v_new: &'v [f32],
+}
+
+/// [`attention`] for a long batch of one sequence, as matrix products: the
+/// keys and values it attends to are gathered once per KV head (keys
+/// transposed), and each block of queries gets its scores as one product
+/// with the keys and its output as one product of the probabilities with the
+/// values. Positions outside a query's causal window get probability 0.
+fn attention_blocked(
+    pool: &quant::ThreadPool,
+    cfg: &Config,
+    view: BlockedView<'_, '_, '_>,
+    out: &mut [f32],
+    scores: &[Mutex<Vec<f32>>],
+    gathered: &mut Vec<f32>,
+) {
+    let BlockedView {
+        kind,
+        rows,
+        q,
+        k_new,
+        v_new,
+    } = view;
+    let b = rows.row_seq.len();
+    let (hd, vdim) = (kind.head_dim, kind.value_dim);
+    let (n_heads, n_kv) = (cfg.n_heads, kind.n_kv_heads);
+    let group = n_heads / n_kv;
+    let (kd, vd) = (n_kv * hd, n_kv * vdim);
+    let seq_cache = &*rows.seqs[0].cache;
+    let pos0 = seq_cache.n_past();
+    let cache: &LayerCache = &seq_cache.layers[rows.layer];
+    let lo_of = |pos: usize| kind.window.map_or(0, |w| (pos + 1).saturating_sub(w));
+    // Keys klo..=khi cover every row's window.
+    let klo = lo_of(pos0);
+    let nk = pos0 + b - klo;
+    gathered.resize(n_kv * nk * (hd + vdim), 0.0);
+    let (kt_all, vc_all) = gathered.split_at_mut(n_kv * nk * hd);
+    for j in 0..nk {
+        let p = klo + j;
+        let (k_row, v_row) = if p < pos0 {
+            let slot = p % cache.cap;
+            (
+                &cache.k[slot * kd..(slot + 1) * kd],
+                &cache.v[slot * vd..(slot + 1) * vd],
+            )
+        } else {
+            let r = p - pos0;
+            (&k_new[r * kd..(r + 1) * kd], &v_new[r * vd..(r + 1) * vd])
+        };
+        for kvh in 0..n_kv {
+            let kt = &mut kt_all[kvh * nk * hd..(kvh + 1) * nk * hd];
+            for (d, &x) in k_row[kvh * hd..(kvh + 1) * hd].iter().enumerate() {
+                kt[d * nk + j] = x;
+            }
+            vc_all[(kvh * nk + j) * vdim..(kvh * nk + j + 1) * vdim]
+                .copy_from_slice(&v_row[kvh * vdim..(kvh + 1) * vdim]);
+        }
+    }
+    let (kt_all, vc_all) = (&*kt_all, &*vc_all);
+    let block_rows = (BLOCK_QUERIES / group).max(1);
+    let per_worker = b.div_ceil(scores.len()).div_ceil(block_rows) * block_rows;
+    let row_len = n_heads * vdim;
+    pool.for_each_chunk_mut(
+        &mut out[..b * row_len],
+        per_worker * row_len,
+        |worker, mine| {
+            let mut guard = scores[worker].lock().unwrap_or_else(|e| e.into_inner());
+            let first_row = worker * per_worker;
+            let m_max = block_rows * group;
+            guard.resize(m_max * (hd + nk + vdim), 0.0);
+            let (a, rest) = guard.split_at_mut(m_max * hd);
+            let (sc, o) = rest.split_at_mut(m_max * nk);
+            for (blk, out_blk) in mine.chunks_mut(block_rows * row_len).enumerate() {
+                let i0 = first_row + blk * block_rows;
+                let nrows = out_blk.len() / row_len;
+                let m = nrows * group;
+                // Keys the block's rows attend to, as indices into the gathered ones.
+                let jlo = lo_of(pos0 + i0) - klo;
+                let nkb = pos0 + i0 + nrows - klo - jlo;
+                for kvh in 0..n_kv {
+                    for r in 0..nrows {
+                        let src = ((i0 + r) * n_heads + kvh * group) * hd;
+                        a[r * group * hd..(r + 1) * group * hd]
+                            .copy_from_slice(&q[src..src + group * hd]);
+                    }
+                    let kt = &kt_all[kvh * nk * hd + jlo..];
+                    quant::vector::sgemm(m, nkb, hd, a, hd, kt, nk, sc, nkb);
+                    for qi in 0..m {
+                        let pos = pos0 + i0 + qi / group;
+                        let (lo, hi) = (lo_of(pos) - klo - jlo, pos - klo - jlo);
+                        let row = &mut sc[qi * nkb..(qi + 1) * nkb];
+                        row[..lo].fill(0.0);
+                        row[hi + 1..].fill(0.0);
+                        let live = &mut row[lo..=hi];
+                        if let Some(cap) = cfg.attn_softcap {
+                            ops::softcap(live, cap);
+                        }
+                        ops::softmax(live);
+                    }
+                    let vc = &vc_all[(kvh * nk + jlo) * vdim..];
+                    quant::vector::sgemm(m, vdim, nkb, sc, nkb, vc, vdim, o, vdim);
+                    for r in 0..nrows {
+                        let dst = r * row_len + kvh * group * vdim;
+                        out_blk[dst..dst + group * vdim]
+                            .copy_from_slice(&o[r * group * vdim..(r + 1) * group * vdim]);
+                    }
+                }
+            }
+        },
+    );
 }
 
 /// Write each sequence's keys and values of layer `li` into its own cache.

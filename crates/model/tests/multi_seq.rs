@@ -335,3 +335,37 @@ fn hidden_rows_of_other_scratches_share_the_head_product() {
     let short = [0.0f32; 3];
     assert!(model.hidden_logits(&mut shared, &[&short]).is_err());
 }
+
+/// A long batch after a cached prefix (the blocked prefill attention, with
+/// the prefix in the ring and windows shorter than the batch) gives the
+/// logits of feeding the same tokens one at a time (the row-by-row path).
+#[test]
+fn blocked_prefill_matches_token_by_token() {
+    for name in ["gemma2", "gemma3", "gemma4_e2b"] {
+        let model = load(name, "model-f32.gguf");
+        let vocab = model.config().vocab;
+        let ids = prompt(vocab, 3, 50);
+        let mut cache = model.new_cache(N_CTX);
+        let mut scratch = model.new_scratch(N_CTX, 64);
+        let mut want = Vec::new();
+        for &t in &ids {
+            model.forward(&mut cache, &mut scratch, &[t]).unwrap();
+            want.push(model.logits(&mut scratch, 0..1).unwrap().to_vec());
+        }
+        // Prefixes of 0, 5 and 20 tokens (the last wraps the 8-wide rings),
+        // then the rest as one batch of at least 30 rows.
+        for prefix in [0, 5, 20] {
+            let mut cache = model.new_cache(N_CTX);
+            for &t in &ids[..prefix] {
+                model.forward(&mut cache, &mut scratch, &[t]).unwrap();
+            }
+            let rest = &ids[prefix..];
+            model.forward(&mut cache, &mut scratch, rest).unwrap();
+            let got = model.logits(&mut scratch, 0..rest.len()).unwrap().to_vec();
+            for (r, w) in want[prefix..].iter().enumerate() {
+                let d = max_diff(&got[r * vocab..(r + 1) * vocab], w);
+                assert!(d < 1e-4, "{name} prefix {prefix} row {r}: max |Δ| {d}");
+            }
+        }
+    }
+}

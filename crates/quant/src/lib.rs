@@ -11,6 +11,7 @@ mod gemm;
 mod matmul;
 mod pool;
 pub mod scalar;
+mod sgemm;
 mod simd;
 pub mod vector;
 

@@ -4,6 +4,8 @@
 
 use std::sync::OnceLock;
 
+pub use crate::sgemm::{sgemm, sgemm_scalar};
+
 type DotF32 = fn(&[f32], &[f32]) -> f32;
 type AxpyF32 = fn(&mut [f32], f32, &[f32]);
 

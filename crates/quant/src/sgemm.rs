@@ -1,0 +1,363 @@
+//! A small f32 matrix product for prefill attention (`Q·Kᵀ` and `P·V` over a
+//! block of queries), where the per-pair dot products and axpys of decode
+//! would spend their time on horizontal sums and reloads.
+//!
+//! Row-major throughout: `C[m×n] = A[m×k] · B[k×n]`. The register tile
+//! broadcasts one element of A and multiplies it into a row of B held in
+//! vector registers, so each C element's sum runs over `k` in order with one
+//! fused multiply-add per step; the scalar reference does the same and the
+//! SIMD kernels match it bit for bit.
+
+use std::sync::OnceLock;
+
+type Kernel = unsafe fn(usize, usize, usize, *const f32, usize, *const f32, usize, *mut f32, usize);
+
+fn kernel() -> Option<Kernel> {
+    static K: OnceLock<Option<Kernel>> = OnceLock::new();
+    *K.get_or_init(|| {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if is_x86_feature_detected!("avx512f") {
+                return Some(x86::sgemm_avx512 as Kernel);
+            }
+            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+                return Some(x86::sgemm_avx2 as Kernel);
+            }
+        }
+        None
+    })
+}
+
+/// Checks that the operands hold the shapes (`m`, `n`, `k` and row strides).
+#[allow(clippy::too_many_arguments)]
+fn check(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    ldb: usize,
+    c: &[f32],
+    ldc: usize,
+) {
+    assert!(
+        lda >= k && ldb >= n && ldc >= n,
+        "sgemm: a row stride is shorter than its row"
+    );
+    if m == 0 || n == 0 {
+        return;
+    }
+    assert!(c.len() >= (m - 1) * ldc + n, "sgemm: C too short");
+    if k > 0 {
+        assert!(a.len() >= (m - 1) * lda + k, "sgemm: A too short");
+        assert!(b.len() >= (k - 1) * ldb + n, "sgemm: B too short");
+    }
+}
+
+/// `C = A · B` for row-major `A` (`m × k`, rows `lda` apart), `B` (`k × n`,
+/// rows `ldb` apart) and `C` (`m × n`, rows `ldc` apart), through the best
+/// kernel for this CPU.
+///
+/// # Panics
+/// When a slice is shorter than its shape and stride imply.
+#[allow(clippy::too_many_arguments)]
+pub fn sgemm(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    ldb: usize,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    check(m, n, k, a, lda, b, ldb, c, ldc);
+    if m == 0 || n == 0 {
+        return;
+    }
+    match kernel() {
+        // SAFETY: the kernel was installed after detecting its features, and
+        // `check` bounds every element it reads or writes.
+        Some(f) => unsafe {
+            f(
+                m,
+                n,
+                k,
+                a.as_ptr(),
+                lda,
+                b.as_ptr(),
+                ldb,
+                c.as_mut_ptr(),
+                ldc,
+            )
+        },
+        None => sgemm_scalar(m, n, k, a, lda, b, ldb, c, ldc),
+    }
+}
+
+/// The scalar reference for [`sgemm`]: each element summed over `k` in order
+/// with fused multiply-adds, as the SIMD lanes do.
+#[allow(clippy::too_many_arguments)]
+pub fn sgemm_scalar(
+    m: usize,
+    n: usize,
+    k: usize,
+    a: &[f32],
+    lda: usize,
+    b: &[f32],
+    ldb: usize,
+    c: &mut [f32],
+    ldc: usize,
+) {
+    check(m, n, k, a, lda, b, ldb, c, ldc);
+    for i in 0..m {
+        for j in 0..n {
+            let mut acc = 0.0f32;
+            for p in 0..k {
+                acc = a[i * lda + p].mul_add(b[p * ldb + j], acc);
+            }
+            c[i * ldc + j] = acc;
+        }
+    }
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    #![allow(clippy::incompatible_msrv)] // AVX-512 intrinsics: stable since 1.89, checked at run time.
+
+    use std::arch::x86_64::*;
+
+    /// Rows of A per AVX-512 tile (2 × 12 accumulators of 16 lanes).
+    const MR512: usize = 12;
+    /// Rows of A per AVX2 tile (2 × 6 accumulators of 8 lanes).
+    const MR256: usize = 6;
+
+    /// # Safety
+    /// avx512f present; the pointers hold the shapes (see `super::check`).
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn sgemm_avx512(
+        m: usize,
+        n: usize,
+        k: usize,
+        a: *const f32,
+        lda: usize,
+        b: *const f32,
+        ldb: usize,
+        c: *mut f32,
+        ldc: usize,
+    ) {
+        let mut j = 0;
+        while j < n {
+            let w = (n - j).min(32);
+            let mask_lo: __mmask16 = if w >= 16 { 0xffff } else { (1u16 << w) - 1 };
+            let mask_hi: __mmask16 = if w >= 32 {
+                0xffff
+            } else if w > 16 {
+                (1u16 << (w - 16)) - 1
+            } else {
+                0
+            };
+            let mut i = 0;
+            while i < m {
+                let rows = (m - i).min(MR512);
+                // SAFETY: rows i..i+rows and columns j..j+w are inside the
+                // shapes; the masks keep loads and stores to those columns.
+                unsafe {
+                    let (ap, bp, cp) = (a.add(i * lda), b.add(j), c.add(i * ldc + j));
+                    macro_rules! go {
+                        ($($r:literal),*) => {
+                            match rows {
+                                $($r => tile512::<$r>(k, ap, lda, bp, ldb, cp, ldc, mask_lo, mask_hi),)*
+                                _ => {}
+                            }
+                        };
+                    }
+                    go!(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12);
+                }
+                i += rows;
+            }
+            j += w;
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn tile512<const R: usize>(
+        k: usize,
+        a: *const f32,
+        lda: usize,
+        b: *const f32,
+        ldb: usize,
+        c: *mut f32,
+        ldc: usize,
+        mask_lo: __mmask16,
+        mask_hi: __mmask16,
+    ) {
+        let mut lo = [_mm512_setzero_ps(); R];
+        let mut hi = [_mm512_setzero_ps(); R];
+        for p in 0..k {
+            // SAFETY: row p of B (masked columns) and element p of each of the
+            // R rows of A are inside the shapes.
+            unsafe {
+                let b0 = _mm512_maskz_loadu_ps(mask_lo, b.add(p * ldb));
+                let b1 = _mm512_maskz_loadu_ps(mask_hi, b.add(p * ldb + 16));
+                for r in 0..R {
+                    let av = _mm512_set1_ps(*a.add(r * lda + p));
+                    lo[r] = _mm512_fmadd_ps(av, b0, lo[r]);
+                    hi[r] = _mm512_fmadd_ps(av, b1, hi[r]);
+                }
+            }
+        }
+        for r in 0..R {
+            // SAFETY: masked stores to row r's columns inside the shape.
+            unsafe {
+                _mm512_mask_storeu_ps(c.add(r * ldc), mask_lo, lo[r]);
+                _mm512_mask_storeu_ps(c.add(r * ldc + 16), mask_hi, hi[r]);
+            }
+        }
+    }
+
+    /// # Safety
+    /// avx2 and fma present; the pointers hold the shapes (see `super::check`).
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma")]
+    pub(super) unsafe fn sgemm_avx2(
+        m: usize,
+        n: usize,
+        k: usize,
+        a: *const f32,
+        lda: usize,
+        b: *const f32,
+        ldb: usize,
+        c: *mut f32,
+        ldc: usize,
+    ) {
+        let lane = |w: usize, base: usize| -> __m256i {
+            let v: [i32; 8] = std::array::from_fn(|l| if base + l < w { -1 } else { 0 });
+            // SAFETY: reading eight i32 from a local array.
+            unsafe { _mm256_loadu_si256(v.as_ptr() as *const _) }
+        };
+        let mut j = 0;
+        while j < n {
+            let w = (n - j).min(16);
+            let (m0, m1) = (lane(w, 0), lane(w, 8));
+            let mut i = 0;
+            while i < m {
+                let rows = (m - i).min(MR256);
+                // SAFETY: as in the AVX-512 kernel, with mask vectors.
+                unsafe {
+                    let (ap, bp, cp) = (a.add(i * lda), b.add(j), c.add(i * ldc + j));
+                    match rows {
+                        6 => tile256::<6>(k, ap, lda, bp, ldb, cp, ldc, m0, m1),
+                        5 => tile256::<5>(k, ap, lda, bp, ldb, cp, ldc, m0, m1),
+                        4 => tile256::<4>(k, ap, lda, bp, ldb, cp, ldc, m0, m1),
+                        3 => tile256::<3>(k, ap, lda, bp, ldb, cp, ldc, m0, m1),
+                        2 => tile256::<2>(k, ap, lda, bp, ldb, cp, ldc, m0, m1),
+                        1 => tile256::<1>(k, ap, lda, bp, ldb, cp, ldc, m0, m1),
+                        _ => {}
+                    }
+                }
+                i += rows;
+            }
+            j += w;
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn tile256<const R: usize>(
+        k: usize,
+        a: *const f32,
+        lda: usize,
+        b: *const f32,
+        ldb: usize,
+        c: *mut f32,
+        ldc: usize,
+        m0: __m256i,
+        m1: __m256i,
+    ) {
+        let mut lo = [_mm256_setzero_ps(); R];
+        let mut hi = [_mm256_setzero_ps(); R];
+        for p in 0..k {
+            // SAFETY: as in `tile512`; masked lanes are not read.
+            unsafe {
+                let b0 = _mm256_maskload_ps(b.add(p * ldb), m0);
+                let b1 = _mm256_maskload_ps(b.add(p * ldb + 8), m1);
+                for r in 0..R {
+                    let av = _mm256_set1_ps(*a.add(r * lda + p));
+                    lo[r] = _mm256_fmadd_ps(av, b0, lo[r]);
+                    hi[r] = _mm256_fmadd_ps(av, b1, hi[r]);
+                }
+            }
+        }
+        for r in 0..R {
+            // SAFETY: masked stores to row r's columns inside the shape.
+            unsafe {
+                _mm256_maskstore_ps(c.add(r * ldc), m0, lo[r]);
+                _mm256_maskstore_ps(c.add(r * ldc + 8), m1, hi[r]);
+            }
+        }
+    }
+
+    /// Every kernel this CPU runs, for the tests.
+    #[cfg(test)]
+    pub(super) fn available() -> Vec<(&'static str, super::Kernel)> {
+        let mut v: Vec<(&'static str, super::Kernel)> = Vec::new();
+        if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            v.push(("avx2", sgemm_avx2));
+        }
+        if is_x86_feature_detected!("avx512f") {
+            v.push(("avx512", sgemm_avx512));
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// Every SIMD kernel gives the scalar reference's bits, for shapes
+        /// with tails in every direction and padded strides.
+        #[test]
+        fn simd_matches_scalar(m in 1usize..30, n in 1usize..70, k in 0usize..40, pad in 0usize..3, seed in any::<u64>()) {
+            let mut x = seed | 1;
+            let mut next = move || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            };
+            let (lda, ldb, ldc) = (k + pad, n + pad, n + 2 * pad);
+            let a: Vec<f32> = (0..m * lda).map(|_| next()).collect();
+            let b: Vec<f32> = (0..k.max(1) * ldb).map(|_| next()).collect();
+            let mut want = vec![7.0f32; m * ldc];
+            sgemm_scalar(m, n, k, &a, lda, &b, ldb, &mut want, ldc);
+            #[cfg(target_arch = "x86_64")]
+            for (name, f) in x86::available() {
+                let mut got = vec![7.0f32; m * ldc];
+                // SAFETY: the kernel's features were detected; shapes as above.
+                unsafe { f(m, n, k, a.as_ptr(), lda, b.as_ptr(), ldb, got.as_mut_ptr(), ldc) };
+                prop_assert_eq!(&got, &want, "{}", name);
+            }
+            let mut got = vec![7.0f32; m * ldc];
+            sgemm(m, n, k, &a, lda, &b, ldb, &mut got, ldc);
+            prop_assert_eq!(&got, &want);
+        }
+    }
+
+    /// The reference is the plain product.
+    #[test]
+    fn scalar_is_the_product() {
+        let a = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
+        let b = [7.0, 8.0, 9.0, 10.0, 11.0, 12.0];
+        let mut c = [0.0f32; 4];
+        sgemm(2, 2, 3, &a, 3, &b, 2, &mut c, 2);
+        assert_eq!(c, [58.0, 64.0, 139.0, 154.0]);
+    }
+}
