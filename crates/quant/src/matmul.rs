@@ -385,10 +385,11 @@ pub fn try_matmul(
         });
         return Ok(());
     }
+    let ahead = (PREFETCH_BYTES / w.row_bytes).max(1);
     pool.run(parts, |t| {
         for_tiles(split_range(rows, parts, t), batch, |r, b| {
             if b == 0 {
-                prefetch(w.row(r + PREFETCH_ROWS));
+                prefetch(w.row(r + ahead));
             }
             // SAFETY: kernel from `simd::best()`; a row holds `nb` weight blocks and
             // each activation row `nb` blocks of the vec_dot type.
@@ -400,8 +401,10 @@ pub fn try_matmul(
     Ok(())
 }
 
-/// How far ahead of the row being multiplied its successor is prefetched.
-const PREFETCH_ROWS: usize = 4;
+/// How far ahead of the row being multiplied the weights are prefetched: far
+/// enough to cover memory latency at full bandwidth, near enough to stay in
+/// L2 (measured on decode: 8 KiB beats 2.7 KiB by 7%).
+const PREFETCH_BYTES: usize = 8192;
 
 /// Ask for `bytes` (a weight row; empty past the last row) to be brought into
 /// cache: the decode products stream weights once, and the hardware
