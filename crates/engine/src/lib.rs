@@ -540,7 +540,18 @@ impl Session {
                 .prefill
                 .len()
                 .min(d.prefilled.saturating_add(max_tokens.max(1)));
-            self.forward_prompt(&d.prefill[d.prefilled..end])?;
+            let chunk = &d.prefill[d.prefilled..end];
+            if end == d.prefill.len() && chunk.len() > 1 {
+                // The last prompt token goes alone. A prompt found in the
+                // cache has its last token evaluated alone too, and long
+                // batches take other kernels (rounded differently, then
+                // amplified by 8-bit activations), so this keeps a seeded
+                // sample the same whether the prompt was cached or not.
+                self.forward_prompt(&chunk[..chunk.len() - 1])?;
+                self.forward_prompt(&chunk[chunk.len() - 1..])?;
+            } else {
+                self.forward_prompt(chunk)?;
+            }
             d.prefilled = end;
             d.prompt_time += t0.elapsed();
             if d.prefilled == d.prefill.len() {

@@ -1,15 +1,125 @@
 //! The persistent worker pool every parallel operation shares.
 //!
-//! A thin wrapper over a dedicated `rayon` pool, kept behind our own type so it can
-//! later become a spin-then-park pool without touching callers.
+//! A decode step makes about a hundred and fifty small parallel operations,
+//! each a few tens of microseconds. Waking a sleeping thread through the OS
+//! for each costs about as much as the work, so the workers spin on an epoch
+//! counter between operations and park only after a spell of idleness. The
+//! calling thread takes tasks too: a pool of `n` threads starts `n - 1`.
+//!
+//! One operation runs at a time. Tasks are claimed from a counter that
+//! carries the operation's epoch in its high half, so a worker that wakes
+//! late can never claim a task of a later operation with an earlier
+//! operation's closure.
 
+use std::cell::Cell;
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
-use rayon::prelude::*;
+/// How long an idle worker spins before it parks.
+const SPIN: Duration = Duration::from_micros(200);
+
+thread_local! {
+    /// Set while this thread runs a task, so a nested parallel call runs
+    /// serially instead of waiting on the pool it is part of.
+    static IN_TASK: Cell<bool> = const { Cell::new(false) };
+}
+
+/// The operation in flight: its closure with the lifetime erased (see
+/// [`ThreadPool::run`] for why that is sound), its epoch and task count.
+#[derive(Clone, Copy)]
+struct Job {
+    f: &'static (dyn Fn(usize) + Sync),
+    epoch: u64,
+    tasks: u64,
+}
+
+struct Shared {
+    /// `epoch << 32 | next task to claim`.
+    state: AtomicU64,
+    job: Mutex<Option<Job>>,
+    /// Tasks of the current operation finished.
+    done: AtomicUsize,
+    /// A task of the current operation panicked.
+    panicked: AtomicBool,
+    sleepers: AtomicUsize,
+    park: Mutex<()>,
+    wake: Condvar,
+    shutdown: AtomicBool,
+}
+
+impl Shared {
+    fn epoch(&self) -> u64 {
+        self.state.load(Ordering::SeqCst) >> 32
+    }
+
+    /// Claims and runs tasks of `job` until none is left.
+    fn work(&self, job: Job) {
+        loop {
+            let st = self.state.load(Ordering::Acquire);
+            let next = st & 0xffff_ffff;
+            if st >> 32 != job.epoch || next >= job.tasks {
+                return;
+            }
+            if self
+                .state
+                .compare_exchange_weak(st, st + 1, Ordering::AcqRel, Ordering::Relaxed)
+                .is_err()
+            {
+                continue;
+            }
+            IN_TASK.with(|t| t.set(true));
+            let ok =
+                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (job.f)(next as usize)));
+            IN_TASK.with(|t| t.set(false));
+            if ok.is_err() {
+                self.panicked.store(true, Ordering::Release);
+            }
+            self.done.fetch_add(1, Ordering::AcqRel);
+        }
+    }
+
+    fn worker(&self) {
+        let mut seen = 0u64;
+        loop {
+            let start = Instant::now();
+            let mut spins = 0u32;
+            loop {
+                if self.shutdown.load(Ordering::Acquire) {
+                    return;
+                }
+                let e = self.epoch();
+                if e != seen {
+                    seen = e;
+                    break;
+                }
+                spins += 1;
+                if spins % 64 != 0 || start.elapsed() < SPIN {
+                    std::hint::spin_loop();
+                    continue;
+                }
+                let mut guard = self.park.lock().unwrap_or_else(|p| p.into_inner());
+                self.sleepers.fetch_add(1, Ordering::SeqCst);
+                while self.epoch() == seen && !self.shutdown.load(Ordering::SeqCst) {
+                    guard = self.wake.wait(guard).unwrap_or_else(|p| p.into_inner());
+                }
+                self.sleepers.fetch_sub(1, Ordering::SeqCst);
+            }
+            let job = *self.job.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(job) = job.filter(|j| j.epoch == seen) {
+                self.work(job);
+            }
+        }
+    }
+}
 
 /// One persistent pool of worker threads; work is split by contiguous ranges.
 pub struct ThreadPool {
-    inner: Option<rayon::ThreadPool>,
+    shared: Arc<Shared>,
+    workers: Vec<std::thread::JoinHandle<()>>,
+    /// Serializes operations from different threads.
+    submit: Mutex<u64>,
     threads: usize,
 }
 
@@ -24,47 +134,99 @@ impl std::fmt::Debug for ThreadPool {
 impl ThreadPool {
     /// A pool of `threads` workers (at least 1; with 1, work runs on the caller).
     ///
-    /// If the OS refuses to start the threads, the pool degrades to running on the
-    /// caller rather than failing: slower, but correct.
+    /// If the OS refuses to start some threads, the pool runs with those it
+    /// got: slower, but correct.
     pub fn new(threads: usize) -> Self {
-        let threads = threads.max(1);
-        let inner = if threads > 1 {
-            rayon::ThreadPoolBuilder::new()
-                .num_threads(threads)
-                .thread_name(|i| format!("hearth-worker-{i}"))
-                .build()
-                .ok()
-        } else {
-            None
-        };
-        let threads = if inner.is_some() { threads } else { 1 };
-        ThreadPool { inner, threads }
+        let shared = Arc::new(Shared {
+            state: AtomicU64::new(0),
+            job: Mutex::new(None),
+            done: AtomicUsize::new(0),
+            panicked: AtomicBool::new(false),
+            sleepers: AtomicUsize::new(0),
+            park: Mutex::new(()),
+            wake: Condvar::new(),
+            shutdown: AtomicBool::new(false),
+        });
+        let workers: Vec<_> = (1..threads.max(1))
+            .map_while(|i| {
+                let s = Arc::clone(&shared);
+                std::thread::Builder::new()
+                    .name(format!("hearth-worker-{i}"))
+                    .spawn(move || s.worker())
+                    .ok()
+            })
+            .collect();
+        let threads = workers.len() + 1;
+        ThreadPool {
+            shared,
+            workers,
+            submit: Mutex::new(0),
+            threads,
+        }
     }
 
-    /// Number of worker threads.
+    /// Number of worker threads, the caller included.
     pub fn threads(&self) -> usize {
         self.threads
     }
 
-    /// Runs `f` on one of the pool's own threads. Parallel operations inside
-    /// it are then forked from within the pool instead of being handed over
-    /// from outside and waited for with a sleep, which is most of the cost of a
-    /// small operation (a decode step makes about a hundred and fifty).
+    /// Runs `f`. Kept for callers written against a pool that had to be
+    /// entered first; the caller takes part in every operation now.
     pub fn install<R: Send>(&self, f: impl FnOnce() -> R + Send) -> R {
-        match &self.inner {
-            Some(pool) => pool.install(f),
-            _ => f(),
-        }
+        f()
     }
 
     /// Runs `f(i)` for every `i` in `0..tasks`, in parallel, and returns when all are done.
+    ///
+    /// # Panics
+    /// When a task panics (after every task has finished).
     pub fn run<F>(&self, tasks: usize, f: F)
     where
         F: Fn(usize) + Sync + Send,
     {
-        match &self.inner {
-            Some(pool) if tasks > 1 => pool.install(|| (0..tasks).into_par_iter().for_each(&f)),
-            _ => (0..tasks).for_each(f),
+        if tasks <= 1
+            || self.workers.is_empty()
+            || IN_TASK.with(|t| t.get())
+            || tasks > u32::MAX as usize
+        {
+            (0..tasks).for_each(f);
+            return;
+        }
+        let mut epoch = self.submit.lock().unwrap_or_else(|p| p.into_inner());
+        *epoch += 1;
+        let sh = &*self.shared;
+        let dyn_f: &(dyn Fn(usize) + Sync) = &f;
+        // SAFETY: the erased reference is only called through claims of this
+        // epoch (see `Shared::work`), and this function does not return
+        // before every claimed task has finished (`done == tasks`) and the
+        // job slot is cleared, so no call outlives `f`.
+        let f_static: &'static (dyn Fn(usize) + Sync) = unsafe { std::mem::transmute(dyn_f) };
+        let job = Job {
+            f: f_static,
+            epoch: *epoch,
+            tasks: tasks as u64,
+        };
+        *sh.job.lock().unwrap_or_else(|p| p.into_inner()) = Some(job);
+        sh.done.store(0, Ordering::SeqCst);
+        sh.panicked.store(false, Ordering::SeqCst);
+        sh.state.store(*epoch << 32, Ordering::SeqCst);
+        if sh.sleepers.load(Ordering::SeqCst) > 0 {
+            let _guard = sh.park.lock().unwrap_or_else(|p| p.into_inner());
+            sh.wake.notify_all();
+        }
+        sh.work(job);
+        let mut spins = 0u32;
+        while sh.done.load(Ordering::Acquire) < tasks {
+            spins = spins.wrapping_add(1);
+            if spins % 1024 == 0 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+        *sh.job.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        if sh.panicked.load(Ordering::Acquire) {
+            panic!("a parallel task panicked");
         }
     }
 
@@ -86,16 +248,30 @@ impl ThreadPool {
         F: Fn(usize, &mut [T]) + Sync + Send,
     {
         let chunk_len = chunk_len.max(1);
-        match &self.inner {
-            Some(pool) if data.len() > chunk_len => pool.install(|| {
-                data.par_chunks_mut(chunk_len)
-                    .enumerate()
-                    .for_each(|(i, c)| f(i, c))
-            }),
-            _ => data
-                .chunks_mut(chunk_len)
+        if data.len() <= chunk_len || self.workers.is_empty() {
+            data.chunks_mut(chunk_len)
                 .enumerate()
-                .for_each(|(i, c)| f(i, c)),
+                .for_each(|(i, c)| f(i, c));
+            return;
+        }
+        // Each task takes its own chunk out of its own (never contended) slot.
+        let chunks: Vec<Mutex<&mut [T]>> = data.chunks_mut(chunk_len).map(Mutex::new).collect();
+        self.run(chunks.len(), |i| {
+            let mut c = chunks[i].lock().unwrap_or_else(|p| p.into_inner());
+            f(i, &mut c)
+        });
+    }
+}
+
+impl Drop for ThreadPool {
+    fn drop(&mut self) {
+        self.shared.shutdown.store(true, Ordering::SeqCst);
+        {
+            let _guard = self.shared.park.lock().unwrap_or_else(|p| p.into_inner());
+            self.shared.wake.notify_all();
+        }
+        for w in self.workers.drain(..) {
+            let _ = w.join();
         }
     }
 }
@@ -170,5 +346,61 @@ mod tests {
             assert!(v.iter().enumerate().all(|(j, &x)| x == j / 10));
         }
         assert!(default_threads() >= 1);
+    }
+
+    /// Many small operations back to back (the decode pattern), with idle
+    /// gaps long enough for the workers to park, and nested calls.
+    #[test]
+    fn pool_survives_parking_and_nesting() {
+        let pool = ThreadPool::new(3);
+        let total = AtomicUsize::new(0);
+        for round in 0..2000 {
+            if round % 500 == 0 {
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            pool.run(4, |i| {
+                total.fetch_add(i + 1, Ordering::Relaxed);
+                // A nested operation runs serially on this thread.
+                pool.run(2, |j| {
+                    total.fetch_add(j, Ordering::Relaxed);
+                });
+            });
+        }
+        assert_eq!(total.load(Ordering::Relaxed), 2000 * (10 + 4));
+    }
+
+    /// Operations from several threads at once are serialized, not mixed.
+    #[test]
+    fn pool_serves_concurrent_callers() {
+        let pool = ThreadPool::new(2);
+        let total = AtomicUsize::new(0);
+        std::thread::scope(|s| {
+            for _ in 0..3 {
+                s.spawn(|| {
+                    for _ in 0..300 {
+                        pool.for_each_chunk(10, |r| {
+                            total.fetch_add(r.len(), Ordering::Relaxed);
+                        });
+                    }
+                });
+            }
+        });
+        assert_eq!(total.load(Ordering::Relaxed), 3 * 300 * 10);
+    }
+
+    /// A panicking task surfaces as a panic of the caller, and the pool
+    /// keeps working afterwards.
+    #[test]
+    fn pool_reports_a_panicking_task() {
+        let pool = ThreadPool::new(2);
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            pool.run(8, |i| assert!(i != 5, "task 5 fails"));
+        }));
+        assert!(r.is_err());
+        let n = AtomicUsize::new(0);
+        pool.run(8, |_| {
+            n.fetch_add(1, Ordering::Relaxed);
+        });
+        assert_eq!(n.load(Ordering::Relaxed), 8);
     }
 }
