@@ -95,7 +95,7 @@ impl Shared {
                     break;
                 }
                 spins += 1;
-                if spins % 64 != 0 || start.elapsed() < SPIN {
+                if !spins.is_multiple_of(64) || start.elapsed() < SPIN {
                     std::hint::spin_loop();
                     continue;
                 }
@@ -218,7 +218,7 @@ impl ThreadPool {
         let mut spins = 0u32;
         while sh.done.load(Ordering::Acquire) < tasks {
             spins = spins.wrapping_add(1);
-            if spins % 1024 == 0 {
+            if spins.is_multiple_of(1024) {
                 std::thread::yield_now();
             } else {
                 std::hint::spin_loop();
