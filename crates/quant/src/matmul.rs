@@ -386,9 +386,10 @@ pub fn try_matmul(
         return Ok(());
     }
     let ahead = (PREFETCH_BYTES / w.row_bytes).max(1);
+    let self_prefetching = k.prefetches(w.ty);
     pool.run(parts, |t| {
         for_tiles(split_range(rows, parts, t), batch, |r, b| {
-            if b == 0 {
+            if b == 0 && !self_prefetching {
                 prefetch(w.row(r + ahead));
             }
             // SAFETY: kernel from `simd::best()`; a row holds `nb` weight blocks and

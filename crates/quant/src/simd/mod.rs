@@ -44,6 +44,10 @@ pub(crate) struct Kernels {
     pub q4_0_x4: Option<TileFn>,
     /// Q5_0 tile kernel.
     pub q5_0_x4: Option<TileFn>,
+    /// Whether the Q4_0/Q5_0/Q8_0 kernels prefetch the weights ahead
+    /// themselves (spread over the row, which keeps more misses in flight
+    /// than a burst per row does).
+    pub legacy_prefetch: bool,
 }
 
 impl Kernels {
@@ -63,6 +67,11 @@ impl Kernels {
             GgmlType::Q8_K => self.q8_k,
             _ => return None,
         })
+    }
+
+    /// Whether the kernel for `ty` prefetches its own weights.
+    pub(crate) fn prefetches(&self, ty: GgmlType) -> bool {
+        self.legacy_prefetch && matches!(ty, GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0)
     }
 
     /// The four-activation tile kernel for weights of type `ty`, if any.
@@ -105,6 +114,7 @@ static SCALAR: Kernels = Kernels {
     q8_0_x4: None,
     q4_0_x4: None,
     q5_0_x4: None,
+    legacy_prefetch: false,
 };
 
 /// The scalar reference table.

@@ -51,6 +51,41 @@ fn h2f_prod(pair: u32) -> f32 {
     _mm_cvtss_f32(_mm_mul_ss(v, _mm_movehdup_ps(v)))
 }
 
+/// The f16 scales at the starts of 8 consecutive blocks `stride` bytes
+/// apart, widened to f32: one gather and one conversion instead of eight
+/// scalar loads and conversions.
+///
+/// # Safety
+/// `p + k * stride` must be valid for 4 bytes for k in 0..8.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scales8(p: *const u8, stride: usize) -> __m256 {
+    let s = stride as i32;
+    let idx = _mm256_setr_epi32(0, s, 2 * s, 3 * s, 4 * s, 5 * s, 6 * s, 7 * s);
+    // SAFETY: 4 readable bytes at each of the 8 offsets (caller's contract).
+    let v = unsafe { _mm256_i32gather_epi32::<1>(p as *const i32, idx) };
+    let v = _mm256_and_si256(v, _mm256_set1_epi32(0xffff));
+    // Words 0..4 and 4..8 land in the two 128-bit lanes; gather them low.
+    let packed = _mm256_permute4x64_epi64::<0b1000>(_mm256_packus_epi32(v, v));
+    _mm256_cvtph_ps(_mm256_castsi256_si128(packed))
+}
+
+/// Products of the weight and activation scales of 8 consecutive blocks
+/// (each product rounded as `h2f_prod` rounds it).
+///
+/// # Safety
+/// As [`scales8`] for both `w` (blocks `wb` bytes apart) and `a` (Q8_0 blocks).
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scale_products8(w: *const u8, wb: usize, a: *const u8) -> [f32; 8] {
+    // SAFETY: the caller's contract.
+    let (dw, da) = unsafe { (scales8(w, wb), scales8(a, 34)) };
+    let mut out = [0.0f32; 8];
+    // SAFETY: `out` holds 8 floats.
+    unsafe { _mm256_storeu_ps(out.as_mut_ptr(), _mm256_mul_ps(dw, da)) };
+    out
+}
+
 /// Reads an f32 at `p`.
 ///
 /// # Safety
@@ -138,89 +173,70 @@ fn bits_to_bytes(x: u32) -> __m256i {
     _mm256_cmpeq_epi8(_mm256_or_si256(bytes, mask), _mm256_set1_epi64x(-1))
 }
 
+/// How far ahead of the block being multiplied the 32-block kernels
+/// prefetch weights (a prefetch never faults, so past the row's end is fine).
+const PREFETCH: usize = 8192;
+
 /// Generates the 32-block kernels for one i8 dot primitive and feature set.
+///
+/// Blocks go eight at a time where they can: the eight scale products come
+/// from [`scale_products8`], then each block adds `d * dot` to the same
+/// accumulator in the same order as the one-block tail, so the sum is the
+/// same to the bit (the tile kernels below rely on that). Each block also
+/// prefetches the weights [`PREFETCH`] bytes ahead: decode streams them once.
 macro_rules! legacy_kernels {
     ($feat:literal, $dot4:ident, $q8_0:ident, $q4_0:ident, $q5_0:ident) => {
-        /// Q8_0 · Q8_0.
+        legacy_kernels!(@one $feat, $dot4, $q8_0, 34, "Q8_0 · Q8_0.", |bw| {
+            // SAFETY: the block holds 32 quants at 2.
+            unsafe { load32(bw.add(2)) }
+        });
+        legacy_kernels!(@one $feat, $dot4, $q4_0, 18, "Q4_0 · Q8_0.", |bw| {
+            // SAFETY: the block holds 16 bytes of nibbles at 2.
+            let q = unsafe { load16(bw.add(2)) };
+            _mm256_sub_epi8(nibbles32(q), _mm256_set1_epi8(8))
+        });
+        legacy_kernels!(@one $feat, $dot4, $q5_0, 22, "Q5_0 · Q8_0.", |bw| {
+            // SAFETY: the block holds qh at 2..6 and nibbles at 6..22.
+            let (qh, q) = unsafe { (std::ptr::read_unaligned(bw.add(2) as *const u32), load16(bw.add(6))) };
+            // Where the fifth bit is clear, or-ing 0xF0 makes the byte nibble-16.
+            let hi = _mm256_andnot_si256(bits_to_bytes(qh), _mm256_set1_epi8(0xF0u8 as i8));
+            _mm256_or_si256(nibbles32(q), hi)
+        });
+    };
+    (@one $feat:literal, $dot4:ident, $name:ident, $wb:expr, $doc:literal, |$bw:ident| $unpack:expr) => {
+        #[doc = $doc]
         ///
         /// # Safety
         /// [`super::DotFn`] contract.
         #[target_feature(enable = $feat)]
-        pub(crate) unsafe fn $q8_0(w: &[u8], a: &[u8], nb: usize) -> f32 {
-            debug_assert!(w.len() >= nb * 34 && a.len() >= nb * 34);
+        pub(crate) unsafe fn $name(w: &[u8], a: &[u8], nb: usize) -> f32 {
+            debug_assert!(w.len() >= nb * $wb && a.len() >= nb * 34);
             let (wp, ap) = (w.as_ptr(), a.as_ptr());
             let mut acc = _mm256_setzero_ps();
-            for i in 0..nb {
-                // SAFETY: block i (34 bytes) is inside both slices by the contract.
-                let (bw, ba) = unsafe { (wp.add(i * 34), ap.add(i * 34)) };
-                // SAFETY: as above; the blocks hold d at 0 and 32 quants at 2.
-                let (d, qx, qy) = unsafe {
-                    (
-                        h2f_prod(rd16(bw) | rd16(ba) << 16),
-                        load32(bw.add(2)),
-                        load32(ba.add(2)),
-                    )
-                };
-                // |x| as u8 and y carrying x's sign keep the product exact for u8*i8.
-                let p = $dot4(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc);
+            let mut i = 0;
+            while i + 8 <= nb {
+                // SAFETY: blocks i..i+8 are inside both slices by the contract.
+                let dd = unsafe { scale_products8(wp.add(i * $wb), $wb, ap.add(i * 34)) };
+                for (k, &d) in dd.iter().enumerate() {
+                    // SAFETY: block i + k is inside both slices.
+                    let ($bw, ba) = unsafe { (wp.add((i + k) * $wb), ap.add((i + k) * 34)) };
+                    _mm_prefetch($bw.wrapping_add(PREFETCH) as *const i8, _MM_HINT_T0);
+                    let qx = $unpack;
+                    // SAFETY: 32 activation quants at 2.
+                    let qy = unsafe { load32(ba.add(2)) };
+                    // |x| as u8 and y carrying x's sign keep the product exact for u8*i8.
+                    let p = $dot4(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
+                    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc);
+                }
+                i += 8;
             }
-            hsum_ps(acc)
-        }
-
-        /// Q4_0 · Q8_0.
-        ///
-        /// # Safety
-        /// [`super::DotFn`] contract.
-        #[target_feature(enable = $feat)]
-        pub(crate) unsafe fn $q4_0(w: &[u8], a: &[u8], nb: usize) -> f32 {
-            debug_assert!(w.len() >= nb * 18 && a.len() >= nb * 34);
-            let (wp, ap) = (w.as_ptr(), a.as_ptr());
-            let mut acc = _mm256_setzero_ps();
-            let off = _mm256_set1_epi8(8);
-            for i in 0..nb {
+            for i in i..nb {
                 // SAFETY: block i is inside both slices by the contract.
-                let (bw, ba) = unsafe { (wp.add(i * 18), ap.add(i * 34)) };
-                // SAFETY: as above; d at 0, 16 bytes of nibbles at 2; q8 quants at 2.
-                let (d, q, qy) = unsafe {
-                    (
-                        h2f_prod(rd16(bw) | rd16(ba) << 16),
-                        load16(bw.add(2)),
-                        load32(ba.add(2)),
-                    )
-                };
-                let qx = _mm256_sub_epi8(nibbles32(q), off);
-                let p = $dot4(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc);
-            }
-            hsum_ps(acc)
-        }
-
-        /// Q5_0 · Q8_0.
-        ///
-        /// # Safety
-        /// [`super::DotFn`] contract.
-        #[target_feature(enable = $feat)]
-        pub(crate) unsafe fn $q5_0(w: &[u8], a: &[u8], nb: usize) -> f32 {
-            debug_assert!(w.len() >= nb * 22 && a.len() >= nb * 34);
-            let (wp, ap) = (w.as_ptr(), a.as_ptr());
-            let mut acc = _mm256_setzero_ps();
-            let f0 = _mm256_set1_epi8(0xF0u8 as i8);
-            for i in 0..nb {
-                // SAFETY: block i is inside both slices by the contract.
-                let (bw, ba) = unsafe { (wp.add(i * 22), ap.add(i * 34)) };
-                // SAFETY: as above; d at 0, qh at 2..6, nibbles at 6..22.
-                let (d, qh, q, qy) = unsafe {
-                    (
-                        h2f_prod(rd16(bw) | rd16(ba) << 16),
-                        std::ptr::read_unaligned(bw.add(2) as *const u32),
-                        load16(bw.add(6)),
-                        load32(ba.add(2)),
-                    )
-                };
-                // Where the fifth bit is clear, or-ing 0xF0 makes the byte nibble-16.
-                let hi = _mm256_andnot_si256(bits_to_bytes(qh), f0);
-                let qx = _mm256_or_si256(nibbles32(q), hi);
+                let ($bw, ba) = unsafe { (wp.add(i * $wb), ap.add(i * 34)) };
+                _mm_prefetch($bw.wrapping_add(PREFETCH) as *const i8, _MM_HINT_T0);
+                // SAFETY: as above; both blocks start with their f16 scale.
+                let (d, qy) = unsafe { (h2f_prod(rd16($bw) | rd16(ba) << 16), load32(ba.add(2))) };
+                let qx = $unpack;
                 let p = $dot4(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
                 acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc);
             }
@@ -542,6 +558,7 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q8_0_x4: Some(q8_0_x4_avx2),
         q4_0_x4: Some(q4_0_x4_avx2),
         q5_0_x4: Some(q5_0_x4_avx2),
+        legacy_prefetch: true,
         ..SCALAR
     };
     static AVXVNNI: Kernels = Kernels {
