@@ -44,10 +44,10 @@ pub(crate) struct Kernels {
     pub q4_0_x4: Option<TileFn>,
     /// Q5_0 tile kernel.
     pub q5_0_x4: Option<TileFn>,
-    /// Whether the Q4_0/Q5_0/Q8_0 kernels prefetch the weights ahead
-    /// themselves (spread over the row, which keeps more misses in flight
+    /// Whether the Q4_0/Q5_0/Q8_0 and Q4_K/Q5_K/Q6_K kernels prefetch the
+    /// weights ahead themselves (spread over the row, which keeps more misses in flight
     /// than a burst per row does).
-    pub legacy_prefetch: bool,
+    pub self_prefetch: bool,
 }
 
 impl Kernels {
@@ -71,7 +71,16 @@ impl Kernels {
 
     /// Whether the kernel for `ty` prefetches its own weights.
     pub(crate) fn prefetches(&self, ty: GgmlType) -> bool {
-        self.legacy_prefetch && matches!(ty, GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0)
+        self.self_prefetch
+            && matches!(
+                ty,
+                GgmlType::Q4_0
+                    | GgmlType::Q5_0
+                    | GgmlType::Q8_0
+                    | GgmlType::Q4_K
+                    | GgmlType::Q5_K
+                    | GgmlType::Q6_K
+            )
     }
 
     /// The four-activation tile kernel for weights of type `ty`, if any.
@@ -114,7 +123,7 @@ static SCALAR: Kernels = Kernels {
     q8_0_x4: None,
     q4_0_x4: None,
     q5_0_x4: None,
-    legacy_prefetch: false,
+    self_prefetch: false,
 };
 
 /// The scalar reference table.

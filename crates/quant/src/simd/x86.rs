@@ -177,6 +177,21 @@ fn bits_to_bytes(x: u32) -> __m256i {
 /// prefetch weights (a prefetch never faults, so past the row's end is fine).
 const PREFETCH: usize = 8192;
 
+/// Prefetches the 256-element block [`PREFETCH`] bytes after `p` (up to 210
+/// bytes: four lines cover it wherever it starts).
+#[inline(always)]
+fn prefetch_block(p: *const u8) {
+    for line in 0..4 {
+        // SAFETY: a prefetch is a hint and never faults, whatever the address.
+        unsafe {
+            _mm_prefetch(
+                p.wrapping_add(PREFETCH + 64 * line) as *const i8,
+                _MM_HINT_T0,
+            )
+        };
+    }
+}
+
 /// Generates the 32-block kernels for one i8 dot primitive and feature set.
 ///
 /// Blocks go eight at a time where they can: the eight scale products come
@@ -292,6 +307,7 @@ pub(crate) unsafe fn q4_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
     let mut summ = 0.0f32;
     let m4 = _mm256_set1_epi8(0x0F);
     for (bw, ba) in w.chunks_exact(144).zip(a.chunks_exact(292)).take(nb) {
+        prefetch_block(bw.as_ptr());
         let (sc, mins) = crate::formats::kquants::scales_mins_k4(&bw[4..16]);
         let (bw, ba) = (bw.as_ptr(), ba.as_ptr());
         // SAFETY: whole blocks (chunks_exact); d, dmin at 0 and 2 of the Q4_K block,
@@ -340,6 +356,7 @@ pub(crate) unsafe fn q5_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
     let m4 = _mm256_set1_epi8(0x0F);
     let b4 = _mm256_set1_epi8(0x10);
     for (bw, ba) in w.chunks_exact(176).zip(a.chunks_exact(292)).take(nb) {
+        prefetch_block(bw.as_ptr());
         let (sc, mins) = crate::formats::kquants::scales_mins_k4(&bw[4..16]);
         let (bw, ba) = (bw.as_ptr(), ba.as_ptr());
         // SAFETY: whole blocks; d, dmin at 0 and 2; Q8_K d at 0.
@@ -392,6 +409,7 @@ pub(crate) unsafe fn q6_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
     let m4 = _mm256_set1_epi8(0x0F);
     let m32 = _mm256_set1_epi8(32);
     for (bw, ba) in w.chunks_exact(210).zip(a.chunks_exact(292)).take(nb) {
+        prefetch_block(bw.as_ptr());
         let sc = &bw[192..208];
         let (bw, ba) = (bw.as_ptr(), ba.as_ptr());
         // SAFETY: whole blocks; Q6_K d is the upper half of the u32 at 206 (a
@@ -558,7 +576,7 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q8_0_x4: Some(q8_0_x4_avx2),
         q4_0_x4: Some(q4_0_x4_avx2),
         q5_0_x4: Some(q5_0_x4_avx2),
-        legacy_prefetch: true,
+        self_prefetch: true,
         ..SCALAR
     };
     static AVXVNNI: Kernels = Kernels {
