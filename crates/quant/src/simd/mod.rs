@@ -208,3 +208,57 @@ pub(crate) fn checked_vec_dot_f32(k: &Kernels, ty: GgmlType, w: &[u8], x: &[f32]
     // SAFETY: table from this module; `w` holds `x.len()` elements (checked above).
     unsafe { f(w, x, x.len()) }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every table's four-row tiles give each row's one-row kernel result to
+    /// the bit (batched decode relies on it), for odd and even block counts
+    /// on both sides of the eight-block runs.
+    #[test]
+    fn tiles_equal_single_rows_bitwise() {
+        let mut x = 0x1234_5678_9abc_def1_u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((x >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        };
+        for k in available() {
+            for ty in [GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q4_0] {
+                let Some(tile) = k.tile4(ty) else { continue };
+                let single = k.quant(ty).unwrap();
+                for nb in [1usize, 2, 3, 7, 8, 9, 16, 17, 20, 33] {
+                    let n = nb * 32;
+                    let wf: Vec<f32> = (0..n).map(|_| next()).collect();
+                    let mut w = vec![0u8; crate::row_size(ty, n).unwrap()];
+                    crate::quantize(ty, &wf, &mut w).unwrap();
+                    let stride = nb * 34;
+                    let mut a = vec![0u8; 4 * stride];
+                    for c in 0..4 {
+                        let xf: Vec<f32> = (0..n).map(|_| next() * 3.0).collect();
+                        crate::quantize_activation(
+                            GgmlType::Q8_0,
+                            &xf,
+                            &mut a[c * stride..(c + 1) * stride],
+                        )
+                        .unwrap();
+                    }
+                    // SAFETY: tables from this module; the rows hold `nb` blocks.
+                    let got = unsafe { tile(&w, &a, stride, nb) };
+                    for (c, g) in got.iter().enumerate() {
+                        // SAFETY: as above.
+                        let want = unsafe { single(&w, &a[c * stride..], nb) };
+                        assert_eq!(
+                            g.to_bits(),
+                            want.to_bits(),
+                            "{} {ty} nb {nb} row {c}",
+                            k.name
+                        );
+                    }
+                }
+            }
+        }
+    }
+}

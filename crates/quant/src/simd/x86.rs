@@ -276,6 +276,209 @@ legacy_kernels!(
     q5_0_avxvnni
 );
 
+/// The 32-block formats on 512-bit registers (AVX-512 BW and VNNI): two
+/// blocks per register, the fifth bits of Q5_0 applied through a byte mask,
+/// and `N` activation rows per weight row. The one-row kernels and the
+/// four-row tiles are the same code, so they give the same sums to the bit:
+/// a batched decode step matches decoding each sequence alone.
+macro_rules! zmm_kernels {
+    ($rows:ident, $one:ident, $four:ident, $wb:expr, $doc:literal, |$p:ident, $two:ident| $unpack:expr) => {
+        #[doc = $doc]
+        ///
+        /// # Safety
+        /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; `w` holds `nb`
+        /// blocks and each `a[c]` `nb` Q8_0 blocks.
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
+        unsafe fn $rows<const N: usize>(w: *const u8, a: [*const u8; N], nb: usize) -> [f32; N] {
+            let zero = _mm512_setzero_si512();
+            let mut acc = [_mm512_setzero_ps(); N];
+            let mut i = 0;
+            while i + 8 <= nb {
+                // SAFETY (loop body): blocks i..i+8 lie inside every row.
+                unsafe {
+                    let dw = scales8(w.add(i * $wb), $wb);
+                    let dd: [__m512; N] = std::array::from_fn(|c| {
+                        _mm512_castps256_ps512(_mm256_mul_ps(dw, scales8(a[c].add(i * 34), 34)))
+                    });
+                    for k in 0..4 {
+                        let b = i + 2 * k;
+                        let $p = w.add(b * $wb);
+                        let $two = true;
+                        _mm_prefetch($p.wrapping_add(PREFETCH) as *const i8, _MM_HINT_T0);
+                        _mm_prefetch(
+                            $p.wrapping_add(PREFETCH + 2 * $wb - 1) as *const i8,
+                            _MM_HINT_T0,
+                        );
+                        let qx: __m512i = $unpack;
+                        let ux = _mm512_abs_epi8(qx);
+                        let neg = _mm512_movepi8_mask(qx);
+                        let lanes = _mm512_setr_epi32(
+                            2 * k as i32,
+                            2 * k as i32,
+                            2 * k as i32,
+                            2 * k as i32,
+                            2 * k as i32,
+                            2 * k as i32,
+                            2 * k as i32,
+                            2 * k as i32,
+                            2 * k as i32 + 1,
+                            2 * k as i32 + 1,
+                            2 * k as i32 + 1,
+                            2 * k as i32 + 1,
+                            2 * k as i32 + 1,
+                            2 * k as i32 + 1,
+                            2 * k as i32 + 1,
+                            2 * k as i32 + 1,
+                        );
+                        for c in 0..N {
+                            let ab = a[c].add(b * 34);
+                            let qy = _mm512_inserti64x4::<1>(
+                                _mm512_castsi256_si512(load32(ab.add(2))),
+                                load32(ab.add(36)),
+                            );
+                            let sy = _mm512_mask_sub_epi8(qy, neg, zero, qy);
+                            let dot = _mm512_dpbusd_epi32(zero, ux, sy);
+                            let d = _mm512_permutexvar_ps(lanes, dd[c]);
+                            acc[c] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot), acc[c]);
+                        }
+                    }
+                }
+                i += 8;
+            }
+            while i < nb {
+                let two = i + 1 < nb;
+                // SAFETY (loop body): block i, and block i + 1 when `two`,
+                // lie inside every row; nothing past them is read.
+                unsafe {
+                    let $p = w.add(i * $wb);
+                    let $two = two;
+                    let qx: __m512i = $unpack;
+                    let ux = _mm512_abs_epi8(qx);
+                    let neg = _mm512_movepi8_mask(qx);
+                    for c in 0..N {
+                        let ab = a[c].add(i * 34);
+                        let lo = h2f_prod(rd16($p) | rd16(ab) << 16);
+                        let (hi, qy_hi) = if two {
+                            (
+                                h2f_prod(rd16($p.add($wb)) | rd16(ab.add(34)) << 16),
+                                load32(ab.add(36)),
+                            )
+                        } else {
+                            (0.0, _mm256_setzero_si256())
+                        };
+                        let qy = _mm512_inserti64x4::<1>(
+                            _mm512_castsi256_si512(load32(ab.add(2))),
+                            qy_hi,
+                        );
+                        let sy = _mm512_mask_sub_epi8(qy, neg, zero, qy);
+                        let dot = _mm512_dpbusd_epi32(zero, ux, sy);
+                        let d =
+                            _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(lo), _mm512_set1_ps(hi));
+                        acc[c] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot), acc[c]);
+                    }
+                }
+                i += if two { 2 } else { 1 };
+            }
+            acc.map(|v| {
+                let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+                hsum_ps(_mm256_add_ps(_mm512_castps512_ps256(v), hi))
+            })
+        }
+
+        #[doc = $doc]
+        ///
+        /// # Safety
+        /// [`super::DotFn`] contract.
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
+        pub(crate) unsafe fn $one(w: &[u8], a: &[u8], nb: usize) -> f32 {
+            debug_assert!(w.len() >= nb * $wb && a.len() >= nb * 34);
+            // SAFETY: the contract gives `nb` blocks in both.
+            unsafe { $rows::<1>(w.as_ptr(), [a.as_ptr()], nb)[0] }
+        }
+
+        #[doc = $doc]
+        /// Four activation rows `stride` bytes apart.
+        ///
+        /// # Safety
+        /// [`super::TileFn`] contract.
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
+        pub(crate) unsafe fn $four(w: &[u8], a: &[u8], stride: usize, nb: usize) -> [f32; 4] {
+            debug_assert!(w.len() >= nb * $wb && a.len() >= 3 * stride + nb * 34);
+            let ap = a.as_ptr();
+            // SAFETY: the contract gives four rows of `nb` blocks.
+            unsafe { $rows::<4>(w.as_ptr(), std::array::from_fn(|c| ap.add(c * stride)), nb) }
+        }
+    };
+}
+
+zmm_kernels!(
+    rows_q8_0,
+    q8_0_avx512,
+    q8_0_x4_avx512,
+    34,
+    "Q8_0 · Q8_0, two blocks per 512-bit register.",
+    |p, two| {
+        let hi = if two {
+            load32(p.add(36))
+        } else {
+            _mm256_setzero_si256()
+        };
+        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(load32(p.add(2))), hi)
+    }
+);
+zmm_kernels!(
+    rows_q4_0,
+    q4_0_avx512,
+    q4_0_x4_avx512,
+    18,
+    "Q4_0 · Q8_0, two blocks per 512-bit register.",
+    |p, two| {
+        let qb = if two {
+            load16(p.add(20))
+        } else {
+            _mm_setzero_si128()
+        };
+        let nib = zmm_nibbles(_mm256_set_m128i(qb, load16(p.add(2))));
+        let valid: __mmask64 = if two { !0 } else { 0xFFFF_FFFF };
+        _mm512_maskz_sub_epi8(valid, nib, _mm512_set1_epi8(8))
+    }
+);
+zmm_kernels!(
+    rows_q5_0,
+    q5_0_avx512,
+    q5_0_x4_avx512,
+    22,
+    "Q5_0 · Q8_0, two blocks per 512-bit register.",
+    |p, two| {
+        let (qb, hb) = if two {
+            (load16(p.add(28)), rd32(p.add(24)) as u64)
+        } else {
+            (_mm_setzero_si128(), 0)
+        };
+        let nib = zmm_nibbles(_mm256_set_m128i(qb, load16(p.add(6))));
+        let high: __mmask64 = rd32(p.add(2)) as u64 | hb << 32;
+        let valid: __mmask64 = if two { !0 } else { 0xFFFF_FFFF };
+        // Where the fifth bit is clear the value is nibble - 16.
+        _mm512_maskz_mov_epi8(
+            valid,
+            _mm512_mask_sub_epi8(nib, !high, nib, _mm512_set1_epi8(16)),
+        )
+    }
+);
+
+/// Two blocks' 16 bytes of nibbles (block A low, B high) to 64 bytes: A's low
+/// nibbles, A's high nibbles, then B's.
+#[inline]
+#[target_feature(enable = "avx2,avx512f,avx512bw")]
+fn zmm_nibbles(t: __m256i) -> __m512i {
+    let m = _mm256_set1_epi8(0x0F);
+    let lo = _mm256_and_si256(t, m);
+    let hi = _mm256_and_si256(_mm256_srli_epi16(t, 4), m);
+    // 128-bit lanes [loA, loB, hiA, hiB] reordered to [loA, hiA, loB, hiB].
+    let z = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi);
+    _mm512_shuffle_i64x2::<0b11_01_10_00>(z, z)
+}
+
 /// Sum over sub-blocks of min[j] * (bsums[2j] + bsums[2j+1]) for Q4_K/Q5_K.
 ///
 /// # Safety
@@ -596,6 +799,16 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q5_0_x4: Some(q5_0_x4_vnni512),
         ..AVX2
     };
+    static AVX512: Kernels = Kernels {
+        name: "avx512",
+        q4_0: q4_0_avx512,
+        q5_0: q5_0_avx512,
+        q8_0: q8_0_avx512,
+        q8_0_x4: Some(q8_0_x4_avx512),
+        q4_0_x4: Some(q4_0_x4_avx512),
+        q5_0_x4: Some(q5_0_x4_avx512),
+        ..VNNI512
+    };
     let mut v = Vec::new();
     if !(is_x86_feature_detected!("avx2")
         && is_x86_feature_detected!("fma")
@@ -609,6 +822,9 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
     }
     if is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl") {
         v.push(&VNNI512);
+        if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") {
+            v.push(&AVX512);
+        }
     }
     v
 }
