@@ -25,11 +25,14 @@ fn round_trip(ty: GgmlType, x: &[f32]) -> Vec<f32> {
 /// and the 4/6/8-bit scales and mins add a little; these bounds hold with room,
 /// and each is well under the next-coarser type's.
 fn max_rel_error(ty: GgmlType) -> f32 {
+    // About a full step over the ±amax range (2/levels) plus a little for the
+    // scale rounding: sparse random rows reach 25.3% on Q3_K and 6.03% on
+    // Q5_K with llama.cpp's own bytes, over tighter bounds this had before.
     match ty {
-        GgmlType::Q2_K => 0.45,
-        GgmlType::Q3_K => 0.25,
-        GgmlType::Q4_K => 0.12,
-        GgmlType::Q5_K => 0.06,
+        GgmlType::Q2_K => 0.5,
+        GgmlType::Q3_K => 0.3,
+        GgmlType::Q4_K => 0.14,
+        GgmlType::Q5_K => 0.07,
         GgmlType::Q6_K => 0.035,
         _ => unreachable!(),
     }
@@ -52,7 +55,10 @@ fn max_rel_rmse(ty: GgmlType) -> f32 {
 fn check_block_errors(ty: GgmlType, x: &[f32], y: &[f32]) -> Result<(), String> {
     for (b, (xb, yb)) in x.chunks(256).zip(y.chunks(256)).enumerate() {
         let amax = xb.iter().fold(0f32, |m, v| m.max(v.abs()));
-        let bound = max_rel_error(ty) * amax + 1e-30;
+        // Tiny blocks get f16 scales in the subnormal range, rounded to
+        // multiples of 2^-24: half of that, times a scale-by-level product of
+        // up to 8192, is an absolute error no relative bound covers.
+        let bound = max_rel_error(ty) * amax + 8192.0 * 2f32.powi(-25);
         for (i, (a, c)) in xb.iter().zip(yb).enumerate() {
             if (a - c).abs() > bound {
                 return Err(format!(
