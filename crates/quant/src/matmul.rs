@@ -136,25 +136,29 @@ fn gemm_panels(pool: &ThreadPool, w: &Matrix, x: &[f32], batch: usize, out: &Sha
         acts.reset(batch, cols, g);
         let per = batch.div_ceil(pool.threads());
         {
+            // Each task quantizes its own run of rows into its own parts of
+            // the three buffers.
             let Acts { q, d, sum, .. } = &mut *acts;
-            let parts = batch.div_ceil(per);
-            let (qp, dp, sp) = (
-                SyncPtr(q.as_mut_ptr()),
-                SyncPtr(d.as_mut_ptr()),
-                SyncPtr(sum.as_mut_ptr()),
-            );
-            pool.run(parts, |t| {
-                for r in t * per..((t + 1) * per).min(batch) {
-                    // SAFETY: row r's slices are disjoint from every other
-                    // task's rows, and inside the buffers `reset` sized.
-                    let (q, d, s) = unsafe {
-                        (
-                            std::slice::from_raw_parts_mut(qp.get().add(r * cols), cols),
-                            std::slice::from_raw_parts_mut(dp.get().add(r * cols / 32), cols / 32),
-                            std::slice::from_raw_parts_mut(sp.get().add(r * cols / g), cols / g),
-                        )
-                    };
-                    Acts::fill_row(&x[r * cols..(r + 1) * cols], at, g, q, d, s);
+            let parts: Vec<std::sync::Mutex<ActsPart>> = q
+                .chunks_mut(per * cols)
+                .zip(d.chunks_mut(per * cols / 32))
+                .zip(sum.chunks_mut(per * cols / g))
+                .map(|((q, d), s)| std::sync::Mutex::new((q, d, s)))
+                .collect();
+            pool.run(parts.len(), |t| {
+                let mut part = parts[t].lock().unwrap_or_else(|p| p.into_inner());
+                let (q, d, s) = &mut *part;
+                let rows = q.len() / cols;
+                for r in 0..rows {
+                    let row = t * per + r;
+                    Acts::fill_row(
+                        &x[row * cols..(row + 1) * cols],
+                        at,
+                        g,
+                        &mut q[r * cols..(r + 1) * cols],
+                        &mut d[r * cols / 32..(r + 1) * cols / 32],
+                        &mut s[r * cols / g..(r + 1) * cols / g],
+                    );
                 }
             });
         }
@@ -200,20 +204,8 @@ fn gemm_panels(pool: &ThreadPool, w: &Matrix, x: &[f32], batch: usize, out: &Sha
     });
 }
 
-/// A raw pointer that tasks writing disjoint parts of one buffer may share.
-#[derive(Clone, Copy)]
-struct SyncPtr<T>(*mut T);
-impl<T> SyncPtr<T> {
-    /// The pointer (a method, so closures capture the whole wrapper).
-    fn get(&self) -> *mut T {
-        self.0
-    }
-}
-
-// SAFETY: only used for disjoint writes inside one parallel scope.
-unsafe impl<T> Sync for SyncPtr<T> {}
-// SAFETY: as above.
-unsafe impl<T> Send for SyncPtr<T> {}
+/// One task's rows of the three activation buffers (bytes, scales, sums).
+type ActsPart<'a> = (&'a mut [u8], &'a mut [f32], &'a mut [f32]);
 
 /// The output buffer shared by tasks that each write a disjoint set of rows.
 struct SharedOut {
