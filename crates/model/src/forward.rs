@@ -114,7 +114,13 @@ impl Scratch {
             + cfg.n_heads * cfg.value_dim
             + 2 * cfg.ffn_dim
             + (2 * cfg.n_layers + 1) * cfg.per_layer_dim;
-        (b * per_token + threads.max(1) * n_ctx * cfg.n_heads + cfg.vocab)
+        // A long batch's attention gathers the keys and values it reads.
+        let gathered = if b >= BLOCKED_ATTENTION_MIN_ROWS {
+            n_ctx * cfg.n_kv_heads * (cfg.head_dim + cfg.value_dim)
+        } else {
+            0
+        };
+        (b * per_token + threads.max(1) * n_ctx * cfg.n_heads + cfg.vocab + gathered)
             * std::mem::size_of::<f32>()
     }
 
