@@ -134,13 +134,6 @@ fn dot4_avx2(u: __m256i, s: __m256i) -> __m256i {
     _mm256_madd_epi16(_mm256_maddubs_epi16(u, s), _mm256_set1_epi16(1))
 }
 
-/// Sums of four u8*i8 products per i32 lane (AVX-512 VNNI, 256-bit form).
-#[inline]
-#[target_feature(enable = "avx2,avx512vnni,avx512vl")]
-fn dot4_vnni512(u: __m256i, s: __m256i) -> __m256i {
-    _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
-}
-
 /// Sums of four u8*i8 products per i32 lane (AVX-VNNI).
 #[inline]
 #[target_feature(enable = "avx2,avxvnni")]
@@ -261,13 +254,6 @@ macro_rules! legacy_kernels {
 }
 
 legacy_kernels!("avx2,fma,f16c", dot4_avx2, q8_0_avx2, q4_0_avx2, q5_0_avx2);
-legacy_kernels!(
-    "avx2,fma,f16c,avx512vnni,avx512vl",
-    dot4_vnni512,
-    q8_0_vnni512,
-    q4_0_vnni512,
-    q5_0_vnni512
-);
 legacy_kernels!(
     "avx2,fma,f16c,avxvnni",
     dot4_avxvnni,
@@ -789,16 +775,6 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q8_0: q8_0_avxvnni,
         ..AVX2
     };
-    static VNNI512: Kernels = Kernels {
-        name: "avx512vnni",
-        q4_0: q4_0_vnni512,
-        q5_0: q5_0_vnni512,
-        q8_0: q8_0_vnni512,
-        q8_0_x4: Some(q8_0_x4_vnni512),
-        q4_0_x4: Some(q4_0_x4_vnni512),
-        q5_0_x4: Some(q5_0_x4_vnni512),
-        ..AVX2
-    };
     static AVX512: Kernels = Kernels {
         name: "avx512",
         q4_0: q4_0_avx512,
@@ -807,7 +783,7 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q8_0_x4: Some(q8_0_x4_avx512),
         q4_0_x4: Some(q4_0_x4_avx512),
         q5_0_x4: Some(q5_0_x4_avx512),
-        ..VNNI512
+        ..AVX2
     };
     let mut v = Vec::new();
     if !(is_x86_feature_detected!("avx2")
@@ -820,11 +796,12 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
     if is_x86_feature_detected!("avxvnni") {
         v.push(&AVXVNNI);
     }
-    if is_x86_feature_detected!("avx512vnni") && is_x86_feature_detected!("avx512vl") {
-        v.push(&VNNI512);
-        if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx512bw") {
-            v.push(&AVX512);
-        }
+    if is_x86_feature_detected!("avx512f")
+        && is_x86_feature_detected!("avx512bw")
+        && is_x86_feature_detected!("avx512vl")
+        && is_x86_feature_detected!("avx512vnni")
+    {
+        v.push(&AVX512);
     }
     v
 }
@@ -888,11 +865,4 @@ legacy_tiles!(
     q8_0_x4_avx2,
     q4_0_x4_avx2,
     q5_0_x4_avx2
-);
-legacy_tiles!(
-    "avx2,fma,f16c,avx512vnni,avx512vl",
-    dot4_vnni512,
-    q8_0_x4_vnni512,
-    q4_0_x4_vnni512,
-    q5_0_x4_vnni512
 );
