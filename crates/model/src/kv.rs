@@ -1,8 +1,16 @@
-//! The key/value cache. Sliding-window layers keep a ring of `window` entries,
-//! so their memory does not grow with the context; global layers keep the
-//! whole context.
+//! The key/value cache. Sliding-window layers keep a ring a little longer than
+//! their window, so their memory does not grow with the context and a
+//! conversation can still rewind a few tokens after the ring has wrapped;
+//! global layers keep the whole context.
 
-use crate::Config;
+use crate::{Config, LayerKind, SeqInput};
+
+/// Positions a sliding-window ring keeps beyond its window. A rewind of up to
+/// this many tokens (plus one) stays possible after the ring has wrapped: the
+/// next turn of a conversation usually re-tokenizes the end of the last answer
+/// a little differently, and without this slack it would recompute the whole
+/// prompt.
+pub const RING_SLACK: usize = 64;
 
 /// Cached keys and values of one layer.
 #[derive(Debug, Clone)]
@@ -14,6 +22,41 @@ pub(crate) struct LayerCache {
     pub v: Vec<f32>,
     /// Number of slots; position `p` lives in slot `p % cap`.
     pub cap: usize,
+    /// The window of a sliding layer (`None`: global, `cap` is the context).
+    pub window: Option<usize>,
+}
+
+impl LayerCache {
+    /// The keys of position `p` for KV head `kvh` (`hd` wide).
+    #[inline]
+    pub fn key(&self, p: usize, kvh: usize, kd: usize, hd: usize) -> &[f32] {
+        &self.k[(p % self.cap) * kd + kvh * hd..][..hd]
+    }
+
+    /// The values of position `p` for KV head `kvh` (`vdim` wide).
+    #[inline]
+    pub fn value(&self, p: usize, kvh: usize, vd: usize, vdim: usize) -> &[f32] {
+        &self.v[(p % self.cap) * vd + kvh * vdim..][..vdim]
+    }
+
+    /// Whether the cache, holding `n_past` positions, still has every key a
+    /// token at position `n` attends to once the positions from `n` on are
+    /// forgotten.
+    fn can_rewind(&self, n_past: usize, n: usize) -> bool {
+        match self.window {
+            None => true,
+            // The ring holds positions n_past - cap ..n_past; the token at `n`
+            // reads n + 1 - window ..n.
+            Some(w) => n_past <= self.cap || n + 1 + self.cap >= w + n_past,
+        }
+    }
+}
+
+/// Slots a layer's cache needs for a context of `n_ctx`.
+fn capacity(l: &LayerKind, n_ctx: usize) -> usize {
+    l.window
+        .map_or(n_ctx, |w| w.saturating_add(RING_SLACK).min(n_ctx))
+        .max(1)
 }
 
 /// The key/value cache of one sequence.
@@ -31,12 +74,13 @@ impl KvCache {
             .layers
             .iter()
             .map(|l| {
-                let cap = l.window.map_or(n_ctx, |w| w.min(n_ctx)).max(1);
+                let cap = capacity(l, n_ctx);
                 let own = if l.kv_source.is_none() { cap } else { 0 };
                 LayerCache {
                     k: vec![0.0; own * l.n_kv_heads * l.head_dim],
                     v: vec![0.0; own * l.n_kv_heads * l.value_dim],
                     cap,
+                    window: l.window,
                 }
             })
             .collect();
@@ -53,8 +97,10 @@ impl KvCache {
             .iter()
             .filter(|l| l.kv_source.is_none())
             .map(|l| {
-                let cap = l.window.map_or(n_ctx, |w| w.min(n_ctx)).max(1);
-                cap * l.n_kv_heads * (l.head_dim + l.value_dim) * std::mem::size_of::<f32>()
+                capacity(l, n_ctx)
+                    * l.n_kv_heads
+                    * (l.head_dim + l.value_dim)
+                    * std::mem::size_of::<f32>()
             })
             .sum()
     }
@@ -70,14 +116,15 @@ impl KvCache {
     }
 
     /// Forget positions from `n` on, so generation can resume from a shared
-    /// prefix. A sliding-window ring that has wrapped no longer holds the
-    /// positions just before `n`, so a rewind is allowed only to 0 or while no
-    /// ring has wrapped; returns whether the rewind happened.
+    /// prefix. A sliding-window ring that has wrapped keeps only its last
+    /// `window + RING_SLACK` positions, so a rewind is allowed only to 0 or
+    /// while every ring still holds the window the token at `n` reads; returns
+    /// whether the rewind happened (when not, the caller must recompute).
     pub fn truncate(&mut self, n: usize) -> bool {
         if n >= self.n_past {
             return n == self.n_past;
         }
-        let ok = n == 0 || self.layers.iter().all(|l| self.n_past <= l.cap);
+        let ok = n == 0 || self.layers.iter().all(|l| l.can_rewind(self.n_past, n));
         if ok {
             self.n_past = n;
         }
@@ -91,5 +138,62 @@ impl KvCache {
 
     pub(crate) fn advance(&mut self, n: usize) {
         self.n_past += n;
+    }
+}
+
+/// Write each sequence's keys and values of layer `li` (rows laid out as
+/// `seq_start` says) into its own cache.
+pub(crate) fn store_batch_kv(
+    kind: &LayerKind,
+    li: usize,
+    seqs: &mut [SeqInput<'_>],
+    seq_start: &[usize],
+    k: &[f32],
+    v: &[f32],
+) {
+    let kd = kind.n_kv_heads * kind.head_dim;
+    let vd = kind.n_kv_heads * kind.value_dim;
+    for (j, sq) in seqs.iter_mut().enumerate() {
+        let (r0, r1) = (seq_start[j], seq_start[j + 1]);
+        let pos0 = sq.cache.n_past();
+        let cache = &mut sq.cache.layers[li];
+        // A ring keeps only the last `cap` of a long batch.
+        for r in (r1 - r0).saturating_sub(cache.cap)..r1 - r0 {
+            let slot = (pos0 + r) % cache.cap;
+            let row = r0 + r;
+            cache.k[slot * kd..(slot + 1) * kd].copy_from_slice(&k[row * kd..(row + 1) * kd]);
+            cache.v[slot * vd..(slot + 1) * vd].copy_from_slice(&v[row * vd..(row + 1) * vd]);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ring(window: usize, cap: usize) -> LayerCache {
+        LayerCache {
+            k: Vec::new(),
+            v: Vec::new(),
+            cap,
+            window: Some(window),
+        }
+    }
+
+    #[test]
+    fn a_wrapped_ring_rewinds_only_while_it_holds_the_window() {
+        // Window 8, 4 slots of slack: positions 88..100 are in the ring.
+        let l = ring(8, 12);
+        assert!(l.can_rewind(10, 3), "not wrapped yet");
+        assert!(l.can_rewind(100, 99));
+        // The token at 95 reads 88..95: all held.
+        assert!(l.can_rewind(100, 95));
+        // The token at 94 reads 87..94: 87 is gone.
+        assert!(!l.can_rewind(100, 94));
+        let global = LayerCache {
+            window: None,
+            ..ring(8, 100)
+        };
+        assert!(global.can_rewind(100, 1));
     }
 }

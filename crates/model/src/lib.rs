@@ -4,17 +4,23 @@
 //! The model never samples or prints: it turns token ids into hidden states and
 //! logits for the positions asked for.
 
+mod attention;
 mod config;
+mod ffn;
 mod forward;
 mod kv;
+mod logits;
+mod matmul;
 mod moe;
 pub mod ops;
+mod scratch;
 mod weights;
 
 pub use config::{Arch, Config, LayerKind};
-pub use forward::{Scratch, SeqInput};
-pub use kv::KvCache;
+pub use forward::SeqInput;
+pub use kv::{KvCache, RING_SLACK};
 pub use moe::{Experts, GateUp, MoeWeights};
+pub use scratch::Scratch;
 pub use weights::Weights;
 
 use gguf::GgufFile;
@@ -28,9 +34,6 @@ pub enum ModelError {
     /// The container is unreadable.
     #[error(transparent)]
     Gguf(#[from] gguf::GgufError),
-    /// A Hugging Face checkpoint directory could not be converted.
-    #[error(transparent)]
-    Checkpoint(#[from] hf::HfError),
     /// `general.architecture` names something we do not implement.
     #[error("unknown model architecture `{name}` (supported: {})", Arch::SUPPORTED.join(", "))]
     UnknownArchitecture {
@@ -104,17 +107,6 @@ pub enum Precision {
     Exact,
 }
 
-/// The GGUF at `path`, or the in-memory GGUF of the checkpoint directory
-/// at `path`.
-pub fn open_model_file(path: &Path) -> Result<GgufFile, ModelError> {
-    if path.is_dir() {
-        let writer = hf::convert_dir(path)?;
-        Ok(GgufFile::from_bytes(writer.to_bytes())?)
-    } else {
-        Ok(GgufFile::open(path)?)
-    }
-}
-
 /// Options for loading.
 #[derive(Debug, Clone)]
 pub struct LoadOptions {
@@ -154,10 +146,11 @@ impl std::fmt::Debug for Model {
 }
 
 impl Model {
-    /// Open a GGUF file, or a Hugging Face checkpoint directory (converted
-    /// in memory, weights in their stored precision), and bind its weights.
+    /// Open a GGUF file and bind its weights. (Hugging Face checkpoint
+    /// directories are converted to GGUF by the `hf` crate first; the engine's
+    /// loader does both.)
     pub fn load(path: impl AsRef<Path>, opts: &LoadOptions) -> Result<Self, ModelError> {
-        Self::from_gguf(Arc::new(open_model_file(path.as_ref())?), opts)
+        Self::from_gguf(Arc::new(GgufFile::open(path.as_ref())?), opts)
     }
 
     /// Bind the weights of an already opened file.

@@ -2,6 +2,7 @@
 //! E small GeGLU experts per token; their weighted sum is added to the dense
 //! FFN's output before the layer's post-FFN norm.
 
+use crate::scratch::ProductBuffers;
 use crate::weights::{checked_tensor, vector, Linear};
 use crate::{ops, Model, ModelError};
 use gguf::{GgufFile, TensorInfo};
@@ -174,7 +175,6 @@ impl Model {
     /// `dense <- post_norm_dense(dense) + post_norm_experts(Σ_k w_k expert_k(pre_norm(x)))`
     /// for `b` rows, where the router reads `x` (the residual stream after
     /// attention).
-    #[allow(clippy::too_many_arguments)]
     pub(crate) fn moe_block(
         &self,
         moe: &MoeWeights,
@@ -182,8 +182,7 @@ impl Model {
         dense: &mut [f32],
         b: usize,
         ms: &mut MoeScratch,
-        qbuf: &mut Vec<u8>,
-        wide: &mut Vec<f32>,
+        bufs: &mut ProductBuffers,
     ) -> Result<(), ModelError> {
         let file = &*self.file;
         let h = self.config.hidden;
@@ -203,14 +202,7 @@ impl Model {
             }
         }
         ms.logits.resize(b * n_exp, 0.0);
-        self.matmul(
-            &moe.router.matrix(file)?,
-            &ms.router_in,
-            b,
-            &mut ms.logits,
-            qbuf,
-            wide,
-        )?;
+        self.linear(&moe.router, &ms.router_in, b, &mut ms.logits, bufs)?;
 
         ms.input.clear();
         ms.input.extend_from_slice(&x[..b * h]);
@@ -254,14 +246,7 @@ impl Model {
             match &moe.gate_up {
                 GateUp::Fused(gu) => {
                     ms.up.resize(m * 2 * ffn, 0.0);
-                    self.matmul(
-                        &gu.matrix(file, e)?,
-                        &ms.gathered,
-                        m,
-                        &mut ms.up,
-                        qbuf,
-                        wide,
-                    )?;
+                    self.matmul(&gu.matrix(file, e)?, &ms.gathered, m, &mut ms.up, bufs)?;
                     ms.gate.clear();
                     for row in ms.up.chunks_exact(2 * ffn) {
                         let (g, u) = row.split_at(ffn);
@@ -272,27 +257,13 @@ impl Model {
                 GateUp::Split(g, u) => {
                     ms.gate.resize(m * ffn, 0.0);
                     ms.up.resize(m * ffn, 0.0);
-                    self.matmul(
-                        &g.matrix(file, e)?,
-                        &ms.gathered,
-                        m,
-                        &mut ms.gate,
-                        qbuf,
-                        wide,
-                    )?;
-                    self.matmul(&u.matrix(file, e)?, &ms.gathered, m, &mut ms.up, qbuf, wide)?;
+                    self.matmul(&g.matrix(file, e)?, &ms.gathered, m, &mut ms.gate, bufs)?;
+                    self.matmul(&u.matrix(file, e)?, &ms.gathered, m, &mut ms.up, bufs)?;
                     ops::geglu(&mut ms.gate, &ms.up);
                 }
             }
             ms.out.resize(m * h, 0.0);
-            self.matmul(
-                &moe.down.matrix(file, e)?,
-                &ms.gate,
-                m,
-                &mut ms.out,
-                qbuf,
-                wide,
-            )?;
+            self.matmul(&moe.down.matrix(file, e)?, &ms.gate, m, &mut ms.out, bufs)?;
             for (j, &(r, w)) in rows.iter().enumerate() {
                 for (acc, &v) in ms.sum[r * h..(r + 1) * h]
                     .iter_mut()

@@ -69,7 +69,7 @@ fn bench_vec_dot(c: &mut Criterion) {
         quantize_activation(at, &x, &mut a).unwrap();
         for set in testing::kernel_sets() {
             g.bench_with_input(BenchmarkId::new(ty.name(), set), &set, |b, set| {
-                b.iter(|| testing::vec_dot_with(set, ty, n, black_box(&w), black_box(&a)))
+                b.iter(|| testing::vec_dot_with(set, ty, n, black_box(&w), black_box(&a)).unwrap())
             });
         }
     }
@@ -95,7 +95,7 @@ fn bench_matmul(c: &mut Criterion) {
             let mut out = vec![0f32; rows * batch];
             let mut scratch = Vec::new();
             g.bench_function(BenchmarkId::new(ty.name(), format!("batch{batch}")), |b| {
-                b.iter(|| matmul(&pool, &m, black_box(&x), batch, &mut out, &mut scratch))
+                b.iter(|| matmul(&pool, &m, black_box(&x), batch, &mut out, &mut scratch).unwrap())
             });
         }
     }

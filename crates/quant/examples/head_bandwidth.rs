@@ -26,10 +26,10 @@ fn main() {
     let mut out = vec![0.0f32; rows * batch];
     let mut scratch = Vec::new();
     let reps = 20;
-    matmul(&pool, &m, &x, batch, &mut out, &mut scratch);
+    matmul(&pool, &m, &x, batch, &mut out, &mut scratch).expect("shapes match");
     let t = Instant::now();
     for _ in 0..reps {
-        matmul(&pool, &m, &x, batch, &mut out, &mut scratch);
+        matmul(&pool, &m, &x, batch, &mut out, &mut scratch).expect("shapes match");
     }
     let s = t.elapsed().as_secs_f64() / reps as f64;
     println!(

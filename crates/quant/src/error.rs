@@ -53,6 +53,9 @@ pub enum QuantError {
     /// Operand shapes of a matrix product disagree.
     #[error("shape mismatch: {0}")]
     Shape(String),
+    /// No kernel table of that name runs on this CPU.
+    #[error("no kernel set `{0}` on this CPU")]
+    UnknownKernelSet(String),
     /// A size computation overflowed `usize`.
     #[error("size overflow")]
     Overflow,

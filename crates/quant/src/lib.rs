@@ -17,7 +17,7 @@ pub mod vector;
 
 pub use error::QuantError;
 pub use gguf::GgmlType;
-pub use matmul::{matmul, try_matmul, Matrix};
+pub use matmul::{check_product_shapes, matmul, Matrix};
 pub use pool::{default_threads, ThreadPool};
 
 use formats::{float, kquantize, kquants, legacy};
@@ -183,15 +183,15 @@ pub fn quantize_activation(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<
 /// Dot product of one weight row (type `ty`, `n` elements) with one activation row
 /// already in [`vec_dot_type`]`(ty)`, through the best SIMD kernel for this CPU.
 ///
-/// Returns NaN (and fails a debug assertion) when the type is unsupported or either
-/// buffer is too short; it never reads out of bounds.
-pub fn vec_dot(ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> f32 {
+/// An error when the type is unsupported or either buffer is too short; it
+/// never reads out of bounds.
+pub fn vec_dot(ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> Result<f32, QuantError> {
     simd::checked_vec_dot(simd::best(), ty, n, w, a)
 }
 
 /// Dot product of a float weight row (F32, F16 or BF16) with `x.len()` f32 values,
-/// through the best SIMD kernel; NaN on a non-float type or short row.
-pub fn vec_dot_f32(ty: GgmlType, w: &[u8], x: &[f32]) -> f32 {
+/// through the best SIMD kernel; an error on a non-float type or short row.
+pub fn vec_dot_f32(ty: GgmlType, w: &[u8], x: &[f32]) -> Result<f32, QuantError> {
     simd::checked_vec_dot_f32(simd::best(), ty, w, x)
 }
 
@@ -203,26 +203,38 @@ pub fn kernel_name() -> &'static str {
 /// Test and benchmark hooks: every kernel table this CPU can run.
 #[doc(hidden)]
 pub mod testing {
-    use crate::GgmlType;
+    use crate::{GgmlType, QuantError};
 
     /// Names of the kernel tables this CPU can run, scalar first.
     pub fn kernel_sets() -> Vec<&'static str> {
         crate::simd::available().iter().map(|k| k.name).collect()
     }
 
-    /// `vec_dot` through the named kernel table; NaN when the name is unknown.
-    pub fn vec_dot_with(set: &str, ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> f32 {
-        match crate::simd::available().into_iter().find(|k| k.name == set) {
-            Some(k) => crate::simd::checked_vec_dot(k, ty, n, w, a),
-            None => f32::NAN,
-        }
+    fn table(set: &str) -> Result<&'static crate::simd::Kernels, QuantError> {
+        crate::simd::available()
+            .into_iter()
+            .find(|k| k.name == set)
+            .ok_or_else(|| QuantError::UnknownKernelSet(set.to_string()))
     }
 
-    /// `vec_dot_f32` through the named kernel table; NaN when the name is unknown.
-    pub fn vec_dot_f32_with(set: &str, ty: GgmlType, w: &[u8], x: &[f32]) -> f32 {
-        match crate::simd::available().into_iter().find(|k| k.name == set) {
-            Some(k) => crate::simd::checked_vec_dot_f32(k, ty, w, x),
-            None => f32::NAN,
-        }
+    /// `vec_dot` through the named kernel table.
+    pub fn vec_dot_with(
+        set: &str,
+        ty: GgmlType,
+        n: usize,
+        w: &[u8],
+        a: &[u8],
+    ) -> Result<f32, QuantError> {
+        crate::simd::checked_vec_dot(table(set)?, ty, n, w, a)
+    }
+
+    /// `vec_dot_f32` through the named kernel table.
+    pub fn vec_dot_f32_with(
+        set: &str,
+        ty: GgmlType,
+        w: &[u8],
+        x: &[f32],
+    ) -> Result<f32, QuantError> {
+        crate::simd::checked_vec_dot_f32(table(set)?, ty, w, x)
     }
 }

@@ -244,39 +244,16 @@ impl SharedOut {
     }
 }
 
-/// `out[b*rows + r] = dot(W row r, x[b*cols..(b+1)*cols])` for `b` in `0..batch`.
-///
-/// `scratch` holds the quantized activations and is reused across calls: it only
-/// grows, so once it is big enough there is no allocation.
-///
-/// # Panics
-/// When `x` or `out` is shorter than the shapes imply; use [`try_matmul`] to get an
-/// error instead.
-pub fn matmul(
-    pool: &ThreadPool,
+/// Checks that `x` holds `batch` rows of `w.cols()` activations and `out`
+/// has room for `batch` rows of `w.rows()` results.
+pub fn check_product_shapes(
     w: &Matrix,
     x: &[f32],
     batch: usize,
-    out: &mut [f32],
-    scratch: &mut Vec<u8>,
-) {
-    if let Err(e) = try_matmul(pool, w, x, batch, out, scratch) {
-        panic!("matmul: {e}");
-    }
-}
-
-/// [`matmul`] that reports bad shapes as errors.
-pub fn try_matmul(
-    pool: &ThreadPool,
-    w: &Matrix,
-    x: &[f32],
-    batch: usize,
-    out: &mut [f32],
-    scratch: &mut Vec<u8>,
+    out: &[f32],
 ) -> Result<(), QuantError> {
-    let (rows, cols) = (w.rows, w.cols);
-    let nx = batch.checked_mul(cols).ok_or(QuantError::Overflow)?;
-    let nout = batch.checked_mul(rows).ok_or(QuantError::Overflow)?;
+    let nx = batch.checked_mul(w.cols).ok_or(QuantError::Overflow)?;
+    let nout = batch.checked_mul(w.rows).ok_or(QuantError::Overflow)?;
     if x.len() < nx {
         return Err(QuantError::BufferTooShort {
             what: "activation",
@@ -291,6 +268,25 @@ pub fn try_matmul(
             have: out.len(),
         });
     }
+    Ok(())
+}
+
+/// `out[b*rows + r] = dot(W row r, x[b*cols..(b+1)*cols])` for `b` in `0..batch`.
+///
+/// `scratch` holds the quantized activations and is reused across calls: it only
+/// grows, so once it is big enough there is no allocation. Operands shorter than
+/// the shapes imply are an error, never a panic.
+pub fn matmul(
+    pool: &ThreadPool,
+    w: &Matrix,
+    x: &[f32],
+    batch: usize,
+    out: &mut [f32],
+    scratch: &mut Vec<u8>,
+) -> Result<(), QuantError> {
+    check_product_shapes(w, x, batch, out)?;
+    let (rows, cols) = (w.rows, w.cols);
+    let (nx, nout) = (batch * cols, batch * rows);
     if nout == 0 {
         return Ok(());
     }

@@ -11,16 +11,16 @@ use crate::GgmlType;
 /// Dot product of one weight row (type `ty`, `n` elements) with one activation row in
 /// [`crate::vec_dot_type`]`(ty)`, using only the scalar reference kernels.
 ///
-/// Returns NaN (and fails a debug assertion) when the type is unsupported or the
-/// buffers are too short for `n` elements.
-pub fn vec_dot(ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> f32 {
+/// An error when the type is unsupported or the buffers are too short for `n`
+/// elements.
+pub fn vec_dot(ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> Result<f32, crate::QuantError> {
     crate::simd::checked_vec_dot(crate::simd::scalar_kernels(), ty, n, w, a)
 }
 
 /// Dot product of a float-typed weight row (F32, F16 or BF16) with f32 activations.
 ///
-/// Returns NaN when the type is not a float type or the buffers are too short.
-pub fn vec_dot_f32(ty: GgmlType, w: &[u8], x: &[f32]) -> f32 {
+/// An error when the type is not a float type or the buffers are too short.
+pub fn vec_dot_f32(ty: GgmlType, w: &[u8], x: &[f32]) -> Result<f32, crate::QuantError> {
     crate::simd::checked_vec_dot_f32(crate::simd::scalar_kernels(), ty, w, x)
 }
 

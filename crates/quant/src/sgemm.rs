@@ -8,6 +8,7 @@
 //! fused multiply-add per step; the scalar reference does the same and the
 //! SIMD kernels match it bit for bit.
 
+use crate::QuantError;
 use std::sync::OnceLock;
 
 type Kernel = unsafe fn(usize, usize, usize, *const f32, usize, *const f32, usize, *mut f32, usize);
@@ -40,27 +41,41 @@ fn check(
     ldb: usize,
     c: &[f32],
     ldc: usize,
-) {
-    assert!(
-        lda >= k && ldb >= n && ldc >= n,
-        "sgemm: a row stride is shorter than its row"
-    );
+) -> Result<(), QuantError> {
+    if lda < k || ldb < n || ldc < n {
+        return Err(QuantError::Shape(format!(
+            "sgemm: a row stride is shorter than its row (lda {lda} < k {k}, ldb {ldb} or ldc {ldc} < n {n})"
+        )));
+    }
     if m == 0 || n == 0 {
-        return;
+        return Ok(());
     }
-    assert!(c.len() >= (m - 1) * ldc + n, "sgemm: C too short");
+    let need = |rows: usize, ld: usize, cols: usize| {
+        (rows - 1)
+            .checked_mul(ld)
+            .and_then(|v| v.checked_add(cols))
+            .ok_or(QuantError::Overflow)
+    };
+    let short = |what, need: usize, have: usize| {
+        if have < need {
+            Err(QuantError::BufferTooShort { what, need, have })
+        } else {
+            Ok(())
+        }
+    };
+    short("sgemm C", need(m, ldc, n)?, c.len())?;
     if k > 0 {
-        assert!(a.len() >= (m - 1) * lda + k, "sgemm: A too short");
-        assert!(b.len() >= (k - 1) * ldb + n, "sgemm: B too short");
+        short("sgemm A", need(m, lda, k)?, a.len())?;
+        short("sgemm B", need(k, ldb, n)?, b.len())?;
     }
+    Ok(())
 }
 
 /// `C = A · B` for row-major `A` (`m × k`, rows `lda` apart), `B` (`k × n`,
 /// rows `ldb` apart) and `C` (`m × n`, rows `ldc` apart), through the best
 /// kernel for this CPU.
 ///
-/// # Panics
-/// When a slice is shorter than its shape and stride imply.
+/// A slice shorter than its shape and stride imply is an error.
 #[allow(clippy::too_many_arguments)]
 pub fn sgemm(
     m: usize,
@@ -72,10 +87,10 @@ pub fn sgemm(
     ldb: usize,
     c: &mut [f32],
     ldc: usize,
-) {
-    check(m, n, k, a, lda, b, ldb, c, ldc);
+) -> Result<(), QuantError> {
+    check(m, n, k, a, lda, b, ldb, c, ldc)?;
     if m == 0 || n == 0 {
-        return;
+        return Ok(());
     }
     match kernel() {
         // SAFETY: the kernel was installed after detecting its features, and
@@ -93,8 +108,9 @@ pub fn sgemm(
                 ldc,
             )
         },
-        None => sgemm_scalar(m, n, k, a, lda, b, ldb, c, ldc),
+        None => sgemm_scalar(m, n, k, a, lda, b, ldb, c, ldc)?,
     }
+    Ok(())
 }
 
 /// The scalar reference for [`sgemm`]: each element summed over `k` in order
@@ -110,8 +126,8 @@ pub fn sgemm_scalar(
     ldb: usize,
     c: &mut [f32],
     ldc: usize,
-) {
-    check(m, n, k, a, lda, b, ldb, c, ldc);
+) -> Result<(), QuantError> {
+    check(m, n, k, a, lda, b, ldb, c, ldc)?;
     for i in 0..m {
         for j in 0..n {
             let mut acc = 0.0f32;
@@ -121,6 +137,7 @@ pub fn sgemm_scalar(
             c[i * ldc + j] = acc;
         }
     }
+    Ok(())
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -337,7 +354,7 @@ mod tests {
             let a: Vec<f32> = (0..m * lda).map(|_| next()).collect();
             let b: Vec<f32> = (0..k.max(1) * ldb).map(|_| next()).collect();
             let mut want = vec![7.0f32; m * ldc];
-            sgemm_scalar(m, n, k, &a, lda, &b, ldb, &mut want, ldc);
+            sgemm_scalar(m, n, k, &a, lda, &b, ldb, &mut want, ldc).unwrap();
             #[cfg(target_arch = "x86_64")]
             for (name, f) in x86::available() {
                 let mut got = vec![7.0f32; m * ldc];
@@ -346,7 +363,7 @@ mod tests {
                 prop_assert_eq!(&got, &want, "{}", name);
             }
             let mut got = vec![7.0f32; m * ldc];
-            sgemm(m, n, k, &a, lda, &b, ldb, &mut got, ldc);
+            sgemm(m, n, k, &a, lda, &b, ldb, &mut got, ldc).unwrap();
             prop_assert_eq!(&got, &want);
         }
     }
@@ -357,7 +374,21 @@ mod tests {
         let a = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0];
         let b = [7.0, 8.0, 9.0, 10.0, 11.0, 12.0];
         let mut c = [0.0f32; 4];
-        sgemm(2, 2, 3, &a, 3, &b, 2, &mut c, 2);
+        sgemm(2, 2, 3, &a, 3, &b, 2, &mut c, 2).unwrap();
         assert_eq!(c, [58.0, 64.0, 139.0, 154.0]);
+    }
+
+    /// Operands shorter than their shapes are an error, not a panic.
+    #[test]
+    fn bad_shapes_are_errors() {
+        let a = [1.0f32; 6];
+        let b = [1.0f32; 6];
+        let mut c = [0.0f32; 4];
+        assert!(sgemm(2, 2, 3, &a[..5], 3, &b, 2, &mut c, 2).is_err());
+        assert!(sgemm(2, 2, 3, &a, 3, &b[..5], 2, &mut c, 2).is_err());
+        assert!(sgemm(2, 2, 3, &a, 3, &b, 2, &mut c[..3], 2).is_err());
+        assert!(sgemm(2, 2, 3, &a, 2, &b, 2, &mut c, 2).is_err());
+        assert!(sgemm_scalar(2, 2, 3, &a, 3, &b, 2, &mut c[..3], 2).is_err());
+        assert!(sgemm(2, 2, 3, &a, 3, &b, 2, &mut c, 2).is_ok());
     }
 }

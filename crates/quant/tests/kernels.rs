@@ -109,14 +109,14 @@ proptest! {
             let n = nblocks * 256;
             let w = random_weights(ty, n, &mut rng);
             let (_, a) = random_acts(ty, n, &mut rng, scale);
-            let reference = scalar::vec_dot(ty, n, &w, &a);
+            let reference = scalar::vec_dot(ty, n, &w, &a).unwrap();
             let tol = 1e-5 * magnitude(ty, &w, &a, n);
             for set in testing::kernel_sets() {
-                let got = testing::vec_dot_with(set, ty, n, &w, &a);
+                let got = testing::vec_dot_with(set, ty, n, &w, &a).unwrap();
                 prop_assert!((got - reference).abs() <= tol,
                     "{ty} on {set}: {got} vs scalar {reference} (tol {tol})");
             }
-            prop_assert!((vec_dot(ty, n, &w, &a) - reference).abs() <= tol);
+            prop_assert!((vec_dot(ty, n, &w, &a).unwrap() - reference).abs() <= tol);
         }
     }
 
@@ -126,11 +126,11 @@ proptest! {
         for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
             let w = random_weights(ty, n, &mut rng);
             let x: Vec<f32> = (0..n).map(|_| rng.f32()).collect();
-            let reference = scalar::vec_dot_f32(ty, &w, &x);
+            let reference = scalar::vec_dot_f32(ty, &w, &x).unwrap();
             let wd = deq(ty, &w, n);
             let tol = 1e-5 * (wd.iter().zip(&x).map(|(a, b)| (a * b).abs()).sum::<f32>() + 1e-6);
             for set in testing::kernel_sets() {
-                let got = testing::vec_dot_f32_with(set, ty, &w, &x);
+                let got = testing::vec_dot_f32_with(set, ty, &w, &x).unwrap();
                 prop_assert!((got - reference).abs() <= tol, "{ty} on {set}: {got} vs {reference}");
             }
         }
@@ -146,7 +146,7 @@ proptest! {
             let wd = deq(ty, &w, n);
             let exact: f32 = wd.iter().zip(&x).map(|(p, q)| p * q).sum();
             let mag: f32 = wd.iter().zip(&x).map(|(p, q)| (p * q).abs()).sum::<f32>() + 1e-6;
-            let got = vec_dot(ty, n, &w, &a);
+            let got = vec_dot(ty, n, &w, &a).unwrap();
             // 8-bit activations: each term is off by at most about 1/127 of the block max.
             prop_assert!((got - exact).abs() <= 0.02 * mag, "{ty}: {got} vs {exact} (mag {mag})");
         }
@@ -178,7 +178,7 @@ fn batched_matmul_matches_vector_kernels() {
             let m = Matrix::new(ty, rows, cols, &w).unwrap();
             let x: Vec<f32> = (0..batch * cols).map(|_| rng.f32()).collect();
             let mut out = vec![f32::NAN; batch * rows];
-            quant::matmul(&pool, &m, &x, batch, &mut out, &mut scratch);
+            quant::matmul(&pool, &m, &x, batch, &mut out, &mut scratch).unwrap();
             let at = vec_dot_type(ty);
             let mut a = vec![0u8; at.row_bytes(cols as u64).unwrap() as usize];
             let mut wrow = vec![0.0f32; cols];
@@ -186,7 +186,7 @@ fn batched_matmul_matches_vector_kernels() {
                 let xb = &x[b * cols..(b + 1) * cols];
                 quantize_activation(at, xb, &mut a).unwrap();
                 for r in 0..rows {
-                    let want = vec_dot(ty, cols, m.row(r), &a);
+                    let want = vec_dot(ty, cols, m.row(r), &a).unwrap();
                     m.dequantize_row(r, &mut wrow).unwrap();
                     let mag: f32 = wrow.iter().zip(xb).map(|(p, q)| (p * q).abs()).sum();
                     let got = out[b * rows + r];
@@ -213,7 +213,7 @@ fn matmul_matches_naive_loop() {
             for batch in [1, 4, 7] {
                 let x: Vec<f32> = (0..batch * cols).map(|_| rng.f32()).collect();
                 let mut out = vec![f32::NAN; batch * rows];
-                quant::matmul(&pool, &m, &x, batch, &mut out, &mut scratch);
+                quant::matmul(&pool, &m, &x, batch, &mut out, &mut scratch).unwrap();
                 let at = vec_dot_type(ty);
                 let mut a = vec![0u8; at.row_bytes(cols as u64).unwrap() as usize];
                 for b in 0..batch {
@@ -221,9 +221,9 @@ fn matmul_matches_naive_loop() {
                     for r in 0..rows {
                         let want = if ty.is_quantized() {
                             quantize_activation(at, xb, &mut a).unwrap();
-                            vec_dot(ty, cols, m.row(r), &a)
+                            vec_dot(ty, cols, m.row(r), &a).unwrap()
                         } else {
-                            quant::vec_dot_f32(ty, m.row(r), xb)
+                            quant::vec_dot_f32(ty, m.row(r), xb).unwrap()
                         };
                         assert_eq!(
                             out[b * rows + r],
@@ -271,9 +271,17 @@ fn bad_inputs_are_errors_not_panics() {
     let pool = ThreadPool::new(1);
     let mut scratch = Vec::new();
     let mut o = [0f32; 2];
-    assert!(quant::try_matmul(&pool, &m, &[0.0; 31], 1, &mut o, &mut scratch).is_err());
-    assert!(quant::try_matmul(&pool, &m, &[0.0; 32], 1, &mut o[..1], &mut scratch).is_err());
-    assert!(quant::try_matmul(&pool, &m, &[0.0; 32], 1, &mut o, &mut scratch).is_ok());
+    assert!(quant::matmul(&pool, &m, &[0.0; 31], 1, &mut o, &mut scratch).is_err());
+    assert!(quant::matmul(&pool, &m, &[0.0; 32], 1, &mut o[..1], &mut scratch).is_err());
+    assert!(quant::matmul(&pool, &m, &[0.0; 32], 1, &mut o, &mut scratch).is_ok());
+    // Dot products over rows shorter than their length are errors, not NaN or a panic.
+    assert!(quant::vec_dot(GgmlType::Q8_0, 64, &w[..34], &[0u8; 68]).is_err());
+    assert!(quant::vec_dot(GgmlType::Q8_0, 64, &w, &[0u8; 67]).is_err());
+    assert!(quant::vec_dot(GgmlType::Q8_0, 33, &w, &[0u8; 68]).is_err());
+    assert!(quant::vec_dot(GgmlType::Q8_0, 64, &w, &[0u8; 68]).is_ok());
+    assert!(quant::vec_dot_f32(GgmlType::Q8_0, &w, &[0.0; 4]).is_err());
+    assert!(quant::vec_dot_f32(GgmlType::F32, &[0u8; 8], &[0.0; 4]).is_err());
+    assert!(testing::vec_dot_with("no-such-set", GgmlType::Q8_0, 32, &w, &[0u8; 34]).is_err());
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! Run-time kernel selection: a table of function pointers chosen once per process.
 
+use crate::QuantError;
 use std::sync::OnceLock;
 
 use crate::{scalar, vec_dot_type, GgmlType};
@@ -164,12 +165,20 @@ fn blocks_for(ty: GgmlType, n: usize, w: usize, a: usize) -> Option<usize> {
 }
 
 /// `vec_dot` through table `k`, validating everything first.
-pub(crate) fn checked_vec_dot(k: &Kernels, ty: GgmlType, n: usize, w: &[u8], a: &[u8]) -> f32 {
+pub(crate) fn checked_vec_dot(
+    k: &Kernels,
+    ty: GgmlType,
+    n: usize,
+    w: &[u8],
+    a: &[u8],
+) -> Result<f32, QuantError> {
     if k.float(ty).is_some() {
-        let Some(a) = a.get(..n.saturating_mul(4)) else {
-            debug_assert!(false, "activation row too short");
-            return f32::NAN;
-        };
+        let need = n.checked_mul(4).ok_or(QuantError::Overflow)?;
+        let a = a.get(..need).ok_or(QuantError::BufferTooShort {
+            what: "activation",
+            need,
+            have: a.len(),
+        })?;
         let mut buf = [0f32; 64];
         let mut sum = 0.0f32;
         let es = ty.block_bytes();
@@ -177,36 +186,52 @@ pub(crate) fn checked_vec_dot(k: &Kernels, ty: GgmlType, n: usize, w: &[u8], a: 
         for chunk in a.chunks(buf.len() * 4) {
             let m = chunk.len() / 4;
             crate::formats::float::dequant_f32(chunk, &mut buf[..m]);
-            let Some((wc, rest)) = w_rest.split_at_checked(m * es) else {
-                debug_assert!(false, "weight row too short");
-                return f32::NAN;
-            };
+            let (wc, rest) = w_rest
+                .split_at_checked(m * es)
+                .ok_or(QuantError::BufferTooShort {
+                    what: "weight",
+                    need: n * es,
+                    have: w.len(),
+                })?;
             w_rest = rest;
-            sum += checked_vec_dot_f32(k, ty, wc, &buf[..m]);
+            sum += checked_vec_dot_f32(k, ty, wc, &buf[..m])?;
         }
-        return sum;
+        return Ok(sum);
     }
-    let (Some(f), Some(nb)) = (k.quant(ty), blocks_for(ty, n, w.len(), a.len())) else {
-        debug_assert!(false, "vec_dot: unsupported type {ty} or bad lengths");
-        return f32::NAN;
-    };
+    let f = k.quant(ty).ok_or(QuantError::Unsupported(ty))?;
+    let nb = blocks_for(ty, n, w.len(), a.len()).ok_or_else(|| {
+        QuantError::Shape(format!(
+            "a dot product of {n} {ty} elements over a weight row of {} bytes and an activation row of {} bytes",
+            w.len(),
+            a.len()
+        ))
+    })?;
     // SAFETY: `k` comes from this module (kernels installed only after feature
     // detection) and `blocks_for` checked that both slices hold `nb` blocks.
-    unsafe { f(w, a, nb) }
+    Ok(unsafe { f(w, a, nb) })
 }
 
 /// Float-weight dot through table `k` over `x.len()` elements.
-pub(crate) fn checked_vec_dot_f32(k: &Kernels, ty: GgmlType, w: &[u8], x: &[f32]) -> f32 {
-    let Some(f) = k.float(ty) else {
-        debug_assert!(false, "vec_dot_f32: {ty} is not a float type");
-        return f32::NAN;
-    };
-    if w.len() < x.len().saturating_mul(ty.block_bytes()) {
-        debug_assert!(false, "vec_dot_f32: weight row too short");
-        return f32::NAN;
+pub(crate) fn checked_vec_dot_f32(
+    k: &Kernels,
+    ty: GgmlType,
+    w: &[u8],
+    x: &[f32],
+) -> Result<f32, QuantError> {
+    let f = k.float(ty).ok_or(QuantError::Unsupported(ty))?;
+    let need = x
+        .len()
+        .checked_mul(ty.block_bytes())
+        .ok_or(QuantError::Overflow)?;
+    if w.len() < need {
+        return Err(QuantError::BufferTooShort {
+            what: "weight",
+            need,
+            have: w.len(),
+        });
     }
     // SAFETY: table from this module; `w` holds `x.len()` elements (checked above).
-    unsafe { f(w, x, x.len()) }
+    Ok(unsafe { f(w, x, x.len()) })
 }
 
 #[cfg(test)]

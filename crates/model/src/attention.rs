@@ -1,0 +1,297 @@
+//! Causal attention of a batch's queries, each row over its own sequence: the
+//! positions its cache holds before the batch, and its sequence's keys in the
+//! batch. Reading the batch's keys from its own buffer (not the ring) keeps a
+//! sliding-window ring correct when a batch is longer than the window.
+//!
+//! One computation, two schedules chosen by the batch's shape: decode steps
+//! and short batches go row by row; a long batch of one sequence (prefill)
+//! goes as matrix products over blocks of queries. Everything that differs
+//! between Gemma variants (window, head sizes, grouped KV heads, soft-capping)
+//! comes in as data from the layer's [`LayerKind`] and the [`Config`].
+
+use crate::kv::LayerCache;
+use crate::matmul::FirstError;
+use crate::ops;
+use crate::{Config, LayerKind, SeqInput};
+use std::sync::Mutex;
+
+/// Batches of one sequence with at least this many rows take the blocked
+/// schedule (prefill); shorter ones, decode steps among them, go row by row.
+pub(crate) const BLOCKED_ATTENTION_MIN_ROWS: usize = 16;
+
+/// Query vectors per block of the blocked schedule: a multiple of the heads
+/// sharing a KV head, near the matrix kernel's 12-row tile.
+const BLOCK_QUERIES: usize = 12;
+
+/// What one layer's attention reads: its shape, the batch's rows and the
+/// caches they extend.
+pub(crate) struct AttentionInput<'r, 'a> {
+    /// The model.
+    pub cfg: &'r Config,
+    /// The layer's attention shape.
+    pub kind: &'r LayerKind,
+    /// The batch's sequences (their caches hold the earlier positions).
+    pub seqs: &'r [SeqInput<'a>],
+    /// The layer whose cache holds the keys (the KV source on sharing layers).
+    pub layer: usize,
+    /// Rows `seq_start[j]..seq_start[j + 1]` belong to sequence `j`.
+    pub seq_start: &'r [usize],
+    /// The sequence of each row.
+    pub row_seq: &'r [usize],
+    /// The batch's queries, keys and values.
+    pub q: &'r [f32],
+    pub k_new: &'r [f32],
+    pub v_new: &'r [f32],
+}
+
+/// Sizes of one layer's heads.
+#[derive(Clone, Copy)]
+struct Heads {
+    hd: usize,
+    vdim: usize,
+    n_heads: usize,
+    n_kv: usize,
+    /// Query heads per KV head.
+    group: usize,
+    /// Key and value widths of one row.
+    kd: usize,
+    vd: usize,
+}
+
+impl Heads {
+    fn of(cfg: &Config, kind: &LayerKind) -> Self {
+        let (hd, vdim, n_heads, n_kv) =
+            (kind.head_dim, kind.value_dim, cfg.n_heads, kind.n_kv_heads);
+        Self {
+            hd,
+            vdim,
+            n_heads,
+            n_kv,
+            group: n_heads / n_kv,
+            kd: n_kv * hd,
+            vd: n_kv * vdim,
+        }
+    }
+}
+
+/// One sequence's keys and values in one layer: positions before `pos0` from
+/// its cache, later ones from the batch's rows `row0..`.
+struct SeqKeys<'v> {
+    layer: &'v LayerCache,
+    pos0: usize,
+    row0: usize,
+    k_new: &'v [f32],
+    v_new: &'v [f32],
+    h: Heads,
+}
+
+impl SeqKeys<'_> {
+    /// The key of position `p` for KV head `kvh`.
+    #[inline]
+    fn key(&self, p: usize, kvh: usize) -> &[f32] {
+        let h = self.h;
+        if p < self.pos0 {
+            self.layer.key(p, kvh, h.kd, h.hd)
+        } else {
+            &self.k_new[(self.row0 + p - self.pos0) * h.kd + kvh * h.hd..][..h.hd]
+        }
+    }
+
+    /// The value of position `p` for KV head `kvh`.
+    #[inline]
+    fn value(&self, p: usize, kvh: usize) -> &[f32] {
+        let h = self.h;
+        if p < self.pos0 {
+            self.layer.value(p, kvh, h.vd, h.vdim)
+        } else {
+            &self.v_new[(self.row0 + p - self.pos0) * h.vd + kvh * h.vdim..][..h.vdim]
+        }
+    }
+}
+
+impl AttentionInput<'_, '_> {
+    /// The first position a query at `pos` attends to.
+    fn lowest_key(&self, pos: usize) -> usize {
+        self.kind.window.map_or(0, |w| (pos + 1).saturating_sub(w))
+    }
+
+    /// The keys and values sequence `seq` attends over in this layer.
+    fn keys_of(&self, seq: usize, h: Heads) -> SeqKeys<'_> {
+        let cache = &*self.seqs[seq].cache;
+        SeqKeys {
+            layer: &cache.layers[self.layer],
+            pos0: cache.n_past(),
+            row0: self.seq_start[seq],
+            k_new: self.k_new,
+            v_new: self.v_new,
+            h,
+        }
+    }
+
+    /// Soft-cap (Gemma 2) and softmax over one query's live scores.
+    fn normalize(&self, scores: &mut [f32]) {
+        if let Some(cap) = self.cfg.attn_softcap {
+            ops::softcap(scores, cap);
+        }
+        ops::softmax(scores);
+    }
+}
+
+/// Attention of every row of the batch into `out` (`n_heads * value_dim` per
+/// row). `scores` holds one buffer per worker; `gathered` is the blocked
+/// schedule's copy of the keys and values.
+pub(crate) fn attend(
+    pool: &quant::ThreadPool,
+    input: AttentionInput<'_, '_>,
+    out: &mut [f32],
+    scores: &[Mutex<Vec<f32>>],
+    gathered: &mut Vec<f32>,
+) -> Result<(), quant::QuantError> {
+    if input.seqs.len() == 1 && input.row_seq.len() >= BLOCKED_ATTENTION_MIN_ROWS {
+        attend_blocked(pool, input, out, scores, gathered)
+    } else {
+        attend_rows(pool, input, out, scores);
+        Ok(())
+    }
+}
+
+/// Row by row: one task is one row and one KV head, so the query heads
+/// sharing that KV head read each key and value once between them.
+fn attend_rows(
+    pool: &quant::ThreadPool,
+    input: AttentionInput<'_, '_>,
+    out: &mut [f32],
+    scores: &[Mutex<Vec<f32>>],
+) {
+    let h = Heads::of(input.cfg, input.kind);
+    let b = input.row_seq.len();
+    let n_tasks = b * h.n_kv;
+    let per_worker = n_tasks.div_ceil(scores.len());
+    let out = &mut out[..b * h.n_heads * h.vdim];
+    let q = input.q;
+
+    let attend_one = |task: usize, o: &mut [f32], sc: &mut [f32]| {
+        let (i, kvh) = (task / h.n_kv, task % h.n_kv);
+        let keys = input.keys_of(input.row_seq[i], h);
+        let pos = keys.pos0 + (i - keys.row0);
+        let lo = input.lowest_key(pos);
+        let n_keys = pos + 1 - lo;
+        let stride = sc.len() / h.group;
+        let q0 = (i * h.n_heads + kvh * h.group) * h.hd;
+        for (j, p) in (lo..=pos).enumerate() {
+            let k = keys.key(p, kvh);
+            for g in 0..h.group {
+                let qg = &q[q0 + g * h.hd..q0 + (g + 1) * h.hd];
+                sc[g * stride + j] = quant::vector::dot(qg, k);
+            }
+        }
+        for g in 0..h.group {
+            input.normalize(&mut sc[g * stride..g * stride + n_keys]);
+        }
+        o.fill(0.0);
+        for (j, p) in (lo..=pos).enumerate() {
+            let v = keys.value(p, kvh);
+            for (g, og) in o.chunks_exact_mut(h.vdim).enumerate() {
+                quant::vector::axpy(og, sc[g * stride + j], v);
+            }
+        }
+    };
+
+    pool.for_each_chunk_mut(out, per_worker * h.group * h.vdim, |worker, rows| {
+        let mut guard = scores[worker].lock().unwrap_or_else(|e| e.into_inner());
+        for (r, o) in rows.chunks_exact_mut(h.group * h.vdim).enumerate() {
+            attend_one(worker * per_worker + r, o, &mut guard);
+        }
+    });
+}
+
+/// A long batch of one sequence, as matrix products: the keys and values it
+/// attends to are gathered once per KV head (keys transposed), and each block
+/// of queries gets its scores as one product with the keys and its output as
+/// one product of the probabilities with the values. Positions outside a
+/// query's causal window get probability 0.
+fn attend_blocked(
+    pool: &quant::ThreadPool,
+    input: AttentionInput<'_, '_>,
+    out: &mut [f32],
+    scores: &[Mutex<Vec<f32>>],
+    gathered: &mut Vec<f32>,
+) -> Result<(), quant::QuantError> {
+    let h = Heads::of(input.cfg, input.kind);
+    let b = input.row_seq.len();
+    let keys = input.keys_of(0, h);
+    let pos0 = keys.pos0;
+    // Keys klo.. cover every row's window.
+    let klo = input.lowest_key(pos0);
+    let nk = pos0 + b - klo;
+    gathered.resize(h.n_kv * nk * (h.hd + h.vdim), 0.0);
+    let (kt_all, vc_all) = gathered.split_at_mut(h.n_kv * nk * h.hd);
+    for j in 0..nk {
+        for kvh in 0..h.n_kv {
+            let (k, v) = (keys.key(klo + j, kvh), keys.value(klo + j, kvh));
+            let kt = &mut kt_all[kvh * nk * h.hd..(kvh + 1) * nk * h.hd];
+            for (d, &x) in k.iter().enumerate() {
+                kt[d * nk + j] = x;
+            }
+            vc_all[(kvh * nk + j) * h.vdim..][..h.vdim].copy_from_slice(v);
+        }
+    }
+    let (kt_all, vc_all) = (&*kt_all, &*vc_all);
+    let block_rows = (BLOCK_QUERIES / h.group).max(1);
+    let per_worker = b.div_ceil(scores.len()).div_ceil(block_rows) * block_rows;
+    let row_len = h.n_heads * h.vdim;
+    let q = input.q;
+    let failure = FirstError::new();
+    pool.for_each_chunk_mut(
+        &mut out[..b * row_len],
+        per_worker * row_len,
+        |worker, mine| {
+            let mut guard = scores[worker].lock().unwrap_or_else(|e| e.into_inner());
+            let first_row = worker * per_worker;
+            let m_max = block_rows * h.group;
+            guard.resize(m_max * (h.hd + nk + h.vdim), 0.0);
+            let (a, rest) = guard.split_at_mut(m_max * h.hd);
+            let (sc, o) = rest.split_at_mut(m_max * nk);
+            for (blk, out_blk) in mine.chunks_mut(block_rows * row_len).enumerate() {
+                let i0 = first_row + blk * block_rows;
+                let nrows = out_blk.len() / row_len;
+                let m = nrows * h.group;
+                // Keys the block's rows attend to, as indices into the gathered ones.
+                let jlo = input.lowest_key(pos0 + i0) - klo;
+                let nkb = pos0 + i0 + nrows - klo - jlo;
+                let width = h.group * h.hd;
+                for kvh in 0..h.n_kv {
+                    for r in 0..nrows {
+                        let src = ((i0 + r) * h.n_heads + kvh * h.group) * h.hd;
+                        a[r * width..(r + 1) * width].copy_from_slice(&q[src..src + width]);
+                    }
+                    let kt = &kt_all[kvh * nk * h.hd + jlo..];
+                    let products = quant::vector::sgemm(m, nkb, h.hd, a, h.hd, kt, nk, sc, nkb);
+                    if let Err(e) = products {
+                        return failure.set(e);
+                    }
+                    for qi in 0..m {
+                        let pos = pos0 + i0 + qi / h.group;
+                        let (lo, hi) = (input.lowest_key(pos) - klo - jlo, pos - klo - jlo);
+                        let row = &mut sc[qi * nkb..(qi + 1) * nkb];
+                        row[..lo].fill(0.0);
+                        row[hi + 1..].fill(0.0);
+                        input.normalize(&mut row[lo..=hi]);
+                    }
+                    let vc = &vc_all[(kvh * nk + jlo) * h.vdim..];
+                    let products =
+                        quant::vector::sgemm(m, h.vdim, nkb, sc, nkb, vc, h.vdim, o, h.vdim);
+                    if let Err(e) = products {
+                        return failure.set(e);
+                    }
+                    let gw = h.group * h.vdim;
+                    for r in 0..nrows {
+                        let dst = r * row_len + kvh * gw;
+                        out_blk[dst..dst + gw].copy_from_slice(&o[r * gw..(r + 1) * gw]);
+                    }
+                }
+            }
+        },
+    );
+    failure.into_result()
+}

@@ -1,0 +1,135 @@
+//! The feed-forward side of a layer: the gated (GeGLU) MLP, Gemma 4's
+//! mixture-of-experts added to it where the layer has a router, and Gemma 4's
+//! per-layer inputs.
+
+use crate::ops::{par_rows, post_norm_add, pre_norm};
+use crate::weights::PerLayerEmbeddings;
+use crate::{ops, Model, ModelError, Scratch};
+
+impl Model {
+    /// Layer `li`'s feed-forward block: `x += post_norm(down(gelu(gate) * up))`
+    /// over `pre_norm(x)`, plus the experts' share on MoE layers.
+    pub(crate) fn ffn_block(&self, li: usize, s: &mut Scratch) -> Result<(), ModelError> {
+        let (cfg, lw) = (&self.config, &self.weights.layers[li]);
+        let (b, h, fd) = (s.batch, cfg.hidden, cfg.layers[li].ffn_dim);
+        pre_norm(
+            &self.pool,
+            &s.x[..b * h],
+            &mut s.h[..b * h],
+            &lw.ffn_norm,
+            cfg.norm_eps,
+        );
+        let input = &s.h[..b * h];
+        self.linear(&lw.gate, input, b, &mut s.gate[..b * fd], &mut s.products)?;
+        self.linear(&lw.up, input, b, &mut s.up[..b * fd], &mut s.products)?;
+        let up = &s.up[..b * fd];
+        par_rows(&self.pool, &mut s.gate[..b * fd], fd, |i, g| {
+            ops::geglu(g, &up[i * fd..(i + 1) * fd])
+        });
+        self.linear(
+            &lw.down,
+            &s.gate[..b * fd],
+            b,
+            &mut s.o[..b * h],
+            &mut s.products,
+        )?;
+        if let Some(moe) = &lw.moe {
+            let (x, o) = (&s.x[..b * h], &mut s.o[..b * h]);
+            self.moe_block(moe, x, o, b, &mut s.moe, &mut s.products)?;
+        }
+        post_norm_add(
+            &self.pool,
+            &mut s.o[..b * h],
+            &mut s.x[..b * h],
+            &lw.post_ffn_norm,
+            cfg.norm_eps,
+        );
+        Ok(())
+    }
+
+    /// Gemma 4: `x += post_norm(proj(gelu(gate(x)) * per_layer_input))`, a
+    /// gated projection of layer `li`'s per-layer input. Absent elsewhere.
+    pub(crate) fn per_layer_input_block(
+        &self,
+        li: usize,
+        s: &mut Scratch,
+    ) -> Result<(), ModelError> {
+        let Some(pl) = &self.weights.layers[li].per_layer else {
+            return Ok(());
+        };
+        let cfg = &self.config;
+        let (b, h, pd) = (s.batch, cfg.hidden, cfg.per_layer_dim);
+        let width = cfg.n_layers * pd;
+        self.linear(
+            &pl.gate,
+            &s.x[..b * h],
+            b,
+            &mut s.ple_gate[..b * pd],
+            &mut s.products,
+        )?;
+        for (i, g) in s.ple_gate[..b * pd].chunks_exact_mut(pd).enumerate() {
+            let input = &s.ple[i * width + li * pd..][..pd];
+            for (gv, &iv) in g.iter_mut().zip(input) {
+                *gv = ops::gelu_tanh(*gv) * iv;
+            }
+        }
+        self.linear(
+            &pl.proj,
+            &s.ple_gate[..b * pd],
+            b,
+            &mut s.o[..b * h],
+            &mut s.products,
+        )?;
+        post_norm_add(
+            &self.pool,
+            &mut s.o[..b * h],
+            &mut s.x[..b * h],
+            &pl.post_norm,
+            cfg.norm_eps,
+        );
+        Ok(())
+    }
+
+    /// Gemma 4's per-layer inputs for the batch: each token's row of the
+    /// per-layer embedding table (scaled by `sqrt(per_layer_dim)`) plus a
+    /// normed projection of its scaled embedding, the sum scaled by `1/sqrt 2`.
+    /// Needs the scaled embeddings in `s.x`.
+    pub(crate) fn per_layer_inputs(
+        &self,
+        ple: &PerLayerEmbeddings,
+        s: &mut Scratch,
+        tokens: &[u32],
+    ) -> Result<(), ModelError> {
+        let cfg = &self.config;
+        let b = tokens.len();
+        let pd = cfg.per_layer_dim;
+        let width = cfg.n_layers * pd;
+        let table = ple.token_embd.matrix(&self.file)?;
+        let tok_scale = (pd as f32).sqrt();
+        for (row, &t) in s.ple.chunks_exact_mut(width).zip(tokens) {
+            table.dequantize_row(t as usize, row)?;
+            row.iter_mut().for_each(|v| *v *= tok_scale);
+        }
+        let x = &s.x[..b * cfg.hidden];
+        self.linear(
+            &ple.model_proj,
+            x,
+            b,
+            &mut s.ple_proj[..b * width],
+            &mut s.products,
+        )?;
+        let proj_scale = 1.0 / (cfg.hidden as f32).sqrt();
+        let mix = std::f32::consts::FRAC_1_SQRT_2;
+        for (p, t) in s.ple_proj[..b * width]
+            .chunks_exact_mut(pd)
+            .zip(s.ple[..b * width].chunks_exact_mut(pd))
+        {
+            p.iter_mut().for_each(|v| *v *= proj_scale);
+            ops::rms_norm(p, &ple.proj_norm, cfg.norm_eps);
+            for (tv, &pv) in t.iter_mut().zip(p.iter()) {
+                *tv = (pv + *tv) * mix;
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,118 @@
+//! The output head: final-normed hidden rows times the (tied) embedding
+//! matrix, then the final soft-cap where the model has one. Logits are
+//! computed only for the rows asked for.
+
+use crate::{ops, Model, ModelError, Scratch};
+use std::ops::Range;
+
+impl Model {
+    /// Logits of the last row of each sequence of the last batch, `vocab`
+    /// values per sequence in batch order, from one product with the output
+    /// head (which is then read once for all of them).
+    pub fn sequence_logits<'s>(
+        &self,
+        scratch: &'s mut Scratch,
+    ) -> Result<&'s mut [f32], ModelError> {
+        self.gathered_logits(scratch, true, &[])
+    }
+
+    /// [`Model::sequence_logits`], then the logits of `extra` final-normed
+    /// hidden rows (another scratch's [`Scratch::hidden`], such as a prompt
+    /// just prefilled on its own), all from the same product with the head.
+    pub fn sequence_logits_with<'s>(
+        &self,
+        scratch: &'s mut Scratch,
+        extra: &[&[f32]],
+    ) -> Result<&'s mut [f32], ModelError> {
+        self.gathered_logits(scratch, true, extra)
+    }
+
+    /// The logits of final-normed hidden rows alone (the last batch of
+    /// `scratch` is left out), using `scratch`'s buffers.
+    pub fn hidden_logits<'s>(
+        &self,
+        scratch: &'s mut Scratch,
+        rows: &[&[f32]],
+    ) -> Result<&'s mut [f32], ModelError> {
+        self.gathered_logits(scratch, false, rows)
+    }
+
+    /// Logits for rows `rows` of the last batch, `vocab` values per row, in
+    /// the scratch's logits buffer.
+    pub fn logits<'s>(
+        &self,
+        scratch: &'s mut Scratch,
+        rows: Range<usize>,
+    ) -> Result<&'s mut [f32], ModelError> {
+        let rows = rows.start.min(scratch.batch)..rows.end.min(scratch.batch);
+        let h = self.config.hidden;
+        let Scratch {
+            out,
+            logits,
+            products,
+            ..
+        } = scratch;
+        self.head(
+            &out[rows.start * h..rows.end * h],
+            rows.len(),
+            logits,
+            products,
+        )?;
+        Ok(&mut scratch.logits)
+    }
+
+    /// The last row of each sequence (when `with_batch`), then `extra`, through
+    /// the head.
+    fn gathered_logits<'s>(
+        &self,
+        scratch: &'s mut Scratch,
+        with_batch: bool,
+        extra: &[&[f32]],
+    ) -> Result<&'s mut [f32], ModelError> {
+        let h = self.config.hidden;
+        if let Some(bad) = extra.iter().find(|r| r.len() != h) {
+            return Err(ModelError::BadBatch(format!(
+                "a hidden row of {} values where the model has {h}",
+                bad.len()
+            )));
+        }
+        let s = &mut *scratch;
+        let n = if with_batch { s.sequences() } else { 0 };
+        let m = n + extra.len();
+        // One row per sequence already in place: no copy.
+        if extra.is_empty() && (0..n).all(|j| s.seq_start[j + 1] == j + 1) {
+            self.head(&s.out[..m * h], m, &mut s.logits, &mut s.products)?;
+            return Ok(&mut scratch.logits);
+        }
+        // Gather into `h`, free once the batch has run (grown when the extra
+        // rows need more than a batch).
+        if s.h.len() < m * h {
+            s.h.resize(m * h, 0.0);
+        }
+        for j in 0..n {
+            let r = s.seq_start[j + 1] - 1;
+            s.h[j * h..(j + 1) * h].copy_from_slice(&s.out[r * h..(r + 1) * h]);
+        }
+        for (j, row) in extra.iter().enumerate() {
+            s.h[(n + j) * h..(n + j + 1) * h].copy_from_slice(row);
+        }
+        self.head(&s.h[..m * h], m, &mut s.logits, &mut s.products)?;
+        Ok(&mut scratch.logits)
+    }
+
+    /// `logits = soft-cap(output · rows)` for `m` hidden rows.
+    fn head(
+        &self,
+        rows: &[f32],
+        m: usize,
+        logits: &mut Vec<f32>,
+        products: &mut crate::scratch::ProductBuffers,
+    ) -> Result<(), ModelError> {
+        logits.resize(m * self.config.vocab, 0.0);
+        self.linear(&self.weights.output, rows, m, logits, products)?;
+        if let Some(cap) = self.config.final_softcap {
+            ops::softcap(logits, cap);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,100 @@
+//! Matrix products in the precision the model was loaded with.
+
+use crate::scratch::ProductBuffers;
+use crate::weights::Linear;
+use crate::{Model, ModelError, Precision};
+use std::sync::Mutex;
+
+/// The first error the workers of a parallel loop report (the pool's tasks
+/// cannot return one).
+pub(crate) struct FirstError<E>(Mutex<Option<E>>);
+
+impl<E> FirstError<E> {
+    /// No error yet.
+    pub fn new() -> Self {
+        Self(Mutex::new(None))
+    }
+
+    /// Record `e` (a later one replaces it; any will do).
+    pub fn set(&self, e: E) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+    }
+
+    /// `Err` with the recorded error, if any.
+    pub fn into_result(self) -> Result<(), E> {
+        match self.0.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Model {
+    /// `out = W x` for `batch` rows through the weight matrix `w`.
+    pub(crate) fn linear(
+        &self,
+        w: &Linear,
+        x: &[f32],
+        batch: usize,
+        out: &mut [f32],
+        bufs: &mut ProductBuffers,
+    ) -> Result<(), ModelError> {
+        self.matmul(&w.matrix(&self.file)?, x, batch, out, bufs)
+    }
+
+    /// `out = W x` for a batch, in the precision the model was loaded with.
+    pub(crate) fn matmul(
+        &self,
+        w: &quant::Matrix,
+        x: &[f32],
+        batch: usize,
+        out: &mut [f32],
+        bufs: &mut ProductBuffers,
+    ) -> Result<(), ModelError> {
+        match self.precision {
+            Precision::Quantized => quant::matmul(&self.pool, w, x, batch, out, &mut bufs.qbuf)?,
+            Precision::Exact => matmul_exact(&self.pool, w, x, batch, out, &mut bufs.wide)?,
+        }
+        Ok(())
+    }
+}
+
+/// `out = W x` with f32 activations: each weight row is dequantized once and
+/// dotted with every row of the batch. Slower than the integer kernels, but
+/// free of activation-quantization error (see [`Precision`]).
+fn matmul_exact(
+    pool: &quant::ThreadPool,
+    w: &quant::Matrix,
+    x: &[f32],
+    batch: usize,
+    out: &mut [f32],
+    transposed: &mut Vec<f32>,
+) -> Result<(), quant::QuantError> {
+    let (rows, cols) = (w.rows(), w.cols());
+    quant::check_product_shapes(w, x, batch, out)?;
+    transposed.resize(rows * batch, 0.0);
+    let per_worker = rows.div_ceil(pool.threads());
+    let failure = FirstError::new();
+    pool.for_each_chunk_mut(
+        &mut transposed[..rows * batch],
+        per_worker * batch,
+        |worker, chunk| {
+            let mut row = vec![0.0f32; cols];
+            for (i, outs) in chunk.chunks_exact_mut(batch).enumerate() {
+                if let Err(e) = w.dequantize_row(worker * per_worker + i, &mut row) {
+                    return failure.set(e);
+                }
+                for (b, o) in outs.iter_mut().enumerate() {
+                    *o = quant::vector::dot(&row, &x[b * cols..(b + 1) * cols]);
+                }
+            }
+        },
+    );
+    failure.into_result()?;
+    for r in 0..rows {
+        for b in 0..batch {
+            out[b * rows + r] = transposed[r * batch + b];
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,177 @@
+//! Reusable buffers for the forward pass, sized once for the largest batch,
+//! so the decode loop allocates nothing.
+
+use crate::attention::BLOCKED_ATTENTION_MIN_ROWS;
+use crate::Config;
+use std::ops::Range;
+use std::sync::Mutex;
+
+/// Buffers the matrix products work in: quantized activations for the integer
+/// kernels, transposed outputs for the exact-precision path.
+#[derive(Debug, Default)]
+pub(crate) struct ProductBuffers {
+    /// Activations quantized to the weights' dot type.
+    pub qbuf: Vec<u8>,
+    /// Transposed outputs of the exact-precision product.
+    pub wide: Vec<f32>,
+}
+
+/// Reusable buffers for one sequence (or one multi-sequence batch).
+#[derive(Debug, Default)]
+pub struct Scratch {
+    pub(crate) max_batch: usize,
+    /// The residual stream, `hidden` per row.
+    pub(crate) x: Vec<f32>,
+    /// A normed copy of the residual stream, the input of a block.
+    pub(crate) h: Vec<f32>,
+    pub(crate) q: Vec<f32>,
+    pub(crate) k: Vec<f32>,
+    pub(crate) v: Vec<f32>,
+    /// Attention output, `n_heads * value_dim` per row.
+    pub(crate) attn: Vec<f32>,
+    /// A block's output before its post-norm and residual add.
+    pub(crate) o: Vec<f32>,
+    pub(crate) gate: Vec<f32>,
+    pub(crate) up: Vec<f32>,
+    /// Attention scores, one row of `n_ctx` per worker thread. Each worker
+    /// locks its own row once per layer, so the locks are never contended.
+    pub(crate) scores: Vec<Mutex<Vec<f32>>>,
+    /// Prefill attention: the keys (transposed) and values of the positions
+    /// a batch attends to, gathered contiguously per KV head.
+    pub(crate) attn_kv: Vec<f32>,
+    /// Buffers of the matrix products.
+    pub(crate) products: ProductBuffers,
+    /// Logits of the rows last asked for.
+    pub(crate) logits: Vec<f32>,
+    /// Final-normed hidden states of the last batch.
+    pub(crate) out: Vec<f32>,
+    pub(crate) batch: usize,
+    /// Gemma 4: the batch's per-layer inputs, `n_layers * per_layer_dim` per token.
+    pub(crate) ple: Vec<f32>,
+    /// Gemma 4: the projection half of the per-layer inputs.
+    pub(crate) ple_proj: Vec<f32>,
+    /// Gemma 4: one layer's gated per-layer input.
+    pub(crate) ple_gate: Vec<f32>,
+    /// Keys and values of the batch from layers whose KV later layers reuse,
+    /// indexed by layer (empty for the others).
+    pub(crate) shared_k: Vec<Vec<f32>>,
+    pub(crate) shared_v: Vec<Vec<f32>>,
+    /// Buffers of the mixture-of-experts block.
+    pub(crate) moe: crate::moe::MoeScratch,
+    /// Positions the attention buffers hold scores for.
+    pub(crate) n_ctx: usize,
+    /// Rows `seq_start[j]..seq_start[j + 1]` of the last batch belong to its
+    /// sequence `j`; one entry more than there are sequences.
+    pub(crate) seq_start: Vec<usize>,
+    /// The sequence of each row of the last batch.
+    pub(crate) row_seq: Vec<usize>,
+    /// The position of each row of the last batch in its sequence.
+    pub(crate) row_pos: Vec<usize>,
+    /// The batch's token ids in row order.
+    pub(crate) tokens: Vec<u32>,
+}
+
+/// f32 values per token the row buffers hold.
+fn row_floats(cfg: &Config) -> usize {
+    4 * cfg.hidden
+        + cfg.n_heads * cfg.head_dim
+        + cfg.n_kv_heads * (cfg.head_dim + cfg.value_dim)
+        + cfg.n_heads * cfg.value_dim
+        + 2 * cfg.ffn_dim
+        + (2 * cfg.n_layers + 1) * cfg.per_layer_dim
+}
+
+impl Scratch {
+    /// Buffers for batches of up to `max_batch` tokens in a context of
+    /// `n_ctx`, for a pool of `threads` workers.
+    pub fn new(cfg: &Config, n_ctx: usize, max_batch: usize, threads: usize) -> Self {
+        let b = max_batch.max(1);
+        let rows = |width: usize| vec![0.0; b * width];
+        Self {
+            max_batch: b,
+            x: rows(cfg.hidden),
+            h: rows(cfg.hidden),
+            q: rows(cfg.n_heads * cfg.head_dim),
+            k: rows(cfg.n_kv_heads * cfg.head_dim),
+            v: rows(cfg.n_kv_heads * cfg.value_dim),
+            attn: rows(cfg.n_heads * cfg.value_dim),
+            o: rows(cfg.hidden),
+            gate: rows(cfg.ffn_dim),
+            up: rows(cfg.ffn_dim),
+            scores: (0..threads.max(1))
+                .map(|_| Mutex::new(vec![0.0; n_ctx.max(1) * cfg.n_heads]))
+                .collect(),
+            out: rows(cfg.hidden),
+            ple: rows(cfg.n_layers * cfg.per_layer_dim),
+            ple_proj: rows(cfg.n_layers * cfg.per_layer_dim),
+            ple_gate: rows(cfg.per_layer_dim),
+            shared_k: vec![Vec::new(); cfg.n_layers],
+            shared_v: vec![Vec::new(); cfg.n_layers],
+            n_ctx: n_ctx.max(1),
+            seq_start: Vec::with_capacity(b + 1),
+            row_seq: Vec::with_capacity(b),
+            row_pos: Vec::with_capacity(b),
+            tokens: Vec::with_capacity(b),
+            ..Self::default()
+        }
+    }
+
+    /// Bytes the buffers take (the logits buffer for one row included).
+    pub fn bytes_for(cfg: &Config, n_ctx: usize, max_batch: usize, threads: usize) -> usize {
+        let b = max_batch.max(1);
+        // A long batch's attention gathers the keys and values it reads.
+        let gathered = if b >= BLOCKED_ATTENTION_MIN_ROWS {
+            n_ctx * cfg.n_kv_heads * (cfg.head_dim + cfg.value_dim)
+        } else {
+            0
+        };
+        (b * row_floats(cfg) + threads.max(1) * n_ctx * cfg.n_heads + cfg.vocab + gathered)
+            * std::mem::size_of::<f32>()
+    }
+
+    /// The largest batch these buffers take.
+    pub fn max_batch(&self) -> usize {
+        self.max_batch
+    }
+
+    /// Rows in the last batch run.
+    pub fn batch(&self) -> usize {
+        self.batch
+    }
+
+    /// Sequences in the last batch run (1 after [`crate::Model::forward`]).
+    pub fn sequences(&self) -> usize {
+        self.seq_start.len().saturating_sub(1)
+    }
+
+    /// Rows of sequence `j` in the last batch run.
+    pub fn sequence_rows(&self, j: usize) -> Option<Range<usize>> {
+        let start = *self.seq_start.get(j)?;
+        let end = *self.seq_start.get(j + 1)?;
+        Some(start..end)
+    }
+
+    /// Final-normed hidden state of row `i` of the last batch.
+    pub fn hidden(&self, i: usize) -> Option<&[f32]> {
+        let h = self.out.len() / self.max_batch;
+        (i < self.batch).then(|| &self.out[i * h..(i + 1) * h])
+    }
+
+    /// Lay the batch's rows out: each sequence's tokens in order, each row
+    /// tagged with its sequence and its position there.
+    pub(crate) fn lay_out_rows(&mut self, seqs: &[crate::SeqInput<'_>]) {
+        self.seq_start.clear();
+        self.row_seq.clear();
+        self.row_pos.clear();
+        self.tokens.clear();
+        for (j, sq) in seqs.iter().enumerate() {
+            self.seq_start.push(self.row_pos.len());
+            let p0 = sq.cache.n_past();
+            self.row_pos.extend(p0..p0 + sq.tokens.len());
+            self.row_seq.extend(std::iter::repeat_n(j, sq.tokens.len()));
+            self.tokens.extend_from_slice(sq.tokens);
+        }
+        self.batch = self.row_pos.len();
+        self.seq_start.push(self.batch);
+    }
+}
