@@ -43,18 +43,19 @@ pub struct BenchArgs {
     /// Keep activations in f32 in matrix products.
     #[arg(long)]
     pub precise: bool,
+    /// Requantize the weights at load (q8_0, q4_k_m, ...).
+    #[arg(long, value_name = "TYPE")]
+    pub quant: Option<String>,
 }
 
 /// Run every (threads, test) combination and print a row for each.
 pub fn run(args: &BenchArgs) -> Result<ExitCode> {
-    let threads = if args.threads.is_empty() {
-        vec![engine::EngineOptions::default().threads]
+    // No -t: one row at the engine's default (the physical cores).
+    let threads: Vec<Option<usize>> = if args.threads.is_empty() {
+        vec![None]
     } else {
-        args.threads.clone()
+        args.threads.iter().map(|&t| Some(t)).collect()
     };
-    if threads.contains(&0) {
-        bail!("--threads must be at least 1");
-    }
     let tests: Vec<BenchTest> = args
         .n_prompt
         .iter()
@@ -75,18 +76,16 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
         println!("| --- | ---: | ---: | ---: |");
     }
     for &t in &threads {
-        let engine = load_engine(&ModelArgs {
+        let model = ModelArgs {
             model: args.model.clone(),
-            threads: Some(t),
+            threads: t,
             precise: args.precise,
-            quant: None,
-        })?;
-        let name = engine
-            .model()
-            .gguf()
-            .get_str("general.name")
-            .unwrap_or("model")
-            .to_string();
+            quant: args.quant.clone(),
+            ctx: None,
+            batch: None,
+        };
+        let engine = load_engine(&model, engine::SamplingParams::default())?;
+        let name = engine.model_name().unwrap_or("model").to_string();
         for &test in &tests {
             let r = engine.bench(test, args.depth, args.reps)?;
             print_row(&name, &r, args.json);

@@ -1,6 +1,6 @@
 //! `hearth chat`: a multi-turn conversation on stdin/stdout.
 
-use crate::commands::{load_engine, report_session, sampling};
+use crate::commands::{load_engine, report_session};
 use crate::{ModelArgs, SampleArgs};
 use anyhow::Result;
 use engine::{ChatMessage, EngineError, FinishReason, GenerateOptions, Sampler};
@@ -18,15 +18,14 @@ const CANCEL: u8 = 2;
 pub fn run(
     args: &ModelArgs,
     sample: &SampleArgs,
-    ctx: usize,
     system: Option<String>,
     prompt: Option<String>,
     n_predict: usize,
 ) -> Result<ExitCode> {
-    let engine = load_engine(args)?;
-    report_session(&engine, ctx);
-    let mut session = engine.session(ctx);
-    let mut sampler = Sampler::new(sampling(sample));
+    let engine = load_engine(args, sample.params())?;
+    report_session(&engine);
+    let mut session = engine.session();
+    let mut sampler = Sampler::new(engine.options().sampling.clone());
     let opts = GenerateOptions {
         max_tokens: n_predict,
         stop: Vec::new(),

@@ -2,7 +2,7 @@
 
 use crate::{ModelArgs, SampleArgs};
 use anyhow::{bail, Context, Result};
-use engine::{Engine, EngineOptions, GenerateOptions, Sampler, SamplingParams};
+use engine::{Engine, GenerateOptions, Sampler, SamplingParams};
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -56,71 +56,23 @@ fn read_text_file(path: &Path) -> Result<String> {
     utf8(bytes, &path.display().to_string())
 }
 
-/// Resolve the model spec and load it.
-pub fn load_engine(args: &ModelArgs) -> Result<Engine> {
+/// Resolve the model spec and load it through the engine's one loader.
+pub fn load_engine(args: &ModelArgs, sampling: SamplingParams) -> Result<Engine> {
     let path = store::resolve(&args.model)?;
-    let threads = args
-        .threads
-        .unwrap_or_else(|| EngineOptions::default().threads);
-    if threads == 0 {
-        bail!("--threads must be at least 1");
-    }
-    let opts = EngineOptions {
-        threads,
-        precision: if args.precise {
-            engine::Precision::Exact
-        } else {
-            engine::Precision::Quantized
-        },
-    };
-    let Some(name) = &args.quant else {
-        return Engine::load(&path, &opts)
-            .with_context(|| format!("cannot load {}", path.display()));
-    };
-    let ftype = convert::FileType::from_name(name).with_context(|| {
-        format!(
-            "unknown --quant type `{name}` (known: {})",
-            convert::FileType::names()
-        )
-    })?;
-    let file =
-        model::open_model_file(&path).with_context(|| format!("cannot load {}", path.display()))?;
-    let quantized = convert::quantize_gguf(&file, ftype)
-        .with_context(|| format!("cannot quantize {} to {name}", path.display()))?;
-    let file = gguf::GgufFile::from_bytes(quantized.to_bytes())?;
-    Engine::from_file(std::sync::Arc::new(file), &opts)
-        .with_context(|| format!("cannot load {} as {name}", path.display()))
-}
-
-/// Sampling parameters from flags; without `--seed` the clock seeds.
-pub fn sampling(args: &SampleArgs) -> SamplingParams {
-    let seed = args.seed.unwrap_or_else(|| {
-        std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos() as u64)
-    });
-    SamplingParams {
-        temperature: args.temp,
-        top_k: args.top_k,
-        top_p: args.top_p,
-        min_p: args.min_p,
-        repeat_penalty: args.repeat_penalty,
-        repeat_last_n: args.repeat_last_n,
-        seed,
-        ..SamplingParams::default()
-    }
+    Engine::load(&path, &args.run_options(sampling))
+        .with_context(|| format!("cannot load {}", path.display()))
 }
 
 /// Print the session's memory, computed before it is allocated.
-pub fn report_session(engine: &Engine, ctx: usize) {
-    let n_ctx = if ctx == 0 { engine.default_ctx() } else { ctx };
+pub fn report_session(engine: &Engine) {
     let cfg = engine.model().config();
-    let kv = engine.kv_bytes(n_ctx);
-    let total = engine.session_bytes(n_ctx);
+    let kv = engine.kv_bytes();
+    let total = engine.session_bytes();
     eprintln!(
-        "hearth: {} layers, {} threads, ctx {n_ctx}: session memory {:.1} MiB (KV cache {:.1} MiB, buffers {:.1} MiB); weights {:.1} MiB mapped; loaded in {:.0} ms",
+        "hearth: {} layers, {} threads, ctx {}: session memory {:.1} MiB (KV cache {:.1} MiB, buffers {:.1} MiB); weights {:.1} MiB mapped; loaded in {:.0} ms",
         cfg.n_layers,
         engine.model().threads(),
+        engine.n_ctx(),
         mib(total),
         mib(kv),
         mib(total - kv),
@@ -137,19 +89,18 @@ fn mib(b: usize) -> f64 {
 pub fn complete(
     args: &ModelArgs,
     sample: &SampleArgs,
-    ctx: usize,
     source: PromptSource,
     n_predict: usize,
     json: bool,
     ignore_eos: bool,
 ) -> Result<ExitCode> {
     let prompt = source.read()?;
-    let engine = load_engine(args)?;
-    report_session(&engine, ctx);
+    let engine = load_engine(args, sample.params())?;
+    report_session(&engine);
     let tok = engine.tokenizer();
     let ids = tok.encode(&prompt, tok.add_bos(), true);
-    let mut session = engine.session(ctx);
-    let mut sampler = Sampler::new(sampling(sample));
+    let mut session = engine.session();
+    let mut sampler = Sampler::new(engine.options().sampling.clone());
     let opts = GenerateOptions {
         max_tokens: n_predict,
         stop: Vec::new(),
@@ -201,9 +152,8 @@ pub fn complete(
 /// `hearth tokenize`.
 pub fn tokenize(args: &ModelArgs, add_bos: bool, special: bool, text: &str) -> Result<ExitCode> {
     let path = store::resolve(&args.model)?;
-    let file =
-        gguf::GgufFile::open(&path).with_context(|| format!("cannot load {}", path.display()))?;
-    let tok = engine::Tokenizer::from_gguf(&file)?;
+    let tok =
+        engine::load_tokenizer(&path).with_context(|| format!("cannot load {}", path.display()))?;
     let ids = tok.encode(text, add_bos && tok.add_bos(), special);
     println!("{}", serde_json::to_string(&ids)?);
     Ok(ExitCode::SUCCESS)
@@ -211,8 +161,9 @@ pub fn tokenize(args: &ModelArgs, add_bos: bool, special: bool, text: &str) -> R
 
 /// `hearth logits`.
 pub fn logits(args: &ModelArgs, ids: &[u32], top: usize, full: bool) -> Result<ExitCode> {
-    let engine = load_engine(args)?;
-    let mut session = engine.session(ids.len().max(1));
+    let engine = load_engine(args, SamplingParams::default())?;
+    // The context is the sequence scored.
+    let mut session = engine.session_with_ctx(ids.len().max(1));
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     let mut io_err = None;
@@ -238,7 +189,10 @@ pub fn logits(args: &ModelArgs, ids: &[u32], top: usize, full: bool) -> Result<E
 /// `hearth perplexity`.
 pub fn perplexity(args: &ModelArgs, file: &Path, chunk: usize) -> Result<ExitCode> {
     let text = read_text_file(file)?;
-    let engine = load_engine(args)?;
+    if chunk == 0 {
+        bail!("--chunk must be at least 1");
+    }
+    let engine = load_engine(args, SamplingParams::default())?;
     let tok = engine.tokenizer();
     let ids = tok.encode(&text, true, true);
     eprintln!(
@@ -246,7 +200,8 @@ pub fn perplexity(args: &ModelArgs, file: &Path, chunk: usize) -> Result<ExitCod
         ids.len(),
         ids.len() / chunk.max(1)
     );
-    let mut session = engine.session(chunk);
+    // Each chunk is one context.
+    let mut session = engine.session_with_ctx(chunk);
     let start = std::time::Instant::now();
     let report = session.perplexity(&ids, chunk, tok.bos_id(), |c, ppl| {
         eprint!("[{}]{ppl:.4},", c + 1);
@@ -264,25 +219,24 @@ pub fn perplexity(args: &ModelArgs, file: &Path, chunk: usize) -> Result<ExitCod
 /// `hearth inspect`.
 pub fn inspect(spec: &str, full: bool) -> Result<ExitCode> {
     let path = store::resolve(spec)?;
-    let file =
-        gguf::GgufFile::open(&path).with_context(|| format!("cannot load {}", path.display()))?;
+    let file = engine::inspect(&path).with_context(|| format!("cannot load {}", path.display()))?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
     writeln!(
         out,
         "{}: GGUF v{}, {} metadata entries, {} tensors, {} bytes, alignment {}",
         path.display(),
-        file.version(),
-        file.metadata().len(),
-        file.tensors().len(),
-        file.file_len(),
-        file.alignment()
+        file.version,
+        file.metadata.len(),
+        file.tensors.len(),
+        file.file_len,
+        file.alignment
     )?;
     writeln!(out, "\nmetadata:")?;
-    for (k, v) in file.metadata() {
-        match v {
-            gguf::MetaValue::Array(a) if full => writeln!(out, "  {k} = {a:?}")?,
-            _ => writeln!(out, "  {k} = {v}")?,
+    for m in &file.metadata {
+        match &m.full {
+            Some(all) if full => writeln!(out, "  {} = {all}", m.key)?,
+            _ => writeln!(out, "  {} = {}", m.key, m.value)?,
         }
     }
     writeln!(out, "\ntensors:")?;
@@ -291,18 +245,15 @@ pub fn inspect(spec: &str, full: bool) -> Result<ExitCode> {
         "  {:<40} {:<6} {:<22} {:>12}",
         "name", "type", "shape", "bytes"
     )?;
-    for t in file.tensors() {
+    for t in &file.tensors {
         let shape = format!("{:?}", t.dims);
         writeln!(
             out,
             "  {:<40} {:<6} {:<22} {:>12}",
-            t.name,
-            t.ty.name(),
-            shape,
-            t.n_bytes
+            t.name, t.ty, shape, t.bytes
         )?;
     }
-    let total: u64 = file.tensors().iter().map(|t| t.n_bytes).sum();
+    let total: u64 = file.tensors.iter().map(|t| t.bytes).sum();
     writeln!(out, "  total tensor bytes: {total}")?;
     out.flush()?;
     Ok(ExitCode::SUCCESS)

@@ -2,10 +2,9 @@
 //! the conversion library (named `::convert` here, since this module shares
 //! its name).
 
-use ::convert::{FileType, Preset, TensorReport};
+use ::convert::{FileType, GgufFile, GgufWriter, Preset, TensorReport};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use gguf::{GgufFile, GgufWriter};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -176,7 +175,7 @@ pub fn quantize(args: &QuantizeArgs) -> Result<ExitCode> {
         );
     }
     // A Hugging Face checkpoint directory is converted in memory first.
-    let input = model::open_model_file(&in_path)
+    let input = engine::open_model_file(&in_path)
         .with_context(|| format!("cannot load the input {}", in_path.display()))?;
     let pending = PendingFile::create(&args.output)?;
     let start = Instant::now();

@@ -34,32 +34,80 @@ struct ModelArgs {
     /// checkpoint directories, which otherwise run in their stored F32/BF16.
     #[arg(long, value_name = "TYPE")]
     quant: Option<String>,
+    /// Context size in tokens (default: the model's, at most 4096).
+    #[arg(short = 'c', long = "ctx")]
+    ctx: Option<usize>,
+    /// Most prompt tokens per forward pass (default: 512).
+    #[arg(long)]
+    batch: Option<usize>,
 }
 
-/// Sampling flags shared by `complete` and `chat`.
+/// Sampling flags shared by `complete`, `chat` and `serve` (for `serve`, the
+/// defaults of requests that set none). Unset flags take the engine's
+/// defaults ([`engine::SamplingParams::default`]).
 #[derive(Args, Debug, Clone)]
 struct SampleArgs {
-    /// Temperature; 0 is greedy.
-    #[arg(long, default_value_t = 0.8)]
-    temp: f32,
-    /// Top-k truncation (0 = off).
-    #[arg(long, default_value_t = 40)]
-    top_k: usize,
-    /// Top-p (nucleus) truncation (1 = off).
-    #[arg(long, default_value_t = 0.95)]
-    top_p: f32,
-    /// Min-p truncation (0 = off).
-    #[arg(long, default_value_t = 0.05)]
-    min_p: f32,
-    /// Repetition penalty (1 = off).
-    #[arg(long, default_value_t = 1.0)]
-    repeat_penalty: f32,
-    /// Tokens the repetition penalty looks back over.
-    #[arg(long, default_value_t = 64)]
-    repeat_last_n: usize,
+    /// Temperature; 0 is greedy [default: 0.8].
+    #[arg(long)]
+    temp: Option<f32>,
+    /// Top-k truncation, 0 = off [default: 40].
+    #[arg(long)]
+    top_k: Option<usize>,
+    /// Top-p (nucleus) truncation, 1 = off [default: 0.95].
+    #[arg(long)]
+    top_p: Option<f32>,
+    /// Min-p truncation, 0 = off [default: 0.05].
+    #[arg(long)]
+    min_p: Option<f32>,
+    /// Repetition penalty, 1 = off [default: 1].
+    #[arg(long)]
+    repeat_penalty: Option<f32>,
+    /// Tokens the repetition penalty looks back over [default: 64].
+    #[arg(long)]
+    repeat_last_n: Option<usize>,
     /// Random seed (default: from the clock).
     #[arg(long)]
     seed: Option<u64>,
+}
+
+impl SampleArgs {
+    /// The sampling these flags ask for, over the engine's defaults.
+    fn params(&self) -> engine::SamplingParams {
+        let d = engine::SamplingParams::default();
+        let seed = self.seed.unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64)
+        });
+        engine::SamplingParams {
+            temperature: self.temp.unwrap_or(d.temperature),
+            top_k: self.top_k.unwrap_or(d.top_k),
+            top_p: self.top_p.unwrap_or(d.top_p),
+            min_p: self.min_p.unwrap_or(d.min_p),
+            repeat_penalty: self.repeat_penalty.unwrap_or(d.repeat_penalty),
+            repeat_last_n: self.repeat_last_n.unwrap_or(d.repeat_last_n),
+            seed,
+            ..d
+        }
+    }
+}
+
+impl ModelArgs {
+    /// The one [`engine::RunOptions`] these flags (and `sampling`) make.
+    fn run_options(&self, sampling: engine::SamplingParams) -> engine::RunOptions {
+        engine::RunOptions {
+            threads: self.threads,
+            ctx: self.ctx,
+            batch: self.batch,
+            precision: if self.precise {
+                engine::Precision::Exact
+            } else {
+                engine::Precision::Quantized
+            },
+            quant: self.quant.clone(),
+            sampling,
+        }
+    }
 }
 
 #[derive(Subcommand, Debug)]
@@ -70,9 +118,6 @@ enum Command {
         model: ModelArgs,
         #[command(flatten)]
         sample: SampleArgs,
-        /// Context size in tokens (default: the model's, at most 4096).
-        #[arg(short = 'c', long = "ctx", default_value_t = 0)]
-        ctx: usize,
         /// The prompt; read from stdin when omitted.
         #[arg(short, long)]
         prompt: Option<String>,
@@ -95,9 +140,6 @@ enum Command {
         model: ModelArgs,
         #[command(flatten)]
         sample: SampleArgs,
-        /// Context size in tokens (default: the model's, at most 4096).
-        #[arg(short = 'c', long = "ctx", default_value_t = 0)]
-        ctx: usize,
         /// System prompt.
         #[arg(long)]
         system: Option<String>,
@@ -142,8 +184,9 @@ enum Command {
         /// The text file.
         #[arg(short, long)]
         file: std::path::PathBuf,
-        /// Chunk (context) size in tokens.
-        #[arg(short = 'c', long = "ctx", default_value_t = 512)]
+        /// Tokens per scored chunk (each chunk is one context, as in
+        /// llama-perplexity's -c).
+        #[arg(long, default_value_t = 512)]
         chunk: usize,
     },
     /// Show a GGUF file's metadata and tensors.
@@ -188,7 +231,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Complete {
             model,
             sample,
-            ctx,
             prompt,
             file,
             n_predict,
@@ -197,7 +239,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
         } => commands::complete(
             &model,
             &sample,
-            ctx,
             commands::PromptSource::new(prompt, file),
             n_predict,
             json,
@@ -206,11 +247,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Chat {
             model,
             sample,
-            ctx,
             system,
             prompt,
             n_predict,
-        } => chat::run(&model, &sample, ctx, system, prompt, n_predict),
+        } => chat::run(&model, &sample, system, prompt, n_predict),
         Command::Tokenize {
             model,
             no_bos,

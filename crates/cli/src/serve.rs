@@ -1,8 +1,7 @@
 //! `hearth serve`: flags to a [`server::ServerConfig`].
 
-use crate::ModelArgs;
+use crate::{ModelArgs, SampleArgs};
 use anyhow::{bail, Context, Result};
-use engine::EngineOptions;
 use std::process::ExitCode;
 use std::time::Duration;
 
@@ -11,6 +10,9 @@ use std::time::Duration;
 pub struct ServeArgs {
     #[command(flatten)]
     model: ModelArgs,
+    /// Defaults for requests that set no sampling of their own.
+    #[command(flatten)]
+    sample: SampleArgs,
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1")]
     host: String,
@@ -20,9 +22,6 @@ pub struct ServeArgs {
     /// Sequences generated at once (each keeps its own KV cache).
     #[arg(long, default_value_t = 1)]
     parallel: usize,
-    /// Context size of each sequence in tokens (default: the model's, at most 4096).
-    #[arg(short = 'c', long = "ctx", default_value_t = 0)]
-    ctx: usize,
     /// Requests that may wait for a free sequence (default: 4 per sequence);
     /// more get 429 with Retry-After.
     #[arg(long)]
@@ -62,17 +61,12 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
         bail!("--parallel must be at least 1");
     }
     let path = store::resolve(&args.model.model)?;
-    let threads = args
-        .model
-        .threads
-        .unwrap_or_else(|| EngineOptions::default().threads);
-    if threads == 0 {
-        bail!("--threads must be at least 1");
-    }
-    let mut config = server::ServerConfig::new(path.clone());
     // The id is what -m named (alias or file stem); the others resolve to it.
     let spec = args.model.model.trim().to_string();
-    let stem = config.model_ids.remove(0);
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into());
     let mut ids = Vec::new();
     if std::path::Path::new(&spec).exists() {
         ids.push(stem.clone());
@@ -86,19 +80,16 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
     }
     ids.push(path.display().to_string());
     ids.dedup();
+    let mut config = server::ServerConfig::new(stem);
     config.model_ids = ids;
-    config.engine = EngineOptions {
-        threads,
-        precision: if args.model.precise {
-            engine::Precision::Exact
-        } else {
-            engine::Precision::Quantized
-        },
-    };
+    // A seed given to serve is the seed of requests without one; without it
+    // each request draws its own.
+    config.seed = args.sample.seed;
+    let options = args.model.run_options(args.sample.params());
+    options.validate()?;
     config.host = args.host.clone();
     config.port = args.port;
     config.parallel = args.parallel;
-    config.ctx = args.ctx;
     config.queue = args.queue.unwrap_or(4 * args.parallel);
     config.api_key = args.api_key.clone().filter(|k| !k.is_empty());
     config.body_limit = args.body_limit;
@@ -111,6 +102,9 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
         Some(secs("max-request-secs", args.max_request_secs)?)
     };
     config.shutdown_timeout = secs("shutdown-timeout", args.shutdown_timeout)?;
-    server::run(config).context("hearth serve")?;
+    // The same loader as every other command: --quant, --precise, --ctx
+    // and the rest mean what they mean there.
+    let loader: server::Loader = Box::new(move || engine::Engine::load(&path, &options));
+    server::run(config, loader).context("hearth serve")?;
     Ok(ExitCode::SUCCESS)
 }

@@ -125,6 +125,11 @@ impl FileType {
         }
     }
 
+    /// The file type with `general.file_type` number `n`, if we know it.
+    pub fn from_llama_ftype(n: u32) -> Option<FileType> {
+        Self::ALL.into_iter().find(|t| t.llama_ftype() == n)
+    }
+
     /// The tensor type most 2-D weights get (`llama_ftype_get_default_type`).
     pub fn default_type(self) -> GgmlType {
         match self {

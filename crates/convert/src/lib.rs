@@ -13,6 +13,9 @@ mod synth;
 mod tensors;
 
 pub use ftype::FileType;
+/// The container types conversions read and write, so that tools built on
+/// this crate need not name the `gguf` crate.
+pub use gguf::{GgufFile, GgufWriter};
 pub use plan::{ModelShape, TensorSpec};
 pub use synth::{synth, synth_with, Preset};
 pub use tensors::{quantize_gguf, quantize_gguf_with, TensorReport};

@@ -38,14 +38,10 @@ pub struct BatchItem<'a> {
 }
 
 impl Engine {
-    /// A decoder that steps up to `max_seqs` sessions of this engine with
-    /// contexts of up to `n_ctx` tokens (0 = the default) in one forward.
-    pub fn batch_decoder(&self, max_seqs: usize, n_ctx: usize) -> BatchDecoder {
-        let n_ctx = if n_ctx == 0 {
-            self.default_ctx()
-        } else {
-            n_ctx
-        };
+    /// A decoder that steps up to `max_seqs` sessions of this engine (of
+    /// its context) in one forward.
+    pub fn batch_decoder(&self, max_seqs: usize) -> BatchDecoder {
+        let n_ctx = self.n_ctx();
         BatchDecoder {
             model: Arc::clone(&self.model),
             scratch: self.model.new_scratch(n_ctx, max_seqs.max(1)),
@@ -53,9 +49,10 @@ impl Engine {
         }
     }
 
-    /// Bytes a [`BatchDecoder`] for `max_seqs` sessions of `n_ctx` tokens
-    /// takes, their logits included.
-    pub fn batch_decoder_bytes(&self, max_seqs: usize, n_ctx: usize) -> usize {
+    /// Bytes a [`BatchDecoder`] for `max_seqs` sessions takes, their logits
+    /// included.
+    pub fn batch_decoder_bytes(&self, max_seqs: usize) -> usize {
+        let n_ctx = self.n_ctx();
         let cfg = self.model.config();
         let max_seqs = max_seqs.max(1);
         model::Scratch::bytes_for(cfg, n_ctx, max_seqs, self.model.threads())
@@ -213,7 +210,7 @@ impl Decoding {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{EngineOptions, GenerateOptions, SamplingParams};
+    use crate::{GenerateOptions, RunOptions, SamplingParams};
 
     const TINY: &str = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -242,10 +239,12 @@ mod tests {
     /// and finish each gets alone from `Session::generate`.
     #[test]
     fn batched_steps_match_generate() {
+        let n_ctx = 128;
         let engine = Engine::load(
             TINY,
-            &EngineOptions {
-                threads: 2,
+            &RunOptions {
+                threads: Some(2),
+                ctx: Some(n_ctx),
                 ..Default::default()
             },
         )
@@ -280,20 +279,19 @@ mod tests {
                 join: 5,
             },
         ];
-        let n_ctx = 128;
         let want: Vec<_> = reqs
             .iter()
             .map(|r| {
                 let ids = engine.tokenizer().encode(r.prompt, true, true);
-                let mut s = engine.session(n_ctx);
+                let mut s = engine.session();
                 let mut sampler = Sampler::new(r.params.clone());
                 s.generate(&ids, &mut sampler, &r.opts, |_| true).unwrap()
             })
             .collect();
 
         // Fewer rows than requests: the step splits into two forwards.
-        let mut decoder = engine.batch_decoder(3, n_ctx);
-        let mut sessions: Vec<Session> = reqs.iter().map(|_| engine.session(n_ctx)).collect();
+        let mut decoder = engine.batch_decoder(3);
+        let mut sessions: Vec<Session> = reqs.iter().map(|_| engine.session()).collect();
         let mut samplers: Vec<Sampler> = reqs
             .iter()
             .map(|r| Sampler::new(r.params.clone()))
@@ -354,13 +352,14 @@ mod tests {
     fn a_time_limit_ends_with_length_and_hands_out_the_held_text() {
         let engine = Engine::load(
             TINY,
-            &EngineOptions {
-                threads: 1,
+            &RunOptions {
+                threads: Some(1),
+                ctx: Some(64),
                 ..Default::default()
             },
         )
         .unwrap();
-        let mut s = engine.session(64);
+        let mut s = engine.session();
         let sampler = Sampler::new(SamplingParams::greedy());
         let ids = engine.tokenizer().encode("Hello", true, true);
         // A stop string no text contains holds back its length - 1 bytes.

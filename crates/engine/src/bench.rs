@@ -84,7 +84,7 @@ impl Engine {
             ));
         }
         let n_ctx = depth + n;
-        let mut session = self.session(n_ctx);
+        let mut session = self.session_with_ctx(n_ctx);
         let ctx_ids = tokens(self, depth, 1);
         let ids = tokens(self, n, 2);
         let mut run = || -> Result<Duration, EngineError> {

@@ -22,6 +22,9 @@ pub struct SamplingParams {
     pub presence_penalty: f32,
     /// Seed for the draw; the same seed gives the same output.
     pub seed: u64,
+    /// Added to the logit of a token before anything else (OpenAI's
+    /// `logit_bias`: -100 bans a token, 100 all but forces it).
+    pub logit_bias: Vec<(u32, f32)>,
 }
 
 impl Default for SamplingParams {
@@ -36,6 +39,7 @@ impl Default for SamplingParams {
             frequency_penalty: 0.0,
             presence_penalty: 0.0,
             seed: 0,
+            logit_bias: Vec::new(),
         }
     }
 }
@@ -75,6 +79,15 @@ impl SamplingParams {
         }
         if self.repeat_penalty <= 0.0 {
             return Err("repeat_penalty must be positive".into());
+        }
+        if let Some((id, b)) = self
+            .logit_bias
+            .iter()
+            .find(|(_, b)| !(-100.0..=100.0).contains(b))
+        {
+            return Err(format!(
+                "logit_bias of token {id} is {b}; biases go from -100 to 100"
+            ));
         }
         Ok(())
     }
@@ -167,6 +180,11 @@ impl Sampler {
     /// Pick the next token from `logits`, given the tokens so far (for the
     /// penalties). `logits` is modified by the penalties.
     pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> u32 {
+        for &(id, bias) in &self.params.logit_bias {
+            if let Some(l) = logits.get_mut(id as usize) {
+                *l += bias;
+            }
+        }
         self.apply_penalties(logits, history);
         let p = &self.params;
         if p.temperature <= 0.0 || p.top_k == 1 {
@@ -416,6 +434,28 @@ mod tests {
         };
         assert!(bad.validate().unwrap_err().contains("top_p"));
         assert!(SamplingParams::default().validate().is_ok());
+    }
+
+    #[test]
+    fn logit_bias_moves_the_choice() {
+        let mut l = logits();
+        let worst = l
+            .iter()
+            .enumerate()
+            .min_by(|a, b| a.1.total_cmp(b.1))
+            .map(|(i, _)| i as u32)
+            .unwrap();
+        let best = argmax(&l) as u32;
+        let mut s = Sampler::new(SamplingParams {
+            logit_bias: vec![(worst, 100.0), (best, -100.0), (u32::MAX, 5.0)],
+            ..SamplingParams::greedy()
+        });
+        assert_eq!(s.sample(&mut l, &[]), worst);
+        let bad = SamplingParams {
+            logit_bias: vec![(1, 101.0)],
+            ..SamplingParams::default()
+        };
+        assert!(bad.validate().unwrap_err().contains("logit_bias"));
     }
 
     #[test]

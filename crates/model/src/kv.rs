@@ -39,15 +39,16 @@ impl LayerCache {
         &self.v[(p % self.cap) * vd + kvh * vdim..][..vdim]
     }
 
-    /// Whether the cache, holding `n_past` positions, still has every key a
-    /// token at position `n` attends to once the positions from `n` on are
-    /// forgotten.
-    fn can_rewind(&self, n_past: usize, n: usize) -> bool {
+    /// Whether the cache still has every key a token at position `n` attends
+    /// to, once the positions from `n` on are forgotten. `high` is one past
+    /// the highest position ever written since the cache was cleared: after
+    /// an earlier rewind, writes up to `high` may have overwritten slots of
+    /// positions below the current end, so only `high - cap..` is intact.
+    fn can_rewind(&self, high: usize, n: usize) -> bool {
         match self.window {
             None => true,
-            // The ring holds positions n_past - cap ..n_past; the token at `n`
-            // reads n + 1 - window ..n.
-            Some(w) => n_past <= self.cap || n + 1 + self.cap >= w + n_past,
+            // The token at `n` reads n + 1 - window ..n.
+            Some(w) => high <= self.cap || n + 1 + self.cap >= w + high,
         }
     }
 }
@@ -65,6 +66,8 @@ pub struct KvCache {
     pub(crate) layers: Vec<LayerCache>,
     n_ctx: usize,
     n_past: usize,
+    /// One past the highest position written since the cache was cleared.
+    high: usize,
 }
 
 impl KvCache {
@@ -88,6 +91,7 @@ impl KvCache {
             layers,
             n_ctx,
             n_past: 0,
+            high: 0,
         }
     }
 
@@ -124,7 +128,11 @@ impl KvCache {
         if n >= self.n_past {
             return n == self.n_past;
         }
-        let ok = n == 0 || self.layers.iter().all(|l| l.can_rewind(self.n_past, n));
+        if n == 0 {
+            self.clear();
+            return true;
+        }
+        let ok = self.layers.iter().all(|l| l.can_rewind(self.high, n));
         if ok {
             self.n_past = n;
         }
@@ -134,10 +142,12 @@ impl KvCache {
     /// Forget everything.
     pub fn clear(&mut self) {
         self.n_past = 0;
+        self.high = 0;
     }
 
     pub(crate) fn advance(&mut self, n: usize) {
         self.n_past += n;
+        self.high = self.high.max(self.n_past);
     }
 }
 

@@ -43,6 +43,8 @@ struct Common {
     top_k: Option<i64>,
     min_p: Option<f32>,
     repeat_penalty: Option<f32>,
+    /// Token id (as a string) to a bias from -100 to 100.
+    logit_bias: Option<std::collections::BTreeMap<String, f32>>,
 }
 
 /// One part of an array `content`.
@@ -103,6 +105,8 @@ pub struct Request {
     pub input: Input,
     /// Sampling settings.
     pub params: SamplingParams,
+    /// Whether the request chose its seed (else `params.seed` is fresh).
+    pub seed_given: bool,
     /// Tokens asked for at most (None: until the context is full).
     pub max_tokens: Option<usize>,
     /// Stop strings.
@@ -151,7 +155,7 @@ fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError
 }
 
 /// Parse and check a `/v1/chat/completions` body.
-pub fn parse_chat(body: &[u8]) -> Result<Request, ApiError> {
+pub fn parse_chat(body: &[u8], defaults: &SamplingParams) -> Result<Request, ApiError> {
     let b: ChatBody = parse_json(body)?;
     if b.messages.is_empty() {
         return Err(ApiError::bad_param(
@@ -196,11 +200,11 @@ pub fn parse_chat(body: &[u8]) -> Result<Request, ApiError> {
         };
         messages.push(ChatMessage::new(role, content));
     }
-    common(b.common, Input::Chat(messages), None)
+    common(b.common, Input::Chat(messages), None, defaults)
 }
 
 /// Parse and check a `/v1/completions` body.
-pub fn parse_completion(body: &[u8]) -> Result<Request, ApiError> {
+pub fn parse_completion(body: &[u8], defaults: &SamplingParams) -> Result<Request, ApiError> {
     let b: CompletionBody = parse_json(body)?;
     let input = match b.prompt {
         Prompt::Text(t) => Input::Text(t),
@@ -214,10 +218,15 @@ pub fn parse_completion(body: &[u8]) -> Result<Request, ApiError> {
         Prompt::Ids(ids) => Input::Ids(ids),
     };
     // OpenAI's default for the legacy endpoint.
-    common(b.common, input, Some(16))
+    common(b.common, input, Some(16), defaults)
 }
 
-fn common(c: Common, input: Input, default_max: Option<usize>) -> Result<Request, ApiError> {
+fn common(
+    c: Common,
+    input: Input,
+    default_max: Option<usize>,
+    defaults: &SamplingParams,
+) -> Result<Request, ApiError> {
     if let Some(n) = c.n {
         if n != 1 {
             return Err(ApiError::bad_param("n", "Only n = 1 is supported."));
@@ -255,15 +264,26 @@ fn common(c: Common, input: Input, default_max: Option<usize>) -> Result<Request
             "Stop strings must not be empty.",
         ));
     }
-    let defaults = SamplingParams::default();
+    let mut logit_bias = Vec::new();
+    for (key, &bias) in c.logit_bias.iter().flatten() {
+        let id = key.trim().parse::<u32>().map_err(|_| {
+            ApiError::bad_param(
+                "logit_bias",
+                format!("`logit_bias` keys are token ids; `{key}` is not one."),
+            )
+        })?;
+        logit_bias.push((id, bias));
+    }
+    let defaults = defaults.clone();
     let mut params = SamplingParams {
         temperature: c.temperature.unwrap_or(defaults.temperature),
         top_p: c.top_p.unwrap_or(defaults.top_p),
         min_p: c.min_p.unwrap_or(defaults.min_p),
         repeat_penalty: c.repeat_penalty.unwrap_or(defaults.repeat_penalty),
-        frequency_penalty: c.frequency_penalty.unwrap_or(0.0),
-        presence_penalty: c.presence_penalty.unwrap_or(0.0),
+        frequency_penalty: c.frequency_penalty.unwrap_or(defaults.frequency_penalty),
+        presence_penalty: c.presence_penalty.unwrap_or(defaults.presence_penalty),
         seed: c.seed.map(|s| s as u64).unwrap_or_else(fresh_seed),
+        logit_bias,
         ..defaults
     };
     if let Some(k) = c.top_k {
@@ -299,6 +319,7 @@ fn common(c: Common, input: Input, default_max: Option<usize>) -> Result<Request
         ApiError::bad_param(&param, format!("Invalid sampling parameter: {e}."))
     })?;
     Ok(Request {
+        seed_given: c.seed.is_some(),
         model: c.model,
         stream: c.stream.unwrap_or(false),
         include_usage: c
@@ -360,12 +381,29 @@ mod tests {
     fn parses_a_chat_request() {
         let r = parse_chat(
             br#"{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"hi"}]}],"stop":"x","max_tokens":5,"seed":3,"temperature":0}"#,
+            &SamplingParams::default(),
         )
         .unwrap();
         assert_eq!(r.max_tokens, Some(5));
         assert_eq!(r.stop, vec!["x".to_string()]);
         assert_eq!(r.params.seed, 3);
         assert!(matches!(r.input, Input::Chat(ref m) if m.len() == 2 && m[1].content == "hi"));
+        let biased = parse_completion(
+            br#"{"prompt":"a","logit_bias":{"212":100,"7":-100}}"#,
+            &SamplingParams::default(),
+        )
+        .unwrap();
+        let mut bias = biased.params.logit_bias.clone();
+        bias.sort_by_key(|b| b.0);
+        assert_eq!(bias, vec![(7, -100.0), (212, 100.0)]);
+        // The server's defaults fill what a request leaves out.
+        let defaults = SamplingParams {
+            temperature: 0.25,
+            top_k: 7,
+            ..SamplingParams::default()
+        };
+        let r = parse_completion(br#"{"prompt":"a","top_k":3}"#, &defaults).unwrap();
+        assert_eq!((r.params.temperature, r.params.top_k), (0.25, 3));
     }
 
     #[test]
@@ -380,10 +418,12 @@ mod tests {
             b"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":0}",
             b"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_p\":2}",
             b"{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}",
+            b"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"abc\":1}}",
+            b"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"5\":101}}",
             b"{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}",
             b"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":[\"\"]}",
         ] {
-            let e = parse_chat(body).unwrap_err();
+            let e = parse_chat(body, &SamplingParams::default()).unwrap_err();
             assert_eq!(e.status.as_u16(), 400, "{}", String::from_utf8_lossy(body));
         }
     }
@@ -395,7 +435,7 @@ mod tests {
         body.push_str(&"[".repeat(depth));
         body.push_str(&"]".repeat(depth));
         body.push('}');
-        let e = parse_chat(body.as_bytes()).unwrap_err();
+        let e = parse_chat(body.as_bytes(), &SamplingParams::default()).unwrap_err();
         assert_eq!(e.status.as_u16(), 400);
         assert!(e.message.contains("recursion"), "{}", e.message);
     }
@@ -403,20 +443,28 @@ mod tests {
     #[test]
     fn completion_prompt_forms() {
         assert!(matches!(
-            parse_completion(br#"{"prompt":"a"}"#).unwrap().input,
+            parse_completion(br#"{"prompt":"a"}"#, &SamplingParams::default())
+                .unwrap()
+                .input,
             Input::Text(_)
         ));
         assert!(matches!(
-            parse_completion(br#"{"prompt":["a"]}"#).unwrap().input,
+            parse_completion(br#"{"prompt":["a"]}"#, &SamplingParams::default())
+                .unwrap()
+                .input,
             Input::Text(_)
         ));
         assert!(matches!(
-            parse_completion(br#"{"prompt":[2,3]}"#).unwrap().input,
+            parse_completion(br#"{"prompt":[2,3]}"#, &SamplingParams::default())
+                .unwrap()
+                .input,
             Input::Ids(_)
         ));
-        assert!(parse_completion(br#"{"prompt":["a","b"]}"#).is_err());
+        assert!(parse_completion(br#"{"prompt":["a","b"]}"#, &SamplingParams::default()).is_err());
         assert_eq!(
-            parse_completion(br#"{"prompt":"a"}"#).unwrap().max_tokens,
+            parse_completion(br#"{"prompt":"a"}"#, &SamplingParams::default())
+                .unwrap()
+                .max_tokens,
             Some(16)
         );
     }

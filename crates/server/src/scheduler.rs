@@ -107,12 +107,11 @@ impl std::fmt::Debug for Scheduler {
 }
 
 impl Scheduler {
-    /// Start the scheduler thread with `parallel` slots of `n_ctx` tokens and
-    /// a queue of `capacity` waiting jobs.
+    /// Start the scheduler thread with `parallel` slots (each a session of
+    /// the engine's context) and a queue of `capacity` waiting jobs.
     pub fn start(
         engine: Arc<Engine>,
         parallel: usize,
-        n_ctx: usize,
         capacity: usize,
         metrics: Arc<Metrics>,
     ) -> std::io::Result<Self> {
@@ -128,12 +127,12 @@ impl Scheduler {
         });
         let slots = (0..parallel.max(1))
             .map(|_| Slot {
-                session: engine.session(n_ctx),
+                session: engine.session(),
                 active: None,
                 last_used: 0,
             })
             .collect();
-        let decoder = engine.batch_decoder(parallel.max(1), n_ctx);
+        let decoder = engine.batch_decoder(parallel.max(1));
         let thread = {
             let shared = Arc::clone(&shared);
             std::thread::Builder::new()

@@ -2,7 +2,7 @@
 //! `Session::generate`, a bounded queue, and cancellation by a dropped
 //! receiver.
 
-use engine::{Engine, EngineOptions, FinishReason, GenerateOptions, Sampler, SamplingParams};
+use engine::{Engine, FinishReason, GenerateOptions, RunOptions, Sampler, SamplingParams};
 use hearth_server::metrics::Metrics;
 use hearth_server::scheduler::{Event, Job, Rejected, Scheduler, Usage};
 use std::sync::atomic::Ordering;
@@ -15,13 +15,15 @@ const TINY: &str = concat!(
     "/../../tests/fixtures/tiny/gemma3/model-f32.gguf"
 );
 
-fn engine() -> Arc<Engine> {
+/// The tiny model with sessions of `n_ctx` tokens.
+fn engine(n_ctx: usize) -> Arc<Engine> {
     Arc::new(
         Engine::load(
             TINY,
-            &EngineOptions {
-                threads: 1,
-                ..EngineOptions::default()
+            &RunOptions {
+                threads: Some(1),
+                ctx: Some(n_ctx),
+                ..RunOptions::default()
             },
         )
         .expect("load the tiny model"),
@@ -56,7 +58,7 @@ fn drain(rx: &mut mpsc::UnboundedReceiver<Event>) -> (String, Option<FinishReaso
 
 #[test]
 fn interleaved_slots_match_generate() {
-    let engine = engine();
+    let engine = engine(64);
     let prompts: Vec<Vec<u32>> = ["Once upon a time", "Hello", "The sky is", "1 2 3"]
         .iter()
         .map(|p| engine.tokenizer().encode(p, true, true))
@@ -69,7 +71,7 @@ fn interleaved_slots_match_generate() {
     let want: Vec<String> = prompts
         .iter()
         .map(|p| {
-            let mut s = engine.session(64);
+            let mut s = engine.session();
             let mut sampler = Sampler::new(params.clone());
             s.generate(p, &mut sampler, &opts(20), |_| true)
                 .expect("generate")
@@ -78,7 +80,7 @@ fn interleaved_slots_match_generate() {
         .collect();
 
     let metrics = Arc::new(Metrics::default());
-    let sched = Scheduler::start(Arc::clone(&engine), 2, 64, 16, Arc::clone(&metrics)).unwrap();
+    let sched = Scheduler::start(Arc::clone(&engine), 2, 16, Arc::clone(&metrics)).unwrap();
     let mut rxs = Vec::new();
     for p in &prompts {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -104,9 +106,9 @@ fn interleaved_slots_match_generate() {
 
 #[test]
 fn the_queue_is_bounded_and_a_dropped_receiver_cancels() {
-    let engine = engine();
+    let engine = engine(2048);
     let metrics = Arc::new(Metrics::default());
-    let sched = Scheduler::start(Arc::clone(&engine), 1, 2048, 1, Arc::clone(&metrics)).unwrap();
+    let sched = Scheduler::start(Arc::clone(&engine), 1, 1, Arc::clone(&metrics)).unwrap();
     let prompt = engine.tokenizer().encode("a", true, true);
     let mut accepted = Vec::new();
     let mut rejected = 0;
@@ -156,7 +158,7 @@ fn the_queue_is_bounded_and_a_dropped_receiver_cancels() {
 
 #[test]
 fn a_long_prompt_is_prefilled_in_chunks_beside_a_decoding_slot() {
-    let engine = engine();
+    let engine = engine(1024);
     let short = engine.tokenizer().encode("Hello", true, true);
     let long = engine.tokenizer().encode(
         &"the quick brown fox jumps over the lazy dog ".repeat(12),
@@ -166,7 +168,7 @@ fn a_long_prompt_is_prefilled_in_chunks_beside_a_decoding_slot() {
     assert!(long.len() > 256, "{}", long.len());
     let params = SamplingParams::greedy();
     let reference = |p: &[u32], n: usize| {
-        let mut s = engine.session(1024);
+        let mut s = engine.session();
         let mut sampler = Sampler::new(params.clone());
         s.generate(p, &mut sampler, &opts(n), |_| true)
             .expect("generate")
@@ -176,7 +178,7 @@ fn a_long_prompt_is_prefilled_in_chunks_beside_a_decoding_slot() {
     let want_long = reference(&long, 20);
 
     let metrics = Arc::new(Metrics::default());
-    let sched = Scheduler::start(Arc::clone(&engine), 2, 1024, 4, Arc::clone(&metrics)).unwrap();
+    let sched = Scheduler::start(Arc::clone(&engine), 2, 4, Arc::clone(&metrics)).unwrap();
     let (tx_a, mut rx_a) = mpsc::unbounded_channel();
     sched
         .submit(Job {
@@ -210,7 +212,7 @@ fn a_long_prompt_is_prefilled_in_chunks_beside_a_decoding_slot() {
 
 #[test]
 fn batched_slots_match_generate_as_requests_join_and_leave() {
-    let engine = engine();
+    let engine = engine(128);
     // Eight requests through four slots: they join as others leave, with
     // different lengths, samplers and stop strings.
     let cases: Vec<(Vec<u32>, SamplingParams, GenerateOptions)> = (0..8)
@@ -238,7 +240,7 @@ fn batched_slots_match_generate_as_requests_join_and_leave() {
     let want: Vec<String> = cases
         .iter()
         .map(|(p, params, o)| {
-            let mut s = engine.session(128);
+            let mut s = engine.session();
             let mut sampler = Sampler::new(params.clone());
             s.generate(p, &mut sampler, o, |_| true)
                 .expect("generate")
@@ -246,7 +248,7 @@ fn batched_slots_match_generate_as_requests_join_and_leave() {
         })
         .collect();
     let metrics = Arc::new(Metrics::default());
-    let sched = Scheduler::start(Arc::clone(&engine), 4, 128, 16, Arc::clone(&metrics)).unwrap();
+    let sched = Scheduler::start(Arc::clone(&engine), 4, 16, Arc::clone(&metrics)).unwrap();
     let mut rxs = Vec::new();
     for (prompt, params, o) in &cases {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -290,11 +292,11 @@ fn done_usage(rx: &mut mpsc::UnboundedReceiver<Event>) -> (bool, String, Usage) 
 
 #[test]
 fn the_time_limit_ends_generations_with_length() {
-    let engine = engine();
+    let engine = engine(32768);
     let metrics = Arc::new(Metrics::default());
     // A context so long that filling it takes far longer than the limit.
     let n_ctx = 32768;
-    let sched = Scheduler::start(Arc::clone(&engine), 2, n_ctx, 4, Arc::clone(&metrics)).unwrap();
+    let sched = Scheduler::start(Arc::clone(&engine), 2, 4, Arc::clone(&metrics)).unwrap();
     let prompt = engine.tokenizer().encode("a", true, true);
     let job = |deadline, tx| Job {
         prompt: prompt.clone(),

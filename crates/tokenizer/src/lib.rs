@@ -51,9 +51,11 @@ pub enum TokenizerError {
 /// Token texts that end a generation when present in the vocabulary, taken
 /// from the list llama.cpp consults (Gemma 2 and 3 end turns with
 /// `<end_of_turn>`, Gemma 4 with `<turn|>`, and Gemma 4 stops to wait for a
-/// tool's answer at `<|tool_response>`).
+/// tool's answer at `<|tool_response>`). Gemma 3 also ends a generation at
+/// `</s>` (id 212); see [`GEMMA4_MARKER`] for the exception.
 const EOG_TEXTS: &[&str] = &[
     "<end_of_turn>",
+    "</s>",
     "<turn|>",
     "<|tool_response>",
     "<eos>",
@@ -64,6 +66,9 @@ const EOG_TEXTS: &[&str] = &[
     "<|endoftext|>",
     "<end_of_utterance>",
 ];
+
+/// A token only Gemma 4's vocabulary has.
+const GEMMA4_MARKER: &str = "<|tool_response>";
 
 /// A tokenizer over a [`Vocab`]: SentencePiece or Gemma 4 BPE, as the
 /// vocabulary's [`TokenizerModel`] says.
@@ -173,7 +178,13 @@ impl Tokenizer {
             .into_iter()
             .flatten()
             .collect();
+        // Gemma 4's vocabulary has `</s>` as ordinary text (llama.cpp takes it
+        // back out of the list there too).
+        let gemma4 = tok.lookup(GEMMA4_MARKER.as_bytes()).is_some();
         for t in EOG_TEXTS {
+            if gemma4 && *t == "</s>" {
+                continue;
+            }
             if let Some(id) = tok.lookup(t.as_bytes()) {
                 eog.push(id);
             }
@@ -225,6 +236,28 @@ impl Tokenizer {
     /// Whether generating `id` ends the generation (EOS, end-of-turn, ...).
     pub fn is_eog(&self, id: u32) -> bool {
         self.eog.binary_search(&id).is_ok()
+    }
+
+    /// Also end generations at the control token `template` writes right
+    /// after an assistant message (its end-of-turn marker), when there is
+    /// one; returns it.
+    pub fn add_template_eog(&mut self, template: &ChatTemplate) -> Option<u32> {
+        const MARK: &str = "\u{1}hearth-end-of-message\u{1}";
+        let messages = [ChatMessage::user("Hi"), ChatMessage::assistant(MARK)];
+        let text = template.render(&messages, false).ok()?;
+        let after = &text[text.find(MARK)? + MARK.len()..];
+        let id = *self.encode(after, false, true).first()?;
+        let special = matches!(
+            self.vocab.token_type(id),
+            Some(TokenType::Control | TokenType::UserDefined)
+        );
+        if !special {
+            return None;
+        }
+        if let Err(at) = self.eog.binary_search(&id) {
+            self.eog.insert(at, id);
+        }
+        Some(id)
     }
 
     /// All end-of-generation ids, sorted.

@@ -799,3 +799,59 @@ proptest::proptest! {
         }
     }
 }
+
+/// A vocabulary with extra user-defined tokens after the tiny one's.
+fn vocab_with(extra: &[&str]) -> Vocab {
+    let base = tiny_vocab(false);
+    let n = base.len() as u32;
+    let mut tokens: Vec<String> = (0..n).map(|i| base.text(i).unwrap().to_string()).collect();
+    let mut types: Vec<i32> = (0..n).map(|i| base.token_type(i).unwrap() as i32).collect();
+    let mut scores: Vec<f32> = (0..n).map(|i| base.score(i).unwrap()).collect();
+    for t in extra {
+        tokens.push((*t).into());
+        types.push(4);
+        scores.push(-1000.0);
+    }
+    let mut v = Vocab::new(&tokens, Some(&scores), Some(&types)).unwrap();
+    v.bos_id = Some(2);
+    v.eos_id = Some(1);
+    v
+}
+
+#[test]
+fn end_of_sentence_ends_a_gemma3_generation_but_not_a_gemma4_one() {
+    let t = Tokenizer::new(vocab_with(&["</s>"])).unwrap();
+    let eos = t.token_id("</s>").unwrap();
+    assert!(t.is_eog(eos), "Gemma 3 ends a generation at </s>");
+    let t4 = Tokenizer::new(vocab_with(&["</s>", "<|tool_response>"])).unwrap();
+    assert!(
+        !t4.is_eog(t4.token_id("</s>").unwrap()),
+        "Gemma 4 writes </s> as text"
+    );
+    assert!(t4.is_eog(t4.token_id("<|tool_response>").unwrap()));
+}
+
+#[test]
+fn the_templates_end_of_turn_marker_ends_a_generation() {
+    // A template that closes each message with a token no list names.
+    let mut v = vocab_with(&["<|close|>"]);
+    v.chat_template =
+        Some("{% for m in messages %}<start_of_turn>{{ m.content }}<|close|>{% endfor %}".into());
+    let mut t = Tokenizer::new(v).unwrap();
+    let close = t.token_id("<|close|>").unwrap();
+    assert!(!t.is_eog(close));
+    let template = t.chat_template();
+    assert_eq!(t.add_template_eog(&template), Some(close));
+    assert!(t.is_eog(close));
+    // The built-in Gemma format ends turns with <end_of_turn>, already an EOG.
+    let mut g = tiny();
+    let gemma = ChatTemplate::gemma("<bos>");
+    assert_eq!(g.add_template_eog(&gemma), g.token_id("<end_of_turn>"));
+    // Plain text after the message marks nothing.
+    let plain = ChatTemplate::new(
+        Some("{% for m in messages %}{{ m.content }}hello{% endfor %}"),
+        "",
+        "",
+    );
+    assert_eq!(g.add_template_eog(&plain), None);
+}

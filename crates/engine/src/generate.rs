@@ -1,0 +1,464 @@
+//! Generation: a [`Decoding`] advanced a token at a time over a [`Session`],
+//! with sampling, stop strings, end-of-generation tokens and streaming of the
+//! text that is safe to show.
+
+use crate::{EngineError, Sampler, Session};
+use std::time::{Duration, Instant};
+use tokenizer::StreamDecoder;
+
+/// Why generation stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinishReason {
+    /// An end-of-generation token or a stop string.
+    Stop,
+    /// The token limit or the context was reached.
+    Length,
+    /// The caller's callback asked to stop.
+    Cancelled,
+}
+
+/// Limits and stop conditions of one generation.
+#[derive(Debug, Clone, Default)]
+pub struct GenerateOptions {
+    /// Most tokens to generate.
+    pub max_tokens: usize,
+    /// Stop strings: generation ends when the text contains one, which is cut.
+    pub stop: Vec<String>,
+    /// Stop on end-of-generation tokens (eos, `<end_of_turn>`).
+    pub stop_on_eog: bool,
+    /// Render control tokens in the streamed text.
+    pub render_special: bool,
+}
+
+/// One streamed piece of output.
+#[derive(Debug, Clone)]
+pub struct TokenEvent<'a> {
+    /// The sampled id.
+    pub id: u32,
+    /// Text that became complete with this token (may be empty).
+    pub text: &'a str,
+}
+
+/// What a generation produced.
+#[derive(Debug, Clone)]
+pub struct Generation {
+    /// Sampled ids, the end-of-generation token included when one ended it.
+    pub ids: Vec<u32>,
+    /// The text, stop string removed.
+    pub text: String,
+    /// Why it ended.
+    pub finish: FinishReason,
+    /// Prompt tokens processed (after the reused prefix).
+    pub prompt_tokens_evaluated: usize,
+    /// Prompt tokens reused from the session's cache.
+    pub prompt_tokens_reused: usize,
+    /// Time spent on the prompt.
+    pub prompt_time: Duration,
+    /// Time spent generating.
+    pub gen_time: Duration,
+}
+
+impl Generation {
+    /// Generated tokens per second.
+    pub fn gen_tokens_per_s(&self) -> f64 {
+        self.ids.len() as f64 / self.gen_time.as_secs_f64().max(1e-9)
+    }
+
+    /// Prompt tokens per second.
+    pub fn prompt_tokens_per_s(&self) -> f64 {
+        self.prompt_tokens_evaluated as f64 / self.prompt_time.as_secs_f64().max(1e-9)
+    }
+}
+
+/// One step of a generation.
+#[derive(Debug, Clone, Copy)]
+pub struct Step<'a> {
+    /// The id sampled in this step (on a final step that sampled nothing,
+    /// the last id sampled before, if any).
+    pub id: Option<u32>,
+    /// Text that became safe to show with this step (may be empty).
+    pub text: &'a str,
+    /// Set when the generation has ended.
+    pub finish: Option<FinishReason>,
+}
+
+/// A generation in progress, advanced a token at a time by
+/// [`Session::step`]; it owns the text state, the session owns the cache.
+#[derive(Debug)]
+pub struct Decoding {
+    pub(crate) opts: GenerateOptions,
+    pub(crate) decoder: StreamDecoder,
+    pub(crate) ids: Vec<u32>,
+    pub(crate) text: String,
+    pub(crate) piece: String,
+    /// Bytes of `text` already handed out; the rest might start a stop string.
+    pub(crate) emitted: usize,
+    pub(crate) max_stop: usize,
+    /// Sampled but not yet fed to the model.
+    pub(crate) pending: Option<u32>,
+    /// Prompt tokens still to evaluate (after the reused prefix), and how
+    /// many of them are in.
+    pub(crate) prefill: Vec<u32>,
+    pub(crate) prefilled: usize,
+    pub(crate) finish: Option<FinishReason>,
+    pub(crate) evaluated: usize,
+    pub(crate) reused: usize,
+    pub(crate) prompt_time: Duration,
+    pub(crate) gen_start: Instant,
+}
+
+impl Decoding {
+    /// Why it ended, once it has.
+    pub fn finish(&self) -> Option<FinishReason> {
+        self.finish
+    }
+
+    /// Whether it has ended.
+    pub fn is_done(&self) -> bool {
+        self.finish.is_some()
+    }
+
+    /// Whether the whole prompt is in the cache.
+    pub fn prefill_done(&self) -> bool {
+        self.prefilled >= self.prefill.len()
+    }
+
+    /// Prompt tokens still to evaluate.
+    pub fn prefill_left(&self) -> usize {
+        self.prefill.len() - self.prefilled.min(self.prefill.len())
+    }
+
+    /// Ids sampled so far.
+    pub fn ids(&self) -> &[u32] {
+        &self.ids
+    }
+
+    /// Prompt tokens evaluated by `start` (after the reused prefix).
+    pub fn prompt_tokens_evaluated(&self) -> usize {
+        self.evaluated
+    }
+
+    /// Prompt tokens reused from the session's cache.
+    pub fn prompt_tokens_reused(&self) -> usize {
+        self.reused
+    }
+
+    /// Stop here because the caller asked to; no more text is emitted.
+    pub fn cancel(&mut self) {
+        if self.finish.is_none() {
+            self.finish = Some(FinishReason::Cancelled);
+            self.pending = None;
+        }
+    }
+
+    /// End with `reason`, flushing the decoder's held bytes into the text so
+    /// the step that ends it can hand out the rest.
+    pub(crate) fn end(&mut self, reason: FinishReason) {
+        self.pending = None;
+        // As before the step API: an end-of-generation token with nothing
+        // held back drops the decoder's incomplete bytes.
+        if reason != FinishReason::Stop || self.emitted < self.text.len() {
+            let tail = self.decoder.finish();
+            self.text.push_str(&tail);
+        }
+        self.emitted = self.text.len();
+        self.finish = Some(reason);
+    }
+
+    /// The finished (or cancelled) generation.
+    pub fn into_generation(self) -> Generation {
+        Generation {
+            ids: self.ids,
+            text: self.text,
+            finish: self.finish.unwrap_or(FinishReason::Cancelled),
+            prompt_tokens_evaluated: self.evaluated,
+            prompt_tokens_reused: self.reused,
+            prompt_time: self.prompt_time,
+            gen_time: self.gen_start.elapsed(),
+        }
+    }
+}
+
+impl Session {
+    /// Feed `prompt` and sample up to `opts.max_tokens` tokens, calling
+    /// `on_token` for each; the callback returns `false` to cancel.
+    pub fn generate(
+        &mut self,
+        prompt: &[u32],
+        sampler: &mut Sampler,
+        opts: &GenerateOptions,
+        mut on_token: impl FnMut(TokenEvent<'_>) -> bool,
+    ) -> Result<Generation, EngineError> {
+        let mut decoding = self.start(prompt, sampler, opts)?;
+        loop {
+            let step = self.step(&mut decoding, sampler)?;
+            let done = step.finish.is_some();
+            let wants_more = match step.id {
+                Some(id) if !step.text.is_empty() || !done => on_token(TokenEvent {
+                    id,
+                    text: step.text,
+                }),
+                _ => true,
+            };
+            if done {
+                break;
+            }
+            if !wants_more {
+                decoding.cancel();
+                break;
+            }
+        }
+        Ok(decoding.into_generation())
+    }
+
+    /// Check the request and feed `prompt`, reusing the cached prefix: the
+    /// first half of a step-wise generation that [`Session::step`] advances.
+    pub fn start(
+        &mut self,
+        prompt: &[u32],
+        sampler: &Sampler,
+        opts: &GenerateOptions,
+    ) -> Result<Decoding, EngineError> {
+        let mut d = self.begin(prompt, sampler, opts)?;
+        self.prefill(&mut d, usize::MAX)?;
+        Ok(d)
+    }
+
+    /// Check the request and rewind the cache to the prefix it shares with
+    /// `prompt`, evaluating nothing yet: [`Session::prefill`] then evaluates
+    /// the rest in chunks, so a scheduler can interleave a long prompt with
+    /// other sequences' decoding.
+    pub fn begin(
+        &mut self,
+        prompt: &[u32],
+        sampler: &Sampler,
+        opts: &GenerateOptions,
+    ) -> Result<Decoding, EngineError> {
+        if prompt.is_empty() {
+            return Err(EngineError::InvalidRequest("the prompt is empty".into()));
+        }
+        if prompt.len() >= self.n_ctx() {
+            return Err(EngineError::PromptTooLong {
+                prompt: prompt.len(),
+                n_ctx: self.n_ctx(),
+            });
+        }
+        sampler
+            .params()
+            .validate()
+            .map_err(EngineError::InvalidRequest)?;
+        let reused = self.reuse_prefix(prompt);
+        let rest = prompt[reused..].to_vec();
+        Ok(Decoding {
+            decoder: StreamDecoder::new(opts.render_special),
+            ids: Vec::with_capacity(opts.max_tokens.min(4096)),
+            text: String::new(),
+            piece: String::new(),
+            emitted: 0,
+            max_stop: opts.stop.iter().map(|s| s.len()).max().unwrap_or(0),
+            opts: opts.clone(),
+            pending: None,
+            finish: None,
+            evaluated: rest.len(),
+            reused,
+            prefill: rest,
+            prefilled: 0,
+            prompt_time: Duration::ZERO,
+            gen_start: Instant::now(),
+        })
+    }
+
+    /// Evaluate up to `max_tokens` more prompt tokens of a generation made
+    /// by [`Session::begin`]; returns whether the whole prompt is in.
+    pub fn prefill(&mut self, d: &mut Decoding, max_tokens: usize) -> Result<bool, EngineError> {
+        if d.prefilled < d.prefill.len() {
+            let t0 = Instant::now();
+            let end = d
+                .prefill
+                .len()
+                .min(d.prefilled.saturating_add(max_tokens.max(1)));
+            let chunk = &d.prefill[d.prefilled..end];
+            if end == d.prefill.len() && chunk.len() > 1 {
+                // The last prompt token goes alone. A prompt found in the
+                // cache has its last token evaluated alone too, and long
+                // batches take other kernels (rounded differently, then
+                // amplified by 8-bit activations), so this keeps a seeded
+                // sample the same whether the prompt was cached or not.
+                self.forward_prompt(&chunk[..chunk.len() - 1])?;
+                self.forward_prompt(&chunk[chunk.len() - 1..])?;
+            } else {
+                self.forward_prompt(chunk)?;
+            }
+            d.prefilled = end;
+            d.prompt_time += t0.elapsed();
+            if d.prefilled == d.prefill.len() {
+                d.prefill = Vec::new();
+                d.prefilled = 0;
+                d.gen_start = Instant::now();
+            }
+        }
+        Ok(d.prefill_done())
+    }
+
+    /// Advance a generation by one token: feed the token sampled last (if
+    /// any), then sample the next one and apply the stop conditions.
+    ///
+    /// A batched scheduler would split this in two: one forward over the
+    /// pending tokens of many sessions ([`Session::accept_pending`] here),
+    /// then [`Session::sample_next`] for each.
+    pub fn step<'d>(
+        &mut self,
+        d: &'d mut Decoding,
+        sampler: &mut Sampler,
+    ) -> Result<Step<'d>, EngineError> {
+        self.prefill(d, usize::MAX)?;
+        self.accept_pending(d)?;
+        self.sample_next(d, sampler)
+    }
+
+    /// Feed the token that the last [`Session::sample_next`] produced into the
+    /// cache, so the logits for the next one are ready. Ends the generation
+    /// with `Length` when the context is full.
+    pub fn accept_pending(&mut self, d: &mut Decoding) -> Result<(), EngineError> {
+        let Some(id) = d.pending.take() else {
+            return Ok(());
+        };
+        if d.finish.is_some() {
+            return Ok(());
+        }
+        if self.tokens.len() + 1 > self.n_ctx() {
+            // Full: `sample_next` ends the generation with `Length`.
+            return Ok(());
+        }
+        self.forward_prompt(&[id])
+    }
+
+    /// Sample the next token from the current logits and apply the stop
+    /// conditions; the returned text is what can be shown now.
+    pub fn sample_next<'d>(
+        &mut self,
+        d: &'d mut Decoding,
+        sampler: &mut Sampler,
+    ) -> Result<Step<'d>, EngineError> {
+        self.sample_from(d, sampler, None)
+    }
+
+    /// [`Session::sample_next`] from `logits` when given (this session's
+    /// row of a batched step), else from the session's own last batch.
+    pub(crate) fn sample_from<'d>(
+        &mut self,
+        d: &'d mut Decoding,
+        sampler: &mut Sampler,
+        logits: Option<&mut [f32]>,
+    ) -> Result<Step<'d>, EngineError> {
+        if d.finish.is_some() {
+            return Ok(Step {
+                id: None,
+                text: "",
+                finish: d.finish,
+            });
+        }
+        if !d.prefill_done() {
+            return Err(EngineError::InvalidRequest(
+                "sample_next before the prompt was prefilled".into(),
+            ));
+        }
+        if d.ids.len() >= d.opts.max_tokens || self.tokens.len() >= self.n_ctx() {
+            let from = d.emitted;
+            d.end(FinishReason::Length);
+            return Ok(Step {
+                id: d.ids.last().copied(),
+                text: &d.text[from..],
+                finish: d.finish,
+            });
+        }
+        let logits = match logits {
+            Some(row) => row,
+            None => {
+                let rows = self.scratch.batch();
+                self.model
+                    .logits(&mut self.scratch, rows.saturating_sub(1)..rows)?
+            }
+        };
+        let id = sampler.sample(logits, &self.tokens);
+        d.ids.push(id);
+        let from = d.emitted;
+        if d.opts.stop_on_eog && self.tokenizer.is_eog(id) {
+            d.end(FinishReason::Stop);
+            return Ok(Step {
+                id: Some(id),
+                text: &d.text[from..],
+                finish: d.finish,
+            });
+        }
+        d.piece.clear();
+        d.decoder.push_into(&self.tokenizer, id, &mut d.piece);
+        d.text.push_str(&d.piece);
+        if let Some(cut) = find_stop(&d.text, &d.opts.stop, d.emitted) {
+            d.text.truncate(cut);
+            d.emitted = d.text.len();
+            d.finish = Some(FinishReason::Stop);
+            return Ok(Step {
+                id: Some(id),
+                text: &d.text[from.min(cut)..],
+                finish: d.finish,
+            });
+        }
+        // Emit what can no longer become part of a stop string.
+        let safe = if d.max_stop == 0 {
+            d.text.len()
+        } else {
+            floor_char_boundary(&d.text, d.text.len().saturating_sub(d.max_stop - 1)).max(from)
+        };
+        d.emitted = safe;
+        d.pending = Some(id);
+        Ok(Step {
+            id: Some(id),
+            text: &d.text[from..safe],
+            finish: None,
+        })
+    }
+}
+
+/// The byte offset of the first stop string in `text` that ends after
+/// `from`, if any.
+fn find_stop(text: &str, stops: &[String], from: usize) -> Option<usize> {
+    stops
+        .iter()
+        .filter(|s| !s.is_empty())
+        .filter_map(|s| {
+            let search_from = floor_char_boundary(text, from.saturating_sub(s.len()));
+            text[search_from..]
+                .find(s.as_str())
+                .map(|i| search_from + i)
+        })
+        .min()
+}
+
+fn floor_char_boundary(s: &str, mut i: usize) -> usize {
+    i = i.min(s.len());
+    while !s.is_char_boundary(i) {
+        i -= 1;
+    }
+    i
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stop_strings_are_found_across_pieces() {
+        let stops = vec!["END".to_string(), "\n\n".to_string()];
+        assert_eq!(find_stop("abc EN", &stops, 0), None);
+        assert_eq!(find_stop("abc END more", &stops, 5), Some(4));
+        assert_eq!(find_stop("a\n\nb", &stops, 0), Some(1));
+        assert_eq!(find_stop("héllo", &["l".into()], 2), Some(3));
+    }
+
+    #[test]
+    fn char_boundaries() {
+        assert_eq!(floor_char_boundary("é", 1), 0);
+        assert_eq!(floor_char_boundary("ab", 9), 2);
+    }
+}

@@ -1,0 +1,179 @@
+//! The one loader: a path (GGUF file or Hugging Face checkpoint directory)
+//! and [`RunOptions`] in, an [`Engine`] out. Every front end loads through
+//! here, so a load option means the same thing in `complete`, `chat`, `serve`
+//! and `bench`.
+
+use crate::session::Session;
+use crate::{EngineError, RunOptions};
+use gguf::GgufFile;
+use model::{KvCache, LoadOptions, Model};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
+
+/// A model with its tokenizer, chat template and resolved run options,
+/// shared by sessions.
+pub struct Engine {
+    pub(crate) model: Arc<Model>,
+    pub(crate) tokenizer: Arc<Tokenizer>,
+    template: Arc<ChatTemplate>,
+    options: RunOptions,
+    load_time: Duration,
+}
+
+impl std::fmt::Debug for Engine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Engine")
+            .field("model", &self.model)
+            .field("options", &self.options)
+            .finish()
+    }
+}
+
+/// The GGUF at `path`, or the in-memory GGUF the `hf` crate converts the
+/// checkpoint directory at `path` into.
+pub fn open_model_file(path: &Path) -> Result<GgufFile, EngineError> {
+    if path.is_dir() {
+        let writer = hf::convert_dir(path)?;
+        Ok(GgufFile::from_bytes(writer.to_bytes())?)
+    } else {
+        Ok(GgufFile::open(path)?)
+    }
+}
+
+impl Engine {
+    /// Load a GGUF model (or a Hugging Face checkpoint directory), requantize
+    /// it when `opts.quant` asks, and build its tokenizer.
+    pub fn load(path: impl AsRef<Path>, opts: &RunOptions) -> Result<Self, EngineError> {
+        let start = Instant::now();
+        opts.validate()?;
+        let file = open_model_file(path.as_ref())?;
+        let file = match &opts.quant {
+            Some(name) => requantize(&file, name)?,
+            None => file,
+        };
+        let mut engine = Self::from_file(Arc::new(file), opts)?;
+        engine.load_time = start.elapsed();
+        Ok(engine)
+    }
+
+    /// Build an engine on an already opened (or in-memory) GGUF, as it is
+    /// (`opts.quant` is for [`Engine::load`]).
+    pub fn from_file(file: Arc<GgufFile>, opts: &RunOptions) -> Result<Self, EngineError> {
+        let start = Instant::now();
+        opts.validate()?;
+        let context_length = model::Config::from_gguf(&file)?.context_length;
+        let options = opts.resolved(context_length);
+        let load = LoadOptions {
+            threads: options.threads.unwrap_or(1),
+            precision: options.precision,
+        };
+        let model = Model::from_gguf(file, &load)?;
+        let mut tokenizer = Tokenizer::from_gguf(model.gguf())?;
+        let template = tokenizer.chat_template();
+        // What the template closes an assistant turn with ends generations too.
+        tokenizer.add_template_eog(&template);
+        Ok(Self {
+            model: Arc::new(model),
+            tokenizer: Arc::new(tokenizer),
+            template: Arc::new(template),
+            options,
+            load_time: start.elapsed(),
+        })
+    }
+
+    /// The model.
+    pub fn model(&self) -> &Model {
+        &self.model
+    }
+
+    /// The tokenizer.
+    pub fn tokenizer(&self) -> &Tokenizer {
+        &self.tokenizer
+    }
+
+    /// The chat template.
+    pub fn template(&self) -> &ChatTemplate {
+        &self.template
+    }
+
+    /// The run options with every default resolved.
+    pub fn options(&self) -> &RunOptions {
+        &self.options
+    }
+
+    /// How long `load` took.
+    pub fn load_time(&self) -> Duration {
+        self.load_time
+    }
+
+    /// The context size of a session.
+    pub fn n_ctx(&self) -> usize {
+        self.options.ctx.unwrap_or(1)
+    }
+
+    /// The prefill batch size.
+    fn batch_for(&self, n_ctx: usize) -> usize {
+        self.options.batch.unwrap_or(1).min(n_ctx).max(1)
+    }
+
+    /// The model's `general.name`, if it has one.
+    pub fn model_name(&self) -> Option<&str> {
+        self.model.gguf().get_str("general.name")
+    }
+
+    /// The weights' llama-quantize type (`Q4_K_M`, `Q8_0`, ...), from the
+    /// file's `general.file_type` (set by a requantization at load too).
+    pub fn weight_type(&self) -> Option<&'static str> {
+        let id = self.model.gguf().get("general.file_type")?.as_u64()?;
+        convert::FileType::from_llama_ftype(u32::try_from(id).ok()?).map(|t| t.name())
+    }
+
+    /// A new session with the engine's context.
+    pub fn session(&self) -> Session {
+        self.session_with_ctx(self.n_ctx())
+    }
+
+    /// A new session with a context of `n_ctx` tokens (scoring a given
+    /// sequence, a perplexity chunk, a benchmark).
+    pub fn session_with_ctx(&self, n_ctx: usize) -> Session {
+        let n_ctx = n_ctx.max(1);
+        Session {
+            model: Arc::clone(&self.model),
+            tokenizer: Arc::clone(&self.tokenizer),
+            cache: self.model.new_cache(n_ctx),
+            scratch: self.model.new_scratch(n_ctx, self.batch_for(n_ctx)),
+            tokens: Vec::with_capacity(n_ctx),
+        }
+    }
+
+    /// Bytes a session of the engine's context takes (KV cache and buffers).
+    pub fn session_bytes(&self) -> usize {
+        let n_ctx = self.n_ctx();
+        self.model.session_bytes(n_ctx, self.batch_for(n_ctx))
+    }
+
+    /// Bytes the KV cache of a session takes.
+    pub fn kv_bytes(&self) -> usize {
+        KvCache::bytes_for(self.model.config(), self.n_ctx())
+    }
+
+    /// Encode a conversation with the chat template, ready for generation.
+    pub fn encode_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, EngineError> {
+        Ok(self.tokenizer.encode_chat(&self.template, messages, true)?)
+    }
+}
+
+/// `file` requantized to the llama-quantize type `name`, in memory.
+fn requantize(file: &GgufFile, name: &str) -> Result<GgufFile, EngineError> {
+    let ftype = convert::FileType::from_name(name).ok_or_else(|| {
+        EngineError::InvalidOptions(format!(
+            "unknown quantization type `{name}` (known: {})",
+            convert::FileType::names()
+        ))
+    })?;
+    let quantized = convert::quantize_gguf(file, ftype)
+        .map_err(|e| EngineError::InvalidOptions(format!("cannot quantize to {name}: {e}")))?;
+    Ok(GgufFile::from_bytes(quantized.to_bytes())?)
+}

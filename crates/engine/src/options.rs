@@ -1,0 +1,109 @@
+//! [`RunOptions`]: everything a front end decides about running a model, in
+//! one type. The CLI and the server each build one from their flags; the
+//! loader resolves its defaults once, and nothing downstream resolves them
+//! again.
+
+use crate::{EngineError, Precision, SamplingParams};
+
+/// Prefill batch size when none is asked for: long prompts are processed
+/// this many tokens per forward pass.
+pub const DEFAULT_BATCH: usize = 512;
+
+/// The largest default context: a model's training context can be 128K
+/// tokens, whose KV cache would not fit the machines we run on.
+pub const MAX_DEFAULT_CTX: usize = 4096;
+
+/// How to load and run a model. `None` fields take their defaults when the
+/// engine is loaded (see [`crate::Engine::options`] for the resolved values).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct RunOptions {
+    /// Kernel threads (default: the physical cores).
+    pub threads: Option<usize>,
+    /// Context size of a session in tokens (default: the model's training
+    /// context, at most [`MAX_DEFAULT_CTX`]).
+    pub ctx: Option<usize>,
+    /// Most prompt tokens per forward pass (default: [`DEFAULT_BATCH`], at
+    /// most the context).
+    pub batch: Option<usize>,
+    /// Activation precision of the matrix products.
+    pub precision: Precision,
+    /// Requantize the weights at load to this llama-quantize type (`q8_0`,
+    /// `q4_k_m`, ...); `None` runs them as stored.
+    pub quant: Option<String>,
+    /// Sampling of requests that set none of their own.
+    pub sampling: SamplingParams,
+}
+
+impl RunOptions {
+    /// Refuse zero sizes and bad sampling defaults before anything is loaded.
+    pub fn validate(&self) -> Result<(), EngineError> {
+        for (name, v) in [
+            ("threads", self.threads),
+            ("ctx", self.ctx),
+            ("batch", self.batch),
+        ] {
+            if v == Some(0) {
+                return Err(EngineError::InvalidOptions(format!(
+                    "{name} must be at least 1"
+                )));
+            }
+        }
+        if let Some(q) = &self.quant {
+            if convert::FileType::from_name(q).is_none() {
+                return Err(EngineError::InvalidOptions(format!(
+                    "unknown quantization type `{q}` (known: {})",
+                    convert::FileType::names()
+                )));
+            }
+        }
+        self.sampling
+            .validate()
+            .map_err(EngineError::InvalidOptions)
+    }
+
+    /// These options with every default filled in for a model trained on
+    /// `context_length` tokens.
+    pub(crate) fn resolved(&self, context_length: usize) -> RunOptions {
+        let ctx = self
+            .ctx
+            .unwrap_or_else(|| context_length.clamp(1, MAX_DEFAULT_CTX));
+        RunOptions {
+            threads: Some(self.threads.unwrap_or_else(quant::default_threads)),
+            ctx: Some(ctx),
+            batch: Some(self.batch.unwrap_or(DEFAULT_BATCH).min(ctx)),
+            ..self.clone()
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_resolve_once_and_zeros_are_refused() {
+        let r = RunOptions::default().resolved(32768);
+        assert_eq!(r.ctx, Some(MAX_DEFAULT_CTX));
+        assert_eq!(r.batch, Some(DEFAULT_BATCH));
+        assert!(r.threads.unwrap() >= 1);
+        let small = RunOptions {
+            ctx: Some(100),
+            ..RunOptions::default()
+        }
+        .resolved(32768);
+        assert_eq!(small.batch, Some(100));
+        assert!(RunOptions {
+            threads: Some(0),
+            ..RunOptions::default()
+        }
+        .validate()
+        .is_err());
+        let bad_quant = RunOptions {
+            quant: Some("q9_9".into()),
+            ..RunOptions::default()
+        };
+        let err = bad_quant.validate().unwrap_err().to_string();
+        assert!(err.contains("q9_9") && err.contains("q8_0"), "{err}");
+        assert!(RunOptions::default().validate().is_ok());
+    }
+}

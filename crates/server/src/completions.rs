@@ -1,0 +1,374 @@
+//! `/v1/chat/completions` and `/v1/completions`: parse, tokenize, submit to
+//! the scheduler, and answer as one JSON object or as a stream of chunks.
+
+use crate::api::{self, Input, Request};
+use crate::error::ApiError;
+use crate::routes::{read_body, resolve_model};
+use crate::scheduler::{Event, Job, Rejected};
+use crate::{new_id, AppState};
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use engine::{Engine, SamplingParams};
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc;
+
+/// Which endpoint a generation came from (shapes the response).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Chat,
+    Completion,
+}
+
+pub(crate) async fn chat_completions(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    generate(st, headers, body, Kind::Chat).await
+}
+
+pub(crate) async fn completions(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    generate(st, headers, body, Kind::Completion).await
+}
+
+async fn generate(st: AppState, headers: HeaderMap, body: Body, kind: Kind) -> Response {
+    match generate_inner(st, headers, body, kind).await {
+        Ok(r) => r,
+        Err(e) => e.into_response(),
+    }
+}
+
+async fn generate_inner(
+    st: AppState,
+    headers: HeaderMap,
+    body: Body,
+    kind: Kind,
+) -> Result<Response, ApiError> {
+    let received = Instant::now();
+    let bytes = read_body(&st, &headers, body).await?;
+    // The server's sampling defaults (its RunOptions) fill what a request
+    // leaves out.
+    let fallback = SamplingParams::default();
+    let defaults = st
+        .backend
+        .get()
+        .map_or(&fallback, |b| &b.engine.options().sampling);
+    let mut req = match kind {
+        Kind::Chat => api::parse_chat(&bytes, defaults)?,
+        Kind::Completion => api::parse_completion(&bytes, defaults)?,
+    };
+    if let (false, Some(seed)) = (req.seed_given, st.config.seed) {
+        req.params.seed = seed;
+    }
+    let model = resolve_model(&st, req.model.as_deref())?;
+    let Some(backend) = st.backend.get() else {
+        return Err(ApiError::unavailable("The model is loading.", 1));
+    };
+    let engine = Arc::clone(&backend.engine);
+    let n_ctx = engine.n_ctx();
+    let vocab = engine.model().config().vocab;
+    if let Some((id, _)) = req
+        .params
+        .logit_bias
+        .iter()
+        .find(|(id, _)| *id as usize >= vocab)
+    {
+        return Err(ApiError::bad_param(
+            "logit_bias",
+            format!("Token id {id} in `logit_bias` is out of the vocabulary of {vocab}."),
+        ));
+    }
+
+    // Templating and tokenizing can take a while on a large prompt.
+    let (req, prompt) = tokio::task::spawn_blocking(move || {
+        let prompt = tokenize(&engine, &req.input)?;
+        Ok::<_, ApiError>((req, prompt))
+    })
+    .await
+    .map_err(|e| ApiError::internal(format!("tokenizer task failed: {e}")))??;
+    if prompt.is_empty() {
+        return Err(ApiError::bad_param("prompt", "The prompt is empty."));
+    }
+    if prompt.len() >= n_ctx {
+        return Err(ApiError {
+            code: Some("context_length_exceeded"),
+            ..ApiError::bad_param(
+                if kind == Kind::Chat { "messages" } else { "prompt" },
+                format!(
+                    "The prompt is {} tokens but the context is {} tokens (it must leave room for at least one generated token). Shorten the prompt or start the server with a larger --ctx.",
+                    prompt.len(),
+                    n_ctx
+                ),
+            )
+        });
+    }
+    let room = n_ctx - prompt.len();
+    let opts = req.generate_options(room);
+    let (tx, rx) = mpsc::unbounded_channel();
+    let job = Job {
+        prompt,
+        params: req.params.clone(),
+        opts,
+        events: tx,
+        deadline: st
+            .config
+            .max_request_time
+            .and_then(|limit| received.checked_add(limit)),
+    };
+    match backend.scheduler.submit(job) {
+        Ok(()) => {}
+        Err(Rejected::QueueFull) => return Err(ApiError::queue_full(2)),
+        Err(Rejected::ShuttingDown) => {
+            return Err(ApiError::unavailable("The server is shutting down.", 5))
+        }
+    }
+    let meta = Meta {
+        id: new_id(if kind == Kind::Chat {
+            "chatcmpl"
+        } else {
+            "cmpl"
+        }),
+        created: api::now_secs(),
+        model,
+        kind,
+    };
+    if req.stream {
+        Ok(stream_response(meta, req, rx))
+    } else {
+        let timeout = st.config.request_timeout;
+        match tokio::time::timeout(timeout, collect(meta, rx)).await {
+            Ok(r) => r,
+            Err(_) => Err(ApiError::timed_out(format!(
+                "The request did not finish within {} s; ask for fewer tokens or stream.",
+                timeout.as_secs()
+            ))),
+        }
+    }
+}
+
+fn tokenize(engine: &Engine, input: &Input) -> Result<Vec<u32>, ApiError> {
+    match input {
+        Input::Chat(messages) => engine.encode_chat(messages).map_err(|e| {
+            ApiError::bad_param("messages", format!("Cannot apply the chat template: {e}"))
+        }),
+        Input::Text(text) => {
+            let tok = engine.tokenizer();
+            Ok(tok.encode(text, tok.add_bos(), true))
+        }
+        Input::Ids(ids) => {
+            let vocab = engine.model().config().vocab;
+            if let Some(bad) = ids.iter().find(|&&id| id as usize >= vocab) {
+                return Err(ApiError::bad_param(
+                    "prompt",
+                    format!("Token id {bad} is out of the vocabulary of {vocab}."),
+                ));
+            }
+            Ok(ids.clone())
+        }
+    }
+}
+
+/// What every response of one request shares.
+struct Meta {
+    id: String,
+    created: u64,
+    model: String,
+    kind: Kind,
+}
+
+async fn collect(meta: Meta, mut rx: mpsc::UnboundedReceiver<Event>) -> Result<Response, ApiError> {
+    let mut text = String::new();
+    loop {
+        match rx.recv().await {
+            Some(Event::Started) => {}
+            Some(Event::Text(t)) => text.push_str(&t),
+            Some(Event::Done(u)) => {
+                let reason = api::finish_reason(u.finish);
+                let usage = api::usage_json(u.prompt_tokens, u.completion_tokens, u.cached_tokens);
+                let body = match meta.kind {
+                    Kind::Chat => json!({
+                        "id": meta.id,
+                        "object": "chat.completion",
+                        "created": meta.created,
+                        "model": meta.model,
+                        "system_fingerprint": null,
+                        "choices": [{
+                            "index": 0,
+                            "message": {"role": "assistant", "content": text},
+                            "logprobs": null,
+                            "finish_reason": reason,
+                        }],
+                        "usage": usage,
+                    }),
+                    Kind::Completion => json!({
+                        "id": meta.id,
+                        "object": "text_completion",
+                        "created": meta.created,
+                        "model": meta.model,
+                        "system_fingerprint": null,
+                        "choices": [{
+                            "index": 0,
+                            "text": text,
+                            "logprobs": null,
+                            "finish_reason": reason,
+                        }],
+                        "usage": usage,
+                    }),
+                };
+                return Ok(Json(body).into_response());
+            }
+            Some(Event::Failed(msg)) => return Err(failed(&msg)),
+            None => return Err(ApiError::internal("The generation ended without a result.")),
+        }
+    }
+}
+
+/// A failure reported by the scheduler: shutdown is 503, the rest are bugs.
+fn failed(msg: &str) -> ApiError {
+    if msg.contains("shutting down") {
+        ApiError::unavailable(msg.to_string(), 5)
+    } else {
+        ApiError::internal(msg.to_string())
+    }
+}
+
+impl Meta {
+    /// One streamed chunk with `delta` (chat) or `text` (completions).
+    fn chunk(&self, content: Option<&str>, role: bool, finish: Option<&str>) -> Value {
+        match self.kind {
+            Kind::Chat => {
+                let mut delta = serde_json::Map::new();
+                if role {
+                    delta.insert("role".into(), json!("assistant"));
+                }
+                if let Some(c) = content {
+                    delta.insert("content".into(), json!(c));
+                }
+                json!({
+                    "id": self.id,
+                    "object": "chat.completion.chunk",
+                    "created": self.created,
+                    "model": self.model,
+                    "system_fingerprint": null,
+                    "choices": [{
+                        "index": 0,
+                        "delta": delta,
+                        "logprobs": null,
+                        "finish_reason": finish,
+                    }],
+                })
+            }
+            Kind::Completion => json!({
+                "id": self.id,
+                "object": "text_completion",
+                "created": self.created,
+                "model": self.model,
+                "system_fingerprint": null,
+                "choices": [{
+                    "index": 0,
+                    "text": content.unwrap_or(""),
+                    "logprobs": null,
+                    "finish_reason": finish,
+                }],
+            }),
+        }
+    }
+
+    fn usage_chunk(&self, usage: Value) -> Value {
+        json!({
+            "id": self.id,
+            "object": if self.kind == Kind::Chat { "chat.completion.chunk" } else { "text_completion" },
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": null,
+            "choices": [],
+            "usage": usage,
+        })
+    }
+}
+
+fn data(v: &Value) -> SseEvent {
+    SseEvent::default().data(v.to_string())
+}
+
+/// The SSE response: chunks as the scheduler produces them, then `[DONE]`.
+/// Dropping the stream (the client hung up) drops the receiver, which
+/// cancels the generation at its next step.
+fn stream_response(meta: Meta, req: Request, rx: mpsc::UnboundedReceiver<Event>) -> Response {
+    struct St {
+        meta: Meta,
+        rx: mpsc::UnboundedReceiver<Event>,
+        include_usage: bool,
+        sent_role: bool,
+        done: bool,
+    }
+    let st = St {
+        meta,
+        rx,
+        include_usage: req.include_usage,
+        sent_role: false,
+        done: false,
+    };
+    let stream = futures_util::stream::unfold(st, |mut st| async move {
+        if st.done {
+            return None;
+        }
+        let mut out: Vec<SseEvent> = Vec::new();
+        match st.rx.recv().await {
+            Some(Event::Started) => {
+                if st.meta.kind == Kind::Chat && !st.sent_role {
+                    st.sent_role = true;
+                    out.push(data(&st.meta.chunk(Some(""), true, None)));
+                }
+            }
+            Some(Event::Text(t)) => {
+                let role = st.meta.kind == Kind::Chat && !st.sent_role;
+                st.sent_role = true;
+                out.push(data(&st.meta.chunk(Some(&t), role, None)));
+            }
+            Some(Event::Done(u)) => {
+                let reason = api::finish_reason(u.finish);
+                out.push(data(&st.meta.chunk(None, false, Some(reason))));
+                if st.include_usage {
+                    let usage =
+                        api::usage_json(u.prompt_tokens, u.completion_tokens, u.cached_tokens);
+                    out.push(data(&st.meta.usage_chunk(usage)));
+                }
+                out.push(SseEvent::default().data("[DONE]"));
+                st.done = true;
+            }
+            Some(Event::Failed(msg)) => {
+                out.push(data(&failed(&msg).body()));
+                out.push(SseEvent::default().data("[DONE]"));
+                st.done = true;
+            }
+            None => {
+                out.push(data(
+                    &ApiError::internal("The generation ended without a result.").body(),
+                ));
+                out.push(SseEvent::default().data("[DONE]"));
+                st.done = true;
+            }
+        }
+        Some((
+            futures_util::stream::iter(out.into_iter().map(Ok::<_, Infallible>)),
+            st,
+        ))
+    })
+    .flatten();
+    Sse::new(stream)
+        .keep_alive(KeepAlive::new().interval(Duration::from_secs(10)))
+        .into_response()
+}

@@ -1,0 +1,209 @@
+//! The router and the small handlers: authentication, request counting,
+//! health, metrics and the model list.
+
+use crate::error::ApiError;
+use crate::{completions, AppState};
+use axum::body::Body;
+use axum::extract::{Path as UrlPath, Request as HttpRequest, State};
+use axum::http::{header, HeaderMap, HeaderValue};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use futures_util::StreamExt;
+use serde_json::{json, Value};
+
+/// Every route, with authentication on `/v1/*` and request counting.
+pub(crate) fn router(state: AppState) -> Router {
+    let v1 = Router::new()
+        .route("/v1/chat/completions", post(completions::chat_completions))
+        .route("/v1/completions", post(completions::completions))
+        .route("/v1/models", get(list_models))
+        .route("/v1/models/{id}", get(get_model))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth));
+    Router::new()
+        .merge(v1)
+        .route("/health", get(health))
+        .route("/metrics", get(metrics_text))
+        .fallback(not_found)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            count_requests,
+        ))
+        .with_state(state)
+}
+
+async fn count_requests(State(st): State<AppState>, req: HttpRequest, next: Next) -> Response {
+    let endpoint = match req.uri().path() {
+        "/v1/chat/completions" => "chat_completions",
+        "/v1/completions" => "completions",
+        "/v1/models" => "models",
+        p if p.starts_with("/v1/models/") => "models",
+        "/health" => "health",
+        "/metrics" => "metrics",
+        _ => "other",
+    };
+    let resp = next.run(req).await;
+    st.metrics.record_request(endpoint, resp.status().as_u16());
+    resp
+}
+
+/// Compare without an early exit, so timing does not leak the key.
+fn same_key(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+async fn auth(State(st): State<AppState>, req: HttpRequest, next: Next) -> Response {
+    if let Some(key) = &st.config.api_key {
+        let given = req
+            .headers()
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| {
+                v.strip_prefix("Bearer ")
+                    .or_else(|| v.strip_prefix("bearer "))
+            })
+            .map(str::trim);
+        match given {
+            None => {
+                return ApiError::unauthorized("Missing API key: send `Authorization: Bearer KEY`.")
+                    .into_response()
+            }
+            Some(g) if !same_key(g.as_bytes(), key.as_bytes()) => {
+                return ApiError::unauthorized("Incorrect API key provided.").into_response()
+            }
+            Some(_) => {}
+        }
+    }
+    next.run(req).await
+}
+
+async fn not_found(req: HttpRequest) -> ApiError {
+    ApiError::not_found(format!(
+        "Unknown route: {} {}",
+        req.method(),
+        req.uri().path()
+    ))
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::method_not_allowed()
+}
+
+async fn health(State(st): State<AppState>) -> Response {
+    if st.backend.get().is_some() {
+        Json(json!({"status": "ok"})).into_response()
+    } else {
+        ApiError::unavailable("The model is loading.", 1).into_response()
+    }
+}
+
+async fn metrics_text(State(st): State<AppState>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        )],
+        st.metrics.render(),
+    )
+        .into_response()
+}
+
+/// A model object, with what it runs as once loaded (`meta`, as llama.cpp's
+/// server reports it).
+fn model_json(st: &AppState, id: &str) -> Value {
+    let mut v = json!({
+        "id": id,
+        "object": "model",
+        "created": st.created,
+        "owned_by": "hearth",
+    });
+    if let Some(b) = st.backend.get() {
+        let e = &b.engine;
+        let o = e.options();
+        v["meta"] = json!({
+            "architecture": e.model().config().arch.name(),
+            "weights": e.weight_type(),
+            "precision": match o.precision {
+                engine::Precision::Quantized => "quantized",
+                engine::Precision::Exact => "exact",
+            },
+            "requantized_to": o.quant,
+            "n_ctx": e.n_ctx(),
+            "n_ctx_train": e.model().config().context_length,
+            "n_vocab": e.model().config().vocab,
+            "threads": o.threads,
+            "parallel": st.config.parallel,
+        });
+    }
+    v
+}
+
+async fn list_models(State(st): State<AppState>) -> Json<Value> {
+    let id = st.config.model_ids.first().cloned().unwrap_or_default();
+    Json(json!({"object": "list", "data": [model_json(&st, &id)]}))
+}
+
+async fn get_model(State(st): State<AppState>, UrlPath(id): UrlPath<String>) -> Response {
+    match resolve_model(&st, Some(&id)) {
+        Ok(served) => Json(model_json(&st, &served)).into_response(),
+        Err(e) => e.into_response(),
+    }
+}
+
+/// The served id if `asked` names this model (or names none).
+pub(crate) fn resolve_model(st: &AppState, asked: Option<&str>) -> Result<String, ApiError> {
+    let served = st.config.model_ids.first().cloned().unwrap_or_default();
+    match asked.map(str::trim) {
+        None | Some("") => Ok(served),
+        Some(a)
+            if st
+                .config
+                .model_ids
+                .iter()
+                .any(|id| id.eq_ignore_ascii_case(a)) =>
+        {
+            Ok(served)
+        }
+        Some(a) => Err(ApiError::model_not_found(a, &served)),
+    }
+}
+
+/// Read the whole body within the size limit and the time limit.
+pub(crate) async fn read_body(
+    st: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Vec<u8>, ApiError> {
+    let limit = st.config.body_limit;
+    if let Some(len) = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        if len > limit as u64 {
+            return Err(ApiError::too_large(limit));
+        }
+    }
+    let read = async {
+        let mut out = Vec::new();
+        let mut stream = body.into_data_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk =
+                chunk.map_err(|e| ApiError::bad_request(format!("Cannot read the body: {e}")))?;
+            if out.len() + chunk.len() > limit {
+                return Err(ApiError::too_large(limit));
+            }
+            out.extend_from_slice(&chunk);
+        }
+        Ok(out)
+    };
+    match tokio::time::timeout(st.config.body_timeout, read).await {
+        Ok(r) => r,
+        Err(_) => Err(ApiError::request_timeout(format!(
+            "The request body did not arrive within {} s.",
+            st.config.body_timeout.as_secs_f64()
+        ))),
+    }
+}
