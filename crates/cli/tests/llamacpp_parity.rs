@@ -94,12 +94,15 @@ fn tokenize_matches_llamacpp() {
 /// toss between engines. Below this margin a different token is accepted.
 const NEAR_TIE: f64 = 0.35;
 
-/// Greedy continuations, and teacher-forced logits along llama.cpp's sequence.
-fn greedy_and_teacher_forced(extra: &[&str]) {
+/// `--precise` computes the model's exact function in f32; its logits may
+/// differ from transformers' f32 ones only by rounding (4e-5 measured).
+const PRECISE_TOLERANCE: f64 = 1e-3;
+
+/// Greedy continuations agree with llama.cpp's up to its first near-tie.
+fn greedy_matches_llamacpp(extra: &[&str]) {
     let model = model_path();
     let m = model.to_str().unwrap();
     let reference = fixture("greedy.json");
-    let mut summary = Vec::new();
     for case in reference["cases"].as_array().unwrap() {
         let name = case["name"].as_str().unwrap();
         let prompt = case["prompt"].as_str().unwrap();
@@ -120,69 +123,156 @@ fn greedy_and_teacher_forced(extra: &[&str]) {
         );
         let got = ids(&out["generated_ids"]);
         let first_diff = want.iter().zip(&got).position(|(a, b)| a != b);
-        let first_tie = |t: f64| margins.iter().position(|&m| m < t);
-        let must_match = first_tie(NEAR_TIE).unwrap_or(want.len());
+        let must_match = margins
+            .iter()
+            .position(|&m| m < NEAR_TIE)
+            .unwrap_or(want.len());
         assert!(
             first_diff.is_none_or(|d| d >= must_match),
             "{name}: greedy differs at step {first_diff:?}, before llama.cpp's first near-tie at {must_match}; ours {got:?}"
         );
+        eprintln!("{name}: greedy first difference from llama.cpp {first_diff:?} (its first near-tie at {must_match})");
+    }
+}
 
-        // Teacher forcing: feed llama.cpp's sequence, read our top 2 per step.
+/// How far our teacher-forced logits are from the model's exact function.
+struct TruthDistance {
+    name: String,
+    /// Mean and max |our logit - truth| of llama.cpp's token, per step.
+    mean: f64,
+    max: f64,
+    /// The same mean for llama.cpp.
+    llamacpp_mean: f64,
+    /// Steps where our argmax is not the truth's, among those whose truth
+    /// margin is above rounding.
+    argmax_misses: usize,
+    steps: usize,
+}
+
+/// Feed each of llama.cpp's greedy sequences and compare every step's logit
+/// of llama.cpp's token, and our argmax, with the exact f32 function
+/// (`greedy_truth.json`: transformers on the dequantized weights).
+fn distance_from_truth(extra: &[&str]) -> Vec<TruthDistance> {
+    let model = model_path();
+    let m = model.to_str().unwrap();
+    let truth = fixture("greedy_truth.json");
+    let mut out = Vec::new();
+    for case in truth["cases"].as_array().unwrap() {
+        let name = case["name"].as_str().unwrap().to_string();
+        let gen = ids(&case["generated_ids"]);
+        let want = floats(&case["truth_logit_of_generated"]);
+        let truth_top1 = ids(&case["truth_top1_id"]);
+        let truth_margin: Vec<f64> = floats(&case["truth_top1_logit"])
+            .iter()
+            .zip(floats(&case["truth_top2_logit"]))
+            .map(|(a, b)| a - b)
+            .collect();
         let mut seq = ids(&case["prompt_ids"]);
-        seq.extend(&want[..want.len() - 1]);
+        let n_prompt = seq.len();
+        seq.extend(&gen[..gen.len() - 1]);
         let seq_arg = seq
             .iter()
             .map(|i| i.to_string())
             .collect::<Vec<_>>()
             .join(",");
-        let mut args = vec!["logits", "-m", m, "--ids", &seq_arg, "--top", "2"];
+        let mut args = vec!["logits", "-m", m, "--ids", &seq_arg, "--top", "20"];
         args.extend(extra);
         let rows: Vec<Value> = hearth(&args)
             .lines()
             .map(|l| serde_json::from_str(l).unwrap())
             .collect();
-        let n_prompt = case["prompt_ids"].as_array().unwrap().len();
         let mut diffs = Vec::new();
-        for (step, &tok) in want.iter().enumerate() {
+        let mut argmax_misses = 0;
+        for (step, &tok) in gen.iter().enumerate() {
             let top: Vec<(u32, f64)> = rows[n_prompt - 1 + step]["top"]
                 .as_array()
                 .unwrap()
                 .iter()
                 .map(|p| (p[0].as_u64().unwrap() as u32, p[1].as_f64().unwrap()))
                 .collect();
-            match top.iter().find(|(id, _)| *id == tok) {
-                Some(&(_, logit)) => diffs.push((logit - top1[step]).abs()),
-                // At a near-exact tie llama.cpp's own runner-up may outrank it here.
-                None => assert!(
-                    margins[step] < 0.1,
-                    "{name} step {step}: llama.cpp's token {tok} not in our top 2 {top:?} (its margin {:.3})",
-                    margins[step]
-                ),
+            let logit = top
+                .iter()
+                .find(|(id, _)| *id == tok)
+                .unwrap_or_else(|| {
+                    panic!("{name} step {step}: token {tok} not in our top 20 {top:?}")
+                })
+                .1;
+            diffs.push((logit - want[step]).abs());
+            if truth_margin[step] > 1e-3 && top[0].0 != truth_top1[step] {
+                argmax_misses += 1;
             }
         }
-        let max = diffs.iter().copied().fold(0.0, f64::max);
-        let mean = diffs.iter().sum::<f64>() / diffs.len() as f64;
-        summary.push(format!(
-            "{name}: greedy first diff {first_diff:?} (near-tie <0.1 at {:?}, <{NEAR_TIE} at {:?}); teacher-forced |Δlogit| mean {mean:.3} max {max:.3}",
-            first_tie(0.1),
-            first_tie(NEAR_TIE)
-        ));
-        // A wrong architecture or kernel is off by whole units; activation
-        // rounding noise stays well below these bounds (see NEAR_TIE).
-        assert!(mean < 0.45, "{name}: mean |Δlogit| {mean}");
-        assert!(max < 1.6, "{name}: max |Δlogit| {max}");
+        out.push(TruthDistance {
+            name,
+            mean: diffs.iter().sum::<f64>() / diffs.len() as f64,
+            max: diffs.iter().copied().fold(0.0, f64::max),
+            llamacpp_mean: case["llamacpp_vs_truth_mean_abs"].as_f64().unwrap(),
+            argmax_misses,
+            steps: gen.len(),
+        });
     }
-    eprintln!("{}", summary.join("\n"));
+    for d in &out {
+        eprintln!(
+            "{}: |logit - truth| mean {:.5} max {:.5} (llama.cpp mean {:.3}); argmax differs from the truth's at {}/{} steps",
+            d.name, d.mean, d.max, d.llamacpp_mean, d.argmax_misses, d.steps
+        );
+    }
+    out
 }
 
+/// How much farther from the exact function than llama.cpp the default path
+/// may be, pooled over the 336 steps of the 7 sequences. The 8-bit activation
+/// path turns last-bit differences into tenths of a logit (see `Precision` in
+/// the model crate), so its distance from the truth depends on the kernels'
+/// reduction order: measured on one AVX2 machine, our scalar tier is 0.190
+/// and our AVX2 tier 0.202 from the truth, llama.cpp (AVX-512 build) 0.186.
+/// Per prompt the spread between our own tiers (0.25 vs 0.33 on code_python)
+/// is larger than the gap to llama.cpp, so the bound is pooled; making every
+/// tier compute the same numbers is the job of "The fastest engine on every
+/// CPU" issue.
+const POOLED_SLACK: f64 = 1.1;
+
+/// The default (8-bit activation) path: greedy as llama.cpp's, and about as
+/// far from the model's exact function as llama.cpp is.
 #[test]
 fn greedy_and_logits_match_llamacpp() {
-    greedy_and_teacher_forced(&[]);
+    greedy_matches_llamacpp(&[]);
+    let d = distance_from_truth(&[]);
+    let steps: usize = d.iter().map(|d| d.steps).sum();
+    let pooled = |f: fn(&TruthDistance) -> f64| {
+        d.iter().map(|d| f(d) * d.steps as f64).sum::<f64>() / steps as f64
+    };
+    let (ours, llamacpp) = (pooled(|d| d.mean), pooled(|d| d.llamacpp_mean));
+    eprintln!("pooled mean |logit - truth|: ours {ours:.4}, llama.cpp {llamacpp:.4}");
+    assert!(
+        ours <= POOLED_SLACK * llamacpp,
+        "pooled mean |logit - truth| {ours:.4} vs llama.cpp's {llamacpp:.4}"
+    );
+    // A wrong architecture or kernel is off by whole units.
+    for d in &d {
+        assert!(d.max < 1.6, "{}: max |logit - truth| {}", d.name, d.max);
+        assert!(
+            d.argmax_misses * 10 <= d.steps,
+            "{}: argmax misses {}",
+            d.name,
+            d.argmax_misses
+        );
+    }
 }
 
+/// `--precise` is the exact function to rounding, and picks its argmax.
 #[test]
 fn greedy_and_logits_match_llamacpp_precise() {
-    greedy_and_teacher_forced(&["--precise"]);
+    greedy_matches_llamacpp(&["--precise"]);
+    for d in distance_from_truth(&["--precise"]) {
+        assert!(
+            d.max < PRECISE_TOLERANCE,
+            "{}: max |logit - truth| {} with --precise",
+            d.name,
+            d.max
+        );
+        assert_eq!(d.argmax_misses, 0, "{}: --precise argmax", d.name);
+    }
 }
 
 #[test]
@@ -195,7 +285,7 @@ fn perplexity_within_one_percent_of_llamacpp() {
         model.to_str().unwrap(),
         "-f",
         text.to_str().unwrap(),
-        "-c",
+        "--chunk",
         "512",
     ]);
     let line = out

@@ -4,36 +4,12 @@
 
 mod serve_common;
 
-use serve_common::Server;
+use serve_common::{real_model, Server};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
-
-/// The real model: $HEARTH_MODEL, else the cache ($HEARTH_HOME or
-/// ~/.cache/hearth). Missing is a
-/// failure, never a silent pass.
-fn real_model() -> PathBuf {
-    let path = match std::env::var_os("HEARTH_MODEL") {
-        Some(p) => PathBuf::from(p),
-        None => {
-            let cache = match std::env::var_os("HEARTH_HOME") {
-                Some(h) => PathBuf::from(h),
-                None => {
-                    Path::new(&std::env::var_os("HOME").expect("HOME is set")).join(".cache/hearth")
-                }
-            };
-            cache.join("models/gemma-3-270m-q4_k_m.gguf")
-        }
-    };
-    assert!(
-        path.is_file(),
-        "the real model is missing at {}: run `sh scripts/fetch-model.sh` or set HEARTH_MODEL",
-        path.display()
-    );
-    path
-}
 
 /// A venv under target/ with `openai` installed; made once, then reused.
 fn python_with_openai() -> PathBuf {

@@ -15,6 +15,30 @@ pub const TINY: &str = concat!(
     "/../../tests/fixtures/tiny/gemma3/model-f32.gguf"
 );
 
+/// The real model: $HEARTH_MODEL, else the cache ($HEARTH_HOME or
+/// ~/.cache/hearth). Missing is a failure, never a silent pass.
+pub fn real_model() -> std::path::PathBuf {
+    use std::path::{Path, PathBuf};
+    let path = match std::env::var_os("HEARTH_MODEL") {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let cache = match std::env::var_os("HEARTH_HOME") {
+                Some(h) => PathBuf::from(h),
+                None => {
+                    Path::new(&std::env::var_os("HOME").expect("HOME is set")).join(".cache/hearth")
+                }
+            };
+            cache.join("models/gemma-3-270m-q4_k_m.gguf")
+        }
+    };
+    assert!(
+        path.is_file(),
+        "the real model is missing at {}: run `sh scripts/fetch-model.sh` or set HEARTH_MODEL",
+        path.display()
+    );
+    path
+}
+
 /// A running `hearth serve`.
 pub struct Server {
     /// The process.

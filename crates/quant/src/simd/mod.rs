@@ -136,6 +136,19 @@ pub(crate) fn scalar_kernels() -> &'static Kernels {
 pub(crate) fn best() -> &'static Kernels {
     static BEST: OnceLock<Kernels> = OnceLock::new();
     BEST.get_or_init(|| {
+        // HEARTH_CPU=scalar|avx2|avxvnni|avx512 runs a lower tier on a CPU
+        // that has a higher one (to test and measure every tier on one
+        // machine); a tier the CPU lacks is refused with a warning.
+        if let Ok(want) = std::env::var("HEARTH_CPU") {
+            let want = want.trim().to_ascii_lowercase();
+            match available().into_iter().find(|k| k.name == want) {
+                Some(k) => return *k,
+                None => eprintln!(
+                    "hearth: HEARTH_CPU={want} is not available on this CPU (available: {}); using the best tier",
+                    available().iter().map(|k| k.name).collect::<Vec<_>>().join(", ")
+                ),
+            }
+        }
         #[cfg(target_arch = "x86_64")]
         if let Some(k) = x86::detect() {
             return k;
