@@ -86,7 +86,7 @@ fn bad_quant_type_and_bad_directory_are_clear_errors() {
         .output()
         .unwrap();
     assert!(!out.status.success());
-    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown --quant type `q9_z`"));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown quantization type `q9_z`"));
 
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("config.json"), r#"{"model_type": "mamba"}"#).unwrap();

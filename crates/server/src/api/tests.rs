@@ -1,0 +1,95 @@
+//! Request parsing: good bodies, bad ones, defaults.
+
+use super::*;
+
+#[test]
+fn parses_a_chat_request() {
+    let r = parse_chat(
+        br#"{"model":"m","messages":[{"role":"system","content":"be brief"},{"role":"user","content":[{"type":"text","text":"hi"}]}],"stop":"x","max_tokens":5,"seed":3,"temperature":0}"#,
+        &SamplingParams::default(),
+    )
+    .unwrap();
+    assert_eq!(r.max_tokens, Some(5));
+    assert_eq!(r.stop, vec!["x".to_string()]);
+    assert_eq!(r.params.seed, 3);
+    assert!(matches!(r.input, Input::Chat(ref m) if m.len() == 2 && m[1].content == "hi"));
+    let biased = parse_completion(
+        br#"{"prompt":"a","logit_bias":{"212":100,"7":-100}}"#,
+        &SamplingParams::default(),
+    )
+    .unwrap();
+    let mut bias = biased.params.logit_bias.clone();
+    bias.sort_by_key(|b| b.0);
+    assert_eq!(bias, vec![(7, -100.0), (212, 100.0)]);
+    // The server's defaults fill what a request leaves out.
+    let defaults = SamplingParams {
+        temperature: 0.25,
+        top_k: 7,
+        ..SamplingParams::default()
+    };
+    let r = parse_completion(br#"{"prompt":"a","top_k":3}"#, &defaults).unwrap();
+    assert_eq!((r.params.temperature, r.params.top_k), (0.25, 3));
+}
+
+#[test]
+fn rejects_bad_requests() {
+    for body in [
+        &b""[..],
+        b"{",
+        b"[]",
+        b"{\"messages\":[]}",
+        b"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"n\":2}",
+        b"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"temperature\":-1}",
+        b"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"max_tokens\":0}",
+        b"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"top_p\":2}",
+        b"{\"messages\":[{\"role\":\"wizard\",\"content\":\"x\"}]}",
+        b"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"abc\":1}}",
+        b"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"logit_bias\":{\"5\":101}}",
+        b"{\"messages\":[{\"role\":\"user\",\"content\":\"\xff\"}]}",
+        b"{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"stop\":[\"\"]}",
+    ] {
+        let e = parse_chat(body, &SamplingParams::default()).unwrap_err();
+        assert_eq!(e.status.as_u16(), 400, "{}", String::from_utf8_lossy(body));
+    }
+}
+
+#[test]
+fn deep_nesting_is_an_error_not_a_crash() {
+    let depth = 100_000;
+    let mut body = String::from("{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"x\":");
+    body.push_str(&"[".repeat(depth));
+    body.push_str(&"]".repeat(depth));
+    body.push('}');
+    let e = parse_chat(body.as_bytes(), &SamplingParams::default()).unwrap_err();
+    assert_eq!(e.status.as_u16(), 400);
+    assert!(e.message.contains("recursion"), "{}", e.message);
+}
+
+#[test]
+fn completion_prompt_forms() {
+    assert!(matches!(
+        parse_completion(br#"{"prompt":"a"}"#, &SamplingParams::default())
+            .unwrap()
+            .input,
+        Input::Text(_)
+    ));
+    assert!(matches!(
+        parse_completion(br#"{"prompt":["a"]}"#, &SamplingParams::default())
+            .unwrap()
+            .input,
+        Input::Text(_)
+    ));
+    assert!(matches!(
+        parse_completion(br#"{"prompt":[2,3]}"#, &SamplingParams::default())
+            .unwrap()
+            .input,
+        Input::Ids(_)
+    ));
+    assert!(parse_completion(br#"{"prompt":["a","b"]}"#, &SamplingParams::default()).is_err());
+    assert_eq!(
+        parse_completion(br#"{"prompt":"a"}"#, &SamplingParams::default())
+            .unwrap()
+            .max_tokens,
+        Some(16)
+    );
+}
