@@ -109,6 +109,50 @@ pub fn softmax(x: &mut [f32]) {
     }
 }
 
+/// `h = rms_norm(x) * w` row by row: the norm in front of a block.
+pub(crate) fn pre_norm(pool: &quant::ThreadPool, x: &[f32], h: &mut [f32], w: &[f32], eps: f32) {
+    h.copy_from_slice(x);
+    par_rows(pool, h, w.len(), |_, row| rms_norm(row, w, eps));
+}
+
+/// `x += rms_norm(o) * w` row by row: Gemma's norm after a block, then the
+/// residual add.
+pub(crate) fn post_norm_add(
+    pool: &quant::ThreadPool,
+    o: &mut [f32],
+    x: &mut [f32],
+    w: &[f32],
+    eps: f32,
+) {
+    par_rows(pool, o, w.len(), |_, row| rms_norm(row, w, eps));
+    for (xv, &ov) in x.iter_mut().zip(o.iter()) {
+        *xv += ov;
+    }
+}
+
+/// Apply `f(row_index, row)` to every `row_len`-wide row of `data`, split
+/// over the pool when there are enough rows to pay for the hand-off.
+pub(crate) fn par_rows(
+    pool: &quant::ThreadPool,
+    data: &mut [f32],
+    row_len: usize,
+    f: impl Fn(usize, &mut [f32]) + Sync + Send,
+) {
+    let rows = data.len() / row_len.max(1);
+    if rows < 16 || pool.threads() == 1 {
+        data.chunks_exact_mut(row_len)
+            .enumerate()
+            .for_each(|(i, r)| f(i, r));
+        return;
+    }
+    let per = rows.div_ceil(pool.threads());
+    pool.for_each_chunk_mut(data, per * row_len, |chunk, rows| {
+        for (j, r) in rows.chunks_exact_mut(row_len).enumerate() {
+            f(chunk * per + j, r);
+        }
+    });
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -153,48 +197,4 @@ mod tests {
         assert!((x.iter().sum::<f32>() - 1.0).abs() < 1e-6);
         assert!(x[3] == 0.0 && x[2] > x[1]);
     }
-}
-
-/// `h = rms_norm(x) * w` row by row: the norm in front of a block.
-pub(crate) fn pre_norm(pool: &quant::ThreadPool, x: &[f32], h: &mut [f32], w: &[f32], eps: f32) {
-    h.copy_from_slice(x);
-    par_rows(pool, h, w.len(), |_, row| rms_norm(row, w, eps));
-}
-
-/// `x += rms_norm(o) * w` row by row: Gemma's norm after a block, then the
-/// residual add.
-pub(crate) fn post_norm_add(
-    pool: &quant::ThreadPool,
-    o: &mut [f32],
-    x: &mut [f32],
-    w: &[f32],
-    eps: f32,
-) {
-    par_rows(pool, o, w.len(), |_, row| rms_norm(row, w, eps));
-    for (xv, &ov) in x.iter_mut().zip(o.iter()) {
-        *xv += ov;
-    }
-}
-
-/// Apply `f(row_index, row)` to every `row_len`-wide row of `data`, split
-/// over the pool when there are enough rows to pay for the hand-off.
-pub(crate) fn par_rows(
-    pool: &quant::ThreadPool,
-    data: &mut [f32],
-    row_len: usize,
-    f: impl Fn(usize, &mut [f32]) + Sync + Send,
-) {
-    let rows = data.len() / row_len.max(1);
-    if rows < 16 || pool.threads() == 1 {
-        data.chunks_exact_mut(row_len)
-            .enumerate()
-            .for_each(|(i, r)| f(i, r));
-        return;
-    }
-    let per = rows.div_ceil(pool.threads());
-    pool.for_each_chunk_mut(data, per * row_len, |chunk, rows| {
-        for (j, r) in rows.chunks_exact_mut(row_len).enumerate() {
-            f(chunk * per + j, r);
-        }
-    });
 }
