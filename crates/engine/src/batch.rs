@@ -135,9 +135,14 @@ impl BatchDecoder {
                 if extra.len() != fresh.len() {
                     Err(ModelError::BadBatch("a prefilled row is missing".into()))
                 } else if group.is_empty() {
-                    self.model.hidden_logits(&mut self.scratch, &extra)
+                    self.model
+                        .head_logits(&mut self.scratch, model::BatchRows::None, &extra)
                 } else {
-                    self.model.sequence_logits_with(&mut self.scratch, &extra)
+                    self.model.head_logits(
+                        &mut self.scratch,
+                        model::BatchRows::LastOfEachSequence,
+                        &extra,
+                    )
                 }
             };
             let vocab = self.model.config().vocab;

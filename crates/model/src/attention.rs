@@ -74,38 +74,49 @@ impl Heads {
     }
 }
 
+/// The keys or the values of one sequence in one layer: positions before
+/// the batch from the cache ring, the batch's own from its buffer.
+struct Side<'v> {
+    cached: &'v [f32],
+    new: &'v [f32],
+    /// Ring slots of the cache.
+    cap: usize,
+    /// Floats per position (all KV heads), and per KV head.
+    stride: usize,
+    width: usize,
+}
+
 /// One sequence's keys and values in one layer: positions before `pos0` from
 /// its cache, later ones from the batch's rows `row0..`.
 struct SeqKeys<'v> {
-    layer: &'v LayerCache,
+    keys: Side<'v>,
+    values: Side<'v>,
     pos0: usize,
     row0: usize,
-    k_new: &'v [f32],
-    v_new: &'v [f32],
-    h: Heads,
 }
 
 impl SeqKeys<'_> {
+    /// Position `p`, KV head `kvh` of `side`.
+    #[inline]
+    fn at<'s>(&self, side: &Side<'s>, p: usize, kvh: usize) -> &'s [f32] {
+        let (buf, row) = if p < self.pos0 {
+            (side.cached, p % side.cap)
+        } else {
+            (side.new, self.row0 + p - self.pos0)
+        };
+        &buf[row * side.stride + kvh * side.width..][..side.width]
+    }
+
     /// The key of position `p` for KV head `kvh`.
     #[inline]
     fn key(&self, p: usize, kvh: usize) -> &[f32] {
-        let h = self.h;
-        if p < self.pos0 {
-            self.layer.key(p, kvh, h.kd, h.hd)
-        } else {
-            &self.k_new[(self.row0 + p - self.pos0) * h.kd + kvh * h.hd..][..h.hd]
-        }
+        self.at(&self.keys, p, kvh)
     }
 
     /// The value of position `p` for KV head `kvh`.
     #[inline]
     fn value(&self, p: usize, kvh: usize) -> &[f32] {
-        let h = self.h;
-        if p < self.pos0 {
-            self.layer.value(p, kvh, h.vd, h.vdim)
-        } else {
-            &self.v_new[(self.row0 + p - self.pos0) * h.vd + kvh * h.vdim..][..h.vdim]
-        }
+        self.at(&self.values, p, kvh)
     }
 }
 
@@ -118,13 +129,24 @@ impl AttentionInput<'_, '_> {
     /// The keys and values sequence `seq` attends over in this layer.
     fn keys_of(&self, seq: usize, h: Heads) -> SeqKeys<'_> {
         let cache = &*self.seqs[seq].cache;
+        let layer: &LayerCache = &cache.layers[self.layer];
         SeqKeys {
-            layer: &cache.layers[self.layer],
+            keys: Side {
+                cached: &layer.k,
+                new: self.k_new,
+                cap: layer.cap,
+                stride: h.kd,
+                width: h.hd,
+            },
+            values: Side {
+                cached: &layer.v,
+                new: self.v_new,
+                cap: layer.cap,
+                stride: h.vd,
+                width: h.vdim,
+            },
             pos0: cache.n_past(),
             row0: self.seq_start[seq],
-            k_new: self.k_new,
-            v_new: self.v_new,
-            h,
         }
     }
 
@@ -137,20 +159,26 @@ impl AttentionInput<'_, '_> {
     }
 }
 
+/// The buffers attention works in.
+pub(crate) struct AttentionBuffers<'b> {
+    /// One score buffer per worker.
+    pub scores: &'b [Mutex<Vec<f32>>],
+    /// The blocked schedule's copy of the keys and values.
+    pub gathered: &'b mut Vec<f32>,
+}
+
 /// Attention of every row of the batch into `out` (`n_heads * value_dim` per
-/// row). `scores` holds one buffer per worker; `gathered` is the blocked
-/// schedule's copy of the keys and values.
+/// row).
 pub(crate) fn attend(
     pool: &quant::ThreadPool,
     input: AttentionInput<'_, '_>,
+    bufs: AttentionBuffers<'_>,
     out: &mut [f32],
-    scores: &[Mutex<Vec<f32>>],
-    gathered: &mut Vec<f32>,
 ) -> Result<(), quant::QuantError> {
     if input.seqs.len() == 1 && input.row_seq.len() >= BLOCKED_ATTENTION_MIN_ROWS {
-        attend_blocked(pool, input, out, scores, gathered)
+        attend_blocked(pool, input, out, bufs.scores, bufs.gathered)
     } else {
-        attend_rows(pool, input, out, scores);
+        attend_rows(pool, input, out, bufs.scores);
         Ok(())
     }
 }

@@ -2,7 +2,7 @@
 //! mixture-of-experts added to it where the layer has a router, and Gemma 4's
 //! per-layer inputs.
 
-use crate::ops::{par_rows, post_norm_add, pre_norm};
+use crate::ops::par_rows;
 use crate::weights::PerLayerEmbeddings;
 use crate::{ops, Model, ModelError, Scratch};
 
@@ -12,13 +12,7 @@ impl Model {
     pub(crate) fn ffn_block(&self, li: usize, s: &mut Scratch) -> Result<(), ModelError> {
         let (cfg, lw) = (&self.config, &self.weights.layers[li]);
         let (b, h, fd) = (s.batch, cfg.hidden, cfg.layers[li].ffn_dim);
-        pre_norm(
-            &self.pool,
-            &s.x[..b * h],
-            &mut s.h[..b * h],
-            &lw.ffn_norm,
-            cfg.norm_eps,
-        );
+        self.block_input(&lw.ffn_norm, s);
         let input = &s.h[..b * h];
         self.linear(&lw.gate, input, b, &mut s.gate[..b * fd], &mut s.products)?;
         self.linear(&lw.up, input, b, &mut s.up[..b * fd], &mut s.products)?;
@@ -26,24 +20,13 @@ impl Model {
         par_rows(&self.pool, &mut s.gate[..b * fd], fd, |i, g| {
             ops::geglu(g, &up[i * fd..(i + 1) * fd])
         });
-        self.linear(
-            &lw.down,
-            &s.gate[..b * fd],
-            b,
-            &mut s.o[..b * h],
-            &mut s.products,
-        )?;
+        let (gate, o) = (&s.gate[..b * fd], &mut s.o[..b * h]);
+        self.linear(&lw.down, gate, b, o, &mut s.products)?;
         if let Some(moe) = &lw.moe {
             let (x, o) = (&s.x[..b * h], &mut s.o[..b * h]);
             self.moe_block(moe, x, o, b, &mut s.moe, &mut s.products)?;
         }
-        post_norm_add(
-            &self.pool,
-            &mut s.o[..b * h],
-            &mut s.x[..b * h],
-            &lw.post_ffn_norm,
-            cfg.norm_eps,
-        );
+        self.add_block_output(&lw.post_ffn_norm, s);
         Ok(())
     }
 
@@ -60,33 +43,17 @@ impl Model {
         let cfg = &self.config;
         let (b, h, pd) = (s.batch, cfg.hidden, cfg.per_layer_dim);
         let width = cfg.n_layers * pd;
-        self.linear(
-            &pl.gate,
-            &s.x[..b * h],
-            b,
-            &mut s.ple_gate[..b * pd],
-            &mut s.products,
-        )?;
+        let (x, gate) = (&s.x[..b * h], &mut s.ple_gate[..b * pd]);
+        self.linear(&pl.gate, x, b, gate, &mut s.products)?;
         for (i, g) in s.ple_gate[..b * pd].chunks_exact_mut(pd).enumerate() {
             let input = &s.ple[i * width + li * pd..][..pd];
             for (gv, &iv) in g.iter_mut().zip(input) {
                 *gv = ops::gelu_tanh(*gv) * iv;
             }
         }
-        self.linear(
-            &pl.proj,
-            &s.ple_gate[..b * pd],
-            b,
-            &mut s.o[..b * h],
-            &mut s.products,
-        )?;
-        post_norm_add(
-            &self.pool,
-            &mut s.o[..b * h],
-            &mut s.x[..b * h],
-            &pl.post_norm,
-            cfg.norm_eps,
-        );
+        let (gated, o) = (&s.ple_gate[..b * pd], &mut s.o[..b * h]);
+        self.linear(&pl.proj, gated, b, o, &mut s.products)?;
+        self.add_block_output(&pl.post_norm, s);
         Ok(())
     }
 

@@ -9,10 +9,23 @@
 //! What differs between Gemma variants is data in the [`crate::Config`] and the
 //! bound weights (an optional tensor is an absent step), decided once at load.
 
-use crate::attention::{attend, AttentionInput};
+use crate::attention::{attend, AttentionBuffers, AttentionInput};
 use crate::kv::store_batch_kv;
 use crate::ops::{par_rows, post_norm_add, pre_norm};
 use crate::{ops, KvCache, Model, ModelError, Scratch};
+
+/// The query or key heads of a batch, for [`Model::rotate_heads`].
+#[derive(Clone, Copy)]
+struct Heads<'w> {
+    /// Heads per row.
+    per_row: usize,
+    /// Width of a head.
+    dim: usize,
+    /// The layer's QK-norm weights, if it has them.
+    norm: Option<&'w [f32]>,
+    /// Multiplier after RoPE (queries' attention scale; 1 for keys).
+    scale: f32,
+}
 
 /// One sequence's share of a [`Model::forward_multi`] step.
 #[derive(Debug)]
@@ -53,7 +66,7 @@ impl Model {
     /// writes use each row's own sequence. All rows must fit the scratch's
     /// `max_batch`. Nothing is written when the batch is refused.
     ///
-    /// [`Model::sequence_logits`] then gives the logits of each sequence's
+    /// [`Model::head_logits`] then gives the logits of each sequence's
     /// last token.
     pub fn forward_multi(
         &self,
@@ -166,13 +179,7 @@ impl Model {
             kind.n_kv_heads * kind.head_dim,
             kind.n_kv_heads * kind.value_dim,
         );
-        pre_norm(
-            &self.pool,
-            &s.x[..b * h],
-            &mut s.h[..b * h],
-            &lw.attn_norm,
-            cfg.norm_eps,
-        );
+        self.block_input(&lw.attn_norm, s);
         self.project_queries(li, s)?;
         // A layer that shares another's KV reads that layer's cache and keys.
         let kv_layer = match kind.kv_source {
@@ -201,7 +208,11 @@ impl Model {
             k_new,
             v_new,
         };
-        attend(&self.pool, input, &mut s.attn, &s.scores, &mut s.attn_kv)?;
+        let bufs = AttentionBuffers {
+            scores: &s.scores,
+            gathered: &mut s.attn_kv,
+        };
+        attend(&self.pool, input, bufs, &mut s.attn)?;
         // A layer whose KV later layers reuse writes its ring only after the
         // whole batch (`store_shared_kv`): they still need the positions it
         // would evict.
@@ -209,20 +220,9 @@ impl Model {
             store_batch_kv(kind, li, seqs, &s.seq_start, &s.k, &s.v);
         }
         let ad = cfg.n_heads * kind.value_dim;
-        self.linear(
-            &lw.o,
-            &s.attn[..b * ad],
-            b,
-            &mut s.o[..b * h],
-            &mut s.products,
-        )?;
-        post_norm_add(
-            &self.pool,
-            &mut s.o[..b * h],
-            &mut s.x[..b * h],
-            &lw.post_attn_norm,
-            cfg.norm_eps,
-        );
+        let (attn, o) = (&s.attn[..b * ad], &mut s.o[..b * h]);
+        self.linear(&lw.o, attn, b, o, &mut s.products)?;
+        self.add_block_output(&lw.post_attn_norm, s);
         Ok(())
     }
 
@@ -239,17 +239,13 @@ impl Model {
             &mut s.q[..b * qd],
             &mut s.products,
         )?;
-        let rope = &self.ropes[li];
-        let row_pos = &s.row_pos;
-        par_rows(&self.pool, &mut s.q[..b * qd], hd, |i, head| {
-            if let Some(w) = &lw.q_norm {
-                ops::rms_norm(head, w, cfg.norm_eps);
-            }
-            rope.apply(head, row_pos[i / cfg.n_heads]);
-            if cfg.attn_scale != 1.0 {
-                head.iter_mut().for_each(|v| *v *= cfg.attn_scale);
-            }
-        });
+        let heads = Heads {
+            per_row: cfg.n_heads,
+            dim: hd,
+            norm: lw.q_norm.as_deref(),
+            scale: cfg.attn_scale,
+        };
+        self.rotate_heads(li, &mut s.q[..b * qd], heads, &s.row_pos);
         Ok(())
     }
 
@@ -272,14 +268,13 @@ impl Model {
             // k = v: values are the keys' projection before the key norm and RoPE.
             None => s.v[..b * vd].copy_from_slice(&s.k[..b * kd]),
         }
-        let rope = &self.ropes[li];
-        let row_pos = &s.row_pos;
-        par_rows(&self.pool, &mut s.k[..b * kd], hd, |i, head| {
-            if let Some(w) = &lw.k_norm {
-                ops::rms_norm(head, w, cfg.norm_eps);
-            }
-            rope.apply(head, row_pos[i / kind.n_kv_heads]);
-        });
+        let heads = Heads {
+            per_row: kind.n_kv_heads,
+            dim: hd,
+            norm: lw.k_norm.as_deref(),
+            scale: 1.0,
+        };
+        self.rotate_heads(li, &mut s.k[..b * kd], heads, &s.row_pos);
         if cfg.v_norm {
             par_rows(&self.pool, &mut s.v[..b * vd], kind.value_dim, |_, head| {
                 ops::rms_norm_plain(head, cfg.norm_eps)
@@ -292,6 +287,46 @@ impl Model {
             s.shared_v[li].extend_from_slice(&s.v[..b * vd]);
         }
         Ok(())
+    }
+
+    /// Per head of `data` (rows of `heads.per_row` heads): the QK-norm where
+    /// the layer has one, RoPE at the row's position, then the scale.
+    fn rotate_heads(&self, li: usize, data: &mut [f32], heads: Heads<'_>, row_pos: &[usize]) {
+        let (rope, eps) = (&self.ropes[li], self.config.norm_eps);
+        par_rows(&self.pool, data, heads.dim, |i, head| {
+            if let Some(w) = heads.norm {
+                ops::rms_norm(head, w, eps);
+            }
+            rope.apply(head, row_pos[i / heads.per_row]);
+            if heads.scale != 1.0 {
+                head.iter_mut().for_each(|v| *v *= heads.scale);
+            }
+        });
+    }
+
+    /// `s.h = rms_norm(s.x) * w`: the input of a block.
+    pub(crate) fn block_input(&self, w: &[f32], s: &mut Scratch) {
+        let n = s.batch * self.config.hidden;
+        pre_norm(
+            &self.pool,
+            &s.x[..n],
+            &mut s.h[..n],
+            w,
+            self.config.norm_eps,
+        );
+    }
+
+    /// `s.x += rms_norm(s.o) * w`: a block's output, post-normed, into the
+    /// residual stream.
+    pub(crate) fn add_block_output(&self, w: &[f32], s: &mut Scratch) {
+        let n = s.batch * self.config.hidden;
+        post_norm_add(
+            &self.pool,
+            &mut s.o[..n],
+            &mut s.x[..n],
+            w,
+            self.config.norm_eps,
+        );
     }
 
     /// Layers whose keys and values later layers reuse write their caches

@@ -27,18 +27,6 @@ pub(crate) struct LayerCache {
 }
 
 impl LayerCache {
-    /// The keys of position `p` for KV head `kvh` (`hd` wide).
-    #[inline]
-    pub fn key(&self, p: usize, kvh: usize, kd: usize, hd: usize) -> &[f32] {
-        &self.k[(p % self.cap) * kd + kvh * hd..][..hd]
-    }
-
-    /// The values of position `p` for KV head `kvh` (`vdim` wide).
-    #[inline]
-    pub fn value(&self, p: usize, kvh: usize, vd: usize, vdim: usize) -> &[f32] {
-        &self.v[(p % self.cap) * vd + kvh * vdim..][..vdim]
-    }
-
     /// Whether the cache still has every key a token at position `n` attends
     /// to, once the positions from `n` on are forgotten. `high` is one past
     /// the highest position ever written since the cache was cleared: after

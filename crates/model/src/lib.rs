@@ -19,6 +19,7 @@ mod weights;
 pub use config::{Arch, Config, LayerKind};
 pub use forward::SeqInput;
 pub use kv::{KvCache, RING_SLACK};
+pub use logits::BatchRows;
 pub use moe::{Experts, GateUp, MoeWeights};
 pub use scratch::Scratch;
 pub use weights::Weights;

@@ -3,38 +3,30 @@
 //! computed only for the rows asked for.
 
 use crate::{ops, Model, ModelError, Scratch};
+
+/// Which rows of the last batch [`Model::head_logits`] takes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BatchRows {
+    /// The last row of each sequence (the tokens to sample after).
+    LastOfEachSequence,
+    /// None: only the extra rows (no batch has run on this scratch).
+    None,
+}
 use std::ops::Range;
 
 impl Model {
-    /// Logits of the last row of each sequence of the last batch, `vocab`
-    /// values per sequence in batch order, from one product with the output
-    /// head (which is then read once for all of them).
-    pub fn sequence_logits<'s>(
-        &self,
-        scratch: &'s mut Scratch,
-    ) -> Result<&'s mut [f32], ModelError> {
-        self.gathered_logits(scratch, true, &[])
-    }
-
-    /// [`Model::sequence_logits`], then the logits of `extra` final-normed
+    /// Logits of the rows `batch` picks from the last batch (`vocab` values
+    /// per sequence, in batch order), then those of `extra` final-normed
     /// hidden rows (another scratch's [`Scratch::hidden`], such as a prompt
-    /// just prefilled on its own), all from the same product with the head.
-    pub fn sequence_logits_with<'s>(
+    /// just prefilled on its own), all from one product with the output head,
+    /// which is then read once for all of them.
+    pub fn head_logits<'s>(
         &self,
         scratch: &'s mut Scratch,
+        batch: BatchRows,
         extra: &[&[f32]],
     ) -> Result<&'s mut [f32], ModelError> {
-        self.gathered_logits(scratch, true, extra)
-    }
-
-    /// The logits of final-normed hidden rows alone (the last batch of
-    /// `scratch` is left out), using `scratch`'s buffers.
-    pub fn hidden_logits<'s>(
-        &self,
-        scratch: &'s mut Scratch,
-        rows: &[&[f32]],
-    ) -> Result<&'s mut [f32], ModelError> {
-        self.gathered_logits(scratch, false, rows)
+        self.gathered_logits(scratch, batch == BatchRows::LastOfEachSequence, extra)
     }
 
     /// Logits for rows `rows` of the last batch, `vocab` values per row, in

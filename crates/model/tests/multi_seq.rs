@@ -125,7 +125,14 @@ fn check_schedule(model: &Model, seqs: &[Seq], steps: usize) -> f32 {
             model.forward_multi(&mut batch, &mut shared).unwrap();
         }
         assert_eq!(shared.sequences(), inputs.len());
-        let logits = model.sequence_logits(&mut shared).unwrap().to_vec();
+        let logits = model
+            .head_logits(
+                &mut shared,
+                hearth_model::BatchRows::LastOfEachSequence,
+                &[],
+            )
+            .unwrap()
+            .to_vec();
         assert_eq!(logits.len(), inputs.len() * vocab);
         for (row, (j, toks)) in logits.chunks_exact(vocab).zip(&inputs) {
             let idx = if toks.len() > 1 {
@@ -227,7 +234,13 @@ fn one_token_shares_of_a_quantized_model_are_bit_identical() {
             .map(|(cache, tokens)| SeqInput { cache, tokens })
             .collect();
         model.forward_multi(&mut batch, &mut shared).unwrap();
-        let got = model.sequence_logits(&mut shared).unwrap();
+        let got = model
+            .head_logits(
+                &mut shared,
+                hearth_model::BatchRows::LastOfEachSequence,
+                &[],
+            )
+            .unwrap();
         for (j, (row, w)) in got.chunks_exact(vocab).zip(want_t).enumerate() {
             assert!(
                 row.iter().zip(w).all(|(a, b)| a.to_bits() == b.to_bits()),
@@ -322,7 +335,11 @@ fn hidden_rows_of_other_scratches_share_the_head_product() {
         .collect();
     // Three rows in a scratch made for two: the gather buffer grows.
     let got = model
-        .sequence_logits_with(&mut shared, &extra)
+        .head_logits(
+            &mut shared,
+            hearth_model::BatchRows::LastOfEachSequence,
+            &extra,
+        )
         .unwrap()
         .to_vec();
     assert_eq!(got.len(), 3 * vocab);
@@ -330,10 +347,14 @@ fn hidden_rows_of_other_scratches_share_the_head_product() {
     assert!(same(&got[..vocab], &want_step));
     assert!(same(&got[vocab..2 * vocab], &alone[0].1));
     assert!(same(&got[2 * vocab..], &alone[1].1));
-    let only = model.hidden_logits(&mut shared, &extra[1..]).unwrap();
+    let only = model
+        .head_logits(&mut shared, hearth_model::BatchRows::None, &extra[1..])
+        .unwrap();
     assert!(same(only, &alone[1].1));
     let short = [0.0f32; 3];
-    assert!(model.hidden_logits(&mut shared, &[&short]).is_err());
+    assert!(model
+        .head_logits(&mut shared, hearth_model::BatchRows::None, &[&short])
+        .is_err());
 }
 
 /// A long batch after a cached prefix (the blocked prefill attention, with
