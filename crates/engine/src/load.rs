@@ -63,13 +63,12 @@ impl Engine {
     pub fn from_file(file: Arc<GgufFile>, opts: &RunOptions) -> Result<Self, EngineError> {
         let start = Instant::now();
         opts.validate()?;
-        let context_length = model::Config::from_gguf(&file)?.context_length;
-        let options = opts.resolved(context_length);
         let load = LoadOptions {
-            threads: options.threads.unwrap_or(1),
-            precision: options.precision,
+            threads: opts.threads.unwrap_or_else(quant::default_threads),
+            precision: opts.precision,
         };
         let model = Model::from_gguf(file, &load)?;
+        let options = opts.resolved(model.config().context_length);
         let mut tokenizer = Tokenizer::from_gguf(model.gguf())?;
         let template = tokenizer.chat_template();
         // What the template closes an assistant turn with ends generations too.
