@@ -95,8 +95,8 @@ fn tokenize_matches_llamacpp() {
 const NEAR_TIE: f64 = 0.35;
 
 /// `--precise` computes the model's exact function in f32; its logits may
-/// differ from transformers' f32 ones only by rounding (4e-5 measured).
-const PRECISE_TOLERANCE: f64 = 1e-3;
+/// differ from transformers' f32 ones only by rounding (1.3e-4 at most measured on AVX2).
+const PRECISE_TOLERANCE: f64 = 5e-4;
 
 /// Greedy continuations agree with llama.cpp's up to its first near-tie.
 fn greedy_matches_llamacpp(extra: &[&str]) {
