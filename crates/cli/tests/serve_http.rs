@@ -574,7 +574,9 @@ fn sigterm_cancels_what_outlasts_the_timeout() {
 #[test]
 fn a_client_that_hangs_up_frees_its_slot() {
     let s = Server::start(TINY, &["--ctx", "4096", "--parallel", "1"]);
-    let long = r#"{"prompt":"a","max_tokens":100000,"temperature":1.0}"#;
+    // `<eos>` (id 1) banned: a sampled end would finish a generation before
+    // its client hangs up, and this test counts cancellations.
+    let long = r#"{"prompt":"a","max_tokens":100000,"temperature":1.0,"logit_bias":{"1":-100}}"#;
     // Non-streaming: hang up while the answer is being generated.
     {
         let mut c = connect(&s.addr).unwrap();
@@ -589,7 +591,7 @@ fn a_client_that_hangs_up_frees_its_slot() {
     }
     // Streaming: hang up after the first chunk.
     {
-        let stream = r#"{"prompt":"a","max_tokens":100000,"temperature":1.0,"stream":true}"#;
+        let stream = r#"{"prompt":"a","max_tokens":100000,"temperature":1.0,"stream":true,"logit_bias":{"1":-100}}"#;
         let mut c = connect(&s.addr).unwrap();
         c.write_all(&raw_request(
             "POST",
