@@ -64,7 +64,7 @@ impl Engine {
         let start = Instant::now();
         opts.validate()?;
         let load = LoadOptions {
-            threads: opts.threads.unwrap_or_else(quant::default_threads),
+            threads: opts.threads_or_default(),
             precision: opts.precision,
         };
         let model = Model::from_gguf(file, &load)?;
@@ -166,12 +166,7 @@ impl Engine {
 
 /// `file` requantized to the llama-quantize type `name`, in memory.
 fn requantize(file: &GgufFile, name: &str) -> Result<GgufFile, EngineError> {
-    let ftype = convert::FileType::from_name(name).ok_or_else(|| {
-        EngineError::InvalidOptions(format!(
-            "unknown quantization type `{name}` (known: {})",
-            convert::FileType::names()
-        ))
-    })?;
+    let ftype = crate::options::quant_type(name)?;
     let quantized = convert::quantize_gguf(file, ftype)
         .map_err(|e| EngineError::InvalidOptions(format!("cannot quantize to {name}: {e}")))?;
     Ok(GgufFile::from_bytes(quantized.to_bytes())?)

@@ -49,16 +49,16 @@ impl RunOptions {
             }
         }
         if let Some(q) = &self.quant {
-            if convert::FileType::from_name(q).is_none() {
-                return Err(EngineError::InvalidOptions(format!(
-                    "unknown quantization type `{q}` (known: {})",
-                    convert::FileType::names()
-                )));
-            }
+            quant_type(q)?;
         }
         self.sampling
             .validate()
             .map_err(EngineError::InvalidOptions)
+    }
+
+    /// The kernel threads: as asked, else the physical cores.
+    pub(crate) fn threads_or_default(&self) -> usize {
+        self.threads.unwrap_or_else(quant::default_threads)
     }
 
     /// These options with every default filled in for a model trained on
@@ -68,12 +68,22 @@ impl RunOptions {
             .ctx
             .unwrap_or_else(|| context_length.clamp(1, MAX_DEFAULT_CTX));
         RunOptions {
-            threads: Some(self.threads.unwrap_or_else(quant::default_threads)),
+            threads: Some(self.threads_or_default()),
             ctx: Some(ctx),
             batch: Some(self.batch.unwrap_or(DEFAULT_BATCH).min(ctx)),
             ..self.clone()
         }
     }
+}
+
+/// The llama-quantize type named `name` (`q8_0`, `q4_k_m`, ...).
+pub(crate) fn quant_type(name: &str) -> Result<convert::FileType, EngineError> {
+    convert::FileType::from_name(name).ok_or_else(|| {
+        EngineError::InvalidOptions(format!(
+            "unknown quantization type `{name}` (known: {})",
+            convert::FileType::names()
+        ))
+    })
 }
 
 #[cfg(test)]
