@@ -46,6 +46,10 @@ pub struct BenchArgs {
     /// Requantize the weights at load (q8_0, q4_k_m, ...).
     #[arg(long, value_name = "TYPE")]
     pub quant: Option<String>,
+    /// Kernel set to run (scalar, avx2, avxvnni, avx512): a lower tier than
+    /// the CPU's best, as HEARTH_CPU does. Default: the best.
+    #[arg(long, value_name = "TIER")]
+    pub cpu: Option<String>,
 }
 
 /// Run every (threads, test) combination and print a row for each.
@@ -71,10 +75,19 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
     if tests.is_empty() {
         bail!("nothing to measure: give -p or -n above 0");
     }
-    if !args.json {
-        println!("| model | threads | test | t/s |");
-        println!("| --- | ---: | ---: | ---: |");
+    if let Some(tier) = &args.cpu {
+        engine::bench::select_kernels(tier)?;
     }
+    let kernels = engine::bench::kernel_set();
+    if !args.json {
+        println!(
+            "kernels: {kernels} (this CPU runs: {})",
+            engine::bench::kernel_sets().join(", ")
+        );
+        println!("| model | kernels | threads | test | t/s | decode GB/s (% of read bandwidth) |");
+        println!("| --- | --- | ---: | ---: | ---: | ---: |");
+    }
+    let decodes = tests.iter().any(|t| matches!(t, BenchTest::Generate(_)));
     for &t in &threads {
         let model = ModelArgs {
             model: args.model.clone(),
@@ -86,38 +99,75 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
         };
         let engine = load_engine(&model, engine::SamplingParams::default())?;
         let name = engine.model_name().unwrap_or("model").to_string();
+        // The machine's read bandwidth at these threads: the ceiling that
+        // decode's weight traffic is judged against.
+        let bandwidth =
+            decodes.then(|| engine::bench::memory_read_bandwidth(engine.model().threads()));
+        let row = Row {
+            model: &name,
+            kernels,
+            decode_bytes: engine.decode_bytes(),
+            bandwidth,
+        };
         for &test in &tests {
             let r = engine.bench(test, args.depth, args.reps)?;
-            print_row(&name, &r, args.json);
+            row.print(&r, args.json);
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn print_row(model: &str, r: &BenchResult, json: bool) {
-    let test = if r.depth > 0 {
-        format!("{} @ d{}", r.test.name(), r.depth)
-    } else {
-        r.test.name()
-    };
-    if json {
-        let v = serde_json::json!({
-            "model": model,
-            "test": test,
-            "threads": r.threads,
-            "n_tokens": r.test.tokens(),
-            "depth": r.depth,
-            "avg_ts": r.mean(),
-            "stddev_ts": r.sd(),
-            "samples_ts": r.samples,
-        });
-        println!("{v}");
-    } else {
-        println!(
-            "| {model} | {} | {test} | {:.2} ± {:.2} |",
-            r.threads,
-            r.mean(),
-            r.sd()
-        );
+/// What every row of one model and thread count shares.
+struct Row<'a> {
+    model: &'a str,
+    kernels: &'static str,
+    /// Weight bytes a decode step reads.
+    decode_bytes: u64,
+    /// Measured memory read bandwidth at these threads, bytes/s.
+    bandwidth: Option<f64>,
+}
+
+impl Row<'_> {
+    fn print(&self, r: &BenchResult, json: bool) {
+        let test = if r.depth > 0 {
+            format!("{} @ d{}", r.test.name(), r.depth)
+        } else {
+            r.test.name()
+        };
+        // Decode reads every weight once a token, so t/s × bytes is the
+        // bandwidth it draws.
+        let decode_gbps = matches!(r.test, BenchTest::Generate(_))
+            .then(|| r.mean() * self.decode_bytes as f64 / 1e9);
+        let read_gbps = self.bandwidth.map(|b| b / 1e9);
+        if json {
+            let v = serde_json::json!({
+                "model": self.model,
+                "kernels": self.kernels,
+                "test": test,
+                "threads": r.threads,
+                "n_tokens": r.test.tokens(),
+                "depth": r.depth,
+                "avg_ts": r.mean(),
+                "stddev_ts": r.sd(),
+                "samples_ts": r.samples,
+                "decode_gbps": decode_gbps,
+                "read_bandwidth_gbps": read_gbps,
+            });
+            println!("{v}");
+        } else {
+            let gbps = match (decode_gbps, read_gbps) {
+                (Some(d), Some(b)) => format!("{d:.1} ({:.0}% of {b:.1})", 100.0 * d / b),
+                (Some(d), None) => format!("{d:.1}"),
+                _ => String::new(),
+            };
+            println!(
+                "| {} | {} | {} | {test} | {:.2} ± {:.2} | {gbps} |",
+                self.model,
+                self.kernels,
+                r.threads,
+                r.mean(),
+                r.sd()
+            );
+        }
     }
 }

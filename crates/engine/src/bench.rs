@@ -120,6 +120,36 @@ impl Engine {
     }
 }
 
+/// The CPU kernel set products run on (`scalar`, `avx2`, `avxvnni`,
+/// `avx512`).
+pub fn kernel_set() -> &'static str {
+    quant::kernel_name()
+}
+
+/// The kernel sets this CPU can run, slowest first.
+pub fn kernel_sets() -> Vec<&'static str> {
+    quant::kernel_sets()
+}
+
+/// Runs the named kernel set for the rest of the process (as `HEARTH_CPU`
+/// does); must come before a model is loaded.
+pub fn select_kernels(name: &str) -> Result<&'static str, EngineError> {
+    quant::select_kernels(name).map_err(|e| EngineError::InvalidOptions(e.to_string()))
+}
+
+/// This machine's memory read bandwidth with `threads` threads, in bytes
+/// per second: the ceiling on decode, which reads every weight once a token.
+pub fn memory_read_bandwidth(threads: usize) -> f64 {
+    quant::read_bandwidth(&quant::ThreadPool::new(threads.max(1)), 3)
+}
+
+impl Engine {
+    /// Bytes of weights one decode step reads (see [`model::Model::decode_bytes`]).
+    pub fn decode_bytes(&self) -> u64 {
+        self.model().decode_bytes()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

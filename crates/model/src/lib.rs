@@ -202,6 +202,23 @@ impl Model {
         self.file.tensors().iter().map(|t| t.n_bytes).sum()
     }
 
+    /// Bytes of weights one decode step reads: every tensor but the tables
+    /// it only gathers a row from (per-layer token embeddings, and the token
+    /// embeddings when a separate output head exists; with tied embeddings
+    /// the head reads the whole table).
+    pub fn decode_bytes(&self) -> u64 {
+        let tensors = self.file.tensors();
+        let untied = tensors.iter().any(|t| t.name == "output.weight");
+        tensors
+            .iter()
+            .filter(|t| {
+                !(t.name.starts_with("per_layer_token_embd")
+                    || (untied && t.name == "token_embd.weight"))
+            })
+            .map(|t| t.n_bytes)
+            .sum()
+    }
+
     /// Bytes a session of `n_ctx` positions with prefill batches of up to
     /// `max_batch` tokens needs: the KV cache plus the scratch buffers.
     pub fn session_bytes(&self, n_ctx: usize, max_batch: usize) -> usize {

@@ -102,5 +102,34 @@ fn bench_matmul(c: &mut Criterion) {
     g.finish();
 }
 
-criterion_group!(benches, bench_vec_dot, bench_matmul);
+/// The prefill tile alone: one 32-row panel against 64 activation rows, per
+/// kernel set (multiply-adds per second = elements per second).
+fn bench_gemm_tile(c: &mut Criterion) {
+    let batch = 64;
+    for cols in [640usize, 2048] {
+        let mut g = c.benchmark_group(format!("gemm_tile_{cols}"));
+        g.throughput(Throughput::Elements((32 * batch * cols) as u64));
+        for ty in [
+            GgmlType::Q5_0,
+            GgmlType::Q8_0,
+            GgmlType::Q4_K,
+            GgmlType::Q6_K,
+        ] {
+            if !cols.is_multiple_of(ty.block_len()) {
+                continue;
+            }
+            let t =
+                testing::TileBench::new(ty, cols, &values(32 * cols, 9), &values(batch * cols, 4))
+                    .unwrap();
+            for set in testing::kernel_sets() {
+                g.bench_with_input(BenchmarkId::new(ty.name(), set), &set, |b, set| {
+                    b.iter(|| t.run(set).unwrap())
+                });
+            }
+        }
+        g.finish();
+    }
+}
+
+criterion_group!(benches, bench_vec_dot, bench_matmul, bench_gemm_tile);
 criterion_main!(benches);

@@ -54,8 +54,19 @@ pub enum QuantError {
     #[error("shape mismatch: {0}")]
     Shape(String),
     /// No kernel table of that name runs on this CPU.
-    #[error("no kernel set `{0}` on this CPU")]
+    #[error("no kernel set `{0}` on this CPU (this CPU runs: {available})", available = crate::testing::kernel_sets().join(", "))]
     UnknownKernelSet(String),
+    /// The process already chose another kernel table (it is chosen once,
+    /// before the first product).
+    #[error(
+        "the kernel set is already `{chosen}`; `{wanted}` must be chosen before the first product"
+    )]
+    KernelSetFixed {
+        /// The table in use.
+        chosen: &'static str,
+        /// The table asked for.
+        wanted: String,
+    },
     /// A size computation overflowed `usize`.
     #[error("size overflow")]
     Overflow,

@@ -5,6 +5,7 @@
 //! from the GGUF mmap. Every format has a scalar reference kernel ([`scalar`]) that
 //! the SIMD kernels are tested against.
 
+mod bandwidth;
 mod error;
 mod formats;
 mod gemm;
@@ -15,6 +16,7 @@ mod sgemm;
 mod simd;
 pub mod vector;
 
+pub use bandwidth::read_bandwidth;
 pub use error::QuantError;
 pub use gguf::GgmlType;
 pub use matmul::{check_product_shapes, matmul, Matrix};
@@ -195,9 +197,22 @@ pub fn vec_dot_f32(ty: GgmlType, w: &[u8], x: &[f32]) -> Result<f32, QuantError>
     simd::checked_vec_dot_f32(simd::best(), ty, w, x)
 }
 
-/// Name of the kernel set chosen for this CPU (`scalar`, `avx2`, `avx512vnni`, …).
+/// Name of the kernel set in use (`scalar`, `avx2`, `avxvnni`, `avx512`).
 pub fn kernel_name() -> &'static str {
     simd::best().name
+}
+
+/// Names of the kernel sets this CPU can run, slowest first.
+pub fn kernel_sets() -> Vec<&'static str> {
+    simd::available().iter().map(|k| k.name).collect()
+}
+
+/// Runs the named kernel set (one of [`kernel_sets`]) for the rest of the
+/// process, as `HEARTH_CPU` does: a lower tier on a CPU that has a higher
+/// one, to test and measure every tier on one machine. Must come before the
+/// first product; an error when the CPU lacks the set or another is in use.
+pub fn select_kernels(name: &str) -> Result<&'static str, QuantError> {
+    simd::select(name)
 }
 
 /// Test and benchmark hooks: every kernel table this CPU can run.
@@ -207,7 +222,7 @@ pub mod testing {
 
     /// Names of the kernel tables this CPU can run, scalar first.
     pub fn kernel_sets() -> Vec<&'static str> {
-        crate::simd::available().iter().map(|k| k.name).collect()
+        crate::kernel_sets()
     }
 
     fn table(set: &str) -> Result<&'static crate::simd::Kernels, QuantError> {
@@ -226,6 +241,64 @@ pub mod testing {
         a: &[u8],
     ) -> Result<f32, QuantError> {
         crate::simd::checked_vec_dot(table(set)?, ty, n, w, a)
+    }
+
+    /// One weight panel and a batch of activation rows, to time the prefill
+    /// tile kernel of each kernel set alone.
+    pub struct TileBench {
+        panel: crate::gemm::Panel,
+        acts: crate::gemm::Acts,
+        rows: usize,
+    }
+
+    impl TileBench {
+        /// A panel of `ty` weights (32 rows of `cols`, quantized from
+        /// `weights`, which holds 32 × `cols` values) and `x.len() / cols`
+        /// activation rows.
+        pub fn new(
+            ty: GgmlType,
+            cols: usize,
+            weights: &[f32],
+            x: &[f32],
+        ) -> Result<Self, QuantError> {
+            use crate::gemm::{group_len, Acts, Panel, NR};
+            let g = group_len(ty).ok_or(QuantError::Unsupported(ty))?;
+            let rb = crate::row_size(ty, cols)?;
+            let mut w = vec![0u8; rb * NR];
+            crate::quantize(ty, &weights[..NR * cols], &mut w)?;
+            let views: Vec<&[u8]> = w.chunks_exact(rb).collect();
+            let mut panel = Panel::default();
+            panel.fill(ty, &views, cols);
+            let rows = x.len() / cols;
+            let mut acts = Acts::default();
+            acts.reset(rows, cols, g);
+            let at = crate::vec_dot_type(ty);
+            for r in 0..rows {
+                Acts::fill_row(
+                    crate::simd::GemmTier::Portable,
+                    &x[r * cols..(r + 1) * cols],
+                    at,
+                    g,
+                    &mut acts.q[r * cols..(r + 1) * cols],
+                    &mut acts.d[r * cols / 32..(r + 1) * cols / 32],
+                    &mut acts.sum[r * cols / g..(r + 1) * cols / g],
+                );
+            }
+            Ok(TileBench { panel, acts, rows })
+        }
+
+        /// Every activation row against the panel through the named kernel
+        /// set's tile; returns the sum of the results.
+        pub fn run(&self, set: &str) -> Result<f32, QuantError> {
+            let tier = table(set)?.gemm;
+            let mut s = 0.0;
+            for c in (0..self.rows).step_by(crate::gemm::MR) {
+                let m = (self.rows - c).min(crate::gemm::MR);
+                let t = crate::gemm::tile(tier, &self.panel, &self.acts, c, m);
+                s += t[0][0] + t[m - 1][31];
+            }
+            Ok(s)
+        }
     }
 
     /// `vec_dot_f32` through the named kernel table.

@@ -1,6 +1,7 @@
 //! Weight matrices and the matrix-times-activations product.
 
 use crate::pool::{split_range, ThreadPool};
+use crate::simd::GemmTier;
 use crate::{
     dequantize, is_supported, quantize_activation, simd, vec_dot_type, GgmlType, QuantError,
 };
@@ -121,7 +122,14 @@ const SWEEP: usize = 64;
 /// The panel product (see [`crate::gemm`]): activations quantized once, each
 /// thread packs its own weight rows into panels and sweeps every activation
 /// row past them.
-fn gemm_panels(pool: &ThreadPool, w: &Matrix, x: &[f32], batch: usize, out: &SharedOut) {
+fn gemm_panels(
+    pool: &ThreadPool,
+    tier: GemmTier,
+    w: &Matrix,
+    x: &[f32],
+    batch: usize,
+    out: &SharedOut,
+) {
     use crate::gemm::{group_len, tile, Acts, Panel, MR, NR};
     use std::cell::RefCell;
     thread_local! {
@@ -152,6 +160,7 @@ fn gemm_panels(pool: &ThreadPool, w: &Matrix, x: &[f32], batch: usize, out: &Sha
                 for r in 0..rows {
                     let row = t * per + r;
                     Acts::fill_row(
+                        tier,
                         &x[row * cols..(row + 1) * cols],
                         at,
                         g,
@@ -186,7 +195,7 @@ fn gemm_panels(pool: &ThreadPool, w: &Matrix, x: &[f32], batch: usize, out: &Sha
                             let n = (rows - r0).min(NR);
                             for c in (c0..c1).step_by(MR) {
                                 let m = (c1 - c).min(MR);
-                                let v = tile(panel, acts, c, m);
+                                let v = tile(tier, panel, acts, c, m);
                                 for (j, vj) in v.iter().enumerate().take(m) {
                                     // SAFETY: weight rows r0..r0+n belong to
                                     // this task alone, and this slice is the
@@ -313,9 +322,8 @@ pub fn matmul(
     }
 
     let f = k.quant(w.ty).ok_or(QuantError::Unsupported(w.ty))?;
-    if batch >= GEMM_MIN_BATCH && crate::gemm::available() && crate::gemm::group_len(w.ty).is_some()
-    {
-        gemm_panels(pool, w, x, batch, &shared);
+    if batch >= GEMM_MIN_BATCH && crate::gemm::group_len(w.ty).is_some() {
+        gemm_panels(pool, k.gemm, w, x, batch, &shared);
         return Ok(());
     }
     let at = vec_dot_type(w.ty);

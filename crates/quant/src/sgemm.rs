@@ -9,24 +9,19 @@
 //! SIMD kernels match it bit for bit.
 
 use crate::QuantError;
-use std::sync::OnceLock;
 
 type Kernel = unsafe fn(usize, usize, usize, *const f32, usize, *const f32, usize, *mut f32, usize);
 
+/// The kernel of the kernel set in use (`HEARTH_CPU` and
+/// [`crate::select_kernels`] included), or `None` for the scalar reference.
 fn kernel() -> Option<Kernel> {
-    static K: OnceLock<Option<Kernel>> = OnceLock::new();
-    *K.get_or_init(|| {
-        #[cfg(target_arch = "x86_64")]
-        {
-            if is_x86_feature_detected!("avx512f") {
-                return Some(x86::sgemm_avx512 as Kernel);
-            }
-            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-                return Some(x86::sgemm_avx2 as Kernel);
-            }
-        }
-        None
-    })
+    #[cfg(target_arch = "x86_64")]
+    match crate::simd::best().gemm {
+        crate::simd::GemmTier::Avx512Vnni => return Some(x86::sgemm_avx512 as Kernel),
+        crate::simd::GemmTier::Avx2 => return Some(x86::sgemm_avx2 as Kernel),
+        crate::simd::GemmTier::Portable => {}
+    }
+    None
 }
 
 /// Checks that the operands hold the shapes (`m`, `n`, `k` and row strides).

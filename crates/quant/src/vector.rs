@@ -14,23 +14,26 @@ struct VectorKernels {
     axpy: AxpyF32,
 }
 
+/// The kernels of the kernel set in use (`HEARTH_CPU` and
+/// [`crate::select_kernels`] included).
 fn kernels() -> &'static VectorKernels {
     static K: OnceLock<VectorKernels> = OnceLock::new();
     K.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
-        {
-            if is_x86_feature_detected!("avx512f") {
+        match crate::simd::best().gemm {
+            crate::simd::GemmTier::Avx512Vnni => {
                 return VectorKernels {
                     dot: x86::dot_avx512,
                     axpy: x86::axpy_avx512,
-                };
+                }
             }
-            if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
+            crate::simd::GemmTier::Avx2 => {
                 return VectorKernels {
                     dot: x86::dot_avx2,
                     axpy: x86::axpy_avx2,
-                };
+                }
             }
+            crate::simd::GemmTier::Portable => {}
         }
         VectorKernels {
             dot: scalar_dot,

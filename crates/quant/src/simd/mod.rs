@@ -21,6 +21,18 @@ pub(crate) type FloatDotFn = unsafe fn(w: &[u8], x: &[f32], n: usize) -> f32;
 /// that start `stride` bytes apart in `a` (same contract as [`DotFn`]).
 pub(crate) type TileFn = unsafe fn(w: &[u8], a: &[u8], stride: usize, nb: usize) -> [f32; 4];
 
+/// The panel GEMM's tile kernel and activation quantizers (see
+/// [`crate::gemm`]): all give the same numbers, at different speeds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum GemmTier {
+    /// Plain Rust that compilers vectorize (the reference).
+    Portable,
+    /// 256-bit `vpmaddubsw`/`vpmaddwd`.
+    Avx2,
+    /// 512-bit `vpdpbusd`.
+    Avx512Vnni,
+}
+
 /// One kernel per supported weight type.
 #[derive(Clone, Copy)]
 pub(crate) struct Kernels {
@@ -49,6 +61,8 @@ pub(crate) struct Kernels {
     /// weights ahead themselves (spread over the row, which keeps more misses in flight
     /// than a burst per row does).
     pub self_prefetch: bool,
+    /// The batched (prefill) product's kernels.
+    pub gemm: GemmTier,
 }
 
 impl Kernels {
@@ -125,6 +139,7 @@ static SCALAR: Kernels = Kernels {
     q4_0_x4: None,
     q5_0_x4: None,
     self_prefetch: false,
+    gemm: GemmTier::Portable,
 };
 
 /// The scalar reference table.
@@ -132,9 +147,30 @@ pub(crate) fn scalar_kernels() -> &'static Kernels {
     &SCALAR
 }
 
-/// The fastest table this CPU supports, detected once.
+/// The table the process runs, chosen once: by [`select`], else by
+/// `HEARTH_CPU`, else the fastest this CPU supports.
+static BEST: OnceLock<Kernels> = OnceLock::new();
+
+/// Chooses the table named `name` for the rest of the process; an error when
+/// this CPU cannot run it or another table is already in use.
+pub(crate) fn select(name: &str) -> Result<&'static str, QuantError> {
+    let want = name.trim().to_ascii_lowercase();
+    let k = available()
+        .into_iter()
+        .find(|k| k.name == want)
+        .ok_or_else(|| QuantError::UnknownKernelSet(want.clone()))?;
+    let chosen = BEST.get_or_init(|| *k);
+    if chosen.name != k.name {
+        return Err(QuantError::KernelSetFixed {
+            chosen: chosen.name,
+            wanted: want,
+        });
+    }
+    Ok(chosen.name)
+}
+
+/// The table in use (see [`BEST`]).
 pub(crate) fn best() -> &'static Kernels {
-    static BEST: OnceLock<Kernels> = OnceLock::new();
     BEST.get_or_init(|| {
         // HEARTH_CPU=scalar|avx2|avxvnni|avx512 runs a lower tier on a CPU
         // that has a higher one (to test and measure every tier on one

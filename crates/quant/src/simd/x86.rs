@@ -10,7 +10,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{Kernels, SCALAR};
+use super::{GemmTier, Kernels, SCALAR};
 
 /// Reads a u16 at `p`.
 ///
@@ -766,6 +766,7 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q4_0_x4: Some(q4_0_x4_avx2),
         q5_0_x4: Some(q5_0_x4_avx2),
         self_prefetch: true,
+        gemm: GemmTier::Avx2,
         ..SCALAR
     };
     static AVXVNNI: Kernels = Kernels {
@@ -783,6 +784,7 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q8_0_x4: Some(q8_0_x4_avx512),
         q4_0_x4: Some(q4_0_x4_avx512),
         q5_0_x4: Some(q5_0_x4_avx512),
+        gemm: GemmTier::Avx512Vnni,
         ..AVX2
     };
     let mut v = Vec::new();

@@ -1,0 +1,354 @@
+//! Batched products (prefill): weight rows repacked into panels for integer
+//! dot products with rows in the vector lanes.
+//!
+//! A matrix-vector kernel unpacks every weight block once per activation row
+//! and ends every dot product with a horizontal sum. Here, once per call, each
+//! run of [`NR`] weight rows is unpacked into a panel whose vector lanes are
+//! *rows*: four consecutive bytes of 16 rows fill a 512-bit register, and one
+//! `vpdpbusd` against four broadcast activation bytes advances 16 row sums at
+//! once. Sums stay in i32 across a scale group (16 or 32 elements) and are
+//! scaled into f32 once per group, so the register tile does 64 integer
+//! multiply-adds per instruction and no reductions.
+//!
+//! Every weight format is brought to one form per group: `value = s * q - m`
+//! with q a signed byte. Activations are quantized as llama.cpp does at run
+//! time (Q8_K against the K formats, Q8_0 against the rest) and shifted to unsigned bytes (`q + 128`), the
+//! operand order `vpdpbusd` needs; each group's sum starts at `-128 * sum(q)`
+//! of its weights to cancel the shift.
+//!
+//! Every tier computes the same numbers: the group sums are exact integers
+//! whatever instructions form them (`vpdpbusd` on AVX-512 VNNI,
+//! `vpmaddubsw`/`vpmaddwd` on AVX2, plain integer arithmetic in the portable
+//! kernel), and each lane then does the same float operations in the same
+//! order. So a prompt's prefill does not depend on the CPU that runs it.
+
+use crate::formats::legacy::{self, QK};
+use crate::formats::{f16_at, kquants};
+use crate::simd::GemmTier;
+use crate::GgmlType;
+
+#[cfg(target_arch = "x86_64")]
+mod x86;
+
+#[cfg(test)]
+mod tests;
+
+/// Weight rows per panel: two 16-lane vectors.
+pub(crate) const NR: usize = 32;
+/// Activation rows per register tile.
+pub(crate) const MR: usize = 4;
+
+/// Elements per scale group for weights of type `ty`, or `None` when the
+/// type has no panel form.
+pub(crate) fn group_len(ty: GgmlType) -> Option<usize> {
+    use GgmlType::*;
+    match ty {
+        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K => Some(32),
+        Q2_K | Q3_K | Q6_K => Some(16),
+        _ => None,
+    }
+}
+
+/// Whether the type's groups carry a minimum term (`m` ≠ 0).
+fn has_min(ty: GgmlType) -> bool {
+    use GgmlType::*;
+    matches!(ty, Q4_1 | Q5_1 | Q2_K | Q4_K | Q5_K)
+}
+
+/// A batch of activation rows in the kernel's form.
+#[derive(Default)]
+pub(crate) struct Acts {
+    /// `rows × cols` bytes: each Q8 value plus 128.
+    pub q: Vec<u8>,
+    /// `rows × cols/32` scales (the f16 scale of the Q8_0 block, widened).
+    pub d: Vec<f32>,
+    /// `rows × cols/g` per-group `d * sum(q)`, for the minimum term.
+    pub sum: Vec<f32>,
+    /// Elements per row.
+    pub cols: usize,
+    /// Weight group length these sums are for.
+    pub g: usize,
+}
+
+impl Acts {
+    /// Room for `rows` rows of `cols` elements against groups of `g`.
+    pub fn reset(&mut self, rows: usize, cols: usize, g: usize) {
+        self.cols = cols;
+        self.g = g;
+        self.q.resize(rows * cols, 0);
+        self.d.resize(rows * cols / QK, 0.0);
+        self.sum.resize(rows * cols / g, 0.0);
+    }
+
+    /// Quantizes one row of `cols` values into `q`, `d` and `sum` (that row's
+    /// slices) the way [`crate::quantize_activation`] does for `at`: Q8_K
+    /// (one scale per 256, for the K formats), Q8_1 or Q8_0 (per 32).
+    pub fn fill_row(
+        tier: GemmTier,
+        x: &[f32],
+        at: GgmlType,
+        g: usize,
+        q: &mut [u8],
+        d: &mut [f32],
+        sum: &mut [f32],
+    ) {
+        if at == GgmlType::Q8_K {
+            let mut block = [0u8; 292];
+            for (b, xb) in x.chunks_exact(kquants::QK_K).enumerate() {
+                quant_q8_k(tier, xb, &mut block);
+                let scale = f32::from_le_bytes([block[0], block[1], block[2], block[3]]);
+                let per = kquants::QK_K / QK;
+                d[b * per..(b + 1) * per].fill(scale);
+                Self::split(&block[4..260], scale, g, b * kquants::QK_K, q, sum);
+            }
+            return;
+        }
+        if at == GgmlType::Q8_1 {
+            // Q8_1 carries its block sum as an f16 `d * sum(q)`, which the
+            // vector kernels use as is (32-element groups only).
+            let mut block = [0u8; 36];
+            for (b, xb) in x.chunks_exact(QK).enumerate() {
+                legacy::quant_q8_1_act(xb, &mut block);
+                d[b] = f16_at(&block);
+                Self::split(&block[4..], d[b], g, b * QK, q, sum);
+                sum[b] = f16_at(&block[2..]);
+            }
+            return;
+        }
+        let mut block = [0u8; 34];
+        for (b, xb) in x.chunks_exact(QK).enumerate() {
+            quant_q8_0(tier, xb, &mut block);
+            let scale = f16_at(&block);
+            d[b] = scale;
+            Self::split(&block[2..], scale, g, b * QK, q, sum);
+        }
+    }
+
+    /// Stores signed values `vals` (starting at element `at`) shifted to
+    /// unsigned, and their per-group scaled sums.
+    fn split(vals: &[u8], scale: f32, g: usize, at: usize, q: &mut [u8], sum: &mut [f32]) {
+        for (o, &v) in q[at..at + vals.len()].iter_mut().zip(vals) {
+            *o = v ^ 0x80;
+        }
+        for (h, part) in vals.chunks_exact(g).enumerate() {
+            let s: i32 = part.iter().map(|&v| v as i8 as i32).sum();
+            sum[at / g + h] = scale * s as f32;
+        }
+    }
+}
+
+/// [`NR`] weight rows unpacked for the tile kernel.
+#[derive(Default)]
+pub(crate) struct Panel {
+    /// For each 4-element column step k4, the 4 bytes of every row in turn
+    /// (`[cols/4][NR][4]` signed bytes).
+    pub q: Vec<i8>,
+    /// `[groups][NR]` group scales.
+    pub s: Vec<f32>,
+    /// `[groups][NR]` minimum terms.
+    pub m: Vec<f32>,
+    /// `[groups][NR]` i32 starting sums: `-128 * sum(q)` of the group.
+    pub bias: Vec<i32>,
+    /// Scale groups per row.
+    pub groups: usize,
+    /// Elements per group.
+    pub g: usize,
+    /// Whether `m` is in use.
+    pub min: bool,
+    /// Whether values may lie outside -32..=32 (Q8_0). The AVX2 kernel sums
+    /// pairs of `vpmaddubsw` products in 16 bits, which holds only for
+    /// narrower values (255 * 32 * 4 < 2^15); wide panels take a slower
+    /// sign-folding route there. The sums are the same integers either way.
+    pub wide: bool,
+}
+
+impl Panel {
+    /// Unpacks `rows` (at most [`NR`] rows of `cols` elements of type `ty`,
+    /// which [`group_len`] accepts); missing rows are zero.
+    pub fn fill(&mut self, ty: GgmlType, rows: &[&[u8]], cols: usize) {
+        let g = group_len(ty).unwrap_or(32);
+        self.g = g;
+        self.groups = cols / g;
+        self.min = has_min(ty);
+        self.wide = ty == GgmlType::Q8_0;
+        self.q.clear();
+        self.q.resize(cols * NR, 0);
+        for v in [&mut self.s, &mut self.m] {
+            v.clear();
+            v.resize(self.groups * NR, 0.0);
+        }
+        self.bias.clear();
+        self.bias.resize(self.groups * NR, 0);
+        for (r, row) in rows.iter().enumerate().take(NR) {
+            self.fill_row(ty, r, row, cols);
+        }
+    }
+
+    /// Stores signed values `vals` of row `r` from element `k0` (a multiple
+    /// of the group length) four at a time, and their groups' starting sums.
+    fn put(&mut self, r: usize, k0: usize, vals: &[i8]) {
+        for (j, quad) in vals.chunks_exact(4).enumerate() {
+            let at = (k0 / 4 + j) * NR * 4 + r * 4;
+            self.q[at..at + 4].copy_from_slice(quad);
+        }
+        for (h, part) in vals.chunks_exact(self.g).enumerate() {
+            let sum: i32 = part.iter().map(|&v| v as i32).sum();
+            self.bias[(k0 / self.g + h) * NR + r] = -128 * sum;
+        }
+    }
+
+    fn fill_row(&mut self, ty: GgmlType, r: usize, row: &[u8], cols: usize) {
+        use GgmlType::*;
+        let unpack_legacy: Option<fn(&[u8]) -> legacy::Unpacked> = match ty {
+            Q4_0 => Some(legacy::unpack_q4_0),
+            Q4_1 => Some(legacy::unpack_q4_1),
+            Q5_0 => Some(legacy::unpack_q5_0),
+            Q5_1 => Some(legacy::unpack_q5_1),
+            _ => None,
+        };
+        let bb = ty.block_bytes();
+        if ty == Q8_0 {
+            for (b, blk) in row.chunks_exact(bb).take(cols / QK).enumerate() {
+                let mut vals = [0i8; QK];
+                for (o, &v) in vals.iter_mut().zip(legacy::q8_values(blk, 2)) {
+                    *o = v as i8;
+                }
+                self.put(r, b * QK, &vals);
+                self.s[b * NR + r] = f16_at(blk);
+            }
+        } else if let Some(unpack) = unpack_legacy {
+            for (b, blk) in row.chunks_exact(bb).take(cols / QK).enumerate() {
+                let u = unpack(blk);
+                self.put(r, b * QK, &u.q);
+                // value = d * q + m, i.e. s = d and a minimum term of -m.
+                self.s[b * NR + r] = u.d;
+                self.m[b * NR + r] = -u.m;
+            }
+        } else {
+            let unpack: fn(&[u8]) -> kquants::Unpacked = match ty {
+                Q2_K => kquants::unpack_q2_k,
+                Q3_K => kquants::unpack_q3_k,
+                Q4_K => kquants::unpack_q4_k,
+                Q5_K => kquants::unpack_q5_k,
+                Q6_K => kquants::unpack_q6_k,
+                _ => return,
+            };
+            let per = kquants::QK_K / self.g;
+            for (b, blk) in row.chunks_exact(bb).take(cols / kquants::QK_K).enumerate() {
+                let u = unpack(blk);
+                self.put(r, b * kquants::QK_K, &u.q);
+                // The unpacked scales sit on a 16-element grid; a 32-element
+                // group takes the first of its two (they are equal).
+                for h in 0..per {
+                    let g16 = h * self.g / 16;
+                    self.s[(b * per + h) * NR + r] = u.d * u.sc[g16] as f32;
+                    self.m[(b * per + h) * NR + r] = u.dmin * u.m[g16] as f32;
+                }
+            }
+        }
+    }
+}
+
+/// The register tile's result: `out[c][r]` for activation row `c0 + c` and
+/// panel row `r`.
+pub(crate) type Tile = [[f32; NR]; MR];
+
+/// The tile kernel's reference and the portable tier's kernel: for
+/// activation rows `c0..c0 + m` (m ≤ [`MR`]) against every panel row,
+/// `sum over groups of (i32 sum) * (s * d)`, less `m * sum` where the type
+/// has minimum terms, in the order the SIMD kernels round them (`mul_add` =
+/// their fused multiply-add). The loops run along the panel's rows, so a
+/// compiler can vectorize them (NEON on AArch64, SSE2 on baseline x86-64).
+pub(crate) fn tile_scalar(p: &Panel, a: &Acts, c0: usize, m: usize) -> Tile {
+    let mut out = [[0.0f32; NR]; MR];
+    let cols = a.cols;
+    let quads = p.g / 4;
+    for (c, out_c) in out.iter_mut().enumerate().take(m) {
+        let row = c0 + c;
+        let aq = &a.q[row * cols..(row + 1) * cols];
+        let ad = &a.d[row * (cols / QK)..(row + 1) * (cols / QK)];
+        for g in 0..p.groups {
+            let mut isum = [0i32; NR];
+            isum.copy_from_slice(&p.bias[g * NR..(g + 1) * NR]);
+            for k4 in g * quads..(g + 1) * quads {
+                let wq = &p.q[k4 * NR * 4..(k4 + 1) * NR * 4];
+                let av = &aq[k4 * 4..k4 * 4 + 4];
+                for (s, w) in isum.iter_mut().zip(wq.chunks_exact(4)) {
+                    *s += w[0] as i32 * av[0] as i32
+                        + w[1] as i32 * av[1] as i32
+                        + w[2] as i32 * av[2] as i32
+                        + w[3] as i32 * av[3] as i32;
+                }
+            }
+            let d = ad[g * p.g / QK];
+            let scales = &p.s[g * NR..(g + 1) * NR];
+            for ((o, &i), &s) in out_c.iter_mut().zip(&isum).zip(scales) {
+                *o = (i as f32).mul_add(s * d, *o);
+            }
+            if p.min {
+                let sum = a.sum[row * p.groups + g];
+                for (o, &mn) in out_c.iter_mut().zip(&p.m[g * NR..(g + 1) * NR]) {
+                    *o = (-mn).mul_add(sum, *o);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// The tile kernel of `tier`. The SIMD kernels give the reference's sums
+/// exactly, so the tier changes the speed and never the numbers.
+pub(crate) fn tile(tier: GemmTier, p: &Panel, a: &Acts, c0: usize, m: usize) -> Tile {
+    let cols = p.groups * p.g;
+    assert!(m <= MR && a.cols == cols && a.g == p.g);
+    assert!(p.q.len() >= cols * NR && p.s.len() >= p.groups * NR);
+    assert!(p.m.len() >= p.groups * NR && p.bias.len() >= p.groups * NR);
+    assert!(a.q.len() >= (c0 + m) * cols && a.d.len() >= (c0 + m) * cols / QK);
+    assert!(a.sum.len() >= (c0 + m) * p.groups);
+    #[cfg(target_arch = "x86_64")]
+    if p.g == 16 || p.g == 32 {
+        match tier {
+            // SAFETY: the tier comes from a kernel table installed only
+            // after its CPU features were detected; the asserts bound every
+            // element read.
+            GemmTier::Avx512Vnni => return unsafe { x86::tile_avx512(p, a, c0, m) },
+            // SAFETY: as above.
+            GemmTier::Avx2 => return unsafe { x86::tile_avx2(p, a, c0, m) },
+            GemmTier::Portable => {}
+        }
+    }
+    let _ = tier;
+    tile_scalar(p, a, c0, m)
+}
+
+/// `legacy::quant_q8_0_act` for one block of 32 through `tier`'s kernel
+/// (the same bytes on every tier).
+fn quant_q8_0(tier: GemmTier, x: &[f32], block: &mut [u8; 34]) {
+    #[cfg(target_arch = "x86_64")]
+    match tier {
+        // SAFETY: the tier's features were detected; `x` holds 32 values
+        // (a `chunks_exact(32)` chunk).
+        GemmTier::Avx512Vnni => return unsafe { x86::quant_q8_0_avx512(x, block) },
+        // SAFETY: as above.
+        GemmTier::Avx2 => return unsafe { x86::quant_q8_0_avx2(x, block) },
+        GemmTier::Portable => {}
+    }
+    let _ = tier;
+    legacy::quant_q8_0_act(x, block);
+}
+
+/// `kquants::quant_q8_k` for one super-block of 256 through `tier`'s
+/// kernel (the same scale and values on every tier).
+fn quant_q8_k(tier: GemmTier, x: &[f32], block: &mut [u8; 292]) {
+    #[cfg(target_arch = "x86_64")]
+    match tier {
+        // SAFETY: the tier's features were detected; `x` holds 256 values
+        // (a `chunks_exact(256)` chunk).
+        GemmTier::Avx512Vnni => return unsafe { x86::quant_q8_k_avx512(x, block) },
+        // SAFETY: as above.
+        GemmTier::Avx2 => return unsafe { x86::quant_q8_k_avx2(x, block) },
+        GemmTier::Portable => {}
+    }
+    let _ = tier;
+    kquants::quant_q8_k(x, block);
+}

@@ -1,0 +1,181 @@
+use super::*;
+use proptest::prelude::*;
+
+/// Random rows of `ty` with sane scales: quantized from random floats.
+fn random_rows(ty: GgmlType, n: usize, cols: usize, seed: u64) -> Vec<Vec<u8>> {
+    let mut x = seed | 1;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        ((x >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    };
+    (0..n)
+        .map(|_| {
+            let v: Vec<f32> = (0..cols).map(|_| next()).collect();
+            let mut b = vec![0u8; crate::row_size(ty, cols).unwrap()];
+            crate::quantize(ty, &v, &mut b).unwrap();
+            b
+        })
+        .collect()
+}
+
+fn random_acts(n: usize, cols: usize, at: GgmlType, g: usize, seed: u64) -> (Acts, Vec<f32>) {
+    let mut x = seed | 1;
+    let xs: Vec<f32> = (0..n * cols)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((x >> 40) as f32 / (1u64 << 24) as f32) * 6.0 - 3.0
+        })
+        .collect();
+    let mut a = Acts::default();
+    a.reset(n, cols, g);
+    for r in 0..n {
+        Acts::fill_row(
+            GemmTier::Portable,
+            &xs[r * cols..(r + 1) * cols],
+            at,
+            g,
+            &mut a.q[r * cols..(r + 1) * cols],
+            &mut a.d[r * cols / QK..(r + 1) * cols / QK],
+            &mut a.sum[r * cols / g..(r + 1) * cols / g],
+        );
+    }
+    (a, xs)
+}
+
+const TYPES: [GgmlType; 10] = [
+    GgmlType::Q4_0,
+    GgmlType::Q4_1,
+    GgmlType::Q5_0,
+    GgmlType::Q5_1,
+    GgmlType::Q8_0,
+    GgmlType::Q2_K,
+    GgmlType::Q3_K,
+    GgmlType::Q4_K,
+    GgmlType::Q5_K,
+    GgmlType::Q6_K,
+];
+
+/// The GEMM tiers this CPU can run.
+fn tiers() -> Vec<GemmTier> {
+    let mut v: Vec<GemmTier> = crate::simd::available().iter().map(|k| k.gemm).collect();
+    v.dedup();
+    v
+}
+
+proptest! {
+    /// Every tier's tile gives exactly the reference's sums, for every type,
+    /// partial tiles and partial panels included.
+    #[test]
+    fn simd_tile_matches_scalar(t in 0usize..10, sbs in 1usize..4, rows in 1usize..=NR, m in 1usize..=MR, seed in any::<u64>()) {
+        let ty = TYPES[t];
+        let cols = sbs * 256;
+        let g = group_len(ty).unwrap();
+        let w = random_rows(ty, rows, cols, seed);
+        let views: Vec<&[u8]> = w.iter().map(|r| r.as_slice()).collect();
+        let mut p = Panel::default();
+        p.fill(ty, &views, cols);
+        let (a, _) = random_acts(m + 1, cols, crate::vec_dot_type(ty), g, seed ^ 0x5555);
+        let want = tile_scalar(&p, &a, 1, m);
+        for tier in tiers() {
+            let got = tile(tier, &p, &a, 1, m);
+            prop_assert_eq!(got, want, "{:?}", tier);
+        }
+    }
+}
+
+/// Every tier's activation quantizers write the scalar ones' bytes (the
+/// safe dispatchers are the code under test; they pick the tier's kernel).
+#[test]
+fn tier_activation_quantizers_match_scalar() {
+    let mut x = 0x2545_f491_u64;
+    for round in 0..200 {
+        let scale = [1e-3f32, 1.0, 37.0, 1e4][round % 4];
+        let v: Vec<f32> = (0..256)
+            .map(|i| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                // Some exact halves and repeated extremes, to hit ties.
+                if round % 5 == 0 && i % 9 == 0 {
+                    scale * if i % 2 == 0 { 1.0 } else { -1.0 }
+                } else if round % 7 == 0 && i % 5 == 0 {
+                    // Values landing on .5 after scaling by 127/amax.
+                    scale * (2 * (i % 11) + 1) as f32 / 254.0
+                } else {
+                    ((x >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+                }
+            })
+            .collect();
+        for tier in tiers() {
+            let (mut want, mut got) = ([0u8; 292], [0u8; 292]);
+            kquants::quant_q8_k(&v, &mut want);
+            quant_q8_k(tier, &v, &mut got);
+            assert_eq!(want[..260], got[..260], "{tier:?} q8_k round {round}");
+            for b in 0..8 {
+                let (mut want, mut got) = ([0u8; 34], [0u8; 34]);
+                let x = &v[32 * b..32 * (b + 1)];
+                legacy::quant_q8_0_act(x, &mut want);
+                quant_q8_0(tier, x, &mut got);
+                assert_eq!(want, got, "{tier:?} q8_0 round {round} block {b}");
+            }
+        }
+    }
+    for tier in tiers() {
+        let zeros = [0.0f32; 256];
+        let (mut want, mut got) = ([0u8; 292], [1u8; 292]);
+        kquants::quant_q8_k(&zeros, &mut want);
+        quant_q8_k(tier, &zeros, &mut got);
+        assert_eq!(want[..260], got[..260]);
+        let (mut want, mut got) = ([0u8; 34], [1u8; 34]);
+        legacy::quant_q8_0_act(&zeros[..32], &mut want);
+        quant_q8_0(tier, &zeros[..32], &mut got);
+        assert_eq!(want, got);
+    }
+}
+
+/// The panel product agrees with dequantized weights times the Q8_0
+/// activations' values, for every type (the unpacking and the shift are
+/// right, not only consistent between the two kernels).
+#[test]
+fn tile_matches_dequantized_product() {
+    for (i, &ty) in TYPES.iter().enumerate() {
+        let cols = 512;
+        let g = group_len(ty).unwrap();
+        let w = random_rows(ty, NR, cols, 7 + i as u64);
+        let views: Vec<&[u8]> = w.iter().map(|r| r.as_slice()).collect();
+        let mut p = Panel::default();
+        p.fill(ty, &views, cols);
+        // Q8_1's f16 block sums are rounded; exact Q8_0 sums isolate the
+        // unpacking, which is what this checks.
+        let at = match crate::vec_dot_type(ty) {
+            GgmlType::Q8_1 => GgmlType::Q8_0,
+            at => at,
+        };
+        let (a, _) = random_acts(MR, cols, at, g, 99);
+        let got = tile(crate::simd::best().gemm, &p, &a, 0, MR);
+        for (r, row) in w.iter().enumerate() {
+            let mut wf = vec![0.0f32; cols];
+            crate::dequantize(ty, row, &mut wf).unwrap();
+            for (c, got_c) in got.iter().enumerate() {
+                let mut want = 0.0f64;
+                let mut mag = 0.0f64;
+                for (k, &wk) in wf.iter().enumerate() {
+                    let av = (a.q[c * cols + k] ^ 0x80) as i8 as f64
+                        * a.d[c * cols / QK + k / QK] as f64;
+                    want += wk as f64 * av;
+                    mag += (wk as f64 * av).abs();
+                }
+                let err = (got_c[r] as f64 - want).abs();
+                assert!(
+                    err <= 1e-5 * mag + 1e-6,
+                    "{ty} row {r} col {c}: {} vs {want}",
+                    got_c[r]
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,406 @@
+//! The x86 tile kernels and activation quantizers: AVX-512 VNNI and AVX2.
+
+#![allow(clippy::incompatible_msrv)] // AVX-512 intrinsics: stable since 1.89, checked at run time.
+
+use super::{Acts, Panel, Tile, MR, NR, QK};
+use std::arch::x86_64::*;
+
+/// # Safety
+/// avx512f/bw/vnni present; `p` and `a` hold what [`super::tile`] asserts.
+pub(super) unsafe fn tile_avx512(p: &Panel, a: &Acts, c0: usize, m: usize) -> Tile {
+    macro_rules! pick {
+        ($g:literal) => {
+            match (m, p.min) {
+                (4, false) => tile_m::<4, $g, false>(p, a, c0),
+                (3, false) => tile_m::<3, $g, false>(p, a, c0),
+                (2, false) => tile_m::<2, $g, false>(p, a, c0),
+                (1, false) => tile_m::<1, $g, false>(p, a, c0),
+                (4, true) => tile_m::<4, $g, true>(p, a, c0),
+                (3, true) => tile_m::<3, $g, true>(p, a, c0),
+                (2, true) => tile_m::<2, $g, true>(p, a, c0),
+                (1, true) => tile_m::<1, $g, true>(p, a, c0),
+                _ => [[0.0; NR]; MR],
+            }
+        };
+    }
+    const _: () = assert!(MR == 4 && NR == 32);
+    // SAFETY: the caller's contract, passed on.
+    unsafe {
+        if p.g == 16 {
+            pick!(16)
+        } else {
+            pick!(32)
+        }
+    }
+}
+
+/// `legacy::quant_q8_0_act` for one block of 32, the same bytes: scale
+/// amax/127 (as f16), values round-half-even of `v * 127/amax`.
+///
+/// # Safety
+/// avx512f and avx512bw present; `x` holds 32 values, `block` 34 bytes.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(super) unsafe fn quant_q8_0_avx512(x: &[f32], block: &mut [u8; 34]) {
+    assert!(x.len() >= 32);
+    // SAFETY: 32 values, as asserted.
+    let (v0, v1) = unsafe {
+        (
+            _mm512_loadu_ps(x.as_ptr()),
+            _mm512_loadu_ps(x.as_ptr().add(16)),
+        )
+    };
+    let amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1)));
+    let d = amax / 127.0;
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    let idv = _mm512_set1_ps(id);
+    let lo = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, idv)));
+    let hi = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, idv)));
+    crate::formats::put_f16(&mut block[..2], d);
+    // SAFETY: bytes 2..34 of the block.
+    unsafe {
+        _mm_storeu_si128(block.as_mut_ptr().add(2) as *mut _, lo);
+        _mm_storeu_si128(block.as_mut_ptr().add(18) as *mut _, hi);
+    }
+}
+
+/// `kquants::quant_q8_k` for one super-block of 256, the same bytes
+/// (scale, values; the i16 group sums are not written).
+///
+/// # Safety
+/// avx512f and avx512bw present; `x` holds 256 values.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(super) unsafe fn quant_q8_k_avx512(x: &[f32], block: &mut [u8; 292]) {
+    assert!(x.len() >= 256);
+    let mut vmax = _mm512_setzero_ps();
+    for i in 0..16 {
+        // SAFETY: 256 values, as asserted.
+        let v = unsafe { _mm512_loadu_ps(x.as_ptr().add(16 * i)) };
+        vmax = _mm512_max_ps(vmax, _mm512_abs_ps(v));
+    }
+    let amax = _mm512_reduce_max_ps(vmax);
+    if amax == 0.0 {
+        block.fill(0);
+        return;
+    }
+    // The signed value of the first element reaching amax, as the
+    // scalar loop finds it.
+    let max = x[..256]
+        .iter()
+        .copied()
+        .find(|v| v.abs() == amax)
+        .unwrap_or(amax);
+    let iscale = -127.0 / max;
+    let sv = _mm512_set1_ps(iscale);
+    let top = _mm512_set1_epi32(127);
+    for i in 0..16 {
+        // SAFETY: 256 values in, 4 + 256 bytes out.
+        unsafe {
+            let v = _mm512_loadu_ps(x.as_ptr().add(16 * i));
+            let q = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v, sv)), top);
+            _mm_storeu_si128(
+                block.as_mut_ptr().add(4 + 16 * i) as *mut _,
+                _mm512_cvtsepi32_epi8(q),
+            );
+        }
+    }
+    block[0..4].copy_from_slice(&(1.0 / iscale).to_le_bytes());
+}
+
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn tile_m<const M: usize, const G: usize, const MIN: bool>(
+    p: &Panel,
+    a: &Acts,
+    c0: usize,
+) -> Tile {
+    let cols = p.groups * G;
+    let pq = p.q.as_ptr();
+    let (ps, pm, pb) = (p.s.as_ptr(), p.m.as_ptr(), p.bias.as_ptr());
+    let aq = a.q[c0 * cols..].as_ptr();
+    let ad = a.d[c0 * (cols / QK)..].as_ptr();
+    let asum = a.sum[c0 * p.groups..].as_ptr();
+    let mut facc = [[_mm512_setzero_ps(); 2]; M];
+    for g in 0..p.groups {
+        // SAFETY (whole body): group g's panel entries and each activation
+        // row's elements g*G..(g+1)*G lie inside the buffers (asserted by
+        // `super::tile`).
+        unsafe {
+            let b0 = _mm512_loadu_si512(pb.add(g * NR) as *const _);
+            let b1 = _mm512_loadu_si512(pb.add(g * NR + 16) as *const _);
+            let mut iacc = [[b0, b1]; M];
+            for kq in 0..G / 4 {
+                let k4 = g * (G / 4) + kq;
+                let w0 = _mm512_loadu_si512(pq.add(k4 * NR * 4) as *const _);
+                let w1 = _mm512_loadu_si512(pq.add(k4 * NR * 4 + 64) as *const _);
+                for (c, acc) in iacc.iter_mut().enumerate() {
+                    let quad = (aq.add(c * cols + k4 * 4) as *const i32).read_unaligned();
+                    let av = _mm512_set1_epi32(quad);
+                    acc[0] = _mm512_dpbusd_epi32(acc[0], av, w0);
+                    acc[1] = _mm512_dpbusd_epi32(acc[1], av, w1);
+                }
+            }
+            let s0 = _mm512_loadu_ps(ps.add(g * NR));
+            let s1 = _mm512_loadu_ps(ps.add(g * NR + 16));
+            for c in 0..M {
+                let d = _mm512_set1_ps(*ad.add(c * (cols / QK) + g * G / QK));
+                facc[c][0] = _mm512_fmadd_ps(
+                    _mm512_cvtepi32_ps(iacc[c][0]),
+                    _mm512_mul_ps(s0, d),
+                    facc[c][0],
+                );
+                facc[c][1] = _mm512_fmadd_ps(
+                    _mm512_cvtepi32_ps(iacc[c][1]),
+                    _mm512_mul_ps(s1, d),
+                    facc[c][1],
+                );
+            }
+            if MIN {
+                let m0 = _mm512_loadu_ps(pm.add(g * NR));
+                let m1 = _mm512_loadu_ps(pm.add(g * NR + 16));
+                for (c, acc) in facc.iter_mut().enumerate() {
+                    let sum = _mm512_set1_ps(*asum.add(c * p.groups + g));
+                    acc[0] = _mm512_fnmadd_ps(m0, sum, acc[0]);
+                    acc[1] = _mm512_fnmadd_ps(m1, sum, acc[1]);
+                }
+            }
+        }
+    }
+    let mut out = [[0.0f32; NR]; MR];
+    for (o, acc) in out.iter_mut().zip(&facc) {
+        // SAFETY: `o` holds NR = 32 floats.
+        unsafe {
+            _mm512_storeu_ps(o.as_mut_ptr(), acc[0]);
+            _mm512_storeu_ps(o.as_mut_ptr().add(16), acc[1]);
+        }
+    }
+    out
+}
+
+/// The AVX2 tile: the AVX-512 one's sums and rounding with 8-lane vectors.
+/// `vpmaddubsw` (u8 × i8 pairs into i16) and `vpmaddwd` (i16 pairs into
+/// i32) stand in for `vpdpbusd`. The panel is swept one 8-row group at a
+/// time, so the integer and float accumulators of all `m` activation rows
+/// stay in registers.
+///
+/// # Safety
+/// avx2 and fma present; `p` and `a` hold what [`super::tile`] asserts.
+pub(super) unsafe fn tile_avx2(p: &Panel, a: &Acts, c0: usize, m: usize) -> Tile {
+    macro_rules! pick {
+        ($g:literal) => {
+            match (m, p.min, p.wide) {
+                (4, false, false) => tile_avx2_m::<4, $g, false, false>(p, a, c0),
+                (3, false, false) => tile_avx2_m::<3, $g, false, false>(p, a, c0),
+                (2, false, false) => tile_avx2_m::<2, $g, false, false>(p, a, c0),
+                (1, false, false) => tile_avx2_m::<1, $g, false, false>(p, a, c0),
+                (4, true, false) => tile_avx2_m::<4, $g, true, false>(p, a, c0),
+                (3, true, false) => tile_avx2_m::<3, $g, true, false>(p, a, c0),
+                (2, true, false) => tile_avx2_m::<2, $g, true, false>(p, a, c0),
+                (1, true, false) => tile_avx2_m::<1, $g, true, false>(p, a, c0),
+                (4, false, true) => tile_avx2_m::<4, $g, false, true>(p, a, c0),
+                (3, false, true) => tile_avx2_m::<3, $g, false, true>(p, a, c0),
+                (2, false, true) => tile_avx2_m::<2, $g, false, true>(p, a, c0),
+                (1, false, true) => tile_avx2_m::<1, $g, false, true>(p, a, c0),
+                (4, true, true) => tile_avx2_m::<4, $g, true, true>(p, a, c0),
+                (3, true, true) => tile_avx2_m::<3, $g, true, true>(p, a, c0),
+                (2, true, true) => tile_avx2_m::<2, $g, true, true>(p, a, c0),
+                (1, true, true) => tile_avx2_m::<1, $g, true, true>(p, a, c0),
+                _ => [[0.0; NR]; MR],
+            }
+        };
+    }
+    const _: () = assert!(MR == 4 && NR.is_multiple_of(8));
+    // SAFETY: the caller's contract, passed on.
+    unsafe {
+        if p.g == 16 {
+            pick!(16)
+        } else {
+            pick!(32)
+        }
+    }
+}
+
+/// One AVX2 tile of `M` activation rows, groups of `G`, with minimum terms
+/// when `MIN`, and wide (Q8_0) values when `WIDE`.
+///
+/// Narrow values (|q| ≤ 32) against shifted activations (0..=255) give
+/// `vpmaddubsw` pair sums of at most 16,320, so two column steps add in i16
+/// before widening: five instructions per 64 multiply-adds. Wide values
+/// would saturate that, so they fold the weight's sign into the unshifted
+/// activation (`|w| * sign(a, w)`: pair sums of at most 2 * 127 * 127 <
+/// 2^15 for the quantizers' -127..=127) and start from zero instead of the
+/// shift's bias.
+#[target_feature(enable = "avx2,fma")]
+unsafe fn tile_avx2_m<const M: usize, const G: usize, const MIN: bool, const WIDE: bool>(
+    p: &Panel,
+    a: &Acts,
+    c0: usize,
+) -> Tile {
+    let cols = p.groups * G;
+    let pq = p.q.as_ptr();
+    let (ps, pm, pb) = (p.s.as_ptr(), p.m.as_ptr(), p.bias.as_ptr());
+    let aq = a.q[c0 * cols..].as_ptr();
+    let ad = a.d[c0 * (cols / QK)..].as_ptr();
+    let asum = a.sum[c0 * p.groups..].as_ptr();
+    let ones = _mm256_set1_epi16(1);
+    let flip = _mm256_set1_epi8(-128i8);
+    let mut out = [[0.0f32; NR]; MR];
+    for rg in 0..NR / 8 {
+        let mut facc = [_mm256_setzero_ps(); M];
+        for g in 0..p.groups {
+            // SAFETY (whole body): group g's panel entries for rows
+            // 8*rg..8*rg + 8 and each activation row's elements
+            // g*G..(g+1)*G lie inside the buffers (asserted by `super::tile`).
+            unsafe {
+                let mut iacc = [if WIDE {
+                    _mm256_setzero_si256()
+                } else {
+                    _mm256_loadu_si256(pb.add(g * NR + rg * 8) as *const _)
+                }; M];
+                let quad = |c: usize, k4: usize| -> __m256i {
+                    _mm256_set1_epi32((aq.add(c * cols + k4 * 4) as *const i32).read_unaligned())
+                };
+                let wat = |k4: usize| -> __m256i {
+                    _mm256_loadu_si256(pq.add(k4 * NR * 4 + rg * 32) as *const _)
+                };
+                if WIDE {
+                    for kq in 0..G / 4 {
+                        let k4 = g * (G / 4) + kq;
+                        let w = wat(k4);
+                        let wabs = _mm256_abs_epi8(w);
+                        for (c, acc) in iacc.iter_mut().enumerate() {
+                            let av = _mm256_xor_si256(quad(c, k4), flip);
+                            let t = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(av, w));
+                            *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(t, ones));
+                        }
+                    }
+                } else {
+                    for kq in (0..G / 4).step_by(2) {
+                        let k4 = g * (G / 4) + kq;
+                        let (w0, w1) = (wat(k4), wat(k4 + 1));
+                        for (c, acc) in iacc.iter_mut().enumerate() {
+                            let t = _mm256_add_epi16(
+                                _mm256_maddubs_epi16(quad(c, k4), w0),
+                                _mm256_maddubs_epi16(quad(c, k4 + 1), w1),
+                            );
+                            *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(t, ones));
+                        }
+                    }
+                }
+                let s = _mm256_loadu_ps(ps.add(g * NR + rg * 8));
+                for (c, acc) in facc.iter_mut().enumerate() {
+                    let d = _mm256_set1_ps(*ad.add(c * (cols / QK) + g * G / QK));
+                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[c]), _mm256_mul_ps(s, d), *acc);
+                }
+                if MIN {
+                    let mn = _mm256_loadu_ps(pm.add(g * NR + rg * 8));
+                    for (c, acc) in facc.iter_mut().enumerate() {
+                        let sum = _mm256_set1_ps(*asum.add(c * p.groups + g));
+                        *acc = _mm256_fnmadd_ps(mn, sum, *acc);
+                    }
+                }
+            }
+        }
+        for (o, acc) in out.iter_mut().zip(&facc) {
+            // SAFETY: `o` holds NR floats and 8 * rg + 8 <= NR.
+            unsafe { _mm256_storeu_ps(o.as_mut_ptr().add(rg * 8), *acc) };
+        }
+    }
+    out
+}
+
+/// The largest |x| of 8-lane `v`, in every lane.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn abs_max8(v: __m256) -> f32 {
+    let m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    let m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+    let m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+    _mm_cvtss_f32(m)
+}
+
+/// |v| lane by lane (clears the sign bit).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn abs8(v: __m256) -> __m256 {
+    _mm256_andnot_ps(_mm256_set1_ps(-0.0), v)
+}
+
+/// Rounds 32 floats (four vectors) half to even and packs them, in order,
+/// into 32 signed bytes with saturation.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn pack32(v: [__m256; 4]) -> __m256i {
+    let i = v.map(|x| _mm256_cvtps_epi32(x));
+    // packs work within 128-bit halves; the permute puts the dwords back
+    // in element order.
+    let w01 = _mm256_packs_epi32(i[0], i[1]);
+    let w23 = _mm256_packs_epi32(i[2], i[3]);
+    let b = _mm256_packs_epi16(w01, w23);
+    _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
+}
+
+/// `legacy::quant_q8_0_act` for one block of 32, the same bytes: scale
+/// amax/127 (as f16), values round-half-even of `v * 127/amax`.
+///
+/// # Safety
+/// avx2 present; `x` holds 32 values.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn quant_q8_0_avx2(x: &[f32], block: &mut [u8; 34]) {
+    assert!(x.len() >= 32);
+    // SAFETY: 32 values, as asserted.
+    let v: [__m256; 4] = std::array::from_fn(|i| unsafe { _mm256_loadu_ps(x.as_ptr().add(8 * i)) });
+    let m = _mm256_max_ps(
+        _mm256_max_ps(abs8(v[0]), abs8(v[1])),
+        _mm256_max_ps(abs8(v[2]), abs8(v[3])),
+    );
+    let amax = abs_max8(m);
+    let d = amax / 127.0;
+    let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
+    let idv = _mm256_set1_ps(id);
+    let q = pack32(v.map(|x| _mm256_mul_ps(x, idv)));
+    crate::formats::put_f16(&mut block[..2], d);
+    // SAFETY: bytes 2..34 of the block.
+    unsafe { _mm256_storeu_si256(block.as_mut_ptr().add(2) as *mut _, q) };
+}
+
+/// `kquants::quant_q8_k` for one super-block of 256, the same bytes
+/// (scale, values; the i16 group sums are not written).
+///
+/// # Safety
+/// avx2 present; `x` holds 256 values.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn quant_q8_k_avx2(x: &[f32], block: &mut [u8; 292]) {
+    assert!(x.len() >= 256);
+    let mut vmax = _mm256_setzero_ps();
+    for i in 0..32 {
+        // SAFETY: 256 values, as asserted.
+        let v = unsafe { _mm256_loadu_ps(x.as_ptr().add(8 * i)) };
+        vmax = _mm256_max_ps(vmax, abs8(v));
+    }
+    let amax = abs_max8(vmax);
+    if amax == 0.0 {
+        block.fill(0);
+        return;
+    }
+    // The signed value of the first element reaching amax, as the scalar
+    // loop finds it.
+    let max = x[..256]
+        .iter()
+        .copied()
+        .find(|v| v.abs() == amax)
+        .unwrap_or(amax);
+    let iscale = -127.0 / max;
+    let sv = _mm256_set1_ps(iscale);
+    for i in 0..8 {
+        // SAFETY: 256 values in, 4 + 256 bytes out.
+        unsafe {
+            let v: [__m256; 4] = std::array::from_fn(|j| {
+                _mm256_mul_ps(_mm256_loadu_ps(x.as_ptr().add(32 * i + 8 * j)), sv)
+            });
+            // The scalar code clamps at 127 only: -127/max * v lies in
+            // -127..=127 (within rounding), so packing's saturation at 127
+            // is the same clamp and -128 never arises.
+            _mm256_storeu_si256(block.as_mut_ptr().add(4 + 32 * i) as *mut _, pack32(v));
+        }
+    }
+    block[0..4].copy_from_slice(&(1.0 / iscale).to_le_bytes());
+}
