@@ -282,6 +282,7 @@ pub mod testing {
                     &mut acts.q[r * cols..(r + 1) * cols],
                     &mut acts.d[r * cols / 32..(r + 1) * cols / 32],
                     &mut acts.sum[r * cols / g..(r + 1) * cols / g],
+                    &mut acts.isum[r * cols / g..(r + 1) * cols / g],
                 );
             }
             Ok(TileBench { panel, acts, rows })

@@ -145,17 +145,20 @@ fn gemm_panels(
         let per = batch.div_ceil(pool.threads());
         {
             // Each task quantizes its own run of rows into its own parts of
-            // the three buffers.
-            let Acts { q, d, sum, .. } = &mut *acts;
+            // the four buffers.
+            let Acts {
+                q, d, sum, isum, ..
+            } = &mut *acts;
             let parts: Vec<std::sync::Mutex<ActsPart>> = q
                 .chunks_mut(per * cols)
                 .zip(d.chunks_mut(per * cols / 32))
                 .zip(sum.chunks_mut(per * cols / g))
-                .map(|((q, d), s)| std::sync::Mutex::new((q, d, s)))
+                .zip(isum.chunks_mut(per * cols / g))
+                .map(|(((q, d), s), i)| std::sync::Mutex::new((q, d, s, i)))
                 .collect();
             pool.run(parts.len(), |t| {
                 let mut part = parts[t].lock().unwrap_or_else(|p| p.into_inner());
-                let (q, d, s) = &mut *part;
+                let (q, d, s, i) = &mut *part;
                 let rows = q.len() / cols;
                 for r in 0..rows {
                     let row = t * per + r;
@@ -167,6 +170,7 @@ fn gemm_panels(
                         &mut q[r * cols..(r + 1) * cols],
                         &mut d[r * cols / 32..(r + 1) * cols / 32],
                         &mut s[r * cols / g..(r + 1) * cols / g],
+                        &mut i[r * cols / g..(r + 1) * cols / g],
                     );
                 }
             });
@@ -213,8 +217,9 @@ fn gemm_panels(
     });
 }
 
-/// One task's rows of the three activation buffers (bytes, scales, sums).
-type ActsPart<'a> = (&'a mut [u8], &'a mut [f32], &'a mut [f32]);
+/// One task's rows of the four activation buffers (bytes, scales, scaled
+/// sums, integer sums).
+type ActsPart<'a> = (&'a mut [u8], &'a mut [f32], &'a mut [f32], &'a mut [i32]);
 
 /// The output buffer shared by tasks that each write a disjoint set of rows.
 struct SharedOut {

@@ -11,10 +11,12 @@
 //! multiply-adds per instruction and no reductions.
 //!
 //! Every weight format is brought to one form per group: `value = s * q - m`
-//! with q a signed byte. Activations are quantized as llama.cpp does at run
-//! time (Q8_K against the K formats, Q8_0 against the rest) and shifted to unsigned bytes (`q + 128`), the
-//! operand order `vpdpbusd` needs; each group's sum starts at `-128 * sum(q)`
-//! of its weights to cancel the shift.
+//! with q a small integer, stored as the unsigned byte `u = q + off` (`off`
+//! fixed per format: 8 for Q4_0, 32 for Q6_K, 128 for Q8_0, …), the operand
+//! `vpdpbusd` and `vpmaddubsw` take unsigned. Activations are quantized as
+//! llama.cpp does at run time (Q8_K against the K formats, Q8_0 against the
+//! rest) and kept as signed bytes; each group's integer sum starts at
+//! `-off * sum(a)` of its activations, so it ends at exactly `sum(q * a)`.
 //!
 //! Every tier computes the same numbers: the group sums are exact integers
 //! whatever instructions form them (`vpdpbusd` on AVX-512 VNNI,
@@ -55,11 +57,30 @@ fn has_min(ty: GgmlType) -> bool {
     matches!(ty, Q4_1 | Q5_1 | Q2_K | Q4_K | Q5_K)
 }
 
+/// The offset that makes `ty`'s unpacked values unsigned, and the largest
+/// value after it (a property of the format's bits, so it bounds every
+/// block, corrupt ones included).
+fn unsigned_range(ty: GgmlType) -> (i32, i32) {
+    use GgmlType::*;
+    match ty {
+        Q4_0 => (8, 15),
+        Q5_0 => (16, 31),
+        Q8_0 => (128, 255),
+        Q3_K => (4, 7),
+        Q6_K => (32, 63),
+        Q2_K => (0, 3),
+        Q5_1 | Q5_K => (0, 31),
+        _ => (0, 15),
+    }
+}
+
 /// A batch of activation rows in the kernel's form.
 #[derive(Default)]
 pub(crate) struct Acts {
-    /// `rows × cols` bytes: each Q8 value plus 128.
+    /// `rows × cols` signed bytes (the Q8 values, -127..=127).
     pub q: Vec<u8>,
+    /// `rows × cols/g` per-group integer sums of `q`, for the offset.
+    pub isum: Vec<i32>,
     /// `rows × cols/32` scales (the f16 scale of the Q8_0 block, widened).
     pub d: Vec<f32>,
     /// `rows × cols/g` per-group `d * sum(q)`, for the minimum term.
@@ -78,6 +99,7 @@ impl Acts {
         self.q.resize(rows * cols, 0);
         self.d.resize(rows * cols / QK, 0.0);
         self.sum.resize(rows * cols / g, 0.0);
+        self.isum.resize(rows * cols / g, 0);
     }
 
     /// Quantizes one row of `cols` values into `q`, `d` and `sum` (that row's
@@ -91,6 +113,7 @@ impl Acts {
         q: &mut [u8],
         d: &mut [f32],
         sum: &mut [f32],
+        isum: &mut [i32],
     ) {
         if at == GgmlType::Q8_K {
             let mut block = [0u8; 292];
@@ -99,7 +122,7 @@ impl Acts {
                 let scale = f32::from_le_bytes([block[0], block[1], block[2], block[3]]);
                 let per = kquants::QK_K / QK;
                 d[b * per..(b + 1) * per].fill(scale);
-                Self::split(&block[4..260], scale, g, b * kquants::QK_K, q, sum);
+                Self::split(&block[4..260], scale, g, b * kquants::QK_K, q, sum, isum);
             }
             return;
         }
@@ -110,7 +133,7 @@ impl Acts {
             for (b, xb) in x.chunks_exact(QK).enumerate() {
                 legacy::quant_q8_1_act(xb, &mut block);
                 d[b] = f16_at(&block);
-                Self::split(&block[4..], d[b], g, b * QK, q, sum);
+                Self::split(&block[4..], d[b], g, b * QK, q, sum, isum);
                 sum[b] = f16_at(&block[2..]);
             }
             return;
@@ -120,19 +143,27 @@ impl Acts {
             quant_q8_0(tier, xb, &mut block);
             let scale = f16_at(&block);
             d[b] = scale;
-            Self::split(&block[2..], scale, g, b * QK, q, sum);
+            Self::split(&block[2..], scale, g, b * QK, q, sum, isum);
         }
     }
 
-    /// Stores signed values `vals` (starting at element `at`) shifted to
-    /// unsigned, and their per-group scaled sums.
-    fn split(vals: &[u8], scale: f32, g: usize, at: usize, q: &mut [u8], sum: &mut [f32]) {
-        for (o, &v) in q[at..at + vals.len()].iter_mut().zip(vals) {
-            *o = v ^ 0x80;
-        }
+    /// Stores signed values `vals` (starting at element `at`) and their
+    /// per-group integer and scaled sums.
+    #[allow(clippy::too_many_arguments)]
+    fn split(
+        vals: &[u8],
+        scale: f32,
+        g: usize,
+        at: usize,
+        q: &mut [u8],
+        sum: &mut [f32],
+        isum: &mut [i32],
+    ) {
+        q[at..at + vals.len()].copy_from_slice(vals);
         for (h, part) in vals.chunks_exact(g).enumerate() {
             let s: i32 = part.iter().map(|&v| v as i8 as i32).sum();
             sum[at / g + h] = scale * s as f32;
+            isum[at / g + h] = s;
         }
     }
 }
@@ -141,25 +172,27 @@ impl Acts {
 #[derive(Default)]
 pub(crate) struct Panel {
     /// For each 4-element column step k4, the 4 bytes of every row in turn
-    /// (`[cols/4][NR][4]` signed bytes).
-    pub q: Vec<i8>,
+    /// (`[cols/4][NR][4]` unsigned bytes `q + off`).
+    pub q: Vec<u8>,
     /// `[groups][NR]` group scales.
     pub s: Vec<f32>,
     /// `[groups][NR]` minimum terms.
     pub m: Vec<f32>,
-    /// `[groups][NR]` i32 starting sums: `-128 * sum(q)` of the group.
-    pub bias: Vec<i32>,
+    /// The format's offset: stored bytes are `q + off`.
+    pub off: i32,
     /// Scale groups per row.
     pub groups: usize,
     /// Elements per group.
     pub g: usize,
     /// Whether `m` is in use.
     pub min: bool,
-    /// Whether values may lie outside -32..=32 (Q8_0). The AVX2 kernel sums
-    /// pairs of `vpmaddubsw` products in 16 bits, which holds only for
-    /// narrower values (255 * 32 * 4 < 2^15); wide panels take a slower
-    /// sign-folding route there. The sums are the same integers either way.
-    pub wide: bool,
+    /// Column steps whose `vpmaddubsw` products the AVX2 kernel may add in
+    /// 16 bits before widening: each step adds at most `2 * 127 * umax` per
+    /// lane, so 8 steps for 4-bit formats, 4 for 5-bit, 2 for 6-bit (at
+    /// most a group's). 0 for Q8_0, whose products can saturate even alone
+    /// (`2 * 255 * 127`); it folds the weight's sign into the activation
+    /// instead. The sums are the same integers either way.
+    pub run: usize,
 }
 
 impl Panel {
@@ -170,30 +203,31 @@ impl Panel {
         self.g = g;
         self.groups = cols / g;
         self.min = has_min(ty);
-        self.wide = ty == GgmlType::Q8_0;
+        let (off, umax) = unsigned_range(ty);
+        self.off = off;
+        self.run = (i16::MAX as usize / (2 * 127 * umax as usize)).min(g / 4);
+        if self.run < 2 {
+            self.run = 0;
+        }
         self.q.clear();
         self.q.resize(cols * NR, 0);
         for v in [&mut self.s, &mut self.m] {
             v.clear();
             v.resize(self.groups * NR, 0.0);
         }
-        self.bias.clear();
-        self.bias.resize(self.groups * NR, 0);
         for (r, row) in rows.iter().enumerate().take(NR) {
             self.fill_row(ty, r, row, cols);
         }
     }
 
-    /// Stores signed values `vals` of row `r` from element `k0` (a multiple
-    /// of the group length) four at a time, and their groups' starting sums.
+    /// Stores values `vals` of row `r` from element `k0` (a multiple of the
+    /// group length) four at a time, offset to unsigned.
     fn put(&mut self, r: usize, k0: usize, vals: &[i8]) {
         for (j, quad) in vals.chunks_exact(4).enumerate() {
             let at = (k0 / 4 + j) * NR * 4 + r * 4;
-            self.q[at..at + 4].copy_from_slice(quad);
-        }
-        for (h, part) in vals.chunks_exact(self.g).enumerate() {
-            let sum: i32 = part.iter().map(|&v| v as i32).sum();
-            self.bias[(k0 / self.g + h) * NR + r] = -128 * sum;
+            for (o, &v) in self.q[at..at + 4].iter_mut().zip(quad) {
+                *o = (v as i32 + self.off) as u8;
+            }
         }
     }
 
@@ -268,16 +302,15 @@ pub(crate) fn tile_scalar(p: &Panel, a: &Acts, c0: usize, m: usize) -> Tile {
         let aq = &a.q[row * cols..(row + 1) * cols];
         let ad = &a.d[row * (cols / QK)..(row + 1) * (cols / QK)];
         for g in 0..p.groups {
-            let mut isum = [0i32; NR];
-            isum.copy_from_slice(&p.bias[g * NR..(g + 1) * NR]);
+            let mut isum = [-p.off * a.isum[row * p.groups + g]; NR];
             for k4 in g * quads..(g + 1) * quads {
                 let wq = &p.q[k4 * NR * 4..(k4 + 1) * NR * 4];
-                let av = &aq[k4 * 4..k4 * 4 + 4];
+                let av: [i32; 4] = std::array::from_fn(|j| aq[k4 * 4 + j] as i8 as i32);
                 for (s, w) in isum.iter_mut().zip(wq.chunks_exact(4)) {
-                    *s += w[0] as i32 * av[0] as i32
-                        + w[1] as i32 * av[1] as i32
-                        + w[2] as i32 * av[2] as i32
-                        + w[3] as i32 * av[3] as i32;
+                    *s += w[0] as i32 * av[0]
+                        + w[1] as i32 * av[1]
+                        + w[2] as i32 * av[2]
+                        + w[3] as i32 * av[3];
                 }
             }
             let d = ad[g * p.g / QK];
@@ -302,9 +335,9 @@ pub(crate) fn tile(tier: GemmTier, p: &Panel, a: &Acts, c0: usize, m: usize) -> 
     let cols = p.groups * p.g;
     assert!(m <= MR && a.cols == cols && a.g == p.g);
     assert!(p.q.len() >= cols * NR && p.s.len() >= p.groups * NR);
-    assert!(p.m.len() >= p.groups * NR && p.bias.len() >= p.groups * NR);
+    assert!(p.m.len() >= p.groups * NR);
     assert!(a.q.len() >= (c0 + m) * cols && a.d.len() >= (c0 + m) * cols / QK);
-    assert!(a.sum.len() >= (c0 + m) * p.groups);
+    assert!(a.sum.len() >= (c0 + m) * p.groups && a.isum.len() >= (c0 + m) * p.groups);
     #[cfg(target_arch = "x86_64")]
     if p.g == 16 || p.g == 32 {
         match tier {

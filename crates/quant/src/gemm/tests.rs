@@ -41,6 +41,7 @@ fn random_acts(n: usize, cols: usize, at: GgmlType, g: usize, seed: u64) -> (Act
             &mut a.q[r * cols..(r + 1) * cols],
             &mut a.d[r * cols / QK..(r + 1) * cols / QK],
             &mut a.sum[r * cols / g..(r + 1) * cols / g],
+            &mut a.isum[r * cols / g..(r + 1) * cols / g],
         );
     }
     (a, xs)
@@ -164,8 +165,7 @@ fn tile_matches_dequantized_product() {
                 let mut want = 0.0f64;
                 let mut mag = 0.0f64;
                 for (k, &wk) in wf.iter().enumerate() {
-                    let av = (a.q[c * cols + k] ^ 0x80) as i8 as f64
-                        * a.d[c * cols / QK + k / QK] as f64;
+                    let av = a.q[c * cols + k] as i8 as f64 * a.d[c * cols / QK + k / QK] as f64;
                     want += wk as f64 * av;
                     mag += (wk as f64 * av).abs();
                 }

@@ -114,19 +114,20 @@ unsafe fn tile_m<const M: usize, const G: usize, const MIN: bool>(
 ) -> Tile {
     let cols = p.groups * G;
     let pq = p.q.as_ptr();
-    let (ps, pm, pb) = (p.s.as_ptr(), p.m.as_ptr(), p.bias.as_ptr());
+    let (ps, pm) = (p.s.as_ptr(), p.m.as_ptr());
     let aq = a.q[c0 * cols..].as_ptr();
     let ad = a.d[c0 * (cols / QK)..].as_ptr();
     let asum = a.sum[c0 * p.groups..].as_ptr();
+    let aisum = a.isum[c0 * p.groups..].as_ptr();
     let mut facc = [[_mm512_setzero_ps(); 2]; M];
     for g in 0..p.groups {
         // SAFETY (whole body): group g's panel entries and each activation
         // row's elements g*G..(g+1)*G lie inside the buffers (asserted by
         // `super::tile`).
         unsafe {
-            let b0 = _mm512_loadu_si512(pb.add(g * NR) as *const _);
-            let b1 = _mm512_loadu_si512(pb.add(g * NR + 16) as *const _);
-            let mut iacc = [[b0, b1]; M];
+            let mut iacc: [[__m512i; 2]; M] = std::array::from_fn(|c| {
+                [_mm512_set1_epi32(-p.off * *aisum.add(c * p.groups + g)); 2]
+            });
             for kq in 0..G / 4 {
                 let k4 = g * (G / 4) + kq;
                 let w0 = _mm512_loadu_si512(pq.add(k4 * NR * 4) as *const _);
@@ -134,8 +135,8 @@ unsafe fn tile_m<const M: usize, const G: usize, const MIN: bool>(
                 for (c, acc) in iacc.iter_mut().enumerate() {
                     let quad = (aq.add(c * cols + k4 * 4) as *const i32).read_unaligned();
                     let av = _mm512_set1_epi32(quad);
-                    acc[0] = _mm512_dpbusd_epi32(acc[0], av, w0);
-                    acc[1] = _mm512_dpbusd_epi32(acc[1], av, w1);
+                    acc[0] = _mm512_dpbusd_epi32(acc[0], w0, av);
+                    acc[1] = _mm512_dpbusd_epi32(acc[1], w1, av);
                 }
             }
             let s0 = _mm512_loadu_ps(ps.add(g * NR));
@@ -177,69 +178,70 @@ unsafe fn tile_m<const M: usize, const G: usize, const MIN: bool>(
 
 /// The AVX2 tile: the AVX-512 one's sums and rounding with 8-lane vectors.
 /// `vpmaddubsw` (u8 × i8 pairs into i16) and `vpmaddwd` (i16 pairs into
-/// i32) stand in for `vpdpbusd`. The panel is swept one 8-row group at a
-/// time, so the integer and float accumulators of all `m` activation rows
-/// stay in registers.
+/// i32) stand in for `vpdpbusd`; the i16 products of [`Panel::run`] column
+/// steps add up before one widening, which saves most of the `vpmaddwd`s
+/// (the multiplier port is what bounds this kernel). The panel is swept one
+/// 8-row group at a time, so the integer and float accumulators of all `m`
+/// activation rows stay in registers.
 ///
 /// # Safety
 /// avx2 and fma present; `p` and `a` hold what [`super::tile`] asserts.
 pub(super) unsafe fn tile_avx2(p: &Panel, a: &Acts, c0: usize, m: usize) -> Tile {
-    macro_rules! pick {
-        ($g:literal) => {
-            match (m, p.min, p.wide) {
-                (4, false, false) => tile_avx2_m::<4, $g, false, false>(p, a, c0),
-                (3, false, false) => tile_avx2_m::<3, $g, false, false>(p, a, c0),
-                (2, false, false) => tile_avx2_m::<2, $g, false, false>(p, a, c0),
-                (1, false, false) => tile_avx2_m::<1, $g, false, false>(p, a, c0),
-                (4, true, false) => tile_avx2_m::<4, $g, true, false>(p, a, c0),
-                (3, true, false) => tile_avx2_m::<3, $g, true, false>(p, a, c0),
-                (2, true, false) => tile_avx2_m::<2, $g, true, false>(p, a, c0),
-                (1, true, false) => tile_avx2_m::<1, $g, true, false>(p, a, c0),
-                (4, false, true) => tile_avx2_m::<4, $g, false, true>(p, a, c0),
-                (3, false, true) => tile_avx2_m::<3, $g, false, true>(p, a, c0),
-                (2, false, true) => tile_avx2_m::<2, $g, false, true>(p, a, c0),
-                (1, false, true) => tile_avx2_m::<1, $g, false, true>(p, a, c0),
-                (4, true, true) => tile_avx2_m::<4, $g, true, true>(p, a, c0),
-                (3, true, true) => tile_avx2_m::<3, $g, true, true>(p, a, c0),
-                (2, true, true) => tile_avx2_m::<2, $g, true, true>(p, a, c0),
-                (1, true, true) => tile_avx2_m::<1, $g, true, true>(p, a, c0),
+    macro_rules! by_m {
+        ($g:literal, $min:literal, $run:literal) => {
+            match m {
+                4 => tile_avx2_m::<4, $g, $min, $run>(p, a, c0),
+                3 => tile_avx2_m::<3, $g, $min, $run>(p, a, c0),
+                2 => tile_avx2_m::<2, $g, $min, $run>(p, a, c0),
+                1 => tile_avx2_m::<1, $g, $min, $run>(p, a, c0),
                 _ => [[0.0; NR]; MR],
+            }
+        };
+    }
+    macro_rules! by_run {
+        ($g:literal, $min:literal) => {
+            match p.run {
+                8 => by_m!($g, $min, 8),
+                4 => by_m!($g, $min, 4),
+                2 => by_m!($g, $min, 2),
+                _ => by_m!($g, $min, 0),
             }
         };
     }
     const _: () = assert!(MR == 4 && NR.is_multiple_of(8));
     // SAFETY: the caller's contract, passed on.
     unsafe {
-        if p.g == 16 {
-            pick!(16)
-        } else {
-            pick!(32)
+        match (p.g, p.min) {
+            (16, false) => by_run!(16, false),
+            (16, true) => by_run!(16, true),
+            (_, false) => by_run!(32, false),
+            (_, true) => by_run!(32, true),
         }
     }
 }
 
 /// One AVX2 tile of `M` activation rows, groups of `G`, with minimum terms
-/// when `MIN`, and wide (Q8_0) values when `WIDE`.
+/// when `MIN`, adding `RUN` column steps in 16 bits (0: the Q8_0 route).
 ///
-/// Narrow values (|q| ≤ 32) against shifted activations (0..=255) give
-/// `vpmaddubsw` pair sums of at most 16,320, so two column steps add in i16
-/// before widening: five instructions per 64 multiply-adds. Wide values
-/// would saturate that, so they fold the weight's sign into the unshifted
-/// activation (`|w| * sign(a, w)`: pair sums of at most 2 * 127 * 127 <
-/// 2^15 for the quantizers' -127..=127) and start from zero instead of the
-/// shift's bias.
+/// With values `u ≤ umax` against activations |a| ≤ 127, a step's
+/// `vpmaddubsw` pair sum is at most `2 * 127 * umax`, and [`Panel::run`]
+/// steps of them stay below 2^15. Q8_0's bytes (up to 255) could saturate a
+/// single step, so that route takes the signed value `w = u - 128` and
+/// multiplies `|w|` by `a` with `w`'s sign (at most 2 * 128 * 127 < 2^15),
+/// starting from zero instead of the offset's correction.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile_avx2_m<const M: usize, const G: usize, const MIN: bool, const WIDE: bool>(
+unsafe fn tile_avx2_m<const M: usize, const G: usize, const MIN: bool, const RUN: usize>(
     p: &Panel,
     a: &Acts,
     c0: usize,
 ) -> Tile {
     let cols = p.groups * G;
     let pq = p.q.as_ptr();
-    let (ps, pm, pb) = (p.s.as_ptr(), p.m.as_ptr(), p.bias.as_ptr());
+    let (ps, pm) = (p.s.as_ptr(), p.m.as_ptr());
     let aq = a.q[c0 * cols..].as_ptr();
     let ad = a.d[c0 * (cols / QK)..].as_ptr();
     let asum = a.sum[c0 * p.groups..].as_ptr();
+    let aisum = a.isum[c0 * p.groups..].as_ptr();
     let ones = _mm256_set1_epi16(1);
     let flip = _mm256_set1_epi8(-128i8);
     let mut out = [[0.0f32; NR]; MR];
@@ -250,37 +252,40 @@ unsafe fn tile_avx2_m<const M: usize, const G: usize, const MIN: bool, const WID
             // 8*rg..8*rg + 8 and each activation row's elements
             // g*G..(g+1)*G lie inside the buffers (asserted by `super::tile`).
             unsafe {
-                let mut iacc = [if WIDE {
-                    _mm256_setzero_si256()
-                } else {
-                    _mm256_loadu_si256(pb.add(g * NR + rg * 8) as *const _)
-                }; M];
                 let quad = |c: usize, k4: usize| -> __m256i {
                     _mm256_set1_epi32((aq.add(c * cols + k4 * 4) as *const i32).read_unaligned())
                 };
                 let wat = |k4: usize| -> __m256i {
                     _mm256_loadu_si256(pq.add(k4 * NR * 4 + rg * 32) as *const _)
                 };
-                if WIDE {
+                let mut iacc: [__m256i; M] = std::array::from_fn(|c| {
+                    if RUN == 0 {
+                        _mm256_setzero_si256()
+                    } else {
+                        _mm256_set1_epi32(-p.off * *aisum.add(c * p.groups + g))
+                    }
+                });
+                if RUN == 0 {
                     for kq in 0..G / 4 {
                         let k4 = g * (G / 4) + kq;
-                        let w = wat(k4);
+                        let w = _mm256_xor_si256(wat(k4), flip);
                         let wabs = _mm256_abs_epi8(w);
                         for (c, acc) in iacc.iter_mut().enumerate() {
-                            let av = _mm256_xor_si256(quad(c, k4), flip);
-                            let t = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(av, w));
+                            let t = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(quad(c, k4), w));
                             *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(t, ones));
                         }
                     }
                 } else {
-                    for kq in (0..G / 4).step_by(2) {
-                        let k4 = g * (G / 4) + kq;
-                        let (w0, w1) = (wat(k4), wat(k4 + 1));
-                        for (c, acc) in iacc.iter_mut().enumerate() {
-                            let t = _mm256_add_epi16(
-                                _mm256_maddubs_epi16(quad(c, k4), w0),
-                                _mm256_maddubs_epi16(quad(c, k4 + 1), w1),
-                            );
+                    for k0 in (0..G / 4).step_by(RUN.max(1)) {
+                        let k4 = g * (G / 4) + k0;
+                        let mut t = [_mm256_setzero_si256(); M];
+                        for j in 0..RUN {
+                            let w = wat(k4 + j);
+                            for (c, t) in t.iter_mut().enumerate() {
+                                *t = _mm256_add_epi16(*t, _mm256_maddubs_epi16(w, quad(c, k4 + j)));
+                            }
+                        }
+                        for (acc, t) in iacc.iter_mut().zip(t) {
                             *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(t, ones));
                         }
                     }
