@@ -24,6 +24,7 @@ pub(crate) type TileFn = unsafe fn(w: &[u8], a: &[u8], stride: usize, nb: usize)
 /// The panel GEMM's tile kernel and activation quantizers (see
 /// [`crate::gemm`]): all give the same numbers, at different speeds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // x86 tiers.
 pub(crate) enum GemmTier {
     /// Plain Rust that compilers vectorize (the reference).
     Portable,
