@@ -105,6 +105,9 @@ impl Acts {
     /// Quantizes one row of `cols` values into `q`, `d` and `sum` (that row's
     /// slices) the way [`crate::quantize_activation`] does for `at`: Q8_K
     /// (one scale per 256, for the K formats), Q8_1 or Q8_0 (per 32).
+    // One row's slices of the four buffers come in separately so each
+    // thread can fill its own rows of them in parallel.
+    #[allow(clippy::too_many_arguments)]
     pub fn fill_row(
         tier: GemmTier,
         x: &[f32],
