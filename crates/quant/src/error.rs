@@ -54,7 +54,7 @@ pub enum QuantError {
     #[error("shape mismatch: {0}")]
     Shape(String),
     /// No kernel table of that name runs on this CPU.
-    #[error("no kernel set `{0}` on this CPU (this CPU runs: {available})", available = crate::testing::kernel_sets().join(", "))]
+    #[error("no kernel set `{0}` on this CPU (this CPU runs: {available})", available = crate::kernel_sets().join(", "))]
     UnknownKernelSet(String),
     /// The process already chose another kernel table (it is chosen once,
     /// before the first product).

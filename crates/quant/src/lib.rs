@@ -264,27 +264,21 @@ pub mod testing {
             use crate::gemm::{group_len, Acts, Panel, NR};
             let g = group_len(ty).ok_or(QuantError::Unsupported(ty))?;
             let rb = crate::row_size(ty, cols)?;
+            let need = NR.checked_mul(cols).ok_or(QuantError::Overflow)?;
+            let weights = weights.get(..need).ok_or(QuantError::BufferTooShort {
+                what: "weights",
+                need,
+                have: weights.len(),
+            })?;
             let mut w = vec![0u8; rb * NR];
-            crate::quantize(ty, &weights[..NR * cols], &mut w)?;
-            let views: Vec<&[u8]> = w.chunks_exact(rb).collect();
+            crate::quantize(ty, weights, &mut w)?;
+            let views: Vec<&[u8]> = w.chunks_exact(rb.max(1)).collect();
             let mut panel = Panel::default();
             panel.fill(ty, &views, cols);
-            let rows = x.len() / cols;
             let mut acts = Acts::default();
-            acts.reset(rows, cols, g);
-            let at = crate::vec_dot_type(ty);
-            for r in 0..rows {
-                Acts::fill_row(
-                    crate::simd::GemmTier::Portable,
-                    &x[r * cols..(r + 1) * cols],
-                    at,
-                    g,
-                    &mut acts.q[r * cols..(r + 1) * cols],
-                    &mut acts.d[r * cols / 32..(r + 1) * cols / 32],
-                    &mut acts.sum[r * cols / g..(r + 1) * cols / g],
-                    &mut acts.isum[r * cols / g..(r + 1) * cols / g],
-                );
-            }
+            let tier = crate::simd::GemmTier::Portable;
+            acts.fill(tier, x, cols, crate::vec_dot_type(ty), g);
+            let rows = x.len().checked_div(cols).unwrap_or(0);
             Ok(TileBench { panel, acts, rows })
         }
 
@@ -296,7 +290,7 @@ pub mod testing {
             for c in (0..self.rows).step_by(crate::gemm::MR) {
                 let m = (self.rows - c).min(crate::gemm::MR);
                 let t = crate::gemm::tile(tier, &self.panel, &self.acts, c, m);
-                s += t[0][0] + t[m - 1][31];
+                s += t[0][0] + t[m - 1][crate::gemm::NR - 1];
             }
             Ok(s)
         }

@@ -102,6 +102,27 @@ impl Acts {
         self.isum.resize(rows * cols / g, 0);
     }
 
+    /// Room for `x.len() / cols` rows against groups of `g`, filled on
+    /// this thread with [`Self::fill_row`] (the product splits the rows over
+    /// its pool instead).
+    pub fn fill(&mut self, tier: GemmTier, x: &[f32], cols: usize, at: GgmlType, g: usize) {
+        let rows = x.len().checked_div(cols).unwrap_or(0);
+        self.reset(rows, cols, g);
+        let groups = cols / g;
+        for (r, xr) in x.chunks_exact(cols.max(1)).take(rows).enumerate() {
+            Self::fill_row(
+                tier,
+                xr,
+                at,
+                g,
+                &mut self.q[r * cols..(r + 1) * cols],
+                &mut self.d[r * cols / QK..(r + 1) * cols / QK],
+                &mut self.sum[r * groups..(r + 1) * groups],
+                &mut self.isum[r * groups..(r + 1) * groups],
+            );
+        }
+    }
+
     /// Quantizes one row of `cols` values into `q`, `d` and `sum` (that row's
     /// slices) the way [`crate::quantize_activation`] does for `at`: Q8_K
     /// (one scale per 256, for the K formats), Q8_1 or Q8_0 (per 32).

@@ -31,19 +31,7 @@ fn random_acts(n: usize, cols: usize, at: GgmlType, g: usize, seed: u64) -> (Act
         })
         .collect();
     let mut a = Acts::default();
-    a.reset(n, cols, g);
-    for r in 0..n {
-        Acts::fill_row(
-            GemmTier::Portable,
-            &xs[r * cols..(r + 1) * cols],
-            at,
-            g,
-            &mut a.q[r * cols..(r + 1) * cols],
-            &mut a.d[r * cols / QK..(r + 1) * cols / QK],
-            &mut a.sum[r * cols / g..(r + 1) * cols / g],
-            &mut a.isum[r * cols / g..(r + 1) * cols / g],
-        );
-    }
+    a.fill(GemmTier::Portable, &xs, cols, at, g);
     (a, xs)
 }
 

@@ -63,6 +63,17 @@ pub(super) unsafe fn quant_q8_0_avx512(x: &[f32], block: &mut [u8; 34]) {
     }
 }
 
+/// Q8_K's inverse scale for a super-block whose largest |x| is `amax`:
+/// -127 over the signed value of the first element reaching it, as the
+/// scalar loop finds it; `None` for an all-zero block.
+fn q8_k_iscale(x: &[f32], amax: f32) -> Option<f32> {
+    if amax == 0.0 {
+        return None;
+    }
+    let max = x.iter().copied().find(|v| v.abs() == amax).unwrap_or(amax);
+    Some(-127.0 / max)
+}
+
 /// `kquants::quant_q8_k` for one super-block of 256, the same bytes
 /// (scale, values; the i16 group sums are not written).
 ///
@@ -77,19 +88,10 @@ pub(super) unsafe fn quant_q8_k_avx512(x: &[f32], block: &mut [u8; 292]) {
         let v = unsafe { _mm512_loadu_ps(x.as_ptr().add(16 * i)) };
         vmax = _mm512_max_ps(vmax, _mm512_abs_ps(v));
     }
-    let amax = _mm512_reduce_max_ps(vmax);
-    if amax == 0.0 {
+    let Some(iscale) = q8_k_iscale(x, _mm512_reduce_max_ps(vmax)) else {
         block.fill(0);
         return;
-    }
-    // The signed value of the first element reaching amax, as the
-    // scalar loop finds it.
-    let max = x[..256]
-        .iter()
-        .copied()
-        .find(|v| v.abs() == amax)
-        .unwrap_or(amax);
-    let iscale = -127.0 / max;
+    };
     let sv = _mm512_set1_ps(iscale);
     let top = _mm512_set1_epi32(127);
     for i in 0..16 {
@@ -381,19 +383,10 @@ pub(super) unsafe fn quant_q8_k_avx2(x: &[f32], block: &mut [u8; 292]) {
         let v = unsafe { _mm256_loadu_ps(x.as_ptr().add(8 * i)) };
         vmax = _mm256_max_ps(vmax, abs8(v));
     }
-    let amax = abs_max8(vmax);
-    if amax == 0.0 {
+    let Some(iscale) = q8_k_iscale(x, abs_max8(vmax)) else {
         block.fill(0);
         return;
-    }
-    // The signed value of the first element reaching amax, as the scalar
-    // loop finds it.
-    let max = x[..256]
-        .iter()
-        .copied()
-        .find(|v| v.abs() == amax)
-        .unwrap_or(amax);
-    let iscale = -127.0 / max;
+    };
     let sv = _mm256_set1_ps(iscale);
     for i in 0..8 {
         // SAFETY: 256 values in, 4 + 256 bytes out.

@@ -21,8 +21,10 @@ pub(crate) type FloatDotFn = unsafe fn(w: &[u8], x: &[f32], n: usize) -> f32;
 /// that start `stride` bytes apart in `a` (same contract as [`DotFn`]).
 pub(crate) type TileFn = unsafe fn(w: &[u8], a: &[u8], stride: usize, nb: usize) -> [f32; 4];
 
-/// The panel GEMM's tile kernel and activation quantizers (see
-/// [`crate::gemm`]): all give the same numbers, at different speeds.
+/// The vector width a kernel set's batched kernels use: the panel GEMM's
+/// tile and activation quantizers (see [`crate::gemm`]), the f32 `sgemm` and
+/// the f32 vector kernels. Every tier gives the same numbers there, at
+/// different speeds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // x86 tiers.
 pub(crate) enum GemmTier {
