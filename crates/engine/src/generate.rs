@@ -2,7 +2,7 @@
 //! with sampling, stop strings, end-of-generation tokens and streaming of the
 //! text that is safe to show.
 
-use crate::{EngineError, Sampler, Session};
+use crate::{Constraint, ConstraintStats, EngineError, Sampler, Session};
 use std::time::{Duration, Instant};
 use tokenizer::StreamDecoder;
 
@@ -105,6 +105,8 @@ pub struct Decoding {
     pub(crate) reused: usize,
     pub(crate) prompt_time: Duration,
     pub(crate) gen_start: Instant,
+    /// The grammar the output must match, if any.
+    pub(crate) constraint: Option<Constraint>,
 }
 
 impl Decoding {
@@ -141,6 +143,19 @@ impl Decoding {
     /// Prompt tokens reused from the session's cache.
     pub fn prompt_tokens_reused(&self) -> usize {
         self.reused
+    }
+
+    /// Restrict the rest of this generation to `constraint`'s grammar: only
+    /// tokens that keep the output a prefix of a match are sampled, an
+    /// end-of-generation token only where the match may end, and the
+    /// generation stops once the grammar allows nothing more.
+    pub fn constrain(&mut self, constraint: Constraint) {
+        self.constraint = Some(constraint);
+    }
+
+    /// What the constraint cost so far, when there is one.
+    pub fn constraint_stats(&self) -> Option<ConstraintStats> {
+        self.constraint.as_ref().map(Constraint::stats)
     }
 
     /// Stop here because the caller asked to; no more text is emitted.
@@ -265,6 +280,7 @@ impl Session {
             prefilled: 0,
             prompt_time: Duration::ZERO,
             gen_start: Instant::now(),
+            constraint: None,
         })
     }
 
@@ -380,10 +396,18 @@ impl Session {
                     .logits(&mut self.scratch, rows.saturating_sub(1)..rows)?
             }
         };
-        let id = sampler.sample(logits, &self.tokens);
+        let id = match d.constraint.as_mut() {
+            None => sampler.sample(logits, &self.tokens),
+            Some(c) => {
+                sampler.prepare(logits, &self.tokens);
+                c.sample(sampler, logits)?
+            }
+        };
         d.ids.push(id);
         let from = d.emitted;
-        if d.opts.stop_on_eog && self.tokenizer.is_eog(id) {
+        // Under a grammar an end-of-generation token is only drawn where the
+        // output may end, and it always ends it.
+        if (d.opts.stop_on_eog || d.constraint.is_some()) && self.tokenizer.is_eog(id) {
             d.end(FinishReason::Stop);
             return Ok(Step {
                 id: Some(id),
@@ -401,6 +425,17 @@ impl Session {
             return Ok(Step {
                 id: Some(id),
                 text: &d.text[from.min(cut)..],
+                finish: d.finish,
+            });
+        }
+        if d.constraint.as_ref().is_some_and(Constraint::is_done) {
+            // The grammar is complete and allows nothing more.
+            let tail = d.decoder.finish();
+            d.text.push_str(&tail);
+            d.end(FinishReason::Stop);
+            return Ok(Step {
+                id: Some(id),
+                text: &d.text[from..],
                 finish: d.finish,
             });
         }

@@ -8,6 +8,8 @@
 
 mod batch;
 pub mod bench;
+mod constraint;
+mod gbnf;
 mod generate;
 mod inspect;
 mod load;
@@ -17,6 +19,8 @@ mod score;
 mod session;
 
 pub use batch::{BatchDecoder, BatchItem};
+pub use constraint::{Constraint, ConstraintStats, Grammar, Grammars, MAX_GRAMMAR_BYTES};
+pub use gbnf::to_lark as gbnf_to_lark;
 pub use generate::{Decoding, FinishReason, GenerateOptions, Generation, Step, TokenEvent};
 pub use inspect::{inspect, load_tokenizer, FileSummary, MetaEntry, TensorEntry};
 pub use load::{open_model_file, Engine};
@@ -56,4 +60,12 @@ pub enum EngineError {
     /// The request itself is invalid (bad sampling parameter, empty prompt…).
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    /// A schema or grammar is invalid, unsupported, too large or matches
+    /// nothing; the message names the problem.
+    #[error("invalid {0}")]
+    InvalidGrammar(String),
+    /// Constrained decoding failed during a generation (a dead end in the
+    /// grammar that should not happen).
+    #[error("constrained decoding failed: {0}")]
+    Constraint(String),
 }

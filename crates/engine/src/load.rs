@@ -4,11 +4,12 @@
 //! and `bench`.
 
 use crate::session::Session;
+use crate::{Constraint, Grammar, Grammars};
 use crate::{EngineError, RunOptions};
 use gguf::GgufFile;
 use model::{KvCache, LoadOptions, Model};
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 use tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
 
@@ -20,6 +21,9 @@ pub struct Engine {
     template: Arc<ChatTemplate>,
     options: RunOptions,
     load_time: Duration,
+    /// The token trie for constrained decoding, built on first use (it
+    /// indexes the whole vocabulary; unconstrained runs never pay for it).
+    grammars: OnceLock<Result<Arc<Grammars>, String>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -79,7 +83,26 @@ impl Engine {
             template: Arc::new(template),
             options,
             load_time: start.elapsed(),
+            grammars: OnceLock::new(),
         })
+    }
+
+    /// The trie and parser factory for constrained decoding over this
+    /// model's tokenizer (built on the first call, then shared).
+    pub fn grammars(&self) -> Result<Arc<Grammars>, EngineError> {
+        self.grammars
+            .get_or_init(|| {
+                Grammars::new(Arc::clone(&self.tokenizer), self.model.config().vocab)
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
+            .map_err(EngineError::InvalidGrammar)
+    }
+
+    /// Compile `grammar` for a generation on this engine.
+    pub fn constraint(&self, grammar: &Grammar) -> Result<Constraint, EngineError> {
+        self.grammars()?.compile(grammar)
     }
 
     /// The model.

@@ -180,12 +180,25 @@ impl Sampler {
     /// Pick the next token from `logits`, given the tokens so far (for the
     /// penalties). `logits` is modified by the penalties.
     pub fn sample(&mut self, logits: &mut [f32], history: &[u32]) -> u32 {
+        self.prepare(logits, history);
+        self.pick(logits)
+    }
+
+    /// The first half of [`Sampler::sample`]: add the biases and apply the
+    /// penalties to `logits`, in place.
+    pub fn prepare(&mut self, logits: &mut [f32], history: &[u32]) {
         for &(id, bias) in &self.params.logit_bias {
             if let Some(l) = logits.get_mut(id as usize) {
                 *l += bias;
             }
         }
         self.apply_penalties(logits, history);
+    }
+
+    /// The second half of [`Sampler::sample`]: draw from prepared logits,
+    /// leaving them as they are, so a constraint can mask them and draw
+    /// again when the first draw is not allowed.
+    pub fn pick(&mut self, logits: &[f32]) -> u32 {
         let p = &self.params;
         if p.temperature <= 0.0 || p.top_k == 1 {
             return argmax(logits) as u32;

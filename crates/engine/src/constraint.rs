@@ -1,0 +1,438 @@
+//! Constrained decoding: at each step only tokens that keep the output inside
+//! a grammar may be sampled.
+//!
+//! `llguidance` compiles JSON Schemas, regular expressions and Lark grammars
+//! (GBNF is converted to Lark first, see [`crate::gbnf`]) into an Earley
+//! parser with a lexer, and turns the parser's state into a token mask over
+//! a trie of our tokenizer's tokens. A [`Grammars`] is built once per engine
+//! (the trie over the whole vocabulary); a [`Constraint`] is one
+//! generation's parser.
+//!
+//! Sampling checks the drawn token first and builds the full mask only when
+//! the draw is refused: most tokens of a JSON answer are ones the model
+//! would pick anyway, and checking one token costs microseconds where a mask
+//! over 262144 tokens costs a millisecond or more.
+
+use crate::{EngineError, Sampler};
+use llguidance::api::TopLevelGrammar;
+use llguidance::{Matcher, ParserFactory};
+use serde_json::{json, Value};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokenizer::{TokenType, Tokenizer};
+use toktrie::{TokEnv, TokRxInfo, TokTrie, TokenizerEnv};
+
+/// Most bytes a schema or grammar may take: far beyond any real schema, and
+/// small enough that compiling one cannot stall the server.
+pub const MAX_GRAMMAR_BYTES: usize = 256 * 1024;
+
+/// What the output must match.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Grammar {
+    /// Any JSON object (OpenAI's `{"type": "json_object"}`).
+    JsonObject,
+    /// A JSON Schema: what OpenAI's structured outputs accept, plus what
+    /// llguidance handles beyond it (`$ref`, `anyOf`, patterns, formats,
+    /// bounds on numbers, lengths and item counts).
+    JsonSchema(Value),
+    /// A regular expression the whole output must match (Rust `regex` syntax).
+    Regex(String),
+    /// A grammar in llguidance's Lark syntax (it may embed `%json {…}`).
+    Lark(String),
+    /// A grammar in llama.cpp's GBNF, converted to Lark.
+    Gbnf(String),
+}
+
+impl Grammar {
+    /// A short name for messages and logs.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Grammar::JsonObject => "json_object",
+            Grammar::JsonSchema(_) => "json_schema",
+            Grammar::Regex(_) => "regex",
+            Grammar::Lark(_) => "lark grammar",
+            Grammar::Gbnf(_) => "GBNF grammar",
+        }
+    }
+}
+
+/// How JSON is written under a schema unless the schema says otherwise
+/// (`x-guidance`): one line, with a space after `:` and `,`. Flexible
+/// whitespace lets a small model pad an answer with newlines until
+/// `max_tokens` cuts it off; llama.cpp restricts it the same way.
+fn compact_json_options() -> Value {
+    json!({
+        "whitespace_flexible": false,
+        "item_separator": ", ",
+        "key_separator": ": ",
+    })
+}
+
+/// The token trie and parser factory of one tokenizer, shared by every
+/// constrained generation of an engine.
+pub struct Grammars {
+    factory: ParserFactory,
+    eog: Arc<[u32]>,
+    build_time: Duration,
+}
+
+impl std::fmt::Debug for Grammars {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Grammars")
+            .field("vocab", &self.factory.tok_env().tok_trie().vocab_size())
+            .field("build_time", &self.build_time)
+            .finish()
+    }
+}
+
+/// The tokenizer as llguidance sees it: the trie, and text to ids.
+struct TrieEnv {
+    trie: TokTrie,
+    tokenizer: Arc<Tokenizer>,
+}
+
+impl TokenizerEnv for TrieEnv {
+    fn tok_trie(&self) -> &TokTrie {
+        &self.trie
+    }
+
+    fn tokenize_bytes(&self, s: &[u8]) -> Vec<u32> {
+        // The valid UTF-8 prefix through the tokenizer, any bytes after it
+        // as byte-fallback tokens (they exist in every Gemma vocabulary).
+        let valid = match std::str::from_utf8(s) {
+            Ok(t) => t,
+            Err(e) => std::str::from_utf8(&s[..e.valid_up_to()]).unwrap_or(""),
+        };
+        let mut ids = self.tokenizer.encode(valid, false, false);
+        for b in &s[valid.len()..] {
+            if let Some(id) = self.tokenizer.token_id(&format!("<0x{b:02X}>")) {
+                ids.push(id);
+            }
+        }
+        ids
+    }
+}
+
+impl Grammars {
+    /// The trie over `tokenizer`'s tokens for logits of `n_vocab` entries
+    /// (the model's output rows, which may outnumber the tokenizer's ids).
+    pub fn new(tokenizer: Arc<Tokenizer>, n_vocab: usize) -> Result<Self, EngineError> {
+        let t0 = Instant::now();
+        let n_vocab = n_vocab.max(tokenizer.vocab_size());
+        let words: Vec<Vec<u8>> = (0..n_vocab as u32)
+            .map(|id| token_word(&tokenizer, id))
+            .collect();
+        let eog: Arc<[u32]> = tokenizer.eog_ids().into();
+        let eos = tokenizer
+            .eos_id()
+            .or_else(|| eog.first().copied())
+            .ok_or_else(|| {
+                EngineError::InvalidGrammar(
+                    "the model has no end-of-sequence token, so a constrained output could not end"
+                        .into(),
+                )
+            })?;
+        let mut info = TokRxInfo::new(n_vocab as u32, eos);
+        info.tok_bos = tokenizer.bos_id();
+        let trie = TokTrie::from(&info, &words);
+        let env: TokEnv = Arc::new(TrieEnv { trie, tokenizer });
+        let mut factory = ParserFactory::new_simple(&env).map_err(|e| {
+            EngineError::InvalidGrammar(format!("cannot index the vocabulary: {e}"))
+        })?;
+        factory.quiet();
+        Ok(Self {
+            factory,
+            eog,
+            build_time: t0.elapsed(),
+        })
+    }
+
+    /// How long building the trie took.
+    pub fn build_time(&self) -> Duration {
+        self.build_time
+    }
+
+    /// Compile `grammar` into a fresh constraint, refusing (with a message
+    /// that names the problem) a grammar that is invalid, too large, uses a
+    /// feature llguidance does not support, or matches nothing.
+    pub fn compile(&self, grammar: &Grammar) -> Result<Constraint, EngineError> {
+        let bad = |msg: String| EngineError::InvalidGrammar(format!("{}: {msg}", grammar.kind()));
+        let size = match grammar {
+            Grammar::JsonObject => 0,
+            Grammar::JsonSchema(v) => v.to_string().len(),
+            Grammar::Regex(s) | Grammar::Lark(s) | Grammar::Gbnf(s) => s.len(),
+        };
+        if size > MAX_GRAMMAR_BYTES {
+            return Err(bad(format!(
+                "it is {size} bytes; the limit is {MAX_GRAMMAR_BYTES} bytes"
+            )));
+        }
+        let top = match grammar {
+            Grammar::JsonObject => TopLevelGrammar::from_json_schema(
+                json!({"type": "object", "x-guidance": compact_json_options()}),
+            ),
+            Grammar::JsonSchema(schema) => {
+                let mut schema = schema.clone();
+                match &mut schema {
+                    Value::Object(map) => {
+                        map.entry("x-guidance").or_insert_with(compact_json_options);
+                    }
+                    Value::Bool(true) => {
+                        schema = json!({"x-guidance": compact_json_options()});
+                    }
+                    Value::Bool(false) => {
+                        return Err(bad("the schema `false` matches nothing".into()))
+                    }
+                    other => {
+                        return Err(bad(format!(
+                            "a schema is a JSON object (or `true`), not {}",
+                            json_kind(other)
+                        )))
+                    }
+                }
+                TopLevelGrammar::from_json_schema(schema)
+            }
+            Grammar::Regex(rx) => TopLevelGrammar::from_regex(rx),
+            Grammar::Lark(src) => TopLevelGrammar::from_lark(src.clone()),
+            Grammar::Gbnf(src) => {
+                TopLevelGrammar::from_lark(crate::gbnf::to_lark(src).map_err(bad)?)
+            }
+        };
+        // llguidance reports errors as values; a panic in it would still be a
+        // bug to survive, not a reason to take the server down.
+        let parser = catch_unwind(AssertUnwindSafe(|| self.factory.create_parser(top)))
+            .map_err(|_| bad("the grammar compiler failed on it".into()))?
+            .map_err(|e| bad(clean_error(&e.to_string())))?;
+        let mut matcher = Matcher::new(Ok(parser));
+        if let Some(e) = matcher.get_error() {
+            return Err(bad(clean_error(&e)));
+        }
+        // A grammar that allows no first token and cannot end matches nothing.
+        let mask = matcher
+            .compute_mask()
+            .map_err(|e| bad(clean_error(&e.to_string())))?;
+        let accepting = matcher.is_accepting().unwrap_or(false);
+        if mask.is_zero() && !accepting {
+            return Err(bad("it matches no output at all".into()));
+        }
+        Ok(Constraint {
+            matcher,
+            eog: Arc::clone(&self.eog),
+            first_mask: Some(mask),
+            stats: ConstraintStats::default(),
+        })
+    }
+}
+
+/// The bytes of token `id` in the trie: its text for ordinary, byte and
+/// user-defined tokens; a name behind llguidance's special-token marker
+/// (0xFF, never in UTF-8 text) for control, unknown and unused ones, so text
+/// never spells them and a Lark grammar may still name them (`<end_of_turn>`).
+fn token_word(tokenizer: &Tokenizer, id: u32) -> Vec<u8> {
+    let special = |name: &str| {
+        let mut w = vec![TokTrie::SPECIAL_TOKEN_MARKER];
+        w.extend_from_slice(name.as_bytes());
+        w
+    };
+    match tokenizer.token_type(id) {
+        Some(TokenType::Normal | TokenType::Byte | TokenType::UserDefined) => {
+            let bytes = tokenizer.token_bytes(id, false);
+            if bytes.is_empty() {
+                special(&format!("<[{id}]>"))
+            } else {
+                bytes.into_owned()
+            }
+        }
+        Some(_) => match tokenizer.token_text(id) {
+            Some(text) if !text.is_empty() => special(text),
+            _ => special(&format!("<[{id}]>")),
+        },
+        None => special(&format!("<[{id}]>")),
+    }
+}
+
+fn json_kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// llguidance's messages, on one line and without its internal backtrace.
+fn clean_error(msg: &str) -> String {
+    let first = msg.split("\nStack backtrace").next().unwrap_or(msg);
+    let one_line: Vec<&str> = first
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    let mut s = one_line.join("; ");
+    if s.len() > 600 {
+        let mut cut = 600;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+        s.push('…');
+    }
+    s
+}
+
+/// What a constraint cost so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct ConstraintStats {
+    /// Tokens accepted into the parser.
+    pub tokens: u64,
+    /// Full masks computed (draws the parser refused, plus the first).
+    pub masks: u64,
+    /// Time spent computing full masks.
+    pub mask_time: Duration,
+    /// Time spent checking drawn tokens and advancing the parser.
+    pub check_time: Duration,
+}
+
+impl ConstraintStats {
+    /// Mean constraint time per generated token (masks and checks).
+    pub fn per_token(&self) -> Duration {
+        let total = self.mask_time + self.check_time;
+        if self.tokens == 0 {
+            total
+        } else {
+            total / self.tokens.min(u32::MAX as u64) as u32
+        }
+    }
+}
+
+/// One generation's grammar state.
+pub struct Constraint {
+    matcher: Matcher,
+    eog: Arc<[u32]>,
+    /// The mask for the first token, computed while compiling (to refuse a
+    /// grammar that matches nothing) and used once.
+    first_mask: Option<toktrie::SimpleVob>,
+    stats: ConstraintStats,
+}
+
+impl std::fmt::Debug for Constraint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Constraint")
+            .field("stopped", &self.matcher.is_stopped())
+            .field("stats", &self.stats)
+            .finish()
+    }
+}
+
+impl Constraint {
+    /// What it cost so far.
+    pub fn stats(&self) -> ConstraintStats {
+        self.stats
+    }
+
+    /// Whether the grammar is complete and allows nothing more: the
+    /// generation ends here.
+    pub fn is_done(&self) -> bool {
+        self.matcher.is_stopped()
+    }
+
+    /// Whether the output so far is a complete match (ending now is allowed).
+    pub fn is_accepting(&mut self) -> bool {
+        self.matcher.is_accepting().unwrap_or(false)
+    }
+
+    fn error(&self, what: &str) -> EngineError {
+        let detail = self
+            .matcher
+            .get_error()
+            .map(|e| clean_error(&e))
+            .unwrap_or_else(|| "no detail".into());
+        EngineError::Constraint(format!("{what}: {detail}"))
+    }
+
+    fn is_eog(&self, id: u32) -> bool {
+        self.eog.contains(&id)
+    }
+
+    /// Whether `id` may come next.
+    fn allows(&mut self, id: u32) -> bool {
+        if self.is_eog(id) {
+            return self.is_accepting();
+        }
+        matches!(self.matcher.validate_tokens(&[id]), Ok(1))
+    }
+
+    /// Set every logit the grammar does not allow to minus infinity; the
+    /// end-of-generation tokens are allowed exactly when the grammar may end.
+    /// Returns whether any token is allowed.
+    fn restrict(&mut self, logits: &mut [f32]) -> Result<bool, EngineError> {
+        let t0 = Instant::now();
+        let mask = match self.first_mask.take() {
+            Some(m) => m,
+            None => self
+                .matcher
+                .compute_mask()
+                .map_err(|_| self.error("computing the token mask failed"))?,
+        };
+        let accepting = self.is_accepting();
+        let mut any = false;
+        for (id, l) in logits.iter_mut().enumerate() {
+            let ok = if self.is_eog(id as u32) {
+                accepting
+            } else {
+                mask.is_allowed(id as u32)
+            };
+            if ok {
+                any |= !l.is_nan() && *l != f32::NEG_INFINITY;
+            } else {
+                *l = f32::NEG_INFINITY;
+            }
+        }
+        self.stats.masks += 1;
+        self.stats.mask_time += t0.elapsed();
+        Ok(any)
+    }
+
+    /// Draw the next token with `sampler` from `logits` (already prepared:
+    /// biases and penalties applied) among the tokens the grammar allows,
+    /// and advance the grammar past it (an end-of-generation token is not
+    /// fed to the grammar: it ends the generation).
+    pub(crate) fn sample(
+        &mut self,
+        sampler: &mut Sampler,
+        logits: &mut [f32],
+    ) -> Result<u32, EngineError> {
+        let t0 = Instant::now();
+        let first = if self.first_mask.is_none() {
+            let id = sampler.pick(logits);
+            self.allows(id).then_some(id)
+        } else {
+            None
+        };
+        self.stats.check_time += t0.elapsed();
+        let id = match first {
+            Some(id) => id,
+            None => {
+                if !self.restrict(logits)? {
+                    return Err(self.error("the grammar allows no token the model can produce"));
+                }
+                sampler.pick(logits)
+            }
+        };
+        let t1 = Instant::now();
+        if !self.is_eog(id) {
+            self.matcher
+                .consume_token(id)
+                .map_err(|_| self.error("the grammar refused a token its mask allowed"))?;
+        }
+        self.stats.tokens += 1;
+        self.stats.check_time += t1.elapsed();
+        Ok(id)
+    }
+}
+
+#[cfg(test)]
+mod tests;

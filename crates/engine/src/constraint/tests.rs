@@ -1,0 +1,185 @@
+//! Constrained generation on the tiny random Gemma 3 (512 tokens with byte
+//! fallback): whatever the random weights prefer, the output must match.
+
+use crate::{
+    Engine, EngineError, FinishReason, GenerateOptions, Grammar, RunOptions, SamplingParams,
+};
+use serde_json::{json, Value};
+
+const TINY: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../tests/fixtures/tiny/gemma3/model-f32.gguf"
+);
+
+fn engine() -> Engine {
+    Engine::load(
+        TINY,
+        &RunOptions {
+            threads: Some(1),
+            ctx: Some(512),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+/// Generate under `grammar` with `params`; the text and the finish.
+fn run(
+    engine: &Engine,
+    grammar: &Grammar,
+    params: SamplingParams,
+    max: usize,
+) -> (String, FinishReason) {
+    let mut session = engine.session();
+    let mut sampler = crate::Sampler::new(params);
+    let opts = GenerateOptions {
+        max_tokens: max,
+        stop: vec![],
+        stop_on_eog: true,
+        render_special: false,
+    };
+    let prompt = engine.tokenizer().encode("hello", true, false);
+    let mut d = session.start(&prompt, &sampler, &opts).unwrap();
+    d.constrain(engine.constraint(grammar).unwrap());
+    loop {
+        let step = session.step(&mut d, &mut sampler).unwrap();
+        if step.finish.is_some() {
+            break;
+        }
+    }
+    let stats = d.constraint_stats().unwrap();
+    assert!(stats.masks >= 1, "the first token always takes a mask");
+    let g = d.into_generation();
+    (g.text, g.finish)
+}
+
+fn sampled(seed: u64) -> SamplingParams {
+    SamplingParams {
+        temperature: 1.0,
+        top_k: 0,
+        top_p: 1.0,
+        min_p: 0.0,
+        seed,
+        ..SamplingParams::default()
+    }
+}
+
+#[test]
+fn regex_output_matches_whatever_the_weights_prefer() {
+    let e = engine();
+    let g = Grammar::Regex("(yes|no|[0-9]{3}-[a-z]{2})".into());
+    for seed in 0..6 {
+        let (text, finish) = run(&e, &g, sampled(seed), 64);
+        assert_eq!(finish, FinishReason::Stop, "{text:?}");
+        let ok = text == "yes"
+            || text == "no"
+            || (text.len() == 6
+                && text[..3].bytes().all(|b| b.is_ascii_digit())
+                && &text[3..4] == "-"
+                && text[4..].bytes().all(|b| b.is_ascii_lowercase()));
+        assert!(ok, "seed {seed}: {text:?}");
+    }
+}
+
+#[test]
+fn json_schema_output_validates() {
+    let e = engine();
+    let schema = json!({
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "maxLength": 8},
+            "age": {"type": "integer", "minimum": 0, "maximum": 120},
+            "tags": {"type": "array", "items": {"enum": ["a", "b", "c"]}, "minItems": 1, "maxItems": 3},
+        },
+        "required": ["name", "age", "tags"],
+        "additionalProperties": false,
+    });
+    let g = Grammar::JsonSchema(schema);
+    for seed in 0..4 {
+        let (text, finish) = run(&e, &g, sampled(seed), 200);
+        assert_eq!(finish, FinishReason::Stop, "seed {seed}: {text:?}");
+        let v: Value = serde_json::from_str(&text).unwrap_or_else(|err| panic!("{err}: {text:?}"));
+        assert!(
+            v["name"].as_str().is_some_and(|s| s.chars().count() <= 8),
+            "{text}"
+        );
+        assert!(
+            v["age"].as_i64().is_some_and(|a| (0..=120).contains(&a)),
+            "{text}"
+        );
+        let tags = v["tags"].as_array().unwrap();
+        assert!((1..=3).contains(&tags.len()), "{text}");
+        assert!(tags
+            .iter()
+            .all(|t| ["a", "b", "c"].contains(&t.as_str().unwrap())));
+        assert_eq!(v.as_object().unwrap().len(), 3, "{text}");
+        assert!(!text.contains('\n'), "compact JSON: {text:?}");
+    }
+}
+
+#[test]
+fn any_json_object_and_gbnf_and_lark() {
+    let e = engine();
+    let (text, _) = run(&e, &Grammar::JsonObject, SamplingParams::greedy(), 400);
+    // Greedy on random weights may run to the limit; what came out is a
+    // prefix of an object, and complete when it stopped.
+    assert!(text.starts_with('{'), "{text:?}");
+    let gbnf = Grammar::Gbnf("root ::= \"<\" [a-c]{2,4} \">\"".into());
+    let (text, finish) = run(&e, &gbnf, sampled(3), 32);
+    assert_eq!(finish, FinishReason::Stop);
+    assert!(text.starts_with('<') && text.ends_with('>'), "{text:?}");
+    assert!((2..=4).contains(&(text.len() - 2)), "{text:?}");
+    assert!(text[1..text.len() - 1]
+        .bytes()
+        .all(|b| (b'a'..=b'c').contains(&b)));
+    let lark = Grammar::Lark("start: \"x=\" NUM\nNUM: /[1-9][0-9]?/".into());
+    let (text, finish) = run(&e, &lark, sampled(1), 32);
+    assert_eq!(finish, FinishReason::Stop);
+    let n: u32 = text.strip_prefix("x=").unwrap().parse().unwrap();
+    assert!((1..100).contains(&n), "{text:?}");
+}
+
+#[test]
+fn max_tokens_cuts_a_constraint_off_with_length() {
+    let e = engine();
+    let g = Grammar::Regex("a{50}".into());
+    let (text, finish) = run(&e, &g, SamplingParams::greedy(), 5);
+    assert_eq!(finish, FinishReason::Length);
+    assert!(
+        text.len() < 50 && text.bytes().all(|b| b == b'a'),
+        "{text:?}"
+    );
+}
+
+#[test]
+fn bad_grammars_are_refused_with_the_problem_named() {
+    let e = engine();
+    let msg = |g: Grammar| match e.constraint(&g) {
+        Err(EngineError::InvalidGrammar(m)) => m,
+        other => panic!("{g:?} gave {other:?}"),
+    };
+    assert!(msg(Grammar::JsonSchema(json!(false))).contains("matches nothing"));
+    assert!(msg(Grammar::JsonSchema(json!([1]))).contains("not an array"));
+    let m = msg(Grammar::JsonSchema(
+        json!({"type": "string", "minLength": 5, "maxLength": 2}),
+    ));
+    assert!(m.starts_with("json_schema:"), "{m}");
+    let m = msg(Grammar::JsonSchema(json!({"type": "wat"})));
+    assert!(m.contains("wat"), "{m}");
+    let m = msg(Grammar::Regex("(unclosed".into()));
+    assert!(m.starts_with("regex:"), "{m}");
+    let m = msg(Grammar::Lark("start: missing_rule".into()));
+    assert!(m.contains("missing_rule"), "{m}");
+    let m = msg(Grammar::Gbnf("root ::= nope".into()));
+    assert!(m.contains("nope"), "{m}");
+    let big = "a".repeat(crate::MAX_GRAMMAR_BYTES + 1);
+    assert!(msg(Grammar::Regex(big)).contains("limit"));
+    // A `$ref` cycle with no way out.
+    let cyc = json!({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"});
+    let m = msg(Grammar::JsonSchema(cyc));
+    assert!(m.starts_with("json_schema:"), "{m}");
+    let m = msg(Grammar::JsonSchema(
+        json!({"type": "string", "format": "not-a-format"}),
+    ));
+    assert!(m.contains("not-a-format"), "{m}");
+}
