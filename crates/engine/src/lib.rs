@@ -17,6 +17,7 @@ mod options;
 mod sampling;
 mod score;
 mod session;
+pub mod tools;
 
 pub use batch::{BatchDecoder, BatchItem};
 pub use constraint::{Constraint, ConstraintStats, Grammar, Grammars, MAX_GRAMMAR_BYTES};

@@ -183,3 +183,40 @@ fn bad_grammars_are_refused_with_the_problem_named() {
     ));
     assert!(m.contains("not-a-format"), "{m}");
 }
+
+#[test]
+fn tool_call_grammars_compile_and_constrain() {
+    use crate::tools::{parse_tool_call, tool_grammar, Tool, ToolChoice};
+    let e = engine();
+    let tools = [
+        Tool {
+            name: "add".into(),
+            description: None,
+            parameters: json!({"type": "object", "properties": {"a": {"type": "integer"}, "b": {"type": "integer"}}, "required": ["a", "b"], "additionalProperties": false}),
+        },
+        Tool {
+            name: "echo".into(),
+            description: None,
+            parameters: json!({"type": "object", "properties": {"text": {"type": "string", "maxLength": 5}}, "required": ["text"], "additionalProperties": false}),
+        },
+    ];
+    for choice in [ToolChoice::Required, ToolChoice::Function("echo".into())] {
+        let g = tool_grammar(&tools, &choice).unwrap().unwrap();
+        for seed in 0..3 {
+            let (text, finish) = run(&e, &g, sampled(seed), 200);
+            assert_eq!(finish, FinishReason::Stop, "{text:?}");
+            let call = parse_tool_call(&text, &tools).unwrap_or_else(|| panic!("{text:?}"));
+            if let ToolChoice::Function(n) = &choice {
+                assert_eq!(&call.name, n);
+            }
+        }
+    }
+    let g = tool_grammar(&tools, &ToolChoice::Auto).unwrap().unwrap();
+    for seed in 0..4 {
+        let (text, finish) = run(&e, &g, sampled(seed), 60);
+        // A reply that begins with `{` and ended on its own is a whole call.
+        if text.starts_with('{') && finish == FinishReason::Stop {
+            assert!(parse_tool_call(&text, &tools).is_some(), "{text:?}");
+        }
+    }
+}

@@ -1,0 +1,204 @@
+//! Tool calls for models whose chat template defines no tool format (Gemma 2
+//! and 3): a documented JSON convention, enforced by a grammar.
+//!
+//! - The tools are described to the model in the system turn
+//!   ([`tools_prompt`]).
+//! - A call is the whole reply, one JSON object:
+//!   `{"name": "get_weather", "arguments": {"city": "Paris"}}`, its
+//!   `arguments` matching the tool's parameter schema. With `tool_choice`
+//!   `required` or a named function the reply is constrained to exactly that
+//!   ([`tool_grammar`]); with `auto` the reply is either such a call or text
+//!   that does not begin with `{`, so the first character decides which.
+//! - An earlier call goes back into the conversation as that same JSON in
+//!   the assistant's turn ([`call_text`]); a tool's result as a user turn
+//!   ([`result_text`]), since the template knows only user and model turns.
+
+use crate::Grammar;
+use serde_json::{json, Value};
+
+/// A function the model may call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Tool {
+    /// Its name (what a call names).
+    pub name: String,
+    /// What it does, for the model.
+    pub description: Option<String>,
+    /// The JSON Schema of its arguments (an object schema).
+    pub parameters: Value,
+}
+
+/// Whether and which tool the model must call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolChoice {
+    /// The model decides: a call or a text reply.
+    Auto,
+    /// No call: a text reply (the tools are not even described).
+    None,
+    /// A call to one of the tools.
+    Required,
+    /// A call to this tool.
+    Function(String),
+}
+
+/// A call the model made.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    /// The tool's name.
+    pub name: String,
+    /// Its arguments, a JSON object matching the tool's parameters.
+    pub arguments: Value,
+}
+
+/// The schema of a call to `tool`.
+fn call_schema(tool: &Tool) -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "name": {"const": tool.name},
+            "arguments": tool.parameters,
+        },
+        "required": ["name", "arguments"],
+        "additionalProperties": false,
+    })
+}
+
+/// The grammar a reply must match under `choice`, or `None` when the reply
+/// is free (`none`). Fails when a named tool is not among `tools`.
+pub fn tool_grammar(tools: &[Tool], choice: &ToolChoice) -> Result<Option<Grammar>, String> {
+    let allowed: Vec<&Tool> = match choice {
+        ToolChoice::None => return Ok(None),
+        ToolChoice::Function(name) => match tools.iter().find(|t| &t.name == name) {
+            Some(t) => vec![t],
+            None => return Err(format!("tool_choice names `{name}`, which is not in `tools`")),
+        },
+        ToolChoice::Auto | ToolChoice::Required => tools.iter().collect(),
+    };
+    if allowed.is_empty() {
+        return Err("tool_choice asks for a call but `tools` is empty".into());
+    }
+    let schemas: Vec<Value> = allowed.iter().map(|t| call_schema(t)).collect();
+    let mut schema = if schemas.len() == 1 {
+        schemas.into_iter().next().unwrap_or(Value::Null)
+    } else {
+        json!({"anyOf": schemas})
+    };
+    if let Value::Object(map) = &mut schema {
+        map.insert(
+            "x-guidance".into(),
+            json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "}),
+        );
+    }
+    Ok(Some(match choice {
+        ToolChoice::Auto => Grammar::Lark(format!(
+            "start: call | text\ncall: %json {schema}\ntext: /[^{{][\\s\\S]*/\n"
+        )),
+        _ => Grammar::JsonSchema(schema),
+    }))
+}
+
+/// The text that describes `tools` to the model, for the system turn.
+pub fn tools_prompt(tools: &[Tool], choice: &ToolChoice) -> Option<String> {
+    if tools.is_empty() || *choice == ToolChoice::None {
+        return None;
+    }
+    let list: Vec<Value> = tools
+        .iter()
+        .map(|t| {
+            json!({
+                "name": t.name,
+                "description": t.description.as_deref().unwrap_or(""),
+                "parameters": t.parameters,
+            })
+        })
+        .collect();
+    let list = serde_json::to_string_pretty(&list).unwrap_or_default();
+    let how = "To call a function, reply with only a JSON object of the form \
+               {\"name\": <function name>, \"arguments\": <an object matching its parameters>}.";
+    let when = match choice {
+        ToolChoice::Function(name) => format!("You must call the function `{name}`."),
+        ToolChoice::Required => "You must call one of these functions.".into(),
+        _ => "Call a function when it helps answer; otherwise reply in plain text.".into(),
+    };
+    Some(format!(
+        "You can call these functions:\n{list}\n{how} {when} \
+         Function results come back in a message that starts with \"Result of\"."
+    ))
+}
+
+/// A reply that is a call (it begins with `{` and parses as one to a tool
+/// in `tools`), else `None`.
+pub fn parse_tool_call(text: &str, tools: &[Tool]) -> Option<ToolCall> {
+    let trimmed = text.trim();
+    if !trimmed.starts_with('{') {
+        return None;
+    }
+    let v: Value = serde_json::from_str(trimmed).ok()?;
+    let name = v.get("name")?.as_str()?;
+    if !tools.iter().any(|t| t.name == name) {
+        return None;
+    }
+    let arguments = v.get("arguments")?.clone();
+    arguments.is_object().then(|| ToolCall {
+        name: name.to_string(),
+        arguments,
+    })
+}
+
+/// How an earlier call is written in the assistant's turn.
+pub fn call_text(call: &ToolCall) -> String {
+    json!({"name": call.name, "arguments": call.arguments}).to_string()
+}
+
+/// How a tool's result is written in the conversation.
+pub fn result_text(name: Option<&str>, content: &str) -> String {
+    match name {
+        Some(n) => format!("Result of {n}: {content}"),
+        None => format!("Result of the function call: {content}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn weather() -> Tool {
+        Tool {
+            name: "get_weather".into(),
+            description: Some("Weather in a city".into()),
+            parameters: json!({"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}),
+        }
+    }
+
+    #[test]
+    fn calls_parse_only_when_they_name_a_tool() {
+        let tools = [weather()];
+        let call = parse_tool_call(r#" {"name": "get_weather", "arguments": {"city": "Oslo"}}"#, &tools).unwrap();
+        assert_eq!(call.arguments["city"], "Oslo");
+        assert_eq!(parse_tool_call(&call_text(&call), &tools), Some(call));
+        assert!(parse_tool_call(r#"{"name": "other", "arguments": {}}"#, &tools).is_none());
+        assert!(parse_tool_call("It is sunny.", &tools).is_none());
+        assert!(parse_tool_call(r#"{"name": "get_weather", "arguments": 3}"#, &tools).is_none());
+    }
+
+    #[test]
+    fn grammars_follow_the_choice() {
+        let tools = [weather()];
+        assert_eq!(tool_grammar(&tools, &ToolChoice::None), Ok(None));
+        assert!(matches!(
+            tool_grammar(&tools, &ToolChoice::Required),
+            Ok(Some(Grammar::JsonSchema(_)))
+        ));
+        assert!(matches!(
+            tool_grammar(&tools, &ToolChoice::Auto),
+            Ok(Some(Grammar::Lark(_)))
+        ));
+        assert!(tool_grammar(&tools, &ToolChoice::Function("nope".into()))
+            .unwrap_err()
+            .contains("nope"));
+        assert!(tool_grammar(&[], &ToolChoice::Required).is_err());
+        assert!(tools_prompt(&tools, &ToolChoice::Required)
+            .unwrap()
+            .contains("get_weather"));
+        assert!(tools_prompt(&tools, &ToolChoice::None).is_none());
+    }
+}
