@@ -4,52 +4,17 @@
 
 mod serve_common;
 
-use serve_common::{real_model, Server};
-use std::path::{Path, PathBuf};
+use serve_common::{python_with, real_model, Server};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
 const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
-/// A venv under target/ with `openai` installed; made once, then reused.
-fn python_with_openai() -> PathBuf {
-    let venv = Path::new(ROOT).join("target/pyenv");
-    let python = venv.join("bin/python");
-    let has_openai = |py: &Path| {
-        Command::new(py)
-            .args(["-c", "import openai"])
-            .status()
-            .is_ok_and(|s| s.success())
-    };
-    if python.is_file() && has_openai(&python) {
-        return python;
-    }
-    let st = Command::new("python3")
-        .args(["-m", "venv"])
-        .arg(&venv)
-        .status()
-        .expect("run python3 -m venv");
-    assert!(st.success(), "python3 -m venv failed");
-    let st = Command::new(&python)
-        .args([
-            "-m",
-            "pip",
-            "install",
-            "--quiet",
-            "--disable-pip-version-check",
-            "openai>=1.40,<3",
-        ])
-        .status()
-        .expect("run pip");
-    assert!(st.success(), "pip install openai failed");
-    assert!(has_openai(&python), "openai does not import after install");
-    python
-}
-
 #[test]
 fn the_openai_python_client_drives_the_real_model() {
     let model = real_model();
-    let python = python_with_openai();
+    let python = python_with(&[("openai", "openai>=1.40,<3")]);
     let ctx = "512";
     let key = "hearth-test-key";
     let mut s = Server::start(

@@ -27,6 +27,13 @@ use toktrie::{TokEnv, TokRxInfo, TokTrie, TokenizerEnv};
 /// small enough that compiling one cannot stall the server.
 pub const MAX_GRAMMAR_BYTES: usize = 256 * 1024;
 
+/// Longest run of digits a JSON constraint lets the model write while the
+/// grammar also allows something else. JSON Schema puts no bound on a
+/// number's digits, and a small model asked for a score in [0, 1] can write
+/// `0.99999…` until `max_tokens`; llama.cpp's schema converter bounds the
+/// integral and fractional parts to 16 digits each for the same reason.
+pub const MAX_DIGIT_RUN: usize = 16;
+
 /// What the output must match.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Grammar {
@@ -74,7 +81,32 @@ fn compact_json_options() -> Value {
 pub struct Grammars {
     factory: ParserFactory,
     eog: Arc<[u32]>,
+    /// Tokens whose bytes begin with an ASCII digit, and the number of
+    /// digits each ends with (all of them when it is only digits).
+    digits: Arc<[DigitInfo]>,
     build_time: Duration,
+}
+
+/// How a token's bytes touch a run of digits.
+#[derive(Debug, Clone, Copy, Default)]
+struct DigitInfo {
+    /// It begins with a digit (it would lengthen a run).
+    leads: bool,
+    /// It is digits only (the run grows by `trailing`).
+    all: bool,
+    /// The digits it ends with.
+    trailing: u16,
+}
+
+impl DigitInfo {
+    fn of(bytes: &[u8]) -> Self {
+        let trailing = bytes.iter().rev().take_while(|b| b.is_ascii_digit()).count();
+        Self {
+            leads: bytes.first().is_some_and(u8::is_ascii_digit),
+            all: !bytes.is_empty() && trailing == bytes.len(),
+            trailing: trailing.min(u16::MAX as usize) as u16,
+        }
+    }
 }
 
 impl std::fmt::Debug for Grammars {
@@ -124,6 +156,7 @@ impl Grammars {
             .map(|id| token_word(&tokenizer, id))
             .collect();
         let eog: Arc<[u32]> = tokenizer.eog_ids().into();
+        let digits: Arc<[DigitInfo]> = words.iter().map(|w| DigitInfo::of(w)).collect();
         let eos = tokenizer
             .eos_id()
             .or_else(|| eog.first().copied())
@@ -144,6 +177,7 @@ impl Grammars {
         Ok(Self {
             factory,
             eog,
+            digits,
             build_time: t0.elapsed(),
         })
     }
@@ -216,9 +250,16 @@ impl Grammars {
         if mask.is_zero() && !accepting {
             return Err(bad("it matches no output at all".into()));
         }
+        let digit_cap = match grammar {
+            Grammar::JsonObject | Grammar::JsonSchema(_) | Grammar::Lark(_) => Some(MAX_DIGIT_RUN),
+            Grammar::Regex(_) | Grammar::Gbnf(_) => None,
+        };
         Ok(Constraint {
             matcher,
             eog: Arc::clone(&self.eog),
+            digits: Arc::clone(&self.digits),
+            digit_cap,
+            digit_run: 0,
             first_mask: Some(mask),
             stats: ConstraintStats::default(),
         })
@@ -312,6 +353,12 @@ impl ConstraintStats {
 pub struct Constraint {
     matcher: Matcher,
     eog: Arc<[u32]>,
+    digits: Arc<[DigitInfo]>,
+    /// [`MAX_DIGIT_RUN`] for JSON and Lark grammars; none for regular
+    /// expressions and GBNF, which say exactly what they want.
+    digit_cap: Option<usize>,
+    /// Digits the output ends with now.
+    digit_run: usize,
     /// The mask for the first token, computed while compiling (to refuse a
     /// grammar that matches nothing) and used once.
     first_mask: Option<toktrie::SimpleVob>,
@@ -353,6 +400,10 @@ impl Constraint {
         EngineError::Constraint(format!("{what}: {detail}"))
     }
 
+    fn at_digit_cap(&self) -> bool {
+        self.digit_cap.is_some_and(|cap| self.digit_run >= cap)
+    }
+
     fn is_eog(&self, id: u32) -> bool {
         self.eog.contains(&id)
     }
@@ -378,13 +429,22 @@ impl Constraint {
                 .map_err(|_| self.error("computing the token mask failed"))?,
         };
         let accepting = self.is_accepting();
-        let mut any = false;
-        for (id, l) in logits.iter_mut().enumerate() {
-            let ok = if self.is_eog(id as u32) {
+        let allowed = |id: usize| {
+            if self.eog.contains(&(id as u32)) {
                 accepting
             } else {
                 mask.is_allowed(id as u32)
-            };
+            }
+        };
+        // At the digit cap, refuse tokens that lengthen the run, unless the
+        // grammar allows nothing else (it then needs the digits).
+        let cap_digits = self.at_digit_cap()
+            && (0..logits.len()).any(|id| {
+                allowed(id) && !self.digits.get(id).is_some_and(|d| d.leads)
+            });
+        let mut any = false;
+        for (id, l) in logits.iter_mut().enumerate() {
+            let ok = allowed(id) && !(cap_digits && self.digits.get(id).is_some_and(|d| d.leads));
             if ok {
                 any |= !l.is_nan() && *l != f32::NEG_INFINITY;
             } else {
@@ -408,7 +468,8 @@ impl Constraint {
         let t0 = Instant::now();
         let first = if self.first_mask.is_none() {
             let id = sampler.pick(logits);
-            self.allows(id).then_some(id)
+            let lengthens = self.at_digit_cap() && self.digits.get(id as usize).is_some_and(|d| d.leads);
+            (!lengthens && self.allows(id)).then_some(id)
         } else {
             None
         };
@@ -427,6 +488,12 @@ impl Constraint {
             self.matcher
                 .consume_token(id)
                 .map_err(|_| self.error("the grammar refused a token its mask allowed"))?;
+            let d = self.digits.get(id as usize).copied().unwrap_or_default();
+            self.digit_run = if d.all {
+                self.digit_run + d.trailing as usize
+            } else {
+                d.trailing as usize
+            };
         }
         self.stats.tokens += 1;
         self.stats.check_time += t1.elapsed();

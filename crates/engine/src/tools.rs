@@ -111,7 +111,7 @@ pub fn tools_prompt(tools: &[Tool], choice: &ToolChoice) -> Option<String> {
             })
         })
         .collect();
-    let list = serde_json::to_string_pretty(&list).unwrap_or_default();
+    let list = serde_json::to_string(&list).unwrap_or_default();
     let how = "To call a function, reply with only a JSON object of the form \
                {\"name\": <function name>, \"arguments\": <an object matching its parameters>}.";
     let when = match choice {

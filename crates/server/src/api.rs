@@ -2,7 +2,8 @@
 //! the response and chunk bodies.
 
 use crate::error::ApiError;
-use engine::{ChatMessage, FinishReason, GenerateOptions, SamplingParams};
+use engine::tools::{self, Tool, ToolCall, ToolChoice};
+use engine::{ChatMessage, FinishReason, GenerateOptions, Grammar, SamplingParams};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -45,6 +46,16 @@ struct Common {
     repeat_penalty: Option<f32>,
     /// Token id (as a string) to a bias from -100 to 100.
     logit_bias: Option<std::collections::BTreeMap<String, f32>>,
+    /// OpenAI: `{"type": "text" | "json_object" | "json_schema", ...}`.
+    response_format: Option<Value>,
+    /// llama.cpp's extension: a GBNF grammar.
+    grammar: Option<String>,
+    /// llama.cpp's extension: a JSON Schema.
+    json_schema: Option<Value>,
+    /// Hearth's extension: a regular expression.
+    regex: Option<String>,
+    /// Hearth's extension: a grammar in llguidance's Lark syntax.
+    lark_grammar: Option<String>,
 }
 
 /// One part of an array `content`.
@@ -63,15 +74,56 @@ enum Content {
     Parts(Vec<Part>),
 }
 
+/// `function` of an assistant message's tool call.
+#[derive(Debug, Deserialize)]
+struct WireFunctionCall {
+    name: String,
+    /// The arguments as a JSON string, as OpenAI sends them.
+    #[serde(default)]
+    arguments: Option<String>,
+}
+
+/// One entry of an assistant message's `tool_calls`.
+#[derive(Debug, Deserialize)]
+struct WireToolCall {
+    id: Option<String>,
+    function: WireFunctionCall,
+}
+
 #[derive(Debug, Deserialize)]
 struct Message {
     role: String,
     content: Option<Content>,
+    #[serde(default)]
+    tool_calls: Option<Vec<WireToolCall>>,
+    #[serde(default)]
+    tool_call_id: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+}
+
+/// `function` of a tool definition.
+#[derive(Debug, Deserialize)]
+struct WireFunction {
+    name: String,
+    description: Option<String>,
+    parameters: Option<Value>,
+}
+
+/// One entry of `tools`.
+#[derive(Debug, Deserialize)]
+struct WireTool {
+    #[serde(rename = "type")]
+    kind: String,
+    function: WireFunction,
 }
 
 #[derive(Debug, Deserialize)]
 struct ChatBody {
     messages: Vec<Message>,
+    tools: Option<Vec<WireTool>>,
+    tool_choice: Option<Value>,
+    parallel_tool_calls: Option<bool>,
     #[serde(flatten)]
     common: Common,
 }
@@ -111,6 +163,32 @@ pub struct Request {
     pub max_tokens: Option<usize>,
     /// Stop strings.
     pub stop: Vec<String>,
+    /// The grammar the output must match, and the request field it came
+    /// from (for the message when it does not compile).
+    pub grammar: Option<(Grammar, &'static str)>,
+    /// The tools a chat reply may call, when calls are on.
+    pub tools: Option<ToolMode>,
+}
+
+/// Tool calling in a chat request.
+#[derive(Debug, Clone)]
+pub struct ToolMode {
+    /// The tools.
+    pub tools: Vec<Tool>,
+    /// Whether a call is required, and of which tool.
+    pub choice: ToolChoice,
+}
+
+impl ToolMode {
+    /// The reply as a call, when it is one.
+    pub fn parse(&self, text: &str) -> Option<ToolCall> {
+        tools::parse_tool_call(text, &self.tools)
+    }
+
+    /// Whether the reply must be a call (so nothing streams as text).
+    pub fn call_required(&self) -> bool {
+        matches!(self.choice, ToolChoice::Required | ToolChoice::Function(_))
+    }
 }
 
 /// The prompt of a request.
@@ -163,17 +241,21 @@ pub fn parse_chat(body: &[u8], defaults: &SamplingParams) -> Result<Request, Api
             "`messages` must not be empty.",
         ));
     }
-    let mut messages = Vec::with_capacity(b.messages.len());
+    let tool_mode = parse_tools(b.tools, b.tool_choice, b.parallel_tool_calls)?;
+    // Call ids of earlier assistant turns, to name a tool's result.
+    let mut call_names: std::collections::HashMap<String, String> = Default::default();
+    let mut messages: Vec<ChatMessage> = Vec::with_capacity(b.messages.len() + 1);
     for (i, m) in b.messages.into_iter().enumerate() {
         let role = match m.role.as_str() {
             "system" | "developer" => "system",
             "user" => "user",
             "assistant" | "model" => "assistant",
+            "tool" | "function" => "tool",
             other => {
                 return Err(ApiError::bad_param(
                     &format!("messages[{i}].role"),
                     format!(
-                        "Unsupported role `{other}`; use system, developer, user or assistant."
+                        "Unsupported role `{other}`; use system, developer, user, assistant or tool."
                     ),
                 ))
             }
@@ -198,9 +280,215 @@ pub fn parse_chat(body: &[u8], defaults: &SamplingParams) -> Result<Request, Api
                 text
             }
         };
-        messages.push(ChatMessage::new(role, content));
+        match role {
+            "tool" => {
+                // The template knows user and model turns only: a result is
+                // a user turn, merged with the results right before it.
+                let name = m
+                    .name
+                    .clone()
+                    .or_else(|| m.tool_call_id.as_ref().and_then(|id| call_names.get(id).cloned()));
+                let text = tools::result_text(name.as_deref(), &content);
+                match messages.last_mut() {
+                    Some(last) if last.role == "user" => {
+                        last.content.push_str("\n\n");
+                        last.content.push_str(&text);
+                    }
+                    _ => messages.push(ChatMessage::new("user", text)),
+                }
+            }
+            "assistant" if m.tool_calls.as_ref().is_some_and(|c| !c.is_empty()) => {
+                let mut text = content;
+                for (j, c) in m.tool_calls.unwrap_or_default().into_iter().enumerate() {
+                    let raw = c.function.arguments.unwrap_or_else(|| "{}".into());
+                    let arguments = serde_json::from_str::<Value>(&raw).map_err(|e| {
+                        ApiError::bad_param(
+                            &format!("messages[{i}].tool_calls[{j}].function.arguments"),
+                            format!("The arguments are not valid JSON: {e}"),
+                        )
+                    })?;
+                    if let Some(id) = c.id {
+                        call_names.insert(id, c.function.name.clone());
+                    }
+                    if !text.is_empty() {
+                        text.push('\n');
+                    }
+                    text.push_str(&tools::call_text(&ToolCall {
+                        name: c.function.name,
+                        arguments,
+                    }));
+                }
+                messages.push(ChatMessage::new("assistant", text));
+            }
+            _ => messages.push(ChatMessage::new(role, content)),
+        }
     }
-    common(b.common, Input::Chat(messages), None, defaults)
+    if let Some(prompt) = tool_mode
+        .as_ref()
+        .and_then(|t| tools::tools_prompt(&t.tools, &t.choice))
+    {
+        match messages.first_mut() {
+            Some(first) if first.role == "system" => {
+                first.content.push_str("\n\n");
+                first.content.push_str(&prompt);
+            }
+            _ => messages.insert(0, ChatMessage::new("system", prompt)),
+        }
+    }
+    let mut req = common(b.common, Input::Chat(messages), None, defaults)?;
+    if let Some(mode) = tool_mode {
+        if let Some((_, field)) = &req.grammar {
+            return Err(ApiError::bad_param(
+                field,
+                format!("`{field}` cannot be combined with `tools` (a call's arguments are already held to the tool's schema)."),
+            ));
+        }
+        let grammar = tools::tool_grammar(&mode.tools, &mode.choice)
+            .map_err(|e| ApiError::bad_param("tool_choice", format!("{e}.")))?;
+        req.grammar = grammar.map(|g| (g, "tools"));
+        if mode.choice != ToolChoice::None {
+            req.tools = Some(mode);
+        }
+    }
+    Ok(req)
+}
+
+/// `tools` and `tool_choice`: `None` when no tools are given.
+fn parse_tools(
+    wire: Option<Vec<WireTool>>,
+    choice: Option<Value>,
+    _parallel: Option<bool>,
+) -> Result<Option<ToolMode>, ApiError> {
+    let wire = wire.unwrap_or_default();
+    let mut tools = Vec::with_capacity(wire.len());
+    for (i, t) in wire.into_iter().enumerate() {
+        if t.kind != "function" {
+            return Err(ApiError::bad_param(
+                &format!("tools[{i}].type"),
+                format!("Tools of type `{}` are not supported; only `function`.", t.kind),
+            ));
+        }
+        let name = t.function.name;
+        let valid = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !valid {
+            return Err(ApiError::bad_param(
+                &format!("tools[{i}].function.name"),
+                format!("`{name}` is not a valid function name (1 to 64 of a-z, A-Z, 0-9, _ and -)."),
+            ));
+        }
+        if tools.iter().any(|t: &Tool| t.name == name) {
+            return Err(ApiError::bad_param(
+                &format!("tools[{i}].function.name"),
+                format!("The function `{name}` is defined twice."),
+            ));
+        }
+        let parameters = match t.function.parameters {
+            None => serde_json::json!({"type": "object", "properties": {}}),
+            Some(p @ Value::Object(_)) => p,
+            Some(_) => {
+                return Err(ApiError::bad_param(
+                    &format!("tools[{i}].function.parameters"),
+                    "`parameters` must be a JSON Schema object.",
+                ))
+            }
+        };
+        tools.push(Tool {
+            name,
+            description: t.function.description,
+            parameters,
+        });
+    }
+    let choice = match choice {
+        None | Some(Value::Null) => ToolChoice::Auto,
+        Some(Value::String(s)) => match s.as_str() {
+            "auto" => ToolChoice::Auto,
+            "none" => ToolChoice::None,
+            "required" => ToolChoice::Required,
+            other => {
+                return Err(ApiError::bad_param(
+                    "tool_choice",
+                    format!("Unknown tool_choice `{other}`; use auto, none, required or {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}."),
+                ))
+            }
+        },
+        Some(v) => match v.pointer("/function/name").and_then(Value::as_str) {
+            Some(name) => ToolChoice::Function(name.to_string()),
+            None => {
+                return Err(ApiError::bad_param(
+                    "tool_choice",
+                    "A tool_choice object names a function: {\"type\": \"function\", \"function\": {\"name\": ...}}.",
+                ))
+            }
+        },
+    };
+    if tools.is_empty() {
+        return match choice {
+            ToolChoice::Required | ToolChoice::Function(_) => Err(ApiError::bad_param(
+                "tool_choice",
+                "tool_choice asks for a call but no `tools` are given.",
+            )),
+            _ => Ok(None),
+        };
+    }
+    Ok(Some(ToolMode { tools, choice }))
+}
+
+/// The one grammar a request asks for through `response_format`, `grammar`,
+/// `json_schema`, `regex` or `lark_grammar`.
+fn parse_grammar(c: &mut Common) -> Result<Option<(Grammar, &'static str)>, ApiError> {
+    let mut found: Vec<(Grammar, &'static str)> = Vec::new();
+    if let Some(rf) = c.response_format.take() {
+        let kind = rf.get("type").and_then(Value::as_str).unwrap_or("");
+        match kind {
+            "text" => {}
+            "json_object" => found.push((Grammar::JsonObject, "response_format")),
+            "json_schema" => {
+                let Some(js) = rf.get("json_schema") else {
+                    return Err(ApiError::bad_param(
+                        "response_format",
+                        "`response_format` of type `json_schema` needs a `json_schema` object with a `schema`.",
+                    ));
+                };
+                let Some(schema) = js.get("schema") else {
+                    return Err(ApiError::bad_param(
+                        "response_format.json_schema.schema",
+                        "`response_format.json_schema` needs a `schema`.",
+                    ));
+                };
+                found.push((Grammar::JsonSchema(schema.clone()), "response_format"));
+            }
+            other => {
+                return Err(ApiError::bad_param(
+                    "response_format.type",
+                    format!("Unknown response_format type `{other}`; use text, json_object or json_schema."),
+                ))
+            }
+        }
+    }
+    if let Some(g) = c.grammar.take() {
+        found.push((Grammar::Gbnf(g), "grammar"));
+    }
+    if let Some(s) = c.json_schema.take() {
+        found.push((Grammar::JsonSchema(s), "json_schema"));
+    }
+    if let Some(r) = c.regex.take() {
+        found.push((Grammar::Regex(r), "regex"));
+    }
+    if let Some(l) = c.lark_grammar.take() {
+        found.push((Grammar::Lark(l), "lark_grammar"));
+    }
+    if found.len() > 1 {
+        let names: Vec<&str> = found.iter().map(|(_, f)| *f).collect();
+        return Err(ApiError::bad_param(
+            found[1].1,
+            format!("Give one constraint, not several: {}.", names.join(", ")),
+        ));
+    }
+    Ok(found.pop())
 }
 
 /// Parse and check a `/v1/completions` body.
@@ -222,11 +510,12 @@ pub fn parse_completion(body: &[u8], defaults: &SamplingParams) -> Result<Reques
 }
 
 fn common(
-    c: Common,
+    mut c: Common,
     input: Input,
     default_max: Option<usize>,
     defaults: &SamplingParams,
 ) -> Result<Request, ApiError> {
+    let grammar = parse_grammar(&mut c)?;
     if let Some(n) = c.n {
         if n != 1 {
             return Err(ApiError::bad_param("n", "Only n = 1 is supported."));
@@ -330,6 +619,8 @@ fn common(
         params,
         max_tokens,
         stop,
+        grammar,
+        tools: None,
     })
 }
 
@@ -347,7 +638,8 @@ fn fresh_seed() -> u64 {
             .wrapping_mul(0x9E37_79B9_7F4A_7C15)
 }
 
-/// OpenAI's `finish_reason` for ours.
+/// OpenAI's `finish_reason` for ours (a reply that is a tool call says
+/// `tool_calls` instead, see the handlers).
 pub fn finish_reason(f: FinishReason) -> &'static str {
     match f {
         FinishReason::Stop | FinishReason::Cancelled => "stop",

@@ -1,7 +1,7 @@
 //! `/v1/chat/completions` and `/v1/completions`: parse, tokenize, submit to
 //! the scheduler, and answer as one JSON object or as a stream of chunks.
 
-use crate::api::{self, Input, Request};
+use crate::api::{self, Input, Request, ToolMode};
 use crate::error::ApiError;
 use crate::routes::{read_body, resolve_model};
 use crate::scheduler::{Event, Job, Rejected};
@@ -12,7 +12,8 @@ use axum::http::HeaderMap;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use engine::{Engine, SamplingParams};
+use engine::tools::ToolCall;
+use engine::{Engine, EngineError, FinishReason, SamplingParams};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 use std::convert::Infallible;
@@ -91,10 +92,18 @@ async fn generate_inner(
         ));
     }
 
-    // Templating and tokenizing can take a while on a large prompt.
-    let (req, prompt) = tokio::task::spawn_blocking(move || {
+    // Templating, tokenizing and compiling a grammar can take a while.
+    let (req, prompt, constraint) = tokio::task::spawn_blocking(move || {
         let prompt = tokenize(&engine, &req.input)?;
-        Ok::<_, ApiError>((req, prompt))
+        let constraint = match &req.grammar {
+            None => None,
+            Some((grammar, field)) => Some(
+                engine
+                    .constraint(grammar)
+                    .map_err(|e| grammar_error(field, e))?,
+            ),
+        };
+        Ok::<_, ApiError>((req, prompt, constraint))
     })
     .await
     .map_err(|e| ApiError::internal(format!("tokenizer task failed: {e}")))??;
@@ -121,6 +130,7 @@ async fn generate_inner(
         prompt,
         params: req.params.clone(),
         opts,
+        constraint,
         events: tx,
         deadline: st
             .config
@@ -143,6 +153,7 @@ async fn generate_inner(
         created: api::now_secs(),
         model,
         kind,
+        tools: req.tools.clone(),
     };
     if req.stream {
         Ok(stream_response(meta, req, rx))
@@ -155,6 +166,18 @@ async fn generate_inner(
                 timeout.as_secs()
             ))),
         }
+    }
+}
+
+/// A grammar that does not compile is the client's fault: 400, naming the
+/// field it came from and the problem.
+fn grammar_error(field: &str, e: EngineError) -> ApiError {
+    match e {
+        EngineError::InvalidGrammar(msg) => ApiError {
+            code: Some("invalid_grammar"),
+            ..ApiError::bad_param(field, format!("`{field}` cannot be used: invalid {msg}"))
+        },
+        other => ApiError::internal(other.to_string()),
     }
 }
 
@@ -186,6 +209,35 @@ struct Meta {
     created: u64,
     model: String,
     kind: Kind,
+    /// Tool calling, when the reply may be a call.
+    tools: Option<ToolMode>,
+}
+
+impl Meta {
+    /// The reply as a tool call: only when tools are on and the reply ended
+    /// on its own (a cut-off call is not claimed complete).
+    fn tool_call(&self, text: &str, finish: FinishReason) -> Option<ToolCall> {
+        if finish != FinishReason::Stop {
+            return None;
+        }
+        self.tools.as_ref()?.parse(text)
+    }
+}
+
+/// OpenAI's `tool_calls` entry for `call`.
+fn tool_call_json(call: &ToolCall, index: Option<usize>) -> Value {
+    let mut v = json!({
+        "id": new_id("call"),
+        "type": "function",
+        "function": {
+            "name": call.name,
+            "arguments": call.arguments.to_string(),
+        },
+    });
+    if let Some(i) = index {
+        v["index"] = json!(i);
+    }
+    v
 }
 
 async fn collect(meta: Meta, mut rx: mpsc::UnboundedReceiver<Event>) -> Result<Response, ApiError> {
@@ -195,8 +247,17 @@ async fn collect(meta: Meta, mut rx: mpsc::UnboundedReceiver<Event>) -> Result<R
             Some(Event::Started) => {}
             Some(Event::Text(t)) => text.push_str(&t),
             Some(Event::Done(u)) => {
-                let reason = api::finish_reason(u.finish);
+                let mut reason = api::finish_reason(u.finish);
                 let usage = api::usage_json(u.prompt_tokens, u.completion_tokens, u.cached_tokens);
+                let mut message = json!({"role": "assistant", "content": text});
+                if let Some(call) = meta.tool_call(&text, u.finish) {
+                    message = json!({
+                        "role": "assistant",
+                        "content": null,
+                        "tool_calls": [tool_call_json(&call, None)],
+                    });
+                    reason = "tool_calls";
+                }
                 let body = match meta.kind {
                     Kind::Chat => json!({
                         "id": meta.id,
@@ -206,7 +267,7 @@ async fn collect(meta: Meta, mut rx: mpsc::UnboundedReceiver<Event>) -> Result<R
                         "system_fingerprint": null,
                         "choices": [{
                             "index": 0,
-                            "message": {"role": "assistant", "content": text},
+                            "message": message,
                             "logprobs": null,
                             "finish_reason": reason,
                         }],
@@ -286,6 +347,28 @@ impl Meta {
         }
     }
 
+    /// A chat chunk whose delta is the whole tool call.
+    fn tool_chunk(&self, call: &ToolCall, role: bool) -> Value {
+        let mut delta = json!({"tool_calls": [tool_call_json(call, Some(0))]});
+        if role {
+            delta["role"] = json!("assistant");
+            delta["content"] = Value::Null;
+        }
+        json!({
+            "id": self.id,
+            "object": "chat.completion.chunk",
+            "created": self.created,
+            "model": self.model,
+            "system_fingerprint": null,
+            "choices": [{
+                "index": 0,
+                "delta": delta,
+                "logprobs": null,
+                "finish_reason": null,
+            }],
+        })
+    }
+
     fn usage_chunk(&self, usage: Value) -> Value {
         json!({
             "id": self.id,
@@ -307,19 +390,36 @@ fn data(v: &Value) -> SseEvent {
 /// Dropping the stream (the client hung up) drops the receiver, which
 /// cancels the generation at its next step.
 fn stream_response(meta: Meta, req: Request, rx: mpsc::UnboundedReceiver<Event>) -> Response {
+    /// Whether text streams as it comes, or is held because the reply may
+    /// be (or must be) a tool call, which streams whole at the end.
+    #[derive(PartialEq)]
+    enum Mode {
+        Text,
+        Undecided,
+        Call,
+    }
     struct St {
         meta: Meta,
         rx: mpsc::UnboundedReceiver<Event>,
         include_usage: bool,
         sent_role: bool,
         done: bool,
+        mode: Mode,
+        held: String,
     }
+    let mode = match &meta.tools {
+        None => Mode::Text,
+        Some(t) if t.call_required() => Mode::Call,
+        Some(_) => Mode::Undecided,
+    };
     let st = St {
         meta,
         rx,
         include_usage: req.include_usage,
         sent_role: false,
         done: false,
+        mode,
+        held: String::new(),
     };
     let stream = futures_util::stream::unfold(st, |mut st| async move {
         if st.done {
@@ -334,12 +434,52 @@ fn stream_response(meta: Meta, req: Request, rx: mpsc::UnboundedReceiver<Event>)
                 }
             }
             Some(Event::Text(t)) => {
-                let role = st.meta.kind == Kind::Chat && !st.sent_role;
-                st.sent_role = true;
-                out.push(data(&st.meta.chunk(Some(&t), role, None)));
+                let text = match st.mode {
+                    Mode::Text => t,
+                    Mode::Call => {
+                        st.held.push_str(&t);
+                        String::new()
+                    }
+                    Mode::Undecided => {
+                        // Under `auto` a call is a reply that begins with `{`.
+                        st.held.push_str(&t);
+                        match st.held.chars().next() {
+                            None => String::new(),
+                            Some('{') => {
+                                st.mode = Mode::Call;
+                                String::new()
+                            }
+                            Some(_) => {
+                                st.mode = Mode::Text;
+                                std::mem::take(&mut st.held)
+                            }
+                        }
+                    }
+                };
+                if !text.is_empty() {
+                    let role = st.meta.kind == Kind::Chat && !st.sent_role;
+                    st.sent_role = true;
+                    out.push(data(&st.meta.chunk(Some(&text), role, None)));
+                }
             }
             Some(Event::Done(u)) => {
-                let reason = api::finish_reason(u.finish);
+                let mut reason = api::finish_reason(u.finish);
+                if st.mode != Mode::Text {
+                    let role = !st.sent_role;
+                    st.sent_role = true;
+                    let held = std::mem::take(&mut st.held);
+                    match st.meta.tool_call(&held, u.finish) {
+                        Some(call) => {
+                            out.push(data(&st.meta.tool_chunk(&call, role)));
+                            reason = "tool_calls";
+                        }
+                        // Not a call after all (or cut off): it is text.
+                        None if !held.is_empty() => {
+                            out.push(data(&st.meta.chunk(Some(&held), role, None)));
+                        }
+                        None => {}
+                    }
+                }
                 out.push(data(&st.meta.chunk(None, false, Some(reason))));
                 if st.include_usage {
                     let usage =

@@ -11,7 +11,7 @@
 mod step;
 
 use crate::metrics::Metrics;
-use engine::{Engine, FinishReason, GenerateOptions, SamplingParams};
+use engine::{Constraint, Engine, FinishReason, GenerateOptions, SamplingParams};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -29,6 +29,8 @@ pub struct Job {
     pub params: SamplingParams,
     /// Limits and stop conditions.
     pub opts: GenerateOptions,
+    /// The grammar the output must match, compiled, if any.
+    pub constraint: Option<Constraint>,
     /// Where the output goes; a closed receiver cancels the job.
     pub events: UnboundedSender<Event>,
     /// When the request must be over, queueing included: generation stops

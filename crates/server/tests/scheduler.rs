@@ -89,6 +89,7 @@ fn interleaved_slots_match_generate() {
                 prompt: p.clone(),
                 params: params.clone(),
                 opts: opts(20),
+                constraint: None,
                 events: tx,
                 deadline: None,
             })
@@ -118,6 +119,7 @@ fn the_queue_is_bounded_and_a_dropped_receiver_cancels() {
             prompt: prompt.clone(),
             params: SamplingParams::default(),
             opts: opts(100_000),
+            constraint: None,
             events: tx,
             deadline: None,
         }) {
@@ -149,6 +151,7 @@ fn the_queue_is_bounded_and_a_dropped_receiver_cancels() {
         prompt,
         params: SamplingParams::default(),
         opts: opts(4),
+        constraint: None,
         events: tx,
         deadline: None,
     });
@@ -185,6 +188,7 @@ fn a_long_prompt_is_prefilled_in_chunks_beside_a_decoding_slot() {
             prompt: short,
             params: params.clone(),
             opts: opts(300),
+            constraint: None,
             events: tx_a,
             deadline: None,
         })
@@ -201,6 +205,7 @@ fn a_long_prompt_is_prefilled_in_chunks_beside_a_decoding_slot() {
             prompt: long,
             params,
             opts: opts(20),
+            constraint: None,
             events: tx_b,
             deadline: None,
         })
@@ -257,6 +262,7 @@ fn batched_slots_match_generate_as_requests_join_and_leave() {
                 prompt: prompt.clone(),
                 params: params.clone(),
                 opts: o.clone(),
+                constraint: None,
                 events: tx,
                 deadline: None,
             })
@@ -305,6 +311,7 @@ fn the_time_limit_ends_generations_with_length() {
             stop_on_eog: false,
             ..opts(n_ctx)
         },
+        constraint: None,
         events: tx,
         deadline,
     };

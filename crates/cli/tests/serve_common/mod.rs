@@ -338,3 +338,38 @@ fn dechunk(mut b: &[u8]) -> Vec<u8> {
     }
     out
 }
+
+/// A venv under target/pyenv with `packages` (import name, pip spec)
+/// installed; made once, then reused and topped up.
+pub fn python_with(packages: &[(&str, &str)]) -> std::path::PathBuf {
+    use std::path::Path;
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let venv = root.join("target/pyenv");
+    let python = venv.join("bin/python");
+    let imports = |py: &Path| {
+        let code: String = packages.iter().map(|(m, _)| format!("import {m}\n")).collect();
+        Command::new(py)
+            .args(["-c", &code])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if python.is_file() && imports(&python) {
+        return python;
+    }
+    if !python.is_file() {
+        let st = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .expect("run python3 -m venv");
+        assert!(st.success(), "python3 -m venv failed");
+    }
+    let st = Command::new(&python)
+        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+        .args(packages.iter().map(|(_, spec)| *spec))
+        .status()
+        .expect("run pip");
+    assert!(st.success(), "pip install {packages:?} failed");
+    assert!(imports(&python), "{packages:?} do not import after install");
+    python
+}

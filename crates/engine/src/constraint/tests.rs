@@ -220,3 +220,37 @@ fn tool_call_grammars_compile_and_constrain() {
         }
     }
 }
+
+#[test]
+fn json_digit_runs_are_capped_but_a_grammar_that_needs_digits_gets_them() {
+    let e = engine();
+    let tok = e.tokenizer();
+    // Push every digit token as hard as a bias can.
+    let bias: Vec<(u32, f32)> = (0..tok.vocab_size() as u32)
+        .filter(|&id| {
+            let b = tok.token_bytes(id, false);
+            !b.is_empty() && b.iter().all(u8::is_ascii_digit)
+        })
+        .map(|id| (id, 100.0))
+        .collect();
+    assert!(!bias.is_empty());
+    let params = SamplingParams {
+        logit_bias: bias,
+        ..SamplingParams::greedy()
+    };
+    let schema = json!({"type": "object", "properties": {"x": {"type": "number", "minimum": 0, "maximum": 1}}, "required": ["x"], "additionalProperties": false});
+    let (text, finish) = run(&e, &Grammar::JsonSchema(schema), params.clone(), 200);
+    assert_eq!(finish, FinishReason::Stop, "{text:?}");
+    let v: Value = serde_json::from_str(&text).unwrap();
+    let x = v["x"].as_f64().unwrap();
+    assert!((0.0..=1.0).contains(&x), "{text}");
+    let longest = text
+        .split(|c: char| !c.is_ascii_digit())
+        .map(str::len)
+        .max()
+        .unwrap();
+    assert!(longest <= crate::constraint::MAX_DIGIT_RUN, "{text}");
+    assert!(longest >= 8, "the bias did push digits: {text}");
+    let (text, finish) = run(&e, &Grammar::Regex("[0-9]{40}".into()), params, 200);
+    assert_eq!((text.len(), finish), (40, FinishReason::Stop), "{text:?}");
+}

@@ -117,7 +117,11 @@ pub(super) fn run(shared: &Shared, mut slots: Vec<Slot>, mut decoder: BatchDecod
                 session.begin(&job.prompt, &sampler, &job.opts)
             }));
             match begun {
-                Ok(Ok(decoding)) => {
+                Ok(Ok(mut decoding)) => {
+                    let mut job = job;
+                    if let Some(c) = job.constraint.take() {
+                        decoding.constrain(c);
+                    }
                     metrics
                         .prefill_evaluated
                         .fetch_add(decoding.prompt_tokens_evaluated() as u64, Ordering::Relaxed);
