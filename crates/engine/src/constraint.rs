@@ -100,7 +100,11 @@ struct DigitInfo {
 
 impl DigitInfo {
     fn of(bytes: &[u8]) -> Self {
-        let trailing = bytes.iter().rev().take_while(|b| b.is_ascii_digit()).count();
+        let trailing = bytes
+            .iter()
+            .rev()
+            .take_while(|b| b.is_ascii_digit())
+            .count();
         Self {
             leads: bytes.first().is_some_and(u8::is_ascii_digit),
             all: !bytes.is_empty() && trailing == bytes.len(),
@@ -243,9 +247,14 @@ impl Grammars {
             return Err(bad(clean_error(&e)));
         }
         // A grammar that allows no first token and cannot end matches nothing.
-        let mask = matcher
-            .compute_mask()
-            .map_err(|e| bad(clean_error(&e.to_string())))?;
+        let mask = matcher.compute_mask().map_err(|e| {
+            let e = e.to_string();
+            if e.starts_with("NoExtension") || matcher.is_stopped() {
+                bad("it matches no output at all (a `$ref` cycle without a way out, or rules that never end?)".into())
+            } else {
+                bad(clean_error(&e))
+            }
+        })?;
         let accepting = matcher.is_accepting().unwrap_or(false);
         if mask.is_zero() && !accepting {
             return Err(bad("it matches no output at all".into()));
@@ -307,6 +316,8 @@ fn json_kind(v: &Value) -> &'static str {
 /// llguidance's messages, on one line and without its internal backtrace.
 fn clean_error(msg: &str) -> String {
     let first = msg.split("\nStack backtrace").next().unwrap_or(msg);
+    // The parser's state dump helps llguidance's authors, not our users.
+    let first = first.split("<state>").next().unwrap_or(first);
     let one_line: Vec<&str> = first
         .lines()
         .map(str::trim)
@@ -439,9 +450,8 @@ impl Constraint {
         // At the digit cap, refuse tokens that lengthen the run, unless the
         // grammar allows nothing else (it then needs the digits).
         let cap_digits = self.at_digit_cap()
-            && (0..logits.len()).any(|id| {
-                allowed(id) && !self.digits.get(id).is_some_and(|d| d.leads)
-            });
+            && (0..logits.len())
+                .any(|id| allowed(id) && !self.digits.get(id).is_some_and(|d| d.leads));
         let mut any = false;
         for (id, l) in logits.iter_mut().enumerate() {
             let ok = allowed(id) && !(cap_digits && self.digits.get(id).is_some_and(|d| d.leads));
@@ -468,7 +478,8 @@ impl Constraint {
         let t0 = Instant::now();
         let first = if self.first_mask.is_none() {
             let id = sampler.pick(logits);
-            let lengthens = self.at_digit_cap() && self.digits.get(id as usize).is_some_and(|d| d.leads);
+            let lengthens =
+                self.at_digit_cap() && self.digits.get(id as usize).is_some_and(|d| d.leads);
             (!lengthens && self.allows(id)).then_some(id)
         } else {
             None

@@ -69,7 +69,11 @@ pub fn tool_grammar(tools: &[Tool], choice: &ToolChoice) -> Result<Option<Gramma
         ToolChoice::None => return Ok(None),
         ToolChoice::Function(name) => match tools.iter().find(|t| &t.name == name) {
             Some(t) => vec![t],
-            None => return Err(format!("tool_choice names `{name}`, which is not in `tools`")),
+            None => {
+                return Err(format!(
+                    "tool_choice names `{name}`, which is not in `tools`"
+                ))
+            }
         },
         ToolChoice::Auto | ToolChoice::Required => tools.iter().collect(),
     };
@@ -172,7 +176,11 @@ mod tests {
     #[test]
     fn calls_parse_only_when_they_name_a_tool() {
         let tools = [weather()];
-        let call = parse_tool_call(r#" {"name": "get_weather", "arguments": {"city": "Oslo"}}"#, &tools).unwrap();
+        let call = parse_tool_call(
+            r#" {"name": "get_weather", "arguments": {"city": "Oslo"}}"#,
+            &tools,
+        )
+        .unwrap();
         assert_eq!(call.arguments["city"], "Oslo");
         assert_eq!(parse_tool_call(&call_text(&call), &tools), Some(call));
         assert!(parse_tool_call(r#"{"name": "other", "arguments": {}}"#, &tools).is_none());

@@ -251,14 +251,12 @@ pub fn parse_chat(body: &[u8], defaults: &SamplingParams) -> Result<Request, Api
             "user" => "user",
             "assistant" | "model" => "assistant",
             "tool" | "function" => "tool",
-            other => {
-                return Err(ApiError::bad_param(
-                    &format!("messages[{i}].role"),
-                    format!(
-                        "Unsupported role `{other}`; use system, developer, user, assistant or tool."
-                    ),
-                ))
-            }
+            other => return Err(ApiError::bad_param(
+                &format!("messages[{i}].role"),
+                format!(
+                    "Unsupported role `{other}`; use system, developer, user, assistant or tool."
+                ),
+            )),
         };
         let content = match m.content {
             None => String::new(),
@@ -284,10 +282,11 @@ pub fn parse_chat(body: &[u8], defaults: &SamplingParams) -> Result<Request, Api
             "tool" => {
                 // The template knows user and model turns only: a result is
                 // a user turn, merged with the results right before it.
-                let name = m
-                    .name
-                    .clone()
-                    .or_else(|| m.tool_call_id.as_ref().and_then(|id| call_names.get(id).cloned()));
+                let name = m.name.clone().or_else(|| {
+                    m.tool_call_id
+                        .as_ref()
+                        .and_then(|id| call_names.get(id).cloned())
+                });
                 let text = tools::result_text(name.as_deref(), &content);
                 match messages.last_mut() {
                     Some(last) if last.role == "user" => {
@@ -365,7 +364,10 @@ fn parse_tools(
         if t.kind != "function" {
             return Err(ApiError::bad_param(
                 &format!("tools[{i}].type"),
-                format!("Tools of type `{}` are not supported; only `function`.", t.kind),
+                format!(
+                    "Tools of type `{}` are not supported; only `function`.",
+                    t.kind
+                ),
             ));
         }
         let name = t.function.name;
@@ -377,7 +379,9 @@ fn parse_tools(
         if !valid {
             return Err(ApiError::bad_param(
                 &format!("tools[{i}].function.name"),
-                format!("`{name}` is not a valid function name (1 to 64 of a-z, A-Z, 0-9, _ and -)."),
+                format!(
+                    "`{name}` is not a valid function name (1 to 64 of a-z, A-Z, 0-9, _ and -)."
+                ),
             ));
         }
         if tools.iter().any(|t: &Tool| t.name == name) {
@@ -461,12 +465,12 @@ fn parse_grammar(c: &mut Common) -> Result<Option<(Grammar, &'static str)>, ApiE
                 };
                 found.push((Grammar::JsonSchema(schema.clone()), "response_format"));
             }
-            other => {
-                return Err(ApiError::bad_param(
-                    "response_format.type",
-                    format!("Unknown response_format type `{other}`; use text, json_object or json_schema."),
-                ))
-            }
+            other => return Err(ApiError::bad_param(
+                "response_format.type",
+                format!(
+                    "Unknown response_format type `{other}`; use text, json_object or json_schema."
+                ),
+            )),
         }
     }
     if let Some(g) = c.grammar.take() {

@@ -347,7 +347,10 @@ pub fn python_with(packages: &[(&str, &str)]) -> std::path::PathBuf {
     let venv = root.join("target/pyenv");
     let python = venv.join("bin/python");
     let imports = |py: &Path| {
-        let code: String = packages.iter().map(|(m, _)| format!("import {m}\n")).collect();
+        let code: String = packages
+            .iter()
+            .map(|(m, _)| format!("import {m}\n"))
+            .collect();
         Command::new(py)
             .args(["-c", &code])
             .status()
@@ -365,7 +368,13 @@ pub fn python_with(packages: &[(&str, &str)]) -> std::path::PathBuf {
         assert!(st.success(), "python3 -m venv failed");
     }
     let st = Command::new(&python)
-        .args(["-m", "pip", "install", "--quiet", "--disable-pip-version-check"])
+        .args([
+            "-m",
+            "pip",
+            "install",
+            "--quiet",
+            "--disable-pip-version-check",
+        ])
         .args(packages.iter().map(|(_, spec)| *spec))
         .status()
         .expect("run pip");

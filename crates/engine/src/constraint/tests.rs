@@ -177,7 +177,7 @@ fn bad_grammars_are_refused_with_the_problem_named() {
     // A `$ref` cycle with no way out.
     let cyc = json!({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"});
     let m = msg(Grammar::JsonSchema(cyc));
-    assert!(m.starts_with("json_schema:"), "{m}");
+    assert!(m.contains("matches no output"), "{m}");
     let m = msg(Grammar::JsonSchema(
         json!({"type": "string", "format": "not-a-format"}),
     ));
