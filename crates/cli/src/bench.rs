@@ -1,6 +1,7 @@
 //! `hearth bench`: llama-bench-style throughput rows.
 
 use crate::commands::load_engine;
+use crate::ConstraintArgs;
 use crate::ModelArgs;
 use anyhow::{bail, Result};
 use engine::bench::{BenchResult, BenchTest};
@@ -50,6 +51,13 @@ pub struct BenchArgs {
     /// the CPU's best, as HEARTH_CPU does. Default: the best.
     #[arg(long, value_name = "TIER")]
     pub cpu: Option<String>,
+    /// Measure sampled decode under this constraint against the same decode
+    /// without one (`tg N` rows become `sampled tgN` pairs).
+    #[command(flatten)]
+    pub constraint: ConstraintArgs,
+    /// Sequences decoded together in the constrained comparison.
+    #[arg(long, default_value_t = 1)]
+    pub seqs: usize,
 }
 
 /// Run every (threads, test) combination and print a row for each.
@@ -75,6 +83,7 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
     if tests.is_empty() {
         bail!("nothing to measure: give -p or -n above 0");
     }
+    let grammar = args.constraint.grammar()?;
     if let Some(tier) = &args.cpu {
         engine::bench::select_kernels(tier)?;
     }
@@ -109,6 +118,12 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
             decode_bytes: engine.decode_bytes(),
             bandwidth,
         };
+        if let Some(grammar) = &grammar {
+            for &n in args.n_gen.iter().filter(|&&n| n > 0) {
+                constrained_rows(&engine, &name, grammar, n, args)?;
+            }
+            continue;
+        }
         for &test in &tests {
             let r = engine.bench(test, args.depth, args.reps)?;
             row.print(&r, args.json);
@@ -170,4 +185,75 @@ impl Row<'_> {
             );
         }
     }
+}
+
+/// Sampled decode of `n` tokens per sequence, free and under `grammar`, and
+/// what the constraint cost per token.
+fn constrained_rows(
+    engine: &engine::Engine,
+    model: &str,
+    grammar: &engine::Grammar,
+    n: usize,
+    args: &BenchArgs,
+) -> Result<()> {
+    let tok = engine.tokenizer();
+    let prompt = tok.encode("Here is the answer as JSON:\n", tok.add_bos(), true);
+    let params = engine::SamplingParams {
+        seed: 42,
+        ..engine::SamplingParams::default()
+    };
+    let free = engine.bench_sampled(&prompt, n, args.seqs, None, &params, args.reps)?;
+    let held = engine.bench_sampled(&prompt, n, args.seqs, Some(grammar), &params, args.reps)?;
+    let stats = held.constraint.unwrap_or_default();
+    let per_token_us =
+        (stats.mask_time + stats.check_time).as_secs_f64() * 1e6 / stats.tokens.max(1) as f64;
+    let mask_us = stats.mask_time.as_secs_f64() * 1e6 / stats.masks.max(1) as f64;
+    let ratio = held.mean() / free.mean().max(1e-9);
+    if args.json {
+        for (r, kind) in [(&free, "free"), (&held, grammar.kind())] {
+            let v = serde_json::json!({
+                "model": model,
+                "test": format!("sampled tg{n}"),
+                "constraint": kind,
+                "seqs": r.seqs,
+                "threads": engine.model().threads(),
+                "avg_ts": r.mean(),
+                "samples_ts": r.samples,
+                "tokens": r.tokens,
+            });
+            println!("{v}");
+        }
+        let v = serde_json::json!({
+            "model": model,
+            "test": format!("sampled tg{n}"),
+            "constraint_cost": {
+                "ratio": ratio,
+                "us_per_token": per_token_us,
+                "masks_per_token": stats.masks as f64 / stats.tokens.max(1) as f64,
+                "us_per_mask": mask_us,
+            },
+        });
+        println!("{v}");
+    } else {
+        println!(
+            "| {model} | {} | {} | sampled tg{n} x{} free | {:.2} | |",
+            engine::bench::kernel_set(),
+            engine.model().threads(),
+            free.seqs,
+            free.mean()
+        );
+        println!(
+            "| {model} | {} | {} | sampled tg{n} x{} {} | {:.2} ({:.1}% of free) | constraint {:.0} µs/token: {:.2} masks/token at {:.0} µs each |",
+            engine::bench::kernel_set(),
+            engine.model().threads(),
+            held.seqs,
+            grammar.kind(),
+            held.mean(),
+            100.0 * ratio,
+            per_token_us,
+            stats.masks as f64 / stats.tokens.max(1) as f64,
+            mask_us
+        );
+    }
+    Ok(())
 }

@@ -1,7 +1,7 @@
 //! `hearth chat`: a multi-turn conversation on stdin/stdout.
 
 use crate::commands::{load_engine, report_session};
-use crate::{ModelArgs, SampleArgs};
+use crate::{ConstraintArgs, ModelArgs, SampleArgs};
 use anyhow::Result;
 use engine::{ChatMessage, EngineError, FinishReason, GenerateOptions, Sampler};
 use std::io::{BufRead, IsTerminal, Write};
@@ -18,12 +18,18 @@ const CANCEL: u8 = 2;
 pub fn run(
     args: &ModelArgs,
     sample: &SampleArgs,
+    constraint: &ConstraintArgs,
     system: Option<String>,
     prompt: Option<String>,
     n_predict: usize,
 ) -> Result<ExitCode> {
+    let grammar = constraint.grammar()?;
     let engine = load_engine(args, sample.params())?;
     report_session(&engine);
+    if let Some(g) = &grammar {
+        // Refuse a bad grammar before the first message, not after it.
+        engine.constraint(g)?;
+    }
     let mut session = engine.session();
     let mut sampler = Sampler::new(engine.options().sampling.clone());
     let opts = GenerateOptions {
@@ -104,7 +110,12 @@ pub fn run(
         state.store(GENERATING, Ordering::SeqCst);
         let stdout = std::io::stdout();
         let mut out = stdout.lock();
-        let result = session.generate(&ids, &mut sampler, &opts, |ev| {
+        // Each reply is held to the grammar on its own.
+        let constraint = match &grammar {
+            Some(g) => Some(engine.constraint(g)?),
+            None => None,
+        };
+        let result = session.generate_constrained(&ids, &mut sampler, &opts, constraint, |ev| {
             let _ = out.write_all(ev.text.as_bytes()).and_then(|_| out.flush());
             state.load(Ordering::SeqCst) != CANCEL
         });

@@ -1,6 +1,6 @@
 //! The one-shot commands: wiring between flags, the engine and stdout.
 
-use crate::{ModelArgs, SampleArgs};
+use crate::{ConstraintArgs, ModelArgs, SampleArgs};
 use anyhow::{bail, Context, Result};
 use engine::{Engine, GenerateOptions, Sampler, SamplingParams};
 use std::io::{Read, Write};
@@ -89,14 +89,17 @@ fn mib(b: usize) -> f64 {
 pub fn complete(
     args: &ModelArgs,
     sample: &SampleArgs,
+    constraint: &ConstraintArgs,
     source: PromptSource,
     n_predict: usize,
     json: bool,
     ignore_eos: bool,
 ) -> Result<ExitCode> {
     let prompt = source.read()?;
+    let grammar = constraint.grammar()?;
     let engine = load_engine(args, sample.params())?;
     report_session(&engine);
+    let constraint = grammar.map(|g| engine.constraint(&g)).transpose()?;
     let tok = engine.tokenizer();
     let ids = tok.encode(&prompt, tok.add_bos(), true);
     let mut session = engine.session();
@@ -110,7 +113,7 @@ pub fn complete(
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let mut write_failed = None;
-    let generation = session.generate(&ids, &mut sampler, &opts, |ev| {
+    let generation = session.generate_constrained(&ids, &mut sampler, &opts, constraint, |ev| {
         if !json && !ev.text.is_empty() {
             if let Err(e) = out.write_all(ev.text.as_bytes()).and_then(|_| out.flush()) {
                 // A closed pipe (`| head`) ends generation quietly.
@@ -146,6 +149,14 @@ pub fn complete(
         generation.gen_tokens_per_s(),
         generation.finish
     );
+    if let Some(c) = generation.constraint {
+        eprintln!(
+            "hearth: constraint: {} masks in {:.1} ms, {:.0} µs per token",
+            c.masks,
+            c.mask_time.as_secs_f64() * 1e3,
+            c.per_token().as_secs_f64() * 1e6
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }
 

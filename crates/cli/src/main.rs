@@ -92,6 +92,53 @@ impl SampleArgs {
     }
 }
 
+/// Output constraints shared by `complete`, `chat` and `bench`: at most one.
+#[derive(Args, Debug, Clone, Default)]
+#[group(multiple = false)]
+pub(crate) struct ConstraintArgs {
+    /// Hold the output to the JSON Schema in FILE.
+    #[arg(long, value_name = "FILE")]
+    json_schema: Option<std::path::PathBuf>,
+    /// Hold the output to the grammar in FILE: llguidance's Lark syntax when
+    /// the name ends in `.lark`, else llama.cpp's GBNF.
+    #[arg(long, value_name = "FILE")]
+    grammar: Option<std::path::PathBuf>,
+    /// Hold the output to a regular expression (the whole output matches).
+    #[arg(long, value_name = "RE")]
+    regex: Option<String>,
+    /// The output is one JSON object.
+    #[arg(long)]
+    json_object: bool,
+}
+
+impl ConstraintArgs {
+    /// The grammar asked for, read from its file; `None` when unconstrained.
+    pub(crate) fn grammar(&self) -> anyhow::Result<Option<engine::Grammar>> {
+        use anyhow::Context;
+        let read = |p: &std::path::Path| {
+            std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))
+        };
+        Ok(if let Some(p) = &self.json_schema {
+            let schema = serde_json::from_str(&read(p)?)
+                .with_context(|| format!("{} is not valid JSON", p.display()))?;
+            Some(engine::Grammar::JsonSchema(schema))
+        } else if let Some(p) = &self.grammar {
+            let src = read(p)?;
+            Some(if p.extension().is_some_and(|e| e == "lark") {
+                engine::Grammar::Lark(src)
+            } else {
+                engine::Grammar::Gbnf(src)
+            })
+        } else if let Some(r) = &self.regex {
+            Some(engine::Grammar::Regex(r.clone()))
+        } else if self.json_object {
+            Some(engine::Grammar::JsonObject)
+        } else {
+            None
+        })
+    }
+}
+
 impl ModelArgs {
     /// The one [`engine::RunOptions`] these flags (and `sampling`) make.
     fn run_options(&self, sampling: engine::SamplingParams) -> engine::RunOptions {
@@ -118,6 +165,8 @@ enum Command {
         model: ModelArgs,
         #[command(flatten)]
         sample: SampleArgs,
+        #[command(flatten)]
+        constraint: ConstraintArgs,
         /// The prompt; read from stdin when omitted.
         #[arg(short, long)]
         prompt: Option<String>,
@@ -140,6 +189,8 @@ enum Command {
         model: ModelArgs,
         #[command(flatten)]
         sample: SampleArgs,
+        #[command(flatten)]
+        constraint: ConstraintArgs,
         /// System prompt.
         #[arg(long)]
         system: Option<String>,
@@ -231,6 +282,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Complete {
             model,
             sample,
+            constraint,
             prompt,
             file,
             n_predict,
@@ -239,6 +291,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         } => commands::complete(
             &model,
             &sample,
+            &constraint,
             commands::PromptSource::new(prompt, file),
             n_predict,
             json,
@@ -247,10 +300,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Chat {
             model,
             sample,
+            constraint,
             system,
             prompt,
             n_predict,
-        } => chat::run(&model, &sample, system, prompt, n_predict),
+        } => chat::run(&model, &sample, &constraint, system, prompt, n_predict),
         Command::Tokenize {
             model,
             no_bos,

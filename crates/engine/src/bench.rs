@@ -167,3 +167,146 @@ mod tests {
         assert_eq!(BenchTest::Generate(128).name(), "tg128");
     }
 }
+
+/// Timings of real sampled generation, with or without a constraint.
+#[derive(Debug, Clone)]
+pub struct SampledBench {
+    /// Sequences decoded together in each step.
+    pub seqs: usize,
+    /// Tokens per second (all sequences together) of each repetition,
+    /// counting decode steps only (prompts excluded).
+    pub samples: Vec<f64>,
+    /// Tokens generated in all repetitions.
+    pub tokens: u64,
+    /// What the constraints cost, summed over every generation, when there
+    /// was one.
+    pub constraint: Option<crate::ConstraintStats>,
+}
+
+impl SampledBench {
+    /// Mean tokens per second.
+    pub fn mean(&self) -> f64 {
+        self.samples.iter().sum::<f64>() / self.samples.len().max(1) as f64
+    }
+}
+
+impl Engine {
+    /// Generate from `prompt` with sampling, `seqs` sequences at a time in
+    /// one batched step, until each repetition has produced `n_gen` tokens
+    /// per sequence; a generation that ends sooner (a grammar completes, an
+    /// end token) is started over from the cached prompt. With `grammar`
+    /// every generation is held to it, so the difference to a run without
+    /// is what constrained decoding costs.
+    pub fn bench_sampled(
+        &self,
+        prompt: &[u32],
+        n_gen: usize,
+        seqs: usize,
+        grammar: Option<&crate::Grammar>,
+        params: &crate::SamplingParams,
+        reps: usize,
+    ) -> Result<SampledBench, EngineError> {
+        use crate::{BatchItem, Decoding, GenerateOptions, Sampler};
+        let seqs = seqs.max(1);
+        if n_gen == 0 {
+            return Err(EngineError::InvalidRequest(
+                "a benchmark needs at least one token".into(),
+            ));
+        }
+        let mut sessions: Vec<_> = (0..seqs).map(|_| self.session()).collect();
+        let mut decoder = self.batch_decoder(seqs);
+        let opts = GenerateOptions {
+            max_tokens: n_gen,
+            stop: Vec::new(),
+            stop_on_eog: true,
+            render_special: false,
+        };
+        let mut total = crate::ConstraintStats::default();
+        let mut tokens = 0u64;
+        let mut samples = Vec::with_capacity(reps);
+        let start_seq = |session: &mut crate::Session,
+                             i: usize,
+                             k: u64|
+         -> Result<(Decoding, Sampler), EngineError> {
+            let sampler = Sampler::new(crate::SamplingParams {
+                seed: params.seed.wrapping_add(i as u64 * 7919 + k),
+                ..params.clone()
+            });
+            let mut d = session.begin(prompt, &sampler, &opts)?;
+            session.prefill(&mut d, usize::MAX)?;
+            if let Some(g) = grammar {
+                d.constrain(self.constraint(g)?);
+            }
+            Ok((d, sampler))
+        };
+        // One untimed warm-up repetition, then `reps` timed ones.
+        for rep in 0..=reps.max(1) {
+            let mut live: Vec<(Decoding, Sampler)> = Vec::with_capacity(seqs);
+            for (i, s) in sessions.iter_mut().enumerate() {
+                live.push(start_seq(s, i, rep as u64 * 1000)?);
+            }
+            let mut produced = 0usize;
+            let mut restarts = 0u64;
+            let mut time = Duration::ZERO;
+            let mut first_error = None;
+            while produced < n_gen * seqs {
+                let before: usize = live.iter().map(|(d, _)| d.ids().len()).sum();
+                let mut items: Vec<BatchItem<'_>> = sessions
+                    .iter_mut()
+                    .zip(live.iter_mut())
+                    .map(|(session, (decoding, sampler))| BatchItem {
+                        session,
+                        decoding,
+                        sampler,
+                    })
+                    .collect();
+                let t0 = Instant::now();
+                decoder.step(&mut items, |_, step| {
+                    if let Err(e) = step {
+                        first_error.get_or_insert(e);
+                    }
+                });
+                time += t0.elapsed();
+                drop(items);
+                if let Some(e) = first_error.take() {
+                    return Err(e);
+                }
+                let after: usize = live.iter().map(|(d, _)| d.ids().len()).sum();
+                produced += after - before;
+                for (i, s) in sessions.iter_mut().enumerate() {
+                    if live[i].0.is_done() {
+                        if rep > 0 {
+                            if let Some(c) = live[i].0.constraint_stats() {
+                                add_stats(&mut total, &c);
+                            }
+                        }
+                        restarts += 1;
+                        live[i] = start_seq(s, i, rep as u64 * 1000 + restarts)?;
+                    }
+                }
+            }
+            if rep > 0 {
+                for (d, _) in &live {
+                    if let Some(c) = d.constraint_stats() {
+                        add_stats(&mut total, &c);
+                    }
+                }
+                tokens += produced as u64;
+                samples.push(produced as f64 / time.as_secs_f64().max(1e-9));
+            }
+        }
+        Ok(SampledBench {
+            seqs,
+            samples,
+            tokens,
+            constraint: grammar.map(|_| total),
+        })
+    }
+}
+
+fn add_stats(total: &mut crate::ConstraintStats, c: &crate::ConstraintStats) {
+    total.tokens += c.tokens;
+    total.masks += c.masks;
+    total.mask_time += c.mask_time;
+    total.check_time += c.check_time;
+}

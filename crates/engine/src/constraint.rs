@@ -475,9 +475,11 @@ impl Constraint {
         sampler: &mut Sampler,
         logits: &mut [f32],
     ) -> Result<u32, EngineError> {
-        let t0 = Instant::now();
+        let mut t0 = Instant::now();
         let first = if self.first_mask.is_none() {
             let id = sampler.pick(logits);
+            // The draw itself is sampling's cost, paid unconstrained too.
+            t0 = Instant::now();
             let lengthens =
                 self.at_digit_cap() && self.digits.get(id as usize).is_some_and(|d| d.leads);
             (!lengthens && self.allows(id)).then_some(id)

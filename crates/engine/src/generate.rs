@@ -56,6 +56,8 @@ pub struct Generation {
     pub prompt_time: Duration,
     /// Time spent generating.
     pub gen_time: Duration,
+    /// What the constraint cost, when the output had one.
+    pub constraint: Option<ConstraintStats>,
 }
 
 impl Generation {
@@ -182,7 +184,9 @@ impl Decoding {
 
     /// The finished (or cancelled) generation.
     pub fn into_generation(self) -> Generation {
+        let constraint = self.constraint_stats();
         Generation {
+            constraint,
             ids: self.ids,
             text: self.text,
             finish: self.finish.unwrap_or(FinishReason::Cancelled),
@@ -202,9 +206,25 @@ impl Session {
         prompt: &[u32],
         sampler: &mut Sampler,
         opts: &GenerateOptions,
+        on_token: impl FnMut(TokenEvent<'_>) -> bool,
+    ) -> Result<Generation, EngineError> {
+        self.generate_constrained(prompt, sampler, opts, None, on_token)
+    }
+
+    /// [`Session::generate`] with the output held to `constraint` when one
+    /// is given. The constraint's costs end up in the generation.
+    pub fn generate_constrained(
+        &mut self,
+        prompt: &[u32],
+        sampler: &mut Sampler,
+        opts: &GenerateOptions,
+        constraint: Option<Constraint>,
         mut on_token: impl FnMut(TokenEvent<'_>) -> bool,
     ) -> Result<Generation, EngineError> {
         let mut decoding = self.start(prompt, sampler, opts)?;
+        if let Some(c) = constraint {
+            decoding.constrain(c);
+        }
         loop {
             let step = self.step(&mut decoding, sampler)?;
             let done = step.finish.is_some();

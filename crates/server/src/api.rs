@@ -251,12 +251,14 @@ pub fn parse_chat(body: &[u8], defaults: &SamplingParams) -> Result<Request, Api
             "user" => "user",
             "assistant" | "model" => "assistant",
             "tool" | "function" => "tool",
-            other => return Err(ApiError::bad_param(
-                &format!("messages[{i}].role"),
-                format!(
+            other => {
+                return Err(ApiError::bad_param(
+                    &format!("messages[{i}].role"),
+                    format!(
                     "Unsupported role `{other}`; use system, developer, user, assistant or tool."
                 ),
-            )),
+                ))
+            }
         };
         let content = match m.content {
             None => String::new(),
@@ -465,12 +467,14 @@ fn parse_grammar(c: &mut Common) -> Result<Option<(Grammar, &'static str)>, ApiE
                 };
                 found.push((Grammar::JsonSchema(schema.clone()), "response_format"));
             }
-            other => return Err(ApiError::bad_param(
-                "response_format.type",
-                format!(
+            other => {
+                return Err(ApiError::bad_param(
+                    "response_format.type",
+                    format!(
                     "Unknown response_format type `{other}`; use text, json_object or json_schema."
                 ),
-            )),
+                ))
+            }
         }
     }
     if let Some(g) = c.grammar.take() {
