@@ -15,20 +15,40 @@ const GENERATING: u8 = 1;
 const CANCEL: u8 = 2;
 
 /// Run a chat: one reply for `-p`, else a read-reply loop until end of input.
+/// What a chat asks for beyond the model and sampling flags.
+pub struct Turns {
+    /// System prompt.
+    pub system: Option<String>,
+    /// Answer this one message and exit.
+    pub prompt: Option<String>,
+    /// Most tokens per reply.
+    pub n_predict: usize,
+    /// Thinking on, with an optional budget of thought tokens.
+    pub think: Option<Option<usize>>,
+}
+
 pub fn run(
     args: &ModelArgs,
     sample: &SampleArgs,
     constraint: &ConstraintArgs,
-    system: Option<String>,
-    prompt: Option<String>,
-    n_predict: usize,
+    turns: Turns,
 ) -> Result<ExitCode> {
+    let Turns {
+        system,
+        prompt,
+        n_predict,
+        think,
+    } = turns;
     let grammar = constraint.grammar()?;
     let engine = load_engine(args, sample.params())?;
     report_session(&engine);
     if let Some(g) = &grammar {
         // Refuse a bad grammar before the first message, not after it.
         engine.constraint(g)?;
+    }
+    let thinking = think.and_then(|budget| engine.thinking(budget));
+    if think.is_some() && thinking.is_none() {
+        eprintln!("(this model does not think; --think is ignored)");
     }
     let mut session = engine.session();
     let mut sampler = Sampler::new(engine.options().sampling.clone());
@@ -96,7 +116,7 @@ pub fn run(
             break;
         }
         messages.push(ChatMessage::user(user.clone()));
-        let ids = match engine.encode_chat(&messages) {
+        let ids = match engine.encode_chat_thinking(&messages, thinking.is_some()) {
             Ok(ids) => ids,
             Err(e) => {
                 messages.pop();
@@ -115,10 +135,30 @@ pub fn run(
             Some(g) => Some(engine.constraint(g)?),
             None => None,
         };
-        let result = session.generate_constrained(&ids, &mut sampler, &opts, constraint, |ev| {
-            let _ = out.write_all(ev.text.as_bytes()).and_then(|_| out.flush());
+        let tty = std::io::stdout().is_terminal();
+        let mut in_thought = false;
+        let result = session.generate_constrained(&ids, &mut sampler, &opts, constraint, thinking, |ev| {
+            if !ev.thought.is_empty() {
+                if tty {
+                    // Dimmed, on the terminal, before the answer.
+                    let _ = write!(out, "\x1b[2m{}", ev.thought).and_then(|_| out.flush());
+                    in_thought = true;
+                } else {
+                    eprint!("{}", ev.thought);
+                }
+            }
+            if !ev.text.is_empty() {
+                if in_thought {
+                    let _ = write!(out, "\x1b[0m\n\n");
+                    in_thought = false;
+                }
+                let _ = out.write_all(ev.text.as_bytes()).and_then(|_| out.flush());
+            }
             state.load(Ordering::SeqCst) != CANCEL
         });
+        if in_thought {
+            let _ = write!(out, "\x1b[0m");
+        }
         state.store(IDLE, Ordering::SeqCst);
         let _ = writeln!(out);
         match result {

@@ -113,7 +113,7 @@ pub fn complete(
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let mut write_failed = None;
-    let generation = session.generate_constrained(&ids, &mut sampler, &opts, constraint, |ev| {
+    let generation = session.generate_constrained(&ids, &mut sampler, &opts, constraint, None, |ev| {
         if !json && !ev.text.is_empty() {
             if let Err(e) = out.write_all(ev.text.as_bytes()).and_then(|_| out.flush()) {
                 // A closed pipe (`| head`) ends generation quietly.

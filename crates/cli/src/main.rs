@@ -200,6 +200,13 @@ enum Command {
         /// Most tokens per reply.
         #[arg(short = 'n', long, default_value_t = 1024)]
         n_predict: usize,
+        /// Let a model that thinks (Gemma 4) think before it answers; the
+        /// thought shows dimmed (on stderr when stdout is not a terminal).
+        #[arg(long)]
+        think: bool,
+        /// Most thought tokens per reply (with --think).
+        #[arg(long, value_name = "N", requires = "think")]
+        thinking_budget: Option<usize>,
     },
     /// Print the token ids of TEXT as a JSON array.
     Tokenize {
@@ -304,7 +311,19 @@ fn run(cli: Cli) -> Result<ExitCode> {
             system,
             prompt,
             n_predict,
-        } => chat::run(&model, &sample, &constraint, system, prompt, n_predict),
+            think,
+            thinking_budget,
+        } => chat::run(
+            &model,
+            &sample,
+            &constraint,
+            chat::Turns {
+                system,
+                prompt,
+                n_predict,
+                think: think.then_some(thinking_budget),
+            },
+        ),
         Command::Tokenize {
             model,
             no_bos,

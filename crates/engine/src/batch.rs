@@ -207,6 +207,7 @@ impl Decoding {
         Step {
             id: self.ids.last().copied(),
             text: &self.text[from.min(self.text.len())..],
+            thought: "",
             finish: self.finish,
         }
     }

@@ -2,7 +2,8 @@
 //! with sampling, stop strings, end-of-generation tokens and streaming of the
 //! text that is safe to show.
 
-use crate::{Constraint, ConstraintStats, EngineError, Sampler, Session};
+use crate::thinking::ThinkState;
+use crate::{Constraint, ConstraintStats, EngineError, Sampler, Session, Thinking};
 use std::time::{Duration, Instant};
 use tokenizer::StreamDecoder;
 
@@ -37,6 +38,8 @@ pub struct TokenEvent<'a> {
     pub id: u32,
     /// Text that became complete with this token (may be empty).
     pub text: &'a str,
+    /// Thought text that came with this token, when thinking is on.
+    pub thought: &'a str,
 }
 
 /// What a generation produced.
@@ -58,6 +61,8 @@ pub struct Generation {
     pub gen_time: Duration,
     /// What the constraint cost, when the output had one.
     pub constraint: Option<ConstraintStats>,
+    /// The thought, when thinking was on (may be empty).
+    pub thought: Option<String>,
 }
 
 impl Generation {
@@ -80,6 +85,8 @@ pub struct Step<'a> {
     pub id: Option<u32>,
     /// Text that became safe to show with this step (may be empty).
     pub text: &'a str,
+    /// Thought text this step added, when thinking is on (may be empty).
+    pub thought: &'a str,
     /// Set when the generation has ended.
     pub finish: Option<FinishReason>,
 }
@@ -109,6 +116,8 @@ pub struct Decoding {
     pub(crate) gen_start: Instant,
     /// The grammar the output must match, if any.
     pub(crate) constraint: Option<Constraint>,
+    /// The thought channel, when thinking is on.
+    pub(crate) think: Option<ThinkState>,
 }
 
 impl Decoding {
@@ -155,6 +164,19 @@ impl Decoding {
         self.constraint = Some(constraint);
     }
 
+    /// Keep the model's thought apart from its answer: tokens inside the
+    /// thought channel go to [`Step::thought`], never to the text (nor to a
+    /// constraint, which holds the answer only), and `thinking.budget`
+    /// closes the channel when spent. The prompt must have thinking on.
+    pub fn enable_thinking(&mut self, thinking: Thinking) {
+        self.think = Some(ThinkState::new(thinking));
+    }
+
+    /// The thought so far, when thinking is on.
+    pub fn thought(&self) -> Option<&str> {
+        self.think.as_ref().map(|t| t.text.as_str())
+    }
+
     /// What the constraint cost so far, when there is one.
     pub fn constraint_stats(&self) -> Option<ConstraintStats> {
         self.constraint.as_ref().map(Constraint::stats)
@@ -187,6 +209,7 @@ impl Decoding {
         let constraint = self.constraint_stats();
         Generation {
             constraint,
+            thought: self.think.map(|t| t.text),
             ids: self.ids,
             text: self.text,
             finish: self.finish.unwrap_or(FinishReason::Cancelled),
@@ -208,31 +231,40 @@ impl Session {
         opts: &GenerateOptions,
         on_token: impl FnMut(TokenEvent<'_>) -> bool,
     ) -> Result<Generation, EngineError> {
-        self.generate_constrained(prompt, sampler, opts, None, on_token)
+        self.generate_constrained(prompt, sampler, opts, None, None, on_token)
     }
 
-    /// [`Session::generate`] with the output held to `constraint` when one
-    /// is given. The constraint's costs end up in the generation.
+    /// [`Session::generate`] with the answer held to `constraint` and the
+    /// thought kept apart (`thinking`; the prompt must have thinking on)
+    /// when given. The constraint's costs and the thought end up in the
+    /// generation.
     pub fn generate_constrained(
         &mut self,
         prompt: &[u32],
         sampler: &mut Sampler,
         opts: &GenerateOptions,
         constraint: Option<Constraint>,
+        thinking: Option<Thinking>,
         mut on_token: impl FnMut(TokenEvent<'_>) -> bool,
     ) -> Result<Generation, EngineError> {
         let mut decoding = self.start(prompt, sampler, opts)?;
         if let Some(c) = constraint {
             decoding.constrain(c);
         }
+        if let Some(t) = thinking {
+            decoding.enable_thinking(t);
+        }
         loop {
             let step = self.step(&mut decoding, sampler)?;
             let done = step.finish.is_some();
             let wants_more = match step.id {
-                Some(id) if !step.text.is_empty() || !done => on_token(TokenEvent {
-                    id,
-                    text: step.text,
-                }),
+                Some(id) if !step.text.is_empty() || !step.thought.is_empty() || !done => {
+                    on_token(TokenEvent {
+                        id,
+                        text: step.text,
+                        thought: step.thought,
+                    })
+                }
                 _ => true,
             };
             if done {
@@ -301,6 +333,7 @@ impl Session {
             prompt_time: Duration::ZERO,
             gen_start: Instant::now(),
             constraint: None,
+            think: None,
         })
     }
 
@@ -391,6 +424,7 @@ impl Session {
             return Ok(Step {
                 id: None,
                 text: "",
+                thought: "",
                 finish: d.finish,
             });
         }
@@ -405,6 +439,7 @@ impl Session {
             return Ok(Step {
                 id: d.ids.last().copied(),
                 text: &d.text[from..],
+                thought: "",
                 finish: d.finish,
             });
         }
@@ -416,14 +451,46 @@ impl Session {
                     .logits(&mut self.scratch, rows.saturating_sub(1)..rows)?
             }
         };
-        let id = match d.constraint.as_mut() {
-            None => sampler.sample(logits, &self.tokens),
-            Some(c) => {
+        let forced = d.think.as_ref().and_then(ThinkState::forced);
+        let thinking = d.think.as_ref().is_some_and(ThinkState::thinking);
+        let id = match (forced, d.constraint.as_mut()) {
+            (Some(id), _) => id,
+            (None, None) => sampler.sample(logits, &self.tokens),
+            (None, Some(c)) if thinking => {
+                // A grammar holds the answer, not the thought: draw freely,
+                // and under the grammar only when the first token does not
+                // open the thought channel.
+                sampler.prepare(logits, &self.tokens);
+                let id = sampler.pick(logits);
+                let opens = d.think.as_ref().is_some_and(|t| id == t.spec.open);
+                let before = d.think.as_ref().is_some_and(ThinkState::before);
+                if before && !opens {
+                    c.sample(sampler, logits)?
+                } else {
+                    id
+                }
+            }
+            (None, Some(c)) => {
                 sampler.prepare(logits, &self.tokens);
                 c.sample(sampler, logits)?
             }
         };
         d.ids.push(id);
+        if !self.tokenizer.is_eog(id) {
+            if let Some(t) = d.think.as_mut() {
+                let from_t = t.text.len();
+                if t.take(id, &self.tokenizer).is_some() {
+                    d.pending = Some(id);
+                    let t = d.think.as_ref().map_or("", |t| &t.text[from_t..]);
+                    return Ok(Step {
+                        id: Some(id),
+                        text: "",
+                        thought: t,
+                        finish: None,
+                    });
+                }
+            }
+        }
         let from = d.emitted;
         // Under a grammar an end-of-generation token is only drawn where the
         // output may end, and it always ends it.
@@ -432,6 +499,7 @@ impl Session {
             return Ok(Step {
                 id: Some(id),
                 text: &d.text[from..],
+                thought: "",
                 finish: d.finish,
             });
         }
@@ -445,6 +513,7 @@ impl Session {
             return Ok(Step {
                 id: Some(id),
                 text: &d.text[from.min(cut)..],
+                thought: "",
                 finish: d.finish,
             });
         }
@@ -456,6 +525,7 @@ impl Session {
             return Ok(Step {
                 id: Some(id),
                 text: &d.text[from..],
+                thought: "",
                 finish: d.finish,
             });
         }
@@ -470,6 +540,7 @@ impl Session {
         Ok(Step {
             id: Some(id),
             text: &d.text[from..safe],
+            thought: "",
             finish: None,
         })
     }

@@ -17,6 +17,7 @@ mod options;
 mod sampling;
 mod score;
 mod session;
+mod thinking;
 pub mod tools;
 
 pub use batch::{BatchDecoder, BatchItem};
@@ -30,6 +31,7 @@ pub use options::{RunOptions, DEFAULT_BATCH, MAX_DEFAULT_CTX};
 pub use sampling::{argmax, Rng, Sampler, SamplingParams};
 pub use score::{logsumexp, top_k, PerplexityReport};
 pub use session::Session;
+pub use thinking::Thinking;
 pub use tokenizer::{ChatMessage, ChatTemplate, StreamDecoder, Tokenizer};
 
 /// Why loading a model or serving a request failed.

@@ -185,6 +185,34 @@ impl Engine {
     pub fn encode_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, EngineError> {
         Ok(self.tokenizer.encode_chat(&self.template, messages, true)?)
     }
+
+    /// The thought channel's markers when this model thinks: its template
+    /// has a thinking switch and its vocabulary the channel tokens
+    /// (`<|channel>`, `<channel|>`). `None` for models that do not think.
+    pub fn thinking(&self, budget: Option<usize>) -> Option<crate::Thinking> {
+        if !self.template.supports_thinking() {
+            return None;
+        }
+        let open = self.tokenizer.token_id("<|channel>")?;
+        let close = self.tokenizer.token_id("<channel|>")?;
+        Some(crate::Thinking {
+            open,
+            close,
+            budget,
+        })
+    }
+
+    /// [`Engine::encode_chat`] with the template's thinking switch on or off
+    /// (models without one ignore it).
+    pub fn encode_chat_thinking(
+        &self,
+        messages: &[ChatMessage],
+        thinking: bool,
+    ) -> Result<Vec<u32>, EngineError> {
+        Ok(self
+            .tokenizer
+            .encode_chat_thinking(&self.template, messages, true, thinking)?)
+    }
 }
 
 /// `file` requantized to the llama-quantize type `name`, in memory.

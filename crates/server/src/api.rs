@@ -56,6 +56,16 @@ struct Common {
     regex: Option<String>,
     /// Hearth's extension: a grammar in llguidance's Lark syntax.
     lark_grammar: Option<String>,
+    /// vLLM's and llama.cpp's way to set template switches;
+    /// `enable_thinking` turns thinking on or off.
+    chat_template_kwargs: Option<Value>,
+    /// Ollama's thinking switch.
+    think: Option<bool>,
+    /// OpenAI's reasoning effort: `none` turns thinking off, any other
+    /// level on.
+    reasoning_effort: Option<String>,
+    /// Most thought tokens before the thought channel is closed.
+    thinking_budget: Option<i64>,
 }
 
 /// One part of an array `content`.
@@ -168,6 +178,11 @@ pub struct Request {
     pub grammar: Option<(Grammar, &'static str)>,
     /// The tools a chat reply may call, when calls are on.
     pub tools: Option<ToolMode>,
+    /// Whether the model should think before answering (models that do
+    /// not think ignore it).
+    pub thinking: bool,
+    /// Most thought tokens.
+    pub thinking_budget: Option<usize>,
 }
 
 /// Tool calling in a chat request.
@@ -524,6 +539,39 @@ fn common(
     defaults: &SamplingParams,
 ) -> Result<Request, ApiError> {
     let grammar = parse_grammar(&mut c)?;
+    let kw_thinking = match c.chat_template_kwargs.as_ref().map(|k| k.get("enable_thinking")) {
+        Some(Some(Value::Bool(b))) => Some(*b),
+        Some(Some(other)) => {
+            return Err(ApiError::bad_param(
+                "chat_template_kwargs.enable_thinking",
+                format!("`enable_thinking` is true or false, not {other}."),
+            ))
+        }
+        _ => None,
+    };
+    let effort_thinking = match c.reasoning_effort.as_deref() {
+        None => None,
+        Some("none") => Some(false),
+        Some("minimal" | "low" | "medium" | "high") => Some(true),
+        Some(other) => {
+            return Err(ApiError::bad_param(
+                "reasoning_effort",
+                format!("Unknown reasoning_effort `{other}`; use none, minimal, low, medium or high."),
+            ))
+        }
+    };
+    let thinking_budget = match c.thinking_budget {
+        None => None,
+        Some(b) if b < 0 => {
+            return Err(ApiError::bad_param(
+                "thinking_budget",
+                "`thinking_budget` must not be negative.",
+            ))
+        }
+        Some(b) => Some(usize::try_from(b).unwrap_or(usize::MAX)),
+    };
+    // Thinking is off unless asked for, as in the Gemma 4 template.
+    let thinking = c.think.or(kw_thinking).or(effort_thinking).unwrap_or(false);
     if let Some(n) = c.n {
         if n != 1 {
             return Err(ApiError::bad_param("n", "Only n = 1 is supported."));
@@ -629,6 +677,8 @@ fn common(
         stop,
         grammar,
         tools: None,
+        thinking,
+        thinking_budget,
     })
 }
 

@@ -93,8 +93,13 @@ async fn generate_inner(
     }
 
     // Templating, tokenizing and compiling a grammar can take a while.
-    let (req, prompt, constraint) = tokio::task::spawn_blocking(move || {
-        let prompt = tokenize(&engine, &req.input)?;
+    let (req, prompt, constraint, thinking) = tokio::task::spawn_blocking(move || {
+        // A model that does not think ignores the switch.
+        let thinking = match (&req.input, req.thinking) {
+            (Input::Chat(_), true) => engine.thinking(req.thinking_budget),
+            _ => None,
+        };
+        let prompt = tokenize(&engine, &req.input, thinking.is_some())?;
         let constraint = match &req.grammar {
             None => None,
             Some((grammar, field)) => Some(
@@ -103,7 +108,7 @@ async fn generate_inner(
                     .map_err(|e| grammar_error(field, e))?,
             ),
         };
-        Ok::<_, ApiError>((req, prompt, constraint))
+        Ok::<_, ApiError>((req, prompt, constraint, thinking))
     })
     .await
     .map_err(|e| ApiError::internal(format!("tokenizer task failed: {e}")))??;
@@ -131,6 +136,7 @@ async fn generate_inner(
         params: req.params.clone(),
         opts,
         constraint,
+        thinking,
         events: tx,
         deadline: st
             .config
@@ -181,9 +187,9 @@ fn grammar_error(field: &str, e: EngineError) -> ApiError {
     }
 }
 
-fn tokenize(engine: &Engine, input: &Input) -> Result<Vec<u32>, ApiError> {
+fn tokenize(engine: &Engine, input: &Input, thinking: bool) -> Result<Vec<u32>, ApiError> {
     match input {
-        Input::Chat(messages) => engine.encode_chat(messages).map_err(|e| {
+        Input::Chat(messages) => engine.encode_chat_thinking(messages, thinking).map_err(|e| {
             ApiError::bad_param("messages", format!("Cannot apply the chat template: {e}"))
         }),
         Input::Text(text) => {
@@ -242,10 +248,12 @@ fn tool_call_json(call: &ToolCall, index: Option<usize>) -> Value {
 
 async fn collect(meta: Meta, mut rx: mpsc::UnboundedReceiver<Event>) -> Result<Response, ApiError> {
     let mut text = String::new();
+    let mut thought = String::new();
     loop {
         match rx.recv().await {
             Some(Event::Started) => {}
             Some(Event::Text(t)) => text.push_str(&t),
+            Some(Event::Thought(t)) => thought.push_str(&t),
             Some(Event::Done(u)) => {
                 let mut reason = api::finish_reason(u.finish);
                 let usage = api::usage_json(u.prompt_tokens, u.completion_tokens, u.cached_tokens);
@@ -257,6 +265,10 @@ async fn collect(meta: Meta, mut rx: mpsc::UnboundedReceiver<Event>) -> Result<R
                         "tool_calls": [tool_call_json(&call, None)],
                     });
                     reason = "tool_calls";
+                }
+                if !thought.is_empty() {
+                    // The convention llama.cpp and DeepSeek's clients read.
+                    message["reasoning_content"] = json!(thought);
                 }
                 let body = match meta.kind {
                     Kind::Chat => json!({
@@ -432,6 +444,13 @@ fn stream_response(meta: Meta, req: Request, rx: mpsc::UnboundedReceiver<Event>)
                     st.sent_role = true;
                     out.push(data(&st.meta.chunk(Some(""), true, None)));
                 }
+            }
+            Some(Event::Thought(t)) => {
+                let role = st.meta.kind == Kind::Chat && !st.sent_role;
+                st.sent_role = true;
+                let mut chunk = st.meta.chunk(None, role, None);
+                chunk["choices"][0]["delta"]["reasoning_content"] = json!(t);
+                out.push(data(&chunk));
             }
             Some(Event::Text(t)) => {
                 let text = match st.mode {

@@ -11,7 +11,7 @@
 mod step;
 
 use crate::metrics::Metrics;
-use engine::{Constraint, Engine, FinishReason, GenerateOptions, SamplingParams};
+use engine::{Constraint, Engine, FinishReason, GenerateOptions, SamplingParams, Thinking};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -31,6 +31,8 @@ pub struct Job {
     pub opts: GenerateOptions,
     /// The grammar the output must match, compiled, if any.
     pub constraint: Option<Constraint>,
+    /// The thought channel to keep apart, when the prompt has thinking on.
+    pub thinking: Option<Thinking>,
     /// Where the output goes; a closed receiver cancels the job.
     pub events: UnboundedSender<Event>,
     /// When the request must be over, queueing included: generation stops
@@ -45,6 +47,8 @@ pub enum Event {
     Started,
     /// Text to show.
     Text(String),
+    /// Thought text (thinking on).
+    Thought(String),
     /// Generation ended.
     Done(Usage),
     /// Generation failed (after it was admitted).

@@ -46,6 +46,7 @@ fn drain(rx: &mut mpsc::UnboundedReceiver<Event>) -> (String, Option<FinishReaso
     while t0.elapsed() < Duration::from_secs(60) {
         match rx.try_recv() {
             Ok(Event::Text(t)) => text.push_str(&t),
+            Ok(Event::Thought(_)) => panic!("thinking is off"),
             Ok(Event::Done(u)) => return (text, Some(u.finish)),
             Ok(Event::Failed(m)) => panic!("failed: {m}"),
             Ok(Event::Started) => {}
@@ -90,6 +91,7 @@ fn interleaved_slots_match_generate() {
                 params: params.clone(),
                 opts: opts(20),
                 constraint: None,
+        thinking: None,
                 events: tx,
                 deadline: None,
             })
@@ -120,6 +122,7 @@ fn the_queue_is_bounded_and_a_dropped_receiver_cancels() {
             params: SamplingParams::default(),
             opts: opts(100_000),
             constraint: None,
+        thinking: None,
             events: tx,
             deadline: None,
         }) {
@@ -152,6 +155,7 @@ fn the_queue_is_bounded_and_a_dropped_receiver_cancels() {
         params: SamplingParams::default(),
         opts: opts(4),
         constraint: None,
+        thinking: None,
         events: tx,
         deadline: None,
     });
@@ -189,6 +193,7 @@ fn a_long_prompt_is_prefilled_in_chunks_beside_a_decoding_slot() {
             params: params.clone(),
             opts: opts(300),
             constraint: None,
+        thinking: None,
             events: tx_a,
             deadline: None,
         })
@@ -206,6 +211,7 @@ fn a_long_prompt_is_prefilled_in_chunks_beside_a_decoding_slot() {
             params,
             opts: opts(20),
             constraint: None,
+        thinking: None,
             events: tx_b,
             deadline: None,
         })
@@ -263,6 +269,7 @@ fn batched_slots_match_generate_as_requests_join_and_leave() {
                 params: params.clone(),
                 opts: o.clone(),
                 constraint: None,
+        thinking: None,
                 events: tx,
                 deadline: None,
             })
@@ -287,6 +294,7 @@ fn done_usage(rx: &mut mpsc::UnboundedReceiver<Event>) -> (bool, String, Usage) 
         match rx.try_recv() {
             Ok(Event::Started) => started = true,
             Ok(Event::Text(t)) => text.push_str(&t),
+            Ok(Event::Thought(_)) => panic!("thinking is off"),
             Ok(Event::Done(u)) => return (started, text, u),
             Ok(Event::Failed(m)) => panic!("failed: {m}"),
             Err(mpsc::error::TryRecvError::Empty) => std::thread::sleep(Duration::from_millis(1)),
@@ -312,6 +320,7 @@ fn the_time_limit_ends_generations_with_length() {
             ..opts(n_ctx)
         },
         constraint: None,
+        thinking: None,
         events: tx,
         deadline,
     };

@@ -137,6 +137,30 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, TokenizerError> {
+        self.render_thinking(messages, add_generation_prompt, false)
+    }
+
+    /// Whether the format has a thinking switch: Gemma 4's, or a Jinja
+    /// template that reads `enable_thinking`.
+    pub fn supports_thinking(&self) -> bool {
+        match &self.kind {
+            Kind::Gemma => false,
+            Kind::Gemma4 => true,
+            Kind::Jinja(env) => env
+                .get_template(TEMPLATE_NAME)
+                .is_ok_and(|t| t.source().contains("enable_thinking")),
+        }
+    }
+
+    /// [`ChatTemplate::render`] with the model's thinking switched on or off
+    /// (`enable_thinking` for Jinja templates; formats without a switch
+    /// ignore it).
+    pub fn render_thinking(
+        &self,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        thinking: bool,
+    ) -> Result<String, TokenizerError> {
         match &self.kind {
             Kind::Gemma => Ok(render_gemma(
                 &self.bos_token,
@@ -147,6 +171,7 @@ impl ChatTemplate {
                 &self.bos_token,
                 messages,
                 add_generation_prompt,
+                thinking,
             )),
             Kind::Jinja(env) => {
                 let tmpl = env
@@ -157,6 +182,7 @@ impl ChatTemplate {
                     bos_token => &self.bos_token,
                     eos_token => &self.eos_token,
                     add_generation_prompt => add_generation_prompt,
+                    enable_thinking => thinking,
                 })
                 .map_err(|e| TokenizerError::Template(format!("render failed: {e:#}")))
             }
@@ -203,11 +229,20 @@ fn render_gemma(bos: &str, messages: &[ChatMessage], add_generation_prompt: bool
 }
 
 /// Gemma 4's turn format: `<|turn>ROLE\n text <turn|>\n`, with a real
-/// system role, and (thinking off) an empty thought channel opening the
-/// model's turn.
-fn render_gemma4(bos: &str, messages: &[ChatMessage], add_generation_prompt: bool) -> String {
+/// system role. Thinking off, an empty thought channel opens the model's
+/// turn; thinking on, `<|think|>` opens the system turn (one is added when
+/// there is none) and the model opens its own thought channel.
+fn render_gemma4(
+    bos: &str,
+    messages: &[ChatMessage],
+    add_generation_prompt: bool,
+    thinking: bool,
+) -> String {
     let mut out = String::from(bos);
-    for m in messages {
+    if thinking && messages.first().is_none_or(|m| m.role != "system") {
+        out.push_str("<|turn>system\n<|think|><turn|>\n");
+    }
+    for (i, m) in messages.iter().enumerate() {
         let role = if m.role == "assistant" {
             "model"
         } else {
@@ -216,11 +251,17 @@ fn render_gemma4(bos: &str, messages: &[ChatMessage], add_generation_prompt: boo
         out.push_str("<|turn>");
         out.push_str(role);
         out.push('\n');
+        if thinking && i == 0 && m.role == "system" {
+            out.push_str("<|think|>\n");
+        }
         out.push_str(m.content.trim());
         out.push_str("<turn|>\n");
     }
     if add_generation_prompt {
-        out.push_str("<|turn>model\n<|channel>thought\n<channel|>");
+        out.push_str("<|turn>model\n");
+        if !thinking {
+            out.push_str("<|channel>thought\n<channel|>");
+        }
     }
     out
 }

@@ -409,7 +409,18 @@ impl Tokenizer {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<Vec<u32>, TokenizerError> {
-        let text = template.render(messages, add_generation_prompt)?;
+        self.encode_chat_thinking(template, messages, add_generation_prompt, false)
+    }
+
+    /// [`Tokenizer::encode_chat`] with the template's thinking switch.
+    pub fn encode_chat_thinking(
+        &self,
+        template: &ChatTemplate,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        thinking: bool,
+    ) -> Result<Vec<u32>, TokenizerError> {
+        let text = template.render_thinking(messages, add_generation_prompt, thinking)?;
         let bos_text = self.vocab.bos_id.and_then(|id| self.vocab.text(id));
         let starts_with_bos = bos_text.is_some_and(|b| !b.is_empty() && text.starts_with(b));
         Ok(self.encode(&text, self.vocab.add_bos && !starts_with_bos, true))

@@ -298,6 +298,29 @@ fn builtin_gemma4_format() {
     );
 }
 
+/// Thinking on: `<|think|>` opens the system turn (a system turn is added
+/// when there is none) and the model's turn is left for it to open its
+/// thought channel, as Gemma 4's template does with `enable_thinking`.
+#[test]
+fn builtin_gemma4_thinking_switch() {
+    let t = ChatTemplate::gemma4("<bos>");
+    assert!(t.supports_thinking());
+    assert!(!ChatTemplate::gemma("<bos>").supports_thinking());
+    let s = t.render_thinking(&conversation(), true, true).unwrap();
+    assert!(s.starts_with("<bos><|turn>system\n<|think|>\nBe brief.<turn|>\n"), "{s}");
+    assert!(s.ends_with("<|turn>user\nHow are you?<turn|>\n<|turn>model\n"), "{s}");
+    let s = t.render_thinking(&conversation()[1..], true, true).unwrap();
+    assert!(s.starts_with("<bos><|turn>system\n<|think|><turn|>\n<|turn>user\nHi there"), "{s}");
+    assert_eq!(
+        t.render_thinking(&conversation(), true, false).unwrap(),
+        t.render(&conversation(), true).unwrap()
+    );
+    let j = ChatTemplate::jinja("{% if enable_thinking %}T{% endif %}", "", "").unwrap();
+    assert!(j.supports_thinking());
+    assert_eq!(j.render_thinking(&[], false, true).unwrap(), "T");
+    assert_eq!(j.render(&[], false).unwrap(), "");
+}
+
 #[test]
 fn jinja_template_matches_builtin() {
     let j = ChatTemplate::jinja(GEMMA3_TEMPLATE, "<bos>", "<eos>").unwrap();

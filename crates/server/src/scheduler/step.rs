@@ -122,6 +122,9 @@ pub(super) fn run(shared: &Shared, mut slots: Vec<Slot>, mut decoder: BatchDecod
                     if let Some(c) = job.constraint.take() {
                         decoding.constrain(c);
                     }
+                    if let Some(t) = job.thinking {
+                        decoding.enable_thinking(t);
+                    }
                     metrics
                         .prefill_evaluated
                         .fetch_add(decoding.prompt_tokens_evaluated() as u64, Ordering::Relaxed);
@@ -250,7 +253,7 @@ pub(super) fn run(shared: &Shared, mut slots: Vec<Slot>, mut decoder: BatchDecod
         let ts = Instant::now();
         let ran = catch_unwind(AssertUnwindSafe(|| {
             decoder.step(&mut items, |i, step| {
-                outcomes[i] = Some(step.map(|s| (s.text.to_owned(), s.finish)));
+                outcomes[i] = Some(step.map(|s| (s.text.to_owned(), s.thought.to_owned(), s.finish)));
             })
         }));
         let decode_time = ts.elapsed();
@@ -280,7 +283,14 @@ pub(super) fn run(shared: &Shared, mut slots: Vec<Slot>, mut decoder: BatchDecod
                 .completion_tokens
                 .fetch_add(sampled, Ordering::Relaxed);
             match outcome {
-                Some(Ok((text, finish_reason))) => {
+                Some(Ok((text, thought, finish_reason))) => {
+                    if !thought.is_empty()
+                        && active.job.events.send(Event::Thought(thought)).is_err()
+                    {
+                        metrics.cancelled.fetch_add(1, Ordering::Relaxed);
+                        slot.active = None;
+                        continue;
+                    }
                     if !text.is_empty() && active.job.events.send(Event::Text(text)).is_err() {
                         metrics.cancelled.fetch_add(1, Ordering::Relaxed);
                         slot.active = None;
@@ -309,8 +319,9 @@ pub(super) fn run(shared: &Shared, mut slots: Vec<Slot>, mut decoder: BatchDecod
     }
 }
 
-/// What one slot's step produced: the text to show and the finish, if any.
-type StepOutcome = Result<(String, Option<FinishReason>), EngineError>;
+/// What one slot's step produced: the text to show, the thought, and the
+/// finish, if any.
+type StepOutcome = Result<(String, String, Option<FinishReason>), EngineError>;
 
 /// Report the end of a slot's generation and free the slot.
 fn finish(slot: &mut Slot, metrics: &Metrics, reason: FinishReason) {

@@ -1,0 +1,159 @@
+//! Thinking on a tiny random Gemma 4 whose vocabulary is given the template's
+//! thinking tokens (`<|turn>`, `<turn|>`, `<|think|>`, `<|channel>`,
+//! `<channel|>`): the server returns the thought as `reasoning_content`
+//! and the answer as `content`, streamed and not, closes the thought at
+//! `thinking_budget`, and leaves thinking off unless asked.
+//!
+//! The weights are random, so the model is made to open the thought
+//! channel: the token it picks first after the thinking prompt is renamed
+//! `<|channel>`.
+
+mod serve_common;
+
+use engine::{Engine, RunOptions, Sampler, SamplingParams};
+use gguf::{GgufFile, GgufWriter, MetaArray, MetaValue};
+use serde_json::{json, Value};
+use serve_common::Server;
+use std::path::Path;
+
+const TINY_GEMMA4: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../tests/fixtures/tiny/gemma4_e2b/model-f32.gguf"
+);
+
+/// The tiny Gemma 4 with `names` given to token ids (as control tokens).
+fn with_tokens(src: &GgufFile, names: &[(usize, &str)], out: &Path) {
+    let mut w = GgufWriter::new();
+    for (k, v) in src.metadata() {
+        let v = match (k.as_str(), v) {
+            ("tokenizer.ggml.tokens", MetaValue::Array(MetaArray::String(t))) => {
+                let mut t = t.clone();
+                for &(id, name) in names {
+                    t[id] = name.to_string();
+                }
+                MetaValue::Array(MetaArray::String(t))
+            }
+            ("tokenizer.ggml.token_type", MetaValue::Array(MetaArray::I32(t))) => {
+                let mut t = t.clone();
+                for &(id, _) in names {
+                    t[id] = 3;
+                }
+                MetaValue::Array(MetaArray::I32(t))
+            }
+            _ => v.clone(),
+        };
+        w.set(k.clone(), v);
+    }
+    for t in src.tensors() {
+        w.add_tensor(t.name.clone(), &t.dims, t.ty, src.tensor_data(t).to_vec())
+            .unwrap();
+    }
+    std::fs::write(out, w.to_bytes()).unwrap();
+}
+
+/// The first token greedy decoding picks after a thinking prompt.
+fn first_token(path: &Path) -> u32 {
+    let engine = Engine::load(
+        path,
+        &RunOptions {
+            threads: Some(1),
+            ctx: Some(256),
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let ids = engine
+        .encode_chat_thinking(&[engine::ChatMessage::user("hi")], true)
+        .unwrap();
+    let mut s = engine.session();
+    s.feed(&ids).unwrap();
+    let logits = s.last_logits().unwrap();
+    Sampler::new(SamplingParams::greedy()).sample(logits, &ids)
+}
+
+#[test]
+fn thought_and_answer_come_back_apart() {
+    let src = GgufFile::open(TINY_GEMMA4).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let n = src.get_str_array("tokenizer.ggml.tokens").unwrap().len();
+    // The template's markers on the last ids, the thought channel's opener
+    // moved onto the token the model picks first.
+    let mut names = vec![
+        (n - 1, "<|turn>"),
+        (n - 2, "<turn|>"),
+        (n - 3, "<|think|>"),
+        (n - 4, "<channel|>"),
+        (n - 5, "<|channel>"),
+    ];
+    let path = dir.path().join("thinking.gguf");
+    with_tokens(&src, &names, &path);
+    let first = first_token(&path) as usize;
+    assert!(first < n - 5, "the model's first pick is an ordinary token");
+    names[4] = (first, "<|channel>");
+    with_tokens(&src, &names, &path);
+    assert_eq!(first_token(&path) as usize, first, "renaming it keeps it first");
+
+    let mut s = Server::start(path.to_str().unwrap(), &["--ctx", "256", "-t", "1"]);
+    let ask = |extra: Value| {
+        let mut body = json!({
+            "messages": [{"role": "user", "content": "hi"}],
+            "max_tokens": 14,
+            "temperature": 0,
+        });
+        for (k, v) in extra.as_object().unwrap() {
+            body[k] = v.clone();
+        }
+        body
+    };
+    let on = json!({"chat_template_kwargs": {"enable_thinking": true}, "thinking_budget": 4});
+    let r = s.post("/v1/chat/completions", &ask(on.clone()).to_string());
+    assert_eq!(r.status, 200, "{}", r.text());
+    let msg = &r.json()["choices"][0]["message"];
+    let thought = msg["reasoning_content"].as_str().unwrap_or_default().to_string();
+    let answer = msg["content"].as_str().unwrap_or_default().to_string();
+    assert!(!thought.is_empty(), "a thought: {msg}");
+    assert!(!answer.is_empty(), "an answer after the budget closed the thought: {msg}");
+    assert!(!thought.contains("thought\n") && !answer.contains("channel"), "{msg}");
+    let usage = &r.json()["usage"];
+    assert_eq!(usage["completion_tokens"], 14, "the budget left room for the answer: {usage}");
+
+    // Streamed: the reasoning deltas and content deltas join to the same.
+    let mut body = ask(on);
+    body["stream"] = json!(true);
+    let r = s.post("/v1/chat/completions", &body.to_string());
+    let (mut t, mut a) = (String::new(), String::new());
+    for d in r.sse_data() {
+        if d == "[DONE]" {
+            break;
+        }
+        let v: Value = serde_json::from_str(&d).unwrap();
+        let delta = &v["choices"][0]["delta"];
+        t.push_str(delta["reasoning_content"].as_str().unwrap_or(""));
+        a.push_str(delta["content"].as_str().unwrap_or(""));
+    }
+    assert_eq!((t, a), (thought, answer), "streamed the same");
+
+    // Off unless asked: no thought, and the prompt carries the empty channel.
+    let r = s.post("/v1/chat/completions", &ask(json!({})).to_string());
+    assert_eq!(r.status, 200);
+    assert!(r.json()["choices"][0]["message"].get("reasoning_content").is_none(), "{}", r.text());
+    // A bad switch is a 400.
+    let r = s.post(
+        "/v1/chat/completions",
+        &ask(json!({"chat_template_kwargs": {"enable_thinking": "yes"}})).to_string(),
+    );
+    r.assert_error(400);
+    s.assert_alive();
+}
+
+#[test]
+fn a_model_that_does_not_think_ignores_the_switch() {
+    let mut s = Server::start(serve_common::TINY, &["--ctx", "128", "-t", "1"]);
+    let r = s.post(
+        "/v1/chat/completions",
+        &json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "think": true}).to_string(),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert!(r.json()["choices"][0]["message"].get("reasoning_content").is_none());
+    s.assert_alive();
+}
