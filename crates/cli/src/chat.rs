@@ -137,25 +137,26 @@ pub fn run(
         };
         let tty = std::io::stdout().is_terminal();
         let mut in_thought = false;
-        let result = session.generate_constrained(&ids, &mut sampler, &opts, constraint, thinking, |ev| {
-            if !ev.thought.is_empty() {
-                if tty {
-                    // Dimmed, on the terminal, before the answer.
-                    let _ = write!(out, "\x1b[2m{}", ev.thought).and_then(|_| out.flush());
-                    in_thought = true;
-                } else {
-                    eprint!("{}", ev.thought);
+        let result =
+            session.generate_constrained(&ids, &mut sampler, &opts, constraint, thinking, |ev| {
+                if !ev.thought.is_empty() {
+                    if tty {
+                        // Dimmed, on the terminal, before the answer.
+                        let _ = write!(out, "\x1b[2m{}", ev.thought).and_then(|_| out.flush());
+                        in_thought = true;
+                    } else {
+                        eprint!("{}", ev.thought);
+                    }
                 }
-            }
-            if !ev.text.is_empty() {
-                if in_thought {
-                    let _ = write!(out, "\x1b[0m\n\n");
-                    in_thought = false;
+                if !ev.text.is_empty() {
+                    if in_thought {
+                        let _ = write!(out, "\x1b[0m\n\n");
+                        in_thought = false;
+                    }
+                    let _ = out.write_all(ev.text.as_bytes()).and_then(|_| out.flush());
                 }
-                let _ = out.write_all(ev.text.as_bytes()).and_then(|_| out.flush());
-            }
-            state.load(Ordering::SeqCst) != CANCEL
-        });
+                state.load(Ordering::SeqCst) != CANCEL
+            });
         if in_thought {
             let _ = write!(out, "\x1b[0m");
         }

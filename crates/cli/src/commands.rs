@@ -113,16 +113,17 @@ pub fn complete(
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let mut write_failed = None;
-    let generation = session.generate_constrained(&ids, &mut sampler, &opts, constraint, None, |ev| {
-        if !json && !ev.text.is_empty() {
-            if let Err(e) = out.write_all(ev.text.as_bytes()).and_then(|_| out.flush()) {
-                // A closed pipe (`| head`) ends generation quietly.
-                write_failed = Some(e);
-                return false;
+    let generation =
+        session.generate_constrained(&ids, &mut sampler, &opts, constraint, None, |ev| {
+            if !json && !ev.text.is_empty() {
+                if let Err(e) = out.write_all(ev.text.as_bytes()).and_then(|_| out.flush()) {
+                    // A closed pipe (`| head`) ends generation quietly.
+                    write_failed = Some(e);
+                    return false;
+                }
             }
-        }
-        true
-    })?;
+            true
+        })?;
     if let Some(e) = write_failed {
         if e.kind() != std::io::ErrorKind::BrokenPipe {
             return Err(e).context("cannot write to stdout");

@@ -51,8 +51,8 @@ fn with_tokens(src: &GgufFile, names: &[(usize, &str)], out: &Path) {
     std::fs::write(out, w.to_bytes()).unwrap();
 }
 
-/// The first token greedy decoding picks after a thinking prompt.
-fn first_token(path: &Path) -> u32 {
+/// The first token greedy decoding picks after a thinking prompt of `user`.
+fn first_token(path: &Path, user: &str) -> u32 {
     let engine = Engine::load(
         path,
         &RunOptions {
@@ -63,7 +63,7 @@ fn first_token(path: &Path) -> u32 {
     )
     .unwrap();
     let ids = engine
-        .encode_chat_thinking(&[engine::ChatMessage::user("hi")], true)
+        .encode_chat_thinking(&[engine::ChatMessage::user(user)], true)
         .unwrap();
     let mut s = engine.session();
     s.feed(&ids).unwrap();
@@ -87,16 +87,56 @@ fn thought_and_answer_come_back_apart() {
     ];
     let path = dir.path().join("thinking.gguf");
     with_tokens(&src, &names, &path);
-    let first = first_token(&path) as usize;
-    assert!(first < n - 5, "the model's first pick is an ordinary token");
+    // The renamed token must leave the prompt's tokens as they were: not
+    // in the prompt, not part of any merge. Try prompts until the model's
+    // first pick is such a token.
+    let texts = src.get_str_array("tokenizer.ggml.tokens").unwrap();
+    let merges = src.get_str_array("tokenizer.ggml.merges").unwrap();
+    let in_merges = |t: &str| {
+        merges.iter().any(|m| {
+            let (a, b) = m.split_once(' ').unwrap_or((m, ""));
+            a == t || b == t || format!("{a}{b}") == t
+        })
+    };
+    let users: Vec<String> = [
+        "hi",
+        "hello",
+        "why",
+        "ok",
+        "tell me",
+        "yes",
+        "no",
+        "what is it",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain((b'a'..=b'z').map(|c| (c as char).to_string()))
+    .collect();
+    let mut found = None;
+    for user in &users {
+        let first = first_token(&path, user) as usize;
+        let engine = Engine::load(&path, &RunOptions::default()).unwrap();
+        let prompt = engine
+            .encode_chat_thinking(&[engine::ChatMessage::user(user.as_str())], true)
+            .unwrap();
+        if first < n - 5 && !prompt.contains(&(first as u32)) && !in_merges(&texts[first]) {
+            found = Some((user.clone(), first));
+            break;
+        }
+    }
+    let (user, first) = found.expect("a prompt after which the model picks a renamable token");
     names[4] = (first, "<|channel>");
     with_tokens(&src, &names, &path);
-    assert_eq!(first_token(&path) as usize, first, "renaming it keeps it first");
+    assert_eq!(
+        first_token(&path, &user) as usize,
+        first,
+        "renaming it keeps it first"
+    );
 
     let mut s = Server::start(path.to_str().unwrap(), &["--ctx", "256", "-t", "1"]);
     let ask = |extra: Value| {
         let mut body = json!({
-            "messages": [{"role": "user", "content": "hi"}],
+            "messages": [{"role": "user", "content": user}],
             "max_tokens": 14,
             "temperature": 0,
         });
@@ -109,13 +149,26 @@ fn thought_and_answer_come_back_apart() {
     let r = s.post("/v1/chat/completions", &ask(on.clone()).to_string());
     assert_eq!(r.status, 200, "{}", r.text());
     let msg = &r.json()["choices"][0]["message"];
-    let thought = msg["reasoning_content"].as_str().unwrap_or_default().to_string();
+    let thought = msg["reasoning_content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
     let answer = msg["content"].as_str().unwrap_or_default().to_string();
     assert!(!thought.is_empty(), "a thought: {msg}");
-    assert!(!answer.is_empty(), "an answer after the budget closed the thought: {msg}");
-    assert!(!thought.contains("thought\n") && !answer.contains("channel"), "{msg}");
+    assert!(
+        !answer.is_empty(),
+        "an answer after the budget closed the thought: {msg}"
+    );
+    assert!(
+        !thought.contains("thought\n") && !answer.contains("channel"),
+        "{msg}"
+    );
+    println!("thinking on: {msg}");
     let usage = &r.json()["usage"];
-    assert_eq!(usage["completion_tokens"], 14, "the budget left room for the answer: {usage}");
+    assert_eq!(
+        usage["completion_tokens"], 14,
+        "the budget left room for the answer: {usage}"
+    );
 
     // Streamed: the reasoning deltas and content deltas join to the same.
     let mut body = ask(on);
@@ -136,7 +189,13 @@ fn thought_and_answer_come_back_apart() {
     // Off unless asked: no thought, and the prompt carries the empty channel.
     let r = s.post("/v1/chat/completions", &ask(json!({})).to_string());
     assert_eq!(r.status, 200);
-    assert!(r.json()["choices"][0]["message"].get("reasoning_content").is_none(), "{}", r.text());
+    assert!(
+        r.json()["choices"][0]["message"]
+            .get("reasoning_content")
+            .is_none(),
+        "{}",
+        r.text()
+    );
     // A bad switch is a 400.
     let r = s.post(
         "/v1/chat/completions",
@@ -151,9 +210,12 @@ fn a_model_that_does_not_think_ignores_the_switch() {
     let mut s = Server::start(serve_common::TINY, &["--ctx", "128", "-t", "1"]);
     let r = s.post(
         "/v1/chat/completions",
-        &json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "think": true}).to_string(),
+        &json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 4, "think": true})
+            .to_string(),
     );
     assert_eq!(r.status, 200, "{}", r.text());
-    assert!(r.json()["choices"][0]["message"].get("reasoning_content").is_none());
+    assert!(r.json()["choices"][0]["message"]
+        .get("reasoning_content")
+        .is_none());
     s.assert_alive();
 }

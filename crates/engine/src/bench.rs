@@ -225,8 +225,8 @@ impl Engine {
         let mut tokens = 0u64;
         let mut samples = Vec::with_capacity(reps);
         let start_seq = |session: &mut crate::Session,
-                             i: usize,
-                             k: u64|
+                         i: usize,
+                         k: u64|
          -> Result<(Decoding, Sampler), EngineError> {
             let sampler = Sampler::new(crate::SamplingParams {
                 seed: params.seed.wrapping_add(i as u64 * 7919 + k),

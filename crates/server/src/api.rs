@@ -539,7 +539,11 @@ fn common(
     defaults: &SamplingParams,
 ) -> Result<Request, ApiError> {
     let grammar = parse_grammar(&mut c)?;
-    let kw_thinking = match c.chat_template_kwargs.as_ref().map(|k| k.get("enable_thinking")) {
+    let kw_thinking = match c
+        .chat_template_kwargs
+        .as_ref()
+        .map(|k| k.get("enable_thinking"))
+    {
         Some(Some(Value::Bool(b))) => Some(*b),
         Some(Some(other)) => {
             return Err(ApiError::bad_param(
@@ -549,17 +553,18 @@ fn common(
         }
         _ => None,
     };
-    let effort_thinking = match c.reasoning_effort.as_deref() {
-        None => None,
-        Some("none") => Some(false),
-        Some("minimal" | "low" | "medium" | "high") => Some(true),
-        Some(other) => {
-            return Err(ApiError::bad_param(
+    let effort_thinking =
+        match c.reasoning_effort.as_deref() {
+            None => None,
+            Some("none") => Some(false),
+            Some("minimal" | "low" | "medium" | "high") => Some(true),
+            Some(other) => return Err(ApiError::bad_param(
                 "reasoning_effort",
-                format!("Unknown reasoning_effort `{other}`; use none, minimal, low, medium or high."),
-            ))
-        }
-    };
+                format!(
+                    "Unknown reasoning_effort `{other}`; use none, minimal, low, medium or high."
+                ),
+            )),
+        };
     let thinking_budget = match c.thinking_budget {
         None => None,
         Some(b) if b < 0 => {

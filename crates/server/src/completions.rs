@@ -189,9 +189,11 @@ fn grammar_error(field: &str, e: EngineError) -> ApiError {
 
 fn tokenize(engine: &Engine, input: &Input, thinking: bool) -> Result<Vec<u32>, ApiError> {
     match input {
-        Input::Chat(messages) => engine.encode_chat_thinking(messages, thinking).map_err(|e| {
-            ApiError::bad_param("messages", format!("Cannot apply the chat template: {e}"))
-        }),
+        Input::Chat(messages) => engine
+            .encode_chat_thinking(messages, thinking)
+            .map_err(|e| {
+                ApiError::bad_param("messages", format!("Cannot apply the chat template: {e}"))
+            }),
         Input::Text(text) => {
             let tok = engine.tokenizer();
             Ok(tok.encode(text, tok.add_bos(), true))

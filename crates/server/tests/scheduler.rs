@@ -91,7 +91,7 @@ fn interleaved_slots_match_generate() {
                 params: params.clone(),
                 opts: opts(20),
                 constraint: None,
-        thinking: None,
+                thinking: None,
                 events: tx,
                 deadline: None,
             })
@@ -122,7 +122,7 @@ fn the_queue_is_bounded_and_a_dropped_receiver_cancels() {
             params: SamplingParams::default(),
             opts: opts(100_000),
             constraint: None,
-        thinking: None,
+            thinking: None,
             events: tx,
             deadline: None,
         }) {
@@ -193,7 +193,7 @@ fn a_long_prompt_is_prefilled_in_chunks_beside_a_decoding_slot() {
             params: params.clone(),
             opts: opts(300),
             constraint: None,
-        thinking: None,
+            thinking: None,
             events: tx_a,
             deadline: None,
         })
@@ -211,7 +211,7 @@ fn a_long_prompt_is_prefilled_in_chunks_beside_a_decoding_slot() {
             params,
             opts: opts(20),
             constraint: None,
-        thinking: None,
+            thinking: None,
             events: tx_b,
             deadline: None,
         })
@@ -269,7 +269,7 @@ fn batched_slots_match_generate_as_requests_join_and_leave() {
                 params: params.clone(),
                 opts: o.clone(),
                 constraint: None,
-        thinking: None,
+                thinking: None,
                 events: tx,
                 deadline: None,
             })

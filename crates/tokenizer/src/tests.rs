@@ -307,10 +307,19 @@ fn builtin_gemma4_thinking_switch() {
     assert!(t.supports_thinking());
     assert!(!ChatTemplate::gemma("<bos>").supports_thinking());
     let s = t.render_thinking(&conversation(), true, true).unwrap();
-    assert!(s.starts_with("<bos><|turn>system\n<|think|>\nBe brief.<turn|>\n"), "{s}");
-    assert!(s.ends_with("<|turn>user\nHow are you?<turn|>\n<|turn>model\n"), "{s}");
+    assert!(
+        s.starts_with("<bos><|turn>system\n<|think|>\nBe brief.<turn|>\n"),
+        "{s}"
+    );
+    assert!(
+        s.ends_with("<|turn>user\nHow are you?<turn|>\n<|turn>model\n"),
+        "{s}"
+    );
     let s = t.render_thinking(&conversation()[1..], true, true).unwrap();
-    assert!(s.starts_with("<bos><|turn>system\n<|think|><turn|>\n<|turn>user\nHi there"), "{s}");
+    assert!(
+        s.starts_with("<bos><|turn>system\n<|think|><turn|>\n<|turn>user\nHi there"),
+        "{s}"
+    );
     assert_eq!(
         t.render_thinking(&conversation(), true, false).unwrap(),
         t.render(&conversation(), true).unwrap()

@@ -253,7 +253,8 @@ pub(super) fn run(shared: &Shared, mut slots: Vec<Slot>, mut decoder: BatchDecod
         let ts = Instant::now();
         let ran = catch_unwind(AssertUnwindSafe(|| {
             decoder.step(&mut items, |i, step| {
-                outcomes[i] = Some(step.map(|s| (s.text.to_owned(), s.thought.to_owned(), s.finish)));
+                outcomes[i] =
+                    Some(step.map(|s| (s.text.to_owned(), s.thought.to_owned(), s.finish)));
             })
         }));
         let decode_time = ts.elapsed();
