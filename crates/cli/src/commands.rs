@@ -3,7 +3,7 @@
 use crate::{ConstraintArgs, ModelArgs, SampleArgs};
 use anyhow::{bail, Context, Result};
 use engine::{Engine, GenerateOptions, Sampler, SamplingParams};
-use std::io::{Read, Write};
+use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -280,4 +280,39 @@ pub fn pull(spec: &str, quiet: bool) -> Result<ExitCode> {
     let path = store::pull(spec, &opts)?;
     println!("{}", path.display());
     Ok(ExitCode::SUCCESS)
+}
+
+/// `hearth calc`: each expression's exact value on its own line (from the
+/// arguments, or one a line from stdin); exit 1 when any was bad.
+pub fn calc(exprs: &[String]) -> Result<ExitCode> {
+    let mut ok = true;
+    let mut out = std::io::stdout().lock();
+    let mut one = |src: &str, out: &mut std::io::StdoutLock<'_>| -> Result<()> {
+        match guard::calc::eval(src) {
+            Ok(v) => writeln!(out, "{v}")?,
+            Err(e) => {
+                ok = false;
+                writeln!(out, "error: {e}")?;
+            }
+        }
+        Ok(())
+    };
+    if exprs.is_empty() {
+        for line in std::io::stdin().lock().lines() {
+            let line = line.context("cannot read stdin")?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            one(&line, &mut out)?;
+        }
+    } else {
+        for e in exprs {
+            one(e, &mut out)?;
+        }
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }

@@ -208,6 +208,12 @@ enum Command {
         #[arg(long, value_name = "N", requires = "think")]
         thinking_budget: Option<usize>,
     },
+    /// Evaluate calculator expressions exactly (big rationals): each EXPR,
+    /// or one expression a line from stdin; a bad one prints `error: ...`.
+    Calc {
+        /// Expressions (`20*4`, `x = 15%; 200*x`, `round(10/3, 2)`).
+        exprs: Vec<String>,
+    },
     /// Print the token ids of TEXT as a JSON array.
     Tokenize {
         #[command(flatten)]
@@ -339,6 +345,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Perplexity { model, file, chunk } => commands::perplexity(&model, &file, chunk),
         Command::Inspect { model, full } => commands::inspect(&model, full),
         Command::Pull { spec, quiet } => commands::pull(&spec, quiet),
+        Command::Calc { exprs } => commands::calc(&exprs),
         Command::Quantize(args) => convert::quantize(&args),
         Command::Synth(args) => convert::synth(&args),
         Command::Bench(args) => bench::run(&args),

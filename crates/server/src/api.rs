@@ -553,18 +553,19 @@ fn common(
         }
         _ => None,
     };
-    let effort_thinking =
-        match c.reasoning_effort.as_deref() {
-            None => None,
-            Some("none") => Some(false),
-            Some("minimal" | "low" | "medium" | "high") => Some(true),
-            Some(other) => return Err(ApiError::bad_param(
+    let effort_thinking = match c.reasoning_effort.as_deref() {
+        None => None,
+        Some("none") => Some(false),
+        Some("minimal" | "low" | "medium" | "high") => Some(true),
+        Some(other) => {
+            return Err(ApiError::bad_param(
                 "reasoning_effort",
                 format!(
                     "Unknown reasoning_effort `{other}`; use none, minimal, low, medium or high."
                 ),
-            )),
-        };
+            ))
+        }
+    };
     let thinking_budget = match c.thinking_budget {
         None => None,
         Some(b) if b < 0 => {

@@ -1,0 +1,7 @@
+//! Guardrails: deterministic tools that check and repair what a small model
+//! says. Nothing a model writes is ever run by a general interpreter: its
+//! programs are in small languages we parse and evaluate ourselves.
+//!
+//! So far: [`calc`], the exact calculator.
+
+pub mod calc;
