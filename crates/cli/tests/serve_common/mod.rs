@@ -353,6 +353,7 @@ pub fn python_with(packages: &[(&str, &str)]) -> std::path::PathBuf {
             .collect();
         Command::new(py)
             .args(["-c", &code])
+            .stderr(std::process::Stdio::null())
             .status()
             .is_ok_and(|s| s.success())
     };
