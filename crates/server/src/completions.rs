@@ -363,24 +363,13 @@ impl Meta {
 
     /// A chat chunk whose delta is the whole tool call.
     fn tool_chunk(&self, call: &ToolCall, role: bool) -> Value {
-        let mut delta = json!({"tool_calls": [tool_call_json(call, Some(0))]});
+        let mut chunk = self.chunk(None, role, None);
+        let delta = &mut chunk["choices"][0]["delta"];
+        delta["tool_calls"] = json!([tool_call_json(call, Some(0))]);
         if role {
-            delta["role"] = json!("assistant");
             delta["content"] = Value::Null;
         }
-        json!({
-            "id": self.id,
-            "object": "chat.completion.chunk",
-            "created": self.created,
-            "model": self.model,
-            "system_fingerprint": null,
-            "choices": [{
-                "index": 0,
-                "delta": delta,
-                "logprobs": null,
-                "finish_reason": null,
-            }],
-        })
+        chunk
     }
 
     fn usage_chunk(&self, usage: Value) -> Value {
