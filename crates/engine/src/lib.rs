@@ -8,6 +8,7 @@
 
 mod batch;
 pub mod bench;
+mod chat_model;
 mod constraint;
 mod gbnf;
 mod generate;
@@ -21,6 +22,7 @@ mod thinking;
 pub mod tools;
 
 pub use batch::{BatchDecoder, BatchItem};
+pub use chat_model::{ChatModel, LocalChat, ModelCall, ModelReply};
 pub use constraint::{Constraint, ConstraintStats, Grammar, Grammars, MAX_GRAMMAR_BYTES};
 pub use gbnf::to_lark as gbnf_to_lark;
 pub use generate::{Decoding, FinishReason, GenerateOptions, Generation, Step, TokenEvent};
