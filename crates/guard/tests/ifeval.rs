@@ -3,12 +3,13 @@
 //! loose verdicts, and recovery of the instructions from the prompts alone.
 //! Run with `-- --nocapture` to see the per-type disagreements and misses.
 
-use hearth_guard::verify::{check, check_loose, Instruction};
+use hearth_guard::verify::{check, check_loose, extract, Instruction};
 use serde_json::Value;
 use std::collections::BTreeMap;
 
 struct Row {
     key: i64,
+    prompt: String,
     ids: Vec<String>,
     kwargs: Vec<Value>,
     response: String,
@@ -37,6 +38,7 @@ fn rows() -> Vec<Row> {
             };
             Row {
                 key: v["key"].as_i64().unwrap(),
+                prompt: v["prompt"].as_str().unwrap().to_string(),
                 ids: strings("instruction_id_list"),
                 kwargs: v["kwargs"].as_array().unwrap().clone(),
                 response: v["response"].as_str().unwrap().to_string(),
@@ -106,4 +108,122 @@ fn loose_verdicts_agree_with_the_official_checker() {
     report("loose", &result);
     let (agree, total, _) = result;
     assert!(agree * 100 >= total * 99, "{agree}/{total}");
+}
+
+/// Whether two kwargs say the same: numbers equal, strings equal after
+/// trimming and ignoring case, lists equal as such sets of strings.
+fn same_args(a: &Value, b: &Value) -> bool {
+    fn norm(v: &Value) -> Value {
+        match v {
+            Value::String(s) => Value::String(s.trim().to_lowercase()),
+            Value::Array(items) => {
+                let mut set: Vec<String> = items
+                    .iter()
+                    .filter_map(|i| i.as_str().map(|s| s.trim().to_lowercase()))
+                    .collect();
+                set.sort();
+                set.dedup();
+                Value::from(set)
+            }
+            Value::Number(n) => Value::from(n.as_f64().unwrap_or(f64::NAN)),
+            other => other.clone(),
+        }
+    }
+    let empty = serde_json::Map::new();
+    let a = a.as_object().unwrap_or(&empty);
+    let b = b.as_object().unwrap_or(&empty);
+    let keys: std::collections::BTreeSet<&String> = a
+        .iter()
+        .chain(b.iter())
+        .filter(|(_, v)| !v.is_null())
+        .map(|(k, _)| k)
+        .collect();
+    let same = keys
+        .into_iter()
+        .all(|k| norm(a.get(k).unwrap_or(&Value::Null)) == norm(b.get(k).unwrap_or(&Value::Null)));
+    same
+}
+
+#[test]
+fn extraction_recovers_the_instructions_from_the_prompts() {
+    let mut gold_total = 0;
+    let mut recovered = 0;
+    let mut extracted_total = 0;
+    let mut spurious = 0;
+    let mut extras = 0;
+    let mut misses: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut spurious_by_type: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for row in rows() {
+        let extracted = extract(&row.prompt);
+        let mut pairs: Vec<(String, Value)> = extracted
+            .iter()
+            .map(|i| (i.id().to_string(), i.kwargs()))
+            .collect();
+        extracted_total += pairs
+            .iter()
+            .filter(|(id, _)| !id.starts_with("hearth:"))
+            .count();
+        extras += pairs
+            .iter()
+            .filter(|(id, _)| id.starts_with("hearth:"))
+            .count();
+        for (id, kwargs) in row.ids.iter().zip(&row.kwargs) {
+            gold_total += 1;
+            let hit = pairs
+                .iter()
+                .position(|(eid, ek)| eid == id && same_args(ek, kwargs));
+            match hit {
+                Some(p) => {
+                    recovered += 1;
+                    pairs.remove(p);
+                }
+                None => {
+                    let near: Vec<String> = pairs
+                        .iter()
+                        .filter(|(eid, _)| eid == id)
+                        .map(|(_, k)| k.to_string())
+                        .collect();
+                    misses.entry(id.clone()).or_default().push(format!(
+                        "key {} gold {} extracted {:?}",
+                        row.key, kwargs, near
+                    ));
+                }
+            }
+        }
+        for (id, kwargs) in pairs {
+            if id.starts_with("hearth:") {
+                continue;
+            }
+            spurious += 1;
+            spurious_by_type
+                .entry(id)
+                .or_default()
+                .push(format!("key {} {}", row.key, kwargs));
+        }
+    }
+    println!(
+        "extraction: recovered {recovered}/{gold_total} ({:.1}%), spurious {spurious}/{extracted_total} ({:.1}%), hearth extras {extras}",
+        100.0 * recovered as f64 / gold_total as f64,
+        100.0 * spurious as f64 / extracted_total.max(1) as f64
+    );
+    for (id, list) in &misses {
+        println!("  missed {id}: {}", list.len());
+        for m in list {
+            println!("    {m}");
+        }
+    }
+    for (id, list) in &spurious_by_type {
+        println!("  spurious {id}: {}", list.len());
+        for m in list {
+            println!("    {m}");
+        }
+    }
+    assert!(
+        recovered * 100 >= gold_total * 90,
+        "{recovered}/{gold_total}"
+    );
+    assert!(
+        spurious * 100 <= extracted_total * 5,
+        "{spurious}/{extracted_total}"
+    );
 }
