@@ -747,16 +747,25 @@ fn keywords(prompt: &str, found: &mut Found) {
     }
 }
 
+/// One pattern per non-English language name: the name, optionally with
+/// "only"/"entirely in"/... before it and "language" after it.
+static LANGUAGE_PATTERNS: LazyLock<Vec<(Regex, &'static str)>> = LazyLock::new(|| {
+    LANGUAGE_NAMES
+        .iter()
+        .filter(|(_, code)| *code != "en")
+        .map(|(name, code)| {
+            let pattern = re(&format!(
+                r"(?P<before>\b(?:only|entirely in|completely in|in|using|use)\s+(?:the\s+)?)?\b{name}\b(?P<after>\s+language)?"
+            ));
+            (pattern, *code)
+        })
+        .collect()
+});
+
 fn language(prompt: &str, found: &mut Found) {
     let lower = prompt.to_lowercase();
     let other_language = lower.contains("no other language") || lower.contains("other languages");
-    for (name, code) in LANGUAGE_NAMES {
-        if *code == "en" {
-            continue;
-        }
-        let pattern = re(&format!(
-            r"(?P<before>\b(?:only|entirely in|completely in|in|using|use)\s+(?:the\s+)?)?\b{name}\b(?P<after>\s+language)?"
-        ));
+    for (pattern, code) in LANGUAGE_PATTERNS.iter() {
         for caps in pattern.captures_iter(prompt) {
             let strong = caps.name("after").is_some()
                 || caps.name("before").is_some_and(|m| {
