@@ -84,7 +84,8 @@ fn is_json(value: &str) -> bool {
     serde_json::from_str::<serde_json::Value>(s.trim()).is_ok()
 }
 
-/// The `\n\n`-separated paragraphs as upstream splits them.
+/// The first word of a paragraph as upstream reads it: leading quotes
+/// dropped, cut at the first punctuation mark, lowercased.
 fn first_word_of(paragraph: &str) -> String {
     let word = paragraph.split_whitespace().next().unwrap_or("");
     let word = word.trim_start_matches('\'').trim_start_matches('"');

@@ -94,10 +94,19 @@ pub fn detect(text: &str) -> Option<&'static str> {
     detect_info(text).and_then(|info| iso639_1(info.lang()))
 }
 
+/// How much of a text language detection reads.
+pub const MAX_SAMPLE_BYTES: usize = 64 * 1024;
+
 fn detect_info(text: &str) -> Option<whatlang::Info> {
+    // A sample of this size settles the language; reading megabytes would
+    // only cost time.
+    let mut end = text.len().min(MAX_SAMPLE_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
     // Trigram statistics are about letters: lowercase first so that an
     // all-capitals response is recognised as readily as any other.
-    whatlang::detect(&text.to_lowercase())
+    whatlang::detect(&text[..end].to_lowercase())
 }
 
 /// Languages written in the Latin script, for short texts whose trigrams
