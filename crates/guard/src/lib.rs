@@ -2,6 +2,8 @@
 //! says. Nothing a model writes is ever run by a general interpreter: its
 //! programs are in small languages we parse and evaluate ourselves.
 //!
-//! So far: [`calc`], the exact calculator.
+//! So far: [`calc`], the exact calculator, and [`logic`], the constraint
+//! solver for puzzles written in z3py's declarative subset.
 
 pub mod calc;
+pub mod logic;
