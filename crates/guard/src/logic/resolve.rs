@@ -84,6 +84,8 @@ pub(crate) struct Program {
 enum Binding {
     Var(usize),
     Alias(usize),
+    /// A Python list of terms (`cells = [a, b, c]`), indexing `lists`.
+    List(usize),
     Solver,
     Model,
     CheckResult,
@@ -98,6 +100,10 @@ struct Resolver<'l> {
     asked_all: bool,
     /// The tree depth of each alias, indexed like `program.aliases`.
     alias_depths: Vec<usize>,
+    /// Named lists: each item is an alias, so using a list copies indices.
+    lists: Vec<Vec<usize>>,
+    /// List items copied so far, bounded so reuse cannot exhaust memory.
+    copied: usize,
 }
 
 /// A resolved term with its sort and the depth of its tree (aliases
@@ -117,6 +123,8 @@ pub(crate) fn resolve(stmts: &[Stmt], limits: &Limits) -> Result<Program, LogicE
         by_z3_name: HashMap::new(),
         asked_all: false,
         alias_depths: Vec::new(),
+        lists: Vec::new(),
+        copied: 0,
     };
     for stmt in stmts {
         resolver.statement(stmt)?;
@@ -159,6 +167,59 @@ fn spread(args: &[Expr]) -> &[Expr] {
 }
 
 impl Resolver<'_> {
+    /// The terms of an argument list where a single list argument (written
+    /// out or named) is spread, as z3py allows for `And([...])`,
+    /// `Sum(cells)` and `Distinct(row)`.
+    fn items(&mut self, args: &[Expr], depth: usize) -> Result<Vec<Typed>, LogicError> {
+        if let [Expr {
+            kind: ExprKind::Name(name),
+            line,
+        }] = args
+        {
+            if let Some(Binding::List(list)) = self.names.get(name) {
+                let items = self.lists[*list].clone();
+                self.copied = self.copied.saturating_add(items.len());
+                if self.copied > self.limits.max_constraints {
+                    return Err(LogicError::TooLarge {
+                        line: *line,
+                        what: format!(
+                            "lists used more than {} items in all",
+                            self.limits.max_constraints
+                        ),
+                    });
+                }
+                return items
+                    .into_iter()
+                    .map(|a| {
+                        let alias = &self.program.aliases[a];
+                        self.typed(Term::Alias(a), alias.sort, self.alias_depth(a) + 1, *line)
+                    })
+                    .collect();
+            }
+        }
+        spread(args)
+            .iter()
+            .map(|arg| self.term(arg, depth + 1))
+            .collect()
+    }
+
+    /// Stores a resolved term as an alias and returns its index.
+    fn store(&mut self, typed: Typed) -> usize {
+        let constant = if typed.sort == Sort::Int {
+            self.constant(&typed.term)
+        } else {
+            None
+        };
+        let index = self.program.aliases.len();
+        self.program.aliases.push(Alias {
+            term: typed.term,
+            sort: typed.sort,
+            constant,
+        });
+        self.alias_depths.push(typed.depth);
+        index
+    }
+
     fn max_term_depth(&self) -> usize {
         self.limits.max_depth.saturating_mul(4)
     }
@@ -320,19 +381,18 @@ impl Resolver<'_> {
                 "assign one name at a time",
             ));
         }
+        if let ExprKind::List(items) = &value.kind {
+            let mut stored = Vec::with_capacity(items.len());
+            for item in items {
+                let typed = self.term(item, 1)?;
+                stored.push(self.store(typed));
+            }
+            let list = self.lists.len();
+            self.lists.push(stored);
+            return self.bind(line, &targets[0], Binding::List(list));
+        }
         let typed = self.term(value, 0)?;
-        let constant = if typed.sort == Sort::Int {
-            self.constant(&typed.term)
-        } else {
-            None
-        };
-        let index = self.program.aliases.len();
-        self.program.aliases.push(Alias {
-            term: typed.term,
-            sort: typed.sort,
-            constant,
-        });
-        self.alias_depths.push(typed.depth);
+        let index = self.store(typed);
         self.bind(line, &targets[0], Binding::Alias(index))
     }
 
@@ -418,15 +478,12 @@ impl Resolver<'_> {
     }
 
     fn assert_all(&mut self, args: &[Expr]) -> Result<(), LogicError> {
-        for arg in spread(args) {
-            let typed = self.term(arg, 0)?;
+        let line = args.first().map_or(0, |a| a.line);
+        for typed in self.items(args, 0)? {
             if typed.sort != Sort::Bool {
-                return Err(invalid(
-                    arg.line,
-                    format!("s.add needs a constraint, not an Int ({})", describe(arg)),
-                ));
+                return Err(invalid(line, "s.add needs constraints, not Ints"));
             }
-            self.program.asserts.push((typed.term, arg.line));
+            self.program.asserts.push((typed.term, line));
         }
         Ok(())
     }
@@ -565,6 +622,10 @@ impl Resolver<'_> {
                     let (sort, inner_depth) = (alias.sort, self.alias_depth(a));
                     self.typed(Term::Alias(a), sort, inner_depth + 1, line)
                 }
+                Some(Binding::List(_)) => Err(invalid(
+                    line,
+                    format!("the list `{name}` can only be the argument of And/Or/Sum/Distinct or s.add"),
+                )),
                 Some(_) => Err(invalid(
                     line,
                     format!("`{name}` is a solver or model, not a z3 term"),
@@ -677,16 +738,72 @@ impl Resolver<'_> {
             ExprKind::Call(function, args, kwargs) => {
                 self.call(line, function, args, kwargs, depth)
             }
-            ExprKind::Index(..) => Err(invalid(
-                line,
-                "m[x] can only be printed, not used in a constraint",
-            )),
+            ExprKind::Index(list, index) => {
+                let list = match &list.kind {
+                    ExprKind::Name(n) => match self.names.get(n) {
+                        Some(Binding::List(l)) => Some(*l),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                let Some(list) = list else {
+                    return Err(invalid(
+                        line,
+                        "m[x] can only be printed, not used in a constraint",
+                    ));
+                };
+                let position = match index.kind {
+                    ExprKind::Int(i) => usize::try_from(i).ok(),
+                    ExprKind::Neg(ref inner) => match inner.kind {
+                        ExprKind::Int(i) => usize::try_from(i)
+                            .ok()
+                            .and_then(|i| self.lists[list].len().checked_sub(i)),
+                        _ => None,
+                    },
+                    _ => None,
+                };
+                match position.and_then(|p| self.lists[list].get(p).copied()) {
+                    Some(a) => {
+                        let sort = self.program.aliases[a].sort;
+                        self.typed(Term::Alias(a), sort, self.alias_depth(a) + 1, line)
+                    }
+                    None => Err(invalid(
+                        line,
+                        "a list index must be an integer literal within the list",
+                    )),
+                }
+            }
             ExprKind::Method(_, method, ..) => Err(LogicError::unsupported(
                 line,
                 &format!("the method `.{method}` inside an expression"),
                 "constraints use only variables, numbers and z3 functions",
             )),
         }
+    }
+
+    fn expect_sort(
+        &self,
+        t: &Typed,
+        sort: Sort,
+        line: usize,
+        function: &str,
+    ) -> Result<(), LogicError> {
+        if t.sort == sort {
+            return Ok(());
+        }
+        let hint = if sort == Sort::Int {
+            " (use If(b, 1, 0) to count a Bool)"
+        } else {
+            ""
+        };
+        Err(invalid(
+            line,
+            format!(
+                "an argument of {function} is {} where {} is needed{hint}",
+                t.sort.name(),
+                sort.name()
+            ),
+        ))
     }
 
     fn alias_depth(&self, alias: usize) -> usize {
@@ -753,8 +870,8 @@ impl Resolver<'_> {
             "And" | "Or" => {
                 let mut terms = Vec::new();
                 let mut deepest = 0;
-                for arg in spread(args) {
-                    let t = self.bool_term(arg, depth)?;
+                for t in self.items(args, depth)? {
+                    self.expect_sort(&t, Sort::Bool, line, function)?;
                     deepest = deepest.max(t.depth);
                     terms.push(t.term);
                 }
@@ -809,8 +926,8 @@ impl Resolver<'_> {
             "Distinct" => {
                 let mut terms = Vec::new();
                 let mut deepest = 0;
-                for arg in spread(args) {
-                    let t = self.int_term(arg, depth)?;
+                for t in self.items(args, depth)? {
+                    self.expect_sort(&t, Sort::Int, line, function)?;
                     deepest = deepest.max(t.depth);
                     terms.push(t.term);
                 }
@@ -819,8 +936,8 @@ impl Resolver<'_> {
             "Sum" | "Product" => {
                 let mut terms = Vec::new();
                 let mut deepest = 0;
-                for arg in spread(args) {
-                    let t = self.int_term(arg, depth)?;
+                for t in self.items(args, depth)? {
+                    self.expect_sort(&t, Sort::Int, line, function)?;
                     deepest = deepest.max(t.depth);
                     terms.push(t.term);
                 }
