@@ -21,7 +21,7 @@ use pumpkin_solver::core::results::{ProblemSolution, SatisfactionResult};
 use pumpkin_solver::core::termination::TimeBudget;
 use pumpkin_solver::core::variables::{AffineView, DomainId, Literal, TransformableVariable};
 use pumpkin_solver::Solver;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 type View = AffineView<DomainId>;
 
@@ -46,11 +46,42 @@ impl From<LogicError> for Stop {
     }
 }
 
-/// `sum(coef * view) + constant`.
+/// `sum(coef * view) + constant`, with each view once: merging like terms
+/// keeps a sum of shared definitions (`a1 = a0 + a0`) from doubling in size.
 #[derive(Clone, Default)]
 struct Lin {
     terms: Vec<(i64, View)>,
+    index: HashMap<View, usize>,
     constant: i64,
+}
+
+impl Lin {
+    fn constant(value: i64) -> Self {
+        Lin {
+            constant: value,
+            ..Lin::default()
+        }
+    }
+
+    /// Whether no variable has a non-zero coefficient.
+    fn is_constant(&self) -> bool {
+        self.terms.iter().all(|(coef, _)| *coef == 0)
+    }
+
+    /// Adds `coef * view`; `None` on overflow.
+    fn push(&mut self, coef: i64, view: View) -> Option<()> {
+        match self.index.get(&view) {
+            Some(&at) => {
+                let slot = &mut self.terms.get_mut(at)?.0;
+                *slot = slot.checked_add(coef)?;
+            }
+            None => {
+                self.index.insert(view, self.terms.len());
+                self.terms.push((coef, view));
+            }
+        }
+        Some(())
+    }
 }
 
 /// A normalised relation `lin REL 0`.
@@ -302,13 +333,16 @@ impl Builder<'_> {
             .constant
             .checked_add(b.constant)
             .ok_or_else(|| self.overflow())?;
-        a.terms.extend(b.terms);
+        for (coef, view) in b.terms {
+            a.push(coef, view).ok_or_else(|| self.overflow())?;
+        }
         Ok(a)
     }
 
     /// A single view equal to `lin` (a fresh variable when it is a sum).
     fn materialize(&mut self, lin: Lin) -> Result<View, Stop> {
-        if let [(1, view)] = lin.terms.as_slice() {
+        let mut live = lin.terms.iter().filter(|(coef, _)| *coef != 0);
+        if let (Some((1, view)), None) = (live.next(), live.next()) {
             if lin.constant.abs() <= SOLVER_LIMIT {
                 return Ok(view.offset(lin.constant as i32));
             }
@@ -361,7 +395,7 @@ impl Builder<'_> {
     fn post(&mut self, lin: Lin, rel: Rel, reify: Option<Literal>) -> Result<(), Stop> {
         self.consistent()?;
         self.step(1)?;
-        if lin.terms.is_empty() {
+        if lin.is_constant() {
             let holds = match rel {
                 Rel::Le => lin.constant <= 0,
                 Rel::Eq => lin.constant == 0,
@@ -414,7 +448,7 @@ impl Builder<'_> {
     fn post_equal_if(&mut self, lin: Lin, literal: Literal) -> Result<(), Stop> {
         self.consistent()?;
         self.step(1)?;
-        if lin.terms.is_empty() {
+        if lin.is_constant() {
             return if lin.constant == 0 {
                 Ok(())
             } else {
@@ -469,10 +503,7 @@ impl Builder<'_> {
     fn lin(&mut self, term: &Term) -> Result<Lin, Stop> {
         self.step(1)?;
         match term {
-            Term::Const(v) => Ok(Lin {
-                terms: Vec::new(),
-                constant: *v,
-            }),
+            Term::Const(v) => Ok(Lin::constant(*v)),
             Term::Var(i) => match self.handles.get(*i) {
                 Some(Handle::Int(d)) => Ok(view_lin(d.scaled(1))),
                 _ => Err(Stop::Fail(self.sort_error())),
@@ -505,10 +536,7 @@ impl Builder<'_> {
                 Ok(acc)
             }
             Term::Mul(items) => {
-                let mut acc = Lin {
-                    terms: Vec::new(),
-                    constant: 1,
-                };
+                let mut acc = Lin::constant(1);
                 for item in items {
                     let next = self.lin(item)?;
                     acc = self.multiply(acc, next)?;
@@ -539,16 +567,16 @@ impl Builder<'_> {
                 let condition = self.literal(c)?;
                 let then = self.lin(t)?;
                 let otherwise = self.lin(e)?;
-                if then.terms.is_empty() && otherwise.terms.is_empty() {
+                if then.is_constant() && otherwise.is_constant() {
                     // If(c, a, b) = b + (a - b) * c: no new variable.
                     let step = then
                         .constant
                         .checked_sub(otherwise.constant)
                         .ok_or_else(|| self.overflow())?;
-                    return Ok(Lin {
-                        terms: vec![(step, condition.get_integer_variable())],
-                        constant: otherwise.constant,
-                    });
+                    let mut lin = Lin::constant(otherwise.constant);
+                    lin.push(step, condition.get_integer_variable())
+                        .ok_or_else(|| self.overflow())?;
+                    return Ok(lin);
                 }
                 let (lo_t, hi_t) = self.bounds(&then);
                 let (lo_e, hi_e) = self.bounds(&otherwise);
@@ -569,10 +597,10 @@ impl Builder<'_> {
     }
 
     fn multiply(&mut self, a: Lin, b: Lin) -> Result<Lin, Stop> {
-        if a.terms.is_empty() {
+        if a.is_constant() {
             return self.scale(b, a.constant);
         }
-        if b.terms.is_empty() {
+        if b.is_constant() {
             return self.scale(a, b.constant);
         }
         // A product of two variables: pumpkin's bounds-consistent `times`.
@@ -909,8 +937,8 @@ impl Builder<'_> {
 }
 
 fn view_lin(view: View) -> Lin {
-    Lin {
-        terms: vec![(1, view)],
-        constant: 0,
-    }
+    let mut lin = Lin::default();
+    lin.index.insert(view, 0);
+    lin.terms.push((1, view));
+    lin
 }

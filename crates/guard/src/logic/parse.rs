@@ -319,7 +319,8 @@ impl Parser<'_> {
         self.leave();
         let expr = result?;
         if let Tok::Name(word) = self.peek() {
-            if keyword_hint(word).is_some() {
+            // `for` after a list item is a comprehension: the list names it.
+            if keyword_hint(word).is_some() && word != "for" {
                 return Err(self.unexpected("an operator"));
             }
         }

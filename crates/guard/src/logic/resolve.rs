@@ -481,7 +481,10 @@ impl Resolver<'_> {
         let line = args.first().map_or(0, |a| a.line);
         for typed in self.items(args, 0)? {
             if typed.sort != Sort::Bool {
-                return Err(invalid(line, "s.add needs constraints, not Ints"));
+                return Err(invalid(
+                    line,
+                    "s.add needs constraints (comparisons such as x > 0), not Int terms",
+                ));
             }
             self.program.asserts.push((typed.term, line));
         }
