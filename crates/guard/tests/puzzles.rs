@@ -105,3 +105,24 @@ fn every_puzzle_has_its_expected_answer() {
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
+
+/// The programs in `tests/data/grammar/` are written in [`GRAMMAR`]'s fixed
+/// layout (the integrator checks them against the grammar with llguidance);
+/// the parser must accept and solve each.
+///
+/// [`GRAMMAR`]: hearth_guard::logic::GRAMMAR
+#[test]
+fn grammar_shaped_programs_solve() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data/grammar");
+    let mut count = 0;
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let src = std::fs::read_to_string(&path).unwrap();
+        let solution =
+            solve(&src, &Limits::default()).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        assert_eq!(solution.status, Status::Sat, "{}", path.display());
+        assert!(solution.unique, "{}", path.display());
+        count += 1;
+    }
+    assert!(count >= 4);
+}
