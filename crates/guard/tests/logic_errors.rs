@@ -116,7 +116,10 @@ fn a_million_variables_are_refused_before_anything_is_built() {
     };
     let lifted = Instant::now();
     let e = solve(&src, &generous).unwrap_err();
-    eprintln!("10^6 names, text limit lifted: `{e}` in {:?}", lifted.elapsed());
+    eprintln!(
+        "10^6 names, text limit lifted: `{e}` in {:?}",
+        lifted.elapsed()
+    );
     assert!(e.to_string().contains("more than 10000 variables"), "{e}");
     assert!(
         started.elapsed() < Duration::from_secs(5),
