@@ -2,9 +2,9 @@
 //! says. Nothing a model writes is ever run by a general interpreter: its
 //! programs are in small languages we parse and evaluate ourselves.
 //!
-//! So far: [`calc`], the exact calculator; [`verify`], the constraint
-//! verifier (IFEval-compatible instruction checks, extraction of
-//! instructions from prompts, and safe repairs).
+//! So far: [`calc`], the exact calculator; [`logic`], the constraint
+//! solver; [`verify`], the constraint verifier.
 
 pub mod calc;
+pub mod logic;
 pub mod verify;
