@@ -25,6 +25,10 @@ pub struct Turns {
     pub n_predict: usize,
     /// Thinking on, with an optional budget of thought tokens.
     pub think: Option<Option<usize>>,
+    /// Guards to run on each reply.
+    pub guard: guard::GuardSet,
+    /// Print each reply's guard trace on stderr.
+    pub guard_trace: bool,
 }
 
 pub fn run(
@@ -38,6 +42,8 @@ pub fn run(
         prompt,
         n_predict,
         think,
+        guard,
+        guard_trace,
     } = turns;
     let grammar = constraint.grammar()?;
     let engine = load_engine(args, sample.params())?;
@@ -51,6 +57,12 @@ pub fn run(
         eprintln!("(this model does not think; --think is ignored)");
     }
     let mut session = engine.session();
+    let mut guarded_model = (!guard.is_empty()).then(|| engine::LocalChat::new(&engine));
+    let guard_cfg = guard::GuardConfig {
+        guards: guard,
+        max_tokens: n_predict,
+        ..guard::GuardConfig::default()
+    };
     let mut sampler = Sampler::new(engine.options().sampling.clone());
     let opts = GenerateOptions {
         max_tokens: n_predict,
@@ -127,6 +139,22 @@ pub fn run(
                 continue;
             }
         };
+        if let Some(model) = guarded_model.as_mut() {
+            match guarded_reply(model, &messages, &guard_cfg, guard_trace) {
+                Ok(text) => messages.push(ChatMessage::assistant(text)),
+                Err(e) => {
+                    messages.pop();
+                    eprintln!("error: {e}");
+                    if once {
+                        return Ok(ExitCode::FAILURE);
+                    }
+                }
+            }
+            if once {
+                break;
+            }
+            continue;
+        }
         state.store(GENERATING, Ordering::SeqCst);
         let stdout = std::io::stdout();
         let mut out = stdout.lock();
@@ -183,4 +211,27 @@ pub fn run(
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// One reply through the guards: shown whole once checked, with the trace
+/// on stderr when asked for.
+fn guarded_reply(
+    model: &mut engine::LocalChat<'_>,
+    messages: &[ChatMessage],
+    cfg: &guard::GuardConfig,
+    trace: bool,
+) -> Result<String, EngineError> {
+    if std::io::stderr().is_terminal() {
+        eprint!("(guarded: {}…)\r", cfg.guards);
+    }
+    let g = guard::answer(model, messages, cfg)?;
+    if std::io::stderr().is_terminal() {
+        eprint!("\x1b[2K");
+    }
+    let text = g.text.trim_end().to_string();
+    println!("{text}");
+    if trace {
+        eprintln!("{}", g.trace.summary());
+    }
+    Ok(text)
 }

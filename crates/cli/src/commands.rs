@@ -316,3 +316,73 @@ pub fn calc(exprs: &[String]) -> Result<ExitCode> {
         ExitCode::FAILURE
     })
 }
+
+/// Print the solution of a z3py-subset program as JSON.
+pub fn solve(file: &std::path::Path, timeout_ms: Option<u64>) -> Result<ExitCode> {
+    let src = if file.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut std::io::stdin().lock(), &mut s)
+            .context("cannot read the program from stdin (is it UTF-8?)")?;
+        s
+    } else {
+        std::fs::read_to_string(file)
+            .with_context(|| format!("cannot read {} (is it UTF-8 text?)", file.display()))?
+    };
+    let mut limits = guard::logic::Limits::default();
+    if let Some(ms) = timeout_ms {
+        limits.time_budget = std::time::Duration::from_millis(ms.max(1));
+    }
+    let solution = guard::logic::solve(&src, &limits)?;
+    println!("{}", serde_json::to_string(&solution)?);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `hearth check ifeval`'s arguments.
+#[derive(clap::Args, Debug)]
+pub struct IfevalArgs {
+    /// IFEval input rows (JSON lines: key, prompt, instruction_id_list, kwargs).
+    #[arg(long)]
+    input: std::path::PathBuf,
+    /// Responses (JSON lines: prompt, response), matched to inputs by prompt.
+    #[arg(long)]
+    responses: std::path::PathBuf,
+    /// Where to write eval_results_strict.jsonl and eval_results_loose.jsonl.
+    #[arg(long, default_value = ".")]
+    output: std::path::PathBuf,
+    /// Ignore the given instruction ids: extract the requirements from each
+    /// prompt's text and check those (rows gain extracted_instruction_id_list
+    /// and extracted_kwargs).
+    #[arg(long)]
+    extract: bool,
+}
+
+/// Check responses as the official IFEval checker does and write its files.
+pub fn check_ifeval(args: &IfevalArgs) -> Result<ExitCode> {
+    use guard::verify::rows::{self, InputRow, Mode, ResponseRow, Summary};
+    let read = |p: &std::path::Path| {
+        std::fs::read_to_string(p).with_context(|| format!("cannot read {}", p.display()))
+    };
+    let inputs: Vec<InputRow> = rows::parse_jsonl(&read(&args.input)?)
+        .with_context(|| format!("in {}", args.input.display()))?;
+    let responses: Vec<ResponseRow> = rows::parse_jsonl(&read(&args.responses)?)
+        .with_context(|| format!("in {}", args.responses.display()))?;
+    std::fs::create_dir_all(&args.output)
+        .with_context(|| format!("cannot create {}", args.output.display()))?;
+    for (mode, name) in [
+        (Mode::Strict, "eval_results_strict.jsonl"),
+        (Mode::Loose, "eval_results_loose.jsonl"),
+    ] {
+        let out = rows::evaluate(&inputs, &responses, mode, args.extract)?;
+        let path = args.output.join(name);
+        std::fs::write(&path, rows::to_jsonl(&out))
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        let s = Summary::of(&out);
+        println!(
+            "{name}: prompt-level {:.4}, instruction-level {:.4} ({} prompts)",
+            s.prompt_accuracy(),
+            s.instruction_accuracy(),
+            out.len()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

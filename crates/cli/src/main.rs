@@ -207,6 +207,28 @@ enum Command {
         /// Most thought tokens per reply (with --think).
         #[arg(long, value_name = "N", requires = "think")]
         thinking_budget: Option<usize>,
+        /// Guardrails: `all`, `none`, or a list of calc, logic, verify,
+        /// persona, clean, qualifiers. Guarded replies are checked (and
+        /// repaired) before they are shown, so they do not stream.
+        #[arg(long, value_name = "GUARDS", default_value = "none", conflicts_with_all = ["think", "json_schema", "grammar", "regex", "json_object"])]
+        guard: guard::GuardSet,
+        /// Print what the guards did (on stderr) after each reply.
+        #[arg(long, requires = "guard")]
+        guard_trace: bool,
+    },
+    /// Solve a logic puzzle written in z3's Python API (a declarative
+    /// subset, parsed, never run): prints {"status", "model", "unique"}.
+    Solve {
+        /// The program file (`-` for stdin).
+        file: std::path::PathBuf,
+        /// Give up (status "unknown") after this many milliseconds.
+        #[arg(long, value_name = "MS")]
+        timeout_ms: Option<u64>,
+    },
+    /// Check responses against stated instructions.
+    Check {
+        #[command(subcommand)]
+        what: CheckCommand,
     },
     /// Evaluate calculator expressions exactly (big rationals): each EXPR,
     /// or one expression a line from stdin; a bad one prints `error: ...`.
@@ -279,6 +301,14 @@ enum Command {
     },
 }
 
+/// What `hearth check` checks.
+#[derive(Subcommand, Debug)]
+enum CheckCommand {
+    /// IFEval: write eval_results_strict.jsonl and eval_results_loose.jsonl
+    /// in the official checker's shape.
+    Ifeval(commands::IfevalArgs),
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match run(cli) {
@@ -319,6 +349,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
             n_predict,
             think,
             thinking_budget,
+            guard,
+            guard_trace,
         } => chat::run(
             &model,
             &sample,
@@ -328,6 +360,8 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 prompt,
                 n_predict,
                 think: think.then_some(thinking_budget),
+                guard,
+                guard_trace,
             },
         ),
         Command::Tokenize {
@@ -346,6 +380,10 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Inspect { model, full } => commands::inspect(&model, full),
         Command::Pull { spec, quiet } => commands::pull(&spec, quiet),
         Command::Calc { exprs } => commands::calc(&exprs),
+        Command::Solve { file, timeout_ms } => commands::solve(&file, timeout_ms),
+        Command::Check {
+            what: CheckCommand::Ifeval(args),
+        } => commands::check_ifeval(&args),
         Command::Quantize(args) => convert::quantize(&args),
         Command::Synth(args) => convert::synth(&args),
         Command::Bench(args) => bench::run(&args),

@@ -46,6 +46,11 @@ pub struct ServeArgs {
     /// Seconds in-flight requests may take to finish after SIGTERM/SIGINT.
     #[arg(long, default_value_t = 10.0)]
     shutdown_timeout: f64,
+    /// Guardrails for chat requests that do not set Hearth's `guard`
+    /// field: `all`, `none`, or a list of calc, logic, verify, persona,
+    /// clean, qualifiers.
+    #[arg(long, value_name = "GUARDS", default_value = "none")]
+    guard: guard::GuardSet,
 }
 
 fn secs(name: &str, v: f64) -> Result<Duration> {
@@ -102,6 +107,7 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
         Some(secs("max-request-secs", args.max_request_secs)?)
     };
     config.shutdown_timeout = secs("shutdown-timeout", args.shutdown_timeout)?;
+    config.guard = args.guard;
     // The same loader as every other command: --quant, --precise, --ctx
     // and the rest mean what they mean there.
     let loader: server::Loader = Box::new(move || engine::Engine::load(&path, &options));

@@ -131,6 +131,9 @@ struct WireTool {
 #[derive(Debug, Deserialize)]
 struct ChatBody {
     messages: Vec<Message>,
+    /// Hearth's extension: the guardrails for this reply (`all`, `none` or
+    /// a list such as `calc,logic`); the server's `--guard` when absent.
+    guard: Option<String>,
     tools: Option<Vec<WireTool>>,
     tool_choice: Option<Value>,
     parallel_tool_calls: Option<bool>,
@@ -183,6 +186,8 @@ pub struct Request {
     pub thinking: bool,
     /// Most thought tokens.
     pub thinking_budget: Option<usize>,
+    /// The guards the request asked for (`None`: the server's default).
+    pub guard: Option<guard::GuardSet>,
 }
 
 /// Tool calling in a chat request.
@@ -257,6 +262,13 @@ pub fn parse_chat(body: &[u8], defaults: &SamplingParams) -> Result<Request, Api
         ));
     }
     let tool_mode = parse_tools(b.tools, b.tool_choice, b.parallel_tool_calls)?;
+    let guard = match b.guard.as_deref() {
+        None => None,
+        Some(spec) => Some(
+            guard::GuardSet::parse(spec)
+                .map_err(|e| ApiError::bad_param("guard", format!("{e}.")))?,
+        ),
+    };
     // Call ids of earlier assistant turns, to name a tool's result.
     let mut call_names: std::collections::HashMap<String, String> = Default::default();
     let mut messages: Vec<ChatMessage> = Vec::with_capacity(b.messages.len() + 1);
@@ -352,6 +364,7 @@ pub fn parse_chat(body: &[u8], defaults: &SamplingParams) -> Result<Request, Api
         }
     }
     let mut req = common(b.common, Input::Chat(messages), None, defaults)?;
+    req.guard = guard;
     if let Some(mode) = tool_mode {
         if let Some((_, field)) = &req.grammar {
             return Err(ApiError::bad_param(
@@ -685,6 +698,7 @@ fn common(
         tools: None,
         thinking,
         thinking_budget,
+        guard: None,
     })
 }
 

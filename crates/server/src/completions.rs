@@ -131,6 +131,36 @@ async fn generate_inner(
     let room = n_ctx - prompt.len();
     let opts = req.generate_options(room);
     let (tx, rx) = mpsc::unbounded_channel();
+    let deadline = st
+        .config
+        .max_request_time
+        .and_then(|limit| received.checked_add(limit));
+    let guards = guards_for(&st, &req, kind)?;
+    if let (false, Input::Chat(messages)) = (guards.is_empty(), &req.input) {
+        let cfg = guard::GuardConfig {
+            guards,
+            max_tokens: opts.max_tokens,
+            ..guard::GuardConfig::default()
+        };
+        let messages = messages.clone();
+        let params = req.params.clone();
+        let state = st.clone();
+        let client = tx;
+        tokio::task::spawn_blocking(move || {
+            let Some(backend) = state.backend.get() else {
+                return;
+            };
+            let mut chat = crate::guarded::SchedulerChat {
+                engine: &backend.engine,
+                scheduler: &backend.scheduler,
+                params,
+                deadline,
+                client: &client,
+            };
+            crate::guarded::run(&mut chat, &messages, &cfg, &state.metrics);
+        });
+        return respond(&st, kind, model, req, rx).await;
+    }
     let job = Job {
         prompt,
         params: req.params.clone(),
@@ -138,10 +168,7 @@ async fn generate_inner(
         constraint,
         thinking,
         events: tx,
-        deadline: st
-            .config
-            .max_request_time
-            .and_then(|limit| received.checked_add(limit)),
+        deadline,
     };
     match backend.scheduler.submit(job) {
         Ok(()) => {}
@@ -150,6 +177,34 @@ async fn generate_inner(
             return Err(ApiError::unavailable("The server is shutting down.", 5))
         }
     }
+    respond(&st, kind, model, req, rx).await
+}
+
+/// The guards a request runs: its own `guard` field, else the server's
+/// default. A request that asks for guards and also for a grammar, tools or
+/// thinking is refused (the guards rewrite text those would hold); the
+/// server's default simply does not apply to such a request.
+fn guards_for(st: &AppState, req: &Request, kind: Kind) -> Result<guard::GuardSet, ApiError> {
+    let special = req.grammar.is_some() || req.tools.is_some() || req.thinking;
+    match req.guard {
+        Some(g) if !g.is_empty() && special => Err(ApiError::bad_param(
+            "guard",
+            "`guard` cannot be combined with a grammar, a response format, tools or thinking.",
+        )),
+        Some(g) => Ok(g),
+        None if special || kind != Kind::Chat => Ok(guard::GuardSet::none()),
+        None => Ok(st.config.guard),
+    }
+}
+
+/// Answer from the events on `rx`: one JSON object, or a stream.
+async fn respond(
+    st: &AppState,
+    kind: Kind,
+    model: String,
+    req: Request,
+    rx: mpsc::UnboundedReceiver<Event>,
+) -> Result<Response, ApiError> {
     let meta = Meta {
         id: new_id(if kind == Kind::Chat {
             "chatcmpl"
@@ -251,9 +306,11 @@ fn tool_call_json(call: &ToolCall, index: Option<usize>) -> Value {
 async fn collect(meta: Meta, mut rx: mpsc::UnboundedReceiver<Event>) -> Result<Response, ApiError> {
     let mut text = String::new();
     let mut thought = String::new();
+    let mut guard = None;
     loop {
         match rx.recv().await {
             Some(Event::Started) => {}
+            Some(Event::Guard(trace)) => guard = Some(trace),
             Some(Event::Text(t)) => text.push_str(&t),
             Some(Event::Thought(t)) => thought.push_str(&t),
             Some(Event::Done(u)) => {
@@ -302,6 +359,11 @@ async fn collect(meta: Meta, mut rx: mpsc::UnboundedReceiver<Event>) -> Result<R
                         "usage": usage,
                     }),
                 };
+                let mut body = body;
+                if let Some(trace) = guard {
+                    // Hearth's extension: what the guardrails did.
+                    body["guard"] = trace;
+                }
                 return Ok(Json(body).into_response());
             }
             Some(Event::Failed(msg)) => return Err(failed(&msg)),
@@ -409,6 +471,7 @@ fn stream_response(meta: Meta, req: Request, rx: mpsc::UnboundedReceiver<Event>)
         done: bool,
         mode: Mode,
         held: String,
+        guard: Option<Value>,
     }
     let mode = match &meta.tools {
         None => Mode::Text,
@@ -423,6 +486,7 @@ fn stream_response(meta: Meta, req: Request, rx: mpsc::UnboundedReceiver<Event>)
         done: false,
         mode,
         held: String::new(),
+        guard: None,
     };
     let stream = futures_util::stream::unfold(st, |mut st| async move {
         if st.done {
@@ -436,6 +500,7 @@ fn stream_response(meta: Meta, req: Request, rx: mpsc::UnboundedReceiver<Event>)
                     out.push(data(&st.meta.chunk(Some(""), true, None)));
                 }
             }
+            Some(Event::Guard(trace)) => st.guard = Some(trace),
             Some(Event::Thought(t)) => {
                 let role = st.meta.kind == Kind::Chat && !st.sent_role;
                 st.sent_role = true;
@@ -490,7 +555,11 @@ fn stream_response(meta: Meta, req: Request, rx: mpsc::UnboundedReceiver<Event>)
                         None => {}
                     }
                 }
-                out.push(data(&st.meta.chunk(None, false, Some(reason))));
+                let mut last = st.meta.chunk(None, false, Some(reason));
+                if let Some(trace) = st.guard.take() {
+                    last["guard"] = trace;
+                }
+                out.push(data(&last));
                 if st.include_usage {
                     let usage =
                         api::usage_json(u.prompt_tokens, u.completion_tokens, u.cached_tokens);

@@ -8,6 +8,7 @@
 pub mod api;
 mod completions;
 pub mod error;
+mod guarded;
 pub mod metrics;
 mod routes;
 pub mod scheduler;
@@ -56,6 +57,8 @@ pub struct ServerConfig {
     /// On SIGTERM/SIGINT, how long in-flight requests may finish before they
     /// are cancelled.
     pub shutdown_timeout: Duration,
+    /// Guardrails for chat requests that name none (their `guard` field).
+    pub guard: guard::GuardSet,
 }
 
 impl ServerConfig {
@@ -75,6 +78,7 @@ impl ServerConfig {
             request_timeout: Duration::from_secs(600),
             max_request_time: Some(Duration::from_secs(300)),
             shutdown_timeout: Duration::from_secs(10),
+            guard: guard::GuardSet::none(),
         }
     }
 }

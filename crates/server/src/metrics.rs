@@ -44,6 +44,10 @@ pub struct Metrics {
     decode_tokens: AtomicU64,
     /// Microseconds spent in decode steps.
     decode_micros: AtomicU64,
+    /// Guard steps by (guard, outcome).
+    guard_steps: Mutex<BTreeMap<(String, String), u64>>,
+    /// Per guard: extra model calls, tokens (prompt + generated), milliseconds.
+    guard_costs: Mutex<BTreeMap<String, [u64; 3]>>,
 }
 
 impl Metrics {
@@ -58,6 +62,25 @@ impl Metrics {
         self.decode_tokens.fetch_add(tokens, Ordering::Relaxed);
         self.decode_micros
             .fetch_add(took.as_micros() as u64, Ordering::Relaxed);
+    }
+
+    /// Count what the guards did for one reply.
+    pub fn record_guard(&self, trace: &guard::Trace) {
+        let mut steps = self.guard_steps.lock().unwrap_or_else(|e| e.into_inner());
+        let mut costs = self.guard_costs.lock().unwrap_or_else(|e| e.into_inner());
+        for st in &trace.steps {
+            let outcome = serde_json::to_value(st.outcome)
+                .ok()
+                .and_then(|v| v.as_str().map(str::to_string))
+                .unwrap_or_default();
+            *steps
+                .entry((st.guard.name().to_string(), outcome))
+                .or_default() += 1;
+            let c = costs.entry(st.guard.name().to_string()).or_default();
+            c[0] += st.calls as u64;
+            c[1] += (st.prompt_tokens + st.completion_tokens) as u64;
+            c[2] += st.ms;
+        }
     }
 
     /// Generated tokens per second of decoding, over the server's life.
@@ -181,6 +204,44 @@ impl Metrics {
                 out,
                 "hearth_requests_total{{endpoint=\"{endpoint}\",status=\"{status}\"}} {n}"
             );
+        }
+        drop(map);
+        let _ = writeln!(
+            out,
+            "# HELP hearth_guard_steps_total Guard steps, by guard and outcome (computed, passed, repaired, flagged, could_not_verify)."
+        );
+        let _ = writeln!(out, "# TYPE hearth_guard_steps_total counter");
+        let steps = self.guard_steps.lock().unwrap_or_else(|e| e.into_inner());
+        for ((guard, outcome), n) in steps.iter() {
+            let _ = writeln!(
+                out,
+                "hearth_guard_steps_total{{guard=\"{guard}\",outcome=\"{outcome}\"}} {n}"
+            );
+        }
+        drop(steps);
+        let costs = self.guard_costs.lock().unwrap_or_else(|e| e.into_inner());
+        for (i, (name, help)) in [
+            (
+                "hearth_guard_model_calls_total",
+                "Extra model calls made by each guard.",
+            ),
+            (
+                "hearth_guard_tokens_total",
+                "Tokens (prompt and generated) of each guard's extra calls.",
+            ),
+            (
+                "hearth_guard_milliseconds_total",
+                "Time spent in each guard.",
+            ),
+        ]
+        .into_iter()
+        .enumerate()
+        {
+            let _ = writeln!(out, "# HELP {name} {help}");
+            let _ = writeln!(out, "# TYPE {name} counter");
+            for (guard, c) in costs.iter() {
+                let _ = writeln!(out, "{name}{{guard=\"{guard}\"}} {}", c[i]);
+            }
         }
         out
     }

@@ -53,6 +53,8 @@ pub enum Event {
     Done(Usage),
     /// Generation failed (after it was admitted).
     Failed(String),
+    /// What the guardrails did (before `Done`, for a guarded reply).
+    Guard(serde_json::Value),
 }
 
 /// Token counts and the finish reason of a finished generation.

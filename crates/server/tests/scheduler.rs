@@ -47,6 +47,7 @@ fn drain(rx: &mut mpsc::UnboundedReceiver<Event>) -> (String, Option<FinishReaso
         match rx.try_recv() {
             Ok(Event::Text(t)) => text.push_str(&t),
             Ok(Event::Thought(_)) => panic!("thinking is off"),
+            Ok(Event::Guard(_)) => panic!("the scheduler never sends a guard trace"),
             Ok(Event::Done(u)) => return (text, Some(u.finish)),
             Ok(Event::Failed(m)) => panic!("failed: {m}"),
             Ok(Event::Started) => {}
@@ -295,6 +296,7 @@ fn done_usage(rx: &mut mpsc::UnboundedReceiver<Event>) -> (bool, String, Usage) 
             Ok(Event::Started) => started = true,
             Ok(Event::Text(t)) => text.push_str(&t),
             Ok(Event::Thought(_)) => panic!("thinking is off"),
+            Ok(Event::Guard(_)) => panic!("the scheduler never sends a guard trace"),
             Ok(Event::Done(u)) => return (started, text, u),
             Ok(Event::Failed(m)) => panic!("failed: {m}"),
             Err(mpsc::error::TryRecvError::Empty) => std::thread::sleep(Duration::from_millis(1)),

@@ -1,0 +1,142 @@
+//! Guarded chat replies: the guard pipeline runs on a blocking thread and
+//! asks the model through the scheduler ([`SchedulerChat`]), so its calls
+//! share the slots and the batch with every other request. The finished
+//! reply goes out as ordinary scheduler events (the text whole, then the
+//! trace, then `Done`), so the JSON and streaming responses need nothing
+//! else.
+
+use crate::metrics::Metrics;
+use crate::scheduler::{Event, Job, Rejected, Scheduler, Usage};
+use engine::{
+    ChatMessage, ChatModel, Engine, EngineError, GenerateOptions, ModelCall, ModelReply,
+    SamplingParams,
+};
+use std::time::Instant;
+use tokio::sync::mpsc::{self, UnboundedSender};
+
+/// [`ChatModel`] over the server's scheduler.
+pub(crate) struct SchedulerChat<'a> {
+    /// The engine (templates, tokenizer, grammars).
+    pub engine: &'a Engine,
+    /// Where jobs go.
+    pub scheduler: &'a Scheduler,
+    /// The request's sampling settings.
+    pub params: SamplingParams,
+    /// When the whole request must be over.
+    pub deadline: Option<Instant>,
+    /// The request's own channel: once its receiver is gone (the client
+    /// hung up), no more calls are made and the running one is cancelled.
+    pub client: &'a UnboundedSender<Event>,
+}
+
+impl ChatModel for SchedulerChat<'_> {
+    fn reply(&mut self, call: &ModelCall) -> Result<ModelReply, EngineError> {
+        if self.client.is_closed() {
+            return Err(EngineError::InvalidRequest("the client went away".into()));
+        }
+        let prompt = self.engine.encode_chat(&call.messages)?;
+        let n_ctx = self.engine.n_ctx();
+        if prompt.len() >= n_ctx {
+            return Err(EngineError::PromptTooLong {
+                prompt: prompt.len(),
+                n_ctx,
+            });
+        }
+        let constraint = match &call.grammar {
+            Some(g) => Some(self.engine.constraint(g)?),
+            None => None,
+        };
+        let params = if call.greedy {
+            SamplingParams {
+                temperature: 0.0,
+                ..self.params.clone()
+            }
+        } else {
+            self.params.clone()
+        };
+        let room = n_ctx - prompt.len();
+        let prompt_tokens = prompt.len();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let job = Job {
+            prompt,
+            params,
+            opts: GenerateOptions {
+                max_tokens: call.max_tokens.min(room),
+                stop: Vec::new(),
+                stop_on_eog: true,
+                render_special: false,
+            },
+            constraint,
+            thinking: None,
+            events: tx,
+            deadline: self.deadline,
+        };
+        match self.scheduler.submit(job) {
+            Ok(()) => {}
+            Err(Rejected::QueueFull) => {
+                return Err(EngineError::InvalidRequest(
+                    "the queue is full; a guard call could not be made".into(),
+                ))
+            }
+            Err(Rejected::ShuttingDown) => {
+                return Err(EngineError::InvalidRequest(
+                    "the server is shutting down".into(),
+                ))
+            }
+        }
+        let mut text = String::new();
+        loop {
+            match rx.blocking_recv() {
+                Some(Event::Text(t)) => text.push_str(&t),
+                Some(Event::Done(u)) => {
+                    return Ok(ModelReply {
+                        text,
+                        prompt_tokens,
+                        completion_tokens: u.completion_tokens,
+                        finish: u.finish,
+                    })
+                }
+                Some(Event::Failed(msg)) => return Err(EngineError::InvalidRequest(msg)),
+                Some(_) => {}
+                None => {
+                    return Err(EngineError::InvalidRequest(
+                        "the generation ended without a result".into(),
+                    ))
+                }
+            }
+            // Dropping `rx` cancels the job at its next step.
+            if self.client.is_closed() {
+                return Err(EngineError::InvalidRequest("the client went away".into()));
+            }
+        }
+    }
+}
+
+/// Run the guards for `messages` and send the reply to `client` as
+/// scheduler events. Runs on a blocking thread.
+pub(crate) fn run(
+    chat: &mut SchedulerChat<'_>,
+    messages: &[ChatMessage],
+    cfg: &guard::GuardConfig,
+    metrics: &Metrics,
+) {
+    let client = chat.client.clone();
+    match guard::answer(chat, messages, cfg) {
+        Ok(g) => {
+            metrics.record_guard(&g.trace);
+            let _ = client.send(Event::Started);
+            let _ = client.send(Event::Text(g.text));
+            let trace = serde_json::to_value(&g.trace).unwrap_or(serde_json::Value::Null);
+            let _ = client.send(Event::Guard(trace));
+            let _ = client.send(Event::Done(Usage {
+                finish: g.finish,
+                prompt_tokens: g.answer_prompt_tokens + g.trace.extra_prompt_tokens,
+                completion_tokens: g.answer_completion_tokens + g.trace.extra_completion_tokens,
+                cached_tokens: 0,
+            }));
+        }
+        Err(e) => {
+            let _ = client.send(Event::Failed(e.to_string()));
+        }
+    }
+}
