@@ -67,6 +67,33 @@ fn solve_prints_the_unique_answer() {
     assert_eq!(out.status.code(), Some(1));
 }
 
+/// Every puzzle of the guard's suite through the binary: status, the
+/// asked values and uniqueness as its answers file says.
+#[test]
+fn solve_is_right_on_the_puzzle_suite() {
+    let dir = guard_data("puzzles");
+    let answers: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("answers.json")).unwrap()).unwrap();
+    let answers = answers.as_object().unwrap();
+    assert!(answers.len() >= 25);
+    for (file, want) in answers {
+        let out = hearth(&["solve", dir.join(file).to_str().unwrap()]);
+        assert!(
+            out.status.success(),
+            "{file}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(got["status"], want["status"], "{file}");
+        assert_eq!(got["unique"], want["unique"], "{file}");
+        if want["status"] == "sat" && want["unique"] == true {
+            for (name, value) in want["model"].as_object().unwrap() {
+                assert_eq!(&got["model"][name], value, "{file}: {name}");
+            }
+        }
+    }
+}
+
 #[test]
 fn check_ifeval_writes_the_official_shape_and_agrees() {
     let text = std::fs::read_to_string(guard_data("ifeval_visible.jsonl")).unwrap();
