@@ -4,6 +4,7 @@ mod bench;
 mod chat;
 mod commands;
 mod convert;
+mod eval_cmd;
 mod serve;
 
 use anyhow::Result;
@@ -225,6 +226,12 @@ enum Command {
         #[arg(long, value_name = "MS")]
         timeout_ms: Option<u64>,
     },
+    /// MT-Bench: answer, judge (and, with the eval crate's other tools,
+    /// report and grade).
+    Eval {
+        #[command(subcommand)]
+        what: eval_cmd::EvalCommand,
+    },
     /// Check responses against stated instructions.
     Check {
         #[command(subcommand)]
@@ -381,6 +388,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Pull { spec, quiet } => commands::pull(&spec, quiet),
         Command::Calc { exprs } => commands::calc(&exprs),
         Command::Solve { file, timeout_ms } => commands::solve(&file, timeout_ms),
+        Command::Eval { what } => eval_cmd::run(&what),
         Command::Check {
             what: CheckCommand::Ifeval(args),
         } => commands::check_ifeval(&args),

@@ -21,6 +21,9 @@ pub struct ModelCall {
     /// Pick the most likely token at every step: tools ask for programs and
     /// yes/no answers, where a sampled slip costs a whole call.
     pub greedy: bool,
+    /// The temperature of this call, when it differs from the model's
+    /// (MT-Bench sets one per category); `greedy` overrides it.
+    pub temperature: Option<f32>,
 }
 
 impl ModelCall {
@@ -31,6 +34,26 @@ impl ModelCall {
             grammar: None,
             max_tokens,
             greedy: false,
+            temperature: None,
+        }
+    }
+
+    /// The same call at `temperature` (None: the model's own).
+    pub fn at_temperature(mut self, temperature: Option<f32>) -> Self {
+        self.temperature = temperature;
+        self
+    }
+
+    /// The sampling settings of this call, given the model's.
+    pub fn sampling(&self, base: &SamplingParams) -> SamplingParams {
+        let temperature = if self.greedy {
+            0.0
+        } else {
+            self.temperature.unwrap_or(base.temperature)
+        };
+        SamplingParams {
+            temperature,
+            ..base.clone()
         }
     }
 
@@ -53,6 +76,10 @@ pub struct ModelReply {
     pub completion_tokens: usize,
     /// Why the reply ended.
     pub finish: FinishReason,
+    /// Milliseconds spent on the prompt.
+    pub prompt_ms: u64,
+    /// Milliseconds spent generating.
+    pub gen_ms: u64,
 }
 
 /// Something that answers a conversation with the next assistant turn.
@@ -66,22 +93,15 @@ pub struct LocalChat<'e> {
     engine: &'e Engine,
     session: Session,
     sampler: Sampler,
-    greedy: Sampler,
 }
 
 impl<'e> LocalChat<'e> {
     /// A chat over a fresh session of `engine`, sampling with its options.
     pub fn new(engine: &'e Engine) -> Self {
-        let params = engine.options().sampling.clone();
-        let greedy = SamplingParams {
-            temperature: 0.0,
-            ..params.clone()
-        };
         Self {
             engine,
             session: engine.session(),
-            sampler: Sampler::new(params),
-            greedy: Sampler::new(greedy),
+            sampler: Sampler::new(engine.options().sampling.clone()),
         }
     }
 }
@@ -93,25 +113,47 @@ impl ChatModel for LocalChat<'_> {
             Some(g) => Some(self.engine.constraint(g)?),
             None => None,
         };
-        let opts = GenerateOptions {
-            max_tokens: call.max_tokens,
-            stop: Vec::new(),
-            stop_on_eog: true,
-            render_special: false,
-        };
-        let sampler = if call.greedy {
-            &mut self.greedy
+        let opts = call_options(call);
+        let base = &self.engine.options().sampling;
+        // The conversation's sampler keeps its random stream; a call with
+        // other settings gets its own.
+        let mut own;
+        let sampler = if call.greedy || call.temperature.is_some() {
+            own = Sampler::new(call.sampling(base));
+            &mut own
         } else {
             &mut self.sampler
         };
-        let g =
-            self.session
-                .generate_constrained(&prompt, sampler, &opts, constraint, None, |_| true)?;
-        Ok(ModelReply {
-            text: g.text,
-            prompt_tokens: prompt.len(),
-            completion_tokens: g.ids.len(),
-            finish: g.finish,
-        })
+        let g = self.session.generate_constrained(
+            &prompt,
+            sampler,
+            &opts,
+            constraint,
+            None,
+            |_| true,
+        )?;
+        Ok(reply_of(g, prompt.len()))
+    }
+}
+
+/// Generation options of a call: its token limit, ending at end-of-turn.
+pub(crate) fn call_options(call: &ModelCall) -> GenerateOptions {
+    GenerateOptions {
+        max_tokens: call.max_tokens,
+        stop: Vec::new(),
+        stop_on_eog: true,
+        render_special: false,
+    }
+}
+
+/// The reply a finished generation makes.
+pub(crate) fn reply_of(g: crate::Generation, prompt_tokens: usize) -> ModelReply {
+    ModelReply {
+        completion_tokens: g.ids.len(),
+        prompt_tokens,
+        finish: g.finish,
+        prompt_ms: g.prompt_time.as_millis() as u64,
+        gen_ms: g.gen_time.as_millis() as u64,
+        text: g.text,
     }
 }

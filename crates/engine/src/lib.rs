@@ -18,6 +18,7 @@ mod options;
 mod sampling;
 mod score;
 mod session;
+mod shared_chat;
 mod thinking;
 pub mod tools;
 
@@ -33,6 +34,7 @@ pub use options::{RunOptions, DEFAULT_BATCH, MAX_DEFAULT_CTX};
 pub use sampling::{argmax, Rng, Sampler, SamplingParams};
 pub use score::{logsumexp, top_k, PerplexityReport};
 pub use session::Session;
+pub use shared_chat::SharedChat;
 pub use thinking::Thinking;
 pub use tokenizer::{ChatMessage, ChatTemplate, StreamDecoder, Tokenizer};
 

@@ -157,6 +157,9 @@ pub struct GuardConfig {
     pub refine_rounds: usize,
     /// Limits of the logic solver.
     pub solver: logic::Limits,
+    /// Temperature of the answer and its regenerations (None: the
+    /// model's); programs and yes/no questions are always greedy.
+    pub temperature: Option<f32>,
 }
 
 impl Default for GuardConfig {
@@ -167,6 +170,7 @@ impl Default for GuardConfig {
             program_tokens: 320,
             refine_rounds: 2,
             solver: logic::Limits::default(),
+            temperature: None,
         }
     }
 }
@@ -428,7 +432,7 @@ pub fn answer(
     let draft = run
         .meter
         .model
-        .reply(&ModelCall::new(answer_messages, run.cfg.max_tokens))?;
+        .reply(&ModelCall::new(answer_messages, run.cfg.max_tokens).at_temperature(run.cfg.temperature))?;
     let mut text = draft.text.clone();
     let mut finish = draft.finish;
 
@@ -742,7 +746,9 @@ fn persona_pass(run: &mut Run<'_>, text: String, finish: FinishReason) -> (Strin
     // Regenerate once, the role re-anchored in a system turn.
     let mut msgs = vec![ChatMessage::system(persona::anchor(&role))];
     msgs.extend(run.messages.iter().filter(|m| m.role != "system").cloned());
-    let retry = run.meter.call(&ModelCall::new(msgs, run.cfg.max_tokens));
+    let retry = run
+        .meter
+        .call(&ModelCall::new(msgs, run.cfg.max_tokens).at_temperature(run.cfg.temperature));
     match retry {
         Ok(r) if persona::leaks(&r.text).is_empty() && !r.text.trim().is_empty() => {
             run.record(
@@ -825,7 +831,7 @@ fn qualifier_pass(run: &mut Run<'_>, text: String) -> String {
     let call = ModelCall::new(
         run.with_user(&[ChatMessage::assistant(text.clone())], &ask),
         run.cfg.max_tokens,
-    );
+    ).at_temperature(run.cfg.temperature);
     match run.meter.call(&call) {
         Ok(r) if broken(&r.text).len() < first.len() && !r.text.trim().is_empty() => {
             run.record(
@@ -1006,7 +1012,7 @@ fn logic_pass(run: &mut Run<'_>, text: String, s: &logic::Solution) -> String {
     let call = ModelCall::new(
         run.with_user(&[ChatMessage::assistant(text.clone())], &ask),
         run.cfg.max_tokens,
-    );
+    ).at_temperature(run.cfg.temperature);
     if let Ok(r) = run.meter.call(&call) {
         if claims::final_number(&r.text, true)
             .is_some_and(|f| claims::same_number(&f.value, &want_r))
@@ -1103,7 +1109,7 @@ fn verify_pass(run: &mut Run<'_>, text: String) -> String {
         let call = ModelCall::new(
             run.with_user(&[ChatMessage::assistant(best.clone())], &ask),
             run.cfg.max_tokens,
-        );
+        ).at_temperature(run.cfg.temperature);
         let Ok(r) = run.meter.call(&call) else { break };
         let f = failures(&r.text);
         if f.len() < best_failures.len() && !r.text.trim().is_empty() {

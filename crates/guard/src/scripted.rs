@@ -74,6 +74,8 @@ impl ChatModel for ScriptedModel {
             text,
             prompt_tokens: prompt,
             finish: FinishReason::Stop,
+            prompt_ms: 0,
+            gen_ms: 0,
         })
     }
 }

@@ -46,17 +46,12 @@ impl ChatModel for SchedulerChat<'_> {
             Some(g) => Some(self.engine.constraint(g)?),
             None => None,
         };
-        let params = if call.greedy {
-            SamplingParams {
-                temperature: 0.0,
-                ..self.params.clone()
-            }
-        } else {
-            self.params.clone()
-        };
+        let params = call.sampling(&self.params);
         let room = n_ctx - prompt.len();
         let prompt_tokens = prompt.len();
         let (tx, mut rx) = mpsc::unbounded_channel();
+        let submitted = Instant::now();
+        let mut started = None;
         let job = Job {
             prompt,
             params,
@@ -87,14 +82,19 @@ impl ChatModel for SchedulerChat<'_> {
         let mut text = String::new();
         loop {
             match rx.blocking_recv() {
+                Some(Event::Started) => started = Some(Instant::now()),
                 Some(Event::Text(t)) => text.push_str(&t),
                 Some(Event::Done(u)) => {
+                    let began = started.unwrap_or(submitted);
                     return Ok(ModelReply {
                         text,
                         prompt_tokens,
                         completion_tokens: u.completion_tokens,
                         finish: u.finish,
-                    })
+                        // Queueing counts as prompt time: the caller waited.
+                        prompt_ms: (began - submitted).as_millis() as u64,
+                        gen_ms: began.elapsed().as_millis() as u64,
+                    });
                 }
                 Some(Event::Failed(msg)) => return Err(EngineError::InvalidRequest(msg)),
                 Some(_) => {}

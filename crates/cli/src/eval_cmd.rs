@@ -1,0 +1,250 @@
+//! `hearth eval`: MT-Bench answering and judging (the work is in the eval
+//! crate; this is flags, the progress bar and Ctrl-C).
+
+use crate::commands::{load_engine, report_session};
+use crate::{ModelArgs, SampleArgs};
+use anyhow::{bail, Context, Result};
+use clap::{Args, Subcommand};
+use eval::fastchat::{self, Question};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// What `hearth eval` does.
+#[derive(Subcommand, Debug)]
+pub enum EvalCommand {
+    /// Answer MT-Bench's 80 questions (2 turns each) with FastChat's
+    /// settings, onto the tape DIR/model_answer/NAME.jsonl.
+    MtBench(MtBenchArgs),
+    /// Grade answers with a judge model through an OpenAI-compatible API
+    /// (FastChat's single-answer prompts), into DIR/model_judgment/.
+    Judge(JudgeArgs),
+}
+
+/// `hearth eval mt-bench`.
+#[derive(Args, Debug)]
+pub struct MtBenchArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    sample: SampleArgs,
+    /// The output directory.
+    #[arg(long)]
+    out: PathBuf,
+    /// The model's name on the tape (default: the model file's stem, with
+    /// `+guard` when guards run).
+    #[arg(long)]
+    model_id: Option<String>,
+    /// Guardrails for every turn: all, none, or a list.
+    #[arg(long, value_name = "GUARDS", default_value = "none")]
+    guard: guard::GuardSet,
+    /// Questions answered at once (decoded together in one batch).
+    #[arg(long, default_value_t = 4)]
+    parallel: usize,
+    /// Only these question ids (comma-separated, e.g. 81,104,119).
+    #[arg(long, value_delimiter = ',')]
+    questions: Vec<u32>,
+    /// Continue an existing tape: questions already on it are skipped.
+    #[arg(long)]
+    resume: bool,
+    /// A question file in FastChat's format instead of MT-Bench's own.
+    #[arg(long)]
+    question_file: Option<PathBuf>,
+    /// New tokens per turn (FastChat: 1024).
+    #[arg(long, default_value_t = eval::run::MAX_NEW_TOKENS)]
+    max_tokens: usize,
+}
+
+/// `hearth eval judge`.
+#[derive(Args, Debug)]
+pub struct JudgeArgs {
+    /// Answer files (FastChat's model_answer format).
+    #[arg(long, num_args = 1.., required = true)]
+    answers: Vec<PathBuf>,
+    /// The judge's API base, e.g. http://127.0.0.1:8080/v1.
+    #[arg(long)]
+    judge_url: String,
+    /// The judge model's name.
+    #[arg(long)]
+    judge_model: String,
+    /// The environment variable holding the API key, if one is needed.
+    #[arg(long, value_name = "VAR")]
+    api_key_env: Option<String>,
+    /// The output directory.
+    #[arg(long)]
+    out: PathBuf,
+    /// Requests at once.
+    #[arg(long, default_value_t = 4)]
+    parallel: usize,
+    /// Attempts per judgment (with doubling waits) before it is written as
+    /// `$ERROR$` (score -1; a re-run asks again).
+    #[arg(long, default_value_t = 4)]
+    attempts: u32,
+    /// Seconds one request may take.
+    #[arg(long, default_value_t = 300.0)]
+    timeout: f64,
+}
+
+/// Run `hearth eval ...`.
+pub fn run(cmd: &EvalCommand) -> Result<ExitCode> {
+    match cmd {
+        EvalCommand::MtBench(a) => mt_bench(a),
+        EvalCommand::Judge(a) => judge(a),
+    }
+}
+
+fn bar(total: u64, what: &str) -> ProgressBar {
+    let pb = ProgressBar::new(total);
+    pb.set_style(
+        ProgressStyle::with_template(&format!(
+            "{{elapsed_precise}} [{{bar:30}}] {{pos}}/{{len}} {what} · {{msg}} · ETA {{eta}}"
+        ))
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    pb
+}
+
+fn mt_bench(a: &MtBenchArgs) -> Result<ExitCode> {
+    if a.parallel == 0 {
+        bail!("--parallel must be at least 1");
+    }
+    let questions: Vec<Question> = match &a.question_file {
+        None => fastchat::questions(),
+        Some(p) => {
+            let (q, torn) = fastchat::read_jsonl::<Question>(p)?;
+            if torn.is_some() {
+                bail!("{}: the last line is cut off", p.display());
+            }
+            if q.is_empty() {
+                bail!("{}: no questions", p.display());
+            }
+            q
+        }
+    };
+    let engine = Arc::new(load_engine(&a.model, a.sample.params())?);
+    report_session(&engine);
+    let model_id = a.model_id.clone().unwrap_or_else(|| {
+        let stem = std::path::Path::new(&a.model.model)
+            .file_stem()
+            .map_or_else(|| a.model.model.clone(), |s| s.to_string_lossy().into_owned());
+        if a.guard.is_empty() {
+            stem
+        } else {
+            format!("{stem}+guard")
+        }
+    });
+    let cfg = eval::run::RunConfig {
+        model_id,
+        out: a.out.clone(),
+        guards: a.guard,
+        parallel: a.parallel,
+        questions: a.questions.clone(),
+        resume: a.resume,
+        max_tokens: a.max_tokens,
+    };
+    let shared = engine::SharedChat::start(Arc::clone(&engine), a.parallel)
+        .context("cannot start the decoding thread")?;
+    // First Ctrl-C: finish the questions in flight and stop (nothing is
+    // lost; --resume continues). Second: quit now.
+    let stop = Arc::new(AtomicBool::new(false));
+    let presses = Arc::new(AtomicU8::new(0));
+    {
+        let (stop, presses) = (Arc::clone(&stop), Arc::clone(&presses));
+        let _ = ctrlc::set_handler(move || {
+            if presses.fetch_add(1, Ordering::SeqCst) == 0 {
+                stop.store(true, Ordering::SeqCst);
+                eprintln!("\nstopping after the questions in flight (Ctrl-C again to quit now; --resume continues)");
+            } else {
+                std::process::exit(130);
+            }
+        });
+    }
+    let pb = bar(0, "questions");
+    pb.enable_steady_tick(Duration::from_millis(500));
+    let summary = eval::run::run(
+        &questions,
+        &cfg,
+        || shared.clone(),
+        &stop,
+        |p| {
+            pb.set_length(p.total as u64);
+            pb.set_position(p.done as u64);
+            pb.set_message(format!("{} tokens", p.tokens));
+        },
+    )?;
+    pb.finish_and_clear();
+    if let Some(line) = summary.torn_line {
+        eprintln!(
+            "the tape's last line ({line}) was cut off by an interrupted write; it was dropped and that question answered again"
+        );
+    }
+    eprintln!(
+        "{}: {} answered this run, {} already on the tape, {} left; {} tokens in {:.1} s ({:.1} tokens/s)",
+        summary.tape.display(),
+        summary.answered,
+        summary.resumed,
+        summary.left,
+        summary.tokens,
+        summary.seconds,
+        summary.tokens as f64 / summary.seconds.max(1e-9)
+    );
+    Ok(if summary.left == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(130)
+    })
+}
+
+fn judge(a: &JudgeArgs) -> Result<ExitCode> {
+    if !(a.timeout.is_finite() && a.timeout > 0.0) {
+        bail!("--timeout must be a positive number of seconds");
+    }
+    for f in &a.answers {
+        eval::judge::check_answers(f)?;
+    }
+    let api_key = match &a.api_key_env {
+        None => None,
+        Some(var) => Some(
+            std::env::var(var)
+                .with_context(|| format!("--api-key-env {var}: the variable is not set"))?,
+        ),
+    };
+    let cfg = eval::judge::JudgeConfig {
+        url: a.judge_url.clone(),
+        model: a.judge_model.clone(),
+        api_key,
+        out: a.out.clone(),
+        parallel: a.parallel.max(1),
+        attempts: a.attempts.max(1),
+        timeout: Duration::from_secs_f64(a.timeout),
+        backoff: Duration::from_millis(500),
+    };
+    let pb = bar(0, "judgments");
+    let s = eval::judge::judge(&a.answers, &cfg, |done, total| {
+        pb.set_length(total as u64);
+        pb.set_position(done as u64);
+    })?;
+    pb.finish_and_clear();
+    eprintln!(
+        "{}: {} judged ({} without a rating, score -1), {} already there, {} failed; {} requests",
+        eval::judge::judgment_path(&cfg).display(),
+        s.judged,
+        s.no_rating,
+        s.cached,
+        s.failed,
+        s.requests
+    );
+    if s.failed > 0 {
+        eprintln!(
+            "error: {} judgment(s) failed after {} attempt(s), written with score -1 and asked again on a re-run; last error: {}",
+            s.failed,
+            cfg.attempts,
+            s.last_error.as_deref().unwrap_or("unknown")
+        );
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
