@@ -31,7 +31,7 @@ h1{margin-bottom:.2em}h2{border-bottom:2px solid #ddd;padding-bottom:.2em;margin
 table{border-collapse:collapse;margin:.6em 0}th,td{border:1px solid #ccc;padding:.25em .6em;text-align:left;vertical-align:top}
 td.num,th.num{text-align:right;font-variant-numeric:tabular-nums}
 .sw{display:inline-block;width:.8em;height:.8em;margin-right:.4em;border-radius:2px;vertical-align:baseline}
-.meta,.note{color:#666}.empty{padding:1em;background:#fff4e5;border:1px solid #f0c36d}
+.meta,.note{color:#666;font-weight:400}.empty{padding:1em;background:#fff4e5;border:1px solid #f0c36d}
 .up{color:#137333}.down{color:#b3261e}
 pre{white-space:pre-wrap;word-wrap:break-word;background:#f7f7f7;padding:.6em;border-radius:4px;margin:.3em 0}
 details{margin:.3em 0}summary{cursor:pointer}
@@ -138,7 +138,9 @@ fn bar_chart(
 ) {
     let n = series.len().max(1) as f64;
     let bar = (90.0 / n).clamp(4.0, 18.0);
-    let group_w = bar * n + 24.0;
+    // Wide enough for the longest label (about 7 px a character at 12 px).
+    let longest = groups.iter().map(|g| g.chars().count()).max().unwrap_or(0);
+    let group_w = (bar * n + 24.0).max(longest as f64 * 7.0 + 12.0);
     let (left, top, h) = (40.0, 10.0, 220.0);
     let width = left + group_w * groups.len() as f64 + 10.0;
     let height = top + h + 40.0;
@@ -159,7 +161,7 @@ fn bar_chart(
         );
     }
     for (g, label) in groups.iter().enumerate() {
-        let x0 = left + group_w * g as f64 + 12.0;
+        let x0 = left + group_w * g as f64 + (group_w - bar * n) / 2.0;
         for (s, (name, color)) in series.iter().enumerate() {
             let Some(v) = value(g, s) else { continue };
             let bh = h * unit(v);
