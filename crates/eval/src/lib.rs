@@ -4,5 +4,7 @@
 //! interoperate with its published files; [`report`] computes FastChat's
 //! `show_result.py` averages exactly and renders a self-contained HTML page.
 
+#![warn(missing_docs)]
+
 pub mod fastchat;
 pub mod report;
