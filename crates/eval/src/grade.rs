@@ -37,7 +37,7 @@ use std::thread::JoinHandle;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// The page: one HTML file, inline CSS and JS, no external assets. Its
-/// `{{NONCE}}` is replaced per response (see [`page`]).
+/// `{{NONCE}}` is replaced per response with a fresh CSP nonce.
 pub const PAGE: &str = include_str!("grade/page.html");
 
 /// The port `hearth eval grade` listens on unless told otherwise.
@@ -340,12 +340,17 @@ fn shuffle<T>(v: &mut [T], seed: u64) {
     }
 }
 
+/// The entry of 1-based `turn` in `v`, if any.
+fn of_turn(v: &[String], turn: u32) -> Option<&String> {
+    v.get((turn as usize).checked_sub(1)?)
+}
+
 impl Grading {
     fn answer(&self, item: &Item, turn: u32) -> String {
         self.answers
             .get(&item.model)
             .and_then(|a| a.get(&item.question_id))
-            .and_then(|t| t.get(turn as usize - 1))
+            .and_then(|t| of_turn(t, turn))
             .cloned()
             .unwrap_or_default()
     }
@@ -353,7 +358,7 @@ impl Grading {
     fn view(&self, i: usize) -> Option<NextItem> {
         let item = self.items.get(i)?;
         let q = self.questions.get(&item.question_id)?;
-        let turn_text = |t: u32| q.turns.get(t as usize - 1).cloned().unwrap_or_default();
+        let turn_text = |t: u32| of_turn(&q.turns, t).cloned().unwrap_or_default();
         let context = (item.turn == 2).then(|| Context {
             question: turn_text(1),
             answer: self.answer(item, 1),
@@ -361,7 +366,7 @@ impl Grading {
         let reference = if fastchat::NEED_REF_CATS.contains(&q.category.as_str()) {
             self.references
                 .get(&item.question_id)
-                .and_then(|r| r.get(item.turn as usize - 1))
+                .and_then(|r| of_turn(r, item.turn))
                 .cloned()
         } else {
             None

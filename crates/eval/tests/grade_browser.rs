@@ -224,7 +224,14 @@ async fn grade_three_by_keyboard_then_resume() {
     c.refresh().await.unwrap();
     wait_for_text(&c, "#progress-text", "3 / 12 graded").await;
     assert_inert(&c).await;
-    // A turn-2 item shows its turn-1 context as text too.
+    // The screenshot shows the end of the answer: the markup, as text.
+    c.execute(
+        "document.getElementById('answer').scrollIntoView({block: 'end'}); \
+         window.scrollBy(0, 140)",
+        vec![],
+    )
+    .await
+    .unwrap();
     let png = c.screenshot().await.unwrap();
     let shot = Path::new(env!("CARGO_TARGET_TMPDIR"))
         .parent()
