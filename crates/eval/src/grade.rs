@@ -584,6 +584,7 @@ async fn grade(State(s): State<Shared>, body: axum::body::Bytes) -> Response {
 #[derive(Debug)]
 pub struct Running {
     addr: SocketAddr,
+    at_start: (usize, usize),
     stop: Option<tokio::sync::watch::Sender<bool>>,
     thread: Option<JoinHandle<Result<(), GradeError>>>,
 }
@@ -592,6 +593,12 @@ impl Running {
     /// The address it listens on (127.0.0.1 and the bound port).
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// `(graded, total)` when the server started: the grades already in
+    /// the judgment file by this grader, and all items.
+    pub fn progress_at_start(&self) -> (usize, usize) {
+        self.at_start
     }
 
     /// The page's URL.
@@ -636,7 +643,9 @@ impl Drop for Running {
 /// serves the page on a background thread. Errors in the files or the port
 /// are returned here, before anything is served.
 pub fn start(cfg: GradeConfig) -> Result<Running, GradeError> {
-    let state = Arc::new(Mutex::new(load(&cfg)?));
+    let grading = load(&cfg)?;
+    let at_start = (grading.graded.len(), grading.items.len());
+    let state = Arc::new(Mutex::new(grading));
     // Bound synchronously so a busy port is an error now and port 0's pick
     // is known to the caller.
     let bind = |e| GradeError::Bind {
@@ -678,6 +687,7 @@ pub fn start(cfg: GradeConfig) -> Result<Running, GradeError> {
         .map_err(|e| GradeError::Server(e.to_string()))?;
     Ok(Running {
         addr,
+        at_start,
         stop: Some(stop),
         thread: Some(thread),
     })
@@ -688,8 +698,9 @@ pub fn start(cfg: GradeConfig) -> Result<Running, GradeError> {
 pub fn serve(cfg: GradeConfig) -> Result<(), GradeError> {
     let out = cfg.out.clone();
     let running = start(cfg)?;
+    let (graded, total) = running.progress_at_start();
     eprintln!(
-        "grading page: {}  (judgments go to {})",
+        "grading page: {}  ({graded}/{total} graded; judgments go to {})",
         running.url(),
         out.display()
     );

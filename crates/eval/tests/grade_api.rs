@@ -240,6 +240,7 @@ fn items_are_shuffled_blind_and_resumable() {
 
     // Restart: the same order, the 5 graded items skipped.
     let server = grade::start(config(&out, 42)).unwrap();
+    assert_eq!(server.progress_at_start(), (5, 12));
     let next = get_json(server.addr(), "/api/next");
     assert_eq!(next["graded"], 5);
     assert_eq!(next["total"], 12);
