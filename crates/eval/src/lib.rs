@@ -10,6 +10,7 @@
 #![warn(missing_docs)]
 
 pub mod fastchat;
+pub mod grade;
 pub mod judge;
 pub mod report;
 pub mod run;
