@@ -22,6 +22,46 @@ pub enum EvalCommand {
     /// Grade answers with a judge model through an OpenAI-compatible API
     /// (FastChat's single-answer prompts), into DIR/model_judgment/.
     Judge(JudgeArgs),
+    /// Average judgments as FastChat's show_result.py does and write
+    /// DIR/summary.json and DIR/report.html.
+    Report(ReportArgs),
+    /// Grade answers blind in a local web page (judge `human:NAME`).
+    Grade(GradeArgs),
+}
+
+/// `hearth eval report`.
+#[derive(Args, Debug)]
+pub struct ReportArgs {
+    /// Judgment files (FastChat's model_judgment format; any judge).
+    #[arg(long, num_args = 1.., required = true)]
+    judgments: Vec<PathBuf>,
+    /// Answer files, to show the answers and compare raw with guarded.
+    #[arg(long, num_args = 1..)]
+    answers: Vec<PathBuf>,
+    /// The output directory.
+    #[arg(long)]
+    out: PathBuf,
+}
+
+/// `hearth eval grade`.
+#[derive(Args, Debug)]
+pub struct GradeArgs {
+    /// Answer files of the models to grade (their names stay hidden).
+    #[arg(long, num_args = 1.., required = true)]
+    answers: Vec<PathBuf>,
+    /// The judgment file to append to (default: model_judgment/human_single.jsonl
+    /// beside the answers' model_answer folder).
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Your name in the judgments (default: $USER).
+    #[arg(long)]
+    grader: Option<String>,
+    /// Port on 127.0.0.1.
+    #[arg(long, default_value_t = eval::grade::DEFAULT_PORT)]
+    port: u16,
+    /// Orders the answers (the same seed gives the same order).
+    #[arg(long, default_value_t = 0)]
+    seed: u64,
 }
 
 /// `hearth eval mt-bench`.
@@ -93,7 +133,72 @@ pub fn run(cmd: &EvalCommand) -> Result<ExitCode> {
     match cmd {
         EvalCommand::MtBench(a) => mt_bench(a),
         EvalCommand::Judge(a) => judge(a),
+        EvalCommand::Report(a) => report(a),
+        EvalCommand::Grade(a) => grade(a),
     }
+}
+
+fn report(a: &ReportArgs) -> Result<ExitCode> {
+    use eval::fastchat::{read_jsonl, AnswerRow, JudgmentRow};
+    let mut judgments = Vec::new();
+    for p in &a.judgments {
+        let (rows, torn) = read_jsonl::<JudgmentRow>(p)?;
+        if let Some(line) = torn {
+            eprintln!(
+                "{}: line {line} is an unfinished write; skipped",
+                p.display()
+            );
+        }
+        judgments.extend(rows);
+    }
+    let mut answers = Vec::new();
+    for p in &a.answers {
+        let (rows, torn) = read_jsonl::<AnswerRow>(p)?;
+        if let Some(line) = torn {
+            eprintln!(
+                "{}: line {line} is an unfinished write; skipped",
+                p.display()
+            );
+        }
+        answers.extend(rows);
+    }
+    let questions = fastchat::questions();
+    let summary = eval::report::summarize(&judgments, &questions);
+    if summary.models.is_empty() {
+        eprintln!("no judgment with a score (rows scored -1 are dropped, as in show_result.py)");
+    }
+    let f = |x: Option<f64>| x.map_or_else(|| "-".to_string(), |x| format!("{x:.6}"));
+    for (model, m) in &summary.models {
+        println!(
+            "{model}: average {:.6} (turn 1 {}, turn 2 {}), {} judgments",
+            m.average,
+            f(m.turn1),
+            f(m.turn2),
+            m.n
+        );
+    }
+    let html = eval::report::render_html(&summary, &judgments, &answers, &questions);
+    eval::report::write_report(&a.out, &summary, &html)?;
+    eprintln!(
+        "wrote {} and {}",
+        a.out.join("summary.json").display(),
+        a.out.join("report.html").display()
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+fn grade(a: &GradeArgs) -> Result<ExitCode> {
+    let mut cfg = eval::grade::GradeConfig::new(a.answers.clone());
+    if let Some(out) = &a.out {
+        cfg.out = out.clone();
+    }
+    if let Some(g) = &a.grader {
+        cfg.grader = g.clone();
+    }
+    cfg.port = a.port;
+    cfg.seed = a.seed;
+    eval::grade::serve(cfg)?;
+    Ok(ExitCode::SUCCESS)
 }
 
 fn bar(total: u64, what: &str) -> ProgressBar {
@@ -129,7 +234,10 @@ fn mt_bench(a: &MtBenchArgs) -> Result<ExitCode> {
     let model_id = a.model_id.clone().unwrap_or_else(|| {
         let stem = std::path::Path::new(&a.model.model)
             .file_stem()
-            .map_or_else(|| a.model.model.clone(), |s| s.to_string_lossy().into_owned());
+            .map_or_else(
+                || a.model.model.clone(),
+                |s| s.to_string_lossy().into_owned(),
+            );
         if a.guard.is_empty() {
             stem
         } else {

@@ -124,14 +124,9 @@ impl ChatModel for LocalChat<'_> {
         } else {
             &mut self.sampler
         };
-        let g = self.session.generate_constrained(
-            &prompt,
-            sampler,
-            &opts,
-            constraint,
-            None,
-            |_| true,
-        )?;
+        let g =
+            self.session
+                .generate_constrained(&prompt, sampler, &opts, constraint, None, |_| true)?;
         Ok(reply_of(g, prompt.len()))
     }
 }

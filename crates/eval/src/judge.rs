@@ -188,7 +188,11 @@ fn tasks(
                 .and_then(|r| r.choices.first())
                 .map(|c| c.turns.clone())
                 .or_else(|| q.reference.clone());
-            let turns = row.choices.first().map(|c| c.turns.clone()).unwrap_or_default();
+            let turns = row
+                .choices
+                .first()
+                .map(|c| c.turns.clone())
+                .unwrap_or_default();
             for turn in 1..=q.turns.len().min(turns.len()).min(2) as u32 {
                 let (name, fields): (&str, BTreeMap<&str, &str>) = {
                     let r = |i: usize| {
@@ -260,7 +264,12 @@ fn ask(agent: &ureq::Agent, cfg: &JudgeConfig, task: &Task) -> Result<String, (S
             v["choices"][0]["message"]["content"]
                 .as_str()
                 .map(str::to_string)
-                .ok_or_else(|| ("the reply has no choices[0].message.content".to_string(), true))
+                .ok_or_else(|| {
+                    (
+                        "the reply has no choices[0].message.content".to_string(),
+                        true,
+                    )
+                })
         }
         Err(ureq::Error::Status(code, resp)) => {
             let detail = resp.into_string().unwrap_or_default();
@@ -319,9 +328,9 @@ pub fn judge(
     } else {
         HashSet::new()
     };
-    let (cached, todo): (Vec<Task>, Vec<Task>) = all.into_iter().partition(|t| {
-        done.contains(&(t.question_id, t.model.clone(), t.turn, t.prompt.clone()))
-    });
+    let (cached, todo): (Vec<Task>, Vec<Task>) = all
+        .into_iter()
+        .partition(|t| done.contains(&(t.question_id, t.model.clone(), t.turn, t.prompt.clone())));
     let file = OpenOptions::new()
         .create(true)
         .append(true)
@@ -484,7 +493,7 @@ mod tests {
             ]
         );
         assert!(t[2].user.contains("[The Start of Reference Answer]"));
-        assert!(t[2].user.contains("Area is 3"));
+        assert!(t[2].user.contains("To find the area of the triangle"));
         assert!(t[1].user.contains("two"));
     }
 }

@@ -137,11 +137,7 @@ fn resume_tape(path: &Path) -> Result<(BTreeSet<u32>, Option<usize>), RunError> 
 
 /// Answer one question's turns through `model`; the row and the tokens it
 /// took.
-fn answer_question(
-    model: &mut dyn ChatModel,
-    q: &Question,
-    cfg: &RunConfig,
-) -> (AnswerRow, usize) {
+fn answer_question(model: &mut dyn ChatModel, q: &Question, cfg: &RunConfig) -> (AnswerRow, usize) {
     let temp = temperature(&q.category);
     let mut messages: Vec<ChatMessage> = Vec::new();
     let mut answers = Vec::new();

@@ -429,10 +429,9 @@ pub fn answer(
             ));
         }
     }
-    let draft = run
-        .meter
-        .model
-        .reply(&ModelCall::new(answer_messages, run.cfg.max_tokens).at_temperature(run.cfg.temperature))?;
+    let draft = run.meter.model.reply(
+        &ModelCall::new(answer_messages, run.cfg.max_tokens).at_temperature(run.cfg.temperature),
+    )?;
     let mut text = draft.text.clone();
     let mut finish = draft.finish;
 
@@ -831,7 +830,8 @@ fn qualifier_pass(run: &mut Run<'_>, text: String) -> String {
     let call = ModelCall::new(
         run.with_user(&[ChatMessage::assistant(text.clone())], &ask),
         run.cfg.max_tokens,
-    ).at_temperature(run.cfg.temperature);
+    )
+    .at_temperature(run.cfg.temperature);
     match run.meter.call(&call) {
         Ok(r) if broken(&r.text).len() < first.len() && !r.text.trim().is_empty() => {
             run.record(
@@ -1012,7 +1012,8 @@ fn logic_pass(run: &mut Run<'_>, text: String, s: &logic::Solution) -> String {
     let call = ModelCall::new(
         run.with_user(&[ChatMessage::assistant(text.clone())], &ask),
         run.cfg.max_tokens,
-    ).at_temperature(run.cfg.temperature);
+    )
+    .at_temperature(run.cfg.temperature);
     if let Ok(r) = run.meter.call(&call) {
         if claims::final_number(&r.text, true)
             .is_some_and(|f| claims::same_number(&f.value, &want_r))
@@ -1109,7 +1110,8 @@ fn verify_pass(run: &mut Run<'_>, text: String) -> String {
         let call = ModelCall::new(
             run.with_user(&[ChatMessage::assistant(best.clone())], &ask),
             run.cfg.max_tokens,
-        ).at_temperature(run.cfg.temperature);
+        )
+        .at_temperature(run.cfg.temperature);
         let Ok(r) = run.meter.call(&call) else { break };
         let f = failures(&r.text);
         if f.len() < best_failures.len() && !r.text.trim().is_empty() {
