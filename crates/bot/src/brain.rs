@@ -1,0 +1,106 @@
+//! What answers a chat: the loaded model, shared by every chat through the
+//! batched engine, with the guardrails when the chat has them on. Behind a
+//! trait so the bot's behaviour is testable with scripted replies.
+
+use engine::{ChatMessage, ChatModel, Engine, ModelCall, SharedChat};
+use guard::{GuardConfig, GuardSet};
+use std::sync::Arc;
+
+/// A reply and what it cost.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct BrainReply {
+    /// The text to send.
+    pub text: String,
+    /// Prompt tokens of the answer.
+    pub prompt_tokens: usize,
+    /// Tokens generated for the answer.
+    pub completion_tokens: usize,
+    /// Milliseconds it took.
+    pub ms: u64,
+    /// Whether the guardrails changed the model's answer.
+    pub guard_changed: bool,
+}
+
+/// Something that answers conversations. Called from blocking threads,
+/// several at once (one per chat being answered).
+pub trait Brain: Send + Sync + 'static {
+    /// The next assistant turn of `messages` (the last is the user's);
+    /// `guard`: run the guardrails over it.
+    fn reply(&self, messages: &[ChatMessage], guard: bool) -> Result<BrainReply, String>;
+    /// Whether a prompt of `messages` leaves room for a whole reply.
+    fn fits(&self, messages: &[ChatMessage]) -> bool;
+    /// The model's name, for `/start` and `/stats`.
+    fn name(&self) -> String;
+}
+
+/// [`Brain`] over a loaded engine.
+pub struct EngineBrain {
+    engine: Arc<Engine>,
+    chat: SharedChat,
+    max_tokens: usize,
+    guard: GuardConfig,
+    name: String,
+}
+
+impl EngineBrain {
+    /// Answer with `engine`, `slots` chats decoded together, replies of at
+    /// most `max_tokens`; `guards` are the guards `/guard on` runs.
+    pub fn new(
+        engine: Arc<Engine>,
+        slots: usize,
+        max_tokens: usize,
+        guards: GuardSet,
+        name: String,
+    ) -> std::io::Result<Self> {
+        let chat = SharedChat::start(Arc::clone(&engine), slots)?;
+        let guard = GuardConfig {
+            guards,
+            max_tokens,
+            ..GuardConfig::default()
+        };
+        Ok(Self {
+            engine,
+            chat,
+            max_tokens,
+            guard,
+            name,
+        })
+    }
+}
+
+impl Brain for EngineBrain {
+    fn reply(&self, messages: &[ChatMessage], guard: bool) -> Result<BrainReply, String> {
+        let start = std::time::Instant::now();
+        let mut model = self.chat.clone();
+        if guard && !self.guard.guards.is_empty() {
+            let g = guard::answer(&mut model, messages, &self.guard).map_err(|e| e.to_string())?;
+            return Ok(BrainReply {
+                guard_changed: g.text != g.draft,
+                text: g.text,
+                prompt_tokens: g.answer_prompt_tokens,
+                completion_tokens: g.answer_completion_tokens,
+                ms: start.elapsed().as_millis() as u64,
+            });
+        }
+        let r = model
+            .reply(&ModelCall::new(messages.to_vec(), self.max_tokens))
+            .map_err(|e| e.to_string())?;
+        Ok(BrainReply {
+            text: r.text,
+            prompt_tokens: r.prompt_tokens,
+            completion_tokens: r.completion_tokens,
+            ms: start.elapsed().as_millis() as u64,
+            guard_changed: false,
+        })
+    }
+
+    fn fits(&self, messages: &[ChatMessage]) -> bool {
+        self.engine
+            .encode_chat(messages)
+            .is_ok_and(|ids| ids.len() + self.max_tokens <= self.engine.n_ctx())
+    }
+
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+}

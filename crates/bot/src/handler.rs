@@ -1,0 +1,336 @@
+//! What the bot answers to one message of a chat, given the chat's memory:
+//! commands, the model's reply, and the plain lines for what it cannot do.
+//! No I/O here but the model call, so every answer is testable.
+
+use crate::brain::Brain;
+use crate::command::{parse_command, Command, HELP};
+use crate::conversation::{ChatState, Turn};
+use crate::incoming::Incoming;
+use crate::split::{split_message, MESSAGE_LIMIT};
+
+/// How the bot behaves, the same for every chat.
+#[derive(Debug, Clone)]
+pub struct Behaviour {
+    /// Whether a chat that has not said `/guard` gets the guardrails.
+    pub guard_default: bool,
+    /// Longest message (in characters) the model is asked about.
+    pub max_input_chars: usize,
+}
+
+impl Default for Behaviour {
+    fn default() -> Self {
+        Self {
+            guard_default: false,
+            max_input_chars: 16_000,
+        }
+    }
+}
+
+/// The answer to one message: the texts to send, and whether the chat's
+/// memory changed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Answer {
+    /// Messages to send, each within Telegram's limit.
+    pub texts: Vec<String>,
+    /// Whether `state` was changed and must be stored.
+    pub changed: bool,
+}
+
+impl Answer {
+    fn say(text: impl Into<String>, changed: bool) -> Self {
+        Self {
+            texts: split_message(&text.into(), MESSAGE_LIMIT),
+            changed,
+        }
+    }
+}
+
+/// Whether the message needs the model (the caller shows "typing…" then).
+pub fn needs_model(item: &Incoming) -> bool {
+    matches!(item, Incoming::Text { text, .. } if parse_command(text).is_none())
+}
+
+/// Answer `item` for a chat whose memory is `state` (updated in place).
+pub fn answer(
+    brain: &dyn Brain,
+    how: &Behaviour,
+    state: &mut ChatState,
+    item: &Incoming,
+) -> Answer {
+    let text = match item {
+        Incoming::Unsupported { what, .. } => {
+            return Answer::say(
+                format!(
+                    "I can't read {what}: the loaded model ({}) reads text only. Please write to me instead.",
+                    brain.name()
+                ),
+                false,
+            )
+        }
+        Incoming::Text { text, .. } => text,
+    };
+    match parse_command(text) {
+        Some(c) => command(brain, how, state, c),
+        None => reply(brain, how, state, text),
+    }
+}
+
+fn command(brain: &dyn Brain, how: &Behaviour, state: &mut ChatState, c: Command) -> Answer {
+    match c {
+        Command::Start => Answer::say(
+            format!(
+                "Hi! I'm {}, a small language model running locally with Hearth: what you write here stays on the machine that runs me. Just write to me.\n\n{HELP}",
+                brain.name()
+            ),
+            false,
+        ),
+        Command::Help => Answer::say(HELP, false),
+        Command::Reset => {
+            let n = state.turns.len();
+            state.turns.clear();
+            Answer::say(
+                format!("Forgotten ({n} turn{}). Let's start over.", plural(n)),
+                true,
+            )
+        }
+        Command::System(Some(s)) => {
+            let s: String = s.chars().take(how.max_input_chars).collect();
+            state.system = Some(s);
+            Answer::say("System prompt set. It applies from your next message.", true)
+        }
+        Command::System(None) => {
+            let had = state.system.take().is_some();
+            Answer::say(
+                if had {
+                    "System prompt cleared."
+                } else {
+                    "There was no system prompt. Set one with /system TEXT."
+                },
+                had,
+            )
+        }
+        Command::Guard(Some(on)) => {
+            state.guard = Some(on);
+            Answer::say(
+                if on {
+                    "Guardrails on: I'll check arithmetic, logic puzzles and stated constraints with tools before answering (slower)."
+                } else {
+                    "Guardrails off."
+                },
+                true,
+            )
+        }
+        Command::Guard(None) => Answer::say(
+            format!(
+                "Guardrails are {}. Use /guard on or /guard off.",
+                if guard_on(how, state) { "on" } else { "off" }
+            ),
+            false,
+        ),
+        Command::Stats => {
+            let s = &state.stats;
+            let speed = if s.gen_ms > 0 {
+                format!(
+                    ", {:.1} tokens/s",
+                    s.completion_tokens as f64 * 1e3 / s.gen_ms as f64
+                )
+            } else {
+                String::new()
+            };
+            Answer::say(
+                format!(
+                    "Model: {}\nReplies: {}\nTokens: {} prompt, {} generated{speed}\nTurns remembered: {} (dropped for room: {})\nGuardrails: {} (answers they changed: {})\nSystem prompt: {}",
+                    brain.name(),
+                    s.replies,
+                    s.prompt_tokens,
+                    s.completion_tokens,
+                    state.turns.len(),
+                    s.trimmed_turns,
+                    if guard_on(how, state) { "on" } else { "off" },
+                    s.guard_changes,
+                    if state.system.is_some() { "set" } else { "none" },
+                ),
+                false,
+            )
+        }
+        Command::Unknown(name) => Answer::say(
+            format!("I don't know the command /{name}. Try /help."),
+            false,
+        ),
+    }
+}
+
+fn reply(brain: &dyn Brain, how: &Behaviour, state: &mut ChatState, text: &str) -> Answer {
+    let chars = text.chars().count();
+    if chars > how.max_input_chars {
+        return Answer::say(
+            format!(
+                "That message is too long for me ({chars} characters; I take at most {}). Please shorten it.",
+                how.max_input_chars
+            ),
+            false,
+        );
+    }
+    if text.trim().is_empty() {
+        return Answer::say("(That message was empty.)", false);
+    }
+    let Some((messages, dropped)) = state.prompt(text, |m| brain.fits(m)) else {
+        return Answer::say(
+            "That message does not fit my context window, even with the conversation forgotten. Please shorten it.",
+            false,
+        );
+    };
+    match brain.reply(&messages, guard_on(how, state)) {
+        Ok(r) => {
+            let s = &mut state.stats;
+            s.replies += 1;
+            s.prompt_tokens += r.prompt_tokens as u64;
+            s.completion_tokens += r.completion_tokens as u64;
+            s.gen_ms += r.ms;
+            s.guard_changes += u64::from(r.guard_changed);
+            if r.text.trim().is_empty() {
+                return Answer::say(
+                    "(The model gave an empty reply. Try rephrasing, or /reset.)",
+                    true,
+                );
+            }
+            state.push(
+                dropped,
+                Turn {
+                    user: text.to_owned(),
+                    assistant: r.text.clone(),
+                },
+            );
+            Answer::say(r.text, true)
+        }
+        Err(e) => Answer::say(format!("Sorry, I could not answer that: {e}"), false),
+    }
+}
+
+fn guard_on(how: &Behaviour, state: &ChatState) -> bool {
+    state.guard.unwrap_or(how.guard_default)
+}
+
+fn plural(n: usize) -> &'static str {
+    if n == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::brain::BrainReply;
+    use engine::ChatMessage;
+    use std::sync::Mutex;
+
+    /// Echoes the conversation's size; fits prompts of at most `room` chars.
+    struct Echo {
+        room: usize,
+        calls: Mutex<Vec<(usize, bool)>>,
+    }
+
+    impl Brain for Echo {
+        fn reply(&self, m: &[ChatMessage], guard: bool) -> Result<BrainReply, String> {
+            self.calls.lock().unwrap().push((m.len(), guard));
+            if m.last().unwrap().content == "fail" {
+                return Err("the model broke".into());
+            }
+            Ok(BrainReply {
+                text: format!("echo {}", m.last().unwrap().content),
+                prompt_tokens: 10,
+                completion_tokens: 5,
+                ms: 100,
+                guard_changed: guard,
+            })
+        }
+        fn fits(&self, m: &[ChatMessage]) -> bool {
+            m.iter().map(|m| m.content.len()).sum::<usize>() <= self.room
+        }
+        fn name(&self) -> String {
+            "echo".into()
+        }
+    }
+
+    fn text(t: &str) -> Incoming {
+        Incoming::Text {
+            chat_id: 1,
+            text: t.into(),
+        }
+    }
+
+    #[test]
+    fn a_conversation_with_commands() {
+        let b = Echo {
+            room: 1000,
+            calls: Mutex::default(),
+        };
+        let how = Behaviour::default();
+        let mut s = ChatState::default();
+        let a = answer(&b, &how, &mut s, &text("/start"));
+        assert!(a.texts[0].contains("echo") && a.texts[0].contains("/reset"));
+        assert_eq!(answer(&b, &how, &mut s, &text("hi")).texts, ["echo hi"]);
+        assert_eq!(
+            answer(&b, &how, &mut s, &text("again")).texts,
+            ["echo again"]
+        );
+        assert_eq!(b.calls.lock().unwrap().last(), Some(&(3, false)));
+        assert!(answer(&b, &how, &mut s, &text("/system Be brief.")).changed);
+        assert!(answer(&b, &how, &mut s, &text("/guard on")).changed);
+        answer(&b, &how, &mut s, &text("third"));
+        assert_eq!(
+            b.calls.lock().unwrap().last(),
+            Some(&(6, true)),
+            "system + 2 turns + new"
+        );
+        let stats = answer(&b, &how, &mut s, &text("/stats")).texts.concat();
+        assert!(stats.contains("Replies: 3") && stats.contains("answers they changed: 1"));
+        let r = answer(&b, &how, &mut s, &text("/reset"));
+        assert_eq!(r.texts, ["Forgotten (3 turns). Let's start over."]);
+        assert!(s.turns.is_empty() && s.system.is_some());
+        let before = s.clone();
+        let failed = answer(&b, &how, &mut s, &text("fail"));
+        assert!(failed.texts[0].contains("the model broke"));
+        assert_eq!(s, before, "a failed call changes nothing");
+        assert!(answer(&b, &how, &mut s, &text("/nope")).texts[0].contains("/nope"));
+        let photo = Incoming::Unsupported {
+            chat_id: 1,
+            what: "a photo".into(),
+        };
+        assert!(answer(&b, &how, &mut s, &photo).texts[0].contains("can't read a photo"));
+    }
+
+    #[test]
+    fn long_input_and_a_full_context() {
+        let b = Echo {
+            room: 40,
+            calls: Mutex::default(),
+        };
+        let how = Behaviour {
+            max_input_chars: 30,
+            ..Behaviour::default()
+        };
+        let mut s = ChatState::default();
+        for w in ["aaaaaaaaaa", "bbbbbbbbbb", "cccccccccc"] {
+            answer(&b, &how, &mut s, &text(w));
+        }
+        // Each turn is 25 chars: one old turn fits beside a new message, so
+        // the third answer drops the first turn.
+        assert_eq!(s.turns.len(), 2);
+        assert_eq!(s.turns[0].user, "bbbbbbbbbb");
+        assert_eq!(s.stats.trimmed_turns, 1);
+        let long = answer(&b, &how, &mut s, &text(&"x".repeat(31)));
+        assert!(long.texts[0].contains("too long"));
+        let calls = b.calls.lock().unwrap().len();
+        let wide = Behaviour::default();
+        let huge = answer(&b, &wide, &mut s, &text(&"y".repeat(41)));
+        assert!(huge.texts[0].contains("does not fit"));
+        assert_eq!(
+            b.calls.lock().unwrap().len(),
+            calls,
+            "no model call for either"
+        );
+    }
+}

@@ -1,0 +1,277 @@
+//! What the bot must not lose, in one embedded database (redb, crash-safe
+//! transactions): each chat's memory, the updates received but not yet
+//! answered (the inbox), the replies not yet delivered (the outbox) and the
+//! next update id to ask Telegram for.
+//!
+//! An update enters the inbox in the same transaction that advances the
+//! stored offset, and leaves it in the same transaction that stores its
+//! reply in the outbox and the turn in the chat's memory; a reply leaves the
+//! outbox only once Telegram has it. So a crash or restart at any point
+//! redoes at most the work in flight, and loses nothing.
+
+use crate::conversation::ChatState;
+use crate::incoming::Incoming;
+use redb::{Database, ReadableTable, ReadableTableMetadata, TableDefinition};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+const CHATS: TableDefinition<i64, &[u8]> = TableDefinition::new("chats");
+const INBOX: TableDefinition<u64, &[u8]> = TableDefinition::new("inbox");
+const OUTBOX: TableDefinition<u64, &[u8]> = TableDefinition::new("outbox");
+const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+/// The next update id to ask for.
+const OFFSET: &str = "offset";
+/// The next outbox key.
+const OUTBOX_SEQ: &str = "outbox_seq";
+
+/// A failure of the state database.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    /// The database could not be opened, read or written (boxed: redb's
+    /// error is large and this one travels through every result).
+    #[error("state database: {0}")]
+    Db(Box<redb::Error>),
+    /// A stored record does not decode (written by another version?).
+    #[error("state database: a stored record does not decode: {0}")]
+    Decode(#[from] serde_json::Error),
+}
+
+/// Every redb error kind converts into [`StoreError`].
+macro_rules! db_errors {
+    ($($t:ty),*) => {$(
+        impl From<$t> for StoreError {
+            fn from(e: $t) -> Self {
+                StoreError::Db(Box::new(e.into()))
+            }
+        }
+    )*};
+}
+db_errors!(
+    redb::Error,
+    redb::DatabaseError,
+    redb::TransactionError,
+    redb::TableError,
+    redb::StorageError,
+    redb::CommitError
+);
+
+/// A message waiting to be sent.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Outgoing {
+    /// The chat it goes to.
+    pub chat_id: i64,
+    /// Its text (at most Telegram's limit).
+    pub text: String,
+}
+
+/// The bot's database.
+pub struct Store {
+    db: Database,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Store")
+    }
+}
+
+impl Store {
+    /// Open (or create) the database at `path`.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let db = Database::create(path)?;
+        // Tables exist from the start, so readers never meet a missing one.
+        let txn = db.begin_write()?;
+        txn.open_table(CHATS)?;
+        txn.open_table(INBOX)?;
+        txn.open_table(OUTBOX)?;
+        txn.open_table(META)?;
+        txn.commit()?;
+        Ok(Self { db })
+    }
+
+    /// The next update id to ask Telegram for (0 at first).
+    pub fn offset(&self) -> Result<u64, StoreError> {
+        let txn = self.db.begin_read()?;
+        let meta = txn.open_table(META)?;
+        Ok(meta.get(OFFSET)?.map_or(0, |v| v.value()))
+    }
+
+    /// Record a received update: `item` (when it needs work) enters the
+    /// inbox under `update_id`, `notices` (lines that need no model) enter
+    /// the outbox, and the offset moves past it. Returns false, changing
+    /// nothing, when the update was seen before (a webhook delivery
+    /// Telegram repeats).
+    pub fn receive(
+        &self,
+        update_id: u64,
+        item: Option<&Incoming>,
+        notices: &[Outgoing],
+    ) -> Result<bool, StoreError> {
+        let txn = self.db.begin_write()?;
+        {
+            let mut meta = txn.open_table(META)?;
+            let offset = meta.get(OFFSET)?.map_or(0, |v| v.value());
+            if update_id < offset {
+                return Ok(false);
+            }
+            meta.insert(OFFSET, update_id + 1)?;
+            if let Some(item) = item {
+                let bytes = serde_json::to_vec(item)?;
+                txn.open_table(INBOX)?.insert(update_id, bytes.as_slice())?;
+            }
+        }
+        push_outgoing(&txn, notices)?;
+        txn.commit()?;
+        Ok(true)
+    }
+
+    /// The inbox, oldest first.
+    pub fn inbox(&self) -> Result<Vec<(u64, Incoming)>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let t = txn.open_table(INBOX)?;
+        let mut out = Vec::new();
+        for row in t.iter()? {
+            let (k, v) = row?;
+            out.push((k.value(), serde_json::from_slice(v.value())?));
+        }
+        Ok(out)
+    }
+
+    /// A chat's memory (empty when unknown).
+    pub fn chat(&self, chat_id: i64) -> Result<ChatState, StoreError> {
+        let txn = self.db.begin_read()?;
+        let t = txn.open_table(CHATS)?;
+        Ok(match t.get(chat_id)? {
+            Some(v) => serde_json::from_slice(v.value())?,
+            None => ChatState::default(),
+        })
+    }
+
+    /// Finish inbox item `update_id`: store the chat's new memory (if
+    /// any), queue `replies` and drop the item, in one transaction.
+    pub fn finish(
+        &self,
+        update_id: u64,
+        chat: Option<(i64, &ChatState)>,
+        replies: &[Outgoing],
+    ) -> Result<(), StoreError> {
+        let txn = self.db.begin_write()?;
+        {
+            if let Some((id, state)) = chat {
+                let bytes = serde_json::to_vec(state)?;
+                txn.open_table(CHATS)?.insert(id, bytes.as_slice())?;
+            }
+            push_outgoing(&txn, replies)?;
+            txn.open_table(INBOX)?.remove(update_id)?;
+        }
+        txn.commit()?;
+        Ok(())
+    }
+
+    /// The oldest queued reply, with its key.
+    pub fn next_outgoing(&self) -> Result<Option<(u64, Outgoing)>, StoreError> {
+        let txn = self.db.begin_read()?;
+        let t = txn.open_table(OUTBOX)?;
+        let first = t.first()?;
+        match first {
+            Some((k, v)) => Ok(Some((k.value(), serde_json::from_slice(v.value())?))),
+            None => Ok(None),
+        }
+    }
+
+    /// Replies still queued.
+    pub fn outbox_len(&self) -> Result<u64, StoreError> {
+        let txn = self.db.begin_read()?;
+        Ok(txn.open_table(OUTBOX)?.len()?)
+    }
+
+    /// Drop a reply once delivered (or undeliverable for good).
+    pub fn sent(&self, key: u64) -> Result<(), StoreError> {
+        let txn = self.db.begin_write()?;
+        txn.open_table(OUTBOX)?.remove(key)?;
+        txn.commit()?;
+        Ok(())
+    }
+}
+
+/// Append `replies` to the outbox inside `txn`.
+fn push_outgoing(txn: &redb::WriteTransaction, replies: &[Outgoing]) -> Result<(), StoreError> {
+    if replies.is_empty() {
+        return Ok(());
+    }
+    let mut meta = txn.open_table(META)?;
+    let mut seq = meta.get(OUTBOX_SEQ)?.map_or(0, |v| v.value());
+    let mut out = txn.open_table(OUTBOX)?;
+    for r in replies {
+        let bytes = serde_json::to_vec(r)?;
+        out.insert(seq, bytes.as_slice())?;
+        seq += 1;
+    }
+    meta.insert(OUTBOX_SEQ, seq)?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::incoming::Incoming;
+
+    fn text(chat: i64, t: &str) -> Incoming {
+        Incoming::Text {
+            chat_id: chat,
+            text: t.into(),
+        }
+    }
+
+    #[test]
+    fn an_update_is_received_once_and_survives_reopening() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bot.redb");
+        {
+            let s = Store::open(&path).unwrap();
+            assert_eq!(s.offset().unwrap(), 0);
+            assert!(s.receive(7, Some(&text(1, "hi")), &[]).unwrap());
+            assert!(
+                !s.receive(7, Some(&text(1, "hi")), &[]).unwrap(),
+                "a repeat"
+            );
+            assert!(!s.receive(3, None, &[]).unwrap(), "an older id");
+            assert!(s.receive(9, None, &[]).unwrap());
+            assert_eq!(s.offset().unwrap(), 10);
+        }
+        let s = Store::open(&path).unwrap();
+        assert_eq!(s.offset().unwrap(), 10);
+        assert_eq!(s.inbox().unwrap(), vec![(7, text(1, "hi"))]);
+    }
+
+    #[test]
+    fn finishing_moves_an_item_to_the_outbox_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let s = Store::open(&dir.path().join("bot.redb")).unwrap();
+        s.receive(1, Some(&text(5, "a")), &[]).unwrap();
+        let state = ChatState {
+            system: Some("be brief".into()),
+            ..ChatState::default()
+        };
+        let replies = [
+            Outgoing {
+                chat_id: 5,
+                text: "one".into(),
+            },
+            Outgoing {
+                chat_id: 5,
+                text: "two".into(),
+            },
+        ];
+        s.finish(1, Some((5, &state)), &replies).unwrap();
+        assert!(s.inbox().unwrap().is_empty());
+        assert_eq!(s.chat(5).unwrap().system.as_deref(), Some("be brief"));
+        assert_eq!(s.outbox_len().unwrap(), 2);
+        let (k, first) = s.next_outgoing().unwrap().unwrap();
+        assert_eq!(first.text, "one");
+        s.sent(k).unwrap();
+        assert_eq!(s.next_outgoing().unwrap().unwrap().1.text, "two");
+        assert_eq!(s.chat(6).unwrap(), ChatState::default());
+    }
+}
