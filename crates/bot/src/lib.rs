@@ -19,4 +19,4 @@ pub mod webhook;
 
 pub use brain::{Brain, BrainReply, EngineBrain};
 pub use handler::Behaviour;
-pub use service::{run, Backoff, BotConfig, BotError, Mode};
+pub use service::{run, run_until_signal, Backoff, BotConfig, BotError, Mode};

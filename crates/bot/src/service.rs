@@ -562,3 +562,38 @@ async fn blocking<T: Send + 'static>(
         .await
         .unwrap_or_else(|e| Err(redb::Error::Io(std::io::Error::other(e.to_string())).into()))
 }
+
+/// Run the bot on its own runtime until SIGTERM or SIGINT (Ctrl-C).
+pub fn run_until_signal(cfg: BotConfig, brain: Arc<dyn Brain>) -> Result<(), BotError> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_name("hearth-telegram")
+        .enable_all()
+        .build()
+        .map_err(|e| BotError::Config(format!("cannot start the async runtime: {e}")))?;
+    let result = runtime.block_on(run(cfg, brain, signal()));
+    runtime.shutdown_timeout(Duration::from_secs(2));
+    result
+}
+
+/// SIGTERM (a platform stopping the container) or SIGINT.
+async fn signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}

@@ -6,6 +6,7 @@ mod commands;
 mod convert;
 mod eval_cmd;
 mod serve;
+mod telegram;
 
 use anyhow::Result;
 use clap::{Args, Parser, Subcommand};
@@ -292,6 +293,9 @@ enum Command {
     },
     /// Serve the model over an OpenAI-compatible HTTP API until SIGTERM/SIGINT.
     Serve(serve::ServeArgs),
+    /// Run the model as a Telegram bot (long polling, or a webhook) until
+    /// SIGTERM/SIGINT; each chat's memory survives restarts.
+    Telegram(telegram::TelegramArgs),
     /// Measure prompt-processing and generation throughput (like llama-bench).
     Bench(bench::BenchArgs),
     /// Requantize a GGUF file with llama-quantize's per-tensor type choices.
@@ -396,5 +400,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Synth(args) => convert::synth(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Serve(args) => serve::run(&args),
+        Command::Telegram(args) => telegram::run(&args),
     }
 }
