@@ -126,6 +126,10 @@ pub struct JudgeArgs {
     /// Seconds one request may take.
     #[arg(long, default_value_t = 300.0)]
     timeout: f64,
+    /// Most tokens of one judgment (FastChat's judge: 2048; lower it for a
+    /// small local judge that runs on until the limit).
+    #[arg(long, default_value_t = 2048)]
+    max_tokens: usize,
 }
 
 /// Run `hearth eval ...`.
@@ -329,6 +333,7 @@ fn judge(a: &JudgeArgs) -> Result<ExitCode> {
         attempts: a.attempts.max(1),
         timeout: Duration::from_secs_f64(a.timeout),
         backoff: Duration::from_millis(500),
+        max_tokens: a.max_tokens.max(1),
     };
     let pb = bar(0, "judgments");
     let s = eval::judge::judge(&a.answers, &cfg, |done, total| {

@@ -62,6 +62,10 @@ pub struct JudgeConfig {
     pub timeout: Duration,
     /// First wait before a retry (doubled each time).
     pub backoff: Duration,
+    /// Most tokens of a judgment (FastChat: 2048). A small local judge
+    /// that never stops on its own is worth a lower cap; the rating comes
+    /// first in FastChat's prompt anyway only if the judge follows it.
+    pub max_tokens: usize,
 }
 
 /// What a judging run did.
@@ -248,7 +252,7 @@ fn ask(agent: &ureq::Agent, cfg: &JudgeConfig, task: &Task) -> Result<String, (S
             {"role": "user", "content": task.user},
         ],
         "temperature": 0,
-        "max_tokens": 2048,
+        "max_tokens": cfg.max_tokens,
     });
     let mut req = agent.post(&url).set("Content-Type", "application/json");
     if let Some(key) = &cfg.api_key {

@@ -50,6 +50,9 @@ fn handle(mut stream: TcpStream, seen: &Seen) {
     let user = req["messages"][1]["content"].as_str().unwrap().to_string();
     let n = {
         let mut s = seen.lock().unwrap();
+        // The token cap asked for, counted under its own key.
+        *s.entry(format!("max_tokens:{}", req["max_tokens"]))
+            .or_default() += 1;
         let n = s.entry(user.clone()).or_default();
         *n += 1;
         *n
@@ -113,6 +116,7 @@ fn config(url: String, out: &Path) -> JudgeConfig {
         attempts: 3,
         timeout: Duration::from_millis(800),
         backoff: Duration::from_millis(20),
+        max_tokens: 96,
     }
 }
 
@@ -165,6 +169,10 @@ fn every_row_ends_with_a_score_and_nothing_is_asked_twice() {
     assert!(r104.user_prompt.contains("[The Start of Reference Answer]"));
 
     // A re-run asks for nothing.
+    assert!(
+        seen.lock().unwrap().contains_key("max_tokens:96"),
+        "the judge call carries --max-tokens"
+    );
     let before = seen.lock().unwrap().values().sum::<usize>();
     let again = judge(std::slice::from_ref(&file), &cfg, |_, _| {}).unwrap();
     assert_eq!(again.cached, 8);
