@@ -451,15 +451,21 @@ async fn dispatch(
 async fn answer_one(sh: Arc<Shared>, update_id: u64, item: Incoming) -> i64 {
     let chat = item.chat_id();
     let _slot = sh.slots.acquire().await;
-    let typing = handler::needs_model(&item).then(|| {
+    let typing = if handler::needs_model(&item) {
+        // The first "typing…" goes out before the model starts (a short
+        // reply would otherwise be sent before it), then every 4 s: Telegram
+        // shows it for 5.
+        let _ = tokio::time::timeout(Duration::from_secs(2), sh.api.typing(chat)).await;
         let api = sh.api.clone();
-        tokio::spawn(async move {
+        Some(tokio::spawn(async move {
             loop {
-                let _ = tokio::time::timeout(Duration::from_secs(4), api.typing(chat)).await;
                 tokio::time::sleep(Duration::from_secs(4)).await;
+                let _ = tokio::time::timeout(Duration::from_secs(4), api.typing(chat)).await;
             }
-        })
-    });
+        }))
+    } else {
+        None
+    };
     let sh2 = Arc::clone(&sh);
     let done = tokio::task::spawn_blocking(move || {
         let mut state = sh2.store.chat(chat)?;
