@@ -5,6 +5,7 @@ mod chat;
 mod commands;
 mod convert;
 mod eval_cmd;
+mod health;
 mod serve;
 
 use anyhow::Result;
@@ -292,6 +293,8 @@ enum Command {
     },
     /// Serve the model over an OpenAI-compatible HTTP API until SIGTERM/SIGINT.
     Serve(serve::ServeArgs),
+    /// Probe a server's /health (for container health checks: exit 0 on 200).
+    Health(health::HealthArgs),
     /// Measure prompt-processing and generation throughput (like llama-bench).
     Bench(bench::BenchArgs),
     /// Requantize a GGUF file with llama-quantize's per-tensor type choices.
@@ -396,5 +399,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Synth(args) => convert::synth(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Serve(args) => serve::run(&args),
+        Command::Health(args) => health::run(&args),
     }
 }
