@@ -64,7 +64,8 @@ fn idle_exit_after_the_quiet_period_and_health_does_not_count() {
 fn bad_idle_exit_values_are_refused() {
     for bad in ["-1", "nan", "inf", "soon"] {
         let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
-            .args(["serve", "-m", TINY, "--port", "0", "--idle-exit", bad])
+            .args(["serve", "-m", TINY, "--port", "0"])
+            .arg(format!("--idle-exit={bad}"))
             .output()
             .expect("run hearth");
         assert!(!out.status.success(), "--idle-exit {bad} accepted");
