@@ -5,6 +5,7 @@ mod chat;
 mod commands;
 mod convert;
 mod eval_cmd;
+mod health;
 mod serve;
 mod telegram;
 
@@ -296,6 +297,8 @@ enum Command {
     /// Run the model as a Telegram bot (long polling, or a webhook) until
     /// SIGTERM/SIGINT; each chat's memory survives restarts.
     Telegram(telegram::TelegramArgs),
+    /// Probe a server's /health (for container health checks: exit 0 on 200).
+    Health(health::HealthArgs),
     /// Measure prompt-processing and generation throughput (like llama-bench).
     Bench(bench::BenchArgs),
     /// Requantize a GGUF file with llama-quantize's per-tensor type choices.
@@ -401,5 +404,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Bench(args) => bench::run(&args),
         Command::Serve(args) => serve::run(&args),
         Command::Telegram(args) => telegram::run(&args),
+        Command::Health(args) => health::run(&args),
     }
 }

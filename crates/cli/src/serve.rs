@@ -51,6 +51,15 @@ pub struct ServeArgs {
     /// clean, qualifiers.
     #[arg(long, value_name = "GUARDS", default_value = "none")]
     guard: guard::GuardSet,
+    /// Exit with status 0 after SECS seconds with no request in flight and
+    /// none arriving, counted from when the model is loaded (scale to zero;
+    /// 0: never). /health and /metrics do not count as requests, so health
+    /// checks do not keep the server awake (see --idle-count-probes).
+    #[arg(long, value_name = "SECS", env = "HEARTH_IDLE_EXIT")]
+    idle_exit: Option<f64>,
+    /// Count /health and /metrics requests as activity for --idle-exit.
+    #[arg(long, requires = "idle_exit")]
+    idle_count_probes: bool,
 }
 
 fn secs(name: &str, v: f64) -> Result<Duration> {
@@ -108,6 +117,12 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
     };
     config.shutdown_timeout = secs("shutdown-timeout", args.shutdown_timeout)?;
     config.guard = args.guard;
+    config.idle_exit = match args.idle_exit {
+        None => None,
+        Some(v) if v == 0.0 => None,
+        Some(v) => Some(secs("idle-exit", v)?),
+    };
+    config.idle_counts_probes = args.idle_count_probes;
     // The same loader as every other command: --quant, --precise, --ctx
     // and the rest mean what they mean there.
     let loader: server::Loader = Box::new(move || engine::Engine::load(&path, &options));

@@ -9,18 +9,20 @@ pub mod api;
 mod completions;
 pub mod error;
 mod guarded;
+pub mod idle;
 pub mod metrics;
 mod routes;
 pub mod scheduler;
 
 use axum::Router;
 use engine::{Engine, EngineError};
+use idle::Activity;
 use metrics::Metrics;
 use scheduler::Scheduler;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 /// How the server is set up. The model itself comes from the loader given
 /// to [`run`], with its own [`engine::RunOptions`] (context, threads,
@@ -59,6 +61,13 @@ pub struct ServerConfig {
     pub shutdown_timeout: Duration,
     /// Guardrails for chat requests that name none (their `guard` field).
     pub guard: guard::GuardSet,
+    /// Exit (cleanly, status 0) once the model is loaded and no request has
+    /// been in flight for this long: scale to zero. `None`: never.
+    pub idle_exit: Option<Duration>,
+    /// Whether `/health` and `/metrics` requests count as activity for
+    /// `idle_exit`. Off by default, so a platform's health checker or a
+    /// metrics scraper does not keep an idle server awake.
+    pub idle_counts_probes: bool,
 }
 
 impl ServerConfig {
@@ -79,6 +88,8 @@ impl ServerConfig {
             max_request_time: Some(Duration::from_secs(300)),
             shutdown_timeout: Duration::from_secs(10),
             guard: guard::GuardSet::none(),
+            idle_exit: None,
+            idle_counts_probes: false,
         }
     }
 }
@@ -111,6 +122,8 @@ struct AppState {
     config: Arc<ServerConfig>,
     backend: Arc<OnceLock<Backend>>,
     metrics: Arc<Metrics>,
+    /// Requests in flight and the last end of one, for `idle_exit`.
+    activity: Arc<Activity>,
     created: u64,
 }
 
@@ -154,6 +167,7 @@ async fn serve(config: ServerConfig, loader: Loader) -> Result<(), ServeError> {
         config: Arc::clone(&config),
         backend: Arc::new(OnceLock::new()),
         metrics: Arc::clone(&metrics),
+        activity: Arc::new(Activity::new(Instant::now())),
         created: api::now_secs(),
     };
 
@@ -177,16 +191,31 @@ async fn serve(config: ServerConfig, loader: Loader) -> Result<(), ServeError> {
     let mut load_failed: Option<ServeError> = None;
     let server = tokio::spawn(accept_loop(listener, app, stop_rx, config.header_timeout));
 
-    // Wait for a signal, or for the model load to fail.
+    let draining = || {
+        eprintln!(
+            "hearth serve: shutting down; waiting up to {:?} for requests in flight",
+            config.shutdown_timeout
+        )
+    };
+    // Wait for a signal, for the model load to fail, or (once loaded) for
+    // the idle limit. Loading is never idle time: the quiet period starts
+    // when the model is ready.
     tokio::select! {
-        () = shutdown_signal() => {
-            eprintln!("hearth serve: shutting down; waiting up to {:?} for requests in flight", config.shutdown_timeout);
-        }
+        () = shutdown_signal() => draining(),
         res = loaded_rx => {
             match res {
                 Ok(Ok(())) => {
-                    shutdown_signal().await;
-                    eprintln!("hearth serve: shutting down; waiting up to {:?} for requests in flight", config.shutdown_timeout);
+                    state.activity.touch(Instant::now());
+                    tokio::select! {
+                        () = shutdown_signal() => draining(),
+                        idle = idle_exit(&state.activity, config.idle_exit) => {
+                            eprintln!(
+                                "hearth serve: idle for {:.1} s with no request in flight (--idle-exit {}); exiting",
+                                idle.as_secs_f64(),
+                                config.idle_exit.map_or(0.0, |d| d.as_secs_f64())
+                            );
+                        }
+                    }
                 }
                 Ok(Err(e)) => load_failed = Some(e),
                 Err(_) => load_failed = None,
@@ -301,6 +330,14 @@ fn load(state: &AppState, loader: Loader) -> Result<(), ServeError> {
     let _ = state.backend.set(Backend { engine, scheduler });
     state.metrics.loaded.store(true, Ordering::Relaxed);
     Ok(())
+}
+
+/// Resolve after `limit` of idleness; never when `limit` is `None`.
+async fn idle_exit(activity: &Activity, limit: Option<Duration>) -> Duration {
+    match limit {
+        Some(limit) => activity.wait_idle(limit).await,
+        None => std::future::pending().await,
+    }
 }
 
 async fn shutdown_signal() {

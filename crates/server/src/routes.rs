@@ -1,7 +1,8 @@
 //! The router and the small handlers: authentication, request counting,
-//! health, metrics and the model list.
+//! activity tracking (for `--idle-exit`), health, metrics and the model list.
 
 use crate::error::ApiError;
+use crate::idle::TrackedBody;
 use crate::{completions, AppState};
 use axum::body::Body;
 use axum::extract::{Path as UrlPath, Request as HttpRequest, State};
@@ -31,6 +32,10 @@ pub(crate) fn router(state: AppState) -> Router {
             state.clone(),
             count_requests,
         ))
+        .layer(middleware::from_fn_with_state(
+            state.clone(),
+            track_activity,
+        ))
         .with_state(state)
 }
 
@@ -47,6 +52,19 @@ async fn count_requests(State(st): State<AppState>, req: HttpRequest, next: Next
     let resp = next.run(req).await;
     st.metrics.record_request(endpoint, resp.status().as_u16());
     resp
+}
+
+/// Count the request as activity from its arrival until its response body
+/// is sent in full (a stream included), except health and metrics probes
+/// unless `idle_counts_probes`.
+async fn track_activity(State(st): State<AppState>, req: HttpRequest, next: Next) -> Response {
+    let probe = matches!(req.uri().path(), "/health" | "/metrics");
+    if probe && !st.config.idle_counts_probes {
+        return next.run(req).await;
+    }
+    let guard = st.activity.begin();
+    let resp = next.run(req).await;
+    resp.map(|body| Body::new(TrackedBody::new(body, guard)))
 }
 
 /// Compare without an early exit, so timing does not leak the key.
