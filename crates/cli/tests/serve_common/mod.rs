@@ -53,16 +53,25 @@ impl Server {
     /// Start `hearth serve -m MODEL --port 0 ARGS` and wait until it listens
     /// and, when `wait_ready`, until /health says 200.
     pub fn start(model: &str, args: &[&str]) -> Server {
+        let mut full = vec!["serve", "-m", model, "--host", "127.0.0.1", "--port", "0"];
+        if !args.contains(&"-t") {
+            full.extend(["-t", "1"]);
+        }
+        full.extend(args);
+        Self::start_command(&full, &[])
+    }
+
+    /// Start `hearth ARGS` (a whole command line that serves, e.g. a
+    /// container's entry point) with extra environment variables, and wait
+    /// as `start` does.
+    pub fn start_command(args: &[&str], envs: &[(&str, &str)]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_hearth"))
-            .args(["serve", "-m", model, "--host", "127.0.0.1", "--port", "0"])
-            .args(if args.contains(&"-t") {
-                &[][..]
-            } else {
-                &["-t", "1"][..]
-            })
             .args(args)
             .env("RUST_BACKTRACE", "0")
+            // The caller's `envs` alone decide these.
             .env_remove("HEARTH_API_KEY")
+            .env_remove("HEARTH_IDLE_EXIT")
+            .envs(envs.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
