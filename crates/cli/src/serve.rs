@@ -119,7 +119,7 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
     config.guard = args.guard;
     config.idle_exit = match args.idle_exit {
         None => None,
-        Some(v) if v == 0.0 => None,
+        Some(0.0) => None,
         Some(v) => Some(secs("idle-exit", v)?),
     };
     config.idle_counts_probes = args.idle_count_probes;
