@@ -63,7 +63,7 @@ def resident_bytes(path: str) -> int | None:
         return None
 
 
-def http(port: int, method: str, path: str, body: dict | None = None, timeout: float = 120.0):
+def request(port: int, method: str, path: str, body: dict | None = None, timeout: float = 120.0):
     conn = http.client.HTTPConnection("127.0.0.1", port, timeout=timeout)
     try:
         data = json.dumps(body).encode() if body is not None else None
@@ -82,7 +82,7 @@ def wait_health(port: int, proc: subprocess.Popen, limit: float = 120.0) -> floa
         if proc.poll() is not None:
             raise RuntimeError(f"server exited with {proc.returncode}")
         try:
-            status, _ = http(port, "GET", "/health", timeout=2.0)
+            status, _ = request(port, "GET", "/health", timeout=2.0)
             if status == 200:
                 return time.perf_counter()
         except OSError:
@@ -146,7 +146,7 @@ def run_server(engine: str, args, extra: list[str]) -> dict:
                             stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     try:
         t_health = wait_health(port, proc)
-        status, body = http(port, "POST", "/v1/completions",
+        status, body = request(port, "POST", "/v1/completions",
                             {"prompt": "Hi", "max_tokens": 1, "temperature": 0})
         t_token = time.perf_counter()
         if status != 200:
