@@ -130,6 +130,11 @@ pub struct JudgeArgs {
     /// small local judge that runs on until the limit).
     #[arg(long, default_value_t = 2048)]
     max_tokens: usize,
+    /// Hold each judgment to a short explanation and then `Rating: [[n]]`
+    /// (a `regex` constraint, which `hearth serve` and llama.cpp's server
+    /// accept), so a small local judge always rates; not FastChat's setting.
+    #[arg(long)]
+    force_rating: bool,
 }
 
 /// Run `hearth eval ...`.
@@ -334,6 +339,7 @@ fn judge(a: &JudgeArgs) -> Result<ExitCode> {
         timeout: Duration::from_secs_f64(a.timeout),
         backoff: Duration::from_millis(500),
         max_tokens: a.max_tokens.max(1),
+        force_rating: a.force_rating,
     };
     let pb = bar(0, "judgments");
     let s = eval::judge::judge(&a.answers, &cfg, |done, total| {

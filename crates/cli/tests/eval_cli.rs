@@ -104,6 +104,47 @@ fn answer_resume_judge_and_report() {
     assert_eq!(rows.len(), 4);
     assert!(rows.iter().all(|r| r["score"].as_f64().is_some()));
 
+    // --force-rating: the server holds each judgment to `... Rating: [[n]]`,
+    // so even the tiny random model rates every turn.
+    let forced = dir.path().join("forced");
+    let out = hearth(&[
+        "eval",
+        "judge",
+        "--answers",
+        tape.to_str().unwrap(),
+        "--judge-url",
+        &url,
+        "--judge-model",
+        "model-f32",
+        "--out",
+        forced.to_str().unwrap(),
+        "--timeout",
+        "60",
+        "--max-tokens",
+        "400",
+        "--force-rating",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let forced_rows: Vec<Value> =
+        std::fs::read_to_string(forced.join("model_judgment/model-f32_single.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+    assert_eq!(forced_rows.len(), 4);
+    for r in &forced_rows {
+        let score = r["score"].as_f64().unwrap();
+        assert!((1.0..=10.0).contains(&score), "{r}");
+        assert!(
+            r["judgment"].as_str().unwrap().contains("Rating: [["),
+            "{r}"
+        );
+    }
+
     let report_dir = dir.path().join("report");
     let out = hearth(&[
         "eval",

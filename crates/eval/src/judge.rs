@@ -66,7 +66,17 @@ pub struct JudgeConfig {
     /// that never stops on its own is worth a lower cap; the rating comes
     /// first in FastChat's prompt anyway only if the judge follows it.
     pub max_tokens: usize,
+    /// Hold each judgment to [`RATING_REGEX`] (the endpoint must accept a
+    /// `regex` field, as `hearth serve` and llama.cpp's server do): a
+    /// short explanation, then `Rating: [[n]]`. A small local judge that
+    /// would otherwise never write a rating then always does; the number is
+    /// still the model's choice.
+    pub force_rating: bool,
 }
+
+/// The form [`JudgeConfig::force_rating`] holds a judgment to: up to 200
+/// characters without a `[`, then FastChat's `Rating: [[n]]` with n in 1..=10.
+pub const RATING_REGEX: &str = r"[^\[]{0,200}Rating: \[\[([1-9]|10)\]\]";
 
 /// What a judging run did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -254,6 +264,10 @@ fn ask(agent: &ureq::Agent, cfg: &JudgeConfig, task: &Task) -> Result<String, (S
         "temperature": 0,
         "max_tokens": cfg.max_tokens,
     });
+    let mut body = body;
+    if cfg.force_rating {
+        body["regex"] = json!(RATING_REGEX);
+    }
     let mut req = agent.post(&url).set("Content-Type", "application/json");
     if let Some(key) = &cfg.api_key {
         req = req.set("Authorization", &format!("Bearer {key}"));

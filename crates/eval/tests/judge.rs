@@ -53,6 +53,9 @@ fn handle(mut stream: TcpStream, seen: &Seen) {
         // The token cap asked for, counted under its own key.
         *s.entry(format!("max_tokens:{}", req["max_tokens"]))
             .or_default() += 1;
+        // Whether the rating was forced, counted the same way.
+        *s.entry(format!("regex:{}", req["regex"].as_str().unwrap_or("none")))
+            .or_default() += 1;
         let n = s.entry(user.clone()).or_default();
         *n += 1;
         *n
@@ -117,6 +120,7 @@ fn config(url: String, out: &Path) -> JudgeConfig {
         timeout: Duration::from_millis(800),
         backoff: Duration::from_millis(20),
         max_tokens: 96,
+        force_rating: false,
     }
 }
 
@@ -172,6 +176,10 @@ fn every_row_ends_with_a_score_and_nothing_is_asked_twice() {
     assert!(
         seen.lock().unwrap().contains_key("max_tokens:96"),
         "the judge call carries --max-tokens"
+    );
+    assert!(
+        seen.lock().unwrap().contains_key("regex:none"),
+        "no constraint unless --force-rating"
     );
     let before = seen.lock().unwrap().values().sum::<usize>();
     let again = judge(std::slice::from_ref(&file), &cfg, |_, _| {}).unwrap();
