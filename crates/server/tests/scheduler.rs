@@ -121,7 +121,12 @@ fn the_queue_is_bounded_and_a_dropped_receiver_cancels() {
         match sched.submit(Job {
             prompt: prompt.clone(),
             params: SamplingParams::default(),
-            opts: opts(100_000),
+            // A sampled end-of-turn would free the slot and let a third job
+            // in; only the context's end or a hang-up may end these.
+            opts: GenerateOptions {
+                stop_on_eog: false,
+                ..opts(100_000)
+            },
             constraint: None,
             thinking: None,
             events: tx,

@@ -6,7 +6,7 @@
 //! unsafe to open.
 
 use super::guarded::{compare_guarded, CategoryPair, GuardComparison};
-use super::{categories_of, judge_of, kept, Summary, CATEGORIES};
+use super::{categories_of, judge_of, kept, model_keys, Summary, CATEGORIES};
 use crate::fastchat::{AnswerRow, JudgmentRow, Question};
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
@@ -244,8 +244,28 @@ fn radar_chart(out: &mut String, summary: &Summary, models: &[(&String, &str)]) 
     out.push_str("</svg>\n");
 }
 
-fn section_overview(out: &mut String, summary: &Summary, models: &[(&String, &str)]) {
-    out.push_str("<h2 id=\"averages\">Averages</h2>\n<p class=\"note\">FastChat <code>show_result.py</code> (single mode): rows scored −1 dropped; the average is the mean of all kept rows, not of the two turn means.</p>\n<table><tr><th>model</th><th class=\"num\">average</th><th class=\"num\">turn 1</th><th class=\"num\">turn 2</th><th class=\"num\">rows</th></tr>\n");
+/// The judge of each model key in the summary (a model graded by several
+/// judges already has one key per judge, `NAME (JUDGE)`): scores from
+/// different judges are not on one scale, so the table names them.
+fn judges_by_key(judgments: &[JudgmentRow]) -> BTreeMap<String, Vec<&str>> {
+    let mut out: BTreeMap<String, Vec<&str>> = BTreeMap::new();
+    for (row, key) in judgments.iter().zip(model_keys(judgments)) {
+        let judges = out.entry(key).or_default();
+        let judge = judge_of(row);
+        if !judges.contains(&judge) {
+            judges.push(judge);
+        }
+    }
+    out
+}
+
+fn section_overview(
+    out: &mut String,
+    summary: &Summary,
+    judgments: &[JudgmentRow],
+    models: &[(&String, &str)],
+) {
+    out.push_str("<h2 id=\"averages\">Averages</h2>\n<p class=\"note\">FastChat <code>show_result.py</code> (single mode): rows scored −1 dropped; the average is the mean of all kept rows, not of the two turn means. Scores from different judges are not comparable.</p>\n<table><tr><th>model</th><th class=\"num\">average</th><th class=\"num\">turn 1</th><th class=\"num\">turn 2</th><th class=\"num\">rows</th><th>judge</th></tr>\n");
     let mut order: Vec<&(&String, &str)> = models.iter().collect();
     // Highest first, as show_result.py sorts.
     order.sort_by(|a, b| {
@@ -253,18 +273,20 @@ fn section_overview(out: &mut String, summary: &Summary, models: &[(&String, &st
         let vb = summary.models.get(b.0).map(|m| m.average).unwrap_or(0.0);
         vb.total_cmp(&va)
     });
+    let judges = judges_by_key(judgments);
     for (name, color) in order {
         let Some(m) = summary.models.get(*name) else {
             continue;
         };
         w!(
             out,
-            "<tr><td><span class=\"sw\" style=\"background:{color}\"></span>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td></tr>\n",
+            "<tr><td><span class=\"sw\" style=\"background:{color}\"></span>{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td class=\"num\">{}</td><td>{}</td></tr>\n",
             escape_html(name),
             f6(Some(m.average)),
             f6(m.turn1),
             f6(m.turn2),
-            m.n
+            m.n,
+            escape_html(&judges.get(*name).map_or(String::new(), |j| j.join(", ")))
         );
     }
     out.push_str("</table>\n");
@@ -609,7 +631,7 @@ pub fn render_html(
             "<p class=\"empty\">No judgments with a score: there is nothing to average yet.</p>\n",
         );
     } else {
-        section_overview(&mut out, summary, &models);
+        section_overview(&mut out, summary, judgments, &models);
         section_categories(&mut out, summary, &models);
         section_turns(&mut out, summary, &models);
     }
@@ -645,6 +667,40 @@ mod tests {
         assert_eq!(unit(12.0), 1.0);
         assert_eq!(score_text(8.5), "8.5");
         assert_eq!(score_text(8.0), "8");
+    }
+
+    #[test]
+    fn each_model_names_its_judges() {
+        let row = |model: &str, judge: &str, score: f64| JudgmentRow {
+            question_id: 81,
+            model: model.into(),
+            judge: vec![judge.into(), "single-v1".into()],
+            user_prompt: String::new(),
+            judgment: String::new(),
+            score,
+            turn: 1,
+            tstamp: 0.0,
+        };
+        let rows = [
+            row("a", "gpt-4", 7.0),
+            row("a", "gpt-4", 6.0),
+            row("b", "human:ann", 5.0),
+            row("b", "gpt-4", 4.0),
+            row("c", "<small>", 3.0),
+        ];
+        let summary = crate::report::summarize(&rows, &[]);
+        let html = render_html(&summary, &rows, &[], &[]);
+        let line = |model: &str| {
+            html.lines()
+                .find(|l| l.contains(&format!("</span>{model}</td>")))
+                .unwrap_or_else(|| panic!("no row for {model} in {html}"))
+                .to_string()
+        };
+        assert!(line("a").ends_with("<td>gpt-4</td></tr>"), "{}", line("a"));
+        // Two judges of one model: a row each, each naming its judge.
+        assert!(line("b (human:ann)").ends_with("<td>human:ann</td></tr>"));
+        assert!(line("b (gpt-4)").ends_with("<td>gpt-4</td></tr>"));
+        assert!(line("c").ends_with("<td>&lt;small&gt;</td></tr>"));
     }
 
     #[test]
