@@ -9,4 +9,4 @@ cd "$(dirname "$0")/.."
 if ! command -v chromedriver >/dev/null 2>&1; then
     scripts/install-chromium.sh
 fi
-exec cargo test --release -p hearth-eval --test grade_browser -- --ignored --nocapture "$@"
+exec cargo test --profile ci -p hearth-eval --test grade_browser -- --ignored --nocapture "$@"

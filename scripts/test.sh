@@ -9,7 +9,7 @@ export HEARTH_MODEL
 log=$(mktemp "${TMPDIR:-/tmp}/hearth-test.XXXXXX")
 trap 'rm -f "$log"' EXIT INT TERM
 status=0
-cargo test --workspace --release --no-fail-fast 2>&1 | tee "$log" || status=1
+cargo test --workspace --profile ci --no-fail-fast 2>&1 | tee "$log" || status=1
 # cargo's exit status is lost in the pipe; a failed test shows in its summary.
 grep -q '^test result: FAILED' "$log" && status=1
 grep -q '^error' "$log" && status=1
