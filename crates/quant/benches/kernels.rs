@@ -102,6 +102,35 @@ fn bench_matmul(c: &mut Criterion) {
     g.finish();
 }
 
+/// A decode product's rows on one thread, one at a time against four at a
+/// time, for the 32-block types on a small model's width (640 columns: 20
+/// blocks a row) with the weights in L2, so the kernels' own cost shows.
+fn bench_decode_rows(c: &mut Criterion) {
+    let (rows, cols) = (256, 640);
+    let mut g = c.benchmark_group("decode_rows_256x640");
+    g.throughput(Throughput::Elements((rows * cols) as u64));
+    for ty in [GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q4_0] {
+        let w = weights(ty, rows * cols);
+        let m = Matrix::new(ty, rows, cols, &w).unwrap();
+        let x = values(cols, 9);
+        let mut a = vec![0u8; GgmlType::Q8_0.row_bytes(cols as u64).unwrap() as usize];
+        quantize_activation(GgmlType::Q8_0, &x, &mut a).unwrap();
+        let mut out = vec![0f32; rows];
+        for set in testing::kernel_sets() {
+            for four in [false, true] {
+                if four && !testing::decode_rows_with(set, &m, &a, &mut out, true).unwrap() {
+                    continue;
+                }
+                let name = format!("{set}/{}", if four { "rows4" } else { "rows1" });
+                g.bench_function(BenchmarkId::new(ty.name(), name), |b| {
+                    b.iter(|| testing::decode_rows_with(set, &m, black_box(&a), &mut out, four))
+                });
+            }
+        }
+    }
+    g.finish();
+}
+
 /// The prefill tile alone: one 32-row panel against 64 activation rows, per
 /// kernel set (multiply-adds per second = elements per second).
 fn bench_gemm_tile(c: &mut Criterion) {
@@ -131,5 +160,11 @@ fn bench_gemm_tile(c: &mut Criterion) {
     }
 }
 
-criterion_group!(benches, bench_vec_dot, bench_matmul, bench_gemm_tile);
+criterion_group!(
+    benches,
+    bench_vec_dot,
+    bench_matmul,
+    bench_decode_rows,
+    bench_gemm_tile
+);
 criterion_main!(benches);

@@ -296,6 +296,50 @@ pub mod testing {
         }
     }
 
+    /// A decode product's rows, one thread: every row of `w` against one
+    /// activation row through the named kernel set, four rows per call where
+    /// `four` asks for it and the set has a rows kernel for `ty` (else one by
+    /// one). Returns whether the four-row kernel ran, to time the two ways
+    /// side by side.
+    pub fn decode_rows_with(
+        set: &str,
+        w: &crate::Matrix,
+        a: &[u8],
+        out: &mut [f32],
+        four: bool,
+    ) -> Result<bool, QuantError> {
+        let k = table(set)?;
+        let ty = w.ty();
+        let one = k.quant(ty).ok_or(QuantError::Unsupported(ty))?;
+        let nb = w.cols() / ty.block_len();
+        let at = crate::vec_dot_type(ty);
+        let need = nb * at.block_bytes();
+        if a.len() < need || out.len() < w.rows() {
+            return Err(QuantError::BufferTooShort {
+                what: "activation or output",
+                need,
+                have: a.len().min(out.len()),
+            });
+        }
+        let rb = w.row_bytes();
+        let mut r = 0;
+        let rows4 = k.rows4(ty).filter(|_| four);
+        if let Some(f) = rows4 {
+            while r + 4 <= w.rows() {
+                // SAFETY: table from this module; rows r..r+4 lie inside the
+                // matrix, each `nb` blocks, and `a` holds `nb` blocks (checked).
+                let v = unsafe { f(&w.data()[r * rb..(r + 4) * rb], rb, a, nb) };
+                out[r..r + 4].copy_from_slice(&v);
+                r += 4;
+            }
+        }
+        for (r, o) in out.iter_mut().enumerate().take(w.rows()).skip(r) {
+            // SAFETY: as above, for one row.
+            *o = unsafe { one(w.row(r), a, nb) };
+        }
+        Ok(rows4.is_some())
+    }
+
     /// `vec_dot_f32` through the named kernel table.
     pub fn vec_dot_f32_with(
         set: &str,

@@ -386,6 +386,39 @@ pub fn matmul(
         });
         return Ok(());
     }
+    if let Some(rows4) = k.rows4(w.ty) {
+        let rb = w.row_bytes;
+        pool.run(parts, |t| {
+            let range = split_range(rows, parts, t);
+            let mut r0 = range.start;
+            while r0 < range.end {
+                let r1 = (r0 + ROW_TILE).min(range.end);
+                for b in 0..batch {
+                    let a = &acts[b * arow..(b + 1) * arow];
+                    let mut r = r0;
+                    while r + 4 <= r1 {
+                        // SAFETY: kernel from `simd::best()`; rows r..r+4 are
+                        // inside the matrix (r + 4 <= r1 <= rows), each `nb`
+                        // blocks, and `a` holds `nb` activation blocks.
+                        let v = unsafe { rows4(&w.data[r * rb..(r + 4) * rb], rb, a, nb) };
+                        for (j, v) in v.into_iter().enumerate() {
+                            // SAFETY: row r + j belongs to this task alone.
+                            unsafe { shared.write(b * rows + r + j, v) };
+                        }
+                        r += 4;
+                    }
+                    for r in r..r1 {
+                        // SAFETY: as in the single-row path below.
+                        let v = unsafe { f(w.row(r), a, nb) };
+                        // SAFETY: row r belongs to this task alone.
+                        unsafe { shared.write(b * rows + r, v) };
+                    }
+                }
+                r0 = r1;
+            }
+        });
+        return Ok(());
+    }
     let ahead = (PREFETCH_BYTES / w.row_bytes).max(1);
     let self_prefetching = k.prefetches(w.ty);
     pool.run(parts, |t| {

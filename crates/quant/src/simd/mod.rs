@@ -21,6 +21,11 @@ pub(crate) type FloatDotFn = unsafe fn(w: &[u8], x: &[f32], n: usize) -> f32;
 /// that start `stride` bytes apart in `a` (same contract as [`DotFn`]).
 pub(crate) type TileFn = unsafe fn(w: &[u8], a: &[u8], stride: usize, nb: usize) -> [f32; 4];
 
+/// A rows kernel: four weight rows of `nb` blocks that start `row_bytes`
+/// apart in `w`, against one activation row (same contract as [`DotFn`] for
+/// each row). Each result equals the table's one-row kernel to the bit.
+pub(crate) type RowsFn = unsafe fn(w: &[u8], row_bytes: usize, a: &[u8], nb: usize) -> [f32; 4];
+
 /// The vector width a kernel set's batched kernels use: the panel GEMM's
 /// tile and activation quantizers (see [`crate::gemm`]), the f32 `sgemm` and
 /// the f32 vector kernels. Every tier gives the same numbers there, at
@@ -60,6 +65,12 @@ pub(crate) struct Kernels {
     pub q4_0_x4: Option<TileFn>,
     /// Q5_0 tile kernel.
     pub q5_0_x4: Option<TileFn>,
+    /// Four-weight-row decode kernels where a SIMD table has them.
+    pub q8_0_r4: Option<RowsFn>,
+    /// Q4_0 rows kernel.
+    pub q4_0_r4: Option<RowsFn>,
+    /// Q5_0 rows kernel.
+    pub q5_0_r4: Option<RowsFn>,
     /// Whether the Q4_0/Q5_0/Q8_0 and Q4_K/Q5_K/Q6_K kernels prefetch the
     /// weights ahead themselves (spread over the row, which keeps more misses in flight
     /// than a burst per row does).
@@ -111,6 +122,16 @@ impl Kernels {
         }
     }
 
+    /// The four-weight-row decode kernel for weights of type `ty`, if any.
+    pub(crate) fn rows4(&self, ty: GgmlType) -> Option<RowsFn> {
+        match ty {
+            GgmlType::Q8_0 => self.q8_0_r4,
+            GgmlType::Q4_0 => self.q4_0_r4,
+            GgmlType::Q5_0 => self.q5_0_r4,
+            _ => None,
+        }
+    }
+
     /// The float kernel for weights of type `ty`.
     pub(crate) fn float(&self, ty: GgmlType) -> Option<FloatDotFn> {
         Some(match ty {
@@ -141,6 +162,9 @@ static SCALAR: Kernels = Kernels {
     q8_0_x4: None,
     q4_0_x4: None,
     q5_0_x4: None,
+    q8_0_r4: None,
+    q4_0_r4: None,
+    q5_0_r4: None,
     self_prefetch: false,
     gemm: GemmTier::Portable,
 };
@@ -289,6 +313,59 @@ pub(crate) fn checked_vec_dot_f32(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Every table's four-weight-row decode kernels give each row's one-row
+    /// kernel result to the bit, so a decode step's logits do not depend on
+    /// whether a row fell in a group of four.
+    #[test]
+    fn rows_kernels_equal_single_rows_bitwise() {
+        let mut x = 0x0bad_cafe_dead_beef_u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((x >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        };
+        let mut checked = 0;
+        for k in available() {
+            for ty in [GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q4_0] {
+                let Some(rows) = k.rows4(ty) else { continue };
+                let single = k.quant(ty).unwrap();
+                for nb in [1usize, 2, 3, 7, 8, 9, 16, 17, 20, 33] {
+                    let n = nb * 32;
+                    let row_bytes = crate::row_size(ty, n).unwrap();
+                    let mut w = vec![0u8; 4 * row_bytes];
+                    for r in 0..4 {
+                        // Rows of very different sizes, so a mixed-up scale shows.
+                        let scale = [0.01f32, 1.0, 30.0, 0.3][r];
+                        let wf: Vec<f32> = (0..n).map(|_| next() * scale).collect();
+                        crate::quantize(ty, &wf, &mut w[r * row_bytes..(r + 1) * row_bytes])
+                            .unwrap();
+                    }
+                    let xf: Vec<f32> = (0..n).map(|_| next() * 3.0).collect();
+                    let mut a = vec![0u8; nb * 34];
+                    crate::quantize_activation(GgmlType::Q8_0, &xf, &mut a).unwrap();
+                    // SAFETY: tables from this module; four rows of `nb` blocks.
+                    let got = unsafe { rows(&w, row_bytes, &a, nb) };
+                    for (r, g) in got.iter().enumerate() {
+                        // SAFETY: as above.
+                        let want = unsafe { single(&w[r * row_bytes..], &a, nb) };
+                        assert_eq!(
+                            g.to_bits(),
+                            want.to_bits(),
+                            "{} {ty} nb {nb} row {r}",
+                            k.name
+                        );
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        // Every SIMD table sits on the AVX2 one, which has rows kernels.
+        if available().len() > 1 {
+            assert!(checked > 0);
+        }
+    }
 
     /// Every table's four-row tiles give each row's one-row kernel result to
     /// the bit (batched decode relies on it), for odd and even block counts
