@@ -1,7 +1,10 @@
 //! The scalar reference kernels: the specification every SIMD kernel is tested against.
 //!
 //! They follow ggml's generic C kernels: integer dot products per (sub-)block,
-//! scaled in f32 once per block.
+//! scaled in f32 once per block. Where ggml leaves the order of the float
+//! additions to each SIMD kernel, ours fix one order that every tier follows
+//! (see [`LANES`]), so a dot product gives the same bits on every CPU and a
+//! prompt's tokens do not depend on which machine runs it.
 
 use crate::formats::kquants::{self, q8k_bsum, QK_K};
 use crate::formats::legacy::{self, QK};
@@ -44,6 +47,25 @@ fn unpack_q8_0(b: &[u8]) -> legacy::Unpacked {
     }
 }
 
+/// The lane count of the canonical float accumulation: an AVX2 register of
+/// f32, half an AVX-512 one.
+pub(crate) const LANES: usize = 8;
+
+/// The canonical horizontal sum of eight lanes: the high half onto the low
+/// one, then lanes two apart, then neighbours (what `hsum_ps` does on x86).
+#[inline(always)]
+pub(crate) fn hsum8(v: [f32; LANES]) -> f32 {
+    let h = [v[0] + v[4], v[1] + v[5], v[2] + v[6], v[3] + v[7]];
+    (h[0] + h[2]) + (h[1] + h[3])
+}
+
+/// Q4_0/Q5_0/Q8_0 against Q8_0 in the canonical order every tier follows:
+/// lane `j` of a block is the exact integer sum of its products `4j..4j+4`;
+/// block `b` adds `d_b * lane` into chain `b % 2` of eight lanes with one
+/// fused multiply-add (`d_b` the product of the two f16 scales, rounded to
+/// f32); the two chains are added lane by lane and reduced by [`hsum8`].
+/// An AVX2 kernel runs the two chains in two registers, an AVX-512 one takes
+/// two blocks per register, and both give these bits.
 #[inline(always)]
 fn legacy_q8_0(
     w: &[u8],
@@ -52,13 +74,22 @@ fn legacy_q8_0(
     wb: usize,
     unpack: impl Fn(&[u8]) -> legacy::Unpacked,
 ) -> f32 {
-    let mut sumf = 0.0f32;
-    for (bw, ba) in w.chunks_exact(wb).zip(a.chunks_exact(34)).take(nb) {
+    let mut chains = [[0.0f32; LANES]; 2];
+    for (b, (bw, ba)) in w
+        .chunks_exact(wb)
+        .zip(a.chunks_exact(34))
+        .take(nb)
+        .enumerate()
+    {
         let u = unpack(bw);
-        let sumi = idot(&u.q, &ba[2..34]);
-        sumf += sumi as f32 * (u.d * f16_at(ba));
+        let d = u.d * f16_at(ba);
+        let qa = &ba[2..34];
+        for (j, lane) in chains[b % 2].iter_mut().enumerate() {
+            let p = idot(&u.q[4 * j..4 * j + 4], &qa[4 * j..4 * j + 4]);
+            *lane = d.mul_add(p as f32, *lane);
+        }
     }
-    sumf
+    hsum8(std::array::from_fn(|j| chains[0][j] + chains[1][j]))
 }
 
 #[inline(always)]
@@ -95,10 +126,16 @@ fn kquant_q8_k(
             isum += u.sc[g] * idot(&u.q[16 * g..16 * g + 16], &qa[16 * g..16 * g + 16]);
             msum += u.m[g] * q8k_bsum(ba, g);
         }
-        let dy = f32_at(ba);
-        sumf += (u.d * dy) * isum as f32 - (u.dmin * dy) * msum as f32;
+        sumf += kquant_block(u.d, u.dmin, f32_at(ba), isum, msum);
     }
     sumf
+}
+
+/// One K-quant block's share of a dot product, from its exact integer sums:
+/// the blocks of a row add these in order on every tier.
+#[inline(always)]
+pub(crate) fn kquant_block(d: f32, dmin: f32, dy: f32, isum: i32, msum: i32) -> f32 {
+    (d * dy) * isum as f32 - (dmin * dy) * msum as f32
 }
 
 /// Q4_0 · Q8_0.
@@ -146,29 +183,47 @@ pub(crate) fn dot_q8_k(w: &[u8], a: &[u8], nb: usize) -> f32 {
     kquant_q8_k(w, a, nb, 292, kquants::unpack_q8_k)
 }
 
+/// The canonical order of a float dot product of `n` elements, which every
+/// tier's float kernels follow: 8-element group `g` adds its products into
+/// chain `g % 4` of eight lanes by fused multiply-adds; the chains are added
+/// lane by lane as `(c0 + c2) + (c1 + c3)` (two AVX-512 registers holding
+/// chains 0|1 and 2|3 add to that) and reduced by [`hsum8`]; the last
+/// `n % 8` products are then fused into the sum one at a time.
+#[inline(always)]
+pub(crate) fn float_dot(n: usize, w: impl Fn(usize) -> f32, x: impl Fn(usize) -> f32) -> f32 {
+    let mut chains = [[0.0f32; LANES]; 4];
+    let full = n / LANES;
+    for g in 0..full {
+        for (l, lane) in chains[g % 4].iter_mut().enumerate() {
+            let i = g * LANES + l;
+            *lane = w(i).mul_add(x(i), *lane);
+        }
+    }
+    let mut sum = hsum8(std::array::from_fn(|l| {
+        (chains[0][l] + chains[2][l]) + (chains[1][l] + chains[3][l])
+    }));
+    for i in full * LANES..n {
+        sum = w(i).mul_add(x(i), sum);
+    }
+    sum
+}
+
 /// F32 · F32.
 pub(crate) fn dot_f32(w: &[u8], x: &[f32], n: usize) -> f32 {
-    w.chunks_exact(4)
-        .zip(x)
-        .take(n)
-        .map(|(w, &x)| f32_at(w) * x)
-        .sum()
+    let n = n.min(x.len()).min(w.len() / 4);
+    float_dot(n, |i| f32_at(&w[4 * i..]), |i| x[i])
 }
 /// F16 · F32.
 pub(crate) fn dot_f16(w: &[u8], x: &[f32], n: usize) -> f32 {
-    w.chunks_exact(2)
-        .zip(x)
-        .take(n)
-        .map(|(w, &x)| f16_at(w) * x)
-        .sum()
+    let n = n.min(x.len()).min(w.len() / 2);
+    float_dot(n, |i| f16_at(&w[2 * i..]), |i| x[i])
 }
 /// BF16 · F32.
 pub(crate) fn dot_bf16(w: &[u8], x: &[f32], n: usize) -> f32 {
-    w.chunks_exact(2)
-        .zip(x)
-        .take(n)
-        .map(|(w, &x)| {
-            crate::formats::float::bf16_bits_to_f32(u16::from_le_bytes([w[0], w[1]])) * x
-        })
-        .sum()
+    let n = n.min(x.len()).min(w.len() / 2);
+    float_dot(
+        n,
+        |i| crate::formats::float::bf16_bits_to_f32(u16::from_le_bytes([w[2 * i], w[2 * i + 1]])),
+        |i| x[i],
+    )
 }

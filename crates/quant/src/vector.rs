@@ -54,29 +54,20 @@ pub fn axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
     (kernels().axpy)(y, alpha, x)
 }
 
-/// The scalar reference for [`dot`]: eight partial sums, like the SIMD lanes.
+/// The scalar reference for [`dot`], in the canonical order every tier
+/// follows ([`crate::scalar`]'s float order: four chains of eight fused
+/// lanes, a fixed reduction, a fused tail), so attention gives the same bits
+/// on every CPU.
 pub fn scalar_dot(a: &[f32], b: &[f32]) -> f32 {
     let n = a.len().min(b.len());
-    let (a, b) = (&a[..n], &b[..n]);
-    let mut acc = [0.0f32; 8];
-    let mut ca = a.chunks_exact(8);
-    let mut cb = b.chunks_exact(8);
-    for (x, y) in (&mut ca).zip(&mut cb) {
-        for l in 0..8 {
-            acc[l] += x[l] * y[l];
-        }
-    }
-    let mut s: f32 = acc.iter().sum();
-    for (x, y) in ca.remainder().iter().zip(cb.remainder()) {
-        s += x * y;
-    }
-    s
+    crate::scalar::float_dot(n, |i| a[i], |i| b[i])
 }
 
-/// The scalar reference for [`axpy`].
+/// The scalar reference for [`axpy`]: one fused multiply-add per element,
+/// which is what every SIMD width computes too.
 pub fn scalar_axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
     for (yv, &xv) in y.iter_mut().zip(x) {
-        *yv += alpha * xv;
+        *yv = alpha.mul_add(xv, *yv);
     }
 }
 
@@ -95,7 +86,8 @@ mod x86 {
     }
 
     pub(super) fn dot_avx512(a: &[f32], b: &[f32]) -> f32 {
-        // SAFETY: installed only after avx512f was detected.
+        // SAFETY: installed only for the AVX-512 tier, whose table needs
+        // avx512f, avx2 and fma detected.
         unsafe { dot_avx512_impl(a, b) }
     }
 
@@ -104,34 +96,32 @@ mod x86 {
         unsafe { axpy_avx512_impl(y, alpha, x) }
     }
 
+    /// The canonical order's eight lanes reduced (see `scalar::hsum8`).
+    #[target_feature(enable = "avx2,fma")]
+    fn hsum8(v: __m256) -> f32 {
+        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
+        _mm_cvtss_f32(s)
+    }
+
     #[target_feature(enable = "avx2,fma")]
     unsafe fn dot_avx2_impl(a: &[f32], b: &[f32]) -> f32 {
         let n = a.len().min(b.len());
         let (pa, pb) = (a.as_ptr(), b.as_ptr());
-        let mut acc0 = _mm256_setzero_ps();
-        let mut acc1 = _mm256_setzero_ps();
+        let mut acc = [_mm256_setzero_ps(); 4];
         let mut i = 0;
-        while i + 16 <= n {
-            // SAFETY: i + 16 <= n, so both 8-lane loads at i and i + 8 are in bounds.
-            unsafe {
-                acc0 =
-                    _mm256_fmadd_ps(_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i)), acc0);
-                acc1 = _mm256_fmadd_ps(
-                    _mm256_loadu_ps(pa.add(i + 8)),
-                    _mm256_loadu_ps(pb.add(i + 8)),
-                    acc1,
-                );
-            }
-            i += 16;
+        while i + 8 <= n {
+            // SAFETY: i + 8 <= n bounds both 8-lane loads.
+            let (x, y) = unsafe { (_mm256_loadu_ps(pa.add(i)), _mm256_loadu_ps(pb.add(i))) };
+            let c = &mut acc[(i / 8) % 4];
+            *c = _mm256_fmadd_ps(x, y, *c);
+            i += 8;
         }
-        let acc = _mm256_add_ps(acc0, acc1);
-        let hi = _mm256_extractf128_ps(acc, 1);
-        let s = _mm_add_ps(_mm256_castps256_ps128(acc), hi);
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-        let mut sum = _mm_cvtss_f32(s);
+        let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
+        let mut sum = hsum8(s);
         for j in i..n {
-            sum += a[j] * b[j];
+            sum = a[j].mul_add(b[j], sum);
         }
         sum
     }
@@ -151,33 +141,46 @@ mod x86 {
             i += 8;
         }
         for j in i..n {
-            y[j] += alpha * x[j];
+            y[j] = alpha.mul_add(x[j], y[j]);
         }
     }
 
-    #[target_feature(enable = "avx512f")]
+    /// Two registers hold the canonical order's chains 0|1 and 2|3; the
+    /// one or three groups of eight past the last 32 go into their chains'
+    /// halves through masks.
+    #[target_feature(enable = "avx512f,avx2,fma")]
     unsafe fn dot_avx512_impl(a: &[f32], b: &[f32]) -> f32 {
         let n = a.len().min(b.len());
         let (pa, pb) = (a.as_ptr(), b.as_ptr());
-        let mut acc0 = _mm512_setzero_ps();
-        let mut acc1 = _mm512_setzero_ps();
+        let mut acc = [_mm512_setzero_ps(); 2];
         let mut i = 0;
-        while i + 32 <= n {
-            // SAFETY: i + 32 <= n, so both 16-lane loads are in bounds.
-            unsafe {
-                acc0 =
-                    _mm512_fmadd_ps(_mm512_loadu_ps(pa.add(i)), _mm512_loadu_ps(pb.add(i)), acc0);
-                acc1 = _mm512_fmadd_ps(
-                    _mm512_loadu_ps(pa.add(i + 16)),
-                    _mm512_loadu_ps(pb.add(i + 16)),
-                    acc1,
-                );
-            }
-            i += 32;
+        while i + 16 <= n {
+            // SAFETY: i + 16 <= n bounds both 16-lane loads.
+            let (x, y) = unsafe { (_mm512_loadu_ps(pa.add(i)), _mm512_loadu_ps(pb.add(i))) };
+            let c = &mut acc[(i / 16) % 2];
+            *c = _mm512_fmadd_ps(x, y, *c);
+            i += 16;
         }
-        let mut sum = _mm512_reduce_add_ps(_mm512_add_ps(acc0, acc1));
+        if i + 8 <= n {
+            // The low half of the next register: its chain is (i / 8) % 4,
+            // which is 0 or 2, the low half of acc[(i / 16) % 2].
+            // SAFETY: the mask loads only the 8 lanes below i + 8 <= n.
+            let (x, y) = unsafe {
+                (
+                    _mm512_maskz_loadu_ps(0x00FF, pa.add(i)),
+                    _mm512_maskz_loadu_ps(0x00FF, pb.add(i)),
+                )
+            };
+            let c = &mut acc[(i / 16) % 2];
+            *c = _mm512_mask3_fmadd_ps(x, y, *c, 0x00FF);
+            i += 8;
+        }
+        let s = _mm512_add_ps(acc[0], acc[1]);
+        let lo = _mm512_castps512_ps256(s);
+        let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(s)));
+        let mut sum = hsum8(_mm256_add_ps(lo, hi));
         for j in i..n {
-            sum += a[j] * b[j];
+            sum = a[j].mul_add(b[j], sum);
         }
         sum
     }
@@ -197,7 +200,7 @@ mod x86 {
             i += 16;
         }
         for j in i..n {
-            y[j] += alpha * x[j];
+            y[j] = alpha.mul_add(x[j], y[j]);
         }
     }
 
@@ -208,7 +211,7 @@ mod x86 {
         if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
             v.push(("avx2", dot_avx2, axpy_avx2));
         }
-        if is_x86_feature_detected!("avx512f") {
+        if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx2") {
             v.push(("avx512", dot_avx512, axpy_avx512));
         }
         v
@@ -230,8 +233,8 @@ mod tests {
     }
 
     proptest! {
-        /// Every SIMD kernel agrees with the scalar reference, at every length
-        /// (tails included), within rounding of the summed magnitudes.
+        /// Every SIMD kernel gives the scalar reference's bits, at every
+        /// length (tails included).
         #[test]
         fn simd_matches_scalar(
             a in prop::collection::vec(-100.0f32..100.0, 0..300),
@@ -239,19 +242,18 @@ mod tests {
             alpha in -4.0f32..4.0,
         ) {
             let want = scalar_dot(&a, &b);
-            let mag: f32 = a.iter().zip(&b).map(|(x, y)| (x * y).abs()).sum();
             let mut y_ref = b.clone();
             scalar_axpy(&mut y_ref, alpha, &a);
             for (name, d, ax) in simd() {
                 let got = d(&a, &b);
-                prop_assert!((got - want).abs() <= 1e-5 * mag + 1e-6, "{name}: {got} vs {want}");
+                prop_assert_eq!(got.to_bits(), want.to_bits(), "{}: {} vs {}", name, got, want);
                 let mut y = b.clone();
                 ax(&mut y, alpha, &a);
                 for (g, w) in y.iter().zip(&y_ref) {
-                    prop_assert!((g - w).abs() <= 1e-5 * (w.abs() + 1.0), "{name} axpy: {g} vs {w}");
+                    prop_assert_eq!(g.to_bits(), w.to_bits(), "{} axpy: {} vs {}", name, g, w);
                 }
             }
-            prop_assert!((dot(&a, &b) - want).abs() <= 1e-5 * mag + 1e-6);
+            prop_assert_eq!(dot(&a, &b).to_bits(), want.to_bits());
         }
     }
 }

@@ -92,13 +92,6 @@ fn deq(ty: GgmlType, bytes: &[u8], n: usize) -> Vec<f32> {
     v
 }
 
-/// Sum of |w|*|a| over dequantized values: the scale for float-rounding tolerances.
-fn magnitude(ty: GgmlType, w: &[u8], a: &[u8], n: usize) -> f32 {
-    let wd = deq(ty, w, n);
-    let ad = deq(vec_dot_type(ty), a, n);
-    wd.iter().zip(&ad).map(|(x, y)| (x * y).abs()).sum::<f32>() + 1e-6
-}
-
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(64))]
 
@@ -110,13 +103,13 @@ proptest! {
             let w = random_weights(ty, n, &mut rng);
             let (_, a) = random_acts(ty, n, &mut rng, scale);
             let reference = scalar::vec_dot(ty, n, &w, &a).unwrap();
-            let tol = 1e-5 * magnitude(ty, &w, &a, n);
+            // Every tier adds in the scalar reference's order: the same bits.
             for set in testing::kernel_sets() {
                 let got = testing::vec_dot_with(set, ty, n, &w, &a).unwrap();
-                prop_assert!((got - reference).abs() <= tol,
-                    "{ty} on {set}: {got} vs scalar {reference} (tol {tol})");
+                prop_assert_eq!(got.to_bits(), reference.to_bits(),
+                    "{} on {}: {} vs scalar {}", ty, set, got, reference);
             }
-            prop_assert!((vec_dot(ty, n, &w, &a).unwrap() - reference).abs() <= tol);
+            prop_assert_eq!(vec_dot(ty, n, &w, &a).unwrap().to_bits(), reference.to_bits());
         }
     }
 
@@ -127,11 +120,10 @@ proptest! {
             let w = random_weights(ty, n, &mut rng);
             let x: Vec<f32> = (0..n).map(|_| rng.f32()).collect();
             let reference = scalar::vec_dot_f32(ty, &w, &x).unwrap();
-            let wd = deq(ty, &w, n);
-            let tol = 1e-5 * (wd.iter().zip(&x).map(|(a, b)| (a * b).abs()).sum::<f32>() + 1e-6);
             for set in testing::kernel_sets() {
                 let got = testing::vec_dot_f32_with(set, ty, &w, &x).unwrap();
-                prop_assert!((got - reference).abs() <= tol, "{ty} on {set}: {got} vs {reference}");
+                prop_assert_eq!(got.to_bits(), reference.to_bits(),
+                    "{} on {}: {} vs {}", ty, set, got, reference);
             }
         }
     }

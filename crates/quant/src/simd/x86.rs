@@ -103,6 +103,17 @@ fn hsum_ps(v: __m256) -> f32 {
     _mm_cvtss_f32(s)
 }
 
+/// The exact sum of eight i32 lanes (K-quant blocks reduce their integer
+/// sums before any rounding, as the scalar reference does).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn hsum_epi32(v: __m256i) -> i32 {
+    let s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b01_00_11_10));
+    let s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0b10_11_00_01));
+    _mm_cvtsi128_si32(s)
+}
+
 /// Loads 32 bytes.
 ///
 /// # Safety
@@ -186,9 +197,9 @@ fn prefetch_block(p: *const u8) {
 /// Generates the 32-block kernels for one i8 dot primitive and feature set.
 ///
 /// Blocks go eight at a time where they can: the eight scale products come
-/// from [`scale_products8`], then each block adds `d * dot` to the same
-/// accumulator in the same order as the one-block tail, so the sum is the
-/// same to the bit (the tile kernels below rely on that). Each block also
+/// from [`scale_products8`], then block `b` adds `d * dot` to chain `b % 2`,
+/// in [`crate::scalar`]'s canonical order, so every tier gives the same bits
+/// (and the two chains halve the FMA latency chain). Each block also
 /// prefetches the weights [`PREFETCH`] bytes ahead: decode streams them once.
 macro_rules! legacy_kernels {
     ($feat:literal, $dot4:ident, $q8_0:ident, $q4_0:ident, $q5_0:ident) => {
@@ -218,7 +229,7 @@ macro_rules! legacy_kernels {
         pub(crate) unsafe fn $name(w: &[u8], a: &[u8], nb: usize) -> f32 {
             debug_assert!(w.len() >= nb * $wb && a.len() >= nb * 34);
             let (wp, ap) = (w.as_ptr(), a.as_ptr());
-            let mut acc = _mm256_setzero_ps();
+            let mut acc = [_mm256_setzero_ps(); 2];
             let mut i = 0;
             while i + 8 <= nb {
                 // SAFETY: blocks i..i+8 are inside both slices by the contract.
@@ -232,7 +243,7 @@ macro_rules! legacy_kernels {
                     let qy = unsafe { load32(ba.add(2)) };
                     // |x| as u8 and y carrying x's sign keep the product exact for u8*i8.
                     let p = $dot4(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
-                    acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc);
+                    acc[k % 2] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc[k % 2]);
                 }
                 i += 8;
             }
@@ -244,9 +255,9 @@ macro_rules! legacy_kernels {
                 let (d, qy) = unsafe { (h2f_prod(rd16($bw) | rd16(ba) << 16), load32(ba.add(2))) };
                 let qx = $unpack;
                 let p = $dot4(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
-                acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc);
+                acc[i % 2] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc[i % 2]);
             }
-            hsum_ps(acc)
+            hsum_ps(_mm256_add_ps(acc[0], acc[1]))
         }
     };
 }
@@ -490,8 +501,7 @@ unsafe fn k4_min_dot(mins: &[u8; 8], ba: *const u8) -> i32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn q4_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
     debug_assert!(w.len() >= nb * 144 && a.len() >= nb * 292);
-    let mut acc = _mm256_setzero_ps();
-    let mut summ = 0.0f32;
+    let mut sumf = 0.0f32;
     let m4 = _mm256_set1_epi8(0x0F);
     for (bw, ba) in w.chunks_exact(144).zip(a.chunks_exact(292)).take(nb) {
         prefetch_block(bw.as_ptr());
@@ -502,7 +512,7 @@ pub(crate) unsafe fn q4_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
         let (dy, dd) = unsafe { (rf32(ba), h2f_pair(rd32(bw))) };
         let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
         // SAFETY: whole Q8_K block.
-        summ += dy * dmin * unsafe { k4_min_dot(&mins, ba) } as f32;
+        let msum = unsafe { k4_min_dot(&mins, ba) };
         let mut sumi = _mm256_setzero_si256();
         for j in 0..4 {
             // SAFETY: qs at 16..144 (32 bytes per j); q8 quants at 4..260 (64 per j).
@@ -526,9 +536,9 @@ pub(crate) unsafe fn q4_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
             );
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * dy), _mm256_cvtepi32_ps(sumi), acc);
+        sumf += crate::scalar::kquant_block(d, dmin, dy, hsum_epi32(sumi), msum);
     }
-    hsum_ps(acc) - summ
+    sumf
 }
 
 /// Q5_K · Q8_K.
@@ -538,8 +548,7 @@ pub(crate) unsafe fn q4_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn q5_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
     debug_assert!(w.len() >= nb * 176 && a.len() >= nb * 292);
-    let mut acc = _mm256_setzero_ps();
-    let mut summ = 0.0f32;
+    let mut sumf = 0.0f32;
     let m4 = _mm256_set1_epi8(0x0F);
     let b4 = _mm256_set1_epi8(0x10);
     for (bw, ba) in w.chunks_exact(176).zip(a.chunks_exact(292)).take(nb) {
@@ -550,7 +559,7 @@ pub(crate) unsafe fn q5_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
         let (dy, dd) = unsafe { (rf32(ba), h2f_pair(rd32(bw))) };
         let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
         // SAFETY: whole Q8_K block.
-        summ += dy * dmin * unsafe { k4_min_dot(&mins, ba) } as f32;
+        let msum = unsafe { k4_min_dot(&mins, ba) };
         // SAFETY: qh at 16..48.
         let qh = unsafe { load32(bw.add(16)) };
         let mut sumi = _mm256_setzero_si256();
@@ -580,9 +589,9 @@ pub(crate) unsafe fn q5_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
             );
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d * dy), _mm256_cvtepi32_ps(sumi), acc);
+        sumf += crate::scalar::kquant_block(d, dmin, dy, hsum_epi32(sumi), msum);
     }
-    hsum_ps(acc) - summ
+    sumf
 }
 
 /// Q6_K · Q8_K.
@@ -592,7 +601,7 @@ pub(crate) unsafe fn q5_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
 #[target_feature(enable = "avx2,fma,f16c")]
 pub(crate) unsafe fn q6_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
     debug_assert!(w.len() >= nb * 210 && a.len() >= nb * 292);
-    let mut acc = _mm256_setzero_ps();
+    let mut sumf = 0.0f32;
     let m4 = _mm256_set1_epi8(0x0F);
     let m32 = _mm256_set1_epi8(32);
     for (bw, ba) in w.chunks_exact(210).zip(a.chunks_exact(292)).take(nb) {
@@ -601,7 +610,12 @@ pub(crate) unsafe fn q6_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
         let (bw, ba) = (bw.as_ptr(), ba.as_ptr());
         // SAFETY: whole blocks; Q6_K d is the upper half of the u32 at 206 (a
         // 4-byte read ending exactly at the block's end), Q8_K d at 0.
-        let d = unsafe { _mm_cvtss_f32(_mm_movehdup_ps(h2f_pair(rd32(bw.add(206))))) * rf32(ba) };
+        let (d, dy) = unsafe {
+            (
+                _mm_cvtss_f32(_mm_movehdup_ps(h2f_pair(rd32(bw.add(206))))),
+                rf32(ba),
+            )
+        };
         let mut sumi = _mm256_setzero_si256();
         for n in 0..2 {
             // SAFETY: ql at 0..128 (64 per n), qh at 128..192 (32 per n).
@@ -643,9 +657,11 @@ pub(crate) unsafe fn q6_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
             }
         }
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(sumi), acc);
+        // Q6_K has no minimums: the reference's zero term is kept so the
+        // bits agree even where a block sums to zero.
+        sumf += crate::scalar::kquant_block(d, 0.0, dy, hsum_epi32(sumi), 0);
     }
-    hsum_ps(acc)
+    sumf
 }
 
 /// F32 · F32.
@@ -663,7 +679,7 @@ pub(crate) unsafe fn f32_avx2(w: &[u8], x: &[f32], n: usize) -> f32 {
             // SAFETY: `float_dot` passes pointers to 8 whole elements.
             unsafe { _mm256_loadu_ps(p as *const f32) }
         },
-        crate::scalar::dot_f32,
+        crate::formats::f32_at,
     )
 }
 
@@ -682,7 +698,7 @@ pub(crate) unsafe fn f16_avx2(w: &[u8], x: &[f32], n: usize) -> f32 {
             // SAFETY: `float_dot` passes pointers to 8 whole elements.
             _mm256_cvtph_ps(unsafe { load16(p) })
         },
-        crate::scalar::dot_f16,
+        crate::formats::f16_at,
     )
 }
 
@@ -702,11 +718,13 @@ pub(crate) unsafe fn bf16_avx2(w: &[u8], x: &[f32], n: usize) -> f32 {
             let h = unsafe { load16(p) };
             _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
         },
-        crate::scalar::dot_bf16,
+        |b| crate::formats::float::bf16_bits_to_f32(u16::from_le_bytes([b[0], b[1]])),
     )
 }
 
-/// Shared float loop: 4 independent accumulators hide FMA latency; a scalar tail.
+/// Shared float loop in [`crate::scalar::float_dot`]'s order: four chains
+/// (which also hide the FMA latency), combined `(c0 + c2) + (c1 + c3)`, then
+/// the last `n % 8` products fused one at a time.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c")]
 fn float_dot(
@@ -715,7 +733,7 @@ fn float_dot(
     n: usize,
     es: usize,
     load: impl Fn(*const u8) -> __m256,
-    tail: fn(&[u8], &[f32], usize) -> f32,
+    elem: impl Fn(&[u8]) -> f32,
 ) -> f32 {
     let n = n.min(x.len()).min(w.len() / es);
     let (wp, xp) = (w.as_ptr(), x.as_ptr());
@@ -733,12 +751,15 @@ fn float_dot(
     while i + 8 <= n {
         // SAFETY: i + 8 <= n, within both slices.
         let (wv, xv) = unsafe { (load(wp.add(i * es)), _mm256_loadu_ps(xp.add(i))) };
-        acc[0] = _mm256_fmadd_ps(wv, xv, acc[0]);
+        let a = &mut acc[(i / 8) % 4];
+        *a = _mm256_fmadd_ps(wv, xv, *a);
         i += 8;
     }
-    let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]));
+    let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
     let mut sum = hsum_ps(s);
-    sum += tail(&w[i * es..n * es], &x[i..n], n - i);
+    for j in i..n {
+        sum = elem(&w[j * es..]).mul_add(x[j], sum);
+    }
     sum
 }
 
@@ -848,7 +869,8 @@ macro_rules! legacy_tiles {
         pub(crate) unsafe fn $name(w: &[u8], a: &[u8], stride: usize, nb: usize) -> [f32; 4] {
             debug_assert!(w.len() >= nb * $wb && a.len() >= 3 * stride + nb * 34);
             let (wp, ap) = (w.as_ptr(), a.as_ptr());
-            let mut acc = [_mm256_setzero_ps(); 4];
+            // Chain i % 2 of each activation row, as in the one-row kernels.
+            let mut acc = [[_mm256_setzero_ps(); 4]; 2];
             for i in 0..nb {
                 // SAFETY: block i is inside the weight row by the contract.
                 let $bw = unsafe { wp.add(i * $wb) };
@@ -856,7 +878,7 @@ macro_rules! legacy_tiles {
                 // SAFETY: d is the first two bytes of the block.
                 let dw = unsafe { rd16($bw) };
                 let ux = _mm256_sign_epi8(qx, qx);
-                for (c, acc) in acc.iter_mut().enumerate() {
+                for (c, acc) in acc[i % 2].iter_mut().enumerate() {
                     // SAFETY: activation row c's block i lies inside `a` by the contract.
                     let ba = unsafe { ap.add(c * stride + i * 34) };
                     // SAFETY: as above: d at 0, 32 quants at 2.
@@ -865,7 +887,7 @@ macro_rules! legacy_tiles {
                     *acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), *acc);
                 }
             }
-            [hsum_ps(acc[0]), hsum_ps(acc[1]), hsum_ps(acc[2]), hsum_ps(acc[3])]
+            std::array::from_fn(|c| hsum_ps(_mm256_add_ps(acc[0][c], acc[1][c])))
         }
     };
 }
@@ -945,7 +967,8 @@ macro_rules! legacy_rows {
             let ap = a.as_ptr();
             // SAFETY: rows 0..4 start inside `w` by the contract.
             let wp: [*const u8; 4] = std::array::from_fn(|r| unsafe { w.as_ptr().add(r * row_bytes) });
-            let mut acc = [_mm256_setzero_ps(); 4];
+            // Chain i % 2 of each row, as in the one-row kernels.
+            let mut acc = [[_mm256_setzero_ps(); 4]; 2];
             let mut i = 0;
             while i + 8 <= nb {
                 // SAFETY: blocks i..i+8 lie inside every row and the activations.
@@ -968,7 +991,8 @@ macro_rules! legacy_rows {
                         prefetch_rows_line(wp[0], PREFETCH + ((i + k) * 4 + r) * $wb);
                         let qx = $unpack;
                         let p = $dot4(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
-                        acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(dd[r][k]), _mm256_cvtepi32_ps(p), acc[r]);
+                        let acc = &mut acc[k % 2][r];
+                        *acc = _mm256_fmadd_ps(_mm256_set1_ps(dd[r][k]), _mm256_cvtepi32_ps(p), *acc);
                     }
                 }
                 i += 8;
@@ -986,10 +1010,11 @@ macro_rules! legacy_rows {
                     let d = h2f_prod(unsafe { rd16($bw) } | da << 16);
                     let qx = $unpack;
                     let p = $dot4(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
-                    acc[r] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc[r]);
+                    let acc = &mut acc[i % 2][r];
+                    *acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), *acc);
                 }
             }
-            hsum4_ps(acc)
+            hsum4_ps(std::array::from_fn(|r| _mm256_add_ps(acc[0][r], acc[1][r])))
         }
     };
 }
