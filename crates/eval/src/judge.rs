@@ -66,7 +66,7 @@ pub struct JudgeConfig {
     /// that never stops on its own is worth a lower cap; the rating comes
     /// first in FastChat's prompt anyway only if the judge follows it.
     pub max_tokens: usize,
-    /// Hold each judgment to [`RATING_REGEX`] (the endpoint must accept a
+    /// Hold each judgment to [`rating_regex`] (the endpoint must accept a
     /// `regex` field, as `hearth serve` and llama.cpp's server do): a
     /// short explanation, then `Rating: [[n]]`. A small local judge that
     /// would otherwise never write a rating then always does; the number is
@@ -74,9 +74,20 @@ pub struct JudgeConfig {
     pub force_rating: bool,
 }
 
-/// The form [`JudgeConfig::force_rating`] holds a judgment to: up to 200
-/// characters without a `[`, then FastChat's `Rating: [[n]]` with n in 1..=10.
-pub const RATING_REGEX: &str = r"[^\[]{0,200}Rating: \[\[([1-9]|10)\]\]";
+/// The longest rating line `Rating: [[10]]`, in characters (so in tokens
+/// at most: every token the constraint lets through writes one or more).
+const RATING_CHARS: usize = 14;
+
+/// The form [`JudgeConfig::force_rating`] holds a judgment to: an
+/// explanation without a `[`, then FastChat's `Rating: [[n]]` with n in
+/// 1..=10. The explanation is at most 200 characters, and fewer when
+/// `max_tokens` would not leave room for the rating after it (a token writes
+/// at least one character, so the whole form always fits): a judge cut off
+/// mid-explanation would give no rating at all.
+pub fn rating_regex(max_tokens: usize) -> String {
+    let explanation = max_tokens.saturating_sub(RATING_CHARS).min(200);
+    format!(r"[^\[]{{0,{explanation}}}Rating: \[\[([1-9]|10)\]\]")
+}
 
 /// What a judging run did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -266,7 +277,7 @@ fn ask(agent: &ureq::Agent, cfg: &JudgeConfig, task: &Task) -> Result<String, (S
     });
     let mut body = body;
     if cfg.force_rating {
-        body["regex"] = json!(RATING_REGEX);
+        body["regex"] = json!(rating_regex(cfg.max_tokens));
     }
     let mut req = agent.post(&url).set("Content-Type", "application/json");
     if let Some(key) = &cfg.api_key {
@@ -458,6 +469,11 @@ mod tests {
     #[test]
     fn ratings_parse_as_fastchat_does() {
         assert_eq!(parse_rating("Good. Rating: [[7]]"), 7.0);
+        // The forced form fits the token budget: a judge at 128 tokens may
+        // explain in 114 characters, one with room in FastChat's 200.
+        assert_eq!(rating_regex(128), r"[^\[]{0,114}Rating: \[\[([1-9]|10)\]\]");
+        assert_eq!(rating_regex(2048), r"[^\[]{0,200}Rating: \[\[([1-9]|10)\]\]");
+        assert_eq!(rating_regex(4), r"[^\[]{0,0}Rating: \[\[([1-9]|10)\]\]");
         assert_eq!(parse_rating("Rating: [[8.5]]"), 8.5);
         assert_eq!(parse_rating("I give it [6] overall"), 6.0);
         assert_eq!(parse_rating("[[x]] then [[3]]"), 3.0);
