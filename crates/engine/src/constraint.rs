@@ -41,7 +41,8 @@ pub enum Grammar {
     JsonObject,
     /// A JSON Schema: what OpenAI's structured outputs accept, plus what
     /// llguidance handles beyond it (`$ref`, `anyOf`, patterns, formats,
-    /// bounds on numbers, lengths and item counts).
+    /// bounds on numbers, lengths and item counts). Objects that name their
+    /// properties are closed unless the schema opens them (see `closed`).
     JsonSchema(Value),
     /// A regular expression the whole output must match (Rust `regex` syntax).
     Regex(String),
@@ -212,6 +213,7 @@ impl Grammars {
             ),
             Grammar::JsonSchema(schema) => {
                 let mut schema = schema.clone();
+                close_objects(&mut schema);
                 match &mut schema {
                     Value::Object(map) => {
                         map.entry("x-guidance").or_insert_with(compact_json_options);
@@ -513,6 +515,9 @@ impl Constraint {
         Ok(id)
     }
 }
+
+mod closed;
+pub(crate) use closed::close_objects;
 
 #[cfg(test)]
 mod tests;

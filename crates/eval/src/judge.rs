@@ -472,7 +472,10 @@ mod tests {
         // The forced form fits the token budget: a judge at 128 tokens may
         // explain in 114 characters, one with room in FastChat's 200.
         assert_eq!(rating_regex(128), r"[^\[]{0,114}Rating: \[\[([1-9]|10)\]\]");
-        assert_eq!(rating_regex(2048), r"[^\[]{0,200}Rating: \[\[([1-9]|10)\]\]");
+        assert_eq!(
+            rating_regex(2048),
+            r"[^\[]{0,200}Rating: \[\[([1-9]|10)\]\]"
+        );
         assert_eq!(rating_regex(4), r"[^\[]{0,0}Rating: \[\[([1-9]|10)\]\]");
         assert_eq!(parse_rating("Rating: [[8.5]]"), 8.5);
         assert_eq!(parse_rating("I give it [6] overall"), 6.0);

@@ -117,6 +117,45 @@ fn json_schema_output_validates() {
     }
 }
 
+/// Objects that name their properties are closed unless the schema opens
+/// them, `allOf` merges included: random weights get exactly the named keys.
+#[test]
+fn objects_are_closed_unless_the_schema_opens_them() {
+    let e = engine();
+    let short = json!({"type": "string", "maxLength": 4});
+    let merged = Grammar::JsonSchema(json!({"allOf": [
+        {"type": "object", "properties": {"id": {"type": "integer", "minimum": 1, "maximum": 99}}, "required": ["id"]},
+        {"type": "object", "properties": {"name": short}, "required": ["name"]}
+    ]}));
+    let plain = Grammar::JsonSchema(json!({
+        "type": "object", "properties": {"name": short}, "required": ["name"]
+    }));
+    for (g, keys) in [(&merged, vec!["id", "name"]), (&plain, vec!["name"])] {
+        for seed in 0..4 {
+            let (text, finish) = run(&e, g, sampled(seed), 200);
+            assert_eq!(finish, FinishReason::Stop, "seed {seed}: {text:?}");
+            let v: Value =
+                serde_json::from_str(&text).unwrap_or_else(|err| panic!("{err}: {text:?}"));
+            let mut got: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+            got.sort_unstable();
+            assert_eq!(got, keys, "seed {seed}: {text}");
+        }
+    }
+    // Said open, it stays open: the grammar accepts an extra key.
+    let open = json!({"type": "object", "properties": {"a": {"type": "integer"}}, "additionalProperties": true});
+    let mut c = e.constraint(&Grammar::JsonSchema(open)).unwrap();
+    let toks = e.tokenizer().encode("{\"a\": 1, \"zz\": 2}", false, false);
+    assert!(c.matcher.consume_tokens(&toks).is_ok(), "extra key refused");
+    assert!(c.is_accepting(), "the open object is complete");
+    // Closed, the same text is refused.
+    let closed = json!({"type": "object", "properties": {"a": {"type": "integer"}}});
+    let mut c = e.constraint(&Grammar::JsonSchema(closed)).unwrap();
+    assert!(
+        c.matcher.consume_tokens(&toks).is_err(),
+        "extra key accepted"
+    );
+}
+
 #[test]
 fn any_json_object_and_gbnf_and_lark() {
     let e = engine();
