@@ -35,6 +35,13 @@ fn kernels() -> &'static VectorKernels {
             }
             crate::simd::GemmTier::Portable => {}
         }
+        #[cfg(target_arch = "aarch64")]
+        if crate::simd::best().name != "scalar" {
+            return VectorKernels {
+                dot: crate::simd::neon::vector_dot,
+                axpy: crate::simd::neon::vector_axpy,
+            };
+        }
         VectorKernels {
             dot: scalar_dot,
             axpy: scalar_axpy,
@@ -227,7 +234,15 @@ mod tests {
     fn simd() -> Vec<(&'static str, DotF32, AxpyF32)> {
         x86::available()
     }
-    #[cfg(not(target_arch = "x86_64"))]
+    #[cfg(target_arch = "aarch64")]
+    fn simd() -> Vec<(&'static str, DotF32, AxpyF32)> {
+        vec![(
+            "neon",
+            crate::simd::neon::vector_dot,
+            crate::simd::neon::vector_axpy,
+        )]
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     fn simd() -> Vec<(&'static str, DotF32, AxpyF32)> {
         Vec::new()
     }

@@ -5,6 +5,8 @@ use std::sync::OnceLock;
 
 use crate::{scalar, vec_dot_type, GgmlType};
 
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod neon;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;
 
@@ -199,7 +201,7 @@ pub(crate) fn select(name: &str) -> Result<&'static str, QuantError> {
 /// The table in use (see [`BEST`]).
 pub(crate) fn best() -> &'static Kernels {
     BEST.get_or_init(|| {
-        // HEARTH_CPU=scalar|avx2|avxvnni|avx512 runs a lower tier on a CPU
+        // HEARTH_CPU=scalar|avx2|avxvnni|avx512 (neon|dotprod on AArch64) runs a lower tier on a CPU
         // that has a higher one (to test and measure every tier on one
         // machine); a tier the CPU lacks is refused with a warning.
         if let Ok(want) = std::env::var("HEARTH_CPU") {
@@ -216,6 +218,10 @@ pub(crate) fn best() -> &'static Kernels {
         if let Some(k) = x86::detect() {
             return k;
         }
+        #[cfg(target_arch = "aarch64")]
+        if let Some(k) = neon::available().pop() {
+            return *k;
+        }
         SCALAR
     })
 }
@@ -226,6 +232,8 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
     let mut v = vec![&SCALAR];
     #[cfg(target_arch = "x86_64")]
     v.extend(x86::available());
+    #[cfg(target_arch = "aarch64")]
+    v.extend(neon::available());
     v
 }
 
@@ -361,8 +369,9 @@ mod tests {
                 }
             }
         }
-        // Every SIMD table sits on the AVX2 one, which has rows kernels.
-        if available().len() > 1 {
+        // Every x86 SIMD table sits on the AVX2 one, which has rows kernels
+        // (the AArch64 tables have none yet).
+        if cfg!(target_arch = "x86_64") && available().len() > 1 {
             assert!(checked > 0);
         }
     }
