@@ -33,10 +33,11 @@ pub struct QuantizeArgs {
 /// Flags of `hearth synth`.
 #[derive(Args, Debug)]
 pub struct SynthArgs {
-    /// Architecture (only gemma3 for now).
-    #[arg(long, default_value = "gemma3")]
-    arch: String,
-    /// Model size: 270m, 1b or 4b.
+    /// Architecture: gemma3 (270m, 1b, 4b) or gemma2 (2b); by default the
+    /// preset's.
+    #[arg(long)]
+    arch: Option<String>,
+    /// Model size: 270m, 1b, 4b (Gemma 3) or gemma2-2b (Gemma 2 2B).
     #[arg(long)]
     preset: String,
     /// Quantization mix of the weights (see `hearth quantize --help`).
@@ -202,13 +203,21 @@ pub fn quantize(args: &QuantizeArgs) -> Result<ExitCode> {
 
 /// `hearth synth --preset P --quant T -o FILE`.
 pub fn synth(args: &SynthArgs) -> Result<ExitCode> {
-    if !args.arch.eq_ignore_ascii_case("gemma3") {
-        bail!(
-            "unknown architecture `{}`; synth supports: gemma3",
-            args.arch
-        );
-    }
-    let preset = Preset::by_name(&args.preset)?;
+    let preset = match args.arch.as_deref().map(str::to_ascii_lowercase) {
+        // `--arch gemma2 --preset 2b` names the Gemma 2 2B too.
+        Some(a) if a == "gemma2" && args.preset.eq_ignore_ascii_case("2b") => Preset::gemma2_2b(),
+        Some(a) if a != "gemma2" && a != "gemma3" => {
+            bail!("unknown architecture `{a}`; synth supports: gemma3, gemma2")
+        }
+        Some(a) => {
+            let p = Preset::by_name(&args.preset)?;
+            if p.arch != a {
+                bail!("preset `{}` is a {} model, not {a}", args.preset, p.arch);
+            }
+            p
+        }
+        None => Preset::by_name(&args.preset)?,
+    };
     let ftype = parse_ftype(&args.quant)?;
     let donor = open_model(&args.tokenizer_from, "tokenizer donor")?;
     let pending = PendingFile::create(&args.output)?;
@@ -220,7 +229,8 @@ pub fn synth(args: &SynthArgs) -> Result<ExitCode> {
     })??;
     let bytes = pending.commit(&w)?;
     eprintln!(
-        "synthesized Gemma 3 {} ({ftype}, seed {}) in {:.1} s",
+        "synthesized {} {} ({ftype}, seed {}) in {:.1} s",
+        preset.arch,
         preset.size_label,
         args.seed,
         start.elapsed().as_secs_f64()

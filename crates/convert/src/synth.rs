@@ -1,6 +1,10 @@
-//! Synthetic Gemma 3 models: real shapes and metadata, random weights. They
-//! load and run like the real sizes, so speed and memory can be measured (and
-//! llama.cpp compared) for sizes whose weights we do not ship.
+//! Synthetic Gemma 2 and 3 models: real shapes and metadata, random weights.
+//! They load and run like the real sizes, so speed and memory can be measured
+//! (and llama.cpp compared) for sizes whose weights we do not ship.
+//!
+//! The vocabulary is the tokenizer donor's (Gemma 3's 262,144 tokens by
+//! default), so a synthetic Gemma 2 has a slightly larger embedding than the
+//! real one (256,000 tokens): 2% more weight bytes in a 2B Q4_K_M.
 
 use crate::plan::{llama_order, plan_types, ModelShape, TensorSpec};
 use crate::rng::hash_name;
@@ -8,11 +12,13 @@ use crate::tensors::{metadata_writer, produce, Rows, TensorReport};
 use crate::{ConvertError, FileType};
 use gguf::{GgmlType, GgufFile, GgufWriter, MetaValue};
 
-/// The hyper-parameters of one Gemma 3 size, as its Hugging Face config has them.
+/// The hyper-parameters of one Gemma size, as its Hugging Face config has them.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Preset {
-    /// The preset name (`270m`, `1b`, `4b`).
+    /// The preset name (`270m`, `1b`, `4b`, `gemma2-2b`).
     pub name: &'static str,
+    /// The GGUF architecture (`gemma3` or `gemma2`).
+    pub arch: &'static str,
     /// `general.size_label`.
     pub size_label: &'static str,
     /// Hidden size.
@@ -35,14 +41,18 @@ pub struct Preset {
     pub rope_linear_factor: Option<f32>,
 }
 
+/// Gemma 2's attention and final logit softcaps.
+const GEMMA2_SOFTCAPS: (f32, f32) = (50.0, 30.0);
+
 impl Preset {
     /// Names accepted by [`Preset::by_name`].
-    pub const NAMES: [&'static str; 3] = ["270m", "1b", "4b"];
+    pub const NAMES: [&'static str; 4] = ["270m", "1b", "4b", "gemma2-2b"];
 
     /// Gemma 3 270M.
     pub fn gemma3_270m() -> Preset {
         Preset {
             name: "270m",
+            arch: "gemma3",
             size_label: "270M",
             hidden: 640,
             layers: 18,
@@ -60,6 +70,7 @@ impl Preset {
     pub fn gemma3_1b() -> Preset {
         Preset {
             name: "1b",
+            arch: "gemma3",
             size_label: "1B",
             hidden: 1152,
             layers: 26,
@@ -77,6 +88,7 @@ impl Preset {
     pub fn gemma3_4b() -> Preset {
         Preset {
             name: "4b",
+            arch: "gemma3",
             size_label: "4B",
             hidden: 2560,
             layers: 34,
@@ -90,18 +102,38 @@ impl Preset {
         }
     }
 
+    /// Gemma 2 2B: every other layer slides over 4,096 tokens, no query/key
+    /// norms, softcapped attention and logits.
+    pub fn gemma2_2b() -> Preset {
+        Preset {
+            name: "gemma2-2b",
+            arch: "gemma2",
+            size_label: "2B",
+            hidden: 2304,
+            layers: 26,
+            heads: 8,
+            kv_heads: 4,
+            head_dim: 256,
+            ffn: 9216,
+            context_length: 8192,
+            sliding_window: 4096,
+            rope_linear_factor: None,
+        }
+    }
+
     /// The preset called `name` (case-insensitive).
     pub fn by_name(name: &str) -> Result<Preset, ConvertError> {
         match name.trim().to_ascii_lowercase().as_str() {
             "270m" => Ok(Self::gemma3_270m()),
             "1b" => Ok(Self::gemma3_1b()),
             "4b" => Ok(Self::gemma3_4b()),
+            "gemma2-2b" => Ok(Self::gemma2_2b()),
             _ => Err(ConvertError::UnknownPreset(name.to_string())),
         }
     }
 
     /// The tensors of this preset (F32) with a vocabulary of `vocab`, named
-    /// and shaped as in llama.cpp's Gemma 3 files.
+    /// and shaped as in llama.cpp's Gemma files.
     pub fn tensor_specs(&self, vocab: u64) -> Vec<TensorSpec> {
         self.tensors(vocab).into_iter().map(|(s, _, _)| s).collect()
     }
@@ -134,6 +166,7 @@ impl Preset {
             spec("token_embd.weight".into(), vec![h, vocab], mat),
             spec("output_norm.weight".into(), vec![h], norm),
         ];
+        let qk_norms = self.arch == "gemma3";
         for l in 0..self.layers {
             let n = |s: &str| format!("blk.{l}.{s}.weight");
             out.extend([
@@ -141,8 +174,14 @@ impl Preset {
                 spec(n("attn_q"), vec![h, q], mat),
                 spec(n("attn_k"), vec![h, kv], mat),
                 spec(n("attn_v"), vec![h, kv], mat),
-                spec(n("attn_q_norm"), vec![hd], norm),
-                spec(n("attn_k_norm"), vec![hd], norm),
+            ]);
+            if qk_norms {
+                out.extend([
+                    spec(n("attn_q_norm"), vec![hd], norm),
+                    spec(n("attn_k_norm"), vec![hd], norm),
+                ]);
+            }
+            out.extend([
                 spec(n("attn_output"), vec![q, h], mat),
                 spec(n("post_attention_norm"), vec![h], norm),
                 spec(n("ffn_norm"), vec![h], norm),
@@ -155,57 +194,58 @@ impl Preset {
         out
     }
 
-    /// The `general.*` and `gemma3.*` metadata llama.cpp's converter writes for
-    /// this model, in its order.
+    /// The `general.*` and architecture metadata llama.cpp's converter writes
+    /// for this model, in its order.
     fn metadata(&self, seed: u64) -> Vec<(String, MetaValue)> {
         let u32v = |v: usize| MetaValue::U32(v as u32);
-        let mut m = vec![
-            ("general.architecture", MetaValue::String("gemma3".into())),
-            ("general.type", MetaValue::String("model".into())),
+        let a = self.arch;
+        let family = if a == "gemma2" { "Gemma 2" } else { "Gemma 3" };
+        let mut m: Vec<(String, MetaValue)> = vec![
+            ("general.architecture".into(), MetaValue::String(a.into())),
+            ("general.type".into(), MetaValue::String("model".into())),
             (
-                "general.name",
+                "general.name".into(),
                 MetaValue::String(format!(
-                    "Hearth synthetic Gemma 3 {} (random weights, seed {seed})",
+                    "Hearth synthetic {family} {} (random weights, seed {seed})",
                     self.size_label
                 )),
             ),
             (
-                "general.size_label",
+                "general.size_label".into(),
                 MetaValue::String(self.size_label.into()),
             ),
-            ("gemma3.block_count", u32v(self.layers)),
-            ("gemma3.context_length", MetaValue::U32(self.context_length)),
-            ("gemma3.embedding_length", u32v(self.hidden)),
-            ("gemma3.feed_forward_length", u32v(self.ffn)),
-            ("gemma3.attention.head_count", u32v(self.heads)),
-            ("gemma3.attention.head_count_kv", u32v(self.kv_heads)),
         ];
+        let mut put = |k: &str, v: MetaValue| m.push((format!("{a}.{k}"), v));
+        put("block_count", u32v(self.layers));
+        put("context_length", MetaValue::U32(self.context_length));
+        put("embedding_length", u32v(self.hidden));
+        put("feed_forward_length", u32v(self.ffn));
+        put("attention.head_count", u32v(self.heads));
+        put("attention.head_count_kv", u32v(self.kv_heads));
         if let Some(factor) = self.rope_linear_factor {
-            m.push((
-                "gemma3.rope.scaling.type",
-                MetaValue::String("linear".into()),
-            ));
-            m.push(("gemma3.rope.scaling.factor", MetaValue::F32(factor)));
+            put("rope.scaling.type", MetaValue::String("linear".into()));
+            put("rope.scaling.factor", MetaValue::F32(factor));
         }
-        m.extend([
-            ("gemma3.rope.freq_base", MetaValue::F32(1_000_000.0)),
-            ("gemma3.rope.freq_base_swa", MetaValue::F32(10_000.0)),
-            (
-                "gemma3.attention.layer_norm_rms_epsilon",
-                MetaValue::F32(1e-6),
-            ),
-            ("gemma3.attention.key_length", u32v(self.head_dim)),
-            ("gemma3.attention.value_length", u32v(self.head_dim)),
-            (
-                "gemma3.attention.sliding_window",
-                MetaValue::U32(self.sliding_window),
-            ),
-        ]);
-        m.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+        if a == "gemma3" {
+            put("rope.freq_base", MetaValue::F32(1_000_000.0));
+            put("rope.freq_base_swa", MetaValue::F32(10_000.0));
+        }
+        put("attention.layer_norm_rms_epsilon", MetaValue::F32(1e-6));
+        put("attention.key_length", u32v(self.head_dim));
+        put("attention.value_length", u32v(self.head_dim));
+        if a == "gemma2" {
+            put("attn_logit_softcapping", MetaValue::F32(GEMMA2_SOFTCAPS.0));
+            put("final_logit_softcapping", MetaValue::F32(GEMMA2_SOFTCAPS.1));
+        }
+        put(
+            "attention.sliding_window",
+            MetaValue::U32(self.sliding_window),
+        );
+        m
     }
 }
 
-/// A random-weight Gemma 3 model of `preset`'s shape in `ftype`, with the
+/// A random-weight Gemma model of `preset`'s shape in `ftype`, with the
 /// tokenizer (every `tokenizer.*` key) of `tokenizer_donor`, whose vocabulary
 /// size sets the embedding's. The same seed gives the same file.
 pub fn synth(
@@ -253,7 +293,7 @@ pub fn synth_with(
     let tensors = preset.tensors(vocab as u64);
     let specs: Vec<TensorSpec> = tensors.iter().map(|(s, _, _)| s.clone()).collect();
     let shape = ModelShape {
-        arch: "gemma3".into(),
+        arch: preset.arch.into(),
         n_layer: preset.layers,
         n_head: preset.heads,
         n_head_kv: preset.kv_heads,

@@ -293,3 +293,43 @@ fn synth_metadata_follows_the_preset() {
     let no_vocab = GgufFile::from_bytes(GgufWriter::new().to_bytes()).unwrap();
     assert!(synth(&preset, FileType::Q8_0, &no_vocab, 1).is_err());
 }
+
+/// The Gemma 2 2B preset writes Gemma 2's metadata and tensors (no
+/// query/key norms, both softcaps), and the model loads as Gemma 2 with
+/// alternating sliding layers and finite logits.
+#[test]
+fn synthetic_gemma2_loads_as_gemma2() {
+    let preset = Preset {
+        layers: 2,
+        ..Preset::gemma2_2b()
+    };
+    let w = synth(&preset, FileType::Q8_0, &donor(), 3).unwrap();
+    let file = GgufFile::from_bytes(w.to_bytes()).unwrap();
+    assert_eq!(file.get_str("general.architecture"), Some("gemma2"));
+    assert_eq!(file.get_u64("gemma2.embedding_length"), Some(2304));
+    assert_eq!(file.get_u64("gemma2.attention.sliding_window"), Some(4096));
+    assert_eq!(file.get_f32("gemma2.attn_logit_softcapping"), Some(50.0));
+    assert_eq!(file.get_f32("gemma2.final_logit_softcapping"), Some(30.0));
+    assert!(file.get("gemma3.block_count").is_none());
+    assert!(file.tensor("blk.0.attn_q_norm.weight").is_none());
+    assert_eq!(
+        file.tensor("blk.1.attn_q.weight").unwrap().dims,
+        [2304, 2048]
+    );
+    assert_eq!(
+        file.tensor("blk.1.ffn_up.weight").unwrap().dims,
+        [2304, 9216]
+    );
+    let model = Model::from_gguf(
+        Arc::new(file),
+        &LoadOptions {
+            threads: 2,
+            ..Default::default()
+        },
+    )
+    .expect("synthetic Gemma 2 loads");
+    assert_eq!(model.config().arch, model::Arch::Gemma2);
+    assert_eq!(model.config().attn_softcap, Some(50.0));
+    let logits = all_logits(&model, &[2, 100, 200]);
+    assert!(logits.iter().all(|v| v.is_finite() && v.abs() <= 30.0));
+}
