@@ -65,33 +65,39 @@ pub fn tanh(x: f32) -> f32 {
     (t as f32).copysign(x)
 }
 
+/// `1/n!` for n = 12 down to 0: the Taylor coefficients of `e^r`.
+const INV_FACTORIALS: [f64; 13] = [
+    1.0 / 479_001_600.0,
+    1.0 / 39_916_800.0,
+    1.0 / 3_628_800.0,
+    1.0 / 362_880.0,
+    1.0 / 40_320.0,
+    1.0 / 5_040.0,
+    1.0 / 720.0,
+    1.0 / 120.0,
+    1.0 / 24.0,
+    1.0 / 6.0,
+    1.0 / 2.0,
+    1.0,
+    1.0,
+];
+
 /// `e^z` for `0 <= z <= 20` from basic operations: `z = k ln 2 + r` with
 /// `|r| <= ln 2 / 2` (ln 2 split so `k ln 2` is exact), a degree-12 Taylor
 /// polynomial for `e^r` (error below 1e-15 relative) and `2^k` from the
-/// exponent bits.
+/// exponent bits. Plain multiplies and adds, not `mul_add`: without the FMA
+/// target feature `mul_add` is a libm call per step, and f64 has precision
+/// to spare for an f32 result. Final logit softcaps run this once per
+/// vocabulary entry per token.
 fn exp_f64(z: f64) -> f64 {
-    const LN2_HI: f64 = 6.931_471_803_691_238e-1; // 33 significant bits
+    // ln 2 with its low 21 bits zero, so `k * LN2_HI` is exact; the rest.
+    const LN2_HI: f64 = 6.931_471_803_691_238e-1;
     const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
     let k = (z * std::f64::consts::LOG2_E).round();
     let r = (z - k * LN2_HI) - k * LN2_LO;
-    // Horner from 1/12! down to 1.
-    let mut p: f64 = 1.0 / 479_001_600.0;
-    for d in [
-        39_916_800.0,
-        3_628_800.0,
-        362_880.0,
-        40_320.0,
-        5_040.0,
-        720.0,
-        120.0,
-        24.0,
-        6.0,
-        2.0,
-        1.0,
-        1.0,
-    ] {
-        p = p.mul_add(r, 1.0 / d);
-    }
+    let p = INV_FACTORIALS[1..]
+        .iter()
+        .fold(INV_FACTORIALS[0], |p, &c| p * r + c);
     // k is at most 29 here, far inside f64's exponent range.
     p * f64::from_bits(((1023 + k as i64) as u64) << 52)
 }
