@@ -206,6 +206,29 @@ unsafe fn min_sum(mins: &[u8; 8], a: *const u8) -> i32 {
     }
 }
 
+/// A K-quant row against Q8_K, blocks added in order by
+/// [`crate::scalar::kquant_block`]: `sums(w_block, a_block)` gives a block's
+/// `(d, dmin, isum, msum)`, the exact integer sums and the weight scales.
+///
+/// # Safety
+/// `w` holds `nb` blocks of `wb` bytes, `a` `nb` Q8_K blocks (292 bytes),
+/// and `sums` reads only inside the blocks it is given.
+#[inline(always)]
+unsafe fn kquant_row(
+    w: &[u8],
+    a: &[u8],
+    nb: usize,
+    wb: usize,
+    sums: impl Fn(&[u8], *const u8) -> (f32, f32, i32, i32),
+) -> f32 {
+    let mut sum = 0.0f32;
+    for (bw, ba) in w.chunks_exact(wb).zip(a.chunks_exact(292)).take(nb) {
+        let (d, dmin, isum, msum) = sums(bw, ba.as_ptr());
+        sum += crate::scalar::kquant_block(d, dmin, crate::formats::f32_at(ba), isum, msum);
+    }
+    sum
+}
+
 /// Q4_K · Q8_K: exact integer sums per block, then
 /// [`crate::scalar::kquant_block`], blocks in order.
 ///
@@ -213,13 +236,11 @@ unsafe fn min_sum(mins: &[u8; 8], a: *const u8) -> i32 {
 /// `w` holds `nb` Q4_K blocks (144 bytes), `a` `nb` Q8_K blocks (292 bytes).
 #[inline(always)]
 unsafe fn q4_k<P: Products>(w: &[u8], a: &[u8], nb: usize) -> f32 {
-    let mut sum = 0.0f32;
-    for b in 0..nb {
-        // SAFETY: block `b` lies inside both slices.
-        unsafe {
-            let pw = w.as_ptr().add(b * 144);
-            let pa = a.as_ptr().add(b * 292);
-            let blk = std::slice::from_raw_parts(pw, 144);
+    // SAFETY: `kquant_row` hands over whole 144-byte blocks and their Q8_K
+    // blocks; every read below stays inside them.
+    unsafe {
+        kquant_row(w, a, nb, 144, |blk, pa| {
+            let pw = blk.as_ptr();
             let (sc, mins) = scales_mins_k4(&blk[4..16]);
             let qa = pa.add(4);
             let mask = vdupq_n_u8(0x0F);
@@ -249,17 +270,14 @@ unsafe fn q4_k<P: Products>(w: &[u8], a: &[u8], nb: usize) -> f32 {
                 isum = vmlaq_n_s32(isum, lo, sc[2 * j] as i32);
                 isum = vmlaq_n_s32(isum, hi, sc[2 * j + 1] as i32);
             }
-            let dy = f32::from_le_bytes([*pa, *pa.add(1), *pa.add(2), *pa.add(3)]);
-            sum += crate::scalar::kquant_block(
+            (
                 f16_at(blk),
                 f16_at(&blk[2..]),
-                dy,
                 vaddvq_s32(isum),
                 min_sum(&mins, pa),
-            );
-        }
+            )
+        })
     }
-    sum
 }
 
 /// Q5_K · Q8_K, as [`q4_k`] with a fifth bit per weight from `qh`.
@@ -268,13 +286,11 @@ unsafe fn q4_k<P: Products>(w: &[u8], a: &[u8], nb: usize) -> f32 {
 /// `w` holds `nb` Q5_K blocks (176 bytes), `a` `nb` Q8_K blocks.
 #[inline(always)]
 unsafe fn q5_k<P: Products>(w: &[u8], a: &[u8], nb: usize) -> f32 {
-    let mut sum = 0.0f32;
-    for b in 0..nb {
-        // SAFETY: block `b` lies inside both slices.
-        unsafe {
-            let pw = w.as_ptr().add(b * 176);
-            let pa = a.as_ptr().add(b * 292);
-            let blk = std::slice::from_raw_parts(pw, 176);
+    // SAFETY: `kquant_row` hands over whole 176-byte blocks and their Q8_K
+    // blocks; every read below stays inside them.
+    unsafe {
+        kquant_row(w, a, nb, 176, |blk, pa| {
+            let pw = blk.as_ptr();
             let (sc, mins) = scales_mins_k4(&blk[4..16]);
             let qh = [ld_u8(pw.add(16)), ld_u8(pw.add(32))];
             let qa = pa.add(4);
@@ -306,17 +322,14 @@ unsafe fn q5_k<P: Products>(w: &[u8], a: &[u8], nb: usize) -> f32 {
                 isum = vmlaq_n_s32(isum, lo, sc[2 * j] as i32);
                 isum = vmlaq_n_s32(isum, hi, sc[2 * j + 1] as i32);
             }
-            let dy = f32::from_le_bytes([*pa, *pa.add(1), *pa.add(2), *pa.add(3)]);
-            sum += crate::scalar::kquant_block(
+            (
                 f16_at(blk),
                 f16_at(&blk[2..]),
-                dy,
                 vaddvq_s32(isum),
                 min_sum(&mins, pa),
-            );
-        }
+            )
+        })
     }
-    sum
 }
 
 /// Q6_K · Q8_K: 6-bit weights less 32, a signed scale per 16.
@@ -325,13 +338,11 @@ unsafe fn q5_k<P: Products>(w: &[u8], a: &[u8], nb: usize) -> f32 {
 /// `w` holds `nb` Q6_K blocks (210 bytes), `a` `nb` Q8_K blocks.
 #[inline(always)]
 unsafe fn q6_k<P: Products>(w: &[u8], a: &[u8], nb: usize) -> f32 {
-    let mut sum = 0.0f32;
-    for b in 0..nb {
-        // SAFETY: block `b` lies inside both slices.
-        unsafe {
-            let pw = w.as_ptr().add(b * 210);
-            let pa = a.as_ptr().add(b * 292);
-            let blk = std::slice::from_raw_parts(pw, 210);
+    // SAFETY: `kquant_row` hands over whole 210-byte blocks and their Q8_K
+    // blocks; every read below stays inside them.
+    unsafe {
+        kquant_row(w, a, nb, 210, |blk, pa| {
+            let pw = blk.as_ptr();
             let qa = pa.add(4);
             let mask = vdupq_n_u8(0x0F);
             let three = vdupq_n_u8(3);
@@ -362,11 +373,9 @@ unsafe fn q6_k<P: Products>(w: &[u8], a: &[u8], nb: usize) -> f32 {
                     }
                 }
             }
-            let dy = f32::from_le_bytes([*pa, *pa.add(1), *pa.add(2), *pa.add(3)]);
-            sum += crate::scalar::kquant_block(f16_at(&blk[208..]), 0.0, dy, vaddvq_s32(isum), 0);
-        }
+            (f16_at(&blk[208..]), 0.0, vaddvq_s32(isum), 0)
+        })
     }
-    sum
 }
 
 /// A float dot in the canonical order ([`crate::scalar::float_dot`]): group
