@@ -277,7 +277,14 @@ pub mod testing {
             panel.fill(ty, &views, cols);
             let mut acts = Acts::default();
             let tier = crate::simd::GemmTier::Portable;
-            acts.fill(tier, x, cols, crate::vec_dot_type(ty), g);
+            acts.fill(
+                tier,
+                x,
+                cols,
+                crate::vec_dot_type(ty),
+                g,
+                crate::gemm::offset(ty),
+            );
             let rows = x.len().checked_div(cols).unwrap_or(0);
             Ok(TileBench { panel, acts, rows })
         }

@@ -130,7 +130,7 @@ fn gemm_panels(
     batch: usize,
     out: &SharedOut,
 ) {
-    use crate::gemm::{group_len, tile, Acts, Panel, MR, NR};
+    use crate::gemm::{group_len, offset, tile, Acts, Panel, MR, NR};
     use std::cell::RefCell;
     thread_local! {
         static ACTS: RefCell<Acts> = RefCell::new(Acts::default());
@@ -139,6 +139,7 @@ fn gemm_panels(
     let (rows, cols) = (w.rows, w.cols);
     let Some(g) = group_len(w.ty) else { return };
     let at = vec_dot_type(w.ty);
+    let off = offset(w.ty);
     ACTS.with(|acts| {
         let mut acts = acts.borrow_mut();
         acts.reset(batch, cols, g);
@@ -147,13 +148,13 @@ fn gemm_panels(
             // Each task quantizes its own run of rows into its own parts of
             // the four buffers.
             let Acts {
-                q, d, sum, isum, ..
+                q, d, sum, base, ..
             } = &mut *acts;
             let parts: Vec<std::sync::Mutex<ActsPart>> = q
                 .chunks_mut(per * cols)
                 .zip(d.chunks_mut(per * cols / 32))
                 .zip(sum.chunks_mut(per * cols / g))
-                .zip(isum.chunks_mut(per * cols / g))
+                .zip(base.chunks_mut(per * cols / g))
                 .map(|(((q, d), s), i)| std::sync::Mutex::new((q, d, s, i)))
                 .collect();
             pool.run(parts.len(), |t| {
@@ -171,6 +172,7 @@ fn gemm_panels(
                         &mut d[r * cols / 32..(r + 1) * cols / 32],
                         &mut s[r * cols / g..(r + 1) * cols / g],
                         &mut i[r * cols / g..(r + 1) * cols / g],
+                        off,
                     );
                 }
             });
@@ -218,7 +220,7 @@ fn gemm_panels(
 }
 
 /// One task's rows of the four activation buffers (bytes, scales, scaled
-/// sums, integer sums).
+/// sums, group starting integers).
 type ActsPart<'a> = (&'a mut [u8], &'a mut [f32], &'a mut [f32], &'a mut [i32]);
 
 /// The output buffer shared by tasks that each write a disjoint set of rows.

@@ -57,6 +57,12 @@ fn has_min(ty: GgmlType) -> bool {
     matches!(ty, Q4_1 | Q5_1 | Q2_K | Q4_K | Q5_K)
 }
 
+/// The offset that makes `ty`'s panel values unsigned (what [`Acts`] needs
+/// to know of the weights).
+pub(crate) fn offset(ty: GgmlType) -> i32 {
+    unsigned_range(ty).0
+}
+
 /// The offset that makes `ty`'s unpacked values unsigned, and the largest
 /// value after it (a property of the format's bits, so it bounds every
 /// block, corrupt ones included).
@@ -79,8 +85,11 @@ fn unsigned_range(ty: GgmlType) -> (i32, i32) {
 pub(crate) struct Acts {
     /// `rows × cols` signed bytes (the Q8 values, -127..=127).
     pub q: Vec<u8>,
-    /// `rows × cols/g` per-group integer sums of `q`, for the offset.
-    pub isum: Vec<i32>,
+    /// `rows × cols/g` per-group `-off * sum(q)`, `off` being the weight
+    /// format's offset ([`offset`]): the integer each panel group's sum
+    /// starts from, so that it ends at exactly `sum(q * a)`. Stored
+    /// premultiplied because the tile kernels start every group from it.
+    pub base: Vec<i32>,
     /// `rows × cols/32` scales (the f16 scale of the Q8_0 block, widened).
     pub d: Vec<f32>,
     /// `rows × cols/g` per-group `d * sum(q)`, for the minimum term.
@@ -99,13 +108,22 @@ impl Acts {
         self.q.resize(rows * cols, 0);
         self.d.resize(rows * cols / QK, 0.0);
         self.sum.resize(rows * cols / g, 0.0);
-        self.isum.resize(rows * cols / g, 0);
+        self.base.resize(rows * cols / g, 0);
     }
 
-    /// Room for `x.len() / cols` rows against groups of `g`, filled on
-    /// this thread with [`Self::fill_row`] (the product splits the rows over
-    /// its pool instead).
-    pub fn fill(&mut self, tier: GemmTier, x: &[f32], cols: usize, at: GgmlType, g: usize) {
+    /// Room for `x.len() / cols` rows against groups of `g` of a weight
+    /// format with offset `off`, filled on this thread with
+    /// [`Self::fill_row`] (the product splits the rows over its pool
+    /// instead).
+    pub fn fill(
+        &mut self,
+        tier: GemmTier,
+        x: &[f32],
+        cols: usize,
+        at: GgmlType,
+        g: usize,
+        off: i32,
+    ) {
         let rows = x.len().checked_div(cols).unwrap_or(0);
         self.reset(rows, cols, g);
         let groups = cols / g;
@@ -118,14 +136,16 @@ impl Acts {
                 &mut self.q[r * cols..(r + 1) * cols],
                 &mut self.d[r * cols / QK..(r + 1) * cols / QK],
                 &mut self.sum[r * groups..(r + 1) * groups],
-                &mut self.isum[r * groups..(r + 1) * groups],
+                &mut self.base[r * groups..(r + 1) * groups],
+                off,
             );
         }
     }
 
-    /// Quantizes one row of `cols` values into `q`, `d` and `sum` (that row's
-    /// slices) the way [`crate::quantize_activation`] does for `at`: Q8_K
-    /// (one scale per 256, for the K formats), Q8_1 or Q8_0 (per 32).
+    /// Quantizes one row of `cols` values into `q`, `d`, `sum` and `base`
+    /// (that row's slices) the way [`crate::quantize_activation`] does for
+    /// `at`: Q8_K (one scale per 256, for the K formats), Q8_1 or Q8_0 (per
+    /// 32), against weights of offset `off`.
     // One row's slices of the four buffers come in separately so each
     // thread can fill its own rows of them in parallel.
     #[allow(clippy::too_many_arguments)]
@@ -137,7 +157,8 @@ impl Acts {
         q: &mut [u8],
         d: &mut [f32],
         sum: &mut [f32],
-        isum: &mut [i32],
+        base: &mut [i32],
+        off: i32,
     ) {
         if at == GgmlType::Q8_K {
             let mut block = [0u8; 292];
@@ -146,7 +167,16 @@ impl Acts {
                 let scale = f32::from_le_bytes([block[0], block[1], block[2], block[3]]);
                 let per = kquants::QK_K / QK;
                 d[b * per..(b + 1) * per].fill(scale);
-                Self::split(&block[4..260], scale, g, b * kquants::QK_K, q, sum, isum);
+                Self::split(
+                    &block[4..260],
+                    scale,
+                    g,
+                    b * kquants::QK_K,
+                    q,
+                    sum,
+                    base,
+                    off,
+                );
             }
             return;
         }
@@ -157,7 +187,7 @@ impl Acts {
             for (b, xb) in x.chunks_exact(QK).enumerate() {
                 legacy::quant_q8_1_act(xb, &mut block);
                 d[b] = f16_at(&block);
-                Self::split(&block[4..], d[b], g, b * QK, q, sum, isum);
+                Self::split(&block[4..], d[b], g, b * QK, q, sum, base, off);
                 sum[b] = f16_at(&block[2..]);
             }
             return;
@@ -167,12 +197,12 @@ impl Acts {
             quant_q8_0(tier, xb, &mut block);
             let scale = f16_at(&block);
             d[b] = scale;
-            Self::split(&block[2..], scale, g, b * QK, q, sum, isum);
+            Self::split(&block[2..], scale, g, b * QK, q, sum, base, off);
         }
     }
 
-    /// Stores signed values `vals` (starting at element `at`) and their
-    /// per-group integer and scaled sums.
+    /// Stores signed values `vals` (starting at element `at`), their
+    /// per-group scaled sums and the groups' starting integers.
     #[allow(clippy::too_many_arguments)]
     fn split(
         vals: &[u8],
@@ -181,13 +211,14 @@ impl Acts {
         at: usize,
         q: &mut [u8],
         sum: &mut [f32],
-        isum: &mut [i32],
+        base: &mut [i32],
+        off: i32,
     ) {
         q[at..at + vals.len()].copy_from_slice(vals);
         for (h, part) in vals.chunks_exact(g).enumerate() {
             let s: i32 = part.iter().map(|&v| v as i8 as i32).sum();
             sum[at / g + h] = scale * s as f32;
-            isum[at / g + h] = s;
+            base[at / g + h] = -off * s;
         }
     }
 }
@@ -326,7 +357,7 @@ pub(crate) fn tile_scalar(p: &Panel, a: &Acts, c0: usize, m: usize) -> Tile {
         let aq = &a.q[row * cols..(row + 1) * cols];
         let ad = &a.d[row * (cols / QK)..(row + 1) * (cols / QK)];
         for g in 0..p.groups {
-            let mut isum = [-p.off * a.isum[row * p.groups + g]; NR];
+            let mut isum = [a.base[row * p.groups + g]; NR];
             for k4 in g * quads..(g + 1) * quads {
                 let wq = &p.q[k4 * NR * 4..(k4 + 1) * NR * 4];
                 let av: [i32; 4] = std::array::from_fn(|j| aq[k4 * 4 + j] as i8 as i32);
@@ -361,7 +392,7 @@ pub(crate) fn tile(tier: GemmTier, p: &Panel, a: &Acts, c0: usize, m: usize) -> 
     assert!(p.q.len() >= cols * NR && p.s.len() >= p.groups * NR);
     assert!(p.m.len() >= p.groups * NR);
     assert!(a.q.len() >= (c0 + m) * cols && a.d.len() >= (c0 + m) * cols / QK);
-    assert!(a.sum.len() >= (c0 + m) * p.groups && a.isum.len() >= (c0 + m) * p.groups);
+    assert!(a.sum.len() >= (c0 + m) * p.groups && a.base.len() >= (c0 + m) * p.groups);
     #[cfg(target_arch = "x86_64")]
     if p.g == 16 || p.g == 32 {
         match tier {

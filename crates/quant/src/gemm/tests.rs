@@ -20,7 +20,14 @@ fn random_rows(ty: GgmlType, n: usize, cols: usize, seed: u64) -> Vec<Vec<u8>> {
         .collect()
 }
 
-fn random_acts(n: usize, cols: usize, at: GgmlType, g: usize, seed: u64) -> (Acts, Vec<f32>) {
+fn random_acts(
+    n: usize,
+    cols: usize,
+    at: GgmlType,
+    g: usize,
+    off: i32,
+    seed: u64,
+) -> (Acts, Vec<f32>) {
     let mut x = seed | 1;
     let xs: Vec<f32> = (0..n * cols)
         .map(|_| {
@@ -31,7 +38,7 @@ fn random_acts(n: usize, cols: usize, at: GgmlType, g: usize, seed: u64) -> (Act
         })
         .collect();
     let mut a = Acts::default();
-    a.fill(GemmTier::Portable, &xs, cols, at, g);
+    a.fill(GemmTier::Portable, &xs, cols, at, g, off);
     (a, xs)
 }
 
@@ -67,7 +74,7 @@ proptest! {
         let views: Vec<&[u8]> = w.iter().map(|r| r.as_slice()).collect();
         let mut p = Panel::default();
         p.fill(ty, &views, cols);
-        let (a, _) = random_acts(m + 1, cols, crate::vec_dot_type(ty), g, seed ^ 0x5555);
+        let (a, _) = random_acts(m + 1, cols, crate::vec_dot_type(ty), g, offset(ty), seed ^ 0x5555);
         let want = tile_scalar(&p, &a, 1, m);
         for tier in tiers() {
             let got = tile(tier, &p, &a, 1, m);
@@ -144,7 +151,7 @@ fn tile_matches_dequantized_product() {
             GgmlType::Q8_1 => GgmlType::Q8_0,
             at => at,
         };
-        let (a, _) = random_acts(MR, cols, at, g, 99);
+        let (a, _) = random_acts(MR, cols, at, g, offset(ty), 99);
         let got = tile(crate::simd::best().gemm, &p, &a, 0, MR);
         for (r, row) in w.iter().enumerate() {
             let mut wf = vec![0.0f32; cols];

@@ -120,16 +120,15 @@ unsafe fn tile_m<const M: usize, const G: usize, const MIN: bool>(
     let aq = a.q[c0 * cols..].as_ptr();
     let ad = a.d[c0 * (cols / QK)..].as_ptr();
     let asum = a.sum[c0 * p.groups..].as_ptr();
-    let aisum = a.isum[c0 * p.groups..].as_ptr();
+    let abase = a.base[c0 * p.groups..].as_ptr();
     let mut facc = [[_mm512_setzero_ps(); 2]; M];
     for g in 0..p.groups {
         // SAFETY (whole body): group g's panel entries and each activation
         // row's elements g*G..(g+1)*G lie inside the buffers (asserted by
         // `super::tile`).
         unsafe {
-            let mut iacc: [[__m512i; 2]; M] = std::array::from_fn(|c| {
-                [_mm512_set1_epi32(-p.off * *aisum.add(c * p.groups + g)); 2]
-            });
+            let mut iacc: [[__m512i; 2]; M] =
+                std::array::from_fn(|c| [_mm512_set1_epi32(*abase.add(c * p.groups + g)); 2]);
             for kq in 0..G / 4 {
                 let k4 = g * (G / 4) + kq;
                 let w0 = _mm512_loadu_si512(pq.add(k4 * NR * 4) as *const _);
@@ -243,7 +242,7 @@ unsafe fn tile_avx2_m<const M: usize, const G: usize, const MIN: bool, const RUN
     let aq = a.q[c0 * cols..].as_ptr();
     let ad = a.d[c0 * (cols / QK)..].as_ptr();
     let asum = a.sum[c0 * p.groups..].as_ptr();
-    let aisum = a.isum[c0 * p.groups..].as_ptr();
+    let abase = a.base[c0 * p.groups..].as_ptr();
     let ones = _mm256_set1_epi16(1);
     let flip = _mm256_set1_epi8(-128i8);
     let mut out = [[0.0f32; NR]; MR];
@@ -264,7 +263,7 @@ unsafe fn tile_avx2_m<const M: usize, const G: usize, const MIN: bool, const RUN
                     if RUN == 0 {
                         _mm256_setzero_si256()
                     } else {
-                        _mm256_set1_epi32(-p.off * *aisum.add(c * p.groups + g))
+                        _mm256_set1_epi32(*abase.add(c * p.groups + g))
                     }
                 });
                 if RUN == 0 {
