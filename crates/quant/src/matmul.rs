@@ -142,7 +142,7 @@ fn gemm_panels(
     let off = offset(w.ty);
     ACTS.with(|acts| {
         let mut acts = acts.borrow_mut();
-        acts.reset(batch, cols, g);
+        acts.reset(batch, cols, g, off);
         let per = batch.div_ceil(pool.threads());
         {
             // Each task quantizes its own run of rows into its own parts of

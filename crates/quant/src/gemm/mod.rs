@@ -98,13 +98,17 @@ pub(crate) struct Acts {
     pub cols: usize,
     /// Weight group length these sums are for.
     pub g: usize,
+    /// The weight format's offset `base` was computed for.
+    pub off: i32,
 }
 
 impl Acts {
-    /// Room for `rows` rows of `cols` elements against groups of `g`.
-    pub fn reset(&mut self, rows: usize, cols: usize, g: usize) {
+    /// Room for `rows` rows of `cols` elements against groups of `g` of a
+    /// weight format with offset `off`.
+    pub fn reset(&mut self, rows: usize, cols: usize, g: usize, off: i32) {
         self.cols = cols;
         self.g = g;
+        self.off = off;
         self.q.resize(rows * cols, 0);
         self.d.resize(rows * cols / QK, 0.0);
         self.sum.resize(rows * cols / g, 0.0);
@@ -125,7 +129,7 @@ impl Acts {
         off: i32,
     ) {
         let rows = x.len().checked_div(cols).unwrap_or(0);
-        self.reset(rows, cols, g);
+        self.reset(rows, cols, g, off);
         let groups = cols / g;
         for (r, xr) in x.chunks_exact(cols.max(1)).take(rows).enumerate() {
             Self::fill_row(
@@ -388,7 +392,7 @@ pub(crate) fn tile_scalar(p: &Panel, a: &Acts, c0: usize, m: usize) -> Tile {
 /// exactly, so the tier changes the speed and never the numbers.
 pub(crate) fn tile(tier: GemmTier, p: &Panel, a: &Acts, c0: usize, m: usize) -> Tile {
     let cols = p.groups * p.g;
-    assert!(m <= MR && a.cols == cols && a.g == p.g);
+    assert!(m <= MR && a.cols == cols && a.g == p.g && a.off == p.off);
     assert!(p.q.len() >= cols * NR && p.s.len() >= p.groups * NR);
     assert!(p.m.len() >= p.groups * NR);
     assert!(a.q.len() >= (c0 + m) * cols && a.d.len() >= (c0 + m) * cols / QK);
