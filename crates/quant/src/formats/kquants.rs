@@ -36,8 +36,9 @@ impl Unpacked {
     }
 }
 
-/// ggml's `get_scale_min_k4`: the 6-bit scale and min of sub-block `j` (of 8).
-#[inline(always)]
+/// ggml's `get_scale_min_k4`: the 6-bit scale and min of sub-block `j` (of 8),
+/// byte by byte; the definition [`scales_mins_k4`] is tested against.
+#[cfg(test)]
 pub(crate) fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     if j < 4 {
         (q[j] & 63, q[j + 4] & 63)
@@ -49,15 +50,48 @@ pub(crate) fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
     }
 }
 
-/// All 8 scales and 8 mins of a Q4_K/Q5_K block.
+/// All 8 scales and 8 mins of a Q4_K/Q5_K block: [`scale_min_k4`] for j in
+/// 0..8, four sub-blocks per 32-bit word operation (every K-quant decode
+/// kernel calls this once per 256 weights).
 #[inline(always)]
 pub(crate) fn scales_mins_k4(q: &[u8]) -> ([u8; 8], [u8; 8]) {
-    let mut sc = [0u8; 8];
-    let mut m = [0u8; 8];
-    for j in 0..8 {
-        (sc[j], m[j]) = scale_min_k4(j, q);
+    let word = |i: usize| u32::from_le_bytes([q[4 * i], q[4 * i + 1], q[4 * i + 2], q[4 * i + 3]]);
+    let (w0, w1, w2) = (word(0), word(1), word(2));
+    const LOW6: u32 = 0x3f3f_3f3f;
+    const LOW4: u32 = 0x0f0f_0f0f;
+    const LOW2: u32 = 0x0303_0303;
+    // Sub-blocks 4..8 take their low four bits from bytes 8..12 and their
+    // top two from the spare bits 6 and 7 of bytes 0..4 (scales) or 4..8
+    // (mins). Shifting a word right moves each byte's bits down within the
+    // byte; the masks drop what comes in from the next byte.
+    let sc_hi = (w2 & LOW4) | (((w0 >> 6) & LOW2) << 4);
+    let m_hi = ((w2 >> 4) & LOW4) | (((w1 >> 6) & LOW2) << 4);
+    let bytes = |lo: u32, hi: u32| (u64::from(lo) | (u64::from(hi) << 32)).to_le_bytes();
+    (bytes(w0 & LOW6, sc_hi), bytes(w1 & LOW6, m_hi))
+}
+
+#[cfg(test)]
+mod scale_tests {
+    use super::*;
+
+    /// The word-wise unpacking gives ggml's bytes for any 12 bytes.
+    #[test]
+    fn scales_mins_k4_matches_bytewise() {
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        for _ in 0..100_000 {
+            let mut q = [0u8; 12];
+            for b in &mut q {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *b = (x >> 24) as u8;
+            }
+            let (sc, m) = scales_mins_k4(&q);
+            for j in 0..8 {
+                assert_eq!((sc[j], m[j]), scale_min_k4(j, &q), "{q:?} sub-block {j}");
+            }
+        }
     }
-    (sc, m)
 }
 
 pub(crate) fn unpack_q2_k(b: &[u8]) -> Unpacked {

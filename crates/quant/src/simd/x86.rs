@@ -502,24 +502,36 @@ fn zmm_nibbles(t: __m256i) -> __m512i {
     _mm512_shuffle_i64x2::<0b11_01_10_00>(z, z)
 }
 
-/// Sum over sub-blocks of min[j] * (bsums[2j] + bsums[2j+1]) for Q4_K/Q5_K.
+/// Sum over sub-blocks of min[j] * (bsums[2j] + bsums[2j+1]) for Q4_K/Q5_K:
+/// one `vpmaddwd` of the 16 block sums against each min twice.
 ///
 /// # Safety
 /// `ba` must point at a whole Q8_K block.
 #[inline]
-unsafe fn k4_min_dot(mins: &[u8; 8], ba: *const u8) -> i32 {
-    let mut s = 0i32;
-    for (j, &m) in mins.iter().enumerate() {
-        // SAFETY: bsums live at 260..292 of the block.
-        let (b0, b1) = unsafe {
-            (
-                std::ptr::read_unaligned(ba.add(260 + 4 * j) as *const i16),
-                std::ptr::read_unaligned(ba.add(262 + 4 * j) as *const i16),
-            )
-        };
-        s += m as i32 * (b0 as i32 + b1 as i32);
-    }
-    s
+#[target_feature(enable = "avx2")]
+unsafe fn k4_min_dot(mins: [u8; 8], ba: *const u8) -> i32 {
+    let m = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(i64::from_le_bytes(mins)));
+    let twice = _mm256_set_m128i(_mm_unpackhi_epi16(m, m), _mm_unpacklo_epi16(m, m));
+    // SAFETY: the 16 i16 bsums live at 260..292 of the block.
+    let bsums = unsafe { load32(ba.add(260)) };
+    hsum_epi32(_mm256_madd_epi16(bsums, twice))
+}
+
+/// The 8 sub-block scales of a Q4_K/Q5_K block as i16 in both halves, for
+/// [`k4_scale`].
+#[inline]
+#[target_feature(enable = "avx2")]
+fn k4_scales(sc: [u8; 8]) -> __m256i {
+    let s = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(i64::from_le_bytes(sc)));
+    _mm256_set_m128i(s, s)
+}
+
+/// Scale `i` of [`k4_scales`] in every i16 lane (one byte shuffle).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn k4_scale(scales: __m256i, i: usize) -> __m256i {
+    let pick = (((2 * i + 1) << 8) | (2 * i)) as i16;
+    _mm256_shuffle_epi8(scales, _mm256_set1_epi16(pick))
 }
 
 /// Q4_K · Q8_K.
@@ -540,7 +552,8 @@ pub(crate) unsafe fn q4_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
         let (dy, dd) = unsafe { (rf32(ba), h2f_pair(rd32(bw))) };
         let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
         // SAFETY: whole Q8_K block.
-        let msum = unsafe { k4_min_dot(&mins, ba) };
+        let msum = unsafe { k4_min_dot(mins, ba) };
+        let scales = k4_scales(sc);
         let mut sumi = _mm256_setzero_si256();
         for j in 0..4 {
             // SAFETY: qs at 16..144 (32 bytes per j); q8 quants at 4..260 (64 per j).
@@ -554,14 +567,8 @@ pub(crate) unsafe fn q4_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
             let q4l = _mm256_and_si256(q4, m4);
             let q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
             // maddubs cannot saturate here: 2 * 15 * 128 < 2^15.
-            let pl = _mm256_madd_epi16(
-                _mm256_maddubs_epi16(q4l, q8l),
-                _mm256_set1_epi16(sc[2 * j] as i16),
-            );
-            let ph = _mm256_madd_epi16(
-                _mm256_maddubs_epi16(q4h, q8h),
-                _mm256_set1_epi16(sc[2 * j + 1] as i16),
-            );
+            let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(q4l, q8l), k4_scale(scales, 2 * j));
+            let ph = _mm256_madd_epi16(_mm256_maddubs_epi16(q4h, q8h), k4_scale(scales, 2 * j + 1));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
         }
         sumf += crate::scalar::kquant_block(d, dmin, dy, hsum_epi32(sumi), msum);
@@ -587,7 +594,8 @@ pub(crate) unsafe fn q5_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
         let (dy, dd) = unsafe { (rf32(ba), h2f_pair(rd32(bw))) };
         let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
         // SAFETY: whole Q8_K block.
-        let msum = unsafe { k4_min_dot(&mins, ba) };
+        let msum = unsafe { k4_min_dot(mins, ba) };
+        let scales = k4_scales(sc);
         // SAFETY: qh at 16..48.
         let qh = unsafe { load32(bw.add(16)) };
         let mut sumi = _mm256_setzero_si256();
@@ -607,14 +615,8 @@ pub(crate) unsafe fn q5_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
             let q5l = _mm256_or_si256(_mm256_and_si256(q5, m4), hl);
             let q5h = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q5, 4), m4), hh);
             // 2 * 31 * 128 < 2^15: no saturation.
-            let pl = _mm256_madd_epi16(
-                _mm256_maddubs_epi16(q5l, q8l),
-                _mm256_set1_epi16(sc[2 * j] as i16),
-            );
-            let ph = _mm256_madd_epi16(
-                _mm256_maddubs_epi16(q5h, q8h),
-                _mm256_set1_epi16(sc[2 * j + 1] as i16),
-            );
+            let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(q5l, q8l), k4_scale(scales, 2 * j));
+            let ph = _mm256_madd_epi16(_mm256_maddubs_epi16(q5h, q8h), k4_scale(scales, 2 * j + 1));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
         }
         sumf += crate::scalar::kquant_block(d, dmin, dy, hsum_epi32(sumi), msum);
@@ -631,11 +633,26 @@ pub(crate) unsafe fn q6_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
     debug_assert!(w.len() >= nb * 210 && a.len() >= nb * 292);
     let mut sumf = 0.0f32;
     let m4 = _mm256_set1_epi8(0x0F);
-    let m32 = _mm256_set1_epi8(32);
     for (bw, ba) in w.chunks_exact(210).zip(a.chunks_exact(292)).take(nb) {
         prefetch_block(bw.as_ptr());
-        let sc = &bw[192..208];
         let (bw, ba) = (bw.as_ptr(), ba.as_ptr());
+        // SAFETY: the 16 i8 scales at 192..208; the Q8_K block's 16 i16
+        // bsums at 260..292.
+        let (sc, bsums) = unsafe {
+            (
+                _mm256_cvtepi8_epi16(load16(bw.add(192))),
+                load32(ba.add(260)),
+            )
+        };
+        // Values are stored +32: sum(sc * u * a) over the block, less
+        // 32 * sum(sc * bsum), is the block's exact sum(sc * q * a).
+        let offset = 32 * hsum_epi32(_mm256_madd_epi16(sc, bsums));
+        // Scales 0..8 and 8..16 each in both 128-bit halves, for a
+        // per-half byte shuffle to pick one scale for each half.
+        let halves = [
+            _mm256_permute2x128_si256::<0x00>(sc, sc),
+            _mm256_permute2x128_si256::<0x11>(sc, sc),
+        ];
         // SAFETY: whole blocks; Q6_K d is the upper half of the u32 at 206 (a
         // 4-byte read ending exactly at the block's end), Q8_K d at 0.
         let (d, dy) = unsafe {
@@ -675,19 +692,20 @@ pub(crate) unsafe fn q6_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
             for (k, &qk) in q.iter().enumerate() {
                 // SAFETY: q8 quants at 4..260 (128 per n, 32 per k).
                 let q8 = unsafe { load32(ba.add(4 + 128 * n + 32 * k)) };
-                // Values are stored +32; subtract 32*q8 rather than re-sign the nibbles.
-                let p =
-                    _mm256_sub_epi16(_mm256_maddubs_epi16(qk, q8), _mm256_maddubs_epi16(m32, q8));
-                let s = _mm256_set_m128i(
-                    _mm_set1_epi16(sc[8 * n + 2 * k + 1] as i8 as i16),
-                    _mm_set1_epi16(sc[8 * n + 2 * k] as i8 as i16),
+                // u <= 63 against |a| <= 127: a pair sums to at most 16002.
+                let p = _mm256_maddubs_epi16(qk, q8);
+                // Low half: scale 2k of these eight; high half: 2k + 1.
+                let pick = |i: usize| (((2 * i + 1) << 8) | (2 * i)) as i16;
+                let s = _mm256_shuffle_epi8(
+                    halves[n],
+                    _mm256_set_m128i(_mm_set1_epi16(pick(2 * k + 1)), _mm_set1_epi16(pick(2 * k))),
                 );
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
             }
         }
         // Q6_K has no minimums: the reference's zero term is kept so the
         // bits agree even where a block sums to zero.
-        sumf += crate::scalar::kquant_block(d, 0.0, dy, hsum_epi32(sumi), 0);
+        sumf += crate::scalar::kquant_block(d, 0.0, dy, hsum_epi32(sumi) - offset, 0);
     }
     sumf
 }
