@@ -70,30 +70,6 @@ pub(crate) fn scales_mins_k4(q: &[u8]) -> ([u8; 8], [u8; 8]) {
     (bytes(w0 & LOW6, sc_hi), bytes(w1 & LOW6, m_hi))
 }
 
-#[cfg(test)]
-mod scale_tests {
-    use super::*;
-
-    /// The word-wise unpacking gives ggml's bytes for any 12 bytes.
-    #[test]
-    fn scales_mins_k4_matches_bytewise() {
-        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
-        for _ in 0..100_000 {
-            let mut q = [0u8; 12];
-            for b in &mut q {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                *b = (x >> 24) as u8;
-            }
-            let (sc, m) = scales_mins_k4(&q);
-            for j in 0..8 {
-                assert_eq!((sc[j], m[j]), scale_min_k4(j, &q), "{q:?} sub-block {j}");
-            }
-        }
-    }
-}
-
 pub(crate) fn unpack_q2_k(b: &[u8]) -> Unpacked {
     let scales = &b[0..16];
     let qs = &b[16..80];
@@ -266,5 +242,29 @@ pub(crate) fn quant_q8_k(src: &[f32], dst: &mut [u8]) {
             b[260 + 2 * g..262 + 2 * g].copy_from_slice(&(s as i16).to_le_bytes());
         }
         b[0..4].copy_from_slice(&(1.0 / iscale).to_le_bytes());
+    }
+}
+
+#[cfg(test)]
+mod scale_tests {
+    use super::*;
+
+    /// The word-wise unpacking gives ggml's bytes for any 12 bytes.
+    #[test]
+    fn scales_mins_k4_matches_bytewise() {
+        let mut x = 0x9e37_79b9_7f4a_7c15_u64;
+        for _ in 0..100_000 {
+            let mut q = [0u8; 12];
+            for b in &mut q {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *b = (x >> 24) as u8;
+            }
+            let (sc, m) = scales_mins_k4(&q);
+            for j in 0..8 {
+                assert_eq!((sc[j], m[j]), scale_min_k4(j, &q), "{q:?} sub-block {j}");
+            }
+        }
     }
 }

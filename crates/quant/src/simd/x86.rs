@@ -662,7 +662,7 @@ pub(crate) unsafe fn q6_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
             )
         };
         let mut sumi = _mm256_setzero_si256();
-        for n in 0..2 {
+        for (n, &half) in halves.iter().enumerate() {
             // SAFETY: ql at 0..128 (64 per n), qh at 128..192 (32 per n).
             let (ql1, ql2, qh) = unsafe {
                 (
@@ -697,7 +697,7 @@ pub(crate) unsafe fn q6_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
                 // Low half: scale 2k of these eight; high half: 2k + 1.
                 let pick = |i: usize| (((2 * i + 1) << 8) | (2 * i)) as i16;
                 let s = _mm256_shuffle_epi8(
-                    halves[n],
+                    half,
                     _mm256_set_m128i(_mm_set1_epi16(pick(2 * k + 1)), _mm_set1_epi16(pick(2 * k))),
                 );
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
