@@ -191,18 +191,6 @@ unsafe fn nibbles32_at(p: *const u8) -> __m256i {
     _mm256_and_si256(shifted, _mm256_set1_epi8(0x0F))
 }
 
-/// [`bits_to_bytes`] of the 32 bits at `p` (little-endian), broadcast
-/// straight from memory.
-///
-/// # Safety
-/// `p` must be valid for 4 bytes.
-#[inline]
-#[target_feature(enable = "avx2")]
-unsafe fn bits_to_bytes_at(p: *const u8) -> __m256i {
-    // SAFETY: caller guarantees 4 readable bytes; unaligned read.
-    bits_to_bytes(unsafe { std::ptr::read_unaligned(p as *const u32) })
-}
-
 /// How far ahead of the block being multiplied the 32-block kernels
 /// prefetch weights (a prefetch never faults, so past the row's end is fine).
 const PREFETCH: usize = 8192;
@@ -526,12 +514,18 @@ fn k4_scales(sc: [u8; 8]) -> __m256i {
     _mm256_set_m128i(s, s)
 }
 
+/// The `vpshufb` control that copies i16 lane `i` (of a 128-bit half) into
+/// every i16 lane of that half.
+#[inline(always)]
+fn i16_lane(i: usize) -> i16 {
+    (((2 * i + 1) << 8) | (2 * i)) as i16
+}
+
 /// Scale `i` of [`k4_scales`] in every i16 lane (one byte shuffle).
 #[inline]
 #[target_feature(enable = "avx2")]
 fn k4_scale(scales: __m256i, i: usize) -> __m256i {
-    let pick = (((2 * i + 1) << 8) | (2 * i)) as i16;
-    _mm256_shuffle_epi8(scales, _mm256_set1_epi16(pick))
+    _mm256_shuffle_epi8(scales, _mm256_set1_epi16(i16_lane(i)))
 }
 
 /// Q4_K · Q8_K.
@@ -695,10 +689,12 @@ pub(crate) unsafe fn q6_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
                 // u <= 63 against |a| <= 127: a pair sums to at most 16002.
                 let p = _mm256_maddubs_epi16(qk, q8);
                 // Low half: scale 2k of these eight; high half: 2k + 1.
-                let pick = |i: usize| (((2 * i + 1) << 8) | (2 * i)) as i16;
                 let s = _mm256_shuffle_epi8(
                     half,
-                    _mm256_set_m128i(_mm_set1_epi16(pick(2 * k + 1)), _mm_set1_epi16(pick(2 * k))),
+                    _mm256_set_m128i(
+                        _mm_set1_epi16(i16_lane(2 * k + 1)),
+                        _mm_set1_epi16(i16_lane(2 * k)),
+                    ),
                 );
                 sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
             }
@@ -998,7 +994,7 @@ macro_rules! legacy_rows {
         });
         legacy_rows!(@one $feat, $dot4, $r5, 22, offset 4, |bw| {
             // SAFETY: the block holds qh at 2..6 and nibbles at 6..22.
-            let (bits, nib) = unsafe { (bits_to_bytes_at(bw.add(2)), nibbles32_at(bw.add(6))) };
+            let (bits, nib) = unsafe { (bits_to_bytes(rd32(bw.add(2))), nibbles32_at(bw.add(6))) };
             _mm256_or_si256(nib, _mm256_and_si256(bits, _mm256_set1_epi8(0x10)))
         });
     };
