@@ -254,72 +254,126 @@ fn attend_blocked(
     let nk = pos0 + b - klo;
     gathered.resize(h.n_kv * nk * (h.hd + h.vdim), 0.0);
     let (kt_all, vc_all) = gathered.split_at_mut(h.n_kv * nk * h.hd);
-    for j in 0..nk {
-        for kvh in 0..h.n_kv {
-            let (k, v) = (keys.key(klo + j, kvh), keys.value(klo + j, kvh));
-            let kt = &mut kt_all[kvh * nk * h.hd..(kvh + 1) * nk * h.hd];
-            for (d, &x) in k.iter().enumerate() {
-                kt[d * nk + j] = x;
-            }
-            vc_all[(kvh * nk + j) * h.vdim..][..h.vdim].copy_from_slice(v);
-        }
-    }
+    gather_keys(pool, &keys, klo, nk, h, kt_all, vc_all);
     let (kt_all, vc_all) = (&*kt_all, &*vc_all);
     let block_rows = (BLOCK_QUERIES / h.group).max(1);
-    let per_worker = b.div_ceil(scores.len()).div_ceil(block_rows) * block_rows;
     let row_len = h.n_heads * h.vdim;
     let q = input.q;
     let failure = FirstError::new();
-    pool.for_each_chunk_mut(
-        &mut out[..b * row_len],
-        per_worker * row_len,
-        |worker, mine| {
-            let mut guard = scores[worker].lock().unwrap_or_else(|e| e.into_inner());
-            let first_row = worker * per_worker;
-            let m_max = block_rows * h.group;
-            guard.resize(m_max * (h.hd + nk + h.vdim), 0.0);
-            let (a, rest) = guard.split_at_mut(m_max * h.hd);
-            let (sc, o) = rest.split_at_mut(m_max * nk);
-            for (blk, out_blk) in mine.chunks_mut(block_rows * row_len).enumerate() {
-                let i0 = first_row + blk * block_rows;
-                let nrows = out_blk.len() / row_len;
-                let m = nrows * h.group;
-                // Keys the block's rows attend to, as indices into the gathered ones.
-                let jlo = input.lowest_key(pos0 + i0) - klo;
-                let nkb = pos0 + i0 + nrows - klo - jlo;
-                let width = h.group * h.hd;
-                for kvh in 0..h.n_kv {
-                    for r in 0..nrows {
-                        let src = ((i0 + r) * h.n_heads + kvh * h.group) * h.hd;
-                        a[r * width..(r + 1) * width].copy_from_slice(&q[src..src + width]);
-                    }
-                    let kt = &kt_all[kvh * nk * h.hd + jlo..];
-                    let products = quant::vector::sgemm(m, nkb, h.hd, a, h.hd, kt, nk, sc, nkb);
-                    if let Err(e) = products {
-                        return failure.set(e);
-                    }
-                    for qi in 0..m {
-                        let pos = pos0 + i0 + qi / h.group;
-                        let (lo, hi) = (input.lowest_key(pos) - klo - jlo, pos - klo - jlo);
-                        let row = &mut sc[qi * nkb..(qi + 1) * nkb];
-                        row[..lo].fill(0.0);
-                        row[hi + 1..].fill(0.0);
-                        input.normalize(&mut row[lo..=hi]);
-                    }
-                    let vc = &vc_all[(kvh * nk + jlo) * h.vdim..];
-                    let products =
-                        quant::vector::sgemm(m, h.vdim, nkb, sc, nkb, vc, h.vdim, o, h.vdim);
-                    if let Err(e) = products {
-                        return failure.set(e);
-                    }
-                    let gw = h.group * h.vdim;
-                    for r in 0..nrows {
-                        let dst = r * row_len + kvh * gw;
-                        out_blk[dst..dst + gw].copy_from_slice(&o[r * gw..(r + 1) * gw]);
-                    }
-                }
+    // One task per block of queries, the latest (longest causal window)
+    // first: the pool hands tasks out as threads free up, so the work
+    // evens out however unequal the blocks are.
+    let blocks: Vec<Mutex<(usize, &mut [f32])>> = out[..b * row_len]
+        .chunks_mut(block_rows * row_len)
+        .enumerate()
+        .rev()
+        .map(Mutex::new)
+        .collect();
+    pool.run(blocks.len(), |task| {
+        let mut block = blocks[task].lock().unwrap_or_else(|e| e.into_inner());
+        let blk = block.0;
+        let out_blk = &mut *block.1;
+        let mut guard = free_buffer(scores);
+        let m_max = block_rows * h.group;
+        guard.resize(m_max * (h.hd + nk + h.vdim), 0.0);
+        let (a, rest) = guard.split_at_mut(m_max * h.hd);
+        let (sc, o) = rest.split_at_mut(m_max * nk);
+        let i0 = blk * block_rows;
+        let nrows = out_blk.len() / row_len;
+        let m = nrows * h.group;
+        // Keys the block's rows attend to, as indices into the gathered ones.
+        let jlo = input.lowest_key(pos0 + i0) - klo;
+        let nkb = pos0 + i0 + nrows - klo - jlo;
+        let width = h.group * h.hd;
+        for kvh in 0..h.n_kv {
+            for r in 0..nrows {
+                let src = ((i0 + r) * h.n_heads + kvh * h.group) * h.hd;
+                a[r * width..(r + 1) * width].copy_from_slice(&q[src..src + width]);
             }
-        },
-    );
+            let kt = &kt_all[kvh * nk * h.hd + jlo..];
+            let products = quant::vector::sgemm(m, nkb, h.hd, a, h.hd, kt, nk, sc, nkb);
+            if let Err(e) = products {
+                return failure.set(e);
+            }
+            for qi in 0..m {
+                let pos = pos0 + i0 + qi / h.group;
+                let (lo, hi) = (input.lowest_key(pos) - klo - jlo, pos - klo - jlo);
+                let row = &mut sc[qi * nkb..(qi + 1) * nkb];
+                row[..lo].fill(0.0);
+                row[hi + 1..].fill(0.0);
+                input.normalize(&mut row[lo..=hi]);
+            }
+            let vc = &vc_all[(kvh * nk + jlo) * h.vdim..];
+            let products = quant::vector::sgemm(m, h.vdim, nkb, sc, nkb, vc, h.vdim, o, h.vdim);
+            if let Err(e) = products {
+                return failure.set(e);
+            }
+            let gw = h.group * h.vdim;
+            for r in 0..nrows {
+                let dst = r * row_len + kvh * gw;
+                out_blk[dst..dst + gw].copy_from_slice(&o[r * gw..(r + 1) * gw]);
+            }
+        }
+    });
     failure.into_result()
+}
+
+/// A score buffer no other task holds. At most one task per thread runs at
+/// a time and there is a buffer per thread, so one is always free.
+fn free_buffer(buffers: &[Mutex<Vec<f32>>]) -> std::sync::MutexGuard<'_, Vec<f32>> {
+    loop {
+        for b in buffers {
+            match b.try_lock() {
+                Ok(g) => return g,
+                Err(std::sync::TryLockError::Poisoned(p)) => return p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => {}
+            }
+        }
+        std::hint::spin_loop();
+    }
+}
+
+/// Key rows transposed per head in one task: the largest of 16, 8, 4, 2, 1
+/// that divides the head width, so a task's rows belong to one KV head and
+/// its writes fill that many cache lines side by side.
+fn transpose_rows(hd: usize) -> usize {
+    [16, 8, 4, 2, 1]
+        .into_iter()
+        .find(|r| hd.is_multiple_of(*r))
+        .unwrap_or(1)
+}
+
+/// Copies keys `klo..klo + nk` of every KV head into `kt_all` transposed
+/// (`[kvh][dim][key]`, so `Q·Kᵀ` is a plain product) and their values into
+/// `vc_all` (`[kvh][key][dim]`), in parallel.
+fn gather_keys(
+    pool: &quant::ThreadPool,
+    keys: &SeqKeys<'_>,
+    klo: usize,
+    nk: usize,
+    h: Heads,
+    kt_all: &mut [f32],
+    vc_all: &mut [f32],
+) {
+    let per = transpose_rows(h.hd);
+    pool.for_each_chunk_mut(kt_all, per * nk, |chunk, rows| {
+        let first = chunk * per;
+        let (kvh, d0) = (first / h.hd, first % h.hd);
+        let n = rows.len() / nk;
+        for j in 0..nk {
+            let k = &keys.key(klo + j, kvh)[d0..d0 + n];
+            for (i, &x) in k.iter().enumerate() {
+                rows[i * nk + j] = x;
+            }
+        }
+    });
+    // Whole keys' values per task: enough to be worth a task.
+    let per_task = 64;
+    pool.for_each_chunk_mut(vc_all, per_task * h.vdim, |chunk, dst| {
+        for (i, row) in dst.chunks_exact_mut(h.vdim).enumerate() {
+            let idx = chunk * per_task + i;
+            let (kvh, j) = (idx / nk, idx % nk);
+            row.copy_from_slice(keys.value(klo + j, kvh));
+        }
+    });
 }
