@@ -93,8 +93,8 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
             "kernels: {kernels} (this CPU runs: {})",
             engine::bench::kernel_sets().join(", ")
         );
-        println!("| model | kernels | threads | test | t/s | decode GB/s (% of read bandwidth) |");
-        println!("| --- | --- | ---: | ---: | ---: | ---: |");
+        println!("| model | kernels | threads | test | t/s | decode GB/s (% of read bandwidth) | sync: ops/token, workers idle, caller waits |");
+        println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
     }
     let decodes = tests.iter().any(|t| matches!(t, BenchTest::Generate(_)));
     for &t in &threads {
@@ -167,16 +167,29 @@ impl Row<'_> {
                 "samples_ts": r.samples,
                 "decode_gbps": decode_gbps,
                 "read_bandwidth_gbps": read_gbps,
+                "ops_per_token": r.sync.map(|s| s.ops_per_token),
+                "workers_idle": r.sync.map(|s| s.workers_idle),
+                "caller_wait": r.sync.map(|s| s.caller_wait),
             });
             println!("{v}");
         } else {
+            let sync = r.sync.map_or(String::new(), |s| {
+                // A prompt's operations are shared by all its tokens.
+                let ops = if s.ops_per_token < 10.0 { 2 } else { 0 };
+                format!(
+                    "{:.ops$}, {:.0}%, {:.0}%",
+                    s.ops_per_token,
+                    100.0 * s.workers_idle,
+                    100.0 * s.caller_wait
+                )
+            });
             let gbps = match (decode_gbps, read_gbps) {
                 (Some(d), Some(b)) => format!("{d:.1} ({:.0}% of {b:.1})", 100.0 * d / b),
                 (Some(d), None) => format!("{d:.1}"),
                 _ => String::new(),
             };
             println!(
-                "| {} | {} | {} | {test} | {:.2} ± {:.2} | {gbps} |",
+                "| {} | {} | {} | {test} | {:.2} ± {:.2} | {gbps} | {sync} |",
                 self.model,
                 self.kernels,
                 r.threads,

@@ -42,6 +42,47 @@ pub struct BenchResult {
     pub threads: usize,
     /// Tokens per second of each repetition.
     pub samples: Vec<f64>,
+    /// How the threads shared the timed runs, when there was more than one.
+    pub sync: Option<SyncShare>,
+}
+
+/// Where the time of a multi-threaded test went, beyond the kernels: how
+/// often the threads met, and how long they waited for each other.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct SyncShare {
+    /// Parallel operations per token.
+    pub ops_per_token: f64,
+    /// Share of the wall time the calling thread spent waiting at the end of
+    /// operations for the other threads.
+    pub caller_wait: f64,
+    /// Share of the worker threads' wall time not spent on tasks: waiting
+    /// while the caller works alone, for a hand-off, or for the slowest
+    /// thread of an operation.
+    pub workers_idle: f64,
+}
+
+impl SyncShare {
+    /// The share measured between two pool readings over `wall` time, for
+    /// `tokens` tokens on `threads` threads (`None` on one thread).
+    fn between(
+        before: quant::PoolStats,
+        after: quant::PoolStats,
+        wall: Duration,
+        tokens: usize,
+        threads: usize,
+    ) -> Option<Self> {
+        if threads < 2 || wall.is_zero() || tokens == 0 {
+            return None;
+        }
+        let d = after - before;
+        let wall_s = wall.as_secs_f64();
+        let workers = (threads - 1) as f64;
+        Some(SyncShare {
+            ops_per_token: d.ops as f64 / tokens as f64,
+            caller_wait: d.caller_wait.as_secs_f64() / wall_s,
+            workers_idle: (1.0 - d.worker_busy.as_secs_f64() / (wall_s * workers)).max(0.0),
+        })
+    }
 }
 
 impl BenchResult {
@@ -107,8 +148,16 @@ impl Engine {
         };
         run()?;
         let mut samples = Vec::with_capacity(reps);
+        let (mut timed, mut sync) = (Duration::ZERO, None);
         for _ in 0..reps.max(1) {
+            // The pool's counters also run during the untimed context
+            // (`depth`), so they are read around the timed part alone.
+            let before = self.model().pool_stats();
             let t = run()?;
+            let after = self.model().pool_stats();
+            timed += t;
+            let share = SyncShare::between(before, after, t, n, self.model().threads());
+            sync = merge(sync, share, timed, t);
             samples.push(n as f64 / t.as_secs_f64().max(1e-9));
         }
         Ok(BenchResult {
@@ -116,8 +165,28 @@ impl Engine {
             depth,
             threads: self.model().threads(),
             samples,
+            sync,
         })
     }
+}
+
+/// `sum`, the time-weighted mean share over `total` time so far, with one
+/// more repetition's `share` of `t` added.
+fn merge(
+    sum: Option<SyncShare>,
+    share: Option<SyncShare>,
+    total: Duration,
+    t: Duration,
+) -> Option<SyncShare> {
+    let share = share?;
+    let Some(prev) = sum else { return Some(share) };
+    let w = t.as_secs_f64() / total.as_secs_f64().max(1e-12);
+    let mix = |a: f64, b: f64| a * (1.0 - w) + b * w;
+    Some(SyncShare {
+        ops_per_token: mix(prev.ops_per_token, share.ops_per_token),
+        caller_wait: mix(prev.caller_wait, share.caller_wait),
+        workers_idle: mix(prev.workers_idle, share.workers_idle),
+    })
 }
 
 /// The CPU kernel set products run on (`scalar`, `avx2`, `avxvnni`,
@@ -161,10 +230,48 @@ mod tests {
             depth: 0,
             threads: 1,
             samples: vec![1.0, 2.0, 3.0],
+            sync: None,
         };
         assert_eq!(r.mean(), 2.0);
         assert!((r.sd() - 1.0).abs() < 1e-12);
         assert_eq!(BenchTest::Generate(128).name(), "tg128");
+    }
+
+    #[test]
+    fn sync_share_of_pool_counters() {
+        let ms = Duration::from_millis;
+        let before = quant::PoolStats {
+            ops: 10,
+            caller_wait: ms(5),
+            worker_busy: ms(50),
+        };
+        let after = quant::PoolStats {
+            ops: 410,
+            caller_wait: ms(15),
+            worker_busy: ms(130),
+        };
+        // 400 operations over 4 tokens; two workers busy 80 ms of 2 × 100.
+        let s = SyncShare::between(before, after, ms(100), 4, 3).unwrap();
+        assert_eq!(s.ops_per_token, 100.0);
+        assert!((s.caller_wait - 0.1).abs() < 1e-12);
+        assert!((s.workers_idle - 0.6).abs() < 1e-12);
+        assert_eq!(SyncShare::between(before, after, ms(100), 4, 1), None);
+        // Repetitions weigh by their time: 1 s at 0.6 idle and 3 s at 0.2.
+        let first = SyncShare {
+            workers_idle: 0.6,
+            ..s
+        };
+        let second = SyncShare {
+            workers_idle: 0.2,
+            ..s
+        };
+        let m = merge(
+            Some(first),
+            Some(second),
+            Duration::from_secs(4),
+            Duration::from_secs(3),
+        );
+        assert!((m.unwrap().workers_idle - 0.3).abs() < 1e-12);
     }
 }
 

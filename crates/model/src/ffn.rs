@@ -14,8 +14,8 @@ impl Model {
         let (b, h, fd) = (s.batch, cfg.hidden, cfg.layers[li].ffn_dim);
         self.block_input(&lw.ffn_norm, s);
         let input = &s.h[..b * h];
-        self.linear(&lw.gate, input, b, &mut s.gate[..b * fd], &mut s.products)?;
-        self.linear(&lw.up, input, b, &mut s.up[..b * fd], &mut s.products)?;
+        let mut outs = [&mut s.gate[..b * fd], &mut s.up[..b * fd]];
+        self.linear_many(&[&lw.gate, &lw.up], input, b, &mut outs, &mut s.products)?;
         let up = &s.up[..b * fd];
         par_rows(&self.pool, &mut s.gate[..b * fd], fd, |i, g| {
             ops::geglu(g, &up[i * fd..(i + 1) * fd])

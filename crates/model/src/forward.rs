@@ -180,12 +180,13 @@ impl Model {
             kind.n_kv_heads * kind.value_dim,
         );
         self.block_input(&lw.attn_norm, s);
-        self.project_queries(li, s)?;
+        self.qkv_products(li, s)?;
+        self.finish_queries(li, s);
         // A layer that shares another's KV reads that layer's cache and keys.
         let kv_layer = match kind.kv_source {
             Some(src) => src,
             None => {
-                self.project_keys_values(li, s)?;
+                self.finish_keys_values(li, s);
                 li
             }
         };
@@ -226,19 +227,44 @@ impl Model {
         Ok(())
     }
 
-    /// Queries of layer `li` from `s.h`: projected, QK-normed where the layer
-    /// has the norm, rotated, and scaled.
-    fn project_queries(&self, li: usize, s: &mut Scratch) -> Result<(), ModelError> {
+    /// Layer `li`'s projections of `s.h`: the queries into `s.q` and, on a
+    /// layer with its own keys and values, those into `s.k` and `s.v` (the
+    /// value projection only where the layer has one), as one product.
+    fn qkv_products(&self, li: usize, s: &mut Scratch) -> Result<(), ModelError> {
+        let (cfg, lw, kind) = (
+            &self.config,
+            &self.weights.layers[li],
+            &self.config.layers[li],
+        );
+        let (b, h, hd) = (s.batch, cfg.hidden, kind.head_dim);
+        let qd = cfg.n_heads * hd;
+        let (kd, vd) = (kind.n_kv_heads * hd, kind.n_kv_heads * kind.value_dim);
+        let input = &s.h[..b * h];
+        if kind.kv_source.is_some() {
+            return self.linear(&lw.q, input, b, &mut s.q[..b * qd], &mut s.products);
+        }
+        let k_w =
+            lw.k.as_ref()
+                .ok_or_else(|| ModelError::MissingTensor(format!("blk.{li}.attn_k.weight")))?;
+        let (q, k, v) = (&mut s.q[..b * qd], &mut s.k[..b * kd], &mut s.v[..b * vd]);
+        match &lw.v {
+            Some(v_w) => self.linear_many(
+                &[&lw.q, k_w, v_w],
+                input,
+                b,
+                &mut [q, k, v],
+                &mut s.products,
+            ),
+            None => self.linear_many(&[&lw.q, k_w], input, b, &mut [q, k], &mut s.products),
+        }
+    }
+
+    /// The projected queries of layer `li`, QK-normed where the layer has
+    /// the norm, rotated, and scaled.
+    fn finish_queries(&self, li: usize, s: &mut Scratch) {
         let (cfg, lw) = (&self.config, &self.weights.layers[li]);
         let hd = cfg.layers[li].head_dim;
         let (b, qd) = (s.batch, cfg.n_heads * hd);
-        self.linear(
-            &lw.q,
-            &s.h[..b * cfg.hidden],
-            b,
-            &mut s.q[..b * qd],
-            &mut s.products,
-        )?;
         let heads = Heads {
             per_row: cfg.n_heads,
             dim: hd,
@@ -246,27 +272,23 @@ impl Model {
             scale: cfg.attn_scale,
         };
         self.rotate_heads(li, &mut s.q[..b * qd], heads, &s.row_pos);
-        Ok(())
     }
 
-    /// Keys and values of layer `li` from `s.h` into `s.k` and `s.v` (kept
-    /// aside too when later layers share them).
-    fn project_keys_values(&self, li: usize, s: &mut Scratch) -> Result<(), ModelError> {
+    /// The projected keys and values of layer `li`: values taken from the
+    /// keys where the layer has no value projection, keys normed and
+    /// rotated, values normed where the model does, and both kept aside
+    /// when later layers share them.
+    fn finish_keys_values(&self, li: usize, s: &mut Scratch) {
         let (cfg, lw, kind) = (
             &self.config,
             &self.weights.layers[li],
             &self.config.layers[li],
         );
-        let (b, h, hd) = (s.batch, cfg.hidden, kind.head_dim);
+        let (b, hd) = (s.batch, kind.head_dim);
         let (kd, vd) = (kind.n_kv_heads * hd, kind.n_kv_heads * kind.value_dim);
-        let k_w =
-            lw.k.as_ref()
-                .ok_or_else(|| ModelError::MissingTensor(format!("blk.{li}.attn_k.weight")))?;
-        self.linear(k_w, &s.h[..b * h], b, &mut s.k[..b * kd], &mut s.products)?;
-        match &lw.v {
-            Some(v_w) => self.linear(v_w, &s.h[..b * h], b, &mut s.v[..b * vd], &mut s.products)?,
+        if lw.v.is_none() {
             // k = v: values are the keys' projection before the key norm and RoPE.
-            None => s.v[..b * vd].copy_from_slice(&s.k[..b * kd]),
+            s.v[..b * vd].copy_from_slice(&s.k[..b * kd]);
         }
         let heads = Heads {
             per_row: kind.n_kv_heads,
@@ -286,7 +308,6 @@ impl Model {
             s.shared_v[li].clear();
             s.shared_v[li].extend_from_slice(&s.v[..b * vd]);
         }
-        Ok(())
     }
 
     /// Per head of `data` (rows of `heads.per_row` heads): the QK-norm where

@@ -197,6 +197,12 @@ impl Model {
         self.pool.threads()
     }
 
+    /// The thread pool's counters so far: parallel operations, and the time
+    /// its threads spent working and waiting.
+    pub fn pool_stats(&self) -> quant::PoolStats {
+        self.pool.stats()
+    }
+
     /// Bytes of weights the forward pass reads.
     pub fn weight_bytes(&self) -> u64 {
         self.file.tensors().iter().map(|t| t.n_bytes).sum()

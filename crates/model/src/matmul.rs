@@ -42,6 +42,36 @@ impl Model {
         self.matmul(&w.matrix(&self.file)?, x, batch, out, bufs)
     }
 
+    /// `outs[i] = ws[i] x` for a batch: in one pass (see
+    /// [`quant::matmul_many`]) where the activations are quantized, one
+    /// product after another in exact precision. The same numbers either way
+    /// as [`Self::linear`] on each.
+    pub(crate) fn linear_many(
+        &self,
+        ws: &[&Linear],
+        x: &[f32],
+        batch: usize,
+        outs: &mut [&mut [f32]],
+        bufs: &mut ProductBuffers,
+    ) -> Result<(), ModelError> {
+        let matrices = ws
+            .iter()
+            .map(|w| w.matrix(&self.file))
+            .collect::<Result<Vec<_>, _>>()?;
+        match self.precision {
+            Precision::Quantized => {
+                let refs: Vec<&quant::Matrix> = matrices.iter().collect();
+                quant::matmul_many(&self.pool, &refs, x, batch, outs, &mut bufs.qbuf)?
+            }
+            Precision::Exact => {
+                for (m, out) in matrices.iter().zip(outs.iter_mut()) {
+                    matmul_exact(&self.pool, m, x, batch, out, &mut bufs.wide)?;
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// `out = W x` for a batch, in the precision the model was loaded with.
     pub(crate) fn matmul(
         &self,

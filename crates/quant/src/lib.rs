@@ -19,8 +19,8 @@ pub mod vector;
 pub use bandwidth::read_bandwidth;
 pub use error::QuantError;
 pub use gguf::GgmlType;
-pub use matmul::{check_product_shapes, matmul, Matrix};
-pub use pool::{default_threads, ThreadPool};
+pub use matmul::{check_product_shapes, matmul, matmul_many, Matrix};
+pub use pool::{default_threads, PoolStats, ThreadPool};
 
 use formats::{float, kquantize, kquants, legacy};
 

@@ -116,6 +116,9 @@ const GEMM_MIN_BATCH: usize = 16;
 /// blocks, so the packed panels and the swept activations both stay in L2.
 const PANELS: usize = 8;
 
+/// Tasks per thread the panel product aims for (see [`gemm_panels`]).
+const TASKS_PER_THREAD: usize = 4;
+
 /// Activation rows per sweep over the packed panels (a multiple of the tile's).
 const SWEEP: usize = 64;
 
@@ -179,12 +182,19 @@ fn gemm_panels(
         }
         let acts = &*acts;
         let panels = rows.div_ceil(NR);
-        let parts = pool.threads().min(panels);
+        // Runs of panels, claimed as threads free up: a thread slowed by a
+        // neighbour on its core takes fewer instead of holding the others
+        // at the end of the product. A run is at most what is packed at
+        // once, and short enough for every thread to get several.
+        let per_task = panels
+            .div_ceil(pool.threads() * TASKS_PER_THREAD)
+            .clamp(1, PANELS);
+        let parts = panels.div_ceil(per_task);
         pool.run(parts, |t| {
             PACKED.with(|packed| {
                 let mut packed = packed.borrow_mut();
                 packed.resize_with(PANELS, Panel::default);
-                let mine = split_range(panels, parts, t);
+                let mine = t * per_task..((t + 1) * per_task).min(panels);
                 let mut p0 = mine.start;
                 while p0 < mine.end {
                     let p1 = (p0 + PANELS).min(mine.end);
@@ -328,7 +338,7 @@ pub fn matmul(
         return Ok(());
     }
 
-    let f = k.quant(w.ty).ok_or(QuantError::Unsupported(w.ty))?;
+    k.quant(w.ty).ok_or(QuantError::Unsupported(w.ty))?;
     if batch >= GEMM_MIN_BATCH && crate::gemm::group_len(w.ty).is_some() {
         gemm_panels(pool, k.gemm, w, x, batch, &shared);
         return Ok(());
@@ -339,103 +349,225 @@ pub fn matmul(
     if scratch.len() < need {
         scratch.resize(need, 0);
     }
-    let acts = &mut scratch[..need];
-    if batch > 1 {
-        let per = batch.div_ceil(pool.threads());
-        pool.for_each_chunk_mut(acts, per * arow, |i, dst| {
-            for (j, d) in dst.chunks_exact_mut(arow).enumerate() {
-                let b = i * per + j;
-                // Shapes are consistent by construction, so this cannot fail.
-                let _ = quantize_activation(at, &x[b * cols..(b + 1) * cols], d);
-            }
-        });
-    } else {
-        quantize_activation(at, x, acts)?;
-    }
+    quantize_rows(pool, at, x, cols, &mut scratch[..need])?;
     let acts = &scratch[..need];
+    pool.run(parts, |t| {
+        quant_rows(k, w, acts, batch, split_range(rows, parts, t), &shared);
+    });
+    Ok(())
+}
+
+/// Several products of the same activations at once (`outs[i] = ws[i] x`),
+/// such as a layer's query, key and value projections: for the few rows of
+/// a decode step, the activations are quantized once per activation type
+/// and every matrix's rows are shared out in one parallel operation, where
+/// separate products would quantize them again and make the threads meet
+/// once per matrix. Each result is [`matmul`]'s to the bit; batches that
+/// take the panel product, and float weights, go through [`matmul`] one
+/// matrix at a time.
+pub fn matmul_many(
+    pool: &ThreadPool,
+    ws: &[&Matrix],
+    x: &[f32],
+    batch: usize,
+    outs: &mut [&mut [f32]],
+    scratch: &mut Vec<u8>,
+) -> Result<(), QuantError> {
+    if ws.len() != outs.len() {
+        return Err(QuantError::Shape(format!(
+            "{} matrices for {} outputs",
+            ws.len(),
+            outs.len()
+        )));
+    }
+    let k = simd::best();
+    let fused = ws.len() > 1
+        && batch > 0
+        && batch < GEMM_MIN_BATCH
+        && ws
+            .iter()
+            .all(|w| w.cols == ws[0].cols && k.float(w.ty).is_none() && k.quant(w.ty).is_some());
+    if !fused {
+        for (w, out) in ws.iter().zip(outs.iter_mut()) {
+            matmul(pool, w, x, batch, out, scratch)?;
+        }
+        return Ok(());
+    }
+    for (w, out) in ws.iter().zip(outs.iter()) {
+        check_product_shapes(w, x, batch, out)?;
+    }
+    let cols = ws[0].cols;
+    // One quantized copy of the activations per activation type, one after
+    // another in `scratch`.
+    let mut types: Vec<(GgmlType, usize, usize)> = Vec::new();
+    let mut need = 0;
+    for w in ws {
+        let at = vec_dot_type(w.ty);
+        if types.iter().all(|&(t, _, _)| t != at) {
+            let arow = (cols / at.block_len()) * at.block_bytes();
+            types.push((at, need, arow * batch));
+            need += arow * batch;
+        }
+    }
+    if scratch.len() < need {
+        scratch.resize(need, 0);
+    }
+    for &(at, start, len) in &types {
+        quantize_rows(
+            pool,
+            at,
+            &x[..batch * cols],
+            cols,
+            &mut scratch[start..start + len],
+        )?;
+    }
+    let acts_of = |w: &Matrix| {
+        let at = vec_dot_type(w.ty);
+        let &(_, start, len) = types.iter().find(|&&(t, _, _)| t == at)?;
+        Some(&scratch[start..start + len])
+    };
+    let shared: Vec<SharedOut> = ws
+        .iter()
+        .zip(outs.iter_mut())
+        .map(|(w, out)| SharedOut {
+            ptr: out.as_mut_ptr(),
+            len: batch * w.rows,
+        })
+        .collect();
+    // Each matrix split as `matmul` splits it, all its parts in one list.
+    let tasks: Vec<(usize, usize, usize)> = ws
+        .iter()
+        .enumerate()
+        .flat_map(|(i, w)| {
+            let parts = pool.threads().min(w.rows);
+            (0..parts).map(move |t| (i, t, parts))
+        })
+        .collect();
+    pool.run(tasks.len(), |task| {
+        let (i, t, parts) = tasks[task];
+        let w = ws[i];
+        if let Some(acts) = acts_of(w) {
+            quant_rows(k, w, acts, batch, split_range(w.rows, parts, t), &shared[i]);
+        }
+    });
+    Ok(())
+}
+
+/// Quantizes `batch` rows of `cols` activations (`x`) into `dst` as type
+/// `at`, the rows split over the pool when there are several.
+fn quantize_rows(
+    pool: &ThreadPool,
+    at: GgmlType,
+    x: &[f32],
+    cols: usize,
+    dst: &mut [u8],
+) -> Result<(), QuantError> {
+    let arow = (cols / at.block_len()) * at.block_bytes();
+    let batch = dst.len() / arow.max(1);
+    if batch <= 1 {
+        return quantize_activation(at, &x[..cols * batch], dst);
+    }
+    let per = batch.div_ceil(pool.threads());
+    pool.for_each_chunk_mut(dst, per * arow, |i, dst| {
+        for (j, d) in dst.chunks_exact_mut(arow).enumerate() {
+            let b = i * per + j;
+            // Shapes are consistent by construction, so this cannot fail.
+            let _ = quantize_activation(at, &x[b * cols..(b + 1) * cols], d);
+        }
+    });
+    Ok(())
+}
+
+/// Rows `range` of `w` times `batch` quantized activation rows (`acts`,
+/// of `w`'s activation type) into `out`, through the small-batch kernels:
+/// four activation rows at a time where the type has such a kernel, four
+/// weight rows at a time for one activation row, else one dot at a time.
+/// `w`'s type must have a quantized kernel in `k`.
+fn quant_rows(
+    k: &simd::Kernels,
+    w: &Matrix,
+    acts: &[u8],
+    batch: usize,
+    range: std::ops::Range<usize>,
+    out: &SharedOut,
+) {
+    let Some(f) = k.quant(w.ty) else { return };
+    let (rows, cols) = (w.rows, w.cols);
+    let at = vec_dot_type(w.ty);
+    let arow = (cols / at.block_len()) * at.block_bytes();
     let nb = cols / w.ty.block_len();
     if let (Some(tile), true) = (k.tile4(w.ty), batch >= 4) {
-        pool.run(parts, |t| {
-            let range = split_range(rows, parts, t);
-            let mut r0 = range.start;
-            while r0 < range.end {
-                let r1 = (r0 + ROW_TILE).min(range.end);
-                let mut b = 0;
-                while b + 4 <= batch {
-                    for r in r0..r1 {
-                        // SAFETY: kernel from `simd::best()`; the row holds `nb`
-                        // blocks, and activation rows b..b+4 (each `arow` bytes of
-                        // `nb` Q8_0 blocks) lie inside `acts`.
-                        let v =
-                            unsafe { tile(w.row(r), &acts[b * arow..(b + 4) * arow], arow, nb) };
-                        for (c, v) in v.into_iter().enumerate() {
-                            // SAFETY: row r belongs to this task alone.
-                            unsafe { shared.write((b + c) * rows + r, v) };
-                        }
-                    }
-                    b += 4;
-                }
-                for b in b..batch {
-                    for r in r0..r1 {
-                        // SAFETY: as in the single-row path below.
-                        let v = unsafe { f(w.row(r), &acts[b * arow..(b + 1) * arow], nb) };
+        let mut r0 = range.start;
+        while r0 < range.end {
+            let r1 = (r0 + ROW_TILE).min(range.end);
+            let mut b = 0;
+            while b + 4 <= batch {
+                for r in r0..r1 {
+                    // SAFETY: kernel from `simd::best()`; the row holds `nb`
+                    // blocks, and activation rows b..b+4 (each `arow` bytes of
+                    // `nb` Q8_0 blocks) lie inside `acts`.
+                    let v = unsafe { tile(w.row(r), &acts[b * arow..(b + 4) * arow], arow, nb) };
+                    for (c, v) in v.into_iter().enumerate() {
                         // SAFETY: row r belongs to this task alone.
-                        unsafe { shared.write(b * rows + r, v) };
+                        unsafe { out.write((b + c) * rows + r, v) };
                     }
                 }
-                r0 = r1;
+                b += 4;
             }
-        });
-        return Ok(());
+            for b in b..batch {
+                for r in r0..r1 {
+                    // SAFETY: as in the single-row path below.
+                    let v = unsafe { f(w.row(r), &acts[b * arow..(b + 1) * arow], nb) };
+                    // SAFETY: row r belongs to this task alone.
+                    unsafe { out.write(b * rows + r, v) };
+                }
+            }
+            r0 = r1;
+        }
+        return;
     }
     if let Some(rows4) = k.rows4(w.ty) {
         let rb = w.row_bytes;
-        pool.run(parts, |t| {
-            let range = split_range(rows, parts, t);
-            let mut r0 = range.start;
-            while r0 < range.end {
-                let r1 = (r0 + ROW_TILE).min(range.end);
-                for b in 0..batch {
-                    let a = &acts[b * arow..(b + 1) * arow];
-                    let mut r = r0;
-                    while r + 4 <= r1 {
-                        // SAFETY: kernel from `simd::best()`; rows r..r+4 are
-                        // inside the matrix (r + 4 <= r1 <= rows), each `nb`
-                        // blocks, and `a` holds `nb` activation blocks.
-                        let v = unsafe { rows4(&w.data[r * rb..(r + 4) * rb], rb, a, nb) };
-                        for (j, v) in v.into_iter().enumerate() {
-                            // SAFETY: row r + j belongs to this task alone.
-                            unsafe { shared.write(b * rows + r + j, v) };
-                        }
-                        r += 4;
+        let mut r0 = range.start;
+        while r0 < range.end {
+            let r1 = (r0 + ROW_TILE).min(range.end);
+            for b in 0..batch {
+                let a = &acts[b * arow..(b + 1) * arow];
+                let mut r = r0;
+                while r + 4 <= r1 {
+                    // SAFETY: kernel from `simd::best()`; rows r..r+4 are
+                    // inside the matrix (r + 4 <= r1 <= rows), each `nb`
+                    // blocks, and `a` holds `nb` activation blocks.
+                    let v = unsafe { rows4(&w.data[r * rb..(r + 4) * rb], rb, a, nb) };
+                    for (j, v) in v.into_iter().enumerate() {
+                        // SAFETY: row r + j belongs to this task alone.
+                        unsafe { out.write(b * rows + r + j, v) };
                     }
-                    for r in r..r1 {
-                        // SAFETY: as in the single-row path below.
-                        let v = unsafe { f(w.row(r), a, nb) };
-                        // SAFETY: row r belongs to this task alone.
-                        unsafe { shared.write(b * rows + r, v) };
-                    }
+                    r += 4;
                 }
-                r0 = r1;
+                for r in r..r1 {
+                    // SAFETY: as in the single-row path below.
+                    let v = unsafe { f(w.row(r), a, nb) };
+                    // SAFETY: row r belongs to this task alone.
+                    unsafe { out.write(b * rows + r, v) };
+                }
             }
-        });
-        return Ok(());
+            r0 = r1;
+        }
+        return;
     }
     let ahead = (PREFETCH_BYTES / w.row_bytes).max(1);
     let self_prefetching = k.prefetches(w.ty);
-    pool.run(parts, |t| {
-        for_tiles(split_range(rows, parts, t), batch, |r, b| {
-            if b == 0 && !self_prefetching {
-                prefetch(w.row(r + ahead));
-            }
-            // SAFETY: kernel from `simd::best()`; a row holds `nb` weight blocks and
-            // each activation row `nb` blocks of the vec_dot type.
-            let v = unsafe { f(w.row(r), &acts[b * arow..(b + 1) * arow], nb) };
-            // SAFETY: row r belongs to this task alone.
-            unsafe { shared.write(b * rows + r, v) };
-        });
+    for_tiles(range, batch, |r, b| {
+        if b == 0 && !self_prefetching {
+            prefetch(w.row(r + ahead));
+        }
+        // SAFETY: kernel from `simd::best()`; a row holds `nb` weight blocks and
+        // each activation row `nb` blocks of the vec_dot type.
+        let v = unsafe { f(w.row(r), &acts[b * arow..(b + 1) * arow], nb) };
+        // SAFETY: row r belongs to this task alone.
+        unsafe { out.write(b * rows + r, v) };
     });
-    Ok(())
 }
 
 /// How far ahead of the row being multiplied the weights are prefetched: far

@@ -47,6 +47,13 @@ struct Shared {
     park: Mutex<()>,
     wake: Condvar,
     shutdown: AtomicBool,
+    /// Parallel operations run (those that went to the workers).
+    ops: AtomicU64,
+    /// Nanoseconds callers spent waiting for workers to finish an
+    /// operation after running out of tasks of their own.
+    caller_wait_ns: AtomicU64,
+    /// Nanoseconds workers spent running tasks, all workers together.
+    worker_busy_ns: AtomicU64,
 }
 
 impl Shared {
@@ -108,8 +115,39 @@ impl Shared {
             }
             let job = *self.job.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(job) = job.filter(|j| j.epoch == seen) {
+                let start = Instant::now();
                 self.work(job);
+                self.worker_busy_ns
+                    .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
             }
+        }
+    }
+}
+
+/// Where a pool's threads spent their time: what `hearth bench` reports
+/// of a step's synchronisation.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PoolStats {
+    /// Parallel operations handed to the workers.
+    pub ops: u64,
+    /// Time the calling thread waited at the end of operations for workers
+    /// still running tasks.
+    pub caller_wait: Duration,
+    /// Time the workers spent running tasks, all workers together. The
+    /// rest of their time they wait: for the next operation while the
+    /// caller works alone, or at the end of one.
+    pub worker_busy: Duration,
+}
+
+impl std::ops::Sub for PoolStats {
+    type Output = PoolStats;
+
+    /// What ran between two readings.
+    fn sub(self, earlier: PoolStats) -> PoolStats {
+        PoolStats {
+            ops: self.ops.saturating_sub(earlier.ops),
+            caller_wait: self.caller_wait.saturating_sub(earlier.caller_wait),
+            worker_busy: self.worker_busy.saturating_sub(earlier.worker_busy),
         }
     }
 }
@@ -146,6 +184,9 @@ impl ThreadPool {
             park: Mutex::new(()),
             wake: Condvar::new(),
             shutdown: AtomicBool::new(false),
+            ops: AtomicU64::new(0),
+            caller_wait_ns: AtomicU64::new(0),
+            worker_busy_ns: AtomicU64::new(0),
         });
         let workers: Vec<_> = (1..threads.max(1))
             .map_while(|i| {
@@ -168,6 +209,17 @@ impl ThreadPool {
     /// Number of worker threads, the caller included.
     pub fn threads(&self) -> usize {
         self.threads
+    }
+
+    /// Counters of the work so far (see [`PoolStats`]); the difference of
+    /// two readings covers what ran between them.
+    pub fn stats(&self) -> PoolStats {
+        let sh = &*self.shared;
+        PoolStats {
+            ops: sh.ops.load(Ordering::Relaxed),
+            caller_wait: Duration::from_nanos(sh.caller_wait_ns.load(Ordering::Relaxed)),
+            worker_busy: Duration::from_nanos(sh.worker_busy_ns.load(Ordering::Relaxed)),
+        }
     }
 
     /// Runs `f`. Kept for callers written against a pool that had to be
@@ -215,6 +267,7 @@ impl ThreadPool {
             sh.wake.notify_all();
         }
         sh.work(job);
+        let waiting = Instant::now();
         let mut spins = 0u32;
         while sh.done.load(Ordering::Acquire) < tasks {
             spins = spins.wrapping_add(1);
@@ -224,6 +277,9 @@ impl ThreadPool {
                 std::hint::spin_loop();
             }
         }
+        sh.caller_wait_ns
+            .fetch_add(waiting.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        sh.ops.fetch_add(1, Ordering::Relaxed);
         *sh.job.lock().unwrap_or_else(|p| p.into_inner()) = None;
         if sh.panicked.load(Ordering::Acquire) {
             panic!("a parallel task panicked");

@@ -229,6 +229,69 @@ fn matmul_matches_naive_loop() {
     }
 }
 
+/// Several matrices of mixed types against the same activations in one
+/// `matmul_many` give each `matmul`'s results to the bit, on every thread
+/// count, for decode-sized batches (fused) and a prefill-sized one (one by
+/// one), float weights included.
+#[test]
+fn matmul_many_matches_separate_products() {
+    let mut rng = Rng(11);
+    let cols = 512;
+    let shapes = [
+        (GgmlType::Q5_0, 37),
+        (GgmlType::Q8_0, 64),
+        (GgmlType::Q4_K, 21),
+        (GgmlType::Q6_K, 8),
+        (GgmlType::F16, 9),
+    ];
+    let weights: Vec<Vec<u8>> = shapes
+        .iter()
+        .map(|&(ty, rows)| random_weights(ty, rows * cols, &mut rng))
+        .collect();
+    let ms: Vec<Matrix> = shapes
+        .iter()
+        .zip(&weights)
+        .map(|(&(ty, rows), w)| Matrix::new(ty, rows, cols, w).unwrap())
+        .collect();
+    for threads in [1, 2, 3] {
+        let pool = ThreadPool::new(threads);
+        let mut scratch = Vec::new();
+        for batch in [1, 3, 5, 17] {
+            let x: Vec<f32> = (0..batch * cols).map(|_| rng.f32()).collect();
+            for set in [&ms[..4], &ms[..], &ms[1..3]] {
+                let refs: Vec<&Matrix> = set.iter().collect();
+                let mut outs: Vec<Vec<f32>> = set
+                    .iter()
+                    .map(|m| vec![f32::NAN; batch * m.rows()])
+                    .collect();
+                let mut views: Vec<&mut [f32]> = outs.iter_mut().map(|o| &mut o[..]).collect();
+                quant::matmul_many(&pool, &refs, &x, batch, &mut views, &mut scratch).unwrap();
+                for (m, got) in set.iter().zip(&outs) {
+                    let mut want = vec![f32::NAN; batch * m.rows()];
+                    quant::matmul(&pool, m, &x, batch, &mut want, &mut scratch).unwrap();
+                    let same = got
+                        .iter()
+                        .zip(&want)
+                        .all(|(a, b)| a.to_bits() == b.to_bits());
+                    assert!(same, "{} threads {threads} batch {batch}", m.ty());
+                }
+            }
+        }
+        // Shapes that do not fit are errors.
+        let refs: Vec<&Matrix> = ms[..2].iter().collect();
+        let mut a = vec![0.0; 37];
+        let mut b = vec![0.0; 64];
+        let mut views: Vec<&mut [f32]> = vec![&mut a, &mut b];
+        assert!(
+            quant::matmul_many(&pool, &refs, &[0.0; 100], 1, &mut views, &mut scratch).is_err()
+        );
+        assert!(
+            quant::matmul_many(&pool, &refs, &[0.0; 512], 1, &mut views[..1], &mut scratch)
+                .is_err()
+        );
+    }
+}
+
 #[test]
 fn bad_inputs_are_errors_not_panics() {
     let mut dst = [0f32; 32];
