@@ -15,7 +15,7 @@ impl Model {
         self.block_input(&lw.ffn_norm, s);
         let input = &s.h[..b * h];
         let mut outs = [&mut s.gate[..b * fd], &mut s.up[..b * fd]];
-        self.linear_many(&[&lw.gate, &lw.up], input, b, &mut outs, &mut s.products)?;
+        self.linear_many([&lw.gate, &lw.up], input, b, &mut outs, &mut s.products)?;
         let up = &s.up[..b * fd];
         par_rows(&self.pool, &mut s.gate[..b * fd], fd, |i, g| {
             ops::geglu(g, &up[i * fd..(i + 1) * fd])

@@ -248,14 +248,10 @@ impl Model {
                 .ok_or_else(|| ModelError::MissingTensor(format!("blk.{li}.attn_k.weight")))?;
         let (q, k, v) = (&mut s.q[..b * qd], &mut s.k[..b * kd], &mut s.v[..b * vd]);
         match &lw.v {
-            Some(v_w) => self.linear_many(
-                &[&lw.q, k_w, v_w],
-                input,
-                b,
-                &mut [q, k, v],
-                &mut s.products,
-            ),
-            None => self.linear_many(&[&lw.q, k_w], input, b, &mut [q, k], &mut s.products),
+            Some(v_w) => {
+                self.linear_many([&lw.q, k_w, v_w], input, b, &mut [q, k, v], &mut s.products)
+            }
+            None => self.linear_many([&lw.q, k_w], input, b, &mut [q, k], &mut s.products),
         }
     }
 

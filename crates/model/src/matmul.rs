@@ -46,21 +46,25 @@ impl Model {
     /// [`quant::matmul_many`]) where the activations are quantized, one
     /// product after another in exact precision. The same numbers either way
     /// as [`Self::linear`] on each.
-    pub(crate) fn linear_many(
+    pub(crate) fn linear_many<const N: usize>(
         &self,
-        ws: &[&Linear],
+        ws: [&Linear; N],
         x: &[f32],
         batch: usize,
-        outs: &mut [&mut [f32]],
+        outs: &mut [&mut [f32]; N],
         bufs: &mut ProductBuffers,
     ) -> Result<(), ModelError> {
-        let matrices = ws
-            .iter()
-            .map(|w| w.matrix(&self.file))
-            .collect::<Result<Vec<_>, _>>()?;
+        // Matrix views in a fixed array: this runs a few times per step.
+        let Some(first) = ws.first() else {
+            return Ok(());
+        };
+        let mut matrices = [first.matrix(&self.file)?; N];
+        for (m, w) in matrices.iter_mut().zip(ws).skip(1) {
+            *m = w.matrix(&self.file)?;
+        }
         match self.precision {
             Precision::Quantized => {
-                let refs: Vec<&quant::Matrix> = matrices.iter().collect();
+                let refs: [&quant::Matrix; N] = std::array::from_fn(|i| &matrices[i]);
                 quant::matmul_many(&self.pool, &refs, x, batch, outs, &mut bufs.qbuf)?
             }
             Precision::Exact => {

@@ -381,7 +381,7 @@ pub fn matmul_many(
         )));
     }
     let k = simd::best();
-    let fused = ws.len() > 1
+    let fused = (2..=MAX_FUSED).contains(&ws.len())
         && batch > 0
         && batch < GEMM_MIN_BATCH
         && ws
@@ -397,61 +397,69 @@ pub fn matmul_many(
         check_product_shapes(w, x, batch, out)?;
     }
     let cols = ws[0].cols;
-    // One quantized copy of the activations per activation type, one after
-    // another in `scratch`.
-    let mut types: Vec<(GgmlType, usize, usize)> = Vec::new();
+    // Where each matrix's quantized activations start in `scratch`: one
+    // copy per activation type, one after another. Fixed arrays, as this
+    // runs a few times per decode step.
+    let mut starts = [0usize; MAX_FUSED];
     let mut need = 0;
-    for w in ws {
+    for (i, w) in ws.iter().enumerate() {
         let at = vec_dot_type(w.ty);
-        if types.iter().all(|&(t, _, _)| t != at) {
-            let arow = (cols / at.block_len()) * at.block_bytes();
-            types.push((at, need, arow * batch));
-            need += arow * batch;
+        match ws[..i].iter().position(|v| vec_dot_type(v.ty) == at) {
+            Some(j) => starts[i] = starts[j],
+            None => {
+                starts[i] = need;
+                need += (cols / at.block_len()) * at.block_bytes() * batch;
+            }
         }
     }
     if scratch.len() < need {
         scratch.resize(need, 0);
     }
-    for &(at, start, len) in &types {
-        quantize_rows(
-            pool,
-            at,
-            &x[..batch * cols],
-            cols,
-            &mut scratch[start..start + len],
-        )?;
-    }
-    let acts_of = |w: &Matrix| {
+    let acts_len = |w: &Matrix| {
         let at = vec_dot_type(w.ty);
-        let &(_, start, len) = types.iter().find(|&&(t, _, _)| t == at)?;
-        Some(&scratch[start..start + len])
+        (cols / at.block_len()) * at.block_bytes() * batch
     };
-    let shared: Vec<SharedOut> = ws
-        .iter()
-        .zip(outs.iter_mut())
-        .map(|(w, out)| SharedOut {
+    for (i, w) in ws.iter().enumerate() {
+        if ws[..i]
+            .iter()
+            .all(|v| vec_dot_type(v.ty) != vec_dot_type(w.ty))
+        {
+            let dst = &mut scratch[starts[i]..starts[i] + acts_len(w)];
+            quantize_rows(pool, vec_dot_type(w.ty), &x[..batch * cols], cols, dst)?;
+        }
+    }
+    let scratch = &scratch[..need];
+    let mut shared: [SharedOut; MAX_FUSED] = std::array::from_fn(|_| SharedOut {
+        ptr: std::ptr::null_mut(),
+        len: 0,
+    });
+    for ((sh, w), out) in shared.iter_mut().zip(ws).zip(outs.iter_mut()) {
+        *sh = SharedOut {
             ptr: out.as_mut_ptr(),
             len: batch * w.rows,
-        })
-        .collect();
-    // Each matrix split as `matmul` splits it, all its parts in one list.
-    let tasks: Vec<(usize, usize, usize)> = ws
-        .iter()
-        .enumerate()
-        .flat_map(|(i, w)| {
-            let parts = pool.threads().min(w.rows);
-            (0..parts).map(move |t| (i, t, parts))
-        })
-        .collect();
-    pool.run(tasks.len(), |task| {
-        let (i, t, parts) = tasks[task];
-        let w = ws[i];
-        if let Some(acts) = acts_of(w) {
-            quant_rows(k, w, acts, batch, split_range(w.rows, parts, t), &shared[i]);
+        };
+    }
+    // Each matrix split as `matmul` splits it; task numbers run through
+    // the first matrix's parts, then the next one's.
+    let parts: [usize; MAX_FUSED] =
+        std::array::from_fn(|i| ws.get(i).map_or(0, |w| pool.threads().min(w.rows)));
+    pool.run(parts.iter().sum(), |task| {
+        let mut t = task;
+        for (i, w) in ws.iter().enumerate() {
+            if t < parts[i] {
+                let acts = &scratch[starts[i]..starts[i] + acts_len(w)];
+                let range = split_range(w.rows, parts[i], t);
+                return quant_rows(k, w, acts, batch, range, &shared[i]);
+            }
+            t -= parts[i];
         }
     });
     Ok(())
 }
+
+/// The most products [`matmul_many`] runs as one (a layer's query, key and
+/// value projections); more go one at a time.
+const MAX_FUSED: usize = 4;
 
 /// Quantizes `batch` rows of `cols` activations (`x`) into `dst` as type
 /// `at`, the rows split over the pool when there are several.
