@@ -267,7 +267,8 @@ impl Model {
             norm: lw.q_norm.as_deref(),
             scale: cfg.attn_scale,
         };
-        self.rotate_heads(li, &mut s.q[..b * qd], heads, &s.row_pos);
+        self.rope_angles(li, s);
+        self.rotate_heads(li, &mut s.q[..b * qd], heads, &s.rope_angles);
     }
 
     /// The projected keys and values of layer `li`: values taken from the
@@ -292,7 +293,8 @@ impl Model {
             norm: lw.k_norm.as_deref(),
             scale: 1.0,
         };
-        self.rotate_heads(li, &mut s.k[..b * kd], heads, &s.row_pos);
+        self.rope_angles(li, s);
+        self.rotate_heads(li, &mut s.k[..b * kd], heads, &s.rope_angles);
         if cfg.v_norm {
             par_rows(&self.pool, &mut s.v[..b * vd], kind.value_dim, |_, head| {
                 ops::rms_norm_plain(head, cfg.norm_eps)
@@ -306,15 +308,36 @@ impl Model {
         }
     }
 
+    /// Fills `s.rope_angles` with layer `li`'s RoPE angles at every row's
+    /// position, unless they are there already: the queries and keys of a
+    /// layer, and every layer with the same RoPE, share one table a batch.
+    fn rope_angles(&self, li: usize, s: &mut Scratch) {
+        let rope = &self.ropes[li];
+        if s.rope_layer.is_some_and(|l| self.ropes[l] == *rope) {
+            return;
+        }
+        let pairs = rope.pairs();
+        s.rope_angles.resize(s.batch * 2 * pairs, 0.0);
+        for (row, &pos) in s.rope_angles.chunks_exact_mut(2 * pairs).zip(&s.row_pos) {
+            let (cos, sin) = row.split_at_mut(pairs);
+            rope.angles(pos, cos, sin);
+        }
+        s.rope_layer = Some(li);
+    }
+
     /// Per head of `data` (rows of `heads.per_row` heads): the QK-norm where
-    /// the layer has one, RoPE at the row's position, then the scale.
-    fn rotate_heads(&self, li: usize, data: &mut [f32], heads: Heads<'_>, row_pos: &[usize]) {
+    /// the layer has one, RoPE through the row's `angles` (see
+    /// [`Self::rope_angles`]), then the scale.
+    fn rotate_heads(&self, li: usize, data: &mut [f32], heads: Heads<'_>, angles: &[f32]) {
         let (rope, eps) = (&self.ropes[li], self.config.norm_eps);
+        let pairs = rope.pairs();
         par_rows(&self.pool, data, heads.dim, |i, head| {
             if let Some(w) = heads.norm {
                 ops::rms_norm(head, w, eps);
             }
-            rope.apply(head, row_pos[i / heads.per_row]);
+            let row = &angles[(i / heads.per_row) * 2 * pairs..][..2 * pairs];
+            let (cos, sin) = row.split_at(pairs);
+            rope.apply_angles(head, cos, sin);
             if heads.scale != 1.0 {
                 head.iter_mut().for_each(|v| *v *= heads.scale);
             }

@@ -111,7 +111,7 @@ fn exp_f64(z: f64) -> f64 {
 /// its rope cache: Gemma's activations are large enough that the last bits of
 /// these angles show in the logits, and we want llama.cpp's numbers on the
 /// same file.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct Rope {
     half: usize,
     theta_scale: f32,
@@ -136,23 +136,48 @@ impl Rope {
         self
     }
 
-    /// Rotate one head in place, NeoX style: element `i` pairs with
-    /// `i + dims/2`; elements past `dims` are left alone.
-    pub fn apply(&self, head: &mut [f32], pos: usize) {
-        let half = self.half;
-        let (lo, hi) = head[..2 * half].split_at_mut(half);
+    /// Pairs rotated per head (the width of [`Self::angles`]' tables).
+    pub fn pairs(&self) -> usize {
+        self.half
+    }
+
+    /// The cosine and sine of each pair's angle at `pos` (`pairs()` each),
+    /// computed once for all the heads of a row.
+    pub fn angles(&self, pos: usize, cos: &mut [f32], sin: &mut [f32]) {
         let mut theta = pos as f32;
-        for (i, (a, b)) in lo.iter_mut().zip(hi.iter_mut()).enumerate() {
+        for (i, (c, s)) in cos
+            .iter_mut()
+            .zip(sin.iter_mut())
+            .take(self.half)
+            .enumerate()
+        {
             let t = match &self.freq_divisors {
                 Some(d) => theta / d[i],
                 None => theta,
             };
-            let (sin, cos) = (t * self.scale).sin_cos();
+            (*s, *c) = (t * self.scale).sin_cos();
+            theta *= self.theta_scale;
+        }
+    }
+
+    /// Rotate one head in place, NeoX style, through the angles of
+    /// [`Self::angles`]: element `i` pairs with `i + dims/2`; elements past
+    /// `dims` are left alone.
+    pub fn apply_angles(&self, head: &mut [f32], cos: &[f32], sin: &[f32]) {
+        let half = self.half;
+        let (lo, hi) = head[..2 * half].split_at_mut(half);
+        for (((a, b), &cos), &sin) in lo.iter_mut().zip(hi.iter_mut()).zip(cos).zip(sin) {
             let (x0, x1) = (*a, *b);
             *a = x0 * cos - x1 * sin;
             *b = x0 * sin + x1 * cos;
-            theta *= self.theta_scale;
         }
+    }
+
+    /// Rotate one head in place at position `pos` (see [`Self::apply_angles`]).
+    pub fn apply(&self, head: &mut [f32], pos: usize) {
+        let (mut cos, mut sin) = (vec![0.0; self.half], vec![0.0; self.half]);
+        self.angles(pos, &mut cos, &mut sin);
+        self.apply_angles(head, &cos, &sin);
     }
 }
 

@@ -69,6 +69,12 @@ pub struct Scratch {
     pub(crate) row_pos: Vec<usize>,
     /// The batch's token ids in row order.
     pub(crate) tokens: Vec<u32>,
+    /// RoPE angles of every row of the batch (`pairs` cosines, then as many
+    /// sines, per row), for the layer [`Self::rope_layer`] names; layers
+    /// with the same RoPE reuse them.
+    pub(crate) rope_angles: Vec<f32>,
+    /// The layer whose RoPE `rope_angles` holds, for this batch.
+    pub(crate) rope_layer: Option<usize>,
 }
 
 /// f32 values per token the row buffers hold.
@@ -79,6 +85,8 @@ fn row_floats(cfg: &Config) -> usize {
         + cfg.n_heads * cfg.value_dim
         + 2 * cfg.ffn_dim
         + (2 * cfg.n_layers + 1) * cfg.per_layer_dim
+        // RoPE angles: a cosine and a sine per rotated pair.
+        + cfg.head_dim
 }
 
 impl Scratch {
@@ -173,5 +181,6 @@ impl Scratch {
         }
         self.batch = self.row_pos.len();
         self.seq_start.push(self.batch);
+        self.rope_layer = None;
     }
 }
