@@ -184,7 +184,10 @@ pub(crate) fn attend(
 }
 
 /// Row by row: one task is one row and one KV head, so the query heads
-/// sharing that KV head read each key and value once between them.
+/// sharing that KV head read each key and value once between them. When
+/// that leaves threads without a task (a decode step of a model with one KV
+/// head), each KV head's query heads are split between tasks instead; every
+/// head's arithmetic is the same either way.
 fn attend_rows(
     pool: &quant::ThreadPool,
     input: AttentionInput<'_, '_>,
@@ -193,27 +196,40 @@ fn attend_rows(
 ) {
     let h = Heads::of(input.cfg, input.kind);
     let b = input.row_seq.len();
-    let n_tasks = b * h.n_kv;
+    // Query heads of a KV head per task: all of them, or the largest
+    // divisor of the group that gives every thread a task.
+    let want = pool.threads().div_ceil(b * h.n_kv).max(1);
+    let split = (1..=h.group)
+        .rev()
+        .find(|&d| h.group.is_multiple_of(d) && d <= want)
+        .unwrap_or(1);
+    let sub = h.group / split;
+    let n_tasks = b * h.n_kv * split;
     let per_worker = n_tasks.div_ceil(scores.len());
     let out = &mut out[..b * h.n_heads * h.vdim];
     let q = input.q;
 
+    // Task `task`'s query heads (`sub` of them) into `o`.
     let attend_one = |task: usize, o: &mut [f32], sc: &mut [f32]| {
-        let (i, kvh) = (task / h.n_kv, task % h.n_kv);
+        let (i, kvh, part) = (
+            task / (h.n_kv * split),
+            (task / split) % h.n_kv,
+            task % split,
+        );
         let keys = input.keys_of(input.row_seq[i], h);
         let pos = keys.pos0 + (i - keys.row0);
         let lo = input.lowest_key(pos);
         let n_keys = pos + 1 - lo;
         let stride = sc.len() / h.group;
-        let q0 = (i * h.n_heads + kvh * h.group) * h.hd;
+        let q0 = (i * h.n_heads + kvh * h.group + part * sub) * h.hd;
         for (j, p) in (lo..=pos).enumerate() {
             let k = keys.key(p, kvh);
-            for g in 0..h.group {
+            for g in 0..sub {
                 let qg = &q[q0 + g * h.hd..q0 + (g + 1) * h.hd];
                 sc[g * stride + j] = quant::vector::dot(qg, k);
             }
         }
-        for g in 0..h.group {
+        for g in 0..sub {
             input.normalize(&mut sc[g * stride..g * stride + n_keys]);
         }
         o.fill(0.0);
@@ -225,9 +241,9 @@ fn attend_rows(
         }
     };
 
-    pool.for_each_chunk_mut(out, per_worker * h.group * h.vdim, |worker, rows| {
+    pool.for_each_chunk_mut(out, per_worker * sub * h.vdim, |worker, rows| {
         let mut guard = scores[worker].lock().unwrap_or_else(|e| e.into_inner());
-        for (r, o) in rows.chunks_exact_mut(h.group * h.vdim).enumerate() {
+        for (r, o) in rows.chunks_exact_mut(sub * h.vdim).enumerate() {
             attend_one(worker * per_worker + r, o, &mut guard);
         }
     });
