@@ -62,19 +62,13 @@ pub struct SyncShare {
 }
 
 impl SyncShare {
-    /// The share measured between two pool readings over `wall` time, for
-    /// `tokens` tokens on `threads` threads (`None` on one thread).
-    fn between(
-        before: quant::PoolStats,
-        after: quant::PoolStats,
-        wall: Duration,
-        tokens: usize,
-        threads: usize,
-    ) -> Option<Self> {
+    /// The share of pool counters `d` (the difference of two readings)
+    /// over `wall` time, for `tokens` tokens on `threads` threads (`None`
+    /// on one thread).
+    fn of(d: quant::PoolStats, wall: Duration, tokens: usize, threads: usize) -> Option<Self> {
         if threads < 2 || wall.is_zero() || tokens == 0 {
             return None;
         }
-        let d = after - before;
         let wall_s = wall.as_secs_f64();
         let workers = (threads - 1) as f64;
         Some(SyncShare {
@@ -128,11 +122,15 @@ impl Engine {
         let mut session = self.session_with_ctx(n_ctx);
         let ctx_ids = tokens(self, depth, 1);
         let ids = tokens(self, n, 2);
-        let mut run = || -> Result<Duration, EngineError> {
+        let model = self.model();
+        // The timed part's duration and the pool's counters around it alone
+        // (the context before it runs on the pool too).
+        let mut run = || -> Result<(Duration, quant::PoolStats), EngineError> {
             session.reset();
             if depth > 0 {
                 session.feed(&ctx_ids)?;
             }
+            let before = model.pool_stats();
             let start = Instant::now();
             match test {
                 BenchTest::Prompt(_) => {
@@ -144,19 +142,16 @@ impl Engine {
                     }
                 }
             }
-            Ok(start.elapsed())
+            let t = start.elapsed();
+            Ok((t, model.pool_stats() - before))
         };
         run()?;
         let mut samples = Vec::with_capacity(reps);
         let (mut timed, mut sync) = (Duration::ZERO, None);
         for _ in 0..reps.max(1) {
-            // The pool's counters also run during the untimed context
-            // (`depth`), so they are read around the timed part alone.
-            let before = self.model().pool_stats();
-            let t = run()?;
-            let after = self.model().pool_stats();
+            let (t, pool) = run()?;
             timed += t;
-            let share = SyncShare::between(before, after, t, n, self.model().threads());
+            let share = SyncShare::of(pool, t, n, model.threads());
             sync = merge(sync, share, timed, t);
             samples.push(n as f64 / t.as_secs_f64().max(1e-9));
         }
@@ -251,11 +246,11 @@ mod tests {
             worker_busy: ms(130),
         };
         // 400 operations over 4 tokens; two workers busy 80 ms of 2 × 100.
-        let s = SyncShare::between(before, after, ms(100), 4, 3).unwrap();
+        let s = SyncShare::of(after - before, ms(100), 4, 3).unwrap();
         assert_eq!(s.ops_per_token, 100.0);
         assert!((s.caller_wait - 0.1).abs() < 1e-12);
         assert!((s.workers_idle - 0.6).abs() < 1e-12);
-        assert_eq!(SyncShare::between(before, after, ms(100), 4, 1), None);
+        assert_eq!(SyncShare::of(after - before, ms(100), 4, 1), None);
         // Repetitions weigh by their time: 1 s at 0.6 idle and 3 s at 0.2.
         let first = SyncShare {
             workers_idle: 0.6,
