@@ -344,7 +344,7 @@ pub fn matmul(
         return Ok(());
     }
     let at = vec_dot_type(w.ty);
-    let arow = (cols / at.block_len()) * at.block_bytes();
+    let arow = act_row_bytes(at, cols);
     let need = arow * batch;
     if scratch.len() < need {
         scratch.resize(need, 0);
@@ -408,17 +408,14 @@ pub fn matmul_many(
             Some(j) => starts[i] = starts[j],
             None => {
                 starts[i] = need;
-                need += (cols / at.block_len()) * at.block_bytes() * batch;
+                need += act_row_bytes(at, cols) * batch;
             }
         }
     }
     if scratch.len() < need {
         scratch.resize(need, 0);
     }
-    let acts_len = |w: &Matrix| {
-        let at = vec_dot_type(w.ty);
-        (cols / at.block_len()) * at.block_bytes() * batch
-    };
+    let acts_len = |w: &Matrix| act_row_bytes(vec_dot_type(w.ty), cols) * batch;
     for (i, w) in ws.iter().enumerate() {
         if ws[..i]
             .iter()
@@ -461,6 +458,11 @@ pub fn matmul_many(
 /// value projections); more go one at a time.
 const MAX_FUSED: usize = 4;
 
+/// Bytes of one row of `cols` activations quantized as `at`.
+fn act_row_bytes(at: GgmlType, cols: usize) -> usize {
+    (cols / at.block_len()) * at.block_bytes()
+}
+
 /// Quantizes `batch` rows of `cols` activations (`x`) into `dst` as type
 /// `at`, the rows split over the pool when there are several.
 fn quantize_rows(
@@ -470,7 +472,7 @@ fn quantize_rows(
     cols: usize,
     dst: &mut [u8],
 ) -> Result<(), QuantError> {
-    let arow = (cols / at.block_len()) * at.block_bytes();
+    let arow = act_row_bytes(at, cols);
     let batch = dst.len() / arow.max(1);
     if batch <= 1 {
         return quantize_activation(at, &x[..cols * batch], dst);
@@ -502,7 +504,7 @@ fn quant_rows(
     let Some(f) = k.quant(w.ty) else { return };
     let (rows, cols) = (w.rows, w.cols);
     let at = vec_dot_type(w.ty);
-    let arow = (cols / at.block_len()) * at.block_bytes();
+    let arow = act_row_bytes(at, cols);
     let nb = cols / w.ty.block_len();
     if let (Some(tile), true) = (k.tile4(w.ty), batch >= 4) {
         let mut r0 = range.start;
