@@ -19,24 +19,13 @@ fn open(name: &str, file: &str) -> GgufFile {
     GgufFile::open(&p).unwrap_or_else(|e| panic!("{}: {e}", p.display()))
 }
 
-/// The f32 little-endian `.npy` files of the fixtures: (rows, values).
+#[path = "../../../tests/support/npy.rs"]
+mod npy;
+
+/// The f32 `.npy` files of the fixtures: (rows, values).
 fn read_npy_f32(path: &std::path::Path) -> (usize, Vec<f32>) {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    assert_eq!(&bytes[..6], b"\x93NUMPY");
-    let header_len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
-    let header = std::str::from_utf8(&bytes[10..10 + header_len]).unwrap();
-    assert!(header.contains("'descr': '<f4'") && header.contains("'fortran_order': False"));
-    let rows: usize = header
-        .split("'shape': (")
-        .nth(1)
-        .and_then(|s| s.split(',').next())
-        .and_then(|s| s.trim().parse().ok())
-        .unwrap();
-    let data = bytes[10 + header_len..]
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect();
-    (rows, data)
+    let (shape, data) = npy::read_npy_f32(path);
+    (shape.first().copied().unwrap_or(0), data)
 }
 
 fn reference_tokens(name: &str) -> Vec<u32> {

@@ -10,7 +10,10 @@
 
 mod spm;
 mod tensors;
+mod vision;
 mod vocab;
+
+pub use vision::convert_vision_dir;
 
 use gguf::{GgufWriter, MetaArray, MetaValue};
 use serde_json::Value;

@@ -56,7 +56,7 @@ impl Checkpoint {
     }
 
     /// Every tensor of every shard, parsed.
-    fn parsed(&self) -> Result<Vec<(&str, SafeTensors<'_>)>, HfError> {
+    pub(crate) fn parsed(&self) -> Result<Vec<(&str, SafeTensors<'_>)>, HfError> {
         self.shards
             .iter()
             .map(|(name, map)| {
@@ -162,7 +162,7 @@ fn target(name: &str, shared_from: u64) -> Target {
 }
 
 /// The tensor's elements as f32, whatever its stored float type.
-fn to_f32(dtype: Dtype, data: &[u8], name: &str) -> Result<Vec<f32>, HfError> {
+pub(crate) fn to_f32(dtype: Dtype, data: &[u8], name: &str) -> Result<Vec<f32>, HfError> {
     let conv = |f: fn([u8; 2]) -> f32| {
         data.chunks_exact(2)
             .map(|c| f([c[0], c[1]]))
@@ -183,7 +183,19 @@ fn to_f32(dtype: Dtype, data: &[u8], name: &str) -> Result<Vec<f32>, HfError> {
     })
 }
 
-fn f32_bytes(v: &[f32]) -> Vec<u8> {
+/// The GGUF type a float checkpoint tensor keeps.
+pub(crate) fn stored_type(dtype: Dtype, name: &str) -> Result<GgmlType, HfError> {
+    match dtype {
+        Dtype::F32 => Ok(GgmlType::F32),
+        Dtype::F16 => Ok(GgmlType::F16),
+        Dtype::BF16 => Ok(GgmlType::BF16),
+        other => Err(HfError::Tensor(format!(
+            "tensor `{name}` has dtype {other:?}; only F32, F16 and BF16 checkpoints are supported"
+        ))),
+    }
+}
+
+pub(crate) fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
@@ -229,16 +241,7 @@ pub(crate) fn write_tensors(
         match target {
             Target::Skip => {}
             Target::Matrix(gname) => {
-                let ty = match view.dtype() {
-                    Dtype::F32 => GgmlType::F32,
-                    Dtype::F16 => GgmlType::F16,
-                    Dtype::BF16 => GgmlType::BF16,
-                    other => {
-                        return Err(HfError::Tensor(format!(
-                            "tensor `{name}` has dtype {other:?}; only F32, F16 and BF16 checkpoints are supported"
-                        )))
-                    }
-                };
+                let ty = stored_type(view.dtype(), &name)?;
                 counts[match ty {
                     GgmlType::F32 => 0,
                     GgmlType::F16 => 1,

@@ -10,47 +10,9 @@ fn fixture_dir(name: &str) -> PathBuf {
         .join(name)
 }
 
-/// A minimal reader for the little-endian f32 `.npy` files of the fixtures.
-fn read_npy_f32(path: &std::path::Path) -> (Vec<usize>, Vec<f32>) {
-    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
-    assert_eq!(
-        &bytes[..6],
-        b"\x93NUMPY",
-        "{} is not an npy file",
-        path.display()
-    );
-    let (header_len, header_start) = if bytes[6] == 1 {
-        (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10)
-    } else {
-        (
-            u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize,
-            12,
-        )
-    };
-    let header = std::str::from_utf8(&bytes[header_start..header_start + header_len]).unwrap();
-    assert!(
-        header.contains("'descr': '<f4'"),
-        "unexpected dtype in {header}"
-    );
-    assert!(header.contains("'fortran_order': False"));
-    let shape_str = header
-        .split("'shape': (")
-        .nth(1)
-        .unwrap()
-        .split(')')
-        .next()
-        .unwrap();
-    let shape: Vec<usize> = shape_str
-        .split(',')
-        .filter(|s| !s.trim().is_empty())
-        .map(|s| s.trim().parse().unwrap())
-        .collect();
-    let data = bytes[header_start + header_len..]
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect();
-    (shape, data)
-}
+#[path = "../../../tests/support/npy.rs"]
+mod npy;
+use npy::read_npy_f32;
 
 struct Reference {
     tokens: Vec<u32>,

@@ -1,0 +1,59 @@
+//! Images in: decoding and the processor's preprocessing ([`Picture`]), the
+//! vision towers that turn pixels into embeddings in a text model's width
+//! ([`VisionTower`]), and a cache of embeddings by content
+//! ([`EmbeddingCache`]), so a second question about the same picture costs
+//! no encoder time.
+//!
+//! The encoders run on `quant`'s kernels and thread pool; this crate knows
+//! nothing about chat or HTTP.
+
+mod cache;
+mod picture;
+mod vision;
+
+pub use cache::{content_key, EmbeddingCache};
+pub use picture::{Picture, MAX_SIDE};
+pub use vision::{VisionConfig, VisionTower};
+
+/// Why a picture cannot be read or encoded.
+#[derive(Debug, thiserror::Error)]
+pub enum MediaError {
+    /// The bytes are not a picture we decode.
+    #[error("cannot decode the image: {0}")]
+    Decode(String),
+    /// The picture is larger than we accept.
+    #[error("the image is {width}x{height}; the most accepted is {max} pixels on a side")]
+    TooLarge {
+        /// Its width.
+        width: u32,
+        /// Its height.
+        height: u32,
+        /// The limit per side.
+        max: u32,
+    },
+    /// The projector file's metadata is missing or inconsistent.
+    #[error("bad projector metadata: {0}")]
+    Metadata(String),
+    /// Something the file asks for that is not implemented.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    /// A required tensor is absent.
+    #[error("projector tensor `{0}` is missing")]
+    MissingTensor(String),
+    /// A tensor's shape does not fit the configuration.
+    #[error("projector tensor `{name}` has shape {found:?}, expected {expected:?}")]
+    TensorShape {
+        /// The tensor.
+        name: String,
+        /// Its dimensions.
+        found: Vec<u64>,
+        /// What the configuration implies.
+        expected: Vec<u64>,
+    },
+    /// The container is unreadable.
+    #[error(transparent)]
+    Gguf(#[from] gguf::GgufError),
+    /// A kernel refused its operands.
+    #[error(transparent)]
+    Quant(#[from] quant::QuantError),
+}

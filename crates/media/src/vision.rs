@@ -1,0 +1,573 @@
+//! Gemma 3's vision tower: a SigLIP encoder and the multimodal projector,
+//! read from llama.cpp's `mmproj` GGUF layout (`clip.vision.*` keys, `v.*`
+//! and `mm.*` tensors; Hugging Face checkpoints are converted into the same
+//! layout by the `hf` crate).
+//!
+//! The pixels go in as 14-pixel (Gemma 3: 896 / 64) patches, each projected
+//! by the patch embedding and given its learned position; a stack of
+//! pre-LayerNorm transformer blocks (full attention among the patches, a
+//! tanh-GELU MLP) and a final LayerNorm follow. The projector averages
+//! `k × k` squares of patches (4096 → 256 on Gemma 3), RMS-normalises them
+//! and maps them into the text model's width.
+
+use crate::MediaError;
+use gguf::{GgmlType, GgufFile, TensorInfo};
+use model::ops;
+use quant::{Matrix, ThreadPool};
+use std::sync::{Arc, Mutex};
+
+/// Query rows per attention task: each task holds one block's scores for
+/// one head at a time (`BLOCK × patches` floats).
+const ATTENTION_BLOCK: usize = 64;
+
+/// Activation rows per task of a float product.
+const PRODUCT_BLOCK: usize = 64;
+
+/// The shape of a vision tower, from the `clip.*` metadata.
+#[derive(Debug, Clone, PartialEq)]
+pub struct VisionConfig {
+    /// The projector family (`clip.projector_type`); `gemma3` is the one
+    /// implemented.
+    pub projector: String,
+    /// Side of the square input in pixels (Gemma 3: 896).
+    pub image_size: usize,
+    /// Side of a patch in pixels (Gemma 3: 14).
+    pub patch_size: usize,
+    /// Width of the encoder (Gemma 3: 1152).
+    pub hidden: usize,
+    /// Width of the MLP (Gemma 3: 4304).
+    pub ffn: usize,
+    /// Encoder blocks (Gemma 3: 27).
+    pub layers: usize,
+    /// Attention heads (Gemma 3: 16).
+    pub heads: usize,
+    /// LayerNorm epsilon, also the projector's RMSNorm epsilon.
+    pub eps: f32,
+    /// Per-channel mean subtracted after rescaling to `0..1`.
+    pub mean: [f32; 3],
+    /// Per-channel divisor after the mean.
+    pub std: [f32; 3],
+    /// Side of the square of patches averaged into one token (Gemma 3: 4).
+    pub pool: usize,
+    /// Width of the text model the tokens are projected into.
+    pub text_hidden: usize,
+}
+
+impl VisionConfig {
+    /// Patches per side of the image.
+    pub fn patches_per_side(&self) -> usize {
+        self.image_size / self.patch_size
+    }
+
+    /// Patches per image.
+    pub fn patches(&self) -> usize {
+        self.patches_per_side() * self.patches_per_side()
+    }
+
+    /// Tokens one image becomes in the text model (Gemma 3: 256).
+    pub fn tokens_per_image(&self) -> usize {
+        let side = self.patches_per_side() / self.pool;
+        side * side
+    }
+
+    /// Read the configuration of an `mmproj` file.
+    pub fn from_gguf(file: &GgufFile) -> Result<Self, MediaError> {
+        if file.architecture() != Some("clip") {
+            return Err(MediaError::Metadata(format!(
+                "not a projector file: general.architecture is {:?}, expected \"clip\" \
+                 (an mmproj GGUF as llama.cpp's convert_hf_to_gguf.py --mmproj writes it)",
+                file.architecture().unwrap_or("missing")
+            )));
+        }
+        if file.get_bool("clip.has_vision_encoder") == Some(false) {
+            return Err(MediaError::Metadata(
+                "this projector file has no vision encoder".into(),
+            ));
+        }
+        let projector = file
+            .get_str("clip.vision.projector_type")
+            .or_else(|| file.get_str("clip.projector_type"))
+            .unwrap_or("")
+            .to_string();
+        if projector != "gemma3" {
+            return Err(MediaError::Unsupported(format!(
+                "projector type `{projector}` (supported: gemma3)"
+            )));
+        }
+        let uint = |key: &str| -> Result<usize, MediaError> {
+            file.get_u64(key)
+                .and_then(|v| usize::try_from(v).ok())
+                .filter(|&v| v > 0 && v <= 1 << 20)
+                .ok_or_else(|| {
+                    MediaError::Metadata(format!("`{key}` is missing or not a sensible count"))
+                })
+        };
+        let triple = |key: &str| -> Result<[f32; 3], MediaError> {
+            match file.get_f32_array(key) {
+                None => Ok([0.5; 3]),
+                Some(&[a, b, c]) => Ok([a, b, c]),
+                Some(v) => Err(MediaError::Metadata(format!(
+                    "`{key}` has {} values, expected 3",
+                    v.len()
+                ))),
+            }
+        };
+        let cfg = Self {
+            projector,
+            image_size: uint("clip.vision.image_size")?,
+            patch_size: uint("clip.vision.patch_size")?,
+            hidden: uint("clip.vision.embedding_length")?,
+            ffn: uint("clip.vision.feed_forward_length")?,
+            layers: uint("clip.vision.block_count")?,
+            heads: uint("clip.vision.attention.head_count")?,
+            eps: file
+                .get_f32("clip.vision.attention.layer_norm_epsilon")
+                .unwrap_or(1e-6),
+            mean: triple("clip.vision.image_mean")?,
+            std: triple("clip.vision.image_std")?,
+            pool: match file.get_u64("clip.vision.projector.scale_factor") {
+                None => 4,
+                Some(_) => uint("clip.vision.projector.scale_factor")?,
+            },
+            text_hidden: uint("clip.vision.projection_dim")?,
+        };
+        let side = cfg.patches_per_side();
+        if cfg.image_size % cfg.patch_size != 0 || side == 0 || side % cfg.pool != 0 {
+            return Err(MediaError::Metadata(format!(
+                "image size {} in patches of {} does not pool by {}",
+                cfg.image_size, cfg.patch_size, cfg.pool
+            )));
+        }
+        if cfg.hidden % cfg.heads != 0 {
+            return Err(MediaError::Metadata(format!(
+                "width {} does not split into {} heads",
+                cfg.hidden, cfg.heads
+            )));
+        }
+        if cfg.std.contains(&0.0) {
+            return Err(MediaError::Metadata("clip.vision.image_std holds a 0".into()));
+        }
+        Ok(cfg)
+    }
+}
+
+/// A weight matrix and its bias.
+#[derive(Debug, Clone)]
+struct Linear {
+    info: TensorInfo,
+    rows: usize,
+    cols: usize,
+    bias: Vec<f32>,
+}
+
+impl Linear {
+    /// `{name}.weight` of `rows` outputs by `cols` inputs and `{name}.bias`.
+    fn bind(file: &GgufFile, name: &str, rows: usize, cols: usize) -> Result<Self, MediaError> {
+        let info = tensor(file, &format!("{name}.weight"))?;
+        // A convolution kernel (`[P, P, 3, d]`) is a matrix of d rows of
+        // 3·P·P; rows of a quantized type must be whole ggml rows.
+        let whole_rows = info.dims.first() == Some(&(cols as u64))
+            || matches!(info.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
+        if info.n_elements() != (rows * cols) as u64
+            || info.dims.last() != Some(&(rows as u64))
+            || !whole_rows
+        {
+            return Err(MediaError::TensorShape {
+                name: info.name.clone(),
+                found: info.dims.clone(),
+                expected: vec![cols as u64, rows as u64],
+            });
+        }
+        if !quant::is_supported(info.ty) {
+            return Err(MediaError::Unsupported(format!(
+                "tensor `{}` is {}, which has no kernels",
+                info.name,
+                info.ty.name()
+            )));
+        }
+        let bias = vector(file, &format!("{name}.bias"), rows)?;
+        Ok(Self {
+            info,
+            rows,
+            cols,
+            bias,
+        })
+    }
+
+    fn matrix<'f>(&self, file: &'f GgufFile) -> Result<Matrix<'f>, MediaError> {
+        Ok(Matrix::new(
+            self.info.ty,
+            self.rows,
+            self.cols,
+            file.tensor_data(&self.info),
+        )?)
+    }
+}
+
+/// A LayerNorm's weight and bias.
+#[derive(Debug, Clone)]
+struct LayerNorm {
+    weight: Vec<f32>,
+    bias: Vec<f32>,
+}
+
+impl LayerNorm {
+    fn bind(file: &GgufFile, name: &str, width: usize) -> Result<Self, MediaError> {
+        Ok(Self {
+            weight: vector(file, &format!("{name}.weight"), width)?,
+            bias: vector(file, &format!("{name}.bias"), width)?,
+        })
+    }
+
+    /// `(x - mean) / sqrt(var + eps) * w + b` over one row, statistics in
+    /// f64 (the row is short; the reference computes in f32 with a
+    /// two-pass variance, which this matches to rounding).
+    fn apply(&self, x: &[f32], out: &mut [f32], eps: f32) {
+        let n = x.len() as f64;
+        let mean = x.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+        let var = x
+            .iter()
+            .map(|&v| (f64::from(v) - mean).powi(2))
+            .sum::<f64>()
+            / n;
+        let inv = (1.0 / (var + f64::from(eps)).sqrt()) as f32;
+        let mean = mean as f32;
+        for (((o, &v), &w), &b) in out.iter_mut().zip(x).zip(&self.weight).zip(&self.bias) {
+            *o = (v - mean) * inv * w + b;
+        }
+    }
+}
+
+/// One encoder block.
+#[derive(Debug, Clone)]
+struct Block {
+    ln1: LayerNorm,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    out: Linear,
+    ln2: LayerNorm,
+    up: Linear,
+    down: Linear,
+}
+
+/// A loaded vision tower with its projector, bound to an `mmproj` file.
+pub struct VisionTower {
+    config: VisionConfig,
+    file: Arc<GgufFile>,
+    patch: Linear,
+    positions: Vec<f32>,
+    blocks: Vec<Block>,
+    post_ln: LayerNorm,
+    soft_norm: Vec<f32>,
+    /// `[vision width][text width]`, the projection as the reference
+    /// multiplies it (`x · P`).
+    projection: Vec<f32>,
+}
+
+impl std::fmt::Debug for VisionTower {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("VisionTower")
+            .field("config", &self.config)
+            .finish()
+    }
+}
+
+impl VisionTower {
+    /// Open an `mmproj` GGUF file.
+    pub fn load(path: &std::path::Path) -> Result<Self, MediaError> {
+        Self::from_gguf(Arc::new(GgufFile::open(path)?))
+    }
+
+    /// Bind the tensors of an opened `mmproj` file (or one converted in
+    /// memory from a checkpoint directory).
+    pub fn from_gguf(file: Arc<GgufFile>) -> Result<Self, MediaError> {
+        let cfg = VisionConfig::from_gguf(&file)?;
+        let (d, p) = (cfg.hidden, cfg.patch_size);
+        let patch = Linear::bind(&file, "v.patch_embd", d, 3 * p * p)?;
+        let positions = vector(&file, "v.position_embd.weight", cfg.patches() * d)?;
+        let blocks = (0..cfg.layers)
+            .map(|i| {
+                let b = |n: &str| format!("v.blk.{i}.{n}");
+                Ok(Block {
+                    ln1: LayerNorm::bind(&file, &b("ln1"), d)?,
+                    q: Linear::bind(&file, &b("attn_q"), d, d)?,
+                    k: Linear::bind(&file, &b("attn_k"), d, d)?,
+                    v: Linear::bind(&file, &b("attn_v"), d, d)?,
+                    out: Linear::bind(&file, &b("attn_out"), d, d)?,
+                    ln2: LayerNorm::bind(&file, &b("ln2"), d)?,
+                    up: Linear::bind(&file, &b("ffn_up"), cfg.ffn, d)?,
+                    down: Linear::bind(&file, &b("ffn_down"), d, cfg.ffn)?,
+                })
+            })
+            .collect::<Result<Vec<_>, MediaError>>()?;
+        let post_ln = LayerNorm::bind(&file, "v.post_ln", d)?;
+        let soft_norm = vector(&file, "mm.soft_emb_norm.weight", d)?;
+        let proj = tensor(&file, "mm.input_projection.weight")?;
+        if proj.dims != [cfg.text_hidden as u64, d as u64] {
+            return Err(MediaError::TensorShape {
+                name: proj.name.clone(),
+                found: proj.dims.clone(),
+                expected: vec![cfg.text_hidden as u64, d as u64],
+            });
+        }
+        let projection = vector(&file, "mm.input_projection.weight", d * cfg.text_hidden)?;
+        Ok(Self {
+            config: cfg,
+            file,
+            patch,
+            positions,
+            blocks,
+            post_ln,
+            soft_norm,
+            projection,
+        })
+    }
+
+    /// The tower's configuration.
+    pub fn config(&self) -> &VisionConfig {
+        &self.config
+    }
+
+    /// Pixels for [`Self::encode`]: the picture resized to the tower's
+    /// square input and normalised.
+    pub fn pixels(&self, picture: &crate::Picture) -> Result<Vec<f32>, MediaError> {
+        let s = self.config.image_size as u32;
+        Ok(picture
+            .resize_bilinear(s, s)?
+            .normalized(self.config.mean, self.config.std))
+    }
+
+    /// The image embeddings of channel-first `pixels` (`[3][size][size]`):
+    /// [`VisionConfig::tokens_per_image`] rows of the text model's width,
+    /// ready to stand in for the image's soft tokens.
+    pub fn encode(&self, pool: &ThreadPool, pixels: &[f32]) -> Result<Vec<f32>, MediaError> {
+        let cfg = &self.config;
+        let (s, p, d) = (cfg.image_size, cfg.patch_size, cfg.hidden);
+        if pixels.len() != 3 * s * s {
+            return Err(MediaError::Decode(format!(
+                "{} pixel values for a {s}x{s} RGB input",
+                pixels.len()
+            )));
+        }
+        let (side, n) = (cfg.patches_per_side(), cfg.patches());
+        let mut bufs = Buffers::default();
+        // Patches as rows of (channel, y, x), the order of the convolution's
+        // kernel, so the patch embedding is one product.
+        let pl = 3 * p * p;
+        let mut patches = vec![0.0f32; n * pl];
+        for (i, row) in patches.chunks_exact_mut(pl).enumerate() {
+            let (py, px) = (i / side, i % side);
+            for c in 0..3 {
+                for ky in 0..p {
+                    let src = &pixels[c * s * s + (py * p + ky) * s + px * p..][..p];
+                    row[(c * p + ky) * p..][..p].copy_from_slice(src);
+                }
+            }
+        }
+        let mut x = vec![0.0f32; n * d];
+        self.linear(pool, &self.patch, &patches, n, &mut x, &mut bufs)?;
+        drop(patches);
+        x.iter_mut()
+            .zip(&self.positions)
+            .for_each(|(v, &pe)| *v += pe);
+
+        let mut h = vec![0.0f32; n * d];
+        let (mut q, mut k, mut v) = (vec![0.0; n * d], vec![0.0; n * d], vec![0.0; n * d]);
+        let mut attn = vec![0.0f32; n * d];
+        let mut o = vec![0.0f32; n * d];
+        let mut up = vec![0.0f32; n * cfg.ffn];
+        for blk in &self.blocks {
+            layer_norm_rows(pool, &blk.ln1, &x, &mut h, cfg.eps);
+            self.linear(pool, &blk.q, &h, n, &mut q, &mut bufs)?;
+            self.linear(pool, &blk.k, &h, n, &mut k, &mut bufs)?;
+            self.linear(pool, &blk.v, &h, n, &mut v, &mut bufs)?;
+            attention(pool, cfg, &q, &k, &v, &mut attn, &mut bufs.kt)?;
+            self.linear(pool, &blk.out, &attn, n, &mut o, &mut bufs)?;
+            x.iter_mut().zip(&o).for_each(|(a, &b)| *a += b);
+            layer_norm_rows(pool, &blk.ln2, &x, &mut h, cfg.eps);
+            self.linear(pool, &blk.up, &h, n, &mut up, &mut bufs)?;
+            let ffn = cfg.ffn;
+            pool.for_each_chunk_mut(&mut up, ffn * PRODUCT_BLOCK, |_, chunk| {
+                chunk.iter_mut().for_each(|u| *u = ops::gelu_tanh(*u));
+            });
+            self.linear(pool, &blk.down, &up, n, &mut o, &mut bufs)?;
+            x.iter_mut().zip(&o).for_each(|(a, &b)| *a += b);
+        }
+        layer_norm_rows(pool, &self.post_ln, &x, &mut h, cfg.eps);
+        self.project(&h)
+    }
+
+    /// The projector: `pool × pool` averages of the patch grid, RMSNorm
+    /// with the (already `1 + w`) weight, then `x · P`.
+    fn project(&self, x: &[f32]) -> Result<Vec<f32>, MediaError> {
+        let cfg = &self.config;
+        let (d, side, k) = (cfg.hidden, cfg.patches_per_side(), cfg.pool);
+        let out_side = side / k;
+        let tokens = out_side * out_side;
+        let mut pooled = vec![0.0f32; tokens * d];
+        let inv = 1.0 / (k * k) as f32;
+        for (t, row) in pooled.chunks_exact_mut(d).enumerate() {
+            let (ty, tx) = (t / out_side, t % out_side);
+            for i in 0..k {
+                for j in 0..k {
+                    let patch = (ty * k + i) * side + tx * k + j;
+                    row.iter_mut()
+                        .zip(&x[patch * d..(patch + 1) * d])
+                        .for_each(|(a, &b)| *a += b);
+                }
+            }
+            row.iter_mut().for_each(|a| *a *= inv);
+            ops::rms_norm(row, &self.soft_norm, cfg.eps);
+        }
+        let th = cfg.text_hidden;
+        let mut out = vec![0.0f32; tokens * th];
+        quant::vector::sgemm(tokens, th, d, &pooled, d, &self.projection, th, &mut out, th)?;
+        Ok(out)
+    }
+
+    /// `out = x Wᵀ + b` for `n` rows. Float weights (F32, F16, BF16) are
+    /// dequantized once per product, transposed, and multiplied through
+    /// the f32 GEMM in blocks of rows, so the activations stay exact;
+    /// quantized weights take the integer kernels.
+    fn linear(
+        &self,
+        pool: &ThreadPool,
+        w: &Linear,
+        x: &[f32],
+        n: usize,
+        out: &mut [f32],
+        bufs: &mut Buffers,
+    ) -> Result<(), MediaError> {
+        let m = w.matrix(&self.file)?;
+        let (rows, cols) = (w.rows, w.cols);
+        let float = matches!(m.ty(), GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
+        if float && n >= 8 {
+            bufs.wt.resize(rows * cols, 0.0);
+            let mut row = vec![0.0f32; cols];
+            for r in 0..rows {
+                m.dequantize_row(r, &mut row)?;
+                for (c, &v) in row.iter().enumerate() {
+                    bufs.wt[c * rows + r] = v;
+                }
+            }
+            let wt = &bufs.wt;
+            let failure = Mutex::new(None);
+            pool.for_each_chunk_mut(&mut out[..n * rows], PRODUCT_BLOCK * rows, |b, chunk| {
+                let m_rows = chunk.len() / rows;
+                let xs = &x[b * PRODUCT_BLOCK * cols..][..m_rows * cols];
+                if let Err(e) = quant::vector::sgemm(m_rows, rows, cols, xs, cols, wt, rows, chunk, rows)
+                {
+                    *failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                }
+            });
+            if let Some(e) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
+                return Err(e.into());
+            }
+        } else {
+            quant::matmul(pool, &m, x, n, out, &mut bufs.quant)?;
+        }
+        for r in out[..n * rows].chunks_exact_mut(rows) {
+            r.iter_mut().zip(&w.bias).for_each(|(o, &b)| *o += b);
+        }
+        Ok(())
+    }
+}
+
+/// Buffers reused across the products and attention of one encoding.
+#[derive(Default)]
+struct Buffers {
+    /// A float weight, dequantized and transposed.
+    wt: Vec<f32>,
+    /// Quantized activations.
+    quant: Vec<u8>,
+    /// Keys transposed per head.
+    kt: Vec<f32>,
+}
+
+/// `out = LayerNorm(x)` row by row.
+fn layer_norm_rows(pool: &ThreadPool, ln: &LayerNorm, x: &[f32], out: &mut [f32], eps: f32) {
+    let d = ln.weight.len();
+    pool.for_each_chunk_mut(out, d * PRODUCT_BLOCK, |b, chunk| {
+        let src = &x[b * d * PRODUCT_BLOCK..][..chunk.len()];
+        for (o, r) in chunk.chunks_exact_mut(d).zip(src.chunks_exact(d)) {
+            ln.apply(r, o, eps);
+        }
+    });
+}
+
+/// Full (bidirectional) multi-head attention among all patches:
+/// `out[:, head] = softmax(q_h k_hᵀ / sqrt(dh)) v_h`. Keys are transposed
+/// per head once; each task takes a block of query rows through every head,
+/// so its output rows are its own.
+fn attention(
+    pool: &ThreadPool,
+    cfg: &VisionConfig,
+    q: &[f32],
+    k: &[f32],
+    v: &[f32],
+    out: &mut [f32],
+    kt: &mut Vec<f32>,
+) -> Result<(), MediaError> {
+    let (d, heads) = (cfg.hidden, cfg.heads);
+    let dh = d / heads;
+    let n = q.len() / d;
+    kt.resize(n * d, 0.0);
+    // kt[h][c][j] = k[j][h * dh + c]
+    for (j, krow) in k.chunks_exact(d).enumerate() {
+        for (hc, &val) in krow.iter().enumerate() {
+            let (h, c) = (hc / dh, hc % dh);
+            kt[(h * dh + c) * n + j] = val;
+        }
+    }
+    let kt = &kt[..];
+    let scale = 1.0 / (dh as f32).sqrt();
+    let failure = Mutex::new(None);
+    pool.for_each_chunk_mut(out, ATTENTION_BLOCK * d, |b, chunk| {
+        let rows = chunk.len() / d;
+        let r0 = b * ATTENTION_BLOCK;
+        let mut qs = vec![0.0f32; rows * dh];
+        let mut scores = vec![0.0f32; rows * n];
+        for h in 0..heads {
+            for (i, qrow) in qs.chunks_exact_mut(dh).enumerate() {
+                let src = &q[(r0 + i) * d + h * dh..][..dh];
+                qrow.iter_mut().zip(src).for_each(|(a, &s)| *a = s * scale);
+            }
+            let mut run = || -> Result<(), quant::QuantError> {
+                quant::vector::sgemm(rows, n, dh, &qs, dh, &kt[h * dh * n..], n, &mut scores, n)?;
+                scores.chunks_exact_mut(n).for_each(ops::softmax);
+                quant::vector::sgemm(rows, dh, n, &scores, n, &v[h * dh..], d, &mut chunk[h * dh..], d)
+            };
+            if let Err(e) = run() {
+                *failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                return;
+            }
+        }
+    });
+    match failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        Some(e) => Err(e.into()),
+        None => Ok(()),
+    }
+}
+
+/// The tensor `name`, required.
+fn tensor(file: &GgufFile, name: &str) -> Result<TensorInfo, MediaError> {
+    file.tensor(name)
+        .cloned()
+        .ok_or_else(|| MediaError::MissingTensor(name.to_string()))
+}
+
+/// A tensor of `len` elements, dequantized to f32.
+fn vector(file: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>, MediaError> {
+    let info = tensor(file, name)?;
+    if info.n_elements() != len as u64 {
+        return Err(MediaError::TensorShape {
+            name: info.name.clone(),
+            found: info.dims.clone(),
+            expected: vec![len as u64],
+        });
+    }
+    let mut out = vec![0.0f32; len];
+    quant::dequantize(info.ty, file.tensor_data(&info), &mut out)?;
+    Ok(out)
+}
