@@ -181,6 +181,7 @@ impl BatchDecoder {
                 inputs.push(SeqInput {
                     cache: &mut it.session.cache,
                     tokens,
+                    embedded: &[],
                 });
             }
         }

@@ -3,7 +3,7 @@
 //! text that is safe to show.
 
 use crate::thinking::ThinkState;
-use crate::{Constraint, ConstraintStats, EngineError, Sampler, Session, Thinking};
+use crate::{Constraint, ConstraintStats, EngineError, PromptImage, Sampler, Session, Thinking};
 use std::time::{Duration, Instant};
 use tokenizer::StreamDecoder;
 
@@ -109,6 +109,8 @@ pub struct Decoding {
     /// many of them are in.
     pub(crate) prefill: Vec<u32>,
     pub(crate) prefilled: usize,
+    /// The prompt's images (positions in the whole prompt).
+    pub(crate) images: Vec<PromptImage>,
     pub(crate) finish: Option<FinishReason>,
     pub(crate) evaluated: usize,
     pub(crate) reused: usize,
@@ -301,6 +303,18 @@ impl Session {
         sampler: &Sampler,
         opts: &GenerateOptions,
     ) -> Result<Decoding, EngineError> {
+        self.begin_images(prompt, &[], sampler, opts)
+    }
+
+    /// [`Session::begin`] for a prompt holding `images` (see
+    /// [`crate::Engine::image_prompt`]).
+    pub fn begin_images(
+        &mut self,
+        prompt: &[u32],
+        images: &[PromptImage],
+        sampler: &Sampler,
+        opts: &GenerateOptions,
+    ) -> Result<Decoding, EngineError> {
         if prompt.is_empty() {
             return Err(EngineError::InvalidRequest("the prompt is empty".into()));
         }
@@ -314,7 +328,7 @@ impl Session {
             .params()
             .validate()
             .map_err(EngineError::InvalidRequest)?;
-        let reused = self.reuse_prefix(prompt);
+        let reused = self.reuse_prefix(prompt, images);
         let rest = prompt[reused..].to_vec();
         Ok(Decoding {
             decoder: StreamDecoder::new(opts.render_special),
@@ -330,6 +344,7 @@ impl Session {
             reused,
             prefill: rest,
             prefilled: 0,
+            images: images.to_vec(),
             prompt_time: Duration::ZERO,
             gen_start: Instant::now(),
             constraint: None,
@@ -342,21 +357,27 @@ impl Session {
     pub fn prefill(&mut self, d: &mut Decoding, max_tokens: usize) -> Result<bool, EngineError> {
         if d.prefilled < d.prefill.len() {
             let t0 = Instant::now();
-            let end = d
-                .prefill
-                .len()
-                .min(d.prefilled.saturating_add(max_tokens.max(1)));
-            let chunk = &d.prefill[d.prefilled..end];
-            if end == d.prefill.len() && chunk.len() > 1 {
+            // Prompt positions of the chunk: the session holds the rest.
+            let base = self.tokens.len() - d.prefilled;
+            let end = crate::session::batch_end(
+                base + d.prefilled,
+                base + d.prefill.len(),
+                max_tokens,
+                self.scratch.max_batch(),
+                &d.images,
+            )? - base;
+            let chunk = d.prefill[d.prefilled..end].to_vec();
+            let last_is_image = d.images.last().is_some_and(|i| i.end() == base + end);
+            if end == d.prefill.len() && chunk.len() > 1 && !last_is_image {
                 // The last prompt token goes alone. A prompt found in the
                 // cache has its last token evaluated alone too, and long
                 // batches take other kernels (rounded differently, then
                 // amplified by 8-bit activations), so this keeps a seeded
                 // sample the same whether the prompt was cached or not.
-                self.forward_prompt(&chunk[..chunk.len() - 1])?;
-                self.forward_prompt(&chunk[chunk.len() - 1..])?;
+                self.forward_prompt(&chunk[..chunk.len() - 1], &d.images)?;
+                self.forward_prompt(&chunk[chunk.len() - 1..], &d.images)?;
             } else {
-                self.forward_prompt(chunk)?;
+                self.forward_prompt(&chunk, &d.images)?;
             }
             d.prefilled = end;
             d.prompt_time += t0.elapsed();
@@ -399,7 +420,7 @@ impl Session {
             // Full: `sample_next` ends the generation with `Length`.
             return Ok(());
         }
-        self.forward_prompt(&[id])
+        self.forward_prompt(&[id], &[])
     }
 
     /// Sample the next token from the current logits and apply the stop

@@ -12,6 +12,7 @@ mod chat_model;
 mod constraint;
 mod gbnf;
 mod generate;
+mod images;
 mod inspect;
 mod load;
 mod options;
@@ -27,6 +28,7 @@ pub use chat_model::{ChatModel, LocalChat, ModelCall, ModelReply};
 pub use constraint::{Constraint, ConstraintStats, Grammar, Grammars, MAX_GRAMMAR_BYTES};
 pub use gbnf::to_lark as gbnf_to_lark;
 pub use generate::{Decoding, FinishReason, GenerateOptions, Generation, Step, TokenEvent};
+pub use images::{ImageEmbedding, PromptImage, IMAGE_MARKER, MEDIA_MARKER};
 pub use inspect::{inspect, load_tokenizer, FileSummary, MetaEntry, TensorEntry};
 pub use load::{open_model_file, Engine};
 pub use model::{Precision, RING_SLACK};
@@ -75,4 +77,7 @@ pub enum EngineError {
     /// grammar that should not happen).
     #[error("constrained decoding failed: {0}")]
     Constraint(String),
+    /// An image could not be read, or the vision projector not loaded.
+    #[error(transparent)]
+    Media(#[from] media::MediaError),
 }

@@ -18,12 +18,14 @@ use tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
 pub struct Engine {
     pub(crate) model: Arc<Model>,
     pub(crate) tokenizer: Arc<Tokenizer>,
-    template: Arc<ChatTemplate>,
+    pub(crate) template: Arc<ChatTemplate>,
     options: RunOptions,
     load_time: Duration,
     /// The token trie for constrained decoding, built on first use (it
     /// indexes the whole vocabulary; unconstrained runs never pay for it).
     grammars: OnceLock<Result<Arc<Grammars>, String>>,
+    /// The vision tower, when the engine reads images.
+    pub(crate) vision: Option<Arc<crate::images::Vision>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -58,8 +60,34 @@ impl Engine {
             None => file,
         };
         let mut engine = Self::from_file(Arc::new(file), opts)?;
+        let vision = match &opts.mmproj {
+            Some(p) => Some(p.as_path()),
+            // A multimodal checkpoint brings its own tower.
+            None if has_vision_config(path.as_ref()) => Some(path.as_ref()),
+            None => None,
+        };
+        if let Some(p) = vision {
+            engine.attach_vision(crate::images::Vision::open(p)?)?;
+        }
         engine.load_time = start.elapsed();
         Ok(engine)
+    }
+
+    /// Read images with `vision`, whose projection must land in this
+    /// model's width.
+    pub(crate) fn attach_vision(&mut self, vision: crate::images::Vision) -> Result<(), EngineError> {
+        let (width, hidden) = (
+            vision.tower.config().text_hidden,
+            self.model.config().hidden,
+        );
+        if width != hidden {
+            return Err(EngineError::InvalidOptions(format!(
+                "the vision projector maps images into width {width}, but the model's is {hidden}: \
+                 it belongs to another model"
+            )));
+        }
+        self.vision = Some(Arc::new(vision));
+        Ok(())
     }
 
     /// Build an engine on an already opened (or in-memory) GGUF, as it is
@@ -84,6 +112,7 @@ impl Engine {
             options,
             load_time: start.elapsed(),
             grammars: OnceLock::new(),
+            vision: None,
         })
     }
 
@@ -167,6 +196,7 @@ impl Engine {
             cache: self.model.new_cache(n_ctx),
             scratch: self.model.new_scratch(n_ctx, self.batch_for(n_ctx)),
             tokens: Vec::with_capacity(n_ctx),
+            images: Vec::new(),
         }
     }
 
@@ -213,6 +243,19 @@ impl Engine {
             .tokenizer
             .encode_chat_thinking(&self.template, messages, true, thinking)?)
     }
+}
+
+/// Whether `path` is a checkpoint directory whose `config.json` has a
+/// vision tower we run (Gemma 3's; Gemma 4 checkpoints load as text models).
+fn has_vision_config(path: &Path) -> bool {
+    path.is_dir()
+        && std::fs::read_to_string(path.join("config.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .is_some_and(|v| {
+                v.get("vision_config").is_some()
+                    && v.get("model_type").and_then(|t| t.as_str()) == Some("gemma3")
+            })
 }
 
 /// `file` requantized to the llama-quantize type `name`, in memory.

@@ -32,6 +32,9 @@ pub struct RunOptions {
     pub quant: Option<String>,
     /// Sampling of requests that set none of their own.
     pub sampling: SamplingParams,
+    /// The vision projector (llama.cpp's `mmproj` GGUF) to read images
+    /// with; a checkpoint directory with a vision tower needs none.
+    pub mmproj: Option<std::path::PathBuf>,
 }
 
 impl RunOptions {

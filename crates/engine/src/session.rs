@@ -2,8 +2,8 @@
 //! the prefix cache (a new prompt reuses what it shares with the last one) and
 //! teacher-forced scoring.
 
-use crate::EngineError;
-use model::{KvCache, Model, Scratch};
+use crate::{EngineError, PromptImage};
+use model::{Embedded, KvCache, Model, Scratch};
 use std::sync::Arc;
 use tokenizer::Tokenizer;
 
@@ -14,6 +14,8 @@ pub struct Session {
     pub(crate) cache: KvCache,
     pub(crate) scratch: Scratch,
     pub(crate) tokens: Vec<u32>,
+    /// The images among `tokens`, in order.
+    pub(crate) images: Vec<PromptImage>,
 }
 
 impl Session {
@@ -31,52 +33,129 @@ impl Session {
     pub fn reset(&mut self) {
         self.cache.clear();
         self.tokens.clear();
+        self.images.clear();
     }
 
     /// Make the cache hold exactly `prompt`, reusing the longest shared prefix
     /// when the cache allows rewinding to it. Returns (evaluated, reused).
     pub fn feed(&mut self, prompt: &[u32]) -> Result<(usize, usize), EngineError> {
+        self.feed_images(prompt, &[])
+    }
+
+    /// [`Session::feed`] for a prompt holding `images` (see
+    /// [`crate::Engine::image_prompt`]): a cached prefix is reused only up to
+    /// the first image that differs.
+    pub fn feed_images(
+        &mut self,
+        prompt: &[u32],
+        images: &[PromptImage],
+    ) -> Result<(usize, usize), EngineError> {
         if prompt.len() > self.n_ctx() {
             return Err(EngineError::PromptTooLong {
                 prompt: prompt.len(),
                 n_ctx: self.n_ctx(),
             });
         }
-        let shared = self.reuse_prefix(prompt);
-        let rest = &prompt[shared..];
-        self.forward_prompt(rest)?;
-        Ok((rest.len(), shared))
+        let shared = self.reuse_prefix(prompt, images);
+        self.forward_prompt(&prompt[shared..], images)?;
+        Ok((prompt.len() - shared, shared))
     }
 
-    /// Rewind the cache to the longest prefix it shares with `prompt` (when
-    /// the cache can rewind that far; else clear it) and return its length.
-    pub(crate) fn reuse_prefix(&mut self, prompt: &[u32]) -> usize {
+    /// Rewind the cache to the longest prefix it shares with `prompt` and
+    /// its `images` (when the cache can rewind that far; else clear it) and
+    /// return its length. The same ids with a different picture are not
+    /// shared, and an image is never cut: its tokens go in one batch.
+    pub(crate) fn reuse_prefix(&mut self, prompt: &[u32], images: &[PromptImage]) -> usize {
         let mut shared = self
             .tokens
             .iter()
             .zip(prompt)
             .take_while(|(a, b)| a == b)
             .count();
+        let same = |a: &PromptImage, b: &PromptImage| a.pos == b.pos && a.image.key == b.image.key;
+        let mut held = self.images.iter();
+        let mut new = images.iter();
+        loop {
+            match (held.next(), new.next()) {
+                (Some(a), Some(b)) if same(a, b) => continue,
+                (a, b) => {
+                    let first = [a.map(|i| i.pos), b.map(|i| i.pos)];
+                    if let Some(p) = first.into_iter().flatten().min() {
+                        shared = shared.min(p);
+                    }
+                    break;
+                }
+            }
+        }
         // At least the last prompt token must be evaluated to get its logits.
         if shared == prompt.len() {
             shared = shared.saturating_sub(1);
+        }
+        // Not inside an image.
+        if let Some(i) = images.iter().find(|i| i.pos < shared && shared < i.end()) {
+            shared = i.pos;
         }
         if !self.cache.truncate(shared) {
             self.cache.clear();
             shared = 0;
         }
         self.tokens.truncate(shared);
+        self.images.retain(|i| i.end() <= shared);
         shared
     }
 
-    /// Evaluate tokens after what the cache holds and record them; a failed
-    /// batch leaves the cache in an unknown state, so it clears the session.
-    pub(crate) fn forward_prompt(&mut self, ids: &[u32]) -> Result<(), EngineError> {
-        if let Err(e) = self.model.forward(&mut self.cache, &mut self.scratch, ids) {
+    /// Evaluate `ids` after what the cache holds and record them, with the
+    /// images of the whole prompt `images` (positions in the session's
+    /// tokens; those outside `ids` are skipped). A failed batch leaves the
+    /// cache in an unknown state, so it clears the session.
+    pub(crate) fn forward_prompt(
+        &mut self,
+        ids: &[u32],
+        images: &[PromptImage],
+    ) -> Result<(), EngineError> {
+        let base = self.tokens.len();
+        let end = base + ids.len();
+        let here: Vec<&PromptImage> = images
+            .iter()
+            .filter(|i| i.pos >= base && i.end() <= end)
+            .collect();
+        if let Some(i) = images
+            .iter()
+            .find(|i| i.pos < end && i.end() > base && (i.pos < base || i.end() > end))
+        {
+            self.reset();
+            return Err(EngineError::InvalidRequest(format!(
+                "a batch would cut the image at tokens {}..{}",
+                i.pos,
+                i.end()
+            )));
+        }
+        let max = self.scratch.max_batch();
+        if let Some(i) = here.iter().find(|i| i.image.tokens > max) {
+            self.reset();
+            return Err(EngineError::InvalidRequest(format!(
+                "an image takes {} tokens, more than the batch of {max} (raise --batch)",
+                i.image.tokens
+            )));
+        }
+        let spans: Vec<Embedded<'_>> = here
+            .iter()
+            .map(|i| Embedded {
+                start: i.pos - base,
+                len: i.image.tokens,
+                rows: &i.image.rows,
+                bidirectional: true,
+            })
+            .collect();
+        let result =
+            self.model
+                .forward_embedded(&mut self.cache, &mut self.scratch, ids, &spans);
+        if let Err(e) = result {
             self.reset();
             return Err(e.into());
         }
         self.tokens.extend_from_slice(ids);
+        self.images.extend(here.into_iter().cloned());
         Ok(())
     }
 
@@ -90,7 +169,7 @@ impl Session {
                 n_ctx: self.n_ctx(),
             });
         }
-        self.forward_prompt(ids)?;
+        self.forward_prompt(ids, &[])?;
         self.last_logits()
     }
 
@@ -107,6 +186,16 @@ impl Session {
     pub fn score(
         &mut self,
         ids: &[u32],
+        each: impl FnMut(usize, &[f32]),
+    ) -> Result<(), EngineError> {
+        self.score_images(ids, &[], each)
+    }
+
+    /// [`Session::score`] for a sequence holding `images`.
+    pub fn score_images(
+        &mut self,
+        ids: &[u32],
+        images: &[PromptImage],
         mut each: impl FnMut(usize, &[f32]),
     ) -> Result<(), EngineError> {
         self.reset();
@@ -120,16 +209,42 @@ impl Session {
         let vocab = self.model.config().vocab;
         // Logits rows are computed a few at a time to bound memory.
         const ROWS: usize = 16;
-        for (ci, chunk) in ids.chunks(batch).enumerate() {
-            self.forward_prompt(chunk)?;
+        let mut done = 0;
+        while done < ids.len() {
+            let end = batch_end(done, ids.len(), batch, batch, images)?;
+            let chunk = &ids[done..end];
+            self.forward_prompt(chunk, images)?;
             for start in (0..chunk.len()).step_by(ROWS) {
-                let end = (start + ROWS).min(chunk.len());
-                let logits = self.model.logits(&mut self.scratch, start..end)?;
+                let stop = (start + ROWS).min(chunk.len());
+                let logits = self.model.logits(&mut self.scratch, start..stop)?;
                 for (r, row) in logits.chunks_exact(vocab).enumerate() {
-                    each(ci * batch + start + r, row);
+                    each(done + start + r, row);
                 }
             }
+            done = end;
         }
         Ok(())
+    }
+}
+
+/// Where a batch of about `want` tokens starting at `start` (of `len`)
+/// ends: before an image it would cut, or, when the image starts the batch,
+/// after the whole image, which must fit the scratch's `max_batch`.
+pub(crate) fn batch_end(
+    start: usize,
+    len: usize,
+    want: usize,
+    max_batch: usize,
+    images: &[PromptImage],
+) -> Result<usize, EngineError> {
+    let end = start.saturating_add(want.max(1)).min(len);
+    match images.iter().find(|i| i.pos < end && i.end() > end) {
+        Some(i) if i.pos > start => Ok(i.pos),
+        Some(i) if i.image.tokens > max_batch => Err(EngineError::InvalidRequest(format!(
+            "an image takes {} tokens, more than the batch of {max_batch} (raise --batch)",
+            i.image.tokens
+        ))),
+        Some(i) => Ok(i.end()),
+        None => Ok(end),
     }
 }

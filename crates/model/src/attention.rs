@@ -1,7 +1,8 @@
 //! Causal attention of a batch's queries, each row over its own sequence: the
 //! positions its cache holds before the batch, and its sequence's keys in the
 //! batch. Reading the batch's keys from its own buffer (not the ring) keeps a
-//! sliding-window ring correct when a batch is longer than the window.
+//! sliding-window ring correct when a batch is longer than the window. Rows
+//! of a bidirectional span (an image) also see the span's later positions.
 //!
 //! One computation, two schedules chosen by the batch's shape: decode steps
 //! and short batches go row by row; a long batch of one sequence (prefill)
@@ -38,6 +39,9 @@ pub(crate) struct AttentionInput<'r, 'a> {
     pub seq_start: &'r [usize],
     /// The sequence of each row.
     pub row_seq: &'r [usize],
+    /// The last position each row attends to (its own, or the end of its
+    /// bidirectional span).
+    pub row_last: &'r [usize],
     /// The batch's queries, keys and values.
     pub q: &'r [f32],
     pub k_new: &'r [f32],
@@ -219,10 +223,11 @@ fn attend_rows(
         let keys = input.keys_of(input.row_seq[i], h);
         let pos = keys.pos0 + (i - keys.row0);
         let lo = input.lowest_key(pos);
-        let n_keys = pos + 1 - lo;
+        let hi = input.row_last[i];
+        let n_keys = hi + 1 - lo;
         let stride = sc.len() / h.group;
         let q0 = (i * h.n_heads + kvh * h.group + part * sub) * h.hd;
-        for (j, p) in (lo..=pos).enumerate() {
+        for (j, p) in (lo..=hi).enumerate() {
             let k = keys.key(p, kvh);
             for g in 0..sub {
                 let qg = &q[q0 + g * h.hd..q0 + (g + 1) * h.hd];
@@ -233,7 +238,7 @@ fn attend_rows(
             input.normalize(&mut sc[g * stride..g * stride + n_keys]);
         }
         o.fill(0.0);
-        for (j, p) in (lo..=pos).enumerate() {
+        for (j, p) in (lo..=hi).enumerate() {
             let v = keys.value(p, kvh);
             for (g, og) in o.chunks_exact_mut(h.vdim).enumerate() {
                 quant::vector::axpy(og, sc[g * stride + j], v);
@@ -253,7 +258,7 @@ fn attend_rows(
 /// attends to are gathered once per KV head (keys transposed), and each block
 /// of queries gets its scores as one product with the keys and its output as
 /// one product of the probabilities with the values. Positions outside a
-/// query's causal window get probability 0.
+/// query's window get probability 0.
 fn attend_blocked(
     pool: &quant::ThreadPool,
     input: AttentionInput<'_, '_>,
@@ -299,7 +304,8 @@ fn attend_blocked(
         let m = nrows * h.group;
         // Keys the block's rows attend to, as indices into the gathered ones.
         let jlo = input.lowest_key(pos0 + i0) - klo;
-        let nkb = pos0 + i0 + nrows - klo - jlo;
+        let last = input.row_last[i0..i0 + nrows].iter().max().copied();
+        let nkb = last.unwrap_or(pos0 + i0) + 1 - klo - jlo;
         let width = h.group * h.hd;
         for kvh in 0..h.n_kv {
             for r in 0..nrows {
@@ -312,8 +318,11 @@ fn attend_blocked(
                 return failure.set(e);
             }
             for qi in 0..m {
-                let pos = pos0 + i0 + qi / h.group;
-                let (lo, hi) = (input.lowest_key(pos) - klo - jlo, pos - klo - jlo);
+                let (row, pos) = (i0 + qi / h.group, pos0 + i0 + qi / h.group);
+                let (lo, hi) = (
+                    input.lowest_key(pos) - klo - jlo,
+                    input.row_last[row] - klo - jlo,
+                );
                 let row = &mut sc[qi * nkb..(qi + 1) * nkb];
                 row[..lo].fill(0.0);
                 row[hi + 1..].fill(0.0);

@@ -34,6 +34,27 @@ pub struct SeqInput<'a> {
     pub cache: &'a mut KvCache,
     /// The tokens that follow what the cache holds (at least one).
     pub tokens: &'a [u32],
+    /// Embeddings that stand in for some of these tokens (images), in
+    /// order, not overlapping; empty for text.
+    pub embedded: &'a [Embedded<'a>],
+}
+
+/// Rows of the model's width that replace the embeddings of some tokens of a
+/// sequence: an image's soft tokens, whose embeddings come from a vision
+/// tower. They enter the residual stream as they are (no embedding scale).
+#[derive(Debug, Clone, Copy)]
+pub struct Embedded<'a> {
+    /// Index, in the sequence's tokens, of the first token replaced.
+    pub start: usize,
+    /// How many tokens are replaced.
+    pub len: usize,
+    /// `len` rows of the model's width.
+    pub rows: &'a [f32],
+    /// Whether the replaced tokens see each other both ways (Gemma 3's
+    /// images: every image token attends to the whole image, as
+    /// transformers' and llama.cpp's masks do), on top of the causal mask.
+    /// Such a span must be fed in one batch.
+    pub bidirectional: bool,
 }
 
 impl Model {
@@ -46,17 +67,82 @@ impl Model {
         scratch: &mut Scratch,
         tokens: &[u32],
     ) -> Result<(), ModelError> {
+        self.forward_embedded(cache, scratch, tokens, &[])
+    }
+
+    /// [`Self::forward`] with some tokens' embeddings given (see
+    /// [`Embedded`]). Batches are split between spans, never inside one, so
+    /// a span longer than the scratch's `max_batch` is refused.
+    pub fn forward_embedded(
+        &self,
+        cache: &mut KvCache,
+        scratch: &mut Scratch,
+        tokens: &[u32],
+        embedded: &[Embedded<'_>],
+    ) -> Result<(), ModelError> {
         self.check_input(cache, scratch, tokens)?;
+        self.check_embedded(tokens.len(), embedded)?;
+        let max = scratch.max_batch;
+        if let Some(e) = embedded.iter().find(|e| e.len > max) {
+            return Err(ModelError::BadBatch(format!(
+                "{} embedded tokens do not fit a batch of {max}",
+                e.len
+            )));
+        }
         self.pool.install(|| {
-            for chunk in tokens.chunks(scratch.max_batch) {
+            let mut start = 0;
+            while start < tokens.len() {
+                let mut end = (start + max).min(tokens.len());
+                // End the batch before a span it would cut.
+                if let Some(e) = embedded
+                    .iter()
+                    .find(|e| e.start < end && e.start + e.len > end && e.start > start)
+                {
+                    end = e.start;
+                }
+                let spans: Vec<Embedded<'_>> = embedded
+                    .iter()
+                    .filter(|e| e.start >= start && e.start < end)
+                    .map(|e| Embedded {
+                        start: e.start - start,
+                        ..*e
+                    })
+                    .collect();
                 let mut seq = [SeqInput {
                     cache: &mut *cache,
-                    tokens: chunk,
+                    tokens: &tokens[start..end],
+                    embedded: &spans,
                 }];
                 self.forward_batch(&mut seq, scratch)?;
+                start = end;
             }
             Ok(())
         })
+    }
+
+    /// Refuse embedded spans that overlap, run past the tokens or have the
+    /// wrong number of values.
+    fn check_embedded(&self, n_tokens: usize, embedded: &[Embedded<'_>]) -> Result<(), ModelError> {
+        let mut next_free = 0;
+        for e in embedded {
+            if e.len == 0 || e.start < next_free || e.start + e.len > n_tokens {
+                return Err(ModelError::BadBatch(format!(
+                    "embedded span {}..{} overlaps another or lies outside the {n_tokens} tokens",
+                    e.start,
+                    e.start + e.len
+                )));
+            }
+            if e.rows.len() != e.len * self.config.hidden {
+                return Err(ModelError::BadBatch(format!(
+                    "{} values embed {} tokens of width {}",
+                    e.rows.len(),
+                    e.len,
+                    self.config.hidden
+                )));
+            }
+            next_free = e.start + e.len;
+        }
+        Ok(())
     }
 
     /// One forward step over several sequences: each appends its `tokens` to
@@ -87,6 +173,7 @@ impl Model {
         }
         for s in seqs.iter() {
             self.check_input(s.cache, scratch, s.tokens)?;
+            self.check_embedded(s.tokens.len(), s.embedded)?;
         }
         self.pool.install(|| self.forward_batch(seqs, scratch))
     }
@@ -117,6 +204,12 @@ impl Model {
     fn forward_batch(&self, seqs: &mut [SeqInput<'_>], s: &mut Scratch) -> Result<(), ModelError> {
         s.lay_out_rows(seqs);
         self.embed(s)?;
+        let h = self.config.hidden;
+        for (sq, &first) in seqs.iter().zip(&s.seq_start) {
+            for e in sq.embedded {
+                s.x[(first + e.start) * h..][..e.len * h].copy_from_slice(e.rows);
+            }
+        }
         for li in 0..self.config.n_layers {
             self.attention_block(li, seqs, s)?;
             self.ffn_block(li, s)?;
@@ -205,6 +298,7 @@ impl Model {
             layer: kv_layer,
             seq_start: &s.seq_start,
             row_seq: &s.row_seq,
+            row_last: &s.row_last,
             q: &s.q[..b * cfg.n_heads * kind.head_dim],
             k_new,
             v_new,

@@ -17,7 +17,7 @@ mod scratch;
 mod weights;
 
 pub use config::{Arch, Config, LayerKind};
-pub use forward::SeqInput;
+pub use forward::{Embedded, SeqInput};
 pub use kv::{KvCache, RING_SLACK};
 pub use logits::BatchRows;
 pub use moe::{Experts, GateUp, MoeWeights};
@@ -175,6 +175,12 @@ impl Model {
             pool: ThreadPool::new(opts.threads.max(1)),
             precision: opts.precision,
         })
+    }
+
+    /// The thread pool the kernels run on (other encoders of the same
+    /// request, such as a vision tower, share it).
+    pub fn pool(&self) -> &ThreadPool {
+        &self.pool
     }
 
     /// The configuration.

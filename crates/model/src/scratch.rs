@@ -67,6 +67,9 @@ pub struct Scratch {
     pub(crate) row_seq: Vec<usize>,
     /// The position of each row of the last batch in its sequence.
     pub(crate) row_pos: Vec<usize>,
+    /// The last position each row attends to: its own, or the end of the
+    /// bidirectional span (an image) it lies in.
+    pub(crate) row_last: Vec<usize>,
     /// The batch's token ids in row order.
     pub(crate) tokens: Vec<u32>,
     /// RoPE angles of every row of the batch (`pairs` cosines, then as many
@@ -119,6 +122,7 @@ impl Scratch {
             seq_start: Vec::with_capacity(b + 1),
             row_seq: Vec::with_capacity(b),
             row_pos: Vec::with_capacity(b),
+            row_last: Vec::with_capacity(b),
             tokens: Vec::with_capacity(b),
             ..Self::default()
         }
@@ -171,11 +175,18 @@ impl Scratch {
         self.seq_start.clear();
         self.row_seq.clear();
         self.row_pos.clear();
+        self.row_last.clear();
         self.tokens.clear();
         for (j, sq) in seqs.iter().enumerate() {
             self.seq_start.push(self.row_pos.len());
             let p0 = sq.cache.n_past();
             self.row_pos.extend(p0..p0 + sq.tokens.len());
+            let first = self.row_last.len();
+            self.row_last.extend(p0..p0 + sq.tokens.len());
+            for e in sq.embedded.iter().filter(|e| e.bidirectional) {
+                let end = p0 + e.start + e.len - 1;
+                self.row_last[first + e.start..][..e.len].fill(end);
+            }
             self.row_seq.extend(std::iter::repeat_n(j, sq.tokens.len()));
             self.tokens.extend_from_slice(sq.tokens);
         }

@@ -231,7 +231,11 @@ fn one_token_shares_of_a_quantized_model_are_bit_identical() {
         let mut batch: Vec<SeqInput<'_>> = caches
             .iter_mut()
             .zip(&toks)
-            .map(|(cache, tokens)| SeqInput { cache, tokens })
+            .map(|(cache, tokens)| SeqInput {
+                cache,
+                tokens,
+                embedded: &[],
+            })
             .collect();
         model.forward_multi(&mut batch, &mut shared).unwrap();
         let got = model

@@ -1,0 +1,174 @@
+//! Images in prompts, end to end on the tiny random Gemma 3 vision model:
+//! the prompt ids and the text logits after image prompts agree with
+//! transformers (`tests/fixtures/tiny/gemma3_vision`), from the checkpoint
+//! directory and from the GGUF pair (text model + mmproj); a cached prefix
+//! never carries one picture's tokens into another's prompt.
+
+#[path = "../../../tests/support/npy.rs"]
+mod npy;
+
+use hearth_engine::{Engine, EngineError, ImageEmbedding, PromptImage, RunOptions};
+use npy::read_npy_f32;
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/tiny/gemma3_vision")
+        .join(name)
+}
+
+fn options(mmproj: Option<PathBuf>) -> RunOptions {
+    RunOptions {
+        threads: Some(2),
+        ctx: Some(256),
+        mmproj,
+        ..RunOptions::default()
+    }
+}
+
+fn checkpoint() -> Engine {
+    Engine::load(fixture(""), &options(None)).unwrap()
+}
+
+fn gguf_pair() -> Engine {
+    Engine::load(
+        fixture("model-f32.gguf"),
+        &options(Some(fixture("mmproj-f32.gguf"))),
+    )
+    .unwrap()
+}
+
+fn reference() -> Value {
+    serde_json::from_str(&std::fs::read_to_string(fixture("reference.json")).unwrap()).unwrap()
+}
+
+fn image(engine: &Engine, name: &str) -> ImageEmbedding {
+    engine
+        .encode_image(&std::fs::read(fixture(name)).unwrap())
+        .unwrap()
+}
+
+/// Every position's logits of `ids`.
+fn logits(engine: &Engine, ids: &[u32], images: &[PromptImage]) -> Vec<f32> {
+    let mut session = engine.session();
+    let mut all = Vec::new();
+    session
+        .score_images(ids, images, |_, row| all.extend_from_slice(row))
+        .unwrap();
+    all
+}
+
+/// Largest |a - b| relative to the largest |b|.
+fn rel_err(a: &[f32], b: &[f32]) -> f32 {
+    assert_eq!(a.len(), b.len());
+    let scale = b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let diff = a
+        .iter()
+        .zip(b)
+        .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+    diff / scale
+}
+
+fn check_prompts(engine: &Engine, golden: &str) {
+    let reference = reference();
+    for p in reference["prompts"].as_array().unwrap() {
+        let images: Vec<ImageEmbedding> = p["images"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|n| image(engine, n.as_str().unwrap()))
+            .collect();
+        let (ids, placed) = engine
+            .image_prompt(p["prompt"].as_str().unwrap(), true, &images)
+            .unwrap();
+        let want_ids: Vec<u32> = p["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
+        assert_eq!(ids, want_ids, "{}", p["prompt"]);
+        let got = logits(engine, &ids, &placed);
+        let (shape, want) = read_npy_f32(&fixture(p[golden].as_str().unwrap()));
+        assert_eq!(shape, [ids.len(), 512]);
+        let err = rel_err(&got, &want);
+        eprintln!("{} {:?}: relative error {err:.2e}", p["prompt"], p["images"]);
+        assert!(err < 1e-4, "{}: relative error {err}", p["prompt"]);
+    }
+}
+
+#[test]
+fn image_prompts_match_transformers_from_the_checkpoint() {
+    check_prompts(&checkpoint(), "logits");
+}
+
+#[test]
+fn image_prompts_match_transformers_from_gguf_and_mmproj() {
+    check_prompts(&gguf_pair(), "logits_f16proj");
+}
+
+#[test]
+fn a_cached_prefix_is_not_reused_across_pictures() {
+    let engine = gguf_pair();
+    let (a, b) = (image(&engine, "img_a.png"), image(&engine, "img_b.png"));
+    assert!(!a.cached);
+    // The second request for the same file costs no encoder time.
+    assert!(image(&engine, "img_a.png").cached);
+    let prompt = "Describe <start_of_image> the license";
+    let (ids_a, imgs_a) = engine.image_prompt(prompt, true, &[a]).unwrap();
+    let (ids_b, imgs_b) = engine.image_prompt(prompt, true, &[b]).unwrap();
+    assert_eq!(ids_a, ids_b, "the same ids, different pictures");
+    let mut session = engine.session();
+    session.feed_images(&ids_a, &imgs_a).unwrap();
+    let (evaluated, reused) = session.feed_images(&ids_b, &imgs_b).unwrap();
+    assert_eq!(reused, imgs_b[0].pos, "reuse stops at the picture");
+    assert_eq!(evaluated, ids_b.len() - reused);
+    let after_switch = session.last_logits().unwrap().to_vec();
+    let fresh = logits(&engine, &ids_b, &imgs_b);
+    let last = &fresh[fresh.len() - 512..];
+    assert_eq!(after_switch, last);
+    // The same picture again reuses everything but the last token.
+    let (evaluated, _) = session.feed_images(&ids_b, &imgs_b).unwrap();
+    assert_eq!(evaluated, 1);
+}
+
+#[test]
+fn image_errors_are_clear() {
+    let engine = gguf_pair();
+    let a = image(&engine, "img_a.png");
+    let err = engine.image_prompt("no marker here", true, &[a.clone()]).unwrap_err();
+    assert!(err.to_string().contains("places 0 image"), "{err}");
+    // Anything but an image file.
+    for bad in [&b""[..], b"GIF89a not really", &b"\x89PNG\r\n\x1a\n"[..]] {
+        let err = engine.encode_image(bad).unwrap_err();
+        assert!(matches!(err, EngineError::Media(_)), "{err}");
+    }
+    // A truncated PNG.
+    let png = std::fs::read(fixture("img_a.png")).unwrap();
+    assert!(engine.encode_image(&png[..png.len() / 2]).is_err());
+    // A text-only model.
+    let text_only = Engine::load(fixture("model-f32.gguf"), &options(None)).unwrap();
+    let err = text_only.encode_image(&png).unwrap_err();
+    assert!(err.to_string().contains("no vision tower"), "{err}");
+    // A projector for another width.
+    let other = Engine::load(
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny/gemma3_h256/model-f32.gguf"),
+        &options(Some(fixture("mmproj-f32.gguf"))),
+    )
+    .unwrap_err();
+    assert!(other.to_string().contains("another model"), "{other}");
+    // An image longer than a batch.
+    let small_batch = Engine::load(
+        fixture("model-f32.gguf"),
+        &RunOptions {
+            batch: Some(8),
+            ..options(Some(fixture("mmproj-f32.gguf")))
+        },
+    )
+    .unwrap();
+    let a = image(&small_batch, "img_a.png");
+    let (ids, imgs) = small_batch.image_prompt("<start_of_image>", true, &[a]).unwrap();
+    let err = small_batch.session().feed_images(&ids, &imgs).unwrap_err();
+    assert!(err.to_string().contains("raise --batch"), "{err}");
+}
