@@ -105,6 +105,7 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
             quant: args.quant.clone(),
             ctx: None,
             batch: None,
+            mmproj: None,
         };
         let engine = load_engine(&model, engine::SamplingParams::default())?;
         let name = engine.model_name().unwrap_or("model").to_string();

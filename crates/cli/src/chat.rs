@@ -29,6 +29,8 @@ pub struct Turns {
     pub guard: guard::GuardSet,
     /// Print each reply's guard trace on stderr.
     pub guard_trace: bool,
+    /// Image files for the first message.
+    pub images: Vec<std::path::PathBuf>,
 }
 
 pub fn run(
@@ -44,7 +46,11 @@ pub fn run(
         think,
         guard,
         guard_trace,
+        images,
     } = turns;
+    if !images.is_empty() && !guard.is_empty() {
+        anyhow::bail!("--guard does not take images yet");
+    }
     let grammar = constraint.grammar()?;
     let engine = load_engine(args, sample.params())?;
     report_session(&engine);
@@ -56,6 +62,9 @@ pub fn run(
     if think.is_some() && thinking.is_none() {
         eprintln!("(this model does not think; --think is ignored)");
     }
+    // The images go with the first message; the conversation keeps them.
+    let mut pending_images = crate::commands::encode_images(&engine, &images)?;
+    let mut conversation_images: Vec<engine::ImageEmbedding> = Vec::new();
     let mut session = engine.session();
     let mut guarded_model = (!guard.is_empty()).then(|| engine::LocalChat::new(&engine));
     let guard_cfg = guard::GuardConfig {
@@ -121,17 +130,33 @@ pub fn run(
         if trimmed == "/reset" {
             messages.retain(|m| m.role == "system");
             session.reset();
+            if !conversation_images.is_empty() {
+                eprintln!("(the images were cleared with it)");
+                conversation_images.clear();
+            }
             eprintln!("(conversation cleared)");
             continue;
         }
         if trimmed == "/exit" || trimmed == "/quit" {
             break;
         }
-        messages.push(ChatMessage::user(user.clone()));
-        let ids = match engine.encode_chat_thinking(&messages, thinking.is_some()) {
-            Ok(ids) => ids,
+        let added = pending_images.len();
+        messages.push(ChatMessage::user(engine::place_images(&user, added)));
+        conversation_images.append(&mut pending_images);
+        let encoded = if conversation_images.is_empty() {
+            engine
+                .encode_chat_thinking(&messages, thinking.is_some())
+                .map(|ids| (ids, Vec::new()))
+        } else {
+            engine.encode_chat_images(&messages, &conversation_images, thinking.is_some())
+        };
+        let (ids, placed) = match encoded {
+            Ok(v) => v,
             Err(e) => {
                 messages.pop();
+                // Images given with the message stay for the next try.
+                let keep = conversation_images.len() - added;
+                pending_images = conversation_images.split_off(keep);
                 eprintln!("error: {e}");
                 if once {
                     return Ok(ExitCode::FAILURE);
@@ -165,8 +190,14 @@ pub fn run(
         };
         let tty = std::io::stdout().is_terminal();
         let mut in_thought = false;
-        let result =
-            session.generate_constrained(&ids, &mut sampler, &opts, constraint, thinking, |ev| {
+        let result = session.generate_images(
+            &ids,
+            &placed,
+            &mut sampler,
+            &opts,
+            constraint,
+            thinking,
+            |ev| {
                 if !ev.thought.is_empty() {
                     if tty {
                         // Dimmed, on the terminal, before the answer.
@@ -184,7 +215,8 @@ pub fn run(
                     let _ = out.write_all(ev.text.as_bytes()).and_then(|_| out.flush());
                 }
                 state.load(Ordering::SeqCst) != CANCEL
-            });
+            },
+        );
         if in_thought {
             let _ = write!(out, "\x1b[0m");
         }

@@ -1,8 +1,8 @@
 //! The one-shot commands: wiring between flags, the engine and stdout.
 
-use crate::{ConstraintArgs, ModelArgs, SampleArgs};
+use crate::{ConstraintArgs, ImageArgs, ModelArgs, SampleArgs};
 use anyhow::{bail, Context, Result};
-use engine::{Engine, GenerateOptions, Sampler, SamplingParams};
+use engine::{Engine, GenerateOptions, ImageEmbedding, PromptImage, Sampler, SamplingParams};
 use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -85,23 +85,74 @@ fn mib(b: usize) -> f64 {
     b as f64 / (1024.0 * 1024.0)
 }
 
+/// Encode image files for a prompt, each timed on stderr (a cached one
+/// costs nothing).
+pub fn encode_images(engine: &Engine, files: &[PathBuf]) -> Result<Vec<ImageEmbedding>> {
+    files
+        .iter()
+        .map(|f| {
+            let bytes =
+                std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?;
+            let e = engine
+                .encode_image(&bytes)
+                .with_context(|| format!("{}", f.display()))?;
+            eprintln!(
+                "hearth: image {}: {} tokens, encoded in {:.2} s{}",
+                f.display(),
+                e.tokens,
+                e.time.as_secs_f64(),
+                if e.cached { " (cached)" } else { "" }
+            );
+            Ok(e)
+        })
+        .collect()
+}
+
+/// The ids of a raw prompt with its images (placed by markers, else first).
+fn prompt_ids(
+    engine: &Engine,
+    prompt: &str,
+    images: &[ImageEmbedding],
+) -> Result<(Vec<u32>, Vec<PromptImage>)> {
+    let tok = engine.tokenizer();
+    if images.is_empty() {
+        return Ok((tok.encode(prompt, tok.add_bos(), true), Vec::new()));
+    }
+    let text = engine::place_images(prompt, images.len());
+    Ok(engine.image_prompt(&text, tok.add_bos(), images)?)
+}
+
+/// `complete`'s output options.
+pub struct CompleteOptions {
+    /// Tokens to generate.
+    pub n_predict: usize,
+    /// One JSON object at the end instead of streamed text.
+    pub json: bool,
+    /// Keep going past end-of-generation tokens.
+    pub ignore_eos: bool,
+}
+
 /// `hearth complete`.
 pub fn complete(
     args: &ModelArgs,
     sample: &SampleArgs,
     constraint: &ConstraintArgs,
     source: PromptSource,
-    n_predict: usize,
-    json: bool,
-    ignore_eos: bool,
+    images: &ImageArgs,
+    out_opts: CompleteOptions,
 ) -> Result<ExitCode> {
+    let CompleteOptions {
+        n_predict,
+        json,
+        ignore_eos,
+    } = out_opts;
     let prompt = source.read()?;
     let grammar = constraint.grammar()?;
     let engine = load_engine(args, sample.params())?;
     report_session(&engine);
     let constraint = grammar.map(|g| engine.constraint(&g)).transpose()?;
-    let tok = engine.tokenizer();
-    let ids = tok.encode(&prompt, tok.add_bos(), true);
+    let pictures = encode_images(&engine, &images.images)?;
+    let (ids, placed) = prompt_ids(&engine, &prompt, &pictures)?;
     let mut session = engine.session();
     let mut sampler = Sampler::new(engine.options().sampling.clone());
     let opts = GenerateOptions {
@@ -113,8 +164,14 @@ pub fn complete(
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let mut write_failed = None;
-    let generation =
-        session.generate_constrained(&ids, &mut sampler, &opts, constraint, None, |ev| {
+    let generation = session.generate_images(
+        &ids,
+        &placed,
+        &mut sampler,
+        &opts,
+        constraint,
+        None,
+        |ev| {
             if !json && !ev.text.is_empty() {
                 if let Err(e) = out.write_all(ev.text.as_bytes()).and_then(|_| out.flush()) {
                     // A closed pipe (`| head`) ends generation quietly.
@@ -123,7 +180,8 @@ pub fn complete(
                 }
             }
             true
-        })?;
+        },
+    )?;
     if let Some(e) = write_failed {
         if e.kind() != std::io::ErrorKind::BrokenPipe {
             return Err(e).context("cannot write to stdout");
@@ -171,15 +229,43 @@ pub fn tokenize(args: &ModelArgs, add_bos: bool, special: bool, text: &str) -> R
     Ok(ExitCode::SUCCESS)
 }
 
+/// What `hearth logits` scores.
+pub struct LogitsInput {
+    /// Token ids (when no prompt is given).
+    pub ids: Vec<u32>,
+    /// A prompt to tokenize instead.
+    pub prompt: Option<String>,
+    /// Image files the prompt places.
+    pub images: Vec<PathBuf>,
+    /// Print the images' embeddings instead of logits.
+    pub embeddings: bool,
+}
+
 /// `hearth logits`.
-pub fn logits(args: &ModelArgs, ids: &[u32], top: usize, full: bool) -> Result<ExitCode> {
+pub fn logits(args: &ModelArgs, input: LogitsInput, top: usize, full: bool) -> Result<ExitCode> {
     let engine = load_engine(args, SamplingParams::default())?;
-    // The context is the sequence scored.
-    let mut session = engine.session_with_ctx(ids.len().max(1));
+    let pictures = encode_images(&engine, &input.images)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
+    if input.embeddings {
+        let width = engine.model().config().hidden;
+        for (file, p) in input.images.iter().zip(&pictures) {
+            let rows: Vec<&[f32]> = p.rows.chunks_exact(width).collect();
+            let v = serde_json::json!({"image": file.display().to_string(), "tokens": p.tokens, "width": width, "embeddings": rows});
+            writeln!(out, "{v}").context("cannot write to stdout")?;
+        }
+        out.flush()?;
+        return Ok(ExitCode::SUCCESS);
+    }
+    let (ids, placed) = match &input.prompt {
+        Some(p) => prompt_ids(&engine, p, &pictures)?,
+        None if pictures.is_empty() => (input.ids, Vec::new()),
+        None => bail!("--image needs a --prompt that places it"),
+    };
+    // The context is the sequence scored.
+    let mut session = engine.session_with_ctx(ids.len().max(1));
     let mut io_err = None;
-    session.score(ids, |pos, row| {
+    session.score_images(&ids, &placed, |pos, row| {
         let lse = engine::logsumexp(row);
         let v = if full {
             serde_json::json!({"pos": pos, "id": ids[pos], "logsumexp": lse, "logits": row})

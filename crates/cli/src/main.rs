@@ -43,6 +43,19 @@ struct ModelArgs {
     /// Most prompt tokens per forward pass (default: 512).
     #[arg(long)]
     batch: Option<usize>,
+    /// Vision projector (llama.cpp's mmproj GGUF) for --image; a checkpoint
+    /// directory with a vision tower needs none.
+    #[arg(long, value_name = "FILE")]
+    mmproj: Option<std::path::PathBuf>,
+}
+
+/// Images for the prompt, placed where it says `<start_of_image>` (one
+/// marker per image, in order), else before the prompt text.
+#[derive(Args, Debug, Clone, Default)]
+pub(crate) struct ImageArgs {
+    /// An image file (PNG, JPEG, WebP); repeat for several.
+    #[arg(long = "image", value_name = "FILE")]
+    pub(crate) images: Vec<std::path::PathBuf>,
 }
 
 /// Sampling flags shared by `complete`, `chat` and `serve` (for `serve`, the
@@ -156,6 +169,7 @@ impl ModelArgs {
             },
             quant: self.quant.clone(),
             sampling,
+            mmproj: self.mmproj.clone(),
         }
     }
 }
@@ -185,6 +199,8 @@ enum Command {
         /// Keep generating past end-of-generation tokens.
         #[arg(long)]
         ignore_eos: bool,
+        #[command(flatten)]
+        images: ImageArgs,
     },
     /// Chat with the model using its chat template (interactive, or once with -p).
     Chat {
@@ -218,6 +234,9 @@ enum Command {
         /// Print what the guards did (on stderr) after each reply.
         #[arg(long, requires = "guard")]
         guard_trace: bool,
+        /// Images for the first message (see `complete --image`).
+        #[command(flatten)]
+        images: ImageArgs,
     },
     /// Solve a logic puzzle written in z3's Python API (a declarative
     /// subset, parsed, never run): prints {"status", "model", "unique"}.
@@ -258,13 +277,24 @@ enum Command {
         /// The text.
         text: String,
     },
-    /// Print per-position logits for a token sequence as JSON lines.
+    /// Print per-position logits for a token sequence (or a prompt, with
+    /// images) as JSON lines.
     Logits {
         #[command(flatten)]
         model: ModelArgs,
         /// Comma-separated token ids.
-        #[arg(long, value_delimiter = ',', required = true)]
+        #[arg(long, value_delimiter = ',', required_unless_present_any = ["prompt", "embeddings"], conflicts_with = "prompt")]
         ids: Vec<u32>,
+        /// A prompt to tokenize (special tokens parsed, BOS added); images
+        /// go where it says `<start_of_image>`.
+        #[arg(short, long)]
+        prompt: Option<String>,
+        #[command(flatten)]
+        images: ImageArgs,
+        /// Print each image's projected embeddings (one JSON line per image:
+        /// rows of the text model's width) instead of logits.
+        #[arg(long, requires = "images")]
+        embeddings: bool,
         /// How many of the largest logits to print per position.
         #[arg(long, default_value_t = 10, conflicts_with = "full")]
         top: usize,
@@ -345,14 +375,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
             n_predict,
             json,
             ignore_eos,
+            images,
         } => commands::complete(
             &model,
             &sample,
             &constraint,
             commands::PromptSource::new(prompt, file),
-            n_predict,
-            json,
-            ignore_eos,
+            &images,
+            commands::CompleteOptions {
+                n_predict,
+                json,
+                ignore_eos,
+            },
         ),
         Command::Chat {
             model,
@@ -365,6 +399,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             thinking_budget,
             guard,
             guard_trace,
+            images,
         } => chat::run(
             &model,
             &sample,
@@ -376,6 +411,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 think: think.then_some(thinking_budget),
                 guard,
                 guard_trace,
+                images: images.images,
             },
         ),
         Command::Tokenize {
@@ -387,9 +423,22 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Logits {
             model,
             ids,
+            prompt,
+            images,
+            embeddings,
             top,
             full,
-        } => commands::logits(&model, &ids, top, full),
+        } => commands::logits(
+            &model,
+            commands::LogitsInput {
+                ids,
+                prompt,
+                images: images.images,
+                embeddings,
+            },
+            top,
+            full,
+        ),
         Command::Perplexity { model, file, chunk } => commands::perplexity(&model, &file, chunk),
         Command::Inspect { model, full } => commands::inspect(&model, full),
         Command::Pull { spec, quiet } => commands::pull(&spec, quiet),

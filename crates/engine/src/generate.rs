@@ -247,9 +247,26 @@ impl Session {
         opts: &GenerateOptions,
         constraint: Option<Constraint>,
         thinking: Option<Thinking>,
+        on_token: impl FnMut(TokenEvent<'_>) -> bool,
+    ) -> Result<Generation, EngineError> {
+        self.generate_images(prompt, &[], sampler, opts, constraint, thinking, on_token)
+    }
+
+    /// [`Session::generate_constrained`] for a prompt holding `images` (see
+    /// [`crate::Engine::image_prompt`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn generate_images(
+        &mut self,
+        prompt: &[u32],
+        images: &[PromptImage],
+        sampler: &mut Sampler,
+        opts: &GenerateOptions,
+        constraint: Option<Constraint>,
+        thinking: Option<Thinking>,
         mut on_token: impl FnMut(TokenEvent<'_>) -> bool,
     ) -> Result<Generation, EngineError> {
-        let mut decoding = self.start(prompt, sampler, opts)?;
+        let mut decoding = self.begin_images(prompt, images, sampler, opts)?;
+        self.prefill(&mut decoding, usize::MAX)?;
         if let Some(c) = constraint {
             decoding.constrain(c);
         }

@@ -198,14 +198,15 @@ impl Engine {
         Ok((ids, placed))
     }
 
-    /// [`Engine::encode_chat`] for messages whose text places `images` with
-    /// image markers.
+    /// [`Engine::encode_chat_thinking`] for messages whose text places
+    /// `images` with image markers.
     pub fn encode_chat_images(
         &self,
         messages: &[tokenizer::ChatMessage],
         images: &[ImageEmbedding],
+        thinking: bool,
     ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
-        let text = self.template.render(messages, true)?;
+        let text = self.template.render_thinking(messages, true, thinking)?;
         let bos_text = self
             .tokenizer
             .bos_id()
@@ -213,4 +214,15 @@ impl Engine {
         let starts_with_bos = bos_text.is_some_and(|b| !b.is_empty() && text.starts_with(b));
         self.image_prompt(&text, self.tokenizer.add_bos() && !starts_with_bos, images)
     }
+}
+
+/// `text` with one image marker per image at its start when it places none
+/// itself (as llama.cpp's tools put media before the prompt).
+pub fn place_images(text: &str, images: usize) -> String {
+    if images == 0 || text.contains(IMAGE_MARKER) || text.contains(MEDIA_MARKER) {
+        return text.to_string();
+    }
+    let mut out = IMAGE_MARKER.repeat(images);
+    out.push_str(text);
+    out
 }
