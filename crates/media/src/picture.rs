@@ -276,24 +276,18 @@ mod tests {
     }
 
     #[test]
-    fn halving_averages_pixel_pairs() {
-        // PIL: a 4-wide row [0, 100, 200, 50] halved is [~50, ~125] per the
-        // triangle of support 2 centred between each pair.
-        let rgb: Vec<u8> = [0u8, 100, 200, 50]
-            .iter()
-            .flat_map(|&v| [v, v, v])
-            .collect();
-        let p = Picture::from_rgb(4, 1, rgb).unwrap();
-        let h = p.resize_bilinear(2, 1).unwrap();
-        // Weights for output 0 (centre 1.0): inputs 0,1,2 at 0.75/0.75? no:
-        // t = (x - 1 + 0.5)/2 for x = 0..3 -> 0.25, 0.75 (input 2: 1.25 -> 0)
-        // normalised 0.25 / 0.75 for inputs 0 and 1... kept as computed.
-        let k = Coefficients::new(4, 2);
-        let (first, w) = k.of(0);
-        assert_eq!(first, 0);
-        let sum: i32 = w.iter().sum();
-        assert!((sum - (1 << PRECISION_BITS)).abs() <= 2, "{w:?}");
-        assert!(h.rgb()[0] > 0 && h.rgb()[0] < 100);
+    fn shrinking_matches_pil() {
+        // Values from PIL 13: Image.fromarray(row).resize((n, 1), BILINEAR).
+        let row = |vals: &[u8]| {
+            let rgb: Vec<u8> = vals.iter().flat_map(|&v| [v, v, v]).collect();
+            Picture::from_rgb(vals.len() as u32, 1, rgb).unwrap()
+        };
+        let grey = |p: &Picture| p.rgb().chunks(3).map(|c| c[0]).collect::<Vec<u8>>();
+        let halved = row(&[0, 100, 200, 50]).resize_bilinear(2, 1).unwrap();
+        assert_eq!(grey(&halved), [71, 121]);
+        let ramp: Vec<u8> = (0..250).step_by(10).map(|v| v as u8).collect();
+        let shrunk = row(&ramp).resize_bilinear(7, 1).unwrap();
+        assert_eq!(grey(&shrunk), [16, 49, 84, 120, 156, 191, 224]);
     }
 
     #[test]
@@ -303,6 +297,47 @@ mod tests {
         assert_eq!(v[0], -1.0);
         assert_eq!(v[1], 1.0);
         assert!((v[2] - (51.0 / 255.0 - 0.5) / 0.5).abs() < 1e-7);
+    }
+
+    /// The CRC-32 PNG chunks carry.
+    fn crc32(bytes: &[u8]) -> u32 {
+        let mut c = 0xffff_ffffu32;
+        for &b in bytes {
+            c ^= u32::from(b);
+            for _ in 0..8 {
+                c = if c & 1 != 0 { 0xedb8_8320 ^ (c >> 1) } else { c >> 1 };
+            }
+        }
+        !c
+    }
+
+    /// A PNG whose header claims `w` × `h` RGB pixels, with a tiny body.
+    fn png_claiming(w: u32, h: u32) -> Vec<u8> {
+        let mut out = b"\x89PNG\r\n\x1a\n".to_vec();
+        let mut ihdr = b"IHDR".to_vec();
+        ihdr.extend(w.to_be_bytes());
+        ihdr.extend(h.to_be_bytes());
+        ihdr.extend([8, 2, 0, 0, 0]);
+        out.extend(13u32.to_be_bytes());
+        out.extend(&ihdr);
+        out.extend(crc32(&ihdr).to_be_bytes());
+        let idat = b"IDAT\x78\x9c\x03\x00\x00\x00\x00\x01".to_vec();
+        out.extend(((idat.len() - 4) as u32).to_be_bytes());
+        out.extend(&idat);
+        out.extend(crc32(&idat).to_be_bytes());
+        out.extend(0u32.to_be_bytes());
+        out.extend(b"IEND");
+        out.extend(crc32(b"IEND").to_be_bytes());
+        out
+    }
+
+    #[test]
+    fn a_huge_picture_is_refused_before_decoding() {
+        let err = Picture::decode(&png_claiming(20_000, 20_000)).unwrap_err();
+        assert!(matches!(err, MediaError::TooLarge { width: 20_000, .. }), "{err}");
+        // A sane header with a body that does not hold its pixels.
+        let err = Picture::decode(&png_claiming(64, 64)).unwrap_err();
+        assert!(matches!(err, MediaError::Decode(_)), "{err}");
     }
 
     #[test]
