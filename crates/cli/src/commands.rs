@@ -91,8 +91,7 @@ pub fn encode_images(engine: &Engine, files: &[PathBuf]) -> Result<Vec<ImageEmbe
     files
         .iter()
         .map(|f| {
-            let bytes =
-                std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?;
+            let bytes = std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?;
             let e = engine
                 .encode_image(&bytes)
                 .with_context(|| format!("{}", f.display()))?;
@@ -164,14 +163,8 @@ pub fn complete(
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let mut write_failed = None;
-    let generation = session.generate_images(
-        &ids,
-        &placed,
-        &mut sampler,
-        &opts,
-        constraint,
-        None,
-        |ev| {
+    let generation =
+        session.generate_images(&ids, &placed, &mut sampler, &opts, constraint, None, |ev| {
             if !json && !ev.text.is_empty() {
                 if let Err(e) = out.write_all(ev.text.as_bytes()).and_then(|_| out.flush()) {
                     // A closed pipe (`| head`) ends generation quietly.
@@ -180,8 +173,7 @@ pub fn complete(
                 }
             }
             true
-        },
-    )?;
+        })?;
     if let Some(e) = write_failed {
         if e.kind() != std::io::ErrorKind::BrokenPipe {
             return Err(e).context("cannot write to stdout");

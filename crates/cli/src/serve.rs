@@ -60,6 +60,10 @@ pub struct ServeArgs {
     /// Count /health and /metrics requests as activity for --idle-exit.
     #[arg(long, requires = "idle_exit")]
     idle_count_probes: bool,
+    /// Let chat image parts name local files (`file:///...` URLs); without
+    /// it only inline `data:` URLs are read.
+    #[arg(long)]
+    allow_file_images: bool,
 }
 
 fn secs(name: &str, v: f64) -> Result<Duration> {
@@ -123,6 +127,7 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
         Some(v) => Some(secs("idle-exit", v)?),
     };
     config.idle_counts_probes = args.idle_count_probes;
+    config.allow_file_images = args.allow_file_images;
     // The same loader as every other command: --quant, --precise, --ctx
     // and the rest mean what they mean there.
     let loader: server::Loader = Box::new(move || engine::Engine::load(&path, &options));

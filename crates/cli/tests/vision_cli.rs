@@ -95,7 +95,12 @@ fn embeddings_print_as_rows_of_the_text_width() {
         .as_array()
         .unwrap()
         .iter()
-        .flat_map(|r| r.as_array().unwrap().iter().map(|v| v.as_f64().unwrap() as f32))
+        .flat_map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap() as f32)
+        })
         .collect();
     assert_eq!(rows[0]["tokens"], 16);
     assert_eq!(got.len(), want.len());
@@ -114,7 +119,11 @@ fn bad_images_fail_cleanly() {
     let png = std::fs::read(fixture("img_a.png")).unwrap();
     let cases = [
         ("empty.png", Vec::new(), "empty"),
-        ("truncated.png", png[..png.len() / 3].to_vec(), "cannot decode"),
+        (
+            "truncated.png",
+            png[..png.len() / 3].to_vec(),
+            "cannot decode",
+        ),
         ("text.jpg", b"not an image at all".to_vec(), "cannot decode"),
     ];
     let model = fixture("");

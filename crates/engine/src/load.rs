@@ -75,7 +75,10 @@ impl Engine {
 
     /// Read images with `vision`, whose projection must land in this
     /// model's width.
-    pub(crate) fn attach_vision(&mut self, vision: crate::images::Vision) -> Result<(), EngineError> {
+    pub(crate) fn attach_vision(
+        &mut self,
+        vision: crate::images::Vision,
+    ) -> Result<(), EngineError> {
         let (width, hidden) = (
             vision.tower.config().text_hidden,
             self.model.config().hidden,

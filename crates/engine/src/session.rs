@@ -147,9 +147,9 @@ impl Session {
                 bidirectional: true,
             })
             .collect();
-        let result =
-            self.model
-                .forward_embedded(&mut self.cache, &mut self.scratch, ids, &spans);
+        let result = self
+            .model
+            .forward_embedded(&mut self.cache, &mut self.scratch, ids, &spans);
         if let Err(e) = result {
             self.reset();
             return Err(e.into());

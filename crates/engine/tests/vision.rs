@@ -93,7 +93,10 @@ fn check_prompts(engine: &Engine, golden: &str) {
         let (shape, want) = read_npy_f32(&fixture(p[golden].as_str().unwrap()));
         assert_eq!(shape, [ids.len(), 512]);
         let err = rel_err(&got, &want);
-        eprintln!("{} {:?}: relative error {err:.2e}", p["prompt"], p["images"]);
+        eprintln!(
+            "{} {:?}: relative error {err:.2e}",
+            p["prompt"], p["images"]
+        );
         assert!(err < 1e-4, "{}: relative error {err}", p["prompt"]);
     }
 }
@@ -137,7 +140,9 @@ fn a_cached_prefix_is_not_reused_across_pictures() {
 fn image_errors_are_clear() {
     let engine = gguf_pair();
     let a = image(&engine, "img_a.png");
-    let err = engine.image_prompt("no marker here", true, &[a.clone()]).unwrap_err();
+    let err = engine
+        .image_prompt("no marker here", true, &[a.clone()])
+        .unwrap_err();
     assert!(err.to_string().contains("places 0 image"), "{err}");
     // Anything but an image file.
     for bad in [&b""[..], b"GIF89a not really", &b"\x89PNG\r\n\x1a\n"[..]] {
@@ -153,7 +158,8 @@ fn image_errors_are_clear() {
     assert!(err.to_string().contains("no vision tower"), "{err}");
     // A projector for another width.
     let other = Engine::load(
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny/gemma3_h256/model-f32.gguf"),
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../tests/fixtures/tiny/gemma3_h256/model-f32.gguf"),
         &options(Some(fixture("mmproj-f32.gguf"))),
     )
     .unwrap_err();
@@ -168,7 +174,9 @@ fn image_errors_are_clear() {
     )
     .unwrap();
     let a = image(&small_batch, "img_a.png");
-    let (ids, imgs) = small_batch.image_prompt("<start_of_image>", true, &[a]).unwrap();
+    let (ids, imgs) = small_batch
+        .image_prompt("<start_of_image>", true, &[a])
+        .unwrap();
     let err = small_batch.session().feed_images(&ids, &imgs).unwrap_err();
     assert!(err.to_string().contains("raise --batch"), "{err}");
 }

@@ -92,9 +92,7 @@ mod tests {
         c.insert(d, vec![3.0]); // evicts b
         assert!(c.get(&b).is_none());
         assert_eq!(c.len(), 2);
-        let (v, hit) = c
-            .get_or_encode::<()>(a, || panic!("a is cached"))
-            .unwrap();
+        let (v, hit) = c.get_or_encode::<()>(a, || panic!("a is cached")).unwrap();
         assert!(hit);
         assert_eq!(*v, vec![1.0]);
         let (v, hit) = c.get_or_encode::<()>(b, || Ok(vec![9.0])).unwrap();

@@ -305,7 +305,11 @@ mod tests {
         for &b in bytes {
             c ^= u32::from(b);
             for _ in 0..8 {
-                c = if c & 1 != 0 { 0xedb8_8320 ^ (c >> 1) } else { c >> 1 };
+                c = if c & 1 != 0 {
+                    0xedb8_8320 ^ (c >> 1)
+                } else {
+                    c >> 1
+                };
             }
         }
         !c
@@ -334,7 +338,10 @@ mod tests {
     #[test]
     fn a_huge_picture_is_refused_before_decoding() {
         let err = Picture::decode(&png_claiming(20_000, 20_000)).unwrap_err();
-        assert!(matches!(err, MediaError::TooLarge { width: 20_000, .. }), "{err}");
+        assert!(
+            matches!(err, MediaError::TooLarge { width: 20_000, .. }),
+            "{err}"
+        );
         // A sane header with a body that does not hold its pixels.
         let err = Picture::decode(&png_claiming(64, 64)).unwrap_err();
         assert!(matches!(err, MediaError::Decode(_)), "{err}");

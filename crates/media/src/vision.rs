@@ -145,7 +145,9 @@ impl VisionConfig {
             )));
         }
         if cfg.std.contains(&0.0) {
-            return Err(MediaError::Metadata("clip.vision.image_std holds a 0".into()));
+            return Err(MediaError::Metadata(
+                "clip.vision.image_std holds a 0".into(),
+            ));
         }
         Ok(cfg)
     }
@@ -422,7 +424,17 @@ impl VisionTower {
         }
         let th = cfg.text_hidden;
         let mut out = vec![0.0f32; tokens * th];
-        quant::vector::sgemm(tokens, th, d, &pooled, d, &self.projection, th, &mut out, th)?;
+        quant::vector::sgemm(
+            tokens,
+            th,
+            d,
+            &pooled,
+            d,
+            &self.projection,
+            th,
+            &mut out,
+            th,
+        )?;
         Ok(out)
     }
 
@@ -456,7 +468,8 @@ impl VisionTower {
             pool.for_each_chunk_mut(&mut out[..n * rows], PRODUCT_BLOCK * rows, |b, chunk| {
                 let m_rows = chunk.len() / rows;
                 let xs = &x[b * PRODUCT_BLOCK * cols..][..m_rows * cols];
-                if let Err(e) = quant::vector::sgemm(m_rows, rows, cols, xs, cols, wt, rows, chunk, rows)
+                if let Err(e) =
+                    quant::vector::sgemm(m_rows, rows, cols, xs, cols, wt, rows, chunk, rows)
                 {
                     *failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
                 }
@@ -536,7 +549,17 @@ fn attention(
             let mut run = || -> Result<(), quant::QuantError> {
                 quant::vector::sgemm(rows, n, dh, &qs, dh, &kt[h * dh * n..], n, &mut scores, n)?;
                 scores.chunks_exact_mut(n).for_each(ops::softmax);
-                quant::vector::sgemm(rows, dh, n, &scores, n, &v[h * dh..], d, &mut chunk[h * dh..], d)
+                quant::vector::sgemm(
+                    rows,
+                    dh,
+                    n,
+                    &scores,
+                    n,
+                    &v[h * dh..],
+                    d,
+                    &mut chunk[h * dh..],
+                    d,
+                )
             };
             if let Err(e) = run() {
                 *failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);

@@ -71,7 +71,9 @@ fn embeddings_from_the_mmproj_match_transformers() {
 
 #[test]
 fn embeddings_from_the_checkpoint_match_transformers() {
-    let w = hf::convert_vision_dir(&fixture("")).unwrap().expect("a vision tower");
+    let w = hf::convert_vision_dir(&fixture(""))
+        .unwrap()
+        .expect("a vision tower");
     let file = gguf::GgufFile::from_bytes(w.to_bytes()).unwrap();
     let tower = VisionTower::from_gguf(Arc::new(file)).unwrap();
     check_embeddings(&tower, "", 1e-4);

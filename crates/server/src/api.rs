@@ -74,6 +74,71 @@ struct Part {
     #[serde(rename = "type")]
     kind: String,
     text: Option<String>,
+    image_url: Option<ImageUrl>,
+}
+
+/// An image part's `image_url`: `{"url": ...}` as OpenAI sends it, or the
+/// bare URL some clients send.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum ImageUrl {
+    Object { url: String },
+    Bare(String),
+}
+
+/// Most images one request may carry.
+pub const MAX_IMAGES: usize = 8;
+
+/// Where an image of a request comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ImageSource {
+    /// The bytes of a `data:` URL.
+    Data(Vec<u8>),
+    /// A local file (`file://` URL), read only when the server allows it.
+    File(std::path::PathBuf),
+}
+
+/// An image part's URL as a source: `data:image/...;base64,...` or
+/// `file:///path`. Network URLs are refused: the server never fetches.
+fn image_source(url: &str, field: &str) -> Result<ImageSource, ApiError> {
+    use base64::Engine as _;
+    if let Some(rest) = url.strip_prefix("data:") {
+        let Some((meta, payload)) = rest.split_once(',') else {
+            return Err(ApiError::bad_param(
+                field,
+                "The data URL has no `,` before its payload.",
+            ));
+        };
+        if !meta.ends_with(";base64") {
+            return Err(ApiError::bad_param(
+                field,
+                "Only base64 data URLs are supported (`data:image/png;base64,...`).",
+            ));
+        }
+        let cleaned: String = payload
+            .chars()
+            .filter(|c| !c.is_ascii_whitespace())
+            .collect();
+        return base64::engine::general_purpose::STANDARD
+            .decode(cleaned.as_bytes())
+            .map(ImageSource::Data)
+            .map_err(|e| {
+                ApiError::bad_param(field, format!("The data URL is not valid base64: {e}."))
+            });
+    }
+    if let Some(path) = url.strip_prefix("file://") {
+        if !path.starts_with('/') {
+            return Err(ApiError::bad_param(
+                field,
+                "A file URL must hold an absolute path (`file:///...`).",
+            ));
+        }
+        return Ok(ImageSource::File(std::path::PathBuf::from(path)));
+    }
+    Err(ApiError::bad_param(
+        field,
+        "Images must be sent inline as `data:` URLs (the server does not fetch from the network).",
+    ))
 }
 
 /// `content`: a string, a list of parts, or null.
@@ -188,6 +253,8 @@ pub struct Request {
     pub thinking_budget: Option<usize>,
     /// The guards the request asked for (`None`: the server's default).
     pub guard: Option<guard::GuardSet>,
+    /// The images of a chat, in the order their markers appear.
+    pub images: Vec<ImageSource>,
 }
 
 /// Tool calling in a chat request.
@@ -272,6 +339,7 @@ pub fn parse_chat(body: &[u8], defaults: &SamplingParams) -> Result<Request, Api
     // Call ids of earlier assistant turns, to name a tool's result.
     let mut call_names: std::collections::HashMap<String, String> = Default::default();
     let mut messages: Vec<ChatMessage> = Vec::with_capacity(b.messages.len() + 1);
+    let mut images: Vec<ImageSource> = Vec::new();
     for (i, m) in b.messages.into_iter().enumerate() {
         let role = match m.role.as_str() {
             "system" | "developer" => "system",
@@ -292,17 +360,39 @@ pub fn parse_chat(body: &[u8], defaults: &SamplingParams) -> Result<Request, Api
             Some(Content::Text(t)) => t,
             Some(Content::Parts(parts)) => {
                 let mut text = String::new();
-                for p in parts {
-                    if p.kind != "text" {
-                        return Err(ApiError::bad_param(
-                            &format!("messages[{i}].content"),
-                            format!(
-                                "Content parts of type `{}` are not supported; only text.",
-                                p.kind
-                            ),
-                        ));
+                for (j, p) in parts.into_iter().enumerate() {
+                    match (p.kind.as_str(), p.image_url) {
+                        ("text", _) => text.push_str(p.text.as_deref().unwrap_or("")),
+                        ("image_url", Some(u)) => {
+                            let field = format!("messages[{i}].content[{j}].image_url");
+                            let url = match u {
+                                ImageUrl::Object { url } | ImageUrl::Bare(url) => url,
+                            };
+                            if images.len() == MAX_IMAGES {
+                                return Err(ApiError::bad_param(
+                                    &field,
+                                    format!("A request may carry at most {MAX_IMAGES} images."),
+                                ));
+                            }
+                            images.push(image_source(&url, &field)?);
+                            // Where the image goes in the prompt.
+                            text.push_str(engine::IMAGE_MARKER);
+                        }
+                        ("image_url", None) => {
+                            return Err(ApiError::bad_param(
+                                &format!("messages[{i}].content[{j}]"),
+                                "An `image_url` part needs its `image_url` field.",
+                            ))
+                        }
+                        (other, _) => {
+                            return Err(ApiError::bad_param(
+                                &format!("messages[{i}].content"),
+                                format!(
+                                    "Content parts of type `{other}` are not supported; only text and image_url."
+                                ),
+                            ))
+                        }
                     }
-                    text.push_str(p.text.as_deref().unwrap_or(""));
                 }
                 text
             }
@@ -365,6 +455,7 @@ pub fn parse_chat(body: &[u8], defaults: &SamplingParams) -> Result<Request, Api
     }
     let mut req = common(b.common, Input::Chat(messages), None, defaults)?;
     req.guard = guard;
+    req.images = images;
     if let Some(mode) = tool_mode {
         if let Some((_, field)) = &req.grammar {
             return Err(ApiError::bad_param(
@@ -699,6 +790,7 @@ fn common(
         thinking,
         thinking_budget,
         guard: None,
+        images: Vec::new(),
     })
 }
 

@@ -92,14 +92,23 @@ async fn generate_inner(
         ));
     }
 
-    // Templating, tokenizing and compiling a grammar can take a while.
-    let (req, prompt, constraint, thinking) = tokio::task::spawn_blocking(move || {
+    let allow_files = st.config.allow_file_images;
+    // Templating, tokenizing, encoding images and compiling a grammar can
+    // take a while.
+    let (req, (prompt, images), constraint, thinking) = tokio::task::spawn_blocking(move || {
         // A model that does not think ignores the switch.
         let thinking = match (&req.input, req.thinking) {
             (Input::Chat(_), true) => engine.thinking(req.thinking_budget),
             _ => None,
         };
-        let prompt = tokenize(&engine, &req.input, thinking.is_some())?;
+        let prompt = if req.images.is_empty() {
+            (
+                tokenize(&engine, &req.input, thinking.is_some())?,
+                Vec::new(),
+            )
+        } else {
+            image_prompt(&engine, &req, allow_files, thinking.is_some())?
+        };
         let constraint = match &req.grammar {
             None => None,
             Some((grammar, field)) => Some(
@@ -163,6 +172,7 @@ async fn generate_inner(
     }
     let job = Job {
         prompt,
+        images,
         params: req.params.clone(),
         opts,
         constraint,
@@ -185,11 +195,12 @@ async fn generate_inner(
 /// thinking is refused (the guards rewrite text those would hold); the
 /// server's default simply does not apply to such a request.
 fn guards_for(st: &AppState, req: &Request, kind: Kind) -> Result<guard::GuardSet, ApiError> {
-    let special = req.grammar.is_some() || req.tools.is_some() || req.thinking;
+    let special =
+        req.grammar.is_some() || req.tools.is_some() || req.thinking || !req.images.is_empty();
     match req.guard {
         Some(g) if !g.is_empty() && special => Err(ApiError::bad_param(
             "guard",
-            "`guard` cannot be combined with a grammar, a response format, tools or thinking.",
+            "`guard` cannot be combined with a grammar, a response format, tools, thinking or images.",
         )),
         Some(g) => Ok(g),
         None if special || kind != Kind::Chat => Ok(guard::GuardSet::none()),
@@ -240,6 +251,46 @@ fn grammar_error(field: &str, e: EngineError) -> ApiError {
         },
         other => ApiError::internal(other.to_string()),
     }
+}
+
+/// The ids of a chat with images, each image decoded and encoded (or taken
+/// from the cache): a bad image, or images for a model without a vision
+/// tower, is the client's error.
+fn image_prompt(
+    engine: &Engine,
+    req: &Request,
+    allow_files: bool,
+    thinking: bool,
+) -> Result<(Vec<u32>, Vec<engine::PromptImage>), ApiError> {
+    let Input::Chat(messages) = &req.input else {
+        return Err(ApiError::bad_param(
+            "prompt",
+            "Images are read in chats only.",
+        ));
+    };
+    let mut encoded = Vec::with_capacity(req.images.len());
+    for (i, source) in req.images.iter().enumerate() {
+        let field = format!("image {}", i + 1);
+        let bytes = match source {
+            api::ImageSource::Data(b) => std::borrow::Cow::Borrowed(b.as_slice()),
+            api::ImageSource::File(_) if !allow_files => {
+                return Err(ApiError::bad_param(
+                    "messages",
+                    "File URLs are off on this server (start it with --allow-file-images); send the image as a data URL.",
+                ))
+            }
+            api::ImageSource::File(path) => std::borrow::Cow::Owned(std::fs::read(path).map_err(
+                |e| ApiError::bad_param("messages", format!("Cannot read {}: {e}.", path.display())),
+            )?),
+        };
+        let e = engine
+            .encode_image(&bytes)
+            .map_err(|e| ApiError::bad_param("messages", format!("{field}: {e}.")))?;
+        encoded.push(e);
+    }
+    engine
+        .encode_chat_images(messages, &encoded, thinking)
+        .map_err(|e| ApiError::bad_param("messages", format!("{e}.")))
 }
 
 fn tokenize(engine: &Engine, input: &Input, thinking: bool) -> Result<Vec<u32>, ApiError> {

@@ -54,6 +54,7 @@ impl ChatModel for SchedulerChat<'_> {
         let mut started = None;
         let job = Job {
             prompt,
+            images: Vec::new(),
             params,
             opts: GenerateOptions {
                 max_tokens: call.max_tokens.min(room),

@@ -61,6 +61,9 @@ pub struct ServerConfig {
     pub shutdown_timeout: Duration,
     /// Guardrails for chat requests that name none (their `guard` field).
     pub guard: guard::GuardSet,
+    /// Whether image parts may name local files (`file://` URLs); off, only
+    /// inline `data:` URLs are read.
+    pub allow_file_images: bool,
     /// Exit (cleanly, status 0) once the model is loaded and no request has
     /// been in flight for this long: scale to zero. `None`: never.
     pub idle_exit: Option<Duration>,
@@ -88,6 +91,7 @@ impl ServerConfig {
             max_request_time: Some(Duration::from_secs(300)),
             shutdown_timeout: Duration::from_secs(10),
             guard: guard::GuardSet::none(),
+            allow_file_images: false,
             idle_exit: None,
             idle_counts_probes: false,
         }

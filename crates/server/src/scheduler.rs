@@ -25,6 +25,8 @@ use tokio::sync::mpsc::UnboundedSender;
 pub struct Job {
     /// Prompt ids (BOS and chat template applied).
     pub prompt: Vec<u32>,
+    /// The images among the prompt's ids.
+    pub images: Vec<engine::PromptImage>,
     /// Sampling settings.
     pub params: SamplingParams,
     /// Limits and stop conditions.

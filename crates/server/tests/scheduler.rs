@@ -89,6 +89,7 @@ fn interleaved_slots_match_generate() {
         sched
             .submit(Job {
                 prompt: p.clone(),
+                images: Vec::new(),
                 params: params.clone(),
                 opts: opts(20),
                 constraint: None,
@@ -120,6 +121,7 @@ fn the_queue_is_bounded_and_a_dropped_receiver_cancels() {
         let (tx, rx) = mpsc::unbounded_channel();
         match sched.submit(Job {
             prompt: prompt.clone(),
+            images: Vec::new(),
             params: SamplingParams::default(),
             // A sampled end-of-turn would free the slot and let a third job
             // in; only the context's end or a hang-up may end these.
@@ -158,6 +160,7 @@ fn the_queue_is_bounded_and_a_dropped_receiver_cancels() {
     let (tx, _rx) = mpsc::unbounded_channel();
     let after = sched.submit(Job {
         prompt,
+        images: Vec::new(),
         params: SamplingParams::default(),
         opts: opts(4),
         constraint: None,
@@ -196,6 +199,7 @@ fn a_long_prompt_is_prefilled_in_chunks_beside_a_decoding_slot() {
     sched
         .submit(Job {
             prompt: short,
+            images: Vec::new(),
             params: params.clone(),
             opts: opts(300),
             constraint: None,
@@ -214,6 +218,7 @@ fn a_long_prompt_is_prefilled_in_chunks_beside_a_decoding_slot() {
     sched
         .submit(Job {
             prompt: long,
+            images: Vec::new(),
             params,
             opts: opts(20),
             constraint: None,
@@ -272,6 +277,7 @@ fn batched_slots_match_generate_as_requests_join_and_leave() {
         sched
             .submit(Job {
                 prompt: prompt.clone(),
+                images: Vec::new(),
                 params: params.clone(),
                 opts: o.clone(),
                 constraint: None,
@@ -321,6 +327,7 @@ fn the_time_limit_ends_generations_with_length() {
     let prompt = engine.tokenizer().encode("a", true, true);
     let job = |deadline, tx| Job {
         prompt: prompt.clone(),
+        images: Vec::new(),
         params: SamplingParams::default(),
         opts: GenerateOptions {
             stop_on_eog: false,

@@ -114,7 +114,7 @@ pub(super) fn run(shared: &Shared, mut slots: Vec<Slot>, mut decoder: BatchDecod
             let sampler = Sampler::new(job.params.clone());
             let session = &mut slot.session;
             let begun = catch_unwind(AssertUnwindSafe(|| {
-                session.begin(&job.prompt, &sampler, &job.opts)
+                session.begin_images(&job.prompt, &job.images, &sampler, &job.opts)
             }));
             match begun {
                 Ok(Ok(mut decoding)) => {

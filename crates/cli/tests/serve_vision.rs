@@ -1,0 +1,122 @@
+//! `hearth serve` reads images: OpenAI `image_url` content parts with data
+//! URLs (the official `openai` client, streamed and not), local files only
+//! behind `--allow-file-images`, and every bad image a 400 that leaves the
+//! server serving.
+
+mod serve_common;
+
+use base64::Engine as _;
+use serve_common::{python_with, Server};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
+
+fn fixture(name: &str) -> String {
+    format!("{ROOT}/tests/fixtures/tiny/gemma3_vision/{name}")
+}
+
+fn chat_with_image(url: &str) -> String {
+    serde_json::json!({
+        "messages": [{"role": "user", "content": [
+            {"type": "text", "text": "Describe"},
+            {"type": "image_url", "image_url": {"url": url}},
+        ]}],
+        "max_tokens": 4,
+        "temperature": 0,
+    })
+    .to_string()
+}
+
+fn data_url(bytes: &[u8]) -> String {
+    format!(
+        "data:image/png;base64,{}",
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    )
+}
+
+#[test]
+fn image_parts_are_read_and_bad_ones_refused() {
+    let mut s = Server::start(&fixture(""), &["--ctx", "128", "-t", "2"]);
+    let png = std::fs::read(fixture("img_a.png")).unwrap();
+
+    let ok = s.post("/v1/chat/completions", &chat_with_image(&data_url(&png)));
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    let v = ok.json();
+    // Text, the marker's framing and the image's 16 soft tokens.
+    assert!(v["usage"]["prompt_tokens"].as_u64().unwrap() > 16, "{v}");
+
+    let bad = [
+        ("data:image/png;base64,", "cannot decode"),
+        (&*data_url(&png[..png.len() / 2]), "cannot decode"),
+        ("data:image/png;base64,@@@", "base64"),
+        ("data:image/png,rawbytes", "base64"),
+        ("https://example.com/cat.png", "does not fetch"),
+        (
+            &*format!("file://{}", fixture("img_a.png")),
+            "--allow-file-images",
+        ),
+    ];
+    for (url, says) in bad {
+        let r = s.post("/v1/chat/completions", &chat_with_image(url));
+        let msg = r.assert_error(400);
+        assert!(msg.contains(says), "{url}: {msg}");
+    }
+    // A part without its URL, and too many images.
+    let no_url = r#"{"messages":[{"role":"user","content":[{"type":"image_url"}]}]}"#;
+    s.post("/v1/chat/completions", no_url).assert_error(400);
+    let nine: Vec<_> = (0..9)
+        .map(|_| serde_json::json!({"type": "image_url", "image_url": {"url": data_url(&png)}}))
+        .collect();
+    let many = serde_json::json!({"messages": [{"role": "user", "content": nine}]}).to_string();
+    s.post("/v1/chat/completions", &many).assert_error(400);
+    s.assert_alive();
+
+    // The official client, whole and streamed.
+    let python = python_with(&[("openai", "openai>=1.40,<3")]);
+    let out = Command::new(&python)
+        .arg(Path::new(ROOT).join("crates/server/tests/openai_vision.py"))
+        .env("HEARTH_BASE_URL", format!("http://{}/v1", s.addr))
+        .env("HEARTH_IMAGE", fixture("img_b.png"))
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("OPENAI_API_KEY")
+        .output()
+        .expect("run openai_vision.py");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "openai_vision.py failed\nstdout:\n{stdout}\nstderr:\n{}\nserver:\n{}",
+        String::from_utf8_lossy(&out.stderr),
+        s.stderr()
+    );
+    assert!(stdout.contains("all openai vision checks passed"));
+    s.sigterm();
+    assert!(s.wait_exit(Duration::from_secs(30)).success());
+}
+
+#[test]
+fn file_urls_behind_the_flag_and_text_models_refuse_images() {
+    let mut s = Server::start(
+        &fixture(""),
+        &["--ctx", "128", "-t", "1", "--allow-file-images"],
+    );
+    let url = format!("file://{}", fixture("img_c.png"));
+    let r = s.post("/v1/chat/completions", &chat_with_image(&url));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let missing = s.post(
+        "/v1/chat/completions",
+        &chat_with_image("file:///no/such/image.png"),
+    );
+    assert!(missing.assert_error(400).contains("Cannot read"));
+    s.sigterm();
+    assert!(s.wait_exit(Duration::from_secs(30)).success());
+
+    let mut text = Server::start(&fixture("model-f32.gguf"), &["--ctx", "64", "-t", "1"]);
+    let png = std::fs::read(fixture("img_a.png")).unwrap();
+    let r = text.post("/v1/chat/completions", &chat_with_image(&data_url(&png)));
+    assert!(r.assert_error(400).contains("no vision tower"));
+    text.assert_alive();
+    text.sigterm();
+    assert!(text.wait_exit(Duration::from_secs(30)).success());
+}
