@@ -40,9 +40,15 @@ pub struct SynthArgs {
     /// Model size: 270m, 1b, 4b (Gemma 3) or gemma2-2b (Gemma 2 2B).
     #[arg(long)]
     preset: String,
-    /// Quantization mix of the weights (see `hearth quantize --help`).
-    #[arg(long, default_value = "q4_k_m")]
-    quant: String,
+    /// Quantization mix of the weights (see `hearth quantize --help`)
+    /// [default: q4_k_m; with --mmproj: f16, or bf16, f32, q8_0].
+    #[arg(long)]
+    quant: Option<String>,
+    /// Write a Gemma 3 vision projector (llama.cpp's mmproj layout: the
+    /// SigLIP tower's real shapes, random weights) that maps into the
+    /// preset's width, instead of the text model.
+    #[arg(long)]
+    mmproj: bool,
     /// Output GGUF path.
     #[arg(short, long)]
     output: PathBuf,
@@ -218,7 +224,10 @@ pub fn synth(args: &SynthArgs) -> Result<ExitCode> {
         }
         None => Preset::by_name(&args.preset)?,
     };
-    let ftype = parse_ftype(&args.quant)?;
+    if args.mmproj {
+        return synth_mmproj(args, &preset);
+    }
+    let ftype = parse_ftype(args.quant.as_deref().unwrap_or("q4_k_m"))?;
     let donor = open_model(&args.tokenizer_from, "tokenizer donor")?;
     let pending = PendingFile::create(&args.output)?;
     let start = Instant::now();
@@ -237,6 +246,39 @@ pub fn synth(args: &SynthArgs) -> Result<ExitCode> {
     );
     println!(
         "wrote {} ({:.1} MiB, {n_tensors} tensors, {ftype})",
+        args.output.display(),
+        bytes as f64 / (1024.0 * 1024.0)
+    );
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `hearth synth --mmproj`: a random Gemma 3 vision projector for `preset`'s
+/// text width.
+fn synth_mmproj(args: &SynthArgs, preset: &Preset) -> Result<ExitCode> {
+    let ty = match args.quant.as_deref().unwrap_or("f16") {
+        "f16" => ::convert::GgmlType::F16,
+        "bf16" => ::convert::GgmlType::BF16,
+        "f32" => ::convert::GgmlType::F32,
+        "q8_0" => ::convert::GgmlType::Q8_0,
+        other => bail!("a vision projector's matrices are f16, bf16, f32 or q8_0, not `{other}`"),
+    };
+    let vision = ::convert::VisionPreset::gemma3(preset.hidden);
+    let pending = PendingFile::create(&args.output)?;
+    let start = Instant::now();
+    let n_tensors = 3 + 16 * vision.layers + 4;
+    let mut report = progress(n_tensors, args.quiet);
+    let w = with_threads(args.threads, || {
+        ::convert::synth_vision(&vision, ty, args.seed, &mut report)
+    })??;
+    let bytes = pending.commit(&w)?;
+    eprintln!(
+        "synthesized a Gemma 3 vision projector into width {} ({ty}, seed {}) in {:.1} s",
+        preset.hidden,
+        args.seed,
+        start.elapsed().as_secs_f64()
+    );
+    println!(
+        "wrote {} ({:.1} MiB, {n_tensors} tensors, {ty})",
         args.output.display(),
         bytes as f64 / (1024.0 * 1024.0)
     );

@@ -10,14 +10,16 @@ mod ftype;
 pub mod plan;
 mod rng;
 mod synth;
+mod synth_vision;
 mod tensors;
 
 pub use ftype::FileType;
 /// The container types conversions read and write, so that tools built on
 /// this crate need not name the `gguf` crate.
-pub use gguf::{GgufFile, GgufWriter};
+pub use gguf::{GgmlType, GgufFile, GgufWriter};
 pub use plan::{ModelShape, TensorSpec};
 pub use synth::{synth, synth_with, Preset};
+pub use synth_vision::{synth_vision, VisionPreset};
 pub use tensors::{quantize_gguf, quantize_gguf_with, TensorReport};
 
 /// `general.quantization_version` as llama.cpp writes it (`GGML_QNT_VERSION`).
