@@ -13,6 +13,7 @@
 use crate::MediaError;
 use gguf::{GgmlType, GgufFile, TensorInfo};
 use model::ops;
+use quant::vector::{PackedB, PANEL};
 use quant::{Matrix, ThreadPool};
 use std::sync::{Arc, Mutex};
 
@@ -384,7 +385,7 @@ impl VisionTower {
             self.linear(pool, &blk.q, &h, n, &mut q, &mut bufs)?;
             self.linear(pool, &blk.k, &h, n, &mut k, &mut bufs)?;
             self.linear(pool, &blk.v, &h, n, &mut v, &mut bufs)?;
-            attention(pool, cfg, &q, &k, &v, &mut attn, &mut bufs.kt)?;
+            attention(pool, cfg, &q, &k, &v, &mut attn, &mut bufs.heads)?;
             self.linear(pool, &blk.out, &attn, n, &mut o, &mut bufs)?;
             x.iter_mut().zip(&o).for_each(|(a, &b)| *a += b);
             layer_norm_rows(pool, &blk.ln2, &x, &mut h, cfg.eps);
@@ -455,22 +456,40 @@ impl VisionTower {
         let (rows, cols) = (w.rows, w.cols);
         let float = matches!(m.ty(), GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
         if float && n >= 8 {
-            bufs.wt.resize(rows * cols, 0.0);
-            let mut row = vec![0.0f32; cols];
-            for r in 0..rows {
-                m.dequantize_row(r, &mut row)?;
-                for (c, &v) in row.iter().enumerate() {
-                    bufs.wt[c * rows + r] = v;
-                }
+            // Wᵀ packed into panels of PANEL output columns, dequantized in
+            // parallel (each task fills whole panels).
+            bufs.packed.reset(cols, rows);
+            let failure = Mutex::new(None);
+            let panels_per_task = rows.div_ceil(PANEL).div_ceil(pool.threads()).max(1);
+            let panel_len = cols * PANEL;
+            pool.for_each_chunk_mut(
+                bufs.packed.panels_mut(),
+                panels_per_task * panel_len,
+                |t, chunk| {
+                    let mut row = vec![0.0f32; cols];
+                    for (pi, panel) in chunk.chunks_exact_mut(panel_len).enumerate() {
+                        let j0 = (t * panels_per_task + pi) * PANEL;
+                        for jj in 0..PANEL.min(rows.saturating_sub(j0)) {
+                            if let Err(e) = m.dequantize_row(j0 + jj, &mut row) {
+                                *failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                                return;
+                            }
+                            for (p, &v) in row.iter().enumerate() {
+                                panel[p * PANEL + jj] = v;
+                            }
+                        }
+                    }
+                },
+            );
+            if let Some(e) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
+                return Err(e.into());
             }
-            let wt = &bufs.wt;
+            let packed = &bufs.packed;
             let failure = Mutex::new(None);
             pool.for_each_chunk_mut(&mut out[..n * rows], PRODUCT_BLOCK * rows, |b, chunk| {
                 let m_rows = chunk.len() / rows;
                 let xs = &x[b * PRODUCT_BLOCK * cols..][..m_rows * cols];
-                if let Err(e) =
-                    quant::vector::sgemm(m_rows, rows, cols, xs, cols, wt, rows, chunk, rows)
-                {
+                if let Err(e) = quant::vector::sgemm_packed(m_rows, xs, cols, packed, chunk, rows) {
                     *failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
                 }
             });
@@ -490,12 +509,12 @@ impl VisionTower {
 /// Buffers reused across the products and attention of one encoding.
 #[derive(Default)]
 struct Buffers {
-    /// A float weight, dequantized and transposed.
-    wt: Vec<f32>,
+    /// A float weight, dequantized and packed (transposed, in panels).
+    packed: PackedB,
     /// Quantized activations.
     quant: Vec<u8>,
-    /// Keys transposed per head.
-    kt: Vec<f32>,
+    /// Each head's keys (transposed) and values, packed.
+    heads: Vec<(PackedB, PackedB)>,
 }
 
 /// `out = LayerNorm(x)` row by row.
@@ -510,9 +529,9 @@ fn layer_norm_rows(pool: &ThreadPool, ln: &LayerNorm, x: &[f32], out: &mut [f32]
 }
 
 /// Full (bidirectional) multi-head attention among all patches:
-/// `out[:, head] = softmax(q_h k_hᵀ / sqrt(dh)) v_h`. Keys are transposed
-/// per head once; each task takes a block of query rows through every head,
-/// so its output rows are its own.
+/// `out[:, head] = softmax(q_h k_hᵀ / sqrt(dh)) v_h`. Each head's keys
+/// (transposed) and values are packed once; each task then takes a block of
+/// query rows through every head, so its output rows are its own.
 fn attention(
     pool: &ThreadPool,
     cfg: &VisionConfig,
@@ -520,20 +539,31 @@ fn attention(
     k: &[f32],
     v: &[f32],
     out: &mut [f32],
-    kt: &mut Vec<f32>,
+    packs: &mut Vec<(PackedB, PackedB)>,
 ) -> Result<(), MediaError> {
     let (d, heads) = (cfg.hidden, cfg.heads);
     let dh = d / heads;
     let n = q.len() / d;
-    kt.resize(n * d, 0.0);
-    // kt[h][c][j] = k[j][h * dh + c]
-    for (j, krow) in k.chunks_exact(d).enumerate() {
-        for (hc, &val) in krow.iter().enumerate() {
-            let (h, c) = (hc / dh, hc % dh);
-            kt[(h * dh + c) * n + j] = val;
+    packs.resize_with(heads, Default::default);
+    pool.for_each_chunk_mut(&mut packs[..], 1, |h, slot| {
+        let (kt, vp) = &mut slot[0];
+        kt.reset(dh, n);
+        let kd = kt.panels_mut();
+        for (j, row) in k.chunks_exact(d).enumerate() {
+            let base = (j / PANEL) * dh * PANEL + j % PANEL;
+            for (c, &val) in row[h * dh..(h + 1) * dh].iter().enumerate() {
+                kd[base + c * PANEL] = val;
+            }
         }
-    }
-    let kt = &kt[..];
+        vp.reset(n, dh);
+        let vd = vp.panels_mut();
+        for (j, row) in v.chunks_exact(d).enumerate() {
+            for (c, &val) in row[h * dh..(h + 1) * dh].iter().enumerate() {
+                vd[(c / PANEL) * n * PANEL + j * PANEL + c % PANEL] = val;
+            }
+        }
+    });
+    let packs = &packs[..];
     let scale = 1.0 / (dh as f32).sqrt();
     let failure = Mutex::new(None);
     pool.for_each_chunk_mut(out, ATTENTION_BLOCK * d, |b, chunk| {
@@ -541,25 +571,15 @@ fn attention(
         let r0 = b * ATTENTION_BLOCK;
         let mut qs = vec![0.0f32; rows * dh];
         let mut scores = vec![0.0f32; rows * n];
-        for h in 0..heads {
+        for (h, (kt, vp)) in packs.iter().enumerate() {
             for (i, qrow) in qs.chunks_exact_mut(dh).enumerate() {
                 let src = &q[(r0 + i) * d + h * dh..][..dh];
                 qrow.iter_mut().zip(src).for_each(|(a, &s)| *a = s * scale);
             }
             let mut run = || -> Result<(), quant::QuantError> {
-                quant::vector::sgemm(rows, n, dh, &qs, dh, &kt[h * dh * n..], n, &mut scores, n)?;
+                quant::vector::sgemm_packed(rows, &qs, dh, kt, &mut scores, n)?;
                 scores.chunks_exact_mut(n).for_each(ops::softmax);
-                quant::vector::sgemm(
-                    rows,
-                    dh,
-                    n,
-                    &scores,
-                    n,
-                    &v[h * dh..],
-                    d,
-                    &mut chunk[h * dh..],
-                    d,
-                )
+                quant::vector::sgemm_packed(rows, &scores, n, vp, &mut chunk[h * dh..], d)
             };
             if let Err(e) = run() {
                 *failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);

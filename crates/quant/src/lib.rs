@@ -13,6 +13,7 @@ mod matmul;
 mod pool;
 pub mod scalar;
 mod sgemm;
+mod sgemm_packed;
 mod simd;
 pub mod vector;
 
