@@ -243,11 +243,20 @@ mod x86 {
                 }
             }
         }
+        // Masked stores are slow on AMD's cores: only a partial panel
+        // (the last) takes them.
+        let full = _mm256_movemask_ps(_mm256_castsi256_ps(m1)) == 0xff;
         for r in 0..R {
-            // SAFETY: masked stores to row r's columns inside the shape.
+            // SAFETY: stores to row r's columns inside the shape (all 16
+            // when the panel is full, else the masked ones).
             unsafe {
-                _mm256_maskstore_ps(c.add(r * ldc), m0, lo[r]);
-                _mm256_maskstore_ps(c.add(r * ldc + 8), m1, hi[r]);
+                if full {
+                    _mm256_storeu_ps(c.add(r * ldc), lo[r]);
+                    _mm256_storeu_ps(c.add(r * ldc + 8), hi[r]);
+                } else {
+                    _mm256_maskstore_ps(c.add(r * ldc), m0, lo[r]);
+                    _mm256_maskstore_ps(c.add(r * ldc + 8), m1, hi[r]);
+                }
             }
         }
     }
