@@ -63,7 +63,7 @@ pub fn synth_vision(
     }
     let p = preset;
     let side = u64::from(p.image_size / p.patch_size.max(1));
-    if side == 0 || side % 4 != 0 || p.hidden % p.heads as usize != 0 {
+    if side == 0 || !side.is_multiple_of(4) || !p.hidden.is_multiple_of(p.heads as usize) {
         return Err(ConvertError::Invalid(
             "the patch grid must pool by 4 and the width split into the heads".into(),
         ));
@@ -71,8 +71,14 @@ pub fn synth_vision(
     let mut w = GgufWriter::new();
     let u32v = |v: usize| MetaValue::U32(v as u32);
     w.set("general.architecture", MetaValue::String("clip".into()));
-    w.set("general.name", MetaValue::String("synthetic Gemma 3 vision".into()));
-    w.set("general.file_type", MetaValue::U32(if matrix == GgmlType::Q8_0 { 7 } else { 1 }));
+    w.set(
+        "general.name",
+        MetaValue::String("synthetic Gemma 3 vision".into()),
+    );
+    w.set(
+        "general.file_type",
+        MetaValue::U32(if matrix == GgmlType::Q8_0 { 7 } else { 1 }),
+    );
     w.set("clip.has_vision_encoder", MetaValue::Bool(true));
     w.set("clip.projector_type", MetaValue::String("gemma3".into()));
     w.set("clip.use_gelu", MetaValue::Bool(true));
@@ -82,16 +88,43 @@ pub fn synth_vision(
     w.set("clip.vision.feed_forward_length", u32v(p.ffn));
     w.set("clip.vision.block_count", u32v(p.layers));
     w.set("clip.vision.attention.head_count", MetaValue::U32(p.heads));
-    w.set("clip.vision.attention.layer_norm_epsilon", MetaValue::F32(1e-6));
+    w.set(
+        "clip.vision.attention.layer_norm_epsilon",
+        MetaValue::F32(1e-6),
+    );
     w.set("clip.vision.projection_dim", u32v(p.text_hidden));
-    w.set("clip.vision.image_mean", MetaValue::Array(MetaArray::F32(vec![0.5; 3])));
-    w.set("clip.vision.image_std", MetaValue::Array(MetaArray::F32(vec![0.5; 3])));
+    w.set(
+        "clip.vision.image_mean",
+        MetaValue::Array(MetaArray::F32(vec![0.5; 3])),
+    );
+    w.set(
+        "clip.vision.image_std",
+        MetaValue::Array(MetaArray::F32(vec![0.5; 3])),
+    );
     let (d, f, ps) = (p.hidden as u64, p.ffn as u64, u64::from(p.patch_size));
     // (name, dims, type, mean, std)
     let mut specs: Vec<(String, Vec<u64>, GgmlType, f32, f32)> = vec![
-        ("v.patch_embd.weight".into(), vec![ps, ps, 3, d], GgmlType::F32, 0.0, 0.02),
-        ("v.patch_embd.bias".into(), vec![d], GgmlType::F32, 0.0, 0.02),
-        ("v.position_embd.weight".into(), vec![d, side * side], GgmlType::F32, 0.0, 0.02),
+        (
+            "v.patch_embd.weight".into(),
+            vec![ps, ps, 3, d],
+            GgmlType::F32,
+            0.0,
+            0.02,
+        ),
+        (
+            "v.patch_embd.bias".into(),
+            vec![d],
+            GgmlType::F32,
+            0.0,
+            0.02,
+        ),
+        (
+            "v.position_embd.weight".into(),
+            vec![d, side * side],
+            GgmlType::F32,
+            0.0,
+            0.02,
+        ),
     ];
     for i in 0..p.layers {
         let b = |n: &str| format!("v.blk.{i}.{n}");
@@ -112,7 +145,13 @@ pub fn synth_vision(
                 matrix
             };
             specs.push((b(&format!("{n}.weight")), vec![cols, rows], ty, 0.0, std));
-            specs.push((b(&format!("{n}.bias")), vec![rows], GgmlType::F32, 0.0, 0.02));
+            specs.push((
+                b(&format!("{n}.bias")),
+                vec![rows],
+                GgmlType::F32,
+                0.0,
+                0.02,
+            ));
         }
         for n in ["ln1", "ln2"] {
             specs.push((b(&format!("{n}.weight")), vec![d], GgmlType::F32, 1.0, 0.05));
@@ -121,10 +160,22 @@ pub fn synth_vision(
     }
     specs.push(("v.post_ln.weight".into(), vec![d], GgmlType::F32, 1.0, 0.05));
     specs.push(("v.post_ln.bias".into(), vec![d], GgmlType::F32, 0.0, 0.02));
-    specs.push(("mm.soft_emb_norm.weight".into(), vec![d], GgmlType::F32, 1.0, 0.05));
+    specs.push((
+        "mm.soft_emb_norm.weight".into(),
+        vec![d],
+        GgmlType::F32,
+        1.0,
+        0.05,
+    ));
     let th = p.text_hidden as u64;
     let proj_std = 1.0 / (d as f32).sqrt();
-    specs.push(("mm.input_projection.weight".into(), vec![th, d], GgmlType::F16, 0.0, proj_std));
+    specs.push((
+        "mm.input_projection.weight".into(),
+        vec![th, d],
+        GgmlType::F16,
+        0.0,
+        proj_std,
+    ));
     for (name, dims, ty, mean, std) in specs {
         let rows = Rows::Random {
             stream: seed ^ hash_name(&name),
@@ -165,7 +216,10 @@ mod tests {
         let f = gguf::GgufFile::from_bytes(w.to_bytes()).unwrap();
         assert_eq!(f.architecture(), Some("clip"));
         assert_eq!(f.tensors().len(), n);
-        assert_eq!(f.tensor("v.blk.1.ffn_up.weight").unwrap().ty, GgmlType::Q8_0);
+        assert_eq!(
+            f.tensor("v.blk.1.ffn_up.weight").unwrap().ty,
+            GgmlType::Q8_0
+        );
         assert_eq!(f.tensor("v.blk.1.ffn_up.weight").unwrap().dims, [32, 64]);
         assert_eq!(f.tensor("v.position_embd.weight").unwrap().dims, [32, 16]);
         assert!(synth_vision(&preset, GgmlType::Q4_K, 1, &mut |_| {}).is_err());

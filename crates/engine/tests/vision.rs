@@ -141,7 +141,7 @@ fn image_errors_are_clear() {
     let engine = gguf_pair();
     let a = image(&engine, "img_a.png");
     let err = engine
-        .image_prompt("no marker here", true, &[a.clone()])
+        .image_prompt("no marker here", true, std::slice::from_ref(&a))
         .unwrap_err();
     assert!(err.to_string().contains("places 0 image"), "{err}");
     // Anything but an image file.

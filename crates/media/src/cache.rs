@@ -8,6 +8,9 @@ pub fn content_key(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
 }
 
+/// One cached image: its content key and embeddings.
+type Entry = ([u8; 32], Arc<Vec<f32>>);
+
 /// The most recently used image embeddings, by content key. Shared between
 /// sessions; encoding happens outside the lock, so two requests for the same
 /// new picture may both encode it (the second result is dropped).
@@ -15,7 +18,7 @@ pub fn content_key(bytes: &[u8]) -> [u8; 32] {
 pub struct EmbeddingCache {
     capacity: usize,
     /// Most recently used last.
-    entries: Mutex<Vec<([u8; 32], Arc<Vec<f32>>)>>,
+    entries: Mutex<Vec<Entry>>,
 }
 
 impl EmbeddingCache {

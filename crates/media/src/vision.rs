@@ -133,13 +133,16 @@ impl VisionConfig {
             text_hidden: uint("clip.vision.projection_dim")?,
         };
         let side = cfg.patches_per_side();
-        if cfg.image_size % cfg.patch_size != 0 || side == 0 || side % cfg.pool != 0 {
+        if !cfg.image_size.is_multiple_of(cfg.patch_size)
+            || side == 0
+            || !side.is_multiple_of(cfg.pool)
+        {
             return Err(MediaError::Metadata(format!(
                 "image size {} in patches of {} does not pool by {}",
                 cfg.image_size, cfg.patch_size, cfg.pool
             )));
         }
-        if cfg.hidden % cfg.heads != 0 {
+        if !cfg.hidden.is_multiple_of(cfg.heads) {
             return Err(MediaError::Metadata(format!(
                 "width {} does not split into {} heads",
                 cfg.hidden, cfg.heads
@@ -702,7 +705,8 @@ fn exp_neg(x: f32) -> f32 {
         + r * (1.0
             + r * (0.5
                 + r * (1.0 / 6.0
-                    + r * (1.0 / 24.0 + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
+                    + r * (1.0 / 24.0
+                        + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
     let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
     if below {
         0.0

@@ -120,6 +120,7 @@ fn check_schedule(model: &Model, seqs: &[Seq], steps: usize) -> f32 {
                 .map(|(j, toks)| SeqInput {
                     cache: refs[*j].take().unwrap(),
                     tokens: toks,
+                    embedded: &[],
                 })
                 .collect();
             model.forward_multi(&mut batch, &mut shared).unwrap();
@@ -272,10 +273,12 @@ fn malformed_batches_are_refused_before_any_write() {
                     SeqInput {
                         cache: &mut a,
                         tokens: ta,
+                        embedded: &[],
                     },
                     SeqInput {
                         cache: &mut b,
                         tokens: tb,
+                        embedded: &[],
                     },
                 ],
                 &mut small,
@@ -329,6 +332,7 @@ fn hidden_rows_of_other_scratches_share_the_head_product() {
             &mut [SeqInput {
                 cache: &mut c,
                 tokens: &tok,
+                embedded: &[],
             }],
             &mut shared,
         )
