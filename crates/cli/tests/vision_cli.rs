@@ -117,11 +117,17 @@ fn bad_images_fail_cleanly() {
     let dir = std::env::temp_dir().join(format!("hearth-bad-images-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     let png = std::fs::read(fixture("img_a.png")).unwrap();
+    let jpeg = std::fs::read(fixture("img_b.jpg")).unwrap();
     let cases = [
         ("empty.png", Vec::new(), "empty"),
         (
             "truncated.png",
             png[..png.len() / 3].to_vec(),
+            "cannot decode",
+        ),
+        (
+            "truncated.jpg",
+            jpeg[..jpeg.len() / 2].to_vec(),
             "cannot decode",
         ),
         ("text.jpg", b"not an image at all".to_vec(), "cannot decode"),
@@ -160,4 +166,48 @@ fn bad_images_fail_cleanly() {
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no vision tower"));
     let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn jpeg_and_webp_files_are_read() {
+    let dir = fixture("");
+    for (name, like) in [
+        ("img_b.jpg", "embd_img_b.npy"),
+        ("img_a.webp", "embd_img_a.npy"),
+    ] {
+        let out = hearth(&[
+            "logits",
+            "-m",
+            dir.to_str().unwrap(),
+            "--image",
+            fixture(name).to_str().unwrap(),
+            "--embeddings",
+        ]);
+        let rows = lines(&out);
+        let got: Vec<f32> = rows[0]["embeddings"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .flat_map(|r| {
+                r.as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|v| v.as_f64().unwrap() as f32)
+            })
+            .collect();
+        let (_, want) = npy::read_npy_f32(&fixture(like));
+        let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+        let worst = got
+            .iter()
+            .zip(&want)
+            .fold(0.0f32, |m, (g, w)| m.max((g - w).abs()));
+        // Lossless WebP holds the PNG's pixels; JPEG's compression moves
+        // them a little, so its embeddings are near the PNG's, not equal.
+        let limit = if name.ends_with(".webp") { 1e-4 } else { 0.5 };
+        assert!(
+            worst / scale < limit,
+            "{name}: relative difference {}",
+            worst / scale
+        );
+    }
 }

@@ -48,10 +48,21 @@ impl Picture {
                 .with_guessed_format()
                 .map_err(|e| MediaError::Decode(e.to_string()))
         };
-        if reader()?.format().is_none() {
-            return Err(MediaError::Decode(
-                "not a PNG, JPEG or WebP image (unrecognised header)".into(),
-            ));
+        let format = reader()?.format();
+        match format {
+            None => {
+                return Err(MediaError::Decode(
+                    "not a PNG, JPEG or WebP image (unrecognised header)".into(),
+                ))
+            }
+            // The JPEG decoder fills a cut-off scan with grey and succeeds;
+            // the reference (PIL) refuses such a file, and so do we.
+            Some(image::ImageFormat::Jpeg) if !jpeg_is_complete(bytes) => {
+                return Err(MediaError::Decode(
+                    "the JPEG is truncated (its image data has no end marker)".into(),
+                ))
+            }
+            _ => {}
         }
         let (width, height) = reader()?
             .into_dimensions()
@@ -163,6 +174,15 @@ impl Picture {
         }
         out
     }
+}
+
+/// Whether a JPEG's last scan is followed by the end-of-image marker. Inside
+/// entropy-coded data every 0xFF byte is followed by 0x00 or a restart
+/// marker, so `FF D9` after the last start-of-scan (`FF DA`) is the end of
+/// the main image (an EXIF thumbnail's markers come before it).
+fn jpeg_is_complete(bytes: &[u8]) -> bool {
+    let last = |marker: u8| bytes.windows(2).rposition(|w| w == [0xFF, marker]);
+    matches!((last(0xDA), last(0xD9)), (Some(sos), Some(eoi)) if eoi > sos)
 }
 
 /// PIL's fixed-point precision for 8-bit resampling.
