@@ -43,3 +43,16 @@ pub fn read_npy_f32(path: &std::path::Path) -> (Vec<usize>, Vec<f32>) {
         .collect();
     (shape, data)
 }
+
+/// Largest `|got - want|` relative to the largest `|want|`: how the tests
+/// hold engine outputs to a golden.
+#[allow(dead_code)] // not every suite that reads npy files compares this way
+pub fn rel_err(got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len(), "lengths differ");
+    let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
+    let diff = got
+        .iter()
+        .zip(want)
+        .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
+    diff / scale
+}

@@ -34,6 +34,24 @@ fn lines(out: &Output) -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// The embeddings of the first image `logits --embeddings` printed.
+fn embeddings(out: &Output) -> (serde_json::Value, Vec<f32>) {
+    let rows = lines(out);
+    assert_eq!(rows.len(), 1);
+    let got = rows[0]["embeddings"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .flat_map(|r| {
+            r.as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap() as f32)
+        })
+        .collect();
+    (rows[0].clone(), got)
+}
+
 #[test]
 fn logits_of_a_two_image_prompt_match_transformers() {
     let (model, mmproj) = (fixture("model-f32.gguf"), fixture("mmproj-f32.gguf"));
@@ -57,20 +75,18 @@ fn logits_of_a_two_image_prompt_match_transformers() {
     let rows = lines(&out);
     let (shape, want) = npy::read_npy_f32(&fixture("logits_2_f16proj.npy"));
     assert_eq!(rows.len(), shape[0]);
-    let mut worst = 0.0f32;
-    let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-    for (row, golden) in rows.iter().zip(want.chunks_exact(shape[1])) {
-        let got: Vec<f32> = row["logits"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_f64().unwrap() as f32)
-            .collect();
-        for (g, w) in got.iter().zip(golden) {
-            worst = worst.max((g - w).abs());
-        }
-    }
-    assert!(worst / scale < 1e-4, "relative error {}", worst / scale);
+    let got: Vec<f32> = rows
+        .iter()
+        .flat_map(|row| {
+            row["logits"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|v| v.as_f64().unwrap() as f32)
+        })
+        .collect();
+    let err = npy::rel_err(&got, &want);
+    assert!(err < 1e-4, "relative error {err}");
     // The image positions carry the soft token's id (511 in this vocabulary).
     let soft = rows.iter().filter(|r| r["id"] == 511).count();
     assert_eq!(soft, 32);
@@ -88,28 +104,11 @@ fn embeddings_print_as_rows_of_the_text_width() {
         a.to_str().unwrap(),
         "--embeddings",
     ]);
-    let rows = lines(&out);
-    assert_eq!(rows.len(), 1);
+    let (row, got) = embeddings(&out);
     let (_, want) = npy::read_npy_f32(&fixture("embd_img_a.npy"));
-    let got: Vec<f32> = rows[0]["embeddings"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .flat_map(|r| {
-            r.as_array()
-                .unwrap()
-                .iter()
-                .map(|v| v.as_f64().unwrap() as f32)
-        })
-        .collect();
-    assert_eq!(rows[0]["tokens"], 16);
-    assert_eq!(got.len(), want.len());
-    let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-    let worst = got
-        .iter()
-        .zip(&want)
-        .fold(0.0f32, |m, (g, w)| m.max((g - w).abs()));
-    assert!(worst / scale < 1e-4, "relative error {}", worst / scale);
+    assert_eq!(row["tokens"], 16);
+    let err = npy::rel_err(&got, &want);
+    assert!(err < 1e-4, "relative error {err}");
 }
 
 #[test]
@@ -183,31 +182,12 @@ fn jpeg_and_webp_files_are_read() {
             fixture(name).to_str().unwrap(),
             "--embeddings",
         ]);
-        let rows = lines(&out);
-        let got: Vec<f32> = rows[0]["embeddings"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .flat_map(|r| {
-                r.as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|v| v.as_f64().unwrap() as f32)
-            })
-            .collect();
+        let (_, got) = embeddings(&out);
         let (_, want) = npy::read_npy_f32(&fixture(like));
-        let scale = want.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-        let worst = got
-            .iter()
-            .zip(&want)
-            .fold(0.0f32, |m, (g, w)| m.max((g - w).abs()));
+        let err = npy::rel_err(&got, &want);
         // Lossless WebP holds the PNG's pixels; JPEG's compression moves
         // them a little, so its embeddings are near the PNG's, not equal.
         let limit = if name.ends_with(".webp") { 1e-4 } else { 0.5 };
-        assert!(
-            worst / scale < limit,
-            "{name}: relative difference {}",
-            worst / scale
-        );
+        assert!(err < limit, "{name}: relative difference {err}");
     }
 }

@@ -8,7 +8,7 @@
 mod npy;
 
 use hearth_engine::{Engine, EngineError, ImageEmbedding, PromptImage, RunOptions};
-use npy::read_npy_f32;
+use npy::{read_npy_f32, rel_err};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -57,17 +57,6 @@ fn logits(engine: &Engine, ids: &[u32], images: &[PromptImage]) -> Vec<f32> {
         .score_images(ids, images, |_, row| all.extend_from_slice(row))
         .unwrap();
     all
-}
-
-/// Largest |a - b| relative to the largest |b|.
-fn rel_err(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    let scale = b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-    let diff = a
-        .iter()
-        .zip(b)
-        .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
-    diff / scale
 }
 
 fn check_prompts(engine: &Engine, golden: &str) {

@@ -5,7 +5,7 @@
 mod npy;
 
 use hearth_media::{Picture, VisionTower};
-use npy::read_npy_f32;
+use npy::{read_npy_f32, rel_err};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -16,17 +16,6 @@ fn fixture(name: &str) -> PathBuf {
 }
 
 const IMAGES: [&str; 3] = ["img_a", "img_b", "img_c"];
-
-/// Largest |a - b| relative to the largest |b|.
-fn rel_err(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    let scale = b.iter().fold(0.0f32, |m, v| m.max(v.abs()));
-    let diff = a
-        .iter()
-        .zip(b)
-        .fold(0.0f32, |m, (x, y)| m.max((x - y).abs()));
-    diff / scale
-}
 
 #[test]
 fn pixels_match_the_processor() {
