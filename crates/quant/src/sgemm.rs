@@ -136,7 +136,7 @@ pub fn sgemm_scalar(
 }
 
 #[cfg(target_arch = "x86_64")]
-mod x86 {
+pub(crate) mod x86 {
     #![allow(clippy::incompatible_msrv)] // AVX-512 intrinsics: stable since 1.89, checked at run time.
 
     use std::arch::x86_64::*;
@@ -263,12 +263,12 @@ mod x86 {
                 unsafe {
                     let (ap, bp, cp) = (a.add(i * lda), b.add(j), c.add(i * ldc + j));
                     match rows {
-                        6 => tile256::<6>(k, ap, lda, bp, ldb, cp, ldc, m0, m1),
-                        5 => tile256::<5>(k, ap, lda, bp, ldb, cp, ldc, m0, m1),
-                        4 => tile256::<4>(k, ap, lda, bp, ldb, cp, ldc, m0, m1),
-                        3 => tile256::<3>(k, ap, lda, bp, ldb, cp, ldc, m0, m1),
-                        2 => tile256::<2>(k, ap, lda, bp, ldb, cp, ldc, m0, m1),
-                        1 => tile256::<1>(k, ap, lda, bp, ldb, cp, ldc, m0, m1),
+                        6 => tile256::<6, false>(k, ap, lda, bp, ldb, cp, ldc, m0, m1),
+                        5 => tile256::<5, false>(k, ap, lda, bp, ldb, cp, ldc, m0, m1),
+                        4 => tile256::<4, false>(k, ap, lda, bp, ldb, cp, ldc, m0, m1),
+                        3 => tile256::<3, false>(k, ap, lda, bp, ldb, cp, ldc, m0, m1),
+                        2 => tile256::<2, false>(k, ap, lda, bp, ldb, cp, ldc, m0, m1),
+                        1 => tile256::<1, false>(k, ap, lda, bp, ldb, cp, ldc, m0, m1),
                         _ => {}
                     }
                 }
@@ -278,9 +278,17 @@ mod x86 {
         }
     }
 
+    /// One tile of `R` rows by 16 columns: `C = A · B` over `k`. With
+    /// `WHOLE_ROWS`, every row of B holds 16 readable floats (a packed,
+    /// padded panel, `ldb` = 16) and is read with plain loads; otherwise
+    /// the lanes past the matrix are masked off.
+    ///
+    /// # Safety
+    /// avx2 and fma present; R rows of A (`k` each, `lda` apart), `k` rows
+    /// of B and R rows of C (`ldc` apart) hold the masked columns.
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx2,fma")]
-    unsafe fn tile256<const R: usize>(
+    pub(crate) unsafe fn tile256<const R: usize, const WHOLE_ROWS: bool>(
         k: usize,
         a: *const f32,
         lda: usize,
@@ -294,10 +302,20 @@ mod x86 {
         let mut lo = [_mm256_setzero_ps(); R];
         let mut hi = [_mm256_setzero_ps(); R];
         for p in 0..k {
-            // SAFETY: as in `tile512`; masked lanes are not read.
+            // SAFETY: as in `tile512`; masked lanes are not read, and with
+            // WHOLE_ROWS all 16 are inside the panel.
             unsafe {
-                let b0 = _mm256_maskload_ps(b.add(p * ldb), m0);
-                let b1 = _mm256_maskload_ps(b.add(p * ldb + 8), m1);
+                let (b0, b1) = if WHOLE_ROWS {
+                    (
+                        _mm256_loadu_ps(b.add(p * ldb)),
+                        _mm256_loadu_ps(b.add(p * ldb + 8)),
+                    )
+                } else {
+                    (
+                        _mm256_maskload_ps(b.add(p * ldb), m0),
+                        _mm256_maskload_ps(b.add(p * ldb + 8), m1),
+                    )
+                };
                 for r in 0..R {
                     let av = _mm256_set1_ps(*a.add(r * lda + p));
                     lo[r] = _mm256_fmadd_ps(av, b0, lo[r]);

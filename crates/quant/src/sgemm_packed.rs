@@ -168,6 +168,7 @@ fn check(
 #[cfg(target_arch = "x86_64")]
 mod x86 {
     use super::{PackedB, PANEL};
+    use crate::sgemm::x86::tile256;
     use std::arch::x86_64::*;
 
     /// Rows of A per tile: 6 rows × 2 registers of accumulators.
@@ -202,61 +203,16 @@ mod x86 {
                 unsafe {
                     let (ap, cp) = (a.add(i * lda), c.add(i * ldc + s * PANEL));
                     match rows {
-                        6 => tile::<6>(k, ap, lda, bp, cp, ldc, m0, m1),
-                        5 => tile::<5>(k, ap, lda, bp, cp, ldc, m0, m1),
-                        4 => tile::<4>(k, ap, lda, bp, cp, ldc, m0, m1),
-                        3 => tile::<3>(k, ap, lda, bp, cp, ldc, m0, m1),
-                        2 => tile::<2>(k, ap, lda, bp, cp, ldc, m0, m1),
-                        1 => tile::<1>(k, ap, lda, bp, cp, ldc, m0, m1),
+                        6 => tile256::<6, true>(k, ap, lda, bp, PANEL, cp, ldc, m0, m1),
+                        5 => tile256::<5, true>(k, ap, lda, bp, PANEL, cp, ldc, m0, m1),
+                        4 => tile256::<4, true>(k, ap, lda, bp, PANEL, cp, ldc, m0, m1),
+                        3 => tile256::<3, true>(k, ap, lda, bp, PANEL, cp, ldc, m0, m1),
+                        2 => tile256::<2, true>(k, ap, lda, bp, PANEL, cp, ldc, m0, m1),
+                        1 => tile256::<1, true>(k, ap, lda, bp, PANEL, cp, ldc, m0, m1),
                         _ => {}
                     }
                 }
                 i += rows;
-            }
-        }
-    }
-
-    #[allow(clippy::too_many_arguments)]
-    #[target_feature(enable = "avx2,fma")]
-    unsafe fn tile<const R: usize>(
-        k: usize,
-        a: *const f32,
-        lda: usize,
-        b: *const f32,
-        c: *mut f32,
-        ldc: usize,
-        m0: __m256i,
-        m1: __m256i,
-    ) {
-        let mut lo = [_mm256_setzero_ps(); R];
-        let mut hi = [_mm256_setzero_ps(); R];
-        for p in 0..k {
-            // SAFETY: row p of the panel (PANEL floats) and element p of each
-            // of the R rows of A are inside the shapes.
-            unsafe {
-                let b0 = _mm256_loadu_ps(b.add(p * PANEL));
-                let b1 = _mm256_loadu_ps(b.add(p * PANEL + 8));
-                for r in 0..R {
-                    let av = _mm256_set1_ps(*a.add(r * lda + p));
-                    lo[r] = _mm256_fmadd_ps(av, b0, lo[r]);
-                    hi[r] = _mm256_fmadd_ps(av, b1, hi[r]);
-                }
-            }
-        }
-        // Masked stores are slow on AMD's cores: only a partial panel
-        // (the last) takes them.
-        let full = _mm256_movemask_ps(_mm256_castsi256_ps(m1)) == 0xff;
-        for r in 0..R {
-            // SAFETY: stores to row r's columns inside the shape (all 16
-            // when the panel is full, else the masked ones).
-            unsafe {
-                if full {
-                    _mm256_storeu_ps(c.add(r * ldc), lo[r]);
-                    _mm256_storeu_ps(c.add(r * ldc + 8), hi[r]);
-                } else {
-                    _mm256_maskstore_ps(c.add(r * ldc), m0, lo[r]);
-                    _mm256_maskstore_ps(c.add(r * ldc + 8), m1, hi[r]);
-                }
             }
         }
     }
