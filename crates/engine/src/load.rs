@@ -63,7 +63,7 @@ impl Engine {
         let vision = match &opts.mmproj {
             Some(p) => Some(p.as_path()),
             // A multimodal checkpoint brings its own tower.
-            None if has_vision_config(path.as_ref()) => Some(path.as_ref()),
+            None if hf::has_vision_tower(path.as_ref()) => Some(path.as_ref()),
             None => None,
         };
         if let Some(p) = vision {
@@ -246,19 +246,6 @@ impl Engine {
             .tokenizer
             .encode_chat_thinking(&self.template, messages, true, thinking)?)
     }
-}
-
-/// Whether `path` is a checkpoint directory whose `config.json` has a
-/// vision tower we run (Gemma 3's; Gemma 4 checkpoints load as text models).
-fn has_vision_config(path: &Path) -> bool {
-    path.is_dir()
-        && std::fs::read_to_string(path.join("config.json"))
-            .ok()
-            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
-            .is_some_and(|v| {
-                v.get("vision_config").is_some()
-                    && v.get("model_type").and_then(|t| t.as_str()) == Some("gemma3")
-            })
 }
 
 /// `file` requantized to the llama-quantize type `name`, in memory.

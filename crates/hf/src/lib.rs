@@ -13,7 +13,7 @@ mod tensors;
 mod vision;
 mod vocab;
 
-pub use vision::convert_vision_dir;
+pub use vision::{convert_vision_dir, has_vision_tower};
 
 use gguf::{GgufWriter, MetaArray, MetaValue};
 use serde_json::Value;

@@ -8,6 +8,22 @@ use gguf::{GgmlType, GgufWriter, MetaArray, MetaValue};
 use serde_json::Value;
 use std::path::Path;
 
+/// The model types whose vision towers convert.
+const VISION_TYPES: [&str; 1] = ["gemma3"];
+
+/// Whether `dir` is a checkpoint directory whose vision tower converts (a
+/// `vision_config` of a supported model type; Gemma 4's does not yet).
+pub fn has_vision_tower(dir: &Path) -> bool {
+    dir.is_dir()
+        && read_json(&dir.join("config.json")).is_ok_and(|root| {
+            root.get("vision_config").is_some()
+                && root
+                    .get("model_type")
+                    .and_then(Value::as_str)
+                    .is_some_and(|t| VISION_TYPES.contains(&t))
+        })
+}
+
 /// Convert the vision tower and projector of a checkpoint directory; `None`
 /// when its `config.json` has no `vision_config`.
 pub fn convert_vision_dir(dir: &Path) -> Result<Option<GgufWriter>, HfError> {
@@ -16,7 +32,7 @@ pub fn convert_vision_dir(dir: &Path) -> Result<Option<GgufWriter>, HfError> {
         return Ok(None);
     };
     let model_type = root.get("model_type").and_then(Value::as_str).unwrap_or("");
-    if model_type != "gemma3" {
+    if !VISION_TYPES.contains(&model_type) {
         return Err(HfError::UnsupportedModel(format!(
             "{model_type} (vision towers: gemma3)"
         )));

@@ -14,8 +14,8 @@ use crate::MediaError;
 use gguf::{GgmlType, GgufFile, TensorInfo};
 use model::ops;
 use quant::vector::{PackedB, PANEL};
-use quant::{Matrix, ThreadPool};
-use std::sync::{Arc, Mutex};
+use quant::{FirstError, Matrix, ThreadPool};
+use std::sync::Arc;
 
 /// Query rows per attention task: each task holds one block's scores for
 /// one head at a time (`BLOCK × patches` floats).
@@ -462,7 +462,7 @@ impl VisionTower {
             // Wᵀ packed into panels of PANEL output columns, dequantized in
             // parallel (each task fills whole panels).
             bufs.packed.reset(cols, rows);
-            let failure = Mutex::new(None);
+            let failure = FirstError::new();
             let panels_per_task = rows.div_ceil(PANEL).div_ceil(pool.threads()).max(1);
             let panel_len = cols * PANEL;
             pool.for_each_chunk_mut(
@@ -474,7 +474,7 @@ impl VisionTower {
                         let j0 = (t * panels_per_task + pi) * PANEL;
                         for jj in 0..PANEL.min(rows.saturating_sub(j0)) {
                             if let Err(e) = m.dequantize_row(j0 + jj, &mut row) {
-                                *failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                                failure.set(e);
                                 return;
                             }
                             for (p, &v) in row.iter().enumerate() {
@@ -484,21 +484,17 @@ impl VisionTower {
                     }
                 },
             );
-            if let Some(e) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
-                return Err(e.into());
-            }
+            failure.into_result()?;
             let packed = &bufs.packed;
-            let failure = Mutex::new(None);
+            let failure = FirstError::new();
             pool.for_each_chunk_mut(&mut out[..n * rows], PRODUCT_BLOCK * rows, |b, chunk| {
                 let m_rows = chunk.len() / rows;
                 let xs = &x[b * PRODUCT_BLOCK * cols..][..m_rows * cols];
                 if let Err(e) = quant::vector::sgemm_packed(m_rows, xs, cols, packed, chunk, rows) {
-                    *failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                    failure.set(e);
                 }
             });
-            if let Some(e) = failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
-                return Err(e.into());
-            }
+            failure.into_result()?;
         } else {
             quant::matmul(pool, &m, x, n, out, &mut bufs.quant)?;
         }
@@ -568,7 +564,7 @@ fn attention(
     });
     let packs = &packs[..];
     let scale = 1.0 / (dh as f32).sqrt();
-    let failure = Mutex::new(None);
+    let failure = FirstError::new();
     pool.for_each_chunk_mut(out, ATTENTION_BLOCK * d, |b, chunk| {
         let rows = chunk.len() / d;
         let r0 = b * ATTENTION_BLOCK;
@@ -585,15 +581,12 @@ fn attention(
                 quant::vector::sgemm_packed(rows, &scores, n, vp, &mut chunk[h * dh..], d)
             };
             if let Err(e) = run() {
-                *failure.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                failure.set(e);
                 return;
             }
         }
     });
-    match failure.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        Some(e) => Err(e.into()),
-        None => Ok(()),
-    }
+    Ok(failure.into_result()?)
 }
 
 /// Softmax in place with [`exp_neg`]: the encoder's attention takes

@@ -11,9 +11,9 @@
 //! comes in as data from the layer's [`LayerKind`] and the [`Config`].
 
 use crate::kv::LayerCache;
-use crate::matmul::FirstError;
 use crate::ops;
 use crate::{Config, LayerKind, SeqInput};
+use quant::FirstError;
 use std::sync::Mutex;
 
 /// Batches of one sequence with at least this many rows take the blocked

@@ -3,31 +3,7 @@
 use crate::scratch::ProductBuffers;
 use crate::weights::Linear;
 use crate::{Model, ModelError, Precision};
-use std::sync::Mutex;
-
-/// The first error the workers of a parallel loop report (the pool's tasks
-/// cannot return one).
-pub(crate) struct FirstError<E>(Mutex<Option<E>>);
-
-impl<E> FirstError<E> {
-    /// No error yet.
-    pub fn new() -> Self {
-        Self(Mutex::new(None))
-    }
-
-    /// Record `e` (a later one replaces it; any will do).
-    pub fn set(&self, e: E) {
-        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-    }
-
-    /// `Err` with the recorded error, if any.
-    pub fn into_result(self) -> Result<(), E> {
-        match self.0.into_inner().unwrap_or_else(|p| p.into_inner()) {
-            Some(e) => Err(e),
-            None => Ok(()),
-        }
-    }
-}
+use quant::FirstError;
 
 impl Model {
     /// `out = W x` for `batch` rows through the weight matrix `w`.

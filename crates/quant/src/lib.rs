@@ -21,7 +21,7 @@ pub use bandwidth::read_bandwidth;
 pub use error::QuantError;
 pub use gguf::GgmlType;
 pub use matmul::{check_product_shapes, matmul, matmul_many, Matrix};
-pub use pool::{default_threads, PoolStats, ThreadPool};
+pub use pool::{default_threads, FirstError, PoolStats, ThreadPool};
 
 use formats::{float, kquantize, kquants, legacy};
 

@@ -368,6 +368,31 @@ fn physical_cores() -> Option<usize> {
     (!cores.is_empty()).then_some(cores.len())
 }
 
+/// The first error the workers of a parallel loop report (the pool's tasks
+/// cannot return one).
+pub struct FirstError<E>(Mutex<Option<E>>);
+
+impl<E> FirstError<E> {
+    /// No error yet.
+    #[allow(clippy::new_without_default)]
+    pub fn new() -> Self {
+        Self(Mutex::new(None))
+    }
+
+    /// Record `e` (a later one replaces it; any will do).
+    pub fn set(&self, e: E) {
+        *self.0.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+    }
+
+    /// `Err` with the recorded error, if any.
+    pub fn into_result(self) -> Result<(), E> {
+        match self.0.into_inner().unwrap_or_else(|p| p.into_inner()) {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
