@@ -9,10 +9,14 @@ use serde_json::Value;
 use std::path::Path;
 
 /// The model types whose vision towers convert.
-const VISION_TYPES: [&str; 1] = ["gemma3"];
+const VISION_TYPES: [&str; 2] = ["gemma3", "gemma4"];
+
+/// The key that carries a Gemma 4 processor's token budget
+/// (`max_soft_tokens`) into the converted file; `media` reads it.
+const MAX_TOKENS_KEY: &str = "hearth.vision.max_soft_tokens";
 
 /// Whether `dir` is a checkpoint directory whose vision tower converts (a
-/// `vision_config` of a supported model type; Gemma 4's does not yet).
+/// `vision_config` of a supported model type).
 pub fn has_vision_tower(dir: &Path) -> bool {
     dir.is_dir()
         && read_json(&dir.join("config.json")).is_ok_and(|root| {
@@ -34,8 +38,11 @@ pub fn convert_vision_dir(dir: &Path) -> Result<Option<GgufWriter>, HfError> {
     let model_type = root.get("model_type").and_then(Value::as_str).unwrap_or("");
     if !VISION_TYPES.contains(&model_type) {
         return Err(HfError::UnsupportedModel(format!(
-            "{model_type} (vision towers: gemma3)"
+            "{model_type} (vision towers: gemma3, gemma4)"
         )));
+    }
+    if model_type == "gemma4" {
+        return convert_gemma4(dir, &root, vision).map(Some);
     }
     let uint = |v: &Value, key: &str| -> Result<u64, HfError> {
         v.get(key)
@@ -99,6 +106,220 @@ pub fn convert_vision_dir(dir: &Path) -> Result<Option<GgufWriter>, HfError> {
     );
     write_tensors(&mut w, &Checkpoint::open(dir)?)?;
     Ok(Some(w))
+}
+
+/// Gemma 4's vision tower and embedder in llama.cpp's `gemma4v` layout.
+fn convert_gemma4(dir: &Path, root: &Value, vision: &Value) -> Result<GgufWriter, HfError> {
+    let uint = |key: &str| -> Result<u64, HfError> {
+        vision
+            .get(key)
+            .and_then(Value::as_u64)
+            .ok_or_else(|| HfError::Config(format!("vision_config: `{key}` is missing")))
+    };
+    let text = root.get("text_config").unwrap_or(root);
+    let text_hidden = text
+        .get("hidden_size")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| HfError::Config("text_config: `hidden_size` is missing".into()))?;
+    let hidden = uint("hidden_size")?;
+    let heads = uint("num_attention_heads")?;
+    if vision.get("num_key_value_heads").and_then(Value::as_u64) != Some(heads) {
+        return Err(HfError::UnsupportedModel(
+            "a Gemma 4 vision tower with grouped key-value heads".into(),
+        ));
+    }
+    if let Some(hd) = vision.get("head_dim").and_then(Value::as_u64) {
+        if hd * heads != hidden {
+            return Err(HfError::UnsupportedModel(format!(
+                "a Gemma 4 vision tower whose heads ({heads} x {hd}) are not its width {hidden}"
+            )));
+        }
+    }
+    let mut w = GgufWriter::new();
+    let u32v = |v: u64| MetaValue::U32(v.min(u64::from(u32::MAX)) as u32);
+    w.set("general.architecture", MetaValue::String("clip".into()));
+    w.set("clip.has_vision_encoder", MetaValue::Bool(true));
+    w.set("clip.projector_type", MetaValue::String("gemma4v".into()));
+    // llama.cpp's converter writes this placeholder; the input size follows
+    // each picture.
+    w.set("clip.vision.image_size", u32v(224));
+    w.set("clip.vision.patch_size", u32v(uint("patch_size")?));
+    w.set("clip.vision.embedding_length", u32v(hidden));
+    w.set(
+        "clip.vision.feed_forward_length",
+        u32v(uint("intermediate_size")?),
+    );
+    w.set("clip.vision.block_count", u32v(uint("num_hidden_layers")?));
+    w.set("clip.vision.attention.head_count", u32v(heads));
+    let eps = vision
+        .get("rms_norm_eps")
+        .and_then(Value::as_f64)
+        .unwrap_or(1e-6) as f32;
+    w.set(
+        "clip.vision.attention.layer_norm_epsilon",
+        MetaValue::F32(eps),
+    );
+    w.set("clip.vision.projection_dim", u32v(text_hidden));
+    w.set(
+        "clip.vision.projector.scale_factor",
+        u32v(vision.get("pooling_kernel_size").and_then(Value::as_u64).unwrap_or(3)),
+    );
+    let theta = vision
+        .get("rope_parameters")
+        .and_then(|r| r.get("rope_theta"))
+        .and_then(Value::as_f64)
+        .unwrap_or(100.0);
+    w.set("clip.vision.rope_theta", MetaValue::F32(theta as f32));
+    // The model takes pixels in 0..1 (no normalisation) and scales them
+    // itself.
+    w.set(
+        "clip.vision.image_mean",
+        MetaValue::Array(MetaArray::F32(vec![0.0; 3])),
+    );
+    w.set(
+        "clip.vision.image_std",
+        MetaValue::Array(MetaArray::F32(vec![1.0; 3])),
+    );
+    let pre = dir.join("preprocessor_config.json");
+    if pre.is_file() {
+        if let Some(t) = read_json(&pre)?.get("max_soft_tokens").and_then(Value::as_u64) {
+            w.set(MAX_TOKENS_KEY, u32v(t));
+        }
+    }
+    write_gemma4_tensors(&mut w, &Checkpoint::open(dir)?)?;
+    Ok(w)
+}
+
+/// Where a Gemma 4 tower tensor goes, and how it is stored.
+fn target_gemma4(name: &str) -> Option<(String, Kind4)> {
+    let name = name.strip_prefix("model.").unwrap_or(name);
+    if name == "embed_vision.embedding_projection.weight" {
+        return Some(("mm.input_projection.weight".into(), Kind4::Matrix));
+    }
+    let rest = name.strip_prefix("vision_tower.")?;
+    let fixed = match rest {
+        "patch_embedder.input_proj.weight" => Some(("v.patch_embd.weight", Kind4::Patch)),
+        "patch_embedder.position_embedding_table" => {
+            Some(("v.position_embd.weight", Kind4::Vector))
+        }
+        "std_bias" => Some(("v.std_bias", Kind4::Vector)),
+        "std_scale" => Some(("v.std_scale", Kind4::Vector)),
+        _ => None,
+    };
+    if let Some((n, k)) = fixed {
+        return Some((n.to_string(), k));
+    }
+    let layer = rest.strip_prefix("encoder.layers.")?;
+    let (idx, part) = layer.split_once('.')?;
+    let idx: usize = idx.parse().ok()?;
+    let (module, suffix) = part.rsplit_once('.')?;
+    let module = module.strip_suffix(".linear").unwrap_or(module);
+    let gname = match module {
+        "input_layernorm" => "ln1",
+        "post_attention_layernorm" => "attn_post_norm",
+        "pre_feedforward_layernorm" => "ln2",
+        "post_feedforward_layernorm" => "ffn_post_norm",
+        "self_attn.q_proj" => "attn_q",
+        "self_attn.k_proj" => "attn_k",
+        "self_attn.v_proj" => "attn_v",
+        "self_attn.o_proj" => "attn_out",
+        "self_attn.q_norm" => "attn_q_norm",
+        "self_attn.k_norm" => "attn_k_norm",
+        "mlp.gate_proj" => "ffn_gate",
+        "mlp.up_proj" => "ffn_up",
+        "mlp.down_proj" => "ffn_down",
+        _ => return None,
+    };
+    let kind = match suffix {
+        "weight" if gname.contains("norm") || gname.starts_with("ln") => Kind4::Vector,
+        "weight" => Kind4::Matrix,
+        "input_min" | "input_max" | "output_min" | "output_max" => Kind4::Vector,
+        _ => return None,
+    };
+    Some((format!("v.blk.{idx}.{gname}.{suffix}"), kind))
+}
+
+/// How a Gemma 4 tower tensor is stored.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Kind4 {
+    /// In its checkpoint precision.
+    Matrix,
+    /// The patch embedding, its columns reordered from (y, x, channel) to
+    /// the convolution's (channel, y, x), in its checkpoint precision.
+    Patch,
+    /// A norm weight, clamp bound, position table or standardisation
+    /// vector, in F32 (a scalar becomes one element).
+    Vector,
+}
+
+fn write_gemma4_tensors(w: &mut GgufWriter, ckpt: &Checkpoint) -> Result<(), HfError> {
+    let parsed = ckpt.parsed()?;
+    let mut names: Vec<(String, usize)> = parsed
+        .iter()
+        .enumerate()
+        .flat_map(|(si, (_, st))| st.names().into_iter().map(move |n| (n.to_string(), si)))
+        .collect();
+    names.sort();
+    let mut found = 0;
+    for (name, si) in names {
+        let Some((gname, kind)) = target_gemma4(&name) else {
+            continue;
+        };
+        let view = parsed[si]
+            .1
+            .tensor(&name)
+            .map_err(|e| HfError::Tensor(format!("{name}: {e}")))?;
+        let mut dims: Vec<u64> = view.shape().iter().rev().map(|&d| d as u64).collect();
+        if dims.is_empty() {
+            dims.push(1);
+        }
+        found += 1;
+        match kind {
+            Kind4::Matrix => {
+                let ty = stored_type(view.dtype(), &name)?;
+                w.add_tensor(gname, &dims, ty, view.data().to_vec())?;
+            }
+            Kind4::Vector => {
+                let v = to_f32(view.dtype(), view.data(), &name)?;
+                w.add_tensor(gname, &dims, GgmlType::F32, f32_bytes(&v))?;
+            }
+            Kind4::Patch => {
+                let ty = stored_type(view.dtype(), &name)?;
+                let (cols, rows) = match dims[..] {
+                    [c, r] => (c as usize, r as usize),
+                    _ => return Err(HfError::Tensor(format!("{name}: expected 2 dimensions"))),
+                };
+                let p = ((cols / 3) as f64).sqrt().round() as usize;
+                if p * p * 3 != cols {
+                    return Err(HfError::Tensor(format!(
+                        "{name}: {cols} columns are not 3 channels of square patches"
+                    )));
+                }
+                let size = view.data().len() / (rows * cols);
+                let src = view.data();
+                let mut out = vec![0u8; src.len()];
+                for r in 0..rows {
+                    for y in 0..p {
+                        for x in 0..p {
+                            for c in 0..3 {
+                                let from = r * cols + (y * p + x) * 3 + c;
+                                let to = r * cols + (c * p + y) * p + x;
+                                out[to * size..][..size]
+                                    .copy_from_slice(&src[from * size..][..size]);
+                            }
+                        }
+                    }
+                }
+                w.add_tensor(gname, &dims, ty, out)?;
+            }
+        }
+    }
+    if found == 0 {
+        return Err(HfError::Tensor(
+            "config.json has a vision_config but the checkpoint holds no vision tensors".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// The processor's per-channel mean and std (`preprocessor_config.json`;
@@ -257,6 +478,24 @@ mod tests {
             Some(Kind::Norm)
         );
         assert!(target("language_model.model.layers.0.mlp.up_proj.weight").is_none());
+        let t = target_gemma4;
+        assert_eq!(
+            t("model.vision_tower.encoder.layers.1.mlp.gate_proj.linear.weight"),
+            Some(("v.blk.1.ffn_gate.weight".into(), Kind4::Matrix))
+        );
+        assert_eq!(
+            t("model.vision_tower.encoder.layers.0.self_attn.o_proj.output_max"),
+            Some(("v.blk.0.attn_out.output_max".into(), Kind4::Vector))
+        );
+        assert_eq!(
+            t("model.vision_tower.encoder.layers.0.self_attn.k_norm.weight"),
+            Some(("v.blk.0.attn_k_norm.weight".into(), Kind4::Vector))
+        );
+        assert_eq!(
+            t("model.embed_vision.embedding_projection.weight"),
+            Some(("mm.input_projection.weight".into(), Kind4::Matrix))
+        );
+        assert!(t("model.language_model.layers.0.mlp.up_proj.weight").is_none());
         assert!(target("vision_tower.vision_model.head.attention.in_proj_weight").is_none());
     }
 }

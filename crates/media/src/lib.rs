@@ -8,12 +8,16 @@
 //! nothing about chat or HTTP.
 
 mod cache;
+mod gemma4;
 mod picture;
 mod vision;
 
 pub use cache::{content_key, EmbeddingCache};
 pub use picture::{Picture, MAX_SIDE};
-pub use vision::{VisionConfig, VisionTower};
+pub use vision::{
+    Pixels, Projector, VisionConfig, VisionTower, GEMMA4_DEFAULT_TOKENS, GEMMA4_TOKEN_RANGE,
+    MAX_TOKENS_KEY,
+};
 
 /// Why a picture cannot be read or encoded.
 #[derive(Debug, thiserror::Error)]

@@ -1,6 +1,7 @@
 //! Pictures as the vision models' processors see them: decoded to 8-bit
 //! RGB (transparency composited onto white), resized with PIL's bilinear
-//! filter, then rescaled and normalised into channel-first floats.
+//! (Gemma 3) or bicubic (Gemma 4) filter, then rescaled and normalised into
+//! channel-first floats.
 //!
 //! Gemma's processors in transformers run on PIL, so the resize here is PIL's
 //! own fixed-point arithmetic, to the bit: the same file gives the same
@@ -117,6 +118,17 @@ impl Picture {
     /// fixed-point weights of 22 bits, horizontal pass then vertical, each
     /// rounded to 8 bits as PIL does.
     pub fn resize_bilinear(&self, width: u32, height: u32) -> Result<Self, MediaError> {
+        self.resize(width, height, Filter::Bilinear)
+    }
+
+    /// The picture resized with PIL's bicubic filter (`Image.resize(...,
+    /// BICUBIC)`, Keys' cubic with `a = -0.5`), in the same fixed point as
+    /// [`Self::resize_bilinear`]; each pass clamps to 0..=255.
+    pub fn resize_bicubic(&self, width: u32, height: u32) -> Result<Self, MediaError> {
+        self.resize(width, height, Filter::Bicubic)
+    }
+
+    fn resize(&self, width: u32, height: u32, filter: Filter) -> Result<Self, MediaError> {
         if width == 0 || height == 0 || width > MAX_SIDE || height > MAX_SIDE {
             return Err(MediaError::Decode(format!(
                 "cannot resize to {width}x{height}"
@@ -126,7 +138,7 @@ impl Picture {
         let (w1, h1) = (width as usize, height as usize);
         let mut cur = std::borrow::Cow::Borrowed(&self.rgb);
         if w1 != w0 {
-            let k = Coefficients::new(w0, w1);
+            let k = Coefficients::new(w0, w1, filter);
             let mut out = vec![0u8; w1 * h0 * 3];
             for y in 0..h0 {
                 let src = &cur[y * w0 * 3..(y + 1) * w0 * 3];
@@ -144,7 +156,7 @@ impl Picture {
             cur = std::borrow::Cow::Owned(out);
         }
         if h1 != h0 {
-            let k = Coefficients::new(h0, h1);
+            let k = Coefficients::new(h0, h1, filter);
             let row = w1 * 3;
             let mut out = vec![0u8; row * h1];
             for y in 0..h1 {
@@ -206,6 +218,44 @@ fn over_white(c: u8, a: u8) -> u8 {
     ((((tmp >> 8) + tmp) >> 8) >> 7) as u8
 }
 
+/// PIL's resampling filters that Gemma's processors use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Filter {
+    /// The triangle, support 1.
+    Bilinear,
+    /// Keys' cubic convolution with `a = -0.5`, support 2.
+    Bicubic,
+}
+
+impl Filter {
+    /// Half the width of the filter at scale 1.
+    fn support(self) -> f64 {
+        match self {
+            Filter::Bilinear => 1.0,
+            Filter::Bicubic => 2.0,
+        }
+    }
+
+    /// The filter's value at `x` (PIL's `bilinear_filter` and
+    /// `bicubic_filter`, in the same operation order).
+    fn weight(self, x: f64) -> f64 {
+        let x = x.abs();
+        match self {
+            Filter::Bilinear => (1.0 - x).max(0.0),
+            Filter::Bicubic => {
+                const A: f64 = -0.5;
+                if x < 1.0 {
+                    ((A + 2.0) * x - (A + 3.0)) * x * x + 1.0
+                } else if x < 2.0 {
+                    (((x - 5.0) * x + 8.0) * x - 4.0) * A
+                } else {
+                    0.0
+                }
+            }
+        }
+    }
+}
+
 /// The filter weights of one resampling pass: for each output pixel, the
 /// first input pixel it reads and its fixed-point weights.
 struct Coefficients {
@@ -215,13 +265,12 @@ struct Coefficients {
 }
 
 impl Coefficients {
-    /// PIL's `precompute_coeffs` for the bilinear (triangle) filter, with
-    /// the weights normalised and converted to fixed point as
-    /// `normalize_coeffs_8bpc` does.
-    fn new(in_size: usize, out_size: usize) -> Self {
+    /// PIL's `precompute_coeffs` for `filter`, with the weights normalised
+    /// and converted to fixed point as `normalize_coeffs_8bpc` does.
+    fn new(in_size: usize, out_size: usize, filter: Filter) -> Self {
         let scale = in_size as f64 / out_size as f64;
         let filter_scale = scale.max(1.0);
-        let support = filter_scale; // the triangle's support is 1
+        let support = filter.support() * filter_scale;
         let ksize = support.ceil() as usize * 2 + 1;
         let mut bounds = Vec::with_capacity(out_size);
         let mut weights = vec![0i32; out_size * ksize];
@@ -234,8 +283,7 @@ impl Coefficients {
             let xmax = ((center + support + 0.5) as usize).min(in_size) - xmin;
             let mut total = 0.0;
             for (x, kv) in k.iter_mut().enumerate().take(xmax) {
-                let t = ((x + xmin) as f64 - center + 0.5) * inv;
-                let v = (1.0 - t.abs()).max(0.0);
+                let v = filter.weight(((x + xmin) as f64 - center + 0.5) * inv);
                 *kv = v;
                 total += v;
             }

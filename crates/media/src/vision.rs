@@ -1,14 +1,14 @@
-//! Gemma 3's vision tower: a SigLIP encoder and the multimodal projector,
-//! read from llama.cpp's `mmproj` GGUF layout (`clip.vision.*` keys, `v.*`
-//! and `mm.*` tensors; Hugging Face checkpoints are converted into the same
-//! layout by the `hf` crate).
+//! Vision towers read from llama.cpp's `mmproj` GGUF layout (`clip.vision.*`
+//! keys, `v.*` and `mm.*` tensors; Hugging Face checkpoints are converted
+//! into the same layout by the `hf` crate): Gemma 3's SigLIP encoder and
+//! projector here, Gemma 4's in [`crate::gemma4`].
 //!
-//! The pixels go in as 14-pixel (Gemma 3: 896 / 64) patches, each projected
+//! Gemma 3: the pixels go in as 14-pixel (896 / 64) patches, each projected
 //! by the patch embedding and given its learned position; a stack of
 //! pre-LayerNorm transformer blocks (full attention among the patches, a
 //! tanh-GELU MLP) and a final LayerNorm follow. The projector averages
-//! `k × k` squares of patches (4096 → 256 on Gemma 3), RMS-normalises them
-//! and maps them into the text model's width.
+//! `k × k` squares of patches (4096 → 256), RMS-normalises them and maps them
+//! into the text model's width.
 
 use crate::MediaError;
 use gguf::{GgmlType, GgufFile, TensorInfo};
@@ -22,15 +22,38 @@ use std::sync::Arc;
 const ATTENTION_BLOCK: usize = 64;
 
 /// Activation rows per task of a float product.
-const PRODUCT_BLOCK: usize = 64;
+pub(crate) const PRODUCT_BLOCK: usize = 64;
+
+/// The vision towers implemented, by `clip.projector_type`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Projector {
+    /// `gemma3`: SigLIP at a fixed square size, a fixed number of tokens.
+    Gemma3,
+    /// `gemma4v`: Gemma 4's encoder at the picture's own aspect ratio, as
+    /// many tokens as its size gives within a budget.
+    Gemma4,
+}
+
+/// Gemma 4's default budget of soft tokens per image (its processor's
+/// `max_soft_tokens`).
+pub const GEMMA4_DEFAULT_TOKENS: usize = 280;
+
+/// The metadata key of a Gemma 4 tower's default token budget, written when
+/// a checkpoint is converted (its `preprocessor_config.json`'s
+/// `max_soft_tokens`).
+pub const MAX_TOKENS_KEY: &str = "hearth.vision.max_soft_tokens";
+
+/// The budgets Gemma 4 accepts, as llama.cpp bounds them (transformers'
+/// processor offers 70, 140, 280, 560 and 1120).
+pub const GEMMA4_TOKEN_RANGE: std::ops::RangeInclusive<usize> = 70..=1120;
 
 /// The shape of a vision tower, from the `clip.*` metadata.
 #[derive(Debug, Clone, PartialEq)]
 pub struct VisionConfig {
-    /// The projector family (`clip.projector_type`); `gemma3` is the one
-    /// implemented.
-    pub projector: String,
-    /// Side of the square input in pixels (Gemma 3: 896).
+    /// The projector family (`clip.projector_type`).
+    pub projector: Projector,
+    /// Side of the square input in pixels (Gemma 3: 896; unused by Gemma 4,
+    /// whose input size follows the picture).
     pub image_size: usize,
     /// Side of a patch in pixels (Gemma 3: 14).
     pub patch_size: usize,
@@ -52,6 +75,10 @@ pub struct VisionConfig {
     pub pool: usize,
     /// Width of the text model the tokens are projected into.
     pub text_hidden: usize,
+    /// Gemma 4: the most soft tokens one image may take.
+    pub max_tokens: usize,
+    /// Gemma 4: the base of the 2-D rotary position embedding.
+    pub rope_theta: f32,
 }
 
 impl VisionConfig {
@@ -65,10 +92,16 @@ impl VisionConfig {
         self.patches_per_side() * self.patches_per_side()
     }
 
-    /// Tokens one image becomes in the text model (Gemma 3: 256).
+    /// Tokens one image becomes in the text model (Gemma 3: 256), or on
+    /// Gemma 4 the most it may become.
     pub fn tokens_per_image(&self) -> usize {
-        let side = self.patches_per_side() / self.pool;
-        side * side
+        match self.projector {
+            Projector::Gemma3 => {
+                let side = self.patches_per_side() / self.pool;
+                side * side
+            }
+            Projector::Gemma4 => self.max_tokens,
+        }
     }
 
     /// Read the configuration of an `mmproj` file.
@@ -85,16 +118,19 @@ impl VisionConfig {
                 "this projector file has no vision encoder".into(),
             ));
         }
-        let projector = file
+        let name = file
             .get_str("clip.vision.projector_type")
             .or_else(|| file.get_str("clip.projector_type"))
-            .unwrap_or("")
-            .to_string();
-        if projector != "gemma3" {
-            return Err(MediaError::Unsupported(format!(
-                "projector type `{projector}` (supported: gemma3)"
-            )));
-        }
+            .unwrap_or("");
+        let projector = match name {
+            "gemma3" => Projector::Gemma3,
+            "gemma4v" => Projector::Gemma4,
+            other => {
+                return Err(MediaError::Unsupported(format!(
+                    "projector type `{other}` (supported: gemma3, gemma4v)"
+                )))
+            }
+        };
         let uint = |key: &str| -> Result<usize, MediaError> {
             file.get_u64(key)
                 .and_then(|v| usize::try_from(v).ok())
@@ -126,12 +162,41 @@ impl VisionConfig {
                 .unwrap_or(1e-6),
             mean: triple("clip.vision.image_mean")?,
             std: triple("clip.vision.image_std")?,
+            // llama.cpp's defaults where the converter writes no key.
             pool: match file.get_u64("clip.vision.projector.scale_factor") {
+                None if projector == Projector::Gemma4 => 3,
                 None => 4,
                 Some(_) => uint("clip.vision.projector.scale_factor")?,
             },
             text_hidden: uint("clip.vision.projection_dim")?,
+            // A checkpoint's processor budget travels in this key (`hf`
+            // writes it; llama.cpp's files leave the default).
+            max_tokens: match file.get_u64(MAX_TOKENS_KEY) {
+                Some(t) if GEMMA4_TOKEN_RANGE.contains(&(t as usize)) => t as usize,
+                Some(t) => {
+                    return Err(MediaError::Metadata(format!(
+                        "`{MAX_TOKENS_KEY}` = {t} is outside {GEMMA4_TOKEN_RANGE:?}"
+                    )))
+                }
+                None => GEMMA4_DEFAULT_TOKENS,
+            },
+            rope_theta: file.get_f32("clip.vision.rope_theta").unwrap_or(100.0),
         };
+        if !cfg.hidden.is_multiple_of(cfg.heads) {
+            return Err(MediaError::Metadata(format!(
+                "width {} does not split into {} heads",
+                cfg.hidden, cfg.heads
+            )));
+        }
+        if projector == Projector::Gemma4 {
+            if !(cfg.hidden / cfg.heads).is_multiple_of(4) {
+                return Err(MediaError::Metadata(format!(
+                    "head width {} does not split into the 2-D rotary halves",
+                    cfg.hidden / cfg.heads
+                )));
+            }
+            return Ok(cfg);
+        }
         let side = cfg.patches_per_side();
         if !cfg.image_size.is_multiple_of(cfg.patch_size)
             || side == 0
@@ -140,12 +205,6 @@ impl VisionConfig {
             return Err(MediaError::Metadata(format!(
                 "image size {} in patches of {} does not pool by {}",
                 cfg.image_size, cfg.patch_size, cfg.pool
-            )));
-        }
-        if !cfg.hidden.is_multiple_of(cfg.heads) {
-            return Err(MediaError::Metadata(format!(
-                "width {} does not split into {} heads",
-                cfg.hidden, cfg.heads
             )));
         }
         if cfg.std.contains(&0.0) {
@@ -157,18 +216,76 @@ impl VisionConfig {
     }
 }
 
-/// A weight matrix and its bias.
+/// Bounds a product's input and output are clamped to (Gemma 4's
+/// `ClippableLinear`).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Clamp {
+    pub(crate) input: (f32, f32),
+    pub(crate) output: (f32, f32),
+}
+
+/// A weight matrix, its bias and its clamps.
 #[derive(Debug, Clone)]
-struct Linear {
+pub(crate) struct Linear {
     info: TensorInfo,
-    rows: usize,
-    cols: usize,
-    bias: Vec<f32>,
+    pub(crate) rows: usize,
+    pub(crate) cols: usize,
+    bias: Option<Vec<f32>>,
+    clamp: Option<Clamp>,
 }
 
 impl Linear {
     /// `{name}.weight` of `rows` outputs by `cols` inputs and `{name}.bias`.
-    fn bind(file: &GgufFile, name: &str, rows: usize, cols: usize) -> Result<Self, MediaError> {
+    pub(crate) fn bind(
+        file: &GgufFile,
+        name: &str,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Self, MediaError> {
+        let mut w = Self::bind_weight(file, name, rows, cols)?;
+        w.bias = Some(vector(file, &format!("{name}.bias"), rows)?);
+        Ok(w)
+    }
+
+    /// `{name}.weight` with no bias, and the clamps `{name}.input_min` (and
+    /// `input_max`, `output_min`, `output_max`) where the file has them
+    /// (a missing one does not clamp, as llama.cpp reads them).
+    pub(crate) fn bind_clamped(
+        file: &GgufFile,
+        name: &str,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Self, MediaError> {
+        let mut w = Self::bind_weight(file, name, rows, cols)?;
+        let bound = |suffix: &str, default: f32| -> Result<Option<f32>, MediaError> {
+            let key = format!("{name}.{suffix}");
+            if file.tensor(&key).is_none() {
+                return Ok(None);
+            }
+            let v = vector(file, &key, 1)?[0];
+            Ok(Some(if v.is_nan() { default } else { v }))
+        };
+        let (a, b, c, d) = (
+            bound("input_min", f32::NEG_INFINITY)?,
+            bound("input_max", f32::INFINITY)?,
+            bound("output_min", f32::NEG_INFINITY)?,
+            bound("output_max", f32::INFINITY)?,
+        );
+        if [a, b, c, d].iter().any(Option::is_some) {
+            w.clamp = Some(Clamp {
+                input: (a.unwrap_or(f32::NEG_INFINITY), b.unwrap_or(f32::INFINITY)),
+                output: (c.unwrap_or(f32::NEG_INFINITY), d.unwrap_or(f32::INFINITY)),
+            });
+        }
+        Ok(w)
+    }
+
+    fn bind_weight(
+        file: &GgufFile,
+        name: &str,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Self, MediaError> {
         let info = tensor(file, &format!("{name}.weight"))?;
         // A convolution kernel (`[P, P, 3, d]`) is a matrix of d rows of
         // 3·P·P; rows of a quantized type must be whole ggml rows.
@@ -191,12 +308,12 @@ impl Linear {
                 info.ty.name()
             )));
         }
-        let bias = vector(file, &format!("{name}.bias"), rows)?;
         Ok(Self {
             info,
             rows,
             cols,
-            bias,
+            bias: None,
+            clamp: None,
         })
     }
 
@@ -261,6 +378,17 @@ struct Block {
 pub struct VisionTower {
     config: VisionConfig,
     file: Arc<GgufFile>,
+    encoder: Encoder,
+}
+
+/// The weights of one family's encoder.
+enum Encoder {
+    Siglip(Siglip),
+    Gemma4(crate::gemma4::Gemma4),
+}
+
+/// Gemma 3's SigLIP encoder and projector.
+struct Siglip {
     patch: Linear,
     positions: Vec<f32>,
     blocks: Vec<Block>,
@@ -269,6 +397,18 @@ pub struct VisionTower {
     /// `[vision width][text width]`, the projection as the reference
     /// multiplies it (`x · P`).
     projection: Vec<f32>,
+}
+
+/// Pixels ready for a tower: channel-first floats `[3][height][width]`,
+/// resized and normalised as the model's processor does.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Pixels {
+    /// Width in pixels.
+    pub width: usize,
+    /// Height in pixels.
+    pub height: usize,
+    /// The values, `3 * width * height` of them.
+    pub data: Vec<f32>,
 }
 
 impl std::fmt::Debug for VisionTower {
@@ -288,28 +428,114 @@ impl VisionTower {
     /// Bind the tensors of an opened `mmproj` file (or one converted in
     /// memory from a checkpoint directory).
     pub fn from_gguf(file: Arc<GgufFile>) -> Result<Self, MediaError> {
-        let cfg = VisionConfig::from_gguf(&file)?;
+        let config = VisionConfig::from_gguf(&file)?;
+        let encoder = match config.projector {
+            Projector::Gemma3 => Encoder::Siglip(Siglip::bind(&file, &config)?),
+            Projector::Gemma4 => Encoder::Gemma4(crate::gemma4::Gemma4::bind(&file, &config)?),
+        };
+        Ok(Self {
+            config,
+            file,
+            encoder,
+        })
+    }
+
+    /// The tower's configuration.
+    pub fn config(&self) -> &VisionConfig {
+        &self.config
+    }
+
+    /// Set Gemma 4's budget of soft tokens per image (within
+    /// [`GEMMA4_TOKEN_RANGE`]); Gemma 3's count is fixed, so asking it for
+    /// another is an error.
+    pub fn set_max_tokens(&mut self, tokens: usize) -> Result<(), MediaError> {
+        match self.config.projector {
+            Projector::Gemma4 if GEMMA4_TOKEN_RANGE.contains(&tokens) => {
+                self.config.max_tokens = tokens;
+                Ok(())
+            }
+            Projector::Gemma4 => Err(MediaError::Unsupported(format!(
+                "{tokens} image tokens (Gemma 4 takes {} to {})",
+                GEMMA4_TOKEN_RANGE.start(),
+                GEMMA4_TOKEN_RANGE.end()
+            ))),
+            Projector::Gemma3 => Err(MediaError::Unsupported(format!(
+                "{tokens} image tokens: Gemma 3 always gives {}",
+                self.config.tokens_per_image()
+            ))),
+        }
+    }
+
+    /// Pixels for [`Self::encode`]: the picture resized as the model's
+    /// processor does (Gemma 3: to its square input, bilinear; Gemma 4: to
+    /// the largest size of whole pooling cells within the token budget,
+    /// aspect kept, bicubic) and normalised.
+    pub fn pixels(&self, picture: &crate::Picture) -> Result<Pixels, MediaError> {
+        let cfg = &self.config;
+        let (w, h, resized) = match cfg.projector {
+            Projector::Gemma3 => {
+                let s = cfg.image_size as u32;
+                (s, s, picture.resize_bilinear(s, s)?)
+            }
+            Projector::Gemma4 => {
+                let (w, h) = crate::gemma4::input_size(cfg, picture.width(), picture.height())?;
+                let resized = if (w, h) == (picture.width(), picture.height()) {
+                    picture.clone()
+                } else {
+                    picture.resize_bicubic(w, h)?
+                };
+                (w, h, resized)
+            }
+        };
+        Ok(Pixels {
+            width: w as usize,
+            height: h as usize,
+            data: resized.normalized(cfg.mean, cfg.std),
+        })
+    }
+
+    /// The image embeddings of `pixels` (from [`Self::pixels`]): one row of
+    /// the text model's width per soft token, ready to stand in for the
+    /// image's soft tokens.
+    pub fn encode(&self, pool: &ThreadPool, pixels: &Pixels) -> Result<Vec<f32>, MediaError> {
+        if pixels.data.len() != 3 * pixels.width * pixels.height {
+            return Err(MediaError::Decode(format!(
+                "{} pixel values for a {}x{} RGB input",
+                pixels.data.len(),
+                pixels.width,
+                pixels.height
+            )));
+        }
+        match &self.encoder {
+            Encoder::Siglip(s) => s.encode(&self.file, &self.config, pool, pixels),
+            Encoder::Gemma4(g) => g.encode(&self.file, &self.config, pool, pixels),
+        }
+    }
+}
+
+impl Siglip {
+    fn bind(file: &GgufFile, cfg: &VisionConfig) -> Result<Self, MediaError> {
         let (d, p) = (cfg.hidden, cfg.patch_size);
-        let patch = Linear::bind(&file, "v.patch_embd", d, 3 * p * p)?;
-        let positions = vector(&file, "v.position_embd.weight", cfg.patches() * d)?;
+        let patch = Linear::bind(file, "v.patch_embd", d, 3 * p * p)?;
+        let positions = vector(file, "v.position_embd.weight", cfg.patches() * d)?;
         let blocks = (0..cfg.layers)
             .map(|i| {
                 let b = |n: &str| format!("v.blk.{i}.{n}");
                 Ok(Block {
-                    ln1: LayerNorm::bind(&file, &b("ln1"), d)?,
-                    q: Linear::bind(&file, &b("attn_q"), d, d)?,
-                    k: Linear::bind(&file, &b("attn_k"), d, d)?,
-                    v: Linear::bind(&file, &b("attn_v"), d, d)?,
-                    out: Linear::bind(&file, &b("attn_out"), d, d)?,
-                    ln2: LayerNorm::bind(&file, &b("ln2"), d)?,
-                    up: Linear::bind(&file, &b("ffn_up"), cfg.ffn, d)?,
-                    down: Linear::bind(&file, &b("ffn_down"), d, cfg.ffn)?,
+                    ln1: LayerNorm::bind(file, &b("ln1"), d)?,
+                    q: Linear::bind(file, &b("attn_q"), d, d)?,
+                    k: Linear::bind(file, &b("attn_k"), d, d)?,
+                    v: Linear::bind(file, &b("attn_v"), d, d)?,
+                    out: Linear::bind(file, &b("attn_out"), d, d)?,
+                    ln2: LayerNorm::bind(file, &b("ln2"), d)?,
+                    up: Linear::bind(file, &b("ffn_up"), cfg.ffn, d)?,
+                    down: Linear::bind(file, &b("ffn_down"), d, cfg.ffn)?,
                 })
             })
             .collect::<Result<Vec<_>, MediaError>>()?;
-        let post_ln = LayerNorm::bind(&file, "v.post_ln", d)?;
-        let soft_norm = vector(&file, "mm.soft_emb_norm.weight", d)?;
-        let proj = tensor(&file, "mm.input_projection.weight")?;
+        let post_ln = LayerNorm::bind(file, "v.post_ln", d)?;
+        let soft_norm = vector(file, "mm.soft_emb_norm.weight", d)?;
+        let proj = tensor(file, "mm.input_projection.weight")?;
         if proj.dims != [cfg.text_hidden as u64, d as u64] {
             return Err(MediaError::TensorShape {
                 name: proj.name.clone(),
@@ -317,10 +543,8 @@ impl VisionTower {
                 expected: vec![cfg.text_hidden as u64, d as u64],
             });
         }
-        let projection = vector(&file, "mm.input_projection.weight", d * cfg.text_hidden)?;
+        let projection = vector(file, "mm.input_projection.weight", d * cfg.text_hidden)?;
         Ok(Self {
-            config: cfg,
-            file,
             patch,
             positions,
             blocks,
@@ -330,49 +554,25 @@ impl VisionTower {
         })
     }
 
-    /// The tower's configuration.
-    pub fn config(&self) -> &VisionConfig {
-        &self.config
-    }
-
-    /// Pixels for [`Self::encode`]: the picture resized to the tower's
-    /// square input and normalised.
-    pub fn pixels(&self, picture: &crate::Picture) -> Result<Vec<f32>, MediaError> {
-        let s = self.config.image_size as u32;
-        Ok(picture
-            .resize_bilinear(s, s)?
-            .normalized(self.config.mean, self.config.std))
-    }
-
-    /// The image embeddings of channel-first `pixels` (`[3][size][size]`):
-    /// [`VisionConfig::tokens_per_image`] rows of the text model's width,
-    /// ready to stand in for the image's soft tokens.
-    pub fn encode(&self, pool: &ThreadPool, pixels: &[f32]) -> Result<Vec<f32>, MediaError> {
-        let cfg = &self.config;
+    fn encode(
+        &self,
+        file: &GgufFile,
+        cfg: &VisionConfig,
+        pool: &ThreadPool,
+        pixels: &Pixels,
+    ) -> Result<Vec<f32>, MediaError> {
         let (s, p, d) = (cfg.image_size, cfg.patch_size, cfg.hidden);
-        if pixels.len() != 3 * s * s {
+        if (pixels.width, pixels.height) != (s, s) {
             return Err(MediaError::Decode(format!(
-                "{} pixel values for a {s}x{s} RGB input",
-                pixels.len()
+                "a {}x{} input for a {s}x{s} tower",
+                pixels.width, pixels.height
             )));
         }
-        let (side, n) = (cfg.patches_per_side(), cfg.patches());
+        let n = cfg.patches();
         let mut bufs = Buffers::default();
-        // Patches as rows of (channel, y, x), the order of the convolution's
-        // kernel, so the patch embedding is one product.
-        let pl = 3 * p * p;
-        let mut patches = vec![0.0f32; n * pl];
-        for (i, row) in patches.chunks_exact_mut(pl).enumerate() {
-            let (py, px) = (i / side, i % side);
-            for c in 0..3 {
-                for ky in 0..p {
-                    let src = &pixels[c * s * s + (py * p + ky) * s + px * p..][..p];
-                    row[(c * p + ky) * p..][..p].copy_from_slice(src);
-                }
-            }
-        }
+        let patches = patch_rows(&pixels.data, s, s, p);
         let mut x = vec![0.0f32; n * d];
-        self.linear(pool, &self.patch, &patches, n, &mut x, &mut bufs)?;
+        product(pool, file, &self.patch, &patches, n, &mut x, &mut bufs)?;
         drop(patches);
         x.iter_mut()
             .zip(&self.positions)
@@ -383,31 +583,32 @@ impl VisionTower {
         let mut attn = vec![0.0f32; n * d];
         let mut o = vec![0.0f32; n * d];
         let mut up = vec![0.0f32; n * cfg.ffn];
+        let dh = d / cfg.heads;
+        let scale = 1.0 / (dh as f32).sqrt();
         for blk in &self.blocks {
             layer_norm_rows(pool, &blk.ln1, &x, &mut h, cfg.eps);
-            self.linear(pool, &blk.q, &h, n, &mut q, &mut bufs)?;
-            self.linear(pool, &blk.k, &h, n, &mut k, &mut bufs)?;
-            self.linear(pool, &blk.v, &h, n, &mut v, &mut bufs)?;
-            attention(pool, cfg, &q, &k, &v, &mut attn, &mut bufs.heads)?;
-            self.linear(pool, &blk.out, &attn, n, &mut o, &mut bufs)?;
+            product(pool, file, &blk.q, &h, n, &mut q, &mut bufs)?;
+            product(pool, file, &blk.k, &h, n, &mut k, &mut bufs)?;
+            product(pool, file, &blk.v, &h, n, &mut v, &mut bufs)?;
+            attention(pool, cfg.heads, dh, scale, &q, &k, &v, &mut attn, &mut bufs.heads)?;
+            product(pool, file, &blk.out, &attn, n, &mut o, &mut bufs)?;
             x.iter_mut().zip(&o).for_each(|(a, &b)| *a += b);
             layer_norm_rows(pool, &blk.ln2, &x, &mut h, cfg.eps);
-            self.linear(pool, &blk.up, &h, n, &mut up, &mut bufs)?;
+            product(pool, file, &blk.up, &h, n, &mut up, &mut bufs)?;
             let ffn = cfg.ffn;
             pool.for_each_chunk_mut(&mut up, ffn * PRODUCT_BLOCK, |_, chunk| {
                 chunk.iter_mut().for_each(|u| *u = ops::gelu_tanh(*u));
             });
-            self.linear(pool, &blk.down, &up, n, &mut o, &mut bufs)?;
+            product(pool, file, &blk.down, &up, n, &mut o, &mut bufs)?;
             x.iter_mut().zip(&o).for_each(|(a, &b)| *a += b);
         }
         layer_norm_rows(pool, &self.post_ln, &x, &mut h, cfg.eps);
-        self.project(&h)
+        self.project(cfg, &h)
     }
 
     /// The projector: `pool × pool` averages of the patch grid, RMSNorm
     /// with the (already `1 + w`) weight, then `x · P`.
-    fn project(&self, x: &[f32]) -> Result<Vec<f32>, MediaError> {
-        let cfg = &self.config;
+    fn project(&self, cfg: &VisionConfig, x: &[f32]) -> Result<Vec<f32>, MediaError> {
         let (d, side, k) = (cfg.hidden, cfg.patches_per_side(), cfg.pool);
         let out_side = side / k;
         let tokens = out_side * out_side;
@@ -441,79 +642,134 @@ impl VisionTower {
         )?;
         Ok(out)
     }
+}
 
-    /// `out = x Wᵀ + b` for `n` rows. Float weights (F32, F16, BF16) are
-    /// dequantized once per product, transposed, and multiplied through
-    /// the f32 GEMM in blocks of rows, so the activations stay exact;
-    /// quantized weights take the integer kernels.
-    fn linear(
-        &self,
-        pool: &ThreadPool,
-        w: &Linear,
-        x: &[f32],
-        n: usize,
-        out: &mut [f32],
-        bufs: &mut Buffers,
-    ) -> Result<(), MediaError> {
-        let m = w.matrix(&self.file)?;
-        let (rows, cols) = (w.rows, w.cols);
-        let float = matches!(m.ty(), GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
-        if float && n >= 8 {
-            // Wᵀ packed into panels of PANEL output columns, dequantized in
-            // parallel (each task fills whole panels).
-            bufs.packed.reset(cols, rows);
-            let failure = FirstError::new();
-            let panels_per_task = rows.div_ceil(PANEL).div_ceil(pool.threads()).max(1);
-            let panel_len = cols * PANEL;
-            pool.for_each_chunk_mut(
-                bufs.packed.panels_mut(),
-                panels_per_task * panel_len,
-                |t, chunk| {
-                    let mut row = vec![0.0f32; cols];
-                    for (pi, panel) in chunk.chunks_exact_mut(panel_len).enumerate() {
-                        let j0 = (t * panels_per_task + pi) * PANEL;
-                        for jj in 0..PANEL.min(rows.saturating_sub(j0)) {
-                            if let Err(e) = m.dequantize_row(j0 + jj, &mut row) {
-                                failure.set(e);
-                                return;
-                            }
-                            for (p, &v) in row.iter().enumerate() {
-                                panel[p * PANEL + jj] = v;
-                            }
-                        }
-                    }
-                },
-            );
-            failure.into_result()?;
-            let packed = &bufs.packed;
-            let failure = FirstError::new();
-            pool.for_each_chunk_mut(&mut out[..n * rows], PRODUCT_BLOCK * rows, |b, chunk| {
-                let m_rows = chunk.len() / rows;
-                let xs = &x[b * PRODUCT_BLOCK * cols..][..m_rows * cols];
-                if let Err(e) = quant::vector::sgemm_packed(m_rows, xs, cols, packed, chunk, rows) {
-                    failure.set(e);
-                }
-            });
-            failure.into_result()?;
-        } else {
-            quant::matmul(pool, &m, x, n, out, &mut bufs.quant)?;
+/// The pixels cut into `p × p` patches, one row each in the order of the
+/// convolution kernel (channel, y, x), patches row by row: the patch
+/// embedding is then one product.
+pub(crate) fn patch_rows(pixels: &[f32], width: usize, height: usize, p: usize) -> Vec<f32> {
+    let (pw, ph) = (width / p, height / p);
+    let pl = 3 * p * p;
+    let plane = width * height;
+    let mut patches = vec![0.0f32; pw * ph * pl];
+    for (i, row) in patches.chunks_exact_mut(pl).enumerate() {
+        let (py, px) = (i / pw, i % pw);
+        for c in 0..3 {
+            for ky in 0..p {
+                let src = &pixels[c * plane + (py * p + ky) * width + px * p..][..p];
+                row[(c * p + ky) * p..][..p].copy_from_slice(src);
+            }
         }
-        for r in out[..n * rows].chunks_exact_mut(rows) {
-            r.iter_mut().zip(&w.bias).for_each(|(o, &b)| *o += b);
-        }
-        Ok(())
     }
+    patches
+}
+
+/// `out = x Wᵀ + b` for `n` rows (clamped before and after where the
+/// weight says so). Float weights (F32, F16, BF16) are dequantized once per
+/// product, transposed, and multiplied through the f32 GEMM in blocks of
+/// rows, so the activations stay exact; quantized weights take the integer
+/// kernels.
+pub(crate) fn product(
+    pool: &ThreadPool,
+    file: &GgufFile,
+    w: &Linear,
+    x: &[f32],
+    n: usize,
+    out: &mut [f32],
+    bufs: &mut Buffers,
+) -> Result<(), MediaError> {
+    let m = w.matrix(file)?;
+    let (rows, cols) = (w.rows, w.cols);
+    let mut clamped = std::mem::take(&mut bufs.clamped);
+    let x = match w.clamp {
+        Some(Clamp { input: (lo, hi), .. }) => {
+            clamped.clear();
+            clamped.extend(x[..n * cols].iter().map(|&v| v.clamp(lo, hi)));
+            &clamped[..]
+        }
+        None => x,
+    };
+    let float = matches!(m.ty(), GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
+    let result = if float && n >= 8 {
+        float_product(pool, &m, x, &mut out[..n * rows], bufs)
+    } else {
+        quant::matmul(pool, &m, x, n, out, &mut bufs.quant).map_err(MediaError::from)
+    };
+    bufs.clamped = clamped;
+    result?;
+    let out = &mut out[..n * rows];
+    if let Some(bias) = &w.bias {
+        for r in out.chunks_exact_mut(rows) {
+            r.iter_mut().zip(bias).for_each(|(o, &b)| *o += b);
+        }
+    }
+    if let Some(Clamp {
+        output: (lo, hi), ..
+    }) = w.clamp
+    {
+        out.iter_mut().for_each(|v| *v = v.clamp(lo, hi));
+    }
+    Ok(())
+}
+
+/// A float weight's product: Wᵀ packed into panels of PANEL output columns,
+/// dequantized in parallel (each task fills whole panels), then the packed
+/// GEMM over blocks of activation rows.
+fn float_product(
+    pool: &ThreadPool,
+    m: &Matrix<'_>,
+    x: &[f32],
+    out: &mut [f32],
+    bufs: &mut Buffers,
+) -> Result<(), MediaError> {
+    let (rows, cols) = (m.rows(), m.cols());
+    bufs.packed.reset(cols, rows);
+    let failure = FirstError::new();
+    let panels_per_task = rows.div_ceil(PANEL).div_ceil(pool.threads()).max(1);
+    let panel_len = cols * PANEL;
+    pool.for_each_chunk_mut(
+        bufs.packed.panels_mut(),
+        panels_per_task * panel_len,
+        |t, chunk| {
+            let mut row = vec![0.0f32; cols];
+            for (pi, panel) in chunk.chunks_exact_mut(panel_len).enumerate() {
+                let j0 = (t * panels_per_task + pi) * PANEL;
+                for jj in 0..PANEL.min(rows.saturating_sub(j0)) {
+                    if let Err(e) = m.dequantize_row(j0 + jj, &mut row) {
+                        failure.set(e);
+                        return;
+                    }
+                    for (p, &v) in row.iter().enumerate() {
+                        panel[p * PANEL + jj] = v;
+                    }
+                }
+            }
+        },
+    );
+    failure.into_result()?;
+    let packed = &bufs.packed;
+    let failure = FirstError::new();
+    pool.for_each_chunk_mut(out, PRODUCT_BLOCK * rows, |b, chunk| {
+        let m_rows = chunk.len() / rows;
+        let xs = &x[b * PRODUCT_BLOCK * cols..][..m_rows * cols];
+        if let Err(e) = quant::vector::sgemm_packed(m_rows, xs, cols, packed, chunk, rows) {
+            failure.set(e);
+        }
+    });
+    Ok(failure.into_result()?)
 }
 
 /// Buffers reused across the products and attention of one encoding.
 #[derive(Default)]
-struct Buffers {
+pub(crate) struct Buffers {
+    /// Activations clamped for a clipped product.
+    clamped: Vec<f32>,
     /// A float weight, dequantized and packed (transposed, in panels).
     packed: PackedB,
     /// Quantized activations.
     quant: Vec<u8>,
     /// Each head's keys (transposed) and values, packed.
-    heads: Vec<(PackedB, PackedB)>,
+    pub(crate) heads: Vec<(PackedB, PackedB)>,
 }
 
 /// `out = LayerNorm(x)` row by row.
@@ -528,20 +784,22 @@ fn layer_norm_rows(pool: &ThreadPool, ln: &LayerNorm, x: &[f32], out: &mut [f32]
 }
 
 /// Full (bidirectional) multi-head attention among all patches:
-/// `out[:, head] = softmax(q_h k_hᵀ / sqrt(dh)) v_h`. Each head's keys
+/// `out[:, head] = softmax(scale · q_h k_hᵀ) v_h`. Each head's keys
 /// (transposed) and values are packed once; each task then takes a block of
 /// query rows through every head, so its output rows are its own.
-fn attention(
+#[allow(clippy::too_many_arguments)]
+pub(crate) fn attention(
     pool: &ThreadPool,
-    cfg: &VisionConfig,
+    heads: usize,
+    dh: usize,
+    scale: f32,
     q: &[f32],
     k: &[f32],
     v: &[f32],
     out: &mut [f32],
     packs: &mut Vec<(PackedB, PackedB)>,
 ) -> Result<(), MediaError> {
-    let (d, heads) = (cfg.hidden, cfg.heads);
-    let dh = d / heads;
+    let d = heads * dh;
     let n = q.len() / d;
     packs.resize_with(heads, Default::default);
     pool.for_each_chunk_mut(&mut packs[..], 1, |h, slot| {
@@ -563,7 +821,6 @@ fn attention(
         }
     });
     let packs = &packs[..];
-    let scale = 1.0 / (dh as f32).sqrt();
     let failure = FirstError::new();
     pool.for_each_chunk_mut(out, ATTENTION_BLOCK * d, |b, chunk| {
         let rows = chunk.len() / d;
@@ -709,14 +966,14 @@ fn exp_neg(x: f32) -> f32 {
 }
 
 /// The tensor `name`, required.
-fn tensor(file: &GgufFile, name: &str) -> Result<TensorInfo, MediaError> {
+pub(crate) fn tensor(file: &GgufFile, name: &str) -> Result<TensorInfo, MediaError> {
     file.tensor(name)
         .cloned()
         .ok_or_else(|| MediaError::MissingTensor(name.to_string()))
 }
 
 /// A tensor of `len` elements, dequantized to f32.
-fn vector(file: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>, MediaError> {
+pub(crate) fn vector(file: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>, MediaError> {
     let info = tensor(file, name)?;
     if info.n_elements() != len as u64 {
         return Err(MediaError::TensorShape {
