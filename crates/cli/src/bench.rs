@@ -106,6 +106,7 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
             ctx: None,
             batch: None,
             mmproj: None,
+            image_tokens: None,
         };
         let engine = load_engine(&model, engine::SamplingParams::default())?;
         let name = engine.model_name().unwrap_or("model").to_string();

@@ -47,10 +47,16 @@ struct ModelArgs {
     /// directory with a vision tower needs none.
     #[arg(long, value_name = "FILE")]
     mmproj: Option<std::path::PathBuf>,
+    /// Gemma 4: the most soft tokens one image may take, 70 to 1120
+    /// (default: the checkpoint processor's budget, else 280). More tokens
+    /// keep more detail and cost more time.
+    #[arg(long, value_name = "N")]
+    image_tokens: Option<usize>,
 }
 
-/// Images for the prompt, placed where it says `<start_of_image>` (one
-/// marker per image, in order), else before the prompt text.
+/// Images for the prompt, placed where it says `<start_of_image>` (or
+/// `<__media__>`, or on Gemma 4 `<|image|>`; one marker per image, in
+/// order), else before the prompt text.
 #[derive(Args, Debug, Clone, Default)]
 pub(crate) struct ImageArgs {
     /// An image file (PNG, JPEG, WebP); repeat for several.
@@ -170,6 +176,7 @@ impl ModelArgs {
             quant: self.quant.clone(),
             sampling,
             mmproj: self.mmproj.clone(),
+            image_tokens: self.image_tokens,
         }
     }
 }

@@ -1,11 +1,14 @@
 //! Images in prompts: the vision tower beside the text model, the form an
 //! image takes in a prompt, and image embeddings kept by content.
 //!
-//! A prompt names where each image goes with Gemma's own marker,
-//! `<start_of_image>` (llama.cpp's `<__media__>` is read the same way), one
-//! per image, in order. Each marker becomes what Gemma 3's processor makes
-//! of it: `\n\n<start_of_image>`, the image's soft tokens, `<end_of_image>\n\n`;
-//! the soft tokens' embeddings are the vision tower's output.
+//! A prompt names where each image goes with a marker, one per image, in
+//! order: `<start_of_image>` (Gemma 3's image token) or llama.cpp's
+//! `<__media__>` for any model, and on Gemma 4 also its own `<|image|>`.
+//! Each marker becomes what the model's processor makes of it — Gemma 3:
+//! `\n\n<start_of_image>`, 256 soft tokens, `<end_of_image>\n\n`; Gemma 4:
+//! `<|image>`, the image's soft tokens (as many as its size gives within the
+//! budget), `<image|>` — and the soft tokens' embeddings are the vision
+//! tower's output.
 
 use crate::{Engine, EngineError};
 use media::{content_key, EmbeddingCache, Picture, VisionTower};
@@ -19,6 +22,9 @@ pub const IMAGE_MARKER: &str = "<start_of_image>";
 /// llama.cpp's media marker, accepted as [`IMAGE_MARKER`].
 pub const MEDIA_MARKER: &str = "<__media__>";
 
+/// Gemma 4's image token, accepted as [`IMAGE_MARKER`] by Gemma 4 models.
+pub const GEMMA4_IMAGE_MARKER: &str = "<|image|>";
+
 /// Images a vision engine keeps the embeddings of, most recent first out.
 const CACHED_IMAGES: usize = 16;
 
@@ -26,6 +32,9 @@ const CACHED_IMAGES: usize = 16;
 pub(crate) struct Vision {
     pub(crate) tower: VisionTower,
     cache: EmbeddingCache,
+    /// Whether an image's tokens see each other both ways in the text
+    /// model (see [`model::Embedded::bidirectional`]).
+    pub(crate) bidirectional: bool,
 }
 
 impl Vision {
@@ -46,9 +55,38 @@ impl Vision {
         Ok(Self {
             tower,
             cache: EmbeddingCache::new(CACHED_IMAGES),
+            bidirectional: true,
         })
     }
 }
+
+/// What one model family's prompts make of an image marker.
+struct ImageForm {
+    /// The markers that place an image.
+    markers: &'static [&'static str],
+    /// The text a marker becomes, around the image's soft tokens.
+    before: &'static str,
+    after: &'static str,
+    /// The tokens the soft tokens go between.
+    begin: &'static str,
+    end: &'static str,
+}
+
+const GEMMA3_FORM: ImageForm = ImageForm {
+    markers: &[IMAGE_MARKER, MEDIA_MARKER],
+    before: "\n\n<start_of_image>",
+    after: "<end_of_image>\n\n",
+    begin: "<start_of_image>",
+    end: "<end_of_image>",
+};
+
+const GEMMA4_FORM: ImageForm = ImageForm {
+    markers: &[GEMMA4_IMAGE_MARKER, IMAGE_MARKER, MEDIA_MARKER],
+    before: "<|image>",
+    after: "<image|>",
+    begin: "<|image>",
+    end: "<image|>",
+};
 
 /// An encoded picture.
 #[derive(Debug, Clone)]
@@ -59,6 +97,8 @@ pub struct ImageEmbedding {
     pub rows: Arc<Vec<f32>>,
     /// How many soft tokens it takes.
     pub tokens: usize,
+    /// Whether its tokens see each other both ways in the text model.
+    pub bidirectional: bool,
     /// Whether it came from the cache (no encoder time spent).
     pub cached: bool,
     /// Decoding, preprocessing and encoding time (zero when cached).
@@ -87,7 +127,8 @@ impl Engine {
         self.vision.is_some()
     }
 
-    /// Soft tokens per image, when the engine reads images.
+    /// Soft tokens per image (on Gemma 4 the most one may take), when the
+    /// engine reads images.
     pub fn image_tokens(&self) -> Option<usize> {
         self.vision
             .as_ref()
@@ -98,7 +139,7 @@ impl Engine {
         self.vision.as_deref().ok_or_else(|| {
             EngineError::InvalidRequest(
                 "this model has no vision tower, so it cannot read images \
-                 (give a Gemma 3 vision projector with --mmproj, or load a checkpoint \
+                 (give its vision projector with --mmproj, or load a checkpoint \
                  directory that has one)"
                     .into(),
             )
@@ -121,6 +162,7 @@ impl Engine {
             key,
             tokens: rows.len() / self.model.config().hidden.max(1),
             rows,
+            bidirectional: vision.bidirectional,
             cached,
             time: if cached {
                 Duration::ZERO
@@ -139,11 +181,21 @@ impl Engine {
         add_bos: bool,
         images: &[ImageEmbedding],
     ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
-        let text = text.replace(MEDIA_MARKER, IMAGE_MARKER);
-        let markers = text.matches(IMAGE_MARKER).count();
+        let form = match self.model.config().arch {
+            model::Arch::Gemma4 => &GEMMA4_FORM,
+            _ => &GEMMA3_FORM,
+        };
+        // One marker for all: the first of the family's.
+        let mut text = text.to_string();
+        for m in &form.markers[1..] {
+            text = text.replace(m, form.markers[0]);
+        }
+        let marker = form.markers[0];
+        let markers = text.matches(marker).count();
         if markers != images.len() {
             return Err(EngineError::InvalidRequest(format!(
-                "the prompt places {markers} image(s) (with {IMAGE_MARKER}) but {} were given",
+                "the prompt places {markers} image(s) (with {}) but {} were given",
+                form.markers.join(" or "),
                 images.len()
             )));
         }
@@ -151,24 +203,28 @@ impl Engine {
             return Ok((self.tokenizer.encode(&text, add_bos, true), Vec::new()));
         }
         let tok = &self.tokenizer;
-        let (boi, eoi) = match (tok.token_id(IMAGE_MARKER), tok.token_id("<end_of_image>")) {
+        let (boi, eoi) = match (tok.token_id(form.begin), tok.token_id(form.end)) {
             (Some(b), Some(e)) => (b, e),
             _ => {
-                return Err(EngineError::InvalidRequest(
-                    "this model's vocabulary has no <start_of_image>/<end_of_image> tokens".into(),
-                ))
+                return Err(EngineError::InvalidRequest(format!(
+                    "this model's vocabulary has no {}/{} tokens",
+                    form.begin, form.end
+                )))
             }
         };
-        // The soft tokens' ids never reach the embedding table; Gemma 3's own
-        // id keeps the prompt's ids what transformers sees.
-        let soft = tok
-            .token_id("<image_soft_token>")
-            .or(tok.vocab().pad_id)
-            .unwrap_or(0);
+        // The soft tokens' ids reach no embedding table on Gemma 3 (its own
+        // id keeps the prompt's ids what transformers sees); on Gemma 4 they
+        // feed the per-layer embeddings, which transformers takes from the
+        // pad token.
+        let soft = match self.model.config().arch {
+            model::Arch::Gemma4 => tok.vocab().pad_id,
+            _ => tok.token_id("<image_soft_token>").or(tok.vocab().pad_id),
+        }
+        .unwrap_or(0);
         // The markers are control tokens, so the text between them encodes
         // the same with or without the soft tokens in between: encode the
         // expanded text without them, then insert them.
-        let expanded = text.replace(IMAGE_MARKER, "\n\n<start_of_image><end_of_image>\n\n");
+        let expanded = text.replace(marker, &format!("{}{}", form.before, form.after));
         let plain = tok.encode(&expanded, add_bos, true);
         let total: usize = images.iter().map(|i| i.tokens).sum();
         let mut ids = Vec::with_capacity(plain.len() + total);
@@ -219,7 +275,10 @@ impl Engine {
 /// `text` with one image marker per image at its start when it places none
 /// itself (as llama.cpp's tools put media before the prompt).
 pub fn place_images(text: &str, images: usize) -> String {
-    if images == 0 || text.contains(IMAGE_MARKER) || text.contains(MEDIA_MARKER) {
+    let placed = [IMAGE_MARKER, MEDIA_MARKER, GEMMA4_IMAGE_MARKER]
+        .iter()
+        .any(|m| text.contains(m));
+    if images == 0 || placed {
         return text.to_string();
     }
     let mut out = IMAGE_MARKER.repeat(images);

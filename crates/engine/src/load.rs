@@ -67,22 +67,55 @@ impl Engine {
             None => None,
         };
         if let Some(p) = vision {
-            engine.attach_vision(crate::images::Vision::open(p)?)?;
+            let mut vision = crate::images::Vision::open(p)?;
+            if let Some(n) = opts.image_tokens {
+                vision.tower.set_max_tokens(n)?;
+            }
+            engine.attach_vision(vision, Some(path.as_ref()))?;
+        } else if opts.image_tokens.is_some() {
+            return Err(EngineError::InvalidOptions(
+                "--image-tokens needs a vision projector (--mmproj)".into(),
+            ));
         }
         engine.load_time = start.elapsed();
         Ok(engine)
     }
 
     /// Read images with `vision`, whose projection must land in this
-    /// model's width.
+    /// model's width. `model_path` (the text model's file or checkpoint
+    /// directory) says, on Gemma 4, whether an image's tokens see each other
+    /// both ways.
     pub(crate) fn attach_vision(
         &mut self,
-        vision: crate::images::Vision,
+        mut vision: crate::images::Vision,
+        model_path: Option<&Path>,
     ) -> Result<(), EngineError> {
         let (width, hidden) = (
             vision.tower.config().text_hidden,
             self.model.config().hidden,
         );
+        let arch = self.model.config().arch;
+        let family_fits = match vision.tower.config().projector {
+            media::Projector::Gemma3 => arch == model::Arch::Gemma3,
+            media::Projector::Gemma4 => arch == model::Arch::Gemma4,
+        };
+        if !family_fits {
+            return Err(EngineError::InvalidOptions(format!(
+                "the vision projector is {:?}'s, but the model is {}: it belongs to another model",
+                vision.tower.config().projector,
+                arch.name()
+            )));
+        }
+        vision.bidirectional = match arch {
+            // transformers: `use_bidirectional_attention == "vision"` in the
+            // checkpoint's config; a GGUF carries no such key, so llama.cpp's
+            // rule stands in: E2B and E4B (widths 1536 and 2560) stay causal.
+            model::Arch::Gemma4 => match model_path.and_then(hf::image_attention_bidirectional) {
+                Some(b) => b,
+                None => hidden != 1536 && hidden != 2560,
+            },
+            _ => true,
+        };
         if width != hidden {
             return Err(EngineError::InvalidOptions(format!(
                 "the vision projector maps images into width {width}, but the model's is {hidden}: \

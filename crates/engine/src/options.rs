@@ -35,6 +35,9 @@ pub struct RunOptions {
     /// The vision projector (llama.cpp's `mmproj` GGUF) to read images
     /// with; a checkpoint directory with a vision tower needs none.
     pub mmproj: Option<std::path::PathBuf>,
+    /// Gemma 4: the most soft tokens one image may take (70 to 1120;
+    /// default: the checkpoint processor's, else 280).
+    pub image_tokens: Option<usize>,
 }
 
 impl RunOptions {

@@ -144,7 +144,7 @@ impl Session {
                 start: i.pos - base,
                 len: i.image.tokens,
                 rows: &i.image.rows,
-                bidirectional: true,
+                bidirectional: i.image.bidirectional,
             })
             .collect();
         let result = self

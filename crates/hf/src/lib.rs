@@ -13,7 +13,7 @@ mod tensors;
 mod vision;
 mod vocab;
 
-pub use vision::{convert_vision_dir, has_vision_tower};
+pub use vision::{convert_vision_dir, has_vision_tower, image_attention_bidirectional};
 
 use gguf::{GgufWriter, MetaArray, MetaValue};
 use serde_json::Value;

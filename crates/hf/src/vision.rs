@@ -28,6 +28,29 @@ pub fn has_vision_tower(dir: &Path) -> bool {
         })
 }
 
+/// Whether a Gemma 4 checkpoint directory's images see their own tokens
+/// both ways (`text_config.use_bidirectional_attention == "vision"`, the
+/// larger models); `None` when `dir` is not a Gemma 4 checkpoint.
+pub fn image_attention_bidirectional(dir: &Path) -> Option<bool> {
+    if !dir.is_dir() {
+        return None;
+    }
+    let root = read_json(&dir.join("config.json")).ok()?;
+    let text = root.get("text_config").unwrap_or(&root);
+    let model_type = text
+        .get("model_type")
+        .or_else(|| root.get("model_type"))
+        .and_then(Value::as_str)?;
+    if !model_type.starts_with("gemma4") {
+        return None;
+    }
+    Some(
+        text.get("use_bidirectional_attention")
+            .and_then(Value::as_str)
+            == Some("vision"),
+    )
+}
+
 /// Convert the vision tower and projector of a checkpoint directory; `None`
 /// when its `config.json` has no `vision_config`.
 pub fn convert_vision_dir(dir: &Path) -> Result<Option<GgufWriter>, HfError> {
@@ -162,7 +185,12 @@ fn convert_gemma4(dir: &Path, root: &Value, vision: &Value) -> Result<GgufWriter
     w.set("clip.vision.projection_dim", u32v(text_hidden));
     w.set(
         "clip.vision.projector.scale_factor",
-        u32v(vision.get("pooling_kernel_size").and_then(Value::as_u64).unwrap_or(3)),
+        u32v(
+            vision
+                .get("pooling_kernel_size")
+                .and_then(Value::as_u64)
+                .unwrap_or(3),
+        ),
     );
     let theta = vision
         .get("rope_parameters")
@@ -182,7 +210,10 @@ fn convert_gemma4(dir: &Path, root: &Value, vision: &Value) -> Result<GgufWriter
     );
     let pre = dir.join("preprocessor_config.json");
     if pre.is_file() {
-        if let Some(t) = read_json(&pre)?.get("max_soft_tokens").and_then(Value::as_u64) {
+        if let Some(t) = read_json(&pre)?
+            .get("max_soft_tokens")
+            .and_then(Value::as_u64)
+        {
             w.set(MAX_TOKENS_KEY, u32v(t));
         }
     }

@@ -141,8 +141,7 @@ impl Gemma4 {
             )),
             _ => None,
         };
-        let projection =
-            Linear::bind_clamped(file, "mm.input_projection", cfg.text_hidden, d)?;
+        let projection = Linear::bind_clamped(file, "mm.input_projection", cfg.text_hidden, d)?;
         Ok(Self {
             patch,
             positions,
@@ -223,7 +222,17 @@ impl Gemma4 {
                     .chunks_exact_mut(dh)
                     .for_each(|head| ops::rms_norm_plain(head, cfg.eps));
             });
-            attention(pool, cfg.heads, dh, 1.0, &q, &kk, &v, &mut attn, &mut bufs.heads)?;
+            attention(
+                pool,
+                cfg.heads,
+                dh,
+                1.0,
+                &q,
+                &kk,
+                &v,
+                &mut attn,
+                &mut bufs.heads,
+            )?;
             product(pool, file, &blk.out, &attn, n, &mut o, &mut bufs)?;
             add_normed(pool, &mut x, &mut o, d, &blk.attn_post, cfg.eps);
             norm_rows(pool, &x, &mut hbuf, d, Some(&blk.ln2), cfg.eps);
@@ -245,7 +254,15 @@ impl Gemma4 {
             ops::rms_norm_plain(row, cfg.eps);
         }
         let mut out = vec![0.0f32; tokens * cfg.text_hidden];
-        product(pool, file, &self.projection, &pooled, tokens, &mut out, &mut bufs)?;
+        product(
+            pool,
+            file,
+            &self.projection,
+            &pooled,
+            tokens,
+            &mut out,
+            &mut bufs,
+        )?;
         Ok(out)
     }
 

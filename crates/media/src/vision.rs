@@ -590,7 +590,17 @@ impl Siglip {
             product(pool, file, &blk.q, &h, n, &mut q, &mut bufs)?;
             product(pool, file, &blk.k, &h, n, &mut k, &mut bufs)?;
             product(pool, file, &blk.v, &h, n, &mut v, &mut bufs)?;
-            attention(pool, cfg.heads, dh, scale, &q, &k, &v, &mut attn, &mut bufs.heads)?;
+            attention(
+                pool,
+                cfg.heads,
+                dh,
+                scale,
+                &q,
+                &k,
+                &v,
+                &mut attn,
+                &mut bufs.heads,
+            )?;
             product(pool, file, &blk.out, &attn, n, &mut o, &mut bufs)?;
             x.iter_mut().zip(&o).for_each(|(a, &b)| *a += b);
             layer_norm_rows(pool, &blk.ln2, &x, &mut h, cfg.eps);
@@ -682,7 +692,9 @@ pub(crate) fn product(
     let (rows, cols) = (w.rows, w.cols);
     let mut clamped = std::mem::take(&mut bufs.clamped);
     let x = match w.clamp {
-        Some(Clamp { input: (lo, hi), .. }) => {
+        Some(Clamp {
+            input: (lo, hi), ..
+        }) => {
             clamped.clear();
             clamped.extend(x[..n * cols].iter().map(|&v| v.clamp(lo, hi)));
             &clamped[..]

@@ -12,7 +12,7 @@
 use crate::attention::{attend, AttentionBuffers, AttentionInput};
 use crate::kv::store_batch_kv;
 use crate::ops::{par_rows, post_norm_add, pre_norm};
-use crate::{ops, KvCache, Model, ModelError, Scratch};
+use crate::{ops, Arch, KvCache, Model, ModelError, Scratch};
 
 /// The query or key heads of a batch, for [`Model::rotate_heads`].
 #[derive(Clone, Copy)]
@@ -50,10 +50,11 @@ pub struct Embedded<'a> {
     pub len: usize,
     /// `len` rows of the model's width.
     pub rows: &'a [f32],
-    /// Whether the replaced tokens see each other both ways (Gemma 3's
-    /// images: every image token attends to the whole image, as
-    /// transformers' and llama.cpp's masks do), on top of the causal mask.
-    /// Such a span must be fed in one batch.
+    /// Whether the replaced tokens see each other both ways (an image's
+    /// tokens attend to the whole image, as transformers' and llama.cpp's
+    /// masks do), on top of the causal mask: on every layer for Gemma 3, on
+    /// the sliding-window layers only for Gemma 4 (its global layers stay
+    /// causal). Such a span must be fed in one batch.
     pub bidirectional: bool,
 }
 
@@ -203,13 +204,7 @@ impl Model {
     /// One batch whose rows are the tokens of `seqs` in order.
     fn forward_batch(&self, seqs: &mut [SeqInput<'_>], s: &mut Scratch) -> Result<(), ModelError> {
         s.lay_out_rows(seqs);
-        self.embed(s)?;
-        let h = self.config.hidden;
-        for (sq, &first) in seqs.iter().zip(&s.seq_start) {
-            for e in sq.embedded {
-                s.x[(first + e.start) * h..][..e.len * h].copy_from_slice(e.rows);
-            }
-        }
+        self.embed(s, seqs)?;
         for li in 0..self.config.n_layers {
             self.attention_block(li, seqs, s)?;
             self.ffn_block(li, s)?;
@@ -235,9 +230,12 @@ impl Model {
         Ok(())
     }
 
-    /// The residual stream starts as the scaled token embeddings (and, on
-    /// Gemma 4, the per-layer inputs are computed from them).
-    fn embed(&self, s: &mut Scratch) -> Result<(), ModelError> {
+    /// The residual stream starts as the scaled token embeddings, with the
+    /// rows `seqs` give in place of some tokens' (images) copied over them;
+    /// on Gemma 4 the per-layer inputs are then computed from both, as
+    /// transformers does (the token part from the ids, the projected part
+    /// from the merged rows).
+    fn embed(&self, s: &mut Scratch, seqs: &[SeqInput<'_>]) -> Result<(), ModelError> {
         let h = self.config.hidden;
         let tokens = std::mem::take(&mut s.tokens);
         let embd = self.weights.token_embd.matrix(&self.file)?;
@@ -245,6 +243,11 @@ impl Model {
         for (row, &t) in s.x.chunks_exact_mut(h).zip(&tokens) {
             embd.dequantize_row(t as usize, row)?;
             row.iter_mut().for_each(|v| *v *= scale);
+        }
+        for (sq, &first) in seqs.iter().zip(&s.seq_start) {
+            for e in sq.embedded {
+                s.x[(first + e.start) * h..][..e.len * h].copy_from_slice(e.rows);
+            }
         }
         let per_layer = match &self.weights.per_layer {
             Some(ple) => self.per_layer_inputs(ple, s, &tokens),
@@ -291,6 +294,8 @@ impl Model {
                 &s.shared_v[kv_layer][..b * vd],
             )
         };
+        // Gemma 4's global layers keep image tokens causal.
+        let spans_apply = cfg.arch != Arch::Gemma4 || kind.window.is_some();
         let input = AttentionInput {
             cfg,
             kind,
@@ -298,7 +303,7 @@ impl Model {
             layer: kv_layer,
             seq_start: &s.seq_start,
             row_seq: &s.row_seq,
-            row_last: &s.row_last,
+            row_last: if spans_apply { &s.row_last } else { &s.row_pos },
             q: &s.q[..b * cfg.n_heads * kind.head_dim],
             k_new,
             v_new,
