@@ -152,6 +152,64 @@ impl Api {
             .map(drop)
     }
 
+    /// Download the file `file_id` (a photo), refusing one over
+    /// `max_bytes`: `getFile` for its path, then the file itself.
+    pub async fn download_file(
+        &self,
+        file_id: &str,
+        max_bytes: usize,
+    ) -> Result<Vec<u8>, ApiFailure> {
+        let info = self
+            .call("getFile", &json!({"file_id": file_id}), Duration::ZERO)
+            .await?;
+        let too_big = |n: u64| ApiFailure::Refused {
+            status: 413,
+            description: format!("the file is {n} bytes, over the {max_bytes}-byte limit"),
+        };
+        if let Some(n) = info.get("file_size").and_then(Value::as_u64) {
+            if n > max_bytes as u64 {
+                return Err(too_big(n));
+            }
+        }
+        let Some(path) = info.get("file_path").and_then(Value::as_str) else {
+            return Err(ApiFailure::Refused {
+                status: 400,
+                description: format!("getFile: no file_path in {}", short(&info)),
+            });
+        };
+        let url = format!("{}/file/bot{}/{}", self.base, self.token, path);
+        let fail =
+            |e: reqwest::Error| ApiFailure::Transient(format!("download: {}", without_url(&e)));
+        let mut resp = self
+            .client
+            .get(url)
+            .timeout(self.request_timeout + Duration::from_secs(30))
+            .send()
+            .await
+            .map_err(fail)?;
+        let status = resp.status().as_u16();
+        if !(200..300).contains(&status) {
+            return Err(if (400..500).contains(&status) {
+                ApiFailure::Refused {
+                    status,
+                    description: format!("download: HTTP {status}"),
+                }
+            } else {
+                ApiFailure::Transient(format!("download: HTTP {status}"))
+            });
+        }
+        // Read in chunks so a lying size cannot make us hold more than the
+        // limit.
+        let mut bytes = Vec::new();
+        while let Some(chunk) = resp.chunk().await.map_err(fail)? {
+            if bytes.len() + chunk.len() > max_bytes {
+                return Err(too_big((bytes.len() + chunk.len()) as u64));
+            }
+            bytes.extend_from_slice(&chunk);
+        }
+        Ok(bytes)
+    }
+
     /// Show "typing…" in `chat_id` (Telegram shows it for 5 s).
     pub async fn typing(&self, chat_id: i64) -> Result<(), ApiFailure> {
         let body = json!({"chat_id": chat_id, "action": "typing"});

@@ -31,6 +31,21 @@ pub trait Brain: Send + Sync + 'static {
     fn fits(&self, messages: &[ChatMessage]) -> bool;
     /// The model's name, for `/start` and `/stats`.
     fn name(&self) -> String;
+    /// Whether the model reads photos (a vision tower is loaded).
+    fn reads_images(&self) -> bool {
+        false
+    }
+    /// The next assistant turn of `messages`, whose last message places
+    /// `image` (a photo file's bytes) with an image marker. No guardrails:
+    /// they judge text.
+    fn reply_image(&self, messages: &[ChatMessage], image: &[u8]) -> Result<BrainReply, String> {
+        let _ = (messages, image);
+        Err("the loaded model reads text only".into())
+    }
+    /// [`Brain::fits`] for `messages` that also carry one image.
+    fn fits_image(&self, messages: &[ChatMessage]) -> bool {
+        self.fits(messages)
+    }
 }
 
 /// [`Brain`] over a loaded engine.
@@ -102,5 +117,33 @@ impl Brain for EngineBrain {
 
     fn name(&self) -> String {
         self.name.clone()
+    }
+
+    fn reads_images(&self) -> bool {
+        self.engine.has_vision()
+    }
+
+    fn reply_image(&self, messages: &[ChatMessage], image: &[u8]) -> Result<BrainReply, String> {
+        let start = std::time::Instant::now();
+        let embedding = self.engine.encode_image(image).map_err(|e| e.to_string())?;
+        let mut call = ModelCall::new(messages.to_vec(), self.max_tokens);
+        call.images = vec![embedding];
+        let r = self.chat.clone().reply(&call).map_err(|e| e.to_string())?;
+        Ok(BrainReply {
+            text: r.text,
+            prompt_tokens: r.prompt_tokens,
+            completion_tokens: r.completion_tokens,
+            ms: start.elapsed().as_millis() as u64,
+            guard_changed: false,
+        })
+    }
+
+    fn fits_image(&self, messages: &[ChatMessage]) -> bool {
+        // The marker is one token of the text; the image takes its soft
+        // tokens (on Gemma 4 at most this many) and the wrapping ones.
+        let image = self.engine.image_tokens().unwrap_or(0) + 4;
+        self.engine
+            .encode_chat(messages)
+            .is_ok_and(|ids| ids.len() + image + self.max_tokens <= self.engine.n_ctx())
     }
 }

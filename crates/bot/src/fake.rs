@@ -3,12 +3,14 @@
 //! and fails on request (429 with `retry_after`, any status, a hang), so the
 //! bot's behaviour is testable without Telegram. It checks what Telegram
 //! checks that matters here: the token, the 4,096-character limit and empty
-//! texts.
+//! texts. Files added with [`FakeBotApi::add_file`] are served as Telegram
+//! serves them: `getFile` gives a path, `GET /file/bot<token>/<path>` the
+//! bytes.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use std::collections::{HashMap, VecDeque};
@@ -46,6 +48,8 @@ struct Inner {
     poll_faults: VecDeque<Fault>,
     calls: HashMap<String, usize>,
     webhook: Option<(String, String)>,
+    /// Files by `file_id`.
+    files: HashMap<String, Vec<u8>>,
 }
 
 struct Shared {
@@ -91,6 +95,7 @@ impl FakeBotApi {
         let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
         let app = Router::new()
             .route("/{bot}/{method}", post(call))
+            .route("/file/{bot}/{*path}", get(download))
             .with_state(Arc::clone(&shared));
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
@@ -138,6 +143,23 @@ impl FakeBotApi {
         };
         self.shared.news.notify_waiters();
         id
+    }
+
+    /// Make `bytes` downloadable as the file `file_id`.
+    pub fn add_file(&self, file_id: &str, bytes: Vec<u8>) {
+        self.shared.lock().files.insert(file_id.to_owned(), bytes);
+    }
+
+    /// Queue a photo (`file_id`, with a smaller preview size first, as
+    /// Telegram sends them) with an optional caption from `chat_id`.
+    pub fn push_photo(&self, chat_id: i64, file_id: &str, caption: Option<&str>) -> u64 {
+        let size = |id: &str, side: u32| json!({"file_id": id, "file_unique_id": format!("u-{id}"), "width": side, "height": side});
+        let mut extra =
+            json!({"photo": [size(&format!("{file_id}-thumb"), 90), size(file_id, 800)]});
+        if let Some(c) = caption {
+            extra["caption"] = json!(c);
+        }
+        self.push_update(json!({"message": message(chat_id, extra)}))
     }
 
     /// Queue a text message from the private chat `chat_id`.
@@ -266,6 +288,25 @@ async fn fault(f: Option<Fault>) -> Option<Response> {
     }
 }
 
+/// `GET /file/bot<token>/photos/<file_id>.jpg`: a file's bytes.
+async fn download(
+    State(sh): State<Arc<Shared>>,
+    Path((bot, path)): Path<(String, String)>,
+) -> Response {
+    *sh.lock().calls.entry("download".into()).or_default() += 1;
+    if bot.strip_prefix("bot") != Some(sh.token.as_str()) {
+        return StatusCode::UNAUTHORIZED.into_response();
+    }
+    let id = path
+        .strip_prefix("photos/")
+        .and_then(|p| p.strip_suffix(".jpg"))
+        .unwrap_or("");
+    match sh.lock().files.get(id) {
+        Some(bytes) => (StatusCode::OK, bytes.clone()).into_response(),
+        None => StatusCode::NOT_FOUND.into_response(),
+    }
+}
+
 async fn call(
     State(sh): State<Arc<Shared>>,
     Path((bot, method)): Path<(String, String)>,
@@ -343,6 +384,15 @@ async fn call(
         "deleteWebhook" => {
             sh.lock().webhook = None;
             ok(json!(true))
+        }
+        "getFile" => {
+            let id = body.get("file_id").and_then(Value::as_str).unwrap_or("");
+            let size = sh.lock().files.get(id).map(Vec::len);
+            match size {
+                Some(n) => ok(json!({"file_id": id, "file_unique_id": format!("u-{id}"),
+                                     "file_size": n, "file_path": format!("photos/{id}.jpg")})),
+                None => refuse(400, "Bad Request: invalid file_id"),
+            }
         }
         "getMe" => {
             ok(json!({"id": 1, "is_bot": true, "first_name": "Hearth", "username": "hearth_bot"}))

@@ -45,9 +45,16 @@ impl Answer {
     }
 }
 
+/// What a photo without a caption asks.
+pub const PHOTO_PROMPT: &str = "Describe this picture.";
+
 /// Whether the message needs the model (the caller shows "typing…" then).
 pub fn needs_model(item: &Incoming) -> bool {
-    matches!(item, Incoming::Text { text, .. } if parse_command(text).is_none())
+    match item {
+        Incoming::Text { text, .. } => parse_command(text).is_none(),
+        Incoming::Photo { .. } => true,
+        Incoming::Unsupported { .. } => false,
+    }
 }
 
 /// Answer `item` for a chat whose memory is `state` (updated in place).
@@ -57,15 +64,41 @@ pub fn answer(
     state: &mut ChatState,
     item: &Incoming,
 ) -> Answer {
+    answer_with(brain, how, state, item, None)
+}
+
+/// [`answer`], given the photo's file when `item` is a photo: its bytes, or
+/// why they could not be fetched (`None`: not fetched).
+pub fn answer_with(
+    brain: &dyn Brain,
+    how: &Behaviour,
+    state: &mut ChatState,
+    item: &Incoming,
+    photo: Option<Result<Vec<u8>, String>>,
+) -> Answer {
+    let cannot = |what: &str| {
+        Answer::say(
+            format!(
+                "I can't read {what}: the loaded model ({}) reads text only. Please write to me instead.",
+                brain.name()
+            ),
+            false,
+        )
+    };
     let text = match item {
-        Incoming::Unsupported { what, .. } => {
-            return Answer::say(
-                format!(
-                    "I can't read {what}: the loaded model ({}) reads text only. Please write to me instead.",
-                    brain.name()
+        Incoming::Unsupported { what, .. } => return cannot(what),
+        Incoming::Photo { .. } if !brain.reads_images() => return cannot("a photo"),
+        Incoming::Photo { caption, .. } => {
+            return match photo {
+                Some(Ok(bytes)) => photo_reply(brain, how, state, caption, &bytes),
+                Some(Err(e)) => {
+                    Answer::say(format!("Sorry, I could not fetch that photo: {e}"), false)
+                }
+                None => Answer::say(
+                    "Sorry, I could not fetch that photo. Please send it again.",
+                    false,
                 ),
-                false,
-            )
+            }
         }
         Incoming::Text { text, .. } => text,
     };
@@ -207,6 +240,65 @@ fn reply(brain: &dyn Brain, how: &Behaviour, state: &mut ChatState, text: &str) 
     }
 }
 
+/// The reply to a photo: the caption (or [`PHOTO_PROMPT`]) asked about the
+/// picture, placed before it as llama.cpp's tools place media. The chat
+/// remembers the turn as `[photo] caption`: later turns see that a photo
+/// was sent, not the photo.
+fn photo_reply(
+    brain: &dyn Brain,
+    how: &Behaviour,
+    state: &mut ChatState,
+    caption: &str,
+    bytes: &[u8],
+) -> Answer {
+    let chars = caption.chars().count();
+    if chars > how.max_input_chars {
+        return Answer::say(
+            format!(
+                "That caption is too long for me ({chars} characters; I take at most {}). Please shorten it.",
+                how.max_input_chars
+            ),
+            false,
+        );
+    }
+    let question = if caption.trim().is_empty() {
+        PHOTO_PROMPT
+    } else {
+        caption
+    };
+    let user = engine::place_images(question, 1);
+    let Some((messages, dropped)) = state.prompt(&user, |m| brain.fits_image(m)) else {
+        return Answer::say(
+            "That photo and caption do not fit my context window, even with the conversation forgotten.",
+            false,
+        );
+    };
+    match brain.reply_image(&messages, bytes) {
+        Ok(r) => {
+            let s = &mut state.stats;
+            s.replies += 1;
+            s.prompt_tokens += r.prompt_tokens as u64;
+            s.completion_tokens += r.completion_tokens as u64;
+            s.gen_ms += r.ms;
+            if r.text.trim().is_empty() {
+                return Answer::say(
+                    "(The model gave an empty reply. Try a caption, or /reset.)",
+                    true,
+                );
+            }
+            state.push(
+                dropped,
+                Turn {
+                    user: format!("[photo] {caption}").trim_end().to_owned(),
+                    assistant: r.text.clone(),
+                },
+            );
+            Answer::say(r.text, true)
+        }
+        Err(e) => Answer::say(format!("Sorry, I could not read that photo: {e}"), false),
+    }
+}
+
 fn guard_on(how: &Behaviour, state: &ChatState) -> bool {
     state.guard.unwrap_or(how.guard_default)
 }
@@ -295,11 +387,87 @@ mod tests {
         assert!(failed.texts[0].contains("the model broke"));
         assert_eq!(s, before, "a failed call changes nothing");
         assert!(answer(&b, &how, &mut s, &text("/nope")).texts[0].contains("/nope"));
-        let photo = Incoming::Unsupported {
+        let photo = Incoming::Photo {
             chat_id: 1,
-            what: "a photo".into(),
+            file_id: "f".into(),
+            caption: String::new(),
         };
-        assert!(answer(&b, &how, &mut s, &photo).texts[0].contains("can't read a photo"));
+        let bytes = Some(Ok(vec![1, 2, 3]));
+        let a = answer_with(&b, &how, &mut s, &photo, bytes);
+        assert!(
+            a.texts[0].contains("can't read a photo"),
+            "a text-only model"
+        );
+        let voice = Incoming::Unsupported {
+            chat_id: 1,
+            what: "a voice note".into(),
+        };
+        assert!(answer(&b, &how, &mut s, &voice).texts[0].contains("can't read a voice note"));
+    }
+
+    /// [`Echo`] that reads images: says how many bytes and what it was asked.
+    struct Eyes(Echo);
+
+    impl Brain for Eyes {
+        fn reply(&self, m: &[ChatMessage], guard: bool) -> Result<BrainReply, String> {
+            self.0.reply(m, guard)
+        }
+        fn fits(&self, m: &[ChatMessage]) -> bool {
+            self.0.fits(m)
+        }
+        fn name(&self) -> String {
+            "eyes".into()
+        }
+        fn reads_images(&self) -> bool {
+            true
+        }
+        fn reply_image(&self, m: &[ChatMessage], image: &[u8]) -> Result<BrainReply, String> {
+            let mut r = self.0.reply(m, false)?;
+            r.text = format!("{} bytes, {}", image.len(), r.text);
+            Ok(r)
+        }
+    }
+
+    #[test]
+    fn photos_are_asked_about_with_their_caption() {
+        let b = Eyes(Echo {
+            room: 1000,
+            calls: Mutex::default(),
+        });
+        let how = Behaviour::default();
+        let mut s = ChatState::default();
+        let photo = |caption: &str| Incoming::Photo {
+            chat_id: 1,
+            file_id: "f".into(),
+            caption: caption.into(),
+        };
+        assert!(needs_model(&photo("")));
+        let a = answer_with(
+            &b,
+            &how,
+            &mut s,
+            &photo("What is it?"),
+            Some(Ok(vec![0; 7])),
+        );
+        assert_eq!(a.texts, ["7 bytes, echo <start_of_image>What is it?"]);
+        let a = answer_with(&b, &how, &mut s, &photo(""), Some(Ok(vec![0; 2])));
+        assert_eq!(
+            a.texts,
+            [format!("2 bytes, echo <start_of_image>{PHOTO_PROMPT}")]
+        );
+        // Remembered as text: later turns know a photo was sent.
+        assert_eq!(s.turns[0].user, "[photo] What is it?");
+        assert_eq!(s.turns[1].user, "[photo]");
+        assert_eq!(s.stats.replies, 2);
+        let failed = answer_with(&b, &how, &mut s, &photo("x"), Some(Err("HTTP 404".into())));
+        assert!(failed.texts[0].contains("could not fetch that photo: HTTP 404"));
+        assert!(!failed.changed);
+        let long = Behaviour {
+            max_input_chars: 3,
+            ..Behaviour::default()
+        };
+        let a = answer_with(&b, &long, &mut s, &photo("long caption"), Some(Ok(vec![0])));
+        assert!(a.texts[0].contains("too long"));
     }
 
     #[test]

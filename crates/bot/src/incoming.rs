@@ -17,7 +17,16 @@ pub enum Incoming {
         /// Its text.
         text: String,
     },
-    /// A message the loaded model cannot read (a photo, a voice note…).
+    /// A photo, with its caption (empty when it has none).
+    Photo {
+        /// The chat it came from.
+        chat_id: i64,
+        /// The largest size Telegram offers, to download with `getFile`.
+        file_id: String,
+        /// The caption.
+        caption: String,
+    },
+    /// A message the loaded model cannot read (a voice note, a sticker…).
     Unsupported {
         /// The chat it came from.
         chat_id: i64,
@@ -30,7 +39,9 @@ impl Incoming {
     /// The chat the update came from.
     pub fn chat_id(&self) -> i64 {
         match self {
-            Incoming::Text { chat_id, .. } | Incoming::Unsupported { chat_id, .. } => *chat_id,
+            Incoming::Text { chat_id, .. }
+            | Incoming::Photo { chat_id, .. }
+            | Incoming::Unsupported { chat_id, .. } => *chat_id,
         }
     }
 }
@@ -71,8 +82,19 @@ pub fn parse_update(raw: &Value) -> Option<Received> {
                 chat_id,
                 text: m.text().unwrap_or_default().to_owned(),
             },
+            Incoming::Photo { chat_id, .. } => Incoming::Photo {
+                chat_id,
+                // Telegram lists a photo's sizes smallest first.
+                file_id: m
+                    .photo()
+                    .and_then(<[_]>::last)
+                    .map(|p| p.file.id.0.clone())
+                    .unwrap_or_default(),
+                caption: m.caption().unwrap_or_default().to_owned(),
+            },
             other => other,
         })
+        .filter(|item| !matches!(item, Incoming::Photo { file_id, .. } if file_id.is_empty()))
         // A message teloxide could not classify comes out `Empty`.
         .or_else(|| raw.get("message").and_then(describe_raw)),
         // teloxide's types are stricter than Telegram is about optional
@@ -98,18 +120,30 @@ fn describe_raw(m: &Value) -> Option<Incoming> {
         "text" => m.get("text").is_some_and(Value::is_string),
         k => m.get(k).is_some_and(|v| !v.is_null()),
     };
-    describe(chat_id, has).map(|item| match item {
-        Incoming::Text { chat_id, .. } => Incoming::Text {
+    describe(chat_id, has).and_then(|item| match item {
+        Incoming::Text { chat_id, .. } => Some(Incoming::Text {
             chat_id,
             text: m["text"].as_str().unwrap_or_default().to_owned(),
-        },
-        other => other,
+        }),
+        Incoming::Photo { chat_id, .. } => Some(Incoming::Photo {
+            chat_id,
+            file_id: m
+                .pointer("/photo")
+                .and_then(Value::as_array)
+                .and_then(|sizes| sizes.last())
+                .and_then(|p| p.get("file_id"))
+                .and_then(Value::as_str)
+                .filter(|id| !id.is_empty())?
+                .to_owned(),
+            caption: m["caption"].as_str().unwrap_or_default().to_owned(),
+        }),
+        other => Some(other),
     })
 }
 
 /// What a message of `chat_id` asks for, given which of its fields are set
-/// (`has("text")`, `has("photo")`…); the text itself is filled in by the
-/// caller.
+/// (`has("text")`, `has("photo")`…); the text, or the photo's file and
+/// caption, is filled in by the caller.
 fn describe(chat_id: i64, has: impl Fn(&str) -> bool) -> Option<Incoming> {
     if has("text") {
         return Some(Incoming::Text {
@@ -117,8 +151,14 @@ fn describe(chat_id: i64, has: impl Fn(&str) -> bool) -> Option<Incoming> {
             text: String::new(),
         });
     }
+    if has("photo") {
+        return Some(Incoming::Photo {
+            chat_id,
+            file_id: String::new(),
+            caption: String::new(),
+        });
+    }
     let what = [
-        ("photo", "a photo"),
         ("voice", "a voice note"),
         ("audio", "an audio file"),
         ("video", "a video"),
@@ -162,11 +202,26 @@ mod tests {
                 text: "hello".into()
             })
         );
+        let size = |id: &str, w: u32| json!({"file_id": id, "file_unique_id": "b", "width": w, "height": w});
         let photo =
-            json!({"photo": [{"file_id": "a", "file_unique_id": "b", "width": 1, "height": 1}]});
+            json!({"photo": [size("small", 90), size("big", 800)], "caption": "what's this?"});
         let p = parse_update(&message(6, photo)).unwrap();
+        assert_eq!(
+            p.item,
+            Some(Incoming::Photo {
+                chat_id: 42,
+                file_id: "big".into(),
+                caption: "what's this?".into()
+            })
+        );
+        // No caption, and read field by field when teloxide refuses the
+        // message (a size without `file_unique_id`).
+        let raw = json!({"photo": [{"file_id": "only", "width": 5, "height": 5}]});
+        let p = parse_update(&message(7, raw)).unwrap();
         assert!(
-            matches!(p.item, Some(Incoming::Unsupported { ref what, .. }) if what == "a photo")
+            matches!(p.item, Some(Incoming::Photo { ref file_id, ref caption, .. }) if file_id == "only" && caption.is_empty()),
+            "{:?}",
+            p.item
         );
         let voice = json!({"voice": {"file_id": "a", "file_unique_id": "b", "duration": 3}});
         let v = parse_update(&message(7, voice)).unwrap();

@@ -446,6 +446,10 @@ async fn dispatch(
     }
 }
 
+/// The largest photo file the bot downloads (Telegram's own limit for bots
+/// is 20 MB; its photos are far smaller).
+const MAX_PHOTO_BYTES: usize = 20 << 20;
+
 /// Answer one stored item and move it to the outbox; "typing…" shows while
 /// the model works.
 async fn answer_one(sh: Arc<Shared>, update_id: u64, item: Incoming) -> i64 {
@@ -466,10 +470,25 @@ async fn answer_one(sh: Arc<Shared>, update_id: u64, item: Incoming) -> i64 {
     } else {
         None
     };
+    // A photo's file comes from Telegram first (when the model reads it).
+    let photo = match &item {
+        Incoming::Photo { file_id, .. } if sh.brain.reads_images() => Some(
+            sh.api
+                .download_file(file_id, MAX_PHOTO_BYTES)
+                .await
+                .map_err(|e| e.to_string()),
+        ),
+        _ => None,
+    };
+    if let Some(Err(e)) = &photo {
+        log(format!(
+            "could not download the photo of update {update_id}: {e}"
+        ));
+    }
     let sh2 = Arc::clone(&sh);
     let done = tokio::task::spawn_blocking(move || {
         let mut state = sh2.store.chat(chat)?;
-        let a = handler::answer(&*sh2.brain, &sh2.cfg.behaviour, &mut state, &item);
+        let a = handler::answer_with(&*sh2.brain, &sh2.cfg.behaviour, &mut state, &item, photo);
         let out: Vec<Outgoing> = a
             .texts
             .into_iter()

@@ -321,6 +321,57 @@ fn a_failing_or_hanging_bot_api_loses_nothing() {
 }
 
 #[test]
+fn photos_are_read_by_a_model_with_a_vision_tower() {
+    // The tiny random Gemma 3 vision model: the photo's embeddings go
+    // through the shared decoder with the chat's messages.
+    let fixture =
+        Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/tiny/gemma3_vision");
+    let opts = engine::RunOptions {
+        threads: Some(1),
+        ctx: Some(256),
+        ..engine::RunOptions::default()
+    };
+    let engine = Arc::new(engine::Engine::load(&fixture, &opts).unwrap());
+    let brain = hearth_bot::EngineBrain::new(engine, 2, 6, Default::default(), "tiny".into());
+    let api = FakeBotApi::start(TOKEN).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    api.add_file("pic", std::fs::read(fixture.join("img_a.png")).unwrap());
+    api.add_file("junk", b"not a picture".to_vec());
+    let _bot = Running::start(config(&api, dir.path()), Arc::new(brain.unwrap()));
+    api.push_photo(5, "pic", Some("What is this?"));
+    api.push_photo(5, "missing", None);
+    api.push_photo(5, "junk", None);
+    api.push_text(5, "/stats");
+    let got = api.wait_for(5, 4, WAIT);
+    assert_eq!(got.len(), 4, "{got:?}");
+    assert!(
+        !got[0].contains("can't") && !got[0].starts_with("Sorry"),
+        "{got:?}"
+    );
+    assert!(got[1].contains("could not fetch that photo"), "{got:?}");
+    assert!(got[2].contains("could not read that photo"), "{got:?}");
+    // One reply, whose prompt held the picture's 16 soft tokens.
+    assert!(got[3].contains("Replies: 1"), "{got:?}");
+    let prompt: usize = got[3]
+        .split("Tokens: ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert!(prompt > 16, "{prompt} prompt tokens");
+    assert_eq!(api.calls("download"), 2, "the missing file has no download");
+    // A text-only model says so without downloading.
+    let api = FakeBotApi::start(TOKEN).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    api.add_file("pic", vec![1, 2, 3]);
+    let _bot = Running::start(config(&api, dir.path()), scripted());
+    api.push_photo(6, "pic", None);
+    let got = api.wait_for(6, 1, WAIT);
+    assert!(got[0].contains("can't read a photo"), "{got:?}");
+    assert_eq!(api.calls("getFile"), 0);
+}
+
+#[test]
 fn a_refused_token_stops_the_bot_with_a_clear_error() {
     let api = FakeBotApi::start("999:other").unwrap();
     let dir = tempfile::tempdir().unwrap();

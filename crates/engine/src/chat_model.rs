@@ -24,6 +24,9 @@ pub struct ModelCall {
     /// The temperature of this call, when it differs from the model's
     /// (MT-Bench sets one per category); `greedy` overrides it.
     pub temperature: Option<f32>,
+    /// Encoded images the messages place with image markers, in order
+    /// (see [`Engine::image_prompt`]); empty for text.
+    pub images: Vec<crate::ImageEmbedding>,
 }
 
 impl ModelCall {
@@ -35,6 +38,7 @@ impl ModelCall {
             max_tokens,
             greedy: false,
             temperature: None,
+            images: Vec::new(),
         }
     }
 
@@ -108,6 +112,11 @@ impl<'e> LocalChat<'e> {
 
 impl ChatModel for LocalChat<'_> {
     fn reply(&mut self, call: &ModelCall) -> Result<ModelReply, EngineError> {
+        if !call.images.is_empty() {
+            return Err(EngineError::InvalidRequest(
+                "a local chat takes no images; use SharedChat".into(),
+            ));
+        }
         let prompt = self.engine.encode_chat(&call.messages)?;
         let constraint = match &call.grammar {
             Some(g) => Some(self.engine.constraint(g)?),

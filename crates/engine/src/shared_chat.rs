@@ -68,13 +68,19 @@ impl ChatModel for SharedChat {
 /// to the caller and leaves the slot free.
 fn admit(engine: &Engine, session: &mut Session, p: Pending) -> Option<Active> {
     let started = (|| {
-        let prompt = engine.encode_chat(&p.call.messages)?;
+        let (prompt, images) = if p.call.images.is_empty() {
+            (engine.encode_chat(&p.call.messages)?, Vec::new())
+        } else {
+            engine.encode_chat_images(&p.call.messages, &p.call.images, false)?
+        };
         let constraint = match &p.call.grammar {
             Some(g) => Some(engine.constraint(g)?),
             None => None,
         };
         let sampler = Sampler::new(p.call.sampling(&engine.options().sampling));
-        let mut decoding = session.start(&prompt, &sampler, &call_options(&p.call))?;
+        let opts = call_options(&p.call);
+        let mut decoding = session.begin_images(&prompt, &images, &sampler, &opts)?;
+        session.prefill(&mut decoding, usize::MAX)?;
         if let Some(c) = constraint {
             decoding.constrain(c);
         }
