@@ -869,11 +869,12 @@ fn softmax(x: &mut [f32]) {
 }
 
 /// `x[i] = exp_neg(x[i] - max)` and their sum: eight at a time with AVX2
-/// where the CPU has it (the same bits per element as [`exp_neg`]; the sum
-/// in another order), else one at a time.
+/// where the CPU has it and the kernel set in use is not the portable one
+/// (`HEARTH_CPU=scalar` runs this one at a time too; the same bits per
+/// element either way, the sum in another order).
 fn exp_shifted(x: &mut [f32], max: f32) -> f32 {
     #[cfg(target_arch = "x86_64")]
-    if std::arch::is_x86_feature_detected!("avx2") {
+    if quant::kernel_name() != "scalar" && std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: AVX2 was detected just above.
         return unsafe { x86::exp_shifted_avx2(x, max) };
     }
