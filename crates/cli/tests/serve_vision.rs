@@ -120,3 +120,22 @@ fn file_urls_behind_the_flag_and_text_models_refuse_images() {
     text.sigterm();
     assert!(text.wait_exit(Duration::from_secs(30)).success());
 }
+
+#[test]
+fn a_gemma4_checkpoint_reads_images_of_its_own_size() {
+    // The tiny Gemma 4 checkpoint: its processor's budget of 70 tokens, and
+    // an image of 60 (120x72 after the processor's resize).
+    let dir = format!("{ROOT}/tests/fixtures/tiny/gemma4_vision");
+    let mut s = Server::start(&dir, &["--ctx", "256", "-t", "2"]);
+    let png = std::fs::read(format!("{dir}/img_b.png")).unwrap();
+    let ok = s.post("/v1/chat/completions", &chat_with_image(&data_url(&png)));
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    let v = ok.json();
+    assert!(v["usage"]["prompt_tokens"].as_u64().unwrap() > 60, "{v}");
+    let half = data_url(&png[..png.len() / 2]);
+    let msg = s
+        .post("/v1/chat/completions", &chat_with_image(&half))
+        .assert_error(400);
+    assert!(msg.contains("cannot decode"), "{msg}");
+    s.assert_alive();
+}
