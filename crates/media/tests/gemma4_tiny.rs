@@ -96,3 +96,20 @@ fn budgets_outside_the_range_are_refused() {
     assert!(t.set_max_tokens(1121).is_err());
     t.set_max_tokens(1120).unwrap();
 }
+
+#[test]
+fn pictures_of_any_shape_fit_the_budget() {
+    let t = tower("mmproj-f32.gguf");
+    let pool = quant::ThreadPool::new(2);
+    for (w, h) in [(1, 1), (1, 300), (2000, 3), (4000, 4000)] {
+        let rgb: Vec<u8> = (0..w * h * 3).map(|i| (i * 7 % 251) as u8).collect();
+        let picture = Picture::from_rgb(w, h, rgb).unwrap();
+        let pixels = t.pixels(&picture).unwrap();
+        assert_eq!(pixels.width % 12, 0, "{w}x{h}");
+        assert_eq!(pixels.height % 12, 0, "{w}x{h}");
+        let rows = t.encode(&pool, &pixels).unwrap();
+        let tokens = rows.len() / 64;
+        assert!((1..=70).contains(&tokens), "{w}x{h}: {tokens} tokens");
+        assert!(rows.iter().all(|v| v.is_finite()), "{w}x{h}");
+    }
+}
