@@ -285,14 +285,8 @@ enum Kind4 {
 
 fn write_gemma4_tensors(w: &mut GgufWriter, ckpt: &Checkpoint) -> Result<(), HfError> {
     let parsed = ckpt.parsed()?;
-    let mut names: Vec<(String, usize)> = parsed
-        .iter()
-        .enumerate()
-        .flat_map(|(si, (_, st))| st.names().into_iter().map(move |n| (n.to_string(), si)))
-        .collect();
-    names.sort();
     let mut found = 0;
-    for (name, si) in names {
+    for (name, si) in sorted_names(&parsed) {
         let Some((gname, kind)) = target_gemma4(&name) else {
             continue;
         };
@@ -445,16 +439,22 @@ enum Kind {
     Projection,
 }
 
-fn write_tensors(w: &mut GgufWriter, ckpt: &Checkpoint) -> Result<(), HfError> {
-    let parsed = ckpt.parsed()?;
+/// Every tensor name of the checkpoint's files, sorted, with the index of
+/// the file that holds it.
+fn sorted_names(parsed: &[(impl Sized, safetensors::SafeTensors<'_>)]) -> Vec<(String, usize)> {
     let mut names: Vec<(String, usize)> = parsed
         .iter()
         .enumerate()
         .flat_map(|(si, (_, st))| st.names().into_iter().map(move |n| (n.to_string(), si)))
         .collect();
     names.sort();
+    names
+}
+
+fn write_tensors(w: &mut GgufWriter, ckpt: &Checkpoint) -> Result<(), HfError> {
+    let parsed = ckpt.parsed()?;
     let mut found = 0;
-    for (name, si) in names {
+    for (name, si) in sorted_names(&parsed) {
         let Some((gname, kind)) = target(&name) else {
             continue;
         };
