@@ -48,6 +48,17 @@ pub trait Brain: Send + Sync + 'static {
     }
 }
 
+/// The reply of a call that took no guardrails, started at `start`.
+fn unguarded(r: engine::ModelReply, start: std::time::Instant) -> BrainReply {
+    BrainReply {
+        text: r.text,
+        prompt_tokens: r.prompt_tokens,
+        completion_tokens: r.completion_tokens,
+        ms: start.elapsed().as_millis() as u64,
+        guard_changed: false,
+    }
+}
+
 /// [`Brain`] over a loaded engine.
 pub struct EngineBrain {
     engine: Arc<Engine>,
@@ -100,13 +111,7 @@ impl Brain for EngineBrain {
         let r = model
             .reply(&ModelCall::new(messages.to_vec(), self.max_tokens))
             .map_err(|e| e.to_string())?;
-        Ok(BrainReply {
-            text: r.text,
-            prompt_tokens: r.prompt_tokens,
-            completion_tokens: r.completion_tokens,
-            ms: start.elapsed().as_millis() as u64,
-            guard_changed: false,
-        })
+        Ok(unguarded(r, start))
     }
 
     fn fits(&self, messages: &[ChatMessage]) -> bool {
@@ -129,13 +134,7 @@ impl Brain for EngineBrain {
         let mut call = ModelCall::new(messages.to_vec(), self.max_tokens);
         call.images = vec![embedding];
         let r = self.chat.clone().reply(&call).map_err(|e| e.to_string())?;
-        Ok(BrainReply {
-            text: r.text,
-            prompt_tokens: r.prompt_tokens,
-            completion_tokens: r.completion_tokens,
-            ms: start.elapsed().as_millis() as u64,
-            guard_changed: false,
-        })
+        Ok(unguarded(r, start))
     }
 
     fn fits_image(&self, messages: &[ChatMessage]) -> bool {

@@ -215,12 +215,7 @@ fn reply(brain: &dyn Brain, how: &Behaviour, state: &mut ChatState, text: &str) 
     };
     match brain.reply(&messages, guard_on(how, state)) {
         Ok(r) => {
-            let s = &mut state.stats;
-            s.replies += 1;
-            s.prompt_tokens += r.prompt_tokens as u64;
-            s.completion_tokens += r.completion_tokens as u64;
-            s.gen_ms += r.ms;
-            s.guard_changes += u64::from(r.guard_changed);
+            count(state, &r);
             if r.text.trim().is_empty() {
                 return Answer::say(
                     "(The model gave an empty reply. Try rephrasing, or /reset.)",
@@ -275,11 +270,7 @@ fn photo_reply(
     };
     match brain.reply_image(&messages, bytes) {
         Ok(r) => {
-            let s = &mut state.stats;
-            s.replies += 1;
-            s.prompt_tokens += r.prompt_tokens as u64;
-            s.completion_tokens += r.completion_tokens as u64;
-            s.gen_ms += r.ms;
+            count(state, &r);
             if r.text.trim().is_empty() {
                 return Answer::say(
                     "(The model gave an empty reply. Try a caption, or /reset.)",
@@ -297,6 +288,16 @@ fn photo_reply(
         }
         Err(e) => Answer::say(format!("Sorry, I could not read that photo: {e}"), false),
     }
+}
+
+/// Add a reply to the chat's `/stats`.
+fn count(state: &mut ChatState, r: &crate::brain::BrainReply) {
+    let s = &mut state.stats;
+    s.replies += 1;
+    s.prompt_tokens += r.prompt_tokens as u64;
+    s.completion_tokens += r.completion_tokens as u64;
+    s.gen_ms += r.ms;
+    s.guard_changes += u64::from(r.guard_changed);
 }
 
 fn guard_on(how: &Behaviour, state: &ChatState) -> bool {

@@ -127,7 +127,7 @@ pub fn convert_vision_dir(dir: &Path) -> Result<Option<GgufWriter>, HfError> {
         "clip.vision.image_std",
         MetaValue::Array(MetaArray::F32(std.to_vec())),
     );
-    write_tensors(&mut w, &Checkpoint::open(dir)?)?;
+    write_tensors(&mut w, &Checkpoint::open(dir)?, target)?;
     Ok(Some(w))
 }
 
@@ -217,24 +217,22 @@ fn convert_gemma4(dir: &Path, root: &Value, vision: &Value) -> Result<GgufWriter
             w.set(MAX_TOKENS_KEY, u32v(t));
         }
     }
-    write_gemma4_tensors(&mut w, &Checkpoint::open(dir)?)?;
+    write_tensors(&mut w, &Checkpoint::open(dir)?, target_gemma4)?;
     Ok(w)
 }
 
 /// Where a Gemma 4 tower tensor goes, and how it is stored.
-fn target_gemma4(name: &str) -> Option<(String, Kind4)> {
+fn target_gemma4(name: &str) -> Option<(String, Kind)> {
     let name = name.strip_prefix("model.").unwrap_or(name);
     if name == "embed_vision.embedding_projection.weight" {
-        return Some(("mm.input_projection.weight".into(), Kind4::Matrix));
+        return Some(("mm.input_projection.weight".into(), Kind::Matrix));
     }
     let rest = name.strip_prefix("vision_tower.")?;
     let fixed = match rest {
-        "patch_embedder.input_proj.weight" => Some(("v.patch_embd.weight", Kind4::Patch)),
-        "patch_embedder.position_embedding_table" => {
-            Some(("v.position_embd.weight", Kind4::Vector))
-        }
-        "std_bias" => Some(("v.std_bias", Kind4::Vector)),
-        "std_scale" => Some(("v.std_scale", Kind4::Vector)),
+        "patch_embedder.input_proj.weight" => Some(("v.patch_embd.weight", Kind::Patch)),
+        "patch_embedder.position_embedding_table" => Some(("v.position_embd.weight", Kind::Vector)),
+        "std_bias" => Some(("v.std_bias", Kind::Vector)),
+        "std_scale" => Some(("v.std_scale", Kind::Vector)),
         _ => None,
     };
     if let Some((n, k)) = fixed {
@@ -262,89 +260,12 @@ fn target_gemma4(name: &str) -> Option<(String, Kind4)> {
         _ => return None,
     };
     let kind = match suffix {
-        "weight" if gname.contains("norm") || gname.starts_with("ln") => Kind4::Vector,
-        "weight" => Kind4::Matrix,
-        "input_min" | "input_max" | "output_min" | "output_max" => Kind4::Vector,
+        "weight" if gname.contains("norm") || gname.starts_with("ln") => Kind::Vector,
+        "weight" => Kind::Matrix,
+        "input_min" | "input_max" | "output_min" | "output_max" => Kind::Vector,
         _ => return None,
     };
     Some((format!("v.blk.{idx}.{gname}.{suffix}"), kind))
-}
-
-/// How a Gemma 4 tower tensor is stored.
-#[derive(Debug, Clone, Copy, PartialEq)]
-enum Kind4 {
-    /// In its checkpoint precision.
-    Matrix,
-    /// The patch embedding, its columns reordered from (y, x, channel) to
-    /// the convolution's (channel, y, x), in its checkpoint precision.
-    Patch,
-    /// A norm weight, clamp bound, position table or standardisation
-    /// vector, in F32 (a scalar becomes one element).
-    Vector,
-}
-
-fn write_gemma4_tensors(w: &mut GgufWriter, ckpt: &Checkpoint) -> Result<(), HfError> {
-    let parsed = ckpt.parsed()?;
-    let mut found = 0;
-    for (name, si) in sorted_names(&parsed) {
-        let Some((gname, kind)) = target_gemma4(&name) else {
-            continue;
-        };
-        let view = parsed[si]
-            .1
-            .tensor(&name)
-            .map_err(|e| HfError::Tensor(format!("{name}: {e}")))?;
-        let mut dims: Vec<u64> = view.shape().iter().rev().map(|&d| d as u64).collect();
-        if dims.is_empty() {
-            dims.push(1);
-        }
-        found += 1;
-        match kind {
-            Kind4::Matrix => {
-                let ty = stored_type(view.dtype(), &name)?;
-                w.add_tensor(gname, &dims, ty, view.data().to_vec())?;
-            }
-            Kind4::Vector => {
-                let v = to_f32(view.dtype(), view.data(), &name)?;
-                w.add_tensor(gname, &dims, GgmlType::F32, f32_bytes(&v))?;
-            }
-            Kind4::Patch => {
-                let ty = stored_type(view.dtype(), &name)?;
-                let (cols, rows) = match dims[..] {
-                    [c, r] => (c as usize, r as usize),
-                    _ => return Err(HfError::Tensor(format!("{name}: expected 2 dimensions"))),
-                };
-                let p = ((cols / 3) as f64).sqrt().round() as usize;
-                if p * p * 3 != cols {
-                    return Err(HfError::Tensor(format!(
-                        "{name}: {cols} columns are not 3 channels of square patches"
-                    )));
-                }
-                let size = view.data().len() / (rows * cols);
-                let src = view.data();
-                let mut out = vec![0u8; src.len()];
-                for r in 0..rows {
-                    for y in 0..p {
-                        for x in 0..p {
-                            for c in 0..3 {
-                                let from = r * cols + (y * p + x) * 3 + c;
-                                let to = r * cols + (c * p + y) * p + x;
-                                out[to * size..][..size]
-                                    .copy_from_slice(&src[from * size..][..size]);
-                            }
-                        }
-                    }
-                }
-                w.add_tensor(gname, &dims, ty, out)?;
-            }
-        }
-    }
-    if found == 0 {
-        return Err(HfError::Tensor(
-            "config.json has a vision_config but the checkpoint holds no vision tensors".into(),
-        ));
-    }
-    Ok(())
 }
 
 /// The processor's per-channel mean and std (`preprocessor_config.json`;
@@ -431,12 +352,17 @@ fn target(name: &str) -> Option<(String, Kind)> {
 enum Kind {
     /// In its checkpoint precision.
     Matrix,
-    /// A bias, LayerNorm weight or table entry, in F32.
+    /// A bias, norm weight, clamp bound, position table or
+    /// standardisation vector, in F32 (a scalar becomes one element).
     Vector,
     /// The projector's RMSNorm weight, stored as `1 + w` in F32.
     Norm,
     /// The projection, F32.
     Projection,
+    /// Gemma 4's patch embedding, its columns reordered from (y, x,
+    /// channel) to the convolution's (channel, y, x), in its checkpoint
+    /// precision.
+    Patch,
 }
 
 /// Every tensor name of the checkpoint's files, sorted, with the index of
@@ -451,7 +377,12 @@ fn sorted_names(parsed: &[(impl Sized, safetensors::SafeTensors<'_>)]) -> Vec<(S
     names
 }
 
-fn write_tensors(w: &mut GgufWriter, ckpt: &Checkpoint) -> Result<(), HfError> {
+/// Write the tensors `target` places (a GGUF name and how it is stored).
+fn write_tensors(
+    w: &mut GgufWriter,
+    ckpt: &Checkpoint,
+    target: fn(&str) -> Option<(String, Kind)>,
+) -> Result<(), HfError> {
     let parsed = ckpt.parsed()?;
     let mut found = 0;
     for (name, si) in sorted_names(&parsed) {
@@ -462,7 +393,10 @@ fn write_tensors(w: &mut GgufWriter, ckpt: &Checkpoint) -> Result<(), HfError> {
             .1
             .tensor(&name)
             .map_err(|e| HfError::Tensor(format!("{name}: {e}")))?;
-        let dims: Vec<u64> = view.shape().iter().rev().map(|&d| d as u64).collect();
+        let mut dims: Vec<u64> = view.shape().iter().rev().map(|&d| d as u64).collect();
+        if dims.is_empty() {
+            dims.push(1);
+        }
         found += 1;
         match kind {
             Kind::Matrix => {
@@ -480,6 +414,11 @@ fn write_tensors(w: &mut GgufWriter, ckpt: &Checkpoint) -> Result<(), HfError> {
                     .collect();
                 w.add_tensor(gname, &dims, GgmlType::F32, f32_bytes(&v))?;
             }
+            Kind::Patch => {
+                let ty = stored_type(view.dtype(), &name)?;
+                let out = conv_order(view.data(), &dims, &name)?;
+                w.add_tensor(gname, &dims, ty, out)?;
+            }
         }
     }
     if found == 0 {
@@ -488,6 +427,39 @@ fn write_tensors(w: &mut GgufWriter, ckpt: &Checkpoint) -> Result<(), HfError> {
         ));
     }
     Ok(())
+}
+
+/// A patch embedding's rows (`dims` = [columns, rows]) with each row's
+/// columns moved from (y, x, channel) order to (channel, y, x).
+fn conv_order(src: &[u8], dims: &[u64], name: &str) -> Result<Vec<u8>, HfError> {
+    let (cols, rows) = match dims {
+        &[c, r] if c > 0 && r > 0 => (c as usize, r as usize),
+        _ => {
+            return Err(HfError::Tensor(format!(
+                "{name}: expected a non-empty matrix, found {dims:?}"
+            )))
+        }
+    };
+    let p = ((cols / 3) as f64).sqrt().round() as usize;
+    if p * p * 3 != cols || src.len() % (rows * cols) != 0 {
+        return Err(HfError::Tensor(format!(
+            "{name}: {cols} columns are not 3 channels of square patches"
+        )));
+    }
+    let size = src.len() / (rows * cols);
+    let mut out = vec![0u8; src.len()];
+    for r in 0..rows {
+        for y in 0..p {
+            for x in 0..p {
+                for c in 0..3 {
+                    let from = r * cols + (y * p + x) * 3 + c;
+                    let to = r * cols + (c * p + y) * p + x;
+                    out[to * size..][..size].copy_from_slice(&src[from * size..][..size]);
+                }
+            }
+        }
+    }
+    Ok(out)
 }
 
 #[cfg(test)]
@@ -512,19 +484,19 @@ mod tests {
         let t = target_gemma4;
         assert_eq!(
             t("model.vision_tower.encoder.layers.1.mlp.gate_proj.linear.weight"),
-            Some(("v.blk.1.ffn_gate.weight".into(), Kind4::Matrix))
+            Some(("v.blk.1.ffn_gate.weight".into(), Kind::Matrix))
         );
         assert_eq!(
             t("model.vision_tower.encoder.layers.0.self_attn.o_proj.output_max"),
-            Some(("v.blk.0.attn_out.output_max".into(), Kind4::Vector))
+            Some(("v.blk.0.attn_out.output_max".into(), Kind::Vector))
         );
         assert_eq!(
             t("model.vision_tower.encoder.layers.0.self_attn.k_norm.weight"),
-            Some(("v.blk.0.attn_k_norm.weight".into(), Kind4::Vector))
+            Some(("v.blk.0.attn_k_norm.weight".into(), Kind::Vector))
         );
         assert_eq!(
             t("model.embed_vision.embedding_projection.weight"),
-            Some(("mm.input_projection.weight".into(), Kind4::Matrix))
+            Some(("mm.input_projection.weight".into(), Kind::Matrix))
         );
         assert!(t("model.language_model.layers.0.mlp.up_proj.weight").is_none());
         assert!(target("vision_tower.vision_model.head.attention.in_proj_weight").is_none());
