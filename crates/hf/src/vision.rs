@@ -441,7 +441,7 @@ fn conv_order(src: &[u8], dims: &[u64], name: &str) -> Result<Vec<u8>, HfError> 
         }
     };
     let p = ((cols / 3) as f64).sqrt().round() as usize;
-    if p * p * 3 != cols || src.len() % (rows * cols) != 0 {
+    if p * p * 3 != cols || !src.len().is_multiple_of(rows * cols) {
         return Err(HfError::Tensor(format!(
             "{name}: {cols} columns are not 3 channels of square patches"
         )));
