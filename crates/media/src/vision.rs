@@ -38,6 +38,9 @@ pub enum Projector {
 /// `max_soft_tokens`).
 pub const GEMMA4_DEFAULT_TOKENS: usize = 280;
 
+/// The largest patch side a Gemma 4 tower may declare.
+const MAX_GEMMA4_PATCH: usize = 64;
+
 /// The metadata key of a Gemma 4 tower's default token budget, written when
 /// a checkpoint is converted (its `preprocessor_config.json`'s
 /// `max_soft_tokens`).
@@ -193,6 +196,15 @@ impl VisionConfig {
                 return Err(MediaError::Metadata(format!(
                     "head width {} does not split into the 2-D rotary halves",
                     cfg.hidden / cfg.heads
+                )));
+            }
+            // The input's pixel count grows with the patch's area (the
+            // budget is in patches): bound it so a bad file cannot ask for
+            // gigabytes of pixels. Gemma 4's patches are 16 pixels.
+            if cfg.patch_size > MAX_GEMMA4_PATCH || cfg.pool > 8 {
+                return Err(MediaError::Metadata(format!(
+                    "patches of {} pixels pooled {}x{} (at most {MAX_GEMMA4_PATCH} and 8)",
+                    cfg.patch_size, cfg.pool, cfg.pool
                 )));
             }
             return Ok(cfg);
