@@ -59,8 +59,8 @@ fn read_text_file(path: &Path) -> Result<String> {
 /// Resolve the model spec and load it through the engine's one loader.
 pub fn load_engine(args: &ModelArgs, sampling: SamplingParams) -> Result<Engine> {
     let path = store::resolve(&args.model)?;
-    Engine::load(&path, &args.run_options(sampling))
-        .with_context(|| format!("cannot load {}", path.display()))
+    let opts = args.resolved_options(sampling)?;
+    Engine::load(&path, &opts).with_context(|| format!("cannot load {}", path.display()))
 }
 
 /// Print the session's memory, computed before it is allocated.

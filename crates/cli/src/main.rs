@@ -43,7 +43,8 @@ struct ModelArgs {
     /// Most prompt tokens per forward pass (default: 512).
     #[arg(long)]
     batch: Option<usize>,
-    /// Vision projector (llama.cpp's mmproj GGUF) for --image; a checkpoint
+    /// Vision projector (llama.cpp's mmproj GGUF) for --image: a path, or an
+    /// `hf:OWNER/REPO/FILE` spec fetched with `hearth pull`; a checkpoint
     /// directory with a vision tower needs none.
     #[arg(long, value_name = "FILE")]
     mmproj: Option<std::path::PathBuf>,
@@ -162,6 +163,19 @@ impl ConstraintArgs {
 }
 
 impl ModelArgs {
+    /// [`Self::run_options`] with the projector found as the model is: a
+    /// path, or a pulled `hf:` spec.
+    pub(crate) fn resolved_options(
+        &self,
+        sampling: engine::SamplingParams,
+    ) -> anyhow::Result<engine::RunOptions> {
+        let mut opts = self.run_options(sampling);
+        if let Some(m) = &self.mmproj {
+            opts.mmproj = Some(store::resolve(&m.to_string_lossy())?);
+        }
+        Ok(opts)
+    }
+
     /// The one [`engine::RunOptions`] these flags (and `sampling`) make.
     fn run_options(&self, sampling: engine::SamplingParams) -> engine::RunOptions {
         engine::RunOptions {

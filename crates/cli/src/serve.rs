@@ -103,7 +103,7 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
     // A seed given to serve is the seed of requests without one; without it
     // each request draws its own.
     config.seed = args.sample.seed;
-    let options = args.model.run_options(args.sample.params());
+    let options = args.model.resolved_options(args.sample.params())?;
     options.validate()?;
     config.host = args.host.clone();
     config.port = args.port;

@@ -191,3 +191,37 @@ fn jpeg_and_webp_files_are_read() {
         assert!(err < limit, "{name}: relative difference {err}");
     }
 }
+
+#[test]
+fn the_projector_is_found_as_the_model_is() {
+    // An `hf:` spec not pulled yet: the store says how to get it, offline.
+    let home = tempfile::tempdir().unwrap();
+    let model = fixture("model-f32.gguf");
+    let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .env("HEARTH_HOME", home.path())
+        .args(["logits", "-m", model.to_str().unwrap(), "--image"])
+        .arg(fixture("img_a.png"))
+        .args([
+            "--embeddings",
+            "--mmproj",
+            "hf:ggml-org/gemma-3-4b-it-GGUF/mmproj-model-f16.gguf",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("hearth pull hf:ggml-org"), "{err}");
+    // A missing path is named.
+    let out = hearth(&[
+        "logits",
+        "-m",
+        model.to_str().unwrap(),
+        "--mmproj",
+        "/nonexistent/mmproj.gguf",
+        "--embeddings",
+        "--image",
+        fixture("img_a.png").to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("/nonexistent/mmproj.gguf"));
+}
