@@ -28,7 +28,9 @@ pub use chat_model::{ChatModel, LocalChat, ModelCall, ModelReply};
 pub use constraint::{Constraint, ConstraintStats, Grammar, Grammars, MAX_GRAMMAR_BYTES};
 pub use gbnf::to_lark as gbnf_to_lark;
 pub use generate::{Decoding, FinishReason, GenerateOptions, Generation, Step, TokenEvent};
-pub use images::{place_images, ImageEmbedding, PromptImage, IMAGE_MARKER, MEDIA_MARKER};
+pub use images::{
+    place_images, ImageEmbedding, PromptImage, GEMMA4_IMAGE_MARKER, IMAGE_MARKER, MEDIA_MARKER,
+};
 pub use inspect::{inspect, load_tokenizer, FileSummary, MetaEntry, TensorEntry};
 pub use load::{open_model_file, Engine};
 pub use model::{Precision, RING_SLACK};
