@@ -87,48 +87,87 @@ pub fn convert_vision_dir(dir: &Path) -> Result<Option<GgufWriter>, HfError> {
         )));
     }
     let scale = (image_size / patch_size) / per_side;
-    let mut w = GgufWriter::new();
-    let u32v = |v: u64| MetaValue::U32(v.min(u64::from(u32::MAX)) as u32);
-    w.set("general.architecture", MetaValue::String("clip".into()));
-    w.set("clip.has_vision_encoder", MetaValue::Bool(true));
-    w.set("clip.projector_type", MetaValue::String("gemma3".into()));
-    w.set("clip.use_gelu", MetaValue::Bool(true));
-    w.set("clip.vision.image_size", u32v(image_size));
-    w.set("clip.vision.patch_size", u32v(patch_size));
-    w.set("clip.vision.embedding_length", u32v(hidden));
-    w.set(
-        "clip.vision.feed_forward_length",
-        u32v(uint(vision, "intermediate_size")?),
-    );
-    w.set(
-        "clip.vision.block_count",
-        u32v(uint(vision, "num_hidden_layers")?),
-    );
-    w.set(
-        "clip.vision.attention.head_count",
-        u32v(uint(vision, "num_attention_heads")?),
-    );
-    let eps = vision
-        .get("layer_norm_eps")
-        .and_then(Value::as_f64)
-        .unwrap_or(1e-6) as f32;
-    w.set(
-        "clip.vision.attention.layer_norm_epsilon",
-        MetaValue::F32(eps),
-    );
-    w.set("clip.vision.projection_dim", u32v(text_hidden));
-    w.set("clip.vision.projector.scale_factor", u32v(scale));
     let (mean, std) = normalisation(dir)?;
-    w.set(
-        "clip.vision.image_mean",
-        MetaValue::Array(MetaArray::F32(mean.to_vec())),
-    );
-    w.set(
-        "clip.vision.image_std",
-        MetaValue::Array(MetaArray::F32(std.to_vec())),
-    );
+    let mut w = ClipHeader {
+        projector: "gemma3",
+        image_size,
+        patch_size,
+        hidden,
+        ffn: uint(vision, "intermediate_size")?,
+        layers: uint(vision, "num_hidden_layers")?,
+        heads: uint(vision, "num_attention_heads")?,
+        eps: vision
+            .get("layer_norm_eps")
+            .and_then(Value::as_f64)
+            .unwrap_or(1e-6) as f32,
+        text_hidden,
+        pool: scale,
+        mean,
+        std,
+    }
+    .writer();
+    w.set("clip.use_gelu", MetaValue::Bool(true));
     write_tensors(&mut w, &Checkpoint::open(dir)?, target)?;
     Ok(Some(w))
+}
+
+/// The `clip.*` keys both converted layouts carry.
+struct ClipHeader {
+    projector: &'static str,
+    image_size: u64,
+    patch_size: u64,
+    hidden: u64,
+    ffn: u64,
+    layers: u64,
+    heads: u64,
+    eps: f32,
+    text_hidden: u64,
+    pool: u64,
+    mean: [f32; 3],
+    std: [f32; 3],
+}
+
+impl ClipHeader {
+    /// A writer holding these keys, for the tensors to follow.
+    fn writer(&self) -> GgufWriter {
+        let mut w = GgufWriter::new();
+        w.set("general.architecture", MetaValue::String("clip".into()));
+        w.set("clip.has_vision_encoder", MetaValue::Bool(true));
+        w.set(
+            "clip.projector_type",
+            MetaValue::String(self.projector.into()),
+        );
+        for (key, v) in [
+            ("clip.vision.image_size", self.image_size),
+            ("clip.vision.patch_size", self.patch_size),
+            ("clip.vision.embedding_length", self.hidden),
+            ("clip.vision.feed_forward_length", self.ffn),
+            ("clip.vision.block_count", self.layers),
+            ("clip.vision.attention.head_count", self.heads),
+            ("clip.vision.projection_dim", self.text_hidden),
+            ("clip.vision.projector.scale_factor", self.pool),
+        ] {
+            w.set(key, u32v(v));
+        }
+        w.set(
+            "clip.vision.attention.layer_norm_epsilon",
+            MetaValue::F32(self.eps),
+        );
+        w.set(
+            "clip.vision.image_mean",
+            MetaValue::Array(MetaArray::F32(self.mean.to_vec())),
+        );
+        w.set(
+            "clip.vision.image_std",
+            MetaValue::Array(MetaArray::F32(self.std.to_vec())),
+        );
+        w
+    }
+}
+
+/// A count as a `u32` metadata value (saturating: the readers bound it).
+fn u32v(v: u64) -> MetaValue {
+    MetaValue::U32(v.min(u64::from(u32::MAX)) as u32)
 }
 
 /// Gemma 4's vision tower and embedder in llama.cpp's `gemma4v` layout.
@@ -158,56 +197,37 @@ fn convert_gemma4(dir: &Path, root: &Value, vision: &Value) -> Result<GgufWriter
             )));
         }
     }
-    let mut w = GgufWriter::new();
-    let u32v = |v: u64| MetaValue::U32(v.min(u64::from(u32::MAX)) as u32);
-    w.set("general.architecture", MetaValue::String("clip".into()));
-    w.set("clip.has_vision_encoder", MetaValue::Bool(true));
-    w.set("clip.projector_type", MetaValue::String("gemma4v".into()));
-    // llama.cpp's converter writes this placeholder; the input size follows
-    // each picture.
-    w.set("clip.vision.image_size", u32v(224));
-    w.set("clip.vision.patch_size", u32v(uint("patch_size")?));
-    w.set("clip.vision.embedding_length", u32v(hidden));
-    w.set(
-        "clip.vision.feed_forward_length",
-        u32v(uint("intermediate_size")?),
-    );
-    w.set("clip.vision.block_count", u32v(uint("num_hidden_layers")?));
-    w.set("clip.vision.attention.head_count", u32v(heads));
-    let eps = vision
-        .get("rms_norm_eps")
-        .and_then(Value::as_f64)
-        .unwrap_or(1e-6) as f32;
-    w.set(
-        "clip.vision.attention.layer_norm_epsilon",
-        MetaValue::F32(eps),
-    );
-    w.set("clip.vision.projection_dim", u32v(text_hidden));
-    w.set(
-        "clip.vision.projector.scale_factor",
-        u32v(
-            vision
-                .get("pooling_kernel_size")
-                .and_then(Value::as_u64)
-                .unwrap_or(3),
-        ),
-    );
+    let mut w = ClipHeader {
+        projector: "gemma4v",
+        // llama.cpp's converter writes this placeholder; the input size
+        // follows each picture.
+        image_size: 224,
+        patch_size: uint("patch_size")?,
+        hidden,
+        ffn: uint("intermediate_size")?,
+        layers: uint("num_hidden_layers")?,
+        heads,
+        eps: vision
+            .get("rms_norm_eps")
+            .and_then(Value::as_f64)
+            .unwrap_or(1e-6) as f32,
+        text_hidden,
+        pool: vision
+            .get("pooling_kernel_size")
+            .and_then(Value::as_u64)
+            .unwrap_or(3),
+        // The model takes pixels in 0..1 (no normalisation) and scales them
+        // itself.
+        mean: [0.0; 3],
+        std: [1.0; 3],
+    }
+    .writer();
     let theta = vision
         .get("rope_parameters")
         .and_then(|r| r.get("rope_theta"))
         .and_then(Value::as_f64)
         .unwrap_or(100.0);
     w.set("clip.vision.rope_theta", MetaValue::F32(theta as f32));
-    // The model takes pixels in 0..1 (no normalisation) and scales them
-    // itself.
-    w.set(
-        "clip.vision.image_mean",
-        MetaValue::Array(MetaArray::F32(vec![0.0; 3])),
-    );
-    w.set(
-        "clip.vision.image_std",
-        MetaValue::Array(MetaArray::F32(vec![1.0; 3])),
-    );
     let pre = dir.join("preprocessor_config.json");
     if pre.is_file() {
         if let Some(t) = read_json(&pre)?
