@@ -200,18 +200,16 @@ impl Gemma4 {
         let mut o = vec![0.0f32; n * d];
         let (mut gate, mut up) = (vec![0.0f32; n * f], vec![0.0f32; n * f]);
         for blk in &self.blocks {
-            norm_rows(pool, &x, &mut hbuf, d, Some(&blk.ln1), cfg.eps);
+            norm_rows(pool, &x, &mut hbuf, d, &blk.ln1, cfg.eps);
             product(pool, file, &blk.q, &hbuf, n, &mut q, &mut bufs)?;
             product(pool, file, &blk.k, &hbuf, n, &mut kk, &mut bufs)?;
             product(pool, file, &blk.v, &hbuf, n, &mut v, &mut bufs)?;
-            for (buf, weight) in [(&mut q, Some(&blk.q_norm)), (&mut kk, Some(&blk.k_norm))] {
+            for (buf, weight) in [(&mut q, &blk.q_norm), (&mut kk, &blk.k_norm)] {
                 pool.for_each_chunk_mut(buf, PRODUCT_BLOCK * d, |b, chunk| {
                     for (r, row) in chunk.chunks_exact_mut(d).enumerate() {
                         let i = b * PRODUCT_BLOCK + r;
                         for head in row.chunks_exact_mut(dh) {
-                            if let Some(wt) = weight {
-                                ops::rms_norm(head, wt, cfg.eps);
-                            }
+                            ops::rms_norm(head, weight, cfg.eps);
                             rope.apply(head, i % pw, i / pw);
                         }
                     }
@@ -235,7 +233,7 @@ impl Gemma4 {
             )?;
             product(pool, file, &blk.out, &attn, n, &mut o, &mut bufs)?;
             add_normed(pool, &mut x, &mut o, d, &blk.attn_post, cfg.eps);
-            norm_rows(pool, &x, &mut hbuf, d, Some(&blk.ln2), cfg.eps);
+            norm_rows(pool, &x, &mut hbuf, d, &blk.ln2, cfg.eps);
             product(pool, file, &blk.gate, &hbuf, n, &mut gate, &mut bufs)?;
             product(pool, file, &blk.up, &hbuf, n, &mut up, &mut bufs)?;
             pool.for_each_chunk_mut(&mut gate, PRODUCT_BLOCK * f, |b, chunk| {
@@ -295,17 +293,14 @@ impl Gemma4 {
     }
 }
 
-/// `out = RMSNorm(x) (· w)` row by row.
-fn norm_rows(pool: &ThreadPool, x: &[f32], out: &mut [f32], d: usize, w: Option<&[f32]>, eps: f32) {
+/// `out = RMSNorm(x) · w` row by row.
+fn norm_rows(pool: &ThreadPool, x: &[f32], out: &mut [f32], d: usize, w: &[f32], eps: f32) {
     let out = &mut out[..x.len()];
     out.copy_from_slice(x);
     pool.for_each_chunk_mut(out, PRODUCT_BLOCK * d, |_, chunk| {
-        for row in chunk.chunks_exact_mut(d) {
-            match w {
-                Some(w) => ops::rms_norm(row, w, eps),
-                None => ops::rms_norm_plain(row, eps),
-            }
-        }
+        chunk
+            .chunks_exact_mut(d)
+            .for_each(|row| ops::rms_norm(row, w, eps));
     });
 }
 
