@@ -15,6 +15,9 @@ pub enum Arch {
     Gemma2,
     /// Gemma 3 text models (270M to 27B): QK-norm, 5 local : 1 global.
     Gemma3,
+    /// Gemma 3n text models (E2B, E4B): AltUp streams, LAuReL, per-layer
+    /// embeddings, activation sparsity, V-norm, KV sharing.
+    Gemma3n,
     /// Gemma 4 text models (E2B, E4B, 31B, 26B-A4B): per-layer embeddings,
     /// V-norm, KV sharing, proportional RoPE on global layers.
     Gemma4,
@@ -26,18 +29,20 @@ impl Arch {
         match self {
             Arch::Gemma2 => "gemma2",
             Arch::Gemma3 => "gemma3",
+            Arch::Gemma3n => "gemma3n",
             Arch::Gemma4 => "gemma4",
         }
     }
 
     /// Every supported architecture name, for error messages.
-    pub const SUPPORTED: &'static [&'static str] = &["gemma2", "gemma3", "gemma4"];
+    pub const SUPPORTED: &'static [&'static str] = &["gemma2", "gemma3", "gemma3n", "gemma4"];
 
     /// The architecture named `name` in `general.architecture`.
     pub fn from_name(name: &str) -> Option<Self> {
         match name {
             "gemma2" => Some(Arch::Gemma2),
             "gemma3" => Some(Arch::Gemma3),
+            "gemma3n" => Some(Arch::Gemma3n),
             "gemma4" => Some(Arch::Gemma4),
             _ => None,
         }
@@ -66,6 +71,10 @@ pub struct LayerKind {
     /// `Some(j)`: this layer computes no keys or values and attends over
     /// layer `j`'s (Gemma 4's KV sharing).
     pub kv_source: Option<usize>,
+    /// `Some(m)`: the FFN gate keeps only what exceeds its row's mean plus
+    /// `m` standard deviations (Gemma 3n's activation sparsity; `m` is the
+    /// normal quantile of the target sparsity).
+    pub sparsity: Option<f32>,
 }
 
 /// The single source of truth for a model's shape.
@@ -111,6 +120,11 @@ pub struct Config {
     pub n_experts_used: usize,
     /// Inner width of each expert.
     pub expert_ffn_dim: usize,
+    /// Gemma 3n's AltUp: parallel copies of the residual stream (0 when the
+    /// model has none; the layers update stream 0 and predict the others).
+    pub altup_streams: usize,
+    /// Gemma 3n's LAuReL rank (0 when the model has none).
+    pub laurel_rank: usize,
     /// Per-layer attention kind.
     pub layers: Vec<LayerKind>,
 }
@@ -182,6 +196,7 @@ impl Config {
             n_kv_heads: kv_heads[i],
             ffn_dim: ffn[i],
             kv_source: None,
+            sparsity: None,
         };
 
         let mut attn_softcap = float("attn_logit_softcapping").filter(|c| *c > 0.0);
@@ -244,9 +259,40 @@ impl Config {
                 true,
                 opt_uint("embedding_length_per_layer_input").unwrap_or(0),
             ),
+            Arch::Gemma3n => {
+                let mut layers = gemma4_layers(file, arch_name, n_layers, &kv_heads, &ffn)?;
+                for (l, m) in layers.iter_mut().zip(gemma3n_sparsity(file, n_layers)?) {
+                    l.sparsity = m;
+                }
+                (
+                    layers,
+                    true,
+                    true,
+                    uint("embedding_length_per_layer_input")?,
+                )
+            }
         };
+        let (altup_streams, laurel_rank) = match arch {
+            Arch::Gemma3n => (
+                uint("altup.num_inputs")?,
+                file.tensor("blk.0.laurel_l.weight")
+                    .and_then(|t| t.dims.get(1).copied())
+                    .and_then(|r| usize::try_from(r).ok())
+                    .ok_or_else(|| ModelError::MissingTensor("blk.0.laurel_l.weight".into()))?,
+            ),
+            _ => (0, 0),
+        };
+        if arch == Arch::Gemma3n
+            && (!(2..=crate::altup::MAX_STREAMS).contains(&altup_streams)
+                || opt_uint("altup.active_idx").unwrap_or(0) != 0)
+        {
+            return Err(ModelError::Metadata(format!(
+                "AltUp with {altup_streams} streams and active stream {:?} is not supported (2 to 16 streams, active 0)",
+                opt_uint("altup.active_idx")
+            )));
+        }
         let attn_scale = match arch {
-            Arch::Gemma4 => attn_scale.unwrap_or(1.0),
+            Arch::Gemma4 | Arch::Gemma3n => attn_scale.unwrap_or(1.0),
             _ => attn_scale.unwrap_or(1.0 / (head_dim as f32).sqrt()),
         };
 
@@ -272,6 +318,8 @@ impl Config {
             n_experts: opt_uint("expert_count").unwrap_or(0),
             n_experts_used: opt_uint("expert_used_count").unwrap_or(0),
             expert_ffn_dim: opt_uint("expert_feed_forward_length").unwrap_or(0),
+            altup_streams,
+            laurel_rank,
             layers,
         };
         cfg.validate()?;
@@ -338,7 +386,7 @@ impl Config {
 
 mod layers;
 
-use layers::{gemma4_layers, per_layer_uint};
+use layers::{gemma3n_sparsity, gemma4_layers, per_layer_uint};
 
 #[cfg(test)]
 mod tests;

@@ -17,7 +17,11 @@ impl Model {
         let mut outs = [&mut s.gate[..b * fd], &mut s.up[..b * fd]];
         self.linear_many([&lw.gate, &lw.up], input, b, &mut outs, &mut s.products)?;
         let up = &s.up[..b * fd];
+        let sparsity = cfg.layers[li].sparsity;
         par_rows(&self.pool, &mut s.gate[..b * fd], fd, |i, g| {
+            if let Some(m) = sparsity {
+                ops::gaussian_top_k(g, m);
+            }
             ops::geglu(g, &up[i * fd..(i + 1) * fd])
         });
         let (gate, o) = (&s.gate[..b * fd], &mut s.o[..b * h]);

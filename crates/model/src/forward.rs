@@ -205,10 +205,17 @@ impl Model {
     fn forward_batch(&self, seqs: &mut [SeqInput<'_>], s: &mut Scratch) -> Result<(), ModelError> {
         s.lay_out_rows(seqs);
         self.embed(s, seqs)?;
+        self.altup_embed(s)?;
         for li in 0..self.config.n_layers {
+            self.altup_predict(li, s);
             self.attention_block(li, seqs, s)?;
+            self.laurel_block(li, s)?;
             self.ffn_block(li, s)?;
-            self.per_layer_input_block(li, s)?;
+            if self.config.altup_streams > 0 {
+                self.altup_correct(li, s)?;
+            } else {
+                self.per_layer_input_block(li, s)?;
+            }
             if let Some(f) = self.weights.layers[li].out_scale {
                 s.x[..s.batch * self.config.hidden]
                     .iter_mut()
@@ -216,6 +223,7 @@ impl Model {
             }
         }
         self.store_shared_kv(seqs, s);
+        self.altup_merge(s)?;
         let n = s.batch * self.config.hidden;
         pre_norm(
             &self.pool,

@@ -4,6 +4,7 @@
 //! The model never samples or prints: it turns token ids into hidden states and
 //! logits for the positions asked for.
 
+mod altup;
 mod attention;
 mod config;
 mod ffn;

@@ -52,6 +52,12 @@ pub struct Scratch {
     pub(crate) ple_proj: Vec<f32>,
     /// Gemma 4: one layer's gated per-layer input.
     pub(crate) ple_gate: Vec<f32>,
+    /// Gemma 3n: the AltUp streams, `altup_streams` rows of `hidden` per token.
+    pub(crate) alt: Vec<f32>,
+    /// Gemma 3n: the streams' predictions for the running layer, laid out as `alt`.
+    pub(crate) pred: Vec<f32>,
+    /// Gemma 3n: LAuReL's low-rank activations, `laurel_rank` per token.
+    pub(crate) laurel: Vec<f32>,
     /// Keys and values of the batch from layers whose KV later layers reuse,
     /// indexed by layer (empty for the others).
     pub(crate) shared_k: Vec<Vec<f32>>,
@@ -88,6 +94,8 @@ fn row_floats(cfg: &Config) -> usize {
         + cfg.n_heads * cfg.value_dim
         + 2 * cfg.ffn_dim
         + (2 * cfg.n_layers + 1) * cfg.per_layer_dim
+        + 2 * cfg.altup_streams * cfg.hidden
+        + cfg.laurel_rank
         // RoPE angles: a cosine and a sine per rotated pair.
         + cfg.head_dim
 }
@@ -116,6 +124,9 @@ impl Scratch {
             ple: rows(cfg.n_layers * cfg.per_layer_dim),
             ple_proj: rows(cfg.n_layers * cfg.per_layer_dim),
             ple_gate: rows(cfg.per_layer_dim),
+            alt: rows(cfg.altup_streams * cfg.hidden),
+            pred: rows(cfg.altup_streams * cfg.hidden),
+            laurel: rows(cfg.laurel_rank),
             shared_k: vec![Vec::new(); cfg.n_layers],
             shared_v: vec![Vec::new(); cfg.n_layers],
             n_ctx: n_ctx.max(1),

@@ -7,6 +7,11 @@ use gguf::{GgmlType, GgufFile, TensorInfo};
 #[derive(Debug, Clone)]
 pub struct Linear {
     info: TensorInfo,
+    /// Where the matrix starts in the tensor's bytes: 0, or one slice of a
+    /// stack of matrices stored as one 3-D tensor.
+    offset: usize,
+    /// The matrix's bytes from `offset`.
+    len: usize,
     /// Output features.
     pub rows: usize,
     /// Input features.
@@ -21,7 +26,36 @@ impl Linear {
         rows: usize,
     ) -> Result<Self, ModelError> {
         let info = checked_tensor(file, name, &[cols as u64, rows as u64])?;
-        Ok(Self { info, rows, cols })
+        let len = rows * quant::row_size(info.ty, cols)?;
+        Ok(Self {
+            info,
+            offset: 0,
+            len,
+            rows,
+            cols,
+        })
+    }
+
+    /// The `count` matrices of `rows` × `cols` stacked in the 3-D tensor
+    /// `name` (Gemma 3n's AltUp projections).
+    pub(crate) fn bind_stack(
+        file: &GgufFile,
+        name: &str,
+        cols: usize,
+        rows: usize,
+        count: usize,
+    ) -> Result<Vec<Self>, ModelError> {
+        let info = checked_tensor(file, name, &[cols as u64, rows as u64, count as u64])?;
+        let bytes = rows * quant::row_size(info.ty, cols)?;
+        Ok((0..count)
+            .map(|i| Self {
+                info: info.clone(),
+                offset: i * bytes,
+                len: bytes,
+                rows,
+                cols,
+            })
+            .collect())
     }
 
     /// The element type.
@@ -31,11 +65,13 @@ impl Linear {
 
     /// A kernel view over the file's bytes.
     pub fn matrix<'a>(&self, file: &'a GgufFile) -> Result<quant::Matrix<'a>, ModelError> {
+        let data = file.tensor_data(&self.info);
         Ok(quant::Matrix::new(
             self.info.ty,
             self.rows,
             self.cols,
-            file.tensor_data(&self.info),
+            data.get(self.offset..self.offset + self.len)
+                .unwrap_or_default(),
         )?)
     }
 }
@@ -73,6 +109,58 @@ pub(crate) fn vector(file: &GgufFile, name: &str, len: usize) -> Result<Vec<f32>
     let mut out = vec![0.0; len];
     quant::dequantize(info.ty, file.tensor_data(&info), &mut out)?;
     Ok(out)
+}
+
+/// A small matrix (`rows` of `cols`) read into f32 once at load.
+pub(crate) fn dense(
+    file: &GgufFile,
+    name: &str,
+    cols: usize,
+    rows: usize,
+) -> Result<Vec<f32>, ModelError> {
+    let info = checked_tensor(file, name, &[cols as u64, rows as u64])?;
+    let mut out = vec![0.0; rows * cols];
+    quant::dequantize(info.ty, file.tensor_data(&info), &mut out)?;
+    Ok(out)
+}
+
+/// One Gemma 3n layer's AltUp: how it predicts every stream from all of
+/// them before the layer, and corrects them from the active stream's
+/// output after it. Both are steered by a router reading the active stream.
+#[derive(Debug, Clone)]
+pub struct AltUpLayer {
+    /// Norm of the router's input.
+    pub router_norm: Vec<f32>,
+    /// Router: `streams` rows of `hidden`.
+    pub router: Vec<f32>,
+    /// Prediction coefficients: `streams²` rows of `streams`.
+    pub predict: Vec<f32>,
+    /// Correction coefficients: `streams` rows of `streams`.
+    pub correct: Vec<f32>,
+    /// Scale of the corrected active stream before the per-layer input gate.
+    pub correct_scale: Vec<f32>,
+}
+
+/// LAuReL, Gemma 3n's learned low-rank residual beside attention:
+/// `x + post_norm(right(left(x)))` of the attention block's normed input.
+#[derive(Debug, Clone)]
+pub struct Laurel {
+    /// Hidden → rank.
+    pub left: Linear,
+    /// Rank → hidden.
+    pub right: Linear,
+    /// Norm of the low-rank path.
+    pub post_norm: Vec<f32>,
+}
+
+/// Gemma 3n's model-level AltUp projections: the extra streams made from
+/// the embeddings, and mapped back before the final norm.
+#[derive(Debug, Clone)]
+pub struct AltUpProjections {
+    /// Embeddings → stream `i + 1`.
+    pub embed: Vec<Linear>,
+    /// Stream `i + 1` → residual stream, before the streams are averaged.
+    pub unembed: Vec<Linear>,
 }
 
 /// The per-layer-embedding block of one Gemma 4 layer.
@@ -124,6 +212,10 @@ pub struct LayerWeights {
     pub rope_freqs: Option<Vec<f32>>,
     /// Mixture-of-experts block beside the dense FFN (Gemma 4 26B-A4B).
     pub moe: Option<crate::moe::MoeWeights>,
+    /// AltUp prediction and correction (Gemma 3n).
+    pub altup: Option<AltUpLayer>,
+    /// Low-rank residual beside attention (Gemma 3n).
+    pub laurel: Option<Laurel>,
 }
 
 /// Gemma 4's per-layer embedding tables.
@@ -148,6 +240,8 @@ pub struct Weights {
     pub output: Linear,
     /// Per-layer embeddings (Gemma 4).
     pub per_layer: Option<PerLayerEmbeddings>,
+    /// AltUp's stream projections (Gemma 3n).
+    pub altup: Option<AltUpProjections>,
     /// Decoder layers.
     pub layers: Vec<LayerWeights>,
 }
@@ -222,6 +316,26 @@ impl Weights {
                 } else {
                     None
                 };
+                let (altup, laurel) = if cfg.altup_streams > 0 {
+                    let ns = cfg.altup_streams;
+                    let rank = cfg.laurel_rank;
+                    (
+                        Some(AltUpLayer {
+                            router_norm: vector(file, &n("altup_router_norm"), h)?,
+                            router: dense(file, &n("altup_router"), h, ns)?,
+                            predict: dense(file, &n("altup_predict_coef"), ns, ns * ns)?,
+                            correct: dense(file, &n("altup_correct_coef"), ns, ns)?,
+                            correct_scale: vector(file, &n("altup_correct_scale"), h)?,
+                        }),
+                        Some(Laurel {
+                            left: Linear::bind(file, &n("laurel_l"), h, rank)?,
+                            right: Linear::bind(file, &n("laurel_r"), rank, h)?,
+                            post_norm: vector(file, &n("laurel_post_norm"), h)?,
+                        }),
+                    )
+                } else {
+                    (None, None)
+                };
                 Ok(LayerWeights {
                     attn_norm: vector(file, &n("attn_norm"), h)?,
                     q: Linear::bind(file, &n("attn_q"), h, q_dim)?,
@@ -252,14 +366,26 @@ impl Weights {
                         cfg.n_experts_used,
                         cfg.expert_ffn_dim,
                     )?,
+                    altup,
+                    laurel,
                 })
             })
             .collect::<Result<Vec<_>, ModelError>>()?;
+        let altup = if cfg.altup_streams > 0 {
+            let extra = cfg.altup_streams - 1;
+            Some(AltUpProjections {
+                embed: Linear::bind_stack(file, "altup_proj.weight", h, h, extra)?,
+                unembed: Linear::bind_stack(file, "altup_unembd_proj.weight", h, h, extra)?,
+            })
+        } else {
+            None
+        };
         Ok(Self {
             token_embd,
             output_norm: vector(file, "output_norm.weight", h)?,
             output,
             per_layer,
+            altup,
             layers,
         })
     }

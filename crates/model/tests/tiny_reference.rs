@@ -297,3 +297,73 @@ fn safetensors_directories_match_transformers() {
         assert!(max_diff <= 2e-3, "{name}: {max_diff}");
     }
 }
+
+/// The largest |got - want| over the largest |want|.
+fn relative_error(got: &[f32], want: &[f32]) -> f32 {
+    assert_eq!(got.len(), want.len());
+    let diff = got
+        .iter()
+        .zip(want)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f32::max);
+    diff / want
+        .iter()
+        .map(|v| v.abs())
+        .fold(f32::MIN_POSITIVE, f32::max)
+}
+
+/// The extra prompts of a fixture's `reference.json` (Gemma 3n's: one far
+/// past the sliding window, one of three tokens), with their goldens.
+fn extra_prompts(name: &str) -> Vec<(String, Vec<u32>, Vec<f32>)> {
+    let dir = fixture_dir(name);
+    let text = std::fs::read_to_string(dir.join("reference.json")).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let extra = v["extra_prompts"].as_object().expect("extra_prompts");
+    extra
+        .iter()
+        .map(|(label, ids)| {
+            let ids = ids
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|x| x.as_u64().unwrap() as u32)
+                .collect();
+            let (_, want) = read_npy_f32(&dir.join(format!("logits_{label}.npy")));
+            (label.clone(), ids, want)
+        })
+        .collect()
+}
+
+/// Gemma 3n (AltUp, LAuReL, per-layer inputs, activation sparsity, KV
+/// sharing) in f32 from llama.cpp's GGUF: within 1e-4 of transformers'
+/// logits relative to their largest, on three prompts (20 tokens, 48 —
+/// six times the sliding window, so the shared-KV layers read a wrapped
+/// ring — and 3), in one batch, token by token and in batches of 5; and
+/// the same greedy continuation.
+#[test]
+fn gemma3n_f32_matches_transformers() {
+    let model = Model::load(
+        fixture_dir("gemma3n").join("model-f32.gguf"),
+        &LoadOptions {
+            threads: 2,
+            precision: Precision::Exact,
+        },
+    )
+    .unwrap();
+    let r = reference("gemma3n");
+    let (_, main) = read_npy_f32(&fixture_dir("gemma3n").join("logits.npy"));
+    let mut prompts = vec![("main".to_string(), r.tokens.clone(), main)];
+    prompts.extend(extra_prompts("gemma3n"));
+    for (label, tokens, want) in &prompts {
+        for batch in [tokens.len(), 1, 5] {
+            let got = prompt_logits(&model, tokens, batch);
+            let rel = relative_error(&got, want);
+            eprintln!(
+                "gemma3n {label} ({} tokens) batch {batch}: relative error {rel:.2e}",
+                tokens.len()
+            );
+            assert!(rel <= 1e-4, "gemma3n {label} batch {batch}: {rel}");
+        }
+    }
+    assert_eq!(greedy("gemma3n", "model-f32.gguf"), r.greedy);
+}

@@ -53,16 +53,22 @@ pub(super) fn gemma4_layers(
     let uint = |k: &str| file.get_u64(&key(k)).and_then(|v| usize::try_from(v).ok());
     let need =
         |k: &str| uint(k).ok_or_else(|| ModelError::Metadata(format!("`{}` is missing", key(k))));
-    let pattern = file
+    let pattern = match file
         .get(&key("attention.sliding_window_pattern"))
         .and_then(|v| v.as_array())
         .and_then(|a| a.to_i64_vec())
-        .ok_or_else(|| {
-            ModelError::Metadata(format!(
+    {
+        Some(p) => p,
+        // Gemma 3n files from before the key: four sliding layers, then a
+        // global one, as llama.cpp assumes.
+        None if arch == "gemma3n" => (0..n_layers).map(|i| i64::from(i % 5 != 4)).collect(),
+        None => {
+            return Err(ModelError::Metadata(format!(
                 "`{}` is missing",
                 key("attention.sliding_window_pattern")
-            ))
-        })?;
+            )))
+        }
+    };
     if pattern.len() != n_layers {
         return Err(ModelError::Metadata(format!(
             "sliding-window pattern has {} entries for {n_layers} layers",
@@ -96,6 +102,7 @@ pub(super) fn gemma4_layers(
                 n_kv_heads: kv_heads[i],
                 ffn_dim: ffn[i],
                 kv_source: None,
+                sparsity: None,
             }
         })
         .collect();
@@ -112,4 +119,42 @@ pub(super) fn gemma4_layers(
         layers[i].kv_source = Some(source);
     }
     Ok(layers)
+}
+
+/// Gemma 3n's activation sparsity per layer: the normal quantile of each
+/// layer's target sparsity, as the converter stores it (`-inf` for a dense
+/// layer). Files without the key get llama.cpp's assumption: the first ten
+/// layers at 95%.
+pub(super) fn gemma3n_sparsity(
+    file: &GgufFile,
+    n_layers: usize,
+) -> Result<Vec<Option<f32>>, ModelError> {
+    /// The standard normal's 95% quantile, `Φ⁻¹(0.95)`.
+    const QUANTILE_95: f32 = 1.644_853_4;
+    const LLAMA_CPP_SPARSE_LAYERS: usize = 10;
+    let key = "gemma3n.activation_sparsity_scale";
+    if file.get(key).is_none() {
+        return Ok((0..n_layers)
+            .map(|i| (i < LLAMA_CPP_SPARSE_LAYERS).then_some(QUANTILE_95))
+            .collect());
+    }
+    let values = file
+        .get_f32_array(key)
+        .ok_or_else(|| ModelError::Metadata(format!("`{key}` is not a float array")))?;
+    if values.len() != n_layers {
+        return Err(ModelError::Metadata(format!(
+            "`{key}` has {} entries for {n_layers} layers",
+            values.len()
+        )));
+    }
+    // A sparsity of 0 is a quantile of -inf: no cut. A sparsity of 1
+    // (+inf, every activation cut) and NaN are refused.
+    values
+        .iter()
+        .map(|&m| match m {
+            m if m.is_finite() => Ok(Some(m)),
+            m if m == f32::NEG_INFINITY => Ok(None),
+            m => Err(ModelError::Metadata(format!("`{key}` has an entry {m}"))),
+        })
+        .collect()
 }
