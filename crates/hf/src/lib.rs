@@ -39,7 +39,7 @@ pub enum HfError {
         message: String,
     },
     /// The checkpoint is for a model we do not convert.
-    #[error("unsupported model_type `{0}` in config.json (supported: gemma2, gemma3, gemma3_text, gemma4, gemma4_text)")]
+    #[error("unsupported model_type `{0}` in config.json (supported: gemma2, gemma3, gemma3_text, gemma3n, gemma3n_text, gemma4, gemma4_text)")]
     UnsupportedModel(String),
     /// A required config value is missing or of the wrong kind.
     #[error("config.json: {0}")]
@@ -65,6 +65,7 @@ pub fn is_checkpoint_dir(path: &Path) -> bool {
 pub(crate) enum Family {
     Gemma2,
     Gemma3,
+    Gemma3n,
     Gemma4,
 }
 
@@ -73,17 +74,23 @@ impl Family {
         match self {
             Family::Gemma2 => "gemma2",
             Family::Gemma3 => "gemma3",
+            Family::Gemma3n => "gemma3n",
             Family::Gemma4 => "gemma4",
         }
     }
 
     /// Gemma 2 and 3 store RMSNorm weights as `w` and scale by `1 + w`;
-    /// GGUF stores `1 + w`. Gemma 4 scales by `w` itself.
+    /// GGUF stores `1 + w`. Gemma 3n and 4 scale by `w` itself.
     fn norm_offset(self) -> f32 {
         match self {
             Family::Gemma2 | Family::Gemma3 => 1.0,
-            Family::Gemma4 => 0.0,
+            Family::Gemma3n | Family::Gemma4 => 0.0,
         }
+    }
+
+    /// Whether the last `num_kv_shared_layers` layers reuse earlier KV.
+    fn shares_kv(self) -> bool {
+        matches!(self, Family::Gemma3n | Family::Gemma4)
     }
 }
 
@@ -144,6 +151,7 @@ pub fn convert_dir(dir: &Path) -> Result<GgufWriter, HfError> {
     let family = match model_type {
         "gemma2" => Family::Gemma2,
         "gemma3" | "gemma3_text" => Family::Gemma3,
+        "gemma3n" | "gemma3n_text" => Family::Gemma3n,
         "gemma4" | "gemma4_text" => Family::Gemma4,
         other => return Err(HfError::UnsupportedModel(other.to_string())),
     };
@@ -180,7 +188,7 @@ fn write_hparams(w: &mut GgufWriter, family: Family, cfg: &TextConfig) -> Result
     let heads = cfg.uint("num_attention_heads")?;
     let kv_heads = cfg.opt_uint("num_key_value_heads").unwrap_or(heads);
     let head_dim = cfg.opt_uint("head_dim").unwrap_or(hidden / heads.max(1));
-    let ffn = cfg.uint("intermediate_size")?;
+    let ffn = || cfg.uint("intermediate_size");
     let ctx = cfg.opt_uint("max_position_embeddings").unwrap_or(8192);
     let eps = cfg.opt_f32("rms_norm_eps").unwrap_or(1e-6);
     w.set(k("context_length"), u32_of(ctx, "max_position_embeddings")?);
@@ -208,7 +216,10 @@ fn write_hparams(w: &mut GgufWriter, family: Family, cfg: &TextConfig) -> Result
     let rope_theta = |kind: &str| cfg.rope(kind, "rope_theta").and_then(Value::as_f64);
     match family {
         Family::Gemma2 | Family::Gemma3 => {
-            w.set(k("feed_forward_length"), u32_of(ffn, "intermediate_size")?);
+            w.set(
+                k("feed_forward_length"),
+                u32_of(ffn()?, "intermediate_size")?,
+            );
             w.set(k("attention.key_length"), u32_of(head_dim, "head_dim")?);
             w.set(k("attention.value_length"), u32_of(head_dim, "head_dim")?);
             if let Some(s) = cfg.opt_f32("query_pre_attn_scalar").filter(|s| *s > 0.0) {
@@ -240,7 +251,9 @@ fn write_hparams(w: &mut GgufWriter, family: Family, cfg: &TextConfig) -> Result
                 }
             }
         }
+        Family::Gemma3n => write_gemma3n_hparams(w, cfg, n_layers, head_dim)?,
         Family::Gemma4 => {
+            let ffn = ffn()?;
             let sliding = cfg
                 .layer_types()
                 .ok_or_else(|| HfError::Config("`layer_types` is missing".into()))?;
@@ -336,6 +349,164 @@ fn write_hparams(w: &mut GgufWriter, family: Family, cfg: &TextConfig) -> Result
         }
     }
     Ok(())
+}
+
+/// Gemma 3n's keys: per-layer FFN widths, the layer pattern, KV sharing,
+/// per-layer inputs, AltUp and the activation sparsity's normal quantiles,
+/// as llama.cpp's converter writes them.
+fn write_gemma3n_hparams(
+    w: &mut GgufWriter,
+    cfg: &TextConfig,
+    n_layers: u64,
+    head_dim: u64,
+) -> Result<(), HfError> {
+    let k = |s: &str| format!("gemma3n.{s}");
+    let per_layer_u64 = |key: &str| -> Result<Vec<u64>, HfError> {
+        match cfg.v.get(key) {
+            Some(Value::Array(a)) => a
+                .iter()
+                .map(|x| x.as_u64())
+                .collect::<Option<Vec<_>>>()
+                .filter(|v| v.len() as u64 == n_layers)
+                .ok_or_else(|| HfError::Config(format!("`{key}` needs {n_layers} integers"))),
+            Some(v) => v
+                .as_u64()
+                .map(|x| vec![x; n_layers as usize])
+                .ok_or_else(|| HfError::Config(format!("`{key}` is not an integer"))),
+            None => Err(HfError::Config(format!("`{key}` is missing"))),
+        }
+    };
+    let ffn = per_layer_u64("intermediate_size")?
+        .into_iter()
+        .map(|f| i32::try_from(f).map_err(|_| HfError::Config("intermediate_size is too large".into())))
+        .collect::<Result<Vec<_>, _>>()?;
+    w.set(k("feed_forward_length"), MetaValue::Array(MetaArray::I32(ffn)));
+    w.set(k("attention.key_length"), u32_of(head_dim, "head_dim")?);
+    w.set(k("attention.value_length"), u32_of(head_dim, "head_dim")?);
+    let theta = |kind: &str, flat: &str, default: f64| {
+        cfg.rope(kind, "rope_theta")
+            .and_then(Value::as_f64)
+            .or_else(|| cfg.v.get(flat).and_then(Value::as_f64))
+            .unwrap_or(default)
+    };
+    w.set(
+        k("rope.freq_base"),
+        MetaValue::F32(theta("full_attention", "rope_theta", 1e6) as f32),
+    );
+    w.set(
+        k("rope.freq_base_swa"),
+        MetaValue::F32(theta("sliding_attention", "rope_local_base_freq", 1e4) as f32),
+    );
+    let sliding = cfg
+        .layer_types()
+        .ok_or_else(|| HfError::Config("`layer_types` is missing".into()))?;
+    if sliding.len() as u64 != n_layers {
+        return Err(HfError::Config(format!(
+            "{} layer types for {n_layers} layers",
+            sliding.len()
+        )));
+    }
+    w.set(
+        k("attention.sliding_window_pattern"),
+        MetaValue::Array(MetaArray::Bool(sliding)),
+    );
+    let shared = cfg.opt_uint("num_kv_shared_layers").unwrap_or(0);
+    w.set(
+        k("attention.shared_kv_layers"),
+        u32_of(shared.min(n_layers), "num_kv_shared_layers")?,
+    );
+    let ple = cfg.uint("hidden_size_per_layer_input")?;
+    w.set(
+        k("embedding_length_per_layer_input"),
+        u32_of(ple, "hidden_size_per_layer_input")?,
+    );
+    w.set(
+        k("altup.num_inputs"),
+        u32_of(cfg.opt_uint("altup_num_inputs").unwrap_or(4), "altup_num_inputs")?,
+    );
+    w.set(
+        k("altup.active_idx"),
+        u32_of(cfg.opt_uint("altup_active_idx").unwrap_or(0), "altup_active_idx")?,
+    );
+    let sparsity = match cfg.v.get("activation_sparsity_pattern") {
+        Some(Value::Array(a)) if a.len() as u64 == n_layers => a
+            .iter()
+            .map(|x| {
+                x.as_f64()
+                    .filter(|p| (0.0..1.0).contains(p))
+                    .map(|p| normal_quantile(p) as f32)
+                    .ok_or_else(|| {
+                        HfError::Config("activation_sparsity_pattern needs values in [0, 1)".into())
+                    })
+            })
+            .collect::<Result<Vec<f32>, _>>()?,
+        None | Some(Value::Null) => vec![f32::NEG_INFINITY; n_layers as usize],
+        Some(_) => {
+            return Err(HfError::Config(format!(
+                "`activation_sparsity_pattern` needs {n_layers} numbers"
+            )))
+        }
+    };
+    w.set(
+        k("activation_sparsity_scale"),
+        MetaValue::Array(MetaArray::F32(sparsity)),
+    );
+    Ok(())
+}
+
+/// The standard normal's quantile `Φ⁻¹(p)` (`-inf` at 0): Acklam's rational
+/// approximation, within 1.2e-9 relative, far below the f32 the file keeps
+/// (transformers computes it in f32 through `erfinv`).
+pub(crate) fn normal_quantile(p: f64) -> f64 {
+    if p <= 0.0 {
+        return f64::NEG_INFINITY;
+    }
+    if p >= 1.0 {
+        return f64::INFINITY;
+    }
+    const A: [f64; 6] = [
+        -3.969_683_028_665_376e1,
+        2.209_460_984_245_205e2,
+        -2.759_285_104_469_687e2,
+        1.383_577_518_672_69e2,
+        -3.066_479_806_614_716e1,
+        2.506_628_277_459_239,
+    ];
+    const B: [f64; 5] = [
+        -5.447_609_879_822_406e1,
+        1.615_858_368_580_409e2,
+        -1.556_989_798_598_866e2,
+        6.680_131_188_771_972e1,
+        -1.328_068_155_288_572e1,
+    ];
+    const C: [f64; 6] = [
+        -7.784_894_002_430_293e-3,
+        -3.223_964_580_411_365e-1,
+        -2.400_758_277_161_838,
+        -2.549_732_539_343_734,
+        4.374_664_141_464_968,
+        2.938_163_982_698_783,
+    ];
+    const D: [f64; 4] = [
+        7.784_695_709_041_462e-3,
+        3.224_671_290_700_398e-1,
+        2.445_134_137_142_996,
+        3.754_408_661_907_416,
+    ];
+    let tail = |q: f64| {
+        (((((C[0] * q + C[1]) * q + C[2]) * q + C[3]) * q + C[4]) * q + C[5])
+            / ((((D[0] * q + D[1]) * q + D[2]) * q + D[3]) * q + 1.0)
+    };
+    if p < 0.024_25 {
+        tail((-2.0 * p.ln()).sqrt())
+    } else if p > 1.0 - 0.024_25 {
+        -tail((-2.0 * (1.0 - p).ln()).sqrt())
+    } else {
+        let q = p - 0.5;
+        let r = q * q;
+        (((((A[0] * r + A[1]) * r + A[2]) * r + A[3]) * r + A[4]) * r + A[5]) * q
+            / (((((B[0] * r + B[1]) * r + B[2]) * r + B[3]) * r + B[4]) * r + 1.0)
+    }
 }
 
 /// Gemma 4's global-layer head size: `per_layer_config` of a full-attention

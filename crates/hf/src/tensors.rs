@@ -76,6 +76,8 @@ enum Target {
     Norm(String),
     /// A scalar or small vector kept as F32 verbatim.
     Vector(String),
+    /// Slice `index` of a stack of matrices stored as one 3-D tensor.
+    Stacked(String, usize),
     /// Not needed by the text model.
     Skip,
 }
@@ -112,6 +114,19 @@ fn target(name: &str, shared_from: u64) -> Target {
             return Target::Norm("per_layer_proj_norm.weight".into())
         }
         _ => {}
+    }
+    // Gemma 3n's AltUp projections, one GGUF tensor per kind.
+    for (prefix, gname) in [
+        ("altup_projections.", "altup_proj.weight"),
+        ("altup_unembed_projections.", "altup_unembd_proj.weight"),
+    ] {
+        if let Some(i) = rest
+            .strip_prefix(prefix)
+            .and_then(|r| r.strip_suffix(".weight"))
+            .and_then(|i| i.parse::<usize>().ok())
+        {
+            return Target::Stacked(gname.into(), i);
+        }
     }
     let Some(layer) = rest.strip_prefix("layers.") else {
         return Target::Skip;
@@ -157,6 +172,14 @@ fn target(name: &str, shared_from: u64) -> Target {
         "pre_feedforward_layernorm_2.weight" => Target::Norm(blk("pre_ffw_norm_2")),
         "post_feedforward_layernorm_1.weight" => Target::Norm(blk("post_ffw_norm_1")),
         "post_feedforward_layernorm_2.weight" => Target::Norm(blk("post_ffw_norm_2")),
+        "altup.correct_output_scale" => Target::Vector(blk("altup_correct_scale")),
+        "altup.correction_coefs.weight" => Target::Matrix(blk("altup_correct_coef")),
+        "altup.prediction_coefs.weight" => Target::Matrix(blk("altup_predict_coef")),
+        "altup.modality_router.weight" => Target::Matrix(blk("altup_router")),
+        "altup.router_norm.weight" => Target::Norm(blk("altup_router_norm")),
+        "laurel.linear_left.weight" => Target::Matrix(blk("laurel_l")),
+        "laurel.linear_right.weight" => Target::Matrix(blk("laurel_r")),
+        "laurel.post_laurel_norm.weight" => Target::Norm(blk("laurel_post_norm")),
         _ => Target::Skip,
     }
 }
@@ -212,12 +235,14 @@ pub(crate) fn write_tensors(
         .opt_uint("num_kv_shared_layers")
         .unwrap_or(0)
         .min(n_layers);
-    let shared_from = if family == Family::Gemma4 {
+    let shared_from = if family.shares_kv() {
         n_layers - shared
     } else {
         n_layers
     };
     let tied = cfg.v.get("tie_word_embeddings").and_then(Value::as_bool) != Some(false);
+    let vocab = cfg.opt_uint("vocab_size");
+    let mut stacks: Vec<(String, Vec<(usize, GgmlType, Vec<u64>, Vec<u8>)>)> = Vec::new();
     let mut counts = [0usize; 3];
     let mut names: Vec<(String, usize)> = Vec::new();
     let parsed = ckpt.parsed()?;
@@ -240,6 +265,17 @@ pub(crate) fn write_tensors(
         let dims: Vec<u64> = view.shape().iter().rev().map(|&d| d as u64).collect();
         match target {
             Target::Skip => {}
+            Target::Stacked(gname, i) => {
+                let ty = stored_type(view.dtype(), &name)?;
+                let entry = match stacks.iter_mut().find(|(n, _)| *n == gname) {
+                    Some(e) => e,
+                    None => {
+                        stacks.push((gname, Vec::new()));
+                        stacks.last_mut().expect("just pushed")
+                    }
+                };
+                entry.1.push((i, ty, dims, view.data().to_vec()));
+            }
             Target::Matrix(gname) => {
                 let ty = stored_type(view.dtype(), &name)?;
                 counts[match ty {
@@ -247,7 +283,12 @@ pub(crate) fn write_tensors(
                     GgmlType::F16 => 1,
                     _ => 2,
                 }] += 1;
-                w.add_tensor(gname, &dims, ty, view.data().to_vec())?;
+                let mut dims = dims;
+                let mut data = view.data().to_vec();
+                if gname == "per_layer_token_embd.weight" {
+                    pad_with_first_row(&mut dims, &mut data, vocab);
+                }
+                w.add_tensor(gname, &dims, ty, data)?;
             }
             Target::Norm(gname) => {
                 let offset = family.norm_offset();
@@ -263,12 +304,44 @@ pub(crate) fn write_tensors(
             }
         }
     }
+    for (gname, mut parts) in stacks {
+        parts.sort_by_key(|p| p.0);
+        let first = &parts[0];
+        let (ty, dims) = (first.1, first.2.clone());
+        let in_order = parts.iter().enumerate().all(|(j, p)| p.0 == j);
+        if !in_order || parts.iter().any(|p| p.1 != ty || p.2 != dims) || dims.len() != 2 {
+            return Err(HfError::Tensor(format!(
+                "the matrices of `{gname}` are not numbered 0.. with one shape and type"
+            )));
+        }
+        let count = parts.len() as u64;
+        let data: Vec<u8> = parts.into_iter().flat_map(|p| p.3).collect();
+        w.add_tensor(gname, &[dims[0], dims[1], count], ty, data)?;
+    }
     if family == Family::Gemma4 {
         add_gemma4_rope_freqs(w, cfg)?;
     }
     // llama.cpp's LLAMA_FTYPE numbers: ALL_F32 0, MOSTLY_F16 1, MOSTLY_BF16 32.
     let most = (0..3).max_by_key(|&i| counts[i]).unwrap_or(0);
     Ok([0, 1, 32][most])
+}
+
+/// Gemma 3n's per-layer table covers fewer ids than the vocabulary (the
+/// media tokens at the end have no row); transformers looks those ids up as
+/// id 0, so the missing rows are copies of row 0.
+fn pad_with_first_row(dims: &mut [u64], data: &mut Vec<u8>, vocab: Option<u64>) {
+    let (Some(vocab), [_, rows]) = (vocab, &mut *dims) else {
+        return;
+    };
+    if *rows == 0 || *rows >= vocab {
+        return;
+    }
+    let row_bytes = data.len() / *rows as usize;
+    let first = data[..row_bytes].to_vec();
+    for _ in *rows..vocab {
+        data.extend_from_slice(&first);
+    }
+    *rows = vocab;
 }
 
 /// Gemma 4's proportional RoPE as the divisors llama.cpp reads from

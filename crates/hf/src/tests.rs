@@ -99,3 +99,15 @@ fn gemma_variant_checkpoints_convert_like_llama_cpp() {
         same_as_reference(name, NAMING);
     }
 }
+
+/// The activation sparsity's quantile lands on the f32 transformers
+/// computes (`Normal(0, 1).icdf(0.95)` = 1.6448535919189453), and the
+/// edges are the infinities the converter writes.
+#[test]
+fn normal_quantile_matches_torch() {
+    assert_eq!(crate::normal_quantile(0.95) as f32, 1.644_853_6_f32);
+    assert!((crate::normal_quantile(0.5)).abs() < 1e-12);
+    assert!((crate::normal_quantile(0.01) + 2.326_347_874_040_841).abs() < 1e-8);
+    assert!((crate::normal_quantile(0.999) - 3.090_232_306_167_813_5).abs() < 1e-8);
+    assert_eq!(crate::normal_quantile(0.0), f64::NEG_INFINITY);
+}

@@ -31,6 +31,13 @@ pub(crate) fn write_tokenizer(
     let model_path = dir.join("tokenizer.model");
     let (model, vocab) = match family {
         Family::Gemma4 => ("gemma4", from_tokenizer_json(&json_path)?),
+        Family::Gemma3n if model_path.is_file() => {
+            let mut v = from_sentencepiece(&model_path)?;
+            let text = config.get("text_config").unwrap_or(config);
+            let size = text.get("vocab_size").and_then(Value::as_u64);
+            extend_to_vocab(&mut v, &json_path, size)?;
+            ("llama", v)
+        }
         _ if model_path.is_file() => ("llama", from_sentencepiece(&model_path)?),
         _ => {
             return Err(HfError::Tokenizer(format!(
@@ -125,6 +132,53 @@ fn from_sentencepiece(path: &Path) -> Result<Vocab, HfError> {
         types: pieces.iter().map(|p| p.kind).collect(),
         merges: None,
     })
+}
+
+/// Gemma 3n's vocabulary is larger than its SentencePiece model: the media
+/// tokens past it come from `tokenizer.json`'s added tokens, and any id
+/// still unnamed becomes `[PAD<id>]`, as llama.cpp's converter names it.
+fn extend_to_vocab(v: &mut Vocab, json_path: &Path, size: Option<u64>) -> Result<(), HfError> {
+    /// SentencePiece's type for unused pieces.
+    const UNUSED: i32 = 5;
+    let mut added: Vec<(usize, String, bool)> = Vec::new();
+    if json_path.is_file() {
+        let json = read_json(json_path)?;
+        for a in json
+            .get("added_tokens")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let (Some(id), Some(text)) = (
+                a.get("id").and_then(Value::as_u64),
+                a.get("content").and_then(Value::as_str),
+            ) {
+                let special = a.get("special").and_then(Value::as_bool).unwrap_or(false);
+                added.push((id as usize, text.to_string(), special));
+            }
+        }
+    }
+    let base = v.tokens.len();
+    let end = added
+        .iter()
+        .map(|a| a.0 + 1)
+        .chain(size.map(|s| s as usize))
+        .max()
+        .unwrap_or(base)
+        .max(base);
+    if end > 4_000_000 {
+        return Err(HfError::Tokenizer(format!("implausible vocabulary of {end}")));
+    }
+    for i in base..end {
+        v.tokens.push(format!("[PAD{i}]"));
+        v.scores.push(-1000.0);
+        v.types.push(UNUSED);
+    }
+    for (id, text, special) in added.into_iter().filter(|a| a.0 >= base) {
+        v.tokens[id] = text;
+        v.types[id] = if special { CONTROL } else { USER_DEFINED };
+    }
+    Ok(())
 }
 
 fn is_byte_token(t: &str) -> bool {
