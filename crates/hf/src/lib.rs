@@ -378,9 +378,14 @@ fn write_gemma3n_hparams(
     };
     let ffn = per_layer_u64("intermediate_size")?
         .into_iter()
-        .map(|f| i32::try_from(f).map_err(|_| HfError::Config("intermediate_size is too large".into())))
+        .map(|f| {
+            i32::try_from(f).map_err(|_| HfError::Config("intermediate_size is too large".into()))
+        })
         .collect::<Result<Vec<_>, _>>()?;
-    w.set(k("feed_forward_length"), MetaValue::Array(MetaArray::I32(ffn)));
+    w.set(
+        k("feed_forward_length"),
+        MetaValue::Array(MetaArray::I32(ffn)),
+    );
     w.set(k("attention.key_length"), u32_of(head_dim, "head_dim")?);
     w.set(k("attention.value_length"), u32_of(head_dim, "head_dim")?);
     let theta = |kind: &str, flat: &str, default: f64| {
@@ -422,11 +427,17 @@ fn write_gemma3n_hparams(
     );
     w.set(
         k("altup.num_inputs"),
-        u32_of(cfg.opt_uint("altup_num_inputs").unwrap_or(4), "altup_num_inputs")?,
+        u32_of(
+            cfg.opt_uint("altup_num_inputs").unwrap_or(4),
+            "altup_num_inputs",
+        )?,
     );
     w.set(
         k("altup.active_idx"),
-        u32_of(cfg.opt_uint("altup_active_idx").unwrap_or(0), "altup_active_idx")?,
+        u32_of(
+            cfg.opt_uint("altup_active_idx").unwrap_or(0),
+            "altup_active_idx",
+        )?,
     );
     let sparsity = match cfg.v.get("activation_sparsity_pattern") {
         Some(Value::Array(a)) if a.len() as u64 == n_layers => a

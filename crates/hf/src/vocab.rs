@@ -167,7 +167,9 @@ fn extend_to_vocab(v: &mut Vocab, json_path: &Path, size: Option<u64>) -> Result
         .unwrap_or(base)
         .max(base);
     if end > 4_000_000 {
-        return Err(HfError::Tokenizer(format!("implausible vocabulary of {end}")));
+        return Err(HfError::Tokenizer(format!(
+            "implausible vocabulary of {end}"
+        )));
     }
     for i in base..end {
         v.tokens.push(format!("[PAD{i}]"));

@@ -1,4 +1,4 @@
-//! Images in: decoding and the processor's preprocessing ([`Picture`]), the
+//! Images and sound in. Images: decoding and the processor's preprocessing ([`Picture`]), the
 //! vision towers that turn pixels into embeddings in a text model's width
 //! ([`VisionTower`]), and a cache of embeddings by content
 //! ([`EmbeddingCache`]), so a second question about the same picture costs
@@ -7,11 +7,13 @@
 //! The encoders run on `quant`'s kernels and thread pool; this crate knows
 //! nothing about chat or HTTP.
 
+mod audio;
 mod cache;
 mod gemma4;
 mod picture;
 mod vision;
 
+pub use audio::{Clip, LogMel, MelSettings, MAX_SECONDS, SAMPLE_RATE};
 pub use cache::{content_key, EmbeddingCache};
 pub use picture::{Picture, MAX_SIDE};
 pub use vision::{
@@ -19,7 +21,7 @@ pub use vision::{
     MAX_TOKENS_KEY,
 };
 
-/// Why a picture cannot be read or encoded.
+/// Why a picture or a clip cannot be read or encoded.
 #[derive(Debug, thiserror::Error)]
 pub enum MediaError {
     /// The bytes are not a picture we decode.

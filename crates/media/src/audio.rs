@@ -1,0 +1,492 @@
+//! Sound in: decoding a clip to mono samples at the encoder's rate
+//! ([`Clip`]), and Gemma 3n's log-mel features ([`LogMel`]), computed as
+//! transformers' `Gemma3nAudioFeatureExtractor` computes them.
+
+use crate::MediaError;
+use realfft::RealFftPlanner;
+use rubato::{FftFixedIn, Resampler};
+use symphonia::core::audio::SampleBuffer;
+use symphonia::core::codecs::{DecoderOptions, CODEC_TYPE_NULL};
+use symphonia::core::errors::Error as SymphoniaError;
+use symphonia::core::formats::FormatOptions;
+use symphonia::core::io::MediaSourceStream;
+use symphonia::core::meta::MetadataOptions;
+use symphonia::core::probe::Hint;
+
+/// The rate the audio encoders take.
+pub const SAMPLE_RATE: u32 = 16_000;
+/// The longest clip kept, in seconds: the feature extractor's default
+/// (480,000 samples at 16 kHz). Longer clips are cut here, as transformers
+/// truncates them, and [`Clip::truncated`] says so.
+pub const MAX_SECONDS: u32 = 30;
+/// Sample rates accepted from a file (telephone audio to studio audio).
+const RATES: std::ops::RangeInclusive<u32> = 4_000..=384_000;
+
+/// A mono clip at [`SAMPLE_RATE`], samples in `[-1, 1]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Clip {
+    /// The samples.
+    pub samples: Vec<f32>,
+    /// The rate the file had before resampling.
+    pub source_rate: u32,
+    /// Whether the file was longer than [`MAX_SECONDS`] and was cut.
+    pub truncated: bool,
+}
+
+impl Clip {
+    /// Decode a WAV, MP3 or Ogg Vorbis file: channels averaged to mono,
+    /// resampled to 16 kHz, cut at [`MAX_SECONDS`]. Decoding stops at the
+    /// cut, so a long file costs no more memory than 30 seconds of it.
+    pub fn decode(bytes: &[u8]) -> Result<Self, MediaError> {
+        if bytes.is_empty() {
+            return Err(MediaError::Decode("the audio file is empty".into()));
+        }
+        let mut bytes = bytes.to_vec();
+        repair_wav_lengths(&mut bytes);
+        let (samples, rate, truncated) = decode_mono(bytes)?;
+        if samples.is_empty() {
+            return Err(MediaError::Decode("the audio clip has no samples".into()));
+        }
+        let mut samples = resample(&samples, rate, SAMPLE_RATE)?;
+        samples.truncate((SAMPLE_RATE * MAX_SECONDS) as usize);
+        Ok(Self {
+            samples,
+            source_rate: rate,
+            truncated,
+        })
+    }
+
+    /// A clip of samples already at 16 kHz (cut at [`MAX_SECONDS`]).
+    pub fn from_samples(mut samples: Vec<f32>) -> Self {
+        let max = (SAMPLE_RATE * MAX_SECONDS) as usize;
+        let truncated = samples.len() > max;
+        samples.truncate(max);
+        Self {
+            samples,
+            source_rate: SAMPLE_RATE,
+            truncated,
+        }
+    }
+
+    /// Its length in seconds.
+    pub fn seconds(&self) -> f32 {
+        self.samples.len() as f32 / SAMPLE_RATE as f32
+    }
+}
+
+/// A WAV whose header lies about its lengths (a recorder that never went
+/// back to write them, leaving 0 or 0xFFFFFFFF, or a file cut short) gets
+/// the lengths of what is actually there, so it reads as far as it goes.
+fn repair_wav_lengths(bytes: &mut [u8]) {
+    if bytes.len() < 12 || &bytes[..4] != b"RIFF" || &bytes[8..12] != b"WAVE" {
+        return;
+    }
+    let len = bytes.len();
+    let riff = u32::try_from(len - 8).unwrap_or(u32::MAX);
+    bytes[4..8].copy_from_slice(&riff.to_le_bytes());
+    let mut at = 12;
+    while at + 8 <= len {
+        let size = u32::from_le_bytes([bytes[at + 4], bytes[at + 5], bytes[at + 6], bytes[at + 7]]);
+        let room = len - at - 8;
+        if &bytes[at..at + 4] == b"data" {
+            let room = u32::try_from(room).unwrap_or(u32::MAX);
+            let actual = if size == 0 || size > room { room } else { size };
+            bytes[at + 4..at + 8].copy_from_slice(&actual.to_le_bytes());
+            return;
+        }
+        // Chunks are padded to an even length.
+        let next = at + 8 + size as usize + (size as usize & 1);
+        if next <= at || next > len {
+            return;
+        }
+        at = next;
+    }
+}
+
+/// The first audio track of `bytes`, channels averaged, at its own rate;
+/// and whether it went on past [`MAX_SECONDS`].
+fn decode_mono(bytes: Vec<u8>) -> Result<(Vec<f32>, u32, bool), MediaError> {
+    let bad = |e: SymphoniaError| MediaError::Decode(format!("cannot decode the audio: {e}"));
+    let stream = MediaSourceStream::new(Box::new(std::io::Cursor::new(bytes)), Default::default());
+    let probed = symphonia::default::get_probe()
+        .format(
+            &Hint::new(),
+            stream,
+            &FormatOptions::default(),
+            &MetadataOptions::default(),
+        )
+        .map_err(|e| match e {
+            SymphoniaError::Unsupported(_) => MediaError::Decode(
+                "not an audio format we decode (WAV, MP3, Ogg Vorbis are)".into(),
+            ),
+            e => bad(e),
+        })?;
+    let mut format = probed.format;
+    let track = format
+        .tracks()
+        .iter()
+        .find(|t| t.codec_params.codec != CODEC_TYPE_NULL)
+        .ok_or_else(|| MediaError::Decode("the file has no audio track".into()))?;
+    let track_id = track.id;
+    let rate = track
+        .codec_params
+        .sample_rate
+        .ok_or_else(|| MediaError::Decode("the audio track has no sample rate".into()))?;
+    if !RATES.contains(&rate) {
+        return Err(MediaError::Decode(format!(
+            "a sample rate of {rate} Hz is outside {}..={} Hz",
+            RATES.start(),
+            RATES.end()
+        )));
+    }
+    let mut decoder = symphonia::default::get_codecs()
+        .make(&track.codec_params, &DecoderOptions::default())
+        .map_err(|e| match e {
+            SymphoniaError::Unsupported(what) => {
+                MediaError::Decode(format!("unsupported audio codec ({what})"))
+            }
+            e => bad(e),
+        })?;
+    let limit = rate as usize * MAX_SECONDS as usize;
+    let mut mono = Vec::new();
+    let mut buffer: Option<SampleBuffer<f32>> = None;
+    let mut truncated = false;
+    loop {
+        let packet = match format.next_packet() {
+            Ok(p) => p,
+            // The end of the stream, or a file that stops early (a header
+            // that promised more): keep what was decoded.
+            Err(SymphoniaError::IoError(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                break
+            }
+            Err(SymphoniaError::ResetRequired) => break,
+            Err(e) => return Err(bad(e)),
+        };
+        if packet.track_id() != track_id {
+            continue;
+        }
+        let decoded = match decoder.decode(&packet) {
+            Ok(d) => d,
+            // A damaged packet: skip it, as players do.
+            Err(SymphoniaError::DecodeError(_)) => continue,
+            Err(e) => return Err(bad(e)),
+        };
+        let spec = *decoded.spec();
+        let channels = spec.channels.count().max(1);
+        let buf = match &mut buffer {
+            Some(b) if b.capacity() >= decoded.capacity() * channels => b,
+            _ => buffer.insert(SampleBuffer::new(decoded.capacity() as u64, spec)),
+        };
+        buf.copy_interleaved_ref(decoded);
+        for frame in buf.samples().chunks_exact(channels) {
+            if mono.len() == limit {
+                truncated = true;
+                break;
+            }
+            mono.push(frame.iter().sum::<f32>() / channels as f32);
+        }
+        if truncated {
+            break;
+        }
+    }
+    Ok((mono, rate, truncated))
+}
+
+/// `samples` at `from` Hz resampled to `to` Hz (band-limited, by FFT), of
+/// length `len * to / from`, aligned with the input (the resampler's delay
+/// removed).
+fn resample(samples: &[f32], from: u32, to: u32) -> Result<Vec<f32>, MediaError> {
+    if from == to {
+        return Ok(samples.to_vec());
+    }
+    let failed = |e: String| MediaError::Decode(format!("resampling failed: {e}"));
+    const CHUNK: usize = 1024;
+    let mut r = FftFixedIn::<f32>::new(from as usize, to as usize, CHUNK, 2, 1)
+        .map_err(|e| failed(e.to_string()))?;
+    let delay = r.output_delay();
+    let want = (samples.len() as u64 * u64::from(to) / u64::from(from)) as usize;
+    let mut out = Vec::with_capacity(want + delay + CHUNK);
+    let mut pos = 0;
+    while pos < samples.len() {
+        let need = r.input_frames_next();
+        let end = (pos + need).min(samples.len());
+        let chunk = &samples[pos..end];
+        let produced = if chunk.len() == need {
+            r.process(&[chunk], None)
+        } else {
+            r.process_partial(Some(&[chunk]), None)
+        }
+        .map_err(|e| failed(e.to_string()))?;
+        out.extend_from_slice(&produced[0]);
+        pos = end;
+    }
+    // Flush what the delay holds back.
+    while out.len() < want + delay {
+        let produced = r
+            .process_partial::<&[f32]>(None, None)
+            .map_err(|e| failed(e.to_string()))?;
+        if produced[0].is_empty() {
+            break;
+        }
+        out.extend_from_slice(&produced[0]);
+    }
+    let end = (delay + want).min(out.len());
+    Ok(out.get(delay..end).unwrap_or_default().to_vec())
+}
+
+/// The settings of Gemma 3n's feature extractor (its defaults; the real
+/// checkpoints' `preprocessor_config.json` keeps them).
+#[derive(Debug, Clone, PartialEq)]
+pub struct MelSettings {
+    /// Mel bins.
+    pub bins: usize,
+    /// Samples per frame (32 ms).
+    pub frame: usize,
+    /// Samples between frame starts (10 ms).
+    pub hop: usize,
+    /// FFT size: the frame's next power of two, doubled ("overdrive").
+    pub fft: usize,
+    /// Lowest and highest filter frequencies, Hz.
+    pub f_min: f64,
+    /// See `f_min`.
+    pub f_max: f64,
+    /// Pre-emphasis coefficient (HTK flavour: the first sample of a frame
+    /// is scaled by `1 - p`).
+    pub preemphasis: f32,
+    /// Floor under the mel energies before the log.
+    pub mel_floor: f64,
+    /// The waveform is padded to a multiple of this many samples.
+    pub pad_to: usize,
+}
+
+impl Default for MelSettings {
+    fn default() -> Self {
+        Self {
+            bins: 128,
+            frame: 512,
+            hop: 160,
+            fft: 1024,
+            f_min: 125.0,
+            f_max: 7600.0,
+            preemphasis: 0.97,
+            mel_floor: 1e-5,
+            pad_to: 128,
+        }
+    }
+}
+
+/// Log-mel features of a clip: `frames` rows of `bins`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LogMel {
+    /// Rows of `bins` values.
+    pub data: Vec<f32>,
+    /// Frames computed (over the padded waveform).
+    pub frames: usize,
+    /// Frames that start inside the clip, not in its padding (the
+    /// extractor's mask); the rest are masked out by the encoder.
+    pub valid: usize,
+    /// Values per frame.
+    pub bins: usize,
+}
+
+/// HTK mel filters, `n_freqs` rows of `bins`, as transformers'
+/// `create_fb_matrix` builds them (no area normalisation).
+fn mel_filters(s: &MelSettings) -> Vec<f64> {
+    let n_freqs = s.fft / 2 + 1;
+    let mel = |f: f64| 2595.0 * (1.0 + f / 700.0).log10();
+    let (m_min, m_max) = (mel(s.f_min), mel(s.f_max));
+    let points: Vec<f64> = (0..s.bins + 2)
+        .map(|i| {
+            let m = m_min + (m_max - m_min) * i as f64 / (s.bins + 1) as f64;
+            700.0 * (10f64.powf(m / 2595.0) - 1.0)
+        })
+        .collect();
+    let bin_hz = (SAMPLE_RATE as f64 / s.fft as f64) as f32;
+    let mut fb = vec![0.0; n_freqs * s.bins];
+    for (k, row) in fb.chunks_exact_mut(s.bins).enumerate() {
+        // The frequencies are f32 in transformers (`arange(..., float32)`).
+        let f = f64::from(k as f32 * bin_hz);
+        for (m, v) in row.iter_mut().enumerate() {
+            let down = (points[m] - f) * -1.0 / (points[m + 1] - points[m]);
+            let up = (points[m + 2] - f) / (points[m + 2] - points[m + 1]);
+            *v = down.min(up).max(0.0);
+        }
+    }
+    fb
+}
+
+impl LogMel {
+    /// The features of `clip`: the waveform padded with zeros to a
+    /// multiple of `pad_to`, frames of `frame + 1` samples every `hop`,
+    /// HTK pre-emphasis, a periodic Hann window, the magnitude of a
+    /// zero-padded real FFT, HTK mel filters and `ln(max(mel, floor))`.
+    /// A clip too short for one frame (32 ms) is refused.
+    pub fn compute(clip: &Clip, s: &MelSettings) -> Result<Self, MediaError> {
+        let len = clip.samples.len();
+        let padded = len.div_ceil(s.pad_to.max(1)) * s.pad_to.max(1);
+        let span = s.frame + 1;
+        if padded < span || s.fft < s.frame || s.hop == 0 {
+            return Err(MediaError::Decode(format!(
+                "the audio clip is {:.1} ms long; at least {:.1} ms is needed",
+                len as f64 * 1000.0 / SAMPLE_RATE as f64,
+                span as f64 * 1000.0 / SAMPLE_RATE as f64
+            )));
+        }
+        let frames = (padded - span) / s.hop + 1;
+        let valid = (0..frames).filter(|&j| j * s.hop < len).count();
+        let window: Vec<f32> = (0..s.frame)
+            .map(|n| {
+                let c = (2.0 * std::f32::consts::PI * n as f32 / s.frame as f32).cos();
+                0.5 * (1.0 - c)
+            })
+            .collect();
+        let fb = mel_filters(s);
+        let n_freqs = s.fft / 2 + 1;
+        // An f64 FFT of the f32 frames: transformers' numpy FFT runs in f32,
+        // so what differs from it is its rounding, not ours.
+        let fft = RealFftPlanner::<f64>::new().plan_fft_forward(s.fft);
+        let mut input = fft.make_input_vec();
+        let mut spectrum = fft.make_output_vec();
+        let mut magnitude = vec![0.0f64; n_freqs];
+        let sample = |i: usize| clip.samples.get(i).copied().unwrap_or(0.0);
+        let p = s.preemphasis;
+        let mut data = vec![0.0f32; frames * s.bins];
+        for (j, out) in data.chunks_exact_mut(s.bins).enumerate() {
+            let start = j * s.hop;
+            input.iter_mut().for_each(|v| *v = 0.0);
+            for (i, v) in input[..s.frame].iter_mut().enumerate() {
+                let x = if i == 0 {
+                    sample(start) * (1.0 - p)
+                } else {
+                    sample(start + i) - p * sample(start + i - 1)
+                };
+                *v = f64::from(x * window[i]);
+            }
+            fft.process(&mut input, &mut spectrum)
+                .map_err(|e| MediaError::Decode(format!("FFT failed: {e}")))?;
+            for (m, c) in magnitude.iter_mut().zip(&spectrum) {
+                *m = c.norm();
+            }
+            for (b, o) in out.iter_mut().enumerate() {
+                let e: f64 = magnitude
+                    .iter()
+                    .enumerate()
+                    .map(|(k, &m)| m * fb[k * s.bins + b])
+                    .sum();
+                *o = e.max(s.mel_floor).ln() as f32;
+            }
+        }
+        Ok(Self {
+            data,
+            frames,
+            valid,
+            bins: s.bins,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 16-bit PCM WAV of `samples` at `rate` Hz with `channels` channels
+    /// (the same samples on each), the data chunk claiming `claimed` bytes.
+    pub(crate) fn wav(samples: &[f32], rate: u32, channels: u16, claimed: Option<u32>) -> Vec<u8> {
+        let data_len = samples.len() as u32 * 2 * u32::from(channels);
+        let mut out = Vec::new();
+        out.extend_from_slice(b"RIFF");
+        out.extend_from_slice(&(36 + data_len).to_le_bytes());
+        out.extend_from_slice(b"WAVEfmt ");
+        out.extend_from_slice(&16u32.to_le_bytes());
+        out.extend_from_slice(&1u16.to_le_bytes());
+        out.extend_from_slice(&channels.to_le_bytes());
+        out.extend_from_slice(&rate.to_le_bytes());
+        out.extend_from_slice(&(rate * 2 * u32::from(channels)).to_le_bytes());
+        out.extend_from_slice(&(2 * channels).to_le_bytes());
+        out.extend_from_slice(&16u16.to_le_bytes());
+        out.extend_from_slice(b"data");
+        out.extend_from_slice(&claimed.unwrap_or(data_len).to_le_bytes());
+        for &s in samples {
+            let v = (s.clamp(-1.0, 1.0) * 32767.0).round() as i16;
+            for _ in 0..channels {
+                out.extend_from_slice(&v.to_le_bytes());
+            }
+        }
+        out
+    }
+
+    fn tone(hz: f32, rate: u32, seconds: f32) -> Vec<f32> {
+        let n = (rate as f32 * seconds) as usize;
+        (0..n)
+            .map(|i| 0.5 * (2.0 * std::f32::consts::PI * hz * i as f32 / rate as f32).sin())
+            .collect()
+    }
+
+    #[test]
+    fn wav_at_16k_decodes_to_its_samples() {
+        let t = tone(440.0, 16_000, 0.5);
+        let clip = Clip::decode(&wav(&t, 16_000, 1, None)).unwrap();
+        assert_eq!(clip.samples.len(), t.len());
+        let worst = clip
+            .samples
+            .iter()
+            .zip(&t)
+            .map(|(a, b)| (a - b).abs())
+            .fold(0.0, f32::max);
+        assert!(worst < 1e-4, "{worst}");
+        assert!(!clip.truncated);
+    }
+
+    /// Stereo at 8 kHz: averaged to mono and resampled to twice as many
+    /// samples, the tone's frequency kept (zero crossings per second).
+    #[test]
+    fn stereo_8k_is_averaged_and_resampled() {
+        let t = tone(300.0, 8_000, 1.0);
+        let clip = Clip::decode(&wav(&t, 8_000, 2, None)).unwrap();
+        assert_eq!(clip.source_rate, 8_000);
+        assert_eq!(clip.samples.len(), 16_000);
+        let crossings = clip.samples[100..15_900]
+            .windows(2)
+            .filter(|w| (w[0] < 0.0) != (w[1] < 0.0))
+            .count();
+        // 300 Hz: 600 crossings a second, over 0.9875 s.
+        assert!((585..=600).contains(&crossings), "{crossings}");
+        let peak = clip.samples[100..15_900]
+            .iter()
+            .fold(0.0f32, |m, v| m.max(v.abs()));
+        assert!((0.47..0.53).contains(&peak), "{peak}");
+    }
+
+    #[test]
+    fn a_long_clip_is_cut_at_thirty_seconds() {
+        let t = vec![0.1f32; 16_000 * 31];
+        let clip = Clip::decode(&wav(&t, 16_000, 1, None)).unwrap();
+        assert!(clip.truncated);
+        assert_eq!(clip.samples.len(), 16_000 * 30);
+    }
+
+    #[test]
+    fn bad_files_are_refused_or_read_as_far_as_they_go() {
+        assert!(Clip::decode(&[]).is_err());
+        assert!(Clip::decode(b"not audio at all, just text").is_err());
+        // A header with no samples.
+        assert!(Clip::decode(&wav(&[], 16_000, 1, None)).is_err());
+        // A header that claims far more data than follows: what is there.
+        let t = tone(440.0, 16_000, 0.25);
+        let clip = Clip::decode(&wav(&t, 16_000, 1, Some(10_000_000))).unwrap();
+        assert_eq!(clip.samples.len(), t.len());
+        // Truncated in the middle of the header.
+        assert!(Clip::decode(&wav(&t, 16_000, 1, None)[..30]).is_err());
+    }
+
+    #[test]
+    fn features_refuse_a_clip_shorter_than_a_frame() {
+        let s = MelSettings::default();
+        let short = Clip::from_samples(vec![0.1; 300]);
+        assert!(LogMel::compute(&short, &s).is_err());
+        let ok = Clip::from_samples(vec![0.1; 600]);
+        let mel = LogMel::compute(&ok, &s).unwrap();
+        // 600 samples pad to 640: (640 - 513) / 160 + 1 frames.
+        assert_eq!((mel.frames, mel.valid, mel.bins), (1, 1, 128));
+    }
+}

@@ -1,0 +1,54 @@
+//! Gemma 3n's log-mel features of two clips (speech from espeak-ng, a sine
+//! sweep from sox; neither a whole number of hops) against transformers'
+//! `Gemma3nAudioFeatureExtractor` (`tests/fixtures/audio`, made by
+//! `make_clips.sh` and `make_mel.py`).
+
+#[path = "../../../tests/support/npy.rs"]
+mod npy;
+
+use hearth_media::{Clip, LogMel, MelSettings};
+use npy::read_npy_f32;
+use std::path::PathBuf;
+
+fn fixture(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/audio")
+        .join(name)
+}
+
+#[test]
+fn log_mel_matches_the_feature_extractor() {
+    for name in ["speech", "sweep"] {
+        let clip = Clip::decode(&std::fs::read(fixture(&format!("{name}.wav"))).unwrap()).unwrap();
+        let mel = LogMel::compute(&clip, &MelSettings::default()).unwrap();
+        let (shape, want) = read_npy_f32(&fixture(&format!("mel_{name}.npy")));
+        let (_, mask) = read_npy_f32(&fixture(&format!("mask_{name}.npy")));
+        assert_eq!(shape, [mel.frames, 128], "{name}");
+        assert_eq!(
+            mel.valid,
+            mask.iter().filter(|&&m| m > 0.5).count(),
+            "{name}"
+        );
+        // In energy, relative to each frame's largest: the spectra agree
+        // to f32 rounding. In log energy, where the energy is within 40 dB
+        // of the frame's largest (below that, an f32 FFT's rounding noise
+        // — the reference's — is a visible share of a sine's leakage).
+        let (mut worst_energy, mut worst_log) = (0.0f64, 0.0f32);
+        for (g, w) in mel.data.chunks_exact(128).zip(want.chunks_exact(128)) {
+            let top = w.iter().fold(f32::MIN, |m, &v| m.max(v));
+            for (&gv, &wv) in g.iter().zip(w) {
+                let d = (f64::from(gv).exp() - f64::from(wv).exp()).abs() / f64::from(top).exp();
+                worst_energy = worst_energy.max(d);
+                if wv > top - 9.2 {
+                    worst_log = worst_log.max((gv - wv).abs());
+                }
+            }
+        }
+        eprintln!(
+            "{name}: {} frames, energy error {worst_energy:.2e} of the frame's peak, log error {worst_log:.2e} within 40 dB",
+            mel.frames
+        );
+        assert!(worst_energy < 1e-5, "{name}: {worst_energy}");
+        assert!(worst_log < 1e-3, "{name}: {worst_log}");
+    }
+}
