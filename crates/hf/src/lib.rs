@@ -8,11 +8,13 @@
 //! Everything downstream (the model, the tokenizer, `hearth quantize`) then has
 //! one input format.
 
+mod audio;
 mod spm;
 mod tensors;
 mod vision;
 mod vocab;
 
+pub use audio::{convert_audio_dir, has_audio_tower};
 pub use vision::{convert_vision_dir, has_vision_tower, image_attention_bidirectional};
 
 use gguf::{GgufWriter, MetaArray, MetaValue};

@@ -9,12 +9,14 @@
 
 mod audio;
 mod cache;
+mod gemma3n_audio;
 mod gemma4;
 mod picture;
 mod vision;
 
 pub use audio::{Clip, LogMel, MelSettings, MAX_SECONDS, SAMPLE_RATE};
 pub use cache::{content_key, EmbeddingCache};
+pub use gemma3n_audio::{AudioConfig, AudioEmbedding, AudioTower, AUDIO_KEY_PREFIX};
 pub use picture::{Picture, MAX_SIDE};
 pub use vision::{
     Pixels, Projector, VisionConfig, VisionTower, GEMMA4_DEFAULT_TOKENS, GEMMA4_TOKEN_RANGE,

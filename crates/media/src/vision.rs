@@ -292,6 +292,16 @@ impl Linear {
         Ok(w)
     }
 
+    /// `{name}.weight` of `rows` outputs by `cols` inputs, no bias.
+    pub(crate) fn bind_plain(
+        file: &GgufFile,
+        name: &str,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Self, MediaError> {
+        Self::bind_weight(file, name, rows, cols)
+    }
+
     fn bind_weight(
         file: &GgufFile,
         name: &str,
