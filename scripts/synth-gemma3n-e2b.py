@@ -20,6 +20,42 @@ import sys
 import torch
 import transformers as tf
 
+if sys.argv[1] == "--add-shared-kv":
+    import numpy as np
+    sys.path.insert(0, os.environ.get("GGUF_PY", ""))
+    import gguf
+    src, dst = sys.argv[2], sys.argv[3]
+    reader = gguf.GGUFReader(src)
+    arch = reader.fields["general.architecture"].contents()
+    writer = gguf.GGUFWriter(dst, arch)
+    for field in reader.fields.values():
+        if field.name == "general.architecture" or field.name.startswith("GGUF."):
+            continue
+        vt = field.types[0]
+        writer.add_key_value(field.name, field.contents(), vt,
+                             sub_type=field.types[-1] if vt == gguf.GGUFValueType.ARRAY else None)
+    names = {t.name for t in reader.tensors}
+    extra = []
+    for i in range(20, 30):
+        for n, shape in ((f"blk.{i}.attn_k.weight", (512, 2048)), (f"blk.{i}.attn_v.weight", (512, 2048)),
+                         (f"blk.{i}.attn_k_norm.weight", (256,))):
+            if n not in names:
+                extra.append((n, np.zeros(shape, dtype=np.float16 if len(shape) == 2 else np.float32)))
+    for t in reader.tensors:
+        writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+    for n, a in extra:
+        writer.add_tensor_info(n, a.shape, a.dtype, a.nbytes)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for t in reader.tensors:
+        writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
+    for _, a in extra:
+        writer.write_tensor_data(a)
+    writer.close()
+    print("added", len(extra), "tensors ->", dst)
+    sys.exit(0)
+
 OUT = sys.argv[1]
 HERE = os.path.dirname(os.path.abspath(__file__))
 TINY = os.path.join(HERE, "..", "tests", "fixtures", "tiny", "gemma3n")
@@ -55,3 +91,8 @@ model.save_pretrained(OUT, safe_serialization=True, max_shard_size="4GB")
 for f in ("tokenizer.model", "tokenizer_config.json"):
     shutil.copy(os.path.join(TINY, f), OUT)
 print("saved", OUT)
+
+# llama.cpp loads k/v projections and k norms for the KV-sharing layers too (the released checkpoints
+# carry them; transformers drops them, so this random model has none). After converting and
+# quantizing, add unused F16 zeros for them so llama-bench loads the file:
+#     python3 scripts/synth-gemma3n-e2b.py --add-shared-kv IN.gguf OUT.gguf

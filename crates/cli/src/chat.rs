@@ -31,6 +31,8 @@ pub struct Turns {
     pub guard_trace: bool,
     /// Image files for the first message.
     pub images: Vec<std::path::PathBuf>,
+    /// Audio clips for the first message.
+    pub audio: Vec<std::path::PathBuf>,
 }
 
 pub fn run(
@@ -47,10 +49,16 @@ pub fn run(
         guard,
         guard_trace,
         images,
+        audio,
     } = turns;
-    if !images.is_empty() && !guard.is_empty() {
-        anyhow::bail!("--guard does not take images yet");
+    if !(images.is_empty() && audio.is_empty()) && !guard.is_empty() {
+        anyhow::bail!("--guard does not take images or audio yet");
     }
+    if !images.is_empty() && !audio.is_empty() {
+        anyhow::bail!("a conversation takes images or audio clips, not both");
+    }
+    // Clips ride the same path as images: embeddings placed by markers.
+    let hears = !audio.is_empty();
     let grammar = constraint.grammar()?;
     let engine = load_engine(args, sample.params())?;
     report_session(&engine);
@@ -63,7 +71,11 @@ pub fn run(
         eprintln!("(this model does not think; --think is ignored)");
     }
     // The images go with the first message; the conversation keeps them.
-    let mut pending_images = crate::commands::encode_images(&engine, &images)?;
+    let mut pending_images = if hears {
+        crate::commands::encode_audio(&engine, &audio)?
+    } else {
+        crate::commands::encode_images(&engine, &images)?
+    };
     let mut conversation_images: Vec<engine::ImageEmbedding> = Vec::new();
     let mut session = engine.session();
     let mut guarded_model = (!guard.is_empty()).then(|| engine::LocalChat::new(&engine));
@@ -141,14 +153,22 @@ pub fn run(
             break;
         }
         let added = pending_images.len();
-        messages.push(ChatMessage::user(engine::place_images(&user, added)));
+        messages.push(ChatMessage::user(if hears {
+            engine::place_audio(&user, added)
+        } else {
+            engine::place_images(&user, added)
+        }));
         conversation_images.append(&mut pending_images);
         let encoded = if conversation_images.is_empty() {
             engine
                 .encode_chat_thinking(&messages, thinking.is_some())
                 .map(|ids| (ids, Vec::new()))
         } else {
-            engine.encode_chat_images(&messages, &conversation_images, thinking.is_some())
+            if hears {
+                engine.encode_chat_audio(&messages, &conversation_images, thinking.is_some())
+            } else {
+                engine.encode_chat_images(&messages, &conversation_images, thinking.is_some())
+            }
         };
         let (ids, placed) = match encoded {
             Ok(v) => v,

@@ -107,18 +107,70 @@ pub fn encode_images(engine: &Engine, files: &[PathBuf]) -> Result<Vec<ImageEmbe
         .collect()
 }
 
-/// The ids of a raw prompt with its images (placed by markers, else first).
+/// Encode audio clips for a prompt, each timed on stderr.
+pub fn encode_audio(engine: &Engine, files: &[PathBuf]) -> Result<Vec<ImageEmbedding>> {
+    files
+        .iter()
+        .map(|f| {
+            let bytes = std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?;
+            let e = engine
+                .encode_audio(&bytes)
+                .with_context(|| format!("{}", f.display()))?;
+            eprintln!(
+                "hearth: audio {}: {} tokens, encoded in {:.2} s{}",
+                f.display(),
+                e.tokens,
+                e.time.as_secs_f64(),
+                if e.cached { " (cached)" } else { "" }
+            );
+            Ok(e)
+        })
+        .collect()
+}
+
+/// A prompt's images and audio clips, encoded: one kind per prompt (no
+/// model here reads both).
+pub struct Media {
+    /// Encoded images.
+    pub images: Vec<ImageEmbedding>,
+    /// Encoded clips.
+    pub clips: Vec<ImageEmbedding>,
+}
+
+impl Media {
+    /// Encode `images` and `audio` for `engine`.
+    pub fn encode(engine: &Engine, images: &[PathBuf], audio: &[PathBuf]) -> Result<Self> {
+        if !images.is_empty() && !audio.is_empty() {
+            bail!("a prompt takes images or audio clips, not both");
+        }
+        Ok(Self {
+            images: encode_images(engine, images)?,
+            clips: encode_audio(engine, audio)?,
+        })
+    }
+
+    fn is_empty(&self) -> bool {
+        self.images.is_empty() && self.clips.is_empty()
+    }
+}
+
+/// The ids of a raw prompt with its images or clips (placed by markers,
+/// else first).
 fn prompt_ids(
     engine: &Engine,
     prompt: &str,
-    images: &[ImageEmbedding],
+    media: &Media,
 ) -> Result<(Vec<u32>, Vec<PromptImage>)> {
     let tok = engine.tokenizer();
-    if images.is_empty() {
+    if !media.clips.is_empty() {
+        let text = engine::place_audio(prompt, media.clips.len());
+        return Ok(engine.audio_prompt(&text, tok.add_bos(), &media.clips)?);
+    }
+    if media.images.is_empty() {
         return Ok((tok.encode(prompt, tok.add_bos(), true), Vec::new()));
     }
-    let text = engine::place_images(prompt, images.len());
-    Ok(engine.image_prompt(&text, tok.add_bos(), images)?)
+    let text = engine::place_images(prompt, media.images.len());
+    Ok(engine.image_prompt(&text, tok.add_bos(), &media.images)?)
 }
 
 /// `complete`'s output options.
@@ -150,8 +202,8 @@ pub fn complete(
     let engine = load_engine(args, sample.params())?;
     report_session(&engine);
     let constraint = grammar.map(|g| engine.constraint(&g)).transpose()?;
-    let pictures = encode_images(&engine, &images.images)?;
-    let (ids, placed) = prompt_ids(&engine, &prompt, &pictures)?;
+    let media = Media::encode(&engine, &images.images, &images.audio)?;
+    let (ids, placed) = prompt_ids(&engine, &prompt, &media)?;
     let mut session = engine.session();
     let mut sampler = Sampler::new(engine.options().sampling.clone());
     let opts = GenerateOptions {
@@ -229,30 +281,47 @@ pub struct LogitsInput {
     pub prompt: Option<String>,
     /// Image files the prompt places.
     pub images: Vec<PathBuf>,
-    /// Print the images' embeddings instead of logits.
+    /// Audio clips the prompt places.
+    pub audio: Vec<PathBuf>,
+    /// Print the images' (or clips') embeddings instead of logits.
     pub embeddings: bool,
 }
 
 /// `hearth logits`.
 pub fn logits(args: &ModelArgs, input: LogitsInput, top: usize, full: bool) -> Result<ExitCode> {
     let engine = load_engine(args, SamplingParams::default())?;
-    let pictures = encode_images(&engine, &input.images)?;
+    let media = Media::encode(&engine, &input.images, &input.audio)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());
+    if input.embeddings && media.is_empty() {
+        bail!("--embeddings needs --image or --audio files");
+    }
     if input.embeddings {
         let width = engine.model().config().hidden;
-        for (file, p) in input.images.iter().zip(&pictures) {
+        let files = input
+            .images
+            .iter()
+            .zip(&media.images)
+            .map(|(f, e)| ("image", f, e))
+            .chain(
+                input
+                    .audio
+                    .iter()
+                    .zip(&media.clips)
+                    .map(|(f, e)| ("audio", f, e)),
+            );
+        for (kind, file, p) in files {
             let rows: Vec<&[f32]> = p.rows.chunks_exact(width).collect();
-            let v = serde_json::json!({"image": file.display().to_string(), "tokens": p.tokens, "width": width, "embeddings": rows});
+            let v = serde_json::json!({kind: file.display().to_string(), "tokens": p.tokens, "width": width, "embeddings": rows});
             writeln!(out, "{v}").context("cannot write to stdout")?;
         }
         out.flush()?;
         return Ok(ExitCode::SUCCESS);
     }
     let (ids, placed) = match &input.prompt {
-        Some(p) => prompt_ids(&engine, p, &pictures)?,
-        None if pictures.is_empty() => (input.ids, Vec::new()),
-        None => bail!("--image needs a --prompt that places it"),
+        Some(p) => prompt_ids(&engine, p, &media)?,
+        None if media.is_empty() => (input.ids, Vec::new()),
+        None => bail!("--image and --audio need a --prompt that places them"),
     };
     // The context is the sequence scored.
     let mut session = engine.session_with_ctx(ids.len().max(1));

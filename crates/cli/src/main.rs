@@ -63,6 +63,11 @@ pub(crate) struct ImageArgs {
     /// An image file (PNG, JPEG, WebP); repeat for several.
     #[arg(long = "image", value_name = "FILE")]
     pub(crate) images: Vec<std::path::PathBuf>,
+    /// An audio clip (WAV, MP3, Ogg Vorbis; the first 30 s) for a model
+    /// that hears (a Gemma 3n checkpoint directory), placed where the
+    /// prompt says `<audio_soft_token>`, else before it; repeat for several.
+    #[arg(long = "audio", value_name = "FILE")]
+    pub(crate) audio: Vec<std::path::PathBuf>,
 }
 
 /// Sampling flags shared by `complete`, `chat` and `serve` (for `serve`, the
@@ -307,14 +312,15 @@ enum Command {
         #[arg(long, value_delimiter = ',', required_unless_present_any = ["prompt", "embeddings"], conflicts_with = "prompt")]
         ids: Vec<u32>,
         /// A prompt to tokenize (special tokens parsed, BOS added); images
-        /// go where it says `<start_of_image>`.
+        /// go where it says `<start_of_image>`, audio clips where it says
+        /// `<audio_soft_token>`.
         #[arg(short, long)]
         prompt: Option<String>,
         #[command(flatten)]
         images: ImageArgs,
-        /// Print each image's projected embeddings (one JSON line per image:
-        /// rows of the text model's width) instead of logits.
-        #[arg(long, requires = "images")]
+        /// Print each image's (or clip's) projected embeddings (one JSON
+        /// line per file: rows of the text model's width) instead of logits.
+        #[arg(long)]
         embeddings: bool,
         /// How many of the largest logits to print per position.
         #[arg(long, default_value_t = 10, conflicts_with = "full")]
@@ -433,6 +439,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 guard,
                 guard_trace,
                 images: images.images,
+                audio: images.audio,
             },
         ),
         Command::Tokenize {
@@ -455,6 +462,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 ids,
                 prompt,
                 images: images.images,
+                audio: images.audio,
                 embeddings,
             },
             top,

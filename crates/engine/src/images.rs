@@ -226,32 +226,7 @@ impl Engine {
         // expanded text without them, then insert them.
         let expanded = text.replace(marker, &format!("{}{}", form.before, form.after));
         let plain = tok.encode(&expanded, add_bos, true);
-        let total: usize = images.iter().map(|i| i.tokens).sum();
-        let mut ids = Vec::with_capacity(plain.len() + total);
-        let mut placed = Vec::with_capacity(images.len());
-        let mut next = images.iter();
-        let mut iter = plain.iter().peekable();
-        while let Some(&id) = iter.next() {
-            ids.push(id);
-            if id == boi && iter.peek() == Some(&&eoi) {
-                let Some(image) = next.next() else {
-                    break;
-                };
-                placed.push(PromptImage {
-                    pos: ids.len(),
-                    image: image.clone(),
-                });
-                ids.extend(std::iter::repeat_n(soft, image.tokens));
-            }
-        }
-        if placed.len() != images.len() {
-            return Err(EngineError::InvalidRequest(format!(
-                "{} of {} image markers survived tokenization",
-                placed.len(),
-                images.len()
-            )));
-        }
-        Ok((ids, placed))
+        fill_soft_tokens(&plain, (boi, eoi), soft, images, "image")
     }
 
     /// [`Engine::encode_chat_thinking`] for messages whose text places
@@ -262,14 +237,63 @@ impl Engine {
         images: &[ImageEmbedding],
         thinking: bool,
     ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
+        let (text, add_bos) = self.render_for_media(messages, thinking)?;
+        self.image_prompt(&text, add_bos, images)
+    }
+
+    /// The chat prompt's text for `messages`, and whether a BOS still
+    /// goes before it (not when the template wrote one).
+    pub(crate) fn render_for_media(
+        &self,
+        messages: &[tokenizer::ChatMessage],
+        thinking: bool,
+    ) -> Result<(String, bool), EngineError> {
         let text = self.template.render_thinking(messages, true, thinking)?;
         let bos_text = self
             .tokenizer
             .bos_id()
             .and_then(|id| self.tokenizer.token_text(id));
         let starts_with_bos = bos_text.is_some_and(|b| !b.is_empty() && text.starts_with(b));
-        self.image_prompt(&text, self.tokenizer.add_bos() && !starts_with_bos, images)
+        Ok((text, self.tokenizer.add_bos() && !starts_with_bos))
     }
+}
+
+/// `plain` with the soft tokens (id `soft`) of each of `items`, in order,
+/// between the `begin`/`end` pairs that mark their places; and where each
+/// went. Every item needs a pair.
+pub(crate) fn fill_soft_tokens(
+    plain: &[u32],
+    (begin, end): (u32, u32),
+    soft: u32,
+    items: &[ImageEmbedding],
+    what: &str,
+) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
+    let total: usize = items.iter().map(|i| i.tokens).sum();
+    let mut ids = Vec::with_capacity(plain.len() + total);
+    let mut placed = Vec::with_capacity(items.len());
+    let mut next = items.iter();
+    let mut iter = plain.iter().peekable();
+    while let Some(&id) = iter.next() {
+        ids.push(id);
+        if id == begin && iter.peek() == Some(&&end) {
+            let Some(item) = next.next() else {
+                break;
+            };
+            placed.push(PromptImage {
+                pos: ids.len(),
+                image: item.clone(),
+            });
+            ids.extend(std::iter::repeat_n(soft, item.tokens));
+        }
+    }
+    if placed.len() != items.len() {
+        return Err(EngineError::InvalidRequest(format!(
+            "{} of {} {what} markers survived tokenization",
+            placed.len(),
+            items.len()
+        )));
+    }
+    Ok((ids, placed))
 }
 
 /// `text` with one image marker per image at its start when it places none

@@ -6,6 +6,7 @@
 //! Front ends talk to this crate only; it hides kernels, tensors and file
 //! formats.
 
+mod audio;
 mod batch;
 pub mod bench;
 mod chat_model;
@@ -23,6 +24,7 @@ mod shared_chat;
 mod thinking;
 pub mod tools;
 
+pub use audio::{place_audio, AUDIO_MARKER};
 pub use batch::{BatchDecoder, BatchItem};
 pub use chat_model::{ChatModel, LocalChat, ModelCall, ModelReply};
 pub use constraint::{Constraint, ConstraintStats, Grammar, Grammars, MAX_GRAMMAR_BYTES};

@@ -26,6 +26,8 @@ pub struct Engine {
     grammars: OnceLock<Result<Arc<Grammars>, String>>,
     /// The vision tower, when the engine reads images.
     pub(crate) vision: Option<Arc<crate::images::Vision>>,
+    /// The audio tower, when the engine hears.
+    pub(crate) audio: Option<Arc<crate::audio::Hearing>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -76,6 +78,10 @@ impl Engine {
             return Err(EngineError::InvalidOptions(
                 "--image-tokens needs a vision projector (--mmproj)".into(),
             ));
+        }
+        // A Gemma 3n checkpoint brings its audio tower.
+        if hf::has_audio_tower(path.as_ref()) {
+            engine.attach_audio(path.as_ref())?;
         }
         engine.load_time = start.elapsed();
         Ok(engine)
@@ -149,6 +155,7 @@ impl Engine {
             load_time: start.elapsed(),
             grammars: OnceLock::new(),
             vision: None,
+            audio: None,
         })
     }
 

@@ -93,6 +93,7 @@ pub fn convert_audio_dir(dir: &Path) -> Result<Option<GgufWriter>, HfError> {
         ("reduction", uint(audio, "conf_reduction_factor", 4)),
         ("conv_kernel", uint(audio, "conf_conv_kernel_size", 5)),
         ("vocab", uint(audio, "vocab_size", 128)),
+        ("vocab_offset", uint(audio, "vocab_offset", 262_272)),
         ("text_hidden", text_hidden),
         (
             "soft_tokens",

@@ -64,6 +64,10 @@ pub struct AudioConfig {
     pub soft_tokens: usize,
     /// Rows of the audio vocabulary (its last one embeds padding).
     pub vocab: usize,
+    /// The text vocabulary's id of the audio vocabulary's first row: ids
+    /// from here on (`<end_of_audio>`, the audio token) are embedded by the
+    /// audio embedder, not the text model's table.
+    pub vocab_offset: usize,
 }
 
 impl AudioConfig {
@@ -97,6 +101,7 @@ impl AudioConfig {
             text_hidden: uint("text_hidden")?,
             soft_tokens: uint("soft_tokens")?,
             vocab: uint("vocab")?,
+            vocab_offset: uint("vocab_offset")?,
         };
         let ok = cfg.hidden > 0
             && cfg.heads > 0
@@ -177,6 +182,8 @@ pub struct AudioTower {
     blocks: Vec<Block>,
     soft_norm: Vec<f32>,
     projection: Linear,
+    /// The audio vocabulary's rows, hard-normed (`[vocab][hidden]`).
+    hard: Vec<f32>,
     /// The embedding of a padding token, computed once at load.
     padding: Vec<f32>,
 }
@@ -282,28 +289,12 @@ impl AudioTower {
             .collect::<Result<Vec<_>, MediaError>>()?;
         let soft_norm = vector(f, "mm.a.soft_embedding_norm.weight", d)?;
         let projection = Linear::bind_plain(f, "mm.a.embedding_projection", cfg.text_hidden, d)?;
-        // The padding token's embedding: the audio vocabulary's last row,
-        // hard-normed, projected, normed without weight.
-        let table = vector(f, "mm.a.embedding.weight", cfg.vocab * d)?;
-        let mut hard = table[(cfg.vocab - 1) * d..].to_vec();
-        rms_norm(
-            &mut hard,
-            Some(&vector(f, "mm.a.hard_embedding_norm.weight", d)?),
-            cfg.eps,
-        );
-        let pool = ThreadPool::new(1);
-        let mut padding = vec![0.0; cfg.text_hidden];
-        product(
-            &pool,
-            f,
-            &projection,
-            &hard,
-            1,
-            &mut padding,
-            &mut Buffers::default(),
-        )?;
-        rms_norm(&mut padding, None, cfg.eps);
-        Ok(Self {
+        let mut hard = vector(f, "mm.a.embedding.weight", cfg.vocab * d)?;
+        let hard_norm = vector(f, "mm.a.hard_embedding_norm.weight", d)?;
+        for row in hard.chunks_exact_mut(d) {
+            rms_norm(row, Some(&hard_norm), cfg.eps);
+        }
+        let mut tower = Self {
             cfg,
             file,
             conv,
@@ -312,8 +303,43 @@ impl AudioTower {
             blocks,
             soft_norm,
             projection,
-            padding,
-        })
+            hard,
+            padding: Vec::new(),
+        };
+        // Padding takes the audio vocabulary's last token.
+        let last = tower.cfg.vocab_offset + tower.cfg.vocab - 1;
+        tower.padding = tower
+            .token_embedding(u32::try_from(last).unwrap_or(u32::MAX))?
+            .unwrap_or_default();
+        Ok(tower)
+    }
+
+    /// The embedding in the text width of token `id` when it belongs to the
+    /// audio vocabulary (`vocab_offset..vocab_offset + vocab`): its row,
+    /// hard-normed, projected, normed without weight. `None` for other ids.
+    pub fn token_embedding(&self, id: u32) -> Result<Option<Vec<f32>>, MediaError> {
+        let cfg = &self.cfg;
+        let Some(i) = (id as usize)
+            .checked_sub(cfg.vocab_offset)
+            .filter(|&i| i < cfg.vocab)
+        else {
+            return Ok(None);
+        };
+        let d = cfg.hidden;
+        let pool = ThreadPool::new(1);
+        let mut out = vec![0.0; cfg.text_hidden];
+        let row = &self.hard[i * d..][..d];
+        product(
+            &pool,
+            &self.file,
+            &self.projection,
+            row,
+            1,
+            &mut out,
+            &mut Buffers::default(),
+        )?;
+        rms_norm(&mut out, None, cfg.eps);
+        Ok(Some(out))
     }
 
     /// The sinusoids of relative distances `context_left - 1` down to
