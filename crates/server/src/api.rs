@@ -75,6 +75,49 @@ struct Part {
     kind: String,
     text: Option<String>,
     image_url: Option<ImageUrl>,
+    input_audio: Option<InputAudio>,
+}
+
+/// An audio part's `input_audio`: base64 bytes and their format.
+#[derive(Debug, Deserialize)]
+struct InputAudio {
+    data: String,
+    format: Option<String>,
+}
+
+/// Most audio clips one request may carry.
+pub const MAX_CLIPS: usize = 4;
+
+/// The bytes of an `input_audio` part: its base64 `data`, in a format the
+/// decoder reads (`wav`, `mp3`, `ogg`; OpenAI names `wav` and `mp3`).
+fn audio_bytes(a: &InputAudio, field: &str) -> Result<Vec<u8>, ApiError> {
+    use base64::Engine as _;
+    match a.format.as_deref() {
+        None | Some("wav" | "mp3" | "ogg") => {}
+        Some(other) => {
+            return Err(ApiError::bad_param(
+                &format!("{field}.format"),
+                format!("Audio format `{other}` is not supported; send wav, mp3 or ogg."),
+            ))
+        }
+    }
+    let cleaned: String = a
+        .data
+        .chars()
+        .filter(|c| !c.is_ascii_whitespace())
+        .collect();
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(cleaned.as_bytes())
+        .map_err(|e| {
+            ApiError::bad_param(&format!("{field}.data"), format!("Not valid base64: {e}."))
+        })?;
+    if bytes.is_empty() {
+        return Err(ApiError::bad_param(
+            &format!("{field}.data"),
+            "The audio is empty.",
+        ));
+    }
+    Ok(bytes)
 }
 
 /// An image part's `image_url`: `{"url": ...}` as OpenAI sends it, or the
@@ -255,6 +298,9 @@ pub struct Request {
     pub guard: Option<guard::GuardSet>,
     /// The images of a chat, in the order their markers appear.
     pub images: Vec<ImageSource>,
+    /// The audio clips of a chat (file bytes), in the order their markers
+    /// appear.
+    pub audio: Vec<Vec<u8>>,
 }
 
 /// Tool calling in a chat request.
@@ -340,6 +386,7 @@ pub fn parse_chat(body: &[u8], defaults: &SamplingParams) -> Result<Request, Api
     let mut call_names: std::collections::HashMap<String, String> = Default::default();
     let mut messages: Vec<ChatMessage> = Vec::with_capacity(b.messages.len() + 1);
     let mut images: Vec<ImageSource> = Vec::new();
+    let mut audio: Vec<Vec<u8>> = Vec::new();
     for (i, m) in b.messages.into_iter().enumerate() {
         let role = match m.role.as_str() {
             "system" | "developer" => "system",
@@ -361,6 +408,24 @@ pub fn parse_chat(body: &[u8], defaults: &SamplingParams) -> Result<Request, Api
             Some(Content::Parts(parts)) => {
                 let mut text = String::new();
                 for (j, p) in parts.into_iter().enumerate() {
+                    if p.kind == "input_audio" {
+                        let field = format!("messages[{i}].content[{j}].input_audio");
+                        let Some(a) = &p.input_audio else {
+                            return Err(ApiError::bad_param(
+                                &format!("messages[{i}].content[{j}]"),
+                                "An `input_audio` part needs its `input_audio` field.",
+                            ));
+                        };
+                        if audio.len() == MAX_CLIPS {
+                            return Err(ApiError::bad_param(
+                                &field,
+                                format!("A request may carry at most {MAX_CLIPS} audio clips."),
+                            ));
+                        }
+                        audio.push(audio_bytes(a, &field)?);
+                        text.push_str(engine::AUDIO_MARKER);
+                        continue;
+                    }
                     match (p.kind.as_str(), p.image_url) {
                         ("text", _) => text.push_str(p.text.as_deref().unwrap_or("")),
                         ("image_url", Some(u)) => {
@@ -388,7 +453,7 @@ pub fn parse_chat(body: &[u8], defaults: &SamplingParams) -> Result<Request, Api
                             return Err(ApiError::bad_param(
                                 &format!("messages[{i}].content"),
                                 format!(
-                                    "Content parts of type `{other}` are not supported; only text and image_url."
+                                    "Content parts of type `{other}` are not supported; only text, image_url and input_audio."
                                 ),
                             ))
                         }
@@ -455,7 +520,14 @@ pub fn parse_chat(body: &[u8], defaults: &SamplingParams) -> Result<Request, Api
     }
     let mut req = common(b.common, Input::Chat(messages), None, defaults)?;
     req.guard = guard;
+    if !images.is_empty() && !audio.is_empty() {
+        return Err(ApiError::bad_param(
+            "messages",
+            "A request may carry images or audio, not both.",
+        ));
+    }
     req.images = images;
+    req.audio = audio;
     if let Some(mode) = tool_mode {
         if let Some((_, field)) = &req.grammar {
             return Err(ApiError::bad_param(
@@ -791,6 +863,7 @@ fn common(
         thinking_budget,
         guard: None,
         images: Vec::new(),
+        audio: Vec::new(),
     })
 }
 

@@ -101,7 +101,9 @@ async fn generate_inner(
             (Input::Chat(_), true) => engine.thinking(req.thinking_budget),
             _ => None,
         };
-        let prompt = if req.images.is_empty() {
+        let prompt = if !req.audio.is_empty() {
+            audio_prompt(&engine, &req, thinking.is_some())?
+        } else if req.images.is_empty() {
             (
                 tokenize(&engine, &req.input, thinking.is_some())?,
                 Vec::new(),
@@ -195,12 +197,15 @@ async fn generate_inner(
 /// thinking is refused (the guards rewrite text those would hold); the
 /// server's default simply does not apply to such a request.
 fn guards_for(st: &AppState, req: &Request, kind: Kind) -> Result<guard::GuardSet, ApiError> {
-    let special =
-        req.grammar.is_some() || req.tools.is_some() || req.thinking || !req.images.is_empty();
+    let special = req.grammar.is_some()
+        || req.tools.is_some()
+        || req.thinking
+        || !req.images.is_empty()
+        || !req.audio.is_empty();
     match req.guard {
         Some(g) if !g.is_empty() && special => Err(ApiError::bad_param(
             "guard",
-            "`guard` cannot be combined with a grammar, a response format, tools, thinking or images.",
+            "`guard` cannot be combined with a grammar, a response format, tools, thinking, images or audio.",
         )),
         Some(g) => Ok(g),
         None if special || kind != Kind::Chat => Ok(guard::GuardSet::none()),
@@ -290,6 +295,33 @@ fn image_prompt(
     }
     engine
         .encode_chat_images(messages, &encoded, thinking)
+        .map_err(|e| ApiError::bad_param("messages", format!("{e}.")))
+}
+
+/// A chat's prompt with its audio clips decoded, encoded and placed.
+fn audio_prompt(
+    engine: &Engine,
+    req: &Request,
+    thinking: bool,
+) -> Result<(Vec<u32>, Vec<engine::PromptImage>), ApiError> {
+    let Input::Chat(messages) = &req.input else {
+        return Err(ApiError::bad_param(
+            "prompt",
+            "Audio is read in chats only.",
+        ));
+    };
+    let clips = req
+        .audio
+        .iter()
+        .enumerate()
+        .map(|(i, bytes)| {
+            engine
+                .encode_audio(bytes)
+                .map_err(|e| ApiError::bad_param("messages", format!("audio clip {}: {e}.", i + 1)))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    engine
+        .encode_chat_audio(messages, &clips, thinking)
         .map_err(|e| ApiError::bad_param("messages", format!("{e}.")))
 }
 
