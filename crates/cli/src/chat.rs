@@ -51,7 +51,8 @@ pub fn run(
         images,
         audio,
     } = turns;
-    if !(images.is_empty() && audio.is_empty()) && !guard.is_empty() {
+    let has_media = !images.is_empty() || !audio.is_empty();
+    if has_media && !guard.is_empty() {
         anyhow::bail!("--guard does not take images or audio yet");
     }
     if !images.is_empty() && !audio.is_empty() {

@@ -50,7 +50,7 @@ fn audio_prompts_match_transformers() {
         let (before, after) = (&ids[..pos - 1], &ids[pos + 25..]);
         let marker_ids = [before, &[530, 528], after].concat();
         let (expanded, placed) = engine
-            .audio_prompt_ids(&marker_ids, &[clip.clone()])
+            .audio_prompt_ids(&marker_ids, std::slice::from_ref(&clip))
             .unwrap();
         assert_eq!(expanded, ids);
         // The clip, and one row for each audio-vocabulary token around it
@@ -87,7 +87,9 @@ fn the_marker_expands_as_the_processor_does() {
     let bytes = std::fs::read(fixtures().join("audio/sweep.wav")).unwrap();
     let clip = engine.encode_audio(&bytes).unwrap();
     let text = format!("Listen:{AUDIO_MARKER}What is it?");
-    let (ids, placed) = engine.audio_prompt(&text, true, &[clip.clone()]).unwrap();
+    let (ids, placed) = engine
+        .audio_prompt(&text, true, std::slice::from_ref(&clip))
+        .unwrap();
     let clips: Vec<usize> = placed
         .iter()
         .filter(|p| p.image.tokens == 24)

@@ -68,6 +68,9 @@ impl Checkpoint {
     }
 }
 
+/// One matrix of a stack: its index, type, dims and bytes.
+type StackPart = (usize, GgmlType, Vec<u64>, Vec<u8>);
+
 /// Where a checkpoint tensor goes in the GGUF.
 enum Target {
     /// A matrix or table, kept in its stored precision.
@@ -242,7 +245,7 @@ pub(crate) fn write_tensors(
     };
     let tied = cfg.v.get("tie_word_embeddings").and_then(Value::as_bool) != Some(false);
     let vocab = cfg.opt_uint("vocab_size");
-    let mut stacks: Vec<(String, Vec<(usize, GgmlType, Vec<u64>, Vec<u8>)>)> = Vec::new();
+    let mut stacks: Vec<(String, Vec<StackPart>)> = Vec::new();
     let mut counts = [0usize; 3];
     let mut names: Vec<(String, usize)> = Vec::new();
     let parsed = ckpt.parsed()?;

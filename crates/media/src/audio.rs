@@ -112,7 +112,12 @@ fn decode_mono(bytes: Vec<u8>) -> Result<(Vec<f32>, u32, bool), MediaError> {
         .format(
             &Hint::new(),
             stream,
-            &FormatOptions::default(),
+            &FormatOptions {
+                // Trim the padding of the last packet (Ogg, MP3 with a LAME
+                // header) so a clip decodes to its own length.
+                enable_gapless: true,
+                ..FormatOptions::default()
+            },
             &MetadataOptions::default(),
         )
         .map_err(|e| match e {
@@ -128,6 +133,12 @@ fn decode_mono(bytes: Vec<u8>) -> Result<(Vec<f32>, u32, bool), MediaError> {
         .find(|t| t.codec_params.codec != CODEC_TYPE_NULL)
         .ok_or_else(|| MediaError::Decode("the file has no audio track".into()))?;
     let track_id = track.id;
+    // The stream's own length, where the container states it: the last
+    // packet of an Ogg stream decodes past it.
+    let stated = track
+        .codec_params
+        .n_frames
+        .and_then(|n| usize::try_from(n).ok());
     let rate = track
         .codec_params
         .sample_rate
@@ -188,6 +199,9 @@ fn decode_mono(bytes: Vec<u8>) -> Result<(Vec<f32>, u32, bool), MediaError> {
         if truncated {
             break;
         }
+    }
+    if let Some(n) = stated {
+        mono.truncate(n);
     }
     Ok((mono, rate, truncated))
 }
@@ -307,7 +321,7 @@ fn mel_filters(s: &MelSettings) -> Vec<f64> {
         // The frequencies are f32 in transformers (`arange(..., float32)`).
         let f = f64::from(k as f32 * bin_hz);
         for (m, v) in row.iter_mut().enumerate() {
-            let down = (points[m] - f) * -1.0 / (points[m + 1] - points[m]);
+            let down = (f - points[m]) / (points[m + 1] - points[m]);
             let up = (points[m + 2] - f) / (points[m + 2] - points[m + 1]);
             *v = down.min(up).max(0.0);
         }
