@@ -141,6 +141,7 @@ fn tiny_models_agree_on_every_tier() {
         "gemma3_h256/model-q4_k_m.gguf",
         "gemma3_h256/model-q6_k.gguf",
         "gemma4_e2b_h256/model-q4_k_m.gguf",
+        "gemma3n_h256/model-q4_k_m.gguf",
     ] {
         check(&fixture(m), ids, "hello world", "512", "24");
     }

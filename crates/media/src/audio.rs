@@ -491,6 +491,14 @@ mod tests {
         assert_eq!(clip.samples.len(), t.len());
         // Truncated in the middle of the header.
         assert!(Clip::decode(&wav(&t, 16_000, 1, None)[..30]).is_err());
+        // A codec we do not decode (WMA in a WAV header): named as such.
+        let mut wma = wav(&t, 16_000, 1, None);
+        wma[20..22].copy_from_slice(&0x0161u16.to_le_bytes());
+        let err = Clip::decode(&wma).unwrap_err().to_string();
+        assert!(
+            err.contains("unsupported") || err.contains("not an audio format"),
+            "{err}"
+        );
     }
 
     #[test]

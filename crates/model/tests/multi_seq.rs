@@ -190,7 +190,7 @@ fn schedule() -> Vec<Seq> {
 
 #[test]
 fn forward_multi_matches_forward_on_each_architecture() {
-    for name in ["gemma3", "gemma2", "gemma4_e2b"] {
+    for name in ["gemma3", "gemma2", "gemma4_e2b", "gemma3n"] {
         let model = load(name, "model-f32.gguf");
         let worst = check_schedule(&model, &schedule(), 12);
         eprintln!("{name}: max |Δlogit| batched vs alone = {worst:.2e}");
@@ -370,7 +370,7 @@ fn hidden_rows_of_other_scratches_share_the_head_product() {
 /// logits of feeding the same tokens one at a time (the row-by-row path).
 #[test]
 fn blocked_prefill_matches_token_by_token() {
-    for name in ["gemma2", "gemma3", "gemma4_e2b"] {
+    for name in ["gemma2", "gemma3", "gemma4_e2b", "gemma3n"] {
         let model = load(name, "model-f32.gguf");
         let vocab = model.config().vocab;
         let ids = prompt(vocab, 3, 50);
