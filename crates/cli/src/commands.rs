@@ -88,36 +88,27 @@ fn mib(b: usize) -> f64 {
 /// Encode image files for a prompt, each timed on stderr (a cached one
 /// costs nothing).
 pub fn encode_images(engine: &Engine, files: &[PathBuf]) -> Result<Vec<ImageEmbedding>> {
-    files
-        .iter()
-        .map(|f| {
-            let bytes = std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?;
-            let e = engine
-                .encode_image(&bytes)
-                .with_context(|| format!("{}", f.display()))?;
-            eprintln!(
-                "hearth: image {}: {} tokens, encoded in {:.2} s{}",
-                f.display(),
-                e.tokens,
-                e.time.as_secs_f64(),
-                if e.cached { " (cached)" } else { "" }
-            );
-            Ok(e)
-        })
-        .collect()
+    encode_files(files, "image", |bytes| engine.encode_image(bytes))
 }
 
 /// Encode audio clips for a prompt, each timed on stderr.
 pub fn encode_audio(engine: &Engine, files: &[PathBuf]) -> Result<Vec<ImageEmbedding>> {
+    encode_files(files, "audio", |bytes| engine.encode_audio(bytes))
+}
+
+/// Read and encode each of `files` (a `kind` of media), reporting each.
+fn encode_files(
+    files: &[PathBuf],
+    kind: &str,
+    encode: impl Fn(&[u8]) -> Result<ImageEmbedding, engine::EngineError>,
+) -> Result<Vec<ImageEmbedding>> {
     files
         .iter()
         .map(|f| {
             let bytes = std::fs::read(f).with_context(|| format!("cannot read {}", f.display()))?;
-            let e = engine
-                .encode_audio(&bytes)
-                .with_context(|| format!("{}", f.display()))?;
+            let e = encode(&bytes).with_context(|| format!("{}", f.display()))?;
             eprintln!(
-                "hearth: audio {}: {} tokens, encoded in {:.2} s{}",
+                "hearth: {kind} {}: {} tokens, encoded in {:.2} s{}",
                 f.display(),
                 e.tokens,
                 e.time.as_secs_f64(),

@@ -175,24 +175,16 @@ impl Model {
         let Some(pl) = &lw.per_layer else {
             return Ok(());
         };
-        let pd = self.config.per_layer_dim;
-        let width = self.config.n_layers * pd;
         for (r, row) in s.h[..b * h].chunks_exact_mut(h).enumerate() {
             let first = &s.alt[r * n * h..][..h];
             for ((v, &a), &g) in row.iter_mut().zip(first).zip(&au.correct_scale) {
                 *v = a * g;
             }
         }
-        let (first, gate) = (&s.h[..b * h], &mut s.ple_gate[..b * pd]);
-        self.linear(&pl.gate, first, b, gate, &mut s.products)?;
-        for (i, g) in s.ple_gate[..b * pd].chunks_exact_mut(pd).enumerate() {
-            let input = &s.ple[i * width + li * pd..][..pd];
-            for (gv, &iv) in g.iter_mut().zip(input) {
-                *gv = ops::gelu_tanh(*gv) * iv;
-            }
-        }
-        let (gated, o) = (&s.ple_gate[..b * pd], &mut s.o[..b * h]);
-        self.linear(&pl.proj, gated, b, o, &mut s.products)?;
+        let first = std::mem::take(&mut s.h);
+        let gated = self.gated_per_layer_input(li, pl, &first[..b * h], s);
+        s.h = first;
+        gated?;
         let o = &mut s.o[..b * h];
         par_rows(&self.pool, o, h, |_, row| {
             ops::rms_norm(row, &pl.post_norm, eps)

@@ -44,21 +44,43 @@ impl Model {
         let Some(pl) = &self.weights.layers[li].per_layer else {
             return Ok(());
         };
+        let (b, h) = (s.batch, self.config.hidden);
+        let x = std::mem::take(&mut s.x);
+        let gated = self.gated_per_layer_input(li, pl, &x[..b * h], s);
+        s.x = x;
+        gated?;
+        self.add_block_output(&pl.post_norm, s);
+        Ok(())
+    }
+
+    /// `s.o = proj(gelu(gate(input)) * per_layer_input)` for layer `li`,
+    /// over the batch's rows of `input` (Gemma 4: the residual stream;
+    /// Gemma 3n: the scaled, corrected active stream).
+    pub(crate) fn gated_per_layer_input(
+        &self,
+        li: usize,
+        pl: &crate::weights::PerLayerInput,
+        input: &[f32],
+        s: &mut Scratch,
+    ) -> Result<(), ModelError> {
         let cfg = &self.config;
         let (b, h, pd) = (s.batch, cfg.hidden, cfg.per_layer_dim);
         let width = cfg.n_layers * pd;
-        let (x, gate) = (&s.x[..b * h], &mut s.ple_gate[..b * pd]);
-        self.linear(&pl.gate, x, b, gate, &mut s.products)?;
+        self.linear(
+            &pl.gate,
+            input,
+            b,
+            &mut s.ple_gate[..b * pd],
+            &mut s.products,
+        )?;
         for (i, g) in s.ple_gate[..b * pd].chunks_exact_mut(pd).enumerate() {
-            let input = &s.ple[i * width + li * pd..][..pd];
-            for (gv, &iv) in g.iter_mut().zip(input) {
+            let per_layer = &s.ple[i * width + li * pd..][..pd];
+            for (gv, &iv) in g.iter_mut().zip(per_layer) {
                 *gv = ops::gelu_tanh(*gv) * iv;
             }
         }
         let (gated, o) = (&s.ple_gate[..b * pd], &mut s.o[..b * h]);
-        self.linear(&pl.proj, gated, b, o, &mut s.products)?;
-        self.add_block_output(&pl.post_norm, s);
-        Ok(())
+        self.linear(&pl.proj, gated, b, o, &mut s.products)
     }
 
     /// Gemma 4's per-layer inputs for the batch: each token's row of the
