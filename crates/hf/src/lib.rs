@@ -129,6 +129,19 @@ impl TextConfig<'_> {
             .map(|t| t.as_str().map(|s| s == "sliding_attention"))
             .collect()
     }
+    /// Which layers slide (`layer_types`), one per layer.
+    fn sliding_layers(&self, n_layers: u64) -> Result<Vec<bool>, HfError> {
+        let sliding = self
+            .layer_types()
+            .ok_or_else(|| HfError::Config("`layer_types` is missing".into()))?;
+        if sliding.len() as u64 != n_layers {
+            return Err(HfError::Config(format!(
+                "{} layer types for {n_layers} layers",
+                sliding.len()
+            )));
+        }
+        Ok(sliding)
+    }
     /// `rope_parameters[kind][key]` (transformers 5) or the flat
     /// `rope_theta` / `rope_local_base_freq` of older configs.
     fn rope(&self, kind: &str, key: &str) -> Option<&Value> {
@@ -256,15 +269,7 @@ fn write_hparams(w: &mut GgufWriter, family: Family, cfg: &TextConfig) -> Result
         Family::Gemma3n => write_gemma3n_hparams(w, cfg, n_layers, head_dim)?,
         Family::Gemma4 => {
             let ffn = ffn()?;
-            let sliding = cfg
-                .layer_types()
-                .ok_or_else(|| HfError::Config("`layer_types` is missing".into()))?;
-            if sliding.len() as u64 != n_layers {
-                return Err(HfError::Config(format!(
-                    "{} layer types for {n_layers} layers",
-                    sliding.len()
-                )));
-            }
+            let sliding = cfg.sliding_layers(n_layers)?;
             let global_dim = gemma4_global_head_dim(cfg, &sliding).unwrap_or(head_dim);
             let shared = cfg
                 .opt_uint("num_kv_shared_layers")
@@ -404,15 +409,7 @@ fn write_gemma3n_hparams(
         k("rope.freq_base_swa"),
         MetaValue::F32(theta("sliding_attention", "rope_local_base_freq", 1e4) as f32),
     );
-    let sliding = cfg
-        .layer_types()
-        .ok_or_else(|| HfError::Config("`layer_types` is missing".into()))?;
-    if sliding.len() as u64 != n_layers {
-        return Err(HfError::Config(format!(
-            "{} layer types for {n_layers} layers",
-            sliding.len()
-        )));
-    }
+    let sliding = cfg.sliding_layers(n_layers)?;
     w.set(
         k("attention.sliding_window_pattern"),
         MetaValue::Array(MetaArray::Bool(sliding)),
