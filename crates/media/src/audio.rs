@@ -248,29 +248,46 @@ fn resample(samples: &[f32], from: u32, to: u32) -> Result<Vec<f32>, MediaError>
     Ok(out.get(delay..end).unwrap_or_default().to_vec())
 }
 
-/// The settings of Gemma 3n's feature extractor (its defaults; the real
-/// checkpoints' `preprocessor_config.json` keeps them).
+/// How the log is kept off zero: `ln(max(mel, floor))` (Gemma 3n) or
+/// `ln(mel + floor)` (Gemma 4).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum MelFloor {
+    /// `ln(max(mel, floor))`.
+    Max(f64),
+    /// `ln(mel + floor)`.
+    Add(f64),
+}
+
+/// The settings of a feature extractor: Gemma 3n's by default,
+/// [`MelSettings::gemma4`] for Gemma 4's.
 #[derive(Debug, Clone, PartialEq)]
 pub struct MelSettings {
     /// Mel bins.
     pub bins: usize,
-    /// Samples per frame (32 ms).
+    /// Samples per frame (Gemma 3n: 32 ms; Gemma 4: 20 ms).
     pub frame: usize,
     /// Samples between frame starts (10 ms).
     pub hop: usize,
-    /// FFT size: the frame's next power of two, doubled ("overdrive").
+    /// FFT size: the frame's next power of two (doubled on Gemma 3n,
+    /// "overdrive").
     pub fft: usize,
     /// Lowest and highest filter frequencies, Hz.
     pub f_min: f64,
     /// See `f_min`.
     pub f_max: f64,
-    /// Pre-emphasis coefficient (HTK flavour: the first sample of a frame
-    /// is scaled by `1 - p`).
+    /// Pre-emphasis coefficient, 0 for none (HTK flavour: the first sample
+    /// of a frame is scaled by `1 - p`).
     pub preemphasis: f32,
     /// Floor under the mel energies before the log.
-    pub mel_floor: f64,
+    pub floor: MelFloor,
     /// The waveform is padded to a multiple of this many samples.
     pub pad_to: usize,
+    /// Zeros before the waveform (Gemma 4: half a frame).
+    pub pad_left: usize,
+    /// A frame counts as inside the clip when its last sample is (Gemma 4)
+    /// rather than its first (Gemma 3n); Gemma 4 also zeroes the frames
+    /// outside.
+    pub mask_by_end: bool,
 }
 
 impl Default for MelSettings {
@@ -283,8 +300,29 @@ impl Default for MelSettings {
             f_min: 125.0,
             f_max: 7600.0,
             preemphasis: 0.97,
-            mel_floor: 1e-5,
+            floor: MelFloor::Max(1e-5),
             pad_to: 128,
+            pad_left: 0,
+            mask_by_end: false,
+        }
+    }
+}
+
+impl MelSettings {
+    /// Gemma 4's extractor: 20 ms frames every 10 ms from half a frame
+    /// before the clip, a 512-point FFT, no pre-emphasis, 128 HTK mel
+    /// filters from 0 to 8000 Hz, `ln(mel + 0.001)`.
+    pub fn gemma4() -> Self {
+        Self {
+            frame: 320,
+            fft: 512,
+            f_min: 0.0,
+            f_max: 8000.0,
+            preemphasis: 0.0,
+            floor: MelFloor::Add(1e-3),
+            pad_left: 160,
+            mask_by_end: true,
+            ..Self::default()
         }
     }
 }
@@ -337,7 +375,8 @@ impl LogMel {
     /// A clip too short for one frame (32 ms) is refused.
     pub fn compute(clip: &Clip, s: &MelSettings) -> Result<Self, MediaError> {
         let len = clip.samples.len();
-        let padded = len.div_ceil(s.pad_to.max(1)) * s.pad_to.max(1);
+        // Padded on the right to `pad_to`, then on the left by `pad_left`.
+        let padded = len.div_ceil(s.pad_to.max(1)) * s.pad_to.max(1) + s.pad_left;
         let span = s.frame + 1;
         if padded < span || s.fft < s.frame || s.hop == 0 {
             return Err(MediaError::Decode(format!(
@@ -347,7 +386,10 @@ impl LogMel {
             )));
         }
         let frames = (padded - span) / s.hop + 1;
-        let valid = (0..frames).filter(|&j| j * s.hop < len).count();
+        let real = s.pad_left..s.pad_left + len;
+        let valid = (0..frames)
+            .filter(|&j| real.contains(&(j * s.hop + if s.mask_by_end { span - 1 } else { 0 })))
+            .count();
         let window: Vec<f32> = (0..s.frame)
             .map(|n| {
                 let c = (2.0 * std::f32::consts::PI * n as f32 / s.frame as f32).cos();
@@ -362,14 +404,21 @@ impl LogMel {
         let mut input = fft.make_input_vec();
         let mut spectrum = fft.make_output_vec();
         let mut magnitude = vec![0.0f64; n_freqs];
-        let sample = |i: usize| clip.samples.get(i).copied().unwrap_or(0.0);
+        let sample = |i: usize| {
+            i.checked_sub(s.pad_left)
+                .and_then(|i| clip.samples.get(i))
+                .copied()
+                .unwrap_or(0.0)
+        };
         let p = s.preemphasis;
         let mut data = vec![0.0f32; frames * s.bins];
         for (j, out) in data.chunks_exact_mut(s.bins).enumerate() {
             let start = j * s.hop;
             input.iter_mut().for_each(|v| *v = 0.0);
             for (i, v) in input[..s.frame].iter_mut().enumerate() {
-                let x = if i == 0 {
+                let x = if p == 0.0 {
+                    sample(start + i)
+                } else if i == 0 {
                     sample(start) * (1.0 - p)
                 } else {
                     sample(start + i) - p * sample(start + i - 1)
@@ -387,8 +436,17 @@ impl LogMel {
                     .enumerate()
                     .map(|(k, &m)| m * fb[k * s.bins + b])
                     .sum();
-                *o = e.max(s.mel_floor).ln() as f32;
+                *o = match s.floor {
+                    MelFloor::Max(f) => e.max(f),
+                    MelFloor::Add(f) => e + f,
+                }
+                .ln() as f32;
             }
+        }
+        if s.mask_by_end {
+            // Frames past the clip are the trailing ones; Gemma 4's
+            // extractor zeroes them.
+            data[valid * s.bins..].fill(0.0);
         }
         Ok(Self {
             data,

@@ -14,7 +14,7 @@ mod gemma4;
 mod picture;
 mod vision;
 
-pub use audio::{Clip, LogMel, MelSettings, MAX_SECONDS, SAMPLE_RATE};
+pub use audio::{Clip, LogMel, MelFloor, MelSettings, MAX_SECONDS, SAMPLE_RATE};
 pub use cache::{content_key, EmbeddingCache};
 pub use gemma3n_audio::{AudioConfig, AudioEmbedding, AudioTower, AUDIO_KEY_PREFIX};
 pub use picture::{Picture, MAX_SIDE};
