@@ -87,3 +87,95 @@ fn gemma4_shared_layers_reuse_the_last_of_their_kind() {
     let err = Config::from_gguf(&file("gemma4", 4 * 42, &keys)).unwrap_err();
     assert!(err.to_string().contains("shares KV"), "{err}");
 }
+
+/// A Gemma 3n metadata file: `keys` under `gemma3n.`, with the LAuReL
+/// tensor its rank is read from.
+fn gemma3n_file(keys: &[(&str, MetaValue)]) -> GgufFile {
+    let mut w = GgufWriter::new();
+    w.set("general.architecture", MetaValue::String("gemma3n".into()));
+    for (k, v) in keys {
+        w.set(format!("gemma3n.{k}"), v.clone());
+    }
+    let hidden = 4 * 42u64;
+    w.add_tensor(
+        "token_embd.weight",
+        &[hidden, 2],
+        GgmlType::F32,
+        vec![0; 4 * 2 * hidden as usize],
+    )
+    .unwrap();
+    w.add_tensor(
+        "blk.0.laurel_l.weight",
+        &[hidden, 8],
+        GgmlType::F32,
+        vec![0; 4 * 8 * hidden as usize],
+    )
+    .unwrap();
+    GgufFile::from_bytes(w.to_bytes()).unwrap()
+}
+
+fn gemma3n_keys(layers: u32) -> Vec<(&'static str, MetaValue)> {
+    let mut keys = common(layers, 4, 64);
+    keys.extend([
+        ("attention.sliding_window", MetaValue::U32(512)),
+        ("embedding_length_per_layer_input", MetaValue::U32(16)),
+        ("altup.num_inputs", MetaValue::U32(4)),
+        ("attention.shared_kv_layers", MetaValue::U32(1)),
+    ]);
+    keys
+}
+
+#[test]
+fn gemma3n_sparsity_pattern_and_altup_are_read_and_checked() {
+    let mut keys = gemma3n_keys(6);
+    let scale = vec![
+        1.6448536,
+        1.0,
+        f32::NEG_INFINITY,
+        f32::NEG_INFINITY,
+        f32::NEG_INFINITY,
+        f32::NEG_INFINITY,
+    ];
+    keys.push((
+        "activation_sparsity_scale",
+        MetaValue::Array(MetaArray::F32(scale)),
+    ));
+    let cfg = Config::from_gguf(&gemma3n_file(&keys)).unwrap();
+    let sparsity: Vec<_> = cfg.layers.iter().map(|l| l.sparsity).collect();
+    assert_eq!(
+        sparsity,
+        [Some(1.6448536), Some(1.0), None, None, None, None]
+    );
+    // No pattern key: four sliding layers, then a global one.
+    let windows: Vec<_> = cfg.layers.iter().map(|l| l.window.is_some()).collect();
+    assert_eq!(windows, [true, true, true, true, false, true]);
+    assert_eq!(
+        (cfg.altup_streams, cfg.laurel_rank, cfg.attn_scale),
+        (4, 8, 1.0)
+    );
+    let sources: Vec<_> = cfg.layers.iter().map(|l| l.kv_source).collect();
+    assert_eq!(sources, [None, None, None, None, None, Some(3)]);
+
+    // Without the key: llama.cpp's first ten layers at the 95% quantile.
+    let cfg = Config::from_gguf(&gemma3n_file(&gemma3n_keys(12))).unwrap();
+    let sparse = cfg.layers.iter().filter(|l| l.sparsity.is_some()).count();
+    assert_eq!(sparse, 10);
+
+    // NaN, a wrong length and an absurd stream count are refused.
+    for (key, value) in [
+        (
+            "activation_sparsity_scale",
+            MetaValue::Array(MetaArray::F32(vec![f32::NAN; 6])),
+        ),
+        (
+            "activation_sparsity_scale",
+            MetaValue::Array(MetaArray::F32(vec![1.0; 5])),
+        ),
+        ("altup.num_inputs", MetaValue::U32(1000)),
+    ] {
+        let mut keys = gemma3n_keys(6);
+        keys.retain(|(k, _)| *k != key);
+        keys.push((key, value));
+        assert!(Config::from_gguf(&gemma3n_file(&keys)).is_err(), "{key}");
+    }
+}
