@@ -175,14 +175,14 @@ impl Engine {
             if inside(i) {
                 continue;
             }
-            if let Some(row) = tower.token_embedding(id)? {
+            if let Some(row) = tower.token_embedding(id) {
                 let mut tag = b"gemma3n audio token ".to_vec();
                 tag.extend_from_slice(&id.to_le_bytes());
                 extra.push(PromptImage {
                     pos: i,
                     image: ImageEmbedding {
                         key: content_key(&tag),
-                        rows: Arc::new(row),
+                        rows: Arc::new(row.to_vec()),
                         tokens: 1,
                         bidirectional: false,
                         cached: true,

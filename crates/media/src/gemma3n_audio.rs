@@ -182,10 +182,9 @@ pub struct AudioTower {
     blocks: Vec<Block>,
     soft_norm: Vec<f32>,
     projection: Linear,
-    /// The audio vocabulary's rows, hard-normed (`[vocab][hidden]`).
-    hard: Vec<f32>,
-    /// The embedding of a padding token, computed once at load.
-    padding: Vec<f32>,
+    /// The audio vocabulary's tokens embedded in the text width
+    /// (`[vocab][text_hidden]`); the last one pads.
+    vocab: Vec<f32>,
 }
 
 impl std::fmt::Debug for AudioTower {
@@ -245,6 +244,9 @@ impl AudioTower {
             c1 * cfg.freq_after(1),
         )?;
         let dh = d / cfg.heads;
+        // Load-time products (position tables, the vocabulary) on one
+        // thread: they are small.
+        let pool = ThreadPool::new(1);
         let blocks = (0..cfg.layers)
             .map(|i| {
                 let n = |s: &str| format!("a.conformer.{i}.{s}");
@@ -270,7 +272,7 @@ impl AudioTower {
                     q: Linear::bind_plain(f, &n("attention.attn.q_proj"), d, d)?,
                     k: Linear::bind_plain(f, &n("attention.attn.k_proj"), d, d)?,
                     v: Linear::bind_plain(f, &n("attention.attn.v_proj"), d, d)?,
-                    positions: Self::relative_positions(f, &cfg, &pos_proj)?,
+                    positions: Self::relative_positions(&pool, f, &cfg, &pos_proj)?,
                     query_scale: per_dim.iter().map(|&s| base * softplus(s)).collect(),
                     post: Linear::bind_plain(f, &n("attention.post"), d, d)?,
                     post_norm: vector(f, &n("attention.post_norm.weight"), d)?,
@@ -289,12 +291,27 @@ impl AudioTower {
             .collect::<Result<Vec<_>, MediaError>>()?;
         let soft_norm = vector(f, "mm.a.soft_embedding_norm.weight", d)?;
         let projection = Linear::bind_plain(f, "mm.a.embedding_projection", cfg.text_hidden, d)?;
+        // Every token of the audio vocabulary, embedded once: its row,
+        // hard-normed, projected, normed without weight.
         let mut hard = vector(f, "mm.a.embedding.weight", cfg.vocab * d)?;
         let hard_norm = vector(f, "mm.a.hard_embedding_norm.weight", d)?;
         for row in hard.chunks_exact_mut(d) {
             rms_norm(row, Some(&hard_norm), cfg.eps);
         }
-        let mut tower = Self {
+        let mut vocab = vec![0.0; cfg.vocab * cfg.text_hidden];
+        product(
+            &pool,
+            f,
+            &projection,
+            &hard,
+            cfg.vocab,
+            &mut vocab,
+            &mut Buffers::default(),
+        )?;
+        for row in vocab.chunks_exact_mut(cfg.text_hidden) {
+            rms_norm(row, None, cfg.eps);
+        }
+        Ok(Self {
             cfg,
             file,
             conv,
@@ -303,49 +320,31 @@ impl AudioTower {
             blocks,
             soft_norm,
             projection,
-            hard,
-            padding: Vec::new(),
-        };
-        // Padding takes the audio vocabulary's last token.
-        let last = tower.cfg.vocab_offset + tower.cfg.vocab - 1;
-        tower.padding = tower
-            .token_embedding(u32::try_from(last).unwrap_or(u32::MAX))?
-            .unwrap_or_default();
-        Ok(tower)
+            vocab,
+        })
     }
 
     /// The embedding in the text width of token `id` when it belongs to the
-    /// audio vocabulary (`vocab_offset..vocab_offset + vocab`): its row,
-    /// hard-normed, projected, normed without weight. `None` for other ids.
-    pub fn token_embedding(&self, id: u32) -> Result<Option<Vec<f32>>, MediaError> {
+    /// audio vocabulary (`vocab_offset..vocab_offset + vocab`). `None` for
+    /// other ids.
+    pub fn token_embedding(&self, id: u32) -> Option<&[f32]> {
         let cfg = &self.cfg;
-        let Some(i) = (id as usize)
+        let i = (id as usize)
             .checked_sub(cfg.vocab_offset)
-            .filter(|&i| i < cfg.vocab)
-        else {
-            return Ok(None);
-        };
-        let d = cfg.hidden;
-        let pool = ThreadPool::new(1);
-        let mut out = vec![0.0; cfg.text_hidden];
-        let row = &self.hard[i * d..][..d];
-        product(
-            &pool,
-            &self.file,
-            &self.projection,
-            row,
-            1,
-            &mut out,
-            &mut Buffers::default(),
-        )?;
-        rms_norm(&mut out, None, cfg.eps);
-        Ok(Some(out))
+            .filter(|&i| i < cfg.vocab)?;
+        Some(&self.vocab[i * cfg.text_hidden..][..cfg.text_hidden])
+    }
+
+    /// Padding's embedding: the audio vocabulary's last token.
+    fn padding(&self) -> &[f32] {
+        &self.vocab[(self.cfg.vocab - 1) * self.cfg.text_hidden..]
     }
 
     /// The sinusoids of relative distances `context_left - 1` down to
     /// `-context_right` (sines of every timescale, then cosines), through
     /// the block's projection: `[span][d]`.
     fn relative_positions(
+        pool: &ThreadPool,
         file: &GgufFile,
         cfg: &AudioConfig,
         proj: &Linear,
@@ -365,9 +364,8 @@ impl AudioTower {
             }
         }
         let mut out = vec![0.0; span * d];
-        let pool = ThreadPool::new(1);
         product(
-            &pool,
+            pool,
             file,
             proj,
             &signal,
@@ -434,11 +432,11 @@ impl AudioTower {
         rows_norm(pool, &mut out, th, None, cfg.eps);
         for (j, &i) in kept.iter().enumerate() {
             if !valid[i] {
-                out[j * th..][..th].copy_from_slice(&self.padding);
+                out[j * th..][..th].copy_from_slice(self.padding());
             }
         }
         while out.len() < cfg.soft_tokens * th {
-            out.extend_from_slice(&self.padding);
+            out.extend_from_slice(self.padding());
         }
         Ok(AudioEmbedding {
             rows: out,
