@@ -41,6 +41,19 @@ impl Clip {
         if bytes.is_empty() {
             return Err(MediaError::Decode("the audio file is empty".into()));
         }
+        if is_ogg_opus(bytes) {
+            let (samples, truncated) = decode_opus(bytes)?;
+            if samples.is_empty() {
+                return Err(MediaError::Decode("the audio clip has no samples".into()));
+            }
+            let mut samples = resample(&samples, OPUS_RATE, SAMPLE_RATE)?;
+            samples.truncate((SAMPLE_RATE * MAX_SECONDS) as usize);
+            return Ok(Self {
+                samples,
+                source_rate: OPUS_RATE,
+                truncated,
+            });
+        }
         let mut bytes = bytes.to_vec();
         repair_wav_lengths(&mut bytes);
         let (samples, rate, truncated) = decode_mono(bytes)?;
@@ -72,6 +85,92 @@ impl Clip {
     pub fn seconds(&self) -> f32 {
         self.samples.len() as f32 / SAMPLE_RATE as f32
     }
+}
+
+/// Whether `bytes` are an Ogg stream whose first packet is an Opus header.
+fn is_ogg_opus(bytes: &[u8]) -> bool {
+    // The first page's header is 27 bytes plus its segment table; the
+    // OpusHead packet starts right after.
+    if bytes.len() < 28 || &bytes[..4] != b"OggS" {
+        return false;
+    }
+    let segments = bytes[26] as usize;
+    bytes.get(27 + segments..27 + segments + 8) == Some(b"OpusHead")
+}
+
+/// Opus's own rate: pre-skip and granule positions count its samples.
+const OPUS_RATE: u32 = 48_000;
+
+/// An Ogg Opus stream (a voice note) decoded to mono at 48 kHz, where its
+/// header's pre-skip and the last page's granule position are exact
+/// (decoding at 16 kHz directly shifts the clip by the decoder's own
+/// delay), cut at [`MAX_SECONDS`]; and whether it was cut.
+fn decode_opus(bytes: &[u8]) -> Result<(Vec<f32>, bool), MediaError> {
+    let bad = |m: String| MediaError::Decode(format!("cannot decode the Opus audio: {m}"));
+    let mut reader = ogg::PacketReader::new(std::io::Cursor::new(bytes));
+    let head = reader
+        .read_packet()
+        .map_err(|e| bad(e.to_string()))?
+        .ok_or_else(|| bad("no header".into()))?;
+    if head.data.len() < 19 || &head.data[..8] != b"OpusHead" {
+        return Err(bad("no OpusHead packet".into()));
+    }
+    let channels = usize::from(head.data[9]);
+    if !(1..=2).contains(&channels) || head.data[18] != 0 {
+        return Err(MediaError::Decode(format!(
+            "unsupported Opus stream: {channels} channels, mapping family {}",
+            head.data[18]
+        )));
+    }
+    let pre_skip = u64::from(u16::from_le_bytes([head.data[10], head.data[11]]));
+    let mut decoder =
+        opus_decoder::OpusDecoder::new(OPUS_RATE, channels).map_err(|e| bad(format!("{e:?}")))?;
+    // The largest Opus packet holds 120 ms.
+    let mut pcm = vec![0.0f32; OPUS_RATE as usize * 120 / 1000 * channels];
+    let limit = (OPUS_RATE * MAX_SECONDS) as usize;
+    let (mut mono, mut end, mut skipped) = (Vec::new(), None, 0u64);
+    let mut truncated = false;
+    let mut first = true;
+    loop {
+        let packet = match reader.read_packet() {
+            Ok(Some(p)) => p,
+            Ok(None) => break,
+            // A note cut short (an upload that stopped): keep what came.
+            Err(_) if !mono.is_empty() => break,
+            Err(e) => return Err(bad(e.to_string())),
+        };
+        if first {
+            // The OpusTags packet.
+            first = false;
+            continue;
+        }
+        if packet.last_in_stream() {
+            end = Some(packet.absgp_page());
+        }
+        let n = match decoder.decode_float(&packet.data, &mut pcm, false) {
+            Ok(n) => n,
+            // A damaged packet: skip it, as players do.
+            Err(_) => continue,
+        };
+        for frame in pcm[..n * channels].chunks_exact(channels) {
+            if skipped < pre_skip {
+                skipped += 1;
+                continue;
+            }
+            if mono.len() == limit {
+                truncated = true;
+                break;
+            }
+            mono.push(frame.iter().sum::<f32>() / channels as f32);
+        }
+        if truncated {
+            break;
+        }
+    }
+    if let Some(end) = end {
+        mono.truncate(end.saturating_sub(pre_skip) as usize);
+    }
+    Ok((mono, truncated))
 }
 
 /// A WAV whose header lies about its lengths (a recorder that never went
