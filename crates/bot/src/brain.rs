@@ -46,6 +46,20 @@ pub trait Brain: Send + Sync + 'static {
     fn fits_image(&self, messages: &[ChatMessage]) -> bool {
         self.fits(messages)
     }
+    /// Whether the model hears voice notes (an audio tower is loaded).
+    fn hears(&self) -> bool {
+        false
+    }
+    /// The next assistant turn of `messages`, whose last message places
+    /// `clip` (a voice note's bytes) with an audio marker. No guardrails.
+    fn reply_audio(&self, messages: &[ChatMessage], clip: &[u8]) -> Result<BrainReply, String> {
+        let _ = (messages, clip);
+        Err("the loaded model does not hear".into())
+    }
+    /// [`Brain::fits`] for `messages` that also carry one clip.
+    fn fits_audio(&self, messages: &[ChatMessage]) -> bool {
+        self.fits(messages)
+    }
 }
 
 /// The reply of a call that took no guardrails, started at `start`.
@@ -140,9 +154,32 @@ impl Brain for EngineBrain {
     fn fits_image(&self, messages: &[ChatMessage]) -> bool {
         // The marker is one token of the text; the image takes its soft
         // tokens (on Gemma 4 at most this many) and the wrapping ones.
-        let image = self.engine.image_tokens().unwrap_or(0) + 4;
+        self.fits_with(messages, self.engine.image_tokens().unwrap_or(0) + 4)
+    }
+
+    fn hears(&self) -> bool {
+        self.engine.has_audio()
+    }
+
+    fn reply_audio(&self, messages: &[ChatMessage], clip: &[u8]) -> Result<BrainReply, String> {
+        let start = std::time::Instant::now();
+        let embedding = self.engine.encode_audio(clip).map_err(|e| e.to_string())?;
+        let mut call = ModelCall::new(messages.to_vec(), self.max_tokens);
+        call.audio = vec![embedding];
+        let r = self.chat.clone().reply(&call).map_err(|e| e.to_string())?;
+        Ok(unguarded(r, start))
+    }
+
+    fn fits_audio(&self, messages: &[ChatMessage]) -> bool {
+        self.fits_with(messages, self.engine.audio_tokens().unwrap_or(0) + 6)
+    }
+}
+
+impl EngineBrain {
+    /// Whether `messages` plus `extra` tokens leave room for a whole reply.
+    fn fits_with(&self, messages: &[ChatMessage], extra: usize) -> bool {
         self.engine
             .encode_chat(messages)
-            .is_ok_and(|ids| ids.len() + image + self.max_tokens <= self.engine.n_ctx())
+            .is_ok_and(|ids| ids.len() + extra + self.max_tokens <= self.engine.n_ctx())
     }
 }

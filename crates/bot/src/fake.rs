@@ -162,6 +162,14 @@ impl FakeBotApi {
         self.push_update(json!({"message": message(chat_id, extra)}))
     }
 
+    /// Queue a voice note (`file_id`, Ogg Opus as Telegram records them)
+    /// from `chat_id`.
+    pub fn push_voice(&self, chat_id: i64, file_id: &str) -> u64 {
+        let voice = json!({"file_id": file_id, "file_unique_id": format!("u-{file_id}"),
+                           "duration": 3, "mime_type": "audio/ogg"});
+        self.push_update(json!({"message": message(chat_id, json!({"voice": voice}))}))
+    }
+
     /// Queue a text message from the private chat `chat_id`.
     pub fn push_text(&self, chat_id: i64, text: &str) -> u64 {
         self.push_update(json!({"message": message(chat_id, json!({"text": text}))}))
@@ -288,7 +296,8 @@ async fn fault(f: Option<Fault>) -> Option<Response> {
     }
 }
 
-/// `GET /file/bot<token>/photos/<file_id>.jpg`: a file's bytes.
+/// `GET /file/bot<token>/photos/<file_id>.jpg`: a file's bytes (every
+/// file, voice notes too, lives under that path here).
 async fn download(
     State(sh): State<Arc<Shared>>,
     Path((bot, path)): Path<(String, String)>,

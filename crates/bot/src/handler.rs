@@ -52,7 +52,7 @@ pub const PHOTO_PROMPT: &str = "Describe this picture.";
 pub fn needs_model(item: &Incoming) -> bool {
     match item {
         Incoming::Text { text, .. } => parse_command(text).is_none(),
-        Incoming::Photo { .. } => true,
+        Incoming::Photo { .. } | Incoming::Voice { .. } => true,
         Incoming::Unsupported { .. } => false,
     }
 }
@@ -67,8 +67,8 @@ pub fn answer(
     answer_with(brain, how, state, item, None)
 }
 
-/// [`answer`], given the photo's file when `item` is a photo: its bytes, or
-/// why they could not be fetched (`None`: not fetched).
+/// [`answer`], given the file when `item` is a photo or a voice note: its
+/// bytes, or why they could not be fetched (`None`: not fetched).
 pub fn answer_with(
     brain: &dyn Brain,
     how: &Behaviour,
@@ -89,17 +89,10 @@ pub fn answer_with(
         Incoming::Unsupported { what, .. } => return cannot(what),
         Incoming::Photo { .. } if !brain.reads_images() => return cannot("a photo"),
         Incoming::Photo { caption, .. } => {
-            return match photo {
-                Some(Ok(bytes)) => photo_reply(brain, how, state, caption, &bytes),
-                Some(Err(e)) => {
-                    Answer::say(format!("Sorry, I could not fetch that photo: {e}"), false)
-                }
-                None => Answer::say(
-                    "Sorry, I could not fetch that photo. Please send it again.",
-                    false,
-                ),
-            }
+            return media_answer(brain, how, state, Media::Photo, caption, photo)
         }
+        Incoming::Voice { what, .. } if !brain.hears() => return cannot(what),
+        Incoming::Voice { .. } => return media_answer(brain, how, state, Media::Voice, "", photo),
         Incoming::Text { text, .. } => text,
     };
     match parse_command(text) {
@@ -235,14 +228,54 @@ fn reply(brain: &dyn Brain, how: &Behaviour, state: &mut ChatState, text: &str) 
     }
 }
 
-/// The reply to a photo: the caption (or [`PHOTO_PROMPT`]) asked about the
-/// picture, placed before it as llama.cpp's tools place media. The chat
-/// remembers the turn as `[photo] caption`: later turns see that a photo
-/// was sent, not the photo.
-fn photo_reply(
+/// A message that brings a file for the model.
+#[derive(Clone, Copy)]
+enum Media {
+    Photo,
+    Voice,
+}
+
+impl Media {
+    /// How the bot names it in replies.
+    fn name(self) -> &'static str {
+        match self {
+            Media::Photo => "photo",
+            Media::Voice => "voice note",
+        }
+    }
+}
+
+/// The reply to a photo or a voice note whose file was (or was not)
+/// fetched.
+fn media_answer(
     brain: &dyn Brain,
     how: &Behaviour,
     state: &mut ChatState,
+    media: Media,
+    caption: &str,
+    file: Option<Result<Vec<u8>, String>>,
+) -> Answer {
+    let name = media.name();
+    match file {
+        Some(Ok(bytes)) => media_reply(brain, how, state, media, caption, &bytes),
+        Some(Err(e)) => Answer::say(format!("Sorry, I could not fetch that {name}: {e}"), false),
+        None => Answer::say(
+            format!("Sorry, I could not fetch that {name}. Please send it again."),
+            false,
+        ),
+    }
+}
+
+/// The reply to a photo (the caption, or [`PHOTO_PROMPT`], asked about the
+/// picture, placed before it as llama.cpp's tools place media) or a voice
+/// note (the clip itself is the message). The chat remembers the turn as
+/// `[photo] caption` or `[voice note]`: later turns see that one was sent,
+/// not its content.
+fn media_reply(
+    brain: &dyn Brain,
+    how: &Behaviour,
+    state: &mut ChatState,
+    media: Media,
     caption: &str,
     bytes: &[u8],
 ) -> Answer {
@@ -256,37 +289,47 @@ fn photo_reply(
             false,
         );
     }
-    let question = if caption.trim().is_empty() {
-        PHOTO_PROMPT
-    } else {
-        caption
+    let user = match media {
+        Media::Photo if caption.trim().is_empty() => engine::place_images(PHOTO_PROMPT, 1),
+        Media::Photo => engine::place_images(caption, 1),
+        Media::Voice => engine::place_audio("", 1),
     };
-    let user = engine::place_images(question, 1);
-    let Some((messages, dropped)) = state.prompt(&user, |m| brain.fits_image(m)) else {
+    let fits = |m: &[engine::ChatMessage]| match media {
+        Media::Photo => brain.fits_image(m),
+        Media::Voice => brain.fits_audio(m),
+    };
+    let name = media.name();
+    let Some((messages, dropped)) = state.prompt(&user, fits) else {
         return Answer::say(
-            "That photo and caption do not fit my context window, even with the conversation forgotten.",
+            format!(
+                "That {name} does not fit my context window, even with the conversation forgotten."
+            ),
             false,
         );
     };
-    match brain.reply_image(&messages, bytes) {
+    let reply = match media {
+        Media::Photo => brain.reply_image(&messages, bytes),
+        Media::Voice => brain.reply_audio(&messages, bytes),
+    };
+    match reply {
         Ok(r) => {
             count(state, &r);
             if r.text.trim().is_empty() {
                 return Answer::say(
-                    "(The model gave an empty reply. Try a caption, or /reset.)",
+                    "(The model gave an empty reply. Try again, or /reset.)",
                     true,
                 );
             }
             state.push(
                 dropped,
                 Turn {
-                    user: format!("[photo] {caption}").trim_end().to_owned(),
+                    user: format!("[{name}] {caption}").trim_end().to_owned(),
                     assistant: r.text.clone(),
                 },
             );
             Answer::say(r.text, true)
         }
-        Err(e) => Answer::say(format!("Sorry, I could not read that photo: {e}"), false),
+        Err(e) => Answer::say(format!("Sorry, I could not read that {name}: {e}"), false),
     }
 }
 

@@ -26,7 +26,17 @@ pub enum Incoming {
         /// The caption.
         caption: String,
     },
-    /// A message the loaded model cannot read (a voice note, a sticker…).
+    /// A voice note or an audio file.
+    Voice {
+        /// The chat it came from.
+        chat_id: i64,
+        /// Its file, to download with `getFile`.
+        file_id: String,
+        /// What it was, in words ("a voice note"), for a model that does
+        /// not hear.
+        what: String,
+    },
+    /// A message the loaded model cannot read (a video, a sticker…).
     Unsupported {
         /// The chat it came from.
         chat_id: i64,
@@ -41,6 +51,7 @@ impl Incoming {
         match self {
             Incoming::Text { chat_id, .. }
             | Incoming::Photo { chat_id, .. }
+            | Incoming::Voice { chat_id, .. }
             | Incoming::Unsupported { chat_id, .. } => *chat_id,
         }
     }
@@ -92,9 +103,20 @@ pub fn parse_update(raw: &Value) -> Option<Received> {
                     .unwrap_or_default(),
                 caption: m.caption().unwrap_or_default().to_owned(),
             },
+            Incoming::Voice { chat_id, what, .. } => Incoming::Voice {
+                chat_id,
+                file_id: m
+                    .voice()
+                    .map(|v| v.file.id.0.clone())
+                    .or_else(|| m.audio().map(|a| a.file.id.0.clone()))
+                    .unwrap_or_default(),
+                what,
+            },
             other => other,
         })
-        .filter(|item| !matches!(item, Incoming::Photo { file_id, .. } if file_id.is_empty()))
+        .filter(|item| {
+            !matches!(item, Incoming::Photo { file_id, .. } | Incoming::Voice { file_id, .. } if file_id.is_empty())
+        })
         // A message teloxide could not classify comes out `Empty`.
         .or_else(|| raw.get("message").and_then(describe_raw)),
         // teloxide's types are stricter than Telegram is about optional
@@ -137,6 +159,15 @@ fn describe_raw(m: &Value) -> Option<Incoming> {
                 .to_owned(),
             caption: m["caption"].as_str().unwrap_or_default().to_owned(),
         }),
+        Incoming::Voice { chat_id, what, .. } => Some(Incoming::Voice {
+            chat_id,
+            file_id: ["/voice/file_id", "/audio/file_id"]
+                .iter()
+                .find_map(|p| m.pointer(p).and_then(Value::as_str))
+                .filter(|id| !id.is_empty())?
+                .to_owned(),
+            what,
+        }),
         other => Some(other),
     })
 }
@@ -158,9 +189,16 @@ fn describe(chat_id: i64, has: impl Fn(&str) -> bool) -> Option<Incoming> {
             caption: String::new(),
         });
     }
+    for (key, what) in [("voice", "a voice note"), ("audio", "an audio file")] {
+        if has(key) {
+            return Some(Incoming::Voice {
+                chat_id,
+                file_id: String::new(),
+                what: what.into(),
+            });
+        }
+    }
     let what = [
-        ("voice", "a voice note"),
-        ("audio", "an audio file"),
         ("video", "a video"),
         ("sticker", "a sticker"),
         ("document", "a file"),
@@ -226,14 +264,23 @@ mod tests {
         let voice = json!({"voice": {"file_id": "a", "file_unique_id": "b", "duration": 3}});
         let v = parse_update(&message(7, voice)).unwrap();
         assert!(
-            matches!(v.item, Some(Incoming::Unsupported { ref what, .. }) if what == "a voice note")
+            matches!(v.item, Some(Incoming::Voice { ref file_id, ref what, .. }) if file_id == "a" && what == "a voice note"),
+            "{:?}",
+            v.item
         );
-        // No mime type: stricter than Telegram, teloxide refuses it.
+        // No mime type: stricter than Telegram, teloxide refuses it; read
+        // field by field.
         let bare =
             json!({"update_id": 11, "message": {"chat": {"id": 3}, "voice": {"file_id": "a"}}});
         assert!(matches!(
             parse_update(&bare).unwrap().item,
-            Some(Incoming::Unsupported { chat_id: 3, .. })
+            Some(Incoming::Voice { chat_id: 3, ref file_id, .. }) if file_id == "a"
+        ));
+        // An audio file is heard the same way.
+        let audio = json!({"audio": {"file_id": "m", "file_unique_id": "u", "duration": 9}});
+        assert!(matches!(
+            parse_update(&message(9, audio)).unwrap().item,
+            Some(Incoming::Voice { ref file_id, ref what, .. }) if file_id == "m" && what == "an audio file"
         ));
         // A message without its chat: skipped, but its id still counts.
         let broken = json!({"update_id": 8, "message": {"message_id": 1, "text": "x"}});

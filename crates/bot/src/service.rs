@@ -470,19 +470,25 @@ async fn answer_one(sh: Arc<Shared>, update_id: u64, item: Incoming) -> i64 {
     } else {
         None
     };
-    // A photo's file comes from Telegram first (when the model reads it).
-    let photo = match &item {
-        Incoming::Photo { file_id, .. } if sh.brain.reads_images() => Some(
+    // A photo's or voice note's file comes from Telegram first (when the
+    // model reads it).
+    let file_id = match &item {
+        Incoming::Photo { file_id, .. } if sh.brain.reads_images() => Some(file_id),
+        Incoming::Voice { file_id, .. } if sh.brain.hears() => Some(file_id),
+        _ => None,
+    };
+    let photo = match file_id {
+        Some(id) => Some(
             sh.api
-                .download_file(file_id, MAX_PHOTO_BYTES)
+                .download_file(id, MAX_PHOTO_BYTES)
                 .await
                 .map_err(|e| e.to_string()),
         ),
-        _ => None,
+        None => None,
     };
     if let Some(Err(e)) = &photo {
         log(format!(
-            "could not download the photo of update {update_id}: {e}"
+            "could not download the file of update {update_id}: {e}"
         ));
     }
     let sh2 = Arc::clone(&sh);

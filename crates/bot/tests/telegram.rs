@@ -372,6 +372,63 @@ fn photos_are_read_by_a_model_with_a_vision_tower() {
 }
 
 #[test]
+fn voice_notes_are_heard_by_a_model_with_an_audio_tower() {
+    // The tiny random Gemma 3n audio model: the voice note (Ogg Opus, as
+    // Telegram records them) goes through the audio tower and the shared
+    // decoder with the chat's messages.
+    let fixtures = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+    let opts = engine::RunOptions {
+        threads: Some(1),
+        ctx: Some(256),
+        ..engine::RunOptions::default()
+    };
+    let engine =
+        Arc::new(engine::Engine::load(fixtures.join("tiny/gemma3n_audio"), &opts).unwrap());
+    let brain = hearth_bot::EngineBrain::new(engine, 2, 6, Default::default(), "tiny".into());
+    let api = FakeBotApi::start(TOKEN).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    api.add_file(
+        "note",
+        std::fs::read(fixtures.join("audio/speech.opus")).unwrap(),
+    );
+    api.add_file("junk", b"not audio".to_vec());
+    let _bot = Running::start(config(&api, dir.path()), Arc::new(brain.unwrap()));
+    api.push_voice(7, "note");
+    api.push_voice(7, "missing");
+    api.push_voice(7, "junk");
+    api.push_text(7, "/stats");
+    let got = api.wait_for(7, 4, WAIT);
+    assert_eq!(got.len(), 4, "{got:?}");
+    assert!(
+        !got[0].contains("can't") && !got[0].starts_with("Sorry"),
+        "{got:?}"
+    );
+    assert!(
+        got[1].contains("could not fetch that voice note"),
+        "{got:?}"
+    );
+    assert!(got[2].contains("could not read that voice note"), "{got:?}");
+    // One reply, whose prompt held the clip's 24 audio tokens.
+    assert!(got[3].contains("Replies: 1"), "{got:?}");
+    let prompt: usize = got[3]
+        .split("Tokens: ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    assert!(prompt > 24, "{prompt} prompt tokens");
+    // A model that does not hear says so without downloading.
+    let api = FakeBotApi::start(TOKEN).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    api.add_file("note", vec![1, 2, 3]);
+    let _bot = Running::start(config(&api, dir.path()), scripted());
+    api.push_voice(8, "note");
+    let got = api.wait_for(8, 1, WAIT);
+    assert!(got[0].contains("can't read a voice note"), "{got:?}");
+    assert_eq!(api.calls("getFile"), 0);
+}
+
+#[test]
 fn a_refused_token_stops_the_bot_with_a_clear_error() {
     let api = FakeBotApi::start("999:other").unwrap();
     let dir = tempfile::tempdir().unwrap();

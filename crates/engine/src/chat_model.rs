@@ -27,6 +27,10 @@ pub struct ModelCall {
     /// Encoded images the messages place with image markers, in order
     /// (see [`Engine::image_prompt`]); empty for text.
     pub images: Vec<crate::ImageEmbedding>,
+    /// Encoded audio clips the messages place with audio markers, in
+    /// order (see [`Engine::audio_prompt`]); a call carries images or
+    /// clips, not both.
+    pub audio: Vec<crate::ImageEmbedding>,
 }
 
 impl ModelCall {
@@ -39,6 +43,7 @@ impl ModelCall {
             greedy: false,
             temperature: None,
             images: Vec::new(),
+            audio: Vec::new(),
         }
     }
 
@@ -112,9 +117,9 @@ impl<'e> LocalChat<'e> {
 
 impl ChatModel for LocalChat<'_> {
     fn reply(&mut self, call: &ModelCall) -> Result<ModelReply, EngineError> {
-        if !call.images.is_empty() {
+        if !call.images.is_empty() || !call.audio.is_empty() {
             return Err(EngineError::InvalidRequest(
-                "a local chat takes no images; use SharedChat".into(),
+                "a local chat takes no images or audio; use SharedChat".into(),
             ));
         }
         let prompt = self.engine.encode_chat(&call.messages)?;
