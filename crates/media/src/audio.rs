@@ -87,6 +87,18 @@ impl Clip {
     }
 }
 
+/// Append the interleaved `frames` of `channels` to `mono`, averaged, up
+/// to `limit` samples; whether the limit cut them.
+fn push_mono(mono: &mut Vec<f32>, frames: &[f32], channels: usize, limit: usize) -> bool {
+    for frame in frames.chunks_exact(channels) {
+        if mono.len() == limit {
+            return true;
+        }
+        mono.push(frame.iter().sum::<f32>() / channels as f32);
+    }
+    false
+}
+
 /// Whether `bytes` are an Ogg stream whose first packet is an Opus header.
 fn is_ogg_opus(bytes: &[u8]) -> bool {
     // The first page's header is 27 bytes plus its segment table; the
@@ -152,18 +164,16 @@ fn decode_opus(bytes: &[u8]) -> Result<(Vec<f32>, bool), MediaError> {
             // A damaged packet: skip it, as players do.
             Err(_) => continue,
         };
-        for frame in pcm[..n * channels].chunks_exact(channels) {
-            if skipped < pre_skip {
-                skipped += 1;
-                continue;
-            }
-            if mono.len() == limit {
-                truncated = true;
-                break;
-            }
-            mono.push(frame.iter().sum::<f32>() / channels as f32);
-        }
-        if truncated {
+        // The first `pre_skip` samples are the encoder's warm-up.
+        let skip = (pre_skip - skipped).min(n as u64);
+        skipped += skip;
+        if push_mono(
+            &mut mono,
+            &pcm[skip as usize * channels..n * channels],
+            channels,
+            limit,
+        ) {
+            truncated = true;
             break;
         }
     }
@@ -288,14 +298,8 @@ fn decode_mono(bytes: Vec<u8>) -> Result<(Vec<f32>, u32, bool), MediaError> {
             _ => buffer.insert(SampleBuffer::new(decoded.capacity() as u64, spec)),
         };
         buf.copy_interleaved_ref(decoded);
-        for frame in buf.samples().chunks_exact(channels) {
-            if mono.len() == limit {
-                truncated = true;
-                break;
-            }
-            mono.push(frame.iter().sum::<f32>() / channels as f32);
-        }
-        if truncated {
+        if push_mono(&mut mono, buf.samples(), channels, limit) {
+            truncated = true;
             break;
         }
     }
