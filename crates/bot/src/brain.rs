@@ -129,9 +129,7 @@ impl Brain for EngineBrain {
     }
 
     fn fits(&self, messages: &[ChatMessage]) -> bool {
-        self.engine
-            .encode_chat(messages)
-            .is_ok_and(|ids| ids.len() + self.max_tokens <= self.engine.n_ctx())
+        self.fits_with(messages, 0)
     }
 
     fn name(&self) -> String {
@@ -143,12 +141,10 @@ impl Brain for EngineBrain {
     }
 
     fn reply_image(&self, messages: &[ChatMessage], image: &[u8]) -> Result<BrainReply, String> {
-        let start = std::time::Instant::now();
-        let embedding = self.engine.encode_image(image).map_err(|e| e.to_string())?;
-        let mut call = ModelCall::new(messages.to_vec(), self.max_tokens);
-        call.images = vec![embedding];
-        let r = self.chat.clone().reply(&call).map_err(|e| e.to_string())?;
-        Ok(unguarded(r, start))
+        self.reply_media(messages, |call| {
+            call.images = vec![self.engine.encode_image(image)?];
+            Ok(())
+        })
     }
 
     fn fits_image(&self, messages: &[ChatMessage]) -> bool {
@@ -162,12 +158,10 @@ impl Brain for EngineBrain {
     }
 
     fn reply_audio(&self, messages: &[ChatMessage], clip: &[u8]) -> Result<BrainReply, String> {
-        let start = std::time::Instant::now();
-        let embedding = self.engine.encode_audio(clip).map_err(|e| e.to_string())?;
-        let mut call = ModelCall::new(messages.to_vec(), self.max_tokens);
-        call.audio = vec![embedding];
-        let r = self.chat.clone().reply(&call).map_err(|e| e.to_string())?;
-        Ok(unguarded(r, start))
+        self.reply_media(messages, |call| {
+            call.audio = vec![self.engine.encode_audio(clip)?];
+            Ok(())
+        })
     }
 
     fn fits_audio(&self, messages: &[ChatMessage]) -> bool {
@@ -176,6 +170,20 @@ impl Brain for EngineBrain {
 }
 
 impl EngineBrain {
+    /// An unguarded reply to `messages` whose call `attach` gives its
+    /// encoded media (encoding time counts in the reply's).
+    fn reply_media(
+        &self,
+        messages: &[ChatMessage],
+        attach: impl FnOnce(&mut ModelCall) -> Result<(), engine::EngineError>,
+    ) -> Result<BrainReply, String> {
+        let start = std::time::Instant::now();
+        let mut call = ModelCall::new(messages.to_vec(), self.max_tokens);
+        attach(&mut call).map_err(|e| e.to_string())?;
+        let r = self.chat.clone().reply(&call).map_err(|e| e.to_string())?;
+        Ok(unguarded(r, start))
+    }
+
     /// Whether `messages` plus `extra` tokens leave room for a whole reply.
     fn fits_with(&self, messages: &[ChatMessage], extra: usize) -> bool {
         self.engine

@@ -352,12 +352,7 @@ fn photos_are_read_by_a_model_with_a_vision_tower() {
     assert!(got[2].contains("could not read that photo"), "{got:?}");
     // One reply, whose prompt held the picture's 16 soft tokens.
     assert!(got[3].contains("Replies: 1"), "{got:?}");
-    let prompt: usize = got[3]
-        .split("Tokens: ")
-        .nth(1)
-        .and_then(|t| t.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap();
+    let prompt = prompt_tokens(&got[3]);
     assert!(prompt > 16, "{prompt} prompt tokens");
     assert_eq!(api.calls("download"), 2, "the missing file has no download");
     // A text-only model says so without downloading.
@@ -369,6 +364,16 @@ fn photos_are_read_by_a_model_with_a_vision_tower() {
     let got = api.wait_for(6, 1, WAIT);
     assert!(got[0].contains("can't read a photo"), "{got:?}");
     assert_eq!(api.calls("getFile"), 0);
+}
+
+/// The prompt tokens a `/stats` reply counts.
+fn prompt_tokens(stats: &str) -> usize {
+    stats
+        .split("Tokens: ")
+        .nth(1)
+        .and_then(|t| t.split(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap()
 }
 
 #[test]
@@ -410,12 +415,7 @@ fn voice_notes_are_heard_by_a_model_with_an_audio_tower() {
     assert!(got[2].contains("could not read that voice note"), "{got:?}");
     // One reply, whose prompt held the clip's 24 audio tokens.
     assert!(got[3].contains("Replies: 1"), "{got:?}");
-    let prompt: usize = got[3]
-        .split("Tokens: ")
-        .nth(1)
-        .and_then(|t| t.split(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap();
+    let prompt = prompt_tokens(&got[3]);
     assert!(prompt > 24, "{prompt} prompt tokens");
     // A model that does not hear says so without downloading.
     let api = FakeBotApi::start(TOKEN).unwrap();
