@@ -6,6 +6,7 @@ use crate::ModelArgs;
 use anyhow::{bail, Result};
 use engine::bench::{BenchResult, BenchTest};
 use std::process::ExitCode;
+use std::time::Duration;
 
 /// Flags of `hearth bench`.
 #[derive(clap::Args, Debug)]
@@ -58,6 +59,12 @@ pub struct BenchArgs {
     /// Sequences decoded together in the constrained comparison.
     #[arg(long, default_value_t = 1)]
     pub seqs: usize,
+    /// After each test, where its time went: the parallel operations by the
+    /// place in the code that started them (time per token, the caller's
+    /// wait at their end, the workers' wake-up delay), and the time outside
+    /// them, when one thread works alone. Warm-up run included.
+    #[arg(long)]
+    pub profile: bool,
 }
 
 /// Run every (threads, test) combination and print a row for each.
@@ -127,11 +134,50 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
             continue;
         }
         for &test in &tests {
+            engine.model().set_profiling(args.profile);
+            let start = std::time::Instant::now();
             let r = engine.bench(test, args.depth, args.reps)?;
+            let elapsed = start.elapsed();
+            engine.model().set_profiling(false);
             row.print(&r, args.json);
+            if args.profile {
+                // The warm-up run is timed too: one more run than `reps`.
+                let tokens = (test.tokens() + args.depth) * (args.reps.max(1) + 1);
+                print_profile(&engine.model().profile(), elapsed, tokens);
+            }
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The profile of one test (see `--profile`): a line per call site, then
+/// the time outside parallel operations.
+fn print_profile(sites: &[(String, engine::bench::SiteProfile)], elapsed: Duration, tokens: usize) {
+    let tokens = tokens.max(1) as f64;
+    let total = elapsed.as_secs_f64().max(1e-12);
+    let us = |d: Duration| d.as_secs_f64() * 1e6 / tokens;
+    println!(
+        "|   site | ops/token | tasks/op | us/token | % of time | caller waits | wake-up us |"
+    );
+    let mut parallel = Duration::ZERO;
+    for (site, p) in sites {
+        parallel += p.wall;
+        let wake = p.wake.as_secs_f64() * 1e6 / (p.wakes.max(1) as f64);
+        println!(
+            "|   {site} | {:.1} | {:.1} | {:.1} | {:.1}% | {:.0}% | {wake:.2} |",
+            p.ops as f64 / tokens,
+            p.tasks as f64 / p.ops.max(1) as f64,
+            us(p.wall),
+            100.0 * p.wall.as_secs_f64() / total,
+            100.0 * p.caller_wait.as_secs_f64() / p.wall.as_secs_f64().max(1e-12),
+        );
+    }
+    let alone = elapsed.saturating_sub(parallel);
+    println!(
+        "|   outside parallel operations | | | {:.1} | {:.1}% | | |",
+        us(alone),
+        100.0 * alone.as_secs_f64() / total
+    );
 }
 
 /// What every row of one model and thread count shares.

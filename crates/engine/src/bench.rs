@@ -5,6 +5,9 @@
 use crate::{Engine, EngineError, Rng};
 use std::time::{Duration, Instant};
 
+/// Where a parallel operation site spent its time (`hearth bench --profile`).
+pub use quant::SiteProfile;
+
 /// What one benchmark row measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BenchTest {

@@ -14,16 +14,30 @@ impl Model {
         let (b, h, fd) = (s.batch, cfg.hidden, cfg.layers[li].ffn_dim);
         self.block_input(&lw.ffn_norm, s);
         let input = &s.h[..b * h];
-        let mut outs = [&mut s.gate[..b * fd], &mut s.up[..b * fd]];
-        self.linear_many([&lw.gate, &lw.up], input, b, &mut outs, &mut s.products)?;
-        let up = &s.up[..b * fd];
-        let sparsity = cfg.layers[li].sparsity;
-        par_rows(&self.pool, &mut s.gate[..b * fd], fd, |i, g| {
-            if let Some(m) = sparsity {
-                ops::gaussian_top_k(g, m);
+        match cfg.layers[li].sparsity {
+            // Activation sparsity needs each gate row whole (its mean and
+            // spread), so it runs between the products.
+            Some(m) => {
+                let mut outs = [&mut s.gate[..b * fd], &mut s.up[..b * fd]];
+                self.linear_many([&lw.gate, &lw.up], input, b, &mut outs, &mut s.products)?;
+                let up = &s.up[..b * fd];
+                par_rows(&self.pool, &mut s.gate[..b * fd], fd, |i, g| {
+                    ops::gaussian_top_k(g, m);
+                    ops::geglu(g, &up[i * fd..(i + 1) * fd])
+                });
             }
-            ops::geglu(g, &up[i * fd..(i + 1) * fd])
-        });
+            None => {
+                let outs = [&mut s.gate[..b * fd], &mut s.up[..b * fd]];
+                self.linear_gated(
+                    [&lw.gate, &lw.up],
+                    input,
+                    b,
+                    outs,
+                    &mut s.products,
+                    &ops::geglu,
+                )?;
+            }
+        }
         let (gate, o) = (&s.gate[..b * fd], &mut s.o[..b * h]);
         self.linear(&lw.down, gate, b, o, &mut s.products)?;
         if let Some(moe) = &lw.moe {

@@ -210,6 +210,18 @@ impl Model {
         self.pool.stats()
     }
 
+    /// Turns the thread pool's profiling by call site on or off (see
+    /// [`quant::ThreadPool::set_profiling`]).
+    pub fn set_profiling(&self, on: bool) {
+        self.pool.set_profiling(on);
+    }
+
+    /// The pool's profile by call site since the last reading, most time
+    /// first (see [`quant::ThreadPool::profile`]).
+    pub fn profile(&self) -> Vec<(String, quant::SiteProfile)> {
+        self.pool.profile()
+    }
+
     /// Bytes of weights the forward pass reads.
     pub fn weight_bytes(&self) -> u64 {
         self.file.tensors().iter().map(|t| t.n_bytes).sum()

@@ -7,6 +7,7 @@ use quant::FirstError;
 
 impl Model {
     /// `out = W x` for `batch` rows through the weight matrix `w`.
+    #[track_caller]
     pub(crate) fn linear(
         &self,
         w: &Linear,
@@ -22,6 +23,7 @@ impl Model {
     /// [`quant::matmul_many`]) where the activations are quantized, one
     /// product after another in exact precision. The same numbers either way
     /// as [`Self::linear`] on each.
+    #[track_caller]
     pub(crate) fn linear_many<const N: usize>(
         &self,
         ws: [&Linear; N],
@@ -52,7 +54,48 @@ impl Model {
         Ok(())
     }
 
+    /// `outs[0] = act(gate x, up x)` row by row, with `outs[1] = up x`: a
+    /// gated MLP's first half, as one parallel operation where the
+    /// activations are quantized (see [`quant::matmul_gated`]); `act` acts
+    /// element by element. The same numbers as [`Self::linear_many`]
+    /// followed by `act`.
+    #[track_caller]
+    pub(crate) fn linear_gated(
+        &self,
+        [gate, up]: [&Linear; 2],
+        x: &[f32],
+        batch: usize,
+        [out_gate, out_up]: [&mut [f32]; 2],
+        bufs: &mut ProductBuffers,
+        act: &(dyn Fn(&mut [f32], &[f32]) + Sync),
+    ) -> Result<(), ModelError> {
+        let (g, u) = (gate.matrix(&self.file)?, up.matrix(&self.file)?);
+        match self.precision {
+            Precision::Quantized => quant::matmul_gated(
+                &self.pool,
+                &g,
+                &u,
+                x,
+                batch,
+                out_gate,
+                out_up,
+                &mut bufs.qbuf,
+                act,
+            )?,
+            Precision::Exact => {
+                matmul_exact(&self.pool, &g, x, batch, out_gate, &mut bufs.wide)?;
+                matmul_exact(&self.pool, &u, x, batch, out_up, &mut bufs.wide)?;
+                let rows = g.rows();
+                crate::ops::par_rows(&self.pool, &mut out_gate[..batch * rows], rows, |i, r| {
+                    act(r, &out_up[i * rows..(i + 1) * rows])
+                });
+            }
+        }
+        Ok(())
+    }
+
     /// `out = W x` for a batch, in the precision the model was loaded with.
+    #[track_caller]
     pub(crate) fn matmul(
         &self,
         w: &quant::Matrix,
@@ -72,6 +115,7 @@ impl Model {
 /// `out = W x` with f32 activations: each weight row is dequantized once and
 /// dotted with every row of the batch. Slower than the integer kernels, but
 /// free of activation-quantization error (see [`Precision`]).
+#[track_caller]
 fn matmul_exact(
     pool: &quant::ThreadPool,
     w: &quant::Matrix,

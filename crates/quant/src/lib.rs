@@ -20,8 +20,8 @@ pub mod vector;
 pub use bandwidth::read_bandwidth;
 pub use error::QuantError;
 pub use gguf::GgmlType;
-pub use matmul::{check_product_shapes, matmul, matmul_many, Matrix};
-pub use pool::{default_threads, FirstError, PoolStats, ThreadPool};
+pub use matmul::{check_product_shapes, matmul, matmul_gated, matmul_many, Matrix};
+pub use pool::{default_threads, FirstError, PoolStats, SiteProfile, ThreadPool};
 
 use formats::{float, kquantize, kquants, legacy};
 

@@ -2,9 +2,7 @@
 
 use crate::pool::{split_range, ThreadPool};
 use crate::simd::GemmTier;
-use crate::{
-    dequantize, is_supported, quantize_activation, simd, vec_dot_type, GgmlType, QuantError,
-};
+use crate::{dequantize, is_supported, simd, vec_dot_type, GgmlType, QuantError};
 
 /// A row-major weight matrix view: `rows` rows of `cols` elements of type `ty`,
 /// validated on construction.
@@ -125,6 +123,7 @@ const SWEEP: usize = 64;
 /// The panel product (see [`crate::gemm`]): activations quantized once, each
 /// thread packs its own weight rows into panels and sweeps every activation
 /// row past them.
+#[track_caller]
 fn gemm_panels(
     pool: &ThreadPool,
     tier: GemmTier,
@@ -302,6 +301,7 @@ pub fn check_product_shapes(
 /// `scratch` holds the quantized activations and is reused across calls: it only
 /// grows, so once it is big enough there is no allocation. Operands shorter than
 /// the shapes imply are an error, never a panic.
+#[track_caller]
 pub fn matmul(
     pool: &ThreadPool,
     w: &Matrix,
@@ -322,7 +322,7 @@ pub fn matmul(
         ptr: out.as_mut_ptr(),
         len: nout,
     };
-    let parts = pool.threads().min(rows);
+    let parts = (pool.threads() * decode_split()).min(rows);
 
     if let Some(f) = k.float(w.ty) {
         pool.run(parts, |t| {
@@ -365,6 +365,7 @@ pub fn matmul(
 /// once per matrix. Each result is [`matmul`]'s to the bit; batches that
 /// take the panel product, and float weights, go through [`matmul`] one
 /// matrix at a time.
+#[track_caller]
 pub fn matmul_many(
     pool: &ThreadPool,
     ws: &[&Matrix],
@@ -396,35 +397,9 @@ pub fn matmul_many(
     for (w, out) in ws.iter().zip(outs.iter()) {
         check_product_shapes(w, x, batch, out)?;
     }
+    let (starts, need) = quantize_once(pool, ws, x, batch, scratch)?;
     let cols = ws[0].cols;
-    // Where each matrix's quantized activations start in `scratch`: one
-    // copy per activation type, one after another. Fixed arrays, as this
-    // runs a few times per decode step.
-    let mut starts = [0usize; MAX_FUSED];
-    let mut need = 0;
-    for (i, w) in ws.iter().enumerate() {
-        let at = vec_dot_type(w.ty);
-        match ws[..i].iter().position(|v| vec_dot_type(v.ty) == at) {
-            Some(j) => starts[i] = starts[j],
-            None => {
-                starts[i] = need;
-                need += act_row_bytes(at, cols) * batch;
-            }
-        }
-    }
-    if scratch.len() < need {
-        scratch.resize(need, 0);
-    }
     let acts_len = |w: &Matrix| act_row_bytes(vec_dot_type(w.ty), cols) * batch;
-    for (i, w) in ws.iter().enumerate() {
-        if ws[..i]
-            .iter()
-            .all(|v| vec_dot_type(v.ty) != vec_dot_type(w.ty))
-        {
-            let dst = &mut scratch[starts[i]..starts[i] + acts_len(w)];
-            quantize_rows(pool, vec_dot_type(w.ty), &x[..batch * cols], cols, dst)?;
-        }
-    }
     let scratch = &scratch[..need];
     let mut shared: [SharedOut; MAX_FUSED] = std::array::from_fn(|_| SharedOut {
         ptr: std::ptr::null_mut(),
@@ -438,8 +413,10 @@ pub fn matmul_many(
     }
     // Each matrix split as `matmul` splits it; task numbers run through
     // the first matrix's parts, then the next one's.
-    let parts: [usize; MAX_FUSED] =
-        std::array::from_fn(|i| ws.get(i).map_or(0, |w| pool.threads().min(w.rows)));
+    let parts: [usize; MAX_FUSED] = std::array::from_fn(|i| {
+        ws.get(i)
+            .map_or(0, |w| (pool.threads() * decode_split()).min(w.rows))
+    });
     pool.run(parts.iter().sum(), |task| {
         let mut t = task;
         for (i, w) in ws.iter().enumerate() {
@@ -454,6 +431,150 @@ pub fn matmul_many(
     Ok(())
 }
 
+/// Quantizes `batch` rows of `x` once per activation type that `ws` (at
+/// most [`MAX_FUSED`] matrices of equal width) needs, one copy after
+/// another in `scratch`. Returns where each matrix's copy starts and the
+/// bytes used. Fixed arrays, as this runs a few times per decode step.
+#[track_caller]
+fn quantize_once(
+    pool: &ThreadPool,
+    ws: &[&Matrix],
+    x: &[f32],
+    batch: usize,
+    scratch: &mut Vec<u8>,
+) -> Result<([usize; MAX_FUSED], usize), QuantError> {
+    let cols = ws.first().map_or(0, |w| w.cols);
+    let mut starts = [0usize; MAX_FUSED];
+    let mut need = 0;
+    for (i, w) in ws.iter().enumerate().take(MAX_FUSED) {
+        let at = vec_dot_type(w.ty);
+        match ws[..i].iter().position(|v| vec_dot_type(v.ty) == at) {
+            Some(j) => starts[i] = starts[j],
+            None => {
+                starts[i] = need;
+                need += act_row_bytes(at, cols) * batch;
+            }
+        }
+    }
+    if scratch.len() < need {
+        scratch.resize(need, 0);
+    }
+    for (i, w) in ws.iter().enumerate().take(MAX_FUSED) {
+        if ws[..i]
+            .iter()
+            .all(|v| vec_dot_type(v.ty) != vec_dot_type(w.ty))
+        {
+            let len = act_row_bytes(vec_dot_type(w.ty), cols) * batch;
+            let dst = &mut scratch[starts[i]..starts[i] + len];
+            quantize_rows(pool, vec_dot_type(w.ty), &x[..batch * cols], cols, dst)?;
+        }
+    }
+    Ok((starts, need))
+}
+
+/// `gate = act(W_gate x, W_up x)` applied row by row, with `up = W_up x`
+/// kept: a gated MLP's first half. For the few rows of a decode step it is
+/// one parallel operation in which each task computes the same range of
+/// gate and up rows and applies `act` to them at once, so the activation
+/// (GeGLU's tanh over thousands of values) is spread over the threads
+/// instead of running on one between two products. `act` must act element
+/// by element (it is handed pieces of rows); the results are those of
+/// [`matmul_many`] followed by `act` on whole rows, to the bit.
+#[track_caller]
+#[allow(clippy::too_many_arguments)]
+pub fn matmul_gated(
+    pool: &ThreadPool,
+    gate: &Matrix,
+    up: &Matrix,
+    x: &[f32],
+    batch: usize,
+    out_gate: &mut [f32],
+    out_up: &mut [f32],
+    scratch: &mut Vec<u8>,
+    act: &(dyn Fn(&mut [f32], &[f32]) + Sync),
+) -> Result<(), QuantError> {
+    let k = simd::best();
+    let rows = gate.rows;
+    let fused = batch > 0
+        && batch < GEMM_MIN_BATCH
+        && up.rows == rows
+        && up.cols == gate.cols
+        && [gate, up]
+            .iter()
+            .all(|w| k.float(w.ty).is_none() && k.quant(w.ty).is_some());
+    if !fused {
+        matmul_many(
+            pool,
+            &[gate, up],
+            x,
+            batch,
+            &mut [&mut *out_gate, &mut *out_up],
+            scratch,
+        )?;
+        let n = batch * rows;
+        let (g, u) = (&mut out_gate[..n], &out_up[..n]);
+        if batch < 16 || rows == 0 {
+            g.chunks_exact_mut(rows.max(1))
+                .zip(u.chunks_exact(rows.max(1)))
+                .for_each(|(g, u)| act(g, u));
+        } else {
+            let per = batch.div_ceil(pool.threads());
+            pool.for_each_chunk_mut(g, per * rows, |chunk, g| {
+                let u = &u[chunk * per * rows..];
+                g.chunks_exact_mut(rows)
+                    .zip(u.chunks_exact(rows))
+                    .for_each(|(g, u)| act(g, u));
+            });
+        }
+        return Ok(());
+    }
+    check_product_shapes(gate, x, batch, out_gate)?;
+    check_product_shapes(up, x, batch, out_up)?;
+    let ws = [gate, up];
+    let (starts, need) = quantize_once(pool, &ws, x, batch, scratch)?;
+    let scratch = &scratch[..need];
+    let acts_len = |w: &Matrix| act_row_bytes(vec_dot_type(w.ty), w.cols) * batch;
+    let (acts_g, acts_u) = (
+        &scratch[starts[0]..starts[0] + acts_len(gate)],
+        &scratch[starts[1]..starts[1] + acts_len(up)],
+    );
+    let sh_g = SharedOut {
+        ptr: out_gate.as_mut_ptr(),
+        len: batch * rows,
+    };
+    let sh_u = SharedOut {
+        ptr: out_up.as_mut_ptr(),
+        len: batch * rows,
+    };
+    let parts = (pool.threads() * decode_split()).min(rows);
+    pool.run(parts, |t| {
+        let range = split_range(rows, parts, t);
+        quant_rows(k, gate, acts_g, batch, range.clone(), &sh_g);
+        quant_rows(k, up, acts_u, batch, range.clone(), &sh_u);
+        for b in 0..batch {
+            let at = b * rows + range.start;
+            // SAFETY: rows `range` of every batch row belong to this task
+            // alone, and these are the only slices of them alive.
+            let (g, u) = unsafe { (sh_g.slice(at, range.len()), sh_u.slice(at, range.len())) };
+            act(g, u);
+        }
+    });
+    Ok(())
+}
+
+/// Parts per thread a decode product's rows are split into (measurement
+/// knob `HEARTH_DECODE_SPLIT`, default 1).
+fn decode_split() -> usize {
+    static SPLIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *SPLIT.get_or_init(|| {
+        std::env::var("HEARTH_DECODE_SPLIT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1)
+            .clamp(1, 64)
+    })
+}
+
 /// The most products [`matmul_many`] runs as one (a layer's query, key and
 /// value projections); more go one at a time.
 const MAX_FUSED: usize = 4;
@@ -465,6 +586,7 @@ fn act_row_bytes(at: GgmlType, cols: usize) -> usize {
 
 /// Quantizes `batch` rows of `cols` activations (`x`) into `dst` as type
 /// `at`, the rows split over the pool when there are several.
+#[track_caller]
 fn quantize_rows(
     pool: &ThreadPool,
     at: GgmlType,
@@ -474,15 +596,16 @@ fn quantize_rows(
 ) -> Result<(), QuantError> {
     let arow = act_row_bytes(at, cols);
     let batch = dst.len() / arow.max(1);
+    let tier = simd::best().gemm;
     if batch <= 1 {
-        return quantize_activation(at, &x[..cols * batch], dst);
+        return crate::gemm::quantize_act_row(tier, at, &x[..cols * batch], dst);
     }
     let per = batch.div_ceil(pool.threads());
     pool.for_each_chunk_mut(dst, per * arow, |i, dst| {
         for (j, d) in dst.chunks_exact_mut(arow).enumerate() {
             let b = i * per + j;
             // Shapes are consistent by construction, so this cannot fail.
-            let _ = quantize_activation(at, &x[b * cols..(b + 1) * cols], d);
+            let _ = crate::gemm::quantize_act_row(tier, at, &x[b * cols..(b + 1) * cols], d);
         }
     });
     Ok(())

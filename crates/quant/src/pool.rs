@@ -6,19 +6,31 @@
 //! counter between operations and park only after a spell of idleness. The
 //! calling thread takes tasks too: a pool of `n` threads starts `n - 1`.
 //!
-//! One operation runs at a time. Tasks are claimed from a counter that
-//! carries the operation's epoch in its high half, so a worker that wakes
-//! late can never claim a task of a later operation with an earlier
-//! operation's closure.
+//! One operation runs at a time. A task is claimed by one `fetch_add` on a
+//! counter that carries the operation's epoch in its high half, and the
+//! operation's closure and task count are read only after a claim: a claim
+//! of a task that exists keeps its operation alive until the task is done,
+//! so what is read belongs to the claimed operation, and a worker that
+//! wakes late claims nothing of an operation it did not see. No lock is
+//! taken on the way to a task, so sixteen threads meeting at the start of
+//! an operation pass one cache line around once each instead of queueing
+//! on a mutex.
 
 use std::cell::Cell;
+use std::collections::HashMap;
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::panic::Location;
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 /// How long an idle worker spins before it parks.
 const SPIN: Duration = Duration::from_micros(200);
+
+/// The most tasks one operation may have: claims past the last task (one
+/// or two per thread per operation) must never carry into the epoch half
+/// of the claim counter.
+const MAX_TASKS: usize = (u32::MAX / 2) as usize;
 
 thread_local! {
     /// Set while this thread runs a task, so a nested parallel call runs
@@ -26,21 +38,31 @@ thread_local! {
     static IN_TASK: Cell<bool> = const { Cell::new(false) };
 }
 
-/// The operation in flight: its closure with the lifetime erased (see
-/// [`ThreadPool::run`] for why that is sound), its epoch and task count.
-#[derive(Clone, Copy)]
-struct Job {
-    f: &'static (dyn Fn(usize) + Sync),
-    epoch: u64,
-    tasks: u64,
+/// A value alone on its cache line (two lines, for the adjacent-line
+/// prefetcher), so threads spinning on one counter do not slow the
+/// writes to another.
+#[repr(align(128))]
+struct Line<T>(T);
+
+impl<T> std::ops::Deref for Line<T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        &self.0
+    }
 }
+
+/// The closure of the operation in flight, as the caller holds it.
+type TaskFn<'a> = &'a (dyn Fn(usize) + Sync);
 
 struct Shared {
     /// `epoch << 32 | next task to claim`.
-    state: AtomicU64,
-    job: Mutex<Option<Job>>,
+    state: Line<AtomicU64>,
+    /// `epoch << 32 | task count` of the operation in flight.
+    job: Line<AtomicU64>,
+    /// Points at the caller's [`TaskFn`] of the operation in flight.
+    func: AtomicPtr<TaskFn<'static>>,
     /// Tasks of the current operation finished.
-    done: AtomicUsize,
+    done: Line<AtomicUsize>,
     /// A task of the current operation panicked.
     panicked: AtomicBool,
     sleepers: AtomicUsize,
@@ -54,31 +76,52 @@ struct Shared {
     caller_wait_ns: AtomicU64,
     /// Nanoseconds workers spent running tasks, all workers together.
     worker_busy_ns: AtomicU64,
+    /// Set while operations are profiled by call site (`hearth bench --profile`).
+    profiling: AtomicBool,
+    /// When the pool started: the clock `published_ns` counts from.
+    born: Instant,
+    /// When the operation in flight was handed out, in ns since `born`
+    /// (profiling only).
+    published_ns: AtomicU64,
+    /// Delays from handing out to each worker's first claim, and their
+    /// count, for the operation in flight (profiling only).
+    wake_ns: AtomicU64,
+    wakes: AtomicU64,
+    sites: Mutex<HashMap<&'static Location<'static>, SiteProfile>>,
 }
 
 impl Shared {
     fn epoch(&self) -> u64 {
-        self.state.load(Ordering::SeqCst) >> 32
+        self.state.load(Ordering::Acquire) >> 32
     }
 
-    /// Claims and runs tasks of `job` until none is left.
-    fn work(&self, job: Job) {
+    /// Claims and runs tasks until none is left in the operation its last
+    /// claim counted against.
+    fn work(&self, worker: bool) {
+        let mut first = worker && self.profiling.load(Ordering::Relaxed);
         loop {
-            let st = self.state.load(Ordering::Acquire);
-            let next = st & 0xffff_ffff;
-            if st >> 32 != job.epoch || next >= job.tasks {
+            let st = self.state.fetch_add(1, Ordering::AcqRel);
+            let (epoch, task) = (st >> 32, st & 0xffff_ffff);
+            let job = self.job.load(Ordering::Acquire);
+            // A claim past the last task, or against an operation that has
+            // since finished (only possible past its last task), is void.
+            if job >> 32 != epoch || task >= job & 0xffff_ffff {
                 return;
             }
-            if self
-                .state
-                .compare_exchange_weak(st, st + 1, Ordering::AcqRel, Ordering::Relaxed)
-                .is_err()
-            {
-                continue;
+            if first {
+                first = false;
+                let at = self.born.elapsed().as_nanos() as u64;
+                let delay = at.saturating_sub(self.published_ns.load(Ordering::Relaxed));
+                self.wake_ns.fetch_add(delay, Ordering::Relaxed);
+                self.wakes.fetch_add(1, Ordering::Relaxed);
             }
+            // SAFETY: `func` was stored before the operation was published
+            // and points at the caller's closure, which `ThreadPool::run`
+            // keeps alive until every task of the operation has finished;
+            // this claim is of a task of that operation, not yet finished.
+            let f: TaskFn<'static> = unsafe { *self.func.load(Ordering::Acquire) };
             IN_TASK.with(|t| t.set(true));
-            let ok =
-                std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (job.f)(next as usize)));
+            let ok = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(task as usize)));
             IN_TASK.with(|t| t.set(false));
             if ok.is_err() {
                 self.panicked.store(true, Ordering::Release);
@@ -113,15 +156,31 @@ impl Shared {
                 }
                 self.sleepers.fetch_sub(1, Ordering::SeqCst);
             }
-            let job = *self.job.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(job) = job.filter(|j| j.epoch == seen) {
-                let start = Instant::now();
-                self.work(job);
-                self.worker_busy_ns
-                    .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            }
+            let start = Instant::now();
+            self.work(true);
+            self.worker_busy_ns
+                .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
         }
     }
+}
+
+/// What the operations started from one place in the code cost, summed
+/// (see [`ThreadPool::set_profiling`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct SiteProfile {
+    /// Operations started there.
+    pub ops: u64,
+    /// Tasks they had, all together.
+    pub tasks: u64,
+    /// From handing each out to its last task finishing.
+    pub wall: Duration,
+    /// Of that, the calling thread waiting for workers after its own tasks.
+    pub caller_wait: Duration,
+    /// From handing out to a worker's first claim, summed over the workers
+    /// that claimed a task.
+    pub wake: Duration,
+    /// Workers that claimed a task, summed over the operations.
+    pub wakes: u64,
 }
 
 /// Where a pool's threads spent their time: what `hearth bench` reports
@@ -176,9 +235,10 @@ impl ThreadPool {
     /// got: slower, but correct.
     pub fn new(threads: usize) -> Self {
         let shared = Arc::new(Shared {
-            state: AtomicU64::new(0),
-            job: Mutex::new(None),
-            done: AtomicUsize::new(0),
+            state: Line(AtomicU64::new(0)),
+            job: Line(AtomicU64::new(0)),
+            func: AtomicPtr::new(std::ptr::null_mut()),
+            done: Line(AtomicUsize::new(0)),
             panicked: AtomicBool::new(false),
             sleepers: AtomicUsize::new(0),
             park: Mutex::new(()),
@@ -187,6 +247,12 @@ impl ThreadPool {
             ops: AtomicU64::new(0),
             caller_wait_ns: AtomicU64::new(0),
             worker_busy_ns: AtomicU64::new(0),
+            profiling: AtomicBool::new(false),
+            born: Instant::now(),
+            published_ns: AtomicU64::new(0),
+            wake_ns: AtomicU64::new(0),
+            wakes: AtomicU64::new(0),
+            sites: Mutex::new(HashMap::new()),
         });
         let workers: Vec<_> = (1..threads.max(1))
             .map_while(|i| {
@@ -228,45 +294,71 @@ impl ThreadPool {
         f()
     }
 
+    /// Turns profiling by call site on or off (off by default). While it is
+    /// on, every operation's wall time, the caller's wait and the workers'
+    /// wake-up delays are summed by the place in the code that started it
+    /// (through `#[track_caller]`, so the place is the caller's caller where
+    /// the pool's own helpers and the products pass it on); read them with
+    /// [`profile`](Self::profile). It costs a clock reading per claim.
+    pub fn set_profiling(&self, on: bool) {
+        self.shared.profiling.store(on, Ordering::Relaxed);
+    }
+
+    /// The profile gathered so far (see [`set_profiling`](Self::set_profiling)),
+    /// by call site (`file:line`), most wall time first; reading it clears it.
+    pub fn profile(&self) -> Vec<(String, SiteProfile)> {
+        let mut sites = self.shared.sites.lock().unwrap_or_else(|p| p.into_inner());
+        let mut all: Vec<_> = sites
+            .drain()
+            .map(|(at, p)| (format!("{}:{}", at.file(), at.line()), p))
+            .collect();
+        all.sort_by(|a, b| b.1.wall.cmp(&a.1.wall));
+        all
+    }
+
     /// Runs `f(i)` for every `i` in `0..tasks`, in parallel, and returns when all are done.
     ///
     /// # Panics
     /// When a task panics (after every task has finished).
+    #[track_caller]
     pub fn run<F>(&self, tasks: usize, f: F)
     where
         F: Fn(usize) + Sync + Send,
     {
-        if tasks <= 1
-            || self.workers.is_empty()
-            || IN_TASK.with(|t| t.get())
-            || tasks > u32::MAX as usize
-        {
+        if tasks <= 1 || self.workers.is_empty() || IN_TASK.with(|t| t.get()) || tasks > MAX_TASKS {
             (0..tasks).for_each(f);
             return;
         }
+        let site = Location::caller();
         let mut epoch = self.submit.lock().unwrap_or_else(|p| p.into_inner());
         *epoch += 1;
         let sh = &*self.shared;
-        let dyn_f: &(dyn Fn(usize) + Sync) = &f;
-        // SAFETY: the erased reference is only called through claims of this
-        // epoch (see `Shared::work`), and this function does not return
-        // before every claimed task has finished (`done == tasks`) and the
-        // job slot is cleared, so no call outlives `f`.
-        let f_static: &'static (dyn Fn(usize) + Sync) = unsafe { std::mem::transmute(dyn_f) };
-        let job = Job {
-            f: f_static,
-            epoch: *epoch,
-            tasks: tasks as u64,
-        };
-        *sh.job.lock().unwrap_or_else(|p| p.into_inner()) = Some(job);
-        sh.done.store(0, Ordering::SeqCst);
-        sh.panicked.store(false, Ordering::SeqCst);
-        sh.state.store(*epoch << 32, Ordering::SeqCst);
+        let profiling = sh.profiling.load(Ordering::Relaxed);
+        let published = Instant::now();
+        let dyn_f: TaskFn<'_> = &f;
+        // SAFETY: the erased reference is only called through claims of
+        // tasks of this operation (see `Shared::work`), and this function
+        // does not return before every task has finished (`done == tasks`),
+        // so no call outlives `f`, nor `dyn_f` that `func` points at.
+        let f_static: TaskFn<'static> = unsafe { std::mem::transmute(dyn_f) };
+        sh.func.store(
+            &f_static as *const TaskFn<'static> as *mut _,
+            Ordering::Relaxed,
+        );
+        sh.done.store(0, Ordering::Relaxed);
+        sh.panicked.store(false, Ordering::Relaxed);
+        if profiling {
+            sh.published_ns
+                .store(sh.born.elapsed().as_nanos() as u64, Ordering::Relaxed);
+        }
+        sh.job.store(*epoch << 32 | tasks as u64, Ordering::Release);
+        // Publishing: a claim that reads this epoch sees everything above.
+        sh.state.store(*epoch << 32, Ordering::Release);
         if sh.sleepers.load(Ordering::SeqCst) > 0 {
             let _guard = sh.park.lock().unwrap_or_else(|p| p.into_inner());
             sh.wake.notify_all();
         }
-        sh.work(job);
+        sh.work(false);
         let waiting = Instant::now();
         let mut spins = 0u32;
         while sh.done.load(Ordering::Acquire) < tasks {
@@ -277,10 +369,21 @@ impl ThreadPool {
                 std::hint::spin_loop();
             }
         }
+        let finished = Instant::now();
+        let waited = finished - waiting;
         sh.caller_wait_ns
-            .fetch_add(waiting.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            .fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
         sh.ops.fetch_add(1, Ordering::Relaxed);
-        *sh.job.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        if profiling {
+            let mut sites = sh.sites.lock().unwrap_or_else(|p| p.into_inner());
+            let p = sites.entry(site).or_default();
+            p.ops += 1;
+            p.tasks += tasks as u64;
+            p.wall += finished - published;
+            p.caller_wait += waited;
+            p.wake += Duration::from_nanos(sh.wake_ns.swap(0, Ordering::Relaxed));
+            p.wakes += sh.wakes.swap(0, Ordering::Relaxed);
+        }
         if sh.panicked.load(Ordering::Acquire) {
             panic!("a parallel task panicked");
         }
@@ -288,6 +391,7 @@ impl ThreadPool {
 
     /// Splits `0..n` into at most [`threads`](Self::threads) near-equal contiguous
     /// ranges and runs `f(range)` on each in parallel.
+    #[track_caller]
     pub fn for_each_chunk<F>(&self, n: usize, f: F)
     where
         F: Fn(Range<usize>) + Sync + Send,
@@ -298,6 +402,7 @@ impl ThreadPool {
 
     /// Splits `data` into chunks of `chunk_len` (the last may be shorter) and runs
     /// `f(chunk_index, chunk)` on each in parallel.
+    #[track_caller]
     pub fn for_each_chunk_mut<T, F>(&self, data: &mut [T], chunk_len: usize, f: F)
     where
         T: Send,
@@ -448,6 +553,45 @@ mod tests {
             });
         }
         assert_eq!(total.load(Ordering::Relaxed), 2000 * (10 + 4));
+    }
+
+    /// Many threads (more than this machine has cores, so workers are
+    /// preempted mid-claim) over many operations of varying size: every
+    /// task of every operation runs exactly once, with its own closure.
+    #[test]
+    fn every_task_runs_once_with_many_threads() {
+        let pool = ThreadPool::new(12);
+        for op in 0..3000usize {
+            let tasks = 1 + op % 37;
+            let hits: Vec<AtomicUsize> = (0..tasks).map(|_| AtomicUsize::new(0)).collect();
+            pool.run(tasks, |i| {
+                hits[i].fetch_add(op + 1, Ordering::Relaxed);
+            });
+            for (i, h) in hits.iter().enumerate() {
+                assert_eq!(h.load(Ordering::Relaxed), op + 1, "op {op} task {i}");
+            }
+        }
+    }
+
+    /// Profiling by call site counts each operation once, at the line
+    /// that started it.
+    #[test]
+    fn profile_names_the_call_site() {
+        let pool = ThreadPool::new(3);
+        pool.set_profiling(true);
+        for _ in 0..10 {
+            pool.run(6, |_| std::hint::black_box(()));
+        }
+        let line = line!() - 2;
+        pool.set_profiling(false);
+        pool.run(6, |_| ());
+        let profile = pool.profile();
+        assert_eq!(profile.len(), 1);
+        let (site, p) = &profile[0];
+        assert!(site.ends_with(&format!("pool.rs:{line}")), "{site}");
+        assert_eq!((p.ops, p.tasks), (10, 60));
+        assert!(p.caller_wait <= p.wall);
+        assert!(pool.profile().is_empty());
     }
 
     /// Operations from several threads at once are serialized, not mixed.

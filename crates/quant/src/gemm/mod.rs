@@ -413,6 +413,44 @@ pub(crate) fn tile(tier: GemmTier, p: &Panel, a: &Acts, c0: usize, m: usize) -> 
     tile_scalar(p, a, c0, m)
 }
 
+/// One activation row of `src.len()` values into `at` (Q8_0 or Q8_K go
+/// through `tier`'s block quantizers, the same bytes as the scalar ones;
+/// other types through [`crate::quantize_activation`]). Decode quantizes a
+/// row between products on one thread, so this is on the serial path.
+pub(crate) fn quantize_act_row(
+    tier: GemmTier,
+    at: GgmlType,
+    src: &[f32],
+    dst: &mut [u8],
+) -> Result<(), crate::QuantError> {
+    match at {
+        GgmlType::Q8_0 if src.len() % QK == 0 && dst.len() >= src.len() / QK * 34 => {
+            for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(34)) {
+                let b: &mut [u8; 34] = b.try_into().expect("34-byte chunk");
+                quant_q8_0(tier, x, b);
+            }
+            Ok(())
+        }
+        GgmlType::Q8_K if src.len() % 256 == 0 && dst.len() >= src.len() / 256 * 292 => {
+            for (x, b) in src.chunks_exact(256).zip(dst.chunks_exact_mut(292)) {
+                let b: &mut [u8; 292] = b.try_into().expect("292-byte chunk");
+                quant_q8_k(tier, x, b);
+                // The block sums of 16 the decode kernels read (the panel
+                // product keeps its own and skips them).
+                for g in 0..16 {
+                    let s: i32 = b[4 + 16 * g..20 + 16 * g]
+                        .iter()
+                        .map(|&q| i32::from(q as i8))
+                        .sum();
+                    b[260 + 2 * g..262 + 2 * g].copy_from_slice(&(s as i16).to_le_bytes());
+                }
+            }
+            Ok(())
+        }
+        _ => crate::quantize_activation(at, src, dst),
+    }
+}
+
 /// `legacy::quant_q8_0_act` for one block of 32 through `tier`'s kernel
 /// (the same bytes on every tier).
 fn quant_q8_0(tier: GemmTier, x: &[f32], block: &mut [u8; 34]) {

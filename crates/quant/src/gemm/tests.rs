@@ -111,6 +111,15 @@ fn tier_activation_quantizers_match_scalar() {
             kquants::quant_q8_k(&v, &mut want);
             quant_q8_k(tier, &v, &mut got);
             assert_eq!(want[..260], got[..260], "{tier:?} q8_k round {round}");
+            // The whole row through the decode path's quantizer, sums too.
+            let mut row = [0u8; 292];
+            quantize_act_row(tier, GgmlType::Q8_K, &v, &mut row).unwrap();
+            assert_eq!(want, row, "{tier:?} q8_k row round {round}");
+            let mut row = [0u8; 34 * 8];
+            let mut want_row = [0u8; 34 * 8];
+            quantize_act_row(tier, GgmlType::Q8_0, &v, &mut row).unwrap();
+            legacy::quant_q8_0_act(&v, &mut want_row);
+            assert_eq!(want_row, row, "{tier:?} q8_0 row round {round}");
             for b in 0..8 {
                 let (mut want, mut got) = ([0u8; 34], [0u8; 34]);
                 let x = &v[32 * b..32 * (b + 1)];
