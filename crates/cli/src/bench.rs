@@ -157,24 +157,25 @@ fn print_profile(sites: &[(String, engine::bench::SiteProfile)], elapsed: Durati
     let total = elapsed.as_secs_f64().max(1e-12);
     let us = |d: Duration| d.as_secs_f64() * 1e6 / tokens;
     println!(
-        "|   site | ops/token | tasks/op | us/token | % of time | caller waits | wake-up us |"
+        "|   site | ops/token | tasks/op | us/token | % of time | caller waits | wake-up us | serial us/token before |"
     );
     let mut parallel = Duration::ZERO;
     for (site, p) in sites {
         parallel += p.wall;
         let wake = p.wake.as_secs_f64() * 1e6 / (p.wakes.max(1) as f64);
         println!(
-            "|   {site} | {:.1} | {:.1} | {:.1} | {:.1}% | {:.0}% | {wake:.2} |",
+            "|   {site} | {:.1} | {:.1} | {:.1} | {:.1}% | {:.0}% | {wake:.2} | {:.1} |",
             p.ops as f64 / tokens,
             p.tasks as f64 / p.ops.max(1) as f64,
             us(p.wall),
             100.0 * p.wall.as_secs_f64() / total,
             100.0 * p.caller_wait.as_secs_f64() / p.wall.as_secs_f64().max(1e-12),
+            us(p.gap_before),
         );
     }
     let alone = elapsed.saturating_sub(parallel);
     println!(
-        "|   outside parallel operations | | | {:.1} | {:.1}% | | |",
+        "|   outside parallel operations | | | {:.1} | {:.1}% | | | |",
         us(alone),
         100.0 * alone.as_secs_f64() / total
     );

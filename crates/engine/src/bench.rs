@@ -207,7 +207,7 @@ pub fn select_kernels(name: &str) -> Result<&'static str, EngineError> {
 /// This machine's memory read bandwidth with `threads` threads, in bytes
 /// per second: the ceiling on decode, which reads every weight once a token.
 pub fn memory_read_bandwidth(threads: usize) -> f64 {
-    quant::read_bandwidth(&quant::ThreadPool::new(threads.max(1)), 3)
+    quant::read_bandwidth(&quant::ThreadPool::new(threads.max(1)), 5)
 }
 
 impl Engine {

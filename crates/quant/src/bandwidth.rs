@@ -4,18 +4,25 @@
 use crate::pool::{split_range, ThreadPool};
 use std::time::Instant;
 
-/// Bytes per sample: far past any last-level cache, so the reads come from
-/// memory.
-const PROBE_BYTES: usize = 512 << 20;
+/// Bytes per sample: far past any last-level cache (servers have 300 MiB
+/// of L3 now), so the reads come from memory.
+const PROBE_BYTES: usize = 1 << 30;
 
-/// The best of `reps` timed passes (after one that also touches the pages)
-/// in which `pool`'s threads each sum their share of a 512 MiB buffer, in
-/// bytes per second. A pass reads as a decode step does: every thread its
-/// own contiguous run, once.
+/// The best of `reps` timed passes (after one untimed) in which `pool`'s
+/// threads each sum their share of a 1 GiB buffer, in bytes per second. A
+/// pass reads as a decode step does: every thread its own contiguous run,
+/// once. The threads write their own runs first, so on a machine of
+/// several memory nodes each reads from its own.
 pub fn read_bandwidth(pool: &ThreadPool, reps: usize) -> f64 {
     let words = PROBE_BYTES / 8;
-    let buf: Vec<u64> = (0..words as u64).collect();
     let parts = pool.threads();
+    let mut buf = vec![0u64; words];
+    let per = words.div_ceil(parts);
+    pool.for_each_chunk_mut(&mut buf, per, |i, run| {
+        for (j, w) in run.iter_mut().enumerate() {
+            *w = (i * per + j) as u64;
+        }
+    });
     let mut best = f64::INFINITY;
     for _ in 0..reps.max(1) + 1 {
         let sums: Vec<std::sync::atomic::AtomicU64> =

@@ -88,6 +88,8 @@ struct Shared {
     wake_ns: AtomicU64,
     wakes: AtomicU64,
     sites: Mutex<HashMap<&'static Location<'static>, SiteProfile>>,
+    /// When the last profiled operation ended, in ns since `born`.
+    last_end_ns: AtomicU64,
 }
 
 impl Shared {
@@ -181,6 +183,9 @@ pub struct SiteProfile {
     pub wake: Duration,
     /// Workers that claimed a task, summed over the operations.
     pub wakes: u64,
+    /// The calling thread's time between the end of the pool's previous
+    /// operation and the start of these: serial work done just before them.
+    pub gap_before: Duration,
 }
 
 /// Where a pool's threads spent their time: what `hearth bench` reports
@@ -253,6 +258,7 @@ impl ThreadPool {
             wake_ns: AtomicU64::new(0),
             wakes: AtomicU64::new(0),
             sites: Mutex::new(HashMap::new()),
+            last_end_ns: AtomicU64::new(0),
         });
         let workers: Vec<_> = (1..threads.max(1))
             .map_while(|i| {
@@ -301,6 +307,7 @@ impl ThreadPool {
     /// the pool's own helpers and the products pass it on); read them with
     /// [`profile`](Self::profile). It costs a clock reading per claim.
     pub fn set_profiling(&self, on: bool) {
+        self.shared.last_end_ns.store(0, Ordering::Relaxed);
         self.shared.profiling.store(on, Ordering::Relaxed);
     }
 
@@ -375,8 +382,16 @@ impl ThreadPool {
             .fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
         sh.ops.fetch_add(1, Ordering::Relaxed);
         if profiling {
+            let start_ns = published.duration_since(sh.born).as_nanos() as u64;
+            let last = sh
+                .last_end_ns
+                .swap(finished.duration_since(sh.born).as_nanos() as u64, Ordering::Relaxed);
             let mut sites = sh.sites.lock().unwrap_or_else(|p| p.into_inner());
             let p = sites.entry(site).or_default();
+            // The first operation after profiling starts has no previous one.
+            if last > 0 {
+                p.gap_before += Duration::from_nanos(start_ns.saturating_sub(last));
+            }
             p.ops += 1;
             p.tasks += tasks as u64;
             p.wall += finished - published;
