@@ -120,17 +120,26 @@ const TASKS_PER_THREAD: usize = 4;
 /// Activation rows per sweep over the packed panels (a multiple of the tile's).
 const SWEEP: usize = 64;
 
-/// The panel product (see [`crate::gemm`]): activations quantized once, each
-/// thread packs its own weight rows into panels and sweeps every activation
-/// row past them.
+/// The panel product (see [`crate::gemm`]) of one or more matrices of the
+/// same width and activation format (a layer's query and key projections,
+/// its gate and up): the activations are quantized once, and one parallel
+/// operation computes every matrix, each task packing its own run of weight
+/// panels and sweeping activation rows past them.
+///
+/// Tasks are runs of panels (never across two matrices), several per
+/// thread so threads that finish early take more. A product of few panels
+/// for the threads (a 1152-row projection is 36 panels; sixteen threads
+/// would do three rounds with the last a quarter full) also splits the
+/// activation rows into blocks, each task one run and one block: the
+/// panels are packed once per block, which costs less than idle threads.
 #[track_caller]
 fn gemm_panels(
     pool: &ThreadPool,
     tier: GemmTier,
-    w: &Matrix,
+    ws: &[&Matrix],
     x: &[f32],
     batch: usize,
-    out: &SharedOut,
+    outs: &[SharedOut],
 ) {
     use crate::gemm::{group_len, offset, tile, Acts, Panel, MR, NR};
     use std::cell::RefCell;
@@ -138,10 +147,11 @@ fn gemm_panels(
         static ACTS: RefCell<Acts> = RefCell::new(Acts::default());
         static PACKED: RefCell<Vec<Panel>> = const { RefCell::new(Vec::new()) };
     }
-    let (rows, cols) = (w.rows, w.cols);
-    let Some(g) = group_len(w.ty) else { return };
-    let at = vec_dot_type(w.ty);
-    let off = offset(w.ty);
+    let Some(w0) = ws.first() else { return };
+    let cols = w0.cols;
+    let Some(g) = group_len(w0.ty) else { return };
+    let at = vec_dot_type(w0.ty);
+    let off = offset(w0.ty);
     ACTS.with(|acts| {
         let mut acts = acts.borrow_mut();
         acts.reset(batch, cols, g, off);
@@ -180,20 +190,37 @@ fn gemm_panels(
             });
         }
         let acts = &*acts;
-        let panels = rows.div_ceil(NR);
-        // Runs of panels, claimed as threads free up: a thread slowed by a
-        // neighbour on its core takes fewer instead of holding the others
-        // at the end of the product. A run is at most what is packed at
-        // once, and short enough for every thread to get several.
-        let per_task = panels
-            .div_ceil(pool.threads() * TASKS_PER_THREAD)
-            .clamp(1, PANELS);
-        let parts = panels.div_ceil(per_task);
-        pool.run(parts, |t| {
+        // Fixed arrays: at most MAX_FUSED matrices.
+        let mut panels = [0usize; MAX_FUSED];
+        for (p, w) in panels.iter_mut().zip(ws) {
+            *p = w.rows.div_ceil(NR);
+        }
+        let aim = pool.threads() * TASKS_PER_THREAD;
+        let per_task = panels.iter().sum::<usize>().div_ceil(aim).clamp(1, PANELS);
+        let runs: [usize; MAX_FUSED] = std::array::from_fn(|i| panels[i].div_ceil(per_task));
+        let n_runs: usize = runs.iter().sum();
+        let blocks = if n_runs >= aim {
+            1
+        } else {
+            aim.div_ceil(n_runs.max(1))
+                .min(batch.div_ceil(SWEEP))
+                .max(1)
+        };
+        let block_rows = batch.div_ceil(blocks).div_ceil(MR) * MR;
+        let blocks = batch.div_ceil(block_rows.max(1)).max(1);
+        pool.run(n_runs * blocks, |t| {
+            let (mut run, block) = (t / blocks, t % blocks);
+            let mut m = 0;
+            while m + 1 < ws.len() && run >= runs[m] {
+                run -= runs[m];
+                m += 1;
+            }
+            let (w, out, rows) = (ws[m], &outs[m], ws[m].rows);
+            let mine = run * per_task..((run + 1) * per_task).min(panels[m]);
+            let (b0, b1) = (block * block_rows, ((block + 1) * block_rows).min(batch));
             PACKED.with(|packed| {
                 let mut packed = packed.borrow_mut();
                 packed.resize_with(PANELS, Panel::default);
-                let mine = t * per_task..((t + 1) * per_task).min(panels);
                 let mut p0 = mine.start;
                 while p0 < mine.end {
                     let p1 = (p0 + PANELS).min(mine.end);
@@ -203,8 +230,8 @@ fn gemm_panels(
                             (r0..(r0 + NR).min(rows)).map(|r| w.row(r)).collect();
                         panel.fill(w.ty, &views, cols);
                     }
-                    for c0 in (0..batch).step_by(SWEEP) {
-                        let c1 = (c0 + SWEEP).min(batch);
+                    for c0 in (b0..b1).step_by(SWEEP) {
+                        let c1 = (c0 + SWEEP).min(b1);
                         for (i, panel) in packed.iter().enumerate().take(p1 - p0) {
                             let r0 = (p0 + i) * NR;
                             let n = (rows - r0).min(NR);
@@ -212,9 +239,9 @@ fn gemm_panels(
                                 let m = (c1 - c).min(MR);
                                 let v = tile(tier, panel, acts, c, m);
                                 for (j, vj) in v.iter().enumerate().take(m) {
-                                    // SAFETY: weight rows r0..r0+n belong to
-                                    // this task alone, and this slice is the
-                                    // only one alive.
+                                    // SAFETY: weight rows r0..r0+n of rows
+                                    // b0..b1 belong to this task alone, and
+                                    // this slice is the only one alive.
                                     unsafe { out.slice((c + j) * rows + r0, n) }
                                         .copy_from_slice(&vj[..n]);
                                 }
@@ -340,7 +367,7 @@ pub fn matmul(
 
     k.quant(w.ty).ok_or(QuantError::Unsupported(w.ty))?;
     if batch >= GEMM_MIN_BATCH && crate::gemm::group_len(w.ty).is_some() {
-        gemm_panels(pool, k.gemm, w, x, batch, &shared);
+        gemm_panels(pool, k.gemm, &[w], x, batch, std::slice::from_ref(&shared));
         return Ok(());
     }
     let at = vec_dot_type(w.ty);
@@ -389,6 +416,9 @@ pub fn matmul_many(
             .iter()
             .all(|w| w.cols == ws[0].cols && k.float(w.ty).is_none() && k.quant(w.ty).is_some());
     if !fused {
+        if batch >= GEMM_MIN_BATCH && ws.len() <= MAX_FUSED {
+            return gemm_many(pool, k, ws, x, batch, outs, scratch);
+        }
         for (w, out) in ws.iter().zip(outs.iter_mut()) {
             matmul(pool, w, x, batch, out, scratch)?;
         }
@@ -428,6 +458,62 @@ pub fn matmul_many(
             t -= parts[i];
         }
     });
+    Ok(())
+}
+
+/// [`matmul_many`] for a batch that takes the panel product: the matrices
+/// that share an activation format go as one product (see
+/// [`gemm_panels`]), the rest through [`matmul`]. The same numbers as
+/// [`matmul`] on each: a panel's sums do not depend on what else runs.
+#[track_caller]
+fn gemm_many(
+    pool: &ThreadPool,
+    k: &simd::Kernels,
+    ws: &[&Matrix],
+    x: &[f32],
+    batch: usize,
+    outs: &mut [&mut [f32]],
+    scratch: &mut Vec<u8>,
+) -> Result<(), QuantError> {
+    use crate::gemm::{group_len, offset};
+    let format = |w: &Matrix| {
+        (k.float(w.ty).is_none() && k.quant(w.ty).is_some())
+            .then(|| group_len(w.ty).map(|g| (g, offset(w.ty), vec_dot_type(w.ty), w.cols)))
+            .flatten()
+    };
+    for (w, out) in ws.iter().zip(outs.iter()) {
+        check_product_shapes(w, x, batch, out)?;
+    }
+    let mut done = [false; MAX_FUSED];
+    for i in 0..ws.len() {
+        if done[i] {
+            continue;
+        }
+        let Some(f) = format(ws[i]) else {
+            matmul(pool, ws[i], x, batch, outs[i], scratch)?;
+            done[i] = true;
+            continue;
+        };
+        // Every later matrix of this format joins the product.
+        let mut group: [&Matrix; MAX_FUSED] = [ws[i]; MAX_FUSED];
+        let mut shared: [SharedOut; MAX_FUSED] = std::array::from_fn(|_| SharedOut {
+            ptr: std::ptr::null_mut(),
+            len: 0,
+        });
+        let mut n = 0;
+        for j in i..ws.len() {
+            if !done[j] && format(ws[j]) == Some(f) {
+                group[n] = ws[j];
+                shared[n] = SharedOut {
+                    ptr: outs[j].as_mut_ptr(),
+                    len: batch * ws[j].rows,
+                };
+                done[j] = true;
+                n += 1;
+            }
+        }
+        gemm_panels(pool, k.gemm, &group[..n], x, batch, &shared[..n]);
+    }
     Ok(())
 }
 

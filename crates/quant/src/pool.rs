@@ -383,9 +383,10 @@ impl ThreadPool {
         sh.ops.fetch_add(1, Ordering::Relaxed);
         if profiling {
             let start_ns = published.duration_since(sh.born).as_nanos() as u64;
-            let last = sh
-                .last_end_ns
-                .swap(finished.duration_since(sh.born).as_nanos() as u64, Ordering::Relaxed);
+            let last = sh.last_end_ns.swap(
+                finished.duration_since(sh.born).as_nanos() as u64,
+                Ordering::Relaxed,
+            );
             let mut sites = sh.sites.lock().unwrap_or_else(|p| p.into_inner());
             let p = sites.entry(site).or_default();
             // The first operation after profiling starts has no previous one.

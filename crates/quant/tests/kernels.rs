@@ -243,6 +243,10 @@ fn matmul_many_matches_separate_products() {
         (GgmlType::Q4_K, 21),
         (GgmlType::Q6_K, 8),
         (GgmlType::F16, 9),
+        // Second matrices of the Q5_0 and Q4_K formats: a prefill-sized
+        // batch computes each pair as one panel product.
+        (GgmlType::Q5_0, 70),
+        (GgmlType::Q4_K, 40),
     ];
     let weights: Vec<Vec<u8>> = shapes
         .iter()
@@ -256,17 +260,24 @@ fn matmul_many_matches_separate_products() {
     for threads in [1, 2, 3] {
         let pool = ThreadPool::new(threads);
         let mut scratch = Vec::new();
-        for batch in [1, 3, 5, 17] {
+        for batch in [1, 3, 5, 17, 150] {
             let x: Vec<f32> = (0..batch * cols).map(|_| rng.f32()).collect();
-            for set in [&ms[..4], &ms[..], &ms[1..3]] {
-                let refs: Vec<&Matrix> = set.iter().collect();
+            let sets: [Vec<&Matrix>; 5] = [
+                ms[..4].iter().collect(),
+                ms[..5].iter().collect(),
+                ms[1..3].iter().collect(),
+                vec![&ms[0], &ms[5], &ms[2], &ms[6]],
+                vec![&ms[5], &ms[0]],
+            ];
+            for refs in sets {
+                let set = refs.clone();
                 let mut outs: Vec<Vec<f32>> = set
                     .iter()
                     .map(|m| vec![f32::NAN; batch * m.rows()])
                     .collect();
                 let mut views: Vec<&mut [f32]> = outs.iter_mut().map(|o| &mut o[..]).collect();
                 quant::matmul_many(&pool, &refs, &x, batch, &mut views, &mut scratch).unwrap();
-                for (m, got) in set.iter().zip(&outs) {
+                for (&m, got) in set.iter().zip(&outs) {
                     let mut want = vec![f32::NAN; batch * m.rows()];
                     quant::matmul(&pool, m, &x, batch, &mut want, &mut scratch).unwrap();
                     let same = got
@@ -289,6 +300,66 @@ fn matmul_many_matches_separate_products() {
             quant::matmul_many(&pool, &refs, &[0.0; 512], 1, &mut views[..1], &mut scratch)
                 .is_err()
         );
+    }
+}
+
+/// Gate and up with the activation applied by the product's tasks give the
+/// separate products followed by the activation, to the bit, for decode
+/// and prefill batches and on every thread count.
+#[test]
+fn matmul_gated_matches_products_then_activation() {
+    let mut rng = Rng(12);
+    let cols = 256;
+    let act = |g: &mut [f32], u: &[f32]| {
+        for (g, &u) in g.iter_mut().zip(u) {
+            *g = (*g * 0.5).tanh() * u;
+        }
+    };
+    for (ty, rows) in [
+        (GgmlType::Q5_0, 200),
+        (GgmlType::Q4_K, 64),
+        (GgmlType::F16, 33),
+    ] {
+        let wg = random_weights(ty, rows * cols, &mut rng);
+        let wu = random_weights(ty, rows * cols, &mut rng);
+        let (g, u) = (
+            Matrix::new(ty, rows, cols, &wg).unwrap(),
+            Matrix::new(ty, rows, cols, &wu).unwrap(),
+        );
+        for threads in [1, 2, 5] {
+            let pool = ThreadPool::new(threads);
+            let mut scratch = Vec::new();
+            for batch in [1, 2, 7, 40] {
+                let x: Vec<f32> = (0..batch * cols).map(|_| rng.f32()).collect();
+                let (mut gate, mut up) = (vec![0.0; batch * rows], vec![0.0; batch * rows]);
+                quant::matmul_gated(
+                    &pool,
+                    &g,
+                    &u,
+                    &x,
+                    batch,
+                    &mut gate,
+                    &mut up,
+                    &mut scratch,
+                    &act,
+                )
+                .unwrap();
+                let (mut want_g, mut want_u) = (vec![0.0; batch * rows], vec![0.0; batch * rows]);
+                quant::matmul(&pool, &g, &x, batch, &mut want_g, &mut scratch).unwrap();
+                quant::matmul(&pool, &u, &x, batch, &mut want_u, &mut scratch).unwrap();
+                act(&mut want_g, &want_u);
+                let same =
+                    |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits());
+                assert!(
+                    same(&up, &want_u),
+                    "{ty} up, {threads} threads, batch {batch}"
+                );
+                assert!(
+                    same(&gate, &want_g),
+                    "{ty} gate, {threads} threads, batch {batch}"
+                );
+            }
+        }
     }
 }
 
