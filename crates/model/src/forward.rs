@@ -452,6 +452,7 @@ impl Model {
     }
 
     /// `s.h = rms_norm(s.x) * w`: the input of a block.
+    #[track_caller]
     pub(crate) fn block_input(&self, w: &[f32], s: &mut Scratch) {
         let n = s.batch * self.config.hidden;
         pre_norm(
@@ -465,6 +466,7 @@ impl Model {
 
     /// `s.x += rms_norm(s.o) * w`: a block's output, post-normed, into the
     /// residual stream.
+    #[track_caller]
     pub(crate) fn add_block_output(&self, w: &[f32], s: &mut Scratch) {
         let n = s.batch * self.config.hidden;
         post_norm_add(

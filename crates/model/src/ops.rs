@@ -210,14 +210,20 @@ pub fn softmax(x: &mut [f32]) {
     }
 }
 
-/// `h = rms_norm(x) * w` row by row: the norm in front of a block.
+/// `h = rms_norm(x) * w` row by row: the norm in front of a block. The copy
+/// runs in the same parallel pass as the norm: a prefill's rows are
+/// megabytes, and one thread copying them would hold the others.
+#[track_caller]
 pub(crate) fn pre_norm(pool: &quant::ThreadPool, x: &[f32], h: &mut [f32], w: &[f32], eps: f32) {
-    h.copy_from_slice(x);
-    par_rows(pool, h, w.len(), |_, row| rms_norm(row, w, eps));
+    par_rows(pool, h, w.len(), |i, row| {
+        row.copy_from_slice(&x[i * w.len()..(i + 1) * w.len()]);
+        rms_norm(row, w, eps)
+    });
 }
 
 /// `x += rms_norm(o) * w` row by row: Gemma's norm after a block, then the
-/// residual add.
+/// residual add, both in one parallel pass over the rows.
+#[track_caller]
 pub(crate) fn post_norm_add(
     pool: &quant::ThreadPool,
     o: &mut [f32],
@@ -225,14 +231,35 @@ pub(crate) fn post_norm_add(
     w: &[f32],
     eps: f32,
 ) {
-    par_rows(pool, o, w.len(), |_, row| rms_norm(row, w, eps));
-    for (xv, &ov) in x.iter_mut().zip(o.iter()) {
-        *xv += ov;
+    let n = w.len();
+    let rows = o.len() / n.max(1);
+    if rows < 16 || pool.threads() == 1 {
+        for (o, x) in o.chunks_exact_mut(n).zip(x.chunks_exact_mut(n)) {
+            rms_norm(o, w, eps);
+            x.iter_mut().zip(o.iter()).for_each(|(xv, &ov)| *xv += ov);
+        }
+        return;
     }
+    let per = rows.div_ceil(pool.threads());
+    // Each task takes its own pair of row runs out of its own slot.
+    let pairs: Vec<std::sync::Mutex<(&mut [f32], &mut [f32])>> = o
+        .chunks_mut(per * n)
+        .zip(x.chunks_mut(per * n))
+        .map(std::sync::Mutex::new)
+        .collect();
+    pool.run(pairs.len(), |t| {
+        let mut pair = pairs[t].lock().unwrap_or_else(|p| p.into_inner());
+        let (o, x) = &mut *pair;
+        for (o, x) in o.chunks_exact_mut(n).zip(x.chunks_exact_mut(n)) {
+            rms_norm(o, w, eps);
+            x.iter_mut().zip(o.iter()).for_each(|(xv, &ov)| *xv += ov);
+        }
+    });
 }
 
 /// Apply `f(row_index, row)` to every `row_len`-wide row of `data`, split
 /// over the pool when there are enough rows to pay for the hand-off.
+#[track_caller]
 pub(crate) fn par_rows(
     pool: &quant::ThreadPool,
     data: &mut [f32],

@@ -859,6 +859,23 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         gemm: GemmTier::Avx512Vnni,
         ..AVX2
     };
+    // The AVX-512 table with the 256-bit four-row decode kernels: the same
+    // bits (every tier sums in one canonical order), chosen for measuring
+    // by `HEARTH_AVX512_R4=1`.
+    static AVX512_R4: Kernels = Kernels {
+        name: "avx512",
+        q8_0_r4: Some(q8_0_r4_avx2),
+        q4_0_r4: Some(q4_0_r4_avx2),
+        q5_0_r4: Some(q5_0_r4_avx2),
+        ..AVX512
+    };
+    static AVX512_R4_VNNI: Kernels = Kernels {
+        name: "avx512",
+        q8_0_r4: Some(q8_0_r4_avxvnni),
+        q4_0_r4: Some(q4_0_r4_avxvnni),
+        q5_0_r4: Some(q5_0_r4_avxvnni),
+        ..AVX512
+    };
     let mut v = Vec::new();
     if !(is_x86_feature_detected!("avx2")
         && is_x86_feature_detected!("fma")
@@ -875,7 +892,12 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         && is_x86_feature_detected!("avx512vl")
         && is_x86_feature_detected!("avx512vnni")
     {
-        v.push(&AVX512);
+        let r4 = std::env::var("HEARTH_AVX512_R4").is_ok_and(|v| v == "1");
+        v.push(match (r4, is_x86_feature_detected!("avxvnni")) {
+            (false, _) => &AVX512,
+            (true, false) => &AVX512_R4,
+            (true, true) => &AVX512_R4_VNNI,
+        });
     }
     v
 }
