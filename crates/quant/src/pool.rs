@@ -319,7 +319,7 @@ impl ThreadPool {
             .drain()
             .map(|(at, p)| (format!("{}:{}", at.file(), at.line()), p))
             .collect();
-        all.sort_by(|a, b| b.1.wall.cmp(&a.1.wall));
+        all.sort_by_key(|s| std::cmp::Reverse(s.1.wall));
         all
     }
 

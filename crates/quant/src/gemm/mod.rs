@@ -424,14 +424,14 @@ pub(crate) fn quantize_act_row(
     dst: &mut [u8],
 ) -> Result<(), crate::QuantError> {
     match at {
-        GgmlType::Q8_0 if src.len() % QK == 0 && dst.len() >= src.len() / QK * 34 => {
+        GgmlType::Q8_0 if src.len().is_multiple_of(QK) && dst.len() >= src.len() / QK * 34 => {
             for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(34)) {
                 let b: &mut [u8; 34] = b.try_into().expect("34-byte chunk");
                 quant_q8_0(tier, x, b);
             }
             Ok(())
         }
-        GgmlType::Q8_K if src.len() % 256 == 0 && dst.len() >= src.len() / 256 * 292 => {
+        GgmlType::Q8_K if src.len().is_multiple_of(256) && dst.len() >= src.len() / 256 * 292 => {
             for (x, b) in src.chunks_exact(256).zip(dst.chunks_exact_mut(292)) {
                 let b: &mut [u8; 292] = b.try_into().expect("292-byte chunk");
                 quant_q8_k(tier, x, b);
