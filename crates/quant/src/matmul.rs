@@ -389,9 +389,10 @@ pub fn matmul(
 /// a decode step, the activations are quantized once per activation type
 /// and every matrix's rows are shared out in one parallel operation, where
 /// separate products would quantize them again and make the threads meet
-/// once per matrix. Each result is [`matmul`]'s to the bit; batches that
-/// take the panel product, and float weights, go through [`matmul`] one
-/// matrix at a time.
+/// once per matrix. Each result is [`matmul`]'s to the bit. Batches that
+/// take the panel product go as one panel product per activation format
+/// (see [`gemm_many`]); float weights go through [`matmul`] one matrix at a
+/// time.
 #[track_caller]
 pub fn matmul_many(
     pool: &ThreadPool,
