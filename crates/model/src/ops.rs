@@ -232,13 +232,15 @@ pub(crate) fn post_norm_add(
     eps: f32,
 ) {
     let n = w.len();
-    let rows = o.len() / n.max(1);
-    if rows < 16 || pool.threads() == 1 {
+    let norm_add = |o: &mut [f32], x: &mut [f32]| {
         for (o, x) in o.chunks_exact_mut(n).zip(x.chunks_exact_mut(n)) {
             rms_norm(o, w, eps);
             x.iter_mut().zip(o.iter()).for_each(|(xv, &ov)| *xv += ov);
         }
-        return;
+    };
+    let rows = o.len() / n.max(1);
+    if rows < 16 || pool.threads() == 1 {
+        return norm_add(o, x);
     }
     let per = rows.div_ceil(pool.threads());
     // Each task takes its own pair of row runs out of its own slot.
@@ -250,10 +252,7 @@ pub(crate) fn post_norm_add(
     pool.run(pairs.len(), |t| {
         let mut pair = pairs[t].lock().unwrap_or_else(|p| p.into_inner());
         let (o, x) = &mut *pair;
-        for (o, x) in o.chunks_exact_mut(n).zip(x.chunks_exact_mut(n)) {
-            rms_norm(o, w, eps);
-            x.iter_mut().zip(o.iter()).for_each(|(xv, &ov)| *xv += ov);
-        }
+        norm_add(o, x);
     });
 }
 

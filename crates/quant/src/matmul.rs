@@ -600,17 +600,17 @@ pub fn matmul_gated(
         )?;
         let n = batch * rows;
         let (g, u) = (&mut out_gate[..n], &out_up[..n]);
-        if batch < 16 || rows == 0 {
+        let rows_of = |g: &mut [f32], u: &[f32]| {
             g.chunks_exact_mut(rows.max(1))
                 .zip(u.chunks_exact(rows.max(1)))
                 .for_each(|(g, u)| act(g, u));
+        };
+        if batch < 16 || rows == 0 {
+            rows_of(g, u);
         } else {
             let per = batch.div_ceil(pool.threads());
             pool.for_each_chunk_mut(g, per * rows, |chunk, g| {
-                let u = &u[chunk * per * rows..];
-                g.chunks_exact_mut(rows)
-                    .zip(u.chunks_exact(rows))
-                    .for_each(|(g, u)| act(g, u));
+                rows_of(g, &u[chunk * per * rows..])
             });
         }
         return Ok(());
