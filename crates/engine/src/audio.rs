@@ -1,28 +1,46 @@
-//! Sound in prompts: Gemma 3n's audio tower beside the text model, the form
-//! a clip takes in a prompt, and clip embeddings kept by content.
+//! Sound in prompts: a Gemma 3n or Gemma 4 audio tower beside the text
+//! model, the form a clip takes in a prompt, and clip embeddings kept by
+//! content.
 //!
-//! A prompt places each clip with the marker `<audio_soft_token>` (the
-//! token Gemma 3n's chat template writes for an audio part), one per clip,
-//! in order. Each marker becomes what the model's processor makes of it:
+//! A prompt places each clip with a marker, one per clip, in order:
+//! `<audio_soft_token>` (what Gemma 3n's chat template writes for an audio
+//! part) on either family, and on Gemma 4 also its own `<|audio|>`. Each
+//! marker becomes what the model's processor makes of it. Gemma 3n:
 //! `\n\n<start_of_audio>`, the model's fixed number of audio tokens (188 for
 //! the released checkpoints; the clip's own tokens first, then padding),
-//! `<end_of_audio>\n\n`. A clip's embeddings share [`ImageEmbedding`] with
-//! images (rows for soft tokens, by content), so prompts, sessions and
+//! `<end_of_audio>\n\n`. Gemma 4: `<|audio>`, one token per 40 ms of the clip
+//! (at most 750), `<audio|>`. A clip's embeddings share [`ImageEmbedding`]
+//! with images (rows for soft tokens, by content), so prompts, sessions and
 //! prefix reuse treat both alike.
 
+use crate::images::MediaForm;
 use crate::{Engine, EngineError, ImageEmbedding, PromptImage};
-use media::{content_key, AudioTower, Clip, EmbeddingCache, LogMel, MelSettings};
+use media::{content_key, AudioTower, Clip, EmbeddingCache, LogMel};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The marker that places a clip in a prompt.
+/// The marker that places a clip in a prompt, on every model that hears.
 pub const AUDIO_MARKER: &str = "<audio_soft_token>";
 
-const BEFORE: &str = "\n\n<start_of_audio>";
-const AFTER: &str = "<end_of_audio>\n\n";
-const BEGIN: &str = "<start_of_audio>";
-const END: &str = "<end_of_audio>";
+/// Gemma 4's own audio marker (its chat template's audio token).
+pub const GEMMA4_AUDIO_MARKER: &str = "<|audio|>";
+
+const GEMMA3N_FORM: MediaForm = MediaForm {
+    markers: &[AUDIO_MARKER],
+    before: "\n\n<start_of_audio>",
+    after: "<end_of_audio>\n\n",
+    begin: "<start_of_audio>",
+    end: "<end_of_audio>",
+};
+
+const GEMMA4_FORM: MediaForm = MediaForm {
+    markers: &[GEMMA4_AUDIO_MARKER, AUDIO_MARKER],
+    before: "<|audio>",
+    after: "<audio|>",
+    begin: "<|audio>",
+    end: "<audio|>",
+};
 
 /// Clips an audio engine keeps the embeddings of.
 const CACHED_CLIPS: usize = 16;
@@ -56,18 +74,16 @@ impl Engine {
         self.audio.is_some()
     }
 
-    /// Audio tokens a clip takes in a prompt, when the engine hears.
+    /// Audio tokens a clip takes in a prompt, when the engine hears: on
+    /// Gemma 3n exactly this many, on Gemma 4 at most this many (30 s).
     pub fn audio_tokens(&self) -> Option<usize> {
-        self.audio.as_ref().map(|a| a.tower.config().soft_tokens)
+        self.audio.as_ref().map(|a| a.tower.max_tokens())
     }
 
     /// Hear with the audio tower of the checkpoint at `dir`.
     pub(crate) fn attach_audio(&mut self, dir: &Path) -> Result<(), EngineError> {
         let hearing = Hearing::open(dir)?;
-        let (width, hidden) = (
-            hearing.tower.config().text_hidden,
-            self.model.config().hidden,
-        );
+        let (width, hidden) = (hearing.tower.text_hidden(), self.model.config().hidden);
         if width != hidden {
             return Err(EngineError::InvalidOptions(format!(
                 "the audio embedder maps into width {width}, but the model's is {hidden}"
@@ -84,7 +100,7 @@ impl Engine {
         let hearing = self.audio.as_deref().ok_or_else(|| {
             EngineError::InvalidRequest(
                 "this model has no audio tower, so it cannot hear \
-                 (load a Gemma 3n checkpoint directory that has one)"
+                 (load a Gemma 3n or Gemma 4 checkpoint directory that has one)"
                     .into(),
             )
         })?;
@@ -92,7 +108,7 @@ impl Engine {
         let start = Instant::now();
         let (rows, cached) = hearing.cache.get_or_encode(key, || {
             let clip = Clip::decode(bytes)?;
-            let mel = LogMel::compute(&clip, &MelSettings::default())?;
+            let mel = LogMel::compute(&clip, &hearing.tower.mel_settings())?;
             Ok::<_, media::MediaError>(hearing.tower.encode(self.model.pool(), &mel)?.rows)
         })?;
         Ok(ImageEmbedding {
@@ -109,66 +125,83 @@ impl Engine {
         })
     }
 
-    /// Tokenize `text`, whose [`AUDIO_MARKER`]s place `clips` in order,
-    /// into the prompt ids (with the clips' audio tokens) and their places.
+    /// Tokenize `text`, whose audio markers ([`AUDIO_MARKER`], and on
+    /// Gemma 4 [`GEMMA4_AUDIO_MARKER`]) place `clips` in order, into the
+    /// prompt ids (with the clips' audio tokens) and their places.
     pub fn audio_prompt(
         &self,
         text: &str,
         add_bos: bool,
         clips: &[ImageEmbedding],
     ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
-        let markers = text.matches(AUDIO_MARKER).count();
-        if markers != clips.len() {
-            return Err(EngineError::InvalidRequest(format!(
-                "the prompt places {markers} clip(s) (with {AUDIO_MARKER}) but {} were given",
-                clips.len()
-            )));
-        }
-        let tok = &self.tokenizer;
-        if clips.is_empty() {
-            return Ok((tok.encode(text, add_bos, true), Vec::new()));
-        }
-        // Encode the expanded text without the audio tokens (the markers
-        // are control tokens, so the text around them encodes the same),
-        // then insert them. Their id is what transformers' prompt holds;
-        // the text model takes the per-layer input of the pad row for it.
-        let plain = tok.encode(
-            &text.replace(AUDIO_MARKER, &format!("{BEFORE}{AFTER}")),
-            add_bos,
-            true,
-        );
-        self.audio_prompt_ids(&plain, clips)
+        let tower = self.tower()?;
+        let (ids, placed) =
+            self.media_prompt(text, add_bos, clips, form(tower), self.audio_soft_id(tower)?, "clip")?;
+        Ok(self.with_audio_vocabulary(tower, ids, placed))
     }
 
-    /// Prompt ids whose `<start_of_audio><end_of_audio>` pairs mark where
-    /// `clips` go, with the clips' audio tokens put in, and every span of
-    /// embedded rows: the clips', and one row for each token of the audio
+    /// Prompt ids whose begin/end-of-audio pairs mark where `clips` go, with
+    /// the clips' audio tokens put in, and every span of embedded rows: the
+    /// clips', and on Gemma 3n one row for each token of the audio
     /// vocabulary outside them.
     pub fn audio_prompt_ids(
         &self,
         plain: &[u32],
         clips: &[ImageEmbedding],
     ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
+        let tower = self.tower()?;
+        let f = form(tower);
         let tok = &self.tokenizer;
-        let (Some(boa), Some(eoa), Some(soft)) = (
-            tok.token_id(BEGIN),
-            tok.token_id(END),
-            tok.token_id(AUDIO_MARKER),
-        ) else {
+        let (Some(begin), Some(end)) = (tok.token_id(f.begin), tok.token_id(f.end)) else {
             return Err(EngineError::InvalidRequest(format!(
-                "this model's vocabulary has no {BEGIN}/{AUDIO_MARKER}/{END} tokens"
+                "this model's vocabulary has no {}/{} tokens",
+                f.begin, f.end
             )));
         };
-        let (ids, mut placed) =
-            crate::images::fill_soft_tokens(plain, (boa, eoa), soft, clips, "audio")?;
-        // Gemma 3n embeds the audio vocabulary's tokens (`<end_of_audio>`)
-        // with the audio embedder, not the text table: each such token
-        // outside a clip becomes a one-row span.
-        let tower = &self
+        let (ids, placed) = crate::images::fill_soft_tokens(
+            plain,
+            (begin, end),
+            self.audio_soft_id(tower)?,
+            clips,
+            "clip",
+        )?;
+        Ok(self.with_audio_vocabulary(tower, ids, placed))
+    }
+
+    fn tower(&self) -> Result<&AudioTower, EngineError> {
+        Ok(&self
             .audio
             .as_deref()
             .ok_or_else(|| EngineError::InvalidRequest("this model has no audio tower".into()))?
-            .tower;
+            .tower)
+    }
+
+    /// The id a clip's tokens take in the prompt: Gemma 3n's audio token
+    /// (what transformers' prompt holds; the text model takes the pad
+    /// row's per-layer input for it), Gemma 4's pad token (what its
+    /// per-layer embeddings see, as transformers replaces them).
+    fn audio_soft_id(&self, tower: &AudioTower) -> Result<u32, EngineError> {
+        let tok = &self.tokenizer;
+        let id = match tower {
+            AudioTower::Gemma3n(_) => tok.token_id(AUDIO_MARKER),
+            AudioTower::Gemma4(_) => Some(tok.vocab().pad_id.unwrap_or(0)),
+        };
+        id.ok_or_else(|| {
+            EngineError::InvalidRequest(format!(
+                "this model's vocabulary has no {AUDIO_MARKER} token"
+            ))
+        })
+    }
+
+    /// `placed` and, on Gemma 3n, a one-row span for each token of the
+    /// audio vocabulary outside the clips (`<end_of_audio>`): Gemma 3n
+    /// embeds those with the audio embedder, not the text table.
+    fn with_audio_vocabulary(
+        &self,
+        tower: &AudioTower,
+        ids: Vec<u32>,
+        mut placed: Vec<PromptImage>,
+    ) -> (Vec<u32>, Vec<PromptImage>) {
         let inside = |i: usize| placed.iter().any(|p| p.pos <= i && i < p.end());
         let mut extra = Vec::new();
         for (i, &id) in ids.iter().enumerate() {
@@ -193,7 +226,15 @@ impl Engine {
         }
         placed.extend(extra);
         placed.sort_by_key(|p| p.pos);
-        Ok((ids, placed))
+        (ids, placed)
+    }
+}
+
+/// What the tower's family makes of an audio marker.
+fn form(tower: &AudioTower) -> &'static MediaForm {
+    match tower {
+        AudioTower::Gemma3n(_) => &GEMMA3N_FORM,
+        AudioTower::Gemma4(_) => &GEMMA4_FORM,
     }
 }
 
@@ -214,7 +255,7 @@ impl Engine {
 /// `text` with one audio marker per clip at its start when it places none
 /// itself.
 pub fn place_audio(text: &str, clips: usize) -> String {
-    if clips == 0 || text.contains(AUDIO_MARKER) {
+    if clips == 0 || text.contains(AUDIO_MARKER) || text.contains(GEMMA4_AUDIO_MARKER) {
         return text.to_string();
     }
     let mut out = AUDIO_MARKER.repeat(clips);

@@ -60,19 +60,20 @@ impl Vision {
     }
 }
 
-/// What one model family's prompts make of an image marker.
-struct ImageForm {
-    /// The markers that place an image.
-    markers: &'static [&'static str],
-    /// The text a marker becomes, around the image's soft tokens.
-    before: &'static str,
-    after: &'static str,
+/// What one model family's prompts make of a marker that places an image
+/// or a clip.
+pub(crate) struct MediaForm {
+    /// The markers that place an item (the first is the family's own).
+    pub(crate) markers: &'static [&'static str],
+    /// The text a marker becomes, around the item's soft tokens.
+    pub(crate) before: &'static str,
+    pub(crate) after: &'static str,
     /// The tokens the soft tokens go between.
-    begin: &'static str,
-    end: &'static str,
+    pub(crate) begin: &'static str,
+    pub(crate) end: &'static str,
 }
 
-const GEMMA3_FORM: ImageForm = ImageForm {
+const GEMMA3_FORM: MediaForm = MediaForm {
     markers: &[IMAGE_MARKER, MEDIA_MARKER],
     before: "\n\n<start_of_image>",
     after: "<end_of_image>\n\n",
@@ -80,7 +81,7 @@ const GEMMA3_FORM: ImageForm = ImageForm {
     end: "<end_of_image>",
 };
 
-const GEMMA4_FORM: ImageForm = ImageForm {
+const GEMMA4_FORM: MediaForm = MediaForm {
     markers: &[GEMMA4_IMAGE_MARKER, IMAGE_MARKER, MEDIA_MARKER],
     before: "<|image>",
     after: "<image|>",
@@ -185,33 +186,7 @@ impl Engine {
             model::Arch::Gemma4 => &GEMMA4_FORM,
             _ => &GEMMA3_FORM,
         };
-        // One marker for all: the first of the family's.
-        let mut text = text.to_string();
-        for m in &form.markers[1..] {
-            text = text.replace(m, form.markers[0]);
-        }
-        let marker = form.markers[0];
-        let markers = text.matches(marker).count();
-        if markers != images.len() {
-            return Err(EngineError::InvalidRequest(format!(
-                "the prompt places {markers} image(s) (with {}) but {} were given",
-                form.markers.join(" or "),
-                images.len()
-            )));
-        }
-        if images.is_empty() {
-            return Ok((self.tokenizer.encode(&text, add_bos, true), Vec::new()));
-        }
         let tok = &self.tokenizer;
-        let (boi, eoi) = match (tok.token_id(form.begin), tok.token_id(form.end)) {
-            (Some(b), Some(e)) => (b, e),
-            _ => {
-                return Err(EngineError::InvalidRequest(format!(
-                    "this model's vocabulary has no {}/{} tokens",
-                    form.begin, form.end
-                )))
-            }
-        };
         // The soft tokens' ids reach no embedding table on Gemma 3 (its own
         // id keeps the prompt's ids what transformers sees); on Gemma 4 they
         // feed the per-layer embeddings, which transformers takes from the
@@ -221,12 +196,54 @@ impl Engine {
             _ => tok.token_id("<image_soft_token>").or(tok.vocab().pad_id),
         }
         .unwrap_or(0);
+        self.media_prompt(text, add_bos, images, form, soft, "image")
+    }
+
+    /// Tokenize `text`, whose markers (any of `form`'s) place `items` in
+    /// order, into the prompt ids, each marker expanded as `form` says with
+    /// its item's soft tokens (id `soft`) inside, and the items' places.
+    pub(crate) fn media_prompt(
+        &self,
+        text: &str,
+        add_bos: bool,
+        items: &[ImageEmbedding],
+        form: &MediaForm,
+        soft: u32,
+        what: &str,
+    ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
+        // One marker for all: the first of the family's.
+        let mut text = text.to_string();
+        for m in &form.markers[1..] {
+            text = text.replace(m, form.markers[0]);
+        }
+        let marker = form.markers[0];
+        let markers = text.matches(marker).count();
+        if markers != items.len() {
+            return Err(EngineError::InvalidRequest(format!(
+                "the prompt places {markers} {what}(s) (with {}) but {} were given",
+                form.markers.join(" or "),
+                items.len()
+            )));
+        }
+        let tok = &self.tokenizer;
+        if items.is_empty() {
+            return Ok((tok.encode(&text, add_bos, true), Vec::new()));
+        }
+        let (begin, end) = match (tok.token_id(form.begin), tok.token_id(form.end)) {
+            (Some(b), Some(e)) => (b, e),
+            _ => {
+                return Err(EngineError::InvalidRequest(format!(
+                    "this model's vocabulary has no {}/{} tokens",
+                    form.begin, form.end
+                )))
+            }
+        };
         // The markers are control tokens, so the text between them encodes
         // the same with or without the soft tokens in between: encode the
         // expanded text without them, then insert them.
         let expanded = text.replace(marker, &format!("{}{}", form.before, form.after));
         let plain = tok.encode(&expanded, add_bos, true);
-        fill_soft_tokens(&plain, (boi, eoi), soft, images, "image")
+        fill_soft_tokens(&plain, (begin, end), soft, items, what)
     }
 
     /// [`Engine::encode_chat_thinking`] for messages whose text places

@@ -24,7 +24,7 @@ mod shared_chat;
 mod thinking;
 pub mod tools;
 
-pub use audio::{place_audio, AUDIO_MARKER};
+pub use audio::{place_audio, AUDIO_MARKER, GEMMA4_AUDIO_MARKER};
 pub use batch::{BatchDecoder, BatchItem};
 pub use chat_model::{ChatModel, LocalChat, ModelCall, ModelReply};
 pub use constraint::{Constraint, ConstraintStats, Grammar, Grammars, MAX_GRAMMAR_BYTES};

@@ -20,7 +20,7 @@ const MAX_TOKENS_KEY: &str = "hearth.vision.max_soft_tokens";
 pub fn has_vision_tower(dir: &Path) -> bool {
     dir.is_dir()
         && read_json(&dir.join("config.json")).is_ok_and(|root| {
-            root.get("vision_config").is_some()
+            root.get("vision_config").is_some_and(|v| !v.is_null())
                 && root
                     .get("model_type")
                     .and_then(Value::as_str)
@@ -55,7 +55,8 @@ pub fn image_attention_bidirectional(dir: &Path) -> Option<bool> {
 /// when its `config.json` has no `vision_config`.
 pub fn convert_vision_dir(dir: &Path) -> Result<Option<GgufWriter>, HfError> {
     let root = read_json(&dir.join("config.json"))?;
-    let Some(vision) = root.get("vision_config") else {
+    // A null `vision_config` (an audio-only Gemma 4) is no vision tower.
+    let Some(vision) = root.get("vision_config").filter(|v| !v.is_null()) else {
         return Ok(None);
     };
     let model_type = root.get("model_type").and_then(Value::as_str).unwrap_or("");

@@ -1,4 +1,6 @@
-//! Images and sound in. Images: decoding and the processor's preprocessing ([`Picture`]), the
+//! Images and sound in. Sound: clips decoded and resampled ([`Clip`]),
+//! log-mel features ([`LogMel`]) and the audio towers of Gemma 3n and Gemma 4
+//! ([`AudioTower`]). Images: decoding and the processor's preprocessing ([`Picture`]), the
 //! vision towers that turn pixels into embeddings in a text model's width
 //! ([`VisionTower`]), and a cache of embeddings by content
 //! ([`EmbeddingCache`]), so a second question about the same picture costs
@@ -8,15 +10,20 @@
 //! nothing about chat or HTTP.
 
 mod audio;
+mod audio_tower;
 mod cache;
+mod conformer;
 mod gemma3n_audio;
 mod gemma4;
+mod gemma4_audio;
 mod picture;
 mod vision;
 
 pub use audio::{Clip, LogMel, MelFloor, MelSettings, MAX_SECONDS, SAMPLE_RATE};
 pub use cache::{content_key, EmbeddingCache};
-pub use gemma3n_audio::{AudioConfig, AudioEmbedding, AudioTower, AUDIO_KEY_PREFIX};
+pub use audio_tower::{AudioTower, GEMMA3N_AUDIO_ARCH};
+pub use gemma3n_audio::{AudioEmbedding, Gemma3nAudioConfig, Gemma3nAudioTower, AUDIO_KEY_PREFIX};
+pub use gemma4_audio::{Gemma4AudioConfig, Gemma4AudioTower, GEMMA4_AUDIO_ARCH};
 pub use picture::{Picture, MAX_SIDE};
 pub use vision::{
     Pixels, Projector, VisionConfig, VisionTower, GEMMA4_DEFAULT_TOKENS, GEMMA4_TOKEN_RANGE,

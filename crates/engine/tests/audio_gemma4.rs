@@ -1,0 +1,126 @@
+//! Audio in prompts on the tiny random Gemma 4 model
+//! (`tests/fixtures/tiny/gemma4_audio`, made by `make_tiny_audio4.py`):
+//! the text logits after prompts around one clip (speech; a tone sweep)
+//! and two clips agree with transformers', loaded from the checkpoint
+//! directory; a marker expands as the processor expands it, one token per
+//! 40 ms of the clip.
+
+#[path = "../../../tests/support/npy.rs"]
+mod npy;
+
+use hearth_engine::{Engine, RunOptions, AUDIO_MARKER, GEMMA4_AUDIO_MARKER};
+use npy::{read_npy_f32, rel_err};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+const BOA: u32 = 512;
+const EOA: u32 = 513;
+const AUDIO: u32 = 514;
+
+fn fixtures() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures")
+}
+
+fn engine() -> Engine {
+    let opts = RunOptions {
+        threads: Some(2),
+        ctx: Some(256),
+        precision: hearth_engine::Precision::Exact,
+        ..RunOptions::default()
+    };
+    Engine::load(fixtures().join("tiny/gemma4_audio"), &opts).unwrap()
+}
+
+fn reference() -> Value {
+    serde_json::from_str(
+        &std::fs::read_to_string(fixtures().join("tiny/gemma4_audio/reference.json")).unwrap(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn audio_prompts_match_transformers() {
+    let engine = engine();
+    assert!(engine.has_audio());
+    assert_eq!(engine.audio_tokens(), Some(750));
+    let reference = reference();
+    for (key, clips, tol) in [
+        ("speech", &["speech"][..], 1e-4),
+        ("sweep", &["sweep"][..], 1e-4),
+        ("both", &["sweep", "speech"][..], 1e-4),
+    ] {
+        let p = &reference["prompts"][key];
+        let ids: Vec<u32> = p["ids"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v.as_u64().unwrap() as u32)
+            .collect();
+        let encoded: Vec<_> = clips
+            .iter()
+            .map(|c| {
+                let bytes = std::fs::read(fixtures().join(format!("audio/{c}.wav"))).unwrap();
+                engine.encode_audio(&bytes).unwrap()
+            })
+            .collect();
+        for (c, e) in clips.iter().zip(&encoded) {
+            assert_eq!(
+                e.tokens as u64,
+                reference["clips"][c]["tokens"].as_u64().unwrap(),
+                "{c}"
+            );
+        }
+        // The prompt with each clip's tokens taken out: the pairs of
+        // `<|audio>` `<audio|>` mark the places.
+        let marker_ids: Vec<u32> = ids.iter().copied().filter(|&t| t != AUDIO).collect();
+        let (expanded, placed) = engine.audio_prompt_ids(&marker_ids, &encoded).unwrap();
+        assert_eq!(expanded.len(), ids.len());
+        assert_eq!(placed.len(), clips.len(), "no spans besides the clips");
+        for (i, (&ours, &theirs)) in expanded.iter().zip(&ids).enumerate() {
+            let in_clip = placed.iter().any(|p| p.pos <= i && i < p.end());
+            // A clip's tokens are the audio token in transformers' prompt,
+            // the pad token here (what its per-layer embeddings see).
+            if in_clip {
+                assert_eq!((theirs, ours), (AUDIO, 0), "position {i}");
+            } else {
+                assert_eq!(ours, theirs, "position {i}");
+            }
+        }
+        let mut session = engine.session();
+        let mut got = Vec::new();
+        session
+            .score_images(&expanded, &placed, |_, row| got.extend_from_slice(row))
+            .unwrap();
+        let (shape, want) = read_npy_f32(&fixtures().join(format!("tiny/gemma4_audio/logits_{key}.npy")));
+        assert_eq!(shape, [ids.len(), 515]);
+        let err = rel_err(&got, &want);
+        eprintln!("{key}: relative error {err:.2e}");
+        assert!(err < tol, "{key}: relative error {err}");
+    }
+}
+
+#[test]
+fn markers_expand_as_the_processor_does() {
+    let engine = engine();
+    let bytes = std::fs::read(fixtures().join("audio/sweep.wav")).unwrap();
+    let clip = engine.encode_audio(&bytes).unwrap();
+    assert_eq!(clip.tokens, 34);
+    assert!(engine.encode_audio(&bytes).unwrap().cached);
+    // Gemma 4's own marker and the generic one place a clip alike.
+    for marker in [GEMMA4_AUDIO_MARKER, AUDIO_MARKER] {
+        let text = format!("Listen:{marker}What is it?");
+        let (ids, placed) = engine
+            .audio_prompt(&text, true, std::slice::from_ref(&clip))
+            .unwrap();
+        assert_eq!(placed.len(), 1);
+        let p = placed[0].pos;
+        assert_eq!(ids[p - 1], BOA, "<|audio> before the clip");
+        assert_eq!(ids[p + 34], EOA, "<audio|> after it");
+        assert_eq!(placed[0].end(), p + 34);
+    }
+    let text = format!("Listen:{GEMMA4_AUDIO_MARKER}What is it?");
+    let err = engine
+        .audio_prompt(&text, true, &[clip.clone(), clip])
+        .unwrap_err();
+    assert!(err.to_string().contains("places 1 clip"), "{err}");
+}

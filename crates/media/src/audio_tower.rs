@@ -1,0 +1,78 @@
+//! The audio towers implemented, behind one type: what the engine needs to
+//! turn a clip into prompt rows whichever family the checkpoint is.
+
+use crate::gemma4_audio::GEMMA4_AUDIO_ARCH;
+use crate::{
+    AudioEmbedding, Gemma3nAudioTower, Gemma4AudioTower, LogMel, MediaError, MelSettings,
+};
+use gguf::GgufFile;
+use quant::ThreadPool;
+use std::sync::Arc;
+
+/// The converter's `general.architecture` for a Gemma 3n audio tower.
+pub const GEMMA3N_AUDIO_ARCH: &str = "gemma3n_audio";
+
+/// An audio tower of one of the families that hear.
+#[derive(Debug)]
+pub enum AudioTower {
+    /// Gemma 3n (E2B, E4B): a fixed number of tokens per clip, padded.
+    Gemma3n(Gemma3nAudioTower),
+    /// Gemma 4 (E2B, E4B): as many tokens as the clip gives (25 a second).
+    Gemma4(Gemma4AudioTower),
+}
+
+impl AudioTower {
+    /// Bind a converted tower, by its `general.architecture`.
+    pub fn from_gguf(file: Arc<GgufFile>) -> Result<Self, MediaError> {
+        match file.architecture() {
+            Some(GEMMA3N_AUDIO_ARCH) => Ok(Self::Gemma3n(Gemma3nAudioTower::from_gguf(file)?)),
+            Some(GEMMA4_AUDIO_ARCH) => Ok(Self::Gemma4(Gemma4AudioTower::from_gguf(file)?)),
+            other => Err(MediaError::Unsupported(format!(
+                "audio tower {other:?} (implemented: {GEMMA3N_AUDIO_ARCH}, {GEMMA4_AUDIO_ARCH})"
+            ))),
+        }
+    }
+
+    /// How the model's feature extractor computes log-mel frames.
+    pub fn mel_settings(&self) -> MelSettings {
+        match self {
+            Self::Gemma3n(_) => MelSettings::default(),
+            Self::Gemma4(_) => MelSettings::gemma4(),
+        }
+    }
+
+    /// The text model's width the rows are in.
+    pub fn text_hidden(&self) -> usize {
+        match self {
+            Self::Gemma3n(t) => t.config().text_hidden,
+            Self::Gemma4(t) => t.config().text_hidden,
+        }
+    }
+
+    /// Audio tokens a clip takes in a prompt: exactly this many on Gemma
+    /// 3n, at most this many on Gemma 4.
+    pub fn max_tokens(&self) -> usize {
+        match self {
+            Self::Gemma3n(t) => t.config().soft_tokens,
+            Self::Gemma4(t) => t.config().max_tokens,
+        }
+    }
+
+    /// Encode a clip's features into prompt rows.
+    pub fn encode(&self, pool: &ThreadPool, mel: &LogMel) -> Result<AudioEmbedding, MediaError> {
+        match self {
+            Self::Gemma3n(t) => t.encode(pool, mel),
+            Self::Gemma4(t) => t.encode(pool, mel),
+        }
+    }
+
+    /// The embedding of a token the audio embedder (not the text table)
+    /// embeds, where the family has such tokens (Gemma 3n's audio
+    /// vocabulary); `None` otherwise.
+    pub fn token_embedding(&self, id: u32) -> Option<&[f32]> {
+        match self {
+            Self::Gemma3n(t) => t.token_embedding(id),
+            Self::Gemma4(_) => None,
+        }
+    }
+}

@@ -1,0 +1,471 @@
+//! The USM-style conformer block that Gemma 3n's and Gemma 4's audio
+//! encoders share: a half-step feed-forward, local self-attention with
+//! relative positions and soft-capped logits, a light convolution (GLU, a
+//! causal depthwise convolution, SiLU), a second half-step feed-forward and
+//! a norm, with activations clamped between steps. The two families differ
+//! in tensor names, in Gemma 4's key scale and its clamped products (a
+//! [`Linear`] carries its own clamps), and in what surrounds the blocks.
+
+use crate::vision::{product, vector, Buffers, Linear};
+use crate::MediaError;
+use gguf::GgufFile;
+use quant::ThreadPool;
+
+/// The blocks' shape and constants.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Shape {
+    /// Encoder width.
+    pub(crate) hidden: usize,
+    /// Attention heads.
+    pub(crate) heads: usize,
+    /// Past frames of the relative-position table, the distance-0 row
+    /// included (the table spans `context_left - 1` down to
+    /// `-context_right`).
+    pub(crate) context_left: usize,
+    /// Frames at or before a query that it attends to, itself included:
+    /// Gemma 3n `context_left`; Gemma 4 one fewer (transformers' and
+    /// llama.cpp's masks keep distances below `context_left - 1`).
+    pub(crate) left_keys: usize,
+    /// Future frames a query sees.
+    pub(crate) context_right: usize,
+    /// Soft-cap of the attention logits.
+    pub(crate) logit_cap: f32,
+    /// Weight of the half-step feed-forward blocks.
+    pub(crate) residual_weight: f32,
+    /// Kernel of the depthwise convolution.
+    pub(crate) conv_kernel: usize,
+    /// Epsilon of the RMS norms.
+    pub(crate) eps: f32,
+    /// Activations are clamped to ±this between steps.
+    pub(crate) clip: f32,
+    /// Keys are multiplied by this (Gemma 4: `ln(1 + e) / ln 2`; Gemma 3n: 1).
+    pub(crate) key_scale: f32,
+}
+
+impl Shape {
+    /// Whether the numbers can drive the blocks.
+    pub(crate) fn plausible(&self) -> bool {
+        self.hidden > 0
+            && self.heads > 0
+            && self.hidden.is_multiple_of(self.heads)
+            && self.hidden.is_multiple_of(2)
+            && (1..=1024).contains(&self.context_left)
+            && (1..=self.context_left).contains(&self.left_keys)
+            && self.context_right <= 1024
+            && self.logit_cap > 0.0
+            && (1..=64).contains(&self.conv_kernel)
+            && self.key_scale.is_finite()
+    }
+}
+
+/// Where a family keeps a block's tensors, below the block's prefix.
+pub(crate) struct Layout {
+    /// The two feed-forward blocks (each holds `pre_layer_norm`,
+    /// `ffw_layer_1`, `ffw_layer_2`, `post_layer_norm`).
+    pub(crate) ffw: [&'static str; 2],
+    /// The norm before attention.
+    pub(crate) attn_norm: &'static str,
+    /// The attention's module (`q_proj`, `k_proj`, `v_proj`,
+    /// `per_dim_scale` below it).
+    pub(crate) attn: &'static str,
+    /// The projection of the relative-position sinusoids.
+    pub(crate) pos_proj: &'static str,
+    /// The attention's output product.
+    pub(crate) post: &'static str,
+    /// The norm after attention.
+    pub(crate) post_norm: &'static str,
+    /// The block's last norm.
+    pub(crate) norm: &'static str,
+}
+
+/// One conformer block's weights.
+pub(crate) struct Block {
+    ffw: [FeedForward; 2],
+    attn_norm: Vec<f32>,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    /// The relative-position projection of the sinusoids (`[span][d]`),
+    /// computed once at load.
+    positions: Vec<f32>,
+    /// Each head dimension's query scale: `d_head^-1/2 / ln 2 · softplus(s)`.
+    query_scale: Vec<f32>,
+    post: Linear,
+    post_norm: Vec<f32>,
+    conv_norm_in: Vec<f32>,
+    conv_start: Linear,
+    /// Depthwise kernel, `[d][kernel]`.
+    conv: Vec<f32>,
+    conv_norm: Vec<f32>,
+    conv_end: Linear,
+    norm: Vec<f32>,
+}
+
+/// A half-step feed-forward block.
+struct FeedForward {
+    pre_norm: Vec<f32>,
+    up: Linear,
+    down: Linear,
+    post_norm: Vec<f32>,
+}
+
+/// `x <- x / sqrt(mean(x²) + eps) · w`, these encoders' RMSNorm (weight
+/// `w` itself, not `1 + w`); without `w`, no weight.
+pub(crate) fn rms_norm(x: &mut [f32], w: Option<&[f32]>, eps: f32) {
+    let ss: f64 = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
+    let s = 1.0 / ((ss / x.len().max(1) as f64) as f32 + eps).sqrt();
+    match w {
+        Some(w) => x.iter_mut().zip(w).for_each(|(v, &g)| *v = *v * s * g),
+        None => x.iter_mut().for_each(|v| *v *= s),
+    }
+}
+
+/// [`rms_norm`] over each row of `d` values.
+pub(crate) fn rows_norm(pool: &ThreadPool, x: &mut [f32], d: usize, w: Option<&[f32]>, eps: f32) {
+    pool.for_each_chunk_mut(x, d, |_, row| rms_norm(row, w, eps));
+}
+
+fn silu(x: f32) -> f32 {
+    x / (1.0 + (-x).exp())
+}
+
+fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        x.exp().ln_1p()
+    }
+}
+
+impl Block {
+    /// Bind block `prefix` (ending in `.`) of `layout`. Products bind with
+    /// their clamps where the file has them.
+    pub(crate) fn bind(
+        pool: &ThreadPool,
+        f: &GgufFile,
+        shape: &Shape,
+        layout: &Layout,
+        prefix: &str,
+    ) -> Result<Self, MediaError> {
+        let d = shape.hidden;
+        let dh = d / shape.heads;
+        let n = |s: &str| format!("{prefix}{s}");
+        let ffw = |which: &str| -> Result<FeedForward, MediaError> {
+            Ok(FeedForward {
+                pre_norm: vector(f, &n(&format!("{which}.pre_layer_norm.weight")), d)?,
+                up: Linear::bind_clamped(f, &n(&format!("{which}.ffw_layer_1")), 4 * d, d)?,
+                down: Linear::bind_clamped(f, &n(&format!("{which}.ffw_layer_2")), d, 4 * d)?,
+                post_norm: vector(f, &n(&format!("{which}.post_layer_norm.weight")), d)?,
+            })
+        };
+        let attn = |s: &str| n(&format!("{}.{s}", layout.attn));
+        let per_dim = vector(f, &attn("per_dim_scale"), dh)?;
+        let base = (dh as f32).powf(-0.5) / softplus(0.0);
+        let pos_proj = Linear::bind_plain(f, &n(layout.pos_proj), d, d)?;
+        Ok(Self {
+            ffw: [ffw(layout.ffw[0])?, ffw(layout.ffw[1])?],
+            attn_norm: vector(f, &n(&format!("{}.weight", layout.attn_norm)), d)?,
+            q: Linear::bind_clamped(f, &attn("q_proj"), d, d)?,
+            k: Linear::bind_clamped(f, &attn("k_proj"), d, d)?,
+            v: Linear::bind_clamped(f, &attn("v_proj"), d, d)?,
+            positions: relative_positions(pool, f, shape, &pos_proj)?,
+            query_scale: per_dim.iter().map(|&s| base * softplus(s)).collect(),
+            post: Linear::bind_clamped(f, &n(layout.post), d, d)?,
+            post_norm: vector(f, &n(&format!("{}.weight", layout.post_norm)), d)?,
+            conv_norm_in: vector(f, &n("lconv1d.pre_layer_norm.weight"), d)?,
+            conv_start: Linear::bind_clamped(f, &n("lconv1d.linear_start"), 2 * d, d)?,
+            conv: vector(
+                f,
+                &n("lconv1d.depthwise_conv1d.weight"),
+                d * shape.conv_kernel,
+            )?,
+            conv_norm: vector(f, &n("lconv1d.conv_norm.weight"), d)?,
+            conv_end: Linear::bind_clamped(f, &n("lconv1d.linear_end"), d, d)?,
+            norm: vector(f, &n(&format!("{}.weight", layout.norm)), d)?,
+        })
+    }
+
+    /// Run the block over `x` (`valid.len()` rows; frames past the clip are
+    /// not `valid`).
+    pub(crate) fn run(
+        &self,
+        pool: &ThreadPool,
+        file: &GgufFile,
+        shape: &Shape,
+        x: &mut [f32],
+        valid: &[bool],
+        bufs: &mut Buffers,
+    ) -> Result<(), MediaError> {
+        let (t, d) = (valid.len(), shape.hidden);
+        let clip = |v: &mut [f32]| {
+            v.iter_mut()
+                .for_each(|e| *e = e.clamp(-shape.clip, shape.clip))
+        };
+        self.ffw[0].run(pool, file, shape, x, t, bufs)?;
+        // Attention.
+        let mut h = x.to_vec();
+        clip(&mut h);
+        rows_norm(pool, &mut h, d, Some(&self.attn_norm), shape.eps);
+        let (mut q, mut k, mut v) = (vec![0.0; t * d], vec![0.0; t * d], vec![0.0; t * d]);
+        product(pool, file, &self.q, &h, t, &mut q, bufs)?;
+        product(pool, file, &self.k, &h, t, &mut k, bufs)?;
+        product(pool, file, &self.v, &h, t, &mut v, bufs)?;
+        let dh = d / shape.heads;
+        for row in q.chunks_exact_mut(dh) {
+            row.iter_mut()
+                .zip(&self.query_scale)
+                .for_each(|(e, &s)| *e *= s);
+        }
+        if shape.key_scale != 1.0 {
+            k.iter_mut().for_each(|e| *e *= shape.key_scale);
+        }
+        let mut attn = vec![0.0f32; t * d];
+        self.local_attention(pool, shape, &q, &k, &v, valid, &mut attn);
+        let mut o = vec![0.0f32; t * d];
+        product(pool, file, &self.post, &attn, t, &mut o, bufs)?;
+        clip(&mut o);
+        rows_norm(pool, &mut o, d, Some(&self.post_norm), shape.eps);
+        x.iter_mut().zip(&o).for_each(|(e, &a)| *e += a);
+        // Frames past the clip do not enter the convolution.
+        for (row, &ok) in x.chunks_exact_mut(d).zip(valid) {
+            if !ok {
+                row.fill(0.0);
+            }
+        }
+        // Light convolution.
+        let mut h = x.to_vec();
+        rows_norm(pool, &mut h, d, Some(&self.conv_norm_in), shape.eps);
+        let mut wide = vec![0.0f32; t * 2 * d];
+        product(pool, file, &self.conv_start, &h, t, &mut wide, bufs)?;
+        let mut gated = vec![0.0f32; t * d];
+        for (g, w) in gated.chunks_exact_mut(d).zip(wide.chunks_exact(2 * d)) {
+            let (a, gate) = w.split_at(d);
+            for ((o, &av), &gv) in g.iter_mut().zip(a).zip(gate) {
+                *o = av / (1.0 + (-gv).exp());
+            }
+        }
+        let kernel = shape.conv_kernel;
+        let mut conv = vec![0.0f32; t * d];
+        pool.for_each_chunk_mut(&mut conv, d, |ti, out| {
+            for (ch, o) in out.iter_mut().enumerate() {
+                let w = &self.conv[ch * kernel..][..kernel];
+                let mut s = 0.0f32;
+                for (kk, &wv) in w.iter().enumerate() {
+                    // Causal: the kernel's last tap is the frame itself.
+                    if let Some(src) = (ti + kk).checked_sub(kernel - 1) {
+                        s += wv * gated[src * d + ch];
+                    }
+                }
+                *o = s;
+            }
+        });
+        clip(&mut conv);
+        rows_norm(pool, &mut conv, d, Some(&self.conv_norm), shape.eps);
+        conv.iter_mut().for_each(|e| *e = silu(*e));
+        let mut o = vec![0.0f32; t * d];
+        product(pool, file, &self.conv_end, &conv, t, &mut o, bufs)?;
+        x.iter_mut().zip(&o).for_each(|(e, &a)| *e += a);
+        self.ffw[1].run(pool, file, shape, x, t, bufs)?;
+        clip(x);
+        rows_norm(pool, x, d, Some(&self.norm), shape.eps);
+        Ok(())
+    }
+
+    /// Each query frame attends to the valid frames from `left_keys - 1`
+    /// before it to `context_right` after it: logits are `q·k` plus `q`
+    /// dotted with the projected sinusoid of their distance, soft-capped.
+    /// A query with no valid frame in reach (past the clip) gets zeros.
+    #[allow(clippy::too_many_arguments)]
+    fn local_attention(
+        &self,
+        pool: &ThreadPool,
+        shape: &Shape,
+        q: &[f32],
+        k: &[f32],
+        v: &[f32],
+        valid: &[bool],
+        out: &mut [f32],
+    ) {
+        let (t, d) = (valid.len(), shape.hidden);
+        let dh = d / shape.heads;
+        let past = shape.context_left - 1;
+        let future = shape.context_right;
+        let cap = shape.logit_cap;
+        pool.for_each_chunk_mut(out, d, |qi, out| {
+            let lo = qi.saturating_sub(shape.left_keys - 1);
+            let hi = (qi + future).min(t - 1);
+            let mut logits = vec![0.0f32; hi + 1 - lo];
+            for hd in 0..shape.heads {
+                let qv = &q[qi * d + hd * dh..][..dh];
+                let mut any = false;
+                for (j, ki) in (lo..=hi).enumerate() {
+                    if !valid[ki] {
+                        logits[j] = f32::NEG_INFINITY;
+                        continue;
+                    }
+                    any = true;
+                    let kv = &k[ki * d + hd * dh..][..dh];
+                    // Row `past - (qi - ki)` holds the distance qi - ki.
+                    let row = past + ki - qi;
+                    let pv = &self.positions[row * d + hd * dh..][..dh];
+                    let s: f32 = qv.iter().zip(kv).map(|(a, b)| a * b).sum::<f32>()
+                        + qv.iter().zip(pv).map(|(a, b)| a * b).sum::<f32>();
+                    logits[j] = (s / cap).tanh() * cap;
+                }
+                let o = &mut out[hd * dh..][..dh];
+                o.fill(0.0);
+                if !any {
+                    continue;
+                }
+                let max = logits.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
+                let mut sum = 0.0f32;
+                for l in logits.iter_mut() {
+                    *l = (*l - max).exp();
+                    sum += *l;
+                }
+                for (j, ki) in (lo..=hi).enumerate() {
+                    let p = logits[j] / sum;
+                    if p == 0.0 {
+                        continue;
+                    }
+                    let vv = &v[ki * d + hd * dh..][..dh];
+                    o.iter_mut().zip(vv).for_each(|(e, &x)| *e += p * x);
+                }
+            }
+        });
+    }
+}
+
+impl FeedForward {
+    /// `x += w · post_norm(clip(down(silu(up(pre_norm(clip(x)))))))`.
+    fn run(
+        &self,
+        pool: &ThreadPool,
+        file: &GgufFile,
+        shape: &Shape,
+        x: &mut [f32],
+        t: usize,
+        bufs: &mut Buffers,
+    ) -> Result<(), MediaError> {
+        let d = shape.hidden;
+        let mut h: Vec<f32> = x
+            .iter()
+            .map(|e| e.clamp(-shape.clip, shape.clip))
+            .collect();
+        rows_norm(pool, &mut h, d, Some(&self.pre_norm), shape.eps);
+        let mut up = vec![0.0f32; t * 4 * d];
+        product(pool, file, &self.up, &h, t, &mut up, bufs)?;
+        up.iter_mut().for_each(|e| *e = silu(*e));
+        let mut o = vec![0.0f32; t * d];
+        product(pool, file, &self.down, &up, t, &mut o, bufs)?;
+        o.iter_mut()
+            .for_each(|e| *e = e.clamp(-shape.clip, shape.clip));
+        rows_norm(pool, &mut o, d, Some(&self.post_norm), shape.eps);
+        let w = shape.residual_weight;
+        x.iter_mut().zip(&o).for_each(|(e, &a)| *e += a * w);
+        Ok(())
+    }
+}
+
+/// The sinusoids of relative distances `context_left - 1` down to
+/// `-context_right` (sines of every timescale, then cosines), through the
+/// block's projection: `[span][d]`.
+fn relative_positions(
+    pool: &ThreadPool,
+    file: &GgufFile,
+    shape: &Shape,
+    proj: &Linear,
+) -> Result<Vec<f32>, MediaError> {
+    let d = shape.hidden;
+    let half = d / 2;
+    let past = shape.context_left - 1;
+    let span = past + shape.context_right + 1;
+    let step = (1.0e4f32).ln() / (half.saturating_sub(1).max(1)) as f32;
+    let mut signal = vec![0.0f32; span * d];
+    for (f, row) in signal.chunks_exact_mut(d).enumerate() {
+        let pos = past as f32 - f as f32;
+        for i in 0..half {
+            let t = pos * (-(i as f32) * step).exp();
+            row[i] = t.sin();
+            row[half + i] = t.cos();
+        }
+    }
+    let mut out = vec![0.0; span * d];
+    product(
+        pool,
+        file,
+        proj,
+        &signal,
+        span,
+        &mut out,
+        &mut Buffers::default(),
+    )?;
+    Ok(out)
+}
+
+/// Values on a time × frequency grid with channels, `[time][freq][channel]`
+/// (the sub-sampling convolutions' layout).
+pub(crate) struct Grid {
+    /// The values, channel fastest.
+    pub(crate) data: Vec<f32>,
+    /// Time steps.
+    pub(crate) t: usize,
+    /// Frequency bins.
+    pub(crate) f: usize,
+    /// Channels.
+    pub(crate) c: usize,
+}
+
+impl Grid {
+    /// Log-mel features as one channel.
+    pub(crate) fn mel(mel: &crate::LogMel) -> Self {
+        Self {
+            data: mel.data[..mel.frames * mel.bins].to_vec(),
+            t: mel.frames,
+            f: mel.bins,
+            c: 1,
+        }
+    }
+}
+
+/// A 3×3 convolution of stride 2 in time and frequency without bias (a
+/// product over unfolded patches), `w` holding one row per output channel
+/// in the kernel's order (input channel, time, frequency). Frequency is
+/// padded by one on each side; time by `time_before` before the start and
+/// the rest of one kernel after the end.
+pub(crate) fn conv_stride2(
+    pool: &ThreadPool,
+    file: &GgufFile,
+    w: &Linear,
+    x: &Grid,
+    time_before: usize,
+    bufs: &mut Buffers,
+) -> Result<Grid, MediaError> {
+    let (t, f, c) = (x.t, x.f, x.c);
+    let (t2, f2) = ((t + 2 - 3) / 2 + 1, (f + 2 - 3) / 2 + 1);
+    let cols = c * 9;
+    let mut patches = vec![0.0f32; t2 * f2 * cols];
+    for (p, patch) in patches.chunks_exact_mut(cols).enumerate() {
+        let (ti, fi) = (p / f2, p % f2);
+        for ci in 0..c {
+            for kt in 0..3 {
+                let tt = (2 * ti + kt).wrapping_sub(time_before);
+                for kf in 0..3 {
+                    let ff = (2 * fi + kf).wrapping_sub(1);
+                    if tt < t && ff < f {
+                        patch[ci * 9 + kt * 3 + kf] = x.data[(tt * f + ff) * c + ci];
+                    }
+                }
+            }
+        }
+    }
+    let out_c = w.rows;
+    let mut y = vec![0.0f32; t2 * f2 * out_c];
+    product(pool, file, w, &patches, t2 * f2, &mut y, bufs)?;
+    Ok(Grid {
+        data: y,
+        t: t2,
+        f: f2,
+        c: out_c,
+    })
+}

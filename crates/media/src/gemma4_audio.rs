@@ -1,0 +1,311 @@
+//! Gemma 4's audio encoder and its embedder, as transformers'
+//! `Gemma4AudioModel` and `Gemma4MultimodalEmbedder` compute them.
+//!
+//! Log-mel frames (10 ms apart) go through two stride-2 3×3 convolutions
+//! over time and frequency (padded by one on every side), each followed by
+//! a LayerNorm over its channels and a ReLU, and a projection to the
+//! encoder's width; then the conformer blocks Gemma 3n also uses (with a
+//! key scale and clamped products); then an output projection. Every frame
+//! left after sub-sampling is a token: 25 a second, as many as the clip
+//! gives (the processor's count), at most 750 (30 s). The embedder norms
+//! them without a weight and projects them into the text model's width.
+//!
+//! transformers runs the encoder over a batch padded to its longest clip
+//! and masks the padding (features, convolution inputs, attention keys) and
+//! then drops the padded frames. Nothing reaches a frame inside the clip
+//! from one after it (the convolutions see zeros there, attention and the
+//! light convolution look only back), so the encoder here runs over the
+//! clip's frames alone and gives the same rows.
+//!
+//! Weights come from a checkpoint directory, converted in memory by the
+//! `hf` crate: the tower's tensors under `a.` (a clamped product's
+//! `.linear.weight` as `.weight`), the embedder's under `mm.a.`, the
+//! hyper-parameters under `hearth.audio.`.
+
+use crate::audio::LogMel;
+use crate::conformer::{conv_stride2, rows_norm, Block, Grid, Layout, Shape};
+use crate::vision::{product, vector, Buffers, Linear};
+use crate::{AudioEmbedding, MediaError, AUDIO_KEY_PREFIX};
+use gguf::GgufFile;
+use quant::ThreadPool;
+use std::sync::Arc;
+
+/// The converter's `general.architecture` for a Gemma 4 audio tower.
+pub const GEMMA4_AUDIO_ARCH: &str = "gemma4_audio";
+
+/// Gemma 4's audio encoder shape and the prompt's limit.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gemma4AudioConfig {
+    /// Encoder width.
+    pub hidden: usize,
+    /// Attention heads.
+    pub heads: usize,
+    /// Conformer blocks.
+    pub layers: usize,
+    /// Mel bins in.
+    pub mel_bins: usize,
+    /// Channels of the two sub-sampling convolutions.
+    pub channels: [usize; 2],
+    /// Past frames a query sees, itself included.
+    pub context_left: usize,
+    /// Future frames a query sees.
+    pub context_right: usize,
+    /// Soft-cap of the attention logits.
+    pub logit_cap: f32,
+    /// Weight of the half-step feed-forward blocks.
+    pub residual_weight: f32,
+    /// Kernel of the depthwise convolution.
+    pub conv_kernel: usize,
+    /// Epsilon of the norms.
+    pub eps: f32,
+    /// Activations are clamped to ±this between steps.
+    pub clip: f32,
+    /// Width of the encoder's output projection (the embedder's input).
+    pub output_dims: usize,
+    /// The text model's width.
+    pub text_hidden: usize,
+    /// The most tokens a clip may give (the processor's
+    /// `audio_seq_length`).
+    pub max_tokens: usize,
+}
+
+impl Gemma4AudioConfig {
+    /// Read the `hearth.audio.*` keys.
+    pub fn from_gguf(file: &GgufFile) -> Result<Self, MediaError> {
+        let key = |k: &str| format!("{AUDIO_KEY_PREFIX}{k}");
+        let uint = |k: &str| -> Result<usize, MediaError> {
+            file.get_u64(&key(k))
+                .and_then(|v| usize::try_from(v).ok())
+                .ok_or_else(|| MediaError::Metadata(format!("`{}` is missing", key(k))))
+        };
+        let float = |k: &str| -> Result<f32, MediaError> {
+            file.get_f32(&key(k))
+                .ok_or_else(|| MediaError::Metadata(format!("`{}` is missing", key(k))))
+        };
+        let cfg = Self {
+            hidden: uint("hidden")?,
+            heads: uint("heads")?,
+            layers: uint("layers")?,
+            mel_bins: uint("mel_bins")?,
+            channels: [uint("channels0")?, uint("channels1")?],
+            context_left: uint("context_left")?,
+            context_right: uint("context_right")?,
+            logit_cap: float("logit_cap")?,
+            residual_weight: float("residual_weight")?,
+            conv_kernel: uint("conv_kernel")?,
+            eps: float("eps")?,
+            clip: float("clip")?,
+            output_dims: uint("output_dims")?,
+            text_hidden: uint("text_hidden")?,
+            max_tokens: uint("max_tokens")?,
+        };
+        let ok = cfg.shape().plausible()
+            && cfg.channels.iter().all(|&c| c > 0)
+            && cfg.mel_bins >= 3
+            && cfg.output_dims > 0
+            && cfg.text_hidden > 0
+            && (1..=4096).contains(&cfg.max_tokens)
+            && cfg.layers <= 256;
+        if !ok {
+            return Err(MediaError::Metadata(format!(
+                "implausible audio encoder: {cfg:?}"
+            )));
+        }
+        Ok(cfg)
+    }
+
+    /// The conformer blocks' shape.
+    fn shape(&self) -> Shape {
+        Shape {
+            hidden: self.hidden,
+            heads: self.heads,
+            context_left: self.context_left,
+            left_keys: self.context_left.saturating_sub(1),
+            context_right: self.context_right,
+            logit_cap: self.logit_cap,
+            residual_weight: self.residual_weight,
+            conv_kernel: self.conv_kernel,
+            eps: self.eps,
+            clip: self.clip,
+            // transformers: `k_scale = ln(1 + e) / ln 2`.
+            key_scale: (1.0 + std::f32::consts::E).ln() / std::f32::consts::LN_2,
+        }
+    }
+
+    /// Tokens `frames` mel frames give: two halvings, each rounded up.
+    pub fn tokens_for_frames(frames: usize) -> usize {
+        frames.div_ceil(2).div_ceil(2)
+    }
+}
+
+/// Where Gemma 4 keeps a conformer block's tensors.
+const LAYOUT: Layout = Layout {
+    ffw: ["feed_forward1", "feed_forward2"],
+    attn_norm: "norm_pre_attn",
+    attn: "self_attn",
+    pos_proj: "self_attn.relative_k_proj",
+    post: "self_attn.post",
+    post_norm: "norm_post_attn",
+    norm: "norm_out",
+};
+
+/// Gemma 4's audio tower and embedder.
+pub struct Gemma4AudioTower {
+    cfg: Gemma4AudioConfig,
+    file: Arc<GgufFile>,
+    conv: [Linear; 2],
+    conv_norm: [Vec<f32>; 2],
+    input_proj: Linear,
+    blocks: Vec<Block>,
+    output_proj: Linear,
+    projection: Linear,
+}
+
+impl std::fmt::Debug for Gemma4AudioTower {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Gemma4AudioTower")
+            .field("cfg", &self.cfg)
+            .finish()
+    }
+}
+
+impl Gemma4AudioTower {
+    /// Bind the tensors of a converted checkpoint.
+    pub fn from_gguf(file: Arc<GgufFile>) -> Result<Self, MediaError> {
+        let cfg = Gemma4AudioConfig::from_gguf(&file)?;
+        let f = &file;
+        let d = cfg.hidden;
+        let [c0, c1] = cfg.channels;
+        let p = "a.subsample_conv_projection";
+        let conv = [
+            Linear::bind_plain(f, &format!("{p}.layer0.conv"), c0, 9)?,
+            Linear::bind_plain(f, &format!("{p}.layer1.conv"), c1, c0 * 9)?,
+        ];
+        let conv_norm = [
+            vector(f, &format!("{p}.layer0.norm.weight"), c0)?,
+            vector(f, &format!("{p}.layer1.norm.weight"), c1)?,
+        ];
+        let freq = (0..2).fold(cfg.mel_bins, |f, _| (f + 2 - 3) / 2 + 1);
+        let input_proj = Linear::bind_plain(f, &format!("{p}.input_proj_linear"), d, c1 * freq)?;
+        // The position tables are small: computed on one thread at load.
+        let pool = ThreadPool::new(1);
+        let shape = cfg.shape();
+        let blocks = (0..cfg.layers)
+            .map(|i| Block::bind(&pool, f, &shape, &LAYOUT, &format!("a.layers.{i}.")))
+            .collect::<Result<Vec<_>, MediaError>>()?;
+        let output_proj = Linear::bind(f, "a.output_proj", cfg.output_dims, d)?;
+        let projection = Linear::bind_plain(
+            f,
+            "mm.a.embedding_projection",
+            cfg.text_hidden,
+            cfg.output_dims,
+        )?;
+        Ok(Self {
+            cfg,
+            file,
+            conv,
+            conv_norm,
+            input_proj,
+            blocks,
+            output_proj,
+            projection,
+        })
+    }
+
+    /// The configuration.
+    pub fn config(&self) -> &Gemma4AudioConfig {
+        &self.cfg
+    }
+
+    /// The prompt rows for a clip's features: one per token the clip gives
+    /// (see [`Gemma4AudioConfig::tokens_for_frames`]), no padding. An empty
+    /// clip, or one with more tokens than the model takes, is refused.
+    pub fn encode(&self, pool: &ThreadPool, mel: &LogMel) -> Result<AudioEmbedding, MediaError> {
+        let cfg = &self.cfg;
+        if mel.bins != cfg.mel_bins || mel.valid == 0 || mel.valid > mel.frames {
+            return Err(MediaError::Decode(format!(
+                "{} frames ({} inside the clip) of {} mel bins for an encoder of {} bins",
+                mel.frames, mel.valid, mel.bins, cfg.mel_bins
+            )));
+        }
+        let tokens = Gemma4AudioConfig::tokens_for_frames(mel.valid);
+        if tokens > cfg.max_tokens {
+            return Err(MediaError::Unsupported(format!(
+                "the clip gives {tokens} audio tokens; the model takes at most {}",
+                cfg.max_tokens
+            )));
+        }
+        let mut bufs = Buffers::default();
+        // The clip's frames alone (see the module's note on padding).
+        let mut x = Grid::mel(mel);
+        x.t = mel.valid;
+        x.data.truncate(mel.valid * mel.bins);
+        for i in 0..2 {
+            x = conv_stride2(pool, &self.file, &self.conv[i], &x, 1, &mut bufs)?;
+            layer_norm_channels(&mut x.data, x.c, &self.conv_norm[i], cfg.eps);
+            x.data.iter_mut().for_each(|v| *v = v.max(0.0));
+        }
+        let (t, d) = (x.t, cfg.hidden);
+        debug_assert_eq!(t, tokens);
+        let mut h = vec![0.0f32; t * d];
+        product(
+            pool,
+            &self.file,
+            &self.input_proj,
+            &x.data,
+            t,
+            &mut h,
+            &mut bufs,
+        )?;
+        let valid = vec![true; t];
+        let shape = cfg.shape();
+        for b in &self.blocks {
+            b.run(pool, &self.file, &shape, &mut h, &valid, &mut bufs)?;
+        }
+        let od = cfg.output_dims;
+        let mut o = vec![0.0f32; t * od];
+        product(
+            pool,
+            &self.file,
+            &self.output_proj,
+            &h,
+            t,
+            &mut o,
+            &mut bufs,
+        )?;
+        rows_norm(pool, &mut o, od, None, cfg.eps);
+        let mut rows = vec![0.0f32; t * cfg.text_hidden];
+        product(
+            pool,
+            &self.file,
+            &self.projection,
+            &o,
+            t,
+            &mut rows,
+            &mut bufs,
+        )?;
+        Ok(AudioEmbedding {
+            rows,
+            from_clip: t,
+        })
+    }
+}
+
+/// LayerNorm without bias over each position's `channels` values (biased
+/// variance), then a weight per channel.
+fn layer_norm_channels(x: &mut [f32], channels: usize, w: &[f32], eps: f32) {
+    for row in x.chunks_exact_mut(channels) {
+        let n = channels as f64;
+        let mean = row.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
+        let var = row
+            .iter()
+            .map(|&v| (f64::from(v) - mean) * (f64::from(v) - mean))
+            .sum::<f64>()
+            / n;
+        let inv = 1.0 / (var as f32 + eps).sqrt();
+        let mean = mean as f32;
+        for (v, &g) in row.iter_mut().zip(w) {
+            *v = (*v - mean) * inv * g;
+        }
+    }
+}
