@@ -135,8 +135,14 @@ impl Engine {
         clips: &[ImageEmbedding],
     ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
         let tower = self.tower()?;
-        let (ids, placed) =
-            self.media_prompt(text, add_bos, clips, form(tower), self.audio_soft_id(tower)?, "clip")?;
+        let (ids, placed) = self.media_prompt(
+            text,
+            add_bos,
+            clips,
+            form(tower),
+            self.audio_soft_id(tower)?,
+            "clip",
+        )?;
         Ok(self.with_audio_vocabulary(tower, ids, placed))
     }
 

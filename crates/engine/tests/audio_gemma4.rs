@@ -91,7 +91,8 @@ fn audio_prompts_match_transformers() {
         session
             .score_images(&expanded, &placed, |_, row| got.extend_from_slice(row))
             .unwrap();
-        let (shape, want) = read_npy_f32(&fixtures().join(format!("tiny/gemma4_audio/logits_{key}.npy")));
+        let (shape, want) =
+            read_npy_f32(&fixtures().join(format!("tiny/gemma4_audio/logits_{key}.npy")));
         assert_eq!(shape, [ids.len(), 515]);
         let err = rel_err(&got, &want);
         eprintln!("{key}: relative error {err:.2e}");

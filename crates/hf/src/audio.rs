@@ -44,8 +44,11 @@ fn two_channels(audio: &Value, field: &str) -> Result<[u64; 2], HfError> {
         .as_array()
         .map(|a| a.iter().filter_map(Value::as_u64).collect())
         .unwrap_or_default();
-    <[u64; 2]>::try_from(values)
-        .map_err(|_| HfError::Config(format!("audio_config.{field} = {list}; two channel counts expected")))
+    <[u64; 2]>::try_from(values).map_err(|_| {
+        HfError::Config(format!(
+            "audio_config.{field} = {list}; two channel counts expected"
+        ))
+    })
 }
 
 fn key(s: &str) -> String {
@@ -164,7 +167,10 @@ fn gemma4_keys(dir: &Path, audio: &Value, text_hidden: u64) -> Result<GgufWriter
         .and_then(|p| p.get("feature_extractor"))
         .map_or(128, |f| uint(f, "feature_size", 128));
     let mut w = GgufWriter::new();
-    w.set("general.architecture", MetaValue::String("gemma4_audio".into()));
+    w.set(
+        "general.architecture",
+        MetaValue::String("gemma4_audio".into()),
+    );
     for (name, value) in [
         ("hidden", uint(audio, "hidden_size", 1024)),
         ("heads", uint(audio, "num_attention_heads", 8)),
@@ -189,7 +195,11 @@ fn gemma4_keys(dir: &Path, audio: &Value, text_hidden: u64) -> Result<GgufWriter
     ] {
         w.set(key(name), MetaValue::F32(value));
     }
-    if audio.get("hidden_act").and_then(Value::as_str).is_some_and(|a| a != "silu") {
+    if audio
+        .get("hidden_act")
+        .and_then(Value::as_str)
+        .is_some_and(|a| a != "silu")
+    {
         return Err(HfError::Config(format!(
             "audio_config.hidden_act = {}; only silu is supported",
             audio["hidden_act"]

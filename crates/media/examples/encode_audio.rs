@@ -1,9 +1,9 @@
-//! Time Gemma 3n's audio encoder on one clip: decoding, features and the
+//! Time an audio encoder (Gemma 3n or Gemma 4) on one clip: decoding, features and the
 //! tower, separately, over a few runs.
 //!
 //!     cargo run --release -p hearth-media --example encode_audio -- CHECKPOINT_DIR CLIP [THREADS] [RUNS]
 
-use hearth_media::{AudioTower, Clip, LogMel, MelSettings};
+use hearth_media::{AudioTower, Clip, LogMel};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -19,9 +19,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let gguf = hf::convert_audio_dir(std::path::Path::new(dir))?.ok_or("no audio tower")?;
     let tower = AudioTower::from_gguf(Arc::new(gguf::GgufFile::from_bytes(gguf.to_bytes())?))?;
     println!(
-        "loaded in {:.2} s: {:?}",
-        start.elapsed().as_secs_f64(),
-        tower.config()
+        "loaded in {:.2} s: {tower:?}",
+        start.elapsed().as_secs_f64()
     );
     let bytes = std::fs::read(clip)?;
     let pool = quant::ThreadPool::new(threads);
@@ -29,7 +28,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         let t0 = Instant::now();
         let audio = Clip::decode(&bytes)?;
         let t1 = Instant::now();
-        let mel = LogMel::compute(&audio, &MelSettings::default())?;
+        let mel = LogMel::compute(&audio, &tower.mel_settings())?;
         let t2 = Instant::now();
         let out = tower.encode(&pool, &mel)?;
         let t3 = Instant::now();

@@ -2,9 +2,7 @@
 //! turn a clip into prompt rows whichever family the checkpoint is.
 
 use crate::gemma4_audio::GEMMA4_AUDIO_ARCH;
-use crate::{
-    AudioEmbedding, Gemma3nAudioTower, Gemma4AudioTower, LogMel, MediaError, MelSettings,
-};
+use crate::{AudioEmbedding, Gemma3nAudioTower, Gemma4AudioTower, LogMel, MediaError, MelSettings};
 use gguf::GgufFile;
 use quant::ThreadPool;
 use std::sync::Arc;

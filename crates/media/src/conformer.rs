@@ -348,10 +348,7 @@ impl FeedForward {
         bufs: &mut Buffers,
     ) -> Result<(), MediaError> {
         let d = shape.hidden;
-        let mut h: Vec<f32> = x
-            .iter()
-            .map(|e| e.clamp(-shape.clip, shape.clip))
-            .collect();
+        let mut h: Vec<f32> = x.iter().map(|e| e.clamp(-shape.clip, shape.clip)).collect();
         rows_norm(pool, &mut h, d, Some(&self.pre_norm), shape.eps);
         let mut up = vec![0.0f32; t * 4 * d];
         product(pool, file, &self.up, &h, t, &mut up, bufs)?;

@@ -361,7 +361,15 @@ impl Gemma3nAudioTower {
         }
         let t = x.t;
         let mut out = vec![0.0f32; t * cfg.hidden];
-        product(pool, &self.file, &self.input_proj, &x.data, t, &mut out, bufs)?;
+        product(
+            pool,
+            &self.file,
+            &self.input_proj,
+            &x.data,
+            t,
+            &mut out,
+            bufs,
+        )?;
         Ok((out, t))
     }
 }

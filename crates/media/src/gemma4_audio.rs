@@ -284,10 +284,7 @@ impl Gemma4AudioTower {
             &mut rows,
             &mut bufs,
         )?;
-        Ok(AudioEmbedding {
-            rows,
-            from_clip: t,
-        })
+        Ok(AudioEmbedding { rows, from_clip: t })
     }
 }
 

@@ -20,8 +20,8 @@ mod picture;
 mod vision;
 
 pub use audio::{Clip, LogMel, MelFloor, MelSettings, MAX_SECONDS, SAMPLE_RATE};
-pub use cache::{content_key, EmbeddingCache};
 pub use audio_tower::{AudioTower, GEMMA3N_AUDIO_ARCH};
+pub use cache::{content_key, EmbeddingCache};
 pub use gemma3n_audio::{AudioEmbedding, Gemma3nAudioConfig, Gemma3nAudioTower, AUDIO_KEY_PREFIX};
 pub use gemma4_audio::{Gemma4AudioConfig, Gemma4AudioTower, GEMMA4_AUDIO_ARCH};
 pub use picture::{Picture, MAX_SIDE};

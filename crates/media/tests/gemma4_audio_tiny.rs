@@ -70,7 +70,11 @@ fn embeddings_match_transformers() {
 #[test]
 fn token_count_follows_the_processor() {
     for (frames, tokens) in [(1, 1), (2, 1), (4, 1), (5, 2), (8, 2), (9, 3), (3000, 750)] {
-        assert_eq!(Gemma4AudioConfig::tokens_for_frames(frames), tokens, "{frames}");
+        assert_eq!(
+            Gemma4AudioConfig::tokens_for_frames(frames),
+            tokens,
+            "{frames}"
+        );
     }
 }
 
