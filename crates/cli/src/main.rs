@@ -43,9 +43,10 @@ struct ModelArgs {
     /// Most prompt tokens per forward pass (default: 512).
     #[arg(long)]
     batch: Option<usize>,
-    /// Vision projector (llama.cpp's mmproj GGUF) for --image: a path, or an
+    /// Projector (llama.cpp's mmproj GGUF) for --image, and on Gemma 4 for
+    /// --audio when it holds the audio encoder: a path, or an
     /// `hf:OWNER/REPO/FILE` spec fetched with `hearth pull`; a checkpoint
-    /// directory with a vision tower needs none.
+    /// directory with its towers needs none.
     #[arg(long, value_name = "FILE")]
     mmproj: Option<std::path::PathBuf>,
     /// Gemma 4: the most soft tokens one image may take, 70 to 1120

@@ -51,21 +51,16 @@ pub(crate) struct Hearing {
     cache: EmbeddingCache,
 }
 
-impl Hearing {
-    /// Convert the audio tower of the checkpoint directory at `path`.
-    pub(crate) fn open(path: &Path) -> Result<Self, EngineError> {
-        let writer = hf::convert_audio_dir(path)?.ok_or_else(|| {
-            EngineError::InvalidOptions(format!(
-                "{} has no audio tower (config.json has no audio_config)",
-                path.display()
-            ))
-        })?;
-        let file = gguf::GgufFile::from_bytes(writer.to_bytes())?;
-        Ok(Self {
-            tower: AudioTower::from_gguf(Arc::new(file))?,
-            cache: EmbeddingCache::new(CACHED_CLIPS),
-        })
-    }
+/// Convert the audio tower of the checkpoint directory at `path`.
+pub(crate) fn convert_audio_dir(path: &Path) -> Result<AudioTower, EngineError> {
+    let writer = hf::convert_audio_dir(path)?.ok_or_else(|| {
+        EngineError::InvalidOptions(format!(
+            "{} has no audio tower (config.json has no audio_config)",
+            path.display()
+        ))
+    })?;
+    let file = gguf::GgufFile::from_bytes(writer.to_bytes())?;
+    Ok(AudioTower::from_gguf(Arc::new(file))?)
 }
 
 impl Engine {
@@ -80,9 +75,12 @@ impl Engine {
         self.audio.as_ref().map(|a| a.tower.max_tokens())
     }
 
-    /// Hear with the audio tower of the checkpoint at `dir`.
-    pub(crate) fn attach_audio(&mut self, dir: &Path) -> Result<(), EngineError> {
-        let hearing = Hearing::open(dir)?;
+    /// Hear with `tower`, whose embedder must map into this model's width.
+    pub(crate) fn attach_audio(&mut self, tower: AudioTower) -> Result<(), EngineError> {
+        let hearing = Hearing {
+            tower,
+            cache: EmbeddingCache::new(CACHED_CLIPS),
+        };
         let (width, hidden) = (hearing.tower.text_hidden(), self.model.config().hidden);
         if width != hidden {
             return Err(EngineError::InvalidOptions(format!(
@@ -100,7 +98,8 @@ impl Engine {
         let hearing = self.audio.as_deref().ok_or_else(|| {
             EngineError::InvalidRequest(
                 "this model has no audio tower, so it cannot hear \
-                 (load a Gemma 3n or Gemma 4 checkpoint directory that has one)"
+                 (load a Gemma 3n or Gemma 4 checkpoint directory that has one, \
+                 or give Gemma 4's projector file with its audio encoder with --mmproj)"
                     .into(),
             )
         })?;

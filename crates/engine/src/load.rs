@@ -62,10 +62,28 @@ impl Engine {
             None => file,
         };
         let mut engine = Self::from_file(Arc::new(file), opts)?;
-        let vision = match &opts.mmproj {
-            Some(p) => Some(p.as_path()),
-            // A multimodal checkpoint brings its own tower.
-            None if hf::has_vision_tower(path.as_ref()) => Some(path.as_ref()),
+        // A projector file may hold a vision tower, an audio tower (Gemma 4's
+        // `gemma4a`) or both; a multimodal checkpoint brings its own.
+        let (mmproj_vision, mmproj_audio) = match &opts.mmproj {
+            Some(p) => {
+                let file = Arc::new(gguf::GgufFile::open(p)?);
+                let vision = file.get_bool("clip.has_vision_encoder") != Some(false);
+                let audio = media::AudioTower::in_mmproj(&file).then_some(file);
+                if !vision && audio.is_none() {
+                    return Err(EngineError::InvalidOptions(format!(
+                        "{} holds neither a vision nor an audio encoder",
+                        p.display()
+                    )));
+                }
+                (vision.then_some(p.as_path()), audio)
+            }
+            None => (None, None),
+        };
+        let vision = match mmproj_vision {
+            Some(p) => Some(p),
+            None if opts.mmproj.is_none() && hf::has_vision_tower(path.as_ref()) => {
+                Some(path.as_ref())
+            }
             None => None,
         };
         if let Some(p) = vision {
@@ -79,9 +97,11 @@ impl Engine {
                 "--image-tokens needs a vision projector (--mmproj)".into(),
             ));
         }
-        // A Gemma 3n checkpoint brings its audio tower.
-        if hf::has_audio_tower(path.as_ref()) {
-            engine.attach_audio(path.as_ref())?;
+        if let Some(file) = mmproj_audio {
+            engine.attach_audio(media::AudioTower::from_gguf(file)?)?;
+        } else if hf::has_audio_tower(path.as_ref()) {
+            // A Gemma 3n or Gemma 4 checkpoint brings its audio tower.
+            engine.attach_audio(crate::audio::convert_audio_dir(path.as_ref())?)?;
         }
         engine.load_time = start.elapsed();
         Ok(engine)

@@ -32,8 +32,9 @@ pub struct RunOptions {
     pub quant: Option<String>,
     /// Sampling of requests that set none of their own.
     pub sampling: SamplingParams,
-    /// The vision projector (llama.cpp's `mmproj` GGUF) to read images
-    /// with; a checkpoint directory with a vision tower needs none.
+    /// The projector (llama.cpp's `mmproj` GGUF) to read images with, and
+    /// on Gemma 4 to hear with when it holds the audio encoder; a
+    /// checkpoint directory with its towers needs none.
     pub mmproj: Option<std::path::PathBuf>,
     /// Gemma 4: the most soft tokens one image may take (70 to 1120;
     /// default: the checkpoint processor's, else 280).

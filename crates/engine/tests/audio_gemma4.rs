@@ -38,66 +38,94 @@ fn reference() -> Value {
     .unwrap()
 }
 
+/// Score the reference prompt `key` with its clips encoded by `engine`;
+/// the relative error of the logits against `golden`.
+fn prompt_error(engine: &Engine, key: &str, golden: &str) -> f32 {
+    let reference = reference();
+    let p = &reference["prompts"][key];
+    let ids: Vec<u32> = p["ids"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|v| v.as_u64().unwrap() as u32)
+        .collect();
+    let clips: Vec<&str> = p["clips"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c.as_str().unwrap())
+        .collect();
+    let encoded: Vec<_> = clips
+        .iter()
+        .map(|c| {
+            let bytes = std::fs::read(fixtures().join(format!("audio/{c}.wav"))).unwrap();
+            engine.encode_audio(&bytes).unwrap()
+        })
+        .collect();
+    for (c, e) in clips.iter().zip(&encoded) {
+        assert_eq!(
+            e.tokens as u64,
+            reference["clips"][c]["tokens"].as_u64().unwrap(),
+            "{c}"
+        );
+    }
+    // The prompt with each clip's tokens taken out: the pairs of
+    // `<|audio>` `<audio|>` mark the places.
+    let marker_ids: Vec<u32> = ids.iter().copied().filter(|&t| t != AUDIO).collect();
+    let (expanded, placed) = engine.audio_prompt_ids(&marker_ids, &encoded).unwrap();
+    assert_eq!(expanded.len(), ids.len());
+    assert_eq!(placed.len(), clips.len(), "no spans besides the clips");
+    for (i, (&ours, &theirs)) in expanded.iter().zip(&ids).enumerate() {
+        let in_clip = placed.iter().any(|p| p.pos <= i && i < p.end());
+        // A clip's tokens are the audio token in transformers' prompt,
+        // the pad token here (what its per-layer embeddings see).
+        if in_clip {
+            assert_eq!((theirs, ours), (AUDIO, 0), "position {i}");
+        } else {
+            assert_eq!(ours, theirs, "position {i}");
+        }
+    }
+    let mut session = engine.session();
+    let mut got = Vec::new();
+    session
+        .score_images(&expanded, &placed, |_, row| got.extend_from_slice(row))
+        .unwrap();
+    let (shape, want) = read_npy_f32(&fixtures().join(format!("tiny/gemma4_audio/{golden}")));
+    assert_eq!(shape, [ids.len(), 515]);
+    rel_err(&got, &want)
+}
+
 #[test]
 fn audio_prompts_match_transformers() {
     let engine = engine();
     assert!(engine.has_audio());
     assert_eq!(engine.audio_tokens(), Some(750));
-    let reference = reference();
-    for (key, clips, tol) in [
-        ("speech", &["speech"][..], 1e-4),
-        ("sweep", &["sweep"][..], 1e-4),
-        ("both", &["sweep", "speech"][..], 1e-4),
-    ] {
-        let p = &reference["prompts"][key];
-        let ids: Vec<u32> = p["ids"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v.as_u64().unwrap() as u32)
-            .collect();
-        let encoded: Vec<_> = clips
-            .iter()
-            .map(|c| {
-                let bytes = std::fs::read(fixtures().join(format!("audio/{c}.wav"))).unwrap();
-                engine.encode_audio(&bytes).unwrap()
-            })
-            .collect();
-        for (c, e) in clips.iter().zip(&encoded) {
-            assert_eq!(
-                e.tokens as u64,
-                reference["clips"][c]["tokens"].as_u64().unwrap(),
-                "{c}"
-            );
-        }
-        // The prompt with each clip's tokens taken out: the pairs of
-        // `<|audio>` `<audio|>` mark the places.
-        let marker_ids: Vec<u32> = ids.iter().copied().filter(|&t| t != AUDIO).collect();
-        let (expanded, placed) = engine.audio_prompt_ids(&marker_ids, &encoded).unwrap();
-        assert_eq!(expanded.len(), ids.len());
-        assert_eq!(placed.len(), clips.len(), "no spans besides the clips");
-        for (i, (&ours, &theirs)) in expanded.iter().zip(&ids).enumerate() {
-            let in_clip = placed.iter().any(|p| p.pos <= i && i < p.end());
-            // A clip's tokens are the audio token in transformers' prompt,
-            // the pad token here (what its per-layer embeddings see).
-            if in_clip {
-                assert_eq!((theirs, ours), (AUDIO, 0), "position {i}");
-            } else {
-                assert_eq!(ours, theirs, "position {i}");
-            }
-        }
-        let mut session = engine.session();
-        let mut got = Vec::new();
-        session
-            .score_images(&expanded, &placed, |_, row| got.extend_from_slice(row))
-            .unwrap();
-        let (shape, want) =
-            read_npy_f32(&fixtures().join(format!("tiny/gemma4_audio/logits_{key}.npy")));
-        assert_eq!(shape, [ids.len(), 515]);
-        let err = rel_err(&got, &want);
+    for key in ["speech", "sweep", "both"] {
+        let err = prompt_error(&engine, key, &format!("logits_{key}.npy"));
         eprintln!("{key}: relative error {err:.2e}");
-        assert!(err < tol, "{key}: relative error {err}");
+        assert!(err < 1e-4, "{key}: relative error {err}");
     }
+}
+
+/// llama.cpp's files: the text model's GGUF with the `mmproj` that holds
+/// the audio tower (and a vision tower), as `-m … --mmproj …` loads them.
+/// The projector keeps no clamp between steps, so the goldens are
+/// transformers' with it lifted.
+#[test]
+fn llamacpp_files_match_transformers() {
+    let dir = fixtures().join("tiny/gemma4_audio");
+    let opts = RunOptions {
+        threads: Some(2),
+        ctx: Some(256),
+        precision: hearth_engine::Precision::Exact,
+        mmproj: Some(dir.join("mmproj-f32.gguf")),
+        ..RunOptions::default()
+    };
+    let engine = Engine::load(dir.join("model-f32.gguf"), &opts).unwrap();
+    assert!(engine.has_audio() && engine.has_vision());
+    let err = prompt_error(&engine, "both", "logits_both_unclamped.npy");
+    eprintln!("both, from llama.cpp's files: relative error {err:.2e}");
+    assert!(err < 1e-4, "relative error {err}");
 }
 
 #[test]

@@ -20,11 +20,35 @@ pub enum AudioTower {
 }
 
 impl AudioTower {
-    /// Bind a converted tower, by its `general.architecture`.
+    /// Open an `mmproj` GGUF file's audio tower.
+    pub fn load(path: &std::path::Path) -> Result<Self, MediaError> {
+        Self::from_gguf(Arc::new(GgufFile::open(path)?))
+    }
+
+    /// Whether `file` (an `mmproj` GGUF) holds an audio tower.
+    pub fn in_mmproj(file: &GgufFile) -> bool {
+        file.architecture() == Some("clip") && file.get_bool("clip.has_audio_encoder") == Some(true)
+    }
+
+    /// Bind a converted tower, by its `general.architecture`, or the audio
+    /// tower of an `mmproj` file (`clip.audio.projector_type` `gemma4a`).
     pub fn from_gguf(file: Arc<GgufFile>) -> Result<Self, MediaError> {
         match file.architecture() {
             Some(GEMMA3N_AUDIO_ARCH) => Ok(Self::Gemma3n(Gemma3nAudioTower::from_gguf(file)?)),
             Some(GEMMA4_AUDIO_ARCH) => Ok(Self::Gemma4(Gemma4AudioTower::from_gguf(file)?)),
+            Some("clip") => {
+                if !Self::in_mmproj(&file) {
+                    return Err(MediaError::Metadata(
+                        "this projector file has no audio encoder".into(),
+                    ));
+                }
+                match file.get_str("clip.audio.projector_type") {
+                    Some("gemma4a") => Ok(Self::Gemma4(Gemma4AudioTower::from_gguf(file)?)),
+                    other => Err(MediaError::Unsupported(format!(
+                        "audio projector type {other:?} (supported: gemma4a)"
+                    ))),
+                }
+            }
             other => Err(MediaError::Unsupported(format!(
                 "audio tower {other:?} (implemented: {GEMMA3N_AUDIO_ARCH}, {GEMMA4_AUDIO_ARCH})"
             ))),

@@ -58,25 +58,40 @@ impl Shape {
     }
 }
 
-/// Where a family keeps a block's tensors, below the block's prefix.
+/// Where a family keeps a block's tensors, below the block's prefix: module
+/// names, to which `.weight` is added (a product's clamps sit beside its
+/// weight).
 pub(crate) struct Layout {
-    /// The two feed-forward blocks (each holds `pre_layer_norm`,
-    /// `ffw_layer_1`, `ffw_layer_2`, `post_layer_norm`).
-    pub(crate) ffw: [&'static str; 2],
+    /// The two feed-forward blocks: pre-norm, up, down, post-norm.
+    pub(crate) ffw: [[&'static str; 4]; 2],
     /// The norm before attention.
     pub(crate) attn_norm: &'static str,
-    /// The attention's module (`q_proj`, `k_proj`, `v_proj`,
-    /// `per_dim_scale` below it).
-    pub(crate) attn: &'static str,
+    /// The query, key and value products.
+    pub(crate) qkv: [&'static str; 3],
+    /// The per-dimension query scale, and whether it is stored with the
+    /// softplus already applied (llama.cpp's files).
+    pub(crate) per_dim_scale: (&'static str, bool),
     /// The projection of the relative-position sinusoids.
     pub(crate) pos_proj: &'static str,
     /// The attention's output product.
     pub(crate) post: &'static str,
     /// The norm after attention.
     pub(crate) post_norm: &'static str,
+    /// The light convolution: pre-norm, the product before the GLU, the
+    /// depthwise kernel, the norm after it, the product after it.
+    pub(crate) lconv: [&'static str; 5],
     /// The block's last norm.
     pub(crate) norm: &'static str,
 }
+
+/// The Hugging Face names of both families' light convolution.
+pub(crate) const HF_LCONV: [&str; 5] = [
+    "lconv1d.pre_layer_norm",
+    "lconv1d.linear_start",
+    "lconv1d.depthwise_conv1d",
+    "lconv1d.conv_norm",
+    "lconv1d.linear_end",
+];
 
 /// One conformer block's weights.
 pub(crate) struct Block {
@@ -150,38 +165,40 @@ impl Block {
         let d = shape.hidden;
         let dh = d / shape.heads;
         let n = |s: &str| format!("{prefix}{s}");
-        let ffw = |which: &str| -> Result<FeedForward, MediaError> {
+        let w = |s: &str| format!("{prefix}{s}.weight");
+        let ffw = |names: &[&str; 4]| -> Result<FeedForward, MediaError> {
             Ok(FeedForward {
-                pre_norm: vector(f, &n(&format!("{which}.pre_layer_norm.weight")), d)?,
-                up: Linear::bind_clamped(f, &n(&format!("{which}.ffw_layer_1")), 4 * d, d)?,
-                down: Linear::bind_clamped(f, &n(&format!("{which}.ffw_layer_2")), d, 4 * d)?,
-                post_norm: vector(f, &n(&format!("{which}.post_layer_norm.weight")), d)?,
+                pre_norm: vector(f, &w(names[0]), d)?,
+                up: Linear::bind_clamped(f, &n(names[1]), 4 * d, d)?,
+                down: Linear::bind_clamped(f, &n(names[2]), d, 4 * d)?,
+                post_norm: vector(f, &w(names[3]), d)?,
             })
         };
-        let attn = |s: &str| n(&format!("{}.{s}", layout.attn));
-        let per_dim = vector(f, &attn("per_dim_scale"), dh)?;
+        let (scale_name, softplus_applied) = layout.per_dim_scale;
+        let per_dim = vector(f, &n(scale_name), dh)?;
         let base = (dh as f32).powf(-0.5) / softplus(0.0);
         let pos_proj = Linear::bind_plain(f, &n(layout.pos_proj), d, d)?;
+        let [q, k, v] = layout.qkv;
+        let [conv_norm_in, conv_start, conv, conv_norm, conv_end] = layout.lconv;
         Ok(Self {
-            ffw: [ffw(layout.ffw[0])?, ffw(layout.ffw[1])?],
-            attn_norm: vector(f, &n(&format!("{}.weight", layout.attn_norm)), d)?,
-            q: Linear::bind_clamped(f, &attn("q_proj"), d, d)?,
-            k: Linear::bind_clamped(f, &attn("k_proj"), d, d)?,
-            v: Linear::bind_clamped(f, &attn("v_proj"), d, d)?,
+            ffw: [ffw(&layout.ffw[0])?, ffw(&layout.ffw[1])?],
+            attn_norm: vector(f, &w(layout.attn_norm), d)?,
+            q: Linear::bind_clamped(f, &n(q), d, d)?,
+            k: Linear::bind_clamped(f, &n(k), d, d)?,
+            v: Linear::bind_clamped(f, &n(v), d, d)?,
             positions: relative_positions(pool, f, shape, &pos_proj)?,
-            query_scale: per_dim.iter().map(|&s| base * softplus(s)).collect(),
+            query_scale: per_dim
+                .iter()
+                .map(|&s| base * if softplus_applied { s } else { softplus(s) })
+                .collect(),
             post: Linear::bind_clamped(f, &n(layout.post), d, d)?,
-            post_norm: vector(f, &n(&format!("{}.weight", layout.post_norm)), d)?,
-            conv_norm_in: vector(f, &n("lconv1d.pre_layer_norm.weight"), d)?,
-            conv_start: Linear::bind_clamped(f, &n("lconv1d.linear_start"), 2 * d, d)?,
-            conv: vector(
-                f,
-                &n("lconv1d.depthwise_conv1d.weight"),
-                d * shape.conv_kernel,
-            )?,
-            conv_norm: vector(f, &n("lconv1d.conv_norm.weight"), d)?,
-            conv_end: Linear::bind_clamped(f, &n("lconv1d.linear_end"), d, d)?,
-            norm: vector(f, &n(&format!("{}.weight", layout.norm)), d)?,
+            post_norm: vector(f, &w(layout.post_norm), d)?,
+            conv_norm_in: vector(f, &w(conv_norm_in), d)?,
+            conv_start: Linear::bind_clamped(f, &n(conv_start), 2 * d, d)?,
+            conv: vector(f, &w(conv), d * shape.conv_kernel)?,
+            conv_norm: vector(f, &w(conv_norm), d)?,
+            conv_end: Linear::bind_clamped(f, &n(conv_end), d, d)?,
+            norm: vector(f, &w(layout.norm), d)?,
         })
     }
 

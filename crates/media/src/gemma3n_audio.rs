@@ -18,7 +18,7 @@
 //! with the hyper-parameters under `hearth.audio.`.
 
 use crate::audio::LogMel;
-use crate::conformer::{conv_stride2, rms_norm, rows_norm, Block, Grid, Layout, Shape};
+use crate::conformer::{conv_stride2, rms_norm, rows_norm, Block, Grid, Layout, Shape, HF_LCONV};
 use crate::vision::{product, vector, Buffers, Linear};
 use crate::MediaError;
 use gguf::GgufFile;
@@ -144,12 +144,31 @@ impl Gemma3nAudioConfig {
 
 /// Where Gemma 3n keeps a conformer block's tensors.
 const LAYOUT: Layout = Layout {
-    ffw: ["ffw_layer_start", "ffw_layer_end"],
+    ffw: [
+        [
+            "ffw_layer_start.pre_layer_norm",
+            "ffw_layer_start.ffw_layer_1",
+            "ffw_layer_start.ffw_layer_2",
+            "ffw_layer_start.post_layer_norm",
+        ],
+        [
+            "ffw_layer_end.pre_layer_norm",
+            "ffw_layer_end.ffw_layer_1",
+            "ffw_layer_end.ffw_layer_2",
+            "ffw_layer_end.post_layer_norm",
+        ],
+    ],
     attn_norm: "attention.pre_attn_norm",
-    attn: "attention.attn",
+    qkv: [
+        "attention.attn.q_proj",
+        "attention.attn.k_proj",
+        "attention.attn.v_proj",
+    ],
+    per_dim_scale: ("attention.attn.per_dim_scale", false),
     pos_proj: "attention.attn.relative_position_embedding.pos_proj",
     post: "attention.post",
     post_norm: "attention.post_norm",
+    lconv: HF_LCONV,
     norm: "norm",
 };
 

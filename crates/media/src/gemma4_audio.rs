@@ -18,12 +18,15 @@
 //! clip's frames alone and gives the same rows.
 //!
 //! Weights come from a checkpoint directory, converted in memory by the
-//! `hf` crate: the tower's tensors under `a.` (a clamped product's
-//! `.linear.weight` as `.weight`), the embedder's under `mm.a.`, the
-//! hyper-parameters under `hearth.audio.`.
+//! `hf` crate (the tower's tensors under `a.`, a clamped product's
+//! `.linear.weight` as `.weight`, the embedder's under `mm.a.`, the
+//! hyper-parameters under `hearth.audio.`), or from llama.cpp's `mmproj`
+//! GGUF (`clip.audio.projector_type` `gemma4a`: `a.blk.N.*`, `mm.a.*`; the
+//! constants llama.cpp fixes, such as the attention's reach and soft-cap,
+//! are taken as it takes them).
 
 use crate::audio::LogMel;
-use crate::conformer::{conv_stride2, rows_norm, Block, Grid, Layout, Shape};
+use crate::conformer::{conv_stride2, rows_norm, Block, Grid, Layout, Shape, HF_LCONV};
 use crate::vision::{product, vector, Buffers, Linear};
 use crate::{AudioEmbedding, MediaError, AUDIO_KEY_PREFIX};
 use gguf::GgufFile;
@@ -99,19 +102,66 @@ impl Gemma4AudioConfig {
             text_hidden: uint("text_hidden")?,
             max_tokens: uint("max_tokens")?,
         };
-        let ok = cfg.shape().plausible()
-            && cfg.channels.iter().all(|&c| c > 0)
-            && cfg.mel_bins >= 3
-            && cfg.output_dims > 0
-            && cfg.text_hidden > 0
-            && (1..=4096).contains(&cfg.max_tokens)
-            && cfg.layers <= 256;
-        if !ok {
-            return Err(MediaError::Metadata(format!(
-                "implausible audio encoder: {cfg:?}"
-            )));
+        cfg.check()
+    }
+
+    /// Read an `mmproj` file's `clip.audio.*` keys; the channels, the
+    /// convolution's kernel and the output projection's width come from
+    /// the tensors, the rest is what llama.cpp fixes for `gemma4a`.
+    pub fn from_mmproj(file: &GgufFile) -> Result<Self, MediaError> {
+        let uint = |k: &str| -> Result<usize, MediaError> {
+            file.get_u64(k)
+                .and_then(|v| usize::try_from(v).ok())
+                .ok_or_else(|| MediaError::Metadata(format!("`{k}` is missing")))
+        };
+        let dim = |name: &str, i: usize| -> Result<usize, MediaError> {
+            let t = crate::vision::tensor(file, name)?;
+            t.dims
+                .get(i)
+                .and_then(|&v| usize::try_from(v).ok())
+                .ok_or_else(|| MediaError::TensorShape {
+                    name: name.into(),
+                    found: t.dims.clone(),
+                    expected: vec![],
+                })
+        };
+        let cfg = Self {
+            hidden: uint("clip.audio.embedding_length")?,
+            heads: uint("clip.audio.attention.head_count")?,
+            layers: uint("clip.audio.block_count")?,
+            mel_bins: uint("clip.audio.num_mel_bins")?,
+            channels: [dim("a.conv1d.0.weight", 3)?, dim("a.conv1d.1.weight", 3)?],
+            context_left: 13,
+            context_right: 0,
+            logit_cap: 50.0,
+            residual_weight: 0.5,
+            conv_kernel: dim("a.blk.0.conv_dw.weight", 0)?,
+            eps: file
+                .get_f32("clip.audio.attention.layer_norm_epsilon")
+                .unwrap_or(1e-6),
+            clip: 1e10,
+            output_dims: dim("a.pre_encode.out.weight", 1)?,
+            text_hidden: uint("clip.audio.projection_dim")?,
+            max_tokens: 750,
+        };
+        cfg.check()
+    }
+
+    fn check(self) -> Result<Self, MediaError> {
+        let ok = self.shape().plausible()
+            && self.channels.iter().all(|&c| c > 0)
+            && self.mel_bins >= 3
+            && self.output_dims > 0
+            && self.text_hidden > 0
+            && (1..=4096).contains(&self.max_tokens)
+            && self.layers <= 256;
+        if ok {
+            Ok(self)
+        } else {
+            Err(MediaError::Metadata(format!(
+                "implausible audio encoder: {self:?}"
+            )))
         }
-        Ok(cfg)
     }
 
     /// The conformer blocks' shape.
@@ -138,15 +188,85 @@ impl Gemma4AudioConfig {
     }
 }
 
-/// Where Gemma 4 keeps a conformer block's tensors.
-const LAYOUT: Layout = Layout {
-    ffw: ["feed_forward1", "feed_forward2"],
-    attn_norm: "norm_pre_attn",
-    attn: "self_attn",
-    pos_proj: "self_attn.relative_k_proj",
-    post: "self_attn.post",
-    post_norm: "norm_post_attn",
-    norm: "norm_out",
+/// Where one file layout keeps the tower's tensors.
+struct Names {
+    /// The two sub-sampling convolutions and their norms.
+    conv: [&'static str; 2],
+    conv_norm: [&'static str; 2],
+    /// The projection after them.
+    input_proj: &'static str,
+    /// Block `i`'s prefix is this, `i`, and a dot.
+    block: &'static str,
+    layout: Layout,
+    /// The output projection (with a bias) and the embedder's projection.
+    output_proj: &'static str,
+    projection: &'static str,
+}
+
+/// A checkpoint directory's names, as the `hf` crate converts them.
+const HF_NAMES: Names = Names {
+    conv: [
+        "a.subsample_conv_projection.layer0.conv",
+        "a.subsample_conv_projection.layer1.conv",
+    ],
+    conv_norm: [
+        "a.subsample_conv_projection.layer0.norm",
+        "a.subsample_conv_projection.layer1.norm",
+    ],
+    input_proj: "a.subsample_conv_projection.input_proj_linear",
+    block: "a.layers.",
+    layout: Layout {
+        ffw: [
+            [
+                "feed_forward1.pre_layer_norm",
+                "feed_forward1.ffw_layer_1",
+                "feed_forward1.ffw_layer_2",
+                "feed_forward1.post_layer_norm",
+            ],
+            [
+                "feed_forward2.pre_layer_norm",
+                "feed_forward2.ffw_layer_1",
+                "feed_forward2.ffw_layer_2",
+                "feed_forward2.post_layer_norm",
+            ],
+        ],
+        attn_norm: "norm_pre_attn",
+        qkv: ["self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj"],
+        per_dim_scale: ("self_attn.per_dim_scale", false),
+        pos_proj: "self_attn.relative_k_proj",
+        post: "self_attn.post",
+        post_norm: "norm_post_attn",
+        lconv: HF_LCONV,
+        norm: "norm_out",
+    },
+    output_proj: "a.output_proj",
+    projection: "mm.a.embedding_projection",
+};
+
+/// llama.cpp's `mmproj` names (`convert_hf_to_gguf.py --mmproj`).
+const MMPROJ_NAMES: Names = Names {
+    conv: ["a.conv1d.0", "a.conv1d.1"],
+    conv_norm: ["a.conv1d.0.norm", "a.conv1d.1.norm"],
+    input_proj: "a.input_projection",
+    block: "a.blk.",
+    layout: Layout {
+        ffw: [
+            ["ffn_norm", "ffn_up", "ffn_down", "ffn_post_norm"],
+            ["ffn_norm_1", "ffn_up_1", "ffn_down_1", "ffn_post_norm_1"],
+        ],
+        attn_norm: "attn_pre_norm",
+        qkv: ["attn_q", "attn_k", "attn_v"],
+        per_dim_scale: ("per_dim_scale.weight", true),
+        pos_proj: "attn_k_rel",
+        post: "attn_out",
+        post_norm: "attn_post_norm",
+        // llama.cpp swaps the two norms' names for this tower: `conv_norm` is the
+        // one before the GLU, `norm_conv` the one after the convolution.
+        lconv: ["conv_norm", "conv_pw1", "conv_dw", "norm_conv", "conv_pw2"],
+        norm: "ln2",
+    },
+    output_proj: "a.pre_encode.out",
+    projection: "mm.a.input_projection",
 };
 
 /// Gemma 4's audio tower and embedder.
@@ -170,36 +290,38 @@ impl std::fmt::Debug for Gemma4AudioTower {
 }
 
 impl Gemma4AudioTower {
-    /// Bind the tensors of a converted checkpoint.
+    /// Bind the tensors of a converted checkpoint (`general.architecture`
+    /// [`GEMMA4_AUDIO_ARCH`]) or of an `mmproj` file (`clip`).
     pub fn from_gguf(file: Arc<GgufFile>) -> Result<Self, MediaError> {
-        let cfg = Gemma4AudioConfig::from_gguf(&file)?;
+        let (cfg, names) = if file.architecture() == Some("clip") {
+            (Gemma4AudioConfig::from_mmproj(&file)?, &MMPROJ_NAMES)
+        } else {
+            (Gemma4AudioConfig::from_gguf(&file)?, &HF_NAMES)
+        };
         let f = &file;
         let d = cfg.hidden;
         let [c0, c1] = cfg.channels;
-        let p = "a.subsample_conv_projection";
         let conv = [
-            Linear::bind_plain(f, &format!("{p}.layer0.conv"), c0, 9)?,
-            Linear::bind_plain(f, &format!("{p}.layer1.conv"), c1, c0 * 9)?,
+            Linear::bind_plain(f, names.conv[0], c0, 9)?,
+            Linear::bind_plain(f, names.conv[1], c1, c0 * 9)?,
         ];
         let conv_norm = [
-            vector(f, &format!("{p}.layer0.norm.weight"), c0)?,
-            vector(f, &format!("{p}.layer1.norm.weight"), c1)?,
+            vector(f, &format!("{}.weight", names.conv_norm[0]), c0)?,
+            vector(f, &format!("{}.weight", names.conv_norm[1]), c1)?,
         ];
         let freq = (0..2).fold(cfg.mel_bins, |f, _| (f + 2 - 3) / 2 + 1);
-        let input_proj = Linear::bind_plain(f, &format!("{p}.input_proj_linear"), d, c1 * freq)?;
+        let input_proj = Linear::bind_plain(f, names.input_proj, d, c1 * freq)?;
         // The position tables are small: computed on one thread at load.
         let pool = ThreadPool::new(1);
         let shape = cfg.shape();
         let blocks = (0..cfg.layers)
-            .map(|i| Block::bind(&pool, f, &shape, &LAYOUT, &format!("a.layers.{i}.")))
+            .map(|i| {
+                let prefix = format!("{}{i}.", names.block);
+                Block::bind(&pool, f, &shape, &names.layout, &prefix)
+            })
             .collect::<Result<Vec<_>, MediaError>>()?;
-        let output_proj = Linear::bind(f, "a.output_proj", cfg.output_dims, d)?;
-        let projection = Linear::bind_plain(
-            f,
-            "mm.a.embedding_projection",
-            cfg.text_hidden,
-            cfg.output_dims,
-        )?;
+        let output_proj = Linear::bind(f, names.output_proj, cfg.output_dims, d)?;
+        let projection = Linear::bind_plain(f, names.projection, cfg.text_hidden, cfg.output_dims)?;
         Ok(Self {
             cfg,
             file,

@@ -100,3 +100,32 @@ fn empty_and_overlong_clips_are_refused() {
     let err = tower.encode(&pool, &long).unwrap_err().to_string();
     assert!(err.contains("751 audio tokens"), "{err}");
 }
+
+/// The same tower from llama.cpp's `mmproj` file (`make_mmproj_audio4.py`:
+/// llama.cpp's converter, with a tiny vision tower beside it) gives
+/// transformers' rows. The file keeps no clamp between steps (llama.cpp's
+/// graph has none; the released checkpoints' never cuts), so the goldens
+/// are transformers' with that clamp lifted; the products' own clamps stay.
+#[test]
+fn mmproj_tower_matches_the_checkpoint() {
+    let mmproj = fixtures().join("tiny/gemma4_audio/mmproj-f32.gguf");
+    let from_mmproj = AudioTower::load(&mmproj).unwrap();
+    assert!(matches!(from_mmproj, AudioTower::Gemma4(_)));
+    assert_eq!(from_mmproj.text_hidden(), 64);
+    let pool = quant::ThreadPool::new(2);
+    for (name, tokens) in [("speech", 77), ("sweep", 34)] {
+        let (_, want) =
+            read_npy_f32(&fixtures().join(format!("tiny/gemma4_audio/embd_{name}_unclamped.npy")));
+        let bytes = std::fs::read(fixtures().join(format!("audio/{name}.wav"))).unwrap();
+        let mel = LogMel::compute(&Clip::decode(&bytes).unwrap(), &MelSettings::gemma4()).unwrap();
+        let got = from_mmproj.encode(&pool, &mel).unwrap();
+        assert_eq!(got.from_clip, tokens);
+        let err = rel_err(&got.rows, &want);
+        eprintln!("{name} from the mmproj: relative error {err:.2e}");
+        assert!(err < 1e-4, "{name}: {err}");
+    }
+    // A vision-only projector has no audio tower.
+    let vision_only = fixtures().join("tiny/gemma4_vision/mmproj-f32.gguf");
+    let err = AudioTower::load(&vision_only).unwrap_err().to_string();
+    assert!(err.contains("no audio encoder"), "{err}");
+}
