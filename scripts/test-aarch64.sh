@@ -2,8 +2,9 @@
 # AArch64 under qemu-user: the kernels of every AArch64 tier (scalar, neon,
 # dotprod; qemu's CPU has dotprod) held to the same property tests as on
 # x86, the format, model and tokenizer tests, and then the same prompts
-# through this machine's hearth and the AArch64 one, compared bit for bit:
-# a prompt's logits and greedy tokens must not depend on the architecture.
+# through this machine's model and the AArch64 one (the model crate's
+# `arch_check` example), compared bit for bit: a prompt's logits and greedy
+# tokens must not depend on the architecture.
 #
 #   bash scripts/test-aarch64.sh [--install] [--full]
 #
@@ -61,34 +62,33 @@ if ((full)); then
     cargo build --profile ci --target "$T" --workspace --all-targets
 fi
 # The kernel, format, model and tokenizer tests under emulation (the other
-# crates drive the same code through the binary; below, it runs too).
+# crates drive the same code; below, the model runs on both machines).
 cargo test --profile ci --target "$T" --no-fail-fast \
     -p hearth-quant -p hearth-gguf -p hearth-model -p hearth-tokenizer
 
-cargo build --profile ci --target "$T" -p hearth-cli
-cargo build --profile ci -p hearth-cli
-host=target/ci/hearth
-arm=(qemu-aarch64 -L /usr/aarch64-linux-gnu "target/$T/ci/hearth")
+# The comparison runs the model crate's `arch_check` example, whose
+# dependencies the tests above built already (the whole CLI for AArch64
+# would build every front end's dependencies for minutes, to run the same
+# model code).
+cargo build --profile ci --target "$T" -p hearth-model --example arch_check
+cargo build --profile ci -p hearth-model --example arch_check
+host=target/ci/examples/arch_check
+arm=(qemu-aarch64 -L /usr/aarch64-linux-gnu "target/$T/ci/examples/arch_check")
 
-# The tiers the AArch64 binary runs, from the error that lists them.
-tiers=$({ "${arm[@]}" bench -m tests/fixtures/tiny/gemma3/model-q8_0.gguf -p 1 -n 0 --cpu no-such-tier 2>&1 || true; } |
-    sed -n 's/.*this CPU runs: \([^)]*\)).*/\1/p' | tr -d ',')
+# The tiers the AArch64 binary runs.
+tiers=$("${arm[@]}" --tiers)
 [[ -n "$tiers" ]] || { echo "test-aarch64: the AArch64 binary listed no tiers" >&2; exit 1; }
 echo "test-aarch64: AArch64 tiers: $tiers"
 
-# logsumexp is a diagnostic computed in f64 through the C library's exp and
-# log, whose last bit differs between x86 and AArch64 glibc; the logits
-# themselves are ours and must agree.
-strip() { sed 's/"logsumexp":[^,]*,//'; }
 fail=0
-compare() { # name, args...
+compare() { # name, model, ids, batch, top, greedy
     local name=$1
     shift
     local want got
-    want=$(HEARTH_CPU=scalar "$host" "$@" 2>/dev/null | strip)
+    want=$("$host" "$@" scalar 2>/dev/null)
     [[ -n "$want" ]] || { echo "FAIL $name: no output on this machine" >&2; fail=1; return; }
     for tier in $tiers; do
-        got=$(HEARTH_CPU=$tier "${arm[@]}" "$@" 2>/dev/null | strip)
+        got=$("${arm[@]}" "$@" "$tier" 2>/dev/null)
         if [[ "$got" == "$want" ]]; then
             echo "ok: $name on aarch64 $tier"
         else
@@ -97,26 +97,22 @@ compare() { # name, args...
         fi
     done
 }
-greedy() { # model, prompt, tokens
-    compare "$1 greedy" complete -m "$1" -t 2 -p "$2" -n "$3" --temp 0 --ignore-eos --json
-}
 
 ids="2,17,300,45,9,120,77,8,250,33,61,500,12,99,140,7,220,310,5,88"
 for m in gemma2/model-q8_0.gguf gemma3/model-f32.gguf gemma3/model-q8_0.gguf gemma3_h256/model-q4_k_m.gguf \
     gemma3_h256/model-q6_k.gguf gemma4_e2b_h256/model-q4_k_m.gguf gemma4_moe/model-q8_0.gguf; do
     f=tests/fixtures/tiny/$m
+    # One token at a time (the decode products), then batches of 8 and 64
+    # (the panel products); each run ends with 24 greedy tokens.
     for batch in 1 8 64; do
-        compare "$m logits batch $batch" logits -m "$f" -t 2 --batch "$batch" --ids "$ids" --top 512
+        compare "$m batch $batch" "$f" "$ids" "$batch" 512 24
     done
-    greedy "$f" "hello world" 24
 done
 # The real model when it is on disk (scripts/fetch-model.sh); emulation makes
 # it seconds per tier, so a short prompt.
 real=${HEARTH_MODEL:-${HEARTH_HOME:-$HOME/.cache/hearth}/models/gemma-3-270m-q4_k_m.gguf}
 if [[ -f "$real" ]]; then
-    compare "270M logits batch 8" logits -m "$real" -t 2 --batch 8 \
-        --ids 2,818,5279,529,7001,563,9079,236761,669,5279 --top 64
-    greedy "$real" "The capital of France is" 8
+    compare "270M batch 8" "$real" 2,818,5279,529,7001,563,9079,236761,669,5279 8 64 8
 else
     echo "test-aarch64: the real model is not on disk; its comparison skipped (scripts/fetch-model.sh)"
 fi
