@@ -1,7 +1,7 @@
 //! Time an audio encoder (Gemma 3n or Gemma 4) on one clip: decoding, features and the
 //! tower, separately, over a few runs.
 //!
-//!     cargo run --release -p hearth-media --example encode_audio -- CHECKPOINT_DIR CLIP [THREADS] [RUNS]
+//!     cargo run --release -p hearth-media --example encode_audio -- CHECKPOINT_DIR|MMPROJ CLIP [THREADS] [RUNS]
 
 use hearth_media::{AudioTower, Clip, LogMel};
 use std::sync::Arc;
@@ -16,8 +16,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let threads: usize = args.get(3).map_or(Ok(2), |s| s.parse())?;
     let runs: usize = args.get(4).map_or(Ok(3), |s| s.parse())?;
     let start = Instant::now();
-    let gguf = hf::convert_audio_dir(std::path::Path::new(dir))?.ok_or("no audio tower")?;
-    let tower = AudioTower::from_gguf(Arc::new(gguf::GgufFile::from_bytes(gguf.to_bytes())?))?;
+    let path = std::path::Path::new(dir);
+    let tower = if path.is_dir() {
+        let gguf = hf::convert_audio_dir(path)?.ok_or("no audio tower")?;
+        AudioTower::from_gguf(Arc::new(gguf::GgufFile::from_bytes(gguf.to_bytes())?))?
+    } else {
+        // llama.cpp's mmproj file.
+        AudioTower::load(path)?
+    };
     println!(
         "loaded in {:.2} s: {tower:?}",
         start.elapsed().as_secs_f64()

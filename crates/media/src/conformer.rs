@@ -140,6 +140,26 @@ pub(crate) fn rows_norm(pool: &ThreadPool, x: &mut [f32], d: usize, w: Option<&[
     pool.for_each_chunk_mut(x, d, |_, row| rms_norm(row, w, eps));
 }
 
+/// Rows handed to one task by [`each_row`]: enough to outweigh a task's
+/// hand-off, few enough to share a clip's rows among the threads.
+const ROWS_PER_TASK: usize = 16;
+
+/// `f(i, row)` for every row of `d` values of `x`, in parallel. The
+/// element-wise steps between products run here: on one thread they would
+/// leave the others idle for a sizeable part of an encoding.
+fn each_row(
+    pool: &ThreadPool,
+    x: &mut [f32],
+    d: usize,
+    f: impl Fn(usize, &mut [f32]) + Sync + Send,
+) {
+    pool.for_each_chunk_mut(x, d * ROWS_PER_TASK, |c, chunk| {
+        for (j, row) in chunk.chunks_exact_mut(d).enumerate() {
+            f(c * ROWS_PER_TASK + j, row);
+        }
+    });
+}
+
 fn silu(x: f32) -> f32 {
     x / (1.0 + (-x).exp())
 }
@@ -214,56 +234,67 @@ impl Block {
         bufs: &mut Buffers,
     ) -> Result<(), MediaError> {
         let (t, d) = (valid.len(), shape.hidden);
-        let clip = |v: &mut [f32]| {
-            v.iter_mut()
-                .for_each(|e| *e = e.clamp(-shape.clip, shape.clip))
-        };
+        let (lo, hi) = (-shape.clip, shape.clip);
+        let eps = shape.eps;
         self.ffw[0].run(pool, file, shape, x, t, bufs)?;
         // Attention.
         let mut h = x.to_vec();
-        clip(&mut h);
-        rows_norm(pool, &mut h, d, Some(&self.attn_norm), shape.eps);
+        each_row(pool, &mut h, d, |_, row| {
+            row.iter_mut().for_each(|e| *e = e.clamp(lo, hi));
+            rms_norm(row, Some(&self.attn_norm), eps);
+        });
         let (mut q, mut k, mut v) = (vec![0.0; t * d], vec![0.0; t * d], vec![0.0; t * d]);
         product(pool, file, &self.q, &h, t, &mut q, bufs)?;
         product(pool, file, &self.k, &h, t, &mut k, bufs)?;
         product(pool, file, &self.v, &h, t, &mut v, bufs)?;
         let dh = d / shape.heads;
-        for row in q.chunks_exact_mut(dh) {
-            row.iter_mut()
-                .zip(&self.query_scale)
-                .for_each(|(e, &s)| *e *= s);
-        }
+        each_row(pool, &mut q, d, |_, row| {
+            for head in row.chunks_exact_mut(dh) {
+                head.iter_mut()
+                    .zip(&self.query_scale)
+                    .for_each(|(e, &s)| *e *= s);
+            }
+        });
         if shape.key_scale != 1.0 {
-            k.iter_mut().for_each(|e| *e *= shape.key_scale);
+            each_row(pool, &mut k, d, |_, row| {
+                row.iter_mut().for_each(|e| *e *= shape.key_scale)
+            });
         }
         let mut attn = vec![0.0f32; t * d];
         self.local_attention(pool, shape, &q, &k, &v, valid, &mut attn);
         let mut o = vec![0.0f32; t * d];
         product(pool, file, &self.post, &attn, t, &mut o, bufs)?;
-        clip(&mut o);
-        rows_norm(pool, &mut o, d, Some(&self.post_norm), shape.eps);
-        x.iter_mut().zip(&o).for_each(|(e, &a)| *e += a);
-        // Frames past the clip do not enter the convolution.
-        for (row, &ok) in x.chunks_exact_mut(d).zip(valid) {
-            if !ok {
+        each_row(pool, &mut o, d, |_, row| {
+            row.iter_mut().for_each(|e| *e = e.clamp(lo, hi));
+            rms_norm(row, Some(&self.post_norm), eps);
+        });
+        // The residual; frames past the clip do not enter the convolution.
+        each_row(pool, x, d, |i, row| {
+            if valid[i] {
+                row.iter_mut()
+                    .zip(&o[i * d..][..d])
+                    .for_each(|(e, &a)| *e += a);
+            } else {
                 row.fill(0.0);
             }
-        }
+        });
         // Light convolution.
         let mut h = x.to_vec();
-        rows_norm(pool, &mut h, d, Some(&self.conv_norm_in), shape.eps);
+        each_row(pool, &mut h, d, |_, row| {
+            rms_norm(row, Some(&self.conv_norm_in), eps)
+        });
         let mut wide = vec![0.0f32; t * 2 * d];
         product(pool, file, &self.conv_start, &h, t, &mut wide, bufs)?;
         let mut gated = vec![0.0f32; t * d];
-        for (g, w) in gated.chunks_exact_mut(d).zip(wide.chunks_exact(2 * d)) {
-            let (a, gate) = w.split_at(d);
+        each_row(pool, &mut gated, d, |i, g| {
+            let (a, gate) = wide[i * 2 * d..][..2 * d].split_at(d);
             for ((o, &av), &gv) in g.iter_mut().zip(a).zip(gate) {
                 *o = av / (1.0 + (-gv).exp());
             }
-        }
+        });
         let kernel = shape.conv_kernel;
         let mut conv = vec![0.0f32; t * d];
-        pool.for_each_chunk_mut(&mut conv, d, |ti, out| {
+        each_row(pool, &mut conv, d, |ti, out| {
             for (ch, o) in out.iter_mut().enumerate() {
                 let w = &self.conv[ch * kernel..][..kernel];
                 let mut s = 0.0f32;
@@ -275,16 +306,22 @@ impl Block {
                 }
                 *o = s;
             }
+            out.iter_mut().for_each(|e| *e = e.clamp(lo, hi));
+            rms_norm(out, Some(&self.conv_norm), eps);
+            out.iter_mut().for_each(|e| *e = silu(*e));
         });
-        clip(&mut conv);
-        rows_norm(pool, &mut conv, d, Some(&self.conv_norm), shape.eps);
-        conv.iter_mut().for_each(|e| *e = silu(*e));
         let mut o = vec![0.0f32; t * d];
         product(pool, file, &self.conv_end, &conv, t, &mut o, bufs)?;
-        x.iter_mut().zip(&o).for_each(|(e, &a)| *e += a);
+        each_row(pool, x, d, |i, row| {
+            row.iter_mut()
+                .zip(&o[i * d..][..d])
+                .for_each(|(e, &a)| *e += a)
+        });
         self.ffw[1].run(pool, file, shape, x, t, bufs)?;
-        clip(x);
-        rows_norm(pool, x, d, Some(&self.norm), shape.eps);
+        each_row(pool, x, d, |_, row| {
+            row.iter_mut().for_each(|e| *e = e.clamp(lo, hi));
+            rms_norm(row, Some(&self.norm), eps);
+        });
         Ok(())
     }
 
@@ -365,18 +402,30 @@ impl FeedForward {
         bufs: &mut Buffers,
     ) -> Result<(), MediaError> {
         let d = shape.hidden;
-        let mut h: Vec<f32> = x.iter().map(|e| e.clamp(-shape.clip, shape.clip)).collect();
-        rows_norm(pool, &mut h, d, Some(&self.pre_norm), shape.eps);
+        let (lo, hi) = (-shape.clip, shape.clip);
+        let eps = shape.eps;
+        let mut h = x.to_vec();
+        each_row(pool, &mut h, d, |_, row| {
+            row.iter_mut().for_each(|e| *e = e.clamp(lo, hi));
+            rms_norm(row, Some(&self.pre_norm), eps);
+        });
         let mut up = vec![0.0f32; t * 4 * d];
         product(pool, file, &self.up, &h, t, &mut up, bufs)?;
-        up.iter_mut().for_each(|e| *e = silu(*e));
+        each_row(pool, &mut up, 4 * d, |_, row| {
+            row.iter_mut().for_each(|e| *e = silu(*e))
+        });
         let mut o = vec![0.0f32; t * d];
         product(pool, file, &self.down, &up, t, &mut o, bufs)?;
-        o.iter_mut()
-            .for_each(|e| *e = e.clamp(-shape.clip, shape.clip));
-        rows_norm(pool, &mut o, d, Some(&self.post_norm), shape.eps);
+        each_row(pool, &mut o, d, |_, row| {
+            row.iter_mut().for_each(|e| *e = e.clamp(lo, hi));
+            rms_norm(row, Some(&self.post_norm), eps);
+        });
         let w = shape.residual_weight;
-        x.iter_mut().zip(&o).for_each(|(e, &a)| *e += a * w);
+        each_row(pool, x, d, |i, row| {
+            row.iter_mut()
+                .zip(&o[i * d..][..d])
+                .for_each(|(e, &a)| *e += a * w)
+        });
         Ok(())
     }
 }
