@@ -79,3 +79,36 @@ fn audio_parts_are_heard_and_bad_ones_refused() {
     s.sigterm();
     assert!(s.wait_exit(Duration::from_secs(30)).success());
 }
+
+/// Gemma 4 hears through llama.cpp's files (the text model's GGUF and the
+/// `mmproj` that holds its audio encoder): a clip's part takes one token
+/// per 40 ms of it (the speech: 77), within `<|audio>` … `<audio|>`.
+#[test]
+fn gemma4_hears_through_its_mmproj() {
+    let dir = fixture("tiny/gemma4_audio");
+    let mmproj = format!("{dir}/mmproj-f32.gguf");
+    let mut s = Server::start(
+        &format!("{dir}/model-f32.gguf"),
+        &["--mmproj", &mmproj, "--ctx", "256", "-t", "2"],
+    );
+    let wav = std::fs::read(fixture("audio/speech.wav")).unwrap();
+    let ok = s.post("/v1/chat/completions", &chat_with_audio(&b64(&wav), "wav"));
+    assert_eq!(ok.status, 200, "{}", ok.text());
+    let prompt = ok.json()["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(prompt >= 77 + 2, "{prompt} prompt tokens");
+    // The same request without the clip: exactly its 77 tokens and the two
+    // around them fewer.
+    let text_only = serde_json::json!({
+        "messages": [{"role": "user", "content": [{"type": "text", "text": "Transcribe"}]}],
+        "max_tokens": 4,
+        "temperature": 0,
+    })
+    .to_string();
+    let plain = s.post("/v1/chat/completions", &text_only);
+    assert_eq!(plain.status, 200, "{}", plain.text());
+    let without = plain.json()["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert_eq!(prompt - without, 77 + 2, "{prompt} vs {without}");
+    s.assert_alive();
+    s.sigterm();
+    assert!(s.wait_exit(Duration::from_secs(30)).success());
+}
