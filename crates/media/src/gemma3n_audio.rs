@@ -28,6 +28,30 @@ use std::sync::Arc;
 /// Metadata keys the converter writes.
 pub const AUDIO_KEY_PREFIX: &str = "hearth.audio.";
 
+/// Reads the converter's `hearth.audio.*` keys.
+pub(crate) struct AudioKeys<'f>(pub(crate) &'f GgufFile);
+
+impl AudioKeys<'_> {
+    fn missing(k: &str) -> MediaError {
+        MediaError::Metadata(format!("`{AUDIO_KEY_PREFIX}{k}` is missing"))
+    }
+
+    /// `hearth.audio.{k}` as a count.
+    pub(crate) fn uint(&self, k: &str) -> Result<usize, MediaError> {
+        self.0
+            .get_u64(&format!("{AUDIO_KEY_PREFIX}{k}"))
+            .and_then(|v| usize::try_from(v).ok())
+            .ok_or_else(|| Self::missing(k))
+    }
+
+    /// `hearth.audio.{k}` as a number.
+    pub(crate) fn float(&self, k: &str) -> Result<f32, MediaError> {
+        self.0
+            .get_f32(&format!("{AUDIO_KEY_PREFIX}{k}"))
+            .ok_or_else(|| Self::missing(k))
+    }
+}
+
 /// The audio encoder's shape and the prompt's size.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Gemma3nAudioConfig {
@@ -74,16 +98,8 @@ pub struct Gemma3nAudioConfig {
 impl Gemma3nAudioConfig {
     /// Read the `hearth.audio.*` keys.
     pub fn from_gguf(file: &GgufFile) -> Result<Self, MediaError> {
-        let key = |k: &str| format!("{AUDIO_KEY_PREFIX}{k}");
-        let uint = |k: &str| -> Result<usize, MediaError> {
-            file.get_u64(&key(k))
-                .and_then(|v| usize::try_from(v).ok())
-                .ok_or_else(|| MediaError::Metadata(format!("`{}` is missing", key(k))))
-        };
-        let float = |k: &str| -> Result<f32, MediaError> {
-            file.get_f32(&key(k))
-                .ok_or_else(|| MediaError::Metadata(format!("`{}` is missing", key(k))))
-        };
+        let keys = AudioKeys(file);
+        let (uint, float) = (|k| keys.uint(k), |k| keys.float(k));
         let cfg = Self {
             hidden: uint("hidden")?,
             heads: uint("heads")?,

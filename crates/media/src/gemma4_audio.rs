@@ -27,8 +27,9 @@
 
 use crate::audio::LogMel;
 use crate::conformer::{conv_stride2, rows_norm, Block, Grid, Layout, Shape, HF_LCONV};
+use crate::gemma3n_audio::AudioKeys;
 use crate::vision::{product, vector, Buffers, Linear};
-use crate::{AudioEmbedding, MediaError, AUDIO_KEY_PREFIX};
+use crate::{AudioEmbedding, MediaError};
 use gguf::GgufFile;
 use quant::ThreadPool;
 use std::sync::Arc;
@@ -75,16 +76,8 @@ pub struct Gemma4AudioConfig {
 impl Gemma4AudioConfig {
     /// Read the `hearth.audio.*` keys.
     pub fn from_gguf(file: &GgufFile) -> Result<Self, MediaError> {
-        let key = |k: &str| format!("{AUDIO_KEY_PREFIX}{k}");
-        let uint = |k: &str| -> Result<usize, MediaError> {
-            file.get_u64(&key(k))
-                .and_then(|v| usize::try_from(v).ok())
-                .ok_or_else(|| MediaError::Metadata(format!("`{}` is missing", key(k))))
-        };
-        let float = |k: &str| -> Result<f32, MediaError> {
-            file.get_f32(&key(k))
-                .ok_or_else(|| MediaError::Metadata(format!("`{}` is missing", key(k))))
-        };
+        let keys = AudioKeys(file);
+        let (uint, float) = (|k| keys.uint(k), |k| keys.float(k));
         let cfg = Self {
             hidden: uint("hidden")?,
             heads: uint("heads")?,
