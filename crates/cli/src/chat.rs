@@ -55,11 +55,7 @@ pub fn run(
     if has_media && !guard.is_empty() {
         anyhow::bail!("--guard does not take images or audio yet");
     }
-    if !images.is_empty() && !audio.is_empty() {
-        anyhow::bail!("a conversation takes images or audio clips, not both");
-    }
     // Clips ride the same path as images: embeddings placed by markers.
-    let hears = !audio.is_empty();
     let grammar = constraint.grammar()?;
     let engine = load_engine(args, sample.params())?;
     report_session(&engine);
@@ -72,12 +68,10 @@ pub fn run(
         eprintln!("(this model does not think; --think is ignored)");
     }
     // The images go with the first message; the conversation keeps them.
-    let mut pending_images = if hears {
-        crate::commands::encode_audio(&engine, &audio)?
-    } else {
-        crate::commands::encode_images(&engine, &images)?
-    };
+    let mut pending_images = crate::commands::encode_images(&engine, &images)?;
+    let mut pending_clips = crate::commands::encode_audio(&engine, &audio)?;
     let mut conversation_images: Vec<engine::ImageEmbedding> = Vec::new();
+    let mut conversation_clips: Vec<engine::ImageEmbedding> = Vec::new();
     let mut session = engine.session();
     let mut guarded_model = (!guard.is_empty()).then(|| engine::LocalChat::new(&engine));
     let guard_cfg = guard::GuardConfig {
@@ -143,9 +137,10 @@ pub fn run(
         if trimmed == "/reset" {
             messages.retain(|m| m.role == "system");
             session.reset();
-            if !conversation_images.is_empty() {
-                eprintln!("(the images were cleared with it)");
+            if !conversation_images.is_empty() || !conversation_clips.is_empty() {
+                eprintln!("(the images and clips were cleared with it)");
                 conversation_images.clear();
+                conversation_clips.clear();
             }
             eprintln!("(conversation cleared)");
             continue;
@@ -153,31 +148,34 @@ pub fn run(
         if trimmed == "/exit" || trimmed == "/quit" {
             break;
         }
-        let added = pending_images.len();
-        messages.push(ChatMessage::user(if hears {
-            engine::place_audio(&user, added)
-        } else {
-            engine::place_images(&user, added)
-        }));
+        let (added, added_clips) = (pending_images.len(), pending_clips.len());
+        messages.push(ChatMessage::user(engine::place_images(
+            &engine::place_audio(&user, added_clips),
+            added,
+        )));
         conversation_images.append(&mut pending_images);
-        let encoded = if conversation_images.is_empty() {
+        conversation_clips.append(&mut pending_clips);
+        let encoded = if conversation_images.is_empty() && conversation_clips.is_empty() {
             engine
                 .encode_chat_thinking(&messages, thinking.is_some())
                 .map(|ids| (ids, Vec::new()))
         } else {
-            if hears {
-                engine.encode_chat_audio(&messages, &conversation_images, thinking.is_some())
-            } else {
-                engine.encode_chat_images(&messages, &conversation_images, thinking.is_some())
-            }
+            engine.encode_chat_media(
+                &messages,
+                &conversation_images,
+                &conversation_clips,
+                thinking.is_some(),
+            )
         };
         let (ids, placed) = match encoded {
             Ok(v) => v,
             Err(e) => {
                 messages.pop();
-                // Images given with the message stay for the next try.
+                // Media given with the message stay for the next try.
                 let keep = conversation_images.len() - added;
                 pending_images = conversation_images.split_off(keep);
+                let keep = conversation_clips.len() - added_clips;
+                pending_clips = conversation_clips.split_off(keep);
                 eprintln!("error: {e}");
                 if once {
                     return Ok(ExitCode::FAILURE);

@@ -119,8 +119,8 @@ fn encode_files(
         .collect()
 }
 
-/// A prompt's images and audio clips, encoded: one kind per prompt (no
-/// model here reads both).
+/// A prompt's images and audio clips, encoded (Gemma 4 takes both in one
+/// prompt).
 pub struct Media {
     /// Encoded images.
     pub images: Vec<ImageEmbedding>,
@@ -131,9 +131,6 @@ pub struct Media {
 impl Media {
     /// Encode `images` and `audio` for `engine`.
     pub fn encode(engine: &Engine, images: &[PathBuf], audio: &[PathBuf]) -> Result<Self> {
-        if !images.is_empty() && !audio.is_empty() {
-            bail!("a prompt takes images or audio clips, not both");
-        }
         Ok(Self {
             images: encode_images(engine, images)?,
             clips: encode_audio(engine, audio)?,
@@ -153,15 +150,15 @@ fn prompt_ids(
     media: &Media,
 ) -> Result<(Vec<u32>, Vec<PromptImage>)> {
     let tok = engine.tokenizer();
-    if !media.clips.is_empty() {
-        let text = engine::place_audio(prompt, media.clips.len());
-        return Ok(engine.audio_prompt(&text, tok.add_bos(), &media.clips)?);
-    }
-    if media.images.is_empty() {
+    if media.is_empty() {
         return Ok((tok.encode(prompt, tok.add_bos(), true), Vec::new()));
     }
-    let text = engine::place_images(prompt, media.images.len());
-    Ok(engine.image_prompt(&text, tok.add_bos(), &media.images)?)
+    // Unplaced media go first: images, then clips, then the text.
+    let text = engine::place_images(
+        &engine::place_audio(prompt, media.clips.len()),
+        media.images.len(),
+    );
+    Ok(engine.mixed_prompt(&text, tok.add_bos(), &media.images, &media.clips)?)
 }
 
 /// `complete`'s output options.

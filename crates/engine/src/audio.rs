@@ -13,7 +13,7 @@
 //! with images (rows for soft tokens, by content), so prompts, sessions and
 //! prefix reuse treat both alike.
 
-use crate::images::MediaForm;
+use crate::images::{MediaForm, MediaKind, SoftTokens};
 use crate::{Engine, EngineError, ImageEmbedding, PromptImage};
 use media::{content_key, AudioTower, Clip, EmbeddingCache, LogMel};
 use std::path::Path;
@@ -133,16 +133,36 @@ impl Engine {
         add_bos: bool,
         clips: &[ImageEmbedding],
     ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
-        let tower = self.tower()?;
-        let (ids, placed) = self.media_prompt(
-            text,
-            add_bos,
-            clips,
-            form(tower),
-            self.audio_soft_id(tower)?,
-            "clip",
-        )?;
-        Ok(self.with_audio_vocabulary(tower, ids, placed))
+        self.tower()?;
+        self.mixed_prompt(text, add_bos, &[], clips)
+    }
+
+    /// Tokenize `text`, whose image markers place `images` and whose audio
+    /// markers place `clips` (each kind in order, the two in any order),
+    /// into the prompt ids and every item's place: one prompt with both
+    /// kinds, for a model that reads and hears (Gemma 4).
+    pub fn mixed_prompt(
+        &self,
+        text: &str,
+        add_bos: bool,
+        images: &[ImageEmbedding],
+        clips: &[ImageEmbedding],
+    ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
+        let (image_form, image_soft) = self.image_form();
+        let mut kinds = vec![MediaKind::new(image_form, image_soft, images, "image")];
+        let tower = match (&self.audio, clips.is_empty()) {
+            (Some(a), _) => Some(&a.tower),
+            (None, true) => None,
+            (None, false) => return Err(no_tower()),
+        };
+        if let Some(t) = tower {
+            kinds.push(MediaKind::new(form(t), self.audio_soft_id(t)?, clips, "clip"));
+        }
+        let (ids, placed) = self.media_prompt(text, add_bos, &kinds)?;
+        Ok(match tower {
+            Some(t) => self.with_audio_vocabulary(t, ids, placed),
+            None => (ids, placed),
+        })
     }
 
     /// Prompt ids whose begin/end-of-audio pairs mark where `clips` go, with
@@ -165,20 +185,18 @@ impl Engine {
         };
         let (ids, placed) = crate::images::fill_soft_tokens(
             plain,
-            (begin, end),
-            self.audio_soft_id(tower)?,
-            clips,
-            "clip",
+            &[SoftTokens {
+                pair: (begin, end),
+                soft: self.audio_soft_id(tower)?,
+                items: clips,
+                what: "clip",
+            }],
         )?;
         Ok(self.with_audio_vocabulary(tower, ids, placed))
     }
 
     fn tower(&self) -> Result<&AudioTower, EngineError> {
-        Ok(&self
-            .audio
-            .as_deref()
-            .ok_or_else(|| EngineError::InvalidRequest("this model has no audio tower".into()))?
-            .tower)
+        Ok(&self.audio.as_deref().ok_or_else(no_tower)?.tower)
     }
 
     /// The id a clip's tokens take in the prompt: Gemma 3n's audio token
@@ -235,6 +253,10 @@ impl Engine {
     }
 }
 
+fn no_tower() -> EngineError {
+    EngineError::InvalidRequest("this model has no audio tower".into())
+}
+
 /// What the tower's family makes of an audio marker.
 fn form(tower: &AudioTower) -> &'static MediaForm {
     match tower {
@@ -252,8 +274,20 @@ impl Engine {
         clips: &[ImageEmbedding],
         thinking: bool,
     ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
+        self.encode_chat_media(messages, &[], clips, thinking)
+    }
+
+    /// [`Engine::encode_chat_thinking`] for messages whose text places
+    /// `images` with image markers and `clips` with audio markers.
+    pub fn encode_chat_media(
+        &self,
+        messages: &[tokenizer::ChatMessage],
+        images: &[ImageEmbedding],
+        clips: &[ImageEmbedding],
+        thinking: bool,
+    ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
         let (text, add_bos) = self.render_for_media(messages, thinking)?;
-        self.audio_prompt(&text, add_bos, clips)
+        self.mixed_prompt(&text, add_bos, images, clips)
     }
 }
 

@@ -182,68 +182,92 @@ impl Engine {
         add_bos: bool,
         images: &[ImageEmbedding],
     ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
-        let form = match self.model.config().arch {
-            model::Arch::Gemma4 => &GEMMA4_FORM,
-            _ => &GEMMA3_FORM,
-        };
-        let tok = &self.tokenizer;
-        // The soft tokens' ids reach no embedding table on Gemma 3 (its own
-        // id keeps the prompt's ids what transformers sees); on Gemma 4 they
-        // feed the per-layer embeddings, which transformers takes from the
-        // pad token.
-        let soft = match self.model.config().arch {
-            model::Arch::Gemma4 => tok.vocab().pad_id,
-            _ => tok.token_id("<image_soft_token>").or(tok.vocab().pad_id),
-        }
-        .unwrap_or(0);
-        self.media_prompt(text, add_bos, images, form, soft, "image")
+        let (form, soft) = self.image_form();
+        self.media_prompt(text, add_bos, &[MediaKind::new(form, soft, images, "image")])
     }
 
-    /// Tokenize `text`, whose markers (any of `form`'s) place `items` in
-    /// order, into the prompt ids, each marker expanded as `form` says with
-    /// its item's soft tokens (id `soft`) inside, and the items' places.
+    /// What this model's prompts make of an image marker, and the id its
+    /// soft tokens take. The soft tokens' ids reach no embedding table on
+    /// Gemma 3 (its own id keeps the prompt's ids what transformers sees);
+    /// on Gemma 4 they feed the per-layer embeddings, which transformers
+    /// takes from the pad token.
+    pub(crate) fn image_form(&self) -> (&'static MediaForm, u32) {
+        let tok = &self.tokenizer;
+        match self.model.config().arch {
+            model::Arch::Gemma4 => (&GEMMA4_FORM, tok.vocab().pad_id.unwrap_or(0)),
+            _ => (
+                &GEMMA3_FORM,
+                tok.token_id("<image_soft_token>")
+                    .or(tok.vocab().pad_id)
+                    .unwrap_or(0),
+            ),
+        }
+    }
+
+    /// Tokenize `text`, whose markers place the items of each of `kinds`
+    /// (images, clips) in order, into the prompt ids, each marker expanded
+    /// as its kind's form says with its item's soft tokens inside, and the
+    /// items' places.
     pub(crate) fn media_prompt(
         &self,
         text: &str,
         add_bos: bool,
-        items: &[ImageEmbedding],
-        form: &MediaForm,
-        soft: u32,
-        what: &str,
+        kinds: &[MediaKind<'_>],
     ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
-        // One marker for all: the first of the family's.
-        let mut text = text.to_string();
-        for m in &form.markers[1..] {
-            text = text.replace(m, form.markers[0]);
-        }
-        let marker = form.markers[0];
-        let markers = text.matches(marker).count();
-        if markers != items.len() {
-            return Err(EngineError::InvalidRequest(format!(
-                "the prompt places {markers} {what}(s) (with {}) but {} were given",
-                form.markers.join(" or "),
-                items.len()
-            )));
-        }
         let tok = &self.tokenizer;
-        if items.is_empty() {
+        let mut text = text.to_string();
+        let mut pairs = Vec::with_capacity(kinds.len());
+        for kind in kinds {
+            let form = kind.form;
+            // One marker for all: the first of the family's.
+            for m in &form.markers[1..] {
+                text = text.replace(m, form.markers[0]);
+            }
+            let markers = text.matches(form.markers[0]).count();
+            if markers != kind.items.len() {
+                return Err(EngineError::InvalidRequest(format!(
+                    "the prompt places {markers} {}(s) (with {}) but {} were given",
+                    kind.what,
+                    form.markers.join(" or "),
+                    kind.items.len()
+                )));
+            }
+            if kind.items.is_empty() {
+                continue;
+            }
+            match (tok.token_id(form.begin), tok.token_id(form.end)) {
+                (Some(b), Some(e)) => pairs.push((b, e)),
+                _ => {
+                    return Err(EngineError::InvalidRequest(format!(
+                        "this model's vocabulary has no {}/{} tokens",
+                        form.begin, form.end
+                    )))
+                }
+            }
+        }
+        if pairs.is_empty() {
             return Ok((tok.encode(&text, add_bos, true), Vec::new()));
         }
-        let (begin, end) = match (tok.token_id(form.begin), tok.token_id(form.end)) {
-            (Some(b), Some(e)) => (b, e),
-            _ => {
-                return Err(EngineError::InvalidRequest(format!(
-                    "this model's vocabulary has no {}/{} tokens",
-                    form.begin, form.end
-                )))
-            }
-        };
         // The markers are control tokens, so the text between them encodes
         // the same with or without the soft tokens in between: encode the
         // expanded text without them, then insert them.
-        let expanded = text.replace(marker, &format!("{}{}", form.before, form.after));
-        let plain = tok.encode(&expanded, add_bos, true);
-        fill_soft_tokens(&plain, (begin, end), soft, items, what)
+        for kind in kinds.iter().filter(|k| !k.items.is_empty()) {
+            let f = kind.form;
+            text = text.replace(f.markers[0], &format!("{}{}", f.before, f.after));
+        }
+        let plain = tok.encode(&text, add_bos, true);
+        let specs: Vec<SoftTokens<'_>> = kinds
+            .iter()
+            .filter(|k| !k.items.is_empty())
+            .zip(pairs)
+            .map(|(k, pair)| SoftTokens {
+                pair,
+                soft: k.soft,
+                items: k.items,
+                what: k.what,
+            })
+            .collect();
+        fill_soft_tokens(&plain, &specs)
     }
 
     /// [`Engine::encode_chat_thinking`] for messages whose text places
@@ -275,40 +299,85 @@ impl Engine {
     }
 }
 
-/// `plain` with the soft tokens (id `soft`) of each of `items`, in order,
-/// between the `begin`/`end` pairs that mark their places; and where each
-/// went. Every item needs a pair.
+/// One kind of item a prompt places (images, or audio clips): how its
+/// markers expand, the id of its soft tokens, the items in order, and its
+/// name for errors.
+pub(crate) struct MediaKind<'a> {
+    pub(crate) form: &'static MediaForm,
+    pub(crate) soft: u32,
+    pub(crate) items: &'a [ImageEmbedding],
+    pub(crate) what: &'static str,
+}
+
+impl<'a> MediaKind<'a> {
+    pub(crate) fn new(
+        form: &'static MediaForm,
+        soft: u32,
+        items: &'a [ImageEmbedding],
+        what: &'static str,
+    ) -> Self {
+        Self {
+            form,
+            soft,
+            items,
+            what,
+        }
+    }
+}
+
+/// The soft tokens of one kind of item: the begin/end pair that marks an
+/// item's place, the id its tokens take, the items in order.
+pub(crate) struct SoftTokens<'a> {
+    pub(crate) pair: (u32, u32),
+    pub(crate) soft: u32,
+    pub(crate) items: &'a [ImageEmbedding],
+    pub(crate) what: &'static str,
+}
+
+/// `plain` with the soft tokens of each item of every kind put between the
+/// begin/end pairs that mark their places (the items of a kind in order),
+/// and where each item's tokens start. An item whose pair did not survive
+/// tokenization is an error.
 pub(crate) fn fill_soft_tokens(
     plain: &[u32],
-    (begin, end): (u32, u32),
-    soft: u32,
-    items: &[ImageEmbedding],
-    what: &str,
+    kinds: &[SoftTokens<'_>],
 ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
-    let total: usize = items.iter().map(|i| i.tokens).sum();
+    let total: usize = kinds
+        .iter()
+        .flat_map(|k| k.items.iter())
+        .map(|i| i.tokens)
+        .sum();
     let mut ids = Vec::with_capacity(plain.len() + total);
-    let mut placed = Vec::with_capacity(items.len());
-    let mut next = items.iter();
+    let mut placed = Vec::new();
+    let mut next: Vec<_> = kinds.iter().map(|k| k.items.iter()).collect();
     let mut iter = plain.iter().peekable();
     while let Some(&id) = iter.next() {
         ids.push(id);
-        if id == begin && iter.peek() == Some(&&end) {
-            let Some(item) = next.next() else {
-                break;
-            };
-            placed.push(PromptImage {
-                pos: ids.len(),
-                image: item.clone(),
-            });
-            ids.extend(std::iter::repeat_n(soft, item.tokens));
-        }
+        let Some(&&following) = iter.peek() else {
+            continue;
+        };
+        let Some(k) = kinds.iter().position(|k| k.pair == (id, following)) else {
+            continue;
+        };
+        let Some(item) = next[k].next() else {
+            continue;
+        };
+        placed.push(PromptImage {
+            pos: ids.len(),
+            image: item.clone(),
+        });
+        ids.extend(std::iter::repeat_n(kinds[k].soft, item.tokens));
     }
-    if placed.len() != items.len() {
-        return Err(EngineError::InvalidRequest(format!(
-            "{} of {} {what} markers survived tokenization",
-            placed.len(),
-            items.len()
-        )));
+    for (k, rest) in kinds.iter().zip(next) {
+        let left = rest.len();
+        if left > 0 {
+            return Err(EngineError::InvalidRequest(format!(
+                "{} of {} {} markers survived tokenization",
+                k.items.len() - left,
+                k.items.len(),
+                k.what
+            )));
+        }
     }
     Ok((ids, placed))
 }

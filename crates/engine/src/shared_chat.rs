@@ -68,12 +68,10 @@ impl ChatModel for SharedChat {
 /// to the caller and leaves the slot free.
 fn admit(engine: &Engine, session: &mut Session, p: Pending) -> Option<Active> {
     let started = (|| {
-        let (prompt, images) = if !p.call.audio.is_empty() {
-            engine.encode_chat_audio(&p.call.messages, &p.call.audio, false)?
-        } else if p.call.images.is_empty() {
+        let (prompt, images) = if p.call.images.is_empty() && p.call.audio.is_empty() {
             (engine.encode_chat(&p.call.messages)?, Vec::new())
         } else {
-            engine.encode_chat_images(&p.call.messages, &p.call.images, false)?
+            engine.encode_chat_media(&p.call.messages, &p.call.images, &p.call.audio, false)?
         };
         let constraint = match &p.call.grammar {
             Some(g) => Some(engine.constraint(g)?),

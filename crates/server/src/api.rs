@@ -520,12 +520,6 @@ pub fn parse_chat(body: &[u8], defaults: &SamplingParams) -> Result<Request, Api
     }
     let mut req = common(b.common, Input::Chat(messages), None, defaults)?;
     req.guard = guard;
-    if !images.is_empty() && !audio.is_empty() {
-        return Err(ApiError::bad_param(
-            "messages",
-            "A request may carry images or audio, not both.",
-        ));
-    }
     req.images = images;
     req.audio = audio;
     if let Some(mode) = tool_mode {

@@ -101,15 +101,13 @@ async fn generate_inner(
             (Input::Chat(_), true) => engine.thinking(req.thinking_budget),
             _ => None,
         };
-        let prompt = if !req.audio.is_empty() {
-            audio_prompt(&engine, &req, thinking.is_some())?
-        } else if req.images.is_empty() {
+        let prompt = if req.images.is_empty() && req.audio.is_empty() {
             (
                 tokenize(&engine, &req.input, thinking.is_some())?,
                 Vec::new(),
             )
         } else {
-            image_prompt(&engine, &req, allow_files, thinking.is_some())?
+            media_prompt(&engine, &req, allow_files, thinking.is_some())?
         };
         let constraint = match &req.grammar {
             None => None,
@@ -258,10 +256,10 @@ fn grammar_error(field: &str, e: EngineError) -> ApiError {
     }
 }
 
-/// The ids of a chat with images, each image decoded and encoded (or taken
-/// from the cache): a bad image, or images for a model without a vision
-/// tower, is the client's error.
-fn image_prompt(
+/// The ids of a chat with images and audio clips, each decoded and encoded
+/// (or taken from the cache): a bad image or clip, or media for a model
+/// without the tower for it, is the client's error.
+fn media_prompt(
     engine: &Engine,
     req: &Request,
     allow_files: bool,
@@ -270,10 +268,10 @@ fn image_prompt(
     let Input::Chat(messages) = &req.input else {
         return Err(ApiError::bad_param(
             "prompt",
-            "Images are read in chats only.",
+            "Images and audio are read in chats only.",
         ));
     };
-    let mut encoded = Vec::with_capacity(req.images.len());
+    let mut images = Vec::with_capacity(req.images.len());
     for (i, source) in req.images.iter().enumerate() {
         let field = format!("image {}", i + 1);
         let bytes = match source {
@@ -291,25 +289,8 @@ fn image_prompt(
         let e = engine
             .encode_image(&bytes)
             .map_err(|e| ApiError::bad_param("messages", format!("{field}: {e}.")))?;
-        encoded.push(e);
+        images.push(e);
     }
-    engine
-        .encode_chat_images(messages, &encoded, thinking)
-        .map_err(|e| ApiError::bad_param("messages", format!("{e}.")))
-}
-
-/// A chat's prompt with its audio clips decoded, encoded and placed.
-fn audio_prompt(
-    engine: &Engine,
-    req: &Request,
-    thinking: bool,
-) -> Result<(Vec<u32>, Vec<engine::PromptImage>), ApiError> {
-    let Input::Chat(messages) = &req.input else {
-        return Err(ApiError::bad_param(
-            "prompt",
-            "Audio is read in chats only.",
-        ));
-    };
     let clips = req
         .audio
         .iter()
@@ -321,7 +302,7 @@ fn audio_prompt(
         })
         .collect::<Result<Vec<_>, _>>()?;
     engine
-        .encode_chat_audio(messages, &clips, thinking)
+        .encode_chat_media(messages, &images, &clips, thinking)
         .map_err(|e| ApiError::bad_param("messages", format!("{e}.")))
 }
 
