@@ -156,7 +156,12 @@ impl Engine {
             (None, false) => return Err(no_tower()),
         };
         if let Some(t) = tower {
-            kinds.push(MediaKind::new(form(t), self.audio_soft_id(t)?, clips, "clip"));
+            kinds.push(MediaKind::new(
+                form(t),
+                self.audio_soft_id(t)?,
+                clips,
+                "clip",
+            ));
         }
         let (ids, placed) = self.media_prompt(text, add_bos, &kinds)?;
         Ok(match tower {

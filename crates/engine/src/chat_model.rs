@@ -28,8 +28,8 @@ pub struct ModelCall {
     /// (see [`Engine::image_prompt`]); empty for text.
     pub images: Vec<crate::ImageEmbedding>,
     /// Encoded audio clips the messages place with audio markers, in
-    /// order (see [`Engine::audio_prompt`]); a call carries images or
-    /// clips, not both.
+    /// order (see [`Engine::audio_prompt`]); a call may carry both kinds
+    /// (see [`Engine::mixed_prompt`]).
     pub audio: Vec<crate::ImageEmbedding>,
 }
 

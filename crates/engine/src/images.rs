@@ -183,7 +183,11 @@ impl Engine {
         images: &[ImageEmbedding],
     ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
         let (form, soft) = self.image_form();
-        self.media_prompt(text, add_bos, &[MediaKind::new(form, soft, images, "image")])
+        self.media_prompt(
+            text,
+            add_bos,
+            &[MediaKind::new(form, soft, images, "image")],
+        )
     }
 
     /// What this model's prompts make of an image marker, and the id its
