@@ -193,7 +193,7 @@ fn a_prompt_with_an_image_and_a_clip_matches_transformers() {
     let text = mixed["prompt"].as_str().unwrap();
     let (ids, placed) = engine
         .mixed_prompt(
-            &text,
+            text,
             true,
             std::slice::from_ref(&image),
             std::slice::from_ref(&clip),
