@@ -480,14 +480,25 @@ pub(crate) struct Grid {
 }
 
 impl Grid {
-    /// Log-mel features as one channel.
-    pub(crate) fn mel(mel: &crate::LogMel) -> Self {
-        Self {
-            data: mel.data[..mel.frames * mel.bins].to_vec(),
-            t: mel.frames,
+    /// The first `frames` log-mel frames as one channel; an error when the
+    /// features hold fewer.
+    pub(crate) fn mel(mel: &crate::LogMel, frames: usize) -> Result<Self, MediaError> {
+        let data = frames
+            .checked_mul(mel.bins)
+            .and_then(|n| mel.data.get(..n))
+            .ok_or_else(|| {
+                MediaError::Decode(format!(
+                    "{frames} frames of {} mel bins asked of features holding {} values",
+                    mel.bins,
+                    mel.data.len()
+                ))
+            })?;
+        Ok(Self {
+            data: data.to_vec(),
+            t: frames,
             f: mel.bins,
             c: 1,
-        }
+        })
     }
 }
 

@@ -381,7 +381,7 @@ impl Gemma3nAudioTower {
         bufs: &mut Buffers,
     ) -> Result<(Vec<f32>, usize), MediaError> {
         let cfg = &self.cfg;
-        let mut x = Grid::mel(mel);
+        let mut x = Grid::mel(mel, mel.frames)?;
         for i in 0..2 {
             // Time is padded after the end only.
             x = conv_stride2(pool, &self.file, &self.conv[i], &x, 0, bufs)?;

@@ -352,9 +352,7 @@ impl Gemma4AudioTower {
         }
         let mut bufs = Buffers::default();
         // The clip's frames alone (see the module's note on padding).
-        let mut x = Grid::mel(mel);
-        x.t = mel.valid;
-        x.data.truncate(mel.valid * mel.bins);
+        let mut x = Grid::mel(mel, mel.valid)?;
         for i in 0..2 {
             x = conv_stride2(pool, &self.file, &self.conv[i], &x, 1, &mut bufs)?;
             layer_norm_channels(&mut x.data, x.c, &self.conv_norm[i], cfg.eps);

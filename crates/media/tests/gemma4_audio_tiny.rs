@@ -78,8 +78,8 @@ fn token_count_follows_the_processor() {
     }
 }
 
-/// A clip of no frames, or of more tokens than the model takes, is a clear
-/// error, not a panic.
+/// A clip of no frames, of more tokens than the model takes, or features
+/// shorter than they say, is a clear error, not a panic.
 #[test]
 fn empty_and_overlong_clips_are_refused() {
     let tower = tower();
@@ -99,6 +99,15 @@ fn empty_and_overlong_clips_are_refused() {
     };
     let err = tower.encode(&pool, &long).unwrap_err().to_string();
     assert!(err.contains("751 audio tokens"), "{err}");
+    // Features that say more frames than they hold.
+    let short = LogMel {
+        data: vec![0.0; 5],
+        frames: 10,
+        valid: 10,
+        bins: 128,
+    };
+    let err = tower.encode(&pool, &short).unwrap_err().to_string();
+    assert!(err.contains("holding 5 values"), "{err}");
 }
 
 /// The same tower from llama.cpp's `mmproj` file (`make_mmproj_audio4.py`:
