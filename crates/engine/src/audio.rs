@@ -133,6 +133,7 @@ impl Engine {
         add_bos: bool,
         clips: &[ImageEmbedding],
     ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
+        // Refused on a model that does not hear, clips or not.
         self.tower()?;
         self.mixed_prompt(text, add_bos, &[], clips)
     }
