@@ -48,7 +48,7 @@ pub struct BenchArgs {
     /// Requantize the weights at load (q8_0, q4_k_m, ...).
     #[arg(long, value_name = "TYPE")]
     pub quant: Option<String>,
-    /// Kernel set to run (scalar, avx2, avxvnni, avx512; scalar, neon, dotprod on AArch64): a lower tier than
+    /// Kernel set to run (scalar, avx2, avxvnni, avx512, amx; scalar, neon, dotprod on AArch64): a lower tier than
     /// the CPU's best, as HEARTH_CPU does. Default: the best.
     #[arg(long, value_name = "TIER")]
     pub cpu: Option<String>,

@@ -141,6 +141,7 @@ fn gemm_panels(
     batch: usize,
     outs: &[SharedOut],
 ) {
+    use crate::gemm::amx::{Tiles, MA};
     use crate::gemm::{group_len, offset, tile, Acts, Panel, MR, NR};
     use std::cell::RefCell;
     thread_local! {
@@ -152,26 +153,42 @@ fn gemm_panels(
     let Some(g) = group_len(w0.ty) else { return };
     let at = vec_dot_type(w0.ty);
     let off = offset(w0.ty);
+    // AMX blocks are 16 activation rows, the register tiles MR.
+    let amx = tier == GemmTier::Amx;
+    let step = if amx { MA } else { MR };
     ACTS.with(|acts| {
         let mut acts = acts.borrow_mut();
         acts.reset(batch, cols, g, off);
+        acts.qu.clear();
+        if amx {
+            acts.qu.resize(batch.next_multiple_of(MA) * cols, 0);
+        }
         let per = batch.div_ceil(pool.threads());
         {
             // Each task quantizes its own run of rows into its own parts of
-            // the four buffers.
+            // the four buffers (five with AMX's unsigned copy).
             let Acts {
-                q, d, sum, base, ..
+                q,
+                d,
+                sum,
+                base,
+                qu,
+                ..
             } = &mut *acts;
+            let mut qu_parts = qu.chunks_mut(per * cols);
             let parts: Vec<std::sync::Mutex<ActsPart>> = q
                 .chunks_mut(per * cols)
                 .zip(d.chunks_mut(per * cols / 32))
                 .zip(sum.chunks_mut(per * cols / g))
                 .zip(base.chunks_mut(per * cols / g))
-                .map(|(((q, d), s), i)| std::sync::Mutex::new((q, d, s, i)))
+                .map(|(((q, d), s), i)| {
+                    let u = qu_parts.next().unwrap_or_default();
+                    std::sync::Mutex::new((q, d, s, i, u))
+                })
                 .collect();
             pool.run(parts.len(), |t| {
                 let mut part = parts[t].lock().unwrap_or_else(|p| p.into_inner());
-                let (q, d, s, i) = &mut *part;
+                let (q, d, s, i, u) = &mut *part;
                 let rows = q.len() / cols;
                 for r in 0..rows {
                     let row = t * per + r;
@@ -186,6 +203,9 @@ fn gemm_panels(
                         &mut i[r * cols / g..(r + 1) * cols / g],
                         off,
                     );
+                }
+                if amx {
+                    Acts::shift_unsigned(q, u);
                 }
             });
         }
@@ -206,7 +226,7 @@ fn gemm_panels(
                 .min(batch.div_ceil(SWEEP))
                 .max(1)
         };
-        let block_rows = batch.div_ceil(blocks).div_ceil(MR) * MR;
+        let block_rows = batch.div_ceil(blocks).div_ceil(step) * step;
         let blocks = batch.div_ceil(block_rows.max(1)).max(1);
         pool.run(n_runs * blocks, |t| {
             let (mut run, block) = (t / blocks, t % blocks);
@@ -221,6 +241,7 @@ fn gemm_panels(
             PACKED.with(|packed| {
                 let mut packed = packed.borrow_mut();
                 packed.resize_with(PANELS, Panel::default);
+                let mut tiles = amx.then(Tiles::new);
                 let mut p0 = mine.start;
                 while p0 < mine.end {
                     let p1 = (p0 + PANELS).min(mine.end);
@@ -228,13 +249,25 @@ fn gemm_panels(
                         let r0 = (p0 + i) * NR;
                         let views: Vec<&[u8]> =
                             (r0..(r0 + NR).min(rows)).map(|r| w.row(r)).collect();
-                        panel.fill(w.ty, &views, cols);
+                        panel.fill_as(w.ty, &views, cols, amx);
                     }
                     for c0 in (b0..b1).step_by(SWEEP) {
                         let c1 = (c0 + SWEEP).min(b1);
                         for (i, panel) in packed.iter().enumerate().take(p1 - p0) {
                             let r0 = (p0 + i) * NR;
                             let n = (rows - r0).min(NR);
+                            if let Some(tiles) = tiles.as_mut() {
+                                for c in (c0..c1).step_by(MA) {
+                                    let m = (c1 - c).min(MA);
+                                    let v = tiles.block(panel, acts, c, m);
+                                    for (j, vj) in v.iter().enumerate().take(m) {
+                                        // SAFETY: as below.
+                                        unsafe { out.slice((c + j) * rows + r0, n) }
+                                            .copy_from_slice(&vj[..n]);
+                                    }
+                                }
+                                continue;
+                            }
                             for c in (c0..c1).step_by(MR) {
                                 let m = (c1 - c).min(MR);
                                 let v = tile(tier, panel, acts, c, m);
@@ -255,9 +288,15 @@ fn gemm_panels(
     });
 }
 
-/// One task's rows of the four activation buffers (bytes, scales, scaled
-/// sums, group starting integers).
-type ActsPart<'a> = (&'a mut [u8], &'a mut [f32], &'a mut [f32], &'a mut [i32]);
+/// One task's rows of the activation buffers (bytes, scales, scaled sums,
+/// group starting integers, and AMX's unsigned bytes or nothing).
+type ActsPart<'a> = (
+    &'a mut [u8],
+    &'a mut [f32],
+    &'a mut [f32],
+    &'a mut [i32],
+    &'a mut [u8],
+);
 
 /// The output buffer shared by tasks that each write a disjoint set of rows.
 struct SharedOut {
@@ -844,5 +883,60 @@ fn for_tiles(rows: std::ops::Range<usize>, batch: usize, mut f: impl FnMut(usize
             }
         }
         r0 = r1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The panel product on the AMX tier (its instructions emulated where the
+    /// CPU lacks them) writes the portable tier's numbers: whole and partial
+    /// 16-row blocks, row blocks split over threads, fused matrices of two
+    /// formats' worth of panels, partial panels.
+    #[test]
+    fn amx_panel_product_matches_portable() {
+        let pool = ThreadPool::new(3);
+        let cols = 512;
+        for (ty, rows, batch) in [
+            (GgmlType::Q4_K, 70, 16),
+            (GgmlType::Q6_K, 45, 37),
+            (GgmlType::Q8_0, 33, 100),
+            (GgmlType::Q5_0, 96, 21),
+        ] {
+            let mut seed = 0x1234_5678_u64 ^ rows as u64;
+            let mut next = move || {
+                seed ^= seed << 13;
+                seed ^= seed >> 7;
+                seed ^= seed << 17;
+                (seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+            };
+            let wf: Vec<f32> = (0..rows * cols).map(|_| next()).collect();
+            let x: Vec<f32> = (0..batch * cols).map(|_| next() * 3.0).collect();
+            let rb = crate::row_size(ty, cols).unwrap();
+            let mut bytes = vec![0u8; rb * rows];
+            crate::quantize(ty, &wf, &mut bytes).unwrap();
+            let w = Matrix::new(ty, rows, cols, &bytes).unwrap();
+            let run = |tier| {
+                let mut out = vec![0.0f32; batch * rows * 2];
+                let (a, b) = out.split_at_mut(batch * rows);
+                let shared = [
+                    SharedOut {
+                        ptr: a.as_mut_ptr(),
+                        len: a.len(),
+                    },
+                    SharedOut {
+                        ptr: b.as_mut_ptr(),
+                        len: b.len(),
+                    },
+                ];
+                gemm_panels(&pool, tier, &[&w, &w], &x, batch, &shared);
+                out
+            };
+            let want = run(GemmTier::Portable);
+            let got = run(GemmTier::Amx);
+            assert!(want.iter().any(|&v| v != 0.0), "{ty}");
+            assert_eq!(want, got, "{ty} rows {rows} batch {batch}");
+        }
     }
 }

@@ -16,10 +16,10 @@ type Kernel = unsafe fn(usize, usize, usize, *const f32, usize, *const f32, usiz
 /// [`crate::select_kernels`] included), or `None` for the scalar reference.
 fn kernel() -> Option<Kernel> {
     #[cfg(target_arch = "x86_64")]
-    match crate::simd::best().gemm {
+    match crate::simd::best().gemm.vector() {
         crate::simd::GemmTier::Avx512Vnni => return Some(x86::sgemm_avx512 as Kernel),
         crate::simd::GemmTier::Avx2 => return Some(x86::sgemm_avx2 as Kernel),
-        crate::simd::GemmTier::Portable => {}
+        crate::simd::GemmTier::Portable | crate::simd::GemmTier::Amx => {}
     }
     None
 }

@@ -21,7 +21,7 @@ fn kernels() -> &'static VectorKernels {
     static K: OnceLock<VectorKernels> = OnceLock::new();
     K.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
-        match crate::simd::best().gemm {
+        match crate::simd::best().gemm.vector() {
             crate::simd::GemmTier::Avx512Vnni => {
                 return VectorKernels {
                     dot: x86::dot_avx512,
@@ -34,7 +34,7 @@ fn kernels() -> &'static VectorKernels {
                     axpy: x86::axpy_avx2,
                 }
             }
-            crate::simd::GemmTier::Portable => {}
+            crate::simd::GemmTier::Portable | crate::simd::GemmTier::Amx => {}
         }
         #[cfg(target_arch = "aarch64")]
         if crate::simd::best().name != "scalar" {

@@ -29,6 +29,7 @@ use crate::formats::{f16_at, kquants};
 use crate::simd::GemmTier;
 use crate::GgmlType;
 
+pub(crate) mod amx;
 #[cfg(target_arch = "x86_64")]
 mod x86;
 
@@ -100,6 +101,10 @@ pub(crate) struct Acts {
     pub g: usize,
     /// The weight format's offset `base` was computed for.
     pub off: i32,
+    /// For the AMX tiles only (else empty): the values shifted to unsigned,
+    /// `q + 128`, for rows rounded up to a whole tile of [`amx::MA`] (the
+    /// tile loads read whole tiles; rows past the batch are never used).
+    pub qu: Vec<u8>,
 }
 
 impl Acts {
@@ -205,6 +210,14 @@ impl Acts {
         }
     }
 
+    /// Writes `q`'s signed bytes shifted to unsigned (`q + 128`) into `qu`,
+    /// the AMX tiles' activation form.
+    pub fn shift_unsigned(q: &[u8], qu: &mut [u8]) {
+        for (u, &v) in qu.iter_mut().zip(q) {
+            *u = v ^ 0x80;
+        }
+    }
+
     /// Stores signed values `vals` (starting at element `at`), their
     /// per-group scaled sums and the groups' starting integers.
     #[allow(clippy::too_many_arguments)]
@@ -252,12 +265,26 @@ pub(crate) struct Panel {
     /// (`2 * 255 * 127`); it folds the weight's sign into the activation
     /// instead. The sums are the same integers either way.
     pub run: usize,
+    /// Whether `q` holds the signed values `q` themselves (the AMX tiles'
+    /// form, see [`amx`]) rather than `q + off`.
+    pub signed: bool,
+    /// With `signed`: `[groups][NR]` values `-128 * sum(q)` of each row's
+    /// group, where the AMX product's integer sums start (it multiplies
+    /// activations shifted by +128 to unsigned).
+    pub bias: Vec<i32>,
 }
 
 impl Panel {
     /// Unpacks `rows` (at most [`NR`] rows of `cols` elements of type `ty`,
     /// which [`group_len`] accepts); missing rows are zero.
     pub fn fill(&mut self, ty: GgmlType, rows: &[&[u8]], cols: usize) {
+        self.fill_as(ty, rows, cols, false);
+    }
+
+    /// [`Self::fill`], with the values stored signed (and `bias` filled)
+    /// where `signed` asks for the AMX tiles' form.
+    pub fn fill_as(&mut self, ty: GgmlType, rows: &[&[u8]], cols: usize, signed: bool) {
+        self.signed = signed;
         let g = group_len(ty).unwrap_or(32);
         self.g = g;
         self.groups = cols / g;
@@ -274,6 +301,10 @@ impl Panel {
             v.clear();
             v.resize(self.groups * NR, 0.0);
         }
+        self.bias.clear();
+        if signed {
+            self.bias.resize(self.groups * NR, 0);
+        }
         for (r, row) in rows.iter().enumerate().take(NR) {
             self.fill_row(ty, r, row, cols);
         }
@@ -285,7 +316,17 @@ impl Panel {
         for (j, quad) in vals.chunks_exact(4).enumerate() {
             let at = (k0 / 4 + j) * NR * 4 + r * 4;
             for (o, &v) in self.q[at..at + 4].iter_mut().zip(quad) {
-                *o = (v as i32 + self.off) as u8;
+                *o = if self.signed {
+                    v as u8
+                } else {
+                    (v as i32 + self.off) as u8
+                };
+            }
+        }
+        if self.signed {
+            for (h, part) in vals.chunks_exact(self.g).enumerate() {
+                let s: i32 = part.iter().map(|&v| i32::from(v)).sum();
+                self.bias[(k0 / self.g + h) * NR + r] = -128 * s;
             }
         }
     }
@@ -399,14 +440,14 @@ pub(crate) fn tile(tier: GemmTier, p: &Panel, a: &Acts, c0: usize, m: usize) -> 
     assert!(a.sum.len() >= (c0 + m) * p.groups && a.base.len() >= (c0 + m) * p.groups);
     #[cfg(target_arch = "x86_64")]
     if p.g == 16 || p.g == 32 {
-        match tier {
+        match tier.vector() {
             // SAFETY: the tier comes from a kernel table installed only
             // after its CPU features were detected; the asserts bound every
             // element read.
             GemmTier::Avx512Vnni => return unsafe { x86::tile_avx512(p, a, c0, m) },
             // SAFETY: as above.
             GemmTier::Avx2 => return unsafe { x86::tile_avx2(p, a, c0, m) },
-            GemmTier::Portable => {}
+            GemmTier::Portable | GemmTier::Amx => {}
         }
     }
     let _ = tier;
@@ -455,13 +496,13 @@ pub(crate) fn quantize_act_row(
 /// (the same bytes on every tier).
 fn quant_q8_0(tier: GemmTier, x: &[f32], block: &mut [u8; 34]) {
     #[cfg(target_arch = "x86_64")]
-    match tier {
+    match tier.vector() {
         // SAFETY: the tier's features were detected; `x` holds 32 values
         // (a `chunks_exact(32)` chunk).
         GemmTier::Avx512Vnni => return unsafe { x86::quant_q8_0_avx512(x, block) },
         // SAFETY: as above.
         GemmTier::Avx2 => return unsafe { x86::quant_q8_0_avx2(x, block) },
-        GemmTier::Portable => {}
+        GemmTier::Portable | GemmTier::Amx => {}
     }
     let _ = tier;
     legacy::quant_q8_0_act(x, block);
@@ -471,13 +512,13 @@ fn quant_q8_0(tier: GemmTier, x: &[f32], block: &mut [u8; 34]) {
 /// kernel (the same scale and values on every tier).
 fn quant_q8_k(tier: GemmTier, x: &[f32], block: &mut [u8; 292]) {
     #[cfg(target_arch = "x86_64")]
-    match tier {
+    match tier.vector() {
         // SAFETY: the tier's features were detected; `x` holds 256 values
         // (a `chunks_exact(256)` chunk).
         GemmTier::Avx512Vnni => return unsafe { x86::quant_q8_k_avx512(x, block) },
         // SAFETY: as above.
         GemmTier::Avx2 => return unsafe { x86::quant_q8_k_avx2(x, block) },
-        GemmTier::Portable => {}
+        GemmTier::Portable | GemmTier::Amx => {}
     }
     let _ = tier;
     kquants::quant_q8_k(x, block);

@@ -1,3 +1,4 @@
+use super::amx;
 use super::*;
 use proptest::prelude::*;
 
@@ -80,6 +81,70 @@ proptest! {
             let got = tile(tier, &p, &a, 1, m);
             prop_assert_eq!(got, want, "{:?}", tier);
         }
+    }
+}
+
+proptest! {
+    /// The AMX block kernel (its instructions emulated, and the real ones
+    /// where the CPU has them) gives exactly the reference's sums, for every
+    /// type, whole and partial blocks and partial panels, at a block that
+    /// does not start the batch.
+    #[test]
+    fn amx_block_matches_scalar(t in 0usize..10, sbs in 1usize..3, rows in 1usize..=NR, m in 1usize..=amx::MA, seed in any::<u64>()) {
+        let ty = TYPES[t];
+        let cols = sbs * 256;
+        let g = group_len(ty).unwrap();
+        let w = random_rows(ty, rows, cols, seed);
+        let views: Vec<&[u8]> = w.iter().map(|r| r.as_slice()).collect();
+        let (mut plain, mut signed) = (Panel::default(), Panel::default());
+        plain.fill(ty, &views, cols);
+        signed.fill_as(ty, &views, cols, true);
+        let c0 = amx::MA;
+        let (mut a, _) = random_acts(c0 + m, cols, crate::vec_dot_type(ty), g, offset(ty), seed ^ 0x3333);
+        a.qu.resize((c0 + amx::MA) * cols, 0);
+        Acts::shift_unsigned(&a.q, &mut a.qu);
+        let mut got = vec![amx::tile_emulated(&signed, &a, c0, m)];
+        if amx::usable() {
+            got.push(amx::Tiles::new().block(&signed, &a, c0, m));
+        }
+        for c in (0..m).step_by(MR) {
+            let n = (m - c).min(MR);
+            let want = tile_scalar(&plain, &a, c0 + c, n);
+            for block in &got {
+                prop_assert_eq!(&block[c..c + n], &want[..n]);
+            }
+        }
+    }
+}
+
+/// The signed panel holds each value and its group's bias: unpacked values
+/// less the format's offset, and `-128 * sum(q)`.
+#[test]
+fn signed_panel_is_the_unsigned_one_less_its_offset() {
+    for (i, &ty) in TYPES.iter().enumerate() {
+        let cols = 512;
+        let w = random_rows(ty, NR - 3, cols, 11 + i as u64);
+        let views: Vec<&[u8]> = w.iter().map(|r| r.as_slice()).collect();
+        let (mut plain, mut signed) = (Panel::default(), Panel::default());
+        plain.fill(ty, &views, cols);
+        signed.fill_as(ty, &views, cols, true);
+        assert_eq!(plain.s, signed.s, "{ty}");
+        assert_eq!(plain.m, signed.m, "{ty}");
+        let mut bias = vec![0i32; plain.groups * NR];
+        for (k4, quads) in plain.q.chunks_exact(NR * 4).enumerate() {
+            // Missing rows are zero bytes in both.
+            for (j, (&u, &s)) in quads.iter().zip(&signed.q[k4 * NR * 4..]).enumerate() {
+                let (r, k) = (j / 4, k4 * 4 + j % 4);
+                if r >= NR - 3 {
+                    assert_eq!((u, s), (0, 0), "{ty} step {k4} byte {j}");
+                    continue;
+                }
+                let q = i32::from(u) - plain.off;
+                assert_eq!(q, i32::from(s as i8), "{ty} step {k4} byte {j}");
+                bias[k / plain.g * NR + r] -= 128 * q;
+            }
+        }
+        assert_eq!(bias, signed.bias, "{ty}");
     }
 }
 

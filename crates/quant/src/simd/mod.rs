@@ -41,6 +41,25 @@ pub(crate) enum GemmTier {
     Avx2,
     /// 512-bit `vpdpbusd`.
     Avx512Vnni,
+    /// AMX-INT8 tiles for the panel product (16 activation rows × 16
+    /// weight rows an instruction); everything else as [`Self::Avx512Vnni`].
+    Amx,
+}
+
+impl GemmTier {
+    /// The tier of the vector kernels (activation quantizers, the register
+    /// tile, `sgemm`, the f32 vector kernels): AMX has tiles for the panel
+    /// product alone and uses the AVX-512 ones for the rest.
+    pub(crate) fn vector(self) -> GemmTier {
+        match self {
+            // Tests run the AMX tier on any CPU, its tiles emulated (see
+            // `gemm::amx::tile_amx`) and its vector kernels portable.
+            #[cfg(test)]
+            GemmTier::Amx if !crate::gemm::amx::usable() => GemmTier::Portable,
+            GemmTier::Amx => GemmTier::Avx512Vnni,
+            t => t,
+        }
+    }
 }
 
 /// One kernel per supported weight type.
@@ -201,7 +220,7 @@ pub(crate) fn select(name: &str) -> Result<&'static str, QuantError> {
 /// The table in use (see [`BEST`]).
 pub(crate) fn best() -> &'static Kernels {
     BEST.get_or_init(|| {
-        // HEARTH_CPU=scalar|avx2|avxvnni|avx512 (neon|dotprod on AArch64) runs a lower tier on a CPU
+        // HEARTH_CPU=scalar|avx2|avxvnni|avx512|amx (neon|dotprod on AArch64) runs a lower tier on a CPU
         // that has a higher one (to test and measure every tier on one
         // machine); a tier the CPU lacks is refused with a warning.
         if let Ok(want) = std::env::var("HEARTH_CPU") {

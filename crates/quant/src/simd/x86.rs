@@ -865,6 +865,13 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q5_0_r4: Some(q5_0_r4_avxvnni),
         ..AVX512
     };
+    // AMX-INT8 tiles for the panel product (Sapphire Rapids on, which all
+    // have AVX-VNNI), the rest as above.
+    static AMX: Kernels = Kernels {
+        name: "amx",
+        gemm: GemmTier::Amx,
+        ..AVX512_VNNI_ROWS
+    };
     let mut v = Vec::new();
     if !(is_x86_feature_detected!("avx2")
         && is_x86_feature_detected!("fma")
@@ -886,6 +893,9 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         } else {
             &AVX512
         });
+    }
+    if is_x86_feature_detected!("avxvnni") && crate::gemm::amx::usable() {
+        v.push(&AMX);
     }
     v
 }

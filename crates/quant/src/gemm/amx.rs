@@ -1,0 +1,633 @@
+//! AMX-INT8 tiles for the panel product, where the CPU has them (Intel
+//! Sapphire Rapids and later).
+//!
+//! One `tdpbusd` multiplies a tile of 16 rows of unsigned bytes by a tile of
+//! signed bytes in the VNNI layout (`K/4` rows, each holding four bytes of
+//! each of 16 columns) into 16 × 16 i32 sums: 8192 multiply-adds for a
+//! group of 32, where `vpdpbusd` does 64. The integer sums are the same
+//! exact per-group integers the register tiles form, and the float steps
+//! after them are the reference's ([`super::tile_scalar`]) in the same order,
+//! so AMX changes the speed and never the numbers.
+//!
+//! The operands fit the tile instruction this way round:
+//! - the activations are the unsigned side: `q + 128` ([`Acts::qu`]), a
+//!   token's group of `g` bytes per tile row, 16 tokens a tile;
+//! - the weights are the signed side: the panel's own layout (four bytes of
+//!   each of 32 rows per column step) is already the VNNI layout, two tiles
+//!   of 16 rows each; [`Panel::fill_as`] stores `q` itself, signed;
+//! - the shift of the activations adds `128 * sum(q)` per weight row and
+//!   group, so each group's accumulator starts at `-128 * sum(q)`
+//!   ([`Panel::bias`], one row loaded into all 16 with stride 0) and ends at
+//!   exactly `sum(q * a)`.
+//!
+//! The block kernel is written once over [`Unit`], the few tile operations
+//! it needs. The real unit issues the instructions; [`Emulated`] computes
+//! their definitions in plain Rust, so the layout and the arithmetic are
+//! tested on every machine, and the instructions themselves wherever the CPU
+//! has them (and once per process before they are used: [`usable`]).
+
+use super::{Acts, Panel, NR, QK};
+
+/// Activation rows per block (one tile's rows).
+pub(crate) const MA: usize = 16;
+
+/// A block's result: `out[c][r]` for activation row `c0 + c` and panel row `r`.
+pub(crate) type Block = [[f32; NR]; MA];
+
+/// The integer sums of one group: `[activation row][panel row]`.
+type Sums = [[i32; NR]; MA];
+
+/// The tile operations of the block kernel. Two accumulators, `h` = 0 and 1,
+/// hold panel rows `16h..16h + 16` of 16 activation rows.
+pub(crate) trait Unit {
+    /// Accumulator `h` ← the 16 values at `init` in each of its rows.
+    ///
+    /// # Safety
+    /// `init` points at 16 readable i32.
+    unsafe fn start(&mut self, h: usize, init: *const i32);
+    /// The activation tile ← 16 rows of `g` bytes (16 or 32) at `a`,
+    /// `stride` bytes apart.
+    ///
+    /// # Safety
+    /// Those bytes are readable.
+    unsafe fn load_a(&mut self, g: usize, a: *const u8, stride: usize);
+    /// Accumulator `h` += the activation tile times the weight tile of
+    /// `g / 4` rows of 64 bytes at `b`, `stride` bytes apart.
+    ///
+    /// # Safety
+    /// Those bytes are readable; `g` is the last [`Self::load_a`]'s.
+    unsafe fn dot(&mut self, h: usize, g: usize, b: *const u8, stride: usize);
+    /// `out[c][16h..16h + 16]` ← accumulator `h`'s row `c`, every `c`.
+    ///
+    /// # Safety
+    /// None beyond the previous calls' (kept `unsafe` as the real unit's is).
+    unsafe fn store(&mut self, h: usize, out: &mut Sums);
+
+    /// One group's float steps for the first `m` rows: `out[c][r] +=
+    /// sums[c][r] * (scales[r] * d[c])`, then `-= mins[r] * sum[c]` where
+    /// `mins` is given, each a fused multiply-add, as the reference rounds
+    /// them.
+    #[allow(clippy::too_many_arguments)]
+    fn scale(
+        &mut self,
+        out: &mut Block,
+        sums: &Sums,
+        m: usize,
+        scales: &[f32; NR],
+        d: &[f32; MA],
+        mins: Option<(&[f32; NR], &[f32; MA])>,
+    ) {
+        for c in 0..m.min(MA) {
+            for ((o, &i), &s) in out[c].iter_mut().zip(&sums[c]).zip(scales) {
+                *o = (i as f32).mul_add(s * d[c], *o);
+            }
+            if let Some((mins, sum)) = mins {
+                for (o, &mn) in out[c].iter_mut().zip(mins) {
+                    *o = (-mn).mul_add(sum[c], *o);
+                }
+            }
+        }
+    }
+}
+
+/// Every activation row `c0..c0 + m` (m ≤ [`MA`]) against every row of
+/// the signed panel `p`, through `u`.
+///
+/// # Safety
+/// What [`check`] asserts holds.
+#[inline(always)]
+unsafe fn block<U: Unit>(u: &mut U, p: &Panel, a: &Acts, c0: usize, m: usize) -> Block {
+    let g = p.g;
+    let cols = p.groups * g;
+    let mut out = [[0.0f32; NR]; MA];
+    let mut sums = [[0i32; NR]; MA];
+    for gi in 0..p.groups {
+        // SAFETY: group gi's bias (NR values), the 16 activation rows'
+        // bytes gi*g..(gi+1)*g and the panel's g/4 column steps of the group
+        // lie inside the buffers (asserted by `check`).
+        unsafe {
+            u.start(0, p.bias.as_ptr().add(gi * NR));
+            u.start(1, p.bias.as_ptr().add(gi * NR + 16));
+            u.load_a(g, a.qu.as_ptr().add(c0 * cols + gi * g), cols);
+            // Column step k4 = gi*g/4 starts at k4 * NR * 4 bytes.
+            let b = p.q.as_ptr().add(gi * g * NR);
+            u.dot(0, g, b, NR * 4);
+            u.dot(1, g, b.add(64), NR * 4);
+            u.store(0, &mut sums);
+            u.store(1, &mut sums);
+        }
+        let scales: &[f32; NR] = p.s[gi * NR..(gi + 1) * NR].try_into().expect("NR scales");
+        let mins: &[f32; NR] = p.m[gi * NR..(gi + 1) * NR].try_into().expect("NR minimums");
+        let (mut d, mut sum) = ([0.0f32; MA], [0.0f32; MA]);
+        for c in 0..m {
+            let row = c0 + c;
+            d[c] = a.d[row * (cols / QK) + gi * g / QK];
+            if p.min {
+                sum[c] = a.sum[row * p.groups + gi];
+            }
+        }
+        u.scale(
+            &mut out,
+            &sums,
+            m,
+            scales,
+            &d,
+            p.min.then_some((mins, &sum)),
+        );
+    }
+    out
+}
+
+/// Checks what the block kernel reads against the buffers.
+fn check(p: &Panel, a: &Acts, c0: usize, m: usize) {
+    let cols = p.groups * p.g;
+    assert!(p.signed && (p.g == 16 || p.g == 32) && m <= MA);
+    assert!(a.cols == cols && a.g == p.g);
+    assert!(p.q.len() >= cols * NR && p.bias.len() >= p.groups * NR);
+    assert!(p.s.len() >= p.groups * NR && p.m.len() >= p.groups * NR);
+    assert!(a.qu.len() >= (c0 + MA) * cols);
+    assert!(a.d.len() >= (c0 + m) * cols / QK && a.sum.len() >= (c0 + m) * p.groups);
+}
+
+/// The tile instructions' definitions in plain Rust.
+#[cfg(test)]
+#[derive(Default)]
+pub(crate) struct Emulated {
+    /// The activation tile: 16 rows of up to 32 bytes.
+    a: [[u8; 32]; MA],
+    /// The two accumulators.
+    c: [[[i32; 16]; MA]; 2],
+}
+
+#[cfg(test)]
+impl Unit for Emulated {
+    unsafe fn start(&mut self, h: usize, init: *const i32) {
+        for row in &mut self.c[h] {
+            for (j, v) in row.iter_mut().enumerate() {
+                // SAFETY: 16 readable values (the caller's contract).
+                *v = unsafe { *init.add(j) };
+            }
+        }
+    }
+
+    unsafe fn load_a(&mut self, g: usize, a: *const u8, stride: usize) {
+        for (r, row) in self.a.iter_mut().enumerate() {
+            for (k, v) in row.iter_mut().enumerate().take(g) {
+                // SAFETY: 16 rows of g readable bytes (the caller's contract).
+                *v = unsafe { *a.add(r * stride + k) };
+            }
+        }
+    }
+
+    unsafe fn dot(&mut self, h: usize, g: usize, b: *const u8, stride: usize) {
+        for (r, acc) in self.c[h].iter_mut().enumerate() {
+            for k4 in 0..g / 4 {
+                for (n, v) in acc.iter_mut().enumerate() {
+                    for j in 0..4 {
+                        // SAFETY: g/4 rows of 64 readable bytes (the caller's contract).
+                        let w = unsafe { *b.add(k4 * stride + n * 4 + j) } as i8;
+                        *v += i32::from(self.a[r][k4 * 4 + j]) * i32::from(w);
+                    }
+                }
+            }
+        }
+    }
+
+    unsafe fn store(&mut self, h: usize, out: &mut Sums) {
+        for (o, c) in out.iter_mut().zip(&self.c[h]) {
+            o[16 * h..16 * h + 16].copy_from_slice(c);
+        }
+    }
+}
+
+/// The block kernel through [`Emulated`] (the AMX tier's definition, and
+/// its test on CPUs without AMX).
+#[cfg(test)]
+pub(crate) fn tile_emulated(p: &Panel, a: &Acts, c0: usize, m: usize) -> Block {
+    check(p, a, c0, m);
+    // SAFETY: `check` bounds every read.
+    unsafe { block(&mut Emulated::default(), p, a, c0, m) }
+}
+
+/// The tile registers, configured on this thread while the value lives
+/// (configuring costs about as much as a few tile products, so a task
+/// configures once for all its blocks).
+pub(crate) struct Tiles {
+    /// Whether the registers are configured (else, in tests only, emulated).
+    on: bool,
+    /// Tile state belongs to a thread.
+    _thread: std::marker::PhantomData<*const ()>,
+}
+
+impl Tiles {
+    /// Configures the tile registers.
+    ///
+    /// # Panics
+    /// Where [`usable`] is false (outside tests, which emulate the tiles).
+    pub(crate) fn new() -> Tiles {
+        let on = usable();
+        #[cfg(not(test))]
+        assert!(on, "AMX tiles used where the CPU has none");
+        #[cfg(target_arch = "x86_64")]
+        if on {
+            // SAFETY: `usable` found AMX-TILE, granted by the OS.
+            unsafe { x86::configure() };
+        }
+        Tiles {
+            on,
+            _thread: std::marker::PhantomData,
+        }
+    }
+
+    /// The block kernel on the tiles: rows `c0..c0 + m` of `a` (m ≤ [`MA`],
+    /// and `a.qu` filled for whole blocks) against the signed panel `p`.
+    /// The same numbers as [`super::tile_scalar`] over those rows.
+    pub(crate) fn block(&mut self, p: &Panel, a: &Acts, c0: usize, m: usize) -> Block {
+        check(p, a, c0, m);
+        #[cfg(test)]
+        if !self.on {
+            return tile_emulated(p, a, c0, m);
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            let _ = self.on;
+            // SAFETY: `new` configured the registers (`on`; `usable` also
+            // found the epilogue's AVX-512); `check` bounds every read.
+            unsafe { x86::tile(p, a, c0, m) }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        unreachable!("AMX tiles configured off x86-64")
+    }
+}
+
+impl Drop for Tiles {
+    fn drop(&mut self) {
+        #[cfg(target_arch = "x86_64")]
+        if self.on {
+            // SAFETY: configured by `new` on this thread (`Tiles` is not Send).
+            unsafe { x86::release() };
+        }
+    }
+}
+
+/// Whether this process can use the AMX tiles: the CPU has AMX-TILE and
+/// AMX-INT8 and AVX-512 VNNI, the OS saves their state and grants this
+/// process their use, and a block of each group size computes the
+/// reference's numbers. Decided once.
+pub(crate) fn usable() -> bool {
+    #[cfg(target_arch = "x86_64")]
+    {
+        static USABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+        *USABLE.get_or_init(|| x86::supported() && self_check())
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    false
+}
+
+/// Blocks of three weight formats (groups of 32 with and without minimum
+/// terms, groups of 16), a whole block and a partial one, on the tiles
+/// against the reference; false (and a line on stderr) on any difference.
+#[cfg(target_arch = "x86_64")]
+fn self_check() -> bool {
+    use crate::GgmlType;
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        x
+    };
+    let cols = 512;
+    let rows = 2 * MA;
+    let xs: Vec<f32> = (0..rows * cols)
+        .map(|_| (next() >> 40) as f32 / (1u64 << 24) as f32 * 4.0 - 2.0)
+        .collect();
+    // (type, block bytes, where its f16 scales sit): random bytes with
+    // fixed finite scales.
+    let cases = [
+        (GgmlType::Q4_K, &[0usize, 2][..]),
+        (GgmlType::Q6_K, &[208][..]),
+        (GgmlType::Q8_0, &[0][..]),
+    ];
+    for (ty, scale_at) in cases {
+        let bb = ty.block_bytes();
+        let per_row = cols / ty.block_len() * bb;
+        let mut w = vec![0u8; per_row * NR];
+        for v in w.iter_mut() {
+            *v = next() as u8;
+        }
+        for blk in w.chunks_exact_mut(bb) {
+            for &s in scale_at {
+                blk[s..s + 2].copy_from_slice(&0x2c00u16.to_le_bytes());
+            }
+        }
+        let views: Vec<&[u8]> = w.chunks_exact(per_row).collect();
+        let (mut signed, mut plain) = (Panel::default(), Panel::default());
+        signed.fill_as(ty, &views, cols, true);
+        plain.fill(ty, &views, cols);
+        let g = signed.g;
+        let mut a = Acts::default();
+        let at = crate::vec_dot_type(ty);
+        a.fill(
+            super::GemmTier::Portable,
+            &xs,
+            cols,
+            at,
+            g,
+            super::offset(ty),
+        );
+        a.qu.resize(rows * cols, 0);
+        Acts::shift_unsigned(&a.q, &mut a.qu);
+        for (c0, m) in [(0, MA), (MA, 5)] {
+            check(&signed, &a, c0, m);
+            // SAFETY: `supported` found the features and the OS grants the
+            // tiles (what `usable` needs before this check); `check` bounds
+            // every read; configured just before, released just after.
+            let got = unsafe {
+                x86::configure();
+                let got = x86::tile(&signed, &a, c0, m);
+                x86::release();
+                got
+            };
+            for c in (0..m).step_by(super::MR) {
+                let n = (m - c).min(super::MR);
+                let want = super::tile_scalar(&plain, &a, c0 + c, n);
+                if (0..n).any(|j| got[c + j] != want[j]) {
+                    eprintln!(
+                        "hearth: the AMX tiles disagree with the reference on {ty}; \
+                         prefill uses AVX-512 instead"
+                    );
+                    return false;
+                }
+            }
+        }
+    }
+    true
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::{block, Acts, Block, Panel, Sums, Unit, MA, NR};
+    use std::arch::asm;
+    use std::arch::x86_64::*;
+
+    /// The tile configuration `ldtilecfg` takes (palette 1).
+    #[repr(C, align(64))]
+    struct Config {
+        palette: u8,
+        start_row: u8,
+        reserved: [u8; 14],
+        /// Bytes per row of each tile register.
+        colsb: [u16; 16],
+        /// Rows of each tile register.
+        rows: [u8; 16],
+    }
+
+    /// tmm0: activations, groups of 32 (16 × 32 bytes); tmm3: the same for
+    /// groups of 16 (16 × 16); tmm1/tmm6: weights, groups of 32 (8 × 64);
+    /// tmm4/tmm7: weights, groups of 16 (4 × 64); tmm2/tmm5: the two
+    /// accumulators (16 × 16 i32). Two weight registers per size let the
+    /// second load overlap the first product.
+    static CONFIG: Config = Config {
+        palette: 1,
+        start_row: 0,
+        reserved: [0; 14],
+        colsb: [32, 64, 64, 16, 64, 64, 64, 64, 0, 0, 0, 0, 0, 0, 0, 0],
+        rows: [16, 8, 16, 16, 4, 16, 8, 4, 0, 0, 0, 0, 0, 0, 0, 0],
+    };
+
+    /// Loads [`CONFIG`] into the tile registers of this thread.
+    ///
+    /// # Safety
+    /// AMX-TILE present and granted to this process.
+    pub(super) unsafe fn configure() {
+        // SAFETY: the caller's contract; CONFIG is a valid palette-1
+        // configuration, 64 bytes, 64-aligned.
+        unsafe {
+            asm!("ldtilecfg [{}]", in(reg) &CONFIG as *const Config, options(nostack, readonly));
+        }
+    }
+
+    /// Releases the tile registers (their state no longer needs saving).
+    ///
+    /// # Safety
+    /// AMX-TILE present and granted to this process.
+    pub(super) unsafe fn release() {
+        // SAFETY: the caller's contract.
+        unsafe { asm!("tilerelease", options(nostack, nomem)) };
+    }
+
+    /// The configured tile registers.
+    struct Amx;
+
+    impl Unit for Amx {
+        #[inline(always)]
+        unsafe fn start(&mut self, h: usize, init: *const i32) {
+            // SAFETY (both arms): 16 readable i32, read 16 times (stride 0).
+            unsafe {
+                if h == 0 {
+                    asm!("tileloadd tmm2, [{p} + {z}*1]", p = in(reg) init, z = in(reg) 0usize, options(nostack, readonly));
+                } else {
+                    asm!("tileloadd tmm5, [{p} + {z}*1]", p = in(reg) init, z = in(reg) 0usize, options(nostack, readonly));
+                }
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn load_a(&mut self, g: usize, a: *const u8, stride: usize) {
+            // SAFETY (both arms): 16 rows of g readable bytes (the caller's contract).
+            unsafe {
+                if g == 32 {
+                    asm!("tileloadd tmm0, [{p} + {s}*1]", p = in(reg) a, s = in(reg) stride, options(nostack, readonly));
+                } else {
+                    asm!("tileloadd tmm3, [{p} + {s}*1]", p = in(reg) a, s = in(reg) stride, options(nostack, readonly));
+                }
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn dot(&mut self, h: usize, g: usize, b: *const u8, stride: usize) {
+            // SAFETY (every arm): g/4 rows of 64 readable bytes (the
+            // caller's contract); the registers are configured for them.
+            unsafe {
+                match (g == 32, h == 0) {
+                    (true, true) => asm!(
+                        "tileloadd tmm1, [{p} + {s}*1]",
+                        "tdpbusd tmm2, tmm0, tmm1",
+                        p = in(reg) b, s = in(reg) stride, options(nostack, readonly)
+                    ),
+                    (true, false) => asm!(
+                        "tileloadd tmm6, [{p} + {s}*1]",
+                        "tdpbusd tmm5, tmm0, tmm6",
+                        p = in(reg) b, s = in(reg) stride, options(nostack, readonly)
+                    ),
+                    (false, true) => asm!(
+                        "tileloadd tmm4, [{p} + {s}*1]",
+                        "tdpbusd tmm2, tmm3, tmm4",
+                        p = in(reg) b, s = in(reg) stride, options(nostack, readonly)
+                    ),
+                    (false, false) => asm!(
+                        "tileloadd tmm7, [{p} + {s}*1]",
+                        "tdpbusd tmm5, tmm3, tmm7",
+                        p = in(reg) b, s = in(reg) stride, options(nostack, readonly)
+                    ),
+                }
+            }
+        }
+
+        #[inline(always)]
+        fn scale(
+            &mut self,
+            out: &mut Block,
+            sums: &Sums,
+            m: usize,
+            scales: &[f32; NR],
+            d: &[f32; MA],
+            mins: Option<(&[f32; NR], &[f32; MA])>,
+        ) {
+            // SAFETY: an `Amx` exists only inside `tile`, whose contract
+            // (`usable`) includes AVX-512.
+            unsafe { Amx::scale_avx512(out, sums, m, scales, d, mins) }
+        }
+
+        #[inline(always)]
+        unsafe fn store(&mut self, h: usize, out: &mut Sums) {
+            let stride = NR * 4;
+            // SAFETY (both arms): 16 rows of 64 bytes from out[0][16h],
+            // NR * 4 bytes apart, all inside `out` ([[i32; NR]; MA]).
+            unsafe {
+                let p = out.as_mut_ptr().cast::<i32>().add(16 * h);
+                if h == 0 {
+                    asm!("tilestored [{p} + {s}*1], tmm2", p = in(reg) p, s = in(reg) stride, options(nostack));
+                } else {
+                    asm!("tilestored [{p} + {s}*1], tmm5", p = in(reg) p, s = in(reg) stride, options(nostack));
+                }
+            }
+        }
+    }
+
+    impl Amx {
+        /// [`Unit::scale`] in AVX-512, two 16-lane vectors a row.
+        ///
+        /// # Safety
+        /// avx512f present.
+        #[target_feature(enable = "avx512f")]
+        unsafe fn scale_avx512(
+            out: &mut Block,
+            sums: &Sums,
+            m: usize,
+            scales: &[f32; NR],
+            d: &[f32; MA],
+            mins: Option<(&[f32; NR], &[f32; MA])>,
+        ) {
+            // SAFETY (whole body): each row of `out` and `sums` and the
+            // arrays `scales`/`mins` hold NR = 32 values, read as two
+            // vectors of 16.
+            unsafe {
+                let s = [
+                    _mm512_loadu_ps(scales.as_ptr()),
+                    _mm512_loadu_ps(scales.as_ptr().add(16)),
+                ];
+                for c in 0..m.min(MA) {
+                    let dv = _mm512_set1_ps(d[c]);
+                    let o = out[c].as_mut_ptr();
+                    let i = sums[c].as_ptr();
+                    for (h, sh) in s.iter().enumerate() {
+                        let iv = _mm512_cvtepi32_ps(_mm512_loadu_si512(i.add(16 * h).cast()));
+                        let acc = _mm512_loadu_ps(o.add(16 * h));
+                        let acc = _mm512_fmadd_ps(iv, _mm512_mul_ps(*sh, dv), acc);
+                        _mm512_storeu_ps(o.add(16 * h), acc);
+                    }
+                }
+                if let Some((mins, sum)) = mins {
+                    let mv = [
+                        _mm512_loadu_ps(mins.as_ptr()),
+                        _mm512_loadu_ps(mins.as_ptr().add(16)),
+                    ];
+                    for c in 0..m.min(MA) {
+                        let sv = _mm512_set1_ps(sum[c]);
+                        let o = out[c].as_mut_ptr();
+                        for (h, mv) in mv.iter().enumerate() {
+                            let acc = _mm512_loadu_ps(o.add(16 * h));
+                            _mm512_storeu_ps(o.add(16 * h), _mm512_fnmadd_ps(*mv, sv, acc));
+                        }
+                    }
+                }
+            }
+        }
+    }
+
+    const _: () = assert!(MA == 16 && NR == 32);
+
+    /// The block kernel on the tiles, its float steps in AVX-512.
+    ///
+    /// # Safety
+    /// [`super::usable`] holds, [`configure`] ran on this thread, and
+    /// [`super::check`] passed for these arguments.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+    pub(super) unsafe fn tile(p: &Panel, a: &Acts, c0: usize, m: usize) -> Block {
+        // SAFETY: the caller's contract.
+        unsafe { block(&mut Amx, p, a, c0, m) }
+    }
+
+    /// Whether the CPU has AMX-TILE, AMX-INT8 and AVX-512 (F, BW, VNNI), the
+    /// OS saves the tile state, and (on Linux) it grants this process the
+    /// tiles.
+    pub(super) fn supported() -> bool {
+        use std::arch::x86_64::{__cpuid, __cpuid_count};
+        let leaf7 = __cpuid_count(7, 0);
+        let amx = leaf7.edx >> 24 & 1 == 1 && leaf7.edx >> 25 & 1 == 1;
+        let osxsave = __cpuid(1).ecx >> 27 & 1 == 1;
+        if !(amx
+            && osxsave
+            && is_x86_feature_detected!("avx512f")
+            && is_x86_feature_detected!("avx512bw")
+            && is_x86_feature_detected!("avx512vnni"))
+        {
+            return false;
+        }
+        // SAFETY: OSXSAVE is set, so `xgetbv` exists.
+        let xcr0 = unsafe { xcr0() };
+        // XTILECFG (bit 17) and XTILEDATA (bit 18) enabled by the OS.
+        xcr0 & (3 << 17) == 3 << 17 && request_permission()
+    }
+
+    /// XCR0, the state components the OS saves.
+    ///
+    /// # Safety
+    /// The CPU has `xgetbv` (CPUID OSXSAVE).
+    #[target_feature(enable = "xsave")]
+    unsafe fn xcr0() -> u64 {
+        std::arch::x86_64::_xgetbv(0)
+    }
+
+    /// Linux hands out the tile state (8 KiB a thread) only on request:
+    /// `arch_prctl(ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA)`, for the whole
+    /// process. Other systems: not used.
+    fn request_permission() -> bool {
+        #[cfg(target_os = "linux")]
+        {
+            const SYS_ARCH_PRCTL: i64 = 158;
+            const ARCH_REQ_XCOMP_PERM: u64 = 0x1023;
+            const XFEATURE_XTILEDATA: u64 = 18;
+            let ret: i64;
+            // SAFETY: the arch_prctl system call with two integer arguments;
+            // it reads and writes no memory of ours, and the kernel
+            // clobbers only rax (the result), rcx and r11.
+            unsafe {
+                asm!(
+                    "syscall",
+                    inlateout("rax") SYS_ARCH_PRCTL => ret,
+                    in("rdi") ARCH_REQ_XCOMP_PERM,
+                    in("rsi") XFEATURE_XTILEDATA,
+                    lateout("rcx") _,
+                    lateout("r11") _,
+                    options(nostack, nomem)
+                );
+            }
+            ret == 0
+        }
+        #[cfg(not(target_os = "linux"))]
+        false
+    }
+}
