@@ -4,7 +4,9 @@
 //! One `tdpbusd` multiplies a tile of 16 rows of unsigned bytes by a tile of
 //! signed bytes in the VNNI layout (`K/4` rows, each holding four bytes of
 //! each of 16 columns) into 16 × 16 i32 sums: 8192 multiply-adds for a
-//! group of 32, where `vpdpbusd` does 64. The integer sums are the same
+//! group of 32, where `vpdpbusd` does 64. A block is 32 activation rows by
+//! the panel's 32 rows: four accumulator tiles, two activation tiles, two
+//! weight tiles, the eight registers there are. The integer sums are the same
 //! exact per-group integers the register tiles form, and the float steps
 //! after them are the reference's ([`super::tile_scalar`]) in the same order,
 //! so AMX changes the speed and never the numbers.
@@ -20,6 +22,14 @@
 //!   ([`Panel::bias`], one row loaded into all 16 with stride 0) and ends at
 //!   exactly `sum(q * a)`.
 //!
+//! The tiles reach the float steps only through memory (a tile store, then
+//! vector loads). Reading a group's sums right after storing them stalls on
+//! the store; so the sums alternate between two buffers, and a group's float
+//! steps run after the next group's tile products are issued, overlapping
+//! them (as llama.cpp's AMX kernels do). The first version, without this
+//! and with 16-row blocks, was 1.6× slower than the AVX-512 tiles on a
+//! 16-core Xeon.
+//!
 //! The block kernel is written once over [`Unit`], the few tile operations
 //! it needs. The real unit issues the instructions; [`Emulated`] computes
 //! their definitions in plain Rust, so the layout and the arithmetic are
@@ -28,8 +38,8 @@
 
 use super::{Acts, Panel, NR, QK};
 
-/// Activation rows per block (one tile's rows).
-pub(crate) const MA: usize = 16;
+/// Activation rows per block (two tiles' rows).
+pub(crate) const MA: usize = 32;
 
 /// A block's result: `out[c][r]` for activation row `c0 + c` and panel row `r`.
 pub(crate) type Block = [[f32; NR]; MA];
@@ -37,31 +47,36 @@ pub(crate) type Block = [[f32; NR]; MA];
 /// The integer sums of one group: `[activation row][panel row]`.
 type Sums = [[i32; NR]; MA];
 
-/// The tile operations of the block kernel. Two accumulators, `h` = 0 and 1,
-/// hold panel rows `16h..16h + 16` of 16 activation rows.
+/// The tile operations of the block kernel. Accumulator `c` (0..4) holds
+/// activation rows `16 * (c / 2)..` by panel rows `16 * (c % 2)..`, from
+/// activation tile `c / 2` and weight tile `c % 2`.
 pub(crate) trait Unit {
-    /// Accumulator `h` ← the 16 values at `init` in each of its rows.
+    /// Accumulator `c` ← the 16 values at `init` in each of its rows.
     ///
     /// # Safety
     /// `init` points at 16 readable i32.
-    unsafe fn start(&mut self, h: usize, init: *const i32);
-    /// The activation tile ← 16 rows of `g` bytes (16 or 32) at `a`,
-    /// `stride` bytes apart.
+    unsafe fn start(&mut self, c: usize, init: *const i32);
+    /// Activation tile `t` ← 16 rows of `g` bytes (16 or 32, as
+    /// configured) at `a`, `stride` bytes apart.
     ///
     /// # Safety
     /// Those bytes are readable.
-    unsafe fn load_a(&mut self, g: usize, a: *const u8, stride: usize);
-    /// Accumulator `h` += the activation tile times the weight tile of
-    /// `g / 4` rows of 64 bytes at `b`, `stride` bytes apart.
+    unsafe fn load_a(&mut self, t: usize, g: usize, a: *const u8, stride: usize);
+    /// Weight tile `h` ← `g / 4` rows of 64 bytes at `b`, `stride` apart.
     ///
     /// # Safety
-    /// Those bytes are readable; `g` is the last [`Self::load_a`]'s.
-    unsafe fn dot(&mut self, h: usize, g: usize, b: *const u8, stride: usize);
-    /// `out[c][16h..16h + 16]` ← accumulator `h`'s row `c`, every `c`.
+    /// Those bytes are readable.
+    unsafe fn load_b(&mut self, h: usize, g: usize, b: *const u8, stride: usize);
+    /// Accumulator `c` += its activation tile times its weight tile.
     ///
     /// # Safety
     /// None beyond the previous calls' (kept `unsafe` as the real unit's is).
-    unsafe fn store(&mut self, h: usize, out: &mut Sums);
+    unsafe fn dot(&mut self, c: usize);
+    /// Accumulator `c`'s 16 rows into its quarter of `out`.
+    ///
+    /// # Safety
+    /// None beyond the previous calls' (kept `unsafe` as the real unit's is).
+    unsafe fn store(&mut self, c: usize, out: &mut Sums);
 
     /// One group's float steps for the first `m` rows: `out[c][r] +=
     /// sums[c][r] * (scales[r] * d[c])`, then `-= mins[r] * sum[c]` where
@@ -90,8 +105,32 @@ pub(crate) trait Unit {
     }
 }
 
+/// Group `gi`'s float steps over `sums`, through `u`'s [`Unit::scale`].
+#[inline(always)]
+fn scale_group<U: Unit>(
+    u: &mut U,
+    out: &mut Block,
+    sums: &Sums,
+    p: &Panel,
+    a: &Acts,
+    (c0, m, gi): (usize, usize, usize),
+) {
+    let cols = p.groups * p.g;
+    let scales: &[f32; NR] = p.s[gi * NR..(gi + 1) * NR].try_into().expect("NR scales");
+    let mins: &[f32; NR] = p.m[gi * NR..(gi + 1) * NR].try_into().expect("NR minimums");
+    let (mut d, mut sum) = ([0.0f32; MA], [0.0f32; MA]);
+    for c in 0..m {
+        let row = c0 + c;
+        d[c] = a.d[row * (cols / QK) + gi * p.g / QK];
+        if p.min {
+            sum[c] = a.sum[row * p.groups + gi];
+        }
+    }
+    u.scale(out, sums, m, scales, &d, p.min.then_some((mins, &sum)));
+}
+
 /// Every activation row `c0..c0 + m` (m ≤ [`MA`]) against every row of
-/// the signed panel `p`, through `u`.
+/// the signed panel `p`, through `u` (configured for `p.g`).
 ///
 /// # Safety
 /// What [`check`] asserts holds.
@@ -100,40 +139,41 @@ unsafe fn block<U: Unit>(u: &mut U, p: &Panel, a: &Acts, c0: usize, m: usize) ->
     let g = p.g;
     let cols = p.groups * g;
     let mut out = [[0.0f32; NR]; MA];
-    let mut sums = [[0i32; NR]; MA];
+    let mut sums = [[[0i32; NR]; MA]; 2];
     for gi in 0..p.groups {
-        // SAFETY: group gi's bias (NR values), the 16 activation rows'
+        let (cur, prev) = sums.split_at_mut(1);
+        let (cur, prev) = if gi % 2 == 0 {
+            (&mut cur[0], &prev[0])
+        } else {
+            (&mut prev[0], &cur[0])
+        };
+        // SAFETY: group gi's bias (NR values), the 32 activation rows'
         // bytes gi*g..(gi+1)*g and the panel's g/4 column steps of the group
         // lie inside the buffers (asserted by `check`).
         unsafe {
-            u.start(0, p.bias.as_ptr().add(gi * NR));
-            u.start(1, p.bias.as_ptr().add(gi * NR + 16));
-            u.load_a(g, a.qu.as_ptr().add(c0 * cols + gi * g), cols);
             // Column step k4 = gi*g/4 starts at k4 * NR * 4 bytes.
             let b = p.q.as_ptr().add(gi * g * NR);
-            u.dot(0, g, b, NR * 4);
-            u.dot(1, g, b.add(64), NR * 4);
-            u.store(0, &mut sums);
-            u.store(1, &mut sums);
-        }
-        let scales: &[f32; NR] = p.s[gi * NR..(gi + 1) * NR].try_into().expect("NR scales");
-        let mins: &[f32; NR] = p.m[gi * NR..(gi + 1) * NR].try_into().expect("NR minimums");
-        let (mut d, mut sum) = ([0.0f32; MA], [0.0f32; MA]);
-        for c in 0..m {
-            let row = c0 + c;
-            d[c] = a.d[row * (cols / QK) + gi * g / QK];
-            if p.min {
-                sum[c] = a.sum[row * p.groups + gi];
+            u.load_b(0, g, b, NR * 4);
+            u.load_b(1, g, b.add(64), NR * 4);
+            let bias = p.bias.as_ptr().add(gi * NR);
+            for c in 0..4 {
+                u.start(c, bias.add(16 * (c % 2)));
+            }
+            let at = a.qu.as_ptr().add(c0 * cols + gi * g);
+            u.load_a(0, g, at, cols);
+            u.load_a(1, g, at.add(16 * cols), cols);
+            for c in 0..4 {
+                u.dot(c);
+                u.store(c, cur);
             }
         }
-        u.scale(
-            &mut out,
-            &sums,
-            m,
-            scales,
-            &d,
-            p.min.then_some((mins, &sum)),
-        );
+        // The previous group's float steps, while this one's tiles work.
+        if gi > 0 {
+            scale_group(u, &mut out, prev, p, a, (c0, m, gi - 1));
+        }
+    }
+    if let Some(last) = p.groups.checked_sub(1) {
+        scale_group(u, &mut out, &sums[last % 2], p, a, (c0, m, last));
     }
     out
 }
@@ -151,18 +191,33 @@ fn check(p: &Panel, a: &Acts, c0: usize, m: usize) {
 
 /// The tile instructions' definitions in plain Rust.
 #[cfg(test)]
-#[derive(Default)]
 pub(crate) struct Emulated {
-    /// The activation tile: 16 rows of up to 32 bytes.
-    a: [[u8; 32]; MA],
-    /// The two accumulators.
-    c: [[[i32; 16]; MA]; 2],
+    /// The activation tiles: 16 rows of up to 32 bytes.
+    a: [[[u8; 32]; 16]; 2],
+    /// The weight tiles: up to 8 rows of 64 bytes.
+    b: [[[u8; 64]; 8]; 2],
+    /// Bytes per activation row (the configured group length).
+    g: usize,
+    /// The four accumulators.
+    c: [[[i32; 16]; 16]; 4],
+}
+
+#[cfg(test)]
+impl Default for Emulated {
+    fn default() -> Self {
+        Emulated {
+            a: [[[0; 32]; 16]; 2],
+            b: [[[0; 64]; 8]; 2],
+            g: 0,
+            c: [[[0; 16]; 16]; 4],
+        }
+    }
 }
 
 #[cfg(test)]
 impl Unit for Emulated {
-    unsafe fn start(&mut self, h: usize, init: *const i32) {
-        for row in &mut self.c[h] {
+    unsafe fn start(&mut self, c: usize, init: *const i32) {
+        for row in &mut self.c[c] {
             for (j, v) in row.iter_mut().enumerate() {
                 // SAFETY: 16 readable values (the caller's contract).
                 *v = unsafe { *init.add(j) };
@@ -170,8 +225,9 @@ impl Unit for Emulated {
         }
     }
 
-    unsafe fn load_a(&mut self, g: usize, a: *const u8, stride: usize) {
-        for (r, row) in self.a.iter_mut().enumerate() {
+    unsafe fn load_a(&mut self, t: usize, g: usize, a: *const u8, stride: usize) {
+        self.g = g;
+        for (r, row) in self.a[t].iter_mut().enumerate() {
             for (k, v) in row.iter_mut().enumerate().take(g) {
                 // SAFETY: 16 rows of g readable bytes (the caller's contract).
                 *v = unsafe { *a.add(r * stride + k) };
@@ -179,23 +235,33 @@ impl Unit for Emulated {
         }
     }
 
-    unsafe fn dot(&mut self, h: usize, g: usize, b: *const u8, stride: usize) {
-        for (r, acc) in self.c[h].iter_mut().enumerate() {
-            for k4 in 0..g / 4 {
+    unsafe fn load_b(&mut self, h: usize, g: usize, b: *const u8, stride: usize) {
+        for (r, row) in self.b[h].iter_mut().enumerate().take(g / 4) {
+            for (k, v) in row.iter_mut().enumerate() {
+                // SAFETY: g/4 rows of 64 readable bytes (the caller's contract).
+                *v = unsafe { *b.add(r * stride + k) };
+            }
+        }
+    }
+
+    unsafe fn dot(&mut self, c: usize) {
+        let (a, b) = (&self.a[c / 2], &self.b[c % 2]);
+        for (r, acc) in self.c[c].iter_mut().enumerate() {
+            for k4 in 0..self.g / 4 {
                 for (n, v) in acc.iter_mut().enumerate() {
                     for j in 0..4 {
-                        // SAFETY: g/4 rows of 64 readable bytes (the caller's contract).
-                        let w = unsafe { *b.add(k4 * stride + n * 4 + j) } as i8;
-                        *v += i32::from(self.a[r][k4 * 4 + j]) * i32::from(w);
+                        let w = b[k4][n * 4 + j] as i8;
+                        *v += i32::from(a[r][k4 * 4 + j]) * i32::from(w);
                     }
                 }
             }
         }
     }
 
-    unsafe fn store(&mut self, h: usize, out: &mut Sums) {
-        for (o, c) in out.iter_mut().zip(&self.c[h]) {
-            o[16 * h..16 * h + 16].copy_from_slice(c);
+    unsafe fn store(&mut self, c: usize, out: &mut Sums) {
+        let (t, h) = (c / 2, c % 2);
+        for (o, row) in out[16 * t..16 * t + 16].iter_mut().zip(&self.c[c]) {
+            o[16 * h..16 * h + 16].copy_from_slice(row);
         }
     }
 }
@@ -209,18 +275,21 @@ pub(crate) fn tile_emulated(p: &Panel, a: &Acts, c0: usize, m: usize) -> Block {
     unsafe { block(&mut Emulated::default(), p, a, c0, m) }
 }
 
-/// The tile registers, configured on this thread while the value lives
-/// (configuring costs about as much as a few tile products, so a task
-/// configures once for all its blocks).
+/// The tile registers of this thread while the value lives, configured
+/// for the group length of the panel in hand (configuring costs about as
+/// much as a few tile products, so a task configures once per group length
+/// for all its blocks).
 pub(crate) struct Tiles {
-    /// Whether the registers are configured (else, in tests only, emulated).
+    /// Whether the real registers are in use (else, in tests only, emulated).
     on: bool,
+    /// The group length they are configured for (0: not yet).
+    g: usize,
     /// Tile state belongs to a thread.
     _thread: std::marker::PhantomData<*const ()>,
 }
 
 impl Tiles {
-    /// Configures the tile registers.
+    /// The tile registers, configured at the first block.
     ///
     /// # Panics
     /// Where [`usable`] is false (outside tests, which emulate the tiles).
@@ -228,13 +297,9 @@ impl Tiles {
         let on = usable();
         #[cfg(not(test))]
         assert!(on, "AMX tiles used where the CPU has none");
-        #[cfg(target_arch = "x86_64")]
-        if on {
-            // SAFETY: `usable` found AMX-TILE, granted by the OS.
-            unsafe { x86::configure() };
-        }
         Tiles {
             on,
+            g: 0,
             _thread: std::marker::PhantomData,
         }
     }
@@ -250,9 +315,14 @@ impl Tiles {
         }
         #[cfg(target_arch = "x86_64")]
         {
-            let _ = self.on;
-            // SAFETY: `new` configured the registers (`on`; `usable` also
-            // found the epilogue's AVX-512); `check` bounds every read.
+            if self.g != p.g {
+                // SAFETY: `usable` found AMX-TILE, granted by the OS (`on`).
+                unsafe { x86::configure(p.g) };
+                self.g = p.g;
+            }
+            // SAFETY: configured for this group length just now or before
+            // (`usable` also found the epilogue's AVX-512); `check` bounds
+            // every read.
             unsafe { x86::tile(p, a, c0, m) }
         }
         #[cfg(not(target_arch = "x86_64"))]
@@ -263,8 +333,8 @@ impl Tiles {
 impl Drop for Tiles {
     fn drop(&mut self) {
         #[cfg(target_arch = "x86_64")]
-        if self.on {
-            // SAFETY: configured by `new` on this thread (`Tiles` is not Send).
+        if self.on && self.g != 0 {
+            // SAFETY: configured by `block` on this thread (`Tiles` is not Send).
             unsafe { x86::release() };
         }
     }
@@ -344,7 +414,7 @@ fn self_check() -> bool {
             // tiles (what `usable` needs before this check); `check` bounds
             // every read; configured just before, released just after.
             let got = unsafe {
-                x86::configure();
+                x86::configure(g);
                 let got = x86::tile(&signed, &a, c0, m);
                 x86::release();
                 got
@@ -383,28 +453,34 @@ mod x86 {
         rows: [u8; 16],
     }
 
-    /// tmm0: activations, groups of 32 (16 × 32 bytes); tmm3: the same for
-    /// groups of 16 (16 × 16); tmm1/tmm6: weights, groups of 32 (8 × 64);
-    /// tmm4/tmm7: weights, groups of 16 (4 × 64); tmm2/tmm5: the two
-    /// accumulators (16 × 16 i32). Two weight registers per size let the
-    /// second load overlap the first product.
-    static CONFIG: Config = Config {
-        palette: 1,
-        start_row: 0,
-        reserved: [0; 14],
-        colsb: [32, 64, 64, 16, 64, 64, 64, 64, 0, 0, 0, 0, 0, 0, 0, 0],
-        rows: [16, 8, 16, 16, 4, 16, 8, 4, 0, 0, 0, 0, 0, 0, 0, 0],
-    };
+    /// The registers for groups of `G` (32 or 16): tmm0/tmm1 the weight
+    /// tiles (G/4 rows of 64 bytes), tmm2/tmm3 the activation tiles (16
+    /// rows of G bytes), tmm4..tmm7 the accumulators (16 × 16 i32).
+    const fn config<const G: usize>() -> Config {
+        let (k, a) = ((G / 4) as u8, G as u16);
+        Config {
+            palette: 1,
+            start_row: 0,
+            reserved: [0; 14],
+            colsb: [64, 64, a, a, 64, 64, 64, 64, 0, 0, 0, 0, 0, 0, 0, 0],
+            rows: [k, k, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0],
+        }
+    }
 
-    /// Loads [`CONFIG`] into the tile registers of this thread.
+    static CONFIG_32: Config = config::<32>();
+    static CONFIG_16: Config = config::<16>();
+
+    /// Loads the configuration for groups of `g` (32 or 16) into the tile
+    /// registers of this thread.
     ///
     /// # Safety
     /// AMX-TILE present and granted to this process.
-    pub(super) unsafe fn configure() {
-        // SAFETY: the caller's contract; CONFIG is a valid palette-1
-        // configuration, 64 bytes, 64-aligned.
+    pub(super) unsafe fn configure(g: usize) {
+        let cfg: &Config = if g == 16 { &CONFIG_16 } else { &CONFIG_32 };
+        // SAFETY: the caller's contract; both are valid palette-1
+        // configurations, 64 bytes, 64-aligned.
         unsafe {
-            asm!("ldtilecfg [{}]", in(reg) &CONFIG as *const Config, options(nostack, readonly));
+            asm!("ldtilecfg [{}]", in(reg) cfg as *const Config, options(nostack, readonly));
         }
     }
 
@@ -420,57 +496,89 @@ mod x86 {
     /// The configured tile registers.
     struct Amx;
 
+    /// `tileloadd` into a register named by a literal, from `$p` with row
+    /// stride `$s`.
+    macro_rules! load {
+        ($tmm:literal, $p:expr, $s:expr) => {
+            asm!(concat!("tileloadd ", $tmm, ", [{p} + {s}*1]"), p = in(reg) $p, s = in(reg) $s, options(nostack, readonly))
+        };
+    }
+
     impl Unit for Amx {
         #[inline(always)]
-        unsafe fn start(&mut self, h: usize, init: *const i32) {
-            // SAFETY (both arms): 16 readable i32, read 16 times (stride 0).
+        unsafe fn start(&mut self, c: usize, init: *const i32) {
+            // SAFETY (every arm): 16 readable i32, read 16 times (stride 0).
+            unsafe {
+                match c {
+                    0 => load!("tmm4", init, 0usize),
+                    1 => load!("tmm5", init, 0usize),
+                    2 => load!("tmm6", init, 0usize),
+                    _ => load!("tmm7", init, 0usize),
+                }
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn load_a(&mut self, t: usize, _g: usize, a: *const u8, stride: usize) {
+            // SAFETY (both arms): 16 rows of g readable bytes (the caller's
+            // contract), g as configured.
+            unsafe {
+                if t == 0 {
+                    load!("tmm2", a, stride);
+                } else {
+                    load!("tmm3", a, stride);
+                }
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn load_b(&mut self, h: usize, _g: usize, b: *const u8, stride: usize) {
+            // SAFETY (both arms): g/4 rows of 64 readable bytes (the
+            // caller's contract), g as configured.
             unsafe {
                 if h == 0 {
-                    asm!("tileloadd tmm2, [{p} + {z}*1]", p = in(reg) init, z = in(reg) 0usize, options(nostack, readonly));
+                    load!("tmm0", b, stride);
                 } else {
-                    asm!("tileloadd tmm5, [{p} + {z}*1]", p = in(reg) init, z = in(reg) 0usize, options(nostack, readonly));
+                    load!("tmm1", b, stride);
                 }
             }
         }
 
         #[inline(always)]
-        unsafe fn load_a(&mut self, g: usize, a: *const u8, stride: usize) {
-            // SAFETY (both arms): 16 rows of g readable bytes (the caller's contract).
+        unsafe fn dot(&mut self, c: usize) {
+            // SAFETY (every arm): registers configured and loaded by the
+            // calls before.
             unsafe {
-                if g == 32 {
-                    asm!("tileloadd tmm0, [{p} + {s}*1]", p = in(reg) a, s = in(reg) stride, options(nostack, readonly));
-                } else {
-                    asm!("tileloadd tmm3, [{p} + {s}*1]", p = in(reg) a, s = in(reg) stride, options(nostack, readonly));
+                match c {
+                    0 => asm!("tdpbusd tmm4, tmm2, tmm0", options(nostack, nomem)),
+                    1 => asm!("tdpbusd tmm5, tmm2, tmm1", options(nostack, nomem)),
+                    2 => asm!("tdpbusd tmm6, tmm3, tmm0", options(nostack, nomem)),
+                    _ => asm!("tdpbusd tmm7, tmm3, tmm1", options(nostack, nomem)),
                 }
             }
         }
 
         #[inline(always)]
-        unsafe fn dot(&mut self, h: usize, g: usize, b: *const u8, stride: usize) {
-            // SAFETY (every arm): g/4 rows of 64 readable bytes (the
-            // caller's contract); the registers are configured for them.
+        unsafe fn store(&mut self, c: usize, out: &mut Sums) {
+            let stride = NR * 4;
+            let (t, h) = (c / 2, c % 2);
+            // SAFETY (every arm): 16 rows of 64 bytes from out[16t][16h],
+            // NR * 4 bytes apart, all inside `out` ([[i32; NR]; MA]).
             unsafe {
-                match (g == 32, h == 0) {
-                    (true, true) => asm!(
-                        "tileloadd tmm1, [{p} + {s}*1]",
-                        "tdpbusd tmm2, tmm0, tmm1",
-                        p = in(reg) b, s = in(reg) stride, options(nostack, readonly)
-                    ),
-                    (true, false) => asm!(
-                        "tileloadd tmm6, [{p} + {s}*1]",
-                        "tdpbusd tmm5, tmm0, tmm6",
-                        p = in(reg) b, s = in(reg) stride, options(nostack, readonly)
-                    ),
-                    (false, true) => asm!(
-                        "tileloadd tmm4, [{p} + {s}*1]",
-                        "tdpbusd tmm2, tmm3, tmm4",
-                        p = in(reg) b, s = in(reg) stride, options(nostack, readonly)
-                    ),
-                    (false, false) => asm!(
-                        "tileloadd tmm7, [{p} + {s}*1]",
-                        "tdpbusd tmm5, tmm3, tmm7",
-                        p = in(reg) b, s = in(reg) stride, options(nostack, readonly)
-                    ),
+                let p = out.as_mut_ptr().add(16 * t).cast::<i32>().add(16 * h);
+                match c {
+                    0 => {
+                        asm!("tilestored [{p} + {s}*1], tmm4", p = in(reg) p, s = in(reg) stride, options(nostack))
+                    }
+                    1 => {
+                        asm!("tilestored [{p} + {s}*1], tmm5", p = in(reg) p, s = in(reg) stride, options(nostack))
+                    }
+                    2 => {
+                        asm!("tilestored [{p} + {s}*1], tmm6", p = in(reg) p, s = in(reg) stride, options(nostack))
+                    }
+                    _ => {
+                        asm!("tilestored [{p} + {s}*1], tmm7", p = in(reg) p, s = in(reg) stride, options(nostack))
+                    }
                 }
             }
         }
@@ -488,21 +596,6 @@ mod x86 {
             // SAFETY: an `Amx` exists only inside `tile`, whose contract
             // (`usable`) includes AVX-512.
             unsafe { Amx::scale_avx512(out, sums, m, scales, d, mins) }
-        }
-
-        #[inline(always)]
-        unsafe fn store(&mut self, h: usize, out: &mut Sums) {
-            let stride = NR * 4;
-            // SAFETY (both arms): 16 rows of 64 bytes from out[0][16h],
-            // NR * 4 bytes apart, all inside `out` ([[i32; NR]; MA]).
-            unsafe {
-                let p = out.as_mut_ptr().cast::<i32>().add(16 * h);
-                if h == 0 {
-                    asm!("tilestored [{p} + {s}*1], tmm2", p = in(reg) p, s = in(reg) stride, options(nostack));
-                } else {
-                    asm!("tilestored [{p} + {s}*1], tmm5", p = in(reg) p, s = in(reg) stride, options(nostack));
-                }
-            }
         }
     }
 
@@ -557,12 +650,12 @@ mod x86 {
         }
     }
 
-    const _: () = assert!(MA == 16 && NR == 32);
+    const _: () = assert!(MA == 32 && NR == 32);
 
     /// The block kernel on the tiles, its float steps in AVX-512.
     ///
     /// # Safety
-    /// [`super::usable`] holds, [`configure`] ran on this thread, and
+    /// [`super::usable`] holds, [`configure`] ran on this thread for `p.g`, and
     /// [`super::check`] passed for these arguments.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
     pub(super) unsafe fn tile(p: &Panel, a: &Acts, c0: usize, m: usize) -> Block {
