@@ -629,7 +629,7 @@ impl Siglip {
             product(pool, file, &blk.up, &h, n, &mut up, &mut bufs)?;
             let ffn = cfg.ffn;
             pool.for_each_chunk_mut(&mut up, ffn * PRODUCT_BLOCK, |_, chunk| {
-                chunk.iter_mut().for_each(|u| *u = ops::gelu_tanh(*u));
+                quant::activation::gelu(chunk);
             });
             product(pool, file, &blk.down, &up, n, &mut o, &mut bufs)?;
             x.iter_mut().zip(&o).for_each(|(a, &b)| *a += b);

@@ -19,19 +19,18 @@ pub fn rms_norm_plain(x: &mut [f32], eps: f32) {
 }
 
 /// GELU with the tanh approximation (`gelu_pytorch_tanh`), written with the
-/// identity `(1 + tanh(z)) / 2 = 1 / (1 + exp(-2z))`: one `exp` instead of a
-/// `tanh`, which is the slower libm call.
+/// identity `(1 + tanh(z)) / 2 = 1 / (1 + exp(-2z))` and an `exp` from IEEE
+/// operations ([`quant::activation`]): the same bits on every CPU,
+/// and the same as the slice kernels [`geglu`] runs.
 #[inline]
 pub fn gelu_tanh(x: f32) -> f32 {
-    const TWO_SQRT_2_OVER_PI: f32 = 2.0 * 0.797_884_6;
-    x / (1.0 + (-TWO_SQRT_2_OVER_PI * (x + 0.044_715 * x * x * x)).exp())
+    quant::activation::gelu_tanh(x)
 }
 
-/// `gate <- gelu(gate) * up`, the gated FFN activation.
+/// `gate <- gelu(gate) * up`, the gated FFN activation (SIMD where the CPU
+/// has it, the same bits as [`gelu_tanh`] element by element).
 pub fn geglu(gate: &mut [f32], up: &[f32]) {
-    for (g, &u) in gate.iter_mut().zip(up) {
-        *g = gelu_tanh(*g) * u;
-    }
+    quant::activation::geglu(gate, up)
 }
 
 /// Gemma 3n's activation sparsity: `x <- relu(x - (mean + m·std))`, keeping

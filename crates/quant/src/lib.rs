@@ -5,6 +5,7 @@
 //! from the GGUF mmap. Every format has a scalar reference kernel ([`scalar`]) that
 //! the SIMD kernels are tested against.
 
+pub mod activation;
 mod bandwidth;
 mod error;
 mod formats;

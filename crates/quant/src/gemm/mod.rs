@@ -311,17 +311,20 @@ impl Panel {
     }
 
     /// Stores values `vals` of row `r` from element `k0` (a multiple of the
-    /// group length) four at a time, offset to unsigned.
+    /// group length) four at a time, offset to unsigned (or signed as they
+    /// are, with their groups' bias, in the AMX form).
+    // Packing runs once per panel and block of activation rows, on every
+    // thread: a third of it was this loop's per-byte work, hence four bytes
+    // a step with one wrapping add per byte lane.
+    #[inline(always)]
     fn put(&mut self, r: usize, k0: usize, vals: &[i8]) {
-        for (j, quad) in vals.chunks_exact(4).enumerate() {
-            let at = (k0 / 4 + j) * NR * 4 + r * 4;
-            for (o, &v) in self.q[at..at + 4].iter_mut().zip(quad) {
-                *o = if self.signed {
-                    v as u8
-                } else {
-                    (v as i32 + self.off) as u8
-                };
-            }
+        let add = if self.signed { 0 } else { self.off as u8 };
+        let start = k0 / 4 * NR * 4 + r * 4;
+        let steps = self.q[start..].chunks_mut(NR * 4);
+        for (quad, dst) in vals.chunks_exact(4).zip(steps) {
+            let v =
+                u32::from_le_bytes([quad[0] as u8, quad[1] as u8, quad[2] as u8, quad[3] as u8]);
+            dst[..4].copy_from_slice(&add_bytes(v, add).to_le_bytes());
         }
         if self.signed {
             for (h, part) in vals.chunks_exact(self.g).enumerate() {
@@ -331,15 +334,28 @@ impl Panel {
         }
     }
 
+    /// Unpacks row `r`'s blocks of a legacy format through `unpack`
+    /// (generic, so each format's unpacking inlines into the loop).
+    #[inline(always)]
+    fn fill_legacy(
+        &mut self,
+        bb: usize,
+        r: usize,
+        row: &[u8],
+        cols: usize,
+        unpack: impl Fn(&[u8]) -> legacy::Unpacked,
+    ) {
+        for (b, blk) in row.chunks_exact(bb).take(cols / QK).enumerate() {
+            let u = unpack(blk);
+            self.put(r, b * QK, &u.q);
+            // value = d * q + m, i.e. s = d and a minimum term of -m.
+            self.s[b * NR + r] = u.d;
+            self.m[b * NR + r] = -u.m;
+        }
+    }
+
     fn fill_row(&mut self, ty: GgmlType, r: usize, row: &[u8], cols: usize) {
         use GgmlType::*;
-        let unpack_legacy: Option<fn(&[u8]) -> legacy::Unpacked> = match ty {
-            Q4_0 => Some(legacy::unpack_q4_0),
-            Q4_1 => Some(legacy::unpack_q4_1),
-            Q5_0 => Some(legacy::unpack_q5_0),
-            Q5_1 => Some(legacy::unpack_q5_1),
-            _ => None,
-        };
         let bb = ty.block_bytes();
         if ty == Q8_0 {
             for (b, blk) in row.chunks_exact(bb).take(cols / QK).enumerate() {
@@ -350,13 +366,12 @@ impl Panel {
                 self.put(r, b * QK, &vals);
                 self.s[b * NR + r] = f16_at(blk);
             }
-        } else if let Some(unpack) = unpack_legacy {
-            for (b, blk) in row.chunks_exact(bb).take(cols / QK).enumerate() {
-                let u = unpack(blk);
-                self.put(r, b * QK, &u.q);
-                // value = d * q + m, i.e. s = d and a minimum term of -m.
-                self.s[b * NR + r] = u.d;
-                self.m[b * NR + r] = -u.m;
+        } else if matches!(ty, Q4_0 | Q4_1 | Q5_0 | Q5_1) {
+            match ty {
+                Q4_0 => self.fill_legacy(bb, r, row, cols, legacy::unpack_q4_0),
+                Q4_1 => self.fill_legacy(bb, r, row, cols, legacy::unpack_q4_1),
+                Q5_0 => self.fill_legacy(bb, r, row, cols, legacy::unpack_q5_0),
+                _ => self.fill_legacy(bb, r, row, cols, legacy::unpack_q5_1),
             }
         } else {
             let unpack: fn(&[u8]) -> kquants::Unpacked = match ty {
@@ -381,6 +396,13 @@ impl Panel {
             }
         }
     }
+}
+
+/// `x + a` in each byte lane of `x`, wrapping (no carry between lanes).
+#[inline(always)]
+fn add_bytes(x: u32, a: u8) -> u32 {
+    let av = u32::from(a) * 0x0101_0101;
+    ((x & 0x7f7f_7f7f) + (av & 0x7f7f_7f7f)) ^ ((x ^ av) & 0x8080_8080)
 }
 
 /// The register tile's result: `out[c][r]` for activation row `c0 + c` and
