@@ -24,8 +24,9 @@
 //! kernel), and each lane then does the same float operations in the same
 //! order. So a prompt's prefill does not depend on the CPU that runs it.
 
+use crate::formats::f16_at;
+use crate::formats::kquants::{self, QK_K};
 use crate::formats::legacy::{self, QK};
-use crate::formats::{f16_at, kquants};
 use crate::simd::GemmTier;
 use crate::GgmlType;
 
@@ -305,104 +306,120 @@ impl Panel {
         if signed {
             self.bias.resize(self.groups * NR, 0);
         }
-        for (r, row) in rows.iter().enumerate().take(NR) {
-            self.fill_row(ty, r, row, cols);
-        }
-    }
-
-    /// Stores values `vals` of row `r` from element `k0` (a multiple of the
-    /// group length) four at a time, offset to unsigned (or signed as they
-    /// are, with their groups' bias, in the AMX form).
-    // Packing runs once per panel and block of activation rows, on every
-    // thread: a third of it was this loop's per-byte work, hence four bytes
-    // a step with one wrapping add per byte lane.
-    #[inline(always)]
-    fn put(&mut self, r: usize, k0: usize, vals: &[i8]) {
-        let add = if self.signed { 0 } else { self.off as u8 };
-        let start = k0 / 4 * NR * 4 + r * 4;
-        let steps = self.q[start..].chunks_mut(NR * 4);
-        for (quad, dst) in vals.chunks_exact(4).zip(steps) {
-            let v =
-                u32::from_le_bytes([quad[0] as u8, quad[1] as u8, quad[2] as u8, quad[3] as u8]);
-            dst[..4].copy_from_slice(&add_bytes(v, add).to_le_bytes());
-        }
-        if self.signed {
-            for (h, part) in vals.chunks_exact(self.g).enumerate() {
-                let s: i32 = part.iter().map(|&v| i32::from(v)).sum();
-                self.bias[(k0 / self.g + h) * NR + r] = -128 * s;
-            }
-        }
-    }
-
-    /// Unpacks row `r`'s blocks of a legacy format through `unpack`
-    /// (generic, so each format's unpacking inlines into the loop).
-    #[inline(always)]
-    fn fill_legacy(
-        &mut self,
-        bb: usize,
-        r: usize,
-        row: &[u8],
-        cols: usize,
-        unpack: impl Fn(&[u8]) -> legacy::Unpacked,
-    ) {
-        for (b, blk) in row.chunks_exact(bb).take(cols / QK).enumerate() {
-            let u = unpack(blk);
-            self.put(r, b * QK, &u.q);
-            // value = d * q + m, i.e. s = d and a minimum term of -m.
-            self.s[b * NR + r] = u.d;
-            self.m[b * NR + r] = -u.m;
-        }
-    }
-
-    fn fill_row(&mut self, ty: GgmlType, r: usize, row: &[u8], cols: usize) {
         use GgmlType::*;
         let bb = ty.block_bytes();
-        if ty == Q8_0 {
-            for (b, blk) in row.chunks_exact(bb).take(cols / QK).enumerate() {
-                let mut vals = [0i8; QK];
-                for (o, &v) in vals.iter_mut().zip(legacy::q8_values(blk, 2)) {
-                    *o = v as i8;
+        match ty {
+            Q8_0 => self.pack(rows, cols, bb, QK, |blk, v, s, _m| {
+                for (o, &x) in v.iter_mut().zip(legacy::q8_values(blk, 2)) {
+                    *o = x as i8;
                 }
-                self.put(r, b * QK, &vals);
-                self.s[b * NR + r] = f16_at(blk);
-            }
-        } else if matches!(ty, Q4_0 | Q4_1 | Q5_0 | Q5_1) {
-            match ty {
-                Q4_0 => self.fill_legacy(bb, r, row, cols, legacy::unpack_q4_0),
-                Q4_1 => self.fill_legacy(bb, r, row, cols, legacy::unpack_q4_1),
-                Q5_0 => self.fill_legacy(bb, r, row, cols, legacy::unpack_q5_0),
-                _ => self.fill_legacy(bb, r, row, cols, legacy::unpack_q5_1),
-            }
-        } else {
-            let unpack: fn(&[u8]) -> kquants::Unpacked = match ty {
-                Q2_K => kquants::unpack_q2_k,
-                Q3_K => kquants::unpack_q3_k,
-                Q4_K => kquants::unpack_q4_k,
-                Q5_K => kquants::unpack_q5_k,
-                Q6_K => kquants::unpack_q6_k,
-                _ => return,
-            };
-            let per = kquants::QK_K / self.g;
-            for (b, blk) in row.chunks_exact(bb).take(cols / kquants::QK_K).enumerate() {
-                let u = unpack(blk);
-                self.put(r, b * kquants::QK_K, &u.q);
-                // The unpacked scales sit on a 16-element grid; a 32-element
-                // group takes the first of its two (they are equal).
+                s[0] = f16_at(blk);
+            }),
+            Q4_0 => self.pack(rows, cols, bb, QK, |blk, v, s, m| {
+                legacy_block(legacy::unpack_q4_0(blk), v, s, m)
+            }),
+            Q4_1 => self.pack(rows, cols, bb, QK, |blk, v, s, m| {
+                legacy_block(legacy::unpack_q4_1(blk), v, s, m)
+            }),
+            Q5_0 => self.pack(rows, cols, bb, QK, |blk, v, s, m| {
+                legacy_block(legacy::unpack_q5_0(blk), v, s, m)
+            }),
+            Q5_1 => self.pack(rows, cols, bb, QK, |blk, v, s, m| {
+                legacy_block(legacy::unpack_q5_1(blk), v, s, m)
+            }),
+            Q2_K => self.pack(rows, cols, bb, QK_K, |blk, v, s, m| {
+                k_block(kquants::unpack_q2_k(blk), g, v, s, m)
+            }),
+            Q3_K => self.pack(rows, cols, bb, QK_K, |blk, v, s, m| {
+                k_block(kquants::unpack_q3_k(blk), g, v, s, m)
+            }),
+            Q4_K => self.pack(rows, cols, bb, QK_K, |blk, v, s, m| {
+                k_block(kquants::unpack_q4_k(blk), g, v, s, m)
+            }),
+            Q5_K => self.pack(rows, cols, bb, QK_K, |blk, v, s, m| {
+                k_block(kquants::unpack_q5_k(blk), g, v, s, m)
+            }),
+            Q6_K => self.pack(rows, cols, bb, QK_K, |blk, v, s, m| {
+                k_block(kquants::unpack_q6_k(blk), g, v, s, m)
+            }),
+            _ => {}
+        }
+    }
+
+    /// Packs `rows` one column block (`bl` elements, `bb` bytes a row) at
+    /// a time: every row's block through `unpack` (values, then each
+    /// group's scale and minimum term) into a small buffer, then that
+    /// buffer transposed into the panel's column steps in order.
+    // Writing each row's values straight into the panel stored four bytes
+    // every 128, row after row over a panel larger than L1: packing was a
+    // tenth of a 1B's prefill on one thread. Now the panel is written
+    // sequentially and the scattered side stays in an 8 KiB buffer.
+    #[inline(always)]
+    fn pack(
+        &mut self,
+        rows: &[&[u8]],
+        cols: usize,
+        bb: usize,
+        bl: usize,
+        unpack: impl Fn(&[u8], &mut [i8], &mut [f32], &mut [f32]),
+    ) {
+        let g = self.g;
+        let per = bl / g;
+        let add = if self.signed { 0 } else { self.off as u8 };
+        let mut tmp = [[0u8; QK_K]; NR];
+        let mut vals = [0i8; QK_K];
+        let (mut sc, mut mn) = ([0.0f32; QK_K / 16], [0.0f32; QK_K / 16]);
+        for b in 0..cols / bl {
+            for (r, row) in rows.iter().enumerate().take(NR) {
+                let Some(blk) = row.get(b * bb..(b + 1) * bb) else {
+                    continue;
+                };
+                unpack(blk, &mut vals[..bl], &mut sc[..per], &mut mn[..per]);
                 for h in 0..per {
-                    let g16 = h * self.g / 16;
-                    self.s[(b * per + h) * NR + r] = u.d * u.sc[g16] as f32;
-                    self.m[(b * per + h) * NR + r] = u.dmin * u.m[g16] as f32;
+                    self.s[(b * per + h) * NR + r] = sc[h];
+                    self.m[(b * per + h) * NR + r] = mn[h];
+                }
+                for (t, &v) in tmp[r][..bl].iter_mut().zip(&vals[..bl]) {
+                    *t = (v as u8).wrapping_add(add);
+                }
+                if self.signed {
+                    for (h, part) in vals[..bl].chunks_exact(g).enumerate() {
+                        let s: i32 = part.iter().map(|&v| i32::from(v)).sum();
+                        self.bias[(b * per + h) * NR + r] = -128 * s;
+                    }
+                }
+            }
+            // Column step k4 of the block: four bytes of each row in turn.
+            let q = &mut self.q[b * bl * NR..(b + 1) * bl * NR];
+            for (k4, step) in q.chunks_exact_mut(NR * 4).enumerate() {
+                for (quad, t) in step.chunks_exact_mut(4).zip(&tmp) {
+                    quad.copy_from_slice(&t[k4 * 4..k4 * 4 + 4]);
                 }
             }
         }
     }
 }
 
-/// `x + a` in each byte lane of `x`, wrapping (no carry between lanes).
+/// A legacy block's values, scale and minimum term (`value = d * q + m`,
+/// i.e. a minimum term of `-m`).
 #[inline(always)]
-fn add_bytes(x: u32, a: u8) -> u32 {
-    let av = u32::from(a) * 0x0101_0101;
-    ((x & 0x7f7f_7f7f) + (av & 0x7f7f_7f7f)) ^ ((x ^ av) & 0x8080_8080)
+fn legacy_block(u: legacy::Unpacked, v: &mut [i8], s: &mut [f32], m: &mut [f32]) {
+    v.copy_from_slice(&u.q);
+    s[0] = u.d;
+    m[0] = -u.m;
+}
+
+/// A K-quant super-block's values and its groups' scales and minimum
+/// terms, for groups of `g`. The unpacked scales sit on a 16-element grid;
+/// a 32-element group takes the first of its two (they are equal).
+#[inline(always)]
+fn k_block(u: kquants::Unpacked, g: usize, v: &mut [i8], s: &mut [f32], m: &mut [f32]) {
+    v.copy_from_slice(&u.q);
+    for (h, (sh, mh)) in s.iter_mut().zip(m.iter_mut()).enumerate() {
+        let g16 = h * g / 16;
+        *sh = u.d * u.sc[g16] as f32;
+        *mh = u.dmin * u.m[g16] as f32;
+    }
 }
 
 /// The register tile's result: `out[c][r]` for activation row `c0 + c` and
