@@ -36,6 +36,9 @@
 //! tested on every machine, and the instructions themselves wherever the CPU
 //! has them (and once per process before they are used: [`usable`]).
 
+// Off x86-64 only the emulation (in tests) uses the block kernel.
+#![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
+
 use super::{Acts, Panel, NR, QK};
 
 /// Activation rows per block (two tiles' rows).

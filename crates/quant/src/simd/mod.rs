@@ -50,6 +50,7 @@ impl GemmTier {
     /// The tier of the vector kernels (activation quantizers, the register
     /// tile, `sgemm`, the f32 vector kernels): AMX has tiles for the panel
     /// product alone and uses the AVX-512 ones for the rest.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // x86 tiers.
     pub(crate) fn vector(self) -> GemmTier {
         match self {
             // Tests run the AMX tier on any CPU, its tiles emulated (see
