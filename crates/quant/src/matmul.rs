@@ -159,10 +159,8 @@ fn gemm_panels(
     ACTS.with(|acts| {
         let mut acts = acts.borrow_mut();
         acts.reset(batch, cols, g, off);
-        acts.qu.clear();
-        if amx {
-            acts.qu.resize(batch.next_multiple_of(MA) * cols, 0);
-        }
+        let padded = if amx { batch.next_multiple_of(MA) } else { 0 };
+        crate::gemm::grow(&mut acts.qu, padded * cols, 0);
         let per = batch.div_ceil(pool.threads());
         {
             // Each task quantizes its own run of rows into its own parts of
@@ -175,12 +173,13 @@ fn gemm_panels(
                 qu,
                 ..
             } = &mut *acts;
-            let mut qu_parts = qu.chunks_mut(per * cols);
-            let parts: Vec<std::sync::Mutex<ActsPart>> = q
+            // The buffers may be longer than this batch (they only grow).
+            let mut qu_parts = qu[..padded * cols].chunks_mut(per * cols);
+            let parts: Vec<std::sync::Mutex<ActsPart>> = q[..batch * cols]
                 .chunks_mut(per * cols)
-                .zip(d.chunks_mut(per * cols / 32))
-                .zip(sum.chunks_mut(per * cols / g))
-                .zip(base.chunks_mut(per * cols / g))
+                .zip(d[..batch * cols / 32].chunks_mut(per * cols / 32))
+                .zip(sum[..batch * cols / g].chunks_mut(per * cols / g))
+                .zip(base[..batch * cols / g].chunks_mut(per * cols / g))
                 .map(|(((q, d), s), i)| {
                     let u = qu_parts.next().unwrap_or_default();
                     std::sync::Mutex::new((q, d, s, i, u))

@@ -85,7 +85,8 @@ fn unsigned_range(ty: GgmlType) -> (i32, i32) {
 /// A batch of activation rows in the kernel's form.
 #[derive(Default)]
 pub(crate) struct Acts {
-    /// `rows × cols` signed bytes (the Q8 values, -127..=127).
+    /// `rows × cols` signed bytes (the Q8 values, -127..=127); this and the
+    /// buffers below may run longer (see [`Self::reset`]).
     pub q: Vec<u8>,
     /// `rows × cols/g` per-group `-off * sum(q)`, `off` being the weight
     /// format's offset ([`offset`]): the integer each panel group's sum
@@ -111,14 +112,19 @@ pub(crate) struct Acts {
 impl Acts {
     /// Room for `rows` rows of `cols` elements against groups of `g` of a
     /// weight format with offset `off`.
+    ///
+    /// The buffers only grow: every row in use is written before it is read,
+    /// and a layer's products alternate between widths (1152 and 6912 on a
+    /// 1B), so shrinking would zero megabytes on one thread at every regrowth.
+    /// Readers take the first `rows` rows.
     pub fn reset(&mut self, rows: usize, cols: usize, g: usize, off: i32) {
         self.cols = cols;
         self.g = g;
         self.off = off;
-        self.q.resize(rows * cols, 0);
-        self.d.resize(rows * cols / QK, 0.0);
-        self.sum.resize(rows * cols / g, 0.0);
-        self.base.resize(rows * cols / g, 0);
+        grow(&mut self.q, rows * cols, 0);
+        grow(&mut self.d, rows * cols / QK, 0.0);
+        grow(&mut self.sum, rows * cols / g, 0.0);
+        grow(&mut self.base, rows * cols / g, 0);
     }
 
     /// Room for `x.len() / cols` rows against groups of `g` of a weight
@@ -245,7 +251,8 @@ impl Acts {
 #[derive(Default)]
 pub(crate) struct Panel {
     /// For each 4-element column step k4, the 4 bytes of every row in turn
-    /// (`[cols/4][NR][4]` unsigned bytes `q + off`).
+    /// (`[cols/4][NR][4]` unsigned bytes `q + off`), possibly followed by
+    /// stale bytes of a wider panel.
     pub q: Vec<u8>,
     /// `[groups][NR]` group scales.
     pub s: Vec<f32>,
@@ -296,8 +303,9 @@ impl Panel {
         if self.run < 2 {
             self.run = 0;
         }
-        self.q.clear();
-        self.q.resize(cols * NR, 0);
+        // Every byte of the first `cols * NR` is written below (missing rows
+        // as zeros), so the buffer only grows and is never cleared.
+        grow(&mut self.q, cols * NR, 0);
         for v in [&mut self.s, &mut self.m] {
             v.clear();
             v.resize(self.groups * NR, 0.0);
@@ -419,6 +427,13 @@ fn k_block(u: kquants::Unpacked, g: usize, v: &mut [i8], s: &mut [f32], m: &mut 
         let g16 = h * g / 16;
         *sh = u.d * u.sc[g16] as f32;
         *mh = u.dmin * u.m[g16] as f32;
+    }
+}
+
+/// Lengthens `v` to `n` elements if it is shorter (never shortens it).
+pub(crate) fn grow<T: Clone>(v: &mut Vec<T>, n: usize, fill: T) {
+    if v.len() < n {
+        v.resize(n, fill);
     }
 }
 
