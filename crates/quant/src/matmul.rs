@@ -153,7 +153,7 @@ fn gemm_panels(
     let Some(g) = group_len(w0.ty) else { return };
     let at = vec_dot_type(w0.ty);
     let off = offset(w0.ty);
-    // AMX blocks are 16 activation rows, the register tiles MR.
+    // AMX blocks are MA (32) activation rows, the register tiles MR.
     let amx = tier == GemmTier::Amx;
     let step = if amx { MA } else { MR };
     ACTS.with(|acts| {

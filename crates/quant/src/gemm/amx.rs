@@ -26,9 +26,11 @@
 //! vector loads). Reading a group's sums right after storing them stalls on
 //! the store; so the sums alternate between two buffers, and a group's float
 //! steps run after the next group's tile products are issued, overlapping
-//! them (as llama.cpp's AMX kernels do). The first version, without this
-//! and with 16-row blocks, was 1.6× slower than the AVX-512 tiles on a
-//! 16-core Xeon.
+//! them (as llama.cpp's AMX kernels do). Both this and the first version
+//! (16-row blocks, no double buffer) are slower than the AVX-512 tiles on
+//! a 16-core Xeon (pp512 of a 1B: 98 against 147 t/s on one thread, 893
+//! against 1149 on 16), which is why the tier is opt-in (see
+//! `simd::x86::available`); where the time goes is still to be profiled.
 //!
 //! The block kernel is written once over [`Unit`], the few tile operations
 //! it needs. The real unit issues the instructions; [`Emulated`] computes
