@@ -380,6 +380,9 @@ impl Panel {
         for b in 0..cols / bl {
             for (r, row) in rows.iter().enumerate().take(NR) {
                 let Some(blk) = row.get(b * bb..(b + 1) * bb) else {
+                    // A short row packs as zeros, as a missing one does
+                    // (not the previous block's bytes).
+                    tmp[r][..bl].fill(0);
                     continue;
                 };
                 unpack(blk, &mut vals[..bl], &mut sc[..per], &mut mn[..per]);
@@ -492,6 +495,8 @@ pub(crate) fn tile(tier: GemmTier, p: &Panel, a: &Acts, c0: usize, m: usize) -> 
     assert!(p.m.len() >= p.groups * NR);
     assert!(a.q.len() >= (c0 + m) * cols && a.d.len() >= (c0 + m) * cols / QK);
     assert!(a.sum.len() >= (c0 + m) * p.groups && a.base.len() >= (c0 + m) * p.groups);
+    // The AMX form's signed bytes are not what the register tiles add up.
+    assert!(!p.signed, "a signed (AMX) panel in the register tiles");
     #[cfg(target_arch = "x86_64")]
     if p.g == 16 || p.g == 32 {
         match tier.vector() {
