@@ -271,7 +271,8 @@ pub(crate) struct Panel {
     /// lane, so 8 steps for 4-bit formats, 4 for 5-bit, 2 for 6-bit (at
     /// most a group's). 0 for Q8_0, whose products can saturate even alone
     /// (`2 * 255 * 127`); it folds the weight's sign into the activation
-    /// instead. The sums are the same integers either way.
+    /// instead. A power of two (whole runs tile a group). The sums are the
+    /// same integers either way.
     pub run: usize,
     /// Whether `q` holds the signed values `q` themselves (the AMX tiles'
     /// form, see [`amx`]) rather than `q + off`.
@@ -299,10 +300,9 @@ impl Panel {
         self.min = has_min(ty);
         let (off, umax) = unsigned_range(ty);
         self.off = off;
-        self.run = (i16::MAX as usize / (2 * 127 * umax as usize)).min(g / 4);
-        if self.run < 2 {
-            self.run = 0;
-        }
+        let run = (i16::MAX as usize / (2 * 127 * umax as usize)).min(g / 4);
+        // A power of two, so that whole runs tile a group's steps.
+        self.run = if run < 2 { 0 } else { 1 << run.ilog2() };
         // Every byte of the first `cols * NR` is written below (missing rows
         // as zeros), so the buffer only grows and is never cleared.
         grow(&mut self.q, cols * NR, 0);

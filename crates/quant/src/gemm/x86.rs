@@ -180,49 +180,67 @@ unsafe fn tile_m<const M: usize, const G: usize, const MIN: bool>(
 /// The AVX2 tile: the AVX-512 one's sums and rounding with 8-lane vectors.
 /// `vpmaddubsw` (u8 × i8 pairs into i16) and `vpmaddwd` (i16 pairs into
 /// i32) stand in for `vpdpbusd`; the i16 products of [`Panel::run`] column
-/// steps add up before one widening, which saves most of the `vpmaddwd`s
-/// (the multiplier port is what bounds this kernel). The panel is swept one
-/// 8-row group at a time, so the integer and float accumulators of all `m`
-/// activation rows stay in registers.
+/// steps add up before one widening, which saves most of the `vpmaddwd`s.
+///
+/// The panel is swept 16 rows (two vectors) at a time against all the
+/// tile's activation rows ([`tile_avx2_wide`]). Zen 3 issues two
+/// `vpmaddubsw` a cycle but only four vector operations of any kind, and
+/// each product also needs an add and its share of a broadcast activation
+/// and of the float steps: with two weight vectors per broadcast, those are
+/// shared by twice the products of a one-vector sweep (criterion
+/// `gemm_tile_2048`, one Zen 3 core: Q4_K 63 → 84, Q5_0 65 → 84, Q6_K
+/// 61 → 74, Q8_0 30 → 60 G multiply-adds/s).
 ///
 /// # Safety
 /// avx2 and fma present; `p` and `a` hold what [`super::tile`] asserts.
 pub(super) unsafe fn tile_avx2(p: &Panel, a: &Acts, c0: usize, m: usize) -> Tile {
-    macro_rules! by_m {
-        ($g:literal, $min:literal, $run:literal) => {
-            match m {
-                4 => tile_avx2_m::<4, $g, $min, $run>(p, a, c0),
-                3 => tile_avx2_m::<3, $g, $min, $run>(p, a, c0),
-                2 => tile_avx2_m::<2, $g, $min, $run>(p, a, c0),
-                1 => tile_avx2_m::<1, $g, $min, $run>(p, a, c0),
-                _ => [[0.0; NR]; MR],
+    macro_rules! wide {
+        ($g:literal, $min:literal, $run:literal) => {{
+            let mut out = AlignedTile([[0.0f32; NR]; MR]);
+            for h in 0..NR / 16 {
+                match m {
+                    4 => tile_avx2_wide::<4, $g, $min, $run>(p, a, c0, h, &mut out),
+                    3 => tile_avx2_wide::<3, $g, $min, $run>(p, a, c0, h, &mut out),
+                    2 => tile_avx2_wide::<2, $g, $min, $run>(p, a, c0, h, &mut out),
+                    1 => tile_avx2_wide::<1, $g, $min, $run>(p, a, c0, h, &mut out),
+                    _ => {}
+                }
             }
-        };
+            out.0
+        }};
     }
-    macro_rules! by_run {
-        ($g:literal, $min:literal) => {
-            match p.run {
-                8 => by_m!($g, $min, 8),
-                4 => by_m!($g, $min, 4),
-                2 => by_m!($g, $min, 2),
-                _ => by_m!($g, $min, 0),
-            }
-        };
-    }
-    const _: () = assert!(MR == 4 && NR.is_multiple_of(8));
-    // SAFETY: the caller's contract, passed on.
+    const _: () = assert!(MR == 4 && NR.is_multiple_of(16));
+    // SAFETY: the caller's contract, passed on (`m <= MR`).
     unsafe {
-        match (p.g, p.min) {
-            (16, false) => by_run!(16, false),
-            (16, true) => by_run!(16, true),
-            (_, false) => by_run!(32, false),
-            (_, true) => by_run!(32, true),
+        match (p.g, p.min, p.run) {
+            (16, false, 4) => wide!(16, false, 4),
+            (16, true, 4) => wide!(16, true, 4),
+            (16, false, 2) => wide!(16, false, 2),
+            (16, true, 2) => wide!(16, true, 2),
+            (16, false, 0) => wide!(16, false, 0),
+            (16, true, 0) => wide!(16, true, 0),
+            (32, false, 8) => wide!(32, false, 8),
+            (32, true, 8) => wide!(32, true, 8),
+            (32, false, 4) => wide!(32, false, 4),
+            (32, true, 4) => wide!(32, true, 4),
+            (32, false, 2) => wide!(32, false, 2),
+            (32, true, 2) => wide!(32, true, 2),
+            (32, false, 0) => wide!(32, false, 0),
+            (32, true, 0) => wide!(32, true, 0),
+            // No format packs to another shape (`Panel::run` is a power of
+            // two dividing the group's steps); the reference covers it.
+            _ => super::tile_scalar(p, a, c0, m),
         }
     }
 }
 
-/// One AVX2 tile of `M` activation rows, groups of `G`, with minimum terms
-/// when `MIN`, adding `RUN` column steps in 16 bits (0: the Q8_0 route).
+/// A [`Tile`] on a 32-byte boundary, so its vectors load and store aligned.
+#[repr(C, align(32))]
+struct AlignedTile(Tile);
+
+/// Panel rows `16h..16h + 16` against activation rows `c0..c0 + MA`, added
+/// into `out[..MA]`: groups of `G`, minimum terms when `MIN`, `RUN` column
+/// steps added in 16 bits before widening (0: the Q8_0 route).
 ///
 /// With values `u ≤ umax` against activations |a| ≤ 127, a step's
 /// `vpmaddubsw` pair sum is at most `2 * 127 * umax`, and [`Panel::run`]
@@ -230,12 +248,24 @@ pub(super) unsafe fn tile_avx2(p: &Panel, a: &Acts, c0: usize, m: usize) -> Tile
 /// single step, so that route takes the signed value `w = u - 128` and
 /// multiplies `|w|` by `a` with `w`'s sign (at most 2 * 128 * 127 < 2^15),
 /// starting from zero instead of the offset's correction.
+///
+/// Up to sixteen running sums and two weight vectors fill the registers, so
+/// the float accumulators live in `out` (L1: a load and a store per group,
+/// against 8 × `G` / 4 products), and a group's earlier runs wait in memory
+/// while its last one adds up.
+///
+/// # Safety
+/// avx2 and fma present; `p` and `a` as [`super::tile`] asserts for
+/// `MA <= m` rows; `16h + 16 <= NR`.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile_avx2_m<const M: usize, const G: usize, const MIN: bool, const RUN: usize>(
+unsafe fn tile_avx2_wide<const MA: usize, const G: usize, const MIN: bool, const RUN: usize>(
     p: &Panel,
     a: &Acts,
     c0: usize,
-) -> Tile {
+    h: usize,
+    out: &mut AlignedTile,
+) {
+    const { assert!(RUN == 0 || (G / 4).is_multiple_of(RUN)) };
     let cols = p.groups * G;
     let pq = p.q.as_ptr();
     let (ps, pm) = (p.s.as_ptr(), p.m.as_ptr());
@@ -245,72 +275,90 @@ unsafe fn tile_avx2_m<const M: usize, const G: usize, const MIN: bool, const RUN
     let abase = a.base[c0 * p.groups..].as_ptr();
     let ones = _mm256_set1_epi16(1);
     let flip = _mm256_set1_epi8(-128i8);
-    let mut out = [[0.0f32; NR]; MR];
-    for rg in 0..NR / 8 {
-        let mut facc = [_mm256_setzero_ps(); M];
-        for g in 0..p.groups {
-            // SAFETY (whole body): group g's panel entries for rows
-            // 8*rg..8*rg + 8 and each activation row's elements
-            // g*G..(g+1)*G lie inside the buffers (asserted by `super::tile`).
-            unsafe {
-                let quad = |c: usize, k4: usize| -> __m256i {
-                    _mm256_set1_epi32((aq.add(c * cols + k4 * 4) as *const i32).read_unaligned())
-                };
-                let wat = |k4: usize| -> __m256i {
-                    _mm256_loadu_si256(pq.add(k4 * NR * 4 + rg * 32) as *const _)
-                };
-                let mut iacc: [__m256i; M] = std::array::from_fn(|c| {
-                    if RUN == 0 {
-                        _mm256_setzero_si256()
-                    } else {
-                        _mm256_set1_epi32(*abase.add(c * p.groups + g))
-                    }
-                });
-                if RUN == 0 {
-                    for kq in 0..G / 4 {
-                        let k4 = g * (G / 4) + kq;
-                        let w = _mm256_xor_si256(wat(k4), flip);
-                        let wabs = _mm256_abs_epi8(w);
-                        for (c, acc) in iacc.iter_mut().enumerate() {
-                            let t = _mm256_maddubs_epi16(wabs, _mm256_sign_epi8(quad(c, k4), w));
-                            *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(t, ones));
+    let o = out.0.as_mut_ptr() as *mut f32;
+    let mut part = [[_mm256_setzero_si256(); 2]; MA];
+    for g in 0..p.groups {
+        // SAFETY (whole body): group g's panel entries for rows
+        // 16h..16h + 16 and each activation row's elements g*G..(g+1)*G lie
+        // inside the buffers (asserted by `super::tile`); `out` has MR rows
+        // of NR floats, 32-byte aligned (NR * 4 and 32 are multiples of
+        // 32), and 16h + 16 <= NR. The volatile accesses keep the float
+        // accumulators in memory: promoted to registers they would spill.
+        unsafe {
+            let quad = |r: usize, k4: usize| -> __m256i {
+                _mm256_set1_epi32((aq.add(r * cols + k4 * 4) as *const i32).read_unaligned())
+            };
+            let wat = |k4: usize, v: usize| -> __m256i {
+                _mm256_loadu_si256(pq.add(k4 * NR * 4 + h * 64 + v * 32) as *const _)
+            };
+            let mut iacc = [[_mm256_setzero_si256(); 2]; MA];
+            if RUN == 0 {
+                for kq in 0..G / 4 {
+                    let k4 = g * (G / 4) + kq;
+                    let w = [
+                        _mm256_xor_si256(wat(k4, 0), flip),
+                        _mm256_xor_si256(wat(k4, 1), flip),
+                    ];
+                    let wabs = [_mm256_abs_epi8(w[0]), _mm256_abs_epi8(w[1])];
+                    for (r, acc) in iacc.iter_mut().enumerate() {
+                        let q = quad(r, k4);
+                        for v in 0..2 {
+                            let t = _mm256_maddubs_epi16(wabs[v], _mm256_sign_epi8(q, w[v]));
+                            acc[v] = _mm256_add_epi32(acc[v], _mm256_madd_epi16(t, ones));
                         }
                     }
-                } else {
-                    for k0 in (0..G / 4).step_by(RUN.max(1)) {
-                        let k4 = g * (G / 4) + k0;
-                        let mut t = [_mm256_setzero_si256(); M];
-                        for j in 0..RUN {
-                            let w = wat(k4 + j);
-                            for (c, t) in t.iter_mut().enumerate() {
-                                *t = _mm256_add_epi16(*t, _mm256_maddubs_epi16(w, quad(c, k4 + j)));
+                }
+            } else {
+                // A group's steps in runs of RUN; all but the last run's
+                // i32 sums wait in `part` (memory, so that they do not take
+                // the registers the running i16 sums need).
+                let runs = G / 4 / RUN;
+                for run in 0..runs {
+                    let mut t = [[_mm256_setzero_si256(); 2]; MA];
+                    for j in 0..RUN {
+                        let k4 = g * (G / 4) + run * RUN + j;
+                        let w = [wat(k4, 0), wat(k4, 1)];
+                        for (r, t) in t.iter_mut().enumerate() {
+                            let q = quad(r, k4);
+                            for v in 0..2 {
+                                t[v] = _mm256_add_epi16(t[v], _mm256_maddubs_epi16(w[v], q));
                             }
                         }
-                        for (acc, t) in iacc.iter_mut().zip(t) {
-                            *acc = _mm256_add_epi32(*acc, _mm256_madd_epi16(t, ones));
-                        }
                     }
-                }
-                let s = _mm256_loadu_ps(ps.add(g * NR + rg * 8));
-                for (c, acc) in facc.iter_mut().enumerate() {
-                    let d = _mm256_set1_ps(*ad.add(c * (cols / QK) + g * G / QK));
-                    *acc = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[c]), _mm256_mul_ps(s, d), *acc);
-                }
-                if MIN {
-                    let mn = _mm256_loadu_ps(pm.add(g * NR + rg * 8));
-                    for (c, acc) in facc.iter_mut().enumerate() {
-                        let sum = _mm256_set1_ps(*asum.add(c * p.groups + g));
-                        *acc = _mm256_fnmadd_ps(mn, sum, *acc);
+                    for (r, (acc, t)) in iacc.iter_mut().zip(t).enumerate() {
+                        for v in 0..2 {
+                            let prev = if run == 0 {
+                                _mm256_set1_epi32(*abase.add(r * p.groups + g))
+                            } else {
+                                std::ptr::addr_of!(part[r][v]).read_volatile()
+                            };
+                            let x = _mm256_add_epi32(_mm256_madd_epi16(t[v], ones), prev);
+                            if run + 1 == runs {
+                                acc[v] = x;
+                            } else {
+                                std::ptr::addr_of_mut!(part[r][v]).write_volatile(x);
+                            }
+                        }
                     }
                 }
             }
-        }
-        for (o, acc) in out.iter_mut().zip(&facc) {
-            // SAFETY: `o` holds NR floats and 8 * rg + 8 <= NR.
-            unsafe { _mm256_storeu_ps(o.as_mut_ptr().add(rg * 8), *acc) };
+            for (r, iacc) in iacc.iter().enumerate() {
+                let d = _mm256_set1_ps(*ad.add(r * (cols / QK) + g * G / QK));
+                let sum = _mm256_set1_ps(*asum.add(r * p.groups + g));
+                for v in 0..2 {
+                    let at = o.add(r * NR + h * 16 + v * 8) as *mut __m256;
+                    let s = _mm256_loadu_ps(ps.add(g * NR + h * 16 + v * 8));
+                    let mut f = at.read_volatile();
+                    f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[v]), _mm256_mul_ps(s, d), f);
+                    if MIN {
+                        let mn = _mm256_loadu_ps(pm.add(g * NR + h * 16 + v * 8));
+                        f = _mm256_fnmadd_ps(mn, sum, f);
+                    }
+                    at.write_volatile(f);
+                }
+            }
         }
     }
-    out
 }
 
 /// The largest |x| of 8-lane `v`, in every lane.
