@@ -312,7 +312,7 @@ unsafe fn tile_avx2_wide<const MA: usize, const G: usize, const MIN: bool, const
                 // A group's steps in runs of RUN; all but the last run's
                 // i32 sums wait in `part` (memory, so that they do not take
                 // the registers the running i16 sums need).
-                let runs = G / 4 / RUN;
+                let runs = (G / 4).div_ceil(RUN.max(1));
                 for run in 0..runs {
                     let mut t = [[_mm256_setzero_si256(); 2]; MA];
                     for j in 0..RUN {
@@ -345,11 +345,11 @@ unsafe fn tile_avx2_wide<const MA: usize, const G: usize, const MIN: bool, const
             for (r, iacc) in iacc.iter().enumerate() {
                 let d = _mm256_set1_ps(*ad.add(r * (cols / QK) + g * G / QK));
                 let sum = _mm256_set1_ps(*asum.add(r * p.groups + g));
-                for v in 0..2 {
+                for (v, &i) in iacc.iter().enumerate() {
                     let at = o.add(r * NR + h * 16 + v * 8) as *mut __m256;
                     let s = _mm256_loadu_ps(ps.add(g * NR + h * 16 + v * 8));
                     let mut f = at.read_volatile();
-                    f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[v]), _mm256_mul_ps(s, d), f);
+                    f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(s, d), f);
                     if MIN {
                         let mn = _mm256_loadu_ps(pm.add(g * NR + h * 16 + v * 8));
                         f = _mm256_fnmadd_ps(mn, sum, f);
