@@ -56,6 +56,24 @@ const TYPES: [GgmlType; 10] = [
     GgmlType::Q6_K,
 ];
 
+/// Every format packs to a shape the AVX2 tile has a kernel for (any other
+/// would silently run the reference).
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn every_format_has_an_avx2_kernel() {
+    for ty in TYPES {
+        let w = random_rows(ty, NR, 256, 7);
+        let views: Vec<&[u8]> = w.iter().map(|r| r.as_slice()).collect();
+        let mut p = Panel::default();
+        p.fill(ty, &views, 256);
+        assert!(
+            super::x86::avx2_has_kernel(&p),
+            "{ty:?}: {:?}",
+            (p.g, p.min, p.run)
+        );
+    }
+}
+
 /// The GEMM tiers this CPU can run.
 fn tiers() -> Vec<GemmTier> {
     let mut v: Vec<GemmTier> = crate::simd::available().iter().map(|k| k.gemm).collect();

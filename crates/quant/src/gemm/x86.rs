@@ -213,25 +213,39 @@ pub(super) unsafe fn tile_avx2(p: &Panel, a: &Acts, c0: usize, m: usize) -> Tile
     // SAFETY: the caller's contract, passed on (`m <= MR`).
     unsafe {
         match (p.g, p.min, p.run) {
-            (16, false, 4) => wide!(16, false, 4),
-            (16, true, 4) => wide!(16, true, 4),
-            (16, false, 2) => wide!(16, false, 2),
-            (16, true, 2) => wide!(16, true, 2),
-            (16, false, 0) => wide!(16, false, 0),
-            (16, true, 0) => wide!(16, true, 0),
-            (32, false, 8) => wide!(32, false, 8),
-            (32, true, 8) => wide!(32, true, 8),
-            (32, false, 4) => wide!(32, false, 4),
-            (32, true, 4) => wide!(32, true, 4),
-            (32, false, 2) => wide!(32, false, 2),
-            (32, true, 2) => wide!(32, true, 2),
-            (32, false, 0) => wide!(32, false, 0),
-            (32, true, 0) => wide!(32, true, 0),
-            // No format packs to another shape (`Panel::run` is a power of
-            // two dividing the group's steps); the reference covers it.
+            (16, false, 4) => wide!(16, false, 4), // Q3_K
+            (16, true, 4) => wide!(16, true, 4),   // Q2_K
+            (16, false, 2) => wide!(16, false, 2), // Q6_K
+            (32, false, 8) => wide!(32, false, 8), // Q4_0
+            (32, true, 8) => wide!(32, true, 8),   // Q4_1, Q4_K
+            (32, false, 4) => wide!(32, false, 4), // Q5_0
+            (32, true, 4) => wide!(32, true, 4),   // Q5_1, Q5_K
+            (32, false, 0) => wide!(32, false, 0), // Q8_0
+            // No format packs to another shape (`avx2_has_kernel` lists
+            // these, and a test holds every format to it); the reference
+            // covers anything else.
             _ => super::tile_scalar(p, a, c0, m),
         }
     }
+}
+
+/// Whether [`tile_avx2`] has a kernel for `p`'s group length, minimum term
+/// and 16-bit run (the shapes the formats pack to), rather than handing it
+/// to the reference: the dispatch's arms, for the test that holds every
+/// format to them.
+#[cfg(test)]
+pub(super) fn avx2_has_kernel(p: &Panel) -> bool {
+    matches!(
+        (p.g, p.min, p.run),
+        (16, false, 4)
+            | (16, true, 4)
+            | (16, false, 2)
+            | (32, false, 8)
+            | (32, true, 8)
+            | (32, false, 4)
+            | (32, true, 4)
+            | (32, false, 0)
+    )
 }
 
 /// A [`Tile`] on a 32-byte boundary, so its vectors load and store aligned.
