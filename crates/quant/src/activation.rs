@@ -86,7 +86,9 @@ fn kernels() -> &'static (GeluFn, GegluFn) {
         match crate::simd::best().gemm.vector() {
             crate::simd::GemmTier::Avx512Vnni => return (x86::gelu_avx512, x86::geglu_avx512),
             crate::simd::GemmTier::Avx2 => return (x86::gelu_avx2, x86::geglu_avx2),
-            crate::simd::GemmTier::Portable | crate::simd::GemmTier::Amx => {}
+            crate::simd::GemmTier::Portable
+            | crate::simd::GemmTier::AvxVnni
+            | crate::simd::GemmTier::Amx => {}
         }
         (scalar_gelu, scalar_geglu)
     })

@@ -34,7 +34,9 @@ fn kernels() -> &'static VectorKernels {
                     axpy: x86::axpy_avx2,
                 }
             }
-            crate::simd::GemmTier::Portable | crate::simd::GemmTier::Amx => {}
+            crate::simd::GemmTier::Portable
+            | crate::simd::GemmTier::AvxVnni
+            | crate::simd::GemmTier::Amx => {}
         }
         #[cfg(target_arch = "aarch64")]
         if crate::simd::best().name != "scalar" {

@@ -375,6 +375,194 @@ unsafe fn tile_avx2_wide<const MA: usize, const G: usize, const MIN: bool, const
     }
 }
 
+/// The AVX-VNNI tile (Intel Alder Lake and later client cores, AMD Zen 5):
+/// [`tile_avx2`]'s sweep of 16 panel rows against all the activation rows,
+/// with 256-bit `vpdpbusd` adding four u8 × i8 products straight into i32
+/// lanes. No 16-bit stage means no runs and no saturation to avoid, so every
+/// format, Q8_0 included, takes the one route the AVX-512 tile takes: each
+/// group's sums start from the offset's correction and add up in i32. The
+/// integers are exact, so the float steps (the reference's) give the same
+/// bits as every other tier.
+///
+/// # Safety
+/// avx2, fma and avxvnni present; `p` and `a` hold what [`super::tile`]
+/// asserts.
+pub(super) unsafe fn tile_avxvnni(p: &Panel, a: &Acts, c0: usize, m: usize) -> Tile {
+    macro_rules! wide {
+        ($g:literal, $min:literal) => {{
+            let mut out = AlignedTile([[0.0f32; NR]; MR]);
+            for h in 0..NR / 16 {
+                match m {
+                    4 => tile_avxvnni_wide::<4, $g, $min>(p, a, c0, h, &mut out),
+                    3 => tile_avxvnni_wide::<3, $g, $min>(p, a, c0, h, &mut out),
+                    2 => tile_avxvnni_wide::<2, $g, $min>(p, a, c0, h, &mut out),
+                    1 => tile_avxvnni_wide::<1, $g, $min>(p, a, c0, h, &mut out),
+                    _ => {}
+                }
+            }
+            out.0
+        }};
+    }
+    macro_rules! pairs {
+        ($g:literal, $min:literal) => {{
+            let mut out = AlignedTile([[0.0f32; NR]; MR]);
+            for h in 0..NR / 16 {
+                for r in (0..m).step_by(2) {
+                    if m - r >= 2 {
+                        tile_avxvnni_pair::<2, $g, $min>(p, a, c0, r, h, &mut out);
+                    } else {
+                        tile_avxvnni_pair::<1, $g, $min>(p, a, c0, r, h, &mut out);
+                    }
+                }
+            }
+            out.0
+        }};
+    }
+    // SAFETY: the caller's contract, passed on (`m <= MR`).
+    unsafe {
+        match (p.g, p.min) {
+            // Groups of 16 take their float steps twice as often, and the
+            // float sums pay for registers there (criterion
+            // `gemm_tile_2048`, one Xeon core forced to this tier: Q6_K 78
+            // G multiply-adds/s in the four-row sweep, 91 in pairs; Q5_0,
+            // Q8_0 and Q4_K 128, 127, 118 against 110, 117, 75).
+            (16, false) => pairs!(16, false),
+            (16, true) => pairs!(16, true),
+            (32, false) => wide!(32, false),
+            (32, true) => wide!(32, true),
+            _ => super::tile_scalar(p, a, c0, m),
+        }
+    }
+}
+
+/// Panel rows `16h..16h + 16` against activation rows `c0..c0 + MA` through
+/// `vpdpbusd`, added into `out[..MA]` (see [`tile_avx2_wide`] for why the
+/// float accumulators live in `out`: eight i32 sums, two weight vectors and
+/// a broadcast leave no room for them).
+///
+/// # Safety
+/// avx2, fma and avxvnni present; `p` and `a` as [`super::tile`] asserts
+/// for `MA <= m` rows; `16h + 16 <= NR`.
+#[target_feature(enable = "avx2,fma,avxvnni")]
+unsafe fn tile_avxvnni_wide<const MA: usize, const G: usize, const MIN: bool>(
+    p: &Panel,
+    a: &Acts,
+    c0: usize,
+    h: usize,
+    out: &mut AlignedTile,
+) {
+    let cols = p.groups * G;
+    let pq = p.q.as_ptr();
+    let (ps, pm) = (p.s.as_ptr(), p.m.as_ptr());
+    let aq = a.q[c0 * cols..].as_ptr();
+    let ad = a.d[c0 * (cols / QK)..].as_ptr();
+    let asum = a.sum[c0 * p.groups..].as_ptr();
+    let abase = a.base[c0 * p.groups..].as_ptr();
+    let o = out.0.as_mut_ptr() as *mut f32;
+    for g in 0..p.groups {
+        // SAFETY (whole body): as in `tile_avx2_wide`: group g's panel
+        // entries for rows 16h..16h + 16 and each activation row's elements
+        // g*G..(g+1)*G lie inside the buffers (asserted by `super::tile`);
+        // `out` has MR rows of NR floats, 32-byte aligned, 16h + 16 <= NR.
+        unsafe {
+            let mut iacc: [[__m256i; 2]; MA] =
+                std::array::from_fn(|r| [_mm256_set1_epi32(*abase.add(r * p.groups + g)); 2]);
+            for kq in 0..G / 4 {
+                let k4 = g * (G / 4) + kq;
+                let w0 = _mm256_loadu_si256(pq.add(k4 * NR * 4 + h * 64) as *const _);
+                let w1 = _mm256_loadu_si256(pq.add(k4 * NR * 4 + h * 64 + 32) as *const _);
+                for (r, acc) in iacc.iter_mut().enumerate() {
+                    let quad = (aq.add(r * cols + k4 * 4) as *const i32).read_unaligned();
+                    let av = _mm256_set1_epi32(quad);
+                    acc[0] = _mm256_dpbusd_avx_epi32(acc[0], w0, av);
+                    acc[1] = _mm256_dpbusd_avx_epi32(acc[1], w1, av);
+                }
+            }
+            for (r, iacc) in iacc.iter().enumerate() {
+                let d = _mm256_set1_ps(*ad.add(r * (cols / QK) + g * G / QK));
+                let sum = _mm256_set1_ps(*asum.add(r * p.groups + g));
+                for (v, &i) in iacc.iter().enumerate() {
+                    let at = o.add(r * NR + h * 16 + v * 8) as *mut __m256;
+                    let s = _mm256_loadu_ps(ps.add(g * NR + h * 16 + v * 8));
+                    let mut f = at.read_volatile();
+                    f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(s, d), f);
+                    if MIN {
+                        let mn = _mm256_loadu_ps(pm.add(g * NR + h * 16 + v * 8));
+                        f = _mm256_fnmadd_ps(mn, sum, f);
+                    }
+                    at.write_volatile(f);
+                }
+            }
+        }
+    }
+}
+
+/// Panel rows `16h..16h + 16` against activation rows `c0 + r0..c0 + r0 +
+/// MA` (`MA` ≤ 2) through `vpdpbusd`, written to `out[r0..r0 + MA]`: four
+/// i32 sums, two weight vectors and a broadcast leave room for the float
+/// sums in registers, which pays where groups are short (16) and the float
+/// steps come often; the panel is read once per two activation rows.
+///
+/// # Safety
+/// avx2, fma and avxvnni present; `p` and `a` as [`super::tile`] asserts
+/// for `r0 + MA <= m` rows; `16h + 16 <= NR`.
+#[target_feature(enable = "avx2,fma,avxvnni")]
+unsafe fn tile_avxvnni_pair<const MA: usize, const G: usize, const MIN: bool>(
+    p: &Panel,
+    a: &Acts,
+    c0: usize,
+    r0: usize,
+    h: usize,
+    out: &mut AlignedTile,
+) {
+    let c0 = c0 + r0;
+    let cols = p.groups * G;
+    let pq = p.q.as_ptr();
+    let (ps, pm) = (p.s.as_ptr(), p.m.as_ptr());
+    let aq = a.q[c0 * cols..].as_ptr();
+    let ad = a.d[c0 * (cols / QK)..].as_ptr();
+    let asum = a.sum[c0 * p.groups..].as_ptr();
+    let abase = a.base[c0 * p.groups..].as_ptr();
+    let mut facc = [[_mm256_setzero_ps(); 2]; MA];
+    for g in 0..p.groups {
+        // SAFETY: as in `tile_avxvnni_wide`, for rows c0..c0 + MA.
+        unsafe {
+            let mut iacc: [[__m256i; 2]; MA] =
+                std::array::from_fn(|r| [_mm256_set1_epi32(*abase.add(r * p.groups + g)); 2]);
+            for kq in 0..G / 4 {
+                let k4 = g * (G / 4) + kq;
+                let w0 = _mm256_loadu_si256(pq.add(k4 * NR * 4 + h * 64) as *const _);
+                let w1 = _mm256_loadu_si256(pq.add(k4 * NR * 4 + h * 64 + 32) as *const _);
+                for (r, acc) in iacc.iter_mut().enumerate() {
+                    let quad = (aq.add(r * cols + k4 * 4) as *const i32).read_unaligned();
+                    let av = _mm256_set1_epi32(quad);
+                    acc[0] = _mm256_dpbusd_avx_epi32(acc[0], w0, av);
+                    acc[1] = _mm256_dpbusd_avx_epi32(acc[1], w1, av);
+                }
+            }
+            for (r, (iacc, f)) in iacc.iter().zip(facc.iter_mut()).enumerate() {
+                let d = _mm256_set1_ps(*ad.add(r * (cols / QK) + g * G / QK));
+                let sum = _mm256_set1_ps(*asum.add(r * p.groups + g));
+                for v in 0..2 {
+                    let s = _mm256_loadu_ps(ps.add(g * NR + h * 16 + v * 8));
+                    f[v] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(iacc[v]), _mm256_mul_ps(s, d), f[v]);
+                    if MIN {
+                        let mn = _mm256_loadu_ps(pm.add(g * NR + h * 16 + v * 8));
+                        f[v] = _mm256_fnmadd_ps(mn, sum, f[v]);
+                    }
+                }
+            }
+        }
+    }
+    for (row, f) in out.0[r0..r0 + MA].iter_mut().zip(&facc) {
+        // SAFETY: 16h + 16 <= NR floats in the row.
+        unsafe {
+            _mm256_storeu_ps(row.as_mut_ptr().add(h * 16), f[0]);
+            _mm256_storeu_ps(row.as_mut_ptr().add(h * 16 + 8), f[1]);
+        }
+    }
+}
+
 /// The largest |x| of 8-lane `v`, in every lane.
 #[inline]
 #[target_feature(enable = "avx2")]

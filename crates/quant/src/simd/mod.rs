@@ -39,6 +39,9 @@ pub(crate) enum GemmTier {
     Portable,
     /// 256-bit `vpmaddubsw`/`vpmaddwd`.
     Avx2,
+    /// 256-bit `vpdpbusd` for the panel product (AVX-VNNI); everything
+    /// else as [`Self::Avx2`].
+    AvxVnni,
     /// 512-bit `vpdpbusd`.
     Avx512Vnni,
     /// AMX-INT8 tiles for the panel product (16 activation rows × 16
@@ -47,9 +50,10 @@ pub(crate) enum GemmTier {
 }
 
 impl GemmTier {
-    /// The tier of the vector kernels (activation quantizers, the register
-    /// tile, `sgemm`, the f32 vector kernels): AMX has tiles for the panel
-    /// product alone and uses the AVX-512 ones for the rest.
+    /// The tier of the vector kernels (activation quantizers, `sgemm`, the
+    /// f32 vector kernels, and the register tile but for AVX-VNNI's): AMX
+    /// has tiles for the panel product alone and uses the AVX-512 ones for
+    /// the rest, AVX-VNNI its own register tile and the AVX2 rest.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // x86 tiers.
     pub(crate) fn vector(self) -> GemmTier {
         match self {
@@ -58,6 +62,7 @@ impl GemmTier {
             #[cfg(test)]
             GemmTier::Amx if !crate::gemm::amx::usable() => GemmTier::Portable,
             GemmTier::Amx => GemmTier::Avx512Vnni,
+            GemmTier::AvxVnni => GemmTier::Avx2,
             t => t,
         }
     }

@@ -841,6 +841,7 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q8_0_r4: Some(q8_0_r4_avxvnni),
         q4_0_r4: Some(q4_0_r4_avxvnni),
         q5_0_r4: Some(q5_0_r4_avxvnni),
+        gemm: GemmTier::AvxVnni,
         ..AVX2
     };
     // The 512-bit one-row kernels for the 32-block formats, and for decode
