@@ -191,6 +191,62 @@ unsafe fn nibbles32_at(p: *const u8) -> __m256i {
     _mm256_and_si256(shifted, _mm256_set1_epi8(0x0F))
 }
 
+/// [`dot4_avx2`] added to `c`.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn dot4acc_avx2(c: __m256i, u: __m256i, s: __m256i) -> __m256i {
+    _mm256_add_epi32(c, dot4_avx2(u, s))
+}
+
+/// [`dot4_avxvnni`] added to `c`: one `vpdpbusd`.
+#[inline]
+#[target_feature(enable = "avx2,avxvnni")]
+fn dot4acc_avxvnni(c: __m256i, u: __m256i, s: __m256i) -> __m256i {
+    _mm256_dpbusd_avx_epi32(c, u, s)
+}
+
+/// Sums of four u8*i8 products per i32 lane (AVX-512 VNNI on 256 bits).
+#[inline]
+#[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
+fn dot4_avx512vl(u: __m256i, s: __m256i) -> __m256i {
+    _mm256_dpbusd_epi32(_mm256_setzero_si256(), u, s)
+}
+
+/// [`dot4_avx512vl`] added to `c`: one `vpdpbusd`.
+#[inline]
+#[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
+fn dot4acc_avx512vl(c: __m256i, u: __m256i, s: __m256i) -> __m256i {
+    _mm256_dpbusd_epi32(c, u, s)
+}
+
+/// A Q5_0 block's 32 values plus 16 (unsigned: nibble, and 16 for a set
+/// fifth bit), from its `qh` bits at 2 and nibbles at 6.
+///
+/// # Safety
+/// `bw` must be valid for the block's 22 bytes.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn q5_0_unsigned_avx2(bw: *const u8) -> __m256i {
+    // SAFETY: the block holds qh at 2..6 and nibbles at 6..22.
+    let (bits, nib) = unsafe { (bits_to_bytes(rd32(bw.add(2))), nibbles32_at(bw.add(6))) };
+    _mm256_or_si256(nib, _mm256_and_si256(bits, _mm256_set1_epi8(0x10)))
+}
+
+/// [`q5_0_unsigned_avx2`] with AVX-512BW/VL: the fifth bits are a byte mask
+/// as they stand, so one masked add puts them in (two instructions against
+/// the broadcast, shuffle, or, compare, and and or of the AVX2 form; the
+/// Q5_0 four-row decode kernel is compute-bound on one core otherwise).
+///
+/// # Safety
+/// `bw` must be valid for the block's 22 bytes.
+#[inline]
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+unsafe fn q5_0_unsigned_avx512vl(bw: *const u8) -> __m256i {
+    // SAFETY: the block holds qh at 2..6 and nibbles at 6..22.
+    let (bits, nib) = unsafe { (rd32(bw.add(2)), nibbles32_at(bw.add(6))) };
+    _mm256_mask_add_epi8(nib, bits, nib, _mm256_set1_epi8(0x10))
+}
+
 /// How far ahead of the block being multiplied the 32-block kernels
 /// prefetch weights (a prefetch never faults, so past the row's end is fine).
 const PREFETCH: usize = 8192;
@@ -847,7 +903,10 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
     // The 512-bit one-row kernels for the 32-block formats, and for decode
     // the 256-bit four-row ones (the same bits: every tier sums in one
     // canonical order). Four rows a pass beat one on a 16-core Xeon: 1B
-    // decode 95.2 -> 102.6 t/s at 16 threads, 11.6 -> 12.0 at one.
+    // decode 95.2 -> 102.6 t/s at 16 threads, 11.6 -> 12.0 at one. The
+    // four-row ones take `vpdpbusd` through AVX-512 VL and Q5_0's fifth bits
+    // as a byte mask (2-core Xeon, 1B tg128 at 1/2 threads: 13.7-14.1 ->
+    // 14.5-14.6 and 26.4 -> 27.1-27.3 t/s against the AVX-VNNI/AVX2 ones).
     static AVX512: Kernels = Kernels {
         name: "avx512",
         q4_0: q4_0_avx512,
@@ -856,15 +915,11 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q8_0_x4: Some(q8_0_x4_avx512),
         q4_0_x4: Some(q4_0_x4_avx512),
         q5_0_x4: Some(q5_0_x4_avx512),
+        q8_0_r4: Some(q8_0_r4_avx512vl),
+        q4_0_r4: Some(q4_0_r4_avx512vl),
+        q5_0_r4: Some(q5_0_r4_avx512vl),
         gemm: GemmTier::Avx512Vnni,
         ..AVX2
-    };
-    // The same with the VNNI four-row kernels, where the CPU has AVX-VNNI.
-    static AVX512_VNNI_ROWS: Kernels = Kernels {
-        q8_0_r4: Some(q8_0_r4_avxvnni),
-        q4_0_r4: Some(q4_0_r4_avxvnni),
-        q5_0_r4: Some(q5_0_r4_avxvnni),
-        ..AVX512
     };
     // AMX-INT8 tiles for the panel product (Sapphire Rapids on, which all
     // have AVX-VNNI), the rest as above. Listed below AVX-512 because it is
@@ -874,7 +929,7 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
     static AMX: Kernels = Kernels {
         name: "amx",
         gemm: GemmTier::Amx,
-        ..AVX512_VNNI_ROWS
+        ..AVX512
     };
     let mut v = Vec::new();
     if !(is_x86_feature_detected!("avx2")
@@ -895,11 +950,7 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         if is_x86_feature_detected!("avxvnni") && crate::gemm::amx::usable() {
             v.push(&AMX);
         }
-        v.push(if is_x86_feature_detected!("avxvnni") {
-            &AVX512_VNNI_ROWS
-        } else {
-            &AVX512
-        });
+        v.push(&AVX512);
     }
     v
 }
@@ -1005,33 +1056,34 @@ fn prefetch_rows_line(base: *const u8, off: usize) {
 }
 
 macro_rules! legacy_rows {
-    ($feat:literal, $dot4:ident, $r8:ident, $r4:ident, $r5:ident) => {
-        legacy_rows!(@one $feat, $dot4, $r8, 34, |bw| {
+    ($feat:literal, $dot4:ident, $dot4acc:ident, $q5:ident, $r8:ident, $r4:ident, $r5:ident) => {
+        legacy_rows!(@one $feat, $dot4, $dot4acc, $r8, 34, |bw| {
             // SAFETY: the block holds 32 quants at 2.
             unsafe { load32(bw.add(2)) }
         });
         // Q4_0 and Q5_0 stay unsigned (nibble, or nibble plus 16 for the
         // fifth bit) and the offset comes off the integer sums (see `@one`).
-        legacy_rows!(@one $feat, $dot4, $r4, 18, offset 3, |bw| {
+        legacy_rows!(@one $feat, $dot4, $dot4acc, $r4, 18, offset 3, |bw| {
             // SAFETY: the block holds 16 bytes of nibbles at 2.
             unsafe { nibbles32_at(bw.add(2)) }
         });
-        legacy_rows!(@one $feat, $dot4, $r5, 22, offset 4, |bw| {
-            // SAFETY: the block holds qh at 2..6 and nibbles at 6..22.
-            let (bits, nib) = unsafe { (bits_to_bytes(rd32(bw.add(2))), nibbles32_at(bw.add(6))) };
-            _mm256_or_si256(nib, _mm256_and_si256(bits, _mm256_set1_epi8(0x10)))
+        legacy_rows!(@one $feat, $dot4, $dot4acc, $r5, 22, offset 4, |bw| {
+            // SAFETY: the block is inside `w` (see `@one`).
+            unsafe { $q5(bw) }
         });
     };
-    (@one $feat:literal, $dot4:ident, $name:ident, $wb:expr, |$bw:ident| $unpack:expr) => {
-        legacy_rows!(@one $feat, $dot4, $name, $wb, signed, |$bw| $unpack);
+    (@one $feat:literal, $dot4:ident, $dot4acc:ident, $name:ident, $wb:expr, |$bw:ident| $unpack:expr) => {
+        legacy_rows!(@one $feat, $dot4, $dot4acc, $name, $wb, signed, |$bw| $unpack);
     };
     // `signed`: the unpacked bytes are the signed values, multiplied through
     // the sign trick. `offset K`: they are `value + 2^K`, unsigned, so they
     // multiply the activations directly and each lane's sum loses 2^K times
-    // the lane's activation sum, which the four rows share. The lane sums
-    // are the same integers either way, so the results are the one-row
-    // kernels' to the bit, with three fewer instructions per row and block.
-    (@one $feat:literal, $dot4:ident, $name:ident, $wb:expr, $form:ident $($shift:literal)?, |$bw:ident| $unpack:expr) => {
+    // the lane's activation sum, which the four rows share (negated once, so
+    // that each row's products add to it: one `vpdpbusd` with VNNI). The
+    // lane sums are the same integers either way, so the results are the
+    // one-row kernels' to the bit, with three fewer instructions per row and
+    // block.
+    (@one $feat:literal, $dot4:ident, $dot4acc:ident, $name:ident, $wb:expr, $form:ident $($shift:literal)?, |$bw:ident| $unpack:expr) => {
         /// Four weight rows `row_bytes` apart times one Q8_0 activation row.
         ///
         /// # Safety
@@ -1066,7 +1118,7 @@ macro_rules! legacy_rows {
                         let $bw = unsafe { wp[r].add((i + k) * $wb) };
                         prefetch_rows_line(wp[0], PREFETCH + ((i + k) * 4 + r) * $wb);
                         let qx = $unpack;
-                        let p = legacy_rows!(@dot $dot4, qx, qy, corr, $form);
+                        let p = legacy_rows!(@dot $dot4, $dot4acc, qx, qy, corr, $form);
                         let acc = &mut acc[k % 2][r];
                         *acc = _mm256_fmadd_ps(_mm256_set1_ps(dd[r][k]), _mm256_cvtepi32_ps(p), *acc);
                     }
@@ -1086,7 +1138,7 @@ macro_rules! legacy_rows {
                     // SAFETY: as above.
                     let d = h2f_prod(unsafe { rd16($bw) } | da << 16);
                     let qx = $unpack;
-                    let p = legacy_rows!(@dot $dot4, qx, qy, corr, $form);
+                    let p = legacy_rows!(@dot $dot4, $dot4acc, qx, qy, corr, $form);
                     let acc = &mut acc[i % 2][r];
                     *acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), *acc);
                 }
@@ -1098,20 +1150,25 @@ macro_rules! legacy_rows {
         _mm256_setzero_si256()
     };
     (@corr $dot4:ident, $qy:ident, offset $shift:literal) => {
-        _mm256_slli_epi32::<$shift>($dot4(_mm256_set1_epi8(1), $qy))
+        _mm256_sub_epi32(
+            _mm256_setzero_si256(),
+            _mm256_slli_epi32::<$shift>($dot4(_mm256_set1_epi8(1), $qy)),
+        )
     };
-    (@dot $dot4:ident, $qx:ident, $qy:ident, $corr:ident, signed) => {{
+    (@dot $dot4:ident, $dot4acc:ident, $qx:ident, $qy:ident, $corr:ident, signed) => {{
         let _ = $corr;
         $dot4(_mm256_sign_epi8($qx, $qx), _mm256_sign_epi8($qy, $qx))
     }};
-    (@dot $dot4:ident, $qx:ident, $qy:ident, $corr:ident, offset) => {
-        _mm256_sub_epi32($dot4($qx, $qy), $corr)
+    (@dot $dot4:ident, $dot4acc:ident, $qx:ident, $qy:ident, $corr:ident, offset) => {
+        $dot4acc($corr, $qx, $qy)
     };
 }
 
 legacy_rows!(
     "avx2,fma,f16c",
     dot4_avx2,
+    dot4acc_avx2,
+    q5_0_unsigned_avx2,
     q8_0_r4_avx2,
     q4_0_r4_avx2,
     q5_0_r4_avx2
@@ -1119,7 +1176,21 @@ legacy_rows!(
 legacy_rows!(
     "avx2,fma,f16c,avxvnni",
     dot4_avxvnni,
+    dot4acc_avxvnni,
+    q5_0_unsigned_avx2,
     q8_0_r4_avxvnni,
     q4_0_r4_avxvnni,
     q5_0_r4_avxvnni
+);
+// AVX-512 machines (Ice Lake, Cascade Lake, Zen 4 and later): `vpdpbusd`
+// on 256 bits through AVX-512 VL (no AVX-VNNI needed) and the masked
+// fifth-bit add.
+legacy_rows!(
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    dot4_avx512vl,
+    dot4acc_avx512vl,
+    q5_0_unsigned_avx512vl,
+    q8_0_r4_avx512vl,
+    q4_0_r4_avx512vl,
+    q5_0_r4_avx512vl
 );
