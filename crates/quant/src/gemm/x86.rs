@@ -435,6 +435,44 @@ pub(super) unsafe fn tile_avxvnni(p: &Panel, a: &Acts, c0: usize, m: usize) -> T
     }
 }
 
+/// Group `g`'s i32 sums of panel rows `16h..16h + 16` (two vectors)
+/// against `MA` activation rows `cols` apart, each starting from the row's
+/// offset correction in `abase`: the integer part both AVX-VNNI sweeps share.
+///
+/// # Safety
+/// avx2 and avxvnni present; the pointers hold group `g` of a panel of
+/// `groups` groups of `G` and of `MA` activation rows (as [`super::tile`]
+/// asserts), and `16h + 16 <= NR`.
+#[inline]
+#[target_feature(enable = "avx2,avxvnni")]
+unsafe fn vnni_group_sums<const MA: usize, const G: usize>(
+    pq: *const u8,
+    aq: *const u8,
+    abase: *const i32,
+    cols: usize,
+    groups: usize,
+    g: usize,
+    h: usize,
+) -> [[__m256i; 2]; MA] {
+    // SAFETY: the caller's contract bounds every read.
+    unsafe {
+        let mut iacc: [[__m256i; 2]; MA] =
+            std::array::from_fn(|r| [_mm256_set1_epi32(*abase.add(r * groups + g)); 2]);
+        for kq in 0..G / 4 {
+            let k4 = g * (G / 4) + kq;
+            let w0 = _mm256_loadu_si256(pq.add(k4 * NR * 4 + h * 64) as *const _);
+            let w1 = _mm256_loadu_si256(pq.add(k4 * NR * 4 + h * 64 + 32) as *const _);
+            for (r, acc) in iacc.iter_mut().enumerate() {
+                let quad = (aq.add(r * cols + k4 * 4) as *const i32).read_unaligned();
+                let av = _mm256_set1_epi32(quad);
+                acc[0] = _mm256_dpbusd_avx_epi32(acc[0], w0, av);
+                acc[1] = _mm256_dpbusd_avx_epi32(acc[1], w1, av);
+            }
+        }
+        iacc
+    }
+}
+
 /// Panel rows `16h..16h + 16` against activation rows `c0..c0 + MA` through
 /// `vpdpbusd`, added into `out[..MA]` (see [`tile_avx2_wide`] for why the
 /// float accumulators live in `out`: eight i32 sums, two weight vectors and
@@ -465,19 +503,7 @@ unsafe fn tile_avxvnni_wide<const MA: usize, const G: usize, const MIN: bool>(
         // g*G..(g+1)*G lie inside the buffers (asserted by `super::tile`);
         // `out` has MR rows of NR floats, 32-byte aligned, 16h + 16 <= NR.
         unsafe {
-            let mut iacc: [[__m256i; 2]; MA] =
-                std::array::from_fn(|r| [_mm256_set1_epi32(*abase.add(r * p.groups + g)); 2]);
-            for kq in 0..G / 4 {
-                let k4 = g * (G / 4) + kq;
-                let w0 = _mm256_loadu_si256(pq.add(k4 * NR * 4 + h * 64) as *const _);
-                let w1 = _mm256_loadu_si256(pq.add(k4 * NR * 4 + h * 64 + 32) as *const _);
-                for (r, acc) in iacc.iter_mut().enumerate() {
-                    let quad = (aq.add(r * cols + k4 * 4) as *const i32).read_unaligned();
-                    let av = _mm256_set1_epi32(quad);
-                    acc[0] = _mm256_dpbusd_avx_epi32(acc[0], w0, av);
-                    acc[1] = _mm256_dpbusd_avx_epi32(acc[1], w1, av);
-                }
-            }
+            let iacc = vnni_group_sums::<MA, G>(pq, aq, abase, cols, p.groups, g, h);
             for (r, iacc) in iacc.iter().enumerate() {
                 let d = _mm256_set1_ps(*ad.add(r * (cols / QK) + g * G / QK));
                 let sum = _mm256_set1_ps(*asum.add(r * p.groups + g));
@@ -527,19 +553,7 @@ unsafe fn tile_avxvnni_pair<const MA: usize, const G: usize, const MIN: bool>(
     for g in 0..p.groups {
         // SAFETY: as in `tile_avxvnni_wide`, for rows c0..c0 + MA.
         unsafe {
-            let mut iacc: [[__m256i; 2]; MA] =
-                std::array::from_fn(|r| [_mm256_set1_epi32(*abase.add(r * p.groups + g)); 2]);
-            for kq in 0..G / 4 {
-                let k4 = g * (G / 4) + kq;
-                let w0 = _mm256_loadu_si256(pq.add(k4 * NR * 4 + h * 64) as *const _);
-                let w1 = _mm256_loadu_si256(pq.add(k4 * NR * 4 + h * 64 + 32) as *const _);
-                for (r, acc) in iacc.iter_mut().enumerate() {
-                    let quad = (aq.add(r * cols + k4 * 4) as *const i32).read_unaligned();
-                    let av = _mm256_set1_epi32(quad);
-                    acc[0] = _mm256_dpbusd_avx_epi32(acc[0], w0, av);
-                    acc[1] = _mm256_dpbusd_avx_epi32(acc[1], w1, av);
-                }
-            }
+            let iacc = vnni_group_sums::<MA, G>(pq, aq, abase, cols, p.groups, g, h);
             for (r, (iacc, f)) in iacc.iter().zip(facc.iter_mut()).enumerate() {
                 let d = _mm256_set1_ps(*ad.add(r * (cols / QK) + g * G / QK));
                 let sum = _mm256_set1_ps(*asum.add(r * p.groups + g));
