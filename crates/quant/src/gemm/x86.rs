@@ -282,7 +282,6 @@ unsafe fn tile_avx2_wide<const MA: usize, const G: usize, const MIN: bool, const
     const { assert!(RUN == 0 || (G / 4).is_multiple_of(RUN)) };
     let cols = p.groups * G;
     let pq = p.q.as_ptr();
-    let (ps, pm) = (p.s.as_ptr(), p.m.as_ptr());
     let aq = a.q[c0 * cols..].as_ptr();
     let ad = a.d[c0 * (cols / QK)..].as_ptr();
     let asum = a.sum[c0 * p.groups..].as_ptr();
@@ -356,21 +355,7 @@ unsafe fn tile_avx2_wide<const MA: usize, const G: usize, const MIN: bool, const
                     }
                 }
             }
-            for (r, iacc) in iacc.iter().enumerate() {
-                let d = _mm256_set1_ps(*ad.add(r * (cols / QK) + g * G / QK));
-                let sum = _mm256_set1_ps(*asum.add(r * p.groups + g));
-                for (v, &i) in iacc.iter().enumerate() {
-                    let at = o.add(r * NR + h * 16 + v * 8) as *mut __m256;
-                    let s = _mm256_loadu_ps(ps.add(g * NR + h * 16 + v * 8));
-                    let mut f = at.read_volatile();
-                    f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(s, d), f);
-                    if MIN {
-                        let mn = _mm256_loadu_ps(pm.add(g * NR + h * 16 + v * 8));
-                        f = _mm256_fnmadd_ps(mn, sum, f);
-                    }
-                    at.write_volatile(f);
-                }
-            }
+            float_steps_in_l1::<MA, G, MIN>(&iacc, p, ad, asum, g, h, o);
         }
     }
 }
@@ -491,7 +476,6 @@ unsafe fn tile_avxvnni_wide<const MA: usize, const G: usize, const MIN: bool>(
 ) {
     let cols = p.groups * G;
     let pq = p.q.as_ptr();
-    let (ps, pm) = (p.s.as_ptr(), p.m.as_ptr());
     let aq = a.q[c0 * cols..].as_ptr();
     let ad = a.d[c0 * (cols / QK)..].as_ptr();
     let asum = a.sum[c0 * p.groups..].as_ptr();
@@ -504,21 +488,7 @@ unsafe fn tile_avxvnni_wide<const MA: usize, const G: usize, const MIN: bool>(
         // `out` has MR rows of NR floats, 32-byte aligned, 16h + 16 <= NR.
         unsafe {
             let iacc = vnni_group_sums::<MA, G>(pq, aq, abase, cols, p.groups, g, h);
-            for (r, iacc) in iacc.iter().enumerate() {
-                let d = _mm256_set1_ps(*ad.add(r * (cols / QK) + g * G / QK));
-                let sum = _mm256_set1_ps(*asum.add(r * p.groups + g));
-                for (v, &i) in iacc.iter().enumerate() {
-                    let at = o.add(r * NR + h * 16 + v * 8) as *mut __m256;
-                    let s = _mm256_loadu_ps(ps.add(g * NR + h * 16 + v * 8));
-                    let mut f = at.read_volatile();
-                    f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(s, d), f);
-                    if MIN {
-                        let mn = _mm256_loadu_ps(pm.add(g * NR + h * 16 + v * 8));
-                        f = _mm256_fnmadd_ps(mn, sum, f);
-                    }
-                    at.write_volatile(f);
-                }
-            }
+            float_steps_in_l1::<MA, G, MIN>(&iacc, p, ad, asum, g, h, o);
         }
     }
 }
@@ -573,6 +543,50 @@ unsafe fn tile_avxvnni_pair<const MA: usize, const G: usize, const MIN: bool>(
         unsafe {
             _mm256_storeu_ps(row.as_mut_ptr().add(h * 16), f[0]);
             _mm256_storeu_ps(row.as_mut_ptr().add(h * 16 + 8), f[1]);
+        }
+    }
+}
+
+/// Adds group `g`'s integer sums of panel rows `16h..16h + 16` into the
+/// float tile `o` (the reference's steps: the sum times weight scale times
+/// activation scale, less minimum times activation sum when `MIN`), through
+/// volatile loads and stores that keep the float sums in L1 (see
+/// [`tile_avx2_wide`]).
+///
+/// # Safety
+/// avx2 and fma present; `ad` and `asum` point at the tile's first
+/// activation row's scales and group sums (as [`super::tile`] asserts for
+/// `MA` rows); `o` at an aligned tile of MR rows of NR floats;
+/// `16h + 16 <= NR`.
+#[inline]
+#[target_feature(enable = "avx2,fma")]
+unsafe fn float_steps_in_l1<const MA: usize, const G: usize, const MIN: bool>(
+    iacc: &[[__m256i; 2]; MA],
+    p: &Panel,
+    ad: *const f32,
+    asum: *const f32,
+    g: usize,
+    h: usize,
+    o: *mut f32,
+) {
+    let cols = p.groups * G;
+    let (ps, pm) = (p.s.as_ptr(), p.m.as_ptr());
+    // SAFETY: the caller's contract bounds every access.
+    unsafe {
+        for (r, iacc) in iacc.iter().enumerate() {
+            let d = _mm256_set1_ps(*ad.add(r * (cols / QK) + g * G / QK));
+            let sum = _mm256_set1_ps(*asum.add(r * p.groups + g));
+            for (v, &i) in iacc.iter().enumerate() {
+                let at = o.add(r * NR + h * 16 + v * 8) as *mut __m256;
+                let s = _mm256_loadu_ps(ps.add(g * NR + h * 16 + v * 8));
+                let mut f = at.read_volatile();
+                f = _mm256_fmadd_ps(_mm256_cvtepi32_ps(i), _mm256_mul_ps(s, d), f);
+                if MIN {
+                    let mn = _mm256_loadu_ps(pm.add(g * NR + h * 16 + v * 8));
+                    f = _mm256_fnmadd_ps(mn, sum, f);
+                }
+                at.write_volatile(f);
+            }
         }
     }
 }
