@@ -85,10 +85,10 @@ fn kernels() -> &'static (GeluFn, GegluFn) {
         #[cfg(target_arch = "x86_64")]
         match crate::simd::best().gemm.vector() {
             crate::simd::GemmTier::Avx512Vnni => return (x86::gelu_avx512, x86::geglu_avx512),
-            crate::simd::GemmTier::Avx2 => return (x86::gelu_avx2, x86::geglu_avx2),
-            crate::simd::GemmTier::Portable
-            | crate::simd::GemmTier::AvxVnni
-            | crate::simd::GemmTier::Amx => {}
+            crate::simd::GemmTier::Avx2 | crate::simd::GemmTier::AvxVnni => {
+                return (x86::gelu_avx2, x86::geglu_avx2)
+            }
+            crate::simd::GemmTier::Portable | crate::simd::GemmTier::Amx => {}
         }
         (scalar_gelu, scalar_geglu)
     })

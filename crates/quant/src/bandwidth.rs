@@ -79,9 +79,6 @@ fn prefetch(p: *const u8) {
 mod tests {
     use super::*;
 
-    /// The probe reports a plausible rate: above 100 MB/s (any machine
-    /// that runs the tests) and below 10 TB/s (no machine reads that fast),
-    /// so a loop the compiler dropped would be caught.
     /// The streaming sum is the plain sum, tails included.
     #[test]
     fn streaming_sum_is_the_sum() {
@@ -94,6 +91,9 @@ mod tests {
         }
     }
 
+    /// The probe reports a plausible rate: above 100 MB/s (any machine
+    /// that runs the tests) and below 10 TB/s (no machine reads that fast),
+    /// so a loop the compiler dropped would be caught.
     #[test]
     fn bandwidth_is_plausible() {
         let pool = ThreadPool::new(1);

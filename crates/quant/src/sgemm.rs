@@ -18,10 +18,10 @@ fn kernel() -> Option<Kernel> {
     #[cfg(target_arch = "x86_64")]
     match crate::simd::best().gemm.vector() {
         crate::simd::GemmTier::Avx512Vnni => return Some(x86::sgemm_avx512 as Kernel),
-        crate::simd::GemmTier::Avx2 => return Some(x86::sgemm_avx2 as Kernel),
-        crate::simd::GemmTier::Portable
-        | crate::simd::GemmTier::AvxVnni
-        | crate::simd::GemmTier::Amx => {}
+        crate::simd::GemmTier::Avx2 | crate::simd::GemmTier::AvxVnni => {
+            return Some(x86::sgemm_avx2 as Kernel)
+        }
+        crate::simd::GemmTier::Portable | crate::simd::GemmTier::Amx => {}
     }
     None
 }

@@ -28,15 +28,13 @@ fn kernels() -> &'static VectorKernels {
                     axpy: x86::axpy_avx512,
                 }
             }
-            crate::simd::GemmTier::Avx2 => {
+            crate::simd::GemmTier::Avx2 | crate::simd::GemmTier::AvxVnni => {
                 return VectorKernels {
                     dot: x86::dot_avx2,
                     axpy: x86::axpy_avx2,
                 }
             }
-            crate::simd::GemmTier::Portable
-            | crate::simd::GemmTier::AvxVnni
-            | crate::simd::GemmTier::Amx => {}
+            crate::simd::GemmTier::Portable | crate::simd::GemmTier::Amx => {}
         }
         #[cfg(target_arch = "aarch64")]
         if crate::simd::best().name != "scalar" {

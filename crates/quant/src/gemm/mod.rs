@@ -499,10 +499,6 @@ pub(crate) fn tile(tier: GemmTier, p: &Panel, a: &Acts, c0: usize, m: usize) -> 
     assert!(!p.signed, "a signed (AMX) panel in the register tiles");
     #[cfg(target_arch = "x86_64")]
     if p.g == 16 || p.g == 32 {
-        if tier == GemmTier::AvxVnni {
-            // SAFETY: as below.
-            return unsafe { x86::tile_avxvnni(p, a, c0, m) };
-        }
         match tier.vector() {
             // SAFETY: the tier comes from a kernel table installed only
             // after its CPU features were detected; the asserts bound every
@@ -510,7 +506,9 @@ pub(crate) fn tile(tier: GemmTier, p: &Panel, a: &Acts, c0: usize, m: usize) -> 
             GemmTier::Avx512Vnni => return unsafe { x86::tile_avx512(p, a, c0, m) },
             // SAFETY: as above.
             GemmTier::Avx2 => return unsafe { x86::tile_avx2(p, a, c0, m) },
-            GemmTier::Portable | GemmTier::AvxVnni | GemmTier::Amx => {}
+            // SAFETY: as above.
+            GemmTier::AvxVnni => return unsafe { x86::tile_avxvnni(p, a, c0, m) },
+            GemmTier::Portable | GemmTier::Amx => {}
         }
     }
     let _ = tier;
@@ -564,8 +562,8 @@ fn quant_q8_0(tier: GemmTier, x: &[f32], block: &mut [u8; 34]) {
         // (a `chunks_exact(32)` chunk).
         GemmTier::Avx512Vnni => return unsafe { x86::quant_q8_0_avx512(x, block) },
         // SAFETY: as above.
-        GemmTier::Avx2 => return unsafe { x86::quant_q8_0_avx2(x, block) },
-        GemmTier::Portable | GemmTier::AvxVnni | GemmTier::Amx => {}
+        GemmTier::Avx2 | GemmTier::AvxVnni => return unsafe { x86::quant_q8_0_avx2(x, block) },
+        GemmTier::Portable | GemmTier::Amx => {}
     }
     let _ = tier;
     legacy::quant_q8_0_act(x, block);
@@ -580,8 +578,8 @@ fn quant_q8_k(tier: GemmTier, x: &[f32], block: &mut [u8; 292]) {
         // (a `chunks_exact(256)` chunk).
         GemmTier::Avx512Vnni => return unsafe { x86::quant_q8_k_avx512(x, block) },
         // SAFETY: as above.
-        GemmTier::Avx2 => return unsafe { x86::quant_q8_k_avx2(x, block) },
-        GemmTier::Portable | GemmTier::AvxVnni | GemmTier::Amx => {}
+        GemmTier::Avx2 | GemmTier::AvxVnni => return unsafe { x86::quant_q8_k_avx2(x, block) },
+        GemmTier::Portable | GemmTier::Amx => {}
     }
     let _ = tier;
     kquants::quant_q8_k(x, block);

@@ -50,10 +50,10 @@ pub(crate) enum GemmTier {
 }
 
 impl GemmTier {
-    /// The tier of the vector kernels (activation quantizers, `sgemm`, the
-    /// f32 vector kernels, and the register tile but for AVX-VNNI's): AMX
-    /// has tiles for the panel product alone and uses the AVX-512 ones for
-    /// the rest, AVX-VNNI its own register tile and the AVX2 rest.
+    /// The tier of the vector kernels (activation quantizers, the register
+    /// tile, `sgemm`, the f32 vector kernels): AMX has tiles for the panel
+    /// product alone and uses the AVX-512 ones for the rest. (AVX-VNNI has a
+    /// register tile of its own and takes the AVX2 kernels for the rest.)
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // x86 tiers.
     pub(crate) fn vector(self) -> GemmTier {
         match self {
@@ -62,7 +62,6 @@ impl GemmTier {
             #[cfg(test)]
             GemmTier::Amx if !crate::gemm::amx::usable() => GemmTier::Portable,
             GemmTier::Amx => GemmTier::Avx512Vnni,
-            GemmTier::AvxVnni => GemmTier::Avx2,
             t => t,
         }
     }
