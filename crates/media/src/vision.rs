@@ -624,6 +624,7 @@ impl Siglip {
                 &mut bufs.heads,
             )?;
             product(pool, file, &blk.out, &attn, n, &mut o, &mut bufs)?;
+            eprintln!("T qk {} sm {} pv {}", T[0].load(std::sync::atomic::Ordering::Relaxed)/1000000, T[1].load(std::sync::atomic::Ordering::Relaxed)/1000000, T[2].load(std::sync::atomic::Ordering::Relaxed)/1000000);
             x.iter_mut().zip(&o).for_each(|(a, &b)| *a += b);
             layer_norm_rows(pool, &blk.ln2, &x, &mut h, cfg.eps);
             product(pool, file, &blk.up, &h, n, &mut up, &mut bufs)?;
@@ -803,7 +804,7 @@ pub(crate) struct Buffers {
     /// Quantized activations.
     quant: Vec<u8>,
     /// Each head's keys (transposed) and values, packed.
-    pub(crate) heads: Vec<(PackedB, PackedB)>,
+    pub(crate) heads: Vec<HeadOperands>,
 }
 
 /// `out = LayerNorm(x)` row by row.
@@ -818,9 +819,21 @@ fn layer_norm_rows(pool: &ThreadPool, ln: &LayerNorm, x: &[f32], out: &mut [f32]
 }
 
 /// Full (bidirectional) multi-head attention among all patches:
-/// `out[:, head] = softmax(scale · q_h k_hᵀ) v_h`. Each head's keys
-/// (transposed) and values are packed once; each task then takes a block of
-/// query rows through every head, so its output rows are its own.
+/// `out[:, head] = softmax(scale · q_h k_hᵀ) v_h`, computed transposed so
+/// that every product runs on whole register tiles and the softmax runs down
+/// columns with no horizontal sums:
+///
+/// - each head's keys (`n × dh`, contiguous) and values transposed
+///   (`dh × n`) are laid out once;
+/// - each task takes a block of query rows through every head: the scaled
+///   queries packed as `q_hᵀ` (`dh × rows`), the scores `k_h · q_hᵀ`
+///   (`n × rows`) written straight into packed panels of 16 queries, a
+///   softmax down each query's column (16 queries a vector), `v_hᵀ · P`
+///   (`dh × rows`), and each query's output divided by its sum of
+///   exponentials.
+///
+/// A block's scores take `64 × n` floats (1 MiB at 4096 patches), so they
+/// stay in L2 between the two products.
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn attention(
     pool: &ThreadPool,
@@ -831,26 +844,25 @@ pub(crate) fn attention(
     k: &[f32],
     v: &[f32],
     out: &mut [f32],
-    packs: &mut Vec<(PackedB, PackedB)>,
+    packs: &mut Vec<HeadOperands>,
 ) -> Result<(), MediaError> {
     let d = heads * dh;
     let n = q.len() / d;
+    // A value row's stride: a multiple of 4 KiB would put the twelve rows
+    // a tile reads in one L1 set.
+    let ldv = n + 16;
     packs.resize_with(heads, Default::default);
     pool.for_each_chunk_mut(&mut packs[..], 1, |h, slot| {
-        let (kt, vp) = &mut slot[0];
-        kt.reset(dh, n);
-        let kd = kt.panels_mut();
-        for (j, row) in k.chunks_exact(d).enumerate() {
-            let base = (j / PANEL) * dh * PANEL + j % PANEL;
-            for (c, &val) in row[h * dh..(h + 1) * dh].iter().enumerate() {
-                kd[base + c * PANEL] = val;
-            }
+        let HeadOperands { keys, values_t } = &mut slot[0];
+        keys.clear();
+        for row in k.chunks_exact(d) {
+            keys.extend_from_slice(&row[h * dh..(h + 1) * dh]);
         }
-        vp.reset(n, dh);
-        let vd = vp.panels_mut();
+        values_t.clear();
+        values_t.resize(dh * ldv, 0.0);
         for (j, row) in v.chunks_exact(d).enumerate() {
             for (c, &val) in row[h * dh..(h + 1) * dh].iter().enumerate() {
-                vd[(c / PANEL) * n * PANEL + j * PANEL + c % PANEL] = val;
+                values_t[c * ldv + j] = val;
             }
         }
     });
@@ -859,115 +871,249 @@ pub(crate) fn attention(
     pool.for_each_chunk_mut(out, ATTENTION_BLOCK * d, |b, chunk| {
         let rows = chunk.len() / d;
         let r0 = b * ATTENTION_BLOCK;
-        let mut qs = vec![0.0f32; rows * dh];
-        let mut scores = vec![0.0f32; rows * n];
-        for (h, (kt, vp)) in packs.iter().enumerate() {
-            for (i, qrow) in qs.chunks_exact_mut(dh).enumerate() {
+        let (mut qt, mut scores) = (PackedB::new(), PackedB::new());
+        let mut ot = vec![0.0f32; dh * rows];
+        let mut sums = vec![0.0f32; rows.div_ceil(PANEL) * PANEL];
+        for (h, ops) in packs.iter().enumerate() {
+            qt.reset(dh, rows);
+            let qd = qt.panels_mut();
+            for i in 0..rows {
                 let src = &q[(r0 + i) * d + h * dh..][..dh];
-                qrow.iter_mut().zip(src).for_each(|(a, &s)| *a = s * scale);
+                let base = (i / PANEL) * dh * PANEL + i % PANEL;
+                for (c, &val) in src.iter().enumerate() {
+                    qd[base + c * PANEL] = val * scale;
+                }
             }
             let mut run = || -> Result<(), quant::QuantError> {
-                quant::vector::sgemm_packed(rows, &qs, dh, kt, &mut scores, n)?;
-                scores.chunks_exact_mut(n).for_each(softmax);
-                quant::vector::sgemm_packed(rows, &scores, n, vp, &mut chunk[h * dh..], d)
+                let t0 = std::time::Instant::now();
+                quant::vector::sgemm_packed_to_panels(n, &ops.keys, dh, &qt, &mut scores)?;
+                let t1 = std::time::Instant::now();
+                softmax_columns(scores.panels_mut(), n, &mut sums);
+                let t2 = std::time::Instant::now();
+                let r = quant::vector::sgemm_packed(dh, &ops.values_t, ldv, &scores, &mut ot, rows);
+                let t3 = std::time::Instant::now();
+                T[0].fetch_add((t1-t0).as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+                T[1].fetch_add((t2-t1).as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+                T[2].fetch_add((t3-t2).as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
+                r
             };
             if let Err(e) = run() {
                 failure.set(e);
                 return;
+            }
+            for (i, orow) in chunk.chunks_exact_mut(d).enumerate() {
+                let inv = 1.0 / sums[i];
+                for (c, o) in orow[h * dh..(h + 1) * dh].iter_mut().enumerate() {
+                    *o = ot[c * rows + i] * inv;
+                }
             }
         }
     });
     Ok(failure.into_result()?)
 }
 
-/// Softmax in place with [`exp_neg`]: the encoder's attention takes
-/// hundreds of millions of exponentials per layer, and the C library's
-/// `expf`, called one at a time, was an eighth of the encoding.
-fn softmax(x: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let sum = exp_shifted(x, max);
-    let inv = 1.0 / sum;
-    x.iter_mut().for_each(|v| *v *= inv);
+pub static T: [std::sync::atomic::AtomicU64; 3] = [std::sync::atomic::AtomicU64::new(0), std::sync::atomic::AtomicU64::new(0), std::sync::atomic::AtomicU64::new(0)];
+/// One head's keys and transposed values, laid out for [`attention`].
+#[derive(Default)]
+pub(crate) struct HeadOperands {
+    /// `n × dh`, row-major.
+    keys: Vec<f32>,
+    /// `dh × n`, rows `n + 16` apart.
+    values_t: Vec<f32>,
 }
 
-/// `x[i] = exp_neg(x[i] - max)` and their sum: eight at a time with AVX2
-/// where the CPU has it and the kernel set in use is not the portable one
-/// (`HEARTH_CPU=scalar` runs this one at a time too; the same bits per
-/// element either way, the sum in another order).
-fn exp_shifted(x: &mut [f32], max: f32) -> f32 {
+/// Softmax down the columns of packed scores (panels of `n` rows × 16
+/// queries): each query's scores become `exp_neg(s − max)`, and its sum of
+/// them goes to `sums`. Every element and every sum (in row order) has
+/// the same bits at every vector width.
+fn softmax_columns(panels: &mut [f32], n: usize, sums: &mut [f32]) {
+    let lanes = lanes();
+    for (panel, sum) in panels
+        .chunks_exact_mut(n * PANEL)
+        .zip(sums.chunks_exact_mut(PANEL))
+    {
+        match lanes {
+            // SAFETY: `lanes` checked the CPU has AVX-512 F.
+            #[cfg(target_arch = "x86_64")]
+            Lanes::Sixteen => unsafe { x86::softmax_panel_avx512(panel, sum) },
+            // SAFETY: `lanes` checked the CPU has AVX2.
+            #[cfg(target_arch = "x86_64")]
+            Lanes::Eight => unsafe { x86::softmax_panel_avx2(panel, sum) },
+            Lanes::One => softmax_panel_scalar(panel, sum),
+        }
+    }
+}
+
+/// The scalar reference of one panel of [`softmax_columns`].
+fn softmax_panel_scalar(panel: &mut [f32], sum: &mut [f32]) {
+    let mut max = [f32::NEG_INFINITY; PANEL];
+    for row in panel.chunks_exact(PANEL) {
+        max.iter_mut().zip(row).for_each(|(m, &v)| *m = m.max(v));
+    }
+    sum.fill(0.0);
+    for row in panel.chunks_exact_mut(PANEL) {
+        for ((v, &m), s) in row.iter_mut().zip(&max).zip(sum.iter_mut()) {
+            *v = exp_neg(*v - m);
+            *s += *v;
+        }
+    }
+}
+
+/// The vector width the softmax runs at: the kernel set in use
+/// (`HEARTH_CPU` included), where the CPU has it.
+#[derive(Clone, Copy, PartialEq)]
+enum Lanes {
+    One,
     #[cfg(target_arch = "x86_64")]
-    if quant::kernel_name() != "scalar" && std::arch::is_x86_feature_detected!("avx2") {
-        // SAFETY: AVX2 was detected just above.
-        return unsafe { x86::exp_shifted_avx2(x, max) };
-    }
-    exp_shifted_scalar(x, max)
+    Eight,
+    #[cfg(target_arch = "x86_64")]
+    Sixteen,
 }
 
-/// The scalar reference of [`exp_shifted`].
-fn exp_shifted_scalar(x: &mut [f32], max: f32) -> f32 {
-    let mut sum = 0.0f32;
-    for v in x.iter_mut() {
-        *v = exp_neg(*v - max);
-        sum += *v;
+fn lanes() -> Lanes {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let set = quant::kernel_name();
+        if matches!(set, "avx512" | "amx") && std::arch::is_x86_feature_detected!("avx512f") {
+            return Lanes::Sixteen;
+        }
+        if set != "scalar" && std::arch::is_x86_feature_detected!("avx2") {
+            return Lanes::Eight;
+        }
     }
-    sum
+    Lanes::One
 }
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    use super::PANEL;
     use std::arch::x86_64::*;
 
+    /// The degree-7 Taylor coefficients of [`super::exp_neg`], innermost
+    /// first.
+    const COEF: [f32; 8] = [
+        1.0 / 5040.0,
+        1.0 / 720.0,
+        1.0 / 120.0,
+        1.0 / 24.0,
+        1.0 / 6.0,
+        0.5,
+        1.0,
+        1.0,
+    ];
+
+    /// [`super::exp_neg`] on 16 lanes: the same operations in the same
+    /// order (no fused multiply-adds), so the same bits.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn exp_neg16(v: __m512) -> __m512 {
+        let c = |v: f32| _mm512_set1_ps(v);
+        let floor = c(-87.0);
+        let keep = _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(v, floor);
+        let v = _mm512_max_ps(v, floor);
+        let round = c(12_582_912.0);
+        let n = _mm512_sub_ps(
+            _mm512_add_ps(_mm512_mul_ps(v, c(std::f32::consts::LOG2_E)), round),
+            round,
+        );
+        let r = _mm512_sub_ps(
+            _mm512_sub_ps(v, _mm512_mul_ps(n, c(0.693_145_75))),
+            _mm512_mul_ps(n, c(1.428_606_8e-6)),
+        );
+        let mut p = c(COEF[0]);
+        for &k in &COEF[1..] {
+            p = _mm512_add_ps(c(k), _mm512_mul_ps(r, p));
+        }
+        let bits = _mm512_slli_epi32::<23>(_mm512_add_epi32(
+            _mm512_cvtps_epi32(n),
+            _mm512_set1_epi32(127),
+        ));
+        _mm512_maskz_mul_ps(keep, p, _mm512_castsi512_ps(bits))
+    }
+
+    /// [`super::exp_neg`] on eight lanes, as [`exp_neg16`].
+    #[inline]
+    #[target_feature(enable = "avx2")]
+    fn exp_neg8(v: __m256) -> __m256 {
+        let c = |v: f32| _mm256_set1_ps(v);
+        let floor = c(-87.0);
+        let below = _mm256_cmp_ps::<_CMP_LT_OQ>(v, floor);
+        let v = _mm256_max_ps(v, floor);
+        let round = c(12_582_912.0);
+        let n = _mm256_sub_ps(
+            _mm256_add_ps(_mm256_mul_ps(v, c(std::f32::consts::LOG2_E)), round),
+            round,
+        );
+        let r = _mm256_sub_ps(
+            _mm256_sub_ps(v, _mm256_mul_ps(n, c(0.693_145_75))),
+            _mm256_mul_ps(n, c(1.428_606_8e-6)),
+        );
+        let mut p = c(COEF[0]);
+        for &k in &COEF[1..] {
+            p = _mm256_add_ps(c(k), _mm256_mul_ps(r, p));
+        }
+        let bits = _mm256_slli_epi32::<23>(_mm256_add_epi32(
+            _mm256_cvtps_epi32(n),
+            _mm256_set1_epi32(127),
+        ));
+        _mm256_andnot_ps(below, _mm256_mul_ps(p, _mm256_castsi256_ps(bits)))
+    }
+
+    /// One panel of [`super::softmax_columns`], a row (16 queries) a
+    /// register.
+    ///
+    /// # Safety
+    /// AVX-512 F present.
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn softmax_panel_avx512(panel: &mut [f32], sum: &mut [f32]) {
+        assert!(sum.len() >= PANEL);
+        let mut max = _mm512_set1_ps(f32::NEG_INFINITY);
+        for row in panel.chunks_exact(PANEL) {
+            // SAFETY: 16 floats of this row.
+            max = _mm512_max_ps(max, unsafe { _mm512_loadu_ps(row.as_ptr()) });
+        }
+        let mut acc = _mm512_setzero_ps();
+        for row in panel.chunks_exact_mut(PANEL) {
+            // SAFETY: 16 floats of this row.
+            let e = exp_neg16(_mm512_sub_ps(unsafe { _mm512_loadu_ps(row.as_ptr()) }, max));
+            // SAFETY: as above.
+            unsafe { _mm512_storeu_ps(row.as_mut_ptr(), e) };
+            acc = _mm512_add_ps(acc, e);
+        }
+        // SAFETY: `sum` holds 16 floats (asserted).
+        unsafe { _mm512_storeu_ps(sum.as_mut_ptr(), acc) };
+    }
+
+    /// One panel of [`super::softmax_columns`], a row in two registers.
+    ///
     /// # Safety
     /// AVX2 present.
     #[target_feature(enable = "avx2")]
-    pub(super) unsafe fn exp_shifted_avx2(x: &mut [f32], max: f32) -> f32 {
-        let c = |v: f32| _mm256_set1_ps(v);
-        let (vmax, floor) = (c(max), c(-87.0));
-        let (log2e, round) = (c(std::f32::consts::LOG2_E), c(12_582_912.0));
-        let (ln2_hi, ln2_lo) = (c(0.693_145_75), c(1.428_606_8e-6));
-        let coef = [
-            1.0 / 5040.0,
-            1.0 / 720.0,
-            1.0 / 120.0,
-            1.0 / 24.0,
-            1.0 / 6.0,
-            0.5,
-            1.0,
-            1.0,
-        ];
-        let mut acc = _mm256_setzero_ps();
-        let mut chunks = x.chunks_exact_mut(8);
-        for ch in &mut chunks {
-            // SAFETY: eight floats of this chunk.
-            let v = unsafe { _mm256_loadu_ps(ch.as_ptr()) };
-            let v = _mm256_sub_ps(v, vmax);
-            let below = _mm256_cmp_ps::<_CMP_LT_OQ>(v, floor);
-            let v = _mm256_max_ps(v, floor);
-            let n = _mm256_sub_ps(_mm256_add_ps(_mm256_mul_ps(v, log2e), round), round);
-            let r = _mm256_sub_ps(
-                _mm256_sub_ps(v, _mm256_mul_ps(n, ln2_hi)),
-                _mm256_mul_ps(n, ln2_lo),
-            );
-            // Horner from the innermost coefficient, multiply then add, as
-            // the scalar expression rounds.
-            let mut p = c(coef[0]);
-            for &k in &coef[1..] {
-                p = _mm256_add_ps(c(k), _mm256_mul_ps(r, p));
+    pub(super) unsafe fn softmax_panel_avx2(panel: &mut [f32], sum: &mut [f32]) {
+        assert!(sum.len() >= PANEL);
+        let mut max = [_mm256_set1_ps(f32::NEG_INFINITY); 2];
+        for row in panel.chunks_exact(PANEL) {
+            for (h, m) in max.iter_mut().enumerate() {
+                // SAFETY: 8 of this row's 16 floats.
+                *m = _mm256_max_ps(*m, unsafe { _mm256_loadu_ps(row.as_ptr().add(8 * h)) });
             }
-            let bits = _mm256_slli_epi32::<23>(_mm256_add_epi32(
-                _mm256_cvtps_epi32(n),
-                _mm256_set1_epi32(127),
-            ));
-            let e = _mm256_mul_ps(p, _mm256_castsi256_ps(bits));
-            let e = _mm256_andnot_ps(below, e);
-            // SAFETY: eight floats of this chunk.
-            unsafe { _mm256_storeu_ps(ch.as_mut_ptr(), e) };
-            acc = _mm256_add_ps(acc, e);
         }
-        let mut lanes = [0.0f32; 8];
-        // SAFETY: eight floats into a local array.
-        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), acc) };
-        lanes.iter().sum::<f32>() + super::exp_shifted_scalar(chunks.into_remainder(), max)
+        let mut acc = [_mm256_setzero_ps(); 2];
+        for row in panel.chunks_exact_mut(PANEL) {
+            for h in 0..2 {
+                // SAFETY: 8 of this row's 16 floats.
+                unsafe {
+                    let at = row.as_mut_ptr().add(8 * h);
+                    let e = exp_neg8(_mm256_sub_ps(_mm256_loadu_ps(at), max[h]));
+                    _mm256_storeu_ps(at, e);
+                    acc[h] = _mm256_add_ps(acc[h], e);
+                }
+            }
+        }
+        for (h, a) in acc.iter().enumerate() {
+            // SAFETY: `sum` holds 16 floats (asserted).
+            unsafe { _mm256_storeu_ps(sum.as_mut_ptr().add(8 * h), *a) };
+        }
     }
 }
 
@@ -1040,28 +1186,100 @@ mod tests {
         assert_eq!(exp_neg(f32::NEG_INFINITY), 0.0);
     }
 
-    #[test]
-    fn the_vector_exponentials_match_the_scalar_ones() {
-        let base: Vec<f32> = (0..1003)
+    /// Packed scores: `n` rows × 16 queries, exponents spread wide enough
+    /// to reach the floor of -87.
+    fn scores(n: usize) -> Vec<f32> {
+        (0..n * PANEL)
             .map(|i| (i as f32 * 0.731).sin() * 60.0 - (i % 7) as f32 * 9.0)
-            .collect();
-        let max = base.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-        let (mut a, mut b) = (base.clone(), base);
-        let sa = exp_shifted(&mut a, max);
-        let sb = exp_shifted_scalar(&mut b, max);
-        assert_eq!(a, b);
-        assert!((sa - sb).abs() <= 1e-5 * sb);
+            .collect()
     }
 
     #[test]
-    fn softmax_sums_to_one() {
-        let mut v: Vec<f32> = (0..100).map(|i| (i as f32 * 0.37).sin() * 9.0).collect();
-        let mut want = v.clone();
-        ops::softmax(&mut want);
-        softmax(&mut v);
-        assert!((v.iter().sum::<f32>() - 1.0).abs() < 1e-5);
-        for (a, b) in v.iter().zip(&want) {
-            assert!((a - b).abs() <= 1e-6 * b.max(1e-30) + 1e-12, "{a} vs {b}");
+    fn the_vector_softmax_panels_match_the_scalar_ones() {
+        for n in [1, 2, 7, 300] {
+            let base = scores(n);
+            let mut want = base.clone();
+            let mut want_sum = [0.0f32; PANEL];
+            softmax_panel_scalar(&mut want, &mut want_sum);
+            let mut got = base.clone();
+            let mut sum = [0.0f32; PANEL];
+            softmax_columns(&mut got, n, &mut sum);
+            assert_eq!(got, want, "{n} rows, kernel set in use");
+            assert_eq!(sum, want_sum);
+            // Every width this CPU has, whichever the kernel set in use picks.
+            #[cfg(target_arch = "x86_64")]
+            {
+                if std::arch::is_x86_feature_detected!("avx2") {
+                    let (mut got, mut sum) = (base.clone(), [0.0f32; PANEL]);
+                    // SAFETY: AVX2 was detected just above.
+                    unsafe { x86::softmax_panel_avx2(&mut got, &mut sum) };
+                    assert_eq!((got, sum), (want.clone(), want_sum), "avx2, {n} rows");
+                }
+                if std::arch::is_x86_feature_detected!("avx512f") {
+                    let (mut got, mut sum) = (base.clone(), [0.0f32; PANEL]);
+                    // SAFETY: AVX-512 F was detected just above.
+                    unsafe { x86::softmax_panel_avx512(&mut got, &mut sum) };
+                    assert_eq!((got, sum), (want.clone(), want_sum), "avx512, {n} rows");
+                }
+            }
+        }
+    }
+
+    /// Down each column, the scaled exponentials are the text model's
+    /// softmax of that query's scores.
+    #[test]
+    fn column_softmax_is_the_softmax() {
+        let n = 100;
+        let mut panel = scores(n);
+        for (i, v) in panel.iter_mut().enumerate() {
+            *v /= 7.0 + (i % PANEL) as f32;
+        }
+        let base = panel.clone();
+        let mut sum = [0.0f32; PANEL];
+        softmax_columns(&mut panel, n, &mut sum);
+        for lane in 0..PANEL {
+            let mut want: Vec<f32> = (0..n).map(|p| base[p * PANEL + lane]).collect();
+            ops::softmax(&mut want);
+            for (p, w) in want.iter().enumerate() {
+                let got = panel[p * PANEL + lane] / sum[lane];
+                assert!((got - w).abs() <= 1e-6 * w + 1e-12, "{got} vs {w}");
+            }
+        }
+    }
+
+    /// The transposed, blocked attention is the textbook one.
+    #[test]
+    fn attention_matches_the_textbook_form() {
+        let (heads, dh, n) = (3, 20, 150);
+        let d = heads * dh;
+        let gen = |seed: usize, len: usize| -> Vec<f32> {
+            (0..len)
+                .map(|i| ((i * 7 + seed * 13) as f32 * 0.173).sin() * 1.5)
+                .collect()
+        };
+        let (q, k, v) = (gen(1, n * d), gen(2, n * d), gen(3, n * d));
+        let scale = 0.3;
+        let pool = ThreadPool::new(2);
+        let mut out = vec![0.0f32; n * d];
+        let mut packs = Vec::new();
+        attention(&pool, heads, dh, scale, &q, &k, &v, &mut out, &mut packs).unwrap();
+        for h in 0..heads {
+            for i in 0..n {
+                let mut w: Vec<f32> = (0..n)
+                    .map(|j| {
+                        (0..dh)
+                            .map(|c| q[i * d + h * dh + c] * k[j * d + h * dh + c])
+                            .sum::<f32>()
+                            * scale
+                    })
+                    .collect();
+                ops::softmax(&mut w);
+                for c in 0..dh {
+                    let want: f32 = (0..n).map(|j| w[j] * v[j * d + h * dh + c]).sum();
+                    let got = out[i * d + h * dh + c];
+                    assert!((got - want).abs() < 1e-5, "head {h} row {i} col {c}: {got} vs {want}");
+                }
+            }
         }
     }
 }

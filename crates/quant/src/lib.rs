@@ -234,6 +234,20 @@ pub mod testing {
             .ok_or_else(|| QuantError::UnknownKernelSet(set.to_string()))
     }
 
+    /// [`crate::vector::sgemm_packed`] through the named kernel table's
+    /// tier, to time each tier's f32 panel product on one machine.
+    pub fn sgemm_packed_with(
+        set: &str,
+        m: usize,
+        a: &[f32],
+        lda: usize,
+        b: &crate::vector::PackedB,
+        c: &mut [f32],
+        ldc: usize,
+    ) -> Result<(), QuantError> {
+        crate::sgemm_packed::sgemm_packed_on(table(set)?.gemm, m, a, lda, b, c, ldc)
+    }
+
     /// `vec_dot` through the named kernel table.
     pub fn vec_dot_with(
         set: &str,

@@ -37,6 +37,19 @@ impl PackedB {
         self.data.resize(n.div_ceil(PANEL) * PANEL * k, 0.0);
     }
 
+    /// Shape it `k × n` without clearing what is kept: for a product that
+    /// writes every element, padding included.
+    pub(crate) fn reshape(&mut self, k: usize, n: usize) {
+        self.k = k;
+        self.n = n;
+        self.data.resize(n.div_ceil(PANEL) * PANEL * k, 0.0);
+    }
+
+    /// The panels back to back (see [`Self::panels_mut`]).
+    pub fn panels(&self) -> &[f32] {
+        &self.data
+    }
+
     /// Rows (the sum's length).
     pub fn k(&self) -> usize {
         self.k
@@ -85,18 +98,114 @@ pub fn sgemm_packed(
     c: &mut [f32],
     ldc: usize,
 ) -> Result<(), QuantError> {
+    sgemm_packed_on(crate::simd::best().gemm, m, a, lda, b, c, ldc)
+}
+
+/// `C = A · B` written packed (`m × b.n()`, so `c.k()` is `m`), ready to be
+/// the right-hand side of the next product: attention computes its scores
+/// transposed (`K · Qᵀ`) straight into the panels that `Vᵀ · P` reads. The
+/// padding columns hold the product with `B`'s zero padding (zero for
+/// finite `A`); a product reading `c` never writes them out.
+pub fn sgemm_packed_to_panels(
+    m: usize,
+    a: &[f32],
+    lda: usize,
+    b: &PackedB,
+    c: &mut PackedB,
+) -> Result<(), QuantError> {
+    sgemm_packed_to_panels_on(crate::simd::best().gemm, m, a, lda, b, c)
+}
+
+/// Where C's elements go: row `i`, column `j` at
+/// `i * ldc + (j / PANEL) * panel + j % PANEL`; `whole` writes every
+/// column of the last panel (packed C) instead of the first `n`.
+#[derive(Clone, Copy)]
+struct Layout {
+    ldc: usize,
+    panel: usize,
+    whole: bool,
+}
+
+/// [`sgemm_packed`] through the kernel of the given tier (the tests and
+/// benchmarks run each tier on one machine this way).
+pub(crate) fn sgemm_packed_on(
+    tier: crate::simd::GemmTier,
+    m: usize,
+    a: &[f32],
+    lda: usize,
+    b: &PackedB,
+    c: &mut [f32],
+    ldc: usize,
+) -> Result<(), QuantError> {
     check(m, a, lda, b, c, ldc)?;
+    let layout = Layout {
+        ldc,
+        panel: PANEL,
+        whole: false,
+    };
+    // SAFETY: `check` bounds every read of A and write of C.
+    unsafe { run(tier, m, a.as_ptr(), lda, b, c.as_mut_ptr(), layout) };
+    Ok(())
+}
+
+/// [`sgemm_packed_to_panels`] through the kernel of the given tier.
+pub(crate) fn sgemm_packed_to_panels_on(
+    tier: crate::simd::GemmTier,
+    m: usize,
+    a: &[f32],
+    lda: usize,
+    b: &PackedB,
+    c: &mut PackedB,
+) -> Result<(), QuantError> {
+    check_a(m, a, lda, b)?;
+    c.reshape(m, b.n);
+    let layout = Layout {
+        ldc: PANEL,
+        panel: m * PANEL,
+        whole: true,
+    };
+    // SAFETY: `check_a` bounds every read of A; `c` holds `m` rows of
+    // every panel of `b.n` columns.
+    unsafe { run(tier, m, a.as_ptr(), lda, b, c.data.as_mut_ptr(), layout) };
+    Ok(())
+}
+
+/// # Safety
+/// A holds `m` rows of `b.k` floats `lda` apart; C holds every element
+/// `layout` places (the first `b.n` columns of each row, or every column of
+/// every panel when `layout.whole`).
+unsafe fn run(
+    tier: crate::simd::GemmTier,
+    m: usize,
+    a: *const f32,
+    lda: usize,
+    b: &PackedB,
+    c: *mut f32,
+    layout: Layout,
+) {
     if m == 0 || b.n == 0 {
-        return Ok(());
+        return;
     }
     #[cfg(target_arch = "x86_64")]
-    if !matches!(crate::simd::best().gemm, crate::simd::GemmTier::Portable) {
-        // SAFETY: the non-portable tiers are chosen only on CPUs with AVX2
-        // and FMA; `check` bounds every read and write.
-        unsafe { x86::packed_avx2(m, a.as_ptr(), lda, b, c.as_mut_ptr(), ldc) };
-        return Ok(());
+    match tier.vector() {
+        crate::simd::GemmTier::Avx512Vnni => {
+            // SAFETY: the AVX-512 tiers are chosen only on CPUs with
+            // AVX-512 F; the caller bounds the operands.
+            unsafe { x86::packed_avx512(m, a, lda, b, c, layout) };
+            return;
+        }
+        crate::simd::GemmTier::Avx2 | crate::simd::GemmTier::AvxVnni => {
+            // SAFETY: these tiers are chosen only on CPUs with AVX2 and
+            // FMA; the caller bounds the operands.
+            unsafe { x86::packed_avx2(m, a, lda, b, c, layout) };
+            return;
+        }
+        crate::simd::GemmTier::Portable | crate::simd::GemmTier::Amx => {}
     }
-    sgemm_packed_scalar(m, a, lda, b, c, ldc)
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = tier;
+    // SAFETY: the caller bounds the operands.
+    unsafe { reference(m, a, lda, b, c, layout) }
 }
 
 /// The scalar reference of [`sgemm_packed`]: each element summed over `k`
@@ -110,20 +219,77 @@ pub fn sgemm_packed_scalar(
     ldc: usize,
 ) -> Result<(), QuantError> {
     check(m, a, lda, b, c, ldc)?;
+    let layout = Layout {
+        ldc,
+        panel: PANEL,
+        whole: false,
+    };
+    // SAFETY: `check` bounds every read of A and write of C.
+    unsafe { reference(m, a.as_ptr(), lda, b, c.as_mut_ptr(), layout) };
+    Ok(())
+}
+
+/// The scalar reference of [`sgemm_packed_to_panels`].
+pub fn sgemm_packed_to_panels_scalar(
+    m: usize,
+    a: &[f32],
+    lda: usize,
+    b: &PackedB,
+    c: &mut PackedB,
+) -> Result<(), QuantError> {
+    sgemm_packed_to_panels_on(crate::simd::GemmTier::Portable, m, a, lda, b, c)
+}
+
+/// # Safety
+/// As [`run`].
+unsafe fn reference(m: usize, a: *const f32, lda: usize, b: &PackedB, c: *mut f32, layout: Layout) {
     let (k, n) = (b.k, b.n);
+    let cols = if layout.whole {
+        n.div_ceil(PANEL) * PANEL
+    } else {
+        n
+    };
     for i in 0..m {
-        for j in 0..n {
+        for j in 0..cols {
             let panel = &b.data[(j / PANEL) * k * PANEL..];
             let mut acc = 0.0f32;
             for p in 0..k {
-                acc = a[i * lda + p].mul_add(panel[p * PANEL + j % PANEL], acc);
+                // SAFETY: row i of A holds k floats.
+                let x = unsafe { *a.add(i * lda + p) };
+                acc = x.mul_add(panel[p * PANEL + j % PANEL], acc);
             }
-            c[i * ldc + j] = acc;
+            // SAFETY: the caller's layout places (i, j) inside C.
+            unsafe { *c.add(i * layout.ldc + (j / PANEL) * layout.panel + j % PANEL) = acc };
         }
+    }
+}
+
+/// Checks A's rows against `b`'s sum length.
+fn check_a(m: usize, a: &[f32], lda: usize, b: &PackedB) -> Result<(), QuantError> {
+    if lda < b.k {
+        return Err(QuantError::Shape(format!(
+            "packed sgemm: a row stride is shorter than its row (lda {lda} < k {})",
+            b.k
+        )));
+    }
+    if m == 0 || b.k == 0 {
+        return Ok(());
+    }
+    let need = (m - 1)
+        .checked_mul(lda)
+        .and_then(|v| v.checked_add(b.k))
+        .ok_or(QuantError::Overflow)?;
+    if a.len() < need {
+        return Err(QuantError::BufferTooShort {
+            what: "packed sgemm A",
+            need,
+            have: a.len(),
+        });
     }
     Ok(())
 }
 
+/// Checks A's rows and a row-major C (`ldc` apart) against the shapes.
 fn check(
     m: usize,
     a: &[f32],
@@ -132,33 +298,24 @@ fn check(
     c: &[f32],
     ldc: usize,
 ) -> Result<(), QuantError> {
-    if lda < b.k || ldc < b.n {
+    check_a(m, a, lda, b)?;
+    if ldc < b.n {
         return Err(QuantError::Shape(format!(
-            "packed sgemm: a row stride is shorter than its row (lda {lda} < k {}, or ldc {ldc} < n {})",
-            b.k, b.n
+            "packed sgemm: C's row stride is shorter than its row (ldc {ldc} < n {})",
+            b.n
         )));
     }
     if m == 0 || b.n == 0 {
         return Ok(());
     }
-    let need = |ld: usize, cols: usize| {
-        (m - 1)
-            .checked_mul(ld)
-            .and_then(|v| v.checked_add(cols))
-            .ok_or(QuantError::Overflow)
-    };
-    let (na, nc) = (need(lda, b.k)?, need(ldc, b.n)?);
-    if b.k > 0 && a.len() < na {
-        return Err(QuantError::BufferTooShort {
-            what: "packed sgemm A",
-            need: na,
-            have: a.len(),
-        });
-    }
-    if c.len() < nc {
+    let need = (m - 1)
+        .checked_mul(ldc)
+        .and_then(|v| v.checked_add(b.n))
+        .ok_or(QuantError::Overflow)?;
+    if c.len() < need {
         return Err(QuantError::BufferTooShort {
             what: "packed sgemm C",
-            need: nc,
+            need,
             have: c.len(),
         });
     }
@@ -167,7 +324,7 @@ fn check(
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{PackedB, PANEL};
+    use super::{Layout, PackedB, PANEL};
     use crate::sgemm::x86::tile256;
     use std::arch::x86_64::*;
 
@@ -175,7 +332,7 @@ mod x86 {
     const MR: usize = 6;
 
     /// # Safety
-    /// avx2 and fma present; the pointers hold the shapes (see `check`).
+    /// avx2 and fma present; the pointers hold the shapes (see `super::run`).
     #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn packed_avx2(
         m: usize,
@@ -183,7 +340,7 @@ mod x86 {
         lda: usize,
         b: &PackedB,
         c: *mut f32,
-        ldc: usize,
+        layout: Layout,
     ) {
         let (k, n) = (b.k, b.n);
         let lane = |w: usize, base: usize| -> __m256i {
@@ -191,17 +348,23 @@ mod x86 {
             // SAFETY: reading eight i32 from a local array.
             unsafe { _mm256_loadu_si256(v.as_ptr() as *const _) }
         };
+        let ldc = layout.ldc;
         for s in 0..n.div_ceil(PANEL) {
-            let w = (n - s * PANEL).min(PANEL);
+            let w = if layout.whole {
+                PANEL
+            } else {
+                (n - s * PANEL).min(PANEL)
+            };
             let (m0, m1) = (lane(w, 0), lane(w, 8));
             let bp = b.data[s * k * PANEL..].as_ptr();
             let mut i = 0;
             while i < m {
                 let rows = (m - i).min(MR);
                 // SAFETY: rows i..i+rows of A and C, panel s of B (whole,
-                // padded) and columns s*PANEL..+w of C are inside the shapes.
+                // padded) and the w columns of C's panel s are inside the
+                // shapes.
                 unsafe {
-                    let (ap, cp) = (a.add(i * lda), c.add(i * ldc + s * PANEL));
+                    let (ap, cp) = (a.add(i * lda), c.add(i * ldc + s * layout.panel));
                     match rows {
                         6 => tile256::<6, true>(k, ap, lda, bp, PANEL, cp, ldc, m0, m1),
                         5 => tile256::<5, true>(k, ap, lda, bp, PANEL, cp, ldc, m0, m1),
@@ -213,6 +376,147 @@ mod x86 {
                     }
                 }
                 i += rows;
+            }
+        }
+    }
+
+    /// Rows of A per AVX-512 tile: 12 rows × 2 panels is 24 accumulators,
+    /// enough independent sums to keep both FMA ports busy, with 14 loads
+    /// (two panel rows, twelve broadcasts) per 24 multiply-adds (8 rows
+    /// measured 5-7% slower at attention's shapes).
+    const MR512: usize = 12;
+
+    /// Steps of the sum per pass: a tile's rows of A (12 KiB) stay in L1
+    /// while it sweeps the block's panels, however long the sum
+    /// (attention's `P·V` sums over thousands of keys). Later passes start
+    /// from the partial sums in C; the fused multiply-adds run in the same
+    /// order, so the bits are the unblocked sum's.
+    const KC: usize = 256;
+
+    /// Panels per block: a pass over a block reads at most 32 × 256 × 16
+    /// floats of B (512 KiB, in L2) for every tile of A rows.
+    const NC: usize = 32;
+
+    /// # Safety
+    /// avx512f present; the pointers hold the shapes (see `super::run`).
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn packed_avx512(
+        m: usize,
+        a: *const f32,
+        lda: usize,
+        b: &PackedB,
+        c: *mut f32,
+        layout: Layout,
+    ) {
+        let (k, n) = (b.k, b.n);
+        let panels = n.div_ceil(PANEL);
+        let mask = |s: usize| -> __mmask16 {
+            let w = (n - s * PANEL).min(PANEL);
+            if w == PANEL || layout.whole {
+                0xffff
+            } else {
+                (1u16 << w) - 1
+            }
+        };
+        let (ldc, cpanel) = (layout.ldc, layout.panel);
+        for s0 in (0..panels).step_by(NC) {
+            let s1 = (s0 + NC).min(panels);
+            let mut p0 = 0;
+            loop {
+                let kc = (k - p0).min(KC);
+                let resume = p0 > 0;
+                let mut i = 0;
+                while i < m {
+                    let rows = (m - i).min(MR512);
+                    let mut s = s0;
+                    while s < s1 {
+                        let two = s1 - s >= 2;
+                        let (m0, m1) = (mask(s), if two { mask(s + 1) } else { 0 });
+                        let bp = b.data[s * k * PANEL + p0 * PANEL..].as_ptr();
+                        // SAFETY: rows i..i+rows of A (columns p0..p0+kc)
+                        // and C, panels s and s+1 of B (whole, padded; the
+                        // second only when `two`), and C's columns under
+                        // the masks are inside the shapes.
+                        unsafe {
+                            let (ap, cp) = (a.add(i * lda + p0), c.add(i * ldc + s * cpanel));
+                            macro_rules! go {
+                                ($($r:literal),*) => {
+                                    match (rows, two) {
+                                        $(($r, true) => tile512::<$r, 2>(kc, k * PANEL, ap, lda, bp, cp, ldc, cpanel, m0, m1, resume),
+                                          ($r, false) => tile512::<$r, 1>(kc, k * PANEL, ap, lda, bp, cp, ldc, cpanel, m0, m1, resume),)*
+                                        _ => {}
+                                    }
+                                };
+                            }
+                            go!(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12);
+                        }
+                        s += if two { 2 } else { 1 };
+                    }
+                    i += rows;
+                }
+                p0 += kc;
+                if p0 >= k {
+                    break;
+                }
+            }
+        }
+    }
+
+    /// `R` rows of A against `P` adjacent panels of B (`panel` floats
+    /// apart; C's are `cpanel` apart), `kc` steps of the sum; starting from
+    /// C when `resume`, else zero.
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn tile512<const R: usize, const P: usize>(
+        kc: usize,
+        panel: usize,
+        a: *const f32,
+        lda: usize,
+        b: *const f32,
+        c: *mut f32,
+        ldc: usize,
+        cpanel: usize,
+        m0: __mmask16,
+        m1: __mmask16,
+        resume: bool,
+    ) {
+        let masks = [m0, m1];
+        let mut acc = [[_mm512_setzero_ps(); P]; R];
+        if resume {
+            for (r, row) in acc.iter_mut().enumerate() {
+                for (q, v) in row.iter_mut().enumerate() {
+                    // SAFETY: C's row r, panel q's columns under its mask.
+                    *v = unsafe { _mm512_maskz_loadu_ps(masks[q], c.add(r * ldc + q * cpanel)) };
+                }
+            }
+        }
+        for p in 0..kc {
+            // SAFETY: step p of each panel (whole, padded) and element p
+            // of each of the R rows of A are inside the shapes.
+            unsafe {
+                let bv: [__m512; P] =
+                    std::array::from_fn(|q| _mm512_loadu_ps(b.add(q * panel + p * PANEL)));
+                for (r, row) in acc.iter_mut().enumerate() {
+                    let av = _mm512_set1_ps(*a.add(r * lda + p));
+                    for (v, &bq) in row.iter_mut().zip(&bv) {
+                        *v = _mm512_fmadd_ps(av, bq, *v);
+                    }
+                }
+            }
+        }
+        for (r, row) in acc.iter().enumerate() {
+            for (q, &v) in row.iter().enumerate() {
+                // SAFETY: C's row r, panel q's columns under its mask
+                // (plain stores for whole panels).
+                unsafe {
+                    let dst = c.add(r * ldc + q * cpanel);
+                    if masks[q] == 0xffff {
+                        _mm512_storeu_ps(dst, v);
+                    } else {
+                        _mm512_mask_storeu_ps(dst, masks[q], v);
+                    }
+                }
             }
         }
     }
@@ -245,9 +549,66 @@ mod tests {
             let mut got = vec![7.0f32; m * ldc];
             sgemm_packed(m, &a, lda, &packed, &mut got, ldc).unwrap();
             prop_assert_eq!(&got, &want);
+            for set in crate::simd::available() {
+                let mut got = vec![7.0f32; m * ldc];
+                sgemm_packed_on(set.gemm, m, &a, lda, &packed, &mut got, ldc).unwrap();
+                prop_assert_eq!(&got, &want, "kernel set {}", set.name);
+            }
             let mut strided = vec![7.0f32; m * ldc];
             crate::sgemm::sgemm_scalar(m, n, k, &a, lda, &b, ldb, &mut strided, ldc).unwrap();
             prop_assert_eq!(&strided, &want);
+            // Written packed: the same values where row-major C has them,
+            // zeros in the padding, the same bits on every tier.
+            let mut panels = PackedB::new();
+            panels.pack(3, 5, &[9.0; 15], 5).unwrap();
+            sgemm_packed_to_panels_scalar(m, &a, lda, &packed, &mut panels).unwrap();
+            prop_assert_eq!((panels.k(), panels.n()), (m, n));
+            for i in 0..m {
+                for j in 0..n.div_ceil(PANEL) * PANEL {
+                    let at = panels.panels()[(j / PANEL) * m * PANEL + i * PANEL + j % PANEL];
+                    let expect = if j < n { want[i * ldc + j] } else { 0.0 };
+                    prop_assert_eq!(at.to_bits(), expect.to_bits(), "({}, {})", i, j);
+                }
+            }
+            for set in crate::simd::available() {
+                let mut got = PackedB::new();
+                got.pack(2, 40, &[5.0; 80], 40).unwrap();
+                sgemm_packed_to_panels_on(set.gemm, m, &a, lda, &packed, &mut got).unwrap();
+                prop_assert_eq!(got.panels(), panels.panels(), "kernel set {}", set.name);
+            }
+        }
+    }
+
+    /// Sums longer than the AVX-512 kernel's pass resume from C with the
+    /// same bits, on every tier this CPU runs, panel tails and several
+    /// panel blocks included, row-major and packed.
+    #[test]
+    fn long_sums_match_scalar_on_every_tier() {
+        for &(m, n, k) in &[(13, 72, 600), (9, 40, 257), (64, 33, 512), (3, 16, 1000), (40, 1100, 300)] {
+            let (lda, ldc) = (k + 1, n + 3);
+            let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (m * n * k) as u64;
+            let mut next = move || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            };
+            let a: Vec<f32> = (0..m * lda).map(|_| next()).collect();
+            let b: Vec<f32> = (0..k * n).map(|_| next()).collect();
+            let mut packed = PackedB::new();
+            packed.pack(k, n, &b, n).unwrap();
+            let mut want = vec![7.0f32; m * ldc];
+            sgemm_packed_scalar(m, &a, lda, &packed, &mut want, ldc).unwrap();
+            let mut panels = PackedB::new();
+            sgemm_packed_to_panels_scalar(m, &a, lda, &packed, &mut panels).unwrap();
+            for set in crate::simd::available() {
+                let mut got = vec![7.0f32; m * ldc];
+                sgemm_packed_on(set.gemm, m, &a, lda, &packed, &mut got, ldc).unwrap();
+                assert_eq!(got, want, "kernel set {} at {m}x{n}x{k}", set.name);
+                let mut got = PackedB::new();
+                sgemm_packed_to_panels_on(set.gemm, m, &a, lda, &packed, &mut got).unwrap();
+                assert_eq!(got.panels(), panels.panels(), "kernel set {}", set.name);
+            }
         }
     }
 

@@ -5,7 +5,10 @@
 use std::sync::OnceLock;
 
 pub use crate::sgemm::{sgemm, sgemm_scalar};
-pub use crate::sgemm_packed::{sgemm_packed, sgemm_packed_scalar, PackedB, PANEL};
+pub use crate::sgemm_packed::{
+    sgemm_packed, sgemm_packed_scalar, sgemm_packed_to_panels, sgemm_packed_to_panels_scalar, PackedB,
+    PANEL,
+};
 
 type DotF32 = fn(&[f32], &[f32]) -> f32;
 type AxpyF32 = fn(&mut [f32], f32, &[f32]);
