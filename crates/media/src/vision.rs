@@ -624,7 +624,6 @@ impl Siglip {
                 &mut bufs.heads,
             )?;
             product(pool, file, &blk.out, &attn, n, &mut o, &mut bufs)?;
-            eprintln!("T qk {} sm {} pv {}", T[0].load(std::sync::atomic::Ordering::Relaxed)/1000000, T[1].load(std::sync::atomic::Ordering::Relaxed)/1000000, T[2].load(std::sync::atomic::Ordering::Relaxed)/1000000);
             x.iter_mut().zip(&o).for_each(|(a, &b)| *a += b);
             layer_norm_rows(pool, &blk.ln2, &x, &mut h, cfg.eps);
             product(pool, file, &blk.up, &h, n, &mut up, &mut bufs)?;
@@ -869,50 +868,86 @@ pub(crate) fn attention(
     let packs = &packs[..];
     let failure = FirstError::new();
     pool.for_each_chunk_mut(out, ATTENTION_BLOCK * d, |b, chunk| {
-        let rows = chunk.len() / d;
-        let r0 = b * ATTENTION_BLOCK;
-        let (mut qt, mut scores) = (PackedB::new(), PackedB::new());
-        let mut ot = vec![0.0f32; dh * rows];
-        let mut sums = vec![0.0f32; rows.div_ceil(PANEL) * PANEL];
-        for (h, ops) in packs.iter().enumerate() {
-            qt.reset(dh, rows);
-            let qd = qt.panels_mut();
-            for i in 0..rows {
-                let src = &q[(r0 + i) * d + h * dh..][..dh];
-                let base = (i / PANEL) * dh * PANEL + i % PANEL;
-                for (c, &val) in src.iter().enumerate() {
-                    qd[base + c * PANEL] = val * scale;
-                }
-            }
-            let mut run = || -> Result<(), quant::QuantError> {
-                let t0 = std::time::Instant::now();
-                quant::vector::sgemm_packed_to_panels(n, &ops.keys, dh, &qt, &mut scores)?;
-                let t1 = std::time::Instant::now();
-                softmax_columns(scores.panels_mut(), n, &mut sums);
-                let t2 = std::time::Instant::now();
-                let r = quant::vector::sgemm_packed(dh, &ops.values_t, ldv, &scores, &mut ot, rows);
-                let t3 = std::time::Instant::now();
-                T[0].fetch_add((t1-t0).as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
-                T[1].fetch_add((t2-t1).as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
-                T[2].fetch_add((t3-t2).as_nanos() as u64, std::sync::atomic::Ordering::Relaxed);
-                r
-            };
-            if let Err(e) = run() {
-                failure.set(e);
-                return;
-            }
-            for (i, orow) in chunk.chunks_exact_mut(d).enumerate() {
-                let inv = 1.0 / sums[i];
-                for (c, o) in orow[h * dh..(h + 1) * dh].iter_mut().enumerate() {
-                    *o = ot[c * rows + i] * inv;
-                }
-            }
-        }
+        SCRATCH
+            .with_borrow_mut(|scratch| {
+                attend_block(
+                    packs,
+                    b * ATTENTION_BLOCK,
+                    chunk,
+                    q,
+                    (dh, n, ldv, scale),
+                    scratch,
+                )
+            })
+            .unwrap_or_else(|e| failure.set(e));
     });
     Ok(failure.into_result()?)
 }
 
-pub static T: [std::sync::atomic::AtomicU64; 3] = [std::sync::atomic::AtomicU64::new(0), std::sync::atomic::AtomicU64::new(0), std::sync::atomic::AtomicU64::new(0)];
+thread_local! {
+    /// Each pool thread's attention scratch, kept between blocks and
+    /// encodings: the scores alone are 1 MiB a block, and allocating them
+    /// afresh cost page faults on every block.
+    static SCRATCH: std::cell::RefCell<AttentionScratch> = Default::default();
+}
+
+/// One thread's buffers for [`attend_block`].
+#[derive(Default)]
+struct AttentionScratch {
+    /// The block's scaled queries, transposed and packed.
+    qt: PackedB,
+    /// The block's scores, then exponentials (keys × queries, packed).
+    scores: PackedB,
+    /// `Vᵀ · P` (head width × queries).
+    ot: Vec<f32>,
+    /// Each query's sum of exponentials.
+    sums: Vec<f32>,
+}
+
+/// The query rows from `r0` (`chunk`'s rows) through every head, for
+/// [`attention`]; `shape` is (head width, patches, value row stride, scale).
+fn attend_block(
+    packs: &[HeadOperands],
+    r0: usize,
+    chunk: &mut [f32],
+    q: &[f32],
+    shape: (usize, usize, usize, f32),
+    scratch: &mut AttentionScratch,
+) -> Result<(), quant::QuantError> {
+    let (dh, n, ldv, scale) = shape;
+    let d = packs.len() * dh;
+    let rows = chunk.len() / d;
+    let AttentionScratch {
+        qt,
+        scores,
+        ot,
+        sums,
+    } = scratch;
+    ot.resize(dh * rows, 0.0);
+    sums.resize(rows.div_ceil(PANEL) * PANEL, 0.0);
+    for (h, ops) in packs.iter().enumerate() {
+        qt.reset(dh, rows);
+        let qd = qt.panels_mut();
+        for i in 0..rows {
+            let src = &q[(r0 + i) * d + h * dh..][..dh];
+            let base = (i / PANEL) * dh * PANEL + i % PANEL;
+            for (c, &val) in src.iter().enumerate() {
+                qd[base + c * PANEL] = val * scale;
+            }
+        }
+        quant::vector::sgemm_packed_to_panels(n, &ops.keys, dh, qt, scores)?;
+        softmax_columns(scores.panels_mut(), n, sums);
+        quant::vector::sgemm_packed(dh, &ops.values_t, ldv, scores, ot, rows)?;
+        for (i, orow) in chunk.chunks_exact_mut(d).enumerate() {
+            let inv = 1.0 / sums[i];
+            for (c, o) in orow[h * dh..(h + 1) * dh].iter_mut().enumerate() {
+                *o = ot[c * rows + i] * inv;
+            }
+        }
+    }
+    Ok(())
+}
+
 /// One head's keys and transposed values, laid out for [`attention`].
 #[derive(Default)]
 pub(crate) struct HeadOperands {
@@ -936,7 +971,7 @@ fn softmax_columns(panels: &mut [f32], n: usize, sums: &mut [f32]) {
             // SAFETY: `lanes` checked the CPU has AVX-512 F.
             #[cfg(target_arch = "x86_64")]
             Lanes::Sixteen => unsafe { x86::softmax_panel_avx512(panel, sum) },
-            // SAFETY: `lanes` checked the CPU has AVX2.
+            // SAFETY: `lanes` checked the CPU has AVX2 and FMA.
             #[cfg(target_arch = "x86_64")]
             Lanes::Eight => unsafe { x86::softmax_panel_avx2(panel, sum) },
             Lanes::One => softmax_panel_scalar(panel, sum),
@@ -977,7 +1012,10 @@ fn lanes() -> Lanes {
         if matches!(set, "avx512" | "amx") && std::arch::is_x86_feature_detected!("avx512f") {
             return Lanes::Sixteen;
         }
-        if set != "scalar" && std::arch::is_x86_feature_detected!("avx2") {
+        if set != "scalar"
+            && std::arch::is_x86_feature_detected!("avx2")
+            && std::arch::is_x86_feature_detected!("fma")
+        {
             return Lanes::Eight;
         }
     }
@@ -986,24 +1024,11 @@ fn lanes() -> Lanes {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::PANEL;
+    use super::{EXP_COEF, LN2_HI, LN2_LO, LOG2E, PANEL, ROUND};
     use std::arch::x86_64::*;
 
-    /// The degree-7 Taylor coefficients of [`super::exp_neg`], innermost
-    /// first.
-    const COEF: [f32; 8] = [
-        1.0 / 5040.0,
-        1.0 / 720.0,
-        1.0 / 120.0,
-        1.0 / 24.0,
-        1.0 / 6.0,
-        0.5,
-        1.0,
-        1.0,
-    ];
-
     /// [`super::exp_neg`] on 16 lanes: the same operations in the same
-    /// order (no fused multiply-adds), so the same bits.
+    /// order, so the same bits.
     #[inline]
     #[target_feature(enable = "avx512f")]
     fn exp_neg16(v: __m512) -> __m512 {
@@ -1011,18 +1036,13 @@ mod x86 {
         let floor = c(-87.0);
         let keep = _mm512_cmp_ps_mask::<_CMP_NLT_UQ>(v, floor);
         let v = _mm512_max_ps(v, floor);
-        let round = c(12_582_912.0);
-        let n = _mm512_sub_ps(
-            _mm512_add_ps(_mm512_mul_ps(v, c(std::f32::consts::LOG2_E)), round),
-            round,
-        );
-        let r = _mm512_sub_ps(
-            _mm512_sub_ps(v, _mm512_mul_ps(n, c(0.693_145_75))),
-            _mm512_mul_ps(n, c(1.428_606_8e-6)),
-        );
-        let mut p = c(COEF[0]);
-        for &k in &COEF[1..] {
-            p = _mm512_add_ps(c(k), _mm512_mul_ps(r, p));
+        let round = c(ROUND);
+        let n = _mm512_sub_ps(_mm512_fmadd_ps(v, c(LOG2E), round), round);
+        let r = _mm512_fnmadd_ps(n, c(LN2_HI), v);
+        let r = _mm512_fnmadd_ps(n, c(LN2_LO), r);
+        let mut p = c(EXP_COEF[0]);
+        for &k in &EXP_COEF[1..] {
+            p = _mm512_fmadd_ps(p, r, c(k));
         }
         let bits = _mm512_slli_epi32::<23>(_mm512_add_epi32(
             _mm512_cvtps_epi32(n),
@@ -1033,24 +1053,19 @@ mod x86 {
 
     /// [`super::exp_neg`] on eight lanes, as [`exp_neg16`].
     #[inline]
-    #[target_feature(enable = "avx2")]
+    #[target_feature(enable = "avx2,fma")]
     fn exp_neg8(v: __m256) -> __m256 {
         let c = |v: f32| _mm256_set1_ps(v);
         let floor = c(-87.0);
         let below = _mm256_cmp_ps::<_CMP_LT_OQ>(v, floor);
         let v = _mm256_max_ps(v, floor);
-        let round = c(12_582_912.0);
-        let n = _mm256_sub_ps(
-            _mm256_add_ps(_mm256_mul_ps(v, c(std::f32::consts::LOG2_E)), round),
-            round,
-        );
-        let r = _mm256_sub_ps(
-            _mm256_sub_ps(v, _mm256_mul_ps(n, c(0.693_145_75))),
-            _mm256_mul_ps(n, c(1.428_606_8e-6)),
-        );
-        let mut p = c(COEF[0]);
-        for &k in &COEF[1..] {
-            p = _mm256_add_ps(c(k), _mm256_mul_ps(r, p));
+        let round = c(ROUND);
+        let n = _mm256_sub_ps(_mm256_fmadd_ps(v, c(LOG2E), round), round);
+        let r = _mm256_fnmadd_ps(n, c(LN2_HI), v);
+        let r = _mm256_fnmadd_ps(n, c(LN2_LO), r);
+        let mut p = c(EXP_COEF[0]);
+        for &k in &EXP_COEF[1..] {
+            p = _mm256_fmadd_ps(p, r, c(k));
         }
         let bits = _mm256_slli_epi32::<23>(_mm256_add_epi32(
             _mm256_cvtps_epi32(n),
@@ -1088,7 +1103,7 @@ mod x86 {
     ///
     /// # Safety
     /// AVX2 present.
-    #[target_feature(enable = "avx2")]
+    #[target_feature(enable = "avx2,fma")]
     pub(super) unsafe fn softmax_panel_avx2(panel: &mut [f32], sum: &mut [f32]) {
         assert!(sum.len() >= PANEL);
         let mut max = [_mm256_set1_ps(f32::NEG_INFINITY); 2];
@@ -1117,27 +1132,22 @@ mod x86 {
     }
 }
 
-/// `e^x` for `x <= 0` (softmax's shifted scores), in plain f32 arithmetic
-/// the compiler vectorizes: `x = n ln2 + r` with `|r| <= ln2 / 2`, a
-/// degree-7 Taylor polynomial for `e^r` (error below 2 ulp), and `2^n` put
-/// into the exponent bits. Inputs below -87 give 0 (as `expf` nearly does).
+/// `e^x` for `x <= 0` (softmax's shifted scores): `x = n ln2 + r` with
+/// `|r| <= ln2 / 2`, a degree-7 Taylor polynomial for `e^r` by Horner's rule
+/// (error below 2 ulp), and `2^n` put into the exponent bits. Inputs below
+/// -87 give 0 (as `expf` nearly does). Every step that can is a fused
+/// multiply-add, as the vector kernels compute it (so they give these bits,
+/// in about two thirds of the instructions of separate products and sums).
 #[inline]
 fn exp_neg(x: f32) -> f32 {
-    const LOG2E: f32 = std::f32::consts::LOG2_E;
-    const LN2_HI: f32 = 0.693_145_75;
-    const LN2_LO: f32 = 1.428_606_8e-6;
-    // Adding 1.5 * 2^23 rounds to an integer in the low mantissa bits.
-    const ROUND: f32 = 12_582_912.0;
     let below = x < -87.0;
     let x = x.max(-87.0);
-    let n = (x * LOG2E + ROUND) - ROUND;
-    let r = (x - n * LN2_HI) - n * LN2_LO;
-    let p = 1.0
-        + r * (1.0
-            + r * (0.5
-                + r * (1.0 / 6.0
-                    + r * (1.0 / 24.0
-                        + r * (1.0 / 120.0 + r * (1.0 / 720.0 + r * (1.0 / 5040.0)))))));
+    let n = x.mul_add(LOG2E, ROUND) - ROUND;
+    let r = n.mul_add(-LN2_HI, x);
+    let r = n.mul_add(-LN2_LO, r);
+    let p = EXP_COEF[1..]
+        .iter()
+        .fold(EXP_COEF[0], |p, &k| p.mul_add(r, k));
     let scale = f32::from_bits(((n as i32 + 127) as u32) << 23);
     if below {
         0.0
@@ -1145,6 +1155,26 @@ fn exp_neg(x: f32) -> f32 {
         p * scale
     }
 }
+
+/// log2(e), for [`exp_neg`]'s reduction.
+const LOG2E: f32 = std::f32::consts::LOG2_E;
+/// ln 2 in two parts, the first with trailing zero bits so `n · LN2_HI` is
+/// exact.
+const LN2_HI: f32 = 0.693_145_75;
+const LN2_LO: f32 = 1.428_606_8e-6;
+/// Adding 1.5 · 2²³ rounds to an integer in the low mantissa bits.
+const ROUND: f32 = 12_582_912.0;
+/// The degree-7 Taylor coefficients of `e^r`, innermost first.
+const EXP_COEF: [f32; 8] = [
+    1.0 / 5040.0,
+    1.0 / 720.0,
+    1.0 / 120.0,
+    1.0 / 24.0,
+    1.0 / 6.0,
+    0.5,
+    1.0,
+    1.0,
+];
 
 /// The tensor `name`, required.
 pub(crate) fn tensor(file: &GgufFile, name: &str) -> Result<TensorInfo, MediaError> {
@@ -1209,9 +1239,11 @@ mod tests {
             // Every width this CPU has, whichever the kernel set in use picks.
             #[cfg(target_arch = "x86_64")]
             {
-                if std::arch::is_x86_feature_detected!("avx2") {
+                if std::arch::is_x86_feature_detected!("avx2")
+                    && std::arch::is_x86_feature_detected!("fma")
+                {
                     let (mut got, mut sum) = (base.clone(), [0.0f32; PANEL]);
-                    // SAFETY: AVX2 was detected just above.
+                    // SAFETY: AVX2 and FMA were detected just above.
                     unsafe { x86::softmax_panel_avx2(&mut got, &mut sum) };
                     assert_eq!((got, sum), (want.clone(), want_sum), "avx2, {n} rows");
                 }
@@ -1277,7 +1309,10 @@ mod tests {
                 for c in 0..dh {
                     let want: f32 = (0..n).map(|j| w[j] * v[j * d + h * dh + c]).sum();
                     let got = out[i * d + h * dh + c];
-                    assert!((got - want).abs() < 1e-5, "head {h} row {i} col {c}: {got} vs {want}");
+                    assert!(
+                        (got - want).abs() < 1e-5,
+                        "head {h} row {i} col {c}: {got} vs {want}"
+                    );
                 }
             }
         }

@@ -2,8 +2,8 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use hearth_quant::{
-    default_threads, matmul, quantize, quantize_activation, testing, vec_dot_type, GgmlType,
-    vector, Matrix, ThreadPool,
+    default_threads, matmul, quantize, quantize_activation, testing, vec_dot_type, vector,
+    GgmlType, Matrix, ThreadPool,
 };
 use std::hint::black_box;
 
@@ -165,7 +165,10 @@ fn bench_gemm_tile(c: &mut Criterion) {
 /// block of 64 queries; the scores `K·Qᵀ` (4096 × 72 by 72 × 64) and the
 /// values `Vᵀ·P` (72 × 4096 by 4096 × 64).
 fn bench_sgemm_packed(c: &mut Criterion) {
-    for (name, m, k, n) in [("scores", 4096usize, 72usize, 64usize), ("values", 72, 4096, 64)] {
+    for (name, m, k, n) in [
+        ("scores", 4096usize, 72usize, 64usize),
+        ("values", 72, 4096, 64),
+    ] {
         let mut g = c.benchmark_group(format!("sgemm_packed_{name}"));
         g.throughput(Throughput::Elements((m * k * n) as u64));
         let a = values(m * k, 3);

@@ -584,7 +584,13 @@ mod tests {
     /// panel blocks included, row-major and packed.
     #[test]
     fn long_sums_match_scalar_on_every_tier() {
-        for &(m, n, k) in &[(13, 72, 600), (9, 40, 257), (64, 33, 512), (3, 16, 1000), (40, 1100, 300)] {
+        for &(m, n, k) in &[
+            (13, 72, 600),
+            (9, 40, 257),
+            (64, 33, 512),
+            (3, 16, 1000),
+            (40, 1100, 300),
+        ] {
             let (lda, ldc) = (k + 1, n + 3);
             let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (m * n * k) as u64;
             let mut next = move || {

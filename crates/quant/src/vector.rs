@@ -6,8 +6,8 @@ use std::sync::OnceLock;
 
 pub use crate::sgemm::{sgemm, sgemm_scalar};
 pub use crate::sgemm_packed::{
-    sgemm_packed, sgemm_packed_scalar, sgemm_packed_to_panels, sgemm_packed_to_panels_scalar, PackedB,
-    PANEL,
+    sgemm_packed, sgemm_packed_scalar, sgemm_packed_to_panels, sgemm_packed_to_panels_scalar,
+    PackedB, PANEL,
 };
 
 type DotF32 = fn(&[f32], &[f32]) -> f32;
