@@ -802,7 +802,7 @@ pub(crate) struct Buffers {
     packed: PackedB,
     /// Quantized activations.
     quant: Vec<u8>,
-    /// Each head's keys (transposed) and values, packed.
+    /// Each head's keys and transposed values, laid out for [`attention`].
     pub(crate) heads: Vec<HeadOperands>,
 }
 
