@@ -272,18 +272,32 @@ fn check_a(m: usize, a: &[f32], lda: usize, b: &PackedB) -> Result<(), QuantErro
             b.k
         )));
     }
-    if m == 0 || b.k == 0 {
+    if b.k == 0 {
+        return Ok(());
+    }
+    rows_fit("packed sgemm A", m, lda, b.k, a.len())
+}
+
+/// Checks that `m` rows of `cols` elements, `ld` apart, fit in `len`.
+fn rows_fit(
+    what: &'static str,
+    m: usize,
+    ld: usize,
+    cols: usize,
+    len: usize,
+) -> Result<(), QuantError> {
+    if m == 0 {
         return Ok(());
     }
     let need = (m - 1)
-        .checked_mul(lda)
-        .and_then(|v| v.checked_add(b.k))
+        .checked_mul(ld)
+        .and_then(|v| v.checked_add(cols))
         .ok_or(QuantError::Overflow)?;
-    if a.len() < need {
+    if len < need {
         return Err(QuantError::BufferTooShort {
-            what: "packed sgemm A",
+            what,
             need,
-            have: a.len(),
+            have: len,
         });
     }
     Ok(())
@@ -305,21 +319,10 @@ fn check(
             b.n
         )));
     }
-    if m == 0 || b.n == 0 {
+    if b.n == 0 {
         return Ok(());
     }
-    let need = (m - 1)
-        .checked_mul(ldc)
-        .and_then(|v| v.checked_add(b.n))
-        .ok_or(QuantError::Overflow)?;
-    if c.len() < need {
-        return Err(QuantError::BufferTooShort {
-            what: "packed sgemm C",
-            need,
-            have: c.len(),
-        });
-    }
-    Ok(())
+    rows_fit("packed sgemm C", m, ldc, b.n, c.len())
 }
 
 #[cfg(target_arch = "x86_64")]
