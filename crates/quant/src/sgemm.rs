@@ -47,23 +47,35 @@ fn check(
     if m == 0 || n == 0 {
         return Ok(());
     }
-    let need = |rows: usize, ld: usize, cols: usize| {
-        (rows - 1)
-            .checked_mul(ld)
-            .and_then(|v| v.checked_add(cols))
-            .ok_or(QuantError::Overflow)
-    };
-    let short = |what, need: usize, have: usize| {
-        if have < need {
-            Err(QuantError::BufferTooShort { what, need, have })
-        } else {
-            Ok(())
-        }
-    };
-    short("sgemm C", need(m, ldc, n)?, c.len())?;
+    rows_fit("sgemm C", m, ldc, n, c.len())?;
     if k > 0 {
-        short("sgemm A", need(m, lda, k)?, a.len())?;
-        short("sgemm B", need(k, ldb, n)?, b.len())?;
+        rows_fit("sgemm A", m, lda, k, a.len())?;
+        rows_fit("sgemm B", k, ldb, n, b.len())?;
+    }
+    Ok(())
+}
+
+/// Checks that `m` rows of `cols` elements, `ld` apart, fit in `len`.
+pub(crate) fn rows_fit(
+    what: &'static str,
+    m: usize,
+    ld: usize,
+    cols: usize,
+    len: usize,
+) -> Result<(), QuantError> {
+    if m == 0 {
+        return Ok(());
+    }
+    let need = (m - 1)
+        .checked_mul(ld)
+        .and_then(|v| v.checked_add(cols))
+        .ok_or(QuantError::Overflow)?;
+    if len < need {
+        return Err(QuantError::BufferTooShort {
+            what,
+            need,
+            have: len,
+        });
     }
     Ok(())
 }

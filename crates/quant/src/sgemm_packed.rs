@@ -275,32 +275,7 @@ fn check_a(m: usize, a: &[f32], lda: usize, b: &PackedB) -> Result<(), QuantErro
     if b.k == 0 {
         return Ok(());
     }
-    rows_fit("packed sgemm A", m, lda, b.k, a.len())
-}
-
-/// Checks that `m` rows of `cols` elements, `ld` apart, fit in `len`.
-fn rows_fit(
-    what: &'static str,
-    m: usize,
-    ld: usize,
-    cols: usize,
-    len: usize,
-) -> Result<(), QuantError> {
-    if m == 0 {
-        return Ok(());
-    }
-    let need = (m - 1)
-        .checked_mul(ld)
-        .and_then(|v| v.checked_add(cols))
-        .ok_or(QuantError::Overflow)?;
-    if len < need {
-        return Err(QuantError::BufferTooShort {
-            what,
-            need,
-            have: len,
-        });
-    }
-    Ok(())
+    crate::sgemm::rows_fit("packed sgemm A", m, lda, b.k, a.len())
 }
 
 /// Checks A's rows and a row-major C (`ldc` apart) against the shapes.
@@ -322,7 +297,7 @@ fn check(
     if b.n == 0 {
         return Ok(());
     }
-    rows_fit("packed sgemm C", m, ldc, b.n, c.len())
+    crate::sgemm::rows_fit("packed sgemm C", m, ldc, b.n, c.len())
 }
 
 #[cfg(target_arch = "x86_64")]
