@@ -160,6 +160,28 @@ fn bench_gemm_tile(c: &mut Criterion) {
     }
 }
 
+/// Packing weight panels for the prefill tiles (weights per second), over
+/// a matrix larger than L2, as a prefill product reads it.
+fn bench_gemm_pack(c: &mut Criterion) {
+    let (rows, cols) = (2048usize, 4096usize);
+    let mut g = c.benchmark_group("gemm_pack");
+    g.throughput(Throughput::Elements((rows * cols) as u64));
+    for ty in [
+        GgmlType::Q4_0,
+        GgmlType::Q5_0,
+        GgmlType::Q8_0,
+        GgmlType::Q4_K,
+        GgmlType::Q6_K,
+    ] {
+        let data = weights(ty, rows * cols);
+        let w = Matrix::new(ty, rows, cols, &data).unwrap();
+        g.bench_function(ty.name(), |b| {
+            b.iter(|| testing::pack_panels(black_box(&w)).unwrap())
+        });
+    }
+    g.finish();
+}
+
 /// The f32 panel product at a vision encoder's attention shapes, per
 /// kernel set (multiply-adds per second): 4096 patches, heads 72 wide, a
 /// block of 64 queries; the scores `K·Qᵀ` (4096 × 72 by 72 × 64) and the
@@ -186,6 +208,7 @@ fn bench_sgemm_packed(c: &mut Criterion) {
 
 criterion_group!(
     benches,
+    bench_gemm_pack,
     bench_sgemm_packed,
     bench_vec_dot,
     bench_matmul,

@@ -319,6 +319,20 @@ pub mod testing {
         }
     }
 
+    /// Packs every 32-row panel of `w` in turn, as a prefill product does
+    /// before its tiles, into one reused panel; returns a byte of the last
+    /// panel so the work cannot be skipped. Times packing alone.
+    pub fn pack_panels(w: &crate::Matrix) -> Result<u8, QuantError> {
+        use crate::gemm::{group_len, Panel, NR};
+        group_len(w.ty()).ok_or(QuantError::Unsupported(w.ty()))?;
+        let mut panel = Panel::default();
+        for r0 in (0..w.rows()).step_by(NR) {
+            let views: Vec<&[u8]> = (r0..(r0 + NR).min(w.rows())).map(|r| w.row(r)).collect();
+            panel.fill(w.ty(), &views, w.cols());
+        }
+        Ok(panel.q.first().copied().unwrap_or(0))
+    }
+
     /// A decode product's rows, one thread: every row of `w` against one
     /// activation row through the named kernel set, four rows per call where
     /// `four` asks for it and the set has a rows kernel for `ty` (else one by

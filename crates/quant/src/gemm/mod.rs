@@ -32,6 +32,8 @@ use crate::GgmlType;
 
 pub(crate) mod amx;
 #[cfg(target_arch = "x86_64")]
+mod pack_x86;
+#[cfg(target_arch = "x86_64")]
 mod x86;
 
 #[cfg(test)]
@@ -293,6 +295,21 @@ impl Panel {
     /// [`Self::fill`], with the values stored signed (and `bias` filled)
     /// where `signed` asks for the AMX tiles' form.
     pub fn fill_as(&mut self, ty: GgmlType, rows: &[&[u8]], cols: usize, signed: bool) {
+        self.fill_on(crate::simd::best().gemm, ty, rows, cols, signed);
+    }
+
+    /// [`Self::fill_as`] through `tier`'s packer: the AVX2 one on every x86
+    /// tier but the portable one, for the formats it knows, whole panels
+    /// and the unsigned form; the portable packer otherwise. Both store the
+    /// same bytes and values.
+    pub(crate) fn fill_on(
+        &mut self,
+        tier: GemmTier,
+        ty: GgmlType,
+        rows: &[&[u8]],
+        cols: usize,
+        signed: bool,
+    ) {
         self.signed = signed;
         let g = group_len(ty).unwrap_or(32);
         self.g = g;
@@ -316,6 +333,22 @@ impl Panel {
         }
         use GgmlType::*;
         let bb = ty.block_bytes();
+        #[cfg(target_arch = "x86_64")]
+        if !signed
+            && tier != GemmTier::Portable
+            && is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("f16c")
+            && pack_x86::packs(ty)
+            && rows.len() == NR
+            && cols.is_multiple_of(ty.block_len())
+            && rows.iter().all(|r| r.len() >= cols / ty.block_len() * bb)
+        {
+            // SAFETY: avx2 and f16c were detected just above; the buffers
+            // were sized above and the rows checked as it requires.
+            unsafe { pack_x86::pack_avx2(self, ty, rows, cols) };
+            return;
+        }
+        let _ = tier;
         match ty {
             Q8_0 => self.pack(rows, cols, bb, QK, |blk, v, s, _m| {
                 for (o, &x) in v.iter_mut().zip(legacy::q8_values(blk, 2)) {

@@ -266,3 +266,58 @@ fn tile_matches_dequantized_product() {
         }
     }
 }
+
+/// The panel's bytes, scales and minimum terms, bit for bit.
+fn panel_bits(p: &Panel, cols: usize) -> (Vec<u8>, Vec<u32>, Vec<u32>) {
+    let n = p.groups * NR;
+    (
+        p.q[..cols * NR].to_vec(),
+        p.s[..n].iter().map(|v| v.to_bits()).collect(),
+        p.m[..n].iter().map(|v| v.to_bits()).collect(),
+    )
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(48))]
+    /// Every tier's packer stores the portable packer's panel, for every
+    /// format: quantized rows, and raw random bytes (any scale bits,
+    /// NaN and infinity included), whole panels and short ones.
+    #[test]
+    fn every_tier_packs_the_portable_panel(t in 0usize..10, sbs in 1usize..4, rows in 1usize..=NR, raw in any::<bool>(), seed in any::<u64>()) {
+        let ty = TYPES[t];
+        let cols = sbs * 256;
+        let w: Vec<Vec<u8>> = if raw {
+            let mut x = seed | 1;
+            (0..rows)
+                .map(|_| {
+                    (0..crate::row_size(ty, cols).unwrap())
+                        .map(|_| {
+                            x ^= x << 13;
+                            x ^= x >> 7;
+                            x ^= x << 17;
+                            (x >> 56) as u8
+                        })
+                        .collect()
+                })
+                .collect()
+        } else {
+            random_rows(ty, rows, cols, seed)
+        };
+        let views: Vec<&[u8]> = w.iter().map(|r| r.as_slice()).collect();
+        let mut want = Panel::default();
+        want.fill_on(GemmTier::Portable, ty, &views, cols, false);
+        for tier in tiers() {
+            // A panel that held a wider one first, as the product's reused
+            // panels do.
+            let mut got = Panel::default();
+            got.fill_on(tier, ty, &views, cols + 256, false);
+            got.fill_on(tier, ty, &views, cols, false);
+            let (g, w) = (panel_bits(&got, cols), panel_bits(&want, cols));
+            let first = |a: &[u32], b: &[u32]| a.iter().zip(b).position(|(x, y)| x != y);
+            let bytes = g.0.iter().zip(&w.0).position(|(x, y)| x != y);
+            prop_assert_eq!(bytes, None, "{:?} on {:?}: first differing byte", ty, tier);
+            prop_assert_eq!(first(&g.1, &w.1), None, "{:?} on {:?}: first differing scale", ty, tier);
+            prop_assert_eq!(first(&g.2, &w.2), None, "{:?} on {:?}: first differing minimum", ty, tier);
+        }
+    }
+}

@@ -1,0 +1,252 @@
+//! Panel packing with AVX2: the common weight formats unpacked 32 values of
+//! a row at a time and transposed into the panel's column steps in
+//! registers.
+//!
+//! Packing runs once per product for every weight, whatever the batch. The
+//! portable packer ([`Panel::pack`]) unpacks a block to signed values, adds
+//! the offset and copies four bytes at a time; at 2–5 G weights/s per core
+//! it was an eighth of a 512-token prefill and most of a 16-sequence decode
+//! step. Here each format's stored bits are already the unsigned panel bytes
+//! `q + off` (Q8_0 flips its sign bit), so unpacking is a few masks and
+//! shifts, and eight rows' 32 bytes go through one 8 × 8 transpose of
+//! 4-byte words into eight column steps. The bytes, scales and minimum
+//! terms are exactly the portable packer's (tested).
+
+use super::{Panel, NR};
+use crate::formats::f16_at;
+use crate::formats::kquants::{scales_mins_k4, QK_K};
+use crate::GgmlType;
+use std::arch::x86_64::*;
+
+/// Whether [`pack_avx2`] packs `ty`.
+pub(super) fn packs(ty: GgmlType) -> bool {
+    use GgmlType::*;
+    matches!(ty, Q4_0 | Q5_0 | Q8_0 | Q4_K | Q6_K)
+}
+
+/// Packs `rows` (exactly [`NR`] rows, each holding at least `cols`
+/// elements of `ty`, one of [`packs`]) into `p`, whose fields
+/// [`Panel::fill_as`] has set for the unsigned form and whose buffers it
+/// has sized (`q` at least `cols * NR` bytes, `s` and `m` `groups * NR`
+/// values, `m` zeroed). Panics, before touching memory, where any of that
+/// does not hold.
+///
+/// # Safety
+/// avx2 and f16c present.
+#[target_feature(enable = "avx2,f16c")]
+pub(super) unsafe fn pack_avx2(p: &mut Panel, ty: GgmlType, rows: &[&[u8]], cols: usize) {
+    let (bl, bb) = (ty.block_len(), ty.block_bytes());
+    assert!(packs(ty) && rows.len() == NR && !p.signed && cols.is_multiple_of(bl));
+    let blocks = cols / bl;
+    assert!(rows.iter().all(|r| r.len() >= blocks * bb));
+    assert!(p.q.len() >= cols * NR && p.g * p.groups == cols);
+    assert!(p.s.len() >= p.groups * NR && p.m.len() >= p.groups * NR);
+    let q = p.q.as_mut_ptr();
+    // Column chunks of 32: one 32-byte vector per row.
+    for c in 0..cols / 32 {
+        let (b, j) = (c * 32 / bl, (c * 32 % bl) / 32);
+        if j == 0 {
+            scales(p, ty, rows, b, bb);
+        }
+        for g in 0..NR / 8 {
+            let v: [__m256i; 8] = std::array::from_fn(|i| {
+                let blk = rows[8 * g + i][b * bb..].as_ptr();
+                // SAFETY: the row holds block `b` whole (asserted above), and
+                // `codes` reads only inside a block of `ty`.
+                unsafe { codes(ty, blk, j) }
+            });
+            // SAFETY: column steps c*8..c*8+8 of the panel, rows 8g..8g+8:
+            // inside the first `cols * NR` bytes of `q` (asserted above).
+            unsafe { transpose_store(v, q.add(c * 8 * NR * 4 + g * 32)) };
+        }
+    }
+}
+
+/// The 32 panel bytes of chunk `j` (of 32 values) of the block at `blk`.
+///
+/// # Safety
+/// avx2 present; `blk` points at a whole block of `ty`.
+#[inline(always)]
+unsafe fn codes(ty: GgmlType, blk: *const u8, j: usize) -> __m256i {
+    let low4 = _mm256_set1_epi8(0x0f);
+    // SAFETY (every load below): offsets inside the block's layout
+    // (Q8_0 34 bytes, Q4_0 18, Q5_0 22, Q4_K 144, Q6_K 210 bytes).
+    unsafe {
+        match ty {
+            GgmlType::Q8_0 => _mm256_xor_si256(
+                _mm256_loadu_si256(blk.add(2) as *const __m256i),
+                _mm256_set1_epi8(-128),
+            ),
+            GgmlType::Q4_0 => nibbles(_mm_loadu_si128(blk.add(2) as *const __m128i)),
+            GgmlType::Q5_0 => {
+                let qh = (blk.add(2) as *const u32).read_unaligned();
+                let lo = nibbles(_mm_loadu_si128(blk.add(6) as *const __m128i));
+                _mm256_or_si256(
+                    lo,
+                    _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10)),
+                )
+            }
+            GgmlType::Q4_K => {
+                let v = _mm256_loadu_si256(blk.add(16 + 32 * (j / 2)) as *const __m256i);
+                if j.is_multiple_of(2) {
+                    _mm256_and_si256(v, low4)
+                } else {
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(v), low4)
+                }
+            }
+            GgmlType::Q6_K => {
+                let (n, sub) = (j / 4, j % 4);
+                let ql = _mm256_loadu_si256(blk.add(64 * n + 32 * (sub % 2)) as *const __m256i);
+                let qh = _mm256_loadu_si256(blk.add(128 + 32 * n) as *const __m256i);
+                let low = if sub < 2 {
+                    _mm256_and_si256(ql, low4)
+                } else {
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(ql), low4)
+                };
+                // Bits 2*sub..2*sub+2 of qh to bits 4..6.
+                let high = match sub {
+                    0 => _mm256_slli_epi16::<4>(qh),
+                    1 => _mm256_slli_epi16::<2>(qh),
+                    2 => qh,
+                    _ => _mm256_srli_epi16::<2>(qh),
+                };
+                _mm256_or_si256(low, _mm256_and_si256(high, _mm256_set1_epi8(0x30)))
+            }
+            _ => _mm256_setzero_si256(),
+        }
+    }
+}
+
+/// A legacy block's 16 bytes of nibbles as 32 values: low nibbles first.
+#[inline(always)]
+fn nibbles(v: __m128i) -> __m256i {
+    // SAFETY: register operations only; avx2 is enabled by the caller.
+    unsafe {
+        let low4 = _mm_set1_epi8(0x0f);
+        let lo = _mm_and_si128(v, low4);
+        let hi = _mm_and_si128(_mm_srli_epi16::<4>(v), low4);
+        _mm256_set_m128i(hi, lo)
+    }
+}
+
+/// Byte `i` all ones where bit `i` of `bits` is set, else zero.
+#[inline(always)]
+fn bits_to_bytes(bits: u32) -> __m256i {
+    // SAFETY: register operations only; avx2 is enabled by the caller.
+    unsafe {
+        // Byte i takes byte i/8 of the word, then every bit but bit i%8 is
+        // set, so the byte is all ones exactly when bit i%8 was.
+        let spread = _mm256_shuffle_epi8(
+            _mm256_set1_epi32(bits as i32),
+            _mm256_setr_epi64x(
+                0x0000_0000_0000_0000,
+                0x0101_0101_0101_0101,
+                0x0202_0202_0202_0202,
+                0x0303_0303_0303_0303,
+            ),
+        );
+        let others = _mm256_set1_epi64x(0x7fbf_dfef_f7fb_fdfe);
+        _mm256_cmpeq_epi8(_mm256_or_si256(spread, others), _mm256_set1_epi8(-1))
+    }
+}
+
+/// Transposes eight rows of eight 4-byte words (`v[i]`, row i) and stores
+/// word column k (32 bytes: the rows' words in order) at `dst + k * NR * 4`.
+///
+/// # Safety
+/// avx2 present; `dst + k * NR * 4 .. + 32` writable for k in 0..8.
+#[inline(always)]
+unsafe fn transpose_store(v: [__m256i; 8], dst: *mut u8) {
+    // SAFETY: register operations, then the stores the caller vouches for.
+    unsafe {
+        let t0 = _mm256_unpacklo_epi32(v[0], v[1]);
+        let t1 = _mm256_unpackhi_epi32(v[0], v[1]);
+        let t2 = _mm256_unpacklo_epi32(v[2], v[3]);
+        let t3 = _mm256_unpackhi_epi32(v[2], v[3]);
+        let t4 = _mm256_unpacklo_epi32(v[4], v[5]);
+        let t5 = _mm256_unpackhi_epi32(v[4], v[5]);
+        let t6 = _mm256_unpacklo_epi32(v[6], v[7]);
+        let t7 = _mm256_unpackhi_epi32(v[6], v[7]);
+        // Per 128-bit lane, u_k holds word k (lane 0) and k + 4 (lane 1)
+        // of rows 0..4 (u0..u3) or 4..8 (u4..u7).
+        let u0 = _mm256_unpacklo_epi64(t0, t2);
+        let u1 = _mm256_unpackhi_epi64(t0, t2);
+        let u2 = _mm256_unpacklo_epi64(t1, t3);
+        let u3 = _mm256_unpackhi_epi64(t1, t3);
+        let u4 = _mm256_unpacklo_epi64(t4, t6);
+        let u5 = _mm256_unpackhi_epi64(t4, t6);
+        let u6 = _mm256_unpacklo_epi64(t5, t7);
+        let u7 = _mm256_unpackhi_epi64(t5, t7);
+        let cols = [
+            _mm256_permute2x128_si256::<0x20>(u0, u4),
+            _mm256_permute2x128_si256::<0x20>(u1, u5),
+            _mm256_permute2x128_si256::<0x20>(u2, u6),
+            _mm256_permute2x128_si256::<0x20>(u3, u7),
+            _mm256_permute2x128_si256::<0x31>(u0, u4),
+            _mm256_permute2x128_si256::<0x31>(u1, u5),
+            _mm256_permute2x128_si256::<0x31>(u2, u6),
+            _mm256_permute2x128_si256::<0x31>(u3, u7),
+        ];
+        for (k, col) in cols.into_iter().enumerate() {
+            _mm256_storeu_si256(dst.add(k * NR * 4) as *mut __m256i, col);
+        }
+    }
+}
+
+/// Block `b`'s group scales (and minimum terms, where the format has them)
+/// for every row, as [`Panel::pack`] stores them.
+///
+/// # Safety
+/// avx2 and f16c present; every row holds block `b` (`bb` bytes); `p.s`
+/// and `p.m` hold `groups * NR` values.
+#[inline(always)]
+unsafe fn scales(p: &mut Panel, ty: GgmlType, rows: &[&[u8]], b: usize, bb: usize) {
+    match ty {
+        GgmlType::Q4_K => {
+            for (r, row) in rows.iter().enumerate() {
+                let blk = &row[b * bb..(b + 1) * bb];
+                let (d, dmin) = (f16_at(blk), f16_at(&blk[2..]));
+                let (sc, mn) = scales_mins_k4(&blk[4..16]);
+                for h in 0..QK_K / 32 {
+                    p.s[(b * 8 + h) * NR + r] = d * f32::from(sc[h]);
+                    p.m[(b * 8 + h) * NR + r] = dmin * f32::from(mn[h]);
+                }
+            }
+        }
+        GgmlType::Q6_K => {
+            for (r, row) in rows.iter().enumerate() {
+                let blk = &row[b * bb..(b + 1) * bb];
+                let d = f16_at(&blk[208..]);
+                for h in 0..QK_K / 16 {
+                    p.s[(b * 16 + h) * NR + r] = d * f32::from(blk[192 + h] as i8);
+                }
+            }
+        }
+        _ => {
+            // One f16 scale at the block's start per row; minimum terms of
+            // Q4_0 and Q5_0 are a negated zero, as the portable packer
+            // stores `-m` of a block with no minimum.
+            let mut h = [0u16; NR];
+            for (h, row) in h.iter_mut().zip(rows) {
+                *h = u16::from_le_bytes([row[b * bb], row[b * bb + 1]]);
+            }
+            let s = &mut p.s[b * NR..(b + 1) * NR];
+            let m = &mut p.m[b * NR..(b + 1) * NR];
+            for ((s, m), h) in s
+                .chunks_exact_mut(8)
+                .zip(m.chunks_exact_mut(8))
+                .zip(h.chunks_exact(8))
+            {
+                // SAFETY: eight u16 read and eight f32 written, the slices'
+                // lengths; f16c is enabled by the caller.
+                unsafe {
+                    let v = _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr() as *const __m128i));
+                    _mm256_storeu_ps(s.as_mut_ptr(), v);
+                    if ty != GgmlType::Q8_0 {
+                        _mm256_storeu_ps(m.as_mut_ptr(), _mm256_set1_ps(-0.0));
+                    }
+                }
+            }
+        }
+    }
+}
