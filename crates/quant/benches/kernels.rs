@@ -163,7 +163,7 @@ fn bench_gemm_tile(c: &mut Criterion) {
 /// Packing weight panels for the prefill tiles (weights per second), over
 /// a matrix larger than L2, as a prefill product reads it.
 fn bench_gemm_pack(c: &mut Criterion) {
-    let (rows, cols) = (2048usize, 4096usize);
+    let (rows, cols) = (16384usize, 4096usize);
     let mut g = c.benchmark_group("gemm_pack");
     g.throughput(Throughput::Elements((rows * cols) as u64));
     for ty in [

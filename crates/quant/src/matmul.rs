@@ -114,8 +114,24 @@ const GEMM_MIN_BATCH: usize = 16;
 /// blocks, so the packed panels and the swept activations both stay in L2.
 const PANELS: usize = 8;
 
-/// Tasks per thread the panel product aims for (see [`gemm_panels`]).
-const TASKS_PER_THREAD: usize = 4;
+/// Tasks per thread the panel product aims for (see [`gemm_panels`]):
+/// [`DEFAULT_GEMM_SPLIT`], or `HEARTH_GEMM_SPLIT` (1 to 64), for measuring.
+/// A product ends when its last task does, so the threads that finish
+/// early wait about half a task: more, smaller tasks shorten that wait and
+/// cost nothing else (a task's panels are packed once either way).
+fn tasks_per_thread() -> usize {
+    static SPLIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *SPLIT.get_or_init(|| {
+        std::env::var("HEARTH_GEMM_SPLIT")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(DEFAULT_GEMM_SPLIT)
+            .clamp(1, 64)
+    })
+}
+
+/// The panel product's tasks per thread unless `HEARTH_GEMM_SPLIT` says.
+const DEFAULT_GEMM_SPLIT: usize = 4;
 
 /// Activation rows per sweep over the packed panels (a multiple of the tile's).
 const SWEEP: usize = 64;
@@ -214,7 +230,7 @@ fn gemm_panels(
         for (p, w) in panels.iter_mut().zip(ws) {
             *p = w.rows.div_ceil(NR);
         }
-        let aim = pool.threads() * TASKS_PER_THREAD;
+        let aim = pool.threads() * tasks_per_thread();
         let per_task = panels.iter().sum::<usize>().div_ceil(aim).clamp(1, PANELS);
         let runs: [usize; MAX_FUSED] = std::array::from_fn(|i| panels[i].div_ceil(per_task));
         let n_runs: usize = runs.iter().sum();
