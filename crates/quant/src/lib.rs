@@ -320,7 +320,8 @@ pub mod testing {
     }
 
     /// Packs every 32-row panel of `w` in turn, as a prefill product does
-    /// before its tiles, into one reused panel; returns a byte of the last
+    /// before its tiles (with the packer of the kernels in use), into one
+    /// reused panel; returns a byte of the last
     /// panel so the work cannot be skipped. Times packing alone.
     pub fn pack_panels(w: &crate::Matrix) -> Result<u8, QuantError> {
         use crate::gemm::{group_len, Panel, NR};
@@ -328,7 +329,7 @@ pub mod testing {
         let mut panel = Panel::default();
         for r0 in (0..w.rows()).step_by(NR) {
             let views: Vec<&[u8]> = (r0..(r0 + NR).min(w.rows())).map(|r| w.row(r)).collect();
-            panel.fill(w.ty(), &views, w.cols());
+            panel.fill_on(crate::simd::best().gemm, w.ty(), &views, w.cols(), false);
         }
         Ok(panel.q.first().copied().unwrap_or(0))
     }

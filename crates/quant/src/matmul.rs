@@ -264,7 +264,7 @@ fn gemm_panels(
                         let r0 = (p0 + i) * NR;
                         let views: Vec<&[u8]> =
                             (r0..(r0 + NR).min(rows)).map(|r| w.row(r)).collect();
-                        panel.fill_as(w.ty, &views, cols, amx);
+                        panel.fill_on(tier, w.ty, &views, cols, amx);
                     }
                     for c0 in (b0..b1).step_by(SWEEP) {
                         let c1 = (c0 + SWEEP).min(b1);

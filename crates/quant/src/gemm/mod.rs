@@ -287,15 +287,20 @@ pub(crate) struct Panel {
 
 impl Panel {
     /// Unpacks `rows` (at most [`NR`] rows of `cols` elements of type `ty`,
-    /// which [`group_len`] accepts); missing rows are zero.
+    /// which [`group_len`] accepts) through the portable packer; missing
+    /// rows are zero.
     pub fn fill(&mut self, ty: GgmlType, rows: &[&[u8]], cols: usize) {
         self.fill_as(ty, rows, cols, false);
     }
 
     /// [`Self::fill`], with the values stored signed (and `bias` filled)
     /// where `signed` asks for the AMX tiles' form.
+    ///
+    /// It never asks for the kernel tables: the AMX self-check packs panels
+    /// while they are being chosen, inside their one-time initialisation,
+    /// and asking then deadlocked `hearth` on AMX machines.
     pub fn fill_as(&mut self, ty: GgmlType, rows: &[&[u8]], cols: usize, signed: bool) {
-        self.fill_on(crate::simd::best().gemm, ty, rows, cols, signed);
+        self.fill_on(GemmTier::Portable, ty, rows, cols, signed);
     }
 
     /// [`Self::fill_as`] through `tier`'s packer: the AVX2 one on every x86

@@ -321,3 +321,28 @@ proptest! {
         }
     }
 }
+
+/// What the AMX self-check does while the kernel tables are being chosen
+/// (packing panels both ways, quantizing activations) never asks for them:
+/// asking from inside their one-time initialisation deadlocked `hearth` on
+/// an AMX machine once, before it printed anything.
+#[test]
+fn the_self_check_work_does_not_ask_for_the_kernel_tables() {
+    let cases: Vec<(GgmlType, Vec<Vec<u8>>)> = TYPES
+        .iter()
+        .map(|&ty| (ty, random_rows(ty, NR, 512, 5)))
+        .collect();
+    let xs: Vec<f32> = (0..2 * 512).map(|i| (i % 17) as f32 - 8.0).collect();
+    crate::simd::as_if_choosing(|| {
+        for (ty, w) in &cases {
+            let views: Vec<&[u8]> = w.iter().map(|r| r.as_slice()).collect();
+            let (mut plain, mut signed) = (Panel::default(), Panel::default());
+            plain.fill(*ty, &views, 512);
+            signed.fill_as(*ty, &views, 512, true);
+            let mut a = Acts::default();
+            let at = crate::vec_dot_type(*ty);
+            a.fill(GemmTier::Portable, &xs, 512, at, plain.g, offset(*ty));
+            assert_eq!(plain.groups * plain.g, 512);
+        }
+    });
+}

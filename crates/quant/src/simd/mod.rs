@@ -222,8 +222,30 @@ pub(crate) fn select(name: &str) -> Result<&'static str, QuantError> {
     Ok(chosen.name)
 }
 
+#[cfg(test)]
+thread_local! {
+    /// Set while tests run code as the kernel tables' choice runs it.
+    static CHOOSING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+/// Runs `f` as the choice of the kernel tables runs (inside [`best`]'s
+/// one-time initialisation, as the AMX self-check does): in tests, a call
+/// of [`best`] from `f` panics, where it would deadlock for real.
+#[cfg(test)]
+pub(crate) fn as_if_choosing<R>(f: impl FnOnce() -> R) -> R {
+    CHOOSING.with(|c| c.set(true));
+    let r = f();
+    CHOOSING.with(|c| c.set(false));
+    r
+}
+
 /// The table in use (see [`BEST`]).
 pub(crate) fn best() -> &'static Kernels {
+    #[cfg(test)]
+    assert!(
+        !CHOOSING.with(|c| c.get()),
+        "simd::best() asked for while the kernel tables are being chosen: a deadlock outside tests"
+    );
     BEST.get_or_init(|| {
         // HEARTH_CPU=scalar|avx2|avxvnni|avx512|amx (neon|dotprod on AArch64) runs a lower tier on a CPU
         // that has a higher one (to test and measure every tier on one
