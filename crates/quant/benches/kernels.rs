@@ -171,6 +171,7 @@ fn bench_gemm_pack(c: &mut Criterion) {
         GgmlType::Q5_0,
         GgmlType::Q8_0,
         GgmlType::Q4_K,
+        GgmlType::Q5_K,
         GgmlType::Q6_K,
     ] {
         let data = weights(ty, rows * cols);

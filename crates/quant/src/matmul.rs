@@ -108,6 +108,14 @@ impl<'a> Matrix<'a> {
 const ROW_TILE: usize = 16;
 
 /// Batches from this size on take the panel GEMM where the CPU has it.
+///
+/// Below it every row of a product comes out with the bits it has alone,
+/// which keeps a served greedy reply equal to `hearth complete`'s (the
+/// server feeds a prompt's last token in a decode step of its own). From 8
+/// rows on the panel product is faster now that packing is vectorized
+/// (serving the 270M at `--parallel 8` on two Xeon threads: 127 -> 170
+/// tokens/s), but short prompts then split differently between the two and
+/// their greedy replies part; that trade is not taken here.
 const GEMM_MIN_BATCH: usize = 16;
 
 /// Panels packed together; their activations are swept in [`SWEEP`]-row

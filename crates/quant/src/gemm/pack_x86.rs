@@ -21,7 +21,7 @@ use std::arch::x86_64::*;
 /// Whether [`pack_avx2`] packs `ty`.
 pub(super) fn packs(ty: GgmlType) -> bool {
     use GgmlType::*;
-    matches!(ty, Q4_0 | Q5_0 | Q8_0 | Q4_K | Q6_K)
+    matches!(ty, Q4_0 | Q5_0 | Q8_0 | Q4_K | Q5_K | Q6_K)
 }
 
 /// Packs `rows` (exactly [`NR`] rows, each holding at least `cols`
@@ -70,7 +70,8 @@ pub(super) unsafe fn pack_avx2(p: &mut Panel, ty: GgmlType, rows: &[&[u8]], cols
 unsafe fn codes(ty: GgmlType, blk: *const u8, j: usize) -> __m256i {
     let low4 = _mm256_set1_epi8(0x0f);
     // SAFETY (every load below): offsets inside the block's layout
-    // (Q8_0 34 bytes, Q4_0 18, Q5_0 22, Q4_K 144, Q6_K 210 bytes).
+    // (Q8_0 34 bytes, Q4_0 18, Q5_0 22, Q4_K 144, Q5_K 176, Q6_K 210
+    // bytes).
     unsafe {
         match ty {
             GgmlType::Q8_0 => _mm256_xor_si256(
@@ -93,6 +94,27 @@ unsafe fn codes(ty: GgmlType, blk: *const u8, j: usize) -> __m256i {
                 } else {
                     _mm256_and_si256(_mm256_srli_epi16::<4>(v), low4)
                 }
+            }
+            GgmlType::Q5_K => {
+                let v = _mm256_loadu_si256(blk.add(48 + 32 * (j / 2)) as *const __m256i);
+                let low = if j.is_multiple_of(2) {
+                    _mm256_and_si256(v, low4)
+                } else {
+                    _mm256_and_si256(_mm256_srli_epi16::<4>(v), low4)
+                };
+                let qh = _mm256_loadu_si256(blk.add(16) as *const __m256i);
+                // Bit j of each qh byte to bit 4.
+                let high = match j {
+                    0 => _mm256_slli_epi16::<4>(qh),
+                    1 => _mm256_slli_epi16::<3>(qh),
+                    2 => _mm256_slli_epi16::<2>(qh),
+                    3 => _mm256_slli_epi16::<1>(qh),
+                    4 => qh,
+                    5 => _mm256_srli_epi16::<1>(qh),
+                    6 => _mm256_srli_epi16::<2>(qh),
+                    _ => _mm256_srli_epi16::<3>(qh),
+                };
+                _mm256_or_si256(low, _mm256_and_si256(high, _mm256_set1_epi8(0x10)))
             }
             GgmlType::Q6_K => {
                 let (n, sub) = (j / 4, j % 4);
@@ -202,7 +224,7 @@ unsafe fn transpose_store(v: [__m256i; 8], dst: *mut u8) {
 #[inline(always)]
 unsafe fn scales(p: &mut Panel, ty: GgmlType, rows: &[&[u8]], b: usize, bb: usize) {
     match ty {
-        GgmlType::Q4_K => {
+        GgmlType::Q4_K | GgmlType::Q5_K => {
             for (r, row) in rows.iter().enumerate() {
                 let blk = &row[b * bb..(b + 1) * bb];
                 let (d, dmin) = (f16_at(blk), f16_at(&blk[2..]));
