@@ -325,7 +325,7 @@ impl Model {
         // whole batch (`store_shared_kv`): they still need the positions it
         // would evict.
         if kind.kv_source.is_none() && !cfg.is_kv_source(li) {
-            store_batch_kv(&self.pool, kind, li, seqs, &s.seq_start, &s.k, &s.v);
+            store_batch_kv(kind, li, seqs, &s.seq_start, &s.k, &s.v);
         }
         let ad = cfg.n_heads * kind.value_dim;
         let (attn, o) = (&s.attn[..b * ad], &mut s.o[..b * h]);
@@ -484,7 +484,6 @@ impl Model {
         for (li, kind) in self.config.layers.iter().enumerate() {
             if self.config.is_kv_source(li) {
                 store_batch_kv(
-                    &self.pool,
                     kind,
                     li,
                     seqs,

@@ -4,8 +4,6 @@
 //! global layers keep the whole context.
 
 use crate::{Config, LayerKind, SeqInput};
-use quant::ThreadPool;
-use std::sync::Mutex;
 
 /// Positions a sliding-window ring keeps beyond its window. A rewind of up to
 /// this many tokens (plus one) stays possible after the ring has wrapped: the
@@ -142,9 +140,8 @@ impl KvCache {
 }
 
 /// Write each sequence's keys and values of layer `li` (rows laid out as
-/// `seq_start` says) into its own cache, a prefill's rows over the pool.
+/// `seq_start` says) into its own cache.
 pub(crate) fn store_batch_kv(
-    pool: &ThreadPool,
     kind: &LayerKind,
     li: usize,
     seqs: &mut [SeqInput<'_>],
@@ -158,120 +155,19 @@ pub(crate) fn store_batch_kv(
         let (r0, r1) = (seq_start[j], seq_start[j + 1]);
         let pos0 = sq.cache.n_past();
         let cache = &mut sq.cache.layers[li];
-        if cache.cap == 0 {
-            continue;
-        }
-        for (slot, row, len) in ring_runs(pos0, r1 - r0, cache.cap) {
-            let row = r0 + row;
-            if len == 0 {
-                continue;
-            }
-            copy_kv_rows(
-                pool,
-                [
-                    &mut cache.k[slot * kd..(slot + len) * kd],
-                    &mut cache.v[slot * vd..(slot + len) * vd],
-                ],
-                [
-                    &k[row * kd..(row + len) * kd],
-                    &v[row * vd..(row + len) * vd],
-                ],
-                [kd, vd],
-            );
+        // A ring keeps only the last `cap` of a long batch.
+        for r in (r1 - r0).saturating_sub(cache.cap)..r1 - r0 {
+            let slot = (pos0 + r) % cache.cap;
+            let row = r0 + r;
+            cache.k[slot * kd..(slot + 1) * kd].copy_from_slice(&k[row * kd..(row + 1) * kd]);
+            cache.v[slot * vd..(slot + 1) * vd].copy_from_slice(&v[row * vd..(row + 1) * vd]);
         }
     }
-}
-
-/// Where `len` rows of positions `pos0..` go in a ring of `cap` (> 0)
-/// slots, as runs of `(first slot, first row, rows)`: row `r` to slot
-/// `(pos0 + r) % cap`, only the last `cap` rows of a longer batch kept. The
-/// rows are consecutive slots that wrap to slot 0 at most once, so two runs.
-fn ring_runs(pos0: usize, len: usize, cap: usize) -> [(usize, usize, usize); 2] {
-    let first = len.saturating_sub(cap);
-    let n = len - first;
-    let s0 = (pos0 + first) % cap;
-    let head = n.min(cap - s0);
-    [(s0, first, head), (0, first + head, n - head)]
-}
-
-/// Values below which [`copy_kv_rows`] copies on the calling thread: a
-/// parallel operation costs a few microseconds of meeting, a decode step's
-/// one row a fraction of one.
-const PARALLEL_COPY_MIN: usize = 1 << 16;
-
-/// Copies the rows of `src` (keys, values; `width` values a row) into
-/// `dst`, split by rows over the pool when they are many. A prefill wrote
-/// its keys and values on every thread; one thread gathering megabytes of
-/// them was most of the serial time before a 4B's output projection (120
-/// µs a token at 16 threads).
-fn copy_kv_rows(pool: &ThreadPool, dst: [&mut [f32]; 2], src: [&[f32]; 2], width: [usize; 2]) {
-    let [dk, dv] = dst;
-    let rows = dk.len().checked_div(width[0]).unwrap_or(0);
-    if dk.len() + dv.len() < PARALLEL_COPY_MIN || width.contains(&0) || pool.threads() < 2 {
-        dk.copy_from_slice(src[0]);
-        dv.copy_from_slice(src[1]);
-        return;
-    }
-    let per = rows.div_ceil(pool.threads());
-    // Each task takes its own pair of row runs out of its own slot.
-    let parts: Vec<Mutex<(&mut [f32], &mut [f32])>> = dk
-        .chunks_mut(per * width[0])
-        .zip(dv.chunks_mut(per * width[1]))
-        .map(Mutex::new)
-        .collect();
-    pool.run(parts.len(), |t| {
-        let mut part = parts[t].lock().unwrap_or_else(|p| p.into_inner());
-        let (k, v) = &mut *part;
-        k.copy_from_slice(&src[0][t * per * width[0]..][..k.len()]);
-        v.copy_from_slice(&src[1][t * per * width[1]..][..v.len()]);
-    });
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// The two runs put every kept row where the one-row-at-a-time rule
-    /// does, and nothing else.
-    #[test]
-    fn ring_runs_follow_the_slot_rule() {
-        for cap in [1usize, 2, 5, 16] {
-            for pos0 in 0..40 {
-                for len in 0..3 * cap + 3 {
-                    let mut want = vec![None; cap];
-                    for r in len.saturating_sub(cap)..len {
-                        want[(pos0 + r) % cap] = Some(r);
-                    }
-                    let mut got = vec![None; cap];
-                    for (slot, row, n) in ring_runs(pos0, len, cap) {
-                        for i in 0..n {
-                            assert!(got[slot + i].is_none(), "slot written twice");
-                            got[slot + i] = Some(row + i);
-                        }
-                    }
-                    assert_eq!(got, want, "cap {cap}, pos0 {pos0}, len {len}");
-                }
-            }
-        }
-    }
-
-    /// Split over the pool or not, the copy is the copy.
-    #[test]
-    fn parallel_copy_copies_every_row() {
-        let pool = ThreadPool::new(3);
-        for (rows, kd, vd) in [
-            (1usize, 8usize, 8usize),
-            (300, 256, 128),
-            (1000, 256, 256),
-            (7, 0, 4),
-        ] {
-            let src_k: Vec<f32> = (0..rows * kd).map(|i| i as f32).collect();
-            let src_v: Vec<f32> = (0..rows * vd).map(|i| -(i as f32)).collect();
-            let (mut k, mut v) = (vec![0.0; rows * kd], vec![0.0; rows * vd]);
-            copy_kv_rows(&pool, [&mut k, &mut v], [&src_k, &src_v], [kd, vd]);
-            assert_eq!((k, v), (src_k, src_v), "{rows} rows of {kd} and {vd}");
-        }
-    }
 
     fn ring(window: usize, cap: usize) -> LayerCache {
         LayerCache {
