@@ -129,13 +129,17 @@ const PANELS: usize = 8;
 /// cost nothing else (a task's panels are packed once either way).
 fn tasks_per_thread() -> usize {
     static SPLIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    *SPLIT.get_or_init(|| {
-        std::env::var("HEARTH_GEMM_SPLIT")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(DEFAULT_GEMM_SPLIT)
-            .clamp(1, 64)
-    })
+    *SPLIT.get_or_init(|| split_from_env("HEARTH_GEMM_SPLIT", DEFAULT_GEMM_SPLIT))
+}
+
+/// A parts-per-thread setting from the environment variable `var` (1 to
+/// 64), else `default`: the knobs the split of the products is measured by.
+fn split_from_env(var: &str, default: usize) -> usize {
+    std::env::var(var)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+        .clamp(1, 64)
 }
 
 /// The panel product's tasks per thread unless `HEARTH_GEMM_SPLIT` says.
@@ -722,13 +726,7 @@ pub fn matmul_gated(
 /// thread (1 to 64) for measuring.
 fn decode_parts(threads: usize, rows: usize) -> usize {
     static SPLIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let split = *SPLIT.get_or_init(|| {
-        std::env::var("HEARTH_DECODE_SPLIT")
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(4)
-            .clamp(1, 64)
-    });
+    let split = *SPLIT.get_or_init(|| split_from_env("HEARTH_DECODE_SPLIT", 4));
     if threads <= 1 {
         return rows.min(1);
     }

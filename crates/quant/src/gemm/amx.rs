@@ -353,11 +353,7 @@ pub(crate) fn usable() -> bool {
     #[cfg(target_arch = "x86_64")]
     {
         static USABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-        #[cfg(test)]
-        return *USABLE
-            .get_or_init(|| crate::simd::as_if_choosing(|| x86::supported() && self_check()));
-        #[cfg(not(test))]
-        *USABLE.get_or_init(|| x86::supported() && self_check())
+        *USABLE.get_or_init(|| crate::simd::as_if_choosing(|| x86::supported() && self_check()))
     }
     #[cfg(not(target_arch = "x86_64"))]
     false
