@@ -68,6 +68,31 @@ unsafe fn scales8(p: *const u8, stride: usize) -> __m256 {
     _mm256_cvtph_ps(unsafe { _mm_loadu_si128(h.as_ptr() as *const __m128i) })
 }
 
+/// [`scales8`] for blocks of `STRIDE` bytes, for the four-row decode
+/// kernels. No 512-bit permutes here, though they would pick the scales out
+/// in fewer instructions: while a 512-bit instruction is in flight an Intel
+/// core shuts the vector half of port 1, and the 256-bit products around
+/// it lose a third of their ports (the four-row Q5_0 kernel ran at 10.9
+/// GB/s with its weights in L2 with one, 13.8 without).
+///
+/// # Safety
+/// As [`scales8`].
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn scales8_at<const STRIDE: usize>(p: *const u8) -> __m256 {
+    // Four scales to a general register, by shifts and ors, and two moves
+    // into the vector: eight `vpinsrw` and seven unpacks, all on the one
+    // shuffle port of an Intel core, had cost the four-row Q5_0 decode
+    // kernel as much as its products.
+    // SAFETY: the caller's contract.
+    let quad = |k: usize| unsafe {
+        (0..4).fold(0u64, |q, j| {
+            q | (rd16(p.add((k + j) * STRIDE)) as u64) << (16 * j)
+        })
+    };
+    _mm256_cvtph_ps(_mm_set_epi64x(quad(4) as i64, quad(0) as i64))
+}
+
 /// Products of the weight and activation scales of 8 consecutive blocks
 /// (each product rounded as `h2f_prod` rounds it).
 ///
@@ -242,9 +267,18 @@ unsafe fn q5_0_unsigned_avx2(bw: *const u8) -> __m256i {
 #[inline]
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
 unsafe fn q5_0_unsigned_avx512vl(bw: *const u8) -> __m256i {
-    // SAFETY: the block holds qh at 2..6 and nibbles at 6..22.
-    let (bits, nib) = unsafe { (rd32(bw.add(2)), nibbles32_at(bw.add(6))) };
-    _mm256_mask_add_epi8(nib, bits, nib, _mm256_set1_epi8(0x10))
+    // SAFETY: the block holds qh at 2..6 and 16 bytes of nibbles at 6.
+    let (bits, q) = unsafe {
+        (
+            rd32(bw.add(2)),
+            _mm256_broadcastsi128_si256(load16(bw.add(6))),
+        )
+    };
+    let shifted = _mm256_srlv_epi32(q, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
+    // (shifted & 0x0F) | fifth, in one `vpternlogd` (0xEA: A & B | C): a
+    // masked add had compiled to an or and a masked move.
+    let fifth = _mm256_maskz_mov_epi8(bits, _mm256_set1_epi8(0x10));
+    _mm256_ternarylogic_epi32::<0xEA>(shifted, _mm256_set1_epi8(0x0F), fifth)
 }
 
 /// How far ahead of the block being multiplied the 32-block kernels
@@ -1056,24 +1090,24 @@ fn prefetch_rows_line(base: *const u8, off: usize) {
 }
 
 macro_rules! legacy_rows {
-    ($feat:literal, $dot4:ident, $dot4acc:ident, $q5:ident, $r8:ident, $r4:ident, $r5:ident) => {
-        legacy_rows!(@one $feat, $dot4, $dot4acc, $r8, 34, |bw| {
+    ($feat:literal, $dot4:ident, $dot4acc:ident, $scales:ident, $q5:ident, $r8:ident, $r4:ident, $r5:ident) => {
+        legacy_rows!(@one $feat, $dot4, $dot4acc, $scales, $r8, 34, |bw| {
             // SAFETY: the block holds 32 quants at 2.
             unsafe { load32(bw.add(2)) }
         });
         // Q4_0 and Q5_0 stay unsigned (nibble, or nibble plus 16 for the
         // fifth bit) and the offset comes off the integer sums (see `@one`).
-        legacy_rows!(@one $feat, $dot4, $dot4acc, $r4, 18, offset 3, |bw| {
+        legacy_rows!(@one $feat, $dot4, $dot4acc, $scales, $r4, 18, offset 3, |bw| {
             // SAFETY: the block holds 16 bytes of nibbles at 2.
             unsafe { nibbles32_at(bw.add(2)) }
         });
-        legacy_rows!(@one $feat, $dot4, $dot4acc, $r5, 22, offset 4, |bw| {
+        legacy_rows!(@one $feat, $dot4, $dot4acc, $scales, $r5, 22, offset 4, |bw| {
             // SAFETY: the block is inside `w` (see `@one`).
             unsafe { $q5(bw) }
         });
     };
-    (@one $feat:literal, $dot4:ident, $dot4acc:ident, $name:ident, $wb:expr, |$bw:ident| $unpack:expr) => {
-        legacy_rows!(@one $feat, $dot4, $dot4acc, $name, $wb, signed, |$bw| $unpack);
+    (@one $feat:literal, $dot4:ident, $dot4acc:ident, $scales:ident, $name:ident, $wb:expr, |$bw:ident| $unpack:expr) => {
+        legacy_rows!(@one $feat, $dot4, $dot4acc, $scales, $name, $wb, signed, |$bw| $unpack);
     };
     // `signed`: the unpacked bytes are the signed values, multiplied through
     // the sign trick. `offset K`: they are `value + 2^K`, unsigned, so they
@@ -1083,7 +1117,7 @@ macro_rules! legacy_rows {
     // lane sums are the same integers either way, so the results are the
     // one-row kernels' to the bit, with three fewer instructions per row and
     // block.
-    (@one $feat:literal, $dot4:ident, $dot4acc:ident, $name:ident, $wb:expr, $form:ident $($shift:literal)?, |$bw:ident| $unpack:expr) => {
+    (@one $feat:literal, $dot4:ident, $dot4acc:ident, $scales:ident, $name:ident, $wb:expr, $form:ident $($shift:literal)?, |$bw:ident| $unpack:expr) => {
         /// Four weight rows `row_bytes` apart times one Q8_0 activation row.
         ///
         /// # Safety
@@ -1094,33 +1128,36 @@ macro_rules! legacy_rows {
             let ap = a.as_ptr();
             // SAFETY: rows 0..4 start inside `w` by the contract.
             let wp: [*const u8; 4] = std::array::from_fn(|r| unsafe { w.as_ptr().add(r * row_bytes) });
-            // Chain i % 2 of each row, as in the one-row kernels.
-            let mut acc = [[_mm256_setzero_ps(); 4]; 2];
+            // Chain i % 2 of each row, as in the one-row kernels. The two
+            // chains are named, not indexed by `k % 2`: indexed, they had
+            // lived on the stack (a load and a store per block and row),
+            // zeroed there by a 512-bit store (see `scales8_at`).
+            let (mut even, mut odd) = ([_mm256_setzero_ps(); 4], [_mm256_setzero_ps(); 4]);
             let mut i = 0;
             while i + 8 <= nb {
                 // SAFETY: blocks i..i+8 lie inside every row and the activations.
-                let da = unsafe { scales8(ap.add(i * 34), 34) };
+                let da = unsafe { $scales::<34>(ap.add(i * 34)) };
+                // SAFETY: as above.
                 let dd: [[f32; 8]; 4] = std::array::from_fn(|r| {
                     let mut d = [0.0f32; 8];
                     // SAFETY: as above; `d` holds 8 floats.
-                    unsafe {
-                        let dw = scales8(wp[r].add(i * $wb), $wb);
-                        _mm256_storeu_ps(d.as_mut_ptr(), _mm256_mul_ps(dw, da));
-                    }
+                    unsafe { _mm256_storeu_ps(d.as_mut_ptr(), _mm256_mul_ps($scales::<$wb>(wp[r].add(i * $wb)), da)) };
                     d
                 });
-                for k in 0..8 {
-                    // SAFETY: activation block i + k: 32 quants at 2.
-                    let qy = unsafe { load32(ap.add((i + k) * 34 + 2)) };
-                    let corr = legacy_rows!(@corr $dot4, qy, $form $($shift)?);
-                    for r in 0..4 {
-                        // SAFETY: block i + k of row r is inside `w`.
-                        let $bw = unsafe { wp[r].add((i + k) * $wb) };
-                        prefetch_rows_line(wp[0], PREFETCH + ((i + k) * 4 + r) * $wb);
-                        let qx = $unpack;
-                        let p = legacy_rows!(@dot $dot4, $dot4acc, qx, qy, corr, $form);
-                        let acc = &mut acc[k % 2][r];
-                        *acc = _mm256_fmadd_ps(_mm256_set1_ps(dd[r][k]), _mm256_cvtepi32_ps(p), *acc);
+                for k in (0..8).step_by(2) {
+                    for (k, acc) in [(k, &mut even), (k + 1, &mut odd)] {
+                        // SAFETY: activation block i + k: 32 quants at 2.
+                        let qy = unsafe { load32(ap.add((i + k) * 34 + 2)) };
+                        let corr = legacy_rows!(@corr $dot4, qy, $form $($shift)?);
+                        for r in 0..4 {
+                            // SAFETY: block i + k of row r is inside `w`.
+                            let $bw = unsafe { wp[r].add((i + k) * $wb) };
+                            prefetch_rows_line(wp[0], PREFETCH + ((i + k) * 4 + r) * $wb);
+                            let qx = $unpack;
+                            let p = legacy_rows!(@dot $dot4, $dot4acc, qx, qy, corr, $form);
+                            let d = _mm256_set1_ps(dd[r][k]);
+                            acc[r] = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), acc[r]);
+                        }
                     }
                 }
                 i += 8;
@@ -1139,11 +1176,11 @@ macro_rules! legacy_rows {
                     let d = h2f_prod(unsafe { rd16($bw) } | da << 16);
                     let qx = $unpack;
                     let p = legacy_rows!(@dot $dot4, $dot4acc, qx, qy, corr, $form);
-                    let acc = &mut acc[i % 2][r];
+                    let acc = if i % 2 == 0 { &mut even[r] } else { &mut odd[r] };
                     *acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), *acc);
                 }
             }
-            hsum4_ps(std::array::from_fn(|r| _mm256_add_ps(acc[0][r], acc[1][r])))
+            hsum4_ps(std::array::from_fn(|r| _mm256_add_ps(even[r], odd[r])))
         }
     };
     (@corr $dot4:ident, $qy:ident, signed) => {
@@ -1168,6 +1205,7 @@ legacy_rows!(
     "avx2,fma,f16c",
     dot4_avx2,
     dot4acc_avx2,
+    scales8_at,
     q5_0_unsigned_avx2,
     q8_0_r4_avx2,
     q4_0_r4_avx2,
@@ -1177,6 +1215,7 @@ legacy_rows!(
     "avx2,fma,f16c,avxvnni",
     dot4_avxvnni,
     dot4acc_avxvnni,
+    scales8_at,
     q5_0_unsigned_avx2,
     q8_0_r4_avxvnni,
     q4_0_r4_avxvnni,
@@ -1189,6 +1228,7 @@ legacy_rows!(
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
     dot4_avx512vl,
     dot4acc_avx512vl,
+    scales8_at,
     q5_0_unsigned_avx512vl,
     q8_0_r4_avx512vl,
     q4_0_r4_avx512vl,
