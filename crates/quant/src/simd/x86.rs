@@ -595,13 +595,19 @@ unsafe fn k4_min_dot(mins: [u8; 8], ba: *const u8) -> i32 {
     hsum_epi32(_mm256_madd_epi16(bsums, twice))
 }
 
-/// The 8 sub-block scales of a Q4_K/Q5_K block as i16 in both halves, for
-/// [`k4_scale`].
+/// The 8 sub-block scales of a Q4_K/Q5_K block, each as an i16 pair in one
+/// dword, for [`k4_scale`].
 #[inline]
 #[target_feature(enable = "avx2")]
-fn k4_scales(sc: [u8; 8]) -> __m256i {
+fn k4_scales(sc: [u8; 8]) -> [i32; 8] {
     let s = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(i64::from_le_bytes(sc)));
-    _mm256_set_m128i(s, s)
+    let mut pairs = [0i32; 8];
+    let both = _mm256_set_m128i(_mm_unpackhi_epi16(s, s), _mm_unpacklo_epi16(s, s));
+    // SAFETY: `pairs` holds 32 bytes.
+    unsafe { _mm256_storeu_si256(pairs.as_mut_ptr() as *mut __m256i, both) };
+    // Opaque, so that the broadcasts stay loads: seeing the values, LLVM
+    // rebuilt each one with a shift and a register broadcast.
+    std::hint::black_box(pairs)
 }
 
 /// The `vpshufb` control that copies i16 lane `i` (of a 128-bit half) into
@@ -611,11 +617,13 @@ fn i16_lane(i: usize) -> i16 {
     (((2 * i + 1) << 8) | (2 * i)) as i16
 }
 
-/// Scale `i` of [`k4_scales`] in every i16 lane (one byte shuffle).
+/// Scale `i` of [`k4_scales`] in every i16 lane: a broadcast load, which
+/// takes no shuffle port (a byte shuffle per sub-block had compiled to a
+/// shift and a broadcast, two shuffle-port instructions, 16 per block).
 #[inline]
 #[target_feature(enable = "avx2")]
-fn k4_scale(scales: __m256i, i: usize) -> __m256i {
-    _mm256_shuffle_epi8(scales, _mm256_set1_epi16(i16_lane(i)))
+fn k4_scale(pairs: &[i32; 8], i: usize) -> __m256i {
+    _mm256_set1_epi32(pairs[i])
 }
 
 /// Q4_K · Q8_K.
@@ -651,8 +659,9 @@ pub(crate) unsafe fn q4_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
             let q4l = _mm256_and_si256(q4, m4);
             let q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
             // maddubs cannot saturate here: 2 * 15 * 128 < 2^15.
-            let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(q4l, q8l), k4_scale(scales, 2 * j));
-            let ph = _mm256_madd_epi16(_mm256_maddubs_epi16(q4h, q8h), k4_scale(scales, 2 * j + 1));
+            let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(q4l, q8l), k4_scale(&scales, 2 * j));
+            let ph =
+                _mm256_madd_epi16(_mm256_maddubs_epi16(q4h, q8h), k4_scale(&scales, 2 * j + 1));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
         }
         sumf += crate::scalar::kquant_block(d, dmin, dy, hsum_epi32(sumi), msum);
@@ -699,8 +708,9 @@ pub(crate) unsafe fn q5_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
             let q5l = _mm256_or_si256(_mm256_and_si256(q5, m4), hl);
             let q5h = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q5, 4), m4), hh);
             // 2 * 31 * 128 < 2^15: no saturation.
-            let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(q5l, q8l), k4_scale(scales, 2 * j));
-            let ph = _mm256_madd_epi16(_mm256_maddubs_epi16(q5h, q8h), k4_scale(scales, 2 * j + 1));
+            let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(q5l, q8l), k4_scale(&scales, 2 * j));
+            let ph =
+                _mm256_madd_epi16(_mm256_maddubs_epi16(q5h, q8h), k4_scale(&scales, 2 * j + 1));
             sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
         }
         sumf += crate::scalar::kquant_block(d, dmin, dy, hsum_epi32(sumi), msum);
