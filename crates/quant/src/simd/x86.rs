@@ -81,9 +81,9 @@ unsafe fn scales8(p: *const u8, stride: usize) -> __m256 {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn scales8_at<const STRIDE: usize>(p: *const u8) -> __m256 {
     // Four scales to a general register, by shifts and ors, and two moves
-    // into the vector: eight `vpinsrw` and seven unpacks, all on the one
-    // shuffle port of an Intel core, had cost the four-row Q5_0 decode
-    // kernel as much as its products.
+    // into the vector, in place of eight `vpinsrw` and seven unpacks, all
+    // on the one shuffle port of an Intel core (the four-row Q5_0 kernel,
+    // weights in L2: 13.8 -> 15.0 GB/s).
     // SAFETY: the caller's contract.
     let quad = |k: usize| unsafe {
         (0..4).fold(0u64, |q, j| {
@@ -1100,24 +1100,24 @@ fn prefetch_rows_line(base: *const u8, off: usize) {
 }
 
 macro_rules! legacy_rows {
-    ($feat:literal, $dot4:ident, $dot4acc:ident, $scales:ident, $q5:ident, $r8:ident, $r4:ident, $r5:ident) => {
-        legacy_rows!(@one $feat, $dot4, $dot4acc, $scales, $r8, 34, |bw| {
+    ($feat:literal, $dot4:ident, $dot4acc:ident, $q5:ident, $r8:ident, $r4:ident, $r5:ident) => {
+        legacy_rows!(@one $feat, $dot4, $dot4acc, $r8, 34, |bw| {
             // SAFETY: the block holds 32 quants at 2.
             unsafe { load32(bw.add(2)) }
         });
         // Q4_0 and Q5_0 stay unsigned (nibble, or nibble plus 16 for the
         // fifth bit) and the offset comes off the integer sums (see `@one`).
-        legacy_rows!(@one $feat, $dot4, $dot4acc, $scales, $r4, 18, offset 3, |bw| {
+        legacy_rows!(@one $feat, $dot4, $dot4acc, $r4, 18, offset 3, |bw| {
             // SAFETY: the block holds 16 bytes of nibbles at 2.
             unsafe { nibbles32_at(bw.add(2)) }
         });
-        legacy_rows!(@one $feat, $dot4, $dot4acc, $scales, $r5, 22, offset 4, |bw| {
+        legacy_rows!(@one $feat, $dot4, $dot4acc, $r5, 22, offset 4, |bw| {
             // SAFETY: the block is inside `w` (see `@one`).
             unsafe { $q5(bw) }
         });
     };
-    (@one $feat:literal, $dot4:ident, $dot4acc:ident, $scales:ident, $name:ident, $wb:expr, |$bw:ident| $unpack:expr) => {
-        legacy_rows!(@one $feat, $dot4, $dot4acc, $scales, $name, $wb, signed, |$bw| $unpack);
+    (@one $feat:literal, $dot4:ident, $dot4acc:ident, $name:ident, $wb:expr, |$bw:ident| $unpack:expr) => {
+        legacy_rows!(@one $feat, $dot4, $dot4acc, $name, $wb, signed, |$bw| $unpack);
     };
     // `signed`: the unpacked bytes are the signed values, multiplied through
     // the sign trick. `offset K`: they are `value + 2^K`, unsigned, so they
@@ -1127,7 +1127,7 @@ macro_rules! legacy_rows {
     // lane sums are the same integers either way, so the results are the
     // one-row kernels' to the bit, with three fewer instructions per row and
     // block.
-    (@one $feat:literal, $dot4:ident, $dot4acc:ident, $scales:ident, $name:ident, $wb:expr, $form:ident $($shift:literal)?, |$bw:ident| $unpack:expr) => {
+    (@one $feat:literal, $dot4:ident, $dot4acc:ident, $name:ident, $wb:expr, $form:ident $($shift:literal)?, |$bw:ident| $unpack:expr) => {
         /// Four weight rows `row_bytes` apart times one Q8_0 activation row.
         ///
         /// # Safety
@@ -1146,12 +1146,12 @@ macro_rules! legacy_rows {
             let mut i = 0;
             while i + 8 <= nb {
                 // SAFETY: blocks i..i+8 lie inside every row and the activations.
-                let da = unsafe { $scales::<34>(ap.add(i * 34)) };
+                let da = unsafe { scales8_at::<34>(ap.add(i * 34)) };
                 // SAFETY: as above.
                 let dd: [[f32; 8]; 4] = std::array::from_fn(|r| {
                     let mut d = [0.0f32; 8];
                     // SAFETY: as above; `d` holds 8 floats.
-                    unsafe { _mm256_storeu_ps(d.as_mut_ptr(), _mm256_mul_ps($scales::<$wb>(wp[r].add(i * $wb)), da)) };
+                    unsafe { _mm256_storeu_ps(d.as_mut_ptr(), _mm256_mul_ps(scales8_at::<$wb>(wp[r].add(i * $wb)), da)) };
                     d
                 });
                 for k in (0..8).step_by(2) {
@@ -1215,7 +1215,6 @@ legacy_rows!(
     "avx2,fma,f16c",
     dot4_avx2,
     dot4acc_avx2,
-    scales8_at,
     q5_0_unsigned_avx2,
     q8_0_r4_avx2,
     q4_0_r4_avx2,
@@ -1225,7 +1224,6 @@ legacy_rows!(
     "avx2,fma,f16c,avxvnni",
     dot4_avxvnni,
     dot4acc_avxvnni,
-    scales8_at,
     q5_0_unsigned_avx2,
     q8_0_r4_avxvnni,
     q4_0_r4_avxvnni,
@@ -1238,7 +1236,6 @@ legacy_rows!(
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
     dot4_avx512vl,
     dot4acc_avx512vl,
-    scales8_at,
     q5_0_unsigned_avx512vl,
     q8_0_r4_avx512vl,
     q4_0_r4_avx512vl,
