@@ -210,6 +210,11 @@ pub(super) unsafe fn tile_avx2(p: &Panel, a: &Acts, c0: usize, m: usize) -> Tile
         }};
     }
     const _: () = assert!(MR == 4 && NR.is_multiple_of(16));
+    if p.min && p.off != 0 {
+        // No format packs so (see `unsigned_range`); the kernels below
+        // start minimum-term sums at zero.
+        return super::tile_scalar(p, a, c0, m);
+    }
     // SAFETY: the caller's contract, passed on (`m <= MR`).
     unsafe {
         match (p.g, p.min, p.run) {
@@ -340,12 +345,23 @@ unsafe fn tile_avx2_wide<const MA: usize, const G: usize, const MIN: bool, const
                     }
                     for (r, (acc, t)) in iacc.iter_mut().zip(t).enumerate() {
                         for v in 0..2 {
-                            let prev = if run == 0 {
-                                _mm256_set1_epi32(*abase.add(r * p.groups + g))
+                            let wide = _mm256_madd_epi16(t[v], ones);
+                            // The formats with minimum terms have offset 0
+                            // (`tile_avx2` checks), so their sums start at
+                            // zero: one add fewer per sum and group.
+                            let x = if run == 0 && MIN {
+                                wide
+                            } else if run == 0 {
+                                _mm256_add_epi32(
+                                    wide,
+                                    _mm256_set1_epi32(*abase.add(r * p.groups + g)),
+                                )
                             } else {
-                                std::ptr::addr_of!(part[r][v]).read_volatile()
+                                _mm256_add_epi32(
+                                    wide,
+                                    std::ptr::addr_of!(part[r][v]).read_volatile(),
+                                )
                             };
-                            let x = _mm256_add_epi32(_mm256_madd_epi16(t[v], ones), prev);
                             if run + 1 == runs {
                                 acc[v] = x;
                             } else {
