@@ -626,185 +626,243 @@ fn k4_scale(pairs: &[i32; 8], i: usize) -> __m256i {
     _mm256_set1_epi32(pairs[i])
 }
 
-/// Q4_K · Q8_K.
-///
-/// # Safety
-/// [`super::DotFn`] contract.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn q4_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
-    debug_assert!(w.len() >= nb * 144 && a.len() >= nb * 292);
-    let mut sumf = 0.0f32;
-    let m4 = _mm256_set1_epi8(0x0F);
-    for (bw, ba) in w.chunks_exact(144).zip(a.chunks_exact(292)).take(nb) {
-        prefetch_block(bw.as_ptr());
-        let (sc, mins) = crate::formats::kquants::scales_mins_k4(&bw[4..16]);
-        let (bw, ba) = (bw.as_ptr(), ba.as_ptr());
-        // SAFETY: whole blocks (chunks_exact); d, dmin at 0 and 2 of the Q4_K block,
-        // d f32 at 0 of the Q8_K block.
-        let (dy, dd) = unsafe { (rf32(ba), h2f_pair(rd32(bw))) };
-        let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
-        // SAFETY: whole Q8_K block.
-        let msum = unsafe { k4_min_dot(mins, ba) };
-        let scales = k4_scales(sc);
-        let mut sumi = _mm256_setzero_si256();
-        for j in 0..4 {
-            // SAFETY: qs at 16..144 (32 bytes per j); q8 quants at 4..260 (64 per j).
-            let (q4, q8l, q8h) = unsafe {
-                (
-                    load32(bw.add(16 + 32 * j)),
-                    load32(ba.add(4 + 64 * j)),
-                    load32(ba.add(36 + 64 * j)),
-                )
-            };
-            let q4l = _mm256_and_si256(q4, m4);
-            let q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
-            // maddubs cannot saturate here: 2 * 15 * 128 < 2^15.
-            let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(q4l, q8l), k4_scale(&scales, 2 * j));
-            let ph =
-                _mm256_madd_epi16(_mm256_maddubs_epi16(q4h, q8h), k4_scale(&scales, 2 * j + 1));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
-        }
-        sumf += crate::scalar::kquant_block(d, dmin, dy, hsum_epi32(sumi), msum);
-    }
-    sumf
+/// `acc + madd(p, s)` for the K-quant kernels: i16 products of `vpmaddubsw`
+/// times i16 scales, pairs summed into the i32 lanes of `acc`.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn mac_avx2(acc: __m256i, p: __m256i, s: __m256i) -> __m256i {
+    _mm256_add_epi32(acc, _mm256_madd_epi16(p, s))
 }
 
-/// Q5_K · Q8_K.
-///
-/// # Safety
-/// [`super::DotFn`] contract.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn q5_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
-    debug_assert!(w.len() >= nb * 176 && a.len() >= nb * 292);
-    let mut sumf = 0.0f32;
-    let m4 = _mm256_set1_epi8(0x0F);
-    let b4 = _mm256_set1_epi8(0x10);
-    for (bw, ba) in w.chunks_exact(176).zip(a.chunks_exact(292)).take(nb) {
-        prefetch_block(bw.as_ptr());
-        let (sc, mins) = crate::formats::kquants::scales_mins_k4(&bw[4..16]);
-        let (bw, ba) = (bw.as_ptr(), ba.as_ptr());
-        // SAFETY: whole blocks; d, dmin at 0 and 2; Q8_K d at 0.
-        let (dy, dd) = unsafe { (rf32(ba), h2f_pair(rd32(bw))) };
-        let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
-        // SAFETY: whole Q8_K block.
-        let msum = unsafe { k4_min_dot(mins, ba) };
-        let scales = k4_scales(sc);
-        // SAFETY: qh at 16..48.
-        let qh = unsafe { load32(bw.add(16)) };
-        let mut sumi = _mm256_setzero_si256();
-        for j in 0..4 {
-            // SAFETY: qs at 48..176 (32 bytes per j); q8 quants at 4..260 (64 per j).
-            let (q5, q8l, q8h) = unsafe {
-                (
-                    load32(bw.add(48 + 32 * j)),
-                    load32(ba.add(4 + 64 * j)),
-                    load32(ba.add(36 + 64 * j)),
-                )
-            };
-            let ml = _mm256_set1_epi8((1u8 << (2 * j)) as i8);
-            let mh = _mm256_set1_epi8((1u8 << (2 * j + 1)) as i8);
-            let hl = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, ml), ml), b4);
-            let hh = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, mh), mh), b4);
-            let q5l = _mm256_or_si256(_mm256_and_si256(q5, m4), hl);
-            let q5h = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q5, 4), m4), hh);
-            // 2 * 31 * 128 < 2^15: no saturation.
-            let pl = _mm256_madd_epi16(_mm256_maddubs_epi16(q5l, q8l), k4_scale(&scales, 2 * j));
-            let ph =
-                _mm256_madd_epi16(_mm256_maddubs_epi16(q5h, q8h), k4_scale(&scales, 2 * j + 1));
-            sumi = _mm256_add_epi32(sumi, _mm256_add_epi32(pl, ph));
-        }
-        sumf += crate::scalar::kquant_block(d, dmin, dy, hsum_epi32(sumi), msum);
-    }
-    sumf
+/// [`mac_avx2`] as one AVX-VNNI `vpdpwssd` (the same sums).
+#[inline]
+#[target_feature(enable = "avx2,avxvnni")]
+fn mac_avxvnni(acc: __m256i, p: __m256i, s: __m256i) -> __m256i {
+    _mm256_dpwssd_avx_epi32(acc, p, s)
 }
 
-/// Q6_K · Q8_K.
-///
-/// # Safety
-/// [`super::DotFn`] contract.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn q6_k_avx2(w: &[u8], a: &[u8], nb: usize) -> f32 {
-    debug_assert!(w.len() >= nb * 210 && a.len() >= nb * 292);
-    let mut sumf = 0.0f32;
-    let m4 = _mm256_set1_epi8(0x0F);
-    for (bw, ba) in w.chunks_exact(210).zip(a.chunks_exact(292)).take(nb) {
-        prefetch_block(bw.as_ptr());
-        let (bw, ba) = (bw.as_ptr(), ba.as_ptr());
-        // SAFETY: the 16 i8 scales at 192..208; the Q8_K block's 16 i16
-        // bsums at 260..292.
-        let (sc, bsums) = unsafe {
-            (
-                _mm256_cvtepi8_epi16(load16(bw.add(192))),
-                load32(ba.add(260)),
-            )
-        };
-        // Values are stored +32: sum(sc * u * a) over the block, less
-        // 32 * sum(sc * bsum), is the block's exact sum(sc * q * a).
-        let offset = 32 * hsum_epi32(_mm256_madd_epi16(sc, bsums));
-        // Scales 0..8 and 8..16 each in both 128-bit halves, for a
-        // per-half byte shuffle to pick one scale for each half.
-        let halves = [
-            _mm256_permute2x128_si256::<0x00>(sc, sc),
-            _mm256_permute2x128_si256::<0x11>(sc, sc),
-        ];
-        // SAFETY: whole blocks; Q6_K d is the upper half of the u32 at 206 (a
-        // 4-byte read ending exactly at the block's end), Q8_K d at 0.
-        let (d, dy) = unsafe {
-            (
-                _mm_cvtss_f32(_mm_movehdup_ps(h2f_pair(rd32(bw.add(206))))),
-                rf32(ba),
-            )
-        };
-        let mut sumi = _mm256_setzero_si256();
-        for (n, &half) in halves.iter().enumerate() {
-            // SAFETY: ql at 0..128 (64 per n), qh at 128..192 (32 per n).
-            let (ql1, ql2, qh) = unsafe {
-                (
-                    load32(bw.add(64 * n)),
-                    load32(bw.add(64 * n + 32)),
-                    load32(bw.add(128 + 32 * n)),
-                )
-            };
-            let q = [
-                _mm256_or_si256(
-                    _mm256_and_si256(ql1, m4),
-                    _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x03)), 4),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(ql2, m4),
-                    _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x0C)), 2),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
-                    _mm256_and_si256(qh, _mm256_set1_epi8(0x30)),
-                ),
-                _mm256_or_si256(
-                    _mm256_and_si256(_mm256_srli_epi16(ql2, 4), m4),
-                    _mm256_srli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0xC0u8 as i8)), 2),
-                ),
-            ];
-            for (k, &qk) in q.iter().enumerate() {
-                // SAFETY: q8 quants at 4..260 (128 per n, 32 per k).
-                let q8 = unsafe { load32(ba.add(4 + 128 * n + 32 * k)) };
-                // u <= 63 against |a| <= 127: a pair sums to at most 16002.
-                let p = _mm256_maddubs_epi16(qk, q8);
-                // Low half: scale 2k of these eight; high half: 2k + 1.
-                let s = _mm256_shuffle_epi8(
-                    half,
-                    _mm256_set_m128i(
-                        _mm_set1_epi16(i16_lane(2 * k + 1)),
-                        _mm_set1_epi16(i16_lane(2 * k)),
-                    ),
-                );
-                sumi = _mm256_add_epi32(sumi, _mm256_madd_epi16(p, s));
+/// [`mac_avx2`] as one AVX-512 VNNI `vpdpwssd` on 256 bits.
+#[inline]
+#[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
+fn mac_avx512vl(acc: __m256i, p: __m256i, s: __m256i) -> __m256i {
+    _mm256_dpwssd_epi32(acc, p, s)
+}
+
+/// Generates the Q4_K, Q5_K and Q6_K decode kernels for one
+/// multiply-accumulate primitive ([`mac_avx2`] and its VNNI forms, which
+/// fuse the scale's multiply-add with the add and give the same integers,
+/// so every tier's bits are the same). Each block's sums run in two chains
+/// (`lo`, `hi`), so that a fused `vpdpwssd` does not wait on the last.
+macro_rules! kquant_kernels {
+    ($feat:literal, $mac:ident, $q4k:ident, $q5k:ident, $q6k:ident) => {
+        /// Q4_K · Q8_K.
+        ///
+        /// # Safety
+        /// [`super::DotFn`] contract.
+        #[target_feature(enable = $feat)]
+        pub(crate) unsafe fn $q4k(w: &[u8], a: &[u8], nb: usize) -> f32 {
+            debug_assert!(w.len() >= nb * 144 && a.len() >= nb * 292);
+            let mut sumf = 0.0f32;
+            let m4 = _mm256_set1_epi8(0x0F);
+            for (bw, ba) in w.chunks_exact(144).zip(a.chunks_exact(292)).take(nb) {
+                prefetch_block(bw.as_ptr());
+                let (sc, mins) = crate::formats::kquants::scales_mins_k4(&bw[4..16]);
+                let (bw, ba) = (bw.as_ptr(), ba.as_ptr());
+                // SAFETY: whole blocks (chunks_exact); d, dmin at 0 and 2 of the Q4_K block,
+                // d f32 at 0 of the Q8_K block.
+                let (dy, dd) = unsafe { (rf32(ba), h2f_pair(rd32(bw))) };
+                let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
+                // SAFETY: whole Q8_K block.
+                let msum = unsafe { k4_min_dot(mins, ba) };
+                let scales = k4_scales(sc);
+                let (mut lo, mut hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+                for j in 0..4 {
+                    // SAFETY: qs at 16..144 (32 bytes per j); q8 quants at 4..260 (64 per j).
+                    let (q4, q8l, q8h) = unsafe {
+                        (
+                            load32(bw.add(16 + 32 * j)),
+                            load32(ba.add(4 + 64 * j)),
+                            load32(ba.add(36 + 64 * j)),
+                        )
+                    };
+                    let q4l = _mm256_and_si256(q4, m4);
+                    let q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
+                    // maddubs cannot saturate here: 2 * 15 * 128 < 2^15.
+                    lo = $mac(lo, _mm256_maddubs_epi16(q4l, q8l), k4_scale(&scales, 2 * j));
+                    hi = $mac(
+                        hi,
+                        _mm256_maddubs_epi16(q4h, q8h),
+                        k4_scale(&scales, 2 * j + 1),
+                    );
+                }
+                let sumi = _mm256_add_epi32(lo, hi);
+                sumf += crate::scalar::kquant_block(d, dmin, dy, hsum_epi32(sumi), msum);
             }
+            sumf
         }
-        // Q6_K has no minimums: the reference's zero term is kept so the
-        // bits agree even where a block sums to zero.
-        sumf += crate::scalar::kquant_block(d, 0.0, dy, hsum_epi32(sumi) - offset, 0);
-    }
-    sumf
+
+        /// Q5_K · Q8_K.
+        ///
+        /// # Safety
+        /// [`super::DotFn`] contract.
+        #[target_feature(enable = $feat)]
+        pub(crate) unsafe fn $q5k(w: &[u8], a: &[u8], nb: usize) -> f32 {
+            debug_assert!(w.len() >= nb * 176 && a.len() >= nb * 292);
+            let mut sumf = 0.0f32;
+            let m4 = _mm256_set1_epi8(0x0F);
+            let b4 = _mm256_set1_epi8(0x10);
+            for (bw, ba) in w.chunks_exact(176).zip(a.chunks_exact(292)).take(nb) {
+                prefetch_block(bw.as_ptr());
+                let (sc, mins) = crate::formats::kquants::scales_mins_k4(&bw[4..16]);
+                let (bw, ba) = (bw.as_ptr(), ba.as_ptr());
+                // SAFETY: whole blocks; d, dmin at 0 and 2; Q8_K d at 0.
+                let (dy, dd) = unsafe { (rf32(ba), h2f_pair(rd32(bw))) };
+                let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
+                // SAFETY: whole Q8_K block.
+                let msum = unsafe { k4_min_dot(mins, ba) };
+                let scales = k4_scales(sc);
+                // SAFETY: qh at 16..48.
+                let qh = unsafe { load32(bw.add(16)) };
+                let (mut lo, mut hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+                for j in 0..4 {
+                    // SAFETY: qs at 48..176 (32 bytes per j); q8 quants at 4..260 (64 per j).
+                    let (q5, q8l, q8h) = unsafe {
+                        (
+                            load32(bw.add(48 + 32 * j)),
+                            load32(ba.add(4 + 64 * j)),
+                            load32(ba.add(36 + 64 * j)),
+                        )
+                    };
+                    let ml = _mm256_set1_epi8((1u8 << (2 * j)) as i8);
+                    let mh = _mm256_set1_epi8((1u8 << (2 * j + 1)) as i8);
+                    let hl = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, ml), ml), b4);
+                    let hh = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, mh), mh), b4);
+                    let q5l = _mm256_or_si256(_mm256_and_si256(q5, m4), hl);
+                    let q5h = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q5, 4), m4), hh);
+                    // 2 * 31 * 128 < 2^15: no saturation.
+                    lo = $mac(lo, _mm256_maddubs_epi16(q5l, q8l), k4_scale(&scales, 2 * j));
+                    hi = $mac(
+                        hi,
+                        _mm256_maddubs_epi16(q5h, q8h),
+                        k4_scale(&scales, 2 * j + 1),
+                    );
+                }
+                let sumi = _mm256_add_epi32(lo, hi);
+                sumf += crate::scalar::kquant_block(d, dmin, dy, hsum_epi32(sumi), msum);
+            }
+            sumf
+        }
+
+        /// Q6_K · Q8_K.
+        ///
+        /// # Safety
+        /// [`super::DotFn`] contract.
+        #[target_feature(enable = $feat)]
+        pub(crate) unsafe fn $q6k(w: &[u8], a: &[u8], nb: usize) -> f32 {
+            debug_assert!(w.len() >= nb * 210 && a.len() >= nb * 292);
+            let mut sumf = 0.0f32;
+            let m4 = _mm256_set1_epi8(0x0F);
+            for (bw, ba) in w.chunks_exact(210).zip(a.chunks_exact(292)).take(nb) {
+                prefetch_block(bw.as_ptr());
+                let (bw, ba) = (bw.as_ptr(), ba.as_ptr());
+                // SAFETY: the 16 i8 scales at 192..208; the Q8_K block's 16 i16
+                // bsums at 260..292.
+                let (sc, bsums) = unsafe {
+                    (
+                        _mm256_cvtepi8_epi16(load16(bw.add(192))),
+                        load32(ba.add(260)),
+                    )
+                };
+                // Values are stored +32: sum(sc * u * a) over the block, less
+                // 32 * sum(sc * bsum), is the block's exact sum(sc * q * a).
+                let offset = 32 * hsum_epi32(_mm256_madd_epi16(sc, bsums));
+                // Scales 0..8 and 8..16 each in both 128-bit halves, for a
+                // per-half byte shuffle to pick one scale for each half.
+                let halves = [
+                    _mm256_permute2x128_si256::<0x00>(sc, sc),
+                    _mm256_permute2x128_si256::<0x11>(sc, sc),
+                ];
+                // SAFETY: whole blocks; Q6_K d is the upper half of the u32 at 206 (a
+                // 4-byte read ending exactly at the block's end), Q8_K d at 0.
+                let (d, dy) = unsafe {
+                    (
+                        _mm_cvtss_f32(_mm_movehdup_ps(h2f_pair(rd32(bw.add(206))))),
+                        rf32(ba),
+                    )
+                };
+                let (mut lo, mut hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+                for (n, &half) in halves.iter().enumerate() {
+                    // SAFETY: ql at 0..128 (64 per n), qh at 128..192 (32 per n).
+                    let (ql1, ql2, qh) = unsafe {
+                        (
+                            load32(bw.add(64 * n)),
+                            load32(bw.add(64 * n + 32)),
+                            load32(bw.add(128 + 32 * n)),
+                        )
+                    };
+                    let q = [
+                        _mm256_or_si256(
+                            _mm256_and_si256(ql1, m4),
+                            _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x03)), 4),
+                        ),
+                        _mm256_or_si256(
+                            _mm256_and_si256(ql2, m4),
+                            _mm256_slli_epi16(_mm256_and_si256(qh, _mm256_set1_epi8(0x0C)), 2),
+                        ),
+                        _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi16(ql1, 4), m4),
+                            _mm256_and_si256(qh, _mm256_set1_epi8(0x30)),
+                        ),
+                        _mm256_or_si256(
+                            _mm256_and_si256(_mm256_srli_epi16(ql2, 4), m4),
+                            _mm256_srli_epi16(
+                                _mm256_and_si256(qh, _mm256_set1_epi8(0xC0u8 as i8)),
+                                2,
+                            ),
+                        ),
+                    ];
+                    for (k, &qk) in q.iter().enumerate() {
+                        // SAFETY: q8 quants at 4..260 (128 per n, 32 per k).
+                        let q8 = unsafe { load32(ba.add(4 + 128 * n + 32 * k)) };
+                        // u <= 63 against |a| <= 127: a pair sums to at most 16002.
+                        let p = _mm256_maddubs_epi16(qk, q8);
+                        // Low half: scale 2k of these eight; high half: 2k + 1.
+                        let s = _mm256_shuffle_epi8(
+                            half,
+                            _mm256_set_m128i(
+                                _mm_set1_epi16(i16_lane(2 * k + 1)),
+                                _mm_set1_epi16(i16_lane(2 * k)),
+                            ),
+                        );
+                        let acc = if k % 2 == 0 { &mut lo } else { &mut hi };
+                        *acc = $mac(*acc, p, s);
+                    }
+                }
+                let sumi = _mm256_add_epi32(lo, hi);
+                // Q6_K has no minimums: the reference's zero term is kept so the
+                // bits agree even where a block sums to zero.
+                sumf += crate::scalar::kquant_block(d, 0.0, dy, hsum_epi32(sumi) - offset, 0);
+            }
+            sumf
+        }
+    };
 }
+
+kquant_kernels!("avx2,fma,f16c", mac_avx2, q4_k_avx2, q5_k_avx2, q6_k_avx2);
+kquant_kernels!(
+    "avx2,fma,f16c,avxvnni",
+    mac_avxvnni,
+    q4_k_avxvnni,
+    q5_k_avxvnni,
+    q6_k_avxvnni
+);
+kquant_kernels!(
+    "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
+    mac_avx512vl,
+    q4_k_avx512vl,
+    q5_k_avx512vl,
+    q6_k_avx512vl
+);
 
 /// F32 · F32.
 ///
@@ -941,6 +999,9 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q8_0_r4: Some(q8_0_r4_avxvnni),
         q4_0_r4: Some(q4_0_r4_avxvnni),
         q5_0_r4: Some(q5_0_r4_avxvnni),
+        q4_k: q4_k_avxvnni,
+        q5_k: q5_k_avxvnni,
+        q6_k: q6_k_avxvnni,
         gemm: GemmTier::AvxVnni,
         ..AVX2
     };
@@ -962,6 +1023,9 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q8_0_r4: Some(q8_0_r4_avx512vl),
         q4_0_r4: Some(q4_0_r4_avx512vl),
         q5_0_r4: Some(q5_0_r4_avx512vl),
+        q4_k: q4_k_avx512vl,
+        q5_k: q5_k_avx512vl,
+        q6_k: q6_k_avx512vl,
         gemm: GemmTier::Avx512Vnni,
         ..AVX2
     };
