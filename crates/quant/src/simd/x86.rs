@@ -654,51 +654,15 @@ fn mac_avx512vl(acc: __m256i, p: __m256i, s: __m256i) -> __m256i {
 /// so every tier's bits are the same). Each block's sums run in two chains
 /// (`lo`, `hi`), so that a fused `vpdpwssd` does not wait on the last.
 macro_rules! kquant_kernels {
-    ($feat:literal, $mac:ident, $q4k:ident, $q5k:ident, $q6k:ident) => {
+    ($feat:literal, $mac:ident, $k4:ident, $q4k:ident, $q5k:ident, $q6k:ident) => {
         /// Q4_K · Q8_K.
         ///
         /// # Safety
         /// [`super::DotFn`] contract.
         #[target_feature(enable = $feat)]
         pub(crate) unsafe fn $q4k(w: &[u8], a: &[u8], nb: usize) -> f32 {
-            debug_assert!(w.len() >= nb * 144 && a.len() >= nb * 292);
-            let mut sumf = 0.0f32;
-            let m4 = _mm256_set1_epi8(0x0F);
-            for (bw, ba) in w.chunks_exact(144).zip(a.chunks_exact(292)).take(nb) {
-                prefetch_block(bw.as_ptr());
-                let (sc, mins) = crate::formats::kquants::scales_mins_k4(&bw[4..16]);
-                let (bw, ba) = (bw.as_ptr(), ba.as_ptr());
-                // SAFETY: whole blocks (chunks_exact); d, dmin at 0 and 2 of the Q4_K block,
-                // d f32 at 0 of the Q8_K block.
-                let (dy, dd) = unsafe { (rf32(ba), h2f_pair(rd32(bw))) };
-                let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
-                // SAFETY: whole Q8_K block.
-                let msum = unsafe { k4_min_dot(mins, ba) };
-                let scales = k4_scales(sc);
-                let (mut lo, mut hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-                for j in 0..4 {
-                    // SAFETY: qs at 16..144 (32 bytes per j); q8 quants at 4..260 (64 per j).
-                    let (q4, q8l, q8h) = unsafe {
-                        (
-                            load32(bw.add(16 + 32 * j)),
-                            load32(ba.add(4 + 64 * j)),
-                            load32(ba.add(36 + 64 * j)),
-                        )
-                    };
-                    let q4l = _mm256_and_si256(q4, m4);
-                    let q4h = _mm256_and_si256(_mm256_srli_epi16(q4, 4), m4);
-                    // maddubs cannot saturate here: 2 * 15 * 128 < 2^15.
-                    lo = $mac(lo, _mm256_maddubs_epi16(q4l, q8l), k4_scale(&scales, 2 * j));
-                    hi = $mac(
-                        hi,
-                        _mm256_maddubs_epi16(q4h, q8h),
-                        k4_scale(&scales, 2 * j + 1),
-                    );
-                }
-                let sumi = _mm256_add_epi32(lo, hi);
-                sumf += crate::scalar::kquant_block(d, dmin, dy, hsum_epi32(sumi), msum);
-            }
-            sumf
+            // SAFETY: the caller's contract, for Q4_K's 144-byte blocks.
+            unsafe { $k4::<144, false>(w, a, nb) }
         }
 
         /// Q5_K · Q8_K.
@@ -707,43 +671,68 @@ macro_rules! kquant_kernels {
         /// [`super::DotFn`] contract.
         #[target_feature(enable = $feat)]
         pub(crate) unsafe fn $q5k(w: &[u8], a: &[u8], nb: usize) -> f32 {
-            debug_assert!(w.len() >= nb * 176 && a.len() >= nb * 292);
+            // SAFETY: the caller's contract, for Q5_K's 176-byte blocks.
+            unsafe { $k4::<176, true>(w, a, nb) }
+        }
+
+        /// Q4_K (`FIVE` false, `WB` 144) or Q5_K (`FIVE` true, `WB` 176) ·
+        /// Q8_K: the two share scales, minimums and nibbles; Q5_K adds 16
+        /// where a value's fifth bit (32 bytes at 16) is set, and its
+        /// nibbles start at 48 instead of 16.
+        ///
+        /// # Safety
+        /// [`super::DotFn`] contract for blocks of `WB` bytes.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn $k4<const WB: usize, const FIVE: bool>(w: &[u8], a: &[u8], nb: usize) -> f32 {
+            debug_assert!(w.len() >= nb * WB && a.len() >= nb * 292);
+            let qs = if FIVE { 48 } else { 16 };
             let mut sumf = 0.0f32;
             let m4 = _mm256_set1_epi8(0x0F);
             let b4 = _mm256_set1_epi8(0x10);
-            for (bw, ba) in w.chunks_exact(176).zip(a.chunks_exact(292)).take(nb) {
+            for (bw, ba) in w.chunks_exact(WB).zip(a.chunks_exact(292)).take(nb) {
                 prefetch_block(bw.as_ptr());
                 let (sc, mins) = crate::formats::kquants::scales_mins_k4(&bw[4..16]);
                 let (bw, ba) = (bw.as_ptr(), ba.as_ptr());
-                // SAFETY: whole blocks; d, dmin at 0 and 2; Q8_K d at 0.
+                // SAFETY: whole blocks (chunks_exact); d, dmin at 0 and 2 of the
+                // weight block, d f32 at 0 of the Q8_K block.
                 let (dy, dd) = unsafe { (rf32(ba), h2f_pair(rd32(bw))) };
                 let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
                 // SAFETY: whole Q8_K block.
                 let msum = unsafe { k4_min_dot(mins, ba) };
                 let scales = k4_scales(sc);
-                // SAFETY: qh at 16..48.
-                let qh = unsafe { load32(bw.add(16)) };
+                // SAFETY: Q5_K's qh at 16..48.
+                let qh = if FIVE {
+                    unsafe { load32(bw.add(16)) }
+                } else {
+                    _mm256_setzero_si256()
+                };
                 let (mut lo, mut hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
                 for j in 0..4 {
-                    // SAFETY: qs at 48..176 (32 bytes per j); q8 quants at 4..260 (64 per j).
-                    let (q5, q8l, q8h) = unsafe {
+                    // SAFETY: 128 bytes of nibbles at `qs` (32 per j); q8 quants
+                    // at 4..260 (64 per j).
+                    let (q, q8l, q8h) = unsafe {
                         (
-                            load32(bw.add(48 + 32 * j)),
+                            load32(bw.add(qs + 32 * j)),
                             load32(ba.add(4 + 64 * j)),
                             load32(ba.add(36 + 64 * j)),
                         )
                     };
-                    let ml = _mm256_set1_epi8((1u8 << (2 * j)) as i8);
-                    let mh = _mm256_set1_epi8((1u8 << (2 * j + 1)) as i8);
-                    let hl = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, ml), ml), b4);
-                    let hh = _mm256_and_si256(_mm256_cmpeq_epi8(_mm256_and_si256(qh, mh), mh), b4);
-                    let q5l = _mm256_or_si256(_mm256_and_si256(q5, m4), hl);
-                    let q5h = _mm256_or_si256(_mm256_and_si256(_mm256_srli_epi16(q5, 4), m4), hh);
-                    // 2 * 31 * 128 < 2^15: no saturation.
-                    lo = $mac(lo, _mm256_maddubs_epi16(q5l, q8l), k4_scale(&scales, 2 * j));
+                    let mut ql = _mm256_and_si256(q, m4);
+                    let mut qu = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
+                    if FIVE {
+                        let ml = _mm256_set1_epi8((1u8 << (2 * j)) as i8);
+                        let mh = _mm256_set1_epi8((1u8 << (2 * j + 1)) as i8);
+                        let hl = _mm256_cmpeq_epi8(_mm256_and_si256(qh, ml), ml);
+                        let hh = _mm256_cmpeq_epi8(_mm256_and_si256(qh, mh), mh);
+                        ql = _mm256_or_si256(ql, _mm256_and_si256(hl, b4));
+                        qu = _mm256_or_si256(qu, _mm256_and_si256(hh, b4));
+                    }
+                    // 2 * 31 * 128 < 2^15: `vpmaddubsw` cannot saturate.
+                    lo = $mac(lo, _mm256_maddubs_epi16(ql, q8l), k4_scale(&scales, 2 * j));
                     hi = $mac(
                         hi,
-                        _mm256_maddubs_epi16(q5h, q8h),
+                        _mm256_maddubs_epi16(qu, q8h),
                         k4_scale(&scales, 2 * j + 1),
                     );
                 }
@@ -848,10 +837,18 @@ macro_rules! kquant_kernels {
     };
 }
 
-kquant_kernels!("avx2,fma,f16c", mac_avx2, q4_k_avx2, q5_k_avx2, q6_k_avx2);
+kquant_kernels!(
+    "avx2,fma,f16c",
+    mac_avx2,
+    k4_avx2,
+    q4_k_avx2,
+    q5_k_avx2,
+    q6_k_avx2
+);
 kquant_kernels!(
     "avx2,fma,f16c,avxvnni",
     mac_avxvnni,
+    k4_avxvnni,
     q4_k_avxvnni,
     q5_k_avxvnni,
     q6_k_avxvnni
@@ -859,6 +856,7 @@ kquant_kernels!(
 kquant_kernels!(
     "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
     mac_avx512vl,
+    k4_avx512vl,
     q4_k_avx512vl,
     q5_k_avx512vl,
     q6_k_avx512vl
