@@ -7,7 +7,8 @@
 //!     cargo run --profile ci -p hearth-model --example arch_check -- --tiers
 //!
 //! `IDS` is a comma-separated prompt, `BATCH` the most tokens per forward
-//! pass, `TOP` the logits printed per position, `GREEDY` the tokens then
+//! pass, `TOP` the logits printed per position (0: none, and only the last
+//! position's computed, as a prompt's prefill computes them), `GREEDY` the tokens then
 //! decoded one at a time (argmax, ties to the lower id), `TIER` a kernel set
 //! to force (as `HEARTH_CPU` does). Logits print as Rust's shortest
 //! round-trip decimal, so equal text means equal bits.
@@ -51,6 +52,15 @@ fn main() -> Result<(), Box<dyn Error>> {
     let mut last = Vec::new();
     for chunk in ids.chunks(batch) {
         model.forward(&mut cache, &mut scratch, chunk)?;
+        if top == 0 {
+            // Nothing to print per position: the last one's logits alone,
+            // as a prompt's prefill computes them (for profiling it).
+            pos += chunk.len();
+            last = model
+                .logits(&mut scratch, chunk.len() - 1..chunk.len())?
+                .to_vec();
+            continue;
+        }
         for i in 0..chunk.len() {
             let row = model.logits(&mut scratch, i..i + 1)?;
             writeln!(out, "{pos} {}", top_k(row, top))?;

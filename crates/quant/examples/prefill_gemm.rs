@@ -3,9 +3,10 @@
 //! (weights in memory, a batch of activation rows, the kernel set of
 //! `HEARTH_CPU`).
 //!
-//! `cargo run --release -p hearth-quant --example prefill_gemm -- [threads] [batch] [rows] [cols]`
+//! `cargo run --release -p hearth-quant --example prefill_gemm -- [threads] [batch] [rows] [cols] [type]`
 //! (defaults: 1 thread, 512 rows of activations, a Gemma 3 4B FFN's
-//! 10240 × 2560).
+//! 10240 × 2560, and Q4_K, Q6_K, Q5_0 and Q8_0 in turn; a type name such
+//! as `q4_k` runs that one alone).
 
 use hearth_quant::{matmul, quantize, GgmlType, Matrix, ThreadPool};
 use std::time::Instant;
@@ -26,12 +27,18 @@ fn main() {
     let src: Vec<f32> = (0..rows * cols)
         .map(|i| ((i * 2654435761) % 1000) as f32 / 500.0 - 1.0)
         .collect();
+    let only = std::env::args().nth(5);
     for ty in [
         GgmlType::Q4_K,
         GgmlType::Q6_K,
         GgmlType::Q5_0,
         GgmlType::Q8_0,
-    ] {
+    ]
+    .into_iter()
+    .filter(|t| {
+        only.as_deref()
+            .is_none_or(|o| o.eq_ignore_ascii_case(t.name()))
+    }) {
         let bytes = ty.row_bytes(cols as u64).unwrap() as usize * rows;
         let mut w = vec![0u8; bytes];
         quantize(ty, &src, &mut w).unwrap();

@@ -23,6 +23,12 @@ fn kernel() -> Option<Kernel> {
         }
         crate::simd::GemmTier::Portable | crate::simd::GemmTier::Amx => {}
     }
+    // NEON is part of every AArch64 CPU: its kernel runs on every tier but
+    // the portable reference, `HEARTH_CPU=scalar`.
+    #[cfg(target_arch = "aarch64")]
+    if crate::simd::best().name != "scalar" {
+        return Some(neon::sgemm_neon as Kernel);
+    }
     None
 }
 
@@ -368,6 +374,120 @@ pub(crate) mod x86 {
     }
 }
 
+#[cfg(target_arch = "aarch64")]
+pub(crate) mod neon {
+    use std::arch::aarch64::*;
+
+    /// Rows of A per tile: 6 rows × 4 vectors of 4 columns is 24
+    /// accumulators, with the 4 of B and a broadcast of A inside the 32
+    /// registers.
+    const MR: usize = 6;
+
+    /// [`super::sgemm`] on NEON: tiles of up to 6 rows by 16 columns, each
+    /// C element summed over `k` in order with one fused multiply-add per
+    /// step (`fmla`), as the reference sums it; the last `n % 4` columns,
+    /// which fill no vector, by the reference's loop.
+    ///
+    /// # Safety
+    /// The pointers hold the shapes (see `super::check`).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) unsafe fn sgemm_neon(
+        m: usize,
+        n: usize,
+        k: usize,
+        a: *const f32,
+        lda: usize,
+        b: *const f32,
+        ldb: usize,
+        c: *mut f32,
+        ldc: usize,
+    ) {
+        macro_rules! rows {
+            ($v:literal, $rows:expr, $ap:expr, $bp:expr, $cp:expr) => {
+                match $rows {
+                    6 => tile::<6, $v>(k, $ap, lda, $bp, ldb, $cp, ldc),
+                    5 => tile::<5, $v>(k, $ap, lda, $bp, ldb, $cp, ldc),
+                    4 => tile::<4, $v>(k, $ap, lda, $bp, ldb, $cp, ldc),
+                    3 => tile::<3, $v>(k, $ap, lda, $bp, ldb, $cp, ldc),
+                    2 => tile::<2, $v>(k, $ap, lda, $bp, ldb, $cp, ldc),
+                    _ => tile::<1, $v>(k, $ap, lda, $bp, ldb, $cp, ldc),
+                }
+            };
+        }
+        let mut j = 0;
+        while j + 4 <= n {
+            let vectors = ((n - j) / 4).min(4);
+            let mut i = 0;
+            while i < m {
+                let rows = (m - i).min(MR);
+                // SAFETY: rows i..i + rows of A and C and columns
+                // j..j + 4 * vectors of B and C lie inside the shapes.
+                unsafe {
+                    let (ap, bp, cp) = (a.add(i * lda), b.add(j), c.add(i * ldc + j));
+                    match vectors {
+                        4 => rows!(4, rows, ap, bp, cp),
+                        3 => rows!(3, rows, ap, bp, cp),
+                        2 => rows!(2, rows, ap, bp, cp),
+                        _ => rows!(1, rows, ap, bp, cp),
+                    }
+                }
+                i += rows;
+            }
+            j += 4 * vectors;
+        }
+        for i in 0..m {
+            for jj in j..n {
+                let mut acc = 0.0f32;
+                for p in 0..k {
+                    // SAFETY: element (i, p) of A and (p, jj) of B lie
+                    // inside the shapes.
+                    acc = unsafe { (*a.add(i * lda + p)).mul_add(*b.add(p * ldb + jj), acc) };
+                }
+                // SAFETY: element (i, jj) of C lies inside the shape.
+                unsafe { *c.add(i * ldc + jj) = acc };
+            }
+        }
+    }
+
+    /// One tile of `R` rows by `4 * V` columns: `C = A · B` over `k`.
+    ///
+    /// # Safety
+    /// R rows of A (`k` each, `lda` apart), `k` rows of B and R rows of C
+    /// (`ldc` apart) hold the tile's `4 * V` columns.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn tile<const R: usize, const V: usize>(
+        k: usize,
+        a: *const f32,
+        lda: usize,
+        b: *const f32,
+        ldb: usize,
+        c: *mut f32,
+        ldc: usize,
+    ) {
+        let mut acc = [[vdupq_n_f32(0.0); V]; R];
+        for p in 0..k {
+            // SAFETY: the caller's contract.
+            unsafe {
+                let bv: [float32x4_t; V] =
+                    std::array::from_fn(|q| vld1q_f32(b.add(p * ldb + 4 * q)));
+                for (r, acc_r) in acc.iter_mut().enumerate() {
+                    let av = vld1q_dup_f32(a.add(r * lda + p));
+                    for (s, &bq) in acc_r.iter_mut().zip(&bv) {
+                        *s = vfmaq_f32(*s, av, bq);
+                    }
+                }
+            }
+        }
+        for (r, acc_r) in acc.iter().enumerate() {
+            for (q, &v) in acc_r.iter().enumerate() {
+                // SAFETY: the caller's contract.
+                unsafe { vst1q_f32(c.add(r * ldc + 4 * q), v) };
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -396,6 +516,13 @@ mod tests {
                 // SAFETY: the kernel's features were detected; shapes as above.
                 unsafe { f(m, n, k, a.as_ptr(), lda, b.as_ptr(), ldb, got.as_mut_ptr(), ldc) };
                 prop_assert_eq!(&got, &want, "{}", name);
+            }
+            #[cfg(target_arch = "aarch64")]
+            {
+                let mut got = vec![7.0f32; m * ldc];
+                // SAFETY: NEON is part of every AArch64 CPU; shapes as above.
+                unsafe { neon::sgemm_neon(m, n, k, a.as_ptr(), lda, b.as_ptr(), ldb, got.as_mut_ptr(), ldc) };
+                prop_assert_eq!(&got, &want, "neon");
             }
             let mut got = vec![7.0f32; m * ldc];
             sgemm(m, n, k, &a, lda, &b, ldb, &mut got, ldc).unwrap();

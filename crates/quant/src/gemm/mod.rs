@@ -31,6 +31,8 @@ use crate::simd::GemmTier;
 use crate::GgmlType;
 
 pub(crate) mod amx;
+#[cfg(target_arch = "aarch64")]
+mod neon;
 #[cfg(target_arch = "x86_64")]
 mod pack_x86;
 #[cfg(target_arch = "x86_64")]
@@ -548,6 +550,12 @@ pub(crate) fn tile(tier: GemmTier, p: &Panel, a: &Acts, c0: usize, m: usize) -> 
             GemmTier::AvxVnni => return unsafe { x86::tile_avxvnni(p, a, c0, m) },
             GemmTier::Portable | GemmTier::Amx => {}
         }
+    }
+    #[cfg(target_arch = "aarch64")]
+    if tier == GemmTier::Dotprod && (p.g == 16 || p.g == 32) {
+        // SAFETY: the tier comes from a kernel table installed only after
+        // `dotprod` was detected; the asserts bound every element read.
+        return unsafe { neon::tile_dotprod(p, a, c0, m) };
     }
     let _ = tier;
     tile_scalar(p, a, c0, m)

@@ -47,6 +47,10 @@ pub(crate) enum GemmTier {
     /// AMX-INT8 tiles for the panel product (16 activation rows × 16
     /// weight rows an instruction); everything else as [`Self::Avx512Vnni`].
     Amx,
+    /// AArch64 `sdot` by element for the panel product (the `dotprod`
+    /// extension); everything else as [`Self::Portable`].
+    #[cfg(target_arch = "aarch64")]
+    Dotprod,
 }
 
 impl GemmTier {

@@ -610,6 +610,7 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q4_k: q4_k_dp,
         q5_k: q5_k_dp,
         q6_k: q6_k_dp,
+        gemm: GemmTier::Dotprod,
         ..NEON
     };
     let mut v = vec![&NEON];
