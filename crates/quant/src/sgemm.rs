@@ -26,8 +26,11 @@ fn kernel() -> Option<Kernel> {
     // NEON is part of every AArch64 CPU: its kernel runs on every tier but
     // the portable reference, `HEARTH_CPU=scalar`.
     #[cfg(target_arch = "aarch64")]
-    if crate::simd::best().name != "scalar" {
-        return Some(neon::sgemm_neon as Kernel);
+    match crate::simd::best().gemm {
+        crate::simd::GemmTier::Neon | crate::simd::GemmTier::Dotprod => {
+            return Some(neon::sgemm_neon as Kernel)
+        }
+        _ => {}
     }
     None
 }
@@ -378,10 +381,10 @@ pub(crate) mod x86 {
 pub(crate) mod neon {
     use std::arch::aarch64::*;
 
-    /// Rows of A per tile: 6 rows × 4 vectors of 4 columns is 24
+    /// Rows of A per tile (the packed product's too): 6 rows × 4 vectors of 4 columns is 24
     /// accumulators, with the 4 of B and a broadcast of A inside the 32
     /// registers.
-    const MR: usize = 6;
+    pub(crate) const MR: usize = 6;
 
     /// [`super::sgemm`] on NEON: tiles of up to 6 rows by 16 columns, each
     /// C element summed over `k` in order with one fused multiply-add per
@@ -405,12 +408,12 @@ pub(crate) mod neon {
         macro_rules! rows {
             ($v:literal, $rows:expr, $ap:expr, $bp:expr, $cp:expr) => {
                 match $rows {
-                    6 => tile::<6, $v>(k, $ap, lda, $bp, ldb, $cp, ldc),
-                    5 => tile::<5, $v>(k, $ap, lda, $bp, ldb, $cp, ldc),
-                    4 => tile::<4, $v>(k, $ap, lda, $bp, ldb, $cp, ldc),
-                    3 => tile::<3, $v>(k, $ap, lda, $bp, ldb, $cp, ldc),
-                    2 => tile::<2, $v>(k, $ap, lda, $bp, ldb, $cp, ldc),
-                    _ => tile::<1, $v>(k, $ap, lda, $bp, ldb, $cp, ldc),
+                    6 => tile::<6, $v>(k, $ap, lda, $bp, ldb, $cp, ldc, 4 * $v),
+                    5 => tile::<5, $v>(k, $ap, lda, $bp, ldb, $cp, ldc, 4 * $v),
+                    4 => tile::<4, $v>(k, $ap, lda, $bp, ldb, $cp, ldc, 4 * $v),
+                    3 => tile::<3, $v>(k, $ap, lda, $bp, ldb, $cp, ldc, 4 * $v),
+                    2 => tile::<2, $v>(k, $ap, lda, $bp, ldb, $cp, ldc, 4 * $v),
+                    _ => tile::<1, $v>(k, $ap, lda, $bp, ldb, $cp, ldc, 4 * $v),
                 }
             };
         }
@@ -449,14 +452,15 @@ pub(crate) mod neon {
         }
     }
 
-    /// One tile of `R` rows by `4 * V` columns: `C = A · B` over `k`.
+    /// One tile of `R` rows by `4 * V` columns: `C = A · B` over `k`, of
+    /// which the first `w` columns (at most `4 * V`) are stored.
     ///
     /// # Safety
-    /// R rows of A (`k` each, `lda` apart), `k` rows of B and R rows of C
-    /// (`ldc` apart) hold the tile's `4 * V` columns.
+    /// R rows of A (`k` each, `lda` apart) and `k` rows of B hold the
+    /// tile's `4 * V` columns; R rows of C (`ldc` apart) hold `w`.
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
-    unsafe fn tile<const R: usize, const V: usize>(
+    pub(crate) unsafe fn tile<const R: usize, const V: usize>(
         k: usize,
         a: *const f32,
         lda: usize,
@@ -464,6 +468,7 @@ pub(crate) mod neon {
         ldb: usize,
         c: *mut f32,
         ldc: usize,
+        w: usize,
     ) {
         let mut acc = [[vdupq_n_f32(0.0); V]; R];
         for p in 0..k {
@@ -481,8 +486,20 @@ pub(crate) mod neon {
         }
         for (r, acc_r) in acc.iter().enumerate() {
             for (q, &v) in acc_r.iter().enumerate() {
-                // SAFETY: the caller's contract.
-                unsafe { vst1q_f32(c.add(r * ldc + 4 * q), v) };
+                let at = r * ldc + 4 * q;
+                if 4 * q + 4 <= w {
+                    // SAFETY: the caller's contract: these 4 columns are
+                    // among the `w` stored.
+                    unsafe { vst1q_f32(c.add(at), v) };
+                } else {
+                    let mut lanes = [0.0f32; 4];
+                    // SAFETY: `lanes` holds 4 floats.
+                    unsafe { vst1q_f32(lanes.as_mut_ptr(), v) };
+                    for (l, &x) in lanes.iter().enumerate().take(w.saturating_sub(4 * q)) {
+                        // SAFETY: column 4q + l < w.
+                        unsafe { *c.add(at + l) = x };
+                    }
+                }
             }
         }
     }

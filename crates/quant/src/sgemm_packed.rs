@@ -202,6 +202,16 @@ unsafe fn run(
         }
         crate::simd::GemmTier::Portable | crate::simd::GemmTier::Amx => {}
     }
+    #[cfg(target_arch = "aarch64")]
+    match tier {
+        crate::simd::GemmTier::Neon | crate::simd::GemmTier::Dotprod => {
+            // SAFETY: NEON is part of every AArch64 CPU; the caller bounds
+            // the operands.
+            unsafe { neon::packed_neon(m, a, lda, b, c, layout) };
+            return;
+        }
+        _ => {}
+    }
     #[cfg(not(target_arch = "x86_64"))]
     let _ = tier;
     // SAFETY: the caller bounds the operands.
@@ -298,6 +308,57 @@ fn check(
         return Ok(());
     }
     crate::sgemm::rows_fit("packed sgemm C", m, ldc, b.n, c.len())
+}
+
+#[cfg(target_arch = "aarch64")]
+mod neon {
+    use super::{Layout, PackedB, PANEL};
+    use crate::sgemm::neon::{tile, MR};
+
+    /// [`super::run`] on NEON: each panel (16 columns, read whole: the
+    /// last is zero-padded) against tiles of up to 6 rows of A, through
+    /// the strided product's tile, so the sums are the reference's.
+    ///
+    /// # Safety
+    /// The pointers hold the shapes (see `super::run`).
+    pub(super) unsafe fn packed_neon(
+        m: usize,
+        a: *const f32,
+        lda: usize,
+        b: &PackedB,
+        c: *mut f32,
+        layout: Layout,
+    ) {
+        let (k, n) = (b.k, b.n);
+        let ldc = layout.ldc;
+        for s in 0..n.div_ceil(PANEL) {
+            let w = if layout.whole {
+                PANEL
+            } else {
+                (n - s * PANEL).min(PANEL)
+            };
+            let bp = b.data[s * k * PANEL..].as_ptr();
+            let mut i = 0;
+            while i < m {
+                let rows = (m - i).min(MR);
+                // SAFETY: rows i..i+rows of A and C, panel s of B (whole,
+                // padded) and the w columns of C's panel s are inside the
+                // shapes.
+                unsafe {
+                    let (ap, cp) = (a.add(i * lda), c.add(i * ldc + s * layout.panel));
+                    match rows {
+                        6 => tile::<6, 4>(k, ap, lda, bp, PANEL, cp, ldc, w),
+                        5 => tile::<5, 4>(k, ap, lda, bp, PANEL, cp, ldc, w),
+                        4 => tile::<4, 4>(k, ap, lda, bp, PANEL, cp, ldc, w),
+                        3 => tile::<3, 4>(k, ap, lda, bp, PANEL, cp, ldc, w),
+                        2 => tile::<2, 4>(k, ap, lda, bp, PANEL, cp, ldc, w),
+                        _ => tile::<1, 4>(k, ap, lda, bp, PANEL, cp, ldc, w),
+                    }
+                }
+                i += rows;
+            }
+        }
+    }
 }
 
 #[cfg(target_arch = "x86_64")]

@@ -47,8 +47,12 @@ pub(crate) enum GemmTier {
     /// AMX-INT8 tiles for the panel product (16 activation rows × 16
     /// weight rows an instruction); everything else as [`Self::Avx512Vnni`].
     Amx,
+    /// AArch64 NEON: the f32 products (`sgemm`, packed `sgemm`) in NEON,
+    /// the panel product's tile portable.
+    #[cfg(target_arch = "aarch64")]
+    Neon,
     /// AArch64 `sdot` by element for the panel product (the `dotprod`
-    /// extension); everything else as [`Self::Portable`].
+    /// extension); everything else as [`Self::Neon`].
     #[cfg(target_arch = "aarch64")]
     Dotprod,
 }

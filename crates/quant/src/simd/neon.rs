@@ -599,7 +599,7 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         f32: f32_neon,
         f16: f16_neon,
         bf16: bf16_neon,
-        gemm: GemmTier::Portable,
+        gemm: GemmTier::Neon,
         ..SCALAR
     };
     static DOTPROD: Kernels = Kernels {
