@@ -128,6 +128,10 @@ unsafe fn step<const L: u32, const FLIP: bool>(
 pub(super) unsafe fn tile_dotprod(p: &Panel, a: &Acts, c0: usize, m: usize) -> Tile {
     const _: () = assert!(MR == 4 && NR == 2 * HALF);
     let m = m.min(MR);
+    if m == 0 {
+        // No activation row to read (the sums would read row `c0`).
+        return [[0.0; NR]; MR];
+    }
     // Only Q8_0's stored bytes reach 128 (its offset is 128, every other
     // format's at most 32 with values of at most 63).
     let flip = p.off >= 128;
