@@ -20,9 +20,10 @@
 //!
 //! Every tier computes the same numbers: the group sums are exact integers
 //! whatever instructions form them (`vpdpbusd` on AVX-512 VNNI,
-//! `vpmaddubsw`/`vpmaddwd` on AVX2, plain integer arithmetic in the portable
-//! kernel), and each lane then does the same float operations in the same
-//! order. So a prompt's prefill does not depend on the CPU that runs it.
+//! `vpmaddubsw`/`vpmaddwd` on AVX2, `sdot` on AArch64 with `dotprod`, plain
+//! integer arithmetic in the portable kernel), and each lane then does the
+//! same float operations in the same order. So a prompt's prefill does not
+//! depend on the CPU that runs it.
 
 use crate::formats::f16_at;
 use crate::formats::kquants::{self, QK_K};
