@@ -40,11 +40,14 @@ fn kernels() -> &'static VectorKernels {
             crate::simd::GemmTier::Portable | crate::simd::GemmTier::Amx => {}
         }
         #[cfg(target_arch = "aarch64")]
-        if crate::simd::best().name != "scalar" {
-            return VectorKernels {
-                dot: crate::simd::neon::vector_dot,
-                axpy: crate::simd::neon::vector_axpy,
-            };
+        match crate::simd::best().gemm {
+            crate::simd::GemmTier::Neon | crate::simd::GemmTier::Dotprod => {
+                return VectorKernels {
+                    dot: crate::simd::neon::vector_dot,
+                    axpy: crate::simd::neon::vector_axpy,
+                }
+            }
+            _ => {}
         }
         VectorKernels {
             dot: scalar_dot,
