@@ -5,6 +5,12 @@
 # same file, context, threads and load. Prints each run's summary.
 #
 #   sh scripts/serve-bench.sh [MODEL] [PARALLEL...]
+#   LLAMA_SERVER=/path/to/llama-server sh scripts/serve-bench.sh [MODEL] [PARALLEL...]
+#
+# With LLAMA_SERVER (llama.cpp's own server binary, which batches parallel
+# slots), that server runs the same load at each --parallel value, with
+# -np P and P times the context (its -c is shared out among the slots),
+# in place of llama-cpp-python's one-request-at-a-time server.
 #
 # LOAD overrides the client load (default: 16 clients x 4 requests of 64
 # tokens, no hang-ups, so every generated token is delivered and both
@@ -29,6 +35,26 @@ for p in $PARALLEL; do
     python3 scripts/load-test.py --model "$MODEL" --parallel "$p" --ctx "$CTX" --threads "$THREADS" $LOAD || true
 done
 
+if [ -n "${LLAMA_SERVER:-}" ]; then
+    for p in $PARALLEL; do
+        echo "== llama.cpp llama-server -np $p"
+        "$LLAMA_SERVER" -m "$MODEL" -t "$THREADS" -tb "$THREADS" -c $((CTX * p)) -np "$p" \
+            --host 127.0.0.1 --port "$PORT" >/dev/null 2>&1 &
+        LLAMA=$!
+        # It answers /health with 503 until the model is loaded.
+        i=0
+        until curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 || [ $i -ge 120 ]; do
+            sleep 0.5
+            i=$((i + 1))
+        done
+        # shellcheck disable=SC2086 # LOAD is a list of flags
+        python3 scripts/load-test.py --url "http://127.0.0.1:$PORT" --pid "$LLAMA" $LOAD || true
+        kill "$LLAMA" 2>/dev/null || true
+        wait "$LLAMA" 2>/dev/null || true
+    done
+    echo "load after: $(uptime)"
+    exit 0
+fi
 if ! "$VENV/bin/python" -c 'import llama_cpp.server' 2>/dev/null; then
     echo "no llama-cpp-python server in $VENV (pip install 'llama-cpp-python[server]' there)" >&2
     exit 0

@@ -777,8 +777,9 @@ fn quantize_rows(
 
 /// Rows `range` of `w` times `batch` quantized activation rows (`acts`,
 /// of `w`'s activation type) into `out`, through the small-batch kernels:
-/// four activation rows at a time where the type has such a kernel, four
-/// weight rows at a time for one activation row, else one dot at a time.
+/// four weight rows by four activation rows, or one weight row by four
+/// activation rows, where the type has such kernels; four weight rows at a
+/// time for one activation row; else one dot at a time.
 /// `w`'s type must have a quantized kernel in `k`.
 fn quant_rows(
     k: &simd::Kernels,
@@ -794,12 +795,38 @@ fn quant_rows(
     let arow = act_row_bytes(at, cols);
     let nb = cols / w.ty.block_len();
     if let (Some(tile), true) = (k.tile4(w.ty), batch >= 4) {
+        let t44 = k.tile44(w.ty);
+        let rb = w.row_bytes;
         let mut r0 = range.start;
         while r0 < range.end {
             let r1 = (r0 + ROW_TILE).min(range.end);
             let mut b = 0;
             while b + 4 <= batch {
-                for r in r0..r1 {
+                let mut r = r0;
+                if let Some(t44) = t44 {
+                    while r + 4 <= r1 {
+                        // SAFETY: kernel from `simd::best()`; rows r..r+4 are
+                        // inside the matrix (r + 4 <= r1 <= rows), each `nb`
+                        // blocks, and activation rows b..b+4 lie inside `acts`.
+                        let v = unsafe {
+                            t44(
+                                &w.data[r * rb..(r + 4) * rb],
+                                rb,
+                                &acts[b * arow..(b + 4) * arow],
+                                arow,
+                                nb,
+                            )
+                        };
+                        for (c, v) in v.into_iter().enumerate() {
+                            for (j, v) in v.into_iter().enumerate() {
+                                // SAFETY: row r + j belongs to this task alone.
+                                unsafe { out.write((b + c) * rows + r + j, v) };
+                            }
+                        }
+                        r += 4;
+                    }
+                }
+                for r in r..r1 {
                     // SAFETY: kernel from `simd::best()`; the row holds `nb`
                     // blocks, and activation rows b..b+4 (each `arow` bytes of
                     // `nb` Q8_0 blocks) lie inside `acts`.

@@ -23,6 +23,14 @@ pub(crate) type FloatDotFn = unsafe fn(w: &[u8], x: &[f32], n: usize) -> f32;
 /// that start `stride` bytes apart in `a` (same contract as [`DotFn`]).
 pub(crate) type TileFn = unsafe fn(w: &[u8], a: &[u8], stride: usize, nb: usize) -> [f32; 4];
 
+/// A four-by-four tile kernel: four weight rows of `nb` blocks that start
+/// `row_bytes` apart in `w`, against four activation rows that start
+/// `stride` bytes apart in `a`; `out[c][r]` is activation row `c` times
+/// weight row `r`, each the table's one-row kernel result to the bit (same
+/// contract as [`DotFn`] for each pair).
+pub(crate) type Tile44Fn =
+    unsafe fn(w: &[u8], row_bytes: usize, a: &[u8], stride: usize, nb: usize) -> [[f32; 4]; 4];
+
 /// A rows kernel: four weight rows of `nb` blocks that start `row_bytes`
 /// apart in `w`, against one activation row (same contract as [`DotFn`] for
 /// each row). Each result equals the table's one-row kernel to the bit.
@@ -99,6 +107,13 @@ pub(crate) struct Kernels {
     pub q4_0_x4: Option<TileFn>,
     /// Q5_0 tile kernel.
     pub q5_0_x4: Option<TileFn>,
+    /// Four-weight-row by four-activation-row tiles where a SIMD table has
+    /// them (batched decode).
+    pub q8_0_t44: Option<Tile44Fn>,
+    /// Q4_0 four-by-four tile.
+    pub q4_0_t44: Option<Tile44Fn>,
+    /// Q5_0 four-by-four tile.
+    pub q5_0_t44: Option<Tile44Fn>,
     /// Four-weight-row decode kernels where a SIMD table has them.
     pub q8_0_r4: Option<RowsFn>,
     /// Q4_0 rows kernel.
@@ -156,6 +171,16 @@ impl Kernels {
         }
     }
 
+    /// The four-by-four tile kernel for weights of type `ty`, if any.
+    pub(crate) fn tile44(&self, ty: GgmlType) -> Option<Tile44Fn> {
+        match ty {
+            GgmlType::Q8_0 => self.q8_0_t44,
+            GgmlType::Q4_0 => self.q4_0_t44,
+            GgmlType::Q5_0 => self.q5_0_t44,
+            _ => None,
+        }
+    }
+
     /// The four-weight-row decode kernel for weights of type `ty`, if any.
     pub(crate) fn rows4(&self, ty: GgmlType) -> Option<RowsFn> {
         match ty {
@@ -196,6 +221,9 @@ static SCALAR: Kernels = Kernels {
     q8_0_x4: None,
     q4_0_x4: None,
     q5_0_x4: None,
+    q8_0_t44: None,
+    q4_0_t44: None,
+    q5_0_t44: None,
     q8_0_r4: None,
     q4_0_r4: None,
     q5_0_r4: None,
@@ -430,6 +458,90 @@ mod tests {
         // Every x86 SIMD table sits on the AVX2 one, which has rows kernels
         // (the AArch64 tables have none yet).
         if cfg!(target_arch = "x86_64") && available().len() > 1 {
+            assert!(checked > 0);
+        }
+    }
+
+    /// Every table's four-by-four tiles give each pair's one-row kernel
+    /// result to the bit (batched decode relies on it), on quantized rows of
+    /// very different sizes and on raw random bytes (any quant, -128
+    /// included, under sane scales), for block counts on both sides of the
+    /// eight-block runs.
+    #[test]
+    fn four_by_four_tiles_equal_single_rows_bitwise() {
+        let mut x = 0x5eed_0f44_1234_abcd_u64;
+        let mut bits = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let mut checked = 0;
+        for k in available() {
+            for ty in [GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q4_0] {
+                let Some(t44) = k.tile44(ty) else { continue };
+                let single = k.quant(ty).unwrap();
+                for nb in [1usize, 2, 3, 7, 8, 9, 16, 17, 20, 33] {
+                    for raw in [false, true] {
+                        let n = nb * 32;
+                        let row_bytes = crate::row_size(ty, n).unwrap();
+                        // Rows padded apart, as a matrix's rows are not.
+                        let rb = row_bytes + 6;
+                        let mut w = vec![0u8; 4 * rb];
+                        for r in 0..4 {
+                            let row = &mut w[r * rb..r * rb + row_bytes];
+                            if raw {
+                                row.iter_mut().for_each(|b| *b = bits() as u8);
+                                for blk in row.chunks_exact_mut(ty.block_bytes()) {
+                                    // A sane f16 scale (exponent 10..17).
+                                    let h = 0x2800u16 + (bits() as u16 & 0x1fff);
+                                    blk[..2].copy_from_slice(&h.to_le_bytes());
+                                }
+                            } else {
+                                let scale = [0.01f32, 1.0, 30.0, 0.3][r];
+                                let wf: Vec<f32> = (0..n)
+                                    .map(|_| {
+                                        ((bits() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * scale
+                                    })
+                                    .collect();
+                                crate::quantize(ty, &wf, row).unwrap();
+                            }
+                        }
+                        let stride = nb * 34 + 2;
+                        let mut a = vec![0u8; 4 * stride];
+                        for c in 0..4 {
+                            let xf: Vec<f32> = (0..n)
+                                .map(|_| ((bits() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 6.0)
+                                .collect();
+                            crate::quantize_activation(
+                                GgmlType::Q8_0,
+                                &xf,
+                                &mut a[c * stride..c * stride + nb * 34],
+                            )
+                            .unwrap();
+                        }
+                        // SAFETY: tables from this module; four rows of `nb`
+                        // blocks on each side.
+                        let got = unsafe { t44(&w, rb, &a, stride, nb) };
+                        for (c, got) in got.iter().enumerate() {
+                            for (r, g) in got.iter().enumerate() {
+                                // SAFETY: as above.
+                                let want = unsafe { single(&w[r * rb..], &a[c * stride..], nb) };
+                                assert_eq!(
+                                    g.to_bits(),
+                                    want.to_bits(),
+                                    "{} {ty} nb {nb} raw {raw} act {c} row {r}",
+                                    k.name
+                                );
+                                checked += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let avx512 = cfg!(target_arch = "x86_64") && available().iter().any(|k| k.name == "avx512");
+        if avx512 {
             assert!(checked > 0);
         }
     }

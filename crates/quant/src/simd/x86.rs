@@ -383,7 +383,7 @@ legacy_kernels!(
 /// four-row tiles are the same code, so they give the same sums to the bit:
 /// a batched decode step matches decoding each sequence alone.
 macro_rules! zmm_kernels {
-    ($rows:ident, $one:ident, $four:ident, $wb:expr, $doc:literal, |$p:ident, $two:ident| $unpack:expr) => {
+    ($rows:ident, $one:ident, $four:ident, $t44:ident, $wb:expr, $doc:literal, |$p:ident, $two:ident| $unpack:expr) => {
         #[doc = $doc]
         ///
         /// # Safety
@@ -509,6 +509,134 @@ macro_rules! zmm_kernels {
             // SAFETY: the contract gives four rows of `nb` blocks.
             unsafe { $rows::<4>(w.as_ptr(), std::array::from_fn(|c| ap.add(c * stride)), nb) }
         }
+
+        #[doc = $doc]
+        /// Four weight rows `row_bytes` apart times four activation rows
+        /// `stride` apart, `out[c][r]` for activation row `c` and weight row
+        /// `r`: each the one-row kernel's result to the bit.
+        ///
+        /// The weights are made unsigned (`q + 128`, one `xor`) instead of
+        /// moving their signs onto the activations, so an activation block
+        /// is loaded once for the four weight rows and each pair costs one
+        /// `vpdpbusd`, which starts from `-128 * sum(a)` per lane (computed
+        /// once per activation block): the lane sums are the same integers.
+        ///
+        /// # Safety
+        /// [`super::Tile44Fn`] contract.
+        #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
+        pub(crate) unsafe fn $t44(
+            w: &[u8],
+            row_bytes: usize,
+            a: &[u8],
+            stride: usize,
+            nb: usize,
+        ) -> [[f32; 4]; 4] {
+            debug_assert!(w.len() >= 3 * row_bytes + nb * $wb && a.len() >= 3 * stride + nb * 34);
+            // SAFETY: rows 0..4 of both start inside their slices by the contract.
+            let wr: [*const u8; 4] =
+                std::array::from_fn(|r| unsafe { w.as_ptr().add(r * row_bytes) });
+            // SAFETY: as above.
+            let ar: [*const u8; 4] = std::array::from_fn(|c| unsafe { a.as_ptr().add(c * stride) });
+            let zero = _mm512_setzero_si512();
+            let flip = _mm512_set1_epi8(0x80u8 as i8);
+            // acc[c][r]: lanes 0..8 chain of the even blocks, 8..16 the odd.
+            let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+            let mut i = 0;
+            while i + 8 <= nb {
+                // SAFETY (loop body): blocks i..i+8 lie inside every row.
+                unsafe {
+                    let dw: [__m256; 4] =
+                        std::array::from_fn(|r| scales8_at::<$wb>(wr[r].add(i * $wb)));
+                    let da: [__m256; 4] =
+                        std::array::from_fn(|c| scales8_at::<34>(ar[c].add(i * 34)));
+                    for k in 0..4 {
+                        let b = i + 2 * k;
+                        let (e, o) = (2 * k as i32, 2 * k as i32 + 1);
+                        let lanes =
+                            _mm512_setr_epi32(e, e, e, e, e, e, e, e, o, o, o, o, o, o, o, o);
+                        let ux: [__m512i; 4] = std::array::from_fn(|r| {
+                            let $p = wr[r].add(b * $wb);
+                            let $two = true;
+                            _mm_prefetch($p.wrapping_add(PREFETCH) as *const i8, _MM_HINT_T0);
+                            _mm_prefetch(
+                                $p.wrapping_add(PREFETCH + 2 * $wb - 1) as *const i8,
+                                _MM_HINT_T0,
+                            );
+                            _mm512_xor_si512($unpack, flip)
+                        });
+                        // The product of two scales is the same float
+                        // whichever is permuted first.
+                        let dwk: [__m512; 4] = std::array::from_fn(|r| {
+                            _mm512_permutexvar_ps(lanes, _mm512_castps256_ps512(dw[r]))
+                        });
+                        for c in 0..4 {
+                            let ab = ar[c].add(b * 34);
+                            let qy = _mm512_inserti64x4::<1>(
+                                _mm512_castsi256_si512(load32(ab.add(2))),
+                                load32(ab.add(36)),
+                            );
+                            let corr = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, flip, qy));
+                            let dak = _mm512_permutexvar_ps(lanes, _mm512_castps256_ps512(da[c]));
+                            for r in 0..4 {
+                                let dot = _mm512_dpbusd_epi32(corr, ux[r], qy);
+                                let d = _mm512_mul_ps(dwk[r], dak);
+                                acc[c][r] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot), acc[c][r]);
+                            }
+                        }
+                    }
+                }
+                i += 8;
+            }
+            while i < nb {
+                let two = i + 1 < nb;
+                // SAFETY (loop body): block i, and block i + 1 when `two`,
+                // lie inside every row; nothing past them is read.
+                unsafe {
+                    // Each side's one or two scales, spread over the half
+                    // of the lanes their block fills (a missing odd block's
+                    // scale is zero, as the one-row kernel's is).
+                    let halves = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+                    let spread = |p: *const u8, bytes: usize| {
+                        let pair = rd16(p) | if two { rd16(p.add(bytes)) << 16 } else { 0 };
+                        _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(h2f_pair(pair)))
+                    };
+                    let dw: [__m512; 4] = std::array::from_fn(|r| spread(wr[r].add(i * $wb), $wb));
+                    let ux: [__m512i; 4] = std::array::from_fn(|r| {
+                        let $p = wr[r].add(i * $wb);
+                        let $two = two;
+                        _mm512_xor_si512($unpack, flip)
+                    });
+                    for c in 0..4 {
+                        let ab = ar[c].add(i * 34);
+                        let qy_hi = if two {
+                            load32(ab.add(36))
+                        } else {
+                            _mm256_setzero_si256()
+                        };
+                        let qy = _mm512_inserti64x4::<1>(
+                            _mm512_castsi256_si512(load32(ab.add(2))),
+                            qy_hi,
+                        );
+                        // A missing odd block's unsigned weights (128) meet
+                        // zero activations, and its correction is zero too.
+                        let corr = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, flip, qy));
+                        let da = spread(ab, 34);
+                        for r in 0..4 {
+                            let dot = _mm512_dpbusd_epi32(corr, ux[r], qy);
+                            let d = _mm512_mul_ps(dw[r], da);
+                            acc[c][r] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot), acc[c][r]);
+                        }
+                    }
+                }
+                i += if two { 2 } else { 1 };
+            }
+            acc.map(|row| {
+                row.map(|v| {
+                    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+                    hsum_ps(_mm256_add_ps(_mm512_castps512_ps256(v), hi))
+                })
+            })
+        }
     };
 }
 
@@ -516,6 +644,7 @@ zmm_kernels!(
     rows_q8_0,
     q8_0_avx512,
     q8_0_x4_avx512,
+    q8_0_t44_avx512,
     34,
     "Q8_0 · Q8_0, two blocks per 512-bit register.",
     |p, two| {
@@ -531,6 +660,7 @@ zmm_kernels!(
     rows_q4_0,
     q4_0_avx512,
     q4_0_x4_avx512,
+    q4_0_t44_avx512,
     18,
     "Q4_0 · Q8_0, two blocks per 512-bit register.",
     |p, two| {
@@ -548,6 +678,7 @@ zmm_kernels!(
     rows_q5_0,
     q5_0_avx512,
     q5_0_x4_avx512,
+    q5_0_t44_avx512,
     22,
     "Q5_0 · Q8_0, two blocks per 512-bit register.",
     |p, two| {
@@ -1018,6 +1149,9 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q8_0_x4: Some(q8_0_x4_avx512),
         q4_0_x4: Some(q4_0_x4_avx512),
         q5_0_x4: Some(q5_0_x4_avx512),
+        q8_0_t44: Some(q8_0_t44_avx512),
+        q4_0_t44: Some(q4_0_t44_avx512),
+        q5_0_t44: Some(q5_0_t44_avx512),
         q8_0_r4: Some(q8_0_r4_avx512vl),
         q4_0_r4: Some(q4_0_r4_avx512vl),
         q5_0_r4: Some(q5_0_r4_avx512vl),
