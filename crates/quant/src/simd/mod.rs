@@ -107,6 +107,12 @@ pub(crate) struct Kernels {
     pub q4_0_x4: Option<TileFn>,
     /// Q5_0 tile kernel.
     pub q5_0_x4: Option<TileFn>,
+    /// Q4_K tile kernel.
+    pub q4_k_x4: Option<TileFn>,
+    /// Q5_K tile kernel.
+    pub q5_k_x4: Option<TileFn>,
+    /// Q6_K tile kernel.
+    pub q6_k_x4: Option<TileFn>,
     /// Four-weight-row by four-activation-row tiles where a SIMD table has
     /// them (batched decode).
     pub q8_0_t44: Option<Tile44Fn>,
@@ -167,6 +173,9 @@ impl Kernels {
             GgmlType::Q8_0 => self.q8_0_x4,
             GgmlType::Q4_0 => self.q4_0_x4,
             GgmlType::Q5_0 => self.q5_0_x4,
+            GgmlType::Q4_K => self.q4_k_x4,
+            GgmlType::Q5_K => self.q5_k_x4,
+            GgmlType::Q6_K => self.q6_k_x4,
             _ => None,
         }
     }
@@ -221,6 +230,9 @@ static SCALAR: Kernels = Kernels {
     q8_0_x4: None,
     q4_0_x4: None,
     q5_0_x4: None,
+    q4_k_x4: None,
+    q5_k_x4: None,
+    q6_k_x4: None,
     q8_0_t44: None,
     q4_0_t44: None,
     q5_0_t44: None,
@@ -558,23 +570,33 @@ mod tests {
             x ^= x << 17;
             ((x >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
         };
+        let mut checked = 0;
         for k in available() {
-            for ty in [GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q4_0] {
+            for ty in [
+                GgmlType::Q8_0,
+                GgmlType::Q5_0,
+                GgmlType::Q4_0,
+                GgmlType::Q4_K,
+                GgmlType::Q5_K,
+                GgmlType::Q6_K,
+            ] {
                 let Some(tile) = k.tile4(ty) else { continue };
                 let single = k.quant(ty).unwrap();
+                let at = crate::vec_dot_type(ty);
                 for nb in [1usize, 2, 3, 7, 8, 9, 16, 17, 20, 33] {
-                    let n = nb * 32;
+                    let n = nb * ty.block_len();
                     let wf: Vec<f32> = (0..n).map(|_| next()).collect();
                     let mut w = vec![0u8; crate::row_size(ty, n).unwrap()];
                     crate::quantize(ty, &wf, &mut w).unwrap();
-                    let stride = nb * 34;
+                    // Rows padded apart, as the caller's may be.
+                    let stride = nb * at.block_bytes() + 4;
                     let mut a = vec![0u8; 4 * stride];
                     for c in 0..4 {
                         let xf: Vec<f32> = (0..n).map(|_| next() * 3.0).collect();
                         crate::quantize_activation(
-                            GgmlType::Q8_0,
+                            at,
                             &xf,
-                            &mut a[c * stride..(c + 1) * stride],
+                            &mut a[c * stride..(c + 1) * stride - 4],
                         )
                         .unwrap();
                     }
@@ -589,9 +611,14 @@ mod tests {
                             "{} {ty} nb {nb} row {c}",
                             k.name
                         );
+                        checked += 1;
                     }
                 }
             }
+        }
+        // Every x86 SIMD table sits on the AVX2 one, which has tiles.
+        if cfg!(target_arch = "x86_64") && available().len() > 1 {
+            assert!(checked > 0);
         }
     }
 }

@@ -383,7 +383,7 @@ legacy_kernels!(
 /// four-row tiles are the same code, so they give the same sums to the bit:
 /// a batched decode step matches decoding each sequence alone.
 macro_rules! zmm_kernels {
-    ($rows:ident, $one:ident, $four:ident, $t44:ident, $wb:expr, $doc:literal, |$p:ident, $two:ident| $unpack:expr) => {
+    ($rows:ident, $one:ident, $four:ident, $t44:ident, $wb:expr, $doc:literal, |$p:ident, $two:ident| $unpack:expr, unsigned $off:literal |$up:ident, $utwo:ident| $uunpack:expr) => {
         #[doc = $doc]
         ///
         /// # Safety
@@ -515,11 +515,13 @@ macro_rules! zmm_kernels {
         /// `stride` apart, `out[c][r]` for activation row `c` and weight row
         /// `r`: each the one-row kernel's result to the bit.
         ///
-        /// The weights are made unsigned (`q + 128`, one `xor`) instead of
-        /// moving their signs onto the activations, so an activation block
-        /// is loaded once for the four weight rows and each pair costs one
-        /// `vpdpbusd`, which starts from `-128 * sum(a)` per lane (computed
+        /// The weights are unpacked unsigned (`q + off`) instead of moving
+        /// their signs onto the activations, so an activation block is
+        /// loaded once for the four weight rows and each pair costs one
+        /// `vpdpbusd`, which starts from `-off * sum(a)` per lane (computed
         /// once per activation block): the lane sums are the same integers.
+        /// A missing odd block meets zero activations, so whatever its
+        /// weights unpack to, its lanes sum to zero.
         ///
         /// # Safety
         /// [`super::Tile44Fn`] contract.
@@ -538,7 +540,7 @@ macro_rules! zmm_kernels {
             // SAFETY: as above.
             let ar: [*const u8; 4] = std::array::from_fn(|c| unsafe { a.as_ptr().add(c * stride) });
             let zero = _mm512_setzero_si512();
-            let flip = _mm512_set1_epi8(0x80u8 as i8);
+            let off = _mm512_set1_epi8($off as u8 as i8);
             // acc[c][r]: lanes 0..8 chain of the even blocks, 8..16 the odd.
             let mut acc = [[_mm512_setzero_ps(); 4]; 4];
             let mut i = 0;
@@ -555,14 +557,14 @@ macro_rules! zmm_kernels {
                         let lanes =
                             _mm512_setr_epi32(e, e, e, e, e, e, e, e, o, o, o, o, o, o, o, o);
                         let ux: [__m512i; 4] = std::array::from_fn(|r| {
-                            let $p = wr[r].add(b * $wb);
-                            let $two = true;
-                            _mm_prefetch($p.wrapping_add(PREFETCH) as *const i8, _MM_HINT_T0);
+                            let $up = wr[r].add(b * $wb);
+                            let $utwo = true;
+                            _mm_prefetch($up.wrapping_add(PREFETCH) as *const i8, _MM_HINT_T0);
                             _mm_prefetch(
-                                $p.wrapping_add(PREFETCH + 2 * $wb - 1) as *const i8,
+                                $up.wrapping_add(PREFETCH + 2 * $wb - 1) as *const i8,
                                 _MM_HINT_T0,
                             );
-                            _mm512_xor_si512($unpack, flip)
+                            $uunpack
                         });
                         // The product of two scales is the same float
                         // whichever is permuted first.
@@ -575,7 +577,7 @@ macro_rules! zmm_kernels {
                                 _mm512_castsi256_si512(load32(ab.add(2))),
                                 load32(ab.add(36)),
                             );
-                            let corr = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, flip, qy));
+                            let corr = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, off, qy));
                             let dak = _mm512_permutexvar_ps(lanes, _mm512_castps256_ps512(da[c]));
                             for r in 0..4 {
                                 let dot = _mm512_dpbusd_epi32(corr, ux[r], qy);
@@ -602,9 +604,9 @@ macro_rules! zmm_kernels {
                     };
                     let dw: [__m512; 4] = std::array::from_fn(|r| spread(wr[r].add(i * $wb), $wb));
                     let ux: [__m512i; 4] = std::array::from_fn(|r| {
-                        let $p = wr[r].add(i * $wb);
-                        let $two = two;
-                        _mm512_xor_si512($unpack, flip)
+                        let $up = wr[r].add(i * $wb);
+                        let $utwo = two;
+                        $uunpack
                     });
                     for c in 0..4 {
                         let ab = ar[c].add(i * 34);
@@ -617,9 +619,7 @@ macro_rules! zmm_kernels {
                             _mm512_castsi256_si512(load32(ab.add(2))),
                             qy_hi,
                         );
-                        // A missing odd block's unsigned weights (128) meet
-                        // zero activations, and its correction is zero too.
-                        let corr = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, flip, qy));
+                        let corr = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, off, qy));
                         let da = spread(ab, 34);
                         for r in 0..4 {
                             let dot = _mm512_dpbusd_epi32(corr, ux[r], qy);
@@ -654,6 +654,16 @@ zmm_kernels!(
             _mm256_setzero_si256()
         };
         _mm512_inserti64x4::<1>(_mm512_castsi256_si512(load32(p.add(2))), hi)
+    },
+    // q + 128: the sign bit flipped.
+    unsigned 128 |p, two| {
+        let hi = if two {
+            load32(p.add(36))
+        } else {
+            _mm256_setzero_si256()
+        };
+        let q = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(load32(p.add(2))), hi);
+        _mm512_xor_si512(q, _mm512_set1_epi8(0x80u8 as i8))
     }
 );
 zmm_kernels!(
@@ -672,6 +682,15 @@ zmm_kernels!(
         let nib = zmm_nibbles(_mm256_set_m128i(qb, load16(p.add(2))));
         let valid: __mmask64 = if two { !0 } else { 0xFFFF_FFFF };
         _mm512_maskz_sub_epi8(valid, nib, _mm512_set1_epi8(8))
+    },
+    // The nibbles as they are stored: q + 8.
+    unsigned 8 |p, two| {
+        let qb = if two {
+            load16(p.add(20))
+        } else {
+            _mm_setzero_si128()
+        };
+        zmm_nibbles(_mm256_set_m128i(qb, load16(p.add(2))))
     }
 );
 zmm_kernels!(
@@ -695,6 +714,17 @@ zmm_kernels!(
             valid,
             _mm512_mask_sub_epi8(nib, !high, nib, _mm512_set1_epi8(16)),
         )
+    },
+    // q + 16: the nibble, plus 16 where the fifth bit is set.
+    unsigned 16 |p, two| {
+        let (qb, hb) = if two {
+            (load16(p.add(28)), rd32(p.add(24)) as u64)
+        } else {
+            (_mm_setzero_si128(), 0)
+        };
+        let nib = zmm_nibbles(_mm256_set_m128i(qb, load16(p.add(6))));
+        let high: __mmask64 = rd32(p.add(2)) as u64 | hb << 32;
+        _mm512_mask_add_epi8(nib, high, nib, _mm512_set1_epi8(16))
     }
 );
 
@@ -785,15 +815,33 @@ fn mac_avx512vl(acc: __m256i, p: __m256i, s: __m256i) -> __m256i {
 /// so every tier's bits are the same). Each block's sums run in two chains
 /// (`lo`, `hi`), so that a fused `vpdpwssd` does not wait on the last.
 macro_rules! kquant_kernels {
-    ($feat:literal, $mac:ident, $k4:ident, $q4k:ident, $q5k:ident, $q6k:ident) => {
+    ($feat:literal, $mac:ident, $k4:ident, $k6:ident, $q4k:ident, $q5k:ident, $q6k:ident, $q4kx4:ident, $q5kx4:ident, $q6kx4:ident) => {
         /// Q4_K · Q8_K.
         ///
         /// # Safety
         /// [`super::DotFn`] contract.
         #[target_feature(enable = $feat)]
         pub(crate) unsafe fn $q4k(w: &[u8], a: &[u8], nb: usize) -> f32 {
+            debug_assert!(w.len() >= nb * 144 && a.len() >= nb * 292);
             // SAFETY: the caller's contract, for Q4_K's 144-byte blocks.
-            unsafe { $k4::<144, false>(w, a, nb) }
+            unsafe { $k4::<144, false, 1>(w.as_ptr(), [a.as_ptr()], nb)[0] }
+        }
+
+        /// Q4_K · Q8_K, four activation rows `stride` bytes apart.
+        ///
+        /// # Safety
+        /// [`super::TileFn`] contract.
+        #[target_feature(enable = $feat)]
+        pub(crate) unsafe fn $q4kx4(w: &[u8], a: &[u8], stride: usize, nb: usize) -> [f32; 4] {
+            debug_assert!(w.len() >= nb * 144 && a.len() >= 3 * stride + nb * 292);
+            // SAFETY: the contract gives four activation rows of `nb` blocks.
+            unsafe {
+                $k4::<144, false, 4>(
+                    w.as_ptr(),
+                    std::array::from_fn(|c| a.as_ptr().add(c * stride)),
+                    nb,
+                )
+            }
         }
 
         /// Q5_K · Q8_K.
@@ -802,35 +850,61 @@ macro_rules! kquant_kernels {
         /// [`super::DotFn`] contract.
         #[target_feature(enable = $feat)]
         pub(crate) unsafe fn $q5k(w: &[u8], a: &[u8], nb: usize) -> f32 {
+            debug_assert!(w.len() >= nb * 176 && a.len() >= nb * 292);
             // SAFETY: the caller's contract, for Q5_K's 176-byte blocks.
-            unsafe { $k4::<176, true>(w, a, nb) }
+            unsafe { $k4::<176, true, 1>(w.as_ptr(), [a.as_ptr()], nb)[0] }
+        }
+
+        /// Q5_K · Q8_K, four activation rows `stride` bytes apart.
+        ///
+        /// # Safety
+        /// [`super::TileFn`] contract.
+        #[target_feature(enable = $feat)]
+        pub(crate) unsafe fn $q5kx4(w: &[u8], a: &[u8], stride: usize, nb: usize) -> [f32; 4] {
+            debug_assert!(w.len() >= nb * 176 && a.len() >= 3 * stride + nb * 292);
+            // SAFETY: the contract gives four activation rows of `nb` blocks.
+            unsafe {
+                $k4::<176, true, 4>(
+                    w.as_ptr(),
+                    std::array::from_fn(|c| a.as_ptr().add(c * stride)),
+                    nb,
+                )
+            }
         }
 
         /// Q4_K (`FIVE` false, `WB` 144) or Q5_K (`FIVE` true, `WB` 176) ·
         /// Q8_K: the two share scales, minimums and nibbles; Q5_K adds 16
         /// where a value's fifth bit (32 bytes at 16) is set, and its
-        /// nibbles start at 48 instead of 16.
+        /// nibbles start at 48 instead of 16. `N` activation rows share each
+        /// weight block's unpacking; each row's sums are the one-row
+        /// kernel's, in its order, so every result is the same bits.
         ///
         /// # Safety
-        /// [`super::DotFn`] contract for blocks of `WB` bytes.
+        /// `w` holds `nb` blocks of `WB` bytes and each `a[c]` `nb` Q8_K blocks.
         #[inline]
         #[target_feature(enable = $feat)]
-        unsafe fn $k4<const WB: usize, const FIVE: bool>(w: &[u8], a: &[u8], nb: usize) -> f32 {
-            debug_assert!(w.len() >= nb * WB && a.len() >= nb * 292);
+        unsafe fn $k4<const WB: usize, const FIVE: bool, const N: usize>(
+            w: *const u8,
+            a: [*const u8; N],
+            nb: usize,
+        ) -> [f32; N] {
             let qs = if FIVE { 48 } else { 16 };
-            let mut sumf = 0.0f32;
+            let mut sumf = [0.0f32; N];
             let m4 = _mm256_set1_epi8(0x0F);
             let b4 = _mm256_set1_epi8(0x10);
-            for (bw, ba) in w.chunks_exact(WB).zip(a.chunks_exact(292)).take(nb) {
-                prefetch_block(bw.as_ptr());
-                let (sc, mins) = crate::formats::kquants::scales_mins_k4(&bw[4..16]);
-                let (bw, ba) = (bw.as_ptr(), ba.as_ptr());
-                // SAFETY: whole blocks (chunks_exact); d, dmin at 0 and 2 of the
-                // weight block, d f32 at 0 of the Q8_K block.
-                let (dy, dd) = unsafe { (rf32(ba), h2f_pair(rd32(bw))) };
+            for i in 0..nb {
+                // SAFETY: block i of the weights and of every activation row
+                // is inside them (the caller's contract).
+                let (bw, bas): (*const u8, [*const u8; N]) =
+                    unsafe { (w.add(i * WB), std::array::from_fn(|c| a[c].add(i * 292))) };
+                prefetch_block(bw);
+                // SAFETY: the block's 12 scale bytes at 4..16.
+                let (sc, mins) = crate::formats::kquants::scales_mins_k4(unsafe {
+                    &*(bw.add(4) as *const [u8; 12])
+                });
+                // SAFETY: d, dmin at 0 and 2 of the weight block.
+                let dd = unsafe { h2f_pair(rd32(bw)) };
                 let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
-                // SAFETY: whole Q8_K block.
-                let msum = unsafe { k4_min_dot(mins, ba) };
                 let scales = k4_scales(sc);
                 // SAFETY: Q5_K's qh at 16..48.
                 let qh = if FIVE {
@@ -838,17 +912,10 @@ macro_rules! kquant_kernels {
                 } else {
                     _mm256_setzero_si256()
                 };
-                let (mut lo, mut hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+                let (mut lo, mut hi) = ([_mm256_setzero_si256(); N], [_mm256_setzero_si256(); N]);
                 for j in 0..4 {
-                    // SAFETY: 128 bytes of nibbles at `qs` (32 per j); q8 quants
-                    // at 4..260 (64 per j).
-                    let (q, q8l, q8h) = unsafe {
-                        (
-                            load32(bw.add(qs + 32 * j)),
-                            load32(ba.add(4 + 64 * j)),
-                            load32(ba.add(36 + 64 * j)),
-                        )
-                    };
+                    // SAFETY: 128 bytes of nibbles at `qs` (32 per j).
+                    let q = unsafe { load32(bw.add(qs + 32 * j)) };
                     let mut ql = _mm256_and_si256(q, m4);
                     let mut qu = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
                     if FIVE {
@@ -859,16 +926,33 @@ macro_rules! kquant_kernels {
                         ql = _mm256_or_si256(ql, _mm256_and_si256(hl, b4));
                         qu = _mm256_or_si256(qu, _mm256_and_si256(hh, b4));
                     }
-                    // 2 * 31 * 128 < 2^15: `vpmaddubsw` cannot saturate.
-                    lo = $mac(lo, _mm256_maddubs_epi16(ql, q8l), k4_scale(&scales, 2 * j));
-                    hi = $mac(
-                        hi,
-                        _mm256_maddubs_epi16(qu, q8h),
-                        k4_scale(&scales, 2 * j + 1),
-                    );
+                    for c in 0..N {
+                        // SAFETY: q8 quants at 4..260 of the Q8_K block (64 per j).
+                        let (q8l, q8h) = unsafe {
+                            (
+                                load32(bas[c].add(4 + 64 * j)),
+                                load32(bas[c].add(36 + 64 * j)),
+                            )
+                        };
+                        // 2 * 31 * 128 < 2^15: `vpmaddubsw` cannot saturate.
+                        lo[c] = $mac(
+                            lo[c],
+                            _mm256_maddubs_epi16(ql, q8l),
+                            k4_scale(&scales, 2 * j),
+                        );
+                        hi[c] = $mac(
+                            hi[c],
+                            _mm256_maddubs_epi16(qu, q8h),
+                            k4_scale(&scales, 2 * j + 1),
+                        );
+                    }
                 }
-                let sumi = _mm256_add_epi32(lo, hi);
-                sumf += crate::scalar::kquant_block(d, dmin, dy, hsum_epi32(sumi), msum);
+                for c in 0..N {
+                    // SAFETY: whole Q8_K block; its d f32 at 0.
+                    let (msum, dy) = unsafe { (k4_min_dot(mins, bas[c]), rf32(bas[c])) };
+                    let sumi = _mm256_add_epi32(lo[c], hi[c]);
+                    sumf[c] += crate::scalar::kquant_block(d, dmin, dy, hsum_epi32(sumi), msum);
+                }
             }
             sumf
         }
@@ -880,37 +964,55 @@ macro_rules! kquant_kernels {
         #[target_feature(enable = $feat)]
         pub(crate) unsafe fn $q6k(w: &[u8], a: &[u8], nb: usize) -> f32 {
             debug_assert!(w.len() >= nb * 210 && a.len() >= nb * 292);
-            let mut sumf = 0.0f32;
+            // SAFETY: the caller's contract.
+            unsafe { $k6::<1>(w.as_ptr(), [a.as_ptr()], nb)[0] }
+        }
+
+        /// Q6_K · Q8_K, four activation rows `stride` bytes apart.
+        ///
+        /// # Safety
+        /// [`super::TileFn`] contract.
+        #[target_feature(enable = $feat)]
+        pub(crate) unsafe fn $q6kx4(w: &[u8], a: &[u8], stride: usize, nb: usize) -> [f32; 4] {
+            debug_assert!(w.len() >= nb * 210 && a.len() >= 3 * stride + nb * 292);
+            // SAFETY: the contract gives four activation rows of `nb` blocks.
+            unsafe {
+                $k6::<4>(
+                    w.as_ptr(),
+                    std::array::from_fn(|c| a.as_ptr().add(c * stride)),
+                    nb,
+                )
+            }
+        }
+
+        /// Q6_K · Q8_K for `N` activation rows sharing each weight block's
+        /// unpacking; each row's sums are the one-row kernel's, in its order.
+        ///
+        /// # Safety
+        /// `w` holds `nb` Q6_K blocks and each `a[c]` `nb` Q8_K blocks.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn $k6<const N: usize>(w: *const u8, a: [*const u8; N], nb: usize) -> [f32; N] {
+            let mut sumf = [0.0f32; N];
             let m4 = _mm256_set1_epi8(0x0F);
-            for (bw, ba) in w.chunks_exact(210).zip(a.chunks_exact(292)).take(nb) {
-                prefetch_block(bw.as_ptr());
-                let (bw, ba) = (bw.as_ptr(), ba.as_ptr());
-                // SAFETY: the 16 i8 scales at 192..208; the Q8_K block's 16 i16
-                // bsums at 260..292.
-                let (sc, bsums) = unsafe {
-                    (
-                        _mm256_cvtepi8_epi16(load16(bw.add(192))),
-                        load32(ba.add(260)),
-                    )
-                };
-                // Values are stored +32: sum(sc * u * a) over the block, less
-                // 32 * sum(sc * bsum), is the block's exact sum(sc * q * a).
-                let offset = 32 * hsum_epi32(_mm256_madd_epi16(sc, bsums));
+            for i in 0..nb {
+                // SAFETY: block i of the weights and of every activation row
+                // is inside them (the caller's contract).
+                let (bw, bas): (*const u8, [*const u8; N]) =
+                    unsafe { (w.add(i * 210), std::array::from_fn(|c| a[c].add(i * 292))) };
+                prefetch_block(bw);
+                // SAFETY: the 16 i8 scales at 192..208.
+                let sc = unsafe { _mm256_cvtepi8_epi16(load16(bw.add(192))) };
                 // Scales 0..8 and 8..16 each in both 128-bit halves, for a
                 // per-half byte shuffle to pick one scale for each half.
                 let halves = [
                     _mm256_permute2x128_si256::<0x00>(sc, sc),
                     _mm256_permute2x128_si256::<0x11>(sc, sc),
                 ];
-                // SAFETY: whole blocks; Q6_K d is the upper half of the u32 at 206 (a
-                // 4-byte read ending exactly at the block's end), Q8_K d at 0.
-                let (d, dy) = unsafe {
-                    (
-                        _mm_cvtss_f32(_mm_movehdup_ps(h2f_pair(rd32(bw.add(206))))),
-                        rf32(ba),
-                    )
-                };
-                let (mut lo, mut hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+                // SAFETY: Q6_K d is the upper half of the u32 at 206 (a 4-byte
+                // read ending exactly at the block's end).
+                let d = unsafe { _mm_cvtss_f32(_mm_movehdup_ps(h2f_pair(rd32(bw.add(206))))) };
+                let (mut lo, mut hi) = ([_mm256_setzero_si256(); N], [_mm256_setzero_si256(); N]);
                 for (n, &half) in halves.iter().enumerate() {
                     // SAFETY: ql at 0..128 (64 per n), qh at 128..192 (32 per n).
                     let (ql1, ql2, qh) = unsafe {
@@ -942,10 +1044,6 @@ macro_rules! kquant_kernels {
                         ),
                     ];
                     for (k, &qk) in q.iter().enumerate() {
-                        // SAFETY: q8 quants at 4..260 (128 per n, 32 per k).
-                        let q8 = unsafe { load32(ba.add(4 + 128 * n + 32 * k)) };
-                        // u <= 63 against |a| <= 127: a pair sums to at most 16002.
-                        let p = _mm256_maddubs_epi16(qk, q8);
                         // Low half: scale 2k of these eight; high half: 2k + 1.
                         let s = _mm256_shuffle_epi8(
                             half,
@@ -954,14 +1052,28 @@ macro_rules! kquant_kernels {
                                 _mm_set1_epi16(i16_lane(2 * k)),
                             ),
                         );
-                        let acc = if k % 2 == 0 { &mut lo } else { &mut hi };
-                        *acc = $mac(*acc, p, s);
+                        for c in 0..N {
+                            // SAFETY: q8 quants at 4..260 (128 per n, 32 per k).
+                            let q8 = unsafe { load32(bas[c].add(4 + 128 * n + 32 * k)) };
+                            // u <= 63 against |a| <= 127: a pair sums to at most 16002.
+                            let p = _mm256_maddubs_epi16(qk, q8);
+                            let acc = if k % 2 == 0 { &mut lo[c] } else { &mut hi[c] };
+                            *acc = $mac(*acc, p, s);
+                        }
                     }
                 }
-                let sumi = _mm256_add_epi32(lo, hi);
-                // Q6_K has no minimums: the reference's zero term is kept so the
-                // bits agree even where a block sums to zero.
-                sumf += crate::scalar::kquant_block(d, 0.0, dy, hsum_epi32(sumi) - offset, 0);
+                for c in 0..N {
+                    // SAFETY: the Q8_K block's d at 0 and 16 i16 bsums at 260..292.
+                    let (dy, bsums) = unsafe { (rf32(bas[c]), load32(bas[c].add(260))) };
+                    // Values are stored +32: sum(sc * u * a) over the block, less
+                    // 32 * sum(sc * bsum), is the block's exact sum(sc * q * a).
+                    let offset = 32 * hsum_epi32(_mm256_madd_epi16(sc, bsums));
+                    let sumi = _mm256_add_epi32(lo[c], hi[c]);
+                    // Q6_K has no minimums: the reference's zero term is kept so the
+                    // bits agree even where a block sums to zero.
+                    sumf[c] +=
+                        crate::scalar::kquant_block(d, 0.0, dy, hsum_epi32(sumi) - offset, 0);
+                }
             }
             sumf
         }
@@ -972,25 +1084,37 @@ kquant_kernels!(
     "avx2,fma,f16c",
     mac_avx2,
     k4_avx2,
+    k6_avx2,
     q4_k_avx2,
     q5_k_avx2,
-    q6_k_avx2
+    q6_k_avx2,
+    q4_k_x4_avx2,
+    q5_k_x4_avx2,
+    q6_k_x4_avx2
 );
 kquant_kernels!(
     "avx2,fma,f16c,avxvnni",
     mac_avxvnni,
     k4_avxvnni,
+    k6_avxvnni,
     q4_k_avxvnni,
     q5_k_avxvnni,
-    q6_k_avxvnni
+    q6_k_avxvnni,
+    q4_k_x4_avxvnni,
+    q5_k_x4_avxvnni,
+    q6_k_x4_avxvnni
 );
 kquant_kernels!(
     "avx2,fma,f16c,avx512f,avx512vl,avx512vnni",
     mac_avx512vl,
     k4_avx512vl,
+    k6_avx512vl,
     q4_k_avx512vl,
     q5_k_avx512vl,
-    q6_k_avx512vl
+    q6_k_avx512vl,
+    q4_k_x4_avx512vl,
+    q5_k_x4_avx512vl,
+    q6_k_x4_avx512vl
 );
 
 /// F32 · F32.
@@ -1111,6 +1235,9 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         f16: f16_avx2,
         bf16: bf16_avx2,
         q8_0_x4: Some(q8_0_x4_avx2),
+        q4_k_x4: Some(q4_k_x4_avx2),
+        q5_k_x4: Some(q5_k_x4_avx2),
+        q6_k_x4: Some(q6_k_x4_avx2),
         q4_0_x4: Some(q4_0_x4_avx2),
         q5_0_x4: Some(q5_0_x4_avx2),
         q8_0_r4: Some(q8_0_r4_avx2),
@@ -1131,6 +1258,9 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q4_k: q4_k_avxvnni,
         q5_k: q5_k_avxvnni,
         q6_k: q6_k_avxvnni,
+        q4_k_x4: Some(q4_k_x4_avxvnni),
+        q5_k_x4: Some(q5_k_x4_avxvnni),
+        q6_k_x4: Some(q6_k_x4_avxvnni),
         gemm: GemmTier::AvxVnni,
         ..AVX2
     };
@@ -1158,6 +1288,9 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q4_k: q4_k_avx512vl,
         q5_k: q5_k_avx512vl,
         q6_k: q6_k_avx512vl,
+        q4_k_x4: Some(q4_k_x4_avx512vl),
+        q5_k_x4: Some(q5_k_x4_avx512vl),
+        q6_k_x4: Some(q6_k_x4_avx512vl),
         gemm: GemmTier::Avx512Vnni,
         ..AVX2
     };
