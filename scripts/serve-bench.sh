@@ -27,12 +27,18 @@ LOAD=${LOAD:---clients 16 --requests 4 --max-tokens 64 --hang-up-every 0}
 VENV="$HOME_DIR/bench-venv"
 PORT=${PORT:-8011}
 
-cargo build --release -q -p hearth-cli
+# HEARTH_BIN: a hearth binary built already (else this checkout's, built now).
+if [ -n "${HEARTH_BIN:-}" ]; then
+    BIN=$HEARTH_BIN
+else
+    cargo build --release -q -p hearth-cli
+    BIN=target/release/hearth
+fi
 echo "load before: $(uptime)"
 for p in $PARALLEL; do
     echo "== hearth --parallel $p"
     # shellcheck disable=SC2086 # LOAD is a list of flags
-    python3 scripts/load-test.py --model "$MODEL" --parallel "$p" --ctx "$CTX" --threads "$THREADS" $LOAD || true
+    python3 scripts/load-test.py --binary "$BIN" --model "$MODEL" --parallel "$p" --ctx "$CTX" --threads "$THREADS" $LOAD || true
 done
 
 if [ -n "${LLAMA_SERVER:-}" ]; then

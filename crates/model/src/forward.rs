@@ -423,6 +423,14 @@ impl Model {
         if s.rope_layer.is_some_and(|l| self.ropes[l] == *rope) {
             return;
         }
+        // The table before holds it: swap back (a decode step of Gemma 3
+        // switched between its local and global tables 9 times, each 128
+        // sines and cosines on one thread).
+        std::mem::swap(&mut s.rope_angles, &mut s.rope_spare);
+        std::mem::swap(&mut s.rope_layer, &mut s.rope_spare_layer);
+        if s.rope_layer.is_some_and(|l| self.ropes[l] == *rope) {
+            return;
+        }
         let pairs = rope.pairs();
         s.rope_angles.resize(s.batch * 2 * pairs, 0.0);
         for (row, &pos) in s.rope_angles.chunks_exact_mut(2 * pairs).zip(&s.row_pos) {

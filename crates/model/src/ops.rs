@@ -4,8 +4,7 @@
 /// The sum of squares is accumulated in f64, as ggml does, so long rows do
 /// not lose precision.
 pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) {
-    let ss: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
-    let scale = 1.0 / ((ss / x.len() as f64) as f32 + eps).sqrt();
+    let scale = 1.0 / ((sum_squares(x) / x.len() as f64) as f32 + eps).sqrt();
     for (v, &g) in x.iter_mut().zip(w) {
         *v = *v * scale * g;
     }
@@ -13,9 +12,28 @@ pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) {
 
 /// `x <- x / rms(x)`: RMSNorm without a weight (Gemma 4's value norm).
 pub fn rms_norm_plain(x: &mut [f32], eps: f32) {
-    let ss: f64 = x.iter().map(|&v| (v as f64) * (v as f64)).sum();
-    let scale = 1.0 / ((ss / x.len() as f64) as f32 + eps).sqrt();
+    let scale = 1.0 / ((sum_squares(x) / x.len() as f64) as f32 + eps).sqrt();
     x.iter_mut().for_each(|v| *v *= scale);
+}
+
+/// The sum of `x`'s squares in f64 (each square exact), in eight partial
+/// sums (element `i` into sum `i % 8`) added pairwise at the end: a fixed
+/// order, the same on every CPU. One running sum made each add wait on the
+/// last (1152 of them, about 1.5 µs a row), and a decode step's norms run on
+/// one thread while the others wait.
+pub(crate) fn sum_squares(x: &[f32]) -> f64 {
+    let mut acc = [0.0f64; 8];
+    let chunks = x.chunks_exact(8);
+    let tail = chunks.remainder();
+    for c in chunks {
+        for (a, &v) in acc.iter_mut().zip(c) {
+            *a += f64::from(v) * f64::from(v);
+        }
+    }
+    for (a, &v) in acc.iter_mut().zip(tail) {
+        *a += f64::from(v) * f64::from(v);
+    }
+    ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
 }
 
 /// GELU with the tanh approximation (`gelu_pytorch_tanh`), written with the
@@ -307,6 +325,35 @@ mod tests {
         assert_eq!(tanh(f32::NEG_INFINITY), -1.0);
         assert_eq!(tanh(40.0), 1.0);
         assert!(tanh(f32::NAN).is_nan());
+    }
+
+    #[test]
+    fn sum_squares_is_close_to_the_running_sum_and_fixed() {
+        let mut x = 0x2545_f491_4f6c_dd1d_u64;
+        for n in [0usize, 1, 7, 8, 9, 640, 1152, 2561] {
+            let v: Vec<f32> = (0..n)
+                .map(|_| {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    ((x >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 40.0
+                })
+                .collect();
+            let running: f64 = v.iter().map(|&a| f64::from(a) * f64::from(a)).sum();
+            let got = sum_squares(&v);
+            assert!(
+                (got - running).abs() <= running * 1e-14,
+                "n {n}: {got} vs {running}"
+            );
+            // By hand for the order: lane sums, then the pairwise tree.
+            let mut lanes = [0.0f64; 8];
+            for (i, &a) in v.iter().enumerate() {
+                lanes[i % 8] += f64::from(a) * f64::from(a);
+            }
+            let want = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6]))
+                + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
+            assert_eq!(got.to_bits(), want.to_bits(), "n {n}");
+        }
     }
 
     #[test]

@@ -84,6 +84,11 @@ pub struct Scratch {
     pub(crate) rope_angles: Vec<f32>,
     /// The layer whose RoPE `rope_angles` holds, for this batch.
     pub(crate) rope_layer: Option<usize>,
+    /// The table before `rope_angles`, kept for the next layer with its
+    /// RoPE (Gemma's local and global layers alternate between two).
+    pub(crate) rope_spare: Vec<f32>,
+    /// The layer whose RoPE `rope_spare` holds, for this batch.
+    pub(crate) rope_spare_layer: Option<usize>,
 }
 
 /// f32 values per token the row buffers hold.
@@ -204,5 +209,6 @@ impl Scratch {
         self.batch = self.row_pos.len();
         self.seq_start.push(self.batch);
         self.rope_layer = None;
+        self.rope_spare_layer = None;
     }
 }

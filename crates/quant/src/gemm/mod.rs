@@ -584,15 +584,6 @@ pub(crate) fn quantize_act_row(
             for (x, b) in src.chunks_exact(256).zip(dst.chunks_exact_mut(292)) {
                 let b: &mut [u8; 292] = b.try_into().expect("292-byte chunk");
                 quant_q8_k(tier, x, b);
-                // The block sums of 16 the decode kernels read (the panel
-                // product keeps its own and skips them).
-                for g in 0..16 {
-                    let s: i32 = b[4 + 16 * g..20 + 16 * g]
-                        .iter()
-                        .map(|&q| i32::from(q as i8))
-                        .sum();
-                    b[260 + 2 * g..262 + 2 * g].copy_from_slice(&(s as i16).to_le_bytes());
-                }
             }
             Ok(())
         }
@@ -617,7 +608,7 @@ fn quant_q8_0(tier: GemmTier, x: &[f32], block: &mut [u8; 34]) {
 }
 
 /// `kquants::quant_q8_k` for one super-block of 256 through `tier`'s
-/// kernel (the same scale and values on every tier).
+/// kernel (the same bytes on every tier: scale, values and group sums).
 fn quant_q8_k(tier: GemmTier, x: &[f32], block: &mut [u8; 292]) {
     #[cfg(target_arch = "x86_64")]
     match tier.vector() {
