@@ -49,7 +49,8 @@ if [ -n "${LLAMA_SERVER:-}" ]; then
         LLAMA=$!
         # It answers /health with 503 until the model is loaded.
         i=0
-        until curl -sf "http://127.0.0.1:$PORT/health" >/dev/null 2>&1 || [ $i -ge 120 ]; do
+        until python3 -c "import urllib.request as u; u.urlopen('http://127.0.0.1:$PORT/health', timeout=2)" \
+            >/dev/null 2>&1 || [ $i -ge 240 ]; do
             sleep 0.5
             i=$((i + 1))
         done

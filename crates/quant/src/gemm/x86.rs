@@ -78,12 +78,15 @@ pub(super) unsafe fn quant_q8_0_avx512(x: &[f32], block: &mut [u8; 34]) {
 #[target_feature(enable = "avx512f,avx512bw")]
 pub(super) unsafe fn quant_q8_k_avx512(x: &[f32], block: &mut [u8; 292]) {
     assert!(x.len() >= 256);
-    // SAFETY: 256 values, as asserted.
-    let v: [__m512; 16] =
-        std::array::from_fn(|i| unsafe { _mm512_loadu_ps(x.as_ptr().add(16 * i)) });
-    let vmax = v.iter().fold(_mm512_setzero_ps(), |m, &v| {
-        _mm512_max_ps(m, _mm512_abs_ps(v))
-    });
+    // Plain loops here, no closures: a closure can be compiled out of line,
+    // without this function's vector features.
+    let mut v = [_mm512_setzero_ps(); 16];
+    let mut vmax = _mm512_setzero_ps();
+    for (i, v) in v.iter_mut().enumerate() {
+        // SAFETY: 256 values, as asserted.
+        *v = unsafe { _mm512_loadu_ps(x.as_ptr().add(16 * i)) };
+        vmax = _mm512_max_ps(vmax, _mm512_abs_ps(*v));
+    }
     let amax = _mm512_reduce_max_ps(vmax);
     if amax == 0.0 {
         block.fill(0);
@@ -92,14 +95,14 @@ pub(super) unsafe fn quant_q8_k_avx512(x: &[f32], block: &mut [u8; 292]) {
     // The first value whose |x| equals the maximum, as the scalar loop
     // finds it (compared as `==`: never a NaN).
     let am = _mm512_set1_ps(amax);
-    let max = v
-        .iter()
-        .enumerate()
-        .find_map(|(i, &v)| {
-            let m = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(_mm512_abs_ps(v), am);
-            (m != 0).then(|| x[16 * i + m.trailing_zeros() as usize])
-        })
-        .unwrap_or(amax);
+    let mut max = amax;
+    for (i, &v) in v.iter().enumerate() {
+        let m = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(_mm512_abs_ps(v), am);
+        if m != 0 {
+            max = x[16 * i + m.trailing_zeros() as usize];
+            break;
+        }
+    }
     let iscale = -127.0 / max;
     let sv = _mm512_set1_ps(iscale);
     let top = _mm512_set1_epi32(127);
@@ -696,14 +699,16 @@ pub(super) unsafe fn quant_q8_k_avx2(x: &[f32], block: &mut [u8; 292]) {
     }
     // The first value whose |x| equals the maximum (see the AVX-512 form).
     let am = _mm256_set1_ps(amax);
-    let max = (0..32)
-        .find_map(|i| {
-            // SAFETY: 256 values, as asserted.
-            let v = unsafe { _mm256_loadu_ps(x.as_ptr().add(8 * i)) };
-            let m = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_EQ_OQ>(abs8(v), am));
-            (m != 0).then(|| x[8 * i + m.trailing_zeros() as usize])
-        })
-        .unwrap_or(amax);
+    let mut max = amax;
+    for i in 0..32 {
+        // SAFETY: 256 values, as asserted.
+        let v = unsafe { _mm256_loadu_ps(x.as_ptr().add(8 * i)) };
+        let m = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_EQ_OQ>(abs8(v), am));
+        if m != 0 {
+            max = x[8 * i + m.trailing_zeros() as usize];
+            break;
+        }
+    }
     let iscale = -127.0 / max;
     let sv = _mm256_set1_ps(iscale);
     let ones = _mm256_set1_epi8(1);
@@ -711,9 +716,10 @@ pub(super) unsafe fn quant_q8_k_avx2(x: &[f32], block: &mut [u8; 292]) {
     for i in 0..8 {
         // SAFETY: 256 values in, 4 + 256 bytes out.
         unsafe {
-            let v: [__m256; 4] = std::array::from_fn(|j| {
-                _mm256_mul_ps(_mm256_loadu_ps(x.as_ptr().add(32 * i + 8 * j)), sv)
-            });
+            let mut v = [_mm256_setzero_ps(); 4];
+            for (j, v) in v.iter_mut().enumerate() {
+                *v = _mm256_mul_ps(_mm256_loadu_ps(x.as_ptr().add(32 * i + 8 * j)), sv);
+            }
             // The scalar code clamps at 127 only: -127/max * v lies in
             // -127..=127 (within rounding), so packing's saturation at 127
             // is the same clamp and -128 never arises.
@@ -721,13 +727,11 @@ pub(super) unsafe fn quant_q8_k_avx2(x: &[f32], block: &mut [u8; 292]) {
             _mm256_storeu_si256(block.as_mut_ptr().add(4 + 32 * i) as *mut _, b);
             // The two groups of 16: byte pairs, then quads, then each half.
             let quads = _mm256_madd_epi16(_mm256_maddubs_epi16(ones, b), _mm256_set1_epi16(1));
-            for (h, half) in [
+            let halves = [
                 _mm256_castsi256_si128(quads),
                 _mm256_extracti128_si256::<1>(quads),
-            ]
-            .into_iter()
-            .enumerate()
-            {
+            ];
+            for (h, &half) in halves.iter().enumerate() {
                 let t = _mm_add_epi32(half, _mm_unpackhi_epi64(half, half));
                 let t = _mm_add_epi32(t, _mm_shuffle_epi32::<1>(t));
                 let g = 2 * i + h;
