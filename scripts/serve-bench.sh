@@ -56,7 +56,15 @@ if [ -n "${LLAMA_SERVER:-}" ]; then
         done
         # shellcheck disable=SC2086 # LOAD is a list of flags
         python3 scripts/load-test.py --url "http://127.0.0.1:$PORT" --pid "$LLAMA" $LOAD || true
+        # A server that does not exit on TERM within 10 s is killed: one
+        # left behind holds the port and answers the next run's load.
         kill "$LLAMA" 2>/dev/null || true
+        i=0
+        while kill -0 "$LLAMA" 2>/dev/null && [ $i -lt 20 ]; do
+            sleep 0.5
+            i=$((i + 1))
+        done
+        kill -9 "$LLAMA" 2>/dev/null || true
         wait "$LLAMA" 2>/dev/null || true
     done
     echo "load after: $(uptime)"

@@ -19,8 +19,8 @@ pub fn rms_norm_plain(x: &mut [f32], eps: f32) {
 /// The sum of `x`'s squares in f64 (each square exact), in eight partial
 /// sums (element `i` into sum `i % 8`) added pairwise at the end: a fixed
 /// order, the same on every CPU. One running sum made each add wait on the
-/// last (1152 of them, about 1.5 µs a row), and a decode step's norms run on
-/// one thread while the others wait.
+/// last (1152 of them for a 1B's row), and a decode step's norms run on one
+/// thread while the others wait.
 pub(crate) fn sum_squares(x: &[f32]) -> f64 {
     let mut acc = [0.0f64; 8];
     let chunks = x.chunks_exact(8);

@@ -70,8 +70,9 @@ pub(super) unsafe fn quant_q8_0_avx512(x: &[f32], block: &mut [u8; 34]) {
 /// In a decode step this runs on one thread between two parallel products,
 /// so it is written for latency: the signed maximum is found with vector
 /// compares and the group sums come from the same pass as the values (a
-/// scalar search and a second pass over the bytes had cost about 4 µs for
-/// a 6912-wide activation, time every other thread spent waiting).
+/// scalar search and a second pass over the bytes had held the other
+/// threads of a 1B's decode step 1–2 µs a layer longer before the FFN down
+/// product, `hearth bench --profile`).
 ///
 /// # Safety
 /// avx512f and avx512bw present; `x` holds 256 values.
