@@ -101,6 +101,11 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
             "kernels: {kernels} (this CPU runs: {})",
             engine::bench::kernel_sets().join(", ")
         );
+        let (physical, logical) = engine::bench::core_counts();
+        match physical {
+            Some(p) => println!("cores: {p} physical, {logical} logical CPUs"),
+            None => println!("cores: {logical} logical CPUs (physical cores unknown)"),
+        }
         println!("| model | kernels | threads | test | t/s | decode GB/s (% of read bandwidth) | sync: ops/token, workers idle, caller waits |");
         println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
     }

@@ -86,3 +86,33 @@ fn an_unknown_kernel_set_is_a_clean_error() {
     assert!(err.contains("neon9000") && err.contains("scalar"), "{err}");
     assert!(!err.contains("panicked"), "{err}");
 }
+
+#[test]
+fn the_table_header_names_the_cores() {
+    let out = hearth(
+        &[
+            "bench", "-m", TINY_Q8, "-p", "16", "-n", "0", "-r", "1", "-t", "1",
+        ],
+        &[],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let cores = stdout
+        .lines()
+        .find(|l| l.starts_with("cores: "))
+        .unwrap_or_else(|| panic!("no cores line: {stdout}"));
+    // "cores: P physical, L logical CPUs", or L alone where P is unknown.
+    let numbers: Vec<usize> = cores
+        .split(|c: char| !c.is_ascii_digit())
+        .filter_map(|w| w.parse().ok())
+        .collect();
+    assert!(
+        matches!(numbers.as_slice(), [p, l] if 1 <= *p && p <= l)
+            || matches!(numbers.as_slice(), [l] if *l >= 1),
+        "{cores}"
+    );
+}

@@ -193,6 +193,12 @@ pub fn kernel_set() -> &'static str {
     quant::kernel_name()
 }
 
+/// The physical cores (`None` where unknown) and the logical CPUs this
+/// process may run on.
+pub fn core_counts() -> (Option<usize>, usize) {
+    quant::core_counts()
+}
+
 /// The kernel sets this CPU can run, slowest first.
 pub fn kernel_sets() -> Vec<&'static str> {
     quant::kernel_sets()

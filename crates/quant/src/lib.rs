@@ -22,7 +22,7 @@ pub use bandwidth::read_bandwidth;
 pub use error::QuantError;
 pub use gguf::GgmlType;
 pub use matmul::{check_product_shapes, matmul, matmul_gated, matmul_many, Matrix};
-pub use pool::{default_threads, FirstError, PoolStats, SiteProfile, ThreadPool};
+pub use pool::{core_counts, default_threads, FirstError, PoolStats, SiteProfile, ThreadPool};
 
 use formats::{float, kquantize, kquants, legacy};
 

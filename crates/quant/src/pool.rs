@@ -463,10 +463,19 @@ pub(crate) fn split_range(n: usize, parts: usize, t: usize) -> Range<usize> {
 
 /// Physical core count (logical count where that is unknown), the default thread count.
 pub fn default_threads() -> usize {
+    let (physical, logical) = core_counts();
+    physical.map_or(logical, |p| p.clamp(1, logical))
+}
+
+/// The physical cores (`None` where /proc/cpuinfo does not say) and the
+/// logical CPUs this process may run on. Two logical CPUs a core share one
+/// core's vector units, so a compute-bound prefill gains little from the
+/// second: `hearth bench` prints both.
+pub fn core_counts() -> (Option<usize>, usize) {
     let logical = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
-    physical_cores().map_or(logical, |p| p.clamp(1, logical))
+    (physical_cores(), logical)
 }
 
 /// Distinct (package, core) pairs in /proc/cpuinfo; `None` off Linux or when absent.
@@ -548,6 +557,9 @@ mod tests {
             assert!(v.iter().enumerate().all(|(j, &x)| x == j / 10));
         }
         assert!(default_threads() >= 1);
+        let (physical, logical) = core_counts();
+        assert!(logical >= 1 && physical.is_none_or(|p| p >= 1));
+        assert!(default_threads() <= logical);
     }
 
     /// Many small operations back to back (the decode pattern), with idle
