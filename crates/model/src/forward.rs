@@ -10,7 +10,7 @@
 //! bound weights (an optional tensor is an absent step), decided once at load.
 
 use crate::attention::{attend, AttentionBuffers, AttentionInput};
-use crate::kv::store_batch_kv;
+use crate::kv::{slots_before_attention, store_batch_kv, KvSlot};
 use crate::ops::{par_rows, post_norm_add, pre_norm};
 use crate::{ops, Arch, KvCache, Model, ModelError, Scratch};
 
@@ -25,6 +25,33 @@ struct Heads<'w> {
     norm: Option<&'w [f32]>,
     /// Multiplier after RoPE (queries' attention scale; 1 for keys).
     scale: f32,
+}
+
+/// One head of a batch row: the QK-norm where the layer has one, RoPE
+/// through the row's angles, then the scale.
+fn finish_head(
+    rope: &ops::Rope,
+    eps: f32,
+    heads: Heads<'_>,
+    head: &mut [f32],
+    cos: &[f32],
+    sin: &[f32],
+) {
+    if let Some(w) = heads.norm {
+        ops::rms_norm(head, w, eps);
+    }
+    rope.apply_angles(head, cos, sin);
+    if heads.scale != 1.0 {
+        head.iter_mut().for_each(|v| *v *= heads.scale);
+    }
+}
+
+/// One row of a batch's keys and values for [`Model::finish_kv_rows`], with
+/// its cache slots when it stores them.
+struct KvRow<'a> {
+    k: &'a mut [f32],
+    v: &'a mut [f32],
+    slot: Option<KvSlot<'a>>,
 }
 
 /// One sequence's share of a [`Model::forward_multi`] step.
@@ -287,12 +314,9 @@ impl Model {
         self.qkv_products(li, s)?;
         self.finish_queries(li, s);
         // A layer that shares another's KV reads that layer's cache and keys.
-        let kv_layer = match kind.kv_source {
-            Some(src) => src,
-            None => {
-                self.finish_keys_values(li, s);
-                li
-            }
+        let (kv_layer, stored) = match kind.kv_source {
+            Some(src) => (src, false),
+            None => (li, self.finish_keys_values(li, seqs, s)),
         };
         let (k_new, v_new) = if kv_layer == li {
             (&s.k[..b * kd], &s.v[..b * vd])
@@ -324,7 +348,7 @@ impl Model {
         // A layer whose KV later layers reuse writes its ring only after the
         // whole batch (`store_shared_kv`): they still need the positions it
         // would evict.
-        if kind.kv_source.is_none() && !cfg.is_kv_source(li) {
+        if kind.kv_source.is_none() && !cfg.is_kv_source(li) && !stored {
             store_batch_kv(kind, li, seqs, &s.seq_start, &s.k, &s.v);
         }
         let ad = cfg.n_heads * kind.value_dim;
@@ -381,8 +405,12 @@ impl Model {
     /// The projected keys and values of layer `li`: values taken from the
     /// keys where the layer has no value projection, keys normed and
     /// rotated, values normed where the model does, and both kept aside
-    /// when later layers share them.
-    fn finish_keys_values(&self, li: usize, s: &mut Scratch) {
+    /// when later layers share them. Returns whether they are in the
+    /// sequences' caches already: a batch long enough for the pool stores
+    /// them as it finishes them, where that is safe (see
+    /// [`slots_before_attention`]), so no thread copies them alone after
+    /// attention.
+    fn finish_keys_values(&self, li: usize, seqs: &mut [SeqInput<'_>], s: &mut Scratch) -> bool {
         let (cfg, lw, kind) = (
             &self.config,
             &self.weights.layers[li],
@@ -390,10 +418,6 @@ impl Model {
         );
         let (b, hd) = (s.batch, kind.head_dim);
         let (kd, vd) = (kind.n_kv_heads * hd, kind.n_kv_heads * kind.value_dim);
-        if lw.v.is_none() {
-            // k = v: values are the keys' projection before the key norm and RoPE.
-            s.v[..b * vd].copy_from_slice(&s.k[..b * kd]);
-        }
         let heads = Heads {
             per_row: kind.n_kv_heads,
             dim: hd,
@@ -401,18 +425,94 @@ impl Model {
             scale: 1.0,
         };
         self.rope_angles(li, s);
-        self.rotate_heads(li, &mut s.k[..b * kd], heads, &s.rope_angles);
-        if cfg.v_norm {
-            par_rows(&self.pool, &mut s.v[..b * vd], kind.value_dim, |_, head| {
-                ops::rms_norm_plain(head, cfg.norm_eps)
-            });
-        }
-        if cfg.is_kv_source(li) {
+        let shared = cfg.is_kv_source(li);
+        let stored = if b * kind.n_kv_heads >= ops::PAR_MIN_ROWS {
+            self.finish_kv_rows(li, seqs, s, heads, !shared)
+        } else {
+            if lw.v.is_none() {
+                // k = v: values are the keys' projection before the key norm and RoPE.
+                s.v[..b * vd].copy_from_slice(&s.k[..b * kd]);
+            }
+            self.rotate_heads(li, &mut s.k[..b * kd], heads, &s.rope_angles);
+            if cfg.v_norm {
+                par_rows(&self.pool, &mut s.v[..b * vd], kind.value_dim, |_, head| {
+                    ops::rms_norm_plain(head, cfg.norm_eps)
+                });
+            }
+            false
+        };
+        if shared {
             s.shared_k[li].clear();
             s.shared_k[li].extend_from_slice(&s.k[..b * kd]);
             s.shared_v[li].clear();
             s.shared_v[li].extend_from_slice(&s.v[..b * vd]);
         }
+        stored
+    }
+
+    /// [`Self::finish_keys_values`] of a long batch as one parallel operation
+    /// over its rows: each row's values (copied from its keys where the
+    /// layer has no value projection, normed where the model norms them) and
+    /// keys (normed, rotated), then, where `store` asks and it is safe, both
+    /// into the row's cache slots while they are in the thread's cache.
+    /// Returns whether they were stored.
+    fn finish_kv_rows(
+        &self,
+        li: usize,
+        seqs: &mut [SeqInput<'_>],
+        s: &mut Scratch,
+        heads: Heads<'_>,
+        store: bool,
+    ) -> bool {
+        let (cfg, kind) = (&self.config, &self.config.layers[li]);
+        let (b, kd, vd) = (
+            s.batch,
+            kind.n_kv_heads * kind.head_dim,
+            kind.n_kv_heads * kind.value_dim,
+        );
+        let copy_values = self.weights.layers[li].v.is_none();
+        let (rope, eps) = (&self.ropes[li], cfg.norm_eps);
+        let pairs = rope.pairs();
+        let slots = if store {
+            slots_before_attention(kind, li, seqs, &s.seq_start)
+        } else {
+            None
+        };
+        let stored = slots.is_some();
+        let mut slots = slots.map(Vec::into_iter);
+        let angles = &s.rope_angles;
+        let mut rows: Vec<KvRow<'_>> = s.k[..b * kd]
+            .chunks_exact_mut(kd)
+            .zip(s.v[..b * vd].chunks_exact_mut(vd))
+            .map(|(k, v)| KvRow {
+                k,
+                v,
+                slot: slots.as_mut().and_then(Iterator::next).flatten(),
+            })
+            .collect();
+        let per = b.div_ceil(self.pool.threads());
+        self.pool.for_each_chunk_mut(&mut rows, per, |chunk, rows| {
+            for (j, row) in rows.iter_mut().enumerate() {
+                if copy_values {
+                    // k = v: values are the keys' projection before the key norm and RoPE.
+                    row.v.copy_from_slice(row.k);
+                }
+                let (cos, sin) = angles[(chunk * per + j) * 2 * pairs..][..2 * pairs].split_at(pairs);
+                for head in row.k.chunks_exact_mut(heads.dim) {
+                    finish_head(rope, eps, heads, head, cos, sin);
+                }
+                if cfg.v_norm {
+                    for head in row.v.chunks_exact_mut(kind.value_dim) {
+                        ops::rms_norm_plain(head, eps);
+                    }
+                }
+                if let Some((k, v)) = &mut row.slot {
+                    k.copy_from_slice(row.k);
+                    v.copy_from_slice(row.v);
+                }
+            }
+        });
+        stored
     }
 
     /// Fills `s.rope_angles` with layer `li`'s RoPE angles at every row's
@@ -447,15 +547,9 @@ impl Model {
         let (rope, eps) = (&self.ropes[li], self.config.norm_eps);
         let pairs = rope.pairs();
         par_rows(&self.pool, data, heads.dim, |i, head| {
-            if let Some(w) = heads.norm {
-                ops::rms_norm(head, w, eps);
-            }
             let row = &angles[(i / heads.per_row) * 2 * pairs..][..2 * pairs];
             let (cos, sin) = row.split_at(pairs);
-            rope.apply_angles(head, cos, sin);
-            if heads.scale != 1.0 {
-                head.iter_mut().for_each(|v| *v *= heads.scale);
-            }
+            finish_head(rope, eps, heads, head, cos, sin);
         });
     }
 

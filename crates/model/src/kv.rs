@@ -139,6 +139,79 @@ impl KvCache {
     }
 }
 
+/// One batch row's place in its sequence's cache of a layer: its key slot and
+/// its value slot.
+pub(crate) type KvSlot<'c> = (&'c mut [f32], &'c mut [f32]);
+
+/// Whether a batch of `n` rows at positions `pos0..` may write its keys and
+/// values into `cache` before its own attention reads the cache. Attention
+/// reads the batch's keys from the batch's buffers and only earlier
+/// positions from the cache, so the writes are harmless unless they
+/// overwrite an earlier position some row still reads: on a wrapped ring,
+/// the slot of `pos0 + r` held `pos0 + r - cap`, and the batch's first row
+/// reads from `pos0 + 1 - window` on.
+fn can_store_before_attention(cache: &LayerCache, pos0: usize, n: usize) -> bool {
+    match cache.window {
+        None => true,
+        Some(w) => pos0 + n <= cache.cap || n + w <= cache.cap + 1,
+    }
+}
+
+/// Every batch row's slots in layer `li`'s caches (rows laid out as
+/// `seq_start` says; `None` for the rows a ring shorter than the batch does
+/// not keep), so the operation that finishes the keys and values can store
+/// them as it goes instead of one thread copying them all after attention.
+/// `None` where some sequence's batch may not be stored before its
+/// attention (see [`can_store_before_attention`]); then
+/// [`store_batch_kv`] stores it after. The slots are those
+/// [`store_batch_kv`] writes.
+pub(crate) fn slots_before_attention<'c>(
+    kind: &LayerKind,
+    li: usize,
+    seqs: &'c mut [SeqInput<'_>],
+    seq_start: &[usize],
+) -> Option<Vec<Option<KvSlot<'c>>>> {
+    let kd = kind.n_kv_heads * kind.head_dim;
+    let vd = kind.n_kv_heads * kind.value_dim;
+    let safe = seqs.iter().enumerate().all(|(j, sq)| {
+        let n = seq_start[j + 1] - seq_start[j];
+        sq.cache
+            .layers
+            .get(li)
+            .is_some_and(|c| {
+                c.k.len() == c.cap * kd
+                    && c.v.len() == c.cap * vd
+                    && can_store_before_attention(c, sq.cache.n_past(), n)
+            })
+    });
+    if !safe || kd == 0 || vd == 0 {
+        return None;
+    }
+    let rows = seq_start.last().copied().unwrap_or(0);
+    let mut slots: Vec<Option<KvSlot<'c>>> = Vec::with_capacity(rows);
+    for (j, sq) in seqs.iter_mut().enumerate() {
+        let n = seq_start[j + 1] - seq_start[j];
+        let pos0 = sq.cache.n_past();
+        let LayerCache { k, v, cap, .. } = &mut sq.cache.layers[li];
+        let cap = *cap;
+        // The last `keep` rows go to slots from `first` on, wrapping at `cap`.
+        let keep = n.min(cap);
+        slots.extend((0..n - keep).map(|_| None));
+        let first = (pos0 + n - keep) % cap;
+        let to_end = (cap - first).min(keep);
+        let (k_wrapped, k_from) = k.split_at_mut(first * kd);
+        let (v_wrapped, v_from) = v.split_at_mut(first * vd);
+        let k_rows = k_from[..to_end * kd]
+            .chunks_exact_mut(kd)
+            .chain(k_wrapped[..(keep - to_end) * kd].chunks_exact_mut(kd));
+        let v_rows = v_from[..to_end * vd]
+            .chunks_exact_mut(vd)
+            .chain(v_wrapped[..(keep - to_end) * vd].chunks_exact_mut(vd));
+        slots.extend(k_rows.zip(v_rows).map(Some));
+    }
+    Some(slots)
+}
+
 /// Write each sequence's keys and values of layer `li` (rows laid out as
 /// `seq_start` says) into its own cache.
 pub(crate) fn store_batch_kv(

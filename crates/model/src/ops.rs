@@ -238,6 +238,10 @@ pub(crate) fn pre_norm(pool: &quant::ThreadPool, x: &[f32], h: &mut [f32], w: &[
     });
 }
 
+/// Fewer rows than this run on the calling thread: handing them to the pool
+/// would cost more than it saves.
+pub(crate) const PAR_MIN_ROWS: usize = 16;
+
 /// `x += rms_norm(o) * w` row by row: Gemma's norm after a block, then the
 /// residual add, both in one parallel pass over the rows.
 #[track_caller]
@@ -256,7 +260,7 @@ pub(crate) fn post_norm_add(
         }
     };
     let rows = o.len() / n.max(1);
-    if rows < 16 || pool.threads() == 1 {
+    if rows < PAR_MIN_ROWS || pool.threads() == 1 {
         return norm_add(o, x);
     }
     let per = rows.div_ceil(pool.threads());
@@ -283,7 +287,7 @@ pub(crate) fn par_rows(
     f: impl Fn(usize, &mut [f32]) + Sync + Send,
 ) {
     let rows = data.len() / row_len.max(1);
-    if rows < 16 || pool.threads() == 1 {
+    if rows < PAR_MIN_ROWS || pool.threads() == 1 {
         data.chunks_exact_mut(row_len)
             .enumerate()
             .for_each(|(i, r)| f(i, r));

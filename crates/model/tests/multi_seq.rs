@@ -398,3 +398,59 @@ fn blocked_prefill_matches_token_by_token() {
         }
     }
 }
+
+/// Long batches after prefixes that wrap the 72-slot rings (window 8 plus
+/// the slack) give the logits of feeding the tokens one at a time, whether
+/// the batch's keys go into the caches before its attention (global
+/// layers; rings when the batch is at most 65 rows, the longest that
+/// overwrites no slot its first row still reads) or after (longer batches
+/// on wrapped rings, and a batch longer than the ring).
+#[test]
+fn keys_stored_before_or_after_attention_give_the_same_logits() {
+    const CTX: usize = 256;
+    for name in ["gemma2", "gemma3", "gemma4_e2b", "gemma3n"] {
+        let model = load(name, "model-f32.gguf");
+        let vocab = model.config().vocab;
+        let ids = prompt(vocab, 5, 201);
+        let mut scratch = model.new_scratch(CTX, 128);
+        let mut cache = model.new_cache(CTX);
+        let mut want = Vec::new();
+        for &t in &ids {
+            model.forward(&mut cache, &mut scratch, &[t]).unwrap();
+            want.push(model.logits(&mut scratch, 0..1).unwrap().to_vec());
+        }
+        // (prefix fed one at a time, then batches): ring not yet wrapped
+        // and kept whole (30 + 40), wrapped with 40, 65 (the most stored
+        // before) and 66 rows, and 128 rows from the start (longer than
+        // the ring).
+        let schedules: [(usize, &[usize]); 5] = [
+            (30, &[40]),
+            (100, &[40, 60]),
+            (100, &[65]),
+            (100, &[66]),
+            (0, &[128]),
+        ];
+        for (prefix, batches) in schedules {
+            let mut cache = model.new_cache(CTX);
+            for &t in &ids[..prefix] {
+                model.forward(&mut cache, &mut scratch, &[t]).unwrap();
+            }
+            let mut at = prefix;
+            for &n in batches {
+                let batch = &ids[at..at + n];
+                model.forward(&mut cache, &mut scratch, batch).unwrap();
+                let got = model.logits(&mut scratch, 0..n).unwrap().to_vec();
+                for (r, w) in want[at..at + n].iter().enumerate() {
+                    let d = max_diff(&got[r * vocab..(r + 1) * vocab], w);
+                    assert!(d < 1e-4, "{name} {prefix}+{batches:?} row {}: max |Δ| {d}", at + r);
+                }
+                at += n;
+            }
+            // A decode step after the batches reads what they stored.
+            model.forward(&mut cache, &mut scratch, &[ids[at]]).unwrap();
+            let got = model.logits(&mut scratch, 0..1).unwrap().to_vec();
+            let d = max_diff(&got, &want[at]);
+            assert!(d < 1e-4, "{name} {prefix}+{batches:?} step after: max |Δ| {d}");
+        }
+    }
+}
