@@ -497,7 +497,8 @@ impl Model {
                     // k = v: values are the keys' projection before the key norm and RoPE.
                     row.v.copy_from_slice(row.k);
                 }
-                let (cos, sin) = angles[(chunk * per + j) * 2 * pairs..][..2 * pairs].split_at(pairs);
+                let (cos, sin) =
+                    angles[(chunk * per + j) * 2 * pairs..][..2 * pairs].split_at(pairs);
                 for head in row.k.chunks_exact_mut(heads.dim) {
                     finish_head(rope, eps, heads, head, cos, sin);
                 }

@@ -175,14 +175,11 @@ pub(crate) fn slots_before_attention<'c>(
     let vd = kind.n_kv_heads * kind.value_dim;
     let safe = seqs.iter().enumerate().all(|(j, sq)| {
         let n = seq_start[j + 1] - seq_start[j];
-        sq.cache
-            .layers
-            .get(li)
-            .is_some_and(|c| {
-                c.k.len() == c.cap * kd
-                    && c.v.len() == c.cap * vd
-                    && can_store_before_attention(c, sq.cache.n_past(), n)
-            })
+        sq.cache.layers.get(li).is_some_and(|c| {
+            c.k.len() == c.cap * kd
+                && c.v.len() == c.cap * vd
+                && can_store_before_attention(c, sq.cache.n_past(), n)
+        })
     });
     if !safe || kd == 0 || vd == 0 {
         return None;

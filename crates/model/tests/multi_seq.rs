@@ -442,7 +442,11 @@ fn keys_stored_before_or_after_attention_give_the_same_logits() {
                 let got = model.logits(&mut scratch, 0..n).unwrap().to_vec();
                 for (r, w) in want[at..at + n].iter().enumerate() {
                     let d = max_diff(&got[r * vocab..(r + 1) * vocab], w);
-                    assert!(d < 1e-4, "{name} {prefix}+{batches:?} row {}: max |Δ| {d}", at + r);
+                    assert!(
+                        d < 1e-4,
+                        "{name} {prefix}+{batches:?} row {}: max |Δ| {d}",
+                        at + r
+                    );
                 }
                 at += n;
             }
@@ -450,7 +454,10 @@ fn keys_stored_before_or_after_attention_give_the_same_logits() {
             model.forward(&mut cache, &mut scratch, &[ids[at]]).unwrap();
             let got = model.logits(&mut scratch, 0..1).unwrap().to_vec();
             let d = max_diff(&got, &want[at]);
-            assert!(d < 1e-4, "{name} {prefix}+{batches:?} step after: max |Δ| {d}");
+            assert!(
+                d < 1e-4,
+                "{name} {prefix}+{batches:?} step after: max |Δ| {d}"
+            );
         }
     }
 }

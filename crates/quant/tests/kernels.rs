@@ -315,21 +315,25 @@ fn matmul_gated_matches_products_then_activation() {
             *g = (*g * 0.5).tanh() * u;
         }
     };
-    for (ty, rows) in [
-        (GgmlType::Q5_0, 200),
-        (GgmlType::Q4_K, 64),
-        (GgmlType::F16, 33),
+    // Pairs of one format (the panel product applies the activation in its
+    // tasks, over partial panels too) and of two (applied after it).
+    for (ty, ty_up, rows) in [
+        (GgmlType::Q5_0, GgmlType::Q5_0, 200),
+        (GgmlType::Q4_K, GgmlType::Q4_K, 64),
+        (GgmlType::Q4_K, GgmlType::Q4_K, 1000),
+        (GgmlType::Q4_K, GgmlType::Q6_K, 96),
+        (GgmlType::F16, GgmlType::F16, 33),
     ] {
         let wg = random_weights(ty, rows * cols, &mut rng);
-        let wu = random_weights(ty, rows * cols, &mut rng);
+        let wu = random_weights(ty_up, rows * cols, &mut rng);
         let (g, u) = (
             Matrix::new(ty, rows, cols, &wg).unwrap(),
-            Matrix::new(ty, rows, cols, &wu).unwrap(),
+            Matrix::new(ty_up, rows, cols, &wu).unwrap(),
         );
         for threads in [1, 2, 5] {
             let pool = ThreadPool::new(threads);
             let mut scratch = Vec::new();
-            for batch in [1, 2, 7, 40] {
+            for batch in [1, 2, 7, 40, 150] {
                 let x: Vec<f32> = (0..batch * cols).map(|_| rng.f32()).collect();
                 let (mut gate, mut up) = (vec![0.0; batch * rows], vec![0.0; batch * rows]);
                 quant::matmul_gated(
