@@ -35,11 +35,13 @@ impl Model {
                     outs,
                     &mut s.products,
                     &ops::geglu,
+                    &lw.down,
                 )?;
             }
         }
         let (gate, o) = (&s.gate[..b * fd], &mut s.o[..b * h]);
-        self.linear(&lw.down, gate, b, o, &mut s.products)?;
+        // With the activations the gated product quantized where it did.
+        self.linear_ready(&lw.down, gate, b, o, &mut s.products)?;
         if let Some(moe) = &lw.moe {
             let (x, o) = (&s.x[..b * h], &mut s.o[..b * h]);
             self.moe_block(moe, x, o, b, &mut s.moe, &mut s.products)?;

@@ -58,8 +58,10 @@ impl Model {
     /// gated MLP's first half, as one parallel operation where the
     /// activations are quantized (see [`quant::matmul_gated`]); `act` acts
     /// element by element. The same numbers as [`Self::linear_many`]
-    /// followed by `act`.
+    /// followed by `act`. Where it can, the operation also quantizes
+    /// `outs[0]` for `next`, for [`Self::linear_ready`].
     #[track_caller]
+    #[allow(clippy::too_many_arguments)]
     pub(crate) fn linear_gated(
         &self,
         [gate, up]: [&Linear; 2],
@@ -68,6 +70,7 @@ impl Model {
         [out_gate, out_up]: [&mut [f32]; 2],
         bufs: &mut ProductBuffers,
         act: &(dyn Fn(&mut [f32], &[f32]) + Sync),
+        next: &Linear,
     ) -> Result<(), ModelError> {
         let (g, u) = (gate.matrix(&self.file)?, up.matrix(&self.file)?);
         match self.precision {
@@ -81,6 +84,7 @@ impl Model {
                 out_up,
                 &mut bufs.qbuf,
                 act,
+                Some((&next.matrix(&self.file)?, &mut bufs.ready)),
             )?,
             Precision::Exact => {
                 matmul_exact(&self.pool, &g, x, batch, out_gate, &mut bufs.wide)?;
@@ -90,6 +94,33 @@ impl Model {
                     act(r, &out_up[i * rows..(i + 1) * rows])
                 });
             }
+        }
+        Ok(())
+    }
+
+    /// [`Self::linear`] of the output of the [`Self::linear_gated`] just
+    /// before, with the activations it quantized for `w` where it did.
+    #[track_caller]
+    pub(crate) fn linear_ready(
+        &self,
+        w: &Linear,
+        x: &[f32],
+        batch: usize,
+        out: &mut [f32],
+        bufs: &mut ProductBuffers,
+    ) -> Result<(), ModelError> {
+        let w = w.matrix(&self.file)?;
+        match self.precision {
+            Precision::Quantized => quant::matmul_ready(
+                &self.pool,
+                &w,
+                x,
+                batch,
+                out,
+                &mut bufs.qbuf,
+                &mut bufs.ready,
+            )?,
+            Precision::Exact => matmul_exact(&self.pool, &w, x, batch, out, &mut bufs.wide)?,
         }
         Ok(())
     }

@@ -14,6 +14,8 @@ pub(crate) struct ProductBuffers {
     pub qbuf: Vec<u8>,
     /// Transposed outputs of the exact-precision product.
     pub wide: Vec<f32>,
+    /// Activations a gated product quantized for the product after it.
+    pub ready: quant::ReadyActs,
 }
 
 /// Reusable buffers for one sequence (or one multi-sequence batch).

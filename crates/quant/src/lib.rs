@@ -21,7 +21,9 @@ pub mod vector;
 pub use bandwidth::read_bandwidth;
 pub use error::QuantError;
 pub use gguf::GgmlType;
-pub use matmul::{check_product_shapes, matmul, matmul_gated, matmul_many, Matrix};
+pub use matmul::{
+    check_product_shapes, matmul, matmul_gated, matmul_many, matmul_ready, Matrix, ReadyActs,
+};
 pub use pool::{core_counts, default_threads, FirstError, PoolStats, SiteProfile, ThreadPool};
 
 use formats::{float, kquantize, kquants, legacy};

@@ -391,6 +391,16 @@ impl SharedOut {
         unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), n) }
     }
 
+    /// The `n` elements from `start`, to read.
+    ///
+    /// # Safety
+    /// No thread may write them while the slice lives.
+    unsafe fn view(&self, start: usize, n: usize) -> &[f32] {
+        assert!(start.checked_add(n).is_some_and(|e| e <= self.len));
+        // SAFETY: in bounds (checked above); no writer is the caller's contract.
+        unsafe { std::slice::from_raw_parts(self.ptr.add(start), n) }
+    }
+
     /// Writes `v` at `i`.
     ///
     /// # Safety
@@ -489,6 +499,194 @@ pub fn matmul(
         quant_rows(k, w, acts, batch, split_range(rows, parts, t), &shared);
     });
     Ok(())
+}
+
+/// Activations quantized ahead for the next product by the one before it
+/// (see [`matmul_gated`]'s `next`), for [`matmul_ready`]. On a decode step
+/// the tasks of the gated product quantize each block of its output as the
+/// block is completed, while its values are in their cache; otherwise the
+/// calling thread would quantize the whole row alone between the two
+/// products, reading most of it from the other cores' caches.
+#[derive(Debug, Default)]
+pub struct ReadyActs {
+    /// What `bytes` holds, `(activation type, columns, rows)`; `None` when
+    /// nothing is ready.
+    shape: Option<(GgmlType, usize, usize)>,
+    bytes: Vec<u8>,
+    /// Per row and block: the elements computed so far.
+    filled: Vec<std::sync::atomic::AtomicU32>,
+}
+
+impl ReadyActs {
+    /// Whether activations are ready for a product (until one uses them).
+    pub fn is_ready(&self) -> bool {
+        self.shape.is_some()
+    }
+}
+
+/// [`matmul`] of `x`, with the activations [`ReadyActs`] holds where they
+/// are `x` quantized for `w` (made by the product that computed `x`);
+/// quantizing `x` itself otherwise. Either way the same numbers. The ready
+/// activations are used up.
+#[track_caller]
+pub fn matmul_ready(
+    pool: &ThreadPool,
+    w: &Matrix,
+    x: &[f32],
+    batch: usize,
+    out: &mut [f32],
+    scratch: &mut Vec<u8>,
+    ready: &mut ReadyActs,
+) -> Result<(), QuantError> {
+    let k = simd::best();
+    let at = vec_dot_type(w.ty);
+    let usable = ready.shape.take() == Some((at, w.cols, batch))
+        && batch < GEMM_MIN_BATCH
+        && k.float(w.ty).is_none()
+        && k.quant(w.ty).is_some();
+    if !usable {
+        return matmul(pool, w, x, batch, out, scratch);
+    }
+    check_product_shapes(w, x, batch, out)?;
+    let rows = w.rows;
+    let acts = &ready.bytes[..act_row_bytes(at, w.cols) * batch];
+    let shared = SharedOut {
+        ptr: out.as_mut_ptr(),
+        len: batch * rows,
+    };
+    let parts = decode_parts(pool.threads(), rows);
+    pool.run(parts, |t| {
+        quant_rows(k, w, acts, batch, split_range(rows, parts, t), &shared);
+    });
+    Ok(())
+}
+
+/// Where the tasks of a gated decode product put the blocks of its output
+/// they complete (see [`ReadyActs`]).
+struct BlockSink<'a> {
+    at: GgmlType,
+    /// Elements and bytes of a block; blocks per row.
+    len: usize,
+    bytes: usize,
+    per_row: usize,
+    out: SharedBytes,
+    filled: &'a [std::sync::atomic::AtomicU32],
+}
+
+impl<'a> BlockSink<'a> {
+    /// Readies `ready` for the output of a gated product of `rows` rows and
+    /// `batch` activation rows feeding `next`; `None` where `next` does not
+    /// take block-quantized activations of that width.
+    fn new(
+        k: &simd::Kernels,
+        next: &Matrix,
+        rows: usize,
+        batch: usize,
+        ready: &'a mut ReadyActs,
+    ) -> Option<Self> {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        ready.shape = None;
+        let at = vec_dot_type(next.ty);
+        let len = match at {
+            GgmlType::Q8_0 | GgmlType::Q8_K => at.block_len(),
+            _ => return None,
+        };
+        let usable = next.cols == rows
+            && rows.is_multiple_of(len)
+            && k.float(next.ty).is_none()
+            && k.quant(next.ty).is_some();
+        if !usable {
+            return None;
+        }
+        let per_row = rows / len;
+        let bytes = at.block_bytes();
+        let ReadyActs {
+            bytes: buf, filled, ..
+        } = ready;
+        crate::gemm::grow(buf, batch * per_row * bytes, 0);
+        if filled.len() < batch * per_row {
+            filled.resize_with(batch * per_row, AtomicU32::default);
+        }
+        let filled = &filled[..batch * per_row];
+        filled.iter().for_each(|c| c.store(0, Ordering::Relaxed));
+        Some(Self {
+            at,
+            len,
+            bytes,
+            per_row,
+            out: SharedBytes {
+                ptr: buf.as_mut_ptr(),
+                len: batch * per_row * bytes,
+            },
+            filled,
+        })
+    }
+
+    /// Counts elements `range` of row `b` of `computed` as done, and
+    /// quantizes each block this completes.
+    ///
+    /// # Safety
+    /// Those elements are final, and this task holds no slice of `computed`.
+    unsafe fn done(
+        &self,
+        tier: GemmTier,
+        computed: &SharedOut,
+        rows: usize,
+        b: usize,
+        range: std::ops::Range<usize>,
+    ) {
+        use std::sync::atomic::Ordering;
+        if range.is_empty() {
+            return;
+        }
+        for block in range.start / self.len..=(range.end - 1) / self.len {
+            let lo = range.start.max(block * self.len);
+            let hi = range.end.min((block + 1) * self.len);
+            let n = (hi - lo) as u32;
+            let i = b * self.per_row + block;
+            // AcqRel: the task that completes a block sees every other
+            // task's values of it (each released them with its count).
+            if self.filled[i].fetch_add(n, Ordering::AcqRel) + n == self.len as u32 {
+                // SAFETY: every element of the block is final (the counts
+                // say so) and no slice of them is alive (the caller's
+                // contract, for every task); the block's bytes belong to the
+                // one task that completed its count.
+                let (src, dst) = unsafe {
+                    (
+                        computed.view(b * rows + block * self.len, self.len),
+                        self.out.slice(i * self.bytes, self.bytes),
+                    )
+                };
+                // The shapes were checked in `new`, so this cannot fail.
+                let _ = crate::gemm::quantize_act_row(tier, self.at, src, dst);
+            }
+        }
+    }
+}
+
+/// A byte buffer that tasks write in disjoint blocks.
+struct SharedBytes {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: tasks write only the blocks whose counts they complete, so no two
+// threads touch the same byte, and the buffer outlives the parallel scope.
+unsafe impl Sync for SharedBytes {}
+// SAFETY: as above.
+unsafe impl Send for SharedBytes {}
+
+impl SharedBytes {
+    /// The `n` bytes from `start`.
+    ///
+    /// # Safety
+    /// No other thread may access them while the slice lives.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn slice(&self, start: usize, n: usize) -> &mut [u8] {
+        assert!(start.checked_add(n).is_some_and(|e| e <= self.len));
+        // SAFETY: in bounds (checked above); exclusivity is the caller's contract.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), n) }
+    }
 }
 
 /// Several products of the same activations at once (`outs[i] = ws[i] x`),
@@ -689,6 +887,7 @@ pub fn matmul_gated(
     out_up: &mut [f32],
     scratch: &mut Vec<u8>,
     act: &(dyn Fn(&mut [f32], &[f32]) + Sync),
+    next: Option<(&Matrix, &mut ReadyActs)>,
 ) -> Result<(), QuantError> {
     let k = simd::best();
     let rows = gate.rows;
@@ -700,6 +899,9 @@ pub fn matmul_gated(
             .iter()
             .all(|w| k.float(w.ty).is_none() && k.quant(w.ty).is_some());
     if !fused {
+        if let Some((_, ready)) = next {
+            ready.shape = None;
+        }
         matmul_many(
             pool,
             &[gate, up],
@@ -744,18 +946,35 @@ pub fn matmul_gated(
         len: batch * rows,
     };
     let parts = decode_parts(pool.threads(), rows);
+    let (next_w, mut ready) = next.unzip();
+    let sink = match (next_w, ready.as_deref_mut()) {
+        (Some(w), Some(ready)) => BlockSink::new(k, w, rows, batch, ready),
+        _ => None,
+    };
     pool.run(parts, |t| {
         let range = split_range(rows, parts, t);
         quant_rows(k, gate, acts_g, batch, range.clone(), &sh_g);
         quant_rows(k, up, acts_u, batch, range.clone(), &sh_u);
         for b in 0..batch {
             let at = b * rows + range.start;
-            // SAFETY: rows `range` of every batch row belong to this task
-            // alone, and these are the only slices of them alive.
-            let (g, u) = unsafe { (sh_g.slice(at, range.len()), sh_u.slice(at, range.len())) };
-            act(g, u);
+            {
+                // SAFETY: rows `range` of every batch row belong to this task
+                // alone, and these are the only slices of them alive.
+                let (g, u) = unsafe { (sh_g.slice(at, range.len()), sh_u.slice(at, range.len())) };
+                act(g, u);
+            }
+            if let Some(sink) = &sink {
+                // SAFETY: this task's values of row b are final and its
+                // slices of them gone (above); so are those of every task
+                // that counted its part of a block before.
+                unsafe { sink.done(k.gemm, &sh_g, rows, b, range.clone()) };
+            }
         }
     });
+    let shape = sink.map(|sink| (sink.at, rows, batch));
+    if let (Some(shape), Some(ready)) = (shape, ready) {
+        ready.shape = Some(shape);
+    }
     Ok(())
 }
 

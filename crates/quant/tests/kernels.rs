@@ -322,6 +322,7 @@ fn matmul_gated_matches_products_then_activation() {
         (GgmlType::Q4_K, GgmlType::Q4_K, 64),
         (GgmlType::Q4_K, GgmlType::Q4_K, 1000),
         (GgmlType::Q4_K, GgmlType::Q6_K, 96),
+        (GgmlType::Q5_0, GgmlType::Q5_0, 512),
         (GgmlType::F16, GgmlType::F16, 33),
     ] {
         let wg = random_weights(ty, rows * cols, &mut rng);
@@ -346,6 +347,7 @@ fn matmul_gated_matches_products_then_activation() {
                     &mut up,
                     &mut scratch,
                     &act,
+                    None,
                 )
                 .unwrap();
                 let (mut want_g, mut want_u) = (vec![0.0; batch * rows], vec![0.0; batch * rows]);
@@ -362,6 +364,57 @@ fn matmul_gated_matches_products_then_activation() {
                     same(&gate, &want_g),
                     "{ty} gate, {threads} threads, batch {batch}"
                 );
+                // The next product from the activations the gated one
+                // quantized as its tasks completed their blocks: the same
+                // bits as quantizing the gated output afterwards.
+                for ty_next in [
+                    GgmlType::Q4_K,
+                    GgmlType::Q6_K,
+                    GgmlType::Q8_0,
+                    GgmlType::Q5_0,
+                ] {
+                    if !rows.is_multiple_of(ty_next.block_len()) {
+                        continue;
+                    }
+                    let wn = random_weights(ty_next, 48 * rows, &mut rng);
+                    let next = Matrix::new(ty_next, 48, rows, &wn).unwrap();
+                    let mut ready = quant::ReadyActs::default();
+                    let (mut gate2, mut up2) = (vec![0.0; batch * rows], vec![0.0; batch * rows]);
+                    quant::matmul_gated(
+                        &pool,
+                        &g,
+                        &u,
+                        &x,
+                        batch,
+                        &mut gate2,
+                        &mut up2,
+                        &mut scratch,
+                        &act,
+                        Some((&next, &mut ready)),
+                    )
+                    .unwrap();
+                    assert!(same(&gate2, &want_g) && same(&up2, &want_u));
+                    // Decode batches of quantized weights have them ready.
+                    let fused = batch < 16 && ty != GgmlType::F16;
+                    assert_eq!(ready.is_ready(), fused, "{ty} -> {ty_next}, batch {batch}");
+                    let (mut got, mut want) = (vec![0.0; batch * 48], vec![0.0; batch * 48]);
+                    quant::matmul_ready(
+                        &pool,
+                        &next,
+                        &gate2,
+                        batch,
+                        &mut got,
+                        &mut scratch,
+                        &mut ready,
+                    )
+                    .unwrap();
+                    assert!(!ready.is_ready(), "used up");
+                    quant::matmul(&pool, &next, &want_g, batch, &mut want, &mut scratch).unwrap();
+                    assert!(
+                        same(&got, &want),
+                        "{ty} -> {ty_next}, {threads} threads, batch {batch}"
+                    );
+                }
             }
         }
     }
