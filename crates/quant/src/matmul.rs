@@ -332,19 +332,18 @@ struct PanelRun {
 /// [`PANELS`], never across two matrices, and shorter ones towards the end
 /// (once fewer than two runs a thread are left, a run takes about half of
 /// its thread's share of what remains), so the threads that finish first
-/// wait for a short run instead of a whole one.
+/// wait for a short run instead of a whole one. One thread waits for none,
+/// and its runs stay whole (each run sweeps the activations once more).
 fn panel_runs(panels: &[usize], aim: usize, threads: usize) -> Vec<PanelRun> {
     let total: usize = panels.iter().sum();
     let per_task = total.div_ceil(aim.max(1)).clamp(1, PANELS);
+    let shrink = if threads > 1 { 2 * threads } else { 1 };
     let mut runs = Vec::with_capacity(aim + 2 * threads * PANELS.ilog2() as usize + panels.len());
     let mut left = total;
     for (matrix, &n) in panels.iter().enumerate() {
         let mut p0 = 0;
         while p0 < n {
-            let len = left
-                .div_ceil(2 * threads.max(1))
-                .clamp(1, per_task)
-                .min(n - p0);
+            let len = left.div_ceil(shrink).clamp(1, per_task).min(n - p0);
             runs.push(PanelRun {
                 matrix,
                 panels: p0..p0 + len,
@@ -1216,6 +1215,8 @@ mod tests {
             (vec![1], 4),
             (vec![5, 0, 3], 3),
             (vec![2160, 2160], 8),
+            (vec![432], 1),
+            (vec![32, 8, 8], 1),
         ] {
             let aim = threads * 4;
             let runs = panel_runs(&panels, aim, threads);
@@ -1233,14 +1234,22 @@ mod tests {
             }
             assert_eq!(next, panels, "{runs:?}");
             // Short at the end: no run is more than half a thread's share
-            // of the panels left when it starts, and the last is one panel.
+            // of the panels left when it starts, and the last is one panel;
+            // on one thread, whole runs (but a matrix's last).
             let mut left = total;
             for r in &runs {
                 let len = r.panels.len();
-                assert!(len <= left.div_ceil(2 * threads), "{panels:?}: {runs:?}");
+                if threads == 1 {
+                    assert!(
+                        len == per_task || r.panels.end == panels[r.matrix],
+                        "{runs:?}"
+                    );
+                } else {
+                    assert!(len <= left.div_ceil(2 * threads), "{panels:?}: {runs:?}");
+                }
                 left -= len;
             }
-            if total >= 2 * threads {
+            if total >= 2 * threads && threads > 1 {
                 assert_eq!(
                     runs.last().map(|r| r.panels.len()),
                     Some(1),
