@@ -365,26 +365,33 @@ type ActsPart<'a> = (
     &'a mut [u8],
 );
 
-/// The output buffer shared by tasks that each write a disjoint set of rows.
-struct SharedOut {
-    ptr: *mut f32,
+/// A buffer shared by tasks that each write a disjoint part of it.
+struct Shared<T> {
+    ptr: *mut T,
     len: usize,
 }
 
-// SAFETY: tasks write only indices b*rows + r for r in their own row range, so no
-// two threads touch the same element, and the buffer outlives the parallel scope.
-unsafe impl Sync for SharedOut {}
-// SAFETY: as above; the pointer is only dereferenced inside the scope of the borrow.
-unsafe impl Send for SharedOut {}
+/// The output buffer shared by tasks that each write a disjoint set of rows.
+type SharedOut = Shared<f32>;
 
-impl SharedOut {
+/// The ready activations' bytes, which tasks write in disjoint blocks.
+type SharedBytes = Shared<u8>;
+
+// SAFETY: tasks write only the parts that are theirs (their row ranges, or
+// the blocks whose counts they complete), so no two threads touch the same
+// element, and the buffer outlives the parallel scope.
+unsafe impl<T: Send> Sync for Shared<T> {}
+// SAFETY: as above; the pointer is only dereferenced inside the scope of the borrow.
+unsafe impl<T: Send> Send for Shared<T> {}
+
+impl<T: Copy> Shared<T> {
     /// The `n` elements from `start`.
     ///
     /// # Safety
     /// No other thread may access them while the slice lives, and no other
     /// slice of them may be live.
     #[allow(clippy::mut_from_ref)]
-    unsafe fn slice(&self, start: usize, n: usize) -> &mut [f32] {
+    unsafe fn slice(&self, start: usize, n: usize) -> &mut [T] {
         assert!(start.checked_add(n).is_some_and(|e| e <= self.len));
         // SAFETY: in bounds (checked above); exclusivity is the caller's contract.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), n) }
@@ -394,7 +401,7 @@ impl SharedOut {
     ///
     /// # Safety
     /// No thread may write them while the slice lives.
-    unsafe fn view(&self, start: usize, n: usize) -> &[f32] {
+    unsafe fn view(&self, start: usize, n: usize) -> &[T] {
         assert!(start.checked_add(n).is_some_and(|e| e <= self.len));
         // SAFETY: in bounds (checked above); no writer is the caller's contract.
         unsafe { std::slice::from_raw_parts(self.ptr.add(start), n) }
@@ -405,7 +412,7 @@ impl SharedOut {
     /// # Safety
     /// No other thread may access index `i` concurrently.
     #[inline]
-    unsafe fn write(&self, i: usize, v: f32) {
+    unsafe fn write(&self, i: usize, v: T) {
         assert!(i < self.len);
         // SAFETY: in bounds (checked above); exclusivity is the caller's contract.
         unsafe { *self.ptr.add(i) = v }
@@ -660,31 +667,6 @@ impl<'a> BlockSink<'a> {
                 let _ = crate::gemm::quantize_act_row(tier, self.at, src, dst);
             }
         }
-    }
-}
-
-/// A byte buffer that tasks write in disjoint blocks.
-struct SharedBytes {
-    ptr: *mut u8,
-    len: usize,
-}
-
-// SAFETY: tasks write only the blocks whose counts they complete, so no two
-// threads touch the same byte, and the buffer outlives the parallel scope.
-unsafe impl Sync for SharedBytes {}
-// SAFETY: as above.
-unsafe impl Send for SharedBytes {}
-
-impl SharedBytes {
-    /// The `n` bytes from `start`.
-    ///
-    /// # Safety
-    /// No other thread may access them while the slice lives.
-    #[allow(clippy::mut_from_ref)]
-    unsafe fn slice(&self, start: usize, n: usize) -> &mut [u8] {
-        assert!(start.checked_add(n).is_some_and(|e| e <= self.len));
-        // SAFETY: in bounds (checked above); exclusivity is the caller's contract.
-        unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), n) }
     }
 }
 
