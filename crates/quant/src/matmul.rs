@@ -338,7 +338,7 @@ fn panel_runs(panels: &[usize], aim: usize, threads: usize) -> Vec<PanelRun> {
     let total: usize = panels.iter().sum();
     let per_task = total.div_ceil(aim.max(1)).clamp(1, PANELS);
     let shrink = if threads > 1 { 2 * threads } else { 1 };
-    let mut runs = Vec::with_capacity(aim + 2 * threads * PANELS.ilog2() as usize + panels.len());
+    let mut runs = Vec::new();
     let mut left = total;
     for (matrix, &n) in panels.iter().enumerate() {
         let mut p0 = 0;
@@ -500,11 +500,25 @@ pub fn matmul(
         scratch.resize(need, 0);
     }
     quantize_rows(pool, at, x, cols, &mut scratch[..need])?;
-    let acts = &scratch[..need];
-    pool.run(parts, |t| {
-        quant_rows(k, w, acts, batch, split_range(rows, parts, t), &shared);
-    });
+    rows_of_acts(pool, k, w, &scratch[..need], batch, &shared);
     Ok(())
+}
+
+/// Every row of `w` against `batch` rows of activations quantized for it,
+/// into `out`, the rows shared out over the pool in [`decode_parts`].
+#[track_caller]
+fn rows_of_acts(
+    pool: &ThreadPool,
+    k: &simd::Kernels,
+    w: &Matrix,
+    acts: &[u8],
+    batch: usize,
+    out: &SharedOut,
+) {
+    let parts = decode_parts(pool.threads(), w.rows);
+    pool.run(parts, |t| {
+        quant_rows(k, w, acts, batch, split_range(w.rows, parts, t), out);
+    });
 }
 
 /// Activations quantized ahead for the next product by the one before it
@@ -554,16 +568,12 @@ pub fn matmul_ready(
         return matmul(pool, w, x, batch, out, scratch);
     }
     check_product_shapes(w, x, batch, out)?;
-    let rows = w.rows;
-    let acts = &ready.bytes[..act_row_bytes(at, w.cols) * batch];
     let shared = SharedOut {
         ptr: out.as_mut_ptr(),
-        len: batch * rows,
+        len: batch * w.rows,
     };
-    let parts = decode_parts(pool.threads(), rows);
-    pool.run(parts, |t| {
-        quant_rows(k, w, acts, batch, split_range(rows, parts, t), &shared);
-    });
+    let acts = &ready.bytes[..act_row_bytes(at, w.cols) * batch];
+    rows_of_acts(pool, k, w, acts, batch, &shared);
     Ok(())
 }
 
