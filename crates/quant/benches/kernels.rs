@@ -207,6 +207,34 @@ fn bench_sgemm_packed(c: &mut Criterion) {
     }
 }
 
+/// Prefill products of real shapes (a 512-row batch through the panel
+/// product, packing included) on one thread: the 1B's gate and down
+/// projections and the 4B's, whose panels outgrow L1 and L2 (multiply-adds
+/// per second = elements per second).
+fn bench_prefill_shapes(c: &mut Criterion) {
+    let batch = 512;
+    let pool = ThreadPool::new(1);
+    let mut g = c.benchmark_group("prefill_512");
+    g.sample_size(10);
+    for (name, ty, rows, cols) in [
+        ("1b_gate", GgmlType::Q5_0, 6912usize, 1152usize),
+        ("1b_down", GgmlType::Q6_K, 1152, 6912),
+        ("4b_gate", GgmlType::Q4_K, 10240, 2560),
+        ("4b_down", GgmlType::Q6_K, 2560, 10240),
+    ] {
+        g.throughput(Throughput::Elements((rows * cols * batch) as u64));
+        let w = weights(ty, rows * cols);
+        let m = Matrix::new(ty, rows, cols, &w).unwrap();
+        let x = values(cols * batch, 5);
+        let mut out = vec![0f32; rows * batch];
+        let mut scratch = Vec::new();
+        g.bench_function(name, |b| {
+            b.iter(|| matmul(&pool, &m, black_box(&x), batch, &mut out, &mut scratch).unwrap())
+        });
+    }
+    g.finish();
+}
+
 criterion_group!(
     benches,
     bench_gemm_pack,
@@ -214,6 +242,7 @@ criterion_group!(
     bench_vec_dot,
     bench_matmul,
     bench_decode_rows,
-    bench_gemm_tile
+    bench_gemm_tile,
+    bench_prefill_shapes
 );
 criterion_main!(benches);

@@ -147,7 +147,7 @@ fn split_from_env(var: &str, default: usize) -> usize {
 const DEFAULT_GEMM_SPLIT: usize = 4;
 
 /// Activation rows per sweep over the packed panels (a multiple of the tile's).
-const SWEEP: usize = 64;
+const SWEEP: usize = 60;
 
 /// The panel product (see [`crate::gemm`]) of one or more matrices of the
 /// same width and activation format (a layer's query and key projections,

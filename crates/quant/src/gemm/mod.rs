@@ -44,8 +44,12 @@ mod tests;
 
 /// Weight rows per panel: two 16-lane vectors.
 pub(crate) const NR: usize = 32;
-/// Activation rows per register tile.
-pub(crate) const MR: usize = 4;
+/// Activation rows per register tile, at most: the AVX-512 tile takes six
+/// (twelve running sums, see `x86::tile_six`), the other kernels [`ROWS4`]
+/// at a time (see [`tile`]).
+pub(crate) const MR: usize = 6;
+/// Activation rows the AVX2, AVX-VNNI and `dotprod` tiles take per call.
+pub(crate) const ROWS4: usize = 4;
 
 /// Elements per scale group for weights of type `ty`, or `None` when the
 /// type has no panel form.
@@ -545,21 +549,44 @@ pub(crate) fn tile(tier: GemmTier, p: &Panel, a: &Acts, c0: usize, m: usize) -> 
             // after its CPU features were detected; the asserts bound every
             // element read.
             GemmTier::Avx512Vnni => return unsafe { x86::tile_avx512(p, a, c0, m) },
+            // SAFETY: as above (each call reads a part of those rows).
+            GemmTier::Avx2 => {
+                return by_fours(m, |c, n| unsafe { x86::tile_avx2(p, a, c0 + c, n) })
+            }
             // SAFETY: as above.
-            GemmTier::Avx2 => return unsafe { x86::tile_avx2(p, a, c0, m) },
-            // SAFETY: as above.
-            GemmTier::AvxVnni => return unsafe { x86::tile_avxvnni(p, a, c0, m) },
+            GemmTier::AvxVnni => {
+                return by_fours(m, |c, n| unsafe { x86::tile_avxvnni(p, a, c0 + c, n) })
+            }
             GemmTier::Portable | GemmTier::Amx => {}
         }
     }
     #[cfg(target_arch = "aarch64")]
     if tier == GemmTier::Dotprod && (p.g == 16 || p.g == 32) {
         // SAFETY: the tier comes from a kernel table installed only after
-        // `dotprod` was detected; the asserts bound every element read.
-        return unsafe { neon::tile_dotprod(p, a, c0, m) };
+        // `dotprod` was detected; the asserts bound every element read
+        // (each call reads a part of those rows).
+        return by_fours(m, |c, n| unsafe { neon::tile_dotprod(p, a, c0 + c, n) });
     }
     let _ = tier;
     tile_scalar(p, a, c0, m)
+}
+
+/// A tile of `m` ≤ [`MR`] activation rows from a kernel that takes at most
+/// [`ROWS4`]: `kernel(c, n)` computes rows `c..c + n` of the tile into the
+/// first `n` rows of its result. Each row's sums are the same whatever
+/// rows share its call.
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code)
+)]
+#[inline(always)]
+fn by_fours(m: usize, mut kernel: impl FnMut(usize, usize) -> Tile) -> Tile {
+    let mut out = kernel(0, m.min(ROWS4));
+    if m > ROWS4 {
+        let rest = kernel(ROWS4, m - ROWS4);
+        out[ROWS4..m].copy_from_slice(&rest[..m - ROWS4]);
+    }
+    out
 }
 
 /// One activation row of `src.len()` values into `at` (Q8_0 or Q8_K go

@@ -19,7 +19,7 @@
 //! `sdot` is not among Rust's stable intrinsics, so it is written as inline
 //! assembly, as [`crate::simd`]'s AArch64 kernels write it.
 
-use super::{Acts, Panel, Tile, MR, NR, QK};
+use super::{Acts, Panel, Tile, MR, NR, QK, ROWS4};
 use std::arch::aarch64::*;
 use std::arch::asm;
 
@@ -126,8 +126,8 @@ unsafe fn step<const L: u32, const FLIP: bool>(
 /// The CPU must have `dotprod`; `p` and `a` hold what [`super::tile`]
 /// asserts, and `p.g` is 16 or 32.
 pub(super) unsafe fn tile_dotprod(p: &Panel, a: &Acts, c0: usize, m: usize) -> Tile {
-    const _: () = assert!(MR == 4 && NR == 2 * HALF);
-    let m = m.min(MR);
+    const _: () = assert!(MR >= ROWS4 && ROWS4 == 4 && NR == 2 * HALF);
+    let m = m.min(ROWS4);
     if m == 0 {
         // No activation row to read (the sums would read row `c0`).
         return [[0.0; NR]; MR];
@@ -155,7 +155,7 @@ pub(super) unsafe fn tile_dotprod(p: &Panel, a: &Acts, c0: usize, m: usize) -> T
 /// kernel serves every tile.
 ///
 /// # Safety
-/// As [`tile_dotprod`], with `p.g == G` and `1 <= m <= MR`.
+/// As [`tile_dotprod`], with `p.g == G` and `1 <= m <= ROWS4`.
 #[target_feature(enable = "neon,dotprod")]
 unsafe fn tile_g<const G: usize, const MIN: bool, const FLIP: bool>(
     p: &Panel,

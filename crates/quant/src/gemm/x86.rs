@@ -11,10 +11,14 @@ pub(super) unsafe fn tile_avx512(p: &Panel, a: &Acts, c0: usize, m: usize) -> Ti
     macro_rules! pick {
         ($g:literal) => {
             match (m, p.min) {
+                (6, false) => tile_six::<$g, false>(p, a, c0),
+                (5, false) => tile_m::<5, $g, false>(p, a, c0),
                 (4, false) => tile_m::<4, $g, false>(p, a, c0),
                 (3, false) => tile_m::<3, $g, false>(p, a, c0),
                 (2, false) => tile_m::<2, $g, false>(p, a, c0),
                 (1, false) => tile_m::<1, $g, false>(p, a, c0),
+                (6, true) => tile_six::<$g, true>(p, a, c0),
+                (5, true) => tile_m::<5, $g, true>(p, a, c0),
                 (4, true) => tile_m::<4, $g, true>(p, a, c0),
                 (3, true) => tile_m::<3, $g, true>(p, a, c0),
                 (2, true) => tile_m::<2, $g, true>(p, a, c0),
@@ -23,7 +27,7 @@ pub(super) unsafe fn tile_avx512(p: &Panel, a: &Acts, c0: usize, m: usize) -> Ti
             }
         };
     }
-    const _: () = assert!(MR == 4 && NR == 32);
+    const _: () = assert!(MR == 6 && NR == 32);
     // SAFETY: the caller's contract, passed on.
     unsafe {
         if p.g == 16 {
@@ -194,6 +198,149 @@ unsafe fn tile_m<const M: usize, const G: usize, const MIN: bool>(
     out
 }
 
+/// One group's integer sums of six activation rows against the panel's 32
+/// rows (twelve running sums), in assembly: each `vpdpbusd` takes its
+/// activation quad as an embedded broadcast from memory, so twelve sums and
+/// two weight vectors are all the vector registers it needs. Written with
+/// intrinsics, the compiler hoisted the broadcasts of a whole group into
+/// registers and spilled them, and six rows were slower than four.
+macro_rules! six_rows_step {
+    ($d:literal, $w:literal) => {
+        concat!(
+            "vmovdqu64 {w0}, zmmword ptr [{pw} + ",
+            $w,
+            "]\n",
+            "vmovdqu64 {w1}, zmmword ptr [{pw} + ",
+            $w,
+            " + 64]\n",
+            "vpdpbusd {c00}, {w0}, dword ptr [{a0} + ",
+            $d,
+            "]{{1to16}}\n",
+            "vpdpbusd {c01}, {w1}, dword ptr [{a0} + ",
+            $d,
+            "]{{1to16}}\n",
+            "vpdpbusd {c10}, {w0}, dword ptr [{a1} + ",
+            $d,
+            "]{{1to16}}\n",
+            "vpdpbusd {c11}, {w1}, dword ptr [{a1} + ",
+            $d,
+            "]{{1to16}}\n",
+            "vpdpbusd {c20}, {w0}, dword ptr [{a2} + ",
+            $d,
+            "]{{1to16}}\n",
+            "vpdpbusd {c21}, {w1}, dword ptr [{a2} + ",
+            $d,
+            "]{{1to16}}\n",
+            "vpdpbusd {c30}, {w0}, dword ptr [{a3} + ",
+            $d,
+            "]{{1to16}}\n",
+            "vpdpbusd {c31}, {w1}, dword ptr [{a3} + ",
+            $d,
+            "]{{1to16}}\n",
+            "vpdpbusd {c40}, {w0}, dword ptr [{a4} + ",
+            $d,
+            "]{{1to16}}\n",
+            "vpdpbusd {c41}, {w1}, dword ptr [{a4} + ",
+            $d,
+            "]{{1to16}}\n",
+            "vpdpbusd {c50}, {w0}, dword ptr [{a5} + ",
+            $d,
+            "]{{1to16}}\n",
+            "vpdpbusd {c51}, {w1}, dword ptr [{a5} + ",
+            $d,
+            "]{{1to16}}\n",
+        )
+    };
+}
+
+/// [`tile_m`] for six activation rows: the same sums and float steps, the
+/// integer part in [`six_rows_step`]s.
+///
+/// Why six: four rows keep eight `vpdpbusd` sums running, and its latency
+/// lets eight chains issue about 3.8 G of them a second on the 2-core Xeon
+/// VM (Emerald Rapids) where two ports could take 5.4 G; twelve chains
+/// reach about 5.1 G (a C loop of independent chains). Each step also
+/// loads the two weight vectors once for six rows instead of four, and
+/// the broadcasts ride inside the `vpdpbusd`s. Criterion `gemm_tile_2048`,
+/// one core, two alternated runs: Q5_0 223–225 → 231–233, Q4_K 186–189 →
+/// 206–215, Q6_K 175–188 → 186–193 G multiply-adds/s; whole 512-row
+/// products (`prefill_512`, packing included) gain 3–8%. The float steps
+/// (three operations per group and vector, on the same two ports) are what
+/// bounds it now.
+#[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
+unsafe fn tile_six<const G: usize, const MIN: bool>(p: &Panel, a: &Acts, c0: usize) -> Tile {
+    const M: usize = 6;
+    let cols = p.groups * G;
+    let pq = p.q.as_ptr();
+    let (ps, pm) = (p.s.as_ptr(), p.m.as_ptr());
+    let aq = a.q[c0 * cols..].as_ptr();
+    let ad = a.d[c0 * (cols / QK)..].as_ptr();
+    let asum = a.sum[c0 * p.groups..].as_ptr();
+    let abase = a.base[c0 * p.groups..].as_ptr();
+    let mut facc = [[_mm512_setzero_ps(); 2]; M];
+    for g in 0..p.groups {
+        // SAFETY (whole body): group g's panel entries (G/4 steps of 128
+        // bytes from `pw`) and each activation row's elements g*G..(g+1)*G
+        // (from `row(c)`) lie inside the buffers (asserted by
+        // `super::tile`); the assembly reads only those and writes only its
+        // register operands.
+        unsafe {
+            let mut c: [[__m512i; 2]; M] =
+                std::array::from_fn(|c| [_mm512_set1_epi32(*abase.add(c * p.groups + g)); 2]);
+            let pw = pq.add(g * (G / 4) * NR * 4);
+            let row = |r: usize| aq.add(r * cols + g * G);
+            macro_rules! group {
+                ($($d:literal $w:literal),*) => {
+                    std::arch::asm!(
+                        $(six_rows_step!($d, $w),)*
+                        pw = in(reg) pw,
+                        a0 = in(reg) row(0), a1 = in(reg) row(1), a2 = in(reg) row(2),
+                        a3 = in(reg) row(3), a4 = in(reg) row(4), a5 = in(reg) row(5),
+                        w0 = out(zmm_reg) _, w1 = out(zmm_reg) _,
+                        c00 = inout(zmm_reg) c[0][0], c01 = inout(zmm_reg) c[0][1],
+                        c10 = inout(zmm_reg) c[1][0], c11 = inout(zmm_reg) c[1][1],
+                        c20 = inout(zmm_reg) c[2][0], c21 = inout(zmm_reg) c[2][1],
+                        c30 = inout(zmm_reg) c[3][0], c31 = inout(zmm_reg) c[3][1],
+                        c40 = inout(zmm_reg) c[4][0], c41 = inout(zmm_reg) c[4][1],
+                        c50 = inout(zmm_reg) c[5][0], c51 = inout(zmm_reg) c[5][1],
+                        options(nostack, preserves_flags, readonly),
+                    )
+                };
+            }
+            if G == 16 {
+                group!(0 0, 4 128, 8 256, 12 384);
+            } else {
+                group!(0 0, 4 128, 8 256, 12 384, 16 512, 20 640, 24 768, 28 896);
+            }
+            let s0 = _mm512_loadu_ps(ps.add(g * NR));
+            let s1 = _mm512_loadu_ps(ps.add(g * NR + 16));
+            for (r, (f, i)) in facc.iter_mut().zip(&c).enumerate() {
+                let d = _mm512_set1_ps(*ad.add(r * (cols / QK) + g * G / QK));
+                f[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i[0]), _mm512_mul_ps(s0, d), f[0]);
+                f[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i[1]), _mm512_mul_ps(s1, d), f[1]);
+            }
+            if MIN {
+                let m0 = _mm512_loadu_ps(pm.add(g * NR));
+                let m1 = _mm512_loadu_ps(pm.add(g * NR + 16));
+                for (r, f) in facc.iter_mut().enumerate() {
+                    let sum = _mm512_set1_ps(*asum.add(r * p.groups + g));
+                    f[0] = _mm512_fnmadd_ps(m0, sum, f[0]);
+                    f[1] = _mm512_fnmadd_ps(m1, sum, f[1]);
+                }
+            }
+        }
+    }
+    let mut out = [[0.0f32; NR]; MR];
+    for (o, acc) in out.iter_mut().zip(&facc) {
+        // SAFETY: `o` holds NR = 32 floats.
+        unsafe {
+            _mm512_storeu_ps(o.as_mut_ptr(), acc[0]);
+            _mm512_storeu_ps(o.as_mut_ptr().add(16), acc[1]);
+        }
+    }
+    out
+}
+
 /// The AVX2 tile: the AVX-512 one's sums and rounding with 8-lane vectors.
 /// `vpmaddubsw` (u8 × i8 pairs into i16) and `vpmaddwd` (i16 pairs into
 /// i32) stand in for `vpdpbusd`; the i16 products of [`Panel::run`] column
@@ -209,7 +356,8 @@ unsafe fn tile_m<const M: usize, const G: usize, const MIN: bool>(
 /// 61 → 74, Q8_0 30 → 60 G multiply-adds/s).
 ///
 /// # Safety
-/// avx2 and fma present; `p` and `a` hold what [`super::tile`] asserts.
+/// avx2 and fma present; `p` and `a` hold what [`super::tile`] asserts,
+/// with `m <= ROWS4` (more rows are [`super::tile`]'s to split).
 pub(super) unsafe fn tile_avx2(p: &Panel, a: &Acts, c0: usize, m: usize) -> Tile {
     macro_rules! wide {
         ($g:literal, $min:literal, $run:literal) => {{
@@ -226,13 +374,13 @@ pub(super) unsafe fn tile_avx2(p: &Panel, a: &Acts, c0: usize, m: usize) -> Tile
             out.0
         }};
     }
-    const _: () = assert!(MR == 4 && NR.is_multiple_of(16));
+    const _: () = assert!(MR >= 4 && NR.is_multiple_of(16));
     if p.min && p.off != 0 {
         // No format packs so (see `unsigned_range`); the kernels below
         // start minimum-term sums at zero.
         return super::tile_scalar(p, a, c0, m);
     }
-    // SAFETY: the caller's contract, passed on (`m <= MR`).
+    // SAFETY: the caller's contract, passed on (`m <= ROWS4`).
     unsafe {
         match (p.g, p.min, p.run) {
             (16, false, 4) => wide!(16, false, 4), // Q3_K
@@ -404,7 +552,7 @@ unsafe fn tile_avx2_wide<const MA: usize, const G: usize, const MIN: bool, const
 ///
 /// # Safety
 /// avx2, fma and avxvnni present; `p` and `a` hold what [`super::tile`]
-/// asserts.
+/// asserts, with `m <= ROWS4` (more rows are [`super::tile`]'s to split).
 pub(super) unsafe fn tile_avxvnni(p: &Panel, a: &Acts, c0: usize, m: usize) -> Tile {
     macro_rules! wide {
         ($g:literal, $min:literal) => {{
@@ -436,7 +584,7 @@ pub(super) unsafe fn tile_avxvnni(p: &Panel, a: &Acts, c0: usize, m: usize) -> T
             out.0
         }};
     }
-    // SAFETY: the caller's contract, passed on (`m <= MR`).
+    // SAFETY: the caller's contract, passed on (`m <= ROWS4`).
     unsafe {
         match (p.g, p.min) {
             // Groups of 16 take their float steps twice as often, and the
