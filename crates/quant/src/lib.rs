@@ -312,8 +312,9 @@ pub mod testing {
         pub fn run(&self, set: &str) -> Result<f32, QuantError> {
             let tier = table(set)?.gemm;
             let mut s = 0.0;
-            for c in (0..self.rows).step_by(crate::gemm::MR) {
-                let m = (self.rows - c).min(crate::gemm::MR);
+            let step = crate::gemm::tile_rows(tier);
+            for c in (0..self.rows).step_by(step) {
+                let m = (self.rows - c).min(step);
                 let t = crate::gemm::tile(tier, &self.panel, &self.acts, c, m);
                 s += t[0][0] + t[m - 1][crate::gemm::NR - 1];
             }

@@ -146,8 +146,15 @@ fn split_from_env(var: &str, default: usize) -> usize {
 /// The panel product's tasks per thread unless `HEARTH_GEMM_SPLIT` says.
 const DEFAULT_GEMM_SPLIT: usize = 4;
 
-/// Activation rows per sweep over the packed panels (a multiple of the tile's).
-const SWEEP: usize = 60;
+/// Activation rows per sweep over the packed panels, at most: whole tiles
+/// of the tier's height, 64 rows of four or 60 of six (see [`sweep_rows`]).
+const SWEEP: usize = 64;
+
+/// The rows of one sweep for tiles of `rows_per_tile`: the most whole tiles
+/// within [`SWEEP`], so that only a batch's last tile is short.
+fn sweep_rows(rows_per_tile: usize) -> usize {
+    (SWEEP / rows_per_tile.max(1)).max(1) * rows_per_tile.max(1)
+}
 
 /// The panel product (see [`crate::gemm`]) of one or more matrices of the
 /// same width and activation format (a layer's query and key projections,
@@ -171,7 +178,7 @@ fn gemm_panels(
     outs: &[SharedOut],
 ) {
     use crate::gemm::amx::{Tiles, MA};
-    use crate::gemm::{group_len, offset, tile, Acts, Panel, MR, NR};
+    use crate::gemm::{group_len, offset, tile, tile_rows, Acts, Panel, NR};
     use std::cell::RefCell;
     thread_local! {
         static ACTS: RefCell<Acts> = RefCell::new(Acts::default());
@@ -182,9 +189,12 @@ fn gemm_panels(
     let Some(g) = group_len(w0.ty) else { return };
     let at = vec_dot_type(w0.ty);
     let off = offset(w0.ty);
-    // AMX blocks are MA (32) activation rows, the register tiles MR.
+    // AMX blocks are MA (32) activation rows, the register tiles the
+    // tier's own height (six on AVX-512, four elsewhere).
     let amx = tier == GemmTier::Amx;
-    let step = if amx { MA } else { MR };
+    let rows_per_tile = tile_rows(tier);
+    let step = if amx { MA } else { rows_per_tile };
+    let sweep = sweep_rows(step);
     ACTS.with(|acts| {
         let mut acts = acts.borrow_mut();
         acts.reset(batch, cols, g, off);
@@ -251,7 +261,7 @@ fn gemm_panels(
             1
         } else {
             aim.div_ceil(runs.len().max(1))
-                .min(batch.div_ceil(SWEEP))
+                .min(batch.div_ceil(sweep))
                 .max(1)
         };
         let block_rows = batch.div_ceil(blocks).div_ceil(step) * step;
@@ -283,8 +293,8 @@ fn gemm_panels(
                         }
                         panel.fill_on(tier, w.ty, &views[..n], cols, amx);
                     }
-                    for c0 in (b0..b1).step_by(SWEEP) {
-                        let c1 = (c0 + SWEEP).min(b1);
+                    for c0 in (b0..b1).step_by(sweep) {
+                        let c1 = (c0 + sweep).min(b1);
                         for (i, panel) in packed.iter().enumerate().take(p1 - p0) {
                             let r0 = (p0 + i) * NR;
                             let n = (rows - r0).min(NR);
@@ -300,8 +310,8 @@ fn gemm_panels(
                                 }
                                 continue;
                             }
-                            for c in (c0..c1).step_by(MR) {
-                                let m = (c1 - c).min(MR);
+                            for c in (c0..c1).step_by(rows_per_tile) {
+                                let m = (c1 - c).min(rows_per_tile);
                                 let v = tile(tier, panel, acts, c, m);
                                 for (j, vj) in v.iter().enumerate().take(m) {
                                     // SAFETY: weight rows r0..r0+n of rows
