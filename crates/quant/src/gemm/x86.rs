@@ -137,7 +137,6 @@ unsafe fn tile_m<const M: usize, const G: usize, const MIN: bool>(
 ) -> Tile {
     let cols = p.groups * G;
     let pq = p.q.as_ptr();
-    let (ps, pm) = (p.s.as_ptr(), p.m.as_ptr());
     let aq = a.q[c0 * cols..].as_ptr();
     let ad = a.d[c0 * (cols / QK)..].as_ptr();
     let asum = a.sum[c0 * p.groups..].as_ptr();
@@ -161,34 +160,60 @@ unsafe fn tile_m<const M: usize, const G: usize, const MIN: bool>(
                     acc[1] = _mm512_dpbusd_epi32(acc[1], w1, av);
                 }
             }
-            let s0 = _mm512_loadu_ps(ps.add(g * NR));
-            let s1 = _mm512_loadu_ps(ps.add(g * NR + 16));
-            for c in 0..M {
-                let d = _mm512_set1_ps(*ad.add(c * (cols / QK) + g * G / QK));
-                facc[c][0] = _mm512_fmadd_ps(
-                    _mm512_cvtepi32_ps(iacc[c][0]),
-                    _mm512_mul_ps(s0, d),
-                    facc[c][0],
-                );
-                facc[c][1] = _mm512_fmadd_ps(
-                    _mm512_cvtepi32_ps(iacc[c][1]),
-                    _mm512_mul_ps(s1, d),
-                    facc[c][1],
-                );
-            }
-            if MIN {
-                let m0 = _mm512_loadu_ps(pm.add(g * NR));
-                let m1 = _mm512_loadu_ps(pm.add(g * NR + 16));
-                for (c, acc) in facc.iter_mut().enumerate() {
-                    let sum = _mm512_set1_ps(*asum.add(c * p.groups + g));
-                    acc[0] = _mm512_fnmadd_ps(m0, sum, acc[0]);
-                    acc[1] = _mm512_fnmadd_ps(m1, sum, acc[1]);
-                }
+            float_steps::<M, G, MIN>(&iacc, &mut facc, p, ad, asum, g);
+        }
+    }
+    tile_of(&facc)
+}
+
+/// Group `g`'s float steps for `M` activation rows, the ones every tier
+/// takes in this order: each row's i32 sums times the panel's scales times
+/// the row's activation scale, added into `facc`, less the minimum terms.
+/// The four- and six-row AVX-512 tiles share them.
+///
+/// # Safety
+/// avx512f present; `ad` and `asum` point at the first of the `M` rows'
+/// scales and group sums, for a panel of `p.groups` groups of `G` (as
+/// [`super::tile`] asserts), and `g < p.groups`.
+#[inline]
+#[target_feature(enable = "avx512f")]
+unsafe fn float_steps<const M: usize, const G: usize, const MIN: bool>(
+    iacc: &[[__m512i; 2]; M],
+    facc: &mut [[__m512; 2]; M],
+    p: &Panel,
+    ad: *const f32,
+    asum: *const f32,
+    g: usize,
+) {
+    let cols = p.groups * G;
+    let (ps, pm) = (p.s.as_ptr(), p.m.as_ptr());
+    // SAFETY: the caller's contract bounds every read.
+    unsafe {
+        let s0 = _mm512_loadu_ps(ps.add(g * NR));
+        let s1 = _mm512_loadu_ps(ps.add(g * NR + 16));
+        for (c, (f, i)) in facc.iter_mut().zip(iacc).enumerate() {
+            let d = _mm512_set1_ps(*ad.add(c * (cols / QK) + g * G / QK));
+            f[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i[0]), _mm512_mul_ps(s0, d), f[0]);
+            f[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i[1]), _mm512_mul_ps(s1, d), f[1]);
+        }
+        if MIN {
+            let m0 = _mm512_loadu_ps(pm.add(g * NR));
+            let m1 = _mm512_loadu_ps(pm.add(g * NR + 16));
+            for (c, f) in facc.iter_mut().enumerate() {
+                let sum = _mm512_set1_ps(*asum.add(c * p.groups + g));
+                f[0] = _mm512_fnmadd_ps(m0, sum, f[0]);
+                f[1] = _mm512_fnmadd_ps(m1, sum, f[1]);
             }
         }
     }
+}
+
+/// The float sums of `M` rows as a [`Tile`] (rows past `M` zero).
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn tile_of<const M: usize>(facc: &[[__m512; 2]; M]) -> Tile {
     let mut out = [[0.0f32; NR]; MR];
-    for (o, acc) in out.iter_mut().zip(&facc) {
+    for (o, acc) in out.iter_mut().zip(facc) {
         // SAFETY: `o` holds NR = 32 floats.
         unsafe {
             _mm512_storeu_ps(o.as_mut_ptr(), acc[0]);
@@ -272,7 +297,6 @@ unsafe fn tile_six<const G: usize, const MIN: bool>(p: &Panel, a: &Acts, c0: usi
     const M: usize = 6;
     let cols = p.groups * G;
     let pq = p.q.as_ptr();
-    let (ps, pm) = (p.s.as_ptr(), p.m.as_ptr());
     let aq = a.q[c0 * cols..].as_ptr();
     let ad = a.d[c0 * (cols / QK)..].as_ptr();
     let asum = a.sum[c0 * p.groups..].as_ptr();
@@ -312,33 +336,10 @@ unsafe fn tile_six<const G: usize, const MIN: bool>(p: &Panel, a: &Acts, c0: usi
             } else {
                 group!(0 0, 4 128, 8 256, 12 384, 16 512, 20 640, 24 768, 28 896);
             }
-            let s0 = _mm512_loadu_ps(ps.add(g * NR));
-            let s1 = _mm512_loadu_ps(ps.add(g * NR + 16));
-            for (r, (f, i)) in facc.iter_mut().zip(&c).enumerate() {
-                let d = _mm512_set1_ps(*ad.add(r * (cols / QK) + g * G / QK));
-                f[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i[0]), _mm512_mul_ps(s0, d), f[0]);
-                f[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i[1]), _mm512_mul_ps(s1, d), f[1]);
-            }
-            if MIN {
-                let m0 = _mm512_loadu_ps(pm.add(g * NR));
-                let m1 = _mm512_loadu_ps(pm.add(g * NR + 16));
-                for (r, f) in facc.iter_mut().enumerate() {
-                    let sum = _mm512_set1_ps(*asum.add(r * p.groups + g));
-                    f[0] = _mm512_fnmadd_ps(m0, sum, f[0]);
-                    f[1] = _mm512_fnmadd_ps(m1, sum, f[1]);
-                }
-            }
+            float_steps::<M, G, MIN>(&c, &mut facc, p, ad, asum, g);
         }
     }
-    let mut out = [[0.0f32; NR]; MR];
-    for (o, acc) in out.iter_mut().zip(&facc) {
-        // SAFETY: `o` holds NR = 32 floats.
-        unsafe {
-            _mm512_storeu_ps(o.as_mut_ptr(), acc[0]);
-            _mm512_storeu_ps(o.as_mut_ptr().add(16), acc[1]);
-        }
-    }
-    out
+    tile_of(&facc)
 }
 
 /// The AVX2 tile: the AVX-512 one's sums and rounding with 8-lane vectors.
