@@ -574,7 +574,7 @@ pub(crate) fn tile(tier: GemmTier, p: &Panel, a: &Acts, c0: usize, m: usize) -> 
 /// Activation rows per call to [`tile`] that `tier`'s kernel takes at once:
 /// six on AVX-512, [`ROWS4`] elsewhere (six there would be a call of four
 /// and one of two, and the second sweeps the panel for only two rows:
-/// pp512 fell 4–5% at `--cpu avxvnni`).
+/// pp512 fell 4–11% at `--cpu avxvnni`).
 pub(crate) fn tile_rows(tier: GemmTier) -> usize {
     if tier.vector() == GemmTier::Avx512Vnni {
         MR
