@@ -197,7 +197,7 @@ fn gemm_panels(
     let sweep = sweep_rows(step);
     ACTS.with(|acts| {
         let mut acts = acts.borrow_mut();
-        acts.reset(batch, cols, g, off);
+        acts.reset(batch, cols, at, g, off);
         let padded = if amx { batch.next_multiple_of(MA) } else { 0 };
         crate::gemm::grow(&mut acts.qu, padded * cols, 0);
         // Several runs a thread, claimed as threads free up: one each

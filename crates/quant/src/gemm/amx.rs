@@ -41,7 +41,7 @@
 // Off x86-64 only the emulation (in tests) uses the block kernel.
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 
-use super::{Acts, Panel, NR, QK};
+use super::{fold_span, Acts, Panel, NR, QK};
 
 /// Activation rows per block (two tiles' rows).
 pub(crate) const MA: usize = 32;
@@ -51,6 +51,18 @@ pub(crate) type Block = [[f32; NR]; MA];
 
 /// The integer sums of one group: `[activation row][panel row]`.
 type Sums = [[i32; NR]; MA];
+
+/// What one group's float steps multiply by: the panel's scales, the block's
+/// activation scales, the minimum terms (panel minimums, activation sums)
+/// where the format has them, and where the group stands in its
+/// super-block when the activation scale is applied once per super-block
+/// (`Some((first, last))`, Q8_K rows, see [`super::tile_scalar`]).
+pub(crate) struct GroupScales<'a> {
+    scales: &'a [f32; NR],
+    d: &'a [f32; MA],
+    mins: Option<(&'a [f32; NR], &'a [f32; MA])>,
+    fold: Option<(bool, bool)>,
+}
 
 /// The tile operations of the block kernel. Accumulator `c` (0..4) holds
 /// activation rows `16 * (c / 2)..` by panel rows `16 * (c % 2)..`, from
@@ -86,25 +98,43 @@ pub(crate) trait Unit {
     /// One group's float steps for the first `m` rows: `out[c][r] +=
     /// sums[c][r] * (scales[r] * d[c])`, then `-= mins[r] * sum[c]` where
     /// `mins` is given, each a fused multiply-add, as the reference rounds
-    /// them.
-    #[allow(clippy::too_many_arguments)]
-    fn scale(
-        &mut self,
-        out: &mut Block,
-        sums: &Sums,
-        m: usize,
-        scales: &[f32; NR],
-        d: &[f32; MA],
-        mins: Option<(&[f32; NR], &[f32; MA])>,
-    ) {
-        for c in 0..m.min(MA) {
-            for ((o, &i), &s) in out[c].iter_mut().zip(&sums[c]).zip(scales) {
-                *o = (i as f32).mul_add(s * d[c], *o);
+    /// them; with `fold`, the super-block's sums gather in `pend` without
+    /// `d`, which its last group applies (the reference's order).
+    fn scale(&mut self, out: &mut Block, pend: &mut Block, sums: &Sums, m: usize, k: &GroupScales) {
+        scale_portable(out, pend, sums, m, k);
+    }
+}
+
+/// [`Unit::scale`]'s portable definition (the reference's float steps).
+fn scale_portable(out: &mut Block, pend: &mut Block, sums: &Sums, m: usize, k: &GroupScales) {
+    let (scales, d) = (k.scales, k.d);
+    for c in 0..m.min(MA) {
+        if let Some((first, last)) = k.fold {
+            for ((t, &i), &s) in pend[c].iter_mut().zip(&sums[c]).zip(scales) {
+                *t = if first {
+                    i as f32 * s
+                } else {
+                    (i as f32).mul_add(s, *t)
+                };
             }
-            if let Some((mins, sum)) = mins {
-                for (o, &mn) in out[c].iter_mut().zip(mins) {
-                    *o = (-mn).mul_add(sum[c], *o);
+            if let Some((mins, sum)) = k.mins {
+                for (t, &mn) in pend[c].iter_mut().zip(mins) {
+                    *t = (-mn).mul_add(sum[c], *t);
                 }
+            }
+            if last {
+                for (o, &t) in out[c].iter_mut().zip(&pend[c]) {
+                    *o = t.mul_add(d[c], *o);
+                }
+            }
+            continue;
+        }
+        for ((o, &i), &s) in out[c].iter_mut().zip(&sums[c]).zip(scales) {
+            *o = (i as f32).mul_add(s * d[c], *o);
+        }
+        if let Some((mins, sum)) = k.mins {
+            for (o, &mn) in out[c].iter_mut().zip(mins) {
+                *o = (-mn).mul_add(sum[c], *o);
             }
         }
     }
@@ -114,7 +144,7 @@ pub(crate) trait Unit {
 #[inline(always)]
 fn scale_group<U: Unit>(
     u: &mut U,
-    out: &mut Block,
+    (out, pend): (&mut Block, &mut Block),
     sums: &Sums,
     p: &Panel,
     a: &Acts,
@@ -131,7 +161,14 @@ fn scale_group<U: Unit>(
             sum[c] = a.sum[row * p.groups + gi];
         }
     }
-    u.scale(out, sums, m, scales, &d, p.min.then_some((mins, &sum)));
+    let span = fold_span(a, p.g);
+    let k = GroupScales {
+        scales,
+        d: &d,
+        mins: p.min.then_some((mins, &sum)),
+        fold: (span > 0).then(|| (gi.is_multiple_of(span), gi % span == span - 1)),
+    };
+    u.scale(out, pend, sums, m, &k);
 }
 
 /// Every activation row `c0..c0 + m` (m ≤ [`MA`]) against every row of
@@ -144,6 +181,8 @@ unsafe fn block<U: Unit>(u: &mut U, p: &Panel, a: &Acts, c0: usize, m: usize) ->
     let g = p.g;
     let cols = p.groups * g;
     let mut out = [[0.0f32; NR]; MA];
+    // A super-block's sums without the activation scale (Q8_K rows).
+    let mut pend = [[0.0f32; NR]; MA];
     let mut sums = [[[0i32; NR]; MA]; 2];
     for gi in 0..p.groups {
         let (cur, prev) = sums.split_at_mut(1);
@@ -174,11 +213,18 @@ unsafe fn block<U: Unit>(u: &mut U, p: &Panel, a: &Acts, c0: usize, m: usize) ->
         }
         // The previous group's float steps, while this one's tiles work.
         if gi > 0 {
-            scale_group(u, &mut out, prev, p, a, (c0, m, gi - 1));
+            scale_group(u, (&mut out, &mut pend), prev, p, a, (c0, m, gi - 1));
         }
     }
     if let Some(last) = p.groups.checked_sub(1) {
-        scale_group(u, &mut out, &sums[last % 2], p, a, (c0, m, last));
+        scale_group(
+            u,
+            (&mut out, &mut pend),
+            &sums[last % 2],
+            p,
+            a,
+            (c0, m, last),
+        );
     }
     out
 }
@@ -205,6 +251,9 @@ pub(crate) struct Emulated {
     g: usize,
     /// The four accumulators.
     c: [[[i32; 16]; 16]; 4],
+    /// Whether the float steps go through the real unit's AVX-512 ones
+    /// (so CPUs without AMX test those too).
+    avx512_steps: bool,
 }
 
 #[cfg(test)]
@@ -215,6 +264,7 @@ impl Default for Emulated {
             b: [[[0; 64]; 8]; 2],
             g: 0,
             c: [[[0; 16]; 16]; 4],
+            avx512_steps: false,
         }
     }
 }
@@ -269,6 +319,14 @@ impl Unit for Emulated {
             o[16 * h..16 * h + 16].copy_from_slice(row);
         }
     }
+
+    fn scale(&mut self, out: &mut Block, pend: &mut Block, sums: &Sums, m: usize, k: &GroupScales) {
+        #[cfg(target_arch = "x86_64")]
+        if self.avx512_steps && x86::scale_steps(out, pend, sums, m, k) {
+            return;
+        }
+        scale_portable(out, pend, sums, m, k);
+    }
 }
 
 /// The block kernel through [`Emulated`] (the AMX tier's definition, and
@@ -278,6 +336,29 @@ pub(crate) fn tile_emulated(p: &Panel, a: &Acts, c0: usize, m: usize) -> Block {
     check(p, a, c0, m);
     // SAFETY: `check` bounds every read.
     unsafe { block(&mut Emulated::default(), p, a, c0, m) }
+}
+
+/// [`tile_emulated`] with the real unit's AVX-512 float steps, or `None`
+/// where the CPU has no AVX-512 (or is not x86-64).
+#[cfg(test)]
+pub(crate) fn tile_emulated_avx512_steps(
+    p: &Panel,
+    a: &Acts,
+    c0: usize,
+    m: usize,
+) -> Option<Block> {
+    #[cfg(target_arch = "x86_64")]
+    if is_x86_feature_detected!("avx512f") {
+        check(p, a, c0, m);
+        let mut unit = Emulated {
+            avx512_steps: true,
+            ..Emulated::default()
+        };
+        // SAFETY: `check` bounds every read.
+        return Some(unsafe { block(&mut unit, p, a, c0, m) });
+    }
+    let _ = (p, a, c0, m);
+    None
 }
 
 /// The tile registers of this thread while the value lives, configured
@@ -442,7 +523,7 @@ fn self_check() -> bool {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{block, Acts, Block, Panel, Sums, Unit, MA, NR};
+    use super::{block, Acts, Block, GroupScales, Panel, Sums, Unit, MA, NR};
     use std::arch::asm;
     use std::arch::x86_64::*;
 
@@ -592,19 +673,91 @@ mod x86 {
         fn scale(
             &mut self,
             out: &mut Block,
+            pend: &mut Block,
             sums: &Sums,
             m: usize,
-            scales: &[f32; NR],
-            d: &[f32; MA],
-            mins: Option<(&[f32; NR], &[f32; MA])>,
+            k: &GroupScales,
         ) {
             // SAFETY: an `Amx` exists only inside `tile`, whose contract
             // (`usable`) includes AVX-512.
-            unsafe { Amx::scale_avx512(out, sums, m, scales, d, mins) }
+            unsafe {
+                match k.fold {
+                    Some(at) => Amx::scale_folded_avx512(out, pend, sums, m, k, at),
+                    None => Amx::scale_avx512(out, sums, m, k.scales, k.d, k.mins),
+                }
+            }
         }
     }
 
+    /// [`Unit::scale`] through the AMX unit's AVX-512 float steps, for the
+    /// emulated unit in the tests; false (nothing done) without AVX-512.
+    #[cfg(test)]
+    pub(super) fn scale_steps(
+        out: &mut Block,
+        pend: &mut Block,
+        sums: &Sums,
+        m: usize,
+        k: &GroupScales,
+    ) -> bool {
+        if !is_x86_feature_detected!("avx512f") {
+            return false;
+        }
+        Amx.scale(out, pend, sums, m, k);
+        true
+    }
+
     impl Amx {
+        /// [`Unit::scale`] in AVX-512 for a group of a super-block
+        /// (`first`, `last`) whose activation scale is applied once.
+        ///
+        /// # Safety
+        /// avx512f present.
+        #[target_feature(enable = "avx512f")]
+        unsafe fn scale_folded_avx512(
+            out: &mut Block,
+            pend: &mut Block,
+            sums: &Sums,
+            m: usize,
+            k: &GroupScales,
+            (first, last): (bool, bool),
+        ) {
+            // SAFETY (whole body): each row of `out`, `pend` and `sums` and
+            // the arrays of `k` hold NR = 32 values, read as two vectors of
+            // 16.
+            unsafe {
+                let load2 = |v: &[f32; NR]| {
+                    [
+                        _mm512_loadu_ps(v.as_ptr()),
+                        _mm512_loadu_ps(v.as_ptr().add(16)),
+                    ]
+                };
+                let s = load2(k.scales);
+                let mv = k.mins.map(|(mins, _)| load2(mins));
+                for c in 0..m.min(MA) {
+                    let (o, t) = (out[c].as_mut_ptr(), pend[c].as_mut_ptr());
+                    let i = sums[c].as_ptr();
+                    for h in 0..2 {
+                        let iv = _mm512_cvtepi32_ps(_mm512_loadu_si512(i.add(16 * h).cast()));
+                        let mut acc = if first {
+                            _mm512_mul_ps(iv, s[h])
+                        } else {
+                            _mm512_fmadd_ps(iv, s[h], _mm512_loadu_ps(t.add(16 * h)))
+                        };
+                        if let (Some(mv), Some((_, sum))) = (mv, k.mins) {
+                            acc = _mm512_fnmadd_ps(mv[h], _mm512_set1_ps(sum[c]), acc);
+                        }
+                        if last {
+                            let f = _mm512_loadu_ps(o.add(16 * h));
+                            let f = _mm512_fmadd_ps(acc, _mm512_set1_ps(k.d[c]), f);
+                            _mm512_storeu_ps(o.add(16 * h), f);
+                        } else {
+                            _mm512_storeu_ps(t.add(16 * h), acc);
+                        }
+                    }
+                }
+            }
+        }
+
         /// [`Unit::scale`] in AVX-512, two 16-lane vectors a row.
         ///
         /// # Safety

@@ -20,6 +20,7 @@
 //! assembly, as [`crate::simd`]'s AArch64 kernels write it.
 
 use super::{Acts, Panel, Tile, MR, NR, QK, ROWS4};
+use crate::formats::kquants::QK_K;
 use std::arch::aarch64::*;
 use std::arch::asm;
 
@@ -164,6 +165,10 @@ unsafe fn tile_g<const G: usize, const MIN: bool, const FLIP: bool>(
     m: usize,
 ) -> Tile {
     let mut out = [[0.0f32; NR]; MR];
+    // A super-block's sums without the activation scale (Q8_K rows, see
+    // `super::tile_scalar`).
+    let mut pend = [[0.0f32; NR]; MR];
+    let fold = a.fold;
     let cols = p.groups * G;
     let pq = p.q.as_ptr();
     let (ps, pm) = (p.s.as_ptr(), p.m.as_ptr());
@@ -198,8 +203,17 @@ unsafe fn tile_g<const G: usize, const MIN: bool, const FLIP: bool>(
                     step::<3, FLIP>(&mut acc, w.add(3 * NR * 4), &x);
                 }
                 // The reference's float steps, lane by lane: `o += i * (s * d)`
-                // fused, then `o -= m * sum` fused where there are minimums.
-                for (c, (acc_c, out_c)) in acc.iter().zip(out.iter_mut()).enumerate().take(m) {
+                // fused, then `o -= m * sum` fused where there are minimums;
+                // folded, `t = i * s (+ t)` and `t -= m * sum` per group and
+                // `o += t * d` per super-block.
+                let (first, last) = (g.is_multiple_of(QK_K / G), g % (QK_K / G) == QK_K / G - 1);
+                for (c, ((acc_c, out_c), pend_c)) in acc
+                    .iter()
+                    .zip(out.iter_mut())
+                    .zip(pend.iter_mut())
+                    .enumerate()
+                    .take(m)
+                {
                     let d = *ad.add(c * (cols / QK) + g * G / QK);
                     let sum = vdupq_n_f32(if MIN {
                         *asum.add(c * p.groups + g)
@@ -209,6 +223,24 @@ unsafe fn tile_g<const G: usize, const MIN: bool, const FLIP: bool>(
                     for (i, &isum) in acc_c.iter().enumerate() {
                         let at = h * HALF + 4 * i;
                         let o = out_c.as_mut_ptr().add(at);
+                        if fold {
+                            let t = pend_c.as_mut_ptr().add(at);
+                            let (iv, sv) = (vcvtq_f32_s32(isum), vld1q_f32(ps.add(g * NR + at)));
+                            let mut v = if first {
+                                vmulq_f32(iv, sv)
+                            } else {
+                                vfmaq_f32(vld1q_f32(t), iv, sv)
+                            };
+                            if MIN {
+                                v = vfmsq_f32(v, vld1q_f32(pm.add(g * NR + at)), sum);
+                            }
+                            if last {
+                                vst1q_f32(o, vfmaq_f32(vld1q_f32(o), v, vdupq_n_f32(d)));
+                            } else {
+                                vst1q_f32(t, v);
+                            }
+                            continue;
+                        }
                         let sd = vmulq_n_f32(vld1q_f32(ps.add(g * NR + at)), d);
                         let mut v = vfmaq_f32(vld1q_f32(o), vcvtq_f32_s32(isum), sd);
                         if MIN {

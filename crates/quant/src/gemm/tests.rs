@@ -122,6 +122,8 @@ proptest! {
         a.qu.resize((c0 + amx::MA) * cols, 0);
         Acts::shift_unsigned(&a.q, &mut a.qu);
         let mut got = vec![amx::tile_emulated(&signed, &a, c0, m)];
+        // The real unit's AVX-512 float steps, wherever the CPU has AVX-512.
+        got.extend(amx::tile_emulated_avx512_steps(&signed, &a, c0, m));
         if amx::usable() {
             got.push(amx::Tiles::new().block(&signed, &a, c0, m));
         }

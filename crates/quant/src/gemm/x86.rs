@@ -3,26 +3,27 @@
 #![allow(clippy::incompatible_msrv)] // AVX-512 intrinsics: stable since 1.89, checked at run time.
 
 use super::{Acts, Panel, Tile, MR, NR, QK};
+use crate::formats::kquants::QK_K;
 use std::arch::x86_64::*;
 
 /// # Safety
 /// avx512f/bw/vnni present; `p` and `a` hold what [`super::tile`] asserts.
 pub(super) unsafe fn tile_avx512(p: &Panel, a: &Acts, c0: usize, m: usize) -> Tile {
     macro_rules! pick {
-        ($g:literal) => {
+        ($g:literal, $f:literal) => {
             match (m, p.min) {
-                (6, false) => tile_six::<$g, false>(p, a, c0),
-                (5, false) => tile_m::<5, $g, false>(p, a, c0),
-                (4, false) => tile_m::<4, $g, false>(p, a, c0),
-                (3, false) => tile_m::<3, $g, false>(p, a, c0),
-                (2, false) => tile_m::<2, $g, false>(p, a, c0),
-                (1, false) => tile_m::<1, $g, false>(p, a, c0),
-                (6, true) => tile_six::<$g, true>(p, a, c0),
-                (5, true) => tile_m::<5, $g, true>(p, a, c0),
-                (4, true) => tile_m::<4, $g, true>(p, a, c0),
-                (3, true) => tile_m::<3, $g, true>(p, a, c0),
-                (2, true) => tile_m::<2, $g, true>(p, a, c0),
-                (1, true) => tile_m::<1, $g, true>(p, a, c0),
+                (6, false) => tile_six::<$g, false, $f>(p, a, c0),
+                (5, false) => tile_m::<5, $g, false, $f>(p, a, c0),
+                (4, false) => tile_m::<4, $g, false, $f>(p, a, c0),
+                (3, false) => tile_m::<3, $g, false, $f>(p, a, c0),
+                (2, false) => tile_m::<2, $g, false, $f>(p, a, c0),
+                (1, false) => tile_m::<1, $g, false, $f>(p, a, c0),
+                (6, true) => tile_six::<$g, true, $f>(p, a, c0),
+                (5, true) => tile_m::<5, $g, true, $f>(p, a, c0),
+                (4, true) => tile_m::<4, $g, true, $f>(p, a, c0),
+                (3, true) => tile_m::<3, $g, true, $f>(p, a, c0),
+                (2, true) => tile_m::<2, $g, true, $f>(p, a, c0),
+                (1, true) => tile_m::<1, $g, true, $f>(p, a, c0),
                 _ => [[0.0; NR]; MR],
             }
         };
@@ -30,10 +31,11 @@ pub(super) unsafe fn tile_avx512(p: &Panel, a: &Acts, c0: usize, m: usize) -> Ti
     const _: () = assert!(MR == 6 && NR == 32);
     // SAFETY: the caller's contract, passed on.
     unsafe {
-        if p.g == 16 {
-            pick!(16)
-        } else {
-            pick!(32)
+        match (p.g, a.fold) {
+            (16, false) => pick!(16, false),
+            (16, true) => pick!(16, true),
+            (_, false) => pick!(32, false),
+            (_, true) => pick!(32, true),
         }
     }
 }
@@ -130,7 +132,7 @@ pub(super) unsafe fn quant_q8_k_avx512(x: &[f32], block: &mut [u8; 292]) {
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn tile_m<const M: usize, const G: usize, const MIN: bool>(
+unsafe fn tile_m<const M: usize, const G: usize, const MIN: bool, const FOLD: bool>(
     p: &Panel,
     a: &Acts,
     c0: usize,
@@ -142,6 +144,7 @@ unsafe fn tile_m<const M: usize, const G: usize, const MIN: bool>(
     let asum = a.sum[c0 * p.groups..].as_ptr();
     let abase = a.base[c0 * p.groups..].as_ptr();
     let mut facc = [[_mm512_setzero_ps(); 2]; M];
+    let mut pend = [[_mm512_setzero_ps(); 2]; M];
     for g in 0..p.groups {
         // SAFETY (whole body): group g's panel entries and each activation
         // row's elements g*G..(g+1)*G lie inside the buffers (asserted by
@@ -160,7 +163,7 @@ unsafe fn tile_m<const M: usize, const G: usize, const MIN: bool>(
                     acc[1] = _mm512_dpbusd_epi32(acc[1], w1, av);
                 }
             }
-            float_steps::<M, G, MIN>(&iacc, &mut facc, p, ad, asum, g);
+            float_steps::<M, G, MIN, FOLD>(&iacc, &mut facc, &mut pend, p, ad, asum, g);
         }
     }
     tile_of(&facc)
@@ -169,7 +172,10 @@ unsafe fn tile_m<const M: usize, const G: usize, const MIN: bool>(
 /// Group `g`'s float steps for `M` activation rows, the ones every tier
 /// takes in this order: each row's i32 sums times the panel's scales times
 /// the row's activation scale, added into `facc`, less the minimum terms.
-/// The four- and six-row AVX-512 tiles share them.
+/// With `FOLD` (Q8_K rows, see [`super::tile_scalar`]) the sums of a
+/// super-block's groups gather in `pend` without the activation
+/// scale, which its last group applies. The four- and six-row AVX-512
+/// tiles share them.
 ///
 /// # Safety
 /// avx512f present; `ad` and `asum` point at the first of the `M` rows'
@@ -177,9 +183,11 @@ unsafe fn tile_m<const M: usize, const G: usize, const MIN: bool>(
 /// [`super::tile`] asserts), and `g < p.groups`.
 #[inline]
 #[target_feature(enable = "avx512f")]
-unsafe fn float_steps<const M: usize, const G: usize, const MIN: bool>(
+#[allow(clippy::too_many_arguments)]
+unsafe fn float_steps<const M: usize, const G: usize, const MIN: bool, const FOLD: bool>(
     iacc: &[[__m512i; 2]; M],
     facc: &mut [[__m512; 2]; M],
+    pend: &mut [[__m512; 2]; M],
     p: &Panel,
     ad: *const f32,
     asum: *const f32,
@@ -191,6 +199,36 @@ unsafe fn float_steps<const M: usize, const G: usize, const MIN: bool>(
     unsafe {
         let s0 = _mm512_loadu_ps(ps.add(g * NR));
         let s1 = _mm512_loadu_ps(ps.add(g * NR + 16));
+        if FOLD {
+            let first = g.is_multiple_of(QK_K / G);
+            for (t, i) in pend.iter_mut().zip(iacc) {
+                let (i0, i1) = (_mm512_cvtepi32_ps(i[0]), _mm512_cvtepi32_ps(i[1]));
+                if first {
+                    t[0] = _mm512_mul_ps(i0, s0);
+                    t[1] = _mm512_mul_ps(i1, s1);
+                } else {
+                    t[0] = _mm512_fmadd_ps(i0, s0, t[0]);
+                    t[1] = _mm512_fmadd_ps(i1, s1, t[1]);
+                }
+            }
+            if MIN {
+                let m0 = _mm512_loadu_ps(pm.add(g * NR));
+                let m1 = _mm512_loadu_ps(pm.add(g * NR + 16));
+                for (c, t) in pend.iter_mut().enumerate() {
+                    let sum = _mm512_set1_ps(*asum.add(c * p.groups + g));
+                    t[0] = _mm512_fnmadd_ps(m0, sum, t[0]);
+                    t[1] = _mm512_fnmadd_ps(m1, sum, t[1]);
+                }
+            }
+            if g % (QK_K / G) == QK_K / G - 1 {
+                for (c, (f, t)) in facc.iter_mut().zip(pend.iter()).enumerate() {
+                    let d = _mm512_set1_ps(*ad.add(c * (cols / QK) + g * G / QK));
+                    f[0] = _mm512_fmadd_ps(t[0], d, f[0]);
+                    f[1] = _mm512_fmadd_ps(t[1], d, f[1]);
+                }
+            }
+            return;
+        }
         for (c, (f, i)) in facc.iter_mut().zip(iacc).enumerate() {
             let d = _mm512_set1_ps(*ad.add(c * (cols / QK) + g * G / QK));
             f[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i[0]), _mm512_mul_ps(s0, d), f[0]);
@@ -293,7 +331,11 @@ macro_rules! six_rows_step {
 /// (three operations per group and vector, on the same two ports) are what
 /// bounds it now.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-unsafe fn tile_six<const G: usize, const MIN: bool>(p: &Panel, a: &Acts, c0: usize) -> Tile {
+unsafe fn tile_six<const G: usize, const MIN: bool, const FOLD: bool>(
+    p: &Panel,
+    a: &Acts,
+    c0: usize,
+) -> Tile {
     const M: usize = 6;
     let cols = p.groups * G;
     let pq = p.q.as_ptr();
@@ -302,6 +344,7 @@ unsafe fn tile_six<const G: usize, const MIN: bool>(p: &Panel, a: &Acts, c0: usi
     let asum = a.sum[c0 * p.groups..].as_ptr();
     let abase = a.base[c0 * p.groups..].as_ptr();
     let mut facc = [[_mm512_setzero_ps(); 2]; M];
+    let mut pend = [[_mm512_setzero_ps(); 2]; M];
     for g in 0..p.groups {
         // SAFETY (whole body): group g's panel entries (G/4 steps of 128
         // bytes from `pw`) and each activation row's elements g*G..(g+1)*G
@@ -336,7 +379,7 @@ unsafe fn tile_six<const G: usize, const MIN: bool>(p: &Panel, a: &Acts, c0: usi
             } else {
                 group!(0 0, 4 128, 8 256, 12 384, 16 512, 20 640, 24 768, 28 896);
             }
-            float_steps::<M, G, MIN>(&c, &mut facc, p, ad, asum, g);
+            float_steps::<M, G, MIN, FOLD>(&c, &mut facc, &mut pend, p, ad, asum, g);
         }
     }
     tile_of(&facc)
@@ -363,12 +406,18 @@ pub(super) unsafe fn tile_avx2(p: &Panel, a: &Acts, c0: usize, m: usize) -> Tile
     macro_rules! wide {
         ($g:literal, $min:literal, $run:literal) => {{
             let mut out = AlignedTile([[0.0f32; NR]; MR]);
+            let mut pend = AlignedTile([[0.0f32; NR]; MR]);
+            let (o, t) = (&mut out, &mut pend);
             for h in 0..NR / 16 {
-                match m {
-                    4 => tile_avx2_wide::<4, $g, $min, $run>(p, a, c0, h, &mut out),
-                    3 => tile_avx2_wide::<3, $g, $min, $run>(p, a, c0, h, &mut out),
-                    2 => tile_avx2_wide::<2, $g, $min, $run>(p, a, c0, h, &mut out),
-                    1 => tile_avx2_wide::<1, $g, $min, $run>(p, a, c0, h, &mut out),
+                match (m, a.fold) {
+                    (4, false) => tile_avx2_wide::<4, $g, $min, $run, false>(p, a, c0, h, o, t),
+                    (3, false) => tile_avx2_wide::<3, $g, $min, $run, false>(p, a, c0, h, o, t),
+                    (2, false) => tile_avx2_wide::<2, $g, $min, $run, false>(p, a, c0, h, o, t),
+                    (1, false) => tile_avx2_wide::<1, $g, $min, $run, false>(p, a, c0, h, o, t),
+                    (4, true) => tile_avx2_wide::<4, $g, $min, $run, true>(p, a, c0, h, o, t),
+                    (3, true) => tile_avx2_wide::<3, $g, $min, $run, true>(p, a, c0, h, o, t),
+                    (2, true) => tile_avx2_wide::<2, $g, $min, $run, true>(p, a, c0, h, o, t),
+                    (1, true) => tile_avx2_wide::<1, $g, $min, $run, true>(p, a, c0, h, o, t),
                     _ => {}
                 }
             }
@@ -436,21 +485,30 @@ struct AlignedTile(Tile);
 ///
 /// Up to sixteen running sums and two weight vectors fill the registers, so
 /// the float accumulators live in `out` (L1: a load and a store per group,
-/// against 8 × `G` / 4 products), and a group's earlier runs wait in memory
-/// while its last one adds up.
+/// against 8 × `G` / 4 products), as do a super-block's pending sums
+/// (`pend`, see [`float_steps_in_l1`]), and a group's earlier runs wait in
+/// memory while its last one adds up.
 ///
 /// # Safety
 /// avx2 and fma present; `p` and `a` as [`super::tile`] asserts for
 /// `MA <= m` rows; `16h + 16 <= NR`.
 #[target_feature(enable = "avx2,fma")]
-unsafe fn tile_avx2_wide<const MA: usize, const G: usize, const MIN: bool, const RUN: usize>(
+unsafe fn tile_avx2_wide<
+    const MA: usize,
+    const G: usize,
+    const MIN: bool,
+    const RUN: usize,
+    const FOLD: bool,
+>(
     p: &Panel,
     a: &Acts,
     c0: usize,
     h: usize,
     out: &mut AlignedTile,
+    pend: &mut AlignedTile,
 ) {
     const { assert!(RUN == 0 || (G / 4).is_multiple_of(RUN)) };
+    let pe = pend.0.as_mut_ptr() as *mut f32;
     let cols = p.groups * G;
     let pq = p.q.as_ptr();
     let aq = a.q[c0 * cols..].as_ptr();
@@ -537,7 +595,11 @@ unsafe fn tile_avx2_wide<const MA: usize, const G: usize, const MIN: bool, const
                     }
                 }
             }
-            float_steps_in_l1::<MA, G, MIN>(&iacc, p, ad, asum, g, h, o);
+            if FOLD {
+                fold_steps_in_l1::<MA, G, MIN>(&iacc, p, (ad, asum), g, h, (o, pe));
+            } else {
+                float_steps_in_l1::<MA, G, MIN>(&iacc, p, (ad, asum), g, h, o);
+            }
         }
     }
 }
@@ -558,12 +620,18 @@ pub(super) unsafe fn tile_avxvnni(p: &Panel, a: &Acts, c0: usize, m: usize) -> T
     macro_rules! wide {
         ($g:literal, $min:literal) => {{
             let mut out = AlignedTile([[0.0f32; NR]; MR]);
+            let mut pend = AlignedTile([[0.0f32; NR]; MR]);
+            let (o, t) = (&mut out, &mut pend);
             for h in 0..NR / 16 {
-                match m {
-                    4 => tile_avxvnni_wide::<4, $g, $min>(p, a, c0, h, &mut out),
-                    3 => tile_avxvnni_wide::<3, $g, $min>(p, a, c0, h, &mut out),
-                    2 => tile_avxvnni_wide::<2, $g, $min>(p, a, c0, h, &mut out),
-                    1 => tile_avxvnni_wide::<1, $g, $min>(p, a, c0, h, &mut out),
+                match (m, a.fold) {
+                    (4, false) => tile_avxvnni_wide::<4, $g, $min, false>(p, a, c0, h, o, t),
+                    (3, false) => tile_avxvnni_wide::<3, $g, $min, false>(p, a, c0, h, o, t),
+                    (2, false) => tile_avxvnni_wide::<2, $g, $min, false>(p, a, c0, h, o, t),
+                    (1, false) => tile_avxvnni_wide::<1, $g, $min, false>(p, a, c0, h, o, t),
+                    (4, true) => tile_avxvnni_wide::<4, $g, $min, true>(p, a, c0, h, o, t),
+                    (3, true) => tile_avxvnni_wide::<3, $g, $min, true>(p, a, c0, h, o, t),
+                    (2, true) => tile_avxvnni_wide::<2, $g, $min, true>(p, a, c0, h, o, t),
+                    (1, true) => tile_avxvnni_wide::<1, $g, $min, true>(p, a, c0, h, o, t),
                     _ => {}
                 }
             }
@@ -642,19 +710,20 @@ unsafe fn vnni_group_sums<const MA: usize, const G: usize>(
 
 /// Panel rows `16h..16h + 16` against activation rows `c0..c0 + MA` through
 /// `vpdpbusd`, added into `out[..MA]` (see [`tile_avx2_wide`] for why the
-/// float accumulators live in `out`: eight i32 sums, two weight vectors and
-/// a broadcast leave no room for them).
+/// float accumulators live in `out` and `pend`: eight i32 sums, two weight
+/// vectors and a broadcast leave no room for them).
 ///
 /// # Safety
 /// avx2, fma and avxvnni present; `p` and `a` as [`super::tile`] asserts
 /// for `MA <= m` rows; `16h + 16 <= NR`.
 #[target_feature(enable = "avx2,fma,avxvnni")]
-unsafe fn tile_avxvnni_wide<const MA: usize, const G: usize, const MIN: bool>(
+unsafe fn tile_avxvnni_wide<const MA: usize, const G: usize, const MIN: bool, const FOLD: bool>(
     p: &Panel,
     a: &Acts,
     c0: usize,
     h: usize,
     out: &mut AlignedTile,
+    pend: &mut AlignedTile,
 ) {
     let cols = p.groups * G;
     let pq = p.q.as_ptr();
@@ -663,6 +732,7 @@ unsafe fn tile_avxvnni_wide<const MA: usize, const G: usize, const MIN: bool>(
     let asum = a.sum[c0 * p.groups..].as_ptr();
     let abase = a.base[c0 * p.groups..].as_ptr();
     let o = out.0.as_mut_ptr() as *mut f32;
+    let pe = pend.0.as_mut_ptr() as *mut f32;
     for g in 0..p.groups {
         // SAFETY (whole body): as in `tile_avx2_wide`: group g's panel
         // entries for rows 16h..16h + 16 and each activation row's elements
@@ -670,7 +740,11 @@ unsafe fn tile_avxvnni_wide<const MA: usize, const G: usize, const MIN: bool>(
         // `out` has MR rows of NR floats, 32-byte aligned, 16h + 16 <= NR.
         unsafe {
             let iacc = vnni_group_sums::<MA, G>(pq, aq, abase, cols, p.groups, g, h);
-            float_steps_in_l1::<MA, G, MIN>(&iacc, p, ad, asum, g, h, o);
+            if FOLD {
+                fold_steps_in_l1::<MA, G, MIN>(&iacc, p, (ad, asum), g, h, (o, pe));
+            } else {
+                float_steps_in_l1::<MA, G, MIN>(&iacc, p, (ad, asum), g, h, o);
+            }
         }
     }
 }
@@ -702,10 +776,38 @@ unsafe fn tile_avxvnni_pair<const MA: usize, const G: usize, const MIN: bool>(
     let asum = a.sum[c0 * p.groups..].as_ptr();
     let abase = a.base[c0 * p.groups..].as_ptr();
     let mut facc = [[_mm256_setzero_ps(); 2]; MA];
+    // A super-block's sums without the activation scale (Q8_K rows, see
+    // `super::tile_scalar`).
+    let mut pend = [[_mm256_setzero_ps(); 2]; MA];
+    let fold = a.fold;
     for g in 0..p.groups {
         // SAFETY: as in `tile_avxvnni_wide`, for rows c0..c0 + MA.
         unsafe {
             let iacc = vnni_group_sums::<MA, G>(pq, aq, abase, cols, p.groups, g, h);
+            if fold {
+                let (first, last) = (g.is_multiple_of(QK_K / G), g % (QK_K / G) == QK_K / G - 1);
+                for (r, ((iacc, f), t)) in iacc.iter().zip(&mut facc).zip(&mut pend).enumerate() {
+                    let sum = _mm256_set1_ps(*asum.add(r * p.groups + g));
+                    for v in 0..2 {
+                        let s = _mm256_loadu_ps(ps.add(g * NR + h * 16 + v * 8));
+                        let i = _mm256_cvtepi32_ps(iacc[v]);
+                        t[v] = if first {
+                            _mm256_mul_ps(i, s)
+                        } else {
+                            _mm256_fmadd_ps(i, s, t[v])
+                        };
+                        if MIN {
+                            let mn = _mm256_loadu_ps(pm.add(g * NR + h * 16 + v * 8));
+                            t[v] = _mm256_fnmadd_ps(mn, sum, t[v]);
+                        }
+                        if last {
+                            let d = _mm256_set1_ps(*ad.add(r * (cols / QK) + g * G / QK));
+                            f[v] = _mm256_fmadd_ps(t[v], d, f[v]);
+                        }
+                    }
+                }
+                continue;
+            }
             for (r, (iacc, f)) in iacc.iter().zip(facc.iter_mut()).enumerate() {
                 let d = _mm256_set1_ps(*ad.add(r * (cols / QK) + g * G / QK));
                 let sum = _mm256_set1_ps(*asum.add(r * p.groups + g));
@@ -733,20 +835,19 @@ unsafe fn tile_avxvnni_pair<const MA: usize, const G: usize, const MIN: bool>(
 /// float tile `o` (the reference's steps: the sum times weight scale times
 /// activation scale, less minimum times activation sum when `MIN`), through
 /// volatile loads and stores that keep the float sums in L1 (see
-/// [`tile_avx2_wide`]).
+/// [`tile_avx2_wide`]); [`fold_steps_in_l1`] is its Q8_K form.
 ///
 /// # Safety
 /// avx2 and fma present; `ad` and `asum` point at the tile's first
 /// activation row's scales and group sums (as [`super::tile`] asserts for
-/// `MA` rows); `o` at an aligned tile of MR rows of NR floats;
+/// `MA` rows); `o` and `pe` at aligned tiles of MR rows of NR floats;
 /// `16h + 16 <= NR`.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
 unsafe fn float_steps_in_l1<const MA: usize, const G: usize, const MIN: bool>(
     iacc: &[[__m256i; 2]; MA],
     p: &Panel,
-    ad: *const f32,
-    asum: *const f32,
+    (ad, asum): (*const f32, *const f32),
     g: usize,
     h: usize,
     o: *mut f32,
@@ -768,6 +869,56 @@ unsafe fn float_steps_in_l1<const MA: usize, const G: usize, const MIN: bool>(
                     f = _mm256_fnmadd_ps(mn, sum, f);
                 }
                 at.write_volatile(f);
+            }
+        }
+    }
+}
+
+/// [`float_steps_in_l1`] for Q8_K rows (see [`super::tile_scalar`]): a
+/// super-block's sums gather in the tile `pe` without the activation
+/// scale, which its last group applies into `o`. Always inlined: called,
+/// it cost the AVX2 tile 17%.
+///
+/// # Safety
+/// As [`float_steps_in_l1`]. It has no `target_feature` of its own (which
+/// would rule out `inline(always)`): inlined into its AVX2 callers, its
+/// intrinsics take theirs.
+#[inline(always)]
+unsafe fn fold_steps_in_l1<const MA: usize, const G: usize, const MIN: bool>(
+    iacc: &[[__m256i; 2]; MA],
+    p: &Panel,
+    (ad, asum): (*const f32, *const f32),
+    g: usize,
+    h: usize,
+    (o, pe): (*mut f32, *mut f32),
+) {
+    let cols = p.groups * G;
+    let (ps, pm) = (p.s.as_ptr(), p.m.as_ptr());
+    // SAFETY: the caller's contract bounds every access.
+    unsafe {
+        let (first, last) = (g.is_multiple_of(QK_K / G), g % (QK_K / G) == QK_K / G - 1);
+        for (r, iacc) in iacc.iter().enumerate() {
+            let sum = _mm256_set1_ps(*asum.add(r * p.groups + g));
+            for (v, &i) in iacc.iter().enumerate() {
+                let at = r * NR + h * 16 + v * 8;
+                let s = _mm256_loadu_ps(ps.add(g * NR + h * 16 + v * 8));
+                let i = _mm256_cvtepi32_ps(i);
+                let mut t = if first {
+                    _mm256_mul_ps(i, s)
+                } else {
+                    _mm256_fmadd_ps(i, s, (pe.add(at) as *mut __m256).read_volatile())
+                };
+                if MIN {
+                    let mn = _mm256_loadu_ps(pm.add(g * NR + h * 16 + v * 8));
+                    t = _mm256_fnmadd_ps(mn, sum, t);
+                }
+                if last {
+                    let d = _mm256_set1_ps(*ad.add(r * (cols / QK) + g * G / QK));
+                    let f = o.add(at) as *mut __m256;
+                    f.write_volatile(_mm256_fmadd_ps(t, d, f.read_volatile()));
+                } else {
+                    (pe.add(at) as *mut __m256).write_volatile(t);
+                }
             }
         }
     }
