@@ -512,9 +512,9 @@ pub(crate) type Tile = [[f32; NR]; MR];
 /// there each super-block's groups add up without it, `t = i * s` for its
 /// first group and `t = i * s + t` fused after (less `m * sum(q)` fused),
 /// and then `o = t * d + o` fused, once per super-block. That takes the
-/// multiply `s * d` out of every group (measured on the AVX-512 tile:
-/// Q4_K 334 → 348–356, Q6_K 299–305 → 320–351 G multiply-adds/s, one Zen
-/// core, before the other tiers followed).
+/// multiply `s * d` out of every group (criterion `gemm_tile_2048`, one
+/// core of an AMD EPYC VM: AVX-512 Q4_K 350 → 367, Q6_K 311 → 326 G
+/// multiply-adds/s; AVX-VNNI Q4_K 151 → 174; AVX2 Q6_K 116 → 133).
 pub(crate) fn tile_scalar(p: &Panel, a: &Acts, c0: usize, m: usize) -> Tile {
     let mut out = [[0.0f32; NR]; MR];
     let cols = a.cols;

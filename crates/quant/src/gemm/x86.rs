@@ -328,8 +328,8 @@ macro_rules! six_rows_step {
 /// one core, two alternated runs: Q5_0 223–225 → 231–233, Q4_K 186–189 →
 /// 206–215, Q6_K 175–188 → 186–193 G multiply-adds/s; whole 512-row
 /// products (`prefill_512`, packing included) gain 3–8%. The float steps
-/// (three operations per group and vector, on the same two ports) are what
-/// bounds it now.
+/// (three operations per group and vector on the same two ports, two
+/// against Q8_K rows) are what bounds it now.
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
 unsafe fn tile_six<const G: usize, const MIN: bool, const FOLD: bool>(
     p: &Panel,
