@@ -221,10 +221,15 @@ unsafe fn float_steps<const M: usize, const G: usize, const MIN: bool, const FOL
                 }
             }
             if g % (QK_K / G) == QK_K / G - 1 {
+                // The float sums, touched once per super-block, stay in
+                // memory (volatile): in registers beside the pending sums
+                // and the running integer sums they would spill anyway.
                 for (c, (f, t)) in facc.iter_mut().zip(pend.iter()).enumerate() {
                     let d = _mm512_set1_ps(*ad.add(c * (cols / QK) + g * G / QK));
-                    f[0] = _mm512_fmadd_ps(t[0], d, f[0]);
-                    f[1] = _mm512_fmadd_ps(t[1], d, f[1]);
+                    for (f, &t) in f.iter_mut().zip(t) {
+                        let f = std::ptr::addr_of_mut!(*f);
+                        f.write_volatile(_mm512_fmadd_ps(t, d, f.read_volatile()));
+                    }
                 }
             }
             return;
