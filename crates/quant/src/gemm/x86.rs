@@ -211,41 +211,34 @@ unsafe fn float_steps<const M: usize, const G: usize, const MIN: bool, const FOL
                     t[1] = _mm512_fmadd_ps(i1, s1, t[1]);
                 }
             }
-            if MIN {
-                let m0 = _mm512_loadu_ps(pm.add(g * NR));
-                let m1 = _mm512_loadu_ps(pm.add(g * NR + 16));
-                for (c, t) in pend.iter_mut().enumerate() {
-                    let sum = _mm512_set1_ps(*asum.add(c * p.groups + g));
-                    t[0] = _mm512_fnmadd_ps(m0, sum, t[0]);
-                    t[1] = _mm512_fnmadd_ps(m1, sum, t[1]);
-                }
+        } else {
+            for (c, (f, i)) in facc.iter_mut().zip(iacc).enumerate() {
+                let d = _mm512_set1_ps(*ad.add(c * (cols / QK) + g * G / QK));
+                f[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i[0]), _mm512_mul_ps(s0, d), f[0]);
+                f[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i[1]), _mm512_mul_ps(s1, d), f[1]);
             }
-            if g % (QK_K / G) == QK_K / G - 1 {
-                // The float sums, touched once per super-block, stay in
-                // memory (volatile): in registers beside the pending sums
-                // and the running integer sums they would spill anyway.
-                for (c, (f, t)) in facc.iter_mut().zip(pend.iter()).enumerate() {
-                    let d = _mm512_set1_ps(*ad.add(c * (cols / QK) + g * G / QK));
-                    for (f, &t) in f.iter_mut().zip(t) {
-                        let f = std::ptr::addr_of_mut!(*f);
-                        f.write_volatile(_mm512_fmadd_ps(t, d, f.read_volatile()));
-                    }
-                }
-            }
-            return;
-        }
-        for (c, (f, i)) in facc.iter_mut().zip(iacc).enumerate() {
-            let d = _mm512_set1_ps(*ad.add(c * (cols / QK) + g * G / QK));
-            f[0] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i[0]), _mm512_mul_ps(s0, d), f[0]);
-            f[1] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(i[1]), _mm512_mul_ps(s1, d), f[1]);
         }
         if MIN {
+            // The minimum terms go where the group's sums went.
+            let sums = if FOLD { &mut *pend } else { &mut *facc };
             let m0 = _mm512_loadu_ps(pm.add(g * NR));
             let m1 = _mm512_loadu_ps(pm.add(g * NR + 16));
-            for (c, f) in facc.iter_mut().enumerate() {
+            for (c, f) in sums.iter_mut().enumerate() {
                 let sum = _mm512_set1_ps(*asum.add(c * p.groups + g));
                 f[0] = _mm512_fnmadd_ps(m0, sum, f[0]);
                 f[1] = _mm512_fnmadd_ps(m1, sum, f[1]);
+            }
+        }
+        if FOLD && g % (QK_K / G) == QK_K / G - 1 {
+            // The float sums, touched once per super-block, stay in memory
+            // (volatile): in registers beside the pending sums and the
+            // running integer sums they would spill anyway.
+            for (c, (f, t)) in facc.iter_mut().zip(pend.iter()).enumerate() {
+                let d = _mm512_set1_ps(*ad.add(c * (cols / QK) + g * G / QK));
+                for (f, &t) in f.iter_mut().zip(t) {
+                    let f = std::ptr::addr_of_mut!(*f);
+                    f.write_volatile(_mm512_fmadd_ps(t, d, f.read_volatile()));
+                }
             }
         }
     }
