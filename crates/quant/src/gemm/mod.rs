@@ -227,6 +227,21 @@ impl Acts {
         }
     }
 
+    /// Where activation row `c0` starts in each buffer a tile kernel reads.
+    #[cfg_attr(
+        not(any(target_arch = "x86_64", target_arch = "aarch64")),
+        allow(dead_code)
+    )]
+    pub(crate) fn rows_from(&self, c0: usize) -> RowsFrom {
+        let groups = self.cols.checked_div(self.g).unwrap_or(0);
+        RowsFrom {
+            aq: self.q[c0 * self.cols..].as_ptr(),
+            ad: self.d[c0 * (self.cols / QK)..].as_ptr(),
+            asum: self.sum[c0 * groups..].as_ptr(),
+            abase: self.base[c0 * groups..].as_ptr(),
+        }
+    }
+
     /// Writes `q`'s signed bytes shifted to unsigned (`q + 128`) into `qu`,
     /// the AMX tiles' activation form.
     pub fn shift_unsigned(q: &[u8], qu: &mut [u8]) {
@@ -255,6 +270,24 @@ impl Acts {
             base[at / g + h] = -off * s;
         }
     }
+}
+
+/// Pointers to one activation row's start in [`Acts`]' buffers (see
+/// [`Acts::rows_from`]): its bytes, scales, group sums and groups'
+/// starting integers, from which the tile kernels read their rows.
+#[cfg_attr(
+    not(any(target_arch = "x86_64", target_arch = "aarch64")),
+    allow(dead_code)
+)]
+pub(crate) struct RowsFrom {
+    /// The row's signed bytes.
+    pub aq: *const u8,
+    /// Its scales, one per 32.
+    pub ad: *const f32,
+    /// Its group sums.
+    pub asum: *const f32,
+    /// Its groups' starting integers.
+    pub abase: *const i32,
 }
 
 /// [`NR`] weight rows unpacked for the tile kernel.

@@ -19,7 +19,7 @@
 //! `sdot` is not among Rust's stable intrinsics, so it is written as inline
 //! assembly, as [`crate::simd`]'s AArch64 kernels write it.
 
-use super::{Acts, Panel, Tile, MR, NR, QK, ROWS4};
+use super::{Acts, Panel, RowsFrom, Tile, MR, NR, QK, ROWS4};
 use crate::formats::kquants::QK_K;
 use std::arch::aarch64::*;
 use std::arch::asm;
@@ -172,10 +172,12 @@ unsafe fn tile_g<const G: usize, const MIN: bool, const FLIP: bool>(
     let cols = p.groups * G;
     let pq = p.q.as_ptr();
     let (ps, pm) = (p.s.as_ptr(), p.m.as_ptr());
-    let aq = a.q[c0 * cols..].as_ptr();
-    let ad = a.d[c0 * (cols / QK)..].as_ptr();
-    let asum = a.sum[c0 * p.groups..].as_ptr();
-    let abase = a.base[c0 * p.groups..].as_ptr();
+    let RowsFrom {
+        aq,
+        ad,
+        asum,
+        abase,
+    } = a.rows_from(c0);
     // The activation row each of the four sum rows reads.
     let src: [usize; 4] = std::array::from_fn(|c| if c < m { c } else { 0 });
     for g in 0..p.groups {

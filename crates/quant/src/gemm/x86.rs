@@ -2,7 +2,7 @@
 
 #![allow(clippy::incompatible_msrv)] // AVX-512 intrinsics: stable since 1.89, checked at run time.
 
-use super::{Acts, Panel, Tile, MR, NR, QK};
+use super::{Acts, Panel, RowsFrom, Tile, MR, NR, QK};
 use crate::formats::kquants::QK_K;
 use std::arch::x86_64::*;
 
@@ -139,10 +139,12 @@ unsafe fn tile_m<const M: usize, const G: usize, const MIN: bool, const FOLD: bo
 ) -> Tile {
     let cols = p.groups * G;
     let pq = p.q.as_ptr();
-    let aq = a.q[c0 * cols..].as_ptr();
-    let ad = a.d[c0 * (cols / QK)..].as_ptr();
-    let asum = a.sum[c0 * p.groups..].as_ptr();
-    let abase = a.base[c0 * p.groups..].as_ptr();
+    let RowsFrom {
+        aq,
+        ad,
+        asum,
+        abase,
+    } = a.rows_from(c0);
     let mut facc = [[_mm512_setzero_ps(); 2]; M];
     let mut pend = [[_mm512_setzero_ps(); 2]; M];
     for g in 0..p.groups {
@@ -337,10 +339,12 @@ unsafe fn tile_six<const G: usize, const MIN: bool, const FOLD: bool>(
     const M: usize = 6;
     let cols = p.groups * G;
     let pq = p.q.as_ptr();
-    let aq = a.q[c0 * cols..].as_ptr();
-    let ad = a.d[c0 * (cols / QK)..].as_ptr();
-    let asum = a.sum[c0 * p.groups..].as_ptr();
-    let abase = a.base[c0 * p.groups..].as_ptr();
+    let RowsFrom {
+        aq,
+        ad,
+        asum,
+        abase,
+    } = a.rows_from(c0);
     let mut facc = [[_mm512_setzero_ps(); 2]; M];
     let mut pend = [[_mm512_setzero_ps(); 2]; M];
     for g in 0..p.groups {
@@ -509,10 +513,12 @@ unsafe fn tile_avx2_wide<
     let pe = pend.0.as_mut_ptr() as *mut f32;
     let cols = p.groups * G;
     let pq = p.q.as_ptr();
-    let aq = a.q[c0 * cols..].as_ptr();
-    let ad = a.d[c0 * (cols / QK)..].as_ptr();
-    let asum = a.sum[c0 * p.groups..].as_ptr();
-    let abase = a.base[c0 * p.groups..].as_ptr();
+    let RowsFrom {
+        aq,
+        ad,
+        asum,
+        abase,
+    } = a.rows_from(c0);
     let ones = _mm256_set1_epi16(1);
     let flip = _mm256_set1_epi8(-128i8);
     let o = out.0.as_mut_ptr() as *mut f32;
@@ -725,10 +731,12 @@ unsafe fn tile_avxvnni_wide<const MA: usize, const G: usize, const MIN: bool, co
 ) {
     let cols = p.groups * G;
     let pq = p.q.as_ptr();
-    let aq = a.q[c0 * cols..].as_ptr();
-    let ad = a.d[c0 * (cols / QK)..].as_ptr();
-    let asum = a.sum[c0 * p.groups..].as_ptr();
-    let abase = a.base[c0 * p.groups..].as_ptr();
+    let RowsFrom {
+        aq,
+        ad,
+        asum,
+        abase,
+    } = a.rows_from(c0);
     let o = out.0.as_mut_ptr() as *mut f32;
     let pe = pend.0.as_mut_ptr() as *mut f32;
     for g in 0..p.groups {
@@ -769,10 +777,12 @@ unsafe fn tile_avxvnni_pair<const MA: usize, const G: usize, const MIN: bool>(
     let cols = p.groups * G;
     let pq = p.q.as_ptr();
     let (ps, pm) = (p.s.as_ptr(), p.m.as_ptr());
-    let aq = a.q[c0 * cols..].as_ptr();
-    let ad = a.d[c0 * (cols / QK)..].as_ptr();
-    let asum = a.sum[c0 * p.groups..].as_ptr();
-    let abase = a.base[c0 * p.groups..].as_ptr();
+    let RowsFrom {
+        aq,
+        ad,
+        asum,
+        abase,
+    } = a.rows_from(c0);
     let mut facc = [[_mm256_setzero_ps(); 2]; MA];
     // A super-block's sums without the activation scale (Q8_K rows, see
     // `super::tile_scalar`).
