@@ -41,7 +41,7 @@
 // Off x86-64 only the emulation (in tests) uses the block kernel.
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 
-use super::{fold_span, Acts, Panel, NR, QK};
+use super::{fold_at, Acts, Panel, NR, QK};
 
 /// Activation rows per block (two tiles' rows).
 pub(crate) const MA: usize = 32;
@@ -161,12 +161,11 @@ fn scale_group<U: Unit>(
             sum[c] = a.sum[row * p.groups + gi];
         }
     }
-    let span = fold_span(a, p.g);
     let k = GroupScales {
         scales,
         d: &d,
         mins: p.min.then_some((mins, &sum)),
-        fold: (span > 0).then(|| (gi.is_multiple_of(span), gi % span == span - 1)),
+        fold: fold_at(a, p.g, gi),
     };
     u.scale(out, pend, sums, m, &k);
 }

@@ -115,8 +115,8 @@ pub(crate) struct Acts {
     pub off: i32,
     /// Whether the rows are Q8_K, one scale per 256 elements (against the
     /// K formats): the tile kernels then add a super-block's groups without
-    /// the activation scale and apply it once per super-block, a third of
-    /// the float steps fewer ([`tile_scalar`] gives the order).
+    /// the activation scale and apply it once per super-block, one multiply
+    /// fewer per group ([`tile_scalar`] gives the order).
     pub fold: bool,
     /// For the AMX tiles only (else empty): the values shifted to unsigned,
     /// `q + 128`, for rows rounded up to a whole tile of [`amx::MA`] (the
@@ -519,15 +519,14 @@ pub(crate) fn grow<T: Clone>(v: &mut Vec<T>, n: usize, fill: T) {
     }
 }
 
-/// Groups of `g` per activation scale when `a`'s kernels fold that scale
-/// into once per super-block ([`Acts::fold`]), else 0 (a scale per group).
+/// Where group `gi` (of `g` elements) stands in its super-block when `a`'s
+/// activation scale is applied once per super-block ([`Acts::fold`]):
+/// `Some((first, last))`; `None` where every group takes its own scale.
+/// (The SIMD kernels compute the same with `g` a constant.)
 #[inline(always)]
-pub(crate) fn fold_span(a: &Acts, g: usize) -> usize {
-    if a.fold {
-        QK_K / g
-    } else {
-        0
-    }
+pub(crate) fn fold_at(a: &Acts, g: usize, gi: usize) -> Option<(bool, bool)> {
+    let span = QK_K / g.max(1);
+    (a.fold && span > 0).then(|| (gi.is_multiple_of(span), gi % span == span - 1))
 }
 
 /// The register tile's result: `out[c][r]` for activation row `c0 + c` and
@@ -552,7 +551,6 @@ pub(crate) fn tile_scalar(p: &Panel, a: &Acts, c0: usize, m: usize) -> Tile {
     let mut out = [[0.0f32; NR]; MR];
     let cols = a.cols;
     let quads = p.g / 4;
-    let span = fold_span(a, p.g);
     for (c, out_c) in out.iter_mut().enumerate().take(m) {
         // A super-block's sums so far, without the activation scale.
         let mut pend = [0.0f32; NR];
@@ -573,9 +571,9 @@ pub(crate) fn tile_scalar(p: &Panel, a: &Acts, c0: usize, m: usize) -> Tile {
             }
             let d = ad[g * p.g / QK];
             let scales = &p.s[g * NR..(g + 1) * NR];
-            if span > 0 {
+            if let Some((first, last)) = fold_at(a, p.g, g) {
                 for ((t, &i), &s) in pend.iter_mut().zip(&isum).zip(scales) {
-                    *t = if g.is_multiple_of(span) {
+                    *t = if first {
                         i as f32 * s
                     } else {
                         (i as f32).mul_add(s, *t)
@@ -587,7 +585,7 @@ pub(crate) fn tile_scalar(p: &Panel, a: &Acts, c0: usize, m: usize) -> Tile {
                         *t = (-mn).mul_add(sum, *t);
                     }
                 }
-                if g % span == span - 1 {
+                if last {
                     for (o, &t) in out_c.iter_mut().zip(&pend) {
                         *o = t.mul_add(d, *o);
                     }
