@@ -12,7 +12,7 @@ impl Model {
     pub(crate) fn ffn_block(&self, li: usize, s: &mut Scratch) -> Result<(), ModelError> {
         let (cfg, lw) = (&self.config, &self.weights.layers[li]);
         let (b, h, fd) = (s.batch, cfg.hidden, cfg.layers[li].ffn_dim);
-        self.block_input(&lw.ffn_norm, s);
+        self.block_input_for(&lw.ffn_norm, s, &lw.gate)?;
         let input = &s.h[..b * h];
         match cfg.layers[li].sparsity {
             // Activation sparsity needs each gate row whole (its mean and
@@ -41,7 +41,7 @@ impl Model {
         }
         let (gate, o) = (&s.gate[..b * fd], &mut s.o[..b * h]);
         // With the activations the gated product quantized where it did.
-        self.linear_ready(&lw.down, gate, b, o, &mut s.products)?;
+        self.linear(&lw.down, gate, b, o, &mut s.products)?;
         if let Some(moe) = &lw.moe {
             let (x, o) = (&s.x[..b * h], &mut s.o[..b * h]);
             self.moe_block(moe, x, o, b, &mut s.moe, &mut s.products)?;

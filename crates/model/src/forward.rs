@@ -12,7 +12,8 @@
 use crate::attention::{attend, AttentionBuffers, AttentionInput};
 use crate::kv::{slots_before_attention, store_batch_kv, KvSlot};
 use crate::ops::{par_rows, post_norm_add, pre_norm};
-use crate::{ops, Arch, KvCache, Model, ModelError, Scratch};
+use crate::weights::Linear;
+use crate::{ops, Arch, KvCache, Model, ModelError, Precision, Scratch};
 
 /// The query or key heads of a batch, for [`Model::rotate_heads`].
 #[derive(Clone, Copy)]
@@ -310,7 +311,7 @@ impl Model {
             kind.n_kv_heads * kind.head_dim,
             kind.n_kv_heads * kind.value_dim,
         );
-        self.block_input(&lw.attn_norm, s);
+        self.block_input_for(&lw.attn_norm, s, &lw.q)?;
         self.qkv_products(li, s)?;
         self.finish_queries(li, s);
         // A layer that shares another's KV reads that layer's cache and keys.
@@ -554,17 +555,31 @@ impl Model {
         });
     }
 
-    /// `s.h = rms_norm(s.x) * w`: the input of a block.
+    /// `s.h = rms_norm(s.x) * w`: the input of a block, whose first
+    /// product is `next`. Where that is a panel product (a prefill batch),
+    /// the tasks that norm a row also quantize it for `next` (see
+    /// [`quant::prepare_rows`]), and the product takes those activations.
     #[track_caller]
-    pub(crate) fn block_input(&self, w: &[f32], s: &mut Scratch) {
-        let n = s.batch * self.config.hidden;
-        pre_norm(
-            &self.pool,
-            &s.x[..n],
-            &mut s.h[..n],
-            w,
-            self.config.norm_eps,
-        );
+    pub(crate) fn block_input_for(
+        &self,
+        w: &[f32],
+        s: &mut Scratch,
+        next: &Linear,
+    ) -> Result<(), ModelError> {
+        let (b, h) = (s.batch, self.config.hidden);
+        let (x, out) = (&s.x[..b * h], &mut s.h[..b * h]);
+        let eps = self.config.norm_eps;
+        if self.precision != Precision::Quantized || next.cols != h {
+            pre_norm(&self.pool, x, out, w, eps);
+            return Ok(());
+        }
+        let norm = |i: usize, row: &mut [f32]| {
+            row.copy_from_slice(&x[i * h..(i + 1) * h]);
+            ops::rms_norm(row, w, eps);
+        };
+        let m = next.matrix(&self.file)?;
+        quant::prepare_rows(&self.pool, &m, out, b, &norm, &mut s.products.ready)?;
+        Ok(())
     }
 
     /// `s.x += rms_norm(s.o) * w`: a block's output, post-normed, into the

@@ -43,7 +43,15 @@ impl Model {
         match self.precision {
             Precision::Quantized => {
                 let refs: [&quant::Matrix; N] = std::array::from_fn(|i| &matrices[i]);
-                quant::matmul_many(&self.pool, &refs, x, batch, outs, &mut bufs.qbuf)?
+                quant::matmul_many_ready(
+                    &self.pool,
+                    &refs,
+                    x,
+                    batch,
+                    outs,
+                    &mut bufs.qbuf,
+                    &mut bufs.ready,
+                )?
             }
             Precision::Exact => {
                 for (m, out) in matrices.iter().zip(outs.iter_mut()) {
@@ -59,7 +67,7 @@ impl Model {
     /// activations are quantized (see [`quant::matmul_gated`]); `act` acts
     /// element by element. The same numbers as [`Self::linear_many`]
     /// followed by `act`. Where it can, the operation also quantizes
-    /// `outs[0]` for `next`, for [`Self::linear_ready`].
+    /// `outs[0]` for `next`, which the product of it just after takes.
     #[track_caller]
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn linear_gated(
@@ -98,34 +106,10 @@ impl Model {
         Ok(())
     }
 
-    /// [`Self::linear`] of the output of the [`Self::linear_gated`] just
-    /// before, with the activations it quantized for `w` where it did.
-    #[track_caller]
-    pub(crate) fn linear_ready(
-        &self,
-        w: &Linear,
-        x: &[f32],
-        batch: usize,
-        out: &mut [f32],
-        bufs: &mut ProductBuffers,
-    ) -> Result<(), ModelError> {
-        let w = w.matrix(&self.file)?;
-        match self.precision {
-            Precision::Quantized => quant::matmul_ready(
-                &self.pool,
-                &w,
-                x,
-                batch,
-                out,
-                &mut bufs.qbuf,
-                &mut bufs.ready,
-            )?,
-            Precision::Exact => matmul_exact(&self.pool, &w, x, batch, out, &mut bufs.wide)?,
-        }
-        Ok(())
-    }
-
     /// `out = W x` for a batch, in the precision the model was loaded with.
+    /// Activations quantized ahead for it (by [`Self::linear_gated`] or
+    /// [`Self::block_input_for`], from these rows `x`) are taken as they
+    /// are; whatever was ready is used up.
     #[track_caller]
     pub(crate) fn matmul(
         &self,
@@ -136,7 +120,15 @@ impl Model {
         bufs: &mut ProductBuffers,
     ) -> Result<(), ModelError> {
         match self.precision {
-            Precision::Quantized => quant::matmul(&self.pool, w, x, batch, out, &mut bufs.qbuf)?,
+            Precision::Quantized => quant::matmul_ready(
+                &self.pool,
+                w,
+                x,
+                batch,
+                out,
+                &mut bufs.qbuf,
+                &mut bufs.ready,
+            )?,
             Precision::Exact => matmul_exact(&self.pool, w, x, batch, out, &mut bufs.wide)?,
         }
         Ok(())

@@ -235,8 +235,35 @@ fn bench_prefill_shapes(c: &mut Criterion) {
     g.finish();
 }
 
+/// Quantizing a 512-row batch for the panel product on one thread, per
+/// activation form and kernel set (values per second): the 1B's inputs of
+/// its Q5_0 projections (Q8_0, groups of 32) and of its Q6_K down
+/// projection (Q8_K, groups of 16), and the 4B's Q4_K input (Q8_K, 32).
+fn bench_panel_acts(c: &mut Criterion) {
+    let batch = 512;
+    let mut g = c.benchmark_group("panel_acts_512");
+    for (name, ty, cols) in [
+        ("q5_0_1152", GgmlType::Q5_0, 1152usize),
+        ("q6_k_6912", GgmlType::Q6_K, 6912),
+        ("q4_k_2560", GgmlType::Q4_K, 2560),
+    ] {
+        g.throughput(Throughput::Elements((cols * batch) as u64));
+        let x = values(cols * batch, 6);
+        let mut acts = testing::PanelActs::default();
+        for set in testing::kernel_sets() {
+            g.bench_with_input(BenchmarkId::new(name, set), &set, |b, set| {
+                b.iter(|| {
+                    testing::panel_acts_with(set, ty, black_box(&x), cols, &mut acts).unwrap()
+                })
+            });
+        }
+    }
+    g.finish();
+}
+
 criterion_group!(
     benches,
+    bench_panel_acts,
     bench_gemm_pack,
     bench_sgemm_packed,
     bench_vec_dot,

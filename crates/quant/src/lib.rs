@@ -22,7 +22,8 @@ pub use bandwidth::read_bandwidth;
 pub use error::QuantError;
 pub use gguf::GgmlType;
 pub use matmul::{
-    check_product_shapes, matmul, matmul_gated, matmul_many, matmul_ready, Matrix, ReadyActs,
+    check_product_shapes, matmul, matmul_gated, matmul_many, matmul_many_ready, matmul_ready,
+    prepare_rows, Matrix, ReadyActs,
 };
 pub use pool::{core_counts, default_threads, FirstError, PoolStats, SiteProfile, ThreadPool};
 
@@ -321,6 +322,36 @@ pub mod testing {
             Ok(s)
         }
     }
+
+    /// Quantizes the rows of `x` (`cols` wide) for a panel product of `ty`
+    /// weights, as the product does before its tiles, through the named
+    /// kernel set's tier, on this thread, into `acts`' reused buffers;
+    /// returns a byte of the last row so the work cannot be skipped.
+    pub fn panel_acts_with(
+        set: &str,
+        ty: GgmlType,
+        x: &[f32],
+        cols: usize,
+        acts: &mut PanelActs,
+    ) -> Result<u8, QuantError> {
+        let tier = table(set)?.gemm;
+        let g = crate::gemm::group_len(ty).ok_or(QuantError::Unsupported(ty))?;
+        let at = crate::vec_dot_type(ty);
+        if cols == 0 || !cols.is_multiple_of(at.block_len()) {
+            return Err(QuantError::NotBlockMultiple {
+                ty: at,
+                len: cols,
+                block: at.block_len(),
+            });
+        }
+        let acts = &mut acts.0;
+        acts.fill(tier, x, cols, at, g, crate::gemm::offset(ty));
+        Ok(acts.q[(x.len() / cols * cols).saturating_sub(1)])
+    }
+
+    /// The reusable buffers of [`panel_acts_with`].
+    #[derive(Default)]
+    pub struct PanelActs(crate::gemm::Acts);
 
     /// Packs every 32-row panel of `w` in turn, as a prefill product does
     /// before its tiles (with the packer of the kernels in use), into one

@@ -158,16 +158,9 @@ fn sweep_rows(rows_per_tile: usize) -> usize {
 
 /// The panel product (see [`crate::gemm`]) of one or more matrices of the
 /// same width and activation format (a layer's query and key projections,
-/// its gate and up): the activations are quantized once, and one parallel
-/// operation computes every matrix, each task packing its own run of weight
-/// panels and sweeping activation rows past them.
-///
-/// Tasks are runs of panels (never across two matrices), several per
-/// thread so threads that finish early take more. A product of few panels
-/// for the threads (a 1152-row projection is 36 panels; sixteen threads
-/// would do three rounds with the last a quarter full) also splits the
-/// activation rows into blocks, each task one run and one block: the
-/// panels are packed once per block, which costs less than idle threads.
+/// its gate and up): the activations are quantized once (see
+/// [`quantize_panel_acts`]), and one parallel operation computes every
+/// matrix (see [`panels_product`]).
 #[track_caller]
 fn gemm_panels(
     pool: &ThreadPool,
@@ -177,155 +170,253 @@ fn gemm_panels(
     batch: usize,
     outs: &[SharedOut],
 ) {
-    use crate::gemm::amx::{Tiles, MA};
-    use crate::gemm::{group_len, offset, tile, tile_rows, Acts, Panel, NR};
+    use crate::gemm::Acts;
     use std::cell::RefCell;
     thread_local! {
         static ACTS: RefCell<Acts> = RefCell::new(Acts::default());
+    }
+    let Some(w0) = ws.first() else { return };
+    let Some(format) = PanelFormat::of(w0.ty, w0.cols, batch, tier) else {
+        return;
+    };
+    ACTS.with(|acts| {
+        let mut acts = acts.borrow_mut();
+        quantize_panel_acts(pool, format, RowSource::Given(x), &mut acts);
+        panels_product(pool, tier, ws, &acts, batch, outs);
+    });
+}
+
+/// What the panel product's activations are quantized as: the activation
+/// format, the weight format's group length and offset (see
+/// [`crate::gemm::Acts`]), the width, the batch and the tier (AMX also
+/// wants the unsigned copy). Matrices of one format share one quantization.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct PanelFormat {
+    at: GgmlType,
+    g: usize,
+    off: i32,
+    cols: usize,
+    batch: usize,
+    tier: GemmTier,
+}
+
+impl PanelFormat {
+    /// The format for weights of `ty`, or `None` where the type has no
+    /// panel product.
+    fn of(ty: GgmlType, cols: usize, batch: usize, tier: GemmTier) -> Option<Self> {
+        crate::gemm::group_len(ty).map(|g| Self {
+            at: vec_dot_type(ty),
+            g,
+            off: crate::gemm::offset(ty),
+            cols,
+            batch,
+            tier,
+        })
+    }
+}
+
+/// Where [`quantize_panel_acts`] takes its rows from.
+enum RowSource<'a> {
+    /// Rows computed already.
+    Given(&'a [f32]),
+    /// Rows that `make(i)` computes in `buf` (row `i`, `cols` wide) just
+    /// before they are quantized, on the thread that quantizes them, so
+    /// they are read from its cache: the operation that produces the
+    /// product's input and its quantization are one.
+    Made {
+        buf: &'a SharedOut,
+        make: &'a (dyn Fn(usize) + Sync),
+    },
+}
+
+/// Quantizes the `format.batch` rows of `src` into `acts` for the panel
+/// product, in parallel: each task quantizes its own run of rows into its
+/// own parts of the four buffers (five with AMX's unsigned copy).
+#[track_caller]
+fn quantize_panel_acts(
+    pool: &ThreadPool,
+    format: PanelFormat,
+    src: RowSource<'_>,
+    acts: &mut crate::gemm::Acts,
+) {
+    use crate::gemm::{amx::MA, Acts};
+    let PanelFormat {
+        at,
+        g,
+        off,
+        cols,
+        batch,
+        tier,
+    } = format;
+    let amx = tier == GemmTier::Amx;
+    acts.reset(batch, cols, at, g, off);
+    let padded = if amx { batch.next_multiple_of(MA) } else { 0 };
+    crate::gemm::grow(&mut acts.qu, padded * cols, 0);
+    // Several runs a thread, claimed as threads free up: one each
+    // made the product wait for the thread that woke last.
+    let per = batch.div_ceil(pool.threads() * tasks_per_thread()).max(1);
+    let Acts {
+        q,
+        d,
+        sum,
+        base,
+        qu,
+        ..
+    } = acts;
+    // The buffers may be longer than this batch (they only grow).
+    let mut qu_parts = qu[..padded * cols].chunks_mut(per * cols);
+    let parts: Vec<std::sync::Mutex<ActsPart>> = q[..batch * cols]
+        .chunks_mut(per * cols)
+        .zip(d[..batch * cols / 32].chunks_mut(per * cols / 32))
+        .zip(sum[..batch * cols / g].chunks_mut(per * cols / g))
+        .zip(base[..batch * cols / g].chunks_mut(per * cols / g))
+        .map(|(((q, d), s), i)| {
+            let u = qu_parts.next().unwrap_or_default();
+            std::sync::Mutex::new((q, d, s, i, u))
+        })
+        .collect();
+    pool.run(parts.len(), |t| {
+        let mut part = parts[t].lock().unwrap_or_else(|p| p.into_inner());
+        let (q, d, s, i, u) = &mut *part;
+        let rows = q.len() / cols;
+        for r in 0..rows {
+            let row = t * per + r;
+            let x = match &src {
+                RowSource::Given(x) => &x[row * cols..(row + 1) * cols],
+                RowSource::Made { buf, make } => {
+                    make(row);
+                    // SAFETY: row `row` belongs to this task alone, and
+                    // `make` holds no slice of it any more.
+                    unsafe { buf.view(row * cols, cols) }
+                }
+            };
+            Acts::fill_row(
+                tier,
+                x,
+                at,
+                g,
+                &mut q[r * cols..(r + 1) * cols],
+                &mut d[r * cols / 32..(r + 1) * cols / 32],
+                &mut s[r * cols / g..(r + 1) * cols / g],
+                &mut i[r * cols / g..(r + 1) * cols / g],
+                off,
+            );
+        }
+        if amx {
+            Acts::shift_unsigned(q, u);
+        }
+    });
+}
+
+/// The panel product of `ws` (same width and activation format) over the
+/// activations `acts` quantized for them: one parallel operation, each
+/// task packing its own run of weight panels and sweeping activation rows
+/// past them.
+///
+/// Tasks are runs of panels (never across two matrices), several per
+/// thread so threads that finish early take more. A product of few panels
+/// for the threads (a 1152-row projection is 36 panels; sixteen threads
+/// would do three rounds with the last a quarter full) also splits the
+/// activation rows into blocks, each task one run and one block: the
+/// panels are packed once per block, which costs less than idle threads.
+#[track_caller]
+fn panels_product(
+    pool: &ThreadPool,
+    tier: GemmTier,
+    ws: &[&Matrix],
+    acts: &crate::gemm::Acts,
+    batch: usize,
+    outs: &[SharedOut],
+) {
+    use crate::gemm::amx::{Tiles, MA};
+    use crate::gemm::{tile, tile_rows, Panel, NR};
+    use std::cell::RefCell;
+    thread_local! {
         static PACKED: RefCell<Vec<Panel>> = const { RefCell::new(Vec::new()) };
     }
     let Some(w0) = ws.first() else { return };
     let cols = w0.cols;
-    let Some(g) = group_len(w0.ty) else { return };
-    let at = vec_dot_type(w0.ty);
-    let off = offset(w0.ty);
     // AMX blocks are MA (32) activation rows, the register tiles the
     // tier's own height (six on AVX-512, four elsewhere).
     let amx = tier == GemmTier::Amx;
     let rows_per_tile = tile_rows(tier);
     let step = if amx { MA } else { rows_per_tile };
     let sweep = sweep_rows(step);
-    ACTS.with(|acts| {
-        let mut acts = acts.borrow_mut();
-        acts.reset(batch, cols, at, g, off);
-        let padded = if amx { batch.next_multiple_of(MA) } else { 0 };
-        crate::gemm::grow(&mut acts.qu, padded * cols, 0);
-        // Several runs a thread, claimed as threads free up: one each
-        // made the product wait for the thread that woke last.
-        let per = batch.div_ceil(pool.threads() * tasks_per_thread()).max(1);
-        {
-            // Each task quantizes its own run of rows into its own parts of
-            // the four buffers (five with AMX's unsigned copy).
-            let Acts {
-                q,
-                d,
-                sum,
-                base,
-                qu,
-                ..
-            } = &mut *acts;
-            // The buffers may be longer than this batch (they only grow).
-            let mut qu_parts = qu[..padded * cols].chunks_mut(per * cols);
-            let parts: Vec<std::sync::Mutex<ActsPart>> = q[..batch * cols]
-                .chunks_mut(per * cols)
-                .zip(d[..batch * cols / 32].chunks_mut(per * cols / 32))
-                .zip(sum[..batch * cols / g].chunks_mut(per * cols / g))
-                .zip(base[..batch * cols / g].chunks_mut(per * cols / g))
-                .map(|(((q, d), s), i)| {
-                    let u = qu_parts.next().unwrap_or_default();
-                    std::sync::Mutex::new((q, d, s, i, u))
-                })
-                .collect();
-            pool.run(parts.len(), |t| {
-                let mut part = parts[t].lock().unwrap_or_else(|p| p.into_inner());
-                let (q, d, s, i, u) = &mut *part;
-                let rows = q.len() / cols;
-                for r in 0..rows {
-                    let row = t * per + r;
-                    Acts::fill_row(
-                        tier,
-                        &x[row * cols..(row + 1) * cols],
-                        at,
-                        g,
-                        &mut q[r * cols..(r + 1) * cols],
-                        &mut d[r * cols / 32..(r + 1) * cols / 32],
-                        &mut s[r * cols / g..(r + 1) * cols / g],
-                        &mut i[r * cols / g..(r + 1) * cols / g],
-                        off,
-                    );
-                }
-                if amx {
-                    Acts::shift_unsigned(q, u);
-                }
-            });
-        }
-        let acts = &*acts;
-        // Fixed arrays: at most MAX_FUSED matrices.
-        let mut panels = [0usize; MAX_FUSED];
-        for (p, w) in panels.iter_mut().zip(ws) {
-            *p = w.rows.div_ceil(NR);
-        }
-        let aim = pool.threads() * tasks_per_thread();
-        let runs = panel_runs(&panels[..ws.len()], aim, pool.threads());
-        let blocks = if runs.len() >= aim {
-            1
-        } else {
-            aim.div_ceil(runs.len().max(1))
-                .min(batch.div_ceil(sweep))
-                .max(1)
-        };
-        let block_rows = batch.div_ceil(blocks).div_ceil(step) * step;
-        let blocks = batch.div_ceil(block_rows.max(1)).max(1);
-        pool.run(runs.len() * blocks, |t| {
-            let (
-                PanelRun {
-                    matrix,
-                    panels: mine,
-                },
-                block,
-            ) = (runs[t / blocks].clone(), t % blocks);
-            let (b0, b1) = (block * block_rows, ((block + 1) * block_rows).min(batch));
-            let (w, out, rows) = (ws[matrix], &outs[matrix], ws[matrix].rows);
-            PACKED.with(|packed| {
-                let mut packed = packed.borrow_mut();
-                packed.resize_with(PANELS, Panel::default);
-                let mut tiles = amx.then(Tiles::new);
-                let mut p0 = mine.start;
-                while p0 < mine.end {
-                    let p1 = (p0 + PANELS).min(mine.end);
-                    for (i, panel) in packed.iter_mut().enumerate().take(p1 - p0) {
-                        let r0 = (p0 + i) * NR;
-                        // A fixed array: this runs for every panel.
-                        let mut views: [&[u8]; NR] = [&[]; NR];
-                        let n = (rows - r0).min(NR);
-                        for (v, r) in views.iter_mut().zip(r0..r0 + n) {
-                            *v = w.row(r);
-                        }
-                        panel.fill_on(tier, w.ty, &views[..n], cols, amx);
+    // Fixed arrays: at most MAX_FUSED matrices.
+    let mut panels = [0usize; MAX_FUSED];
+    for (p, w) in panels.iter_mut().zip(ws) {
+        *p = w.rows.div_ceil(NR);
+    }
+    let aim = pool.threads() * tasks_per_thread();
+    let runs = panel_runs(&panels[..ws.len()], aim, pool.threads());
+    let blocks = if runs.len() >= aim {
+        1
+    } else {
+        aim.div_ceil(runs.len().max(1))
+            .min(batch.div_ceil(sweep))
+            .max(1)
+    };
+    let block_rows = batch.div_ceil(blocks).div_ceil(step) * step;
+    let blocks = batch.div_ceil(block_rows.max(1)).max(1);
+    pool.run(runs.len() * blocks, |t| {
+        let (
+            PanelRun {
+                matrix,
+                panels: mine,
+            },
+            block,
+        ) = (runs[t / blocks].clone(), t % blocks);
+        let (b0, b1) = (block * block_rows, ((block + 1) * block_rows).min(batch));
+        let (w, out, rows) = (ws[matrix], &outs[matrix], ws[matrix].rows);
+        PACKED.with(|packed| {
+            let mut packed = packed.borrow_mut();
+            packed.resize_with(PANELS, Panel::default);
+            let mut tiles = amx.then(Tiles::new);
+            let mut p0 = mine.start;
+            while p0 < mine.end {
+                let p1 = (p0 + PANELS).min(mine.end);
+                for (i, panel) in packed.iter_mut().enumerate().take(p1 - p0) {
+                    let r0 = (p0 + i) * NR;
+                    // A fixed array: this runs for every panel.
+                    let mut views: [&[u8]; NR] = [&[]; NR];
+                    let n = (rows - r0).min(NR);
+                    for (v, r) in views.iter_mut().zip(r0..r0 + n) {
+                        *v = w.row(r);
                     }
-                    for c0 in (b0..b1).step_by(sweep) {
-                        let c1 = (c0 + sweep).min(b1);
-                        for (i, panel) in packed.iter().enumerate().take(p1 - p0) {
-                            let r0 = (p0 + i) * NR;
-                            let n = (rows - r0).min(NR);
-                            if let Some(tiles) = tiles.as_mut() {
-                                for c in (c0..c1).step_by(MA) {
-                                    let m = (c1 - c).min(MA);
-                                    let v = tiles.block(panel, acts, c, m);
-                                    for (j, vj) in v.iter().enumerate().take(m) {
-                                        // SAFETY: as below.
-                                        unsafe { out.slice((c + j) * rows + r0, n) }
-                                            .copy_from_slice(&vj[..n]);
-                                    }
-                                }
-                                continue;
-                            }
-                            for c in (c0..c1).step_by(rows_per_tile) {
-                                let m = (c1 - c).min(rows_per_tile);
-                                let v = tile(tier, panel, acts, c, m);
+                    panel.fill_on(tier, w.ty, &views[..n], cols, amx);
+                }
+                for c0 in (b0..b1).step_by(sweep) {
+                    let c1 = (c0 + sweep).min(b1);
+                    for (i, panel) in packed.iter().enumerate().take(p1 - p0) {
+                        let r0 = (p0 + i) * NR;
+                        let n = (rows - r0).min(NR);
+                        if let Some(tiles) = tiles.as_mut() {
+                            for c in (c0..c1).step_by(MA) {
+                                let m = (c1 - c).min(MA);
+                                let v = tiles.block(panel, acts, c, m);
                                 for (j, vj) in v.iter().enumerate().take(m) {
-                                    // SAFETY: weight rows r0..r0+n of rows
-                                    // b0..b1 belong to this task alone, and
-                                    // this slice is the only one alive.
+                                    // SAFETY: as below.
                                     unsafe { out.slice((c + j) * rows + r0, n) }
                                         .copy_from_slice(&vj[..n]);
                                 }
                             }
+                            continue;
+                        }
+                        for c in (c0..c1).step_by(rows_per_tile) {
+                            let m = (c1 - c).min(rows_per_tile);
+                            let v = tile(tier, panel, acts, c, m);
+                            for (j, vj) in v.iter().enumerate().take(m) {
+                                // SAFETY: weight rows r0..r0+n of rows
+                                // b0..b1 belong to this task alone, and
+                                // this slice is the only one alive.
+                                unsafe { out.slice((c + j) * rows + r0, n) }
+                                    .copy_from_slice(&vj[..n]);
+                            }
                         }
                     }
-                    p0 = p1;
                 }
-            });
+                p0 = p1;
+            }
         });
     });
 }
@@ -536,22 +627,109 @@ fn rows_of_acts(
 /// the tasks of the gated product quantize each block of its output as the
 /// block is completed, while its values are in their cache; otherwise the
 /// calling thread would quantize the whole row alone between the two
-/// products, reading most of it from the other cores' caches.
-#[derive(Debug, Default)]
+/// products, reading most of it from the other cores' caches. On a
+/// prefill batch the tasks that apply the activation function to a row
+/// quantize it for the panel product, so that no separate operation reads
+/// the rows again from other cores' caches.
+#[derive(Default)]
 pub struct ReadyActs {
-    /// What `bytes` holds, `(activation type, columns, rows)`; `None` when
-    /// nothing is ready.
-    shape: Option<(GgmlType, usize, usize)>,
+    /// What `bytes` holds, `(activation type, columns, rows, address of
+    /// the rows quantized)`; `None` when nothing is ready. A product takes
+    /// it only for the same rows.
+    shape: Option<(GgmlType, usize, usize, usize)>,
     bytes: Vec<u8>,
     /// Per row and block: the elements computed so far.
     filled: Vec<std::sync::atomic::AtomicU32>,
+    /// What `panel` holds, for a batch that takes the panel product, and
+    /// the address of the rows it was quantized from (a product takes it
+    /// only for the same rows); `None` when nothing is ready there.
+    panel_for: Option<(PanelFormat, usize)>,
+    /// A prefill batch's activations for the panel product, quantized row
+    /// by row by the tasks that applied the activation function to them.
+    panel: crate::gemm::Acts,
+}
+
+impl std::fmt::Debug for ReadyActs {
+    // What is ready, not the megabytes of it.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ReadyActs")
+            .field("shape", &self.shape)
+            .field("panel_for", &self.panel_for)
+            .finish_non_exhaustive()
+    }
 }
 
 impl ReadyActs {
     /// Whether activations are ready for a product (until one uses them).
     pub fn is_ready(&self) -> bool {
-        self.shape.is_some()
+        self.shape.is_some() || self.panel_for.is_some()
     }
+}
+
+/// Makes the `batch` rows of `x` (`w.cols()` wide) with `make(i, row)`, row
+/// by row, in parallel once the batch is long enough to pay for it. Where
+/// `w` takes the panel product over this batch, the task that makes a row
+/// also quantizes it for `w` at once, from its cache, into `ready`: the
+/// product of `x` that comes next (by [`matmul_ready`], [`matmul_many_ready`]
+/// or [`matmul_gated`]) then takes them instead of quantizing `x` in a
+/// parallel operation of its own, which reads the rows again, mostly from
+/// the other cores' caches. The same numbers either way.
+#[track_caller]
+pub fn prepare_rows(
+    pool: &ThreadPool,
+    w: &Matrix,
+    x: &mut [f32],
+    batch: usize,
+    make: &(dyn Fn(usize, &mut [f32]) + Sync),
+    ready: &mut ReadyActs,
+) -> Result<(), QuantError> {
+    let cols = w.cols;
+    let n = batch.checked_mul(cols).ok_or(QuantError::Overflow)?;
+    let have = x.len();
+    let x = x.get_mut(..n).ok_or(QuantError::BufferTooShort {
+        what: "activation",
+        need: n,
+        have,
+    })?;
+    ready.shape = None;
+    ready.panel_for = None;
+    if cols == 0 {
+        return Ok(());
+    }
+    let k = simd::best();
+    let format = PanelFormat::of(w.ty, cols, batch, k.gemm)
+        .filter(|_| batch >= GEMM_MIN_BATCH && k.float(w.ty).is_none() && k.quant(w.ty).is_some());
+    if let Some(format) = format {
+        let buf = SharedOut {
+            ptr: x.as_mut_ptr(),
+            len: n,
+        };
+        let make_row = |i: usize| {
+            // SAFETY: row i belongs to the task that makes it, and this is
+            // the only slice of it alive.
+            make(i, unsafe { buf.slice(i * cols, cols) });
+        };
+        let src = RowSource::Made {
+            buf: &buf,
+            make: &make_row,
+        };
+        quantize_panel_acts(pool, format, src, &mut ready.panel);
+        ready.panel_for = Some((format, x.as_ptr() as usize));
+        return Ok(());
+    }
+    if batch < GEMM_MIN_BATCH || pool.threads() == 1 {
+        x.chunks_exact_mut(cols)
+            .enumerate()
+            .for_each(|(i, r)| make(i, r));
+        return Ok(());
+    }
+    let per = batch.div_ceil(pool.threads());
+    pool.for_each_chunk_mut(x, per * cols, |chunk, rows| {
+        for (j, r) in rows.chunks_exact_mut(cols).enumerate() {
+            make(chunk * per + j, r);
+        }
+    });
+    Ok(())
 }
 
 /// [`matmul`] of `x`, with the activations [`ReadyActs`] holds where they
@@ -570,7 +748,24 @@ pub fn matmul_ready(
 ) -> Result<(), QuantError> {
     let k = simd::best();
     let at = vec_dot_type(w.ty);
-    let usable = ready.shape.take() == Some((at, w.cols, batch))
+    // Used up whatever follows: ready activations serve one product.
+    let readied = ready.panel_for.take();
+    let panel = PanelFormat::of(w.ty, w.cols, batch, k.gemm);
+    if panel.is_some_and(|f| readied == Some((f, x.as_ptr() as usize)))
+        && batch >= GEMM_MIN_BATCH
+        && k.float(w.ty).is_none()
+        && k.quant(w.ty).is_some()
+    {
+        ready.shape = None;
+        check_product_shapes(w, x, batch, out)?;
+        let shared = SharedOut {
+            ptr: out.as_mut_ptr(),
+            len: batch * w.rows,
+        };
+        panels_product(pool, k.gemm, &[w], &ready.panel, batch, &[shared]);
+        return Ok(());
+    }
+    let usable = ready.shape.take() == Some((at, w.cols, batch, x.as_ptr() as usize))
         && batch < GEMM_MIN_BATCH
         && k.float(w.ty).is_none()
         && k.quant(w.ty).is_some();
@@ -612,6 +807,7 @@ impl<'a> BlockSink<'a> {
     ) -> Option<Self> {
         use std::sync::atomic::{AtomicU32, Ordering};
         ready.shape = None;
+        ready.panel_for = None;
         let at = vec_dot_type(next.ty);
         let len = match at {
             GgmlType::Q8_0 | GgmlType::Q8_K => at.block_len(),
@@ -708,7 +904,27 @@ pub fn matmul_many(
     outs: &mut [&mut [f32]],
     scratch: &mut Vec<u8>,
 ) -> Result<(), QuantError> {
+    let mut none = ReadyActs::default();
+    matmul_many_ready(pool, ws, x, batch, outs, scratch, &mut none)
+}
+
+/// [`matmul_many`] of `x`, with the activations [`prepare_rows`] readied
+/// in `ready` where they are `x` quantized for a panel product of this
+/// batch; quantizing `x` itself otherwise. Either way the same numbers.
+/// The ready activations are used up.
+#[track_caller]
+pub fn matmul_many_ready(
+    pool: &ThreadPool,
+    ws: &[&Matrix],
+    x: &[f32],
+    batch: usize,
+    outs: &mut [&mut [f32]],
+    scratch: &mut Vec<u8>,
+    ready: &mut ReadyActs,
+) -> Result<(), QuantError> {
+    ready.shape = None;
     if ws.len() != outs.len() {
+        ready.panel_for = None;
         return Err(QuantError::Shape(format!(
             "{} matrices for {} outputs",
             ws.len(),
@@ -724,13 +940,15 @@ pub fn matmul_many(
             .all(|w| w.cols == ws[0].cols && k.float(w.ty).is_none() && k.quant(w.ty).is_some());
     if !fused {
         if batch >= GEMM_MIN_BATCH && ws.len() <= MAX_FUSED {
-            return gemm_many(pool, k, ws, x, batch, outs, scratch);
+            return gemm_many(pool, k, ws, x, batch, outs, scratch, ready);
         }
+        ready.panel_for = None;
         for (w, out) in ws.iter().zip(outs.iter_mut()) {
             matmul(pool, w, x, batch, out, scratch)?;
         }
         return Ok(());
     }
+    ready.panel_for = None;
     for (w, out) in ws.iter().zip(outs.iter()) {
         check_product_shapes(w, x, batch, out)?;
     }
@@ -772,7 +990,10 @@ pub fn matmul_many(
 /// that share an activation format go as one product (see
 /// [`gemm_panels`]), the rest through [`matmul`]. The same numbers as
 /// [`matmul`] on each: a panel's sums do not depend on what else runs.
+/// The format of `ready`'s panel activations, where they were made from
+/// `x`, is not quantized again.
 #[track_caller]
+#[allow(clippy::too_many_arguments)]
 fn gemm_many(
     pool: &ThreadPool,
     k: &simd::Kernels,
@@ -781,13 +1002,15 @@ fn gemm_many(
     batch: usize,
     outs: &mut [&mut [f32]],
     scratch: &mut Vec<u8>,
+    ready: &mut ReadyActs,
 ) -> Result<(), QuantError> {
-    use crate::gemm::{group_len, offset};
     let format = |w: &Matrix| {
         (k.float(w.ty).is_none() && k.quant(w.ty).is_some())
-            .then(|| group_len(w.ty).map(|g| (g, offset(w.ty), vec_dot_type(w.ty), w.cols)))
+            .then(|| PanelFormat::of(w.ty, w.cols, batch, k.gemm))
             .flatten()
     };
+    // Taken whatever follows: ready activations serve one product.
+    let input = ready.panel_for.take();
     for (w, out) in ws.iter().zip(outs.iter()) {
         check_product_shapes(w, x, batch, out)?;
     }
@@ -819,7 +1042,11 @@ fn gemm_many(
                 n += 1;
             }
         }
-        gemm_panels(pool, k.gemm, &group[..n], x, batch, &shared[..n]);
+        if input == Some((f, x.as_ptr() as usize)) {
+            panels_product(pool, k.gemm, &group[..n], &ready.panel, batch, &shared[..n]);
+        } else {
+            gemm_panels(pool, k.gemm, &group[..n], x, batch, &shared[..n]);
+        }
     }
     Ok(())
 }
@@ -873,7 +1100,9 @@ fn quantize_once(
 /// instead of running on one between two products. (Applying it inside the
 /// panel product's tasks too, each sweep's pieces while in cache, measured
 /// no faster on 2 threads: 1B pp512 413.6 against 413.4 t/s, five
-/// alternated pairs.) `act` must act element
+/// alternated pairs.) A prefill batch applies `act` after the panel
+/// product, row by row, and where `next` takes the panel product the same
+/// tasks quantize each row for it (see [`ReadyActs`]). `act` must act element
 /// by element (it is handed pieces of rows); the results are those of
 /// [`matmul_many`] followed by `act` on whole rows, to the bit.
 #[track_caller]
@@ -900,18 +1129,55 @@ pub fn matmul_gated(
             .iter()
             .all(|w| k.float(w.ty).is_none() && k.quant(w.ty).is_some());
     if !fused {
-        if let Some((_, ready)) = next {
-            ready.shape = None;
-        }
-        matmul_many(
+        let mut next = next;
+        // Activations readied for gate and up (by `prepare_rows`) are in
+        // `next`'s buffer: this product takes them first.
+        let mut none = ReadyActs::default();
+        let input = match next.as_mut() {
+            Some((_, ready)) => &mut **ready,
+            None => &mut none,
+        };
+        matmul_many_ready(
             pool,
             &[gate, up],
             x,
             batch,
             &mut [&mut *out_gate, &mut *out_up],
             scratch,
+            input,
         )?;
         let n = batch * rows;
+        // A prefill batch whose next product is a panel product: the tasks
+        // that apply `act` to a row quantize it for that product at once,
+        // from their cache, in the same parallel operation.
+        let panel_next = next.and_then(|(w, ready)| {
+            let format = PanelFormat::of(w.ty, w.cols, batch, k.gemm)?;
+            let usable = batch >= GEMM_MIN_BATCH
+                && w.cols == rows
+                && k.float(w.ty).is_none()
+                && k.quant(w.ty).is_some();
+            usable.then_some((format, ready))
+        });
+        if let Some((format, ready)) = panel_next {
+            let u = &out_up[..n];
+            let buf = SharedOut {
+                ptr: out_gate.as_mut_ptr(),
+                len: n,
+            };
+            let make = |i: usize| {
+                // SAFETY: row i belongs to the task that makes it, and this
+                // is the only slice of it alive.
+                let g = unsafe { buf.slice(i * rows, rows) };
+                act(g, &u[i * rows..(i + 1) * rows]);
+            };
+            let src = RowSource::Made {
+                buf: &buf,
+                make: &make,
+            };
+            quantize_panel_acts(pool, format, src, &mut ready.panel);
+            ready.panel_for = Some((format, out_gate.as_ptr() as usize));
+            return Ok(());
+        }
         let (g, u) = (&mut out_gate[..n], &out_up[..n]);
         let rows_of = |g: &mut [f32], u: &[f32]| {
             g.chunks_exact_mut(rows.max(1))
@@ -972,7 +1238,7 @@ pub fn matmul_gated(
             }
         }
     });
-    let shape = sink.map(|sink| (sink.at, rows, batch));
+    let shape = sink.map(|sink| (sink.at, rows, batch, out_gate.as_ptr() as usize));
     if let (Some(shape), Some(ready)) = (shape, ready) {
         ready.shape = Some(shape);
     }

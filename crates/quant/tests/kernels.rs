@@ -394,8 +394,10 @@ fn matmul_gated_matches_products_then_activation() {
                     )
                     .unwrap();
                     assert!(same(&gate2, &want_g) && same(&up2, &want_u));
-                    // Decode batches of quantized weights have them ready.
-                    let fused = batch < 16 && ty != GgmlType::F16;
+                    // Decode batches of quantized weights have them ready,
+                    // and every prefill batch (the next product is a panel
+                    // product: all four types have one).
+                    let fused = batch >= 16 || ty != GgmlType::F16;
                     assert_eq!(ready.is_ready(), fused, "{ty} -> {ty_next}, batch {batch}");
                     let (mut got, mut want) = (vec![0.0; batch * 48], vec![0.0; batch * 48]);
                     quant::matmul_ready(
@@ -415,6 +417,102 @@ fn matmul_gated_matches_products_then_activation() {
                         "{ty} -> {ty_next}, {threads} threads, batch {batch}"
                     );
                 }
+            }
+        }
+    }
+}
+
+/// Rows made by `prepare_rows` (and, for a prefill batch, quantized by the
+/// tasks that made them) give the products of the same rows made first and
+/// quantized by the product, to the bit: for one matrix, for several of
+/// one format and of two (the second quantizes its own), on every thread
+/// count. Ready activations serve only the rows they were made from, and
+/// one product.
+#[test]
+fn prepared_rows_give_the_same_products() {
+    let mut rng = Rng(31);
+    let cols = 512;
+    let make = |i: usize, row: &mut [f32]| {
+        for (j, v) in row.iter_mut().enumerate() {
+            *v = ((i * 7 + j * 13) % 97) as f32 / 48.0 - 1.0;
+        }
+    };
+    for (ty, ty2) in [
+        (GgmlType::Q4_K, GgmlType::Q4_K),
+        (GgmlType::Q4_K, GgmlType::Q6_K),
+        (GgmlType::Q5_0, GgmlType::Q8_0),
+        (GgmlType::Q6_K, GgmlType::Q5_0),
+        (GgmlType::F16, GgmlType::Q4_K),
+    ] {
+        let (w1, w2) = (
+            random_weights(ty, 40 * cols, &mut rng),
+            random_weights(ty2, 72 * cols, &mut rng),
+        );
+        let (m1, m2) = (
+            Matrix::new(ty, 40, cols, &w1).unwrap(),
+            Matrix::new(ty2, 72, cols, &w2).unwrap(),
+        );
+        for threads in [1, 2, 5] {
+            let pool = ThreadPool::new(threads);
+            let mut scratch = Vec::new();
+            for batch in [1, 7, 16, 50, 130] {
+                let mut want_x = vec![0.0; batch * cols];
+                want_x
+                    .chunks_exact_mut(cols)
+                    .enumerate()
+                    .for_each(|(i, r)| make(i, r));
+                let same =
+                    |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits());
+                let mut ready = quant::ReadyActs::default();
+                let mut x = vec![f32::NAN; batch * cols];
+                quant::prepare_rows(&pool, &m1, &mut x, batch, &make, &mut ready).unwrap();
+                assert!(same(&x, &want_x), "{ty}, batch {batch}: the rows made");
+                let panel = batch >= 16 && ty != GgmlType::F16;
+                assert_eq!(ready.is_ready(), panel, "{ty}, batch {batch}");
+                // One matrix.
+                let (mut got, mut want) = (vec![0.0; batch * 40], vec![0.0; batch * 40]);
+                quant::matmul_ready(&pool, &m1, &x, batch, &mut got, &mut scratch, &mut ready)
+                    .unwrap();
+                assert!(!ready.is_ready(), "used up");
+                quant::matmul(&pool, &m1, &want_x, batch, &mut want, &mut scratch).unwrap();
+                assert!(same(&got, &want), "{ty}, {threads} threads, batch {batch}");
+                // Two matrices, of one format or two.
+                quant::prepare_rows(&pool, &m1, &mut x, batch, &make, &mut ready).unwrap();
+                let (mut g1, mut g2) = (vec![0.0; batch * 40], vec![0.0; batch * 72]);
+                quant::matmul_many_ready(
+                    &pool,
+                    &[&m1, &m2],
+                    &x,
+                    batch,
+                    &mut [&mut g1, &mut g2],
+                    &mut scratch,
+                    &mut ready,
+                )
+                .unwrap();
+                assert!(!ready.is_ready(), "used up");
+                let mut want2 = vec![0.0; batch * 72];
+                quant::matmul(&pool, &m2, &want_x, batch, &mut want2, &mut scratch).unwrap();
+                assert!(
+                    same(&g1, &want) && same(&g2, &want2),
+                    "{ty} and {ty2}, batch {batch}"
+                );
+                // Ready for other rows: not taken, and used up all the same.
+                quant::prepare_rows(&pool, &m1, &mut x, batch, &make, &mut ready).unwrap();
+                let other: Vec<f32> = want_x.iter().map(|v| v * 0.5).collect();
+                let mut want_other = vec![0.0; batch * 40];
+                quant::matmul(&pool, &m1, &other, batch, &mut want_other, &mut scratch).unwrap();
+                quant::matmul_ready(
+                    &pool,
+                    &m1,
+                    &other,
+                    batch,
+                    &mut got,
+                    &mut scratch,
+                    &mut ready,
+                )
+                .unwrap();
+                assert!(!ready.is_ready());
+                assert!(same(&got, &want_other), "{ty}, batch {batch}: other rows");
             }
         }
     }

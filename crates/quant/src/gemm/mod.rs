@@ -193,6 +193,23 @@ impl Acts {
         base: &mut [i32],
         off: i32,
     ) {
+        #[cfg(target_arch = "x86_64")]
+        if tier.vector() == GemmTier::Avx512Vnni
+            && (at == GgmlType::Q8_0 && g == QK || at == GgmlType::Q8_K)
+        {
+            // SAFETY: the tier's features were detected (the AVX-512 tier
+            // implies F16C); the row is a whole number of blocks (the
+            // caller's shapes) and its slices of the buffers hold its
+            // values, blocks and groups.
+            unsafe {
+                if at == GgmlType::Q8_0 {
+                    x86::fill_row_q8_0_avx512(x, q, d, sum, base, off);
+                } else {
+                    x86::fill_row_q8_k_avx512(x, q, d, sum, base, g, off);
+                }
+            }
+            return;
+        }
         if at == GgmlType::Q8_K {
             let mut block = [0u8; 292];
             for (b, xb) in x.chunks_exact(kquants::QK_K).enumerate() {

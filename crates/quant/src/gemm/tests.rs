@@ -227,6 +227,72 @@ fn tier_activation_quantizers_match_scalar() {
     }
 }
 
+/// Every tier fills the panel product's activation rows with the
+/// portable path's bytes, scales, sums and starting integers, for every
+/// activation form and group length the formats use: rows of a whole
+/// number of 16-block runs and with runs left over, blocks of zeros,
+/// exact ties and values far apart in size.
+#[test]
+fn acts_rows_match_portable_on_every_tier() {
+    let mut seed = 99u64;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        (seed >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
+    };
+    for ty in TYPES {
+        let (at, g, off) = (crate::vec_dot_type(ty), group_len(ty).unwrap(), offset(ty));
+        for cols in [256usize, 1152, 2560, 6912, 32 * 17] {
+            if !cols.is_multiple_of(at.block_len()) {
+                continue;
+            }
+            let rows = 3;
+            let xs: Vec<f32> = (0..rows * cols)
+                .map(|i| {
+                    let block = i / 32;
+                    match block % 9 {
+                        // A block of zeros.
+                        4 => 0.0,
+                        // Equal magnitudes of both signs (ties for the maximum).
+                        6 => {
+                            if i % 2 == 0 {
+                                0.75
+                            } else {
+                                -0.75
+                            }
+                        }
+                        // Values landing on .5 after scaling by 127/amax.
+                        7 => (2 * (i % 11) + 1) as f32 / 254.0,
+                        _ => next() * if block % 5 == 1 { 1e3 } else { 1.0 },
+                    }
+                })
+                .collect();
+            let mut want = Acts::default();
+            want.fill(GemmTier::Portable, &xs, cols, at, g, off);
+            for tier in tiers() {
+                let mut got = Acts::default();
+                got.fill(tier, &xs, cols, at, g, off);
+                let n = rows * cols;
+                let what = format!("{tier:?}, {ty}, {cols} columns");
+                assert_eq!(got.q[..n], want.q[..n], "{what}: values");
+                let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&got.d[..n / 32]),
+                    bits(&want.d[..n / 32]),
+                    "{what}: scales"
+                );
+                assert_eq!(
+                    bits(&got.sum[..n / g]),
+                    bits(&want.sum[..n / g]),
+                    "{what}: sums"
+                );
+                assert_eq!(got.base[..n / g], want.base[..n / g], "{what}: starts");
+            }
+        }
+    }
+}
+
 /// The panel product agrees with dequantized weights times the Q8_0
 /// activations' values, for every type (the unpacking and the shift are
 /// right, not only consistent between the two kernels).

@@ -69,6 +69,243 @@ pub(super) unsafe fn quant_q8_0_avx512(x: &[f32], block: &mut [u8; 34]) {
     }
 }
 
+/// Reduces each of 16 vectors to one lane: lane `b` of the result is
+/// `$op` over every lane of `$v[b]`. A tree of shuffles that halves the
+/// vectors at each level (four levels, 15 `$op`s and 30 shuffles for all
+/// 16) in place of 16 horizontal reductions of about eight steps each.
+/// `$op` must be associative and commutative (max, add) on `__m512`s.
+/// A macro, with plain loops: a closure or a function without the
+/// caller's vector features could be compiled out of line, its
+/// intrinsics calls.
+macro_rules! reduce_lanes16 {
+    ($v:expr, $op:expr) => {{
+        let v: &[__m512; 16] = $v;
+        // The tree leaves vector `i` in lane 4 * (i % 4) + i / 4 (a 4 × 4
+        // transpose); feeding it v[4 * (i % 4) + i / 4] at `i` undoes that.
+        let mut r = [_mm512_setzero_ps(); 8];
+        for i in 0..8 {
+            let (a, b) = (
+                v[4 * ((2 * i) % 4) + (2 * i) / 4],
+                v[4 * ((2 * i + 1) % 4) + (2 * i + 1) / 4],
+            );
+            r[i] = $op(
+                _mm512_shuffle_f32x4::<0x44>(a, b),
+                _mm512_shuffle_f32x4::<0xEE>(a, b),
+            );
+        }
+        let mut s = [_mm512_setzero_ps(); 4];
+        for i in 0..4 {
+            let (a, b) = (r[2 * i], r[2 * i + 1]);
+            s[i] = $op(
+                _mm512_shuffle_f32x4::<0x88>(a, b),
+                _mm512_shuffle_f32x4::<0xDD>(a, b),
+            );
+        }
+        let mut u = [_mm512_setzero_ps(); 2];
+        for i in 0..2 {
+            let (a, b) = (s[2 * i], s[2 * i + 1]);
+            u[i] = $op(
+                _mm512_shuffle_ps::<0x44>(a, b),
+                _mm512_shuffle_ps::<0xEE>(a, b),
+            );
+        }
+        $op(
+            _mm512_shuffle_ps::<0x88>(u[0], u[1]),
+            _mm512_shuffle_ps::<0xDD>(u[0], u[1]),
+        )
+    }};
+}
+
+/// Adds two vectors of i32 held as `__m512` (for `reduce_lanes16`).
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn add_epi32_ps(a: __m512, b: __m512) -> __m512 {
+    _mm512_castsi512_ps(_mm512_add_epi32(
+        _mm512_castps_si512(a),
+        _mm512_castps_si512(b),
+    ))
+}
+
+/// The sums of each of 16 vectors of i32 (see `reduce_lanes16`).
+#[inline]
+#[target_feature(enable = "avx512f")]
+fn sum_lanes16_epi32(v: &[__m512i; 16]) -> __m512i {
+    let mut f = [_mm512_setzero_ps(); 16];
+    for i in 0..16 {
+        f[i] = _mm512_castsi512_ps(v[i]);
+    }
+    _mm512_castps_si512(reduce_lanes16!(&f, add_epi32_ps))
+}
+
+/// [`Acts::fill_row`] for Q8_0 rows against groups of 32: the same bytes
+/// as quantizing each block of 32 with [`quant_q8_0_avx512`] and splitting
+/// it, written straight into the row's buffers. Sixteen blocks at a time,
+/// so their maxima, scales and sums are found by one reduction tree each
+/// (`reduce_lanes16`) and converted to f16 and back in one vector.
+///
+/// # Safety
+/// avx512f and avx512bw present; `x` holds a whole number of blocks, and
+/// `q`, `d`, `sum` and `base` have room for its values and blocks.
+#[target_feature(enable = "avx512f,avx512bw,f16c")]
+pub(super) unsafe fn fill_row_q8_0_avx512(
+    x: &[f32],
+    q: &mut [u8],
+    d: &mut [f32],
+    sum: &mut [f32],
+    base: &mut [i32],
+    off: i32,
+) {
+    let blocks = x.len() / QK;
+    assert!(q.len() >= blocks * QK && d.len() >= blocks);
+    assert!(sum.len() >= blocks && base.len() >= blocks);
+    let (xp, qp) = (x.as_ptr(), q.as_mut_ptr());
+    let neg_off = _mm512_set1_epi32(-off);
+    let mut b0 = 0;
+    while b0 < blocks {
+        let n = (blocks - b0).min(16);
+        let mut m = [_mm512_setzero_ps(); 16];
+        for (b, m) in m.iter_mut().enumerate().take(n) {
+            // SAFETY: block b0 + b lies inside `x` (b0 + b < blocks).
+            let (v0, v1) = unsafe {
+                let p = xp.add((b0 + b) * QK);
+                (_mm512_loadu_ps(p), _mm512_loadu_ps(p.add(16)))
+            };
+            *m = _mm512_max_ps(_mm512_abs_ps(v0), _mm512_abs_ps(v1));
+        }
+        let amax = reduce_lanes16!(&m, _mm512_max_ps);
+        let scale = _mm512_div_ps(amax, _mm512_set1_ps(127.0));
+        let nonzero = _mm512_cmp_ps_mask::<_CMP_NEQ_OQ>(amax, _mm512_setzero_ps());
+        let inv = _mm512_maskz_div_ps(nonzero, _mm512_set1_ps(127.0), amax);
+        // The f16 scale as the block stores it, widened back.
+        let half = _mm512_cvtph_ps(_mm512_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(scale));
+        let mut invs = [0f32; 16];
+        // SAFETY: 16 lanes into 16 floats.
+        unsafe { _mm512_storeu_ps(invs.as_mut_ptr(), inv) };
+        let mut sums = [_mm512_setzero_si512(); 16];
+        for (b, s) in sums.iter_mut().enumerate().take(n) {
+            let iv = _mm512_set1_ps(invs[b]);
+            // SAFETY: block b0 + b lies inside `x`, and its 32 bytes
+            // inside `q` (asserted above).
+            unsafe {
+                let p = xp.add((b0 + b) * QK);
+                let q0 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(p), iv));
+                let q1 = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(p.add(16)), iv));
+                let out = qp.add((b0 + b) * QK);
+                _mm_storeu_si128(out as *mut _, _mm512_cvtsepi32_epi8(q0));
+                _mm_storeu_si128(out.add(16) as *mut _, _mm512_cvtsepi32_epi8(q1));
+                *s = _mm512_add_epi32(q0, q1);
+            }
+        }
+        let s = sum_lanes16_epi32(&sums);
+        let keep: __mmask16 = if n == 16 { !0 } else { (1 << n) - 1 };
+        // SAFETY: lanes below n, blocks b0..b0 + n of each buffer (asserted
+        // above).
+        unsafe {
+            _mm512_mask_storeu_ps(d.as_mut_ptr().add(b0), keep, half);
+            let scaled = _mm512_mul_ps(half, _mm512_cvtepi32_ps(s));
+            _mm512_mask_storeu_ps(sum.as_mut_ptr().add(b0), keep, scaled);
+            let start = _mm512_mullo_epi32(neg_off, s);
+            _mm512_mask_storeu_epi32(base.as_mut_ptr().add(b0), keep, start);
+        }
+        b0 += n;
+    }
+}
+
+/// [`Acts::fill_row`] for Q8_K rows against groups of `g` (16 or 32): the
+/// same bytes as [`quant_q8_k_avx512`] and splitting its block, written
+/// straight into the row's buffers, the sums of each super-block's
+/// sixteen 16-value vectors found by one reduction tree.
+///
+/// # Safety
+/// avx512f and avx512bw present; `x` holds a whole number of
+/// super-blocks, `g` is 16 or 32, and `q`, `d`, `sum` and `base` have room
+/// for its values, blocks of 32 and groups.
+#[target_feature(enable = "avx512f,avx512bw")]
+pub(super) unsafe fn fill_row_q8_k_avx512(
+    x: &[f32],
+    q: &mut [u8],
+    d: &mut [f32],
+    sum: &mut [f32],
+    base: &mut [i32],
+    g: usize,
+    off: i32,
+) {
+    let supers = x.len() / QK_K;
+    let groups = QK_K / g;
+    assert!(g == 16 || g == 32);
+    assert!(q.len() >= supers * QK_K && d.len() >= supers * (QK_K / QK));
+    assert!(sum.len() >= supers * groups && base.len() >= supers * groups);
+    let neg_off = _mm512_set1_epi32(-off);
+    // Even and odd lanes, to add the sums of 16 pairwise into sums of 32.
+    let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
+    let odd = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 0, 0, 0, 0, 0, 0, 0, 0);
+    for sb in 0..supers {
+        let x = &x[sb * QK_K..(sb + 1) * QK_K];
+        let mut v = [_mm512_setzero_ps(); 16];
+        let mut vmax = _mm512_setzero_ps();
+        for (i, v) in v.iter_mut().enumerate() {
+            // SAFETY: 256 values in this super-block.
+            *v = unsafe { _mm512_loadu_ps(x.as_ptr().add(16 * i)) };
+            vmax = _mm512_max_ps(vmax, _mm512_abs_ps(*v));
+        }
+        let amax = _mm512_reduce_max_ps(vmax);
+        let (ds, ss) = (sb * (QK_K / QK), sb * groups);
+        if amax == 0.0 {
+            q[sb * QK_K..(sb + 1) * QK_K].fill(0);
+            d[ds..ds + QK_K / QK].fill(0.0);
+            sum[ss..ss + groups].fill(0.0);
+            base[ss..ss + groups].fill(0);
+            continue;
+        }
+        // The first value whose |x| equals the maximum, as the scalar
+        // loop finds it (see `quant_q8_k_avx512`).
+        let am = _mm512_set1_ps(amax);
+        let mut max = amax;
+        for (i, &v) in v.iter().enumerate() {
+            let m = _mm512_cmp_ps_mask::<_CMP_EQ_OQ>(_mm512_abs_ps(v), am);
+            if m != 0 {
+                max = x[16 * i + m.trailing_zeros() as usize];
+                break;
+            }
+        }
+        let iscale = -127.0 / max;
+        let sv = _mm512_set1_ps(iscale);
+        let top = _mm512_set1_epi32(127);
+        let mut qs = [_mm512_setzero_si512(); 16];
+        for (i, (&v, qv)) in v.iter().zip(qs.iter_mut()).enumerate() {
+            // -127/max * v lies in -127..=127 (within rounding), so each
+            // byte is its i32 and the group's sum is theirs.
+            *qv = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v, sv)), top);
+            // SAFETY: bytes 16i..16i + 16 of this super-block in `q`
+            // (asserted above).
+            unsafe {
+                _mm_storeu_si128(
+                    q.as_mut_ptr().add(sb * QK_K + 16 * i) as *mut _,
+                    _mm512_cvtsepi32_epi8(*qv),
+                )
+            };
+        }
+        d[ds..ds + QK_K / QK].fill(1.0 / iscale);
+        let s16 = sum_lanes16_epi32(&qs);
+        let (s, keep): (__m512i, __mmask16) = if g == 16 {
+            (s16, !0)
+        } else {
+            let pairs = _mm512_add_epi32(
+                _mm512_permutexvar_epi32(even, s16),
+                _mm512_permutexvar_epi32(odd, s16),
+            );
+            (pairs, 0xff)
+        };
+        // SAFETY: `groups` lanes, this super-block's groups (asserted
+        // above).
+        unsafe {
+            _mm512_mask_storeu_ps(sum.as_mut_ptr().add(ss), keep, _mm512_cvtepi32_ps(s));
+            let start = _mm512_mullo_epi32(neg_off, s);
+            _mm512_mask_storeu_epi32(base.as_mut_ptr().add(ss), keep, start);
+        }
+    }
+}
+
 /// `kquants::quant_q8_k` for one super-block of 256, the same bytes
 /// (scale, values and the i16 sums of each 16 values the decode kernels
 /// read).
