@@ -210,6 +210,22 @@ impl Acts {
             }
             return;
         }
+        #[cfg(target_arch = "x86_64")]
+        if matches!(tier.vector(), GemmTier::Avx2 | GemmTier::AvxVnni)
+            && (at == GgmlType::Q8_0 && g == QK || at == GgmlType::Q8_K)
+        {
+            // SAFETY: the tier's features were detected (every x86 tier
+            // requires F16C); the row is a whole number of blocks and its
+            // slices of the buffers hold its values, blocks and groups.
+            unsafe {
+                if at == GgmlType::Q8_0 {
+                    x86::fill_row_q8_0_avx2(x, q, d, sum, base, off);
+                } else {
+                    x86::fill_row_q8_k_avx2(x, q, d, sum, base, g, off);
+                }
+            }
+            return;
+        }
         if at == GgmlType::Q8_K {
             let mut block = [0u8; 292];
             for (b, xb) in x.chunks_exact(kquants::QK_K).enumerate() {

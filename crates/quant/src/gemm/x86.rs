@@ -1200,6 +1200,263 @@ fn pack32(v: [__m256; 4]) -> __m256i {
     _mm256_permutevar8x32_epi32(b, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7))
 }
 
+/// Reduces each of 8 vectors to one lane: lane `b` of the result is `$op`
+/// over every lane of `$v[b]`, by a tree of shuffles (three levels, 7
+/// `$op`s) in place of 8 horizontal reductions. `$op` must be associative
+/// and commutative (max, add) on `__m256`s. A macro with plain loops, for
+/// the reason `reduce_lanes16` is one.
+macro_rules! reduce_lanes8 {
+    ($v:expr, $op:expr) => {{
+        let v: &[__m256; 8] = $v;
+        // The tree leaves vector `i` in lane 4 * (i % 2) + i / 2; feeding
+        // it v[4 * (i % 2) + i / 2] at `i` undoes that.
+        let mut r = [_mm256_setzero_ps(); 4];
+        for i in 0..4 {
+            let (a, b) = (v[i], v[4 + i]);
+            r[i] = $op(
+                _mm256_permute2f128_ps::<0x20>(a, b),
+                _mm256_permute2f128_ps::<0x31>(a, b),
+            );
+        }
+        let mut u = [_mm256_setzero_ps(); 2];
+        for i in 0..2 {
+            let (a, b) = (r[2 * i], r[2 * i + 1]);
+            u[i] = $op(
+                _mm256_shuffle_ps::<0x44>(a, b),
+                _mm256_shuffle_ps::<0xEE>(a, b),
+            );
+        }
+        $op(
+            _mm256_shuffle_ps::<0x88>(u[0], u[1]),
+            _mm256_shuffle_ps::<0xDD>(u[0], u[1]),
+        )
+    }};
+}
+
+/// Adds two vectors of i32 held as `__m256` (for `reduce_lanes8`).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn add_epi32_ps8(a: __m256, b: __m256) -> __m256 {
+    _mm256_castsi256_ps(_mm256_add_epi32(
+        _mm256_castps_si256(a),
+        _mm256_castps_si256(b),
+    ))
+}
+
+/// The sums of 32 signed bytes by four: lane `k` holds bytes `4k..4k + 4`.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn byte_quads(b: __m256i) -> __m256i {
+    _mm256_madd_epi16(
+        _mm256_maddubs_epi16(_mm256_set1_epi8(1), b),
+        _mm256_set1_epi16(1),
+    )
+}
+
+/// [`Acts::fill_row`] for Q8_0 rows against groups of 32 on AVX2: the
+/// same bytes as quantizing each block of 32 with [`quant_q8_0_avx2`] and
+/// splitting it, written straight into the row's buffers, eight blocks at
+/// a time (their maxima and sums by one reduction tree each,
+/// `reduce_lanes8`; their scales to f16 and back in one vector).
+///
+/// # Safety
+/// avx2 and f16c present; `x` holds a whole number of blocks, and `q`,
+/// `d`, `sum` and `base` have room for its values and blocks.
+#[target_feature(enable = "avx2,f16c")]
+pub(super) unsafe fn fill_row_q8_0_avx2(
+    x: &[f32],
+    q: &mut [u8],
+    d: &mut [f32],
+    sum: &mut [f32],
+    base: &mut [i32],
+    off: i32,
+) {
+    let blocks = x.len() / QK;
+    assert!(q.len() >= blocks * QK && d.len() >= blocks);
+    assert!(sum.len() >= blocks && base.len() >= blocks);
+    let (xp, qp) = (x.as_ptr(), q.as_mut_ptr());
+    let neg_off = _mm256_set1_epi32(-off);
+    let mut b0 = 0;
+    while b0 < blocks {
+        let n = (blocks - b0).min(8);
+        let mut m = [_mm256_setzero_ps(); 8];
+        for (b, m) in m.iter_mut().enumerate().take(n) {
+            // SAFETY: block b0 + b lies inside `x` (b0 + b < blocks).
+            let v = unsafe {
+                let p = xp.add((b0 + b) * QK);
+                [
+                    _mm256_loadu_ps(p),
+                    _mm256_loadu_ps(p.add(8)),
+                    _mm256_loadu_ps(p.add(16)),
+                    _mm256_loadu_ps(p.add(24)),
+                ]
+            };
+            *m = _mm256_max_ps(
+                _mm256_max_ps(abs8(v[0]), abs8(v[1])),
+                _mm256_max_ps(abs8(v[2]), abs8(v[3])),
+            );
+        }
+        let amax = reduce_lanes8!(&m, _mm256_max_ps);
+        let scale = _mm256_div_ps(amax, _mm256_set1_ps(127.0));
+        let nonzero = _mm256_cmp_ps::<_CMP_NEQ_OQ>(amax, _mm256_setzero_ps());
+        let inv = _mm256_and_ps(_mm256_div_ps(_mm256_set1_ps(127.0), amax), nonzero);
+        // The f16 scale as the block stores it, widened back.
+        let half = _mm256_cvtph_ps(_mm256_cvtps_ph::<_MM_FROUND_TO_NEAREST_INT>(scale));
+        let mut invs = [0f32; 8];
+        // SAFETY: 8 lanes into 8 floats.
+        unsafe { _mm256_storeu_ps(invs.as_mut_ptr(), inv) };
+        let mut quads = [_mm256_setzero_ps(); 8];
+        for (b, s) in quads.iter_mut().enumerate().take(n) {
+            let iv = _mm256_set1_ps(invs[b]);
+            // SAFETY: block b0 + b lies inside `x`, and its 32 bytes
+            // inside `q` (asserted above).
+            unsafe {
+                let p = xp.add((b0 + b) * QK);
+                let v = [
+                    _mm256_mul_ps(_mm256_loadu_ps(p), iv),
+                    _mm256_mul_ps(_mm256_loadu_ps(p.add(8)), iv),
+                    _mm256_mul_ps(_mm256_loadu_ps(p.add(16)), iv),
+                    _mm256_mul_ps(_mm256_loadu_ps(p.add(24)), iv),
+                ];
+                let bytes = pack32(v);
+                _mm256_storeu_si256(qp.add((b0 + b) * QK) as *mut _, bytes);
+                *s = _mm256_castsi256_ps(byte_quads(bytes));
+            }
+        }
+        let s = _mm256_castps_si256(reduce_lanes8!(&quads, add_epi32_ps8));
+        let (mut dv, mut sv, mut bv) = ([0f32; 8], [0f32; 8], [0i32; 8]);
+        // SAFETY: 8 lanes into arrays of 8.
+        unsafe {
+            _mm256_storeu_ps(dv.as_mut_ptr(), half);
+            let scaled = _mm256_mul_ps(half, _mm256_cvtepi32_ps(s));
+            _mm256_storeu_ps(sv.as_mut_ptr(), scaled);
+            let start = _mm256_mullo_epi32(neg_off, s);
+            _mm256_storeu_si256(bv.as_mut_ptr() as *mut _, start);
+        }
+        d[b0..b0 + n].copy_from_slice(&dv[..n]);
+        sum[b0..b0 + n].copy_from_slice(&sv[..n]);
+        base[b0..b0 + n].copy_from_slice(&bv[..n]);
+        b0 += n;
+    }
+}
+
+/// [`Acts::fill_row`] for Q8_K rows against groups of `g` (16 or 32) on
+/// AVX2: the same bytes as [`quant_q8_k_avx2`] and splitting its block,
+/// written straight into the row's buffers; each super-block's group sums
+/// come from its bytes by horizontal adds across the eight 32-byte runs.
+///
+/// # Safety
+/// avx2 present; `x` holds a whole number of super-blocks, `g` is 16 or
+/// 32, and `q`, `d`, `sum` and `base` have room for its values, blocks of
+/// 32 and groups.
+#[target_feature(enable = "avx2")]
+pub(super) unsafe fn fill_row_q8_k_avx2(
+    x: &[f32],
+    q: &mut [u8],
+    d: &mut [f32],
+    sum: &mut [f32],
+    base: &mut [i32],
+    g: usize,
+    off: i32,
+) {
+    let supers = x.len() / QK_K;
+    let groups = QK_K / g;
+    assert!(g == 16 || g == 32);
+    assert!(q.len() >= supers * QK_K && d.len() >= supers * (QK_K / QK));
+    assert!(sum.len() >= supers * groups && base.len() >= supers * groups);
+    // `hadd` leaves the halves' sums of four runs as 0, 2, 4, 6 | 1, 3, 5, 7.
+    let order16 = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    // ... and the runs' sums of eight, two vectors of those, as
+    // 0, 1, 4, 5 | 2, 3, 6, 7.
+    let order32 = _mm256_setr_epi32(0, 1, 4, 5, 2, 3, 6, 7);
+    for sb in 0..supers {
+        let x = &x[sb * QK_K..(sb + 1) * QK_K];
+        let mut vmax = _mm256_setzero_ps();
+        for i in 0..32 {
+            // SAFETY: 256 values in this super-block.
+            let v = unsafe { _mm256_loadu_ps(x.as_ptr().add(8 * i)) };
+            vmax = _mm256_max_ps(vmax, abs8(v));
+        }
+        let amax = abs_max8(vmax);
+        let (ds, ss) = (sb * (QK_K / QK), sb * groups);
+        if amax == 0.0 {
+            q[sb * QK_K..(sb + 1) * QK_K].fill(0);
+            d[ds..ds + QK_K / QK].fill(0.0);
+            sum[ss..ss + groups].fill(0.0);
+            base[ss..ss + groups].fill(0);
+            continue;
+        }
+        // The first value whose |x| equals the maximum (see the AVX-512
+        // form).
+        let am = _mm256_set1_ps(amax);
+        let mut max = amax;
+        for i in 0..32 {
+            // SAFETY: 256 values in this super-block.
+            let v = unsafe { _mm256_loadu_ps(x.as_ptr().add(8 * i)) };
+            let m = _mm256_movemask_ps(_mm256_cmp_ps::<_CMP_EQ_OQ>(abs8(v), am));
+            if m != 0 {
+                max = x[8 * i + m.trailing_zeros() as usize];
+                break;
+            }
+        }
+        let iscale = -127.0 / max;
+        let sv = _mm256_set1_ps(iscale);
+        let mut runs = [_mm256_setzero_si256(); 8];
+        for (i, run) in runs.iter_mut().enumerate() {
+            // SAFETY: 256 values in, bytes 32i..32i + 32 of this
+            // super-block out (asserted above).
+            unsafe {
+                let p = x.as_ptr().add(32 * i);
+                let v = [
+                    _mm256_mul_ps(_mm256_loadu_ps(p), sv),
+                    _mm256_mul_ps(_mm256_loadu_ps(p.add(8)), sv),
+                    _mm256_mul_ps(_mm256_loadu_ps(p.add(16)), sv),
+                    _mm256_mul_ps(_mm256_loadu_ps(p.add(24)), sv),
+                ];
+                // The scalar code clamps at 127 only: -127/max * v lies in
+                // -127..=127 (within rounding), so packing's saturation at
+                // 127 is the same clamp and -128 never arises.
+                let bytes = pack32(v);
+                _mm256_storeu_si256(q.as_mut_ptr().add(sb * QK_K + 32 * i) as *mut _, bytes);
+                *run = byte_quads(bytes);
+            }
+        }
+        d[ds..ds + QK_K / QK].fill(1.0 / iscale);
+        // Sums of 16: groups 0..8 from runs 0..4, 8..16 from runs 4..8.
+        let (lo, hi) = (
+            run_halves(&runs[..4], order16),
+            run_halves(&runs[4..], order16),
+        );
+        let mut out = [[0i32; 8]; 2];
+        let n = if g == 16 {
+            // SAFETY: two vectors into two arrays of 8.
+            unsafe {
+                _mm256_storeu_si256(out[0].as_mut_ptr() as *mut _, lo);
+                _mm256_storeu_si256(out[1].as_mut_ptr() as *mut _, hi);
+            }
+            16
+        } else {
+            let s32 = _mm256_permutevar8x32_epi32(_mm256_hadd_epi32(lo, hi), order32);
+            // SAFETY: one vector into an array of 8.
+            unsafe { _mm256_storeu_si256(out[0].as_mut_ptr() as *mut _, s32) };
+            8
+        };
+        for (k, &s) in out.iter().flatten().take(n).enumerate() {
+            sum[ss + k] = s as f32;
+            base[ss + k] = -off * s;
+        }
+    }
+}
+
+/// The sums of each 16-byte half of four runs' byte quads ([`byte_quads`])
+/// in order: run 0's halves, run 1's, and so on (`order` undoes `hadd`'s).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn run_halves(r: &[__m256i], order: __m256i) -> __m256i {
+    let h = _mm256_hadd_epi32(_mm256_hadd_epi32(r[0], r[1]), _mm256_hadd_epi32(r[2], r[3]));
+    _mm256_permutevar8x32_epi32(h, order)
+}
+
 /// `legacy::quant_q8_0_act` for one block of 32, the same bytes: scale
 /// amax/127 (as f16), values round-half-even of `v * 127/amax`.
 ///
