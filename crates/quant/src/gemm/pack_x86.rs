@@ -45,6 +45,9 @@ pub(super) unsafe fn pack_avx2(p: &mut Panel, ty: GgmlType, rows: &[&[u8]], cols
     assert!(p.q.len() >= cols * NR && p.g * p.groups == cols);
     assert!(p.s.len() >= p.groups * NR && p.m.len() >= p.groups * NR);
     let q = p.q.as_mut_ptr();
+    // Where the next panel's rows lie relative to these: a matrix's rows
+    // are evenly spaced (a guess elsewhere costs only useless prefetches).
+    let next_panel = (rows[1].as_ptr() as usize).wrapping_sub(rows[0].as_ptr() as usize) * NR;
     // Column chunks of 32: one 32-byte vector per row.
     for c in 0..cols / 32 {
         let (b, j) = (c * 32 / bl, (c * 32 % bl) / 32);
@@ -54,9 +57,18 @@ pub(super) unsafe fn pack_avx2(p: &mut Panel, ty: GgmlType, rows: &[&[u8]], cols
         // Each of the 32 rows is a stream of its own, more than the
         // hardware prefetchers follow: ask for every row's bytes a little
         // ahead (a prefetch never faults, so past a row's end is harmless).
-        let ahead = c * 32 * bb / bl + PREFETCH_AHEAD;
+        let at = c * 32 * bb / bl;
         for row in rows {
-            _mm_prefetch::<_MM_HINT_T0>(row.as_ptr().wrapping_add(ahead) as *const i8);
+            _mm_prefetch::<_MM_HINT_T0>(row.as_ptr().wrapping_add(at + PREFETCH_AHEAD) as *const i8);
+        }
+        // The next panel's rows (a product packs a run of consecutive
+        // panels) start cold: their first bytes are asked for while this
+        // panel's first chunks are packed.
+        if at < PREFETCH_AHEAD {
+            for row in rows {
+                let next = row.as_ptr().wrapping_add(next_panel + at);
+                _mm_prefetch::<_MM_HINT_T0>(next as *const i8);
+            }
         }
         for g in 0..NR / 8 {
             // A plain loop, not `array::from_fn`: the closure that takes
