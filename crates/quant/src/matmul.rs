@@ -666,6 +666,35 @@ impl ReadyActs {
     }
 }
 
+/// Makes the `format.batch` rows of `x` with `make(i, row)` and quantizes
+/// each, on the thread that made it, into `ready` for a panel product of
+/// `format` over `x`.
+#[track_caller]
+fn make_panel_rows(
+    pool: &ThreadPool,
+    format: PanelFormat,
+    x: &mut [f32],
+    make: &(dyn Fn(usize, &mut [f32]) + Sync),
+    ready: &mut ReadyActs,
+) {
+    let cols = format.cols;
+    let buf = SharedOut {
+        ptr: x.as_mut_ptr(),
+        len: x.len(),
+    };
+    let make_row = |i: usize| {
+        // SAFETY: row i belongs to the task that makes it, and this is the
+        // only slice of it alive.
+        make(i, unsafe { buf.slice(i * cols, cols) });
+    };
+    let src = RowSource::Made {
+        buf: &buf,
+        make: &make_row,
+    };
+    quantize_panel_acts(pool, format, src, &mut ready.panel);
+    ready.panel_for = Some((format, x.as_ptr() as usize));
+}
+
 /// Makes the `batch` rows of `x` (`w.cols()` wide) with `make(i, row)`, row
 /// by row, in parallel once the batch is long enough to pay for it. Where
 /// `w` takes the panel product over this batch, the task that makes a row
@@ -700,21 +729,7 @@ pub fn prepare_rows(
     let format = PanelFormat::of(w.ty, cols, batch, k.gemm)
         .filter(|_| batch >= GEMM_MIN_BATCH && k.float(w.ty).is_none() && k.quant(w.ty).is_some());
     if let Some(format) = format {
-        let buf = SharedOut {
-            ptr: x.as_mut_ptr(),
-            len: n,
-        };
-        let make_row = |i: usize| {
-            // SAFETY: row i belongs to the task that makes it, and this is
-            // the only slice of it alive.
-            make(i, unsafe { buf.slice(i * cols, cols) });
-        };
-        let src = RowSource::Made {
-            buf: &buf,
-            make: &make_row,
-        };
-        quantize_panel_acts(pool, format, src, &mut ready.panel);
-        ready.panel_for = Some((format, x.as_ptr() as usize));
+        make_panel_rows(pool, format, x, make, ready);
         return Ok(());
     }
     if batch < GEMM_MIN_BATCH || pool.threads() == 1 {
@@ -1160,22 +1175,8 @@ pub fn matmul_gated(
         });
         if let Some((format, ready)) = panel_next {
             let u = &out_up[..n];
-            let buf = SharedOut {
-                ptr: out_gate.as_mut_ptr(),
-                len: n,
-            };
-            let make = |i: usize| {
-                // SAFETY: row i belongs to the task that makes it, and this
-                // is the only slice of it alive.
-                let g = unsafe { buf.slice(i * rows, rows) };
-                act(g, &u[i * rows..(i + 1) * rows]);
-            };
-            let src = RowSource::Made {
-                buf: &buf,
-                make: &make,
-            };
-            quantize_panel_acts(pool, format, src, &mut ready.panel);
-            ready.panel_for = Some((format, out_gate.as_ptr() as usize));
+            let make = |i: usize, g: &mut [f32]| act(g, &u[i * rows..(i + 1) * rows]);
+            make_panel_rows(pool, format, &mut out_gate[..n], &make, ready);
             return Ok(());
         }
         let (g, u) = (&mut out_gate[..n], &out_up[..n]);

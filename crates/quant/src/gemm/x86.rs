@@ -211,6 +211,42 @@ pub(super) unsafe fn fill_row_q8_0_avx512(
     }
 }
 
+/// The super-blocks and groups per super-block of a Q8_K row `x` against
+/// groups of `g`, once the row's buffers are checked to hold them (the
+/// Q8_K row fillers' contract; panics otherwise, before any memory access).
+fn q8_k_row_shape(
+    x: &[f32],
+    q: &[u8],
+    d: &[f32],
+    sum: &[f32],
+    base: &[i32],
+    g: usize,
+) -> (usize, usize) {
+    let supers = x.len() / QK_K;
+    assert!(g == 16 || g == 32);
+    let groups = QK_K / g;
+    assert!(q.len() >= supers * QK_K && d.len() >= supers * (QK_K / QK));
+    assert!(sum.len() >= supers * groups && base.len() >= supers * groups);
+    (supers, groups)
+}
+
+/// Super-block `sb` of a Q8_K row that is all zeros: zero values, scales,
+/// sums and starting integers, as the portable path stores them.
+fn zero_super_block(
+    q: &mut [u8],
+    d: &mut [f32],
+    sum: &mut [f32],
+    base: &mut [i32],
+    sb: usize,
+    groups: usize,
+) {
+    let (ds, ss) = (sb * (QK_K / QK), sb * groups);
+    q[sb * QK_K..(sb + 1) * QK_K].fill(0);
+    d[ds..ds + QK_K / QK].fill(0.0);
+    sum[ss..ss + groups].fill(0.0);
+    base[ss..ss + groups].fill(0);
+}
+
 /// [`Acts::fill_row`] for Q8_K rows against groups of `g` (16 or 32): the
 /// same bytes as [`quant_q8_k_avx512`] and splitting its block, written
 /// straight into the row's buffers, the sums of each super-block's
@@ -230,11 +266,7 @@ pub(super) unsafe fn fill_row_q8_k_avx512(
     g: usize,
     off: i32,
 ) {
-    let supers = x.len() / QK_K;
-    let groups = QK_K / g;
-    assert!(g == 16 || g == 32);
-    assert!(q.len() >= supers * QK_K && d.len() >= supers * (QK_K / QK));
-    assert!(sum.len() >= supers * groups && base.len() >= supers * groups);
+    let (supers, groups) = q8_k_row_shape(x, q, d, sum, base, g);
     let neg_off = _mm512_set1_epi32(-off);
     // Even and odd lanes, to add the sums of 16 pairwise into sums of 32.
     let even = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 0, 0, 0, 0, 0, 0, 0, 0);
@@ -251,10 +283,7 @@ pub(super) unsafe fn fill_row_q8_k_avx512(
         let amax = _mm512_reduce_max_ps(vmax);
         let (ds, ss) = (sb * (QK_K / QK), sb * groups);
         if amax == 0.0 {
-            q[sb * QK_K..(sb + 1) * QK_K].fill(0);
-            d[ds..ds + QK_K / QK].fill(0.0);
-            sum[ss..ss + groups].fill(0.0);
-            base[ss..ss + groups].fill(0);
+            zero_super_block(q, d, sum, base, sb, groups);
             continue;
         }
         // The first value whose |x| equals the maximum, as the scalar
@@ -1359,11 +1388,7 @@ pub(super) unsafe fn fill_row_q8_k_avx2(
     g: usize,
     off: i32,
 ) {
-    let supers = x.len() / QK_K;
-    let groups = QK_K / g;
-    assert!(g == 16 || g == 32);
-    assert!(q.len() >= supers * QK_K && d.len() >= supers * (QK_K / QK));
-    assert!(sum.len() >= supers * groups && base.len() >= supers * groups);
+    let (supers, groups) = q8_k_row_shape(x, q, d, sum, base, g);
     // `hadd` leaves the halves' sums of four runs as 0, 2, 4, 6 | 1, 3, 5, 7.
     let order16 = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
     // ... and the runs' sums of eight, two vectors of those, as
@@ -1380,10 +1405,7 @@ pub(super) unsafe fn fill_row_q8_k_avx2(
         let amax = abs_max8(vmax);
         let (ds, ss) = (sb * (QK_K / QK), sb * groups);
         if amax == 0.0 {
-            q[sb * QK_K..(sb + 1) * QK_K].fill(0);
-            d[ds..ds + QK_K / QK].fill(0.0);
-            sum[ss..ss + groups].fill(0.0);
-            base[ss..ss + groups].fill(0);
+            zero_super_block(q, d, sum, base, sb, groups);
             continue;
         }
         // The first value whose |x| equals the maximum (see the AVX-512
