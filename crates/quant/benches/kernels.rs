@@ -161,9 +161,14 @@ fn bench_gemm_tile(c: &mut Criterion) {
 }
 
 /// Packing weight panels for the prefill tiles (weights per second), over
-/// a matrix larger than L2, as a prefill product reads it.
+/// a matrix larger than the caches, as a prefill product reads it.
 fn bench_gemm_pack(c: &mut Criterion) {
-    let (rows, cols) = (16384usize, 4096usize);
+    // PACK_ROWS=N packs N rows of 2048 instead, a matrix that stays in
+    // cache, to time the packer's own work apart from the memory reads.
+    let (rows, cols) = std::env::var("PACK_ROWS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .map_or((16384usize, 4096usize), |r| (r, 2048));
     let mut g = c.benchmark_group("gemm_pack");
     g.throughput(Throughput::Elements((rows * cols) as u64));
     for ty in [

@@ -76,10 +76,10 @@ pub(super) unsafe fn pack_avx2(p: &mut Panel, ty: GgmlType, rows: &[&[u8]], cols
             // and its vectors in registers), and packing ran 30% slower.
             let mut v = [_mm256_setzero_si256(); 8];
             for (i, v) in v.iter_mut().enumerate() {
-                let blk = rows[8 * g + i][b * bb..].as_ptr();
                 // SAFETY: the row holds block `b` whole (asserted above), and
-                // `codes` reads only inside a block of `ty`.
-                *v = unsafe { codes(ty, blk, j) };
+                // `codes` reads only inside a block of `ty`. Unchecked, as
+                // in `scales`: this runs for every row of every chunk.
+                *v = unsafe { codes(ty, rows.get_unchecked(8 * g + i).as_ptr().add(b * bb), j) };
             }
             // SAFETY: column steps c*8..c*8+8 of the panel, rows 8g..8g+8:
             // inside the first `cols * NR` bytes of `q` (asserted above).
@@ -276,7 +276,13 @@ unsafe fn scales(p: &mut Panel, ty: GgmlType, rows: &[&[u8]], b: usize, bb: usiz
             // stores `-m` of a block with no minimum.
             let mut h = [0u16; NR];
             for (h, row) in h.iter_mut().zip(rows) {
-                *h = u16::from_le_bytes([row[b * bb], row[b * bb + 1]]);
+                // SAFETY: every row holds block `b` (the caller's contract),
+                // whose first two bytes are its scale. Unchecked: this runs
+                // for 32 rows per block, and the checks were a tenth of the
+                // packer's time (`perf annotate`).
+                *h = u16::from_le(unsafe {
+                    (row.as_ptr().add(b * bb) as *const u16).read_unaligned()
+                });
             }
             let s = &mut p.s[b * NR..(b + 1) * NR];
             let m = &mut p.m[b * NR..(b + 1) * NR];
