@@ -251,22 +251,32 @@ unsafe fn transpose_store(v: [__m256i; 8], dst: *mut u8) {
 unsafe fn scales(p: &mut Panel, ty: GgmlType, rows: &[&[u8]], b: usize, bb: usize) {
     match ty {
         GgmlType::Q4_K | GgmlType::Q5_K => {
+            // This block's groups of every row: NR values per group.
+            let (s, m) = (
+                &mut p.s[b * 8 * NR..(b + 1) * 8 * NR],
+                &mut p.m[b * 8 * NR..(b + 1) * 8 * NR],
+            );
             for (r, row) in rows.iter().enumerate() {
                 let blk = &row[b * bb..(b + 1) * bb];
                 let (d, dmin) = (f16_at(blk), f16_at(&blk[2..]));
                 let (sc, mn) = scales_mins_k4(&blk[4..16]);
-                for h in 0..QK_K / 32 {
-                    p.s[(b * 8 + h) * NR + r] = d * f32::from(sc[h]);
-                    p.m[(b * 8 + h) * NR + r] = dmin * f32::from(mn[h]);
+                for (h, (s, m)) in s
+                    .chunks_exact_mut(NR)
+                    .zip(m.chunks_exact_mut(NR))
+                    .enumerate()
+                {
+                    s[r] = d * f32::from(sc[h]);
+                    m[r] = dmin * f32::from(mn[h]);
                 }
             }
         }
         GgmlType::Q6_K => {
+            let s = &mut p.s[b * 16 * NR..(b + 1) * 16 * NR];
             for (r, row) in rows.iter().enumerate() {
                 let blk = &row[b * bb..(b + 1) * bb];
                 let d = f16_at(&blk[208..]);
-                for h in 0..QK_K / 16 {
-                    p.s[(b * 16 + h) * NR + r] = d * f32::from(blk[192 + h] as i8);
+                for (s, &sc) in s.chunks_exact_mut(NR).zip(&blk[192..208]) {
+                    s[r] = d * f32::from(sc as i8);
                 }
             }
         }
