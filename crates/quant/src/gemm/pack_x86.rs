@@ -14,7 +14,7 @@
 
 use super::{Panel, NR};
 use crate::formats::f16_at;
-use crate::formats::kquants::{scales_mins_k4, QK_K};
+use crate::formats::kquants::scales_mins_k4;
 use crate::GgmlType;
 use std::arch::x86_64::*;
 
