@@ -213,6 +213,16 @@ impl PanelFormat {
             tier,
         })
     }
+
+    /// The format of `w`'s product over `batch` rows through `k`, where
+    /// that is a panel product (a batch of [`GEMM_MIN_BATCH`] rows or
+    /// more, of a type with integer kernels and panels).
+    fn for_product(k: &simd::Kernels, w: &Matrix, batch: usize) -> Option<Self> {
+        let panel = batch >= GEMM_MIN_BATCH && k.float(w.ty).is_none() && k.quant(w.ty).is_some();
+        panel
+            .then(|| Self::of(w.ty, w.cols, batch, k.gemm))
+            .flatten()
+    }
 }
 
 /// Where [`quantize_panel_acts`] takes its rows from.
@@ -726,9 +736,7 @@ pub fn prepare_rows(
         return Ok(());
     }
     let k = simd::best();
-    let format = PanelFormat::of(w.ty, cols, batch, k.gemm)
-        .filter(|_| batch >= GEMM_MIN_BATCH && k.float(w.ty).is_none() && k.quant(w.ty).is_some());
-    if let Some(format) = format {
+    if let Some(format) = PanelFormat::for_product(k, w, batch) {
         make_panel_rows(pool, format, x, make, ready);
         return Ok(());
     }
@@ -765,12 +773,8 @@ pub fn matmul_ready(
     let at = vec_dot_type(w.ty);
     // Used up whatever follows: ready activations serve one product.
     let readied = ready.panel_for.take();
-    let panel = PanelFormat::of(w.ty, w.cols, batch, k.gemm);
-    if panel.is_some_and(|f| readied == Some((f, x.as_ptr() as usize)))
-        && batch >= GEMM_MIN_BATCH
-        && k.float(w.ty).is_none()
-        && k.quant(w.ty).is_some()
-    {
+    let panel = PanelFormat::for_product(k, w, batch);
+    if panel.is_some_and(|f| readied == Some((f, x.as_ptr() as usize))) {
         ready.shape = None;
         check_product_shapes(w, x, batch, out)?;
         let shared = SharedOut {
@@ -1019,11 +1023,7 @@ fn gemm_many(
     scratch: &mut Vec<u8>,
     ready: &mut ReadyActs,
 ) -> Result<(), QuantError> {
-    let format = |w: &Matrix| {
-        (k.float(w.ty).is_none() && k.quant(w.ty).is_some())
-            .then(|| PanelFormat::of(w.ty, w.cols, batch, k.gemm))
-            .flatten()
-    };
+    let format = |w: &Matrix| PanelFormat::for_product(k, w, batch);
     // Taken whatever follows: ready activations serve one product.
     let input = ready.panel_for.take();
     for (w, out) in ws.iter().zip(outs.iter()) {
@@ -1166,12 +1166,8 @@ pub fn matmul_gated(
         // that apply `act` to a row quantize it for that product at once,
         // from their cache, in the same parallel operation.
         let panel_next = next.and_then(|(w, ready)| {
-            let format = PanelFormat::of(w.ty, w.cols, batch, k.gemm)?;
-            let usable = batch >= GEMM_MIN_BATCH
-                && w.cols == rows
-                && k.float(w.ty).is_none()
-                && k.quant(w.ty).is_some();
-            usable.then_some((format, ready))
+            let format = PanelFormat::for_product(k, w, batch)?;
+            (w.cols == rows).then_some((format, ready))
         });
         if let Some((format, ready)) = panel_next {
             let u = &out_up[..n];

@@ -194,37 +194,29 @@ impl Acts {
         off: i32,
     ) {
         #[cfg(target_arch = "x86_64")]
-        if tier.vector() == GemmTier::Avx512Vnni
-            && (at == GgmlType::Q8_0 && g == QK || at == GgmlType::Q8_K)
-        {
-            // SAFETY: the tier's features were detected (the AVX-512 tier
-            // implies F16C); the row is a whole number of blocks (the
+        if at == GgmlType::Q8_0 && g == QK || at == GgmlType::Q8_K {
+            let (q8_0, tier) = (at == GgmlType::Q8_0, tier.vector());
+            // SAFETY: the tier's features were detected (every x86 tier
+            // requires F16C); the row is a whole number of blocks (the
             // caller's shapes) and its slices of the buffers hold its
             // values, blocks and groups.
             unsafe {
-                if at == GgmlType::Q8_0 {
-                    x86::fill_row_q8_0_avx512(x, q, d, sum, base, off);
-                } else {
-                    x86::fill_row_q8_k_avx512(x, q, d, sum, base, g, off);
+                match tier {
+                    GemmTier::Avx512Vnni if q8_0 => {
+                        return x86::fill_row_q8_0_avx512(x, q, d, sum, base, off)
+                    }
+                    GemmTier::Avx512Vnni => {
+                        return x86::fill_row_q8_k_avx512(x, q, d, sum, base, g, off)
+                    }
+                    GemmTier::Avx2 | GemmTier::AvxVnni if q8_0 => {
+                        return x86::fill_row_q8_0_avx2(x, q, d, sum, base, off)
+                    }
+                    GemmTier::Avx2 | GemmTier::AvxVnni => {
+                        return x86::fill_row_q8_k_avx2(x, q, d, sum, base, g, off)
+                    }
+                    GemmTier::Portable | GemmTier::Amx => {}
                 }
             }
-            return;
-        }
-        #[cfg(target_arch = "x86_64")]
-        if matches!(tier.vector(), GemmTier::Avx2 | GemmTier::AvxVnni)
-            && (at == GgmlType::Q8_0 && g == QK || at == GgmlType::Q8_K)
-        {
-            // SAFETY: the tier's features were detected (every x86 tier
-            // requires F16C); the row is a whole number of blocks and its
-            // slices of the buffers hold its values, blocks and groups.
-            unsafe {
-                if at == GgmlType::Q8_0 {
-                    x86::fill_row_q8_0_avx2(x, q, d, sum, base, off);
-                } else {
-                    x86::fill_row_q8_k_avx2(x, q, d, sum, base, g, off);
-                }
-            }
-            return;
         }
         if at == GgmlType::Q8_K {
             let mut block = [0u8; 292];
