@@ -241,7 +241,7 @@ enum RowSource<'a> {
 
 /// Quantizes the `format.batch` rows of `src` into `acts` for the panel
 /// product, in parallel: each task quantizes its own run of rows into its
-/// own parts of the four buffers (five with AMX's unsigned copy).
+/// own parts of the four buffers.
 #[track_caller]
 fn quantize_panel_acts(
     pool: &ThreadPool,
@@ -258,36 +258,29 @@ fn quantize_panel_acts(
         batch,
         tier,
     } = format;
-    let amx = tier == GemmTier::Amx;
     acts.reset(batch, cols, at, g, off);
-    let padded = if amx { batch.next_multiple_of(MA) } else { 0 };
-    crate::gemm::grow(&mut acts.qu, padded * cols, 0);
+    if tier == GemmTier::Amx {
+        // The tile loads read whole blocks of MA rows (the rows past the
+        // batch give sums that are never used).
+        crate::gemm::grow(&mut acts.q, batch.next_multiple_of(MA) * cols, 0);
+    }
     // Several runs a thread, claimed as threads free up: one each
     // made the product wait for the thread that woke last.
     let per = batch.div_ceil(pool.threads() * tasks_per_thread()).max(1);
     let Acts {
-        q,
-        d,
-        sum,
-        base,
-        qu,
-        ..
+        q, d, sum, base, ..
     } = acts;
     // The buffers may be longer than this batch (they only grow).
-    let mut qu_parts = qu[..padded * cols].chunks_mut(per * cols);
     let parts: Vec<std::sync::Mutex<ActsPart>> = q[..batch * cols]
         .chunks_mut(per * cols)
         .zip(d[..batch * cols / 32].chunks_mut(per * cols / 32))
         .zip(sum[..batch * cols / g].chunks_mut(per * cols / g))
         .zip(base[..batch * cols / g].chunks_mut(per * cols / g))
-        .map(|(((q, d), s), i)| {
-            let u = qu_parts.next().unwrap_or_default();
-            std::sync::Mutex::new((q, d, s, i, u))
-        })
+        .map(|(((q, d), s), i)| std::sync::Mutex::new((q, d, s, i)))
         .collect();
     pool.run(parts.len(), |t| {
         let mut part = parts[t].lock().unwrap_or_else(|p| p.into_inner());
-        let (q, d, s, i, u) = &mut *part;
+        let (q, d, s, i) = &mut *part;
         let rows = q.len() / cols;
         for r in 0..rows {
             let row = t * per + r;
@@ -311,9 +304,6 @@ fn quantize_panel_acts(
                 &mut i[r * cols / g..(r + 1) * cols / g],
                 off,
             );
-        }
-        if amx {
-            Acts::shift_unsigned(q, u);
         }
     });
 }
@@ -467,14 +457,8 @@ fn panel_runs(panels: &[usize], aim: usize, threads: usize) -> Vec<PanelRun> {
 }
 
 /// One task's rows of the activation buffers (bytes, scales, scaled sums,
-/// group starting integers, and AMX's unsigned bytes or nothing).
-type ActsPart<'a> = (
-    &'a mut [u8],
-    &'a mut [f32],
-    &'a mut [f32],
-    &'a mut [i32],
-    &'a mut [u8],
-);
+/// group starting integers).
+type ActsPart<'a> = (&'a mut [u8], &'a mut [f32], &'a mut [f32], &'a mut [i32]);
 
 /// A buffer shared by tasks that each write a disjoint part of it.
 struct Shared<T> {

@@ -1,7 +1,7 @@
 //! AMX-INT8 tiles for the panel product, where the CPU has them (Intel
 //! Sapphire Rapids and later).
 //!
-//! One `tdpbusd` multiplies a tile of 16 rows of unsigned bytes by a tile of
+//! One `tdpbssd` multiplies a tile of 16 rows of signed bytes by a tile of
 //! signed bytes in the VNNI layout (`K/4` rows, each holding four bytes of
 //! each of 16 columns) into 16 × 16 i32 sums: 8192 multiply-adds for a
 //! group of 32, where `vpdpbusd` does 64. A block is 32 activation rows by
@@ -11,26 +11,25 @@
 //! after them are the reference's ([`super::tile_scalar`]) in the same order,
 //! so AMX changes the speed and never the numbers.
 //!
-//! The operands fit the tile instruction this way round:
-//! - the activations are the unsigned side: `q + 128` ([`Acts::qu`]), a
-//!   token's group of `g` bytes per tile row, 16 tokens a tile;
-//! - the weights are the signed side: the panel's own layout (four bytes of
-//!   each of 32 rows per column step) is already the VNNI layout, two tiles
-//!   of 16 rows each; [`Panel::fill_as`] stores `q` itself, signed;
-//! - the shift of the activations adds `128 * sum(q)` per weight row and
-//!   group, so each group's accumulator starts at `-128 * sum(q)`
-//!   ([`Panel::bias`], one row loaded into all 16 with stride 0) and ends at
-//!   exactly `sum(q * a)`.
+//! The operands fit the tile instruction as they are: the activations'
+//! signed bytes ([`Acts::q`], a token's group of `g` bytes per tile row, 16
+//! tokens a tile) times the panel's signed values (its layout, four bytes
+//! of each of 32 rows per column step, is already the VNNI layout, two
+//! tiles of 16 rows each; [`Panel::fill_as`] stores `q` itself), from
+//! accumulators set to zero: each group's sums are exactly `sum(q * a)`.
 //!
 //! The tiles reach the float steps only through memory (a tile store, then
-//! vector loads). Reading a group's sums right after storing them stalls on
-//! the store; so the sums alternate between two buffers, and a group's float
-//! steps run after the next group's tile products are issued, overlapping
-//! them (as llama.cpp's AMX kernels do). Both this and the first version
-//! (16-row blocks, no double buffer) are slower than the AVX-512 tiles on
-//! a 16-core Xeon (pp512 of a 1B: 98 against 147 t/s on one thread, 893
-//! against 1149 on 16), which is why the tier is opt-in (see
-//! `simd::x86::available`); where the time goes is still to be profiled.
+//! vector loads), and the tile registers are not renamed: a tile is loaded
+//! again only once the products reading it are done. So the sums alternate
+//! between two buffers, and the previous group's float steps for each
+//! accumulator are issued between this group's tile operations, a quarter
+//! at a time (as llama.cpp's AMX kernels interleave them), where the vector
+//! units work while the tile unit does. Issued after all four products
+//! instead, and with the groups' accumulators started from a bias loaded
+//! from memory, activations shifted to unsigned in a pass of their own and
+//! panels packed by the portable packer, the tier was half as fast as the
+//! AVX-512 tiles (pp512 of a 1B: 98 against 147 t/s on one thread of a
+//! 16-core Xeon).
 //!
 //! The block kernel is written once over [`Unit`], the few tile operations
 //! it needs. The real unit issues the instructions; [`Emulated`] computes
@@ -42,6 +41,10 @@
 #![cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
 
 use super::{fold_at, Acts, Panel, NR, QK};
+use crate::formats::kquants::QK_K;
+
+/// How far ahead of a group the activation rows are prefetched (bytes).
+const PREFETCH_AHEAD: usize = 128;
 
 /// Activation rows per block (two tiles' rows).
 pub(crate) const MA: usize = 32;
@@ -52,34 +55,104 @@ pub(crate) type Block = [[f32; NR]; MA];
 /// The integer sums of one group: `[activation row][panel row]`.
 type Sums = [[i32; NR]; MA];
 
-/// What one group's float steps multiply by: the panel's scales, the block's
-/// activation scales, the minimum terms (panel minimums, activation sums)
-/// where the format has them, and where the group stands in its
-/// super-block when the activation scale is applied once per super-block
-/// (`Some((first, last))`, Q8_K rows, see [`super::tile_scalar`]).
+/// A block's working memory, kept across blocks (16 KiB; zeroing it for
+/// every block would cost a tenth of a small block's time).
+#[repr(align(64))]
+pub(crate) struct Scratch {
+    /// The result so far.
+    out: Block,
+    /// A super-block's sums without the activation scale (Q8_K rows).
+    pend: Block,
+    /// Two groups' integer sums: the one the tiles store, the one the
+    /// float steps read.
+    sums: [Sums; 2],
+}
+
+impl Scratch {
+    /// Zeroed working memory.
+    pub(crate) fn new() -> Box<Scratch> {
+        Box::new(Scratch {
+            out: [[0.0; NR]; MA],
+            pend: [[0.0; NR]; MA],
+            sums: [[[0; NR]; MA]; 2],
+        })
+    }
+}
+
+/// What one group's float steps multiply by: the panel's scales and
+/// minimum terms (where the format has them), the block's activation scales
+/// and sums (row `c`'s at `c * d_step` and `c * sum_step`), and where the
+/// group stands in its super-block when the activation scale is applied
+/// once per super-block (`Some((first, last))`, Q8_K rows, see
+/// [`super::tile_scalar`]).
 pub(crate) struct GroupScales<'a> {
     scales: &'a [f32; NR],
-    d: &'a [f32; MA],
-    mins: Option<(&'a [f32; NR], &'a [f32; MA])>,
+    mins: Option<&'a [f32; NR]>,
+    d: &'a [f32],
+    d_step: usize,
+    sum: &'a [f32],
+    sum_step: usize,
     fold: Option<(bool, bool)>,
+}
+
+impl<'a> GroupScales<'a> {
+    /// Group `gi`'s, for the block of rows from `c0`; `span` is
+    /// [`span`]`(p, a)`, found once per block (a division).
+    #[inline(always)]
+    fn of(p: &'a Panel, a: &'a Acts, c0: usize, gi: usize, span: usize) -> Self {
+        let cols = p.groups * p.g;
+        let (d_step, sum_step) = (cols / QK, p.groups);
+        GroupScales {
+            scales: p.s[gi * NR..(gi + 1) * NR].try_into().expect("NR scales"),
+            mins: p
+                .min
+                .then(|| p.m[gi * NR..(gi + 1) * NR].try_into().expect("NR minimums")),
+            d: &a.d[c0 * d_step + gi * p.g / QK..],
+            d_step,
+            sum: &a.sum[c0 * sum_step + gi..],
+            sum_step,
+            // `fold_at`, without its divisions: this runs for every group.
+            fold: (span > 0).then(|| {
+                let j = gi & (span - 1);
+                (j == 0, j == span - 1)
+            }),
+        }
+    }
+}
+
+/// Groups per super-block where the activation scale is applied once per
+/// super-block (a power of two: 8 or 16), else 0.
+fn span(p: &Panel, a: &Acts) -> usize {
+    let span = fold_at(a, p.g, 0).map_or(0, |_| QK_K / p.g);
+    debug_assert!(span == 0 || span.is_power_of_two());
+    span
+}
+
+/// Accumulator `c`'s activation rows among the block's first `m`, and the
+/// first of its panel rows.
+#[inline(always)]
+fn quarter(c: usize, m: usize) -> (std::ops::Range<usize>, usize) {
+    let r0 = 16 * (c / 2);
+    (r0..(r0 + 16).min(m).max(r0), 16 * (c % 2))
 }
 
 /// The tile operations of the block kernel. Accumulator `c` (0..4) holds
 /// activation rows `16 * (c / 2)..` by panel rows `16 * (c % 2)..`, from
 /// activation tile `c / 2` and weight tile `c % 2`.
 pub(crate) trait Unit {
-    /// Accumulator `c` ← the 16 values at `init` in each of its rows.
+    /// Accumulator `c` ← zeros.
     ///
     /// # Safety
-    /// `init` points at 16 readable i32.
-    unsafe fn start(&mut self, c: usize, init: *const i32);
-    /// Activation tile `t` ← 16 rows of `g` bytes (16 or 32, as
+    /// None beyond the previous calls' (kept `unsafe` as the real unit's is).
+    unsafe fn zero(&mut self, c: usize);
+    /// Activation tile `t` ← 16 rows of `g` signed bytes (16 or 32, as
     /// configured) at `a`, `stride` bytes apart.
     ///
     /// # Safety
     /// Those bytes are readable.
     unsafe fn load_a(&mut self, t: usize, g: usize, a: *const u8, stride: usize);
-    /// Weight tile `h` ← `g / 4` rows of 64 bytes at `b`, `stride` apart.
+    /// Weight tile `h` ← `g / 4` rows of 64 signed bytes at `b`, `stride`
+    /// apart.
     ///
     /// # Safety
     /// Those bytes are readable.
@@ -94,138 +167,138 @@ pub(crate) trait Unit {
     /// # Safety
     /// None beyond the previous calls' (kept `unsafe` as the real unit's is).
     unsafe fn store(&mut self, c: usize, out: &mut Sums);
+    /// Asks for the cache lines at `p`, `p + stride`, … (`rows` of them)
+    /// ahead of their use; nothing where the unit is emulated.
+    fn prefetch(&mut self, _p: *const u8, _stride: usize, _rows: usize) {}
 
-    /// One group's float steps for the first `m` rows: `out[c][r] +=
-    /// sums[c][r] * (scales[r] * d[c])`, then `-= mins[r] * sum[c]` where
-    /// `mins` is given, each a fused multiply-add, as the reference rounds
-    /// them; with `fold`, the super-block's sums gather in `pend` without
-    /// `d`, which its last group applies (the reference's order).
-    fn scale(&mut self, out: &mut Block, pend: &mut Block, sums: &Sums, m: usize, k: &GroupScales) {
-        scale_portable(out, pend, sums, m, k);
+    /// One group's float steps for accumulator `c`'s quarter of the first
+    /// `m` rows: `out[c][r] += sums[c][r] * (scales[r] * d[c])`, then `-=
+    /// mins[r] * sum[c]` where the format has minimum terms, each a fused
+    /// multiply-add, as the reference rounds them; with `fold`, the
+    /// super-block's sums gather in `pend` without `d`, which its last group
+    /// applies (the reference's order).
+    fn scale(
+        &mut self,
+        c: usize,
+        acc: (&mut Block, &mut Block),
+        sums: &Sums,
+        m: usize,
+        k: &GroupScales,
+    ) {
+        scale_portable(c, acc, sums, m, k);
     }
 }
 
 /// [`Unit::scale`]'s portable definition (the reference's float steps).
-fn scale_portable(out: &mut Block, pend: &mut Block, sums: &Sums, m: usize, k: &GroupScales) {
-    let (scales, d) = (k.scales, k.d);
-    for c in 0..m.min(MA) {
+fn scale_portable(
+    c: usize,
+    (out, pend): (&mut Block, &mut Block),
+    sums: &Sums,
+    m: usize,
+    k: &GroupScales,
+) {
+    let (rows, h) = quarter(c, m);
+    for r in rows {
+        let d = k.d[r * k.d_step];
+        let sum = k.mins.map(|_| k.sum[r * k.sum_step]);
+        let cols = h..h + 16;
         if let Some((first, last)) = k.fold {
-            for ((t, &i), &s) in pend[c].iter_mut().zip(&sums[c]).zip(scales) {
+            for ((t, &i), &s) in pend[r][cols.clone()]
+                .iter_mut()
+                .zip(&sums[r][cols.clone()])
+                .zip(&k.scales[cols.clone()])
+            {
                 *t = if first {
                     i as f32 * s
                 } else {
                     (i as f32).mul_add(s, *t)
                 };
             }
-            if let Some((mins, sum)) = k.mins {
-                for (t, &mn) in pend[c].iter_mut().zip(mins) {
-                    *t = (-mn).mul_add(sum[c], *t);
+            if let (Some(mins), Some(sum)) = (k.mins, sum) {
+                for (t, &mn) in pend[r][cols.clone()].iter_mut().zip(&mins[cols.clone()]) {
+                    *t = (-mn).mul_add(sum, *t);
                 }
             }
             if last {
-                for (o, &t) in out[c].iter_mut().zip(&pend[c]) {
-                    *o = t.mul_add(d[c], *o);
+                for (o, &t) in out[r][cols.clone()].iter_mut().zip(&pend[r][cols]) {
+                    *o = t.mul_add(d, *o);
                 }
             }
             continue;
         }
-        for ((o, &i), &s) in out[c].iter_mut().zip(&sums[c]).zip(scales) {
-            *o = (i as f32).mul_add(s * d[c], *o);
+        for ((o, &i), &s) in out[r][cols.clone()]
+            .iter_mut()
+            .zip(&sums[r][cols.clone()])
+            .zip(&k.scales[cols.clone()])
+        {
+            *o = (i as f32).mul_add(s * d, *o);
         }
-        if let Some((mins, sum)) = k.mins {
-            for (o, &mn) in out[c].iter_mut().zip(mins) {
-                *o = (-mn).mul_add(sum[c], *o);
+        if let (Some(mins), Some(sum)) = (k.mins, sum) {
+            for (o, &mn) in out[r][cols.clone()].iter_mut().zip(&mins[cols]) {
+                *o = (-mn).mul_add(sum, *o);
             }
         }
     }
 }
 
-/// Group `gi`'s float steps over `sums`, through `u`'s [`Unit::scale`].
-#[inline(always)]
-fn scale_group<U: Unit>(
-    u: &mut U,
-    (out, pend): (&mut Block, &mut Block),
-    sums: &Sums,
-    p: &Panel,
-    a: &Acts,
-    (c0, m, gi): (usize, usize, usize),
-) {
-    let cols = p.groups * p.g;
-    let scales: &[f32; NR] = p.s[gi * NR..(gi + 1) * NR].try_into().expect("NR scales");
-    let mins: &[f32; NR] = p.m[gi * NR..(gi + 1) * NR].try_into().expect("NR minimums");
-    let (mut d, mut sum) = ([0.0f32; MA], [0.0f32; MA]);
-    for c in 0..m {
-        let row = c0 + c;
-        d[c] = a.d[row * (cols / QK) + gi * p.g / QK];
-        if p.min {
-            sum[c] = a.sum[row * p.groups + gi];
-        }
-    }
-    let k = GroupScales {
-        scales,
-        d: &d,
-        mins: p.min.then_some((mins, &sum)),
-        fold: fold_at(a, p.g, gi),
-    };
-    u.scale(out, pend, sums, m, &k);
-}
-
 /// Every activation row `c0..c0 + m` (m ≤ [`MA`]) against every row of
-/// the signed panel `p`, through `u` (configured for `p.g`).
+/// the signed panel `p`, through `u` (configured for `p.g`), into
+/// `s.out`.
 ///
 /// # Safety
 /// What [`check`] asserts holds.
 #[inline(always)]
-unsafe fn block<U: Unit>(u: &mut U, p: &Panel, a: &Acts, c0: usize, m: usize) -> Block {
+unsafe fn block<U: Unit>(u: &mut U, p: &Panel, a: &Acts, c0: usize, m: usize, s: &mut Scratch) {
     let g = p.g;
     let cols = p.groups * g;
-    let mut out = [[0.0f32; NR]; MA];
-    // A super-block's sums without the activation scale (Q8_K rows).
-    let mut pend = [[0.0f32; NR]; MA];
-    let mut sums = [[[0i32; NR]; MA]; 2];
+    let Scratch { out, pend, sums } = s;
+    let span = span(p, a);
+    *out = [[0.0f32; NR]; MA];
     for gi in 0..p.groups {
-        let (cur, prev) = sums.split_at_mut(1);
+        let (first, second) = sums.split_at_mut(1);
         let (cur, prev) = if gi % 2 == 0 {
-            (&mut cur[0], &prev[0])
+            (&mut first[0], &second[0])
         } else {
-            (&mut prev[0], &cur[0])
+            (&mut second[0], &first[0])
         };
-        // SAFETY: group gi's bias (NR values), the 32 activation rows'
-        // bytes gi*g..(gi+1)*g and the panel's g/4 column steps of the group
-        // lie inside the buffers (asserted by `check`).
+        let k = gi
+            .checked_sub(1)
+            .map(|pg| GroupScales::of(p, a, c0, pg, span));
+        // SAFETY: the 32 activation rows' bytes gi*g..(gi+1)*g (whole
+        // blocks of rows) and the panel's g/4 column steps of the group lie
+        // inside the buffers (asserted by `check`).
         unsafe {
             // Column step k4 = gi*g/4 starts at k4 * NR * 4 bytes.
             let b = p.q.as_ptr().add(gi * g * NR);
             u.load_b(0, g, b, NR * 4);
             u.load_b(1, g, b.add(64), NR * 4);
-            let bias = p.bias.as_ptr().add(gi * NR);
-            for c in 0..4 {
-                u.start(c, bias.add(16 * (c % 2)));
-            }
-            let at = a.qu.as_ptr().add(c0 * cols + gi * g);
+            let at = a.q.as_ptr().add(c0 * cols + gi * g);
             u.load_a(0, g, at, cols);
             u.load_a(1, g, at.add(16 * cols), cols);
+            // The activation rows are 32 streams, more than the hardware
+            // prefetchers follow, and a tile load waits for all of its
+            // rows: each row's line two ahead is asked for once per line.
+            if (gi * g).is_multiple_of(64) {
+                u.prefetch(at.wrapping_add(PREFETCH_AHEAD), cols, MA);
+            }
             for c in 0..4 {
+                u.zero(c);
+                // The previous group's float steps for this accumulator,
+                // while the tile unit works.
+                if let Some(k) = &k {
+                    u.scale(c, (&mut *out, &mut *pend), prev, m, k);
+                }
                 u.dot(c);
                 u.store(c, cur);
             }
         }
-        // The previous group's float steps, while this one's tiles work.
-        if gi > 0 {
-            scale_group(u, (&mut out, &mut pend), prev, p, a, (c0, m, gi - 1));
-        }
     }
     if let Some(last) = p.groups.checked_sub(1) {
-        scale_group(
-            u,
-            (&mut out, &mut pend),
-            &sums[last % 2],
-            p,
-            a,
-            (c0, m, last),
-        );
+        let k = GroupScales::of(p, a, c0, last, span);
+        for c in 0..4 {
+            u.scale(c, (&mut *out, &mut *pend), &sums[last % 2], m, &k);
+        }
     }
-    out
 }
 
 /// Checks what the block kernel reads against the buffers.
@@ -233,19 +306,19 @@ fn check(p: &Panel, a: &Acts, c0: usize, m: usize) {
     let cols = p.groups * p.g;
     assert!(p.signed && (p.g == 16 || p.g == 32) && m <= MA);
     assert!(a.cols == cols && a.g == p.g);
-    assert!(p.q.len() >= cols * NR && p.bias.len() >= p.groups * NR);
+    assert!(p.q.len() >= cols * NR);
     assert!(p.s.len() >= p.groups * NR && p.m.len() >= p.groups * NR);
-    assert!(a.qu.len() >= (c0 + MA) * cols);
+    assert!(a.q.len() >= (c0 + MA) * cols);
     assert!(a.d.len() >= (c0 + m) * cols / QK && a.sum.len() >= (c0 + m) * p.groups);
 }
 
 /// The tile instructions' definitions in plain Rust.
 #[cfg(test)]
 pub(crate) struct Emulated {
-    /// The activation tiles: 16 rows of up to 32 bytes.
-    a: [[[u8; 32]; 16]; 2],
-    /// The weight tiles: up to 8 rows of 64 bytes.
-    b: [[[u8; 64]; 8]; 2],
+    /// The activation tiles: 16 rows of up to 32 signed bytes.
+    a: [[[i8; 32]; 16]; 2],
+    /// The weight tiles: up to 8 rows of 64 signed bytes.
+    b: [[[i8; 64]; 8]; 2],
     /// Bytes per activation row (the configured group length).
     g: usize,
     /// The four accumulators.
@@ -262,7 +335,8 @@ impl Default for Emulated {
             a: [[[0; 32]; 16]; 2],
             b: [[[0; 64]; 8]; 2],
             g: 0,
-            c: [[[0; 16]; 16]; 4],
+            // Not zero: a kernel that forgot to zero an accumulator fails.
+            c: [[[0x5555; 16]; 16]; 4],
             avx512_steps: false,
         }
     }
@@ -270,13 +344,8 @@ impl Default for Emulated {
 
 #[cfg(test)]
 impl Unit for Emulated {
-    unsafe fn start(&mut self, c: usize, init: *const i32) {
-        for row in &mut self.c[c] {
-            for (j, v) in row.iter_mut().enumerate() {
-                // SAFETY: 16 readable values (the caller's contract).
-                *v = unsafe { *init.add(j) };
-            }
-        }
+    unsafe fn zero(&mut self, c: usize) {
+        self.c[c] = [[0; 16]; 16];
     }
 
     unsafe fn load_a(&mut self, t: usize, g: usize, a: *const u8, stride: usize) {
@@ -284,7 +353,7 @@ impl Unit for Emulated {
         for (r, row) in self.a[t].iter_mut().enumerate() {
             for (k, v) in row.iter_mut().enumerate().take(g) {
                 // SAFETY: 16 rows of g readable bytes (the caller's contract).
-                *v = unsafe { *a.add(r * stride + k) };
+                *v = unsafe { *a.add(r * stride + k) } as i8;
             }
         }
     }
@@ -293,7 +362,7 @@ impl Unit for Emulated {
         for (r, row) in self.b[h].iter_mut().enumerate().take(g / 4) {
             for (k, v) in row.iter_mut().enumerate() {
                 // SAFETY: g/4 rows of 64 readable bytes (the caller's contract).
-                *v = unsafe { *b.add(r * stride + k) };
+                *v = unsafe { *b.add(r * stride + k) } as i8;
             }
         }
     }
@@ -304,8 +373,7 @@ impl Unit for Emulated {
             for k4 in 0..self.g / 4 {
                 for (n, v) in acc.iter_mut().enumerate() {
                     for j in 0..4 {
-                        let w = b[k4][n * 4 + j] as i8;
-                        *v += i32::from(a[r][k4 * 4 + j]) * i32::from(w);
+                        *v += i32::from(a[r][k4 * 4 + j]) * i32::from(b[k4][n * 4 + j]);
                     }
                 }
             }
@@ -319,12 +387,19 @@ impl Unit for Emulated {
         }
     }
 
-    fn scale(&mut self, out: &mut Block, pend: &mut Block, sums: &Sums, m: usize, k: &GroupScales) {
+    fn scale(
+        &mut self,
+        c: usize,
+        acc: (&mut Block, &mut Block),
+        sums: &Sums,
+        m: usize,
+        k: &GroupScales,
+    ) {
         #[cfg(target_arch = "x86_64")]
-        if self.avx512_steps && x86::scale_steps(out, pend, sums, m, k) {
+        if self.avx512_steps && x86::scale_steps(c, (&mut *acc.0, &mut *acc.1), sums, m, k) {
             return;
         }
-        scale_portable(out, pend, sums, m, k);
+        scale_portable(c, acc, sums, m, k);
     }
 }
 
@@ -332,9 +407,19 @@ impl Unit for Emulated {
 /// its test on CPUs without AMX).
 #[cfg(test)]
 pub(crate) fn tile_emulated(p: &Panel, a: &Acts, c0: usize, m: usize) -> Block {
+    emulated(Emulated::default(), p, a, c0, m)
+}
+
+/// [`block`] through `unit`, into a new result.
+#[cfg(test)]
+fn emulated(mut unit: Emulated, p: &Panel, a: &Acts, c0: usize, m: usize) -> Block {
     check(p, a, c0, m);
+    let mut s = Scratch::new();
+    // Not zero: the float steps must not read what they did not write.
+    s.pend = [[f32::NAN; NR]; MA];
     // SAFETY: `check` bounds every read.
-    unsafe { block(&mut Emulated::default(), p, a, c0, m) }
+    unsafe { block(&mut unit, p, a, c0, m, &mut s) };
+    s.out
 }
 
 /// [`tile_emulated`] with the real unit's AVX-512 float steps, or `None`
@@ -348,13 +433,11 @@ pub(crate) fn tile_emulated_avx512_steps(
 ) -> Option<Block> {
     #[cfg(target_arch = "x86_64")]
     if is_x86_feature_detected!("avx512f") {
-        check(p, a, c0, m);
-        let mut unit = Emulated {
+        let unit = Emulated {
             avx512_steps: true,
             ..Emulated::default()
         };
-        // SAFETY: `check` bounds every read.
-        return Some(unsafe { block(&mut unit, p, a, c0, m) });
+        return Some(emulated(unit, p, a, c0, m));
     }
     let _ = (p, a, c0, m);
     None
@@ -369,6 +452,9 @@ pub(crate) struct Tiles {
     on: bool,
     /// The group length they are configured for (0: not yet).
     g: usize,
+    /// The blocks' working memory, this thread's (see [`SCRATCH`]; always
+    /// `Some` until dropped).
+    scratch: Option<Box<Scratch>>,
     /// Tile state belongs to a thread.
     _thread: std::marker::PhantomData<*const ()>,
 }
@@ -385,18 +471,22 @@ impl Tiles {
         Tiles {
             on,
             g: 0,
+            scratch: Some(SCRATCH.take().unwrap_or_else(Scratch::new)),
             _thread: std::marker::PhantomData,
         }
     }
 
     /// The block kernel on the tiles: rows `c0..c0 + m` of `a` (m ≤ [`MA`],
-    /// and `a.qu` filled for whole blocks) against the signed panel `p`.
+    /// and `a.q` readable for whole blocks) against the signed panel `p`.
     /// The same numbers as [`super::tile_scalar`] over those rows.
-    pub(crate) fn block(&mut self, p: &Panel, a: &Acts, c0: usize, m: usize) -> Block {
+    pub(crate) fn block(&mut self, p: &Panel, a: &Acts, c0: usize, m: usize) -> &Block {
         check(p, a, c0, m);
+        let scratch = self.scratch.get_or_insert_with(Scratch::new);
         #[cfg(test)]
         if !self.on {
-            return tile_emulated(p, a, c0, m);
+            // SAFETY: `check` bounds every read.
+            unsafe { block(&mut Emulated::default(), p, a, c0, m, scratch) };
+            return &scratch.out;
         }
         #[cfg(target_arch = "x86_64")]
         {
@@ -408,15 +498,23 @@ impl Tiles {
             // SAFETY: configured for this group length just now or before
             // (`usable` also found the epilogue's AVX-512); `check` bounds
             // every read.
-            unsafe { x86::tile(p, a, c0, m) }
+            unsafe { x86::tile(p, a, c0, m, scratch) };
+            &scratch.out
         }
         #[cfg(not(target_arch = "x86_64"))]
         unreachable!("AMX tiles configured off x86-64")
     }
 }
 
+thread_local! {
+    /// Each thread's block working memory between its products' tasks, so
+    /// that no task allocates it.
+    static SCRATCH: std::cell::Cell<Option<Box<Scratch>>> = const { std::cell::Cell::new(None) };
+}
+
 impl Drop for Tiles {
     fn drop(&mut self) {
+        SCRATCH.set(self.scratch.take());
         #[cfg(target_arch = "x86_64")]
         if self.on && self.g != 0 {
             // SAFETY: configured by `block` on this thread (`Tiles` is not Send).
@@ -491,19 +589,18 @@ fn self_check() -> bool {
             g,
             super::offset(ty),
         );
-        a.qu.resize(rows * cols, 0);
-        Acts::shift_unsigned(&a.q, &mut a.qu);
+        let mut scratch = Scratch::new();
         for (c0, m) in [(0, MA), (MA, 5)] {
             check(&signed, &a, c0, m);
             // SAFETY: `supported` found the features and the OS grants the
             // tiles (what `usable` needs before this check); `check` bounds
             // every read; configured just before, released just after.
-            let got = unsafe {
+            unsafe {
                 x86::configure(g);
-                let got = x86::tile(&signed, &a, c0, m);
+                x86::tile(&signed, &a, c0, m, &mut scratch);
                 x86::release();
-                got
-            };
+            }
+            let got = &scratch.out;
             for c in (0..m).step_by(super::MR) {
                 let n = (m - c).min(super::MR);
                 let want = super::tile_scalar(&plain, &a, c0 + c, n);
@@ -522,7 +619,7 @@ fn self_check() -> bool {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
-    use super::{block, Acts, Block, GroupScales, Panel, Sums, Unit, MA, NR};
+    use super::{block, quarter, Acts, Block, GroupScales, Panel, Scratch, Sums, Unit, MA, NR};
     use std::arch::asm;
     use std::arch::x86_64::*;
 
@@ -591,14 +688,22 @@ mod x86 {
 
     impl Unit for Amx {
         #[inline(always)]
-        unsafe fn start(&mut self, c: usize, init: *const i32) {
-            // SAFETY (every arm): 16 readable i32, read 16 times (stride 0).
+        fn prefetch(&mut self, p: *const u8, stride: usize, rows: usize) {
+            for r in 0..rows {
+                // SAFETY: a prefetch never faults.
+                unsafe { _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(r * stride) as *const i8) };
+            }
+        }
+
+        #[inline(always)]
+        unsafe fn zero(&mut self, c: usize) {
+            // SAFETY (every arm): registers configured (the caller's contract).
             unsafe {
                 match c {
-                    0 => load!("tmm4", init, 0usize),
-                    1 => load!("tmm5", init, 0usize),
-                    2 => load!("tmm6", init, 0usize),
-                    _ => load!("tmm7", init, 0usize),
+                    0 => asm!("tilezero tmm4", options(nostack, nomem)),
+                    1 => asm!("tilezero tmm5", options(nostack, nomem)),
+                    2 => asm!("tilezero tmm6", options(nostack, nomem)),
+                    _ => asm!("tilezero tmm7", options(nostack, nomem)),
                 }
             }
         }
@@ -635,10 +740,10 @@ mod x86 {
             // calls before.
             unsafe {
                 match c {
-                    0 => asm!("tdpbusd tmm4, tmm2, tmm0", options(nostack, nomem)),
-                    1 => asm!("tdpbusd tmm5, tmm2, tmm1", options(nostack, nomem)),
-                    2 => asm!("tdpbusd tmm6, tmm3, tmm0", options(nostack, nomem)),
-                    _ => asm!("tdpbusd tmm7, tmm3, tmm1", options(nostack, nomem)),
+                    0 => asm!("tdpbssd tmm4, tmm2, tmm0", options(nostack, nomem)),
+                    1 => asm!("tdpbssd tmm5, tmm2, tmm1", options(nostack, nomem)),
+                    2 => asm!("tdpbssd tmm6, tmm3, tmm0", options(nostack, nomem)),
+                    _ => asm!("tdpbssd tmm7, tmm3, tmm1", options(nostack, nomem)),
                 }
             }
         }
@@ -671,20 +776,15 @@ mod x86 {
         #[inline(always)]
         fn scale(
             &mut self,
-            out: &mut Block,
-            pend: &mut Block,
+            c: usize,
+            acc: (&mut Block, &mut Block),
             sums: &Sums,
             m: usize,
             k: &GroupScales,
         ) {
             // SAFETY: an `Amx` exists only inside `tile`, whose contract
             // (`usable`) includes AVX-512.
-            unsafe {
-                match k.fold {
-                    Some(at) => Amx::scale_folded_avx512(out, pend, sums, m, k, at),
-                    None => Amx::scale_avx512(out, sums, m, k.scales, k.d, k.mins),
-                }
-            }
+            unsafe { scale_avx512(c, acc, sums, m, k) }
         }
     }
 
@@ -692,8 +792,8 @@ mod x86 {
     /// emulated unit in the tests; false (nothing done) without AVX-512.
     #[cfg(test)]
     pub(super) fn scale_steps(
-        out: &mut Block,
-        pend: &mut Block,
+        c: usize,
+        acc: (&mut Block, &mut Block),
         sums: &Sums,
         m: usize,
         k: &GroupScales,
@@ -701,106 +801,57 @@ mod x86 {
         if !is_x86_feature_detected!("avx512f") {
             return false;
         }
-        Amx.scale(out, pend, sums, m, k);
+        Amx.scale(c, acc, sums, m, k);
         true
     }
 
-    impl Amx {
-        /// [`Unit::scale`] in AVX-512 for a group of a super-block
-        /// (`first`, `last`) whose activation scale is applied once.
-        ///
-        /// # Safety
-        /// avx512f present.
-        #[target_feature(enable = "avx512f")]
-        unsafe fn scale_folded_avx512(
-            out: &mut Block,
-            pend: &mut Block,
-            sums: &Sums,
-            m: usize,
-            k: &GroupScales,
-            (first, last): (bool, bool),
-        ) {
-            // SAFETY (whole body): each row of `out`, `pend` and `sums` and
-            // the arrays of `k` hold NR = 32 values, read as two vectors of
-            // 16.
-            unsafe {
-                let load2 = |v: &[f32; NR]| {
-                    [
-                        _mm512_loadu_ps(v.as_ptr()),
-                        _mm512_loadu_ps(v.as_ptr().add(16)),
-                    ]
-                };
-                let s = load2(k.scales);
-                let mv = k.mins.map(|(mins, _)| load2(mins));
-                for c in 0..m.min(MA) {
-                    let (o, t) = (out[c].as_mut_ptr(), pend[c].as_mut_ptr());
-                    let i = sums[c].as_ptr();
-                    for h in 0..2 {
-                        let iv = _mm512_cvtepi32_ps(_mm512_loadu_si512(i.add(16 * h).cast()));
+    /// [`Unit::scale`] in AVX-512: one 16-lane vector per row of the
+    /// quarter, its activation scale and sum broadcast from memory.
+    ///
+    /// # Safety
+    /// avx512f present.
+    #[target_feature(enable = "avx512f")]
+    #[inline]
+    unsafe fn scale_avx512(
+        c: usize,
+        (out, pend): (&mut Block, &mut Block),
+        sums: &Sums,
+        m: usize,
+        k: &GroupScales,
+    ) {
+        let (rows, h) = quarter(c, m);
+        // SAFETY (whole body): `h + 16 <= NR`, so each row of `out`,
+        // `pend` and `sums` and the arrays of `k` hold the 16 values read
+        // or written from `h`.
+        unsafe {
+            let s = _mm512_loadu_ps(k.scales.as_ptr().add(h));
+            let mv = k.mins.map(|mins| _mm512_loadu_ps(mins.as_ptr().add(h)));
+            for r in rows {
+                let (o, t) = (out[r].as_mut_ptr().add(h), pend[r].as_mut_ptr().add(h));
+                let iv = _mm512_cvtepi32_ps(_mm512_loadu_si512(sums[r].as_ptr().add(h).cast()));
+                let d = _mm512_set1_ps(k.d[r * k.d_step]);
+                match k.fold {
+                    Some((first, last)) => {
                         let mut acc = if first {
-                            _mm512_mul_ps(iv, s[h])
+                            _mm512_mul_ps(iv, s)
                         } else {
-                            _mm512_fmadd_ps(iv, s[h], _mm512_loadu_ps(t.add(16 * h)))
+                            _mm512_fmadd_ps(iv, s, _mm512_loadu_ps(t))
                         };
-                        if let (Some(mv), Some((_, sum))) = (mv, k.mins) {
-                            acc = _mm512_fnmadd_ps(mv[h], _mm512_set1_ps(sum[c]), acc);
+                        if let Some(mv) = mv {
+                            acc = _mm512_fnmadd_ps(mv, _mm512_set1_ps(k.sum[r * k.sum_step]), acc);
                         }
                         if last {
-                            let f = _mm512_loadu_ps(o.add(16 * h));
-                            let f = _mm512_fmadd_ps(acc, _mm512_set1_ps(k.d[c]), f);
-                            _mm512_storeu_ps(o.add(16 * h), f);
+                            _mm512_storeu_ps(o, _mm512_fmadd_ps(acc, d, _mm512_loadu_ps(o)));
                         } else {
-                            _mm512_storeu_ps(t.add(16 * h), acc);
+                            _mm512_storeu_ps(t, acc);
                         }
                     }
-                }
-            }
-        }
-
-        /// [`Unit::scale`] in AVX-512, two 16-lane vectors a row.
-        ///
-        /// # Safety
-        /// avx512f present.
-        #[target_feature(enable = "avx512f")]
-        unsafe fn scale_avx512(
-            out: &mut Block,
-            sums: &Sums,
-            m: usize,
-            scales: &[f32; NR],
-            d: &[f32; MA],
-            mins: Option<(&[f32; NR], &[f32; MA])>,
-        ) {
-            // SAFETY (whole body): each row of `out` and `sums` and the
-            // arrays `scales`/`mins` hold NR = 32 values, read as two
-            // vectors of 16.
-            unsafe {
-                let s = [
-                    _mm512_loadu_ps(scales.as_ptr()),
-                    _mm512_loadu_ps(scales.as_ptr().add(16)),
-                ];
-                for c in 0..m.min(MA) {
-                    let dv = _mm512_set1_ps(d[c]);
-                    let o = out[c].as_mut_ptr();
-                    let i = sums[c].as_ptr();
-                    for (h, sh) in s.iter().enumerate() {
-                        let iv = _mm512_cvtepi32_ps(_mm512_loadu_si512(i.add(16 * h).cast()));
-                        let acc = _mm512_loadu_ps(o.add(16 * h));
-                        let acc = _mm512_fmadd_ps(iv, _mm512_mul_ps(*sh, dv), acc);
-                        _mm512_storeu_ps(o.add(16 * h), acc);
-                    }
-                }
-                if let Some((mins, sum)) = mins {
-                    let mv = [
-                        _mm512_loadu_ps(mins.as_ptr()),
-                        _mm512_loadu_ps(mins.as_ptr().add(16)),
-                    ];
-                    for c in 0..m.min(MA) {
-                        let sv = _mm512_set1_ps(sum[c]);
-                        let o = out[c].as_mut_ptr();
-                        for (h, mv) in mv.iter().enumerate() {
-                            let acc = _mm512_loadu_ps(o.add(16 * h));
-                            _mm512_storeu_ps(o.add(16 * h), _mm512_fnmadd_ps(*mv, sv, acc));
+                    None => {
+                        let mut acc = _mm512_fmadd_ps(iv, _mm512_mul_ps(s, d), _mm512_loadu_ps(o));
+                        if let Some(mv) = mv {
+                            acc = _mm512_fnmadd_ps(mv, _mm512_set1_ps(k.sum[r * k.sum_step]), acc);
                         }
+                        _mm512_storeu_ps(o, acc);
                     }
                 }
             }
@@ -815,9 +866,9 @@ mod x86 {
     /// [`super::usable`] holds, [`configure`] ran on this thread for `p.g`, and
     /// [`super::check`] passed for these arguments.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
-    pub(super) unsafe fn tile(p: &Panel, a: &Acts, c0: usize, m: usize) -> Block {
+    pub(super) unsafe fn tile(p: &Panel, a: &Acts, c0: usize, m: usize, s: &mut Scratch) {
         // SAFETY: the caller's contract.
-        unsafe { block(&mut Amx, p, a, c0, m) }
+        unsafe { block(&mut Amx, p, a, c0, m, s) }
     }
 
     /// Whether the CPU has AMX-TILE, AMX-INT8 and AVX-512 (F, BW, VNNI), the

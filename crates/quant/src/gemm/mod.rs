@@ -118,10 +118,6 @@ pub(crate) struct Acts {
     /// the activation scale and apply it once per super-block, one multiply
     /// fewer per group ([`tile_scalar`] gives the order).
     pub fold: bool,
-    /// For the AMX tiles only (else empty): the values shifted to unsigned,
-    /// `q + 128`, for rows rounded up to a whole tile of [`amx::MA`] (the
-    /// tile loads read whole tiles; rows past the batch are never used).
-    pub qu: Vec<u8>,
 }
 
 impl Acts {
@@ -267,14 +263,6 @@ impl Acts {
         }
     }
 
-    /// Writes `q`'s signed bytes shifted to unsigned (`q + 128`) into `qu`,
-    /// the AMX tiles' activation form.
-    pub fn shift_unsigned(q: &[u8], qu: &mut [u8]) {
-        for (u, &v) in qu.iter_mut().zip(q) {
-            *u = v ^ 0x80;
-        }
-    }
-
     /// Stores signed values `vals` (starting at element `at`), their
     /// per-group sums times `scale` and the groups' starting integers.
     #[allow(clippy::too_many_arguments)]
@@ -345,10 +333,6 @@ pub(crate) struct Panel {
     /// Whether `q` holds the signed values `q` themselves (the AMX tiles'
     /// form, see [`amx`]) rather than `q + off`.
     pub signed: bool,
-    /// With `signed`: `[groups][NR]` values `-128 * sum(q)` of each row's
-    /// group, where the AMX product's integer sums start (it multiplies
-    /// activations shifted by +128 to unsigned).
-    pub bias: Vec<i32>,
 }
 
 impl Panel {
@@ -359,8 +343,8 @@ impl Panel {
         self.fill_as(ty, rows, cols, false);
     }
 
-    /// [`Self::fill`], with the values stored signed (and `bias` filled)
-    /// where `signed` asks for the AMX tiles' form.
+    /// [`Self::fill`], with the values stored signed where `signed` asks
+    /// for the AMX tiles' form.
     ///
     /// It never asks for the kernel tables: the AMX self-check packs panels
     /// while they are being chosen, inside their one-time initialisation,
@@ -370,9 +354,9 @@ impl Panel {
     }
 
     /// [`Self::fill_as`] through `tier`'s packer: the AVX2 one on every x86
-    /// tier but the portable one, for the formats it knows, whole panels
-    /// and the unsigned form; the portable packer otherwise. Both store the
-    /// same bytes and values.
+    /// tier but the portable one, for the formats it knows and whole
+    /// panels, in either form; the portable packer otherwise. Both store
+    /// the same bytes and values.
     pub(crate) fn fill_on(
         &mut self,
         tier: GemmTier,
@@ -398,15 +382,10 @@ impl Panel {
             v.clear();
             v.resize(self.groups * NR, 0.0);
         }
-        self.bias.clear();
-        if signed {
-            self.bias.resize(self.groups * NR, 0);
-        }
         use GgmlType::*;
         let bb = ty.block_bytes();
         #[cfg(target_arch = "x86_64")]
-        if !signed
-            && tier != GemmTier::Portable
+        if tier != GemmTier::Portable
             && is_x86_feature_detected!("avx2")
             && is_x86_feature_detected!("f16c")
             && pack_x86::packs(ty)
@@ -496,12 +475,6 @@ impl Panel {
                 }
                 for (t, &v) in tmp[r][..bl].iter_mut().zip(&vals[..bl]) {
                     *t = (v as u8).wrapping_add(add);
-                }
-                if self.signed {
-                    for (h, part) in vals[..bl].chunks_exact(g).enumerate() {
-                        let s: i32 = part.iter().map(|&v| i32::from(v)).sum();
-                        self.bias[(b * per + h) * NR + r] = -128 * s;
-                    }
                 }
             }
             // Column step k4 of the block: four bytes of each row in turn.

@@ -29,7 +29,7 @@ pub(super) fn packs(ty: GgmlType) -> bool {
 
 /// Packs `rows` (exactly [`NR`] rows, each holding at least `cols`
 /// elements of `ty`, one of [`packs`]) into `p`, whose fields
-/// [`Panel::fill_as`] has set for the unsigned form and whose buffers it
+/// [`Panel::fill_as`] has set (for the unsigned or the signed form) and whose buffers it
 /// has sized (`q` at least `cols * NR` bytes, `s` and `m` `groups * NR`
 /// values, `m` zeroed). Panics, before touching memory, where any of that
 /// does not hold.
@@ -39,12 +39,14 @@ pub(super) fn packs(ty: GgmlType) -> bool {
 #[target_feature(enable = "avx2,f16c")]
 pub(super) unsafe fn pack_avx2(p: &mut Panel, ty: GgmlType, rows: &[&[u8]], cols: usize) {
     let (bl, bb) = (ty.block_len(), ty.block_bytes());
-    assert!(packs(ty) && rows.len() == NR && !p.signed && cols.is_multiple_of(bl));
+    assert!(packs(ty) && rows.len() == NR && cols.is_multiple_of(bl));
     let blocks = cols / bl;
     assert!(rows.iter().all(|r| r.len() >= blocks * bb));
     assert!(p.q.len() >= cols * NR && p.g * p.groups == cols);
     assert!(p.s.len() >= p.groups * NR && p.m.len() >= p.groups * NR);
     let q = p.q.as_mut_ptr();
+    // The signed form (AMX's) is the unsigned bytes less the offset.
+    let less = _mm256_set1_epi8(if p.signed { p.off as i8 } else { 0 });
     // Where the next panel's rows lie relative to these: a matrix's rows
     // are evenly spaced (a guess elsewhere costs only useless prefetches).
     let next_panel = (rows[1].as_ptr() as usize).wrapping_sub(rows[0].as_ptr() as usize) * NR;
@@ -80,6 +82,7 @@ pub(super) unsafe fn pack_avx2(p: &mut Panel, ty: GgmlType, rows: &[&[u8]], cols
                 // `codes` reads only inside a block of `ty`. Unchecked, as
                 // in `scales`: this runs for every row of every chunk.
                 *v = unsafe { codes(ty, rows.get_unchecked(8 * g + i).as_ptr().add(b * bb), j) };
+                *v = _mm256_sub_epi8(*v, less);
             }
             // SAFETY: column steps c*8..c*8+8 of the panel, rows 8g..8g+8:
             // inside the first `cols * NR` bytes of `q` (asserted above).
