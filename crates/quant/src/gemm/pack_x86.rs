@@ -29,7 +29,7 @@ pub(super) fn packs(ty: GgmlType) -> bool {
 
 /// Packs `rows` (exactly [`NR`] rows, each holding at least `cols`
 /// elements of `ty`, one of [`packs`]) into `p`, whose fields
-/// [`Panel::fill_as`] has set (for the unsigned or the signed form) and whose buffers it
+/// [`Panel::fill_as`] has set (for either form) and whose buffers it
 /// has sized (`q` at least `cols * NR` bytes, `s` and `m` `groups * NR`
 /// values, `m` zeroed). Panics, before touching memory, where any of that
 /// does not hold.
