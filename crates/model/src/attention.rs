@@ -273,8 +273,11 @@ fn attend_blocked(
     // Keys klo.. cover every row's window.
     let klo = input.lowest_key(pos0);
     let nk = pos0 + b - klo;
-    gathered.resize(h.n_kv * nk * (h.hd + h.vdim), 0.0);
-    let (kt_all, vc_all) = gathered.split_at_mut(h.n_kv * nk * h.hd);
+    // Keys in whole strips (the last one padded with zeros).
+    let strips = nk.div_ceil(KEY_STRIP);
+    let kt_len = h.n_kv * strips * KEY_STRIP * h.hd;
+    gathered.resize(kt_len + h.n_kv * nk * h.vdim, 0.0);
+    let (kt_all, vc_all) = gathered.split_at_mut(kt_len);
     gather_keys(pool, &keys, klo, nk, h, kt_all, vc_all);
     let (kt_all, vc_all) = (&*kt_all, &*vc_all);
     let block_rows = (BLOCK_QUERIES / h.group).max(1);
@@ -302,8 +305,10 @@ fn attend_blocked(
         let i0 = blk * block_rows;
         let nrows = out_blk.len() / row_len;
         let m = nrows * h.group;
-        // Keys the block's rows attend to, as indices into the gathered ones.
-        let jlo = input.lowest_key(pos0 + i0) - klo;
+        // Keys the block's rows attend to, as indices into the gathered
+        // ones, from the start of the strip that holds the first (the keys
+        // before that first one get probability 0 like any outside a window).
+        let jlo = (input.lowest_key(pos0 + i0) - klo) / KEY_STRIP * KEY_STRIP;
         let last = input.row_last[i0..i0 + nrows].iter().max().copied();
         let nkb = last.unwrap_or(pos0 + i0) + 1 - klo - jlo;
         let width = h.group * h.hd;
@@ -312,10 +317,19 @@ fn attend_blocked(
                 let src = ((i0 + r) * h.n_heads + kvh * h.group) * h.hd;
                 a[r * width..(r + 1) * width].copy_from_slice(&q[src..src + width]);
             }
-            let kt = &kt_all[kvh * nk * h.hd + jlo..];
-            let products = quant::vector::sgemm(m, nkb, h.hd, a, h.hd, kt, nk, sc, nkb);
-            if let Err(e) = products {
-                return failure.set(e);
+            // One product per strip of keys: each reads its strip as one
+            // contiguous run (a product over the keys of a whole transposed
+            // head read each of its rows 4·nk bytes apart, a stride no
+            // prefetcher follows).
+            for j0 in (0..nkb).step_by(KEY_STRIP) {
+                let strip = (kvh * strips + (jlo + j0) / KEY_STRIP) * KEY_STRIP * h.hd;
+                let w = (nkb - j0).min(KEY_STRIP);
+                let kt = &kt_all[strip..strip + KEY_STRIP * h.hd];
+                let products =
+                    quant::vector::sgemm(m, w, h.hd, a, h.hd, kt, KEY_STRIP, &mut sc[j0..], nkb);
+                if let Err(e) = products {
+                    return failure.set(e);
+                }
             }
             for qi in 0..m {
                 let (row, pos) = (i0 + qi / h.group, pos0 + i0 + qi / h.group);
@@ -358,19 +372,14 @@ fn free_buffer(buffers: &[Mutex<Vec<f32>>]) -> std::sync::MutexGuard<'_, Vec<f32
     }
 }
 
-/// Key rows transposed per head in one task: the largest of 16, 8, 4, 2, 1
-/// that divides the head width, so a task's rows belong to one KV head and
-/// its writes fill that many cache lines side by side.
-fn transpose_rows(hd: usize) -> usize {
-    [16, 8, 4, 2, 1]
-        .into_iter()
-        .find(|r| hd.is_multiple_of(*r))
-        .unwrap_or(1)
-}
+/// Keys per strip of the gathered, transposed keys: the matrix kernel's
+/// widest tile (two 16-lane vectors).
+const KEY_STRIP: usize = 32;
 
-/// Copies keys `klo..klo + nk` of every KV head into `kt_all` transposed
-/// (`[kvh][dim][key]`, so `Q·Kᵀ` is a plain product) and their values into
-/// `vc_all` (`[kvh][key][dim]`), in parallel.
+/// Copies keys `klo..klo + nk` of every KV head into `kt_all` transposed in
+/// strips of [`KEY_STRIP`] keys (`[kvh][strip][dim][key in strip]`, zeros
+/// past the last key, so `Q·Kᵀ` over a strip is a plain product) and their
+/// values into `vc_all` (`[kvh][key][dim]`), in parallel.
 fn gather_keys(
     pool: &quant::ThreadPool,
     keys: &SeqKeys<'_>,
@@ -380,16 +389,19 @@ fn gather_keys(
     kt_all: &mut [f32],
     vc_all: &mut [f32],
 ) {
-    let per = transpose_rows(h.hd);
-    pool.for_each_chunk_mut(kt_all, per * nk, |chunk, rows| {
-        let first = chunk * per;
-        let (kvh, d0) = (first / h.hd, first % h.hd);
-        let n = rows.len() / nk;
-        for j in 0..nk {
-            let k = &keys.key(klo + j, kvh)[d0..d0 + n];
+    let strips = nk.div_ceil(KEY_STRIP);
+    pool.for_each_chunk_mut(kt_all, KEY_STRIP * h.hd, |chunk, strip| {
+        let (kvh, s) = (chunk / strips, chunk % strips);
+        let j0 = s * KEY_STRIP;
+        let n = (nk - j0).min(KEY_STRIP);
+        for j in 0..n {
+            let k = keys.key(klo + j0 + j, kvh);
             for (i, &x) in k.iter().enumerate() {
-                rows[i * nk + j] = x;
+                strip[i * KEY_STRIP + j] = x;
             }
+        }
+        for row in strip.chunks_exact_mut(KEY_STRIP) {
+            row[n..].fill(0.0);
         }
     });
     // Whole keys' values per task: enough to be worth a task.

@@ -215,16 +215,7 @@ impl Rope {
 
 /// Numerically stable softmax in place.
 pub fn softmax(x: &mut [f32]) {
-    let max = x.iter().copied().fold(f32::NEG_INFINITY, f32::max);
-    let mut sum = 0.0f32;
-    for v in x.iter_mut() {
-        *v = (*v - max).exp();
-        sum += *v;
-    }
-    let inv = 1.0 / sum;
-    for v in x.iter_mut() {
-        *v *= inv;
-    }
+    quant::activation::softmax(x)
 }
 
 /// `h = rms_norm(x) * w` row by row: the norm in front of a block. The copy

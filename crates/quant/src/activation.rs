@@ -1,5 +1,6 @@
-//! GELU (tanh form) and the gated GeGLU activation over slices, with one
-//! `exp` written from IEEE operations so every tier gives the same bits.
+//! GELU (tanh form), the gated GeGLU activation and softmax over slices,
+//! with one `exp` written from IEEE operations so every tier gives the same
+//! bits.
 //!
 //! The C library's `expf` is a call per element that no compiler
 //! vectorizes, and libraries differ in its last bit. Here `exp` is a range
@@ -75,22 +76,78 @@ pub fn scalar_geglu(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// Lanes of [`scalar_softmax`]'s sum: element `i` goes to lane `i % 16`.
+const SUM_LANES: usize = 16;
+
+/// `x <- softmax(x)`, the reference of [`softmax`]: `e_i = exp(x_i - max)`
+/// ([`exp`], and exactly 0 where `x_i - max` is below its clamp, so a
+/// masked `-inf` score gets no weight), then each `e_i` divided by their
+/// sum as one multiply by `1 / sum`.
+///
+/// The sum runs in [`SUM_LANES`] lanes, lane `l` adding `e_l, e_{l+16}, …`
+/// in order, and the lanes are then added in halves (lane `l` plus lane
+/// `l + 8`, then `+ 4`, `+ 2`, `+ 1`): the order a 16-lane vector sums in,
+/// which the 8-lane kernels follow too, so every tier gives these bits. A
+/// NaN input is passed over by the maximum (as `maxps` passes it over).
+pub fn scalar_softmax(x: &mut [f32]) {
+    let max = x
+        .iter()
+        .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
+    let mut lanes = [0.0f32; SUM_LANES];
+    for chunk in x.chunks_mut(SUM_LANES) {
+        for (v, lane) in chunk.iter_mut().zip(&mut lanes) {
+            *v = softmax_exp(*v - max);
+            *lane += *v;
+        }
+    }
+    let inv = 1.0 / sum_lanes(lanes);
+    x.iter_mut().for_each(|v| *v *= inv);
+}
+
+/// `exp(d)` for a score `d` below the maximum, or 0 where `d` is below the
+/// clamp of [`exp`] (or NaN).
+#[inline]
+fn softmax_exp(d: f32) -> f32 {
+    if d >= EXP_LO {
+        exp(d)
+    } else {
+        0.0
+    }
+}
+
+/// The lanes' total in [`scalar_softmax`]'s order: halves added together
+/// until one lane is left.
+#[inline]
+fn sum_lanes(mut lanes: [f32; SUM_LANES]) -> f32 {
+    let mut half = SUM_LANES / 2;
+    while half > 0 {
+        for l in 0..half {
+            lanes[l] += lanes[l + half];
+        }
+        half /= 2;
+    }
+    lanes[0]
+}
+
 type GeluFn = fn(&mut [f32]);
 type GegluFn = fn(&mut [f32], &[f32]);
+type SoftmaxFn = fn(&mut [f32]);
 
 /// The kernels of the kernel set in use.
-fn kernels() -> &'static (GeluFn, GegluFn) {
-    static K: OnceLock<(GeluFn, GegluFn)> = OnceLock::new();
+fn kernels() -> &'static (GeluFn, GegluFn, SoftmaxFn) {
+    static K: OnceLock<(GeluFn, GegluFn, SoftmaxFn)> = OnceLock::new();
     K.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         match crate::simd::best().gemm.vector() {
-            crate::simd::GemmTier::Avx512Vnni => return (x86::gelu_avx512, x86::geglu_avx512),
+            crate::simd::GemmTier::Avx512Vnni => {
+                return (x86::gelu_avx512, x86::geglu_avx512, x86::softmax_avx512)
+            }
             crate::simd::GemmTier::Avx2 | crate::simd::GemmTier::AvxVnni => {
-                return (x86::gelu_avx2, x86::geglu_avx2)
+                return (x86::gelu_avx2, x86::geglu_avx2, x86::softmax_avx2)
             }
             crate::simd::GemmTier::Portable | crate::simd::GemmTier::Amx => {}
         }
-        (scalar_gelu, scalar_geglu)
+        (scalar_gelu, scalar_geglu, scalar_softmax)
     })
 }
 
@@ -104,6 +161,13 @@ pub fn gelu(x: &mut [f32]) {
 /// activation): [`scalar_geglu`]'s bits on every tier.
 pub fn geglu(gate: &mut [f32], up: &[f32]) {
     (kernels().1)(gate, up)
+}
+
+/// `x <- softmax(x)`: [`scalar_softmax`]'s bits on every tier. Attention
+/// normalizes every query's scores with it (a tenth of a long prompt's
+/// prefill went to the C library's `expf` before).
+pub fn softmax(x: &mut [f32]) {
+    (kernels().2)(x)
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -263,15 +327,136 @@ mod x86 {
         scalar_geglu(gs.into_remainder(), us.remainder());
     }
 
-    /// Every kernel pair this CPU can run, for the property tests.
+    pub(super) fn softmax_avx2(x: &mut [f32]) {
+        // SAFETY: installed only after avx2 and fma were detected.
+        unsafe { softmax_avx2_impl(x) }
+    }
+
+    pub(super) fn softmax_avx512(x: &mut [f32]) {
+        // SAFETY: installed only for the AVX-512 tier (avx512f, avx2, fma).
+        unsafe { softmax_avx512_impl(x) }
+    }
+
+    /// [`super::softmax_exp`] on eight lanes.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn softmax_exp8(d: __m256) -> __m256 {
+        let live = _mm256_cmp_ps::<_CMP_GE_OQ>(d, _mm256_set1_ps(EXP_LO));
+        _mm256_and_ps(exp8(d), live)
+    }
+
+    /// [`super::scalar_softmax`] with two 8-lane vectors standing for its
+    /// 16 lanes (the first eight of every 16 elements, then the second).
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn softmax_avx2_impl(x: &mut [f32]) {
+        // The maximum: `max(v, m)` keeps `m` where `v` is NaN, as the
+        // reference's `v > m` does; the order of a maximum is free.
+        let mut mv = _mm256_set1_ps(f32::NEG_INFINITY);
+        let mut chunks = x.chunks_exact(8);
+        for c in &mut chunks {
+            // SAFETY: `c` holds 8 floats.
+            mv = _mm256_max_ps(unsafe { _mm256_loadu_ps(c.as_ptr()) }, mv);
+        }
+        let mut lanes = [0.0f32; 8];
+        // SAFETY: `lanes` holds 8 floats.
+        unsafe { _mm256_storeu_ps(lanes.as_mut_ptr(), mv) };
+        let max = chunks
+            .remainder()
+            .iter()
+            .chain(&lanes)
+            .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
+        let (maxv, mut lo, mut hi) = (
+            _mm256_set1_ps(max),
+            _mm256_setzero_ps(),
+            _mm256_setzero_ps(),
+        );
+        let mut chunks = x.chunks_exact_mut(16);
+        for c in &mut chunks {
+            // SAFETY: `c` holds 16 floats.
+            unsafe {
+                let p = c.as_mut_ptr();
+                let e0 = softmax_exp8(_mm256_sub_ps(_mm256_loadu_ps(p), maxv));
+                let e1 = softmax_exp8(_mm256_sub_ps(_mm256_loadu_ps(p.add(8)), maxv));
+                _mm256_storeu_ps(p, e0);
+                _mm256_storeu_ps(p.add(8), e1);
+                lo = _mm256_add_ps(lo, e0);
+                hi = _mm256_add_ps(hi, e1);
+            }
+        }
+        let mut sums = [0.0f32; SUM_LANES];
+        // SAFETY: `sums` holds 16 floats.
+        unsafe {
+            _mm256_storeu_ps(sums.as_mut_ptr(), lo);
+            _mm256_storeu_ps(sums.as_mut_ptr().add(8), hi);
+        }
+        for (v, lane) in chunks.into_remainder().iter_mut().zip(&mut sums) {
+            *v = softmax_exp(*v - max);
+            *lane += *v;
+        }
+        scale(x, 1.0 / sum_lanes(sums));
+    }
+
+    /// [`super::softmax_exp`] on sixteen lanes.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn softmax_exp16(d: __m512) -> __m512 {
+        let live = _mm512_cmp_ps_mask::<_CMP_GE_OQ>(d, _mm512_set1_ps(EXP_LO));
+        _mm512_maskz_mov_ps(live, exp16(d))
+    }
+
+    /// [`super::scalar_softmax`] with its 16 lanes in one vector.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    unsafe fn softmax_avx512_impl(x: &mut [f32]) {
+        let mut mv = _mm512_set1_ps(f32::NEG_INFINITY);
+        let mut chunks = x.chunks_exact(16);
+        for c in &mut chunks {
+            // SAFETY: `c` holds 16 floats.
+            mv = _mm512_max_ps(unsafe { _mm512_loadu_ps(c.as_ptr()) }, mv);
+        }
+        let mut lanes = [0.0f32; 16];
+        // SAFETY: `lanes` holds 16 floats.
+        unsafe { _mm512_storeu_ps(lanes.as_mut_ptr(), mv) };
+        let max = chunks
+            .remainder()
+            .iter()
+            .chain(&lanes)
+            .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
+        let (maxv, mut acc) = (_mm512_set1_ps(max), _mm512_setzero_ps());
+        let mut chunks = x.chunks_exact_mut(16);
+        for c in &mut chunks {
+            // SAFETY: `c` holds 16 floats.
+            unsafe {
+                let e = softmax_exp16(_mm512_sub_ps(_mm512_loadu_ps(c.as_ptr()), maxv));
+                _mm512_storeu_ps(c.as_mut_ptr(), e);
+                acc = _mm512_add_ps(acc, e);
+            }
+        }
+        let mut sums = [0.0f32; SUM_LANES];
+        // SAFETY: `sums` holds 16 floats.
+        unsafe { _mm512_storeu_ps(sums.as_mut_ptr(), acc) };
+        for (v, lane) in chunks.into_remainder().iter_mut().zip(&mut sums) {
+            *v = softmax_exp(*v - max);
+            *lane += *v;
+        }
+        scale(x, 1.0 / sum_lanes(sums));
+    }
+
+    /// `x <- x * inv`, element by element (each product rounded once, as
+    /// in the reference, whatever the compiler vectorizes it into).
+    #[inline(always)]
+    fn scale(x: &mut [f32], inv: f32) {
+        x.iter_mut().for_each(|v| *v *= inv);
+    }
+
+    /// Every kernel this CPU can run, for the property tests.
     #[cfg(test)]
-    pub(super) fn available() -> Vec<(&'static str, GeluFn, GegluFn)> {
-        let mut v: Vec<(&'static str, GeluFn, GegluFn)> = Vec::new();
+    pub(super) fn available() -> Vec<(&'static str, GeluFn, GegluFn, SoftmaxFn)> {
+        let mut v: Vec<(&'static str, GeluFn, GegluFn, SoftmaxFn)> = Vec::new();
         if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            v.push(("avx2", gelu_avx2, geglu_avx2));
+            v.push(("avx2", gelu_avx2, geglu_avx2, softmax_avx2));
         }
         if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx2") {
-            v.push(("avx512", gelu_avx512, geglu_avx512));
+            v.push(("avx512", gelu_avx512, geglu_avx512, softmax_avx512));
         }
         v
     }
@@ -282,7 +467,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn simd() -> Vec<(&'static str, GeluFn, GegluFn)> {
+    fn simd() -> Vec<(&'static str, GeluFn, GegluFn, SoftmaxFn)> {
         #[cfg(target_arch = "x86_64")]
         return x86::available();
         #[cfg(not(target_arch = "x86_64"))]
@@ -343,7 +528,7 @@ mod tests {
             scalar_gelu(&mut want_gelu);
             let mut want_geglu = x.clone();
             scalar_geglu(&mut want_geglu, &u);
-            for (name, gelu_k, geglu_k) in simd() {
+            for (name, gelu_k, geglu_k, _) in simd() {
                 let mut got = x.clone();
                 gelu_k(&mut got);
                 for (g, w) in got.iter().zip(&want_gelu) {
@@ -359,5 +544,75 @@ mod tests {
             geglu(&mut got, &u);
             prop_assert_eq!(got, want_geglu);
         }
+
+        /// Every softmax kernel gives the reference's bits at every length
+        /// (the 16-lane sum's tails included), with scores spread far enough
+        /// that some fall below the clamp and with `-inf` (masked) ones.
+        #[test]
+        fn softmax_simd_matches_scalar(
+            x in prop::collection::vec(prop_oneof![
+                8 => -30.0f32..30.0,
+                1 => -300.0f32..10.0,
+                1 => Just(f32::NEG_INFINITY),
+            ], 1..200),
+        ) {
+            let mut want = x.clone();
+            scalar_softmax(&mut want);
+            for (name, _, _, softmax_k) in simd() {
+                let mut got = x.clone();
+                softmax_k(&mut got);
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    prop_assert_eq!(g.to_bits(), w.to_bits(), "{} softmax[{}]: {} vs {}", name, i, g, w);
+                }
+            }
+            let mut got = x.clone();
+            softmax(&mut got);
+            prop_assert_eq!(got, want);
+        }
+    }
+
+    /// The softmax against the f64 one: a distribution (sums to one within
+    /// rounding), each value within a few ulp-scaled bounds, masked scores
+    /// exactly 0, and the lanes summed in the documented order (a length
+    /// whose tail lands in the first lanes).
+    #[test]
+    fn softmax_is_the_softmax() {
+        for n in [1usize, 7, 16, 17, 40, 333] {
+            let x: Vec<f32> = (0..n)
+                .map(|i| ((i * 37 % 23) as f32 - 11.0) * 0.7)
+                .collect();
+            let mut got = x.clone();
+            scalar_softmax(&mut got);
+            let max = x
+                .iter()
+                .fold(f64::NEG_INFINITY, |m, &v| m.max(f64::from(v)));
+            let total: f64 = x.iter().map(|&v| (f64::from(v) - max).exp()).sum();
+            for (&g, &v) in got.iter().zip(&x) {
+                let want = (f64::from(v) - max).exp() / total;
+                assert!(
+                    (f64::from(g) - want).abs() <= 2e-6 * want + 1e-12,
+                    "{n}: {g} vs {want}"
+                );
+            }
+            let sum: f32 = got.iter().sum();
+            assert!((sum - 1.0).abs() < 1e-5, "{n}: sums to {sum}");
+        }
+        let mut x = vec![1.0, 2.0, 3.0, f32::NEG_INFINITY, -1e9];
+        scalar_softmax(&mut x);
+        assert!(x[3] == 0.0 && x[4] == 0.0 && x[2] > x[1] && x[1] > x[0]);
+        // One large score and 16 equal small ones: lane 0 holds the large
+        // one and the 17th, so the order of the lanes shows in the bits.
+        let mut x = vec![0.0f32; 17];
+        x[0] = 5.0;
+        let mut got = x.clone();
+        scalar_softmax(&mut got);
+        let e: Vec<f32> = x.iter().map(|&v| exp(v - 5.0)).collect();
+        let mut lanes = [0.0f32; 16];
+        for (i, v) in e.iter().enumerate() {
+            lanes[i % 16] += v;
+        }
+        let inv = 1.0 / sum_lanes(lanes);
+        assert_eq!(got[0].to_bits(), (e[0] * inv).to_bits());
+        assert_eq!(got[16].to_bits(), (e[16] * inv).to_bits());
     }
 }
