@@ -122,6 +122,35 @@ impl SeqKeys<'_> {
     fn value(&self, p: usize, kvh: usize) -> &[f32] {
         self.at(&self.values, p, kvh)
     }
+
+    /// Positions `lo..=hi` of KV head `kvh` of `side` as runs that lie
+    /// `side.stride` floats apart in one buffer (a ring wraps, and the batch's
+    /// own positions are in its buffer): `f(j, from, n)` for the run of `n`
+    /// positions from `lo + j`, `from` starting at the first of them.
+    fn runs<'s>(
+        &self,
+        side: &Side<'s>,
+        lo: usize,
+        hi: usize,
+        kvh: usize,
+        mut f: impl FnMut(usize, &'s [f32], usize),
+    ) {
+        let mut p = lo;
+        while p <= hi {
+            let (buf, row, n) = if p < self.pos0 {
+                let slot = p % side.cap;
+                (
+                    side.cached,
+                    slot,
+                    (self.pos0.min(hi + 1) - p).min(side.cap - slot),
+                )
+            } else {
+                (side.new, self.row0 + p - self.pos0, hi + 1 - p)
+            };
+            f(p - lo, &buf[row * side.stride + kvh * side.width..], n);
+            p += n;
+        }
+    }
 }
 
 impl AttentionInput<'_, '_> {
@@ -227,23 +256,19 @@ fn attend_rows(
         let n_keys = hi + 1 - lo;
         let stride = sc.len() / h.group;
         let q0 = (i * h.n_heads + kvh * h.group + part * sub) * h.hd;
-        for (j, p) in (lo..=hi).enumerate() {
-            let k = keys.key(p, kvh);
-            for g in 0..sub {
-                let qg = &q[q0 + g * h.hd..q0 + (g + 1) * h.hd];
-                sc[g * stride + j] = quant::vector::dot(qg, k);
-            }
-        }
+        let qs = &q[q0..q0 + sub * h.hd];
+        // Each run of keys once for the task's heads (the same bits as a
+        // `dot` per key and head, then an `axpy` per value and head).
+        keys.runs(&keys.keys, lo, hi, kvh, |j, from, n| {
+            quant::vector::dot_rows(qs, sub, from, h.kd, n, &mut sc[j..], stride);
+        });
         for g in 0..sub {
             input.normalize(&mut sc[g * stride..g * stride + n_keys]);
         }
         o.fill(0.0);
-        for (j, p) in (lo..=hi).enumerate() {
-            let v = keys.value(p, kvh);
-            for (g, og) in o.chunks_exact_mut(h.vdim).enumerate() {
-                quant::vector::axpy(og, sc[g * stride + j], v);
-            }
-        }
+        keys.runs(&keys.values, lo, hi, kvh, |j, from, n| {
+            quant::vector::axpy_rows(o, sub, &sc[j..], stride, from, h.vd, n);
+        });
     };
 
     pool.for_each_chunk_mut(out, per_worker * sub * h.vdim, |worker, rows| {

@@ -16,6 +16,8 @@ type AxpyF32 = fn(&mut [f32], f32, &[f32]);
 struct VectorKernels {
     dot: DotF32,
     axpy: AxpyF32,
+    /// Whether [`dot_rows`] and [`axpy_rows`] take their AVX-512 kernels.
+    fused: bool,
 }
 
 /// The kernels of the kernel set in use (`HEARTH_CPU` and
@@ -29,12 +31,14 @@ fn kernels() -> &'static VectorKernels {
                 return VectorKernels {
                     dot: x86::dot_avx512,
                     axpy: x86::axpy_avx512,
+                    fused: true,
                 }
             }
             crate::simd::GemmTier::Avx2 | crate::simd::GemmTier::AvxVnni => {
                 return VectorKernels {
                     dot: x86::dot_avx2,
                     axpy: x86::axpy_avx2,
+                    fused: false,
                 }
             }
             crate::simd::GemmTier::Portable | crate::simd::GemmTier::Amx => {}
@@ -45,6 +49,7 @@ fn kernels() -> &'static VectorKernels {
                 return VectorKernels {
                     dot: crate::simd::neon::vector_dot,
                     axpy: crate::simd::neon::vector_axpy,
+                    fused: false,
                 }
             }
             _ => {}
@@ -52,6 +57,7 @@ fn kernels() -> &'static VectorKernels {
         VectorKernels {
             dot: scalar_dot,
             axpy: scalar_axpy,
+            fused: false,
         }
     })
 }
@@ -66,6 +72,82 @@ pub fn dot(a: &[f32], b: &[f32]) -> f32 {
 #[inline]
 pub fn axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
     (kernels().axpy)(y, alpha, x)
+}
+
+/// Scores of `heads` query vectors (`q`, one after another, each
+/// `q.len() / heads` long) against `n` keys that start `stride` floats
+/// apart in `keys`: `out[g * out_stride + j] = dot(q_g, key_j)`, each with
+/// [`dot`]'s bits. The AVX-512 kernel loads each key once for all the heads
+/// (a decode step's query heads that share a KV head).
+///
+/// # Panics
+/// If `keys` or `out` is too short for the shapes.
+pub fn dot_rows(
+    q: &[f32],
+    heads: usize,
+    keys: &[f32],
+    stride: usize,
+    n: usize,
+    out: &mut [f32],
+    out_stride: usize,
+) {
+    let hd = q.len().checked_div(heads).unwrap_or(0);
+    if n == 0 || hd == 0 {
+        return;
+    }
+    assert!(keys.len() >= (n - 1) * stride + hd && stride >= hd);
+    assert!(out.len() >= (heads - 1) * out_stride + n && out_stride >= n);
+    #[cfg(target_arch = "x86_64")]
+    if kernels().fused && hd.is_multiple_of(32) {
+        // SAFETY: the AVX-512 kernels are installed only after avx512f was
+        // detected; the asserts bound every key and score.
+        return unsafe { x86::dot_rows_avx512(q, heads, hd, keys, stride, n, out, out_stride) };
+    }
+    for j in 0..n {
+        let k = &keys[j * stride..j * stride + hd];
+        for (g, qg) in q.chunks_exact(hd).enumerate() {
+            out[g * out_stride + j] = dot(qg, k);
+        }
+    }
+}
+
+/// Weighted sums of `n` value rows that start `stride` floats apart in
+/// `vals`, added into `heads` outputs (`o`, one after another, each
+/// `o.len() / heads` long): `o_g += p[g * p_stride + j] * value_j` for `j`
+/// in order, each step [`axpy`]'s fused multiply-add, so the bits are those
+/// of `n` calls of [`axpy`] per head. The AVX-512 kernel keeps a slice of
+/// every head's output in registers across the rows and reads each row
+/// once for all the heads (the `axpy` loop loaded and stored the output
+/// for every row and head).
+///
+/// # Panics
+/// If `vals` or `p` is too short for the shapes.
+pub fn axpy_rows(
+    o: &mut [f32],
+    heads: usize,
+    p: &[f32],
+    p_stride: usize,
+    vals: &[f32],
+    stride: usize,
+    n: usize,
+) {
+    let width = o.len().checked_div(heads).unwrap_or(0);
+    if n == 0 || width == 0 {
+        return;
+    }
+    assert!(vals.len() >= (n - 1) * stride + width && stride >= width);
+    assert!(p.len() >= (heads - 1) * p_stride + n && p_stride >= n);
+    #[cfg(target_arch = "x86_64")]
+    if kernels().fused && width.is_multiple_of(16) {
+        // SAFETY: as in `dot_rows`; the asserts bound every row and weight.
+        return unsafe { x86::axpy_rows_avx512(o, heads, width, p, p_stride, vals, stride, n) };
+    }
+    for j in 0..n {
+        let v = &vals[j * stride..j * stride + width];
+        for (g, og) in o.chunks_exact_mut(width).enumerate() {
+            axpy(og, p[g * p_stride + j], v);
+        }
+    }
 }
 
 /// The scalar reference for [`dot`], in the canonical order every tier
@@ -218,6 +300,171 @@ mod x86 {
         }
     }
 
+    /// [`super::dot_rows`] for head widths that are a multiple of 32: up to
+    /// four heads at a time, each key chunk loaded once for them, each head
+    /// in [`dot_avx512_impl`]'s two chains and reduction.
+    ///
+    /// # Safety
+    /// avx512f present; `q` holds `heads * hd` floats, `keys` `n` rows of
+    /// `hd` `stride` apart, `out` `heads` rows of `n` `out_stride` apart.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    pub(super) unsafe fn dot_rows_avx512(
+        q: &[f32],
+        heads: usize,
+        hd: usize,
+        keys: &[f32],
+        stride: usize,
+        n: usize,
+        out: &mut [f32],
+        out_stride: usize,
+    ) {
+        let mut g0 = 0;
+        while g0 < heads {
+            let h = (heads - g0).min(4);
+            // SAFETY: the caller's shapes, heads g0..g0 + h.
+            unsafe {
+                match h {
+                    4 => dot_rows_h::<4>(q, g0, hd, keys, stride, n, out, out_stride),
+                    3 => dot_rows_h::<3>(q, g0, hd, keys, stride, n, out, out_stride),
+                    2 => dot_rows_h::<2>(q, g0, hd, keys, stride, n, out, out_stride),
+                    _ => dot_rows_h::<1>(q, g0, hd, keys, stride, n, out, out_stride),
+                }
+            }
+            g0 += h;
+        }
+    }
+
+    /// Heads `g0..g0 + H` of [`dot_rows_avx512`].
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    unsafe fn dot_rows_h<const H: usize>(
+        q: &[f32],
+        g0: usize,
+        hd: usize,
+        keys: &[f32],
+        stride: usize,
+        n: usize,
+        out: &mut [f32],
+        out_stride: usize,
+    ) {
+        let (qp, kp, op) = (q.as_ptr(), keys.as_ptr(), out.as_mut_ptr());
+        for j in 0..n {
+            let mut acc = [[_mm512_setzero_ps(); 2]; H];
+            // SAFETY: key j's `hd` floats and each head's are inside the
+            // shapes (the caller's contract).
+            unsafe {
+                let k = kp.add(j * stride);
+                let mut i = 0;
+                while i < hd {
+                    let (k0, k1) = (_mm512_loadu_ps(k.add(i)), _mm512_loadu_ps(k.add(i + 16)));
+                    for (g, a) in acc.iter_mut().enumerate() {
+                        let qg = qp.add((g0 + g) * hd + i);
+                        a[0] = _mm512_fmadd_ps(_mm512_loadu_ps(qg), k0, a[0]);
+                        a[1] = _mm512_fmadd_ps(_mm512_loadu_ps(qg.add(16)), k1, a[1]);
+                    }
+                    i += 32;
+                }
+                for (g, a) in acc.iter().enumerate() {
+                    let s = _mm512_add_ps(a[0], a[1]);
+                    let lo = _mm512_castps512_ps256(s);
+                    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(s)));
+                    *op.add((g0 + g) * out_stride + j) = hsum8(_mm256_add_ps(lo, hi));
+                }
+            }
+        }
+    }
+
+    /// [`super::axpy_rows`] for output widths that are a multiple of 16:
+    /// up to four heads by four vectors of 16 in registers across the rows.
+    ///
+    /// # Safety
+    /// avx512f present; `o` holds `heads * width` floats, `vals` `n` rows of
+    /// `width` `stride` apart, `p` `heads` rows of `n` `p_stride` apart.
+    #[allow(clippy::too_many_arguments)]
+    #[target_feature(enable = "avx512f")]
+    pub(super) unsafe fn axpy_rows_avx512(
+        o: &mut [f32],
+        heads: usize,
+        width: usize,
+        p: &[f32],
+        p_stride: usize,
+        vals: &[f32],
+        stride: usize,
+        n: usize,
+    ) {
+        let mut g0 = 0;
+        while g0 < heads {
+            let h = (heads - g0).min(4);
+            let mut d0 = 0;
+            while d0 < width {
+                let v = ((width - d0) / 16).min(4);
+                // SAFETY: the caller's shapes, heads g0..g0 + h and the
+                // columns d0..d0 + 16v of each.
+                unsafe {
+                    macro_rules! go {
+                        ($($hh:literal),*) => {
+                            match (h, v) {
+                                $( ($hh, 4) => axpy_rows_hv::<$hh, 4>(o, g0, d0, width, p, p_stride, vals, stride, n),
+                                   ($hh, 3) => axpy_rows_hv::<$hh, 3>(o, g0, d0, width, p, p_stride, vals, stride, n),
+                                   ($hh, 2) => axpy_rows_hv::<$hh, 2>(o, g0, d0, width, p, p_stride, vals, stride, n),
+                                   ($hh, _) => axpy_rows_hv::<$hh, 1>(o, g0, d0, width, p, p_stride, vals, stride, n), )*
+                                _ => {}
+                            }
+                        };
+                    }
+                    go!(1, 2, 3, 4);
+                }
+                d0 += 16 * v;
+            }
+            g0 += h;
+        }
+    }
+
+    /// Heads `g0..g0 + H`, columns `d0..d0 + 16 V` of [`axpy_rows_avx512`].
+    #[allow(clippy::too_many_arguments)]
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn axpy_rows_hv<const H: usize, const V: usize>(
+        o: &mut [f32],
+        g0: usize,
+        d0: usize,
+        width: usize,
+        p: &[f32],
+        p_stride: usize,
+        vals: &[f32],
+        stride: usize,
+        n: usize,
+    ) {
+        let (op, pp, vp) = (o.as_mut_ptr(), p.as_ptr(), vals.as_ptr());
+        // SAFETY: every access is inside the caller's shapes (heads
+        // g0..g0 + H, columns d0..d0 + 16V, rows 0..n).
+        unsafe {
+            let mut acc = [[_mm512_setzero_ps(); V]; H];
+            for (g, a) in acc.iter_mut().enumerate() {
+                for (c, x) in a.iter_mut().enumerate() {
+                    *x = _mm512_loadu_ps(op.add((g0 + g) * width + d0 + 16 * c));
+                }
+            }
+            for j in 0..n {
+                let row = vp.add(j * stride + d0);
+                let v: [__m512; V] = std::array::from_fn(|c| _mm512_loadu_ps(row.add(16 * c)));
+                for (g, a) in acc.iter_mut().enumerate() {
+                    let w = _mm512_set1_ps(*pp.add((g0 + g) * p_stride + j));
+                    for (x, &vc) in a.iter_mut().zip(&v) {
+                        *x = _mm512_fmadd_ps(w, vc, *x);
+                    }
+                }
+            }
+            for (g, a) in acc.iter().enumerate() {
+                for (c, &x) in a.iter().enumerate() {
+                    _mm512_storeu_ps(op.add((g0 + g) * width + d0 + 16 * c), x);
+                }
+            }
+        }
+    }
+
     /// Every kernel this CPU can run, for the property tests.
     #[cfg(test)]
     pub(super) fn available() -> Vec<(&'static str, super::DotF32, super::AxpyF32)> {
@@ -276,6 +523,49 @@ mod tests {
                 }
             }
             prop_assert_eq!(dot(&a, &b).to_bits(), want.to_bits());
+        }
+
+        /// The several-row kernels give the bits of one `dot` or `axpy`
+        /// per row and head (widths that take the fused kernels and widths
+        /// that do not, one to six heads, rows apart by more than a width).
+        #[test]
+        fn rows_kernels_are_dots_and_axpys(
+            heads in 1usize..7,
+            wide in prop_oneof![Just(32usize), Just(64), Just(256), Just(48), Just(20)],
+            n in 1usize..40,
+            gap in 0usize..5,
+            seed in any::<u64>(),
+        ) {
+            let stride = wide + gap;
+            let val = |i: usize| {
+                let h = (i as u64 ^ seed).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
+                (h % 2001) as f32 / 100.0 - 10.0
+            };
+            let q: Vec<f32> = (0..heads * wide).map(val).collect();
+            let keys: Vec<f32> = (0..n * stride).map(|i| val(i + 100_000)).collect();
+            let out_stride = n + gap;
+            let mut got = vec![f32::NAN; heads * out_stride];
+            dot_rows(&q, heads, &keys, stride, n, &mut got, out_stride);
+            for g in 0..heads {
+                for j in 0..n {
+                    let want = scalar_dot(&q[g * wide..(g + 1) * wide], &keys[j * stride..j * stride + wide]);
+                    let v = got[g * out_stride + j];
+                    prop_assert_eq!(v.to_bits(), want.to_bits(), "dot head {} key {}", g, j);
+                }
+            }
+            let p: Vec<f32> = (0..heads * out_stride).map(|i| val(i + 200_000) / 10.0).collect();
+            let start: Vec<f32> = (0..heads * wide).map(|i| val(i + 300_000)).collect();
+            let mut want = start.clone();
+            for j in 0..n {
+                for g in 0..heads {
+                    scalar_axpy(&mut want[g * wide..(g + 1) * wide], p[g * out_stride + j], &keys[j * stride..j * stride + wide]);
+                }
+            }
+            let mut got = start;
+            axpy_rows(&mut got, heads, &p, out_stride, &keys, stride, n);
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                prop_assert_eq!(g.to_bits(), w.to_bits(), "axpy element {}", i);
+            }
         }
     }
 }
