@@ -301,7 +301,8 @@ fn attend_blocked(
     // Keys in whole strips (the last one padded with zeros).
     let strips = nk.div_ceil(KEY_STRIP);
     let kt_len = h.n_kv * strips * KEY_STRIP * h.hd;
-    gathered.resize(kt_len + h.n_kv * nk * h.vdim, 0.0);
+    let vc_len = h.n_kv * h.vdim.div_ceil(KEY_STRIP) * nk * KEY_STRIP;
+    gathered.resize(kt_len + vc_len, 0.0);
     let (kt_all, vc_all) = gathered.split_at_mut(kt_len);
     gather_keys(pool, &keys, klo, nk, h, kt_all, vc_all);
     let (kt_all, vc_all) = (&*kt_all, &*vc_all);
@@ -367,10 +368,18 @@ fn attend_blocked(
                 row[hi + 1..].fill(0.0);
                 input.normalize(&mut row[lo..=hi]);
             }
-            let vc = &vc_all[(kvh * nk + jlo) * h.vdim..];
-            let products = quant::vector::sgemm(m, h.vdim, nkb, sc, nkb, vc, h.vdim, o, h.vdim);
-            if let Err(e) = products {
-                return failure.set(e);
+            // One product per strip of value columns, each strip's rows
+            // one contiguous run (as the keys' strips).
+            let vstrips = h.vdim.div_ceil(KEY_STRIP);
+            for d0 in (0..h.vdim).step_by(KEY_STRIP) {
+                let strip = ((kvh * vstrips + d0 / KEY_STRIP) * nk + jlo) * KEY_STRIP;
+                let w = (h.vdim - d0).min(KEY_STRIP);
+                let vc = &vc_all[strip..strip + nkb * KEY_STRIP];
+                let products =
+                    quant::vector::sgemm(m, w, nkb, sc, nkb, vc, KEY_STRIP, &mut o[d0..], h.vdim);
+                if let Err(e) = products {
+                    return failure.set(e);
+                }
             }
             let gw = h.group * h.vdim;
             for r in 0..nrows {
@@ -404,7 +413,10 @@ const KEY_STRIP: usize = 32;
 /// Copies keys `klo..klo + nk` of every KV head into `kt_all` transposed in
 /// strips of [`KEY_STRIP`] keys (`[kvh][strip][dim][key in strip]`, zeros
 /// past the last key, so `Q·Kᵀ` over a strip is a plain product) and their
-/// values into `vc_all` (`[kvh][key][dim]`), in parallel.
+/// values into `vc_all` in strips of [`KEY_STRIP`] columns
+/// (`[kvh][column strip][key][column in strip]`, zeros past the last
+/// column), so that each strip of `P·V` reads one contiguous run, in
+/// parallel.
 fn gather_keys(
     pool: &quant::ThreadPool,
     keys: &SeqKeys<'_>,
@@ -429,13 +441,18 @@ fn gather_keys(
             row[n..].fill(0.0);
         }
     });
-    // Whole keys' values per task: enough to be worth a task.
+    // 64 keys' strips of values per task: enough to be worth a task.
     let per_task = 64;
-    pool.for_each_chunk_mut(vc_all, per_task * h.vdim, |chunk, dst| {
-        for (i, row) in dst.chunks_exact_mut(h.vdim).enumerate() {
+    let vstrips = h.vdim.div_ceil(KEY_STRIP);
+    pool.for_each_chunk_mut(vc_all, per_task * KEY_STRIP, |chunk, dst| {
+        for (i, row) in dst.chunks_exact_mut(KEY_STRIP).enumerate() {
+            // Row `idx` is key `j`'s columns of strip `ds` of KV head `kvh`.
             let idx = chunk * per_task + i;
-            let (kvh, j) = (idx / nk, idx % nk);
-            row.copy_from_slice(keys.value(klo + j, kvh));
+            let (kvh, ds, j) = (idx / (vstrips * nk), (idx / nk) % vstrips, idx % nk);
+            let d0 = ds * KEY_STRIP;
+            let w = (h.vdim - d0).min(KEY_STRIP);
+            row[..w].copy_from_slice(&keys.value(klo + j, kvh)[d0..d0 + w]);
+            row[w..].fill(0.0);
         }
     });
 }
