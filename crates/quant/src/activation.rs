@@ -90,9 +90,7 @@ const SUM_LANES: usize = 16;
 /// which the 8-lane kernels follow too, so every tier gives these bits. A
 /// NaN input is passed over by the maximum (as `maxps` passes it over).
 pub fn scalar_softmax(x: &mut [f32]) {
-    let max = x
-        .iter()
-        .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
+    let max = x.iter().fold(f32::NEG_INFINITY, max_skipping_nan);
     let mut lanes = [0.0f32; SUM_LANES];
     for chunk in x.chunks_mut(SUM_LANES) {
         for (v, lane) in chunk.iter_mut().zip(&mut lanes) {
@@ -102,6 +100,17 @@ pub fn scalar_softmax(x: &mut [f32]) {
     }
     let inv = 1.0 / sum_lanes(lanes);
     x.iter_mut().for_each(|v| *v *= inv);
+}
+
+/// The larger of a running maximum `m` and `v`, keeping `m` where `v` is
+/// NaN (as `maxps(v, m)` does, so the SIMD kernels' lane maxima agree).
+#[inline]
+fn max_skipping_nan(m: f32, &v: &f32) -> f32 {
+    if v > m {
+        v
+    } else {
+        m
+    }
 }
 
 /// `exp(d)` for a score `d` below the maximum, or 0 where `d` is below the
@@ -364,7 +373,7 @@ mod x86 {
             .remainder()
             .iter()
             .chain(&lanes)
-            .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
+            .fold(f32::NEG_INFINITY, max_skipping_nan);
         let (maxv, mut lo, mut hi) = (
             _mm256_set1_ps(max),
             _mm256_setzero_ps(),
@@ -420,7 +429,7 @@ mod x86 {
             .remainder()
             .iter()
             .chain(&lanes)
-            .fold(f32::NEG_INFINITY, |m, &v| if v > m { v } else { m });
+            .fold(f32::NEG_INFINITY, max_skipping_nan);
         let (maxv, mut acc) = (_mm512_set1_ps(max), _mm512_setzero_ps());
         let mut chunks = x.chunks_exact_mut(16);
         for c in &mut chunks {

@@ -91,12 +91,10 @@ pub fn dot_rows(
     out: &mut [f32],
     out_stride: usize,
 ) {
-    let hd = q.len().checked_div(heads).unwrap_or(0);
-    if n == 0 || hd == 0 {
+    let hd = rows_width(q.len(), heads, keys, stride, n, out.len(), out_stride);
+    if hd == 0 {
         return;
     }
-    assert!(keys.len() >= (n - 1) * stride + hd && stride >= hd);
-    assert!(out.len() >= (heads - 1) * out_stride + n && out_stride >= n);
     #[cfg(target_arch = "x86_64")]
     if kernels().fused && hd.is_multiple_of(32) {
         // SAFETY: the AVX-512 kernels are installed only after avx512f was
@@ -131,12 +129,10 @@ pub fn axpy_rows(
     stride: usize,
     n: usize,
 ) {
-    let width = o.len().checked_div(heads).unwrap_or(0);
-    if n == 0 || width == 0 {
+    let width = rows_width(o.len(), heads, vals, stride, n, p.len(), p_stride);
+    if width == 0 {
         return;
     }
-    assert!(vals.len() >= (n - 1) * stride + width && stride >= width);
-    assert!(p.len() >= (heads - 1) * p_stride + n && p_stride >= n);
     #[cfg(target_arch = "x86_64")]
     if kernels().fused && width.is_multiple_of(16) {
         // SAFETY: as in `dot_rows`; the asserts bound every row and weight.
@@ -148,6 +144,31 @@ pub fn axpy_rows(
             axpy(og, p[g * p_stride + j], v);
         }
     }
+}
+
+/// The width of each of `heads` vectors that fill `per_heads` floats, for
+/// [`dot_rows`] and [`axpy_rows`]; 0 where there is nothing to do.
+///
+/// # Panics
+/// If `rows` does not hold `n` rows of that width `stride` apart, or
+/// `per_key` floats (scores or weights) do not hold `heads` rows of `n`
+/// `key_stride` apart.
+fn rows_width(
+    per_heads: usize,
+    heads: usize,
+    rows: &[f32],
+    stride: usize,
+    n: usize,
+    per_key: usize,
+    key_stride: usize,
+) -> usize {
+    let width = per_heads.checked_div(heads).unwrap_or(0);
+    if n == 0 || width == 0 {
+        return 0;
+    }
+    assert!(rows.len() >= (n - 1) * stride + width && stride >= width);
+    assert!(per_key >= (heads - 1) * key_stride + n && key_stride >= n);
+    width
 }
 
 /// The scalar reference for [`dot`], in the canonical order every tier
