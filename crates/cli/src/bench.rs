@@ -36,15 +36,20 @@ pub struct BenchArgs {
     /// Repetitions per test.
     #[arg(short, long, default_value_t = 5)]
     pub reps: usize,
-    /// Context tokens processed before each timed test.
-    #[arg(short, long, default_value_t = 0)]
-    pub depth: usize,
+    /// Context tokens processed before each timed test; a list measures
+    /// every test at each depth (`-d 0,4096`, as llama-bench).
+    #[arg(short, long, value_delimiter = ',', default_value = "0")]
+    pub depth: Vec<usize>,
     /// Print JSON lines instead of a table.
     #[arg(long)]
     pub json: bool,
     /// Keep activations in f32 in matrix products.
     #[arg(long)]
     pub precise: bool,
+    /// How the KV cache stores keys and values (f16 or f32; default: f16,
+    /// or f32 with --precise).
+    #[arg(long, value_name = "TYPE")]
+    pub kv_cache: Option<engine::KvType>,
     /// Requantize the weights at load (q8_0, q4_k_m, ...).
     #[arg(long, value_name = "TYPE")]
     pub quant: Option<String>,
@@ -106,6 +111,15 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
             Some(p) => println!("cores: {p} physical, {logical} logical CPUs"),
             None => println!("cores: {logical} logical CPUs (physical cores unknown)"),
         }
+        let precision = if args.precise {
+            engine::Precision::Exact
+        } else {
+            engine::Precision::Quantized
+        };
+        let kv = args
+            .kv_cache
+            .unwrap_or(engine::KvType::default_for(precision));
+        println!("kv cache: {}", kv.name());
         println!("| model | kernels | threads | test | t/s | decode GB/s (% of read bandwidth) | sync: ops/token, workers idle, caller waits |");
         println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
     }
@@ -115,6 +129,7 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
             model: args.model.clone(),
             threads: t,
             precise: args.precise,
+            kv_cache: args.kv_cache,
             quant: args.quant.clone(),
             ctx: None,
             batch: None,
@@ -130,6 +145,7 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
         let row = Row {
             model: &name,
             kernels,
+            kv_cache: engine.model().kv_type().name(),
             decode_bytes: engine.decode_bytes(),
             bandwidth,
         };
@@ -140,16 +156,18 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
             continue;
         }
         for &test in &tests {
-            engine.model().set_profiling(args.profile);
-            let start = std::time::Instant::now();
-            let r = engine.bench(test, args.depth, args.reps)?;
-            let elapsed = start.elapsed();
-            engine.model().set_profiling(false);
-            row.print(&r, args.json);
-            if args.profile {
-                // The warm-up run is timed too: one more run than `reps`.
-                let tokens = (test.tokens() + args.depth) * (args.reps.max(1) + 1);
-                print_profile(&engine.model().profile(), elapsed, tokens);
+            for &depth in &args.depth {
+                engine.model().set_profiling(args.profile);
+                let start = std::time::Instant::now();
+                let r = engine.bench(test, depth, args.reps)?;
+                let elapsed = start.elapsed();
+                engine.model().set_profiling(false);
+                row.print(&r, args.json);
+                if args.profile {
+                    // The warm-up run is timed too: one more run than `reps`.
+                    let tokens = (test.tokens() + depth) * (args.reps.max(1) + 1);
+                    print_profile(&engine.model().profile(), elapsed, tokens);
+                }
             }
         }
     }
@@ -191,6 +209,8 @@ fn print_profile(sites: &[(String, engine::bench::SiteProfile)], elapsed: Durati
 struct Row<'a> {
     model: &'a str,
     kernels: &'static str,
+    /// How the KV cache stores keys and values.
+    kv_cache: &'static str,
     /// Weight bytes a decode step reads.
     decode_bytes: u64,
     /// Measured memory read bandwidth at these threads, bytes/s.
@@ -213,6 +233,7 @@ impl Row<'_> {
             let v = serde_json::json!({
                 "model": self.model,
                 "kernels": self.kernels,
+                "kv_cache": self.kv_cache,
                 "test": test,
                 "threads": r.threads,
                 "n_tokens": r.test.tokens(),

@@ -69,12 +69,13 @@ pub fn report_session(engine: &Engine) {
     let kv = engine.kv_bytes();
     let total = engine.session_bytes();
     eprintln!(
-        "hearth: {} layers, {} threads, ctx {}: session memory {:.1} MiB (KV cache {:.1} MiB, buffers {:.1} MiB); weights {:.1} MiB mapped; loaded in {:.0} ms",
+        "hearth: {} layers, {} threads, ctx {}: session memory {:.1} MiB (KV cache {:.1} MiB {}, buffers {:.1} MiB); weights {:.1} MiB mapped; loaded in {:.0} ms",
         cfg.n_layers,
         engine.model().threads(),
         engine.n_ctx(),
         mib(total),
         mib(kv),
+        engine.model().kv_type().name(),
         mib(total - kv),
         mib(engine.model().weight_bytes() as usize),
         engine.load_time().as_secs_f64() * 1e3

@@ -33,6 +33,10 @@ struct ModelArgs {
     /// Keep activations in f32 in matrix products (slower; no 8-bit activation rounding).
     #[arg(long)]
     precise: bool,
+    /// How the KV cache stores keys and values: f16 (half the memory, as
+    /// llama.cpp) or f32 (default: f16, or f32 with --precise).
+    #[arg(long, value_name = "TYPE")]
+    kv_cache: Option<engine::KvType>,
     /// Requantize the weights at load (q8_0, q4_k_m, ...): for Hugging Face
     /// checkpoint directories, which otherwise run in their stored F32/BF16.
     #[arg(long, value_name = "TYPE")]
@@ -193,6 +197,7 @@ impl ModelArgs {
             } else {
                 engine::Precision::Quantized
             },
+            kv_cache: self.kv_cache,
             quant: self.quant.clone(),
             sampling,
             mmproj: self.mmproj.clone(),

@@ -276,6 +276,54 @@ fn prompt_longer_than_context() {
 }
 
 #[test]
+fn unknown_kv_cache_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = hearth(
+        dir.path(),
+        &[
+            "complete",
+            "-m",
+            TINY,
+            "--kv-cache",
+            "q3",
+            "-p",
+            "hi",
+            "-n",
+            "1",
+        ],
+        b"",
+    );
+    fails_with(&out, &["unknown KV cache type `q3` (f16 or f32)"]);
+}
+
+#[test]
+fn both_kv_cache_types_complete() {
+    let dir = tempfile::tempdir().unwrap();
+    for kv in ["f16", "f32", "F16"] {
+        let out = hearth(
+            dir.path(),
+            &[
+                "complete",
+                "-m",
+                TINY,
+                "--kv-cache",
+                kv,
+                "-p",
+                "hi",
+                "-n",
+                "3",
+                "--json",
+            ],
+            b"",
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(out.status.success(), "--kv-cache {kv} failed:\n{stderr}");
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
+        assert!(v.is_object(), "--kv-cache {kv}: {v}");
+    }
+}
+
+#[test]
 fn invalid_utf8_stdin() {
     let dir = tempfile::tempdir().unwrap();
     let out = hearth(

@@ -57,10 +57,12 @@ fn precise_changes_the_served_logits_as_it_does_in_complete() {
     let mut differs = 0;
     let default_server = Server::start(m, &[]);
     assert_eq!(meta(&default_server)["precision"], "quantized");
+    assert_eq!(meta(&default_server)["kv_cache"], "f16");
     let default_texts: Vec<String> = PROMPTS.iter().map(|p| served(&default_server, p)).collect();
     drop(default_server);
     let precise_server = Server::start(m, &["--precise"]);
     assert_eq!(meta(&precise_server)["precision"], "exact");
+    assert_eq!(meta(&precise_server)["kv_cache"], "f32");
     for (p, default_text) in PROMPTS.iter().zip(&default_texts) {
         let precise_text = served(&precise_server, p);
         assert_eq!(

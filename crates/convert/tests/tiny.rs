@@ -46,6 +46,7 @@ fn load(w: &GgufWriter, precision: Precision) -> Model {
         &LoadOptions {
             threads: 2,
             precision,
+            kv_cache: None,
         },
     )
     .expect("our output loads")

@@ -35,7 +35,7 @@ pub use images::{
 };
 pub use inspect::{inspect, load_tokenizer, FileSummary, MetaEntry, TensorEntry};
 pub use load::{open_model_file, Engine};
-pub use model::{Precision, RING_SLACK};
+pub use model::{KvType, Precision, RING_SLACK};
 pub use options::{RunOptions, DEFAULT_BATCH, MAX_DEFAULT_CTX};
 pub use sampling::{argmax, Rng, Sampler, SamplingParams};
 pub use score::{logsumexp, top_k, PerplexityReport};

@@ -160,9 +160,13 @@ impl Engine {
         let load = LoadOptions {
             threads: opts.threads_or_default(),
             precision: opts.precision,
+            kv_cache: opts.kv_cache,
         };
         let model = Model::from_gguf(file, &load)?;
-        let options = opts.resolved(model.config().context_length);
+        let options = RunOptions {
+            kv_cache: Some(model.kv_type()),
+            ..opts.resolved(model.config().context_length)
+        };
         let mut tokenizer = Tokenizer::from_gguf(model.gguf())?;
         let template = tokenizer.chat_template();
         // What the template closes an assistant turn with ends generations too.
@@ -271,7 +275,7 @@ impl Engine {
 
     /// Bytes the KV cache of a session takes.
     pub fn kv_bytes(&self) -> usize {
-        KvCache::bytes_for(self.model.config(), self.n_ctx())
+        KvCache::bytes_for(self.model.config(), self.n_ctx(), self.model.kv_type())
     }
 
     /// Encode a conversation with the chat template, ready for generation.

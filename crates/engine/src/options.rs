@@ -3,7 +3,7 @@
 //! loader resolves its defaults once, and nothing downstream resolves them
 //! again.
 
-use crate::{EngineError, Precision, SamplingParams};
+use crate::{EngineError, KvType, Precision, SamplingParams};
 
 /// Prefill batch size when none is asked for: long prompts are processed
 /// this many tokens per forward pass.
@@ -27,6 +27,9 @@ pub struct RunOptions {
     pub batch: Option<usize>,
     /// Activation precision of the matrix products.
     pub precision: Precision,
+    /// How the KV cache stores keys and values (default: f16, or f32 with
+    /// [`Precision::Exact`]).
+    pub kv_cache: Option<KvType>,
     /// Requantize the weights at load to this llama-quantize type (`q8_0`,
     /// `q4_k_m`, ...); `None` runs them as stored.
     pub quant: Option<String>,

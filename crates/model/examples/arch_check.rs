@@ -40,6 +40,7 @@ fn main() -> Result<(), Box<dyn Error>> {
         &LoadOptions {
             threads: 2,
             precision: Precision::Quantized,
+            kv_cache: None,
         },
     )?;
     // Written through `writeln!` so a closed pipe ends the run with an

@@ -13,6 +13,7 @@
 use crate::kv::LayerCache;
 use crate::ops;
 use crate::{Config, LayerKind, SeqInput};
+use quant::vector::Rows;
 use quant::FirstError;
 use std::sync::Mutex;
 
@@ -81,11 +82,11 @@ impl Heads {
 /// The keys or the values of one sequence in one layer: positions before
 /// the batch from the cache ring, the batch's own from its buffer.
 struct Side<'v> {
-    cached: &'v [f32],
+    cached: Rows<'v>,
     new: &'v [f32],
     /// Ring slots of the cache.
     cap: usize,
-    /// Floats per position (all KV heads), and per KV head.
+    /// Elements per position (all KV heads), and per KV head.
     stride: usize,
     width: usize,
 }
@@ -100,40 +101,30 @@ struct SeqKeys<'v> {
 }
 
 impl SeqKeys<'_> {
-    /// Position `p`, KV head `kvh` of `side`.
+    /// Elements `from..from + dst.len()` of position `p`, KV head `kvh` of
+    /// `side`, as f32 into `dst`.
     #[inline]
-    fn at<'s>(&self, side: &Side<'s>, p: usize, kvh: usize) -> &'s [f32] {
-        let (buf, row) = if p < self.pos0 {
-            (side.cached, p % side.cap)
+    fn copy(&self, side: &Side<'_>, p: usize, kvh: usize, from: usize, dst: &mut [f32]) {
+        let at = |row: usize| row * side.stride + kvh * side.width + from;
+        if p < self.pos0 {
+            side.cached.copy_to(at(p % side.cap), dst);
         } else {
-            (side.new, self.row0 + p - self.pos0)
-        };
-        &buf[row * side.stride + kvh * side.width..][..side.width]
-    }
-
-    /// The key of position `p` for KV head `kvh`.
-    #[inline]
-    fn key(&self, p: usize, kvh: usize) -> &[f32] {
-        self.at(&self.keys, p, kvh)
-    }
-
-    /// The value of position `p` for KV head `kvh`.
-    #[inline]
-    fn value(&self, p: usize, kvh: usize) -> &[f32] {
-        self.at(&self.values, p, kvh)
+            let i = at(self.row0 + p - self.pos0);
+            dst.copy_from_slice(&side.new[i..i + dst.len()]);
+        }
     }
 
     /// Positions `lo..=hi` of KV head `kvh` of `side` as runs that lie
-    /// `side.stride` floats apart in one buffer (a ring wraps, and the batch's
-    /// own positions are in its buffer): `f(j, from, n)` for the run of `n`
-    /// positions from `lo + j`, `from` starting at the first of them.
+    /// `side.stride` elements apart in one buffer (a ring wraps, and the
+    /// batch's own positions are in its buffer): `f(j, from, n)` for the run
+    /// of `n` positions from `lo + j`, `from` starting at the first of them.
     fn runs<'s>(
         &self,
         side: &Side<'s>,
         lo: usize,
         hi: usize,
         kvh: usize,
-        mut f: impl FnMut(usize, &'s [f32], usize),
+        mut f: impl FnMut(usize, Rows<'s>, usize),
     ) {
         let mut p = lo;
         while p <= hi {
@@ -145,9 +136,9 @@ impl SeqKeys<'_> {
                     (self.pos0.min(hi + 1) - p).min(side.cap - slot),
                 )
             } else {
-                (side.new, self.row0 + p - self.pos0, hi + 1 - p)
+                (Rows::F32(side.new), self.row0 + p - self.pos0, hi + 1 - p)
             };
-            f(p - lo, &buf[row * side.stride + kvh * side.width..], n);
+            f(p - lo, buf.from(row * side.stride + kvh * side.width), n);
             p += n;
         }
     }
@@ -165,14 +156,14 @@ impl AttentionInput<'_, '_> {
         let layer: &LayerCache = &cache.layers[self.layer];
         SeqKeys {
             keys: Side {
-                cached: &layer.k,
+                cached: layer.k.rows(),
                 new: self.k_new,
                 cap: layer.cap,
                 stride: h.kd,
                 width: h.hd,
             },
             values: Side {
-                cached: &layer.v,
+                cached: layer.v.rows(),
                 new: self.v_new,
                 cap: layer.cap,
                 stride: h.vd,
@@ -431,8 +422,9 @@ fn gather_keys(
         let (kvh, s) = (chunk / strips, chunk % strips);
         let j0 = s * KEY_STRIP;
         let n = (nk - j0).min(KEY_STRIP);
+        let mut k = vec![0.0; h.hd];
         for j in 0..n {
-            let k = keys.key(klo + j0 + j, kvh);
+            keys.copy(&keys.keys, klo + j0 + j, kvh, 0, &mut k);
             for (i, &x) in k.iter().enumerate() {
                 strip[i * KEY_STRIP + j] = x;
             }
@@ -451,7 +443,7 @@ fn gather_keys(
             let (kvh, ds, j) = (idx / (vstrips * nk), (idx / nk) % vstrips, idx % nk);
             let d0 = ds * KEY_STRIP;
             let w = (h.vdim - d0).min(KEY_STRIP);
-            row[..w].copy_from_slice(&keys.value(klo + j, kvh)[d0..d0 + w]);
+            keys.copy(&keys.values, klo + j, kvh, d0, &mut row[..w]);
             row[w..].fill(0.0);
         }
     });

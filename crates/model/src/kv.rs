@@ -4,6 +4,8 @@
 //! global layers keep the whole context.
 
 use crate::{Config, LayerKind, SeqInput};
+use half::f16;
+use quant::vector::Rows;
 
 /// Positions a sliding-window ring keeps beyond its window. A rewind of up to
 /// this many tokens (plus one) stays possible after the ring has wrapped: the
@@ -12,14 +14,157 @@ use crate::{Config, LayerKind, SeqInput};
 /// prompt.
 pub const RING_SLACK: usize = 64;
 
+/// How a cache stores keys and values.
+///
+/// f16 (llama.cpp's default) halves the cache's memory and the bytes a decode
+/// step reads at a long context; the keys and values a batch attends to are
+/// rounded to f16 before it attends, so a sequence gets the same result
+/// however its positions were split into batches. f32 keeps them as
+/// computed, for results that match a float reference to the last digits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KvType {
+    /// 4 bytes an element.
+    F32,
+    /// 2 bytes an element.
+    F16,
+}
+
+impl KvType {
+    /// The type a model loaded with `precision` caches in when none is
+    /// asked for: f16 (as llama.cpp) with 8-bit activations, f32 with exact
+    /// ones.
+    pub fn default_for(precision: crate::Precision) -> Self {
+        match precision {
+            crate::Precision::Quantized => KvType::F16,
+            crate::Precision::Exact => KvType::F32,
+        }
+    }
+
+    /// Bytes one element takes.
+    pub fn bytes(self) -> usize {
+        match self {
+            KvType::F32 => 4,
+            KvType::F16 => 2,
+        }
+    }
+
+    /// The name `--kv-cache` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            KvType::F32 => "f32",
+            KvType::F16 => "f16",
+        }
+    }
+}
+
+impl std::str::FromStr for KvType {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_lowercase().as_str() {
+            "f32" => Ok(KvType::F32),
+            "f16" => Ok(KvType::F16),
+            other => Err(format!("unknown KV cache type `{other}` (f16 or f32)")),
+        }
+    }
+}
+
+/// The elements of one side (keys or values) of a layer's cache.
+#[derive(Debug, Clone)]
+pub(crate) enum KvBuf {
+    F32(Vec<f32>),
+    F16(Vec<f16>),
+}
+
+impl KvBuf {
+    fn zeros(ty: KvType, n: usize) -> Self {
+        match ty {
+            KvType::F32 => KvBuf::F32(vec![0.0; n]),
+            KvType::F16 => KvBuf::F16(vec![f16::ZERO; n]),
+        }
+    }
+
+    pub(crate) fn len(&self) -> usize {
+        self.rows().len()
+    }
+
+    /// Every slot, for the attention kernels.
+    pub(crate) fn rows(&self) -> Rows<'_> {
+        match self {
+            KvBuf::F32(v) => Rows::F32(v),
+            KvBuf::F16(v) => Rows::F16(v),
+        }
+    }
+
+    /// Slots `first..first + keep` of `width` elements each, wrapping
+    /// around the end of the buffer after `to_end` of them.
+    fn ring_slots(
+        &mut self,
+        first: usize,
+        to_end: usize,
+        keep: usize,
+        width: usize,
+    ) -> Vec<SlotMut<'_>> {
+        fn split<T>(
+            buf: &mut [T],
+            first: usize,
+            to_end: usize,
+            keep: usize,
+            w: usize,
+        ) -> Vec<&mut [T]> {
+            let (wrapped, from) = buf.split_at_mut(first * w);
+            from[..to_end * w]
+                .chunks_exact_mut(w)
+                .chain(wrapped[..(keep - to_end) * w].chunks_exact_mut(w))
+                .collect()
+        }
+        match self {
+            KvBuf::F32(b) => split(b, first, to_end, keep, width)
+                .into_iter()
+                .map(SlotMut::F32)
+                .collect(),
+            KvBuf::F16(b) => split(b, first, to_end, keep, width)
+                .into_iter()
+                .map(SlotMut::F16)
+                .collect(),
+        }
+    }
+
+    /// Stores `src` in slot `slot` of `src.len()` elements.
+    fn store(&mut self, slot: usize, src: &[f32]) {
+        let w = src.len();
+        match self {
+            KvBuf::F32(b) => b[slot * w..(slot + 1) * w].copy_from_slice(src),
+            KvBuf::F16(b) => quant::vector::store_f16(src, &mut b[slot * w..(slot + 1) * w]),
+        }
+    }
+}
+
+/// One cache slot to write.
+#[derive(Debug)]
+pub(crate) enum SlotMut<'c> {
+    F32(&'c mut [f32]),
+    F16(&'c mut [f16]),
+}
+
+impl SlotMut<'_> {
+    /// Stores `src` (as long as the slot) in it.
+    pub(crate) fn store(&mut self, src: &[f32]) {
+        match self {
+            SlotMut::F32(d) => d.copy_from_slice(src),
+            SlotMut::F16(d) => quant::vector::store_f16(src, d),
+        }
+    }
+}
+
 /// Cached keys and values of one layer.
 #[derive(Debug, Clone)]
 pub(crate) struct LayerCache {
     /// `cap` slots of `n_kv_heads * head_dim` keys (the layer's own sizes);
     /// empty on layers that reuse another layer's KV.
-    pub k: Vec<f32>,
+    pub k: KvBuf,
     /// `cap` slots of `n_kv_heads * value_dim` values.
-    pub v: Vec<f32>,
+    pub v: KvBuf,
     /// Number of slots; position `p` lives in slot `p % cap`.
     pub cap: usize,
     /// The window of a sliding layer (`None`: global, `cap` is the context).
@@ -59,8 +204,8 @@ pub struct KvCache {
 }
 
 impl KvCache {
-    /// A cache for up to `n_ctx` positions.
-    pub fn new(cfg: &Config, n_ctx: usize) -> Self {
+    /// A cache for up to `n_ctx` positions, its elements of type `ty`.
+    pub fn new(cfg: &Config, n_ctx: usize, ty: KvType) -> Self {
         let layers = cfg
             .layers
             .iter()
@@ -68,8 +213,8 @@ impl KvCache {
                 let cap = capacity(l, n_ctx);
                 let own = if l.kv_source.is_none() { cap } else { 0 };
                 LayerCache {
-                    k: vec![0.0; own * l.n_kv_heads * l.head_dim],
-                    v: vec![0.0; own * l.n_kv_heads * l.value_dim],
+                    k: KvBuf::zeros(ty, own * l.n_kv_heads * l.head_dim),
+                    v: KvBuf::zeros(ty, own * l.n_kv_heads * l.value_dim),
                     cap,
                     window: l.window,
                 }
@@ -83,17 +228,13 @@ impl KvCache {
         }
     }
 
-    /// Bytes a cache for `n_ctx` positions takes, computable before allocating.
-    pub fn bytes_for(cfg: &Config, n_ctx: usize) -> usize {
+    /// Bytes a cache for `n_ctx` positions of type `ty` takes, computable
+    /// before allocating.
+    pub fn bytes_for(cfg: &Config, n_ctx: usize, ty: KvType) -> usize {
         cfg.layers
             .iter()
             .filter(|l| l.kv_source.is_none())
-            .map(|l| {
-                capacity(l, n_ctx)
-                    * l.n_kv_heads
-                    * (l.head_dim + l.value_dim)
-                    * std::mem::size_of::<f32>()
-            })
+            .map(|l| capacity(l, n_ctx) * l.n_kv_heads * (l.head_dim + l.value_dim) * ty.bytes())
             .sum()
     }
 
@@ -141,7 +282,7 @@ impl KvCache {
 
 /// One batch row's place in its sequence's cache of a layer: its key slot and
 /// its value slot.
-pub(crate) type KvSlot<'c> = (&'c mut [f32], &'c mut [f32]);
+pub(crate) type KvSlot<'c> = (SlotMut<'c>, SlotMut<'c>);
 
 /// Whether a batch of `n` rows at positions `pos0..` may write its keys and
 /// values into `cache` before its own attention reads the cache. Attention
@@ -196,15 +337,9 @@ pub(crate) fn slots_before_attention<'c>(
         slots.extend((0..n - keep).map(|_| None));
         let first = (pos0 + n - keep) % cap;
         let to_end = (cap - first).min(keep);
-        let (k_wrapped, k_from) = k.split_at_mut(first * kd);
-        let (v_wrapped, v_from) = v.split_at_mut(first * vd);
-        let k_rows = k_from[..to_end * kd]
-            .chunks_exact_mut(kd)
-            .chain(k_wrapped[..(keep - to_end) * kd].chunks_exact_mut(kd));
-        let v_rows = v_from[..to_end * vd]
-            .chunks_exact_mut(vd)
-            .chain(v_wrapped[..(keep - to_end) * vd].chunks_exact_mut(vd));
-        slots.extend(k_rows.zip(v_rows).map(Some));
+        let k_rows = k.ring_slots(first, to_end, keep, kd);
+        let v_rows = v.ring_slots(first, to_end, keep, vd);
+        slots.extend(k_rows.into_iter().zip(v_rows).map(Some));
     }
     Some(slots)
 }
@@ -229,8 +364,8 @@ pub(crate) fn store_batch_kv(
         for r in (r1 - r0).saturating_sub(cache.cap)..r1 - r0 {
             let slot = (pos0 + r) % cache.cap;
             let row = r0 + r;
-            cache.k[slot * kd..(slot + 1) * kd].copy_from_slice(&k[row * kd..(row + 1) * kd]);
-            cache.v[slot * vd..(slot + 1) * vd].copy_from_slice(&v[row * vd..(row + 1) * vd]);
+            cache.k.store(slot, &k[row * kd..(row + 1) * kd]);
+            cache.v.store(slot, &v[row * vd..(row + 1) * vd]);
         }
     }
 }
@@ -241,8 +376,8 @@ mod tests {
 
     fn ring(window: usize, cap: usize) -> LayerCache {
         LayerCache {
-            k: Vec::new(),
-            v: Vec::new(),
+            k: KvBuf::F32(Vec::new()),
+            v: KvBuf::F32(Vec::new()),
             cap,
             window: Some(window),
         }

@@ -19,7 +19,7 @@ mod weights;
 
 pub use config::{Arch, Config, LayerKind};
 pub use forward::{Embedded, SeqInput};
-pub use kv::{KvCache, RING_SLACK};
+pub use kv::{KvCache, KvType, RING_SLACK};
 pub use logits::BatchRows;
 pub use moe::{Experts, GateUp, MoeWeights};
 pub use scratch::Scratch;
@@ -116,6 +116,9 @@ pub struct LoadOptions {
     pub threads: usize,
     /// Activation precision of the matrix products.
     pub precision: Precision,
+    /// How KV caches store keys and values; `None`: f16 with `Quantized`
+    /// (as llama.cpp), f32 with `Exact`.
+    pub kv_cache: Option<KvType>,
 }
 
 impl Default for LoadOptions {
@@ -123,6 +126,7 @@ impl Default for LoadOptions {
         Self {
             threads: quant::default_threads(),
             precision: Precision::default(),
+            kv_cache: None,
         }
     }
 }
@@ -137,6 +141,7 @@ pub struct Model {
     file: Arc<GgufFile>,
     pool: ThreadPool,
     precision: Precision,
+    kv_type: KvType,
 }
 
 impl std::fmt::Debug for Model {
@@ -175,6 +180,7 @@ impl Model {
             file,
             pool: ThreadPool::new(opts.threads.max(1)),
             precision: opts.precision,
+            kv_type: opts.kv_cache.unwrap_or(KvType::default_for(opts.precision)),
         })
     }
 
@@ -197,6 +203,11 @@ impl Model {
     /// Activation precision in use.
     pub fn precision(&self) -> Precision {
         self.precision
+    }
+
+    /// How this model's KV caches store keys and values.
+    pub fn kv_type(&self) -> KvType {
+        self.kv_type
     }
 
     /// Worker threads in use.
@@ -247,13 +258,13 @@ impl Model {
     /// Bytes a session of `n_ctx` positions with prefill batches of up to
     /// `max_batch` tokens needs: the KV cache plus the scratch buffers.
     pub fn session_bytes(&self, n_ctx: usize, max_batch: usize) -> usize {
-        KvCache::bytes_for(&self.config, n_ctx)
+        KvCache::bytes_for(&self.config, n_ctx, self.kv_type)
             + Scratch::bytes_for(&self.config, n_ctx, max_batch, self.pool.threads())
     }
 
     /// A fresh KV cache.
     pub fn new_cache(&self, n_ctx: usize) -> KvCache {
-        KvCache::new(&self.config, n_ctx)
+        KvCache::new(&self.config, n_ctx, self.kv_type)
     }
 
     /// A new scratch area for batches of up to `max_batch` tokens.

@@ -16,6 +16,7 @@ fn model() -> Model {
         &LoadOptions {
             threads: 2,
             precision: Precision::Exact,
+            kv_cache: None,
         },
     )
     .unwrap()

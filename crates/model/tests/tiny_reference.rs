@@ -72,6 +72,7 @@ fn check_with(
         &LoadOptions {
             threads: 2,
             precision,
+            kv_cache: None,
         },
     )
     .unwrap();
@@ -282,6 +283,7 @@ fn safetensors_directories_match_transformers() {
             &LoadOptions {
                 threads: 2,
                 precision: Precision::Exact,
+                kv_cache: None,
             },
         )
         .unwrap_or_else(|e| panic!("{name}: {e}"));
@@ -348,6 +350,7 @@ fn gemma3n_f32_matches_transformers() {
         &LoadOptions {
             threads: 2,
             precision: Precision::Exact,
+            kv_cache: None,
         },
     )
     .unwrap();

@@ -2,6 +2,9 @@
 //! (attention scores and weighted sums of values), chosen at run time like
 //! the quantized kernels.
 
+use half::f16;
+use half::slice::HalfFloatSliceExt;
+use std::cell::RefCell;
 use std::sync::OnceLock;
 
 pub use crate::sgemm::{sgemm, sgemm_scalar};
@@ -74,24 +77,118 @@ pub fn axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
     (kernels().axpy)(y, alpha, x)
 }
 
+/// Rows of keys or values as a cache keeps them: f32, or f16 (half the
+/// bytes; every f16 is exactly an f32, so a kernel that widens them gives the
+/// bits of the f32 kernel on the widened rows).
+#[derive(Debug, Clone, Copy)]
+pub enum Rows<'a> {
+    /// Full-precision rows.
+    F32(&'a [f32]),
+    /// Half-precision rows.
+    F16(&'a [f16]),
+}
+
+impl<'a> Rows<'a> {
+    /// Elements held.
+    pub fn len(&self) -> usize {
+        match self {
+            Rows::F32(r) => r.len(),
+            Rows::F16(r) => r.len(),
+        }
+    }
+
+    /// Whether no element is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Elements `from..` (the rows from one on).
+    ///
+    /// # Panics
+    /// If `from` is past the end.
+    pub fn from(self, from: usize) -> Rows<'a> {
+        match self {
+            Rows::F32(r) => Rows::F32(&r[from..]),
+            Rows::F16(r) => Rows::F16(&r[from..]),
+        }
+    }
+
+    /// Elements `from..from + dst.len()`, widened to f32 into `dst`.
+    ///
+    /// # Panics
+    /// If the range is past the end.
+    pub fn copy_to(&self, from: usize, dst: &mut [f32]) {
+        match self {
+            Rows::F32(r) => dst.copy_from_slice(&r[from..from + dst.len()]),
+            Rows::F16(r) => r[from..from + dst.len()].convert_to_f32_slice(dst),
+        }
+    }
+}
+
+/// Rounds every element to the nearest f16 (ties to even), in place: what an
+/// f16 cache will hand back for it, so a batch that attends to its own keys
+/// before they are cached sees the values every later step reads.
+pub fn round_to_f16(xs: &mut [f32]) {
+    let mut half = [f16::ZERO; 64];
+    for chunk in xs.chunks_mut(64) {
+        let h = &mut half[..chunk.len()];
+        h.convert_from_f32_slice(chunk);
+        h.convert_to_f32_slice(chunk);
+    }
+}
+
+/// Stores `src` as f16 (ties to even) into `dst`.
+///
+/// # Panics
+/// If the lengths differ.
+pub fn store_f16(src: &[f32], dst: &mut [f16]) {
+    dst.convert_from_f32_slice(src);
+}
+
+thread_local! {
+    /// One row widened from f16, for the kernels without an f16 load.
+    static WIDE_ROW: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
+}
+
+/// `f` over row `j` (`width` elements from `j * stride`) of `rows` as f32:
+/// the row itself, or its f16 widened into a per-thread buffer.
+fn with_row<R>(
+    rows: Rows<'_>,
+    j: usize,
+    stride: usize,
+    width: usize,
+    f: impl FnOnce(&[f32]) -> R,
+) -> R {
+    match rows {
+        Rows::F32(r) => f(&r[j * stride..j * stride + width]),
+        Rows::F16(r) => WIDE_ROW.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            buf.resize(width, 0.0);
+            r[j * stride..j * stride + width].convert_to_f32_slice(&mut buf);
+            f(&buf)
+        }),
+    }
+}
+
 /// Scores of `heads` query vectors (`q`, one after another, each
-/// `q.len() / heads` long) against `n` keys that start `stride` floats
+/// `q.len() / heads` long) against `n` keys that start `stride` elements
 /// apart in `keys`: `out[g * out_stride + j] = dot(q_g, key_j)`, each with
-/// [`dot`]'s bits. The AVX-512 kernel loads each key once for all the heads
-/// (a decode step's query heads that share a KV head).
+/// [`dot`]'s bits (of the key widened to f32). The AVX-512 kernel loads each
+/// key once for all the heads (a decode step's query heads that share a KV
+/// head).
 ///
 /// # Panics
 /// If `keys` or `out` is too short for the shapes.
 pub fn dot_rows(
     q: &[f32],
     heads: usize,
-    keys: &[f32],
+    keys: Rows<'_>,
     stride: usize,
     n: usize,
     out: &mut [f32],
     out_stride: usize,
 ) {
-    let hd = rows_width(q.len(), heads, keys, stride, n, out.len(), out_stride);
+    let hd = rows_width(q.len(), heads, keys.len(), stride, n, out.len(), out_stride);
     if hd == 0 {
         return;
     }
@@ -99,21 +196,28 @@ pub fn dot_rows(
     if kernels().fused && hd.is_multiple_of(32) {
         // SAFETY: the AVX-512 kernels are installed only after avx512f was
         // detected; the asserts bound every key and score.
-        return unsafe { x86::dot_rows_avx512(q, heads, hd, keys, stride, n, out, out_stride) };
+        return unsafe {
+            match keys {
+                Rows::F32(k) => x86::dot_rows_avx512(q, heads, hd, k, stride, n, out, out_stride),
+                Rows::F16(k) => x86::dot_rows_avx512(q, heads, hd, k, stride, n, out, out_stride),
+            }
+        };
     }
     for j in 0..n {
-        let k = &keys[j * stride..j * stride + hd];
-        for (g, qg) in q.chunks_exact(hd).enumerate() {
-            out[g * out_stride + j] = dot(qg, k);
-        }
+        with_row(keys, j, stride, hd, |k| {
+            for (g, qg) in q.chunks_exact(hd).enumerate() {
+                out[g * out_stride + j] = dot(qg, k);
+            }
+        });
     }
 }
 
-/// Weighted sums of `n` value rows that start `stride` floats apart in
+/// Weighted sums of `n` value rows that start `stride` elements apart in
 /// `vals`, added into `heads` outputs (`o`, one after another, each
 /// `o.len() / heads` long): `o_g += p[g * p_stride + j] * value_j` for `j`
 /// in order, each step [`axpy`]'s fused multiply-add, so the bits are those
-/// of `n` calls of [`axpy`] per head. The AVX-512 kernel keeps a slice of
+/// of `n` calls of [`axpy`] per head (of the rows widened to f32). The
+/// AVX-512 kernel keeps a slice of
 /// every head's output in registers across the rows and reads each row
 /// once for all the heads (the `axpy` loop loaded and stored the output
 /// for every row and head).
@@ -125,24 +229,30 @@ pub fn axpy_rows(
     heads: usize,
     p: &[f32],
     p_stride: usize,
-    vals: &[f32],
+    vals: Rows<'_>,
     stride: usize,
     n: usize,
 ) {
-    let width = rows_width(o.len(), heads, vals, stride, n, p.len(), p_stride);
+    let width = rows_width(o.len(), heads, vals.len(), stride, n, p.len(), p_stride);
     if width == 0 {
         return;
     }
     #[cfg(target_arch = "x86_64")]
     if kernels().fused && width.is_multiple_of(16) {
         // SAFETY: as in `dot_rows`; the asserts bound every row and weight.
-        return unsafe { x86::axpy_rows_avx512(o, heads, width, p, p_stride, vals, stride, n) };
+        return unsafe {
+            match vals {
+                Rows::F32(v) => x86::axpy_rows_avx512(o, heads, width, p, p_stride, v, stride, n),
+                Rows::F16(v) => x86::axpy_rows_avx512(o, heads, width, p, p_stride, v, stride, n),
+            }
+        };
     }
     for j in 0..n {
-        let v = &vals[j * stride..j * stride + width];
-        for (g, og) in o.chunks_exact_mut(width).enumerate() {
-            axpy(og, p[g * p_stride + j], v);
-        }
+        with_row(vals, j, stride, width, |v| {
+            for (g, og) in o.chunks_exact_mut(width).enumerate() {
+                axpy(og, p[g * p_stride + j], v);
+            }
+        });
     }
 }
 
@@ -150,13 +260,13 @@ pub fn axpy_rows(
 /// [`dot_rows`] and [`axpy_rows`]; 0 where there is nothing to do.
 ///
 /// # Panics
-/// If `rows` does not hold `n` rows of that width `stride` apart, or
+/// If `rows` elements do not hold `n` rows of that width `stride` apart, or
 /// `per_key` floats (scores or weights) do not hold `heads` rows of `n`
 /// `key_stride` apart.
 fn rows_width(
     per_heads: usize,
     heads: usize,
-    rows: &[f32],
+    rows: usize,
     stride: usize,
     n: usize,
     per_key: usize,
@@ -166,7 +276,7 @@ fn rows_width(
     if n == 0 || width == 0 {
         return 0;
     }
-    assert!(rows.len() >= (n - 1) * stride + width && stride >= width);
+    assert!(rows >= (n - 1) * stride + width && stride >= width);
     assert!(per_key >= (heads - 1) * key_stride + n && key_stride >= n);
     width
 }
@@ -190,7 +300,36 @@ pub fn scalar_axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    use half::f16;
     use std::arch::x86_64::*;
+
+    /// An element type the fused kernels load 16 at a time, widened to f32.
+    pub(super) trait Lanes: Copy {
+        /// Sixteen elements from `p`, as f32.
+        ///
+        /// # Safety
+        /// avx512f present; 16 elements readable from `p`.
+        unsafe fn load16(p: *const Self) -> __m512;
+    }
+
+    impl Lanes for f32 {
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn load16(p: *const f32) -> __m512 {
+            // SAFETY: the caller's contract.
+            unsafe { _mm512_loadu_ps(p) }
+        }
+    }
+
+    impl Lanes for f16 {
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn load16(p: *const f16) -> __m512 {
+            // SAFETY: the caller's contract (16 halves are 32 bytes); f16 is
+            // a plain 16-bit pattern, which `vcvtph2ps` widens exactly.
+            unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) }
+        }
+    }
 
     pub(super) fn dot_avx2(a: &[f32], b: &[f32]) -> f32 {
         // SAFETY: installed only after avx2 and fma were detected.
@@ -330,11 +469,11 @@ mod x86 {
     /// `hd` `stride` apart, `out` `heads` rows of `n` `out_stride` apart.
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f,avx2,fma")]
-    pub(super) unsafe fn dot_rows_avx512(
+    pub(super) unsafe fn dot_rows_avx512<T: Lanes>(
         q: &[f32],
         heads: usize,
         hd: usize,
-        keys: &[f32],
+        keys: &[T],
         stride: usize,
         n: usize,
         out: &mut [f32],
@@ -346,10 +485,10 @@ mod x86 {
             // SAFETY: the caller's shapes, heads g0..g0 + h.
             unsafe {
                 match h {
-                    4 => dot_rows_h::<4>(q, g0, hd, keys, stride, n, out, out_stride),
-                    3 => dot_rows_h::<3>(q, g0, hd, keys, stride, n, out, out_stride),
-                    2 => dot_rows_h::<2>(q, g0, hd, keys, stride, n, out, out_stride),
-                    _ => dot_rows_h::<1>(q, g0, hd, keys, stride, n, out, out_stride),
+                    4 => dot_rows_h::<T, 4>(q, g0, hd, keys, stride, n, out, out_stride),
+                    3 => dot_rows_h::<T, 3>(q, g0, hd, keys, stride, n, out, out_stride),
+                    2 => dot_rows_h::<T, 2>(q, g0, hd, keys, stride, n, out, out_stride),
+                    _ => dot_rows_h::<T, 1>(q, g0, hd, keys, stride, n, out, out_stride),
                 }
             }
             g0 += h;
@@ -360,11 +499,11 @@ mod x86 {
     #[allow(clippy::too_many_arguments)]
     #[inline]
     #[target_feature(enable = "avx512f,avx2,fma")]
-    unsafe fn dot_rows_h<const H: usize>(
+    unsafe fn dot_rows_h<T: Lanes, const H: usize>(
         q: &[f32],
         g0: usize,
         hd: usize,
-        keys: &[f32],
+        keys: &[T],
         stride: usize,
         n: usize,
         out: &mut [f32],
@@ -379,7 +518,7 @@ mod x86 {
                 let k = kp.add(j * stride);
                 let mut i = 0;
                 while i < hd {
-                    let (k0, k1) = (_mm512_loadu_ps(k.add(i)), _mm512_loadu_ps(k.add(i + 16)));
+                    let (k0, k1) = (T::load16(k.add(i)), T::load16(k.add(i + 16)));
                     for (g, a) in acc.iter_mut().enumerate() {
                         let qg = qp.add((g0 + g) * hd + i);
                         a[0] = _mm512_fmadd_ps(_mm512_loadu_ps(qg), k0, a[0]);
@@ -405,13 +544,13 @@ mod x86 {
     /// `width` `stride` apart, `p` `heads` rows of `n` `p_stride` apart.
     #[allow(clippy::too_many_arguments)]
     #[target_feature(enable = "avx512f")]
-    pub(super) unsafe fn axpy_rows_avx512(
+    pub(super) unsafe fn axpy_rows_avx512<T: Lanes>(
         o: &mut [f32],
         heads: usize,
         width: usize,
         p: &[f32],
         p_stride: usize,
-        vals: &[f32],
+        vals: &[T],
         stride: usize,
         n: usize,
     ) {
@@ -427,10 +566,10 @@ mod x86 {
                     macro_rules! go {
                         ($($hh:literal),*) => {
                             match (h, v) {
-                                $( ($hh, 4) => axpy_rows_hv::<$hh, 4>(o, g0, d0, width, p, p_stride, vals, stride, n),
-                                   ($hh, 3) => axpy_rows_hv::<$hh, 3>(o, g0, d0, width, p, p_stride, vals, stride, n),
-                                   ($hh, 2) => axpy_rows_hv::<$hh, 2>(o, g0, d0, width, p, p_stride, vals, stride, n),
-                                   ($hh, _) => axpy_rows_hv::<$hh, 1>(o, g0, d0, width, p, p_stride, vals, stride, n), )*
+                                $( ($hh, 4) => axpy_rows_hv::<T, $hh, 4>(o, g0, d0, width, p, p_stride, vals, stride, n),
+                                   ($hh, 3) => axpy_rows_hv::<T, $hh, 3>(o, g0, d0, width, p, p_stride, vals, stride, n),
+                                   ($hh, 2) => axpy_rows_hv::<T, $hh, 2>(o, g0, d0, width, p, p_stride, vals, stride, n),
+                                   ($hh, _) => axpy_rows_hv::<T, $hh, 1>(o, g0, d0, width, p, p_stride, vals, stride, n), )*
                                 _ => {}
                             }
                         };
@@ -447,14 +586,14 @@ mod x86 {
     #[allow(clippy::too_many_arguments)]
     #[inline]
     #[target_feature(enable = "avx512f")]
-    unsafe fn axpy_rows_hv<const H: usize, const V: usize>(
+    unsafe fn axpy_rows_hv<T: Lanes, const H: usize, const V: usize>(
         o: &mut [f32],
         g0: usize,
         d0: usize,
         width: usize,
         p: &[f32],
         p_stride: usize,
-        vals: &[f32],
+        vals: &[T],
         stride: usize,
         n: usize,
     ) {
@@ -470,7 +609,7 @@ mod x86 {
             }
             for j in 0..n {
                 let row = vp.add(j * stride + d0);
-                let v: [__m512; V] = std::array::from_fn(|c| _mm512_loadu_ps(row.add(16 * c)));
+                let v: [__m512; V] = std::array::from_fn(|c| T::load16(row.add(16 * c)));
                 for (g, a) in acc.iter_mut().enumerate() {
                     let w = _mm512_set1_ps(*pp.add((g0 + g) * p_stride + j));
                     for (x, &vc) in a.iter_mut().zip(&v) {
@@ -564,29 +703,53 @@ mod tests {
             };
             let q: Vec<f32> = (0..heads * wide).map(val).collect();
             let keys: Vec<f32> = (0..n * stride).map(|i| val(i + 100_000)).collect();
-            let out_stride = n + gap;
-            let mut got = vec![f32::NAN; heads * out_stride];
-            dot_rows(&q, heads, &keys, stride, n, &mut got, out_stride);
-            for g in 0..heads {
-                for j in 0..n {
-                    let want = scalar_dot(&q[g * wide..(g + 1) * wide], &keys[j * stride..j * stride + wide]);
-                    let v = got[g * out_stride + j];
-                    prop_assert_eq!(v.to_bits(), want.to_bits(), "dot head {} key {}", g, j);
-                }
-            }
-            let p: Vec<f32> = (0..heads * out_stride).map(|i| val(i + 200_000) / 10.0).collect();
-            let start: Vec<f32> = (0..heads * wide).map(|i| val(i + 300_000)).collect();
-            let mut want = start.clone();
-            for j in 0..n {
+            // The same rows in f16, and those widened: an f16 kernel must
+            // give the f32 kernel's bits on the widened rows.
+            let halves: Vec<f16> = keys.iter().map(|&x| f16::from_f32(x * 1.37)).collect();
+            let widened: Vec<f32> = halves.iter().map(|h| h.to_f32()).collect();
+            for (form, rows, keys) in [("f32", Rows::F32(&keys), &keys), ("f16", Rows::F16(&halves), &widened)] {
+                let out_stride = n + gap;
+                let mut got = vec![f32::NAN; heads * out_stride];
+                dot_rows(&q, heads, rows, stride, n, &mut got, out_stride);
                 for g in 0..heads {
-                    scalar_axpy(&mut want[g * wide..(g + 1) * wide], p[g * out_stride + j], &keys[j * stride..j * stride + wide]);
+                    for j in 0..n {
+                        let want = scalar_dot(&q[g * wide..(g + 1) * wide], &keys[j * stride..j * stride + wide]);
+                        let v = got[g * out_stride + j];
+                        prop_assert_eq!(v.to_bits(), want.to_bits(), "{} dot head {} key {}", form, g, j);
+                    }
+                }
+                let p: Vec<f32> = (0..heads * out_stride).map(|i| val(i + 200_000) / 10.0).collect();
+                let start: Vec<f32> = (0..heads * wide).map(|i| val(i + 300_000)).collect();
+                let mut want = start.clone();
+                for j in 0..n {
+                    for g in 0..heads {
+                        scalar_axpy(&mut want[g * wide..(g + 1) * wide], p[g * out_stride + j], &keys[j * stride..j * stride + wide]);
+                    }
+                }
+                let mut got = start;
+                axpy_rows(&mut got, heads, &p, out_stride, rows, stride, n);
+                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                    prop_assert_eq!(g.to_bits(), w.to_bits(), "{} axpy element {}", form, i);
                 }
             }
-            let mut got = start;
-            axpy_rows(&mut got, heads, &p, out_stride, &keys, stride, n);
-            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                prop_assert_eq!(g.to_bits(), w.to_bits(), "axpy element {}", i);
+        }
+
+        /// Rounding to f16 gives what an f16 stores and widens back, and
+        /// storing gives the same halves as one conversion per element.
+        #[test]
+        fn f16_rounding_is_the_conversion(xs in prop::collection::vec(-70000.0f32..70000.0, 0..200)) {
+            let mut rounded = xs.clone();
+            round_to_f16(&mut rounded);
+            let mut stored = vec![f16::ZERO; xs.len()];
+            store_f16(&xs, &mut stored);
+            for ((x, r), s) in xs.iter().zip(&rounded).zip(&stored) {
+                let want = f16::from_f32(*x);
+                prop_assert_eq!(r.to_bits(), want.to_f32().to_bits(), "{}", x);
+                prop_assert_eq!(s.to_bits(), want.to_bits(), "{}", x);
             }
+            let mut back = vec![0.0; xs.len()];
+            Rows::F16(&stored).copy_to(0, &mut back);
+            prop_assert_eq!(back, rounded);
         }
     }
 }

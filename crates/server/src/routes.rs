@@ -147,6 +147,7 @@ fn model_json(st: &AppState, id: &str) -> Value {
                 engine::Precision::Quantized => "quantized",
                 engine::Precision::Exact => "exact",
             },
+            "kv_cache": e.model().kv_type().name(),
             "requantized_to": o.quant,
             "n_ctx": e.n_ctx(),
             "n_ctx_train": e.model().config().context_length,
