@@ -69,6 +69,9 @@ fn logits_of_a_two_image_prompt_match_transformers() {
         "-p",
         "Compare <start_of_image> and<start_of_image>: which is the license?",
         "--full",
+        // transformers in f32: an f32 cache, as the engine's image tests.
+        "--kv-cache",
+        "f32",
         "-t",
         "2",
     ]);

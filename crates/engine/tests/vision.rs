@@ -23,6 +23,9 @@ fn options(mmproj: Option<PathBuf>) -> RunOptions {
         threads: Some(2),
         ctx: Some(256),
         mmproj,
+        // transformers in f32: an f32 cache, so the tolerance measures the
+        // image path.
+        kv_cache: Some(hearth_engine::KvType::F32),
         ..RunOptions::default()
     }
 }

@@ -24,6 +24,9 @@ fn options(mmproj: Option<PathBuf>, image_tokens: Option<usize>) -> RunOptions {
         threads: Some(2),
         ctx: Some(512),
         mmproj,
+        // transformers in f32: an f32 cache, so the tolerance measures the
+        // image path.
+        kv_cache: Some(hearth_engine::KvType::F32),
         image_tokens,
         ..RunOptions::default()
     }

@@ -1,7 +1,7 @@
 //! Logits of tiny random Gemma models against transformers' goldens
 //! (fixtures made by the scripts in tests/fixtures/tiny, see SOURCE.md there).
 
-use hearth_model::{LoadOptions, Model, Precision};
+use hearth_model::{KvType, LoadOptions, Model, Precision};
 use std::path::PathBuf;
 
 fn fixture_dir(name: &str) -> PathBuf {
@@ -58,7 +58,10 @@ fn check(name: &str, gguf: &str, golden: &str, tol: f32) -> (f32, usize) {
     check_with(name, gguf, golden, tol, Precision::Quantized)
 }
 
-/// [`check`] in a given activation precision.
+/// [`check`] in a given activation precision. The goldens are transformers
+/// in f32, so the cache is f32 too: the tolerances measure the architecture
+/// and the products (`f16_cache_stays_near_transformers` bounds what the
+/// f16 cache adds).
 fn check_with(
     name: &str,
     gguf: &str,
@@ -66,13 +69,25 @@ fn check_with(
     tol: f32,
     precision: Precision,
 ) -> (f32, usize) {
+    check_cache(name, gguf, golden, tol, precision, KvType::F32)
+}
+
+/// [`check_with`] with a KV cache of type `kv`.
+fn check_cache(
+    name: &str,
+    gguf: &str,
+    golden: &str,
+    tol: f32,
+    precision: Precision,
+    kv: KvType,
+) -> (f32, usize) {
     let dir = fixture_dir(name);
     let model = Model::load(
         dir.join(gguf),
         &LoadOptions {
             threads: 2,
             precision,
-            kv_cache: None,
+            kv_cache: Some(kv),
         },
     )
     .unwrap();
@@ -97,7 +112,7 @@ fn check_with(
             .filter(|(a, b)| argmax(a) == argmax(b))
             .count();
         eprintln!(
-            "{name}/{gguf} batch {batch}: max |Δlogit| = {max_diff:.2e}, argmax agrees {agree}/{}",
+            "{name}/{gguf} {kv:?} cache, batch {batch}: max |Δlogit| = {max_diff:.2e}, argmax agrees {agree}/{}",
             r.tokens.len()
         );
         assert!(
@@ -191,6 +206,18 @@ fn precise_mode_matches_dequantized_goldens_tightly() {
             2e-3,
             Precision::Exact,
         );
+    }
+}
+
+/// The f16 cache (the default with 8-bit activations) rounds every key and
+/// value to 11 significant bits: the logits move by a few thousandths from
+/// transformers' f32, never by the tenths a wrong slot or window gives, on
+/// every architecture's cache layout (rings, KV sharing, k = v).
+#[test]
+fn f16_cache_stays_near_transformers() {
+    for name in ["gemma2", "gemma3", "gemma4_e2b", "gemma3n", "gemma4_31b"] {
+        let (gguf, golden) = ("model-f32.gguf", "logits_model-f32.npy");
+        check_cache(name, gguf, golden, 1e-2, Precision::Quantized, KvType::F16);
     }
 }
 
