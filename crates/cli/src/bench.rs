@@ -146,7 +146,7 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
             model: &name,
             kernels,
             kv_cache: engine.model().kv_type().name(),
-            decode_bytes: engine.decode_bytes(),
+            engine: &engine,
             bandwidth,
         };
         if let Some(grammar) = &grammar {
@@ -211,8 +211,8 @@ struct Row<'a> {
     kernels: &'static str,
     /// How the KV cache stores keys and values.
     kv_cache: &'static str,
-    /// Weight bytes a decode step reads.
-    decode_bytes: u64,
+    /// The engine measured (for the bytes a decode step reads).
+    engine: &'a engine::Engine,
     /// Measured memory read bandwidth at these threads, bytes/s.
     bandwidth: Option<f64>,
 }
@@ -224,10 +224,12 @@ impl Row<'_> {
         } else {
             r.test.name()
         };
-        // Decode reads every weight once a token, so t/s × bytes is the
-        // bandwidth it draws.
-        let decode_gbps = matches!(r.test, BenchTest::Generate(_))
-            .then(|| r.mean() * self.decode_bytes as f64 / 1e9);
+        // Decode reads every weight once a token, and at a depth the cached
+        // keys and values too, so t/s × bytes is the bandwidth it draws.
+        let decode_gbps = matches!(r.test, BenchTest::Generate(_)).then(|| {
+            let bytes = self.engine.decode_bytes_at(r.depth, r.test.tokens());
+            r.mean() * bytes as f64 / 1e9
+        });
         let read_gbps = self.bandwidth.map(|b| b / 1e9);
         if json {
             let v = serde_json::json!({

@@ -221,6 +221,13 @@ impl Engine {
     pub fn decode_bytes(&self) -> u64 {
         self.model().decode_bytes()
     }
+
+    /// Bytes a decode of `n` tokens after `depth` reads per token on
+    /// average: the weights and, at a depth, the cached keys and values
+    /// attention reads (from the middle position of the run).
+    pub fn decode_bytes_at(&self, depth: usize, n: usize) -> u64 {
+        self.decode_bytes() + self.model().kv_bytes_read_at(depth + n / 2)
+    }
 }
 
 #[cfg(test)]

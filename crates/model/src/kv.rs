@@ -238,6 +238,20 @@ impl KvCache {
             .sum()
     }
 
+    /// Bytes of cached keys and values a decode step at position `pos`
+    /// reads from a cache of type `ty`: every layer with its own cache reads
+    /// the earlier positions its window (or the whole context) holds.
+    pub fn bytes_read_at(cfg: &Config, pos: usize, ty: KvType) -> usize {
+        cfg.layers
+            .iter()
+            .filter(|l| l.kv_source.is_none())
+            .map(|l| {
+                let seen = l.window.map_or(pos, |w| pos.min(w.saturating_sub(1)));
+                seen * l.n_kv_heads * (l.head_dim + l.value_dim) * ty.bytes()
+            })
+            .sum()
+    }
+
     /// Positions already processed.
     pub fn n_past(&self) -> usize {
         self.n_past

@@ -255,6 +255,12 @@ impl Model {
             .sum()
     }
 
+    /// Bytes of cached keys and values a decode step at position `pos`
+    /// reads (see [`KvCache::bytes_read_at`]).
+    pub fn kv_bytes_read_at(&self, pos: usize) -> u64 {
+        KvCache::bytes_read_at(&self.config, pos, self.kv_type) as u64
+    }
+
     /// Bytes a session of `n_ctx` positions with prefill batches of up to
     /// `max_batch` tokens needs: the KV cache plus the scratch buffers.
     pub fn session_bytes(&self, n_ctx: usize, max_batch: usize) -> usize {

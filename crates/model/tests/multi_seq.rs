@@ -491,3 +491,23 @@ fn keys_stored_before_or_after_attention_give_the_same_logits() {
         }
     }
 }
+
+/// What a decode step reads from the cache: nothing at the start, half as
+/// much from an f16 cache as from an f32 one, and past every window only
+/// the global layers' share grows, by the same amount a position.
+#[test]
+fn a_decode_step_reads_its_windows_of_the_cache() {
+    let wide = load_kv("gemma3", "model-f32.gguf", Some(KvType::F32));
+    let half = load_kv("gemma3", "model-f32.gguf", Some(KvType::F16));
+    assert_eq!(wide.kv_bytes_read_at(0), 0);
+    for pos in [1, 3, 7, 100, 1000] {
+        assert_eq!(wide.kv_bytes_read_at(pos), 2 * half.kv_bytes_read_at(pos));
+    }
+    let at = |p| wide.kv_bytes_read_at(p);
+    assert!(at(2) > at(1));
+    assert!(at(2000) > at(1000));
+    assert_eq!(at(2000) - at(1000), at(3000) - at(2000));
+    // A global layer's share a position, below what every layer reads.
+    let per_position = (at(2000) - at(1000)) / 1000;
+    assert!(per_position < at(1) && per_position > 0);
+}
