@@ -422,11 +422,15 @@ fn gather_keys(
         let (kvh, s) = (chunk / strips, chunk % strips);
         let j0 = s * KEY_STRIP;
         let n = (nk - j0).min(KEY_STRIP);
-        let mut k = vec![0.0; h.hd];
+        // Each key widened a piece at a time into a buffer on the stack.
+        let mut piece = [0.0f32; 64];
         for j in 0..n {
-            keys.copy(&keys.keys, klo + j0 + j, kvh, 0, &mut k);
-            for (i, &x) in k.iter().enumerate() {
-                strip[i * KEY_STRIP + j] = x;
+            for d0 in (0..h.hd).step_by(piece.len()) {
+                let k = &mut piece[..(h.hd - d0).min(64)];
+                keys.copy(&keys.keys, klo + j0 + j, kvh, d0, k);
+                for (i, &x) in k.iter().enumerate() {
+                    strip[(d0 + i) * KEY_STRIP + j] = x;
+                }
             }
         }
         for row in strip.chunks_exact_mut(KEY_STRIP) {

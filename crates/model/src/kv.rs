@@ -132,11 +132,12 @@ impl KvBuf {
 
     /// Stores `src` in slot `slot` of `src.len()` elements.
     fn store(&mut self, slot: usize, src: &[f32]) {
-        let w = src.len();
-        match self {
-            KvBuf::F32(b) => b[slot * w..(slot + 1) * w].copy_from_slice(src),
-            KvBuf::F16(b) => quant::vector::store_f16(src, &mut b[slot * w..(slot + 1) * w]),
-        }
+        let range = slot * src.len()..(slot + 1) * src.len();
+        let mut dst = match self {
+            KvBuf::F32(b) => SlotMut::F32(&mut b[range]),
+            KvBuf::F16(b) => SlotMut::F16(&mut b[range]),
+        };
+        dst.store(src);
     }
 }
 
