@@ -1,6 +1,6 @@
 //! Weight matrices and the matrix-times-activations product.
 
-use crate::pool::{split_range, ThreadPool};
+use crate::pool::ThreadPool;
 use crate::simd::GemmTier;
 use crate::{dequantize, is_supported, simd, vec_dot_type, GgmlType, QuantError};
 
@@ -567,11 +567,11 @@ pub fn matmul(
         ptr: out.as_mut_ptr(),
         len: nout,
     };
-    let parts = decode_parts(pool.threads(), rows);
+    let split = DecodeSplit::new(pool.threads(), rows);
 
     if let Some(f) = k.float(w.ty) {
-        pool.run(parts, |t| {
-            for_tiles(split_range(rows, parts, t), batch, |r, b| {
+        pool.run(split.parts(), |t| {
+            for_tiles(split.range(t), batch, |r, b| {
                 let xb = &x[b * cols..(b + 1) * cols];
                 // SAFETY: kernel from `simd::best()`; the Matrix guarantees `cols`
                 // elements per row and `xb` has exactly `cols`.
@@ -600,7 +600,7 @@ pub fn matmul(
 }
 
 /// Every row of `w` against `batch` rows of activations quantized for it,
-/// into `out`, the rows shared out over the pool in [`decode_parts`].
+/// into `out`, the rows shared out over the pool as [`DecodeSplit`] says.
 #[track_caller]
 fn rows_of_acts(
     pool: &ThreadPool,
@@ -610,9 +610,9 @@ fn rows_of_acts(
     batch: usize,
     out: &SharedOut,
 ) {
-    let parts = decode_parts(pool.threads(), w.rows);
-    pool.run(parts, |t| {
-        quant_rows(k, w, acts, batch, split_range(w.rows, parts, t), out);
+    let split = DecodeSplit::new(pool.threads(), w.rows);
+    pool.run(split.parts(), |t| {
+        quant_rows(k, w, acts, batch, split.range(t), out);
     });
 }
 
@@ -969,21 +969,22 @@ pub fn matmul_many_ready(
             len: batch * w.rows,
         };
     }
-    // Each matrix split as `matmul` splits it; task numbers run through
-    // the first matrix's parts, then the next one's.
-    let parts: [usize; MAX_FUSED] = std::array::from_fn(|i| {
-        ws.get(i)
-            .map_or(0, |w| decode_parts(pool.threads(), w.rows))
-    });
-    pool.run(parts.iter().sum(), |task| {
-        let mut t = task;
+    // The matrices' rows one after another, split as one product's, so
+    // that only the last parts are short; a part that spans two matrices
+    // does its piece of each.
+    let total = ws.iter().map(|w| w.rows).sum();
+    let split = DecodeSplit::new(pool.threads(), total);
+    pool.run(split.parts(), |task| {
+        let part = split.range(task);
+        let mut first = 0;
         for (i, w) in ws.iter().enumerate() {
-            if t < parts[i] {
+            let range =
+                part.start.max(first) - first..part.end.min(first + w.rows).max(first) - first;
+            if range.start < range.end {
                 let acts = &scratch[starts[i]..starts[i] + acts_len(w)];
-                let range = split_range(w.rows, parts[i], t);
-                return quant_rows(k, w, acts, batch, range, &shared[i]);
+                quant_rows(k, w, acts, batch, range, &shared[i]);
             }
-            t -= parts[i];
+            first += w.rows;
         }
     });
     Ok(())
@@ -1193,14 +1194,17 @@ pub fn matmul_gated(
         ptr: out_up.as_mut_ptr(),
         len: batch * rows,
     };
-    let parts = decode_parts(pool.threads(), rows);
+    let split = DecodeSplit::new(pool.threads(), rows);
     let (next_w, mut ready) = next.unzip();
     let sink = match (next_w, ready.as_deref_mut()) {
         (Some(w), Some(ready)) => BlockSink::new(k, w, rows, batch, ready),
         _ => None,
     };
-    pool.run(parts, |t| {
-        let range = split_range(rows, parts, t);
+    pool.run(split.parts(), |t| {
+        let range = split.range(t);
+        if range.is_empty() {
+            return;
+        }
         quant_rows(k, gate, acts_g, batch, range.clone(), &sh_g);
         quant_rows(k, up, acts_u, batch, range.clone(), &sh_u);
         for b in 0..batch {
@@ -1226,29 +1230,114 @@ pub fn matmul_gated(
     Ok(())
 }
 
-/// How many parts a decode product's `rows` are split into on `threads`.
+/// How a decode product's rows are shared out over the pool's threads: in
+/// parts claimed as threads free up, whole ones first and shorter ones
+/// towards the end.
 ///
-/// Several per thread, claimed as threads free up: when every core streams
-/// weights at once, memory serves them unevenly, and with one part each the
-/// product waits for the slowest while the rest idle and the bandwidth they
-/// drew goes unused (16 threads of a Xeon: 1B decode 92 -> 97 t/s, 270M
-/// 332 -> 359). No part under [`MIN_PART_ROWS`] rows, where claiming would
-/// cost more than it evens out. `HEARTH_DECODE_SPLIT` sets the parts per
-/// thread (1 to 64) for measuring.
-fn decode_parts(threads: usize, rows: usize) -> usize {
-    static SPLIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
-    let split = *SPLIT.get_or_init(|| split_from_env("HEARTH_DECODE_SPLIT", 4));
-    if threads <= 1 {
-        return rows.min(1);
-    }
-    (threads * split)
-        .min(rows / MIN_PART_ROWS)
-        .max(threads.min(rows))
+/// Several parts per thread: when every core streams weights at once,
+/// memory serves them unevenly, and with one part each the product waits
+/// for the slowest while the rest idle (16 threads of a Xeon: 1B decode 92
+/// -> 97 t/s, 270M 332 -> 359). Equal parts still left the threads that
+/// finished first waiting for up to a whole part at the end of every
+/// product (the caller's wait was 5-9% of a 2-thread decode), so once a
+/// thread's share of what is left is under two parts, each part takes
+/// half of it and an eighth of a whole part more (guided self-scheduling),
+/// down to parts of about that eighth (at least [`MIN_PART_ROWS`] rows). The parts' bounds have a closed
+/// form, so each task finds its own with no table made per product.
+/// `HEARTH_DECODE_SPLIT` sets the whole parts per thread (1 to 64, default
+/// 4) for measuring.
+#[derive(Clone, Copy, Debug)]
+struct DecodeSplit {
+    /// The rows shared out.
+    rows: usize,
+    /// Rows in each whole part.
+    per: usize,
+    /// Whole parts, before the shrinking ones.
+    whole: usize,
+    /// The shrinking parts.
+    shrinking: usize,
+    /// The rows left to one thread's share of them: twice the threads.
+    shares: f64,
+    /// The length the shrinking parts approach: an eighth of a whole part,
+    /// at least [`MIN_PART_ROWS`] rows.
+    least: f64,
 }
 
-/// The fewest weight rows a decode part gets when parts are more than the
-/// threads (see [`decode_parts`]).
-const MIN_PART_ROWS: usize = 32;
+impl DecodeSplit {
+    /// The split of `rows` over `threads`.
+    fn new(threads: usize, rows: usize) -> DecodeSplit {
+        static SPLIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        let split = *SPLIT.get_or_init(|| split_from_env("HEARTH_DECODE_SPLIT", 4));
+        let one = DecodeSplit {
+            rows,
+            per: rows,
+            whole: rows.min(1),
+            shrinking: 0,
+            shares: 1.0,
+            least: 1.0,
+        };
+        if threads <= 1 || rows <= MIN_PART_ROWS {
+            return one;
+        }
+        let per = rows
+            .div_ceil(threads * split)
+            .next_multiple_of(MIN_PART_ROWS)
+            .max(MIN_PART_ROWS);
+        let shares = 2 * threads;
+        // Whole parts while at least two of them a thread are left.
+        let whole = rows.saturating_sub(shares * per) / per;
+        let left = (rows - whole * per) as f64;
+        // The shrinking parts' rows left, `r(j)`, follow
+        // `r(j+1) = r(j) - (r(j) + c) / shares` with `c = shares * least`,
+        // so `r(j) + c = (left + c) * q^j`, `q = 1 - 1 / shares`; they end
+        // at the first `j` where that reaches 0.
+        let least = (per / 8 / ROW_TILE * ROW_TILE).max(MIN_PART_ROWS) as f64;
+        let c = shares as f64 * least;
+        let q = 1.0 - 1.0 / shares as f64;
+        let shrinking = (((left + c) / c).ln() / -q.ln()).ceil().max(1.0) as usize;
+        DecodeSplit {
+            rows,
+            per,
+            whole,
+            shrinking,
+            shares: shares as f64,
+            least,
+        }
+    }
+
+    /// How many parts there are (some may be empty).
+    fn parts(&self) -> usize {
+        self.whole + self.shrinking
+    }
+
+    /// Where part `k` starts; part `parts()` starts at `rows`.
+    fn start(&self, k: usize) -> usize {
+        if k <= self.whole {
+            return (k * self.per).min(self.rows);
+        }
+        let j = k - self.whole;
+        if j >= self.shrinking {
+            return self.rows;
+        }
+        let left = (self.rows - self.whole * self.per) as f64;
+        let c = self.shares * self.least;
+        let q = 1.0 - 1.0 / self.shares;
+        let rest = (((left + c) * q.powi(j as i32) - c).max(0.0) as usize).min(left as usize);
+        // Bounds on whole tiles of rows, except at the end (the whole
+        // parts' end is on one, so they stay in order).
+        (self.rows - rest) / ROW_TILE * ROW_TILE
+    }
+
+    /// The rows of part `k`.
+    fn range(&self, k: usize) -> std::ops::Range<usize> {
+        self.start(k)..self.start(k + 1)
+    }
+}
+
+/// The rows a decode part gets at least when parts are more than the
+/// threads (see [`DecodeSplit`]): claiming a part costs an atomic add on a
+/// line every thread shares, and its rows restart the prefetch.
+const MIN_PART_ROWS: usize = 16;
 
 /// The most products [`matmul_many`] runs as one (a layer's query, key and
 /// value projections); more go one at a time.
@@ -1448,6 +1537,57 @@ fn for_tiles(rows: std::ops::Range<usize>, batch: usize, mut f: impl FnMut(usize
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A decode product's parts cover every row once, in order, on whole
+    /// tiles of rows; no more than a few times the even split's count, and
+    /// shorter towards the end: the last non-empty part is at most two
+    /// tiles wherever the threads have several parts each, and none is
+    /// over half a thread's share of what is left plus a tile. One thread
+    /// takes all the rows in one part.
+    #[test]
+    fn decode_parts_cover_each_row_once_and_shrink_at_the_end() {
+        for threads in [1, 2, 3, 4, 8, 16, 64] {
+            for rows in [
+                0, 1, 15, 16, 17, 100, 256, 640, 1152, 2048, 6912, 262_144, 262_145,
+            ] {
+                let split = DecodeSplit::new(threads, rows);
+                let n = split.parts();
+                assert!(
+                    n <= 8 * threads.max(1) * 4 + 64,
+                    "{threads} {rows}: {split:?}"
+                );
+                let mut next = 0;
+                let mut last = 0..0;
+                for k in 0..n {
+                    let r = split.range(k);
+                    assert_eq!(r.start, next, "{threads} {rows}: {split:?} part {k}");
+                    assert!(r.start <= r.end);
+                    assert!(r.end == rows || r.end % ROW_TILE == 0, "{rows}: {r:?}");
+                    let left = rows - r.start;
+                    if threads > 1 && k >= split.whole {
+                        assert!(
+                            r.len() <= left.div_ceil(2 * threads) + split.least as usize + ROW_TILE,
+                            "{threads} {rows}: part {k} {r:?} of {left} left"
+                        );
+                    }
+                    if !r.is_empty() {
+                        last = r.clone();
+                    }
+                    next = r.end;
+                }
+                assert_eq!(next, rows, "{threads} {rows}: {split:?}");
+                if threads == 1 {
+                    assert_eq!(n, rows.min(1));
+                } else if rows >= 8 * threads * MIN_PART_ROWS {
+                    assert!(
+                        last.len() <= split.least as usize + 2 * ROW_TILE
+                            && (split.per < 8 * ROW_TILE || last.len() <= split.per / 2),
+                        "{threads} {rows}: last {last:?} of {split:?}"
+                    );
+                }
+            }
+        }
+    }
 
     /// The panel product's runs cover every panel of every matrix once, in
     /// order, never across matrices, none longer than the even split's
