@@ -46,8 +46,8 @@ pub struct BenchArgs {
     /// Keep activations in f32 in matrix products.
     #[arg(long)]
     pub precise: bool,
-    /// How the KV cache stores keys and values (f16 or f32; default: f16,
-    /// or f32 with --precise).
+    /// How the KV cache stores keys and values (f16, q8_0 or f32; default:
+    /// f16, or f32 with --precise).
     #[arg(long, value_name = "TYPE")]
     pub kv_cache: Option<engine::KvType>,
     /// Requantize the weights at load (q8_0, q4_k_m, ...).

@@ -34,7 +34,8 @@ struct ModelArgs {
     #[arg(long)]
     precise: bool,
     /// How the KV cache stores keys and values: f16 (half the memory, as
-    /// llama.cpp) or f32 (default: f16, or f32 with --precise).
+    /// llama.cpp), q8_0 (about a quarter, as llama.cpp's `-ctk q8_0 -ctv
+    /// q8_0`) or f32 (default: f16, or f32 with --precise).
     #[arg(long, value_name = "TYPE")]
     kv_cache: Option<engine::KvType>,
     /// Requantize the weights at load (q8_0, q4_k_m, ...): for Hugging Face

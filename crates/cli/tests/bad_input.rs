@@ -275,12 +275,12 @@ fn prompt_longer_than_context() {
     );
 }
 
-/// `--kv-cache` takes f16 and f32 (any case), and names a type it does not
-/// know.
+/// `--kv-cache` takes f16, f32 and q8_0 (any case), the session line names
+/// the type in use, and a type it does not know is named in the error.
 #[test]
 fn kv_cache_types() {
     let dir = tempfile::tempdir().unwrap();
-    for kv in ["f16", "f32", "F16", "q3"] {
+    for kv in ["f16", "f32", "F16", "q8_0", "q3"] {
         let out = hearth(
             dir.path(),
             &[
@@ -298,13 +298,16 @@ fn kv_cache_types() {
             b"",
         );
         if kv == "q3" {
-            fails_with(&out, &["unknown KV cache type `q3` (f16 or f32)"]);
+            fails_with(&out, &["unknown KV cache type `q3` (f16, f32 or q8_0)"]);
             continue;
         }
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(out.status.success(), "--kv-cache {kv} failed:\n{stderr}");
         let v: serde_json::Value = serde_json::from_slice(&out.stdout).expect("one JSON object");
         assert!(v.is_object(), "--kv-cache {kv}: {v}");
+        // The session line names the type the cache holds.
+        let named = format!(" MiB {},", kv.to_ascii_lowercase());
+        assert!(stderr.contains(&named), "--kv-cache {kv}: {stderr}");
     }
 }
 

@@ -13,7 +13,7 @@ use crate::attention::{attend, AttentionBuffers, AttentionInput};
 use crate::kv::{slots_before_attention, store_batch_kv, KvSlot};
 use crate::ops::{par_rows, post_norm_add, pre_norm};
 use crate::weights::Linear;
-use crate::{ops, Arch, KvCache, KvType, Model, ModelError, Precision, Scratch};
+use crate::{ops, Arch, KvCache, Model, ModelError, Precision, Scratch};
 
 /// The query or key heads of a batch, for [`Model::rotate_heads`].
 #[derive(Clone, Copy)]
@@ -440,10 +440,8 @@ impl Model {
                     ops::rms_norm_plain(head, cfg.norm_eps)
                 });
             }
-            if self.kv_type == KvType::F16 {
-                quant::vector::round_to_f16(&mut s.k[..b * kd]);
-                quant::vector::round_to_f16(&mut s.v[..b * vd]);
-            }
+            self.kv_type.round(&mut s.k[..b * kd]);
+            self.kv_type.round(&mut s.v[..b * vd]);
             false
         };
         if shared {
@@ -458,8 +456,8 @@ impl Model {
     /// [`Self::finish_keys_values`] of a long batch as one parallel operation
     /// over its rows: each row's values (copied from its keys where the
     /// layer has no value projection, normed where the model norms them) and
-    /// keys (normed, rotated), both rounded to f16 where the cache keeps
-    /// f16, then, where `store` asks and it is safe, both into the row's
+    /// keys (normed, rotated), both rounded to what the cache keeps (f16,
+    /// Q8_0), then, where `store` asks and it is safe, both into the row's
     /// cache slots while they are in the thread's cache.
     /// Returns whether they were stored.
     fn finish_kv_rows(
@@ -477,7 +475,7 @@ impl Model {
             kind.n_kv_heads * kind.value_dim,
         );
         let copy_values = self.weights.layers[li].v.is_none();
-        let half = self.kv_type == KvType::F16;
+        let kv_type = self.kv_type;
         let (rope, eps) = (&self.ropes[li], cfg.norm_eps);
         let pairs = rope.pairs();
         let slots = if store {
@@ -514,10 +512,8 @@ impl Model {
                         ops::rms_norm_plain(head, eps);
                     }
                 }
-                if half {
-                    quant::vector::round_to_f16(row.k);
-                    quant::vector::round_to_f16(row.v);
-                }
+                kv_type.round(row.k);
+                kv_type.round(row.v);
                 if let Some((k, v)) = &mut row.slot {
                     k.store(row.k);
                     v.store(row.v);

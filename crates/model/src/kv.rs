@@ -27,6 +27,10 @@ pub enum KvType {
     F32,
     /// 2 bytes an element.
     F16,
+    /// Q8_0 blocks: 34 bytes for 32 elements (an f16 scale and a signed
+    /// byte each), as llama.cpp's `-ctk q8_0 -ctv q8_0`. Needs head and
+    /// value dimensions that are whole blocks.
+    Q8_0,
 }
 
 impl KvType {
@@ -40,11 +44,32 @@ impl KvType {
         }
     }
 
-    /// Bytes one element takes.
-    pub fn bytes(self) -> usize {
+    /// Bytes `elements` take (whole blocks for Q8_0).
+    pub fn bytes_of(self, elements: usize) -> usize {
         match self {
-            KvType::F32 => 4,
-            KvType::F16 => 2,
+            KvType::F32 => 4 * elements,
+            KvType::F16 => 2 * elements,
+            KvType::Q8_0 => quant::vector::q8_0_bytes(elements),
+        }
+    }
+
+    /// Whether rows of `width` elements (a head's keys or values) can be
+    /// stored as this type: Q8_0 needs whole blocks.
+    pub fn holds_width(self, width: usize) -> bool {
+        match self {
+            KvType::F32 | KvType::F16 => true,
+            KvType::Q8_0 => width.is_multiple_of(quant::vector::Q8_0_BLOCK),
+        }
+    }
+
+    /// Rounds `xs` (whole heads) in place to what this cache hands back for
+    /// them, so a batch that attends to its own keys and values before they
+    /// are cached sees what every later step reads.
+    pub(crate) fn round(self, xs: &mut [f32]) {
+        match self {
+            KvType::F32 => {}
+            KvType::F16 => quant::vector::round_to_f16(xs),
+            KvType::Q8_0 => quant::vector::round_to_q8_0(xs),
         }
     }
 
@@ -53,6 +78,7 @@ impl KvType {
         match self {
             KvType::F32 => "f32",
             KvType::F16 => "f16",
+            KvType::Q8_0 => "q8_0",
         }
     }
 }
@@ -64,7 +90,10 @@ impl std::str::FromStr for KvType {
         match s.to_ascii_lowercase().as_str() {
             "f32" => Ok(KvType::F32),
             "f16" => Ok(KvType::F16),
-            other => Err(format!("unknown KV cache type `{other}` (f16 or f32)")),
+            "q8_0" => Ok(KvType::Q8_0),
+            other => Err(format!(
+                "unknown KV cache type `{other}` (f16, f32 or q8_0)"
+            )),
         }
     }
 }
@@ -74,6 +103,8 @@ impl std::str::FromStr for KvType {
 pub(crate) enum KvBuf {
     F32(Vec<f32>),
     F16(Vec<f16>),
+    /// Q8_0 blocks (see [`quant::vector::Rows::Q8_0`]).
+    Q8_0(Vec<u8>),
 }
 
 impl KvBuf {
@@ -81,6 +112,7 @@ impl KvBuf {
         match ty {
             KvType::F32 => KvBuf::F32(vec![0.0; n]),
             KvType::F16 => KvBuf::F16(vec![f16::ZERO; n]),
+            KvType::Q8_0 => KvBuf::Q8_0(vec![0; quant::vector::q8_0_bytes(n)]),
         }
     }
 
@@ -93,6 +125,7 @@ impl KvBuf {
         match self {
             KvBuf::F32(v) => Rows::F32(v),
             KvBuf::F16(v) => Rows::F16(v),
+            KvBuf::Q8_0(v) => Rows::Q8_0(v),
         }
     }
 
@@ -127,6 +160,10 @@ impl KvBuf {
                 .into_iter()
                 .map(SlotMut::F16)
                 .collect(),
+            KvBuf::Q8_0(b) => split(b, first, to_end, keep, quant::vector::q8_0_bytes(width))
+                .into_iter()
+                .map(SlotMut::Q8_0)
+                .collect(),
         }
     }
 
@@ -136,6 +173,10 @@ impl KvBuf {
         let mut dst = match self {
             KvBuf::F32(b) => SlotMut::F32(&mut b[range]),
             KvBuf::F16(b) => SlotMut::F16(&mut b[range]),
+            KvBuf::Q8_0(b) => {
+                let bytes = quant::vector::q8_0_bytes;
+                SlotMut::Q8_0(&mut b[bytes(range.start)..bytes(range.end)])
+            }
         };
         dst.store(src);
     }
@@ -146,6 +187,8 @@ impl KvBuf {
 pub(crate) enum SlotMut<'c> {
     F32(&'c mut [f32]),
     F16(&'c mut [f16]),
+    /// The slot's Q8_0 blocks.
+    Q8_0(&'c mut [u8]),
 }
 
 impl SlotMut<'_> {
@@ -154,6 +197,7 @@ impl SlotMut<'_> {
         match self {
             SlotMut::F32(d) => d.copy_from_slice(src),
             SlotMut::F16(d) => quant::vector::store_f16(src, d),
+            SlotMut::Q8_0(d) => quant::vector::store_q8_0(src, d),
         }
     }
 }
@@ -235,7 +279,7 @@ impl KvCache {
         cfg.layers
             .iter()
             .filter(|l| l.kv_source.is_none())
-            .map(|l| capacity(l, n_ctx) * l.n_kv_heads * (l.head_dim + l.value_dim) * ty.bytes())
+            .map(|l| ty.bytes_of(capacity(l, n_ctx) * l.n_kv_heads * (l.head_dim + l.value_dim)))
             .sum()
     }
 
@@ -248,7 +292,7 @@ impl KvCache {
             .filter(|l| l.kv_source.is_none())
             .map(|l| {
                 let seen = l.window.map_or(pos, |w| pos.min(w.saturating_sub(1)));
-                seen * l.n_kv_heads * (l.head_dim + l.value_dim) * ty.bytes()
+                ty.bytes_of(seen * l.n_kv_heads * (l.head_dim + l.value_dim))
             })
             .sum()
     }
@@ -396,6 +440,20 @@ mod tests {
             cap,
             window: Some(window),
         }
+    }
+
+    /// Q8_0 holds whole blocks only; its bytes are 34 for every 32
+    /// elements; the names parse back.
+    #[test]
+    fn kv_types_hold_their_widths_and_names() {
+        for ty in [KvType::F32, KvType::F16, KvType::Q8_0] {
+            assert_eq!(ty.name().parse::<KvType>(), Ok(ty));
+            assert!(ty.holds_width(256) && ty.holds_width(32));
+        }
+        assert!(!KvType::Q8_0.holds_width(48) && KvType::F16.holds_width(48));
+        assert_eq!(KvType::Q8_0.bytes_of(256), 272);
+        assert_eq!(KvType::F16.bytes_of(256), 512);
+        assert!("q4_0".parse::<KvType>().unwrap_err().contains("q8_0"));
     }
 
     #[test]

@@ -85,6 +85,14 @@ pub enum ModelError {
     /// A kernel rejected its input (a bug or a corrupt tensor).
     #[error("kernel error: {0}")]
     Kernel(#[from] quant::QuantError),
+    /// The KV cache type asked for cannot hold this model's heads.
+    #[error("a {ty} KV cache stores whole blocks of 32, and this model's heads are {width} wide (use --kv-cache f16)")]
+    KvCacheType {
+        /// The type asked for.
+        ty: &'static str,
+        /// The head (or value) width it cannot hold.
+        width: usize,
+    },
     /// A multi-sequence batch is malformed (an empty sequence, or more rows
     /// than the buffers hold).
     #[error("bad batch: {0}")]
@@ -173,6 +181,17 @@ impl Model {
                     .with_divisors(w.rope_freqs.clone())
             })
             .collect();
+        let kv_type = opts.kv_cache.unwrap_or(KvType::default_for(opts.precision));
+        let cached = config.layers.iter().filter(|l| l.kv_source.is_none());
+        if let Some(width) = cached
+            .flat_map(|l| [l.head_dim, l.value_dim])
+            .find(|&w| !kv_type.holds_width(w))
+        {
+            return Err(ModelError::KvCacheType {
+                ty: kv_type.name(),
+                width,
+            });
+        }
         Ok(Self {
             config,
             weights,
@@ -180,7 +199,7 @@ impl Model {
             file,
             pool: ThreadPool::new(opts.threads.max(1)),
             precision: opts.precision,
-            kv_type: opts.kv_cache.unwrap_or(KvType::default_for(opts.precision)),
+            kv_type,
         })
     }
 

@@ -374,12 +374,15 @@ fn hidden_rows_of_other_scratches_share_the_head_product() {
 /// The largest difference two schedules of the same tokens may give with a
 /// KV cache of type `kv`: their sums run in different orders, and with an
 /// f16 cache a key that lands near a rounding boundary can round the other
-/// way (one f16 step, about 5e-4 of it). A wrong key or window moves the
-/// logits by tenths.
+/// way (one f16 step, about 5e-4 of it; with Q8_0 one step of its block's
+/// largest value over 127, and every later row that reads it moves: up to
+/// 2.7e-2 on the tiny Gemma 3). A wrong key or window moves the logits by
+/// tenths (a Q8_0 batch that attends to its keys unrounded, by 0.13).
 fn schedule_tolerance(kv: KvType) -> f32 {
     match kv {
         KvType::F32 => 1e-4,
         KvType::F16 => 2e-3,
+        KvType::Q8_0 => 5e-2,
     }
 }
 
@@ -387,7 +390,7 @@ fn schedule_tolerance(kv: KvType) -> f32 {
 fn models_and_caches() -> impl Iterator<Item = (&'static str, KvType)> {
     ["gemma2", "gemma3", "gemma4_e2b", "gemma3n"]
         .into_iter()
-        .flat_map(|n| [(n, KvType::F32), (n, KvType::F16)])
+        .flat_map(|n| [(n, KvType::F32), (n, KvType::F16), (n, KvType::Q8_0)])
 }
 
 /// A long batch after a cached prefix (the blocked prefill attention, with
@@ -493,15 +496,21 @@ fn keys_stored_before_or_after_attention_give_the_same_logits() {
 }
 
 /// What a decode step reads from the cache: nothing at the start, half as
-/// much from an f16 cache as from an f32 one, and past every window only
-/// the global layers' share grows, by the same amount a position.
+/// much from an f16 cache as from an f32 one, 34 bytes for every 64 of f16
+/// from a Q8_0 one, and past every window only the global layers' share
+/// grows, by the same amount a position.
 #[test]
 fn a_decode_step_reads_its_windows_of_the_cache() {
     let wide = load_kv("gemma3", "model-f32.gguf", Some(KvType::F32));
     let half = load_kv("gemma3", "model-f32.gguf", Some(KvType::F16));
+    let q8 = load_kv("gemma3", "model-f32.gguf", Some(KvType::Q8_0));
     assert_eq!(wide.kv_bytes_read_at(0), 0);
     for pos in [1, 3, 7, 100, 1000] {
         assert_eq!(wide.kv_bytes_read_at(pos), 2 * half.kv_bytes_read_at(pos));
+        assert_eq!(
+            64 * q8.kv_bytes_read_at(pos),
+            34 * half.kv_bytes_read_at(pos)
+        );
     }
     let at = |p| wide.kv_bytes_read_at(p);
     assert!(at(2) > at(1));

@@ -1562,7 +1562,10 @@ mod tests {
                     let r = split.range(k);
                     assert_eq!(r.start, next, "{threads} {rows}: {split:?} part {k}");
                     assert!(r.start <= r.end);
-                    assert!(r.end == rows || r.end.is_multiple_of(ROW_TILE), "{rows}: {r:?}");
+                    assert!(
+                        r.end == rows || r.end.is_multiple_of(ROW_TILE),
+                        "{rows}: {r:?}"
+                    );
                     let left = rows - r.start;
                     if threads > 1 && k >= split.whole {
                         assert!(

@@ -77,15 +77,41 @@ pub fn axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
     (kernels().axpy)(y, alpha, x)
 }
 
-/// Rows of keys or values as a cache keeps them: f32, or f16 (half the
-/// bytes; every f16 is exactly an f32, so a kernel that widens them gives the
-/// bits of the f32 kernel on the widened rows).
+/// Rows of keys or values as a cache keeps them: f32, f16 (half the
+/// bytes), or Q8_0 blocks (34 bytes for 32 elements). Every f16 and every
+/// Q8_0 value is exactly an f32, so a kernel that widens them gives the bits
+/// of the f32 kernel on the widened rows.
 #[derive(Debug, Clone, Copy)]
 pub enum Rows<'a> {
     /// Full-precision rows.
     F32(&'a [f32]),
     /// Half-precision rows.
     F16(&'a [f16]),
+    /// Q8_0 blocks (an f16 scale and 32 signed bytes each, as GGUF's
+    /// Q8_0); element offsets and row widths are whole blocks.
+    Q8_0(&'a [u8]),
+}
+
+/// Elements in a Q8_0 block.
+pub const Q8_0_BLOCK: usize = 32;
+/// Bytes of a Q8_0 block.
+pub const Q8_0_BLOCK_BYTES: usize = 34;
+
+/// Bytes of `elements` (whole blocks) stored as Q8_0.
+pub fn q8_0_bytes(elements: usize) -> usize {
+    elements / Q8_0_BLOCK * Q8_0_BLOCK_BYTES
+}
+
+/// The Q8_0 bytes of elements `from..from + n` of `blocks`.
+///
+/// # Panics
+/// If `from` or `n` is not whole blocks, or the range is past the end.
+fn q8_0_span(blocks: &[u8], from: usize, n: usize) -> &[u8] {
+    assert!(
+        from.is_multiple_of(Q8_0_BLOCK) && n.is_multiple_of(Q8_0_BLOCK),
+        "Q8_0 rows are read in whole blocks ({from} + {n})"
+    );
+    &blocks[q8_0_bytes(from)..q8_0_bytes(from + n)]
 }
 
 impl<'a> Rows<'a> {
@@ -94,6 +120,7 @@ impl<'a> Rows<'a> {
         match self {
             Rows::F32(r) => r.len(),
             Rows::F16(r) => r.len(),
+            Rows::Q8_0(r) => r.len() / Q8_0_BLOCK_BYTES * Q8_0_BLOCK,
         }
     }
 
@@ -105,23 +132,77 @@ impl<'a> Rows<'a> {
     /// Elements `from..` (the rows from one on).
     ///
     /// # Panics
-    /// If `from` is past the end.
+    /// If `from` is past the end (or, for Q8_0, not on a block).
     pub fn from(self, from: usize) -> Rows<'a> {
         match self {
             Rows::F32(r) => Rows::F32(&r[from..]),
             Rows::F16(r) => Rows::F16(&r[from..]),
+            Rows::Q8_0(r) => {
+                assert!(
+                    from.is_multiple_of(Q8_0_BLOCK),
+                    "Q8_0 rows start on a block ({from})"
+                );
+                Rows::Q8_0(&r[q8_0_bytes(from)..])
+            }
         }
     }
 
     /// Elements `from..from + dst.len()`, widened to f32 into `dst`.
     ///
     /// # Panics
-    /// If the range is past the end.
+    /// If the range is past the end (or, for Q8_0, not whole blocks).
     pub fn copy_to(&self, from: usize, dst: &mut [f32]) {
         match self {
             Rows::F32(r) => dst.copy_from_slice(&r[from..from + dst.len()]),
             Rows::F16(r) => r[from..from + dst.len()].convert_to_f32_slice(dst),
+            Rows::Q8_0(r) => dequantize_q8_0(q8_0_span(r, from, dst.len()), dst),
         }
+    }
+}
+
+/// Q8_0 `blocks` widened into `dst` (as long as they hold): each value its
+/// block's scale times its byte, exactly.
+fn dequantize_q8_0(blocks: &[u8], dst: &mut [f32]) {
+    for (b, y) in blocks
+        .chunks_exact(Q8_0_BLOCK_BYTES)
+        .zip(dst.chunks_exact_mut(Q8_0_BLOCK))
+    {
+        let d = f16::from_le_bytes([b[0], b[1]]).to_f32();
+        for (y, &q) in y.iter_mut().zip(&b[2..]) {
+            *y = f32::from(q as i8) * d;
+        }
+    }
+}
+
+/// Stores `src` (whole blocks) as Q8_0 into `dst` ([`q8_0_bytes`] of it),
+/// as llama.cpp's x86 build quantizes its Q8_0 cache (and activations):
+/// per block, the scale `max |x| / 127` as f16 and each value times
+/// `127 / max |x|`, rounded half to even, through the CPU's vector
+/// quantizer (the same bytes on every tier).
+///
+/// # Panics
+/// If `src` is not whole blocks or `dst` is not its size.
+pub fn store_q8_0(src: &[f32], dst: &mut [u8]) {
+    assert!(src.len().is_multiple_of(Q8_0_BLOCK) && dst.len() == q8_0_bytes(src.len()));
+    crate::gemm::quantize_act_row(crate::simd::best().gemm, crate::GgmlType::Q8_0, src, dst)
+        .expect("whole Q8_0 blocks, checked above");
+}
+
+/// Rounds every element to what a Q8_0 cache hands back for it (see
+/// [`store_q8_0`]), in place, so a batch that attends to its own keys
+/// before they are cached sees the values every later step reads.
+///
+/// # Panics
+/// If `xs` is not whole blocks.
+pub fn round_to_q8_0(xs: &mut [f32]) {
+    assert!(
+        xs.len().is_multiple_of(Q8_0_BLOCK),
+        "Q8_0 rounds whole blocks"
+    );
+    let mut block = [0u8; Q8_0_BLOCK_BYTES];
+    for chunk in xs.chunks_exact_mut(Q8_0_BLOCK) {
+        store_q8_0(chunk, &mut block);
+        dequantize_q8_0(&block, chunk);
     }
 }
 
@@ -151,7 +232,7 @@ thread_local! {
 }
 
 /// `f` over row `j` (`width` elements from `j * stride`) of `rows` as f32:
-/// the row itself, or its f16 widened into a per-thread buffer.
+/// the row itself, or its f16 or Q8_0 widened into a per-thread buffer.
 fn with_row<R>(
     rows: Rows<'_>,
     j: usize,
@@ -165,6 +246,12 @@ fn with_row<R>(
             let mut buf = buf.borrow_mut();
             buf.resize(width, 0.0);
             r[j * stride..j * stride + width].convert_to_f32_slice(&mut buf);
+            f(&buf)
+        }),
+        Rows::Q8_0(r) => WIDE_ROW.with(|buf| {
+            let mut buf = buf.borrow_mut();
+            buf.resize(width, 0.0);
+            dequantize_q8_0(q8_0_span(r, j * stride, width), &mut buf);
             f(&buf)
         }),
     }
@@ -194,14 +281,23 @@ pub fn dot_rows(
     }
     #[cfg(target_arch = "x86_64")]
     if kernels().fused && hd.is_multiple_of(32) {
-        // SAFETY: the AVX-512 kernels are installed only after avx512f was
-        // detected; the asserts bound every key and score.
-        return unsafe {
-            match keys {
-                Rows::F32(k) => x86::dot_rows_avx512(q, heads, hd, k, stride, n, out, out_stride),
-                Rows::F16(k) => x86::dot_rows_avx512(q, heads, hd, k, stride, n, out, out_stride),
+        // SAFETY (both calls): the AVX-512 kernels are installed only after
+        // avx512f was detected; the asserts bound every key and score.
+        match keys {
+            Rows::F32(k) => {
+                return unsafe { x86::dot_rows_avx512(q, heads, hd, k, stride, n, out, out_stride) }
             }
-        };
+            Rows::F16(k) => {
+                return unsafe { x86::dot_rows_avx512(q, heads, hd, k, stride, n, out, out_stride) }
+            }
+            // Element offsets are whole blocks: `hd` and `stride` are
+            // (`rows_width` checked the span in elements).
+            Rows::Q8_0(k) if stride.is_multiple_of(Q8_0_BLOCK) => {
+                return unsafe { x86::dot_rows_avx512(q, heads, hd, k, stride, n, out, out_stride) }
+            }
+            // Widened row by row below.
+            Rows::Q8_0(_) => {}
+        }
     }
     for j in 0..n {
         with_row(keys, j, stride, hd, |k| {
@@ -239,13 +335,25 @@ pub fn axpy_rows(
     }
     #[cfg(target_arch = "x86_64")]
     if kernels().fused && width.is_multiple_of(16) {
-        // SAFETY: as in `dot_rows`; the asserts bound every row and weight.
-        return unsafe {
-            match vals {
-                Rows::F32(v) => x86::axpy_rows_avx512(o, heads, width, p, p_stride, v, stride, n),
-                Rows::F16(v) => x86::axpy_rows_avx512(o, heads, width, p, p_stride, v, stride, n),
+        // SAFETY (both calls): as in `dot_rows`; the asserts bound every
+        // row and weight.
+        match vals {
+            Rows::F32(v) => {
+                return unsafe { x86::axpy_rows_avx512(o, heads, width, p, p_stride, v, stride, n) }
             }
-        };
+            Rows::F16(v) => {
+                return unsafe { x86::axpy_rows_avx512(o, heads, width, p, p_stride, v, stride, n) }
+            }
+            // Loads start on half blocks: `width` and `stride` are whole
+            // blocks and the kernel steps by 16.
+            Rows::Q8_0(v)
+                if width.is_multiple_of(Q8_0_BLOCK) && stride.is_multiple_of(Q8_0_BLOCK) =>
+            {
+                return unsafe { x86::axpy_rows_avx512(o, heads, width, p, p_stride, v, stride, n) }
+            }
+            // Widened row by row below.
+            Rows::Q8_0(_) => {}
+        }
     }
     for j in 0..n {
         with_row(vals, j, stride, width, |v| {
@@ -305,29 +413,50 @@ mod x86 {
 
     /// An element type the fused kernels load 16 at a time, widened to f32.
     pub(super) trait Lanes: Copy {
-        /// Sixteen elements from `p`, as f32.
+        /// Sixteen elements from element `at` of the rows that start at
+        /// `p`, as f32.
         ///
         /// # Safety
-        /// avx512f present; 16 elements readable from `p`.
-        unsafe fn load16(p: *const Self) -> __m512;
+        /// avx512f present; elements `at..at + 16` readable from `p`.
+        unsafe fn load16(p: *const Self, at: usize) -> __m512;
     }
 
     impl Lanes for f32 {
         #[inline]
         #[target_feature(enable = "avx512f")]
-        unsafe fn load16(p: *const f32) -> __m512 {
+        unsafe fn load16(p: *const f32, at: usize) -> __m512 {
             // SAFETY: the caller's contract.
-            unsafe { _mm512_loadu_ps(p) }
+            unsafe { _mm512_loadu_ps(p.add(at)) }
         }
     }
 
     impl Lanes for f16 {
         #[inline]
         #[target_feature(enable = "avx512f")]
-        unsafe fn load16(p: *const f16) -> __m512 {
+        unsafe fn load16(p: *const f16, at: usize) -> __m512 {
             // SAFETY: the caller's contract (16 halves are 32 bytes); f16 is
             // a plain 16-bit pattern, which `vcvtph2ps` widens exactly.
-            unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.cast())) }
+            unsafe { _mm512_cvtph_ps(_mm256_loadu_si256(p.add(at).cast())) }
+        }
+    }
+
+    /// Bytes here are Q8_0 blocks ([`super::Rows::Q8_0`]): element `at` (a
+    /// multiple of 16) is in block `at / 32`, whose f16 scale comes first.
+    impl Lanes for u8 {
+        #[inline]
+        #[target_feature(enable = "avx512f")]
+        unsafe fn load16(p: *const u8, at: usize) -> __m512 {
+            debug_assert!(at.is_multiple_of(16));
+            // SAFETY: the caller's contract: the block holding elements
+            // `at..at + 16` is readable (its scale, then 32 bytes).
+            unsafe {
+                let block = p.add(at / super::Q8_0_BLOCK * super::Q8_0_BLOCK_BYTES);
+                let d = _mm512_cvtph_ps(_mm256_set1_epi16(block.cast::<i16>().read_unaligned()));
+                let q = _mm_loadu_si128(block.add(2 + at % super::Q8_0_BLOCK).cast());
+                // Each byte times the scale: 7 by 11 significant bits, so
+                // exact, as the scalar widening is.
+                _mm512_mul_ps(_mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(q)), d)
+            }
         }
     }
 
@@ -515,10 +644,10 @@ mod x86 {
             // SAFETY: key j's `hd` floats and each head's are inside the
             // shapes (the caller's contract).
             unsafe {
-                let k = kp.add(j * stride);
+                let k = j * stride;
                 let mut i = 0;
                 while i < hd {
-                    let (k0, k1) = (T::load16(k.add(i)), T::load16(k.add(i + 16)));
+                    let (k0, k1) = (T::load16(kp, k + i), T::load16(kp, k + i + 16));
                     for (g, a) in acc.iter_mut().enumerate() {
                         let qg = qp.add((g0 + g) * hd + i);
                         a[0] = _mm512_fmadd_ps(_mm512_loadu_ps(qg), k0, a[0]);
@@ -608,8 +737,8 @@ mod x86 {
                 }
             }
             for j in 0..n {
-                let row = vp.add(j * stride + d0);
-                let v: [__m512; V] = std::array::from_fn(|c| T::load16(row.add(16 * c)));
+                let row = j * stride + d0;
+                let v: [__m512; V] = std::array::from_fn(|c| T::load16(vp, row + 16 * c));
                 for (g, a) in acc.iter_mut().enumerate() {
                     let w = _mm512_set1_ps(*pp.add((g0 + g) * p_stride + j));
                     for (x, &vc) in a.iter_mut().zip(&v) {
@@ -732,6 +861,66 @@ mod tests {
                     prop_assert_eq!(g.to_bits(), w.to_bits(), "{} axpy element {}", form, i);
                 }
             }
+        }
+
+        /// Q8_0 rows: the row kernels give the f32 kernels' bits on the
+        /// widened rows, rounding gives what storing and widening give,
+        /// and a value comes back within half a step of its block's scale
+        /// (plus what rounding the scale to f16 moves the largest one).
+        #[test]
+        fn q8_0_rows_are_their_widened_values(
+            heads in 1usize..5,
+            blocks in 1usize..9,
+            gap in 0usize..3,
+            n in 1usize..20,
+            seed in any::<u64>(),
+        ) {
+            let wide = blocks * Q8_0_BLOCK;
+            let stride = wide + gap * Q8_0_BLOCK;
+            let val = |i: usize| {
+                let h = (i as u64 ^ seed).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 40;
+                (h % 2001) as f32 / 100.0 - 10.0
+            };
+            let q: Vec<f32> = (0..heads * wide).map(val).collect();
+            let keys: Vec<f32> = (0..n * stride).map(|i| val(i + 100_000) * 1.37).collect();
+            let mut stored = vec![0u8; q8_0_bytes(keys.len())];
+            store_q8_0(&keys, &mut stored);
+            let mut widened = vec![0.0; keys.len()];
+            Rows::Q8_0(&stored).copy_to(0, &mut widened);
+            let mut rounded = keys.clone();
+            round_to_q8_0(&mut rounded);
+            prop_assert_eq!(&rounded, &widened);
+            for (b, (x, w)) in keys.chunks(32).zip(widened.chunks(32)).enumerate() {
+                let step = x.iter().fold(0.0f32, |m, v| m.max(v.abs())) / 127.0;
+                for (x, w) in x.iter().zip(w) {
+                    prop_assert!((x - w).abs() <= step * (0.5 + 127.0 / 2048.0) + 1e-6, "block {}: {} -> {}", b, x, w);
+                }
+            }
+            let rows = Rows::Q8_0(&stored);
+            let out_stride = n + gap;
+            let mut got = vec![f32::NAN; heads * out_stride];
+            dot_rows(&q, heads, rows, stride, n, &mut got, out_stride);
+            for g in 0..heads {
+                for j in 0..n {
+                    let want = scalar_dot(&q[g * wide..(g + 1) * wide], &widened[j * stride..j * stride + wide]);
+                    prop_assert_eq!(got[g * out_stride + j].to_bits(), want.to_bits(), "dot head {} key {}", g, j);
+                }
+            }
+            let p: Vec<f32> = (0..heads * out_stride).map(|i| val(i + 200_000) / 10.0).collect();
+            let start: Vec<f32> = (0..heads * wide).map(|i| val(i + 300_000)).collect();
+            let mut want = start.clone();
+            for j in 0..n {
+                for g in 0..heads {
+                    scalar_axpy(&mut want[g * wide..(g + 1) * wide], p[g * out_stride + j], &widened[j * stride..j * stride + wide]);
+                }
+            }
+            let mut got = start;
+            axpy_rows(&mut got, heads, &p, out_stride, rows, stride, n);
+            prop_assert_eq!(got, want);
+            // A view from a later row reads the same elements.
+            let mut tail = vec![0.0; wide];
+            rows.from(stride * (n - 1)).copy_to(0, &mut tail);
+            prop_assert_eq!(&tail[..], &widened[(n - 1) * stride..(n - 1) * stride + wide]);
         }
 
         /// Rounding to f16 gives what an f16 stores and widens back, and
