@@ -790,6 +790,64 @@ mod tests {
         Vec::new()
     }
 
+    /// `dot_rows` and `axpy_rows` over `rows` (`n` rows `stride` apart,
+    /// `heads` heads of `q`) give the scalar kernels' bits on `widened`,
+    /// the same rows as f32; `val` makes the weights and the starting sums.
+    #[allow(clippy::too_many_arguments)]
+    fn rows_match_widened(
+        form: &str,
+        q: &[f32],
+        heads: usize,
+        rows: Rows<'_>,
+        widened: &[f32],
+        stride: usize,
+        n: usize,
+        gap: usize,
+        val: impl Fn(usize) -> f32,
+    ) -> Result<(), TestCaseError> {
+        let wide = q.len() / heads;
+        let out_stride = n + gap;
+        let mut got = vec![f32::NAN; heads * out_stride];
+        dot_rows(q, heads, rows, stride, n, &mut got, out_stride);
+        for g in 0..heads {
+            for j in 0..n {
+                let want = scalar_dot(
+                    &q[g * wide..(g + 1) * wide],
+                    &widened[j * stride..j * stride + wide],
+                );
+                let v = got[g * out_stride + j];
+                prop_assert_eq!(
+                    v.to_bits(),
+                    want.to_bits(),
+                    "{} dot head {} key {}",
+                    form,
+                    g,
+                    j
+                );
+            }
+        }
+        let p: Vec<f32> = (0..heads * out_stride)
+            .map(|i| val(i + 200_000) / 10.0)
+            .collect();
+        let start: Vec<f32> = (0..heads * wide).map(|i| val(i + 300_000)).collect();
+        let mut want = start.clone();
+        for j in 0..n {
+            for g in 0..heads {
+                scalar_axpy(
+                    &mut want[g * wide..(g + 1) * wide],
+                    p[g * out_stride + j],
+                    &widened[j * stride..j * stride + wide],
+                );
+            }
+        }
+        let mut got = start;
+        axpy_rows(&mut got, heads, &p, out_stride, rows, stride, n);
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            prop_assert_eq!(g.to_bits(), w.to_bits(), "{} axpy element {}", form, i);
+        }
+        Ok(())
+    }
+
     proptest! {
         /// Every SIMD kernel gives the scalar reference's bits, at every
         /// length (tails included).
@@ -837,29 +895,7 @@ mod tests {
             let halves: Vec<f16> = keys.iter().map(|&x| f16::from_f32(x * 1.37)).collect();
             let widened: Vec<f32> = halves.iter().map(|h| h.to_f32()).collect();
             for (form, rows, keys) in [("f32", Rows::F32(&keys), &keys), ("f16", Rows::F16(&halves), &widened)] {
-                let out_stride = n + gap;
-                let mut got = vec![f32::NAN; heads * out_stride];
-                dot_rows(&q, heads, rows, stride, n, &mut got, out_stride);
-                for g in 0..heads {
-                    for j in 0..n {
-                        let want = scalar_dot(&q[g * wide..(g + 1) * wide], &keys[j * stride..j * stride + wide]);
-                        let v = got[g * out_stride + j];
-                        prop_assert_eq!(v.to_bits(), want.to_bits(), "{} dot head {} key {}", form, g, j);
-                    }
-                }
-                let p: Vec<f32> = (0..heads * out_stride).map(|i| val(i + 200_000) / 10.0).collect();
-                let start: Vec<f32> = (0..heads * wide).map(|i| val(i + 300_000)).collect();
-                let mut want = start.clone();
-                for j in 0..n {
-                    for g in 0..heads {
-                        scalar_axpy(&mut want[g * wide..(g + 1) * wide], p[g * out_stride + j], &keys[j * stride..j * stride + wide]);
-                    }
-                }
-                let mut got = start;
-                axpy_rows(&mut got, heads, &p, out_stride, rows, stride, n);
-                for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                    prop_assert_eq!(g.to_bits(), w.to_bits(), "{} axpy element {}", form, i);
-                }
+                rows_match_widened(form, &q, heads, rows, keys, stride, n, gap, val)?;
             }
         }
 
@@ -897,26 +933,7 @@ mod tests {
                 }
             }
             let rows = Rows::Q8_0(&stored);
-            let out_stride = n + gap;
-            let mut got = vec![f32::NAN; heads * out_stride];
-            dot_rows(&q, heads, rows, stride, n, &mut got, out_stride);
-            for g in 0..heads {
-                for j in 0..n {
-                    let want = scalar_dot(&q[g * wide..(g + 1) * wide], &widened[j * stride..j * stride + wide]);
-                    prop_assert_eq!(got[g * out_stride + j].to_bits(), want.to_bits(), "dot head {} key {}", g, j);
-                }
-            }
-            let p: Vec<f32> = (0..heads * out_stride).map(|i| val(i + 200_000) / 10.0).collect();
-            let start: Vec<f32> = (0..heads * wide).map(|i| val(i + 300_000)).collect();
-            let mut want = start.clone();
-            for j in 0..n {
-                for g in 0..heads {
-                    scalar_axpy(&mut want[g * wide..(g + 1) * wide], p[g * out_stride + j], &widened[j * stride..j * stride + wide]);
-                }
-            }
-            let mut got = start;
-            axpy_rows(&mut got, heads, &p, out_stride, rows, stride, n);
-            prop_assert_eq!(got, want);
+            rows_match_widened("q8_0", &q, heads, rows, &widened, stride, n, gap, val)?;
             // A view from a later row reads the same elements.
             let mut tail = vec![0.0; wide];
             rows.from(stride * (n - 1)).copy_to(0, &mut tail);
