@@ -978,13 +978,14 @@ pub fn matmul_many_ready(
         let part = split.range(task);
         let mut first = 0;
         for (i, w) in ws.iter().enumerate() {
-            let range =
-                part.start.max(first) - first..part.end.min(first + w.rows).max(first) - first;
-            if range.start < range.end {
+            // The part's rows within this matrix, in its own numbering.
+            let end = first + w.rows;
+            let (lo, hi) = (part.start.clamp(first, end), part.end.clamp(first, end));
+            if lo < hi {
                 let acts = &scratch[starts[i]..starts[i] + acts_len(w)];
-                quant_rows(k, w, acts, batch, range, &shared[i]);
+                quant_rows(k, w, acts, batch, lo - first..hi - first, &shared[i]);
             }
-            first += w.rows;
+            first = end;
         }
     });
     Ok(())
@@ -1242,8 +1243,9 @@ pub fn matmul_gated(
 /// product (the caller's wait was 5-9% of a 2-thread decode), so once a
 /// thread's share of what is left is under two parts, each part takes
 /// half of it and an eighth of a whole part more (guided self-scheduling),
-/// down to parts of about that eighth (at least [`MIN_PART_ROWS`] rows). The parts' bounds have a closed
-/// form, so each task finds its own with no table made per product.
+/// down to parts of about that eighth (at least [`MIN_PART_ROWS`] rows).
+/// The parts' bounds have a closed form, so each task finds its own with no
+/// table made per product.
 /// `HEARTH_DECODE_SPLIT` sets the whole parts per thread (1 to 64, default
 /// 4) for measuring.
 #[derive(Clone, Copy, Debug)]
@@ -1256,11 +1258,14 @@ struct DecodeSplit {
     whole: usize,
     /// The shrinking parts.
     shrinking: usize,
-    /// The rows left to one thread's share of them: twice the threads.
-    shares: f64,
-    /// The length the shrinking parts approach: an eighth of a whole part,
-    /// at least [`MIN_PART_ROWS`] rows.
-    least: f64,
+    /// The rows the shrinking parts share (those after the whole parts).
+    left: f64,
+    /// The ratio of rows left from one shrinking part to the next, with
+    /// [`Self::c`] added: `1 - 1 / (2 threads)`.
+    q: f64,
+    /// Twice the threads times the length the shrinking parts approach (an
+    /// eighth of a whole part, at least [`MIN_PART_ROWS`] rows).
+    c: f64,
 }
 
 impl DecodeSplit {
@@ -1268,16 +1273,16 @@ impl DecodeSplit {
     fn new(threads: usize, rows: usize) -> DecodeSplit {
         static SPLIT: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
         let split = *SPLIT.get_or_init(|| split_from_env("HEARTH_DECODE_SPLIT", 4));
-        let one = DecodeSplit {
-            rows,
-            per: rows,
-            whole: rows.min(1),
-            shrinking: 0,
-            shares: 1.0,
-            least: 1.0,
-        };
         if threads <= 1 || rows <= MIN_PART_ROWS {
-            return one;
+            return DecodeSplit {
+                rows,
+                per: rows,
+                whole: rows.min(1),
+                shrinking: 0,
+                left: 0.0,
+                q: 0.0,
+                c: 0.0,
+            };
         }
         let per = rows
             .div_ceil(threads * split)
@@ -1300,8 +1305,9 @@ impl DecodeSplit {
             per,
             whole,
             shrinking,
-            shares: shares as f64,
-            least,
+            left,
+            q,
+            c,
         }
     }
 
@@ -1319,10 +1325,8 @@ impl DecodeSplit {
         if j >= self.shrinking {
             return self.rows;
         }
-        let left = (self.rows - self.whole * self.per) as f64;
-        let c = self.shares * self.least;
-        let q = 1.0 - 1.0 / self.shares;
-        let rest = (((left + c) * q.powi(j as i32) - c).max(0.0) as usize).min(left as usize);
+        let (left, c) = (self.left, self.c);
+        let rest = (((left + c) * self.q.powi(j as i32) - c).max(0.0) as usize).min(left as usize);
         // Bounds on whole tiles of rows, except at the end (the whole
         // parts' end is on one, so they stay in order).
         (self.rows - rest) / ROW_TILE * ROW_TILE
@@ -1551,6 +1555,8 @@ mod tests {
                 0, 1, 15, 16, 17, 100, 256, 640, 1152, 2048, 6912, 262_144, 262_145,
             ] {
                 let split = DecodeSplit::new(threads, rows);
+                // The length the shrinking parts approach.
+                let least = (split.c / (2 * threads) as f64).round() as usize;
                 let n = split.parts();
                 assert!(
                     n <= 8 * threads.max(1) * 4 + 64,
@@ -1569,7 +1575,7 @@ mod tests {
                     let left = rows - r.start;
                     if threads > 1 && k >= split.whole {
                         assert!(
-                            r.len() <= left.div_ceil(2 * threads) + split.least as usize + ROW_TILE,
+                            r.len() <= left.div_ceil(2 * threads) + least + ROW_TILE,
                             "{threads} {rows}: part {k} {r:?} of {left} left"
                         );
                     }
@@ -1583,7 +1589,7 @@ mod tests {
                     assert_eq!(n, rows.min(1));
                 } else if rows >= 8 * threads * MIN_PART_ROWS {
                     assert!(
-                        last.len() <= split.least as usize + 2 * ROW_TILE
+                        last.len() <= least + 2 * ROW_TILE
                             && (split.per < 8 * ROW_TILE || last.len() <= split.per / 2),
                         "{threads} {rows}: last {last:?} of {split:?}"
                     );
