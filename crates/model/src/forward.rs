@@ -512,11 +512,15 @@ impl Model {
                         ops::rms_norm_plain(head, eps);
                     }
                 }
-                kv_type.round(row.k);
-                kv_type.round(row.v);
-                if let Some((k, v)) = &mut row.slot {
-                    k.store(row.k);
-                    v.store(row.v);
+                match &mut row.slot {
+                    Some((k, v)) => {
+                        k.store_rounded(row.k);
+                        v.store_rounded(row.v);
+                    }
+                    None => {
+                        kv_type.round(row.k);
+                        kv_type.round(row.v);
+                    }
                 }
             }
         });

@@ -200,6 +200,17 @@ impl SlotMut<'_> {
             SlotMut::Q8_0(d) => quant::vector::store_q8_0(src, d),
         }
     }
+
+    /// Stores `src` in the slot and sets it to what the slot now holds:
+    /// [`KvType::round`] and [`Self::store`] with one conversion.
+    pub(crate) fn store_rounded(&mut self, src: &mut [f32]) {
+        self.store(src);
+        match self {
+            SlotMut::F32(_) => {}
+            SlotMut::F16(d) => Rows::F16(d).copy_to(0, src),
+            SlotMut::Q8_0(d) => Rows::Q8_0(d).copy_to(0, src),
+        }
+    }
 }
 
 /// Cached keys and values of one layer.
