@@ -80,6 +80,19 @@ pub fn report_session(engine: &Engine) {
         mib(engine.model().weight_bytes() as usize),
         engine.load_time().as_secs_f64() * 1e3
     );
+    if let Some(img) = engine.image_settings() {
+        let size = match img["image_size"].as_u64() {
+            Some(s) => format!("{s}x{s} px"),
+            None => "the picture's own size".into(),
+        };
+        eprintln!(
+            "hearth: images: up to {} tokens each, {size}, patches of {} px, mean {}, std {}",
+            img["max_tokens_per_image"], img["patch_size"], img["mean"], img["std"]
+        );
+    }
+    if let Some(n) = engine.audio_tokens() {
+        eprintln!("hearth: audio: up to {n} tokens a clip");
+    }
 }
 
 fn mib(b: usize) -> f64 {
@@ -279,6 +292,7 @@ pub struct LogitsInput {
 /// `hearth logits`.
 pub fn logits(args: &ModelArgs, input: LogitsInput, top: usize, full: bool) -> Result<ExitCode> {
     let engine = load_engine(args, SamplingParams::default())?;
+    report_session(&engine);
     let media = Media::encode(&engine, &input.images, &input.audio)?;
     let stdout = std::io::stdout();
     let mut out = std::io::BufWriter::new(stdout.lock());

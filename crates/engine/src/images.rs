@@ -128,6 +128,24 @@ impl Engine {
         self.vision.is_some()
     }
 
+    /// The image settings in force (read from the projector file or the
+    /// checkpoint's processor files, or set by `--image-tokens`), for the
+    /// load line and the server's model metadata: tokens per image (on
+    /// Gemma 4 the most), input size (Gemma 3), patch size, mean and std.
+    pub fn image_settings(&self) -> Option<serde_json::Value> {
+        let c = self.vision.as_ref()?.tower.config();
+        // Gemma 4's input size follows each picture.
+        let fixed_size = (c.projector == media::Projector::Gemma3).then_some(c.image_size);
+        Some(serde_json::json!({
+            "projector": format!("{:?}", c.projector).to_lowercase(),
+            "max_tokens_per_image": c.tokens_per_image(),
+            "image_size": fixed_size,
+            "patch_size": c.patch_size,
+            "mean": c.mean,
+            "std": c.std,
+        }))
+    }
+
     /// Soft tokens per image (on Gemma 4 the most one may take), when the
     /// engine reads images.
     pub fn image_tokens(&self) -> Option<usize> {

@@ -6,6 +6,7 @@
 //! do), its hyper-parameters under `hearth.audio.`. llama.cpp runs no
 //! Gemma 3n audio, so there is no `mmproj` layout to match for it.
 
+use crate::processor::Processor;
 use crate::tensors::{stored_type, Checkpoint};
 use crate::{read_json, HfError};
 use gguf::{GgufWriter, MetaValue};
@@ -154,17 +155,17 @@ fn gemma3n_keys(root: &Value, audio: &Value, text_hidden: u64) -> Result<GgufWri
 
 /// Gemma 4's hyper-parameters; the most tokens a clip may give is the
 /// processor's `audio_seq_length` (`processor_config.json`, 750 when
-/// absent).
+/// absent); the mel bins are the feature extractor's (nested there, or in
+/// `preprocessor_config.json`).
 fn gemma4_keys(dir: &Path, audio: &Value, text_hidden: u64) -> Result<GgufWriter, HfError> {
     let channels = two_channels(audio, "subsampling_conv_channels")?;
-    let processor = read_json(&dir.join("processor_config.json")).ok();
+    let processor = Processor::open(dir)?;
     let max_tokens = processor
-        .as_ref()
-        .map_or(750, |p| uint(p, "audio_seq_length", 750));
-    // The feature extractor's bins (its own config, or the processor's).
+        .own("audio_seq_length")
+        .and_then(Value::as_u64)
+        .unwrap_or(750);
     let mel_bins = processor
-        .as_ref()
-        .and_then(|p| p.get("feature_extractor"))
+        .feature_extractor()
         .map_or(128, |f| uint(f, "feature_size", 128));
     let mut w = GgufWriter::new();
     w.set(

@@ -9,6 +9,7 @@
 //! one input format.
 
 mod audio;
+mod processor;
 mod spm;
 mod tensors;
 mod vision;
@@ -155,21 +156,9 @@ impl TextConfig<'_> {
 /// Convert a checkpoint directory into a GGUF held in memory, tensors in
 /// their stored precision (F32, F16 or BF16; norms in F32).
 pub fn convert_dir(dir: &Path) -> Result<GgufWriter, HfError> {
-    let config_path = dir.join("config.json");
-    let root = read_json(&config_path)?;
+    let root = read_json(&dir.join("config.json"))?;
     let text = root.get("text_config").unwrap_or(&root);
-    let model_type = text
-        .get("model_type")
-        .or_else(|| root.get("model_type"))
-        .and_then(Value::as_str)
-        .unwrap_or("");
-    let family = match model_type {
-        "gemma2" => Family::Gemma2,
-        "gemma3" | "gemma3_text" => Family::Gemma3,
-        "gemma3n" | "gemma3n_text" => Family::Gemma3n,
-        "gemma4" | "gemma4_text" => Family::Gemma4,
-        other => return Err(HfError::UnsupportedModel(other.to_string())),
-    };
+    let family = family_of(&root)?;
     let cfg = TextConfig { v: text };
     let mut w = GgufWriter::new();
     let arch = family.gguf_arch();
@@ -186,6 +175,32 @@ pub fn convert_dir(dir: &Path) -> Result<GgufWriter, HfError> {
     w.set("general.quantization_version", MetaValue::U32(2));
     vocab::write_tokenizer(&mut w, dir, family, &root)?;
     Ok(w)
+}
+
+/// Only the `tokenizer.*` metadata `convert_dir` writes for a checkpoint
+/// directory (its `config.json` and tokenizer files; no weights read).
+pub fn convert_tokenizer(dir: &Path) -> Result<GgufWriter, HfError> {
+    let root = read_json(&dir.join("config.json"))?;
+    let mut w = GgufWriter::new();
+    vocab::write_tokenizer(&mut w, dir, family_of(&root)?, &root)?;
+    Ok(w)
+}
+
+/// The Gemma generation `config.json` names.
+fn family_of(root: &Value) -> Result<Family, HfError> {
+    let text = root.get("text_config").unwrap_or(root);
+    let model_type = text
+        .get("model_type")
+        .or_else(|| root.get("model_type"))
+        .and_then(Value::as_str)
+        .unwrap_or("");
+    match model_type {
+        "gemma2" => Ok(Family::Gemma2),
+        "gemma3" | "gemma3_text" => Ok(Family::Gemma3),
+        "gemma3n" | "gemma3n_text" => Ok(Family::Gemma3n),
+        "gemma4" | "gemma4_text" => Ok(Family::Gemma4),
+        other => Err(HfError::UnsupportedModel(other.to_string())),
+    }
 }
 
 fn u32_of(v: u64, key: &str) -> Result<MetaValue, HfError> {

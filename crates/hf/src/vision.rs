@@ -2,6 +2,7 @@
 //! llama.cpp's `mmproj` layout (`clip.*` keys, `v.*` and `mm.*` tensors), so
 //! the `media` crate reads one format whichever way the model came.
 
+use crate::processor::Processor;
 use crate::tensors::{f32_bytes, stored_type, to_f32, Checkpoint};
 use crate::{read_json, HfError};
 use gguf::{GgmlType, GgufWriter, MetaArray, MetaValue};
@@ -229,14 +230,12 @@ fn convert_gemma4(dir: &Path, root: &Value, vision: &Value) -> Result<GgufWriter
         .and_then(Value::as_f64)
         .unwrap_or(100.0);
     w.set("clip.vision.rope_theta", MetaValue::F32(theta as f32));
-    let pre = dir.join("preprocessor_config.json");
-    if pre.is_file() {
-        if let Some(t) = read_json(&pre)?
-            .get("max_soft_tokens")
-            .and_then(Value::as_u64)
-        {
-            w.set(MAX_TOKENS_KEY, u32v(t));
-        }
+    if let Some(t) = Processor::open(dir)?
+        .image()
+        .and_then(|p| p.get("max_soft_tokens"))
+        .and_then(Value::as_u64)
+    {
+        w.set(MAX_TOKENS_KEY, u32v(t));
     }
     write_tensors(&mut w, &Checkpoint::open(dir)?, target_gemma4)?;
     Ok(w)
@@ -289,14 +288,14 @@ fn target_gemma4(name: &str) -> Option<(String, Kind)> {
     Some((format!("v.blk.{idx}.{gname}.{suffix}"), kind))
 }
 
-/// The processor's per-channel mean and std (`preprocessor_config.json`;
-/// SigLIP's 0.5 when absent).
+/// The image processor's per-channel mean and std (nested in
+/// `processor_config.json` or in `preprocessor_config.json`; SigLIP's 0.5
+/// when absent).
 fn normalisation(dir: &Path) -> Result<([f32; 3], [f32; 3]), HfError> {
-    let path = dir.join("preprocessor_config.json");
-    if !path.is_file() {
+    let processor = Processor::open(dir)?;
+    let Some(v) = processor.image() else {
         return Ok(([0.5; 3], [0.5; 3]));
-    }
-    let v = read_json(&path)?;
+    };
     let triple = |key: &str| -> Result<[f32; 3], HfError> {
         match v.get(key).and_then(Value::as_array) {
             None => Ok([0.5; 3]),
@@ -305,7 +304,7 @@ fn normalisation(dir: &Path) -> Result<([f32; 3], [f32; 3]), HfError> {
                 Ok([f(0), f(1), f(2)])
             }
             Some(_) => Err(HfError::Config(format!(
-                "preprocessor_config.json: `{key}` is not three numbers"
+                "the image processor's `{key}` is not three numbers"
             ))),
         }
     };

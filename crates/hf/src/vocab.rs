@@ -12,6 +12,8 @@ const NORMAL: i32 = 1;
 const UNKNOWN: i32 = 2;
 const CONTROL: i32 = 3;
 const USER_DEFINED: i32 = 4;
+/// SentencePiece's type for unused pieces.
+const UNUSED: i32 = 5;
 const BYTE: i32 = 6;
 
 struct Vocab {
@@ -27,24 +29,9 @@ pub(crate) fn write_tokenizer(
     family: Family,
     config: &Value,
 ) -> Result<(), HfError> {
-    let json_path = dir.join("tokenizer.json");
-    let model_path = dir.join("tokenizer.model");
     let (model, vocab) = match family {
-        Family::Gemma4 => ("gemma4", from_tokenizer_json(&json_path)?),
-        Family::Gemma3n if model_path.is_file() => {
-            let mut v = from_sentencepiece(&model_path)?;
-            let text = config.get("text_config").unwrap_or(config);
-            let size = text.get("vocab_size").and_then(Value::as_u64);
-            extend_to_vocab(&mut v, &json_path, size)?;
-            ("llama", v)
-        }
-        _ if model_path.is_file() => ("llama", from_sentencepiece(&model_path)?),
-        _ => {
-            return Err(HfError::Tokenizer(format!(
-                "{} is missing (Gemma 2 and 3 checkpoints need the SentencePiece model)",
-                model_path.display()
-            )))
-        }
+        Family::Gemma4 => ("gemma4", from_tokenizer_json(&dir.join("tokenizer.json"))?),
+        _ => ("llama", sentencepiece_vocab(dir, config)?),
     };
     let find = |text: &str| vocab.tokens.iter().position(|t| t == text);
     let id_of = |key: &str, fallback: &str| -> Option<u32> {
@@ -134,53 +121,156 @@ fn from_sentencepiece(path: &Path) -> Result<Vocab, HfError> {
     })
 }
 
-/// Gemma 3n's vocabulary is larger than its SentencePiece model: the media
-/// tokens past it come from `tokenizer.json`'s added tokens, and any id
-/// still unnamed becomes `[PAD<id>]`, as llama.cpp's converter names it.
-fn extend_to_vocab(v: &mut Vocab, json_path: &Path, size: Option<u64>) -> Result<(), HfError> {
-    /// SentencePiece's type for unused pieces.
-    const UNUSED: i32 = 5;
-    let mut added: Vec<(usize, String, bool)> = Vec::new();
-    if json_path.is_file() {
-        let json = read_json(json_path)?;
-        for a in json
-            .get("added_tokens")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            if let (Some(id), Some(text)) = (
-                a.get("id").and_then(Value::as_u64),
-                a.get("content").and_then(Value::as_str),
-            ) {
-                let special = a.get("special").and_then(Value::as_bool).unwrap_or(false);
-                added.push((id as usize, text.to_string(), special));
-            }
-        }
-    }
-    let base = v.tokens.len();
-    let end = added
-        .iter()
-        .map(|a| a.0 + 1)
-        .chain(size.map(|s| s as usize))
-        .max()
-        .unwrap_or(base)
-        .max(base);
+/// Gemma 2, 3 and 3n: the SentencePiece pieces (`tokenizer.model`, or the
+/// vocabulary of `tokenizer.json` when a transformers 5 save left only
+/// that), padded to the config's `vocab_size` with `[PAD<id>]`, then the
+/// tokens a checkpoint adds past or over the pieces.
+fn sentencepiece_vocab(dir: &Path, config: &Value) -> Result<Vocab, HfError> {
+    let model_path = dir.join("tokenizer.model");
+    let json_path = dir.join("tokenizer.json");
+    let mut v = if model_path.is_file() {
+        from_sentencepiece(&model_path)?
+    } else if json_path.is_file() {
+        spm_from_tokenizer_json(&json_path)?
+    } else {
+        return Err(HfError::Tokenizer(format!(
+            "neither {} nor {} is there (Gemma 2 and 3 checkpoints need one of them)",
+            model_path.display(),
+            json_path.display()
+        )));
+    };
+    let text = config.get("text_config").unwrap_or(config);
+    let size = text
+        .get("vocab_size")
+        .or_else(|| config.get("vocab_size"))
+        .and_then(Value::as_u64);
+    let added = added_tokens(dir, &v.tokens)?;
+    let end = match size {
+        Some(s) => usize::try_from(s).unwrap_or(usize::MAX).max(v.tokens.len()),
+        // No size given: the vocabulary ends at the last added token.
+        None => added
+            .iter()
+            .map(|a| a.id.saturating_add(1))
+            .max()
+            .unwrap_or(0)
+            .max(v.tokens.len()),
+    };
     if end > 4_000_000 {
         return Err(HfError::Tokenizer(format!(
             "implausible vocabulary of {end}"
         )));
     }
-    for i in base..end {
+    for i in v.tokens.len()..end {
         v.tokens.push(format!("[PAD{i}]"));
-        v.scores.push(-1000.0);
+        v.scores.push(-10000.0);
         v.types.push(UNUSED);
     }
-    for (id, text, special) in added.into_iter().filter(|a| a.0 >= base) {
-        v.tokens[id] = text;
-        v.types[id] = if special { CONTROL } else { USER_DEFINED };
+    // As llama.cpp's converter: an added token past `vocab_size` has no
+    // embedding row, so it is left out; a special one (or one that looks
+    // special) is a control token, any other user-defined, with its
+    // SentencePiece spaces written as spaces.
+    for a in added.into_iter().filter(|a| a.id < end) {
+        let control = a.special || looks_special(&a.text);
+        v.tokens[a.id] = if control {
+            a.text
+        } else {
+            a.text.replace('\u{2581}', " ")
+        };
+        v.types[a.id] = if control { CONTROL } else { USER_DEFINED };
+        v.scores[a.id] = -1000.0;
     }
-    Ok(())
+    Ok(v)
+}
+
+/// One token a checkpoint adds to its tokenizer.
+struct AddedToken {
+    id: usize,
+    text: String,
+    special: bool,
+}
+
+impl AddedToken {
+    /// An entry of `added_tokens` or `added_tokens_decoder`.
+    fn from_entry(id: Option<u64>, entry: &Value) -> Option<Self> {
+        Some(Self {
+            id: usize::try_from(id?).ok()?,
+            text: entry.get("content")?.as_str()?.to_string(),
+            special: entry
+                .get("special")
+                .and_then(Value::as_bool)
+                .unwrap_or(false),
+        })
+    }
+}
+
+/// The added tokens of every file that lists them, in the order their
+/// writers give them precedence (a later file's entry wins): transformers
+/// 5's `tokenizer.json` `added_tokens`, the older `added_tokens.json`, and
+/// `tokenizer_config.json`'s `added_tokens_decoder` (llama.cpp's order).
+/// `tokenizer.json` restates the SentencePiece model's own control pieces
+/// (`<pad>`, `<unk>`, ...) as added tokens; those keep their pieces' kinds,
+/// as llama.cpp, which reads only the other two files, keeps them.
+fn added_tokens(dir: &Path, pieces: &[String]) -> Result<Vec<AddedToken>, HfError> {
+    let mut out = Vec::new();
+    let file = dir.join("tokenizer.json");
+    if file.is_file() {
+        let json = read_json(&file)?;
+        let entries = json.get("added_tokens").and_then(Value::as_array);
+        out.extend(
+            entries
+                .into_iter()
+                .flatten()
+                .filter_map(|a| AddedToken::from_entry(a.get("id")?.as_u64(), a))
+                .filter(|a| pieces.get(a.id) != Some(&a.text)),
+        );
+    }
+    let file = dir.join("added_tokens.json");
+    if file.is_file() {
+        let json = read_json(&file)?;
+        for (text, id) in json.as_object().into_iter().flatten() {
+            if let Some(id) = id.as_u64().and_then(|i| usize::try_from(i).ok()) {
+                out.push(AddedToken {
+                    id,
+                    text: text.clone(),
+                    special: false,
+                });
+            }
+        }
+    }
+    let file = dir.join("tokenizer_config.json");
+    if file.is_file() {
+        let json = read_json(&file)?;
+        let entries = json.get("added_tokens_decoder").and_then(Value::as_object);
+        out.extend(
+            entries
+                .into_iter()
+                .flatten()
+                .filter_map(|(id, a)| AddedToken::from_entry(id.parse().ok(), a)),
+        );
+    }
+    Ok(out)
+}
+
+/// Added tokens that some checkpoints forget to mark special, as llama.cpp
+/// recognises them.
+fn looks_special(text: &str) -> bool {
+    matches!(text, "<pad>" | "<mask>" | "<2mass>" | "[@BOS@]")
+        || (text.starts_with("<|") && text.ends_with("|>"))
+        || (text.starts_with("<\u{ff5c}") && text.ends_with("\u{ff5c}>"))
+        || (text.starts_with("<unused") && text.ends_with('>'))
+}
+
+/// The SentencePiece vocabulary of a Gemma `tokenizer.json` (the BPE with
+/// byte fallback that transformers converts `tokenizer.model` into). Its
+/// merges follow the pieces' ids, so a score of minus the id gives
+/// SentencePiece's merge order.
+fn spm_from_tokenizer_json(path: &Path) -> Result<Vocab, HfError> {
+    let mut v = from_tokenizer_json(path)?;
+    v.merges = None;
+    for (i, (score, ty)) in v.scores.iter_mut().zip(&v.types).enumerate() {
+        *score = if *ty == NORMAL { -(i as f32) } else { 0.0 };
+    }
+    Ok(v)
 }
 
 fn is_byte_token(t: &str) -> bool {

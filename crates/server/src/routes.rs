@@ -154,6 +154,8 @@ fn model_json(st: &AppState, id: &str) -> Value {
             "n_vocab": e.model().config().vocab,
             "threads": o.threads,
             "parallel": st.config.parallel,
+            "image": e.image_settings(),
+            "audio_max_tokens": e.audio_tokens(),
         });
     }
     v
