@@ -85,9 +85,21 @@ pub fn report_session(engine: &Engine) {
             Some(s) => format!("{s}x{s} px"),
             None => "the picture's own size".into(),
         };
+        let three = |v: &serde_json::Value| {
+            let parts: Vec<String> = v
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|x| format!("{:.4}", x.as_f64().unwrap_or(f64::NAN)))
+                .collect();
+            parts.join("/")
+        };
         eprintln!(
             "hearth: images: up to {} tokens each, {size}, patches of {} px, mean {}, std {}",
-            img["max_tokens_per_image"], img["patch_size"], img["mean"], img["std"]
+            img["max_tokens_per_image"],
+            img["patch_size"],
+            three(&img["mean"]),
+            three(&img["std"])
         );
     }
     if let Some(n) = engine.audio_tokens() {
