@@ -213,7 +213,7 @@ impl Grammars {
             ),
             Grammar::JsonSchema(schema) => {
                 let mut schema = schema.clone();
-                close_objects(&mut schema);
+                prepare_schema(&mut schema);
                 match &mut schema {
                     Value::Object(map) => {
                         map.entry("x-guidance").or_insert_with(compact_json_options);
@@ -517,7 +517,15 @@ impl Constraint {
 }
 
 mod closed;
-pub(crate) use closed::close_objects;
+mod unique;
+
+/// A JSON Schema as llguidance gets it: objects closed unless opened
+/// ([`closed`]), `uniqueItems` held by listing the arrays it allows where
+/// that is exact, dropped where not ([`unique`]).
+pub(crate) fn prepare_schema(schema: &mut Value) {
+    closed::close_objects(schema);
+    unique::expand_unique_items(schema);
+}
 
 #[cfg(test)]
 mod tests;

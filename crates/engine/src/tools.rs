@@ -87,8 +87,8 @@ pub fn tool_grammar(tools: &[Tool], choice: &ToolChoice) -> Result<Option<Gramma
         json!({"anyOf": schemas})
     };
     // The `auto` grammar embeds the schema in Lark, past `compile`'s own
-    // closing of objects, so close them here for every choice alike.
-    crate::constraint::close_objects(&mut schema);
+    // preparation, so prepare it here for every choice alike.
+    crate::constraint::prepare_schema(&mut schema);
     if let Value::Object(map) = &mut schema {
         map.insert(
             "x-guidance".into(),

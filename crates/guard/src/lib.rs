@@ -11,6 +11,7 @@
 pub mod calc;
 pub mod claims;
 pub mod clean;
+pub mod ground;
 pub mod logic;
 pub mod persona;
 pub mod pipeline;

@@ -12,7 +12,7 @@
 //! and leaves the answer as it was: a guard never loses the answer.
 
 use crate::claims::{self, CALC_GRAMMAR, CALC_INSTRUCTION};
-use crate::{calc, clean, logic, persona, qualifiers, route, verify};
+use crate::{calc, clean, ground, logic, persona, qualifiers, route, verify};
 use engine::{ChatMessage, ChatModel, EngineError, FinishReason, Grammar, ModelCall, ModelReply};
 use num_rational::BigRational;
 use serde::Serialize;
@@ -423,10 +423,8 @@ pub fn answer(
     let mut answer_messages = run.messages.clone();
     if !facts.is_empty() {
         if let Some(last) = answer_messages.iter_mut().rev().find(|m| m.role == "user") {
-            last.content.push_str(&format!(
-                "\n\n(Use these results; they are exact: {})",
-                facts.join(" ")
-            ));
+            last.content
+                .push_str(&format!("\n\n({FACTS_NOTE}: {})", facts.join(" ")));
         }
     }
     let draft = run.meter.model.reply(
@@ -434,6 +432,9 @@ pub fn answer(
     )?;
     let mut text = draft.text.clone();
     let mut finish = draft.finish;
+    if !facts.is_empty() {
+        text = scrub_instructions(&mut run, text, &facts);
+    }
 
     if applies(GuardKind::Clean) {
         text = clean_pass(&mut run, text);
@@ -469,6 +470,43 @@ pub fn answer(
         answer_completion_tokens: draft.completion_tokens,
         trace,
     })
+}
+
+/// What the answer prompt is told around the facts; a reply must never
+/// carry it.
+const FACTS_NOTE: &str = "Use these results; they are exact";
+
+/// Removes from `text` any sentence of the guard's own instructions (the
+/// note around the facts, the facts as phrased for the model) that the
+/// model copied into its reply, recording it under the guard that wrote
+/// them.
+fn scrub_instructions(run: &mut Run<'_>, text: String, facts: &[String]) -> String {
+    let m = run.mark();
+    let mut phrases = vec![FACTS_NOTE.to_string(), "they are exact".to_string()];
+    phrases.extend(facts.iter().map(|f| f.trim_end_matches('.').to_string()));
+    let mut out = text.clone();
+    for p in &phrases {
+        let pattern = format!(r"(?i)[ \t]*\(?{}[.:;)]*", regex::escape(p));
+        if let Ok(re) = regex::Regex::new(&pattern) {
+            out = re.replace_all(&out, "").into_owned();
+        }
+    }
+    if out == text {
+        return text;
+    }
+    let out = out.trim().to_string();
+    let guard = if facts.iter().any(|f| f.starts_with("A calculator")) {
+        GuardKind::Calc
+    } else {
+        GuardKind::Logic
+    };
+    run.record(
+        m,
+        guard,
+        Outcome::Repaired,
+        "the reply repeated the guard's instructions to the model; removed",
+    );
+    out
 }
 
 /// Decide which guards run, recording why.
@@ -543,6 +581,15 @@ fn calc_program(run: &mut Run<'_>) -> Option<(String, BigRational)> {
             return None;
         }
     };
+    if let Err(why) = ground::check(&program, &run.question, false) {
+        run.record(
+            m,
+            GuardKind::Calc,
+            Outcome::CouldNotVerify,
+            format!("program `{}` not used: {why}", one_line(&program)),
+        );
+        return None;
+    }
     match calc::eval(&program) {
         Ok(v) if v.is_exact => {
             let name = program
@@ -626,7 +673,7 @@ fn calc_pass(run: &mut Run<'_>, text: String, value: Option<&BigRational>) -> St
         .or_else(|| last_wrong.as_ref().map(|(_, right)| right.clone()));
     let mut final_note = None;
     if let Some(target) = &target {
-        match claims::final_number(&out, false) {
+        match stated_final(&out) {
             Some(f) if !claims::same_number(&f.value, target) => {
                 let repeats_wrong = last_wrong
                     .as_ref()
@@ -669,8 +716,10 @@ fn calc_pass(run: &mut Run<'_>, text: String, value: Option<&BigRational>) -> St
     if detail.is_empty() {
         detail = format!("{} claim(s) checked, all right", found.len());
         if let Some(v) = value {
+            // The answer was handed this value, so a final that states it
+            // shows it was used, not that it was checked independently.
             detail.push_str(&format!(
-                "; the final agrees with {}",
+                "; the final states the calculator's {} (given to the answer)",
                 claims::format_value(v)
             ));
         }
@@ -682,6 +731,23 @@ fn calc_pass(run: &mut Run<'_>, text: String, value: Option<&BigRational>) -> St
     };
     run.record(m, GuardKind::Calc, outcome, detail.trim_end_matches("; "));
     out
+}
+
+/// The number an answer states as its result, passing over a worked step's
+/// own result (`3 × 7 = $21, so you get $31 back` states 31): a step is
+/// checked as a claim, not held to the final value.
+fn stated_final(text: &str) -> Option<claims::NumberAt> {
+    let pick = claims::final_number(text, false)?;
+    let steps = claims::find_claims(text);
+    let is_step = |n: &claims::NumberAt| steps.iter().any(|c| c.result_at.contains(&n.at.start));
+    if !is_step(&pick) {
+        return Some(pick);
+    }
+    claims::numbers(text)
+        .into_iter()
+        .filter(|n| !n.word && n.at.start > pick.at.start && !is_step(n))
+        .last()
+        .or(Some(pick))
 }
 
 fn prefix(notes: &[String]) -> String {
@@ -887,6 +953,15 @@ fn logic_program(run: &mut Run<'_>) -> Option<logic::Solution> {
             return None;
         }
     };
+    if let Err(why) = ground::check(&program, &run.question, true) {
+        run.record(
+            m,
+            GuardKind::Logic,
+            Outcome::CouldNotVerify,
+            format!("program `{}` not used: {why}", one_line(&program)),
+        );
+        return None;
+    }
     match logic::solve(&program, &run.cfg.solver) {
         Ok(s) => {
             let outcome = match (s.status, s.unique) {

@@ -386,9 +386,11 @@ fn guard_none_returns_the_draft_with_no_extra_calls() {
 /// as it was.
 #[test]
 fn hostile_calculator_programs_keep_the_answer() {
-    let nested = format!("x = {}1{}", "(".repeat(100), ")".repeat(100));
+    // Each uses the question's numbers, so it is grounded and reaches the
+    // calculator's own bounds.
+    let nested = format!("x = {}5{}", "(".repeat(100), ")".repeat(100));
     let nested: &'static str = Box::leak(nested.into_boxed_str());
-    for program in ["x = 10 ** 10 ** 10", "x = 1 / 0", nested] {
+    for program in ["x = 20 ** 20 ** 20", "x = 5 / 0", nested] {
         let start = std::time::Instant::now();
         let (g, _) = run(
             &[ChatMessage::user(Q119)],
@@ -403,7 +405,91 @@ fn hostile_calculator_programs_keep_the_answer() {
         assert_eq!(g.text, "The total cost is $280.");
         let calc = step(&g, GuardKind::Calc);
         assert_eq!(calc[0].0, Outcome::CouldNotVerify, "{program}: {calc:?}");
+        assert!(!calc[0].1.contains("not used"), "{program}: {calc:?}");
     }
+}
+
+const PENS: &str =
+    "A shop sells pens at $3 each. I buy 7 pens and pay with a $50 bill. How much change do I get?";
+
+/// A program whose numbers are not the question's (the 270M's own, seen on
+/// the pens question) is not used: the step reads could-not-verify, the
+/// answer is asked without a "fact", and no check claims agreement with it.
+#[test]
+fn a_program_unrelated_to_the_question_is_not_used() {
+    let foreign = "write = 100000000000 + 100000000000 + 2000010000000";
+    for program in [foreign, "x = 1 + 1", "change = 50 - 3 * 8"] {
+        let (g, calls) = run(
+            &[ChatMessage::user(PENS)],
+            Script {
+                route: "yes",
+                calc: Some(program),
+                logic: None,
+                answers: vec!["You get $29 back."],
+            },
+        );
+        let calc = step(&g, GuardKind::Calc);
+        assert_eq!(calc[0].0, Outcome::CouldNotVerify, "{program}: {calc:?}");
+        assert!(calc[0].1.contains("not used"), "{calc:?}");
+        assert!(!has(&g, GuardKind::Calc, Outcome::Computed), "{calc:?}");
+        let answer_call = calls.iter().find(|c| c.grammar.is_none()).unwrap();
+        let prompt = &answer_call.messages.last().unwrap().content;
+        assert!(!prompt.contains("exact"), "{prompt}");
+        assert!(
+            calc.iter().all(|(_, d)| !d.contains("calculator's")),
+            "{calc:?}"
+        );
+        assert_eq!(g.text, "You get $29 back.");
+    }
+}
+
+/// The grounded program for the same question still computes and repairs.
+#[test]
+fn a_grounded_program_computes_and_repairs() {
+    let (g, calls) = run(
+        &[ChatMessage::user(PENS)],
+        Script {
+            route: "yes",
+            calc: Some("cost = 3 * 7\nchange = 50 - cost"),
+            logic: None,
+            answers: vec!["The pens cost 3 × 7 = $21, so you get $31 back."],
+        },
+    );
+    let answer_call = calls.iter().find(|c| c.grammar.is_none()).unwrap();
+    assert!(answer_call
+        .messages
+        .last()
+        .unwrap()
+        .content
+        .contains("change = 29"));
+    assert!(has(&g, GuardKind::Calc, Outcome::Computed));
+    assert!(has(&g, GuardKind::Calc, Outcome::Repaired));
+    assert_eq!(g.text, "The pens cost 3 × 7 = $21, so you get $29 back.");
+}
+
+/// A reply that copies the guard's note to the model loses it.
+#[test]
+fn the_guards_instructions_never_reach_the_reply() {
+    let echo = "(Use these results; they are exact: A calculator computed exactly: change = 29.) You get $29 back.";
+    let (g, _) = run(
+        &[ChatMessage::user(PENS)],
+        Script {
+            route: "yes",
+            calc: Some("change = 50 - 3 * 7"),
+            logic: None,
+            answers: vec![echo],
+        },
+    );
+    assert_eq!(g.text, "You get $29 back.");
+    let lower = g.text.to_lowercase();
+    assert!(
+        !lower.contains("exact") && !lower.contains("calculator"),
+        "{}",
+        g.text
+    );
+    assert!(step(&g, GuardKind::Calc)
+        .iter()
+        .any(|(o, d)| *o == Outcome::Repaired && d.contains("instructions")));
 }
 
 /// A solver program with a million variables, and one whose search has no

@@ -12,7 +12,8 @@ import json
 import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
-from typing import List, Literal, Optional, Union
+from enum import Enum
+from typing import List, Literal, Optional, Set, Union
 
 import jsonschema
 import openai
@@ -176,6 +177,36 @@ for model_cls in (Recipe, Household):
     parsed = r.choices[0].message.parsed
     check(isinstance(parsed, model_cls), f"parse() gives a {model_cls.__name__}: {parsed!r}")
     model_cls.model_validate_json(r.choices[0].message.content)
+
+# uniqueItems: a tag list of enum items (at most 3) never repeats an item over 20 seeded runs, and a
+# Pydantic `set[Enum]` (written as `uniqueItems` over a `$defs` enum) parses.
+TAGS = {"type": "object", "properties": {"tags": {"type": "array", "items": {"enum": ["news", "sport", "tech", "food", "travel"]}, "uniqueItems": True, "maxItems": 3}}, "required": ["tags"], "additionalProperties": False}
+lengths = []
+for seed in range(20):
+    r = client.chat.completions.create(
+        model=MODEL, messages=[{"role": "user", "content": "Tag this: the new phone tastes of pizza in Rome. Tags: news, tech, tech, food."}],
+        response_format={"type": "json_schema", "json_schema": {"name": "tags", "schema": TAGS}}, max_tokens=100, temperature=1.0, seed=seed,
+    )
+    value = json.loads(r.choices[0].message.content)
+    validate(TAGS, value)
+    check(len(set(value["tags"])) == len(value["tags"]), f"uniqueItems seed {seed}: {value}")
+    lengths.append(len(value["tags"]))
+check(max(lengths) >= 2, f"some runs hold several tags, so a repeat was possible: {lengths}")
+
+
+class Topic(str, Enum):
+    news = "news"
+    sport = "sport"
+    tech = "tech"
+
+
+class Tagged(BaseModel):
+    topics: Set[Topic] = Field(max_length=3)
+
+
+r = parse(model=MODEL, messages=[{"role": "user", "content": "Topics?"}], response_format=Tagged, max_tokens=MAX_TOKENS, temperature=1.0, seed=3)
+check(isinstance(r.choices[0].message.parsed, Tagged), f"parse() gives a set: {r.choices[0].message.parsed!r}")
+validate(Tagged.model_json_schema(), json.loads(r.choices[0].message.content))
 
 # Tools.
 WEATHER = {"type": "object", "properties": {"city": {"type": "string", "maxLength": 30}, "unit": {"enum": ["celsius", "fahrenheit"]}}, "required": ["city", "unit"], "additionalProperties": False}

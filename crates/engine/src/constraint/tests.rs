@@ -117,6 +117,47 @@ fn json_schema_output_validates() {
     }
 }
 
+/// `uniqueItems` over enum items (a tag list, and Pydantic's `set[Enum]`
+/// through `$defs`): 20 seeded runs never repeat an item, and an array of
+/// strings, which no grammar can hold unique, still compiles.
+#[test]
+fn unique_items_are_never_repeated() {
+    let e = engine();
+    let schema = json!({
+        "$defs": {"Tag": {"enum": ["red", "green", "blue", "cyan", "pink"], "type": "string"}},
+        "type": "object",
+        "properties": {
+            "tags": {"type": "array", "items": {"$ref": "#/$defs/Tag"}, "uniqueItems": true,
+                     "minItems": 1, "maxItems": 3},
+            "flags": {"type": "array", "items": {"type": "boolean"}, "uniqueItems": true},
+        },
+        "required": ["tags", "flags"],
+    });
+    let g = Grammar::JsonSchema(schema);
+    let mut lengths = std::collections::BTreeSet::new();
+    for seed in 0..20 {
+        let (text, finish) = run(&e, &g, sampled(seed), 200);
+        assert_eq!(finish, FinishReason::Stop, "seed {seed}: {text:?}");
+        let v: Value = serde_json::from_str(&text).unwrap_or_else(|err| panic!("{err}: {text:?}"));
+        for key in ["tags", "flags"] {
+            let items = v[key].as_array().unwrap();
+            for (i, a) in items.iter().enumerate() {
+                assert!(
+                    !items[..i].contains(a),
+                    "seed {seed}: {key} repeats: {text}"
+                );
+            }
+        }
+        let tags = v["tags"].as_array().unwrap();
+        assert!((1..=3).contains(&tags.len()), "{text}");
+        lengths.insert(tags.len());
+    }
+    // Random weights reach past one item, so repeats had their chance.
+    assert!(lengths.iter().any(|&n| n > 1), "{lengths:?}");
+    let strings = json!({"type": "array", "items": {"type": "string"}, "uniqueItems": true});
+    e.constraint(&Grammar::JsonSchema(strings)).unwrap();
+}
+
 /// Objects that name their properties are closed unless the schema opens
 /// them, `allOf` merges included: random weights get exactly the named keys.
 #[test]
