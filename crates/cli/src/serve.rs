@@ -29,8 +29,9 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer KEY` on /v1/* (also read from HEARTH_API_KEY).
     #[arg(long, env = "HEARTH_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
-    /// Largest request body in bytes.
-    #[arg(long, default_value_t = 1 << 20)]
+    /// Largest request body in bytes (default 20 MiB: a phone photo or a
+    /// 30 s clip as base64).
+    #[arg(long, default_value_t = server::DEFAULT_BODY_LIMIT)]
     body_limit: usize,
     /// Seconds a client has to send its request headers, and again its body.
     #[arg(long, default_value_t = 30.0)]

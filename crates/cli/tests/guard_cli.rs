@@ -324,3 +324,92 @@ fn serve_guard_extension() {
     assert_eq!(r.status, 200);
     assert!(r.json().get("guard").is_none());
 }
+
+/// The pens question and ten word problems like it on the real model with
+/// every guard: the 270M often writes a calculator program that has nothing
+/// to do with the question; no such program may be used as a fact (every
+/// `computed` step's program is grounded in its question), and no reply
+/// carries the guard's own instructions to the model.
+#[test]
+fn word_problems_are_never_vouched_for_by_unrelated_programs() {
+    let questions = [
+        "A shop sells pens at $3 each. I buy 7 pens and pay with a $50 bill. How much change do I get?",
+        "A baker makes 24 muffins and packs them in boxes of 4. How many boxes does she fill?",
+        "Tom has $120. He spends $45 on shoes and $30 on a shirt. How much money does he have left?",
+        "A train travels at 60 miles per hour for 3 hours. How far does it go?",
+        "Sara reads 15 pages a day. How many pages does she read in 2 weeks?",
+        "A ticket costs $12. How much do 8 tickets cost?",
+        "A farmer has 5 rows of 9 apple trees. How many trees are there in total?",
+        "A shirt costs $40 and is 25% off. What is the sale price?",
+        "Lily had 36 stickers and gave 1/3 of them to her brother. How many stickers does she have left?",
+        "A pizza is cut into 8 slices. If 3 friends eat 2 slices each, how many slices are left?",
+        "A car uses 6 liters of fuel per 100 km. How many liters does it use for 250 km?",
+    ];
+    let model = real_model();
+    let server = Server::start(model.to_str().unwrap(), &["--parallel", "2", "-t", "2"]);
+    let ask = |q: &str| {
+        let body = json!({
+            "messages": [{"role": "user", "content": q}],
+            "max_tokens": 48,
+            "temperature": 0,
+            "guard": "all",
+        });
+        let r = server.post("/v1/chat/completions", &body.to_string());
+        assert_eq!(r.status, 200, "{q}: {}", r.text());
+        r.json()
+    };
+    let replies: Vec<Value> = std::thread::scope(|s| {
+        let halves: Vec<_> = questions
+            .chunks(6)
+            .map(|chunk| s.spawn(move || chunk.iter().map(|q| ask(q)).collect::<Vec<_>>()))
+            .collect();
+        halves.into_iter().flat_map(|h| h.join().unwrap()).collect()
+    });
+    let (mut computed, mut refused) = (0, 0);
+    for (q, v) in questions.iter().zip(&replies) {
+        let text = v["choices"][0]["message"]["content"].as_str().unwrap();
+        let lower = text.to_lowercase();
+        for leak in [
+            "they are exact",
+            "use these results",
+            "a calculator computed exactly",
+        ] {
+            assert!(
+                !lower.contains(leak),
+                "{q}: the reply carries `{leak}`: {text}"
+            );
+        }
+        for step in v["guard"]["steps"].as_array().unwrap() {
+            let detail = step["detail"].as_str().unwrap();
+            if step["guard"] == "calc" && detail.starts_with("program `") {
+                match step["outcome"].as_str().unwrap() {
+                    "computed" => {
+                        computed += 1;
+                        let program = detail
+                            .strip_prefix("program `")
+                            .and_then(|d| d.split_once("` gives"))
+                            .map(|(p, _)| p.replace("; ", "\n"))
+                            .unwrap_or_default();
+                        assert!(
+                            !program.contains('…'),
+                            "{q}: a long program was used: {detail}"
+                        );
+                        assert_eq!(
+                            guard::ground::check(&program, q, false),
+                            Ok(()),
+                            "{q}: {detail}"
+                        );
+                    }
+                    "could_not_verify" => refused += 1,
+                    _ => {}
+                }
+            }
+        }
+        println!("{q}\n  -> {text:?}\n  {}", v["guard"]["steps"]);
+    }
+    println!("calculator programs used: {computed}, not used: {refused}");
+    assert!(
+        computed + refused >= questions.len() / 2,
+        "most questions ran the calculator"
+    );
+}

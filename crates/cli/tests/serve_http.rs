@@ -13,7 +13,7 @@ const CHAT: &str = r#"{"model":"model-f32","messages":[{"role":"system","content
 
 #[test]
 fn errors_have_the_openai_shape_and_status() {
-    let mut s = Server::start(TINY, &["--ctx", "32"]);
+    let mut s = Server::start(TINY, &["--ctx", "32", "--body-limit", "1048576"]);
 
     // Malformed, garbage and non-object bodies.
     for body in [

@@ -6,7 +6,8 @@
 mod serve_common;
 
 use base64::Engine as _;
-use serve_common::{python_with, Server};
+use serve_common::{connect, parse_response, python_with, Server};
+use std::io::{Read, Write};
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -34,6 +35,28 @@ fn data_url(bytes: &[u8]) -> String {
         "data:image/png;base64,{}",
         base64::engine::general_purpose::STANDARD.encode(bytes)
     )
+}
+
+/// A 4000×3000 JPEG about the size a phone camera writes (a few MB): smooth
+/// shading with fine grain, at quality 90.
+fn phone_photo() -> Vec<u8> {
+    let (w, h) = (4000u32, 3000u32);
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let img = image::RgbImage::from_fn(w, h, |x, y| {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        let grain = (seed % 24) as u32;
+        let r = (x * 200 / w + grain) as u8;
+        let g = (y * 180 / h + grain) as u8;
+        let b = (((x + y) / 40) % 64 + 100 + grain) as u8;
+        image::Rgb([r, g, b])
+    });
+    let mut out = Vec::new();
+    image::codecs::jpeg::JpegEncoder::new_with_quality(&mut out, 90)
+        .encode_image(&img)
+        .unwrap();
+    out
 }
 
 #[test]
@@ -73,12 +96,18 @@ fn image_parts_are_read_and_bad_ones_refused() {
     s.post("/v1/chat/completions", &many).assert_error(400);
     s.assert_alive();
 
-    // The official client, whole and streamed.
+    // The official client, whole and streamed, and with a phone's photo
+    // under the default body limit.
+    let photo = tempfile::NamedTempFile::new().unwrap();
+    let jpeg = phone_photo();
+    eprintln!("a 4000x3000 JPEG of {} bytes", jpeg.len());
+    std::fs::write(photo.path(), &jpeg).unwrap();
     let python = python_with(&[("openai", "openai>=1.40,<3")]);
     let out = Command::new(&python)
         .arg(Path::new(ROOT).join("crates/server/tests/openai_vision.py"))
         .env("HEARTH_BASE_URL", format!("http://{}/v1", s.addr))
         .env("HEARTH_IMAGE", fixture("img_b.png"))
+        .env("HEARTH_PHOTO", photo.path())
         .env_remove("OPENAI_BASE_URL")
         .env_remove("OPENAI_API_KEY")
         .output()
@@ -91,6 +120,19 @@ fn image_parts_are_read_and_bad_ones_refused() {
         s.stderr()
     );
     assert!(stdout.contains("all openai vision checks passed"));
+    // 100 MB said up front: a 413 that names the limit and the flag, before
+    // the body is sent; the server goes on.
+    let mut c = connect(&s.addr).unwrap();
+    c.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 104857600\r\n\r\n{\"messages\":")
+        .unwrap();
+    let mut raw = Vec::new();
+    let _ = c.read_to_end(&mut raw);
+    let msg = parse_response(&raw).unwrap().assert_error(413);
+    assert!(
+        msg.contains("20971520") && msg.contains("--body-limit"),
+        "{msg}"
+    );
+    s.assert_alive();
     s.sigterm();
     assert!(s.wait_exit(Duration::from_secs(30)).success());
 }

@@ -726,6 +726,10 @@ fn calc_pass(run: &mut Run<'_>, text: String, value: Option<&BigRational>) -> St
     }
     let outcome = if changed {
         Outcome::Repaired
+    } else if found.is_empty() && value.is_none() {
+        // Neither a program nor a worked step: nothing was checked.
+        detail = "no worked arithmetic in the answer and no program to hold it to".into();
+        Outcome::CouldNotVerify
     } else {
         Outcome::Passed
     };

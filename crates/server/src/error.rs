@@ -93,7 +93,11 @@ impl ApiError {
         Self::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "invalid_request_error",
-            format!("The request body is larger than the limit of {limit} bytes."),
+            format!(
+                "The request body is larger than the limit of {limit} bytes ({:.1} MiB); \
+                 start the server with --body-limit BYTES to raise it.",
+                limit as f64 / (1024.0 * 1024.0)
+            ),
         )
     }
 

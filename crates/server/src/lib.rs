@@ -24,6 +24,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
+/// The default largest request body: 20 MiB. A phone's 12-megapixel JPEG
+/// (3 to 7 MB, up to about 9.5 MB as base64) and a 30 s WAV clip (16-bit
+/// 48 kHz stereo, 5.8 MB, 7.7 MB as base64) each fit with room for the rest
+/// of the request.
+pub const DEFAULT_BODY_LIMIT: usize = 20 << 20;
+
 /// How the server is set up. The model itself comes from the loader given
 /// to [`run`], with its own [`engine::RunOptions`] (context, threads,
 /// precision, quantization, sampling defaults).
@@ -43,7 +49,7 @@ pub struct ServerConfig {
     pub queue: usize,
     /// Required bearer key for `/v1/*`, if any.
     pub api_key: Option<String>,
-    /// Largest request body in bytes.
+    /// Largest request body in bytes ([`DEFAULT_BODY_LIMIT`] unless set).
     pub body_limit: usize,
     /// Time a client has to send its whole request body.
     pub body_timeout: Duration,
@@ -84,7 +90,7 @@ impl ServerConfig {
             seed: None,
             queue: 4,
             api_key: None,
-            body_limit: 1 << 20,
+            body_limit: DEFAULT_BODY_LIMIT,
             body_timeout: Duration::from_secs(30),
             header_timeout: Duration::from_secs(30),
             request_timeout: Duration::from_secs(600),

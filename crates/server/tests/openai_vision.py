@@ -34,5 +34,15 @@ try:
 except openai.BadRequestError as e:
     assert "base64" in str(e), e
 
+# A phone's photo (4000x3000 JPEG, several MB as base64) under the default body limit.
+photo = open(os.environ["HEARTH_PHOTO"], "rb").read()
+big = [{"role": "user", "content": [
+    {"type": "text", "text": "What is in this photo?"},
+    {"type": "image_url", "image_url": {"url": "data:image/jpeg;base64," + base64.b64encode(photo).decode()}},
+]}]
+r = client.chat.completions.create(model="gemma3_vision", messages=big, max_tokens=4, temperature=0)
+assert r.usage.prompt_tokens > 16, r.usage
+print("photo of", len(photo), "bytes answered:", repr(r.choices[0].message.content))
+
 print("prompt tokens", whole.usage.prompt_tokens, "reply", repr(text))
 print("all openai vision checks passed")
