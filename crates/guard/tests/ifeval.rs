@@ -145,37 +145,79 @@ fn same_args(a: &Value, b: &Value) -> bool {
     same
 }
 
-#[test]
-fn extraction_recovers_the_instructions_from_the_prompts() {
-    let mut gold_total = 0;
-    let mut recovered = 0;
-    let mut extracted_total = 0;
-    let mut spurious = 0;
-    let mut extras = 0;
-    let mut misses: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    let mut spurious_by_type: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for row in rows() {
-        let extracted = extract(&row.prompt);
-        let mut pairs: Vec<(String, Value)> = extracted
+/// A prompt and the instructions IFEval lists for it.
+struct Gold<'a> {
+    key: i64,
+    prompt: &'a str,
+    ids: &'a [String],
+    kwargs: &'a [Value],
+}
+
+/// What extraction recovered of a set of prompts.
+#[derive(Default)]
+struct Recovery {
+    gold: usize,
+    recovered: usize,
+    extracted: usize,
+    spurious: usize,
+    extras: usize,
+    misses: BTreeMap<String, Vec<String>>,
+    spurious_by_type: BTreeMap<String, Vec<String>>,
+}
+
+impl Recovery {
+    fn recall(&self) -> f64 {
+        self.recovered as f64 / self.gold.max(1) as f64
+    }
+    fn spurious_rate(&self) -> f64 {
+        self.spurious as f64 / self.extracted.max(1) as f64
+    }
+    fn print(&self, name: &str) {
+        println!(
+            "extraction on {name}: recovered {}/{} ({:.1}%), spurious {}/{} ({:.1}%), hearth extras {}",
+            self.recovered,
+            self.gold,
+            100.0 * self.recall(),
+            self.spurious,
+            self.extracted,
+            100.0 * self.spurious_rate(),
+            self.extras
+        );
+        for (id, list) in &self.misses {
+            println!("  missed {id}: {}", list.len());
+            for m in list {
+                println!("    {m}");
+            }
+        }
+        for (id, list) in &self.spurious_by_type {
+            println!("  spurious {id}: {}", list.len());
+            for m in list {
+                println!("    {m}");
+            }
+        }
+    }
+}
+
+/// Extraction against the listed instructions: an extracted instruction
+/// counts when its id and arguments match a listed one not yet matched.
+fn recovery<'a>(rows: impl IntoIterator<Item = Gold<'a>>) -> Recovery {
+    let mut r = Recovery::default();
+    for row in rows {
+        let mut pairs: Vec<(String, Value)> = extract(row.prompt)
             .iter()
             .map(|i| (i.id().to_string(), i.kwargs()))
             .collect();
-        extracted_total += pairs
-            .iter()
-            .filter(|(id, _)| !id.starts_with("hearth:"))
-            .count();
-        extras += pairs
-            .iter()
-            .filter(|(id, _)| id.starts_with("hearth:"))
-            .count();
-        for (id, kwargs) in row.ids.iter().zip(&row.kwargs) {
-            gold_total += 1;
-            let hit = pairs
+        let ours = |id: &String| id.starts_with("hearth:");
+        r.extracted += pairs.iter().filter(|(id, _)| !ours(id)).count();
+        r.extras += pairs.iter().filter(|(id, _)| ours(id)).count();
+        for (id, kwargs) in row.ids.iter().zip(row.kwargs) {
+            r.gold += 1;
+            match pairs
                 .iter()
-                .position(|(eid, ek)| eid == id && same_args(ek, kwargs));
-            match hit {
+                .position(|(eid, ek)| eid == id && same_args(ek, kwargs))
+            {
                 Some(p) => {
-                    recovered += 1;
+                    r.recovered += 1;
                     pairs.remove(p);
                 }
                 None => {
@@ -184,48 +226,95 @@ fn extraction_recovers_the_instructions_from_the_prompts() {
                         .filter(|(eid, _)| eid == id)
                         .map(|(_, k)| k.to_string())
                         .collect();
-                    misses.entry(id.clone()).or_default().push(format!(
+                    r.misses.entry(id.clone()).or_default().push(format!(
                         "key {} gold {} extracted {:?}",
                         row.key, kwargs, near
                     ));
                 }
             }
         }
-        for (id, kwargs) in pairs {
-            if id.starts_with("hearth:") {
-                continue;
-            }
-            spurious += 1;
-            spurious_by_type
+        for (id, kwargs) in pairs.into_iter().filter(|(id, _)| !ours(id)) {
+            r.spurious += 1;
+            r.spurious_by_type
                 .entry(id)
                 .or_default()
                 .push(format!("key {} {}", row.key, kwargs));
         }
     }
-    println!(
-        "extraction: recovered {recovered}/{gold_total} ({:.1}%), spurious {spurious}/{extracted_total} ({:.1}%), hearth extras {extras}",
-        100.0 * recovered as f64 / gold_total as f64,
-        100.0 * spurious as f64 / extracted_total.max(1) as f64
-    );
-    for (id, list) in &misses {
-        println!("  missed {id}: {}", list.len());
-        for m in list {
-            println!("    {m}");
-        }
+    r
+}
+
+fn gold_of(row: &Row) -> Gold<'_> {
+    Gold {
+        key: row.key,
+        prompt: &row.prompt,
+        ids: &row.ids,
+        kwargs: &row.kwargs,
     }
-    for (id, list) in &spurious_by_type {
-        println!("  spurious {id}: {}", list.len());
-        for m in list {
-            println!("    {m}");
-        }
+}
+
+/// The visible prompts, in two halves by key (even, odd). The rules were
+/// written from all 200 in earlier work, so neither half is held out: these
+/// figures bound what the rules do on prompts they were fitted to.
+#[test]
+fn extraction_recovers_the_instructions_from_the_prompts() {
+    let rows = rows();
+    for (name, parity) in [
+        ("visible half A (even keys)", 0),
+        ("visible half B (odd keys)", 1),
+    ] {
+        let r = recovery(
+            rows.iter()
+                .filter(|r| r.key.rem_euclid(2) == parity)
+                .map(gold_of),
+        );
+        r.print(name);
+        assert!(r.recall() >= 0.90, "{name}: recall {:.3}", r.recall());
+        assert!(
+            r.spurious_rate() <= 0.05,
+            "{name}: spurious {:.3}",
+            r.spurious_rate()
+        );
     }
+}
+
+/// IFEval's 25 instruction types as its checker describes them, filled in
+/// and set after tasks of our own (`data/ifeval_descriptions/make.py`):
+/// phrasings no rule was fitted to row by row.
+#[test]
+fn extraction_recovers_the_checkers_own_descriptions() {
+    let rows: Vec<(i64, String, Vec<String>, Vec<Value>)> =
+        include_str!("data/ifeval_descriptions/descriptions.jsonl")
+            .lines()
+            .map(|line| {
+                let v: Value = serde_json::from_str(line).unwrap();
+                let ids = v["instruction_id_list"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|s| s.as_str().unwrap().to_string())
+                    .collect();
+                let kwargs = v["kwargs"].as_array().unwrap().clone();
+                (
+                    v["key"].as_i64().unwrap(),
+                    v["prompt"].as_str().unwrap().to_string(),
+                    ids,
+                    kwargs,
+                )
+            })
+            .collect();
+    let r = recovery(rows.iter().map(|(key, prompt, ids, kwargs)| Gold {
+        key: *key,
+        prompt,
+        ids,
+        kwargs,
+    }));
+    r.print("the checker's descriptions");
+    assert!(r.recall() >= 0.90, "recall {:.3}", r.recall());
     assert!(
-        recovered * 100 >= gold_total * 90,
-        "{recovered}/{gold_total}"
-    );
-    assert!(
-        spurious * 100 <= extracted_total * 5,
-        "{spurious}/{extracted_total}"
+        r.spurious_rate() <= 0.05,
+        "spurious {:.3}",
+        r.spurious_rate()
     );
 }
 

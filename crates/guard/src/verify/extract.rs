@@ -259,7 +259,14 @@ fn repeat_prompt(prompt: &str, found: &mut Found) {
     // The request is the text before the line giving the instruction, or,
     // when that line comes first, the text after its paragraph.
     let line_start = prompt[..m.start()].rfind('\n').map_or(0, |i| i + 1);
-    let before = prompt[..line_start].trim();
+    // The instruction's own sentence may follow the request on its line.
+    let head = &prompt[line_start..m.start()];
+    let sentence_start = [". ", "? ", "! "]
+        .iter()
+        .filter_map(|end| head.rfind(end))
+        .max()
+        .map_or(line_start, |i| line_start + i + 2);
+    let before = prompt[..sentence_start].trim();
     let to_repeat = if !before.is_empty() {
         before.to_string()
     } else {
@@ -287,7 +294,7 @@ fn case_rules(sentences: &[&str], found: &mut Found) {
     rx!(COUNT_RE, COUNT);
     rx!(
         NOT_WORDS_AFTER,
-        r"^\s*(?:\w+\s+){0,1}(?:sentences?|paragraphs?|bullet|sections?|letters?\s+\w)"
+        r"^\s*(?:\w+\s+){0,1}(?:sentences?|paragraphs?|bullet|sections?|letters?\s+\w|placeholders?|points?|items?|keywords?)"
     );
     rx!(
         CAPITAL_WORDS,
@@ -303,14 +310,17 @@ fn case_rules(sentences: &[&str], found: &mut Found) {
         r"(?:^|[^o]\s|[^\s])lower[\s-]?case|no capital letters|no capitali[sz]ation|without (?:using )?any capital|not a single letter[^.]*capitali[sz]ed|letters are lowercase|no capital letter"
     );
     rx!(NO_LOWERCASE, r"\bno lower[\s-]?case");
+    rx!(
+        REFERS_BACK,
+        r"\bthose\b|\bsuch\b(?:[^ ]| [^a]| a[^s]| as\w)"
+    );
     let mut previous_mentions_capital = false;
     let mut capital_counts: Vec<(Relation, u64)> = Vec::new();
     let mut some_caps = false;
     for sentence in sentences {
         let mentions = CAPITAL_MENTION.is_match(sentence);
-        let follows = previous_mentions_capital
-            && (sentence.to_lowercase().contains("those")
-                || sentence.to_lowercase().contains("such"));
+        // "those" or "such" (not "such as") refers back to the capitals.
+        let follows = previous_mentions_capital && REFERS_BACK.is_match(sentence);
         let mut is_frequency = false;
         if (mentions || follows) && WORD_COUNT_CONTEXT.is_match(sentence) {
             for caps in COUNT_RE.captures_iter(sentence) {
@@ -421,7 +431,7 @@ fn paragraphs(prompt: &str, found: &mut Found) {
     );
     rx!(
         NTH,
-        r#"(?:start|begin)\w*\s+(?:the\s+)?(?P<ord>first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|\d+(?:st|nd|rd|th)?)\s+paragraph\s+with\s+(?:the\s+)?(?:word\s+)?["“'‘]?(?P<w>[\w'-]+)|paragraph\s+(?P<num>\d+)\s+with\s+(?:the\s+)?(?:word\s+)?["“'‘]?(?P<w2>[\w'-]+)|(?P<ord2>first|second|third|fourth|fifth|sixth|\d+(?:st|nd|rd|th))\s+paragraph\s+(?:must|should|has to|needs to)\s+(?:start|begin)\s+with\s+(?:the\s+)?(?:word\s+)?["“'‘]?(?P<w3>[\w'-]+)"#
+        r#"(?:start|begin)\w*\s+(?:the\s+)?(?P<ord>first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|\d+(?:st|nd|rd|th)?)\s+paragraph\s+with\s+(?:the\s+)?(?:word\s+)?["“'‘]?(?P<w>[\w'-]+)|paragraph\s+(?P<num>\d+)\s+(?:(?:must|should|has to|needs to|shall)\s+)?(?:(?:start|begin)\w*\s+)?with\s+(?:the\s+)?(?:word\s+)?["“'‘]?(?P<w2>[\w'-]+)|(?P<ord2>first|second|third|fourth|fifth|sixth|\d+(?:st|nd|rd|th))\s+paragraph\s+(?:must|should|has to|needs to)\s+(?:start|begin)\s+with\s+(?:the\s+)?(?:word\s+)?["“'‘]?(?P<w3>[\w'-]+)"#
     );
     let stars: Vec<usize> = {
         // Runs of exactly three asterisks: the markdown divider.
@@ -804,9 +814,15 @@ fn ending(prompt: &str, found: &mut Found) {
                 close.map(|i| body[..i].trim().to_string())
             }
             Some(c) if c.is_alphanumeric() => {
-                // Unquoted: the rest of the line.
+                // Unquoted: the line up to its first sentence end (a `?`
+                // or `!` that the template then closes with `.` included).
                 let line = rest.split('\n').next().unwrap_or("").trim();
-                (line.ends_with(['?', '.', '!'])).then(|| line.to_string())
+                let bytes = line.as_bytes();
+                let end = (0..bytes.len()).find(|&i| {
+                    matches!(bytes[i], b'?' | b'.' | b'!')
+                        && bytes.get(i + 1).is_none_or(|&b| b == b' ' || b == b'.')
+                });
+                end.map(|i| line[..=i].to_string())
             }
             _ => None,
         };
