@@ -213,7 +213,7 @@ impl Grammars {
             ),
             Grammar::JsonSchema(schema) => {
                 let mut schema = schema.clone();
-                prepare_schema(&mut schema);
+                prepare_schema(&mut schema).map_err(bad)?;
                 match &mut schema {
                     Value::Object(map) => {
                         map.entry("x-guidance").or_insert_with(compact_json_options);
@@ -521,10 +521,11 @@ mod unique;
 
 /// A JSON Schema as llguidance gets it: objects closed unless opened
 /// ([`closed`]), `uniqueItems` held by listing the arrays it allows where
-/// that is exact, dropped where not ([`unique`]).
-pub(crate) fn prepare_schema(schema: &mut Value) {
+/// that is exact, dropped where not ([`unique`]). An error says what in
+/// the schema cannot be met.
+pub(crate) fn prepare_schema(schema: &mut Value) -> Result<(), String> {
     closed::close_objects(schema);
-    unique::expand_unique_items(schema);
+    unique::expand_unique_items(schema).map(drop)
 }
 
 #[cfg(test)]

@@ -88,7 +88,7 @@ pub fn tool_grammar(tools: &[Tool], choice: &ToolChoice) -> Result<Option<Gramma
     };
     // The `auto` grammar embeds the schema in Lark, past `compile`'s own
     // preparation, so prepare it here for every choice alike.
-    crate::constraint::prepare_schema(&mut schema);
+    crate::constraint::prepare_schema(&mut schema)?;
     if let Value::Object(map) = &mut schema {
         map.insert(
             "x-guidance".into(),

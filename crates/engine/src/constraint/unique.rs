@@ -22,15 +22,21 @@ pub(crate) struct UniqueNotes {
     pub exact: Vec<usize>,
     /// Arrays left unenforced, each with the reason.
     pub unenforced: Vec<String>,
+    /// An array no list of distinct values can fill.
+    pub impossible: Option<String>,
 }
 
 /// Rewrites every `"uniqueItems": true` of `schema` (see the module
-/// documentation); `false` is simply removed.
-pub(crate) fn expand_unique_items(schema: &mut Value) -> UniqueNotes {
+/// documentation); `false` is simply removed. An array that asks for more
+/// distinct items than its values allow is an error that says so.
+pub(crate) fn expand_unique_items(schema: &mut Value) -> Result<UniqueNotes, String> {
     let root = schema.clone();
     let mut notes = UniqueNotes::default();
     rewrite(schema, &root, &mut notes, 0);
-    notes
+    match notes.impossible.take() {
+        Some(why) => Err(why),
+        None => Ok(notes),
+    }
 }
 
 /// The deepest nesting walked; schemas deeper than this are left as they
@@ -73,10 +79,9 @@ fn expand(map: &mut Map<String, Value>, root: &Value, notes: &mut UniqueNotes) {
     let min = bound("minItems").unwrap_or(0);
     let max = bound("maxItems").unwrap_or(n).min(n);
     if min > max {
-        // No array of distinct values is long enough: match nothing, as the
-        // schema itself does.
-        map.insert("not".into(), json!({}));
-        notes.exact.push(0);
+        notes.impossible = Some(format!(
+            "uniqueItems with minItems {min} needs more distinct items than the {n} values the items allow"
+        ));
         return;
     }
     let Some(count) = sequence_count(n, min, max) else {
@@ -218,7 +223,7 @@ mod tests {
             "properties": {"tags": {"type": "array", "items": {"enum": ["a", "b", "c"]},
                                     "uniqueItems": true, "maxItems": 2}}
         });
-        let notes = expand_unique_items(&mut s);
+        let notes = expand_unique_items(&mut s).unwrap();
         // 1 empty + 3 of one + 6 of two.
         assert_eq!(notes.exact, vec![10]);
         let tags = &s["properties"]["tags"];
@@ -245,28 +250,28 @@ mod tests {
             "$defs": {"Color": {"enum": ["red", "green"], "type": "string"}},
             "type": "array", "items": {"$ref": "#/$defs/Color"}, "uniqueItems": true, "minItems": 1
         });
-        assert_eq!(expand_unique_items(&mut s).exact, vec![4]);
+        assert_eq!(expand_unique_items(&mut s).unwrap().exact, vec![4]);
         let mut s = json!({"type": "array", "items": {"type": "boolean"}, "uniqueItems": true});
-        assert_eq!(expand_unique_items(&mut s).exact, vec![5]);
-        // More distinct values asked for than there are: nothing matches.
+        assert_eq!(expand_unique_items(&mut s).unwrap().exact, vec![5]);
+        // More distinct values asked for than there are: an error.
         let mut s =
             json!({"type": "array", "items": {"const": 1}, "uniqueItems": true, "minItems": 2});
-        assert_eq!(expand_unique_items(&mut s).exact, vec![0]);
-        assert_eq!(s["not"], json!({}));
+        let err = expand_unique_items(&mut s).unwrap_err();
+        assert!(err.contains("minItems 2") && err.contains("1 values"), "{err}");
         let mut s = json!({"type": "array", "items": {"enum": [1]}, "uniqueItems": false});
-        assert_eq!(expand_unique_items(&mut s), UniqueNotes::default());
+        assert_eq!(expand_unique_items(&mut s).unwrap(), UniqueNotes::default());
         assert!(s.get("uniqueItems").is_none() && s.get("anyOf").is_none());
     }
 
     #[test]
     fn open_or_large_item_sets_are_left_unenforced_and_said() {
         let mut s = json!({"type": "array", "items": {"type": "string"}, "uniqueItems": true});
-        let notes = expand_unique_items(&mut s);
+        let notes = expand_unique_items(&mut s).unwrap();
         assert!(notes.exact.is_empty() && notes.unenforced.len() == 1);
         assert_eq!(s, json!({"type": "array", "items": {"type": "string"}}));
         let values: Vec<u32> = (0..12).collect();
         let mut s = json!({"type": "array", "items": {"enum": values}, "uniqueItems": true});
-        let notes = expand_unique_items(&mut s);
+        let notes = expand_unique_items(&mut s).unwrap();
         assert!(notes.unenforced[0].contains("more than"), "{notes:?}");
         assert_eq!(sequence_count(12, 0, 3), Some(1 + 12 + 132 + 1320));
         assert_eq!(sequence_count(5, 0, 5), Some(326));
