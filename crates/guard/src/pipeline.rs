@@ -749,8 +749,8 @@ fn stated_final(text: &str) -> Option<claims::NumberAt> {
     }
     claims::numbers(text)
         .into_iter()
-        .filter(|n| !n.word && n.at.start > pick.at.start && !is_step(n))
-        .last()
+        .rev()
+        .find(|n| !n.word && n.at.start > pick.at.start && !is_step(n))
         .or(Some(pick))
 }
 

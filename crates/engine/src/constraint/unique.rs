@@ -52,10 +52,9 @@ fn rewrite(node: &mut Value, root: &Value, notes: &mut UniqueNotes, depth: usize
             for v in map.values_mut() {
                 rewrite(v, root, notes, depth + 1);
             }
-            match map.remove("uniqueItems") {
-                Some(Value::Bool(true)) => expand(map, root, notes),
-                // `false` and anything malformed ask for nothing.
-                _ => {}
+            // `false` and anything malformed ask for nothing.
+            if let Some(Value::Bool(true)) = map.remove("uniqueItems") {
+                expand(map, root, notes);
             }
         }
         Value::Array(items) => items
@@ -257,7 +256,10 @@ mod tests {
         let mut s =
             json!({"type": "array", "items": {"const": 1}, "uniqueItems": true, "minItems": 2});
         let err = expand_unique_items(&mut s).unwrap_err();
-        assert!(err.contains("minItems 2") && err.contains("1 values"), "{err}");
+        assert!(
+            err.contains("minItems 2") && err.contains("1 values"),
+            "{err}"
+        );
         let mut s = json!({"type": "array", "items": {"enum": [1]}, "uniqueItems": false});
         assert_eq!(expand_unique_items(&mut s).unwrap(), UniqueNotes::default());
         assert!(s.get("uniqueItems").is_none() && s.get("anyOf").is_none());
