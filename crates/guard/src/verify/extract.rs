@@ -218,6 +218,12 @@ fn keyword_list(rest: &str) -> Vec<String> {
     out
 }
 
+/// Words that are never keywords when they come bare after "words".
+const STOPWORDS: [&str; 16] = [
+    "in", "of", "to", "with", "for", "on", "at", "by", "from", "that", "the", "a", "an", "is",
+    "are", "be",
+];
+
 /// Whether the text just before `at` negates ("do not", "without", "avoid").
 fn negated_before(prompt: &str, at: usize) -> bool {
     rx!(
@@ -253,27 +259,48 @@ fn repeat_prompt(prompt: &str, found: &mut Found) {
         REPEAT,
         r"\b(?:repeat|repleat)\w*\s+(?:\w+\s+){0,4}?(?:request|prompt|question|sentence|line|instruction)s?\b"
     );
+    rx!(
+        AHEAD,
+        r"^[^.?!\n]{0,40}?\b(?:below|following|that follows|after this)\b|^\s*:"
+    );
+    rx!(
+        QUOTED_SOON,
+        r#"^[^"“\n]{0,60}?(?:request|prompt|question)?\s*:?\s*["“]([^"”\n]{3,600})["”]"#
+    );
     let Some(m) = REPEAT.find(prompt) else {
         return;
     };
-    // The request is the text before the line giving the instruction, or,
-    // when that line comes first, the text after its paragraph.
-    let line_start = prompt[..m.start()].rfind('\n').map_or(0, |i| i + 1);
-    // The instruction's own sentence may follow the request on its line.
-    let head = &prompt[line_start..m.start()];
-    let sentence_start = [". ", "? ", "! "]
-        .iter()
-        .filter_map(|end| head.rfind(end))
-        .max()
-        .map_or(line_start, |i| line_start + i + 2);
-    let before = prompt[..sentence_start].trim();
-    let to_repeat = if !before.is_empty() {
-        before.to_string()
+    let after = &prompt[m.end()..];
+    let unquote = |t: &str| t.trim().trim_matches(['"', '“', '”']).trim().to_string();
+    let to_repeat = if let Some(q) = QUOTED_SOON.captures(after).and_then(|c| c.get(1)) {
+        // `Repeat the request "…" word for word`, `My request: "…"`.
+        q.as_str().trim().to_string()
+    } else if AHEAD.is_match(after) {
+        // The request is what follows the instruction's line.
+        let next_line = after.find('\n').map_or("", |i| &after[i..]);
+        unquote(
+            next_line
+                .split("\n\n")
+                .find(|p| !p.trim().is_empty())
+                .unwrap_or(""),
+        )
     } else {
-        let after = prompt[m.end()..]
-            .find("\n\n")
-            .map_or("", |i| &prompt[m.end() + i..]);
-        after.trim().to_string()
+        // The text before the instruction (its line, or its sentence when
+        // the request shares the line), else the paragraph after it.
+        let line_start = prompt[..m.start()].rfind('\n').map_or(0, |i| i + 1);
+        let head = &prompt[line_start..m.start()];
+        let sentence_start = [". ", "? ", "! "]
+            .iter()
+            .filter_map(|end| head.rfind(end))
+            .max()
+            .map_or(line_start, |i| line_start + i + 2);
+        let before = prompt[..sentence_start].trim();
+        if !before.is_empty() {
+            before.to_string()
+        } else {
+            let rest = after.find("\n\n").map_or("", |i| &after[i..]);
+            unquote(rest)
+        }
     };
     if !to_repeat.is_empty() {
         found.push(Instruction::RepeatPrompt {
@@ -303,7 +330,7 @@ fn case_rules(sentences: &[&str], found: &mut Found) {
     rx!(SOME_CAPS, r"\bsome words in all cap");
     rx!(
         ALL_CAPITAL,
-        r"all capital|all caps|capital letters only|only (?:use )?capital letters|all uppercase|in capital letters|entirely in capital|all capitals|in all-caps|only capital"
+        r"all capital|all caps|capital letters only|only (?:use )?capital letters|all uppercase|in capital letters|in english capital|in english uppercase|entirely in capital|all capitals|in all-caps|only capital"
     );
     rx!(
         LOWERCASE,
@@ -326,6 +353,9 @@ fn case_rules(sentences: &[&str], found: &mut Found) {
             for caps in COUNT_RE.captures_iter(sentence) {
                 let Some(whole) = caps.get(0) else { continue };
                 if NOT_WORDS_AFTER.is_match(&sentence[whole.end()..]) {
+                    continue;
+                }
+                if mentions && !same_clause_as_capitals(sentence, whole.start(), whole.end()) {
                     continue;
                 }
                 let relations = relations_of(&caps);
@@ -357,6 +387,26 @@ fn case_rules(sentences: &[&str], found: &mut Found) {
             capital_relation: relation,
         });
     }
+}
+
+/// Whether a count at `start..end` of `sentence` shares a clause (no `,`,
+/// `;` or `:` between) with a mention of capitals, so "only capital letters,
+/// and no more than 50 words" counts words, not capitals.
+fn same_clause_as_capitals(sentence: &str, start: usize, end: usize) -> bool {
+    rx!(
+        CAPITALS,
+        r"\bcapital|\bcaps\b|\bcapitali[sz]|uppercase|upper case|all-caps"
+    );
+    CAPITALS.find_iter(sentence).any(|m| {
+        let between = if m.start() >= end {
+            &sentence[end..m.start()]
+        } else if m.end() <= start {
+            &sentence[m.end()..start]
+        } else {
+            ""
+        };
+        !between.contains([',', ';', ':'])
+    })
 }
 
 fn words_and_sentences(prompt: &str, found: &mut Found) {
@@ -427,11 +477,11 @@ fn paragraphs(prompt: &str, found: &mut Found) {
     rx!(NUM_PARTS, r"\b(NUM)\s+(?:\w+\s+)?(?:paragraphs?|parts)\b");
     rx!(
         NEWLINES,
-        r"(?:two|2) new ?lines|\\n\\n|two line ?breaks|double line break|(?:two|2) newlines"
+        r"(?:two|2) new ?lines|\\n\\n|two line ?breaks|double line break|(?:two|2) newlines|blank lines?|empty lines?"
     );
     rx!(
         NTH,
-        r#"(?:start|begin)\w*\s+(?:the\s+)?(?P<ord>first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|\d+(?:st|nd|rd|th)?)\s+paragraph\s+with\s+(?:the\s+)?(?:word\s+)?["“'‘]?(?P<w>[\w'-]+)|paragraph\s+(?P<num>\d+)\s+(?:(?:must|should|has to|needs to|shall)\s+)?(?:(?:start|begin)\w*\s+)?with\s+(?:the\s+)?(?:word\s+)?["“'‘]?(?P<w2>[\w'-]+)|(?P<ord2>first|second|third|fourth|fifth|sixth|\d+(?:st|nd|rd|th))\s+paragraph\s+(?:must|should|has to|needs to)\s+(?:start|begin)\s+with\s+(?:the\s+)?(?:word\s+)?["“'‘]?(?P<w3>[\w'-]+)"#
+        r#"(?:start|begin)\w*\s+(?:the\s+)?(?P<ord>first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|\d+(?:st|nd|rd|th)?)\s+paragraph\s+with\s+(?:the\s+)?(?:word\s+)?["“'‘]?(?P<w>[\w'-]+)|paragraph\s+(?P<num>\d+)\s+(?:(?:must|should|has to|needs to|shall)\s+)?(?:(?:start|begin)\w*\s+)?with\s+(?:the\s+)?(?:word\s+)?["“'‘]?(?P<w2>[\w'-]+)|(?P<ord2>first|second|third|fourth|fifth|sixth|\d+(?:st|nd|rd|th))\s+paragraph\s+(?:must|should|has to|needs to)\s+(?:start|begin)\s+with\s+(?:the\s+)?(?:word\s+)?["“'‘]?(?P<w3>[\w'-]+)|\b(?:story|response|answer|essay|letter|reply|text|poem)\s+(?:must|should|has to|needs to)\s+(?:start|begin)\s+with\s+(?:the\s+)?(?:word\s+)?["“'‘]?(?P<w4>[\w'-]+)"#
     );
     let stars: Vec<usize> = {
         // Runs of exactly three asterisks: the markdown divider.
@@ -491,9 +541,14 @@ fn paragraphs(prompt: &str, found: &mut Found) {
                     .trim_end_matches(|c: char| c.is_alphabetic())
                     .parse()
                     .ok(),
+                None if c.name("w4").is_some() => Some(1),
                 None => c.name("num").and_then(|m| m.as_str().parse().ok()),
             };
-            let word = c.name("w").or(c.name("w2")).or(c.name("w3"));
+            let word = c
+                .name("w")
+                .or(c.name("w2"))
+                .or(c.name("w3"))
+                .or(c.name("w4"));
             if let (Some(nth), Some(word)) = (nth, word) {
                 if nth >= 1 && nth <= n {
                     found.push(Instruction::NthParagraphFirstWord {
@@ -508,7 +563,10 @@ fn paragraphs(prompt: &str, found: &mut Found) {
 }
 
 fn format_rules(prompt: &str, found: &mut Found) {
-    rx!(PLACEHOLDERS, r"\b(NUM)\s+(?:\w+\s+)?placeholders?\b");
+    rx!(
+        PLACEHOLDERS,
+        r"\b(NUM)\s+(?:[\w-]+\s+){0,2}?placeholders?\b|placeholders?\b[^.]{0,30}?\b(?:at least|a minimum of|minimum of)\s+(NUM)\b"
+    );
     rx!(POSTSCRIPT, r"postscript|\bp\.\s?p\.\s?s\b|\bp\.s\.");
     rx!(PPS, r"\bp\.\s?p\.\s?s\b");
     rx!(
@@ -529,7 +587,7 @@ fn format_rules(prompt: &str, found: &mut Found) {
     );
     rx!(
         SECTION_MARK,
-        r#"(?:mark|label|start|begin|starting|beginning)\w*\s+[^.]{0,60}?\bwith\s+["']?(?P<s>[A-Za-z]+)\s+(?:X|N|\d)\b"#
+        r#"(?:mark|label|start|begin|starting|beginning)\w*\s+[^.]{0,60}?\bwith\s+["'“]?(?P<s>[A-Za-z]+)\s+(?:X|N|\d)\b|(?:label|mark|title|head|name)\w*\s+(?:each|every|them|it)\s+(?:one\s+|of them\s+)?(?:as\s+)?["'“]?(?P<s2>[A-Za-z]+)\s+(?:X|N|\d)\b|(?:with|as)\s+["'“]?(?P<s3>[A-Za-z]+)["'”]?\s+(?:and|followed by|plus)\s+(?:a|its|the|their)\s+(?:number|numeral|index)"#
     );
     rx!(
         NUM_SECTIONS,
@@ -553,7 +611,7 @@ fn format_rules(prompt: &str, found: &mut Found) {
 
     if let Some(n) = PLACEHOLDERS
         .captures(prompt)
-        .and_then(|c| c.get(1))
+        .and_then(|c| c.get(1).or(c.get(2)))
         .and_then(|m| number(m.as_str()))
     {
         found.push(Instruction::NumberPlaceholders {
@@ -585,15 +643,19 @@ fn format_rules(prompt: &str, found: &mut Found) {
         .or_else(|| HIGHLIGHTS_BEFORE.captures(prompt))
         .or_else(|| HIGHLIGHT_EACH.captures(prompt))
         .and_then(|c| c.get(1))
-        .and_then(|m| number(m.as_str()));
+        .and_then(|m| number(m.as_str()))
+        .or_else(|| emphasis_count(prompt));
     if let Some(n) = highlights {
         found.push(Instruction::NumberHighlightedSections { num_highlights: n });
     }
     if let Some(c) = SECTION_MARK.captures(prompt) {
-        if let Some(splitter) = c.name("s") {
+        if let Some(splitter) = c.name("s").or(c.name("s2")).or(c.name("s3")) {
             let splitter = splitter.as_str();
-            let n = NUM_SECTIONS
+            // "3 chapters" counts sections marked "Chapter".
+            let own_plural = re(&format!(r"\b(NUM)\s+{}s?\b", regex::escape(splitter)));
+            let n = own_plural
                 .captures(prompt)
+                .or_else(|| NUM_SECTIONS.captures(prompt))
                 .or_else(|| NUM_DASH.captures(prompt))
                 .and_then(|c| c.get(1))
                 .and_then(|m| number(m.as_str()))
@@ -630,6 +692,27 @@ fn format_rules(prompt: &str, found: &mut Found) {
     }
 }
 
+/// "make at least two key ideas stand out using markdown highlighting, e.g.
+/// *idea*": a lower bound in a sentence that asks for markdown emphasis and
+/// shows it with a single-asterisk example.
+fn emphasis_count(prompt: &str) -> Option<u64> {
+    rx!(EMPHASIS, r"highlight|emphasi|italic|\bbold\b|stand out");
+    rx!(EXAMPLE, r"(?:^|[^*])\*[^*\s][^*\n]{0,40}\*(?:[^*]|$)");
+    rx!(
+        AT_LEAST,
+        r"\b(?:at least|a minimum of|minimum of|no fewer than)\s+(NUM)\b"
+    );
+    prompt_sentences(prompt)
+        .into_iter()
+        .filter(|s| EMPHASIS.is_match(s) && EXAMPLE.is_match(s))
+        .find_map(|s| {
+            AT_LEAST
+                .captures(s)
+                .and_then(|c| c.get(1))
+                .and_then(|m| number(m.as_str()))
+        })
+}
+
 fn keywords(prompt: &str, found: &mut Found) {
     rx!(
         LIST_TRIGGER,
@@ -662,6 +745,10 @@ fn keywords(prompt: &str, found: &mut Found) {
         r"\b(?:any|other|some|no|more|extra|of|these|those|additional|few|many|all|new|single|following\s+\w+)$"
     );
     rx!(TIMES_AFTER, r"^[^.?!]{0,40}?\b(?:times?|once|twice)\b");
+    rx!(
+        QUOTED_AFTER_VERB,
+        r#"\b(?:mention|mentions|mentioning|include|includes|including|use|using)\s+(?:both\s+|each of\s+|all of\s+)?(?P<rest>["“])"#
+    );
 
     let mut frequency_keywords: Vec<String> = Vec::new();
     for caps in FREQUENCY.captures_iter(prompt) {
@@ -672,7 +759,19 @@ fn keywords(prompt: &str, found: &mut Found) {
         if !(whole.contains("time") || whole.ends_with("once") || whole.ends_with("twice")) {
             continue;
         }
-        for (relation, n) in relations_of(&caps) {
+        let negated = caps
+            .get(0)
+            .is_some_and(|m| negated_before(prompt, m.start()));
+        let op = caps.name("op").map(|o| o.as_str().to_lowercase());
+        let relations = match (
+            negated,
+            op.as_deref(),
+            caps.name("n").and_then(|m| number(m.as_str())),
+        ) {
+            (true, Some("more than" | "over"), Some(n)) => vec![(Relation::LessThan, n + 1)],
+            _ => relations_of(&caps),
+        };
+        for (relation, n) in relations {
             found.push(Instruction::KeywordFrequency {
                 keyword: keyword.as_str().to_string(),
                 frequency: n,
@@ -726,6 +825,23 @@ fn keywords(prompt: &str, found: &mut Found) {
             required.extend(list);
         }
     }
+    // `mention "battery" and "comfort"`: quoted words right after the verb.
+    for caps in QUOTED_AFTER_VERB.captures_iter(prompt) {
+        let Some(rest) = caps.name("rest") else {
+            continue;
+        };
+        if negated_before(prompt, rest.start()) {
+            continue;
+        }
+        let list: Vec<String> = keyword_list(&prompt[rest.start()..])
+            .into_iter()
+            .filter(|w| !frequency_keywords.contains(&w.to_lowercase()))
+            .collect();
+        if TIMES_AFTER.is_match(&prompt[rest.start()..]) && list.len() == 1 {
+            continue;
+        }
+        required.extend(list);
+    }
     for caps in BARE_FORBIDDEN.captures_iter(prompt) {
         if let Some(rest) = caps.name("rest") {
             forbidden.extend(keyword_list(&prompt[rest.start()..]));
@@ -743,6 +859,11 @@ fn keywords(prompt: &str, found: &mut Found) {
         words
     };
     let required = tidy(required);
+    // A word limited to a few uses ("not more than twice") is not forbidden.
+    forbidden.retain(|w| !frequency_keywords.contains(&w.to_lowercase()));
+    // A bare function word after "words" ("fewer than 2 words in all
+    // caps") is no keyword.
+    forbidden.retain(|w| !STOPWORDS.contains(&w.to_lowercase().as_str()));
     let forbidden = tidy(forbidden);
     if !required.is_empty() {
         found.push(Instruction::KeywordsExistence { keywords: required });
@@ -765,7 +886,7 @@ static LANGUAGE_PATTERNS: LazyLock<Vec<(Regex, &'static str)>> = LazyLock::new(|
         .filter(|(_, code)| *code != "en")
         .map(|(name, code)| {
             let pattern = re(&format!(
-                r"(?P<before>\b(?:only|entirely in|completely in|in|using|use)\s+(?:the\s+)?)?\b{name}\b(?P<after>\s+language)?"
+                r"(?P<before>\b(?:only|entirely in|completely in|in|using|use)\s+(?:the\s+)?)?\b{name}\b(?P<after>\s+language|\s+only\b)?"
             ));
             (pattern, *code)
         })
@@ -773,11 +894,23 @@ static LANGUAGE_PATTERNS: LazyLock<Vec<(Regex, &'static str)>> = LazyLock::new(|
 });
 
 fn language(prompt: &str, found: &mut Found) {
+    rx!(
+        RESPONSE_IN,
+        r"\b(?:respond|reply|answer|response|write|written|everything|output)\w*\s+(?:[\w']+\s+){0,5}?$"
+    );
     let lower = prompt.to_lowercase();
     let other_language = lower.contains("no other language") || lower.contains("other languages");
     for (pattern, code) in LANGUAGE_PATTERNS.iter() {
         for caps in pattern.captures_iter(prompt) {
-            let strong = caps.name("after").is_some()
+            // "reply in Dutch", "the answer needs to be in Spanish": the
+            // response's own language, not a topic.
+            let head = &prompt[..caps.get(0).map_or(0, |m| m.start())];
+            let about_response = caps
+                .name("before")
+                .is_some_and(|b| b.as_str().trim_start().to_lowercase().starts_with("in"))
+                && RESPONSE_IN.is_match(head);
+            let strong = about_response
+                || caps.name("after").is_some()
                 || caps.name("before").is_some_and(|m| {
                     let b = m.as_str().to_lowercase();
                     b.starts_with("only")
@@ -797,10 +930,20 @@ fn language(prompt: &str, found: &mut Found) {
 fn ending(prompt: &str, found: &mut Found) {
     rx!(
         END_TRIGGER,
-        r"(?:\b(?:finish|end|conclude)\w*\s+(?:[\w']+\s+){0,4}?with\s+(?:the\s+|this\s+|a\s+)?(?:exact\s+)?(?:phrase|sentence|question|words?)?\s*:?\s*|very end of your (?:response|answer) should (?:read|be)\s*:?\s*)"
+        r"(?:\b(?:finish|end|conclude|wrap\w*\s+(?:it\s+|things\s+)?up|close|sign\s+off)\w*\s+(?:[\w']+\s+){0,4}?with\s+(?:exactly\s+)?(?:the\s+|this\s+|a\s+)?(?:exact\s+)?(?P<named>phrase|sentence|question|words?|line)?\s*:?\s*(?:exactly\s*:?\s*)?|very end of your (?:response|answer) should (?:read|be)\s*:?\s*|(?:very\s+)?(?:last|final)\s+(?:words?|line|sentence)\s+(?:must|should|has to|needs to)\s+(?:be|read)\s*:?\s*)"
     );
-    for m in END_TRIGGER.find_iter(prompt) {
+    rx!(
+        NOT_A_PHRASE,
+        r"(?i)^(?:a\s+|an\s+)?(?:postscript|p\.\s?p\.\s?s|p\.s)"
+    );
+    for caps in END_TRIGGER.captures_iter(prompt) {
+        let Some(m) = caps.get(0) else { continue };
         let rest = &prompt[m.end()..];
+        // A postscript is its own instruction, not an end phrase.
+        if NOT_A_PHRASE.is_match(rest) {
+            continue;
+        }
+        let named = caps.name("named").is_some() || m.as_str().trim_end().ends_with(':');
         let phrase = match rest.chars().next() {
             Some(open @ ('"' | '“' | '\'')) => {
                 let body = &rest[open.len_utf8()..];
@@ -813,7 +956,10 @@ fn ending(prompt: &str, found: &mut Found) {
                 });
                 close.map(|i| body[..i].trim().to_string())
             }
-            Some(c) if c.is_alphanumeric() => {
+            // Unquoted text counts only where the prompt names it a phrase
+            // ("end with the phrase Any other questions?"); "end things with
+            // someone" does not.
+            Some(c) if c.is_alphanumeric() && named => {
                 // Unquoted: the line up to its first sentence end (a `?`
                 // or `!` that the template then closes with `.` included).
                 let line = rest.split('\n').next().unwrap_or("").trim();
