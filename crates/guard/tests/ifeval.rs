@@ -302,8 +302,9 @@ fn labelled(text: &str) -> Vec<(i64, String, Vec<String>, Vec<Value>)> {
 
 /// 120 prompts written, for this test, by someone who saw neither the
 /// rules nor IFEval's prompts (`data/ifeval_paraphrases`), in two halves by
-/// key: the phrasings of one half were looked at only to mend rules
-/// measured on the other.
+/// key. The rules were mended from each half apart and measured on the
+/// other (docs/guard-extraction.md has those held-out figures); since both
+/// halves now shaped the rules, this test only keeps what they reach.
 #[test]
 fn extraction_recovers_paraphrased_instructions() {
     let rows = labelled(include_str!("data/ifeval_paraphrases/paraphrases.jsonl"));
@@ -317,6 +318,12 @@ fn extraction_recovers_paraphrased_instructions() {
             },
         ));
         r.print(name);
+        assert!(r.recall() >= 0.95, "{name}: recall {:.3}", r.recall());
+        assert!(
+            r.spurious_rate() <= 0.03,
+            "{name}: spurious {:.3}",
+            r.spurious_rate()
+        );
     }
 }
 
@@ -325,26 +332,7 @@ fn extraction_recovers_paraphrased_instructions() {
 /// phrasings no rule was fitted to row by row.
 #[test]
 fn extraction_recovers_the_checkers_own_descriptions() {
-    let rows: Vec<(i64, String, Vec<String>, Vec<Value>)> =
-        include_str!("data/ifeval_descriptions/descriptions.jsonl")
-            .lines()
-            .map(|line| {
-                let v: Value = serde_json::from_str(line).unwrap();
-                let ids = v["instruction_id_list"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .map(|s| s.as_str().unwrap().to_string())
-                    .collect();
-                let kwargs = v["kwargs"].as_array().unwrap().clone();
-                (
-                    v["key"].as_i64().unwrap(),
-                    v["prompt"].as_str().unwrap().to_string(),
-                    ids,
-                    kwargs,
-                )
-            })
-            .collect();
+    let rows = labelled(include_str!("data/ifeval_descriptions/descriptions.jsonl"));
     let r = recovery(rows.iter().map(|(key, prompt, ids, kwargs)| Gold {
         key: *key,
         prompt,

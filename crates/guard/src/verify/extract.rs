@@ -228,7 +228,7 @@ const STOPWORDS: [&str; 16] = [
 fn negated_before(prompt: &str, at: usize) -> bool {
     rx!(
         NEG,
-        r"(?:\bnot\b|n't\b|\bwithout\b|\bavoid\w*|\bnever\b|\brefrain\b|\bno\b)[^.?!]{0,40}$"
+        r"(?:\bnot\b|n't\b|\bwithout\b|\bavoid\w*|\bnever\b|\brefrain\b|\bno\b|\bsteer clear of\b|\bstay away from\b|\bkeep away from\b)[^.?!]{0,40}$"
     );
     let mut from = at.saturating_sub(60);
     while !prompt.is_char_boundary(from) {
@@ -334,7 +334,7 @@ fn case_rules(sentences: &[&str], found: &mut Found) {
     );
     rx!(
         LOWERCASE,
-        r"(?:^|[^o]\s|[^\s])lower[\s-]?case|no capital letters|no capitali[sz]ation|without (?:using )?any capital|not a single letter[^.]*capitali[sz]ed|letters are lowercase|no capital letter"
+        r"(?:^|[^o]\s|[^\s])lower[\s-]?case|no capital letters|no capitali[sz]ation|without (?:using )?any capital|not a single letter[^.]*capitali[sz]ed|letters are lowercase|no capital letter|(?:don't|do not|never)\s+use\s+(?:a single|any|even one)\s+capital letters?"
     );
     rx!(NO_LOWERCASE, r"\bno lower[\s-]?case");
     rx!(
@@ -416,7 +416,7 @@ fn words_and_sentences(prompt: &str, found: &mut Found) {
     );
     rx!(
         WORDS_OR_MORE,
-        r"number of words[^.?!]{0,40}?\b(NUM)\s+or\s+more"
+        r"number of words[^.?!]{0,40}?\b(NUM)\s+or\s+more|\b(NUM)\s+words\s+or\s+(?:more|longer)\b"
     );
     rx!(WORDS_PLUS, r"\b(NUM)\s*\+\s*words?\b|\b(NUM)\s*\+\s*word\b");
     rx!(
@@ -439,7 +439,7 @@ fn words_and_sentences(prompt: &str, found: &mut Found) {
         }
     }
     for caps in WORDS_OR_MORE.captures_iter(prompt) {
-        if let Some(n) = caps.get(1).and_then(|m| number(m.as_str())) {
+        if let Some(n) = caps.get(1).or(caps.get(2)).and_then(|m| number(m.as_str())) {
             found.push(Instruction::NumberWords {
                 num_words: n,
                 relation: Relation::AtLeast,
@@ -481,7 +481,7 @@ fn paragraphs(prompt: &str, found: &mut Found) {
     );
     rx!(
         NTH,
-        r#"(?:start|begin)\w*\s+(?:the\s+)?(?P<ord>first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|\d+(?:st|nd|rd|th)?)\s+paragraph\s+with\s+(?:the\s+)?(?:word\s+)?["“'‘]?(?P<w>[\w'-]+)|paragraph\s+(?P<num>\d+)\s+(?:(?:must|should|has to|needs to|shall)\s+)?(?:(?:start|begin)\w*\s+)?with\s+(?:the\s+)?(?:word\s+)?["“'‘]?(?P<w2>[\w'-]+)|(?P<ord2>first|second|third|fourth|fifth|sixth|\d+(?:st|nd|rd|th))\s+paragraph\s+(?:must|should|has to|needs to)\s+(?:start|begin)\s+with\s+(?:the\s+)?(?:word\s+)?["“'‘]?(?P<w3>[\w'-]+)|\b(?:story|response|answer|essay|letter|reply|text|poem)\s+(?:must|should|has to|needs to)\s+(?:start|begin)\s+with\s+(?:the\s+)?(?:word\s+)?["“'‘]?(?P<w4>[\w'-]+)"#
+        r#"(?:start|begin)\w*\s+(?:the\s+)?(?P<ord>first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|last|final|\d+(?:st|nd|rd|th)?)\s+paragraph\s+with\s+(?:the\s+)?(?:word\s+)?["“'‘]?(?P<w>[\w'-]+)|paragraph\s+(?P<num>\d+)\s+(?:(?:must|should|has to|needs to|shall)\s+)?(?:(?:start|begin)\w*\s+)?with\s+(?:the\s+)?(?:word\s+)?["“'‘]?(?P<w2>[\w'-]+)|(?P<ord2>first|second|third|fourth|fifth|sixth|\d+(?:st|nd|rd|th))\s+paragraph\s+(?:must|should|has to|needs to)\s+(?:start|begin)\s+with\s+(?:the\s+)?(?:word\s+)?["“'‘]?(?P<w3>[\w'-]+)|\b(?:story|response|answer|essay|letter|reply|text|poem)\s+(?:must|should|has to|needs to)\s+(?:start|begin)\s+with\s+(?:the\s+)?(?:word\s+)?["“'‘]?(?P<w4>[\w'-]+)"#
     );
     let stars: Vec<usize> = {
         // Runs of exactly three asterisks: the markdown divider.
@@ -537,6 +537,7 @@ fn paragraphs(prompt: &str, found: &mut Found) {
                 Some("eighth") => Some(8),
                 Some("ninth") => Some(9),
                 Some("tenth") => Some(10),
+                Some("last" | "final") => Some(n),
                 Some(other) => other
                     .trim_end_matches(|c: char| c.is_alphabetic())
                     .parse()
@@ -565,7 +566,7 @@ fn paragraphs(prompt: &str, found: &mut Found) {
 fn format_rules(prompt: &str, found: &mut Found) {
     rx!(
         PLACEHOLDERS,
-        r"\b(NUM)\s+(?:[\w-]+\s+){0,2}?placeholders?\b|placeholders?\b[^.]{0,30}?\b(?:at least|a minimum of|minimum of)\s+(NUM)\b"
+        r"\b(NUM)\s+(?:[\w-]+\s+){0,2}?placeholders?\b|placeholders?\b[^.]{0,30}?\b(?:at least|a minimum of|minimum of)\s+(NUM)\b|\b(NUM)\s+(?:[\w-]+\s+){0,2}?in\s+square\s+brackets"
     );
     rx!(POSTSCRIPT, r"postscript|\bp\.\s?p\.\s?s\b|\bp\.s\.");
     rx!(PPS, r"\bp\.\s?p\.\s?s\b");
@@ -575,7 +576,7 @@ fn format_rules(prompt: &str, found: &mut Found) {
     );
     rx!(
         HIGHLIGHTS,
-        r"(?:highlight|italic|bold)\w*\s+(?:[\w/]+\s+){0,4}?(?:at least\s+)?(NUM)\s+(?:[\w-]+\s+){0,2}?(?:sections?|parts?|phrases?|words?|texts?)\b"
+        r"(?:highlight|italic|bold)\w*\s+(?:[\w/]+\s+){0,4}?(?:at least\s+)?(NUM)\s+(?:[\w-]+\s+){0,2}?(?:sections?|parts?|phrases?|words?|texts?|of them|of these|items?|points?|tips?|ideas?)\b"
     );
     rx!(
         HIGHLIGHTS_BEFORE,
@@ -587,7 +588,7 @@ fn format_rules(prompt: &str, found: &mut Found) {
     );
     rx!(
         SECTION_MARK,
-        r#"(?:mark|label|start|begin|starting|beginning)\w*\s+[^.]{0,60}?\bwith\s+["'“]?(?P<s>[A-Za-z]+)\s+(?:X|N|\d)\b|(?:label|mark|title|head|name)\w*\s+(?:each|every|them|it)\s+(?:one\s+|of them\s+)?(?:as\s+)?["'“]?(?P<s2>[A-Za-z]+)\s+(?:X|N|\d)\b|(?:with|as)\s+["'“]?(?P<s3>[A-Za-z]+)["'”]?\s+(?:and|followed by|plus)\s+(?:a|its|the|their)\s+(?:number|numeral|index)"#
+        r#"(?:mark|label|start|begin|starting|beginning|open|opening|head|heading)\w*\s+[^.]{0,60}?\bwith\s+["'“]?(?P<s>[A-Za-z]+)\s+(?:X|N|\d)\b|(?:label|mark|title|head|name)\w*\s+(?:each|every|them|it)\s+(?:one\s+|of them\s+)?(?:as\s+)?["'“]?(?P<s2>[A-Za-z]+)\s+(?:X|N|\d)\b|(?:with|as)\s+["'“]?(?P<s3>[A-Za-z]+)["'”]?\s+(?:and|followed by|plus)\s+(?:a|its|the|their)\s+(?:number|numeral|index)|\blabell?ed\s+["']?(?P<s4>[A-Za-z]+)\s+\d"#
     );
     rx!(
         NUM_SECTIONS,
@@ -611,7 +612,7 @@ fn format_rules(prompt: &str, found: &mut Found) {
 
     if let Some(n) = PLACEHOLDERS
         .captures(prompt)
-        .and_then(|c| c.get(1).or(c.get(2)))
+        .and_then(|c| c.get(1).or(c.get(2)).or(c.get(3)))
         .and_then(|m| number(m.as_str()))
     {
         found.push(Instruction::NumberPlaceholders {
@@ -649,7 +650,12 @@ fn format_rules(prompt: &str, found: &mut Found) {
         found.push(Instruction::NumberHighlightedSections { num_highlights: n });
     }
     if let Some(c) = SECTION_MARK.captures(prompt) {
-        if let Some(splitter) = c.name("s").or(c.name("s2")).or(c.name("s3")) {
+        if let Some(splitter) = c
+            .name("s")
+            .or(c.name("s2"))
+            .or(c.name("s3"))
+            .or(c.name("s4"))
+        {
             let splitter = splitter.as_str();
             // "3 chapters" counts sections marked "Chapter".
             let own_plural = re(&format!(r"\b(NUM)\s+{}s?\b", regex::escape(splitter)));
@@ -729,7 +735,7 @@ fn keywords(prompt: &str, found: &mut Found) {
     rx!(
         FREQUENCY,
         &format!(
-            r#"\bword\s+["'“‘]?(?P<kw>[\w'-]+)["'”’]?\s+(?:[\w,]+\s+){{0,6}}?{COUNT}\s*(?:times?\b)?"#
+            r#"\bword\s+["'“‘]?(?P<kw>[\w'-]+)["'”’]?\s+(?:[\w,\-–—]+\s+){{0,6}}?{COUNT}\s*(?:times?\b)?"#
         )
     );
     rx!(
@@ -747,7 +753,7 @@ fn keywords(prompt: &str, found: &mut Found) {
     rx!(TIMES_AFTER, r"^[^.?!]{0,40}?\b(?:times?|once|twice)\b");
     rx!(
         QUOTED_AFTER_VERB,
-        r#"\b(?:mention|mentions|mentioning|include|includes|including|use|using)\s+(?:both\s+|each of\s+|all of\s+)?(?P<rest>["“])"#
+        r#"\b(?:mention|mentions|mentioning|include|includes|including|use|using|make sure (?:that )?the words?)\s+(?:both\s+|each of\s+|all of\s+)?(?P<rest>["“])"#
     );
 
     let mut frequency_keywords: Vec<String> = Vec::new();
@@ -787,7 +793,15 @@ fn keywords(prompt: &str, found: &mut Found) {
         else {
             continue;
         };
-        for (relation, n) in relations_of(&caps) {
+        // "the letter q must not appear even once": fewer than one.
+        let whole = caps.get(0).map_or("", |m| m.as_str()).to_lowercase();
+        let denied = whole.contains("not") || whole.contains("n't") || whole.contains("never");
+        let relations = if denied && whole.trim_end().ends_with("once") {
+            vec![(Relation::LessThan, 1)]
+        } else {
+            relations_of(&caps)
+        };
+        for (relation, n) in relations {
             found.push(Instruction::LetterFrequency {
                 letter,
                 let_frequency: n,
@@ -854,7 +868,8 @@ fn keywords(prompt: &str, found: &mut Found) {
     }
     let tidy = |mut words: Vec<String>| {
         let mut seen = std::collections::HashSet::new();
-        words.retain(|w| !w.trim().is_empty() && seen.insert(w.to_lowercase()));
+        // `Use "*" for bullets` names a symbol, not a keyword.
+        words.retain(|w| w.chars().any(char::is_alphanumeric) && seen.insert(w.to_lowercase()));
         words.truncate(MAX_KEYWORDS);
         words
     };
