@@ -64,6 +64,12 @@ fn image_parts_are_read_and_bad_ones_refused() {
     let mut s = Server::start(&fixture(""), &["--ctx", "128", "-t", "2"]);
     let png = std::fs::read(fixture("img_a.png")).unwrap();
 
+    // The image settings in force, as read from the checkpoint's files.
+    let models = s.request("GET", "/v1/models", &[], b"").json();
+    let image = &models["data"][0]["meta"]["image"];
+    assert_eq!(image["max_tokens_per_image"], 16, "{models}");
+    assert_eq!(image["image_size"], 64, "{models}");
+
     let ok = s.post("/v1/chat/completions", &chat_with_image(&data_url(&png)));
     assert_eq!(ok.status, 200, "{}", ok.text());
     let v = ok.json();
