@@ -313,6 +313,7 @@ struct Run<'m> {
 }
 
 /// A step's start: its meter reading and time.
+#[derive(Clone, Copy)]
 struct Mark {
     calls: usize,
     prompt: usize,
@@ -581,13 +582,7 @@ fn calc_program(run: &mut Run<'_>) -> Option<(String, BigRational)> {
             return None;
         }
     };
-    if let Err(why) = ground::check(&program, &run.question, false) {
-        run.record(
-            m,
-            GuardKind::Calc,
-            Outcome::CouldNotVerify,
-            format!("program `{}` not used: {why}", one_line(&program)),
-        );
+    if !grounded(run, m, GuardKind::Calc, &program) {
         return None;
     }
     match calc::eval(&program) {
@@ -626,6 +621,25 @@ fn calc_program(run: &mut Run<'_>) -> Option<(String, BigRational)> {
                 format!("program `{}` failed: {e}", one_line(&program)),
             );
             None
+        }
+    }
+}
+
+/// Whether `program` is about the question (see [`ground`]); when it is
+/// not, the step records `could_not_verify` and why. A puzzle's program may
+/// number positions.
+fn grounded(run: &mut Run<'_>, m: Mark, guard: GuardKind, program: &str) -> bool {
+    let positions = guard == GuardKind::Logic;
+    match ground::check(program, &run.question, positions) {
+        Ok(()) => true,
+        Err(why) => {
+            run.record(
+                m,
+                guard,
+                Outcome::CouldNotVerify,
+                format!("program `{}` not used: {why}", one_line(program)),
+            );
+            false
         }
     }
 }
@@ -957,13 +971,7 @@ fn logic_program(run: &mut Run<'_>) -> Option<logic::Solution> {
             return None;
         }
     };
-    if let Err(why) = ground::check(&program, &run.question, true) {
-        run.record(
-            m,
-            GuardKind::Logic,
-            Outcome::CouldNotVerify,
-            format!("program `{}` not used: {why}", one_line(&program)),
-        );
+    if !grounded(run, m, GuardKind::Logic, &program) {
         return None;
     }
     match logic::solve(&program, &run.cfg.solver) {

@@ -97,6 +97,15 @@ impl Family {
     }
 }
 
+/// `read_json` of a file that may be absent (`None` then).
+pub(crate) fn read_json_if_present(path: &Path) -> Result<Option<Value>, HfError> {
+    if path.is_file() {
+        read_json(path).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
 pub(crate) fn read_json(path: &Path) -> Result<Value, HfError> {
     let text = std::fs::read_to_string(path).map_err(|source| HfError::Io {
         path: path.to_path_buf(),

@@ -5,7 +5,7 @@
 //! own settings (`image_seq_length`, `audio_seq_length`) at the top of
 //! `processor_config.json`.
 
-use crate::{read_json, HfError};
+use crate::{read_json_if_present, HfError};
 use serde_json::Value;
 use std::path::Path;
 
@@ -20,17 +20,9 @@ pub(crate) struct Processor {
 impl Processor {
     /// Reads both files; a file that is there but not JSON is an error.
     pub(crate) fn open(dir: &Path) -> Result<Self, HfError> {
-        let read = |name: &str| -> Result<Option<Value>, HfError> {
-            let path = dir.join(name);
-            if path.is_file() {
-                read_json(&path).map(Some)
-            } else {
-                Ok(None)
-            }
-        };
         Ok(Self {
-            nested: read("processor_config.json")?,
-            flat: read("preprocessor_config.json")?,
+            nested: read_json_if_present(&dir.join("processor_config.json"))?,
+            flat: read_json_if_present(&dir.join("preprocessor_config.json"))?,
         })
     }
 

@@ -2,7 +2,7 @@
 //! for Gemma 2 and 3 (`tokenizer.ggml.model = llama`), the BPE of
 //! `tokenizer.json` for Gemma 4 (`tokenizer.ggml.model = gemma4`).
 
-use crate::{read_json, spm, Family, HfError};
+use crate::{read_json, read_json_if_present, spm, Family, HfError};
 use gguf::{GgufWriter, MetaArray, MetaValue};
 use serde_json::Value;
 use std::path::Path;
@@ -212,9 +212,7 @@ impl AddedToken {
 /// as llama.cpp, which reads only the other two files, keeps them.
 fn added_tokens(dir: &Path, pieces: &[String]) -> Result<Vec<AddedToken>, HfError> {
     let mut out = Vec::new();
-    let file = dir.join("tokenizer.json");
-    if file.is_file() {
-        let json = read_json(&file)?;
+    if let Some(json) = read_json_if_present(&dir.join("tokenizer.json"))? {
         let entries = json.get("added_tokens").and_then(Value::as_array);
         out.extend(
             entries
@@ -224,9 +222,7 @@ fn added_tokens(dir: &Path, pieces: &[String]) -> Result<Vec<AddedToken>, HfErro
                 .filter(|a| pieces.get(a.id) != Some(&a.text)),
         );
     }
-    let file = dir.join("added_tokens.json");
-    if file.is_file() {
-        let json = read_json(&file)?;
+    if let Some(json) = read_json_if_present(&dir.join("added_tokens.json"))? {
         for (text, id) in json.as_object().into_iter().flatten() {
             if let Some(id) = id.as_u64().and_then(|i| usize::try_from(i).ok()) {
                 out.push(AddedToken {
@@ -237,9 +233,7 @@ fn added_tokens(dir: &Path, pieces: &[String]) -> Result<Vec<AddedToken>, HfErro
             }
         }
     }
-    let file = dir.join("tokenizer_config.json");
-    if file.is_file() {
-        let json = read_json(&file)?;
+    if let Some(json) = read_json_if_present(&dir.join("tokenizer_config.json"))? {
         let entries = json.get("added_tokens_decoder").and_then(Value::as_object);
         out.extend(
             entries

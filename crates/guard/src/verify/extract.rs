@@ -218,6 +218,22 @@ fn keyword_list(rest: &str) -> Vec<String> {
     out
 }
 
+/// The words of `list` (found at the start of `after`) a response must
+/// include: none of those given a count of uses, and nothing when the one
+/// word is followed by a count ("the word X at least N times" is a
+/// frequency, not existence).
+fn required_words(list: Vec<String>, after: &str, frequency_keywords: &[String]) -> Vec<String> {
+    rx!(TIMES_AFTER, r"^[^.?!]{0,40}?\b(?:times?|once|twice)\b");
+    let list: Vec<String> = list
+        .into_iter()
+        .filter(|w| !frequency_keywords.contains(&w.to_lowercase()))
+        .collect();
+    if TIMES_AFTER.is_match(after) && list.len() == 1 {
+        return Vec::new();
+    }
+    list
+}
+
 /// Words that are never keywords when they come bare after "words".
 const STOPWORDS: [&str; 16] = [
     "in", "of", "to", "with", "for", "on", "at", "by", "from", "that", "the", "a", "an", "is",
@@ -750,7 +766,6 @@ fn keywords(prompt: &str, found: &mut Found) {
         VAGUE,
         r"\b(?:any|other|some|no|more|extra|of|these|those|additional|few|many|all|new|single|following\s+\w+)$"
     );
-    rx!(TIMES_AFTER, r"^[^.?!]{0,40}?\b(?:times?|once|twice)\b");
     rx!(
         QUOTED_AFTER_VERB,
         r#"\b(?:mention|mentions|mentioning|include|includes|including|use|using|make sure (?:that )?the words?)\s+(?:both\s+|each of\s+|all of\s+)?(?P<rest>["“])"#
@@ -828,15 +843,11 @@ fn keywords(prompt: &str, found: &mut Found) {
             || before.to_lowercase().ends_with("include the")
             || before.to_lowercase().ends_with("use the")
         {
-            let list: Vec<String> = list
-                .into_iter()
-                .filter(|w| !frequency_keywords.contains(&w.to_lowercase()))
-                .collect();
-            // "the word X at least N times" is a frequency, not existence.
-            if TIMES_AFTER.is_match(&prompt[m.end()..]) && list.len() == 1 {
-                continue;
-            }
-            required.extend(list);
+            required.extend(required_words(
+                list,
+                &prompt[m.end()..],
+                &frequency_keywords,
+            ));
         }
     }
     // `mention "battery" and "comfort"`: quoted words right after the verb.
@@ -847,14 +858,12 @@ fn keywords(prompt: &str, found: &mut Found) {
         if negated_before(prompt, rest.start()) {
             continue;
         }
-        let list: Vec<String> = keyword_list(&prompt[rest.start()..])
-            .into_iter()
-            .filter(|w| !frequency_keywords.contains(&w.to_lowercase()))
-            .collect();
-        if TIMES_AFTER.is_match(&prompt[rest.start()..]) && list.len() == 1 {
-            continue;
-        }
-        required.extend(list);
+        let after = &prompt[rest.start()..];
+        required.extend(required_words(
+            keyword_list(after),
+            after,
+            &frequency_keywords,
+        ));
     }
     for caps in BARE_FORBIDDEN.captures_iter(prompt) {
         if let Some(rest) = caps.name("rest") {
