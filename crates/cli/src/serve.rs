@@ -29,6 +29,10 @@ pub struct ServeArgs {
     /// Require `Authorization: Bearer KEY` on /v1/* (also read from HEARTH_API_KEY).
     #[arg(long, env = "HEARTH_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
+    /// Let browser pages from these origins call the server (`*` for any;
+    /// off by default).
+    #[arg(long, num_args = 1..)]
+    cors: Vec<String>,
     /// Largest request body in bytes (default 20 MiB: a phone photo or a
     /// 30 s clip as base64).
     #[arg(long, default_value_t = server::DEFAULT_BODY_LIMIT)]
@@ -112,6 +116,7 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
     config.queue = args.queue.unwrap_or(4 * args.parallel);
     config.api_key = args.api_key.clone().filter(|k| !k.is_empty());
     config.body_limit = args.body_limit;
+    config.cors = args.cors.clone();
     config.header_timeout = secs("read-timeout", args.read_timeout)?;
     config.body_timeout = config.header_timeout;
     config.request_timeout = secs("request-timeout", args.request_timeout)?;

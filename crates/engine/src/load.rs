@@ -278,6 +278,13 @@ impl Engine {
         KvCache::bytes_for(self.model.config(), self.n_ctx(), self.model.kv_type())
     }
 
+    /// A conversation as the prompt text the chat template makes of it,
+    /// ending with the opening of the model's turn (llama.cpp's
+    /// `/apply-template`).
+    pub fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<String, EngineError> {
+        Ok(self.template.render(messages, true)?)
+    }
+
     /// Encode a conversation with the chat template, ready for generation.
     pub fn encode_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, EngineError> {
         Ok(self.tokenizer.encode_chat(&self.template, messages, true)?)

@@ -348,7 +348,7 @@ impl Request {
     }
 }
 
-fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
+pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<T, ApiError> {
     if body.iter().all(u8::is_ascii_whitespace) {
         return Err(ApiError::bad_request(
             "The request body is empty; send a JSON object.",

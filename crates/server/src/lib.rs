@@ -13,6 +13,7 @@ pub mod idle;
 pub mod metrics;
 mod routes;
 pub mod scheduler;
+mod utility;
 
 use axum::Router;
 use engine::{Engine, EngineError};
@@ -49,6 +50,9 @@ pub struct ServerConfig {
     pub queue: usize,
     /// Required bearer key for `/v1/*`, if any.
     pub api_key: Option<String>,
+    /// Origins a browser page may call from (`--cors`; `*` for any; none
+    /// by default).
+    pub cors: Vec<String>,
     /// Largest request body in bytes ([`DEFAULT_BODY_LIMIT`] unless set).
     pub body_limit: usize,
     /// Time a client has to send its whole request body.
@@ -90,6 +94,7 @@ impl ServerConfig {
             seed: None,
             queue: 4,
             api_key: None,
+            cors: Vec::new(),
             body_limit: DEFAULT_BODY_LIMIT,
             body_timeout: Duration::from_secs(30),
             header_timeout: Duration::from_secs(30),

@@ -3,7 +3,7 @@
 
 use crate::error::ApiError;
 use crate::idle::TrackedBody;
-use crate::{completions, AppState};
+use crate::{completions, utility, AppState};
 use axum::body::Body;
 use axum::extract::{Path as UrlPath, Request as HttpRequest, State};
 use axum::http::{header, HeaderMap, HeaderValue};
@@ -21,8 +21,13 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/v1/completions", post(completions::completions))
         .route("/v1/models", get(list_models))
         .route("/v1/models/{id}", get(get_model))
+        .route("/tokenize", post(utility::tokenize))
+        .route("/detokenize", post(utility::detokenize))
+        .route("/apply-template", post(utility::apply_template))
+        .route("/props", get(utility::props))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));
-    Router::new()
+    let cors = cors_layer(&state.config.cors);
+    let router = Router::new()
         .merge(v1)
         .route("/health", get(health))
         .route("/metrics", get(metrics_text))
@@ -36,7 +41,38 @@ pub(crate) fn router(state: AppState) -> Router {
             state.clone(),
             track_activity,
         ))
-        .with_state(state)
+        .with_state(state);
+    // Outermost, so a browser's preflight is answered before the key check.
+    match cors {
+        Some(layer) => router.layer(layer),
+        None => router,
+    }
+}
+
+/// `--cors ORIGIN...`: the origins a browser page may call from (`*` for
+/// any); none by default, as a page on another origin should not reach a
+/// local model unless its owner says so.
+fn cors_layer(origins: &[String]) -> Option<tower_http::cors::CorsLayer> {
+    use tower_http::cors::{AllowOrigin, Any, CorsLayer};
+    if origins.is_empty() {
+        return None;
+    }
+    let allow = if origins.iter().any(|o| o == "*") {
+        AllowOrigin::any()
+    } else {
+        AllowOrigin::list(
+            origins
+                .iter()
+                .filter_map(|o| HeaderValue::from_str(o.trim_end_matches('/')).ok()),
+        )
+    };
+    Some(
+        CorsLayer::new()
+            .allow_origin(allow)
+            .allow_methods(Any)
+            .allow_headers(Any)
+            .max_age(std::time::Duration::from_secs(600)),
+    )
 }
 
 async fn count_requests(State(st): State<AppState>, req: HttpRequest, next: Next) -> Response {
@@ -47,6 +83,7 @@ async fn count_requests(State(st): State<AppState>, req: HttpRequest, next: Next
         p if p.starts_with("/v1/models/") => "models",
         "/health" => "health",
         "/metrics" => "metrics",
+        "/tokenize" | "/detokenize" | "/apply-template" | "/props" => "utility",
         _ => "other",
     };
     let resp = next.run(req).await;
