@@ -95,6 +95,21 @@ fn cors_is_off_unless_asked_and_the_key_guards_the_utilities() {
         br#"{"content": "x"}"#,
     );
     assert_eq!(r.status, 200);
+    // Anthropic's clients send the key as `x-api-key`.
+    let r = s.request(
+        "POST",
+        "/tokenize",
+        &[("x-api-key", "sekret")],
+        br#"{"content": "x"}"#,
+    );
+    assert_eq!(r.status, 200);
+    let r = s.request(
+        "POST",
+        "/tokenize",
+        &[("x-api-key", "wrong")],
+        br#"{"content": "x"}"#,
+    );
+    assert_eq!(r.status, 401);
 
     let s = Server::start(
         TINY,

@@ -111,19 +111,24 @@ fn same_key(a: &[u8], b: &[u8]) -> bool {
 
 async fn auth(State(st): State<AppState>, req: HttpRequest, next: Next) -> Response {
     if let Some(key) = &st.config.api_key {
-        let given = req
-            .headers()
+        // `Authorization: Bearer KEY` (OpenAI), or `x-api-key: KEY` as
+        // Anthropic's clients send it.
+        let headers = req.headers();
+        let given = headers
             .get(header::AUTHORIZATION)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| {
                 v.strip_prefix("Bearer ")
                     .or_else(|| v.strip_prefix("bearer "))
             })
+            .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
             .map(str::trim);
         match given {
             None => {
-                return ApiError::unauthorized("Missing API key: send `Authorization: Bearer KEY`.")
-                    .into_response()
+                return ApiError::unauthorized(
+                    "Missing API key: send `Authorization: Bearer KEY` or `x-api-key: KEY`.",
+                )
+                .into_response()
             }
             Some(g) if !same_key(g.as_bytes(), key.as_bytes()) => {
                 return ApiError::unauthorized("Incorrect API key provided.").into_response()
