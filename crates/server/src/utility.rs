@@ -22,6 +22,15 @@ fn engine(st: &AppState) -> Result<Arc<Engine>, ApiError> {
         .ok_or_else(|| ApiError::unavailable("The model is loading.", 1))
 }
 
+/// The request body as `T`, within the server's size and time limits.
+async fn body_json<T: serde::de::DeserializeOwned>(
+    st: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<T, ApiError> {
+    api::parse_json(&read_body(st, headers, body).await?)
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct TokenizeBody {
@@ -49,7 +58,7 @@ pub(crate) async fn tokenize(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
-    let b: TokenizeBody = api::parse_json(&read_body(&st, &headers, body).await?)?;
+    let b: TokenizeBody = body_json(&st, &headers, body).await?;
     let engine = engine(&st)?;
     let tok = engine.tokenizer();
     let ids = tok.encode(&b.content, b.add_special && tok.add_bos(), b.parse_special);
@@ -83,7 +92,7 @@ pub(crate) async fn detokenize(
     headers: HeaderMap,
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
-    let b: DetokenizeBody = api::parse_json(&read_body(&st, &headers, body).await?)?;
+    let b: DetokenizeBody = body_json(&st, &headers, body).await?;
     let engine = engine(&st)?;
     let vocab = engine.model().config().vocab;
     let mut ids = Vec::with_capacity(b.tokens.len());
