@@ -5,6 +5,15 @@ use anyhow::{bail, Context, Result};
 use std::process::ExitCode;
 use std::time::Duration;
 
+/// `--context-overflow`.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum Overflow {
+    /// Drop the oldest turns.
+    Truncate,
+    /// Refuse with 400.
+    Error,
+}
+
 /// Flags of `hearth serve`.
 #[derive(clap::Args, Debug)]
 pub struct ServeArgs {
@@ -33,6 +42,11 @@ pub struct ServeArgs {
     /// off by default).
     #[arg(long, num_args = 1..)]
     cors: Vec<String>,
+    /// What a chat does when it outgrows the context: `truncate` drops its
+    /// oldest turns (keeping the system prompt and the latest turn), `error`
+    /// answers 400. Raw completions are never truncated.
+    #[arg(long, value_enum, default_value_t = Overflow::Truncate)]
+    context_overflow: Overflow,
     /// Largest request body in bytes (default 20 MiB: a phone photo or a
     /// 30 s clip as base64).
     #[arg(long, default_value_t = server::DEFAULT_BODY_LIMIT)]
@@ -105,6 +119,7 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
     ids.dedup();
     let mut config = server::ServerConfig::new(stem);
     config.model_ids = ids;
+    config.model_path = Some(path.clone());
     // A seed given to serve is the seed of requests without one; without it
     // each request draws its own.
     config.seed = args.sample.seed;
@@ -117,6 +132,10 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
     config.api_key = args.api_key.clone().filter(|k| !k.is_empty());
     config.body_limit = args.body_limit;
     config.cors = args.cors.clone();
+    config.context_overflow = match args.context_overflow {
+        Overflow::Truncate => server::truncate::Overflow::Truncate,
+        Overflow::Error => server::truncate::Overflow::Error,
+    };
     config.header_timeout = secs("read-timeout", args.read_timeout)?;
     config.body_timeout = config.header_timeout;
     config.request_timeout = secs("request-timeout", args.request_timeout)?;

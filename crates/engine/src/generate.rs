@@ -120,6 +120,8 @@ pub struct Decoding {
     pub(crate) constraint: Option<Constraint>,
     /// The thought channel, when thinking is on.
     pub(crate) think: Option<ThinkState>,
+    /// Which of `opts.stop` ended the generation, if one did.
+    pub(crate) stopped_by: Option<usize>,
 }
 
 impl Decoding {
@@ -156,6 +158,18 @@ impl Decoding {
     /// Prompt tokens reused from the session's cache.
     pub fn prompt_tokens_reused(&self) -> usize {
         self.reused
+    }
+
+    /// The stop string that ended the generation, if one did.
+    pub fn stop_string(&self) -> Option<&str> {
+        self.stopped_by
+            .and_then(|k| self.opts.stop.get(k))
+            .map(String::as_str)
+    }
+
+    /// Time spent on the prompt, and since generation began.
+    pub fn timings(&self) -> (Duration, Duration) {
+        (self.prompt_time, self.gen_start.elapsed())
     }
 
     /// Restrict the rest of this generation to `constraint`'s grammar: only
@@ -366,6 +380,7 @@ impl Session {
             gen_start: Instant::now(),
             constraint: None,
             think: None,
+            stopped_by: None,
         })
     }
 
@@ -544,7 +559,8 @@ impl Session {
         d.piece.clear();
         d.decoder.push_into(&self.tokenizer, id, &mut d.piece);
         d.text.push_str(&d.piece);
-        if let Some(cut) = find_stop(&d.text, &d.opts.stop, d.emitted) {
+        if let Some((cut, which)) = find_stop(&d.text, &d.opts.stop, d.emitted) {
+            d.stopped_by = Some(which);
             d.text.truncate(cut);
             d.emitted = d.text.len();
             d.finish = Some(FinishReason::Stop);
@@ -586,15 +602,18 @@ impl Session {
 
 /// The byte offset of the first stop string in `text` that ends after
 /// `from`, if any.
-fn find_stop(text: &str, stops: &[String], from: usize) -> Option<usize> {
+/// Where the first stop string in `text` begins (searching from about
+/// `from`), and which of `stops` it is.
+fn find_stop(text: &str, stops: &[String], from: usize) -> Option<(usize, usize)> {
     stops
         .iter()
-        .filter(|s| !s.is_empty())
-        .filter_map(|s| {
+        .enumerate()
+        .filter(|(_, s)| !s.is_empty())
+        .filter_map(|(k, s)| {
             let search_from = floor_char_boundary(text, from.saturating_sub(s.len()));
             text[search_from..]
                 .find(s.as_str())
-                .map(|i| search_from + i)
+                .map(|i| (search_from + i, k))
         })
         .min()
 }
@@ -615,9 +634,9 @@ mod tests {
     fn stop_strings_are_found_across_pieces() {
         let stops = vec!["END".to_string(), "\n\n".to_string()];
         assert_eq!(find_stop("abc EN", &stops, 0), None);
-        assert_eq!(find_stop("abc END more", &stops, 5), Some(4));
-        assert_eq!(find_stop("a\n\nb", &stops, 0), Some(1));
-        assert_eq!(find_stop("héllo", &["l".into()], 2), Some(3));
+        assert_eq!(find_stop("abc END more", &stops, 5), Some((4, 0)));
+        assert_eq!(find_stop("a\n\nb", &stops, 0), Some((1, 1)));
+        assert_eq!(find_stop("héllo", &["l".into()], 2), Some((3, 0)));
     }
 
     #[test]

@@ -2,8 +2,10 @@
 //! the response and chunk bodies.
 
 use crate::error::ApiError;
+use crate::media::{self, Part};
+pub use crate::media::{ImageSource, MAX_CLIPS, MAX_IMAGES};
 use engine::tools::{self, Tool, ToolCall, ToolChoice};
-use engine::{ChatMessage, FinishReason, GenerateOptions, Grammar, SamplingParams};
+use engine::{ChatMessage, GenerateOptions, Grammar, SamplingParams};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -44,6 +46,8 @@ struct Common {
     top_k: Option<i64>,
     min_p: Option<f32>,
     repeat_penalty: Option<f32>,
+    /// How many recent tokens the repeat penalty looks at.
+    repeat_last_n: Option<i64>,
     /// Token id (as a string) to a bias from -100 to 100.
     logit_bias: Option<std::collections::BTreeMap<String, f32>>,
     /// OpenAI: `{"type": "text" | "json_object" | "json_schema", ...}`.
@@ -66,122 +70,6 @@ struct Common {
     reasoning_effort: Option<String>,
     /// Most thought tokens before the thought channel is closed.
     thinking_budget: Option<i64>,
-}
-
-/// One part of an array `content`.
-#[derive(Debug, Deserialize)]
-struct Part {
-    #[serde(rename = "type")]
-    kind: String,
-    text: Option<String>,
-    image_url: Option<ImageUrl>,
-    input_audio: Option<InputAudio>,
-}
-
-/// An audio part's `input_audio`: base64 bytes and their format.
-#[derive(Debug, Deserialize)]
-struct InputAudio {
-    data: String,
-    format: Option<String>,
-}
-
-/// Most audio clips one request may carry.
-pub const MAX_CLIPS: usize = 4;
-
-/// The bytes of an `input_audio` part: its base64 `data`, in a format the
-/// decoder reads (`wav`, `mp3`, `ogg`; OpenAI names `wav` and `mp3`).
-fn audio_bytes(a: &InputAudio, field: &str) -> Result<Vec<u8>, ApiError> {
-    use base64::Engine as _;
-    match a.format.as_deref() {
-        None | Some("wav" | "mp3" | "ogg") => {}
-        Some(other) => {
-            return Err(ApiError::bad_param(
-                &format!("{field}.format"),
-                format!("Audio format `{other}` is not supported; send wav, mp3 or ogg."),
-            ))
-        }
-    }
-    let cleaned: String = a
-        .data
-        .chars()
-        .filter(|c| !c.is_ascii_whitespace())
-        .collect();
-    let bytes = base64::engine::general_purpose::STANDARD
-        .decode(cleaned.as_bytes())
-        .map_err(|e| {
-            ApiError::bad_param(&format!("{field}.data"), format!("Not valid base64: {e}."))
-        })?;
-    if bytes.is_empty() {
-        return Err(ApiError::bad_param(
-            &format!("{field}.data"),
-            "The audio is empty.",
-        ));
-    }
-    Ok(bytes)
-}
-
-/// An image part's `image_url`: `{"url": ...}` as OpenAI sends it, or the
-/// bare URL some clients send.
-#[derive(Debug, Deserialize)]
-#[serde(untagged)]
-enum ImageUrl {
-    Object { url: String },
-    Bare(String),
-}
-
-/// Most images one request may carry.
-pub const MAX_IMAGES: usize = 8;
-
-/// Where an image of a request comes from.
-#[derive(Debug, Clone, PartialEq)]
-pub enum ImageSource {
-    /// The bytes of a `data:` URL.
-    Data(Vec<u8>),
-    /// A local file (`file://` URL), read only when the server allows it.
-    File(std::path::PathBuf),
-}
-
-/// An image part's URL as a source: `data:image/...;base64,...` or
-/// `file:///path`. Network URLs are refused: the server never fetches.
-fn image_source(url: &str, field: &str) -> Result<ImageSource, ApiError> {
-    use base64::Engine as _;
-    if let Some(rest) = url.strip_prefix("data:") {
-        let Some((meta, payload)) = rest.split_once(',') else {
-            return Err(ApiError::bad_param(
-                field,
-                "The data URL has no `,` before its payload.",
-            ));
-        };
-        if !meta.ends_with(";base64") {
-            return Err(ApiError::bad_param(
-                field,
-                "Only base64 data URLs are supported (`data:image/png;base64,...`).",
-            ));
-        }
-        let cleaned: String = payload
-            .chars()
-            .filter(|c| !c.is_ascii_whitespace())
-            .collect();
-        return base64::engine::general_purpose::STANDARD
-            .decode(cleaned.as_bytes())
-            .map(ImageSource::Data)
-            .map_err(|e| {
-                ApiError::bad_param(field, format!("The data URL is not valid base64: {e}."))
-            });
-    }
-    if let Some(path) = url.strip_prefix("file://") {
-        if !path.starts_with('/') {
-            return Err(ApiError::bad_param(
-                field,
-                "A file URL must hold an absolute path (`file:///...`).",
-            ));
-        }
-        return Ok(ImageSource::File(std::path::PathBuf::from(path)));
-    }
-    Err(ApiError::bad_param(
-        field,
-        "Images must be sent inline as `data:` URLs (the server does not fetch from the network).",
-    ))
 }
 
 /// `content`: a string, a list of parts, or null.
@@ -362,12 +250,28 @@ pub(crate) fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> Result<
             "The request body must be a JSON object.",
         ));
     }
-    T::deserialize(value).map_err(|e| ApiError::bad_request(format!("Invalid request: {e}")))
+    from_value(value)
 }
 
 /// Parse and check a `/v1/chat/completions` body.
 pub fn parse_chat(body: &[u8], defaults: &SamplingParams) -> Result<Request, ApiError> {
-    let b: ChatBody = parse_json(body)?;
+    chat_request(parse_json(body)?, defaults)
+}
+
+/// Check a chat body already read as JSON (the other APIs translate their
+/// requests into this one).
+pub(crate) fn parse_chat_value(
+    body: Value,
+    defaults: &SamplingParams,
+) -> Result<Request, ApiError> {
+    chat_request(from_value(body)?, defaults)
+}
+
+pub(crate) fn from_value<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, ApiError> {
+    T::deserialize(v).map_err(|e| ApiError::bad_request(format!("Invalid request: {e}")))
+}
+
+fn chat_request(b: ChatBody, defaults: &SamplingParams) -> Result<Request, ApiError> {
     if b.messages.is_empty() {
         return Err(ApiError::bad_param(
             "messages",
@@ -405,62 +309,7 @@ pub fn parse_chat(body: &[u8], defaults: &SamplingParams) -> Result<Request, Api
         let content = match m.content {
             None => String::new(),
             Some(Content::Text(t)) => t,
-            Some(Content::Parts(parts)) => {
-                let mut text = String::new();
-                for (j, p) in parts.into_iter().enumerate() {
-                    if p.kind == "input_audio" {
-                        let field = format!("messages[{i}].content[{j}].input_audio");
-                        let Some(a) = &p.input_audio else {
-                            return Err(ApiError::bad_param(
-                                &format!("messages[{i}].content[{j}]"),
-                                "An `input_audio` part needs its `input_audio` field.",
-                            ));
-                        };
-                        if audio.len() == MAX_CLIPS {
-                            return Err(ApiError::bad_param(
-                                &field,
-                                format!("A request may carry at most {MAX_CLIPS} audio clips."),
-                            ));
-                        }
-                        audio.push(audio_bytes(a, &field)?);
-                        text.push_str(engine::AUDIO_MARKER);
-                        continue;
-                    }
-                    match (p.kind.as_str(), p.image_url) {
-                        ("text", _) => text.push_str(p.text.as_deref().unwrap_or("")),
-                        ("image_url", Some(u)) => {
-                            let field = format!("messages[{i}].content[{j}].image_url");
-                            let url = match u {
-                                ImageUrl::Object { url } | ImageUrl::Bare(url) => url,
-                            };
-                            if images.len() == MAX_IMAGES {
-                                return Err(ApiError::bad_param(
-                                    &field,
-                                    format!("A request may carry at most {MAX_IMAGES} images."),
-                                ));
-                            }
-                            images.push(image_source(&url, &field)?);
-                            // Where the image goes in the prompt.
-                            text.push_str(engine::IMAGE_MARKER);
-                        }
-                        ("image_url", None) => {
-                            return Err(ApiError::bad_param(
-                                &format!("messages[{i}].content[{j}]"),
-                                "An `image_url` part needs its `image_url` field.",
-                            ))
-                        }
-                        (other, _) => {
-                            return Err(ApiError::bad_param(
-                                &format!("messages[{i}].content"),
-                                format!(
-                                    "Content parts of type `{other}` are not supported; only text, image_url and input_audio."
-                                ),
-                            ))
-                        }
-                    }
-                }
-                text
-            }
+            Some(Content::Parts(parts)) => media::parts_text(parts, i, &mut images, &mut audio)?,
         };
         match role {
             "tool" => {
@@ -686,7 +535,25 @@ fn parse_grammar(c: &mut Common) -> Result<Option<(Grammar, &'static str)>, ApiE
 
 /// Parse and check a `/v1/completions` body.
 pub fn parse_completion(body: &[u8], defaults: &SamplingParams) -> Result<Request, ApiError> {
-    let b: CompletionBody = parse_json(body)?;
+    // OpenAI's default for the legacy endpoint.
+    completion_request(parse_json(body)?, Some(16), defaults)
+}
+
+/// Check a legacy completion body already read as JSON.
+/// `default_max` applies when the body gives no limit.
+pub(crate) fn parse_completion_value(
+    body: Value,
+    default_max: Option<usize>,
+    defaults: &SamplingParams,
+) -> Result<Request, ApiError> {
+    completion_request(from_value(body)?, default_max, defaults)
+}
+
+fn completion_request(
+    b: CompletionBody,
+    default_max: Option<usize>,
+    defaults: &SamplingParams,
+) -> Result<Request, ApiError> {
     let input = match b.prompt {
         Prompt::Text(t) => Input::Text(t),
         Prompt::Texts(mut ts) if ts.len() == 1 => Input::Text(ts.remove(0)),
@@ -698,8 +565,7 @@ pub fn parse_completion(body: &[u8], defaults: &SamplingParams) -> Result<Reques
         }
         Prompt::Ids(ids) => Input::Ids(ids),
     };
-    // OpenAI's default for the legacy endpoint.
-    common(b.common, input, Some(16), defaults)
+    common(b.common, input, default_max, defaults)
 }
 
 fn common(
@@ -807,6 +673,19 @@ fn common(
         logit_bias,
         ..defaults
     };
+    if let Some(n) = c.repeat_last_n {
+        // llama.cpp and Ollama: -1 means the whole context.
+        params.repeat_last_n = match n {
+            -1 => usize::MAX,
+            n if n < 0 => {
+                return Err(ApiError::bad_param(
+                    "repeat_last_n",
+                    "`repeat_last_n` is -1 (the whole context) or at least 0.",
+                ))
+            }
+            n => usize::try_from(n).unwrap_or(usize::MAX),
+        };
+    }
     if let Some(k) = c.top_k {
         if k < 0 {
             return Err(ApiError::bad_param(
@@ -873,15 +752,6 @@ fn fresh_seed() -> u64 {
         ^ COUNTER
             .fetch_add(1, Ordering::Relaxed)
             .wrapping_mul(0x9E37_79B9_7F4A_7C15)
-}
-
-/// OpenAI's `finish_reason` for ours (a reply that is a tool call says
-/// `tool_calls` instead, see the handlers).
-pub fn finish_reason(f: FinishReason) -> &'static str {
-    match f {
-        FinishReason::Stop | FinishReason::Cancelled => "stop",
-        FinishReason::Length => "length",
-    }
 }
 
 /// `usage`.

@@ -1,4 +1,5 @@
-//! Errors in OpenAI's JSON shape, with the HTTP status that goes with each.
+//! Errors with the HTTP status that goes with each, answered in the shape
+//! of the API the client speaks (OpenAI's, Ollama's or Anthropic's).
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -145,13 +146,70 @@ impl ApiError {
     }
 }
 
-impl IntoResponse for ApiError {
-    fn into_response(self) -> Response {
-        let mut resp = (self.status, axum::Json(self.body())).into_response();
+/// The API family a route belongs to, which shapes its errors.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dialect {
+    /// OpenAI's `{"error": {message, type, param, code}}` (also llama.cpp's).
+    OpenAi,
+    /// Ollama's `{"error": message}`.
+    Ollama,
+    /// Anthropic's `{"type": "error", "error": {type, message}}`.
+    Anthropic,
+}
+
+impl Dialect {
+    /// The family of the route at `path`.
+    pub fn of_path(path: &str) -> Self {
+        if path.starts_with("/api/") {
+            Self::Ollama
+        } else if path.starts_with("/v1/messages") {
+            Self::Anthropic
+        } else {
+            Self::OpenAi
+        }
+    }
+}
+
+impl ApiError {
+    /// Anthropic's error type for this status.
+    fn anthropic_type(&self) -> &'static str {
+        match self.status.as_u16() {
+            401 => "authentication_error",
+            403 => "permission_error",
+            404 => "not_found_error",
+            413 => "request_too_large",
+            429 => "rate_limit_error",
+            503 | 529 => "overloaded_error",
+            500..=599 => "api_error",
+            _ => "invalid_request_error",
+        }
+    }
+
+    /// The JSON body in `dialect`'s shape.
+    pub fn body_for(&self, dialect: Dialect) -> serde_json::Value {
+        match dialect {
+            Dialect::OpenAi => self.body(),
+            Dialect::Ollama => json!({ "error": self.message }),
+            Dialect::Anthropic => json!({
+                "type": "error",
+                "error": {"type": self.anthropic_type(), "message": self.message},
+            }),
+        }
+    }
+
+    /// The response in `dialect`'s shape.
+    pub fn respond(self, dialect: Dialect) -> Response {
+        let mut resp = (self.status, axum::Json(self.body_for(dialect))).into_response();
         if let Some(secs) = self.retry_after {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from(secs));
         }
         resp
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        self.respond(Dialect::OpenAi)
     }
 }

@@ -122,6 +122,7 @@ pub(crate) fn run(
     metrics: &Metrics,
 ) {
     let client = chat.client.clone();
+    let began = Instant::now();
     match guard::answer(chat, messages, cfg) {
         Ok(g) => {
             metrics.record_guard(&g.trace);
@@ -134,6 +135,11 @@ pub(crate) fn run(
                 prompt_tokens: g.answer_prompt_tokens + g.trace.extra_prompt_tokens,
                 completion_tokens: g.answer_completion_tokens + g.trace.extra_completion_tokens,
                 cached_tokens: 0,
+                // The guard's several calls are not split into prompt and
+                // reply: the whole pipeline counts as generating.
+                prompt_time: std::time::Duration::ZERO,
+                gen_time: began.elapsed(),
+                stop_string: None,
             }));
         }
         Err(e) => {

@@ -5,14 +5,20 @@
 //! thread and streams text back through channels. Nothing here blocks the
 //! async runtime on the model.
 
+mod anthropic;
 pub mod api;
 mod completions;
 pub mod error;
 mod guarded;
 pub mod idle;
+mod media;
 pub mod metrics;
+mod ollama;
+mod pipeline;
+mod reply;
 mod routes;
 pub mod scheduler;
+pub mod truncate;
 mod utility;
 
 use axum::Router;
@@ -38,6 +44,8 @@ pub const DEFAULT_BODY_LIMIT: usize = 20 << 20;
 pub struct ServerConfig {
     /// Names the model answers to; the first is the id `/v1/models` reports.
     pub model_ids: Vec<String>,
+    /// The model's file or folder, for the model listings (size, date).
+    pub model_path: Option<std::path::PathBuf>,
     /// Address to listen on.
     pub host: String,
     /// Port (0 picks a free one; the bound address is printed).
@@ -71,6 +79,9 @@ pub struct ServerConfig {
     pub shutdown_timeout: Duration,
     /// Guardrails for chat requests that name none (their `guard` field).
     pub guard: guard::GuardSet,
+    /// What a chat endpoint does with a conversation longer than the
+    /// context: drop its oldest turns (the default) or refuse it.
+    pub context_overflow: truncate::Overflow,
     /// Whether image parts may name local files (`file://` URLs); off, only
     /// inline `data:` URLs are read.
     pub allow_file_images: bool,
@@ -88,6 +99,7 @@ impl ServerConfig {
     pub fn new(id: impl Into<String>) -> Self {
         Self {
             model_ids: vec![id.into()],
+            model_path: None,
             host: "127.0.0.1".into(),
             port: 8080,
             parallel: 1,
@@ -103,6 +115,7 @@ impl ServerConfig {
             shutdown_timeout: Duration::from_secs(10),
             guard: guard::GuardSet::none(),
             allow_file_images: false,
+            context_overflow: truncate::Overflow::Truncate,
             idle_exit: None,
             idle_counts_probes: false,
         }

@@ -1,9 +1,9 @@
 //! The router and the small handlers: authentication, request counting,
 //! activity tracking (for `--idle-exit`), health, metrics and the model list.
 
-use crate::error::ApiError;
+use crate::error::{ApiError, Dialect};
 use crate::idle::TrackedBody;
-use crate::{completions, utility, AppState};
+use crate::{anthropic, completions, ollama, utility, AppState};
 use axum::body::Body;
 use axum::extract::{Path as UrlPath, Request as HttpRequest, State};
 use axum::http::{header, HeaderMap, HeaderValue};
@@ -25,6 +25,16 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/detokenize", post(utility::detokenize))
         .route("/apply-template", post(utility::apply_template))
         .route("/props", get(utility::props))
+        .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
+        .route("/api/version", get(ollama::version))
+        .route("/api/tags", get(ollama::tags))
+        .route("/api/ps", get(ollama::ps))
+        .route("/api/show", post(ollama::show))
+        .route("/api/chat", post(ollama::chat))
+        .route("/api/generate", post(ollama::generate))
+        .route("/api/embed", post(ollama::embed))
+        .route("/api/embeddings", post(ollama::embed))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));
     let cors = cors_layer(&state.config.cors);
     let router = Router::new()
@@ -84,6 +94,11 @@ async fn count_requests(State(st): State<AppState>, req: HttpRequest, next: Next
         "/health" => "health",
         "/metrics" => "metrics",
         "/tokenize" | "/detokenize" | "/apply-template" | "/props" => "utility",
+        "/v1/messages" => "messages",
+        "/v1/messages/count_tokens" => "count_tokens",
+        "/api/chat" => "ollama_chat",
+        "/api/generate" => "ollama_generate",
+        p if p.starts_with("/api/") => "ollama",
         _ => "other",
     };
     let resp = next.run(req).await;
@@ -123,15 +138,16 @@ async fn auth(State(st): State<AppState>, req: HttpRequest, next: Next) -> Respo
             })
             .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
             .map(str::trim);
+        let dialect = Dialect::of_path(req.uri().path());
         match given {
             None => {
                 return ApiError::unauthorized(
                     "Missing API key: send `Authorization: Bearer KEY` or `x-api-key: KEY`.",
                 )
-                .into_response()
+                .respond(dialect)
             }
             Some(g) if !same_key(g.as_bytes(), key.as_bytes()) => {
-                return ApiError::unauthorized("Incorrect API key provided.").into_response()
+                return ApiError::unauthorized("Incorrect API key provided.").respond(dialect)
             }
             Some(_) => {}
         }
@@ -139,16 +155,14 @@ async fn auth(State(st): State<AppState>, req: HttpRequest, next: Next) -> Respo
     next.run(req).await
 }
 
-async fn not_found(req: HttpRequest) -> ApiError {
-    ApiError::not_found(format!(
-        "Unknown route: {} {}",
-        req.method(),
-        req.uri().path()
-    ))
+async fn not_found(req: HttpRequest) -> Response {
+    let path = req.uri().path();
+    ApiError::not_found(format!("Unknown route: {} {path}", req.method()))
+        .respond(Dialect::of_path(path))
 }
 
-async fn method_not_allowed() -> ApiError {
-    ApiError::method_not_allowed()
+async fn method_not_allowed(req: HttpRequest) -> Response {
+    ApiError::method_not_allowed().respond(Dialect::of_path(req.uri().path()))
 }
 
 async fn health(State(st): State<AppState>) -> Response {
@@ -218,7 +232,8 @@ async fn get_model(State(st): State<AppState>, UrlPath(id): UrlPath<String>) -> 
 /// The served id if `asked` names this model (or names none).
 pub(crate) fn resolve_model(st: &AppState, asked: Option<&str>) -> Result<String, ApiError> {
     let served = st.config.model_ids.first().cloned().unwrap_or_default();
-    match asked.map(str::trim) {
+    // Ollama's clients name a model `NAME:latest`.
+    match asked.map(|a| a.trim().trim_end_matches(":latest")) {
         None | Some("") => Ok(served),
         Some(a)
             if st

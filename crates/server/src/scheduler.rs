@@ -60,8 +60,10 @@ pub enum Event {
 }
 
 /// Token counts and the finish reason of a finished generation.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct Usage {
+    /// The stop string that ended it, if one did.
+    pub stop_string: Option<String>,
     /// Why it ended.
     pub finish: FinishReason,
     /// Prompt tokens.
@@ -70,6 +72,10 @@ pub struct Usage {
     pub completion_tokens: usize,
     /// Prompt tokens taken from the slot's cache instead of recomputed.
     pub cached_tokens: usize,
+    /// Time spent on the prompt (its evaluated part).
+    pub prompt_time: std::time::Duration,
+    /// Time from the end of the prompt to the last token.
+    pub gen_time: std::time::Duration,
 }
 
 /// Why a job was not queued.

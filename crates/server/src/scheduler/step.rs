@@ -329,7 +329,11 @@ fn finish(slot: &mut Slot, metrics: &Metrics, reason: FinishReason) {
     let Some(active) = slot.active.take() else {
         return;
     };
+    let (prompt_time, gen_time) = active.decoding.timings();
     let usage = Usage {
+        stop_string: active.decoding.stop_string().map(str::to_owned),
+        prompt_time,
+        gen_time,
         finish: reason,
         prompt_tokens: active.job.prompt.len(),
         completion_tokens: active.decoding.ids().len(),

@@ -1,0 +1,186 @@
+//! The media parts of a chat message as OpenAI sends them (`image_url`
+//! and `input_audio`), read into image sources and clip bytes; the other
+//! APIs translate their own image blocks into these.
+
+use crate::error::ApiError;
+use serde::Deserialize;
+
+/// One part of an array `content`.
+#[derive(Debug, Deserialize)]
+pub(crate) struct Part {
+    #[serde(rename = "type")]
+    kind: String,
+    text: Option<String>,
+    image_url: Option<ImageUrl>,
+    input_audio: Option<InputAudio>,
+}
+
+/// An audio part's `input_audio`: base64 bytes and their format.
+#[derive(Debug, Deserialize)]
+pub(crate) struct InputAudio {
+    data: String,
+    format: Option<String>,
+}
+
+/// Most audio clips one request may carry.
+pub const MAX_CLIPS: usize = 4;
+
+/// The bytes of an `input_audio` part: its base64 `data`, in a format the
+/// decoder reads (`wav`, `mp3`, `ogg`; OpenAI names `wav` and `mp3`).
+fn audio_bytes(a: &InputAudio, field: &str) -> Result<Vec<u8>, ApiError> {
+    use base64::Engine as _;
+    match a.format.as_deref() {
+        None | Some("wav" | "mp3" | "ogg") => {}
+        Some(other) => {
+            return Err(ApiError::bad_param(
+                &format!("{field}.format"),
+                format!("Audio format `{other}` is not supported; send wav, mp3 or ogg."),
+            ))
+        }
+    }
+    let cleaned: String = a
+        .data
+        .chars()
+        .filter(|c| !c.is_ascii_whitespace())
+        .collect();
+    let bytes = base64::engine::general_purpose::STANDARD
+        .decode(cleaned.as_bytes())
+        .map_err(|e| {
+            ApiError::bad_param(&format!("{field}.data"), format!("Not valid base64: {e}."))
+        })?;
+    if bytes.is_empty() {
+        return Err(ApiError::bad_param(
+            &format!("{field}.data"),
+            "The audio is empty.",
+        ));
+    }
+    Ok(bytes)
+}
+
+/// An image part's `image_url`: `{"url": ...}` as OpenAI sends it, or the
+/// bare URL some clients send.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum ImageUrl {
+    Object { url: String },
+    Bare(String),
+}
+
+/// Most images one request may carry.
+pub const MAX_IMAGES: usize = 8;
+
+/// Where an image of a request comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum ImageSource {
+    /// The bytes of a `data:` URL.
+    Data(Vec<u8>),
+    /// A local file (`file://` URL), read only when the server allows it.
+    File(std::path::PathBuf),
+}
+
+/// An image part's URL as a source: `data:image/...;base64,...` or
+/// `file:///path`. Network URLs are refused: the server never fetches.
+fn image_source(url: &str, field: &str) -> Result<ImageSource, ApiError> {
+    use base64::Engine as _;
+    if let Some(rest) = url.strip_prefix("data:") {
+        let Some((meta, payload)) = rest.split_once(',') else {
+            return Err(ApiError::bad_param(
+                field,
+                "The data URL has no `,` before its payload.",
+            ));
+        };
+        if !meta.ends_with(";base64") {
+            return Err(ApiError::bad_param(
+                field,
+                "Only base64 data URLs are supported (`data:image/png;base64,...`).",
+            ));
+        }
+        let cleaned: String = payload
+            .chars()
+            .filter(|c| !c.is_ascii_whitespace())
+            .collect();
+        return base64::engine::general_purpose::STANDARD
+            .decode(cleaned.as_bytes())
+            .map(ImageSource::Data)
+            .map_err(|e| {
+                ApiError::bad_param(field, format!("The data URL is not valid base64: {e}."))
+            });
+    }
+    if let Some(path) = url.strip_prefix("file://") {
+        if !path.starts_with('/') {
+            return Err(ApiError::bad_param(
+                field,
+                "A file URL must hold an absolute path (`file:///...`).",
+            ));
+        }
+        return Ok(ImageSource::File(std::path::PathBuf::from(path)));
+    }
+    Err(ApiError::bad_param(
+        field,
+        "Images must be sent inline as `data:` URLs (the server does not fetch from the network).",
+    ))
+}
+
+/// The text of message `i`'s parts, a marker where each image or clip
+/// goes; the images and clips are appended to `images` and `audio`.
+pub(crate) fn parts_text(
+    parts: Vec<Part>,
+    i: usize,
+    images: &mut Vec<ImageSource>,
+    audio: &mut Vec<Vec<u8>>,
+) -> Result<String, ApiError> {
+    let mut text = String::new();
+    for (j, p) in parts.into_iter().enumerate() {
+        if p.kind == "input_audio" {
+            let field = format!("messages[{i}].content[{j}].input_audio");
+            let Some(a) = &p.input_audio else {
+                return Err(ApiError::bad_param(
+                    &format!("messages[{i}].content[{j}]"),
+                    "An `input_audio` part needs its `input_audio` field.",
+                ));
+            };
+            if audio.len() == MAX_CLIPS {
+                return Err(ApiError::bad_param(
+                    &field,
+                    format!("A request may carry at most {MAX_CLIPS} audio clips."),
+                ));
+            }
+            audio.push(audio_bytes(a, &field)?);
+            text.push_str(engine::AUDIO_MARKER);
+            continue;
+        }
+        match (p.kind.as_str(), p.image_url) {
+                ("text", _) => text.push_str(p.text.as_deref().unwrap_or("")),
+                ("image_url", Some(u)) => {
+                    let field = format!("messages[{i}].content[{j}].image_url");
+                    let url = match u {
+                        ImageUrl::Object { url } | ImageUrl::Bare(url) => url,
+                    };
+                    if images.len() == MAX_IMAGES {
+                        return Err(ApiError::bad_param(
+                            &field,
+                            format!("A request may carry at most {MAX_IMAGES} images."),
+                        ));
+                    }
+                    images.push(image_source(&url, &field)?);
+                    // Where the image goes in the prompt.
+                    text.push_str(engine::IMAGE_MARKER);
+                }
+                ("image_url", None) => {
+                    return Err(ApiError::bad_param(
+                        &format!("messages[{i}].content[{j}]"),
+                        "An `image_url` part needs its `image_url` field.",
+                    ))
+                }
+                (other, _) => {
+                    return Err(ApiError::bad_param(
+                        &format!("messages[{i}].content"),
+                        format!(
+                            "Content parts of type `{other}` are not supported; only text, image_url and input_audio."
+                        ),
+                    ))
+                }
+            }
+    }
+    Ok(text)
+}

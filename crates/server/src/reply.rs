@@ -1,0 +1,199 @@
+//! A reply as the scheduler produces it, in the terms every API shares:
+//! text and thought as they come, a tool call once the reply is known to be
+//! one, then the end. Each API (OpenAI, Ollama, Anthropic) only shapes
+//! these pieces into its own wire format.
+
+use crate::api::ToolMode;
+use crate::error::ApiError;
+use crate::scheduler::{Event, Usage};
+use engine::tools::ToolCall;
+use engine::FinishReason;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+/// Why a reply ended, as the APIs tell it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ended {
+    /// The model stopped on its own or a stop string was met.
+    Stop,
+    /// The token limit, the context or the time limit.
+    Length,
+    /// The reply is a tool call.
+    ToolCalls,
+}
+
+/// One thing to tell the client.
+#[derive(Debug)]
+pub(crate) enum Piece {
+    /// The prompt is in and generation begins.
+    Started,
+    /// Text to show.
+    Text(String),
+    /// Thought text.
+    Thought(String),
+    /// The reply is these tool calls (sent whole, once known).
+    Calls(Vec<ToolCall>),
+    /// What the guardrails did.
+    Guard(Value),
+    /// The end, with the counts and timings.
+    Done(Ended, Usage),
+    /// The generation failed after it was admitted.
+    Failed(ApiError),
+}
+
+/// Whether text streams as it comes, or is held because the reply may be
+/// (or must be) a tool call.
+#[derive(Debug, PartialEq)]
+enum Mode {
+    Text,
+    Undecided,
+    Call,
+}
+
+/// The pieces of one reply, read from the scheduler's events.
+pub(crate) struct Reply {
+    rx: mpsc::UnboundedReceiver<Event>,
+    tools: Option<ToolMode>,
+    mode: Mode,
+    held: String,
+    done: bool,
+}
+
+impl Reply {
+    /// The reply whose events arrive on `rx`; `tools` when it may be a call.
+    pub(crate) fn new(rx: mpsc::UnboundedReceiver<Event>, tools: Option<ToolMode>) -> Self {
+        let mode = match &tools {
+            None => Mode::Text,
+            Some(t) if t.call_required() => Mode::Call,
+            Some(_) => Mode::Undecided,
+        };
+        Self {
+            rx,
+            tools,
+            mode,
+            held: String::new(),
+            done: false,
+        }
+    }
+
+    /// The next pieces (possibly none for this event), or `None` once the
+    /// reply has ended.
+    pub(crate) async fn next(&mut self) -> Option<Vec<Piece>> {
+        if self.done {
+            return None;
+        }
+        let pieces = match self.rx.recv().await {
+            Some(Event::Started) => vec![Piece::Started],
+            Some(Event::Guard(trace)) => vec![Piece::Guard(trace)],
+            Some(Event::Thought(t)) => vec![Piece::Thought(t)],
+            Some(Event::Text(t)) => self.text(t).into_iter().map(Piece::Text).collect(),
+            Some(Event::Done(usage)) => {
+                self.done = true;
+                self.end(usage)
+            }
+            Some(Event::Failed(msg)) => {
+                self.done = true;
+                vec![Piece::Failed(failed(&msg))]
+            }
+            None => {
+                self.done = true;
+                vec![Piece::Failed(ApiError::internal(
+                    "The generation ended without a result.",
+                ))]
+            }
+        };
+        Some(pieces)
+    }
+
+    /// The text that may be shown now: under `auto` a call is a reply that
+    /// begins with `{`, so the first character decides.
+    fn text(&mut self, t: String) -> Option<String> {
+        match self.mode {
+            Mode::Text => Some(t),
+            Mode::Call => {
+                self.held.push_str(&t);
+                None
+            }
+            Mode::Undecided => {
+                self.held.push_str(&t);
+                match self.held.chars().next() {
+                    None => None,
+                    Some('{') => {
+                        self.mode = Mode::Call;
+                        None
+                    }
+                    Some(_) => {
+                        self.mode = Mode::Text;
+                        Some(std::mem::take(&mut self.held))
+                    }
+                }
+            }
+        }
+    }
+
+    /// The held text as a call (only when the reply ended on its own: a
+    /// cut-off call is not claimed complete) or as text, then the end.
+    fn end(&mut self, usage: Usage) -> Vec<Piece> {
+        let mut out = Vec::new();
+        let mut ended = match usage.finish {
+            FinishReason::Stop | FinishReason::Cancelled => Ended::Stop,
+            FinishReason::Length => Ended::Length,
+        };
+        let held = std::mem::take(&mut self.held);
+        let call = match (&self.tools, usage.finish) {
+            (Some(t), FinishReason::Stop) => t.parse(&held),
+            _ => None,
+        };
+        match call {
+            Some(call) => {
+                out.push(Piece::Calls(vec![call]));
+                ended = Ended::ToolCalls;
+            }
+            None if !held.is_empty() => out.push(Piece::Text(held)),
+            None => {}
+        }
+        out.push(Piece::Done(ended, usage));
+        out
+    }
+}
+
+/// A whole reply, for the APIs that answer in one body.
+#[derive(Debug, Default)]
+pub(crate) struct Whole {
+    /// The text (empty for a call).
+    pub text: String,
+    /// The thought, when thinking was on.
+    pub thought: String,
+    /// The tool calls, when the reply is one.
+    pub calls: Vec<ToolCall>,
+    /// What the guardrails did.
+    pub guard: Option<Value>,
+}
+
+/// Read the whole reply: its pieces, why it ended and its usage.
+pub(crate) async fn collect(mut reply: Reply) -> Result<(Whole, Ended, Usage), ApiError> {
+    let mut whole = Whole::default();
+    while let Some(pieces) = reply.next().await {
+        for piece in pieces {
+            match piece {
+                Piece::Started => {}
+                Piece::Text(t) => whole.text.push_str(&t),
+                Piece::Thought(t) => whole.thought.push_str(&t),
+                Piece::Calls(c) => whole.calls.extend(c),
+                Piece::Guard(g) => whole.guard = Some(g),
+                Piece::Done(ended, usage) => return Ok((whole, ended, usage)),
+                Piece::Failed(e) => return Err(e),
+            }
+        }
+    }
+    Err(ApiError::internal("The generation ended without a result."))
+}
+
+/// A failure reported by the scheduler: shutdown is 503, the rest are bugs.
+pub(crate) fn failed(msg: &str) -> ApiError {
+    if msg.contains("shutting down") {
+        ApiError::unavailable(msg.to_string(), 5)
+    } else {
+        ApiError::internal(msg.to_string())
+    }
+}
