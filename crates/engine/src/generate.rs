@@ -122,6 +122,11 @@ pub struct Decoding {
     pub(crate) think: Option<ThinkState>,
     /// Which of `opts.stop` ended the generation, if one did.
     pub(crate) stopped_by: Option<usize>,
+    /// With how many alternatives each sampled token's log-probability is
+    /// recorded, when it is.
+    pub(crate) logprobs: Option<usize>,
+    /// The recorded log-probabilities not yet taken.
+    pub(crate) log: Vec<crate::TokenLogprob>,
 }
 
 impl Decoding {
@@ -158,6 +163,17 @@ impl Decoding {
     /// Prompt tokens reused from the session's cache.
     pub fn prompt_tokens_reused(&self) -> usize {
         self.reused
+    }
+
+    /// Record each sampled token's log-probability, with the `top` most
+    /// likely alternatives (see [`crate::TokenLogprob`]).
+    pub fn record_logprobs(&mut self, top: usize) {
+        self.logprobs = Some(top);
+    }
+
+    /// The log-probabilities recorded since the last call.
+    pub fn take_logprobs(&mut self) -> Vec<crate::TokenLogprob> {
+        std::mem::take(&mut self.log)
     }
 
     /// The stop string that ended the generation, if one did.
@@ -381,6 +397,8 @@ impl Session {
             constraint: None,
             think: None,
             stopped_by: None,
+            logprobs: None,
+            log: Vec::new(),
         })
     }
 
@@ -504,6 +522,8 @@ impl Session {
                     .logits(&mut self.scratch, rows.saturating_sub(1)..rows)?
             }
         };
+        // The model's own distribution, before the sampler changes it.
+        let raw = d.logprobs.map(|_| logits.to_vec());
         let forced = d.think.as_ref().and_then(ThinkState::forced);
         let thinking = d.think.as_ref().is_some_and(ThinkState::thinking);
         let id = match (forced, d.constraint.as_mut()) {
@@ -528,6 +548,9 @@ impl Session {
                 c.sample(sampler, logits)?
             }
         };
+        if let (Some(top), Some(raw)) = (d.logprobs, raw) {
+            d.log.push(crate::token_logprob(&raw, id, top));
+        }
         d.ids.push(id);
         if !self.tokenizer.is_eog(id) {
             if let Some(t) = d.think.as_mut() {

@@ -38,7 +38,7 @@ pub use load::{open_model_file, Engine};
 pub use model::{KvType, Precision, RING_SLACK};
 pub use options::{RunOptions, DEFAULT_BATCH, MAX_DEFAULT_CTX};
 pub use sampling::{argmax, Rng, Sampler, SamplingParams};
-pub use score::{logsumexp, top_k, PerplexityReport};
+pub use score::{logsumexp, token_logprob, top_k, PerplexityReport, TokenLogprob};
 pub use session::Session;
 pub use shared_chat::SharedChat;
 pub use thinking::Thinking;

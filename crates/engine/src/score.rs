@@ -29,6 +29,35 @@ pub fn top_k(x: &[f32], k: usize) -> Vec<(u32, f32)> {
     v
 }
 
+/// A sampled token's log-probability and the most likely tokens at its
+/// place, under the model's own distribution: the log-softmax of the raw
+/// logits, before the sampler's penalties, temperature and filters (what
+/// the model thinks, whatever the sampler then allowed).
+#[derive(Debug, Clone, PartialEq)]
+pub struct TokenLogprob {
+    /// The sampled id.
+    pub id: u32,
+    /// Its log-probability.
+    pub logprob: f32,
+    /// The most likely ids and their log-probabilities, most likely first.
+    pub top: Vec<(u32, f32)>,
+}
+
+/// [`TokenLogprob`] of `id` from the raw logits `raw`, with `top`
+/// alternatives.
+pub fn token_logprob(raw: &[f32], id: u32, top: usize) -> TokenLogprob {
+    let lse = logsumexp(raw);
+    let lp = |x: f32| (x as f64 - lse) as f32;
+    TokenLogprob {
+        id,
+        logprob: raw.get(id as usize).map_or(f32::NEG_INFINITY, |&x| lp(x)),
+        top: top_k(raw, top)
+            .into_iter()
+            .map(|(i, x)| (i, lp(x)))
+            .collect(),
+    }
+}
+
 /// The result of a perplexity run.
 #[derive(Debug, Clone, PartialEq)]
 pub struct PerplexityReport {

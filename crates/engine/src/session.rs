@@ -24,6 +24,20 @@ impl Session {
         self.cache.n_ctx()
     }
 
+    /// Take `other`'s cache (its ids, images, keys and values) as this
+    /// session's, so a generation sharing its prompt starts without
+    /// prefilling it again. Sessions of different models or context sizes
+    /// are left as they are; returns whether the copy happened.
+    pub fn copy_cache_from(&mut self, other: &Session) -> bool {
+        if !Arc::ptr_eq(&self.model, &other.model) || self.n_ctx() != other.n_ctx() {
+            return false;
+        }
+        self.cache.clone_from(&other.cache);
+        self.tokens.clone_from(&other.tokens);
+        self.images.clone_from(&other.images);
+        true
+    }
+
     /// Tokens currently in the cache.
     pub fn tokens(&self) -> &[u32] {
         &self.tokens

@@ -42,6 +42,11 @@ struct Common {
     frequency_penalty: Option<f32>,
     presence_penalty: Option<f32>,
     n: Option<i64>,
+    /// Chat: `true` to return each token's log-probability; legacy
+    /// completions: how many alternatives to return with each.
+    logprobs: Option<Value>,
+    /// Chat: how many alternatives with each token (0 to 20).
+    top_logprobs: Option<i64>,
     // Extensions that llama.cpp's server also takes.
     top_k: Option<i64>,
     min_p: Option<f32>,
@@ -189,6 +194,10 @@ pub struct Request {
     /// The audio clips of a chat (file bytes), in the order their markers
     /// appear.
     pub audio: Vec<Vec<u8>>,
+    /// Return each token's log-probability with this many alternatives.
+    pub logprobs: Option<usize>,
+    /// How many choices to generate from the prompt.
+    pub n: usize,
 }
 
 /// Tool calling in a chat request.
@@ -575,6 +584,7 @@ fn common(
     defaults: &SamplingParams,
 ) -> Result<Request, ApiError> {
     let grammar = parse_grammar(&mut c)?;
+    let logprobs = parse_logprobs(c.logprobs.take(), c.top_logprobs)?;
     let kw_thinking = match c
         .chat_template_kwargs
         .as_ref()
@@ -614,11 +624,16 @@ fn common(
     };
     // Thinking is off unless asked for, as in the Gemma 4 template.
     let thinking = c.think.or(kw_thinking).or(effort_thinking).unwrap_or(false);
-    if let Some(n) = c.n {
-        if n != 1 {
-            return Err(ApiError::bad_param("n", "Only n = 1 is supported."));
+    let n = match c.n {
+        None => 1,
+        Some(n @ 1..=MAX_CHOICES) => n as usize,
+        Some(n) => {
+            return Err(ApiError::bad_param(
+                "n",
+                format!("`n` must be between 1 and {MAX_CHOICES}, got {n}."),
+            ))
         }
-    }
+    };
     let max = match (c.max_completion_tokens, c.max_tokens) {
         (Some(m), _) => Some(("max_completion_tokens", m)),
         (None, Some(m)) => Some(("max_tokens", m)),
@@ -737,7 +752,50 @@ fn common(
         guard: None,
         images: Vec::new(),
         audio: Vec::new(),
+        logprobs,
+        n,
     })
+}
+
+/// Most choices one request may ask for (OpenAI's limit).
+pub const MAX_CHOICES: i64 = 128;
+
+/// Most alternatives a token's log-probability may come with (OpenAI's
+/// limit).
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// `logprobs` (a switch for chats, a count for legacy completions) and
+/// `top_logprobs` as the number of alternatives, `None` when off.
+fn parse_logprobs(logprobs: Option<Value>, top: Option<i64>) -> Result<Option<usize>, ApiError> {
+    let in_range = |name: &str, n: i64| match usize::try_from(n) {
+        Ok(n) if n <= MAX_TOP_LOGPROBS => Ok(n),
+        _ => Err(ApiError::bad_param(
+            name,
+            format!("`{name}` must be between 0 and {MAX_TOP_LOGPROBS}, got {n}."),
+        )),
+    };
+    let top = top.map(|n| in_range("top_logprobs", n)).transpose()?;
+    match logprobs {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => match top {
+            Some(_) => Err(ApiError::bad_param(
+                "top_logprobs",
+                "`top_logprobs` needs `logprobs` set to true.",
+            )),
+            None => Ok(None),
+        },
+        Some(Value::Bool(true)) => Ok(Some(top.unwrap_or(0))),
+        Some(Value::Number(n)) => match n.as_i64() {
+            Some(n) => in_range("logprobs", n).map(Some),
+            None => Err(ApiError::bad_param(
+                "logprobs",
+                "`logprobs` must be an integer.",
+            )),
+        },
+        Some(other) => Err(ApiError::bad_param(
+            "logprobs",
+            format!("`logprobs` is true or false (chat) or a count (completions), not {other}."),
+        )),
+    }
 }
 
 /// A seed for requests that give none: differs from call to call.

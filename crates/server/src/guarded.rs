@@ -66,6 +66,8 @@ impl ChatModel for SchedulerChat<'_> {
             thinking: None,
             events: tx,
             deadline: self.deadline,
+            logprobs: None,
+            forks: Vec::new(),
         };
         match self.scheduler.submit(job) {
             Ok(()) => {}

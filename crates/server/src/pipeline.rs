@@ -7,7 +7,7 @@ use crate::api::{self, Input, Request};
 use crate::error::ApiError;
 use crate::reply::Reply;
 use crate::routes::resolve_model;
-use crate::scheduler::{Job, Rejected};
+use crate::scheduler::{Fork, Job, Rejected};
 use crate::truncate::{self, Overflow};
 use crate::{AppState, ServerConfig};
 use engine::{Engine, EngineError, SamplingParams};
@@ -23,6 +23,8 @@ pub(crate) struct Submitted {
     pub req: Request,
     /// Its reply.
     pub reply: Reply,
+    /// The replies of the other choices (`n` > 1).
+    pub more: Vec<Reply>,
     /// The prompt's length in tokens.
     pub prompt_tokens: usize,
     /// Turns dropped from the oldest to fit the context.
@@ -77,7 +79,7 @@ pub(crate) async fn submit(
         prompt,
         dropped,
         images,
-        constraint,
+        constraints,
         thinking,
     } = tokio::task::spawn_blocking(move || prepare(&engine, req, &config, true))
         .await
@@ -104,66 +106,92 @@ pub(crate) async fn submit(
     }
     let prompt_tokens = prompt.len();
     let opts = req.generate_options(n_ctx - prompt.len());
-    let (tx, rx) = mpsc::unbounded_channel();
     let deadline = st
         .config
         .max_request_time
         .and_then(|limit| received.checked_add(limit));
-    let reply = Reply::new(rx, req.tools.clone());
+    let engine = &backend.engine;
+    let (tx, rx) = mpsc::unbounded_channel();
+    let reply = Reply::new(rx, req.tools.clone(), Arc::clone(engine));
     let guards = guards_for(st, &req)?;
+    let mut more = Vec::new();
     if let (false, Input::Chat(messages)) = (guards.is_empty(), &req.input) {
         let cfg = guard::GuardConfig {
             guards,
             max_tokens: opts.max_tokens,
             ..guard::GuardConfig::default()
         };
-        let messages = messages.clone();
-        let params = req.params.clone();
-        let state = st.clone();
-        tokio::task::spawn_blocking(move || {
-            let Some(backend) = state.backend.get() else {
-                return;
-            };
-            let mut chat = crate::guarded::SchedulerChat {
-                engine: &backend.engine,
-                scheduler: &backend.scheduler,
-                params,
-                deadline,
-                client: &tx,
-            };
-            crate::guarded::run(&mut chat, &messages, &cfg, &state.metrics);
-        });
-        return Ok(Submitted {
-            model,
-            req,
-            reply,
-            prompt_tokens,
-            dropped_turns: dropped,
-        });
-    }
-    let job = Job {
-        prompt,
-        images,
-        params: req.params.clone(),
-        opts,
-        constraint,
-        thinking,
-        events: tx,
-        deadline,
-    };
-    match backend.scheduler.submit(job) {
-        Ok(()) => Ok(Submitted {
-            model,
-            req,
-            reply,
-            prompt_tokens,
-            dropped_turns: dropped,
-        }),
-        Err(Rejected::QueueFull) => Err(ApiError::queue_full(2)),
-        Err(Rejected::ShuttingDown) => {
-            Err(ApiError::unavailable("The server is shutting down.", 5))
+        run_guarded(st, messages.clone(), req.params.clone(), cfg, deadline, tx);
+    } else {
+        let mut constraints = constraints.into_iter();
+        // Choices after the first: their own seed, grammar and channel.
+        let forks = (1..req.n)
+            .map(|i| {
+                let (tx, rx) = mpsc::unbounded_channel();
+                more.push(Reply::new(rx, req.tools.clone(), Arc::clone(engine)));
+                let mut params = req.params.clone();
+                params.seed = params.seed.wrapping_add(i as u64);
+                Fork {
+                    params,
+                    constraint: constraints.next_back(),
+                    events: tx,
+                }
+            })
+            .collect();
+        let job = Job {
+            prompt,
+            images,
+            params: req.params.clone(),
+            opts,
+            constraint: constraints.next(),
+            thinking,
+            events: tx,
+            deadline,
+            logprobs: req.logprobs,
+            forks,
+        };
+        match backend.scheduler.submit(job) {
+            Ok(()) => {}
+            Err(Rejected::QueueFull) => return Err(ApiError::queue_full(2)),
+            Err(Rejected::ShuttingDown) => {
+                return Err(ApiError::unavailable("The server is shutting down.", 5))
+            }
         }
     }
+    Ok(Submitted {
+        model,
+        req,
+        reply,
+        more,
+        prompt_tokens,
+        dropped_turns: dropped,
+    })
+}
+
+/// Run the guard pipeline for a chat on a blocking thread; its reply comes
+/// on `tx` as ordinary scheduler events.
+fn run_guarded(
+    st: &AppState,
+    messages: Vec<engine::ChatMessage>,
+    params: SamplingParams,
+    cfg: guard::GuardConfig,
+    deadline: Option<Instant>,
+    tx: mpsc::UnboundedSender<crate::scheduler::Event>,
+) {
+    let state = st.clone();
+    tokio::task::spawn_blocking(move || {
+        let Some(backend) = state.backend.get() else {
+            return;
+        };
+        let mut chat = crate::guarded::SchedulerChat {
+            engine: &backend.engine,
+            scheduler: &backend.scheduler,
+            params,
+            deadline,
+            client: &tx,
+        };
+        crate::guarded::run(&mut chat, &messages, &cfg, &state.metrics);
+    });
 }
 
 /// A request made ready for the scheduler.
@@ -173,7 +201,8 @@ struct Prepared {
     /// Turns dropped to fit the context.
     dropped: usize,
     images: Vec<engine::PromptImage>,
-    constraint: Option<engine::Constraint>,
+    /// One compiled grammar per choice, when there is a grammar.
+    constraints: Vec<engine::Constraint>,
     thinking: Option<engine::Thinking>,
 }
 
@@ -210,20 +239,22 @@ fn prepare(
         ),
         _ => media_prompt(engine, &req, config.allow_file_images, thinking.is_some())?,
     };
-    let constraint = match &req.grammar {
-        Some((grammar, field)) if compile => Some(
-            engine
-                .constraint(grammar)
-                .map_err(|e| grammar_error(field, e))?,
-        ),
-        _ => None,
+    let constraints = match &req.grammar {
+        Some((grammar, field)) if compile => (0..req.n)
+            .map(|_| {
+                engine
+                    .constraint(grammar)
+                    .map_err(|e| grammar_error(field, e))
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        _ => Vec::new(),
     };
     Ok(Prepared {
         req,
         prompt,
         dropped,
         images,
-        constraint,
+        constraints,
         thinking,
     })
 }
@@ -263,7 +294,8 @@ fn check_logit_bias(req: &Request, vocab: usize) -> Result<(), ApiError> {
 /// would hold); the server's default simply does not apply to such a
 /// request.
 fn guards_for(st: &AppState, req: &Request) -> Result<guard::GuardSet, ApiError> {
-    let special = req.grammar.is_some()
+    let special = req.n > 1
+        || req.grammar.is_some()
         || req.tools.is_some()
         || req.thinking
         || !req.images.is_empty()
@@ -272,7 +304,7 @@ fn guards_for(st: &AppState, req: &Request) -> Result<guard::GuardSet, ApiError>
     match req.guard {
         Some(g) if !g.is_empty() && special => Err(ApiError::bad_param(
             "guard",
-            "`guard` cannot be combined with a grammar, a response format, tools, thinking, images or audio.",
+            "`guard` cannot be combined with `n` > 1, a grammar, a response format, tools, thinking, images or audio.",
         )),
         Some(g) => Ok(g),
         None if special || !chat => Ok(guard::GuardSet::none()),

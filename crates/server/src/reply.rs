@@ -7,8 +7,9 @@ use crate::api::ToolMode;
 use crate::error::ApiError;
 use crate::scheduler::{Event, Usage};
 use engine::tools::ToolCall;
-use engine::FinishReason;
+use engine::{Engine, FinishReason};
 use serde_json::Value;
+use std::sync::Arc;
 use tokio::sync::mpsc;
 
 /// Why a reply ended, as the APIs tell it.
@@ -35,10 +36,30 @@ pub(crate) enum Piece {
     Calls(Vec<ToolCall>),
     /// What the guardrails did.
     Guard(Value),
+    /// Log-probabilities of the tokens sampled since the last ones, sent
+    /// before their text.
+    Logprobs(Vec<TokenLp>),
     /// The end, with the counts and timings.
     Done(Ended, Usage),
     /// The generation failed after it was admitted.
     Failed(ApiError),
+}
+
+/// A token as the APIs show it: its text (lossy where its bytes are not
+/// UTF-8 on their own) and its bytes.
+#[derive(Debug, Clone)]
+pub(crate) struct TokenText {
+    pub id: u32,
+    pub text: String,
+    pub bytes: Vec<u8>,
+}
+
+/// One sampled token's log-probability and the likeliest alternatives.
+#[derive(Debug, Clone)]
+pub(crate) struct TokenLp {
+    pub token: TokenText,
+    pub logprob: f32,
+    pub top: Vec<(TokenText, f32)>,
 }
 
 /// Whether text streams as it comes, or is held because the reply may be
@@ -53,6 +74,8 @@ enum Mode {
 /// The pieces of one reply, read from the scheduler's events.
 pub(crate) struct Reply {
     rx: mpsc::UnboundedReceiver<Event>,
+    /// For the tokens' text, when log-probabilities come.
+    engine: Arc<Engine>,
     tools: Option<ToolMode>,
     mode: Mode,
     held: String,
@@ -61,7 +84,11 @@ pub(crate) struct Reply {
 
 impl Reply {
     /// The reply whose events arrive on `rx`; `tools` when it may be a call.
-    pub(crate) fn new(rx: mpsc::UnboundedReceiver<Event>, tools: Option<ToolMode>) -> Self {
+    pub(crate) fn new(
+        rx: mpsc::UnboundedReceiver<Event>,
+        tools: Option<ToolMode>,
+        engine: Arc<Engine>,
+    ) -> Self {
         let mode = match &tools {
             None => Mode::Text,
             Some(t) if t.call_required() => Mode::Call,
@@ -69,6 +96,7 @@ impl Reply {
         };
         Self {
             rx,
+            engine,
             tools,
             mode,
             held: String::new(),
@@ -86,6 +114,9 @@ impl Reply {
             Some(Event::Started) => vec![Piece::Started],
             Some(Event::Guard(trace)) => vec![Piece::Guard(trace)],
             Some(Event::Thought(t)) => vec![Piece::Thought(t)],
+            Some(Event::Logprobs(lps)) => vec![Piece::Logprobs(
+                lps.iter().map(|lp| self.render(lp)).collect(),
+            )],
             Some(Event::Text(t)) => self.text(t).into_iter().map(Piece::Text).collect(),
             Some(Event::Done(usage)) => {
                 self.done = true;
@@ -103,6 +134,23 @@ impl Reply {
             }
         };
         Some(pieces)
+    }
+
+    fn token(&self, id: u32) -> TokenText {
+        let bytes = self.engine.tokenizer().token_bytes(id, true).to_vec();
+        TokenText {
+            id,
+            text: String::from_utf8_lossy(&bytes).into_owned(),
+            bytes,
+        }
+    }
+
+    fn render(&self, lp: &engine::TokenLogprob) -> TokenLp {
+        TokenLp {
+            token: self.token(lp.id),
+            logprob: lp.logprob,
+            top: lp.top.iter().map(|&(id, l)| (self.token(id), l)).collect(),
+        }
     }
 
     /// The text that may be shown now: under `auto` a call is a reply that
@@ -168,6 +216,8 @@ pub(crate) struct Whole {
     pub calls: Vec<ToolCall>,
     /// What the guardrails did.
     pub guard: Option<Value>,
+    /// Each token's log-probability, when asked for.
+    pub logprobs: Vec<TokenLp>,
 }
 
 /// Read the whole reply: its pieces, why it ended and its usage.
@@ -181,6 +231,7 @@ pub(crate) async fn collect(mut reply: Reply) -> Result<(Whole, Ended, Usage), A
                 Piece::Thought(t) => whole.thought.push_str(&t),
                 Piece::Calls(c) => whole.calls.extend(c),
                 Piece::Guard(g) => whole.guard = Some(g),
+                Piece::Logprobs(l) => whole.logprobs.extend(l),
                 Piece::Done(ended, usage) => return Ok((whole, ended, usage)),
                 Piece::Failed(e) => return Err(e),
             }

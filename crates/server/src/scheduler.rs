@@ -37,9 +37,27 @@ pub struct Job {
     pub thinking: Option<Thinking>,
     /// Where the output goes; a closed receiver cancels the job.
     pub events: UnboundedSender<Event>,
+    /// More generations from the same prompt (`n` > 1): once this job's
+    /// prompt is in, each takes a free slot with a copy of its cache.
+    pub forks: Vec<Fork>,
+    /// Record each token's log-probability with this many alternatives
+    /// (`None`: not recorded).
+    pub logprobs: Option<usize>,
     /// When the request must be over, queueing included: generation stops
     /// there with `FinishReason::Length`. `None`: no limit.
     pub deadline: Option<Instant>,
+}
+
+/// One more generation from a job's prompt, with its own sampling,
+/// grammar state and channel.
+#[derive(Debug)]
+pub struct Fork {
+    /// Sampling settings (its own seed).
+    pub params: SamplingParams,
+    /// Its own compiled grammar, when the job has one.
+    pub constraint: Option<Constraint>,
+    /// Where its output goes.
+    pub events: UnboundedSender<Event>,
 }
 
 /// What the scheduler tells a request's handler.
@@ -57,6 +75,9 @@ pub enum Event {
     Failed(String),
     /// What the guardrails did (before `Done`, for a guarded reply).
     Guard(serde_json::Value),
+    /// The log-probabilities of the tokens sampled since the last event
+    /// (when the job asked for them), sent before their text.
+    Logprobs(Vec<engine::TokenLogprob>),
 }
 
 /// Token counts and the finish reason of a finished generation.

@@ -96,6 +96,8 @@ fn interleaved_slots_match_generate() {
                 thinking: None,
                 events: tx,
                 deadline: None,
+                logprobs: None,
+                forks: Vec::new(),
             })
             .unwrap();
         rxs.push(rx);
@@ -133,6 +135,8 @@ fn the_queue_is_bounded_and_a_dropped_receiver_cancels() {
             thinking: None,
             events: tx,
             deadline: None,
+            logprobs: None,
+            forks: Vec::new(),
         }) {
             Ok(()) => accepted.push(rx),
             Err(Rejected::QueueFull) => rejected += 1,
@@ -167,6 +171,8 @@ fn the_queue_is_bounded_and_a_dropped_receiver_cancels() {
         thinking: None,
         events: tx,
         deadline: None,
+        logprobs: None,
+        forks: Vec::new(),
     });
     assert_eq!(after.unwrap_err(), Rejected::ShuttingDown);
     sched.join();
@@ -206,6 +212,8 @@ fn a_long_prompt_is_prefilled_in_chunks_beside_a_decoding_slot() {
             thinking: None,
             events: tx_a,
             deadline: None,
+            logprobs: None,
+            forks: Vec::new(),
         })
         .unwrap();
     // Wait until the short one decodes, so the long one is chunked.
@@ -225,6 +233,8 @@ fn a_long_prompt_is_prefilled_in_chunks_beside_a_decoding_slot() {
             thinking: None,
             events: tx_b,
             deadline: None,
+            logprobs: None,
+            forks: Vec::new(),
         })
         .unwrap();
     assert_eq!(drain(&mut rx_b).0, want_long);
@@ -284,6 +294,8 @@ fn batched_slots_match_generate_as_requests_join_and_leave() {
                 thinking: None,
                 events: tx,
                 deadline: None,
+                logprobs: None,
+                forks: Vec::new(),
             })
             .unwrap();
         rxs.push(rx);

@@ -135,7 +135,7 @@ impl Streaming {
     fn events(&mut self, piece: Piece, out: &mut Vec<SseEvent>) {
         self.start(out);
         match piece {
-            Piece::Started | Piece::Guard(_) => {}
+            Piece::Started | Piece::Guard(_) | Piece::Logprobs(_) => {}
             Piece::Text(t) => {
                 let i = self.open(Open::Text, json!({"type": "text", "text": ""}), out);
                 out.push(event("content_block_delta", json!({"type": "content_block_delta", "index": i, "delta": {"type": "text_delta", "text": t}})));

@@ -109,48 +109,7 @@ pub(super) fn run(shared: &Shared, mut slots: Vec<Slot>, mut decoder: BatchDecod
         // prompt; the rest is prefilled below, a chunk per round.
         for (i, job) in admitted {
             tick += 1;
-            let slot = &mut slots[i];
-            slot.last_used = tick;
-            let sampler = Sampler::new(job.params.clone());
-            let session = &mut slot.session;
-            let begun = catch_unwind(AssertUnwindSafe(|| {
-                session.begin_images(&job.prompt, &job.images, &sampler, &job.opts)
-            }));
-            match begun {
-                Ok(Ok(mut decoding)) => {
-                    let mut job = job;
-                    if let Some(c) = job.constraint.take() {
-                        decoding.constrain(c);
-                    }
-                    if let Some(t) = job.thinking {
-                        decoding.enable_thinking(t);
-                    }
-                    metrics
-                        .prefill_evaluated
-                        .fetch_add(decoding.prompt_tokens_evaluated() as u64, Ordering::Relaxed);
-                    metrics
-                        .prefill_saved
-                        .fetch_add(decoding.prompt_tokens_reused() as u64, Ordering::Relaxed);
-                    metrics
-                        .prompt_tokens
-                        .fetch_add(job.prompt.len() as u64, Ordering::Relaxed);
-                    slot.active = Some(Active {
-                        job,
-                        sampler,
-                        decoding,
-                    });
-                }
-                Ok(Err(e)) => {
-                    let _ = job.events.send(Event::Failed(e.to_string()));
-                }
-                Err(_) => {
-                    slot.session.reset();
-                    metrics.panics.fetch_add(1, Ordering::Relaxed);
-                    let _ = job
-                        .events
-                        .send(Event::Failed("internal error while admitting".into()));
-                }
-            }
+            admit(&mut slots[i], job, metrics, tick);
         }
 
         let busy = slots.iter().filter(|s| s.active.is_some()).count();
@@ -190,7 +149,8 @@ pub(super) fn run(shared: &Shared, mut slots: Vec<Slot>, mut decoder: BatchDecod
         } else {
             PREFILL_CHUNK
         };
-        for slot in slots.iter_mut() {
+        let mut prefilled = Vec::new();
+        for (i, slot) in slots.iter_mut().enumerate() {
             let Some(active) = slot.active.as_mut() else {
                 continue;
             };
@@ -204,6 +164,9 @@ pub(super) fn run(shared: &Shared, mut slots: Vec<Slot>, mut decoder: BatchDecod
             match filled {
                 Ok(Ok(true)) => {
                     let _ = active.job.events.send(Event::Started);
+                    if !active.job.forks.is_empty() {
+                        prefilled.push(i);
+                    }
                 }
                 Ok(Ok(false)) => {}
                 Ok(Err(e)) => {
@@ -220,6 +183,10 @@ pub(super) fn run(shared: &Shared, mut slots: Vec<Slot>, mut decoder: BatchDecod
                     slot.session.reset();
                 }
             }
+        }
+
+        for i in prefilled {
+            fork(&mut slots, i, shared, &mut tick);
         }
 
         // One token for every prefilled slot, all in one batched forward.
@@ -283,6 +250,10 @@ pub(super) fn run(shared: &Shared, mut slots: Vec<Slot>, mut decoder: BatchDecod
             metrics
                 .completion_tokens
                 .fetch_add(sampled, Ordering::Relaxed);
+            let logprobs = active.decoding.take_logprobs();
+            if !logprobs.is_empty() {
+                let _ = active.job.events.send(Event::Logprobs(logprobs));
+            }
             match outcome {
                 Some(Ok((text, thought, finish_reason))) => {
                     if !thought.is_empty()
@@ -323,6 +294,97 @@ pub(super) fn run(shared: &Shared, mut slots: Vec<Slot>, mut decoder: BatchDecod
 /// What one slot's step produced: the text to show, the thought, and the
 /// finish, if any.
 type StepOutcome = Result<(String, String, Option<FinishReason>), EngineError>;
+
+/// Start `job` in `slot`: rewind the slot's cache to the prefix it shares
+/// with the prompt (the rest is prefilled a chunk per round).
+fn admit(slot: &mut Slot, job: Job, metrics: &Metrics, tick: u64) {
+    slot.last_used = tick;
+    let sampler = Sampler::new(job.params.clone());
+    let session = &mut slot.session;
+    let begun = catch_unwind(AssertUnwindSafe(|| {
+        session.begin_images(&job.prompt, &job.images, &sampler, &job.opts)
+    }));
+    let mut job = job;
+    match begun {
+        Ok(Ok(mut decoding)) => {
+            if let Some(c) = job.constraint.take() {
+                decoding.constrain(c);
+            }
+            if let Some(t) = job.thinking {
+                decoding.enable_thinking(t);
+            }
+            if let Some(top) = job.logprobs {
+                decoding.record_logprobs(top);
+            }
+            metrics
+                .prefill_evaluated
+                .fetch_add(decoding.prompt_tokens_evaluated() as u64, Ordering::Relaxed);
+            metrics
+                .prefill_saved
+                .fetch_add(decoding.prompt_tokens_reused() as u64, Ordering::Relaxed);
+            metrics
+                .prompt_tokens
+                .fetch_add(job.prompt.len() as u64, Ordering::Relaxed);
+            slot.active = Some(Active {
+                job,
+                sampler,
+                decoding,
+            });
+        }
+        Ok(Err(e)) => {
+            let _ = job.events.send(Event::Failed(e.to_string()));
+        }
+        Err(_) => {
+            slot.session.reset();
+            metrics.panics.fetch_add(1, Ordering::Relaxed);
+            let _ = job
+                .events
+                .send(Event::Failed("internal error while admitting".into()));
+        }
+    }
+}
+
+/// Start the forks of the job in slot `from`, whose prompt is in: each
+/// takes a free slot with a copy of the cache, so its prompt is not
+/// prefilled again; those that find no free slot wait in the queue.
+fn fork(slots: &mut [Slot], from: usize, shared: &Shared, tick: &mut u64) {
+    let Some(active) = slots[from].active.as_mut() else {
+        return;
+    };
+    let forks = std::mem::take(&mut active.job.forks);
+    let job = &active.job;
+    let jobs: Vec<Job> = forks
+        .into_iter()
+        .map(|f| Job {
+            prompt: job.prompt.clone(),
+            images: job.images.clone(),
+            params: f.params,
+            opts: job.opts.clone(),
+            constraint: f.constraint,
+            thinking: job.thinking,
+            events: f.events,
+            deadline: job.deadline,
+            logprobs: job.logprobs,
+            forks: Vec::new(),
+        })
+        .collect();
+    for job in jobs {
+        let Some(to) = slots.iter().position(|s| s.active.is_none()) else {
+            shared.lock().jobs.push_front(job);
+            continue;
+        };
+        // Two slots at once: split around the later index.
+        let (a, b) = slots.split_at_mut(from.max(to));
+        let (src, dst) = if from < to {
+            (&a[from], &mut b[0])
+        } else {
+            (&b[0], &mut a[to])
+        };
+        dst.session.copy_cache_from(&src.session);
+        *tick += 1;
+        admit(dst, job, &shared.metrics, *tick);
+    }
+}
 
 /// Report the end of a slot's generation and free the slot.
 fn finish(slot: &mut Slot, metrics: &Metrics, reason: FinishReason) {

@@ -1,0 +1,90 @@
+//! `/v1/chat/completions` and `/v1/completions`: parse, submit through the
+//! [`pipeline`](crate::pipeline), and answer as one JSON object
+//! ([`shape`]) or as a stream of chunks ([`stream`]) in OpenAI's shapes,
+//! with one choice per `n`.
+
+mod shape;
+mod stream;
+
+use crate::api;
+use crate::error::ApiError;
+use crate::pipeline::{self, Submitted};
+use crate::reply::{self, Reply};
+use crate::routes::read_body;
+use crate::{new_id, AppState};
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use shape::{Kind, Meta};
+use std::time::Instant;
+
+pub(crate) async fn chat_completions(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    generate(st, headers, body, Kind::Chat)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+pub(crate) async fn completions(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    generate(st, headers, body, Kind::Completion)
+        .await
+        .unwrap_or_else(IntoResponse::into_response)
+}
+
+async fn generate(
+    st: AppState,
+    headers: HeaderMap,
+    body: Body,
+    kind: Kind,
+) -> Result<Response, ApiError> {
+    let received = Instant::now();
+    let bytes = read_body(&st, &headers, body).await?;
+    let defaults = pipeline::sampling_defaults(&st);
+    let req = match kind {
+        Kind::Chat => api::parse_chat(&bytes, &defaults)?,
+        Kind::Completion => api::parse_completion(&bytes, &defaults)?,
+    };
+    let Submitted {
+        model,
+        req,
+        reply,
+        more,
+        dropped_turns,
+        ..
+    } = pipeline::submit(&st, req, received).await?;
+    let meta = Meta {
+        id: new_id(match kind {
+            Kind::Chat => "chatcmpl",
+            Kind::Completion => "cmpl",
+        }),
+        created: api::now_secs(),
+        model,
+        kind,
+        dropped_turns,
+        logprobs: req.logprobs.is_some(),
+    };
+    let replies: Vec<Reply> = std::iter::once(reply).chain(more).collect();
+    if req.stream {
+        let resp = stream::respond(meta, req.include_usage, replies);
+        return Ok(pipeline::mark_dropped(resp, dropped_turns));
+    }
+    let timeout = st.config.request_timeout;
+    let all = futures_util::future::try_join_all(replies.into_iter().map(reply::collect));
+    let all = tokio::time::timeout(timeout, all).await.map_err(|_| {
+        ApiError::timed_out(format!(
+            "The request did not finish within {} s; ask for fewer tokens or stream.",
+            timeout.as_secs()
+        ))
+    })??;
+    let resp = Json(meta.whole(all)).into_response();
+    Ok(pipeline::mark_dropped(resp, dropped_turns))
+}
