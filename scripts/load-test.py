@@ -17,6 +17,14 @@ and --pid (for its memory); without Hearth's /metrics, tokens are counted
 from the responses (usage, else one per streamed content chunk):
 
   python3 scripts/load-test.py --url http://127.0.0.1:8000 --pid PID --hang-up-every 0
+
+With --compare-apis, the same streamed chat load goes through OpenAI's
+/v1/chat/completions, Ollama's /api/chat and Anthropic's /v1/messages in
+turn (twice each, alternating) on one server, and the aggregate tokens/s of
+each API is printed side by side:
+
+  python3 scripts/load-test.py --model ~/.cache/hearth/models/gemma-3-270m-q4_k_m.gguf \
+      --parallel 4 --ctx 512 --max-tokens 64 --clients 8 --requests 4 --compare-apis
 """
 
 import argparse
@@ -47,6 +55,8 @@ def parse_args():
     p.add_argument("--timeout", type=float, default=300.0, help="seconds one request may take")
     p.add_argument("--api-key", default=None)
     p.add_argument("--pid", type=int, help="with --url: the server's process id, for its memory")
+    p.add_argument("--compare-apis", action="store_true",
+                   help="run the same streamed chat load through the OpenAI, Ollama and Anthropic endpoints")
     p.add_argument("--hang-up-every", type=int, default=5,
                    help="every Nth request hangs up early (0: none, so every token is delivered)")
     return p.parse_args()
@@ -174,6 +184,72 @@ class Client:
         return res
 
 
+def streamed_chat(client, api, i, j, max_tokens):
+    """One streamed chat through `api`; the tokens its last event reports."""
+    content = f"Client {i} asks question {j}: tell me a story."
+    seed = i * 100 + j
+    if api == "openai":
+        path = "/v1/chat/completions"
+        body = {"messages": [{"role": "user", "content": content}], "max_tokens": max_tokens,
+                "temperature": 0.8, "seed": seed, "stream": True, "stream_options": {"include_usage": True}}
+    elif api == "ollama":
+        path = "/api/chat"
+        body = {"messages": [{"role": "user", "content": content}],
+                "options": {"num_predict": max_tokens, "temperature": 0.8, "seed": seed}}
+    else:
+        path = "/v1/messages"
+        body = {"messages": [{"role": "user", "content": content}], "max_tokens": max_tokens,
+                "temperature": 0.8, "stream": True}
+    c = client.conn()
+    tokens = None
+    try:
+        c.request("POST", path, body=json.dumps(body), headers=client.headers)
+        r = c.getresponse()
+        if r.status != 200:
+            return None
+        for raw in r:
+            line = raw.decode().strip()
+            if line.startswith("data: "):
+                line = line[6:]
+            if not line.startswith("{"):
+                continue
+            v = json.loads(line)
+            if api == "openai" and v.get("usage"):
+                tokens = v["usage"]["completion_tokens"]
+            elif api == "ollama" and v.get("done"):
+                tokens = v["eval_count"]
+            elif api == "anthropic" and v.get("type") == "message_delta":
+                tokens = v["usage"]["output_tokens"]
+    finally:
+        c.close()
+    return tokens
+
+
+def compare_apis(client, a):
+    """The same streamed chat load through each API in turn, twice."""
+    totals = {api: [0, 0.0, 0] for api in ("openai", "ollama", "anthropic")}
+    for _ in range(2):
+        for api in totals:
+            t0 = time.time()
+            with ThreadPoolExecutor(max_workers=a.clients) as pool:
+                got = list(pool.map(lambda k: streamed_chat(client, api, k // a.requests, k % a.requests, a.max_tokens),
+                                    range(a.clients * a.requests)))
+            totals[api][1] += time.time() - t0
+            totals[api][0] += sum(t or 0 for t in got)
+            totals[api][2] += sum(t is None for t in got)
+    base = totals["openai"][0] / totals["openai"][1]
+    print(f"streamed chat, {a.clients} clients x {a.requests} requests x 2 rounds, max_tokens {a.max_tokens}, --parallel {a.parallel}")
+    print("| API | endpoint | tokens | seconds | tokens/s | vs OpenAI | failed |")
+    print("|---|---|---|---|---|---|---|")
+    names = {"openai": "/v1/chat/completions", "ollama": "/api/chat", "anthropic": "/v1/messages"}
+    worst = 0.0
+    for api, (tokens, secs, failed) in totals.items():
+        rate = tokens / secs
+        worst = max(worst, abs(rate / base - 1))
+        print(f"| {api} | {names[api]} | {tokens} | {secs:.1f} | {rate:.1f} | {rate / base:.3f} | {failed} |")
+    return sum(f for _, _, f in totals.values()), worst
+
+
 def metric(client, name):
     _, body = client.get("/metrics")
     for line in body.decode().splitlines():
@@ -207,6 +283,13 @@ def main():
 
     # Warm up, then take the memory baseline.
     client.run(0, 0, a.max_tokens)
+    if a.compare_apis:
+        failed, worst = compare_apis(client, a)
+        print(f"largest difference from OpenAI's rate: {worst * 100:.1f}%")
+        if proc:
+            proc.terminate()
+            proc.wait(timeout=30)
+        sys.exit(1 if failed else 0)
     base_rss = rss_kib(pid)
     hearth = b"hearth_completion_tokens_total" in client.get("/metrics")[1]
     tokens_before = metric(client, "hearth_completion_tokens_total") if hearth else 0.0

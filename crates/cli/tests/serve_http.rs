@@ -54,7 +54,19 @@ fn errors_have_the_openai_shape_and_status() {
             r#"{"messages":[{"role":"user","content":"x"}],"max_tokens":-3}"#,
             "max_tokens",
         ),
-        (r#"{"messages":[{"role":"user","content":"x"}],"n":2}"#, "n"),
+        (r#"{"messages":[{"role":"user","content":"x"}],"n":0}"#, "n"),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"n":129}"#,
+            "n",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"logprobs":true,"top_logprobs":21}"#,
+            "top_logprobs",
+        ),
+        (
+            r#"{"messages":[{"role":"user","content":"x"}],"top_logprobs":2}"#,
+            "top_logprobs",
+        ),
         (
             r#"{"messages":[{"role":"user","content":"x"}],"presence_penalty":9}"#,
             "presence_penalty",
@@ -70,7 +82,9 @@ fn errors_have_the_openai_shape_and_status() {
         r#"{"messages":[{"role":"user","content":"x"}],"temperature":"hot"}"#,
     )
     .assert_error(400);
-    s.post("/v1/completions", r#"{"prompt":"x","n":3}"#)
+    s.post("/v1/completions", r#"{"prompt":"x","n":200}"#)
+        .assert_error(400);
+    s.post("/v1/completions", r#"{"prompt":"x","logprobs":"yes"}"#)
         .assert_error(400);
 
     // Unknown route, unknown model, wrong method.

@@ -19,15 +19,30 @@ fn the_openai_python_client_drives_the_real_model() {
     let key = "hearth-test-key";
     let mut s = Server::start(
         model.to_str().expect("UTF-8 model path"),
-        &["--parallel", "2", "--ctx", ctx, "--api-key", key, "-t", "2"],
+        // Exact products and an f32 cache, so a decode step computes what a
+        // whole-sequence pass does: with 8-bit activations and an f16 cache
+        // the two paths round differently and logprobs move by up to ~0.05.
+        &[
+            "--parallel",
+            "2",
+            "--ctx",
+            ctx,
+            "--api-key",
+            key,
+            "-t",
+            "2",
+            "--precise",
+        ],
     );
     let script = Path::new(ROOT).join("crates/server/tests/openai_client.py");
+    let logprobs_out = tempfile::NamedTempFile::new().unwrap();
     let out = Command::new(&python)
         .arg(&script)
         .env("HEARTH_BASE_URL", format!("http://{}/v1", s.addr))
         .env("HEARTH_API_KEY", key)
         .env("HEARTH_MODEL_ID", "gemma-3-270m-q4_k_m")
         .env("HEARTH_CTX", ctx)
+        .env("HEARTH_LOGPROBS_OUT", logprobs_out.path())
         .env_remove("OPENAI_BASE_URL")
         .env_remove("OPENAI_API_KEY")
         .output()
@@ -42,8 +57,75 @@ fn the_openai_python_client_drives_the_real_model() {
         s.stderr()
     );
     assert!(stdout.contains("all openai client checks passed"));
+    logprobs_are_the_models(&model, logprobs_out.path());
     s.assert_alive();
     s.sigterm();
     let st = s.wait_exit(Duration::from_secs(30));
     assert!(st.success(), "server exit {st:?}");
+}
+
+/// Each log-probability the server returned for a greedy 20-token reply is
+/// `hearth logits`' log-softmax for that token at that place, within 1e-3.
+fn logprobs_are_the_models(model: &Path, served: &Path) {
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(served).unwrap()).unwrap();
+    let ids = |k: &str| -> Vec<u64> {
+        v[k].as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .collect()
+    };
+    let (prompt, reply) = (ids("prompt"), ids("reply"));
+    let logprobs: Vec<f64> = v["logprobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|x| x.as_f64().unwrap())
+        .collect();
+    let all: Vec<String> = prompt
+        .iter()
+        .chain(&reply[..reply.len() - 1])
+        .map(u64::to_string)
+        .collect();
+    let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args(["logits", "-m"])
+        .arg(model)
+        .args([
+            "-c",
+            "512",
+            "-t",
+            "2",
+            "--precise",
+            "--top",
+            "1",
+            "--ids",
+            &all.join(","),
+        ])
+        .output()
+        .expect("run hearth logits");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let rows: Vec<serde_json::Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let mut worst = 0f64;
+    for (j, (&id, &served)) in reply.iter().zip(&logprobs).enumerate() {
+        let row = &rows[prompt.len() - 1 + j];
+        let top = &row["top"][0];
+        assert_eq!(top[0].as_u64(), Some(id), "greedy token {j}: {row}");
+        let want = top[1].as_f64().unwrap() - row["logsumexp"].as_f64().unwrap();
+        worst = worst.max((want - served).abs());
+        assert!(
+            (want - served).abs() < 1e-3,
+            "token {j}: served {served}, hearth logits {want}"
+        );
+    }
+    eprintln!(
+        "logprobs of {} tokens match hearth logits within {worst:.2e}",
+        reply.len()
+    );
 }

@@ -160,10 +160,16 @@ expect_error(
     lambda: client.chat.completions.create(model="gpt-4o", messages=question, max_tokens=2),
     "unknown model",
 )
+for n in (0, 129):
+    expect_error(
+        openai.BadRequestError, 400,
+        lambda: client.chat.completions.create(model=MODEL, messages=question, max_tokens=2, n=n),
+        f"n = {n}",
+    )
 expect_error(
     openai.BadRequestError, 400,
-    lambda: client.chat.completions.create(model=MODEL, messages=question, max_tokens=2, n=2),
-    "n = 2",
+    lambda: client.chat.completions.create(model=MODEL, messages=question, max_tokens=2, logprobs=True, top_logprobs=21),
+    "top_logprobs = 21",
 )
 expect_error(
     openai.BadRequestError, 400,
@@ -183,5 +189,52 @@ expect_error(
 )
 huge = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=10**9, temperature=0, stop=["\n"])
 check(huge.choices[0].finish_reason in ("stop", "length"), "huge max_tokens is capped, not an error")
+
+# n = 3: three choices from one prefill (the others copy its cache).
+before = metric("hearth_prefill_tokens_evaluated_total")
+three = client.chat.completions.create(model=MODEL, messages=[{"role": "user", "content": "Name a fruit."}], max_tokens=8, temperature=1.0, seed=3, n=3)
+evaluated = metric("hearth_prefill_tokens_evaluated_total") - before
+check([c.index for c in three.choices] == [0, 1, 2], "n = 3 gives choices 0, 1, 2")
+check(len({c.message.content for c in three.choices}) > 1, f"the choices differ: {[c.message.content for c in three.choices]}")
+check(three.usage.completion_tokens == 24 and evaluated <= three.usage.prompt_tokens + 2,
+      f"one prefill for three choices: {evaluated} prompt tokens evaluated for a {three.usage.prompt_tokens}-token prompt")
+texts = {}
+for chunk in client.chat.completions.create(model=MODEL, messages=question, max_tokens=6, temperature=1.0, seed=4, n=2, stream=True):
+    for c in chunk.choices:
+        texts.setdefault(c.index, "")
+        texts[c.index] += c.delta.content or ""
+check(sorted(texts) == [0, 1] and all(texts.values()), f"n = 2 streamed: {texts}")
+
+# logprobs: a greedy 20-token reply with the 5 likeliest alternatives.
+lp = client.chat.completions.create(model=MODEL, messages=question, max_tokens=20, temperature=0, logprobs=True, top_logprobs=5)
+entries = lp.choices[0].logprobs.content
+check(len(entries) == 20, f"20 log-probabilities: {len(entries)}")
+for e in entries:
+    tops = [t.logprob for t in e.top_logprobs]
+    check(len(tops) == 5 and tops == sorted(tops, reverse=True), f"top_logprobs sorted: {tops}")
+    check(sum(2.718281828459045 ** t for t in tops) <= 1 + 1e-5, f"their probabilities sum to at most 1: {tops}")
+    check(e.top_logprobs[0].token == e.token and abs(e.top_logprobs[0].logprob - e.logprob) < 1e-6, "greedy takes the likeliest")
+check("".join(e.token for e in entries) == lp.choices[0].message.content or lp.choices[0].finish_reason == "stop",
+      "the tokens spell the reply")
+streamed_lp = []
+for chunk in client.chat.completions.create(model=MODEL, messages=question, max_tokens=20, temperature=0, logprobs=True, stream=True):
+    for c in chunk.choices:
+        if c.logprobs and c.logprobs.content:
+            streamed_lp.extend(c.logprobs.content)
+check([e.token for e in streamed_lp] == [e.token for e in entries], "streamed logprobs cover the same tokens")
+legacy = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=5, temperature=0, logprobs=3)
+check(len(legacy.choices[0].logprobs.tokens) == 5 and all(len(t) == 3 for t in legacy.choices[0].logprobs.top_logprobs),
+      f"legacy logprobs: {legacy.choices[0].logprobs}")
+# For the test to compare with `hearth logits`: the prompt's ids and the reply's.
+root = BASE.removesuffix("/v1")
+def post_json(path, body):
+    req = urllib.request.Request(root + path, data=json.dumps(body).encode(), headers={"Authorization": "Bearer " + KEY, "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.loads(r.read())
+prompt = post_json("/apply-template", {"messages": question})["prompt"]
+prompt_ids = post_json("/tokenize", {"content": prompt, "add_special": not prompt.startswith("<bos>")})["tokens"]
+check(len(prompt_ids) == lp.usage.prompt_tokens, f"the template's ids: {len(prompt_ids)} == {lp.usage.prompt_tokens}")
+with open(os.environ["HEARTH_LOGPROBS_OUT"], "w") as f:
+    json.dump({"prompt": prompt_ids, "reply": [e.id for e in entries], "logprobs": [e.logprob for e in entries]}, f)
 
 print("all openai client checks passed")
