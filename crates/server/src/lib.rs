@@ -16,6 +16,7 @@ pub mod metrics;
 mod ollama;
 mod pipeline;
 mod reply;
+mod responses;
 mod routes;
 pub mod scheduler;
 pub mod truncate;

@@ -3,7 +3,7 @@
 
 use crate::error::{ApiError, Dialect};
 use crate::idle::TrackedBody;
-use crate::{anthropic, completions, ollama, utility, AppState};
+use crate::{anthropic, completions, ollama, responses, utility, AppState};
 use axum::body::Body;
 use axum::extract::{Path as UrlPath, Request as HttpRequest, State};
 use axum::http::{header, HeaderMap, HeaderValue};
@@ -25,6 +25,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/detokenize", post(utility::detokenize))
         .route("/apply-template", post(utility::apply_template))
         .route("/props", get(utility::props))
+        .route("/v1/responses", post(responses::create))
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/api/version", get(ollama::version))
@@ -94,6 +95,7 @@ async fn count_requests(State(st): State<AppState>, req: HttpRequest, next: Next
         "/health" => "health",
         "/metrics" => "metrics",
         "/tokenize" | "/detokenize" | "/apply-template" | "/props" => "utility",
+        "/v1/responses" => "responses",
         "/v1/messages" => "messages",
         "/v1/messages/count_tokens" => "count_tokens",
         "/api/chat" => "ollama_chat",

@@ -225,6 +225,35 @@ check([e.token for e in streamed_lp] == [e.token for e in entries], "streamed lo
 legacy = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=5, temperature=0, logprobs=3)
 check(len(legacy.choices[0].logprobs.tokens) == 5 and all(len(t) == 3 for t in legacy.choices[0].logprobs.top_logprobs),
       f"legacy logprobs: {legacy.choices[0].logprobs}")
+# The Responses API: whole and streamed, a function tool, a JSON Schema.
+r = client.responses.create(model=MODEL, input=question[1]["content"], instructions=question[0]["content"], max_output_tokens=12, temperature=0)
+same = client.chat.completions.create(model=MODEL, messages=question, max_tokens=12, temperature=0)
+check(r.output_text == same.choices[0].message.content, f"responses.create answers as chat does: {r.output_text!r}")
+check(r.status in ("completed", "incomplete") and r.usage.output_tokens <= 12 and r.usage.input_tokens == same.usage.prompt_tokens, f"response usage {r.usage}")
+events = list(client.responses.create(model=MODEL, input=question[1]["content"], instructions=question[0]["content"], max_output_tokens=12, temperature=0, stream=True))
+kinds = [e.type for e in events]
+check(kinds[:2] == ["response.created", "response.in_progress"] and kinds[-1] in ("response.completed", "response.incomplete"), f"response events {kinds}")
+check("".join(e.delta for e in events if e.type == "response.output_text.delta") == r.output_text, "streamed deltas join to the text")
+fn = [{"type": "function", "name": "get_weather", "description": "Weather in a city", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}]
+called = client.responses.create(model=MODEL, input="What is the weather in Paris?", tools=fn, tool_choice="required", max_output_tokens=60, temperature=0)
+call = called.output[0]
+check(call.type == "function_call" and call.name == "get_weather" and isinstance(json.loads(call.arguments)["city"], str), f"function call {call}")
+with client.responses.stream(model=MODEL, input="What is the weather in Paris?", tools=fn, tool_choice="required", max_output_tokens=60, temperature=0) as st:
+    final = st.get_final_response()
+check(final.output[0].type == "function_call" and final.output[0].arguments == call.arguments, "the streamed call's arguments, joined by the SDK")
+back = client.responses.create(model=MODEL, tools=fn, max_output_tokens=6, temperature=0, input=[
+    {"role": "user", "content": "What is the weather in Paris?"},
+    {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
+    {"type": "function_call_output", "call_id": call.call_id, "output": "sunny"},
+])
+check(back.usage.input_tokens > called.usage.input_tokens, "a call and its output go back into the conversation")
+person = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"type": "integer"}}, "required": ["name", "age"], "additionalProperties": False}
+shaped = client.responses.create(model=MODEL, input="A person as JSON.", text={"format": {"type": "json_schema", "name": "person", "schema": person, "strict": True}}, max_output_tokens=80, temperature=0)
+got = json.loads(shaped.output_text)
+check(set(got) == {"name", "age"} and isinstance(got["age"], int), f"text.format json_schema: {got}")
+expect_error(openai.BadRequestError, 400, lambda: client.responses.create(model=MODEL, input="hi", previous_response_id="resp_1"), "previous_response_id (stateless)")
+expect_error(openai.BadRequestError, 400, lambda: client.responses.create(model=MODEL, input="hi", tools=[{"type": "web_search"}]), "a tool type we do not run")
+
 # For the test to compare with `hearth logits`: the prompt's ids and the reply's.
 root = BASE.removesuffix("/v1")
 def post_json(path, body):
