@@ -35,12 +35,14 @@ fn parts(content: &Value, field: &str) -> Result<Value, ApiError> {
             Some("input_image") => {
                 out.push(json!({"type": "image_url", "image_url": {"url": p["image_url"]}}))
             }
-            other => return Err(ApiError::bad_param(
-                &format!("{field}.content[{i}].type"),
-                format!(
+            other => {
+                return Err(ApiError::bad_param(
+                    &format!("{field}.content[{i}].type"),
+                    format!(
                     "Content of type {other:?} is not supported; use input_text or input_image."
                 ),
-            )),
+                ))
+            }
         }
     }
     Ok(json!(out))

@@ -4,7 +4,7 @@
 
 use engine::{Engine, FinishReason, GenerateOptions, RunOptions, Sampler, SamplingParams};
 use hearth_server::metrics::Metrics;
-use hearth_server::scheduler::{Event, Job, Rejected, Scheduler, Usage};
+use hearth_server::scheduler::{Event, Fork, Job, Rejected, Scheduler, Usage};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -48,6 +48,7 @@ fn drain(rx: &mut mpsc::UnboundedReceiver<Event>) -> (String, Option<FinishReaso
             Ok(Event::Text(t)) => text.push_str(&t),
             Ok(Event::Thought(_)) => panic!("thinking is off"),
             Ok(Event::Guard(_)) => panic!("the scheduler never sends a guard trace"),
+            Ok(Event::Logprobs(_)) => panic!("no job here asks for log-probabilities"),
             Ok(Event::Done(u)) => return (text, Some(u.finish)),
             Ok(Event::Failed(m)) => panic!("failed: {m}"),
             Ok(Event::Started) => {}
@@ -108,6 +109,67 @@ fn interleaved_slots_match_generate() {
         assert_eq!(&text, want);
     }
     assert_eq!(metrics.completed.load(Ordering::Relaxed), 4);
+    sched.join();
+}
+
+#[test]
+fn forks_share_one_prefill() {
+    let engine = engine(64);
+    let prompt = engine
+        .tokenizer()
+        .encode("Once upon a time there was a", true, true);
+    let metrics = Arc::new(Metrics::default());
+    let sched = Scheduler::start(Arc::clone(&engine), 3, 4, Arc::clone(&metrics)).unwrap();
+    let params = |seed| SamplingParams {
+        seed,
+        ..SamplingParams::default()
+    };
+    let (tx, mut main) = mpsc::unbounded_channel();
+    let mut forks = Vec::new();
+    let mut rxs = Vec::new();
+    // The same seed as the main job, then another.
+    for seed in [11, 12] {
+        let (tx, rx) = mpsc::unbounded_channel();
+        forks.push(Fork {
+            params: params(seed),
+            constraint: None,
+            events: tx,
+        });
+        rxs.push(rx);
+    }
+    sched
+        .submit(Job {
+            prompt: prompt.clone(),
+            images: Vec::new(),
+            params: params(11),
+            opts: opts(12),
+            constraint: None,
+            thinking: None,
+            events: tx,
+            deadline: None,
+            logprobs: None,
+            forks,
+        })
+        .unwrap();
+    let (text, finish) = drain(&mut main);
+    let fork_texts: Vec<String> = rxs
+        .iter_mut()
+        .map(|rx| {
+            let (t, f) = drain(rx);
+            assert!(f.is_some());
+            t
+        })
+        .collect();
+    assert!(finish.is_some() && !text.is_empty());
+    // The first fork draws with the main job's seed from a copy of its
+    // cache: the same text.
+    assert_eq!(fork_texts[0], text);
+    // The prompt went in once; each fork computed its last token alone.
+    assert_eq!(
+        metrics.prefill_evaluated.load(Ordering::Relaxed),
+        prompt.len() as u64 + 2
+    );
+    assert_eq!(metrics.completed.load(Ordering::Relaxed), 3);
     sched.join();
 }
 
@@ -320,6 +382,7 @@ fn done_usage(rx: &mut mpsc::UnboundedReceiver<Event>) -> (bool, String, Usage) 
             Ok(Event::Text(t)) => text.push_str(&t),
             Ok(Event::Thought(_)) => panic!("thinking is off"),
             Ok(Event::Guard(_)) => panic!("the scheduler never sends a guard trace"),
+            Ok(Event::Logprobs(_)) => panic!("no job here asks for log-probabilities"),
             Ok(Event::Done(u)) => return (started, text, u),
             Ok(Event::Failed(m)) => panic!("failed: {m}"),
             Err(mpsc::error::TryRecvError::Empty) => std::thread::sleep(Duration::from_millis(1)),
@@ -349,6 +412,8 @@ fn the_time_limit_ends_generations_with_length() {
         thinking: None,
         events: tx,
         deadline,
+        logprobs: None,
+        forks: Vec::new(),
     };
     // Out of time in the queue already: it ends at once, having started.
     let (tx, mut expired) = mpsc::unbounded_channel();
