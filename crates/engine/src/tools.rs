@@ -5,10 +5,12 @@
 //!   ([`tools_prompt`]).
 //! - A call is the whole reply, one JSON object:
 //!   `{"name": "get_weather", "arguments": {"city": "Paris"}}`, its
-//!   `arguments` matching the tool's parameter schema. With `tool_choice`
-//!   `required` or a named function the reply is constrained to exactly that
-//!   ([`tool_grammar`]); with `auto` the reply is either such a call or text
-//!   that does not begin with `{`, so the first character decides which.
+//!   `arguments` matching the tool's parameter schema; with parallel calls
+//!   allowed, several calls are a JSON array of such objects. With
+//!   `tool_choice` `required` or a named function the reply is constrained
+//!   to exactly that ([`tool_grammar`]); with `auto` the reply is either
+//!   calls or text that does not begin with `{` or `[`, so the first
+//!   character decides which.
 //! - An earlier call goes back into the conversation as that same JSON in
 //!   the assistant's turn ([`call_text`]); a tool's result as a user turn
 //!   ([`result_text`]), since the template knows only user and model turns.
@@ -62,9 +64,17 @@ fn call_schema(tool: &Tool) -> Value {
     })
 }
 
+/// Most calls one reply may hold when parallel calls are allowed.
+pub const MAX_PARALLEL_CALLS: usize = 16;
+
 /// The grammar a reply must match under `choice`, or `None` when the reply
-/// is free (`none`). Fails when a named tool is not among `tools`.
-pub fn tool_grammar(tools: &[Tool], choice: &ToolChoice) -> Result<Option<Grammar>, String> {
+/// is free (`none`); with `parallel`, a JSON array of calls is allowed too.
+/// Fails when a named tool is not among `tools`.
+pub fn tool_grammar(
+    tools: &[Tool],
+    choice: &ToolChoice,
+    parallel: bool,
+) -> Result<Option<Grammar>, String> {
     let allowed: Vec<&Tool> = match choice {
         ToolChoice::None => return Ok(None),
         ToolChoice::Function(name) => match tools.iter().find(|t| &t.name == name) {
@@ -81,10 +91,15 @@ pub fn tool_grammar(tools: &[Tool], choice: &ToolChoice) -> Result<Option<Gramma
         return Err("tool_choice asks for a call but `tools` is empty".into());
     }
     let schemas: Vec<Value> = allowed.iter().map(|t| call_schema(t)).collect();
-    let mut schema = if schemas.len() == 1 {
+    let one = if schemas.len() == 1 {
         schemas.into_iter().next().unwrap_or(Value::Null)
     } else {
         json!({"anyOf": schemas})
+    };
+    let mut schema = if parallel {
+        json!({"anyOf": [one, {"type": "array", "items": one, "minItems": 1, "maxItems": MAX_PARALLEL_CALLS}]})
+    } else {
+        one
     };
     // The `auto` grammar embeds the schema in Lark, past `compile`'s own
     // preparation, so prepare it here for every choice alike.
@@ -97,14 +112,14 @@ pub fn tool_grammar(tools: &[Tool], choice: &ToolChoice) -> Result<Option<Gramma
     }
     Ok(Some(match choice {
         ToolChoice::Auto => Grammar::Lark(format!(
-            "start: call | text\ncall: %json {schema}\ntext: /[^{{][\\s\\S]*/\n"
+            "start: call | text\ncall: %json {schema}\ntext: /[^{{\\[][\\s\\S]*/\n"
         )),
         _ => Grammar::JsonSchema(schema),
     }))
 }
 
 /// The text that describes `tools` to the model, for the system turn.
-pub fn tools_prompt(tools: &[Tool], choice: &ToolChoice) -> Option<String> {
+pub fn tools_prompt(tools: &[Tool], choice: &ToolChoice, parallel: bool) -> Option<String> {
     if tools.is_empty() || *choice == ToolChoice::None {
         return None;
     }
@@ -119,8 +134,12 @@ pub fn tools_prompt(tools: &[Tool], choice: &ToolChoice) -> Option<String> {
         })
         .collect();
     let list = serde_json::to_string(&list).unwrap_or_default();
-    let how = "To call a function, reply with only a JSON object of the form \
-               {\"name\": <function name>, \"arguments\": <an object matching its parameters>}.";
+    let mut how = "To call a function, reply with only a JSON object of the form \
+               {\"name\": <function name>, \"arguments\": <an object matching its parameters>}."
+        .to_string();
+    if parallel {
+        how.push_str(" To call several at once, reply with a JSON array of such objects.");
+    }
     let when = match choice {
         ToolChoice::Function(name) => format!("You must call the function `{name}`."),
         ToolChoice::Required => "You must call one of these functions.".into(),
@@ -132,14 +151,33 @@ pub fn tools_prompt(tools: &[Tool], choice: &ToolChoice) -> Option<String> {
     ))
 }
 
-/// A reply that is a call (it begins with `{` and parses as one to a tool
-/// in `tools`), else `None`.
+/// A reply that is calls (a call object, or an array of them, each to a
+/// tool in `tools`), else `None`.
+pub fn parse_tool_calls(text: &str, tools: &[Tool]) -> Option<Vec<ToolCall>> {
+    let trimmed = text.trim();
+    if !trimmed.starts_with(['{', '[']) {
+        return None;
+    }
+    match serde_json::from_str::<Value>(trimmed).ok()? {
+        Value::Array(items) if !items.is_empty() => {
+            items.iter().map(|v| call_of(v, tools)).collect()
+        }
+        v @ Value::Object(_) => call_of(&v, tools).map(|c| vec![c]),
+        _ => None,
+    }
+}
+
+/// A reply that is one call, else `None`.
 pub fn parse_tool_call(text: &str, tools: &[Tool]) -> Option<ToolCall> {
     let trimmed = text.trim();
     if !trimmed.starts_with('{') {
         return None;
     }
-    let v: Value = serde_json::from_str(trimmed).ok()?;
+    call_of(&serde_json::from_str(trimmed).ok()?, tools)
+}
+
+/// `v` as a call to one of `tools`.
+fn call_of(v: &Value, tools: &[Tool]) -> Option<ToolCall> {
     let name = v.get("name")?.as_str()?;
     if !tools.iter().any(|t| t.name == name) {
         return None;
@@ -154,6 +192,21 @@ pub fn parse_tool_call(text: &str, tools: &[Tool]) -> Option<ToolCall> {
 /// How an earlier call is written in the assistant's turn.
 pub fn call_text(call: &ToolCall) -> String {
     json!({"name": call.name, "arguments": call.arguments}).to_string()
+}
+
+/// How earlier calls of one turn are written: one call alone, several as
+/// an array.
+pub fn calls_text(calls: &[ToolCall]) -> String {
+    match calls {
+        [one] => call_text(one),
+        _ => Value::Array(
+            calls
+                .iter()
+                .map(|c| json!({"name": c.name, "arguments": c.arguments}))
+                .collect(),
+        )
+        .to_string(),
+    }
 }
 
 /// How a tool's result is written in the conversation.
@@ -189,27 +242,40 @@ mod tests {
         assert!(parse_tool_call(r#"{"name": "other", "arguments": {}}"#, &tools).is_none());
         assert!(parse_tool_call("It is sunny.", &tools).is_none());
         assert!(parse_tool_call(r#"{"name": "get_weather", "arguments": 3}"#, &tools).is_none());
+        let two = calls_text(&[call.clone(), call.clone()]);
+        assert_eq!(
+            parse_tool_calls(&two, &tools),
+            Some(vec![call.clone(), call.clone()])
+        );
+        assert_eq!(
+            parse_tool_calls(&call_text(&call), &tools),
+            Some(vec![call])
+        );
+        assert!(parse_tool_calls("[]", &tools).is_none());
+        assert!(parse_tool_calls(r#"[{"name": "other", "arguments": {}}]"#, &tools).is_none());
     }
 
     #[test]
     fn grammars_follow_the_choice() {
         let tools = [weather()];
-        assert_eq!(tool_grammar(&tools, &ToolChoice::None), Ok(None));
+        assert_eq!(tool_grammar(&tools, &ToolChoice::None, true), Ok(None));
         assert!(matches!(
-            tool_grammar(&tools, &ToolChoice::Required),
+            tool_grammar(&tools, &ToolChoice::Required, false),
             Ok(Some(Grammar::JsonSchema(_)))
         ));
         assert!(matches!(
-            tool_grammar(&tools, &ToolChoice::Auto),
+            tool_grammar(&tools, &ToolChoice::Auto, true),
             Ok(Some(Grammar::Lark(_)))
         ));
-        assert!(tool_grammar(&tools, &ToolChoice::Function("nope".into()))
-            .unwrap_err()
-            .contains("nope"));
-        assert!(tool_grammar(&[], &ToolChoice::Required).is_err());
-        assert!(tools_prompt(&tools, &ToolChoice::Required)
+        assert!(
+            tool_grammar(&tools, &ToolChoice::Function("nope".into()), true)
+                .unwrap_err()
+                .contains("nope")
+        );
+        assert!(tool_grammar(&[], &ToolChoice::Required, true).is_err());
+        assert!(tools_prompt(&tools, &ToolChoice::Required, true)
             .unwrap()
             .contains("get_weather"));
-        assert!(tools_prompt(&tools, &ToolChoice::None).is_none());
+        assert!(tools_prompt(&tools, &ToolChoice::None, false).is_none());
     }
 }

@@ -207,12 +207,14 @@ pub struct ToolMode {
     pub tools: Vec<Tool>,
     /// Whether a call is required, and of which tool.
     pub choice: ToolChoice,
+    /// Whether one reply may hold several calls (a JSON array of them).
+    pub parallel: bool,
 }
 
 impl ToolMode {
-    /// The reply as a call, when it is one.
-    pub fn parse(&self, text: &str) -> Option<ToolCall> {
-        tools::parse_tool_call(text, &self.tools)
+    /// The reply as calls, when it is.
+    pub fn parse(&self, text: &str) -> Option<Vec<ToolCall>> {
+        tools::parse_tool_calls(text, &self.tools)
     }
 
     /// Whether the reply must be a call (so nothing streams as text).
@@ -339,7 +341,7 @@ fn chat_request(b: ChatBody, defaults: &SamplingParams) -> Result<Request, ApiEr
                 }
             }
             "assistant" if m.tool_calls.as_ref().is_some_and(|c| !c.is_empty()) => {
-                let mut text = content;
+                let mut calls = Vec::new();
                 for (j, c) in m.tool_calls.unwrap_or_default().into_iter().enumerate() {
                     let raw = c.function.arguments.unwrap_or_else(|| "{}".into());
                     let arguments = serde_json::from_str::<Value>(&raw).map_err(|e| {
@@ -351,14 +353,16 @@ fn chat_request(b: ChatBody, defaults: &SamplingParams) -> Result<Request, ApiEr
                     if let Some(id) = c.id {
                         call_names.insert(id, c.function.name.clone());
                     }
-                    if !text.is_empty() {
-                        text.push('\n');
-                    }
-                    text.push_str(&tools::call_text(&ToolCall {
+                    calls.push(ToolCall {
                         name: c.function.name,
                         arguments,
-                    }));
+                    });
                 }
+                let mut text = content;
+                if !text.is_empty() {
+                    text.push('\n');
+                }
+                text.push_str(&tools::calls_text(&calls));
                 messages.push(ChatMessage::new("assistant", text));
             }
             _ => messages.push(ChatMessage::new(role, content)),
@@ -366,7 +370,7 @@ fn chat_request(b: ChatBody, defaults: &SamplingParams) -> Result<Request, ApiEr
     }
     if let Some(prompt) = tool_mode
         .as_ref()
-        .and_then(|t| tools::tools_prompt(&t.tools, &t.choice))
+        .and_then(|t| tools::tools_prompt(&t.tools, &t.choice, t.parallel))
     {
         match messages.first_mut() {
             Some(first) if first.role == "system" => {
@@ -387,7 +391,7 @@ fn chat_request(b: ChatBody, defaults: &SamplingParams) -> Result<Request, ApiEr
                 format!("`{field}` cannot be combined with `tools` (a call's arguments are already held to the tool's schema)."),
             ));
         }
-        let grammar = tools::tool_grammar(&mode.tools, &mode.choice)
+        let grammar = tools::tool_grammar(&mode.tools, &mode.choice, mode.parallel)
             .map_err(|e| ApiError::bad_param("tool_choice", format!("{e}.")))?;
         req.grammar = grammar.map(|g| (g, "tools"));
         if mode.choice != ToolChoice::None {
@@ -401,7 +405,7 @@ fn chat_request(b: ChatBody, defaults: &SamplingParams) -> Result<Request, ApiEr
 fn parse_tools(
     wire: Option<Vec<WireTool>>,
     choice: Option<Value>,
-    _parallel: Option<bool>,
+    parallel: Option<bool>,
 ) -> Result<Option<ToolMode>, ApiError> {
     let wire = wire.unwrap_or_default();
     let mut tools = Vec::with_capacity(wire.len());
@@ -483,7 +487,13 @@ fn parse_tools(
             _ => Ok(None),
         };
     }
-    Ok(Some(ToolMode { tools, choice }))
+    Ok(Some(ToolMode {
+        tools,
+        choice,
+        // Off unless asked for (OpenAI's default is on): small models
+        // offered an array of calls tend to repeat one call to the limit.
+        parallel: parallel.unwrap_or(false),
+    }))
 }
 
 /// The one grammar a request asks for through `response_format`, `grammar`,

@@ -187,7 +187,7 @@ async fn run(st: AppState, headers: HeaderMap, body: Body) -> Result<Response, A
         created: api::now_secs(),
     };
     if stream {
-        return Ok(streamed(meta, reply));
+        return Ok(streamed(meta, reply.streaming_calls()));
     }
     let timeout = st.config.request_timeout;
     let (whole, ended, usage) = tokio::time::timeout(timeout, crate::reply::collect(reply))
@@ -272,6 +272,10 @@ struct Streaming {
     text: String,
     whole: Whole,
     opened: bool,
+    /// The call being streamed: its item and its arguments so far.
+    call: Option<(Value, String)>,
+    /// The items of the calls streamed and done.
+    items: Vec<Value>,
 }
 
 impl Streaming {
@@ -296,9 +300,69 @@ impl Streaming {
         }
     }
 
+    /// The output index of the next item.
+    fn next_index(&self) -> usize {
+        usize::from(self.opened) + self.items.len()
+    }
+
+    /// End the call being streamed: its arguments whole, its item done.
+    fn end_call(&mut self, out: &mut Vec<SseEvent>) {
+        let Some((mut item, args)) = self.call.take() else {
+            return;
+        };
+        let index = self.next_index();
+        let id = item["id"].clone();
+        self.event(
+            "response.function_call_arguments.done",
+            json!({"item_id": id, "output_index": index, "arguments": args}),
+            out,
+        );
+        item["arguments"] = json!(args);
+        item["status"] = json!("completed");
+        self.event(
+            "response.output_item.done",
+            json!({"output_index": index, "item": item.clone()}),
+            out,
+        );
+        self.items.push(item);
+    }
+
     fn events(&mut self, piece: Piece, out: &mut Vec<SseEvent>) {
         match piece {
             Piece::Started | Piece::Guard(_) | Piece::Logprobs(_) | Piece::Thought(_) => {}
+            Piece::CallBegin { name, .. } => {
+                self.end_call(out);
+                let item = call_item(
+                    &ToolCall {
+                        name,
+                        arguments: json!({}),
+                    },
+                    false,
+                );
+                let index = self.next_index();
+                self.event(
+                    "response.output_item.added",
+                    json!({"output_index": index, "item": item.clone()}),
+                    out,
+                );
+                self.call = Some((item, String::new()));
+            }
+            Piece::CallArgs { fragment, .. } => {
+                let index = self.next_index();
+                if let Some((item, args)) = self.call.as_mut() {
+                    args.push_str(&fragment);
+                    let id = item["id"].clone();
+                    self.event(
+                        "response.function_call_arguments.delta",
+                        json!({"item_id": id, "output_index": index, "delta": fragment}),
+                        out,
+                    );
+                }
+            }
+            Piece::Calls(calls) if !self.items.is_empty() || self.call.is_some() => {
+                self.end_call(out);
+                self.whole.calls = calls;
+            }
             Piece::Text(t) => {
                 self.open_message(out);
                 self.text.push_str(&t);
@@ -343,7 +407,8 @@ impl Streaming {
                 }
             }
             Piece::Done(ended, usage) => {
-                if self.opened || self.whole.calls.is_empty() {
+                self.end_call(out);
+                if self.opened || (self.whole.calls.is_empty() && self.items.is_empty()) {
                     self.open_message(out);
                     let (id, text) = (self.meta.msg_id.clone(), self.text.clone());
                     self.event(
@@ -370,7 +435,21 @@ impl Streaming {
                 } else {
                     "response.completed"
                 };
-                let response = self.meta.response(&self.whole, ended, Some(&usage));
+                let mut response = self.meta.response(&self.whole, ended, Some(&usage));
+                if !self.items.is_empty() {
+                    // The calls as they were streamed, with their ids.
+                    let mut output: Vec<Value> = response["output"]
+                        .as_array()
+                        .map(|o| {
+                            o.iter()
+                                .filter(|i| i["type"] == "message")
+                                .cloned()
+                                .collect()
+                        })
+                        .unwrap_or_default();
+                    output.extend(self.items.iter().cloned());
+                    response["output"] = json!(output);
+                }
                 self.event(kind, json!({"response": response}), out);
             }
             Piece::Failed(e) => {
@@ -394,6 +473,8 @@ fn streamed(meta: Meta, reply: Reply) -> Response {
         text: String::new(),
         whole: Whole::default(),
         opened: false,
+        call: None,
+        items: Vec::new(),
     };
     let mut first = Vec::new();
     let shell = st.meta.shell("in_progress");

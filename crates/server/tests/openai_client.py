@@ -225,6 +225,38 @@ check([e.token for e in streamed_lp] == [e.token for e in entries], "streamed lo
 legacy = client.completions.create(model=MODEL, prompt=PROMPT, max_tokens=5, temperature=0, logprobs=3)
 check(len(legacy.choices[0].logprobs.tokens) == 5 and all(len(t) == 3 for t in legacy.choices[0].logprobs.top_logprobs),
       f"legacy logprobs: {legacy.choices[0].logprobs}")
+# Two tool calls in one reply: with parallel_tool_calls the grammar allows
+# a JSON array of calls, and a bias on the token `[{` makes the base model open one. Streamed,
+# the arguments come in fragments that the SDK's helper joins.
+weather = [{"type": "function", "function": {"name": "get_weather", "description": "Weather in a city", "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}}]
+two_cities = [{"role": "user", "content": "What is the weather in Paris and in London?"}]
+root = BASE.removesuffix("/v1")
+def post_json(path, body):
+    req = urllib.request.Request(root + path, data=json.dumps(body).encode(), headers={"Authorization": "Bearer " + KEY, "Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return json.loads(r.read())
+open_array = post_json("/tokenize", {"content": "[{"})["tokens"]
+check(len(open_array) == 1, f"`[{{` is one token: {open_array}")
+bias = {str(open_array[0]): 10}
+both = client.chat.completions.create(model=MODEL, messages=two_cities, tools=weather, tool_choice="required", max_tokens=120, temperature=0, logit_bias=bias, parallel_tool_calls=True)
+calls = both.choices[0].message.tool_calls or []
+check(both.choices[0].finish_reason == "tool_calls" and len(calls) >= 2, f"two calls in one reply: {calls}")
+check(all(c.function.name == "get_weather" and isinstance(json.loads(c.function.arguments)["city"], str) for c in calls), "each call valid")
+deltas = 0
+with client.chat.completions.stream(model=MODEL, messages=two_cities, tools=weather, tool_choice="required", max_tokens=120, temperature=0, logit_bias=bias, parallel_tool_calls=True) as st:
+    for ev in st:
+        deltas += ev.type == "tool_calls.function.arguments.delta"
+    streamed_calls = st.get_final_completion().choices[0].message.tool_calls
+check([json.loads(c.function.arguments) for c in streamed_calls] == [json.loads(c.function.arguments) for c in calls],
+      f"the streamed calls, joined by the SDK, are the same: {streamed_calls}")
+check(deltas > 2 * len(calls), f"arguments came in {deltas} fragments")
+single = client.chat.completions.create(model=MODEL, messages=two_cities, tools=weather, tool_choice="required", max_tokens=120, temperature=0, logit_bias=bias)
+check(len(single.choices[0].message.tool_calls or []) == 1, "without parallel_tool_calls: one call")
+# Both calls and their results go back.
+history = two_cities + [both.choices[0].message.model_dump(exclude_none=True)] + [
+    {"role": "tool", "tool_call_id": c.id, "content": "sunny"} for c in calls]
+check(client.chat.completions.create(model=MODEL, messages=history, max_tokens=4).choices[0].finish_reason in ("stop", "length"), "two results back")
+
 # The Responses API: whole and streamed, a function tool, a JSON Schema.
 r = client.responses.create(model=MODEL, input=question[1]["content"], instructions=question[0]["content"], max_output_tokens=12, temperature=0)
 same = client.chat.completions.create(model=MODEL, messages=question, max_tokens=12, temperature=0)
@@ -240,7 +272,7 @@ call = called.output[0]
 check(call.type == "function_call" and call.name == "get_weather" and isinstance(json.loads(call.arguments)["city"], str), f"function call {call}")
 with client.responses.stream(model=MODEL, input="What is the weather in Paris?", tools=fn, tool_choice="required", max_output_tokens=60, temperature=0) as st:
     final = st.get_final_response()
-check(final.output[0].type == "function_call" and final.output[0].arguments == call.arguments, "the streamed call's arguments, joined by the SDK")
+check(final.output[0].type == "function_call" and json.loads(final.output[0].arguments) == json.loads(call.arguments), "the streamed call's arguments, joined by the SDK")
 back = client.responses.create(model=MODEL, tools=fn, max_output_tokens=6, temperature=0, input=[
     {"role": "user", "content": "What is the weather in Paris?"},
     {"type": "function_call", "call_id": call.call_id, "name": call.name, "arguments": call.arguments},
@@ -255,11 +287,6 @@ expect_error(openai.BadRequestError, 400, lambda: client.responses.create(model=
 expect_error(openai.BadRequestError, 400, lambda: client.responses.create(model=MODEL, input="hi", tools=[{"type": "web_search"}]), "a tool type we do not run")
 
 # For the test to compare with `hearth logits`: the prompt's ids and the reply's.
-root = BASE.removesuffix("/v1")
-def post_json(path, body):
-    req = urllib.request.Request(root + path, data=json.dumps(body).encode(), headers={"Authorization": "Bearer " + KEY, "Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=60) as r:
-        return json.loads(r.read())
 prompt = post_json("/apply-template", {"messages": question})["prompt"]
 prompt_ids = post_json("/tokenize", {"content": prompt, "add_special": not prompt.startswith("<bos>")})["tokens"]
 check(len(prompt_ids) == lp.usage.prompt_tokens, f"the template's ids: {len(prompt_ids)} == {lp.usage.prompt_tokens}")

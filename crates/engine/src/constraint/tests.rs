@@ -266,7 +266,7 @@ fn bad_grammars_are_refused_with_the_problem_named() {
 
 #[test]
 fn tool_call_grammars_compile_and_constrain() {
-    use crate::tools::{parse_tool_call, tool_grammar, Tool, ToolChoice};
+    use crate::tools::{parse_tool_calls, tool_grammar, Tool, ToolChoice};
     let e = engine();
     let tools = [
         Tool {
@@ -280,23 +280,29 @@ fn tool_call_grammars_compile_and_constrain() {
             parameters: json!({"type": "object", "properties": {"text": {"type": "string", "maxLength": 5}}, "required": ["text"], "additionalProperties": false}),
         },
     ];
-    for choice in [ToolChoice::Required, ToolChoice::Function("echo".into())] {
-        let g = tool_grammar(&tools, &choice).unwrap().unwrap();
-        for seed in 0..3 {
-            let (text, finish) = run(&e, &g, sampled(seed), 200);
-            assert_eq!(finish, FinishReason::Stop, "{text:?}");
-            let call = parse_tool_call(&text, &tools).unwrap_or_else(|| panic!("{text:?}"));
-            if let ToolChoice::Function(n) = &choice {
-                assert_eq!(&call.name, n);
+    for parallel in [false, true] {
+        for choice in [ToolChoice::Required, ToolChoice::Function("echo".into())] {
+            let g = tool_grammar(&tools, &choice, parallel).unwrap().unwrap();
+            for seed in 0..3 {
+                let (text, finish) = run(&e, &g, sampled(seed), 400);
+                assert_eq!(finish, FinishReason::Stop, "{text:?}");
+                assert!(parallel || text.starts_with('{'), "{text:?}");
+                let calls = parse_tool_calls(&text, &tools).unwrap_or_else(|| panic!("{text:?}"));
+                if let ToolChoice::Function(n) = &choice {
+                    assert!(calls.iter().all(|c| &c.name == n), "{text:?}");
+                }
             }
         }
-    }
-    let g = tool_grammar(&tools, &ToolChoice::Auto).unwrap().unwrap();
-    for seed in 0..4 {
-        let (text, finish) = run(&e, &g, sampled(seed), 60);
-        // A reply that begins with `{` and ended on its own is a whole call.
-        if text.starts_with('{') && finish == FinishReason::Stop {
-            assert!(parse_tool_call(&text, &tools).is_some(), "{text:?}");
+        let g = tool_grammar(&tools, &ToolChoice::Auto, parallel)
+            .unwrap()
+            .unwrap();
+        for seed in 0..4 {
+            let (text, finish) = run(&e, &g, sampled(seed), 60);
+            // A reply that begins with `{` or `[` and ended on its own is
+            // whole calls.
+            if text.starts_with(['{', '[']) && finish == FinishReason::Stop {
+                assert!(parse_tool_calls(&text, &tools).is_some(), "{text:?}");
+            }
         }
     }
 }

@@ -85,6 +85,7 @@ enum Open {
     None,
     Text,
     Thinking,
+    Tool,
 }
 
 /// The state of one streamed answer.
@@ -94,6 +95,8 @@ struct Streaming {
     open: Open,
     /// Index of the next block.
     next: usize,
+    /// Tool calls already streamed.
+    calls: usize,
 }
 
 impl Streaming {
@@ -148,6 +151,18 @@ impl Streaming {
                 );
                 out.push(event("content_block_delta", json!({"type": "content_block_delta", "index": i, "delta": {"type": "thinking_delta", "thinking": t}})));
             }
+            Piece::CallBegin { name, .. } => {
+                self.close(out);
+                let block =
+                    json!({"type": "tool_use", "id": new_id("toolu"), "name": name, "input": {}});
+                self.open(Open::Tool, block, out);
+                self.calls += 1;
+            }
+            Piece::CallArgs { fragment, .. } => {
+                let i = self.next - 1;
+                out.push(event("content_block_delta", json!({"type": "content_block_delta", "index": i, "delta": {"type": "input_json_delta", "partial_json": fragment}})));
+            }
+            Piece::Calls(calls) if self.calls >= calls.len() => self.close(out),
             Piece::Calls(calls) => {
                 self.close(out);
                 for call in &calls {
@@ -199,6 +214,7 @@ pub(crate) fn stream(meta: Meta, reply: Reply) -> Response {
         started: false,
         open: Open::None,
         next: 0,
+        calls: 0,
     };
     let stream = futures_util::stream::unfold((st, reply), |(mut st, mut reply)| async move {
         let pieces = reply.next().await?;

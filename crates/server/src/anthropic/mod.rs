@@ -241,6 +241,9 @@ fn request(
         out.insert("tools".into(), json!(list));
     }
     if let Some(tc) = b.tool_choice {
+        if tc["disable_parallel_tool_use"] == true {
+            out.insert("parallel_tool_calls".into(), json!(false));
+        }
         out.insert("tool_choice".into(), tool_choice(tc)?);
     }
     match b.thinking.as_ref().and_then(|t| t["type"].as_str()) {

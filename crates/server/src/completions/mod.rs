@@ -74,6 +74,7 @@ async fn generate(
     };
     let replies: Vec<Reply> = std::iter::once(reply).chain(more).collect();
     if req.stream {
+        let replies = replies.into_iter().map(Reply::streaming_calls).collect();
         let resp = stream::respond(meta, req.include_usage, replies);
         return Ok(pipeline::mark_dropped(resp, dropped_turns));
     }

@@ -216,6 +216,36 @@ impl Meta {
         chunk
     }
 
+    /// A chat chunk of choice `index` where call `call` to `name` begins.
+    pub(super) fn call_begin_chunk(
+        &self,
+        index: usize,
+        call: usize,
+        name: &str,
+        role: bool,
+    ) -> Value {
+        let mut chunk = self.chunk(index, None, role, None);
+        let delta = &mut chunk["choices"][0]["delta"];
+        delta["tool_calls"] = json!([{
+            "index": call,
+            "id": new_id("call"),
+            "type": "function",
+            "function": {"name": name, "arguments": ""},
+        }]);
+        if role {
+            delta["content"] = Value::Null;
+        }
+        chunk
+    }
+
+    /// A chat chunk of choice `index` with more of call `call`'s arguments.
+    pub(super) fn call_args_chunk(&self, index: usize, call: usize, fragment: &str) -> Value {
+        let mut chunk = self.chunk(index, None, false, None);
+        chunk["choices"][0]["delta"]["tool_calls"] =
+            json!([{"index": call, "function": {"arguments": fragment}}]);
+        chunk
+    }
+
     pub(super) fn usage_chunk(&self, usage: Value) -> Value {
         json!({
             "id": self.id,

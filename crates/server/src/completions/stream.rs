@@ -25,6 +25,8 @@ struct Choice {
     pending: Vec<TokenLp>,
     /// Bytes of text sent so far (legacy completions' `text_offset`).
     sent: usize,
+    /// Tool calls already streamed.
+    calls: usize,
 }
 
 /// The state of one streamed answer.
@@ -80,6 +82,16 @@ impl Streaming {
                 self.choices[i].sent += t.len();
                 out.push(data(&chunk));
             }
+            Piece::CallBegin { index, name } => {
+                let role = self.role(i);
+                self.choices[i].calls += 1;
+                out.push(data(&self.meta.call_begin_chunk(i, index, &name, role)));
+            }
+            Piece::CallArgs { index, fragment } => {
+                out.push(data(&self.meta.call_args_chunk(i, index, &fragment)));
+            }
+            // Already streamed as they were written.
+            Piece::Calls(calls) if self.choices[i].calls >= calls.len() => {}
             Piece::Calls(calls) => {
                 let role = self.role(i);
                 out.push(data(&self.meta.calls_chunk(i, &calls, role)));

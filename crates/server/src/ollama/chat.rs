@@ -423,7 +423,11 @@ impl Line {
     /// The NDJSON lines for one piece.
     fn lines(&self, piece: Piece, out: &mut Vec<String>) {
         let v = match piece {
-            Piece::Started | Piece::Guard(_) | Piece::Logprobs(_) => return,
+            Piece::Started
+            | Piece::Guard(_)
+            | Piece::Logprobs(_)
+            | Piece::CallBegin { .. }
+            | Piece::CallArgs { .. } => return,
             Piece::Text(t) => self.part(&t, "", &[]),
             Piece::Thought(t) => self.part("", &t, &[]),
             Piece::Calls(c) => self.part("", "", &c),

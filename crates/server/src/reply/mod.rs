@@ -3,6 +3,8 @@
 //! one, then the end. Each API (OpenAI, Ollama, Anthropic) only shapes
 //! these pieces into its own wire format.
 
+mod calls;
+
 use crate::api::ToolMode;
 use crate::error::ApiError;
 use crate::scheduler::{Event, Usage};
@@ -32,7 +34,13 @@ pub(crate) enum Piece {
     Text(String),
     /// Thought text.
     Thought(String),
-    /// The reply is these tool calls (sent whole, once known).
+    /// Tool call `index` to `name` begins (only when the reply streams its
+    /// calls, see [`Reply::streaming_calls`]).
+    CallBegin { index: usize, name: String },
+    /// More of call `index`'s arguments, as JSON text.
+    CallArgs { index: usize, fragment: String },
+    /// The reply is these tool calls, whole, once it has ended (after their
+    /// `CallBegin` and `CallArgs` when those were streamed).
     Calls(Vec<ToolCall>),
     /// What the guardrails did.
     Guard(Value),
@@ -80,6 +88,8 @@ pub(crate) struct Reply {
     mode: Mode,
     held: String,
     done: bool,
+    /// Reads calls as they are written, when they stream.
+    calls: Option<calls::CallReader>,
 }
 
 impl Reply {
@@ -101,7 +111,15 @@ impl Reply {
             mode,
             held: String::new(),
             done: false,
+            calls: None,
         }
+    }
+
+    /// Stream tool calls as they are written: `CallBegin` and `CallArgs`
+    /// pieces before the whole `Calls`.
+    pub(crate) fn streaming_calls(mut self) -> Self {
+        self.calls = Some(calls::CallReader::new());
+        self
     }
 
     /// The next pieces (possibly none for this event), or `None` once the
@@ -117,7 +135,7 @@ impl Reply {
             Some(Event::Logprobs(lps)) => vec![Piece::Logprobs(
                 lps.iter().map(|lp| self.render(lp)).collect(),
             )],
-            Some(Event::Text(t)) => self.text(t).into_iter().map(Piece::Text).collect(),
+            Some(Event::Text(t)) => self.text(t),
             Some(Event::Done(usage)) => {
                 self.done = true;
                 self.end(usage)
@@ -153,30 +171,43 @@ impl Reply {
         }
     }
 
-    /// The text that may be shown now: under `auto` a call is a reply that
-    /// begins with `{`, so the first character decides.
-    fn text(&mut self, t: String) -> Option<String> {
+    /// The text that may be shown now: under `auto` calls are a reply that
+    /// begins with `{` or `[`, so the first character decides.
+    fn text(&mut self, t: String) -> Vec<Piece> {
         match self.mode {
-            Mode::Text => Some(t),
-            Mode::Call => {
-                self.held.push_str(&t);
-                None
-            }
+            Mode::Text => return vec![Piece::Text(t)],
+            Mode::Call => self.held.push_str(&t),
             Mode::Undecided => {
                 self.held.push_str(&t);
                 match self.held.chars().next() {
-                    None => None,
-                    Some('{') => {
-                        self.mode = Mode::Call;
-                        None
-                    }
+                    None => return Vec::new(),
+                    Some('{' | '[') => self.mode = Mode::Call,
                     Some(_) => {
                         self.mode = Mode::Text;
-                        Some(std::mem::take(&mut self.held))
+                        return vec![Piece::Text(std::mem::take(&mut self.held))];
                     }
                 }
+                // The held text so far is the call's beginning.
+                return self.read_calls(&self.held.clone());
             }
         }
+        self.read_calls(&t)
+    }
+
+    /// The call pieces in `t`, the next text of a call, when calls stream.
+    fn read_calls(&mut self, t: &str) -> Vec<Piece> {
+        let Some(reader) = self.calls.as_mut() else {
+            return Vec::new();
+        };
+        let mut parts = Vec::new();
+        reader.feed(t, &mut parts);
+        parts
+            .into_iter()
+            .map(|p| match p {
+                calls::CallPart::Begin { index, name } => Piece::CallBegin { index, name },
+                calls::CallPart::Args { index, fragment } => Piece::CallArgs { index, fragment },
+            })
+            .collect()
     }
 
     /// The held text as a call (only when the reply ended on its own: a
@@ -193,10 +224,12 @@ impl Reply {
             _ => None,
         };
         match call {
-            Some(call) => {
-                out.push(Piece::Calls(vec![call]));
+            Some(calls) => {
+                out.push(Piece::Calls(calls));
                 ended = Ended::ToolCalls;
             }
+            // A call cut off after it began to stream was told as a call.
+            None if self.calls.as_ref().is_some_and(|c| c.begun() > 0) => {}
             None if !held.is_empty() => out.push(Piece::Text(held)),
             None => {}
         }
@@ -226,7 +259,7 @@ pub(crate) async fn collect(mut reply: Reply) -> Result<(Whole, Ended, Usage), A
     while let Some(pieces) = reply.next().await {
         for piece in pieces {
             match piece {
-                Piece::Started => {}
+                Piece::Started | Piece::CallBegin { .. } | Piece::CallArgs { .. } => {}
                 Piece::Text(t) => whole.text.push_str(&t),
                 Piece::Thought(t) => whole.thought.push_str(&t),
                 Piece::Calls(c) => whole.calls.extend(c),

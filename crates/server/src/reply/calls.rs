@@ -1,0 +1,197 @@
+//! Tool calls read as the model writes them, so their arguments stream in
+//! fragments (as OpenAI's and Anthropic's APIs stream them) instead of
+//! arriving whole at the end. The grammar fixes the shape: a call
+//! `{"name": "NAME", "arguments": {...}}`, or an array of them.
+
+/// What the reader found in the text so far.
+#[derive(Debug, PartialEq)]
+pub(crate) enum CallPart {
+    /// Call `index` to `name` begins.
+    Begin { index: usize, name: String },
+    /// More of call `index`'s arguments (JSON text).
+    Args { index: usize, fragment: String },
+}
+
+#[derive(Debug, PartialEq, Clone, Copy)]
+enum State {
+    /// Between calls: `[`, `, `, `]` or the `{` that opens a call.
+    Between,
+    /// Inside a call's object before its arguments' value.
+    Head,
+    /// Inside the arguments' value.
+    Args,
+}
+
+/// Reads calls from text that arrives in pieces.
+#[derive(Debug)]
+pub(crate) struct CallReader {
+    state: State,
+    head: String,
+    /// Calls begun so far.
+    begun: usize,
+    depth: usize,
+    in_string: bool,
+    escaped: bool,
+}
+
+impl CallReader {
+    pub(crate) fn new() -> Self {
+        Self {
+            state: State::Between,
+            head: String::new(),
+            begun: 0,
+            depth: 0,
+            in_string: false,
+            escaped: false,
+        }
+    }
+
+    /// Calls begun so far.
+    pub(crate) fn begun(&self) -> usize {
+        self.begun
+    }
+
+    /// Read `text`, the next piece of the reply.
+    pub(crate) fn feed(&mut self, text: &str, out: &mut Vec<CallPart>) {
+        let mut args = String::new();
+        for c in text.chars() {
+            match self.state {
+                State::Between => {
+                    if c == '{' {
+                        self.state = State::Head;
+                        self.head.clear();
+                        self.head.push(c);
+                    }
+                }
+                State::Head => {
+                    self.head.push(c);
+                    if self.head.ends_with("\"arguments\": ")
+                        || self.head.ends_with("\"arguments\":")
+                    {
+                        let name = name_in(&self.head).unwrap_or_default();
+                        out.push(CallPart::Begin {
+                            index: self.begun,
+                            name,
+                        });
+                        self.begun += 1;
+                        self.state = State::Args;
+                        self.depth = 0;
+                        self.in_string = false;
+                        self.escaped = false;
+                    }
+                }
+                State::Args => {
+                    if self.depth == 0 && c.is_whitespace() && args.is_empty() {
+                        continue;
+                    }
+                    args.push(c);
+                    if self.step(c) {
+                        // The value is complete; what follows closes the call.
+                        self.flush(&mut args, out);
+                        self.state = State::Between;
+                    }
+                }
+            }
+        }
+        self.flush(&mut args, out);
+    }
+
+    /// Track nesting through one character of the value; whether the value
+    /// ended with it.
+    fn step(&mut self, c: char) -> bool {
+        if self.in_string {
+            match (self.escaped, c) {
+                (true, _) => self.escaped = false,
+                (false, '\\') => self.escaped = true,
+                (false, '"') => self.in_string = false,
+                _ => {}
+            }
+            return false;
+        }
+        match c {
+            '"' => self.in_string = true,
+            '{' | '[' => self.depth += 1,
+            '}' | ']' => {
+                self.depth = self.depth.saturating_sub(1);
+                return self.depth == 0;
+            }
+            _ => {}
+        }
+        false
+    }
+
+    fn flush(&mut self, args: &mut String, out: &mut Vec<CallPart>) {
+        if !args.is_empty() {
+            out.push(CallPart::Args {
+                index: self.begun.saturating_sub(1),
+                fragment: std::mem::take(args),
+            });
+        }
+    }
+}
+
+/// The name in a call's head: `{"name": "NAME", "arguments":`.
+fn name_in(head: &str) -> Option<String> {
+    let rest = &head[head.find("\"name\"")? + 6..];
+    let rest = rest
+        .trim_start()
+        .strip_prefix(':')?
+        .trim_start()
+        .strip_prefix('"')?;
+    Some(rest[..rest.find('"')?].to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Feed `text` in pieces of `n` characters; the calls' names and their
+    /// joined arguments.
+    fn read(text: &str, n: usize) -> Vec<(String, String)> {
+        let mut r = CallReader::new();
+        let mut out = Vec::new();
+        let chars: Vec<char> = text.chars().collect();
+        for piece in chars.chunks(n) {
+            r.feed(&piece.iter().collect::<String>(), &mut out);
+        }
+        let mut calls: Vec<(String, String)> = Vec::new();
+        for p in out {
+            match p {
+                CallPart::Begin { index, name } => {
+                    assert_eq!(index, calls.len());
+                    calls.push((name, String::new()));
+                }
+                CallPart::Args { index, fragment } => calls[index].1.push_str(&fragment),
+            }
+        }
+        calls
+    }
+
+    #[test]
+    fn calls_are_read_in_any_pieces() {
+        let one =
+            r#"{"name": "get_weather", "arguments": {"city": "Pa}ris \"x\"", "n": [1, {"a": 2}]}}"#;
+        let args = r#"{"city": "Pa}ris \"x\"", "n": [1, {"a": 2}]}"#;
+        for n in [1, 2, 3, 7, 100] {
+            assert_eq!(
+                read(one, n),
+                vec![("get_weather".to_string(), args.to_string())]
+            );
+        }
+        let two = r#"[{"name": "a", "arguments": {}}, {"name": "b_2", "arguments": {"x": "]"}}]"#;
+        for n in [1, 5, 100] {
+            assert_eq!(
+                read(two, n),
+                vec![
+                    ("a".to_string(), "{}".to_string()),
+                    ("b_2".to_string(), r#"{"x": "]"}"#.to_string())
+                ]
+            );
+        }
+        // Cut off inside the arguments: what came is what was read.
+        assert_eq!(
+            read(r#"{"name": "a", "arguments": {"x": 1"#, 4),
+            vec![("a".to_string(), r#"{"x": 1"#.to_string())]
+        );
+    }
+}
