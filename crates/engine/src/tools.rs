@@ -238,7 +238,10 @@ mod tests {
         )
         .unwrap();
         assert_eq!(call.arguments["city"], "Oslo");
-        assert_eq!(parse_tool_call(&call_text(&call), &tools), Some(call.clone()));
+        assert_eq!(
+            parse_tool_call(&call_text(&call), &tools),
+            Some(call.clone())
+        );
         assert!(parse_tool_call(r#"{"name": "other", "arguments": {}}"#, &tools).is_none());
         assert!(parse_tool_call("It is sunny.", &tools).is_none());
         assert!(parse_tool_call(r#"{"name": "get_weather", "arguments": 3}"#, &tools).is_none());

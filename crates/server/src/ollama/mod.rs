@@ -3,6 +3,7 @@
 //! chat and generate in [`chat`]. Errors are Ollama's `{"error": "..."}`.
 
 mod chat;
+mod request;
 
 pub(crate) use chat::{chat, generate};
 
