@@ -14,7 +14,7 @@ const KEY: &str = "hearth-clients-key";
 
 /// Run one client script against the two servers; its stdout must end with
 /// `all NAME client checks passed`.
-fn run_script(name: &str, text: &Server, vision: &Server) {
+fn run_script(name: &str, text: &Server, vision: &Server, model: &Path) {
     let python = python_with(&[
         ("ollama", "ollama>=0.6,<1"),
         ("anthropic", "anthropic>=0.70,<3"),
@@ -24,6 +24,7 @@ fn run_script(name: &str, text: &Server, vision: &Server) {
         .env("HEARTH_HOST", format!("http://{}", text.addr))
         .env("HEARTH_MODEL_ID", "gemma-3-270m-q4_k_m")
         .env("HEARTH_API_KEY", KEY)
+        .env("HEARTH_MODEL_FILE", model)
         .env("HEARTH_VISION_HOST", format!("http://{}", vision.addr))
         .env(
             "HEARTH_IMAGE",
@@ -62,8 +63,8 @@ fn the_ollama_and_anthropic_clients_drive_the_real_model() {
     );
     let vision_dir = format!("{ROOT}/tests/fixtures/tiny/gemma3_vision/");
     let mut vision = Server::start(&vision_dir, &["--ctx", "128", "--api-key", KEY]);
-    run_script("ollama", &text, &vision);
-    run_script("anthropic", &text, &vision);
+    run_script("ollama", &text, &vision, &model);
+    run_script("anthropic", &text, &vision, &model);
     text.assert_alive();
     vision.assert_alive();
 }

@@ -34,6 +34,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/api/show", post(ollama::show))
         .route("/api/chat", post(ollama::chat))
         .route("/api/generate", post(ollama::generate))
+        .route("/api/pull", post(ollama::pull))
         .route("/api/embed", post(ollama::embed))
         .route("/api/embeddings", post(ollama::embed))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));

@@ -151,6 +151,16 @@ for body in [b"{not json", b'{"model": 5, "messages": "x"}']:
         raise AssertionError("accepted")
     except urllib.error.HTTPError as e:
         assert e.code == 400 and "error" in json.loads(e.read())
+# Pull: through `hearth pull`'s store, its progress streamed as status
+# lines (a file already on disk is pulled at once; an unknown name is a 404).
+if os.environ.get("HEARTH_MODEL_FILE"):
+    lines = list(c.pull(os.environ["HEARTH_MODEL_FILE"], stream=True))
+    assert lines[0].status == "pulling manifest" and lines[-1].status == "success", lines
+    assert c.pull(os.environ["HEARTH_MODEL_FILE"]).status == "success"
+expect_error(lambda: c.pull("no-such-model-anywhere"), 404, "no-such-model-anywhere")
+status, v = post(HOST, "/api/pull", {})
+assert status == 400 and "model" in v["error"], v
+
 # Loading a model (no messages) answers at once.
 status, v = post(HOST, "/api/chat", {"model": MODEL, "messages": []})
 assert status == 200 and v["done_reason"] == "load", v

@@ -119,15 +119,22 @@ pub(crate) fn pull(
         .with_user_agent("hearth", env!("CARGO_PKG_VERSION"))
         .build()
         .map_err(|e| map_error(e, spec, &endpoint, cache_dir))?;
-    let bar = if opts.progress {
-        Bar(ProgressBar::new(0))
-    } else {
-        Bar(ProgressBar::hidden())
+    let bar = Bar {
+        bar: if opts.progress {
+            ProgressBar::new(0)
+        } else {
+            ProgressBar::hidden()
+        },
+        opts: opts.clone(),
+        file: String::new(),
+        done: 0,
+        total: 0,
     };
     let path = api
         .repo(spec.hf_repo())
         .download_with_progress(&spec.file, bar)
         .map_err(|e| map_error(e, spec, &endpoint, cache_dir))?;
+    opts.observe("verifying", &spec.file, 0, 0);
     check_lfs_hash(&path, spec)?;
     Ok(path)
 }
@@ -191,28 +198,42 @@ fn map_error(e: ApiError, spec: &HubSpec, endpoint: &str, cache_dir: &Path) -> S
     }
 }
 
-/// An indicatif bar (on stderr) driven by hf-hub's progress callbacks.
-struct Bar(ProgressBar);
+/// An indicatif bar (on stderr) and the pull's observer, driven by hf-hub's progress
+/// callbacks.
+struct Bar {
+    bar: ProgressBar,
+    opts: PullOptions,
+    file: String,
+    done: u64,
+    total: u64,
+}
 
 impl hf_hub::api::Progress for Bar {
     fn init(&mut self, size: usize, filename: &str) {
-        self.0.set_length(size as u64);
-        self.0.set_position(0);
-        self.0.set_style(
+        self.file = filename.to_string();
+        self.total = size as u64;
+        self.done = 0;
+        self.opts.observe("downloading", &self.file, 0, self.total);
+        self.bar.set_length(size as u64);
+        self.bar.set_position(0);
+        self.bar.set_style(
             ProgressStyle::with_template(
                 "{msg} [{elapsed_precise}] [{wide_bar}] {bytes}/{total_bytes} {bytes_per_sec} ({eta})",
             )
             .unwrap_or_else(|_| ProgressStyle::default_bar()),
         );
-        self.0.set_message(filename.to_string());
+        self.bar.set_message(filename.to_string());
     }
 
     fn update(&mut self, size: usize) {
-        self.0.inc(size as u64);
+        self.done += size as u64;
+        self.opts
+            .observe("downloading", &self.file, self.done, self.total);
+        self.bar.inc(size as u64);
     }
 
     fn finish(&mut self) {
-        self.0.finish();
+        self.bar.finish();
     }
 }
 
@@ -443,7 +464,29 @@ mod tests {
         let home = tempfile::tempdir().unwrap();
         let store = Store::new(home.path(), Registry::default());
 
-        let path = store.pull("hf:owner/repo/model.gguf", &opts(&hub)).unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let observer = {
+            let seen = Arc::clone(&seen);
+            crate::Observer(Arc::new(move |p: &crate::PullProgress| {
+                seen.lock().unwrap().push(p.clone())
+            }))
+        };
+        let watched = PullOptions {
+            observer: Some(observer),
+            ..opts(&hub)
+        };
+        let path = store.pull("hf:owner/repo/model.gguf", &watched).unwrap();
+        // The observer saw the bytes arrive, in order, to the whole file, then the check.
+        let seen = seen.lock().unwrap().clone();
+        let bytes: Vec<u64> = seen
+            .iter()
+            .filter(|p| p.stage == "downloading")
+            .map(|p| p.completed)
+            .collect();
+        assert!(bytes.windows(2).all(|w| w[0] <= w[1]), "{bytes:?}");
+        assert_eq!(bytes.last().copied(), Some(body.len() as u64));
+        assert!(seen.iter().all(|p| p.file == "model.gguf"), "{seen:?}");
+        assert_eq!(seen.last().map(|p| p.stage), Some("verifying"));
         // assert! rather than assert_eq!: a failure should not print 300 kB of bytes.
         assert!(std::fs::read(&path).unwrap() == body);
         assert!(

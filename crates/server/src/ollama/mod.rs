@@ -3,9 +3,11 @@
 //! chat and generate in [`chat`]. Errors are Ollama's `{"error": "..."}`.
 
 mod chat;
+mod pull;
 mod request;
 
 pub(crate) use chat::{chat, generate};
+pub(crate) use pull::pull;
 
 use crate::error::{ApiError, Dialect};
 use crate::routes::{read_body, resolve_model};

@@ -1,0 +1,111 @@
+//! Ollama's `/api/pull`: fetch a model into the cache with `hearth pull`'s
+//! store, streaming its progress as Ollama's NDJSON status lines. The
+//! pulled model is in the cache for the next start; this server goes on
+//! serving the model it loaded.
+
+use crate::api;
+use crate::error::{ApiError, Dialect};
+use crate::routes::read_body;
+use crate::AppState;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use futures_util::StreamExt;
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::sync::Arc;
+use tokio::sync::mpsc;
+
+#[derive(Deserialize)]
+struct PullBody {
+    model: Option<String>,
+    /// The older clients' name for `model`.
+    name: Option<String>,
+    stream: Option<bool>,
+}
+
+/// The status line for one step of a pull.
+fn status(p: &store::PullProgress) -> Value {
+    match p.stage {
+        "verifying" => json!({"status": "verifying sha256 digest"}),
+        stage if p.total > 0 => json!({
+            "status": format!("{stage} {}", p.file),
+            "digest": p.file,
+            "total": p.total,
+            "completed": p.completed,
+        }),
+        stage => json!({"status": format!("{stage} {}", p.file)}),
+    }
+}
+
+/// A failed pull as an HTTP error: an unknown model is the client's.
+fn pull_error(e: &store::StoreError) -> ApiError {
+    match e {
+        store::StoreError::UnknownSpec { .. } | store::StoreError::NoSuchFile { .. } => {
+            ApiError::not_found(e.to_string())
+        }
+        _ => ApiError {
+            status: StatusCode::BAD_GATEWAY,
+            ..ApiError::internal(format!("The pull failed: {e}"))
+        },
+    }
+}
+
+/// `POST /api/pull`.
+pub(crate) async fn pull(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Response {
+    let parsed = async {
+        let b: PullBody = api::parse_json(&read_body(&st, &headers, body).await?)?;
+        match b.model.or(b.name).filter(|m| !m.trim().is_empty()) {
+            Some(m) => Ok((m, b.stream.unwrap_or(true))),
+            None => Err(ApiError::bad_param("model", "`model` is required.")),
+        }
+    };
+    let (spec, stream) = match parsed.await {
+        Ok(p) => p,
+        Err(e) => return e.respond(Dialect::Ollama),
+    };
+    let (tx, rx) = mpsc::unbounded_channel::<Value>();
+    let lines = tx.clone();
+    let observer = store::Observer(Arc::new(move |p: &store::PullProgress| {
+        let _ = lines.send(status(p));
+    }));
+    let opts = store::PullOptions {
+        observer: Some(observer),
+        ..store::PullOptions::default()
+    };
+    let _ = tx.send(json!({"status": "pulling manifest"}));
+    let job = tokio::task::spawn_blocking(move || store::pull(spec.trim(), &opts));
+    if !stream {
+        return match job.await {
+            Ok(Ok(_)) => Json(json!({"status": "success"})).into_response(),
+            Ok(Err(e)) => pull_error(&e).respond(Dialect::Ollama),
+            Err(e) => {
+                ApiError::internal(format!("the pull task failed: {e}")).respond(Dialect::Ollama)
+            }
+        };
+    }
+    // The last line, once the pull is over: success or the error.
+    let end = async move {
+        let last = match job.await {
+            Ok(Ok(_)) => json!({"status": "success"}),
+            Ok(Err(e)) => pull_error(&e).body_for(Dialect::Ollama),
+            Err(e) => json!({"error": format!("the pull task failed: {e}")}),
+        };
+        let _ = tx.send(last);
+    };
+    tokio::spawn(end);
+    let lines = tokio_stream(rx).map(|v| Ok::<_, std::convert::Infallible>(format!("{v}\n")));
+    let mut resp = Body::from_stream(lines).into_response();
+    resp.headers_mut().insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("application/x-ndjson"),
+    );
+    resp
+}
+
+/// The receiver as a stream, ending when every sender is gone.
+fn tokio_stream(mut rx: mpsc::UnboundedReceiver<Value>) -> impl futures_util::Stream<Item = Value> {
+    futures_util::stream::poll_fn(move |cx| rx.poll_recv(cx))
+}
