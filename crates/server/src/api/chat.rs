@@ -1,0 +1,290 @@
+//! `/v1/chat/completions` bodies: messages (text, images, audio, tool calls
+//! and results) into the chat the template reads, and the tools.
+
+use super::common::{common, Common};
+use super::{ImageSource, Input, Request, ToolMode};
+use crate::error::ApiError;
+use crate::media::{self, Part};
+use engine::tools::{self, Tool, ToolCall, ToolChoice};
+use engine::{ChatMessage, SamplingParams};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// `content`: a string, a list of parts, or null.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Content {
+    Text(String),
+    Parts(Vec<Part>),
+}
+
+/// `function` of an assistant message's tool call.
+#[derive(Debug, Deserialize)]
+struct WireFunctionCall {
+    name: String,
+    /// The arguments as a JSON string, as OpenAI sends them.
+    #[serde(default)]
+    arguments: Option<String>,
+}
+
+/// One entry of an assistant message's `tool_calls`.
+#[derive(Debug, Deserialize)]
+struct WireToolCall {
+    id: Option<String>,
+    function: WireFunctionCall,
+}
+
+#[derive(Debug, Deserialize)]
+struct Message {
+    role: String,
+    content: Option<Content>,
+    #[serde(default)]
+    tool_calls: Option<Vec<WireToolCall>>,
+    #[serde(default)]
+    tool_call_id: Option<String>,
+    #[serde(default)]
+    name: Option<String>,
+}
+
+/// `function` of a tool definition.
+#[derive(Debug, Deserialize)]
+struct WireFunction {
+    name: String,
+    description: Option<String>,
+    parameters: Option<Value>,
+}
+
+/// One entry of `tools`.
+#[derive(Debug, Deserialize)]
+struct WireTool {
+    #[serde(rename = "type")]
+    kind: String,
+    function: WireFunction,
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct ChatBody {
+    messages: Vec<Message>,
+    /// Hearth's extension: the guardrails for this reply (`all`, `none` or
+    /// a list such as `calc,logic`); the server's `--guard` when absent.
+    guard: Option<String>,
+    tools: Option<Vec<WireTool>>,
+    tool_choice: Option<Value>,
+    parallel_tool_calls: Option<bool>,
+    #[serde(flatten)]
+    common: Common,
+}
+
+pub(super) fn chat_request(b: ChatBody, defaults: &SamplingParams) -> Result<Request, ApiError> {
+    if b.messages.is_empty() {
+        return Err(ApiError::bad_param(
+            "messages",
+            "`messages` must not be empty.",
+        ));
+    }
+    let tool_mode = parse_tools(b.tools, b.tool_choice, b.parallel_tool_calls)?;
+    let guard = match b.guard.as_deref() {
+        None => None,
+        Some(spec) => Some(
+            guard::GuardSet::parse(spec)
+                .map_err(|e| ApiError::bad_param("guard", format!("{e}.")))?,
+        ),
+    };
+    // Call ids of earlier assistant turns, to name a tool's result.
+    let mut call_names: std::collections::HashMap<String, String> = Default::default();
+    let mut messages: Vec<ChatMessage> = Vec::with_capacity(b.messages.len() + 1);
+    let mut images: Vec<ImageSource> = Vec::new();
+    let mut audio: Vec<Vec<u8>> = Vec::new();
+    for (i, m) in b.messages.into_iter().enumerate() {
+        let role = match m.role.as_str() {
+            "system" | "developer" => "system",
+            "user" => "user",
+            "assistant" | "model" => "assistant",
+            "tool" | "function" => "tool",
+            other => {
+                return Err(ApiError::bad_param(
+                    &format!("messages[{i}].role"),
+                    format!(
+                    "Unsupported role `{other}`; use system, developer, user, assistant or tool."
+                ),
+                ))
+            }
+        };
+        let content = match m.content {
+            None => String::new(),
+            Some(Content::Text(t)) => t,
+            Some(Content::Parts(parts)) => media::parts_text(parts, i, &mut images, &mut audio)?,
+        };
+        match role {
+            "tool" => {
+                // The template knows user and model turns only: a result is
+                // a user turn, merged with the results right before it.
+                let name = m.name.clone().or_else(|| {
+                    m.tool_call_id
+                        .as_ref()
+                        .and_then(|id| call_names.get(id).cloned())
+                });
+                let text = tools::result_text(name.as_deref(), &content);
+                match messages.last_mut() {
+                    Some(last) if last.role == "user" => {
+                        last.content.push_str("\n\n");
+                        last.content.push_str(&text);
+                    }
+                    _ => messages.push(ChatMessage::new("user", text)),
+                }
+            }
+            "assistant" if m.tool_calls.as_ref().is_some_and(|c| !c.is_empty()) => {
+                let mut calls = Vec::new();
+                for (j, c) in m.tool_calls.unwrap_or_default().into_iter().enumerate() {
+                    let raw = c.function.arguments.unwrap_or_else(|| "{}".into());
+                    let arguments = serde_json::from_str::<Value>(&raw).map_err(|e| {
+                        ApiError::bad_param(
+                            &format!("messages[{i}].tool_calls[{j}].function.arguments"),
+                            format!("The arguments are not valid JSON: {e}"),
+                        )
+                    })?;
+                    if let Some(id) = c.id {
+                        call_names.insert(id, c.function.name.clone());
+                    }
+                    calls.push(ToolCall {
+                        name: c.function.name,
+                        arguments,
+                    });
+                }
+                let mut text = content;
+                if !text.is_empty() {
+                    text.push('\n');
+                }
+                text.push_str(&tools::calls_text(&calls));
+                messages.push(ChatMessage::new("assistant", text));
+            }
+            _ => messages.push(ChatMessage::new(role, content)),
+        }
+    }
+    if let Some(prompt) = tool_mode
+        .as_ref()
+        .and_then(|t| tools::tools_prompt(&t.tools, &t.choice, t.parallel))
+    {
+        match messages.first_mut() {
+            Some(first) if first.role == "system" => {
+                first.content.push_str("\n\n");
+                first.content.push_str(&prompt);
+            }
+            _ => messages.insert(0, ChatMessage::new("system", prompt)),
+        }
+    }
+    let mut req = common(b.common, Input::Chat(messages), None, defaults)?;
+    req.guard = guard;
+    req.images = images;
+    req.audio = audio;
+    if let Some(mode) = tool_mode {
+        if let Some((_, field)) = &req.grammar {
+            return Err(ApiError::bad_param(
+                field,
+                format!("`{field}` cannot be combined with `tools` (a call's arguments are already held to the tool's schema)."),
+            ));
+        }
+        let grammar = tools::tool_grammar(&mode.tools, &mode.choice, mode.parallel)
+            .map_err(|e| ApiError::bad_param("tool_choice", format!("{e}.")))?;
+        req.grammar = grammar.map(|g| (g, "tools"));
+        if mode.choice != ToolChoice::None {
+            req.tools = Some(mode);
+        }
+    }
+    Ok(req)
+}
+
+/// `tools` and `tool_choice`: `None` when no tools are given.
+fn parse_tools(
+    wire: Option<Vec<WireTool>>,
+    choice: Option<Value>,
+    parallel: Option<bool>,
+) -> Result<Option<ToolMode>, ApiError> {
+    let wire = wire.unwrap_or_default();
+    let mut tools = Vec::with_capacity(wire.len());
+    for (i, t) in wire.into_iter().enumerate() {
+        if t.kind != "function" {
+            return Err(ApiError::bad_param(
+                &format!("tools[{i}].type"),
+                format!(
+                    "Tools of type `{}` are not supported; only `function`.",
+                    t.kind
+                ),
+            ));
+        }
+        let name = t.function.name;
+        let valid = !name.is_empty()
+            && name.len() <= 64
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+        if !valid {
+            return Err(ApiError::bad_param(
+                &format!("tools[{i}].function.name"),
+                format!(
+                    "`{name}` is not a valid function name (1 to 64 of a-z, A-Z, 0-9, _ and -)."
+                ),
+            ));
+        }
+        if tools.iter().any(|t: &Tool| t.name == name) {
+            return Err(ApiError::bad_param(
+                &format!("tools[{i}].function.name"),
+                format!("The function `{name}` is defined twice."),
+            ));
+        }
+        let parameters = match t.function.parameters {
+            None => serde_json::json!({"type": "object", "properties": {}}),
+            Some(p @ Value::Object(_)) => p,
+            Some(_) => {
+                return Err(ApiError::bad_param(
+                    &format!("tools[{i}].function.parameters"),
+                    "`parameters` must be a JSON Schema object.",
+                ))
+            }
+        };
+        tools.push(Tool {
+            name,
+            description: t.function.description,
+            parameters,
+        });
+    }
+    let choice = match choice {
+        None | Some(Value::Null) => ToolChoice::Auto,
+        Some(Value::String(s)) => match s.as_str() {
+            "auto" => ToolChoice::Auto,
+            "none" => ToolChoice::None,
+            "required" => ToolChoice::Required,
+            other => {
+                return Err(ApiError::bad_param(
+                    "tool_choice",
+                    format!("Unknown tool_choice `{other}`; use auto, none, required or {{\"type\": \"function\", \"function\": {{\"name\": ...}}}}."),
+                ))
+            }
+        },
+        Some(v) => match v.pointer("/function/name").and_then(Value::as_str) {
+            Some(name) => ToolChoice::Function(name.to_string()),
+            None => {
+                return Err(ApiError::bad_param(
+                    "tool_choice",
+                    "A tool_choice object names a function: {\"type\": \"function\", \"function\": {\"name\": ...}}.",
+                ))
+            }
+        },
+    };
+    if tools.is_empty() {
+        return match choice {
+            ToolChoice::Required | ToolChoice::Function(_) => Err(ApiError::bad_param(
+                "tool_choice",
+                "tool_choice asks for a call but no `tools` are given.",
+            )),
+            _ => Ok(None),
+        };
+    }
+    Ok(Some(ToolMode {
+        tools,
+        choice,
+        // Off unless asked for (OpenAI's default is on): small models
+        // offered an array of calls tend to repeat one call to the limit.
+        parallel: parallel.unwrap_or(false),
+    }))
+}

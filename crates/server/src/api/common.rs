@@ -1,0 +1,429 @@
+//! The fields every generating body shares: sampling, limits, stop
+//! strings, the one grammar, thinking, log-probabilities and `n`.
+
+use super::{Input, Request};
+use crate::error::ApiError;
+use engine::{Grammar, SamplingParams};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// Most stop strings a request may give.
+const MAX_STOPS: usize = 16;
+
+/// `stop`: one string or a list.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Stop {
+    One(String),
+    Many(Vec<String>),
+}
+
+/// `stream_options`.
+#[derive(Debug, Default, Deserialize)]
+struct StreamOptions {
+    #[serde(default)]
+    include_usage: Option<bool>,
+}
+
+/// The sampling and limit fields both endpoints share.
+#[derive(Debug, Default, Deserialize)]
+pub(super) struct Common {
+    model: Option<String>,
+    stream: Option<bool>,
+    stream_options: Option<StreamOptions>,
+    temperature: Option<f32>,
+    top_p: Option<f32>,
+    max_tokens: Option<i64>,
+    max_completion_tokens: Option<i64>,
+    stop: Option<Stop>,
+    seed: Option<i64>,
+    frequency_penalty: Option<f32>,
+    presence_penalty: Option<f32>,
+    n: Option<i64>,
+    /// Chat: `true` to return each token's log-probability; legacy
+    /// completions: how many alternatives to return with each.
+    logprobs: Option<Value>,
+    /// Chat: how many alternatives with each token (0 to 20).
+    top_logprobs: Option<i64>,
+    // Extensions that llama.cpp's server also takes.
+    top_k: Option<i64>,
+    min_p: Option<f32>,
+    repeat_penalty: Option<f32>,
+    /// How many recent tokens the repeat penalty looks at.
+    repeat_last_n: Option<i64>,
+    /// Token id (as a string) to a bias from -100 to 100.
+    logit_bias: Option<std::collections::BTreeMap<String, f32>>,
+    /// OpenAI: `{"type": "text" | "json_object" | "json_schema", ...}`.
+    response_format: Option<Value>,
+    /// llama.cpp's extension: a GBNF grammar.
+    grammar: Option<String>,
+    /// llama.cpp's extension: a JSON Schema.
+    json_schema: Option<Value>,
+    /// Hearth's extension: a regular expression.
+    regex: Option<String>,
+    /// Hearth's extension: a grammar in llguidance's Lark syntax.
+    lark_grammar: Option<String>,
+    /// vLLM's and llama.cpp's way to set template switches;
+    /// `enable_thinking` turns thinking on or off.
+    chat_template_kwargs: Option<Value>,
+    /// Ollama's thinking switch.
+    think: Option<bool>,
+    /// OpenAI's reasoning effort: `none` turns thinking off, any other
+    /// level on.
+    reasoning_effort: Option<String>,
+    /// Most thought tokens before the thought channel is closed.
+    thinking_budget: Option<i64>,
+}
+
+/// `prompt` of the legacy completions endpoint.
+#[derive(Debug, Deserialize)]
+#[serde(untagged)]
+enum Prompt {
+    Text(String),
+    Texts(Vec<String>),
+    Ids(Vec<u32>),
+}
+
+#[derive(Debug, Deserialize)]
+pub(super) struct CompletionBody {
+    prompt: Prompt,
+    #[serde(flatten)]
+    common: Common,
+}
+
+/// The one grammar a request asks for through `response_format`, `grammar`,
+/// `json_schema`, `regex` or `lark_grammar`.
+fn parse_grammar(c: &mut Common) -> Result<Option<(Grammar, &'static str)>, ApiError> {
+    let mut found: Vec<(Grammar, &'static str)> = Vec::new();
+    if let Some(rf) = c.response_format.take() {
+        let kind = rf.get("type").and_then(Value::as_str).unwrap_or("");
+        match kind {
+            "text" => {}
+            "json_object" => found.push((Grammar::JsonObject, "response_format")),
+            "json_schema" => {
+                let Some(js) = rf.get("json_schema") else {
+                    return Err(ApiError::bad_param(
+                        "response_format",
+                        "`response_format` of type `json_schema` needs a `json_schema` object with a `schema`.",
+                    ));
+                };
+                let Some(schema) = js.get("schema") else {
+                    return Err(ApiError::bad_param(
+                        "response_format.json_schema.schema",
+                        "`response_format.json_schema` needs a `schema`.",
+                    ));
+                };
+                found.push((Grammar::JsonSchema(schema.clone()), "response_format"));
+            }
+            other => {
+                return Err(ApiError::bad_param(
+                    "response_format.type",
+                    format!(
+                    "Unknown response_format type `{other}`; use text, json_object or json_schema."
+                ),
+                ))
+            }
+        }
+    }
+    if let Some(g) = c.grammar.take() {
+        found.push((Grammar::Gbnf(g), "grammar"));
+    }
+    if let Some(s) = c.json_schema.take() {
+        found.push((Grammar::JsonSchema(s), "json_schema"));
+    }
+    if let Some(r) = c.regex.take() {
+        found.push((Grammar::Regex(r), "regex"));
+    }
+    if let Some(l) = c.lark_grammar.take() {
+        found.push((Grammar::Lark(l), "lark_grammar"));
+    }
+    if found.len() > 1 {
+        let names: Vec<&str> = found.iter().map(|(_, f)| *f).collect();
+        return Err(ApiError::bad_param(
+            found[1].1,
+            format!("Give one constraint, not several: {}.", names.join(", ")),
+        ));
+    }
+    Ok(found.pop())
+}
+
+pub(super) fn completion_request(
+    b: CompletionBody,
+    default_max: Option<usize>,
+    defaults: &SamplingParams,
+) -> Result<Request, ApiError> {
+    let input = match b.prompt {
+        Prompt::Text(t) => Input::Text(t),
+        Prompt::Texts(mut ts) if ts.len() == 1 => Input::Text(ts.remove(0)),
+        Prompt::Texts(_) => {
+            return Err(ApiError::bad_param(
+                "prompt",
+                "Only one prompt per request is supported.",
+            ))
+        }
+        Prompt::Ids(ids) => Input::Ids(ids),
+    };
+    common(b.common, input, default_max, defaults)
+}
+
+pub(super) fn common(
+    mut c: Common,
+    input: Input,
+    default_max: Option<usize>,
+    defaults: &SamplingParams,
+) -> Result<Request, ApiError> {
+    let grammar = parse_grammar(&mut c)?;
+    let logprobs = parse_logprobs(c.logprobs.take(), c.top_logprobs)?;
+    let (thinking, thinking_budget) = thinking(&c)?;
+    let n = match c.n {
+        None => 1,
+        Some(n @ 1..=MAX_CHOICES) => n as usize,
+        Some(n) => {
+            return Err(ApiError::bad_param(
+                "n",
+                format!("`n` must be between 1 and {MAX_CHOICES}, got {n}."),
+            ))
+        }
+    };
+    let max_tokens = max_tokens(&c, default_max)?;
+    let stop = stops(c.stop.take())?;
+    let params = sampling(&c, defaults)?;
+    Ok(Request {
+        seed_given: c.seed.is_some(),
+        model: c.model,
+        stream: c.stream.unwrap_or(false),
+        include_usage: c
+            .stream_options
+            .and_then(|o| o.include_usage)
+            .unwrap_or(false),
+        input,
+        params,
+        max_tokens,
+        stop,
+        grammar,
+        tools: None,
+        thinking,
+        thinking_budget,
+        guard: None,
+        images: Vec::new(),
+        audio: Vec::new(),
+        logprobs,
+        n,
+    })
+}
+
+/// Whether to think, and the thought's budget: Ollama's `think`, vLLM's
+/// `chat_template_kwargs.enable_thinking` or OpenAI's `reasoning_effort`;
+/// off unless asked for, as in the Gemma 4 template.
+fn thinking(c: &Common) -> Result<(bool, Option<usize>), ApiError> {
+    let kw_thinking = match c
+        .chat_template_kwargs
+        .as_ref()
+        .map(|k| k.get("enable_thinking"))
+    {
+        Some(Some(Value::Bool(b))) => Some(*b),
+        Some(Some(other)) => {
+            return Err(ApiError::bad_param(
+                "chat_template_kwargs.enable_thinking",
+                format!("`enable_thinking` is true or false, not {other}."),
+            ))
+        }
+        _ => None,
+    };
+    let effort_thinking = match c.reasoning_effort.as_deref() {
+        None => None,
+        Some("none") => Some(false),
+        Some("minimal" | "low" | "medium" | "high") => Some(true),
+        Some(other) => {
+            return Err(ApiError::bad_param(
+                "reasoning_effort",
+                format!(
+                    "Unknown reasoning_effort `{other}`; use none, minimal, low, medium or high."
+                ),
+            ))
+        }
+    };
+    let budget = match c.thinking_budget {
+        None => None,
+        Some(b) if b < 0 => {
+            return Err(ApiError::bad_param(
+                "thinking_budget",
+                "`thinking_budget` must not be negative.",
+            ))
+        }
+        Some(b) => Some(usize::try_from(b).unwrap_or(usize::MAX)),
+    };
+    let on = c.think.or(kw_thinking).or(effort_thinking).unwrap_or(false);
+    Ok((on, budget))
+}
+
+/// `max_completion_tokens`, else `max_tokens`, else `default_max`.
+fn max_tokens(c: &Common, default_max: Option<usize>) -> Result<Option<usize>, ApiError> {
+    let max = match (c.max_completion_tokens, c.max_tokens) {
+        (Some(m), _) => Some(("max_completion_tokens", m)),
+        (None, Some(m)) => Some(("max_tokens", m)),
+        (None, None) => None,
+    };
+    match max {
+        Some((name, m)) if m < 1 => Err(ApiError::bad_param(
+            name,
+            format!("`{name}` must be at least 1."),
+        )),
+        Some((_, m)) => Ok(Some(usize::try_from(m).unwrap_or(usize::MAX))),
+        None => Ok(default_max),
+    }
+}
+
+/// `stop`: at most [`MAX_STOPS`], none empty.
+fn stops(stop: Option<Stop>) -> Result<Vec<String>, ApiError> {
+    let stop = match stop {
+        None => Vec::new(),
+        Some(Stop::One(s)) => vec![s],
+        Some(Stop::Many(v)) => v,
+    };
+    if stop.len() > MAX_STOPS {
+        return Err(ApiError::bad_param(
+            "stop",
+            format!("At most {MAX_STOPS} stop strings are supported."),
+        ));
+    }
+    if stop.iter().any(String::is_empty) {
+        return Err(ApiError::bad_param(
+            "stop",
+            "Stop strings must not be empty.",
+        ));
+    }
+    Ok(stop)
+}
+
+/// The sampling settings: the request's, else the server's `defaults`.
+fn sampling(c: &Common, defaults: &SamplingParams) -> Result<SamplingParams, ApiError> {
+    let mut logit_bias = Vec::new();
+    for (key, &bias) in c.logit_bias.iter().flatten() {
+        let id = key.trim().parse::<u32>().map_err(|_| {
+            ApiError::bad_param(
+                "logit_bias",
+                format!("`logit_bias` keys are token ids; `{key}` is not one."),
+            )
+        })?;
+        logit_bias.push((id, bias));
+    }
+    let defaults = defaults.clone();
+    let mut params = SamplingParams {
+        temperature: c.temperature.unwrap_or(defaults.temperature),
+        top_p: c.top_p.unwrap_or(defaults.top_p),
+        min_p: c.min_p.unwrap_or(defaults.min_p),
+        repeat_penalty: c.repeat_penalty.unwrap_or(defaults.repeat_penalty),
+        frequency_penalty: c.frequency_penalty.unwrap_or(defaults.frequency_penalty),
+        presence_penalty: c.presence_penalty.unwrap_or(defaults.presence_penalty),
+        seed: c.seed.map(|s| s as u64).unwrap_or_else(fresh_seed),
+        logit_bias,
+        ..defaults
+    };
+    if let Some(n) = c.repeat_last_n {
+        // llama.cpp and Ollama: -1 means the whole context.
+        params.repeat_last_n = match n {
+            -1 => usize::MAX,
+            n if n < 0 => {
+                return Err(ApiError::bad_param(
+                    "repeat_last_n",
+                    "`repeat_last_n` is -1 (the whole context) or at least 0.",
+                ))
+            }
+            n => usize::try_from(n).unwrap_or(usize::MAX),
+        };
+    }
+    if let Some(k) = c.top_k {
+        if k < 0 {
+            return Err(ApiError::bad_param(
+                "top_k",
+                "`top_k` must not be negative.",
+            ));
+        }
+        params.top_k = usize::try_from(k).unwrap_or(usize::MAX);
+    }
+    check_ranges(c, &params)?;
+    Ok(params)
+}
+
+/// OpenAI's ranges for temperature and the penalties, then the sampler's.
+fn check_ranges(c: &Common, params: &SamplingParams) -> Result<(), ApiError> {
+    if let Some(t) = c.temperature {
+        if !(0.0..=2.0).contains(&t) {
+            return Err(ApiError::bad_param(
+                "temperature",
+                format!("`temperature` must be between 0 and 2, got {t}."),
+            ));
+        }
+    }
+    for (name, v) in [
+        ("frequency_penalty", params.frequency_penalty),
+        ("presence_penalty", params.presence_penalty),
+    ] {
+        if !(-2.0..=2.0).contains(&v) {
+            return Err(ApiError::bad_param(
+                name,
+                format!("`{name}` must be between -2 and 2, got {v}."),
+            ));
+        }
+    }
+    params.validate().map_err(|e| {
+        let param = e.split_whitespace().next().unwrap_or("").to_string();
+        ApiError::bad_param(&param, format!("Invalid sampling parameter: {e}."))
+    })
+}
+
+/// Most choices one request may ask for (OpenAI's limit).
+pub const MAX_CHOICES: i64 = 128;
+
+/// Most alternatives a token's log-probability may come with (OpenAI's
+/// limit).
+pub const MAX_TOP_LOGPROBS: usize = 20;
+
+/// `logprobs` (a switch for chats, a count for legacy completions) and
+/// `top_logprobs` as the number of alternatives, `None` when off.
+fn parse_logprobs(logprobs: Option<Value>, top: Option<i64>) -> Result<Option<usize>, ApiError> {
+    let in_range = |name: &str, n: i64| match usize::try_from(n) {
+        Ok(n) if n <= MAX_TOP_LOGPROBS => Ok(n),
+        _ => Err(ApiError::bad_param(
+            name,
+            format!("`{name}` must be between 0 and {MAX_TOP_LOGPROBS}, got {n}."),
+        )),
+    };
+    let top = top.map(|n| in_range("top_logprobs", n)).transpose()?;
+    match logprobs {
+        None | Some(Value::Null) | Some(Value::Bool(false)) => match top {
+            Some(_) => Err(ApiError::bad_param(
+                "top_logprobs",
+                "`top_logprobs` needs `logprobs` set to true.",
+            )),
+            None => Ok(None),
+        },
+        Some(Value::Bool(true)) => Ok(Some(top.unwrap_or(0))),
+        Some(Value::Number(n)) => match n.as_i64() {
+            Some(n) => in_range("logprobs", n).map(Some),
+            None => Err(ApiError::bad_param(
+                "logprobs",
+                "`logprobs` must be an integer.",
+            )),
+        },
+        Some(other) => Err(ApiError::bad_param(
+            "logprobs",
+            format!("`logprobs` is true or false (chat) or a count (completions), not {other}."),
+        )),
+    }
+}
+
+/// A seed for requests that give none: differs from call to call.
+fn fresh_seed() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    nanos
+        ^ COUNTER
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_mul(0x9E37_79B9_7F4A_7C15)
+}
