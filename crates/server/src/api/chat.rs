@@ -90,77 +90,16 @@ pub(super) fn chat_request(b: ChatBody, defaults: &SamplingParams) -> Result<Req
                 .map_err(|e| ApiError::bad_param("guard", format!("{e}.")))?,
         ),
     };
-    // Call ids of earlier assistant turns, to name a tool's result.
-    let mut call_names: std::collections::HashMap<String, String> = Default::default();
-    let mut messages: Vec<ChatMessage> = Vec::with_capacity(b.messages.len() + 1);
-    let mut images: Vec<ImageSource> = Vec::new();
-    let mut audio: Vec<Vec<u8>> = Vec::new();
+    let mut chat = Conversation::default();
     for (i, m) in b.messages.into_iter().enumerate() {
-        let role = match m.role.as_str() {
-            "system" | "developer" => "system",
-            "user" => "user",
-            "assistant" | "model" => "assistant",
-            "tool" | "function" => "tool",
-            other => {
-                return Err(ApiError::bad_param(
-                    &format!("messages[{i}].role"),
-                    format!(
-                    "Unsupported role `{other}`; use system, developer, user, assistant or tool."
-                ),
-                ))
-            }
-        };
-        let content = match m.content {
-            None => String::new(),
-            Some(Content::Text(t)) => t,
-            Some(Content::Parts(parts)) => media::parts_text(parts, i, &mut images, &mut audio)?,
-        };
-        match role {
-            "tool" => {
-                // The template knows user and model turns only: a result is
-                // a user turn, merged with the results right before it.
-                let name = m.name.clone().or_else(|| {
-                    m.tool_call_id
-                        .as_ref()
-                        .and_then(|id| call_names.get(id).cloned())
-                });
-                let text = tools::result_text(name.as_deref(), &content);
-                match messages.last_mut() {
-                    Some(last) if last.role == "user" => {
-                        last.content.push_str("\n\n");
-                        last.content.push_str(&text);
-                    }
-                    _ => messages.push(ChatMessage::new("user", text)),
-                }
-            }
-            "assistant" if m.tool_calls.as_ref().is_some_and(|c| !c.is_empty()) => {
-                let mut calls = Vec::new();
-                for (j, c) in m.tool_calls.unwrap_or_default().into_iter().enumerate() {
-                    let raw = c.function.arguments.unwrap_or_else(|| "{}".into());
-                    let arguments = serde_json::from_str::<Value>(&raw).map_err(|e| {
-                        ApiError::bad_param(
-                            &format!("messages[{i}].tool_calls[{j}].function.arguments"),
-                            format!("The arguments are not valid JSON: {e}"),
-                        )
-                    })?;
-                    if let Some(id) = c.id {
-                        call_names.insert(id, c.function.name.clone());
-                    }
-                    calls.push(ToolCall {
-                        name: c.function.name,
-                        arguments,
-                    });
-                }
-                let mut text = content;
-                if !text.is_empty() {
-                    text.push('\n');
-                }
-                text.push_str(&tools::calls_text(&calls));
-                messages.push(ChatMessage::new("assistant", text));
-            }
-            _ => messages.push(ChatMessage::new(role, content)),
-        }
+        chat.push(i, m)?;
     }
+    let Conversation {
+        mut messages,
+        images,
+        audio,
+        ..
+    } = chat;
     if let Some(prompt) = tool_mode
         .as_ref()
         .and_then(|t| tools::tools_prompt(&t.tools, &t.choice, t.parallel))
@@ -192,6 +131,103 @@ pub(super) fn chat_request(b: ChatBody, defaults: &SamplingParams) -> Result<Req
         }
     }
     Ok(req)
+}
+
+/// The chat the template reads, built message by message.
+#[derive(Default)]
+struct Conversation {
+    messages: Vec<ChatMessage>,
+    images: Vec<ImageSource>,
+    audio: Vec<Vec<u8>>,
+    /// Call ids of earlier assistant turns, to name a tool's result.
+    call_names: std::collections::HashMap<String, String>,
+}
+
+impl Conversation {
+    /// Add message `i`.
+    fn push(&mut self, i: usize, m: Message) -> Result<(), ApiError> {
+        let role = match m.role.as_str() {
+            "system" | "developer" => "system",
+            "user" => "user",
+            "assistant" | "model" => "assistant",
+            "tool" | "function" => "tool",
+            other => return Err(ApiError::bad_param(
+                &format!("messages[{i}].role"),
+                format!(
+                    "Unsupported role `{other}`; use system, developer, user, assistant or tool."
+                ),
+            )),
+        };
+        let content = match m.content {
+            None => String::new(),
+            Some(Content::Text(t)) => t,
+            Some(Content::Parts(parts)) => {
+                media::parts_text(parts, i, &mut self.images, &mut self.audio)?
+            }
+        };
+        match (role, m.tool_calls) {
+            ("tool", _) => {
+                let name = m.name.or_else(|| {
+                    m.tool_call_id
+                        .as_ref()
+                        .and_then(|id| self.call_names.get(id).cloned())
+                });
+                self.tool_result(name.as_deref(), &content);
+            }
+            ("assistant", Some(calls)) if !calls.is_empty() => {
+                self.assistant_calls(i, content, calls)?
+            }
+            _ => self.messages.push(ChatMessage::new(role, content)),
+        }
+        Ok(())
+    }
+
+    /// A tool's result: the template knows user and model turns only, so a
+    /// result is a user turn, merged with the results right before it.
+    fn tool_result(&mut self, name: Option<&str>, content: &str) {
+        let text = tools::result_text(name, content);
+        match self.messages.last_mut() {
+            Some(last) if last.role == "user" => {
+                last.content.push_str("\n\n");
+                last.content.push_str(&text);
+            }
+            _ => self.messages.push(ChatMessage::new("user", text)),
+        }
+    }
+
+    /// An assistant turn with calls: its text, then the calls as the model
+    /// writes them.
+    fn assistant_calls(
+        &mut self,
+        i: usize,
+        content: String,
+        wire: Vec<WireToolCall>,
+    ) -> Result<(), ApiError> {
+        let mut calls = Vec::new();
+        for (j, c) in wire.into_iter().enumerate() {
+            let raw = c.function.arguments.unwrap_or_else(|| "{}".into());
+            let arguments = serde_json::from_str::<Value>(&raw).map_err(|e| {
+                ApiError::bad_param(
+                    &format!("messages[{i}].tool_calls[{j}].function.arguments"),
+                    format!("The arguments are not valid JSON: {e}"),
+                )
+            })?;
+            if let Some(id) = c.id {
+                self.call_names.insert(id, c.function.name.clone());
+            }
+            calls.push(ToolCall {
+                name: c.function.name,
+                arguments,
+            });
+        }
+        let mut text = content;
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        text.push_str(&tools::calls_text(&calls));
+        self.messages.push(ChatMessage::new("assistant", text));
+        Ok(())
+    }
 }
 
 /// `tools` and `tool_choice`: `None` when no tools are given.
