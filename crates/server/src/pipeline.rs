@@ -71,9 +71,6 @@ pub(crate) async fn submit(
     let engine = Arc::clone(&backend.engine);
     let n_ctx = engine.n_ctx();
     check_logit_bias(&req, engine.model().config().vocab)?;
-    let config = Arc::clone(&st.config);
-    // Templating, tokenizing, encoding images and compiling a grammar can
-    // take a while.
     let Prepared {
         req,
         prompt,
@@ -81,9 +78,7 @@ pub(crate) async fn submit(
         images,
         constraints,
         thinking,
-    } = tokio::task::spawn_blocking(move || prepare(&engine, req, &config, true))
-        .await
-        .map_err(|e| ApiError::internal(format!("tokenizer task failed: {e}")))??;
+    } = prepare_off_thread(st, Arc::clone(&engine), req, true).await?;
     if prompt.is_empty() {
         return Err(ApiError::bad_param("prompt", "The prompt is empty."));
     }
@@ -259,17 +254,27 @@ fn prepare(
     })
 }
 
+/// [`prepare`] on a blocking thread: templating, tokenizing, encoding
+/// images and compiling a grammar can take a while.
+async fn prepare_off_thread(
+    st: &AppState,
+    engine: Arc<Engine>,
+    req: Request,
+    compile: bool,
+) -> Result<Prepared, ApiError> {
+    let config = Arc::clone(&st.config);
+    tokio::task::spawn_blocking(move || prepare(&engine, req, &config, compile))
+        .await
+        .map_err(|e| ApiError::internal(format!("tokenizer task failed: {e}")))?
+}
+
 /// The prompt's length in tokens, as [`submit`] would queue it.
 pub(crate) async fn count_tokens(st: &AppState, req: Request) -> Result<usize, ApiError> {
     resolve_model(st, req.model.as_deref())?;
     let Some(backend) = st.backend.get() else {
         return Err(ApiError::unavailable("The model is loading.", 1));
     };
-    let engine = Arc::clone(&backend.engine);
-    let config = Arc::clone(&st.config);
-    let prepared = tokio::task::spawn_blocking(move || prepare(&engine, req, &config, false))
-        .await
-        .map_err(|e| ApiError::internal(format!("tokenizer task failed: {e}")))??;
+    let prepared = prepare_off_thread(st, Arc::clone(&backend.engine), req, false).await?;
     Ok(prepared.prompt.len())
 }
 

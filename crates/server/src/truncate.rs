@@ -58,33 +58,57 @@ pub(crate) fn fit(
     }
     let starts = turn_starts(messages);
     let system = &messages[..starts.first().copied().unwrap_or(messages.len())];
-    let step = (n_ctx / 2).max(1);
-    // The fewest turns whose removal fits; then more, up to the next whole
-    // step of dropped tokens.
-    let mut goal: Option<usize> = None;
-    let mut last_len = full.len();
-    for (k, &start) in starts.iter().enumerate().skip(1) {
+    // The prompt with the first `k` turns dropped; its length falls as `k`
+    // grows, so both searches below halve their range each step.
+    let mut kept = |k: usize| -> Result<Vec<u32>, ApiError> {
+        let start = starts[k];
         let kept: Vec<ChatMessage> = system.iter().chain(&messages[start..]).cloned().collect();
-        let ids = encode(&kept)?;
-        last_len = ids.len();
-        let dropped_tokens = full.len().saturating_sub(ids.len());
-        if ids.len() + room > n_ctx {
-            continue;
-        }
-        let goal = *goal.get_or_insert(dropped_tokens.div_ceil(step) * step);
-        if dropped_tokens >= goal || k + 1 == starts.len() {
-            return Ok(Fitted { ids, dropped: k });
+        encode(&kept)
+    };
+    let last = starts.len().saturating_sub(1);
+    let fits = |ids: &[u32]| ids.len() + room <= n_ctx;
+    let alone = kept(last)?;
+    if last == 0 || !fits(&alone) {
+        return Err(ApiError {
+            code: Some("context_length_exceeded"),
+            ..ApiError::bad_param(
+                "messages",
+                format!(
+                    "The latest turn alone is {} tokens (with the system prompt and {room} tokens for the reply) but the context is {n_ctx} tokens. Shorten it or start the server with a larger --ctx.",
+                    alone.len()
+                ),
+            )
+        });
+    }
+    // The fewest turns whose removal fits...
+    let first = first_k(1, last, |k| Ok(fits(&kept(k)?)))?;
+    // ...then more, up to the next whole step of dropped tokens.
+    let step = (n_ctx / 2).max(1);
+    let dropped_at = |ids: &[u32]| full.len().saturating_sub(ids.len());
+    let goal = dropped_at(&kept(first)?).div_ceil(step) * step;
+    let k = first_k(first, last, |k| Ok(dropped_at(&kept(k)?) >= goal))?;
+    Ok(Fitted {
+        ids: kept(k)?,
+        dropped: k,
+    })
+}
+
+/// The least `k` in `lo..=hi` for which `holds` (which, once true, stays
+/// true as `k` grows), or `hi`.
+fn first_k(
+    mut lo: usize,
+    mut hi: usize,
+    mut holds: impl FnMut(usize) -> Result<bool, ApiError>,
+) -> Result<usize, ApiError> {
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        if holds(mid)? {
+            hi = mid;
+        } else {
+            lo = mid + 1;
         }
     }
-    Err(ApiError {
-        code: Some("context_length_exceeded"),
-        ..ApiError::bad_param(
-            "messages",
-            format!(
-                "The latest turn alone is {last_len} tokens (with the system prompt and {room} tokens for the reply) but the context is {n_ctx} tokens. Shorten it or start the server with a larger --ctx."
-            ),
-        )
-    })
+    Ok(hi)
 }
 
 #[cfg(test)]

@@ -79,6 +79,16 @@ assert "".join(p.message.content for p in parts) == r.message.content, parts
 assert all(not p.done for p in parts[:-1]) and parts[-1].done and parts[-1].eval_count == 16, parts[-1]
 assert len(parts) > 3, "tokens arrive as they are made"
 
+# Log-probabilities: the same as OpenAI's for the same greedy reply,
+# whole and streamed.
+lp = c.chat(model=MODEL, messages=messages, options={**GREEDY, "num_predict": 8}, logprobs=True, top_logprobs=3)
+status, v = post(HOST, "/v1/chat/completions", {"messages": messages, "max_tokens": 8, "temperature": 0, "seed": 7, "logprobs": True, "top_logprobs": 3})
+want = [(e["token"], e["logprob"]) for e in v["choices"][0]["logprobs"]["content"]]
+assert [(e.token, e.logprob) for e in lp.logprobs] == want and len(want) == 8, (lp.logprobs, want)
+assert all(len(e.top_logprobs) == 3 and e.top_logprobs[0].logprob >= e.top_logprobs[-1].logprob for e in lp.logprobs)
+streamed_lp = [e.token for p in c.chat(model=MODEL, messages=messages, options={**GREEDY, "num_predict": 8}, logprobs=True, stream=True) for e in (p.logprobs or [])]
+assert streamed_lp == [t for t, _ in want], streamed_lp
+
 # Generate with the chat template is the same conversation.
 g = c.generate(model=MODEL, prompt="Name three colors.", options={**GREEDY, "num_predict": 16})
 assert g.response == r.message.content and g.done_reason == "length", g

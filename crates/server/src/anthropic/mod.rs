@@ -304,15 +304,8 @@ async fn messages_inner(
             dropped_turns,
         ));
     }
-    let timeout = st.config.request_timeout;
-    let (whole, ended, usage) = tokio::time::timeout(timeout, crate::reply::collect(reply))
-        .await
-        .map_err(|_| {
-            ApiError::timed_out(format!(
-                "The request did not finish within {} s; stream it instead.",
-                timeout.as_secs()
-            ))
-        })??;
+    let (whole, ended, usage) =
+        crate::reply::within(st.config.request_timeout, crate::reply::collect(reply)).await?;
     let resp = Json(meta.whole(whole, ended, &usage)).into_response();
     Ok(pipeline::mark_dropped(resp, dropped_turns))
 }

@@ -151,12 +151,14 @@ impl Conversation {
             "user" => "user",
             "assistant" | "model" => "assistant",
             "tool" | "function" => "tool",
-            other => return Err(ApiError::bad_param(
-                &format!("messages[{i}].role"),
-                format!(
+            other => {
+                return Err(ApiError::bad_param(
+                    &format!("messages[{i}].role"),
+                    format!(
                     "Unsupported role `{other}`; use system, developer, user, assistant or tool."
                 ),
-            )),
+                ))
+            }
         };
         let content = match m.content {
             None => String::new(),

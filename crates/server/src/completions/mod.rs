@@ -78,14 +78,8 @@ async fn generate(
         let resp = stream::respond(meta, req.include_usage, replies);
         return Ok(pipeline::mark_dropped(resp, dropped_turns));
     }
-    let timeout = st.config.request_timeout;
     let all = futures_util::future::try_join_all(replies.into_iter().map(reply::collect));
-    let all = tokio::time::timeout(timeout, all).await.map_err(|_| {
-        ApiError::timed_out(format!(
-            "The request did not finish within {} s; ask for fewer tokens or stream.",
-            timeout.as_secs()
-        ))
-    })??;
+    let all = reply::within(st.config.request_timeout, all).await?;
     let resp = Json(meta.whole(all)).into_response();
     Ok(pipeline::mark_dropped(resp, dropped_turns))
 }

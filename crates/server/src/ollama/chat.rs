@@ -8,7 +8,7 @@ use super::{created_at, model_name};
 use crate::api;
 use crate::error::{ApiError, Dialect};
 use crate::pipeline::{self, Submitted};
-use crate::reply::{Ended, Piece, Reply};
+use crate::reply::{Ended, Piece, Reply, TokenLp, TokenText};
 use crate::routes::read_body;
 use crate::scheduler::Usage;
 use crate::AppState;
@@ -83,20 +83,15 @@ async fn run(
         model: model_name(&model),
         kind,
         received,
+        pending: Vec::new(),
     };
     if stream {
         return Ok(pipeline::mark_dropped(ndjson(line, reply), dropped_turns));
     }
-    let timeout = st.config.request_timeout;
-    let (whole, ended, usage) = tokio::time::timeout(timeout, crate::reply::collect(reply))
-        .await
-        .map_err(|_| {
-            ApiError::timed_out(format!(
-                "The request did not finish within {} s; stream it instead.",
-                timeout.as_secs()
-            ))
-        })??;
+    let (whole, ended, usage) =
+        crate::reply::within(st.config.request_timeout, crate::reply::collect(reply)).await?;
     let mut v = line.part(&whole.text, &whole.thought, &whole.calls);
+    add_logprobs(&mut v, &whole.logprobs);
     line.finish(&mut v, ended, &usage);
     Ok(pipeline::mark_dropped(
         Json(v).into_response(),
@@ -113,6 +108,7 @@ fn loaded(st: &AppState, kind: Kind, model: Option<&str>) -> Response {
                 model: model_name(&m),
                 kind,
                 received: Instant::now(),
+                pending: Vec::new(),
             };
             let mut v = line.part("", "", &[]);
             v["done"] = json!(true);
@@ -127,6 +123,8 @@ struct Line {
     model: String,
     kind: Kind,
     received: Instant,
+    /// Log-probabilities not yet sent, for the next line with text.
+    pending: Vec<TokenLp>,
 }
 
 impl Line {
@@ -175,14 +173,20 @@ impl Line {
     }
 
     /// The NDJSON lines for one piece.
-    fn lines(&self, piece: Piece, out: &mut Vec<String>) {
+    fn lines(&mut self, piece: Piece, out: &mut Vec<String>) {
         let v = match piece {
-            Piece::Started
-            | Piece::Guard(_)
-            | Piece::Logprobs(_)
-            | Piece::CallBegin { .. }
-            | Piece::CallArgs { .. } => return,
-            Piece::Text(t) => self.part(&t, "", &[]),
+            Piece::Started | Piece::Guard(_) | Piece::CallBegin { .. } | Piece::CallArgs { .. } => {
+                return
+            }
+            Piece::Logprobs(l) => {
+                self.pending.extend(l);
+                return;
+            }
+            Piece::Text(t) => {
+                let mut v = self.part(&t, "", &[]);
+                add_logprobs(&mut v, &std::mem::take(&mut self.pending));
+                v
+            }
             Piece::Thought(t) => self.part("", &t, &[]),
             Piece::Calls(c) => self.part("", "", &c),
             Piece::Done(ended, usage) => {
@@ -196,10 +200,27 @@ impl Line {
     }
 }
 
+/// Ollama's `logprobs` in `v`, when there are any.
+fn add_logprobs(v: &mut Value, lps: &[TokenLp]) {
+    if lps.is_empty() {
+        return;
+    }
+    let entry = |t: &TokenText, lp: f32| json!({"token": t.text, "logprob": lp, "bytes": t.bytes});
+    let list: Vec<Value> = lps
+        .iter()
+        .map(|l| {
+            let mut e = entry(&l.token, l.logprob);
+            e["top_logprobs"] = l.top.iter().map(|(t, lp)| entry(t, *lp)).collect();
+            e
+        })
+        .collect();
+    v["logprobs"] = json!(list);
+}
+
 /// The streamed answer: one JSON object per line as the reply comes.
 /// Dropping the body (the client hung up) cancels the generation.
 fn ndjson(line: Line, reply: Reply) -> Response {
-    let stream = futures_util::stream::unfold((line, reply), |(line, mut reply)| async move {
+    let stream = futures_util::stream::unfold((line, reply), |(mut line, mut reply)| async move {
         let pieces = reply.next().await?;
         let mut out = Vec::new();
         for p in pieces {

@@ -60,6 +60,9 @@ pub(super) struct Common {
     #[allow(dead_code)]
     keep_alive: Option<Value>,
     think: Option<Value>,
+    /// Each token's log-probability, with `top_logprobs` alternatives.
+    logprobs: Option<bool>,
+    top_logprobs: Option<i64>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -89,6 +92,12 @@ pub(super) struct GenerateBody {
 
 /// The OpenAI fields for `common` (sampling, limits, format, thinking).
 fn common_fields(c: Common, out: &mut Map<String, Value>) -> Result<(), ApiError> {
+    if let Some(on) = c.logprobs {
+        out.insert("logprobs".into(), json!(on));
+    }
+    if let Some(top) = c.top_logprobs {
+        out.insert("top_logprobs".into(), json!(top));
+    }
     out.insert("model".into(), json!(c.model));
     let o = c.options.unwrap_or_default();
     match o.num_predict {
@@ -242,6 +251,12 @@ pub(super) fn generate_request(
         out.insert("prompt".into(), json!(b.prompt));
         common_fields(b.common, &mut out)?;
         out.remove("think");
+        // The legacy body's `logprobs` is the count of alternatives.
+        if let (Some(Value::Bool(on)), top) = (out.remove("logprobs"), out.remove("top_logprobs")) {
+            if on {
+                out.insert("logprobs".into(), top.unwrap_or(json!(0)));
+            }
+        }
         // No limit unless asked: the legacy endpoint's 16 is OpenAI's default.
         return api::parse_completion_value(Value::Object(out), None, defaults);
     }

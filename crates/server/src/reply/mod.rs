@@ -273,6 +273,20 @@ pub(crate) async fn collect(mut reply: Reply) -> Result<(Whole, Ended, Usage), A
     Err(ApiError::internal("The generation ended without a result."))
 }
 
+/// `fut` (a whole answer being read) within `timeout`, else a 504 that says
+/// to stream instead.
+pub(crate) async fn within<T>(
+    timeout: std::time::Duration,
+    fut: impl std::future::Future<Output = Result<T, ApiError>>,
+) -> Result<T, ApiError> {
+    tokio::time::timeout(timeout, fut).await.map_err(|_| {
+        ApiError::timed_out(format!(
+            "The request did not finish within {} s; ask for fewer tokens or stream.",
+            timeout.as_secs()
+        ))
+    })?
+}
+
 /// A failure reported by the scheduler: shutdown is 503, the rest are bugs.
 pub(crate) fn failed(msg: &str) -> ApiError {
     if msg.contains("shutting down") {

@@ -189,15 +189,8 @@ async fn run(st: AppState, headers: HeaderMap, body: Body) -> Result<Response, A
     if stream {
         return Ok(stream::streamed(meta, reply.streaming_calls()));
     }
-    let timeout = st.config.request_timeout;
-    let (whole, ended, usage) = tokio::time::timeout(timeout, crate::reply::collect(reply))
-        .await
-        .map_err(|_| {
-            ApiError::timed_out(format!(
-                "The request did not finish within {} s; stream it instead.",
-                timeout.as_secs()
-            ))
-        })??;
+    let (whole, ended, usage) =
+        crate::reply::within(st.config.request_timeout, crate::reply::collect(reply)).await?;
     Ok(Json(meta.response(&whole, ended, Some(&usage))).into_response())
 }
 
