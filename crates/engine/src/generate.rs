@@ -624,9 +624,7 @@ impl Session {
 }
 
 /// The byte offset of the first stop string in `text` that ends after
-/// `from`, if any.
-/// Where the first stop string in `text` begins (searching from about
-/// `from`), and which of `stops` it is.
+/// `from`, and which of `stops` it is.
 fn find_stop(text: &str, stops: &[String], from: usize) -> Option<(usize, usize)> {
     stops
         .iter()
