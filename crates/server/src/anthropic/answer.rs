@@ -163,25 +163,15 @@ impl Streaming {
                 out.push(event("content_block_delta", json!({"type": "content_block_delta", "index": i, "delta": {"type": "input_json_delta", "partial_json": fragment}})));
             }
             Piece::Calls(calls) if self.calls >= calls.len() => self.close(out),
+            // Calls the reader did not see written: told as if they had been.
             Piece::Calls(calls) => {
-                self.close(out);
-                for call in &calls {
-                    let mut block = tool_use(call);
-                    block["input"] = json!({});
-                    let i = self.next;
-                    self.next += 1;
-                    out.push(event(
-                        "content_block_start",
-                        json!({"type": "content_block_start", "index": i, "content_block": block}),
-                    ));
-                    for part in json_fragments(&call.arguments.to_string()) {
-                        out.push(event("content_block_delta", json!({"type": "content_block_delta", "index": i, "delta": {"type": "input_json_delta", "partial_json": part}})));
-                    }
-                    out.push(event(
-                        "content_block_stop",
-                        json!({"type": "content_block_stop", "index": i}),
-                    ));
+                for (index, call) in calls.iter().enumerate() {
+                    let name = call.name.clone();
+                    self.events(Piece::CallBegin { index, name }, out);
+                    let fragment = call.arguments.to_string();
+                    self.events(Piece::CallArgs { index, fragment }, out);
                 }
+                self.close(out);
             }
             Piece::Done(ended, usage) => {
                 self.close(out);
@@ -197,13 +187,6 @@ impl Streaming {
             }
         }
     }
-}
-
-/// A tool's input JSON in pieces of a few characters, as Anthropic streams
-/// it (the clients join them).
-fn json_fragments(s: &str) -> Vec<String> {
-    let chars: Vec<char> = s.chars().collect();
-    chars.chunks(16).map(|c| c.iter().collect()).collect()
 }
 
 /// The streamed answer. Dropping it (the client hung up) cancels the

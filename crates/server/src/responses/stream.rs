@@ -119,42 +119,20 @@ impl Streaming {
                     out,
                 );
             }
+            // Calls the reader did not see written: told as if they had been.
             Piece::Calls(calls) => {
-                for call in calls {
-                    let index = usize::from(self.opened) + self.whole.calls.len();
-                    let mut item = call_item(&call, false);
-                    let id = item["id"].clone();
-                    self.event(
-                        "response.output_item.added",
-                        json!({"output_index": index, "item": item.clone()}),
-                        out,
-                    );
-                    let args = call.arguments.to_string();
-                    for part in args.as_bytes().chunks(16).map(String::from_utf8_lossy) {
-                        self.event(
-                            "response.function_call_arguments.delta",
-                            json!({"item_id": id, "output_index": index, "delta": part}),
-                            out,
-                        );
-                    }
-                    self.event(
-                        "response.function_call_arguments.done",
-                        json!({"item_id": id, "output_index": index, "arguments": args}),
-                        out,
-                    );
-                    item["arguments"] = json!(args);
-                    item["status"] = json!("completed");
-                    self.event(
-                        "response.output_item.done",
-                        json!({"output_index": index, "item": item}),
-                        out,
-                    );
-                    self.whole.calls.push(call);
+                for (index, call) in calls.iter().enumerate() {
+                    let name = call.name.clone();
+                    self.events(Piece::CallBegin { index, name }, out);
+                    let fragment = call.arguments.to_string();
+                    self.events(Piece::CallArgs { index, fragment }, out);
                 }
+                self.end_call(out);
+                self.whole.calls = calls;
             }
             Piece::Done(ended, usage) => {
                 self.end_call(out);
-                if self.opened || (self.whole.calls.is_empty() && self.items.is_empty()) {
+                if self.opened || self.items.is_empty() {
                     self.open_message(out);
                     let (id, text) = (self.meta.msg_id.clone(), self.text.clone());
                     self.event(
