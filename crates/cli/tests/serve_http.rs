@@ -84,6 +84,11 @@ fn errors_have_the_openai_shape_and_status() {
     .assert_error(400);
     s.post("/v1/completions", r#"{"prompt":"x","n":200}"#)
         .assert_error(400);
+    // A generative model asked to embed: a 400 that says so, not a 404.
+    let msg = s
+        .post("/v1/embeddings", r#"{"input":"hello"}"#)
+        .assert_error(400);
+    assert!(msg.contains("does not embed"), "{msg}");
     s.post("/v1/completions", r#"{"prompt":"x","logprobs":"yes"}"#)
         .assert_error(400);
 

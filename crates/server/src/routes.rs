@@ -35,8 +35,9 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/api/chat", post(ollama::chat))
         .route("/api/generate", post(ollama::generate))
         .route("/api/pull", post(ollama::pull))
-        .route("/api/embed", post(ollama::embed))
-        .route("/api/embeddings", post(ollama::embed))
+        .route("/v1/embeddings", post(does_not_embed))
+        .route("/api/embed", post(does_not_embed))
+        .route("/api/embeddings", post(does_not_embed))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));
     let cors = cors_layer(&state.config.cors);
     let router = Router::new()
@@ -97,6 +98,7 @@ async fn count_requests(State(st): State<AppState>, req: HttpRequest, next: Next
         "/metrics" => "metrics",
         "/tokenize" | "/detokenize" | "/apply-template" | "/props" => "utility",
         "/v1/responses" => "responses",
+        "/v1/embeddings" => "embeddings",
         "/v1/messages" => "messages",
         "/v1/messages/count_tokens" => "count_tokens",
         "/api/chat" => "ollama_chat",
@@ -162,6 +164,18 @@ async fn not_found(req: HttpRequest) -> Response {
     let path = req.uri().path();
     ApiError::not_found(format!("Unknown route: {} {path}", req.method()))
         .respond(Dialect::of_path(path))
+}
+
+/// The embedding endpoints: the served model is a generative one, which
+/// does not embed (a 400 in the API's own shape, not a 404).
+async fn does_not_embed(State(st): State<AppState>, req: HttpRequest) -> Response {
+    let id = st.config.model_ids.first().cloned().unwrap_or_default();
+    let path = req.uri().path();
+    ApiError::bad_param(
+        "model",
+        format!("The model `{id}` is a generative model and does not embed text; serve an embedding model to use {path}."),
+    )
+    .respond(Dialect::of_path(path))
 }
 
 async fn method_not_allowed(req: HttpRequest) -> Response {

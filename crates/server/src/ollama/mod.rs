@@ -188,14 +188,3 @@ async fn show_inner(st: &AppState, headers: &HeaderMap, body: Body) -> Result<Re
     }))
     .into_response())
 }
-
-/// `POST /api/embed` and `/api/embeddings`: the served model is a
-/// generative one, which does not embed.
-pub(crate) async fn embed(State(st): State<AppState>) -> Response {
-    let id = st.config.model_ids.first().cloned().unwrap_or_default();
-    ApiError::bad_param(
-        "model",
-        format!("The model `{id}` is a generative model and does not embed text; serve an embedding model to use /api/embed."),
-    )
-    .respond(Dialect::Ollama)
-}
