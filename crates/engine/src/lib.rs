@@ -11,6 +11,7 @@ mod batch;
 pub mod bench;
 mod chat_model;
 mod constraint;
+mod decoding;
 mod gbnf;
 mod generate;
 mod images;
@@ -28,8 +29,9 @@ pub use audio::{place_audio, AUDIO_MARKER, GEMMA4_AUDIO_MARKER};
 pub use batch::{BatchDecoder, BatchItem};
 pub use chat_model::{ChatModel, LocalChat, ModelCall, ModelReply};
 pub use constraint::{Constraint, ConstraintStats, Grammar, Grammars, MAX_GRAMMAR_BYTES};
+pub use decoding::{Decoding, Generation};
 pub use gbnf::to_lark as gbnf_to_lark;
-pub use generate::{Decoding, FinishReason, GenerateOptions, Generation, Step, TokenEvent};
+pub use generate::{FinishReason, GenerateOptions, Step, TokenEvent};
 pub use images::{
     place_images, ImageEmbedding, PromptImage, GEMMA4_IMAGE_MARKER, IMAGE_MARKER, MEDIA_MARKER,
 };
