@@ -14,7 +14,8 @@ use axum::{Json, Router};
 use futures_util::StreamExt;
 use serde_json::{json, Value};
 
-/// Every route, with authentication on `/v1/*` and request counting.
+/// Every route: the APIs behind the key (OpenAI, Anthropic, Ollama and
+/// llama.cpp's utilities), `/health` and `/metrics` open, request counting.
 pub(crate) fn router(state: AppState) -> Router {
     let v1 = Router::new()
         .route("/v1/chat/completions", post(completions::chat_completions))
