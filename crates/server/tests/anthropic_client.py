@@ -93,6 +93,10 @@ assert isinstance(use[0].input["city"], str), use
 with c.messages.stream(model=MODEL, max_tokens=60, tools=tools, tool_choice={"type": "tool", "name": "get_weather"}, messages=ask, extra_body=GREEDY) as s:
     streamed = s.get_final_message()
 assert [b.type for b in streamed.content] == ["tool_use"] and streamed.content[0].input == use[0].input, streamed
+# Off the wire: the call's input arrives in several fragments as it is written.
+status, raw = post(HOST, "/v1/messages", {"model": MODEL, "max_tokens": 60, "messages": ask, "tools": tools, "tool_choice": {"type": "tool", "name": "get_weather"}, "stream": True, **GREEDY}, stream=True)
+fragments = raw.count('"input_json_delta"')
+assert status == 200 and fragments > 1, raw
 turns = ask + [
     {"role": "assistant", "content": call.content},
     {"role": "user", "content": [{"type": "tool_result", "tool_use_id": use[0].id, "content": "sunny, 21 C"}]},

@@ -300,7 +300,7 @@ async fn messages_inner(
     let meta = answer::Meta::new(model, prompt_tokens);
     if stream {
         return Ok(pipeline::mark_dropped(
-            answer::stream(meta, reply),
+            answer::stream(meta, reply.streaming_calls()),
             dropped_turns,
         ));
     }
