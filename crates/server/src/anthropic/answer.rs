@@ -95,8 +95,6 @@ struct Streaming {
     open: Open,
     /// Index of the next block.
     next: usize,
-    /// Tool calls already streamed.
-    calls: usize,
 }
 
 impl Streaming {
@@ -156,23 +154,13 @@ impl Streaming {
                 let block =
                     json!({"type": "tool_use", "id": new_id("toolu"), "name": name, "input": {}});
                 self.open(Open::Tool, block, out);
-                self.calls += 1;
             }
             Piece::CallArgs { fragment, .. } => {
                 let i = self.next - 1;
                 out.push(event("content_block_delta", json!({"type": "content_block_delta", "index": i, "delta": {"type": "input_json_delta", "partial_json": fragment}})));
             }
-            Piece::Calls(calls) if self.calls >= calls.len() => self.close(out),
-            // Calls the reader did not see written: told as if they had been.
-            Piece::Calls(calls) => {
-                for (index, call) in calls.iter().enumerate() {
-                    let name = call.name.clone();
-                    self.events(Piece::CallBegin { index, name }, out);
-                    let fragment = call.arguments.to_string();
-                    self.events(Piece::CallArgs { index, fragment }, out);
-                }
-                self.close(out);
-            }
+            // Already streamed as they were written.
+            Piece::Calls(_) => self.close(out),
             Piece::Done(ended, usage) => {
                 self.close(out);
                 out.push(event("message_delta", json!({
@@ -197,7 +185,6 @@ pub(crate) fn stream(meta: Meta, reply: Reply) -> Response {
         started: false,
         open: Open::None,
         next: 0,
-        calls: 0,
     };
     let stream = futures_util::stream::unfold((st, reply), |(mut st, mut reply)| async move {
         let pieces = reply.next().await?;

@@ -37,19 +37,15 @@ pub(super) fn finish_reason(ended: Ended) -> &'static str {
 }
 
 /// OpenAI's `tool_calls` entry for `call`.
-fn tool_call_json(call: &ToolCall, index: Option<usize>) -> Value {
-    let mut v = json!({
+fn tool_call_json(call: &ToolCall) -> Value {
+    json!({
         "id": new_id("call"),
         "type": "function",
         "function": {
             "name": call.name,
             "arguments": call.arguments.to_string(),
         },
-    });
-    if let Some(i) = index {
-        v["index"] = json!(i);
-    }
-    v
+    })
 }
 
 impl Meta {
@@ -98,11 +94,7 @@ impl Meta {
             Kind::Chat => {
                 let mut message = json!({"role": "assistant", "content": whole.text});
                 if !whole.calls.is_empty() {
-                    let calls: Vec<Value> = whole
-                        .calls
-                        .iter()
-                        .map(|c| tool_call_json(c, None))
-                        .collect();
+                    let calls: Vec<Value> = whole.calls.iter().map(tool_call_json).collect();
                     message["content"] = Value::Null;
                     message["tool_calls"] = json!(calls);
                 }
@@ -198,22 +190,6 @@ impl Meta {
             "top_logprobs": tops,
             "text_offset": offsets,
         })
-    }
-
-    /// A chat chunk of choice `index` whose delta holds the tool calls.
-    pub(super) fn calls_chunk(&self, index: usize, calls: &[ToolCall], role: bool) -> Value {
-        let mut chunk = self.chunk(index, None, role, None);
-        let delta = &mut chunk["choices"][0]["delta"];
-        let calls: Vec<Value> = calls
-            .iter()
-            .enumerate()
-            .map(|(i, c)| tool_call_json(c, Some(i)))
-            .collect();
-        delta["tool_calls"] = json!(calls);
-        if role {
-            delta["content"] = Value::Null;
-        }
-        chunk
     }
 
     /// A chat chunk of choice `index` where call `call` to `name` begins.

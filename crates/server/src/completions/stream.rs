@@ -25,8 +25,6 @@ struct Choice {
     pending: Vec<TokenLp>,
     /// Bytes of text sent so far (legacy completions' `text_offset`).
     sent: usize,
-    /// Tool calls already streamed.
-    calls: usize,
 }
 
 /// The state of one streamed answer.
@@ -84,18 +82,13 @@ impl Streaming {
             }
             Piece::CallBegin { index, name } => {
                 let role = self.role(i);
-                self.choices[i].calls += 1;
                 out.push(data(&self.meta.call_begin_chunk(i, index, &name, role)));
             }
             Piece::CallArgs { index, fragment } => {
                 out.push(data(&self.meta.call_args_chunk(i, index, &fragment)));
             }
             // Already streamed as they were written.
-            Piece::Calls(calls) if self.choices[i].calls >= calls.len() => {}
-            Piece::Calls(calls) => {
-                let role = self.role(i);
-                out.push(data(&self.meta.calls_chunk(i, &calls, role)));
-            }
+            Piece::Calls(_) => {}
             Piece::Done(ended, usage) => {
                 let mut last = self.meta.chunk(i, None, false, Some(finish_reason(ended)));
                 self.attach_logprobs(i, &mut last);

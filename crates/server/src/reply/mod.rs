@@ -39,8 +39,8 @@ pub(crate) enum Piece {
     CallBegin { index: usize, name: String },
     /// More of call `index`'s arguments, as JSON text.
     CallArgs { index: usize, fragment: String },
-    /// The reply is these tool calls, whole, once it has ended (after their
-    /// `CallBegin` and `CallArgs` when those were streamed).
+    /// The reply is these tool calls, whole, once it has ended (after a
+    /// `CallBegin` and its `CallArgs` for each when calls stream).
     Calls(Vec<ToolCall>),
     /// What the guardrails did.
     Guard(Value),
@@ -225,6 +225,17 @@ impl Reply {
         };
         match call {
             Some(calls) => {
+                // When calls stream, any the reader did not see written are
+                // told now as if they had been, so the streams need no
+                // second path.
+                if let Some(reader) = &self.calls {
+                    for (index, call) in calls.iter().enumerate().skip(reader.begun()) {
+                        let name = call.name.clone();
+                        out.push(Piece::CallBegin { index, name });
+                        let fragment = call.arguments.to_string();
+                        out.push(Piece::CallArgs { index, fragment });
+                    }
+                }
                 out.push(Piece::Calls(calls));
                 ended = Ended::ToolCalls;
             }

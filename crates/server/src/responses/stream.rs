@@ -105,7 +105,7 @@ impl Streaming {
                     );
                 }
             }
-            Piece::Calls(calls) if !self.items.is_empty() || self.call.is_some() => {
+            Piece::Calls(calls) => {
                 self.end_call(out);
                 self.whole.calls = calls;
             }
@@ -118,17 +118,6 @@ impl Streaming {
                     json!({"item_id": id, "output_index": 0, "content_index": 0, "delta": t}),
                     out,
                 );
-            }
-            // Calls the reader did not see written: told as if they had been.
-            Piece::Calls(calls) => {
-                for (index, call) in calls.iter().enumerate() {
-                    let name = call.name.clone();
-                    self.events(Piece::CallBegin { index, name }, out);
-                    let fragment = call.arguments.to_string();
-                    self.events(Piece::CallArgs { index, fragment }, out);
-                }
-                self.end_call(out);
-                self.whole.calls = calls;
             }
             Piece::Done(ended, usage) => {
                 self.end_call(out);
