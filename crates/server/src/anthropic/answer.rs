@@ -156,7 +156,7 @@ impl Streaming {
                 self.open(Open::Tool, block, out);
             }
             Piece::CallArgs { fragment, .. } => {
-                let i = self.next - 1;
+                let i = self.next.saturating_sub(1);
                 out.push(event("content_block_delta", json!({"type": "content_block_delta", "index": i, "delta": {"type": "input_json_delta", "partial_json": fragment}})));
             }
             // Already streamed as they were written.
