@@ -232,7 +232,7 @@ impl Engine {
     }
 
     /// The prefill batch size.
-    fn batch_for(&self, n_ctx: usize) -> usize {
+    pub(crate) fn batch_for(&self, n_ctx: usize) -> usize {
         self.options.batch.unwrap_or(1).min(n_ctx).max(1)
     }
 

@@ -10,6 +10,7 @@
 
 mod audio;
 mod processor;
+mod sentence;
 mod spm;
 mod tensors;
 mod vision;
@@ -70,11 +71,15 @@ pub(crate) enum Family {
     Gemma3,
     Gemma3n,
     Gemma4,
+    /// EmbeddingGemma: a Gemma 3 text model attending both ways, in a
+    /// sentence-transformers directory.
+    GemmaEmbedding,
 }
 
 impl Family {
     fn gguf_arch(self) -> &'static str {
         match self {
+            Family::GemmaEmbedding => "gemma-embedding",
             Family::Gemma2 => "gemma2",
             Family::Gemma3 => "gemma3",
             Family::Gemma3n => "gemma3n",
@@ -86,7 +91,7 @@ impl Family {
     /// GGUF stores `1 + w`. Gemma 3n and 4 scale by `w` itself.
     fn norm_offset(self) -> f32 {
         match self {
-            Family::Gemma2 | Family::Gemma3 => 1.0,
+            Family::Gemma2 | Family::Gemma3 | Family::GemmaEmbedding => 1.0,
             Family::Gemma3n | Family::Gemma4 => 0.0,
         }
     }
@@ -183,6 +188,9 @@ pub fn convert_dir(dir: &Path) -> Result<GgufWriter, HfError> {
     w.set("general.file_type", MetaValue::U32(file_type));
     w.set("general.quantization_version", MetaValue::U32(2));
     vocab::write_tokenizer(&mut w, dir, family, &root)?;
+    if family == Family::GemmaEmbedding {
+        sentence::write_modules(&mut w, dir, arch)?;
+    }
     Ok(w)
 }
 
@@ -205,6 +213,15 @@ fn family_of(root: &Value) -> Result<Family, HfError> {
         .unwrap_or("");
     match model_type {
         "gemma2" => Ok(Family::Gemma2),
+        // transformers' EmbeddingGemma is a Gemma 3 text model attending both ways.
+        "gemma3" | "gemma3_text"
+            if text
+                .get("use_bidirectional_attention")
+                .and_then(Value::as_bool)
+                == Some(true) =>
+        {
+            Ok(Family::GemmaEmbedding)
+        }
         "gemma3" | "gemma3_text" => Ok(Family::Gemma3),
         "gemma3n" | "gemma3n_text" => Ok(Family::Gemma3n),
         "gemma4" | "gemma4_text" => Ok(Family::Gemma4),
@@ -254,7 +271,7 @@ fn write_hparams(w: &mut GgufWriter, family: Family, cfg: &TextConfig) -> Result
     }
     let rope_theta = |kind: &str| cfg.rope(kind, "rope_theta").and_then(Value::as_f64);
     match family {
-        Family::Gemma2 | Family::Gemma3 => {
+        Family::Gemma2 | Family::Gemma3 | Family::GemmaEmbedding => {
             w.set(
                 k("feed_forward_length"),
                 u32_of(ffn()?, "intermediate_size")?,

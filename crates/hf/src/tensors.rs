@@ -85,15 +85,18 @@ enum Target {
     Skip,
 }
 
-/// The HF name with the text model's prefix removed, or `None` for
-/// tensors of other towers (vision, audio) and the tied head.
+/// The HF name with the text model's prefix removed (or a bare one), or
+/// `None` for tensors of other towers (vision, audio) and the tied head.
 fn strip_prefix(name: &str) -> Option<&str> {
     for p in ["model.language_model.", "language_model.model.", "model."] {
         if let Some(rest) = name.strip_prefix(p) {
             return Some(rest);
         }
     }
-    None
+    // A base model saved alone (sentence-transformers' EmbeddingGemma
+    // holds a `Gemma3TextModel`) has no prefix.
+    let bare = ["layers.", "embed_tokens.", "norm."];
+    bare.iter().any(|p| name.starts_with(p)).then_some(name)
 }
 
 fn target(name: &str, shared_from: u64) -> Target {

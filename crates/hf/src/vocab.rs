@@ -77,12 +77,38 @@ pub(crate) fn write_tokenizer(
         }
     }
     w.set("tokenizer.ggml.add_bos_token", MetaValue::Bool(true));
+    // Written only when set, as llama.cpp's converter does.
+    if adds_eos(dir)? {
+        w.set("tokenizer.ggml.add_eos_token", MetaValue::Bool(true));
+    }
     w.set("tokenizer.ggml.add_sep_token", MetaValue::Bool(false));
     w.set("tokenizer.ggml.add_space_prefix", MetaValue::Bool(false));
     if let Some(t) = chat_template(dir)? {
         w.set("tokenizer.chat_template", MetaValue::String(t));
     }
     Ok(())
+}
+
+/// Whether the tokenizer puts EOS after a text (EmbeddingGemma's does):
+/// `add_eos_token` in `tokenizer_config.json`, else an `<eos>` closing the
+/// single-text template of `tokenizer.json`'s post-processor (transformers 5
+/// writes only that).
+fn adds_eos(dir: &Path) -> Result<bool, HfError> {
+    let config = read_json_if_present(&dir.join("tokenizer_config.json"))?;
+    if let Some(flag) = config.and_then(|c| c.get("add_eos_token").and_then(Value::as_bool)) {
+        return Ok(flag);
+    }
+    let Some(json) = read_json_if_present(&dir.join("tokenizer.json"))? else {
+        return Ok(false);
+    };
+    let single = json
+        .pointer("/post_processor/single")
+        .and_then(Value::as_array);
+    let last = single.and_then(|s| s.last());
+    let id = last
+        .and_then(|t| t.pointer("/SpecialToken/id"))
+        .and_then(Value::as_str);
+    Ok(id == Some("<eos>"))
 }
 
 /// The chat template from `chat_template.jinja` or `tokenizer_config.json`.

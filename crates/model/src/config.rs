@@ -21,6 +21,10 @@ pub enum Arch {
     /// Gemma 4 text models (E2B, E4B, 31B, 26B-A4B): per-layer embeddings,
     /// V-norm, KV sharing, proportional RoPE on global layers.
     Gemma4,
+    /// EmbeddingGemma: a Gemma 3 text model that attends both ways over
+    /// the whole text (sliding layers within half their window either
+    /// side), pooled into one vector per text.
+    GemmaEmbedding,
 }
 
 impl Arch {
@@ -31,11 +35,13 @@ impl Arch {
             Arch::Gemma3 => "gemma3",
             Arch::Gemma3n => "gemma3n",
             Arch::Gemma4 => "gemma4",
+            Arch::GemmaEmbedding => "gemma-embedding",
         }
     }
 
     /// Every supported architecture name, for error messages.
-    pub const SUPPORTED: &'static [&'static str] = &["gemma2", "gemma3", "gemma3n", "gemma4"];
+    pub const SUPPORTED: &'static [&'static str] =
+        &["gemma2", "gemma3", "gemma3n", "gemma4", "gemma-embedding"];
 
     /// The architecture named `name` in `general.architecture`.
     pub fn from_name(name: &str) -> Option<Self> {
@@ -44,6 +50,7 @@ impl Arch {
             "gemma3" => Some(Arch::Gemma3),
             "gemma3n" => Some(Arch::Gemma3n),
             "gemma4" => Some(Arch::Gemma4),
+            "gemma-embedding" => Some(Arch::GemmaEmbedding),
             _ => None,
         }
     }
@@ -125,8 +132,22 @@ pub struct Config {
     pub altup_streams: usize,
     /// Gemma 3n's LAuReL rank (0 when the model has none).
     pub laurel_rank: usize,
+    /// Whether a token sees only the positions before it (every generative
+    /// model); an embedding model's tokens see the whole text.
+    pub causal: bool,
+    /// How an embedding model pools its last hidden states into one vector
+    /// per text; `None` for generative models.
+    pub pooling: Option<Pooling>,
     /// Per-layer attention kind.
     pub layers: Vec<LayerKind>,
+}
+
+/// How an embedding model turns a text's last hidden states into one
+/// vector (llama.cpp's `pooling_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pooling {
+    /// The mean over every token of the text (`pooling_type` 1).
+    Mean,
 }
 
 /// Gemma 3 GGUFs do not store the local/global pattern; llama.cpp assumes five
@@ -228,8 +249,15 @@ impl Config {
                     .collect();
                 (layers, false, false, 0)
             }
-            Arch::Gemma3 => {
-                let window = uint("attention.sliding_window")?;
+            Arch::Gemma3 | Arch::GemmaEmbedding => {
+                let mut window = uint("attention.sliding_window")?;
+                if arch == Arch::GemmaEmbedding {
+                    // Both ways: positions within half the window either side
+                    // (transformers' `sliding_window // 2 + 1`, exclusive;
+                    // llama.cpp's symmetric mask), kept as the causal form's
+                    // "the last `w` positions" reach backwards.
+                    window = window / 2 + 1;
+                }
                 let global_base = global_base.unwrap_or(1_000_000.0);
                 let local_base = local_base.unwrap_or(GEMMA3_LOCAL_ROPE_BASE);
                 let global_scale = match file.get_str(&key("rope.scaling.type")) {
@@ -320,6 +348,11 @@ impl Config {
             expert_ffn_dim: opt_uint("expert_feed_forward_length").unwrap_or(0),
             altup_streams,
             laurel_rank,
+            causal: arch != Arch::GemmaEmbedding,
+            pooling: match arch {
+                Arch::GemmaEmbedding => Some(pooling_of(opt_uint("pooling_type"))?),
+                _ => None,
+            },
             layers,
         };
         cfg.validate()?;
@@ -381,6 +414,17 @@ impl Config {
     /// Whether some later layer attends over layer `i`'s keys and values.
     pub fn is_kv_source(&self, i: usize) -> bool {
         self.layers.iter().any(|l| l.kv_source == Some(i))
+    }
+}
+
+/// The pooling llama.cpp's `pooling_type` names; EmbeddingGemma's mean when
+/// the file does not say.
+fn pooling_of(value: Option<usize>) -> Result<Pooling, ModelError> {
+    match value {
+        None | Some(1) => Ok(Pooling::Mean),
+        Some(other) => Err(ModelError::Metadata(format!(
+            "pooling_type {other} is not supported (1, mean, is)"
+        ))),
     }
 }
 

@@ -231,7 +231,7 @@ impl Model {
 
     /// One batch whose rows are the tokens of `seqs` in order.
     fn forward_batch(&self, seqs: &mut [SeqInput<'_>], s: &mut Scratch) -> Result<(), ModelError> {
-        s.lay_out_rows(seqs);
+        s.lay_out_rows(seqs, self.config.causal);
         self.embed(s, seqs)?;
         self.altup_embed(s)?;
         for li in 0..self.config.n_layers {
@@ -314,6 +314,9 @@ impl Model {
         self.block_input_for(&lw.attn_norm, s, &lw.q)?;
         self.qkv_products(li, s)?;
         self.finish_queries(li, s);
+        if let (Some(w), false) = (kind.window, cfg.causal) {
+            s.reach_within(w);
+        }
         // A layer that shares another's KV reads that layer's cache and keys.
         let (kv_layer, stored) = match kind.kv_source {
             Some(src) => (src, false),
@@ -327,8 +330,14 @@ impl Model {
                 &s.shared_v[kv_layer][..b * vd],
             )
         };
-        // Gemma 4's global layers keep image tokens causal.
+        // Gemma 4's global layers keep image tokens causal; an embedding
+        // model's sliding layers reach half their window ahead.
         let spans_apply = cfg.arch != Arch::Gemma4 || kind.window.is_some();
+        let row_last = match kind.window {
+            Some(_) if !cfg.causal => &s.row_reach,
+            _ if spans_apply => &s.row_last,
+            _ => &s.row_pos,
+        };
         let input = AttentionInput {
             cfg,
             kind,
@@ -336,7 +345,7 @@ impl Model {
             layer: kv_layer,
             seq_start: &s.seq_start,
             row_seq: &s.row_seq,
-            row_last: if spans_apply { &s.row_last } else { &s.row_pos },
+            row_last,
             q: &s.q[..b * cfg.n_heads * kind.head_dim],
             k_new,
             v_new,
@@ -349,7 +358,7 @@ impl Model {
         // A layer whose KV later layers reuse writes its ring only after the
         // whole batch (`store_shared_kv`): they still need the positions it
         // would evict.
-        if kind.kv_source.is_none() && !cfg.is_kv_source(li) && !stored {
+        if cfg.causal && kind.kv_source.is_none() && !cfg.is_kv_source(li) && !stored {
             store_batch_kv(kind, li, seqs, &s.seq_start, &s.k, &s.v);
         }
         let ad = cfg.n_heads * kind.value_dim;
@@ -428,7 +437,7 @@ impl Model {
         self.rope_angles(li, s);
         let shared = cfg.is_kv_source(li);
         let stored = if b * kind.n_kv_heads >= ops::PAR_MIN_ROWS {
-            self.finish_kv_rows(li, seqs, s, heads, !shared)
+            self.finish_kv_rows(li, seqs, s, heads, !shared && cfg.causal)
         } else {
             if lw.v.is_none() {
                 // k = v: values are the keys' projection before the key norm and RoPE.

@@ -284,6 +284,28 @@ impl KvCache {
         }
     }
 
+    /// A cache that stores nothing, for a batch that holds its whole
+    /// sequence (an embedding model's text): attention reads the batch's
+    /// own keys, and nothing is kept for later.
+    pub(crate) fn uncached(cfg: &Config, n_ctx: usize) -> Self {
+        let layers = cfg
+            .layers
+            .iter()
+            .map(|l| LayerCache {
+                k: KvBuf::zeros(KvType::F32, 0),
+                v: KvBuf::zeros(KvType::F32, 0),
+                cap: n_ctx.max(1),
+                window: l.window,
+            })
+            .collect();
+        Self {
+            layers,
+            n_ctx,
+            n_past: 0,
+            high: 0,
+        }
+    }
+
     /// Bytes a cache for `n_ctx` positions of type `ty` takes, computable
     /// before allocating.
     pub fn bytes_for(cfg: &Config, n_ctx: usize, ty: KvType) -> usize {

@@ -7,6 +7,7 @@
 mod altup;
 mod attention;
 mod config;
+mod embed;
 mod ffn;
 mod forward;
 mod kv;
@@ -17,7 +18,8 @@ pub mod ops;
 mod scratch;
 mod weights;
 
-pub use config::{Arch, Config, LayerKind};
+pub use config::{Arch, Config, LayerKind, Pooling};
+pub use embed::{unit_vector, EmbeddingHead};
 pub use forward::{Embedded, SeqInput};
 pub use kv::{KvCache, KvType, RING_SLACK};
 pub use logits::BatchRows;
@@ -93,6 +95,12 @@ pub enum ModelError {
         /// The head (or value) width it cannot hold.
         width: usize,
     },
+    /// An embedding model's file lacks a dense projection.
+    #[error("this embedding model has no `{0}` (EmbeddingGemma's Dense projections): convert it with llama.cpp's convert_hf_to_gguf.py --sentence-transformers-dense-modules, or load its sentence-transformers directory")]
+    MissingProjection(&'static str),
+    /// Embeddings were asked of a generative model.
+    #[error("this model does not embed (it generates text; use an embedding model such as EmbeddingGemma)")]
+    NotEmbedding,
     /// A multi-sequence batch is malformed (an empty sequence, or more rows
     /// than the buffers hold).
     #[error("bad batch: {0}")]
@@ -181,7 +189,11 @@ impl Model {
                     .with_divisors(w.rope_freqs.clone())
             })
             .collect();
-        let kv_type = opts.kv_cache.unwrap_or(KvType::default_for(opts.precision));
+        // An embedding model caches nothing, so its keys stay f32.
+        let kv_type = match config.causal {
+            true => opts.kv_cache.unwrap_or(KvType::default_for(opts.precision)),
+            false => KvType::F32,
+        };
         let cached = config.layers.iter().filter(|l| l.kv_source.is_none());
         if let Some(width) = cached
             .flat_map(|l| [l.head_dim, l.value_dim])

@@ -78,6 +78,8 @@ pub struct Scratch {
     /// The last position each row attends to: its own, or the end of the
     /// bidirectional span (an image) it lies in.
     pub(crate) row_last: Vec<usize>,
+    /// [`Self::reach_within`]'s reach for the layer running.
+    pub(crate) row_reach: Vec<usize>,
     /// The batch's token ids in row order.
     pub(crate) tokens: Vec<u32>,
     /// RoPE angles of every row of the batch (`pairs` cosines, then as many
@@ -141,6 +143,7 @@ impl Scratch {
             row_seq: Vec::with_capacity(b),
             row_pos: Vec::with_capacity(b),
             row_last: Vec::with_capacity(b),
+            row_reach: Vec::with_capacity(b),
             tokens: Vec::with_capacity(b),
             ..Self::default()
         }
@@ -189,7 +192,8 @@ impl Scratch {
 
     /// Lay the batch's rows out: each sequence's tokens in order, each row
     /// tagged with its sequence and its position there.
-    pub(crate) fn lay_out_rows(&mut self, seqs: &[crate::SeqInput<'_>]) {
+    /// Without `causal`, every row attends to its whole sequence.
+    pub(crate) fn lay_out_rows(&mut self, seqs: &[crate::SeqInput<'_>], causal: bool) {
         self.seq_start.clear();
         self.row_seq.clear();
         self.row_pos.clear();
@@ -200,7 +204,13 @@ impl Scratch {
             let p0 = sq.cache.n_past();
             self.row_pos.extend(p0..p0 + sq.tokens.len());
             let first = self.row_last.len();
-            self.row_last.extend(p0..p0 + sq.tokens.len());
+            match causal {
+                true => self.row_last.extend(p0..p0 + sq.tokens.len()),
+                false => self.row_last.extend(std::iter::repeat_n(
+                    p0 + sq.tokens.len() - 1,
+                    sq.tokens.len(),
+                )),
+            }
             for e in sq.embedded.iter().filter(|e| e.bidirectional) {
                 let end = p0 + e.start + e.len - 1;
                 self.row_last[first + e.start..][..e.len].fill(end);
@@ -212,5 +222,15 @@ impl Scratch {
         self.seq_start.push(self.batch);
         self.rope_layer = None;
         self.rope_spare_layer = None;
+    }
+
+    /// Into `row_reach`: the last position each row attends to in a layer
+    /// that reaches `w - 1` positions either way (an embedding model's
+    /// sliding layers): its own position plus `w - 1`, within its sequence.
+    pub(crate) fn reach_within(&mut self, w: usize) {
+        self.row_reach.clear();
+        let rows = self.row_pos.iter().zip(&self.row_last);
+        self.row_reach
+            .extend(rows.map(|(&pos, &last)| (pos + w - 1).min(last)));
     }
 }

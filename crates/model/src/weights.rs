@@ -244,6 +244,8 @@ pub struct Weights {
     pub altup: Option<AltUpProjections>,
     /// Decoder layers.
     pub layers: Vec<LayerWeights>,
+    /// The dense projections of an embedding model.
+    pub embedding: Option<crate::embed::EmbeddingHead>,
 }
 
 impl Weights {
@@ -387,6 +389,7 @@ impl Weights {
             per_layer,
             altup,
             layers,
+            embedding: crate::embed::EmbeddingHead::bind(file, cfg)?,
         })
     }
 }
