@@ -4,6 +4,7 @@ mod bench;
 mod chat;
 mod commands;
 mod convert;
+mod embed;
 mod eval_cmd;
 mod health;
 mod serve;
@@ -297,6 +298,9 @@ enum Command {
         /// Expressions (`20*4`, `x = 15%; 200*x`, `round(10/3, 2)`).
         exprs: Vec<String>,
     },
+    /// Embed texts with an embedding model (EmbeddingGemma): one vector per
+    /// text, as JSON lines or a NumPy array.
+    Embed(embed::EmbedArgs),
     /// Print the token ids of TEXT as a JSON array.
     Tokenize {
         #[command(flatten)]
@@ -487,6 +491,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Quantize(args) => convert::quantize(&args),
         Command::Synth(args) => convert::synth(&args),
         Command::Bench(args) => bench::run(&args),
+        Command::Embed(args) => embed::run(&args),
         Command::Serve(args) => serve::run(&args),
         Command::Telegram(args) => telegram::run(&args),
         Command::Health(args) => health::run(&args),

@@ -133,37 +133,61 @@ impl Engine {
         ids
     }
 
-    /// Embed `inputs`, packed into as few forward passes as the batch size
-    /// allows (a text longer than the batch goes alone). `progress` hears
-    /// `(done, total)` after each pass.
+    /// Embed `inputs`: each made ready ([`Self::embedding_input`]), all
+    /// embedded together ([`Self::embed_ids`]), each cut to `opts.dim`.
     pub fn embed(
         &self,
         inputs: &[EmbedInput<'_>],
         opts: &EmbedOptions,
         progress: &mut dyn FnMut(usize, usize),
     ) -> Result<Embeddings, EngineError> {
-        let full = self.embedding_dim().ok_or_else(|| {
-            EngineError::InvalidRequest(model::ModelError::NotEmbedding.to_string())
-        })?;
-        let dim = match opts.dim {
-            None => full,
-            Some(d) if (1..=full).contains(&d) => d,
-            Some(d) => {
-                return Err(EngineError::InvalidRequest(format!(
-                    "dimensions {d} is outside 1..={full} (EmbeddingGemma is trained for 768, 512, 256 and 128)"
-                )))
-            }
-        };
+        let dim = self.embedding_width(opts.dim)?;
         let mut out = Embeddings::default();
         let mut texts = Vec::with_capacity(inputs.len());
         for (i, input) in inputs.iter().enumerate() {
-            let ids = self.fit_to_context(i, input, opts, &mut out.truncated)?;
+            let (ids, cut) = self.embedding_input(i, input, opts)?;
+            if cut {
+                out.truncated.push(i);
+            }
             out.tokens.push(ids.len());
             texts.push(ids);
         }
+        out.vectors = self
+            .embed_ids(&texts, progress)?
+            .into_iter()
+            .map(|v| matryoshka(v, dim))
+            .collect();
+        Ok(out)
+    }
+
+    /// The width `dim` asks for, checked against the model's; the full
+    /// width when `None`. A generative model is refused here.
+    pub fn embedding_width(&self, dim: Option<usize>) -> Result<usize, EngineError> {
+        let full = self.embedding_dim().ok_or_else(|| {
+            EngineError::InvalidRequest(model::ModelError::NotEmbedding.to_string())
+        })?;
+        match dim {
+            None => Ok(full),
+            Some(d) if (1..=full).contains(&d) => Ok(d),
+            Some(d) => Err(EngineError::InvalidRequest(format!(
+                "dimensions {d} is outside 1..={full} (EmbeddingGemma is trained for 768, 512, 256 and 128)"
+            ))),
+        }
+    }
+
+    /// The full-width unit vectors of `texts` (token ids as
+    /// [`Self::embedding_input`] gives them), packed into as few forward
+    /// passes as the batch size allows (a text longer than the batch goes
+    /// alone). `progress` hears `(done, total)` after each pass.
+    pub fn embed_ids(
+        &self,
+        texts: &[Vec<u32>],
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Vec<Vec<f32>>, EngineError> {
         let batch = self.batch_for(self.n_ctx());
         let longest = texts.iter().map(Vec::len).max().unwrap_or(1);
         let mut scratch = self.model.new_scratch(longest, batch.max(longest));
+        let mut vectors = Vec::with_capacity(texts.len());
         let mut start = 0;
         while start < texts.len() {
             let mut end = start + 1;
@@ -173,29 +197,27 @@ impl Engine {
                 end += 1;
             }
             let group: Vec<&[u32]> = texts[start..end].iter().map(Vec::as_slice).collect();
-            for v in self.model.embed_texts(&group, &mut scratch)? {
-                out.vectors.push(match dim == full {
-                    true => v,
-                    false => model::unit_vector(&v[..dim]),
-                });
-            }
+            vectors.extend(self.model.embed_texts(&group, &mut scratch)?);
             start = end;
             progress(start, texts.len());
         }
-        Ok(out)
+        Ok(vectors)
     }
 
-    /// Input `i`'s ids, within the context: refused when longer, unless
-    /// `opts.truncate` cuts it (the first ids kept, and the closing `<eos>`
-    /// where the tokenizer adds one, as transformers truncates).
-    fn fit_to_context(
+    /// Input `i`'s ids, checked, and whether they were cut: a text longer
+    /// than the context is refused unless `opts.truncate` cuts it (the first
+    /// ids kept, and the closing `<eos>` where the tokenizer adds one, as
+    /// transformers truncates).
+    pub fn embedding_input(
         &self,
         i: usize,
         input: &EmbedInput<'_>,
         opts: &EmbedOptions,
-        truncated: &mut Vec<usize>,
-    ) -> Result<Vec<u32>, EngineError> {
+    ) -> Result<(Vec<u32>, bool), EngineError> {
         let mut ids = match input {
+            EmbedInput::Text("") => {
+                return Err(EngineError::InvalidRequest(format!("input {i} is empty")))
+            }
             EmbedInput::Text(t) => self.embedding_ids(t, opts.task),
             EmbedInput::Tokens(t) => t.to_vec(),
         };
@@ -222,8 +244,17 @@ impl Engine {
             };
             ids.truncate(limit - usize::from(closing.is_some()));
             ids.extend(closing);
-            truncated.push(i);
+            return Ok((ids, true));
         }
-        Ok(ids)
+        Ok((ids, false))
     }
+}
+
+/// The first `dim` values of a unit vector, renormalised (Matryoshka); the
+/// vector as it is at its full width.
+pub fn matryoshka(v: Vec<f32>, dim: usize) -> Vec<f32> {
+    if dim >= v.len() {
+        return v;
+    }
+    model::unit_vector(&v[..dim])
 }

@@ -31,7 +31,7 @@ pub use batch::{BatchDecoder, BatchItem};
 pub use chat_model::{ChatModel, LocalChat, ModelCall, ModelReply};
 pub use constraint::{Constraint, ConstraintStats, Grammar, Grammars, MAX_GRAMMAR_BYTES};
 pub use decoding::{Decoding, Generation};
-pub use embed::{EmbedInput, EmbedOptions, EmbedTask, Embeddings};
+pub use embed::{matryoshka, EmbedInput, EmbedOptions, EmbedTask, Embeddings};
 pub use gbnf::to_lark as gbnf_to_lark;
 pub use generate::{FinishReason, GenerateOptions, Step, TokenEvent};
 pub use images::{

@@ -8,6 +8,7 @@
 mod anthropic;
 pub mod api;
 mod completions;
+mod embeddings;
 pub mod error;
 mod guarded;
 pub mod idle;
@@ -143,6 +144,9 @@ pub enum ServeError {
 struct Backend {
     engine: Arc<Engine>,
     scheduler: Scheduler,
+    /// The embedding queue, when the model embeds (its scheduler then has
+    /// no slots: an embedding model does not generate).
+    embedder: Option<embeddings::batcher::Batcher>,
 }
 
 /// Shared state of the handlers.
@@ -343,8 +347,28 @@ fn load(state: &AppState, loader: Loader) -> Result<(), ServeError> {
         cfg.queue,
         Arc::clone(&state.metrics),
     )?;
+    let embedder = match engine.embedding_dim() {
+        Some(_) => Some(embeddings::batcher::Batcher::start(
+            Arc::clone(&engine),
+            cfg.queue,
+            Arc::clone(&state.metrics),
+        )?),
+        None => None,
+    };
     let o = engine.options();
-    eprintln!(
+    if let Some(dim) = engine.embedding_dim() {
+        eprintln!(
+            "hearth serve: embedding model {} ({}, {} dimensions, {} threads) loaded in {:.2?}; texts of up to {} tokens, queue {}",
+            cfg.model_ids.first().map(String::as_str).unwrap_or("?"),
+            engine.weight_type().unwrap_or("unknown type"),
+            dim,
+            o.threads.unwrap_or(1),
+            engine.load_time(),
+            engine.n_ctx(),
+            cfg.queue
+        );
+    } else {
+        eprintln!(
         "hearth serve: model {} ({}, {:?} precision, {} threads) loaded in {:.2?}; {} slot(s) of {} tokens ({:.1} MiB each), queue {}",
         cfg.model_ids.first().map(String::as_str).unwrap_or("?"),
         engine.weight_type().unwrap_or("unknown type"),
@@ -356,7 +380,12 @@ fn load(state: &AppState, loader: Loader) -> Result<(), ServeError> {
         engine.session_bytes() as f64 / (1024.0 * 1024.0),
         cfg.queue
     );
-    let _ = state.backend.set(Backend { engine, scheduler });
+    }
+    let _ = state.backend.set(Backend {
+        engine,
+        scheduler,
+        embedder,
+    });
     state.metrics.loaded.store(true, Ordering::Relaxed);
     Ok(())
 }

@@ -65,9 +65,7 @@ pub(crate) async fn submit(
         req.params.seed = seed;
     }
     let model = resolve_model(st, req.model.as_deref())?;
-    let Some(backend) = st.backend.get() else {
-        return Err(ApiError::unavailable("The model is loading.", 1));
-    };
+    let backend = generative_backend(st, &model)?;
     let engine = Arc::clone(&backend.engine);
     let n_ctx = engine.n_ctx();
     check_logit_bias(&req, engine.model().config().vocab)?;
@@ -270,12 +268,25 @@ async fn prepare_off_thread(
 
 /// The prompt's length in tokens, as [`submit`] would queue it.
 pub(crate) async fn count_tokens(st: &AppState, req: Request) -> Result<usize, ApiError> {
-    resolve_model(st, req.model.as_deref())?;
+    let model = resolve_model(st, req.model.as_deref())?;
+    let backend = generative_backend(st, &model)?;
+    let prepared = prepare_off_thread(st, Arc::clone(&backend.engine), req, false).await?;
+    Ok(prepared.prompt.len())
+}
+
+/// The loaded model, when it generates: an embedding model asked to chat
+/// or complete is a 400 that says so.
+fn generative_backend<'s>(st: &'s AppState, model: &str) -> Result<&'s crate::Backend, ApiError> {
     let Some(backend) = st.backend.get() else {
         return Err(ApiError::unavailable("The model is loading.", 1));
     };
-    let prepared = prepare_off_thread(st, Arc::clone(&backend.engine), req, false).await?;
-    Ok(prepared.prompt.len())
+    if backend.embedder.is_some() {
+        return Err(ApiError::bad_param(
+            "model",
+            format!("The model `{model}` is an embedding model and does not generate text; use /v1/embeddings (or Ollama's /api/embed)."),
+        ));
+    }
+    Ok(backend)
 }
 
 fn check_logit_bias(req: &Request, vocab: usize) -> Result<(), ApiError> {

@@ -3,7 +3,7 @@
 
 use crate::error::{ApiError, Dialect};
 use crate::idle::TrackedBody;
-use crate::{anthropic, completions, ollama, responses, utility, AppState};
+use crate::{anthropic, completions, embeddings, ollama, responses, utility, AppState};
 use axum::body::Body;
 use axum::extract::{Path as UrlPath, Request as HttpRequest, State};
 use axum::http::{header, HeaderMap, HeaderValue};
@@ -36,9 +36,9 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/api/chat", post(ollama::chat))
         .route("/api/generate", post(ollama::generate))
         .route("/api/pull", post(ollama::pull))
-        .route("/v1/embeddings", post(does_not_embed))
-        .route("/api/embed", post(does_not_embed))
-        .route("/api/embeddings", post(does_not_embed))
+        .route("/v1/embeddings", post(embeddings::openai))
+        .route("/api/embed", post(embeddings::ollama_embed))
+        .route("/api/embeddings", post(embeddings::ollama_embeddings))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth));
     let cors = cors_layer(&state.config.cors);
     let router = Router::new()
@@ -165,18 +165,6 @@ async fn not_found(req: HttpRequest) -> Response {
     let path = req.uri().path();
     ApiError::not_found(format!("Unknown route: {} {path}", req.method()))
         .respond(Dialect::of_path(path))
-}
-
-/// The embedding endpoints: the served model is a generative one, which
-/// does not embed (a 400 in the API's own shape, not a 404).
-async fn does_not_embed(State(st): State<AppState>, req: HttpRequest) -> Response {
-    let id = st.config.model_ids.first().cloned().unwrap_or_default();
-    let path = req.uri().path();
-    ApiError::bad_param(
-        "model",
-        format!("The model `{id}` is a generative model and does not embed text; serve an embedding model to use {path}."),
-    )
-    .respond(Dialect::of_path(path))
 }
 
 async fn method_not_allowed(req: HttpRequest) -> Response {

@@ -144,7 +144,8 @@ impl std::fmt::Debug for Scheduler {
 
 impl Scheduler {
     /// Start the scheduler thread with `parallel` slots (each a session of
-    /// the engine's context) and a queue of `capacity` waiting jobs.
+    /// the engine's context; none for an embedding model) and a queue of
+    /// `capacity` waiting jobs.
     pub fn start(
         engine: Arc<Engine>,
         parallel: usize,
@@ -161,7 +162,12 @@ impl Scheduler {
             capacity,
             metrics,
         });
-        let slots = (0..parallel.max(1))
+        // An embedding model generates nothing: no sessions to hold.
+        let n_slots = match engine.embedding_dim() {
+            Some(_) => 0,
+            None => parallel.max(1),
+        };
+        let slots = (0..n_slots)
             .map(|_| Slot {
                 session: engine.session(),
                 active: None,
