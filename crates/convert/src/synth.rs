@@ -1,4 +1,5 @@
-//! Synthetic Gemma 2 and 3 models: real shapes and metadata, random weights.
+//! Synthetic Gemma 2 and 3 models (and EmbeddingGemma): real shapes and
+//! metadata, random weights.
 //! They load and run like the real sizes, so speed and memory can be measured
 //! (and llama.cpp compared) for sizes whose weights we do not ship.
 //!
@@ -17,7 +18,7 @@ use gguf::{GgmlType, GgufFile, GgufWriter, MetaValue};
 pub struct Preset {
     /// The preset name (`270m`, `1b`, `4b`, `gemma2-2b`).
     pub name: &'static str,
-    /// The GGUF architecture (`gemma3` or `gemma2`).
+    /// The GGUF architecture (`gemma3`, `gemma2` or `gemma-embedding`).
     pub arch: &'static str,
     /// `general.size_label`.
     pub size_label: &'static str,
@@ -39,6 +40,9 @@ pub struct Preset {
     pub sliding_window: u32,
     /// Linear RoPE scaling factor of the global layers, if any.
     pub rope_linear_factor: Option<f32>,
+    /// An embedding model's dense projections after pooling (width of the
+    /// first's output; the second maps back to `hidden`); 0 for none.
+    pub dense: usize,
 }
 
 /// Gemma 2's attention and final logit softcaps.
@@ -46,7 +50,7 @@ const GEMMA2_SOFTCAPS: (f32, f32) = (50.0, 30.0);
 
 impl Preset {
     /// Names accepted by [`Preset::by_name`].
-    pub const NAMES: [&'static str; 4] = ["270m", "1b", "4b", "gemma2-2b"];
+    pub const NAMES: [&'static str; 5] = ["270m", "1b", "4b", "gemma2-2b", "embeddinggemma-300m"];
 
     /// Gemma 3 270M.
     pub fn gemma3_270m() -> Preset {
@@ -63,6 +67,7 @@ impl Preset {
             context_length: 32768,
             sliding_window: 512,
             rope_linear_factor: None,
+            dense: 0,
         }
     }
 
@@ -81,6 +86,7 @@ impl Preset {
             context_length: 32768,
             sliding_window: 512,
             rope_linear_factor: None,
+            dense: 0,
         }
     }
 
@@ -99,6 +105,27 @@ impl Preset {
             context_length: 131072,
             sliding_window: 1024,
             rope_linear_factor: Some(8.0),
+            dense: 0,
+        }
+    }
+
+    /// EmbeddingGemma 300M: Gemma 3's layers attending both ways, mean
+    /// pooled, then projected 768 → 3072 → 768.
+    pub fn embeddinggemma_300m() -> Preset {
+        Preset {
+            name: "embeddinggemma-300m",
+            arch: "gemma-embedding",
+            size_label: "300M",
+            hidden: 768,
+            layers: 24,
+            heads: 3,
+            kv_heads: 1,
+            head_dim: 256,
+            ffn: 1152,
+            context_length: 2048,
+            sliding_window: 512,
+            rope_linear_factor: None,
+            dense: 3072,
         }
     }
 
@@ -118,6 +145,7 @@ impl Preset {
             context_length: 8192,
             sliding_window: 4096,
             rope_linear_factor: None,
+            dense: 0,
         }
     }
 
@@ -128,6 +156,7 @@ impl Preset {
             "1b" => Ok(Self::gemma3_1b()),
             "4b" => Ok(Self::gemma3_4b()),
             "gemma2-2b" => Ok(Self::gemma2_2b()),
+            "embeddinggemma-300m" => Ok(Self::embeddinggemma_300m()),
             _ => Err(ConvertError::UnknownPreset(name.to_string())),
         }
     }
@@ -166,7 +195,12 @@ impl Preset {
             spec("token_embd.weight".into(), vec![h, vocab], mat),
             spec("output_norm.weight".into(), vec![h], norm),
         ];
-        let qk_norms = self.arch == "gemma3";
+        if self.dense > 0 {
+            let d = self.dense as u64;
+            out.push(spec("dense_2.weight".into(), vec![h, d], mat));
+            out.push(spec("dense_3.weight".into(), vec![d, h], mat));
+        }
+        let qk_norms = self.arch != "gemma2";
         for l in 0..self.layers {
             let n = |s: &str| format!("blk.{l}.{s}.weight");
             out.extend([
@@ -199,7 +233,11 @@ impl Preset {
     fn metadata(&self, seed: u64) -> Vec<(String, MetaValue)> {
         let u32v = |v: usize| MetaValue::U32(v as u32);
         let a = self.arch;
-        let family = if a == "gemma2" { "Gemma 2" } else { "Gemma 3" };
+        let family = match a {
+            "gemma2" => "Gemma 2",
+            "gemma-embedding" => "EmbeddingGemma",
+            _ => "Gemma 3",
+        };
         let mut m: Vec<(String, MetaValue)> = vec![
             ("general.architecture".into(), MetaValue::String(a.into())),
             ("general.type".into(), MetaValue::String("model".into())),
@@ -226,7 +264,7 @@ impl Preset {
             put("rope.scaling.type", MetaValue::String("linear".into()));
             put("rope.scaling.factor", MetaValue::F32(factor));
         }
-        if a == "gemma3" {
+        if a != "gemma2" {
             put("rope.freq_base", MetaValue::F32(1_000_000.0));
             put("rope.freq_base_swa", MetaValue::F32(10_000.0));
         }
@@ -241,6 +279,13 @@ impl Preset {
             "attention.sliding_window",
             MetaValue::U32(self.sliding_window),
         );
+        if self.dense > 0 {
+            put("dense_2_feat_in", u32v(self.hidden));
+            put("dense_2_feat_out", u32v(self.dense));
+            put("dense_3_feat_in", u32v(self.dense));
+            put("dense_3_feat_out", u32v(self.hidden));
+            put("pooling_type", MetaValue::U32(1));
+        }
         m
     }
 }
@@ -287,8 +332,13 @@ pub fn synth_with(
             .metadata()
             .iter()
             .filter(|(k, _)| k.starts_with("tokenizer."))
+            .filter(|(k, _)| preset.dense == 0 || k != "tokenizer.ggml.add_eos_token")
             .cloned(),
     );
+    if preset.dense > 0 {
+        // EmbeddingGemma's tokenizer closes each text with <eos>.
+        metadata.push(("tokenizer.ggml.add_eos_token".into(), MetaValue::Bool(true)));
+    }
     let mut w = metadata_writer(&metadata, ftype);
     let tensors = preset.tensors(vocab as u64);
     let specs: Vec<TensorSpec> = tensors.iter().map(|(s, _, _)| s.clone()).collect();

@@ -323,3 +323,42 @@ fn synthetic_gemma2_loads_as_gemma2() {
     let logits = all_logits(&model, &[2, 100, 200]);
     assert!(logits.iter().all(|v| v.is_finite() && v.abs() <= 30.0));
 }
+
+/// The EmbeddingGemma preset loads as an embedding model (pooling and both
+/// projections from its metadata and tensors), its tokenizer closing texts
+/// with `<eos>`, and gives unit vectors of 768 values.
+#[test]
+fn synthetic_embeddinggemma_embeds() {
+    let preset = Preset {
+        layers: 2,
+        ..Preset::embeddinggemma_300m()
+    };
+    let w = synth(&preset, FileType::Q8_0, &donor(), 7).unwrap();
+    let file = GgufFile::from_bytes(w.to_bytes()).unwrap();
+    assert_eq!(
+        file.get_str("general.architecture"),
+        Some("gemma-embedding")
+    );
+    assert_eq!(file.get_u64("gemma-embedding.dense_2_feat_out"), Some(3072));
+    assert_eq!(file.get_bool("tokenizer.ggml.add_eos_token"), Some(true));
+    assert_eq!(file.tensor("dense_3.weight").unwrap().dims, [3072, 768]);
+    let model = Model::from_gguf(
+        std::sync::Arc::new(file),
+        &LoadOptions {
+            threads: 1,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    assert_eq!(model.embedding_dim(), Some(768));
+    let mut scratch = model.new_scratch(16, 16);
+    let vectors = model
+        .embed_texts(&[&[2, 10, 1], &[2, 20, 30, 1]], &mut scratch)
+        .unwrap();
+    for v in &vectors {
+        let norm: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();
+        assert_eq!(v.len(), 768);
+        assert!((norm - 1.0).abs() < 1e-5, "{norm}");
+    }
+    assert_ne!(vectors[0], vectors[1]);
+}
