@@ -71,6 +71,30 @@ pub struct BenchArgs {
     /// thread works alone. Warm-up run included.
     #[arg(long)]
     pub profile: bool,
+    /// Measure an embedding model instead: texts per second on `--texts`
+    /// texts of `--text-tokens` tokens packed together, and on one text of
+    /// `--doc-tokens` tokens.
+    #[arg(long)]
+    pub embed: bool,
+    /// `--embed`: how many short texts (0 skips them).
+    #[arg(long, default_value_t = 1000)]
+    pub texts: usize,
+    /// `--embed`: the short texts' lengths, MIN-MAX tokens (markers included).
+    #[arg(long, value_parser = token_range, default_value = "10-60")]
+    pub text_tokens: (usize, usize),
+    /// `--embed`: the long document's length in tokens (0 skips it).
+    #[arg(long, default_value_t = 2048)]
+    pub doc_tokens: usize,
+    /// Most tokens per forward pass (default: 512).
+    #[arg(long)]
+    pub batch: Option<usize>,
+}
+
+/// `MIN-MAX` as two numbers.
+fn token_range(s: &str) -> Result<(usize, usize), String> {
+    let (lo, hi) = s.split_once('-').ok_or("expected MIN-MAX, such as 10-60")?;
+    let n = |x: &str| x.trim().parse::<usize>().map_err(|e| format!("{x}: {e}"));
+    Ok((n(lo)?, n(hi)?))
 }
 
 /// Run every (threads, test) combination and print a row for each.
@@ -93,7 +117,7 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
                 .map(|&n| BenchTest::Generate(n)),
         )
         .collect();
-    if tests.is_empty() {
+    if tests.is_empty() && !args.embed {
         bail!("nothing to measure: give -p or -n above 0");
     }
     let grammar = args.constraint.grammar()?;
@@ -120,10 +144,15 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
             .kv_cache
             .unwrap_or(engine::KvType::default_for(precision));
         println!("kv cache: {}", kv.name());
-        println!("| model | kernels | threads | test | t/s | decode GB/s (% of read bandwidth) | sync: ops/token, workers idle, caller waits |");
-        println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
+        if args.embed {
+            println!("| model | kernels | threads | test | time | texts/s | tokens/s |");
+            println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
+        } else {
+            println!("| model | kernels | threads | test | t/s | decode GB/s (% of read bandwidth) | sync: ops/token, workers idle, caller waits |");
+            println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
+        }
     }
-    let decodes = tests.iter().any(|t| matches!(t, BenchTest::Generate(_)));
+    let decodes = !args.embed && tests.iter().any(|t| matches!(t, BenchTest::Generate(_)));
     for &t in &threads {
         let model = ModelArgs {
             model: args.model.clone(),
@@ -132,7 +161,7 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
             kv_cache: args.kv_cache,
             quant: args.quant.clone(),
             ctx: None,
-            batch: None,
+            batch: args.batch,
             mmproj: None,
             image_tokens: None,
         };
@@ -149,6 +178,10 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
             engine: &engine,
             bandwidth,
         };
+        if args.embed {
+            crate::bench_embed::rows(&engine, &name, args)?;
+            continue;
+        }
         if let Some(grammar) = &grammar {
             for &n in args.n_gen.iter().filter(|&&n| n > 0) {
                 constrained_rows(&engine, &name, grammar, n, args)?;

@@ -1,6 +1,7 @@
 //! `hearth`: run Gemma models locally on the CPU.
 
 mod bench;
+mod bench_embed;
 mod chat;
 mod commands;
 mod convert;
