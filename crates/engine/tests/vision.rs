@@ -122,7 +122,17 @@ fn a_cached_prefix_is_not_reused_across_pictures() {
     let after_switch = session.last_logits().unwrap().to_vec();
     let fresh = logits(&engine, &ids_b, &imgs_b);
     let last = &fresh[fresh.len() - 512..];
-    assert_eq!(after_switch, last);
+    // The fresh prefill takes the batched float product and the switched
+    // one, a few tokens long, the row-by-row one: equal up to rounding.
+    let d = after_switch
+        .iter()
+        .zip(last)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0f32, f32::max);
+    assert!(
+        d < 1e-4,
+        "after the switch the logits differ from a fresh prefill by {d}"
+    );
     // The same picture again reuses everything but the last token.
     let (evaluated, _) = session.feed_images(&ids_b, &imgs_b).unwrap();
     assert_eq!(evaluated, 1);

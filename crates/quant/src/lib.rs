@@ -8,6 +8,7 @@
 pub mod activation;
 mod bandwidth;
 mod error;
+mod float_gemm;
 mod formats;
 mod gemm;
 mod matmul;

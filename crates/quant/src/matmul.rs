@@ -461,13 +461,13 @@ fn panel_runs(panels: &[usize], aim: usize, threads: usize) -> Vec<PanelRun> {
 type ActsPart<'a> = (&'a mut [u8], &'a mut [f32], &'a mut [f32], &'a mut [i32]);
 
 /// A buffer shared by tasks that each write a disjoint part of it.
-struct Shared<T> {
+pub(crate) struct Shared<T> {
     ptr: *mut T,
     len: usize,
 }
 
 /// The output buffer shared by tasks that each write a disjoint set of rows.
-type SharedOut = Shared<f32>;
+pub(crate) type SharedOut = Shared<f32>;
 
 /// The ready activations' bytes, which tasks write in disjoint blocks.
 type SharedBytes = Shared<u8>;
@@ -486,7 +486,7 @@ impl<T: Copy> Shared<T> {
     /// No other thread may access them while the slice lives, and no other
     /// slice of them may be live.
     #[allow(clippy::mut_from_ref)]
-    unsafe fn slice(&self, start: usize, n: usize) -> &mut [T] {
+    pub(crate) unsafe fn slice(&self, start: usize, n: usize) -> &mut [T] {
         assert!(start.checked_add(n).is_some_and(|e| e <= self.len));
         // SAFETY: in bounds (checked above); exclusivity is the caller's contract.
         unsafe { std::slice::from_raw_parts_mut(self.ptr.add(start), n) }
@@ -570,6 +570,9 @@ pub fn matmul(
     let split = DecodeSplit::new(pool.threads(), rows);
 
     if let Some(f) = k.float(w.ty) {
+        if batch >= GEMM_MIN_BATCH {
+            return crate::float_gemm::float_gemm(pool, w, x, batch, &shared);
+        }
         pool.run(split.parts(), |t| {
             for_tiles(split.range(t), batch, |r, b| {
                 let xb = &x[b * cols..(b + 1) * cols];

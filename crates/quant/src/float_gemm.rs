@@ -1,0 +1,132 @@
+//! Float weights (F32, F16, BF16) against a batch of activations: each task
+//! widens a block of the weight's rows into f32 panels once, in its own
+//! cache, and runs the packed GEMM ([`crate::sgemm_packed`]) over a block
+//! of activation rows. Against a dot product per (row, activation row),
+//! which converts every weight element once per activation row, the weights
+//! are converted once per block of activation rows and read from L2.
+
+use crate::matmul::{Matrix, SharedOut};
+use crate::sgemm_packed::{sgemm_packed, PackedB, PANEL};
+use crate::{FirstError, QuantError, ThreadPool};
+
+/// Weight rows per block: four panels.
+const BLOCK_ROWS: usize = 4 * PANEL;
+/// Activation rows per block.
+const BLOCK_BATCH: usize = 256;
+
+/// `out = W x` for `batch` rows of `x` through the float matrix `w`, the
+/// output shared as `out` (`batch` rows of `w.rows()`).
+pub(crate) fn float_gemm(
+    pool: &ThreadPool,
+    w: &Matrix,
+    x: &[f32],
+    batch: usize,
+    out: &SharedOut,
+) -> Result<(), QuantError> {
+    let (rows, cols) = (w.rows(), w.cols());
+    let row_blocks = rows.div_ceil(BLOCK_ROWS);
+    let batch_blocks = batch.div_ceil(BLOCK_BATCH);
+    let failure = FirstError::new();
+    // Tasks by row block first, so each task's panels serve every
+    // activation block it takes.
+    let tasks = row_blocks * batch_blocks;
+    let per_task = tasks.div_ceil(pool.threads()).max(1);
+    pool.run(tasks.div_ceil(per_task), |t| {
+        let mut packed = PackedB::new();
+        let mut row = vec![0.0f32; cols];
+        let mut tile = Vec::new();
+        let mut packed_block = usize::MAX;
+        for task in t * per_task..((t + 1) * per_task).min(tasks) {
+            let (rb, bb) = (task / batch_blocks, task % batch_blocks);
+            let r0 = rb * BLOCK_ROWS;
+            let n = BLOCK_ROWS.min(rows - r0);
+            if packed_block != rb {
+                if let Err(e) = pack_rows(w, r0, n, &mut packed, &mut row) {
+                    return failure.set(e);
+                }
+                packed_block = rb;
+            }
+            let b0 = bb * BLOCK_BATCH;
+            let m = BLOCK_BATCH.min(batch - b0);
+            tile.resize(m * n, 0.0);
+            let a = &x[b0 * cols..(b0 + m) * cols];
+            if let Err(e) = sgemm_packed(m, a, cols, &packed, &mut tile, n) {
+                return failure.set(e);
+            }
+            for (i, vals) in tile.chunks_exact(n).enumerate() {
+                // SAFETY: rows r0..r0 + n of activation rows b0..b0 + m
+                // belong to this task alone.
+                unsafe { out.slice((b0 + i) * rows + r0, n) }.copy_from_slice(vals);
+            }
+        }
+    });
+    failure.into_result()
+}
+
+/// Rows `r0..r0 + n` of `w`, widened to f32, as the packed `cols × n`
+/// right-hand side (its columns are the rows).
+fn pack_rows(
+    w: &Matrix,
+    r0: usize,
+    n: usize,
+    packed: &mut PackedB,
+    row: &mut [f32],
+) -> Result<(), QuantError> {
+    let cols = w.cols();
+    packed.reset(cols, n);
+    let panels = packed.panels_mut();
+    for j in 0..n {
+        w.dequantize_row(r0 + j, row)?;
+        let panel = &mut panels[(j / PANEL) * cols * PANEL..][..cols * PANEL];
+        for (p, &v) in row.iter().enumerate() {
+            panel[p * PANEL + j % PANEL] = v;
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::{matmul, quantize, GgmlType, Matrix, ThreadPool};
+
+    /// A batched product through the packed GEMM against a sum in f64 of
+    /// the same (stored-precision) weights, for each float type, with
+    /// shapes that leave partial blocks of rows and of activations.
+    #[test]
+    fn batched_float_products_match_an_f64_reference() {
+        let (rows, cols, batch) = (75, 48, 300);
+        let mut seed = 9u64;
+        let mut next = move || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+        };
+        let w: Vec<f32> = (0..rows * cols).map(|_| next()).collect();
+        let x: Vec<f32> = (0..batch * cols).map(|_| next()).collect();
+        let pool = ThreadPool::new(2);
+        for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
+            let mut bytes = vec![0u8; rows * crate::row_size(ty, cols).unwrap()];
+            quantize(ty, &w, &mut bytes).unwrap();
+            let m = Matrix::new(ty, rows, cols, &bytes).unwrap();
+            let mut out = vec![0.0f32; batch * rows];
+            matmul(&pool, &m, &x, batch, &mut out, &mut Vec::new()).unwrap();
+            let mut row = vec![0.0f32; cols];
+            for r in 0..rows {
+                m.dequantize_row(r, &mut row).unwrap();
+                for b in 0..batch {
+                    let want: f64 = row
+                        .iter()
+                        .zip(&x[b * cols..(b + 1) * cols])
+                        .map(|(&a, &c)| a as f64 * c as f64)
+                        .sum();
+                    let got = out[b * rows + r] as f64;
+                    assert!(
+                        (got - want).abs() < 1e-5,
+                        "{ty:?} row {r} batch {b}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+}
