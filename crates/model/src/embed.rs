@@ -77,7 +77,7 @@ impl Model {
                 embedded: &[],
             })
             .collect();
-        self.forward_multi(&mut seqs, scratch)?;
+        self.forward_rows(&mut seqs, scratch)?;
         let h = self.config.hidden;
         let mut pooled = vec![0.0f32; texts.len() * h];
         for (j, row) in pooled.chunks_exact_mut(h).enumerate() {

@@ -109,6 +109,7 @@ impl Model {
         tokens: &[u32],
         embedded: &[Embedded<'_>],
     ) -> Result<(), ModelError> {
+        self.check_generative()?;
         self.check_input(cache, scratch, tokens)?;
         self.check_embedded(tokens.len(), embedded)?;
         let max = scratch.max_batch;
@@ -184,6 +185,26 @@ impl Model {
     /// [`Model::head_logits`] then gives the logits of each sequence's
     /// last token.
     pub fn forward_multi(
+        &self,
+        seqs: &mut [SeqInput<'_>],
+        scratch: &mut Scratch,
+    ) -> Result<(), ModelError> {
+        self.check_generative()?;
+        self.forward_rows(seqs, scratch)
+    }
+
+    /// An embedding model keeps no keys and values for later tokens, so it
+    /// cannot continue a sequence.
+    fn check_generative(&self) -> Result<(), ModelError> {
+        match self.config.causal {
+            true => Ok(()),
+            false => Err(ModelError::NotGenerative),
+        }
+    }
+
+    /// [`Self::forward_multi`] for any model: an embedding model's texts
+    /// each whole in the batch (see [`Model::embed_texts`]).
+    pub(crate) fn forward_rows(
         &self,
         seqs: &mut [SeqInput<'_>],
         scratch: &mut Scratch,

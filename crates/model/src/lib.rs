@@ -98,6 +98,9 @@ pub enum ModelError {
     /// An embedding model's file lacks a dense projection.
     #[error("this embedding model has no `{0}` (EmbeddingGemma's Dense projections): convert it with llama.cpp's convert_hf_to_gguf.py --sentence-transformers-dense-modules, or load its sentence-transformers directory")]
     MissingProjection(&'static str),
+    /// Text was asked of an embedding model.
+    #[error("this is an embedding model: it does not generate text (use `hearth embed` or /v1/embeddings)")]
+    NotGenerative,
     /// Embeddings were asked of a generative model.
     #[error("this model does not embed (it generates text; use an embedding model such as EmbeddingGemma)")]
     NotEmbedding,

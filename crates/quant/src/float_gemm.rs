@@ -33,7 +33,7 @@ pub(crate) fn float_gemm(
     let per_task = tasks.div_ceil(pool.threads()).max(1);
     pool.run(tasks.div_ceil(per_task), |t| {
         let mut packed = PackedB::new();
-        let mut row = vec![0.0f32; cols];
+        let mut widened = Vec::new();
         let mut tile = Vec::new();
         let mut packed_block = usize::MAX;
         for task in t * per_task..((t + 1) * per_task).min(tasks) {
@@ -41,7 +41,7 @@ pub(crate) fn float_gemm(
             let r0 = rb * BLOCK_ROWS;
             let n = BLOCK_ROWS.min(rows - r0);
             if packed_block != rb {
-                if let Err(e) = pack_rows(w, r0, n, &mut packed, &mut row) {
+                if let Err(e) = pack_rows(w, r0, n, &mut packed, &mut widened) {
                     return failure.set(e);
                 }
                 packed_block = rb;
@@ -64,22 +64,31 @@ pub(crate) fn float_gemm(
 }
 
 /// Rows `r0..r0 + n` of `w`, widened to f32, as the packed `cols × n`
-/// right-hand side (its columns are the rows).
+/// right-hand side (its columns are the rows). A panel's 16 rows are widened
+/// first, then interleaved, so the panel is written front to back.
 fn pack_rows(
     w: &Matrix,
     r0: usize,
     n: usize,
     packed: &mut PackedB,
-    row: &mut [f32],
+    rows: &mut Vec<f32>,
 ) -> Result<(), QuantError> {
     let cols = w.cols();
     packed.reset(cols, n);
-    let panels = packed.panels_mut();
-    for j in 0..n {
-        w.dequantize_row(r0 + j, row)?;
-        let panel = &mut panels[(j / PANEL) * cols * PANEL..][..cols * PANEL];
-        for (p, &v) in row.iter().enumerate() {
-            panel[p * PANEL + j % PANEL] = v;
+    rows.resize(PANEL * cols, 0.0);
+    for (s, panel) in packed
+        .panels_mut()
+        .chunks_exact_mut(cols * PANEL)
+        .enumerate()
+    {
+        let width = PANEL.min(n - s * PANEL);
+        for (jj, row) in rows.chunks_exact_mut(cols).take(width).enumerate() {
+            w.dequantize_row(r0 + s * PANEL + jj, row)?;
+        }
+        for (p, dst) in panel.chunks_exact_mut(PANEL).enumerate() {
+            for (jj, d) in dst.iter_mut().take(width).enumerate() {
+                *d = rows[jj * cols + p];
+            }
         }
     }
     Ok(())
