@@ -138,4 +138,25 @@ mod tests {
             }
         }
     }
+
+    /// A row's products do not depend on the rows beside it in the batch,
+    /// so a sequence gets the same bits alone and in a shared batch.
+    #[test]
+    fn a_rows_products_do_not_depend_on_the_batch() {
+        let (rows, cols) = (96, 64);
+        let w: Vec<f32> = (0..rows * cols)
+            .map(|i| ((i * 7919 % 1000) as f32 / 1000.0) - 0.5)
+            .collect();
+        let x: Vec<f32> = (0..19 * cols)
+            .map(|i| ((i * 104729 % 997) as f32 / 997.0) - 0.5)
+            .collect();
+        let pool = ThreadPool::new(2);
+        let mut bytes = vec![0u8; rows * crate::row_size(GgmlType::F32, cols).unwrap()];
+        quantize(GgmlType::F32, &w, &mut bytes).unwrap();
+        let m = Matrix::new(GgmlType::F32, rows, cols, &bytes).unwrap();
+        let (mut a, mut b) = (vec![0.0f32; 17 * rows], vec![0.0f32; 19 * rows]);
+        matmul(&pool, &m, &x[..17 * cols], 17, &mut a, &mut Vec::new()).unwrap();
+        matmul(&pool, &m, &x, 19, &mut b, &mut Vec::new()).unwrap();
+        assert_eq!(a, b[..17 * rows]);
+    }
 }
