@@ -5,10 +5,9 @@
 //! sizes. Any other module than these and `Normalize` is refused, so an
 //! embedding never silently skips a step.
 
-use crate::tensors::stored_type;
+use crate::tensors::{map_file, stored_type};
 use crate::{read_json, read_json_if_present, HfError};
 use gguf::{GgufWriter, MetaValue};
-use memmap2::Mmap;
 use safetensors::SafeTensors;
 use serde_json::Value;
 use std::path::Path;
@@ -128,16 +127,7 @@ fn write_dense(w: &mut GgufWriter, dir: &Path, name: &str, arch: &str) -> Result
         )));
     }
     let path = dir.join("model.safetensors");
-    let file = std::fs::File::open(&path).map_err(|source| HfError::Io {
-        path: path.clone(),
-        source,
-    })?;
-    // SAFETY: read-only private map, read once here; as for the checkpoint's
-    // own shards, the file must not be truncated meanwhile.
-    let map = unsafe { Mmap::map(&file) }.map_err(|source| HfError::Io {
-        path: path.clone(),
-        source,
-    })?;
+    let map = map_file(&path)?;
     let st = SafeTensors::deserialize(&map)
         .map_err(|e| HfError::Tensor(format!("{}: {e}", path.display())))?;
     let view = st

@@ -37,18 +37,7 @@ impl Checkpoint {
         let shards = files
             .into_iter()
             .map(|f| {
-                let path = dir.join(&f);
-                let file = std::fs::File::open(&path).map_err(|source| HfError::Io {
-                    path: path.clone(),
-                    source,
-                })?;
-                // SAFETY: the map is read-only and private to this process;
-                // like every mmap reader we rely on the checkpoint not being
-                // truncated while it is converted.
-                let map = unsafe { Mmap::map(&file) }.map_err(|source| HfError::Io {
-                    path: path.clone(),
-                    source,
-                })?;
+                let map = map_file(&dir.join(&f))?;
                 Ok((f, map))
             })
             .collect::<Result<Vec<_>, HfError>>()?;
@@ -66,6 +55,19 @@ impl Checkpoint {
             })
             .collect()
     }
+}
+
+/// A checkpoint file, mapped read-only.
+pub(crate) fn map_file(path: &Path) -> Result<Mmap, HfError> {
+    let io = |source| HfError::Io {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::File::open(path).map_err(io)?;
+    // SAFETY: the map is read-only and private to this process; like every
+    // mmap reader we rely on the checkpoint not being truncated while it is
+    // converted.
+    unsafe { Mmap::map(&file) }.map_err(io)
 }
 
 /// One matrix of a stack: its index, type, dims and bytes.
