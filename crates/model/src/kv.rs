@@ -262,40 +262,35 @@ pub struct KvCache {
 impl KvCache {
     /// A cache for up to `n_ctx` positions, its elements of type `ty`.
     pub fn new(cfg: &Config, n_ctx: usize, ty: KvType) -> Self {
-        let layers = cfg
-            .layers
-            .iter()
-            .map(|l| {
-                let cap = capacity(l, n_ctx);
-                let own = if l.kv_source.is_none() { cap } else { 0 };
-                LayerCache {
-                    k: KvBuf::zeros(ty, own * l.n_kv_heads * l.head_dim),
-                    v: KvBuf::zeros(ty, own * l.n_kv_heads * l.value_dim),
-                    cap,
-                    window: l.window,
-                }
-            })
-            .collect();
-        Self {
-            layers,
-            n_ctx,
-            n_past: 0,
-            high: 0,
-        }
+        Self::with_storage(cfg, n_ctx, ty, true)
     }
 
     /// A cache that stores nothing, for a batch that holds its whole
     /// sequence (an embedding model's text): attention reads the batch's
     /// own keys, and nothing is kept for later.
     pub(crate) fn uncached(cfg: &Config, n_ctx: usize) -> Self {
+        Self::with_storage(cfg, n_ctx, KvType::F32, false)
+    }
+
+    /// Each layer's ring (or whole context) for `n_ctx` positions; its
+    /// buffers empty unless `stores`.
+    fn with_storage(cfg: &Config, n_ctx: usize, ty: KvType, stores: bool) -> Self {
         let layers = cfg
             .layers
             .iter()
-            .map(|l| LayerCache {
-                k: KvBuf::zeros(KvType::F32, 0),
-                v: KvBuf::zeros(KvType::F32, 0),
-                cap: n_ctx.max(1),
-                window: l.window,
+            .map(|l| {
+                let cap = capacity(l, n_ctx);
+                let own = if stores && l.kv_source.is_none() {
+                    cap
+                } else {
+                    0
+                };
+                LayerCache {
+                    k: KvBuf::zeros(ty, own * l.n_kv_heads * l.head_dim),
+                    v: KvBuf::zeros(ty, own * l.n_kv_heads * l.value_dim),
+                    cap,
+                    window: l.window,
+                }
             })
             .collect();
         Self {
