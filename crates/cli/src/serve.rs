@@ -83,6 +83,54 @@ pub struct ServeArgs {
     /// it only inline `data:` URLs are read.
     #[arg(long)]
     allow_file_images: bool,
+    /// Serve many models, each loaded on its first request: folders (every
+    /// GGUF and checkpoint in them; a projector `mmproj*.gguf` pairs with
+    /// the models beside it), files or aliases. With no value: the model
+    /// cache. Without --models, the one model of -m is loaded at start.
+    #[arg(long, value_name = "DIR|MODEL", num_args = 0.., conflicts_with_all = ["model", "mmproj"])]
+    models: Option<Vec<String>>,
+    /// With --models: most models in memory at once; the least recently
+    /// used is unloaded to make room.
+    #[arg(long, value_name = "N", default_value_t = 3, requires = "models")]
+    max_loaded: usize,
+    /// With --models: most memory the loaded models may take (files and
+    /// caches), as bytes or with a unit: 512M, 8G.
+    #[arg(long, value_name = "SIZE", requires = "models", value_parser = parse_size)]
+    max_memory: Option<u64>,
+    /// With --models: how long a model stays loaded after its last request
+    /// (seconds or 30s, 5m, 1h; negative: for ever). A request's own
+    /// `keep_alive` (Ollama's) overrides it.
+    #[arg(
+        long,
+        value_name = "TIME",
+        default_value = "5m",
+        requires = "models",
+        allow_hyphen_values = true
+    )]
+    keep_alive: String,
+    /// Do not serve the chat page at `/`.
+    #[arg(long)]
+    no_ui: bool,
+}
+
+/// `512M`, `8G`, `1.5GiB` or plain bytes.
+fn parse_size(s: &str) -> Result<u64, String> {
+    let t = s.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let n: f64 = t[..split]
+        .parse()
+        .map_err(|_| format!("`{s}` is not a size (try 512M or 8G)"))?;
+    let scale = match t[split..].trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1u64,
+        "k" | "kb" | "kib" => 1 << 10,
+        "m" | "mb" | "mib" => 1 << 20,
+        "g" | "gb" | "gib" => 1 << 30,
+        "t" | "tb" | "tib" => 1 << 40,
+        other => return Err(format!("unknown size unit `{other}` (use K, M, G or T)")),
+    };
+    Ok((n * scale as f64) as u64)
 }
 
 fn secs(name: &str, v: f64) -> Result<Duration> {
@@ -97,29 +145,7 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
     if args.parallel == 0 {
         bail!("--parallel must be at least 1");
     }
-    let path = store::resolve(&args.model.model)?;
-    // The id is what -m named (alias or file stem); the others resolve to it.
-    let spec = args.model.model.trim().to_string();
-    let stem = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "model".into());
-    let mut ids = Vec::new();
-    if std::path::Path::new(&spec).exists() {
-        ids.push(stem.clone());
-    } else {
-        ids.push(spec.clone());
-        ids.push(stem.clone());
-    }
-    ids.push(spec);
-    if let Some(name) = path.file_name() {
-        ids.push(name.to_string_lossy().into_owned());
-    }
-    ids.push(path.display().to_string());
-    ids.dedup();
-    let mut config = server::ServerConfig::new(stem);
-    config.model_ids = ids;
-    config.model_path = Some(path.clone());
+    let mut config = server::ServerConfig::new();
     // A seed given to serve is the seed of requests without one; without it
     // each request draws its own.
     config.seed = args.sample.seed;
@@ -153,9 +179,119 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
     };
     config.idle_counts_probes = args.idle_count_probes;
     config.allow_file_images = args.allow_file_images;
+    config.ui = !args.no_ui;
+    let pinned = args.models.is_none();
+    let models = match &args.models {
+        Some(specs) => {
+            config.residency = server::models::Residency {
+                max_loaded: args.max_loaded.max(1),
+                max_memory: args.max_memory,
+                keep_alive: keep_alive(&args.keep_alive)?,
+            };
+            lineup(specs)?
+        }
+        None => vec![single(&args.model.model, options.mmproj.clone())?],
+    };
+    let sampling = options.sampling.clone();
     // The same loader as every other command: --quant, --precise, --ctx
-    // and the rest mean what they mean there.
-    let loader: server::Loader = Box::new(move || engine::Engine::load(&path, &options));
-    server::run(config, loader).context("hearth serve")?;
+    // and the rest mean what they mean there; a projector found beside a
+    // model is its --mmproj.
+    let load: server::models::LoadFn =
+        std::sync::Arc::new(move |m: &server::models::ServedModel| {
+            let mut o = options.clone();
+            if m.mmproj.is_some() {
+                o.mmproj = m.mmproj.clone();
+            }
+            engine::Engine::load(&m.path, &o)
+        });
+    let lineup = server::models::Lineup {
+        models,
+        load,
+        pinned,
+        sampling,
+    };
+    server::run(config, lineup).context("hearth serve")?;
     Ok(ExitCode::SUCCESS)
+}
+
+/// The one model of `-m`, with the names it answers to: what -m named
+/// (alias or file stem), the file's stem and name, and its path.
+fn single(spec: &str, mmproj: Option<std::path::PathBuf>) -> Result<server::models::ServedModel> {
+    let path = store::resolve(spec)?;
+    let spec = spec.trim().to_string();
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "model".into());
+    let mut names = Vec::new();
+    if !std::path::Path::new(&spec).exists() {
+        names.push(spec.clone());
+    }
+    names.push(stem);
+    names.push(spec);
+    if let Some(name) = path.file_name() {
+        names.push(name.to_string_lossy().into_owned());
+    }
+    names.push(path.display().to_string());
+    let mut seen = std::collections::HashSet::new();
+    names.retain(|n| seen.insert(n.clone()));
+    Ok(server::models::ServedModel {
+        names,
+        path,
+        mmproj,
+    })
+}
+
+/// The models of `--models`: each folder scanned (a checkpoint folder is one
+/// model), each file or alias resolved; the cache when none is given.
+fn lineup(specs: &[String]) -> Result<Vec<server::models::ServedModel>> {
+    let store = store::Store::open_default();
+    let default = [store.models_dir().display().to_string()];
+    let specs = if specs.is_empty() {
+        &default[..]
+    } else {
+        specs
+    };
+    let mut models: Vec<server::models::ServedModel> = Vec::new();
+    for spec in specs {
+        let dir = std::path::Path::new(spec);
+        if dir.is_dir() && !store::catalog::is_checkpoint(dir) {
+            let found = store::catalog::scan(dir, store.registry())
+                .with_context(|| format!("cannot read {}", dir.display()))?;
+            models.extend(found.into_iter().map(|f| server::models::ServedModel {
+                names: f.names,
+                path: f.path,
+                mmproj: f.mmproj,
+            }));
+        } else {
+            models.push(single(spec, None)?);
+        }
+    }
+    let mut paths = std::collections::HashSet::new();
+    models.retain(|m| paths.insert(m.path.clone()));
+    if models.is_empty() {
+        bail!(
+            "no models found in {}: pull one (`hearth pull gemma3-270m`) or name files and folders after --models",
+            specs.join(", ")
+        );
+    }
+    Ok(models)
+}
+
+/// `--keep-alive`: seconds or 30s / 5m / 1h; negative for ever (`None`).
+fn keep_alive(s: &str) -> Result<Option<Duration>> {
+    let t = s.trim();
+    if t.starts_with('-') {
+        return Ok(None);
+    }
+    let (number, scale) = match t.char_indices().last() {
+        Some((i, 'h')) => (&t[..i], 3600.0),
+        Some((i, 'm')) => (&t[..i], 60.0),
+        Some((i, 's')) => (&t[..i], 1.0),
+        _ => (t, 1.0),
+    };
+    match number.parse::<f64>() {
+        Ok(n) if n.is_finite() && n >= 0.0 => Ok(Some(Duration::from_secs_f64(n * scale))),
+        _ => bail!("--keep-alive must be seconds or a time such as 30s, 5m or 1h, not `{s}`"),
+    }
 }

@@ -61,12 +61,18 @@ impl ApiError {
     }
 
     /// 404: no such model.
-    pub fn model_not_found(model: &str, served: &str) -> Self {
+    pub fn model_not_found(model: &str, served: &[&str]) -> Self {
+        let listed: Vec<String> = served.iter().map(|id| format!("`{id}`")).collect();
         Self {
             param: Some("model".into()),
             code: Some("model_not_found"),
             ..Self::not_found(format!(
-                "The model `{model}` does not exist; this server serves `{served}`."
+                "The model `{model}` does not exist; this server serves {}.",
+                if listed.is_empty() {
+                    "no models".to_string()
+                } else {
+                    listed.join(", ")
+                }
             ))
         }
     }

@@ -68,6 +68,8 @@ impl ChatModel for SchedulerChat<'_> {
             deadline: self.deadline,
             logprobs: None,
             forks: Vec::new(),
+            // The guard pipeline's thread holds the model for the whole chat.
+            hold: None,
         };
         match self.scheduler.submit(job) {
             Ok(()) => {}

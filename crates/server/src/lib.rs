@@ -14,6 +14,7 @@ mod guarded;
 pub mod idle;
 mod media;
 pub mod metrics;
+pub mod models;
 mod ollama;
 mod pipeline;
 mod reply;
@@ -21,16 +22,16 @@ mod responses;
 mod routes;
 pub mod scheduler;
 pub mod truncate;
+mod ui;
 mod utility;
 
 use axum::Router;
-use engine::{Engine, EngineError};
+use engine::EngineError;
 use idle::Activity;
 use metrics::Metrics;
-use scheduler::Scheduler;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// The default largest request body: 20 MiB. A phone's 12-megapixel JPEG
@@ -39,15 +40,11 @@ use std::time::{Duration, Instant};
 /// of the request.
 pub const DEFAULT_BODY_LIMIT: usize = 20 << 20;
 
-/// How the server is set up. The model itself comes from the loader given
-/// to [`run`], with its own [`engine::RunOptions`] (context, threads,
-/// precision, quantization, sampling defaults).
+/// How the server is set up. The models come from the [`models::Lineup`]
+/// given to [`run`], which loads each with the same [`engine::RunOptions`]
+/// (context, threads, precision, quantization, sampling defaults).
 #[derive(Debug, Clone)]
 pub struct ServerConfig {
-    /// Names the model answers to; the first is the id `/v1/models` reports.
-    pub model_ids: Vec<String>,
-    /// The model's file or folder, for the model listings (size, date).
-    pub model_path: Option<std::path::PathBuf>,
     /// Address to listen on.
     pub host: String,
     /// Port (0 picks a free one; the bound address is printed).
@@ -94,14 +91,17 @@ pub struct ServerConfig {
     /// `idle_exit`. Off by default, so a platform's health checker or a
     /// metrics scraper does not keep an idle server awake.
     pub idle_counts_probes: bool,
+    /// How many models stay loaded, and for how long (models loaded on
+    /// demand; a pinned `-m` model stays).
+    pub residency: models::Residency,
+    /// Whether `/` serves the chat page (`--no-ui` turns it off).
+    pub ui: bool,
 }
 
 impl ServerConfig {
-    /// Defaults for a model known as `id`.
-    pub fn new(id: impl Into<String>) -> Self {
+    /// The defaults.
+    pub fn new() -> Self {
         Self {
-            model_ids: vec![id.into()],
-            model_path: None,
             host: "127.0.0.1".into(),
             port: 8080,
             parallel: 1,
@@ -120,7 +120,15 @@ impl ServerConfig {
             context_overflow: truncate::Overflow::Truncate,
             idle_exit: None,
             idle_counts_probes: false,
+            residency: models::Residency::default(),
+            ui: true,
         }
+    }
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -140,20 +148,11 @@ pub enum ServeError {
     },
 }
 
-/// What the handlers need once the model is loaded.
-struct Backend {
-    engine: Arc<Engine>,
-    scheduler: Scheduler,
-    /// The embedding queue, when the model embeds (its scheduler then has
-    /// no slots: an embedding model does not generate).
-    embedder: Option<embeddings::batcher::Batcher>,
-}
-
 /// Shared state of the handlers.
 #[derive(Clone)]
 struct AppState {
     config: Arc<ServerConfig>,
-    backend: Arc<OnceLock<Backend>>,
+    models: Arc<models::Models>,
     metrics: Arc<Metrics>,
     /// Requests in flight and the last end of one, for `idle_exit`.
     activity: Arc<Activity>,
@@ -170,24 +169,20 @@ fn new_id(prefix: &str) -> String {
     )
 }
 
-/// Loads the engine the server runs (on its own thread, while `/health`
-/// answers 503): the same loader the CLI's commands use.
-pub type Loader = Box<dyn FnOnce() -> Result<Engine, EngineError> + Send>;
-
 /// Run the server until SIGTERM or SIGINT; blocks the calling thread.
 /// The bound address is printed to stderr as `listening on http://ADDR`.
-pub fn run(config: ServerConfig, loader: Loader) -> Result<(), ServeError> {
+pub fn run(config: ServerConfig, lineup: models::Lineup) -> Result<(), ServeError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .thread_name("hearth-http")
         .build()?;
-    let result = runtime.block_on(serve(config, loader));
+    let result = runtime.block_on(serve(config, lineup));
     runtime.shutdown_timeout(Duration::from_secs(2));
     result
 }
 
-async fn serve(config: ServerConfig, loader: Loader) -> Result<(), ServeError> {
+async fn serve(config: ServerConfig, lineup: models::Lineup) -> Result<(), ServeError> {
     let config = Arc::new(config);
     let metrics = Arc::new(Metrics::default());
     metrics
@@ -196,9 +191,17 @@ async fn serve(config: ServerConfig, loader: Loader) -> Result<(), ServeError> {
     metrics
         .slots_total
         .store(config.parallel as u64, Ordering::Relaxed);
+    let pinned = lineup.pinned;
+    let models = Arc::new(models::Models::new(
+        lineup,
+        config.residency,
+        config.parallel,
+        config.queue,
+        Arc::clone(&metrics),
+    ));
     let state = AppState {
         config: Arc::clone(&config),
-        backend: Arc::new(OnceLock::new()),
+        models: Arc::clone(&models),
         metrics: Arc::clone(&metrics),
         activity: Arc::new(Activity::new(Instant::now())),
         created: api::now_secs(),
@@ -208,15 +211,31 @@ async fn serve(config: ServerConfig, loader: Loader) -> Result<(), ServeError> {
     let addr: SocketAddr = listener.local_addr()?;
     eprintln!("hearth serve: listening on http://{addr}");
 
-    // Load the model on its own thread; /health says 503 until it is done.
+    // A pinned model loads on its own thread (/health says 503 until it is
+    // done); models served on demand load on their first request, and an
+    // idle check unloads them past their keep-alive.
     let (loaded_tx, loaded_rx) = tokio::sync::oneshot::channel::<Result<(), ServeError>>();
-    {
-        let state = state.clone();
+    if pinned {
+        let models = Arc::clone(&models);
         std::thread::Builder::new()
             .name("hearth-load".into())
             .spawn(move || {
-                let _ = loaded_tx.send(load(&state, loader));
+                let loaded = models.load_pinned().map_err(|source| ServeError::Load {
+                    model: models.resolve(None).unwrap_or_default(),
+                    source,
+                });
+                let _ = loaded_tx.send(loaded);
             })?;
+    } else {
+        let _ = loaded_tx.send(Ok(()));
+        let models = Arc::clone(&models);
+        tokio::spawn(async move {
+            let period = models.reap_period();
+            loop {
+                tokio::time::sleep(period).await;
+                models.reap(Instant::now()).await;
+            }
+        });
     }
 
     let app = routes::router(state.clone());
@@ -256,10 +275,8 @@ async fn serve(config: ServerConfig, loader: Loader) -> Result<(), ServeError> {
         }
     }
     let _ = stop_tx.send(true);
-    if let Some(b) = state.backend.get() {
-        // No new jobs; running ones go on for now.
-        b.scheduler.shutdown(false);
-    }
+    // No new jobs; running ones go on for now.
+    models.shutdown(false);
     let mut server = server;
     match tokio::time::timeout(config.shutdown_timeout, &mut server).await {
         Ok(res) => {
@@ -267,16 +284,12 @@ async fn serve(config: ServerConfig, loader: Loader) -> Result<(), ServeError> {
         }
         Err(_) => {
             eprintln!("hearth serve: requests still running after the timeout; cancelling them");
-            if let Some(b) = state.backend.get() {
-                b.scheduler.shutdown(true);
-            }
+            models.shutdown(true);
             // Cancelled streams end at once; give them a moment to close.
             let _ = tokio::time::timeout(Duration::from_secs(2), &mut server).await;
         }
     }
-    if let Some(b) = state.backend.get() {
-        b.scheduler.join();
-    }
+    models.join();
     match load_failed {
         Some(e) => Err(e),
         None => {
@@ -333,61 +346,6 @@ async fn accept_loop(
     drop(listener);
     drop(alive_rx);
     alive_tx.closed().await;
-}
-
-fn load(state: &AppState, loader: Loader) -> Result<(), ServeError> {
-    let cfg = &state.config;
-    let engine = Arc::new(loader().map_err(|source| ServeError::Load {
-        model: cfg.model_ids.first().cloned().unwrap_or_default(),
-        source,
-    })?);
-    let scheduler = Scheduler::start(
-        Arc::clone(&engine),
-        cfg.parallel,
-        cfg.queue,
-        Arc::clone(&state.metrics),
-    )?;
-    let embedder = match engine.embedding_dim() {
-        Some(_) => Some(embeddings::batcher::Batcher::start(
-            Arc::clone(&engine),
-            cfg.queue,
-            Arc::clone(&state.metrics),
-        )?),
-        None => None,
-    };
-    let o = engine.options();
-    if let Some(dim) = engine.embedding_dim() {
-        eprintln!(
-            "hearth serve: embedding model {} ({}, {} dimensions, {} threads) loaded in {:.2?}; texts of up to {} tokens, queue {}",
-            cfg.model_ids.first().map(String::as_str).unwrap_or("?"),
-            engine.weight_type().unwrap_or("unknown type"),
-            dim,
-            o.threads.unwrap_or(1),
-            engine.load_time(),
-            engine.n_ctx(),
-            cfg.queue
-        );
-    } else {
-        eprintln!(
-        "hearth serve: model {} ({}, {:?} precision, {} threads) loaded in {:.2?}; {} slot(s) of {} tokens ({:.1} MiB each), queue {}",
-        cfg.model_ids.first().map(String::as_str).unwrap_or("?"),
-        engine.weight_type().unwrap_or("unknown type"),
-        o.precision,
-        o.threads.unwrap_or(1),
-        engine.load_time(),
-        cfg.parallel,
-        engine.n_ctx(),
-        engine.session_bytes() as f64 / (1024.0 * 1024.0),
-        cfg.queue
-    );
-    }
-    let _ = state.backend.set(Backend {
-        engine,
-        scheduler,
-        embedder,
-    });
-    state.metrics.loaded.store(true, Ordering::Relaxed);
-    Ok(())
 }
 
 /// Resolve after `limit` of idleness; never when `limit` is `None`.

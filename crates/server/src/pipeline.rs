@@ -5,8 +5,8 @@
 
 use crate::api::{self, Input, Request};
 use crate::error::ApiError;
+use crate::models::Lease;
 use crate::reply::Reply;
-use crate::routes::resolve_model;
 use crate::scheduler::{Fork, Job, Rejected};
 use crate::truncate::{self, Overflow};
 use crate::{AppState, ServerConfig};
@@ -49,10 +49,7 @@ pub(crate) fn mark_dropped(
 /// The server's sampling defaults (its `RunOptions`), which fill what a
 /// request leaves out.
 pub(crate) fn sampling_defaults(st: &AppState) -> SamplingParams {
-    st.backend
-        .get()
-        .map(|b| b.engine.options().sampling.clone())
-        .unwrap_or_default()
+    st.models.sampling().clone()
 }
 
 /// Tokenize `req`, check it against the context, and queue it.
@@ -64,8 +61,7 @@ pub(crate) async fn submit(
     if let (false, Some(seed)) = (req.seed_given, st.config.seed) {
         req.params.seed = seed;
     }
-    let model = resolve_model(st, req.model.as_deref())?;
-    let backend = generative_backend(st, &model)?;
+    let (model, backend) = generative_backend(st, req.model.as_deref()).await?;
     let engine = Arc::clone(&backend.engine);
     let n_ctx = engine.n_ctx();
     check_logit_bias(&req, engine.model().config().vocab)?;
@@ -114,7 +110,13 @@ pub(crate) async fn submit(
             max_tokens: opts.max_tokens,
             ..guard::GuardConfig::default()
         };
-        run_guarded(st, messages.clone(), req.params.clone(), cfg, deadline, tx);
+        let call = GuardedCall {
+            messages: messages.clone(),
+            params: req.params.clone(),
+            cfg,
+            deadline,
+        };
+        run_guarded(st, backend.clone(), call, tx);
     } else {
         let mut constraints = constraints.into_iter();
         // Choices after the first: their own seed, grammar and channel.
@@ -142,6 +144,7 @@ pub(crate) async fn submit(
             deadline,
             logprobs: req.logprobs,
             forks,
+            hold: Some(backend.clone()),
         };
         match backend.scheduler.submit(job) {
             Ok(()) => {}
@@ -161,29 +164,32 @@ pub(crate) async fn submit(
     })
 }
 
-/// Run the guard pipeline for a chat on a blocking thread; its reply comes
-/// on `tx` as ordinary scheduler events.
-fn run_guarded(
-    st: &AppState,
+/// A chat for the guard pipeline.
+struct GuardedCall {
     messages: Vec<engine::ChatMessage>,
     params: SamplingParams,
     cfg: guard::GuardConfig,
     deadline: Option<Instant>,
+}
+
+/// Run the guard pipeline for a chat on a blocking thread, holding its
+/// model; its reply comes on `tx` as ordinary scheduler events.
+fn run_guarded(
+    st: &AppState,
+    backend: Lease,
+    call: GuardedCall,
     tx: mpsc::UnboundedSender<crate::scheduler::Event>,
 ) {
-    let state = st.clone();
+    let metrics = Arc::clone(&st.metrics);
     tokio::task::spawn_blocking(move || {
-        let Some(backend) = state.backend.get() else {
-            return;
-        };
         let mut chat = crate::guarded::SchedulerChat {
             engine: &backend.engine,
             scheduler: &backend.scheduler,
-            params,
-            deadline,
+            params: call.params,
+            deadline: call.deadline,
             client: &tx,
         };
-        crate::guarded::run(&mut chat, &messages, &cfg, &state.metrics);
+        crate::guarded::run(&mut chat, &call.messages, &call.cfg, &metrics);
     });
 }
 
@@ -268,25 +274,27 @@ async fn prepare_off_thread(
 
 /// The prompt's length in tokens, as [`submit`] would queue it.
 pub(crate) async fn count_tokens(st: &AppState, req: Request) -> Result<usize, ApiError> {
-    let model = resolve_model(st, req.model.as_deref())?;
-    let backend = generative_backend(st, &model)?;
+    let (_, backend) = generative_backend(st, req.model.as_deref()).await?;
     let prepared = prepare_off_thread(st, Arc::clone(&backend.engine), req, false).await?;
     Ok(prepared.prompt.len())
 }
 
-/// The loaded model, when it generates: an embedding model asked to chat
-/// or complete is a 400 that says so.
-fn generative_backend<'s>(st: &'s AppState, model: &str) -> Result<&'s crate::Backend, ApiError> {
-    let Some(backend) = st.backend.get() else {
-        return Err(ApiError::unavailable("The model is loading.", 1));
-    };
+/// The model `asked` names (loaded first if need be) and its id, when it
+/// generates: an embedding model asked to chat or complete is a 400 that
+/// says so.
+async fn generative_backend(
+    st: &AppState,
+    asked: Option<&str>,
+) -> Result<(String, Lease), ApiError> {
+    let backend = st.models.lease(asked).await?;
+    let model = backend.0.id.clone();
     if backend.embedder.is_some() {
         return Err(ApiError::bad_param(
             "model",
             format!("The model `{model}` is an embedding model and does not generate text; use /v1/embeddings (or Ollama's /api/embed)."),
         ));
     }
-    Ok(backend)
+    Ok((model, backend))
 }
 
 fn check_logit_bias(req: &Request, vocab: usize) -> Result<(), ApiError> {

@@ -21,7 +21,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/v1/chat/completions", post(completions::chat_completions))
         .route("/v1/completions", post(completions::completions))
         .route("/v1/models", get(list_models))
-        .route("/v1/models/{id}", get(get_model))
+        .route("/v1/models/{*id}", get(get_model))
         .route("/tokenize", post(utility::tokenize))
         .route("/detokenize", post(utility::detokenize))
         .route("/apply-template", post(utility::apply_template))
@@ -44,6 +44,7 @@ pub(crate) fn router(state: AppState) -> Router {
     let router = Router::new()
         .merge(v1)
         .route("/health", get(health))
+        .merge(crate::ui::router(&state.config))
         .route("/metrics", get(metrics_text))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
@@ -172,7 +173,7 @@ async fn method_not_allowed(req: HttpRequest) -> Response {
 }
 
 async fn health(State(st): State<AppState>) -> Response {
-    if st.backend.get().is_some() {
+    if st.models.ready() {
         Json(json!({"status": "ok"})).into_response()
     } else {
         ApiError::unavailable("The model is loading.", 1).into_response()
@@ -180,27 +181,32 @@ async fn health(State(st): State<AppState>) -> Response {
 }
 
 async fn metrics_text(State(st): State<AppState>) -> Response {
+    let mut text = st.metrics.render();
+    text.push_str(&crate::metrics::render_models(&st.models));
     (
         [(
             header::CONTENT_TYPE,
             HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
         )],
-        st.metrics.render(),
+        text,
     )
         .into_response()
 }
 
-/// A model object, with what it runs as once loaded (`meta`, as llama.cpp's
-/// server reports it).
-fn model_json(st: &AppState, id: &str) -> Value {
+/// A model object, with what it runs as when loaded (`meta`, as llama.cpp's
+/// server reports it) and what it can take (`capabilities`, for the chat
+/// page's picker).
+fn model_json(st: &AppState, listed: &crate::models::Listed<'_>) -> Value {
     let mut v = json!({
-        "id": id,
+        "id": listed.model.id(),
         "object": "model",
         "created": st.created,
         "owned_by": "hearth",
+        "loaded": listed.loaded.is_some(),
+        "capabilities": capabilities(listed),
     });
-    if let Some(b) = st.backend.get() {
-        let e = &b.engine;
+    if let Some(l) = &listed.loaded {
+        let e = &l.backend.engine;
         let o = e.options();
         v["meta"] = json!({
             "architecture": e.model().config().arch.name(),
@@ -223,34 +229,49 @@ fn model_json(st: &AppState, id: &str) -> Value {
     v
 }
 
+/// What a model takes besides text: known exactly once it is loaded; before
+/// that, a projector beside the file (or a checkpoint folder) may hold a
+/// vision or audio tower, which the first request settles.
+pub(crate) fn capabilities(listed: &crate::models::Listed<'_>) -> Vec<&'static str> {
+    let mut caps = Vec::new();
+    match &listed.loaded {
+        Some(l) => {
+            let e = &l.backend.engine;
+            if e.embedding_dim().is_some() {
+                return vec!["embedding"];
+            }
+            caps.push("completion");
+            if e.has_vision() {
+                caps.push("vision");
+            }
+            if e.has_audio() {
+                caps.push("audio");
+            }
+        }
+        None => {
+            caps.push("completion");
+            if listed.model.mmproj.is_some() || listed.model.path.is_dir() {
+                caps.push("vision");
+            }
+        }
+    }
+    caps
+}
+
 async fn list_models(State(st): State<AppState>) -> Json<Value> {
-    let id = st.config.model_ids.first().cloned().unwrap_or_default();
-    Json(json!({"object": "list", "data": [model_json(&st, &id)]}))
+    let data: Vec<Value> = st
+        .models
+        .list()
+        .iter()
+        .map(|l| model_json(&st, l))
+        .collect();
+    Json(json!({"object": "list", "data": data}))
 }
 
 async fn get_model(State(st): State<AppState>, UrlPath(id): UrlPath<String>) -> Response {
-    match resolve_model(&st, Some(&id)) {
-        Ok(served) => Json(model_json(&st, &served)).into_response(),
+    match st.models.find(Some(&id)) {
+        Ok(index) => Json(model_json(&st, &st.models.list()[index])).into_response(),
         Err(e) => e.into_response(),
-    }
-}
-
-/// The served id if `asked` names this model (or names none).
-pub(crate) fn resolve_model(st: &AppState, asked: Option<&str>) -> Result<String, ApiError> {
-    let served = st.config.model_ids.first().cloned().unwrap_or_default();
-    // Ollama's clients name a model `NAME:latest`.
-    match asked.map(|a| a.trim().trim_end_matches(":latest")) {
-        None | Some("") => Ok(served),
-        Some(a)
-            if st
-                .config
-                .model_ids
-                .iter()
-                .any(|id| id.eq_ignore_ascii_case(a)) =>
-        {
-            Ok(served)
-        }
-        Some(a) => Err(ApiError::model_not_found(a, &served)),
     }
 }
 

@@ -46,6 +46,9 @@ pub struct Job {
     /// When the request must be over, queueing included: generation stops
     /// there with `FinishReason::Length`. `None`: no limit.
     pub deadline: Option<Instant>,
+    /// Keeps the job's model loaded (and counted as in use) until the job
+    /// ends; `None` where nothing unloads models.
+    pub hold: Option<crate::models::Lease>,
 }
 
 /// One more generation from a job's prompt, with its own sampling,
@@ -219,6 +222,17 @@ impl Scheduler {
     /// Stop (cancelling what runs) and wait for the thread to end.
     pub fn join(&self) {
         self.shutdown(true);
+        self.wait();
+    }
+
+    /// Refuse new jobs, let the running and queued ones finish, and wait
+    /// for the thread to end (a model being unloaded).
+    pub fn drain(&self) {
+        self.shutdown(false);
+        self.wait();
+    }
+
+    fn wait(&self) {
         let handle = self.thread.lock().ok().and_then(|mut t| t.take());
         if let Some(h) = handle {
             let _ = h.join();

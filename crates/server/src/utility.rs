@@ -15,11 +15,10 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 use std::sync::Arc;
 
-fn engine(st: &AppState) -> Result<Arc<Engine>, ApiError> {
-    st.backend
-        .get()
-        .map(|b| Arc::clone(&b.engine))
-        .ok_or_else(|| ApiError::unavailable("The model is loading.", 1))
+/// The engine of the default model (the one most recently used, loaded
+/// if need be): llama.cpp's utility bodies name no model.
+async fn engine(st: &AppState) -> Result<Arc<Engine>, ApiError> {
+    Ok(Arc::clone(&st.models.lease(None).await?.engine))
 }
 
 /// The request body as `T`, within the server's size and time limits.
@@ -59,7 +58,7 @@ pub(crate) async fn tokenize(
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
     let b: TokenizeBody = body_json(&st, &headers, body).await?;
-    let engine = engine(&st)?;
+    let engine = engine(&st).await?;
     let tok = engine.tokenizer();
     let ids = tok.encode(&b.content, b.add_special && tok.add_bos(), b.parse_special);
     if !b.with_pieces {
@@ -93,7 +92,7 @@ pub(crate) async fn detokenize(
     body: Body,
 ) -> Result<Json<Value>, ApiError> {
     let b: DetokenizeBody = body_json(&st, &headers, body).await?;
-    let engine = engine(&st)?;
+    let engine = engine(&st).await?;
     let vocab = engine.model().config().vocab;
     let mut ids = Vec::with_capacity(b.tokens.len());
     for &id in &b.tokens {
@@ -125,7 +124,7 @@ pub(crate) async fn apply_template(
     let api::Input::Chat(messages) = &req.input else {
         return Err(ApiError::bad_param("messages", "`messages` is required."));
     };
-    let engine = engine(&st)?;
+    let engine = engine(&st).await?;
     let prompt = engine.chat_prompt(messages).map_err(|e| {
         ApiError::bad_param("messages", format!("Cannot apply the chat template: {e}"))
     })?;
@@ -135,7 +134,7 @@ pub(crate) async fn apply_template(
 /// `GET /props`: the server's settings as llama.cpp's server reports them
 /// (the sampling defaults, the context, the slots, what the model reads).
 pub(crate) async fn props(State(st): State<AppState>) -> Result<Json<Value>, ApiError> {
-    let engine = engine(&st)?;
+    let engine = engine(&st).await?;
     let s = &engine.options().sampling;
     // f32 settings shown as the decimals they were given as.
     let f = |x: f32| (f64::from(x) * 1e6).round() / 1e6;
@@ -156,7 +155,7 @@ pub(crate) async fn props(State(st): State<AppState>) -> Result<Json<Value>, Api
             },
         },
         "total_slots": st.config.parallel,
-        "model_alias": st.config.model_ids.first(),
+        "model_alias": st.models.resolve(None).ok(),
         "bos_token": text(tok.bos_id()),
         "eos_token": text(tok.eos_id()),
         "modalities": {"vision": engine.has_vision(), "audio": engine.has_audio()},

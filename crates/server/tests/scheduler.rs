@@ -97,6 +97,7 @@ fn interleaved_slots_match_generate() {
                 thinking: None,
                 events: tx,
                 deadline: None,
+                hold: None,
                 logprobs: None,
                 forks: Vec::new(),
             })
@@ -147,6 +148,7 @@ fn forks_share_one_prefill() {
             thinking: None,
             events: tx,
             deadline: None,
+            hold: None,
             logprobs: None,
             forks,
         })
@@ -197,6 +199,7 @@ fn the_queue_is_bounded_and_a_dropped_receiver_cancels() {
             thinking: None,
             events: tx,
             deadline: None,
+            hold: None,
             logprobs: None,
             forks: Vec::new(),
         }) {
@@ -233,6 +236,7 @@ fn the_queue_is_bounded_and_a_dropped_receiver_cancels() {
         thinking: None,
         events: tx,
         deadline: None,
+        hold: None,
         logprobs: None,
         forks: Vec::new(),
     });
@@ -274,6 +278,7 @@ fn a_long_prompt_is_prefilled_in_chunks_beside_a_decoding_slot() {
             thinking: None,
             events: tx_a,
             deadline: None,
+            hold: None,
             logprobs: None,
             forks: Vec::new(),
         })
@@ -295,6 +300,7 @@ fn a_long_prompt_is_prefilled_in_chunks_beside_a_decoding_slot() {
             thinking: None,
             events: tx_b,
             deadline: None,
+            hold: None,
             logprobs: None,
             forks: Vec::new(),
         })
@@ -356,6 +362,7 @@ fn batched_slots_match_generate_as_requests_join_and_leave() {
                 thinking: None,
                 events: tx,
                 deadline: None,
+                hold: None,
                 logprobs: None,
                 forks: Vec::new(),
             })
@@ -412,6 +419,7 @@ fn the_time_limit_ends_generations_with_length() {
         thinking: None,
         events: tx,
         deadline,
+        hold: None,
         logprobs: None,
         forks: Vec::new(),
     };

@@ -7,6 +7,7 @@
 
 #![warn(missing_docs)]
 
+pub mod catalog;
 mod error;
 mod hub;
 mod pypi;

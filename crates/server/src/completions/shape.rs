@@ -234,3 +234,29 @@ impl Meta {
         })
     }
 }
+
+/// llama.cpp server's `timings` of the first choice: prompt and generation
+/// tokens, milliseconds and tokens per second.
+pub(super) fn timings_json(usages: &[Usage]) -> Value {
+    let Some(u) = usages.first() else {
+        return Value::Null;
+    };
+    let ms = |d: std::time::Duration| d.as_secs_f64() * 1e3;
+    let rate = |n: usize, d: std::time::Duration| {
+        if d.is_zero() {
+            0.0
+        } else {
+            n as f64 / d.as_secs_f64()
+        }
+    };
+    let evaluated = u.prompt_tokens - u.cached_tokens.min(u.prompt_tokens);
+    json!({
+        "cache_n": u.cached_tokens,
+        "prompt_n": evaluated,
+        "prompt_ms": ms(u.prompt_time),
+        "prompt_per_second": rate(evaluated, u.prompt_time),
+        "predicted_n": u.completion_tokens,
+        "predicted_ms": ms(u.gen_time),
+        "predicted_per_second": rate(u.completion_tokens, u.gen_time),
+    })
+}

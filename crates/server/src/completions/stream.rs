@@ -100,7 +100,9 @@ impl Streaming {
                 if self.ended.len() == self.choices.len() {
                     if self.include_usage {
                         let usage = self.meta.usage_json(&self.ended);
-                        out.push(data(&self.meta.usage_chunk(usage)));
+                        let mut chunk = self.meta.usage_chunk(usage);
+                        chunk["timings"] = super::shape::timings_json(&self.ended);
+                        out.push(data(&chunk));
                     }
                     out.push(SseEvent::default().data("[DONE]"));
                 }

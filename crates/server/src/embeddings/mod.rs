@@ -6,7 +6,7 @@
 pub(crate) mod batcher;
 
 use crate::error::{ApiError, Dialect};
-use crate::routes::{read_body, resolve_model};
+use crate::routes::read_body;
 use crate::scheduler::Rejected;
 use crate::{api, AppState};
 use axum::body::Body;
@@ -50,10 +50,8 @@ struct Embedded {
 
 /// Check, tokenize and embed `req` through the batcher.
 async fn embed(st: &AppState, req: EmbedRequest) -> Result<Embedded, ApiError> {
-    let model = resolve_model(st, req.model.as_deref())?;
-    let Some(backend) = st.backend.get() else {
-        return Err(ApiError::unavailable("The model is loading.", 1));
-    };
+    let backend = st.models.lease(req.model.as_deref()).await?;
+    let model = backend.0.id.clone();
     let Some(batcher) = &backend.embedder else {
         return Err(ApiError::bad_param(
             "model",

@@ -3,10 +3,11 @@
 //! (one parser, one set of checks), and the reply is answered as Ollama's
 //! NDJSON lines or one object, with its timing fields measured.
 
-use super::request::{chat_request, generate_request, ChatBody, GenerateBody};
+use super::request::{self, chat_request, generate_request, ChatBody, Common, GenerateBody};
 use super::{created_at, model_name};
 use crate::api;
 use crate::error::{ApiError, Dialect};
+use crate::models::Lease;
 use crate::pipeline::{self, Submitted};
 use crate::reply::{Ended, Piece, Reply, TokenLp, TokenText};
 use crate::routes::read_body;
@@ -58,17 +59,20 @@ async fn run(
         Kind::Chat => {
             let b: ChatBody = api::from_value(value)?;
             let stream = b.common.stream.unwrap_or(true);
+            let hold = hold_model(&st, &b.common).await?;
             if b.messages.is_empty() {
-                // Ollama's way to load a model: answer that it is loaded.
-                return Ok(loaded(&st, kind, b.common.model.as_deref()));
+                // Ollama's way to load (or, with keep_alive 0, unload) a
+                // model: answer that it is done.
+                return Ok(loaded(kind, &hold, &b.common));
             }
             (chat_request(b, &defaults)?, stream)
         }
         Kind::Generate => {
             let b: GenerateBody = api::from_value(value)?;
             let stream = b.common.stream.unwrap_or(true);
+            let hold = hold_model(&st, &b.common).await?;
             if b.prompt.is_empty() && b.images.is_empty() {
-                return Ok(loaded(&st, kind, b.common.model.as_deref()));
+                return Ok(loaded(kind, &hold, &b.common));
             }
             (generate_request(b, &defaults)?, stream)
         }
@@ -99,23 +103,34 @@ async fn run(
     ))
 }
 
-/// The answer to a request with nothing to generate: the model is loaded.
-fn loaded(st: &AppState, kind: Kind, model: Option<&str>) -> Response {
-    match crate::routes::resolve_model(st, model) {
-        Err(e) => e.respond(Dialect::Ollama),
-        Ok(m) => {
-            let line = Line {
-                model: model_name(&m),
-                kind,
-                received: Instant::now(),
-                pending: Vec::new(),
-            };
-            let mut v = line.part("", "", &[]);
-            v["done"] = json!(true);
-            v["done_reason"] = json!("load");
-            Json(v).into_response()
-        }
+/// The model a request names, loaded, with the request's `keep_alive`
+/// applied (Ollama's per-request residency).
+async fn hold_model(st: &AppState, common: &Common) -> Result<Lease, ApiError> {
+    let lease = st.models.lease(common.model.as_deref()).await?;
+    if let Some(k) = &common.keep_alive {
+        lease.set_keep_alive(request::keep_alive(k)?);
     }
+    Ok(lease)
+}
+
+/// The answer to a request with nothing to generate: the model is loaded
+/// (or will be unloaded at once, with `keep_alive` 0).
+fn loaded(kind: Kind, lease: &Lease, common: &Common) -> Response {
+    let unload = common
+        .keep_alive
+        .as_ref()
+        .and_then(|k| request::keep_alive(k).ok())
+        .is_some_and(|k| k == Some(std::time::Duration::ZERO));
+    let line = Line {
+        model: model_name(&lease.0.id),
+        kind,
+        received: Instant::now(),
+        pending: Vec::new(),
+    };
+    let mut v = line.part("", "", &[]);
+    v["done"] = json!(true);
+    v["done_reason"] = json!(if unload { "unload" } else { "load" });
+    Json(v).into_response()
 }
 
 /// What every line of one answer shares.

@@ -10,7 +10,8 @@ pub(crate) use chat::{chat, generate};
 pub(crate) use pull::pull;
 
 use crate::error::{ApiError, Dialect};
-use crate::routes::{read_body, resolve_model};
+use crate::models::{Listed, ServedModel};
+use crate::routes::read_body;
 use crate::{api, AppState};
 use axum::body::Body;
 use axum::extract::State;
@@ -43,24 +44,18 @@ pub(crate) async fn version() -> Json<Value> {
     Json(json!({ "version": API_VERSION }))
 }
 
-/// The file's size and modification time, and a digest that names this
-/// file at this size and time (not a hash of its bytes, which would read
-/// the whole file on every listing).
-fn file_facts(st: &AppState) -> (u64, String, String) {
+/// The model's size on disk and modification time, and a digest that
+/// names these files at this size and time (not a hash of their bytes,
+/// which would read every file on every listing).
+fn file_facts(model: &ServedModel) -> (u64, String, String) {
     use sha2::{Digest, Sha256};
-    let meta = st
-        .config
-        .model_path
-        .as_ref()
-        .and_then(|p| std::fs::metadata(p).ok());
-    let size = meta.as_ref().map_or(0, |m| m.len());
-    let modified = meta
-        .as_ref()
-        .and_then(|m| m.modified().ok())
+    let size = model.disk_bytes();
+    let modified = std::fs::metadata(&model.path)
+        .and_then(|m| m.modified())
         .map(chrono::DateTime::<chrono::Utc>::from)
-        .unwrap_or_else(chrono::Utc::now);
+        .unwrap_or_else(|_| chrono::Utc::now());
     let mut h = Sha256::new();
-    h.update(format!("{:?}|{size}|{modified}", st.config.model_path).as_bytes());
+    h.update(format!("{:?}|{size}|{modified}", model.path).as_bytes());
     let digest: String = h.finalize().iter().map(|b| format!("{b:02x}")).collect();
     (
         size,
@@ -69,18 +64,23 @@ fn file_facts(st: &AppState) -> (u64, String, String) {
     )
 }
 
-/// Ollama's `details` of the served model.
-fn details(st: &AppState) -> Value {
-    let (family, quant) = match st.backend.get() {
-        Some(b) => (
-            b.engine.model().config().arch.name().to_string(),
-            b.engine.weight_type().unwrap_or("").to_string(),
+/// Ollama's `details` of a model (family and quantization once loaded).
+fn details(listed: &Listed<'_>) -> Value {
+    let (family, quant) = match &listed.loaded {
+        Some(l) => (
+            l.backend.engine.model().config().arch.name().to_string(),
+            l.backend.engine.weight_type().unwrap_or("").to_string(),
         ),
         None => (String::new(), String::new()),
     };
+    let format = if listed.model.path.is_dir() {
+        "safetensors"
+    } else {
+        "gguf"
+    };
     json!({
         "parent_model": "",
-        "format": "gguf",
+        "format": format,
         "family": family,
         "families": [family],
         "parameter_size": "",
@@ -88,43 +88,53 @@ fn details(st: &AppState) -> Value {
     })
 }
 
-/// The served model as a listing entry.
-fn entry(st: &AppState) -> Value {
-    let id = st.config.model_ids.first().cloned().unwrap_or_default();
-    let (size, modified, digest) = file_facts(st);
+/// A model as a listing entry.
+fn entry(listed: &Listed<'_>) -> Value {
+    let id = listed.model.id();
+    let (size, modified, digest) = file_facts(listed.model);
     json!({
-        "name": model_name(&id),
-        "model": model_name(&id),
+        "name": model_name(id),
+        "model": model_name(id),
         "modified_at": modified,
         "size": size,
         "digest": digest,
-        "details": details(st),
+        "details": details(listed),
     })
 }
 
-/// `GET /api/tags`: the models this server serves.
+/// `GET /api/tags`: every model this server serves, loaded or not.
 pub(crate) async fn tags(State(st): State<AppState>) -> Json<Value> {
-    Json(json!({ "models": [entry(&st)] }))
+    let models: Vec<Value> = st.models.list().iter().map(entry).collect();
+    Json(json!({ "models": models }))
 }
 
-/// `GET /api/ps`: the models in memory, with what they take.
+/// `GET /api/ps`: the models in memory, with what they take and when they
+/// will be unloaded if left idle.
 pub(crate) async fn ps(State(st): State<AppState>) -> Json<Value> {
-    let Some(b) = st.backend.get() else {
-        return Json(json!({ "models": [] }));
-    };
-    let mut e = entry(&st);
-    let kv = b.engine.kv_bytes() * st.config.parallel.max(1);
-    e["size"] = json!(e["size"].as_u64().unwrap_or(0) + kv as u64);
-    e["size_vram"] = json!(0);
-    e["context_length"] = json!(b.engine.n_ctx());
-    // The model stays loaded for the server's life (or until --idle-exit).
-    let until = match st.config.idle_exit {
-        Some(d) => chrono::Utc::now() + d,
-        // "Never", as a date every client's parser reads.
-        None => chrono::Utc::now() + chrono::TimeDelta::days(100 * 365),
-    };
-    e["expires_at"] = json!(until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
-    Json(json!({ "models": [e] }))
+    let now = std::time::Instant::now();
+    let list = st.models.list();
+    let models: Vec<Value> = st
+        .models
+        .in_memory()
+        .iter()
+        .map(|l| {
+            let mut e = entry(&list[l.index]);
+            e["size"] = json!(l.bytes);
+            e["size_vram"] = json!(0);
+            e["context_length"] = json!(l.backend.engine.n_ctx());
+            // "Never", for a pinned model or keep_alive -1, as a date every
+            // client's parser reads.
+            let left = match l.expires() {
+                Some(t) => chrono::TimeDelta::from_std(t.saturating_duration_since(now))
+                    .unwrap_or_default(),
+                None => chrono::TimeDelta::days(100 * 365),
+            };
+            let until = chrono::Utc::now() + left;
+            e["expires_at"] = json!(until.to_rfc3339_opts(chrono::SecondsFormat::Secs, true));
+            e
+        })
+        .collect();
+    Json(json!({ "models": models }))
 }
 
 #[derive(Deserialize)]
@@ -146,10 +156,8 @@ async fn show_inner(st: &AppState, headers: &HeaderMap, body: Body) -> Result<Re
     let Some(asked) = b.model.or(b.name) else {
         return Err(ApiError::bad_param("model", "`model` is required."));
     };
-    resolve_model(st, Some(&asked))?;
-    let Some(backend) = st.backend.get() else {
-        return Err(ApiError::unavailable("The model is loading.", 1));
-    };
+    let backend = st.models.lease(Some(&asked)).await?;
+    let listed = &st.models.list()[backend.0.index];
     let e = &backend.engine;
     let cfg = e.model().config();
     let arch = cfg.arch.name();
@@ -159,6 +167,9 @@ async fn show_inner(st: &AppState, headers: &HeaderMap, body: Body) -> Result<Re
         s.temperature, s.top_k, s.top_p, s.min_p, s.repeat_penalty, s.repeat_last_n
     );
     let mut capabilities = vec!["completion", "tools"];
+    if e.embedding_dim().is_some() {
+        capabilities = vec!["embedding"];
+    }
     if e.has_vision() {
         capabilities.push("vision");
     }
@@ -168,13 +179,13 @@ async fn show_inner(st: &AppState, headers: &HeaderMap, body: Body) -> Result<Re
     if e.thinking(None).is_some() {
         capabilities.push("thinking");
     }
-    let (_, modified, _) = file_facts(st);
+    let (_, modified, _) = file_facts(listed.model);
     Ok(Json(json!({
         "license": "",
         "modelfile": "",
         "parameters": parameters,
         "template": "",
-        "details": details(st),
+        "details": details(listed),
         "model_info": {
             "general.architecture": arch,
             format!("{arch}.context_length"): cfg.context_length,

@@ -56,9 +56,9 @@ pub(super) struct Common {
     format: Option<Value>,
     options: Option<Options>,
     pub stream: Option<bool>,
-    /// Accepted: one model stays loaded for the server's life.
-    #[allow(dead_code)]
-    keep_alive: Option<Value>,
+    /// How long the model stays loaded after this request: seconds, a
+    /// duration (`"5m"`), or negative for ever.
+    pub keep_alive: Option<Value>,
     think: Option<Value>,
     /// Each token's log-probability, with `top_logprobs` alternatives.
     logprobs: Option<bool>,
@@ -268,4 +268,82 @@ pub(super) fn generate_request(
     out.insert("messages".into(), json!(messages));
     common_fields(b.common, &mut out)?;
     api::parse_chat_value(Value::Object(out), defaults)
+}
+
+/// Ollama's `keep_alive`: a number of seconds or a Go duration (`"10m"`,
+/// `"1h30m"`, `"500ms"`); negative keeps the model for ever (`None`).
+pub(crate) fn keep_alive(v: &Value) -> Result<Option<std::time::Duration>, ApiError> {
+    let bad = || {
+        ApiError::bad_param(
+            "keep_alive",
+            "`keep_alive` must be seconds or a duration such as \"5m\", \"30s\" or \"-1\".",
+        )
+    };
+    let secs = match v {
+        Value::Number(n) => n.as_f64().ok_or_else(bad)?,
+        Value::String(s) => go_duration(s.trim()).ok_or_else(bad)?,
+        _ => return Err(bad()),
+    };
+    if !secs.is_finite() {
+        return Err(bad());
+    }
+    if secs < 0.0 {
+        return Ok(None);
+    }
+    Ok(Some(std::time::Duration::from_secs_f64(secs.min(1e9))))
+}
+
+/// Seconds in a Go duration string (`"1h30m"`, `"-1"`, `"250ms"`); a bare
+/// number is seconds.
+fn go_duration(s: &str) -> Option<f64> {
+    if let Ok(n) = s.parse::<f64>() {
+        return Some(n);
+    }
+    let (sign, mut rest) = match s.strip_prefix('-') {
+        Some(r) => (-1.0, r),
+        None => (1.0, s),
+    };
+    let mut total = 0.0;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let n: f64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_len] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 1e-3,
+            "us" | "µs" => 1e-6,
+            "ns" => 1e-9,
+            _ => return None,
+        };
+        total += n * scale;
+        rest = &rest[unit_len..];
+    }
+    Some(sign * total)
+}
+
+#[cfg(test)]
+mod keep_alive_tests {
+    use super::*;
+
+    #[test]
+    fn reads_numbers_and_go_durations() {
+        let secs = |v: Value| keep_alive(&v).unwrap().map(|d| d.as_secs_f64());
+        assert_eq!(secs(json!(30)), Some(30.0));
+        assert_eq!(secs(json!("5m")), Some(300.0));
+        assert_eq!(secs(json!("1h30m")), Some(5400.0));
+        assert_eq!(secs(json!("250ms")), Some(0.25));
+        assert_eq!(secs(json!("0")), Some(0.0));
+        assert_eq!(secs(json!(-1)), None);
+        assert_eq!(secs(json!("-1m")), None);
+        assert!(keep_alive(&json!("soon")).is_err());
+        assert!(keep_alive(&json!([1])).is_err());
+        assert!(keep_alive(&json!("5x")).is_err());
+    }
 }

@@ -366,6 +366,7 @@ fn fork(slots: &mut [Slot], from: usize, shared: &Shared, tick: &mut u64) {
             deadline: job.deadline,
             logprobs: job.logprobs,
             forks: Vec::new(),
+            hold: job.hold.clone(),
         })
         .collect();
     for job in jobs {

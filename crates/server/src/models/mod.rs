@@ -1,0 +1,381 @@
+//! The models a server serves: every one is listed whether loaded or not; a
+//! request names one, and the first request for a model not in memory
+//! loads it (concurrent ones wait for that one load). A model idle past its
+//! keep-alive is unloaded, and the least recently used one makes room when
+//! `max_loaded` or `max_memory` would be exceeded. With `-m` one model is
+//! pinned: loaded at start and kept for the server's life.
+
+mod backend;
+
+use crate::error::ApiError;
+use crate::metrics::Metrics;
+pub(crate) use backend::Loaded;
+pub use backend::{Backend, Lease};
+use engine::{Engine, EngineError, SamplingParams};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+/// One model the server can serve.
+#[derive(Debug, Clone)]
+pub struct ServedModel {
+    /// The names requests may give it; the first is its id.
+    pub names: Vec<String>,
+    /// Its GGUF file or checkpoint folder.
+    pub path: PathBuf,
+    /// The projector with its vision (and audio) towers, if any.
+    pub mmproj: Option<PathBuf>,
+}
+
+impl ServedModel {
+    /// The id listings report.
+    pub fn id(&self) -> &str {
+        self.names.first().map_or("model", String::as_str)
+    }
+
+    /// Bytes on disk: the file (or the folder's files) and the projector.
+    pub fn disk_bytes(&self) -> u64 {
+        let size = |p: &std::path::Path| match std::fs::read_dir(p) {
+            Ok(entries) => entries
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum(),
+            Err(_) => std::fs::metadata(p).map_or(0, |m| m.len()),
+        };
+        size(&self.path) + self.mmproj.as_deref().map_or(0, size)
+    }
+}
+
+/// Loads a served model's engine (on a blocking thread).
+pub type LoadFn = Arc<dyn Fn(&ServedModel) -> Result<Engine, EngineError> + Send + Sync>;
+
+/// What a server serves and how it loads each model.
+#[derive(Clone)]
+pub struct Lineup {
+    /// The models, in listing order.
+    pub models: Vec<ServedModel>,
+    /// How one is loaded (the same options for all: threads, context, …).
+    pub load: LoadFn,
+    /// One model given with `-m`: loaded at start and never unloaded.
+    pub pinned: bool,
+    /// The sampling defaults of requests that set none.
+    pub sampling: SamplingParams,
+}
+
+/// How many models stay in memory, and for how long.
+#[derive(Debug, Clone, Copy)]
+pub struct Residency {
+    /// Most models in memory at once.
+    pub max_loaded: usize,
+    /// Most bytes the loaded models may take (files and caches), if set.
+    pub max_memory: Option<u64>,
+    /// How long an idle model stays (`None`: for ever).
+    pub keep_alive: Option<Duration>,
+}
+
+impl Default for Residency {
+    fn default() -> Self {
+        Self {
+            max_loaded: 3,
+            max_memory: None,
+            keep_alive: Some(Duration::from_secs(300)),
+        }
+    }
+}
+
+/// The registry the handlers ask for models.
+pub(crate) struct Models {
+    lineup: Lineup,
+    residency: Residency,
+    parallel: usize,
+    queue: usize,
+    metrics: Arc<Metrics>,
+    /// One lock per model, held while it loads: concurrent first requests
+    /// wait on it and find the model loaded.
+    loading: Vec<tokio::sync::Mutex<()>>,
+    loaded: Mutex<Vec<Option<Arc<Loaded>>>>,
+    /// Models loaded since the start, and loads that failed.
+    pub loads: AtomicU64,
+    pub load_failures: AtomicU64,
+}
+
+/// A listed model and, when in memory, what it runs as.
+pub(crate) struct Listed<'a> {
+    pub model: &'a ServedModel,
+    pub loaded: Option<Arc<Loaded>>,
+}
+
+impl Models {
+    pub(crate) fn new(
+        lineup: Lineup,
+        residency: Residency,
+        parallel: usize,
+        queue: usize,
+        metrics: Arc<Metrics>,
+    ) -> Self {
+        let n = lineup.models.len();
+        Self {
+            lineup,
+            residency,
+            parallel,
+            queue,
+            metrics,
+            loading: (0..n).map(|_| tokio::sync::Mutex::new(())).collect(),
+            loaded: Mutex::new(vec![None; n]),
+            loads: AtomicU64::new(0),
+            load_failures: AtomicU64::new(0),
+        }
+    }
+
+    fn slots(&self) -> MutexGuard<'_, Vec<Option<Arc<Loaded>>>> {
+        // Plain bookkeeping: a panic elsewhere cannot leave it half-written.
+        self.loaded.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The sampling defaults of requests that set none.
+    pub(crate) fn sampling(&self) -> &SamplingParams {
+        &self.lineup.sampling
+    }
+
+    /// Whether the server answers requests: with a pinned model, once it
+    /// is loaded; otherwise always (models load on demand).
+    pub(crate) fn ready(&self) -> bool {
+        !self.lineup.pinned || self.slots().first().is_some_and(Option::is_some)
+    }
+
+    /// Whether models load on request (not one pinned at start).
+    pub(crate) fn on_demand(&self) -> bool {
+        !self.lineup.pinned
+    }
+
+    /// Every model, loaded or not, in listing order.
+    pub(crate) fn list(&self) -> Vec<Listed<'_>> {
+        let slots = self.slots();
+        self.lineup
+            .models
+            .iter()
+            .zip(slots.iter())
+            .map(|(model, l)| Listed {
+                model,
+                loaded: l.clone(),
+            })
+            .collect()
+    }
+
+    /// The models in memory, most recently used first.
+    pub(crate) fn in_memory(&self) -> Vec<Arc<Loaded>> {
+        let mut v: Vec<Arc<Loaded>> = self.slots().iter().flatten().cloned().collect();
+        v.sort_by_key(|l| std::cmp::Reverse(l.last_used()));
+        v
+    }
+
+    /// The index of the model `asked` names (Ollama's `NAME:latest` too);
+    /// with no name, the most recently used model in memory, else the first.
+    pub(crate) fn find(&self, asked: Option<&str>) -> Result<usize, ApiError> {
+        let asked = asked.map(|a| a.trim()).filter(|a| !a.is_empty());
+        let Some(asked) = asked else {
+            let recent = self.in_memory().first().map(|l| l.index);
+            return Ok(recent.unwrap_or(0));
+        };
+        let bare = asked.strip_suffix(":latest").unwrap_or(asked);
+        self.lineup
+            .models
+            .iter()
+            .position(|m| {
+                m.names
+                    .iter()
+                    .any(|n| n.eq_ignore_ascii_case(asked) || n.eq_ignore_ascii_case(bare))
+            })
+            .ok_or_else(|| ApiError::model_not_found(asked, &self.ids()))
+    }
+
+    fn ids(&self) -> Vec<&str> {
+        self.lineup.models.iter().map(ServedModel::id).collect()
+    }
+
+    /// The id of the model `asked` names.
+    pub(crate) fn resolve(&self, asked: Option<&str>) -> Result<String, ApiError> {
+        Ok(self.lineup.models[self.find(asked)?].id().to_string())
+    }
+
+    /// The model `asked` names, loading it first when it is not in memory.
+    pub(crate) async fn lease(&self, asked: Option<&str>) -> Result<Lease, ApiError> {
+        let index = self.find(asked)?;
+        if let Some(l) = &self.slots()[index] {
+            return Ok(Lease(Arc::clone(l)));
+        }
+        if !self.on_demand() {
+            return Err(ApiError::unavailable("The model is loading.", 1));
+        }
+        let _loading = self.loading[index].lock().await;
+        // Whoever held the lock before us may have loaded it.
+        if let Some(l) = &self.slots()[index] {
+            return Ok(Lease(Arc::clone(l)));
+        }
+        let model = self.lineup.models[index].clone();
+        self.make_room(model.disk_bytes()).await;
+        let loaded = self.load(index, model).await?;
+        Ok(Lease(loaded))
+    }
+
+    /// Load model `index` on a blocking thread and put it in its slot.
+    async fn load(&self, index: usize, model: ServedModel) -> Result<Arc<Loaded>, ApiError> {
+        let load = Arc::clone(&self.lineup.load);
+        let (parallel, queue) = (self.parallel, self.queue);
+        let metrics = Arc::clone(&self.metrics);
+        let started = Instant::now();
+        let id = model.id().to_string();
+        let built = tokio::task::spawn_blocking(move || {
+            let engine = load(&model).map_err(|e| e.to_string())?;
+            let bytes = model.disk_bytes() + (engine.session_bytes() * parallel.max(1)) as u64;
+            let backend =
+                Backend::start(engine, parallel, queue, &metrics).map_err(|e| e.to_string())?;
+            Ok::<_, String>((backend, bytes))
+        })
+        .await
+        .unwrap_or_else(|e| Err(format!("the loader stopped: {e}")));
+        let (backend, bytes) = match built {
+            Ok(b) => b,
+            Err(why) => {
+                self.load_failures.fetch_add(1, Ordering::Relaxed);
+                eprintln!("hearth serve: cannot load {id}: {why}");
+                return Err(ApiError {
+                    code: Some("model_load_failed"),
+                    ..ApiError::internal(format!("The model `{id}` could not be loaded: {why}"))
+                });
+            }
+        };
+        eprintln!(
+            "hearth serve: {} (first request waited {:.2?})",
+            backend.describe(&id, parallel, queue),
+            started.elapsed()
+        );
+        let loaded = Arc::new(Loaded::new(
+            backend,
+            index,
+            id,
+            bytes,
+            self.lineup.pinned,
+            if self.lineup.pinned {
+                None
+            } else {
+                self.residency.keep_alive
+            },
+        ));
+        self.slots()[index] = Some(Arc::clone(&loaded));
+        self.loads.fetch_add(1, Ordering::Relaxed);
+        self.metrics.loaded.store(true, Ordering::Relaxed);
+        Ok(loaded)
+    }
+
+    /// Load the pinned model (`-m`), blocking: the server's start.
+    pub(crate) fn load_pinned(&self) -> Result<(), EngineError> {
+        let model = self.lineup.models[0].clone();
+        let engine = (self.lineup.load)(&model)?;
+        let bytes = model.disk_bytes() + (engine.session_bytes() * self.parallel.max(1)) as u64;
+        let backend = Backend::start(engine, self.parallel, self.queue, &self.metrics)
+            .map_err(|e| EngineError::InvalidRequest(format!("cannot start the scheduler: {e}")))?;
+        eprintln!(
+            "hearth serve: {}",
+            backend.describe(model.id(), self.parallel, self.queue)
+        );
+        let loaded = Loaded::new(backend, 0, model.id().to_string(), bytes, true, None);
+        self.slots()[0] = Some(Arc::new(loaded));
+        self.loads.fetch_add(1, Ordering::Relaxed);
+        self.metrics.loaded.store(true, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Unload the least recently used models until one more of `incoming`
+    /// bytes fits under `max_loaded` and `max_memory`. An evicted model's
+    /// running requests finish first, so memory is bounded.
+    async fn make_room(&self, incoming: u64) {
+        loop {
+            let victim = {
+                let mut slots = self.slots();
+                let live: Vec<&Arc<Loaded>> = slots.iter().flatten().collect();
+                let used: u64 = live.iter().map(|l| l.bytes).sum();
+                let over_count = live.len() >= self.residency.max_loaded.max(1);
+                let over_memory = self
+                    .residency
+                    .max_memory
+                    .is_some_and(|max| used + incoming > max);
+                if !(over_count || over_memory) {
+                    return;
+                }
+                let Some(index) = live
+                    .iter()
+                    .filter(|l| !l.pinned)
+                    .min_by_key(|l| l.last_used())
+                    .map(|l| l.index)
+                else {
+                    return;
+                };
+                slots[index].take()
+            };
+            if let Some(v) = victim {
+                eprintln!("hearth serve: unloading {} to make room", v.id);
+                unload(v).await;
+            }
+        }
+    }
+
+    /// Unload every model idle past its keep-alive at `now`.
+    pub(crate) async fn reap(&self, now: Instant) {
+        let expired: Vec<Arc<Loaded>> = {
+            let mut slots = self.slots();
+            slots
+                .iter_mut()
+                .filter(|s| {
+                    s.as_ref().is_some_and(|l| {
+                        // Only the registry holds it: no request is using it.
+                        Arc::strong_count(l) == 1 && l.expires().is_some_and(|t| t <= now)
+                    })
+                })
+                .filter_map(Option::take)
+                .collect()
+        };
+        for l in expired {
+            eprintln!(
+                "hearth serve: unloading {} (idle past its keep-alive)",
+                l.id
+            );
+            unload(l).await;
+        }
+    }
+
+    /// Stop every loaded model's scheduler: with `cancel`, ending what runs.
+    pub(crate) fn shutdown(&self, cancel: bool) {
+        for l in self.slots().iter().flatten() {
+            l.backend.scheduler.shutdown(cancel);
+        }
+    }
+
+    /// Wait for every scheduler thread to end (cancelling what still runs).
+    pub(crate) fn join(&self) {
+        let all: Vec<Arc<Loaded>> = self.slots().iter().flatten().cloned().collect();
+        for l in all {
+            l.backend.scheduler.join();
+        }
+    }
+
+    /// The idle check's period: a tenth of the keep-alive, within 50 ms–1 s.
+    pub(crate) fn reap_period(&self) -> Duration {
+        self.residency
+            .keep_alive
+            .map_or(Duration::from_secs(1), |k| k / 10)
+            .clamp(Duration::from_millis(50), Duration::from_secs(1))
+    }
+}
+
+/// Let `model`'s requests finish, stop its threads, and drop it.
+async fn unload(model: Arc<Loaded>) {
+    let _ = tokio::task::spawn_blocking(move || {
+        model.backend.scheduler.drain();
+        drop(model);
+    })
+    .await;
+}
