@@ -181,6 +181,7 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
     config.allow_file_images = args.allow_file_images;
     config.ui = !args.no_ui;
     let pinned = args.models.is_none();
+    let mut rescan: Option<server::models::RescanFn> = None;
     let models = match &args.models {
         Some(specs) => {
             config.residency = server::models::Residency {
@@ -188,6 +189,10 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
                 max_memory: args.max_memory,
                 keep_alive: keep_alive(&args.keep_alive)?,
             };
+            let again = specs.clone();
+            rescan = Some(std::sync::Arc::new(move || {
+                lineup(&again).unwrap_or_default()
+            }));
             lineup(specs)?
         }
         None => vec![single(&args.model.model, options.mmproj.clone())?],
@@ -209,6 +214,7 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
         load,
         pinned,
         sampling,
+        rescan,
     };
     server::run(config, lineup).context("hearth serve")?;
     Ok(ExitCode::SUCCESS)

@@ -3,12 +3,14 @@
 //! the real 270M, a second chat model and the tiny vision model:
 //!
 //! - type a message and see tokens arrive before the reply ends; Stop it
-//!   mid-reply; Regenerate; reload and find the conversation;
+//!   mid-reply (Esc); Regenerate; edit the question and resend; reload and
+//!   find the conversation; rename one conversation and delete another;
 //! - switch model between two loaded files; attach an image on the vision
 //!   model (refused, with the reason, on one without the tower);
 //! - replies whose text is `<img src=x onerror=alert(1)>` and
 //!   `[x](javascript:alert(1))` (the real model held to that text by a
 //!   regex) render as inert text: no dialog, no image, no script, no link;
+//! - with `--api-key`, the page asks for the key once and keeps it;
 //! - the page's weight on a cold load, stated; screenshots at 1280 and 360
 //!   px wide (into docs/img with HEARTH_UPDATE_SCREENSHOTS=1, else beside
 //!   the target folder).
@@ -323,6 +325,30 @@ async fn chat_page_end_to_end() {
         json!(2)
     );
 
+    // Edit the question and send it again: the reply after it is replaced.
+    js(&c, "[...document.querySelectorAll('.msg.user button')].find(b=>b.textContent==='Edit').click(); return true").await;
+    let area = c.find(Locator::Css(".edit textarea")).await.unwrap();
+    area.clear().await.unwrap();
+    area.send_keys("Tell me a long story about a dragon who learns to sing.")
+        .await
+        .unwrap();
+    js(
+        &c,
+        "document.querySelector('.edit button.primary').click(); return true",
+    )
+    .await;
+    until(&c, "the reply to the edited question", Duration::from_secs(60), &format!(
+        "{LAST} return document.getElementById('stop').hidden && !!m && !!m.querySelector('.stats') && document.querySelectorAll('.msg').length === 2"
+    )).await;
+    assert_eq!(
+        js(
+            &c,
+            "return document.querySelector('.msg.user .body').textContent"
+        )
+        .await,
+        json!("Tell me a long story about a dragon who learns to sing.")
+    );
+
     // Reload: the conversation is still there.
     c.refresh().await.unwrap();
     until(&c, "the saved conversation", Duration::from_secs(10),
@@ -432,6 +458,93 @@ async fn chat_page_end_to_end() {
     )
     .await;
     assert_inert(&c, "[x](javascript:alert(1))").await;
+
+    // Rename one conversation and delete another.
+    js(
+        &c,
+        "document.querySelector('#convs li:first-child button[title=Rename]').click(); return true",
+    )
+    .await;
+    // The field opens focused with the old name selected: typing replaces it.
+    c.find(Locator::Css("#convs input")).await.unwrap();
+    let mut typing = KeyActions::new("keyboard".into());
+    for ch in "Hostile replies".chars() {
+        typing = typing
+            .then(KeyAction::Down { value: ch })
+            .then(KeyAction::Up { value: ch });
+    }
+    c.perform_actions(typing).await.unwrap();
+    press(&c, Key::Enter).await;
+    until(&c, "the new name", Duration::from_secs(5),
+        "return document.querySelector('#convs li:first-child .title').textContent === 'Hostile replies'").await;
+    js(&c, "[...document.querySelectorAll('#convs li')].find(li=>li.textContent.startsWith('What is in')).querySelector('button[title=Delete]').click(); return true").await;
+    until(
+        &c,
+        "the deletion",
+        Duration::from_secs(5),
+        "return document.querySelectorAll('#convs li').length === 2",
+    )
+    .await;
+    c.refresh().await.unwrap();
+    until(&c, "the list after a reload", Duration::from_secs(10),
+        "return [...document.querySelectorAll('#convs .title')].map(b=>b.textContent).join('|').startsWith('Hostile replies|Tell me a long story')").await;
+
+    // With --api-key, the page asks for the key once and keeps it.
+    let keyed = Server::start_command(
+        &[
+            "serve",
+            "--models",
+            dir.path().to_str().unwrap(),
+            "--host",
+            "127.0.0.1",
+            "--port",
+            "0",
+            "-t",
+            "1",
+            "--api-key",
+            "sekret",
+        ],
+        &[],
+    );
+    c.goto(&format!("http://{}/", keyed.addr)).await.unwrap();
+    until(
+        &c,
+        "the key dialog",
+        Duration::from_secs(10),
+        "return document.getElementById('key-dialog').open",
+    )
+    .await;
+    c.find(Locator::Id("key-input"))
+        .await
+        .unwrap()
+        .send_keys("sekret")
+        .await
+        .unwrap();
+    c.find(Locator::Id("key-save"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until(
+        &c,
+        "the models behind the key",
+        Duration::from_secs(10),
+        "return document.getElementById('model').options.length === 3",
+    )
+    .await;
+    c.refresh().await.unwrap();
+    until(&c, "the models after a reload", Duration::from_secs(10),
+        "return document.getElementById('model').options.length === 3 && !document.getElementById('key-dialog').open").await;
+    drop(keyed);
+    c.goto(&url).await.unwrap();
+    until(
+        &c,
+        "the first server's page",
+        Duration::from_secs(10),
+        "return document.getElementById('model').options.length === 3",
+    )
+    .await;
 
     // Screenshots, on a conversation with a little of everything.
     js(

@@ -238,3 +238,33 @@ fn the_chat_page_is_served_unless_turned_off() {
     let server = serve(dir.path(), &["--no-ui"]);
     assert_eq!(server.request("GET", "/", &[], b"").status, 404);
 }
+
+#[test]
+fn a_model_added_while_serving_is_listed_and_served() {
+    let dir = models_dir();
+    let server = serve(dir.path(), &[]);
+    // Asked for before it exists: 404.
+    chat(&server, "pulled-later").assert_error(404);
+    std::fs::copy(
+        fixture("gemma3/model-f32.gguf"),
+        dir.path().join("pulled-later.gguf"),
+    )
+    .unwrap();
+    let tags = server.request("GET", "/api/tags", &[], b"").json();
+    let names: Vec<&str> = tags["models"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["name"].as_str().unwrap())
+        .collect();
+    assert!(names.contains(&"pulled-later:latest"), "{names:?}");
+    // Asked for by name without a listing in between: found as well.
+    std::fs::copy(
+        fixture("gemma2/model-q8_0.gguf"),
+        dir.path().join("pulled-too.gguf"),
+    )
+    .unwrap();
+    let r = chat(&server, "pulled-too");
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(chat(&server, "pulled-later").status, 200);
+}

@@ -61,7 +61,7 @@ impl ApiError {
     }
 
     /// 404: no such model.
-    pub fn model_not_found(model: &str, served: &[&str]) -> Self {
+    pub fn model_not_found(model: &str, served: &[String]) -> Self {
         let listed: Vec<String> = served.iter().map(|id| format!("`{id}`")).collect();
         Self {
             param: Some("model".into()),

@@ -221,7 +221,7 @@ async fn serve(config: ServerConfig, lineup: models::Lineup) -> Result<(), Serve
             .name("hearth-load".into())
             .spawn(move || {
                 let loaded = models.load_pinned().map_err(|source| ServeError::Load {
-                    model: models.resolve(None).unwrap_or_default(),
+                    model: models.first_id(),
                     source,
                 });
                 let _ = loaded_tx.send(loaded);

@@ -196,7 +196,7 @@ async fn metrics_text(State(st): State<AppState>) -> Response {
 /// A model object, with what it runs as when loaded (`meta`, as llama.cpp's
 /// server reports it) and what it can take (`capabilities`, for the chat
 /// page's picker).
-fn model_json(st: &AppState, listed: &crate::models::Listed<'_>) -> Value {
+fn model_json(st: &AppState, listed: &crate::models::Listed) -> Value {
     let mut v = json!({
         "id": listed.model.id(),
         "object": "model",
@@ -232,7 +232,7 @@ fn model_json(st: &AppState, listed: &crate::models::Listed<'_>) -> Value {
 /// What a model takes besides text: known exactly once it is loaded; before
 /// that, a projector beside the file (or a checkpoint folder) may hold a
 /// vision or audio tower, which the first request settles.
-pub(crate) fn capabilities(listed: &crate::models::Listed<'_>) -> Vec<&'static str> {
+pub(crate) fn capabilities(listed: &crate::models::Listed) -> Vec<&'static str> {
     let mut caps = Vec::new();
     match &listed.loaded {
         Some(l) => {
@@ -259,6 +259,7 @@ pub(crate) fn capabilities(listed: &crate::models::Listed<'_>) -> Vec<&'static s
 }
 
 async fn list_models(State(st): State<AppState>) -> Json<Value> {
+    st.models.refresh().await;
     let data: Vec<Value> = st
         .models
         .list()
@@ -269,7 +270,7 @@ async fn list_models(State(st): State<AppState>) -> Json<Value> {
 }
 
 async fn get_model(State(st): State<AppState>, UrlPath(id): UrlPath<String>) -> Response {
-    match st.models.find(Some(&id)) {
+    match st.models.find(Some(&id)).await {
         Ok(index) => Json(model_json(&st, &st.models.list()[index])).into_response(),
         Err(e) => e.into_response(),
     }

@@ -155,7 +155,7 @@ pub(crate) async fn props(State(st): State<AppState>) -> Result<Json<Value>, Api
             },
         },
         "total_slots": st.config.parallel,
-        "model_alias": st.models.resolve(None).ok(),
+        "model_alias": st.models.resolve(None).await.ok(),
         "bos_token": text(tok.bos_id()),
         "eos_token": text(tok.eos_id()),
         "modalities": {"vision": engine.has_vision(), "audio": engine.has_audio()},

@@ -63,7 +63,14 @@ pub struct Lineup {
     pub pinned: bool,
     /// The sampling defaults of requests that set none.
     pub sampling: SamplingParams,
+    /// Looks for models again (`--models` folders): what it finds that is
+    /// not listed yet is added, so a model pulled while the server runs is
+    /// served without a restart.
+    pub rescan: Option<RescanFn>,
 }
+
+/// Lists the models of the server's folders again (on a blocking thread).
+pub type RescanFn = Arc<dyn Fn() -> Vec<ServedModel> + Send + Sync>;
 
 /// How many models stay in memory, and for how long.
 #[derive(Debug, Clone, Copy)]
@@ -88,23 +95,40 @@ impl Default for Residency {
 
 /// The registry the handlers ask for models.
 pub(crate) struct Models {
-    lineup: Lineup,
+    load: LoadFn,
+    rescan: Option<RescanFn>,
+    pinned: bool,
+    sampling: SamplingParams,
     residency: Residency,
     parallel: usize,
     queue: usize,
     metrics: Arc<Metrics>,
-    /// One lock per model, held while it loads: concurrent first requests
-    /// wait on it and find the model loaded.
-    loading: Vec<tokio::sync::Mutex<()>>,
-    loaded: Mutex<Vec<Option<Arc<Loaded>>>>,
+    table: Mutex<Table>,
     /// Models loaded since the start, and loads that failed.
     pub loads: AtomicU64,
     pub load_failures: AtomicU64,
 }
 
+/// The listed models, each with its load lock and its place in memory.
+struct Table {
+    models: Vec<ServedModel>,
+    /// Held while the model loads: concurrent first requests wait on it
+    /// and find the model loaded.
+    loading: Vec<Arc<tokio::sync::Mutex<()>>>,
+    loaded: Vec<Option<Arc<Loaded>>>,
+}
+
+impl Table {
+    fn push(&mut self, model: ServedModel) {
+        self.models.push(model);
+        self.loading.push(Arc::new(tokio::sync::Mutex::new(())));
+        self.loaded.push(None);
+    }
+}
+
 /// A listed model and, when in memory, what it runs as.
-pub(crate) struct Listed<'a> {
-    pub model: &'a ServedModel,
+pub(crate) struct Listed {
+    pub model: ServedModel,
     pub loaded: Option<Arc<Loaded>>,
 }
 
@@ -116,50 +140,75 @@ impl Models {
         queue: usize,
         metrics: Arc<Metrics>,
     ) -> Self {
-        let n = lineup.models.len();
+        let mut table = Table {
+            models: Vec::new(),
+            loading: Vec::new(),
+            loaded: Vec::new(),
+        };
+        for m in lineup.models {
+            table.push(m);
+        }
         Self {
-            lineup,
+            load: lineup.load,
+            rescan: lineup.rescan,
+            pinned: lineup.pinned,
+            sampling: lineup.sampling,
             residency,
             parallel,
             queue,
             metrics,
-            loading: (0..n).map(|_| tokio::sync::Mutex::new(())).collect(),
-            loaded: Mutex::new(vec![None; n]),
+            table: Mutex::new(table),
             loads: AtomicU64::new(0),
             load_failures: AtomicU64::new(0),
         }
     }
 
-    fn slots(&self) -> MutexGuard<'_, Vec<Option<Arc<Loaded>>>> {
+    fn table(&self) -> MutexGuard<'_, Table> {
         // Plain bookkeeping: a panic elsewhere cannot leave it half-written.
-        self.loaded.lock().unwrap_or_else(|e| e.into_inner())
+        self.table.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Add the models the folders hold now that are not listed yet.
+    pub(crate) async fn refresh(&self) {
+        let Some(rescan) = self.rescan.clone() else {
+            return;
+        };
+        let Ok(found) = tokio::task::spawn_blocking(move || rescan()).await else {
+            return;
+        };
+        let mut table = self.table();
+        for model in found {
+            if !table.models.iter().any(|m| m.path == model.path) {
+                table.push(model);
+            }
+        }
     }
 
     /// The sampling defaults of requests that set none.
     pub(crate) fn sampling(&self) -> &SamplingParams {
-        &self.lineup.sampling
+        &self.sampling
     }
 
     /// Whether the server answers requests: with a pinned model, once it
     /// is loaded; otherwise always (models load on demand).
     pub(crate) fn ready(&self) -> bool {
-        !self.lineup.pinned || self.slots().first().is_some_and(Option::is_some)
+        !self.pinned || self.table().loaded.first().is_some_and(Option::is_some)
     }
 
     /// Whether models load on request (not one pinned at start).
     pub(crate) fn on_demand(&self) -> bool {
-        !self.lineup.pinned
+        !self.pinned
     }
 
     /// Every model, loaded or not, in listing order.
-    pub(crate) fn list(&self) -> Vec<Listed<'_>> {
-        let slots = self.slots();
-        self.lineup
+    pub(crate) fn list(&self) -> Vec<Listed> {
+        let table = self.table();
+        table
             .models
             .iter()
-            .zip(slots.iter())
+            .zip(&table.loaded)
             .map(|(model, l)| Listed {
-                model,
+                model: model.clone(),
                 loaded: l.clone(),
             })
             .collect()
@@ -167,63 +216,86 @@ impl Models {
 
     /// The models in memory, most recently used first.
     pub(crate) fn in_memory(&self) -> Vec<Arc<Loaded>> {
-        let mut v: Vec<Arc<Loaded>> = self.slots().iter().flatten().cloned().collect();
+        let mut v: Vec<Arc<Loaded>> = self.table().loaded.iter().flatten().cloned().collect();
         v.sort_by_key(|l| std::cmp::Reverse(l.last_used()));
         v
     }
 
     /// The index of the model `asked` names (Ollama's `NAME:latest` too);
     /// with no name, the most recently used model in memory, else the first.
-    pub(crate) fn find(&self, asked: Option<&str>) -> Result<usize, ApiError> {
+    /// A name not listed sends the folders to be searched again first.
+    pub(crate) async fn find(&self, asked: Option<&str>) -> Result<usize, ApiError> {
         let asked = asked.map(|a| a.trim()).filter(|a| !a.is_empty());
         let Some(asked) = asked else {
             let recent = self.in_memory().first().map(|l| l.index);
             return Ok(recent.unwrap_or(0));
         };
-        let bare = asked.strip_suffix(":latest").unwrap_or(asked);
-        self.lineup
-            .models
-            .iter()
-            .position(|m| {
-                m.names
-                    .iter()
-                    .any(|n| n.eq_ignore_ascii_case(asked) || n.eq_ignore_ascii_case(bare))
-            })
+        if let Some(i) = self.position(asked) {
+            return Ok(i);
+        }
+        self.refresh().await;
+        self.position(asked)
             .ok_or_else(|| ApiError::model_not_found(asked, &self.ids()))
     }
 
-    fn ids(&self) -> Vec<&str> {
-        self.lineup.models.iter().map(ServedModel::id).collect()
+    fn position(&self, asked: &str) -> Option<usize> {
+        let bare = asked.strip_suffix(":latest").unwrap_or(asked);
+        self.table().models.iter().position(|m| {
+            m.names
+                .iter()
+                .any(|n| n.eq_ignore_ascii_case(asked) || n.eq_ignore_ascii_case(bare))
+        })
+    }
+
+    /// The first listed model's id (the pinned one, with `-m`).
+    pub(crate) fn first_id(&self) -> String {
+        self.table()
+            .models
+            .first()
+            .map_or_else(String::new, |m| m.id().to_string())
+    }
+
+    fn ids(&self) -> Vec<String> {
+        let table = self.table();
+        table.models.iter().map(|m| m.id().to_string()).collect()
     }
 
     /// The id of the model `asked` names.
-    pub(crate) fn resolve(&self, asked: Option<&str>) -> Result<String, ApiError> {
-        Ok(self.lineup.models[self.find(asked)?].id().to_string())
+    pub(crate) async fn resolve(&self, asked: Option<&str>) -> Result<String, ApiError> {
+        let index = self.find(asked).await?;
+        Ok(self.table().models[index].id().to_string())
     }
 
     /// The model `asked` names, loading it first when it is not in memory.
     pub(crate) async fn lease(&self, asked: Option<&str>) -> Result<Lease, ApiError> {
-        let index = self.find(asked)?;
-        if let Some(l) = &self.slots()[index] {
-            return Ok(Lease(Arc::clone(l)));
-        }
+        let index = self.find(asked).await?;
+        let lock = {
+            let table = self.table();
+            if let Some(l) = &table.loaded[index] {
+                return Ok(Lease(Arc::clone(l)));
+            }
+            Arc::clone(&table.loading[index])
+        };
         if !self.on_demand() {
             return Err(ApiError::unavailable("The model is loading.", 1));
         }
-        let _loading = self.loading[index].lock().await;
+        let _loading = lock.lock().await;
         // Whoever held the lock before us may have loaded it.
-        if let Some(l) = &self.slots()[index] {
-            return Ok(Lease(Arc::clone(l)));
-        }
-        let model = self.lineup.models[index].clone();
+        let model = {
+            let table = self.table();
+            if let Some(l) = &table.loaded[index] {
+                return Ok(Lease(Arc::clone(l)));
+            }
+            table.models[index].clone()
+        };
         self.make_room(model.disk_bytes()).await;
-        let loaded = self.load(index, model).await?;
+        let loaded = self.load_at(index, model).await?;
         Ok(Lease(loaded))
     }
 
     /// Load model `index` on a blocking thread and put it in its slot.
-    async fn load(&self, index: usize, model: ServedModel) -> Result<Arc<Loaded>, ApiError> {
-        let load = Arc::clone(&self.lineup.load);
+    async fn load_at(&self, index: usize, model: ServedModel) -> Result<Arc<Loaded>, ApiError> {
+        let load = Arc::clone(&self.load);
         let (parallel, queue) = (self.parallel, self.queue);
         let metrics = Arc::clone(&self.metrics);
         let started = Instant::now();
@@ -258,14 +330,14 @@ impl Models {
             index,
             id,
             bytes,
-            self.lineup.pinned,
-            if self.lineup.pinned {
+            self.pinned,
+            if self.pinned {
                 None
             } else {
                 self.residency.keep_alive
             },
         ));
-        self.slots()[index] = Some(Arc::clone(&loaded));
+        self.table().loaded[index] = Some(Arc::clone(&loaded));
         self.loads.fetch_add(1, Ordering::Relaxed);
         self.metrics.loaded.store(true, Ordering::Relaxed);
         Ok(loaded)
@@ -273,8 +345,8 @@ impl Models {
 
     /// Load the pinned model (`-m`), blocking: the server's start.
     pub(crate) fn load_pinned(&self) -> Result<(), EngineError> {
-        let model = self.lineup.models[0].clone();
-        let engine = (self.lineup.load)(&model)?;
+        let model = self.table().models[0].clone();
+        let engine = (self.load)(&model)?;
         let bytes = model.disk_bytes() + (engine.session_bytes() * self.parallel.max(1)) as u64;
         let backend = Backend::start(engine, self.parallel, self.queue, &self.metrics)
             .map_err(|e| EngineError::InvalidRequest(format!("cannot start the scheduler: {e}")))?;
@@ -283,7 +355,7 @@ impl Models {
             backend.describe(model.id(), self.parallel, self.queue)
         );
         let loaded = Loaded::new(backend, 0, model.id().to_string(), bytes, true, None);
-        self.slots()[0] = Some(Arc::new(loaded));
+        self.table().loaded[0] = Some(Arc::new(loaded));
         self.loads.fetch_add(1, Ordering::Relaxed);
         self.metrics.loaded.store(true, Ordering::Relaxed);
         Ok(())
@@ -295,8 +367,8 @@ impl Models {
     async fn make_room(&self, incoming: u64) {
         loop {
             let victim = {
-                let mut slots = self.slots();
-                let live: Vec<&Arc<Loaded>> = slots.iter().flatten().collect();
+                let mut table = self.table();
+                let live: Vec<&Arc<Loaded>> = table.loaded.iter().flatten().collect();
                 let used: u64 = live.iter().map(|l| l.bytes).sum();
                 let over_count = live.len() >= self.residency.max_loaded.max(1);
                 let over_memory = self
@@ -314,7 +386,7 @@ impl Models {
                 else {
                     return;
                 };
-                slots[index].take()
+                table.loaded[index].take()
             };
             if let Some(v) = victim {
                 eprintln!("hearth serve: unloading {} to make room", v.id);
@@ -326,8 +398,9 @@ impl Models {
     /// Unload every model idle past its keep-alive at `now`.
     pub(crate) async fn reap(&self, now: Instant) {
         let expired: Vec<Arc<Loaded>> = {
-            let mut slots = self.slots();
-            slots
+            let mut table = self.table();
+            table
+                .loaded
                 .iter_mut()
                 .filter(|s| {
                     s.as_ref().is_some_and(|l| {
@@ -349,14 +422,14 @@ impl Models {
 
     /// Stop every loaded model's scheduler: with `cancel`, ending what runs.
     pub(crate) fn shutdown(&self, cancel: bool) {
-        for l in self.slots().iter().flatten() {
+        for l in self.table().loaded.iter().flatten() {
             l.backend.scheduler.shutdown(cancel);
         }
     }
 
     /// Wait for every scheduler thread to end (cancelling what still runs).
     pub(crate) fn join(&self) {
-        let all: Vec<Arc<Loaded>> = self.slots().iter().flatten().cloned().collect();
+        let all: Vec<Arc<Loaded>> = self.table().loaded.iter().flatten().cloned().collect();
         for l in all {
             l.backend.scheduler.join();
         }

@@ -65,7 +65,7 @@ fn file_facts(model: &ServedModel) -> (u64, String, String) {
 }
 
 /// Ollama's `details` of a model (family and quantization once loaded).
-fn details(listed: &Listed<'_>) -> Value {
+fn details(listed: &Listed) -> Value {
     let (family, quant) = match &listed.loaded {
         Some(l) => (
             l.backend.engine.model().config().arch.name().to_string(),
@@ -89,9 +89,9 @@ fn details(listed: &Listed<'_>) -> Value {
 }
 
 /// A model as a listing entry.
-fn entry(listed: &Listed<'_>) -> Value {
+fn entry(listed: &Listed) -> Value {
     let id = listed.model.id();
-    let (size, modified, digest) = file_facts(listed.model);
+    let (size, modified, digest) = file_facts(&listed.model);
     json!({
         "name": model_name(id),
         "model": model_name(id),
@@ -104,6 +104,7 @@ fn entry(listed: &Listed<'_>) -> Value {
 
 /// `GET /api/tags`: every model this server serves, loaded or not.
 pub(crate) async fn tags(State(st): State<AppState>) -> Json<Value> {
+    st.models.refresh().await;
     let models: Vec<Value> = st.models.list().iter().map(entry).collect();
     Json(json!({ "models": models }))
 }
@@ -179,7 +180,7 @@ async fn show_inner(st: &AppState, headers: &HeaderMap, body: Body) -> Result<Re
     if e.thinking(None).is_some() {
         capabilities.push("thinking");
     }
-    let (_, modified, _) = file_facts(listed.model);
+    let (_, modified, _) = file_facts(&listed.model);
     Ok(Json(json!({
         "license": "",
         "modelfile": "",
