@@ -17,7 +17,8 @@ model with its projector, with `--max-loaded 2 --keep-alive 2s`, and reports:
   - time to first token for a model not yet loaded, with the file's pages
     dropped from the page cache (posix_fadvise DONTNEED on a private copy;
     no other process maps it) and with them cached, beside a single-model
-    server's cold start (`serve -m`: process start to the first token).
+    server's start (`serve -m`: process start to the first token), both
+    with the pages dropped and cached.
 
   python3 scripts/serve-models.py [--hearth target/release/hearth] \
       [--work /tmp/hearth-serve-models] [--threads 2] [--runs 5]
@@ -230,7 +231,8 @@ def main():
     stop(p)
 
     # Time to first token for a model not yet loaded.
-    rows = {"on demand, pages cold": [], "on demand, pages warm": [], "serve -m, cold start": []}
+    rows = {"on demand, pages cold": [], "on demand, pages warm": [],
+            "serve -m start, pages cold": [], "serve -m start, pages warm": []}
     for run in range(a.runs):
         for kind in rows:
             drop = "cold" in kind

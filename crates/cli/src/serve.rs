@@ -242,6 +242,7 @@ fn single(spec: &str, mmproj: Option<std::path::PathBuf>) -> Result<server::mode
     let mut seen = std::collections::HashSet::new();
     names.retain(|n| seen.insert(n.clone()));
     Ok(server::models::ServedModel {
+        towers: engine::towers(&path, mmproj.as_deref()),
         names,
         path,
         mmproj,
@@ -265,6 +266,7 @@ fn lineup(specs: &[String]) -> Result<Vec<server::models::ServedModel>> {
             let found = store::catalog::scan(dir, store.registry())
                 .with_context(|| format!("cannot read {}", dir.display()))?;
             models.extend(found.into_iter().map(|f| server::models::ServedModel {
+                towers: engine::towers(&f.path, f.mmproj.as_deref()),
                 names: f.names,
                 path: f.path,
                 mmproj: f.mmproj,

@@ -6,7 +6,8 @@
 //!   mid-reply (Esc); Regenerate; edit the question and resend; reload and
 //!   find the conversation; rename one conversation and delete another;
 //! - switch model between two loaded files; attach an image on the vision
-//!   model (refused, with the reason, on one without the tower);
+//!   model and a voice note on the audio one (refused, with the reason, on
+//!   a model without the tower);
 //! - replies whose text is `<img src=x onerror=alert(1)>` and
 //!   `[x](javascript:alert(1))` (the real model held to that text by a
 //!   regex) render as inert text: no dialog, no image, no script, no link;
@@ -53,8 +54,8 @@ fn fixture(rel: &str) -> PathBuf {
 }
 
 /// The real 270M (by its cache name, so it is listed as `gemma3-270m`), the
-/// tiny Gemma 3 as a second chat model, and the tiny vision model with its
-/// projector in a folder of its own.
+/// tiny Gemma 3 as a second chat model, and the tiny vision and audio
+/// models, each with its projector in a folder of its own.
 fn models_dir() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let link = |from: &Path, to: &str| {
@@ -71,6 +72,14 @@ fn models_dir() -> tempfile::TempDir {
     link(
         &fixture("gemma3_vision/mmproj-f32.gguf"),
         "vision/mmproj-f32.gguf",
+    );
+    link(
+        &fixture("gemma4_audio/model-f32.gguf"),
+        "audio/model-f32.gguf",
+    );
+    link(
+        &fixture("gemma4_audio/mmproj-f32.gguf"),
+        "audio/mmproj-f32.gguf",
     );
     dir
 }
@@ -263,7 +272,7 @@ async fn chat_page_end_to_end() {
         &c,
         "the model list",
         Duration::from_secs(10),
-        "return document.getElementById('model').options.length === 3",
+        "return document.getElementById('model').options.length === 4",
     )
     .await;
 
@@ -424,6 +433,53 @@ async fn chat_page_end_to_end() {
         json!(1)
     );
 
+    // The audio model takes a voice note.
+    c.find(Locator::Id("new"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    choose_model(&c, "audio/model-f32").await;
+    let wav = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/audio/speech.wav")
+        .canonicalize()
+        .unwrap();
+    let file = c.find(Locator::Id("file")).await.unwrap();
+    file.send_keys(wav.to_str().unwrap()).await.unwrap();
+    until(
+        &c,
+        "the voice note",
+        Duration::from_secs(10),
+        "return document.querySelectorAll('#attachments .chip').length === 1",
+    )
+    .await;
+    type_message(&c, "Transcribe this.").await;
+    until(
+        &c,
+        "the audio reply",
+        Duration::from_secs(60),
+        &format!(
+            "{LAST} return document.getElementById('stop').hidden && !!m.querySelector('.stats')"
+        ),
+    )
+    .await;
+    let heard = last_reply(&c).await;
+    assert_eq!(heard["error"], "", "{heard}");
+    assert!(
+        heard["stats"].as_str().unwrap().contains("prompt tokens"),
+        "{heard}"
+    );
+    let note = js(
+        &c,
+        "return document.querySelector('.msg.user .body').textContent",
+    )
+    .await;
+    assert!(
+        note.as_str().unwrap().starts_with("Voice note: speech.wav"),
+        "{note}"
+    );
+
     // Hostile replies, written by the real model held to them by a regex.
     c.find(Locator::Id("new"))
         .await
@@ -482,12 +538,12 @@ async fn chat_page_end_to_end() {
         &c,
         "the deletion",
         Duration::from_secs(5),
-        "return document.querySelectorAll('#convs li').length === 2",
+        "return document.querySelectorAll('#convs li').length === 3",
     )
     .await;
     c.refresh().await.unwrap();
     until(&c, "the list after a reload", Duration::from_secs(10),
-        "return [...document.querySelectorAll('#convs .title')].map(b=>b.textContent).join('|').startsWith('Hostile replies|Tell me a long story')").await;
+        "return [...document.querySelectorAll('#convs .title')].map(b=>b.textContent).join('|').startsWith('Hostile replies|Transcribe this.|Tell me a long story')").await;
 
     // With --api-key, the page asks for the key once and keeps it.
     let keyed = Server::start_command(
@@ -530,19 +586,19 @@ async fn chat_page_end_to_end() {
         &c,
         "the models behind the key",
         Duration::from_secs(10),
-        "return document.getElementById('model').options.length === 3",
+        "return document.getElementById('model').options.length === 4",
     )
     .await;
     c.refresh().await.unwrap();
     until(&c, "the models after a reload", Duration::from_secs(10),
-        "return document.getElementById('model').options.length === 3 && !document.getElementById('key-dialog').open").await;
+        "return document.getElementById('model').options.length === 4 && !document.getElementById('key-dialog').open").await;
     drop(keyed);
     c.goto(&url).await.unwrap();
     until(
         &c,
         "the first server's page",
         Duration::from_secs(10),
-        "return document.getElementById('model').options.length === 3",
+        "return document.getElementById('model').options.length === 4",
     )
     .await;
 

@@ -84,3 +84,33 @@ pub fn inspect(path: &Path) -> Result<FileSummary, EngineError> {
 pub fn load_tokenizer(path: &Path) -> Result<Tokenizer, EngineError> {
     Ok(Tokenizer::from_gguf(&open_model_file(path)?)?)
 }
+
+/// The towers a model would load with: what it can take besides text.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Towers {
+    /// Reads images.
+    pub vision: bool,
+    /// Hears audio.
+    pub audio: bool,
+}
+
+/// The towers of `model` with the projector `mmproj`, read from metadata
+/// only (nothing bound), as [`crate::Engine::load`] would find them: a
+/// projector's `clip.has_*_encoder` flags, or a checkpoint folder's own
+/// towers. A file that cannot be read has none.
+pub fn towers(model: &Path, mmproj: Option<&Path>) -> Towers {
+    match mmproj {
+        Some(p) => match gguf::GgufFile::open(p) {
+            Ok(file) => Towers {
+                vision: file.get_bool("clip.has_vision_encoder") != Some(false),
+                audio: media::AudioTower::in_mmproj(&file),
+            },
+            Err(_) => Towers::default(),
+        },
+        None if model.is_dir() => Towers {
+            vision: hf::has_vision_tower(model),
+            audio: hf::has_audio_tower(model),
+        },
+        None => Towers::default(),
+    }
+}

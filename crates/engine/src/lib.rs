@@ -37,7 +37,7 @@ pub use generate::{FinishReason, GenerateOptions, Step, TokenEvent};
 pub use images::{
     place_images, ImageEmbedding, PromptImage, GEMMA4_IMAGE_MARKER, IMAGE_MARKER, MEDIA_MARKER,
 };
-pub use inspect::{inspect, load_tokenizer, FileSummary, MetaEntry, TensorEntry};
+pub use inspect::{inspect, load_tokenizer, towers, FileSummary, MetaEntry, TensorEntry, Towers};
 pub use load::{open_model_file, Engine};
 pub use model::{KvType, Precision, RING_SLACK};
 pub use options::{RunOptions, DEFAULT_BATCH, MAX_DEFAULT_CTX};

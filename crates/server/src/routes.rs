@@ -229,9 +229,9 @@ fn model_json(st: &AppState, listed: &crate::models::Listed) -> Value {
     v
 }
 
-/// What a model takes besides text: known exactly once it is loaded; before
-/// that, a projector beside the file (or a checkpoint folder) may hold a
-/// vision or audio tower, which the first request settles.
+/// What a model takes besides text: from the loaded engine, or before its
+/// first load from its files' metadata (an embedding model is known only
+/// once loaded).
 pub(crate) fn capabilities(listed: &crate::models::Listed) -> Vec<&'static str> {
     let mut caps = Vec::new();
     match &listed.loaded {
@@ -250,8 +250,11 @@ pub(crate) fn capabilities(listed: &crate::models::Listed) -> Vec<&'static str> 
         }
         None => {
             caps.push("completion");
-            if listed.model.mmproj.is_some() || listed.model.path.is_dir() {
+            if listed.model.towers.vision {
                 caps.push("vision");
+            }
+            if listed.model.towers.audio {
+                caps.push("audio");
             }
         }
     }
