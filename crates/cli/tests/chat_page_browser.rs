@@ -11,6 +11,7 @@
 //! - replies whose text is `<img src=x onerror=alert(1)>` and
 //!   `[x](javascript:alert(1))` (the real model held to that text by a
 //!   regex) render as inert text: no dialog, no image, no script, no link;
+//! - a guard switched on shows its trace folded under the reply;
 //! - with `--api-key`, the page asks for the key once and keeps it;
 //! - the page's weight on a cold load, stated; screenshots at 1280 and 360
 //!   px wide (into docs/img with HEARTH_UPDATE_SCREENSHOTS=1, else beside
@@ -479,6 +480,49 @@ async fn chat_page_end_to_end() {
         note.as_str().unwrap().starts_with("Voice note: speech.wav"),
         "{note}"
     );
+
+    // A guard switched on in the settings: its trace folds under the reply.
+    c.find(Locator::Id("new"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    choose_model(&c, "gemma3-270m").await;
+    js(
+        &c,
+        "const g=document.getElementById('g-calc'); g.checked=true; \
+            g.dispatchEvent(new Event('input', {bubbles: true})); return true",
+    )
+    .await;
+    set_setting(&c, "s-max_tokens", "24").await;
+    type_message(&c, "What is 12 times 7?").await;
+    until(
+        &c,
+        "the guarded reply",
+        Duration::from_secs(60),
+        &format!(
+            "{LAST} return document.getElementById('stop').hidden && !!m.querySelector('.stats')"
+        ),
+    )
+    .await;
+    let guarded = js(
+        &c,
+        &format!(
+            "{LAST} return [m.querySelector('.err') ? m.querySelector('.err').textContent : '', \
+         [...m.querySelectorAll('details summary')].map(s=>s.textContent), \
+         (m.querySelector('details pre')||{{}}).textContent || '']"
+        ),
+    )
+    .await;
+    assert_eq!(guarded[0], "", "{guarded}");
+    assert_eq!(guarded[1], json!(["Guard trace"]), "{guarded}");
+    assert!(guarded[2].as_str().unwrap().contains("calc"), "{guarded}");
+    js(
+        &c,
+        "document.querySelector('#convs li:first-child button[title=Delete]').click(); return true",
+    )
+    .await;
 
     // Hostile replies, written by the real model held to them by a regex.
     c.find(Locator::Id("new"))
