@@ -12,7 +12,7 @@ on each tier (forced with `--cpu`) and through each llama-bench, one after the
 other, so every figure of a row comes from the same minutes on the same
 machine. Prints a markdown table of `pp512 / tg128` tokens per second and,
 with --json, every raw row. The llama-bench binaries are built elsewhere (see
-the README's "Speed" section for the cmake switches per tier); nothing here
+docs/perf/speed.md for the cmake switches per tier); nothing here
 downloads or builds them.
 """
 
