@@ -169,6 +169,43 @@ async fn last_reply(c: &Client) -> Value {
     .await
 }
 
+/// Wait until the last reply is finished: Stop hidden, its stats shown.
+async fn wait_finished(c: &Client, what: &str) {
+    let script = format!(
+        "{LAST} return !!m && document.getElementById('stop').hidden && !!m.querySelector('.stats')"
+    );
+    until(c, what, Duration::from_secs(60), &script).await;
+}
+
+/// A new chat on `model`.
+async fn new_chat(c: &Client, model: &str) {
+    c.find(Locator::Id("new"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    choose_model(c, model).await;
+}
+
+/// In a new chat on `model`, attach `file` and ask `prompt`; the reply,
+/// which must carry no error.
+async fn ask_with_attachment(c: &Client, model: &str, file: &Path, prompt: &str) -> Value {
+    new_chat(c, model).await;
+    let attach = js(c, "return document.getElementById('attach').disabled").await;
+    assert_eq!(attach, json!(false), "{model} takes no attachment");
+    let input = c.find(Locator::Id("file")).await.unwrap();
+    let path = file.canonicalize().unwrap();
+    input.send_keys(path.to_str().unwrap()).await.unwrap();
+    let one_chip = "return document.querySelectorAll('#attachments .chip').length === 1";
+    until(c, "the attachment", Duration::from_secs(10), one_chip).await;
+    type_message(c, prompt).await;
+    wait_finished(c, "the reply to the attachment").await;
+    let reply = last_reply(c).await;
+    assert_eq!(reply["error"], "", "{reply}");
+    reply
+}
+
 /// The next request the page sends carries `extra` (the page has no field
 /// for a grammar; the test adds one so the real model writes `text`).
 async fn hold_next_request(c: &Client, regex: &str) {
@@ -391,82 +428,17 @@ async fn chat_page_end_to_end() {
         "{why}"
     );
 
-    // The vision model takes an image.
-    c.find(Locator::Id("new"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    choose_model(&c, "vision/model-f32").await;
-    assert_eq!(
-        js(&c, "return document.getElementById('attach').disabled").await,
-        json!(false)
-    );
-    let png = fixture("gemma3_vision/img_a.png").canonicalize().unwrap();
-    let file = c.find(Locator::Id("file")).await.unwrap();
-    file.send_keys(png.to_str().unwrap()).await.unwrap();
-    until(
+    // The vision model takes an image, the audio model a voice note.
+    let png = fixture("gemma3_vision/img_a.png");
+    ask_with_attachment(&c, "vision/model-f32", &png, "What is in this picture?").await;
+    let images = js(
         &c,
-        "the attachment",
-        Duration::from_secs(10),
-        "return document.querySelectorAll('#attachments .chip').length === 1",
+        "return document.querySelectorAll('.msg.user img.att').length",
     )
     .await;
-    type_message(&c, "What is in this picture?").await;
-    until(
-        &c,
-        "the vision reply",
-        Duration::from_secs(60),
-        &format!(
-            "{LAST} return document.getElementById('stop').hidden && !!m.querySelector('.stats')"
-        ),
-    )
-    .await;
-    let seen = last_reply(&c).await;
-    assert_eq!(seen["error"], "", "{seen}");
-    assert_eq!(
-        js(
-            &c,
-            "return document.querySelectorAll('.msg.user img.att').length"
-        )
-        .await,
-        json!(1)
-    );
-
-    // The audio model takes a voice note.
-    c.find(Locator::Id("new"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    choose_model(&c, "audio/model-f32").await;
-    let wav = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/audio/speech.wav")
-        .canonicalize()
-        .unwrap();
-    let file = c.find(Locator::Id("file")).await.unwrap();
-    file.send_keys(wav.to_str().unwrap()).await.unwrap();
-    until(
-        &c,
-        "the voice note",
-        Duration::from_secs(10),
-        "return document.querySelectorAll('#attachments .chip').length === 1",
-    )
-    .await;
-    type_message(&c, "Transcribe this.").await;
-    until(
-        &c,
-        "the audio reply",
-        Duration::from_secs(60),
-        &format!(
-            "{LAST} return document.getElementById('stop').hidden && !!m.querySelector('.stats')"
-        ),
-    )
-    .await;
-    let heard = last_reply(&c).await;
-    assert_eq!(heard["error"], "", "{heard}");
+    assert_eq!(images, json!(1));
+    let wav = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/audio/speech.wav");
+    let heard = ask_with_attachment(&c, "audio/model-f32", &wav, "Transcribe this.").await;
     assert!(
         heard["stats"].as_str().unwrap().contains("prompt tokens"),
         "{heard}"
@@ -482,13 +454,7 @@ async fn chat_page_end_to_end() {
     );
 
     // A guard switched on in the settings: its trace folds under the reply.
-    c.find(Locator::Id("new"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    choose_model(&c, "gemma3-270m").await;
+    new_chat(&c, "gemma3-270m").await;
     js(
         &c,
         "const g=document.getElementById('g-calc'); g.checked=true; \
@@ -497,15 +463,7 @@ async fn chat_page_end_to_end() {
     .await;
     set_setting(&c, "s-max_tokens", "24").await;
     type_message(&c, "What is 12 times 7?").await;
-    until(
-        &c,
-        "the guarded reply",
-        Duration::from_secs(60),
-        &format!(
-            "{LAST} return document.getElementById('stop').hidden && !!m.querySelector('.stats')"
-        ),
-    )
-    .await;
+    wait_finished(&c, "the guarded reply").await;
     let guarded = js(
         &c,
         &format!(
@@ -525,13 +483,7 @@ async fn chat_page_end_to_end() {
     .await;
 
     // Hostile replies, written by the real model held to them by a regex.
-    c.find(Locator::Id("new"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    choose_model(&c, "gemma3-270m").await;
+    new_chat(&c, "gemma3-270m").await;
     for (regex, shown) in [
         (
             r"<img src=x onerror=alert\(1\)>",
@@ -544,9 +496,7 @@ async fn chat_page_end_to_end() {
     ] {
         hold_next_request(&c, regex).await;
         type_message(&c, "Say it.").await;
-        until(&c, "the hostile reply", Duration::from_secs(60), &format!(
-            "{LAST} return !!m && document.getElementById('stop').hidden && !!m.querySelector('.stats')"
-        )).await;
+        wait_finished(&c, "the hostile reply").await;
         assert_inert(&c, shown).await;
     }
     c.refresh().await.unwrap();
