@@ -111,6 +111,13 @@ pub struct ServeArgs {
     /// Do not serve the chat page at `/`.
     #[arg(long)]
     no_ui: bool,
+    /// Serve HTTPS with this certificate chain (PEM), for a port exposed
+    /// without a proxy; needs --tls-key.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
 }
 
 /// `512M`, `8G`, `1.5GiB` or plain bytes.
@@ -180,6 +187,12 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
     config.idle_counts_probes = args.idle_count_probes;
     config.allow_file_images = args.allow_file_images;
     config.ui = !args.no_ui;
+    if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+        config.tls = Some(server::tls::TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+        });
+    }
     let pinned = args.models.is_none();
     let mut rescan: Option<server::models::RescanFn> = None;
     let models = match &args.models {

@@ -21,6 +21,7 @@ mod reply;
 mod responses;
 mod routes;
 pub mod scheduler;
+pub mod tls;
 pub mod truncate;
 mod ui;
 mod utility;
@@ -96,6 +97,8 @@ pub struct ServerConfig {
     pub residency: models::Residency,
     /// Whether `/` serves the chat page (`--no-ui` turns it off).
     pub ui: bool,
+    /// Serve HTTPS with this certificate and key instead of plain HTTP.
+    pub tls: Option<tls::TlsFiles>,
 }
 
 impl ServerConfig {
@@ -122,6 +125,7 @@ impl ServerConfig {
             idle_counts_probes: false,
             residency: models::Residency::default(),
             ui: true,
+            tls: None,
         }
     }
 }
@@ -138,6 +142,9 @@ pub enum ServeError {
     /// Binding or serving failed.
     #[error(transparent)]
     Io(#[from] std::io::Error),
+    /// The certificate or key given for HTTPS cannot be used.
+    #[error(transparent)]
+    Tls(#[from] tls::TlsError),
     /// The model could not be loaded.
     #[error("cannot load {model}")]
     Load {
@@ -170,7 +177,8 @@ fn new_id(prefix: &str) -> String {
 }
 
 /// Run the server until SIGTERM or SIGINT; blocks the calling thread.
-/// The bound address is printed to stderr as `listening on http://ADDR`.
+/// The bound address is printed to stderr as `listening on http://ADDR`
+/// (`https://` with TLS).
 pub fn run(config: ServerConfig, lineup: models::Lineup) -> Result<(), ServeError> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -207,9 +215,12 @@ async fn serve(config: ServerConfig, lineup: models::Lineup) -> Result<(), Serve
         created: api::now_secs(),
     };
 
+    // A certificate that cannot be used stops the server before it binds.
+    let acceptor = config.tls.as_ref().map(tls::acceptor).transpose()?;
     let listener = tokio::net::TcpListener::bind((config.host.as_str(), config.port)).await?;
     let addr: SocketAddr = listener.local_addr()?;
-    eprintln!("hearth serve: listening on http://{addr}");
+    let scheme = if acceptor.is_some() { "https" } else { "http" };
+    eprintln!("hearth serve: listening on {scheme}://{addr}");
 
     // A pinned model loads on its own thread (/health says 503 until it is
     // done); models served on demand load on their first request, and an
@@ -241,7 +252,13 @@ async fn serve(config: ServerConfig, lineup: models::Lineup) -> Result<(), Serve
     let app = routes::router(state.clone());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut load_failed: Option<ServeError> = None;
-    let server = tokio::spawn(accept_loop(listener, app, stop_rx, config.header_timeout));
+    let server = tokio::spawn(accept_loop(
+        listener,
+        app,
+        stop_rx,
+        config.header_timeout,
+        acceptor,
+    ));
 
     let draining = || {
         eprintln!(
@@ -299,21 +316,24 @@ async fn serve(config: ServerConfig, lineup: models::Lineup) -> Result<(), Serve
     }
 }
 
-/// Accept connections until `stop`, serving each with hyper's HTTP/1 and a
-/// header-read timeout; then ask every connection to close once its
-/// in-flight request is answered and wait for them all.
+/// Accept connections until `stop`, serving each (over TLS when `tls` is
+/// set) with hyper's HTTP/1 and a header-read timeout; then ask every
+/// connection to close once its in-flight request is answered and wait for
+/// them all.
 async fn accept_loop(
     listener: tokio::net::TcpListener,
     app: Router,
-    mut stop: tokio::sync::watch::Receiver<bool>,
+    stop: tokio::sync::watch::Receiver<bool>,
     header_timeout: Duration,
+    tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
     // Each connection task holds a receiver; `closed()` tells when all ended.
     let (alive_tx, alive_rx) = tokio::sync::watch::channel(());
+    let mut stopping = stop.clone();
     loop {
         let accepted = tokio::select! {
             r = listener.accept() => r,
-            _ = async { stop.wait_for(|s| *s).await.is_ok() } => break,
+            _ = async { stopping.wait_for(|s| *s).await.is_ok() } => break,
         };
         let stream = match accepted {
             Ok((stream, _)) => stream,
@@ -324,20 +344,14 @@ async fn accept_loop(
             }
         };
         let _ = stream.set_nodelay(true);
-        let service = hyper_util::service::TowerToHyperService::new(app.clone());
-        let mut stop = stop.clone();
-        let alive = alive_rx.clone();
+        let (app, stop, alive, tls) = (app.clone(), stop.clone(), alive_rx.clone(), tls.clone());
         tokio::spawn(async move {
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(hyper_util::rt::TokioTimer::new())
-                .header_read_timeout(header_timeout)
-                .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-            let mut conn = std::pin::pin!(conn);
-            tokio::select! {
-                _ = conn.as_mut() => {}
-                _ = async { stop.wait_for(|s| *s).await.is_ok() } => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = conn.await;
+            match tls {
+                None => serve_connection(stream, app, stop, header_timeout).await,
+                Some(acceptor) => {
+                    if let Some(secure) = tls::accept(&acceptor, stream, header_timeout).await {
+                        serve_connection(secure, app, stop, header_timeout).await;
+                    }
                 }
             }
             drop(alive);
@@ -346,6 +360,31 @@ async fn accept_loop(
     drop(listener);
     drop(alive_rx);
     alive_tx.closed().await;
+}
+
+/// Serve one connection until it ends, or until `stop`, when it closes
+/// once its in-flight request is answered.
+async fn serve_connection<I>(
+    io: I,
+    app: Router,
+    mut stop: tokio::sync::watch::Receiver<bool>,
+    header_timeout: Duration,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper_util::service::TowerToHyperService::new(app);
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .header_read_timeout(header_timeout)
+        .serve_connection(hyper_util::rt::TokioIo::new(io), service);
+    let mut conn = std::pin::pin!(conn);
+    tokio::select! {
+        _ = conn.as_mut() => {}
+        _ = async { stop.wait_for(|s| *s).await.is_ok() } => {
+            conn.as_mut().graceful_shutdown();
+            let _ = conn.await;
+        }
+    }
 }
 
 /// Resolve after `limit` of idleness; never when `limit` is `None`.

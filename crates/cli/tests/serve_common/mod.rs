@@ -63,7 +63,7 @@ impl Server {
 
     /// Start `hearth ARGS` (a whole command line that serves, e.g. a
     /// container's entry point) with extra environment variables, and wait
-    /// as `start` does.
+    /// as `start` does (over HTTPS, only until it listens).
     pub fn start_command(args: &[&str], envs: &[(&str, &str)]) -> Server {
         let mut child = Command::new(env!("CARGO_BIN_EXE_hearth"))
             .args(args)
@@ -86,7 +86,10 @@ impl Server {
                 for line in BufReader::new(pipe).lines() {
                     let Ok(line) = line else { break };
                     if let Some(addr) = line.split("listening on http://").nth(1) {
-                        let _ = tx.send(addr.trim().to_string());
+                        let _ = tx.send((addr.trim().to_string(), false));
+                    }
+                    if let Some(addr) = line.split("listening on https://").nth(1) {
+                        let _ = tx.send((addr.trim().to_string(), true));
                     }
                     let mut s = stderr.lock().unwrap();
                     s.push_str(&line);
@@ -94,7 +97,7 @@ impl Server {
                 }
             });
         }
-        let addr = match rx.recv_timeout(Duration::from_secs(60)) {
+        let (addr, tls) = match rx.recv_timeout(Duration::from_secs(60)) {
             Ok(a) => a,
             Err(_) => {
                 let _ = child.kill();
@@ -109,7 +112,11 @@ impl Server {
             addr,
             stderr,
         };
-        server.wait_healthy(Duration::from_secs(120));
+        // Over TLS the plain-HTTP probe cannot see /health: the caller's
+        // HTTPS client waits instead.
+        if !tls {
+            server.wait_healthy(Duration::from_secs(120));
+        }
         server
     }
 
