@@ -17,6 +17,9 @@ use quant::vector::Rows;
 use quant::FirstError;
 use std::sync::Mutex;
 
+mod gather;
+use gather::{gather_keys, KEY_STRIP};
+
 /// Batches of one sequence with at least this many rows take the blocked
 /// schedule (prefill); shorter ones, decode steps among them, go row by row.
 pub(crate) const BLOCKED_ATTENTION_MIN_ROWS: usize = 16;
@@ -395,60 +398,4 @@ fn free_buffer(buffers: &[Mutex<Vec<f32>>]) -> std::sync::MutexGuard<'_, Vec<f32
         }
         std::hint::spin_loop();
     }
-}
-
-/// Keys per strip of the gathered, transposed keys: the matrix kernel's
-/// widest tile (two 16-lane vectors).
-const KEY_STRIP: usize = 32;
-
-/// Copies keys `klo..klo + nk` of every KV head into `kt_all` transposed in
-/// strips of [`KEY_STRIP`] keys (`[kvh][strip][dim][key in strip]`, zeros
-/// past the last key, so `Q·Kᵀ` over a strip is a plain product) and their
-/// values into `vc_all` in strips of [`KEY_STRIP`] columns
-/// (`[kvh][column strip][key][column in strip]`, zeros past the last
-/// column), so that each strip of `P·V` reads one contiguous run, in
-/// parallel.
-fn gather_keys(
-    pool: &quant::ThreadPool,
-    keys: &SeqKeys<'_>,
-    klo: usize,
-    nk: usize,
-    h: Heads,
-    kt_all: &mut [f32],
-    vc_all: &mut [f32],
-) {
-    let strips = nk.div_ceil(KEY_STRIP);
-    pool.for_each_chunk_mut(kt_all, KEY_STRIP * h.hd, |chunk, strip| {
-        let (kvh, s) = (chunk / strips, chunk % strips);
-        let j0 = s * KEY_STRIP;
-        let n = (nk - j0).min(KEY_STRIP);
-        // Each key widened a piece at a time into a buffer on the stack.
-        let mut piece = [0.0f32; 64];
-        for j in 0..n {
-            for d0 in (0..h.hd).step_by(piece.len()) {
-                let k = &mut piece[..(h.hd - d0).min(64)];
-                keys.copy(&keys.keys, klo + j0 + j, kvh, d0, k);
-                for (i, &x) in k.iter().enumerate() {
-                    strip[(d0 + i) * KEY_STRIP + j] = x;
-                }
-            }
-        }
-        for row in strip.chunks_exact_mut(KEY_STRIP) {
-            row[n..].fill(0.0);
-        }
-    });
-    // 64 keys' strips of values per task: enough to be worth a task.
-    let per_task = 64;
-    let vstrips = h.vdim.div_ceil(KEY_STRIP);
-    pool.for_each_chunk_mut(vc_all, per_task * KEY_STRIP, |chunk, dst| {
-        for (i, row) in dst.chunks_exact_mut(KEY_STRIP).enumerate() {
-            // Row `idx` is key `j`'s columns of strip `ds` of KV head `kvh`.
-            let idx = chunk * per_task + i;
-            let (kvh, ds, j) = (idx / (vstrips * nk), (idx / nk) % vstrips, idx % nk);
-            let d0 = ds * KEY_STRIP;
-            let w = (h.vdim - d0).min(KEY_STRIP);
-            keys.copy(&keys.values, klo + j, kvh, d0, &mut row[..w]);
-            row[w..].fill(0.0);
-        }
-    });
 }

@@ -1,0 +1,258 @@
+//! The queries, keys and values of a layer: one product for all three,
+//! then each head's QK-norm, RoPE and scale, and the keys and values
+//! rounded and stored in the cache where the layer keeps its own.
+
+use super::*;
+
+/// The query or key heads of a batch, for [`Model::rotate_heads`].
+#[derive(Clone, Copy)]
+struct Heads<'w> {
+    /// Heads per row.
+    per_row: usize,
+    /// Width of a head.
+    dim: usize,
+    /// The layer's QK-norm weights, if it has them.
+    norm: Option<&'w [f32]>,
+    /// Multiplier after RoPE (queries' attention scale; 1 for keys).
+    scale: f32,
+}
+
+/// One head of a batch row: the QK-norm where the layer has one, RoPE
+/// through the row's angles, then the scale.
+fn finish_head(
+    rope: &ops::Rope,
+    eps: f32,
+    heads: Heads<'_>,
+    head: &mut [f32],
+    cos: &[f32],
+    sin: &[f32],
+) {
+    if let Some(w) = heads.norm {
+        ops::rms_norm(head, w, eps);
+    }
+    rope.apply_angles(head, cos, sin);
+    if heads.scale != 1.0 {
+        head.iter_mut().for_each(|v| *v *= heads.scale);
+    }
+}
+
+/// One row of a batch's keys and values for [`Model::finish_kv_rows`], with
+/// its cache slots when it stores them.
+struct KvRow<'a> {
+    k: &'a mut [f32],
+    v: &'a mut [f32],
+    slot: Option<KvSlot<'a>>,
+}
+
+impl Model {
+    /// Layer `li`'s projections of `s.h`: the queries into `s.q` and, on a
+    /// layer with its own keys and values, those into `s.k` and `s.v` (the
+    /// value projection only where the layer has one), as one product.
+    pub(super) fn qkv_products(&self, li: usize, s: &mut Scratch) -> Result<(), ModelError> {
+        let (cfg, lw, kind) = (
+            &self.config,
+            &self.weights.layers[li],
+            &self.config.layers[li],
+        );
+        let (b, h, hd) = (s.batch, cfg.hidden, kind.head_dim);
+        let qd = cfg.n_heads * hd;
+        let (kd, vd) = (kind.n_kv_heads * hd, kind.n_kv_heads * kind.value_dim);
+        let input = &s.h[..b * h];
+        if kind.kv_source.is_some() {
+            return self.linear(&lw.q, input, b, &mut s.q[..b * qd], &mut s.products);
+        }
+        let k_w =
+            lw.k.as_ref()
+                .ok_or_else(|| ModelError::MissingTensor(format!("blk.{li}.attn_k.weight")))?;
+        let (q, k, v) = (&mut s.q[..b * qd], &mut s.k[..b * kd], &mut s.v[..b * vd]);
+        match &lw.v {
+            Some(v_w) => {
+                self.linear_many([&lw.q, k_w, v_w], input, b, &mut [q, k, v], &mut s.products)
+            }
+            None => self.linear_many([&lw.q, k_w], input, b, &mut [q, k], &mut s.products),
+        }
+    }
+
+    /// The projected queries of layer `li`, QK-normed where the layer has
+    /// the norm, rotated, and scaled.
+    pub(super) fn finish_queries(&self, li: usize, s: &mut Scratch) {
+        let (cfg, lw) = (&self.config, &self.weights.layers[li]);
+        let hd = cfg.layers[li].head_dim;
+        let (b, qd) = (s.batch, cfg.n_heads * hd);
+        let heads = Heads {
+            per_row: cfg.n_heads,
+            dim: hd,
+            norm: lw.q_norm.as_deref(),
+            scale: cfg.attn_scale,
+        };
+        self.rope_angles(li, s);
+        self.rotate_heads(li, &mut s.q[..b * qd], heads, &s.rope_angles);
+    }
+
+    /// The projected keys and values of layer `li`: values taken from the
+    /// keys where the layer has no value projection, keys normed and
+    /// rotated, values normed where the model does, and both kept aside
+    /// when later layers share them. Returns whether they are in the
+    /// sequences' caches already: a batch long enough for the pool stores
+    /// them as it finishes them, where that is safe (see
+    /// [`slots_before_attention`]), so no thread copies them alone after
+    /// attention.
+    pub(super) fn finish_keys_values(
+        &self,
+        li: usize,
+        seqs: &mut [SeqInput<'_>],
+        s: &mut Scratch,
+    ) -> bool {
+        let (cfg, lw, kind) = (
+            &self.config,
+            &self.weights.layers[li],
+            &self.config.layers[li],
+        );
+        let (b, hd) = (s.batch, kind.head_dim);
+        let (kd, vd) = (kind.n_kv_heads * hd, kind.n_kv_heads * kind.value_dim);
+        let heads = Heads {
+            per_row: kind.n_kv_heads,
+            dim: hd,
+            norm: lw.k_norm.as_deref(),
+            scale: 1.0,
+        };
+        self.rope_angles(li, s);
+        let shared = cfg.is_kv_source(li);
+        let stored = if b * kind.n_kv_heads >= ops::PAR_MIN_ROWS {
+            self.finish_kv_rows(li, seqs, s, heads, !shared && cfg.causal)
+        } else {
+            if lw.v.is_none() {
+                // k = v: values are the keys' projection before the key norm and RoPE.
+                s.v[..b * vd].copy_from_slice(&s.k[..b * kd]);
+            }
+            self.rotate_heads(li, &mut s.k[..b * kd], heads, &s.rope_angles);
+            if cfg.v_norm {
+                par_rows(&self.pool, &mut s.v[..b * vd], kind.value_dim, |_, head| {
+                    ops::rms_norm_plain(head, cfg.norm_eps)
+                });
+            }
+            self.kv_type.round(&mut s.k[..b * kd]);
+            self.kv_type.round(&mut s.v[..b * vd]);
+            false
+        };
+        if shared {
+            s.shared_k[li].clear();
+            s.shared_k[li].extend_from_slice(&s.k[..b * kd]);
+            s.shared_v[li].clear();
+            s.shared_v[li].extend_from_slice(&s.v[..b * vd]);
+        }
+        stored
+    }
+
+    /// [`Self::finish_keys_values`] of a long batch as one parallel operation
+    /// over its rows: each row's values (copied from its keys where the
+    /// layer has no value projection, normed where the model norms them) and
+    /// keys (normed, rotated), both rounded to what the cache keeps (f16,
+    /// Q8_0), then, where `store` asks and it is safe, both into the row's
+    /// cache slots while they are in the thread's cache.
+    /// Returns whether they were stored.
+    fn finish_kv_rows(
+        &self,
+        li: usize,
+        seqs: &mut [SeqInput<'_>],
+        s: &mut Scratch,
+        heads: Heads<'_>,
+        store: bool,
+    ) -> bool {
+        let (cfg, kind) = (&self.config, &self.config.layers[li]);
+        let (b, kd, vd) = (
+            s.batch,
+            kind.n_kv_heads * kind.head_dim,
+            kind.n_kv_heads * kind.value_dim,
+        );
+        let copy_values = self.weights.layers[li].v.is_none();
+        let kv_type = self.kv_type;
+        let (rope, eps) = (&self.ropes[li], cfg.norm_eps);
+        let pairs = rope.pairs();
+        let slots = if store {
+            slots_before_attention(kind, li, seqs, &s.seq_start)
+        } else {
+            None
+        };
+        let stored = slots.is_some();
+        let mut slots = slots.map(Vec::into_iter);
+        let angles = &s.rope_angles;
+        let mut rows: Vec<KvRow<'_>> = s.k[..b * kd]
+            .chunks_exact_mut(kd)
+            .zip(s.v[..b * vd].chunks_exact_mut(vd))
+            .map(|(k, v)| KvRow {
+                k,
+                v,
+                slot: slots.as_mut().and_then(Iterator::next).flatten(),
+            })
+            .collect();
+        let per = b.div_ceil(self.pool.threads());
+        self.pool.for_each_chunk_mut(&mut rows, per, |chunk, rows| {
+            for (j, row) in rows.iter_mut().enumerate() {
+                if copy_values {
+                    // k = v: values are the keys' projection before the key norm and RoPE.
+                    row.v.copy_from_slice(row.k);
+                }
+                let (cos, sin) =
+                    angles[(chunk * per + j) * 2 * pairs..][..2 * pairs].split_at(pairs);
+                for head in row.k.chunks_exact_mut(heads.dim) {
+                    finish_head(rope, eps, heads, head, cos, sin);
+                }
+                if cfg.v_norm {
+                    for head in row.v.chunks_exact_mut(kind.value_dim) {
+                        ops::rms_norm_plain(head, eps);
+                    }
+                }
+                match &mut row.slot {
+                    Some((k, v)) => {
+                        k.store_rounded(row.k);
+                        v.store_rounded(row.v);
+                    }
+                    None => {
+                        kv_type.round(row.k);
+                        kv_type.round(row.v);
+                    }
+                }
+            }
+        });
+        stored
+    }
+
+    /// Fills `s.rope_angles` with layer `li`'s RoPE angles at every row's
+    /// position, unless they are there already: the queries and keys of a
+    /// layer, and every layer with the same RoPE, share one table a batch.
+    pub(super) fn rope_angles(&self, li: usize, s: &mut Scratch) {
+        let rope = &self.ropes[li];
+        if s.rope_layer.is_some_and(|l| self.ropes[l] == *rope) {
+            return;
+        }
+        // The table before holds it: swap back (a decode step of Gemma 3
+        // switched between its local and global tables 9 times, each 128
+        // sines and cosines on one thread).
+        std::mem::swap(&mut s.rope_angles, &mut s.rope_spare);
+        std::mem::swap(&mut s.rope_layer, &mut s.rope_spare_layer);
+        if s.rope_layer.is_some_and(|l| self.ropes[l] == *rope) {
+            return;
+        }
+        let pairs = rope.pairs();
+        s.rope_angles.resize(s.batch * 2 * pairs, 0.0);
+        for (row, &pos) in s.rope_angles.chunks_exact_mut(2 * pairs).zip(&s.row_pos) {
+            let (cos, sin) = row.split_at_mut(pairs);
+            rope.angles(pos, cos, sin);
+        }
+        s.rope_layer = Some(li);
+    }
+
+    /// Per head of `data` (rows of `heads.per_row` heads): the QK-norm where
+    /// the layer has one, RoPE through the row's `angles` (see
+    /// [`Self::rope_angles`]), then the scale.
+    fn rotate_heads(&self, li: usize, data: &mut [f32], heads: Heads<'_>, angles: &[f32]) {
+        let (rope, eps) = (&self.ropes[li], self.config.norm_eps);
+        let pairs = rope.pairs();
+        par_rows(&self.pool, data, heads.dim, |i, head| {
+            let row = &angles[(i / heads.per_row) * 2 * pairs..][..2 * pairs];
+            let (cos, sin) = row.split_at(pairs);
+            finish_head(rope, eps, heads, head, cos, sin);
+        });
+    }
+}
