@@ -166,25 +166,25 @@ impl Metrics {
         put(
             "hearth_queue_depth",
             "gauge",
-            "Requests waiting for a slot.",
+            "Requests waiting for a slot (every loaded model's queue).",
             get(&self.queue_depth),
         );
         put(
             "hearth_queue_capacity",
             "gauge",
-            "Most requests that may wait.",
+            "Most requests that may wait, per loaded model.",
             get(&self.queue_capacity),
         );
         put(
             "hearth_slots_busy",
             "gauge",
-            "Slots generating now.",
+            "Slots generating now (every loaded model's).",
             get(&self.slots_busy),
         );
         put(
             "hearth_slots_total",
             "gauge",
-            "Slots (parallel sequences).",
+            "Slots (parallel sequences) per loaded model.",
             get(&self.slots_total),
         );
         put(
@@ -300,4 +300,43 @@ fn label(v: &str) -> String {
     v.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")
+}
+
+/// One scheduler's share of a gauge that every loaded model's scheduler
+/// adds to (busy slots, queued jobs): it remembers what it last reported
+/// and moves the gauge by the difference, so the gauge is their sum.
+#[derive(Debug, Default)]
+pub(crate) struct GaugeShare {
+    reported: u64,
+}
+
+impl GaugeShare {
+    /// Report `value` as this scheduler's share of `gauge`.
+    pub(crate) fn set(&mut self, gauge: &AtomicU64, value: u64) {
+        let old = std::mem::replace(&mut self.reported, value);
+        if value >= old {
+            gauge.fetch_add(value - old, Ordering::Relaxed);
+        } else {
+            gauge.fetch_sub(old - value, Ordering::Relaxed);
+        }
+    }
+}
+
+#[cfg(test)]
+mod gauge_tests {
+    use super::*;
+
+    #[test]
+    fn shares_add_up_and_leave_nothing_behind() {
+        let gauge = AtomicU64::new(0);
+        let (mut a, mut b) = (GaugeShare::default(), GaugeShare::default());
+        a.set(&gauge, 3);
+        b.set(&gauge, 2);
+        assert_eq!(gauge.load(Ordering::Relaxed), 5);
+        a.set(&gauge, 1);
+        assert_eq!(gauge.load(Ordering::Relaxed), 3);
+        a.set(&gauge, 0);
+        b.set(&gauge, 0);
+        assert_eq!(gauge.load(Ordering::Relaxed), 0);
+    }
 }

@@ -10,7 +10,7 @@
 
 mod step;
 
-use crate::metrics::Metrics;
+use crate::metrics::{GaugeShare, Metrics};
 use engine::{Constraint, Engine, FinishReason, GenerateOptions, SamplingParams, Thinking};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -115,6 +115,16 @@ struct Queue {
     jobs: VecDeque<Job>,
     shutdown: bool,
     cancel_all: bool,
+    /// This scheduler's part of `hearth_queue_depth`.
+    depth: GaugeShare,
+}
+
+impl Queue {
+    /// Report the jobs waiting now to the queue-depth gauge.
+    fn report_depth(&mut self, metrics: &Metrics) {
+        let n = self.jobs.len() as u64;
+        self.depth.set(&metrics.queue_depth, n);
+    }
 }
 
 struct Shared {
@@ -160,6 +170,7 @@ impl Scheduler {
                 jobs: VecDeque::new(),
                 shutdown: false,
                 cancel_all: false,
+                depth: GaugeShare::default(),
             }),
             wake: Condvar::new(),
             capacity,
@@ -201,10 +212,7 @@ impl Scheduler {
             return Err(Rejected::QueueFull);
         }
         q.jobs.push_back(job);
-        self.shared
-            .metrics
-            .queue_depth
-            .store(q.jobs.len() as u64, Ordering::Relaxed);
+        q.report_depth(&self.shared.metrics);
         drop(q);
         self.shared.wake.notify_one();
         Ok(())

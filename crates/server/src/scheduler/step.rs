@@ -3,7 +3,7 @@
 //! step in one batched forward.
 
 use super::{Event, Job, Shared, Usage};
-use crate::metrics::Metrics;
+use crate::metrics::{GaugeShare, Metrics};
 use engine::{BatchDecoder, BatchItem, Decoding, EngineError, FinishReason, Sampler, Session};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
@@ -49,6 +49,8 @@ fn pick_slot(slots: &[Slot], free: &[bool], prompt: &[u32]) -> Option<usize> {
 pub(super) fn run(shared: &Shared, mut slots: Vec<Slot>, mut decoder: BatchDecoder) {
     let metrics = &shared.metrics;
     let mut tick = 0u64;
+    // This scheduler's part of `hearth_slots_busy` (one per loaded model).
+    let mut busy_share = GaugeShare::default();
     loop {
         // Admit queued jobs into free slots, first come first served.
         let mut admitted = Vec::new();
@@ -76,8 +78,9 @@ pub(super) fn run(shared: &Shared, mut slots: Vec<Slot>, mut decoder: BatchDecod
                 if busy || !q.jobs.is_empty() {
                     break;
                 }
-                metrics.slots_busy.store(0, Ordering::Relaxed);
+                busy_share.set(&metrics.slots_busy, 0);
                 if q.shutdown {
+                    q.report_depth(metrics);
                     return;
                 }
                 q = shared
@@ -100,9 +103,7 @@ pub(super) fn run(shared: &Shared, mut slots: Vec<Slot>, mut decoder: BatchDecod
                 free[i] = false;
                 admitted.push((i, job));
             }
-            metrics
-                .queue_depth
-                .store(q.jobs.len() as u64, Ordering::Relaxed);
+            q.report_depth(metrics);
         }
 
         // Admit: rewind each slot's cache to the prefix it shares with the
@@ -113,7 +114,7 @@ pub(super) fn run(shared: &Shared, mut slots: Vec<Slot>, mut decoder: BatchDecod
         }
 
         let busy = slots.iter().filter(|s| s.active.is_some()).count();
-        metrics.slots_busy.store(busy as u64, Ordering::Relaxed);
+        busy_share.set(&metrics.slots_busy, busy as u64);
 
         // Requests whose client left or whose time ran out end here.
         let now = Instant::now();
