@@ -26,7 +26,7 @@ use fantoccini::actions::{InputSource, KeyAction, KeyActions};
 use fantoccini::key::Key;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{json, Value};
-use serve_common::Server;
+use serve_common::{serve_models, tiny_fixture};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -48,12 +48,6 @@ impl Drop for Driver {
     }
 }
 
-fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/tiny")
-        .join(rel)
-}
-
 /// The real 270M (by its cache name, so it is listed as `gemma3-270m`), the
 /// tiny Gemma 3 as a second chat model, and the tiny vision and audio
 /// models, each with its projector in a folder of its own.
@@ -65,21 +59,21 @@ fn models_dir() -> tempfile::TempDir {
         std::os::unix::fs::symlink(from, to).unwrap();
     };
     link(&serve_common::real_model(), "gemma-3-270m-q4_k_m.gguf");
-    link(&fixture("gemma3/model-q8_0.gguf"), "tiny-gemma3.gguf");
+    link(&tiny_fixture("gemma3/model-q8_0.gguf"), "tiny-gemma3.gguf");
     link(
-        &fixture("gemma3_vision/model-f32.gguf"),
+        &tiny_fixture("gemma3_vision/model-f32.gguf"),
         "vision/model-f32.gguf",
     );
     link(
-        &fixture("gemma3_vision/mmproj-f32.gguf"),
+        &tiny_fixture("gemma3_vision/mmproj-f32.gguf"),
         "vision/mmproj-f32.gguf",
     );
     link(
-        &fixture("gemma4_audio/model-f32.gguf"),
+        &tiny_fixture("gemma4_audio/model-f32.gguf"),
         "audio/model-f32.gguf",
     );
     link(
-        &fixture("gemma4_audio/mmproj-f32.gguf"),
+        &tiny_fixture("gemma4_audio/mmproj-f32.gguf"),
         "audio/mmproj-f32.gguf",
     );
     dir
@@ -275,22 +269,7 @@ async fn chat_page_end_to_end() {
         return;
     };
     let dir = models_dir();
-    let server = Server::start_command(
-        &[
-            "serve",
-            "--models",
-            dir.path().to_str().unwrap(),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "-t",
-            "1",
-            "--max-loaded",
-            "2",
-        ],
-        &[],
-    );
+    let server = serve_models(dir.path(), &["--max-loaded", "2"]);
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .and_then(|l| l.local_addr())
         .map(|a| a.port())
@@ -429,7 +408,7 @@ async fn chat_page_end_to_end() {
     );
 
     // The vision model takes an image, the audio model a voice note.
-    let png = fixture("gemma3_vision/img_a.png");
+    let png = tiny_fixture("gemma3_vision/img_a.png");
     ask_with_attachment(&c, "vision/model-f32", &png, "What is in this picture?").await;
     let images = js(
         &c,
@@ -540,22 +519,7 @@ async fn chat_page_end_to_end() {
         "return [...document.querySelectorAll('#convs .title')].map(b=>b.textContent).join('|').startsWith('Hostile replies|Transcribe this.|Tell me a long story')").await;
 
     // With --api-key, the page asks for the key once and keeps it.
-    let keyed = Server::start_command(
-        &[
-            "serve",
-            "--models",
-            dir.path().to_str().unwrap(),
-            "--host",
-            "127.0.0.1",
-            "--port",
-            "0",
-            "-t",
-            "1",
-            "--api-key",
-            "sekret",
-        ],
-        &[],
-    );
+    let keyed = serve_models(dir.path(), &["--api-key", "sekret"]);
     c.goto(&format!("http://{}/", keyed.addr)).await.unwrap();
     until(
         &c,

@@ -7,15 +7,8 @@
 
 mod serve_common;
 
-use serve_common::Server;
-use std::path::{Path, PathBuf};
+use serve_common::{serve_models, tiny_fixture, Server};
 use std::time::{Duration, Instant};
-
-fn fixture(rel: &str) -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../../tests/fixtures/tiny")
-        .join(rel)
-}
 
 /// A folder laid out as users keep models: two GGUF files at the top, and
 /// a vision model with its projector in a folder of its own.
@@ -24,29 +17,13 @@ fn models_dir() -> tempfile::TempDir {
     let copy = |from: &str, to: &str| {
         let to = dir.path().join(to);
         std::fs::create_dir_all(to.parent().unwrap()).unwrap();
-        std::fs::copy(fixture(from), to).unwrap();
+        std::fs::copy(tiny_fixture(from), to).unwrap();
     };
     copy("gemma3/model-q8_0.gguf", "tiny-gemma3.gguf");
     copy("gemma2/model-q8_0.gguf", "tiny-gemma2.gguf");
     copy("gemma3_vision/model-f32.gguf", "vision/model-f32.gguf");
     copy("gemma3_vision/mmproj-f32.gguf", "vision/mmproj-f32.gguf");
     dir
-}
-
-fn serve(dir: &Path, extra: &[&str]) -> Server {
-    let mut args = vec![
-        "serve",
-        "--models",
-        dir.to_str().unwrap(),
-        "--host",
-        "127.0.0.1",
-        "--port",
-        "0",
-        "-t",
-        "1",
-    ];
-    args.extend(extra);
-    Server::start_command(&args, &[])
 }
 
 fn chat(server: &Server, model: &str) -> serve_common::Resp {
@@ -83,7 +60,7 @@ const IDS: [&str; 3] = ["tiny-gemma2", "tiny-gemma3", "vision/model-f32"];
 #[test]
 fn models_load_on_demand_within_max_loaded() {
     let dir = models_dir();
-    let server = serve(dir.path(), &["--max-loaded", "2"]);
+    let server = serve_models(dir.path(), &["--max-loaded", "2"]);
     let listed = server.request("GET", "/v1/models", &[], b"").json();
     let ids: Vec<&str> = listed["data"]
         .as_array()
@@ -148,7 +125,7 @@ fn models_load_on_demand_within_max_loaded() {
 #[test]
 fn concurrent_first_requests_share_one_load() {
     let dir = models_dir();
-    let server = serve(dir.path(), &["--queue", "16"]);
+    let server = serve_models(dir.path(), &["--queue", "16"]);
     let answered: Vec<u16> = std::thread::scope(|s| {
         let handles: Vec<_> = (0..8)
             .map(|_| s.spawn(|| chat(&server, "tiny-gemma3").status))
@@ -162,7 +139,7 @@ fn concurrent_first_requests_share_one_load() {
 #[test]
 fn an_idle_model_is_unloaded_after_its_keep_alive() {
     let dir = models_dir();
-    let server = serve(dir.path(), &["--keep-alive", "1s"]);
+    let server = serve_models(dir.path(), &["--keep-alive", "1s"]);
     assert_eq!(chat(&server, "tiny-gemma2").status, 200);
     let answered = Instant::now();
     assert_eq!(in_memory(&server), ["tiny-gemma2"]);
@@ -209,7 +186,7 @@ fn an_idle_model_is_unloaded_after_its_keep_alive() {
 #[test]
 fn a_deleted_model_is_a_clear_error_and_the_others_serve_on() {
     let dir = models_dir();
-    let mut server = serve(dir.path(), &[]);
+    let mut server = serve_models(dir.path(), &[]);
     std::fs::remove_file(dir.path().join("tiny-gemma2.gguf")).unwrap();
     let r = chat(&server, "tiny-gemma2");
     let message = r.assert_error(500);
@@ -226,7 +203,7 @@ fn a_deleted_model_is_a_clear_error_and_the_others_serve_on() {
 #[test]
 fn the_chat_page_is_served_unless_turned_off() {
     let dir = models_dir();
-    let server = serve(dir.path(), &[]);
+    let server = serve_models(dir.path(), &[]);
     let page = server.request("GET", "/", &[], b"");
     assert_eq!(page.status, 200);
     assert!(page
@@ -239,18 +216,18 @@ fn the_chat_page_is_served_unless_turned_off() {
     // The page fetches nothing from anywhere else.
     assert!(!page.text().contains("http://") && !page.text().contains("https://"));
     drop(server);
-    let server = serve(dir.path(), &["--no-ui"]);
+    let server = serve_models(dir.path(), &["--no-ui"]);
     assert_eq!(server.request("GET", "/", &[], b"").status, 404);
 }
 
 #[test]
 fn a_model_added_while_serving_is_listed_and_served() {
     let dir = models_dir();
-    let server = serve(dir.path(), &[]);
+    let server = serve_models(dir.path(), &[]);
     // Asked for before it exists: 404.
     chat(&server, "pulled-later").assert_error(404);
     std::fs::copy(
-        fixture("gemma3/model-f32.gguf"),
+        tiny_fixture("gemma3/model-f32.gguf"),
         dir.path().join("pulled-later.gguf"),
     )
     .unwrap();
@@ -264,7 +241,7 @@ fn a_model_added_while_serving_is_listed_and_served() {
     assert!(names.contains(&"pulled-later:latest"), "{names:?}");
     // Asked for by name without a listing in between: found as well.
     std::fs::copy(
-        fixture("gemma2/model-q8_0.gguf"),
+        tiny_fixture("gemma2/model-q8_0.gguf"),
         dir.path().join("pulled-too.gguf"),
     )
     .unwrap();

@@ -15,6 +15,32 @@ pub const TINY: &str = concat!(
     "/../../tests/fixtures/tiny/gemma3/model-f32.gguf"
 );
 
+/// A file of the tiny fixtures: `tests/fixtures/tiny/REL`.
+pub fn tiny_fixture(rel: &str) -> std::path::PathBuf {
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/tiny")
+        .join(rel)
+}
+
+/// Start `hearth serve --models DIR` on a free loopback port with one
+/// thread and `extra` flags.
+pub fn serve_models(dir: &std::path::Path, extra: &[&str]) -> Server {
+    let dir = dir.to_str().expect("a UTF-8 path");
+    let mut args = vec![
+        "serve",
+        "--models",
+        dir,
+        "--host",
+        "127.0.0.1",
+        "--port",
+        "0",
+        "-t",
+        "1",
+    ];
+    args.extend(extra);
+    Server::start_command(&args, &[])
+}
+
 /// The real model: $HEARTH_MODEL, else the cache ($HEARTH_HOME or
 /// ~/.cache/hearth). Missing is a failure, never a silent pass.
 pub fn real_model() -> std::path::PathBuf {
