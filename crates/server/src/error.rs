@@ -219,3 +219,19 @@ impl IntoResponse for ApiError {
         self.respond(Dialect::OpenAi)
     }
 }
+
+impl From<crate::scheduler::Rejected> for ApiError {
+    /// A job the scheduler (or the embedding batcher) would not queue: 429
+    /// with a retry hint when the queue is full; 503 when its model is being
+    /// unloaded (it was the least recently used, or idle past its
+    /// keep-alive) or the server is stopping.
+    fn from(r: crate::scheduler::Rejected) -> Self {
+        match r {
+            crate::scheduler::Rejected::QueueFull => Self::queue_full(2),
+            crate::scheduler::Rejected::ShuttingDown => Self::unavailable(
+                "The model is being unloaded or the server is shutting down; try again.",
+                1,
+            ),
+        }
+    }
+}

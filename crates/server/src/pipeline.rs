@@ -7,7 +7,7 @@ use crate::api::{self, Input, Request};
 use crate::error::ApiError;
 use crate::models::Lease;
 use crate::reply::Reply;
-use crate::scheduler::{Fork, Job, Rejected};
+use crate::scheduler::{Fork, Job};
 use crate::truncate::{self, Overflow};
 use crate::{AppState, ServerConfig};
 use engine::{Engine, EngineError, SamplingParams};
@@ -146,13 +146,7 @@ pub(crate) async fn submit(
             forks,
             hold: Some(backend.clone()),
         };
-        match backend.scheduler.submit(job) {
-            Ok(()) => {}
-            Err(Rejected::QueueFull) => return Err(ApiError::queue_full(2)),
-            Err(Rejected::ShuttingDown) => {
-                return Err(ApiError::unavailable("The server is shutting down.", 5))
-            }
-        }
+        backend.scheduler.submit(job)?;
     }
     Ok(Submitted {
         model,

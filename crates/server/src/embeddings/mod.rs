@@ -7,7 +7,6 @@ pub(crate) mod batcher;
 
 use crate::error::{ApiError, Dialect};
 use crate::routes::read_body;
-use crate::scheduler::Rejected;
 use crate::{api, AppState};
 use axum::body::Body;
 use axum::extract::State;
@@ -105,10 +104,7 @@ async fn embed(st: &AppState, req: EmbedRequest) -> Result<Embedded, ApiError> {
     let (tx, rx) = tokio::sync::oneshot::channel();
     batcher
         .submit(EmbedJob { texts, reply: tx })
-        .map_err(|r| match r {
-            Rejected::QueueFull => ApiError::queue_full(1),
-            Rejected::ShuttingDown => ApiError::unavailable("The server is shutting down.", 5),
-        })?;
+        .map_err(ApiError::from)?;
     let vectors = tokio::time::timeout(st.config.request_timeout, rx)
         .await
         .map_err(|_| ApiError::timed_out("The embeddings took too long."))?
