@@ -7,6 +7,7 @@
 
 mod anthropic;
 pub mod api;
+mod body;
 mod completions;
 mod embeddings;
 pub mod error;

@@ -144,7 +144,7 @@ pub(crate) async fn submit(
             deadline,
             logprobs: req.logprobs,
             forks,
-            hold: Some(backend.clone()),
+            hold: Some(Arc::new(backend.clone())),
         };
         backend.scheduler.submit(job)?;
     }

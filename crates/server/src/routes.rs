@@ -6,12 +6,11 @@ use crate::idle::TrackedBody;
 use crate::{anthropic, completions, embeddings, ollama, responses, utility, AppState};
 use axum::body::Body;
 use axum::extract::{Path as UrlPath, Request as HttpRequest, State};
-use axum::http::{header, HeaderMap, HeaderValue};
+use axum::http::{header, HeaderValue};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
-use futures_util::StreamExt;
 use serde_json::{json, Value};
 
 /// Every route: the APIs behind the key (OpenAI, Anthropic, Ollama and
@@ -182,7 +181,7 @@ async fn health(State(st): State<AppState>) -> Response {
 
 async fn metrics_text(State(st): State<AppState>) -> Response {
     let mut text = st.metrics.render();
-    text.push_str(&crate::metrics::render_models(&st.models));
+    text.push_str(&crate::models::render_metrics(&st.models));
     (
         [(
             header::CONTENT_TYPE,
@@ -276,43 +275,5 @@ async fn get_model(State(st): State<AppState>, UrlPath(id): UrlPath<String>) -> 
     match st.models.find(Some(&id)).await {
         Ok(index) => Json(model_json(&st, &st.models.list()[index])).into_response(),
         Err(e) => e.into_response(),
-    }
-}
-
-/// Read the whole body within the size limit and the time limit.
-pub(crate) async fn read_body(
-    st: &AppState,
-    headers: &HeaderMap,
-    body: Body,
-) -> Result<Vec<u8>, ApiError> {
-    let limit = st.config.body_limit;
-    if let Some(len) = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-    {
-        if len > limit as u64 {
-            return Err(ApiError::too_large(limit));
-        }
-    }
-    let read = async {
-        let mut out = Vec::new();
-        let mut stream = body.into_data_stream();
-        while let Some(chunk) = stream.next().await {
-            let chunk =
-                chunk.map_err(|e| ApiError::bad_request(format!("Cannot read the body: {e}")))?;
-            if out.len() + chunk.len() > limit {
-                return Err(ApiError::too_large(limit));
-            }
-            out.extend_from_slice(&chunk);
-        }
-        Ok(out)
-    };
-    match tokio::time::timeout(st.config.body_timeout, read).await {
-        Ok(r) => r,
-        Err(_) => Err(ApiError::request_timeout(format!(
-            "The request body did not arrive within {} s.",
-            st.config.body_timeout.as_secs_f64()
-        ))),
     }
 }

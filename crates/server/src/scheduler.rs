@@ -47,9 +47,13 @@ pub struct Job {
     /// there with `FinishReason::Length`. `None`: no limit.
     pub deadline: Option<Instant>,
     /// Keeps the job's model loaded (and counted as in use) until the job
-    /// ends; `None` where nothing unloads models.
-    pub hold: Option<crate::models::Lease>,
+    /// and its forks end; `None` where nothing unloads models.
+    pub hold: Option<Hold>,
 }
+
+/// What a job holds to keep its model in memory (the server's lease on
+/// it), released when the job and every fork of it are done.
+pub type Hold = Arc<dyn std::any::Any + Send + Sync>;
 
 /// One more generation from a job's prompt, with its own sampling,
 /// grammar state and channel.

@@ -3,8 +3,8 @@
 //! `/apply-template` and `/props`, with the request and response shapes of
 //! llama.cpp's server.
 
+use crate::body::read_body;
 use crate::error::ApiError;
-use crate::routes::read_body;
 use crate::{api, AppState};
 use axum::body::Body;
 use axum::extract::State;

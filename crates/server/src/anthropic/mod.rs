@@ -7,9 +7,9 @@
 mod answer;
 
 use crate::api::{self, Request};
+use crate::body::read_body;
 use crate::error::{ApiError, Dialect};
 use crate::pipeline::{self, Submitted};
-use crate::routes::read_body;
 use crate::AppState;
 use axum::body::Body;
 use axum::extract::State;

@@ -7,10 +7,10 @@ mod shape;
 mod stream;
 
 use crate::api;
+use crate::body::read_body;
 use crate::error::ApiError;
 use crate::pipeline::{self, Submitted};
 use crate::reply::{self, Reply};
-use crate::routes::read_body;
 use crate::{new_id, AppState};
 use axum::body::Body;
 use axum::extract::State;

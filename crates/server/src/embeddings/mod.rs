@@ -5,8 +5,8 @@
 
 pub(crate) mod batcher;
 
+use crate::body::read_body;
 use crate::error::{ApiError, Dialect};
-use crate::routes::read_body;
 use crate::{api, AppState};
 use axum::body::Body;
 use axum::extract::State;

@@ -6,6 +6,7 @@
 //! pinned: loaded at start and kept for the server's life.
 
 mod backend;
+mod exposition;
 mod lineup;
 
 use crate::error::ApiError;
@@ -13,6 +14,7 @@ use crate::metrics::Metrics;
 pub(crate) use backend::Loaded;
 pub use backend::{Backend, Lease};
 use engine::{EngineError, SamplingParams};
+pub(crate) use exposition::render_metrics;
 pub use lineup::{Lineup, LoadFn, RescanFn, Residency, ServedModel};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -6,11 +6,11 @@
 use super::request::{self, chat_request, generate_request, ChatBody, Common, GenerateBody};
 use super::{created_at, model_name};
 use crate::api;
+use crate::body::read_body;
 use crate::error::{ApiError, Dialect};
 use crate::models::Lease;
 use crate::pipeline::{self, Submitted};
 use crate::reply::{Ended, Piece, Reply, TokenLp, TokenText};
-use crate::routes::read_body;
 use crate::scheduler::Usage;
 use crate::AppState;
 use axum::body::Body;

@@ -9,9 +9,9 @@ mod request;
 pub(crate) use chat::{chat, generate};
 pub(crate) use pull::pull;
 
+use crate::body::read_body;
 use crate::error::{ApiError, Dialect};
 use crate::models::{Listed, ServedModel};
-use crate::routes::read_body;
 use crate::{api, AppState};
 use axum::body::Body;
 use axum::extract::State;

@@ -4,8 +4,8 @@
 //! serving the model it loaded.
 
 use crate::api;
+use crate::body::read_body;
 use crate::error::{ApiError, Dialect};
-use crate::routes::read_body;
 use crate::AppState;
 use axum::body::Body;
 use axum::extract::State;

@@ -6,10 +6,10 @@
 mod stream;
 
 use crate::api;
+use crate::body::read_body;
 use crate::error::ApiError;
 use crate::pipeline::{self, Submitted};
 use crate::reply::{Ended, Whole};
-use crate::routes::read_body;
 use crate::scheduler::Usage;
 use crate::{new_id, AppState};
 use axum::body::Body;

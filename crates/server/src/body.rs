@@ -1,0 +1,46 @@
+//! A request body, read whole within the server's size and time limits:
+//! what every handler that takes a body starts with.
+
+use crate::error::ApiError;
+use crate::AppState;
+use axum::body::Body;
+use axum::http::{header, HeaderMap};
+use futures_util::StreamExt;
+
+/// Read the whole body within the size limit and the time limit.
+pub(crate) async fn read_body(
+    st: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Vec<u8>, ApiError> {
+    let limit = st.config.body_limit;
+    if let Some(len) = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok())
+    {
+        if len > limit as u64 {
+            return Err(ApiError::too_large(limit));
+        }
+    }
+    let read = async {
+        let mut out = Vec::new();
+        let mut stream = body.into_data_stream();
+        while let Some(chunk) = stream.next().await {
+            let chunk =
+                chunk.map_err(|e| ApiError::bad_request(format!("Cannot read the body: {e}")))?;
+            if out.len() + chunk.len() > limit {
+                return Err(ApiError::too_large(limit));
+            }
+            out.extend_from_slice(&chunk);
+        }
+        Ok(out)
+    };
+    match tokio::time::timeout(st.config.body_timeout, read).await {
+        Ok(r) => r,
+        Err(_) => Err(ApiError::request_timeout(format!(
+            "The request body did not arrive within {} s.",
+            st.config.body_timeout.as_secs_f64()
+        ))),
+    }
+}
