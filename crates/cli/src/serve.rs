@@ -299,20 +299,11 @@ fn lineup(specs: &[String]) -> Result<Vec<server::models::ServedModel>> {
     Ok(models)
 }
 
-/// `--keep-alive`: seconds or 30s / 5m / 1h; negative for ever (`None`).
+/// `--keep-alive`: seconds or a duration (30s, 5m, 1h30m); negative for
+/// ever (`None`), read as Ollama's per-request `keep_alive` is.
 fn keep_alive(s: &str) -> Result<Option<Duration>> {
-    let t = s.trim();
-    if t.starts_with('-') {
-        return Ok(None);
-    }
-    let (number, scale) = match t.char_indices().last() {
-        Some((i, 'h')) => (&t[..i], 3600.0),
-        Some((i, 'm')) => (&t[..i], 60.0),
-        Some((i, 's')) => (&t[..i], 1.0),
-        _ => (t, 1.0),
-    };
-    match number.parse::<f64>() {
-        Ok(n) if n.is_finite() && n >= 0.0 => Ok(Some(Duration::from_secs_f64(n * scale))),
-        _ => bail!("--keep-alive must be seconds or a time such as 30s, 5m or 1h, not `{s}`"),
+    match server::models::parse_keep_alive(s) {
+        Some(keep) => Ok(keep),
+        None => bail!("--keep-alive must be seconds or a time such as 30s, 5m or 1h, not `{s}`"),
     }
 }

@@ -83,3 +83,54 @@ impl Default for Residency {
         }
     }
 }
+
+/// A keep-alive as Ollama and `--keep-alive` write it: seconds or a Go
+/// duration (`"10m"`, `"1h30m"`, `"250ms"`); negative keeps the model for
+/// ever (`Some(None)`). `None` when the text is neither.
+pub fn parse_keep_alive(s: &str) -> Option<Option<Duration>> {
+    go_duration(s.trim()).and_then(keep_alive_of_secs)
+}
+
+/// A keep-alive of `secs` seconds: negative is for ever (`Some(None)`);
+/// not finite is no keep-alive at all (`None`).
+pub(crate) fn keep_alive_of_secs(secs: f64) -> Option<Option<Duration>> {
+    if !secs.is_finite() {
+        return None;
+    }
+    Some((secs >= 0.0).then(|| Duration::from_secs_f64(secs.min(1e9))))
+}
+
+/// Seconds in a Go duration string (`"1h30m"`, `"-1"`, `"250ms"`); a bare
+/// number is seconds.
+fn go_duration(s: &str) -> Option<f64> {
+    if let Ok(n) = s.parse::<f64>() {
+        return Some(n);
+    }
+    let (sign, mut rest) = match s.strip_prefix('-') {
+        Some(r) => (-1.0, r),
+        None => (1.0, s),
+    };
+    let mut total = 0.0;
+    while !rest.is_empty() {
+        let digits = rest
+            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+            .unwrap_or(rest.len());
+        let n: f64 = rest[..digits].parse().ok()?;
+        rest = &rest[digits..];
+        let unit_len = rest
+            .find(|c: char| c.is_ascii_digit())
+            .unwrap_or(rest.len());
+        let scale = match &rest[..unit_len] {
+            "h" => 3600.0,
+            "m" => 60.0,
+            "s" => 1.0,
+            "ms" => 1e-3,
+            "us" | "µs" => 1e-6,
+            "ns" => 1e-9,
+            _ => return None,
+        };
+        total += n * scale;
+        rest = &rest[unit_len..];
+    }
+    Some(sign * total)
+}

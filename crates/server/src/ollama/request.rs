@@ -273,59 +273,17 @@ pub(super) fn generate_request(
 /// Ollama's `keep_alive`: a number of seconds or a Go duration (`"10m"`,
 /// `"1h30m"`, `"500ms"`); negative keeps the model for ever (`None`).
 pub(crate) fn keep_alive(v: &Value) -> Result<Option<std::time::Duration>, ApiError> {
-    let bad = || {
+    let parsed = match v {
+        Value::Number(n) => n.as_f64().and_then(crate::models::keep_alive_of_secs),
+        Value::String(s) => crate::models::parse_keep_alive(s),
+        _ => None,
+    };
+    parsed.ok_or_else(|| {
         ApiError::bad_param(
             "keep_alive",
             "`keep_alive` must be seconds or a duration such as \"5m\", \"30s\" or \"-1\".",
         )
-    };
-    let secs = match v {
-        Value::Number(n) => n.as_f64().ok_or_else(bad)?,
-        Value::String(s) => go_duration(s.trim()).ok_or_else(bad)?,
-        _ => return Err(bad()),
-    };
-    if !secs.is_finite() {
-        return Err(bad());
-    }
-    if secs < 0.0 {
-        return Ok(None);
-    }
-    Ok(Some(std::time::Duration::from_secs_f64(secs.min(1e9))))
-}
-
-/// Seconds in a Go duration string (`"1h30m"`, `"-1"`, `"250ms"`); a bare
-/// number is seconds.
-fn go_duration(s: &str) -> Option<f64> {
-    if let Ok(n) = s.parse::<f64>() {
-        return Some(n);
-    }
-    let (sign, mut rest) = match s.strip_prefix('-') {
-        Some(r) => (-1.0, r),
-        None => (1.0, s),
-    };
-    let mut total = 0.0;
-    while !rest.is_empty() {
-        let digits = rest
-            .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-            .unwrap_or(rest.len());
-        let n: f64 = rest[..digits].parse().ok()?;
-        rest = &rest[digits..];
-        let unit_len = rest
-            .find(|c: char| c.is_ascii_digit())
-            .unwrap_or(rest.len());
-        let scale = match &rest[..unit_len] {
-            "h" => 3600.0,
-            "m" => 60.0,
-            "s" => 1.0,
-            "ms" => 1e-3,
-            "us" | "µs" => 1e-6,
-            "ns" => 1e-9,
-            _ => return None,
-        };
-        total += n * scale;
-        rest = &rest[unit_len..];
-    }
-    Some(sign * total)
+    })
 }
 
 #[cfg(test)]
