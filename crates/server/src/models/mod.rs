@@ -155,6 +155,9 @@ impl Models {
     pub(crate) async fn find(&self, asked: Option<&str>) -> Result<usize, ApiError> {
         let asked = asked.map(|a| a.trim()).filter(|a| !a.is_empty());
         let Some(asked) = asked else {
+            if self.table().models.is_empty() {
+                return Err(ApiError::model_not_found("", &[]));
+            }
             let recent = self.in_memory().first().map(|l| l.index);
             return Ok(recent.unwrap_or(0));
         };
@@ -228,15 +231,14 @@ impl Models {
         let metrics = Arc::clone(&self.metrics);
         let started = Instant::now();
         let id = model.id().to_string();
-        let built = tokio::task::spawn_blocking(move || {
-            let engine = load(&model).map_err(|e| e.to_string())?;
-            let bytes = model.disk_bytes() + (engine.session_bytes() * parallel.max(1)) as u64;
-            let backend =
-                Backend::start(engine, parallel, queue, &metrics).map_err(|e| e.to_string())?;
-            Ok::<_, String>((backend, bytes))
-        })
-        .await
-        .unwrap_or_else(|e| Err(format!("the loader stopped: {e}")));
+        let built =
+            tokio::task::spawn_blocking(move || build(&load, &model, parallel, queue, &metrics))
+                .await
+                .unwrap_or_else(|e| {
+                    Err(EngineError::InvalidRequest(format!(
+                        "the loader stopped: {e}"
+                    )))
+                });
         let (backend, bytes) = match built {
             Ok(b) => b,
             Err(why) => {
@@ -253,40 +255,42 @@ impl Models {
             backend.describe(&id, parallel, queue),
             started.elapsed()
         );
+        Ok(self.install(index, id, backend, bytes))
+    }
+
+    /// Load the pinned model (`-m`), blocking: the server's start.
+    pub(crate) fn load_pinned(&self) -> Result<(), EngineError> {
+        let Some(model) = self.table().models.first().cloned() else {
+            return Err(EngineError::InvalidOptions("no model to serve".into()));
+        };
+        let (backend, bytes) = build(&self.load, &model, self.parallel, self.queue, &self.metrics)?;
+        eprintln!(
+            "hearth serve: {}",
+            backend.describe(model.id(), self.parallel, self.queue)
+        );
+        self.install(0, model.id().to_string(), backend, bytes);
+        Ok(())
+    }
+
+    /// Put a started model in slot `index` and count the load.
+    fn install(&self, index: usize, id: String, backend: Backend, bytes: u64) -> Arc<Loaded> {
+        let keep_alive = if self.pinned {
+            None
+        } else {
+            self.residency.keep_alive
+        };
         let loaded = Arc::new(Loaded::new(
             backend,
             index,
             id,
             bytes,
             self.pinned,
-            if self.pinned {
-                None
-            } else {
-                self.residency.keep_alive
-            },
+            keep_alive,
         ));
         self.table().loaded[index] = Some(Arc::clone(&loaded));
         self.loads.fetch_add(1, Ordering::Relaxed);
         self.metrics.loaded.store(true, Ordering::Relaxed);
-        Ok(loaded)
-    }
-
-    /// Load the pinned model (`-m`), blocking: the server's start.
-    pub(crate) fn load_pinned(&self) -> Result<(), EngineError> {
-        let model = self.table().models[0].clone();
-        let engine = (self.load)(&model)?;
-        let bytes = model.disk_bytes() + (engine.session_bytes() * self.parallel.max(1)) as u64;
-        let backend = Backend::start(engine, self.parallel, self.queue, &self.metrics)
-            .map_err(|e| EngineError::InvalidRequest(format!("cannot start the scheduler: {e}")))?;
-        eprintln!(
-            "hearth serve: {}",
-            backend.describe(model.id(), self.parallel, self.queue)
-        );
-        let loaded = Loaded::new(backend, 0, model.id().to_string(), bytes, true, None);
-        self.table().loaded[0] = Some(Arc::new(loaded));
-        self.loads.fetch_add(1, Ordering::Relaxed);
-        self.metrics.loaded.store(true, Ordering::Relaxed);
-        Ok(())
+        loaded
     }
 
     /// Unload the least recently used models until one more of `incoming`
@@ -370,6 +374,22 @@ impl Models {
             .map_or(Duration::from_secs(1), |k| k / 10)
             .clamp(Duration::from_millis(50), Duration::from_secs(1))
     }
+}
+
+/// Load `model` and start the threads that serve it (blocking): its
+/// backend, and what it takes (its files and every slot's cache).
+fn build(
+    load: &LoadFn,
+    model: &ServedModel,
+    parallel: usize,
+    queue: usize,
+    metrics: &Arc<Metrics>,
+) -> Result<(Backend, u64), EngineError> {
+    let engine = load(model)?;
+    let bytes = model.disk_bytes() + (engine.session_bytes() * parallel.max(1)) as u64;
+    let backend = Backend::start(engine, parallel, queue, metrics)
+        .map_err(|e| EngineError::InvalidRequest(format!("cannot start the scheduler: {e}")))?;
+    Ok((backend, bytes))
 }
 
 /// Let `model`'s requests finish, stop its threads, and drop it.
