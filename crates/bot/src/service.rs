@@ -183,10 +183,27 @@ pub async fn run(
         work: work_tx,
         outbox: Notify::new(),
     });
+    if shared.store.was_unclean() || shared.store.was_repaired() {
+        log(format!(
+            "the last run did not stop cleanly (it was killed, or the machine stopped): {} {}; every committed change is kept and work in flight is redone",
+            db.display(),
+            if shared.store.was_repaired() {
+                "was repaired by redb (the write in flight rolled back)"
+            } else {
+                "needed no repair"
+            }
+        ));
+    }
     if !pending.is_empty() {
         log(format!(
             "{} message(s) left unanswered by the last run: answering them now",
             pending.len()
+        ));
+    }
+    let undelivered = shared.store.outbox_len()?;
+    if undelivered > 0 {
+        log(format!(
+            "{undelivered} repl(ies) left undelivered by the last run: sending them now (one sent just before a crash may arrive twice)"
         ));
     }
     for p in pending {
@@ -271,6 +288,9 @@ pub async fn run(
         log(format!(
             "{left} repl(ies) not delivered yet: kept for the next start"
         ));
+    }
+    if let Err(e) = shared.store.close_cleanly() {
+        log(format!("cannot record the clean stop: {e}"));
     }
     outcome
 }

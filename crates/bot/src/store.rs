@@ -24,6 +24,8 @@ const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
 const OFFSET: &str = "offset";
 /// The next outbox key.
 const OUTBOX_SEQ: &str = "outbox_seq";
+/// 1 while a bot has the database open; 0 once it stopped cleanly.
+const OPEN: &str = "open";
 
 /// A failure of the state database.
 #[derive(Debug, thiserror::Error)]
@@ -68,6 +70,8 @@ pub struct Outgoing {
 /// The bot's database.
 pub struct Store {
     db: Database,
+    repaired: bool,
+    unclean: bool,
 }
 
 impl std::fmt::Debug for Store {
@@ -77,17 +81,57 @@ impl std::fmt::Debug for Store {
 }
 
 impl Store {
-    /// Open (or create) the database at `path`.
+    /// Open (or create) the database at `path`. A database the last
+    /// process did not close (it was killed, the machine lost power) is
+    /// checked and repaired by redb first: committed transactions are kept,
+    /// the one in flight is rolled back ([`Store::was_repaired`]); whether
+    /// the last bot stopped cleanly at all is [`Store::was_unclean`].
     pub fn open(path: &Path) -> Result<Self, StoreError> {
-        let db = Database::create(path)?;
+        let repaired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let flag = std::sync::Arc::clone(&repaired);
+        let db = Database::builder()
+            .set_repair_callback(move |_| flag.store(true, std::sync::atomic::Ordering::SeqCst))
+            .create(path)?;
         // Tables exist from the start, so readers never meet a missing one.
         let txn = db.begin_write()?;
         txn.open_table(CHATS)?;
         txn.open_table(INBOX)?;
         txn.open_table(OUTBOX)?;
-        txn.open_table(META)?;
+        let unclean = {
+            let mut meta = txn.open_table(META)?;
+            let was_open = meta.get(OPEN)?.is_some_and(|v| v.value() == 1);
+            meta.insert(OPEN, 1)?;
+            was_open
+        };
         txn.commit()?;
-        Ok(Self { db })
+        Ok(Self {
+            db,
+            repaired: repaired.load(std::sync::atomic::Ordering::SeqCst),
+            unclean,
+        })
+    }
+
+    /// Whether the last process that opened the database never stopped
+    /// cleanly ([`Store::close_cleanly`]): it was killed, crashed, or the
+    /// machine stopped. Its committed changes are all there; what it had in
+    /// flight is redone.
+    pub fn was_unclean(&self) -> bool {
+        self.unclean
+    }
+
+    /// Records a clean stop: the next [`Store::open`] will not report an
+    /// unclean one.
+    pub fn close_cleanly(&self) -> Result<(), StoreError> {
+        let txn = self.db.begin_write()?;
+        txn.open_table(META)?.insert(OPEN, 0)?;
+        txn.commit()?;
+        Ok(())
+    }
+
+    /// Whether [`Store::open`] found the database not closed cleanly and
+    /// had redb repair it (only the transaction in flight is lost).
+    pub fn was_repaired(&self) -> bool {
+        self.repaired
     }
 
     /// The next update id to ask Telegram for (0 at first).
@@ -243,6 +287,21 @@ mod tests {
         let s = Store::open(&path).unwrap();
         assert_eq!(s.offset().unwrap(), 10);
         assert_eq!(s.inbox().unwrap(), vec![(7, text(1, "hi"))]);
+    }
+
+    #[test]
+    fn a_stop_without_close_cleanly_is_reported_at_the_next_open() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bot.redb");
+        let s = Store::open(&path).unwrap();
+        assert!(!s.was_unclean() && !s.was_repaired(), "a new database");
+        drop(s); // as a killed bot would leave it: never closed cleanly
+        let s = Store::open(&path).unwrap();
+        assert!(s.was_unclean());
+        s.close_cleanly().unwrap();
+        drop(s);
+        let s = Store::open(&path).unwrap();
+        assert!(!s.was_unclean());
     }
 
     #[test]

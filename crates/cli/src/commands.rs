@@ -437,6 +437,11 @@ pub fn inspect(spec: &str, full: bool) -> Result<ExitCode> {
 pub fn pull(spec: &str, quiet: bool) -> Result<ExitCode> {
     let opts = store::PullOptions {
         progress: !quiet,
+        // What an interrupted earlier pull left and what this one does about it is said
+        // even with --quiet.
+        notice: Some(store::Notice(std::sync::Arc::new(|line: &str| {
+            eprintln!("hearth pull: {line}")
+        }))),
         ..Default::default()
     };
     let path = store::pull(spec, &opts)?;
@@ -536,8 +541,10 @@ pub fn check_ifeval(args: &IfevalArgs) -> Result<ExitCode> {
     ] {
         let out = rows::evaluate(&inputs, &responses, mode, args.extract)?;
         let path = args.output.join(name);
-        std::fs::write(&path, rows::to_jsonl(&out))
-            .with_context(|| format!("cannot write {}", path.display()))?;
+        durable::write_atomic_saying(&path, rows::to_jsonl(&out).as_bytes(), |left| {
+            eprintln!("{left}")
+        })
+        .with_context(|| format!("cannot write {}", path.display()))?;
         let s = Summary::of(&out);
         println!(
             "{name}: prompt-level {:.4}, instruction-level {:.4} ({} prompts)",

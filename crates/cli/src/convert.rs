@@ -93,55 +93,36 @@ fn with_threads<T: Send>(threads: Option<usize>, f: impl FnOnce() -> T + Send) -
     }
 }
 
-/// A file written under a temporary name next to its destination and renamed
-/// into place once complete, so a failed run never leaves a truncated GGUF.
-struct PendingFile {
-    tmp: PathBuf,
-    dest: PathBuf,
-    file: Option<std::fs::File>,
-}
+/// The output GGUF, written under a temporary name next to its destination
+/// (hearth-durable: fsynced, then renamed into place), so a failed or killed
+/// run never leaves a truncated GGUF under the output's name.
+struct PendingFile(durable::PendingFile);
 
 impl PendingFile {
     /// Creates the temporary file now, so an unwritable destination fails
-    /// before minutes of quantizing.
+    /// before minutes of quantizing; says so (before removing it) when it
+    /// finds the partial output of an earlier run that was killed.
     fn create(dest: &Path) -> Result<Self> {
         if dest.is_dir() {
             bail!("output {} is a directory", dest.display());
         }
-        let name = dest
-            .file_name()
-            .with_context(|| format!("output {} has no file name", dest.display()))?;
-        let mut tmp_name = std::ffi::OsString::from(".");
-        tmp_name.push(name);
-        tmp_name.push(format!(".{}.tmp", std::process::id()));
-        let tmp = dest.with_file_name(tmp_name);
-        let file = std::fs::File::create(&tmp)
-            .with_context(|| format!("cannot write the output {}", dest.display()))?;
-        Ok(Self {
-            tmp,
-            dest: dest.to_path_buf(),
-            file: Some(file),
+        let p = durable::PendingFile::create_saying(dest, |left| {
+            eprintln!("{left} ({} itself is not touched by it)", dest.display())
         })
+        .with_context(|| format!("cannot write the output {}", dest.display()))?;
+        Ok(Self(p))
     }
 
     fn commit(mut self, w: &GgufWriter) -> Result<u64> {
-        let file = self.file.take().context("output already written")?;
-        let mut out = std::io::BufWriter::with_capacity(1 << 20, file);
+        let dest = self.0.dest().to_path_buf();
+        let mut out = std::io::BufWriter::with_capacity(1 << 20, &mut self.0);
         w.write_to(&mut out)
             .and_then(|()| out.flush())
-            .with_context(|| format!("cannot write the output {}", self.dest.display()))?;
+            .with_context(|| format!("cannot write the output {}", dest.display()))?;
         drop(out);
-        std::fs::rename(&self.tmp, &self.dest)
-            .with_context(|| format!("cannot move the output into {}", self.dest.display()))?;
-        Ok(std::fs::metadata(&self.dest).map(|m| m.len()).unwrap_or(0))
-    }
-}
-
-impl Drop for PendingFile {
-    fn drop(&mut self) {
-        if self.tmp.exists() {
-            let _ = std::fs::remove_file(&self.tmp);
-        }
+        self.0
+            .commit()
+            .with_context(|| format!("cannot move the output into {}", dest.display()))
     }
 }
 

@@ -123,15 +123,30 @@ fn read_texts(args: &EmbedArgs) -> Result<Vec<String>> {
 }
 
 fn write_vectors(args: &EmbedArgs, vectors: &[Vec<f32>]) -> Result<()> {
-    let sink: Box<dyn Write> = match &args.output {
-        Some(p) => Box::new(
-            std::fs::File::create(p).with_context(|| format!("cannot write {}", p.display()))?,
-        ),
-        None => Box::new(std::io::stdout().lock()),
+    let Some(p) = &args.output else {
+        let mut w = BufWriter::new(std::io::stdout().lock());
+        write_body(&mut w, args, vectors)?;
+        w.flush()?;
+        return Ok(());
     };
-    let mut w = BufWriter::new(sink);
+    // A file is written whole or not at all: a temporary name beside it,
+    // fsynced, then renamed over it.
+    let mut pending = durable::PendingFile::create_saying(p, |left| eprintln!("{left}"))
+        .with_context(|| format!("cannot write {}", p.display()))?;
+    let mut w = BufWriter::new(&mut pending);
+    write_body(&mut w, args, vectors)
+        .and_then(|()| w.flush().map_err(Into::into))
+        .with_context(|| format!("cannot write {}", p.display()))?;
+    drop(w);
+    pending
+        .commit()
+        .with_context(|| format!("cannot write {}", p.display()))?;
+    Ok(())
+}
+
+fn write_body(w: &mut impl Write, args: &EmbedArgs, vectors: &[Vec<f32>]) -> Result<()> {
     if args.format == "npy" {
-        write_npy(&mut w, vectors)?;
+        write_npy(w, vectors)?;
     } else {
         for (index, embedding) in vectors.iter().enumerate() {
             // Each value's shortest f32 form (JSON through f64 prints 17 digits).
@@ -143,7 +158,6 @@ fn write_vectors(args: &EmbedArgs, vectors: &[Vec<f32>]) -> Result<()> {
             )?;
         }
     }
-    w.flush()?;
     Ok(())
 }
 

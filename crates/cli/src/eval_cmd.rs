@@ -187,7 +187,7 @@ fn report(a: &ReportArgs) -> Result<ExitCode> {
         );
     }
     let html = eval::report::render_html(&summary, &judgments, &answers, &questions);
-    eval::report::write_report(&a.out, &summary, &html)?;
+    eval::report::write_report(&a.out, &summary, &html, |left| eprintln!("{left}"))?;
     eprintln!(
         "wrote {} and {}",
         a.out.join("summary.json").display(),
@@ -262,6 +262,19 @@ fn mt_bench(a: &MtBenchArgs) -> Result<ExitCode> {
         resume: a.resume,
         max_tokens: a.max_tokens,
     };
+    // Said now, not only at the end: a run killed again before it ends has
+    // still told what the last one lost.
+    let tape = eval::run::tape_path(&cfg);
+    if cfg.resume && tape.exists() {
+        // Said before the repair (run() does it): a crash in between only
+        // makes the next start say it again.
+        let tail = fastchat::inspect_jsonl::<fastchat::AnswerRow>(&tape)?;
+        if let Some(line) =
+            fastchat::describe_tail(&tape, tail, "that question will be answered again")
+        {
+            eprintln!("{line}");
+        }
+    }
     let shared = engine::SharedChat::start(Arc::clone(&engine), a.parallel)
         .context("cannot start the decoding thread")?;
     // First Ctrl-C: finish the questions in flight and stop (nothing is
@@ -293,11 +306,7 @@ fn mt_bench(a: &MtBenchArgs) -> Result<ExitCode> {
         },
     )?;
     pb.finish_and_clear();
-    if let Some(line) = summary.torn_line {
-        eprintln!(
-            "the tape's last line ({line}) was cut off by an interrupted write; it was dropped and that question answered again"
-        );
-    }
+
     eprintln!(
         "{}: {} answered this run, {} already on the tape, {} left; {} tokens in {:.1} s ({:.1} tokens/s)",
         summary.tape.display(),
@@ -341,6 +350,15 @@ fn judge(a: &JudgeArgs) -> Result<ExitCode> {
         max_tokens: a.max_tokens.max(1),
         force_rating: a.force_rating,
     };
+    // Said before judge() repairs it: a crash in between only makes the next
+    // start say it again.
+    let judgments = eval::judge::judgment_path(&cfg);
+    let tail = fastchat::inspect_jsonl::<fastchat::JudgmentRow>(&judgments)?;
+    if let Some(line) =
+        fastchat::describe_tail(&judgments, tail, "that judgment will be asked for again")
+    {
+        eprintln!("{line}");
+    }
     let pb = bar(0, "judgments");
     let s = eval::judge::judge(&a.answers, &cfg, |done, total| {
         pb.set_length(total as u64);

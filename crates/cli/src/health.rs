@@ -23,17 +23,26 @@ pub struct HealthArgs {
     /// (a server still starting refuses connections, then answers 503).
     #[arg(long, value_name = "SECS")]
     wait: Option<f64>,
+    /// The server's API key, sent as a Bearer token (/health is behind it
+    /// unless the server runs with --public-health); read from
+    /// HEARTH_API_KEY, as the server reads it, so a container's probe just works.
+    #[arg(long, env = "HEARTH_API_KEY", hide_env_values = true)]
+    api_key: Option<String>,
 }
 
 /// GET `url` once: its status code, or why there is none. The agent never
 /// uses a proxy from the environment: the probe runs beside the server.
-fn probe(url: &str, timeout: Duration) -> Result<u16> {
+fn probe(url: &str, timeout: Duration, key: Option<&str>) -> Result<u16> {
     let agent = ureq::AgentBuilder::new()
         .timeout(timeout)
         .redirects(0)
         .user_agent("hearth-health")
         .build();
-    match agent.get(url).call() {
+    let mut req = agent.get(url);
+    if let Some(key) = key.filter(|k| !k.is_empty()) {
+        req = req.set("Authorization", &format!("Bearer {key}"));
+    }
+    match req.call() {
         Ok(resp) => Ok(resp.status()),
         Err(ureq::Error::Status(code, _)) => Ok(code),
         Err(ureq::Error::Transport(t)) => Err(anyhow!("{url}: {t}")),
@@ -58,12 +67,13 @@ pub fn run(args: &HealthArgs) -> Result<ExitCode> {
     // A malformed URL fails at once, waiting or not.
     check_url(&args.url)?;
     let status = match args.wait {
-        None => probe(&args.url, timeout)?,
+        None => probe(&args.url, timeout, args.api_key.as_deref())?,
         Some(w) if w.is_finite() && w >= 0.0 => {
             let deadline = Instant::now() + Duration::from_secs_f64(w.min(86_400.0));
             loop {
                 let left = deadline.saturating_duration_since(Instant::now());
-                let res = probe(&args.url, timeout.min(left.max(Duration::from_millis(100))));
+                let wait = timeout.min(left.max(Duration::from_millis(100)));
+                let res = probe(&args.url, wait, args.api_key.as_deref());
                 match res {
                     Ok(200) => break 200,
                     Ok(_) | Err(_) if Instant::now() < deadline => {
@@ -118,6 +128,6 @@ mod tests {
             .unwrap()
             .port();
         let url = format!("http://127.0.0.1:{port}/health");
-        assert!(probe(&url, Duration::from_secs(2)).is_err());
+        assert!(probe(&url, Duration::from_secs(2), None).is_err());
     }
 }

@@ -205,6 +205,7 @@ impl ModelArgs {
             sampling,
             mmproj: self.mmproj.clone(),
             image_tokens: self.image_tokens,
+            limits: engine::InputLimits::default(),
         }
     }
 }

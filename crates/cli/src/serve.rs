@@ -47,13 +47,9 @@ pub struct ServeArgs {
     /// answers 400. Raw completions are never truncated.
     #[arg(long, value_enum, default_value_t = Overflow::Truncate)]
     context_overflow: Overflow,
-    /// Largest request body in bytes (default 20 MiB: a phone photo or a
-    /// 30 s clip as base64).
-    #[arg(long, default_value_t = server::DEFAULT_BODY_LIMIT)]
-    body_limit: usize,
-    /// Seconds a client has to send its request headers, and again its body.
-    #[arg(long, default_value_t = 30.0)]
-    read_timeout: f64,
+    /// What one client and one request may ask of the server.
+    #[command(flatten)]
+    limits: LimitArgs,
     /// Seconds a non-streaming request may take in all before it gets 504
     /// (a backstop behind --max-request-secs).
     #[arg(long, default_value_t = 600.0)]
@@ -111,6 +107,10 @@ pub struct ServeArgs {
     /// Do not serve the chat page at `/`.
     #[arg(long)]
     no_ui: bool,
+    /// Answer /health and /metrics without the API key (for a platform's
+    /// probes, which cannot send one; also HEARTH_PUBLIC_HEALTH=1).
+    #[arg(long, env = "HEARTH_PUBLIC_HEALTH")]
+    public_health: bool,
     /// Serve HTTPS with this certificate chain (PEM), for a port exposed
     /// without a proxy; needs --tls-key.
     #[arg(long, value_name = "FILE", requires = "tls_key")]
@@ -118,6 +118,80 @@ pub struct ServeArgs {
     /// The private key (PEM) of --tls-cert.
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_key: Option<std::path::PathBuf>,
+}
+
+/// The bounds on a client's requests; each refusal names its flag.
+#[derive(clap::Args, Debug, Clone)]
+pub struct LimitArgs {
+    /// Largest request body in bytes (default 32 MiB: a 2048x2048 PNG and
+    /// a 30 s clip, as base64, in one request).
+    #[arg(long, value_name = "BYTES", default_value_t = server::DEFAULT_BODY_LIMIT)]
+    body_limit: usize,
+    /// Seconds a client has to send its request headers, and again its body.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    read_timeout: f64,
+    /// Connections open at once; past it a new connection gets 503.
+    #[arg(long, value_name = "N", default_value_t = server::Limits::default().connections)]
+    max_connections: usize,
+    /// Requests a minute from one client address; past it 429 with
+    /// Retry-After (off by default).
+    #[arg(long, value_name = "N")]
+    rate_limit: Option<u32>,
+    /// Images one request may carry.
+    #[arg(long, value_name = "N", default_value_t = server::Limits::default().images)]
+    max_images: usize,
+    /// Audio clips one request may carry.
+    #[arg(long, value_name = "N", default_value_t = server::Limits::default().clips)]
+    max_clips: usize,
+    /// Most pixels of one image (width x height), read from its header
+    /// before it is decoded (default: 50 million, a 48-megapixel photo).
+    #[arg(long, value_name = "N", default_value_t = engine::InputLimits::default().image_pixels)]
+    max_image_pixels: u64,
+    /// Longest audio clip in seconds (the model hears its first 30 s).
+    #[arg(long, value_name = "SECS", default_value_t = engine::InputLimits::default().clip_seconds)]
+    max_clip_seconds: u32,
+    /// Largest grammar, regex or JSON Schema in bytes.
+    #[arg(long, value_name = "BYTES", default_value_t = engine::InputLimits::default().grammar_bytes)]
+    max_grammar_bytes: usize,
+    /// Most steps a model's chat template may take to render one request.
+    #[arg(long, value_name = "N", default_value_t = engine::InputLimits::default().template_steps)]
+    max_template_steps: u64,
+}
+
+impl LimitArgs {
+    /// The server's limits and the engine's, refusing zeros.
+    fn resolve(&self) -> Result<(server::Limits, engine::InputLimits)> {
+        for (name, v) in [
+            ("body-limit", self.body_limit as u64),
+            ("max-connections", self.max_connections as u64),
+            ("rate-limit", self.rate_limit.map_or(1, u64::from)),
+            ("max-image-pixels", self.max_image_pixels),
+            ("max-clip-seconds", u64::from(self.max_clip_seconds)),
+            ("max-grammar-bytes", self.max_grammar_bytes as u64),
+            ("max-template-steps", self.max_template_steps),
+        ] {
+            if v == 0 {
+                bail!("--{name} must be at least 1");
+            }
+        }
+        let read = secs("read-timeout", self.read_timeout)?;
+        let server = server::Limits {
+            body_bytes: self.body_limit,
+            header_time: read,
+            body_time: read,
+            connections: self.max_connections,
+            per_minute: self.rate_limit,
+            images: self.max_images,
+            clips: self.max_clips,
+        };
+        let engine = engine::InputLimits {
+            grammar_bytes: self.max_grammar_bytes,
+            template_steps: self.max_template_steps,
+            image_pixels: self.max_image_pixels,
+            clip_seconds: self.max_clip_seconds,
+        };
+        Ok((server, engine))
+    }
 }
 
 /// `512M`, `8G`, `1.5GiB` or plain bytes.
@@ -156,21 +230,20 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
     // A seed given to serve is the seed of requests without one; without it
     // each request draws its own.
     config.seed = args.sample.seed;
-    let options = args.model.resolved_options(args.sample.params())?;
+    let mut options = args.model.resolved_options(args.sample.params())?;
     options.validate()?;
+    (config.limits, options.limits) = args.limits.resolve()?;
+    config.public_health = args.public_health;
     config.host = args.host.clone();
     config.port = args.port;
     config.parallel = args.parallel;
     config.queue = args.queue.unwrap_or(4 * args.parallel);
     config.api_key = args.api_key.clone().filter(|k| !k.is_empty());
-    config.body_limit = args.body_limit;
     config.cors = args.cors.clone();
     config.context_overflow = match args.context_overflow {
         Overflow::Truncate => server::truncate::Overflow::Truncate,
         Overflow::Error => server::truncate::Overflow::Error,
     };
-    config.header_timeout = secs("read-timeout", args.read_timeout)?;
-    config.body_timeout = config.header_timeout;
     config.request_timeout = secs("request-timeout", args.request_timeout)?;
     config.max_request_time = if args.max_request_secs == 0.0 {
         None

@@ -77,8 +77,17 @@ fn localize(args: &[String]) -> Vec<String> {
 }
 
 fn health(args: &[String]) -> std::process::ExitStatus {
-    Command::new(env!("CARGO_BIN_EXE_hearth"))
-        .args(args)
+    health_with(args, None)
+}
+
+/// `hearth health ARGS` with HEARTH_API_KEY set to `key` (or unset).
+fn health_with(args: &[String], key: Option<&str>) -> std::process::ExitStatus {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_hearth"));
+    cmd.env_remove("HEARTH_API_KEY");
+    if let Some(key) = key {
+        cmd.env("HEARTH_API_KEY", key);
+    }
+    cmd.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -139,6 +148,17 @@ fn the_containerfile_command_serves_and_its_healthcheck_probes_it() {
     server.sigterm();
     let st = server.wait_exit(Duration::from_secs(30));
     assert!(st.success(), "{st:?}\n{}", server.stderr());
+
+    // With HEARTH_API_KEY in the container's environment /health is behind
+    // the key, and the same HEALTHCHECK sends it from there.
+    let mut keyed = Server::start_command(&refs, &[("HEARTH_API_KEY", "k3y")]);
+    let port = keyed.addr.rsplit(':').next().unwrap().to_string();
+    let ok = health_with(&healthcheck_at(&check, &port), Some("k3y"));
+    assert!(ok.success(), "HEALTHCHECK with the key: {ok:?}");
+    let wrong = health_with(&healthcheck_at(&check, &port), Some("nope"));
+    assert_eq!(wrong.code(), Some(1), "a wrong key must fail the probe");
+    keyed.sigterm();
+    assert!(keyed.wait_exit(Duration::from_secs(30)).success());
 
     // Nothing listens now: the same probe must fail, with 1 (not clap's 2).
     let down = health(&healthcheck_at(&check, &port));

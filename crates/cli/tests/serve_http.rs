@@ -179,10 +179,17 @@ fn api_key_is_required_when_set() {
         CHAT.as_bytes(),
     );
     assert_eq!(r.status, 200, "{}", r.text());
-    // Health and metrics stay open for probes.
-    assert_eq!(s.request("GET", "/health", &[], b"").status, 200);
-    assert_eq!(s.request("GET", "/metrics", &[], b"").status, 200);
+    // Health and metrics are behind the key too...
+    s.request("GET", "/health", &[], b"").assert_error(401);
+    s.request("GET", "/metrics", &[], b"").assert_error(401);
+    assert_eq!(s.probe("/metrics").status, 200);
     s.assert_alive();
+    // ...unless --public-health opens them for a platform's probes.
+    let mut open = Server::start(TINY, &["--api-key", "sekret", "--public-health"]);
+    assert_eq!(open.request("GET", "/health", &[], b"").status, 200);
+    assert_eq!(open.request("GET", "/metrics", &[], b"").status, 200);
+    open.post("/v1/chat/completions", CHAT).assert_error(401);
+    open.assert_alive();
 }
 
 #[test]

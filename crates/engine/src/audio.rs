@@ -106,7 +106,7 @@ impl Engine {
         let key = content_key(bytes);
         let start = Instant::now();
         let (rows, cached) = hearing.cache.get_or_encode(key, || {
-            let clip = Clip::decode(bytes)?;
+            let clip = Clip::decode_within(bytes, self.options().limits.clip_seconds)?;
             let mel = LogMel::compute(&clip, &hearing.tower.mel_settings())?;
             Ok::<_, media::MediaError>(hearing.tower.encode(self.model.pool(), &mel)?.rows)
         })?;

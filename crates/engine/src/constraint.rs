@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use tokenizer::{TokenType, Tokenizer};
 use toktrie::{TokEnv, TokRxInfo, TokTrie, TokenizerEnv};
 
-/// Most bytes a schema or grammar may take: far beyond any real schema, and
+/// The default bound on a schema or grammar's bytes: far beyond any real schema, and
 /// small enough that compiling one cannot stall the server.
 pub const MAX_GRAMMAR_BYTES: usize = 256 * 1024;
 
@@ -195,16 +195,16 @@ impl Grammars {
     /// Compile `grammar` into a fresh constraint, refusing (with a message
     /// that names the problem) a grammar that is invalid, too large, uses a
     /// feature llguidance does not support, or matches nothing.
-    pub fn compile(&self, grammar: &Grammar) -> Result<Constraint, EngineError> {
+    pub fn compile(&self, grammar: &Grammar, max_bytes: usize) -> Result<Constraint, EngineError> {
         let bad = |msg: String| EngineError::InvalidGrammar(format!("{}: {msg}", grammar.kind()));
         let size = match grammar {
             Grammar::JsonObject => 0,
             Grammar::JsonSchema(v) => v.to_string().len(),
             Grammar::Regex(s) | Grammar::Lark(s) | Grammar::Gbnf(s) => s.len(),
         };
-        if size > MAX_GRAMMAR_BYTES {
+        if size > max_bytes {
             return Err(bad(format!(
-                "it is {size} bytes; the limit is {MAX_GRAMMAR_BYTES} bytes"
+                "it is {size} bytes; the limit is {max_bytes} bytes"
             )));
         }
         let top = match grammar {

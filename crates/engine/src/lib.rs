@@ -40,7 +40,7 @@ pub use images::{
 pub use inspect::{inspect, load_tokenizer, towers, FileSummary, MetaEntry, TensorEntry, Towers};
 pub use load::{open_model_file, Engine};
 pub use model::{KvType, Precision, RING_SLACK};
-pub use options::{RunOptions, DEFAULT_BATCH, MAX_DEFAULT_CTX};
+pub use options::{InputLimits, RunOptions, DEFAULT_BATCH, MAX_DEFAULT_CTX};
 pub use sampling::{argmax, Rng, Sampler, SamplingParams};
 pub use score::{logsumexp, token_logprob, top_k, PerplexityReport, TokenLogprob};
 pub use session::Session;

@@ -168,7 +168,8 @@ impl Engine {
             ..opts.resolved(model.config().context_length)
         };
         let mut tokenizer = Tokenizer::from_gguf(model.gguf())?;
-        let template = tokenizer.chat_template();
+        let mut template = tokenizer.chat_template();
+        template.set_step_limit(options.limits.template_steps);
         // What the template closes an assistant turn with ends generations too.
         tokenizer.add_template_eog(&template);
         Ok(Self {
@@ -198,7 +199,8 @@ impl Engine {
 
     /// Compile `grammar` for a generation on this engine.
     pub fn constraint(&self, grammar: &Grammar) -> Result<Constraint, EngineError> {
-        self.grammars()?.compile(grammar)
+        self.grammars()?
+            .compile(grammar, self.options.limits.grammar_bytes)
     }
 
     /// The model.

@@ -42,6 +42,39 @@ pub struct RunOptions {
     /// Gemma 4: the most soft tokens one image may take (70 to 1120;
     /// default: the checkpoint processor's, else 280).
     pub image_tokens: Option<usize>,
+    /// How much work one request's own grammar, template render, picture
+    /// or clip may cost.
+    pub limits: InputLimits,
+}
+
+/// Bounds on the work a request's inputs can make the engine do, so that a
+/// hostile grammar, chat template, picture or clip is refused with an error
+/// that names the bound instead of taking the machine's memory or time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct InputLimits {
+    /// Largest grammar source (a JSON Schema as JSON, a regex, Lark or
+    /// GBNF) in bytes.
+    pub grammar_bytes: usize,
+    /// Most steps (minijinja's fuel: one per instruction) a chat template
+    /// may take to render one conversation.
+    pub template_steps: u64,
+    /// Most pixels (width times height) of a picture, checked from its
+    /// header before anything is decoded.
+    pub image_pixels: u64,
+    /// Longest audio clip accepted, in seconds (the encoders hear the first
+    /// [`media::MAX_SECONDS`] of it).
+    pub clip_seconds: u32,
+}
+
+impl Default for InputLimits {
+    fn default() -> Self {
+        Self {
+            grammar_bytes: crate::MAX_GRAMMAR_BYTES,
+            template_steps: tokenizer::DEFAULT_TEMPLATE_STEPS,
+            image_pixels: media::DEFAULT_MAX_PIXELS,
+            clip_seconds: media::DEFAULT_MAX_CLIP_SECONDS,
+        }
+    }
 }
 
 impl RunOptions {

@@ -157,15 +157,70 @@ pub fn parse_jsonl<T: DeserializeOwned>(
     Ok((rows, None))
 }
 
-/// [`parse_jsonl`] over a file.
+/// [`parse_jsonl`] over a file. A torn last line may end inside a
+/// multi-byte character: only the text up to the last newline must be UTF-8.
 pub fn read_jsonl<T: DeserializeOwned>(
     path: &Path,
 ) -> Result<(Vec<T>, Option<usize>), FormatError> {
-    let text = std::fs::read_to_string(path).map_err(|source| FormatError::Io {
+    let io = |source| FormatError::Io {
         path: path.display().to_string(),
         source,
+    };
+    let bytes = std::fs::read(path).map_err(io)?;
+    let keep = bytes.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
+    let mut text = String::from_utf8(bytes[..keep].to_vec()).map_err(|e| {
+        io(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("not UTF-8 text (at byte {})", e.utf8_error().valid_up_to()),
+        ))
     })?;
+    text.push_str(&String::from_utf8_lossy(&bytes[keep..]));
     parse_jsonl(&text, &path.display().to_string())
+}
+
+pub use durable::Tail;
+
+/// Gets an append-only JSON-lines file (a tape, a judgment file) ready for
+/// appending after a crash: a last line without its newline is kept (and
+/// closed) when it is a whole `T` row, and cut off when it is an unfinished
+/// write. The repair is fsynced; a tool should say what it did
+/// ([`describe_tail`]).
+pub fn repair_jsonl<T: DeserializeOwned>(path: &Path) -> Result<Tail, FormatError> {
+    durable::repair_tail(path, |tail| serde_json::from_slice::<T>(tail).is_ok()).map_err(|source| {
+        FormatError::Io {
+            path: path.display().to_string(),
+            source,
+        }
+    })
+}
+
+/// What [`repair_jsonl`] would do to `path`, without doing it: a tool says
+/// it first, so a crash before the repair only makes the next start say it
+/// again.
+pub fn inspect_jsonl<T: DeserializeOwned>(path: &Path) -> Result<Tail, FormatError> {
+    durable::inspect_tail(path, |tail| serde_json::from_slice::<T>(tail).is_ok()).map_err(
+        |source| FormatError::Io {
+            path: path.display().to_string(),
+            source,
+        },
+    )
+}
+
+/// One line saying what [`repair_jsonl`] did (or will do) to `path` (`None` when
+/// nothing), ending with what happens to the lost record (`redo`, e.g. "that
+/// question is answered again").
+pub fn describe_tail(path: &Path, tail: Tail, redo: &str) -> Option<String> {
+    match tail {
+        Tail::Clean => None,
+        Tail::Closed { line } => Some(format!(
+            "{}: line {line} has no final newline (an interrupted write); the row is whole, so it is kept and closed with one",
+            path.display()
+        )),
+        Tail::Cut { line, bytes } => Some(format!(
+            "{}: the last line ({line}) was torn by an interrupted write (cut off {bytes} bytes): {redo}",
+            path.display()
+        )),
+    }
 }
 
 /// The 80 questions shipped with Hearth.

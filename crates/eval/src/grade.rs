@@ -28,8 +28,6 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fs::OpenOptions;
-use std::io::{Read, Seek, SeekFrom, Write};
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -414,33 +412,17 @@ impl Grading {
         s
     }
 
-    /// Appends one row and fsyncs it. A torn last line left by an earlier
-    /// crash is closed with a newline first, so the new row stays a line of
-    /// its own.
+    /// Appends one row and fsyncs it: once this returns, the grade
+    /// survives a crash. ([`start`] repaired a torn last line left by an
+    /// earlier crash, so the row starts a line of its own.)
     fn append(&self, row: &JudgmentRow) -> Result<(), std::io::Error> {
         if let Some(dir) = self.out.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir)?;
         }
-        let mut f = OpenOptions::new()
-            .read(true)
-            .append(true)
-            .create(true)
-            .open(&self.out)?;
-        let len = f.metadata()?.len();
-        let mut line = String::new();
-        if len > 0 {
-            let mut last = [0u8; 1];
-            f.seek(SeekFrom::Start(len - 1))?;
-            f.read_exact(&mut last)?;
-            if last[0] != b'\n' {
-                line.push('\n');
-            }
-        }
-        line.push_str(&serde_json::to_string(row).map_err(std::io::Error::other)?);
+        let f = durable::open_append(&self.out)?;
+        let mut line = serde_json::to_string(row).map_err(std::io::Error::other)?;
         line.push('\n');
-        f.write_all(line.as_bytes())?;
-        f.flush()?;
-        f.sync_all()
+        durable::append_line(&f, line.as_bytes())
     }
 }
 
@@ -585,6 +567,7 @@ async fn grade(State(s): State<Shared>, body: axum::body::Bytes) -> Response {
 pub struct Running {
     addr: SocketAddr,
     at_start: (usize, usize),
+    tail: fastchat::Tail,
     stop: Option<tokio::sync::watch::Sender<bool>>,
     thread: Option<JoinHandle<Result<(), GradeError>>>,
 }
@@ -599,6 +582,12 @@ impl Running {
     /// the judgment file by this grader, and all items.
     pub fn progress_at_start(&self) -> (usize, usize) {
         self.at_start
+    }
+
+    /// What an earlier crash left at the judgment file's end and how
+    /// [`start`] repaired it ([`fastchat::describe_tail`] says it in words).
+    pub fn tail(&self) -> fastchat::Tail {
+        self.tail
     }
 
     /// The page's URL.
@@ -643,6 +632,10 @@ impl Drop for Running {
 /// serves the page on a background thread. Errors in the files or the port
 /// are returned here, before anything is served.
 pub fn start(cfg: GradeConfig) -> Result<Running, GradeError> {
+    // Rows are appended after whatever the file ends with: a torn last line
+    // (a crash mid-write, never a grade the page was told was saved) is cut
+    // off first, and that item is asked again.
+    let tail = fastchat::repair_jsonl::<JudgmentRow>(&cfg.out)?;
     let grading = load(&cfg)?;
     let at_start = (grading.graded.len(), grading.items.len());
     let state = Arc::new(Mutex::new(grading));
@@ -688,6 +681,7 @@ pub fn start(cfg: GradeConfig) -> Result<Running, GradeError> {
     Ok(Running {
         addr,
         at_start,
+        tail,
         stop: Some(stop),
         thread: Some(thread),
     })
@@ -697,6 +691,13 @@ pub fn start(cfg: GradeConfig) -> Result<Running, GradeError> {
 /// every grade is fsynced when it is saved). Prints the URL and progress.
 pub fn serve(cfg: GradeConfig) -> Result<(), GradeError> {
     let out = cfg.out.clone();
+    // Said before start() repairs it: a crash in between says it again.
+    let tail = fastchat::inspect_jsonl::<JudgmentRow>(&out)?;
+    if let Some(line) =
+        fastchat::describe_tail(&out, tail, "that grade was never saved; grade it again")
+    {
+        eprintln!("{line}");
+    }
     let running = start(cfg)?;
     let (graded, total) = running.progress_at_start();
     eprintln!(

@@ -9,8 +9,7 @@
 use crate::fastchat::{self, AnswerRow, FormatError, JudgePrompt, JudgmentRow, Question};
 use serde_json::{json, Value};
 use std::collections::{BTreeMap, HashSet};
-use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -105,6 +104,9 @@ pub struct JudgeSummary {
     pub requests: usize,
     /// The last failure, to tell the user why.
     pub last_error: Option<String>,
+    /// What an earlier run's crash left at the judgment file's end and how
+    /// it was repaired ([`fastchat::describe_tail`] says it in words).
+    pub tail: fastchat::Tail,
 }
 
 /// The judgment file for `cfg`.
@@ -344,6 +346,9 @@ pub fn judge(
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir).map_err(io)?;
     }
+    // A torn last line (a crash mid-write) is cut off before anything is
+    // appended after it; its judgment is asked for again.
+    let tail = fastchat::repair_jsonl::<JudgmentRow>(&path)?;
     let done: HashSet<(u32, String, u32, String)> = if path.exists() {
         fastchat::read_jsonl::<JudgmentRow>(&path)?
             .0
@@ -360,14 +365,11 @@ pub fn judge(
     let (cached, todo): (Vec<Task>, Vec<Task>) = all
         .into_iter()
         .partition(|t| done.contains(&(t.question_id, t.model.clone(), t.turn, t.prompt.clone())));
-    let file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&path)
-        .map_err(io)?;
+    let file = durable::open_append(&path).map_err(io)?;
     let file = Mutex::new(file);
     let summary = Mutex::new(JudgeSummary {
         cached: cached.len(),
+        tail,
         ..JudgeSummary::default()
     });
     let queue = Mutex::new(todo.iter());
@@ -452,9 +454,8 @@ pub fn judge(
 fn append(file: &Mutex<File>, row: &JudgmentRow) -> std::io::Result<()> {
     let mut line = serde_json::to_string(row).map_err(std::io::Error::other)?;
     line.push('\n');
-    let mut f = file.lock().unwrap_or_else(|e| e.into_inner());
-    f.write_all(line.as_bytes())?;
-    f.sync_data()
+    let f = file.lock().unwrap_or_else(|e| e.into_inner());
+    durable::append_line(&f, line.as_bytes())
 }
 
 /// Whether `path` can be read as answers (for early, clear errors).

@@ -230,8 +230,16 @@ pub enum ReportError {
 }
 
 /// Writes `summary.json` (pretty-printed [`Summary`]) and `report.html` into
-/// `out_dir`, creating it when missing.
-pub fn write_report(out_dir: &Path, summary: &Summary, html: &str) -> Result<(), ReportError> {
+/// `out_dir`, creating it when missing. Each is written whole (a temporary
+/// name, fsync, rename), so a crash leaves the old file or the new one;
+/// `say` is told of each leftover of an earlier interrupted write before it
+/// is removed.
+pub fn write_report(
+    out_dir: &Path,
+    summary: &Summary,
+    html: &str,
+    mut say: impl FnMut(&durable::Leftover),
+) -> Result<(), ReportError> {
     let io = |path: &Path| {
         let path = path.display().to_string();
         move |source| ReportError::Io { path, source }
@@ -240,9 +248,9 @@ pub fn write_report(out_dir: &Path, summary: &Summary, html: &str) -> Result<(),
     let mut json = serde_json::to_string_pretty(summary)?;
     json.push('\n');
     let p = out_dir.join("summary.json");
-    std::fs::write(&p, json).map_err(io(&p))?;
+    durable::write_atomic_saying(&p, json.as_bytes(), &mut say).map_err(io(&p))?;
     let p = out_dir.join("report.html");
-    std::fs::write(&p, html).map_err(io(&p))?;
+    durable::write_atomic_saying(&p, html.as_bytes(), &mut say).map_err(io(&p))?;
     Ok(())
 }
 

@@ -11,8 +11,7 @@ use engine::{ChatMessage, ChatModel, ModelCall};
 use guard::{GuardConfig, GuardSet};
 use serde_json::{json, Value};
 use std::collections::BTreeSet;
-use std::fs::{File, OpenOptions};
-use std::io::Write;
+use std::fs::File;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
@@ -99,8 +98,9 @@ pub struct RunSummary {
     pub tokens: usize,
     /// Wall time, seconds.
     pub seconds: f64,
-    /// A torn last line found on the tape and cut off.
-    pub torn_line: Option<usize>,
+    /// What an earlier run's crash left at the tape's end and how it was
+    /// repaired ([`fastchat::describe_tail`] says it in words).
+    pub tail: fastchat::Tail,
 }
 
 /// The tape's path for `cfg`.
@@ -110,29 +110,13 @@ pub fn tape_path(cfg: &RunConfig) -> PathBuf {
         .join(format!("{}.jsonl", cfg.model_id))
 }
 
-/// Question ids already on a tape; a torn last line is cut off the file so
-/// appends start on a fresh line.
-fn resume_tape(path: &Path) -> Result<(BTreeSet<u32>, Option<usize>), RunError> {
-    let (rows, torn) = fastchat::read_jsonl::<AnswerRow>(path)?;
-    if torn.is_some() {
-        let text = std::fs::read(path).map_err(|source| RunError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
-        let keep = text.iter().rposition(|&b| b == b'\n').map_or(0, |i| i + 1);
-        let f = OpenOptions::new()
-            .write(true)
-            .open(path)
-            .map_err(|source| RunError::Io {
-                path: path.display().to_string(),
-                source,
-            })?;
-        f.set_len(keep as u64).map_err(|source| RunError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
-    }
-    Ok((rows.iter().map(|r| r.question_id).collect(), torn))
+/// Question ids already on a tape, after its tail is repaired: a torn last
+/// line (a write cut off by a crash) is cut off the file so appends start on
+/// a fresh line, and that question is answered again.
+fn resume_tape(path: &Path) -> Result<(BTreeSet<u32>, fastchat::Tail), RunError> {
+    let tail = fastchat::repair_jsonl::<AnswerRow>(path)?;
+    let (rows, _) = fastchat::read_jsonl::<AnswerRow>(path)?;
+    Ok((rows.iter().map(|r| r.question_id).collect(), tail))
 }
 
 /// Answer one question's turns through `model`; the row and the tokens it
@@ -227,13 +211,11 @@ fn answer_id(model: &str, qid: u32) -> String {
 fn append(file: &Mutex<File>, path: &Path, row: &AnswerRow) -> Result<(), RunError> {
     let mut line = serde_json::to_string(row).unwrap_or_default();
     line.push('\n');
-    let io = |source| RunError::Io {
+    let f = file.lock().unwrap_or_else(|e| e.into_inner());
+    durable::append_line(&f, line.as_bytes()).map_err(|source| RunError::Io {
         path: path.display().to_string(),
         source,
-    };
-    let mut f = file.lock().unwrap_or_else(|e| e.into_inner());
-    f.write_all(line.as_bytes()).map_err(io)?;
-    f.sync_data().map_err(io)
+    })
 }
 
 /// Run MT-Bench: `make_model` gives each of `cfg.parallel` workers its
@@ -262,13 +244,13 @@ pub fn run<M: ChatModel + Send>(
         path: dir.display().to_string(),
         source,
     })?;
-    let (done, torn_line) = if tape.exists() {
+    let (done, tail) = if tape.exists() {
         if !cfg.resume {
             return Err(RunError::Exists(tape.display().to_string()));
         }
         resume_tape(&tape)?
     } else {
-        (BTreeSet::new(), None)
+        (BTreeSet::new(), fastchat::Tail::Clean)
     };
     let todo: Vec<&Question> = chosen
         .iter()
@@ -276,14 +258,10 @@ pub fn run<M: ChatModel + Send>(
         .filter(|q| !done.contains(&q.question_id))
         .collect();
     let resumed = chosen.len() - todo.len();
-    let file = OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(&tape)
-        .map_err(|source| RunError::Io {
-            path: tape.display().to_string(),
-            source,
-        })?;
+    let file = durable::open_append(&tape).map_err(|source| RunError::Io {
+        path: tape.display().to_string(),
+        source,
+    })?;
     let file = Mutex::new(file);
     let next = Mutex::new(todo.into_iter());
     let state = Mutex::new((resumed, 0usize, 0usize)); // (done, answered, tokens)
@@ -340,6 +318,6 @@ pub fn run<M: ChatModel + Send>(
         left: total - done_now,
         tokens,
         seconds: started.elapsed().as_secs_f64(),
-        torn_line,
+        tail,
     })
 }

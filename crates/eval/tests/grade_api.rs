@@ -300,21 +300,38 @@ fn another_seed_gives_another_order() {
 }
 
 #[test]
-fn a_torn_judgment_line_is_closed_before_appending() {
+fn a_torn_judgment_line_is_cut_before_appending() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("j.jsonl");
-    std::fs::write(&out, "{\"question_id\": 81, \"mod").unwrap();
+    // A crash mid-write: the line ends inside a two-byte character.
+    let mut torn = b"{\"question_id\": 81, \"model\": \"caf\xc3".to_vec();
+    std::fs::write(&out, &torn).unwrap();
     let s = grade::start(config(&out, 0)).unwrap();
+    assert_eq!(
+        s.tail(),
+        hearth_eval::fastchat::Tail::Cut {
+            line: 1,
+            bytes: torn.len() as u64
+        }
+    );
     let next = get_json(s.addr(), "/api/next");
     let (status, _) = post(s.addr(), &json!({"item": next["item"], "score": 4}));
     assert_eq!(status, 200);
     s.shutdown().unwrap();
     let text = std::fs::read_to_string(&out).unwrap();
-    assert_eq!(text.lines().count(), 2);
-    // The torn line is now a bad middle line: FastChat's reader would fail
-    // too, so the grader hears of it by name on the next start.
-    let err = grade::start(config(&out, 0)).unwrap_err();
-    assert!(err.to_string().contains("j.jsonl, line 1"), "{err}");
+    assert_eq!(text.lines().count(), 1);
+    // The file reads whole on the next start, with the one grade in it.
+    let s = grade::start(config(&out, 0)).unwrap();
+    assert_eq!(s.tail(), hearth_eval::fastchat::Tail::Clean);
+    assert_eq!(s.progress_at_start().0, 1);
+    s.shutdown().unwrap();
+
+    // A whole row that only lacks its newline is kept.
+    torn = text.trim_end().as_bytes().to_vec();
+    std::fs::write(&out, &torn).unwrap();
+    let s = grade::start(config(&out, 0)).unwrap();
+    assert_eq!(s.tail(), hearth_eval::fastchat::Tail::Closed { line: 1 });
+    assert_eq!(s.progress_at_start().0, 1);
 }
 
 #[test]

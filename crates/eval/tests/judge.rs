@@ -189,6 +189,35 @@ fn every_row_ends_with_a_score_and_nothing_is_asked_twice() {
 }
 
 #[test]
+fn a_torn_judgment_line_is_cut_and_asked_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let seen: Seen = Arc::default();
+    let url = fake_judge(Arc::clone(&seen));
+    let file = answers(dir.path(), &[(81, "rate"), (82, "rate")]);
+    let cfg = config(url, dir.path());
+    judge(std::slice::from_ref(&file), &cfg, |_, _| {}).unwrap();
+    // A crash in the middle of the last line's write.
+    let path = judgment_path(&cfg);
+    let text = std::fs::read(&path).unwrap();
+    let keep = text.len() - 40;
+    std::fs::write(&path, &text[..keep]).unwrap();
+    let torn = keep - text[..keep].iter().rposition(|&b| b == b'\n').unwrap() - 1;
+    let s = judge(std::slice::from_ref(&file), &cfg, |_, _| {}).unwrap();
+    assert_eq!((s.cached, s.judged, s.requests), (3, 1, 1), "{s:?}");
+    assert_eq!(
+        s.tail,
+        hearth_eval::fastchat::Tail::Cut {
+            line: 4,
+            bytes: torn as u64
+        }
+    );
+    // The file reads whole again: four judgments, each once.
+    let (rows, torn) = read_jsonl::<JudgmentRow>(&path).unwrap();
+    assert!(torn.is_none());
+    assert_eq!(rows.len(), 4);
+}
+
+#[test]
 fn failures_are_written_as_errors_and_asked_again() {
     let dir = tempfile::tempdir().unwrap();
     let seen: Seen = Arc::default();

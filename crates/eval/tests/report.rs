@@ -162,7 +162,7 @@ fn published_report_has_radar_bars_and_answers() {
 
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out");
-    write_report(&out, &s, &html).unwrap();
+    write_report(&out, &s, &html, |_| {}).unwrap();
     let back: Summary =
         serde_json::from_str(&std::fs::read_to_string(out.join("summary.json")).unwrap()).unwrap();
     assert_eq!(back, s);

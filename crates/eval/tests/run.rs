@@ -122,7 +122,13 @@ fn an_interrupted_run_resumes_and_loses_nothing() {
     cfg.resume = true;
     let s = run(&qs, &cfg, || model(&calls), &AtomicBool::new(false), |_| {}).unwrap();
     assert_eq!((s.answered, s.resumed, s.left), (4, 2, 0));
-    assert!(s.torn_line.is_some());
+    assert!(
+        matches!(s.tail, fastchat::Tail::Cut { line: 3, bytes: 42 }),
+        "{:?}",
+        s.tail
+    );
+    let said = fastchat::describe_tail(&tape, s.tail, "answered again").unwrap();
+    assert!(said.contains("cut off 42 bytes"), "{said}");
     let (rows, torn) = read_jsonl::<AnswerRow>(&tape).unwrap();
     assert!(torn.is_none());
     let mut ids: Vec<u32> = rows.iter().map(|r| r.question_id).collect();

@@ -217,20 +217,47 @@ pub fn solve(src: &str, limits: &Limits) -> Result<Solution, LogicError> {
     let tokens = lex::lex(src)?;
     let stmts = parse::parse(&tokens, limits.max_depth)?;
     let program = resolve::resolve(&stmts, limits)?;
-    // Pumpkin is a third-party library: should it panic on some input, the
-    // caller gets an error instead of a crashed server.
-    std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        build::solve_program(&program, limits)
-    }))
-    .unwrap_or_else(|panic| {
-        let what = panic
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| panic.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "panic".to_string());
-        Err(LogicError::Internal(what))
-    })
+    let (tx, rx) = std::sync::mpsc::channel();
+    let worker_limits = limits.clone();
+    std::thread::Builder::new()
+        .name("logic-solver".into())
+        .spawn(move || {
+            // Pumpkin is a third-party library: should it panic on some
+            // input, the caller gets an error instead of a crashed server.
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                build::solve_program(&program, &worker_limits)
+            }))
+            .unwrap_or_else(|panic| {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "panic".to_string());
+                Err(LogicError::Internal(what))
+            });
+            let _ = tx.send(result);
+        })
+        .map_err(|e| LogicError::Internal(format!("cannot start the solver: {e}")))?;
+    match rx.recv_timeout(limits.time_budget + OVERRUN) {
+        Ok(result) => result,
+        // The worker stops at its next budget check; nobody waits for it.
+        Err(_) => {
+            let mut late = Solution::unknown();
+            late.notes.push(format!(
+                "the solver overran its {:?} time budget inside one step",
+                limits.time_budget
+            ));
+            Ok(late)
+        }
+    }
 }
+
+/// How long past its time budget a solve may run before the caller gets
+/// [`Status::Unknown`]. Pumpkin checks the budget only between conflicts,
+/// and one conflict can take seconds: two remainders of one sum over wide
+/// domains (`(e - a) % 6`, `(e - a) % 3`, found by fuzzing) make bound
+/// propagation creep one unit at a time across the whole domain.
+const OVERRUN: Duration = Duration::from_millis(500);
 
 /// The subset as a grammar in llguidance's Lark syntax, for constrained
 /// decoding: every program it generates parses. It is deliberately

@@ -19,6 +19,9 @@ pub const SAMPLE_RATE: u32 = 16_000;
 /// (480,000 samples at 16 kHz). Longer clips are cut here, as transformers
 /// truncates them, and [`Clip::truncated`] says so.
 pub const MAX_SECONDS: u32 = 30;
+/// The default bound on a clip's length: a ten-minute voice memo is read
+/// (the encoders hear its first [`MAX_SECONDS`]); a longer one is refused.
+pub const DEFAULT_MAX_CLIP_SECONDS: u32 = 600;
 /// Sample rates accepted from a file (telephone audio to studio audio).
 const RATES: std::ops::RangeInclusive<u32> = 4_000..=384_000;
 
@@ -34,14 +37,27 @@ pub struct Clip {
 }
 
 impl Clip {
-    /// Decode a WAV, MP3 or Ogg Vorbis file: channels averaged to mono,
-    /// resampled to 16 kHz, cut at [`MAX_SECONDS`]. Decoding stops at the
-    /// cut, so a long file costs no more memory than 30 seconds of it.
+    /// Decode a clip of at most [`DEFAULT_MAX_CLIP_SECONDS`].
     pub fn decode(bytes: &[u8]) -> Result<Self, MediaError> {
+        Self::decode_within(bytes, DEFAULT_MAX_CLIP_SECONDS)
+    }
+
+    /// Decode a WAV, MP3, Ogg Vorbis or Ogg Opus file: channels averaged to
+    /// mono, resampled to 16 kHz, cut at [`MAX_SECONDS`]. A clip whose
+    /// container says it lasts longer than `max_seconds` is refused before
+    /// it is decoded; decoding stops at the cut, so a long file costs no
+    /// more memory than 30 seconds of it.
+    pub fn decode_within(bytes: &[u8], max_seconds: u32) -> Result<Self, MediaError> {
         if bytes.is_empty() {
             return Err(MediaError::Decode("the audio file is empty".into()));
         }
         if is_ogg_opus(bytes) {
+            if let Some(seconds) = opus_seconds(bytes).filter(|&s| s > f64::from(max_seconds)) {
+                return Err(MediaError::TooLong {
+                    seconds,
+                    max: max_seconds,
+                });
+            }
             let (samples, truncated) = decode_opus(bytes)?;
             if samples.is_empty() {
                 return Err(MediaError::Decode("the audio clip has no samples".into()));
@@ -56,7 +72,7 @@ impl Clip {
         }
         let mut bytes = bytes.to_vec();
         repair_wav_lengths(&mut bytes);
-        let (samples, rate, truncated) = decode_mono(bytes)?;
+        let (samples, rate, truncated) = decode_mono(bytes, max_seconds)?;
         if samples.is_empty() {
             return Err(MediaError::Decode("the audio clip has no samples".into()));
         }
@@ -94,7 +110,10 @@ fn push_mono(mono: &mut Vec<f32>, frames: &[f32], channels: usize, limit: usize)
         if mono.len() == limit {
             return true;
         }
-        mono.push(frame.iter().sum::<f32>() / channels as f32);
+        let v = frame.iter().sum::<f32>() / channels as f32;
+        // A float WAV may hold NaN or infinity, which would poison the
+        // resampler's FFT (it panics on them): silence instead.
+        mono.push(if v.is_finite() { v } else { 0.0 });
     }
     false
 }
@@ -117,6 +136,15 @@ const OPUS_RATE: u32 = 48_000;
 /// header's pre-skip and the last page's granule position are exact
 /// (decoding at 16 kHz directly shifts the clip by the decoder's own
 /// delay), cut at [`MAX_SECONDS`]; and whether it was cut.
+/// An Ogg Opus stream's length from its last page's granule position
+/// (48 kHz samples, the pre-skip included), if a page says.
+fn opus_seconds(bytes: &[u8]) -> Option<f64> {
+    let at = bytes.windows(4).rposition(|w| w == b"OggS")?;
+    let granule = u64::from_le_bytes(bytes.get(at + 6..at + 14)?.try_into().ok()?);
+    // -1: no packet ends on this page.
+    (granule != u64::MAX).then(|| granule as f64 / f64::from(OPUS_RATE))
+}
+
 fn decode_opus(bytes: &[u8]) -> Result<(Vec<f32>, bool), MediaError> {
     let bad = |m: String| MediaError::Decode(format!("cannot decode the Opus audio: {m}"));
     let mut reader = ogg::PacketReader::new(std::io::Cursor::new(bytes));
@@ -214,7 +242,7 @@ fn repair_wav_lengths(bytes: &mut [u8]) {
 
 /// The first audio track of `bytes`, channels averaged, at its own rate;
 /// and whether it went on past [`MAX_SECONDS`].
-fn decode_mono(bytes: Vec<u8>) -> Result<(Vec<f32>, u32, bool), MediaError> {
+fn decode_mono(bytes: Vec<u8>, max_seconds: u32) -> Result<(Vec<f32>, u32, bool), MediaError> {
     let bad = |e: SymphoniaError| MediaError::Decode(format!("cannot decode the audio: {e}"));
     let stream = MediaSourceStream::new(Box::new(std::io::Cursor::new(bytes)), Default::default());
     let probed = symphonia::default::get_probe()
@@ -258,6 +286,15 @@ fn decode_mono(bytes: Vec<u8>) -> Result<(Vec<f32>, u32, bool), MediaError> {
             RATES.start(),
             RATES.end()
         )));
+    }
+    if let Some(frames) = stated {
+        let seconds = frames as f64 / f64::from(rate);
+        if seconds > f64::from(max_seconds) {
+            return Err(MediaError::TooLong {
+                seconds,
+                max: max_seconds,
+            });
+        }
     }
     let mut decoder = symphonia::default::get_codecs()
         .make(&track.codec_params, &DecoderOptions::default())
@@ -650,6 +687,14 @@ mod tests {
         let t = tone(440.0, 16_000, 0.25);
         let clip = Clip::decode(&wav(&t, 16_000, 1, Some(10_000_000))).unwrap();
         assert_eq!(clip.samples.len(), t.len());
+        // 2^32 - 1 bytes claimed (a streamed WAV's placeholder): the same.
+        let clip = Clip::decode(&wav(&t, 16_000, 1, Some(u32::MAX))).unwrap();
+        assert_eq!(clip.samples.len(), t.len());
+        // Longer than the bound: refused by its length, before decoding.
+        let long = tone(440.0, 8_000, 3.0);
+        let err = Clip::decode_within(&wav(&long, 8_000, 1, None), 2).unwrap_err();
+        assert!(matches!(err, MediaError::TooLong { max: 2, .. }), "{err}");
+        assert!(err.to_string().contains("3.0 s"), "{err}");
         // Truncated in the middle of the header.
         assert!(Clip::decode(&wav(&t, 16_000, 1, None)[..30]).is_err());
         // A codec we do not decode (WMA in a WAV header): named as such.

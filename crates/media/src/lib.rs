@@ -19,12 +19,14 @@ mod gemma4_audio;
 mod picture;
 mod vision;
 
-pub use audio::{Clip, LogMel, MelFloor, MelSettings, MAX_SECONDS, SAMPLE_RATE};
+pub use audio::{
+    Clip, LogMel, MelFloor, MelSettings, DEFAULT_MAX_CLIP_SECONDS, MAX_SECONDS, SAMPLE_RATE,
+};
 pub use audio_tower::{AudioTower, GEMMA3N_AUDIO_ARCH};
 pub use cache::{content_key, EmbeddingCache};
 pub use gemma3n_audio::{AudioEmbedding, Gemma3nAudioConfig, Gemma3nAudioTower, AUDIO_KEY_PREFIX};
 pub use gemma4_audio::{Gemma4AudioConfig, Gemma4AudioTower, GEMMA4_AUDIO_ARCH};
-pub use picture::{Picture, MAX_SIDE};
+pub use picture::{Picture, DEFAULT_MAX_PIXELS, MAX_SIDE};
 pub use vision::{
     Pixels, Projector, VisionConfig, VisionTower, GEMMA4_DEFAULT_TOKENS, GEMMA4_TOKEN_RANGE,
     MAX_TOKENS_KEY,
@@ -44,6 +46,24 @@ pub enum MediaError {
         /// Its height.
         height: u32,
         /// The limit per side.
+        max: u32,
+    },
+    /// The picture has more pixels than the limit it was decoded under.
+    #[error("the image is {width}x{height} ({} pixels); the most accepted is {max} pixels", u64::from(*.width) * u64::from(*.height))]
+    TooManyPixels {
+        /// Its width.
+        width: u32,
+        /// Its height.
+        height: u32,
+        /// The limit on width times height.
+        max: u64,
+    },
+    /// The clip is longer than the limit it was decoded under.
+    #[error("the audio clip is {seconds:.1} s long; the most accepted is {max} s")]
+    TooLong {
+        /// Its length.
+        seconds: f64,
+        /// The limit in seconds.
         max: u32,
     },
     /// The projector file's metadata is missing or inconsistent.

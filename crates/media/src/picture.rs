@@ -14,6 +14,10 @@ use std::io::Cursor;
 /// their pixels are decoded, so a hostile header cannot make us allocate.
 pub const MAX_SIDE: u32 = 16_384;
 
+/// The default bound on a picture's pixels: a 48-megapixel phone photo
+/// (8064 x 6048, 146 MB as RGB) fits; a decompression bomb does not.
+pub const DEFAULT_MAX_PIXELS: u64 = 50_000_000;
+
 /// The most bytes the decoder may allocate for one picture.
 const MAX_DECODE_BYTES: u64 = 1 << 30;
 
@@ -38,9 +42,17 @@ impl Picture {
         Ok(Self { width, height, rgb })
     }
 
-    /// Decode a PNG, JPEG or WebP file held in memory. Transparency is
-    /// composited onto white, as the processors' RGB conversion does.
+    /// Decode a PNG, JPEG or WebP file held in memory, of at most
+    /// [`DEFAULT_MAX_PIXELS`].
     pub fn decode(bytes: &[u8]) -> Result<Self, MediaError> {
+        Self::decode_within(bytes, DEFAULT_MAX_PIXELS)
+    }
+
+    /// Decode a PNG, JPEG or WebP file held in memory, refusing one whose
+    /// header claims more than `max_pixels` before any pixel is decoded.
+    /// Transparency is composited onto white, as the processors' RGB
+    /// conversion does.
+    pub fn decode_within(bytes: &[u8], max_pixels: u64) -> Result<Self, MediaError> {
         if bytes.is_empty() {
             return Err(MediaError::Decode("the image is empty (0 bytes)".into()));
         }
@@ -73,6 +85,13 @@ impl Picture {
                 width,
                 height,
                 max: MAX_SIDE,
+            });
+        }
+        if u64::from(width) * u64::from(height) > max_pixels {
+            return Err(MediaError::TooManyPixels {
+                width,
+                height,
+                max: max_pixels,
             });
         }
         let mut r = reader()?;
@@ -401,6 +420,24 @@ mod tests {
         out.extend(b"IEND");
         out.extend(crc32(b"IEND").to_be_bytes());
         out
+    }
+
+    #[test]
+    fn pixels_past_the_bound_are_refused_from_the_header() {
+        let err = Picture::decode_within(&png_claiming(100, 100), 9_999).unwrap_err();
+        assert!(
+            matches!(
+                err,
+                MediaError::TooManyPixels {
+                    width: 100,
+                    height: 100,
+                    max: 9_999
+                }
+            ),
+            "{err}"
+        );
+        let err = Picture::decode(&png_claiming(10_000, 10_000)).unwrap_err();
+        assert!(err.to_string().contains("100000000 pixels"), "{err}");
     }
 
     #[test]

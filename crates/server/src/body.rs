@@ -13,7 +13,7 @@ pub(crate) async fn read_body(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Vec<u8>, ApiError> {
-    let limit = st.config.body_limit;
+    let limit = st.config.limits.body_bytes;
     if let Some(len) = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -36,11 +36,11 @@ pub(crate) async fn read_body(
         }
         Ok(out)
     };
-    match tokio::time::timeout(st.config.body_timeout, read).await {
+    match tokio::time::timeout(st.config.limits.body_time, read).await {
         Ok(r) => r,
         Err(_) => Err(ApiError::request_timeout(format!(
             "The request body did not arrive within {} s.",
-            st.config.body_timeout.as_secs_f64()
+            st.config.limits.body_time.as_secs_f64()
         ))),
     }
 }

@@ -5,6 +5,34 @@ use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
+/// `text` with every absolute path in it cut to its last component, so an
+/// error passed on to a client never shows where files live on the server.
+pub fn redact_paths(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find('/') {
+        let starts_token = rest[..at]
+            .chars()
+            .next_back()
+            .is_none_or(|c| c.is_whitespace() || "`'\"(:=[".contains(c));
+        if !starts_token {
+            out.push_str(&rest[..=at]);
+            rest = &rest[at + 1..];
+            continue;
+        }
+        out.push_str(&rest[..at]);
+        let end = rest[at..]
+            .find(|c: char| c.is_whitespace() || "`'\"),]".contains(c))
+            .map_or(rest.len(), |e| at + e);
+        let path = &rest[at..end];
+        let last = path.trim_end_matches('/').rsplit('/').next().unwrap_or("");
+        out.push_str(if last.is_empty() { "/" } else { last });
+        rest = &rest[end..];
+    }
+    out.push_str(rest);
+    out
+}
+
 /// An error answered to the client as `{"error": {message, type, param, code}}`.
 #[derive(Debug, Clone)]
 pub struct ApiError {
@@ -121,6 +149,22 @@ impl ApiError {
         }
     }
 
+    /// 429: the client is over `--rate-limit`; retry after `secs`.
+    pub fn rate_limited(per_minute: u32, secs: u64) -> Self {
+        Self {
+            code: Some("rate_limited"),
+            retry_after: Some(secs),
+            ..Self::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "rate_limit_error",
+                format!(
+                    "Too many requests from this address: the limit is {per_minute} a minute \
+                     (--rate-limit). Retry in {secs} s."
+                ),
+            )
+        }
+    }
+
     /// 503: not ready (loading) or going away (shutting down).
     pub fn unavailable(message: impl Into<String>, retry_after: u64) -> Self {
         Self {
@@ -233,5 +277,24 @@ impl From<crate::scheduler::Rejected> for ApiError {
                 1,
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::redact_paths;
+
+    #[test]
+    fn paths_are_cut_to_their_file_name() {
+        assert_eq!(
+            redact_paths("cannot open /home/ann/.cache/hearth/models/x.gguf: No such file"),
+            "cannot open x.gguf: No such file"
+        );
+        assert_eq!(
+            redact_paths("tensor `a` in '/srv/m/model.safetensors' (and/or 1/2)"),
+            "tensor `a` in 'model.safetensors' (and/or 1/2)"
+        );
+        assert_eq!(redact_paths("no path here"), "no path here");
+        assert_eq!(redact_paths("root is / alone"), "root is / alone");
     }
 }

@@ -13,6 +13,7 @@ mod embeddings;
 pub mod error;
 mod guarded;
 pub mod idle;
+mod limits;
 mod media;
 pub mod metrics;
 pub mod models;
@@ -36,11 +37,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// The default largest request body: 20 MiB. A phone's 12-megapixel JPEG
-/// (3 to 7 MB, up to about 9.5 MB as base64) and a 30 s WAV clip (16-bit
-/// 48 kHz stereo, 5.8 MB, 7.7 MB as base64) each fit with room for the rest
-/// of the request.
-pub const DEFAULT_BODY_LIMIT: usize = 20 << 20;
+pub use limits::{Limits, RateLimiter, DEFAULT_BODY_LIMIT};
 
 /// How the server is set up. The models come from the [`models::Lineup`]
 /// given to [`run`], which loads each with the same [`engine::RunOptions`]
@@ -57,17 +54,18 @@ pub struct ServerConfig {
     pub seed: Option<u64>,
     /// Requests that may wait for a slot.
     pub queue: usize,
-    /// Required bearer key for `/v1/*`, if any.
+    /// Required bearer key for the APIs (and `/health`, `/metrics` unless
+    /// `public_health`), if any.
     pub api_key: Option<String>,
+    /// Whether `/health` and `/metrics` answer without the key (for a
+    /// platform's probes, which cannot send one).
+    pub public_health: bool,
     /// Origins a browser page may call from (`--cors`; `*` for any; none
     /// by default).
     pub cors: Vec<String>,
-    /// Largest request body in bytes ([`DEFAULT_BODY_LIMIT`] unless set).
-    pub body_limit: usize,
-    /// Time a client has to send its whole request body.
-    pub body_timeout: Duration,
-    /// Time a client has to send its request line and headers.
-    pub header_timeout: Duration,
+    /// What one client may ask: body size and time, connections, rate,
+    /// media per request.
+    pub limits: Limits,
     /// Longest a non-streaming request may take before it is answered 504
     /// (a backstop; `max_request_time` normally ends it first).
     pub request_timeout: Duration,
@@ -112,10 +110,9 @@ impl ServerConfig {
             seed: None,
             queue: 4,
             api_key: None,
+            public_health: false,
             cors: Vec::new(),
-            body_limit: DEFAULT_BODY_LIMIT,
-            body_timeout: Duration::from_secs(30),
-            header_timeout: Duration::from_secs(30),
+            limits: Limits::default(),
             request_timeout: Duration::from_secs(600),
             max_request_time: Some(Duration::from_secs(300)),
             shutdown_timeout: Duration::from_secs(10),
@@ -164,6 +161,8 @@ struct AppState {
     metrics: Arc<Metrics>,
     /// Requests in flight and the last end of one, for `idle_exit`.
     activity: Arc<Activity>,
+    /// Requests per minute per client, when `--rate-limit` is set.
+    rate: Option<Arc<RateLimiter>>,
     created: u64,
 }
 
@@ -213,6 +212,10 @@ async fn serve(config: ServerConfig, lineup: models::Lineup) -> Result<(), Serve
         models: Arc::clone(&models),
         metrics: Arc::clone(&metrics),
         activity: Arc::new(Activity::new(Instant::now())),
+        rate: config
+            .limits
+            .per_minute
+            .map(|n| Arc::new(RateLimiter::new(n))),
         created: api::now_secs(),
     };
 
@@ -253,13 +256,7 @@ async fn serve(config: ServerConfig, lineup: models::Lineup) -> Result<(), Serve
     let app = routes::router(state.clone());
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut load_failed: Option<ServeError> = None;
-    let server = tokio::spawn(accept_loop(
-        listener,
-        app,
-        stop_rx,
-        config.header_timeout,
-        acceptor,
-    ));
+    let server = tokio::spawn(accept_loop(listener, app, stop_rx, config.limits, acceptor));
 
     let draining = || {
         eprintln!(
@@ -318,16 +315,18 @@ async fn serve(config: ServerConfig, lineup: models::Lineup) -> Result<(), Serve
 }
 
 /// Accept connections until `stop`, serving each (over TLS when `tls` is
-/// set) with hyper's HTTP/1 and a header-read timeout; then ask every
-/// connection to close once its in-flight request is answered and wait for
-/// them all.
+/// set) with hyper's HTTP/1 and a header-read timeout, at most
+/// `limits.connections` at once; then ask every connection to close once
+/// its in-flight request is answered and wait for them all.
 async fn accept_loop(
     listener: tokio::net::TcpListener,
     app: Router,
     stop: tokio::sync::watch::Receiver<bool>,
-    header_timeout: Duration,
+    limits: Limits,
     tls: Option<tokio_rustls::TlsAcceptor>,
 ) {
+    let header_timeout = limits.header_time;
+    let open = Arc::new(tokio::sync::Semaphore::new(limits.connections.max(1)));
     // Each connection task holds a receiver; `closed()` tells when all ended.
     let (alive_tx, alive_rx) = tokio::sync::watch::channel(());
     let mut stopping = stop.clone();
@@ -336,8 +335,8 @@ async fn accept_loop(
             r = listener.accept() => r,
             _ = async { stopping.wait_for(|s| *s).await.is_ok() } => break,
         };
-        let stream = match accepted {
-            Ok((stream, _)) => stream,
+        let (stream, peer) = match accepted {
+            Ok(pair) => pair,
             Err(_) => {
                 // Out of file descriptors and the like: back off a little.
                 tokio::time::sleep(Duration::from_millis(50)).await;
@@ -345,17 +344,21 @@ async fn accept_loop(
             }
         };
         let _ = stream.set_nodelay(true);
+        let Ok(permit) = Arc::clone(&open).try_acquire_owned() else {
+            tokio::spawn(refuse_connection(stream, limits.connections, tls.is_none()));
+            continue;
+        };
         let (app, stop, alive, tls) = (app.clone(), stop.clone(), alive_rx.clone(), tls.clone());
         tokio::spawn(async move {
             match tls {
-                None => serve_connection(stream, app, stop, header_timeout).await,
+                None => serve_connection(stream, app, peer, stop, header_timeout).await,
                 Some(acceptor) => {
                     if let Some(secure) = tls::accept(&acceptor, stream, header_timeout).await {
-                        serve_connection(secure, app, stop, header_timeout).await;
+                        serve_connection(secure, app, peer, stop, header_timeout).await;
                     }
                 }
             }
-            drop(alive);
+            drop((alive, permit));
         });
     }
     drop(listener);
@@ -363,16 +366,30 @@ async fn accept_loop(
     alive_tx.closed().await;
 }
 
-/// Serve one connection until it ends, or until `stop`, when it closes
-/// once its in-flight request is answered.
+/// A connection past `--max-connections`: a 503 naming the limit (plain
+/// HTTP only; a TLS client is simply closed), then close.
+async fn refuse_connection(mut stream: tokio::net::TcpStream, limit: usize, plain: bool) {
+    use tokio::io::AsyncWriteExt;
+    if plain {
+        let answer = limits::too_many_connections(limit);
+        let _ = tokio::time::timeout(Duration::from_secs(1), stream.write_all(&answer)).await;
+        let _ = stream.shutdown().await;
+    }
+}
+
+/// Serve one connection from `peer` until it ends, or until `stop`, when it
+/// closes once its in-flight request is answered.
 async fn serve_connection<I>(
     io: I,
     app: Router,
+    peer: SocketAddr,
     mut stop: tokio::sync::watch::Receiver<bool>,
     header_timeout: Duration,
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    use tower::ServiceExt as _;
+    let app = app.map_request(move |req| limits::with_client(req, peer));
     let service = hyper_util::service::TowerToHyperService::new(app);
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())

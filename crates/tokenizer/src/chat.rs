@@ -43,6 +43,20 @@ impl ChatMessage {
 
 const TEMPLATE_NAME: &str = "chat";
 
+/// The default bound on a template's render steps (minijinja's fuel, one
+/// per instruction). A real chat template takes a few hundred steps per
+/// message, so this renders a conversation of thousands of turns and stops
+/// a hostile loop within a fraction of a second.
+pub const DEFAULT_TEMPLATE_STEPS: u64 = 2_000_000;
+
+/// The most text a render may write. A prompt is bounded by the context
+/// (at most a few MB of text); a template that writes more is looping.
+pub const MAX_RENDER_BYTES: usize = 64 << 20;
+
+/// The render's running count of bytes written, kept in minijinja's
+/// per-render temporaries.
+const WRITTEN: &str = "__hearth_written";
+
 #[derive(Clone)]
 enum Kind {
     Jinja(Box<Environment<'static>>),
@@ -54,6 +68,8 @@ enum Kind {
 #[derive(Clone)]
 pub struct ChatTemplate {
     kind: Kind,
+    /// The fuel a Jinja render gets.
+    step_limit: u64,
     bos_token: String,
     eos_token: String,
 }
@@ -97,19 +113,34 @@ impl ChatTemplate {
         env.set_lstrip_blocks(true);
         env.add_function("raise_exception", raise_exception);
         env.set_unknown_method_callback(python_methods);
+        env.set_fuel(Some(DEFAULT_TEMPLATE_STEPS));
+        env.set_formatter(bounded_output);
         env.add_template_owned(TEMPLATE_NAME, source.to_string())
             .map_err(|e| TokenizerError::Template(format!("does not compile: {e:#}")))?;
         Ok(Self {
             kind: Kind::Jinja(Box::new(env)),
+            step_limit: DEFAULT_TEMPLATE_STEPS,
             bos_token: bos_token.into(),
             eos_token: eos_token.into(),
         })
+    }
+
+    /// Bound the steps a render may take (a Jinja template; the built-in
+    /// formats take a fixed, small number). A render past it fails with an
+    /// error that says so.
+    pub fn set_step_limit(&mut self, steps: u64) {
+        // minijinja adds to the fuel it is given: keep clear of overflow.
+        self.step_limit = steps.clamp(1, u64::MAX / 4);
+        if let Kind::Jinja(env) = &mut self.kind {
+            env.set_fuel(Some(self.step_limit));
+        }
     }
 
     /// The built-in Gemma format, as Gemma 3's own template writes it.
     pub fn gemma(bos_token: impl Into<String>) -> Self {
         Self {
             kind: Kind::Gemma,
+            step_limit: DEFAULT_TEMPLATE_STEPS,
             bos_token: bos_token.into(),
             eos_token: String::new(),
         }
@@ -120,6 +151,7 @@ impl ChatTemplate {
     pub fn gemma4(bos_token: impl Into<String>) -> Self {
         Self {
             kind: Kind::Gemma4,
+            step_limit: DEFAULT_TEMPLATE_STEPS,
             bos_token: bos_token.into(),
             eos_token: String::new(),
         }
@@ -177,14 +209,33 @@ impl ChatTemplate {
                 let tmpl = env
                     .get_template(TEMPLATE_NAME)
                     .map_err(|e| TokenizerError::Template(format!("{e:#}")))?;
-                tmpl.render(minijinja::context! {
-                    messages => messages,
-                    bos_token => &self.bos_token,
-                    eos_token => &self.eos_token,
-                    add_generation_prompt => add_generation_prompt,
-                    enable_thinking => thinking,
+                // minijinja 2 panics on some slices (`''[::-1]`, `[][::-1]`:
+                // an index past the end, found by fuzzing); a template from a
+                // model file must fail its render, not the thread.
+                let rendered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                    tmpl.render(minijinja::context! {
+                        messages => messages,
+                        bos_token => &self.bos_token,
+                        eos_token => &self.eos_token,
+                        add_generation_prompt => add_generation_prompt,
+                        enable_thinking => thinking,
+                    })
+                }))
+                .map_err(|_| {
+                    TokenizerError::Template(
+                        "render failed: the template engine panicked (a slice such as `[][::-1]`?)"
+                            .into(),
+                    )
+                })?;
+                rendered.map_err(|e| {
+                    TokenizerError::Template(match e.kind() {
+                        ErrorKind::OutOfFuel => format!(
+                            "render stopped: the template took more than its limit of {} steps",
+                            self.step_limit
+                        ),
+                        _ => format!("render failed: {e:#}"),
+                    })
                 })
-                .map_err(|e| TokenizerError::Template(format!("render failed: {e:#}")))
             }
         }
     }
@@ -268,6 +319,27 @@ fn render_gemma4(
 
 /// `raise_exception(msg)`, which Hugging Face templates call to reject a
 /// conversation; it becomes a render error carrying `msg`.
+/// minijinja's own formatting, counting what the render has written so a
+/// template that emits without end is stopped at [`MAX_RENDER_BYTES`].
+fn bounded_output(out: &mut minijinja::Output, state: &State, value: &Value) -> Result<(), Error> {
+    let len = value
+        .as_str()
+        .map_or_else(|| value.to_string().len(), str::len);
+    let before = state
+        .get_temp(WRITTEN)
+        .and_then(|v| v.as_usize())
+        .unwrap_or(0);
+    let total = before.saturating_add(len);
+    if total > MAX_RENDER_BYTES {
+        return Err(Error::new(
+            ErrorKind::InvalidOperation,
+            format!("the template wrote more than {MAX_RENDER_BYTES} bytes"),
+        ));
+    }
+    state.set_temp(WRITTEN, Value::from(total));
+    minijinja::escape_formatter(out, state, value)
+}
+
 fn raise_exception(msg: String) -> Result<String, Error> {
     Err(Error::new(ErrorKind::InvalidOperation, msg))
 }

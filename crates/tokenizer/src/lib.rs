@@ -15,7 +15,7 @@ mod index;
 mod spm;
 mod vocab;
 
-pub use chat::{ChatMessage, ChatTemplate};
+pub use chat::{ChatMessage, ChatTemplate, DEFAULT_TEMPLATE_STEPS, MAX_RENDER_BYTES};
 pub use decode::StreamDecoder;
 pub use vocab::{TokenType, TokenizerModel, Vocab};
 

@@ -887,3 +887,32 @@ fn the_templates_end_of_turn_marker_ends_a_generation() {
     );
     assert_eq!(g.add_template_eog(&plain), None);
 }
+
+#[test]
+fn hostile_templates_stop_at_their_bounds() {
+    let msgs = conversation();
+    // A loop past the step bound: stopped, naming the bound.
+    let spin = "{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}";
+    let mut t = ChatTemplate::jinja(spin, "<bos>", "<eos>").unwrap();
+    t.set_step_limit(10_000);
+    let err = t.render(&msgs, true).unwrap_err().to_string();
+    assert!(err.contains("more than its limit of 10000 steps"), "{err}");
+    // Output past MAX_RENDER_BYTES: stopped, whatever the step bound.
+    let flood = "{% for a in range(100000) %}{{ 'x' * 100000 }}{% endfor %}";
+    let mut t = ChatTemplate::jinja(flood, "<bos>", "<eos>").unwrap();
+    t.set_step_limit(1 << 40);
+    let err = t.render(&msgs, true).unwrap_err().to_string();
+    assert!(err.contains("wrote more than"), "{err}");
+    // Recursion past minijinja's limit.
+    let deep = "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}";
+    let t = ChatTemplate::jinja(deep, "<bos>", "<eos>").unwrap();
+    let err = t.render(&msgs, true).unwrap_err().to_string();
+    assert!(err.contains("recursion"), "{err}");
+    // A real template stays well inside the default bound.
+    let gemma = "{% for m in messages %}<start_of_turn>{{ m.role }}\n{{ m.content }}<end_of_turn>\n{% endfor %}";
+    let t = ChatTemplate::jinja(gemma, "<bos>", "<eos>").unwrap();
+    let many: Vec<ChatMessage> = (0..2000)
+        .map(|i| ChatMessage::user(format!("turn {i}")))
+        .collect();
+    assert!(t.render(&many, true).is_ok());
+}

@@ -65,10 +65,12 @@ function shardOf(request: Request): string {
  * Wait until the shard's server has loaded its model: a container that was
  * asleep answers 503 on /health for the fraction of a second loading takes.
  */
-async function waitReady(stub: DurableObjectStub<Hearth>): Promise<boolean> {
+async function waitReady(stub: DurableObjectStub<Hearth>, key?: string): Promise<boolean> {
   const deadline = Date.now() + READY_TIMEOUT_MS;
+  // /health sits behind the API key when there is one.
+  const headers: Record<string, string> = key ? { authorization: `Bearer ${key}` } : {};
   while (Date.now() < deadline) {
-    const r = await stub.fetch("http://container/health");
+    const r = await stub.fetch("http://container/health", { headers });
     await r.body?.cancel();
     if (r.status === 200) return true;
     await new Promise((resolve) => setTimeout(resolve, 50));
@@ -79,7 +81,7 @@ async function waitReady(stub: DurableObjectStub<Hearth>): Promise<boolean> {
 export default {
   async fetch(request: Request, env: Env): Promise<Response> {
     const stub = getContainer(env.HEARTH, shardOf(request));
-    if (!(await waitReady(stub))) {
+    if (!(await waitReady(stub, env.HEARTH_API_KEY))) {
       return Response.json(
         {
           error: {

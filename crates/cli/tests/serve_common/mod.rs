@@ -73,6 +73,9 @@ pub struct Server {
     pub addr: String,
     /// Everything it wrote to stderr so far.
     pub stderr: Arc<Mutex<String>>,
+    /// The API key it was started with: the probes below send it, as
+    /// /health and /metrics sit behind it.
+    pub key: Option<String>,
 }
 
 impl Server {
@@ -133,10 +136,21 @@ impl Server {
                 );
             }
         };
+        let key = args
+            .iter()
+            .position(|a| *a == "--api-key")
+            .and_then(|i| args.get(i + 1))
+            .or_else(|| {
+                envs.iter()
+                    .find(|(k, _)| *k == "HEARTH_API_KEY")
+                    .map(|(_, v)| v)
+            })
+            .map(|k| k.to_string());
         let server = Server {
             child,
             addr,
             stderr,
+            key,
         };
         // Over TLS the plain-HTTP probe cannot see /health: the caller's
         // HTTPS client waits instead.
@@ -149,8 +163,10 @@ impl Server {
     /// Poll /health until 200.
     pub fn wait_healthy(&self, limit: Duration) {
         let t0 = Instant::now();
+        let auth = self.auth();
+        let headers: Vec<(&str, &str)> = auth.iter().map(|(k, v)| (*k, v.as_str())).collect();
         while t0.elapsed() < limit {
-            if let Ok(r) = try_request(&self.addr, "GET", "/health", &[], b"") {
+            if let Ok(r) = try_request(&self.addr, "GET", "/health", &headers, b"") {
                 if r.status == 200 {
                     return;
                 }
@@ -217,12 +233,27 @@ impl Server {
             self.stderr()
         );
         assert!(!self.stderr().contains("panicked"), "{}", self.stderr());
-        assert_eq!(self.request("GET", "/health", &[], b"").status, 200);
+        assert_eq!(self.probe("/health").status, 200);
+    }
+
+    /// The header that carries the key, if the server has one.
+    pub fn auth(&self) -> Vec<(&str, String)> {
+        self.key
+            .iter()
+            .map(|k| ("Authorization", format!("Bearer {k}")))
+            .collect()
+    }
+
+    /// GET a probe (/health, /metrics) with the key when there is one.
+    pub fn probe(&self, path: &str) -> Resp {
+        let auth = self.auth();
+        let headers: Vec<(&str, &str)> = auth.iter().map(|(k, v)| (*k, v.as_str())).collect();
+        self.request("GET", path, &headers, b"")
     }
 
     /// One metric's value from /metrics.
     pub fn metric(&self, name: &str) -> f64 {
-        let m = self.request("GET", "/metrics", &[], b"").text();
+        let m = self.probe("/metrics").text();
         m.lines()
             .find_map(|l| l.strip_prefix(name).and_then(|r| r.strip_prefix(' ')))
             .and_then(|v| v.trim().parse().ok())

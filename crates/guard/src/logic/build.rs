@@ -14,7 +14,7 @@
 use super::parse::CmpOp;
 use super::resolve::{constant_value, Program, Sort, Term};
 use super::{Limits, LogicError, Solution, Status, Val};
-use pumpkin_solver::conflict_resolvers::resolvers::ResolutionResolver;
+use pumpkin_solver::conflict_resolvers::resolvers::{AnalysisMode, ResolutionResolver};
 use pumpkin_solver::core::predicates::{Predicate, PredicateConstructor};
 use pumpkin_solver::core::proof::ConstraintTag;
 use pumpkin_solver::core::results::{ProblemSolution, SatisfactionResult};
@@ -848,7 +848,7 @@ impl Builder<'_> {
             self.program.interest.clone()
         };
         let mut brancher = self.solver.default_brancher();
-        let mut resolver = ResolutionResolver::default();
+        let mut resolver = ResolutionResolver::new(AnalysisMode::OneUIP, false, false);
         let mut budget = TimeBudget::starting_now(limits.time_budget);
         let found: Vec<(usize, Val)> =
             match self

@@ -327,3 +327,15 @@ pub(crate) async fn count_tokens(
         Err(e) => e.respond(Dialect::Anthropic),
     }
 }
+
+/// Parse and check a `/v1/messages` body into the chat request the server
+/// runs, and whether to stream it: what the handlers do before a model is
+/// involved (`counting`: a `/v1/messages/count_tokens` body, which needs
+/// no `max_tokens`). Public for the fuzz targets.
+pub fn parse_messages(
+    body: &[u8],
+    defaults: &engine::SamplingParams,
+    counting: bool,
+) -> Result<(Request, bool), ApiError> {
+    request(body, defaults, counting)
+}

@@ -4,7 +4,7 @@
 //! other APIs translate their bodies into these.
 
 use crate::error::ApiError;
-pub use crate::media::{ImageSource, MAX_CLIPS, MAX_IMAGES};
+pub use crate::media::ImageSource;
 use engine::tools::{self, Tool, ToolCall, ToolChoice};
 use engine::{ChatMessage, GenerateOptions, Grammar, SamplingParams};
 use serde_json::{json, Value};
@@ -15,6 +15,10 @@ mod common;
 use chat::chat_request;
 use common::completion_request;
 pub use common::{MAX_CHOICES, MAX_TOP_LOGPROBS};
+// The other APIs' bodies, parsed into a [`Request`] as their handlers do
+// (public for the fuzz targets).
+pub use crate::anthropic::parse_messages as parse_anthropic_messages;
+pub use crate::ollama::{parse_chat as parse_ollama_chat, parse_generate as parse_ollama_generate};
 
 /// What a request asks for, in the engine's terms, before tokenization.
 #[derive(Debug)]

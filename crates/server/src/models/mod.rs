@@ -246,7 +246,10 @@ impl Models {
                 eprintln!("hearth serve: cannot load {id}: {why}");
                 return Err(ApiError {
                     code: Some("model_load_failed"),
-                    ..ApiError::internal(format!("The model `{id}` could not be loaded: {why}"))
+                    ..ApiError::internal(format!(
+                        "The model `{id}` could not be loaded: {}",
+                        crate::error::redact_paths(&why.to_string())
+                    ))
                 });
             }
         };

@@ -200,3 +200,39 @@ async fn show_inner(st: &AppState, headers: &HeaderMap, body: Body) -> Result<Re
     }))
     .into_response())
 }
+
+/// Parse and check an `/api/chat` body as the handler does before it
+/// generates (`keep_alive` included): the request and whether to stream,
+/// or `None` for a body with no messages (a load or unload). Public for
+/// the fuzz targets.
+pub fn parse_chat(
+    body: &[u8],
+    defaults: &engine::SamplingParams,
+) -> Result<Option<(api::Request, bool)>, ApiError> {
+    let b: request::ChatBody = api::parse_json(body)?;
+    if let Some(k) = &b.common.keep_alive {
+        request::keep_alive(k)?;
+    }
+    if b.messages.is_empty() {
+        return Ok(None);
+    }
+    let stream = b.common.stream.unwrap_or(true);
+    request::chat_request(b, defaults).map(|r| Some((r, stream)))
+}
+
+/// [`parse_chat`] for an `/api/generate` body (`None`: no prompt and no
+/// images, a load or unload). Public for the fuzz targets.
+pub fn parse_generate(
+    body: &[u8],
+    defaults: &engine::SamplingParams,
+) -> Result<Option<(api::Request, bool)>, ApiError> {
+    let b: request::GenerateBody = api::parse_json(body)?;
+    if let Some(k) = &b.common.keep_alive {
+        request::keep_alive(k)?;
+    }
+    if b.prompt.is_empty() && b.images.is_empty() {
+        return Ok(None);
+    }
+    let stream = b.common.stream.unwrap_or(true);
+    request::generate_request(b, defaults).map(|r| Some((r, stream)))
+}

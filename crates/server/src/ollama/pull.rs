@@ -44,11 +44,14 @@ fn status(p: &store::PullProgress) -> Value {
 fn pull_error(e: &store::StoreError) -> ApiError {
     match e {
         store::StoreError::UnknownSpec { .. } | store::StoreError::NoSuchFile { .. } => {
-            ApiError::not_found(e.to_string())
+            ApiError::not_found(crate::error::redact_paths(&e.to_string()))
         }
         _ => ApiError {
             status: StatusCode::BAD_GATEWAY,
-            ..ApiError::internal(format!("The pull failed: {e}"))
+            ..ApiError::internal(format!(
+                "The pull failed: {}",
+                crate::error::redact_paths(&e.to_string())
+            ))
         },
     }
 }

@@ -1,0 +1,43 @@
+//! Inputs the fuzz targets found (fuzz/fuzz_targets/audio_decode.rs;
+//! docs/fuzz.md), kept as tests so the bugs stay fixed.
+
+use hearth_media::{Clip, LogMel, MelSettings};
+
+/// A float WAV (format 3) of `samples` at `rate` Hz, mono.
+fn float_wav(samples: &[f32], rate: u32) -> Vec<u8> {
+    let data: Vec<u8> = samples.iter().flat_map(|s| s.to_le_bytes()).collect();
+    let mut w = b"RIFF".to_vec();
+    w.extend_from_slice(&(36 + data.len() as u32).to_le_bytes());
+    w.extend_from_slice(b"WAVEfmt ");
+    w.extend_from_slice(&16u32.to_le_bytes());
+    w.extend_from_slice(&3u16.to_le_bytes()); // IEEE float
+    w.extend_from_slice(&1u16.to_le_bytes());
+    w.extend_from_slice(&rate.to_le_bytes());
+    w.extend_from_slice(&(rate * 4).to_le_bytes());
+    w.extend_from_slice(&4u16.to_le_bytes());
+    w.extend_from_slice(&32u16.to_le_bytes());
+    w.extend_from_slice(b"data");
+    w.extend_from_slice(&(data.len() as u32).to_le_bytes());
+    w.extend_from_slice(&data);
+    w
+}
+
+/// A float WAV holding NaN and infinities made the resampler's FFT panic
+/// ("Imaginary part of first value was non-zero"). Found by `audio_decode`
+/// (a 22050 Hz float clip with one corrupted sample); such samples now
+/// decode as silence.
+#[test]
+fn fuzz_non_finite_float_samples_decode_as_silence() {
+    let mut samples: Vec<f32> = (0..4000).map(|i| (i as f32 * 0.05).sin() * 0.5).collect();
+    samples[100] = f32::NAN;
+    samples[2000] = f32::INFINITY;
+    samples[3000] = f32::NEG_INFINITY;
+    for rate in [22_050, 16_000] {
+        let clip = Clip::decode(&float_wav(&samples, rate)).expect("decodes");
+        assert!(clip.samples.iter().all(|s| s.is_finite()), "{rate} Hz");
+        for s in [MelSettings::default(), MelSettings::gemma4()] {
+            let mel = LogMel::compute(&clip, &s).expect("features");
+            assert!(mel.data.iter().all(|v| v.is_finite()));
+        }
+    }
+}

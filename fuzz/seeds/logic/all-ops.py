@@ -1,0 +1,11 @@
+from z3 import *
+a, b, c = Ints('a b c')
+p, q = Bools('p q')
+s = Solver()
+s.add(1 <= a <= 9, b == a / 2, c == a % 3, Implies(p, q), Xor(p, q), If(p, a, b) > 0)
+s.add(Distinct(a, b, c), Sum(a, b) == Product(b, c) - Abs(-c), Or(Not(p), And(q, a != 3)))
+solve(a > 0)
+print(s.check())
+m = s.model()
+print(m)
+print(m.eval(a))

@@ -1,0 +1,10 @@
+from z3 import *
+s_, e, n, d, m_, o, r, y = Ints('S E N D M O R Y')
+s = Solver()
+s.add(And(s_ >= 1, s_ <= 9, e >= 0, e <= 9, n >= 0, n <= 9, d >= 0, d <= 9))
+s.add(And(m_ >= 1, m_ <= 9, o >= 0, o <= 9, r >= 0, r <= 9, y >= 0, y <= 9))
+s.add(Distinct(s_, e, n, d, m_, o, r, y))
+s.add(1000 * s_ + 100 * e + 10 * n + d + 1000 * m_ + 100 * o + 10 * r + e == 10000 * m_ + 1000 * o + 100 * n + 10 * e + y)
+print(s.check())
+m = s.model()
+print(m[s_], m[e], m[n], m[d], m[m_], m[o], m[r], m[y])
