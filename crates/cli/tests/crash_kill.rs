@@ -12,6 +12,9 @@
 //! Telegram. `HEARTH_CRASH_KILLS` sets the kills per store (default 50);
 //! scripts/crash-test.sh runs them all and collects the result lines.
 
+// SIGKILL, and reading a child's output while it writes (pread), are Unix's.
+#![cfg(unix)]
+
 mod crash_common;
 
 use crash_common::*;

@@ -40,6 +40,8 @@ pub use build::{DEFAULT_BOUND, SOLVER_LIMIT};
 
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 /// Bounds that keep any input, however hostile, finite in time and memory.
@@ -217,7 +219,17 @@ pub fn solve(src: &str, limits: &Limits) -> Result<Solution, LogicError> {
     let tokens = lex::lex(src)?;
     let stmts = parse::parse(&tokens, limits.max_depth)?;
     let program = resolve::resolve(&stmts, limits)?;
+    if OVERRUNNING.load(Ordering::SeqCst) > 0 {
+        let mut busy = Solution::unknown();
+        busy.notes.push(
+            "not solved: an earlier program overran its time budget and is still being stopped"
+                .into(),
+        );
+        return Ok(busy);
+    }
     let (tx, rx) = std::sync::mpsc::channel();
+    let abandoned = Arc::new(Mutex::new(false));
+    let worker_abandoned = Arc::clone(&abandoned);
     let worker_limits = limits.clone();
     std::thread::Builder::new()
         .name("logic-solver".into())
@@ -235,21 +247,34 @@ pub fn solve(src: &str, limits: &Limits) -> Result<Solution, LogicError> {
                     .unwrap_or_else(|| "panic".to_string());
                 Err(LogicError::Internal(what))
             });
-            let _ = tx.send(result);
+            let gone = worker_abandoned
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner);
+            if *gone {
+                OVERRUNNING.fetch_sub(1, Ordering::SeqCst);
+            } else {
+                let _ = tx.send(result);
+            }
         })
         .map_err(|e| LogicError::Internal(format!("cannot start the solver: {e}")))?;
-    match rx.recv_timeout(limits.time_budget + OVERRUN) {
-        Ok(result) => result,
-        // The worker stops at its next budget check; nobody waits for it.
-        Err(_) => {
-            let mut late = Solution::unknown();
-            late.notes.push(format!(
-                "the solver overran its {:?} time budget inside one step",
-                limits.time_budget
-            ));
-            Ok(late)
-        }
+    if let Ok(result) = rx.recv_timeout(limits.time_budget + OVERRUN) {
+        return result;
     }
+    let mut gone = abandoned.lock().unwrap_or_else(PoisonError::into_inner);
+    // The worker may have answered between the timeout and the lock.
+    if let Ok(result) = rx.try_recv() {
+        return result;
+    }
+    // It stops at its next budget check; until then, other programs get
+    // `unknown` rather than a second overrunning solver beside it.
+    *gone = true;
+    OVERRUNNING.fetch_add(1, Ordering::SeqCst);
+    let mut late = Solution::unknown();
+    late.notes.push(format!(
+        "the solver overran its {:?} time budget inside one step",
+        limits.time_budget
+    ));
+    Ok(late)
 }
 
 /// How long past its time budget a solve may run before the caller gets
@@ -258,6 +283,9 @@ pub fn solve(src: &str, limits: &Limits) -> Result<Solution, LogicError> {
 /// domains (`(e - a) % 6`, `(e - a) % 3`, found by fuzzing) make bound
 /// propagation creep one unit at a time across the whole domain.
 const OVERRUN: Duration = Duration::from_millis(500);
+
+/// Solves that overran their budget and whose worker still runs (0 or 1).
+static OVERRUNNING: AtomicUsize = AtomicUsize::new(0);
 
 /// The subset as a grammar in llguidance's Lark syntax, for constrained
 /// decoding: every program it generates parses. It is deliberately

@@ -6,6 +6,7 @@ use gguf::{GgmlType, GgufWriter};
 use memmap2::Mmap;
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
+use std::collections::HashMap;
 use std::path::Path;
 
 /// The mapped safetensors files of one checkpoint.
@@ -261,6 +262,16 @@ pub(crate) fn write_tensors(
     }
     // A stable order, so the same checkpoint always gives the same file.
     names.sort();
+    // Two checkpoint tensors that become one GGUF tensor (a name in two
+    // shards, or under two prefixes) would make a file our reader refuses
+    // (found by fuzzing): refuse the checkpoint, naming both.
+    let mut taken: HashMap<String, String> = HashMap::new();
+    let mut claim = |gname: &str, name: &str| match taken.insert(gname.into(), name.into()) {
+        Some(other) => Err(HfError::Tensor(format!(
+            "`{other}` and `{name}` of the checkpoint are both `{gname}`"
+        ))),
+        None => Ok(()),
+    };
     for (name, si) in names {
         let view = parsed[si]
             .1
@@ -285,6 +296,7 @@ pub(crate) fn write_tensors(
                 entry.1.push((i, ty, dims, view.data().to_vec()));
             }
             Target::Matrix(gname) => {
+                claim(&gname, &name)?;
                 let ty = stored_type(view.dtype(), &name)?;
                 counts[match ty {
                     GgmlType::F32 => 0,
@@ -294,11 +306,12 @@ pub(crate) fn write_tensors(
                 let mut dims = dims;
                 let mut data = view.data().to_vec();
                 if gname == "per_layer_token_embd.weight" {
-                    pad_with_first_row(&mut dims, &mut data, vocab);
+                    pad_with_first_row(&mut dims, &mut data, vocab)?;
                 }
                 w.add_tensor(gname, &dims, ty, data)?;
             }
             Target::Norm(gname) => {
+                claim(&gname, &name)?;
                 let offset = family.norm_offset();
                 let v: Vec<f32> = to_f32(view.dtype(), view.data(), &name)?
                     .into_iter()
@@ -307,6 +320,7 @@ pub(crate) fn write_tensors(
                 w.add_tensor(gname, &[v.len() as u64], GgmlType::F32, f32_bytes(&v))?;
             }
             Target::Vector(gname) => {
+                claim(&gname, &name)?;
                 let v = to_f32(view.dtype(), view.data(), &name)?;
                 w.add_tensor(gname, &[v.len() as u64], GgmlType::F32, f32_bytes(&v))?;
             }
@@ -337,12 +351,24 @@ pub(crate) fn write_tensors(
 /// Gemma 3n's per-layer table covers fewer ids than the vocabulary (the
 /// media tokens at the end have no row); transformers looks those ids up as
 /// id 0, so the missing rows are copies of row 0.
-fn pad_with_first_row(dims: &mut [u64], data: &mut Vec<u8>, vocab: Option<u64>) {
+fn pad_with_first_row(
+    dims: &mut [u64],
+    data: &mut Vec<u8>,
+    vocab: Option<u64>,
+) -> Result<(), HfError> {
     let (Some(vocab), [_, rows]) = (vocab, &mut *dims) else {
-        return;
+        return Ok(());
     };
     if *rows == 0 || *rows >= vocab {
-        return;
+        return Ok(());
+    }
+    // Gemma 3n misses a few hundred media ids; a `vocab_size` that would
+    // more than double the table (10^12 asked for terabytes, found by
+    // fuzzing) does not belong to these weights.
+    if vocab - *rows > *rows {
+        return Err(HfError::Config(format!(
+            "`vocab_size` = {vocab} would pad the {rows}-row per-layer table past twice its size"
+        )));
     }
     let row_bytes = data.len() / *rows as usize;
     let first = data[..row_bytes].to_vec();
@@ -350,7 +376,12 @@ fn pad_with_first_row(dims: &mut [u64], data: &mut Vec<u8>, vocab: Option<u64>) 
         data.extend_from_slice(&first);
     }
     *rows = vocab;
+    Ok(())
 }
+
+/// The largest head dimension a checkpoint may state (Gemma 4's global
+/// layers have 512).
+const MAX_HEAD_DIM: u64 = 1 << 16;
 
 /// Gemma 4's proportional RoPE as the divisors llama.cpp reads from
 /// `rope_freqs.weight`: 1 for the rotated leading pairs, a huge divisor
@@ -358,10 +389,17 @@ fn pad_with_first_row(dims: &mut [u64], data: &mut Vec<u8>, vocab: Option<u64>) 
 fn add_gemma4_rope_freqs(w: &mut GgufWriter, cfg: &TextConfig) -> Result<(), HfError> {
     let sliding = cfg.layer_types().unwrap_or_default();
     let head_dim = cfg.opt_uint("head_dim").unwrap_or(0);
-    let global = crate::gemma4_global_head_dim(cfg, &sliding).unwrap_or(head_dim) as usize;
+    let global = crate::gemma4_global_head_dim(cfg, &sliding).unwrap_or(head_dim);
     if global == 0 {
         return Ok(());
     }
+    // Gemma 4's is 512; 2 * 10^9 asked for a 4 GB vector (found by fuzzing).
+    if global > MAX_HEAD_DIM {
+        return Err(HfError::Config(format!(
+            "`global_head_dim` (or the first global layer's `head_dim`) = {global} is implausible; at most {MAX_HEAD_DIM}"
+        )));
+    }
+    let global = global as usize;
     let factor = cfg
         .rope("full_attention", "partial_rotary_factor")
         .and_then(Value::as_f64)

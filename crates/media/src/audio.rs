@@ -111,9 +111,16 @@ fn push_mono(mono: &mut Vec<f32>, frames: &[f32], channels: usize, limit: usize)
             return true;
         }
         let v = frame.iter().sum::<f32>() / channels as f32;
-        // A float WAV may hold NaN or infinity, which would poison the
-        // resampler's FFT (it panics on them): silence instead.
-        mono.push(if v.is_finite() { v } else { 0.0 });
+        // A float WAV may hold NaN, infinities or values near f32::MAX,
+        // which overflow the resampler's FFT (it panics on the NaN that
+        // follows; found by fuzzing): silence for the first, full scale
+        // for the rest.
+        let v = if v.is_finite() {
+            v.clamp(-1.0, 1.0)
+        } else {
+            0.0
+        };
+        mono.push(v);
     }
     false
 }

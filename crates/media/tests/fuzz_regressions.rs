@@ -22,19 +22,25 @@ fn float_wav(samples: &[f32], rate: u32) -> Vec<u8> {
     w
 }
 
-/// A float WAV holding NaN and infinities made the resampler's FFT panic
-/// ("Imaginary part of first value was non-zero"). Found by `audio_decode`
-/// (a 22050 Hz float clip with one corrupted sample); such samples now
-/// decode as silence.
+/// A float WAV holding NaN, infinities or values near f32::MAX made the
+/// resampler's FFT panic ("Imaginary part of first value was non-zero").
+/// Found by `audio_decode` (22050 Hz float clips with corrupted samples);
+/// non-finite samples now decode as silence, the rest clamp to [-1, 1].
 #[test]
 fn fuzz_non_finite_float_samples_decode_as_silence() {
     let mut samples: Vec<f32> = (0..4000).map(|i| (i as f32 * 0.05).sin() * 0.5).collect();
     samples[100] = f32::NAN;
     samples[2000] = f32::INFINITY;
     samples[3000] = f32::NEG_INFINITY;
+    // Finite but near f32::MAX: the FFT overflows to NaN just the same.
+    samples[3500] = 1.9e38;
+    samples[3501] = -3.0e38;
     for rate in [22_050, 16_000] {
         let clip = Clip::decode(&float_wav(&samples, rate)).expect("decodes");
         assert!(clip.samples.iter().all(|s| s.is_finite()), "{rate} Hz");
+        if rate == 16_000 {
+            assert!(clip.samples.iter().all(|s| s.abs() <= 1.0));
+        }
         for s in [MelSettings::default(), MelSettings::gemma4()] {
             let mel = LogMel::compute(&clip, &s).expect("features");
             assert!(mel.data.iter().all(|v| v.is_finite()));
