@@ -44,7 +44,11 @@ impl Var {
             Var::Eos => "eos_token",
             Var::AddGen => "add_generation_prompt",
             Var::Thinking => "enable_thinking",
-            Var::Ns => "ns",
+            // Never the bare namespace: storing it in itself (`set ns.n =
+            // ns`) makes a cycle that minijinja recurses on without end, a
+            // known open bug (docs/fuzz.md) the target steps around so it
+            // can look for others.
+            Var::Ns => "ns.n",
             Var::X => "x",
             Var::Y => "y",
             Var::Loop => "loop",

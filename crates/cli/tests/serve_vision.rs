@@ -135,7 +135,7 @@ fn image_parts_are_read_and_bad_ones_refused() {
     let _ = c.read_to_end(&mut raw);
     let msg = parse_response(&raw).unwrap().assert_error(413);
     assert!(
-        msg.contains("20971520") && msg.contains("--body-limit"),
+        msg.contains("33554432") && msg.contains("--body-limit"),
         "{msg}"
     );
     s.assert_alive();

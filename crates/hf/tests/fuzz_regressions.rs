@@ -81,8 +81,7 @@ fn fuzz_one_tensor_in_two_shards_is_refused() {
         ("model-00001-of-00002.safetensors", safetensors(norm)),
         ("model-00002-of-00002.safetensors", safetensors(norm)),
     ])
-    .err()
-    .expect("two tensors named blk.0.attn_q_norm.weight");
+    .expect_err("two tensors named blk.0.attn_q_norm.weight");
     assert!(
         err.to_string().contains("blk.0.attn_q_norm.weight"),
         "{err}"
@@ -98,8 +97,7 @@ fn fuzz_one_tensor_in_two_shards_is_refused() {
             ]),
         ),
     ])
-    .err()
-    .expect("two tensors named output_norm.weight");
+    .expect_err("two tensors named output_norm.weight");
     assert!(err.to_string().contains("output_norm.weight"), "{err}");
 }
 
@@ -118,8 +116,7 @@ fn fuzz_huge_global_head_dim_is_refused() {
         ("config.json", config.to_string().into_bytes()),
         ("model.safetensors", safetensors(&[])),
     ])
-    .err()
-    .expect("an implausible head dimension");
+    .expect_err("an implausible head dimension");
     assert!(err.to_string().contains("global_head_dim"), "{err}");
 }
 
@@ -146,7 +143,6 @@ fn fuzz_per_layer_padding_past_the_table_is_refused() {
             )]),
         ),
     ])
-    .err()
-    .expect("padding far past the table");
+    .expect_err("padding far past the table");
     assert!(err.to_string().contains("vocab_size"), "{err}");
 }

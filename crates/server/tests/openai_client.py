@@ -28,7 +28,10 @@ def check(cond, what):
 
 
 def metric(name):
-    with urllib.request.urlopen(BASE.removesuffix("/v1") + "/metrics", timeout=30) as r:
+    # /metrics is behind the key, as the API is.
+    req = urllib.request.Request(BASE.removesuffix("/v1") + "/metrics",
+                                 headers={"Authorization": f"Bearer {KEY}"})
+    with urllib.request.urlopen(req, timeout=30) as r:
         for line in r.read().decode().splitlines():
             if line.startswith(name + " "):
                 return float(line.split()[1])

@@ -22,3 +22,20 @@ fn fuzz_template_slice_panic_is_a_render_error() {
     let t = ChatTemplate::jinja("{{ messages[:9:-1] | length }}", "", "").unwrap();
     let _ = t.render(&messages, true);
 }
+
+/// In builds with debug assertions minijinja put the render's variables into
+/// the error; formatting a namespace stored in itself never ended (minutes,
+/// then a stack overflow). Found by `chat_template_gen` as a timeout; the
+/// environment now runs without minijinja's debug mode in every build.
+#[test]
+fn fuzz_render_error_does_not_format_the_state() {
+    let src = "{% set ns = namespace(n=0) %}{% set ns.n = ns %}{{ raise_exception('no') }}";
+    let t = ChatTemplate::jinja(src, "<bos>", "<eos>").expect("compiles");
+    let start = std::time::Instant::now();
+    let err = t
+        .render(&[ChatMessage::user("hi")], true)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("no"), "{err}");
+    assert!(start.elapsed() < std::time::Duration::from_secs(1));
+}
