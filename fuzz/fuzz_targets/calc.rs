@@ -18,8 +18,16 @@ use libfuzzer_sys::fuzz_target;
 const MAX_BITS: u64 = (MAX_DIGITS as u64) * 3322 / 1000 + 8;
 
 fn check(v: &calc::Value) {
-    assert!(v.exact.numer().bits() <= MAX_BITS, "numerator of {} bits", v.exact.numer().bits());
-    assert!(v.exact.denom().bits() <= MAX_BITS, "denominator of {} bits", v.exact.denom().bits());
+    assert!(
+        v.exact.numer().bits() <= MAX_BITS,
+        "numerator of {} bits",
+        v.exact.numer().bits()
+    );
+    assert!(
+        v.exact.denom().bits() <= MAX_BITS,
+        "denominator of {} bits",
+        v.exact.denom().bits()
+    );
     let _ = v.to_string();
     let _ = v.to_f64();
 }

@@ -29,7 +29,11 @@ const CONFIG: &[u8] = br#"{"model_type": "gemma3_text", "hidden_size": 8, "inter
 fuzz_target!(|data: &[u8]| {
     let tok = tiny_tokenizer_json();
     Scratch::with(|s| {
-        write_checkpoint(s, data, &[("config.json", CONFIG), ("tokenizer.json", &tok)]);
+        write_checkpoint(
+            s,
+            data,
+            &[("config.json", CONFIG), ("tokenizer.json", &tok)],
+        );
         let Ok(w) = hearth_hf::convert_dir(s.dir()) else {
             return;
         };

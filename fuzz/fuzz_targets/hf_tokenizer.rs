@@ -31,7 +31,12 @@ fuzz_target!(|data: &[u8]| {
             return;
         };
         let n = tok.vocab_size() as u32;
-        for text in ["", "ab a\nb", "héllo <bos> wörld <end_of_turn>", "\u{2581}\u{0}\u{10ffff}"] {
+        for text in [
+            "",
+            "ab a\nb",
+            "héllo <bos> wörld <end_of_turn>",
+            "\u{2581}\u{0}\u{10ffff}",
+        ] {
             for special in [false, true] {
                 let ids = tok.encode(text, true, special);
                 assert!(ids.iter().all(|&id| id < n), "id outside the vocabulary");

@@ -29,7 +29,10 @@ fuzz_target!(|data: &[u8]| {
         return;
     };
     let (w, h) = (p.width(), p.height());
-    assert!(w >= 1 && h >= 1 && w <= MAX_SIDE && h <= MAX_SIDE, "{w}x{h}");
+    assert!(
+        w >= 1 && h >= 1 && w <= MAX_SIDE && h <= MAX_SIDE,
+        "{w}x{h}"
+    );
     assert!(u64::from(w) * u64::from(h) <= DEFAULT_MAX_PIXELS, "{w}x{h}");
     assert_eq!(p.rgb().len() as u64, u64::from(w) * u64::from(h) * 3);
     let side = |b: Option<&u8>| u32::from(b.copied().unwrap_or(7) % 64) + 1;
@@ -41,6 +44,9 @@ fuzz_target!(|data: &[u8]| {
         assert_eq!((r.width(), r.height()), (tw, th));
         let px = r.normalized(mean, std);
         assert_eq!(px.len(), (tw * th * 3) as usize);
-        assert!(px.iter().all(|v| (-1.0..=1.0).contains(v)), "a pixel outside [-1, 1]");
+        assert!(
+            px.iter().all(|v| (-1.0..=1.0).contains(v)),
+            "a pixel outside [-1, 1]"
+        );
     }
 });

@@ -123,7 +123,9 @@ fn lit(l: &Lit) -> Value {
     }
 }
 
-const TYPES: [&str; 7] = ["null", "boolean", "integer", "number", "string", "array", "object"];
+const TYPES: [&str; 7] = [
+    "null", "boolean", "integer", "number", "string", "array", "object",
+];
 
 fn schema(s: &Schema, depth: usize) -> Value {
     if depth > 10 {
@@ -186,7 +188,10 @@ fn schema(s: &Schema, depth: usize) -> Value {
                 m.insert("maxLength".into(), json!(v));
             }
             if let Some(p) = pattern {
-                m.insert("pattern".into(), json!(p.chars().take(40).collect::<String>()));
+                m.insert(
+                    "pattern".into(),
+                    json!(p.chars().take(40).collect::<String>()),
+                );
             }
             if let Some(f) = format {
                 let f = match f {

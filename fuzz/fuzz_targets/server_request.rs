@@ -28,8 +28,14 @@ use libfuzzer_sys::fuzz_target;
 
 fn check(r: &Request) {
     assert!(r.n >= 1 && r.n as i64 <= MAX_CHOICES, "n = {}", r.n);
-    assert!(r.logprobs.is_none_or(|k| k <= MAX_TOP_LOGPROBS), "logprobs {:?}", r.logprobs);
-    r.params.validate().expect("accepted sampling settings validate");
+    assert!(
+        r.logprobs.is_none_or(|k| k <= MAX_TOP_LOGPROBS),
+        "logprobs {:?}",
+        r.logprobs
+    );
+    r.params
+        .validate()
+        .expect("accepted sampling settings validate");
     let _ = r.generate_options(4096);
     if let Some(tools) = &r.tools {
         let _ = tools.parse(r#"{"name": "f", "arguments": {"x": 1}}"#);

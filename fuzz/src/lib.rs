@@ -59,7 +59,11 @@ pub fn crc32(bytes: &[u8]) -> u32 {
     for &b in bytes {
         c ^= u32::from(b);
         for _ in 0..8 {
-            c = if c & 1 != 0 { (c >> 1) ^ 0xEDB8_8320 } else { c >> 1 };
+            c = if c & 1 != 0 {
+                (c >> 1) ^ 0xEDB8_8320
+            } else {
+                c >> 1
+            };
         }
     }
     !c
@@ -71,7 +75,11 @@ pub fn ogg_crc(bytes: &[u8]) -> u32 {
     for &b in bytes {
         c ^= u32::from(b) << 24;
         for _ in 0..8 {
-            c = if c & 0x8000_0000 != 0 { (c << 1) ^ 0x04C1_1DB7 } else { c << 1 };
+            c = if c & 0x8000_0000 != 0 {
+                (c << 1) ^ 0x04C1_1DB7
+            } else {
+                c << 1
+            };
         }
     }
     c
@@ -302,8 +310,24 @@ pub fn tiny_tokenizer() -> tokenizer::Tokenizer {
         types.push(1);
     }
     for w in [
-        "\u{2581}", "\u{2581}\"", "\":", "{\"", "\"}", ", ", "true", "false", "null", "12", "0.",
-        "\u{2581}the", "name", "age", "[\"", "\"]", "\n", "\u{2581}\u{2581}",
+        "\u{2581}",
+        "\u{2581}\"",
+        "\":",
+        "{\"",
+        "\"}",
+        ", ",
+        "true",
+        "false",
+        "null",
+        "12",
+        "0.",
+        "\u{2581}the",
+        "name",
+        "age",
+        "[\"",
+        "\"]",
+        "\n",
+        "\u{2581}\u{2581}",
     ] {
         tokens.push(w.to_string());
         types.push(1);

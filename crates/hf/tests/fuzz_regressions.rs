@@ -3,9 +3,6 @@
 //! stay fixed: each must convert or fail with an error, quickly and
 //! without allocating gigabytes.
 
-// The loaded values have no Debug, so `expect_err` cannot be used.
-#![allow(clippy::err_expect)]
-
 use serde_json::{json, Value};
 use std::path::Path;
 

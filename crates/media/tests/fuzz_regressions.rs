@@ -47,3 +47,15 @@ fn fuzz_non_finite_float_samples_decode_as_silence() {
         }
     }
 }
+
+/// opus-decoder 0.1 overflows a shift (`celt/vq.rs`) on a damaged packet of
+/// this voice note, a panic in builds with overflow checks. Found by
+/// `audio_decode` (a mutated `speech.opus`, page CRCs repaired as the
+/// target does); the clip is now refused with an error.
+#[test]
+fn fuzz_damaged_opus_packet_does_not_panic() {
+    let bytes = include_bytes!("fuzz/opus-shift-overflow.opus");
+    if let Ok(clip) = Clip::decode(bytes) {
+        assert!(clip.samples.iter().all(|s| s.is_finite()));
+    }
+}
