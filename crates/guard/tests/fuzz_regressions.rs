@@ -33,3 +33,37 @@ print(m)
     );
     assert!(matches!(solution.status, Status::Unknown | Status::Sat));
 }
+
+/// pumpkin adds a linear constraint's bounds up in `i32`: three terms near
+/// the solver's limit passed `i32::MAX`, a panic in checked builds (found
+/// by `logic` as a caught panic) and wrapped, wrong bounds in release ones.
+/// Such a constraint is now refused as beyond the solver's range; one whose
+/// terms fit is still solved.
+#[test]
+fn fuzz_linear_sum_past_i32_is_refused() {
+    let program = |sum: &str| {
+        format!(
+            "\
+from z3 import *
+x, y, z = Ints('x y z')
+s = Solver()
+s.add(x >= -1000000000, x <= 1000000000)
+s.add(y >= -1000000000, y <= 1000000000)
+s.add(z >= -1000000000, z <= 1000000000)
+s.add({sum} == 7)
+print(s.check())
+print(s.model())
+"
+        )
+    };
+    let err = solve(&program("x + y + z"), &Limits::default())
+        .map(|s| s.status)
+        .expect_err("a sum of reach 3e9 must not be posted");
+    assert!(err.to_string().contains("solver's range"), "{err}");
+    let solution = solve(&program("x + y"), &Limits::default()).expect("reach 2e9 fits");
+    assert!(
+        matches!(solution.status, Status::Sat),
+        "{:?}",
+        solution.status
+    );
+}

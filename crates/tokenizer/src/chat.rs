@@ -7,6 +7,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::TokenizerError;
 
+mod namespaces;
+
 /// One message of a conversation (`role` is `system`, `user` or `assistant`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
@@ -50,8 +52,18 @@ const TEMPLATE_NAME: &str = "chat";
 pub const DEFAULT_TEMPLATE_STEPS: u64 = 2_000_000;
 
 /// The most text a render may write. A prompt is bounded by the context
-/// (at most a few MB of text); a template that writes more is looping.
-pub const MAX_RENDER_BYTES: usize = 64 << 20;
+/// (Gemma's 128k tokens are well under a megabyte of text); a template that
+/// writes more is looping. Formatting is the one cost fuel does not count,
+/// so this also bounds the time a render spends printing.
+pub const MAX_RENDER_BYTES: usize = 8 << 20;
+
+/// The stack a Jinja render runs on, per step of its limit. minijinja
+/// prints, compares and drops nested values by recursion, and a template
+/// can nest a value every few steps (`{% set ns.x = [ns.x] %}` in a loop):
+/// the default limit builds about 200,000 levels, which overflowed a 2 MiB
+/// thread stack (an abort). So the stack grows with the step limit (1 GiB
+/// at the default); untouched stack costs only address space.
+const RENDER_STACK_BYTES_PER_STEP: u64 = 512;
 
 /// The render's running count of bytes written, kept in minijinja's
 /// per-render temporaries.
@@ -122,6 +134,7 @@ impl ChatTemplate {
         env.set_formatter(bounded_output);
         env.add_template_owned(TEMPLATE_NAME, source.to_string())
             .map_err(|e| TokenizerError::Template(format!("does not compile: {e:#}")))?;
+        namespaces::check(source).map_err(|e| TokenizerError::Template(format!("refused: {e}")))?;
         Ok(Self {
             kind: Kind::Jinja(Box::new(env)),
             step_limit: DEFAULT_TEMPLATE_STEPS,
@@ -210,39 +223,70 @@ impl ChatTemplate {
                 add_generation_prompt,
                 thinking,
             )),
-            Kind::Jinja(env) => {
-                let tmpl = env
-                    .get_template(TEMPLATE_NAME)
-                    .map_err(|e| TokenizerError::Template(format!("{e:#}")))?;
-                // minijinja 2 panics on some slices (`''[::-1]`, `[][::-1]`:
-                // an index past the end, found by fuzzing); a template from a
-                // model file must fail its render, not the thread.
-                let rendered = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                    tmpl.render(minijinja::context! {
-                        messages => messages,
-                        bos_token => &self.bos_token,
-                        eos_token => &self.eos_token,
-                        add_generation_prompt => add_generation_prompt,
-                        enable_thinking => thinking,
-                    })
-                }))
-                .map_err(|_| {
-                    TokenizerError::Template(
-                        "render failed: the template engine panicked (a slice such as `[][::-1]`?)"
-                            .into(),
-                    )
-                })?;
-                rendered.map_err(|e| {
-                    TokenizerError::Template(match e.kind() {
-                        ErrorKind::OutOfFuel => format!(
-                            "render stopped: the template took more than its limit of {} steps",
-                            self.step_limit
-                        ),
-                        _ => format!("render failed: {e:#}"),
-                    })
-                })
-            }
+            Kind::Jinja(env) => self.render_jinja(env, messages, add_generation_prompt, thinking),
         }
+    }
+
+    /// The stack for a render within this template's step limit.
+    fn render_stack_bytes(&self) -> usize {
+        let bytes = self
+            .step_limit
+            .saturating_mul(RENDER_STACK_BYTES_PER_STEP)
+            .clamp(64 << 20, 16 << 30);
+        usize::try_from(bytes).unwrap_or(usize::MAX)
+    }
+
+    /// Renders the Jinja template on a thread of its own with a deep stack
+    /// ([`RENDER_STACK_BYTES_PER_STEP`]), its panics turned into errors.
+    fn render_jinja(
+        &self,
+        env: &Environment<'static>,
+        messages: &[ChatMessage],
+        add_generation_prompt: bool,
+        thinking: bool,
+    ) -> Result<String, TokenizerError> {
+        let tmpl = env
+            .get_template(TEMPLATE_NAME)
+            .map_err(|e| TokenizerError::Template(format!("{e:#}")))?;
+        let render = || {
+            tmpl.render(minijinja::context! {
+                messages => messages,
+                bos_token => &self.bos_token,
+                eos_token => &self.eos_token,
+                add_generation_prompt => add_generation_prompt,
+                enable_thinking => thinking,
+            })
+        };
+        // minijinja 2 panics on some slices (`''[::-1]`, `[][::-1]`: an
+        // index past the end, found by fuzzing); a template from a model
+        // file must fail its render, not the thread. A thread that cannot
+        // be started renders here, on the caller's stack.
+        let rendered = std::thread::scope(|scope| {
+            match std::thread::Builder::new()
+                .name("chat-template".into())
+                .stack_size(self.render_stack_bytes())
+                .spawn_scoped(scope, render)
+            {
+                Ok(handle) => handle.join().map_err(|_| ()),
+                Err(_) => {
+                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(render)).map_err(|_| ())
+                }
+            }
+        })
+        .map_err(|()| {
+            TokenizerError::Template(
+                "render failed: the template engine panicked (a slice such as `[][::-1]`?)".into(),
+            )
+        })?;
+        rendered.map_err(|e| {
+            TokenizerError::Template(match e.kind() {
+                ErrorKind::OutOfFuel => format!(
+                    "render stopped: the template took more than its limit of {} steps",
+                    self.step_limit
+                ),
+                _ => format!("render failed: {e:#}"),
+            })
+        })
     }
 }
 
@@ -322,29 +366,94 @@ fn render_gemma4(
     out
 }
 
-/// `raise_exception(msg)`, which Hugging Face templates call to reject a
-/// conversation; it becomes a render error carrying `msg`.
 /// minijinja's own formatting, counting what the render has written so a
 /// template that emits without end is stopped at [`MAX_RENDER_BYTES`].
 fn bounded_output(out: &mut minijinja::Output, state: &State, value: &Value) -> Result<(), Error> {
-    let len = value
-        .as_str()
-        .map_or_else(|| value.to_string().len(), str::len);
     let before = state
         .get_temp(WRITTEN)
         .and_then(|v| v.as_usize())
         .unwrap_or(0);
-    let total = before.saturating_add(len);
-    if total > MAX_RENDER_BYTES {
-        return Err(Error::new(
+    let left = MAX_RENDER_BYTES.saturating_sub(before);
+    let over = || {
+        Error::new(
             ErrorKind::InvalidOperation,
             format!("the template wrote more than {MAX_RENDER_BYTES} bytes"),
-        ));
+        )
+    };
+    // A huge value (`[1] * 10**12`, a list of a million long lists) is
+    // measured only as far as the budget. minijinja goes on iterating a
+    // sequence after its formatter has failed, so a count of its elements
+    // comes first, then formatting that stops at the first byte past it.
+    let len = match value.as_str() {
+        Some(text) => text.len(),
+        None if prints_at_least(value, left) > left => return Err(over()),
+        None => {
+            let mut sink = Counter { len: 0, left };
+            if std::fmt::write(&mut sink, format_args!("{value}")).is_err() {
+                return Err(over());
+            }
+            sink.len
+        }
+    };
+    if len > left {
+        return Err(over());
     }
-    state.set_temp(WRITTEN, Value::from(total));
+    state.set_temp(WRITTEN, Value::from(before + len));
     minijinja::escape_formatter(out, state, value)
 }
 
+/// A lower bound on the bytes `value` prints as (one per element, at least),
+/// looking at no more than `left` elements: past `left` it stops.
+fn prints_at_least(value: &Value, left: usize) -> usize {
+    if let Some(text) = value.as_str() {
+        return text.len();
+    }
+    if !matches!(
+        value.kind(),
+        ValueKind::Seq | ValueKind::Map | ValueKind::Iterable
+    ) {
+        return 1;
+    }
+    let Some(n) = value.len() else { return 1 };
+    if n > left {
+        return n;
+    }
+    let Ok(items) = value.try_iter() else {
+        return n;
+    };
+    let mut total = 2;
+    for item in items {
+        let nested = if value.kind() == ValueKind::Map {
+            value.get_item(&item).unwrap_or_default()
+        } else {
+            item
+        };
+        total += 1 + prints_at_least(&nested, left - total.min(left));
+        if total > left {
+            break;
+        }
+    }
+    total
+}
+
+/// Counts the bytes written to it and fails once they pass `left`.
+struct Counter {
+    len: usize,
+    left: usize,
+}
+
+impl std::fmt::Write for Counter {
+    fn write_str(&mut self, s: &str) -> std::fmt::Result {
+        self.len = self.len.saturating_add(s.len());
+        if self.len > self.left {
+            return Err(std::fmt::Error);
+        }
+        Ok(())
+    }
+}
+
+/// `raise_exception(msg)`, which Hugging Face templates call to reject a
+/// conversation; it becomes a render error carrying `msg`.
 fn raise_exception(msg: String) -> Result<String, Error> {
     Err(Error::new(ErrorKind::InvalidOperation, msg))
 }

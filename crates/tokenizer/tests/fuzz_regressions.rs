@@ -24,12 +24,13 @@ fn fuzz_template_slice_panic_is_a_render_error() {
 }
 
 /// In builds with debug assertions minijinja put the render's variables into
-/// the error; formatting a namespace stored in itself never ended (minutes,
-/// then a stack overflow). Found by `chat_template_gen` as a timeout; the
-/// environment now runs without minijinja's debug mode in every build.
+/// the error; formatting a huge one took minutes. Found by
+/// `chat_template_gen` as a timeout (a namespace stored in itself, which is
+/// now refused at load: see below); the environment now runs without
+/// minijinja's debug mode in every build.
 #[test]
 fn fuzz_render_error_does_not_format_the_state() {
-    let src = "{% set ns = namespace(n=0) %}{% set ns.n = ns %}{{ raise_exception('no') }}";
+    let src = "{% set ns = namespace(n=[1] * 100000000) %}{{ raise_exception('no') }}";
     let t = ChatTemplate::jinja(src, "<bos>", "<eos>").expect("compiles");
     let start = std::time::Instant::now();
     let err = t
@@ -38,4 +39,142 @@ fn fuzz_render_error_does_not_format_the_state() {
         .to_string();
     assert!(err.contains("no"), "{err}");
     assert!(start.elapsed() < std::time::Duration::from_secs(1));
+}
+
+/// A namespace stored in a namespace makes a cycle that minijinja prints,
+/// compares and serializes by recursing until the stack overflows, which
+/// aborts the process. Found by replaying `chat_template_gen`'s timeout;
+/// such templates are now refused when they are loaded, naming the line.
+#[test]
+fn fuzz_namespace_inside_a_namespace_is_refused() {
+    for src in [
+        "{% set ns = namespace(n=0) %}{% set ns.n = ns %}{{ ns }}",
+        "{% set ns = namespace() %}\n{% set ns.n = [ns] %}",
+        "{% set ns = namespace() %}{% set ns.n = {'a': ns} %}",
+        "{% set a = namespace() %}{% set b = namespace(x=a) %}{% set a.y = b %}",
+        "{% set a = namespace() %}{% set l = [a] %}{% set a.y = l %}",
+        "{% set a = namespace() %}{% for x in [a] %}{% set a.y = x %}{% endfor %}",
+        "{% set a = namespace() %}{% for x in [a] %}{% set a.y = loop.previtem %}{% endfor %}",
+        "{% set f = namespace %}{% set a = f() %}{% set a.y = a %}",
+        "{% macro m(x) %}{% set x.y = x %}{% endmacro %}{{ m(namespace()) }}",
+        "{% set a = namespace() %}{% set a.y = a if true else 1 %}",
+        "{% set a = namespace() %}{% set a.y = [a]|first %}",
+        "{% set a = namespace() %}{% set a.y = a.z or a %}",
+        "{% set a = namespace() %}{% with b = a %}{% set a.y = b %}{% endwith %}",
+    ] {
+        let err = ChatTemplate::jinja(src, "<bos>", "<eos>")
+            .err()
+            .unwrap_or_else(|| panic!("accepted: {src}"))
+            .to_string();
+        assert!(err.contains("namespace inside a namespace"), "{src}: {err}");
+    }
+    let err = ChatTemplate::jinja("{% set ns = namespace() %}\n{% set ns.n = [ns] %}", "", "")
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(err.contains("line 2"), "{err}");
+}
+
+/// What real chat templates do with namespaces (flags, counters, text
+/// gathered across a loop, a namespace handed to a macro's body through an
+/// attribute) is still accepted and renders.
+#[test]
+fn namespaces_as_templates_use_them_are_accepted() {
+    let messages = [
+        ChatMessage::system("be brief"),
+        ChatMessage::user("hi"),
+        ChatMessage::assistant("hello"),
+    ];
+    for (src, want) in [
+        (
+            "{% set ns = namespace(found=false, text='') %}{% for m in messages %}\
+             {% if m.role == 'system' %}{% set ns.found = true %}{% endif %}\
+             {% set ns.text = ns.text + m.content[:2] %}{% endfor %}{{ ns.found }} {{ ns.text }}",
+            "True behihe",
+        ),
+        (
+            "{% set ns = namespace(n=0, last=none) %}{% for m in messages %}\
+             {% set ns.n = ns.n + 1 %}{% set ns.last = m %}{% endfor %}\
+             {{ ns.n }} {{ ns.last.role }}",
+            "3 assistant",
+        ),
+        (
+            "{% set ns = namespace(roles=[]) %}{% for m in messages %}\
+             {% set ns.roles = ns.roles + [m.role] %}{% endfor %}{{ ns.roles|join(',') }}",
+            "system,user,assistant",
+        ),
+        (
+            "{% macro show(x) %}[{{ x }}]{% endmacro %}{% set ns = namespace(s='') %}\
+             {% set ns.s = show(messages[1].content) %}{{ ns.s }}",
+            "[hi]",
+        ),
+    ] {
+        let t = ChatTemplate::jinja(src, "", "").unwrap_or_else(|e| panic!("{src}: {e}"));
+        assert_eq!(t.render(&messages, false).unwrap().trim(), want, "{src}");
+    }
+}
+
+/// One huge value was formatted whole before the output bound applied:
+/// `{{ [1] * 30000000 }}` took 24 s in the fuzz build. Formatting now stops
+/// at the first byte past [`hearth_tokenizer::MAX_RENDER_BYTES`]. Found by
+/// `chat_template_gen` as a timeout.
+#[test]
+fn fuzz_huge_value_stops_at_the_output_bound() {
+    for src in [
+        "{{ [1] * 30000000 }}",
+        "{{ (10**12 * messages) + messages }}",
+        "{{ [[1] * 100000] * 1000 }}",
+    ] {
+        let t = ChatTemplate::jinja(src, "", "").expect("compiles");
+        let start = std::time::Instant::now();
+        let err = t
+            .render(&[ChatMessage::user("hi")], true)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("wrote more than"), "{src}: {err}");
+        // A bound on a hang, far above the time it takes (docs/fuzz.md).
+        assert!(
+            start.elapsed() < std::time::Duration::from_secs(30),
+            "{src}"
+        );
+    }
+}
+
+/// Real chat templates that use namespaces (tests/fixtures/templates, from
+/// llama.cpp's collection) pass the load-time namespace check, and all but
+/// two render a conversation (gpt-oss and Mistral Small call functions
+/// Hearth does not provide: `strftime_now`).
+#[test]
+fn real_templates_with_namespaces_are_accepted() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/templates");
+    let messages = [
+        ChatMessage::system("be brief"),
+        ChatMessage::user("hi"),
+        ChatMessage::assistant("hello"),
+        ChatMessage::user("again"),
+    ];
+    let (mut checked, mut rendered) = (0, 0);
+    for entry in std::fs::read_dir(&dir).expect("the templates folder") {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "jinja") {
+            continue;
+        }
+        let src = std::fs::read_to_string(&path).unwrap();
+        assert!(src.contains("namespace("), "{}", path.display());
+        let t = ChatTemplate::jinja(&src, "<bos>", "<eos>")
+            .unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+        match t.render(&messages, true) {
+            Ok(text) => {
+                assert!(text.contains("again"), "{}: {text}", path.display());
+                rendered += 1;
+            }
+            Err(e) => {
+                let e = e.to_string();
+                let missing = e.contains("not callable") || e.contains("strftime_now is unknown");
+                assert!(missing, "{}: {e}", path.display());
+            }
+        }
+        checked += 1;
+    }
+    assert_eq!((checked, rendered), (12, 10));
 }

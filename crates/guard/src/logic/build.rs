@@ -358,9 +358,15 @@ impl Builder<'_> {
         Ok(fresh.scaled(1))
     }
 
-    /// Pumpkin views for a sum's terms, each within [`SOLVER_LIMIT`].
-    fn views(&mut self, terms: Vec<(i64, View)>) -> Result<Vec<View>, Stop> {
+    /// Pumpkin views for a sum's terms, each within [`SOLVER_LIMIT`], for a
+    /// constraint against `rhs`. pumpkin's linear propagators add up the
+    /// terms' bounds (and subtract them from `rhs`) in `i32`, so the sum of
+    /// every term's reach plus `|rhs|` must fit one: past it pumpkin panics
+    /// in checked builds and wraps, propagating wrong bounds, in release
+    /// ones (found by fuzzing). Such a constraint is refused as too large.
+    fn views(&mut self, terms: Vec<(i64, View)>, rhs: i64) -> Result<Vec<View>, Stop> {
         let mut views = Vec::with_capacity(terms.len());
+        let mut total = rhs.unsigned_abs();
         for (coef, view) in terms {
             if coef == 0 {
                 continue;
@@ -372,6 +378,10 @@ impl Builder<'_> {
                     .checked_mul(coef.abs())
                     .is_some_and(|p| p <= SOLVER_LIMIT);
             if fits {
+                total += reach.unsigned_abs() * coef.unsigned_abs();
+                if total > i32::MAX as u64 {
+                    return Err(self.overflow());
+                }
                 views.push(view.scaled(coef as i32));
                 continue;
             }
@@ -386,6 +396,10 @@ impl Builder<'_> {
                 .add_constraint(pumpkin_solver::times(view, factor, product, self.tag))
                 .post();
             self.consistent()?;
+            total += SOLVER_LIMIT as u64;
+            if total > i32::MAX as u64 {
+                return Err(self.overflow());
+            }
             views.push(product.scaled(1));
         }
         Ok(views)
@@ -412,8 +426,8 @@ impl Builder<'_> {
         if rhs.abs() > SOLVER_LIMIT {
             return Err(self.overflow());
         }
+        let views = self.views(lin.terms, rhs)?;
         let rhs = rhs as i32;
-        let views = self.views(lin.terms)?;
         let tag = self.tag;
         match (rel, reify) {
             (Rel::Le, None) => self
@@ -459,7 +473,7 @@ impl Builder<'_> {
         if rhs.abs() > SOLVER_LIMIT {
             return Err(self.overflow());
         }
-        let views = self.views(lin.terms)?;
+        let views = self.views(lin.terms, rhs)?;
         self.solver
             .add_constraint(pumpkin_solver::equals(views, rhs as i32, self.tag))
             .implied_by(literal);
