@@ -30,6 +30,7 @@ enum Var {
     AddGen,
     Thinking,
     Ns,
+    NsBare,
     X,
     Y,
     Loop,
@@ -44,11 +45,10 @@ impl Var {
             Var::Eos => "eos_token",
             Var::AddGen => "add_generation_prompt",
             Var::Thinking => "enable_thinking",
-            // Never the bare namespace: storing it in itself (`set ns.n =
-            // ns`) makes a cycle that minijinja recurses on without end, a
-            // known open bug (docs/fuzz.md) the target steps around so it
-            // can look for others.
             Var::Ns => "ns.n",
+            // Storing the bare namespace in itself (`set ns.n = ns`) makes
+            // a cycle; `ChatTemplate::jinja` refuses such templates.
+            Var::NsBare => "ns",
             Var::X => "x",
             Var::Y => "y",
             Var::Loop => "loop",

@@ -80,6 +80,9 @@ pub fn report_session(engine: &Engine) {
         mib(engine.model().weight_bytes() as usize),
         engine.load_time().as_secs_f64() * 1e3
     );
+    if let Some(why) = engine.template().refused() {
+        eprintln!("hearth: the model's chat template is not used ({why}); chatting in the built-in Gemma format");
+    }
     if let Some(img) = engine.image_settings() {
         let size = match img["image_size"].as_u64() {
             Some(s) => format!("{s}x{s} px"),

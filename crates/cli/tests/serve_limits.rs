@@ -297,6 +297,11 @@ fn hostile_chat_templates_are_stopped_in_under_a_second() {
             "{% macro f(n) %}{{ f(n + 1) }}{% endmacro %}{{ f(0) }}",
             "",
         ),
+        (
+            "huge value",
+            "{{ (10**12 * messages) + messages }}",
+            "wrote more than",
+        ),
     ];
     let flood = "x".repeat(100_000);
     for (name, template, want) in cases {
@@ -323,6 +328,24 @@ fn hostile_chat_templates_are_stopped_in_under_a_second() {
         );
         s.assert_alive();
     }
+    // A template that stores a namespace in itself would crash the renderer:
+    // it is set aside at load, said so, and the model chats in the
+    // built-in format.
+    let path = dir.join("cycle.gguf");
+    with_template(
+        "{% set ns = namespace(n=0) %}{% set ns.n = ns %}{{ ns }}",
+        &path,
+    );
+    let mut s = Server::start(path.to_str().unwrap(), &[]);
+    let body = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2});
+    let reply = s.post("/v1/chat/completions", &body.to_string());
+    assert_eq!(reply.status, 200, "{}", reply.text());
+    s.assert_alive();
+    let log = s.stderr();
+    assert!(
+        log.contains("chat template is not used") && log.contains("namespace inside a namespace"),
+        "{log}"
+    );
     let _ = std::fs::remove_dir_all(&dir);
 }
 

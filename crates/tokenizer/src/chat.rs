@@ -82,6 +82,8 @@ pub struct ChatTemplate {
     kind: Kind,
     /// The fuel a Jinja render gets.
     step_limit: u64,
+    /// Why the model file's own template is not used, when it is not.
+    refused: Option<String>,
     bos_token: String,
     eos_token: String,
 }
@@ -106,10 +108,20 @@ impl ChatTemplate {
     ) -> Self {
         let (bos_token, eos_token) = (bos_token.into(), eos_token.into());
         match source {
-            Some(src) => Self::jinja(src, bos_token.clone(), eos_token.clone())
-                .unwrap_or_else(|_| Self::gemma(bos_token)),
+            Some(src) => {
+                Self::jinja(src, bos_token.clone(), eos_token.clone()).unwrap_or_else(|e| Self {
+                    refused: Some(e.to_string()),
+                    ..Self::gemma(bos_token)
+                })
+            }
             None => Self::gemma(bos_token),
         }
+    }
+
+    /// Why the model file's template was set aside for the built-in format
+    /// (it does not compile, or it is refused), so the load can say so.
+    pub fn refused(&self) -> Option<&str> {
+        self.refused.as_deref()
     }
 
     /// A Jinja template; fails if it does not compile.
@@ -138,6 +150,7 @@ impl ChatTemplate {
         Ok(Self {
             kind: Kind::Jinja(Box::new(env)),
             step_limit: DEFAULT_TEMPLATE_STEPS,
+            refused: None,
             bos_token: bos_token.into(),
             eos_token: eos_token.into(),
         })
@@ -159,6 +172,7 @@ impl ChatTemplate {
         Self {
             kind: Kind::Gemma,
             step_limit: DEFAULT_TEMPLATE_STEPS,
+            refused: None,
             bos_token: bos_token.into(),
             eos_token: String::new(),
         }
@@ -170,6 +184,7 @@ impl ChatTemplate {
         Self {
             kind: Kind::Gemma4,
             step_limit: DEFAULT_TEMPLATE_STEPS,
+            refused: None,
             bos_token: bos_token.into(),
             eos_token: String::new(),
         }

@@ -73,6 +73,20 @@ fn fuzz_namespace_inside_a_namespace_is_refused() {
         .unwrap()
         .to_string();
     assert!(err.contains("line 2"), "{err}");
+    // A model file carrying such a template chats in the built-in format,
+    // and the template says why for the load line.
+    let t = ChatTemplate::new(
+        Some("{% set ns = namespace() %}{% set ns.n = ns %}"),
+        "",
+        "",
+    );
+    assert!(t.is_builtin());
+    assert!(t
+        .refused()
+        .is_some_and(|why| why.contains("namespace inside a namespace")));
+    assert!(ChatTemplate::new(Some("{{ bos_token }}"), "", "")
+        .refused()
+        .is_none());
 }
 
 /// What real chat templates do with namespaces (flags, counters, text
@@ -177,4 +191,22 @@ fn real_templates_with_namespaces_are_accepted() {
         checked += 1;
     }
     assert_eq!((checked, rendered), (12, 10));
+}
+
+/// `{% set ns.x = [ns.x] %}` in a loop nests a list once per iteration, and
+/// minijinja prints, compares and drops nested values by recursion: 100,000
+/// levels overflowed the stack and aborted the process. A render now runs
+/// on a stack sized by its step limit; the default limit builds about
+/// 200,000 levels, and they print, compare and drop.
+#[test]
+fn fuzz_deep_nesting_renders_on_its_own_stack() {
+    let src = "{% set ns = namespace(x=1) %}{% for i in range(200) %}{% for j in range(1000) %}\
+               {% set ns.x = [ns.x] %}{% endfor %}{% endfor %}\
+               {{ ns.x == ns.x }}{{ ns.x|length }}{{ ns.x }}";
+    let t = ChatTemplate::jinja(src, "", "").expect("compiles");
+    let out = t
+        .render(&[ChatMessage::user("hi")], false)
+        .expect("renders");
+    let nested = format!("{}1{}", "[".repeat(200_000), "]".repeat(200_000));
+    assert!(out == format!("True1{nested}"), "{}", &out[..20]);
 }

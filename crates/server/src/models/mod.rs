@@ -389,6 +389,12 @@ fn build(
     metrics: &Arc<Metrics>,
 ) -> Result<(Backend, u64), EngineError> {
     let engine = load(model)?;
+    if let Some(why) = engine.template().refused() {
+        eprintln!(
+            "hearth serve: {}: its chat template is not used ({why}); chatting in the built-in Gemma format",
+            model.id()
+        );
+    }
     let bytes = model.disk_bytes() + (engine.session_bytes() * parallel.max(1)) as u64;
     let backend = Backend::start(engine, parallel, queue, metrics)
         .map_err(|e| EngineError::InvalidRequest(format!("cannot start the scheduler: {e}")))?;
