@@ -263,14 +263,27 @@ impl ChatTemplate {
         let tmpl = env
             .get_template(TEMPLATE_NAME)
             .map_err(|e| TokenizerError::Template(format!("{e:#}")))?;
+        // Into a sink that refuses past MAX_RENDER_BYTES: the text between
+        // tags counts too (found by fuzzing: a loop around raw text).
         let render = || {
-            tmpl.render(minijinja::context! {
+            let mut out = BoundedText::default();
+            let ctx = minijinja::context! {
                 messages => messages,
                 bos_token => &self.bos_token,
                 eos_token => &self.eos_token,
                 add_generation_prompt => add_generation_prompt,
                 enable_thinking => thinking,
-            })
+            };
+            match tmpl.render_captured_to(ctx, &mut out) {
+                Ok(_) => String::from_utf8(out.bytes).map_err(|_| {
+                    Error::new(
+                        ErrorKind::InvalidOperation,
+                        "the template wrote invalid UTF-8",
+                    )
+                }),
+                Err(_) if out.over => Err(over_the_bound()),
+                Err(e) => Err(e),
+            }
         };
         // minijinja 2 panics on some slices (`''[::-1]`, `[][::-1]`: an
         // index past the end, found by fuzzing); a template from a model
@@ -389,12 +402,7 @@ fn bounded_output(out: &mut minijinja::Output, state: &State, value: &Value) -> 
         .and_then(|v| v.as_usize())
         .unwrap_or(0);
     let left = MAX_RENDER_BYTES.saturating_sub(before);
-    let over = || {
-        Error::new(
-            ErrorKind::InvalidOperation,
-            format!("the template wrote more than {MAX_RENDER_BYTES} bytes"),
-        )
-    };
+    let over = over_the_bound;
     // A huge value (`[1] * 10**12`, a list of a million long lists) is
     // measured only as far as the budget. minijinja goes on iterating a
     // sequence after its formatter has failed, so a count of its elements
@@ -415,6 +423,35 @@ fn bounded_output(out: &mut minijinja::Output, state: &State, value: &Value) -> 
     }
     state.set_temp(WRITTEN, Value::from(before + len));
     minijinja::escape_formatter(out, state, value)
+}
+
+fn over_the_bound() -> Error {
+    Error::new(
+        ErrorKind::InvalidOperation,
+        format!("the template wrote more than {MAX_RENDER_BYTES} bytes"),
+    )
+}
+
+/// A render's output, refused once it would pass [`MAX_RENDER_BYTES`].
+#[derive(Default)]
+struct BoundedText {
+    bytes: Vec<u8>,
+    over: bool,
+}
+
+impl std::io::Write for BoundedText {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() + data.len() > MAX_RENDER_BYTES {
+            self.over = true;
+            return Err(std::io::Error::other("past the render bound"));
+        }
+        self.bytes.extend_from_slice(data);
+        Ok(data.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
 }
 
 /// A lower bound on the bytes `value` prints as (one per element, at least),

@@ -210,3 +210,22 @@ fn fuzz_deep_nesting_renders_on_its_own_stack() {
     let nested = format!("{}1{}", "[".repeat(200_000), "]".repeat(200_000));
     assert!(out == format!("True1{nested}"), "{}", &out[..20]);
 }
+
+/// Text between tags was not counted by the output bound, only what `{{ }}`
+/// printed: a loop around raw text rendered 8,800,000 bytes past the 8 MiB
+/// bound (and with a longer text or more steps, any amount). Found by
+/// `chat_template`; the whole output now goes through the bound.
+#[test]
+fn fuzz_raw_text_in_a_loop_is_bounded() {
+    let raw = "x".repeat(100);
+    let src = format!("{{% for i in range(100000) %}}{raw}{{% endfor %}}");
+    let t = ChatTemplate::jinja(&src, "", "").expect("compiles");
+    let err = t
+        .render(&[ChatMessage::user("hi")], false)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("wrote more than"), "{err}");
+    let src = format!("{{% for i in range(1000) %}}{raw}{{% endfor %}}");
+    let t = ChatTemplate::jinja(&src, "", "").expect("compiles");
+    assert_eq!(t.render(&[], false).unwrap().len(), 100_000);
+}
