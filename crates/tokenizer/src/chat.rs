@@ -133,8 +133,12 @@ impl ChatTemplate {
         let mut env = Environment::new();
         // transformers renders chat templates with these two options on, and
         // templates are written for them.
-        env.set_trim_blocks(true);
-        env.set_lstrip_blocks(true);
+        let syntax = minijinja::syntax::SyntaxConfig::builder()
+            .trim_blocks(true)
+            .lstrip_blocks(true)
+            .build()
+            .map_err(|e| TokenizerError::Template(format!("syntax settings: {e}")))?;
+        env.set_syntax(syntax);
         // minijinja's debug mode (on in builds with debug assertions) puts
         // the render's variables into error messages; formatting a huge or
         // deeply nested one took minutes (found by fuzzing). Errors name the
@@ -268,7 +272,7 @@ impl ChatTemplate {
         let render = || {
             let mut out = BoundedText::default();
             let ctx = minijinja::context! {
-                messages => messages,
+                messages => Value::from(minijinja::value::Serde(messages)),
                 bos_token => &self.bos_token,
                 eos_token => &self.eos_token,
                 add_generation_prompt => add_generation_prompt,
@@ -396,7 +400,7 @@ fn render_gemma4(
 
 /// minijinja's own formatting, counting what the render has written so a
 /// template that emits without end is stopped at [`MAX_RENDER_BYTES`].
-fn bounded_output(out: &mut minijinja::Output, state: &State, value: &Value) -> Result<(), Error> {
+fn bounded_output(out: &mut minijinja::Output, state: &mut State, value: &Value) -> Result<(), Error> {
     let before = state
         .get_temp(WRITTEN)
         .and_then(|v| v.as_usize())
@@ -514,7 +518,7 @@ fn raise_exception(msg: String) -> Result<String, Error> {
 /// (`.strip()`, `.startswith()`, `.items()`, ...), which Jinja2 gets from
 /// Python and minijinja does not have.
 fn python_methods(
-    state: &State,
+    state: &mut State,
     value: &Value,
     method: &str,
     args: &[Value],

@@ -15,21 +15,13 @@
 use std::collections::HashSet;
 
 use minijinja::machinery::ast::{CallArg, Expr, Macro, Stmt};
-use minijinja::machinery::{parse, WhitespaceConfig};
+use minijinja::machinery::parse;
 use minijinja::syntax::SyntaxConfig;
 
 /// `Err` with the line of the first store that could hold a namespace.
 /// A template that does not parse passes: compiling it reports that.
 pub(super) fn check(source: &str) -> Result<(), String> {
-    // SyntaxConfig is a unit struct unless minijinja's `custom_syntax` is
-    // on, which another crate in the graph could turn on.
-    #[allow(clippy::default_constructed_unit_structs)]
-    let Ok(tree) = parse(
-        source,
-        "chat",
-        SyntaxConfig::default(),
-        WhitespaceConfig::default(),
-    ) else {
+    let Ok(tree) = parse(source, "chat", SyntaxConfig::default()) else {
         return Ok(());
     };
     let mut bindings = Bindings::default();
@@ -84,6 +76,7 @@ impl<'a> Bindings<'a> {
             }
             Expr::Call(c) => self.may_hold(&c.expr) || self.args_may_hold(&c.args),
             Expr::List(l) => l.items.iter().any(|e| self.may_hold(e)),
+            Expr::Tuple(t) => t.items.iter().any(|e| self.may_hold(e)),
             Expr::Map(m) => m.keys.iter().chain(&m.values).any(|e| self.may_hold(e)),
         }
     }
@@ -231,6 +224,7 @@ fn target_names<'a>(target: &Expr<'a>, out: &mut Vec<&'a str>) {
     match target {
         Expr::Var(v) => out.push(v.id),
         Expr::List(l) => l.items.iter().for_each(|e| target_names(e, out)),
+        Expr::Tuple(t) => t.items.iter().for_each(|e| target_names(e, out)),
         _ => {}
     }
 }
@@ -334,6 +328,7 @@ fn walk_expr<'a>(expr: &Expr<'a>, f: &mut dyn FnMut(&Expr<'a>)) {
             c.args.iter().for_each(|a| walk_expr(arg_expr(a), f));
         }
         Expr::List(l) => l.items.iter().for_each(|e| walk_expr(e, f)),
+        Expr::Tuple(t) => t.items.iter().for_each(|e| walk_expr(e, f)),
         Expr::Map(m) => m.keys.iter().chain(&m.values).for_each(|e| walk_expr(e, f)),
     }
 }
