@@ -299,8 +299,13 @@ fn hostile_chat_templates_are_stopped_in_under_a_second() {
         ),
         (
             "huge value",
-            "{{ (10**12 * messages) + messages }}",
+            "{{ [1] * 30000000 }}",
             "wrote more than",
+        ),
+        (
+            "huge repetition",
+            "{{ (10**12 * messages) + messages }}",
+            "too large",
         ),
     ];
     let flood = "x".repeat(100_000);

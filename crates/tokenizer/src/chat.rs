@@ -289,7 +289,7 @@ impl ChatTemplate {
                 Err(e) => Err(e),
             }
         };
-        // minijinja 2 panics on some slices (`''[::-1]`, `[][::-1]`: an
+        // minijinja 2 panicked on some slices (`''[::-1]`, `[][::-1]`: an
         // index past the end, found by fuzzing); a template from a model
         // file must fail its render, not the thread. A thread that cannot
         // be started renders here, on the caller's stack.
