@@ -400,7 +400,11 @@ fn render_gemma4(
 
 /// minijinja's own formatting, counting what the render has written so a
 /// template that emits without end is stopped at [`MAX_RENDER_BYTES`].
-fn bounded_output(out: &mut minijinja::Output, state: &mut State, value: &Value) -> Result<(), Error> {
+fn bounded_output(
+    out: &mut minijinja::Output,
+    state: &mut State,
+    value: &Value,
+) -> Result<(), Error> {
     let before = state
         .get_temp(WRITTEN)
         .and_then(|v| v.as_usize())
