@@ -145,6 +145,7 @@ impl ChatTemplate {
         // problem and line either way.
         env.set_debug(false);
         env.add_function("raise_exception", raise_exception);
+        env.add_function("strftime_now", strftime_now);
         env.set_unknown_method_callback(python_methods);
         env.set_fuel(Some(DEFAULT_TEMPLATE_STEPS));
         env.set_formatter(bounded_output);
@@ -514,6 +515,23 @@ impl std::fmt::Write for Counter {
 
 /// `raise_exception(msg)`, which Hugging Face templates call to reject a
 /// conversation; it becomes a render error carrying `msg`.
+/// `strftime_now(format)`: the local time, formatted; transformers and
+/// llama.cpp give templates this function (Mistral's and gpt-oss's put
+/// today's date in their system prompt).
+fn strftime_now(format: String) -> Result<String, Error> {
+    use std::fmt::Write;
+    let mut out = String::new();
+    // A format chrono cannot read fails the write; it must fail the
+    // render, not panic in `to_string`.
+    write!(out, "{}", chrono::Local::now().format(&format)).map_err(|_| {
+        Error::new(
+            ErrorKind::InvalidOperation,
+            format!("strftime_now: cannot read the format {format:?}"),
+        )
+    })?;
+    Ok(out)
+}
+
 fn raise_exception(msg: String) -> Result<String, Error> {
     Err(Error::new(ErrorKind::InvalidOperation, msg))
 }
