@@ -65,10 +65,6 @@ pub const MAX_RENDER_BYTES: usize = 8 << 20;
 /// at the default); untouched stack costs only address space.
 const RENDER_STACK_BYTES_PER_STEP: u64 = 512;
 
-/// The render's running count of bytes written, kept in minijinja's
-/// per-render temporaries.
-const WRITTEN: &str = "__hearth_written";
-
 #[derive(Clone)]
 enum Kind {
     Jinja(Box<Environment<'static>>),
@@ -399,38 +395,19 @@ fn render_gemma4(
     out
 }
 
-/// minijinja's own formatting, counting what the render has written so a
-/// template that emits without end is stopped at [`MAX_RENDER_BYTES`].
+/// minijinja's own formatting, after a look at how large the value is. The
+/// render's output sink ([`BoundedText`]) bounds the total, but minijinja goes
+/// on iterating a sequence after a write has failed, so a huge one
+/// (`[1] * 10**8`, a list of a million long lists) is refused by its element
+/// count first, looking at no more elements than the bound allows.
 fn bounded_output(
     out: &mut minijinja::Output,
     state: &mut State,
     value: &Value,
 ) -> Result<(), Error> {
-    let before = state
-        .get_temp(WRITTEN)
-        .and_then(|v| v.as_usize())
-        .unwrap_or(0);
-    let left = MAX_RENDER_BYTES.saturating_sub(before);
-    let over = over_the_bound;
-    // A huge value (`[1] * 10**12`, a list of a million long lists) is
-    // measured only as far as the budget. minijinja goes on iterating a
-    // sequence after its formatter has failed, so a count of its elements
-    // comes first, then formatting that stops at the first byte past it.
-    let len = match value.as_str() {
-        Some(text) => text.len(),
-        None if prints_at_least(value, left) > left => return Err(over()),
-        None => {
-            let mut sink = Counter { len: 0, left };
-            if std::fmt::write(&mut sink, format_args!("{value}")).is_err() {
-                return Err(over());
-            }
-            sink.len
-        }
-    };
-    if len > left {
-        return Err(over());
+    if value.as_str().is_none() && prints_at_least(value, MAX_RENDER_BYTES) > MAX_RENDER_BYTES {
+        return Err(over_the_bound());
     }
-    state.set_temp(WRITTEN, Value::from(before + len));
     minijinja::escape_formatter(out, state, value)
 }
 
@@ -497,24 +474,6 @@ fn prints_at_least(value: &Value, left: usize) -> usize {
     total
 }
 
-/// Counts the bytes written to it and fails once they pass `left`.
-struct Counter {
-    len: usize,
-    left: usize,
-}
-
-impl std::fmt::Write for Counter {
-    fn write_str(&mut self, s: &str) -> std::fmt::Result {
-        self.len = self.len.saturating_add(s.len());
-        if self.len > self.left {
-            return Err(std::fmt::Error);
-        }
-        Ok(())
-    }
-}
-
-/// `raise_exception(msg)`, which Hugging Face templates call to reject a
-/// conversation; it becomes a render error carrying `msg`.
 /// `strftime_now(format)`: the local time, formatted; transformers and
 /// llama.cpp give templates this function (Mistral's and gpt-oss's put
 /// today's date in their system prompt).
@@ -532,6 +491,8 @@ fn strftime_now(format: String) -> Result<String, Error> {
     Ok(out)
 }
 
+/// `raise_exception(msg)`, which Hugging Face templates call to reject a
+/// conversation; it becomes a render error carrying `msg`.
 fn raise_exception(msg: String) -> Result<String, Error> {
     Err(Error::new(ErrorKind::InvalidOperation, msg))
 }

@@ -82,12 +82,7 @@ impl<'a> Bindings<'a> {
     }
 
     fn args_may_hold(&self, args: &[CallArg<'a>]) -> bool {
-        args.iter().any(|a| match a {
-            CallArg::Pos(e)
-            | CallArg::Kwarg(_, e)
-            | CallArg::PosSplat(e)
-            | CallArg::KwargSplat(e) => self.may_hold(e),
-        })
+        args.iter().any(|a| self.may_hold(arg_expr(a)))
     }
 
     /// A variable every binding of which is a bare `namespace(...)` call.
