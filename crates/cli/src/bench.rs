@@ -88,6 +88,14 @@ pub struct BenchArgs {
     /// Most tokens per forward pass (default: 512).
     #[arg(long)]
     pub batch: Option<usize>,
+    /// Measure speculative decoding instead: greedy decode of the first
+    /// `-n` length on three copy-heavy tasks, without and with this drafter
+    /// (alternated), the drafts kept, and whether the outputs matched.
+    #[arg(long, value_enum, value_name = "HOW")]
+    pub spec: Option<crate::SpecKind>,
+    /// Most tokens drafted at a time, with --spec [default: 8].
+    #[arg(long, value_name = "N", requires = "spec")]
+    pub draft_max: Option<usize>,
 }
 
 /// `MIN-MAX` as two numbers.
@@ -144,7 +152,9 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
             .kv_cache
             .unwrap_or(engine::KvType::default_for(precision));
         println!("kv cache: {}", kv.name());
-        if args.embed {
+        if args.spec.is_some() {
+            crate::bench_spec::header();
+        } else if args.embed {
             println!("| model | kernels | threads | test | time | texts/s | tokens/s |");
             println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
         } else {
@@ -180,6 +190,11 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
         };
         if args.embed {
             crate::bench_embed::rows(&engine, &name, args)?;
+            continue;
+        }
+        if let Some(how) = args.spec {
+            let spec = crate::speculation(how, args.draft_max);
+            crate::bench_spec::rows(&engine, &name, &spec, args)?;
             continue;
         }
         if let Some(grammar) = &grammar {

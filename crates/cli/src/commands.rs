@@ -228,6 +228,7 @@ pub fn complete(
         stop: Vec::new(),
         stop_on_eog: !ignore_eos,
         render_special: true,
+        speculation: sample.speculation(),
     };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
@@ -275,6 +276,15 @@ pub fn complete(
             c.masks,
             c.mask_time.as_secs_f64() * 1e3,
             c.per_token().as_secs_f64() * 1e6
+        );
+    }
+    if let Some(s) = generation.speculation {
+        eprintln!(
+            "hearth: speculation: {} of {} drafted tokens kept ({:.0}%) in {} rounds",
+            s.accepted,
+            s.drafted,
+            100.0 * s.acceptance(),
+            s.rounds
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -18,7 +18,7 @@ use std::time::Duration;
 pub enum EvalCommand {
     /// Answer MT-Bench's 80 questions (2 turns each) with FastChat's
     /// settings, onto the tape DIR/model_answer/NAME.jsonl.
-    MtBench(MtBenchArgs),
+    MtBench(Box<MtBenchArgs>),
     /// Grade answers with a judge model through an OpenAI-compatible API
     /// (FastChat's single-answer prompts), into DIR/model_judgment/.
     Judge(JudgeArgs),

@@ -2,6 +2,7 @@
 
 mod bench;
 mod bench_embed;
+mod bench_spec;
 mod chat;
 mod commands;
 mod convert;
@@ -104,9 +105,41 @@ struct SampleArgs {
     /// Random seed (default: from the clock).
     #[arg(long)]
     seed: Option<u64>,
+    /// Speculative decoding: `ngram` guesses the next tokens from where the
+    /// text's last few tokens appeared before (in the prompt or the output)
+    /// and checks the guess in one batch. The output is the same; text that
+    /// repeats its input comes faster. Off under a constraint or --think.
+    #[arg(long, value_enum, value_name = "HOW")]
+    spec: Option<SpecKind>,
+    /// Most tokens guessed at a time, with --spec [default: 8].
+    #[arg(long, value_name = "N", requires = "spec")]
+    draft_max: Option<usize>,
+}
+
+/// The speculation `--spec HOW` and `--draft-max` ask for.
+pub(crate) fn speculation(how: SpecKind, draft_max: Option<usize>) -> engine::Speculation {
+    let d = engine::NgramOptions::default();
+    match how {
+        SpecKind::Ngram => engine::Speculation::Ngram(engine::NgramOptions {
+            max_draft: draft_max.unwrap_or(d.max_draft),
+            ..d
+        }),
+    }
+}
+
+/// How `--spec` drafts.
+#[derive(clap::ValueEnum, Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SpecKind {
+    /// Prompt lookup: no second model.
+    Ngram,
 }
 
 impl SampleArgs {
+    /// The speculation `--spec` asks for, if any.
+    fn speculation(&self) -> Option<engine::Speculation> {
+        self.spec.map(|how| speculation(how, self.draft_max))
+    }
+
     /// The sampling these flags ask for, over the engine's defaults.
     fn params(&self) -> engine::SamplingParams {
         let d = engine::SamplingParams::default();

@@ -84,9 +84,11 @@ impl BatchDecoder {
             let d = &mut *it.decoding;
             let ours = Arc::ptr_eq(&it.session.model, &self.model)
                 && it.session.n_ctx() <= self.n_ctx
-                && d.prefill_done();
+                && d.prefill_done()
+                && d.spec.is_none();
             if !ours {
-                // Not something this decoder's buffers fit: step it alone.
+                // Not something this decoder's buffers fit, or a speculating
+                // generation (its own verifying batch): step it alone.
                 on_step(i, it.session.step(d, it.sampler));
                 continue;
             }
@@ -230,6 +232,7 @@ mod tests {
             stop: stop.iter().map(|s| s.to_string()).collect(),
             stop_on_eog: true,
             render_special: false,
+            speculation: None,
         }
     }
 

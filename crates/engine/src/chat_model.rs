@@ -152,6 +152,7 @@ pub(crate) fn call_options(call: &ModelCall) -> GenerateOptions {
         stop: Vec::new(),
         stop_on_eog: true,
         render_special: false,
+        speculation: None,
     }
 }
 

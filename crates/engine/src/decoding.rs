@@ -28,6 +28,8 @@ pub struct Generation {
     pub constraint: Option<ConstraintStats>,
     /// The thought, when thinking was on (may be empty).
     pub thought: Option<String>,
+    /// What speculation drafted and kept, when it was on.
+    pub speculation: Option<crate::SpecStats>,
 }
 
 impl Generation {
@@ -78,6 +80,8 @@ pub struct Decoding {
     pub(crate) logprobs: Option<usize>,
     /// The recorded log-probabilities not yet taken.
     pub(crate) log: Vec<crate::TokenLogprob>,
+    /// Speculation, when the options ask for it.
+    pub(crate) spec: Option<crate::speculate::SpecState>,
 }
 
 impl Decoding {
@@ -165,6 +169,20 @@ impl Decoding {
         self.constraint.as_ref().map(Constraint::stats)
     }
 
+    /// What speculation drafted and kept so far, when it is on.
+    pub fn spec_stats(&self) -> Option<crate::SpecStats> {
+        self.spec.as_ref().map(|s| s.stats)
+    }
+
+    /// `id` as the token still to feed, unless speculation verified it
+    /// with later ones (then the cache holds it already).
+    pub(crate) fn unfed(&self, id: u32) -> Option<u32> {
+        match &self.spec {
+            Some(s) if s.holds_more() => None,
+            _ => Some(id),
+        }
+    }
+
     /// Stop here because the caller asked to; no more text is emitted.
     pub fn cancel(&mut self) {
         if self.finish.is_none() {
@@ -187,11 +205,31 @@ impl Decoding {
         self.finish = Some(reason);
     }
 
+    /// End with `Length` (the token limit or the context is reached),
+    /// handing out the text held back.
+    pub(crate) fn end_at_length(&mut self) -> crate::Step<'_> {
+        let from = self.emitted;
+        self.end(FinishReason::Length);
+        crate::Step {
+            id: self.ids.last().copied(),
+            text: &self.text[from..],
+            thought: "",
+            finish: self.finish,
+        }
+    }
+
+    /// Tokens a plain decode would hold in the cache now: the prompt and
+    /// every sampled id (speculation may hold verified ones beyond).
+    pub(crate) fn fed_len(&self) -> usize {
+        self.reused + self.evaluated + self.ids.len()
+    }
+
     /// The finished (or cancelled) generation.
     pub fn into_generation(self) -> Generation {
         let constraint = self.constraint_stats();
         Generation {
             constraint,
+            speculation: self.spec_stats(),
             thought: self.think.map(|t| t.text),
             ids: self.ids,
             text: self.text,

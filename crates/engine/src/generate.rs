@@ -32,6 +32,9 @@ pub struct GenerateOptions {
     pub stop_on_eog: bool,
     /// Render control tokens in the streamed text.
     pub render_special: bool,
+    /// Draft tokens ahead and verify them in one batch (off under a
+    /// constraint or with thinking on).
+    pub speculation: Option<crate::Speculation>,
 }
 
 /// One streamed piece of output.
@@ -181,6 +184,9 @@ impl Session {
             .params()
             .validate()
             .map_err(EngineError::InvalidRequest)?;
+        if let Some(s) = &opts.speculation {
+            s.validate().map_err(EngineError::InvalidRequest)?;
+        }
         let reused = self.reuse_prefix(prompt, images);
         let rest = prompt[reused..].to_vec();
         Ok(Decoding {
@@ -205,6 +211,10 @@ impl Session {
             stopped_by: None,
             logprobs: None,
             log: Vec::new(),
+            spec: opts
+                .speculation
+                .clone()
+                .map(crate::speculate::SpecState::new),
         })
     }
 
@@ -258,6 +268,9 @@ impl Session {
         sampler: &mut Sampler,
     ) -> Result<Step<'d>, EngineError> {
         self.prefill(d, usize::MAX)?;
+        if d.spec.is_some() && d.constraint.is_none() && d.think.is_none() {
+            return self.step_speculative(d, sampler);
+        }
         self.accept_pending(d)?;
         self.sample_next(d, sampler)
     }
@@ -311,14 +324,7 @@ impl Session {
             ));
         }
         if d.ids.len() >= d.opts.max_tokens || self.tokens.len() >= self.n_ctx() {
-            let from = d.emitted;
-            d.end(FinishReason::Length);
-            return Ok(Step {
-                id: d.ids.last().copied(),
-                text: &d.text[from..],
-                thought: "",
-                finish: d.finish,
-            });
+            return Ok(d.end_at_length());
         }
         let logits = match logits {
             Some(row) => row,
@@ -357,12 +363,22 @@ impl Session {
         if let (Some(top), Some(raw)) = (d.logprobs, raw) {
             d.log.push(crate::token_logprob(&raw, id, top));
         }
+        self.take_sampled(d, id)
+    }
+
+    /// Add the sampled `id` to the generation and apply the stop
+    /// conditions; the returned text is what can be shown now.
+    pub(crate) fn take_sampled<'d>(
+        &mut self,
+        d: &'d mut Decoding,
+        id: u32,
+    ) -> Result<Step<'d>, EngineError> {
         d.ids.push(id);
         if !self.tokenizer.is_eog(id) {
             if let Some(t) = d.think.as_mut() {
                 let from_t = t.text.len();
                 if t.take(id, &self.tokenizer).is_some() {
-                    d.pending = Some(id);
+                    d.pending = d.unfed(id);
                     let t = d.think.as_ref().map_or("", |t| &t.text[from_t..]);
                     return Ok(Step {
                         id: Some(id),
@@ -419,7 +435,7 @@ impl Session {
             floor_char_boundary(&d.text, d.text.len().saturating_sub(d.max_stop - 1)).max(from)
         };
         d.emitted = safe;
-        d.pending = Some(id);
+        d.pending = d.unfed(id);
         Ok(Step {
             id: Some(id),
             text: &d.text[from..safe],

@@ -23,6 +23,7 @@ mod sampling;
 mod score;
 mod session;
 mod shared_chat;
+mod speculate;
 mod thinking;
 pub mod tools;
 
@@ -45,6 +46,7 @@ pub use sampling::{argmax, Rng, Sampler, SamplingParams};
 pub use score::{logsumexp, token_logprob, top_k, PerplexityReport, TokenLogprob};
 pub use session::Session;
 pub use shared_chat::SharedChat;
+pub use speculate::{ngram_draft, NgramOptions, SpecStats, Speculation, MAX_DRAFT};
 pub use thinking::Thinking;
 pub use tokenizer::{ChatMessage, ChatTemplate, StreamDecoder, Tokenizer};
 

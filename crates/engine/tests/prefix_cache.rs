@@ -31,6 +31,7 @@ fn sampled(session: &mut Session, prompt: &[u32], n: usize) -> (Vec<u32>, usize)
         stop: Vec::new(),
         stop_on_eog: false,
         render_special: true,
+        speculation: None,
     };
     let mut sampler = Sampler::new(SamplingParams {
         temperature: 1.0,

@@ -61,6 +61,7 @@ impl ChatModel for SchedulerChat<'_> {
                 stop: Vec::new(),
                 stop_on_eog: true,
                 render_special: false,
+                speculation: None,
             },
             constraint,
             thinking: None,

@@ -36,6 +36,7 @@ fn opts(max_tokens: usize) -> GenerateOptions {
         stop: Vec::new(),
         stop_on_eog: true,
         render_special: false,
+        speculation: None,
     }
 }
 

@@ -37,6 +37,7 @@ fn run(
         stop: vec![],
         stop_on_eog: true,
         render_special: false,
+        speculation: None,
     };
     let prompt = engine.tokenizer().encode("hello", true, false);
     let mut d = session.start(&prompt, &sampler, &opts).unwrap();

@@ -105,6 +105,7 @@ impl Request {
             stop: self.stop.clone(),
             stop_on_eog: true,
             render_special: false,
+            speculation: None,
         }
     }
 }

@@ -338,6 +338,7 @@ impl Engine {
             stop: Vec::new(),
             stop_on_eog: true,
             render_special: false,
+            speculation: None,
         };
         let mut total = crate::ConstraintStats::default();
         let mut tokens = 0u64;
@@ -428,3 +429,6 @@ fn add_stats(total: &mut crate::ConstraintStats, c: &crate::ConstraintStats) {
     total.mask_time += c.mask_time;
     total.check_time += c.check_time;
 }
+
+mod spec;
+pub use spec::{spec_mean, SpecBench};

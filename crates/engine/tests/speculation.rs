@@ -1,0 +1,236 @@
+//! Speculative decoding changes how fast tokens come, never which: greedy
+//! and seeded sampled outputs are the same token for token with n-gram
+//! drafting as without, on the real 270M (20 prompts, copy-heavy and not)
+//! and on a tiny model whose sliding-window rings wrap and rewind, and the
+//! drafts were really verified (tokens were drafted and some kept).
+
+use hearth_engine::{
+    Engine, GenerateOptions, Generation, NgramOptions, RunOptions, Sampler, SamplingParams,
+    Speculation,
+};
+use std::path::PathBuf;
+
+/// The real 270M file, which scripts/test.sh fetches before the tests.
+fn real_model() -> PathBuf {
+    if let Some(p) = std::env::var_os("HEARTH_MODEL") {
+        return PathBuf::from(p);
+    }
+    let home = std::env::var_os("HEARTH_HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/hearth")
+        });
+    let p = home.join("models/gemma-3-270m-q4_k_m.gguf");
+    assert!(
+        p.is_file(),
+        "the real model is missing at {}: run scripts/fetch-model.sh (or set HEARTH_MODEL)",
+        p.display()
+    );
+    p
+}
+
+const TINY: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../tests/fixtures/tiny/gemma3/model-f32.gguf"
+);
+
+fn load(path: &std::path::Path, ctx: usize) -> Engine {
+    let opts = RunOptions {
+        threads: Some(2),
+        ctx: Some(ctx),
+        ..RunOptions::default()
+    };
+    Engine::load(path, &opts).unwrap()
+}
+
+/// The generation, and what was streamed: (id, text) per event.
+fn run(
+    engine: &Engine,
+    prompt: &[u32],
+    n: usize,
+    params: &SamplingParams,
+    speculation: Option<Speculation>,
+) -> (Generation, Vec<(u32, String)>) {
+    let opts = GenerateOptions {
+        max_tokens: n,
+        stop: Vec::new(),
+        stop_on_eog: true,
+        render_special: true,
+        speculation,
+    };
+    let mut sampler = Sampler::new(params.clone());
+    let mut session = engine.session();
+    let mut streamed = Vec::new();
+    let g = session
+        .generate(prompt, &mut sampler, &opts, |ev| {
+            streamed.push((ev.id, ev.text.to_string()));
+            true
+        })
+        .unwrap();
+    (g, streamed)
+}
+
+/// Runs without and with `speculation` and checks they agree: the ids, the
+/// text, the end and every streamed event. Returns the speculating run.
+fn same_both_ways(
+    engine: &Engine,
+    prompt: &[u32],
+    n: usize,
+    params: &SamplingParams,
+    speculation: Option<Speculation>,
+    what: &str,
+) -> Generation {
+    let (plain, plain_events) = run(engine, prompt, n, params, None);
+    let (fast, fast_events) = run(engine, prompt, n, params, speculation);
+    assert_eq!(fast.ids, plain.ids, "{what}");
+    assert_eq!(fast.text, plain.text, "{what}");
+    assert_eq!(fast.finish, plain.finish, "{what}");
+    assert_eq!(fast_events, plain_events, "{what}");
+    assert!(plain.speculation.is_none());
+    fast
+}
+
+fn ngram(max_draft: usize) -> Option<Speculation> {
+    Some(Speculation::Ngram(NgramOptions {
+        max_draft,
+        ..NgramOptions::default()
+    }))
+}
+
+const PASSAGE: &str = "The lighthouse keeper climbed the spiral stairs every evening at dusk. \
+He trimmed the wick, polished the great lens, and wrote the weather in his log. \
+Ships passing the point saw the beam sweep the water every ten seconds.";
+
+const FUNCTION: &str = "def mean(values):\n    total = 0\n    for v in values:\n        total += v\n    return total / len(value)\n";
+
+/// Twenty prompts: copying, fixing, quoting, lists, and plain continuations.
+fn prompts() -> Vec<String> {
+    let mut p = vec![
+        format!("Rewrite this paragraph in the past perfect tense.\n\n{PASSAGE}\n\nRewritten:\n"),
+        format!("Copy the paragraph exactly.\n\n{PASSAGE}\n\nCopy:\n"),
+        format!("Fix the bug in this function.\n\n{FUNCTION}\nFixed:\n"),
+        format!("{FUNCTION}\n# The same function, with a docstring:\n"),
+        format!("{PASSAGE}\n\nQuote the sentence about the lens: \""),
+        format!("{PASSAGE}\n\nWhat did the keeper write in his log? Answer with a quote: \""),
+        "1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12,".to_string(),
+        "Monday, Tuesday, Wednesday, Thursday, Friday, Saturday, Sunday, Monday,".to_string(),
+        "<table><tr><td>a</td><td>b</td></tr><tr><td>c</td>".to_string(),
+        "{\"name\": \"Ada\", \"age\": 36}, {\"name\": \"Alan\",".to_string(),
+        "The capital of France is".to_string(),
+        "Once upon a time, in a small village by the sea,".to_string(),
+        "Photosynthesis is the process by which".to_string(),
+        "A haiku about autumn:\n".to_string(),
+        "Q: What is 12 times 7?\nA:".to_string(),
+        "import numpy as np\n\ndef softmax(x):\n".to_string(),
+        "Dear Sir or Madam,\n\nI am writing to".to_string(),
+        "The three laws of motion are".to_string(),
+    ];
+    p.push(format!(
+        "Summarize, quoting the original where you can.\n\n{PASSAGE} {PASSAGE}\n\nSummary:"
+    ));
+    p.push("SELECT name, email FROM users WHERE id = 1;\nSELECT name, email FROM users WHERE id = 2;\n".into());
+    assert_eq!(p.len(), 20);
+    p
+}
+
+#[test]
+fn greedy_and_seeded_outputs_on_the_real_model_are_the_same_with_ngram_drafting() {
+    let engine = load(&real_model(), 1024);
+    let greedy = SamplingParams {
+        temperature: 0.0,
+        ..SamplingParams::default()
+    };
+    let mut drafted = 0;
+    let mut accepted = 0;
+    for (i, prompt) in prompts().iter().enumerate() {
+        let ids = engine.tokenizer().encode(prompt, true, true);
+        let what = format!("prompt {i}: {prompt:?}");
+        let fast = same_both_ways(&engine, &ids, 48, &greedy, ngram(8), &what);
+        let s = fast.speculation.expect("speculation stats");
+        assert!(s.accepted <= s.drafted);
+        drafted += s.drafted;
+        accepted += s.accepted;
+    }
+    // Copy-heavy prompts draft, and the model keeps a good share.
+    assert!(drafted > 100, "drafted {drafted}");
+    assert!(accepted * 4 > drafted, "kept {accepted} of {drafted}");
+
+    // Sampling with a seed: one draw per output token either way.
+    let sampled = SamplingParams {
+        temperature: 0.8,
+        seed: 5,
+        ..SamplingParams::default()
+    };
+    for prompt in &prompts()[..4] {
+        let ids = engine.tokenizer().encode(prompt, true, true);
+        same_both_ways(&engine, &ids, 40, &sampled, ngram(4), prompt);
+    }
+}
+
+#[test]
+fn drafts_across_wrapped_sliding_windows_change_nothing() {
+    // Window 8, rings of 72: 300 tokens wrap them many times, and every
+    // rejected draft rewinds them.
+    let engine = load(std::path::Path::new(TINY), 512);
+    let vocab = engine.model().config().vocab as u32;
+    let prompt: Vec<u32> = std::iter::once(2)
+        .chain((0..60).map(|i| 10 + (i * 7 % 13) % (vocab - 10)))
+        .collect();
+    for (seed, temperature) in [(1, 0.0), (3, 1.0), (9, 1.5)] {
+        let params = SamplingParams {
+            temperature,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed,
+            ..SamplingParams::default()
+        };
+        for draft in [1, 3, 15] {
+            let what = format!("temperature {temperature}, draft {draft}");
+            let fast = same_both_ways(&engine, &prompt, 300, &params, ngram(draft), &what);
+            let s = fast.speculation.unwrap();
+            assert!(
+                s.drafted > 0,
+                "temperature {temperature}, draft {draft}: {s:?}"
+            );
+        }
+    }
+}
+
+#[test]
+fn the_token_limit_and_the_context_end_a_speculating_generation_as_a_plain_one() {
+    let engine = load(std::path::Path::new(TINY), 96);
+    let prompt: Vec<u32> = std::iter::once(2)
+        .chain((0..40).map(|i| 10 + i % 5))
+        .collect();
+    let greedy = SamplingParams {
+        temperature: 0.0,
+        ..SamplingParams::default()
+    };
+    for n in [1, 2, 7, 55, 56, 200] {
+        same_both_ways(
+            &engine,
+            &prompt,
+            n,
+            &greedy,
+            ngram(15),
+            &format!("{n} tokens"),
+        );
+    }
+}
+
+#[test]
+fn bad_speculation_settings_are_a_clear_error() {
+    let engine = load(std::path::Path::new(TINY), 64);
+    let opts = GenerateOptions {
+        max_tokens: 4,
+        speculation: ngram(0),
+        ..GenerateOptions::default()
+    };
+    let mut sampler = Sampler::new(SamplingParams::default());
+    let err = engine
+        .session()
+        .generate(&[2, 10, 11], &mut sampler, &opts, |_| true)
+        .unwrap_err();
+    assert!(err.to_string().contains("n-gram speculation"), "{err}");
+}
