@@ -145,6 +145,7 @@ pub(crate) fn run(
                 prompt_time: std::time::Duration::ZERO,
                 gen_time: began.elapsed(),
                 stop_string: None,
+                speculation: None,
             }));
         }
         Err(e) => {

@@ -94,7 +94,7 @@ pub(crate) async fn submit(
         });
     }
     let prompt_tokens = prompt.len();
-    let opts = req.generate_options(n_ctx - prompt.len());
+    let opts = req.generate_options(n_ctx - prompt.len(), st.config.speculation.as_ref());
     let deadline = st
         .config
         .max_request_time

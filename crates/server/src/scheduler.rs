@@ -104,6 +104,8 @@ pub struct Usage {
     pub prompt_time: std::time::Duration,
     /// Time from the end of the prompt to the last token.
     pub gen_time: std::time::Duration,
+    /// What speculation drafted and kept, when it was on.
+    pub speculation: Option<engine::SpecStats>,
 }
 
 /// Why a job was not queued.

@@ -42,6 +42,12 @@ fn opts(max_tokens: usize) -> GenerateOptions {
 
 /// Collect a job's events until it ends (bounded in time).
 fn drain(rx: &mut mpsc::UnboundedReceiver<Event>) -> (String, Option<FinishReason>) {
+    let (text, usage) = drain_usage(rx);
+    (text, usage.map(|u| u.finish))
+}
+
+/// [`drain`] with the whole usage the job ended with.
+fn drain_usage(rx: &mut mpsc::UnboundedReceiver<Event>) -> (String, Option<Usage>) {
     let t0 = Instant::now();
     let mut text = String::new();
     while t0.elapsed() < Duration::from_secs(60) {
@@ -50,7 +56,7 @@ fn drain(rx: &mut mpsc::UnboundedReceiver<Event>) -> (String, Option<FinishReaso
             Ok(Event::Thought(_)) => panic!("thinking is off"),
             Ok(Event::Guard(_)) => panic!("the scheduler never sends a guard trace"),
             Ok(Event::Logprobs(_)) => panic!("no job here asks for log-probabilities"),
-            Ok(Event::Done(u)) => return (text, Some(u.finish)),
+            Ok(Event::Done(u)) => return (text, Some(u)),
             Ok(Event::Failed(m)) => panic!("failed: {m}"),
             Ok(Event::Started) => {}
             Err(mpsc::error::TryRecvError::Empty) => std::thread::sleep(Duration::from_millis(1)),
@@ -111,6 +117,83 @@ fn interleaved_slots_match_generate() {
         assert_eq!(&text, want);
     }
     assert_eq!(metrics.completed.load(Ordering::Relaxed), 4);
+    sched.join();
+}
+
+#[test]
+fn speculating_jobs_beside_plain_ones_match_generate() {
+    let engine = engine(160);
+    let prompts: Vec<Vec<u32>> = [
+        "Once upon a time",
+        "1 2 3 1 2 3 1 2",
+        "The sky is",
+        "a b a b",
+    ]
+    .iter()
+    .map(|p| engine.tokenizer().encode(p, true, true))
+    .collect();
+    let speculation = Some(engine::Speculation::Ngram(engine::NgramOptions::default()));
+    let jobs: Vec<(Vec<u32>, SamplingParams, GenerateOptions)> = prompts
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let params = SamplingParams {
+                temperature: if i % 2 == 0 { 0.0 } else { 1.0 },
+                seed: 3 + i as u64,
+                ..SamplingParams::default()
+            };
+            // Two of four speculate; the other two go through the batch.
+            let opts = GenerateOptions {
+                speculation: speculation.clone().filter(|_| i < 2),
+                ..opts(120)
+            };
+            (p.clone(), params, opts)
+        })
+        .collect();
+    let want: Vec<String> = jobs
+        .iter()
+        .map(|(p, params, _)| {
+            let mut sampler = Sampler::new(params.clone());
+            let g = engine
+                .session()
+                .generate(p, &mut sampler, &opts(120), |_| true);
+            g.expect("generate").text
+        })
+        .collect();
+    let metrics = Arc::new(Metrics::default());
+    let sched = Scheduler::start(Arc::clone(&engine), 3, 16, Arc::clone(&metrics)).unwrap();
+    let mut rxs = Vec::new();
+    for (prompt, params, opts) in &jobs {
+        let (tx, rx) = mpsc::unbounded_channel();
+        sched
+            .submit(Job {
+                prompt: prompt.clone(),
+                images: Vec::new(),
+                params: params.clone(),
+                opts: opts.clone(),
+                constraint: None,
+                thinking: None,
+                events: tx,
+                deadline: None,
+                hold: None,
+                logprobs: None,
+                forks: Vec::new(),
+            })
+            .unwrap();
+        rxs.push(rx);
+    }
+    for (i, (rx, want)) in rxs.iter_mut().zip(&want).enumerate() {
+        let (text, usage) = drain_usage(rx);
+        let usage = usage.expect("the job ended");
+        assert_eq!(&text, want, "job {i}");
+        match usage.speculation {
+            Some(s) => assert!(
+                i < 2 && s.drafted > 0 && s.accepted <= s.drafted,
+                "job {i}: {s:?}"
+            ),
+            None => assert!(i >= 2, "job {i} speculated"),
+        }
+    }
     sched.join();
 }
 

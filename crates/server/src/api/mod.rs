@@ -60,6 +60,9 @@ pub struct Request {
     pub logprobs: Option<usize>,
     /// How many choices to generate from the prompt.
     pub n: usize,
+    /// llama.cpp's `speculative.n_max`: most tokens drafted at a time (0:
+    /// no speculation; `None`: the server's default).
+    pub draft_max: Option<usize>,
 }
 
 /// Tool calling in a chat request.
@@ -98,15 +101,41 @@ pub enum Input {
 
 impl Request {
     /// The engine's generation options, `room` being the context left after
-    /// the prompt.
-    pub fn generate_options(&self, room: usize) -> GenerateOptions {
+    /// the prompt, speculating as `default` says unless the request chose.
+    pub fn generate_options(
+        &self,
+        room: usize,
+        default: Option<&engine::Speculation>,
+    ) -> GenerateOptions {
         GenerateOptions {
             max_tokens: self.max_tokens.unwrap_or(room).min(room),
             stop: self.stop.clone(),
             stop_on_eog: true,
             render_special: false,
-            speculation: None,
+            speculation: speculation(default, self.draft_max),
         }
+    }
+}
+
+/// The speculation of a request: the server's `default`, with the draft
+/// length the request gave (0 turns it off; a length with no default drafts
+/// by n-gram lookup).
+fn speculation(
+    default: Option<&engine::Speculation>,
+    draft_max: Option<usize>,
+) -> Option<engine::Speculation> {
+    use engine::{NgramOptions, Speculation};
+    match (default, draft_max) {
+        (_, Some(0)) => None,
+        (None, None) => None,
+        (Some(s), None) => Some(s.clone()),
+        (Some(Speculation::Ngram(o)), Some(n)) => {
+            Some(Speculation::Ngram(NgramOptions { max_draft: n, ..*o }))
+        }
+        (None, Some(n)) => Some(Speculation::Ngram(NgramOptions {
+            max_draft: n,
+            ..NgramOptions::default()
+        })),
     }
 }
 

@@ -95,3 +95,29 @@ fn completion_prompt_forms() {
         Some(16)
     );
 }
+
+#[test]
+fn speculative_n_max_sets_turns_off_or_is_refused() {
+    use engine::{NgramOptions, Speculation};
+    let parse = |body: &str| parse_completion(body.as_bytes(), &SamplingParams::default());
+    let server = Speculation::Ngram(NgramOptions::default());
+    let draft = |r: &Request, default: Option<&Speculation>| {
+        r.generate_options(100, default)
+            .speculation
+            .map(|s| match s {
+                Speculation::Ngram(o) => o.max_draft,
+            })
+    };
+    let plain = parse(r#"{"prompt":"a"}"#).unwrap();
+    assert_eq!(draft(&plain, None), None);
+    assert_eq!(draft(&plain, Some(&server)), Some(8));
+    let off = parse(r#"{"prompt":"a","speculative.n_max":0}"#).unwrap();
+    assert_eq!(draft(&off, Some(&server)), None);
+    let four = parse(r#"{"prompt":"a","speculative.n_max":4}"#).unwrap();
+    assert_eq!(draft(&four, None), Some(4));
+    assert_eq!(draft(&four, Some(&server)), Some(4));
+    for bad in [-1, 16, 1000] {
+        let e = parse(&format!(r#"{{"prompt":"a","speculative.n_max":{bad}}}"#)).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("speculative.n_max"), "{bad}");
+    }
+}

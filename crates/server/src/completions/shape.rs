@@ -81,6 +81,7 @@ impl Meta {
             "system_fingerprint": null,
             "choices": choices,
             "usage": self.usage_json(&usages),
+            "timings": timings_json(&usages),
         });
         if let Some(trace) = guard {
             // Hearth's extension: what the guardrails did.
@@ -250,7 +251,7 @@ pub(super) fn timings_json(usages: &[Usage]) -> Value {
         }
     };
     let evaluated = u.prompt_tokens - u.cached_tokens.min(u.prompt_tokens);
-    json!({
+    let mut t = json!({
         "cache_n": u.cached_tokens,
         "prompt_n": evaluated,
         "prompt_ms": ms(u.prompt_time),
@@ -258,5 +259,11 @@ pub(super) fn timings_json(usages: &[Usage]) -> Value {
         "predicted_n": u.completion_tokens,
         "predicted_ms": ms(u.gen_time),
         "predicted_per_second": rate(u.completion_tokens, u.gen_time),
-    })
+    });
+    // As llama.cpp's server, when speculation was on.
+    if let Some(s) = u.speculation {
+        t["draft_n"] = json!(s.drafted);
+        t["draft_n_accepted"] = json!(s.accepted);
+    }
+    t
 }

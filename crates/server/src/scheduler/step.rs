@@ -402,6 +402,7 @@ fn finish(slot: &mut Slot, metrics: &Metrics, reason: FinishReason) {
         prompt_tokens: active.job.prompt.len(),
         completion_tokens: active.decoding.ids().len(),
         cached_tokens: active.decoding.prompt_tokens_reused(),
+        speculation: active.decoding.spec_stats(),
     };
     metrics.completed.fetch_add(1, Ordering::Relaxed);
     let _ = active.job.events.send(Event::Done(usage));
