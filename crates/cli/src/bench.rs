@@ -93,8 +93,12 @@ pub struct BenchArgs {
     /// (alternated), the drafts kept, and whether the outputs matched.
     #[arg(long, value_enum, value_name = "HOW")]
     pub spec: Option<crate::SpecKind>,
-    /// Most tokens drafted at a time, with --spec [default: 8].
-    #[arg(long, value_name = "N", requires = "spec")]
+    /// Measure speculation with this draft model (a GGUF path or alias of
+    /// the same vocabulary) instead of --spec's.
+    #[arg(long, value_name = "MODEL", conflicts_with = "spec")]
+    pub draft: Option<String>,
+    /// Most tokens drafted at a time, with --spec or --draft [default: 8].
+    #[arg(long, value_name = "N")]
     pub draft_max: Option<usize>,
 }
 
@@ -152,7 +156,7 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
             .kv_cache
             .unwrap_or(engine::KvType::default_for(precision));
         println!("kv cache: {}", kv.name());
-        if args.spec.is_some() {
+        if args.spec.is_some() || args.draft.is_some() {
             crate::bench_spec::header();
         } else if args.embed {
             println!("| model | kernels | threads | test | time | texts/s | tokens/s |");
@@ -192,8 +196,12 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
             crate::bench_embed::rows(&engine, &name, args)?;
             continue;
         }
-        if let Some(how) = args.spec {
-            let spec = crate::speculation(how, args.draft_max);
+        let spec = match (&args.draft, args.spec) {
+            (Some(d), _) => Some(crate::draft_speculation(d, &engine, args.draft_max)?),
+            (None, Some(how)) => Some(crate::speculation(how, args.draft_max)),
+            (None, None) => None,
+        };
+        if let Some(spec) = spec {
             crate::bench_spec::rows(&engine, &name, &spec, args)?;
             continue;
         }

@@ -85,7 +85,7 @@ pub fn run(
         stop: Vec::new(),
         stop_on_eog: true,
         render_special: false,
-        speculation: sample.speculation(),
+        speculation: sample.speculation(&engine)?,
     };
     let mut messages: Vec<ChatMessage> = system.into_iter().map(ChatMessage::system).collect();
 

@@ -228,7 +228,7 @@ pub fn complete(
         stop: Vec::new(),
         stop_on_eog: !ignore_eos,
         render_special: true,
-        speculation: sample.speculation(),
+        speculation: sample.speculation(&engine)?,
     };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();

@@ -252,7 +252,7 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
     };
     config.shutdown_timeout = secs("shutdown-timeout", args.shutdown_timeout)?;
     config.guard = args.guard;
-    config.speculation = args.sample.speculation();
+    config.speculation = args.sample.ngram_speculation()?;
     config.idle_exit = match args.idle_exit {
         None => None,
         Some(0.0) => None,

@@ -4,7 +4,8 @@
 //! output head. The tokens sampled from those rows are kept up to the first
 //! one that differs from the draft; the cache forgets the rest.
 //!
-//! A draft is deterministic (a lookup in the text so far), so sampling each
+//! A draft is deterministic (a lookup in the text so far, or a smaller
+//! model's greedy choices), so sampling each
 //! row with the generation's own sampler and comparing with the draft is the
 //! standard acceptance rule for a point-mass proposal: a drafted token is
 //! kept with exactly its target probability, and a rejected position gets a
@@ -14,8 +15,9 @@
 //! to the cache's type before they are attended to), so greedy and seeded
 //! outputs are the same token for token as without it.
 
-use crate::{Decoding, EngineError, Sampler, Session, Step, TokenLogprob};
+use crate::{Decoding, Engine, EngineError, Sampler, Session, Step, TokenLogprob};
 use std::collections::VecDeque;
+use std::sync::Arc;
 
 /// How a generation guesses tokens ahead.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -23,6 +25,68 @@ pub enum Speculation {
     /// Prompt lookup: the tokens that followed the last earlier occurrence
     /// of the text's last few tokens (no second model).
     Ngram(NgramOptions),
+    /// A smaller model with the same vocabulary drafts greedily.
+    Draft(DraftModel),
+}
+
+/// A draft model for [`Speculation::Draft`]: an engine whose vocabulary is
+/// the target's (checked by [`DraftModel::new`]).
+#[derive(Clone)]
+pub struct DraftModel {
+    engine: Arc<Engine>,
+    /// Most tokens drafted at a time.
+    pub max_draft: usize,
+}
+
+impl std::fmt::Debug for DraftModel {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DraftModel")
+            .field("model", &self.engine.model_name())
+            .field("max_draft", &self.max_draft)
+            .finish()
+    }
+}
+
+impl PartialEq for DraftModel {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.engine, &other.engine) && self.max_draft == other.max_draft
+    }
+}
+
+impl Eq for DraftModel {}
+
+impl DraftModel {
+    /// `draft` as the drafter of `target`: refused unless both have the same
+    /// vocabulary, token for token (the draft's ids are the target's).
+    pub fn new(draft: Arc<Engine>, target: &Engine, max_draft: usize) -> Result<Self, EngineError> {
+        let (a, b) = (draft.tokenizer(), target.tokenizer());
+        let mismatch = if a.vocab_size() != b.vocab_size() {
+            Some(format!(
+                "it has {} tokens and the model {}",
+                a.vocab_size(),
+                b.vocab_size()
+            ))
+        } else {
+            (0..a.vocab_size() as u32)
+                .find(|&id| a.token_text(id) != b.token_text(id))
+                .map(|id| {
+                    format!(
+                        "token {id} is {:?} there and {:?} here",
+                        a.token_text(id).unwrap_or(""),
+                        b.token_text(id).unwrap_or("")
+                    )
+                })
+        };
+        if let Some(why) = mismatch {
+            return Err(EngineError::InvalidOptions(format!(
+                "the draft model's vocabulary is not the model's: {why}"
+            )));
+        }
+        Ok(Self {
+            engine: draft,
+            max_draft,
+        })
+    }
 }
 
 /// Settings of n-gram (prompt lookup) drafting.
@@ -47,9 +111,21 @@ impl Default for NgramOptions {
 }
 
 impl Speculation {
+    /// The same drafter, drafting at most `n` tokens at a time.
+    pub fn with_max_draft(&self, n: usize) -> Self {
+        match self {
+            Speculation::Ngram(o) => Speculation::Ngram(NgramOptions { max_draft: n, ..*o }),
+            Speculation::Draft(d) => Speculation::Draft(DraftModel {
+                max_draft: n,
+                ..d.clone()
+            }),
+        }
+    }
+
     /// Refuse settings that cannot draft (zero sizes, an empty n-gram range).
     pub fn validate(&self) -> Result<(), String> {
         match self {
+            Speculation::Draft(d) => check_draft_len(d.max_draft),
             Speculation::Ngram(o) => {
                 if o.max_draft == 0 || o.min_ngram == 0 || o.min_ngram > o.max_ngram {
                     return Err(format!(
@@ -57,15 +133,19 @@ impl Speculation {
                         o.max_draft, o.min_ngram, o.max_ngram
                     ));
                 }
-                if o.max_draft > MAX_DRAFT {
-                    return Err(format!(
-                        "a draft of {} tokens is more than the {MAX_DRAFT} a verifying batch takes",
-                        o.max_draft
-                    ));
-                }
-                Ok(())
+                check_draft_len(o.max_draft)
             }
         }
+    }
+}
+
+fn check_draft_len(n: usize) -> Result<(), String> {
+    match n {
+        0 => Err("a draft needs at least 1 token".into()),
+        n if n > MAX_DRAFT => Err(format!(
+            "a draft of {n} tokens is more than the {MAX_DRAFT} a verifying batch takes"
+        )),
+        _ => Ok(()),
     }
 }
 
@@ -98,14 +178,25 @@ impl SpecStats {
 
 /// A generation's speculation: its drafter, and the tokens already verified
 /// but not yet handed out.
-#[derive(Debug)]
 pub(crate) struct SpecState {
     how: Speculation,
     /// Verified ids, with their log-probabilities when recorded. All but the
     /// last are in the cache.
     queue: VecDeque<(u32, Option<TokenLogprob>)>,
     draft: Vec<u32>,
+    /// The draft model's own sequence, made at the first round.
+    drafter: Option<Session>,
     pub(crate) stats: SpecStats,
+}
+
+impl std::fmt::Debug for SpecState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SpecState")
+            .field("how", &self.how)
+            .field("queued", &self.queue.len())
+            .field("stats", &self.stats)
+            .finish()
+    }
 }
 
 impl SpecState {
@@ -114,6 +205,7 @@ impl SpecState {
             how,
             queue: VecDeque::new(),
             draft: Vec::new(),
+            drafter: None,
             stats: SpecStats::default(),
         }
     }
@@ -122,6 +214,41 @@ impl SpecState {
     /// (so it is in the cache already).
     pub(crate) fn holds_more(&self) -> bool {
         !self.queue.is_empty()
+    }
+
+    /// Into `out`, up to `limit` tokens guessed to follow `history`, for a
+    /// target of `n_ctx` tokens of context.
+    fn draft(
+        &mut self,
+        history: &[u32],
+        limit: usize,
+        n_ctx: usize,
+        out: &mut Vec<u32>,
+    ) -> Result<(), EngineError> {
+        out.clear();
+        match &self.how {
+            Speculation::Ngram(o) => ngram_draft(history, o, limit.min(o.max_draft), out),
+            Speculation::Draft(m) => {
+                let limit = limit.min(m.max_draft);
+                // The draft's context is the target's: the verifying batch
+                // fits there, so the draft does too.
+                let s = self
+                    .drafter
+                    .get_or_insert_with(|| m.engine.session_with_ctx(n_ctx));
+                if limit == 0 || history.len() + limit > s.n_ctx() {
+                    return Ok(());
+                }
+                s.feed(history)?;
+                for i in 0..limit {
+                    let id = crate::argmax(s.last_logits()?) as u32;
+                    out.push(id);
+                    if i + 1 < limit {
+                        s.feed_batch(&[id])?;
+                    }
+                }
+            }
+        }
+        Ok(())
     }
 }
 
@@ -203,13 +330,10 @@ impl Session {
             .min(self.scratch.max_batch().saturating_sub(1))
             .min(MAX_DRAFT);
         let mut batch = std::mem::take(&mut spec.draft);
-        match &spec.how {
-            Speculation::Ngram(o) => {
-                self.tokens.push(pending);
-                ngram_draft(&self.tokens, o, limit.min(o.max_draft), &mut batch);
-                self.tokens.pop();
-            }
-        }
+        self.tokens.push(pending);
+        let result = spec.draft(&self.tokens, limit, self.n_ctx(), &mut batch);
+        self.tokens.pop();
+        result?;
         let drafted = batch.len();
         batch.insert(0, pending);
         self.forward_prompt(&batch, &[])?;

@@ -234,3 +234,85 @@ fn bad_speculation_settings_are_a_clear_error() {
         .unwrap_err();
     assert!(err.to_string().contains("n-gram speculation"), "{err}");
 }
+
+const TINY_Q8: &str = concat!(
+    env!("CARGO_MANIFEST_DIR"),
+    "/../../tests/fixtures/tiny/gemma3/model-q8_0.gguf"
+);
+
+#[test]
+fn a_draft_model_changes_nothing_but_the_speed() {
+    // The Q8_0 copy drafts for the f32 model: close enough that most drafts
+    // are kept, different enough that some are not.
+    let target = load(std::path::Path::new(TINY), 512);
+    let draft = std::sync::Arc::new(load(std::path::Path::new(TINY_Q8), 512));
+    let vocab = target.model().config().vocab as u32;
+    let prompt: Vec<u32> = std::iter::once(2)
+        .chain((0..30).map(|i| 10 + (i * 11 % 17) % (vocab - 10)))
+        .collect();
+    let mut kept = 0;
+    for (seed, temperature) in [(1, 0.0), (4, 1.0)] {
+        let params = SamplingParams {
+            temperature,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed,
+            ..SamplingParams::default()
+        };
+        for max_draft in [1, 4, 15] {
+            let model = hearth_engine::DraftModel::new(draft.clone(), &target, max_draft).unwrap();
+            let what = format!("temperature {temperature}, draft {max_draft}");
+            let s = Some(Speculation::Draft(model));
+            let fast = same_both_ways(&target, &prompt, 200, &params, s, &what);
+            let stats = fast.speculation.unwrap();
+            assert!(
+                stats.drafted > 0 && stats.accepted <= stats.drafted,
+                "{what}: {stats:?}"
+            );
+            kept += stats.accepted;
+        }
+    }
+    assert!(kept > 0);
+}
+
+#[test]
+fn a_draft_model_of_another_vocabulary_is_refused() {
+    let target = load(std::path::Path::new(TINY), 64);
+    let other = std::sync::Arc::new(load(&real_model(), 64));
+    let err = hearth_engine::DraftModel::new(other, &target, 4).unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("vocabulary is not the model's: it has 262144 tokens and the model 512"),
+        "{err}"
+    );
+}
+
+#[test]
+fn greedy_outputs_on_the_real_model_are_the_same_with_a_draft_model() {
+    // The Q4_K_M file drafts for itself requantized to Q8_0, as
+    // `--quant q8_0 --draft gemma3-270m` does.
+    let opts = RunOptions {
+        threads: Some(2),
+        ctx: Some(512),
+        quant: Some("q8_0".into()),
+        ..RunOptions::default()
+    };
+    let target = Engine::load(real_model(), &opts).unwrap();
+    let draft = std::sync::Arc::new(load(&real_model(), 512));
+    let model = hearth_engine::DraftModel::new(draft, &target, 4).unwrap();
+    let greedy = SamplingParams {
+        temperature: 0.0,
+        ..SamplingParams::default()
+    };
+    let (mut drafted, mut accepted) = (0, 0);
+    for (i, prompt) in prompts().iter().enumerate() {
+        let ids = target.tokenizer().encode(prompt, true, true);
+        let s = Some(Speculation::Draft(model.clone()));
+        let fast = same_both_ways(&target, &ids, 24, &greedy, s, &format!("prompt {i}"));
+        let stats = fast.speculation.unwrap();
+        drafted += stats.drafted;
+        accepted += stats.accepted;
+    }
+    assert!(accepted * 2 > drafted, "kept {accepted} of {drafted}");
+}

@@ -129,9 +129,7 @@ fn speculation(
         (_, Some(0)) => None,
         (None, None) => None,
         (Some(s), None) => Some(s.clone()),
-        (Some(Speculation::Ngram(o)), Some(n)) => {
-            Some(Speculation::Ngram(NgramOptions { max_draft: n, ..*o }))
-        }
+        (Some(s), Some(n)) => Some(s.with_max_draft(n)),
         (None, Some(n)) => Some(Speculation::Ngram(NgramOptions {
             max_draft: n,
             ..NgramOptions::default()
