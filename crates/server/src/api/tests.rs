@@ -106,6 +106,7 @@ fn speculative_n_max_sets_turns_off_or_is_refused() {
             .speculation
             .map(|s| match s {
                 Speculation::Ngram(o) => o.max_draft,
+                Speculation::Draft(d) => d.max_draft,
             })
     };
     let plain = parse(r#"{"prompt":"a"}"#).unwrap();
