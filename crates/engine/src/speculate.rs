@@ -186,6 +186,10 @@ pub(crate) struct SpecState {
     draft: Vec<u32>,
     /// The draft model's own sequence, made at the first round.
     drafter: Option<Session>,
+    /// Most tokens the next round drafts: doubled after a round whose
+    /// draft was kept whole, cut to one past what was kept after one that
+    /// was not, so rows that would likely be thrown away are not computed.
+    cap: usize,
     pub(crate) stats: SpecStats,
 }
 
@@ -206,6 +210,7 @@ impl SpecState {
             queue: VecDeque::new(),
             draft: Vec::new(),
             drafter: None,
+            cap: MAX_DRAFT,
             stats: SpecStats::default(),
         }
     }
@@ -328,7 +333,7 @@ impl Session {
         let limit = (self.n_ctx() - base - 1)
             .min(d.opts.max_tokens.saturating_sub(d.ids.len() + 1))
             .min(self.scratch.max_batch().saturating_sub(1))
-            .min(MAX_DRAFT);
+            .min(spec.cap);
         let mut batch = std::mem::take(&mut spec.draft);
         self.tokens.push(pending);
         let result = spec.draft(&self.tokens, limit, self.n_ctx(), &mut batch);
@@ -357,9 +362,15 @@ impl Session {
         }
         self.tokens.truncate(keep);
         if drafted > 0 {
+            let kept = spec.queue.len() - 1;
             spec.stats.rounds += 1;
             spec.stats.drafted += drafted;
-            spec.stats.accepted += spec.queue.len() - 1;
+            spec.stats.accepted += kept;
+            spec.cap = if kept == drafted {
+                (spec.cap * 2).min(MAX_DRAFT)
+            } else {
+                kept + 1
+            };
         }
         batch.clear();
         spec.draft = batch;
