@@ -36,7 +36,10 @@ fn check(r: &Request) {
     r.params
         .validate()
         .expect("accepted sampling settings validate");
-    let _ = r.generate_options(4096);
+    let opts = r.generate_options(4096, None);
+    if let Some(s) = &opts.speculation {
+        s.validate().expect("an accepted draft length validates");
+    }
     if let Some(tools) = &r.tools {
         let _ = tools.parse(r#"{"name": "f", "arguments": {"x": 1}}"#);
     }
