@@ -145,7 +145,7 @@ pub(crate) fn draft_speculation(
     };
     let engine = engine::Engine::load(&path, &opts)
         .with_context(|| format!("cannot load the draft model {}", path.display()))?;
-    let max_draft = draft_max.unwrap_or(engine::NgramOptions::default().max_draft);
+    let max_draft = draft_max.unwrap_or(engine::DEFAULT_DRAFT);
     let model = engine::DraftModel::new(std::sync::Arc::new(engine), target, max_draft)?;
     Ok(engine::Speculation::Draft(model))
 }

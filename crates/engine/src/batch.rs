@@ -85,7 +85,7 @@ impl BatchDecoder {
             let ours = Arc::ptr_eq(&it.session.model, &self.model)
                 && it.session.n_ctx() <= self.n_ctx
                 && d.prefill_done()
-                && d.spec.is_none();
+                && !d.speculates();
             if !ours {
                 // Not something this decoder's buffers fit, or a speculating
                 // generation (its own verifying batch): step it alone.

@@ -174,6 +174,12 @@ impl Decoding {
         self.spec.as_ref().map(|s| s.stats)
     }
 
+    /// Whether this generation speculates: asked to, and neither under a
+    /// constraint nor thinking (those decode a token at a time).
+    pub(crate) fn speculates(&self) -> bool {
+        self.spec.is_some() && self.constraint.is_none() && self.think.is_none()
+    }
+
     /// `id` as the token still to feed, unless speculation verified it
     /// with later ones (then the cache holds it already).
     pub(crate) fn unfed(&self, id: u32) -> Option<u32> {

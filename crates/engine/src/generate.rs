@@ -268,7 +268,7 @@ impl Session {
         sampler: &mut Sampler,
     ) -> Result<Step<'d>, EngineError> {
         self.prefill(d, usize::MAX)?;
-        if d.spec.is_some() && d.constraint.is_none() && d.think.is_none() {
+        if d.speculates() {
             return self.step_speculative(d, sampler);
         }
         self.accept_pending(d)?;

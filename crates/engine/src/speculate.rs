@@ -100,10 +100,13 @@ pub struct NgramOptions {
     pub max_ngram: usize,
 }
 
+/// Most tokens a round drafts unless the caller says otherwise.
+pub const DEFAULT_DRAFT: usize = 8;
+
 impl Default for NgramOptions {
     fn default() -> Self {
         Self {
-            max_draft: 8,
+            max_draft: DEFAULT_DRAFT,
             min_ngram: 2,
             max_ngram: 4,
         }
