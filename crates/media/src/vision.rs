@@ -727,7 +727,9 @@ pub(crate) fn product(
     let result = if float && n >= 8 {
         float_product(pool, &m, x, &mut out[..n * rows], bufs)
     } else {
-        quant::matmul(pool, &m, x, n, out, &mut bufs.quant).map_err(MediaError::from)
+        let ws = [&m];
+        let product = quant::Product::new(&ws, x, n);
+        quant::matmul(pool, product, &mut [out], &mut bufs.quant).map_err(MediaError::from)
     };
     bufs.clamped = clamped;
     result?;

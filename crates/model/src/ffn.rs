@@ -41,7 +41,7 @@ impl Model {
         }
         let (gate, o) = (&s.gate[..b * fd], &mut s.o[..b * h]);
         // With the activations the gated product quantized where it did.
-        self.linear(&lw.down, gate, b, o, &mut s.products)?;
+        self.linear_after_gate(&lw.down, gate, b, o, &mut s.products)?;
         if let Some(moe) = &lw.moe {
             let (x, o) = (&s.x[..b * h], &mut s.o[..b * h]);
             self.moe_block(moe, x, o, b, &mut s.moe, &mut s.products)?;

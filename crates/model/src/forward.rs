@@ -354,7 +354,8 @@ impl Model {
     /// `s.h = rms_norm(s.x) * w`: the input of a block, whose first
     /// product is `next`. Where that is a panel product (a prefill batch),
     /// the tasks that norm a row also quantize it for `next` (see
-    /// [`quant::prepare_rows`]), and the product takes those activations.
+    /// [`quant::PreparedActs::make_rows`]), and the block's first products
+    /// take those activations.
     #[track_caller]
     pub(crate) fn block_input_for(
         &self,
@@ -366,6 +367,7 @@ impl Model {
         let (x, out) = (&s.x[..b * h], &mut s.h[..b * h]);
         let eps = self.config.norm_eps;
         if self.precision != Precision::Quantized || next.cols != h {
+            s.products.block_input.clear();
             pre_norm(&self.pool, x, out, w, eps);
             return Ok(());
         }
@@ -374,7 +376,9 @@ impl Model {
             ops::rms_norm(row, w, eps);
         };
         let m = next.matrix(&self.file)?;
-        quant::prepare_rows(&self.pool, &m, out, b, &norm, &mut s.products.ready)?;
+        s.products
+            .block_input
+            .make_rows(&self.pool, &m, out, b, &norm)?;
         Ok(())
     }
 

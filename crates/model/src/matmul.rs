@@ -19,10 +19,11 @@ impl Model {
         self.matmul(&w.matrix(&self.file)?, x, batch, out, bufs)
     }
 
-    /// `outs[i] = ws[i] x` for a batch: in one pass (see
-    /// [`quant::matmul_many`]) where the activations are quantized, one
-    /// product after another in exact precision. The same numbers either way
-    /// as [`Self::linear`] on each.
+    /// `outs[i] = ws[i] x` for a batch of block inputs (`x`, made by
+    /// [`Self::block_input_for`], which may have quantized it for these
+    /// products): in one pass (see [`quant::Product`]) where the
+    /// activations are quantized, one product after another in exact
+    /// precision. The same numbers either way as [`Self::linear`] on each.
     #[track_caller]
     pub(crate) fn linear_many<const N: usize>(
         &self,
@@ -43,15 +44,11 @@ impl Model {
         match self.precision {
             Precision::Quantized => {
                 let refs: [&quant::Matrix; N] = std::array::from_fn(|i| &matrices[i]);
-                quant::matmul_many_ready(
-                    &self.pool,
-                    &refs,
-                    x,
-                    batch,
-                    outs,
-                    &mut bufs.qbuf,
-                    &mut bufs.ready,
-                )?
+                let product = quant::Product {
+                    prepared: Some(&mut bufs.block_input),
+                    ..quant::Product::new(&refs, x, batch)
+                };
+                quant::matmul(&self.pool, product, outs, &mut bufs.qbuf)?
             }
             Precision::Exact => {
                 for (m, out) in matrices.iter().zip(outs.iter_mut()) {
@@ -62,12 +59,13 @@ impl Model {
         Ok(())
     }
 
-    /// `outs[0] = act(gate x, up x)` row by row, with `outs[1] = up x`: a
-    /// gated MLP's first half, as one parallel operation where the
-    /// activations are quantized (see [`quant::matmul_gated`]); `act` acts
-    /// element by element. The same numbers as [`Self::linear_many`]
-    /// followed by `act`. Where it can, the operation also quantizes
-    /// `outs[0]` for `next`, which the product of it just after takes.
+    /// `outs[0] = act(gate x, up x)` row by row, with `outs[1] = up x`, over
+    /// a batch of block inputs (as [`Self::linear_many`]): a gated MLP's
+    /// first half, as one parallel operation where the activations are
+    /// quantized (see [`quant::Gate`]); `act` acts element by element. The
+    /// same numbers as [`Self::linear_many`] followed by `act`. Where it
+    /// can, the operation also quantizes `outs[0]` for `next`, which
+    /// [`Self::linear_after_gate`] takes.
     #[track_caller]
     #[allow(clippy::too_many_arguments)]
     pub(crate) fn linear_gated(
@@ -82,18 +80,18 @@ impl Model {
     ) -> Result<(), ModelError> {
         let (g, u) = (gate.matrix(&self.file)?, up.matrix(&self.file)?);
         match self.precision {
-            Precision::Quantized => quant::matmul_gated(
-                &self.pool,
-                &g,
-                &u,
-                x,
-                batch,
-                out_gate,
-                out_up,
-                &mut bufs.qbuf,
-                act,
-                Some((&next.matrix(&self.file)?, &mut bufs.ready)),
-            )?,
+            Precision::Quantized => {
+                let (next, ws) = (next.matrix(&self.file)?, [&g, &u]);
+                let product = quant::Product {
+                    prepared: Some(&mut bufs.block_input),
+                    gate: Some(quant::Gate {
+                        act,
+                        next: Some((&next, &mut bufs.gated)),
+                    }),
+                    ..quant::Product::new(&ws, x, batch)
+                };
+                quant::matmul(&self.pool, product, &mut [out_gate, out_up], &mut bufs.qbuf)?
+            }
             Precision::Exact => {
                 matmul_exact(&self.pool, &g, x, batch, out_gate, &mut bufs.wide)?;
                 matmul_exact(&self.pool, &u, x, batch, out_up, &mut bufs.wide)?;
@@ -107,9 +105,6 @@ impl Model {
     }
 
     /// `out = W x` for a batch, in the precision the model was loaded with.
-    /// Activations quantized ahead for it (by [`Self::linear_gated`] or
-    /// [`Self::block_input_for`], from these rows `x`) are taken as they
-    /// are; whatever was ready is used up.
     #[track_caller]
     pub(crate) fn matmul(
         &self,
@@ -120,16 +115,38 @@ impl Model {
         bufs: &mut ProductBuffers,
     ) -> Result<(), ModelError> {
         match self.precision {
-            Precision::Quantized => quant::matmul_ready(
-                &self.pool,
-                w,
-                x,
-                batch,
-                out,
-                &mut bufs.qbuf,
-                &mut bufs.ready,
-            )?,
+            Precision::Quantized => {
+                let ws = [w];
+                let product = quant::Product::new(&ws, x, batch);
+                quant::matmul(&self.pool, product, &mut [out], &mut bufs.qbuf)?
+            }
             Precision::Exact => matmul_exact(&self.pool, w, x, batch, out, &mut bufs.wide)?,
+        }
+        Ok(())
+    }
+
+    /// [`Self::linear`] of the output of [`Self::linear_gated`] (`x`), with
+    /// the activations it quantized for `w` where it did.
+    #[track_caller]
+    pub(crate) fn linear_after_gate(
+        &self,
+        w: &Linear,
+        x: &[f32],
+        batch: usize,
+        out: &mut [f32],
+        bufs: &mut ProductBuffers,
+    ) -> Result<(), ModelError> {
+        let m = w.matrix(&self.file)?;
+        match self.precision {
+            Precision::Quantized => {
+                let ws = [&m];
+                let product = quant::Product {
+                    prepared: Some(&mut bufs.gated),
+                    ..quant::Product::new(&ws, x, batch)
+                };
+                quant::matmul(&self.pool, product, &mut [out], &mut bufs.qbuf)?
+            }
+            Precision::Exact => matmul_exact(&self.pool, &m, x, batch, out, &mut bufs.wide)?,
         }
         Ok(())
     }
@@ -148,7 +165,7 @@ fn matmul_exact(
     transposed: &mut Vec<f32>,
 ) -> Result<(), quant::QuantError> {
     let (rows, cols) = (w.rows(), w.cols());
-    quant::check_product_shapes(w, x, batch, out)?;
+    w.check_product(x, batch, out)?;
     transposed.resize(rows * batch, 0.0);
     let per_worker = rows.div_ceil(pool.threads());
     let failure = FirstError::new();

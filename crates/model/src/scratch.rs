@@ -14,8 +14,12 @@ pub(crate) struct ProductBuffers {
     pub qbuf: Vec<u8>,
     /// Transposed outputs of the exact-precision product.
     pub wide: Vec<f32>,
-    /// Activations a gated product quantized for the product after it.
-    pub ready: quant::ReadyActs,
+    /// A block's normed input, quantized by the norm for the block's first
+    /// products where that pays (see [`crate::Model::block_input_for`]).
+    pub block_input: quant::PreparedActs,
+    /// A gated MLP's output, quantized by the gated product for the down
+    /// projection where that pays.
+    pub gated: quant::PreparedActs,
 }
 
 /// Reusable buffers for one sequence (or one multi-sequence batch).

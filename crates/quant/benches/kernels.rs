@@ -3,7 +3,7 @@
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use hearth_quant::{
     default_threads, matmul, quantize, quantize_activation, testing, vec_dot_type, vector,
-    GgmlType, Matrix, ThreadPool,
+    GgmlType, Matrix, Product, ThreadPool,
 };
 use std::hint::black_box;
 
@@ -95,7 +95,15 @@ fn bench_matmul(c: &mut Criterion) {
             let mut out = vec![0f32; rows * batch];
             let mut scratch = Vec::new();
             g.bench_function(BenchmarkId::new(ty.name(), format!("batch{batch}")), |b| {
-                b.iter(|| matmul(&pool, &m, black_box(&x), batch, &mut out, &mut scratch).unwrap())
+                b.iter(|| {
+                    matmul(
+                        &pool,
+                        Product::new(&[&m], black_box(&x), batch),
+                        &mut [&mut out[..]],
+                        &mut scratch,
+                    )
+                    .unwrap()
+                })
             });
         }
     }
@@ -234,7 +242,15 @@ fn bench_prefill_shapes(c: &mut Criterion) {
         let mut out = vec![0f32; rows * batch];
         let mut scratch = Vec::new();
         g.bench_function(name, |b| {
-            b.iter(|| matmul(&pool, &m, black_box(&x), batch, &mut out, &mut scratch).unwrap())
+            b.iter(|| {
+                matmul(
+                    &pool,
+                    Product::new(&[&m], black_box(&x), batch),
+                    &mut [&mut out[..]],
+                    &mut scratch,
+                )
+                .unwrap()
+            })
         });
     }
     g.finish();

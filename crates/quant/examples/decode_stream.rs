@@ -4,7 +4,7 @@
 //!
 //! `cargo run --release -p hearth-quant --example decode_stream -- [threads] [MiB]`
 
-use hearth_quant::{matmul, quantize, read_bandwidth, GgmlType, Matrix, ThreadPool};
+use hearth_quant::{matmul, quantize, read_bandwidth, GgmlType, Matrix, Product, ThreadPool};
 use std::time::Instant;
 
 fn main() {
@@ -50,7 +50,13 @@ fn main() {
         for _ in 0..if copies == 1 { 2000 } else { 4 } {
             let t0 = Instant::now();
             for m in &mats {
-                matmul(&pool, m, &x, 1, &mut out, &mut scratch).unwrap();
+                matmul(
+                    &pool,
+                    Product::new(&[m], &x, 1),
+                    &mut [&mut out[..]],
+                    &mut scratch,
+                )
+                .unwrap();
             }
             best = best.min(t0.elapsed().as_secs_f64());
         }

@@ -8,7 +8,7 @@
 //! 10240 × 2560, and Q4_K, Q6_K, Q5_0 and Q8_0 in turn; a type name such
 //! as `q4_k` runs that one alone).
 
-use hearth_quant::{matmul, quantize, GgmlType, Matrix, ThreadPool};
+use hearth_quant::{matmul, quantize, GgmlType, Matrix, Product, ThreadPool};
 use std::time::Instant;
 
 fn main() {
@@ -45,11 +45,23 @@ fn main() {
         let m = Matrix::new(ty, rows, cols, &w).unwrap();
         let mut out = vec![0f32; rows * batch];
         let mut scratch = Vec::new();
-        matmul(&pool, &m, &x, batch, &mut out, &mut scratch).unwrap();
+        matmul(
+            &pool,
+            Product::new(&[&m], &x, batch),
+            &mut [&mut out[..]],
+            &mut scratch,
+        )
+        .unwrap();
         let mut best = f64::MAX;
         for _ in 0..5 {
             let t = Instant::now();
-            matmul(&pool, &m, &x, batch, &mut out, &mut scratch).unwrap();
+            matmul(
+                &pool,
+                Product::new(&[&m], &x, batch),
+                &mut [&mut out[..]],
+                &mut scratch,
+            )
+            .unwrap();
             best = best.min(t.elapsed().as_secs_f64());
         }
         let macs = (rows * cols * batch) as f64;

@@ -96,7 +96,7 @@ fn pack_rows(
 
 #[cfg(test)]
 mod tests {
-    use crate::{matmul, quantize, GgmlType, Matrix, ThreadPool};
+    use crate::{matmul, quantize, GgmlType, Matrix, Product, ThreadPool};
 
     /// A batched product through the packed GEMM against a sum in f64 of
     /// the same (stored-precision) weights, for each float type, with
@@ -119,7 +119,13 @@ mod tests {
             quantize(ty, &w, &mut bytes).unwrap();
             let m = Matrix::new(ty, rows, cols, &bytes).unwrap();
             let mut out = vec![0.0f32; batch * rows];
-            matmul(&pool, &m, &x, batch, &mut out, &mut Vec::new()).unwrap();
+            matmul(
+                &pool,
+                Product::new(&[&m], &x, batch),
+                &mut [&mut out[..]],
+                &mut Vec::new(),
+            )
+            .unwrap();
             let mut row = vec![0.0f32; cols];
             for r in 0..rows {
                 m.dequantize_row(r, &mut row).unwrap();
@@ -155,8 +161,20 @@ mod tests {
         quantize(GgmlType::F32, &w, &mut bytes).unwrap();
         let m = Matrix::new(GgmlType::F32, rows, cols, &bytes).unwrap();
         let (mut a, mut b) = (vec![0.0f32; 17 * rows], vec![0.0f32; 19 * rows]);
-        matmul(&pool, &m, &x[..17 * cols], 17, &mut a, &mut Vec::new()).unwrap();
-        matmul(&pool, &m, &x, 19, &mut b, &mut Vec::new()).unwrap();
+        matmul(
+            &pool,
+            Product::new(&[&m], &x[..17 * cols], 17),
+            &mut [&mut a[..]],
+            &mut Vec::new(),
+        )
+        .unwrap();
+        matmul(
+            &pool,
+            Product::new(&[&m], &x, 19),
+            &mut [&mut b[..]],
+            &mut Vec::new(),
+        )
+        .unwrap();
         assert_eq!(a, b[..17 * rows]);
     }
 }

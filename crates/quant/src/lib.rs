@@ -22,10 +22,7 @@ pub mod vector;
 pub use bandwidth::read_bandwidth;
 pub use error::QuantError;
 pub use gguf::GgmlType;
-pub use matmul::{
-    check_product_shapes, matmul, matmul_gated, matmul_many, matmul_many_ready, matmul_ready,
-    prepare_rows, Matrix, ReadyActs,
-};
+pub use matmul::{matmul, Gate, Matrix, PreparedActs, Product};
 pub use pool::{core_counts, default_threads, FirstError, PoolStats, SiteProfile, ThreadPool};
 
 use formats::{float, kquantize, kquants, legacy};

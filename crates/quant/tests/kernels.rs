@@ -170,7 +170,13 @@ fn batched_matmul_matches_vector_kernels() {
             let m = Matrix::new(ty, rows, cols, &w).unwrap();
             let x: Vec<f32> = (0..batch * cols).map(|_| rng.f32()).collect();
             let mut out = vec![f32::NAN; batch * rows];
-            quant::matmul(&pool, &m, &x, batch, &mut out, &mut scratch).unwrap();
+            quant::matmul(
+                &pool,
+                quant::Product::new(&[&m], &x, batch),
+                &mut [&mut out[..]],
+                &mut scratch,
+            )
+            .unwrap();
             let at = vec_dot_type(ty);
             let mut a = vec![0u8; at.row_bytes(cols as u64).unwrap() as usize];
             let mut wrow = vec![0.0f32; cols];
@@ -205,7 +211,13 @@ fn matmul_matches_naive_loop() {
             for batch in [1, 4, 7] {
                 let x: Vec<f32> = (0..batch * cols).map(|_| rng.f32()).collect();
                 let mut out = vec![f32::NAN; batch * rows];
-                quant::matmul(&pool, &m, &x, batch, &mut out, &mut scratch).unwrap();
+                quant::matmul(
+                    &pool,
+                    quant::Product::new(&[&m], &x, batch),
+                    &mut [&mut out[..]],
+                    &mut scratch,
+                )
+                .unwrap();
                 let at = vec_dot_type(ty);
                 let mut a = vec![0u8; at.row_bytes(cols as u64).unwrap() as usize];
                 for b in 0..batch {
@@ -230,7 +242,7 @@ fn matmul_matches_naive_loop() {
 }
 
 /// Several matrices of mixed types against the same activations in one
-/// `matmul_many` give each `matmul`'s results to the bit, on every thread
+/// product give each matrix's product alone to the bit, on every thread
 /// count, for decode-sized batches (fused) and a prefill-sized one (one by
 /// one), float weights included.
 #[test]
@@ -276,10 +288,17 @@ fn matmul_many_matches_separate_products() {
                     .map(|m| vec![f32::NAN; batch * m.rows()])
                     .collect();
                 let mut views: Vec<&mut [f32]> = outs.iter_mut().map(|o| &mut o[..]).collect();
-                quant::matmul_many(&pool, &refs, &x, batch, &mut views, &mut scratch).unwrap();
+                let product = quant::Product::new(&refs, &x, batch);
+                quant::matmul(&pool, product, &mut views, &mut scratch).unwrap();
                 for (&m, got) in set.iter().zip(&outs) {
                     let mut want = vec![f32::NAN; batch * m.rows()];
-                    quant::matmul(&pool, m, &x, batch, &mut want, &mut scratch).unwrap();
+                    quant::matmul(
+                        &pool,
+                        quant::Product::new(&[m], &x, batch),
+                        &mut [&mut want[..]],
+                        &mut scratch,
+                    )
+                    .unwrap();
                     let same = got
                         .iter()
                         .zip(&want)
@@ -293,14 +312,50 @@ fn matmul_many_matches_separate_products() {
         let mut a = vec![0.0; 37];
         let mut b = vec![0.0; 64];
         let mut views: Vec<&mut [f32]> = vec![&mut a, &mut b];
-        assert!(
-            quant::matmul_many(&pool, &refs, &[0.0; 100], 1, &mut views, &mut scratch).is_err()
-        );
-        assert!(
-            quant::matmul_many(&pool, &refs, &[0.0; 512], 1, &mut views[..1], &mut scratch)
-                .is_err()
-        );
+        let short = quant::Product::new(&refs, &[0.0; 100], 1);
+        assert!(quant::matmul(&pool, short, &mut views, &mut scratch).is_err());
+        let fewer_outputs = quant::Product::new(&refs, &[0.0; 512], 1);
+        assert!(quant::matmul(&pool, fewer_outputs, &mut views[..1], &mut scratch).is_err());
+        // A gate over other than two matrices of one shape.
+        let act = |_: &mut [f32], _: &[f32]| {};
+        let gate = || {
+            Some(quant::Gate {
+                act: &act,
+                next: None,
+            })
+        };
+        let one = [&ms[0]];
+        let lone_gate = quant::Product {
+            gate: gate(),
+            ..quant::Product::new(&one, &[0.0; 512], 1)
+        };
+        assert!(quant::matmul(&pool, lone_gate, &mut views[..1], &mut scratch).is_err());
+        let mismatched = quant::Product {
+            gate: gate(),
+            ..quant::Product::new(&refs, &[0.0; 512], 1)
+        };
+        assert!(quant::matmul(&pool, mismatched, &mut views, &mut scratch).is_err());
     }
+}
+
+/// The gated product of `ws` over `x` into `outs`, `act` applied, `outs[0]`
+/// quantized for `next` where that pays.
+#[allow(clippy::too_many_arguments)]
+fn gated(
+    pool: &ThreadPool,
+    ws: [&Matrix; 2],
+    x: &[f32],
+    batch: usize,
+    mut outs: [&mut [f32]; 2],
+    scratch: &mut Vec<u8>,
+    act: &(dyn Fn(&mut [f32], &[f32]) + Sync),
+    next: Option<(&Matrix, &mut quant::PreparedActs)>,
+) {
+    let product = quant::Product {
+        gate: Some(quant::Gate { act, next }),
+        ..quant::Product::new(&ws, x, batch)
+    };
+    quant::matmul(pool, product, &mut outs, scratch).unwrap();
 }
 
 /// Gate and up with the activation applied by the product's tasks give the
@@ -337,22 +392,31 @@ fn matmul_gated_matches_products_then_activation() {
             for batch in [1, 2, 7, 40, 150] {
                 let x: Vec<f32> = (0..batch * cols).map(|_| rng.f32()).collect();
                 let (mut gate, mut up) = (vec![0.0; batch * rows], vec![0.0; batch * rows]);
-                quant::matmul_gated(
+                gated(
                     &pool,
-                    &g,
-                    &u,
+                    [&g, &u],
                     &x,
                     batch,
-                    &mut gate,
-                    &mut up,
+                    [&mut gate, &mut up],
                     &mut scratch,
                     &act,
                     None,
+                );
+                let (mut want_g, mut want_u) = (vec![0.0; batch * rows], vec![0.0; batch * rows]);
+                quant::matmul(
+                    &pool,
+                    quant::Product::new(&[&g], &x, batch),
+                    &mut [&mut want_g[..]],
+                    &mut scratch,
                 )
                 .unwrap();
-                let (mut want_g, mut want_u) = (vec![0.0; batch * rows], vec![0.0; batch * rows]);
-                quant::matmul(&pool, &g, &x, batch, &mut want_g, &mut scratch).unwrap();
-                quant::matmul(&pool, &u, &x, batch, &mut want_u, &mut scratch).unwrap();
+                quant::matmul(
+                    &pool,
+                    quant::Product::new(&[&u], &x, batch),
+                    &mut [&mut want_u[..]],
+                    &mut scratch,
+                )
+                .unwrap();
                 act(&mut want_g, &want_u);
                 let same =
                     |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits());
@@ -378,21 +442,20 @@ fn matmul_gated_matches_products_then_activation() {
                     }
                     let wn = random_weights(ty_next, 48 * rows, &mut rng);
                     let next = Matrix::new(ty_next, 48, rows, &wn).unwrap();
-                    let mut ready = quant::ReadyActs::default();
+                    let mut ready = quant::PreparedActs::default();
                     let (mut gate2, mut up2) = (vec![0.0; batch * rows], vec![0.0; batch * rows]);
-                    quant::matmul_gated(
+                    let next_of = Some((&next, &mut ready));
+                    let outs = [&mut gate2[..], &mut up2[..]];
+                    gated(
                         &pool,
-                        &g,
-                        &u,
+                        [&g, &u],
                         &x,
                         batch,
-                        &mut gate2,
-                        &mut up2,
+                        outs,
                         &mut scratch,
                         &act,
-                        Some((&next, &mut ready)),
-                    )
-                    .unwrap();
+                        next_of,
+                    );
                     assert!(same(&gate2, &want_g) && same(&up2, &want_u));
                     // Decode batches of quantized weights have them ready,
                     // and every prefill batch (the next product is a panel
@@ -400,18 +463,20 @@ fn matmul_gated_matches_products_then_activation() {
                     let fused = batch >= 16 || ty != GgmlType::F16;
                     assert_eq!(ready.is_ready(), fused, "{ty} -> {ty_next}, batch {batch}");
                     let (mut got, mut want) = (vec![0.0; batch * 48], vec![0.0; batch * 48]);
-                    quant::matmul_ready(
+                    let ws = [&next];
+                    let product = quant::Product {
+                        prepared: Some(&mut ready),
+                        ..quant::Product::new(&ws, &gate2, batch)
+                    };
+                    quant::matmul(&pool, product, &mut [&mut got[..]], &mut scratch).unwrap();
+                    assert!(!ready.is_ready(), "used up");
+                    quant::matmul(
                         &pool,
-                        &next,
-                        &gate2,
-                        batch,
-                        &mut got,
+                        quant::Product::new(&[&next], &want_g, batch),
+                        &mut [&mut want[..]],
                         &mut scratch,
-                        &mut ready,
                     )
                     .unwrap();
-                    assert!(!ready.is_ready(), "used up");
-                    quant::matmul(&pool, &next, &want_g, batch, &mut want, &mut scratch).unwrap();
                     assert!(
                         same(&got, &want),
                         "{ty} -> {ty_next}, {threads} threads, batch {batch}"
@@ -422,12 +487,12 @@ fn matmul_gated_matches_products_then_activation() {
     }
 }
 
-/// Rows made by `prepare_rows` (and, for a prefill batch, quantized by the
-/// tasks that made them) give the products of the same rows made first and
-/// quantized by the product, to the bit: for one matrix, for several of
-/// one format and of two (the second quantizes its own), on every thread
-/// count. Ready activations serve only the rows they were made from, and
-/// one product.
+/// Rows made by `PreparedActs::make_rows` (and, for a prefill batch,
+/// quantized by the tasks that made them) give the products of the same
+/// rows made first and quantized by the product, to the bit: for one
+/// matrix, for several of one format and of two (the second quantizes its
+/// own), on every thread count. Prepared activations serve only a product
+/// of the shape they were made for, and one product.
 #[test]
 fn prepared_rows_give_the_same_products() {
     let mut rng = Rng(31);
@@ -463,56 +528,56 @@ fn prepared_rows_give_the_same_products() {
                     .for_each(|(i, r)| make(i, r));
                 let same =
                     |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits());
-                let mut ready = quant::ReadyActs::default();
+                let mut ready = quant::PreparedActs::default();
                 let mut x = vec![f32::NAN; batch * cols];
-                quant::prepare_rows(&pool, &m1, &mut x, batch, &make, &mut ready).unwrap();
+                ready.make_rows(&pool, &m1, &mut x, batch, &make).unwrap();
                 assert!(same(&x, &want_x), "{ty}, batch {batch}: the rows made");
                 let panel = batch >= 16 && ty != GgmlType::F16;
                 assert_eq!(ready.is_ready(), panel, "{ty}, batch {batch}");
                 // One matrix.
                 let (mut got, mut want) = (vec![0.0; batch * 40], vec![0.0; batch * 40]);
-                quant::matmul_ready(&pool, &m1, &x, batch, &mut got, &mut scratch, &mut ready)
-                    .unwrap();
+                let one = [&m1];
+                let product = quant::Product {
+                    prepared: Some(&mut ready),
+                    ..quant::Product::new(&one, &x, batch)
+                };
+                quant::matmul(&pool, product, &mut [&mut got[..]], &mut scratch).unwrap();
                 assert!(!ready.is_ready(), "used up");
-                quant::matmul(&pool, &m1, &want_x, batch, &mut want, &mut scratch).unwrap();
+                let plain = quant::Product::new(&one, &want_x, batch);
+                quant::matmul(&pool, plain, &mut [&mut want[..]], &mut scratch).unwrap();
                 assert!(same(&got, &want), "{ty}, {threads} threads, batch {batch}");
                 // Two matrices, of one format or two.
-                quant::prepare_rows(&pool, &m1, &mut x, batch, &make, &mut ready).unwrap();
+                ready.make_rows(&pool, &m1, &mut x, batch, &make).unwrap();
                 let (mut g1, mut g2) = (vec![0.0; batch * 40], vec![0.0; batch * 72]);
-                quant::matmul_many_ready(
-                    &pool,
-                    &[&m1, &m2],
-                    &x,
-                    batch,
-                    &mut [&mut g1, &mut g2],
-                    &mut scratch,
-                    &mut ready,
-                )
-                .unwrap();
+                let two = [&m1, &m2];
+                let product = quant::Product {
+                    prepared: Some(&mut ready),
+                    ..quant::Product::new(&two, &x, batch)
+                };
+                quant::matmul(&pool, product, &mut [&mut g1, &mut g2], &mut scratch).unwrap();
                 assert!(!ready.is_ready(), "used up");
                 let mut want2 = vec![0.0; batch * 72];
-                quant::matmul(&pool, &m2, &want_x, batch, &mut want2, &mut scratch).unwrap();
+                let plain = quant::Product::new(&two[1..], &want_x, batch);
+                quant::matmul(&pool, plain, &mut [&mut want2[..]], &mut scratch).unwrap();
                 assert!(
                     same(&g1, &want) && same(&g2, &want2),
                     "{ty} and {ty2}, batch {batch}"
                 );
-                // Ready for other rows: not taken, and used up all the same.
-                quant::prepare_rows(&pool, &m1, &mut x, batch, &make, &mut ready).unwrap();
-                let other: Vec<f32> = want_x.iter().map(|v| v * 0.5).collect();
-                let mut want_other = vec![0.0; batch * 40];
-                quant::matmul(&pool, &m1, &other, batch, &mut want_other, &mut scratch).unwrap();
-                quant::matmul_ready(
-                    &pool,
-                    &m1,
-                    &other,
-                    batch,
-                    &mut got,
-                    &mut scratch,
-                    &mut ready,
-                )
-                .unwrap();
+                // Prepared for another batch: not taken, and used up all
+                // the same.
+                ready.make_rows(&pool, &m1, &mut x, batch, &make).unwrap();
+                let fewer = batch - batch / 2;
+                let mut want_fewer = vec![0.0; fewer * 40];
+                let plain = quant::Product::new(&one, &want_x, fewer);
+                quant::matmul(&pool, plain, &mut [&mut want_fewer[..]], &mut scratch).unwrap();
+                let product = quant::Product {
+                    prepared: Some(&mut ready),
+                    ..quant::Product::new(&one, &x, fewer)
+                };
+                quant::matmul(&pool, product, &mut [&mut got[..]], &mut scratch).unwrap();
                 assert!(!ready.is_ready());
-                assert!(same(&got, &want_other), "{ty}, batch {batch}: other rows");
+                let got = &got[..fewer * 40];
+                assert!(same(got, &want_fewer), "{ty}, batch {batch}: another batch");
             }
         }
     }
@@ -552,9 +617,27 @@ fn bad_inputs_are_errors_not_panics() {
     let pool = ThreadPool::new(1);
     let mut scratch = Vec::new();
     let mut o = [0f32; 2];
-    assert!(quant::matmul(&pool, &m, &[0.0; 31], 1, &mut o, &mut scratch).is_err());
-    assert!(quant::matmul(&pool, &m, &[0.0; 32], 1, &mut o[..1], &mut scratch).is_err());
-    assert!(quant::matmul(&pool, &m, &[0.0; 32], 1, &mut o, &mut scratch).is_ok());
+    assert!(quant::matmul(
+        &pool,
+        quant::Product::new(&[&m], &[0.0; 31], 1),
+        &mut [&mut o[..]],
+        &mut scratch
+    )
+    .is_err());
+    assert!(quant::matmul(
+        &pool,
+        quant::Product::new(&[&m], &[0.0; 32], 1),
+        &mut [&mut o[..1]],
+        &mut scratch
+    )
+    .is_err());
+    assert!(quant::matmul(
+        &pool,
+        quant::Product::new(&[&m], &[0.0; 32], 1),
+        &mut [&mut o[..]],
+        &mut scratch
+    )
+    .is_ok());
     // Dot products over rows shorter than their length are errors, not NaN or a panic.
     assert!(quant::vec_dot(GgmlType::Q8_0, 64, &w[..34], &[0u8; 68]).is_err());
     assert!(quant::vec_dot(GgmlType::Q8_0, 64, &w, &[0u8; 67]).is_err());

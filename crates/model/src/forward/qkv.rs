@@ -59,7 +59,8 @@ impl Model {
         let (kd, vd) = (kind.n_kv_heads * hd, kind.n_kv_heads * kind.value_dim);
         let input = &s.h[..b * h];
         if kind.kv_source.is_some() {
-            return self.linear(&lw.q, input, b, &mut s.q[..b * qd], &mut s.products);
+            let q = &mut s.q[..b * qd];
+            return self.linear_many([&lw.q], input, b, &mut [q], &mut s.products);
         }
         let k_w =
             lw.k.as_ref()

@@ -49,7 +49,9 @@ pub(super) unsafe fn pack_avx2(p: &mut Panel, ty: GgmlType, rows: &[&[u8]], cols
     let less = _mm256_set1_epi8(if p.signed { p.off as i8 } else { 0 });
     // Where the next panel's rows lie relative to these: a matrix's rows
     // are evenly spaced (a guess elsewhere costs only useless prefetches).
-    let next_panel = (rows[1].as_ptr() as usize).wrapping_sub(rows[0].as_ptr() as usize) * NR;
+    let next_panel = (rows[1].as_ptr() as usize)
+        .wrapping_sub(rows[0].as_ptr() as usize)
+        .wrapping_mul(NR);
     // Column chunks of 32: one 32-byte vector per row.
     for c in 0..cols / 32 {
         let (b, j) = (c * 32 / bl, (c * 32 % bl) / 32);
