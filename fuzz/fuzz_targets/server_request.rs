@@ -6,10 +6,10 @@
 //! |-------------------|--------------------------------|--------------------------------------|
 //! | `chat`            | `POST /v1/chat/completions`    | `api::parse_chat`                    |
 //! | `completions`     | `POST /v1/completions`         | `api::parse_completion`              |
-//! | `messages`        | `POST /v1/messages`            | `api::parse_anthropic_messages`      |
-//! | `count_tokens`    | `POST /v1/messages/count_tokens` | `api::parse_anthropic_messages` (counting) |
-//! | `ollama_chat`     | `POST /api/chat`               | `api::parse_ollama_chat`             |
-//! | `ollama_generate` | `POST /api/generate`           | `api::parse_ollama_generate`         |
+//! | `messages`        | `POST /v1/messages`            | `hearth_server::parse_anthropic_messages`      |
+//! | `count_tokens`    | `POST /v1/messages/count_tokens` | `hearth_server::parse_anthropic_messages` (counting) |
+//! | `ollama_chat`     | `POST /api/chat`               | `hearth_server::parse_ollama_chat`             |
+//! | `ollama_generate` | `POST /api/generate`           | `hearth_server::parse_ollama_generate`         |
 //!
 //! Deserialisation, the translation of the Anthropic and Ollama bodies into
 //! the chat request, and every check (sampling ranges, stop strings, `n`,
@@ -54,13 +54,13 @@ fuzz_target!(|data: &[u8]| {
     let parsed = match endpoint {
         b"chat" => api::parse_chat(body, &defaults).map(Some),
         b"completions" => api::parse_completion(body, &defaults).map(Some),
-        b"messages" => api::parse_anthropic_messages(body, &defaults, false).map(|(r, _)| Some(r)),
+        b"messages" => hearth_server::parse_anthropic_messages(body, &defaults, false).map(|(r, _)| Some(r)),
         b"count_tokens" => {
-            api::parse_anthropic_messages(body, &defaults, true).map(|(r, _)| Some(r))
+            hearth_server::parse_anthropic_messages(body, &defaults, true).map(|(r, _)| Some(r))
         }
-        b"ollama_chat" => api::parse_ollama_chat(body, &defaults).map(|r| r.map(|(r, _)| r)),
+        b"ollama_chat" => hearth_server::parse_ollama_chat(body, &defaults).map(|r| r.map(|(r, _)| r)),
         b"ollama_generate" => {
-            api::parse_ollama_generate(body, &defaults).map(|r| r.map(|(r, _)| r))
+            hearth_server::parse_ollama_generate(body, &defaults).map(|r| r.map(|(r, _)| r))
         }
         _ => return,
     };

@@ -3,7 +3,7 @@
 use crate::commands::{load_engine, report_session};
 use crate::{ConstraintArgs, ModelArgs, SampleArgs};
 use anyhow::Result;
-use engine::{ChatMessage, EngineError, FinishReason, GenerateOptions, Sampler};
+use engine::{ChatMessage, EngineError, FinishReason, GenerateOptions, GenerationRequest, Sampler};
 use std::io::{BufRead, IsTerminal, Write};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -210,14 +210,15 @@ pub fn run(
         };
         let tty = std::io::stdout().is_terminal();
         let mut in_thought = false;
-        let result = session.generate_images(
-            &ids,
-            &placed,
-            &mut sampler,
-            &opts,
+        let request = GenerationRequest {
+            media: &placed,
             constraint,
             thinking,
-            |ev| {
+            ..GenerationRequest::new(&ids, &opts)
+        };
+        let begun = session.begin(request, &sampler);
+        let result = begun.and_then(|decoding| {
+            session.run(decoding, &mut sampler, |ev| {
                 if !ev.thought.is_empty() {
                     if tty {
                         // Dimmed, on the terminal, before the answer.
@@ -235,8 +236,8 @@ pub fn run(
                     let _ = out.write_all(ev.text.as_bytes()).and_then(|_| out.flush());
                 }
                 state.load(Ordering::SeqCst) != CANCEL
-            },
-        );
+            })
+        });
         if in_thought {
             let _ = write!(out, "\x1b[0m");
         }

@@ -2,7 +2,10 @@
 
 use crate::{ConstraintArgs, ImageArgs, ModelArgs, SampleArgs};
 use anyhow::{bail, Context, Result};
-use engine::{Engine, GenerateOptions, ImageEmbedding, PromptImage, Sampler, SamplingParams};
+use engine::{
+    Engine, GenerateOptions, GenerationRequest, ImageEmbedding, PromptImage, Sampler,
+    SamplingParams,
+};
 use std::io::{BufRead, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -233,17 +236,22 @@ pub fn complete(
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let mut write_failed = None;
-    let generation =
-        session.generate_images(&ids, &placed, &mut sampler, &opts, constraint, None, |ev| {
-            if !json && !ev.text.is_empty() {
-                if let Err(e) = out.write_all(ev.text.as_bytes()).and_then(|_| out.flush()) {
-                    // A closed pipe (`| head`) ends generation quietly.
-                    write_failed = Some(e);
-                    return false;
-                }
+    let request = GenerationRequest {
+        media: &placed,
+        constraint,
+        ..GenerationRequest::new(&ids, &opts)
+    };
+    let decoding = session.begin(request, &sampler)?;
+    let generation = session.run(decoding, &mut sampler, |ev| {
+        if !json && !ev.text.is_empty() {
+            if let Err(e) = out.write_all(ev.text.as_bytes()).and_then(|_| out.flush()) {
+                // A closed pipe (`| head`) ends generation quietly.
+                write_failed = Some(e);
+                return false;
             }
-            true
-        })?;
+        }
+        true
+    })?;
     if let Some(e) = write_failed {
         if e.kind() != std::io::ErrorKind::BrokenPipe {
             return Err(e).context("cannot write to stdout");

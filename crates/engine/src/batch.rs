@@ -219,7 +219,7 @@ impl Decoding {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{GenerateOptions, RunOptions, SamplingParams};
+    use crate::{GenerateOptions, GenerationRequest, RunOptions, SamplingParams};
 
     const TINY: &str = concat!(
         env!("CARGO_MANIFEST_DIR"),
@@ -246,7 +246,7 @@ mod tests {
 
     /// Several requests (seeded sampling, greedy, a stop string, different
     /// lengths, late joiners) stepped together give exactly the text, ids
-    /// and finish each gets alone from `Session::generate`.
+    /// and finish each gets alone from `Session::run`.
     #[test]
     fn batched_steps_match_generate() {
         let n_ctx = 128;
@@ -295,7 +295,10 @@ mod tests {
                 let ids = engine.tokenizer().encode(r.prompt, true, true);
                 let mut s = engine.session();
                 let mut sampler = Sampler::new(r.params.clone());
-                s.generate(&ids, &mut sampler, &r.opts, |_| true).unwrap()
+                let d = s
+                    .begin(GenerationRequest::new(&ids, &r.opts), &sampler)
+                    .unwrap();
+                s.run(d, &mut sampler, |_| true).unwrap()
             })
             .collect();
 
@@ -313,7 +316,8 @@ mod tests {
             for (j, r) in reqs.iter().enumerate() {
                 if r.join == step {
                     let ids = engine.tokenizer().encode(r.prompt, true, true);
-                    let mut d = sessions[j].begin(&ids, &samplers[j], &r.opts).unwrap();
+                    let request = GenerationRequest::new(&ids, &r.opts);
+                    let mut d = sessions[j].begin(request, &samplers[j]).unwrap();
                     assert!(sessions[j].prefill(&mut d, usize::MAX).unwrap());
                     decodings[j] = Some(d);
                 }
@@ -373,8 +377,9 @@ mod tests {
         let sampler = Sampler::new(SamplingParams::greedy());
         let ids = engine.tokenizer().encode("Hello", true, true);
         // A stop string no text contains holds back its length - 1 bytes.
+        let opts = opts(50, &["\u{1}\u{1}\u{1}\u{1}"]);
         let mut d = s
-            .start(&ids, &sampler, &opts(50, &["\u{1}\u{1}\u{1}\u{1}"]))
+            .begin(GenerationRequest::new(&ids, &opts), &sampler)
             .unwrap();
         let mut sampler = sampler;
         let mut shown = String::new();

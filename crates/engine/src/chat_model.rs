@@ -5,8 +5,8 @@
 //! without weights.
 
 use crate::{
-    ChatMessage, Engine, EngineError, FinishReason, GenerateOptions, Grammar, Sampler,
-    SamplingParams, Session,
+    ChatMessage, Engine, EngineError, FinishReason, GenerateOptions, GenerationRequest, Grammar,
+    Sampler, SamplingParams, Session,
 };
 
 /// One request for a reply.
@@ -138,9 +138,12 @@ impl ChatModel for LocalChat<'_> {
         } else {
             &mut self.sampler
         };
-        let g =
-            self.session
-                .generate_constrained(&prompt, sampler, &opts, constraint, None, |_| true)?;
+        let request = GenerationRequest {
+            constraint,
+            ..GenerationRequest::new(&prompt, &opts)
+        };
+        let decoding = self.session.begin(request, sampler)?;
+        let g = self.session.run(decoding, sampler, |_| true)?;
         Ok(reply_of(g, prompt.len()))
     }
 }

@@ -3,7 +3,7 @@
 //! stop-string search; the session that advances it is in `generate.rs`.
 
 use crate::thinking::ThinkState;
-use crate::{Constraint, ConstraintStats, FinishReason, GenerateOptions, PromptImage, Thinking};
+use crate::{Constraint, ConstraintStats, FinishReason, GenerateOptions, PromptImage};
 use std::time::{Duration, Instant};
 use tokenizer::StreamDecoder;
 
@@ -120,12 +120,6 @@ impl Decoding {
         self.reused
     }
 
-    /// Record each sampled token's log-probability, with the `top` most
-    /// likely alternatives (see [`crate::TokenLogprob`]).
-    pub fn record_logprobs(&mut self, top: usize) {
-        self.logprobs = Some(top);
-    }
-
     /// The log-probabilities recorded since the last call.
     pub fn take_logprobs(&mut self) -> Vec<crate::TokenLogprob> {
         std::mem::take(&mut self.log)
@@ -141,22 +135,6 @@ impl Decoding {
     /// Time spent on the prompt, and since generation began.
     pub fn timings(&self) -> (Duration, Duration) {
         (self.prompt_time, self.gen_start.elapsed())
-    }
-
-    /// Restrict the rest of this generation to `constraint`'s grammar: only
-    /// tokens that keep the output a prefix of a match are sampled, an
-    /// end-of-generation token only where the match may end, and the
-    /// generation stops once the grammar allows nothing more.
-    pub fn constrain(&mut self, constraint: Constraint) {
-        self.constraint = Some(constraint);
-    }
-
-    /// Keep the model's thought apart from its answer: tokens inside the
-    /// thought channel go to [`Step::thought`], never to the text (nor to a
-    /// constraint, which holds the answer only), and `thinking.budget`
-    /// closes the channel when spent. The prompt must have thinking on.
-    pub fn enable_thinking(&mut self, thinking: Thinking) {
-        self.think = Some(ThinkState::new(thinking));
     }
 
     /// The thought so far, when thinking is on.

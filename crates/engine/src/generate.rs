@@ -4,11 +4,8 @@
 
 use crate::decoding::{find_stop, floor_char_boundary};
 use crate::thinking::ThinkState;
-use crate::{
-    Constraint, Decoding, EngineError, Generation, PromptImage, Sampler, Session, Thinking,
-};
-use std::time::{Duration, Instant};
-use tokenizer::StreamDecoder;
+use crate::{Constraint, Decoding, EngineError, Generation, Sampler, Session};
+use std::time::Instant;
 
 /// Why generation stopped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,55 +60,15 @@ pub struct Step<'a> {
 }
 
 impl Session {
-    /// Feed `prompt` and sample up to `opts.max_tokens` tokens, calling
-    /// `on_token` for each; the callback returns `false` to cancel.
-    pub fn generate(
+    /// Drives `decoding` (made by [`Session::begin`]) to its end, calling
+    /// `on_token` for each token sampled; the callback returns `false` to
+    /// cancel.
+    pub fn run(
         &mut self,
-        prompt: &[u32],
+        mut decoding: Decoding,
         sampler: &mut Sampler,
-        opts: &GenerateOptions,
-        on_token: impl FnMut(TokenEvent<'_>) -> bool,
-    ) -> Result<Generation, EngineError> {
-        self.generate_constrained(prompt, sampler, opts, None, None, on_token)
-    }
-
-    /// [`Session::generate`] with the answer held to `constraint` and the
-    /// thought kept apart (`thinking`; the prompt must have thinking on)
-    /// when given. The constraint's costs and the thought end up in the
-    /// generation.
-    pub fn generate_constrained(
-        &mut self,
-        prompt: &[u32],
-        sampler: &mut Sampler,
-        opts: &GenerateOptions,
-        constraint: Option<Constraint>,
-        thinking: Option<Thinking>,
-        on_token: impl FnMut(TokenEvent<'_>) -> bool,
-    ) -> Result<Generation, EngineError> {
-        self.generate_images(prompt, &[], sampler, opts, constraint, thinking, on_token)
-    }
-
-    /// [`Session::generate_constrained`] for a prompt holding `images` (see
-    /// [`crate::Engine::image_prompt`]).
-    #[allow(clippy::too_many_arguments)]
-    pub fn generate_images(
-        &mut self,
-        prompt: &[u32],
-        images: &[PromptImage],
-        sampler: &mut Sampler,
-        opts: &GenerateOptions,
-        constraint: Option<Constraint>,
-        thinking: Option<Thinking>,
         mut on_token: impl FnMut(TokenEvent<'_>) -> bool,
     ) -> Result<Generation, EngineError> {
-        let mut decoding = self.begin_images(prompt, images, sampler, opts)?;
-        self.prefill(&mut decoding, usize::MAX)?;
-        if let Some(c) = constraint {
-            decoding.constrain(c);
-        }
-        if let Some(t) = thinking {
-            decoding.enable_thinking(t);
-        }
         loop {
             let step = self.step(&mut decoding, sampler)?;
             let done = step.finish.is_some();
@@ -134,88 +91,6 @@ impl Session {
             }
         }
         Ok(decoding.into_generation())
-    }
-
-    /// Check the request and feed `prompt`, reusing the cached prefix: the
-    /// first half of a step-wise generation that [`Session::step`] advances.
-    pub fn start(
-        &mut self,
-        prompt: &[u32],
-        sampler: &Sampler,
-        opts: &GenerateOptions,
-    ) -> Result<Decoding, EngineError> {
-        let mut d = self.begin(prompt, sampler, opts)?;
-        self.prefill(&mut d, usize::MAX)?;
-        Ok(d)
-    }
-
-    /// Check the request and rewind the cache to the prefix it shares with
-    /// `prompt`, evaluating nothing yet: [`Session::prefill`] then evaluates
-    /// the rest in chunks, so a scheduler can interleave a long prompt with
-    /// other sequences' decoding.
-    pub fn begin(
-        &mut self,
-        prompt: &[u32],
-        sampler: &Sampler,
-        opts: &GenerateOptions,
-    ) -> Result<Decoding, EngineError> {
-        self.begin_images(prompt, &[], sampler, opts)
-    }
-
-    /// [`Session::begin`] for a prompt holding `images` (see
-    /// [`crate::Engine::image_prompt`]).
-    pub fn begin_images(
-        &mut self,
-        prompt: &[u32],
-        images: &[PromptImage],
-        sampler: &Sampler,
-        opts: &GenerateOptions,
-    ) -> Result<Decoding, EngineError> {
-        if prompt.is_empty() {
-            return Err(EngineError::InvalidRequest("the prompt is empty".into()));
-        }
-        if prompt.len() >= self.n_ctx() {
-            return Err(EngineError::PromptTooLong {
-                prompt: prompt.len(),
-                n_ctx: self.n_ctx(),
-            });
-        }
-        sampler
-            .params()
-            .validate()
-            .map_err(EngineError::InvalidRequest)?;
-        if let Some(s) = &opts.speculation {
-            s.validate().map_err(EngineError::InvalidRequest)?;
-        }
-        let reused = self.reuse_prefix(prompt, images);
-        let rest = prompt[reused..].to_vec();
-        Ok(Decoding {
-            decoder: StreamDecoder::new(opts.render_special),
-            ids: Vec::with_capacity(opts.max_tokens.min(4096)),
-            text: String::new(),
-            piece: String::new(),
-            emitted: 0,
-            max_stop: opts.stop.iter().map(|s| s.len()).max().unwrap_or(0),
-            opts: opts.clone(),
-            pending: None,
-            finish: None,
-            evaluated: rest.len(),
-            reused,
-            prefill: rest,
-            prefilled: 0,
-            images: images.to_vec(),
-            prompt_time: Duration::ZERO,
-            gen_start: Instant::now(),
-            constraint: None,
-            think: None,
-            stopped_by: None,
-            logprobs: None,
-            log: Vec::new(),
-            spec: opts
-                .speculation
-                .clone()
-                .map(crate::speculate::SpecState::new),
-        })
     }
 
     /// Evaluate up to `max_tokens` more prompt tokens of a generation made

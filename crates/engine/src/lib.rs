@@ -19,6 +19,7 @@ mod images;
 mod inspect;
 mod load;
 mod options;
+mod request;
 mod sampling;
 mod score;
 mod session;
@@ -42,6 +43,7 @@ pub use inspect::{inspect, load_tokenizer, towers, FileSummary, MetaEntry, Tenso
 pub use load::{open_model_file, Engine};
 pub use model::{KvType, Precision, RING_SLACK};
 pub use options::{InputLimits, RunOptions, DEFAULT_BATCH, MAX_DEFAULT_CTX};
+pub use request::GenerationRequest;
 pub use sampling::{argmax, Rng, Sampler, SamplingParams};
 pub use score::{logsumexp, token_logprob, top_k, PerplexityReport, TokenLogprob};
 pub use session::Session;

@@ -7,7 +7,8 @@
 
 use crate::chat_model::{call_options, reply_of};
 use crate::{
-    BatchItem, ChatModel, Decoding, Engine, EngineError, ModelCall, ModelReply, Sampler, Session,
+    BatchItem, ChatModel, Decoding, Engine, EngineError, GenerationRequest, ModelCall, ModelReply,
+    Sampler, Session,
 };
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
@@ -79,11 +80,13 @@ fn admit(engine: &Engine, session: &mut Session, p: Pending) -> Option<Active> {
         };
         let sampler = Sampler::new(p.call.sampling(&engine.options().sampling));
         let opts = call_options(&p.call);
-        let mut decoding = session.begin_images(&prompt, &images, &sampler, &opts)?;
+        let request = GenerationRequest {
+            media: &images,
+            constraint,
+            ..GenerationRequest::new(&prompt, &opts)
+        };
+        let mut decoding = session.begin(request, &sampler)?;
         session.prefill(&mut decoding, usize::MAX)?;
-        if let Some(c) = constraint {
-            decoding.constrain(c);
-        }
         Ok::<_, EngineError>((decoding, sampler, prompt.len()))
     })();
     match started {

@@ -3,7 +3,9 @@
 //! rewinds only while every ring still holds the window the next token
 //! reads, and recomputes otherwise.
 
-use hearth_engine::{Engine, GenerateOptions, RunOptions, Sampler, SamplingParams, Session};
+use hearth_engine::{
+    Engine, GenerateOptions, GenerationRequest, RunOptions, Sampler, SamplingParams, Session,
+};
 
 const TINY: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
@@ -41,9 +43,10 @@ fn sampled(session: &mut Session, prompt: &[u32], n: usize) -> (Vec<u32>, usize)
         seed: 11,
         ..SamplingParams::default()
     });
-    let g = session
-        .generate(prompt, &mut sampler, &opts, |_| true)
+    let d = session
+        .begin(GenerationRequest::new(prompt, &opts), &sampler)
         .unwrap();
+    let g = session.run(d, &mut sampler, |_| true).unwrap();
     (g.ids, g.prompt_tokens_reused)
 }
 

@@ -5,8 +5,8 @@
 //! drafts were really verified (tokens were drafted and some kept).
 
 use hearth_engine::{
-    Engine, GenerateOptions, Generation, NgramOptions, RunOptions, Sampler, SamplingParams,
-    Speculation,
+    Engine, GenerateOptions, Generation, GenerationRequest, NgramOptions, RunOptions, Sampler,
+    SamplingParams, Speculation,
 };
 use std::path::PathBuf;
 
@@ -61,8 +61,11 @@ fn run(
     let mut sampler = Sampler::new(params.clone());
     let mut session = engine.session();
     let mut streamed = Vec::new();
+    let d = session
+        .begin(GenerationRequest::new(prompt, &opts), &sampler)
+        .unwrap();
     let g = session
-        .generate(prompt, &mut sampler, &opts, |ev| {
+        .run(d, &mut sampler, |ev| {
             streamed.push((ev.id, ev.text.to_string()));
             true
         })
@@ -227,10 +230,10 @@ fn bad_speculation_settings_are_a_clear_error() {
         speculation: ngram(0),
         ..GenerateOptions::default()
     };
-    let mut sampler = Sampler::new(SamplingParams::default());
+    let sampler = Sampler::new(SamplingParams::default());
     let err = engine
         .session()
-        .generate(&[2, 10, 11], &mut sampler, &opts, |_| true)
+        .begin(GenerationRequest::new(&[2, 10, 11], &opts), &sampler)
         .unwrap_err();
     assert!(err.to_string().contains("n-gram speculation"), "{err}");
 }

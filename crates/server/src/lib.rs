@@ -28,6 +28,11 @@ pub mod truncate;
 mod ui;
 mod utility;
 
+// The other APIs' bodies, parsed into an [`api::Request`] as their handlers
+// do (public for the fuzz targets; here, not in `api`, which those APIs use).
+pub use anthropic::parse_messages as parse_anthropic_messages;
+pub use ollama::{parse_chat as parse_ollama_chat, parse_generate as parse_ollama_generate};
+
 use axum::Router;
 use engine::EngineError;
 use idle::Activity;

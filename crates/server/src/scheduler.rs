@@ -8,16 +8,18 @@
 //! a chunk per round while others decode, so a long prompt does not stall
 //! their streams.
 
+mod slot;
 mod step;
 
 use crate::metrics::{GaugeShare, Metrics};
 use engine::{Constraint, Engine, FinishReason, GenerateOptions, SamplingParams, Thinking};
+use slot::Slot;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::Instant;
-use step::{run, Slot};
+use step::run;
 use tokio::sync::mpsc::UnboundedSender;
 
 /// One generation request, already tokenized and validated.

@@ -1,8 +1,10 @@
 //! The scheduler on the tiny model, without HTTP: output identical to
-//! `Session::generate`, a bounded queue, and cancellation by a dropped
+//! `Session::run`, a bounded queue, and cancellation by a dropped
 //! receiver.
 
-use engine::{Engine, FinishReason, GenerateOptions, RunOptions, Sampler, SamplingParams};
+use engine::{
+    Engine, FinishReason, GenerateOptions, GenerationRequest, RunOptions, Sampler, SamplingParams,
+};
 use hearth_server::metrics::Metrics;
 use hearth_server::scheduler::{Event, Fork, Job, Rejected, Scheduler, Usage};
 use std::sync::atomic::Ordering;
@@ -66,6 +68,24 @@ fn drain_usage(rx: &mut mpsc::UnboundedReceiver<Event>) -> (String, Option<Usage
     panic!("job did not end");
 }
 
+/// `prompt`'s text generated alone in a fresh session, as the CLI does.
+fn alone(
+    engine: &Engine,
+    prompt: &[u32],
+    params: &SamplingParams,
+    opts: &GenerateOptions,
+) -> String {
+    let mut session = engine.session();
+    let mut sampler = Sampler::new(params.clone());
+    let decoding = session
+        .begin(GenerationRequest::new(prompt, opts), &sampler)
+        .expect("begin");
+    session
+        .run(decoding, &mut sampler, |_| true)
+        .expect("generate")
+        .text
+}
+
 #[test]
 fn interleaved_slots_match_generate() {
     let engine = engine(64);
@@ -77,16 +97,10 @@ fn interleaved_slots_match_generate() {
         seed: 11,
         ..SamplingParams::default()
     };
-    // Reference: each prompt alone through Session::generate.
+    // Reference: each prompt alone through Session::run.
     let want: Vec<String> = prompts
         .iter()
-        .map(|p| {
-            let mut s = engine.session();
-            let mut sampler = Sampler::new(params.clone());
-            s.generate(p, &mut sampler, &opts(20), |_| true)
-                .expect("generate")
-                .text
-        })
+        .map(|p| alone(&engine, p, &params, &opts(20)))
         .collect();
 
     let metrics = Arc::new(Metrics::default());
@@ -152,13 +166,7 @@ fn speculating_jobs_beside_plain_ones_match_generate() {
         .collect();
     let want: Vec<String> = jobs
         .iter()
-        .map(|(p, params, _)| {
-            let mut sampler = Sampler::new(params.clone());
-            let g = engine
-                .session()
-                .generate(p, &mut sampler, &opts(120), |_| true);
-            g.expect("generate").text
-        })
+        .map(|(p, params, _)| alone(&engine, p, params, &opts(120)))
         .collect();
     let metrics = Arc::new(Metrics::default());
     let sched = Scheduler::start(Arc::clone(&engine), 3, 16, Arc::clone(&metrics)).unwrap();
@@ -339,13 +347,7 @@ fn a_long_prompt_is_prefilled_in_chunks_beside_a_decoding_slot() {
     );
     assert!(long.len() > 256, "{}", long.len());
     let params = SamplingParams::greedy();
-    let reference = |p: &[u32], n: usize| {
-        let mut s = engine.session();
-        let mut sampler = Sampler::new(params.clone());
-        s.generate(p, &mut sampler, &opts(n), |_| true)
-            .expect("generate")
-            .text
-    };
+    let reference = |p: &[u32], n: usize| alone(&engine, p, &params, &opts(n));
     let want_short = reference(&short, 300);
     let want_long = reference(&long, 20);
 
@@ -423,13 +425,7 @@ fn batched_slots_match_generate_as_requests_join_and_leave() {
         .collect();
     let want: Vec<String> = cases
         .iter()
-        .map(|(p, params, o)| {
-            let mut s = engine.session();
-            let mut sampler = Sampler::new(params.clone());
-            s.generate(p, &mut sampler, o, |_| true)
-                .expect("generate")
-                .text
-        })
+        .map(|(p, params, o)| alone(&engine, p, params, o))
         .collect();
     let metrics = Arc::new(Metrics::default());
     let sched = Scheduler::start(Arc::clone(&engine), 4, 16, Arc::clone(&metrics)).unwrap();

@@ -351,11 +351,12 @@ impl Engine {
                 seed: params.seed.wrapping_add(i as u64 * 7919 + k),
                 ..params.clone()
             });
-            let mut d = session.begin(prompt, &sampler, &opts)?;
+            let request = crate::GenerationRequest {
+                constraint: grammar.map(|g| self.constraint(g)).transpose()?,
+                ..crate::GenerationRequest::new(prompt, &opts)
+            };
+            let mut d = session.begin(request, &sampler)?;
             session.prefill(&mut d, usize::MAX)?;
-            if let Some(g) = grammar {
-                d.constrain(self.constraint(g)?);
-            }
             Ok((d, sampler))
         };
         // One untimed warm-up repetition, then `reps` timed ones.

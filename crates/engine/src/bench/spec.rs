@@ -88,7 +88,8 @@ impl Engine {
             temperature: 0.0,
             ..SamplingParams::default()
         });
-        self.session()
-            .generate(prompt, &mut sampler, &opts, |_| true)
+        let mut session = self.session();
+        let decoding = session.begin(crate::GenerationRequest::new(prompt, &opts), &sampler)?;
+        session.run(decoding, &mut sampler, |_| true)
     }
 }

@@ -40,8 +40,11 @@ fn run(
         speculation: None,
     };
     let prompt = engine.tokenizer().encode("hello", true, false);
-    let mut d = session.start(&prompt, &sampler, &opts).unwrap();
-    d.constrain(engine.constraint(grammar).unwrap());
+    let request = crate::GenerationRequest {
+        constraint: Some(engine.constraint(grammar).unwrap()),
+        ..crate::GenerationRequest::new(&prompt, &opts)
+    };
+    let mut d = session.begin(request, &sampler).unwrap();
     loop {
         let step = session.step(&mut d, &mut sampler).unwrap();
         if step.finish.is_some() {

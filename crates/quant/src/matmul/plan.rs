@@ -14,9 +14,8 @@ pub(super) const ROW_TILE: usize = 16;
 /// Below it every row of a product comes out with the bits it has alone,
 /// which keeps a served greedy reply equal to `hearth complete`'s (the
 /// server feeds a prompt's last token in a decode step of its own). From 8
-/// rows on the panel product is faster now that packing is vectorized
-/// (serving the 270M at `--parallel 8` on two Xeon threads: 127 -> 170
-/// tokens/s), but short prompts then split differently between the two and
+/// rows on the panel product is faster (docs/perf/speed.md, "The product's
+/// shape"), but short prompts then split differently between the two and
 /// their greedy replies part; that trade is not taken here.
 pub(super) const GEMM_MIN_BATCH: usize = 16;
 
@@ -208,10 +207,9 @@ impl<T: Copy> Shared<T> {
 ///
 /// Several parts per thread: when every core streams weights at once,
 /// memory serves them unevenly, and with one part each the product waits
-/// for the slowest while the rest idle (16 threads of a Xeon: 1B decode 92
-/// -> 97 t/s, 270M 332 -> 359). Equal parts still left the threads that
-/// finished first waiting for up to a whole part at the end of every
-/// product (the caller's wait was 5-9% of a 2-thread decode), so once a
+/// for the slowest while the rest idle. Equal parts still left the threads
+/// that finished first waiting for up to a whole part at the end of every
+/// product (docs/perf/speed.md, "The product's shape"), so once a
 /// thread's share of what is left is under two parts, each part takes
 /// half of it and an eighth of a whole part more (guided self-scheduling),
 /// down to parts of about that eighth (at least [`MIN_PART_ROWS`] rows).

@@ -205,7 +205,7 @@ pub(super) fn quant_rows(
 
 /// How far ahead of the row being multiplied the weights are prefetched: far
 /// enough to cover memory latency at full bandwidth, near enough to stay in
-/// L2 (measured on decode: 8 KiB beats 2.7 KiB by 7%).
+/// L2 (docs/perf/speed.md, "The product's shape").
 const PREFETCH_BYTES: usize = 8192;
 
 /// Ask for `bytes` (a weight row; empty past the last row) to be brought into

@@ -15,10 +15,6 @@ mod common;
 use chat::chat_request;
 use common::completion_request;
 pub use common::{MAX_CHOICES, MAX_TOP_LOGPROBS};
-// The other APIs' bodies, parsed into a [`Request`] as their handlers do
-// (public for the fuzz targets).
-pub use crate::anthropic::parse_messages as parse_anthropic_messages;
-pub use crate::ollama::{parse_chat as parse_ollama_chat, parse_generate as parse_ollama_generate};
 
 /// What a request asks for, in the engine's terms, before tokenization.
 #[derive(Debug)]

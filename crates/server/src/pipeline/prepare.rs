@@ -1,0 +1,204 @@
+//! A parsed request made ready for the scheduler: templated and tokenized,
+//! its images and clips encoded, its grammar compiled.
+
+use crate::api::{self, Input, Request};
+use crate::error::ApiError;
+use crate::truncate::{self, Overflow};
+use crate::{AppState, ServerConfig};
+use engine::{Engine, EngineError};
+use std::sync::Arc;
+
+/// A request made ready for the scheduler.
+pub(super) struct Prepared {
+    pub(super) req: Request,
+    pub(super) prompt: Vec<u32>,
+    /// Turns dropped to fit the context.
+    pub(super) dropped: usize,
+    pub(super) images: Vec<engine::PromptImage>,
+    /// One compiled grammar per choice, when there is a grammar.
+    pub(super) constraints: Vec<engine::Constraint>,
+    pub(super) thinking: Option<engine::Thinking>,
+}
+
+/// Template and tokenize `req` (its images and clips encoded), and, with
+/// `compile`, compile its grammar.
+fn prepare(
+    engine: &Engine,
+    req: Request,
+    config: &ServerConfig,
+    compile: bool,
+) -> Result<Prepared, ApiError> {
+    // A model that does not think ignores the switch.
+    let thinking = match (&req.input, req.thinking) {
+        (Input::Chat(_), true) => engine.thinking(req.thinking_budget),
+        _ => None,
+    };
+    let media = !req.images.is_empty() || !req.audio.is_empty();
+    let mut dropped = 0;
+    let (prompt, images) = match &req.input {
+        // Turns with images or clips are not dropped: their media would
+        // have to go too.
+        Input::Chat(messages) if !media && config.context_overflow == Overflow::Truncate => {
+            let n_ctx = engine.n_ctx();
+            let room = req.max_tokens.unwrap_or(n_ctx / 8).min(n_ctx / 4).max(1);
+            let fitted = truncate::fit(messages, n_ctx, room, |m| {
+                tokenize_chat(engine, m, thinking.is_some())
+            })?;
+            dropped = fitted.dropped;
+            (fitted.ids, Vec::new())
+        }
+        _ if !media => (
+            tokenize(engine, &req.input, thinking.is_some())?,
+            Vec::new(),
+        ),
+        _ => media_prompt(engine, &req, config.allow_file_images, thinking.is_some())?,
+    };
+    let constraints = match &req.grammar {
+        Some((grammar, field)) if compile => (0..req.n)
+            .map(|_| {
+                engine
+                    .constraint(grammar)
+                    .map_err(|e| grammar_error(field, e))
+            })
+            .collect::<Result<Vec<_>, _>>()?,
+        _ => Vec::new(),
+    };
+    Ok(Prepared {
+        req,
+        prompt,
+        dropped,
+        images,
+        constraints,
+        thinking,
+    })
+}
+
+/// [`prepare`] on a blocking thread: templating, tokenizing, encoding
+/// images and compiling a grammar can take a while.
+pub(super) async fn prepare_off_thread(
+    st: &AppState,
+    engine: Arc<Engine>,
+    req: Request,
+    compile: bool,
+) -> Result<Prepared, ApiError> {
+    check_media_counts(&st.config.limits, &req)?;
+    let config = Arc::clone(&st.config);
+    tokio::task::spawn_blocking(move || prepare(&engine, req, &config, compile))
+        .await
+        .map_err(|e| ApiError::internal(format!("tokenizer task failed: {e}")))?
+}
+
+/// More images or clips than `--max-images` / `--max-clips` is a 400 that
+/// names the limit.
+fn check_media_counts(limits: &crate::Limits, req: &Request) -> Result<(), ApiError> {
+    for (n, max, what, flag) in [
+        (req.images.len(), limits.images, "images", "--max-images"),
+        (req.audio.len(), limits.clips, "audio clips", "--max-clips"),
+    ] {
+        if n > max {
+            return Err(ApiError::bad_param(
+                "messages",
+                format!(
+                    "The request carries {n} {what}; this server takes at most {max} ({flag})."
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// A grammar that does not compile is the client's fault: 400, naming the
+/// field it came from and the problem.
+fn grammar_error(field: &str, e: EngineError) -> ApiError {
+    match e {
+        EngineError::InvalidGrammar(msg) => ApiError {
+            code: Some("invalid_grammar"),
+            ..ApiError::bad_param(field, format!("`{field}` cannot be used: invalid {msg}"))
+        },
+        other => ApiError::internal(other.to_string()),
+    }
+}
+
+/// The ids of a chat with images and audio clips, each decoded and encoded
+/// (or taken from the cache): a bad image or clip, or media for a model
+/// without the tower for it, is the client's error.
+fn media_prompt(
+    engine: &Engine,
+    req: &Request,
+    allow_files: bool,
+    thinking: bool,
+) -> Result<(Vec<u32>, Vec<engine::PromptImage>), ApiError> {
+    let Input::Chat(messages) = &req.input else {
+        return Err(ApiError::bad_param(
+            "prompt",
+            "Images and audio are read in chats only.",
+        ));
+    };
+    let mut images = Vec::with_capacity(req.images.len());
+    for (i, source) in req.images.iter().enumerate() {
+        let field = format!("image {}", i + 1);
+        let bytes = match source {
+            api::ImageSource::Data(b) => std::borrow::Cow::Borrowed(b.as_slice()),
+            api::ImageSource::File(_) if !allow_files => {
+                return Err(ApiError::bad_param(
+                    "messages",
+                    "File URLs are off on this server (start it with --allow-file-images); send the image as a data URL.",
+                ))
+            }
+            // The error names the image, not its path: a message never
+            // echoes a file path.
+            api::ImageSource::File(path) => std::borrow::Cow::Owned(std::fs::read(path).map_err(
+                |e| ApiError::bad_param("messages", format!("Cannot read the file of {field}: {}.", e.kind())),
+            )?),
+        };
+        let e = engine
+            .encode_image(&bytes)
+            .map_err(|e| ApiError::bad_param("messages", format!("{field}: {e}.")))?;
+        images.push(e);
+    }
+    let clips = req
+        .audio
+        .iter()
+        .enumerate()
+        .map(|(i, bytes)| {
+            engine
+                .encode_audio(bytes)
+                .map_err(|e| ApiError::bad_param("messages", format!("audio clip {}: {e}.", i + 1)))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    engine
+        .encode_chat_media(messages, &images, &clips, thinking)
+        .map_err(|e| ApiError::bad_param("messages", format!("{e}.")))
+}
+
+fn tokenize_chat(
+    engine: &Engine,
+    messages: &[engine::ChatMessage],
+    thinking: bool,
+) -> Result<Vec<u32>, ApiError> {
+    engine
+        .encode_chat_thinking(messages, thinking)
+        .map_err(|e| {
+            ApiError::bad_param("messages", format!("Cannot apply the chat template: {e}"))
+        })
+}
+
+fn tokenize(engine: &Engine, input: &Input, thinking: bool) -> Result<Vec<u32>, ApiError> {
+    match input {
+        Input::Chat(messages) => tokenize_chat(engine, messages, thinking),
+        Input::Text(text) => {
+            let tok = engine.tokenizer();
+            Ok(tok.encode(text, tok.add_bos(), true))
+        }
+        Input::Ids(ids) => {
+            let vocab = engine.model().config().vocab;
+            if let Some(bad) = ids.iter().find(|&&id| id as usize >= vocab) {
+                return Err(ApiError::bad_param(
+                    "prompt",
+                    format!("Token id {bad} is out of the vocabulary of {vocab}."),
+                ));
+            }
+            Ok(ids.clone())
+        }
+    }
+}
