@@ -1010,11 +1010,11 @@ enum Lanes {
 fn lanes() -> Lanes {
     #[cfg(target_arch = "x86_64")]
     {
-        let set = quant::kernel_name();
-        if matches!(set, "avx512" | "amx") && std::arch::is_x86_feature_detected!("avx512f") {
+        let lanes = quant::f32_lanes();
+        if lanes >= 16 && std::arch::is_x86_feature_detected!("avx512f") {
             return Lanes::Sixteen;
         }
-        if set != "scalar"
+        if lanes >= 8
             && std::arch::is_x86_feature_detected!("avx2")
             && std::arch::is_x86_feature_detected!("fma")
         {
