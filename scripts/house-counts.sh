@@ -10,7 +10,7 @@ grep -rhE '^pub fn ' crates/quant/src/matmul* | sed 's/(.*//; s/^/  /'
 
 echo "generation entry points in engine (Session methods that start one):"
 grep -hE '^    pub fn (generate|begin|start)[a-z_]*\(' crates/engine/src/generate.rs \
-    crates/engine/src/request.rs | sed 's/(.*//; s/^ */  /'
+    crates/engine/src/request.rs 2>/dev/null | sed 's/(.*//; s/^ */  /'
 
 echo "files over 450 lines in model, engine and server:"
 find crates/model/src crates/engine/src crates/server/src -name '*.rs' \
