@@ -18,6 +18,15 @@ from the responses (usage, else one per streamed content chunk):
 
   python3 scripts/load-test.py --url http://127.0.0.1:8000 --pid PID --hang-up-every 0
 
+With --stream-only every request is a streamed chat, so each one's time to
+its first token (TTFT) is measured and its p50/p99 printed; with
+--prompt-tokens N each chat carries earlier turns of about N tokens (a long
+conversation; the first words differ from client to client), so the load
+measures serving at depth:
+
+  python3 scripts/load-test.py --url http://127.0.0.1:8000 --stream-only \
+      --prompt-tokens 2000 --clients 4 --requests 2 --max-tokens 64 --hang-up-every 0
+
 With --compare-apis, the same streamed chat load goes through OpenAI's
 /v1/chat/completions, Ollama's /api/chat and Anthropic's /v1/messages in
 turn (in turn, --rounds times) on one server, and the aggregate tokens/s of
@@ -58,6 +67,10 @@ def parse_args():
     p.add_argument("--rounds", type=int, default=3, help="with --compare-apis: rounds of the three APIs in turn")
     p.add_argument("--compare-apis", action="store_true",
                    help="run the same streamed chat load through the OpenAI, Ollama and Anthropic endpoints")
+    p.add_argument("--stream-only", action="store_true",
+                   help="every request a streamed chat, each one's time to first token measured")
+    p.add_argument("--prompt-tokens", type=int, default=0,
+                   help="give each chat earlier turns of about this many tokens (0: a one-line question)")
     p.add_argument("--hang-up-every", type=int, default=5,
                    help="every Nth request hangs up early (0: none, so every token is delivered)")
     return p.parse_args()
@@ -95,8 +108,29 @@ def rss_kib(pid, field="VmRSS"):
     return None
 
 
+WORDS = ("river stone lantern orchard violet copper harbor meadow thunder quiet "
+         "candle winter garden silver engine forest window bridge mountain paper").split()
+
+
+def history(i, tokens):
+    """Earlier turns of a conversation of about `tokens` tokens for client
+    `i` (about four tokens for every three words), its own from the first
+    word on."""
+    turns, words, k = [], int(tokens * 0.75), 0
+    while words > 0:
+        n = min(words, 150)
+        text = " ".join(WORDS[(i * 7 + k * 3 + w * w) % len(WORDS)] for w in range(n))
+        turns.append({"role": "user", "content": f"Client {i}, note {k}: {text}"})
+        turns.append({"role": "assistant", "content": f"Noted, client {i}."})
+        words, k = words - n, k + 1
+    return turns
+
+
 class Client:
-    def __init__(self, addr, timeout, key, hang_up_every=5):
+    def __init__(self, addr, timeout, key, hang_up_every=5, stream_only=False, prompt_tokens=0):
+        self.stream_only = stream_only
+        self.histories = {}
+        self.prompt_tokens = prompt_tokens
         self.hang_up_every = hang_up_every
         self.host, self.port = addr.split(":")
         self.timeout = timeout
@@ -117,13 +151,14 @@ class Client:
 
     def run(self, i, j, max_tokens):
         """One request; returns a result dict."""
-        chat = (i + j) % 2 == 0
-        stream = (i * 3 + j) % 4 < 2
+        chat = self.stream_only or (i + j) % 2 == 0
+        stream = self.stream_only or (i * 3 + j) % 4 < 2
         n = self.hang_up_every
         hang_up = n > 0 and (i * 8 + j) % n == n - 1
         payload = {"max_tokens": max_tokens, "temperature": 0.8, "seed": i * 100 + j}
         if chat:
-            payload["messages"] = [{"role": "user", "content": f"Client {i} asks question {j}: tell me a story."}]
+            turns = self.histories.setdefault(i, history(i, self.prompt_tokens)) if self.prompt_tokens else []
+            payload["messages"] = turns + [{"role": "user", "content": f"Client {i} asks question {j}: tell me a story."}]
             path = "/v1/chat/completions"
         else:
             payload["prompt"] = f"Client {i}, request {j}: once upon a time"
@@ -159,11 +194,13 @@ class Client:
                             res["error"] = chunk["error"]["message"]
                         if chunk.get("usage"):
                             res["tokens"] = chunk["usage"]["completion_tokens"]
+                            res["prompt_tokens"] = chunk["usage"].get("prompt_tokens")
                             res["usage"] = True
                         for choice in chunk.get("choices") or []:
                             piece = choice.get("text") or (choice.get("delta") or {}).get("content")
                             if piece:
                                 content_chunks += 1
+                                res.setdefault("ttft", time.time() - t0)
                 if done and not res.get("usage"):
                     # No usage chunk (not every server sends one): one token
                     # per content chunk, as llama.cpp streams them.
@@ -268,7 +305,7 @@ def main():
         addr = a.url.removeprefix("http://").rstrip("/")
     else:
         proc, addr = start_server(a)
-    client = Client(addr, a.timeout, a.api_key, a.hang_up_every)
+    client = Client(addr, a.timeout, a.api_key, a.hang_up_every, a.stream_only, a.prompt_tokens)
     pid = proc.pid if proc else a.pid
     deadline = time.time() + 120
     while True:
@@ -340,6 +377,14 @@ def main():
         print(f"cancelled:      {metric(client, 'hearth_generations_cancelled_total'):.0f}; rejected (429): {metric(client, 'hearth_requests_rejected_total'):.0f}")
     if base_rss is not None and end_rss is not None:
         print(f"memory (RSS):   {base_rss / 1024:.1f} MiB after warm-up, {end_rss / 1024:.1f} MiB after the load, peak {peak_rss / 1024:.1f} MiB")
+    ttfts = sorted(r["ttft"] for r in results if "ttft" in r)
+    if ttfts:
+        def pct(q):
+            return ttfts[min(len(ttfts) - 1, int(q * len(ttfts)))]
+        print(f"ttft:           p50 {pct(0.50):.3f} s, p99 {pct(0.99):.3f} s over {len(ttfts)} streams")
+    prompts = [r["prompt_tokens"] for r in results if r.get("prompt_tokens")]
+    if prompts:
+        print(f"prompt tokens:  {min(prompts)} to {max(prompts)} a request (as the server counts them)")
     print(f"healthy after:  {healthy}")
 
     code = 0

@@ -8,13 +8,16 @@
 #   LLAMA_SERVER=/path/to/llama-server sh scripts/serve-bench.sh [MODEL] [PARALLEL...]
 #
 # With LLAMA_SERVER (llama.cpp's own server binary, which batches parallel
-# slots), that server runs the same load at each --parallel value, with
-# -np P and P times the context (its -c is shared out among the slots),
-# in place of llama-cpp-python's one-request-at-a-time server.
+# slots), the two servers take turns at each --parallel value, llama-server
+# with -np P and P times the context (its -c is shared out among the
+# slots), in place of llama-cpp-python's one-request-at-a-time server.
 #
 # LOAD overrides the client load (default: 16 clients x 4 requests of 64
 # tokens, no hang-ups, so every generated token is delivered and both
-# servers are counted the same way).
+# servers are counted the same way). STREAMS=1 makes it P streamed chats at
+# once at --parallel P (each client 4 requests in turn; TTFT p50/p99
+# printed), PROMPT_TOKENS=N gives each chat earlier turns of about N
+# tokens (set CTX to hold them and the reply).
 set -eu
 cd "$(dirname "$0")/.."
 HOME_DIR=${HEARTH_HOME:-${HOME}/.cache/hearth}
@@ -23,7 +26,17 @@ MODEL=${1:-$(sh scripts/fetch-model.sh)}
 PARALLEL=${*:-1 4 8}
 CTX=${CTX:-512}
 THREADS=${THREADS:-2}
-LOAD=${LOAD:---clients 16 --requests 4 --max-tokens 64 --hang-up-every 0}
+PROMPT_TOKENS=${PROMPT_TOKENS:-0}
+# The load at --parallel P.
+load() {
+    if [ -n "${LOAD:-}" ]; then
+        echo "$LOAD"
+    elif [ "${STREAMS:-0}" = 1 ]; then
+        echo "--clients $1 --requests ${REQUESTS:-4} --max-tokens 64 --hang-up-every 0 --stream-only --prompt-tokens $PROMPT_TOKENS"
+    else
+        echo "--clients 16 --requests 4 --max-tokens 64 --hang-up-every 0"
+    fi
+}
 VENV="$HOME_DIR/bench-venv"
 PORT=${PORT:-8011}
 
@@ -35,14 +48,15 @@ else
     BIN=target/release/hearth
 fi
 echo "load before: $(uptime)"
-for p in $PARALLEL; do
-    echo "== hearth --parallel $p"
-    # shellcheck disable=SC2086 # LOAD is a list of flags
-    python3 scripts/load-test.py --binary "$BIN" --model "$MODEL" --parallel "$p" --ctx "$CTX" --threads "$THREADS" $LOAD || true
-done
+hearth_run() {
+    echo "== hearth --parallel $1"
+    # shellcheck disable=SC2046 # the load is a list of flags
+    python3 scripts/load-test.py --binary "$BIN" --model "$MODEL" --parallel "$1" --ctx "$CTX" --threads "$THREADS" $(load "$1") || true
+}
 
 if [ -n "${LLAMA_SERVER:-}" ]; then
     for p in $PARALLEL; do
+        hearth_run "$p"
         echo "== llama.cpp llama-server -np $p"
         "$LLAMA_SERVER" -m "$MODEL" -t "$THREADS" -tb "$THREADS" -c $((CTX * p)) -np "$p" \
             --host 127.0.0.1 --port "$PORT" >/dev/null 2>&1 &
@@ -54,8 +68,8 @@ if [ -n "${LLAMA_SERVER:-}" ]; then
             sleep 0.5
             i=$((i + 1))
         done
-        # shellcheck disable=SC2086 # LOAD is a list of flags
-        python3 scripts/load-test.py --url "http://127.0.0.1:$PORT" --pid "$LLAMA" $LOAD || true
+        # shellcheck disable=SC2046 # the load is a list of flags
+        python3 scripts/load-test.py --url "http://127.0.0.1:$PORT" --pid "$LLAMA" $(load "$p") || true
         # A server that does not exit on TERM within 10 s is killed: one
         # left behind holds the port and answers the next run's load.
         kill "$LLAMA" 2>/dev/null || true
@@ -70,6 +84,9 @@ if [ -n "${LLAMA_SERVER:-}" ]; then
     echo "load after: $(uptime)"
     exit 0
 fi
+for p in $PARALLEL; do
+    hearth_run "$p"
+done
 if ! "$VENV/bin/python" -c 'import llama_cpp.server' 2>/dev/null; then
     echo "no llama-cpp-python server in $VENV (pip install 'llama-cpp-python[server]' there)" >&2
     exit 0
@@ -86,7 +103,7 @@ OMP_WAIT_POLICY=PASSIVE "$VENV/bin/python" -m llama_cpp.server --model "$MODEL" 
     --host 127.0.0.1 --port "$PORT" >/dev/null 2>&1 &
 LLAMA=$!
 trap 'kill $LLAMA 2>/dev/null || true' EXIT INT TERM
-# shellcheck disable=SC2086
-python3 scripts/load-test.py --url "http://127.0.0.1:$PORT" --pid "$LLAMA" $LOAD || true
+# shellcheck disable=SC2046
+python3 scripts/load-test.py --url "http://127.0.0.1:$PORT" --pid "$LLAMA" $(load 16) || true
 kill "$LLAMA" 2>/dev/null || true
 echo "load after: $(uptime)"
