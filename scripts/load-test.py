@@ -22,7 +22,9 @@ With --stream-only every request is a streamed chat, so each one's time to
 its first token (TTFT) is measured and its p50/p99 printed; with
 --prompt-tokens N each chat carries earlier turns of about N tokens (a long
 conversation; the first words differ from client to client), so the load
-measures serving at depth:
+measures serving at depth; each request asks a new last question after the
+same turns (as a regenerated or edited last message does), or with --grow
+carries the client's earlier questions and replies too (a chat going on):
 
   python3 scripts/load-test.py --url http://127.0.0.1:8000 --stream-only \
       --prompt-tokens 2000 --clients 4 --requests 2 --max-tokens 64 --hang-up-every 0
@@ -71,6 +73,8 @@ def parse_args():
                    help="every request a streamed chat, each one's time to first token measured")
     p.add_argument("--prompt-tokens", type=int, default=0,
                    help="give each chat earlier turns of about this many tokens (0: a one-line question)")
+    p.add_argument("--grow", action="store_true",
+                   help="with --stream-only: each client's chat grows, a request's question and reply joining its turns")
     p.add_argument("--hang-up-every", type=int, default=5,
                    help="every Nth request hangs up early (0: none, so every token is delivered)")
     return p.parse_args()
@@ -127,8 +131,9 @@ def history(i, tokens):
 
 
 class Client:
-    def __init__(self, addr, timeout, key, hang_up_every=5, stream_only=False, prompt_tokens=0):
+    def __init__(self, addr, timeout, key, hang_up_every=5, stream_only=False, prompt_tokens=0, grow=False):
         self.stream_only = stream_only
+        self.grow = grow
         self.histories = {}
         self.prompt_tokens = prompt_tokens
         self.hang_up_every = hang_up_every
@@ -157,8 +162,9 @@ class Client:
         hang_up = n > 0 and (i * 8 + j) % n == n - 1
         payload = {"max_tokens": max_tokens, "temperature": 0.8, "seed": i * 100 + j}
         if chat:
-            turns = self.histories.setdefault(i, history(i, self.prompt_tokens)) if self.prompt_tokens else []
-            payload["messages"] = turns + [{"role": "user", "content": f"Client {i} asks question {j}: tell me a story."}]
+            turns = self.histories.setdefault(i, history(i, self.prompt_tokens) if self.prompt_tokens else [])
+            question = {"role": "user", "content": f"Client {i} asks question {j}: tell me a story."}
+            payload["messages"] = turns + [question]
             path = "/v1/chat/completions"
         else:
             payload["prompt"] = f"Client {i}, request {j}: once upon a time"
@@ -201,6 +207,7 @@ class Client:
                             if piece:
                                 content_chunks += 1
                                 res.setdefault("ttft", time.time() - t0)
+                                res["text"] = res.get("text", "") + piece
                 if done and not res.get("usage"):
                     # No usage chunk (not every server sends one): one token
                     # per content chunk, as llama.cpp streams them.
@@ -218,6 +225,9 @@ class Client:
             res["error"] = f"{type(e).__name__}: {e}"
         finally:
             c.close()
+        if self.grow and chat:
+            # The next request of this client carries this one's turn.
+            self.histories[i] = turns + [question, {"role": "assistant", "content": res.get("text", "")}]
         res["seconds"] = time.time() - t0
         return res
 
@@ -305,7 +315,7 @@ def main():
         addr = a.url.removeprefix("http://").rstrip("/")
     else:
         proc, addr = start_server(a)
-    client = Client(addr, a.timeout, a.api_key, a.hang_up_every, a.stream_only, a.prompt_tokens)
+    client = Client(addr, a.timeout, a.api_key, a.hang_up_every, a.stream_only, a.prompt_tokens, a.grow)
     pid = proc.pid if proc else a.pid
     deadline = time.time() + 120
     while True:

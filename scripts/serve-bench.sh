@@ -17,7 +17,8 @@
 # servers are counted the same way). STREAMS=1 makes it P streamed chats at
 # once at --parallel P (each client 4 requests in turn; TTFT p50/p99
 # printed), PROMPT_TOKENS=N gives each chat earlier turns of about N
-# tokens (set CTX to hold them and the reply).
+# tokens (set CTX to hold them and the reply), and GROW=1 makes each
+# client's chat go on, its replies joining its turns.
 set -eu
 cd "$(dirname "$0")/.."
 HOME_DIR=${HEARTH_HOME:-${HOME}/.cache/hearth}
@@ -32,7 +33,7 @@ load() {
     if [ -n "${LOAD:-}" ]; then
         echo "$LOAD"
     elif [ "${STREAMS:-0}" = 1 ]; then
-        echo "--clients $1 --requests ${REQUESTS:-4} --max-tokens 64 --hang-up-every 0 --stream-only --prompt-tokens $PROMPT_TOKENS"
+        echo "--clients $1 --requests ${REQUESTS:-4} --max-tokens 64 --hang-up-every 0 --stream-only --prompt-tokens $PROMPT_TOKENS${GROW:+ --grow}"
     else
         echo "--clients 16 --requests 4 --max-tokens 64 --hang-up-every 0"
     fi
