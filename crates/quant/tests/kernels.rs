@@ -170,13 +170,7 @@ fn batched_matmul_matches_vector_kernels() {
             let m = Matrix::new(ty, rows, cols, &w).unwrap();
             let x: Vec<f32> = (0..batch * cols).map(|_| rng.f32()).collect();
             let mut out = vec![f32::NAN; batch * rows];
-            quant::matmul(
-                &pool,
-                quant::Product::new(&[&m], &x, batch),
-                &mut [&mut out[..]],
-                &mut scratch,
-            )
-            .unwrap();
+            single_product(&pool, &m, &x, batch, &mut out, &mut scratch).unwrap();
             let at = vec_dot_type(ty);
             let mut a = vec![0u8; at.row_bytes(cols as u64).unwrap() as usize];
             let mut wrow = vec![0.0f32; cols];
@@ -211,13 +205,7 @@ fn matmul_matches_naive_loop() {
             for batch in [1, 4, 7] {
                 let x: Vec<f32> = (0..batch * cols).map(|_| rng.f32()).collect();
                 let mut out = vec![f32::NAN; batch * rows];
-                quant::matmul(
-                    &pool,
-                    quant::Product::new(&[&m], &x, batch),
-                    &mut [&mut out[..]],
-                    &mut scratch,
-                )
-                .unwrap();
+                single_product(&pool, &m, &x, batch, &mut out, &mut scratch).unwrap();
                 let at = vec_dot_type(ty);
                 let mut a = vec![0u8; at.row_bytes(cols as u64).unwrap() as usize];
                 for b in 0..batch {
@@ -292,13 +280,7 @@ fn matmul_many_matches_separate_products() {
                 quant::matmul(&pool, product, &mut views, &mut scratch).unwrap();
                 for (&m, got) in set.iter().zip(&outs) {
                     let mut want = vec![f32::NAN; batch * m.rows()];
-                    quant::matmul(
-                        &pool,
-                        quant::Product::new(&[m], &x, batch),
-                        &mut [&mut want[..]],
-                        &mut scratch,
-                    )
-                    .unwrap();
+                    single_product(&pool, m, &x, batch, &mut want, &mut scratch).unwrap();
                     let same = got
                         .iter()
                         .zip(&want)
@@ -336,6 +318,23 @@ fn matmul_many_matches_separate_products() {
         };
         assert!(quant::matmul(&pool, mismatched, &mut views, &mut scratch).is_err());
     }
+}
+
+/// `out = m x`: one matrix's product.
+fn single_product(
+    pool: &ThreadPool,
+    m: &Matrix,
+    x: &[f32],
+    batch: usize,
+    out: &mut [f32],
+    scratch: &mut Vec<u8>,
+) -> Result<(), quant::QuantError> {
+    quant::matmul(
+        pool,
+        quant::Product::new(&[m], x, batch),
+        &mut [out],
+        scratch,
+    )
 }
 
 /// The gated product of `ws` over `x` into `outs`, `act` applied, `outs[0]`
@@ -403,20 +402,8 @@ fn matmul_gated_matches_products_then_activation() {
                     None,
                 );
                 let (mut want_g, mut want_u) = (vec![0.0; batch * rows], vec![0.0; batch * rows]);
-                quant::matmul(
-                    &pool,
-                    quant::Product::new(&[&g], &x, batch),
-                    &mut [&mut want_g[..]],
-                    &mut scratch,
-                )
-                .unwrap();
-                quant::matmul(
-                    &pool,
-                    quant::Product::new(&[&u], &x, batch),
-                    &mut [&mut want_u[..]],
-                    &mut scratch,
-                )
-                .unwrap();
+                single_product(&pool, &g, &x, batch, &mut want_g, &mut scratch).unwrap();
+                single_product(&pool, &u, &x, batch, &mut want_u, &mut scratch).unwrap();
                 act(&mut want_g, &want_u);
                 let same =
                     |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits());
@@ -470,13 +457,7 @@ fn matmul_gated_matches_products_then_activation() {
                     };
                     quant::matmul(&pool, product, &mut [&mut got[..]], &mut scratch).unwrap();
                     assert!(!ready.is_ready(), "used up");
-                    quant::matmul(
-                        &pool,
-                        quant::Product::new(&[&next], &want_g, batch),
-                        &mut [&mut want[..]],
-                        &mut scratch,
-                    )
-                    .unwrap();
+                    single_product(&pool, &next, &want_g, batch, &mut want, &mut scratch).unwrap();
                     assert!(
                         same(&got, &want),
                         "{ty} -> {ty_next}, {threads} threads, batch {batch}"
@@ -617,13 +598,7 @@ fn bad_inputs_are_errors_not_panics() {
     let pool = ThreadPool::new(1);
     let mut scratch = Vec::new();
     let mut o = [0f32; 2];
-    assert!(quant::matmul(
-        &pool,
-        quant::Product::new(&[&m], &[0.0; 31], 1),
-        &mut [&mut o[..]],
-        &mut scratch
-    )
-    .is_err());
+    assert!(single_product(&pool, &m, &[0.0; 31], 1, &mut o, &mut scratch).is_err());
     assert!(quant::matmul(
         &pool,
         quant::Product::new(&[&m], &[0.0; 32], 1),
@@ -631,13 +606,7 @@ fn bad_inputs_are_errors_not_panics() {
         &mut scratch
     )
     .is_err());
-    assert!(quant::matmul(
-        &pool,
-        quant::Product::new(&[&m], &[0.0; 32], 1),
-        &mut [&mut o[..]],
-        &mut scratch
-    )
-    .is_ok());
+    assert!(single_product(&pool, &m, &[0.0; 32], 1, &mut o, &mut scratch).is_ok());
     // Dot products over rows shorter than their length are errors, not NaN or a panic.
     assert!(quant::vec_dot(GgmlType::Q8_0, 64, &w[..34], &[0u8; 68]).is_err());
     assert!(quant::vec_dot(GgmlType::Q8_0, 64, &w, &[0u8; 67]).is_err());
