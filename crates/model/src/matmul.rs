@@ -114,15 +114,7 @@ impl Model {
         out: &mut [f32],
         bufs: &mut ProductBuffers,
     ) -> Result<(), ModelError> {
-        match self.precision {
-            Precision::Quantized => {
-                let ws = [w];
-                let product = quant::Product::new(&ws, x, batch);
-                quant::matmul(&self.pool, product, &mut [out], &mut bufs.qbuf)?
-            }
-            Precision::Exact => matmul_exact(&self.pool, w, x, batch, out, &mut bufs.wide)?,
-        }
-        Ok(())
+        self.product(w, x, batch, out, bufs, false)
     }
 
     /// [`Self::linear`] of the output of [`Self::linear_gated`] (`x`), with
@@ -136,17 +128,31 @@ impl Model {
         out: &mut [f32],
         bufs: &mut ProductBuffers,
     ) -> Result<(), ModelError> {
-        let m = w.matrix(&self.file)?;
+        self.product(&w.matrix(&self.file)?, x, batch, out, bufs, true)
+    }
+
+    /// `out = W x`, taking the gated product's prepared activations when
+    /// `after_gate` says `x` is its output.
+    #[track_caller]
+    fn product(
+        &self,
+        w: &quant::Matrix,
+        x: &[f32],
+        batch: usize,
+        out: &mut [f32],
+        bufs: &mut ProductBuffers,
+        after_gate: bool,
+    ) -> Result<(), ModelError> {
         match self.precision {
             Precision::Quantized => {
-                let ws = [&m];
+                let ws = [w];
                 let product = quant::Product {
-                    prepared: Some(&mut bufs.gated),
+                    prepared: after_gate.then_some(&mut bufs.gated),
                     ..quant::Product::new(&ws, x, batch)
                 };
                 quant::matmul(&self.pool, product, &mut [out], &mut bufs.qbuf)?
             }
-            Precision::Exact => matmul_exact(&self.pool, &m, x, batch, out, &mut bufs.wide)?,
+            Precision::Exact => matmul_exact(&self.pool, w, x, batch, out, &mut bufs.wide)?,
         }
         Ok(())
     }
