@@ -64,7 +64,7 @@ fn a_conversation_past_the_window_continues_exactly_as_a_fresh_run() {
     let window = engine.model().config().layers[0]
         .window
         .expect("a sliding layer");
-    let cap = window + model_ring_slack();
+    let cap = window + hearth_engine::ring_slack(window);
     let first = ids(vocab, 1, 120);
     // A long first exchange: the prompt and the answer, far more positions
     // than a ring keeps.
@@ -143,9 +143,4 @@ fn a_conversation_past_the_window_continues_exactly_as_a_fresh_run() {
         &branch(held.len() - (cap - window), 5),
         "after a long branch",
     );
-}
-
-/// The slack the rings keep beyond their window.
-fn model_ring_slack() -> usize {
-    hearth_engine::RING_SLACK
 }

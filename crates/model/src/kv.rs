@@ -10,12 +10,17 @@ use quant::vector::Rows;
 mod storage_type;
 pub use storage_type::KvType;
 
-/// Positions a sliding-window ring keeps beyond its window. A rewind of up to
-/// this many tokens (plus one) stays possible after the ring has wrapped: the
-/// next turn of a conversation usually re-tokenizes the end of the last answer
-/// a little differently, and without this slack it would recompute the whole
-/// prompt.
-pub const RING_SLACK: usize = 64;
+/// Positions a sliding-window ring of `window` keeps beyond its window: one
+/// window, at least 64 and at most 512. A rewind of up to this many tokens
+/// (plus one) stays possible after the ring has wrapped. The next turn of a
+/// conversation re-tokenizes the end of the last answer a little
+/// differently (a few tokens), and a regenerated or edited message goes
+/// back past the whole last answer and question (hundreds); without the
+/// slack either would recompute the whole prompt. llama.cpp's sliding
+/// cache keeps its batch (512) beyond the window for the same reason.
+pub fn ring_slack(window: usize) -> usize {
+    window.clamp(64, 512)
+}
 
 /// The elements of one side (keys or values) of a layer's cache.
 #[derive(Debug, Clone)]
@@ -164,7 +169,7 @@ impl LayerCache {
 /// Slots a layer's cache needs for a context of `n_ctx`.
 fn capacity(l: &LayerKind, n_ctx: usize) -> usize {
     l.window
-        .map_or(n_ctx, |w| w.saturating_add(RING_SLACK).min(n_ctx))
+        .map_or(n_ctx, |w| w.saturating_add(ring_slack(w)).min(n_ctx))
         .max(1)
 }
 
@@ -256,7 +261,7 @@ impl KvCache {
 
     /// Forget positions from `n` on, so generation can resume from a shared
     /// prefix. A sliding-window ring that has wrapped keeps only its last
-    /// `window + RING_SLACK` positions, so a rewind is allowed only to 0 or
+    /// `window + ring_slack(window)` positions, so a rewind is allowed only to 0 or
     /// while every ring still holds the window the token at `n` reads; returns
     /// whether the rewind happened (when not, the caller must recompute).
     pub fn truncate(&mut self, n: usize) -> bool {

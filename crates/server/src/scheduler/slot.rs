@@ -50,6 +50,13 @@ pub(super) fn cancel(events: &tokio::sync::mpsc::UnboundedSender<Event>, metrics
     metrics.cancelled.fetch_add(1, Ordering::Relaxed);
 }
 
+/// Prompt tokens the slot's job still has to prefill (none without a job).
+pub(super) fn prefill_left(slot: &Slot) -> usize {
+    slot.active
+        .as_ref()
+        .map_or(0, |a| a.decoding.prefill_left())
+}
+
 /// Prefills up to `chunk` more prompt tokens of the slot's job, if it has
 /// one still prefilling; returns whether its prompt just went in and it
 /// has forks to start. A failure ends the job.

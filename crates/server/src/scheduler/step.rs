@@ -3,7 +3,7 @@
 //! every decoding slot one token per step in one batched forward.
 
 use super::slot::{
-    admit, cancel, deliver, finish, fork, pick_slot, prefill_slot, Slot, StepOutcome,
+    admit, cancel, deliver, finish, fork, pick_slot, prefill_left, prefill_slot, Slot, StepOutcome,
 };
 use super::{Event, Job, Shared};
 use crate::metrics::GaugeShare;
@@ -136,24 +136,38 @@ impl Rounds<'_> {
         }
     }
 
-    /// Prompts: alone, a prompt goes in whole; beside sequences that are
-    /// decoding, a chunk per round keeps their tokens flowing. A job whose
-    /// prompt is in starts its forks.
+    /// Prompts, first come first served: with nothing decoding, the oldest
+    /// goes in whole and starts streaming; beside decoding streams, a
+    /// round prefills `PREFILL_CHUNK` tokens per waiting prompt, oldest
+    /// first, so the decoding streams keep flowing and the waiting prompts'
+    /// first tokens come one after another rather than all at the end. A
+    /// job whose prompt is in starts its forks.
     fn prefill(&mut self) {
         let decoding = self
             .slots
             .iter()
             .filter(|s| s.active.as_ref().is_some_and(|a| a.decoding.prefill_done()))
             .count();
-        let chunk = if decoding == 0 {
+        let mut waiting: Vec<usize> = (0..self.slots.len())
+            .filter(|&i| prefill_left(&self.slots[i]) > 0)
+            .collect();
+        waiting.sort_by_key(|&i| self.slots[i].last_used);
+        let mut budget = if decoding == 0 {
             usize::MAX
         } else {
-            PREFILL_CHUNK
+            PREFILL_CHUNK * waiting.len()
         };
         let mut prefilled = Vec::new();
-        for (i, slot) in self.slots.iter_mut().enumerate() {
-            if prefill_slot(slot, chunk, &self.shared.metrics) {
+        for i in waiting {
+            let slot = &mut self.slots[i];
+            let before = prefill_left(slot);
+            if prefill_slot(slot, budget, &self.shared.metrics) {
                 prefilled.push(i);
+            }
+            let left = prefill_left(slot);
+            budget = budget.saturating_sub(before - left);
+            if budget == 0 || (decoding == 0 && left == 0) {
+                break;
             }
         }
         for i in prefilled {
