@@ -84,13 +84,14 @@ fn bench_matmul(c: &mut Criterion) {
     for ty in [
         GgmlType::Q8_0,
         GgmlType::Q4_0,
+        GgmlType::Q5_0,
         GgmlType::Q4_K,
         GgmlType::Q6_K,
         GgmlType::F16,
     ] {
         let w = weights(ty, rows * cols);
         let m = Matrix::new(ty, rows, cols, &w).unwrap();
-        for batch in [1usize, 8] {
+        for batch in [1usize, 4, 8] {
             let x = values(cols * batch, 5);
             let mut out = vec![0f32; rows * batch];
             let mut scratch = Vec::new();

@@ -106,6 +106,11 @@ pub(super) fn quant_rows(
     if let (Some(tile), true) = (k.tile4(w.ty), batch >= 4) {
         let t44 = k.tile44(w.ty);
         let rb = w.row_bytes;
+        // The activations' scales widened once for all the weight rows.
+        let mut scales = Vec::new();
+        if at == crate::GgmlType::Q8_0 {
+            simd::widen_scales(acts, arow, batch / 4 * 4, nb, &mut scales);
+        }
         let mut r0 = range.start;
         while r0 < range.end {
             let r1 = (r0 + ROW_TILE).min(range.end);
@@ -136,10 +141,12 @@ pub(super) fn quant_rows(
                     }
                 }
                 for r in r..r1 {
+                    let s = scales.get(b * nb..).unwrap_or_default();
                     // SAFETY: kernel from `simd::best()`; the row holds `nb`
-                    // blocks, and activation rows b..b+4 (each `arow` bytes of
-                    // `nb` Q8_0 blocks) lie inside `acts`.
-                    let v = unsafe { tile(w.row(r), &acts[b * arow..(b + 4) * arow], arow, nb) };
+                    // blocks, activation rows b..b+4 (each `arow` bytes of
+                    // `nb` blocks) lie inside `acts`, and `s` holds their
+                    // scales where they are Q8_0.
+                    let v = unsafe { tile(w.row(r), &acts[b * arow..(b + 4) * arow], arow, s, nb) };
                     for (c, v) in v.into_iter().enumerate() {
                         // SAFETY: row r belongs to this task alone.
                         unsafe { out.write((b + c) * rows + r, v) };

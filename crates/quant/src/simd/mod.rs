@@ -21,7 +21,29 @@ pub(crate) type FloatDotFn = unsafe fn(w: &[u8], x: &[f32], n: usize) -> f32;
 
 /// A tile kernel: one weight row of `nb` blocks against four activation rows
 /// that start `stride` bytes apart in `a` (same contract as [`DotFn`]).
-pub(crate) type TileFn = unsafe fn(w: &[u8], a: &[u8], stride: usize, nb: usize) -> [f32; 4];
+/// Where the activations are Q8_0 blocks, `scales` holds the four rows'
+/// block scales widened to f32 (`scales[c * nb + i]` for block `i` of row
+/// `c`, see [`widen_scales`]), widened once per product rather than once
+/// per weight row; the kernels for Q8_K activations (whose scales are f32
+/// already) take an empty slice.
+pub(crate) type TileFn =
+    unsafe fn(w: &[u8], a: &[u8], stride: usize, scales: &[f32], nb: usize) -> [f32; 4];
+
+/// The f16 block scales of `rows` Q8_0 activation rows of `nb` blocks each,
+/// `stride` bytes apart in `a`, widened to f32 into `out` (`out[c * nb + i]`
+/// for block `i` of row `c`): what [`TileFn`] kernels read for 32-block
+/// weights.
+pub(crate) fn widen_scales(a: &[u8], stride: usize, rows: usize, nb: usize, out: &mut Vec<f32>) {
+    let block = GgmlType::Q8_0.block_bytes();
+    out.clear();
+    for c in 0..rows {
+        let row = &a[c * stride..];
+        out.extend(
+            (0..nb)
+                .map(|i| half::f16::from_le_bytes([row[i * block], row[i * block + 1]]).to_f32()),
+        );
+    }
+}
 
 /// A four-by-four tile kernel: four weight rows of `nb` blocks that start
 /// `row_bytes` apart in `w`, against four activation rows that start
@@ -600,8 +622,13 @@ mod tests {
                         )
                         .unwrap();
                     }
-                    // SAFETY: tables from this module; the rows hold `nb` blocks.
-                    let got = unsafe { tile(&w, &a, stride, nb) };
+                    let mut scales = Vec::new();
+                    if at == GgmlType::Q8_0 {
+                        widen_scales(&a, stride, 4, nb, &mut scales);
+                    }
+                    // SAFETY: tables from this module; the rows hold `nb`
+                    // blocks, and `scales` their scales where Q8_0.
+                    let got = unsafe { tile(&w, &a, stride, &scales, nb) };
                     for (c, g) in got.iter().enumerate() {
                         // SAFETY: as above.
                         let want = unsafe { single(&w, &a[c * stride..], nb) };

@@ -503,7 +503,13 @@ macro_rules! zmm_kernels {
         /// # Safety
         /// [`super::TileFn`] contract.
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
-        pub(crate) unsafe fn $four(w: &[u8], a: &[u8], stride: usize, nb: usize) -> [f32; 4] {
+        pub(crate) unsafe fn $four(
+            w: &[u8],
+            a: &[u8],
+            stride: usize,
+            _scales: &[f32],
+            nb: usize,
+        ) -> [f32; 4] {
             debug_assert!(w.len() >= nb * $wb && a.len() >= 3 * stride + nb * 34);
             let ap = a.as_ptr();
             // SAFETY: the contract gives four rows of `nb` blocks.
@@ -832,7 +838,13 @@ macro_rules! kquant_kernels {
         /// # Safety
         /// [`super::TileFn`] contract.
         #[target_feature(enable = $feat)]
-        pub(crate) unsafe fn $q4kx4(w: &[u8], a: &[u8], stride: usize, nb: usize) -> [f32; 4] {
+        pub(crate) unsafe fn $q4kx4(
+            w: &[u8],
+            a: &[u8],
+            stride: usize,
+            _scales: &[f32],
+            nb: usize,
+        ) -> [f32; 4] {
             debug_assert!(w.len() >= nb * 144 && a.len() >= 3 * stride + nb * 292);
             // SAFETY: the contract gives four activation rows of `nb` blocks.
             unsafe {
@@ -860,7 +872,13 @@ macro_rules! kquant_kernels {
         /// # Safety
         /// [`super::TileFn`] contract.
         #[target_feature(enable = $feat)]
-        pub(crate) unsafe fn $q5kx4(w: &[u8], a: &[u8], stride: usize, nb: usize) -> [f32; 4] {
+        pub(crate) unsafe fn $q5kx4(
+            w: &[u8],
+            a: &[u8],
+            stride: usize,
+            _scales: &[f32],
+            nb: usize,
+        ) -> [f32; 4] {
             debug_assert!(w.len() >= nb * 176 && a.len() >= 3 * stride + nb * 292);
             // SAFETY: the contract gives four activation rows of `nb` blocks.
             unsafe {
@@ -973,7 +991,13 @@ macro_rules! kquant_kernels {
         /// # Safety
         /// [`super::TileFn`] contract.
         #[target_feature(enable = $feat)]
-        pub(crate) unsafe fn $q6kx4(w: &[u8], a: &[u8], stride: usize, nb: usize) -> [f32; 4] {
+        pub(crate) unsafe fn $q6kx4(
+            w: &[u8],
+            a: &[u8],
+            stride: usize,
+            _scales: &[f32],
+            nb: usize,
+        ) -> [f32; 4] {
             debug_assert!(w.len() >= nb * 210 && a.len() >= 3 * stride + nb * 292);
             // SAFETY: the contract gives four activation rows of `nb` blocks.
             unsafe {
@@ -1351,14 +1375,22 @@ macro_rules! legacy_tiles {
         });
     };
     (@one $feat:literal, $dot4:ident, $name:ident, $wb:expr, |$bw:ident| $unpack:expr) => {
-        /// One weight row times four Q8_0 activation rows `stride` bytes apart.
+        /// One weight row times four Q8_0 activation rows `stride` bytes apart,
+        /// their block scales widened in `scales`.
         ///
         /// # Safety
         /// [`super::TileFn`] contract.
         #[target_feature(enable = $feat)]
-        pub(crate) unsafe fn $name(w: &[u8], a: &[u8], stride: usize, nb: usize) -> [f32; 4] {
+        pub(crate) unsafe fn $name(
+            w: &[u8],
+            a: &[u8],
+            stride: usize,
+            scales: &[f32],
+            nb: usize,
+        ) -> [f32; 4] {
             debug_assert!(w.len() >= nb * $wb && a.len() >= 3 * stride + nb * 34);
-            let (wp, ap) = (w.as_ptr(), a.as_ptr());
+            debug_assert!(scales.len() >= 4 * nb);
+            let (wp, ap, sp) = (w.as_ptr(), a.as_ptr(), scales.as_ptr());
             // Chain i % 2 of each activation row, as in the one-row kernels.
             let mut acc = [[_mm256_setzero_ps(); 4]; 2];
             for i in 0..nb {
@@ -1366,15 +1398,20 @@ macro_rules! legacy_tiles {
                 let $bw = unsafe { wp.add(i * $wb) };
                 let qx = $unpack;
                 // SAFETY: d is the first two bytes of the block.
-                let dw = unsafe { rd16($bw) };
+                let dw = _mm256_broadcastss_ps(h2f_pair(unsafe { rd16($bw) }));
                 let ux = _mm256_sign_epi8(qx, qx);
                 for (c, acc) in acc[i % 2].iter_mut().enumerate() {
-                    // SAFETY: activation row c's block i lies inside `a` by the contract.
-                    let ba = unsafe { ap.add(c * stride + i * 34) };
-                    // SAFETY: as above: d at 0, 32 quants at 2.
-                    let (d, qy) = unsafe { (h2f_prod(dw | rd16(ba) << 16), load32(ba.add(2))) };
+                    // SAFETY: activation row c's block i lies inside `a`, and
+                    // its scale inside `scales`, by the contract.
+                    let (ay, da) = unsafe { (ap.add(c * stride + i * 34 + 2), &*sp.add(c * nb + i)) };
+                    // The one-row kernels' scale product (exact f16 values
+                    // multiplied in f32) in every lane; a broadcast load
+                    // costs no vector instruction.
+                    let d = _mm256_mul_ps(dw, _mm256_broadcast_ss(da));
+                    // SAFETY: 32 quants follow the block's scale.
+                    let qy = unsafe { load32(ay) };
                     let p = $dot4(ux, _mm256_sign_epi8(qy, qx));
-                    *acc = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), *acc);
+                    *acc = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), *acc);
                 }
             }
             std::array::from_fn(|c| hsum_ps(_mm256_add_ps(acc[0][c], acc[1][c])))
