@@ -4,9 +4,9 @@
 //! however many requests run; a bounded first-come-first-served queue holds
 //! the rest.
 //!
-//! A request joins or leaves between steps. Prompts are prefilled per slot,
-//! a chunk per round while others decode, so a long prompt does not stall
-//! their streams.
+//! A request joins or leaves between steps. Prompts are prefilled first
+//! come, first served, a chunk per round while others decode, so a long
+//! prompt does not stall their streams.
 
 mod slot;
 mod step;
