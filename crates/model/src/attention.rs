@@ -25,8 +25,21 @@ use gather::{gather_keys, KEY_STRIP};
 pub(crate) const BLOCKED_ATTENTION_MIN_ROWS: usize = 16;
 
 /// Query vectors per block of the blocked schedule: a multiple of the heads
-/// sharing a KV head, near the matrix kernel's 12-row tile.
-const BLOCK_QUERIES: usize = 12;
+/// sharing a KV head, near the matrix kernel's 12-row tile, or four tiles
+/// once a block reads more than [`LONG_KEYS`] keys. Every block reads all
+/// its keys and values, which past a few thousand no longer stay in cache,
+/// so longer blocks read them fewer times. Each score and output is summed
+/// over its keys in order whatever the block, so the bits do not change.
+fn block_queries(keys: usize) -> usize {
+    if keys > LONG_KEYS {
+        48
+    } else {
+        12
+    }
+}
+
+/// Keys past which a block of queries takes four tiles (see [`block_queries`]).
+const LONG_KEYS: usize = 2048;
 
 /// What one layer's attention reads: its shape, the batch's rows and the
 /// caches they extend.
@@ -300,7 +313,7 @@ fn attend_blocked(
     let (kt_all, vc_all) = gathered.split_at_mut(kt_len);
     gather_keys(pool, &keys, klo, nk, h, kt_all, vc_all);
     let (kt_all, vc_all) = (&*kt_all, &*vc_all);
-    let block_rows = (BLOCK_QUERIES / h.group).max(1);
+    let block_rows = (block_queries(nk) / h.group).max(1);
     let row_len = h.n_heads * h.vdim;
     let q = input.q;
     let failure = FirstError::new();
