@@ -106,8 +106,10 @@ pub(super) fn quant_rows(
     if let (Some(tile), true) = (k.tile4(w.ty), batch >= 4) {
         let t44 = k.tile44(w.ty);
         let rb = w.row_bytes;
-        // The activations' scales widened once for all the weight rows.
-        let mut scales = Vec::new();
+        // The activations' scales widened once for all the weight rows,
+        // into a buffer the thread keeps from task to task.
+        let mut scales = WIDE_SCALES.take();
+        scales.clear();
         if at == crate::GgmlType::Q8_0 {
             simd::widen_scales(acts, arow, batch / 4 * 4, nb, &mut scales);
         }
@@ -164,6 +166,7 @@ pub(super) fn quant_rows(
             }
             r0 = r1;
         }
+        WIDE_SCALES.set(scales);
         return;
     }
     if let Some(rows4) = k.rows4(w.ty) {
@@ -208,6 +211,12 @@ pub(super) fn quant_rows(
         // SAFETY: row r belongs to this task alone.
         unsafe { out.write(b * rows + r, v) };
     });
+}
+
+thread_local! {
+    /// The tile kernels' widened activation scales (see
+    /// [`simd::widen_scales`]), kept so a decode step allocates none.
+    static WIDE_SCALES: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
 }
 
 /// How far ahead of the row being multiplied the weights are prefetched: far

@@ -38,10 +38,7 @@ pub(crate) fn widen_scales(a: &[u8], stride: usize, rows: usize, nb: usize, out:
     out.clear();
     for c in 0..rows {
         let row = &a[c * stride..];
-        out.extend(
-            (0..nb)
-                .map(|i| half::f16::from_le_bytes([row[i * block], row[i * block + 1]]).to_f32()),
-        );
+        out.extend((0..nb).map(|i| crate::formats::f16_at(&row[i * block..])));
     }
 }
 
