@@ -6,26 +6,25 @@
 //! ([`EmbeddingCache`]), so a second question about the same picture costs
 //! no encoder time.
 //!
-//! The encoders run on `quant`'s kernels and thread pool; this crate knows
-//! nothing about chat or HTTP.
+//! Each tower has its own module (`vision::{siglip, gemma4}`,
+//! `audio::{gemma3n, gemma4}` over the shared `audio::conformer`); weights
+//! are bound by name in `weights`, and every operation — products, norms,
+//! softmax, attention, activations — comes from the ops layer the text
+//! model uses too (`model::ops`, over `quant`'s kernels and thread pool).
+//! This crate knows nothing about chat or HTTP.
 
 mod audio;
-mod audio_tower;
 mod cache;
-mod conformer;
-mod gemma3n_audio;
-mod gemma4;
-mod gemma4_audio;
 mod picture;
 mod vision;
+mod weights;
 
 pub use audio::{
-    Clip, LogMel, MelFloor, MelSettings, DEFAULT_MAX_CLIP_SECONDS, MAX_SECONDS, SAMPLE_RATE,
+    AudioEmbedding, AudioTower, Clip, Gemma3nAudioConfig, Gemma3nAudioTower, Gemma4AudioConfig,
+    Gemma4AudioTower, LogMel, MelFloor, MelSettings, AUDIO_KEY_PREFIX, DEFAULT_MAX_CLIP_SECONDS,
+    GEMMA3N_AUDIO_ARCH, GEMMA4_AUDIO_ARCH, MAX_SECONDS, SAMPLE_RATE,
 };
-pub use audio_tower::{AudioTower, GEMMA3N_AUDIO_ARCH};
 pub use cache::{content_key, EmbeddingCache};
-pub use gemma3n_audio::{AudioEmbedding, Gemma3nAudioConfig, Gemma3nAudioTower, AUDIO_KEY_PREFIX};
-pub use gemma4_audio::{Gemma4AudioConfig, Gemma4AudioTower, GEMMA4_AUDIO_ARCH};
 pub use picture::{Picture, DEFAULT_MAX_PIXELS, MAX_SIDE};
 pub use vision::{
     Pixels, Projector, VisionConfig, VisionTower, GEMMA4_DEFAULT_TOKENS, GEMMA4_TOKEN_RANGE,

@@ -141,22 +141,38 @@ fn sum_lanes(mut lanes: [f32; SUM_LANES]) -> f32 {
 type GeluFn = fn(&mut [f32]);
 type GegluFn = fn(&mut [f32], &[f32]);
 type SoftmaxFn = fn(&mut [f32]);
+type PanelFn = fn(&mut [f32], &mut [f32]);
 
 /// The kernels of the kernel set in use.
-fn kernels() -> &'static (GeluFn, GegluFn, SoftmaxFn) {
-    static K: OnceLock<(GeluFn, GegluFn, SoftmaxFn)> = OnceLock::new();
+fn kernels() -> &'static (GeluFn, GegluFn, SoftmaxFn, PanelFn) {
+    static K: OnceLock<(GeluFn, GegluFn, SoftmaxFn, PanelFn)> = OnceLock::new();
     K.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         match crate::simd::best().gemm.vector() {
             crate::simd::GemmTier::Avx512Vnni => {
-                return (x86::gelu_avx512, x86::geglu_avx512, x86::softmax_avx512)
+                return (
+                    x86::gelu_avx512,
+                    x86::geglu_avx512,
+                    x86::softmax_avx512,
+                    x86::softmax_panel_avx512,
+                )
             }
             crate::simd::GemmTier::Avx2 | crate::simd::GemmTier::AvxVnni => {
-                return (x86::gelu_avx2, x86::geglu_avx2, x86::softmax_avx2)
+                return (
+                    x86::gelu_avx2,
+                    x86::geglu_avx2,
+                    x86::softmax_avx2,
+                    x86::softmax_panel_avx2,
+                )
             }
             crate::simd::GemmTier::Portable | crate::simd::GemmTier::Amx => {}
         }
-        (scalar_gelu, scalar_geglu, scalar_softmax)
+        (
+            scalar_gelu,
+            scalar_geglu,
+            scalar_softmax,
+            scalar_softmax_panel,
+        )
     })
 }
 
@@ -178,6 +194,46 @@ pub fn geglu(gate: &mut [f32], up: &[f32]) {
 /// (nothing to attend to, which attention never asks) gives NaN.
 pub fn softmax(x: &mut [f32]) {
     (kernels().2)(x)
+}
+
+/// Queries a panel of [`softmax_columns`] holds side by side (the packed
+/// GEMM's panel width).
+pub const COLUMN_PANEL: usize = crate::vector::PANEL;
+
+/// The reference of [`softmax_columns`] for one panel of `rows ×`
+/// [`COLUMN_PANEL`] scores: each column's scores become
+/// `exp(s − column max)` (0 below the clamp of [`exp`]), and the column's
+/// sum of them, added in row order, goes to `sum`.
+pub fn scalar_softmax_panel(panel: &mut [f32], sum: &mut [f32]) {
+    let mut max = [f32::NEG_INFINITY; COLUMN_PANEL];
+    for row in panel.chunks_exact(COLUMN_PANEL) {
+        max.iter_mut()
+            .zip(row)
+            .for_each(|(m, v)| *m = max_skipping_nan(*m, v));
+    }
+    sum[..COLUMN_PANEL].fill(0.0);
+    for row in panel.chunks_exact_mut(COLUMN_PANEL) {
+        for ((v, &m), s) in row.iter_mut().zip(&max).zip(sum.iter_mut()) {
+            *v = softmax_exp(*v - m);
+            *s += *v;
+        }
+    }
+}
+
+/// Softmax down the columns of packed scores (panels of `rows` rows ×
+/// [`COLUMN_PANEL`] queries, one query a column), left unnormalized: the
+/// exponentials in place and each column's sum in `sums` (a
+/// [`COLUMN_PANEL`] per panel), so attention can divide its output once
+/// per query. [`scalar_softmax_panel`]'s bits on every tier, and the same
+/// `exp` as [`softmax`].
+pub fn softmax_columns(panels: &mut [f32], rows: usize, sums: &mut [f32]) {
+    let kernel = kernels().3;
+    for (panel, sum) in panels
+        .chunks_exact_mut(rows * COLUMN_PANEL)
+        .zip(sums.chunks_exact_mut(COLUMN_PANEL))
+    {
+        kernel(panel, sum);
+    }
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -451,6 +507,68 @@ mod x86 {
         scale(x, 1.0 / sum_lanes(sums));
     }
 
+    pub(super) fn softmax_panel_avx2(panel: &mut [f32], sum: &mut [f32]) {
+        // SAFETY: installed only after avx2 and fma were detected.
+        unsafe { softmax_panel_avx2_impl(panel, sum) }
+    }
+
+    pub(super) fn softmax_panel_avx512(panel: &mut [f32], sum: &mut [f32]) {
+        // SAFETY: installed only for the AVX-512 tier (avx512f, avx2, fma).
+        unsafe { softmax_panel_avx512_impl(panel, sum) }
+    }
+
+    /// [`super::scalar_softmax_panel`] with a row (16 queries) in two
+    /// 8-lane vectors.
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn softmax_panel_avx2_impl(panel: &mut [f32], sum: &mut [f32]) {
+        assert!(sum.len() >= COLUMN_PANEL);
+        let mut max = [_mm256_set1_ps(f32::NEG_INFINITY); 2];
+        for row in panel.chunks_exact(COLUMN_PANEL) {
+            for (h, m) in max.iter_mut().enumerate() {
+                // SAFETY: 8 of this row's 16 floats.
+                *m = _mm256_max_ps(unsafe { _mm256_loadu_ps(row.as_ptr().add(8 * h)) }, *m);
+            }
+        }
+        let mut acc = [_mm256_setzero_ps(); 2];
+        for row in panel.chunks_exact_mut(COLUMN_PANEL) {
+            for h in 0..2 {
+                // SAFETY: 8 of this row's 16 floats.
+                unsafe {
+                    let at = row.as_mut_ptr().add(8 * h);
+                    let e = softmax_exp8(_mm256_sub_ps(_mm256_loadu_ps(at), max[h]));
+                    _mm256_storeu_ps(at, e);
+                    acc[h] = _mm256_add_ps(acc[h], e);
+                }
+            }
+        }
+        for (h, a) in acc.iter().enumerate() {
+            // SAFETY: `sum` holds 16 floats (asserted).
+            unsafe { _mm256_storeu_ps(sum.as_mut_ptr().add(8 * h), *a) };
+        }
+    }
+
+    /// [`super::scalar_softmax_panel`] with a row (16 queries) a vector.
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    unsafe fn softmax_panel_avx512_impl(panel: &mut [f32], sum: &mut [f32]) {
+        assert!(sum.len() >= COLUMN_PANEL);
+        let mut max = _mm512_set1_ps(f32::NEG_INFINITY);
+        for row in panel.chunks_exact(COLUMN_PANEL) {
+            // SAFETY: this row's 16 floats.
+            max = _mm512_max_ps(unsafe { _mm512_loadu_ps(row.as_ptr()) }, max);
+        }
+        let mut acc = _mm512_setzero_ps();
+        for row in panel.chunks_exact_mut(COLUMN_PANEL) {
+            // SAFETY: this row's 16 floats.
+            unsafe {
+                let e = softmax_exp16(_mm512_sub_ps(_mm512_loadu_ps(row.as_ptr()), max));
+                _mm512_storeu_ps(row.as_mut_ptr(), e);
+                acc = _mm512_add_ps(acc, e);
+            }
+        }
+        // SAFETY: `sum` holds 16 floats (asserted).
+        unsafe { _mm512_storeu_ps(sum.as_mut_ptr(), acc) };
+    }
+
     /// `x <- x * inv`, element by element (each product rounded once, as
     /// in the reference, whatever the compiler vectorizes it into).
     #[inline(always)]
@@ -460,13 +578,25 @@ mod x86 {
 
     /// Every kernel this CPU can run, for the property tests.
     #[cfg(test)]
-    pub(super) fn available() -> Vec<(&'static str, GeluFn, GegluFn, SoftmaxFn)> {
-        let mut v: Vec<(&'static str, GeluFn, GegluFn, SoftmaxFn)> = Vec::new();
+    pub(super) fn available() -> Vec<(&'static str, GeluFn, GegluFn, SoftmaxFn, PanelFn)> {
+        let mut v: Vec<(&'static str, GeluFn, GegluFn, SoftmaxFn, PanelFn)> = Vec::new();
         if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            v.push(("avx2", gelu_avx2, geglu_avx2, softmax_avx2));
+            v.push((
+                "avx2",
+                gelu_avx2,
+                geglu_avx2,
+                softmax_avx2,
+                softmax_panel_avx2,
+            ));
         }
         if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx2") {
-            v.push(("avx512", gelu_avx512, geglu_avx512, softmax_avx512));
+            v.push((
+                "avx512",
+                gelu_avx512,
+                geglu_avx512,
+                softmax_avx512,
+                softmax_panel_avx512,
+            ));
         }
         v
     }
@@ -477,7 +607,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn simd() -> Vec<(&'static str, GeluFn, GegluFn, SoftmaxFn)> {
+    fn simd() -> Vec<(&'static str, GeluFn, GegluFn, SoftmaxFn, PanelFn)> {
         #[cfg(target_arch = "x86_64")]
         return x86::available();
         #[cfg(not(target_arch = "x86_64"))]
@@ -538,7 +668,7 @@ mod tests {
             scalar_gelu(&mut want_gelu);
             let mut want_geglu = x.clone();
             scalar_geglu(&mut want_geglu, &u);
-            for (name, gelu_k, geglu_k, _) in simd() {
+            for (name, gelu_k, geglu_k, _, _) in simd() {
                 let mut got = x.clone();
                 gelu_k(&mut got);
                 for (g, w) in got.iter().zip(&want_gelu) {
@@ -568,7 +698,7 @@ mod tests {
         ) {
             let mut want = x.clone();
             scalar_softmax(&mut want);
-            for (name, _, _, softmax_k) in simd() {
+            for (name, _, _, softmax_k, _) in simd() {
                 let mut got = x.clone();
                 softmax_k(&mut got);
                 for (i, (g, w)) in got.iter().zip(&want).enumerate() {
@@ -581,6 +711,55 @@ mod tests {
             softmax(&mut got);
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
             prop_assert_eq!(bits(&got), bits(&want));
+        }
+
+        /// Every column-softmax kernel gives the reference's bits, the
+        /// exponentials and the sums, with scores below the clamp and
+        /// masked ones among them.
+        #[test]
+        fn softmax_panels_simd_match_scalar(
+            rows in 1usize..40,
+            seed in prop::collection::vec(prop_oneof![
+                8 => -30.0f32..30.0,
+                1 => -300.0f32..10.0,
+                1 => Just(f32::NEG_INFINITY),
+            ], 40 * COLUMN_PANEL),
+        ) {
+            let base = &seed[..rows * COLUMN_PANEL];
+            let (mut want, mut want_sum) = (base.to_vec(), [0.0f32; COLUMN_PANEL]);
+            scalar_softmax_panel(&mut want, &mut want_sum);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            for (name, _, _, _, panel_k) in simd() {
+                let (mut got, mut sum) = (base.to_vec(), [0.0f32; COLUMN_PANEL]);
+                panel_k(&mut got, &mut sum);
+                prop_assert_eq!(bits(&got), bits(&want), "{} exponentials", name);
+                prop_assert_eq!(bits(&sum), bits(&want_sum), "{} sums", name);
+            }
+            let (mut got, mut sum) = (base.to_vec(), [0.0f32; COLUMN_PANEL]);
+            softmax_columns(&mut got, rows, &mut sum);
+            prop_assert_eq!(bits(&got), bits(&want));
+            prop_assert_eq!(bits(&sum), bits(&want_sum));
+        }
+    }
+
+    /// Down each column, the exponentials over their sum are the softmax
+    /// of that column's scores.
+    #[test]
+    fn column_softmax_is_the_softmax() {
+        let rows = 100;
+        let mut panel: Vec<f32> = (0..rows * COLUMN_PANEL)
+            .map(|i| ((i as f32 * 0.731).sin() * 60.0) / (7.0 + (i % COLUMN_PANEL) as f32))
+            .collect();
+        let base = panel.clone();
+        let mut sum = [0.0f32; COLUMN_PANEL];
+        softmax_columns(&mut panel, rows, &mut sum);
+        for lane in 0..COLUMN_PANEL {
+            let mut want: Vec<f32> = (0..rows).map(|p| base[p * COLUMN_PANEL + lane]).collect();
+            scalar_softmax(&mut want);
+            for (p, w) in want.iter().enumerate() {
+                let got = panel[p * COLUMN_PANEL + lane] / sum[lane];
+                assert!((got - w).abs() <= 1e-6 * w + 1e-12, "{got} vs {w}");
+            }
         }
     }
 

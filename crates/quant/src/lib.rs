@@ -205,20 +205,6 @@ pub fn kernel_name() -> &'static str {
     simd::best().name
 }
 
-/// How many f32 lanes the x86 vector kernels of the set in use run at (16
-/// on the AVX-512 tiers, 8 on the AVX2 ones, 1 on the portable one and
-/// off x86), for code outside this crate that keeps vector kernels of its
-/// own and follows the same choice (`HEARTH_CPU` included).
-pub fn f32_lanes() -> usize {
-    #[cfg(target_arch = "x86_64")]
-    match simd::best().gemm.vector() {
-        simd::GemmTier::Avx512Vnni | simd::GemmTier::Amx => return 16,
-        simd::GemmTier::Avx2 | simd::GemmTier::AvxVnni => return 8,
-        simd::GemmTier::Portable => {}
-    }
-    1
-}
-
 /// Names of the kernel sets this CPU can run, slowest first.
 pub fn kernel_sets() -> Vec<&'static str> {
     simd::available().iter().map(|k| k.name).collect()

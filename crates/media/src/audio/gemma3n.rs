@@ -17,40 +17,14 @@
 //! `hf` crate: the tower's tensors under `a.`, the embedder's under `mm.a.`,
 //! with the hyper-parameters under `hearth.audio.`.
 
-use crate::audio::LogMel;
-use crate::conformer::{conv_stride2, rms_norm, rows_norm, Block, Grid, Layout, Shape, HF_LCONV};
-use crate::vision::{product, vector, Buffers, Linear};
+use super::conformer::{conv_stride2, AudioKeys, Block, Grid, Layout, Shape, HF_LCONV};
+use super::input::LogMel;
+use crate::weights::{product, vector, Buffers, Linear};
 use crate::MediaError;
 use gguf::GgufFile;
+use model::ops;
 use quant::ThreadPool;
 use std::sync::Arc;
-
-/// Metadata keys the converter writes.
-pub const AUDIO_KEY_PREFIX: &str = "hearth.audio.";
-
-/// Reads the converter's `hearth.audio.*` keys.
-pub(crate) struct AudioKeys<'f>(pub(crate) &'f GgufFile);
-
-impl AudioKeys<'_> {
-    fn missing(k: &str) -> MediaError {
-        MediaError::Metadata(format!("`{AUDIO_KEY_PREFIX}{k}` is missing"))
-    }
-
-    /// `hearth.audio.{k}` as a count.
-    pub(crate) fn uint(&self, k: &str) -> Result<usize, MediaError> {
-        self.0
-            .get_u64(&format!("{AUDIO_KEY_PREFIX}{k}"))
-            .and_then(|v| usize::try_from(v).ok())
-            .ok_or_else(|| Self::missing(k))
-    }
-
-    /// `hearth.audio.{k}` as a number.
-    pub(crate) fn float(&self, k: &str) -> Result<f32, MediaError> {
-        self.0
-            .get_f32(&format!("{AUDIO_KEY_PREFIX}{k}"))
-            .ok_or_else(|| Self::missing(k))
-    }
-}
 
 /// The audio encoder's shape and the prompt's size.
 #[derive(Debug, Clone, PartialEq)]
@@ -258,7 +232,7 @@ impl Gemma3nAudioTower {
         let mut hard = vector(f, "mm.a.embedding.weight", cfg.vocab * d)?;
         let hard_norm = vector(f, "mm.a.hard_embedding_norm.weight", d)?;
         for row in hard.chunks_exact_mut(d) {
-            rms_norm(row, Some(&hard_norm), cfg.eps);
+            ops::rms_norm(row, &hard_norm, cfg.eps);
         }
         let mut vocab = vec![0.0; cfg.vocab * cfg.text_hidden];
         product(
@@ -271,7 +245,7 @@ impl Gemma3nAudioTower {
             &mut Buffers::default(),
         )?;
         for row in vocab.chunks_exact_mut(cfg.text_hidden) {
-            rms_norm(row, None, cfg.eps);
+            ops::rms_norm_plain(row, cfg.eps);
         }
         Ok(Self {
             cfg,
@@ -344,7 +318,7 @@ impl Gemma3nAudioTower {
         for &i in &kept {
             rows.extend_from_slice(&x[i * d..][..d]);
         }
-        rows_norm(pool, &mut rows, d, Some(&self.soft_norm), cfg.eps);
+        ops::rms_norm_rows(pool, &mut rows, d, Some(&self.soft_norm), cfg.eps);
         let th = cfg.text_hidden;
         let mut out = vec![0.0f32; kept.len() * th];
         product(
@@ -356,7 +330,7 @@ impl Gemma3nAudioTower {
             &mut out,
             &mut bufs,
         )?;
-        rows_norm(pool, &mut out, th, None, cfg.eps);
+        ops::rms_norm_rows(pool, &mut out, th, None, cfg.eps);
         for (j, &i) in kept.iter().enumerate() {
             if !valid[i] {
                 out[j * th..][..th].copy_from_slice(self.padding());

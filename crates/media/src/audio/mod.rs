@@ -1,8 +1,22 @@
-//! The audio towers implemented, behind one type: what the engine needs to
-//! turn a clip into prompt rows whichever family the checkpoint is.
+//! Sound in: clips decoded and resampled and their log-mel features
+//! ([`input`]), and the audio towers — Gemma 3n's ([`gemma3n`]) and Gemma
+//! 4's ([`gemma4`]), two conformers sharing their blocks ([`conformer`]) —
+//! behind one type, [`AudioTower`]: what the engine needs to turn a clip
+//! into prompt rows whichever family the checkpoint is.
 
-use crate::gemma4_audio::GEMMA4_AUDIO_ARCH;
-use crate::{AudioEmbedding, Gemma3nAudioTower, Gemma4AudioTower, LogMel, MediaError, MelSettings};
+mod conformer;
+mod gemma3n;
+mod gemma4;
+mod input;
+
+pub use conformer::AUDIO_KEY_PREFIX;
+pub use gemma3n::{AudioEmbedding, Gemma3nAudioConfig, Gemma3nAudioTower};
+pub use gemma4::{Gemma4AudioConfig, Gemma4AudioTower, GEMMA4_AUDIO_ARCH};
+pub use input::{
+    Clip, LogMel, MelFloor, MelSettings, DEFAULT_MAX_CLIP_SECONDS, MAX_SECONDS, SAMPLE_RATE,
+};
+
+use crate::MediaError;
 use gguf::GgufFile;
 use quant::ThreadPool;
 use std::sync::Arc;

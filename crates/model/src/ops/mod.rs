@@ -1,40 +1,16 @@
-//! Element-wise and per-row operations of the forward pass, in f32.
+//! The operations the text model and every media tower share, in f32:
+//! element-wise activations, the rotary embedding and softmax here; the
+//! norms in [`norm`], the products of a weight in [`linear`], and
+//! attention among all positions (the towers') in [`full_attention`].
+//! The text model's attention over its cache lives with the cache.
 
-/// `x <- x / rms(x) * w`, where GGUF Gemma norm weights already hold `1 + w`.
-/// The sum of squares is accumulated in f64, as ggml does, so long rows do
-/// not lose precision.
-pub fn rms_norm(x: &mut [f32], w: &[f32], eps: f32) {
-    let scale = 1.0 / ((sum_squares(x) / x.len() as f64) as f32 + eps).sqrt();
-    for (v, &g) in x.iter_mut().zip(w) {
-        *v = *v * scale * g;
-    }
-}
+pub mod full_attention;
+pub mod linear;
+pub mod norm;
 
-/// `x <- x / rms(x)`: RMSNorm without a weight (Gemma 4's value norm).
-pub fn rms_norm_plain(x: &mut [f32], eps: f32) {
-    let scale = 1.0 / ((sum_squares(x) / x.len() as f64) as f32 + eps).sqrt();
-    x.iter_mut().for_each(|v| *v *= scale);
-}
-
-/// The sum of `x`'s squares in f64 (each square exact), in eight partial
-/// sums (element `i` into sum `i % 8`) added pairwise at the end: a fixed
-/// order, the same on every CPU. One running sum made each add wait on the
-/// last (1152 of them for a 1B's row), and a decode step's norms run on one
-/// thread while the others wait.
-pub(crate) fn sum_squares(x: &[f32]) -> f64 {
-    let mut acc = [0.0f64; 8];
-    let chunks = x.chunks_exact(8);
-    let tail = chunks.remainder();
-    for c in chunks {
-        for (a, &v) in acc.iter_mut().zip(c) {
-            *a += f64::from(v) * f64::from(v);
-        }
-    }
-    for (a, &v) in acc.iter_mut().zip(tail) {
-        *a += f64::from(v) * f64::from(v);
-    }
-    ((acc[0] + acc[4]) + (acc[2] + acc[6])) + ((acc[1] + acc[5]) + (acc[3] + acc[7]))
-}
+pub use norm::{
+    layer_norm, layer_norm_rows, post_norm_add, pre_norm, rms_norm, rms_norm_plain, rms_norm_rows,
+};
 
 /// GELU with the tanh approximation (`gelu_pytorch_tanh`), written with the
 /// identity `(1 + tanh(z)) / 2 = 1 / (1 + exp(-2z))` and an `exp` from IEEE
@@ -213,65 +189,41 @@ impl Rope {
     }
 }
 
+/// `1 / (1 + e^-x)`, through the same `exp` as [`gelu_tanh`].
+#[inline]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + quant::activation::exp(-x))
+}
+
+/// `x · sigmoid(x)` (SiLU).
+#[inline]
+pub fn silu(x: f32) -> f32 {
+    x / (1.0 + quant::activation::exp(-x))
+}
+
+/// `ln(1 + e^x)`, and `x` itself past 20 (where the two agree in f32).
+#[inline]
+pub fn softplus(x: f32) -> f32 {
+    if x > 20.0 {
+        x
+    } else {
+        quant::activation::exp(x).ln_1p()
+    }
+}
+
 /// Numerically stable softmax in place.
 pub fn softmax(x: &mut [f32]) {
     quant::activation::softmax(x)
-}
-
-/// `h = rms_norm(x) * w` row by row: the norm in front of a block. The copy
-/// runs in the same parallel pass as the norm: a prefill's rows are
-/// megabytes, and one thread copying them would hold the others.
-#[track_caller]
-pub(crate) fn pre_norm(pool: &quant::ThreadPool, x: &[f32], h: &mut [f32], w: &[f32], eps: f32) {
-    par_rows(pool, h, w.len(), |i, row| {
-        row.copy_from_slice(&x[i * w.len()..(i + 1) * w.len()]);
-        rms_norm(row, w, eps)
-    });
 }
 
 /// Fewer rows than this run on the calling thread: handing them to the pool
 /// would cost more than it saves.
 pub(crate) const PAR_MIN_ROWS: usize = 16;
 
-/// `x += rms_norm(o) * w` row by row: Gemma's norm after a block, then the
-/// residual add, both in one parallel pass over the rows.
-#[track_caller]
-pub(crate) fn post_norm_add(
-    pool: &quant::ThreadPool,
-    o: &mut [f32],
-    x: &mut [f32],
-    w: &[f32],
-    eps: f32,
-) {
-    let n = w.len();
-    let norm_add = |o: &mut [f32], x: &mut [f32]| {
-        for (o, x) in o.chunks_exact_mut(n).zip(x.chunks_exact_mut(n)) {
-            rms_norm(o, w, eps);
-            x.iter_mut().zip(o.iter()).for_each(|(xv, &ov)| *xv += ov);
-        }
-    };
-    let rows = o.len() / n.max(1);
-    if rows < PAR_MIN_ROWS || pool.threads() == 1 {
-        return norm_add(o, x);
-    }
-    let per = rows.div_ceil(pool.threads());
-    // Each task takes its own pair of row runs out of its own slot.
-    let pairs: Vec<std::sync::Mutex<(&mut [f32], &mut [f32])>> = o
-        .chunks_mut(per * n)
-        .zip(x.chunks_mut(per * n))
-        .map(std::sync::Mutex::new)
-        .collect();
-    pool.run(pairs.len(), |t| {
-        let mut pair = pairs[t].lock().unwrap_or_else(|p| p.into_inner());
-        let (o, x) = &mut *pair;
-        norm_add(o, x);
-    });
-}
-
 /// Apply `f(row_index, row)` to every `row_len`-wide row of `data`, split
 /// over the pool when there are enough rows to pay for the hand-off.
 #[track_caller]
-pub(crate) fn par_rows(
+pub fn par_rows(
     pool: &quant::ThreadPool,
     data: &mut [f32],
     row_len: usize,
@@ -320,43 +272,6 @@ mod tests {
         assert_eq!(tanh(f32::NEG_INFINITY), -1.0);
         assert_eq!(tanh(40.0), 1.0);
         assert!(tanh(f32::NAN).is_nan());
-    }
-
-    #[test]
-    fn sum_squares_is_close_to_the_running_sum_and_fixed() {
-        let mut x = 0x2545_f491_4f6c_dd1d_u64;
-        for n in [0usize, 1, 7, 8, 9, 640, 1152, 2561] {
-            let v: Vec<f32> = (0..n)
-                .map(|_| {
-                    x ^= x << 13;
-                    x ^= x >> 7;
-                    x ^= x << 17;
-                    ((x >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 40.0
-                })
-                .collect();
-            let running: f64 = v.iter().map(|&a| f64::from(a) * f64::from(a)).sum();
-            let got = sum_squares(&v);
-            assert!(
-                (got - running).abs() <= running * 1e-14,
-                "n {n}: {got} vs {running}"
-            );
-            // By hand for the order: lane sums, then the pairwise tree.
-            let mut lanes = [0.0f64; 8];
-            for (i, &a) in v.iter().enumerate() {
-                lanes[i % 8] += f64::from(a) * f64::from(a);
-            }
-            let want = ((lanes[0] + lanes[4]) + (lanes[2] + lanes[6]))
-                + ((lanes[1] + lanes[5]) + (lanes[3] + lanes[7]));
-            assert_eq!(got.to_bits(), want.to_bits(), "n {n}");
-        }
-    }
-
-    #[test]
-    fn rms_norm_unit_rows() {
-        let mut x = vec![3.0, 4.0];
-        rms_norm(&mut x, &[1.0, 2.0], 0.0);
-        let r = (12.5f32).sqrt();
-        assert!((x[0] - 3.0 / r).abs() < 1e-6 && (x[1] - 8.0 / r).abs() < 1e-6);
     }
 
     #[test]

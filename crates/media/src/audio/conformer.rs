@@ -6,10 +6,38 @@
 //! in tensor names, in Gemma 4's key scale and its clamped products (a
 //! [`Linear`] carries its own clamps), and in what surrounds the blocks.
 
-use crate::vision::{product, vector, Buffers, Linear};
+use crate::weights::{product, vector, Buffers, Linear};
 use crate::MediaError;
 use gguf::GgufFile;
+use model::ops;
 use quant::ThreadPool;
+
+/// Metadata keys the converter writes.
+pub const AUDIO_KEY_PREFIX: &str = "hearth.audio.";
+
+/// Reads the converter's `hearth.audio.*` keys.
+pub(crate) struct AudioKeys<'f>(pub(crate) &'f GgufFile);
+
+impl AudioKeys<'_> {
+    fn missing(k: &str) -> MediaError {
+        MediaError::Metadata(format!("`{AUDIO_KEY_PREFIX}{k}` is missing"))
+    }
+
+    /// `hearth.audio.{k}` as a count.
+    pub(crate) fn uint(&self, k: &str) -> Result<usize, MediaError> {
+        self.0
+            .get_u64(&format!("{AUDIO_KEY_PREFIX}{k}"))
+            .and_then(|v| usize::try_from(v).ok())
+            .ok_or_else(|| Self::missing(k))
+    }
+
+    /// `hearth.audio.{k}` as a number.
+    pub(crate) fn float(&self, k: &str) -> Result<f32, MediaError> {
+        self.0
+            .get_f32(&format!("{AUDIO_KEY_PREFIX}{k}"))
+            .ok_or_else(|| Self::missing(k))
+    }
+}
 
 /// The blocks' shape and constants.
 #[derive(Debug, Clone, PartialEq)]
@@ -124,54 +152,6 @@ struct FeedForward {
     post_norm: Vec<f32>,
 }
 
-/// `x <- x / sqrt(mean(x²) + eps) · w`, these encoders' RMSNorm (weight
-/// `w` itself, not `1 + w`); without `w`, no weight.
-pub(crate) fn rms_norm(x: &mut [f32], w: Option<&[f32]>, eps: f32) {
-    let ss: f64 = x.iter().map(|&v| f64::from(v) * f64::from(v)).sum();
-    let s = 1.0 / ((ss / x.len().max(1) as f64) as f32 + eps).sqrt();
-    match w {
-        Some(w) => x.iter_mut().zip(w).for_each(|(v, &g)| *v = *v * s * g),
-        None => x.iter_mut().for_each(|v| *v *= s),
-    }
-}
-
-/// [`rms_norm`] over each row of `d` values.
-pub(crate) fn rows_norm(pool: &ThreadPool, x: &mut [f32], d: usize, w: Option<&[f32]>, eps: f32) {
-    pool.for_each_chunk_mut(x, d, |_, row| rms_norm(row, w, eps));
-}
-
-/// Rows handed to one task by [`each_row`]: enough to outweigh a task's
-/// hand-off, few enough to share a clip's rows among the threads.
-const ROWS_PER_TASK: usize = 16;
-
-/// `f(i, row)` for every row of `d` values of `x`, in parallel. The
-/// element-wise steps between products run here: on one thread they would
-/// leave the others idle for a sizeable part of an encoding.
-fn each_row(
-    pool: &ThreadPool,
-    x: &mut [f32],
-    d: usize,
-    f: impl Fn(usize, &mut [f32]) + Sync + Send,
-) {
-    pool.for_each_chunk_mut(x, d * ROWS_PER_TASK, |c, chunk| {
-        for (j, row) in chunk.chunks_exact_mut(d).enumerate() {
-            f(c * ROWS_PER_TASK + j, row);
-        }
-    });
-}
-
-fn silu(x: f32) -> f32 {
-    x / (1.0 + (-x).exp())
-}
-
-fn softplus(x: f32) -> f32 {
-    if x > 20.0 {
-        x
-    } else {
-        x.exp().ln_1p()
-    }
-}
-
 impl Block {
     /// Bind block `prefix` (ending in `.`) of `layout`. Products bind with
     /// their clamps where the file has them.
@@ -196,7 +176,7 @@ impl Block {
         };
         let (scale_name, softplus_applied) = layout.per_dim_scale;
         let per_dim = vector(f, &n(scale_name), dh)?;
-        let base = (dh as f32).powf(-0.5) / softplus(0.0);
+        let base = (dh as f32).powf(-0.5) / ops::softplus(0.0);
         let pos_proj = Linear::bind_plain(f, &n(layout.pos_proj), d, d)?;
         let [q, k, v] = layout.qkv;
         let [conv_norm_in, conv_start, conv, conv_norm, conv_end] = layout.lconv;
@@ -209,7 +189,13 @@ impl Block {
             positions: relative_positions(pool, f, shape, &pos_proj)?,
             query_scale: per_dim
                 .iter()
-                .map(|&s| base * if softplus_applied { s } else { softplus(s) })
+                .map(|&s| {
+                    base * if softplus_applied {
+                        s
+                    } else {
+                        ops::softplus(s)
+                    }
+                })
                 .collect(),
             post: Linear::bind_clamped(f, &n(layout.post), d, d)?,
             post_norm: vector(f, &w(layout.post_norm), d)?,
@@ -239,16 +225,16 @@ impl Block {
         self.ffw[0].run(pool, file, shape, x, t, bufs)?;
         // Attention.
         let mut h = x.to_vec();
-        each_row(pool, &mut h, d, |_, row| {
+        ops::par_rows(pool, &mut h, d, |_, row| {
             row.iter_mut().for_each(|e| *e = e.clamp(lo, hi));
-            rms_norm(row, Some(&self.attn_norm), eps);
+            ops::rms_norm(row, &self.attn_norm, eps);
         });
         let (mut q, mut k, mut v) = (vec![0.0; t * d], vec![0.0; t * d], vec![0.0; t * d]);
         product(pool, file, &self.q, &h, t, &mut q, bufs)?;
         product(pool, file, &self.k, &h, t, &mut k, bufs)?;
         product(pool, file, &self.v, &h, t, &mut v, bufs)?;
         let dh = d / shape.heads;
-        each_row(pool, &mut q, d, |_, row| {
+        ops::par_rows(pool, &mut q, d, |_, row| {
             for head in row.chunks_exact_mut(dh) {
                 head.iter_mut()
                     .zip(&self.query_scale)
@@ -256,7 +242,7 @@ impl Block {
             }
         });
         if shape.key_scale != 1.0 {
-            each_row(pool, &mut k, d, |_, row| {
+            ops::par_rows(pool, &mut k, d, |_, row| {
                 row.iter_mut().for_each(|e| *e *= shape.key_scale)
             });
         }
@@ -264,12 +250,12 @@ impl Block {
         self.local_attention(pool, shape, &q, &k, &v, valid, &mut attn);
         let mut o = vec![0.0f32; t * d];
         product(pool, file, &self.post, &attn, t, &mut o, bufs)?;
-        each_row(pool, &mut o, d, |_, row| {
+        ops::par_rows(pool, &mut o, d, |_, row| {
             row.iter_mut().for_each(|e| *e = e.clamp(lo, hi));
-            rms_norm(row, Some(&self.post_norm), eps);
+            ops::rms_norm(row, &self.post_norm, eps);
         });
         // The residual; frames past the clip do not enter the convolution.
-        each_row(pool, x, d, |i, row| {
+        ops::par_rows(pool, x, d, |i, row| {
             if valid[i] {
                 row.iter_mut()
                     .zip(&o[i * d..][..d])
@@ -280,21 +266,21 @@ impl Block {
         });
         // Light convolution.
         let mut h = x.to_vec();
-        each_row(pool, &mut h, d, |_, row| {
-            rms_norm(row, Some(&self.conv_norm_in), eps)
+        ops::par_rows(pool, &mut h, d, |_, row| {
+            ops::rms_norm(row, &self.conv_norm_in, eps)
         });
         let mut wide = vec![0.0f32; t * 2 * d];
         product(pool, file, &self.conv_start, &h, t, &mut wide, bufs)?;
         let mut gated = vec![0.0f32; t * d];
-        each_row(pool, &mut gated, d, |i, g| {
+        ops::par_rows(pool, &mut gated, d, |i, g| {
             let (a, gate) = wide[i * 2 * d..][..2 * d].split_at(d);
             for ((o, &av), &gv) in g.iter_mut().zip(a).zip(gate) {
-                *o = av / (1.0 + (-gv).exp());
+                *o = av * ops::sigmoid(gv);
             }
         });
         let kernel = shape.conv_kernel;
         let mut conv = vec![0.0f32; t * d];
-        each_row(pool, &mut conv, d, |ti, out| {
+        ops::par_rows(pool, &mut conv, d, |ti, out| {
             for (ch, o) in out.iter_mut().enumerate() {
                 let w = &self.conv[ch * kernel..][..kernel];
                 let mut s = 0.0f32;
@@ -307,20 +293,20 @@ impl Block {
                 *o = s;
             }
             out.iter_mut().for_each(|e| *e = e.clamp(lo, hi));
-            rms_norm(out, Some(&self.conv_norm), eps);
-            out.iter_mut().for_each(|e| *e = silu(*e));
+            ops::rms_norm(out, &self.conv_norm, eps);
+            out.iter_mut().for_each(|e| *e = ops::silu(*e));
         });
         let mut o = vec![0.0f32; t * d];
         product(pool, file, &self.conv_end, &conv, t, &mut o, bufs)?;
-        each_row(pool, x, d, |i, row| {
+        ops::par_rows(pool, x, d, |i, row| {
             row.iter_mut()
                 .zip(&o[i * d..][..d])
                 .for_each(|(e, &a)| *e += a)
         });
         self.ffw[1].run(pool, file, shape, x, t, bufs)?;
-        each_row(pool, x, d, |_, row| {
+        ops::par_rows(pool, x, d, |_, row| {
             row.iter_mut().for_each(|e| *e = e.clamp(lo, hi));
-            rms_norm(row, Some(&self.norm), eps);
+            ops::rms_norm(row, &self.norm, eps);
         });
         Ok(())
     }
@@ -364,21 +350,16 @@ impl Block {
                     let pv = &self.positions[row * d + hd * dh..][..dh];
                     let s: f32 = qv.iter().zip(kv).map(|(a, b)| a * b).sum::<f32>()
                         + qv.iter().zip(pv).map(|(a, b)| a * b).sum::<f32>();
-                    logits[j] = (s / cap).tanh() * cap;
+                    logits[j] = ops::tanh(s / cap) * cap;
                 }
                 let o = &mut out[hd * dh..][..dh];
                 o.fill(0.0);
                 if !any {
                     continue;
                 }
-                let max = logits.iter().fold(f32::NEG_INFINITY, |m, &x| m.max(x));
-                let mut sum = 0.0f32;
-                for l in logits.iter_mut() {
-                    *l = (*l - max).exp();
-                    sum += *l;
-                }
+                ops::softmax(&mut logits);
                 for (j, ki) in (lo..=hi).enumerate() {
-                    let p = logits[j] / sum;
+                    let p = logits[j];
                     if p == 0.0 {
                         continue;
                     }
@@ -405,23 +386,23 @@ impl FeedForward {
         let (lo, hi) = (-shape.clip, shape.clip);
         let eps = shape.eps;
         let mut h = x.to_vec();
-        each_row(pool, &mut h, d, |_, row| {
+        ops::par_rows(pool, &mut h, d, |_, row| {
             row.iter_mut().for_each(|e| *e = e.clamp(lo, hi));
-            rms_norm(row, Some(&self.pre_norm), eps);
+            ops::rms_norm(row, &self.pre_norm, eps);
         });
         let mut up = vec![0.0f32; t * 4 * d];
         product(pool, file, &self.up, &h, t, &mut up, bufs)?;
-        each_row(pool, &mut up, 4 * d, |_, row| {
-            row.iter_mut().for_each(|e| *e = silu(*e))
+        ops::par_rows(pool, &mut up, 4 * d, |_, row| {
+            row.iter_mut().for_each(|e| *e = ops::silu(*e))
         });
         let mut o = vec![0.0f32; t * d];
         product(pool, file, &self.down, &up, t, &mut o, bufs)?;
-        each_row(pool, &mut o, d, |_, row| {
+        ops::par_rows(pool, &mut o, d, |_, row| {
             row.iter_mut().for_each(|e| *e = e.clamp(lo, hi));
-            rms_norm(row, Some(&self.post_norm), eps);
+            ops::rms_norm(row, &self.post_norm, eps);
         });
         let w = shape.residual_weight;
-        each_row(pool, x, d, |i, row| {
+        ops::par_rows(pool, x, d, |i, row| {
             row.iter_mut()
                 .zip(&o[i * d..][..d])
                 .for_each(|(e, &a)| *e += a * w)

@@ -16,13 +16,12 @@
 //! `sqrt(width)`, optionally standardised, RMS-normalised without weight and
 //! projected into the text model's width.
 
-use crate::vision::{
-    attention, patch_rows, product, tensor, vector, Buffers, Linear, Pixels, VisionConfig,
-    PRODUCT_BLOCK,
-};
+use super::{patch_rows, Pixels, VisionConfig};
+use crate::weights::{product, tensor, vector, Buffers, Linear, PRODUCT_BLOCK};
 use crate::MediaError;
 use gguf::GgufFile;
 use model::ops;
+use model::ops::full_attention::attention;
 use quant::ThreadPool;
 
 /// The size (width, height) a `width × height` picture is resized to: the
@@ -193,14 +192,14 @@ impl Gemma4 {
         }
 
         let dh = d / cfg.heads;
-        let rope = Rope::new(dh, cfg.rope_theta, pw.max(ph));
+        let rope = Rope2d::new(dh, cfg.rope_theta, pw.max(ph));
         let mut hbuf = vec![0.0f32; n * d];
         let (mut q, mut kk, mut v) = (vec![0.0; n * d], vec![0.0; n * d], vec![0.0; n * d]);
         let mut attn = vec![0.0f32; n * d];
         let mut o = vec![0.0f32; n * d];
         let (mut gate, mut up) = (vec![0.0f32; n * f], vec![0.0f32; n * f]);
         for blk in &self.blocks {
-            norm_rows(pool, &x, &mut hbuf, d, &blk.ln1, cfg.eps);
+            ops::pre_norm(pool, &x, &mut hbuf, &blk.ln1, cfg.eps);
             product(pool, file, &blk.q, &hbuf, n, &mut q, &mut bufs)?;
             product(pool, file, &blk.k, &hbuf, n, &mut kk, &mut bufs)?;
             product(pool, file, &blk.v, &hbuf, n, &mut v, &mut bufs)?;
@@ -232,18 +231,15 @@ impl Gemma4 {
                 &mut bufs.heads,
             )?;
             product(pool, file, &blk.out, &attn, n, &mut o, &mut bufs)?;
-            add_normed(pool, &mut x, &mut o, d, &blk.attn_post, cfg.eps);
-            norm_rows(pool, &x, &mut hbuf, d, &blk.ln2, cfg.eps);
+            ops::post_norm_add(pool, &mut o, &mut x, &blk.attn_post, cfg.eps);
+            ops::pre_norm(pool, &x, &mut hbuf, &blk.ln2, cfg.eps);
             product(pool, file, &blk.gate, &hbuf, n, &mut gate, &mut bufs)?;
             product(pool, file, &blk.up, &hbuf, n, &mut up, &mut bufs)?;
             pool.for_each_chunk_mut(&mut gate, PRODUCT_BLOCK * f, |b, chunk| {
-                let u = &up[b * PRODUCT_BLOCK * f..][..chunk.len()];
-                for (g, &uv) in chunk.iter_mut().zip(u) {
-                    *g = ops::gelu_tanh(*g) * uv;
-                }
+                ops::geglu(chunk, &up[b * PRODUCT_BLOCK * f..][..chunk.len()]);
             });
             product(pool, file, &blk.down, &gate, n, &mut o, &mut bufs)?;
-            add_normed(pool, &mut x, &mut o, d, &blk.ffn_post, cfg.eps);
+            ops::post_norm_add(pool, &mut o, &mut x, &blk.ffn_post, cfg.eps);
         }
         drop((hbuf, q, kk, v, attn, o, gate, up));
         let mut pooled = self.pool_cells(cfg, &x, pw, ph);
@@ -293,69 +289,34 @@ impl Gemma4 {
     }
 }
 
-/// `out = RMSNorm(x) · w` row by row.
-fn norm_rows(pool: &ThreadPool, x: &[f32], out: &mut [f32], d: usize, w: &[f32], eps: f32) {
-    let out = &mut out[..x.len()];
-    out.copy_from_slice(x);
-    pool.for_each_chunk_mut(out, PRODUCT_BLOCK * d, |_, chunk| {
-        chunk
-            .chunks_exact_mut(d)
-            .for_each(|row| ops::rms_norm(row, w, eps));
-    });
-}
-
-/// `x += RMSNorm(o) · w` row by row (the block's post-norms).
-fn add_normed(pool: &ThreadPool, x: &mut [f32], o: &mut [f32], d: usize, w: &[f32], eps: f32) {
-    pool.for_each_chunk_mut(o, PRODUCT_BLOCK * d, |_, chunk| {
-        chunk
-            .chunks_exact_mut(d)
-            .for_each(|row| ops::rms_norm(row, w, eps));
-    });
-    x.iter_mut().zip(o.iter()).for_each(|(a, &b)| *a += b);
-}
-
-/// The 2-D rotary embedding of one head: the first half rotated by the
-/// patch's column, the second by its row, each half in NeoX order (pairs
-/// `i` and `i + dh/4`) with frequencies `theta^(-2i / (dh/2))`.
-struct Rope {
-    quarter: usize,
-    /// `cos` and `sin` of coordinate `c` at frequency `i`:
-    /// `[c * quarter + i]`.
+/// The 2-D rotary embedding of one head: the shared [`ops::Rope`] over
+/// each half of the head (NeoX pairs `i` and `i + dh/4`, frequencies
+/// `theta^(-2i / (dh/2))`), the first half turned by the patch's column and
+/// the second by its row, from tables of every coordinate's angles.
+struct Rope2d {
+    rope: ops::Rope,
+    /// `cos` and `sin` of coordinate `c` at pair `i`: `[c * pairs + i]`.
     cos: Vec<f32>,
     sin: Vec<f32>,
 }
 
-impl Rope {
+impl Rope2d {
     fn new(dh: usize, theta: f32, coords: usize) -> Self {
-        let quarter = dh / 4;
-        let half = (dh / 2) as f32;
-        // As transformers computes them: f32 exponents, f32 products.
-        let inv: Vec<f32> = (0..quarter)
-            .map(|i| 1.0 / theta.powf((2 * i) as f32 / half))
-            .collect();
-        let mut cos = Vec::with_capacity(coords * quarter);
-        let mut sin = Vec::with_capacity(coords * quarter);
+        let rope = ops::Rope::new(dh / 2, theta, 1.0);
+        let q = rope.pairs();
+        let (mut cos, mut sin) = (vec![0.0; coords * q], vec![0.0; coords * q]);
         for c in 0..coords {
-            for &f in &inv {
-                let angle = f64::from(c as f32 * f);
-                cos.push(angle.cos() as f32);
-                sin.push(angle.sin() as f32);
-            }
+            rope.angles(c, &mut cos[c * q..][..q], &mut sin[c * q..][..q]);
         }
-        Self { quarter, cos, sin }
+        Self { rope, cos, sin }
     }
 
     fn apply(&self, head: &mut [f32], x: usize, y: usize) {
-        let q = self.quarter;
+        let q = self.rope.pairs();
         let (first, second) = head.split_at_mut(2 * q);
         for (part, c) in [(first, x), (second, y)] {
-            let (cos, sin) = (&self.cos[c * q..][..q], &self.sin[c * q..][..q]);
-            let (a, b) = part.split_at_mut(q);
-            for i in 0..q {
-                let (u, v) = (a[i], b[i]);
-                a[i] = u * cos[i] - v * sin[i];
-                b[i] = v * cos[i] + u * sin[i];
-            }
+            self.rope
+                .apply_angles(part, &self.cos[c * q..][..q], &self.sin[c * q..][..q]);
         }
     }
 }
@@ -405,7 +366,7 @@ mod tests {
 
     #[test]
     fn rope_turns_each_half_by_its_own_coordinate() {
-        let rope = Rope::new(8, 100.0, 4);
+        let rope = Rope2d::new(8, 100.0, 4);
         let mut head = [1.0, 0.0, 0.0, 0.0, 1.0, 0.0, 0.0, 0.0];
         rope.apply(&mut head, 0, 3);
         // Column 0: the first half is unchanged.

@@ -25,12 +25,13 @@
 //! constants llama.cpp fixes, such as the attention's reach and soft-cap,
 //! are taken as it takes them).
 
-use crate::audio::LogMel;
-use crate::conformer::{conv_stride2, rows_norm, Block, Grid, Layout, Shape, HF_LCONV};
-use crate::gemma3n_audio::AudioKeys;
-use crate::vision::{product, vector, Buffers, Linear};
-use crate::{AudioEmbedding, MediaError};
+use super::conformer::{conv_stride2, AudioKeys, Block, Grid, Layout, Shape, HF_LCONV};
+use super::gemma3n::AudioEmbedding;
+use super::input::LogMel;
+use crate::weights::{product, vector, Buffers, Linear};
+use crate::MediaError;
 use gguf::GgufFile;
+use model::ops;
 use quant::ThreadPool;
 use std::sync::Arc;
 
@@ -108,7 +109,7 @@ impl Gemma4AudioConfig {
                 .ok_or_else(|| MediaError::Metadata(format!("`{k}` is missing")))
         };
         let dim = |name: &str, i: usize| -> Result<usize, MediaError> {
-            let t = crate::vision::tensor(file, name)?;
+            let t = crate::weights::tensor(file, name)?;
             t.dims
                 .get(i)
                 .and_then(|&v| usize::try_from(v).ok())
@@ -355,7 +356,9 @@ impl Gemma4AudioTower {
         let mut x = Grid::mel(mel, mel.valid)?;
         for i in 0..2 {
             x = conv_stride2(pool, &self.file, &self.conv[i], &x, 1, &mut bufs)?;
-            layer_norm_channels(&mut x.data, x.c, &self.conv_norm[i], cfg.eps);
+            for row in x.data.chunks_exact_mut(x.c) {
+                ops::layer_norm(row, &self.conv_norm[i], None, cfg.eps);
+            }
             x.data.iter_mut().for_each(|v| *v = v.max(0.0));
         }
         let (t, d) = (x.t, cfg.hidden);
@@ -386,7 +389,7 @@ impl Gemma4AudioTower {
             &mut o,
             &mut bufs,
         )?;
-        rows_norm(pool, &mut o, od, None, cfg.eps);
+        ops::rms_norm_rows(pool, &mut o, od, None, cfg.eps);
         let mut rows = vec![0.0f32; t * cfg.text_hidden];
         product(
             pool,
@@ -398,24 +401,5 @@ impl Gemma4AudioTower {
             &mut bufs,
         )?;
         Ok(AudioEmbedding { rows, from_clip: t })
-    }
-}
-
-/// LayerNorm without bias over each position's `channels` values (biased
-/// variance), then a weight per channel.
-fn layer_norm_channels(x: &mut [f32], channels: usize, w: &[f32], eps: f32) {
-    for row in x.chunks_exact_mut(channels) {
-        let n = channels as f64;
-        let mean = row.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
-        let var = row
-            .iter()
-            .map(|&v| (f64::from(v) - mean) * (f64::from(v) - mean))
-            .sum::<f64>()
-            / n;
-        let inv = 1.0 / (var as f32 + eps).sqrt();
-        let mean = mean as f32;
-        for (v, &g) in row.iter_mut().zip(w) {
-            *v = (*v - mean) * inv * g;
-        }
     }
 }

@@ -1,0 +1,177 @@
+//! Gemma 3's SigLIP encoder and projector: 14-pixel patches with learned
+//! positions, pre-LayerNorm blocks with full attention and a tanh-GELU MLP,
+//! a final LayerNorm, then the projector's pooling, RMSNorm and projection.
+
+use super::{patch_rows, Pixels, VisionConfig};
+use crate::weights::{product, tensor, vector, Buffers, LayerNorm, Linear, PRODUCT_BLOCK};
+use crate::MediaError;
+use gguf::GgufFile;
+use model::ops;
+use model::ops::full_attention::attention;
+use quant::ThreadPool;
+
+/// Gemma 3's SigLIP encoder and projector.
+pub(super) struct Siglip {
+    patch: Linear,
+    positions: Vec<f32>,
+    blocks: Vec<Block>,
+    post_ln: LayerNorm,
+    soft_norm: Vec<f32>,
+    /// `[vision width][text width]`, the projection as the reference
+    /// multiplies it (`x · P`).
+    projection: Vec<f32>,
+}
+
+/// One encoder block.
+#[derive(Debug, Clone)]
+struct Block {
+    ln1: LayerNorm,
+    q: Linear,
+    k: Linear,
+    v: Linear,
+    out: Linear,
+    ln2: LayerNorm,
+    up: Linear,
+    down: Linear,
+}
+
+impl Siglip {
+    pub(super) fn bind(file: &GgufFile, cfg: &VisionConfig) -> Result<Self, MediaError> {
+        let (d, p) = (cfg.hidden, cfg.patch_size);
+        let patch = Linear::bind(file, "v.patch_embd", d, 3 * p * p)?;
+        let positions = vector(file, "v.position_embd.weight", cfg.patches() * d)?;
+        let blocks = (0..cfg.layers)
+            .map(|i| {
+                let b = |n: &str| format!("v.blk.{i}.{n}");
+                Ok(Block {
+                    ln1: LayerNorm::bind(file, &b("ln1"), d)?,
+                    q: Linear::bind(file, &b("attn_q"), d, d)?,
+                    k: Linear::bind(file, &b("attn_k"), d, d)?,
+                    v: Linear::bind(file, &b("attn_v"), d, d)?,
+                    out: Linear::bind(file, &b("attn_out"), d, d)?,
+                    ln2: LayerNorm::bind(file, &b("ln2"), d)?,
+                    up: Linear::bind(file, &b("ffn_up"), cfg.ffn, d)?,
+                    down: Linear::bind(file, &b("ffn_down"), d, cfg.ffn)?,
+                })
+            })
+            .collect::<Result<Vec<_>, MediaError>>()?;
+        let post_ln = LayerNorm::bind(file, "v.post_ln", d)?;
+        let soft_norm = vector(file, "mm.soft_emb_norm.weight", d)?;
+        let proj = tensor(file, "mm.input_projection.weight")?;
+        if proj.dims != [cfg.text_hidden as u64, d as u64] {
+            return Err(MediaError::TensorShape {
+                name: proj.name.clone(),
+                found: proj.dims.clone(),
+                expected: vec![cfg.text_hidden as u64, d as u64],
+            });
+        }
+        let projection = vector(file, "mm.input_projection.weight", d * cfg.text_hidden)?;
+        Ok(Self {
+            patch,
+            positions,
+            blocks,
+            post_ln,
+            soft_norm,
+            projection,
+        })
+    }
+
+    pub(super) fn encode(
+        &self,
+        file: &GgufFile,
+        cfg: &VisionConfig,
+        pool: &ThreadPool,
+        pixels: &Pixels,
+    ) -> Result<Vec<f32>, MediaError> {
+        let (s, p, d) = (cfg.image_size, cfg.patch_size, cfg.hidden);
+        if (pixels.width, pixels.height) != (s, s) {
+            return Err(MediaError::Decode(format!(
+                "a {}x{} input for a {s}x{s} tower",
+                pixels.width, pixels.height
+            )));
+        }
+        let n = cfg.patches();
+        let mut bufs = Buffers::default();
+        let patches = patch_rows(&pixels.data, s, s, p);
+        let mut x = vec![0.0f32; n * d];
+        product(pool, file, &self.patch, &patches, n, &mut x, &mut bufs)?;
+        drop(patches);
+        x.iter_mut()
+            .zip(&self.positions)
+            .for_each(|(v, &pe)| *v += pe);
+
+        let mut h = vec![0.0f32; n * d];
+        let (mut q, mut k, mut v) = (vec![0.0; n * d], vec![0.0; n * d], vec![0.0; n * d]);
+        let mut attn = vec![0.0f32; n * d];
+        let mut o = vec![0.0f32; n * d];
+        let mut up = vec![0.0f32; n * cfg.ffn];
+        let dh = d / cfg.heads;
+        let scale = 1.0 / (dh as f32).sqrt();
+        for blk in &self.blocks {
+            blk.ln1.rows(pool, &x, &mut h, cfg.eps);
+            product(pool, file, &blk.q, &h, n, &mut q, &mut bufs)?;
+            product(pool, file, &blk.k, &h, n, &mut k, &mut bufs)?;
+            product(pool, file, &blk.v, &h, n, &mut v, &mut bufs)?;
+            attention(
+                pool,
+                cfg.heads,
+                dh,
+                scale,
+                &q,
+                &k,
+                &v,
+                &mut attn,
+                &mut bufs.heads,
+            )?;
+            product(pool, file, &blk.out, &attn, n, &mut o, &mut bufs)?;
+            x.iter_mut().zip(&o).for_each(|(a, &b)| *a += b);
+            blk.ln2.rows(pool, &x, &mut h, cfg.eps);
+            product(pool, file, &blk.up, &h, n, &mut up, &mut bufs)?;
+            let ffn = cfg.ffn;
+            pool.for_each_chunk_mut(&mut up, ffn * PRODUCT_BLOCK, |_, chunk| {
+                quant::activation::gelu(chunk);
+            });
+            product(pool, file, &blk.down, &up, n, &mut o, &mut bufs)?;
+            x.iter_mut().zip(&o).for_each(|(a, &b)| *a += b);
+        }
+        self.post_ln.rows(pool, &x, &mut h, cfg.eps);
+        self.project(cfg, &h)
+    }
+
+    /// The projector: `pool × pool` averages of the patch grid, RMSNorm
+    /// with the (already `1 + w`) weight, then `x · P`.
+    fn project(&self, cfg: &VisionConfig, x: &[f32]) -> Result<Vec<f32>, MediaError> {
+        let (d, side, k) = (cfg.hidden, cfg.patches_per_side(), cfg.pool);
+        let out_side = side / k;
+        let tokens = out_side * out_side;
+        let mut pooled = vec![0.0f32; tokens * d];
+        let inv = 1.0 / (k * k) as f32;
+        for (t, row) in pooled.chunks_exact_mut(d).enumerate() {
+            let (ty, tx) = (t / out_side, t % out_side);
+            for i in 0..k {
+                for j in 0..k {
+                    let patch = (ty * k + i) * side + tx * k + j;
+                    row.iter_mut()
+                        .zip(&x[patch * d..(patch + 1) * d])
+                        .for_each(|(a, &b)| *a += b);
+                }
+            }
+            row.iter_mut().for_each(|a| *a *= inv);
+            ops::rms_norm(row, &self.soft_norm, cfg.eps);
+        }
+        let th = cfg.text_hidden;
+        let mut out = vec![0.0f32; tokens * th];
+        quant::vector::sgemm(
+            tokens,
+            th,
+            d,
+            &pooled,
+            d,
+            &self.projection,
+            th,
+            &mut out,
+            th,
+        )?;
+        Ok(out)
+    }
+}
