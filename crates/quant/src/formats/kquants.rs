@@ -8,7 +8,8 @@
 //! - `block_q6_K`: ql[128], qh[64], scales[16] i8, d f16
 //! - `block_q8_K`: d f32, qs[256] i8, bsums[16] i16 (sum of each 16 quants)
 
-use super::{f16_at, f32_at, nearest_int};
+use super::blocks::{block, blocks_mut, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, K_SUB_BLOCKS};
+use super::{f16_at, nearest_int};
 
 /// Elements per super-block.
 pub(crate) const QK_K: usize = 256;
@@ -54,7 +55,7 @@ pub(crate) fn scale_min_k4(j: usize, q: &[u8]) -> (u8, u8) {
 /// 0..8, four sub-blocks per 32-bit word operation (every K-quant decode
 /// kernel calls this once per 256 weights).
 #[inline(always)]
-pub(crate) fn scales_mins_k4(q: &[u8]) -> ([u8; 8], [u8; 8]) {
+pub(crate) fn scales_mins_k4(q: &[u8]) -> ([u8; K_SUB_BLOCKS], [u8; K_SUB_BLOCKS]) {
     let word = |i: usize| u32::from_le_bytes([q[4 * i], q[4 * i + 1], q[4 * i + 2], q[4 * i + 3]]);
     let (w0, w1, w2) = (word(0), word(1), word(2));
     const LOW6: u32 = 0x3f3f_3f3f;
@@ -118,9 +119,10 @@ pub(crate) fn unpack_q3_k(b: &[u8]) -> Unpacked {
 }
 
 pub(crate) fn unpack_q4_k(b: &[u8]) -> Unpacked {
-    let mut u = Unpacked::new(f16_at(b), f16_at(&b[2..]));
-    let (sc, m) = scales_mins_k4(&b[4..16]);
-    let qs = &b[16..144];
+    let b: &BlockQ4K = block(b);
+    let mut u = Unpacked::new(b.d.get(), b.dmin.get());
+    let (sc, m) = scales_mins_k4(&b.scales);
+    let qs = &b.qs;
     for j in 0..4 {
         let q = &qs[32 * j..32 * j + 32];
         for l in 0..32 {
@@ -133,10 +135,10 @@ pub(crate) fn unpack_q4_k(b: &[u8]) -> Unpacked {
 }
 
 pub(crate) fn unpack_q5_k(b: &[u8]) -> Unpacked {
-    let mut u = Unpacked::new(f16_at(b), f16_at(&b[2..]));
-    let (sc, m) = scales_mins_k4(&b[4..16]);
-    let qh = &b[16..48];
-    let qs = &b[48..176];
+    let b: &BlockQ5K = block(b);
+    let mut u = Unpacked::new(b.d.get(), b.dmin.get());
+    let (sc, m) = scales_mins_k4(&b.scales);
+    let (qh, qs) = (&b.qh, &b.qs);
     for j in 0..4 {
         let q = &qs[32 * j..32 * j + 32];
         for l in 0..32 {
@@ -152,7 +154,7 @@ pub(crate) fn unpack_q5_k(b: &[u8]) -> Unpacked {
 
 /// Spreads 8 per-32 scales and mins over the 16-element grid.
 #[inline(always)]
-fn expand_8(u: &mut Unpacked, sc: &[u8; 8], m: &[u8; 8]) {
+fn expand_8(u: &mut Unpacked, sc: &[u8; K_SUB_BLOCKS], m: &[u8; K_SUB_BLOCKS]) {
     for g in 0..GROUPS {
         u.sc[g] = sc[g / 2] as i32;
         u.m[g] = m[g / 2] as i32;
@@ -160,13 +162,14 @@ fn expand_8(u: &mut Unpacked, sc: &[u8; 8], m: &[u8; 8]) {
 }
 
 pub(crate) fn unpack_q6_k(b: &[u8]) -> Unpacked {
-    let mut u = Unpacked::new(f16_at(&b[208..]), 0.0);
-    for g in 0..GROUPS {
-        u.sc[g] = b[192 + g] as i8 as i32;
+    let b: &BlockQ6K = block(b);
+    let mut u = Unpacked::new(b.d.get(), 0.0);
+    for (s, &v) in u.sc.iter_mut().zip(&b.scales) {
+        *s = i32::from(v);
     }
     for n in 0..2 {
-        let ql = &b[64 * n..64 * n + 64];
-        let qh = &b[128 + 32 * n..128 + 32 * n + 32];
+        let ql = &b.ql[64 * n..64 * n + 64];
+        let qh = &b.qh[32 * n..32 * n + 32];
         let y = &mut u.q[128 * n..128 * n + 128];
         for l in 0..32 {
             y[l] = ((ql[l] & 0x0F) | ((qh[l] & 3) << 4)) as i8 - 32;
@@ -179,10 +182,9 @@ pub(crate) fn unpack_q6_k(b: &[u8]) -> Unpacked {
 }
 
 pub(crate) fn unpack_q8_k(b: &[u8]) -> Unpacked {
-    let mut u = Unpacked::new(f32_at(b), 0.0);
-    for (q, &v) in u.q.iter_mut().zip(&b[4..260]) {
-        *q = v as i8;
-    }
+    let b: &BlockQ8K = block(b);
+    let mut u = Unpacked::new(b.d.get(), 0.0);
+    u.q = b.qs;
     u.sc = [1; GROUPS];
     u
 }
@@ -190,7 +192,7 @@ pub(crate) fn unpack_q8_k(b: &[u8]) -> Unpacked {
 /// The i16 block sums of a Q8_K block.
 #[inline(always)]
 pub(crate) fn q8k_bsum(b: &[u8], g: usize) -> i32 {
-    i16::from_le_bytes([b[260 + 2 * g], b[261 + 2 * g]]) as i32
+    i32::from(block::<BlockQ8K>(b).bsums[g].get())
 }
 
 pub(crate) fn dequant_with(
@@ -218,31 +220,32 @@ pub(crate) fn dequant_with(
 /// `quantize_row_q8_K_ref`: iscale = -127/max of the signed extreme, so the extreme
 /// maps to -127, and block sums of 16 feed the K-quant min corrections.
 pub(crate) fn quant_q8_k(src: &[f32], dst: &mut [u8]) {
-    for (x, b) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(292)) {
-        let (mut amax, mut max) = (0.0f32, 0.0f32);
-        for &v in x {
-            if v.abs() > amax {
-                amax = v.abs();
-                max = v;
-            }
-        }
-        if amax == 0.0 {
-            b.fill(0);
-            continue;
-        }
-        let iscale = -127.0 / max;
-        for (q, &v) in b[4..260].iter_mut().zip(x) {
-            *q = nearest_int(iscale * v).min(127) as i8 as u8;
-        }
-        for g in 0..GROUPS {
-            let s: i32 = b[4 + 16 * g..4 + 16 * g + 16]
-                .iter()
-                .map(|&q| q as i8 as i32)
-                .sum();
-            b[260 + 2 * g..262 + 2 * g].copy_from_slice(&(s as i16).to_le_bytes());
-        }
-        b[0..4].copy_from_slice(&(1.0 / iscale).to_le_bytes());
+    for (x, b) in src.chunks_exact(QK_K).zip(blocks_mut::<BlockQ8K>(dst)) {
+        quant_q8_k_block(x, b);
     }
+}
+
+/// [`quant_q8_k`] for one super-block.
+pub(crate) fn quant_q8_k_block(x: &[f32], b: &mut BlockQ8K) {
+    let (mut amax, mut max) = (0.0f32, 0.0f32);
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    if amax == 0.0 {
+        *b = bytemuck::Zeroable::zeroed();
+        return;
+    }
+    let iscale = -127.0 / max;
+    for (q, &v) in b.qs.iter_mut().zip(x) {
+        *q = nearest_int(iscale * v).min(127) as i8;
+    }
+    for (sum, group) in b.bsums.iter_mut().zip(b.qs.chunks_exact(16)) {
+        sum.set(group.iter().map(|&q| i32::from(q)).sum::<i32>() as i16);
+    }
+    b.d.set(1.0 / iscale);
 }
 
 #[cfg(test)]

@@ -8,6 +8,9 @@
 //! - `block_q8_0`: d f16, qs[32] i8
 //! - `block_q8_1`: d f16, s f16 (= d * sum(qs)), qs[32] i8
 
+use super::blocks::{
+    block, blocks_mut, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1,
+};
 use super::{f16_at, put_f16};
 
 /// Elements per block.
@@ -32,10 +35,11 @@ fn nibbles(qs: &[u8], q: &mut [i8; QK], hi_bits: u32, offset: i8) {
 
 #[inline(always)]
 pub(crate) fn unpack_q4_0(b: &[u8]) -> Unpacked {
+    let b: &BlockQ4_0 = block(b);
     let mut q = [0i8; QK];
-    nibbles(&b[2..18], &mut q, 0, 8);
+    nibbles(&b.qs, &mut q, 0, 8);
     Unpacked {
-        d: f16_at(b),
+        d: b.d.get(),
         m: 0.0,
         q,
     }
@@ -43,22 +47,23 @@ pub(crate) fn unpack_q4_0(b: &[u8]) -> Unpacked {
 
 #[inline(always)]
 pub(crate) fn unpack_q4_1(b: &[u8]) -> Unpacked {
+    let b: &BlockQ4_1 = block(b);
     let mut q = [0i8; QK];
-    nibbles(&b[4..20], &mut q, 0, 0);
+    nibbles(&b.qs, &mut q, 0, 0);
     Unpacked {
-        d: f16_at(b),
-        m: f16_at(&b[2..]),
+        d: b.d.get(),
+        m: b.m.get(),
         q,
     }
 }
 
 #[inline(always)]
 pub(crate) fn unpack_q5_0(b: &[u8]) -> Unpacked {
+    let b: &BlockQ5_0 = block(b);
     let mut q = [0i8; QK];
-    let qh = u32::from_le_bytes([b[2], b[3], b[4], b[5]]);
-    nibbles(&b[6..22], &mut q, qh, 16);
+    nibbles(&b.qs, &mut q, u32::from_le_bytes(b.qh), 16);
     Unpacked {
-        d: f16_at(b),
+        d: b.d.get(),
         m: 0.0,
         q,
     }
@@ -66,12 +71,12 @@ pub(crate) fn unpack_q5_0(b: &[u8]) -> Unpacked {
 
 #[inline(always)]
 pub(crate) fn unpack_q5_1(b: &[u8]) -> Unpacked {
+    let b: &BlockQ5_1 = block(b);
     let mut q = [0i8; QK];
-    let qh = u32::from_le_bytes([b[4], b[5], b[6], b[7]]);
-    nibbles(&b[8..24], &mut q, qh, 0);
+    nibbles(&b.qs, &mut q, u32::from_le_bytes(b.qh), 0);
     Unpacked {
-        d: f16_at(b),
-        m: f16_at(&b[2..]),
+        d: b.d.get(),
+        m: b.m.get(),
         q,
     }
 }
@@ -210,13 +215,13 @@ pub(crate) fn quant_q5_1(src: &[f32], dst: &mut [u8]) {
 /// `quantize_row_q8_0_ref`: what llama-quantize writes into files
 /// (id = 1/d, round half away from zero).
 pub(crate) fn quant_q8_0_ref(src: &[f32], dst: &mut [u8]) {
-    for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(34)) {
+    for (x, b) in src.chunks_exact(QK).zip(blocks_mut::<BlockQ8_0>(dst)) {
         let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
         let d = amax / 127.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-        put_f16(b, d);
-        for (q, &v) in b[2..].iter_mut().zip(x) {
-            *q = (v * id).round() as i8 as u8;
+        b.d.set(d);
+        for (q, &v) in b.qs.iter_mut().zip(x) {
+            *q = (v * id).round() as i8;
         }
     }
 }
@@ -225,7 +230,7 @@ pub(crate) fn quant_q8_0_ref(src: &[f32], dst: &mut [u8]) {
 /// round half to even (`_mm256_round_ps`), so our logits track llama.cpp's on x86.
 /// Returns d and the integer sum (Q8_1 needs it).
 #[inline(always)]
-fn quant_q8_act_block(x: &[f32], qs: &mut [u8]) -> (f32, i32) {
+fn quant_q8_act_block(x: &[f32], qs: &mut [i8; QK]) -> (f32, i32) {
     let amax = x.iter().fold(0.0f32, |m, v| m.max(v.abs()));
     let d = amax / 127.0;
     let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
@@ -233,24 +238,29 @@ fn quant_q8_act_block(x: &[f32], qs: &mut [u8]) -> (f32, i32) {
     for (q, &v) in qs.iter_mut().zip(x) {
         let i = super::nearest_int(v * id).clamp(-128, 127) as i8;
         sum += i as i32;
-        *q = i as u8;
+        *q = i;
     }
     (d, sum)
 }
 
+/// Activation quantizer for one Q8_0 block (see [`quant_q8_act_block`]).
+pub(crate) fn quant_q8_0_act_block(x: &[f32], b: &mut BlockQ8_0) {
+    let (d, _) = quant_q8_act_block(x, &mut b.qs);
+    b.d.set(d);
+}
+
 /// Activation quantizer for Q8_0 (see [`quant_q8_act_block`]).
 pub(crate) fn quant_q8_0_act(src: &[f32], dst: &mut [u8]) {
-    for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(34)) {
-        let (d, _) = quant_q8_act_block(x, &mut b[2..]);
-        put_f16(b, d);
+    for (x, b) in src.chunks_exact(QK).zip(blocks_mut::<BlockQ8_0>(dst)) {
+        quant_q8_0_act_block(x, b);
     }
 }
 
 /// Activation quantizer for Q8_1: also stores s = d * sum(qs).
 pub(crate) fn quant_q8_1_act(src: &[f32], dst: &mut [u8]) {
-    for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(36)) {
-        let (d, sum) = quant_q8_act_block(x, &mut b[4..]);
-        put_f16(b, d);
-        put_f16(&mut b[2..], d * sum as f32);
+    for (x, b) in src.chunks_exact(QK).zip(blocks_mut::<BlockQ8_1>(dst)) {
+        let (d, sum) = quant_q8_act_block(x, &mut b.qs);
+        b.d.set(d);
+        b.s.set(d * sum as f32);
     }
 }

@@ -4,6 +4,7 @@
 // Index loops mirror the bit layouts in ggml-quants.c, which keeps them checkable by eye.
 #![allow(clippy::needless_range_loop)]
 
+pub(crate) mod blocks;
 pub(crate) mod float;
 pub(crate) mod kquantize;
 pub(crate) mod kquants;

@@ -626,16 +626,23 @@ mod x86 {
     use std::arch::asm;
     use std::arch::x86_64::*;
 
+    /// Tile register slots in the configuration (eight exist; the
+    /// layout reserves sixteen).
+    const TILE_SLOTS: usize = 16;
+    /// Reserved bytes after the palette and start row, so the per-tile
+    /// fields start at byte 16.
+    const CONFIG_RESERVED: usize = 14;
+
     /// The tile configuration `ldtilecfg` takes (palette 1).
     #[repr(C, align(64))]
     struct Config {
         palette: u8,
         start_row: u8,
-        reserved: [u8; 14],
+        reserved: [u8; CONFIG_RESERVED],
         /// Bytes per row of each tile register.
-        colsb: [u16; 16],
+        colsb: [u16; TILE_SLOTS],
         /// Rows of each tile register.
-        rows: [u8; 16],
+        rows: [u8; TILE_SLOTS],
     }
 
     /// The registers for groups of `G` (32 or 16): tmm0/tmm1 the weight
@@ -646,7 +653,7 @@ mod x86 {
         Config {
             palette: 1,
             start_row: 0,
-            reserved: [0; 14],
+            reserved: [0; CONFIG_RESERVED],
             colsb: [64, 64, a, a, 64, 64, 64, 64, 0, 0, 0, 0, 0, 0, 0, 0],
             rows: [k, k, 16, 16, 16, 16, 16, 16, 0, 0, 0, 0, 0, 0, 0, 0],
         }

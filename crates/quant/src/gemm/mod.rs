@@ -25,11 +25,13 @@
 //! same float operations in the same order. So a prompt's prefill does not
 //! depend on the CPU that runs it.
 
+use crate::formats::blocks::{blocks_mut, BlockFormat, BlockQ8K, BlockQ8_0, BlockQ8_1};
 use crate::formats::f16_at;
 use crate::formats::kquants::{self, QK_K};
 use crate::formats::legacy::{self, QK};
 use crate::simd::GemmTier;
 use crate::GgmlType;
+use bytemuck::Zeroable;
 
 pub(crate) mod amx;
 #[cfg(target_arch = "aarch64")]
@@ -215,36 +217,46 @@ impl Acts {
             }
         }
         if at == GgmlType::Q8_K {
-            let mut block = [0u8; 292];
+            let mut block = BlockQ8K::zeroed();
             for (b, xb) in x.chunks_exact(kquants::QK_K).enumerate() {
                 quant_q8_k(tier, xb, &mut block);
-                let scale = f32::from_le_bytes([block[0], block[1], block[2], block[3]]);
                 let per = kquants::QK_K / QK;
-                d[b * per..(b + 1) * per].fill(scale);
+                d[b * per..(b + 1) * per].fill(block.d.get());
                 // The group sums without the scale, which the kernels
                 // apply once per super-block (`fold`).
-                Self::split(&block[4..260], 1.0, g, b * kquants::QK_K, q, sum, base, off);
+                let values = bytemuck::cast_slice(&block.qs);
+                Self::split(values, 1.0, g, b * kquants::QK_K, q, sum, base, off);
             }
             return;
         }
         if at == GgmlType::Q8_1 {
             // Q8_1 carries its block sum as an f16 `d * sum(q)`, which the
             // vector kernels use as is (32-element groups only).
-            let mut block = [0u8; 36];
+            let mut block = BlockQ8_1::zeroed();
             for (b, xb) in x.chunks_exact(QK).enumerate() {
-                legacy::quant_q8_1_act(xb, &mut block);
-                d[b] = f16_at(&block);
-                Self::split(&block[4..], d[b], g, b * QK, q, sum, base, off);
-                sum[b] = f16_at(&block[2..]);
+                legacy::quant_q8_1_act(xb, bytemuck::bytes_of_mut(&mut block));
+                d[b] = block.d.get();
+                let values = bytemuck::cast_slice(&block.qs);
+                Self::split(values, d[b], g, b * QK, q, sum, base, off);
+                sum[b] = block.s.get();
             }
             return;
         }
-        let mut block = [0u8; 34];
+        let mut block = BlockQ8_0::zeroed();
         for (b, xb) in x.chunks_exact(QK).enumerate() {
             quant_q8_0(tier, xb, &mut block);
-            let scale = f16_at(&block);
+            let scale = block.d.get();
             d[b] = scale;
-            Self::split(&block[2..], scale, g, b * QK, q, sum, base, off);
+            Self::split(
+                bytemuck::cast_slice(&block.qs),
+                scale,
+                g,
+                b * QK,
+                q,
+                sum,
+                base,
+                off,
+            );
         }
     }
 
@@ -685,16 +697,14 @@ pub(crate) fn quantize_act_row(
     dst: &mut [u8],
 ) -> Result<(), crate::QuantError> {
     match at {
-        GgmlType::Q8_0 if src.len().is_multiple_of(QK) && dst.len() >= src.len() / QK * 34 => {
-            for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(34)) {
-                let b: &mut [u8; 34] = b.try_into().expect("34-byte chunk");
+        _ if fits::<BlockQ8_0>(at, src, dst) => {
+            for (x, b) in src.chunks_exact(QK).zip(blocks_mut::<BlockQ8_0>(dst)) {
                 quant_q8_0(tier, x, b);
             }
             Ok(())
         }
-        GgmlType::Q8_K if src.len().is_multiple_of(256) && dst.len() >= src.len() / 256 * 292 => {
-            for (x, b) in src.chunks_exact(256).zip(dst.chunks_exact_mut(292)) {
-                let b: &mut [u8; 292] = b.try_into().expect("292-byte chunk");
+        _ if fits::<BlockQ8K>(at, src, dst) => {
+            for (x, b) in src.chunks_exact(QK_K).zip(blocks_mut::<BlockQ8K>(dst)) {
                 quant_q8_k(tier, x, b);
             }
             Ok(())
@@ -703,9 +713,17 @@ pub(crate) fn quantize_act_row(
     }
 }
 
+/// Whether `at` is `B`'s type, `src` whole blocks of it and `dst` room
+/// for them.
+fn fits<B: BlockFormat>(at: GgmlType, src: &[f32], dst: &[u8]) -> bool {
+    at == B::TYPE
+        && src.len().is_multiple_of(B::VALUES)
+        && dst.len() >= src.len() / B::VALUES * B::BYTES
+}
+
 /// `legacy::quant_q8_0_act` for one block of 32 through `tier`'s kernel
 /// (the same bytes on every tier).
-fn quant_q8_0(tier: GemmTier, x: &[f32], block: &mut [u8; 34]) {
+fn quant_q8_0(tier: GemmTier, x: &[f32], block: &mut BlockQ8_0) {
     #[cfg(target_arch = "x86_64")]
     match tier.vector() {
         // SAFETY: the tier's features were detected; `x` holds 32 values
@@ -716,12 +734,12 @@ fn quant_q8_0(tier: GemmTier, x: &[f32], block: &mut [u8; 34]) {
         GemmTier::Portable | GemmTier::Amx => {}
     }
     let _ = tier;
-    legacy::quant_q8_0_act(x, block);
+    legacy::quant_q8_0_act_block(x, block);
 }
 
 /// `kquants::quant_q8_k` for one super-block of 256 through `tier`'s
 /// kernel (the same bytes on every tier: scale, values and group sums).
-fn quant_q8_k(tier: GemmTier, x: &[f32], block: &mut [u8; 292]) {
+fn quant_q8_k(tier: GemmTier, x: &[f32], block: &mut BlockQ8K) {
     #[cfg(target_arch = "x86_64")]
     match tier.vector() {
         // SAFETY: the tier's features were detected; `x` holds 256 values
@@ -732,5 +750,5 @@ fn quant_q8_k(tier: GemmTier, x: &[f32], block: &mut [u8; 292]) {
         GemmTier::Portable | GemmTier::Amx => {}
     }
     let _ = tier;
-    kquants::quant_q8_k(x, block);
+    kquants::quant_q8_k_block(x, block);
 }

@@ -1,5 +1,6 @@
 use super::amx;
 use super::*;
+use bytemuck::bytes_of;
 use proptest::prelude::*;
 
 /// Random rows of `ty` with sane scales: quantized from random floats.
@@ -189,38 +190,44 @@ fn tier_activation_quantizers_match_scalar() {
             })
             .collect();
         for tier in tiers() {
-            let (mut want, mut got) = ([0u8; 292], [0u8; 292]);
+            let (mut want, mut got) = (vec![0u8; BlockQ8K::BYTES], BlockQ8K::zeroed());
             kquants::quant_q8_k(&v, &mut want);
             quant_q8_k(tier, &v, &mut got);
-            assert_eq!(want, got, "{tier:?} q8_k round {round}");
+            assert_eq!(want, bytes_of(&got), "{tier:?} q8_k round {round}");
             // The whole row through the decode path's quantizer, sums too.
-            let mut row = [0u8; 292];
+            let mut row = vec![0u8; BlockQ8K::BYTES];
             quantize_act_row(tier, GgmlType::Q8_K, &v, &mut row).unwrap();
             assert_eq!(want, row, "{tier:?} q8_k row round {round}");
-            let mut row = [0u8; 34 * 8];
-            let mut want_row = [0u8; 34 * 8];
+            let mut row = vec![0u8; BlockQ8_0::BYTES * 8];
+            let mut want_row = vec![0u8; BlockQ8_0::BYTES * 8];
             quantize_act_row(tier, GgmlType::Q8_0, &v, &mut row).unwrap();
             legacy::quant_q8_0_act(&v, &mut want_row);
             assert_eq!(want_row, row, "{tier:?} q8_0 row round {round}");
             for b in 0..8 {
-                let (mut want, mut got) = ([0u8; 34], [0u8; 34]);
+                let (mut want, mut got) = (vec![0u8; BlockQ8_0::BYTES], BlockQ8_0::zeroed());
                 let x = &v[32 * b..32 * (b + 1)];
                 legacy::quant_q8_0_act(x, &mut want);
                 quant_q8_0(tier, x, &mut got);
-                assert_eq!(want, got, "{tier:?} q8_0 round {round} block {b}");
+                assert_eq!(
+                    want,
+                    bytes_of(&got),
+                    "{tier:?} q8_0 round {round} block {b}"
+                );
             }
         }
     }
     for tier in tiers() {
         let zeros = [0.0f32; 256];
-        let (mut want, mut got) = ([0u8; 292], [1u8; 292]);
+        let mut want = vec![0u8; BlockQ8K::BYTES];
+        let mut got: BlockQ8K = bytemuck::cast([1u8; BlockQ8K::BYTES]);
         kquants::quant_q8_k(&zeros, &mut want);
         quant_q8_k(tier, &zeros, &mut got);
-        assert_eq!(want, got);
-        let (mut want, mut got) = ([0u8; 34], [1u8; 34]);
+        assert_eq!(want, bytes_of(&got));
+        let mut want = vec![0u8; BlockQ8_0::BYTES];
+        let mut got: BlockQ8_0 = bytemuck::cast([1u8; BlockQ8_0::BYTES]);
         legacy::quant_q8_0_act(&zeros[..32], &mut want);
         quant_q8_0(tier, &zeros[..32], &mut got);
-        assert_eq!(want, got);
+        assert_eq!(want, bytes_of(&got));
     }
 }
 

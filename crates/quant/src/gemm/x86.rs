@@ -3,6 +3,7 @@
 #![allow(clippy::incompatible_msrv)] // AVX-512 intrinsics: stable since 1.89, checked at run time.
 
 use super::{Acts, Panel, RowsFrom, Tile, MR, NR, QK};
+use crate::formats::blocks::{BlockQ8K, BlockQ8_0};
 use crate::formats::kquants::QK_K;
 use std::arch::x86_64::*;
 
@@ -46,7 +47,7 @@ pub(super) unsafe fn tile_avx512(p: &Panel, a: &Acts, c0: usize, m: usize) -> Ti
 /// # Safety
 /// avx512f and avx512bw present; `x` holds 32 values, `block` 34 bytes.
 #[target_feature(enable = "avx512f,avx512bw")]
-pub(super) unsafe fn quant_q8_0_avx512(x: &[f32], block: &mut [u8; 34]) {
+pub(super) unsafe fn quant_q8_0_avx512(x: &[f32], block: &mut BlockQ8_0) {
     assert!(x.len() >= 32);
     // SAFETY: 32 values, as asserted.
     let (v0, v1) = unsafe {
@@ -61,11 +62,11 @@ pub(super) unsafe fn quant_q8_0_avx512(x: &[f32], block: &mut [u8; 34]) {
     let idv = _mm512_set1_ps(id);
     let lo = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v0, idv)));
     let hi = _mm512_cvtsepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(v1, idv)));
-    crate::formats::put_f16(&mut block[..2], d);
-    // SAFETY: bytes 2..34 of the block.
+    block.d.set(d);
+    // SAFETY: the block's 32 values, 16 bytes each store.
     unsafe {
-        _mm_storeu_si128(block.as_mut_ptr().add(2) as *mut _, lo);
-        _mm_storeu_si128(block.as_mut_ptr().add(18) as *mut _, hi);
+        _mm_storeu_si128(block.qs.as_mut_ptr() as *mut _, lo);
+        _mm_storeu_si128(block.qs.as_mut_ptr().add(16) as *mut _, hi);
     }
 }
 
@@ -349,7 +350,7 @@ pub(super) unsafe fn fill_row_q8_k_avx512(
 /// # Safety
 /// avx512f and avx512bw present; `x` holds 256 values.
 #[target_feature(enable = "avx512f,avx512bw")]
-pub(super) unsafe fn quant_q8_k_avx512(x: &[f32], block: &mut [u8; 292]) {
+pub(super) unsafe fn quant_q8_k_avx512(x: &[f32], block: &mut BlockQ8K) {
     assert!(x.len() >= 256);
     // Plain loops here, no closures: a closure can be compiled out of line,
     // without this function's vector features.
@@ -362,7 +363,7 @@ pub(super) unsafe fn quant_q8_k_avx512(x: &[f32], block: &mut [u8; 292]) {
     }
     let amax = _mm512_reduce_max_ps(vmax);
     if amax == 0.0 {
-        block.fill(0);
+        *block = bytemuck::Zeroable::zeroed();
         return;
     }
     // The first value whose |x| equals the maximum, as the scalar loop
@@ -379,22 +380,20 @@ pub(super) unsafe fn quant_q8_k_avx512(x: &[f32], block: &mut [u8; 292]) {
     let iscale = -127.0 / max;
     let sv = _mm512_set1_ps(iscale);
     let top = _mm512_set1_epi32(127);
-    let mut sums = [0u8; 32];
     for (i, &v) in v.iter().enumerate() {
         // -127/max * v lies in -127..=127 (within rounding), so each byte
         // is its i32 and the group's sum is theirs.
         let q = _mm512_min_epi32(_mm512_cvtps_epi32(_mm512_mul_ps(v, sv)), top);
-        // SAFETY: bytes 4 + 16i .. 20 + 16i of the block.
+        // SAFETY: values 16i .. 16i + 16 of the block's 256.
         unsafe {
             _mm_storeu_si128(
-                block.as_mut_ptr().add(4 + 16 * i) as *mut _,
+                block.qs.as_mut_ptr().add(16 * i) as *mut _,
                 _mm512_cvtsepi32_epi8(q),
             )
         };
-        sums[2 * i..2 * i + 2].copy_from_slice(&(_mm512_reduce_add_epi32(q) as i16).to_le_bytes());
+        block.bsums[i].set(_mm512_reduce_add_epi32(q) as i16);
     }
-    block[260..292].copy_from_slice(&sums);
-    block[0..4].copy_from_slice(&(1.0 / iscale).to_le_bytes());
+    block.d.set(1.0 / iscale);
 }
 
 #[target_feature(enable = "avx512f,avx512bw,avx512vnni")]
@@ -1485,7 +1484,7 @@ fn run_halves(r: &[__m256i], order: __m256i) -> __m256i {
 /// # Safety
 /// avx2 present; `x` holds 32 values.
 #[target_feature(enable = "avx2")]
-pub(super) unsafe fn quant_q8_0_avx2(x: &[f32], block: &mut [u8; 34]) {
+pub(super) unsafe fn quant_q8_0_avx2(x: &[f32], block: &mut BlockQ8_0) {
     assert!(x.len() >= 32);
     // SAFETY: 32 values, as asserted.
     let v: [__m256; 4] = std::array::from_fn(|i| unsafe { _mm256_loadu_ps(x.as_ptr().add(8 * i)) });
@@ -1498,9 +1497,9 @@ pub(super) unsafe fn quant_q8_0_avx2(x: &[f32], block: &mut [u8; 34]) {
     let id = if amax != 0.0 { 127.0 / amax } else { 0.0 };
     let idv = _mm256_set1_ps(id);
     let q = pack32(v.map(|x| _mm256_mul_ps(x, idv)));
-    crate::formats::put_f16(&mut block[..2], d);
-    // SAFETY: bytes 2..34 of the block.
-    unsafe { _mm256_storeu_si256(block.as_mut_ptr().add(2) as *mut _, q) };
+    block.d.set(d);
+    // SAFETY: the block's 32 values.
+    unsafe { _mm256_storeu_si256(block.qs.as_mut_ptr() as *mut _, q) };
 }
 
 /// `kquants::quant_q8_k` for one super-block of 256, the same bytes
@@ -1509,7 +1508,7 @@ pub(super) unsafe fn quant_q8_0_avx2(x: &[f32], block: &mut [u8; 34]) {
 /// # Safety
 /// avx2 present; `x` holds 256 values.
 #[target_feature(enable = "avx2")]
-pub(super) unsafe fn quant_q8_k_avx2(x: &[f32], block: &mut [u8; 292]) {
+pub(super) unsafe fn quant_q8_k_avx2(x: &[f32], block: &mut BlockQ8K) {
     assert!(x.len() >= 256);
     let mut vmax = _mm256_setzero_ps();
     for i in 0..32 {
@@ -1519,7 +1518,7 @@ pub(super) unsafe fn quant_q8_k_avx2(x: &[f32], block: &mut [u8; 292]) {
     }
     let amax = abs_max8(vmax);
     if amax == 0.0 {
-        block.fill(0);
+        *block = bytemuck::Zeroable::zeroed();
         return;
     }
     // The first value whose |x| equals the maximum (see the AVX-512 form).
@@ -1537,9 +1536,8 @@ pub(super) unsafe fn quant_q8_k_avx2(x: &[f32], block: &mut [u8; 292]) {
     let iscale = -127.0 / max;
     let sv = _mm256_set1_ps(iscale);
     let ones = _mm256_set1_epi8(1);
-    let mut sums = [0u8; 32];
     for i in 0..8 {
-        // SAFETY: 256 values in, 4 + 256 bytes out.
+        // SAFETY: 256 values in, the block's 256 values out.
         unsafe {
             let mut v = [_mm256_setzero_ps(); 4];
             for (j, v) in v.iter_mut().enumerate() {
@@ -1549,7 +1547,7 @@ pub(super) unsafe fn quant_q8_k_avx2(x: &[f32], block: &mut [u8; 292]) {
             // -127..=127 (within rounding), so packing's saturation at 127
             // is the same clamp and -128 never arises.
             let b = pack32(v);
-            _mm256_storeu_si256(block.as_mut_ptr().add(4 + 32 * i) as *mut _, b);
+            _mm256_storeu_si256(block.qs.as_mut_ptr().add(32 * i) as *mut _, b);
             // The two groups of 16: byte pairs, then quads, then each half.
             let quads = _mm256_madd_epi16(_mm256_maddubs_epi16(ones, b), _mm256_set1_epi16(1));
             let halves = [
@@ -1559,12 +1557,9 @@ pub(super) unsafe fn quant_q8_k_avx2(x: &[f32], block: &mut [u8; 292]) {
             for (h, &half) in halves.iter().enumerate() {
                 let t = _mm_add_epi32(half, _mm_unpackhi_epi64(half, half));
                 let t = _mm_add_epi32(t, _mm_shuffle_epi32::<1>(t));
-                let g = 2 * i + h;
-                sums[2 * g..2 * g + 2]
-                    .copy_from_slice(&(_mm_cvtsi128_si32(t) as i16).to_le_bytes());
+                block.bsums[2 * i + h].set(_mm_cvtsi128_si32(t) as i16);
             }
         }
     }
-    block[260..292].copy_from_slice(&sums);
-    block[0..4].copy_from_slice(&(1.0 / iscale).to_le_bytes());
+    block.d.set(1.0 / iscale);
 }

@@ -23,6 +23,7 @@ use std::arch::aarch64::*;
 use std::arch::asm;
 
 use super::{GemmTier, Kernels, SCALAR};
+use crate::formats::blocks::K_SUB_BLOCKS;
 use crate::formats::f16_at;
 use crate::formats::kquants::scales_mins_k4;
 
@@ -163,7 +164,8 @@ unsafe fn unpack_q4_0(p: *const u8) -> (int8x16_t, int8x16_t) {
 /// Bit `i` of `bits` (16 bits) as byte `i`: 0x10 where set, else 0.
 #[inline(always)]
 unsafe fn high_bits(bits: u16) -> uint8x16_t {
-    const MASK: [u8; 16] = [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
+    const MASK: [u8; size_of::<uint8x16_t>()] =
+        [1, 2, 4, 8, 16, 32, 64, 128, 1, 2, 4, 8, 16, 32, 64, 128];
     // SAFETY: `MASK` is 16 bytes; the rest is register arithmetic.
     unsafe {
         let [b0, b1] = bits.to_le_bytes();
@@ -192,7 +194,7 @@ unsafe fn unpack_q5_0(p: *const u8) -> (int8x16_t, int8x16_t) {
 /// Sum of `mins[s] * (bsum[2s] + bsum[2s+1])` over the 8 sub-blocks of a
 /// Q4_K/Q5_K block: the min correction, exact.
 #[inline(always)]
-unsafe fn min_sum(mins: &[u8; 8], a: *const u8) -> i32 {
+unsafe fn min_sum(mins: &[u8; K_SUB_BLOCKS], a: *const u8) -> i32 {
     // SAFETY: a Q8_K block holds 16 i16 block sums at byte 260.
     unsafe {
         let s0 = vld1q_s16(a.add(260) as *const i16);

@@ -11,6 +11,7 @@
 use std::arch::x86_64::*;
 
 use super::{GemmTier, Kernels, SCALAR};
+use crate::formats::blocks::{BlockFormat, BlockQ4K, BlockQ8K, K_SUB_BLOCKS};
 
 /// Reads a u16 at `p`.
 ///
@@ -754,7 +755,7 @@ fn zmm_nibbles(t: __m256i) -> __m512i {
 /// `ba` must point at a whole Q8_K block.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn k4_min_dot(mins: [u8; 8], ba: *const u8) -> i32 {
+unsafe fn k4_min_dot(mins: [u8; K_SUB_BLOCKS], ba: *const u8) -> i32 {
     let m = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(i64::from_le_bytes(mins)));
     let twice = _mm256_set_m128i(_mm_unpackhi_epi16(m, m), _mm_unpacklo_epi16(m, m));
     // SAFETY: the 16 i16 bsums live at 260..292 of the block.
@@ -766,7 +767,7 @@ unsafe fn k4_min_dot(mins: [u8; 8], ba: *const u8) -> i32 {
 /// dword, for [`k4_scale`].
 #[inline]
 #[target_feature(enable = "avx2")]
-fn k4_scales(sc: [u8; 8]) -> [i32; 8] {
+fn k4_scales(sc: [u8; K_SUB_BLOCKS]) -> [i32; K_SUB_BLOCKS] {
     let s = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(i64::from_le_bytes(sc)));
     let mut pairs = [0i32; 8];
     let both = _mm256_set_m128i(_mm_unpackhi_epi16(s, s), _mm_unpacklo_epi16(s, s));
@@ -913,12 +914,16 @@ macro_rules! kquant_kernels {
             for i in 0..nb {
                 // SAFETY: block i of the weights and of every activation row
                 // is inside them (the caller's contract).
-                let (bw, bas): (*const u8, [*const u8; N]) =
-                    unsafe { (w.add(i * WB), std::array::from_fn(|c| a[c].add(i * 292))) };
+                let (bw, bas): (*const u8, [*const u8; N]) = unsafe {
+                    (
+                        w.add(i * WB),
+                        std::array::from_fn(|c| a[c].add(i * BlockQ8K::BYTES)),
+                    )
+                };
                 prefetch_block(bw);
-                // SAFETY: the block's 12 scale bytes at 4..16.
+                // SAFETY: `bw` points at a whole Q4_K/Q5_K block (alignment 1).
                 let (sc, mins) = crate::formats::kquants::scales_mins_k4(unsafe {
-                    &*(bw.add(4) as *const [u8; 12])
+                    &(*(bw as *const BlockQ4K)).scales
                 });
                 // SAFETY: d, dmin at 0 and 2 of the weight block.
                 let dd = unsafe { h2f_pair(rd32(bw)) };

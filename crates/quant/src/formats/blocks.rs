@@ -1,0 +1,283 @@
+//! Every ggml block format as a type with named fields, laid out as
+//! ggml-common.h lays it out (packed, little-endian, alignment 1), and one
+//! trait, [`BlockFormat`], that says which GGUF type a block is and how many
+//! values it holds. A row's bytes are viewed as blocks with [`block`] and
+//! [`blocks_mut`] (checked casts, no copies), so code reads `b.d`, `b.qs`
+//! and `b.scales` where it used to count byte offsets.
+
+use bytemuck::{Pod, Zeroable};
+use gguf::GgmlType;
+
+use super::kquants::{GROUPS, QK_K};
+use super::legacy::QK;
+
+/// Bytes of a packed K-quant scale field (eight 6-bit scales and eight
+/// 6-bit mins, or sixteen 6-bit scales).
+pub(crate) const K_SCALE_BYTES: usize = 12;
+/// Sub-blocks of 32 in a super-block (the six-bit scales and mins of
+/// Q4_K and Q5_K, one each).
+pub(crate) const K_SUB_BLOCKS: usize = QK_K / 32;
+
+/// A little-endian f16, as a block stores its scales.
+#[derive(Clone, Copy, Pod, Zeroable, Default, Debug, PartialEq)]
+#[repr(transparent)]
+pub(crate) struct F16Le(pub(crate) [u8; size_of::<u16>()]);
+
+impl F16Le {
+    /// The value.
+    #[inline(always)]
+    pub(crate) fn get(self) -> f32 {
+        half::f16::from_bits(u16::from_le_bytes(self.0)).to_f32()
+    }
+
+    /// Store `v`, rounded to nearest even as ggml rounds.
+    #[inline(always)]
+    pub(crate) fn set(&mut self, v: f32) {
+        self.0 = half::f16::from_f32(v).to_bits().to_le_bytes();
+    }
+}
+
+/// A little-endian f32 (Q8_K's scale).
+#[derive(Clone, Copy, Pod, Zeroable, Default, Debug, PartialEq)]
+#[repr(transparent)]
+pub(crate) struct F32Le(pub(crate) [u8; size_of::<f32>()]);
+
+impl F32Le {
+    /// The value.
+    #[inline(always)]
+    pub(crate) fn get(self) -> f32 {
+        f32::from_le_bytes(self.0)
+    }
+
+    /// Store `v`.
+    #[inline(always)]
+    pub(crate) fn set(&mut self, v: f32) {
+        self.0 = v.to_le_bytes();
+    }
+}
+
+/// A little-endian i16 (Q8_K's group sums).
+#[derive(Clone, Copy, Pod, Zeroable, Default, Debug, PartialEq)]
+#[repr(transparent)]
+pub(crate) struct I16Le(pub(crate) [u8; size_of::<i16>()]);
+
+impl I16Le {
+    /// The value.
+    #[inline(always)]
+    pub(crate) fn get(self) -> i16 {
+        i16::from_le_bytes(self.0)
+    }
+
+    /// Store `v`.
+    #[inline(always)]
+    pub(crate) fn set(&mut self, v: i16) {
+        self.0 = v.to_le_bytes();
+    }
+}
+
+/// A block format: its GGUF type and the values one block holds; its size
+/// in bytes is the type's size.
+pub(crate) trait BlockFormat: Pod {
+    /// The GGUF tensor type stored as these blocks.
+    const TYPE: GgmlType;
+    /// Values per block.
+    const VALUES: usize;
+    /// Bytes per block.
+    const BYTES: usize = size_of::<Self>();
+}
+
+/// `bytes` as whole blocks of `B`, to write (a trailing partial block is
+/// left out).
+#[inline(always)]
+pub(crate) fn blocks_mut<B: BlockFormat>(bytes: &mut [u8]) -> &mut [B] {
+    let whole = bytes.len() / B::BYTES * B::BYTES;
+    bytemuck::cast_slice_mut(&mut bytes[..whole])
+}
+
+/// The first block of `B` in `bytes` (which must hold one).
+#[inline(always)]
+pub(crate) fn block<B: BlockFormat>(bytes: &[u8]) -> &B {
+    bytemuck::from_bytes(&bytes[..B::BYTES])
+}
+
+macro_rules! block_format {
+    ($name:ident, $ty:ident, $values:expr) => {
+        impl BlockFormat for $name {
+            const TYPE: GgmlType = GgmlType::$ty;
+            const VALUES: usize = $values;
+        }
+    };
+}
+
+/// `block_q4_0`: value `d · (q − 8)`; element `j` in the low nibble of
+/// `qs[j]`, `j + 16` in the high one.
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct BlockQ4_0 {
+    pub(crate) d: F16Le,
+    pub(crate) qs: [u8; QK / 2],
+}
+block_format!(BlockQ4_0, Q4_0, QK);
+
+/// `block_q4_1`: value `d · q + m`, nibbles as Q4_0.
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct BlockQ4_1 {
+    pub(crate) d: F16Le,
+    pub(crate) m: F16Le,
+    pub(crate) qs: [u8; QK / 2],
+}
+block_format!(BlockQ4_1, Q4_1, QK);
+
+/// `block_q5_0`: value `d · (q − 16)`; bit `j` of `qh` is element `j`'s
+/// fifth bit.
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct BlockQ5_0 {
+    pub(crate) d: F16Le,
+    pub(crate) qh: [u8; size_of::<u32>()],
+    pub(crate) qs: [u8; QK / 2],
+}
+block_format!(BlockQ5_0, Q5_0, QK);
+
+/// `block_q5_1`: value `d · q + m`, bits as Q5_0.
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct BlockQ5_1 {
+    pub(crate) d: F16Le,
+    pub(crate) m: F16Le,
+    pub(crate) qh: [u8; size_of::<u32>()],
+    pub(crate) qs: [u8; QK / 2],
+}
+block_format!(BlockQ5_1, Q5_1, QK);
+
+/// `block_q8_0`: value `d · q`.
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct BlockQ8_0 {
+    pub(crate) d: F16Le,
+    pub(crate) qs: [i8; QK],
+}
+block_format!(BlockQ8_0, Q8_0, QK);
+
+/// `block_q8_1`: value `d · q`, and `s = d · Σq`.
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct BlockQ8_1 {
+    pub(crate) d: F16Le,
+    pub(crate) s: F16Le,
+    pub(crate) qs: [i8; QK],
+}
+block_format!(BlockQ8_1, Q8_1, QK);
+
+/// `block_q2_K`: a byte per group of 16 (scale in the low nibble, min in
+/// the high one), 2-bit values, the super-block's scale and min.
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct BlockQ2K {
+    pub(crate) scales: [u8; GROUPS],
+    pub(crate) qs: [u8; QK_K / 4],
+    pub(crate) d: F16Le,
+    pub(crate) dmin: F16Le,
+}
+block_format!(BlockQ2K, Q2_K, QK_K);
+
+/// `block_q3_K`: the high bits, 2-bit low parts, sixteen 6-bit scales.
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct BlockQ3K {
+    pub(crate) hmask: [u8; QK_K / 8],
+    pub(crate) qs: [u8; QK_K / 4],
+    pub(crate) scales: [u8; K_SCALE_BYTES],
+    pub(crate) d: F16Le,
+}
+block_format!(BlockQ3K, Q3_K, QK_K);
+
+/// `block_q4_K`: eight 6-bit scales and mins per 32, 4-bit values.
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct BlockQ4K {
+    pub(crate) d: F16Le,
+    pub(crate) dmin: F16Le,
+    pub(crate) scales: [u8; K_SCALE_BYTES],
+    pub(crate) qs: [u8; QK_K / 2],
+}
+block_format!(BlockQ4K, Q4_K, QK_K);
+
+/// `block_q5_K`: Q4_K with a fifth bit per value in `qh`.
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct BlockQ5K {
+    pub(crate) d: F16Le,
+    pub(crate) dmin: F16Le,
+    pub(crate) scales: [u8; K_SCALE_BYTES],
+    pub(crate) qh: [u8; QK_K / 8],
+    pub(crate) qs: [u8; QK_K / 2],
+}
+block_format!(BlockQ5K, Q5_K, QK_K);
+
+/// `block_q6_K`: 4-bit low parts, 2-bit high parts, an i8 scale per 16.
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct BlockQ6K {
+    pub(crate) ql: [u8; QK_K / 2],
+    pub(crate) qh: [u8; QK_K / 4],
+    pub(crate) scales: [i8; GROUPS],
+    pub(crate) d: F16Le,
+}
+block_format!(BlockQ6K, Q6_K, QK_K);
+
+/// `block_q8_K`: an f32 scale, i8 values and each group of 16's sum.
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct BlockQ8K {
+    pub(crate) d: F32Le,
+    pub(crate) qs: [i8; QK_K],
+    pub(crate) bsums: [I16Le; GROUPS],
+}
+block_format!(BlockQ8K, Q8_K, QK_K);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn check<B: BlockFormat>() {
+        assert_eq!(B::BYTES, B::TYPE.block_bytes(), "{:?} bytes", B::TYPE);
+        assert_eq!(B::VALUES, B::TYPE.block_len(), "{:?} values", B::TYPE);
+        assert_eq!(align_of::<B>(), 1, "{:?} packed", B::TYPE);
+    }
+
+    /// Each type's size, values per block and packing are ggml's.
+    #[test]
+    fn blocks_are_ggml_sized() {
+        check::<BlockQ4_0>();
+        check::<BlockQ4_1>();
+        check::<BlockQ5_0>();
+        check::<BlockQ5_1>();
+        check::<BlockQ8_0>();
+        check::<BlockQ8_1>();
+        check::<BlockQ2K>();
+        check::<BlockQ3K>();
+        check::<BlockQ4K>();
+        check::<BlockQ5K>();
+        check::<BlockQ6K>();
+        check::<BlockQ8K>();
+    }
+
+    /// A view of bytes as blocks reads the fields at ggml's offsets.
+    #[test]
+    fn fields_sit_at_ggml_offsets() {
+        let mut bytes: Vec<u8> = (0..2 * BlockQ4K::BYTES).map(|i| i as u8).collect();
+        let b = block::<BlockQ4K>(&bytes[BlockQ4K::BYTES..]);
+        assert_eq!(b.d.0, [144, 145]);
+        assert_eq!(b.scales[0], 148);
+        assert_eq!(b.qs[0], 160);
+        assert_eq!(blocks_mut::<BlockQ4K>(&mut bytes[..200]).len(), 1);
+        let mut q8 = vec![0u8; BlockQ8K::BYTES];
+        let k = &mut blocks_mut::<BlockQ8K>(&mut q8)[0];
+        k.d.set(2.5);
+        k.bsums[15].set(-3);
+        assert_eq!(q8[..4], 2.5f32.to_le_bytes());
+        assert_eq!(q8[290..], (-3i16).to_le_bytes());
+    }
+}
