@@ -59,6 +59,16 @@ for crate in ("media", "server"):
     print(f"  {crate}: {len(found)} cycles")
 EOF
 
+echo "operations defined in media (functions named for an op, tests excluded; the shared ones live in model::ops and quant::activation):"
+find crates/media/src -name '*.rs' | sort | while read -r f; do
+    sed '/^#\[cfg(test)\]/,$d' "$f" |
+        grep -oE 'fn ([a-z0-9_]*_)?(norm|softmax|exp|silu|softplus|sigmoid|gelu|geglu|tanh|attention|attend|sgemm|matmul|product|rope)(_[a-z0-9_]*)?\(' |
+        sed "s|^fn |  $f: |; s|($||"
+done
+n=$(find crates/media/src -name '*.rs' -exec sed '/^#\[cfg(test)\]/,$d' {} \; |
+    grep -cE 'fn ([a-z0-9_]*_)?(norm|softmax|exp|silu|softplus|sigmoid|gelu|geglu|tanh|attention|attend|sgemm|matmul|product|rope)(_[a-z0-9_]*)?\(' || true)
+echo "  ($n)"
+
 echo "block sizes written as byte-array literals in quant:"
 n=$(grep -rhoE '\[u8; [0-9]+\]' crates/quant/src | wc -l)
 echo "  $n"
