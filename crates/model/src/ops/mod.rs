@@ -31,13 +31,7 @@ pub fn geglu(gate: &mut [f32], up: &[f32]) {
 /// only what lies `m` standard deviations (population, as transformers
 /// computes it) above the row's mean.
 pub fn gaussian_top_k(x: &mut [f32], m: f32) {
-    let n = x.len().max(1) as f64;
-    let mean = x.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
-    let var = x
-        .iter()
-        .map(|&v| (f64::from(v) - mean) * (f64::from(v) - mean))
-        .sum::<f64>()
-        / n;
+    let (mean, var) = norm::mean_var(x);
     let cutoff = (mean + var.sqrt() * f64::from(m)) as f32;
     x.iter_mut().for_each(|v| *v = (*v - cutoff).max(0.0));
 }

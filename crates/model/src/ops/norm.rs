@@ -80,10 +80,8 @@ pub fn post_norm_add(pool: &quant::ThreadPool, o: &mut [f32], x: &mut [f32], w: 
     });
 }
 
-/// `x <- (x - mean) / sqrt(var + eps) · w (+ b)` over one row (LayerNorm,
-/// biased variance), the statistics in f64: a tower's rows are short, and
-/// the reference's two-pass f32 variance agrees with this to rounding.
-pub fn layer_norm(x: &mut [f32], w: &[f32], b: Option<&[f32]>, eps: f32) {
+/// A row's mean and population variance, in f64 (two passes).
+pub(crate) fn mean_var(x: &[f32]) -> (f64, f64) {
     let n = x.len().max(1) as f64;
     let mean = x.iter().map(|&v| f64::from(v)).sum::<f64>() / n;
     let var = x
@@ -91,6 +89,14 @@ pub fn layer_norm(x: &mut [f32], w: &[f32], b: Option<&[f32]>, eps: f32) {
         .map(|&v| (f64::from(v) - mean) * (f64::from(v) - mean))
         .sum::<f64>()
         / n;
+    (mean, var)
+}
+
+/// `x <- (x - mean) / sqrt(var + eps) · w (+ b)` over one row (LayerNorm,
+/// biased variance), the statistics in f64: a tower's rows are short, and
+/// the reference's two-pass f32 variance agrees with this to rounding.
+pub fn layer_norm(x: &mut [f32], w: &[f32], b: Option<&[f32]>, eps: f32) {
+    let (mean, var) = mean_var(x);
     let inv = (1.0 / (var + f64::from(eps)).sqrt()) as f32;
     let mean = mean as f32;
     match b {
