@@ -27,13 +27,13 @@ impl F16Le {
     /// The value.
     #[inline(always)]
     pub(crate) fn get(self) -> f32 {
-        half::f16::from_bits(u16::from_le_bytes(self.0)).to_f32()
+        super::f16_at(&self.0)
     }
 
     /// Store `v`, rounded to nearest even as ggml rounds.
     #[inline(always)]
     pub(crate) fn set(&mut self, v: f32) {
-        self.0 = half::f16::from_f32(v).to_bits().to_le_bytes();
+        super::put_f16(&mut self.0, v);
     }
 }
 
@@ -46,7 +46,7 @@ impl F32Le {
     /// The value.
     #[inline(always)]
     pub(crate) fn get(self) -> f32 {
-        f32::from_le_bytes(self.0)
+        super::f32_at(&self.0)
     }
 
     /// Store `v`.

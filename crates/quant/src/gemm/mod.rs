@@ -696,20 +696,18 @@ pub(crate) fn quantize_act_row(
     src: &[f32],
     dst: &mut [u8],
 ) -> Result<(), crate::QuantError> {
-    match at {
-        _ if fits::<BlockQ8_0>(at, src, dst) => {
-            for (x, b) in src.chunks_exact(QK).zip(blocks_mut::<BlockQ8_0>(dst)) {
-                quant_q8_0(tier, x, b);
-            }
-            Ok(())
+    if fits::<BlockQ8_0>(at, src, dst) {
+        for (x, b) in src.chunks_exact(QK).zip(blocks_mut::<BlockQ8_0>(dst)) {
+            quant_q8_0(tier, x, b);
         }
-        _ if fits::<BlockQ8K>(at, src, dst) => {
-            for (x, b) in src.chunks_exact(QK_K).zip(blocks_mut::<BlockQ8K>(dst)) {
-                quant_q8_k(tier, x, b);
-            }
-            Ok(())
+        Ok(())
+    } else if fits::<BlockQ8K>(at, src, dst) {
+        for (x, b) in src.chunks_exact(QK_K).zip(blocks_mut::<BlockQ8K>(dst)) {
+            quant_q8_k(tier, x, b);
         }
-        _ => crate::quantize_activation(at, src, dst),
+        Ok(())
+    } else {
+        crate::quantize_activation(at, src, dst)
     }
 }
 
