@@ -5,7 +5,7 @@
 use crate::MediaError;
 use gguf::{GgmlType, GgufFile, TensorInfo};
 use model::ops;
-use model::ops::full_attention::HeadOperands;
+use model::ops::attention::full::HeadOperands;
 use model::ops::linear::{Clamp, LinearScratch};
 use quant::{Matrix, ThreadPool};
 

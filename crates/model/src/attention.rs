@@ -12,6 +12,7 @@
 
 use crate::kv::LayerCache;
 use crate::ops;
+use crate::ops::attention::{KeyRuns, Scoring};
 use crate::{Config, LayerKind, SeqInput};
 use quant::vector::Rows;
 use quant::FirstError;
@@ -160,6 +161,31 @@ impl SeqKeys<'_> {
     }
 }
 
+/// One query's keys `lo..=hi` of KV head `kvh`, as runs of rows.
+struct QueryKeys<'k, 'v> {
+    keys: &'k SeqKeys<'v>,
+    lo: usize,
+    hi: usize,
+    kvh: usize,
+}
+
+impl<'v> KeyRuns<'v> for QueryKeys<'_, 'v> {
+    fn key_stride(&self) -> usize {
+        self.keys.keys.stride
+    }
+    fn value_stride(&self) -> usize {
+        self.keys.values.stride
+    }
+    fn keys(&self, f: impl FnMut(usize, Rows<'v>, usize)) {
+        let k = self.keys;
+        k.runs(&k.keys, self.lo, self.hi, self.kvh, f)
+    }
+    fn values(&self, f: impl FnMut(usize, Rows<'v>, usize)) {
+        let k = self.keys;
+        k.runs(&k.values, self.lo, self.hi, self.kvh, f)
+    }
+}
+
 impl AttentionInput<'_, '_> {
     /// The first position a query at `pos` attends to.
     fn lowest_key(&self, pos: usize) -> usize {
@@ -190,12 +216,12 @@ impl AttentionInput<'_, '_> {
         }
     }
 
-    /// Soft-cap (Gemma 2) and softmax over one query's live scores.
-    fn normalize(&self, scores: &mut [f32]) {
-        if let Some(cap) = self.cfg.attn_softcap {
-            ops::softcap(scores, cap);
+    /// How this layer's scores become probabilities (Gemma 2 soft-caps).
+    fn scoring(&self) -> Scoring<'static> {
+        Scoring {
+            softcap: self.cfg.attn_softcap,
+            ..Scoring::default()
         }
-        ops::softmax(scores);
     }
 }
 
@@ -248,6 +274,7 @@ fn attend_rows(
     let per_worker = n_tasks.div_ceil(scores.len());
     let out = &mut out[..b * h.n_heads * h.vdim];
     let q = input.q;
+    let scoring = input.scoring();
 
     // Task `task`'s query heads (`sub` of them) into `o`.
     let attend_one = |task: usize, o: &mut [f32], sc: &mut [f32]| {
@@ -261,21 +288,18 @@ fn attend_rows(
         let lo = input.lowest_key(pos);
         let hi = input.row_last[i];
         let n_keys = hi + 1 - lo;
-        let stride = sc.len() / h.group;
         let q0 = (i * h.n_heads + kvh * h.group + part * sub) * h.hd;
         let qs = &q[q0..q0 + sub * h.hd];
-        // Each run of keys once for the task's heads (the same bits as a
-        // `dot` per key and head, then an `axpy` per value and head).
-        keys.runs(&keys.keys, lo, hi, kvh, |j, from, n| {
-            quant::vector::dot_rows(qs, sub, from, h.kd, n, &mut sc[j..], stride);
-        });
-        for g in 0..sub {
-            input.normalize(&mut sc[g * stride..g * stride + n_keys]);
-        }
-        o.fill(0.0);
-        keys.runs(&keys.values, lo, hi, kvh, |j, from, n| {
-            quant::vector::axpy_rows(o, sub, &sc[j..], stride, from, h.vd, n);
-        });
+        // The task's heads read each run of keys once between them.
+        let stride = sc.len() / h.group;
+        let sc = &mut sc[..stride * sub];
+        let runs = QueryKeys {
+            keys: &keys,
+            lo,
+            hi,
+            kvh,
+        };
+        ops::attention::attend_query(qs, sub, &runs, n_keys, &scoring, sc, o);
     };
 
     pool.for_each_chunk_mut(out, per_worker * sub * h.vdim, |worker, rows| {
@@ -316,6 +340,7 @@ fn attend_blocked(
     let block_rows = (block_queries(nk) / h.group).max(1);
     let row_len = h.n_heads * h.vdim;
     let q = input.q;
+    let scoring = input.scoring();
     let failure = FirstError::new();
     // One task per block of queries, the latest (longest causal window)
     // first: the pool hands tasks out as threads free up, so the work
@@ -373,7 +398,7 @@ fn attend_blocked(
                 let row = &mut sc[qi * nkb..(qi + 1) * nkb];
                 row[..lo].fill(0.0);
                 row[hi + 1..].fill(0.0);
-                input.normalize(&mut row[lo..=hi]);
+                ops::attention::probabilities(&mut row[lo..=hi], None, &scoring);
             }
             // One product per strip of value columns, each strip's rows
             // one contiguous run (as the keys' strips).

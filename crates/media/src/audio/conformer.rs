@@ -10,6 +10,7 @@ use crate::weights::{product, vector, Buffers, Linear};
 use crate::MediaError;
 use gguf::GgufFile;
 use model::ops;
+use model::ops::attention::local::{local, LocalWindow};
 use quant::ThreadPool;
 
 /// Metadata keys the converter writes.
@@ -247,7 +248,16 @@ impl Block {
             });
         }
         let mut attn = vec![0.0f32; t * d];
-        self.local_attention(pool, shape, &q, &k, &v, valid, &mut attn);
+        // Each frame sees the valid frames from `left_keys - 1` before it
+        // to `context_right` after it, scored with their distance's term.
+        let window = LocalWindow {
+            heads: shape.heads,
+            before: shape.left_keys - 1,
+            after: shape.context_right,
+            past: shape.context_left - 1,
+            softcap: shape.logit_cap,
+        };
+        local(pool, &window, &q, &k, &v, &self.positions, valid, &mut attn);
         let mut o = vec![0.0f32; t * d];
         product(pool, file, &self.post, &attn, t, &mut o, bufs)?;
         ops::par_rows(pool, &mut o, d, |_, row| {
@@ -309,65 +319,6 @@ impl Block {
             ops::rms_norm(row, &self.norm, eps);
         });
         Ok(())
-    }
-
-    /// Each query frame attends to the valid frames from `left_keys - 1`
-    /// before it to `context_right` after it: logits are `q·k` plus `q`
-    /// dotted with the projected sinusoid of their distance, soft-capped.
-    /// A query with no valid frame in reach (past the clip) gets zeros.
-    #[allow(clippy::too_many_arguments)]
-    fn local_attention(
-        &self,
-        pool: &ThreadPool,
-        shape: &Shape,
-        q: &[f32],
-        k: &[f32],
-        v: &[f32],
-        valid: &[bool],
-        out: &mut [f32],
-    ) {
-        let (t, d) = (valid.len(), shape.hidden);
-        let dh = d / shape.heads;
-        let past = shape.context_left - 1;
-        let future = shape.context_right;
-        let cap = shape.logit_cap;
-        pool.for_each_chunk_mut(out, d, |qi, out| {
-            let lo = qi.saturating_sub(shape.left_keys - 1);
-            let hi = (qi + future).min(t - 1);
-            let mut logits = vec![0.0f32; hi + 1 - lo];
-            for hd in 0..shape.heads {
-                let qv = &q[qi * d + hd * dh..][..dh];
-                let mut any = false;
-                for (j, ki) in (lo..=hi).enumerate() {
-                    if !valid[ki] {
-                        logits[j] = f32::NEG_INFINITY;
-                        continue;
-                    }
-                    any = true;
-                    let kv = &k[ki * d + hd * dh..][..dh];
-                    // Row `past - (qi - ki)` holds the distance qi - ki.
-                    let row = past + ki - qi;
-                    let pv = &self.positions[row * d + hd * dh..][..dh];
-                    let s: f32 = qv.iter().zip(kv).map(|(a, b)| a * b).sum::<f32>()
-                        + qv.iter().zip(pv).map(|(a, b)| a * b).sum::<f32>();
-                    logits[j] = ops::tanh(s / cap) * cap;
-                }
-                let o = &mut out[hd * dh..][..dh];
-                o.fill(0.0);
-                if !any {
-                    continue;
-                }
-                ops::softmax(&mut logits);
-                for (j, ki) in (lo..=hi).enumerate() {
-                    let p = logits[j];
-                    if p == 0.0 {
-                        continue;
-                    }
-                    let vv = &v[ki * d + hd * dh..][..dh];
-                    o.iter_mut().zip(vv).for_each(|(e, &x)| *e += p * x);
-                }
-            }
-        });
     }
 }
 

@@ -21,7 +21,7 @@ use crate::weights::{product, tensor, vector, Buffers, Linear, PRODUCT_BLOCK};
 use crate::MediaError;
 use gguf::GgufFile;
 use model::ops;
-use model::ops::full_attention::attention;
+use model::ops::attention::full::attention;
 use quant::ThreadPool;
 
 /// The size (width, height) a `width × height` picture is resized to: the

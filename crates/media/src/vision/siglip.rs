@@ -7,7 +7,7 @@ use crate::weights::{product, tensor, vector, Buffers, LayerNorm, Linear, PRODUC
 use crate::MediaError;
 use gguf::GgufFile;
 use model::ops;
-use model::ops::full_attention::attention;
+use model::ops::attention::full::attention;
 use quant::ThreadPool;
 
 /// Gemma 3's SigLIP encoder and projector.

@@ -1,15 +1,17 @@
 //! The operations the text model and every media tower share, in f32:
 //! element-wise activations, the rotary embedding and softmax here; the
 //! norms in [`norm`], the products of a weight in [`linear`], and
-//! attention among all positions (the towers') in [`full_attention`].
-//! The text model's attention over its cache lives with the cache.
+//! attention with its variants (full, local, the row-wise form the text
+//! model's cache attention runs) in [`attention`]. The text model's cache
+//! layout and prefill schedule live with the cache.
 
-pub mod full_attention;
+pub mod attention;
 pub mod linear;
 pub mod norm;
 
 pub use norm::{
-    layer_norm, layer_norm_rows, post_norm_add, pre_norm, rms_norm, rms_norm_plain, rms_norm_rows,
+    cumulative_group_norm, layer_norm, layer_norm_rows, post_norm_add, pre_norm, rms_norm,
+    rms_norm_plain, rms_norm_rows,
 };
 
 /// GELU with the tanh approximation (`gelu_pytorch_tanh`), written with the

@@ -143,6 +143,29 @@ pub fn rms_norm_rows(
     });
 }
 
+/// Group norm over each time step's `width` values (frequency × channel,
+/// channel fastest), with mean and variance accumulated over time: step
+/// `t` uses the mean of steps `0..=t`, and the sum over those steps of
+/// their squared distances from their own running means. Then a weight per
+/// channel (Gemma 3n's audio input convolutions).
+pub fn cumulative_group_norm(x: &mut [f32], width: usize, channels: usize, w: &[f32], eps: f32) {
+    let (mut sum, mut sq, mut count) = (0.0f64, 0.0f64, 0.0f64);
+    for row in x.chunks_exact_mut(width) {
+        sum += row.iter().map(|&v| f64::from(v)).sum::<f64>();
+        count += width as f64;
+        let mean = sum / count;
+        sq += row
+            .iter()
+            .map(|&v| (f64::from(v) - mean) * (f64::from(v) - mean))
+            .sum::<f64>();
+        let inv = 1.0 / ((sq / count) as f32 + eps).sqrt();
+        let mean = mean as f32;
+        for (i, v) in row.iter_mut().enumerate() {
+            *v = (*v - mean) * inv * w[i % channels];
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,8 +1,5 @@
 //! Attention among all positions, with no mask (the vision towers'): every
-//! query sees every key. The text model's causal attention over its cache
-//! is in the model's attention module; the audio towers' local attention
-//! (a window of chunks) runs its own small products beside their
-//! relative-position terms.
+//! query sees every key, as blocked products over whole register tiles.
 
 use quant::vector::{PackedB, PANEL};
 use quant::{FirstError, QuantError, ThreadPool};
