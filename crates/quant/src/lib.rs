@@ -25,6 +25,10 @@ pub use gguf::GgmlType;
 pub use matmul::{matmul, Gate, Matrix, PreparedActs, Product};
 pub use pool::{core_counts, default_threads, FirstError, PoolStats, SiteProfile, ThreadPool};
 
+use formats::blocks::{
+    dequantize_row, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0,
+    BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1,
+};
 use formats::{float, kquantize, kquants, legacy};
 
 /// Whether this crate can dequantize and multiply weights of this type.
@@ -92,18 +96,18 @@ pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Quant
         F32 => float::dequant_f32(src, dst),
         F16 => float::dequant_f16(src, dst),
         BF16 => float::dequant_bf16(src, dst),
-        Q4_0 => legacy::dequant_with(src, dst, 18, legacy::unpack_q4_0),
-        Q4_1 => legacy::dequant_with(src, dst, 20, legacy::unpack_q4_1),
-        Q5_0 => legacy::dequant_with(src, dst, 22, legacy::unpack_q5_0),
-        Q5_1 => legacy::dequant_with(src, dst, 24, legacy::unpack_q5_1),
-        Q8_0 => legacy::dequant_q8(src, dst, 34, 2),
-        Q8_1 => legacy::dequant_q8(src, dst, 36, 4),
-        Q2_K => kquants::dequant_with(src, dst, 84, kquants::unpack_q2_k),
-        Q3_K => kquants::dequant_with(src, dst, 110, kquants::unpack_q3_k),
-        Q4_K => kquants::dequant_with(src, dst, 144, kquants::unpack_q4_k),
-        Q5_K => kquants::dequant_with(src, dst, 176, kquants::unpack_q5_k),
-        Q6_K => kquants::dequant_with(src, dst, 210, kquants::unpack_q6_k),
-        Q8_K => kquants::dequant_with(src, dst, 292, kquants::unpack_q8_k),
+        Q4_0 => dequantize_row::<BlockQ4_0>(src, dst),
+        Q4_1 => dequantize_row::<BlockQ4_1>(src, dst),
+        Q5_0 => dequantize_row::<BlockQ5_0>(src, dst),
+        Q5_1 => dequantize_row::<BlockQ5_1>(src, dst),
+        Q8_0 => dequantize_row::<BlockQ8_0>(src, dst),
+        Q8_1 => dequantize_row::<BlockQ8_1>(src, dst),
+        Q2_K => dequantize_row::<BlockQ2K>(src, dst),
+        Q3_K => dequantize_row::<BlockQ3K>(src, dst),
+        Q4_K => dequantize_row::<BlockQ4K>(src, dst),
+        Q5_K => dequantize_row::<BlockQ5K>(src, dst),
+        Q6_K => dequantize_row::<BlockQ6K>(src, dst),
+        Q8_K => dequantize_row::<BlockQ8K>(src, dst),
         _ => return Err(QuantError::Unsupported(ty)),
     }
     Ok(())

@@ -6,9 +6,11 @@
 //! (see [`LANES`]), so a dot product gives the same bits on every CPU and a
 //! prompt's tokens do not depend on which machine runs it.
 
-use crate::formats::kquants::{self, q8k_bsum, QK_K};
-use crate::formats::legacy::{self, QK};
-use crate::formats::{f16_at, f32_at};
+use crate::formats::blocks::{
+    blocks, BlockFormat, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0,
+    BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, WeightFormat,
+};
+use crate::formats::{f16_at, f32_at, kquants, legacy};
 use crate::GgmlType;
 
 /// Dot product of one weight row (type `ty`, `n` elements) with one activation row in
@@ -28,23 +30,8 @@ pub fn vec_dot_f32(ty: GgmlType, w: &[u8], x: &[f32]) -> Result<f32, crate::Quan
 }
 
 #[inline(always)]
-fn idot(x: &[i8], y: &[u8]) -> i32 {
-    x.iter()
-        .zip(y)
-        .map(|(&x, &y)| x as i32 * y as i8 as i32)
-        .sum()
-}
-
-fn unpack_q8_0(b: &[u8]) -> legacy::Unpacked {
-    let mut q = [0i8; QK];
-    for (q, &v) in q.iter_mut().zip(&b[2..34]) {
-        *q = v as i8;
-    }
-    legacy::Unpacked {
-        d: f16_at(b),
-        m: 0.0,
-        q,
-    }
+fn idot(x: &[i8], y: &[i8]) -> i32 {
+    x.iter().zip(y).map(|(&x, &y)| x as i32 * y as i32).sum()
 }
 
 /// The lane count of the canonical float accumulation: an AVX2 register of
@@ -59,6 +46,14 @@ pub(crate) fn hsum8(v: [f32; LANES]) -> f32 {
     (h[0] + h[2]) + (h[1] + h[3])
 }
 
+/// The scalar reference product of `nb` blocks of weights `W` (bytes `w`)
+/// with activations in `W::Acts` (bytes `a`): the kernel table's entry for
+/// `W` on the scalar tier.
+pub(crate) fn dot<W: WeightFormat>(w: &[u8], a: &[u8], nb: usize) -> f32 {
+    let (w, a) = (blocks::<W>(w), blocks::<W::Acts>(a));
+    W::dot(&w[..nb.min(w.len())], &a[..nb.min(a.len())])
+}
+
 /// Q4_0/Q5_0/Q8_0 against Q8_0 in the canonical order every tier follows:
 /// lane `j` of a block is the exact integer sum of its products `4j..4j+4`;
 /// block `b` adds `d_b * lane` into chain `b % 2` of eight lanes with one
@@ -67,66 +62,47 @@ pub(crate) fn hsum8(v: [f32; LANES]) -> f32 {
 /// An AVX2 kernel runs the two chains in two registers, an AVX-512 one takes
 /// two blocks per register, and both give these bits.
 #[inline(always)]
-fn legacy_q8_0(
-    w: &[u8],
-    a: &[u8],
-    nb: usize,
-    wb: usize,
-    unpack: impl Fn(&[u8]) -> legacy::Unpacked,
-) -> f32 {
+fn legacy_q8_0<W: BlockFormat<Decoded = legacy::Unpacked>>(w: &[W], a: &[BlockQ8_0]) -> f32 {
     let mut chains = [[0.0f32; LANES]; 2];
-    for (b, (bw, ba)) in w
-        .chunks_exact(wb)
-        .zip(a.chunks_exact(34))
-        .take(nb)
-        .enumerate()
-    {
-        let u = unpack(bw);
-        let d = u.d * f16_at(ba);
-        let qa = &ba[2..34];
+    for (b, (bw, ba)) in w.iter().zip(a).enumerate() {
+        let u = bw.decode();
+        let d = u.d * ba.d.get();
         for (j, lane) in chains[b % 2].iter_mut().enumerate() {
-            let p = idot(&u.q[4 * j..4 * j + 4], &qa[4 * j..4 * j + 4]);
+            let p = idot(&u.q[4 * j..4 * j + 4], &ba.qs[4 * j..4 * j + 4]);
             *lane = d.mul_add(p as f32, *lane);
         }
     }
     hsum8(std::array::from_fn(|j| chains[0][j] + chains[1][j]))
 }
 
+/// Q4_1/Q5_1 against Q8_1, as ggml's generic kernel: the integer sum per
+/// block, scaled, plus the block minimum times the activations' sum.
 #[inline(always)]
-fn legacy_q8_1(
-    w: &[u8],
-    a: &[u8],
-    nb: usize,
-    wb: usize,
-    unpack: impl Fn(&[u8]) -> legacy::Unpacked,
-) -> f32 {
+fn legacy_q8_1<W: BlockFormat<Decoded = legacy::Unpacked>>(w: &[W], a: &[BlockQ8_1]) -> f32 {
     let mut sumf = 0.0f32;
-    for (bw, ba) in w.chunks_exact(wb).zip(a.chunks_exact(36)).take(nb) {
-        let u = unpack(bw);
-        let sumi = idot(&u.q, &ba[4..36]);
-        sumf += sumi as f32 * (u.d * f16_at(ba)) + u.m * f16_at(&ba[2..]);
+    for (bw, ba) in w.iter().zip(a) {
+        let u = bw.decode();
+        let sumi = idot(&u.q, &ba.qs);
+        sumf += sumi as f32 * (u.d * ba.d.get()) + u.m * ba.s.get();
     }
     sumf
 }
 
+/// A K-quant against Q8_K: exact integer sums per super-block (values by
+/// group scales, minimums by the activations' group sums), then
+/// [`kquant_block`] in block order.
 #[inline(always)]
-fn kquant_q8_k(
-    w: &[u8],
-    a: &[u8],
-    nb: usize,
-    wb: usize,
-    unpack: impl Fn(&[u8]) -> kquants::Unpacked,
-) -> f32 {
+fn kquant_q8_k<W: BlockFormat<Decoded = kquants::Unpacked>>(w: &[W], a: &[BlockQ8K]) -> f32 {
     let mut sumf = 0.0f32;
-    for (bw, ba) in w.chunks_exact(wb).zip(a.chunks_exact(292)).take(nb) {
-        let u = unpack(bw);
-        let qa = &ba[4..4 + QK_K];
+    for (bw, ba) in w.iter().zip(a) {
+        let u = bw.decode();
         let (mut isum, mut msum) = (0i32, 0i32);
         for g in 0..kquants::GROUPS {
-            isum += u.sc[g] * idot(&u.q[16 * g..16 * g + 16], &qa[16 * g..16 * g + 16]);
-            msum += u.m[g] * q8k_bsum(ba, g);
+            let span = 16 * g..16 * g + 16;
+            isum += u.sc[g] * idot(&u.q[span.clone()], &ba.qs[span]);
+            msum += u.m[g] * i32::from(ba.bsums[g].get());
         }
-        sumf += kquant_block(u.d, u.dmin, f32_at(ba), isum, msum);
+        sumf += kquant_block(u.d, u.dmin, ba.d.get(), isum, msum);
     }
     sumf
 }
@@ -138,50 +114,28 @@ pub(crate) fn kquant_block(d: f32, dmin: f32, dy: f32, isum: i32, msum: i32) -> 
     (d * dy) * isum as f32 - (dmin * dy) * msum as f32
 }
 
-/// Q4_0 · Q8_0.
-pub(crate) fn dot_q4_0(w: &[u8], a: &[u8], nb: usize) -> f32 {
-    legacy_q8_0(w, a, nb, 18, legacy::unpack_q4_0)
+macro_rules! weight_format {
+    ($block:ident, $acts:ident, $order:ident) => {
+        impl WeightFormat for $block {
+            type Acts = $acts;
+            fn dot(w: &[Self], a: &[$acts]) -> f32 {
+                $order(w, a)
+            }
+        }
+    };
 }
-/// Q5_0 · Q8_0.
-pub(crate) fn dot_q5_0(w: &[u8], a: &[u8], nb: usize) -> f32 {
-    legacy_q8_0(w, a, nb, 22, legacy::unpack_q5_0)
-}
-/// Q8_0 · Q8_0.
-pub(crate) fn dot_q8_0(w: &[u8], a: &[u8], nb: usize) -> f32 {
-    legacy_q8_0(w, a, nb, 34, unpack_q8_0)
-}
-/// Q4_1 · Q8_1.
-pub(crate) fn dot_q4_1(w: &[u8], a: &[u8], nb: usize) -> f32 {
-    legacy_q8_1(w, a, nb, 20, legacy::unpack_q4_1)
-}
-/// Q5_1 · Q8_1.
-pub(crate) fn dot_q5_1(w: &[u8], a: &[u8], nb: usize) -> f32 {
-    legacy_q8_1(w, a, nb, 24, legacy::unpack_q5_1)
-}
-/// Q2_K · Q8_K.
-pub(crate) fn dot_q2_k(w: &[u8], a: &[u8], nb: usize) -> f32 {
-    kquant_q8_k(w, a, nb, 84, kquants::unpack_q2_k)
-}
-/// Q3_K · Q8_K.
-pub(crate) fn dot_q3_k(w: &[u8], a: &[u8], nb: usize) -> f32 {
-    kquant_q8_k(w, a, nb, 110, kquants::unpack_q3_k)
-}
-/// Q4_K · Q8_K.
-pub(crate) fn dot_q4_k(w: &[u8], a: &[u8], nb: usize) -> f32 {
-    kquant_q8_k(w, a, nb, 144, kquants::unpack_q4_k)
-}
-/// Q5_K · Q8_K.
-pub(crate) fn dot_q5_k(w: &[u8], a: &[u8], nb: usize) -> f32 {
-    kquant_q8_k(w, a, nb, 176, kquants::unpack_q5_k)
-}
-/// Q6_K · Q8_K.
-pub(crate) fn dot_q6_k(w: &[u8], a: &[u8], nb: usize) -> f32 {
-    kquant_q8_k(w, a, nb, 210, kquants::unpack_q6_k)
-}
-/// Q8_K · Q8_K.
-pub(crate) fn dot_q8_k(w: &[u8], a: &[u8], nb: usize) -> f32 {
-    kquant_q8_k(w, a, nb, 292, kquants::unpack_q8_k)
-}
+
+weight_format!(BlockQ4_0, BlockQ8_0, legacy_q8_0);
+weight_format!(BlockQ5_0, BlockQ8_0, legacy_q8_0);
+weight_format!(BlockQ8_0, BlockQ8_0, legacy_q8_0);
+weight_format!(BlockQ4_1, BlockQ8_1, legacy_q8_1);
+weight_format!(BlockQ5_1, BlockQ8_1, legacy_q8_1);
+weight_format!(BlockQ2K, BlockQ8K, kquant_q8_k);
+weight_format!(BlockQ3K, BlockQ8K, kquant_q8_k);
+weight_format!(BlockQ4K, BlockQ8K, kquant_q8_k);
+weight_format!(BlockQ5K, BlockQ8K, kquant_q8_k);
+weight_format!(BlockQ6K, BlockQ8K, kquant_q8_k);
+weight_format!(BlockQ8K, BlockQ8K, kquant_q8_k);
 
 /// The canonical order of a float dot product of `n` elements, which every
 /// tier's float kernels follow: 8-element group `g` adds its products into

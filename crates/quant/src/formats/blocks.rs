@@ -75,8 +75,11 @@ impl I16Le {
     }
 }
 
-/// A block format: its GGUF type and the values one block holds; its size
-/// in bytes is the type's size.
+/// A block format: its GGUF type, the values one block holds (its size in
+/// bytes is the type's size), and how it decodes. Dequantizing, the scalar
+/// dot products ([`WeightFormat`]) and the batched product's weight panels
+/// all start from [`BlockFormat::decode`], so they follow one reading of the
+/// bits.
 pub(crate) trait BlockFormat: Pod {
     /// The GGUF tensor type stored as these blocks.
     const TYPE: GgmlType;
@@ -84,6 +87,47 @@ pub(crate) trait BlockFormat: Pod {
     const VALUES: usize;
     /// Bytes per block.
     const BYTES: usize = size_of::<Self>();
+    /// The block as integers and scales, in its family's form.
+    type Decoded: Decoded;
+    /// Decode the block.
+    fn decode(&self) -> Self::Decoded;
+}
+
+/// A decoded block, and what is made from it.
+pub(crate) trait Decoded {
+    /// The block's values into `out` (one block's worth), with ggml's order
+    /// of operations.
+    fn dequantize(&self, out: &mut [f32]);
+    /// The block's integers `v`, and each group of `g` values' scale `s` and
+    /// minimum term `m` (to subtract), as the batched product's weight
+    /// panels hold them.
+    fn fill_panel(&self, g: usize, v: &mut [i8], s: &mut [f32], m: &mut [f32]);
+}
+
+/// A block format weights are stored in: the activation blocks it is
+/// multiplied with and the scalar reference product (the specification
+/// every SIMD kernel is held to).
+pub(crate) trait WeightFormat: BlockFormat {
+    /// The blocks activations are quantized into for this format.
+    type Acts: BlockFormat;
+    /// `Σ w·a` over the blocks of `w` and `a` (as many of each), in the
+    /// canonical order every tier follows.
+    fn dot(w: &[Self], a: &[Self::Acts]) -> f32;
+}
+
+/// `bytes` as whole blocks of `B`, to read (a trailing partial block is
+/// left out).
+#[inline(always)]
+pub(crate) fn blocks<B: BlockFormat>(bytes: &[u8]) -> &[B] {
+    let whole = bytes.len() / B::BYTES * B::BYTES;
+    bytemuck::cast_slice(&bytes[..whole])
+}
+
+/// Dequantize whole blocks of `B` from `src` into `dst`.
+pub(crate) fn dequantize_row<B: BlockFormat>(src: &[u8], dst: &mut [f32]) {
+    for (b, y) in blocks::<B>(src).iter().zip(dst.chunks_exact_mut(B::VALUES)) {
+        b.decode().dequantize(y);
+    }
 }
 
 /// `bytes` as whole blocks of `B`, to write (a trailing partial block is
@@ -101,10 +145,15 @@ pub(crate) fn block<B: BlockFormat>(bytes: &[u8]) -> &B {
 }
 
 macro_rules! block_format {
-    ($name:ident, $ty:ident, $values:expr) => {
+    ($name:ident, $ty:ident, $values:expr, $family:ident :: $unpack:ident) => {
         impl BlockFormat for $name {
             const TYPE: GgmlType = GgmlType::$ty;
             const VALUES: usize = $values;
+            type Decoded = super::$family::Unpacked;
+            #[inline(always)]
+            fn decode(&self) -> Self::Decoded {
+                super::$family::$unpack(self)
+            }
         }
     };
 }
@@ -117,7 +166,7 @@ pub(crate) struct BlockQ4_0 {
     pub(crate) d: F16Le,
     pub(crate) qs: [u8; QK / 2],
 }
-block_format!(BlockQ4_0, Q4_0, QK);
+block_format!(BlockQ4_0, Q4_0, QK, legacy::unpack_q4_0);
 
 /// `block_q4_1`: value `d · q + m`, nibbles as Q4_0.
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -127,7 +176,7 @@ pub(crate) struct BlockQ4_1 {
     pub(crate) m: F16Le,
     pub(crate) qs: [u8; QK / 2],
 }
-block_format!(BlockQ4_1, Q4_1, QK);
+block_format!(BlockQ4_1, Q4_1, QK, legacy::unpack_q4_1);
 
 /// `block_q5_0`: value `d · (q − 16)`; bit `j` of `qh` is element `j`'s
 /// fifth bit.
@@ -138,7 +187,7 @@ pub(crate) struct BlockQ5_0 {
     pub(crate) qh: [u8; size_of::<u32>()],
     pub(crate) qs: [u8; QK / 2],
 }
-block_format!(BlockQ5_0, Q5_0, QK);
+block_format!(BlockQ5_0, Q5_0, QK, legacy::unpack_q5_0);
 
 /// `block_q5_1`: value `d · q + m`, bits as Q5_0.
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -149,7 +198,7 @@ pub(crate) struct BlockQ5_1 {
     pub(crate) qh: [u8; size_of::<u32>()],
     pub(crate) qs: [u8; QK / 2],
 }
-block_format!(BlockQ5_1, Q5_1, QK);
+block_format!(BlockQ5_1, Q5_1, QK, legacy::unpack_q5_1);
 
 /// `block_q8_0`: value `d · q`.
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -158,7 +207,7 @@ pub(crate) struct BlockQ8_0 {
     pub(crate) d: F16Le,
     pub(crate) qs: [i8; QK],
 }
-block_format!(BlockQ8_0, Q8_0, QK);
+block_format!(BlockQ8_0, Q8_0, QK, legacy::unpack_q8_0);
 
 /// `block_q8_1`: value `d · q`, and `s = d · Σq`.
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -168,7 +217,7 @@ pub(crate) struct BlockQ8_1 {
     pub(crate) s: F16Le,
     pub(crate) qs: [i8; QK],
 }
-block_format!(BlockQ8_1, Q8_1, QK);
+block_format!(BlockQ8_1, Q8_1, QK, legacy::unpack_q8_1);
 
 /// `block_q2_K`: a byte per group of 16 (scale in the low nibble, min in
 /// the high one), 2-bit values, the super-block's scale and min.
@@ -180,7 +229,7 @@ pub(crate) struct BlockQ2K {
     pub(crate) d: F16Le,
     pub(crate) dmin: F16Le,
 }
-block_format!(BlockQ2K, Q2_K, QK_K);
+block_format!(BlockQ2K, Q2_K, QK_K, kquants::unpack_q2_k);
 
 /// `block_q3_K`: the high bits, 2-bit low parts, sixteen 6-bit scales.
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -191,7 +240,7 @@ pub(crate) struct BlockQ3K {
     pub(crate) scales: [u8; K_SCALE_BYTES],
     pub(crate) d: F16Le,
 }
-block_format!(BlockQ3K, Q3_K, QK_K);
+block_format!(BlockQ3K, Q3_K, QK_K, kquants::unpack_q3_k);
 
 /// `block_q4_K`: eight 6-bit scales and mins per 32, 4-bit values.
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -202,7 +251,7 @@ pub(crate) struct BlockQ4K {
     pub(crate) scales: [u8; K_SCALE_BYTES],
     pub(crate) qs: [u8; QK_K / 2],
 }
-block_format!(BlockQ4K, Q4_K, QK_K);
+block_format!(BlockQ4K, Q4_K, QK_K, kquants::unpack_q4_k);
 
 /// `block_q5_K`: Q4_K with a fifth bit per value in `qh`.
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -214,7 +263,7 @@ pub(crate) struct BlockQ5K {
     pub(crate) qh: [u8; QK_K / 8],
     pub(crate) qs: [u8; QK_K / 2],
 }
-block_format!(BlockQ5K, Q5_K, QK_K);
+block_format!(BlockQ5K, Q5_K, QK_K, kquants::unpack_q5_k);
 
 /// `block_q6_K`: 4-bit low parts, 2-bit high parts, an i8 scale per 16.
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -225,7 +274,7 @@ pub(crate) struct BlockQ6K {
     pub(crate) scales: [i8; GROUPS],
     pub(crate) d: F16Le,
 }
-block_format!(BlockQ6K, Q6_K, QK_K);
+block_format!(BlockQ6K, Q6_K, QK_K, kquants::unpack_q6_k);
 
 /// `block_q8_K`: an f32 scale, i8 values and each group of 16's sum.
 #[derive(Clone, Copy, Pod, Zeroable)]
@@ -235,7 +284,7 @@ pub(crate) struct BlockQ8K {
     pub(crate) qs: [i8; QK_K],
     pub(crate) bsums: [I16Le; GROUPS],
 }
-block_format!(BlockQ8K, Q8_K, QK_K);
+block_format!(BlockQ8K, Q8_K, QK_K, kquants::unpack_q8_k);
 
 #[cfg(test)]
 mod tests {

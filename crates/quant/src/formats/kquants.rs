@@ -8,8 +8,10 @@
 //! - `block_q6_K`: ql[128], qh[64], scales[16] i8, d f16
 //! - `block_q8_K`: d f32, qs[256] i8, bsums[16] i16 (sum of each 16 quants)
 
-use super::blocks::{block, blocks_mut, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, K_SUB_BLOCKS};
-use super::{f16_at, nearest_int};
+use super::blocks::{
+    blocks_mut, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, BlockQ8K, K_SUB_BLOCKS,
+};
+use super::nearest_int;
 
 /// Elements per super-block.
 pub(crate) const QK_K: usize = 256;
@@ -71,10 +73,9 @@ pub(crate) fn scales_mins_k4(q: &[u8]) -> ([u8; K_SUB_BLOCKS], [u8; K_SUB_BLOCKS
     (bytes(w0 & LOW6, sc_hi), bytes(w1 & LOW6, m_hi))
 }
 
-pub(crate) fn unpack_q2_k(b: &[u8]) -> Unpacked {
-    let scales = &b[0..16];
-    let qs = &b[16..80];
-    let mut u = Unpacked::new(f16_at(&b[80..]), f16_at(&b[82..]));
+pub(crate) fn unpack_q2_k(b: &BlockQ2K) -> Unpacked {
+    let (scales, qs) = (&b.scales, &b.qs);
+    let mut u = Unpacked::new(b.d.get(), b.dmin.get());
     for g in 0..GROUPS {
         u.sc[g] = (scales[g] & 0x0F) as i32;
         u.m[g] = (scales[g] >> 4) as i32;
@@ -91,11 +92,9 @@ pub(crate) fn unpack_q2_k(b: &[u8]) -> Unpacked {
     u
 }
 
-pub(crate) fn unpack_q3_k(b: &[u8]) -> Unpacked {
-    let hm = &b[0..32];
-    let qs = &b[32..96];
-    let s = &b[96..108];
-    let mut u = Unpacked::new(f16_at(&b[108..]), 0.0);
+pub(crate) fn unpack_q3_k(b: &BlockQ3K) -> Unpacked {
+    let (hm, qs, s) = (&b.hmask, &b.qs, &b.scales);
+    let mut u = Unpacked::new(b.d.get(), 0.0);
     // 16 six-bit scales: low 4 bits from s[0..8] nibbles, high 2 bits from s[8..12].
     for g in 0..GROUPS {
         let low = if g < 8 { s[g] & 0x0F } else { s[g - 8] >> 4 };
@@ -118,8 +117,7 @@ pub(crate) fn unpack_q3_k(b: &[u8]) -> Unpacked {
     u
 }
 
-pub(crate) fn unpack_q4_k(b: &[u8]) -> Unpacked {
-    let b: &BlockQ4K = block(b);
+pub(crate) fn unpack_q4_k(b: &BlockQ4K) -> Unpacked {
     let mut u = Unpacked::new(b.d.get(), b.dmin.get());
     let (sc, m) = scales_mins_k4(&b.scales);
     let qs = &b.qs;
@@ -134,8 +132,7 @@ pub(crate) fn unpack_q4_k(b: &[u8]) -> Unpacked {
     u
 }
 
-pub(crate) fn unpack_q5_k(b: &[u8]) -> Unpacked {
-    let b: &BlockQ5K = block(b);
+pub(crate) fn unpack_q5_k(b: &BlockQ5K) -> Unpacked {
     let mut u = Unpacked::new(b.d.get(), b.dmin.get());
     let (sc, m) = scales_mins_k4(&b.scales);
     let (qh, qs) = (&b.qh, &b.qs);
@@ -161,8 +158,7 @@ fn expand_8(u: &mut Unpacked, sc: &[u8; K_SUB_BLOCKS], m: &[u8; K_SUB_BLOCKS]) {
     }
 }
 
-pub(crate) fn unpack_q6_k(b: &[u8]) -> Unpacked {
-    let b: &BlockQ6K = block(b);
+pub(crate) fn unpack_q6_k(b: &BlockQ6K) -> Unpacked {
     let mut u = Unpacked::new(b.d.get(), 0.0);
     for (s, &v) in u.sc.iter_mut().zip(&b.scales) {
         *s = i32::from(v);
@@ -181,38 +177,35 @@ pub(crate) fn unpack_q6_k(b: &[u8]) -> Unpacked {
     u
 }
 
-pub(crate) fn unpack_q8_k(b: &[u8]) -> Unpacked {
-    let b: &BlockQ8K = block(b);
+pub(crate) fn unpack_q8_k(b: &BlockQ8K) -> Unpacked {
     let mut u = Unpacked::new(b.d.get(), 0.0);
     u.q = b.qs;
     u.sc = [1; GROUPS];
     u
 }
 
-/// The i16 block sums of a Q8_K block.
-#[inline(always)]
-pub(crate) fn q8k_bsum(b: &[u8], g: usize) -> i32 {
-    i32::from(block::<BlockQ8K>(b).bsums[g].get())
-}
-
-pub(crate) fn dequant_with(
-    src: &[u8],
-    dst: &mut [f32],
-    block_bytes: usize,
-    unpack: impl Fn(&[u8]) -> Unpacked,
-) {
-    for (b, y) in src
-        .chunks_exact(block_bytes)
-        .zip(dst.chunks_exact_mut(QK_K))
-    {
-        let u = unpack(b);
+impl super::blocks::Decoded for Unpacked {
+    #[inline(always)]
+    fn dequantize(&self, y: &mut [f32]) {
         for g in 0..GROUPS {
             // Same operation order as ggml: (d*sc)*q - (dmin*m).
-            let dl = u.d * u.sc[g] as f32;
-            let ml = u.dmin * u.m[g] as f32;
+            let dl = self.d * self.sc[g] as f32;
+            let ml = self.dmin * self.m[g] as f32;
             for l in 0..16 {
-                y[16 * g + l] = dl * u.q[16 * g + l] as f32 - ml;
+                y[16 * g + l] = dl * self.q[16 * g + l] as f32 - ml;
             }
+        }
+    }
+
+    /// The unpacked scales sit on a 16-element grid; a 32-element group
+    /// takes the first of its two (they are equal).
+    #[inline(always)]
+    fn fill_panel(&self, g: usize, v: &mut [i8], s: &mut [f32], m: &mut [f32]) {
+        v.copy_from_slice(&self.q);
+        for (h, (sh, mh)) in s.iter_mut().zip(m.iter_mut()).enumerate() {
+            let g16 = h * g / 16;
+            *sh = self.d * self.sc[g16] as f32;
+            *mh = self.dmin * self.m[g16] as f32;
         }
     }
 }

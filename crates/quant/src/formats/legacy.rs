@@ -8,10 +8,8 @@
 //! - `block_q8_0`: d f16, qs[32] i8
 //! - `block_q8_1`: d f16, s f16 (= d * sum(qs)), qs[32] i8
 
-use super::blocks::{
-    block, blocks_mut, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1,
-};
-use super::{f16_at, put_f16};
+use super::blocks::{blocks_mut, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1};
+use super::put_f16;
 
 /// Elements per block.
 pub(crate) const QK: usize = 32;
@@ -34,8 +32,7 @@ fn nibbles(qs: &[u8], q: &mut [i8; QK], hi_bits: u32, offset: i8) {
 }
 
 #[inline(always)]
-pub(crate) fn unpack_q4_0(b: &[u8]) -> Unpacked {
-    let b: &BlockQ4_0 = block(b);
+pub(crate) fn unpack_q4_0(b: &BlockQ4_0) -> Unpacked {
     let mut q = [0i8; QK];
     nibbles(&b.qs, &mut q, 0, 8);
     Unpacked {
@@ -46,8 +43,7 @@ pub(crate) fn unpack_q4_0(b: &[u8]) -> Unpacked {
 }
 
 #[inline(always)]
-pub(crate) fn unpack_q4_1(b: &[u8]) -> Unpacked {
-    let b: &BlockQ4_1 = block(b);
+pub(crate) fn unpack_q4_1(b: &BlockQ4_1) -> Unpacked {
     let mut q = [0i8; QK];
     nibbles(&b.qs, &mut q, 0, 0);
     Unpacked {
@@ -58,8 +54,7 @@ pub(crate) fn unpack_q4_1(b: &[u8]) -> Unpacked {
 }
 
 #[inline(always)]
-pub(crate) fn unpack_q5_0(b: &[u8]) -> Unpacked {
-    let b: &BlockQ5_0 = block(b);
+pub(crate) fn unpack_q5_0(b: &BlockQ5_0) -> Unpacked {
     let mut q = [0i8; QK];
     nibbles(&b.qs, &mut q, u32::from_le_bytes(b.qh), 16);
     Unpacked {
@@ -70,8 +65,7 @@ pub(crate) fn unpack_q5_0(b: &[u8]) -> Unpacked {
 }
 
 #[inline(always)]
-pub(crate) fn unpack_q5_1(b: &[u8]) -> Unpacked {
-    let b: &BlockQ5_1 = block(b);
+pub(crate) fn unpack_q5_1(b: &BlockQ5_1) -> Unpacked {
     let mut q = [0i8; QK];
     nibbles(&b.qs, &mut q, u32::from_le_bytes(b.qh), 0);
     Unpacked {
@@ -81,38 +75,46 @@ pub(crate) fn unpack_q5_1(b: &[u8]) -> Unpacked {
     }
 }
 
-/// Q8_0 and Q8_1 share the quant layout after a 2- or 4-byte header.
+/// Q8_0's values and scale (the same form as the other legacy blocks').
 #[inline(always)]
-pub(crate) fn q8_values(b: &[u8], header: usize) -> &[u8] {
-    &b[header..header + QK]
-}
-
-pub(crate) fn dequant_with(
-    src: &[u8],
-    dst: &mut [f32],
-    block_bytes: usize,
-    unpack: impl Fn(&[u8]) -> Unpacked,
-) {
-    for (b, y) in src.chunks_exact(block_bytes).zip(dst.chunks_exact_mut(QK)) {
-        let u = unpack(b);
-        if u.m == 0.0 {
-            for (y, &q) in y.iter_mut().zip(u.q.iter()) {
-                *y = q as f32 * u.d;
-            }
-        } else {
-            for (y, &q) in y.iter_mut().zip(u.q.iter()) {
-                *y = q as f32 * u.d + u.m;
-            }
-        }
+pub(crate) fn unpack_q8_0(b: &BlockQ8_0) -> Unpacked {
+    Unpacked {
+        d: b.d.get(),
+        m: 0.0,
+        q: b.qs,
     }
 }
 
-pub(crate) fn dequant_q8(src: &[u8], dst: &mut [f32], block_bytes: usize, header: usize) {
-    for (b, y) in src.chunks_exact(block_bytes).zip(dst.chunks_exact_mut(QK)) {
-        let d = f16_at(b);
-        for (y, &q) in y.iter_mut().zip(q8_values(b, header)) {
-            *y = q as i8 as f32 * d;
+/// Q8_1's values and scale (its sum term is for dot products only).
+#[inline(always)]
+pub(crate) fn unpack_q8_1(b: &BlockQ8_1) -> Unpacked {
+    Unpacked {
+        d: b.d.get(),
+        m: 0.0,
+        q: b.qs,
+    }
+}
+
+impl super::blocks::Decoded for Unpacked {
+    #[inline(always)]
+    fn dequantize(&self, y: &mut [f32]) {
+        if self.m == 0.0 {
+            for (y, &q) in y.iter_mut().zip(self.q.iter()) {
+                *y = q as f32 * self.d;
+            }
+        } else {
+            for (y, &q) in y.iter_mut().zip(self.q.iter()) {
+                *y = q as f32 * self.d + self.m;
+            }
         }
+    }
+
+    /// One group per block; `value = d·q + m` is a minimum term of `-m`.
+    #[inline(always)]
+    fn fill_panel(&self, _g: usize, v: &mut [i8], s: &mut [f32], m: &mut [f32]) {
+        v.copy_from_slice(&self.q);
+        s[0] = self.d;
+        m[0] = -self.m;
     }
 }
 

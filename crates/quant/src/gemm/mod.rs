@@ -25,8 +25,10 @@
 //! same float operations in the same order. So a prompt's prefill does not
 //! depend on the CPU that runs it.
 
-use crate::formats::blocks::{blocks_mut, BlockFormat, BlockQ8K, BlockQ8_0, BlockQ8_1};
-use crate::formats::f16_at;
+use crate::formats::blocks::{
+    block, blocks_mut, BlockFormat, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,
+    BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, Decoded,
+};
 use crate::formats::kquants::{self, QK_K};
 use crate::formats::legacy::{self, QK};
 use crate::simd::GemmTier;
@@ -412,41 +414,26 @@ impl Panel {
         }
         let _ = tier;
         match ty {
-            Q8_0 => self.pack(rows, cols, bb, QK, |blk, v, s, _m| {
-                for (o, &x) in v.iter_mut().zip(legacy::q8_values(blk, 2)) {
-                    *o = x as i8;
-                }
-                s[0] = f16_at(blk);
-            }),
-            Q4_0 => self.pack(rows, cols, bb, QK, |blk, v, s, m| {
-                legacy_block(legacy::unpack_q4_0(blk), v, s, m)
-            }),
-            Q4_1 => self.pack(rows, cols, bb, QK, |blk, v, s, m| {
-                legacy_block(legacy::unpack_q4_1(blk), v, s, m)
-            }),
-            Q5_0 => self.pack(rows, cols, bb, QK, |blk, v, s, m| {
-                legacy_block(legacy::unpack_q5_0(blk), v, s, m)
-            }),
-            Q5_1 => self.pack(rows, cols, bb, QK, |blk, v, s, m| {
-                legacy_block(legacy::unpack_q5_1(blk), v, s, m)
-            }),
-            Q2_K => self.pack(rows, cols, bb, QK_K, |blk, v, s, m| {
-                k_block(kquants::unpack_q2_k(blk), g, v, s, m)
-            }),
-            Q3_K => self.pack(rows, cols, bb, QK_K, |blk, v, s, m| {
-                k_block(kquants::unpack_q3_k(blk), g, v, s, m)
-            }),
-            Q4_K => self.pack(rows, cols, bb, QK_K, |blk, v, s, m| {
-                k_block(kquants::unpack_q4_k(blk), g, v, s, m)
-            }),
-            Q5_K => self.pack(rows, cols, bb, QK_K, |blk, v, s, m| {
-                k_block(kquants::unpack_q5_k(blk), g, v, s, m)
-            }),
-            Q6_K => self.pack(rows, cols, bb, QK_K, |blk, v, s, m| {
-                k_block(kquants::unpack_q6_k(blk), g, v, s, m)
-            }),
+            Q8_0 => self.pack_format::<BlockQ8_0>(rows, cols),
+            Q4_0 => self.pack_format::<BlockQ4_0>(rows, cols),
+            Q4_1 => self.pack_format::<BlockQ4_1>(rows, cols),
+            Q5_0 => self.pack_format::<BlockQ5_0>(rows, cols),
+            Q5_1 => self.pack_format::<BlockQ5_1>(rows, cols),
+            Q2_K => self.pack_format::<BlockQ2K>(rows, cols),
+            Q3_K => self.pack_format::<BlockQ3K>(rows, cols),
+            Q4_K => self.pack_format::<BlockQ4K>(rows, cols),
+            Q5_K => self.pack_format::<BlockQ5K>(rows, cols),
+            Q6_K => self.pack_format::<BlockQ6K>(rows, cols),
             _ => {}
         }
+    }
+
+    /// [`Self::pack`] for blocks of `B`, each filled from its decoded form.
+    fn pack_format<B: BlockFormat>(&mut self, rows: &[&[u8]], cols: usize) {
+        let g = self.g;
+        self.pack(rows, cols, B::BYTES, B::VALUES, |blk, v, s, m| {
+            block::<B>(blk).decode().fill_panel(g, v, s, m)
+        })
     }
 
     /// Packs `rows` one column block (`bl` elements, `bb` bytes a row) at
@@ -497,28 +484,6 @@ impl Panel {
                 }
             }
         }
-    }
-}
-
-/// A legacy block's values, scale and minimum term (`value = d * q + m`,
-/// i.e. a minimum term of `-m`).
-#[inline(always)]
-fn legacy_block(u: legacy::Unpacked, v: &mut [i8], s: &mut [f32], m: &mut [f32]) {
-    v.copy_from_slice(&u.q);
-    s[0] = u.d;
-    m[0] = -u.m;
-}
-
-/// A K-quant super-block's values and its groups' scales and minimum
-/// terms, for groups of `g`. The unpacked scales sit on a 16-element grid;
-/// a 32-element group takes the first of its two (they are equal).
-#[inline(always)]
-fn k_block(u: kquants::Unpacked, g: usize, v: &mut [i8], s: &mut [f32], m: &mut [f32]) {
-    v.copy_from_slice(&u.q);
-    for (h, (sh, mh)) in s.iter_mut().zip(m.iter_mut()).enumerate() {
-        let g16 = h * g / 16;
-        *sh = u.d * u.sc[g16] as f32;
-        *mh = u.dmin * u.m[g16] as f32;
     }
 }
 

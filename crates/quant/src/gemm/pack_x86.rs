@@ -286,9 +286,9 @@ unsafe fn scales(p: &mut Panel, ty: GgmlType, rows: &[&[u8]], b: usize, bb: usiz
             }
         }
         _ => {
-            // One f16 scale at the block's start per row; minimum terms of
-            // Q4_0 and Q5_0 are a negated zero, as the portable packer
-            // stores `-m` of a block with no minimum.
+            // One f16 scale at the block's start per row; the minimum
+            // terms (never read for these formats) are a negated zero, as
+            // the portable packer stores `-m` of a block with no minimum.
             let mut h = [0u16; NR];
             for (h, row) in h.iter_mut().zip(rows) {
                 // SAFETY: every row holds block `b` (the caller's contract),
@@ -311,9 +311,7 @@ unsafe fn scales(p: &mut Panel, ty: GgmlType, rows: &[&[u8]], b: usize, bb: usiz
                 unsafe {
                     let v = _mm256_cvtph_ps(_mm_loadu_si128(h.as_ptr() as *const __m128i));
                     _mm256_storeu_ps(s.as_mut_ptr(), v);
-                    if ty != GgmlType::Q8_0 {
-                        _mm256_storeu_ps(m.as_mut_ptr(), _mm256_set1_ps(-0.0));
-                    }
+                    _mm256_storeu_ps(m.as_mut_ptr(), _mm256_set1_ps(-0.0));
                 }
             }
         }

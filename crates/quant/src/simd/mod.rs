@@ -3,6 +3,10 @@
 use crate::QuantError;
 use std::sync::OnceLock;
 
+use crate::formats::blocks::{
+    BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K,
+    BlockQ8K, BlockQ8_0,
+};
 use crate::{scalar, vec_dot_type, GgmlType};
 
 #[cfg(target_arch = "aarch64")]
@@ -232,17 +236,17 @@ impl Kernels {
 
 static SCALAR: Kernels = Kernels {
     name: "scalar",
-    q4_0: scalar::dot_q4_0,
-    q4_1: scalar::dot_q4_1,
-    q5_0: scalar::dot_q5_0,
-    q5_1: scalar::dot_q5_1,
-    q8_0: scalar::dot_q8_0,
-    q2_k: scalar::dot_q2_k,
-    q3_k: scalar::dot_q3_k,
-    q4_k: scalar::dot_q4_k,
-    q5_k: scalar::dot_q5_k,
-    q6_k: scalar::dot_q6_k,
-    q8_k: scalar::dot_q8_k,
+    q4_0: scalar::dot::<BlockQ4_0>,
+    q4_1: scalar::dot::<BlockQ4_1>,
+    q5_0: scalar::dot::<BlockQ5_0>,
+    q5_1: scalar::dot::<BlockQ5_1>,
+    q8_0: scalar::dot::<BlockQ8_0>,
+    q2_k: scalar::dot::<BlockQ2K>,
+    q3_k: scalar::dot::<BlockQ3K>,
+    q4_k: scalar::dot::<BlockQ4K>,
+    q5_k: scalar::dot::<BlockQ5K>,
+    q6_k: scalar::dot::<BlockQ6K>,
+    q8_k: scalar::dot::<BlockQ8K>,
     f32: scalar::dot_f32,
     f16: scalar::dot_f16,
     bf16: scalar::dot_bf16,
