@@ -286,6 +286,28 @@ pub(crate) struct BlockQ8K {
 }
 block_format!(BlockQ8K, Q8_K, QK_K, kquants::unpack_q8_k);
 
+/// Where the fields these kernels load start in their blocks, from the
+/// block types, for the SIMD kernels that load a field as one vector from
+/// its start.
+pub(crate) mod at {
+    use super::*;
+    use std::mem::offset_of;
+
+    pub(crate) const Q4_0_QS: usize = offset_of!(BlockQ4_0, qs);
+    pub(crate) const Q5_0_QH: usize = offset_of!(BlockQ5_0, qh);
+    pub(crate) const Q5_0_QS: usize = offset_of!(BlockQ5_0, qs);
+    pub(crate) const Q8_0_QS: usize = offset_of!(BlockQ8_0, qs);
+    pub(crate) const Q4K_QS: usize = offset_of!(BlockQ4K, qs);
+    pub(crate) const Q5K_QH: usize = offset_of!(BlockQ5K, qh);
+    pub(crate) const Q5K_QS: usize = offset_of!(BlockQ5K, qs);
+    pub(crate) const Q6K_QL: usize = offset_of!(BlockQ6K, ql);
+    pub(crate) const Q6K_QH: usize = offset_of!(BlockQ6K, qh);
+    pub(crate) const Q6K_SCALES: usize = offset_of!(BlockQ6K, scales);
+    pub(crate) const Q6K_D: usize = offset_of!(BlockQ6K, d);
+    pub(crate) const Q8K_QS: usize = offset_of!(BlockQ8K, qs);
+    pub(crate) const Q8K_BSUMS: usize = offset_of!(BlockQ8K, bsums);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

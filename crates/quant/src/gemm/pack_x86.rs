@@ -13,7 +13,7 @@
 //! terms are exactly the portable packer's (tested).
 
 use super::{Panel, NR};
-use crate::formats::f16_at;
+use crate::formats::blocks::{at, block, BlockQ4K, BlockQ6K};
 use crate::formats::kquants::scales_mins_k4;
 use crate::GgmlType;
 use std::arch::x86_64::*;
@@ -100,26 +100,25 @@ pub(super) unsafe fn pack_avx2(p: &mut Panel, ty: GgmlType, rows: &[&[u8]], cols
 #[inline(always)]
 unsafe fn codes(ty: GgmlType, blk: *const u8, j: usize) -> __m256i {
     let low4 = _mm256_set1_epi8(0x0f);
-    // SAFETY (every load below): offsets inside the block's layout
-    // (Q8_0 34 bytes, Q4_0 18, Q5_0 22, Q4_K 144, Q5_K 176, Q6_K 210
-    // bytes).
+    // SAFETY (every load below): fields of the block's type, read
+    // within it.
     unsafe {
         match ty {
             GgmlType::Q8_0 => _mm256_xor_si256(
-                _mm256_loadu_si256(blk.add(2) as *const __m256i),
+                _mm256_loadu_si256(blk.add(at::Q8_0_QS) as *const __m256i),
                 _mm256_set1_epi8(-128),
             ),
-            GgmlType::Q4_0 => nibbles(_mm_loadu_si128(blk.add(2) as *const __m128i)),
+            GgmlType::Q4_0 => nibbles(_mm_loadu_si128(blk.add(at::Q4_0_QS) as *const __m128i)),
             GgmlType::Q5_0 => {
-                let qh = (blk.add(2) as *const u32).read_unaligned();
-                let lo = nibbles(_mm_loadu_si128(blk.add(6) as *const __m128i));
+                let qh = (blk.add(at::Q5_0_QH) as *const u32).read_unaligned();
+                let lo = nibbles(_mm_loadu_si128(blk.add(at::Q5_0_QS) as *const __m128i));
                 _mm256_or_si256(
                     lo,
                     _mm256_and_si256(bits_to_bytes(qh), _mm256_set1_epi8(0x10)),
                 )
             }
             GgmlType::Q4_K => {
-                let v = _mm256_loadu_si256(blk.add(16 + 32 * (j / 2)) as *const __m256i);
+                let v = _mm256_loadu_si256(blk.add(at::Q4K_QS + 32 * (j / 2)) as *const __m256i);
                 if j.is_multiple_of(2) {
                     _mm256_and_si256(v, low4)
                 } else {
@@ -127,13 +126,13 @@ unsafe fn codes(ty: GgmlType, blk: *const u8, j: usize) -> __m256i {
                 }
             }
             GgmlType::Q5_K => {
-                let v = _mm256_loadu_si256(blk.add(48 + 32 * (j / 2)) as *const __m256i);
+                let v = _mm256_loadu_si256(blk.add(at::Q5K_QS + 32 * (j / 2)) as *const __m256i);
                 let low = if j.is_multiple_of(2) {
                     _mm256_and_si256(v, low4)
                 } else {
                     _mm256_and_si256(_mm256_srli_epi16::<4>(v), low4)
                 };
-                let qh = _mm256_loadu_si256(blk.add(16) as *const __m256i);
+                let qh = _mm256_loadu_si256(blk.add(at::Q5K_QH) as *const __m256i);
                 // Bit j of each qh byte to bit 4.
                 let high = match j {
                     0 => _mm256_slli_epi16::<4>(qh),
@@ -149,8 +148,10 @@ unsafe fn codes(ty: GgmlType, blk: *const u8, j: usize) -> __m256i {
             }
             GgmlType::Q6_K => {
                 let (n, sub) = (j / 4, j % 4);
-                let ql = _mm256_loadu_si256(blk.add(64 * n + 32 * (sub % 2)) as *const __m256i);
-                let qh = _mm256_loadu_si256(blk.add(128 + 32 * n) as *const __m256i);
+                let ql = _mm256_loadu_si256(
+                    blk.add(at::Q6K_QL + 64 * n + 32 * (sub % 2)) as *const __m256i
+                );
+                let qh = _mm256_loadu_si256(blk.add(at::Q6K_QH + 32 * n) as *const __m256i);
                 let low = if sub < 2 {
                     _mm256_and_si256(ql, low4)
                 } else {
@@ -262,9 +263,10 @@ unsafe fn scales(p: &mut Panel, ty: GgmlType, rows: &[&[u8]], b: usize, bb: usiz
                 &mut p.m[b * 8 * NR..(b + 1) * 8 * NR],
             );
             for (r, row) in rows.iter().enumerate() {
-                let blk = &row[b * bb..(b + 1) * bb];
-                let (d, dmin) = (f16_at(blk), f16_at(&blk[2..]));
-                let (sc, mn) = scales_mins_k4(&blk[4..16]);
+                // Q4_K and Q5_K share the head: d, dmin, scales.
+                let blk: &BlockQ4K = block(&row[b * bb..(b + 1) * bb]);
+                let (d, dmin) = (blk.d.get(), blk.dmin.get());
+                let (sc, mn) = scales_mins_k4(&blk.scales);
                 for (h, (s, m)) in s
                     .chunks_exact_mut(NR)
                     .zip(m.chunks_exact_mut(NR))
@@ -278,10 +280,10 @@ unsafe fn scales(p: &mut Panel, ty: GgmlType, rows: &[&[u8]], b: usize, bb: usiz
         GgmlType::Q6_K => {
             let s = &mut p.s[b * 16 * NR..(b + 1) * 16 * NR];
             for (r, row) in rows.iter().enumerate() {
-                let blk = &row[b * bb..(b + 1) * bb];
-                let d = f16_at(&blk[208..]);
-                for (s, &sc) in s.chunks_exact_mut(NR).zip(&blk[192..208]) {
-                    s[r] = d * f32::from(sc as i8);
+                let blk: &BlockQ6K = block(&row[b * bb..(b + 1) * bb]);
+                let d = blk.d.get();
+                for (s, &sc) in s.chunks_exact_mut(NR).zip(&blk.scales) {
+                    s[r] = d * f32::from(sc);
                 }
             }
         }

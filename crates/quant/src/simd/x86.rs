@@ -11,7 +11,11 @@
 use std::arch::x86_64::*;
 
 use super::{GemmTier, Kernels, SCALAR};
-use crate::formats::blocks::{BlockFormat, BlockQ4K, BlockQ8K, K_SUB_BLOCKS};
+use crate::formats::blocks::at;
+use crate::formats::blocks::{
+    BlockFormat, BlockQ4K, BlockQ4_0, BlockQ5K, BlockQ5_0, BlockQ6K, BlockQ8K, BlockQ8_0,
+    K_SUB_BLOCKS,
+};
 
 /// Reads a u16 at `p`.
 ///
@@ -103,7 +107,7 @@ unsafe fn scales8_at<const STRIDE: usize>(p: *const u8) -> __m256 {
 #[target_feature(enable = "avx2,fma,f16c")]
 unsafe fn scale_products8(w: *const u8, wb: usize, a: *const u8) -> [f32; 8] {
     // SAFETY: the caller's contract.
-    let (dw, da) = unsafe { (scales8(w, wb), scales8(a, 34)) };
+    let (dw, da) = unsafe { (scales8(w, wb), scales8(a, BlockQ8_0::BYTES)) };
     let mut out = [0.0f32; 8];
     // SAFETY: `out` holds 8 floats.
     unsafe { _mm256_storeu_ps(out.as_mut_ptr(), _mm256_mul_ps(dw, da)) };
@@ -249,12 +253,17 @@ fn dot4acc_avx512vl(c: __m256i, u: __m256i, s: __m256i) -> __m256i {
 /// fifth bit), from its `qh` bits at 2 and nibbles at 6.
 ///
 /// # Safety
-/// `bw` must be valid for the block's 22 bytes.
+/// `bw` must be valid for a whole Q5_0 block.
 #[inline]
 #[target_feature(enable = "avx2")]
 unsafe fn q5_0_unsigned_avx2(bw: *const u8) -> __m256i {
-    // SAFETY: the block holds qh at 2..6 and nibbles at 6..22.
-    let (bits, nib) = unsafe { (bits_to_bytes(rd32(bw.add(2))), nibbles32_at(bw.add(6))) };
+    // SAFETY: the block holds its `qh` bits and 16 bytes of nibbles.
+    let (bits, nib) = unsafe {
+        (
+            bits_to_bytes(rd32(bw.add(at::Q5_0_QH))),
+            nibbles32_at(bw.add(at::Q5_0_QS)),
+        )
+    };
     _mm256_or_si256(nib, _mm256_and_si256(bits, _mm256_set1_epi8(0x10)))
 }
 
@@ -264,15 +273,15 @@ unsafe fn q5_0_unsigned_avx2(bw: *const u8) -> __m256i {
 /// Q5_0 four-row decode kernel is compute-bound on one core otherwise).
 ///
 /// # Safety
-/// `bw` must be valid for the block's 22 bytes.
+/// `bw` must be valid for a whole Q5_0 block.
 #[inline]
 #[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
 unsafe fn q5_0_unsigned_avx512vl(bw: *const u8) -> __m256i {
-    // SAFETY: the block holds qh at 2..6 and 16 bytes of nibbles at 6.
+    // SAFETY: the block holds its `qh` bits and 16 bytes of nibbles.
     let (bits, q) = unsafe {
         (
-            rd32(bw.add(2)),
-            _mm256_broadcastsi128_si256(load16(bw.add(6))),
+            rd32(bw.add(at::Q5_0_QH)),
+            _mm256_broadcastsi128_si256(load16(bw.add(at::Q5_0_QS))),
         )
     };
     let shifted = _mm256_srlv_epi32(q, _mm256_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4));
@@ -310,18 +319,18 @@ fn prefetch_block(p: *const u8) {
 /// prefetches the weights [`PREFETCH`] bytes ahead: decode streams them once.
 macro_rules! legacy_kernels {
     ($feat:literal, $dot4:ident, $q8_0:ident, $q4_0:ident, $q5_0:ident) => {
-        legacy_kernels!(@one $feat, $dot4, $q8_0, 34, "Q8_0 · Q8_0.", |bw| {
-            // SAFETY: the block holds 32 quants at 2.
-            unsafe { load32(bw.add(2)) }
+        legacy_kernels!(@one $feat, $dot4, $q8_0, BlockQ8_0::BYTES, "Q8_0 · Q8_0.", |bw| {
+            // SAFETY: the block holds its 32 `qs`.
+            unsafe { load32(bw.add(at::Q8_0_QS)) }
         });
-        legacy_kernels!(@one $feat, $dot4, $q4_0, 18, "Q4_0 · Q8_0.", |bw| {
-            // SAFETY: the block holds 16 bytes of nibbles at 2.
-            let q = unsafe { load16(bw.add(2)) };
+        legacy_kernels!(@one $feat, $dot4, $q4_0, BlockQ4_0::BYTES, "Q4_0 · Q8_0.", |bw| {
+            // SAFETY: the block holds 16 bytes of nibbles (`qs`).
+            let q = unsafe { load16(bw.add(at::Q4_0_QS)) };
             _mm256_sub_epi8(nibbles32(q), _mm256_set1_epi8(8))
         });
-        legacy_kernels!(@one $feat, $dot4, $q5_0, 22, "Q5_0 · Q8_0.", |bw| {
-            // SAFETY: the block holds qh at 2..6 and nibbles at 6..22.
-            let (qh, q) = unsafe { (std::ptr::read_unaligned(bw.add(2) as *const u32), load16(bw.add(6))) };
+        legacy_kernels!(@one $feat, $dot4, $q5_0, BlockQ5_0::BYTES, "Q5_0 · Q8_0.", |bw| {
+            // SAFETY: the block holds its `qh` bits and 16 bytes of nibbles.
+            let (qh, q) = unsafe { (std::ptr::read_unaligned(bw.add(at::Q5_0_QH) as *const u32), load16(bw.add(at::Q5_0_QS))) };
             // Where the fifth bit is clear, or-ing 0xF0 makes the byte nibble-16.
             let hi = _mm256_andnot_si256(bits_to_bytes(qh), _mm256_set1_epi8(0xF0u8 as i8));
             _mm256_or_si256(nibbles32(q), hi)
@@ -334,20 +343,20 @@ macro_rules! legacy_kernels {
         /// [`super::DotFn`] contract.
         #[target_feature(enable = $feat)]
         pub(crate) unsafe fn $name(w: &[u8], a: &[u8], nb: usize) -> f32 {
-            debug_assert!(w.len() >= nb * $wb && a.len() >= nb * 34);
+            debug_assert!(w.len() >= nb * $wb && a.len() >= nb * BlockQ8_0::BYTES);
             let (wp, ap) = (w.as_ptr(), a.as_ptr());
             let mut acc = [_mm256_setzero_ps(); 2];
             let mut i = 0;
             while i + 8 <= nb {
                 // SAFETY: blocks i..i+8 are inside both slices by the contract.
-                let dd = unsafe { scale_products8(wp.add(i * $wb), $wb, ap.add(i * 34)) };
+                let dd = unsafe { scale_products8(wp.add(i * $wb), $wb, ap.add(i * BlockQ8_0::BYTES)) };
                 for (k, &d) in dd.iter().enumerate() {
                     // SAFETY: block i + k is inside both slices.
-                    let ($bw, ba) = unsafe { (wp.add((i + k) * $wb), ap.add((i + k) * 34)) };
+                    let ($bw, ba) = unsafe { (wp.add((i + k) * $wb), ap.add((i + k) * BlockQ8_0::BYTES)) };
                     _mm_prefetch($bw.wrapping_add(PREFETCH) as *const i8, _MM_HINT_T0);
                     let qx = $unpack;
-                    // SAFETY: 32 activation quants at 2.
-                    let qy = unsafe { load32(ba.add(2)) };
+                    // SAFETY: the activation block's 32 `qs`.
+                    let qy = unsafe { load32(ba.add(at::Q8_0_QS)) };
                     // |x| as u8 and y carrying x's sign keep the product exact for u8*i8.
                     let p = $dot4(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
                     acc[k % 2] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc[k % 2]);
@@ -356,10 +365,10 @@ macro_rules! legacy_kernels {
             }
             for i in i..nb {
                 // SAFETY: block i is inside both slices by the contract.
-                let ($bw, ba) = unsafe { (wp.add(i * $wb), ap.add(i * 34)) };
+                let ($bw, ba) = unsafe { (wp.add(i * $wb), ap.add(i * BlockQ8_0::BYTES)) };
                 _mm_prefetch($bw.wrapping_add(PREFETCH) as *const i8, _MM_HINT_T0);
                 // SAFETY: as above; both blocks start with their f16 scale.
-                let (d, qy) = unsafe { (h2f_prod(rd16($bw) | rd16(ba) << 16), load32(ba.add(2))) };
+                let (d, qy) = unsafe { (h2f_prod(rd16($bw) | rd16(ba) << 16), load32(ba.add(at::Q8_0_QS))) };
                 let qx = $unpack;
                 let p = $dot4(_mm256_sign_epi8(qx, qx), _mm256_sign_epi8(qy, qx));
                 acc[i % 2] = _mm256_fmadd_ps(_mm256_set1_ps(d), _mm256_cvtepi32_ps(p), acc[i % 2]);
@@ -400,7 +409,10 @@ macro_rules! zmm_kernels {
                 unsafe {
                     let dw = scales8(w.add(i * $wb), $wb);
                     let dd: [__m512; N] = std::array::from_fn(|c| {
-                        _mm512_castps256_ps512(_mm256_mul_ps(dw, scales8(a[c].add(i * 34), 34)))
+                        _mm512_castps256_ps512(_mm256_mul_ps(
+                            dw,
+                            scales8(a[c].add(i * BlockQ8_0::BYTES), BlockQ8_0::BYTES),
+                        ))
                     });
                     for k in 0..4 {
                         let b = i + 2 * k;
@@ -433,10 +445,10 @@ macro_rules! zmm_kernels {
                             2 * k as i32 + 1,
                         );
                         for c in 0..N {
-                            let ab = a[c].add(b * 34);
+                            let ab = a[c].add(b * BlockQ8_0::BYTES);
                             let qy = _mm512_inserti64x4::<1>(
-                                _mm512_castsi256_si512(load32(ab.add(2))),
-                                load32(ab.add(36)),
+                                _mm512_castsi256_si512(load32(ab.add(at::Q8_0_QS))),
+                                load32(ab.add(BlockQ8_0::BYTES + at::Q8_0_QS)),
                             );
                             let sy = _mm512_mask_sub_epi8(qy, neg, zero, qy);
                             let dot = _mm512_dpbusd_epi32(zero, ux, sy);
@@ -458,18 +470,18 @@ macro_rules! zmm_kernels {
                     let ux = _mm512_abs_epi8(qx);
                     let neg = _mm512_movepi8_mask(qx);
                     for c in 0..N {
-                        let ab = a[c].add(i * 34);
+                        let ab = a[c].add(i * BlockQ8_0::BYTES);
                         let lo = h2f_prod(rd16($p) | rd16(ab) << 16);
                         let (hi, qy_hi) = if two {
                             (
-                                h2f_prod(rd16($p.add($wb)) | rd16(ab.add(34)) << 16),
-                                load32(ab.add(36)),
+                                h2f_prod(rd16($p.add($wb)) | rd16(ab.add(BlockQ8_0::BYTES)) << 16),
+                                load32(ab.add(BlockQ8_0::BYTES + at::Q8_0_QS)),
                             )
                         } else {
                             (0.0, _mm256_setzero_si256())
                         };
                         let qy = _mm512_inserti64x4::<1>(
-                            _mm512_castsi256_si512(load32(ab.add(2))),
+                            _mm512_castsi256_si512(load32(ab.add(at::Q8_0_QS))),
                             qy_hi,
                         );
                         let sy = _mm512_mask_sub_epi8(qy, neg, zero, qy);
@@ -493,7 +505,7 @@ macro_rules! zmm_kernels {
         /// [`super::DotFn`] contract.
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
         pub(crate) unsafe fn $one(w: &[u8], a: &[u8], nb: usize) -> f32 {
-            debug_assert!(w.len() >= nb * $wb && a.len() >= nb * 34);
+            debug_assert!(w.len() >= nb * $wb && a.len() >= nb * BlockQ8_0::BYTES);
             // SAFETY: the contract gives `nb` blocks in both.
             unsafe { $rows::<1>(w.as_ptr(), [a.as_ptr()], nb)[0] }
         }
@@ -511,7 +523,7 @@ macro_rules! zmm_kernels {
             _scales: &[f32],
             nb: usize,
         ) -> [f32; 4] {
-            debug_assert!(w.len() >= nb * $wb && a.len() >= 3 * stride + nb * 34);
+            debug_assert!(w.len() >= nb * $wb && a.len() >= 3 * stride + nb * BlockQ8_0::BYTES);
             let ap = a.as_ptr();
             // SAFETY: the contract gives four rows of `nb` blocks.
             unsafe { $rows::<4>(w.as_ptr(), std::array::from_fn(|c| ap.add(c * stride)), nb) }
@@ -540,7 +552,10 @@ macro_rules! zmm_kernels {
             stride: usize,
             nb: usize,
         ) -> [[f32; 4]; 4] {
-            debug_assert!(w.len() >= 3 * row_bytes + nb * $wb && a.len() >= 3 * stride + nb * 34);
+            debug_assert!(
+                w.len() >= 3 * row_bytes + nb * $wb
+                    && a.len() >= 3 * stride + nb * BlockQ8_0::BYTES
+            );
             // SAFETY: rows 0..4 of both start inside their slices by the contract.
             let wr: [*const u8; 4] =
                 std::array::from_fn(|r| unsafe { w.as_ptr().add(r * row_bytes) });
@@ -555,9 +570,10 @@ macro_rules! zmm_kernels {
                 // SAFETY (loop body): blocks i..i+8 lie inside every row.
                 unsafe {
                     let dw: [__m256; 4] =
-                        std::array::from_fn(|r| scales8_at::<$wb>(wr[r].add(i * $wb)));
-                    let da: [__m256; 4] =
-                        std::array::from_fn(|c| scales8_at::<34>(ar[c].add(i * 34)));
+                        std::array::from_fn(|r| scales8_at::<{ $wb }>(wr[r].add(i * $wb)));
+                    let da: [__m256; 4] = std::array::from_fn(|c| {
+                        scales8_at::<{ BlockQ8_0::BYTES }>(ar[c].add(i * BlockQ8_0::BYTES))
+                    });
                     for k in 0..4 {
                         let b = i + 2 * k;
                         let (e, o) = (2 * k as i32, 2 * k as i32 + 1);
@@ -579,10 +595,10 @@ macro_rules! zmm_kernels {
                             _mm512_permutexvar_ps(lanes, _mm512_castps256_ps512(dw[r]))
                         });
                         for c in 0..4 {
-                            let ab = ar[c].add(b * 34);
+                            let ab = ar[c].add(b * BlockQ8_0::BYTES);
                             let qy = _mm512_inserti64x4::<1>(
-                                _mm512_castsi256_si512(load32(ab.add(2))),
-                                load32(ab.add(36)),
+                                _mm512_castsi256_si512(load32(ab.add(at::Q8_0_QS))),
+                                load32(ab.add(BlockQ8_0::BYTES + at::Q8_0_QS)),
                             );
                             let corr = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, off, qy));
                             let dak = _mm512_permutexvar_ps(lanes, _mm512_castps256_ps512(da[c]));
@@ -616,18 +632,18 @@ macro_rules! zmm_kernels {
                         $uunpack
                     });
                     for c in 0..4 {
-                        let ab = ar[c].add(i * 34);
+                        let ab = ar[c].add(i * BlockQ8_0::BYTES);
                         let qy_hi = if two {
-                            load32(ab.add(36))
+                            load32(ab.add(BlockQ8_0::BYTES + at::Q8_0_QS))
                         } else {
                             _mm256_setzero_si256()
                         };
                         let qy = _mm512_inserti64x4::<1>(
-                            _mm512_castsi256_si512(load32(ab.add(2))),
+                            _mm512_castsi256_si512(load32(ab.add(at::Q8_0_QS))),
                             qy_hi,
                         );
                         let corr = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, off, qy));
-                        let da = spread(ab, 34);
+                        let da = spread(ab, BlockQ8_0::BYTES);
                         for r in 0..4 {
                             let dot = _mm512_dpbusd_epi32(corr, ux[r], qy);
                             let d = _mm512_mul_ps(dw[r], da);
@@ -652,24 +668,24 @@ zmm_kernels!(
     q8_0_avx512,
     q8_0_x4_avx512,
     q8_0_t44_avx512,
-    34,
+    BlockQ8_0::BYTES,
     "Q8_0 · Q8_0, two blocks per 512-bit register.",
     |p, two| {
         let hi = if two {
-            load32(p.add(36))
+            load32(p.add(BlockQ8_0::BYTES + at::Q8_0_QS))
         } else {
             _mm256_setzero_si256()
         };
-        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(load32(p.add(2))), hi)
+        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(load32(p.add(at::Q8_0_QS))), hi)
     },
     // q + 128: the sign bit flipped.
     unsigned 128 |p, two| {
         let hi = if two {
-            load32(p.add(36))
+            load32(p.add(BlockQ8_0::BYTES + at::Q8_0_QS))
         } else {
             _mm256_setzero_si256()
         };
-        let q = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(load32(p.add(2))), hi);
+        let q = _mm512_inserti64x4::<1>(_mm512_castsi256_si512(load32(p.add(at::Q8_0_QS))), hi);
         _mm512_xor_si512(q, _mm512_set1_epi8(0x80u8 as i8))
     }
 );
@@ -678,26 +694,26 @@ zmm_kernels!(
     q4_0_avx512,
     q4_0_x4_avx512,
     q4_0_t44_avx512,
-    18,
+    BlockQ4_0::BYTES,
     "Q4_0 · Q8_0, two blocks per 512-bit register.",
     |p, two| {
         let qb = if two {
-            load16(p.add(20))
+            load16(p.add(BlockQ4_0::BYTES + at::Q4_0_QS))
         } else {
             _mm_setzero_si128()
         };
-        let nib = zmm_nibbles(_mm256_set_m128i(qb, load16(p.add(2))));
+        let nib = zmm_nibbles(_mm256_set_m128i(qb, load16(p.add(at::Q4_0_QS))));
         let valid: __mmask64 = if two { !0 } else { 0xFFFF_FFFF };
         _mm512_maskz_sub_epi8(valid, nib, _mm512_set1_epi8(8))
     },
     // The nibbles as they are stored: q + 8.
     unsigned 8 |p, two| {
         let qb = if two {
-            load16(p.add(20))
+            load16(p.add(BlockQ4_0::BYTES + at::Q4_0_QS))
         } else {
             _mm_setzero_si128()
         };
-        zmm_nibbles(_mm256_set_m128i(qb, load16(p.add(2))))
+        zmm_nibbles(_mm256_set_m128i(qb, load16(p.add(at::Q4_0_QS))))
     }
 );
 zmm_kernels!(
@@ -705,16 +721,16 @@ zmm_kernels!(
     q5_0_avx512,
     q5_0_x4_avx512,
     q5_0_t44_avx512,
-    22,
+    BlockQ5_0::BYTES,
     "Q5_0 · Q8_0, two blocks per 512-bit register.",
     |p, two| {
         let (qb, hb) = if two {
-            (load16(p.add(28)), rd32(p.add(24)) as u64)
+            (load16(p.add(BlockQ5_0::BYTES + at::Q5_0_QS)), rd32(p.add(BlockQ5_0::BYTES + at::Q5_0_QH)) as u64)
         } else {
             (_mm_setzero_si128(), 0)
         };
-        let nib = zmm_nibbles(_mm256_set_m128i(qb, load16(p.add(6))));
-        let high: __mmask64 = rd32(p.add(2)) as u64 | hb << 32;
+        let nib = zmm_nibbles(_mm256_set_m128i(qb, load16(p.add(at::Q5_0_QS))));
+        let high: __mmask64 = rd32(p.add(at::Q5_0_QH)) as u64 | hb << 32;
         let valid: __mmask64 = if two { !0 } else { 0xFFFF_FFFF };
         // Where the fifth bit is clear the value is nibble - 16.
         _mm512_maskz_mov_epi8(
@@ -725,12 +741,12 @@ zmm_kernels!(
     // q + 16: the nibble, plus 16 where the fifth bit is set.
     unsigned 16 |p, two| {
         let (qb, hb) = if two {
-            (load16(p.add(28)), rd32(p.add(24)) as u64)
+            (load16(p.add(BlockQ5_0::BYTES + at::Q5_0_QS)), rd32(p.add(BlockQ5_0::BYTES + at::Q5_0_QH)) as u64)
         } else {
             (_mm_setzero_si128(), 0)
         };
-        let nib = zmm_nibbles(_mm256_set_m128i(qb, load16(p.add(6))));
-        let high: __mmask64 = rd32(p.add(2)) as u64 | hb << 32;
+        let nib = zmm_nibbles(_mm256_set_m128i(qb, load16(p.add(at::Q5_0_QS))));
+        let high: __mmask64 = rd32(p.add(at::Q5_0_QH)) as u64 | hb << 32;
         _mm512_mask_add_epi8(nib, high, nib, _mm512_set1_epi8(16))
     }
 );
@@ -758,8 +774,8 @@ fn zmm_nibbles(t: __m256i) -> __m512i {
 unsafe fn k4_min_dot(mins: [u8; K_SUB_BLOCKS], ba: *const u8) -> i32 {
     let m = _mm_cvtepu8_epi16(_mm_cvtsi64_si128(i64::from_le_bytes(mins)));
     let twice = _mm256_set_m128i(_mm_unpackhi_epi16(m, m), _mm_unpacklo_epi16(m, m));
-    // SAFETY: the 16 i16 bsums live at 260..292 of the block.
-    let bsums = unsafe { load32(ba.add(260)) };
+    // SAFETY: the block holds its 16 i16 `bsums`.
+    let bsums = unsafe { load32(ba.add(at::Q8K_BSUMS)) };
     hsum_epi32(_mm256_madd_epi16(bsums, twice))
 }
 
@@ -829,9 +845,9 @@ macro_rules! kquant_kernels {
         /// [`super::DotFn`] contract.
         #[target_feature(enable = $feat)]
         pub(crate) unsafe fn $q4k(w: &[u8], a: &[u8], nb: usize) -> f32 {
-            debug_assert!(w.len() >= nb * 144 && a.len() >= nb * 292);
-            // SAFETY: the caller's contract, for Q4_K's 144-byte blocks.
-            unsafe { $k4::<144, false, 1>(w.as_ptr(), [a.as_ptr()], nb)[0] }
+            debug_assert!(w.len() >= nb * BlockQ4K::BYTES && a.len() >= nb * BlockQ8K::BYTES);
+            // SAFETY: the caller's contract, for Q4_K blocks.
+            unsafe { $k4::<{ BlockQ4K::BYTES }, false, 1>(w.as_ptr(), [a.as_ptr()], nb)[0] }
         }
 
         /// Q4_K · Q8_K, four activation rows `stride` bytes apart.
@@ -846,10 +862,12 @@ macro_rules! kquant_kernels {
             _scales: &[f32],
             nb: usize,
         ) -> [f32; 4] {
-            debug_assert!(w.len() >= nb * 144 && a.len() >= 3 * stride + nb * 292);
+            debug_assert!(
+                w.len() >= nb * BlockQ4K::BYTES && a.len() >= 3 * stride + nb * BlockQ8K::BYTES
+            );
             // SAFETY: the contract gives four activation rows of `nb` blocks.
             unsafe {
-                $k4::<144, false, 4>(
+                $k4::<{ BlockQ4K::BYTES }, false, 4>(
                     w.as_ptr(),
                     std::array::from_fn(|c| a.as_ptr().add(c * stride)),
                     nb,
@@ -863,9 +881,9 @@ macro_rules! kquant_kernels {
         /// [`super::DotFn`] contract.
         #[target_feature(enable = $feat)]
         pub(crate) unsafe fn $q5k(w: &[u8], a: &[u8], nb: usize) -> f32 {
-            debug_assert!(w.len() >= nb * 176 && a.len() >= nb * 292);
-            // SAFETY: the caller's contract, for Q5_K's 176-byte blocks.
-            unsafe { $k4::<176, true, 1>(w.as_ptr(), [a.as_ptr()], nb)[0] }
+            debug_assert!(w.len() >= nb * BlockQ5K::BYTES && a.len() >= nb * BlockQ8K::BYTES);
+            // SAFETY: the caller's contract, for Q5_K blocks.
+            unsafe { $k4::<{ BlockQ5K::BYTES }, true, 1>(w.as_ptr(), [a.as_ptr()], nb)[0] }
         }
 
         /// Q5_K · Q8_K, four activation rows `stride` bytes apart.
@@ -880,10 +898,12 @@ macro_rules! kquant_kernels {
             _scales: &[f32],
             nb: usize,
         ) -> [f32; 4] {
-            debug_assert!(w.len() >= nb * 176 && a.len() >= 3 * stride + nb * 292);
+            debug_assert!(
+                w.len() >= nb * BlockQ5K::BYTES && a.len() >= 3 * stride + nb * BlockQ8K::BYTES
+            );
             // SAFETY: the contract gives four activation rows of `nb` blocks.
             unsafe {
-                $k4::<176, true, 4>(
+                $k4::<{ BlockQ5K::BYTES }, true, 4>(
                     w.as_ptr(),
                     std::array::from_fn(|c| a.as_ptr().add(c * stride)),
                     nb,
@@ -891,7 +911,7 @@ macro_rules! kquant_kernels {
             }
         }
 
-        /// Q4_K (`FIVE` false, `WB` 144) or Q5_K (`FIVE` true, `WB` 176) ·
+        /// Q4_K (`FIVE` false, `WB` its block's bytes) or Q5_K (`FIVE` true) ·
         /// Q8_K: the two share scales, minimums and nibbles; Q5_K adds 16
         /// where a value's fifth bit (32 bytes at 16) is set, and its
         /// nibbles start at 48 instead of 16. `N` activation rows share each
@@ -907,7 +927,7 @@ macro_rules! kquant_kernels {
             a: [*const u8; N],
             nb: usize,
         ) -> [f32; N] {
-            let qs = if FIVE { 48 } else { 16 };
+            let qs = if FIVE { at::Q5K_QS } else { at::Q4K_QS };
             let mut sumf = [0.0f32; N];
             let m4 = _mm256_set1_epi8(0x0F);
             let b4 = _mm256_set1_epi8(0x10);
@@ -929,15 +949,15 @@ macro_rules! kquant_kernels {
                 let dd = unsafe { h2f_pair(rd32(bw)) };
                 let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
                 let scales = k4_scales(sc);
-                // SAFETY: Q5_K's qh at 16..48.
+                // SAFETY: Q5_K's 32 bytes of `qh`.
                 let qh = if FIVE {
-                    unsafe { load32(bw.add(16)) }
+                    unsafe { load32(bw.add(at::Q5K_QH)) }
                 } else {
                     _mm256_setzero_si256()
                 };
                 let (mut lo, mut hi) = ([_mm256_setzero_si256(); N], [_mm256_setzero_si256(); N]);
                 for j in 0..4 {
-                    // SAFETY: 128 bytes of nibbles at `qs` (32 per j).
+                    // SAFETY: the block's 128 bytes of nibbles from `qs` (32 per j).
                     let q = unsafe { load32(bw.add(qs + 32 * j)) };
                     let mut ql = _mm256_and_si256(q, m4);
                     let mut qu = _mm256_and_si256(_mm256_srli_epi16(q, 4), m4);
@@ -950,11 +970,11 @@ macro_rules! kquant_kernels {
                         qu = _mm256_or_si256(qu, _mm256_and_si256(hh, b4));
                     }
                     for c in 0..N {
-                        // SAFETY: q8 quants at 4..260 of the Q8_K block (64 per j).
+                        // SAFETY: the Q8_K block's 256 `qs` (64 per j).
                         let (q8l, q8h) = unsafe {
                             (
-                                load32(bas[c].add(4 + 64 * j)),
-                                load32(bas[c].add(36 + 64 * j)),
+                                load32(bas[c].add(at::Q8K_QS + 64 * j)),
+                                load32(bas[c].add(at::Q8K_QS + 32 + 64 * j)),
                             )
                         };
                         // 2 * 31 * 128 < 2^15: `vpmaddubsw` cannot saturate.
@@ -986,7 +1006,7 @@ macro_rules! kquant_kernels {
         /// [`super::DotFn`] contract.
         #[target_feature(enable = $feat)]
         pub(crate) unsafe fn $q6k(w: &[u8], a: &[u8], nb: usize) -> f32 {
-            debug_assert!(w.len() >= nb * 210 && a.len() >= nb * 292);
+            debug_assert!(w.len() >= nb * BlockQ6K::BYTES && a.len() >= nb * BlockQ8K::BYTES);
             // SAFETY: the caller's contract.
             unsafe { $k6::<1>(w.as_ptr(), [a.as_ptr()], nb)[0] }
         }
@@ -1003,7 +1023,9 @@ macro_rules! kquant_kernels {
             _scales: &[f32],
             nb: usize,
         ) -> [f32; 4] {
-            debug_assert!(w.len() >= nb * 210 && a.len() >= 3 * stride + nb * 292);
+            debug_assert!(
+                w.len() >= nb * BlockQ6K::BYTES && a.len() >= 3 * stride + nb * BlockQ8K::BYTES
+            );
             // SAFETY: the contract gives four activation rows of `nb` blocks.
             unsafe {
                 $k6::<4>(
@@ -1027,28 +1049,34 @@ macro_rules! kquant_kernels {
             for i in 0..nb {
                 // SAFETY: block i of the weights and of every activation row
                 // is inside them (the caller's contract).
-                let (bw, bas): (*const u8, [*const u8; N]) =
-                    unsafe { (w.add(i * 210), std::array::from_fn(|c| a[c].add(i * 292))) };
+                let (bw, bas): (*const u8, [*const u8; N]) = unsafe {
+                    (
+                        w.add(i * BlockQ6K::BYTES),
+                        std::array::from_fn(|c| a[c].add(i * BlockQ8K::BYTES)),
+                    )
+                };
                 prefetch_block(bw);
-                // SAFETY: the 16 i8 scales at 192..208.
-                let sc = unsafe { _mm256_cvtepi8_epi16(load16(bw.add(192))) };
+                // SAFETY: the block's 16 i8 `scales`.
+                let sc = unsafe { _mm256_cvtepi8_epi16(load16(bw.add(at::Q6K_SCALES))) };
                 // Scales 0..8 and 8..16 each in both 128-bit halves, for a
                 // per-half byte shuffle to pick one scale for each half.
                 let halves = [
                     _mm256_permute2x128_si256::<0x00>(sc, sc),
                     _mm256_permute2x128_si256::<0x11>(sc, sc),
                 ];
-                // SAFETY: Q6_K d is the upper half of the u32 at 206 (a 4-byte
+                // SAFETY: Q6_K's `d` is the upper half of the u32 before its end (a 4-byte
                 // read ending exactly at the block's end).
-                let d = unsafe { _mm_cvtss_f32(_mm_movehdup_ps(h2f_pair(rd32(bw.add(206))))) };
+                let d = unsafe {
+                    _mm_cvtss_f32(_mm_movehdup_ps(h2f_pair(rd32(bw.add(at::Q6K_D - 2)))))
+                };
                 let (mut lo, mut hi) = ([_mm256_setzero_si256(); N], [_mm256_setzero_si256(); N]);
                 for (n, &half) in halves.iter().enumerate() {
-                    // SAFETY: ql at 0..128 (64 per n), qh at 128..192 (32 per n).
+                    // SAFETY: the block's `ql` (64 bytes per n) and `qh` (32 per n).
                     let (ql1, ql2, qh) = unsafe {
                         (
-                            load32(bw.add(64 * n)),
-                            load32(bw.add(64 * n + 32)),
-                            load32(bw.add(128 + 32 * n)),
+                            load32(bw.add(at::Q6K_QL + 64 * n)),
+                            load32(bw.add(at::Q6K_QL + 64 * n + 32)),
+                            load32(bw.add(at::Q6K_QH + 32 * n)),
                         )
                     };
                     let q = [
@@ -1082,8 +1110,8 @@ macro_rules! kquant_kernels {
                             ),
                         );
                         for c in 0..N {
-                            // SAFETY: q8 quants at 4..260 (128 per n, 32 per k).
-                            let q8 = unsafe { load32(bas[c].add(4 + 128 * n + 32 * k)) };
+                            // SAFETY: the Q8_K block's `qs` (128 per n, 32 per k).
+                            let q8 = unsafe { load32(bas[c].add(at::Q8K_QS + 128 * n + 32 * k)) };
                             // u <= 63 against |a| <= 127: a pair sums to at most 16002.
                             let p = _mm256_maddubs_epi16(qk, q8);
                             let acc = if k % 2 == 0 { &mut lo[c] } else { &mut hi[c] };
@@ -1092,8 +1120,8 @@ macro_rules! kquant_kernels {
                     }
                 }
                 for c in 0..N {
-                    // SAFETY: the Q8_K block's d at 0 and 16 i16 bsums at 260..292.
-                    let (dy, bsums) = unsafe { (rf32(bas[c]), load32(bas[c].add(260))) };
+                    // SAFETY: the Q8_K block's `d` (first) and its 16 i16 `bsums`.
+                    let (dy, bsums) = unsafe { (rf32(bas[c]), load32(bas[c].add(at::Q8K_BSUMS))) };
                     // Values are stored +32: sum(sc * u * a) over the block, less
                     // 32 * sum(sc * bsum), is the block's exact sum(sc * q * a).
                     let offset = 32 * hsum_epi32(_mm256_madd_epi16(sc, bsums));
@@ -1363,18 +1391,18 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
 /// unpacking.
 macro_rules! legacy_tiles {
     ($feat:literal, $dot4:ident, $t8:ident, $t4:ident, $t5:ident) => {
-        legacy_tiles!(@one $feat, $dot4, $t8, 34, |bw| {
-            // SAFETY: the block holds 32 quants at 2.
-            unsafe { load32(bw.add(2)) }
+        legacy_tiles!(@one $feat, $dot4, $t8, BlockQ8_0::BYTES, |bw| {
+            // SAFETY: the block holds its 32 `qs`.
+            unsafe { load32(bw.add(at::Q8_0_QS)) }
         });
-        legacy_tiles!(@one $feat, $dot4, $t4, 18, |bw| {
-            // SAFETY: the block holds 16 bytes of nibbles at 2.
-            let q = unsafe { load16(bw.add(2)) };
+        legacy_tiles!(@one $feat, $dot4, $t4, BlockQ4_0::BYTES, |bw| {
+            // SAFETY: the block holds 16 bytes of nibbles (`qs`).
+            let q = unsafe { load16(bw.add(at::Q4_0_QS)) };
             _mm256_sub_epi8(nibbles32(q), _mm256_set1_epi8(8))
         });
-        legacy_tiles!(@one $feat, $dot4, $t5, 22, |bw| {
-            // SAFETY: the block holds qh at 2..6 and nibbles at 6..22.
-            let (qh, q) = unsafe { (std::ptr::read_unaligned(bw.add(2) as *const u32), load16(bw.add(6))) };
+        legacy_tiles!(@one $feat, $dot4, $t5, BlockQ5_0::BYTES, |bw| {
+            // SAFETY: the block holds its `qh` bits and 16 bytes of nibbles.
+            let (qh, q) = unsafe { (std::ptr::read_unaligned(bw.add(at::Q5_0_QH) as *const u32), load16(bw.add(at::Q5_0_QS))) };
             let hi = _mm256_andnot_si256(bits_to_bytes(qh), _mm256_set1_epi8(0xF0u8 as i8));
             _mm256_or_si256(nibbles32(q), hi)
         });
@@ -1393,7 +1421,7 @@ macro_rules! legacy_tiles {
             scales: &[f32],
             nb: usize,
         ) -> [f32; 4] {
-            debug_assert!(w.len() >= nb * $wb && a.len() >= 3 * stride + nb * 34);
+            debug_assert!(w.len() >= nb * $wb && a.len() >= 3 * stride + nb * BlockQ8_0::BYTES);
             debug_assert!(scales.len() >= 4 * nb);
             let (wp, ap, sp) = (w.as_ptr(), a.as_ptr(), scales.as_ptr());
             // Chain i % 2 of each activation row, as in the one-row kernels.
@@ -1408,7 +1436,7 @@ macro_rules! legacy_tiles {
                 for (c, acc) in acc[i % 2].iter_mut().enumerate() {
                     // SAFETY: activation row c's block i lies inside `a`, and
                     // its scale inside `scales`, by the contract.
-                    let (ay, da) = unsafe { (ap.add(c * stride + i * 34 + 2), &*sp.add(c * nb + i)) };
+                    let (ay, da) = unsafe { (ap.add(c * stride + i * BlockQ8_0::BYTES + at::Q8_0_QS), &*sp.add(c * nb + i)) };
                     // The one-row kernels' scale product (exact f16 values
                     // multiplied in f32) in every lane; a broadcast load
                     // costs no vector instruction.
@@ -1472,17 +1500,17 @@ fn prefetch_rows_line(base: *const u8, off: usize) {
 
 macro_rules! legacy_rows {
     ($feat:literal, $dot4:ident, $dot4acc:ident, $q5:ident, $r8:ident, $r4:ident, $r5:ident) => {
-        legacy_rows!(@one $feat, $dot4, $dot4acc, $r8, 34, |bw| {
-            // SAFETY: the block holds 32 quants at 2.
-            unsafe { load32(bw.add(2)) }
+        legacy_rows!(@one $feat, $dot4, $dot4acc, $r8, BlockQ8_0::BYTES, |bw| {
+            // SAFETY: the block holds its 32 `qs`.
+            unsafe { load32(bw.add(at::Q8_0_QS)) }
         });
         // Q4_0 and Q5_0 stay unsigned (nibble, or nibble plus 16 for the
         // fifth bit) and the offset comes off the integer sums (see `@one`).
-        legacy_rows!(@one $feat, $dot4, $dot4acc, $r4, 18, offset 3, |bw| {
-            // SAFETY: the block holds 16 bytes of nibbles at 2.
-            unsafe { nibbles32_at(bw.add(2)) }
+        legacy_rows!(@one $feat, $dot4, $dot4acc, $r4, BlockQ4_0::BYTES, offset 3, |bw| {
+            // SAFETY: the block holds 16 bytes of nibbles (`qs`).
+            unsafe { nibbles32_at(bw.add(at::Q4_0_QS)) }
         });
-        legacy_rows!(@one $feat, $dot4, $dot4acc, $r5, 22, offset 4, |bw| {
+        legacy_rows!(@one $feat, $dot4, $dot4acc, $r5, BlockQ5_0::BYTES, offset 4, |bw| {
             // SAFETY: the block is inside `w` (see `@one`).
             unsafe { $q5(bw) }
         });
@@ -1505,7 +1533,7 @@ macro_rules! legacy_rows {
         /// [`super::RowsFn`] contract.
         #[target_feature(enable = $feat)]
         pub(crate) unsafe fn $name(w: &[u8], row_bytes: usize, a: &[u8], nb: usize) -> [f32; 4] {
-            debug_assert!(w.len() >= 3 * row_bytes + nb * $wb && a.len() >= nb * 34);
+            debug_assert!(w.len() >= 3 * row_bytes + nb * $wb && a.len() >= nb * BlockQ8_0::BYTES);
             let ap = a.as_ptr();
             // SAFETY: rows 0..4 start inside `w` by the contract.
             let wp: [*const u8; 4] = std::array::from_fn(|r| unsafe { w.as_ptr().add(r * row_bytes) });
@@ -1517,18 +1545,18 @@ macro_rules! legacy_rows {
             let mut i = 0;
             while i + 8 <= nb {
                 // SAFETY: blocks i..i+8 lie inside every row and the activations.
-                let da = unsafe { scales8_at::<34>(ap.add(i * 34)) };
+                let da = unsafe { scales8_at::<{ BlockQ8_0::BYTES }>(ap.add(i * BlockQ8_0::BYTES)) };
                 // SAFETY: as above.
                 let dd: [[f32; 8]; 4] = std::array::from_fn(|r| {
                     let mut d = [0.0f32; 8];
                     // SAFETY: as above; `d` holds 8 floats.
-                    unsafe { _mm256_storeu_ps(d.as_mut_ptr(), _mm256_mul_ps(scales8_at::<$wb>(wp[r].add(i * $wb)), da)) };
+                    unsafe { _mm256_storeu_ps(d.as_mut_ptr(), _mm256_mul_ps(scales8_at::<{ $wb }>(wp[r].add(i * $wb)), da)) };
                     d
                 });
                 for k in (0..8).step_by(2) {
                     for (k, acc) in [(k, &mut even), (k + 1, &mut odd)] {
                         // SAFETY: activation block i + k: 32 quants at 2.
-                        let qy = unsafe { load32(ap.add((i + k) * 34 + 2)) };
+                        let qy = unsafe { load32(ap.add((i + k) * BlockQ8_0::BYTES + at::Q8_0_QS)) };
                         let corr = legacy_rows!(@corr $dot4, qy, $form $($shift)?);
                         for r in 0..4 {
                             // SAFETY: block i + k of row r is inside `w`.
@@ -1545,9 +1573,9 @@ macro_rules! legacy_rows {
             }
             for i in i..nb {
                 // SAFETY: activation block i: its f16 scale at 0, 32 quants at 2.
-                let ba = unsafe { ap.add(i * 34) };
+                let ba = unsafe { ap.add(i * BlockQ8_0::BYTES) };
                 // SAFETY: as above.
-                let (da, qy) = unsafe { (rd16(ba), load32(ba.add(2))) };
+                let (da, qy) = unsafe { (rd16(ba), load32(ba.add(at::Q8_0_QS))) };
                 let corr = legacy_rows!(@corr $dot4, qy, $form $($shift)?);
                 for r in 0..4 {
                     // SAFETY: block i of row r is inside `w`; its f16 scale at 0.
