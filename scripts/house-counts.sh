@@ -73,9 +73,9 @@ echo "block sizes written as byte-array literals in quant:"
 n=$(grep -rhoE '\[u8; [0-9]+\]' crates/quant/src | wc -l)
 echo "  $n"
 
-echo "numeric byte offsets into blocks in the block-reading SIMD kernels (comments excluded):"
+echo "byte offsets into blocks written as numbers in the block-reading SIMD kernels (a number first; strides and offsets within a field not counted; comments excluded):"
 for f in crates/quant/src/simd/x86.rs crates/quant/src/gemm/pack_x86.rs crates/quant/src/simd/neon.rs; do
-    n=$(grep -vE '^\s*//' "$f" | grep -oE '\.add\([0-9]+( [+*][^)]*)?\)|\[[0-9]+\.\.[0-9]*\]|, (18|22|34|144|176|210|292)[,)]' | wc -l)
+    n=$(grep -vE '^\s*//' "$f" | grep -oE '\.add\([0-9]+( \+[^)]*)?\)|\[[0-9]+\.\.[0-9]*\]|, (18|22|34|144|176|210|292)[,)]' | wc -l)
     echo "  $f: $n"
 done
 

@@ -397,6 +397,7 @@ impl Panel {
             v.resize(self.groups * NR, 0.0);
         }
         use GgmlType::*;
+        #[cfg(target_arch = "x86_64")]
         let bb = ty.block_bytes();
         #[cfg(target_arch = "x86_64")]
         if tier != GemmTier::Portable

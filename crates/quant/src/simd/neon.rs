@@ -23,7 +23,10 @@ use std::arch::aarch64::*;
 use std::arch::asm;
 
 use super::{GemmTier, Kernels, SCALAR};
-use crate::formats::blocks::K_SUB_BLOCKS;
+use crate::formats::blocks::{
+    at, block, BlockFormat, BlockQ4K, BlockQ4_0, BlockQ5K, BlockQ5_0, BlockQ6K, BlockQ8K,
+    BlockQ8_0, K_SUB_BLOCKS,
+};
 use crate::formats::f16_at;
 use crate::formats::kquants::scales_mins_k4;
 
@@ -125,13 +128,13 @@ unsafe fn legacy_q8_0<P: Products>(
         // SAFETY: block `b` lies inside both slices (the caller's contract).
         unsafe {
             let pw = w.as_ptr().add(b * wb);
-            let pa = a.as_ptr().add(b * 34);
+            let pa = a.as_ptr().add(b * BlockQ8_0::BYTES);
             let d = f16_at(std::slice::from_raw_parts(pw, 2))
                 * f16_at(std::slice::from_raw_parts(pa, 2));
             let (q0, q1) = unpack(pw);
             let z = vdupq_n_s32(0);
-            let p0 = P::dot4(z, q0, ld_s8(pa.add(2)));
-            let p1 = P::dot4(z, q1, ld_s8(pa.add(18)));
+            let p0 = P::dot4(z, q0, ld_s8(pa.add(at::Q8_0_QS)));
+            let p1 = P::dot4(z, q1, ld_s8(pa.add(at::Q8_0_QS + 16)));
             let ch = &mut c[b % 2];
             ch[0] = vfmaq_n_f32(ch[0], vcvtq_f32_s32(p0), d);
             ch[1] = vfmaq_n_f32(ch[1], vcvtq_f32_s32(p1), d);
@@ -144,16 +147,16 @@ unsafe fn legacy_q8_0<P: Products>(
 /// Q8_0 weights: 32 signed bytes after the scale.
 #[inline(always)]
 unsafe fn unpack_q8_0(p: *const u8) -> (int8x16_t, int8x16_t) {
-    // SAFETY: a Q8_0 block is 34 bytes.
-    unsafe { (ld_s8(p.add(2)), ld_s8(p.add(18))) }
+    // SAFETY: `p` points at a whole Q8_0 block, whose 32 `qs` these are.
+    unsafe { (ld_s8(p.add(at::Q8_0_QS)), ld_s8(p.add(at::Q8_0_QS + 16))) }
 }
 
 /// Q4_0 weights: low nibbles are elements 0–15, high nibbles 16–31, less 8.
 #[inline(always)]
 unsafe fn unpack_q4_0(p: *const u8) -> (int8x16_t, int8x16_t) {
-    // SAFETY: a Q4_0 block is 18 bytes.
+    // SAFETY: `p` points at a whole Q4_0 block, whose 16 `qs` bytes these are.
     unsafe {
-        let qs = ld_u8(p.add(2));
+        let qs = ld_u8(p.add(at::Q4_0_QS));
         let eight = vdupq_n_s8(8);
         let lo = vreinterpretq_s8_u8(vandq_u8(qs, vdupq_n_u8(0x0F)));
         let hi = vreinterpretq_s8_u8(vshrq_n_u8::<4>(qs));
@@ -177,10 +180,10 @@ unsafe fn high_bits(bits: u16) -> uint8x16_t {
 /// Q5_0 weights: nibbles as Q4_0 with a fifth bit from `qh`, less 16.
 #[inline(always)]
 unsafe fn unpack_q5_0(p: *const u8) -> (int8x16_t, int8x16_t) {
-    // SAFETY: a Q5_0 block is 22 bytes: scale, qh (4 bytes), 16 nibble bytes.
+    // SAFETY: `p` points at a whole Q5_0 block: its `qh` and 16 `qs` bytes.
     unsafe {
-        let qh = u32::from_le_bytes([*p.add(2), *p.add(3), *p.add(4), *p.add(5)]);
-        let qs = ld_u8(p.add(6));
+        let qh = u32::from_le_bytes(*(p.add(at::Q5_0_QH) as *const [u8; 4]));
+        let qs = ld_u8(p.add(at::Q5_0_QS));
         let lo = vorrq_u8(vandq_u8(qs, vdupq_n_u8(0x0F)), high_bits(qh as u16));
         let hi = vorrq_u8(vshrq_n_u8::<4>(qs), high_bits((qh >> 16) as u16));
         let sixteen = vdupq_n_s8(16);
@@ -195,10 +198,10 @@ unsafe fn unpack_q5_0(p: *const u8) -> (int8x16_t, int8x16_t) {
 /// Q4_K/Q5_K block: the min correction, exact.
 #[inline(always)]
 unsafe fn min_sum(mins: &[u8; K_SUB_BLOCKS], a: *const u8) -> i32 {
-    // SAFETY: a Q8_K block holds 16 i16 block sums at byte 260.
+    // SAFETY: `a` points at a whole Q8_K block, whose 16 i16 `bsums` these are.
     unsafe {
-        let s0 = vld1q_s16(a.add(260) as *const i16);
-        let s1 = vld1q_s16(a.add(276) as *const i16);
+        let s0 = vld1q_s16(a.add(at::Q8K_BSUMS) as *const i16);
+        let s1 = vld1q_s16(a.add(at::Q8K_BSUMS + 16) as *const i16);
         // Pairs of 16-element sums: at most 2 * 16 * 128, no overflow.
         let pairs = vpaddq_s16(s0, s1);
         let m = vreinterpretq_s16_u16(vmovl_u8(vld1_u8(mins.as_ptr())));
@@ -213,7 +216,7 @@ unsafe fn min_sum(mins: &[u8; K_SUB_BLOCKS], a: *const u8) -> i32 {
 /// `(d, dmin, isum, msum)`, the exact integer sums and the weight scales.
 ///
 /// # Safety
-/// `w` holds `nb` blocks of `wb` bytes, `a` `nb` Q8_K blocks (292 bytes),
+/// `w` holds `nb` blocks of `wb` bytes, `a` `nb` Q8_K blocks,
 /// and `sums` reads only inside the blocks it is given.
 #[inline(always)]
 unsafe fn kquant_row(
@@ -224,7 +227,11 @@ unsafe fn kquant_row(
     sums: impl Fn(&[u8], *const u8) -> (f32, f32, i32, i32),
 ) -> f32 {
     let mut sum = 0.0f32;
-    for (bw, ba) in w.chunks_exact(wb).zip(a.chunks_exact(292)).take(nb) {
+    for (bw, ba) in w
+        .chunks_exact(wb)
+        .zip(a.chunks_exact(BlockQ8K::BYTES))
+        .take(nb)
+    {
         let (d, dmin, isum, msum) = sums(bw, ba.as_ptr());
         sum += crate::scalar::kquant_block(d, dmin, crate::formats::f32_at(ba), isum, msum);
     }
@@ -235,21 +242,22 @@ unsafe fn kquant_row(
 /// [`crate::scalar::kquant_block`], blocks in order.
 ///
 /// # Safety
-/// `w` holds `nb` Q4_K blocks (144 bytes), `a` `nb` Q8_K blocks (292 bytes).
+/// `w` holds `nb` Q4_K blocks, `a` `nb` Q8_K blocks.
 #[inline(always)]
 unsafe fn q4_k<P: Products>(w: &[u8], a: &[u8], nb: usize) -> f32 {
-    // SAFETY: `kquant_row` hands over whole 144-byte blocks and their Q8_K
+    // SAFETY: `kquant_row` hands over whole Q4_K blocks and their Q8_K
     // blocks; every read below stays inside them.
     unsafe {
-        kquant_row(w, a, nb, 144, |blk, pa| {
+        kquant_row(w, a, nb, BlockQ4K::BYTES, |blk, pa| {
             let pw = blk.as_ptr();
-            let (sc, mins) = scales_mins_k4(&blk[4..16]);
-            let qa = pa.add(4);
+            let head: &BlockQ4K = block(blk);
+            let (sc, mins) = scales_mins_k4(&head.scales);
+            let qa = pa.add(at::Q8K_QS);
             let mask = vdupq_n_u8(0x0F);
             let mut isum = vdupq_n_s32(0);
             for j in 0..4 {
-                let q0 = ld_u8(pw.add(16 + 32 * j));
-                let q1 = ld_u8(pw.add(32 + 32 * j));
+                let q0 = ld_u8(pw.add(at::Q4K_QS + 32 * j));
+                let q1 = ld_u8(pw.add(at::Q4K_QS + 16 + 32 * j));
                 let z = vdupq_n_s32(0);
                 let lo = P::dot4(
                     P::dot4(
@@ -273,8 +281,8 @@ unsafe fn q4_k<P: Products>(w: &[u8], a: &[u8], nb: usize) -> f32 {
                 isum = vmlaq_n_s32(isum, hi, sc[2 * j + 1] as i32);
             }
             (
-                f16_at(blk),
-                f16_at(&blk[2..]),
+                head.d.get(),
+                head.dmin.get(),
                 vaddvq_s32(isum),
                 min_sum(&mins, pa),
             )
@@ -285,22 +293,26 @@ unsafe fn q4_k<P: Products>(w: &[u8], a: &[u8], nb: usize) -> f32 {
 /// Q5_K · Q8_K, as [`q4_k`] with a fifth bit per weight from `qh`.
 ///
 /// # Safety
-/// `w` holds `nb` Q5_K blocks (176 bytes), `a` `nb` Q8_K blocks.
+/// `w` holds `nb` Q5_K blocks, `a` `nb` Q8_K blocks.
 #[inline(always)]
 unsafe fn q5_k<P: Products>(w: &[u8], a: &[u8], nb: usize) -> f32 {
-    // SAFETY: `kquant_row` hands over whole 176-byte blocks and their Q8_K
+    // SAFETY: `kquant_row` hands over whole Q5_K blocks and their Q8_K
     // blocks; every read below stays inside them.
     unsafe {
-        kquant_row(w, a, nb, 176, |blk, pa| {
+        kquant_row(w, a, nb, BlockQ5K::BYTES, |blk, pa| {
             let pw = blk.as_ptr();
-            let (sc, mins) = scales_mins_k4(&blk[4..16]);
-            let qh = [ld_u8(pw.add(16)), ld_u8(pw.add(32))];
-            let qa = pa.add(4);
+            let head: &BlockQ5K = block(blk);
+            let (sc, mins) = scales_mins_k4(&head.scales);
+            let qh = [ld_u8(pw.add(at::Q5K_QH)), ld_u8(pw.add(at::Q5K_QH + 16))];
+            let qa = pa.add(at::Q8K_QS);
             let mask = vdupq_n_u8(0x0F);
             let bit5 = vdupq_n_u8(0x10);
             let mut isum = vdupq_n_s32(0);
             for j in 0..4 {
-                let qs = [ld_u8(pw.add(48 + 32 * j)), ld_u8(pw.add(64 + 32 * j))];
+                let qs = [
+                    ld_u8(pw.add(at::Q5K_QS + 32 * j)),
+                    ld_u8(pw.add(at::Q5K_QS + 16 + 32 * j)),
+                ];
                 let lo_bit = vdupq_n_u8(1 << (2 * j));
                 let hi_bit = vdupq_n_u8(2 << (2 * j));
                 let z = vdupq_n_s32(0);
@@ -325,8 +337,8 @@ unsafe fn q5_k<P: Products>(w: &[u8], a: &[u8], nb: usize) -> f32 {
                 isum = vmlaq_n_s32(isum, hi, sc[2 * j + 1] as i32);
             }
             (
-                f16_at(blk),
-                f16_at(&blk[2..]),
+                head.d.get(),
+                head.dmin.get(),
                 vaddvq_s32(isum),
                 min_sum(&mins, pa),
             )
@@ -337,22 +349,23 @@ unsafe fn q5_k<P: Products>(w: &[u8], a: &[u8], nb: usize) -> f32 {
 /// Q6_K · Q8_K: 6-bit weights less 32, a signed scale per 16.
 ///
 /// # Safety
-/// `w` holds `nb` Q6_K blocks (210 bytes), `a` `nb` Q8_K blocks.
+/// `w` holds `nb` Q6_K blocks, `a` `nb` Q8_K blocks.
 #[inline(always)]
 unsafe fn q6_k<P: Products>(w: &[u8], a: &[u8], nb: usize) -> f32 {
-    // SAFETY: `kquant_row` hands over whole 210-byte blocks and their Q8_K
+    // SAFETY: `kquant_row` hands over whole Q6_K blocks and their Q8_K
     // blocks; every read below stays inside them.
     unsafe {
-        kquant_row(w, a, nb, 210, |blk, pa| {
+        kquant_row(w, a, nb, BlockQ6K::BYTES, |blk, pa| {
             let pw = blk.as_ptr();
-            let qa = pa.add(4);
+            let b6: &BlockQ6K = block(blk);
+            let qa = pa.add(at::Q8K_QS);
             let mask = vdupq_n_u8(0x0F);
             let three = vdupq_n_u8(3);
             let off = vdupq_n_s8(32);
             let mut isum = vdupq_n_s32(0);
             for n in 0..2 {
-                let ql = pw.add(64 * n);
-                let qhp = pw.add(128 + 32 * n);
+                let ql = pw.add(at::Q6K_QL + 64 * n);
+                let qhp = pw.add(at::Q6K_QH + 32 * n);
                 for h in 0..2 {
                     // Elements 16h..16h+16 of each of the four 32-runs.
                     let l0 = ld_u8(ql.add(16 * h));
@@ -371,11 +384,11 @@ unsafe fn q6_k<P: Products>(w: &[u8], a: &[u8], nb: usize) -> f32 {
                         let e = 128 * n + 32 * r + 16 * h;
                         let q = vsubq_s8(vreinterpretq_s8_u8(q), off);
                         let p = P::dot4(vdupq_n_s32(0), q, ld_s8(qa.add(e)));
-                        isum = vmlaq_n_s32(isum, p, blk[192 + e / 16] as i8 as i32);
+                        isum = vmlaq_n_s32(isum, p, i32::from(b6.scales[e / 16]));
                     }
                 }
             }
-            (f16_at(&blk[208..]), 0.0, vaddvq_s32(isum), 0)
+            (b6.d.get(), 0.0, vaddvq_s32(isum), 0)
         })
     }
 }
@@ -501,17 +514,17 @@ macro_rules! kernels {
         #[target_feature(enable = $feat)]
         unsafe fn $q4_0(w: &[u8], a: &[u8], nb: usize) -> f32 {
             // SAFETY: the DotFn contract.
-            unsafe { legacy_q8_0::<$p>(w, a, nb, 18, |p| unpack_q4_0(p)) }
+            unsafe { legacy_q8_0::<$p>(w, a, nb, BlockQ4_0::BYTES, |p| unpack_q4_0(p)) }
         }
         #[target_feature(enable = $feat)]
         unsafe fn $q5_0(w: &[u8], a: &[u8], nb: usize) -> f32 {
             // SAFETY: the DotFn contract.
-            unsafe { legacy_q8_0::<$p>(w, a, nb, 22, |p| unpack_q5_0(p)) }
+            unsafe { legacy_q8_0::<$p>(w, a, nb, BlockQ5_0::BYTES, |p| unpack_q5_0(p)) }
         }
         #[target_feature(enable = $feat)]
         unsafe fn $q8_0(w: &[u8], a: &[u8], nb: usize) -> f32 {
             // SAFETY: the DotFn contract.
-            unsafe { legacy_q8_0::<$p>(w, a, nb, 34, |p| unpack_q8_0(p)) }
+            unsafe { legacy_q8_0::<$p>(w, a, nb, BlockQ8_0::BYTES, |p| unpack_q8_0(p)) }
         }
         #[target_feature(enable = $feat)]
         unsafe fn $q4_k(w: &[u8], a: &[u8], nb: usize) -> f32 {
