@@ -182,7 +182,7 @@ unsafe fn high_bits(bits: u16) -> uint8x16_t {
 unsafe fn unpack_q5_0(p: *const u8) -> (int8x16_t, int8x16_t) {
     // SAFETY: `p` points at a whole Q5_0 block: its `qh` and 16 `qs` bytes.
     unsafe {
-        let qh = u32::from_le_bytes(*(p.add(at::Q5_0_QH) as *const [u8; 4]));
+        let qh = u32::from_le_bytes(*(p.add(at::Q5_0_QH) as *const [u8; size_of::<u32>()]));
         let qs = ld_u8(p.add(at::Q5_0_QS));
         let lo = vorrq_u8(vandq_u8(qs, vdupq_n_u8(0x0F)), high_bits(qh as u16));
         let hi = vorrq_u8(vshrq_n_u8::<4>(qs), high_bits((qh >> 16) as u16));
