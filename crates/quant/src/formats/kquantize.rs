@@ -9,8 +9,20 @@
 //! branch-free rounding, independent candidates summed side by side, and
 //! stopping an error sum once it cannot win.
 
+use super::blocks::{
+    blocks_mut, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, F16Le, K_SCALE_BYTES,
+};
 use super::kquants::QK_K;
-use super::{f16_at, nearest_int, put_f16};
+use super::nearest_int;
+use bytemuck::Zeroable;
+
+/// The head Q4_K and Q5_K share: the super-block's scale and minimum and
+/// the packed 6-bit scales and mins of its sub-blocks.
+struct KHead<'b> {
+    d: &'b mut F16Le,
+    dmin: &'b mut F16Le,
+    scales: &'b mut [u8; K_SCALE_BYTES],
+}
 
 /// ggml's threshold below which a group counts as all zeros.
 const GROUP_MAX_EPS: f32 = 1e-15;
@@ -264,7 +276,7 @@ fn pack_2bit(l: &[u8; QK_K], qs: &mut [u8]) {
 /// with a min, then both the 16 scales and the 16 mins as 4-bit fractions of
 /// their maxima.
 pub(crate) fn quant_q2_k(src: &[f32], dst: &mut [u8]) {
-    for (x, b) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(84)) {
+    for (x, b) in src.chunks_exact(QK_K).zip(blocks_mut::<BlockQ2K>(dst)) {
         let mut l = [0u8; QK_K];
         let mut weights = [0f32; 16];
         let mut scales = [0f32; 16];
@@ -286,20 +298,20 @@ pub(crate) fn quant_q2_k(src: &[f32], dst: &mut [u8]) {
             for j in 0..16 {
                 sc[j] = nearest_int(iscale * scales[j]) as u8;
             }
-            put_f16(&mut b[80..], max_scale / 15.0);
+            b.d.set(max_scale / 15.0);
         } else {
-            put_f16(&mut b[80..], 0.0);
+            b.d.set(0.0);
         }
         if max_min > 0.0 {
             let iscale = 15.0 / max_min;
             for j in 0..16 {
                 sc[j] |= (nearest_int(iscale * mins[j]) << 4) as u8;
             }
-            put_f16(&mut b[82..], max_min / 15.0);
+            b.dmin.set(max_min / 15.0);
         } else {
-            put_f16(&mut b[82..], 0.0);
+            b.dmin.set(0.0);
         }
-        let (d_all, m_all) = (f16_at(&b[80..]), f16_at(&b[82..]));
+        let (d_all, m_all) = (b.d.get(), b.dmin.get());
         for j in 0..16 {
             let d = d_all * (sc[j] & 0x0F) as f32;
             if d == 0.0 {
@@ -310,8 +322,8 @@ pub(crate) fn quant_q2_k(src: &[f32], dst: &mut [u8]) {
                 l[i] = round_clamped((x[i] + dm) / d, 0, 3) as u8;
             }
         }
-        b[..16].copy_from_slice(&sc);
-        pack_2bit(&l, &mut b[16..80]);
+        b.scales = sc;
+        pack_2bit(&l, &mut b.qs);
     }
 }
 
@@ -319,7 +331,7 @@ pub(crate) fn quant_q2_k(src: &[f32], dst: &mut [u8]) {
 /// signed 6-bit fractions of the largest, then re-quantization against the
 /// stored scales; the third bit of each quant goes to `hmask`.
 pub(crate) fn quant_q3_k(src: &[f32], dst: &mut [u8]) {
-    for (x, b) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(110)) {
+    for (x, b) in src.chunks_exact(QK_K).zip(blocks_mut::<BlockQ3K>(dst)) {
         let mut l = [0i8; QK_K];
         let mut scales = [0f32; 16];
         let (mut amax, mut max_scale) = (0.0f32, 0.0f32);
@@ -330,7 +342,7 @@ pub(crate) fn quant_q3_k(src: &[f32], dst: &mut [u8]) {
                 max_scale = scales[j];
             }
         }
-        let mut s = [0u8; 12];
+        let mut s = [0u8; K_SCALE_BYTES];
         if max_scale != 0.0 {
             let iscale = -32.0 / max_scale;
             for j in 0..16 {
@@ -344,11 +356,11 @@ pub(crate) fn quant_q3_k(src: &[f32], dst: &mut [u8]) {
                 }
                 s[8 + j % 4] |= (q >> 4) << (2 * (j / 4));
             }
-            put_f16(&mut b[108..], 1.0 / iscale);
+            b.d.set(1.0 / iscale);
         } else {
-            put_f16(&mut b[108..], 0.0);
+            b.d.set(0.0);
         }
-        let d_all = f16_at(&b[108..]);
+        let d_all = b.d.get();
         for j in 0..16 {
             let low = if j < 8 { s[j] & 0x0F } else { s[j - 8] >> 4 };
             let high = (s[8 + j % 4] >> (2 * (j / 4))) & 3;
@@ -361,7 +373,7 @@ pub(crate) fn quant_q3_k(src: &[f32], dst: &mut [u8]) {
                 l[i] = (round_clamped(x[i] / d, -4, 3) + 4) as i8;
             }
         }
-        let (hmask, rest) = b.split_at_mut(32);
+        let hmask = &mut b.hmask;
         hmask.fill(0);
         let mut low = [0u8; QK_K];
         for (j, (&q, lo)) in l.iter().zip(low.iter_mut()).enumerate() {
@@ -372,8 +384,8 @@ pub(crate) fn quant_q3_k(src: &[f32], dst: &mut [u8]) {
             }
             *lo = q;
         }
-        pack_2bit(&low, &mut rest[..64]);
-        rest[64..76].copy_from_slice(&s);
+        pack_2bit(&low, &mut b.qs);
+        b.scales = s;
     }
 }
 
@@ -390,9 +402,9 @@ fn rms_weights(x: &[f32], weights: &mut [f32; 32]) {
 }
 
 /// The shared front half of Q4_K and Q5_K: fits 8 sub-blocks of 32 with
-/// `nmax` levels, writes `d`, `dmin` and the 12 packed 6-bit scales/mins into
-/// `b[0..16]`, and returns the quants re-fitted to the stored scales.
-fn scale_min_blocks(x: &[f32], b: &mut [u8], nmax: i32, rmin: f32, nstep: i32) -> [u8; QK_K] {
+/// `nmax` levels, writes the block's head (`d`, `dmin` and the 12 packed
+/// 6-bit scales/mins), and returns the quants re-fitted to the stored scales.
+fn scale_min_blocks(x: &[f32], head: KHead<'_>, nmax: i32, rmin: f32, nstep: i32) -> [u8; QK_K] {
     let mut l = [0u8; QK_K];
     let mut weights = [0f32; 32];
     let mut scales = [0f32; 8];
@@ -412,7 +424,7 @@ fn scale_min_blocks(x: &[f32], b: &mut [u8], nmax: i32, rmin: f32, nstep: i32) -
         0.0
     };
     let inv_min = if max_min > 0.0 { 63.0 / max_min } else { 0.0 };
-    let s = &mut b[4..16];
+    let KHead { d, dmin, scales: s } = head;
     s.fill(0);
     for j in 0..8 {
         let ls = (nearest_int(inv_scale * scales[j]) as u8).min(63);
@@ -426,10 +438,10 @@ fn scale_min_blocks(x: &[f32], b: &mut [u8], nmax: i32, rmin: f32, nstep: i32) -
             s[j] |= (lm >> 4) << 6;
         }
     }
-    put_f16(b, max_scale / 63.0);
-    put_f16(&mut b[2..], max_min / 63.0);
-    let (d_all, m_all) = (f16_at(b), f16_at(&b[2..]));
-    let (sc, m) = super::kquants::scales_mins_k4(&b[4..16]);
+    d.set(max_scale / 63.0);
+    dmin.set(max_min / 63.0);
+    let (d_all, m_all) = (d.get(), dmin.get());
+    let (sc, m) = super::kquants::scales_mins_k4(s);
     for j in 0..8 {
         let d = d_all * sc[j] as f32;
         if d == 0.0 {
@@ -446,9 +458,14 @@ fn scale_min_blocks(x: &[f32], b: &mut [u8], nmax: i32, rmin: f32, nstep: i32) -
 /// `quantize_row_q4_K_ref`: 8 sub-blocks of 32 fitted with 4-bit quants and a
 /// min, then scales and mins as 6-bit fractions of their maxima.
 pub(crate) fn quant_q4_k(src: &[f32], dst: &mut [u8]) {
-    for (x, b) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(144)) {
-        let l = scale_min_blocks(x, b, 15, -1.0, 20);
-        let qs = &mut b[16..144];
+    for (x, b) in src.chunks_exact(QK_K).zip(blocks_mut::<BlockQ4K>(dst)) {
+        let head = KHead {
+            d: &mut b.d,
+            dmin: &mut b.dmin,
+            scales: &mut b.scales,
+        };
+        let l = scale_min_blocks(x, head, 15, -1.0, 20);
+        let qs = &mut b.qs;
         for j in 0..4 {
             for i in 0..32 {
                 qs[32 * j + i] = l[64 * j + i] | (l[64 * j + 32 + i] << 4);
@@ -459,9 +476,14 @@ pub(crate) fn quant_q4_k(src: &[f32], dst: &mut [u8]) {
 
 /// `quantize_row_q5_K_ref`: as Q4_K with 5-bit quants, the fifth bits in `qh`.
 pub(crate) fn quant_q5_k(src: &[f32], dst: &mut [u8]) {
-    for (x, b) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(176)) {
-        let l = scale_min_blocks(x, b, 31, -0.5, 15);
-        let (qh, qs) = b[16..176].split_at_mut(32);
+    for (x, b) in src.chunks_exact(QK_K).zip(blocks_mut::<BlockQ5K>(dst)) {
+        let head = KHead {
+            d: &mut b.d,
+            dmin: &mut b.dmin,
+            scales: &mut b.scales,
+        };
+        let l = scale_min_blocks(x, head, 31, -0.5, 15);
+        let (qh, qs) = (&mut b.qh, &mut b.qs);
         qh.fill(0);
         for j in 0..4 {
             for i in 0..32 {
@@ -477,7 +499,7 @@ pub(crate) fn quant_q5_k(src: &[f32], dst: &mut [u8]) {
 /// as int8 fractions of the largest (-128 maps to it), then re-quantization
 /// against the stored scales.
 pub(crate) fn quant_q6_k(src: &[f32], dst: &mut [u8]) {
-    for (x, b) in src.chunks_exact(QK_K).zip(dst.chunks_exact_mut(210)) {
+    for (x, b) in src.chunks_exact(QK_K).zip(blocks_mut::<BlockQ6K>(dst)) {
         let mut l = [0i8; QK_K];
         let mut scales = [0f32; 16];
         let (mut max_abs, mut max_scale) = (0.0f32, 0.0f32);
@@ -491,15 +513,15 @@ pub(crate) fn quant_q6_k(src: &[f32], dst: &mut [u8]) {
             }
         }
         if max_abs < GROUP_MAX_EPS {
-            b.fill(0);
+            *b = BlockQ6K::zeroed();
             continue;
         }
         let iscale = -128.0 / max_scale;
-        put_f16(&mut b[208..], 1.0 / iscale);
-        let d_all = f16_at(&b[208..]);
+        b.d.set(1.0 / iscale);
+        let d_all = b.d.get();
         for j in 0..16 {
             let sc = nearest_int(iscale * scales[j]).min(127) as i8;
-            b[192 + j] = sc as u8;
+            b.scales[j] = sc;
             let d = d_all * sc as f32;
             if d == 0.0 {
                 continue;
@@ -510,7 +532,10 @@ pub(crate) fn quant_q6_k(src: &[f32], dst: &mut [u8]) {
         }
         for h in 0..2 {
             let l = &l[128 * h..128 * h + 128];
-            let (ql, qh) = (64 * h, 128 + 32 * h);
+            let (ql, qh) = (
+                &mut b.ql[64 * h..64 * h + 64],
+                &mut b.qh[32 * h..32 * h + 32],
+            );
             for i in 0..32 {
                 let q = [
                     l[i] as u8,
@@ -518,10 +543,9 @@ pub(crate) fn quant_q6_k(src: &[f32], dst: &mut [u8]) {
                     l[i + 64] as u8,
                     l[i + 96] as u8,
                 ];
-                b[ql + i] = (q[0] & 0x0F) | ((q[2] & 0x0F) << 4);
-                b[ql + 32 + i] = (q[1] & 0x0F) | ((q[3] & 0x0F) << 4);
-                b[qh + i] =
-                    (q[0] >> 4) | ((q[1] >> 4) << 2) | ((q[2] >> 4) << 4) | ((q[3] >> 4) << 6);
+                ql[i] = (q[0] & 0x0F) | ((q[2] & 0x0F) << 4);
+                ql[32 + i] = (q[1] & 0x0F) | ((q[3] & 0x0F) << 4);
+                qh[i] = (q[0] >> 4) | ((q[1] >> 4) << 2) | ((q[2] >> 4) << 4) | ((q[3] >> 4) << 6);
             }
         }
     }

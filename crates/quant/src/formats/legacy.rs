@@ -9,7 +9,6 @@
 //! - `block_q8_1`: d f16, s f16 (= d * sum(qs)), qs[32] i8
 
 use super::blocks::{blocks_mut, BlockQ4_0, BlockQ4_1, BlockQ5_0, BlockQ5_1, BlockQ8_0, BlockQ8_1};
-use super::put_f16;
 
 /// Elements per block.
 pub(crate) const QK: usize = 32;
@@ -148,69 +147,69 @@ fn min_max(x: &[f32]) -> (f32, f32) {
 
 /// `quantize_row_q4_0_ref`.
 pub(crate) fn quant_q4_0(src: &[f32], dst: &mut [u8]) {
-    for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(18)) {
+    for (x, b) in src.chunks_exact(QK).zip(blocks_mut::<BlockQ4_0>(dst)) {
         let d = signed_absmax(x) / -8.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-        put_f16(b, d);
+        b.d.set(d);
         for j in 0..QK / 2 {
             let x0 = ((x[j] * id + 8.5) as i8).min(15) as u8;
             let x1 = ((x[j + 16] * id + 8.5) as i8).min(15) as u8;
-            b[2 + j] = x0 | (x1 << 4);
+            b.qs[j] = x0 | (x1 << 4);
         }
     }
 }
 
 /// `quantize_row_q4_1_ref`.
 pub(crate) fn quant_q4_1(src: &[f32], dst: &mut [u8]) {
-    for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(20)) {
+    for (x, b) in src.chunks_exact(QK).zip(blocks_mut::<BlockQ4_1>(dst)) {
         let (min, max) = min_max(x);
         let d = (max - min) / 15.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-        put_f16(b, d);
-        put_f16(&mut b[2..], min);
+        b.d.set(d);
+        b.m.set(min);
         for j in 0..QK / 2 {
             let x0 = (((x[j] - min) * id + 0.5) as i8).min(15) as u8;
             let x1 = (((x[j + 16] - min) * id + 0.5) as i8).min(15) as u8;
-            b[4 + j] = x0 | (x1 << 4);
+            b.qs[j] = x0 | (x1 << 4);
         }
     }
 }
 
 /// `quantize_row_q5_0_ref`.
 pub(crate) fn quant_q5_0(src: &[f32], dst: &mut [u8]) {
-    for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(22)) {
+    for (x, b) in src.chunks_exact(QK).zip(blocks_mut::<BlockQ5_0>(dst)) {
         let d = signed_absmax(x) / -16.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-        put_f16(b, d);
+        b.d.set(d);
         let mut qh = 0u32;
         for j in 0..QK / 2 {
             let x0 = ((x[j] * id + 16.5) as i8).min(31) as u8;
             let x1 = ((x[j + 16] * id + 16.5) as i8).min(31) as u8;
-            b[6 + j] = (x0 & 0x0F) | ((x1 & 0x0F) << 4);
+            b.qs[j] = (x0 & 0x0F) | ((x1 & 0x0F) << 4);
             qh |= (((x0 & 0x10) >> 4) as u32) << j;
             qh |= (((x1 & 0x10) >> 4) as u32) << (j + 16);
         }
-        b[2..6].copy_from_slice(&qh.to_le_bytes());
+        b.qh = qh.to_le_bytes();
     }
 }
 
 /// `quantize_row_q5_1_ref`.
 pub(crate) fn quant_q5_1(src: &[f32], dst: &mut [u8]) {
-    for (x, b) in src.chunks_exact(QK).zip(dst.chunks_exact_mut(24)) {
+    for (x, b) in src.chunks_exact(QK).zip(blocks_mut::<BlockQ5_1>(dst)) {
         let (min, max) = min_max(x);
         let d = (max - min) / 31.0;
         let id = if d != 0.0 { 1.0 / d } else { 0.0 };
-        put_f16(b, d);
-        put_f16(&mut b[2..], min);
+        b.d.set(d);
+        b.m.set(min);
         let mut qh = 0u32;
         for j in 0..QK / 2 {
             let x0 = (((x[j] - min) * id + 0.5) as i8).min(31) as u8;
             let x1 = (((x[j + 16] - min) * id + 0.5) as i8).min(31) as u8;
-            b[8 + j] = (x0 & 0x0F) | ((x1 & 0x0F) << 4);
+            b.qs[j] = (x0 & 0x0F) | ((x1 & 0x0F) << 4);
             qh |= (((x0 & 0x10) >> 4) as u32) << j;
             qh |= (((x1 & 0x10) >> 4) as u32) << (j + 16);
         }
-        b[4..8].copy_from_slice(&qh.to_le_bytes());
+        b.qh = qh.to_le_bytes();
     }
 }
 
