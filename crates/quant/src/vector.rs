@@ -20,6 +20,7 @@ struct VectorKernels {
     dot: DotF32,
     axpy: AxpyF32,
     /// Whether [`dot_rows`] and [`axpy_rows`] take their AVX-512 kernels.
+    #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
     fused: bool,
 }
 

@@ -484,6 +484,8 @@ impl Tiles {
     /// The same numbers as [`super::tile_scalar`] over those rows.
     pub(crate) fn block(&mut self, p: &Panel, a: &Acts, c0: usize, m: usize) -> &Block {
         check(p, a, c0, m);
+        // Unused off x86-64 outside tests, where no tiles exist.
+        #[cfg_attr(not(any(test, target_arch = "x86_64")), allow(unused_variables))]
         let scratch = self.scratch.get_or_insert_with(Scratch::new);
         #[cfg(test)]
         if !self.on {
