@@ -28,6 +28,11 @@ pub struct LocalWindow {
 /// `r` is `distances`' row for the distance (`heads · head_dim` wide, like
 /// the keys). `q`, `k`, `v` and `out` are `visible.len()` rows. A query whose
 /// window holds no visible key gets zeros.
+///
+/// # Panics
+/// If `window.before` exceeds `window.past`, or `distances` holds fewer than
+/// `past + after + 1` rows (the towers check both when they bind their
+/// shapes).
 #[allow(clippy::too_many_arguments)]
 pub fn local(
     pool: &ThreadPool,
