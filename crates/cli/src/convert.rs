@@ -33,11 +33,12 @@ pub struct QuantizeArgs {
 /// Flags of `hearth synth`.
 #[derive(Args, Debug)]
 pub struct SynthArgs {
-    /// Architecture: gemma3 (270m, 1b, 4b) or gemma2 (2b); by default the
-    /// preset's.
+    /// Architecture: gemma3 (270m, 1b, 4b), gemma2 (2b) or gemma4 (e2b,
+    /// e4b); by default the preset's.
     #[arg(long)]
     arch: Option<String>,
-    /// Model size: 270m, 1b, 4b (Gemma 3) or gemma2-2b (Gemma 2 2B).
+    /// Model size: 270m, 1b, 4b (Gemma 3), gemma2-2b (Gemma 2 2B),
+    /// gemma4-e2b or gemma4-e4b (Gemma 4's text model), embeddinggemma-300m.
     #[arg(long)]
     preset: String,
     /// Quantization mix of the weights (see `hearth quantize --help`)
@@ -193,8 +194,8 @@ pub fn synth(args: &SynthArgs) -> Result<ExitCode> {
     let preset = match args.arch.as_deref().map(str::to_ascii_lowercase) {
         // `--arch gemma2 --preset 2b` names the Gemma 2 2B too.
         Some(a) if a == "gemma2" && args.preset.eq_ignore_ascii_case("2b") => Preset::gemma2_2b(),
-        Some(a) if a != "gemma2" && a != "gemma3" => {
-            bail!("unknown architecture `{a}`; synth supports: gemma3, gemma2")
+        Some(a) if !["gemma2", "gemma3", "gemma4"].contains(&a.as_str()) => {
+            bail!("unknown architecture `{a}`; synth supports: gemma3, gemma2, gemma4")
         }
         Some(a) => {
             let p = Preset::by_name(&args.preset)?;

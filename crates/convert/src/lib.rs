@@ -1,6 +1,6 @@
 //! GGUF conversion: requantizing a file the way `llama-quantize` does (same
 //! per-tensor type choices, same reference quantizers), and synthetic
-//! random-weight models with the real shapes of Gemma 3 sizes we have no
+//! random-weight models with the real shapes of Gemma sizes we have no
 //! weights for.
 //!
 //! Both build a [`gguf::GgufWriter`] in memory; tensors are produced one after
@@ -10,6 +10,7 @@ mod ftype;
 pub mod plan;
 mod rng;
 mod synth;
+mod synth_gemma4;
 mod synth_vision;
 mod tensors;
 
@@ -19,6 +20,7 @@ pub use ftype::FileType;
 pub use gguf::{GgmlType, GgufFile, GgufWriter};
 pub use plan::{ModelShape, TensorSpec};
 pub use synth::{synth, synth_with, Preset};
+pub use synth_gemma4::Gemma4Layout;
 pub use synth_vision::{synth_vision, VisionPreset};
 pub use tensors::{quantize_gguf, quantize_gguf_with, TensorReport};
 

@@ -1,4 +1,4 @@
-//! Synthetic Gemma 2 and 3 models (and EmbeddingGemma): real shapes and
+//! Synthetic Gemma 2, 3 and 4 models (and EmbeddingGemma): real shapes and
 //! metadata, random weights.
 //! They load and run like the real sizes, so speed and memory can be measured
 //! (and llama.cpp compared) for sizes whose weights we do not ship.
@@ -9,6 +9,7 @@
 
 use crate::plan::{llama_order, plan_types, ModelShape, TensorSpec};
 use crate::rng::hash_name;
+use crate::synth_gemma4::Gemma4Layout;
 use crate::tensors::{metadata_writer, produce, Rows, TensorReport};
 use crate::{ConvertError, FileType};
 use gguf::{GgmlType, GgufFile, GgufWriter, MetaValue};
@@ -43,14 +44,58 @@ pub struct Preset {
     /// An embedding model's dense projections after pooling (width of the
     /// first's output; the second maps back to `hidden`); 0 for none.
     pub dense: usize,
+    /// Gemma 4's per-layer inputs, global heads and KV sharing, for `gemma4`.
+    pub gemma4: Option<Gemma4Layout>,
 }
+
+/// Where a synthetic tensor's values come from.
+#[derive(Debug, Clone)]
+pub(crate) enum Fill {
+    /// `mean + std * N(0, 1)`-ish values.
+    Random { mean: f32, std: f32 },
+    /// These values (a tensor with a meaning, such as RoPE's divisors).
+    Values(Vec<f32>),
+}
+
+impl Fill {
+    /// Matrices: N(0, 0.02²), the usual initialiser scale, which keeps random
+    /// activations in range.
+    pub(crate) const MATRIX: Fill = Fill::Random {
+        mean: 0.0,
+        std: 0.02,
+    };
+    /// Norm weights sit near 1 (stored as 1 + w, the GGUF convention for Gemma).
+    pub(crate) const NORM: Fill = Fill::Random {
+        mean: 1.0,
+        std: 0.05,
+    };
+}
+
+/// Gemma 4 E2B's additions (google/gemma-4-E2B's text config).
+const E2B_LAYOUT: Gemma4Layout = Gemma4Layout {
+    global_head_dim: 512,
+    global_every: 5,
+    per_layer_input: 256,
+    shared_kv_layers: 20,
+    double_wide_shared_ffn: true,
+    global_rotary_fraction: 0.25,
+    final_softcap: 30.0,
+};
 
 /// Gemma 2's attention and final logit softcaps.
 const GEMMA2_SOFTCAPS: (f32, f32) = (50.0, 30.0);
 
 impl Preset {
     /// Names accepted by [`Preset::by_name`].
-    pub const NAMES: [&'static str; 5] = ["270m", "1b", "4b", "gemma2-2b", "embeddinggemma-300m"];
+    pub const NAMES: [&'static str; 7] = [
+        "270m",
+        "1b",
+        "4b",
+        "gemma2-2b",
+        "embeddinggemma-300m",
+        "gemma4-e2b",
+        "gemma4-e4b",
+    ];
 
     /// Gemma 3 270M.
     pub fn gemma3_270m() -> Preset {
@@ -68,6 +113,7 @@ impl Preset {
             sliding_window: 512,
             rope_linear_factor: None,
             dense: 0,
+            gemma4: None,
         }
     }
 
@@ -87,6 +133,7 @@ impl Preset {
             sliding_window: 512,
             rope_linear_factor: None,
             dense: 0,
+            gemma4: None,
         }
     }
 
@@ -106,6 +153,7 @@ impl Preset {
             sliding_window: 1024,
             rope_linear_factor: Some(8.0),
             dense: 0,
+            gemma4: None,
         }
     }
 
@@ -126,6 +174,7 @@ impl Preset {
             sliding_window: 512,
             rope_linear_factor: None,
             dense: 3072,
+            gemma4: None,
         }
     }
 
@@ -146,6 +195,49 @@ impl Preset {
             sliding_window: 4096,
             rope_linear_factor: None,
             dense: 0,
+            gemma4: None,
+        }
+    }
+
+    /// Gemma 4 E2B's text model: 35 layers, every fifth global with heads
+    /// of 512, the last 20 reading earlier layers' keys and values with a
+    /// doubled MLP, and per-layer inputs of 256.
+    pub fn gemma4_e2b() -> Preset {
+        Preset {
+            name: "gemma4-e2b",
+            arch: "gemma4",
+            size_label: "E2B",
+            hidden: 1536,
+            layers: 35,
+            heads: 8,
+            kv_heads: 1,
+            head_dim: 256,
+            ffn: 6144,
+            context_length: 131072,
+            sliding_window: 512,
+            rope_linear_factor: None,
+            dense: 0,
+            gemma4: Some(E2B_LAYOUT),
+        }
+    }
+
+    /// Gemma 4 E4B's text model: 42 layers, every sixth global, two KV
+    /// heads, the last 18 layers sharing KV, one MLP width.
+    pub fn gemma4_e4b() -> Preset {
+        Preset {
+            name: "gemma4-e4b",
+            size_label: "E4B",
+            hidden: 2560,
+            layers: 42,
+            kv_heads: 2,
+            ffn: 10240,
+            gemma4: Some(Gemma4Layout {
+                global_every: 6,
+                shared_kv_layers: 18,
+                double_wide_shared_ffn: false,
+                ..E2B_LAYOUT
+            }),
+            ..Self::gemma4_e2b()
         }
     }
 
@@ -157,6 +249,8 @@ impl Preset {
             "4b" => Ok(Self::gemma3_4b()),
             "gemma2-2b" => Ok(Self::gemma2_2b()),
             "embeddinggemma-300m" => Ok(Self::embeddinggemma_300m()),
+            "gemma4-e2b" => Ok(Self::gemma4_e2b()),
+            "gemma4-e4b" => Ok(Self::gemma4_e4b()),
             _ => Err(ConvertError::UnknownPreset(name.to_string())),
         }
     }
@@ -164,11 +258,14 @@ impl Preset {
     /// The tensors of this preset (F32) with a vocabulary of `vocab`, named
     /// and shaped as in llama.cpp's Gemma files.
     pub fn tensor_specs(&self, vocab: u64) -> Vec<TensorSpec> {
-        self.tensors(vocab).into_iter().map(|(s, _, _)| s).collect()
+        self.tensors(vocab).into_iter().map(|(s, _)| s).collect()
     }
 
-    /// [`Preset::tensor_specs`], each with the mean and spread of its values.
-    fn tensors(&self, vocab: u64) -> Vec<(TensorSpec, f32, f32)> {
+    /// [`Preset::tensor_specs`], each with where its values come from.
+    fn tensors(&self, vocab: u64) -> Vec<(TensorSpec, Fill)> {
+        if let Some(layout) = &self.gemma4 {
+            return layout.tensors(self, vocab);
+        }
         let (h, q, kv, hd, f) = (
             self.hidden as u64,
             (self.heads * self.head_dim) as u64,
@@ -176,53 +273,43 @@ impl Preset {
             self.head_dim as u64,
             self.ffn as u64,
         );
-        // Matrices: N(0, 0.02²), the usual initialiser scale, which keeps random
-        // activations in range. Norm weights are stored as 1 + w (the GGUF
-        // convention for Gemma), so they sit near 1.
-        let (mat, norm) = ((0.0, 0.02), (1.0, 0.05));
-        let spec = |name: String, dims: Vec<u64>, (mean, std): (f32, f32)| {
-            (
-                TensorSpec {
-                    name,
-                    dims,
-                    ty: GgmlType::F32,
-                },
-                mean,
-                std,
-            )
+        let (mat, norm) = (Fill::MATRIX, Fill::NORM);
+        let spec = |name: String, dims: Vec<u64>, fill: &Fill| {
+            let ty = GgmlType::F32;
+            (TensorSpec { name, dims, ty }, fill.clone())
         };
         let mut out = vec![
-            spec("token_embd.weight".into(), vec![h, vocab], mat),
-            spec("output_norm.weight".into(), vec![h], norm),
+            spec("token_embd.weight".into(), vec![h, vocab], &mat),
+            spec("output_norm.weight".into(), vec![h], &norm),
         ];
         if self.dense > 0 {
             let d = self.dense as u64;
-            out.push(spec("dense_2.weight".into(), vec![h, d], mat));
-            out.push(spec("dense_3.weight".into(), vec![d, h], mat));
+            out.push(spec("dense_2.weight".into(), vec![h, d], &mat));
+            out.push(spec("dense_3.weight".into(), vec![d, h], &mat));
         }
         let qk_norms = self.arch != "gemma2";
         for l in 0..self.layers {
             let n = |s: &str| format!("blk.{l}.{s}.weight");
             out.extend([
-                spec(n("attn_norm"), vec![h], norm),
-                spec(n("attn_q"), vec![h, q], mat),
-                spec(n("attn_k"), vec![h, kv], mat),
-                spec(n("attn_v"), vec![h, kv], mat),
+                spec(n("attn_norm"), vec![h], &norm),
+                spec(n("attn_q"), vec![h, q], &mat),
+                spec(n("attn_k"), vec![h, kv], &mat),
+                spec(n("attn_v"), vec![h, kv], &mat),
             ]);
             if qk_norms {
                 out.extend([
-                    spec(n("attn_q_norm"), vec![hd], norm),
-                    spec(n("attn_k_norm"), vec![hd], norm),
+                    spec(n("attn_q_norm"), vec![hd], &norm),
+                    spec(n("attn_k_norm"), vec![hd], &norm),
                 ]);
             }
             out.extend([
-                spec(n("attn_output"), vec![q, h], mat),
-                spec(n("post_attention_norm"), vec![h], norm),
-                spec(n("ffn_norm"), vec![h], norm),
-                spec(n("ffn_gate"), vec![h, f], mat),
-                spec(n("ffn_up"), vec![h, f], mat),
-                spec(n("ffn_down"), vec![f, h], mat),
-                spec(n("post_ffw_norm"), vec![h], norm),
+                spec(n("attn_output"), vec![q, h], &mat),
+                spec(n("post_attention_norm"), vec![h], &norm),
+                spec(n("ffn_norm"), vec![h], &norm),
+                spec(n("ffn_gate"), vec![h, f], &mat),
+                spec(n("ffn_up"), vec![h, f], &mat),
+                spec(n("ffn_down"), vec![f, h], &mat),
+                spec(n("post_ffw_norm"), vec![h], &norm),
             ]);
         }
         out
@@ -236,6 +323,7 @@ impl Preset {
         let family = match a {
             "gemma2" => "Gemma 2",
             "gemma-embedding" => "EmbeddingGemma",
+            "gemma4" => "Gemma 4",
             _ => "Gemma 3",
         };
         let mut m: Vec<(String, MetaValue)> = vec![
@@ -257,6 +345,10 @@ impl Preset {
         put("block_count", u32v(self.layers));
         put("context_length", MetaValue::U32(self.context_length));
         put("embedding_length", u32v(self.hidden));
+        if let Some(layout) = &self.gemma4 {
+            layout.metadata(self, &mut put);
+            return m;
+        }
         put("feed_forward_length", u32v(self.ffn));
         put("attention.head_count", u32v(self.heads));
         put("attention.head_count_kv", u32v(self.kv_heads));
@@ -341,7 +433,7 @@ pub fn synth_with(
     }
     let mut w = metadata_writer(&metadata, ftype);
     let tensors = preset.tensors(vocab as u64);
-    let specs: Vec<TensorSpec> = tensors.iter().map(|(s, _, _)| s.clone()).collect();
+    let specs: Vec<TensorSpec> = tensors.iter().map(|(s, _)| s.clone()).collect();
     let shape = ModelShape {
         arch: preset.arch.into(),
         n_layer: preset.layers,
@@ -351,11 +443,21 @@ pub fn synth_with(
     let types = plan_types(&specs, ftype, &shape);
     let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
     for i in llama_order(&names) {
-        let (spec, mean, std) = &tensors[i];
-        let rows = Rows::Random {
-            stream: seed ^ hash_name(&spec.name),
-            mean: *mean,
-            std: *std,
+        let (spec, fill) = &tensors[i];
+        let values: Vec<u8>;
+        let rows = match fill {
+            Fill::Random { mean, std } => Rows::Random {
+                stream: seed ^ hash_name(&spec.name),
+                mean: *mean,
+                std: *std,
+            },
+            Fill::Values(v) => {
+                values = v.iter().flat_map(|x| x.to_le_bytes()).collect();
+                Rows::Stored {
+                    ty: GgmlType::F32,
+                    data: &values,
+                }
+            }
         };
         let data = produce(&spec.name, &spec.dims, &rows, types[i])?;
         let report = TensorReport {

@@ -362,3 +362,93 @@ fn synthetic_embeddinggemma_embeds() {
     }
     assert_ne!(vectors[0], vectors[1]);
 }
+
+/// The Gemma 4 preset shaped like the `gemma4_e2b_h256` fixture (which
+/// transformers made and llama.cpp's converter and llama-quantize wrote).
+fn gemma4_like_fixture() -> Preset {
+    Preset {
+        hidden: 256,
+        layers: 6,
+        heads: 2,
+        kv_heads: 1,
+        head_dim: 128,
+        ffn: 512,
+        context_length: 2048,
+        sliding_window: 8,
+        gemma4: Some(hearth_convert::Gemma4Layout {
+            global_head_dim: 256,
+            global_every: 3,
+            per_layer_input: 256,
+            shared_kv_layers: 3,
+            double_wide_shared_ffn: true,
+            global_rotary_fraction: 0.25,
+            final_softcap: 5.0,
+        }),
+        ..Preset::gemma4_e2b()
+    }
+}
+
+/// A synthetic Gemma 4 has the tensors (names, shapes, Q4_K_M types), the
+/// `gemma4.*` metadata and the RoPE divisors that llama.cpp wrote for a real
+/// checkpoint of the same shape, and Hearth runs it.
+#[test]
+fn synthetic_gemma4_matches_llama_cpps_file_of_the_same_shape() {
+    let real = open("gemma4_e2b_h256", "model-q4_k_m.gguf");
+    let w = synth(&gemma4_like_fixture(), FileType::Q4_K_M, &real, 5).unwrap();
+    let file = GgufFile::from_bytes(w.to_bytes()).unwrap();
+    let layout = |f: &GgufFile| {
+        let mut t: Vec<_> = f
+            .tensors()
+            .iter()
+            .map(|t| (t.name.clone(), t.dims.clone(), t.ty))
+            .collect();
+        t.sort_by(|a, b| a.0.cmp(&b.0));
+        t
+    };
+    assert_eq!(layout(&file), layout(&real));
+    for (k, v) in real.metadata() {
+        if k.starts_with("gemma4.") || k.starts_with("tokenizer.") || k == "general.file_type" {
+            assert_eq!(file.get(k), Some(v), "{k}");
+        }
+    }
+    let divisors = |f: &GgufFile| f.tensor_bytes("rope_freqs.weight").unwrap().to_vec();
+    assert_eq!(divisors(&file), divisors(&real));
+
+    let model = Model::from_gguf(
+        Arc::new(file),
+        &LoadOptions {
+            threads: 2,
+            ..Default::default()
+        },
+    )
+    .expect("synthetic Gemma 4 loads");
+    let logits = all_logits(&model, &[2, 100, 200, 300, 4, 17, 9, 8, 7, 6]);
+    assert_eq!(logits.len(), 10 * 512);
+    assert!(logits.iter().all(|v| v.is_finite() && v.abs() <= 5.0));
+    let spread = logits.iter().fold(0f32, |m, v| m.max(v.abs()));
+    assert!(spread > 0.05, "logits all near zero: {spread}");
+}
+
+/// The full-size presets have E2B's and E4B's published shapes.
+#[test]
+fn gemma4_presets_have_the_published_shapes() {
+    let count = |p: &Preset, suffix: &str| {
+        p.tensor_specs(262144)
+            .iter()
+            .filter(|s| s.name.ends_with(suffix))
+            .count()
+    };
+    let e2b = Preset::by_name("gemma4-e2b").unwrap();
+    assert_eq!(count(&e2b, "attn_q.weight"), 35);
+    assert_eq!(count(&e2b, "attn_k.weight"), 15);
+    let specs = e2b.tensor_specs(262144);
+    let dims = |name: &str| specs.iter().find(|s| s.name == name).unwrap().dims.clone();
+    assert_eq!(dims("blk.4.attn_q.weight"), [1536, 4096]);
+    assert_eq!(dims("blk.3.attn_q.weight"), [1536, 2048]);
+    assert_eq!(dims("blk.14.ffn_up.weight"), [1536, 6144]);
+    assert_eq!(dims("blk.15.ffn_up.weight"), [1536, 12288]);
+    assert_eq!(dims("per_layer_token_embd.weight"), [256 * 35, 262144]);
+    let e4b = Preset::by_name("gemma4-e4b").unwrap();
+    assert_eq!(count(&e4b, "attn_k.weight"), 24);
+    assert_eq!(count(&e4b, "ffn_up.weight"), 42);
+}
