@@ -31,7 +31,7 @@ pub struct Gemma4Layout {
 impl Gemma4Layout {
     /// Whether layer `l` attends to all positions.
     pub fn is_global(&self, l: usize) -> bool {
-        (l + 1) % self.global_every.max(1) == 0
+        (l + 1).is_multiple_of(self.global_every.max(1))
     }
 
     /// The first layer that reuses another's keys and values.
