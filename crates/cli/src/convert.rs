@@ -237,6 +237,14 @@ pub fn synth(args: &SynthArgs) -> Result<ExitCode> {
 /// `hearth synth --mmproj`: a random Gemma 3 vision projector for `preset`'s
 /// text width.
 fn synth_mmproj(args: &SynthArgs, preset: &Preset) -> Result<ExitCode> {
+    if preset.arch != "gemma3" {
+        // Gemma 4's and Gemma 2's projectors are not SigLIP-into-Gemma-3's.
+        bail!(
+            "--mmproj writes a Gemma 3 vision projector; preset `{}` is {}",
+            preset.name,
+            preset.arch
+        );
+    }
     let ty = match args.quant.as_deref().unwrap_or("f16") {
         "f16" => ::convert::GgmlType::F16,
         "bf16" => ::convert::GgmlType::BF16,

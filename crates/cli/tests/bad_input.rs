@@ -259,6 +259,37 @@ fn missing_file() {
     }
 }
 
+/// `synth` refuses combinations it cannot write, before writing anything.
+#[test]
+fn synth_refuses_mismatched_presets() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_file = dir.path().join("out.gguf");
+    let o = s(&out_file);
+    let cases: [(&[&str], &str); 3] = [
+        (
+            &["synth", "--preset", "gemma4-e2b", "--mmproj", "-o", o],
+            "Gemma 3 vision projector",
+        ),
+        (
+            &[
+                "synth",
+                "--arch",
+                "gemma3",
+                "--preset",
+                "gemma4-e4b",
+                "-o",
+                o,
+            ],
+            "is a gemma4 model",
+        ),
+        (&["synth", "--preset", "gemma4-e8b", "-o", o], "gemma4-e8b"),
+    ];
+    for (args, needle) in cases {
+        fails_with(&hearth(dir.path(), args, b""), &[needle]);
+        assert!(!out_file.exists(), "{args:?} wrote a file");
+    }
+}
+
 #[test]
 fn prompt_longer_than_context() {
     let dir = tempfile::tempdir().unwrap();
