@@ -82,6 +82,31 @@ const E2B_LAYOUT: Gemma4Layout = Gemma4Layout {
     final_softcap: 30.0,
 };
 
+/// Block `l`'s tensors from the attention output to the MLP's closing norm,
+/// which every Gemma shares (query width `q`, MLP width `f`).
+pub(crate) fn block_tail(l: usize, h: u64, q: u64, f: u64) -> [(TensorSpec, Fill); 7] {
+    let t = |s: &str, dims: Vec<u64>, fill: Fill| {
+        let name = format!("blk.{l}.{s}.weight");
+        (
+            TensorSpec {
+                name,
+                dims,
+                ty: GgmlType::F32,
+            },
+            fill,
+        )
+    };
+    [
+        t("attn_output", vec![q, h], Fill::MATRIX),
+        t("post_attention_norm", vec![h], Fill::NORM),
+        t("ffn_norm", vec![h], Fill::NORM),
+        t("ffn_gate", vec![h, f], Fill::MATRIX),
+        t("ffn_up", vec![h, f], Fill::MATRIX),
+        t("ffn_down", vec![f, h], Fill::MATRIX),
+        t("post_ffw_norm", vec![h], Fill::NORM),
+    ]
+}
+
 /// Gemma 2's attention and final logit softcaps.
 const GEMMA2_SOFTCAPS: (f32, f32) = (50.0, 30.0);
 
@@ -302,15 +327,7 @@ impl Preset {
                     spec(n("attn_k_norm"), vec![hd], &norm),
                 ]);
             }
-            out.extend([
-                spec(n("attn_output"), vec![q, h], &mat),
-                spec(n("post_attention_norm"), vec![h], &norm),
-                spec(n("ffn_norm"), vec![h], &norm),
-                spec(n("ffn_gate"), vec![h, f], &mat),
-                spec(n("ffn_up"), vec![h, f], &mat),
-                spec(n("ffn_down"), vec![f, h], &mat),
-                spec(n("post_ffw_norm"), vec![h], &norm),
-            ]);
+            out.extend(block_tail(l, h, q, f));
         }
         out
     }

@@ -5,7 +5,7 @@
 //! named, shaped and ordered as llama.cpp's converter writes them.
 
 use crate::plan::TensorSpec;
-use crate::synth::{Fill, Preset};
+use crate::synth::{block_tail, Fill, Preset};
 use gguf::{GgmlType, MetaArray, MetaValue};
 
 /// Gemma 4's additions to a [`Preset`] (the sliding layers' head size is
@@ -107,14 +107,8 @@ impl Gemma4Layout {
                 out.push(spec(n("attn_k_norm"), vec![hd], &norm));
                 out.push(spec(n("attn_v"), vec![h, kv], &mat));
             }
+            out.extend(block_tail(l, h, q, f));
             out.extend([
-                spec(n("attn_output"), vec![q, h], &mat),
-                spec(n("post_attention_norm"), vec![h], &norm),
-                spec(n("ffn_norm"), vec![h], &norm),
-                spec(n("ffn_gate"), vec![h, f], &mat),
-                spec(n("ffn_up"), vec![h, f], &mat),
-                spec(n("ffn_down"), vec![f, h], &mat),
-                spec(n("post_ffw_norm"), vec![h], &norm),
                 spec(n("inp_gate"), vec![h, ple], &mat),
                 spec(n("proj"), vec![ple, h], &mat),
                 spec(n("post_norm"), vec![h], &norm),
