@@ -82,28 +82,25 @@ const E2B_LAYOUT: Gemma4Layout = Gemma4Layout {
     final_softcap: 30.0,
 };
 
+/// A synthetic tensor: made in F32 (the plan picks its stored type) from `fill`.
+pub(crate) fn f32_spec(name: String, dims: Vec<u64>, fill: &Fill) -> (TensorSpec, Fill) {
+    let ty = GgmlType::F32;
+    (TensorSpec { name, dims, ty }, fill.clone())
+}
+
 /// Block `l`'s tensors from the attention output to the MLP's closing norm,
 /// which every Gemma shares (query width `q`, MLP width `f`).
 pub(crate) fn block_tail(l: usize, h: u64, q: u64, f: u64) -> [(TensorSpec, Fill); 7] {
-    let t = |s: &str, dims: Vec<u64>, fill: Fill| {
-        let name = format!("blk.{l}.{s}.weight");
-        (
-            TensorSpec {
-                name,
-                dims,
-                ty: GgmlType::F32,
-            },
-            fill,
-        )
-    };
+    let (mat, norm) = (Fill::MATRIX, Fill::NORM);
+    let n = |s: &str| format!("blk.{l}.{s}.weight");
     [
-        t("attn_output", vec![q, h], Fill::MATRIX),
-        t("post_attention_norm", vec![h], Fill::NORM),
-        t("ffn_norm", vec![h], Fill::NORM),
-        t("ffn_gate", vec![h, f], Fill::MATRIX),
-        t("ffn_up", vec![h, f], Fill::MATRIX),
-        t("ffn_down", vec![f, h], Fill::MATRIX),
-        t("post_ffw_norm", vec![h], Fill::NORM),
+        f32_spec(n("attn_output"), vec![q, h], &mat),
+        f32_spec(n("post_attention_norm"), vec![h], &norm),
+        f32_spec(n("ffn_norm"), vec![h], &norm),
+        f32_spec(n("ffn_gate"), vec![h, f], &mat),
+        f32_spec(n("ffn_up"), vec![h, f], &mat),
+        f32_spec(n("ffn_down"), vec![f, h], &mat),
+        f32_spec(n("post_ffw_norm"), vec![h], &norm),
     ]
 }
 
@@ -299,10 +296,7 @@ impl Preset {
             self.ffn as u64,
         );
         let (mat, norm) = (Fill::MATRIX, Fill::NORM);
-        let spec = |name: String, dims: Vec<u64>, fill: &Fill| {
-            let ty = GgmlType::F32;
-            (TensorSpec { name, dims, ty }, fill.clone())
-        };
+        let spec = f32_spec;
         let mut out = vec![
             spec("token_embd.weight".into(), vec![h, vocab], &mat),
             spec("output_norm.weight".into(), vec![h], &norm),

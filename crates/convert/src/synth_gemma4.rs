@@ -5,8 +5,8 @@
 //! named, shaped and ordered as llama.cpp's converter writes them.
 
 use crate::plan::TensorSpec;
-use crate::synth::{block_tail, Fill, Preset};
-use gguf::{GgmlType, MetaArray, MetaValue};
+use crate::synth::{block_tail, f32_spec, Fill, Preset};
+use gguf::{MetaArray, MetaValue};
 
 /// Gemma 4's additions to a [`Preset`] (the sliding layers' head size is
 /// [`Preset::head_dim`]).
@@ -53,10 +53,7 @@ impl Gemma4Layout {
     /// The tensors of `p` with this layout, as `(spec, values)`.
     pub(crate) fn tensors(&self, p: &Preset, vocab: u64) -> Vec<(TensorSpec, Fill)> {
         let (mat, norm) = (Fill::MATRIX, Fill::NORM);
-        let spec = |name: String, dims: Vec<u64>, fill: &Fill| {
-            let ty = GgmlType::F32;
-            (TensorSpec { name, dims, ty }, fill.clone())
-        };
+        let spec = f32_spec;
         let (h, ple, layers) = (
             p.hidden as u64,
             self.per_layer_input as u64,
