@@ -112,7 +112,8 @@ struct SampleArgs {
     #[arg(long, value_enum, value_name = "HOW")]
     spec: Option<SpecKind>,
     /// Speculative decoding with a smaller model of the same vocabulary
-    /// guessing ahead (a GGUF path or alias); not in `serve` yet.
+    /// guessing ahead (a GGUF path or alias). In `serve`, it drafts for
+    /// the models that share its vocabulary.
     #[arg(long, value_name = "MODEL", conflicts_with = "spec")]
     draft: Option<String>,
     /// Most tokens guessed at a time, with --spec or --draft [default: 8].
@@ -137,16 +138,29 @@ pub(crate) fn draft_speculation(
     target: &engine::Engine,
     draft_max: Option<usize>,
 ) -> Result<engine::Speculation> {
+    let threads = Some(target.model().threads());
+    let unpaired = unpaired_draft(draft, threads, Some(target.n_ctx()), draft_max)?;
+    Ok(unpaired.for_target(target)?)
+}
+
+/// `draft` (a path or alias) loaded with `threads` and a context of `ctx`,
+/// as the drafter of targets that [`engine::Speculation::for_target`] pairs.
+fn unpaired_draft(
+    draft: &str,
+    threads: Option<usize>,
+    ctx: Option<usize>,
+    draft_max: Option<usize>,
+) -> Result<engine::Speculation> {
     let path = store::resolve(draft)?;
     let opts = engine::RunOptions {
-        threads: Some(target.model().threads()),
-        ctx: Some(target.n_ctx()),
+        threads,
+        ctx,
         ..engine::RunOptions::default()
     };
     let engine = engine::Engine::load(&path, &opts)
         .with_context(|| format!("cannot load the draft model {}", path.display()))?;
     let max_draft = draft_max.unwrap_or(engine::DEFAULT_DRAFT);
-    let model = engine::DraftModel::new(std::sync::Arc::new(engine), target, max_draft)?;
+    let model = engine::DraftModel::unpaired(std::sync::Arc::new(engine), max_draft);
     Ok(engine::Speculation::Draft(model))
 }
 
@@ -161,17 +175,22 @@ impl SampleArgs {
     /// The speculation `--spec` or `--draft` asks for, if any, for `target`
     /// (a draft model is loaded with its threads and context).
     fn speculation(&self, target: &engine::Engine) -> Result<Option<engine::Speculation>> {
-        match &self.draft {
-            Some(draft) => Ok(Some(draft_speculation(draft, target, self.draft_max)?)),
-            None => self.ngram_speculation(),
-        }
+        let threads = Some(target.model().threads());
+        let unpaired = self.unpaired_speculation(threads, Some(target.n_ctx()))?;
+        Ok(unpaired.map(|s| s.for_target(target)).transpose()?)
     }
 
-    /// The n-gram speculation `--spec` asks for (`--draft` is refused: the
-    /// caller has no model to check it against).
-    fn ngram_speculation(&self) -> Result<Option<engine::Speculation>> {
-        if self.draft.is_some() {
-            bail!("--draft is not supported here yet; use --spec ngram");
+    /// The speculation `--spec` or `--draft` asks for, if any, before it
+    /// knows its target: a draft model is loaded with `threads` and a
+    /// context of `ctx`, and paired with each model it drafts for by
+    /// [`engine::Speculation::for_target`].
+    fn unpaired_speculation(
+        &self,
+        threads: Option<usize>,
+        ctx: Option<usize>,
+    ) -> Result<Option<engine::Speculation>> {
+        if let Some(draft) = &self.draft {
+            return Ok(Some(unpaired_draft(draft, threads, ctx, self.draft_max)?));
         }
         if self.spec.is_none() && self.draft_max.is_some() {
             bail!("--draft-max needs --spec or --draft");

@@ -252,7 +252,6 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
     };
     config.shutdown_timeout = secs("shutdown-timeout", args.shutdown_timeout)?;
     config.guard = args.guard;
-    config.speculation = args.sample.ngram_speculation()?;
     config.idle_exit = match args.idle_exit {
         None => None,
         Some(0.0) => None,
@@ -285,6 +284,9 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
         None => vec![single(&args.model.model, options.mmproj.clone())?],
     };
     let sampling = options.sampling.clone();
+    let speculation = args
+        .sample
+        .unpaired_speculation(options.threads, options.ctx)?;
     // The same loader as every other command: --quant, --precise, --ctx
     // and the rest mean what they mean there; a projector found beside a
     // model is its --mmproj.
@@ -301,6 +303,7 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
         load,
         pinned,
         sampling,
+        speculation,
         rescan,
     };
     server::run(config, lineup).context("hearth serve")?;

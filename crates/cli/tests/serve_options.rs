@@ -127,3 +127,39 @@ fn every_end_of_generation_token_ends_a_generation() {
     assert_eq!(r.status, 400, "{}", r.text());
     assert!(r.text().contains("logit_bias"), "{}", r.text());
 }
+
+/// `serve --draft`: the 270M Q4_K_M drafts for itself requantized to Q8_0
+/// (as `complete --quant q8_0 --draft` does); greedy text is the same as the
+/// plain server's, and llama.cpp's `timings` count drafts that were kept. A
+/// draft of another vocabulary for the one model served stops the start
+/// with the reason.
+#[test]
+fn serve_drafts_with_a_draft_model_and_refuses_another_vocabulary() {
+    let model = real_model();
+    let m = model.to_str().unwrap();
+    let plain = Server::start(m, &["--quant", "q8_0"]);
+    let spec = Server::start(m, &["--quant", "q8_0", "--draft", m, "--draft-max", "4"]);
+    let mut accepted = 0;
+    for p in PROMPTS {
+        assert_eq!(served(&spec, p), served(&plain, p), "{p:?}");
+        let body = serde_json::json!({"prompt": p, "max_tokens": 16, "temperature": 0});
+        let r = spec.post("/v1/completions", &body.to_string());
+        let t = &r.json()["timings"];
+        assert!(t["draft_n"].as_u64().unwrap() > 0, "{t}");
+        accepted += t["draft_n_accepted"].as_u64().unwrap();
+    }
+    assert!(accepted > 0, "no draft was kept on four prompts");
+    drop((plain, spec));
+
+    let tiny = serve_common::TINY;
+    let out = Command::new(env!("CARGO_BIN_EXE_hearth"))
+        .args(["serve", "-m", tiny, "--draft", m, "--port", "0", "-t", "1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("vocabulary is not the model's: it has 262144 tokens and the model 512"),
+        "{err}"
+    );
+}

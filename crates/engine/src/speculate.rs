@@ -82,10 +82,17 @@ impl DraftModel {
                 "the draft model's vocabulary is not the model's: {why}"
             )));
         }
-        Ok(Self {
+        Ok(Self::unpaired(draft, max_draft))
+    }
+
+    /// `draft` as the drafter of targets not known yet (a server's, loaded
+    /// on demand): each is paired, and its vocabulary checked, by
+    /// [`Speculation::for_target`] before the draft is used with it.
+    pub fn unpaired(draft: Arc<Engine>, max_draft: usize) -> Self {
+        Self {
             engine: draft,
             max_draft,
-        })
+        }
     }
 }
 
@@ -122,6 +129,20 @@ impl Speculation {
                 max_draft: n,
                 ..d.clone()
             }),
+        }
+    }
+
+    /// This speculation for `target`: n-gram drafting as it is, a draft
+    /// model only where its vocabulary is the target's (see
+    /// [`DraftModel::new`]).
+    pub fn for_target(&self, target: &Engine) -> Result<Self, EngineError> {
+        match self {
+            Speculation::Ngram(_) => Ok(self.clone()),
+            Speculation::Draft(d) => Ok(Speculation::Draft(DraftModel::new(
+                Arc::clone(&d.engine),
+                target,
+                d.max_draft,
+            )?)),
         }
     }
 

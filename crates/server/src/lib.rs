@@ -83,9 +83,6 @@ pub struct ServerConfig {
     pub shutdown_timeout: Duration,
     /// Guardrails for chat requests that name none (their `guard` field).
     pub guard: guard::GuardSet,
-    /// Speculative decoding for requests that do not turn it off
-    /// (`speculative.n_max: 0`); `None`: only for requests that ask.
-    pub speculation: Option<engine::Speculation>,
     /// What a chat endpoint does with a conversation longer than the
     /// context: drop its oldest turns (the default) or refuse it.
     pub context_overflow: truncate::Overflow,
@@ -125,7 +122,6 @@ impl ServerConfig {
             max_request_time: Some(Duration::from_secs(300)),
             shutdown_timeout: Duration::from_secs(10),
             guard: guard::GuardSet::none(),
-            speculation: None,
             allow_file_images: false,
             context_overflow: truncate::Overflow::Truncate,
             idle_exit: None,

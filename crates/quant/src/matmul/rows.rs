@@ -28,16 +28,41 @@ pub(super) fn float_product(
     if batch >= GEMM_MIN_BATCH {
         return crate::float_gemm::float_gemm(pool, w, x, batch, &shared);
     }
+    let tile = k.float_tile(w.ty);
     let split = DecodeSplit::new(pool.threads(), rows);
     pool.run(split.parts(), |t| {
-        for_tiles(split.range(t), batch, |r, b| {
-            let xb = &x[b * cols..(b + 1) * cols];
-            // SAFETY: kernel from `simd::best()`; the Matrix guarantees `cols`
-            // elements per row and `xb` has exactly `cols`.
-            let v = unsafe { f(w.row(r), xb, cols) };
-            // SAFETY: row r belongs to this task alone.
-            unsafe { shared.write(b * rows + r, v) };
-        });
+        let part = split.range(t);
+        let mut r0 = part.start;
+        while r0 < part.end {
+            let r1 = (r0 + ROW_TILE).min(part.end);
+            let mut b = 0;
+            if let Some(tile) = tile {
+                while b + 4 <= batch {
+                    for r in r0..r1 {
+                        // SAFETY: kernel from `simd::best()`; the row holds
+                        // `cols` elements and activation rows b..b+4 (`cols`
+                        // apart) lie inside `x`.
+                        let v = unsafe { tile(w.row(r), &x[b * cols..(b + 4) * cols], cols, cols) };
+                        for (c, v) in v.into_iter().enumerate() {
+                            // SAFETY: row r belongs to this task alone.
+                            unsafe { shared.write((b + c) * rows + r, v) };
+                        }
+                    }
+                    b += 4;
+                }
+            }
+            for b in b..batch {
+                let xb = &x[b * cols..(b + 1) * cols];
+                for r in r0..r1 {
+                    // SAFETY: kernel from `simd::best()`; the Matrix guarantees
+                    // `cols` elements per row and `xb` has exactly `cols`.
+                    let v = unsafe { f(w.row(r), xb, cols) };
+                    // SAFETY: row r belongs to this task alone.
+                    unsafe { shared.write(b * rows + r, v) };
+                }
+            }
+            r0 = r1;
+        }
     });
     Ok(())
 }

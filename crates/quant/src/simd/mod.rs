@@ -13,6 +13,8 @@ use crate::{scalar, vec_dot_type, GgmlType};
 pub(crate) mod neon;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x86_float;
 
 /// A quantized dot kernel over `nb` blocks.
 ///
@@ -22,6 +24,10 @@ pub(crate) mod x86;
 pub(crate) type DotFn = unsafe fn(w: &[u8], a: &[u8], nb: usize) -> f32;
 /// A float-weight dot kernel over `n` elements with f32 activations (same contract).
 pub(crate) type FloatDotFn = unsafe fn(w: &[u8], x: &[f32], n: usize) -> f32;
+/// A float-weight tile kernel: one weight row of `n` elements against four
+/// f32 activation rows that start `stride` floats apart in `x`; each result
+/// equals the table's [`FloatDotFn`] to the bit (same contract).
+pub(crate) type FloatTileFn = unsafe fn(w: &[u8], x: &[f32], stride: usize, n: usize) -> [f32; 4];
 
 /// A tile kernel: one weight row of `nb` blocks against four activation rows
 /// that start `stride` bytes apart in `a` (same contract as [`DotFn`]).
@@ -124,6 +130,12 @@ pub(crate) struct Kernels {
     pub f32: FloatDotFn,
     pub f16: FloatDotFn,
     pub bf16: FloatDotFn,
+    /// Four-activation float tiles where a SIMD table has them (F32).
+    pub f32_x4: Option<FloatTileFn>,
+    /// F16 float tile.
+    pub f16_x4: Option<FloatTileFn>,
+    /// BF16 float tile.
+    pub bf16_x4: Option<FloatTileFn>,
     /// Four-activation tile kernels where a SIMD table has them.
     pub q8_0_x4: Option<TileFn>,
     /// Q4_0 tile kernel.
@@ -223,6 +235,16 @@ impl Kernels {
         }
     }
 
+    /// The four-activation float tile for weights of type `ty`, if any.
+    pub(crate) fn float_tile(&self, ty: GgmlType) -> Option<FloatTileFn> {
+        match ty {
+            GgmlType::F32 => self.f32_x4,
+            GgmlType::F16 => self.f16_x4,
+            GgmlType::BF16 => self.bf16_x4,
+            _ => None,
+        }
+    }
+
     /// The float kernel for weights of type `ty`.
     pub(crate) fn float(&self, ty: GgmlType) -> Option<FloatDotFn> {
         Some(match ty {
@@ -250,6 +272,9 @@ static SCALAR: Kernels = Kernels {
     f32: scalar::dot_f32,
     f16: scalar::dot_f16,
     bf16: scalar::dot_bf16,
+    f32_x4: None,
+    f16_x4: None,
+    bf16_x4: None,
     q8_0_x4: None,
     q4_0_x4: None,
     q5_0_x4: None,
@@ -646,6 +671,58 @@ mod tests {
         }
         // Every x86 SIMD table sits on the AVX2 one, which has tiles.
         if cfg!(target_arch = "x86_64") && available().len() > 1 {
+            assert!(checked > 0);
+        }
+    }
+
+    /// Every table's float tiles give each activation row the table's
+    /// one-row result and the scalar reference's to the bit, at lengths on
+    /// both sides of the 32- and 8-element steps, the rows padded apart.
+    #[test]
+    fn float_tiles_equal_single_rows_bitwise() {
+        let mut x = 0x0bad_5eed_1234_5678_u64;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            ((x >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
+        };
+        let mut checked = 0;
+        for k in available() {
+            for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
+                let Some(tile) = k.float_tile(ty) else {
+                    continue;
+                };
+                let single = k.float(ty).unwrap();
+                for n in [
+                    0usize, 1, 7, 8, 15, 16, 31, 32, 33, 40, 47, 56, 63, 64, 65, 100, 640,
+                ] {
+                    let wf: Vec<f32> = (0..n).map(|_| next()).collect();
+                    let mut w = vec![0u8; n * ty.block_bytes()];
+                    crate::quantize(ty, &wf, &mut w).unwrap();
+                    let stride = n + 3;
+                    let xs: Vec<f32> = (0..4 * stride).map(|_| next()).collect();
+                    // SAFETY: tables from this module; the row holds `n`
+                    // elements and each activation row `n` floats.
+                    let got = unsafe { tile(&w, &xs, stride, n) };
+                    for (c, g) in got.iter().enumerate() {
+                        let row = &xs[c * stride..c * stride + n];
+                        // SAFETY: as above.
+                        let want = unsafe { single(&w, row, n) };
+                        let reference = scalar::vec_dot_f32(ty, &w, row).unwrap();
+                        assert_eq!(g.to_bits(), want.to_bits(), "{} {ty} n {n} row {c}", k.name);
+                        assert_eq!(
+                            g.to_bits(),
+                            reference.to_bits(),
+                            "{} {ty} n {n} row {c}",
+                            k.name
+                        );
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        if cfg!(target_arch = "x86_64") && available().iter().any(|k| k.name == "avx512") {
             assert!(checked > 0);
         }
     }

@@ -10,7 +10,7 @@
 
 use std::arch::x86_64::*;
 
-use super::{GemmTier, Kernels, SCALAR};
+use super::{x86_float, GemmTier, Kernels, SCALAR};
 use crate::formats::blocks::at;
 use crate::formats::blocks::{
     BlockFormat, BlockQ4K, BlockQ4_0, BlockQ5K, BlockQ5_0, BlockQ6K, BlockQ8K, BlockQ8_0,
@@ -124,9 +124,10 @@ unsafe fn rf32(p: *const u8) -> f32 {
     unsafe { std::ptr::read_unaligned(p as *const f32) }
 }
 
+/// The sum of eight f32 lanes, in the float kernels' fixed order.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-fn hsum_ps(v: __m256) -> f32 {
+pub(super) fn hsum_ps(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     let s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -1348,6 +1349,12 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q4_k_x4: Some(q4_k_x4_avx512vl),
         q5_k_x4: Some(q5_k_x4_avx512vl),
         q6_k_x4: Some(q6_k_x4_avx512vl),
+        f32: x86_float::f32_avx512,
+        f16: x86_float::f16_avx512,
+        bf16: x86_float::bf16_avx512,
+        f32_x4: Some(x86_float::f32_x4_avx512),
+        f16_x4: Some(x86_float::f16_x4_avx512),
+        bf16_x4: Some(x86_float::bf16_x4_avx512),
         gemm: GemmTier::Avx512Vnni,
         ..AVX2
     };

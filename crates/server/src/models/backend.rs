@@ -4,7 +4,7 @@
 use crate::embeddings::batcher::Batcher;
 use crate::metrics::Metrics;
 use crate::scheduler::Scheduler;
-use engine::Engine;
+use engine::{Engine, Speculation};
 use std::ops::Deref;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -12,6 +12,8 @@ use std::time::{Duration, Instant};
 /// What the handlers need of a loaded model.
 pub struct Backend {
     pub(crate) engine: Arc<Engine>,
+    /// The speculation its requests get unless they turn it off.
+    pub(crate) speculation: Option<Speculation>,
     pub(crate) scheduler: Scheduler,
     /// The embedding queue, when the model embeds (its scheduler then has
     /// no slots: an embedding model does not generate).
@@ -23,6 +25,7 @@ impl Backend {
     /// of `queue` jobs.
     pub(crate) fn start(
         engine: Engine,
+        speculation: Option<Speculation>,
         parallel: usize,
         queue: usize,
         metrics: &Arc<Metrics>,
@@ -40,6 +43,7 @@ impl Backend {
         };
         Ok(Self {
             engine,
+            speculation,
             scheduler,
             embedder,
         })

@@ -54,6 +54,10 @@ pub struct Lineup {
     pub pinned: bool,
     /// The sampling defaults of requests that set none.
     pub sampling: SamplingParams,
+    /// Speculative decoding for requests that do not turn it off
+    /// (`speculative.n_max: 0`); `None`: only for requests that ask. A draft
+    /// model drafts for the models whose vocabulary it shares.
+    pub speculation: Option<engine::Speculation>,
     /// Looks for models again (`--models` folders): what it finds that is
     /// not listed yet is added, so a model pulled while the server runs is
     /// served without a restart.

@@ -13,7 +13,7 @@ use crate::error::ApiError;
 use crate::metrics::Metrics;
 pub(crate) use backend::Loaded;
 pub use backend::{Backend, Lease};
-use engine::{EngineError, SamplingParams};
+use engine::{EngineError, SamplingParams, Speculation};
 pub(crate) use exposition::render_metrics;
 pub(crate) use lineup::keep_alive_of_secs;
 pub use lineup::{parse_keep_alive, Lineup, LoadFn, RescanFn, Residency, ServedModel};
@@ -27,6 +27,7 @@ pub(crate) struct Models {
     rescan: Option<RescanFn>,
     pinned: bool,
     sampling: SamplingParams,
+    speculation: Option<Speculation>,
     residency: Residency,
     parallel: usize,
     queue: usize,
@@ -81,6 +82,7 @@ impl Models {
             rescan: lineup.rescan,
             pinned: lineup.pinned,
             sampling: lineup.sampling,
+            speculation: lineup.speculation,
             residency,
             parallel,
             queue,
@@ -228,17 +230,26 @@ impl Models {
     async fn load_at(&self, index: usize, model: ServedModel) -> Result<Arc<Loaded>, ApiError> {
         let load = Arc::clone(&self.load);
         let (parallel, queue) = (self.parallel, self.queue);
-        let metrics = Arc::clone(&self.metrics);
+        let (metrics, spec) = (Arc::clone(&self.metrics), self.speculation.clone());
         let started = Instant::now();
         let id = model.id().to_string();
-        let built =
-            tokio::task::spawn_blocking(move || build(&load, &model, parallel, queue, &metrics))
-                .await
-                .unwrap_or_else(|e| {
-                    Err(EngineError::InvalidRequest(format!(
-                        "the loader stopped: {e}"
-                    )))
-                });
+        let built = tokio::task::spawn_blocking(move || {
+            build(
+                &load,
+                &model,
+                parallel,
+                queue,
+                &metrics,
+                spec.as_ref(),
+                false,
+            )
+        })
+        .await
+        .unwrap_or_else(|e| {
+            Err(EngineError::InvalidRequest(format!(
+                "the loader stopped: {e}"
+            )))
+        });
         let (backend, bytes) = match built {
             Ok(b) => b,
             Err(why) => {
@@ -266,7 +277,16 @@ impl Models {
         let Some(model) = self.table().models.first().cloned() else {
             return Err(EngineError::InvalidOptions("no model to serve".into()));
         };
-        let (backend, bytes) = build(&self.load, &model, self.parallel, self.queue, &self.metrics)?;
+        let spec = self.speculation.as_ref();
+        let (backend, bytes) = build(
+            &self.load,
+            &model,
+            self.parallel,
+            self.queue,
+            &self.metrics,
+            spec,
+            true,
+        )?;
         eprintln!(
             "hearth serve: {}",
             backend.describe(model.id(), self.parallel, self.queue)
@@ -380,15 +400,32 @@ impl Models {
 }
 
 /// Load `model` and start the threads that serve it (blocking): its
-/// backend, and what it takes (its files and every slot's cache).
+/// backend, and what it takes (its files and every slot's cache). The
+/// server's `speculation` is the model's where it applies to it; a draft
+/// model of another vocabulary does not, and is an error when `strict` (the
+/// one model served), else the model is served without.
+#[allow(clippy::too_many_arguments)]
 fn build(
     load: &LoadFn,
     model: &ServedModel,
     parallel: usize,
     queue: usize,
     metrics: &Arc<Metrics>,
+    speculation: Option<&Speculation>,
+    strict: bool,
 ) -> Result<(Backend, u64), EngineError> {
     let engine = load(model)?;
+    let speculation = match speculation.map(|s| s.for_target(&engine)).transpose() {
+        Ok(s) => s,
+        Err(why) if !strict => {
+            eprintln!(
+                "hearth serve: {}: served without speculation: {why}",
+                model.id()
+            );
+            None
+        }
+        Err(why) => return Err(why),
+    };
     if let Some(why) = engine.template().refused() {
         eprintln!(
             "hearth serve: {}: its chat template is not used ({why}); chatting in the built-in Gemma format",
@@ -396,7 +433,7 @@ fn build(
         );
     }
     let bytes = model.disk_bytes() + (engine.session_bytes() * parallel.max(1)) as u64;
-    let backend = Backend::start(engine, parallel, queue, metrics)
+    let backend = Backend::start(engine, speculation, parallel, queue, metrics)
         .map_err(|e| EngineError::InvalidRequest(format!("cannot start the scheduler: {e}")))?;
     Ok((backend, bytes))
 }

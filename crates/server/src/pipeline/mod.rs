@@ -73,7 +73,7 @@ pub(crate) async fn submit(
     let (prompt_tokens, dropped_turns) = (prepared.prompt.len(), prepared.dropped);
     let opts = prepared
         .req
-        .generate_options(n_ctx - prompt_tokens, st.config.speculation.as_ref());
+        .generate_options(n_ctx - prompt_tokens, backend.speculation.as_ref());
     let deadline = st
         .config
         .max_request_time
