@@ -155,6 +155,7 @@ fn unpaired_draft(
     let opts = engine::RunOptions {
         threads,
         ctx,
+        draft_vocab: Some(engine::DRAFT_HEAD_ROWS),
         ..engine::RunOptions::default()
     };
     let engine = engine::Engine::load(&path, &opts)
@@ -297,6 +298,7 @@ impl ModelArgs {
             mmproj: self.mmproj.clone(),
             image_tokens: self.image_tokens,
             limits: engine::InputLimits::default(),
+            draft_vocab: None,
         }
     }
 }

@@ -162,12 +162,15 @@ impl Engine {
             precision: opts.precision,
             kv_cache: opts.kv_cache,
         };
-        let model = Model::from_gguf(file, &load)?;
+        let mut model = Model::from_gguf(file, &load)?;
         let options = RunOptions {
             kv_cache: Some(model.kv_type()),
             ..opts.resolved(model.config().context_length)
         };
         let mut tokenizer = Tokenizer::from_gguf(model.gguf())?;
+        if let Some(n) = opts.draft_vocab {
+            model.limit_head(&crate::speculate::draft_vocab(&tokenizer, n))?;
+        }
         let mut template = tokenizer.chat_template();
         template.set_step_limit(options.limits.template_steps);
         // What the template closes an assistant turn with ends generations too.

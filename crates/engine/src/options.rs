@@ -45,6 +45,10 @@ pub struct RunOptions {
     /// How much work one request's own grammar, template render, picture
     /// or clip may cost.
     pub limits: InputLimits,
+    /// A draft model's head: logits only for the first `n` token ids and
+    /// every single character, the others -inf (see
+    /// [`crate::DRAFT_HEAD_ROWS`]); `None`: the whole vocabulary.
+    pub draft_vocab: Option<usize>,
 }
 
 /// Bounds on the work a request's inputs can make the engine do, so that a

@@ -107,6 +107,27 @@ pub struct NgramOptions {
     pub max_ngram: usize,
 }
 
+/// How many of the first token ids a draft model guesses among, beside
+/// every single character ([`RunOptions::draft_vocab`]): the head of a
+/// 262,144-token vocabulary is most of a small draft model's step, and
+/// Gemma's pieces come roughly in order of frequency, its single characters
+/// (the alphabet every text falls back on) at the end.
+///
+/// [`RunOptions::draft_vocab`]: crate::RunOptions::draft_vocab
+pub const DRAFT_HEAD_ROWS: usize = 32768;
+
+/// The ids a draft model guesses among: the first `n`, and every token of
+/// one character (a leading word mark aside).
+pub(crate) fn draft_vocab(t: &tokenizer::Tokenizer, n: usize) -> Vec<u32> {
+    (0..t.vocab_size() as u32)
+        .filter(|&id| {
+            (id as usize) < n
+                || t.token_text(id)
+                    .is_some_and(|s| s.trim_start_matches('\u{2581}').chars().count() <= 1)
+        })
+        .collect()
+}
+
 /// Most tokens a round drafts unless the caller says otherwise.
 pub const DEFAULT_DRAFT: usize = 8;
 

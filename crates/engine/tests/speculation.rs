@@ -302,7 +302,14 @@ fn greedy_outputs_on_the_real_model_are_the_same_with_a_draft_model() {
         ..RunOptions::default()
     };
     let target = Engine::load(real_model(), &opts).unwrap();
-    let draft = std::sync::Arc::new(load(&real_model(), 512));
+    // With the head that `--draft` loads a draft with.
+    let draft_opts = RunOptions {
+        threads: Some(2),
+        ctx: Some(512),
+        draft_vocab: Some(hearth_engine::DRAFT_HEAD_ROWS),
+        ..RunOptions::default()
+    };
+    let draft = std::sync::Arc::new(Engine::load(real_model(), &draft_opts).unwrap());
     let model = hearth_engine::DraftModel::new(draft, &target, 4).unwrap();
     let greedy = SamplingParams {
         temperature: 0.0,
@@ -318,4 +325,63 @@ fn greedy_outputs_on_the_real_model_are_the_same_with_a_draft_model() {
         accepted += stats.accepted;
     }
     assert!(accepted * 2 > drafted, "kept {accepted} of {drafted}");
+}
+
+/// A draft model's limited head (`RunOptions::draft_vocab`) gives the whole
+/// head's logits for the ids it keeps, to the bit: the first
+/// `DRAFT_HEAD_ROWS` and the single characters past them; -inf for the
+/// rest. On the last row of a step and on every row of a prompt.
+#[test]
+fn a_draft_head_keeps_its_ids_logits_and_rules_out_the_rest() {
+    let path = real_model();
+    let whole = load(&path, 64);
+    let opts = RunOptions {
+        threads: Some(2),
+        ctx: Some(64),
+        draft_vocab: Some(hearth_engine::DRAFT_HEAD_ROWS),
+        ..RunOptions::default()
+    };
+    let limited = Engine::load(&path, &opts).unwrap();
+    let n = hearth_engine::DRAFT_HEAD_ROWS;
+    let tok = whole.tokenizer();
+    let kept = |id: usize| {
+        id < n
+            || tok
+                .token_text(id as u32)
+                .is_some_and(|s| s.trim_start_matches('\u{2581}').chars().count() <= 1)
+    };
+    let same = |a: &[f32], b: &[f32]| {
+        assert_eq!(a.len(), b.len());
+        for (id, (x, y)) in a.iter().zip(b).enumerate() {
+            match kept(id) {
+                true => assert_eq!(x.to_bits(), y.to_bits(), "id {id}"),
+                false => assert_eq!(*y, f32::NEG_INFINITY, "id {id}"),
+            }
+        }
+    };
+    let ids = tok.encode(
+        "The quick brown fox jumps over the lazy dog, 1, 2, 3.",
+        true,
+        false,
+    );
+    let (mut a, mut b) = (whole.session(), limited.session());
+    a.feed(&ids).unwrap();
+    b.feed(&ids).unwrap();
+    same(a.last_logits().unwrap(), b.last_logits().unwrap());
+    let mut rows = Vec::new();
+    whole
+        .session()
+        .score(&ids, |_, l| rows.push(l.to_vec()))
+        .unwrap();
+    let mut at = 0;
+    limited
+        .session()
+        .score(&ids, |_, l| {
+            same(&rows[at], l);
+            at += 1;
+        })
+        .unwrap();
+    assert_eq!(at, ids.len());
+    let out = (0..tok.vocab_size()).filter(|&id| !kept(id)).count();
+    assert!(out > 100_000, "only {out} ids ruled out");
 }

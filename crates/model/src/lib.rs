@@ -161,6 +161,8 @@ pub struct Model {
     pool: ThreadPool,
     precision: Precision,
     kv_type: KvType,
+    /// The only rows of the output head computed (see [`Model::limit_head`]).
+    head_subset: Option<logits::HeadSubset>,
 }
 
 impl std::fmt::Debug for Model {
@@ -208,6 +210,7 @@ impl Model {
             });
         }
         Ok(Self {
+            head_subset: None,
             config,
             weights,
             ropes,
@@ -253,6 +256,18 @@ impl Model {
     /// its threads spent working and waiting.
     pub fn pool_stats(&self) -> quant::PoolStats {
         self.pool.stats()
+    }
+
+    /// Compute logits for token `ids` only, the others -inf: a draft
+    /// model's head, whose greedy guess need only be likely, at a fraction
+    /// of the whole vocabulary's cost. Their rows of the output head are
+    /// copied out of the file once, here.
+    pub fn limit_head(&mut self, ids: &[u32]) -> Result<(), ModelError> {
+        self.head_subset = Some(logits::HeadSubset::new(
+            &self.weights.output.matrix(&self.file)?,
+            ids,
+        ));
+        Ok(())
     }
 
     /// Turns the thread pool's profiling by call site on or off (see

@@ -92,7 +92,8 @@ impl Model {
         Ok(&mut scratch.logits)
     }
 
-    /// `logits = soft-cap(output · rows)` for `m` hidden rows.
+    /// `logits = soft-cap(output · rows)` for `m` hidden rows; where the
+    /// head is limited, over its ids alone, the others -inf.
     fn head(
         &self,
         rows: &[f32],
@@ -100,11 +101,74 @@ impl Model {
         logits: &mut Vec<f32>,
         products: &mut crate::scratch::ProductBuffers,
     ) -> Result<(), ModelError> {
-        logits.resize(m * self.config.vocab, 0.0);
-        self.linear(&self.weights.output, rows, m, logits, products)?;
+        let vocab = self.config.vocab;
+        logits.resize(m * vocab, 0.0);
+        let Some(subset) = &self.head_subset else {
+            self.linear(&self.weights.output, rows, m, logits, products)?;
+            if let Some(cap) = self.config.final_softcap {
+                ops::softcap(logits, cap);
+            }
+            return Ok(());
+        };
+        let n = subset.ids.len();
+        let w = quant::Matrix::new(subset.ty, n, self.config.hidden, &subset.rows)?;
+        self.matmul(&w, rows, m, &mut logits[..m * n], products)?;
         if let Some(cap) = self.config.final_softcap {
-            ops::softcap(logits, cap);
+            ops::softcap(&mut logits[..m * n], cap);
         }
+        subset.spread(logits, m, vocab);
         Ok(())
+    }
+}
+
+/// Some rows of the output head, copied out, and their token ids.
+pub(crate) struct HeadSubset {
+    ty: quant::GgmlType,
+    rows: Vec<u8>,
+    /// Increasing, each below the vocabulary's size.
+    ids: Vec<u32>,
+}
+
+impl HeadSubset {
+    /// Rows `ids` of `output` (sorted, repeats and ids past it dropped).
+    pub(crate) fn new(output: &quant::Matrix, ids: &[u32]) -> Self {
+        let mut ids = ids.to_vec();
+        ids.sort_unstable();
+        ids.dedup();
+        ids.retain(|&id| (id as usize) < output.rows());
+        let rb = output.row_bytes();
+        let mut rows = Vec::with_capacity(ids.len() * rb);
+        for &id in &ids {
+            let at = id as usize * rb;
+            rows.extend_from_slice(&output.data()[at..at + rb]);
+        }
+        Self {
+            ty: output.ty(),
+            rows,
+            ids,
+        }
+    }
+
+    /// `m` rows of this subset's logits, packed at the front of `logits`,
+    /// spread to their ids in rows of `vocab`, -inf between. Rows and values
+    /// go from the back: each lands at or after where it was, so none is
+    /// overwritten before it moves, and a row's own span holds no packed
+    /// value of an earlier row.
+    fn spread(&self, logits: &mut [f32], m: usize, vocab: usize) {
+        let n = self.ids.len();
+        for j in (0..m).rev() {
+            for k in (0..n).rev() {
+                logits[j * vocab + self.ids[k] as usize] = logits[j * n + k];
+            }
+            let row = &mut logits[j * vocab..(j + 1) * vocab];
+            let mut next = 0;
+            for (id, v) in row.iter_mut().enumerate() {
+                if self.ids.get(next) == Some(&(id as u32)) {
+                    next += 1;
+                } else {
+                    *v = f32::NEG_INFINITY;
+                }
+            }
+        }
     }
 }
