@@ -45,7 +45,8 @@ impl Generation {
 }
 
 /// A generation in progress, advanced a token at a time by
-/// [`Session::step`]; it owns the text state, the session owns the cache.
+/// [`Session::step`](crate::Session::step); it owns the text state, the
+/// session owns the cache.
 #[derive(Debug)]
 pub struct Decoding {
     pub(crate) opts: GenerateOptions,
