@@ -160,14 +160,12 @@ impl HeadSubset {
             for k in (0..n).rev() {
                 logits[j * vocab + self.ids[k] as usize] = logits[j * n + k];
             }
+            // The gaps between kept ids, and after the last one.
             let row = &mut logits[j * vocab..(j + 1) * vocab];
-            let mut next = 0;
-            for (id, v) in row.iter_mut().enumerate() {
-                if self.ids.get(next) == Some(&(id as u32)) {
-                    next += 1;
-                } else {
-                    *v = f32::NEG_INFINITY;
-                }
+            let mut from = 0;
+            for &id in self.ids.iter().chain([&(vocab as u32)]) {
+                row[from..id as usize].fill(f32::NEG_INFINITY);
+                from = id as usize + 1;
             }
         }
     }

@@ -127,7 +127,7 @@ unsafe fn rf32(p: *const u8) -> f32 {
 /// The sum of eight f32 lanes, in the float kernels' fixed order.
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-pub(super) fn hsum_ps(v: __m256) -> f32 {
+fn hsum_ps(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     let s = _mm_add_ss(s, _mm_movehdup_ps(s));
@@ -1259,8 +1259,31 @@ fn float_dot(
         }
         i += 32;
     }
+    float_dot_tail(acc, w, x, i, n, es, load, elem)
+}
+
+/// The end of [`float_dot`] from element `i` (a multiple of 32) of `n`,
+/// given its four chains so far: the remaining 8-element steps into their
+/// chains, the chains combined, the last `n % 8` products fused one at a
+/// time. Also the end of the wider kernels' rows, so every tier keeps one
+/// order. `n` must be within `w` (`es` bytes an element) and `x`.
+#[inline]
+#[allow(clippy::too_many_arguments)]
+#[target_feature(enable = "avx2,fma,f16c")]
+pub(super) fn float_dot_tail(
+    mut acc: [__m256; 4],
+    w: &[u8],
+    x: &[f32],
+    mut i: usize,
+    n: usize,
+    es: usize,
+    load: impl Fn(*const u8) -> __m256,
+    elem: impl Fn(&[u8]) -> f32,
+) -> f32 {
+    let n = n.min(x.len()).min(w.len() / es);
+    let (wp, xp) = (w.as_ptr(), x.as_ptr());
     while i + 8 <= n {
-        // SAFETY: i + 8 <= n, within both slices.
+        // SAFETY: i + 8 <= n, within both slices (clamped above).
         let (wv, xv) = unsafe { (load(wp.add(i * es)), _mm256_loadu_ps(xp.add(i))) };
         let a = &mut acc[(i / 8) % 4];
         *a = _mm256_fmadd_ps(wv, xv, *a);

@@ -6,7 +6,7 @@
 
 use std::arch::x86_64::*;
 
-use super::x86::hsum_ps;
+use super::x86::float_dot_tail;
 
 /// Weight row `w` (`es` bytes an element) against `R` activation rows that
 /// start `stride` floats apart in `x`, over `n` elements: each result is
@@ -53,27 +53,13 @@ fn float_rows<const R: usize>(
     }
     let mut out = [0.0; R];
     for (r, o) in out.iter_mut().enumerate() {
-        let mut acc = [
+        let acc = [
             _mm512_castps512_ps256(lo[r]),
             high_half(lo[r]),
             _mm512_castps512_ps256(hi[r]),
             high_half(hi[r]),
         ];
-        let xr = &x[r * stride..];
-        let mut j = i;
-        while j + 8 <= n {
-            // SAFETY: j + 8 <= n, within the weights and row r.
-            let (wv, xv) = unsafe { (narrow(wp.add(j * es)), _mm256_loadu_ps(xr.as_ptr().add(j))) };
-            let a = &mut acc[(j / 8) % 4];
-            *a = _mm256_fmadd_ps(wv, xv, *a);
-            j += 8;
-        }
-        let s = _mm256_add_ps(_mm256_add_ps(acc[0], acc[2]), _mm256_add_ps(acc[1], acc[3]));
-        let mut sum = hsum_ps(s);
-        for k in j..n {
-            sum = elem(&w[k * es..]).mul_add(xr[k], sum);
-        }
-        *o = sum;
+        *o = float_dot_tail(acc, w, &x[r * stride..], i, n, es, &narrow, &elem);
     }
     out
 }
