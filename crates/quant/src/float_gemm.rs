@@ -9,8 +9,8 @@ use crate::matmul::{Matrix, SharedOut};
 use crate::sgemm_packed::{sgemm_packed, PackedB, PANEL};
 use crate::{FirstError, QuantError, ThreadPool};
 
-/// Weight rows per block: four panels.
-const BLOCK_ROWS: usize = 4 * PANEL;
+/// Weight rows per block: sixteen panels.
+const BLOCK_ROWS: usize = 16 * PANEL;
 /// Activation rows per block.
 const BLOCK_BATCH: usize = 256;
 
@@ -103,7 +103,7 @@ mod tests {
     /// shapes that leave partial blocks of rows and of activations.
     #[test]
     fn batched_float_products_match_an_f64_reference() {
-        let (rows, cols, batch) = (75, 48, 300);
+        let (rows, cols, batch) = (300, 40, 300);
         let mut seed = 9u64;
         let mut next = move || {
             seed = seed
