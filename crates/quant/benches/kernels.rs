@@ -201,12 +201,12 @@ fn bench_gemm_pack(c: &mut Criterion) {
 /// kernel set (multiply-adds per second): 4096 patches, heads 72 wide, a
 /// block of 64 queries; the scores `K·Qᵀ` (4096 × 72 by 72 × 64) and the
 /// values `Vᵀ·P` (72 × 4096 by 4096 × 64); and one block of a float weight's
-/// product (256 activation rows of 1152 by 64 weight rows).
+/// product (256 activation rows of 1152 by 256 weight rows).
 fn bench_sgemm_packed(c: &mut Criterion) {
     for (name, m, k, n) in [
         ("scores", 4096usize, 72usize, 64usize),
         ("values", 72, 4096, 64),
-        ("weights", 256, 1152, 64),
+        ("weights", 256, 1152, 256),
     ] {
         let mut g = c.benchmark_group(format!("sgemm_packed_{name}"));
         g.throughput(Throughput::Elements((m * k * n) as u64));
