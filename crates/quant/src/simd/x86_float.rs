@@ -59,7 +59,9 @@ fn float_rows<const R: usize>(
             _mm512_castps512_ps256(hi[r]),
             high_half(hi[r]),
         ];
-        *o = float_dot_tail(acc, w, &x[r * stride..], i, n, es, &narrow, &elem);
+        // A row past the end of `x` has had `n` clamped to 0 above.
+        let row = x.get(r * stride..).unwrap_or_default();
+        *o = float_dot_tail(acc, w, row, i, n, es, &narrow, &elem);
     }
     out
 }
