@@ -201,12 +201,15 @@ fn bench_gemm_pack(c: &mut Criterion) {
 /// kernel set (multiply-adds per second): 4096 patches, heads 72 wide, a
 /// block of 64 queries; the scores `K·Qᵀ` (4096 × 72 by 72 × 64) and the
 /// values `Vᵀ·P` (72 × 4096 by 4096 × 64); and one block of a float weight's
-/// product (256 activation rows of 1152 by 256 weight rows).
+/// product (256 activation rows of 1152 by 256 weight rows), and of an audio
+/// tower's, whose rows are a power of two of floats apart (1024 and 4096).
 fn bench_sgemm_packed(c: &mut Criterion) {
     for (name, m, k, n) in [
         ("scores", 4096usize, 72usize, 64usize),
         ("values", 72, 4096, 64),
         ("weights", 256, 1152, 256),
+        ("weights_1024", 256, 1024, 256),
+        ("weights_4096", 256, 4096, 256),
     ] {
         let mut g = c.benchmark_group(format!("sgemm_packed_{name}"));
         g.throughput(Throughput::Elements((m * k * n) as u64));

@@ -1,4 +1,5 @@
-//! GELU (tanh form), the gated GeGLU activation and softmax over slices,
+//! GELU (tanh form), the gated GeGLU activation, SiLU, the sigmoid-gated GLU
+//! and softmax over slices,
 //! with one `exp` written from IEEE operations so every tier gives the same
 //! bits.
 //!
@@ -76,6 +77,32 @@ pub fn scalar_geglu(gate: &mut [f32], up: &[f32]) {
     }
 }
 
+/// `1 / (1 + e^-x)`, through [`exp`].
+#[inline]
+pub fn sigmoid(x: f32) -> f32 {
+    1.0 / (1.0 + exp(-x))
+}
+
+/// `x · sigmoid(x)` (SiLU), written `x / (1 + e^-x)`: one [`exp`], one
+/// division.
+#[inline]
+pub fn silu_of(x: f32) -> f32 {
+    x / (1.0 + exp(-x))
+}
+
+/// `x <- silu(x)` over a slice, the reference of [`silu`].
+pub fn scalar_silu(x: &mut [f32]) {
+    x.iter_mut().for_each(|v| *v = silu_of(*v));
+}
+
+/// `x <- x · sigmoid(gate)` over the shorter length, the reference of
+/// [`glu`].
+pub fn scalar_glu(x: &mut [f32], gate: &[f32]) {
+    for (v, &g) in x.iter_mut().zip(gate) {
+        *v *= sigmoid(g);
+    }
+}
+
 /// Lanes of [`scalar_softmax`]'s sum: element `i` goes to lane `i % 16`.
 const SUM_LANES: usize = 16;
 
@@ -138,54 +165,66 @@ fn sum_lanes(mut lanes: [f32; SUM_LANES]) -> f32 {
     lanes[0]
 }
 
-type GeluFn = fn(&mut [f32]);
-type GegluFn = fn(&mut [f32], &[f32]);
-type SoftmaxFn = fn(&mut [f32]);
+type UnaryFn = fn(&mut [f32]);
+type GatedFn = fn(&mut [f32], &[f32]);
 type PanelFn = fn(&mut [f32], &mut [f32]);
 
+/// One tier's slice kernels.
+#[derive(Clone, Copy)]
+struct Kernels {
+    gelu: UnaryFn,
+    geglu: GatedFn,
+    softmax: UnaryFn,
+    softmax_panel: PanelFn,
+    silu: UnaryFn,
+    glu: GatedFn,
+}
+
+/// The scalar references, which every tier's kernels reproduce.
+const SCALAR: Kernels = Kernels {
+    gelu: scalar_gelu,
+    geglu: scalar_geglu,
+    softmax: scalar_softmax,
+    softmax_panel: scalar_softmax_panel,
+    silu: scalar_silu,
+    glu: scalar_glu,
+};
+
 /// The kernels of the kernel set in use.
-fn kernels() -> &'static (GeluFn, GegluFn, SoftmaxFn, PanelFn) {
-    static K: OnceLock<(GeluFn, GegluFn, SoftmaxFn, PanelFn)> = OnceLock::new();
+fn kernels() -> &'static Kernels {
+    static K: OnceLock<Kernels> = OnceLock::new();
     K.get_or_init(|| {
         #[cfg(target_arch = "x86_64")]
         match crate::simd::best().gemm.vector() {
-            crate::simd::GemmTier::Avx512Vnni => {
-                return (
-                    x86::gelu_avx512,
-                    x86::geglu_avx512,
-                    x86::softmax_avx512,
-                    x86::softmax_panel_avx512,
-                )
-            }
-            crate::simd::GemmTier::Avx2 | crate::simd::GemmTier::AvxVnni => {
-                return (
-                    x86::gelu_avx2,
-                    x86::geglu_avx2,
-                    x86::softmax_avx2,
-                    x86::softmax_panel_avx2,
-                )
-            }
+            crate::simd::GemmTier::Avx512Vnni => return x86::AVX512,
+            crate::simd::GemmTier::Avx2 | crate::simd::GemmTier::AvxVnni => return x86::AVX2,
             crate::simd::GemmTier::Portable | crate::simd::GemmTier::Amx => {}
         }
-        (
-            scalar_gelu,
-            scalar_geglu,
-            scalar_softmax,
-            scalar_softmax_panel,
-        )
+        SCALAR
     })
 }
 
 /// `x <- gelu(x)` (tanh form) over a slice: [`scalar_gelu`]'s bits on
 /// every tier.
 pub fn gelu(x: &mut [f32]) {
-    (kernels().0)(x)
+    (kernels().gelu)(x)
 }
 
 /// `gate <- gelu(gate) * up` over the shorter length (the gated FFN's
 /// activation): [`scalar_geglu`]'s bits on every tier.
 pub fn geglu(gate: &mut [f32], up: &[f32]) {
-    (kernels().1)(gate, up)
+    (kernels().geglu)(gate, up)
+}
+
+/// `x <- silu(x)` over a slice: [`scalar_silu`]'s bits on every tier.
+pub fn silu(x: &mut [f32]) {
+    (kernels().silu)(x)
+}
+
+/// `x <- x · sigmoid(gate)` over the shorter length (a GLU's gating):
+/// [`scalar_glu`]'s bits on every tier.
+pub fn glu(x: &mut [f32], gate: &[f32]) {
+    (kernels().glu)(x, gate)
 }
 
 /// `x <- softmax(x)`: [`scalar_softmax`]'s bits on every tier. Attention
@@ -193,7 +232,7 @@ pub fn geglu(gate: &mut [f32], up: &[f32]) {
 /// prefill went to the C library's `expf` before). A row of only `-inf`
 /// (nothing to attend to, which attention never asks) gives NaN.
 pub fn softmax(x: &mut [f32]) {
-    (kernels().2)(x)
+    (kernels().softmax)(x)
 }
 
 /// Queries a panel of [`softmax_columns`] holds side by side (the packed
@@ -227,7 +266,7 @@ pub fn scalar_softmax_panel(panel: &mut [f32], sum: &mut [f32]) {
 /// per query. [`scalar_softmax_panel`]'s bits on every tier, and the same
 /// `exp` as [`softmax`].
 pub fn softmax_columns(panels: &mut [f32], rows: usize, sums: &mut [f32]) {
-    let kernel = kernels().3;
+    let kernel = kernels().softmax_panel;
     for (panel, sum) in panels
         .chunks_exact_mut(rows * COLUMN_PANEL)
         .zip(sums.chunks_exact_mut(COLUMN_PANEL))
@@ -315,22 +354,160 @@ mod x86 {
         _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0), exp16(z)))
     }
 
-    pub(super) fn gelu_avx2(x: &mut [f32]) {
+    /// [`super::silu_of`] on eight lanes, step for step.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn silu8(x: __m256) -> __m256 {
+        let neg = _mm256_xor_ps(x, _mm256_set1_ps(-0.0));
+        _mm256_div_ps(x, _mm256_add_ps(_mm256_set1_ps(1.0), exp8(neg)))
+    }
+
+    /// [`super::sigmoid`] on eight lanes, step for step.
+    #[inline]
+    #[target_feature(enable = "avx2,fma")]
+    fn sigmoid8(x: __m256) -> __m256 {
+        let neg = _mm256_xor_ps(x, _mm256_set1_ps(-0.0));
+        let one = _mm256_set1_ps(1.0);
+        _mm256_div_ps(one, _mm256_add_ps(one, exp8(neg)))
+    }
+
+    /// [`super::silu_of`] on sixteen lanes, step for step.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn silu16(x: __m512) -> __m512 {
+        let neg = _mm512_castsi512_ps(_mm512_xor_si512(
+            _mm512_castps_si512(x),
+            _mm512_set1_epi32(i32::MIN),
+        ));
+        _mm512_div_ps(x, _mm512_add_ps(_mm512_set1_ps(1.0), exp16(neg)))
+    }
+
+    /// [`super::sigmoid`] on sixteen lanes, step for step.
+    #[inline]
+    #[target_feature(enable = "avx512f")]
+    fn sigmoid16(x: __m512) -> __m512 {
+        let neg = _mm512_castsi512_ps(_mm512_xor_si512(
+            _mm512_castps_si512(x),
+            _mm512_set1_epi32(i32::MIN),
+        ));
+        let one = _mm512_set1_ps(1.0);
+        _mm512_div_ps(one, _mm512_add_ps(one, exp16(neg)))
+    }
+
+    /// The AVX2 tier's kernels.
+    pub(super) const AVX2: Kernels = Kernels {
+        gelu: gelu_avx2,
+        geglu: geglu_avx2,
+        softmax: softmax_avx2,
+        softmax_panel: softmax_panel_avx2,
+        silu: silu_avx2,
+        glu: glu_avx2,
+    };
+
+    /// The AVX-512 tier's kernels.
+    pub(super) const AVX512: Kernels = Kernels {
+        gelu: gelu_avx512,
+        geglu: geglu_avx512,
+        softmax: softmax_avx512,
+        softmax_panel: softmax_panel_avx512,
+        silu: silu_avx512,
+        glu: glu_avx512,
+    };
+
+    fn silu_avx2(x: &mut [f32]) {
+        // SAFETY: installed only after avx2 and fma were detected.
+        unsafe { silu_avx2_impl(x) }
+    }
+
+    fn glu_avx2(x: &mut [f32], gate: &[f32]) {
+        // SAFETY: installed only after avx2 and fma were detected.
+        unsafe { glu_avx2_impl(x, gate) }
+    }
+
+    fn silu_avx512(x: &mut [f32]) {
+        // SAFETY: installed only for the AVX-512 tier (avx512f, avx2, fma).
+        unsafe { silu_avx512_impl(x) }
+    }
+
+    fn glu_avx512(x: &mut [f32], gate: &[f32]) {
+        // SAFETY: installed only for the AVX-512 tier (avx512f, avx2, fma).
+        unsafe { glu_avx512_impl(x, gate) }
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn silu_avx2_impl(x: &mut [f32]) {
+        let mut chunks = x.chunks_exact_mut(8);
+        for c in &mut chunks {
+            // SAFETY: `c` holds 8 floats.
+            unsafe { _mm256_storeu_ps(c.as_mut_ptr(), silu8(_mm256_loadu_ps(c.as_ptr()))) };
+        }
+        scalar_silu(chunks.into_remainder());
+    }
+
+    #[target_feature(enable = "avx2,fma")]
+    unsafe fn glu_avx2_impl(x: &mut [f32], gate: &[f32]) {
+        let n = x.len().min(gate.len());
+        let (x, gate) = (&mut x[..n], &gate[..n]);
+        let mut xs = x.chunks_exact_mut(8);
+        let mut gs = gate.chunks_exact(8);
+        for (v, g) in (&mut xs).zip(&mut gs) {
+            // SAFETY: `v` and `g` hold 8 floats each.
+            unsafe {
+                let s = sigmoid8(_mm256_loadu_ps(g.as_ptr()));
+                _mm256_storeu_ps(
+                    v.as_mut_ptr(),
+                    _mm256_mul_ps(_mm256_loadu_ps(v.as_ptr()), s),
+                );
+            }
+        }
+        scalar_glu(xs.into_remainder(), gs.remainder());
+    }
+
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    unsafe fn silu_avx512_impl(x: &mut [f32]) {
+        let mut chunks = x.chunks_exact_mut(16);
+        for c in &mut chunks {
+            // SAFETY: `c` holds 16 floats.
+            unsafe { _mm512_storeu_ps(c.as_mut_ptr(), silu16(_mm512_loadu_ps(c.as_ptr()))) };
+        }
+        scalar_silu(chunks.into_remainder());
+    }
+
+    #[target_feature(enable = "avx512f,avx2,fma")]
+    unsafe fn glu_avx512_impl(x: &mut [f32], gate: &[f32]) {
+        let n = x.len().min(gate.len());
+        let (x, gate) = (&mut x[..n], &gate[..n]);
+        let mut xs = x.chunks_exact_mut(16);
+        let mut gs = gate.chunks_exact(16);
+        for (v, g) in (&mut xs).zip(&mut gs) {
+            // SAFETY: `v` and `g` hold 16 floats each.
+            unsafe {
+                let s = sigmoid16(_mm512_loadu_ps(g.as_ptr()));
+                _mm512_storeu_ps(
+                    v.as_mut_ptr(),
+                    _mm512_mul_ps(_mm512_loadu_ps(v.as_ptr()), s),
+                );
+            }
+        }
+        scalar_glu(xs.into_remainder(), gs.remainder());
+    }
+
+    fn gelu_avx2(x: &mut [f32]) {
         // SAFETY: installed only after avx2 and fma were detected.
         unsafe { gelu_avx2_impl(x) }
     }
 
-    pub(super) fn geglu_avx2(gate: &mut [f32], up: &[f32]) {
+    fn geglu_avx2(gate: &mut [f32], up: &[f32]) {
         // SAFETY: installed only after avx2 and fma were detected.
         unsafe { geglu_avx2_impl(gate, up) }
     }
 
-    pub(super) fn gelu_avx512(x: &mut [f32]) {
+    fn gelu_avx512(x: &mut [f32]) {
         // SAFETY: installed only for the AVX-512 tier (avx512f, avx2, fma).
         unsafe { gelu_avx512_impl(x) }
     }
 
-    pub(super) fn geglu_avx512(gate: &mut [f32], up: &[f32]) {
+    fn geglu_avx512(gate: &mut [f32], up: &[f32]) {
         // SAFETY: installed only for the AVX-512 tier (avx512f, avx2, fma).
         unsafe { geglu_avx512_impl(gate, up) }
     }
@@ -393,12 +570,12 @@ mod x86 {
         scalar_geglu(gs.into_remainder(), us.remainder());
     }
 
-    pub(super) fn softmax_avx2(x: &mut [f32]) {
+    fn softmax_avx2(x: &mut [f32]) {
         // SAFETY: installed only after avx2 and fma were detected.
         unsafe { softmax_avx2_impl(x) }
     }
 
-    pub(super) fn softmax_avx512(x: &mut [f32]) {
+    fn softmax_avx512(x: &mut [f32]) {
         // SAFETY: installed only for the AVX-512 tier (avx512f, avx2, fma).
         unsafe { softmax_avx512_impl(x) }
     }
@@ -507,12 +684,12 @@ mod x86 {
         scale(x, 1.0 / sum_lanes(sums));
     }
 
-    pub(super) fn softmax_panel_avx2(panel: &mut [f32], sum: &mut [f32]) {
+    fn softmax_panel_avx2(panel: &mut [f32], sum: &mut [f32]) {
         // SAFETY: installed only after avx2 and fma were detected.
         unsafe { softmax_panel_avx2_impl(panel, sum) }
     }
 
-    pub(super) fn softmax_panel_avx512(panel: &mut [f32], sum: &mut [f32]) {
+    fn softmax_panel_avx512(panel: &mut [f32], sum: &mut [f32]) {
         // SAFETY: installed only for the AVX-512 tier (avx512f, avx2, fma).
         unsafe { softmax_panel_avx512_impl(panel, sum) }
     }
@@ -576,27 +753,15 @@ mod x86 {
         x.iter_mut().for_each(|v| *v *= inv);
     }
 
-    /// Every kernel this CPU can run, for the property tests.
+    /// Every kernel set this CPU can run, for the property tests.
     #[cfg(test)]
-    pub(super) fn available() -> Vec<(&'static str, GeluFn, GegluFn, SoftmaxFn, PanelFn)> {
-        let mut v: Vec<(&'static str, GeluFn, GegluFn, SoftmaxFn, PanelFn)> = Vec::new();
+    pub(super) fn available() -> Vec<(&'static str, Kernels)> {
+        let mut v = Vec::new();
         if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-            v.push((
-                "avx2",
-                gelu_avx2,
-                geglu_avx2,
-                softmax_avx2,
-                softmax_panel_avx2,
-            ));
+            v.push(("avx2", AVX2));
         }
         if is_x86_feature_detected!("avx512f") && is_x86_feature_detected!("avx2") {
-            v.push((
-                "avx512",
-                gelu_avx512,
-                geglu_avx512,
-                softmax_avx512,
-                softmax_panel_avx512,
-            ));
+            v.push(("avx512", AVX512));
         }
         v
     }
@@ -607,7 +772,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn simd() -> Vec<(&'static str, GeluFn, GegluFn, SoftmaxFn, PanelFn)> {
+    fn simd() -> Vec<(&'static str, Kernels)> {
         #[cfg(target_arch = "x86_64")]
         return x86::available();
         #[cfg(not(target_arch = "x86_64"))]
@@ -655,6 +820,24 @@ mod tests {
         assert_eq!(gelu_tanh(50.0), 50.0);
     }
 
+    /// SiLU and the sigmoid against f64.
+    #[test]
+    fn silu_and_sigmoid_are_accurate() {
+        for i in -3000..=3000 {
+            let x = i as f32 * 0.01;
+            let s = 1.0 / (1.0 + (-f64::from(x)).exp());
+            assert!((f64::from(sigmoid(x)) - s).abs() <= 4e-7 * s, "sigmoid {x}");
+            let want = f64::from(x) * s;
+            let got = f64::from(silu_of(x));
+            assert!(
+                (got - want).abs() <= 4e-7 * want.abs().max(1e-30),
+                "silu {x}: {got} vs {want}"
+            );
+        }
+        assert_eq!(silu_of(0.0), 0.0);
+        assert_eq!(sigmoid(0.0), 0.5);
+    }
+
     proptest! {
         /// Every SIMD kernel gives the scalar reference's bits, at every
         /// length (tails included), over the range activations reach and
@@ -668,21 +851,34 @@ mod tests {
             scalar_gelu(&mut want_gelu);
             let mut want_geglu = x.clone();
             scalar_geglu(&mut want_geglu, &u);
-            for (name, gelu_k, geglu_k, _, _) in simd() {
+            let mut want_silu = x.clone();
+            scalar_silu(&mut want_silu);
+            let mut want_glu = u.clone();
+            scalar_glu(&mut want_glu, &x);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            for (name, k) in simd() {
                 let mut got = x.clone();
-                gelu_k(&mut got);
-                for (g, w) in got.iter().zip(&want_gelu) {
-                    prop_assert_eq!(g.to_bits(), w.to_bits(), "{} gelu: {} vs {}", name, g, w);
-                }
+                (k.gelu)(&mut got);
+                prop_assert_eq!(bits(&got), bits(&want_gelu), "{} gelu", name);
                 let mut got = x.clone();
-                geglu_k(&mut got, &u);
-                for (g, w) in got.iter().zip(&want_geglu) {
-                    prop_assert_eq!(g.to_bits(), w.to_bits(), "{} geglu: {} vs {}", name, g, w);
-                }
+                (k.geglu)(&mut got, &u);
+                prop_assert_eq!(bits(&got), bits(&want_geglu), "{} geglu", name);
+                let mut got = x.clone();
+                (k.silu)(&mut got);
+                prop_assert_eq!(bits(&got), bits(&want_silu), "{} silu", name);
+                let mut got = u.clone();
+                (k.glu)(&mut got, &x);
+                prop_assert_eq!(bits(&got), bits(&want_glu), "{} glu", name);
             }
             let mut got = x.clone();
             geglu(&mut got, &u);
             prop_assert_eq!(got, want_geglu);
+            let mut got = x.clone();
+            silu(&mut got);
+            prop_assert_eq!(bits(&got), bits(&want_silu));
+            let mut got = u.clone();
+            glu(&mut got, &x);
+            prop_assert_eq!(bits(&got), bits(&want_glu));
         }
 
         /// Every softmax kernel gives the reference's bits at every length
@@ -698,9 +894,9 @@ mod tests {
         ) {
             let mut want = x.clone();
             scalar_softmax(&mut want);
-            for (name, _, _, softmax_k, _) in simd() {
+            for (name, k) in simd() {
                 let mut got = x.clone();
-                softmax_k(&mut got);
+                (k.softmax)(&mut got);
                 for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                     prop_assert_eq!(g.to_bits(), w.to_bits(), "{} softmax[{}]: {} vs {}", name, i, g, w);
                 }
@@ -729,9 +925,9 @@ mod tests {
             let (mut want, mut want_sum) = (base.to_vec(), [0.0f32; COLUMN_PANEL]);
             scalar_softmax_panel(&mut want, &mut want_sum);
             let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
-            for (name, _, _, _, panel_k) in simd() {
+            for (name, k) in simd() {
                 let (mut got, mut sum) = (base.to_vec(), [0.0f32; COLUMN_PANEL]);
-                panel_k(&mut got, &mut sum);
+                (k.softmax_panel)(&mut got, &mut sum);
                 prop_assert_eq!(bits(&got), bits(&want), "{} exponentials", name);
                 prop_assert_eq!(bits(&sum), bits(&want_sum), "{} sums", name);
             }

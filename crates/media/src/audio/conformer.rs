@@ -284,9 +284,8 @@ impl Block {
         let mut gated = vec![0.0f32; t * d];
         ops::par_rows(pool, &mut gated, d, |i, g| {
             let (a, gate) = wide[i * 2 * d..][..2 * d].split_at(d);
-            for ((o, &av), &gv) in g.iter_mut().zip(a).zip(gate) {
-                *o = av * ops::sigmoid(gv);
-            }
+            g.copy_from_slice(a);
+            ops::glu(g, gate);
         });
         let kernel = shape.conv_kernel;
         let mut conv = vec![0.0f32; t * d];
@@ -304,7 +303,7 @@ impl Block {
             }
             out.iter_mut().for_each(|e| *e = e.clamp(lo, hi));
             ops::rms_norm(out, &self.conv_norm, eps);
-            out.iter_mut().for_each(|e| *e = ops::silu(*e));
+            ops::silu(out);
         });
         let mut o = vec![0.0f32; t * d];
         product(pool, file, &self.conv_end, &conv, t, &mut o, bufs)?;
@@ -343,9 +342,7 @@ impl FeedForward {
         });
         let mut up = vec![0.0f32; t * 4 * d];
         product(pool, file, &self.up, &h, t, &mut up, bufs)?;
-        ops::par_rows(pool, &mut up, 4 * d, |_, row| {
-            row.iter_mut().for_each(|e| *e = ops::silu(*e))
-        });
+        ops::par_rows(pool, &mut up, 4 * d, |_, row| ops::silu(row));
         let mut o = vec![0.0f32; t * d];
         product(pool, file, &self.down, &up, t, &mut o, bufs)?;
         ops::par_rows(pool, &mut o, d, |_, row| {

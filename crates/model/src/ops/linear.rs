@@ -1,21 +1,15 @@
 //! `y = x Wᵀ (+ b)` for a weight as a file stores it, with the input and
 //! output clamps some towers put around their products (Gemma 4's
-//! `ClippableLinear`). Quantized weights take the integer kernels of
-//! [`quant::matmul`]; float weights (F32, F16, BF16) against a batch of
-//! rows are dequantized once per product into panels and run through the
-//! f32 GEMM, so the activations stay exact.
+//! `ClippableLinear`). Every weight goes through [`quant::matmul`]: the
+//! integer kernels for quantized weights, and for float weights (F32, F16,
+//! BF16) against a batch of rows the f32 GEMM, which widens a block of the
+//! weight's rows at a time, so the activations stay exact.
 
-use gguf::GgmlType;
-use quant::vector::{PackedB, PANEL};
-use quant::{FirstError, Matrix, QuantError, ThreadPool};
+use quant::{Matrix, QuantError, ThreadPool};
 
-/// Activation rows per task of a float product, and of the row-wise steps
-/// the towers run between products.
+/// Activation rows per task of the row-wise steps the towers run between
+/// products.
 pub const ROW_BLOCK: usize = 64;
-
-/// Float products against fewer rows than this take the vector kernels
-/// instead (packing the weight would cost more than it saves).
-const MIN_PACKED_ROWS: usize = 8;
 
 /// Bounds a product's input and output are clamped to.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -42,8 +36,6 @@ pub struct Linear<'a> {
 pub struct LinearScratch {
     /// Activations clamped for a clamped product.
     clamped: Vec<f32>,
-    /// A float weight, dequantized and packed (transposed, in panels).
-    packed: PackedB,
     /// Quantized activations.
     quant: Vec<u8>,
 }
@@ -71,14 +63,9 @@ impl Linear<'_> {
             }
             None => x,
         };
-        let float = matches!(m.ty(), GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
-        let result = if float && n >= MIN_PACKED_ROWS {
-            float_product(pool, m, x, &mut out[..n * rows], &mut scratch.packed)
-        } else {
-            let ws = [m];
-            let product = quant::Product::new(&ws, x, n);
-            quant::matmul(pool, product, &mut [out], &mut scratch.quant)
-        };
+        let ws = [m];
+        let product = quant::Product::new(&ws, x, n);
+        let result = quant::matmul(pool, product, &mut [out], &mut scratch.quant);
         scratch.clamped = clamped;
         result?;
         let out = &mut out[..n * rows];
@@ -97,59 +84,14 @@ impl Linear<'_> {
     }
 }
 
-/// A float weight's product: Wᵀ packed into panels of PANEL output columns,
-/// dequantized in parallel (each task fills whole panels), then the packed
-/// GEMM over blocks of activation rows.
-fn float_product(
-    pool: &ThreadPool,
-    m: &Matrix<'_>,
-    x: &[f32],
-    out: &mut [f32],
-    packed: &mut PackedB,
-) -> Result<(), QuantError> {
-    let (rows, cols) = (m.rows(), m.cols());
-    packed.reset(cols, rows);
-    let failure = FirstError::new();
-    let panels_per_task = rows.div_ceil(PANEL).div_ceil(pool.threads()).max(1);
-    let panel_len = cols * PANEL;
-    pool.for_each_chunk_mut(
-        packed.panels_mut(),
-        panels_per_task * panel_len,
-        |t, chunk| {
-            let mut row = vec![0.0f32; cols];
-            for (pi, panel) in chunk.chunks_exact_mut(panel_len).enumerate() {
-                let j0 = (t * panels_per_task + pi) * PANEL;
-                for jj in 0..PANEL.min(rows.saturating_sub(j0)) {
-                    if let Err(e) = m.dequantize_row(j0 + jj, &mut row) {
-                        failure.set(e);
-                        return;
-                    }
-                    for (p, &v) in row.iter().enumerate() {
-                        panel[p * PANEL + jj] = v;
-                    }
-                }
-            }
-        },
-    );
-    failure.into_result()?;
-    let packed = &*packed;
-    let failure = FirstError::new();
-    pool.for_each_chunk_mut(out, ROW_BLOCK * rows, |b, chunk| {
-        let m_rows = chunk.len() / rows;
-        let xs = &x[b * ROW_BLOCK * cols..][..m_rows * cols];
-        if let Err(e) = quant::vector::sgemm_packed(m_rows, xs, cols, packed, chunk, rows) {
-            failure.set(e);
-        }
-    });
-    failure.into_result()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use gguf::GgmlType;
 
-    /// The packed float path, the vector path and the textbook product
-    /// agree, with the bias added and both clamps applied.
+    /// Float products of a few rows (the per-row kernels) and of many (the
+    /// f32 GEMM) are the textbook product, with the bias added and both
+    /// clamps applied.
     #[test]
     fn float_products_are_the_product() {
         let (rows, cols) = (37, 48);

@@ -185,16 +185,16 @@ impl Rope {
     }
 }
 
-/// `1 / (1 + e^-x)`, through the same `exp` as [`gelu_tanh`].
-#[inline]
-pub fn sigmoid(x: f32) -> f32 {
-    1.0 / (1.0 + quant::activation::exp(-x))
+/// `x <- x · sigmoid(x)` (SiLU) over a slice, through the same `exp` as
+/// [`gelu_tanh`] (SIMD where the CPU has it, the same bits on every tier).
+pub fn silu(x: &mut [f32]) {
+    quant::activation::silu(x)
 }
 
-/// `x · sigmoid(x)` (SiLU).
-#[inline]
-pub fn silu(x: f32) -> f32 {
-    x / (1.0 + quant::activation::exp(-x))
+/// `x <- x · sigmoid(gate)`, a GLU's gating, over the shorter length (SIMD
+/// where the CPU has it, the same bits on every tier).
+pub fn glu(x: &mut [f32], gate: &[f32]) {
+    quant::activation::glu(x, gate)
 }
 
 /// `ln(1 + e^x)`, and `x` itself past 20 (where the two agree in f32).
