@@ -88,10 +88,12 @@ fn bench_matmul(c: &mut Criterion) {
         GgmlType::Q4_K,
         GgmlType::Q6_K,
         GgmlType::F16,
+        GgmlType::BF16,
     ] {
         let w = weights(ty, rows * cols);
         let m = Matrix::new(ty, rows, cols, &w).unwrap();
-        for batch in [1usize, 4, 8] {
+        // 2, 3, 5 and 9 rows: speculation's checks of 1, 2, 4 and 8 drafts.
+        for batch in [1usize, 2, 3, 4, 5, 8, 9] {
             let x = values(cols * batch, 5);
             let mut out = vec![0f32; rows * batch];
             let mut scratch = Vec::new();

@@ -37,18 +37,22 @@ pub(super) fn float_product(
             let r1 = (r0 + ROW_TILE).min(part.end);
             let mut b = 0;
             if let Some(tile) = tile {
-                while b + 4 <= batch {
+                // Every group of two to four activation rows through the
+                // tile, which widens each weight vector once for the group.
+                while batch - b >= 2 {
+                    let n = (batch - b).min(4);
                     for r in r0..r1 {
                         // SAFETY: kernel from `simd::best()`; the row holds
-                        // `cols` elements and activation rows b..b+4 (`cols`
+                        // `cols` elements and activation rows b..b+n (`cols`
                         // apart) lie inside `x`.
-                        let v = unsafe { tile(w.row(r), &x[b * cols..(b + 4) * cols], cols, cols) };
-                        for (c, v) in v.into_iter().enumerate() {
+                        let v =
+                            unsafe { tile(w.row(r), &x[b * cols..(b + n) * cols], cols, cols, n) };
+                        for (c, &v) in v[..n].iter().enumerate() {
                             // SAFETY: row r belongs to this task alone.
                             unsafe { shared.write((b + c) * rows + r, v) };
                         }
                     }
-                    b += 4;
+                    b += n;
                 }
             }
             for b in b..batch {

@@ -24,10 +24,12 @@ mod x86_float;
 pub(crate) type DotFn = unsafe fn(w: &[u8], a: &[u8], nb: usize) -> f32;
 /// A float-weight dot kernel over `n` elements with f32 activations (same contract).
 pub(crate) type FloatDotFn = unsafe fn(w: &[u8], x: &[f32], n: usize) -> f32;
-/// A float-weight tile kernel: one weight row of `n` elements against four
-/// f32 activation rows that start `stride` floats apart in `x`; each result
-/// equals the table's [`FloatDotFn`] to the bit (same contract).
-pub(crate) type FloatTileFn = unsafe fn(w: &[u8], x: &[f32], stride: usize, n: usize) -> [f32; 4];
+/// A float-weight tile kernel: one weight row of `n` elements against
+/// `rows` (up to four) f32 activation rows that start `stride` floats apart
+/// in `x`, the results first (the rest zero); each equals the table's
+/// [`FloatDotFn`] to the bit (same contract).
+pub(crate) type FloatTileFn =
+    unsafe fn(w: &[u8], x: &[f32], stride: usize, n: usize, rows: usize) -> [f32; 4];
 
 /// A tile kernel: one weight row of `nb` blocks against four activation rows
 /// that start `stride` bytes apart in `a` (same contract as [`DotFn`]).
@@ -701,23 +703,35 @@ mod tests {
                     let mut w = vec![0u8; n * ty.block_bytes()];
                     crate::quantize(ty, &wf, &mut w).unwrap();
                     let stride = n + 3;
-                    let xs: Vec<f32> = (0..4 * stride).map(|_| next()).collect();
-                    // SAFETY: tables from this module; the row holds `n`
-                    // elements and each activation row `n` floats.
-                    let got = unsafe { tile(&w, &xs, stride, n) };
-                    for (c, g) in got.iter().enumerate() {
-                        let row = &xs[c * stride..c * stride + n];
-                        // SAFETY: as above.
-                        let want = unsafe { single(&w, row, n) };
-                        let reference = scalar::vec_dot_f32(ty, &w, row).unwrap();
-                        assert_eq!(g.to_bits(), want.to_bits(), "{} {ty} n {n} row {c}", k.name);
-                        assert_eq!(
-                            g.to_bits(),
-                            reference.to_bits(),
-                            "{} {ty} n {n} row {c}",
+                    for rows in 1..=4 {
+                        let xs: Vec<f32> = (0..rows * stride).map(|_| next()).collect();
+                        // SAFETY: tables from this module; the row holds `n`
+                        // elements and each of the `rows` activation rows `n` floats.
+                        let got = unsafe { tile(&w, &xs, stride, n, rows) };
+                        assert!(
+                            got[rows..].iter().all(|&v| v == 0.0),
+                            "{} {ty} rows {rows}",
                             k.name
                         );
-                        checked += 1;
+                        for (c, g) in got.iter().take(rows).enumerate() {
+                            let row = &xs[c * stride..c * stride + n];
+                            // SAFETY: as above.
+                            let want = unsafe { single(&w, row, n) };
+                            let reference = scalar::vec_dot_f32(ty, &w, row).unwrap();
+                            assert_eq!(
+                                g.to_bits(),
+                                want.to_bits(),
+                                "{} {ty} n {n} row {c}",
+                                k.name
+                            );
+                            assert_eq!(
+                                g.to_bits(),
+                                reference.to_bits(),
+                                "{} {ty} n {n} row {c}",
+                                k.name
+                            );
+                            checked += 1;
+                        }
                     }
                 }
             }

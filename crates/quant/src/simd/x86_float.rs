@@ -87,13 +87,43 @@ macro_rules! float_kernels {
             float_rows::<1>(w, x, 0, n, $es, |$p| $wide, |$p| $narrow, $elem)[0]
         }
 
-        #[doc = concat!($doc, " · F32, four activation rows.")]
+        #[doc = concat!($doc, " · F32, up to four activation rows (the rest of the result zero).")]
         ///
         /// # Safety
         /// [`super::FloatTileFn`] contract.
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-        pub(crate) unsafe fn $four(w: &[u8], x: &[f32], stride: usize, n: usize) -> [f32; 4] {
-            float_rows::<4>(w, x, stride, n, $es, |$p| $wide, |$p| $narrow, $elem)
+        pub(crate) unsafe fn $four(
+            w: &[u8],
+            x: &[f32],
+            stride: usize,
+            n: usize,
+            rows: usize,
+        ) -> [f32; 4] {
+            // One function per height, so that each inlines its own copy
+            // of `float_rows`: one function holding all four heights had
+            // slowed the four-row product.
+            #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
+            fn rows_of<const R: usize>(w: &[u8], x: &[f32], stride: usize, n: usize) -> [f32; 4] {
+                let mut out = [0.0; 4];
+                out[..R].copy_from_slice(&float_rows::<R>(
+                    w,
+                    x,
+                    stride,
+                    n,
+                    $es,
+                    |$p| $wide,
+                    |$p| $narrow,
+                    $elem,
+                ));
+                out
+            }
+            match rows {
+                0 => [0.0; 4],
+                1 => rows_of::<1>(w, x, stride, n),
+                2 => rows_of::<2>(w, x, stride, n),
+                3 => rows_of::<3>(w, x, stride, n),
+                _ => rows_of::<4>(w, x, stride, n),
+            }
         }
     };
 }
