@@ -7,6 +7,9 @@ use half::slice::HalfFloatSliceExt;
 use std::cell::RefCell;
 use std::sync::OnceLock;
 
+#[cfg(target_arch = "x86_64")]
+mod rows_avx2;
+
 pub use crate::sgemm::{sgemm, sgemm_scalar};
 pub use crate::sgemm_packed::{
     sgemm_packed, sgemm_packed_scalar, sgemm_packed_to_panels, sgemm_packed_to_panels_scalar,
@@ -19,9 +22,21 @@ type AxpyF32 = fn(&mut [f32], f32, &[f32]);
 struct VectorKernels {
     dot: DotF32,
     axpy: AxpyF32,
-    /// Whether [`dot_rows`] and [`axpy_rows`] take their AVX-512 kernels.
+    /// Which kernels [`dot_rows`] and [`axpy_rows`] take.
     #[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))]
-    fused: bool,
+    fused: Fused,
+}
+
+/// The several-row kernels of a kernel set: each key or value row loaded
+/// once for all the heads that share it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fused {
+    /// Row by row, widened into a buffer (scalar, NEON).
+    None,
+    /// [`rows_avx2`]'s (avx2, fma and f16c).
+    Avx2,
+    /// The AVX-512 kernels (avx512f).
+    Avx512,
 }
 
 /// The kernels of the kernel set in use (`HEARTH_CPU` and
@@ -35,14 +50,14 @@ fn kernels() -> &'static VectorKernels {
                 return VectorKernels {
                     dot: x86::dot_avx512,
                     axpy: x86::axpy_avx512,
-                    fused: true,
+                    fused: Fused::Avx512,
                 }
             }
             crate::simd::GemmTier::Avx2 | crate::simd::GemmTier::AvxVnni => {
                 return VectorKernels {
                     dot: x86::dot_avx2,
                     axpy: x86::axpy_avx2,
-                    fused: false,
+                    fused: Fused::Avx2,
                 }
             }
             crate::simd::GemmTier::Portable | crate::simd::GemmTier::Amx => {}
@@ -53,7 +68,7 @@ fn kernels() -> &'static VectorKernels {
                 return VectorKernels {
                     dot: crate::simd::neon::vector_dot,
                     axpy: crate::simd::neon::vector_axpy,
-                    fused: false,
+                    fused: Fused::None,
                 }
             }
             _ => {}
@@ -61,7 +76,7 @@ fn kernels() -> &'static VectorKernels {
         VectorKernels {
             dot: scalar_dot,
             axpy: scalar_axpy,
-            fused: false,
+            fused: Fused::None,
         }
     })
 }
@@ -261,7 +276,7 @@ fn with_row<R>(
 /// Scores of `heads` query vectors (`q`, one after another, each
 /// `q.len() / heads` long) against `n` keys that start `stride` elements
 /// apart in `keys`: `out[g * out_stride + j] = dot(q_g, key_j)`, each with
-/// [`dot`]'s bits (of the key widened to f32). The AVX-512 kernel loads each
+/// [`dot`]'s bits (of the key widened to f32). The AVX2 and AVX-512 kernels load each
 /// key once for all the heads (a decode step's query heads that share a KV
 /// head).
 ///
@@ -281,7 +296,25 @@ pub fn dot_rows(
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if kernels().fused && hd.is_multiple_of(32) {
+    if kernels().fused == Fused::Avx2 && hd.is_multiple_of(32) {
+        // SAFETY (each call): the AVX2 kernels are installed only after
+        // avx2, fma and f16c were detected; the asserts bound every key and
+        // score, and Q8_0 offsets are whole blocks (`hd`, `stride` are).
+        match keys {
+            Rows::F32(k) => {
+                return unsafe { rows_avx2::dot_rows(q, heads, hd, k, stride, n, out, out_stride) }
+            }
+            Rows::F16(k) => {
+                return unsafe { rows_avx2::dot_rows(q, heads, hd, k, stride, n, out, out_stride) }
+            }
+            Rows::Q8_0(k) if stride.is_multiple_of(Q8_0_BLOCK) => {
+                return unsafe { rows_avx2::dot_rows(q, heads, hd, k, stride, n, out, out_stride) }
+            }
+            Rows::Q8_0(_) => {}
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if kernels().fused == Fused::Avx512 && hd.is_multiple_of(32) {
         // SAFETY (both calls): the AVX-512 kernels are installed only after
         // avx512f was detected; the asserts bound every key and score.
         match keys {
@@ -314,9 +347,8 @@ pub fn dot_rows(
 /// `o.len() / heads` long): `o_g += p[g * p_stride + j] * value_j` for `j`
 /// in order, each step [`axpy`]'s fused multiply-add, so the bits are those
 /// of `n` calls of [`axpy`] per head (of the rows widened to f32). The
-/// AVX-512 kernel keeps a slice of
-/// every head's output in registers across the rows and reads each row
-/// once for all the heads (the `axpy` loop loaded and stored the output
+/// AVX2 and AVX-512 kernels keep a slice of every head's output in
+/// registers across the rows and read each row once for all the heads (the `axpy` loop loaded and stored the output
 /// for every row and head).
 ///
 /// # Panics
@@ -335,7 +367,26 @@ pub fn axpy_rows(
         return;
     }
     #[cfg(target_arch = "x86_64")]
-    if kernels().fused && width.is_multiple_of(16) {
+    if kernels().fused == Fused::Avx2 && width.is_multiple_of(8) {
+        // SAFETY (each call): as in `dot_rows`; Q8_0 loads start on a
+        // quarter block (`width` and `stride` whole blocks, steps of 8).
+        match vals {
+            Rows::F32(v) => {
+                return unsafe { rows_avx2::axpy_rows(o, heads, width, p, p_stride, v, stride, n) }
+            }
+            Rows::F16(v) => {
+                return unsafe { rows_avx2::axpy_rows(o, heads, width, p, p_stride, v, stride, n) }
+            }
+            Rows::Q8_0(v)
+                if width.is_multiple_of(Q8_0_BLOCK) && stride.is_multiple_of(Q8_0_BLOCK) =>
+            {
+                return unsafe { rows_avx2::axpy_rows(o, heads, width, p, p_stride, v, stride, n) }
+            }
+            Rows::Q8_0(_) => {}
+        }
+    }
+    #[cfg(target_arch = "x86_64")]
+    if kernels().fused == Fused::Avx512 && width.is_multiple_of(16) {
         // SAFETY (both calls): as in `dot_rows`; the asserts bound every
         // row and weight.
         match vals {
