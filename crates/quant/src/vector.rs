@@ -276,9 +276,9 @@ fn with_row<R>(
 /// Scores of `heads` query vectors (`q`, one after another, each
 /// `q.len() / heads` long) against `n` keys that start `stride` elements
 /// apart in `keys`: `out[g * out_stride + j] = dot(q_g, key_j)`, each with
-/// [`dot`]'s bits (of the key widened to f32). The AVX2 and AVX-512 kernels load each
-/// key once for all the heads (a decode step's query heads that share a KV
-/// head).
+/// [`dot`]'s bits (of the key widened to f32). The AVX2 and AVX-512
+/// kernels load each key once for all the heads (a decode step's query
+/// heads that share a KV head).
 ///
 /// # Panics
 /// If `keys` or `out` is too short for the shapes.
@@ -348,8 +348,8 @@ pub fn dot_rows(
 /// in order, each step [`axpy`]'s fused multiply-add, so the bits are those
 /// of `n` calls of [`axpy`] per head (of the rows widened to f32). The
 /// AVX2 and AVX-512 kernels keep a slice of every head's output in
-/// registers across the rows and read each row once for all the heads (the `axpy` loop loaded and stored the output
-/// for every row and head).
+/// registers across the rows and read each row once for all the heads
+/// (the `axpy` loop loaded and stored the output for every row and head).
 ///
 /// # Panics
 /// If `vals` or `p` is too short for the shapes.
@@ -460,6 +460,7 @@ pub fn scalar_axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
 
 #[cfg(target_arch = "x86_64")]
 mod x86 {
+    use crate::simd::x86::hsum_ps as hsum8;
     use half::f16;
     use std::arch::x86_64::*;
 
@@ -531,15 +532,6 @@ mod x86 {
     pub(super) fn axpy_avx512(y: &mut [f32], alpha: f32, x: &[f32]) {
         // SAFETY: installed only after avx512f was detected.
         unsafe { axpy_avx512_impl(y, alpha, x) }
-    }
-
-    /// The canonical order's eight lanes reduced (see `scalar::hsum8`).
-    #[target_feature(enable = "avx2,fma")]
-    fn hsum8(v: __m256) -> f32 {
-        let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-        let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-        let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-        _mm_cvtss_f32(s)
     }
 
     #[target_feature(enable = "avx2,fma")]

@@ -124,10 +124,11 @@ unsafe fn rf32(p: *const u8) -> f32 {
     unsafe { std::ptr::read_unaligned(p as *const f32) }
 }
 
-/// The sum of eight f32 lanes, in the float kernels' fixed order.
+/// The sum of eight f32 lanes, in the float kernels' fixed order (that of
+/// `scalar::hsum8`).
 #[inline]
 #[target_feature(enable = "avx2,fma")]
-fn hsum_ps(v: __m256) -> f32 {
+pub(crate) fn hsum_ps(v: __m256) -> f32 {
     let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     let s = _mm_add_ss(s, _mm_movehdup_ps(s));

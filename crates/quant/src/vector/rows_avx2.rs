@@ -6,6 +6,7 @@
 //! of eight fused lanes and reduction, the same fused multiply-add per
 //! element in row order.
 
+use crate::simd::x86::hsum_ps as hsum8;
 use half::f16;
 use std::arch::x86_64::*;
 use std::ops::Range;
@@ -69,16 +70,6 @@ impl Lanes8 for u8 {
             _mm256_mul_ps(_mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(q)), d)
         }
     }
-}
-
-/// The canonical order's eight lanes reduced (see `scalar::hsum8`).
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-fn hsum8(v: __m256) -> f32 {
-    let s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-    let s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-    let s = _mm_add_ss(s, _mm_movehdup_ps(s));
-    _mm_cvtss_f32(s)
 }
 
 /// [`super::dot_rows`] for head widths that are a multiple of 32: two heads
