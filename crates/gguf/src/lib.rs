@@ -315,6 +315,27 @@ impl GgufFile {
         bytes.get(start..end).unwrap_or(&[])
     }
 
+    /// Tells the kernel that this process is done with `bytes`, a slice of
+    /// the mapped file (a tensor a loader has copied into a layout of its
+    /// own): the pages leave the process's resident set, and come back from
+    /// the file if read again. Nothing happens for an owned image or bytes
+    /// that are not the file's.
+    pub fn release(&self, bytes: &[u8]) {
+        let Backing::Mapped(map) = &self.backing else {
+            return;
+        };
+        let (base, at) = (map.as_ptr() as usize, bytes.as_ptr() as usize);
+        if bytes.is_empty() || at < base || at + bytes.len() > base + map.len() {
+            return;
+        }
+        // SAFETY: the mapping is read-only, private and never written, so
+        // dropping its pages loses nothing: a later read faults them in from
+        // the file again. The range lies inside the mapping (checked above).
+        let _ = unsafe {
+            map.unchecked_advise_range(memmap2::UncheckedAdvice::DontNeed, at - base, bytes.len())
+        };
+    }
+
     /// A tensor's bytes by name.
     pub fn tensor_bytes(&self, name: &str) -> Option<&[u8]> {
         self.tensor(name).map(|t| self.tensor_data(t))

@@ -11,6 +11,7 @@ mod embed;
 mod ffn;
 mod forward;
 mod kv;
+mod layout;
 mod logits;
 mod matmul;
 mod moe;
@@ -184,7 +185,10 @@ impl Model {
     /// Bind the weights of an already opened file.
     pub fn from_gguf(file: Arc<GgufFile>, opts: &LoadOptions) -> Result<Self, ModelError> {
         let config = Config::from_gguf(&file)?;
-        let weights = Weights::bind(&file, &config)?;
+        let mut weights = Weights::bind(&file, &config)?;
+        if layout::enabled() {
+            layout::interleave(&mut weights, &file)?;
+        }
         let ropes = config
             .layers
             .iter()

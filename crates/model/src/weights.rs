@@ -16,6 +16,9 @@ pub struct Linear {
     pub rows: usize,
     /// Input features.
     pub cols: usize,
+    /// The matrix in the decode layout of [`quant::interleave`], made at
+    /// load where the kernels read it (see [`crate::layout`]).
+    interleaved: Option<std::sync::Arc<[u8]>>,
 }
 
 impl Linear {
@@ -33,6 +36,7 @@ impl Linear {
             len,
             rows,
             cols,
+            interleaved: None,
         })
     }
 
@@ -54,6 +58,7 @@ impl Linear {
                 len: bytes,
                 rows,
                 cols,
+                interleaved: None,
             })
             .collect())
     }
@@ -63,16 +68,38 @@ impl Linear {
         self.info.ty
     }
 
-    /// A kernel view over the file's bytes.
-    pub fn matrix<'a>(&self, file: &'a GgufFile) -> Result<quant::Matrix<'a>, ModelError> {
+    /// A kernel view over the file's bytes, or over the decode layout made
+    /// at load.
+    pub fn matrix<'a>(&'a self, file: &'a GgufFile) -> Result<quant::Matrix<'a>, ModelError> {
+        let (ty, rows, cols) = (self.info.ty, self.rows, self.cols);
+        if let Some(data) = &self.interleaved {
+            return Ok(quant::Matrix::interleaved(ty, rows, cols, data)?);
+        }
+        Ok(quant::Matrix::new(ty, rows, cols, self.file_bytes(file))?)
+    }
+
+    /// The matrix's bytes in the file.
+    fn file_bytes<'a>(&self, file: &'a GgufFile) -> &'a [u8] {
         let data = file.tensor_data(&self.info);
-        Ok(quant::Matrix::new(
-            self.info.ty,
-            self.rows,
-            self.cols,
-            data.get(self.offset..self.offset + self.len)
-                .unwrap_or_default(),
-        )?)
+        data.get(self.offset..self.offset + self.len)
+            .unwrap_or_default()
+    }
+
+    /// Rearranges the matrix into the decode layout of
+    /// [`quant::interleave`] where the kernels in use read it, and gives
+    /// the file's pages of it back (they are not read again). Returns the
+    /// bytes rearranged.
+    pub(crate) fn interleave(&mut self, file: &GgufFile) -> Result<usize, ModelError> {
+        if self.interleaved.is_some() || !quant::interleaves(self.info.ty) {
+            return Ok(0);
+        }
+        let bytes = self.file_bytes(file);
+        let Some(packed) = quant::interleave(self.info.ty, self.rows, self.cols, bytes)? else {
+            return Ok(0);
+        };
+        self.interleaved = Some(packed.into());
+        file.release(bytes);
+        Ok(bytes.len())
     }
 }
 

@@ -4,7 +4,9 @@
 //!
 //! `cargo run --release -p hearth-quant --example decode_stream -- [threads] [MiB]`
 
-use hearth_quant::{matmul, quantize, read_bandwidth, GgmlType, Matrix, Product, ThreadPool};
+use hearth_quant::{
+    interleave, matmul, quantize, read_bandwidth, GgmlType, Matrix, Product, ThreadPool,
+};
 use std::time::Instant;
 
 fn main() {
@@ -14,13 +16,14 @@ fn main() {
     let pool = ThreadPool::new(threads);
     let bw = read_bandwidth(&pool, 3);
     println!("threads {threads}, read bandwidth {:.1} GB/s", bw / 1e9);
-    for (ty, rows, cols) in [
-        (GgmlType::Q5_0, 6912, 1152),
-        (GgmlType::Q8_0, 6912, 1152),
-        (GgmlType::Q4_0, 6912, 1152),
-        (GgmlType::Q4_K, 1152, 6912),
-        (GgmlType::Q6_K, 1152, 6912),
-        (GgmlType::Q5_K, 1152, 6912),
+    for (ty, rows, cols, grouped) in [
+        (GgmlType::Q5_0, 6912, 1152, false),
+        (GgmlType::Q8_0, 6912, 1152, false),
+        (GgmlType::Q4_0, 6912, 1152, false),
+        (GgmlType::Q4_K, 1152, 6912, false),
+        (GgmlType::Q4_K, 1152, 6912, true),
+        (GgmlType::Q6_K, 1152, 6912, false),
+        (GgmlType::Q5_K, 1152, 6912, false),
     ] {
         // ROWS=n shrinks the matrices to n rows (weights in L2: the
         // kernels' own rate).
@@ -35,13 +38,24 @@ fn main() {
         let bytes = ty.row_bytes(cols as u64).unwrap() as usize * rows;
         let mut one = vec![0u8; bytes];
         quantize(ty, &src, &mut one).unwrap();
+        // The decode layout a loader makes where the kernels read it.
+        if grouped {
+            one = interleave(ty, rows, cols, &one).unwrap().unwrap();
+        }
         let copies = (mib << 20) / bytes + 1;
         let mut all = Vec::with_capacity(copies * bytes);
         for _ in 0..copies {
             all.extend_from_slice(&one);
         }
         let mats: Vec<Matrix> = (0..copies)
-            .map(|c| Matrix::new(ty, rows, cols, &all[c * bytes..(c + 1) * bytes]).unwrap())
+            .map(|c| {
+                let data = &all[c * bytes..(c + 1) * bytes];
+                if grouped {
+                    Matrix::interleaved(ty, rows, cols, data).unwrap()
+                } else {
+                    Matrix::new(ty, rows, cols, data).unwrap()
+                }
+            })
             .collect();
         let x: Vec<f32> = (0..cols).map(|i| (i % 7) as f32 - 3.0).collect();
         let mut out = vec![0f32; rows];
@@ -62,8 +76,9 @@ fn main() {
         }
         let gbs = (copies * bytes) as f64 / best / 1e9;
         println!(
-            "{:5} {rows}x{cols}: {gbs:5.1} GB/s ({:.0}%), {:.1} us per product",
+            "{:5}{} {rows}x{cols}: {gbs:5.1} GB/s ({:.0}%), {:.1} us per product",
             ty.name(),
+            if grouped { " x8" } else { "" },
             100.0 * gbs * 1e9 / bw,
             best / copies as f64 * 1e6
         );

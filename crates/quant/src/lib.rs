@@ -80,6 +80,38 @@ pub fn row_size(ty: GgmlType, n: usize) -> Result<usize, QuantError> {
         .ok_or(QuantError::Overflow)
 }
 
+/// Whether the kernels in use read `ty` faster from the decode layout
+/// [`interleave`] makes (Q4_K on x86-64 with AVX2), so a loader gains by
+/// making it.
+pub fn interleaves(ty: GgmlType) -> bool {
+    ty == GgmlType::Q4_K && simd::best().q4_k_x8.is_some()
+}
+
+/// `rows` rows of `cols` Q4_K weights (`data`, row after row) rearranged
+/// into the decode layout that [`Matrix::interleaved`] reads: groups of
+/// eight rows, each group's blocks side by side (see
+/// `formats/interleave.rs`). `None` where it does not apply: another type,
+/// or rows not a whole number of groups. Its size is the input's.
+pub fn interleave(
+    ty: GgmlType,
+    rows: usize,
+    cols: usize,
+    data: &[u8],
+) -> Result<Option<Vec<u8>>, QuantError> {
+    use formats::interleave::{interleave_group, GROUP_ROWS};
+    if ty != GgmlType::Q4_K || !rows.is_multiple_of(GROUP_ROWS) {
+        return Ok(None);
+    }
+    let m = Matrix::new(ty, rows, cols, data)?;
+    let (rb, nb) = (m.row_bytes(), cols / ty.block_len());
+    let mut out = vec![0u8; data.len()];
+    for (g, dst) in out.chunks_exact_mut(GROUP_ROWS * rb).enumerate() {
+        let rows = std::array::from_fn(|r| m.row(g * GROUP_ROWS + r));
+        interleave_group(rows, nb, dst);
+    }
+    Ok(Some(out))
+}
+
 /// Dequantize `dst.len()` elements from `src` (a whole number of blocks).
 pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), QuantError> {
     use GgmlType::*;
@@ -412,6 +444,36 @@ pub mod testing {
             *o = unsafe { one(w.row(r), a, nb) };
         }
         Ok(rows4.is_some())
+    }
+
+    /// Every group of the interleaved Q4_K matrix `w` against one Q8_K
+    /// activation row `a` through the named table's interleaved kernel, into
+    /// `out` (one result per row). `Ok(false)`, with nothing computed, where
+    /// the table has none.
+    pub fn interleaved_rows_with(
+        set: &str,
+        w: &crate::Matrix,
+        a: &[u8],
+        out: &mut [f32],
+    ) -> Result<bool, QuantError> {
+        use crate::formats::interleave::GROUP_ROWS;
+        let Some(f) = table(set)?.q4_k_x8 else {
+            return Ok(false);
+        };
+        let nb = w.cols() / GgmlType::Q4_K.block_len();
+        let need = nb * GgmlType::Q8_K.block_bytes();
+        if !w.is_interleaved() || a.len() < need || out.len() < w.rows() {
+            return Err(QuantError::Shape(format!(
+                "an interleaved Q4_K matrix, {need} activation bytes and {} outputs",
+                w.rows()
+            )));
+        }
+        for (g, o) in out[..w.rows()].chunks_exact_mut(GROUP_ROWS).enumerate() {
+            // SAFETY: table from this module; the group holds `nb` group
+            // blocks and `a` `nb` Q8_K blocks (checked).
+            o.copy_from_slice(&unsafe { f(w.group(g), a, nb) });
+        }
+        Ok(true)
     }
 
     /// `vec_dot_f32` through the named kernel table.

@@ -113,6 +113,49 @@ proptest! {
         }
     }
 
+    /// Q4_K rows interleaved in groups of eight: every table's interleaved
+    /// kernel gives each row the scalar reference's dot to the bit, and so
+    /// does every product through the layout (decode rows, batched rows,
+    /// the panel product of a prefill), on the table in use.
+    #[test]
+    fn interleaved_q4_k_matches_scalar_rows(seed in 1u64.., groups in 1usize..4, nblocks in 1usize..5, scale in 0.01f32..100.0) {
+        let ty = GgmlType::Q4_K;
+        let mut rng = Rng(seed);
+        let (rows, cols) = (8 * groups, 256 * nblocks);
+        let w = random_weights(ty, rows * cols, &mut rng);
+        let packed = quant::interleave(ty, rows, cols, &w).unwrap().unwrap();
+        prop_assert_eq!(packed.len(), w.len());
+        let (plain, grouped) = (Matrix::new(ty, rows, cols, &w).unwrap(), Matrix::interleaved(ty, rows, cols, &packed).unwrap());
+        let rb = plain.row_bytes();
+        let (x, a) = random_acts(ty, cols, &mut rng, scale);
+        let want: Vec<f32> = (0..rows)
+            .map(|r| scalar::vec_dot(ty, cols, &w[r * rb..(r + 1) * rb], &a).unwrap())
+            .collect();
+        for set in testing::kernel_sets() {
+            let mut got = vec![0f32; rows];
+            if testing::interleaved_rows_with(set, &grouped, &a, &mut got).unwrap() {
+                prop_assert_eq!(got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                    want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{}", set);
+            }
+        }
+        let pool = ThreadPool::new(2);
+        for batch in [1usize, 3, 4, 9, 16, 21] {
+            let xs: Vec<f32> = (0..batch * cols).map(|i| x[i % cols] * (1.0 + (i / cols) as f32)).collect();
+            let mut outs = [vec![0f32; batch * rows], vec![0f32; batch * rows]];
+            for (m, out) in [&plain, &grouped].into_iter().zip(outs.iter_mut()) {
+                let mut scratch = Vec::new();
+                quant::matmul(&pool, quant::Product::new(&[m], &xs, batch), &mut [&mut out[..]], &mut scratch).unwrap();
+            }
+            let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+            prop_assert_eq!(bits(&outs[1]), bits(&outs[0]), "batch {}", batch);
+        }
+        let mut row = vec![0f32; cols];
+        let mut want_row = vec![0f32; cols];
+        grouped.dequantize_row(rows - 3, &mut row).unwrap();
+        plain.dequantize_row(rows - 3, &mut want_row).unwrap();
+        prop_assert_eq!(row, want_row);
+    }
+
     #[test]
     fn float_kernels_match_scalar_any_length(seed in 1u64.., n in 0usize..300) {
         let mut rng = Rng(seed);

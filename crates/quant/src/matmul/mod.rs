@@ -13,13 +13,15 @@ mod rows;
 pub use acts::PreparedActs;
 pub(crate) use plan::SharedOut;
 
+use crate::formats::interleave::{deinterleave_group, GROUP_ROWS};
 use crate::pool::ThreadPool;
 use crate::{dequantize, is_supported, simd, GgmlType, QuantError};
 use acts::Ready;
 use plan::{GEMM_MIN_BATCH, MAX_FUSED};
 
-/// A row-major weight matrix view: `rows` rows of `cols` elements of type `ty`,
-/// validated on construction.
+/// A weight matrix view: `rows` rows of `cols` elements of type `ty`,
+/// validated on construction; row after row, or Q4_K rows in groups of
+/// eight (see [`Matrix::interleaved`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Matrix<'a> {
     ty: GgmlType,
@@ -27,6 +29,8 @@ pub struct Matrix<'a> {
     cols: usize,
     row_bytes: usize,
     data: &'a [u8],
+    /// Rows interleaved in groups of [`GROUP_ROWS`].
+    grouped: bool,
 }
 
 impl<'a> Matrix<'a> {
@@ -63,7 +67,34 @@ impl<'a> Matrix<'a> {
             cols,
             row_bytes,
             data,
+            grouped: false,
         })
+    }
+
+    /// A Q4_K matrix in the decode layout [`crate::interleave`] makes: its
+    /// rows in groups of [`GROUP_ROWS`], each group's blocks side by side.
+    /// Every product reads it with the same results as the rows it came
+    /// from; the decode kernels read it as one stream.
+    pub fn interleaved(
+        ty: GgmlType,
+        rows: usize,
+        cols: usize,
+        data: &'a [u8],
+    ) -> Result<Self, QuantError> {
+        if ty != GgmlType::Q4_K || !rows.is_multiple_of(GROUP_ROWS) {
+            return Err(QuantError::Shape(format!(
+                "rows interleaved by {GROUP_ROWS} are Q4_K in whole groups, not {ty:?} x {rows}"
+            )));
+        }
+        Ok(Matrix {
+            grouped: true,
+            ..Self::new(ty, rows, cols, data)?
+        })
+    }
+
+    /// Whether the rows are interleaved (see [`Matrix::interleaved`]).
+    pub fn is_interleaved(&self) -> bool {
+        self.grouped
     }
 
     /// Element type.
@@ -91,12 +122,51 @@ impl<'a> Matrix<'a> {
         self.data
     }
 
-    /// The bytes of row `i`; empty when `i` is out of range.
+    /// The bytes of row `i`; empty when `i` is out of range or the rows
+    /// are interleaved (whose rows [`Matrix::rows_into`] copies out).
     pub fn row(&self, i: usize) -> &'a [u8] {
-        if i >= self.rows {
+        if i >= self.rows || self.grouped {
             return &[];
         }
         &self.data[i * self.row_bytes..(i + 1) * self.row_bytes]
+    }
+
+    /// The bytes of group `g` of an interleaved matrix (rows `8g..8g+8`).
+    pub(crate) fn group(&self, g: usize) -> &'a [u8] {
+        let len = GROUP_ROWS * self.row_bytes;
+        &self.data[g * len..(g + 1) * len]
+    }
+
+    /// Rows `first..first + n` (clamped to the matrix) one after another in
+    /// their standard layout, into `dst` (resized to fit), whatever the
+    /// matrix's layout.
+    pub(crate) fn rows_into(&self, first: usize, n: usize, dst: &mut Vec<u8>) {
+        let (first, end) = (first.min(self.rows), (first + n).min(self.rows));
+        let rb = self.row_bytes;
+        dst.resize((end - first) * rb, 0);
+        if !self.grouped {
+            dst.copy_from_slice(&self.data[first * rb..end * rb]);
+            return;
+        }
+        let nb = self.cols / self.ty.block_len();
+        let group_bytes = GROUP_ROWS * rb;
+        let mut unaligned = Vec::new();
+        for g in first / GROUP_ROWS..end.div_ceil(GROUP_ROWS) {
+            let (lo, hi) = ((g * GROUP_ROWS).max(first), ((g + 1) * GROUP_ROWS).min(end));
+            if hi - lo == GROUP_ROWS {
+                deinterleave_group(
+                    self.group(g),
+                    nb,
+                    &mut dst[(lo - first) * rb..][..group_bytes],
+                );
+                continue;
+            }
+            unaligned.resize(group_bytes, 0);
+            deinterleave_group(self.group(g), nb, &mut unaligned);
+            let from = lo - g * GROUP_ROWS;
+            dst[(lo - first) * rb..(hi - first) * rb]
+                .copy_from_slice(&unaligned[from * rb..(from + hi - lo) * rb]);
+        }
     }
 
     /// Dequantizes row `i` into `dst[..cols]`.
@@ -113,6 +183,11 @@ impl<'a> Matrix<'a> {
             need: self.cols,
             have,
         })?;
+        if self.grouped {
+            let mut row = Vec::new();
+            self.rows_into(i, 1, &mut row);
+            return dequantize(self.ty, &row, dst);
+        }
         dequantize(self.ty, self.row(i), dst)
     }
 

@@ -104,6 +104,7 @@ pub(super) fn panels_product(
             let mut packed = packed.borrow_mut();
             packed.resize_with(PANELS, Panel::default);
             let mut tiles = amx.then(Tiles::new);
+            let mut copied = Vec::new();
             let mut p0 = mine.start;
             while p0 < mine.end {
                 let p1 = (p0 + PANELS).min(mine.end);
@@ -112,8 +113,17 @@ pub(super) fn panels_product(
                     // A fixed array: this runs for every panel.
                     let mut views: [&[u8]; NR] = [&[]; NR];
                     let n = (rows - r0).min(NR);
-                    for (v, r) in views.iter_mut().zip(r0..r0 + n) {
-                        *v = w.row(r);
+                    if w.grouped {
+                        // Interleaved rows are packed from their standard
+                        // layout, copied out a panel at a time.
+                        w.rows_into(r0, n, &mut copied);
+                        for (v, row) in views.iter_mut().zip(copied.chunks_exact(w.row_bytes)) {
+                            *v = row;
+                        }
+                    } else {
+                        for (v, r) in views.iter_mut().zip(r0..r0 + n) {
+                            *v = w.row(r);
+                        }
                     }
                     panel.fill_on(tier, w.ty, &views[..n], cols, amx);
                 }

@@ -5,6 +5,7 @@
 use super::acts::{act_row_bytes, quantize_once, Ready};
 use super::plan::{DecodeSplit, SharedOut, GEMM_MIN_BATCH, MAX_FUSED, ROW_TILE};
 use super::Matrix;
+use crate::formats::interleave::GROUP_ROWS;
 use crate::pool::ThreadPool;
 use crate::{simd, vec_dot_type, QuantError};
 
@@ -127,6 +128,9 @@ pub(super) fn quant_rows(
     range: std::ops::Range<usize>,
     out: &SharedOut,
 ) {
+    if w.grouped {
+        return grouped_rows(k, w, acts, batch, range, out);
+    }
     let Some(f) = k.quant(w.ty) else { return };
     let (rows, cols) = (w.rows, w.cols);
     let at = vec_dot_type(w.ty);
@@ -240,6 +244,45 @@ pub(super) fn quant_rows(
         // SAFETY: row r belongs to this task alone.
         unsafe { out.write(b * rows + r, v) };
     });
+}
+
+/// [`quant_rows`] for an interleaved matrix: group by group through the
+/// table's interleaved kernel, each group against every activation row
+/// while it is in cache; a table without one gets each group's rows copied
+/// out for its one-row kernel.
+fn grouped_rows(
+    k: &simd::Kernels,
+    w: &Matrix,
+    acts: &[u8],
+    batch: usize,
+    range: std::ops::Range<usize>,
+    out: &SharedOut,
+) {
+    let Some(f) = k.quant(w.ty) else { return };
+    let arow = act_row_bytes(vec_dot_type(w.ty), w.cols);
+    let (rb, nb) = (w.row_bytes, w.cols / w.ty.block_len());
+    let mut copy = Vec::new();
+    for g in range.start / GROUP_ROWS..range.end.div_ceil(GROUP_ROWS) {
+        let first = g * GROUP_ROWS;
+        let (lo, hi) = (first.max(range.start), (first + GROUP_ROWS).min(range.end));
+        if k.q4_k_x8.is_none() {
+            w.rows_into(first, GROUP_ROWS, &mut copy);
+        }
+        for b in 0..batch {
+            let a = &acts[b * arow..(b + 1) * arow];
+            let v = match k.q4_k_x8 {
+                // SAFETY: kernel from `simd::best()`; the group holds `nb`
+                // group blocks and `a` `nb` activation blocks.
+                Some(x8) => unsafe { x8(w.group(g), a, nb) },
+                // SAFETY: as in `quant_rows`, for the rows copied out.
+                None => std::array::from_fn(|r| unsafe { f(&copy[r * rb..(r + 1) * rb], a, nb) }),
+            };
+            for r in lo..hi {
+                // SAFETY: row r belongs to this task alone.
+                unsafe { out.write(b * w.rows + r, v[r - first]) };
+            }
+        }
+    }
 }
 
 thread_local! {

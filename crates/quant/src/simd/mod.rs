@@ -15,6 +15,8 @@ pub(crate) mod neon;
 pub(crate) mod x86;
 #[cfg(target_arch = "x86_64")]
 mod x86_float;
+#[cfg(target_arch = "x86_64")]
+mod x86_x8;
 
 /// A quantized dot kernel over `nb` blocks.
 ///
@@ -66,6 +68,12 @@ pub(crate) type Tile44Fn =
 /// apart in `w`, against one activation row (same contract as [`DotFn`] for
 /// each row). Each result equals the table's one-row kernel to the bit.
 pub(crate) type RowsFn = unsafe fn(w: &[u8], row_bytes: usize, a: &[u8], nb: usize) -> [f32; 4];
+
+/// An interleaved-rows kernel: the eight Q4_K rows of one group in
+/// [`crate::formats::interleave`]'s layout (`nb` group blocks in `w`)
+/// against one Q8_K activation row of `nb` blocks; each result equals the
+/// table's one-row kernel to the bit (otherwise the [`DotFn`] contract).
+pub(crate) type X8Fn = unsafe fn(w: &[u8], a: &[u8], nb: usize) -> [f32; 8];
 
 /// The vector width a kernel set's batched kernels use: the panel GEMM's
 /// tile and activation quantizers (see [`crate::gemm`]), the f32 `sgemm` and
@@ -163,6 +171,8 @@ pub(crate) struct Kernels {
     pub q4_0_r4: Option<RowsFn>,
     /// Q5_0 rows kernel.
     pub q5_0_r4: Option<RowsFn>,
+    /// Q4_K rows interleaved in groups of eight (see [`X8Fn`]).
+    pub q4_k_x8: Option<X8Fn>,
     /// Whether the Q4_0/Q5_0/Q8_0 and Q4_K/Q5_K/Q6_K kernels prefetch the
     /// weights ahead themselves (spread over the row, which keeps more misses in flight
     /// than a burst per row does).
@@ -289,6 +299,7 @@ static SCALAR: Kernels = Kernels {
     q8_0_r4: None,
     q4_0_r4: None,
     q5_0_r4: None,
+    q4_k_x8: None,
     self_prefetch: false,
     gemm: GemmTier::Portable,
 };

@@ -1,0 +1,169 @@
+//! Q4_K decode kernels over eight interleaved rows (the layout of
+//! [`crate::formats::interleave`]): one 32-bit lane per row, so the rows'
+//! nibbles meet the same four activations in one `vpdpbusd`, and the
+//! scales, the minimums and the float steps of eight rows take one pass.
+//! Every integer sum is exact and each row's float steps are
+//! [`crate::scalar::kquant_block`]'s, lane by lane and block by block, so
+//! each result is the one-row kernel's to the bit.
+
+use std::arch::x86_64::*;
+
+use crate::formats::blocks::{at, BlockFormat, BlockQ8K};
+use crate::formats::interleave::{x8, GROUP_BLOCK_BYTES, GROUP_ROWS};
+
+/// `acc + Σ u·s` over each lane's four byte pairs, without VNNI: `u` holds
+/// weights 0..15, so `vpmaddubsw` cannot saturate (2 · 15 · 128 < 2^15).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn dpbusd_avx2(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+    let pairs = _mm256_maddubs_epi16(u, s);
+    _mm256_add_epi32(acc, _mm256_madd_epi16(pairs, _mm256_set1_epi16(1)))
+}
+
+/// [`dpbusd_avx2`] as one AVX-VNNI `vpdpbusd`.
+#[inline]
+#[target_feature(enable = "avx2,avxvnni")]
+fn dpbusd_avxvnni(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+    _mm256_dpbusd_avx_epi32(acc, u, s)
+}
+
+/// [`dpbusd_avx2`] as one AVX-512 VNNI `vpdpbusd` on 256 bits.
+#[inline]
+#[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
+fn dpbusd_avx512vl(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
+    _mm256_dpbusd_epi32(acc, u, s)
+}
+
+/// Four activations at `p` in every lane.
+///
+/// # Safety
+/// `p` must point at four readable bytes.
+#[inline(always)]
+unsafe fn act4(p: *const u8) -> __m256i {
+    // SAFETY: the caller's contract.
+    _mm256_set1_epi32(unsafe { std::ptr::read_unaligned(p as *const i32) })
+}
+
+/// Byte `n` of each lane of `v`, as an i32.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn byte_of(v: __m256i, n: i32) -> __m256i {
+    let shifted = _mm256_srl_epi32(v, _mm_cvtsi32_si128(8 * n));
+    _mm256_and_si256(shifted, _mm256_set1_epi32(0xFF))
+}
+
+macro_rules! x8_kernels {
+    ($feat:literal, $dp:ident, $rows:ident, $one:ident) => {
+        /// Eight interleaved Q4_K rows · Q8_K: one result per row.
+        ///
+        /// # Safety
+        /// [`super::X8Fn`] contract.
+        #[target_feature(enable = $feat)]
+        pub(crate) unsafe fn $one(w: &[u8], a: &[u8], nb: usize) -> [f32; GROUP_ROWS] {
+            debug_assert!(w.len() >= nb * GROUP_BLOCK_BYTES && a.len() >= nb * BlockQ8K::BYTES);
+            // SAFETY: the caller's contract.
+            unsafe { $rows(w.as_ptr(), a.as_ptr(), nb) }
+        }
+
+        /// The body of the kernel above.
+        ///
+        /// # Safety
+        /// `w` holds `nb` group blocks and `a` `nb` Q8_K blocks.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn $rows(w: *const u8, a: *const u8, nb: usize) -> [f32; GROUP_ROWS] {
+            let m4 = _mm256_set1_epi8(0x0F);
+            let (low6, low4, low2) = (
+                _mm256_set1_epi32(0x3f3f_3f3f),
+                _mm256_set1_epi32(0x0f0f_0f0f),
+                _mm256_set1_epi32(0x0303_0303),
+            );
+            let mut sumf = _mm256_setzero_ps();
+            for b in 0..nb {
+                // SAFETY: block b of the weights and activations lies inside
+                // them (the caller's contract). No software prefetch: the
+                // layout is one stream, which the hardware prefetcher follows
+                // (prefetching 2-16 KiB ahead was no faster, docs/perf/speed.md).
+                let (g, ab) = unsafe { (w.add(b * GROUP_BLOCK_BYTES), a.add(b * BlockQ8K::BYTES)) };
+                // SAFETY: the group block's d, dmin and scale words.
+                let (d, dmin, w0, w1, w2) = unsafe {
+                    (
+                        _mm256_cvtph_ps(_mm_loadu_si128(g.add(x8::D) as *const __m128i)),
+                        _mm256_cvtph_ps(_mm_loadu_si128(g.add(x8::DMIN) as *const __m128i)),
+                        _mm256_loadu_si256(g.add(x8::WORDS) as *const __m256i),
+                        _mm256_loadu_si256(g.add(x8::WORDS + 32) as *const __m256i),
+                        _mm256_loadu_si256(g.add(x8::WORDS + 64) as *const __m256i),
+                    )
+                };
+                // `scales_mins_k4` on eight rows at once: the low six bits of
+                // words 0 and 1, the rest from word 2 and the spare top bits.
+                let high = |lo: __m256i, top: __m256i| {
+                    let top =
+                        _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(top, 6), low2), 4);
+                    _mm256_or_si256(_mm256_and_si256(lo, low4), top)
+                };
+                let sc = [_mm256_and_si256(w0, low6), high(w2, w0)];
+                let mn = [
+                    _mm256_and_si256(w1, low6),
+                    high(_mm256_srli_epi32(w2, 4), w1),
+                ];
+                // SAFETY: the Q8_K block's 16 i16 sums; pairs make sub-blocks.
+                let bsums = unsafe { _mm256_loadu_si256(ab.add(at::Q8K_BSUMS) as *const __m256i) };
+                let subs = _mm256_madd_epi16(bsums, _mm256_set1_epi16(1));
+                let (mut isum, mut msum) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+                for j in 0..8 {
+                    let (mut lo, mut hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+                    for q in 0..4 {
+                        // SAFETY: sub-block j's quarter q of the nibbles, and
+                        // its eight activations.
+                        let (v, alo, ahi) = unsafe {
+                            let ap = ab.add(at::Q8K_QS + 32 * j + 8 * q);
+                            (
+                                _mm256_loadu_si256(
+                                    g.add(x8::QS + 32 * (4 * j + q)) as *const __m256i
+                                ),
+                                act4(ap),
+                                act4(ap.add(4)),
+                            )
+                        };
+                        lo = $dp(lo, _mm256_and_si256(v, m4), alo);
+                        hi = $dp(hi, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4), ahi);
+                    }
+                    let n = (j % 4) as i32;
+                    let s = byte_of(sc[j / 4], n);
+                    isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(_mm256_add_epi32(lo, hi), s));
+                    let sub = _mm256_permutevar8x32_epi32(subs, _mm256_set1_epi32(j as i32));
+                    msum = _mm256_add_epi32(msum, _mm256_mullo_epi32(byte_of(mn[j / 4], n), sub));
+                }
+                // SAFETY: the Q8_K block's f32 scale at 0.
+                let dy = _mm256_set1_ps(unsafe { std::ptr::read_unaligned(ab as *const f32) });
+                let t = _mm256_mul_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(isum));
+                let u = _mm256_mul_ps(_mm256_mul_ps(dmin, dy), _mm256_cvtepi32_ps(msum));
+                sumf = _mm256_add_ps(sumf, _mm256_sub_ps(t, u));
+            }
+            let mut out = [0.0f32; GROUP_ROWS];
+            // SAFETY: `out` holds eight f32.
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr(), sumf) };
+            out
+        }
+    };
+}
+
+x8_kernels!(
+    "avx2,fma,f16c",
+    dpbusd_avx2,
+    q4_k_x8_rows_avx2,
+    q4_k_x8_avx2
+);
+x8_kernels!(
+    "avx2,fma,f16c,avxvnni",
+    dpbusd_avxvnni,
+    q4_k_x8_rows_avxvnni,
+    q4_k_x8_avxvnni
+);
+x8_kernels!(
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    dpbusd_avx512vl,
+    q4_k_x8_rows_avx512vl,
+    q4_k_x8_avx512vl
+);
