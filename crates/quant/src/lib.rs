@@ -446,32 +446,48 @@ pub mod testing {
         Ok(rows4.is_some())
     }
 
-    /// Every group of the interleaved Q4_K matrix `w` against one Q8_K
-    /// activation row `a` through the named table's interleaved kernel, into
-    /// `out` (one result per row). `Ok(false)`, with nothing computed, where
-    /// the table has none.
+    /// Every group of the interleaved Q4_K matrix `w` against `batch` Q8_K
+    /// activation rows (`a`, one after another) through the named table's
+    /// interleaved kernels, four activation rows at a time while they last,
+    /// into `out` (`batch` rows of `w.rows()` results). `Ok(false)`, with
+    /// nothing computed, where the table has none.
     pub fn interleaved_rows_with(
         set: &str,
         w: &crate::Matrix,
         a: &[u8],
+        batch: usize,
         out: &mut [f32],
     ) -> Result<bool, QuantError> {
         use crate::formats::interleave::GROUP_ROWS;
-        let Some(f) = table(set)?.q4_k_x8 else {
+        let k = table(set)?;
+        let (Some(one), Some(four)) = (k.q4_k_x8, k.q4_k_x8x4) else {
             return Ok(false);
         };
-        let nb = w.cols() / GgmlType::Q4_K.block_len();
-        let need = nb * GgmlType::Q8_K.block_bytes();
-        if !w.is_interleaved() || a.len() < need || out.len() < w.rows() {
+        let (rows, nb) = (w.rows(), w.cols() / GgmlType::Q4_K.block_len());
+        let arow = nb * GgmlType::Q8_K.block_bytes();
+        if !w.is_interleaved() || a.len() < batch * arow || out.len() < batch * rows {
             return Err(QuantError::Shape(format!(
-                "an interleaved Q4_K matrix, {need} activation bytes and {} outputs",
-                w.rows()
+                "an interleaved Q4_K matrix, {batch} rows of {arow} activation bytes and {} outputs",
+                batch * rows
             )));
         }
-        for (g, o) in out[..w.rows()].chunks_exact_mut(GROUP_ROWS).enumerate() {
-            // SAFETY: table from this module; the group holds `nb` group
-            // blocks and `a` `nb` Q8_K blocks (checked).
-            o.copy_from_slice(&unsafe { f(w.group(g), a, nb) });
+        for g in 0..rows / GROUP_ROWS {
+            let at = |b: usize| b * rows + g * GROUP_ROWS;
+            let mut b = 0;
+            while b + 4 <= batch {
+                // SAFETY: table from this module; the group holds `nb` group
+                // blocks and rows b..b+4 of `a` `nb` Q8_K blocks each (checked).
+                let v = unsafe { four(w.group(g), &a[b * arow..], arow, nb) };
+                for (c, v) in v.iter().enumerate() {
+                    out[at(b + c)..at(b + c) + GROUP_ROWS].copy_from_slice(v);
+                }
+                b += 4;
+            }
+            for b in b..batch {
+                // SAFETY: as above, for one activation row.
+                let v = unsafe { one(w.group(g), &a[b * arow..], nb) };
+                out[at(b)..at(b) + GROUP_ROWS].copy_from_slice(&v);
+            }
         }
         Ok(true)
     }

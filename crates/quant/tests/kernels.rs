@@ -127,13 +127,19 @@ proptest! {
         prop_assert_eq!(packed.len(), w.len());
         let (plain, grouped) = (Matrix::new(ty, rows, cols, &w).unwrap(), Matrix::interleaved(ty, rows, cols, &packed).unwrap());
         let rb = plain.row_bytes();
-        let (x, a) = random_acts(ty, cols, &mut rng, scale);
-        let want: Vec<f32> = (0..rows)
-            .map(|r| scalar::vec_dot(ty, cols, &w[r * rb..(r + 1) * rb], &a).unwrap())
+        // Six activation rows: four through the four-row kernel, two alone.
+        let (x, a) = random_acts(ty, 6 * cols, &mut rng, scale);
+        let x = &x[..cols];
+        let arow = a.len() / 6;
+        let want: Vec<f32> = (0..6 * rows)
+            .map(|i| {
+                let (b, r) = (i / rows, i % rows);
+                scalar::vec_dot(ty, cols, &w[r * rb..(r + 1) * rb], &a[b * arow..(b + 1) * arow]).unwrap()
+            })
             .collect();
         for set in testing::kernel_sets() {
-            let mut got = vec![0f32; rows];
-            if testing::interleaved_rows_with(set, &grouped, &a, &mut got).unwrap() {
+            let mut got = vec![0f32; 6 * rows];
+            if testing::interleaved_rows_with(set, &grouped, &a, 6, &mut got).unwrap() {
                 prop_assert_eq!(got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
                     want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{}", set);
             }

@@ -268,19 +268,38 @@ fn grouped_rows(
         if k.q4_k_x8.is_none() {
             w.rows_into(first, GROUP_ROWS, &mut copy);
         }
-        for b in 0..batch {
-            let a = &acts[b * arow..(b + 1) * arow];
-            let v = match k.q4_k_x8 {
-                // SAFETY: kernel from `simd::best()`; the group holds `nb`
-                // group blocks and `a` `nb` activation blocks.
-                Some(x8) => unsafe { x8(w.group(g), a, nb) },
-                // SAFETY: as in `quant_rows`, for the rows copied out.
-                None => std::array::from_fn(|r| unsafe { f(&copy[r * rb..(r + 1) * rb], a, nb) }),
-            };
+        let write = |b: usize, v: [f32; GROUP_ROWS]| {
             for r in lo..hi {
                 // SAFETY: row r belongs to this task alone.
                 unsafe { out.write(b * w.rows + r, v[r - first]) };
             }
+        };
+        let mut b = 0;
+        if let Some(x4) = k.q4_k_x8x4 {
+            while b + 4 <= batch {
+                // SAFETY: kernel from `simd::best()`; the group holds `nb`
+                // group blocks and activation rows b..b+4 lie inside `acts`.
+                let v = unsafe { x4(w.group(g), &acts[b * arow..(b + 4) * arow], arow, nb) };
+                for (c, v) in v.into_iter().enumerate() {
+                    write(b + c, v);
+                }
+                b += 4;
+            }
+        }
+        for b in b..batch {
+            let a = &acts[b * arow..(b + 1) * arow];
+            write(
+                b,
+                match k.q4_k_x8 {
+                    // SAFETY: kernel from `simd::best()`; the group holds
+                    // `nb` group blocks and `a` `nb` activation blocks.
+                    Some(x8) => unsafe { x8(w.group(g), a, nb) },
+                    // SAFETY: as in `quant_rows`, for the rows copied out.
+                    None => {
+                        std::array::from_fn(|r| unsafe { f(&copy[r * rb..(r + 1) * rb], a, nb) })
+                    }
+                },
+            );
         }
     }
 }

@@ -75,6 +75,11 @@ pub(crate) type RowsFn = unsafe fn(w: &[u8], row_bytes: usize, a: &[u8], nb: usi
 /// table's one-row kernel to the bit (otherwise the [`DotFn`] contract).
 pub(crate) type X8Fn = unsafe fn(w: &[u8], a: &[u8], nb: usize) -> [f32; 8];
 
+/// [`X8Fn`] against four activation rows that start `stride` bytes apart in
+/// `a`: `out[c]` is activation row `c`'s, each the one-row kernel's to the
+/// bit.
+pub(crate) type X8TileFn = unsafe fn(w: &[u8], a: &[u8], stride: usize, nb: usize) -> [[f32; 8]; 4];
+
 /// The vector width a kernel set's batched kernels use: the panel GEMM's
 /// tile and activation quantizers (see [`crate::gemm`]), the f32 `sgemm` and
 /// the f32 vector kernels. Every tier gives the same numbers there, at
@@ -173,6 +178,8 @@ pub(crate) struct Kernels {
     pub q5_0_r4: Option<RowsFn>,
     /// Q4_K rows interleaved in groups of eight (see [`X8Fn`]).
     pub q4_k_x8: Option<X8Fn>,
+    /// The same against four activation rows (see [`X8TileFn`]).
+    pub q4_k_x8x4: Option<X8TileFn>,
     /// Whether the Q4_0/Q5_0/Q8_0 and Q4_K/Q5_K/Q6_K kernels prefetch the
     /// weights ahead themselves (spread over the row, which keeps more misses in flight
     /// than a burst per row does).
@@ -300,6 +307,7 @@ static SCALAR: Kernels = Kernels {
     q4_0_r4: None,
     q5_0_r4: None,
     q4_k_x8: None,
+    q4_k_x8x4: None,
     self_prefetch: false,
     gemm: GemmTier::Portable,
 };

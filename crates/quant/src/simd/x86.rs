@@ -1326,6 +1326,7 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q4_0_r4: Some(q4_0_r4_avx2),
         q5_0_r4: Some(q5_0_r4_avx2),
         q4_k_x8: Some(super::x86_x8::q4_k_x8_avx2),
+        q4_k_x8x4: Some(super::x86_x8::q4_k_x8x4_avx2),
         self_prefetch: true,
         gemm: GemmTier::Avx2,
         ..SCALAR
@@ -1345,6 +1346,7 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q5_k_x4: Some(q5_k_x4_avxvnni),
         q6_k_x4: Some(q6_k_x4_avxvnni),
         q4_k_x8: Some(super::x86_x8::q4_k_x8_avxvnni),
+        q4_k_x8x4: Some(super::x86_x8::q4_k_x8x4_avxvnni),
         gemm: GemmTier::AvxVnni,
         ..AVX2
     };
@@ -1376,6 +1378,7 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q5_k_x4: Some(q5_k_x4_avx512vl),
         q6_k_x4: Some(q6_k_x4_avx512vl),
         q4_k_x8: Some(super::x86_x8::q4_k_x8_avx512vl),
+        q4_k_x8x4: Some(super::x86_x8::q4_k_x8x4_avx512vl),
         f32: x86_float::f32_avx512,
         f16: x86_float::f16_avx512,
         bf16: x86_float::bf16_avx512,

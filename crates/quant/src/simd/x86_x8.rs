@@ -53,7 +53,7 @@ fn byte_of(v: __m256i, n: i32) -> __m256i {
 }
 
 macro_rules! x8_kernels {
-    ($feat:literal, $dp:ident, $rows:ident, $one:ident) => {
+    ($feat:literal, $dp:ident, $rows:ident, $one:ident, $four:ident) => {
         /// Eight interleaved Q4_K rows · Q8_K: one result per row.
         ///
         /// # Safety
@@ -62,29 +62,64 @@ macro_rules! x8_kernels {
         pub(crate) unsafe fn $one(w: &[u8], a: &[u8], nb: usize) -> [f32; GROUP_ROWS] {
             debug_assert!(w.len() >= nb * GROUP_BLOCK_BYTES && a.len() >= nb * BlockQ8K::BYTES);
             // SAFETY: the caller's contract.
-            unsafe { $rows(w.as_ptr(), a.as_ptr(), nb) }
+            unsafe { $rows::<1>(w.as_ptr(), [a.as_ptr()], nb)[0] }
         }
 
-        /// The body of the kernel above.
+        /// Eight interleaved Q4_K rows · four Q8_K rows `stride` bytes apart.
         ///
         /// # Safety
-        /// `w` holds `nb` group blocks and `a` `nb` Q8_K blocks.
+        /// [`super::X8TileFn`] contract.
+        #[target_feature(enable = $feat)]
+        pub(crate) unsafe fn $four(
+            w: &[u8],
+            a: &[u8],
+            stride: usize,
+            nb: usize,
+        ) -> [[f32; GROUP_ROWS]; 4] {
+            debug_assert!(
+                w.len() >= nb * GROUP_BLOCK_BYTES && a.len() >= 3 * stride + nb * BlockQ8K::BYTES
+            );
+            // SAFETY: the contract gives four activation rows of `nb` blocks.
+            unsafe {
+                $rows::<4>(
+                    w.as_ptr(),
+                    std::array::from_fn(|c| a.as_ptr().add(c * stride)),
+                    nb,
+                )
+            }
+        }
+
+        /// The body of the kernels above: `N` activation rows share each
+        /// group block's unpacking, and each row's sums are the one-row
+        /// kernel's.
+        ///
+        /// # Safety
+        /// `w` holds `nb` group blocks and each `a[c]` `nb` Q8_K blocks.
         #[inline]
         #[target_feature(enable = $feat)]
-        unsafe fn $rows(w: *const u8, a: *const u8, nb: usize) -> [f32; GROUP_ROWS] {
+        unsafe fn $rows<const N: usize>(
+            w: *const u8,
+            a: [*const u8; N],
+            nb: usize,
+        ) -> [[f32; GROUP_ROWS]; N] {
             let m4 = _mm256_set1_epi8(0x0F);
             let (low6, low4, low2) = (
                 _mm256_set1_epi32(0x3f3f_3f3f),
                 _mm256_set1_epi32(0x0f0f_0f0f),
                 _mm256_set1_epi32(0x0303_0303),
             );
-            let mut sumf = _mm256_setzero_ps();
+            let mut sumf = [_mm256_setzero_ps(); N];
             for b in 0..nb {
                 // SAFETY: block b of the weights and activations lies inside
                 // them (the caller's contract). No software prefetch: the
                 // layout is one stream, which the hardware prefetcher follows
-                // (prefetching 2-16 KiB ahead was no faster, docs/perf/speed.md).
-                let (g, ab) = unsafe { (w.add(b * GROUP_BLOCK_BYTES), a.add(b * BlockQ8K::BYTES)) };
+                // (prefetching 2-16 KiB ahead was no faster).
+                let (g, ab): (*const u8, [*const u8; N]) = unsafe {
+                    (
+                        w.add(b * GROUP_BLOCK_BYTES),
+                        std::array::from_fn(|c| a[c].add(b * BlockQ8K::BYTES)),
+                    )
+                };
                 // SAFETY: the group block's d, dmin and scale words.
                 let (d, dmin, w0, w1, w2) = unsafe {
                     (
@@ -107,43 +142,60 @@ macro_rules! x8_kernels {
                     _mm256_and_si256(w1, low6),
                     high(_mm256_srli_epi32(w2, 4), w1),
                 ];
-                // SAFETY: the Q8_K block's 16 i16 sums; pairs make sub-blocks.
-                let bsums = unsafe { _mm256_loadu_si256(ab.add(at::Q8K_BSUMS) as *const __m256i) };
-                let subs = _mm256_madd_epi16(bsums, _mm256_set1_epi16(1));
-                let (mut isum, mut msum) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+                let subs: [__m256i; N] = std::array::from_fn(|c| {
+                    // SAFETY: each Q8_K block's 16 i16 sums; pairs make
+                    // sub-blocks.
+                    let bsums =
+                        unsafe { _mm256_loadu_si256(ab[c].add(at::Q8K_BSUMS) as *const __m256i) };
+                    _mm256_madd_epi16(bsums, _mm256_set1_epi16(1))
+                });
+                let mut isum = [_mm256_setzero_si256(); N];
+                let mut msum = [_mm256_setzero_si256(); N];
                 for j in 0..8 {
-                    let (mut lo, mut hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-                    for q in 0..4 {
-                        // SAFETY: sub-block j's quarter q of the nibbles, and
-                        // its eight activations.
-                        let (v, alo, ahi) = unsafe {
-                            let ap = ab.add(at::Q8K_QS + 32 * j + 8 * q);
-                            (
-                                _mm256_loadu_si256(
-                                    g.add(x8::QS + 32 * (4 * j + q)) as *const __m256i
-                                ),
-                                act4(ap),
-                                act4(ap.add(4)),
-                            )
+                    let mut nibbles = [[_mm256_setzero_si256(); 2]; 4];
+                    for (q, pair) in nibbles.iter_mut().enumerate() {
+                        // SAFETY: sub-block j's quarter q of the nibbles.
+                        let v = unsafe {
+                            _mm256_loadu_si256(g.add(x8::QS + 32 * (4 * j + q)) as *const __m256i)
                         };
-                        lo = $dp(lo, _mm256_and_si256(v, m4), alo);
-                        hi = $dp(hi, _mm256_and_si256(_mm256_srli_epi16(v, 4), m4), ahi);
+                        *pair = [
+                            _mm256_and_si256(v, m4),
+                            _mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
+                        ];
                     }
                     let n = (j % 4) as i32;
-                    let s = byte_of(sc[j / 4], n);
-                    isum = _mm256_add_epi32(isum, _mm256_mullo_epi32(_mm256_add_epi32(lo, hi), s));
-                    let sub = _mm256_permutevar8x32_epi32(subs, _mm256_set1_epi32(j as i32));
-                    msum = _mm256_add_epi32(msum, _mm256_mullo_epi32(byte_of(mn[j / 4], n), sub));
+                    let (s, m) = (byte_of(sc[j / 4], n), byte_of(mn[j / 4], n));
+                    for c in 0..N {
+                        let (mut lo, mut hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+                        for (q, [ql, qh]) in nibbles.iter().enumerate() {
+                            // SAFETY: sub-block j's eight activations of quarter q.
+                            let (alo, ahi) = unsafe {
+                                let ap = ab[c].add(at::Q8K_QS + 32 * j + 8 * q);
+                                (act4(ap), act4(ap.add(4)))
+                            };
+                            lo = $dp(lo, *ql, alo);
+                            hi = $dp(hi, *qh, ahi);
+                        }
+                        let prod = _mm256_mullo_epi32(_mm256_add_epi32(lo, hi), s);
+                        isum[c] = _mm256_add_epi32(isum[c], prod);
+                        let sub = _mm256_permutevar8x32_epi32(subs[c], _mm256_set1_epi32(j as i32));
+                        msum[c] = _mm256_add_epi32(msum[c], _mm256_mullo_epi32(m, sub));
+                    }
                 }
-                // SAFETY: the Q8_K block's f32 scale at 0.
-                let dy = _mm256_set1_ps(unsafe { std::ptr::read_unaligned(ab as *const f32) });
-                let t = _mm256_mul_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(isum));
-                let u = _mm256_mul_ps(_mm256_mul_ps(dmin, dy), _mm256_cvtepi32_ps(msum));
-                sumf = _mm256_add_ps(sumf, _mm256_sub_ps(t, u));
+                for c in 0..N {
+                    // SAFETY: the Q8_K block's f32 scale at 0.
+                    let dy =
+                        _mm256_set1_ps(unsafe { std::ptr::read_unaligned(ab[c] as *const f32) });
+                    let t = _mm256_mul_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(isum[c]));
+                    let u = _mm256_mul_ps(_mm256_mul_ps(dmin, dy), _mm256_cvtepi32_ps(msum[c]));
+                    sumf[c] = _mm256_add_ps(sumf[c], _mm256_sub_ps(t, u));
+                }
             }
-            let mut out = [0.0f32; GROUP_ROWS];
-            // SAFETY: `out` holds eight f32.
-            unsafe { _mm256_storeu_ps(out.as_mut_ptr(), sumf) };
+            let mut out = [[0.0f32; GROUP_ROWS]; N];
+            for (o, v) in out.iter_mut().zip(sumf) {
+                // SAFETY: `o` holds eight f32.
+                unsafe { _mm256_storeu_ps(o.as_mut_ptr(), v) };
+            }
             out
         }
     };
@@ -153,17 +205,20 @@ x8_kernels!(
     "avx2,fma,f16c",
     dpbusd_avx2,
     q4_k_x8_rows_avx2,
-    q4_k_x8_avx2
+    q4_k_x8_avx2,
+    q4_k_x8x4_avx2
 );
 x8_kernels!(
     "avx2,fma,f16c,avxvnni",
     dpbusd_avxvnni,
     q4_k_x8_rows_avxvnni,
-    q4_k_x8_avxvnni
+    q4_k_x8_avxvnni,
+    q4_k_x8x4_avxvnni
 );
 x8_kernels!(
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
     dpbusd_avx512vl,
     q4_k_x8_rows_avx512vl,
-    q4_k_x8_avx512vl
+    q4_k_x8_avx512vl,
+    q4_k_x8x4_avx512vl
 );
