@@ -39,26 +39,21 @@ pub(crate) mod x8 {
     pub(crate) const QS: usize = 128;
 }
 
-/// Value `k` (0..256) of a Q4_K block's nibbles `qs`.
+/// The nibbles' 32-bit word `n` of a block's `qs` (little-endian).
 #[inline(always)]
-fn nibble(qs: &[u8], k: usize) -> u8 {
-    let (c, l) = (k / 64, k % 64);
-    if l < 32 {
-        qs[32 * c + l] & 0x0F
-    } else {
-        qs[32 * c + l - 32] >> 4
-    }
+fn word(qs: &[u8], n: usize) -> u32 {
+    u32::from_le_bytes([qs[4 * n], qs[4 * n + 1], qs[4 * n + 2], qs[4 * n + 3]])
 }
 
-/// Where value `k` of row `r` lies in a group block's nibbles: (byte, high).
-#[inline(always)]
-fn place(r: usize, k: usize) -> (usize, bool) {
-    let (j, g, i) = (k / 32, (k % 32) / 8, k % 8);
-    (x8::QS + 32 * (4 * j + g) + 4 * r + i % 4, i >= 4)
-}
+const LOW: u32 = 0x0f0f_0f0f;
 
 /// Interleaves eight standard rows of `nb` Q4_K blocks (`rows[r]`) into
 /// `dst` (`nb` group blocks).
+///
+/// Sub-blocks `2c` and `2c + 1` are the low and high nibbles of bytes
+/// `32c..32c + 32` of `qs`; quarter `g` of either takes bytes `8g..8g + 4`
+/// (its values 0..4) and `8g + 4..8g + 8` (4..8) of that run: word by word,
+/// the low run's nibbles go low and the high run's high.
 pub(crate) fn interleave_group(rows: [&[u8]; GROUP_ROWS], nb: usize, dst: &mut [u8]) {
     const B: usize = BlockQ4K::BYTES;
     for b in 0..nb {
@@ -72,14 +67,18 @@ pub(crate) fn interleave_group(rows: [&[u8]; GROUP_ROWS], nb: usize, dst: &mut [
                 g[at..at + 4].copy_from_slice(&blk[4 + 4 * w..8 + 4 * w]);
             }
             let qs = &blk[16..B];
-            for k in 0..256 {
-                let (at, high) = place(r, k);
-                let v = nibble(qs, k);
-                g[at] = if high {
-                    (g[at] & 0x0F) | (v << 4)
-                } else {
-                    (g[at] & 0xF0) | v
-                };
+            for j in 0..8 {
+                for q in 0..4 {
+                    let n = 8 * (j / 2) + 2 * q;
+                    let (lo, hi) = (word(qs, n), word(qs, n + 1));
+                    let v = if j % 2 == 0 {
+                        (lo & LOW) | ((hi & LOW) << 4)
+                    } else {
+                        ((lo >> 4) & LOW) | (hi & !LOW)
+                    };
+                    let at = x8::QS + 32 * (4 * j + q) + 4 * r;
+                    g[at..at + 4].copy_from_slice(&v.to_le_bytes());
+                }
             }
         }
     }
@@ -101,14 +100,15 @@ pub(crate) fn deinterleave_group(src: &[u8], nb: usize, dst: &mut [u8]) {
                 blk[4 + 4 * w..8 + 4 * w].copy_from_slice(&g[at..at + 4]);
             }
             let qs = &mut blk[16..B];
-            for k in 0..256 {
-                let (at, high) = place(r, k);
-                let v = if high { g[at] >> 4 } else { g[at] & 0x0F };
-                let (c, l) = (k / 64, k % 64);
-                if l < 32 {
-                    qs[32 * c + l] = (qs[32 * c + l] & 0xF0) | v;
-                } else {
-                    qs[32 * c + l - 32] = (qs[32 * c + l - 32] & 0x0F) | (v << 4);
+            for c in 0..4 {
+                for q in 0..4 {
+                    let at = |j: usize| &g[x8::QS + 32 * (4 * j + q) + 4 * r..];
+                    let (even, odd) = (word(at(2 * c), 0), word(at(2 * c + 1), 0));
+                    let lo = (even & LOW) | ((odd & LOW) << 4);
+                    let hi = ((even >> 4) & LOW) | (odd & !LOW);
+                    let n = 8 * c + 2 * q;
+                    qs[4 * n..4 * n + 4].copy_from_slice(&lo.to_le_bytes());
+                    qs[4 * n + 4..4 * n + 8].copy_from_slice(&hi.to_le_bytes());
                 }
             }
         }
