@@ -11,7 +11,9 @@ use gguf::GgufFile;
 
 /// Whether loads make the decode layout (`HEARTH_INTERLEAVE=0` says no).
 pub(crate) fn enabled() -> bool {
-    std::env::var("HEARTH_INTERLEAVE").map_or(true, |v| v != "0")
+    std::env::var("HEARTH_INTERLEAVE")
+        .ok()
+        .is_none_or(|v| v != "0")
 }
 
 /// Rearranges every layer matrix the decode kernels read faster
