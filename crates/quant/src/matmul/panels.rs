@@ -65,6 +65,9 @@ pub(super) fn panels_product(
     use std::cell::RefCell;
     thread_local! {
         static PACKED: RefCell<Vec<Panel>> = const { RefCell::new(Vec::new()) };
+        /// An interleaved matrix's panel rows copied out, kept from task to
+        /// task so a prefill allocates none.
+        static COPIED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
     }
     let Some(w0) = ws.first() else { return };
     let cols = w0.cols;
@@ -101,64 +104,66 @@ pub(super) fn panels_product(
         let (b0, b1) = (block * block_rows, ((block + 1) * block_rows).min(batch));
         let (w, out, rows) = (ws[matrix], &outs[matrix], ws[matrix].rows);
         PACKED.with(|packed| {
-            let mut packed = packed.borrow_mut();
-            packed.resize_with(PANELS, Panel::default);
-            let mut tiles = amx.then(Tiles::new);
-            let mut copied = Vec::new();
-            let mut p0 = mine.start;
-            while p0 < mine.end {
-                let p1 = (p0 + PANELS).min(mine.end);
-                for (i, panel) in packed.iter_mut().enumerate().take(p1 - p0) {
-                    let r0 = (p0 + i) * NR;
-                    // A fixed array: this runs for every panel.
-                    let mut views: [&[u8]; NR] = [&[]; NR];
-                    let n = (rows - r0).min(NR);
-                    if w.grouped {
-                        // Interleaved rows are packed from their standard
-                        // layout, copied out a panel at a time.
-                        w.rows_into(r0, n, &mut copied);
-                        for (v, row) in views.iter_mut().zip(copied.chunks_exact(w.row_bytes)) {
-                            *v = row;
-                        }
-                    } else {
-                        for (v, r) in views.iter_mut().zip(r0..r0 + n) {
-                            *v = w.row(r);
-                        }
-                    }
-                    panel.fill_on(tier, w.ty, &views[..n], cols, amx);
-                }
-                for c0 in (b0..b1).step_by(sweep) {
-                    let c1 = (c0 + sweep).min(b1);
-                    for (i, panel) in packed.iter().enumerate().take(p1 - p0) {
+            COPIED.with(|copied| {
+                let mut packed = packed.borrow_mut();
+                packed.resize_with(PANELS, Panel::default);
+                let mut tiles = amx.then(Tiles::new);
+                let mut copied = copied.borrow_mut();
+                let mut p0 = mine.start;
+                while p0 < mine.end {
+                    let p1 = (p0 + PANELS).min(mine.end);
+                    for (i, panel) in packed.iter_mut().enumerate().take(p1 - p0) {
                         let r0 = (p0 + i) * NR;
+                        // A fixed array: this runs for every panel.
+                        let mut views: [&[u8]; NR] = [&[]; NR];
                         let n = (rows - r0).min(NR);
-                        if let Some(tiles) = tiles.as_mut() {
-                            for c in (c0..c1).step_by(MA) {
-                                let m = (c1 - c).min(MA);
-                                let v = tiles.block(panel, acts, c, m);
+                        if w.grouped {
+                            // Interleaved rows are packed from their standard
+                            // layout, copied out a panel at a time.
+                            w.rows_into(r0, n, &mut *copied);
+                            for (v, row) in views.iter_mut().zip(copied.chunks_exact(w.row_bytes)) {
+                                *v = row;
+                            }
+                        } else {
+                            for (v, r) in views.iter_mut().zip(r0..r0 + n) {
+                                *v = w.row(r);
+                            }
+                        }
+                        panel.fill_on(tier, w.ty, &views[..n], cols, amx);
+                    }
+                    for c0 in (b0..b1).step_by(sweep) {
+                        let c1 = (c0 + sweep).min(b1);
+                        for (i, panel) in packed.iter().enumerate().take(p1 - p0) {
+                            let r0 = (p0 + i) * NR;
+                            let n = (rows - r0).min(NR);
+                            if let Some(tiles) = tiles.as_mut() {
+                                for c in (c0..c1).step_by(MA) {
+                                    let m = (c1 - c).min(MA);
+                                    let v = tiles.block(panel, acts, c, m);
+                                    for (j, vj) in v.iter().enumerate().take(m) {
+                                        // SAFETY: as below.
+                                        unsafe { out.slice((c + j) * rows + r0, n) }
+                                            .copy_from_slice(&vj[..n]);
+                                    }
+                                }
+                                continue;
+                            }
+                            for c in (c0..c1).step_by(rows_per_tile) {
+                                let m = (c1 - c).min(rows_per_tile);
+                                let v = tile(tier, panel, acts, c, m);
                                 for (j, vj) in v.iter().enumerate().take(m) {
-                                    // SAFETY: as below.
+                                    // SAFETY: weight rows r0..r0+n of rows
+                                    // b0..b1 belong to this task alone, and
+                                    // this slice is the only one alive.
                                     unsafe { out.slice((c + j) * rows + r0, n) }
                                         .copy_from_slice(&vj[..n]);
                                 }
                             }
-                            continue;
-                        }
-                        for c in (c0..c1).step_by(rows_per_tile) {
-                            let m = (c1 - c).min(rows_per_tile);
-                            let v = tile(tier, panel, acts, c, m);
-                            for (j, vj) in v.iter().enumerate().take(m) {
-                                // SAFETY: weight rows r0..r0+n of rows
-                                // b0..b1 belong to this task alone, and
-                                // this slice is the only one alive.
-                                unsafe { out.slice((c + j) * rows + r0, n) }
-                                    .copy_from_slice(&vj[..n]);
-                            }
                         }
                     }
+                    p0 = p1;
                 }
-                p0 = p1;
-            }
+            })
         });
     });
 }
