@@ -120,7 +120,7 @@ pub(super) fn panels_product(
                         if w.grouped {
                             // Interleaved rows are packed from their standard
                             // layout, copied out a panel at a time.
-                            w.rows_into(r0, n, &mut *copied);
+                            w.rows_into(r0, n, &mut copied);
                             for (v, row) in views.iter_mut().zip(copied.chunks_exact(w.row_bytes)) {
                                 *v = row;
                             }
