@@ -1,7 +1,8 @@
-//! The decode layout made at load: the layers' Q4_K matrices rearranged
-//! into rows interleaved by eight ([`quant::interleave`]), which the x86
-//! decode kernels read as one stream with a fraction of the work per block.
-//! The products keep their bits, so nothing downstream can tell.
+//! The decode layout made at load: the layers' matrices and the output head
+//! rearranged into rows interleaved by eight ([`quant::interleave`]) where
+//! their type has the layout (Q4_K, Q8_0), which the x86 decode kernels
+//! read as one stream with a fraction of the work per block. The products
+//! keep their bits, so nothing downstream can tell.
 //! `HEARTH_INTERLEAVE=0` keeps the file's layout (to measure the two side by
 //! side).
 
@@ -16,17 +17,20 @@ pub(crate) fn enabled() -> bool {
         .is_none_or(|v| v != "0")
 }
 
-/// Rearranges every layer matrix the decode kernels read faster
-/// interleaved; returns the bytes rearranged. The embeddings and the output
-/// head stay as they are: rows of them are looked up one by one.
+/// Rearranges every matrix a decode step multiplies by that the kernels in
+/// use read faster interleaved; returns the bytes rearranged. The head is
+/// one of them; tied token embeddings then share its layout (a lookup
+/// copies its row's group out). Untied embeddings and the per-layer tables
+/// stay as they are: rows of them are only looked up.
 pub(crate) fn interleave(weights: &mut Weights, file: &GgufFile) -> Result<usize, ModelError> {
+    let tied = weights.output.same_tensor(&weights.token_embd);
     let mut linears: Vec<&mut Linear> = weights.layers.iter_mut().flat_map(layer_linears).collect();
     let per = linears
         .len()
         .div_ceil(quant::default_threads().max(1))
         .max(1);
     // Each thread rearranges its share of the matrices.
-    std::thread::scope(|s| {
+    let layers = std::thread::scope(|s| {
         let jobs: Vec<_> = linears
             .chunks_mut(per)
             .map(|part| s.spawn(move || part.iter_mut().map(|l| l.interleave(file)).sum()))
@@ -34,7 +38,13 @@ pub(crate) fn interleave(weights: &mut Weights, file: &GgufFile) -> Result<usize
         jobs.into_iter()
             .map(|j| j.join().unwrap_or(Ok(0)))
             .sum::<Result<usize, ModelError>>()
-    })
+    })?;
+    // The head is shared out over the threads by `quant::interleave` itself.
+    let head = weights.output.interleave(file)?;
+    if tied {
+        weights.token_embd = weights.output.clone();
+    }
+    Ok(layers + head)
 }
 
 /// The matrices of one layer that a decode step multiplies by.

@@ -137,10 +137,11 @@ impl HeadSubset {
         ids.dedup();
         ids.retain(|&id| (id as usize) < output.rows());
         let rb = output.row_bytes();
-        let mut rows = Vec::with_capacity(ids.len() * rb);
+        let (mut rows, mut row) = (Vec::with_capacity(ids.len() * rb), Vec::new());
         for &id in &ids {
-            let at = id as usize * rb;
-            rows.extend_from_slice(&output.data()[at..at + rb]);
+            // One row in the standard layout, whatever the head's.
+            output.rows_into(id as usize, 1, &mut row);
+            rows.extend_from_slice(&row);
         }
         Self {
             ty: output.ty(),

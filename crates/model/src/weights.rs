@@ -63,6 +63,12 @@ impl Linear {
             .collect())
     }
 
+    /// Whether `other` is bound to the same bytes of the same tensor (tied
+    /// embeddings and head).
+    pub(crate) fn same_tensor(&self, other: &Linear) -> bool {
+        self.info.name == other.info.name && self.offset == other.offset
+    }
+
     /// The element type.
     pub fn ty(&self) -> GgmlType {
         self.info.ty

@@ -19,6 +19,7 @@ fn main() {
     for (ty, rows, cols, grouped) in [
         (GgmlType::Q5_0, 6912, 1152, false),
         (GgmlType::Q8_0, 6912, 1152, false),
+        (GgmlType::Q8_0, 6912, 1152, true),
         (GgmlType::Q4_0, 6912, 1152, false),
         (GgmlType::Q4_K, 1152, 6912, false),
         (GgmlType::Q4_K, 1152, 6912, true),

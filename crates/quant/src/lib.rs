@@ -81,34 +81,46 @@ pub fn row_size(ty: GgmlType, n: usize) -> Result<usize, QuantError> {
 }
 
 /// Whether the kernels in use read `ty` faster from the decode layout
-/// [`interleave`] makes (Q4_K on x86-64 with AVX2), so a loader gains by
-/// making it.
+/// [`interleave`] makes (Q4_K and Q8_0 on x86-64 with AVX2), so a loader
+/// gains by making it.
 pub fn interleaves(ty: GgmlType) -> bool {
-    ty == GgmlType::Q4_K && simd::best().q4_k_x8.is_some()
+    simd::best().x8(ty).is_some()
 }
 
-/// `rows` rows of `cols` Q4_K weights (`data`, row after row) rearranged
-/// into the decode layout that [`Matrix::interleaved`] reads: groups of
-/// eight rows, each group's blocks side by side (see
-/// `formats/interleave.rs`). `None` where it does not apply: another type,
-/// or rows not a whole number of groups. Its size is the input's.
+/// `rows` rows of `cols` weights of `ty` (`data`, row after row)
+/// rearranged into the decode layout that [`Matrix::interleaved`] reads:
+/// groups of eight rows, each group's blocks side by side (see
+/// `formats/interleave.rs`). `None` where it does not apply: a type without
+/// the layout, or rows not a whole number of groups. Its size is the
+/// input's. Large matrices are shared out over the default threads.
 pub fn interleave(
     ty: GgmlType,
     rows: usize,
     cols: usize,
     data: &[u8],
 ) -> Result<Option<Vec<u8>>, QuantError> {
-    use formats::interleave::{interleave_group, GROUP_ROWS};
-    if ty != GgmlType::Q4_K || !rows.is_multiple_of(GROUP_ROWS) {
+    use formats::interleave::{interleave_group, supports, GROUP_ROWS};
+    if !supports(ty) || !rows.is_multiple_of(GROUP_ROWS) {
         return Ok(None);
     }
     let m = Matrix::new(ty, rows, cols, data)?;
-    let (rb, nb) = (m.row_bytes(), cols / ty.block_len());
+    let (gb, nb) = (GROUP_ROWS * m.row_bytes(), cols / ty.block_len());
     let mut out = vec![0u8; data.len()];
-    for (g, dst) in out.chunks_exact_mut(GROUP_ROWS * rb).enumerate() {
-        let rows = std::array::from_fn(|r| m.row(g * GROUP_ROWS + r));
-        interleave_group(rows, nb, dst);
-    }
+    // Whole groups per thread; a small matrix stays on this one.
+    let per = (rows / GROUP_ROWS)
+        .div_ceil(default_threads().max(1))
+        .max((1 << 20) / gb.max(1))
+        .max(1);
+    std::thread::scope(|s| {
+        for (i, part) in out.chunks_mut(per * gb).enumerate() {
+            s.spawn(move || {
+                for (k, dst) in part.chunks_exact_mut(gb).enumerate() {
+                    let first = (i * per + k) * GROUP_ROWS;
+                    interleave_group(ty, std::array::from_fn(|r| m.row(first + r)), nb, dst);
+                }
+            });
+        }
+    });
     Ok(Some(out))
 }
 
@@ -446,11 +458,12 @@ pub mod testing {
         Ok(rows4.is_some())
     }
 
-    /// Every group of the interleaved Q4_K matrix `w` against `batch` Q8_K
-    /// activation rows (`a`, one after another) through the named table's
-    /// interleaved kernels, four activation rows at a time while they last,
-    /// into `out` (`batch` rows of `w.rows()` results). `Ok(false)`, with
-    /// nothing computed, where the table has none.
+    /// Every group of the interleaved matrix `w` against `batch`
+    /// activation rows of its vec_dot type (`a`, one after another) through
+    /// the named table's interleaved kernels, four activation rows at a
+    /// time where the table has a four-row one, into `out` (`batch` rows of
+    /// `w.rows()` results). `Ok(false)`, with nothing computed, where the
+    /// table has none.
     pub fn interleaved_rows_with(
         set: &str,
         w: &crate::Matrix,
@@ -460,23 +473,24 @@ pub mod testing {
     ) -> Result<bool, QuantError> {
         use crate::formats::interleave::GROUP_ROWS;
         let k = table(set)?;
-        let (Some(one), Some(four)) = (k.q4_k_x8, k.q4_k_x8x4) else {
+        let Some(one) = k.x8(w.ty()) else {
             return Ok(false);
         };
-        let (rows, nb) = (w.rows(), w.cols() / GgmlType::Q4_K.block_len());
-        let arow = nb * GgmlType::Q8_K.block_bytes();
+        let (rows, nb) = (w.rows(), w.cols() / w.ty().block_len());
+        let arow = nb * crate::vec_dot_type(w.ty()).block_bytes();
         if !w.is_interleaved() || a.len() < batch * arow || out.len() < batch * rows {
             return Err(QuantError::Shape(format!(
-                "an interleaved Q4_K matrix, {batch} rows of {arow} activation bytes and {} outputs",
+                "an interleaved matrix, {batch} rows of {arow} activation bytes and {} outputs",
                 batch * rows
             )));
         }
         for g in 0..rows / GROUP_ROWS {
             let at = |b: usize| b * rows + g * GROUP_ROWS;
             let mut b = 0;
-            while b + 4 <= batch {
+            while let Some(four) = k.x8x4(w.ty()).filter(|_| b + 4 <= batch) {
                 // SAFETY: table from this module; the group holds `nb` group
-                // blocks and rows b..b+4 of `a` `nb` Q8_K blocks each (checked).
+                // blocks and rows b..b+4 of `a` `nb` activation blocks each
+                // (checked).
                 let v = unsafe { four(w.group(g), &a[b * arow..], arow, nb) };
                 for (c, v) in v.iter().enumerate() {
                     out[at(b + c)..at(b + c) + GROUP_ROWS].copy_from_slice(v);

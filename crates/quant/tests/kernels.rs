@@ -113,53 +113,56 @@ proptest! {
         }
     }
 
-    /// Q4_K rows interleaved in groups of eight: every table's interleaved
-    /// kernel gives each row the scalar reference's dot to the bit, and so
-    /// does every product through the layout (decode rows, batched rows,
-    /// the panel product of a prefill), on the table in use.
+    /// Q4_K and Q8_0 rows interleaved in groups of eight: every table's
+    /// interleaved kernels give each row the scalar reference's dot to the
+    /// bit, and so does every product through the layout (decode rows,
+    /// batched rows, the panel product of a prefill), on the table in use.
     #[test]
-    fn interleaved_q4_k_matches_scalar_rows(seed in 1u64.., groups in 1usize..4, nblocks in 1usize..5, scale in 0.01f32..100.0) {
-        let ty = GgmlType::Q4_K;
-        let mut rng = Rng(seed);
-        let (rows, cols) = (8 * groups, 256 * nblocks);
-        let w = random_weights(ty, rows * cols, &mut rng);
-        let packed = quant::interleave(ty, rows, cols, &w).unwrap().unwrap();
-        prop_assert_eq!(packed.len(), w.len());
-        let (plain, grouped) = (Matrix::new(ty, rows, cols, &w).unwrap(), Matrix::interleaved(ty, rows, cols, &packed).unwrap());
-        let rb = plain.row_bytes();
-        // Six activation rows: four through the four-row kernel, two alone.
-        let (x, a) = random_acts(ty, 6 * cols, &mut rng, scale);
-        let x = &x[..cols];
-        let arow = a.len() / 6;
-        let want: Vec<f32> = (0..6 * rows)
-            .map(|i| {
-                let (b, r) = (i / rows, i % rows);
-                scalar::vec_dot(ty, cols, &w[r * rb..(r + 1) * rb], &a[b * arow..(b + 1) * arow]).unwrap()
-            })
-            .collect();
-        for set in testing::kernel_sets() {
-            let mut got = vec![0f32; 6 * rows];
-            if testing::interleaved_rows_with(set, &grouped, &a, 6, &mut got).unwrap() {
-                prop_assert_eq!(got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
-                    want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{}", set);
+    fn interleaved_rows_match_scalar_rows(seed in 1u64.., groups in 1usize..4, nblocks in 1usize..5, scale in 0.01f32..100.0) {
+        for ty in [GgmlType::Q4_K, GgmlType::Q8_0] {
+            let mut rng = Rng(seed);
+            // Q8_0 takes an odd number of blocks too (the kernel's last block).
+            let blocks = if ty == GgmlType::Q8_0 { 5 * nblocks } else { nblocks };
+            let (rows, cols) = (8 * groups, ty.block_len() * blocks);
+            let w = random_weights(ty, rows * cols, &mut rng);
+            let packed = quant::interleave(ty, rows, cols, &w).unwrap().unwrap();
+            prop_assert_eq!(packed.len(), w.len());
+            let (plain, grouped) = (Matrix::new(ty, rows, cols, &w).unwrap(), Matrix::interleaved(ty, rows, cols, &packed).unwrap());
+            let rb = plain.row_bytes();
+            // Six activation rows: four through the four-row kernel, two alone.
+            let (x, a) = random_acts(ty, 6 * cols, &mut rng, scale);
+            let x = &x[..cols];
+            let arow = a.len() / 6;
+            let want: Vec<f32> = (0..6 * rows)
+                .map(|i| {
+                    let (b, r) = (i / rows, i % rows);
+                    scalar::vec_dot(ty, cols, &w[r * rb..(r + 1) * rb], &a[b * arow..(b + 1) * arow]).unwrap()
+                })
+                .collect();
+            for set in testing::kernel_sets() {
+                let mut got = vec![0f32; 6 * rows];
+                if testing::interleaved_rows_with(set, &grouped, &a, 6, &mut got).unwrap() {
+                    prop_assert_eq!(got.iter().map(|v| v.to_bits()).collect::<Vec<_>>(),
+                        want.iter().map(|v| v.to_bits()).collect::<Vec<_>>(), "{} {}", ty, set);
+                }
             }
-        }
-        let pool = ThreadPool::new(2);
-        for batch in [1usize, 3, 4, 9, 16, 21] {
-            let xs: Vec<f32> = (0..batch * cols).map(|i| x[i % cols] * (1.0 + (i / cols) as f32)).collect();
-            let mut outs = [vec![0f32; batch * rows], vec![0f32; batch * rows]];
-            for (m, out) in [&plain, &grouped].into_iter().zip(outs.iter_mut()) {
-                let mut scratch = Vec::new();
-                quant::matmul(&pool, quant::Product::new(&[m], &xs, batch), &mut [&mut out[..]], &mut scratch).unwrap();
+            let pool = ThreadPool::new(2);
+            for batch in [1usize, 3, 4, 9, 16, 21] {
+                let xs: Vec<f32> = (0..batch * cols).map(|i| x[i % cols] * (1.0 + (i / cols) as f32)).collect();
+                let mut outs = [vec![0f32; batch * rows], vec![0f32; batch * rows]];
+                for (m, out) in [&plain, &grouped].into_iter().zip(outs.iter_mut()) {
+                    let mut scratch = Vec::new();
+                    quant::matmul(&pool, quant::Product::new(&[m], &xs, batch), &mut [&mut out[..]], &mut scratch).unwrap();
+                }
+                let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                prop_assert_eq!(bits(&outs[1]), bits(&outs[0]), "{} batch {}", ty, batch);
             }
-            let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
-            prop_assert_eq!(bits(&outs[1]), bits(&outs[0]), "batch {}", batch);
+            let mut row = vec![0f32; cols];
+            let mut want_row = vec![0f32; cols];
+            grouped.dequantize_row(rows - 3, &mut row).unwrap();
+            plain.dequantize_row(rows - 3, &mut want_row).unwrap();
+            prop_assert_eq!(row, want_row);
         }
-        let mut row = vec![0f32; cols];
-        let mut want_row = vec![0f32; cols];
-        grouped.dequantize_row(rows - 3, &mut row).unwrap();
-        plain.dequantize_row(rows - 3, &mut want_row).unwrap();
-        prop_assert_eq!(row, want_row);
     }
 
     #[test]

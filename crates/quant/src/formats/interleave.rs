@@ -1,16 +1,17 @@
-//! Q4_K rows interleaved in groups of eight, Hearth's own decode layout.
+//! Q4_K and Q8_0 rows interleaved in groups of eight, Hearth's own decode
+//! layout.
 //!
-//! A decode product reads each weight once, and one Q4_K row at a time
-//! spends most of its time on each block's tail (unpacking the scales,
-//! horizontal sums, the float steps) rather than on the bytes. Eight rows
-//! laid side by side let one register lane serve each row: a `vpdpbusd`
-//! multiplies four weights of all eight rows by the same four activations,
-//! the scales of eight rows unpack in one pass, and the product reads one
-//! stream instead of eight. The layout has the same size as the rows it
-//! replaces, and every value keeps its bits, so each row's dot is the
-//! standard kernel's to the last bit.
+//! A decode product reads each weight once, and one row at a time spends
+//! most of its time on each block's tail (unpacking the scales, horizontal
+//! sums, the float steps) rather than on the bytes. Eight rows laid side by
+//! side let one register lane serve each row: a `vpdpbusd` multiplies four
+//! weights of all eight rows by the same four activations, the scales of
+//! eight rows unpack in one pass, and the product reads one stream instead
+//! of eight. The layout has the same size as the rows it replaces, and
+//! every value keeps its bits, so each row's dot is the standard kernel's
+//! to the last bit.
 //!
-//! One group block (the eight rows' block `b`, [`GROUP_BLOCK_BYTES`]):
+//! One Q4_K group block (the eight rows' block `b`, [`GROUP_BLOCK_BYTES`]):
 //!
 //! | bytes | what |
 //! |---|---|
@@ -18,8 +19,16 @@
 //! | 16..32 | `dmin` of rows 0..8 (f16) |
 //! | 32..128 | the packed scales: bytes 0..4 of rows 0..8, then 4..8, then 8..12 |
 //! | 128..1152 | nibbles: for sub-block `j` and quarter `g`, 32 bytes at `128 + 32 (4 j + g)`, four per row; byte `i` of row `r` holds value `32 j + 8 g + i` low and `+ 4` high |
+//!
+//! One Q8_0 group block ([`Q8_0_GROUP_BYTES`]):
+//!
+//! | bytes | what |
+//! |---|---|
+//! | 0..16 | `d` of rows 0..8 (f16) |
+//! | 16..272 | values: for quad `j`, 32 bytes at `16 + 32 j`, the values `4 j..4 j + 4` of row `r` at `4 r` |
 
-use super::blocks::{BlockFormat, BlockQ4K};
+use super::blocks::{BlockFormat, BlockQ4K, BlockQ8_0};
+use crate::GgmlType;
 
 /// Rows in a group.
 pub const GROUP_ROWS: usize = 8;
@@ -27,7 +36,77 @@ pub const GROUP_ROWS: usize = 8;
 /// Bytes of one group block: eight Q4_K blocks.
 pub(crate) const GROUP_BLOCK_BYTES: usize = GROUP_ROWS * BlockQ4K::BYTES;
 
-/// Byte offsets within a group block.
+/// Bytes of one Q8_0 group block: eight Q8_0 blocks.
+pub(crate) const Q8_0_GROUP_BYTES: usize = GROUP_ROWS * BlockQ8_0::BYTES;
+
+/// Byte offsets within a Q8_0 group block.
+pub(crate) mod x8_q8_0 {
+    /// The eight `d`.
+    pub(crate) const D: usize = 0;
+    /// The values, quad by quad.
+    pub(crate) const QS: usize = 16;
+}
+
+/// Whether rows of `ty` have an interleaved layout.
+pub(crate) fn supports(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_K | GgmlType::Q8_0)
+}
+
+/// Interleaves eight standard rows of `nb` blocks of `ty` (`rows[r]`) into
+/// `dst` (`nb` group blocks); nothing for a type without the layout.
+pub(crate) fn interleave_group(ty: GgmlType, rows: [&[u8]; GROUP_ROWS], nb: usize, dst: &mut [u8]) {
+    match ty {
+        GgmlType::Q4_K => interleave_q4_k(rows, nb, dst),
+        GgmlType::Q8_0 => interleave_q8_0(rows, nb, dst),
+        _ => {}
+    }
+}
+
+/// The inverse of [`interleave_group`]: `src` (`nb` group blocks) back to
+/// eight standard rows of `nb` blocks, one after another in `dst`.
+pub(crate) fn deinterleave_group(ty: GgmlType, src: &[u8], nb: usize, dst: &mut [u8]) {
+    match ty {
+        GgmlType::Q4_K => deinterleave_q4_k(src, nb, dst),
+        GgmlType::Q8_0 => deinterleave_q8_0(src, nb, dst),
+        _ => {}
+    }
+}
+
+/// Q8_0's layout: the eight scales, then each quad of values of the eight
+/// rows side by side.
+fn interleave_q8_0(rows: [&[u8]; GROUP_ROWS], nb: usize, dst: &mut [u8]) {
+    const B: usize = BlockQ8_0::BYTES;
+    for b in 0..nb {
+        let g = &mut dst[b * Q8_0_GROUP_BYTES..(b + 1) * Q8_0_GROUP_BYTES];
+        for (r, row) in rows.iter().enumerate() {
+            let blk = &row[b * B..(b + 1) * B];
+            g[x8_q8_0::D + 2 * r..x8_q8_0::D + 2 * r + 2].copy_from_slice(&blk[0..2]);
+            for j in 0..8 {
+                let at = x8_q8_0::QS + 32 * j + 4 * r;
+                g[at..at + 4].copy_from_slice(&blk[2 + 4 * j..6 + 4 * j]);
+            }
+        }
+    }
+}
+
+/// The inverse of [`interleave_q8_0`].
+fn deinterleave_q8_0(src: &[u8], nb: usize, dst: &mut [u8]) {
+    const B: usize = BlockQ8_0::BYTES;
+    for b in 0..nb {
+        let g = &src[b * Q8_0_GROUP_BYTES..(b + 1) * Q8_0_GROUP_BYTES];
+        for r in 0..GROUP_ROWS {
+            let at = (r * nb + b) * B;
+            let blk = &mut dst[at..at + B];
+            blk[0..2].copy_from_slice(&g[x8_q8_0::D + 2 * r..x8_q8_0::D + 2 * r + 2]);
+            for j in 0..8 {
+                let at = x8_q8_0::QS + 32 * j + 4 * r;
+                blk[2 + 4 * j..6 + 4 * j].copy_from_slice(&g[at..at + 4]);
+            }
+        }
+    }
+}
+
+/// Byte offsets within a Q4_K group block.
 pub(crate) mod x8 {
     /// The eight `d`.
     pub(crate) const D: usize = 0;
@@ -47,14 +126,13 @@ fn word(qs: &[u8], n: usize) -> u32 {
 
 const LOW: u32 = 0x0f0f_0f0f;
 
-/// Interleaves eight standard rows of `nb` Q4_K blocks (`rows[r]`) into
-/// `dst` (`nb` group blocks).
+/// Q4_K's layout (see the module's table).
 ///
 /// Sub-blocks `2c` and `2c + 1` are the low and high nibbles of bytes
 /// `32c..32c + 32` of `qs`; quarter `g` of either takes bytes `8g..8g + 4`
 /// (its values 0..4) and `8g + 4..8g + 8` (4..8) of that run: word by word,
 /// the low run's nibbles go low and the high run's high.
-pub(crate) fn interleave_group(rows: [&[u8]; GROUP_ROWS], nb: usize, dst: &mut [u8]) {
+fn interleave_q4_k(rows: [&[u8]; GROUP_ROWS], nb: usize, dst: &mut [u8]) {
     const B: usize = BlockQ4K::BYTES;
     for b in 0..nb {
         let g = &mut dst[b * GROUP_BLOCK_BYTES..(b + 1) * GROUP_BLOCK_BYTES];
@@ -84,9 +162,8 @@ pub(crate) fn interleave_group(rows: [&[u8]; GROUP_ROWS], nb: usize, dst: &mut [
     }
 }
 
-/// The inverse of [`interleave_group`]: `src` (`nb` group blocks) back to
-/// eight standard rows of `nb` blocks, one after another in `dst`.
-pub(crate) fn deinterleave_group(src: &[u8], nb: usize, dst: &mut [u8]) {
+/// The inverse of [`interleave_q4_k`].
+fn deinterleave_q4_k(src: &[u8], nb: usize, dst: &mut [u8]) {
     const B: usize = BlockQ4K::BYTES;
     for b in 0..nb {
         let g = &src[b * GROUP_BLOCK_BYTES..(b + 1) * GROUP_BLOCK_BYTES];
@@ -119,32 +196,51 @@ pub(crate) fn deinterleave_group(src: &[u8], nb: usize, dst: &mut [u8]) {
 mod tests {
     use super::*;
 
-    /// Any bytes survive the round trip, and each value lands where the
-    /// kernels look for it.
-    #[test]
-    fn interleaving_round_trips_any_bytes() {
-        let nb = 3;
-        let row_bytes = nb * BlockQ4K::BYTES;
+    /// `GROUP_ROWS` rows of `nb` blocks of `ty`, any bytes.
+    fn random_rows(ty: GgmlType, nb: usize) -> Vec<u8> {
         let mut x = 0x2545_f491_4f6c_dd1d_u64;
-        let src: Vec<u8> = (0..GROUP_ROWS * row_bytes)
+        (0..GROUP_ROWS * nb * ty.block_bytes())
             .map(|_| {
                 x ^= x << 13;
                 x ^= x >> 7;
                 x ^= x << 17;
                 (x >> 32) as u8
             })
-            .collect();
+            .collect()
+    }
+
+    /// `src` through the layout and back, and the layout itself.
+    fn round_trip(ty: GgmlType, src: &[u8], nb: usize) -> Vec<u8> {
+        let row_bytes = nb * ty.block_bytes();
         let rows: [&[u8]; GROUP_ROWS] =
             std::array::from_fn(|r| &src[r * row_bytes..(r + 1) * row_bytes]);
-        let mut packed = vec![0u8; nb * GROUP_BLOCK_BYTES];
-        interleave_group(rows, nb, &mut packed);
+        let mut packed = vec![0u8; src.len()];
+        interleave_group(ty, rows, nb, &mut packed);
         let mut back = vec![0u8; src.len()];
-        deinterleave_group(&packed, nb, &mut back);
-        assert_eq!(back, src);
+        deinterleave_group(ty, &packed, nb, &mut back);
+        assert_eq!(back, src, "{ty:?}");
+        packed
+    }
+
+    /// Any bytes survive the round trip, and each value lands where the
+    /// kernels look for it.
+    #[test]
+    fn interleaving_round_trips_any_bytes() {
+        let nb = 3;
+        let src = random_rows(GgmlType::Q4_K, nb);
+        let packed = round_trip(GgmlType::Q4_K, &src, nb);
         // Row 5, block 2, value 37 (sub-block 1, quarter 0, byte 5: high).
-        let blk = &src[5 * row_bytes + 2 * BlockQ4K::BYTES..];
+        let blk = &src[5 * nb * BlockQ4K::BYTES + 2 * BlockQ4K::BYTES..];
         let want = blk[16 + 5] >> 4;
         let g = &packed[2 * GROUP_BLOCK_BYTES..];
         assert_eq!(g[x8::QS + 32 * 4 + 4 * 5 + 1] >> 4, want);
+
+        let src = random_rows(GgmlType::Q8_0, nb);
+        let packed = round_trip(GgmlType::Q8_0, &src, nb);
+        // Row 6, block 1: its scale, and value 13 (quad 3, byte 1).
+        let blk = &src[6 * nb * BlockQ8_0::BYTES + BlockQ8_0::BYTES..];
+        let g = &packed[Q8_0_GROUP_BYTES..];
+        assert_eq!(g[x8_q8_0::D + 12..x8_q8_0::D + 14], blk[0..2]);
+        assert_eq!(g[x8_q8_0::QS + 32 * 3 + 4 * 6 + 1], blk[2 + 13]);
     }
 }

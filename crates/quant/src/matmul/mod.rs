@@ -13,15 +13,15 @@ mod rows;
 pub use acts::PreparedActs;
 pub(crate) use plan::SharedOut;
 
-use crate::formats::interleave::{deinterleave_group, GROUP_ROWS};
+use crate::formats::interleave::{deinterleave_group, supports, GROUP_ROWS};
 use crate::pool::ThreadPool;
 use crate::{dequantize, is_supported, simd, GgmlType, QuantError};
 use acts::Ready;
 use plan::{GEMM_MIN_BATCH, MAX_FUSED};
 
 /// A weight matrix view: `rows` rows of `cols` elements of type `ty`,
-/// validated on construction; row after row, or Q4_K rows in groups of
-/// eight (see [`Matrix::interleaved`]).
+/// validated on construction; row after row, or Q4_K/Q8_0 rows in groups
+/// of eight (see [`Matrix::interleaved`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Matrix<'a> {
     ty: GgmlType,
@@ -71,7 +71,7 @@ impl<'a> Matrix<'a> {
         })
     }
 
-    /// A Q4_K matrix in the decode layout [`crate::interleave`] makes: its
+    /// A Q4_K or Q8_0 matrix in the decode layout [`crate::interleave`] makes: its
     /// rows in groups of [`GROUP_ROWS`], each group's blocks side by side.
     /// Every product reads it with the same results as the rows it came
     /// from; the decode kernels read it as one stream.
@@ -81,9 +81,9 @@ impl<'a> Matrix<'a> {
         cols: usize,
         data: &'a [u8],
     ) -> Result<Self, QuantError> {
-        if ty != GgmlType::Q4_K || !rows.is_multiple_of(GROUP_ROWS) {
+        if !supports(ty) || !rows.is_multiple_of(GROUP_ROWS) {
             return Err(QuantError::Shape(format!(
-                "rows interleaved by {GROUP_ROWS} are Q4_K in whole groups, not {ty:?} x {rows}"
+                "rows interleaved by {GROUP_ROWS} are Q4_K or Q8_0 in whole groups, not {ty:?} x {rows}"
             )));
         }
         Ok(Matrix {
@@ -140,7 +140,7 @@ impl<'a> Matrix<'a> {
     /// Rows `first..first + n` (clamped to the matrix) one after another in
     /// their standard layout, into `dst` (resized to fit), whatever the
     /// matrix's layout.
-    pub(crate) fn rows_into(&self, first: usize, n: usize, dst: &mut Vec<u8>) {
+    pub fn rows_into(&self, first: usize, n: usize, dst: &mut Vec<u8>) {
         let (first, end) = (first.min(self.rows), (first + n).min(self.rows));
         let rb = self.row_bytes;
         dst.resize((end - first) * rb, 0);
@@ -155,6 +155,7 @@ impl<'a> Matrix<'a> {
             let (lo, hi) = ((g * GROUP_ROWS).max(first), ((g + 1) * GROUP_ROWS).min(end));
             if hi - lo == GROUP_ROWS {
                 deinterleave_group(
+                    self.ty,
                     self.group(g),
                     nb,
                     &mut dst[(lo - first) * rb..][..group_bytes],
@@ -162,7 +163,7 @@ impl<'a> Matrix<'a> {
                 continue;
             }
             unaligned.resize(group_bytes, 0);
-            deinterleave_group(self.group(g), nb, &mut unaligned);
+            deinterleave_group(self.ty, self.group(g), nb, &mut unaligned);
             let from = lo - g * GROUP_ROWS;
             dst[(lo - first) * rb..(hi - first) * rb]
                 .copy_from_slice(&unaligned[from * rb..(from + hi - lo) * rb]);

@@ -247,9 +247,10 @@ pub(super) fn quant_rows(
 }
 
 /// [`quant_rows`] for an interleaved matrix: group by group through the
-/// table's interleaved kernel, each group against every activation row
-/// while it is in cache; a table without one gets each group's rows copied
-/// out for its one-row kernel.
+/// table's interleaved kernels, each group against every activation row
+/// while it is in cache (four rows at a time where the table has a
+/// four-row kernel); a table without one gets each group's rows copied out
+/// for its one-row kernel.
 fn grouped_rows(
     k: &simd::Kernels,
     w: &Matrix,
@@ -259,13 +260,14 @@ fn grouped_rows(
     out: &SharedOut,
 ) {
     let Some(f) = k.quant(w.ty) else { return };
+    let (x8, x8x4) = (k.x8(w.ty), k.x8x4(w.ty));
     let arow = act_row_bytes(vec_dot_type(w.ty), w.cols);
     let (rb, nb) = (w.row_bytes, w.cols / w.ty.block_len());
     let mut copy = Vec::new();
     for g in range.start / GROUP_ROWS..range.end.div_ceil(GROUP_ROWS) {
         let first = g * GROUP_ROWS;
         let (lo, hi) = (first.max(range.start), (first + GROUP_ROWS).min(range.end));
-        if k.q4_k_x8.is_none() {
+        if x8.is_none() {
             w.rows_into(first, GROUP_ROWS, &mut copy);
         }
         let write = |b: usize, v: [f32; GROUP_ROWS]| {
@@ -275,22 +277,20 @@ fn grouped_rows(
             }
         };
         let mut b = 0;
-        if let Some(x4) = k.q4_k_x8x4 {
-            while b + 4 <= batch {
-                // SAFETY: kernel from `simd::best()`; the group holds `nb`
-                // group blocks and activation rows b..b+4 lie inside `acts`.
-                let v = unsafe { x4(w.group(g), &acts[b * arow..(b + 4) * arow], arow, nb) };
-                for (c, v) in v.into_iter().enumerate() {
-                    write(b + c, v);
-                }
-                b += 4;
+        while let Some(x4) = x8x4.filter(|_| b + 4 <= batch) {
+            // SAFETY: kernel from `simd::best()`; the group holds `nb` group
+            // blocks and activation rows b..b+4 lie inside `acts`.
+            let v = unsafe { x4(w.group(g), &acts[b * arow..(b + 4) * arow], arow, nb) };
+            for (c, v) in v.into_iter().enumerate() {
+                write(b + c, v);
             }
+            b += 4;
         }
         for b in b..batch {
             let a = &acts[b * arow..(b + 1) * arow];
             write(
                 b,
-                match k.q4_k_x8 {
+                match x8 {
                     // SAFETY: kernel from `simd::best()`; the group holds
                     // `nb` group blocks and `a` `nb` activation blocks.
                     Some(x8) => unsafe { x8(w.group(g), a, nb) },

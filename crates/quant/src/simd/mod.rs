@@ -69,10 +69,11 @@ pub(crate) type Tile44Fn =
 /// each row). Each result equals the table's one-row kernel to the bit.
 pub(crate) type RowsFn = unsafe fn(w: &[u8], row_bytes: usize, a: &[u8], nb: usize) -> [f32; 4];
 
-/// An interleaved-rows kernel: the eight Q4_K rows of one group in
+/// An interleaved-rows kernel: the eight rows of one group in
 /// [`crate::formats::interleave`]'s layout (`nb` group blocks in `w`)
-/// against one Q8_K activation row of `nb` blocks; each result equals the
-/// table's one-row kernel to the bit (otherwise the [`DotFn`] contract).
+/// against one activation row of `nb` blocks of the type's vec_dot type
+/// (Q8_K for Q4_K, Q8_0 for Q8_0); each result equals the table's one-row
+/// kernel to the bit (otherwise the [`DotFn`] contract).
 pub(crate) type X8Fn = unsafe fn(w: &[u8], a: &[u8], nb: usize) -> [f32; 8];
 
 /// [`X8Fn`] against four activation rows that start `stride` bytes apart in
@@ -180,6 +181,8 @@ pub(crate) struct Kernels {
     pub q4_k_x8: Option<X8Fn>,
     /// The same against four activation rows (see [`X8TileFn`]).
     pub q4_k_x8x4: Option<X8TileFn>,
+    /// Q8_0 rows interleaved in groups of eight (see [`X8Fn`]).
+    pub q8_0_x8: Option<X8Fn>,
     /// Whether the Q4_0/Q5_0/Q8_0 and Q4_K/Q5_K/Q6_K kernels prefetch the
     /// weights ahead themselves (spread over the row, which keeps more misses in flight
     /// than a burst per row does).
@@ -189,6 +192,25 @@ pub(crate) struct Kernels {
 }
 
 impl Kernels {
+    /// The interleaved-rows kernel for weights of type `ty`, one
+    /// activation row (see [`X8Fn`]).
+    pub(crate) fn x8(&self, ty: GgmlType) -> Option<X8Fn> {
+        match ty {
+            GgmlType::Q4_K => self.q4_k_x8,
+            GgmlType::Q8_0 => self.q8_0_x8,
+            _ => None,
+        }
+    }
+
+    /// The interleaved-rows kernel for weights of type `ty` against four
+    /// activation rows (see [`X8TileFn`]).
+    pub(crate) fn x8x4(&self, ty: GgmlType) -> Option<X8TileFn> {
+        match ty {
+            GgmlType::Q4_K => self.q4_k_x8x4,
+            _ => None,
+        }
+    }
+
     /// The quantized kernel for weights of type `ty`.
     pub(crate) fn quant(&self, ty: GgmlType) -> Option<DotFn> {
         Some(match ty {
@@ -308,6 +330,7 @@ static SCALAR: Kernels = Kernels {
     q5_0_r4: None,
     q4_k_x8: None,
     q4_k_x8x4: None,
+    q8_0_x8: None,
     self_prefetch: false,
     gemm: GemmTier::Portable,
 };

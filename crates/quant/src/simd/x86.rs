@@ -1327,6 +1327,7 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q5_0_r4: Some(q5_0_r4_avx2),
         q4_k_x8: Some(super::x86_x8::q4_k_x8_avx2),
         q4_k_x8x4: Some(super::x86_x8::q4_k_x8x4_avx2),
+        q8_0_x8: Some(super::x86_x8::q8_0_x8_avx2),
         self_prefetch: true,
         gemm: GemmTier::Avx2,
         ..SCALAR
@@ -1347,6 +1348,7 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q6_k_x4: Some(q6_k_x4_avxvnni),
         q4_k_x8: Some(super::x86_x8::q4_k_x8_avxvnni),
         q4_k_x8x4: Some(super::x86_x8::q4_k_x8x4_avxvnni),
+        q8_0_x8: Some(super::x86_x8::q8_0_x8_avxvnni),
         gemm: GemmTier::AvxVnni,
         ..AVX2
     };
@@ -1379,6 +1381,7 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q6_k_x4: Some(q6_k_x4_avx512vl),
         q4_k_x8: Some(super::x86_x8::q4_k_x8_avx512vl),
         q4_k_x8x4: Some(super::x86_x8::q4_k_x8x4_avx512vl),
+        q8_0_x8: Some(super::x86_x8::q8_0_x8_avx512vl),
         f32: x86_float::f32_avx512,
         f16: x86_float::f16_avx512,
         bf16: x86_float::bf16_avx512,

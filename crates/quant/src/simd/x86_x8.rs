@@ -1,18 +1,20 @@
-//! Q4_K decode kernels over eight interleaved rows (the layout of
+//! Q4_K and Q8_0 decode kernels over eight interleaved rows (the layout of
 //! [`crate::formats::interleave`]): one 32-bit lane per row, so the rows'
-//! nibbles meet the same four activations in one `vpdpbusd`, and the
+//! values meet the same four activations in one `vpdpbusd`, and the
 //! scales, the minimums and the float steps of eight rows take one pass.
-//! Every integer sum is exact and each row's float steps are
-//! [`crate::scalar::kquant_block`]'s, lane by lane and block by block, so
-//! each result is the one-row kernel's to the bit.
+//! Every integer sum is exact and each row's float steps are the scalar
+//! reference's ([`crate::scalar::kquant_block`] for Q4_K, the two chains of
+//! eight lanes for Q8_0), lane by lane and block by block, so each result
+//! is the one-row kernel's to the bit.
 
 use std::arch::x86_64::*;
 
-use crate::formats::blocks::{at, BlockFormat, BlockQ8K};
-use crate::formats::interleave::{x8, GROUP_BLOCK_BYTES, GROUP_ROWS};
+use crate::formats::blocks::{at, BlockFormat, BlockQ8K, BlockQ8_0};
+use crate::formats::interleave::{x8, x8_q8_0, GROUP_BLOCK_BYTES, GROUP_ROWS, Q8_0_GROUP_BYTES};
 
 /// `acc + Σ u·s` over each lane's four byte pairs, without VNNI: `u` holds
-/// weights 0..15, so `vpmaddubsw` cannot saturate (2 · 15 · 128 < 2^15).
+/// Q4_K's 0..15, or Q8_0's |w| ≤ 128 against activations of at most 127,
+/// so `vpmaddubsw` cannot saturate (2 · 128 · 127 < 2^15).
 #[inline]
 #[target_feature(enable = "avx2")]
 fn dpbusd_avx2(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
@@ -221,4 +223,79 @@ x8_kernels!(
     q4_k_x8_rows_avx512vl,
     q4_k_x8_avx512vl,
     q4_k_x8x4_avx512vl
+);
+
+macro_rules! q8_0_x8_kernel {
+    ($feat:literal, $dp:ident, $one:ident) => {
+        /// Eight interleaved Q8_0 rows · Q8_0: one result per row. Quad `j`
+        /// of block `b` adds to lane `j` of chain `b % 2` as in
+        /// [`crate::scalar`]'s Q8_0 order, here eight rows in a register,
+        /// and the lanes meet as `hsum8` adds them.
+        ///
+        /// # Safety
+        /// [`super::X8Fn`] contract.
+        #[target_feature(enable = $feat)]
+        pub(crate) unsafe fn $one(w: &[u8], a: &[u8], nb: usize) -> [f32; GROUP_ROWS] {
+            debug_assert!(w.len() >= nb * Q8_0_GROUP_BYTES && a.len() >= nb * BlockQ8_0::BYTES);
+            let (w, a) = (w.as_ptr(), a.as_ptr());
+            // Chain `b % 2`'s lane `j`, for the eight rows at once.
+            let (mut even, mut odd) = ([_mm256_setzero_ps(); 8], [_mm256_setzero_ps(); 8]);
+            let step = |acc: &mut [__m256; 8], b: usize| {
+                // SAFETY: block b lies inside the weights and activations
+                // (the caller's contract): the eight f16 `d` at 0 and the
+                // activations' f16 `d` at 0.
+                let (g, ab, d) = unsafe {
+                    let (g, ab) = (w.add(b * Q8_0_GROUP_BYTES), a.add(b * BlockQ8_0::BYTES));
+                    let dw = _mm256_cvtph_ps(_mm_loadu_si128(g.add(x8_q8_0::D) as *const __m128i));
+                    let da = std::ptr::read_unaligned(ab as *const i16);
+                    (
+                        g,
+                        ab,
+                        _mm256_mul_ps(dw, _mm256_cvtph_ps(_mm_set1_epi16(da))),
+                    )
+                };
+                for (j, lane) in acc.iter_mut().enumerate() {
+                    // SAFETY: quad j of the group block and of the activations.
+                    let (wv, av) = unsafe {
+                        (
+                            _mm256_loadu_si256(g.add(x8_q8_0::QS + 32 * j) as *const __m256i),
+                            act4(ab.add(at::Q8_0_QS + 4 * j)),
+                        )
+                    };
+                    // |w| as u8 and the activations carrying w's sign keep
+                    // each product exact for the u8 · i8 instruction.
+                    let p = $dp(
+                        _mm256_setzero_si256(),
+                        _mm256_sign_epi8(wv, wv),
+                        _mm256_sign_epi8(av, wv),
+                    );
+                    *lane = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), *lane);
+                }
+            };
+            let mut b = 0;
+            while b + 2 <= nb {
+                step(&mut even, b);
+                step(&mut odd, b + 1);
+                b += 2;
+            }
+            if b < nb {
+                step(&mut even, b);
+            }
+            let s: [__m256; 8] = std::array::from_fn(|j| _mm256_add_ps(even[j], odd[j]));
+            let h: [__m256; 4] = std::array::from_fn(|j| _mm256_add_ps(s[j], s[j + 4]));
+            let v = _mm256_add_ps(_mm256_add_ps(h[0], h[2]), _mm256_add_ps(h[1], h[3]));
+            let mut out = [0.0f32; GROUP_ROWS];
+            // SAFETY: `out` holds eight f32.
+            unsafe { _mm256_storeu_ps(out.as_mut_ptr(), v) };
+            out
+        }
+    };
+}
+
+q8_0_x8_kernel!("avx2,fma,f16c", dpbusd_avx2, q8_0_x8_avx2);
+q8_0_x8_kernel!("avx2,fma,f16c,avxvnni", dpbusd_avxvnni, q8_0_x8_avxvnni);
+q8_0_x8_kernel!(
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    dpbusd_avx512vl,
+    q8_0_x8_avx512vl
 );
