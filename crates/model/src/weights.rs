@@ -18,7 +18,7 @@ pub struct Linear {
     pub cols: usize,
     /// The matrix in the decode layout of [`quant::interleave`], made at
     /// load where the kernels read it (see [`crate::layout`]).
-    interleaved: Option<std::sync::Arc<[u8]>>,
+    interleaved: Option<std::sync::Arc<Vec<u8>>>,
 }
 
 impl Linear {
@@ -93,18 +93,21 @@ impl Linear {
 
     /// Rearranges the matrix into the decode layout of
     /// [`quant::interleave`] where the kernels in use read it, and gives
-    /// the file's pages of it back (they are not read again). Returns the
+    /// the file's pages of it back as they are read (they are not read
+    /// again). Returns the
     /// bytes rearranged.
     pub(crate) fn interleave(&mut self, file: &GgufFile) -> Result<usize, ModelError> {
         if self.interleaved.is_some() || !quant::interleaves(self.info.ty) {
             return Ok(0);
         }
         let bytes = self.file_bytes(file);
-        let Some(packed) = quant::interleave(self.info.ty, self.rows, self.cols, bytes)? else {
+        let release = |read: &[u8]| file.release(read);
+        let Some(packed) = quant::interleave(self.info.ty, self.rows, self.cols, bytes, release)?
+        else {
             return Ok(0);
         };
-        self.interleaved = Some(packed.into());
-        file.release(bytes);
+        // `Arc::new`, not `into()`: an `Arc<[u8]>` would copy the bytes.
+        self.interleaved = Some(std::sync::Arc::new(packed));
         Ok(bytes.len())
     }
 }

@@ -41,7 +41,7 @@ fn main() {
         quantize(ty, &src, &mut one).unwrap();
         // The decode layout a loader makes where the kernels read it.
         if grouped {
-            one = interleave(ty, rows, cols, &one).unwrap().unwrap();
+            one = interleave(ty, rows, cols, &one, |_| {}).unwrap().unwrap();
         }
         let copies = (mib << 20) / bytes + 1;
         let mut all = Vec::with_capacity(copies * bytes);

@@ -92,12 +92,16 @@ pub fn interleaves(ty: GgmlType) -> bool {
 /// groups of eight rows, each group's blocks side by side (see
 /// `formats/interleave.rs`). `None` where it does not apply: a type without
 /// the layout, or rows not a whole number of groups. Its size is the
-/// input's. Large matrices are shared out over the default threads.
+/// input's. Large matrices are shared out over the default threads, and
+/// `consumed` is given each stretch of `data` (about a MiB) once it has
+/// been read, so a loader can drop the file's pages as it goes and never
+/// hold both copies whole.
 pub fn interleave(
     ty: GgmlType,
     rows: usize,
     cols: usize,
     data: &[u8],
+    consumed: impl Fn(&[u8]) + Sync,
 ) -> Result<Option<Vec<u8>>, QuantError> {
     use formats::interleave::{interleave_group, supports, GROUP_ROWS};
     if !supports(ty) || !rows.is_multiple_of(GROUP_ROWS) {
@@ -106,17 +110,23 @@ pub fn interleave(
     let m = Matrix::new(ty, rows, cols, data)?;
     let (gb, nb) = (GROUP_ROWS * m.row_bytes(), cols / ty.block_len());
     let mut out = vec![0u8; data.len()];
-    // Whole groups per thread; a small matrix stays on this one.
-    let per = (rows / GROUP_ROWS)
-        .div_ceil(default_threads().max(1))
-        .max((1 << 20) / gb.max(1))
-        .max(1);
+    // Stretches of whole groups, about a MiB each; threads take turns.
+    let per = ((1 << 20) / gb.max(1)).max(1) * gb;
+    let threads = default_threads().clamp(1, data.len().div_ceil(per));
+    let consumed = &consumed;
     std::thread::scope(|s| {
-        for (i, part) in out.chunks_mut(per * gb).enumerate() {
+        let mut parts: Vec<Vec<(usize, &mut [u8])>> = (0..threads).map(|_| Vec::new()).collect();
+        for (i, part) in out.chunks_mut(per).enumerate() {
+            parts[i % threads].push((i * per, part));
+        }
+        for mine in parts {
             s.spawn(move || {
-                for (k, dst) in part.chunks_exact_mut(gb).enumerate() {
-                    let first = (i * per + k) * GROUP_ROWS;
-                    interleave_group(ty, std::array::from_fn(|r| m.row(first + r)), nb, dst);
+                for (at, part) in mine {
+                    for (k, dst) in part.chunks_exact_mut(gb).enumerate() {
+                        let first = at / gb * GROUP_ROWS + k * GROUP_ROWS;
+                        interleave_group(ty, std::array::from_fn(|r| m.row(first + r)), nb, dst);
+                    }
+                    consumed(&data[at..at + part.len()]);
                 }
             });
         }

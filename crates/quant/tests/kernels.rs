@@ -125,7 +125,7 @@ proptest! {
             let blocks = if ty == GgmlType::Q8_0 { 5 * nblocks } else { nblocks };
             let (rows, cols) = (8 * groups, ty.block_len() * blocks);
             let w = random_weights(ty, rows * cols, &mut rng);
-            let packed = quant::interleave(ty, rows, cols, &w).unwrap().unwrap();
+            let packed = quant::interleave(ty, rows, cols, &w, |_| {}).unwrap().unwrap();
             prop_assert_eq!(packed.len(), w.len());
             let (plain, grouped) = (Matrix::new(ty, rows, cols, &w).unwrap(), Matrix::interleaved(ty, rows, cols, &packed).unwrap());
             let rb = plain.row_bytes();
