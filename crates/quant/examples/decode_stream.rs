@@ -18,6 +18,7 @@ fn main() {
     println!("threads {threads}, read bandwidth {:.1} GB/s", bw / 1e9);
     for (ty, rows, cols, grouped) in [
         (GgmlType::Q5_0, 6912, 1152, false),
+        (GgmlType::Q5_0, 6912, 1152, true),
         (GgmlType::Q8_0, 6912, 1152, false),
         (GgmlType::Q8_0, 6912, 1152, true),
         (GgmlType::Q4_0, 6912, 1152, false),

@@ -113,16 +113,17 @@ proptest! {
         }
     }
 
-    /// Q4_K and Q8_0 rows interleaved in groups of eight: every table's
+    /// Q4_K, Q5_0 and Q8_0 rows interleaved in groups of eight: every table's
     /// interleaved kernels give each row the scalar reference's dot to the
     /// bit, and so does every product through the layout (decode rows,
     /// batched rows, the panel product of a prefill), on the table in use.
     #[test]
     fn interleaved_rows_match_scalar_rows(seed in 1u64.., groups in 1usize..4, nblocks in 1usize..5, scale in 0.01f32..100.0) {
-        for ty in [GgmlType::Q4_K, GgmlType::Q8_0] {
+        for ty in [GgmlType::Q4_K, GgmlType::Q5_0, GgmlType::Q8_0] {
             let mut rng = Rng(seed);
-            // Q8_0 takes an odd number of blocks too (the kernel's last block).
-            let blocks = if ty == GgmlType::Q8_0 { 5 * nblocks } else { nblocks };
+            // The 32-value types take an odd number of blocks too (the
+            // kernels' last block).
+            let blocks = if ty == GgmlType::Q4_K { nblocks } else { 5 * nblocks };
             let (rows, cols) = (8 * groups, ty.block_len() * blocks);
             let w = random_weights(ty, rows * cols, &mut rng);
             let packed = quant::interleave(ty, rows, cols, &w, |_| {}).unwrap().unwrap();

@@ -1,5 +1,5 @@
-//! Q4_K and Q8_0 rows interleaved in groups of eight, Hearth's own decode
-//! layout.
+//! Q4_K, Q5_0 and Q8_0 rows interleaved in groups of eight, Hearth's own
+//! decode layout.
 //!
 //! A decode product reads each weight once, and one row at a time spends
 //! most of its time on each block's tail (unpacking the scales, horizontal
@@ -26,8 +26,16 @@
 //! |---|---|
 //! | 0..16 | `d` of rows 0..8 (f16) |
 //! | 16..272 | values: for quad `j`, 32 bytes at `16 + 32 j`, the values `4 j..4 j + 4` of row `r` at `4 r` |
+//!
+//! One Q5_0 group block ([`Q5_0_GROUP_BYTES`]):
+//!
+//! | bytes | what |
+//! |---|---|
+//! | 0..16 | `d` of rows 0..8 (f16) |
+//! | 16..48 | fifth bits: word `j` holds those of quad `j` (values `4 j..4 j + 4`), row `r`'s four at bits `4 r..4 r + 4` |
+//! | 48..176 | nibbles: run `k` at `48 + 32 k`, bytes `4 k..4 k + 4` of row `r`'s `qs` at `4 r` (values `4 k + i` low, `16 + 4 k + i` high) |
 
-use super::blocks::{BlockFormat, BlockQ4K, BlockQ8_0};
+use super::blocks::{BlockFormat, BlockQ4K, BlockQ5_0, BlockQ8_0};
 use crate::GgmlType;
 
 /// Rows in a group.
@@ -47,9 +55,22 @@ pub(crate) mod x8_q8_0 {
     pub(crate) const QS: usize = 16;
 }
 
+/// Bytes of one Q5_0 group block: eight Q5_0 blocks.
+pub(crate) const Q5_0_GROUP_BYTES: usize = GROUP_ROWS * BlockQ5_0::BYTES;
+
+/// Byte offsets within a Q5_0 group block.
+pub(crate) mod x8_q5_0 {
+    /// The eight `d`.
+    pub(crate) const D: usize = 0;
+    /// The fifth bits, a word per quad.
+    pub(crate) const QH: usize = 16;
+    /// The nibbles, four runs.
+    pub(crate) const QS: usize = 48;
+}
+
 /// Whether rows of `ty` have an interleaved layout.
 pub(crate) fn supports(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q4_K | GgmlType::Q8_0)
+    matches!(ty, GgmlType::Q4_K | GgmlType::Q5_0 | GgmlType::Q8_0)
 }
 
 /// Interleaves eight standard rows of `nb` blocks of `ty` (`rows[r]`) into
@@ -57,6 +78,7 @@ pub(crate) fn supports(ty: GgmlType) -> bool {
 pub(crate) fn interleave_group(ty: GgmlType, rows: [&[u8]; GROUP_ROWS], nb: usize, dst: &mut [u8]) {
     match ty {
         GgmlType::Q4_K => interleave_q4_k(rows, nb, dst),
+        GgmlType::Q5_0 => interleave_q5_0(rows, nb, dst),
         GgmlType::Q8_0 => interleave_q8_0(rows, nb, dst),
         _ => {}
     }
@@ -67,6 +89,7 @@ pub(crate) fn interleave_group(ty: GgmlType, rows: [&[u8]; GROUP_ROWS], nb: usiz
 pub(crate) fn deinterleave_group(ty: GgmlType, src: &[u8], nb: usize, dst: &mut [u8]) {
     match ty {
         GgmlType::Q4_K => deinterleave_q4_k(src, nb, dst),
+        GgmlType::Q5_0 => deinterleave_q5_0(src, nb, dst),
         GgmlType::Q8_0 => deinterleave_q8_0(src, nb, dst),
         _ => {}
     }
@@ -101,6 +124,53 @@ fn deinterleave_q8_0(src: &[u8], nb: usize, dst: &mut [u8]) {
             for j in 0..8 {
                 let at = x8_q8_0::QS + 32 * j + 4 * r;
                 blk[2 + 4 * j..6 + 4 * j].copy_from_slice(&g[at..at + 4]);
+            }
+        }
+    }
+}
+
+/// Q5_0's layout: the eight scales, the fifth bits regrouped by quad,
+/// then the nibbles four bytes of each row at a time.
+fn interleave_q5_0(rows: [&[u8]; GROUP_ROWS], nb: usize, dst: &mut [u8]) {
+    const B: usize = BlockQ5_0::BYTES;
+    for b in 0..nb {
+        let g = &mut dst[b * Q5_0_GROUP_BYTES..(b + 1) * Q5_0_GROUP_BYTES];
+        let mut words = [0u32; 8];
+        for (r, row) in rows.iter().enumerate() {
+            let blk = &row[b * B..(b + 1) * B];
+            g[x8_q5_0::D + 2 * r..x8_q5_0::D + 2 * r + 2].copy_from_slice(&blk[0..2]);
+            let qh = word(&blk[2..6], 0);
+            for (j, w) in words.iter_mut().enumerate() {
+                *w |= ((qh >> (4 * j)) & 0xF) << (4 * r);
+            }
+            for k in 0..4 {
+                let at = x8_q5_0::QS + 32 * k + 4 * r;
+                g[at..at + 4].copy_from_slice(&blk[6 + 4 * k..10 + 4 * k]);
+            }
+        }
+        for (j, w) in words.iter().enumerate() {
+            let at = x8_q5_0::QH + 4 * j;
+            g[at..at + 4].copy_from_slice(&w.to_le_bytes());
+        }
+    }
+}
+
+/// The inverse of [`interleave_q5_0`].
+fn deinterleave_q5_0(src: &[u8], nb: usize, dst: &mut [u8]) {
+    const B: usize = BlockQ5_0::BYTES;
+    for b in 0..nb {
+        let g = &src[b * Q5_0_GROUP_BYTES..(b + 1) * Q5_0_GROUP_BYTES];
+        for r in 0..GROUP_ROWS {
+            let at = (r * nb + b) * B;
+            let blk = &mut dst[at..at + B];
+            blk[0..2].copy_from_slice(&g[x8_q5_0::D + 2 * r..x8_q5_0::D + 2 * r + 2]);
+            let qh = (0..8).fold(0u32, |qh, j| {
+                qh | ((word(&g[x8_q5_0::QH..], j) >> (4 * r)) & 0xF) << (4 * j)
+            });
+            blk[2..6].copy_from_slice(&qh.to_le_bytes());
+            for k in 0..4 {
+                let at = x8_q5_0::QS + 32 * k + 4 * r;
+                blk[6 + 4 * k..10 + 4 * k].copy_from_slice(&g[at..at + 4]);
             }
         }
     }
@@ -242,5 +312,18 @@ mod tests {
         let g = &packed[Q8_0_GROUP_BYTES..];
         assert_eq!(g[x8_q8_0::D + 12..x8_q8_0::D + 14], blk[0..2]);
         assert_eq!(g[x8_q8_0::QS + 32 * 3 + 4 * 6 + 1], blk[2 + 13]);
+
+        let src = random_rows(GgmlType::Q5_0, nb);
+        let packed = round_trip(GgmlType::Q5_0, &src, nb);
+        // Row 3, block 2: value 22's fifth bit (quad 5, bit 2 of row 3's
+        // four) and nibble (run 1, byte 2, high).
+        let blk = &src[3 * nb * BlockQ5_0::BYTES + 2 * BlockQ5_0::BYTES..];
+        let g = &packed[2 * Q5_0_GROUP_BYTES..];
+        let qh = word(&blk[2..6], 0);
+        assert_eq!(
+            (word(&g[x8_q5_0::QH..], 5) >> (4 * 3 + 2)) & 1,
+            (qh >> 22) & 1
+        );
+        assert_eq!(g[x8_q5_0::QS + 32 + 4 * 3 + 2] >> 4, blk[6 + 6] >> 4);
     }
 }

@@ -20,7 +20,7 @@ use acts::Ready;
 use plan::{GEMM_MIN_BATCH, MAX_FUSED};
 
 /// A weight matrix view: `rows` rows of `cols` elements of type `ty`,
-/// validated on construction; row after row, or Q4_K/Q8_0 rows in groups
+/// validated on construction; row after row, or Q4_K/Q5_0/Q8_0 rows in groups
 /// of eight (see [`Matrix::interleaved`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Matrix<'a> {
@@ -71,7 +71,7 @@ impl<'a> Matrix<'a> {
         })
     }
 
-    /// A Q4_K or Q8_0 matrix in the decode layout [`crate::interleave`] makes: its
+    /// A Q4_K, Q5_0 or Q8_0 matrix in the decode layout [`crate::interleave`] makes: its
     /// rows in groups of [`GROUP_ROWS`], each group's blocks side by side.
     /// Every product reads it with the same results as the rows it came
     /// from; the decode kernels read it as one stream.
@@ -83,7 +83,7 @@ impl<'a> Matrix<'a> {
     ) -> Result<Self, QuantError> {
         if !supports(ty) || !rows.is_multiple_of(GROUP_ROWS) {
             return Err(QuantError::Shape(format!(
-                "rows interleaved by {GROUP_ROWS} are Q4_K or Q8_0 in whole groups, not {ty:?} x {rows}"
+                "rows interleaved by {GROUP_ROWS} are Q4_K, Q5_0 or Q8_0 in whole groups, not {ty:?} x {rows}"
             )));
         }
         Ok(Matrix {

@@ -72,7 +72,7 @@ pub(crate) type RowsFn = unsafe fn(w: &[u8], row_bytes: usize, a: &[u8], nb: usi
 /// An interleaved-rows kernel: the eight rows of one group in
 /// [`crate::formats::interleave`]'s layout (`nb` group blocks in `w`)
 /// against one activation row of `nb` blocks of the type's vec_dot type
-/// (Q8_K for Q4_K, Q8_0 for Q8_0); each result equals the table's one-row
+/// (Q8_K for Q4_K, Q8_0 for Q5_0 and Q8_0); each result equals the table's one-row
 /// kernel to the bit (otherwise the [`DotFn`] contract).
 pub(crate) type X8Fn = unsafe fn(w: &[u8], a: &[u8], nb: usize) -> [f32; 8];
 
@@ -183,6 +183,8 @@ pub(crate) struct Kernels {
     pub q4_k_x8x4: Option<X8TileFn>,
     /// Q8_0 rows interleaved in groups of eight (see [`X8Fn`]).
     pub q8_0_x8: Option<X8Fn>,
+    /// Q5_0 rows interleaved in groups of eight (see [`X8Fn`]).
+    pub q5_0_x8: Option<X8Fn>,
     /// Whether the Q4_0/Q5_0/Q8_0 and Q4_K/Q5_K/Q6_K kernels prefetch the
     /// weights ahead themselves (spread over the row, which keeps more misses in flight
     /// than a burst per row does).
@@ -197,6 +199,7 @@ impl Kernels {
     pub(crate) fn x8(&self, ty: GgmlType) -> Option<X8Fn> {
         match ty {
             GgmlType::Q4_K => self.q4_k_x8,
+            GgmlType::Q5_0 => self.q5_0_x8,
             GgmlType::Q8_0 => self.q8_0_x8,
             _ => None,
         }
@@ -331,6 +334,7 @@ static SCALAR: Kernels = Kernels {
     q4_k_x8: None,
     q4_k_x8x4: None,
     q8_0_x8: None,
+    q5_0_x8: None,
     self_prefetch: false,
     gemm: GemmTier::Portable,
 };

@@ -195,7 +195,7 @@ fn nibbles32(q: __m128i) -> __m256i {
 /// Expands 32 bits to 32 bytes: 0xFF where bit j is set, else 0.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn bits_to_bytes(x: u32) -> __m256i {
+pub(super) fn bits_to_bytes(x: u32) -> __m256i {
     let shuf = _mm256_set_epi64x(
         0x0303030303030303,
         0x0202020202020202,
@@ -1328,6 +1328,7 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q4_k_x8: Some(super::x86_x8::q4_k_x8_avx2),
         q4_k_x8x4: Some(super::x86_x8::q4_k_x8x4_avx2),
         q8_0_x8: Some(super::x86_x8::q8_0_x8_avx2),
+        q5_0_x8: Some(super::x86_x8::q5_0_x8_avx2),
         self_prefetch: true,
         gemm: GemmTier::Avx2,
         ..SCALAR
@@ -1349,6 +1350,7 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q4_k_x8: Some(super::x86_x8::q4_k_x8_avxvnni),
         q4_k_x8x4: Some(super::x86_x8::q4_k_x8x4_avxvnni),
         q8_0_x8: Some(super::x86_x8::q8_0_x8_avxvnni),
+        q5_0_x8: Some(super::x86_x8::q5_0_x8_avxvnni),
         gemm: GemmTier::AvxVnni,
         ..AVX2
     };
@@ -1382,6 +1384,7 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q4_k_x8: Some(super::x86_x8::q4_k_x8_avx512vl),
         q4_k_x8x4: Some(super::x86_x8::q4_k_x8x4_avx512vl),
         q8_0_x8: Some(super::x86_x8::q8_0_x8_avx512vl),
+        q5_0_x8: Some(super::x86_x8::q5_0_x8_avx512vl),
         f32: x86_float::f32_avx512,
         f16: x86_float::f16_avx512,
         bf16: x86_float::bf16_avx512,

@@ -1,19 +1,22 @@
-//! Q4_K and Q8_0 decode kernels over eight interleaved rows (the layout of
+//! Q4_K, Q5_0 and Q8_0 decode kernels over eight interleaved rows (the layout of
 //! [`crate::formats::interleave`]): one 32-bit lane per row, so the rows'
 //! values meet the same four activations in one `vpdpbusd`, and the
 //! scales, the minimums and the float steps of eight rows take one pass.
 //! Every integer sum is exact and each row's float steps are the scalar
 //! reference's ([`crate::scalar::kquant_block`] for Q4_K, the two chains of
-//! eight lanes for Q8_0), lane by lane and block by block, so each result
+//! eight lanes for Q5_0 and Q8_0), lane by lane and block by block, so each result
 //! is the one-row kernel's to the bit.
 
 use std::arch::x86_64::*;
 
 use crate::formats::blocks::{at, BlockFormat, BlockQ8K, BlockQ8_0};
-use crate::formats::interleave::{x8, x8_q8_0, GROUP_BLOCK_BYTES, GROUP_ROWS, Q8_0_GROUP_BYTES};
+use crate::formats::interleave::{
+    x8, x8_q5_0, x8_q8_0, GROUP_BLOCK_BYTES, GROUP_ROWS, Q5_0_GROUP_BYTES, Q8_0_GROUP_BYTES,
+};
 
 /// `acc + Σ u·s` over each lane's four byte pairs, without VNNI: `u` holds
-/// Q4_K's 0..15, or Q8_0's |w| ≤ 128 against activations of at most 127,
+/// Q4_K's 0..15, or Q8_0's and Q5_0's |w| ≤ 128 against activations of at
+/// most 127,
 /// so `vpmaddubsw` cannot saturate (2 · 128 · 127 < 2^15).
 #[inline]
 #[target_feature(enable = "avx2")]
@@ -225,18 +228,19 @@ x8_kernels!(
     q4_k_x8x4_avx512vl
 );
 
-macro_rules! q8_0_x8_kernel {
-    ($feat:literal, $dp:ident, $one:ident) => {
-        /// Eight interleaved Q8_0 rows · Q8_0: one result per row. Quad `j`
-        /// of block `b` adds to lane `j` of chain `b % 2` as in
-        /// [`crate::scalar`]'s Q8_0 order, here eight rows in a register,
-        /// and the lanes meet as `hsum8` adds them.
+macro_rules! legacy_x8_kernel {
+    ($feat:literal, $dp:ident, $one:ident, $gb:expr, $doc:literal, |$g:ident| $values:expr) => {
+        #[doc = $doc]
+        ///
+        /// Quad `j` of block `b` adds to lane `j` of chain `b % 2` as in
+        /// [`crate::scalar`]'s order for the 32-value formats, here eight
+        /// rows in a register, and the lanes meet as `hsum8` adds them.
         ///
         /// # Safety
         /// [`super::X8Fn`] contract.
         #[target_feature(enable = $feat)]
         pub(crate) unsafe fn $one(w: &[u8], a: &[u8], nb: usize) -> [f32; GROUP_ROWS] {
-            debug_assert!(w.len() >= nb * Q8_0_GROUP_BYTES && a.len() >= nb * BlockQ8_0::BYTES);
+            debug_assert!(w.len() >= nb * $gb && a.len() >= nb * BlockQ8_0::BYTES);
             let (w, a) = (w.as_ptr(), a.as_ptr());
             // Chain `b % 2`'s lane `j`, for the eight rows at once.
             let (mut even, mut odd) = ([_mm256_setzero_ps(); 8], [_mm256_setzero_ps(); 8]);
@@ -244,9 +248,9 @@ macro_rules! q8_0_x8_kernel {
                 // SAFETY: block b lies inside the weights and activations
                 // (the caller's contract): the eight f16 `d` at 0 and the
                 // activations' f16 `d` at 0.
-                let (g, ab, d) = unsafe {
-                    let (g, ab) = (w.add(b * Q8_0_GROUP_BYTES), a.add(b * BlockQ8_0::BYTES));
-                    let dw = _mm256_cvtph_ps(_mm_loadu_si128(g.add(x8_q8_0::D) as *const __m128i));
+                let ($g, ab, d) = unsafe {
+                    let (g, ab) = (w.add(b * $gb), a.add(b * BlockQ8_0::BYTES));
+                    let dw = _mm256_cvtph_ps(_mm_loadu_si128(g as *const __m128i));
                     let da = std::ptr::read_unaligned(ab as *const i16);
                     (
                         g,
@@ -254,20 +258,17 @@ macro_rules! q8_0_x8_kernel {
                         _mm256_mul_ps(dw, _mm256_cvtph_ps(_mm_set1_epi16(da))),
                     )
                 };
-                for (j, lane) in acc.iter_mut().enumerate() {
-                    // SAFETY: quad j of the group block and of the activations.
-                    let (wv, av) = unsafe {
-                        (
-                            _mm256_loadu_si256(g.add(x8_q8_0::QS + 32 * j) as *const __m256i),
-                            act4(ab.add(at::Q8_0_QS + 4 * j)),
-                        )
-                    };
+                // The eight quads' signed values, four of each row a lane.
+                let values: [__m256i; 8] = $values;
+                for (j, (lane, v)) in acc.iter_mut().zip(values).enumerate() {
+                    // SAFETY: quad j of the activations.
+                    let av = unsafe { act4(ab.add(at::Q8_0_QS + 4 * j)) };
                     // |w| as u8 and the activations carrying w's sign keep
                     // each product exact for the u8 · i8 instruction.
                     let p = $dp(
                         _mm256_setzero_si256(),
-                        _mm256_sign_epi8(wv, wv),
-                        _mm256_sign_epi8(av, wv),
+                        _mm256_sign_epi8(v, v),
+                        _mm256_sign_epi8(av, v),
                     );
                     *lane = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), *lane);
                 }
@@ -292,10 +293,85 @@ macro_rules! q8_0_x8_kernel {
     };
 }
 
-q8_0_x8_kernel!("avx2,fma,f16c", dpbusd_avx2, q8_0_x8_avx2);
-q8_0_x8_kernel!("avx2,fma,f16c,avxvnni", dpbusd_avxvnni, q8_0_x8_avxvnni);
-q8_0_x8_kernel!(
+/// The Q8_0 and Q5_0 kernels for one feature set: `$fifth` turns a quad's
+/// word of fifth bits into 0x10 in each byte whose bit is set.
+macro_rules! legacy_x8_kernels {
+    ($feat:literal, $dp:ident, $fifth:ident, $q8_0:ident, $q5_0:ident) => {
+        legacy_x8_kernel!(
+            $feat,
+            $dp,
+            $q8_0,
+            Q8_0_GROUP_BYTES,
+            "Eight interleaved Q8_0 rows · Q8_0: one result per row.",
+            |g| {
+                std::array::from_fn(|j| {
+                    // SAFETY: quad j of the group block's values.
+                    unsafe { _mm256_loadu_si256(g.add(x8_q8_0::QS + 32 * j) as *const __m256i) }
+                })
+            }
+        );
+        legacy_x8_kernel!(
+            $feat,
+            $dp,
+            $q5_0,
+            Q5_0_GROUP_BYTES,
+            "Eight interleaved Q5_0 rows · Q8_0: one result per row.",
+            |g| {
+                // SAFETY: the group block's four runs of nibbles.
+                let runs: [__m256i; 4] = std::array::from_fn(|k| unsafe {
+                    _mm256_loadu_si256(g.add(x8_q5_0::QS + 32 * k) as *const __m256i)
+                });
+                let m4 = _mm256_set1_epi8(0x0F);
+                std::array::from_fn(|j| {
+                    let nib = if j < 4 {
+                        _mm256_and_si256(runs[j], m4)
+                    } else {
+                        _mm256_and_si256(_mm256_srli_epi16(runs[j - 4], 4), m4)
+                    };
+                    // SAFETY: quad j's word of fifth bits.
+                    let bits = unsafe {
+                        std::ptr::read_unaligned(g.add(x8_q5_0::QH + 4 * j) as *const u32)
+                    };
+                    _mm256_sub_epi8(_mm256_or_si256(nib, $fifth(bits)), _mm256_set1_epi8(16))
+                })
+            }
+        );
+    };
+}
+
+/// 0x10 in each byte whose bit of `bits` is set (AVX2: a shuffle and a
+/// compare).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn fifth_avx2(bits: u32) -> __m256i {
+    _mm256_and_si256(super::x86::bits_to_bytes(bits), _mm256_set1_epi8(0x10))
+}
+
+/// [`fifth_avx2`] as one masked move (AVX-512 BW/VL).
+#[inline]
+#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
+fn fifth_avx512vl(bits: u32) -> __m256i {
+    _mm256_maskz_mov_epi8(bits, _mm256_set1_epi8(0x10))
+}
+
+legacy_x8_kernels!(
+    "avx2,fma,f16c",
+    dpbusd_avx2,
+    fifth_avx2,
+    q8_0_x8_avx2,
+    q5_0_x8_avx2
+);
+legacy_x8_kernels!(
+    "avx2,fma,f16c,avxvnni",
+    dpbusd_avxvnni,
+    fifth_avx2,
+    q8_0_x8_avxvnni,
+    q5_0_x8_avxvnni
+);
+legacy_x8_kernels!(
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
     dpbusd_avx512vl,
-    q8_0_x8_avx512vl
+    fifth_avx512vl,
+    q8_0_x8_avx512vl,
+    q5_0_x8_avx512vl
 );
