@@ -19,10 +19,15 @@ pub(crate) fn enabled() -> bool {
 
 /// Rearranges every matrix a decode step multiplies by that the kernels in
 /// use read faster interleaved; returns the bytes rearranged. The head is
-/// one of them; tied token embeddings then share its layout (a lookup
-/// copies its row's group out). Untied embeddings and the per-layer tables
-/// stay as they are: rows of them are only looked up.
-pub(crate) fn interleave(weights: &mut Weights, file: &GgufFile) -> Result<usize, ModelError> {
+/// one of them where `with_head` (a model that pools its states into an
+/// embedding never multiplies by it); tied token embeddings then share its
+/// layout (a lookup copies its row's group out). Untied embeddings and the
+/// per-layer tables stay as they are: rows of them are only looked up.
+pub(crate) fn interleave(
+    weights: &mut Weights,
+    file: &GgufFile,
+    with_head: bool,
+) -> Result<usize, ModelError> {
     let tied = weights.output.same_tensor(&weights.token_embd);
     let mut linears: Vec<&mut Linear> = weights.layers.iter_mut().flat_map(layer_linears).collect();
     let per = linears
@@ -40,7 +45,10 @@ pub(crate) fn interleave(weights: &mut Weights, file: &GgufFile) -> Result<usize
             .sum::<Result<usize, ModelError>>()
     })?;
     // The head is shared out over the threads by `quant::interleave` itself.
-    let head = weights.output.interleave(file)?;
+    let head = match with_head {
+        true => weights.output.interleave(file)?,
+        false => 0,
+    };
     if tied {
         weights.token_embd = weights.output.clone();
     }

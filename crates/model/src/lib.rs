@@ -187,7 +187,7 @@ impl Model {
         let config = Config::from_gguf(&file)?;
         let mut weights = Weights::bind(&file, &config)?;
         if layout::enabled() {
-            layout::interleave(&mut weights, &file)?;
+            layout::interleave(&mut weights, &file, config.pooling.is_none())?;
         }
         let ropes = config
             .layers
