@@ -104,7 +104,8 @@ pub fn interleave(
     consumed: impl Fn(&[u8]) + Sync,
 ) -> Result<Option<Vec<u8>>, QuantError> {
     use formats::interleave::{interleave_group, supports, GROUP_ROWS};
-    if !supports(ty) || !rows.is_multiple_of(GROUP_ROWS) {
+    // An empty matrix (no rows or no columns) has nothing to rearrange.
+    if !supports(ty) || !rows.is_multiple_of(GROUP_ROWS) || data.is_empty() {
         return Ok(None);
     }
     let m = Matrix::new(ty, rows, cols, data)?;

@@ -198,6 +198,22 @@ proptest! {
     }
 }
 
+/// An empty matrix, and a type or row count the layout does not take, are
+/// left as they are rather than refused or panicked on.
+#[test]
+fn interleaving_leaves_what_it_cannot_rearrange() {
+    for (ty, rows, cols) in [
+        (GgmlType::Q8_0, 0, 64),
+        (GgmlType::Q8_0, 8, 0),
+        (GgmlType::Q5_0, 12, 32),
+        (GgmlType::Q6_K, 8, 256),
+    ] {
+        let data = vec![0u8; ty.row_bytes(cols as u64).unwrap() as usize * rows];
+        let got = quant::interleave(ty, rows, cols, &data, |_| {}).unwrap();
+        assert!(got.is_none(), "{ty} {rows}x{cols}");
+    }
+}
+
 /// Large batches take the panel GEMM, which sums blocks in another order:
 /// equal to the vector kernels up to f32 rounding of the terms.
 #[test]
