@@ -94,8 +94,7 @@ impl Linear {
     /// Rearranges the matrix into the decode layout of
     /// [`quant::interleave`] where the kernels in use read it, and gives
     /// the file's pages of it back as they are read (they are not read
-    /// again). Returns the
-    /// bytes rearranged.
+    /// again). Returns the bytes rearranged.
     pub(crate) fn interleave(&mut self, file: &GgufFile) -> Result<usize, ModelError> {
         if self.interleaved.is_some() || !quant::interleaves(self.info.ty) {
             return Ok(0);

@@ -84,14 +84,28 @@ pub(crate) fn interleave_group(ty: GgmlType, rows: [&[u8]; GROUP_ROWS], nb: usiz
     }
 }
 
-/// The inverse of [`interleave_group`]: `src` (`nb` group blocks) back to
-/// eight standard rows of `nb` blocks, one after another in `dst`.
-pub(crate) fn deinterleave_group(ty: GgmlType, src: &[u8], nb: usize, dst: &mut [u8]) {
-    match ty {
-        GgmlType::Q4_K => deinterleave_q4_k(src, nb, dst),
-        GgmlType::Q5_0 => deinterleave_q5_0(src, nb, dst),
-        GgmlType::Q8_0 => deinterleave_q8_0(src, nb, dst),
-        _ => {}
+/// The inverse of [`interleave_group`] for rows `rows` of the group: `src`
+/// (`nb` group blocks) back to those rows' standard blocks, one row after
+/// another in `dst`. Nothing for a type without the layout.
+pub(crate) fn deinterleave_rows(
+    ty: GgmlType,
+    src: &[u8],
+    nb: usize,
+    rows: std::ops::Range<usize>,
+    dst: &mut [u8],
+) {
+    let (block_of, gb): (fn(&[u8], usize, &mut [u8]), usize) = match ty {
+        GgmlType::Q4_K => (q4_k_block_of, GROUP_BLOCK_BYTES),
+        GgmlType::Q5_0 => (q5_0_block_of, Q5_0_GROUP_BYTES),
+        GgmlType::Q8_0 => (q8_0_block_of, Q8_0_GROUP_BYTES),
+        _ => return,
+    };
+    let bb = ty.block_bytes();
+    for (i, r) in rows.enumerate() {
+        for b in 0..nb {
+            let at = (i * nb + b) * bb;
+            block_of(&src[b * gb..(b + 1) * gb], r, &mut dst[at..at + bb]);
+        }
     }
 }
 
@@ -112,20 +126,13 @@ fn interleave_q8_0(rows: [&[u8]; GROUP_ROWS], nb: usize, dst: &mut [u8]) {
     }
 }
 
-/// The inverse of [`interleave_q8_0`].
-fn deinterleave_q8_0(src: &[u8], nb: usize, dst: &mut [u8]) {
-    const B: usize = BlockQ8_0::BYTES;
-    for b in 0..nb {
-        let g = &src[b * Q8_0_GROUP_BYTES..(b + 1) * Q8_0_GROUP_BYTES];
-        for r in 0..GROUP_ROWS {
-            let at = (r * nb + b) * B;
-            let blk = &mut dst[at..at + B];
-            blk[0..2].copy_from_slice(&g[x8_q8_0::D + 2 * r..x8_q8_0::D + 2 * r + 2]);
-            for j in 0..8 {
-                let at = x8_q8_0::QS + 32 * j + 4 * r;
-                blk[2 + 4 * j..6 + 4 * j].copy_from_slice(&g[at..at + 4]);
-            }
-        }
+/// Row `r`'s Q8_0 block from the group block `g` (the inverse of
+/// [`interleave_q8_0`]).
+fn q8_0_block_of(g: &[u8], r: usize, blk: &mut [u8]) {
+    blk[0..2].copy_from_slice(&g[x8_q8_0::D + 2 * r..x8_q8_0::D + 2 * r + 2]);
+    for j in 0..8 {
+        let at = x8_q8_0::QS + 32 * j + 4 * r;
+        blk[2 + 4 * j..6 + 4 * j].copy_from_slice(&g[at..at + 4]);
     }
 }
 
@@ -155,24 +162,17 @@ fn interleave_q5_0(rows: [&[u8]; GROUP_ROWS], nb: usize, dst: &mut [u8]) {
     }
 }
 
-/// The inverse of [`interleave_q5_0`].
-fn deinterleave_q5_0(src: &[u8], nb: usize, dst: &mut [u8]) {
-    const B: usize = BlockQ5_0::BYTES;
-    for b in 0..nb {
-        let g = &src[b * Q5_0_GROUP_BYTES..(b + 1) * Q5_0_GROUP_BYTES];
-        for r in 0..GROUP_ROWS {
-            let at = (r * nb + b) * B;
-            let blk = &mut dst[at..at + B];
-            blk[0..2].copy_from_slice(&g[x8_q5_0::D + 2 * r..x8_q5_0::D + 2 * r + 2]);
-            let qh = (0..8).fold(0u32, |qh, j| {
-                qh | ((word(&g[x8_q5_0::QH..], j) >> (4 * r)) & 0xF) << (4 * j)
-            });
-            blk[2..6].copy_from_slice(&qh.to_le_bytes());
-            for k in 0..4 {
-                let at = x8_q5_0::QS + 32 * k + 4 * r;
-                blk[6 + 4 * k..10 + 4 * k].copy_from_slice(&g[at..at + 4]);
-            }
-        }
+/// Row `r`'s Q5_0 block from the group block `g` (the inverse of
+/// [`interleave_q5_0`]).
+fn q5_0_block_of(g: &[u8], r: usize, blk: &mut [u8]) {
+    blk[0..2].copy_from_slice(&g[x8_q5_0::D + 2 * r..x8_q5_0::D + 2 * r + 2]);
+    let qh = (0..8).fold(0u32, |qh, j| {
+        qh | ((word(&g[x8_q5_0::QH..], j) >> (4 * r)) & 0xF) << (4 * j)
+    });
+    blk[2..6].copy_from_slice(&qh.to_le_bytes());
+    for k in 0..4 {
+        let at = x8_q5_0::QS + 32 * k + 4 * r;
+        blk[6 + 4 * k..10 + 4 * k].copy_from_slice(&g[at..at + 4]);
     }
 }
 
@@ -232,32 +232,25 @@ fn interleave_q4_k(rows: [&[u8]; GROUP_ROWS], nb: usize, dst: &mut [u8]) {
     }
 }
 
-/// The inverse of [`interleave_q4_k`].
-fn deinterleave_q4_k(src: &[u8], nb: usize, dst: &mut [u8]) {
-    const B: usize = BlockQ4K::BYTES;
-    for b in 0..nb {
-        let g = &src[b * GROUP_BLOCK_BYTES..(b + 1) * GROUP_BLOCK_BYTES];
-        for r in 0..GROUP_ROWS {
-            let at = (r * nb + b) * B;
-            let blk = &mut dst[at..at + B];
-            blk[0..2].copy_from_slice(&g[x8::D + 2 * r..x8::D + 2 * r + 2]);
-            blk[2..4].copy_from_slice(&g[x8::DMIN + 2 * r..x8::DMIN + 2 * r + 2]);
-            for w in 0..3 {
-                let at = x8::WORDS + 32 * w + 4 * r;
-                blk[4 + 4 * w..8 + 4 * w].copy_from_slice(&g[at..at + 4]);
-            }
-            let qs = &mut blk[16..B];
-            for c in 0..4 {
-                for q in 0..4 {
-                    let at = |j: usize| &g[x8::QS + 32 * (4 * j + q) + 4 * r..];
-                    let (even, odd) = (word(at(2 * c), 0), word(at(2 * c + 1), 0));
-                    let lo = (even & LOW) | ((odd & LOW) << 4);
-                    let hi = ((even >> 4) & LOW) | (odd & !LOW);
-                    let n = 8 * c + 2 * q;
-                    qs[4 * n..4 * n + 4].copy_from_slice(&lo.to_le_bytes());
-                    qs[4 * n + 4..4 * n + 8].copy_from_slice(&hi.to_le_bytes());
-                }
-            }
+/// Row `r`'s Q4_K block from the group block `g` (the inverse of
+/// [`interleave_q4_k`]).
+fn q4_k_block_of(g: &[u8], r: usize, blk: &mut [u8]) {
+    blk[0..2].copy_from_slice(&g[x8::D + 2 * r..x8::D + 2 * r + 2]);
+    blk[2..4].copy_from_slice(&g[x8::DMIN + 2 * r..x8::DMIN + 2 * r + 2]);
+    for w in 0..3 {
+        let at = x8::WORDS + 32 * w + 4 * r;
+        blk[4 + 4 * w..8 + 4 * w].copy_from_slice(&g[at..at + 4]);
+    }
+    let qs = &mut blk[16..BlockQ4K::BYTES];
+    for c in 0..4 {
+        for q in 0..4 {
+            let at = |j: usize| &g[x8::QS + 32 * (4 * j + q) + 4 * r..];
+            let (even, odd) = (word(at(2 * c), 0), word(at(2 * c + 1), 0));
+            let lo = (even & LOW) | ((odd & LOW) << 4);
+            let hi = ((even >> 4) & LOW) | (odd & !LOW);
+            let n = 8 * c + 2 * q;
+            qs[4 * n..4 * n + 4].copy_from_slice(&lo.to_le_bytes());
+            qs[4 * n + 4..4 * n + 8].copy_from_slice(&hi.to_le_bytes());
         }
     }
 }
@@ -287,8 +280,12 @@ mod tests {
         let mut packed = vec![0u8; src.len()];
         interleave_group(ty, rows, nb, &mut packed);
         let mut back = vec![0u8; src.len()];
-        deinterleave_group(ty, &packed, nb, &mut back);
+        deinterleave_rows(ty, &packed, nb, 0..GROUP_ROWS, &mut back);
         assert_eq!(back, src, "{ty:?}");
+        // One row alone.
+        let mut row = vec![0u8; row_bytes];
+        deinterleave_rows(ty, &packed, nb, 5..6, &mut row);
+        assert_eq!(row, src[5 * row_bytes..6 * row_bytes], "{ty:?} row 5");
         packed
     }
 

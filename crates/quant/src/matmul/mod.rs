@@ -13,7 +13,7 @@ mod rows;
 pub use acts::PreparedActs;
 pub(crate) use plan::SharedOut;
 
-use crate::formats::interleave::{deinterleave_group, supports, GROUP_ROWS};
+use crate::formats::interleave::{deinterleave_rows, supports, GROUP_ROWS};
 use crate::pool::ThreadPool;
 use crate::{dequantize, is_supported, simd, GgmlType, QuantError};
 use acts::Ready;
@@ -149,24 +149,11 @@ impl<'a> Matrix<'a> {
             return;
         }
         let nb = self.cols / self.ty.block_len();
-        let group_bytes = GROUP_ROWS * rb;
-        let mut unaligned = Vec::new();
         for g in first / GROUP_ROWS..end.div_ceil(GROUP_ROWS) {
             let (lo, hi) = ((g * GROUP_ROWS).max(first), ((g + 1) * GROUP_ROWS).min(end));
-            if hi - lo == GROUP_ROWS {
-                deinterleave_group(
-                    self.ty,
-                    self.group(g),
-                    nb,
-                    &mut dst[(lo - first) * rb..][..group_bytes],
-                );
-                continue;
-            }
-            unaligned.resize(group_bytes, 0);
-            deinterleave_group(self.ty, self.group(g), nb, &mut unaligned);
-            let from = lo - g * GROUP_ROWS;
-            dst[(lo - first) * rb..(hi - first) * rb]
-                .copy_from_slice(&unaligned[from * rb..(from + hi - lo) * rb]);
+            let within = lo - g * GROUP_ROWS..hi - g * GROUP_ROWS;
+            let at = (lo - first) * rb..(hi - first) * rb;
+            deinterleave_rows(self.ty, self.group(g), nb, within, &mut dst[at]);
         }
     }
 
@@ -185,9 +172,21 @@ impl<'a> Matrix<'a> {
             have,
         })?;
         if self.grouped {
-            let mut row = Vec::new();
-            self.rows_into(i, 1, &mut row);
-            return dequantize(self.ty, &row, dst);
+            // Block by block through a buffer on the stack: a token's
+            // embedding is looked up this way, so nothing is allocated.
+            let (bb, bl) = (self.ty.block_bytes(), self.ty.block_len());
+            let mut stack = [0u8; 256];
+            let block = stack
+                .get_mut(..bb)
+                .ok_or(QuantError::Unsupported(self.ty))?;
+            let group = self.group(i / GROUP_ROWS);
+            let r = i % GROUP_ROWS;
+            for (b, out) in dst.chunks_exact_mut(bl).enumerate() {
+                let src = &group[b * GROUP_ROWS * bb..(b + 1) * GROUP_ROWS * bb];
+                deinterleave_rows(self.ty, src, 1, r..r + 1, block);
+                dequantize(self.ty, block, out)?;
+            }
+            return Ok(());
         }
         dequantize(self.ty, self.row(i), dst)
     }
