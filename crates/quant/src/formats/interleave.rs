@@ -84,6 +84,9 @@ pub(crate) fn interleave_group(ty: GgmlType, rows: [&[u8]; GROUP_ROWS], nb: usiz
     }
 }
 
+/// Row `r`'s block out of one group block (`group`, `r`, the block).
+type BlockOf = fn(&[u8], usize, &mut [u8]);
+
 /// The inverse of [`interleave_group`] for rows `rows` of the group: `src`
 /// (`nb` group blocks) back to those rows' standard blocks, one row after
 /// another in `dst`. Nothing for a type without the layout.
@@ -94,7 +97,7 @@ pub(crate) fn deinterleave_rows(
     rows: std::ops::Range<usize>,
     dst: &mut [u8],
 ) {
-    let (block_of, gb): (fn(&[u8], usize, &mut [u8]), usize) = match ty {
+    let (block_of, gb): (BlockOf, usize) = match ty {
         GgmlType::Q4_K => (q4_k_block_of, GROUP_BLOCK_BYTES),
         GgmlType::Q5_0 => (q5_0_block_of, Q5_0_GROUP_BYTES),
         GgmlType::Q8_0 => (q8_0_block_of, Q8_0_GROUP_BYTES),
