@@ -29,6 +29,7 @@ use crate::formats::blocks::{
     block, blocks_mut, BlockFormat, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,
     BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, Decoded,
 };
+use crate::formats::interleave::GROUP_ROWS;
 use crate::formats::kquants::{self, QK_K};
 use crate::formats::legacy::{self, QK};
 use crate::simd::GemmTier;
@@ -379,23 +380,7 @@ impl Panel {
         cols: usize,
         signed: bool,
     ) {
-        self.signed = signed;
-        let g = group_len(ty).unwrap_or(32);
-        self.g = g;
-        self.groups = cols / g;
-        self.min = has_min(ty);
-        let (off, umax) = unsigned_range(ty);
-        self.off = off;
-        let run = (i16::MAX as usize / (2 * 127 * umax as usize)).min(g / 4);
-        // A power of two, so that whole runs tile a group's steps.
-        self.run = if run < 2 { 0 } else { 1 << run.ilog2() };
-        // Every byte of the first `cols * NR` is written below (missing rows
-        // as zeros), so the buffer only grows and is never cleared.
-        grow(&mut self.q, cols * NR, 0);
-        for v in [&mut self.s, &mut self.m] {
-            v.clear();
-            v.resize(self.groups * NR, 0.0);
-        }
+        self.prepare(ty, cols, signed);
         use GgmlType::*;
         #[cfg(target_arch = "x86_64")]
         let bb = ty.block_bytes();
@@ -409,7 +394,7 @@ impl Panel {
             && rows.iter().all(|r| r.len() >= cols / ty.block_len() * bb)
         {
             // SAFETY: avx2 and f16c were detected just above; the buffers
-            // were sized above and the rows checked as it requires.
+            // were sized by `prepare` and the rows checked as it requires.
             unsafe { pack_x86::pack_avx2(self, ty, rows, cols) };
             return;
         }
@@ -426,6 +411,63 @@ impl Panel {
             Q5_K => self.pack_format::<BlockQ5K>(rows, cols),
             Q6_K => self.pack_format::<BlockQ6K>(rows, cols),
             _ => {}
+        }
+    }
+
+    /// [`Self::fill_on`] for [`NR`] interleaved rows, given as their groups
+    /// of [`GROUP_ROWS`] (each `cols` elements of `ty` in the interleaved
+    /// layout), straight from that layout: its runs of 32 bytes are
+    /// already the panel's column steps, so nothing is transposed. Returns
+    /// false, packing nothing, where `tier` has no packer for it (the
+    /// caller then copies the rows out for [`Self::fill_on`]).
+    pub(crate) fn fill_interleaved(
+        &mut self,
+        tier: GemmTier,
+        ty: GgmlType,
+        groups: &[&[u8]],
+        cols: usize,
+        signed: bool,
+    ) -> bool {
+        #[cfg(target_arch = "x86_64")]
+        if tier != GemmTier::Portable
+            && is_x86_feature_detected!("avx2")
+            && is_x86_feature_detected!("f16c")
+            && pack_x86::packs_interleaved(ty)
+            && groups.len() == NR / GROUP_ROWS
+            && cols.is_multiple_of(ty.block_len())
+            && groups
+                .iter()
+                .all(|g| g.len() >= cols / ty.block_len() * ty.block_bytes() * GROUP_ROWS)
+        {
+            self.prepare(ty, cols, signed);
+            // SAFETY: avx2 and f16c were detected just above; the buffers
+            // were sized by `prepare` and the groups checked as it requires.
+            unsafe { pack_x86::pack_interleaved_avx2(self, ty, groups, cols) };
+            return true;
+        }
+        let _ = (tier, ty, groups, cols, signed);
+        false
+    }
+
+    /// Sets the panel's fields for `cols` elements of `ty` in the form
+    /// `signed` asks for, and sizes its buffers.
+    fn prepare(&mut self, ty: GgmlType, cols: usize, signed: bool) {
+        self.signed = signed;
+        let g = group_len(ty).unwrap_or(32);
+        self.g = g;
+        self.groups = cols / g;
+        self.min = has_min(ty);
+        let (off, umax) = unsigned_range(ty);
+        self.off = off;
+        let run = (i16::MAX as usize / (2 * 127 * umax as usize)).min(g / 4);
+        // A power of two, so that whole runs tile a group's steps.
+        self.run = if run < 2 { 0 } else { 1 << run.ilog2() };
+        // Every byte of the first `cols * NR` is written below (missing rows
+        // as zeros), so the buffer only grows and is never cleared.
+        grow(&mut self.q, cols * NR, 0);
+        for v in [&mut self.s, &mut self.m] {
+            v.clear();
+            v.resize(self.groups * NR, 0.0);
         }
     }
 

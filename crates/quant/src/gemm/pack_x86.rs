@@ -14,6 +14,8 @@
 
 use super::{Panel, NR};
 use crate::formats::blocks::{at, block, BlockQ4K, BlockQ6K};
+use crate::formats::f16_at;
+use crate::formats::interleave::{x8, x8_q5_0, x8_q8_0, GROUP_ROWS};
 use crate::formats::kquants::scales_mins_k4;
 use crate::GgmlType;
 use std::arch::x86_64::*;
@@ -90,6 +92,148 @@ pub(super) unsafe fn pack_avx2(p: &mut Panel, ty: GgmlType, rows: &[&[u8]], cols
             // inside the first `cols * NR` bytes of `q` (asserted above).
             unsafe { transpose_store(v, q.add(c * 8 * NR * 4 + g * 32)) };
         }
+    }
+}
+
+/// Whether [`pack_interleaved_avx2`] packs `ty`.
+pub(super) fn packs_interleaved(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::Q4_K | GgmlType::Q5_0 | GgmlType::Q8_0)
+}
+
+/// [`pack_avx2`] for [`NR`] interleaved rows, as their groups (`groups[i]`
+/// rows `8 i..8 i + 8`, each at least `cols` elements of `ty`, one of
+/// [`packs_interleaved`], in the layout of `formats::interleave`). Each of
+/// the layout's runs of 32 bytes holds four values of eight rows, which is
+/// one column step of the panel for those rows: it is unpacked and stored
+/// as it is. Same contract on `p` as [`pack_avx2`]; panics, before
+/// touching memory, where it does not hold.
+///
+/// # Safety
+/// avx2 and f16c present.
+#[target_feature(enable = "avx2,f16c")]
+pub(super) unsafe fn pack_interleaved_avx2(
+    p: &mut Panel,
+    ty: GgmlType,
+    groups: &[&[u8]],
+    cols: usize,
+) {
+    let (bl, gb) = (ty.block_len(), GROUP_ROWS * ty.block_bytes());
+    assert!(packs_interleaved(ty) && groups.len() == NR / GROUP_ROWS);
+    assert!(cols.is_multiple_of(bl));
+    let blocks = cols / bl;
+    assert!(groups.iter().all(|g| g.len() >= blocks * gb));
+    assert!(p.q.len() >= cols * NR && p.g * p.groups == cols);
+    assert!(p.s.len() >= p.groups * NR && p.m.len() >= p.groups * NR);
+    let q = p.q.as_mut_ptr();
+    let less = _mm256_set1_epi8(if p.signed { p.off as i8 } else { 0 });
+    let low4 = _mm256_set1_epi8(0x0f);
+    // Column step `s` of rows 8i..8i+8 lies at `q + s * NR * 4 + 32 i`.
+    let step = NR * 4;
+    for b in 0..blocks {
+        for (i, group) in groups.iter().enumerate() {
+            // SAFETY: group block b lies inside the group (asserted above).
+            let g = unsafe { group.as_ptr().add(b * gb) };
+            // SAFETY: as above; `p.s` and `p.m` hold this block's groups.
+            unsafe { interleaved_scales(p, ty, g, b, i) };
+            // SAFETY: this block's column steps, rows 8i..8i+8: inside the
+            // first `cols * NR` bytes of `q` (asserted above).
+            let dst = unsafe { q.add(b * (bl / 4) * step + 32 * i) };
+            let put = |s: usize, v: __m256i| {
+                // SAFETY: step s of this block, as above.
+                unsafe {
+                    _mm256_storeu_si256(dst.add(s * step) as *mut __m256i, _mm256_sub_epi8(v, less))
+                }
+            };
+            // SAFETY (the loads below): runs of the group block, read
+            // within it.
+            unsafe {
+                match ty {
+                    GgmlType::Q8_0 => {
+                        for j in 0..8 {
+                            let v =
+                                _mm256_loadu_si256(g.add(x8_q8_0::QS + 32 * j) as *const __m256i);
+                            put(j, _mm256_xor_si256(v, _mm256_set1_epi8(-128)));
+                        }
+                    }
+                    GgmlType::Q5_0 => {
+                        for j in 0..8 {
+                            let run = _mm256_loadu_si256(
+                                g.add(x8_q5_0::QS + 32 * (j % 4)) as *const __m256i
+                            );
+                            let nib = if j < 4 {
+                                run
+                            } else {
+                                _mm256_srli_epi16::<4>(run)
+                            };
+                            let bits = (g.add(x8_q5_0::QH + 4 * j) as *const u32).read_unaligned();
+                            let fifth =
+                                _mm256_and_si256(bits_to_bytes(bits), _mm256_set1_epi8(0x10));
+                            put(j, _mm256_or_si256(_mm256_and_si256(nib, low4), fifth));
+                        }
+                    }
+                    _ => {
+                        // Run c (sub-block c / 4, quarter c % 4): the low
+                        // nibbles are step 2c, the high ones step 2c + 1.
+                        for c in 0..32 {
+                            let v = _mm256_loadu_si256(g.add(x8::QS + 32 * c) as *const __m256i);
+                            put(2 * c, _mm256_and_si256(v, low4));
+                            put(2 * c + 1, _mm256_and_si256(_mm256_srli_epi16::<4>(v), low4));
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Group block `b`'s scales (and Q4_K's minimum terms) for rows
+/// `8 i..8 i + 8` of the panel, from the group block at `g`, as
+/// [`scales`] stores them.
+///
+/// # Safety
+/// avx2 and f16c present; `g` points at a whole group block of `ty`;
+/// `p.s` and `p.m` hold block `b`'s groups.
+#[inline(always)]
+unsafe fn interleaved_scales(p: &mut Panel, ty: GgmlType, g: *const u8, b: usize, i: usize) {
+    if ty == GgmlType::Q4_K {
+        let (s, m) = (
+            &mut p.s[b * 8 * NR..(b + 1) * 8 * NR],
+            &mut p.m[b * 8 * NR..(b + 1) * 8 * NR],
+        );
+        // SAFETY: the group block's heads, read within it.
+        let head = unsafe { std::slice::from_raw_parts(g, x8::QS) };
+        for r in 0..GROUP_ROWS {
+            let (d, dmin) = (
+                f16_at(&head[x8::D + 2 * r..]),
+                f16_at(&head[x8::DMIN + 2 * r..]),
+            );
+            let mut packed = [0u8; 12];
+            for (w, word) in packed.chunks_exact_mut(4).enumerate() {
+                let at = x8::WORDS + 32 * w + 4 * r;
+                word.copy_from_slice(&head[at..at + 4]);
+            }
+            let (sc, mn) = scales_mins_k4(&packed);
+            for (h, (s, m)) in s
+                .chunks_exact_mut(NR)
+                .zip(m.chunks_exact_mut(NR))
+                .enumerate()
+            {
+                s[8 * i + r] = d * f32::from(sc[h]);
+                m[8 * i + r] = dmin * f32::from(mn[h]);
+            }
+        }
+        return;
+    }
+    // Q8_0 and Q5_0: the eight f16 scales at the block's start; the
+    // minimum terms a negated zero, as in `scales`.
+    let at = b * NR + 8 * i;
+    let (s, m) = (&mut p.s[at..at + 8], &mut p.m[at..at + 8]);
+    // SAFETY: eight f16 read inside the group block, eight f32 written,
+    // the slices' lengths; f16c is enabled by the caller.
+    unsafe {
+        let v = _mm256_cvtph_ps(_mm_loadu_si128(g as *const __m128i));
+        _mm256_storeu_ps(s.as_mut_ptr(), v);
+        _mm256_storeu_ps(m.as_mut_ptr(), _mm256_set1_ps(-0.0));
     }
 }
 

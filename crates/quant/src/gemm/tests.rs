@@ -400,6 +400,64 @@ proptest! {
     }
 }
 
+proptest! {
+    #![proptest_config(ProptestConfig::with_cases(64))]
+    /// Packing interleaved rows straight from their layout stores the
+    /// portable packer's panel of the same rows, in both forms, on every
+    /// tier that takes that path (raw random bytes: any scale bits).
+    #[test]
+    fn interleaved_rows_pack_the_portable_panel(t in 0usize..3, blocks in 1usize..12, seed in any::<u64>()) {
+        use crate::formats::interleave::{interleave_group, GROUP_ROWS};
+        let ty = [GgmlType::Q4_K, GgmlType::Q5_0, GgmlType::Q8_0][t];
+        // Q4_K in whole 256-blocks; the others also at widths that are not.
+        let cols = if ty == GgmlType::Q4_K { blocks * 256 } else { blocks * 96 };
+        let nb = cols / ty.block_len();
+        let rb = crate::row_size(ty, cols).unwrap();
+        let mut x = seed | 1;
+        let rows: Vec<u8> = (0..NR * rb)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 56) as u8
+            })
+            .collect();
+        let views: Vec<&[u8]> = rows.chunks_exact(rb).collect();
+        let mut laid = vec![0u8; rows.len()];
+        for (i, dst) in laid.chunks_exact_mut(GROUP_ROWS * rb).enumerate() {
+            let group: [&[u8]; GROUP_ROWS] = std::array::from_fn(|r| views[GROUP_ROWS * i + r]);
+            interleave_group(ty, group, nb, dst);
+        }
+        let groups: Vec<&[u8]> = laid.chunks_exact(GROUP_ROWS * rb).collect();
+        let mut took = false;
+        for signed in [false, true] {
+            let mut want = Panel::default();
+            want.fill_on(GemmTier::Portable, ty, &views, cols, signed);
+            prop_assert!(!Panel::default().fill_interleaved(GemmTier::Portable, ty, &groups, cols, signed));
+            for tier in tiers() {
+                let mut got = Panel::default();
+                // A wider panel of the other form first, as reused ones are.
+                got.fill_on(tier, ty, &views, cols + 256, !signed);
+                if !got.fill_interleaved(tier, ty, &groups, cols, signed) {
+                    continue;
+                }
+                took = true;
+                let (g, w) = (panel_bits(&got, cols), panel_bits(&want, cols));
+                let first = |a: &[u32], b: &[u32]| a.iter().zip(b).position(|(x, y)| x != y);
+                let bytes = g.0.iter().zip(&w.0).position(|(x, y)| x != y);
+                prop_assert_eq!(bytes, None, "{:?} on {:?} (signed {}): first differing byte", ty, tier, signed);
+                prop_assert_eq!(first(&g.1, &w.1), None, "{:?} on {:?}: first differing scale", ty, tier);
+                prop_assert_eq!(first(&g.2, &w.2), None, "{:?} on {:?}: first differing minimum", ty, tier);
+            }
+        }
+        // An x86 machine with AVX2 packs this way; elsewhere nothing does.
+        #[cfg(target_arch = "x86_64")]
+        prop_assert_eq!(took, is_x86_feature_detected!("avx2") && is_x86_feature_detected!("f16c"));
+        #[cfg(not(target_arch = "x86_64"))]
+        prop_assert!(!took);
+    }
+}
+
 /// What the AMX self-check does while the kernel tables are being chosen
 /// (packing panels both ways, quantizing activations) never asks for them:
 /// asking from inside their one-time initialisation deadlocked `hearth` on

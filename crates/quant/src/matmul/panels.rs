@@ -6,6 +6,7 @@ use super::plan::{
     panel_runs, sweep_rows, tasks_per_thread, PanelFormat, PanelRun, SharedOut, MAX_FUSED, PANELS,
 };
 use super::Matrix;
+use crate::formats::interleave::GROUP_ROWS;
 use crate::pool::ThreadPool;
 use crate::simd::{self, GemmTier};
 use crate::QuantError;
@@ -117,9 +118,17 @@ pub(super) fn panels_product(
                         // A fixed array: this runs for every panel.
                         let mut views: [&[u8]; NR] = [&[]; NR];
                         let n = (rows - r0).min(NR);
+                        if w.grouped && n == NR {
+                            let g0 = r0 / GROUP_ROWS;
+                            let groups: [&[u8]; NR / GROUP_ROWS] =
+                                std::array::from_fn(|i| w.group(g0 + i));
+                            if panel.fill_interleaved(tier, w.ty, &groups, cols, amx) {
+                                continue;
+                            }
+                        }
                         if w.grouped {
-                            // Interleaved rows are packed from their standard
-                            // layout, copied out a panel at a time.
+                            // Else interleaved rows are packed from their
+                            // standard layout, copied out a panel at a time.
                             w.rows_into(r0, n, &mut copied);
                             for (v, row) in views.iter_mut().zip(copied.chunks_exact(w.row_bytes)) {
                                 *v = row;
