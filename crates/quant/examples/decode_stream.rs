@@ -3,6 +3,9 @@
 //! caches, against the machine's read bandwidth at the same threads.
 //!
 //! `cargo run --release -p hearth-quant --example decode_stream -- [threads] [MiB]`
+//!
+//! `BATCH=n` multiplies `n` activation rows at once (a batched decode step
+//! of `n` sequences, bound by compute rather than memory).
 
 use hearth_quant::{
     interleave, matmul, quantize, read_bandwidth, GgmlType, Matrix, Product, ThreadPool,
@@ -59,8 +62,12 @@ fn main() {
                 }
             })
             .collect();
-        let x: Vec<f32> = (0..cols).map(|i| (i % 7) as f32 - 3.0).collect();
-        let mut out = vec![0f32; rows];
+        let batch: usize = std::env::var("BATCH")
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(1);
+        let x: Vec<f32> = (0..batch * cols).map(|i| (i % 7) as f32 - 3.0).collect();
+        let mut out = vec![0f32; batch * rows];
         let mut scratch = Vec::new();
         let mut best = f64::INFINITY;
         for _ in 0..if copies == 1 { 2000 } else { 4 } {
@@ -68,7 +75,7 @@ fn main() {
             for m in &mats {
                 matmul(
                     &pool,
-                    Product::new(&[m], &x, 1),
+                    Product::new(&[m], &x, batch),
                     &mut [&mut out[..]],
                     &mut scratch,
                 )

@@ -292,6 +292,48 @@ mod tests {
         packed
     }
 
+    /// `nb` Q5_0 group blocks (`src`) as Q8_0 group blocks (`dst`) of the
+    /// same values and scales: each quad's values `q - 16` as signed bytes, in
+    /// the same places. Exact, so a Q8_0 kernel on `dst` gives the Q5_0
+    /// kernel's sums.
+    fn q5_0_group_as_q8_0(src: &[u8], nb: usize, dst: &mut [u8]) {
+        for b in 0..nb {
+            let g = &src[b * Q5_0_GROUP_BYTES..(b + 1) * Q5_0_GROUP_BYTES];
+            let o = &mut dst[b * Q8_0_GROUP_BYTES..(b + 1) * Q8_0_GROUP_BYTES];
+            o[x8_q8_0::D..x8_q8_0::D + 16].copy_from_slice(&g[x8_q5_0::D..x8_q5_0::D + 16]);
+            for j in 0..8 {
+                let bits = word(&g[x8_q5_0::QH..], j);
+                for i in 0..32 {
+                    let byte = g[x8_q5_0::QS + 32 * (j % 4) + i];
+                    let nib = if j < 4 { byte & 0x0F } else { byte >> 4 };
+                    let q = nib | (((bits >> i) & 1) as u8) << 4;
+                    o[x8_q8_0::QS + 32 * j + i] = (q as i8 - 16) as u8;
+                }
+            }
+        }
+    }
+
+    /// Every table's rewrite of Q5_0 group blocks as Q8_0 ones is the
+    /// reference's, byte for byte, on any bytes.
+    #[test]
+    fn q5_0_groups_widen_to_q8_0_exactly() {
+        for nb in [1, 2, 5] {
+            let src = random_rows(GgmlType::Q5_0, nb);
+            let mut want = vec![0u8; nb * Q8_0_GROUP_BYTES];
+            q5_0_group_as_q8_0(&src, nb, &mut want);
+            for k in crate::simd::available() {
+                let Some((widen, ty)) = k.x8_widened(GgmlType::Q5_0) else {
+                    continue;
+                };
+                assert_eq!(ty, GgmlType::Q8_0);
+                let mut got = vec![0xAAu8; nb * Q8_0_GROUP_BYTES];
+                // SAFETY: a table this CPU runs; both buffers hold nb blocks.
+                unsafe { widen(&src, nb, &mut got) };
+                assert_eq!(got, want, "{} nb {nb}", k.name);
+            }
+        }
+    }
+
     /// Any bytes survive the round trip, and each value lands where the
     /// kernels look for it.
     #[test]

@@ -260,16 +260,34 @@ fn grouped_rows(
     out: &SharedOut,
 ) {
     let Some(f) = k.quant(w.ty) else { return };
-    let (x8, x8x4) = (k.x8(w.ty), k.x8x4(w.ty));
+    let (mut x8, mut x8x4) = (k.x8(w.ty), k.x8x4(w.ty));
     let arow = act_row_bytes(vec_dot_type(w.ty), w.cols);
     let (rb, nb) = (w.row_bytes, w.cols / w.ty.block_len());
+    // A batch takes each group rewritten once into a type whose kernel
+    // unpacks less per activation row (Q5_0's fifth bits), where the
+    // table has such a rewrite; the sums are the same.
+    let widen = k.x8_widened(w.ty).filter(|_| batch >= 2);
+    if let Some((_, ty)) = widen {
+        (x8, x8x4) = (k.x8(ty), k.x8x4(ty));
+    }
     let mut copy = Vec::new();
+    let mut widened = WIDENED.take();
     for g in range.start / GROUP_ROWS..range.end.div_ceil(GROUP_ROWS) {
         let first = g * GROUP_ROWS;
         let (lo, hi) = (first.max(range.start), (first + GROUP_ROWS).min(range.end));
         if x8.is_none() {
             w.rows_into(first, GROUP_ROWS, &mut copy);
         }
+        let group = match widen {
+            Some((rewrite, ty)) => {
+                widened.resize(nb * GROUP_ROWS * ty.block_bytes(), 0);
+                // SAFETY: a kernel of `simd::best()`; the group holds `nb`
+                // group blocks and `widened` room for `nb` of `ty`.
+                unsafe { rewrite(w.group(g), nb, &mut widened) };
+                &widened[..]
+            }
+            None => w.group(g),
+        };
         let write = |b: usize, v: [f32; GROUP_ROWS]| {
             for r in lo..hi {
                 // SAFETY: row r belongs to this task alone.
@@ -280,7 +298,7 @@ fn grouped_rows(
         while let Some(x4) = x8x4.filter(|_| b + 4 <= batch) {
             // SAFETY: kernel from `simd::best()`; the group holds `nb` group
             // blocks and activation rows b..b+4 lie inside `acts`.
-            let v = unsafe { x4(w.group(g), &acts[b * arow..(b + 4) * arow], arow, nb) };
+            let v = unsafe { x4(group, &acts[b * arow..(b + 4) * arow], arow, nb) };
             for (c, v) in v.into_iter().enumerate() {
                 write(b + c, v);
             }
@@ -293,7 +311,7 @@ fn grouped_rows(
                 match x8 {
                     // SAFETY: kernel from `simd::best()`; the group holds
                     // `nb` group blocks and `a` `nb` activation blocks.
-                    Some(x8) => unsafe { x8(w.group(g), a, nb) },
+                    Some(x8) => unsafe { x8(group, a, nb) },
                     // SAFETY: as in `quant_rows`, for the rows copied out.
                     None => {
                         std::array::from_fn(|r| unsafe { f(&copy[r * rb..(r + 1) * rb], a, nb) })
@@ -302,9 +320,13 @@ fn grouped_rows(
             );
         }
     }
+    WIDENED.set(widened);
 }
 
 thread_local! {
+    /// A group rewritten for a batch (see [`simd::Kernels::x8_widened`]),
+    /// kept so a decode step allocates none.
+    static WIDENED: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
     /// The tile kernels' widened activation scales (see
     /// [`simd::widen_scales`]), kept so a decode step allocates none.
     static WIDE_SCALES: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };

@@ -76,6 +76,15 @@ pub(crate) type RowsFn = unsafe fn(w: &[u8], row_bytes: usize, a: &[u8], nb: usi
 /// kernel to the bit (otherwise the [`DotFn`] contract).
 pub(crate) type X8Fn = unsafe fn(w: &[u8], a: &[u8], nb: usize) -> [f32; 8];
 
+/// Rewrites `nb` interleaved group blocks of one type (`src`) as `nb` of
+/// another (`dst`) that hold the same values and scales exactly, as
+/// [`crate::formats::interleave::q5_0_group_as_q8_0`] does; panics where
+/// `src` or `dst` is too short.
+///
+/// # Safety
+/// The table's CPU features present.
+pub(crate) type WidenX8Fn = unsafe fn(src: &[u8], nb: usize, dst: &mut [u8]);
+
 /// [`X8Fn`] against four activation rows that start `stride` bytes apart in
 /// `a`: `out[c]` is activation row `c`'s, each the one-row kernel's to the
 /// bit.
@@ -185,6 +194,10 @@ pub(crate) struct Kernels {
     pub q8_0_x8: Option<X8Fn>,
     /// Q5_0 rows interleaved in groups of eight (see [`X8Fn`]).
     pub q5_0_x8: Option<X8Fn>,
+    /// Interleaved Q5_0 group blocks rewritten as Q8_0 ones (see
+    /// [`WidenX8Fn`]), so that a batch unpacks the fifth bits once, not
+    /// once per activation row.
+    pub q5_0_x8_as_q8_0: Option<WidenX8Fn>,
     /// Whether the Q4_0/Q5_0/Q8_0 and Q4_K/Q5_K/Q6_K kernels prefetch the
     /// weights ahead themselves (spread over the row, which keeps more misses in flight
     /// than a burst per row does).
@@ -201,6 +214,17 @@ impl Kernels {
             GgmlType::Q4_K => self.q4_k_x8,
             GgmlType::Q5_0 => self.q5_0_x8,
             GgmlType::Q8_0 => self.q8_0_x8,
+            _ => None,
+        }
+    }
+
+    /// For interleaved weights of type `ty` whose one-row kernel unpacks
+    /// more than a batch should repeat: the rewrite into another
+    /// interleaved type, and that type (whose [`Self::x8`] kernel then
+    /// gives the same bits).
+    pub(crate) fn x8_widened(&self, ty: GgmlType) -> Option<(WidenX8Fn, GgmlType)> {
+        match ty {
+            GgmlType::Q5_0 => Some((self.q5_0_x8_as_q8_0?, GgmlType::Q8_0)),
             _ => None,
         }
     }
@@ -335,6 +359,7 @@ static SCALAR: Kernels = Kernels {
     q4_k_x8x4: None,
     q8_0_x8: None,
     q5_0_x8: None,
+    q5_0_x8_as_q8_0: None,
     self_prefetch: false,
     gemm: GemmTier::Portable,
 };

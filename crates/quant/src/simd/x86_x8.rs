@@ -296,7 +296,7 @@ macro_rules! legacy_x8_kernel {
 /// The Q8_0 and Q5_0 kernels for one feature set: `$fifth` turns a quad's
 /// word of fifth bits into 0x10 in each byte whose bit is set.
 macro_rules! legacy_x8_kernels {
-    ($feat:literal, $dp:ident, $fifth:ident, $q8_0:ident, $q5_0:ident) => {
+    ($feat:literal, $dp:ident, $fifth:ident, $q8_0:ident, $q5_0:ident, $widen:ident) => {
         legacy_x8_kernel!(
             $feat,
             $dp,
@@ -317,26 +317,57 @@ macro_rules! legacy_x8_kernels {
             Q5_0_GROUP_BYTES,
             "Eight interleaved Q5_0 rows · Q8_0: one result per row.",
             |g| {
-                // SAFETY: the group block's four runs of nibbles.
-                let runs: [__m256i; 4] = std::array::from_fn(|k| unsafe {
-                    _mm256_loadu_si256(g.add(x8_q5_0::QS + 32 * k) as *const __m256i)
-                });
-                let m4 = _mm256_set1_epi8(0x0F);
-                std::array::from_fn(|j| {
-                    let nib = if j < 4 {
-                        _mm256_and_si256(runs[j], m4)
-                    } else {
-                        _mm256_and_si256(_mm256_srli_epi16(runs[j - 4], 4), m4)
-                    };
-                    // SAFETY: quad j's word of fifth bits.
-                    let bits = unsafe {
-                        std::ptr::read_unaligned(g.add(x8_q5_0::QH + 4 * j) as *const u32)
-                    };
-                    _mm256_sub_epi8(_mm256_or_si256(nib, $fifth(bits)), _mm256_set1_epi8(16))
-                })
+                // SAFETY: a whole Q5_0 group block.
+                unsafe { q5_0_quads(g, |bits| $fifth(bits)) }
             }
         );
+
+        /// Q5_0 group blocks rewritten as Q8_0 ones ([`super::WidenX8Fn`]).
+        ///
+        /// # Safety
+        /// [`super::WidenX8Fn`] contract.
+        #[target_feature(enable = $feat)]
+        pub(crate) unsafe fn $widen(src: &[u8], nb: usize, dst: &mut [u8]) {
+            assert!(src.len() >= nb * Q5_0_GROUP_BYTES && dst.len() >= nb * Q8_0_GROUP_BYTES);
+            for b in 0..nb {
+                // SAFETY: group block b of each, inside them (asserted).
+                unsafe {
+                    let g = src.as_ptr().add(b * Q5_0_GROUP_BYTES);
+                    let o = dst.as_mut_ptr().add(b * Q8_0_GROUP_BYTES);
+                    let d = _mm_loadu_si128(g.add(x8_q5_0::D) as *const __m128i);
+                    _mm_storeu_si128(o.add(x8_q8_0::D) as *mut __m128i, d);
+                    for (j, v) in q5_0_quads(g, |bits| $fifth(bits)).into_iter().enumerate() {
+                        _mm256_storeu_si256(o.add(x8_q8_0::QS + 32 * j) as *mut __m256i, v);
+                    }
+                }
+            }
+        }
     };
+}
+
+/// The eight quads' signed values (`q - 16`) of the Q5_0 group block at
+/// `g`, four of each row a lane; `fifth` turns a quad's word of fifth
+/// bits into 0x10 in each byte whose bit is set.
+///
+/// # Safety
+/// avx2 present; `g` points at a whole Q5_0 group block.
+#[inline(always)]
+unsafe fn q5_0_quads(g: *const u8, fifth: impl Fn(u32) -> __m256i) -> [__m256i; 8] {
+    // SAFETY: the group block's four runs of nibbles.
+    let runs: [__m256i; 4] = std::array::from_fn(|k| unsafe {
+        _mm256_loadu_si256(g.add(x8_q5_0::QS + 32 * k) as *const __m256i)
+    });
+    let m4 = _mm256_set1_epi8(0x0F);
+    std::array::from_fn(|j| {
+        let nib = if j < 4 {
+            _mm256_and_si256(runs[j], m4)
+        } else {
+            _mm256_and_si256(_mm256_srli_epi16(runs[j - 4], 4), m4)
+        };
+        // SAFETY: quad j's word of fifth bits.
+        let bits = unsafe { std::ptr::read_unaligned(g.add(x8_q5_0::QH + 4 * j) as *const u32) };
+        _mm256_sub_epi8(_mm256_or_si256(nib, fifth(bits)), _mm256_set1_epi8(16))
+    })
 }
 
 /// 0x10 in each byte whose bit of `bits` is set (AVX2: a shuffle and a
@@ -359,19 +390,22 @@ legacy_x8_kernels!(
     dpbusd_avx2,
     fifth_avx2,
     q8_0_x8_avx2,
-    q5_0_x8_avx2
+    q5_0_x8_avx2,
+    q5_0_x8_as_q8_0_avx2
 );
 legacy_x8_kernels!(
     "avx2,fma,f16c,avxvnni",
     dpbusd_avxvnni,
     fifth_avx2,
     q8_0_x8_avxvnni,
-    q5_0_x8_avxvnni
+    q5_0_x8_avxvnni,
+    q5_0_x8_as_q8_0_avxvnni
 );
 legacy_x8_kernels!(
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
     dpbusd_avx512vl,
     fifth_avx512vl,
     q8_0_x8_avx512vl,
-    q5_0_x8_avx512vl
+    q5_0_x8_avx512vl,
+    q5_0_x8_as_q8_0_avx512vl
 );
