@@ -39,6 +39,45 @@ fn dpbusd_avx512vl(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
     _mm256_dpbusd_epi32(acc, u, s)
 }
 
+/// `Σ u[i] · s[i]` over the four byte pairs of each lane and the eight
+/// pairs of vectors, for Q4_K's nibbles (`u` at most 15) against any
+/// signed bytes: each `vpmaddubsw` lane is at most 2 · 15 · 128 = 3840 in
+/// size, so the eight add exactly in 16 bits before one widening, where
+/// widening each would cost two more instructions.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn nibble_dot8_avx2(u: [__m256i; 8], s: [__m256i; 8]) -> __m256i {
+    let mut pairs = _mm256_maddubs_epi16(u[0], s[0]);
+    for i in 1..8 {
+        pairs = _mm256_add_epi16(pairs, _mm256_maddubs_epi16(u[i], s[i]));
+    }
+    _mm256_madd_epi16(pairs, _mm256_set1_epi16(1))
+}
+
+/// [`nibble_dot8_avx2`] as two chains of AVX-VNNI `vpdpbusd`.
+#[inline]
+#[target_feature(enable = "avx2,avxvnni")]
+fn nibble_dot8_avxvnni(u: [__m256i; 8], s: [__m256i; 8]) -> __m256i {
+    let (mut even, mut odd) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+    for i in (0..8).step_by(2) {
+        even = dpbusd_avxvnni(even, u[i], s[i]);
+        odd = dpbusd_avxvnni(odd, u[i + 1], s[i + 1]);
+    }
+    _mm256_add_epi32(even, odd)
+}
+
+/// [`nibble_dot8_avx2`] as two chains of AVX-512 VNNI `vpdpbusd`.
+#[inline]
+#[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
+fn nibble_dot8_avx512vl(u: [__m256i; 8], s: [__m256i; 8]) -> __m256i {
+    let (mut even, mut odd) = (_mm256_setzero_si256(), _mm256_setzero_si256());
+    for i in (0..8).step_by(2) {
+        even = dpbusd_avx512vl(even, u[i], s[i]);
+        odd = dpbusd_avx512vl(odd, u[i + 1], s[i + 1]);
+    }
+    _mm256_add_epi32(even, odd)
+}
+
 /// Four activations at `p` in every lane.
 ///
 /// # Safety
@@ -58,7 +97,7 @@ fn byte_of(v: __m256i, n: i32) -> __m256i {
 }
 
 macro_rules! x8_kernels {
-    ($feat:literal, $dp:ident, $rows:ident, $one:ident, $four:ident) => {
+    ($feat:literal, $dot8:ident, $rows:ident, $one:ident, $four:ident) => {
         /// Eight interleaved Q4_K rows · Q8_K: one result per row.
         ///
         /// # Safety
@@ -170,18 +209,14 @@ macro_rules! x8_kernels {
                     }
                     let n = (j % 4) as i32;
                     let (s, m) = (byte_of(sc[j / 4], n), byte_of(mn[j / 4], n));
+                    let u: [__m256i; 8] = std::array::from_fn(|i| nibbles[i / 2][i % 2]);
                     for c in 0..N {
-                        let (mut lo, mut hi) = (_mm256_setzero_si256(), _mm256_setzero_si256());
-                        for (q, [ql, qh]) in nibbles.iter().enumerate() {
-                            // SAFETY: sub-block j's eight activations of quarter q.
-                            let (alo, ahi) = unsafe {
-                                let ap = ab[c].add(at::Q8K_QS + 32 * j + 8 * q);
-                                (act4(ap), act4(ap.add(4)))
-                            };
-                            lo = $dp(lo, *ql, alo);
-                            hi = $dp(hi, *qh, ahi);
-                        }
-                        let prod = _mm256_mullo_epi32(_mm256_add_epi32(lo, hi), s);
+                        // SAFETY: sub-block j's 32 activations, four at a
+                        // time: quarter q's low four at 8 q, high at 8 q + 4.
+                        let acts: [__m256i; 8] = std::array::from_fn(|i| unsafe {
+                            act4(ab[c].add(at::Q8K_QS + 32 * j + 4 * i))
+                        });
+                        let prod = _mm256_mullo_epi32($dot8(u, acts), s);
                         isum[c] = _mm256_add_epi32(isum[c], prod);
                         let sub = _mm256_permutevar8x32_epi32(subs[c], _mm256_set1_epi32(j as i32));
                         msum[c] = _mm256_add_epi32(msum[c], _mm256_mullo_epi32(m, sub));
@@ -208,21 +243,21 @@ macro_rules! x8_kernels {
 
 x8_kernels!(
     "avx2,fma,f16c",
-    dpbusd_avx2,
+    nibble_dot8_avx2,
     q4_k_x8_rows_avx2,
     q4_k_x8_avx2,
     q4_k_x8x4_avx2
 );
 x8_kernels!(
     "avx2,fma,f16c,avxvnni",
-    dpbusd_avxvnni,
+    nibble_dot8_avxvnni,
     q4_k_x8_rows_avxvnni,
     q4_k_x8_avxvnni,
     q4_k_x8x4_avxvnni
 );
 x8_kernels!(
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
-    dpbusd_avx512vl,
+    nibble_dot8_avx512vl,
     q4_k_x8_rows_avx512vl,
     q4_k_x8_avx512vl,
     q4_k_x8x4_avx512vl
