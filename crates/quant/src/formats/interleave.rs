@@ -32,7 +32,7 @@
 //! | bytes | what |
 //! |---|---|
 //! | 0..16 | `d` of rows 0..8 (f16) |
-//! | 16..48 | fifth bits: word `j` holds those of quad `j` (values `4 j..4 j + 4`), row `r`'s four at bits `4 r..4 r + 4` |
+//! | 16..48 | fifth bits: byte `4 r + t` holds row `r`'s of values `4 j + t` at bit `j` (quad `j`'s bits sit where its values do in a run, so one shift and mask give them) |
 //! | 48..176 | nibbles: run `k` at `48 + 32 k`, bytes `4 k..4 k + 4` of row `r`'s `qs` at `4 r` (values `4 k + i` low, `16 + 4 k + i` high) |
 
 use super::blocks::{BlockFormat, BlockQ4K, BlockQ5_0, BlockQ8_0};
@@ -139,28 +139,25 @@ fn q8_0_block_of(g: &[u8], r: usize, blk: &mut [u8]) {
     }
 }
 
-/// Q5_0's layout: the eight scales, the fifth bits regrouped by quad,
-/// then the nibbles four bytes of each row at a time.
+/// Q5_0's layout: the eight scales, the fifth bits regrouped by place in
+/// a quad, then the nibbles four bytes of each row at a time.
 fn interleave_q5_0(rows: [&[u8]; GROUP_ROWS], nb: usize, dst: &mut [u8]) {
     const B: usize = BlockQ5_0::BYTES;
     for b in 0..nb {
         let g = &mut dst[b * Q5_0_GROUP_BYTES..(b + 1) * Q5_0_GROUP_BYTES];
-        let mut words = [0u32; 8];
         for (r, row) in rows.iter().enumerate() {
             let blk = &row[b * B..(b + 1) * B];
             g[x8_q5_0::D + 2 * r..x8_q5_0::D + 2 * r + 2].copy_from_slice(&blk[0..2]);
             let qh = word(&blk[2..6], 0);
-            for (j, w) in words.iter_mut().enumerate() {
-                *w |= ((qh >> (4 * j)) & 0xF) << (4 * r);
+            for t in 0..4 {
+                // Bit j: value 4 j + t's fifth bit.
+                g[x8_q5_0::QH + 4 * r + t] =
+                    (0..8).fold(0u8, |byte, j| byte | (((qh >> (4 * j + t)) & 1) as u8) << j);
             }
             for k in 0..4 {
                 let at = x8_q5_0::QS + 32 * k + 4 * r;
                 g[at..at + 4].copy_from_slice(&blk[6 + 4 * k..10 + 4 * k]);
             }
-        }
-        for (j, w) in words.iter().enumerate() {
-            let at = x8_q5_0::QH + 4 * j;
-            g[at..at + 4].copy_from_slice(&w.to_le_bytes());
         }
     }
 }
@@ -169,8 +166,9 @@ fn interleave_q5_0(rows: [&[u8]; GROUP_ROWS], nb: usize, dst: &mut [u8]) {
 /// [`interleave_q5_0`]).
 fn q5_0_block_of(g: &[u8], r: usize, blk: &mut [u8]) {
     blk[0..2].copy_from_slice(&g[x8_q5_0::D + 2 * r..x8_q5_0::D + 2 * r + 2]);
-    let qh = (0..8).fold(0u32, |qh, j| {
-        qh | ((word(&g[x8_q5_0::QH..], j) >> (4 * r)) & 0xF) << (4 * j)
+    let qh = (0..32).fold(0u32, |qh, v| {
+        let (j, t) = (v / 4, v % 4);
+        qh | u32::from((g[x8_q5_0::QH + 4 * r + t] >> j) & 1) << v
     });
     blk[2..6].copy_from_slice(&qh.to_le_bytes());
     for k in 0..4 {
@@ -302,11 +300,10 @@ mod tests {
             let o = &mut dst[b * Q8_0_GROUP_BYTES..(b + 1) * Q8_0_GROUP_BYTES];
             o[x8_q8_0::D..x8_q8_0::D + 16].copy_from_slice(&g[x8_q5_0::D..x8_q5_0::D + 16]);
             for j in 0..8 {
-                let bits = word(&g[x8_q5_0::QH..], j);
                 for i in 0..32 {
                     let byte = g[x8_q5_0::QS + 32 * (j % 4) + i];
                     let nib = if j < 4 { byte & 0x0F } else { byte >> 4 };
-                    let q = nib | (((bits >> i) & 1) as u8) << 4;
+                    let q = nib | ((g[x8_q5_0::QH + i] >> j) & 1) << 4;
                     o[x8_q8_0::QS + 32 * j + i] = (q as i8 - 16) as u8;
                 }
             }
@@ -357,13 +354,13 @@ mod tests {
 
         let src = random_rows(GgmlType::Q5_0, nb);
         let packed = round_trip(GgmlType::Q5_0, &src, nb);
-        // Row 3, block 2: value 22's fifth bit (quad 5, bit 2 of row 3's
-        // four) and nibble (run 1, byte 2, high).
+        // Row 3, block 2: value 22's fifth bit (quad 5, place 2: bit 5 of
+        // byte 4 · 3 + 2) and nibble (run 1, byte 2, high).
         let blk = &src[3 * nb * BlockQ5_0::BYTES + 2 * BlockQ5_0::BYTES..];
         let g = &packed[2 * Q5_0_GROUP_BYTES..];
         let qh = word(&blk[2..6], 0);
         assert_eq!(
-            (word(&g[x8_q5_0::QH..], 5) >> (4 * 3 + 2)) & 1,
+            u32::from(g[x8_q5_0::QH + 4 * 3 + 2] >> 5) & 1,
             (qh >> 22) & 1
         );
         assert_eq!(g[x8_q5_0::QS + 32 + 4 * 3 + 2] >> 4, blk[6 + 6] >> 4);

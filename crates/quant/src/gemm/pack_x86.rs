@@ -17,6 +17,7 @@ use crate::formats::blocks::{at, block, BlockQ4K, BlockQ6K};
 use crate::formats::f16_at;
 use crate::formats::interleave::{x8, x8_q5_0, x8_q8_0, GROUP_ROWS};
 use crate::formats::kquants::scales_mins_k4;
+use crate::simd::x86_x8::q5_0_fifth;
 use crate::GgmlType;
 use std::arch::x86_64::*;
 
@@ -156,6 +157,7 @@ pub(super) unsafe fn pack_interleaved_avx2(
                         }
                     }
                     GgmlType::Q5_0 => {
+                        let qh = _mm256_loadu_si256(g.add(x8_q5_0::QH) as *const __m256i);
                         for j in 0..8 {
                             let run = _mm256_loadu_si256(
                                 g.add(x8_q5_0::QS + 32 * (j % 4)) as *const __m256i
@@ -165,10 +167,10 @@ pub(super) unsafe fn pack_interleaved_avx2(
                             } else {
                                 _mm256_srli_epi16::<4>(run)
                             };
-                            let bits = (g.add(x8_q5_0::QH + 4 * j) as *const u32).read_unaligned();
-                            let fifth =
-                                _mm256_and_si256(bits_to_bytes(bits), _mm256_set1_epi8(0x10));
-                            put(j, _mm256_or_si256(_mm256_and_si256(nib, low4), fifth));
+                            put(
+                                j,
+                                _mm256_or_si256(_mm256_and_si256(nib, low4), q5_0_fifth(qh, j)),
+                            );
                         }
                     }
                     _ => {

@@ -16,7 +16,7 @@ pub(crate) mod x86;
 #[cfg(target_arch = "x86_64")]
 mod x86_float;
 #[cfg(target_arch = "x86_64")]
-mod x86_x8;
+pub(crate) mod x86_x8;
 
 /// A quantized dot kernel over `nb` blocks.
 ///

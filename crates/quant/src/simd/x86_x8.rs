@@ -328,10 +328,9 @@ macro_rules! legacy_x8_kernel {
     };
 }
 
-/// The Q8_0 and Q5_0 kernels for one feature set: `$fifth` turns a quad's
-/// word of fifth bits into 0x10 in each byte whose bit is set.
+/// The Q8_0 and Q5_0 kernels for one feature set.
 macro_rules! legacy_x8_kernels {
-    ($feat:literal, $dp:ident, $fifth:ident, $q8_0:ident, $q5_0:ident, $widen:ident) => {
+    ($feat:literal, $dp:ident, $q8_0:ident, $q5_0:ident, $widen:ident) => {
         legacy_x8_kernel!(
             $feat,
             $dp,
@@ -353,7 +352,7 @@ macro_rules! legacy_x8_kernels {
             "Eight interleaved Q5_0 rows · Q8_0: one result per row.",
             |g| {
                 // SAFETY: a whole Q5_0 group block.
-                unsafe { q5_0_quads(g, |bits| $fifth(bits)) }
+                unsafe { q5_0_quads(g) }
             }
         );
 
@@ -371,7 +370,7 @@ macro_rules! legacy_x8_kernels {
                     let o = dst.as_mut_ptr().add(b * Q8_0_GROUP_BYTES);
                     let d = _mm_loadu_si128(g.add(x8_q5_0::D) as *const __m128i);
                     _mm_storeu_si128(o.add(x8_q8_0::D) as *mut __m128i, d);
-                    for (j, v) in q5_0_quads(g, |bits| $fifth(bits)).into_iter().enumerate() {
+                    for (j, v) in q5_0_quads(g).into_iter().enumerate() {
                         _mm256_storeu_si256(o.add(x8_q8_0::QS + 32 * j) as *mut __m256i, v);
                     }
                 }
@@ -381,17 +380,22 @@ macro_rules! legacy_x8_kernels {
 }
 
 /// The eight quads' signed values (`q - 16`) of the Q5_0 group block at
-/// `g`, four of each row a lane; `fifth` turns a quad's word of fifth
-/// bits into 0x10 in each byte whose bit is set.
+/// `g`, four of each row a lane.
 ///
 /// # Safety
-/// avx2 present; `g` points at a whole Q5_0 group block.
-#[inline(always)]
-unsafe fn q5_0_quads(g: *const u8, fifth: impl Fn(u32) -> __m256i) -> [__m256i; 8] {
-    // SAFETY: the group block's four runs of nibbles.
-    let runs: [__m256i; 4] = std::array::from_fn(|k| unsafe {
-        _mm256_loadu_si256(g.add(x8_q5_0::QS + 32 * k) as *const __m256i)
-    });
+/// `g` points at a whole Q5_0 group block.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn q5_0_quads(g: *const u8) -> [__m256i; 8] {
+    // SAFETY: the group block's four runs of nibbles and its fifth bits.
+    let (runs, qh): ([__m256i; 4], __m256i) = unsafe {
+        (
+            std::array::from_fn(|k| {
+                _mm256_loadu_si256(g.add(x8_q5_0::QS + 32 * k) as *const __m256i)
+            }),
+            _mm256_loadu_si256(g.add(x8_q5_0::QH) as *const __m256i),
+        )
+    };
     let m4 = _mm256_set1_epi8(0x0F);
     std::array::from_fn(|j| {
         let nib = if j < 4 {
@@ -399,31 +403,36 @@ unsafe fn q5_0_quads(g: *const u8, fifth: impl Fn(u32) -> __m256i) -> [__m256i; 
         } else {
             _mm256_and_si256(_mm256_srli_epi16(runs[j - 4], 4), m4)
         };
-        // SAFETY: quad j's word of fifth bits.
-        let bits = unsafe { std::ptr::read_unaligned(g.add(x8_q5_0::QH + 4 * j) as *const u32) };
-        _mm256_sub_epi8(_mm256_or_si256(nib, fifth(bits)), _mm256_set1_epi8(16))
+        _mm256_sub_epi8(
+            _mm256_or_si256(nib, q5_0_fifth(qh, j)),
+            _mm256_set1_epi8(16),
+        )
     })
 }
 
-/// 0x10 in each byte whose bit of `bits` is set (AVX2: a shuffle and a
-/// compare).
+/// Quad `j`'s fifth bits from a Q5_0 group block's 32 bytes of them
+/// (`qh`): 0x10 in each byte whose value has it. Bit `j` of each byte
+/// moves to bit 4; a shift of 16-bit lanes by at most four keeps each
+/// byte's bit 4 from its own bits.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn fifth_avx2(bits: u32) -> __m256i {
-    _mm256_and_si256(super::x86::bits_to_bytes(bits), _mm256_set1_epi8(0x10))
-}
-
-/// [`fifth_avx2`] as one masked move (AVX-512 BW/VL).
-#[inline]
-#[target_feature(enable = "avx2,avx512f,avx512bw,avx512vl")]
-fn fifth_avx512vl(bits: u32) -> __m256i {
-    _mm256_maskz_mov_epi8(bits, _mm256_set1_epi8(0x10))
+pub(crate) fn q5_0_fifth(qh: __m256i, j: usize) -> __m256i {
+    let moved = match j {
+        0 => _mm256_slli_epi16::<4>(qh),
+        1 => _mm256_slli_epi16::<3>(qh),
+        2 => _mm256_slli_epi16::<2>(qh),
+        3 => _mm256_slli_epi16::<1>(qh),
+        4 => qh,
+        5 => _mm256_srli_epi16::<1>(qh),
+        6 => _mm256_srli_epi16::<2>(qh),
+        _ => _mm256_srli_epi16::<3>(qh),
+    };
+    _mm256_and_si256(moved, _mm256_set1_epi8(0x10))
 }
 
 legacy_x8_kernels!(
     "avx2,fma,f16c",
     dpbusd_avx2,
-    fifth_avx2,
     q8_0_x8_avx2,
     q5_0_x8_avx2,
     q5_0_x8_as_q8_0_avx2
@@ -431,7 +440,6 @@ legacy_x8_kernels!(
 legacy_x8_kernels!(
     "avx2,fma,f16c,avxvnni",
     dpbusd_avxvnni,
-    fifth_avx2,
     q8_0_x8_avxvnni,
     q5_0_x8_avxvnni,
     q5_0_x8_as_q8_0_avxvnni
@@ -439,7 +447,6 @@ legacy_x8_kernels!(
 legacy_x8_kernels!(
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
     dpbusd_avx512vl,
-    fifth_avx512vl,
     q8_0_x8_avx512vl,
     q5_0_x8_avx512vl,
     q5_0_x8_as_q8_0_avx512vl
