@@ -1352,7 +1352,7 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q4_k_x8x4: Some(super::x86_x8::q4_k_x8x4_avxvnni),
         q8_0_x8: Some(super::x86_x8::q8_0_x8_avxvnni),
         q5_0_x8: Some(super::x86_x8::q5_0_x8_avxvnni),
-        q5_0_x8_as_q8_0: Some(super::x86_x8::q5_0_x8_as_q8_0_avxvnni),
+        q5_0_x8_as_q8_0: Some(super::x86_x8::q5_0_x8_as_q8_0_avx2),
         gemm: GemmTier::AvxVnni,
         ..AVX2
     };
@@ -1387,7 +1387,7 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q4_k_x8x4: Some(super::x86_x8::q4_k_x8x4_avx512vl),
         q8_0_x8: Some(super::x86_x8::q8_0_x8_avx512vl),
         q5_0_x8: Some(super::x86_x8::q5_0_x8_avx512vl),
-        q5_0_x8_as_q8_0: Some(super::x86_x8::q5_0_x8_as_q8_0_avx512vl),
+        q5_0_x8_as_q8_0: None,
         f32: x86_float::f32_avx512,
         f16: x86_float::f16_avx512,
         bf16: x86_float::bf16_avx512,

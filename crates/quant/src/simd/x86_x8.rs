@@ -330,7 +330,7 @@ macro_rules! legacy_x8_kernel {
 
 /// The Q8_0 and Q5_0 kernels for one feature set.
 macro_rules! legacy_x8_kernels {
-    ($feat:literal, $dp:ident, $q8_0:ident, $q5_0:ident, $widen:ident) => {
+    ($feat:literal, $dp:ident, $q8_0:ident, $q5_0:ident) => {
         legacy_x8_kernel!(
             $feat,
             $dp,
@@ -355,28 +355,32 @@ macro_rules! legacy_x8_kernels {
                 unsafe { q5_0_quads(g) }
             }
         );
+    };
+}
 
-        /// Q5_0 group blocks rewritten as Q8_0 ones ([`super::WidenX8Fn`]).
-        ///
-        /// # Safety
-        /// [`super::WidenX8Fn`] contract.
-        #[target_feature(enable = $feat)]
-        pub(crate) unsafe fn $widen(src: &[u8], nb: usize, dst: &mut [u8]) {
-            assert!(src.len() >= nb * Q5_0_GROUP_BYTES && dst.len() >= nb * Q8_0_GROUP_BYTES);
-            for b in 0..nb {
-                // SAFETY: group block b of each, inside them (asserted).
-                unsafe {
-                    let g = src.as_ptr().add(b * Q5_0_GROUP_BYTES);
-                    let o = dst.as_mut_ptr().add(b * Q8_0_GROUP_BYTES);
-                    let d = _mm_loadu_si128(g.add(x8_q5_0::D) as *const __m128i);
-                    _mm_storeu_si128(o.add(x8_q8_0::D) as *mut __m128i, d);
-                    for (j, v) in q5_0_quads(g).into_iter().enumerate() {
-                        _mm256_storeu_si256(o.add(x8_q8_0::QS + 32 * j) as *mut __m256i, v);
-                    }
-                }
+/// Q5_0 group blocks rewritten as Q8_0 ones ([`super::WidenX8Fn`]), for
+/// the AVX2 and AVX-VNNI tables: there a batch's rows then skip unpacking
+/// the nibbles and fifth bits each (docs/perf/speed.md). The AVX-512
+/// table, whose kernel unpacks more cheaply, measured no gain and does
+/// without it.
+///
+/// # Safety
+/// [`super::WidenX8Fn`] contract.
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn q5_0_x8_as_q8_0_avx2(src: &[u8], nb: usize, dst: &mut [u8]) {
+    assert!(src.len() >= nb * Q5_0_GROUP_BYTES && dst.len() >= nb * Q8_0_GROUP_BYTES);
+    for b in 0..nb {
+        // SAFETY: group block b of each, inside them (asserted).
+        unsafe {
+            let g = src.as_ptr().add(b * Q5_0_GROUP_BYTES);
+            let o = dst.as_mut_ptr().add(b * Q8_0_GROUP_BYTES);
+            let d = _mm_loadu_si128(g.add(x8_q5_0::D) as *const __m128i);
+            _mm_storeu_si128(o.add(x8_q8_0::D) as *mut __m128i, d);
+            for (j, v) in q5_0_quads(g).into_iter().enumerate() {
+                _mm256_storeu_si256(o.add(x8_q8_0::QS + 32 * j) as *mut __m256i, v);
             }
         }
-    };
+    }
 }
 
 /// The eight quads' signed values (`q - 16`) of the Q5_0 group block at
@@ -430,24 +434,16 @@ pub(crate) fn q5_0_fifth(qh: __m256i, j: usize) -> __m256i {
     _mm256_and_si256(moved, _mm256_set1_epi8(0x10))
 }
 
-legacy_x8_kernels!(
-    "avx2,fma,f16c",
-    dpbusd_avx2,
-    q8_0_x8_avx2,
-    q5_0_x8_avx2,
-    q5_0_x8_as_q8_0_avx2
-);
+legacy_x8_kernels!("avx2,fma,f16c", dpbusd_avx2, q8_0_x8_avx2, q5_0_x8_avx2);
 legacy_x8_kernels!(
     "avx2,fma,f16c,avxvnni",
     dpbusd_avxvnni,
     q8_0_x8_avxvnni,
-    q5_0_x8_avxvnni,
-    q5_0_x8_as_q8_0_avxvnni
+    q5_0_x8_avxvnni
 );
 legacy_x8_kernels!(
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
     dpbusd_avx512vl,
     q8_0_x8_avx512vl,
-    q5_0_x8_avx512vl,
-    q5_0_x8_as_q8_0_avx512vl
+    q5_0_x8_avx512vl
 );
