@@ -17,7 +17,7 @@ use crate::formats::blocks::{at, block, BlockQ4K, BlockQ6K};
 use crate::formats::f16_at;
 use crate::formats::interleave::{x8, x8_q5_0, x8_q8_0, GROUP_ROWS};
 use crate::formats::kquants::scales_mins_k4;
-use crate::simd::x86_x8::q5_0_fifth;
+use crate::simd::x86_x8::fifth_bit;
 use crate::GgmlType;
 use std::arch::x86_64::*;
 
@@ -169,7 +169,7 @@ pub(super) unsafe fn pack_interleaved_avx2(
                             };
                             put(
                                 j,
-                                _mm256_or_si256(_mm256_and_si256(nib, low4), q5_0_fifth(qh, j)),
+                                _mm256_or_si256(_mm256_and_si256(nib, low4), fifth_bit(qh, j)),
                             );
                         }
                     }

@@ -340,6 +340,19 @@ fn tile_matches_dequantized_product() {
 }
 
 /// The panel's bytes, scales and minimum terms, bit for bit.
+/// `n` raw random bytes (any scale bits, NaN and infinity included).
+fn raw_bytes(n: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed | 1;
+    (0..n)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 56) as u8
+        })
+        .collect()
+}
+
 fn panel_bits(p: &Panel, cols: usize) -> (Vec<u8>, Vec<u32>, Vec<u32>) {
     let n = p.groups * NR;
     (
@@ -362,19 +375,8 @@ proptest! {
         let rows = if whole > 0 { NR } else { short };
         let cols = sbs * 256;
         let w: Vec<Vec<u8>> = if raw {
-            let mut x = seed | 1;
-            (0..rows)
-                .map(|_| {
-                    (0..crate::row_size(ty, cols).unwrap())
-                        .map(|_| {
-                            x ^= x << 13;
-                            x ^= x >> 7;
-                            x ^= x << 17;
-                            (x >> 56) as u8
-                        })
-                        .collect()
-                })
-                .collect()
+            let rb = crate::row_size(ty, cols).unwrap();
+            raw_bytes(rows * rb, seed).chunks(rb).map(<[u8]>::to_vec).collect()
         } else {
             random_rows(ty, rows, cols, seed)
         };
@@ -413,15 +415,7 @@ proptest! {
         let cols = if ty == GgmlType::Q4_K { blocks * 256 } else { blocks * 96 };
         let nb = cols / ty.block_len();
         let rb = crate::row_size(ty, cols).unwrap();
-        let mut x = seed | 1;
-        let rows: Vec<u8> = (0..NR * rb)
-            .map(|_| {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 56) as u8
-            })
-            .collect();
+        let rows = raw_bytes(NR * rb, seed);
         let views: Vec<&[u8]> = rows.chunks_exact(rb).collect();
         let mut laid = vec![0u8; rows.len()];
         for (i, dst) in laid.chunks_exact_mut(GROUP_ROWS * rb).enumerate() {

@@ -407,20 +407,16 @@ unsafe fn q5_0_quads(g: *const u8) -> [__m256i; 8] {
         } else {
             _mm256_and_si256(_mm256_srli_epi16(runs[j - 4], 4), m4)
         };
-        _mm256_sub_epi8(
-            _mm256_or_si256(nib, q5_0_fifth(qh, j)),
-            _mm256_set1_epi8(16),
-        )
+        _mm256_sub_epi8(_mm256_or_si256(nib, fifth_bit(qh, j)), _mm256_set1_epi8(16))
     })
 }
 
-/// Quad `j`'s fifth bits from a Q5_0 group block's 32 bytes of them
-/// (`qh`): 0x10 in each byte whose value has it. Bit `j` of each byte
-/// moves to bit 4; a shift of 16-bit lanes by at most four keeps each
-/// byte's bit 4 from its own bits.
+/// Bit `j` of each byte of `qh` as 0x10 in that byte (else 0): quad `j`'s
+/// fifth bits from a Q5_0 group block's 32 bytes of them. A shift of
+/// 16-bit lanes by at most four keeps each byte's bit 4 from its own bits.
 #[inline]
 #[target_feature(enable = "avx2")]
-pub(crate) fn q5_0_fifth(qh: __m256i, j: usize) -> __m256i {
+pub(crate) fn fifth_bit(qh: __m256i, j: usize) -> __m256i {
     let moved = match j {
         0 => _mm256_slli_epi16::<4>(qh),
         1 => _mm256_slli_epi16::<3>(qh),
