@@ -339,7 +339,6 @@ fn tile_matches_dequantized_product() {
     }
 }
 
-/// The panel's bytes, scales and minimum terms, bit for bit.
 /// `n` raw random bytes (any scale bits, NaN and infinity included).
 fn raw_bytes(n: usize, seed: u64) -> Vec<u8> {
     let mut x = seed | 1;
@@ -353,6 +352,7 @@ fn raw_bytes(n: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
+/// The panel's bytes, scales and minimum terms, bit for bit.
 fn panel_bits(p: &Panel, cols: usize) -> (Vec<u8>, Vec<u32>, Vec<u32>) {
     let n = p.groups * NR;
     (

@@ -77,9 +77,9 @@ pub(crate) type RowsFn = unsafe fn(w: &[u8], row_bytes: usize, a: &[u8], nb: usi
 pub(crate) type X8Fn = unsafe fn(w: &[u8], a: &[u8], nb: usize) -> [f32; 8];
 
 /// Rewrites `nb` interleaved group blocks of one type (`src`) as `nb` of
-/// another (`dst`) that hold the same values and scales exactly, as
-/// [`crate::formats::interleave::q5_0_group_as_q8_0`] does; panics where
-/// `src` or `dst` is too short.
+/// another (`dst`) that hold the same values and scales exactly (checked
+/// against a scalar reference in `formats::interleave`'s tests); panics
+/// where `src` or `dst` is too short.
 ///
 /// # Safety
 /// The table's CPU features present.

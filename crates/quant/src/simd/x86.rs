@@ -195,7 +195,7 @@ fn nibbles32(q: __m128i) -> __m256i {
 /// Expands 32 bits to 32 bytes: 0xFF where bit j is set, else 0.
 #[inline]
 #[target_feature(enable = "avx2")]
-pub(super) fn bits_to_bytes(x: u32) -> __m256i {
+fn bits_to_bytes(x: u32) -> __m256i {
     let shuf = _mm256_set_epi64x(
         0x0303030303030303,
         0x0202020202020202,
