@@ -1,5 +1,5 @@
-//! GELU (tanh form), the gated GeGLU activation, SiLU, the sigmoid-gated GLU
-//! and softmax over slices,
+//! GELU (tanh form), the gated GeGLU activation, SiLU, the sigmoid-gated GLU,
+//! softmax and the logit soft-cap ([`softcap`]) over slices,
 //! with one `exp` written from IEEE operations so every tier gives the same
 //! bits.
 //!
@@ -12,6 +12,9 @@
 //! `expf`.
 
 use std::sync::OnceLock;
+
+mod softcap;
+pub use softcap::{scalar_softcap, tanh};
 
 /// `2 * sqrt(2 / pi)`: GELU's tanh argument doubled, for the logistic form.
 const TWO_SQRT_2_OVER_PI: f32 = 2.0 * 0.797_884_6;
@@ -168,6 +171,7 @@ fn sum_lanes(mut lanes: [f32; SUM_LANES]) -> f32 {
 type UnaryFn = fn(&mut [f32]);
 type GatedFn = fn(&mut [f32], &[f32]);
 type PanelFn = fn(&mut [f32], &mut [f32]);
+type CapFn = fn(&mut [f32], f32);
 
 /// One tier's slice kernels.
 #[derive(Clone, Copy)]
@@ -178,6 +182,7 @@ struct Kernels {
     softmax_panel: PanelFn,
     silu: UnaryFn,
     glu: GatedFn,
+    softcap: CapFn,
 }
 
 /// The scalar references, which every tier's kernels reproduce.
@@ -188,6 +193,7 @@ const SCALAR: Kernels = Kernels {
     softmax_panel: scalar_softmax_panel,
     silu: scalar_silu,
     glu: scalar_glu,
+    softcap: scalar_softcap,
 };
 
 /// The kernels of the kernel set in use.
@@ -225,6 +231,12 @@ pub fn silu(x: &mut [f32]) {
 /// [`scalar_glu`]'s bits on every tier.
 pub fn glu(x: &mut [f32], gate: &[f32]) {
     (kernels().glu)(x, gate)
+}
+
+/// `x <- cap · tanh(x / cap)` (Gemma's logit soft-cap):
+/// [`scalar_softcap`]'s bits on every tier.
+pub fn softcap(x: &mut [f32], cap: f32) {
+    (kernels().softcap)(x, cap)
 }
 
 /// `x <- softmax(x)`: [`scalar_softmax`]'s bits on every tier. Attention
@@ -402,6 +414,7 @@ mod x86 {
         softmax_panel: softmax_panel_avx2,
         silu: silu_avx2,
         glu: glu_avx2,
+        softcap: super::softcap::x86::softcap_avx2,
     };
 
     /// The AVX-512 tier's kernels.
@@ -412,6 +425,7 @@ mod x86 {
         softmax_panel: softmax_panel_avx512,
         silu: silu_avx512,
         glu: glu_avx512,
+        softcap: super::softcap::x86::softcap_avx512,
     };
 
     fn silu_avx2(x: &mut [f32]) {
@@ -772,7 +786,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    fn simd() -> Vec<(&'static str, Kernels)> {
+    pub(super) fn simd() -> Vec<(&'static str, Kernels)> {
         #[cfg(target_arch = "x86_64")]
         return x86::available();
         #[cfg(not(target_arch = "x86_64"))]
@@ -879,6 +893,32 @@ mod tests {
             let mut got = u.clone();
             glu(&mut got, &x);
             prop_assert_eq!(bits(&got), bits(&want_glu));
+        }
+
+        /// Every soft-cap kernel gives the reference's bits at every length:
+        /// logits as a head makes them, ones past saturation, tiny ones
+        /// (returned as they are), infinities and NaN.
+        #[test]
+        fn softcap_simd_matches_scalar(
+            x in prop::collection::vec(prop_oneof![
+                8 => -60.0f32..60.0,
+                2 => -1e-3f32..1e-3,
+                1 => -1e6f32..1e6,
+                1 => prop::sample::select(vec![f32::INFINITY, f32::NEG_INFINITY, f32::NAN, 0.0, -0.0]),
+            ], 0..80),
+            cap in prop_oneof![Just(30.0f32), Just(50.0), 0.5f32..100.0],
+        ) {
+            let mut want = x.clone();
+            scalar_softcap(&mut want, cap);
+            let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+            for (name, k) in simd() {
+                let mut got = x.clone();
+                (k.softcap)(&mut got, cap);
+                prop_assert_eq!(bits(&got), bits(&want), "{} softcap", name);
+            }
+            let mut got = x.clone();
+            softcap(&mut got, cap);
+            prop_assert_eq!(bits(&got), bits(&want));
         }
 
         /// Every softmax kernel gives the reference's bits at every length

@@ -38,73 +38,13 @@ pub fn gaussian_top_k(x: &mut [f32], m: f32) {
     x.iter_mut().for_each(|v| *v = (*v - cutoff).max(0.0));
 }
 
-/// `cap * tanh(x / cap)` over a slice.
+/// `cap * tanh(x / cap)` over a slice (SIMD where the CPU has it, the same
+/// bits as [`tanh`] element by element).
 pub fn softcap(x: &mut [f32], cap: f32) {
-    for v in x {
-        *v = cap * tanh(*v / cap);
-    }
+    quant::activation::softcap(x, cap)
 }
 
-/// `tanh(x)` from IEEE basic operations only, so it gives the same bits on
-/// every CPU and C library. The C library's `tanhf` differs in the last bit
-/// between x86-64 and AArch64 glibc, which showed in Gemma 2 and 4 logits
-/// (their softcaps); ours is evaluated in f64, where `1 - 2 / (e^{2|x|} + 1)`
-/// loses at most a few f64 bits to cancellation (|x| ≥ 2^-12), and rounded
-/// once to f32: within an ulp of the true value.
-pub fn tanh(x: f32) -> f32 {
-    let a = x.abs();
-    if a.is_nan() {
-        return x;
-    }
-    if a < 1.0 / 4096.0 {
-        // tanh(x) = x - x^3/3 + …: the cubic term is below half an ulp.
-        return x;
-    }
-    if a >= 10.0 {
-        // 1 - tanh(10) = 4e-9 is below half an ulp of 1.
-        return 1.0f32.copysign(x);
-    }
-    let e = exp_f64(2.0 * a as f64);
-    let t = 1.0 - 2.0 / (e + 1.0);
-    (t as f32).copysign(x)
-}
-
-/// `1/n!` for n = 12 down to 0: the Taylor coefficients of `e^r`.
-const INV_FACTORIALS: [f64; 13] = [
-    1.0 / 479_001_600.0,
-    1.0 / 39_916_800.0,
-    1.0 / 3_628_800.0,
-    1.0 / 362_880.0,
-    1.0 / 40_320.0,
-    1.0 / 5_040.0,
-    1.0 / 720.0,
-    1.0 / 120.0,
-    1.0 / 24.0,
-    1.0 / 6.0,
-    1.0 / 2.0,
-    1.0,
-    1.0,
-];
-
-/// `e^z` for `0 <= z <= 20` from basic operations: `z = k ln 2 + r` with
-/// `|r| <= ln 2 / 2` (ln 2 split so `k ln 2` is exact), a degree-12 Taylor
-/// polynomial for `e^r` (error below 1e-15 relative) and `2^k` from the
-/// exponent bits. Plain multiplies and adds, not `mul_add`: without the FMA
-/// target feature `mul_add` is a libm call per step, and f64 has precision
-/// to spare for an f32 result. Final logit softcaps run this once per
-/// vocabulary entry per token.
-fn exp_f64(z: f64) -> f64 {
-    // ln 2 with its low 21 bits zero, so `k * LN2_HI` is exact; the rest.
-    const LN2_HI: f64 = 6.931_471_803_691_238e-1;
-    const LN2_LO: f64 = 1.908_214_929_270_587_7e-10;
-    let k = (z * std::f64::consts::LOG2_E).round();
-    let r = (z - k * LN2_HI) - k * LN2_LO;
-    let p = INV_FACTORIALS[1..]
-        .iter()
-        .fold(INV_FACTORIALS[0], |p, &c| p * r + c);
-    // k is at most 29 here, far inside f64's exponent range.
-    p * f64::from_bits(((1023 + k as i64) as u64) << 52)
-}
+pub use quant::activation::tanh;
 
 /// Rotary embedding for one base and position scale.
 ///
@@ -243,32 +183,6 @@ pub fn par_rows(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Within one f32 ulp of the libm's f64 tanh everywhere that matters,
-    /// odd, and exact at the edges (±0, ±inf, NaN, saturation).
-    #[test]
-    fn tanh_is_within_an_ulp() {
-        let mut worst = 0u32;
-        let mut x = 1e-6f32;
-        while x < 12.0 {
-            for v in [x, -x] {
-                let want = (v as f64).tanh() as f32;
-                let got = tanh(v);
-                let ulps = (got.to_bits() as i64 - want.to_bits() as i64).unsigned_abs() as u32;
-                worst = worst.max(ulps);
-                assert!(ulps <= 1, "tanh({v}) = {got}, want {want}");
-                assert_eq!(tanh(-v).to_bits(), (-got).to_bits());
-            }
-            x *= 1.0007;
-        }
-        assert!(worst <= 1);
-        assert_eq!(tanh(0.0).to_bits(), 0.0f32.to_bits());
-        assert_eq!(tanh(-0.0).to_bits(), (-0.0f32).to_bits());
-        assert_eq!(tanh(f32::INFINITY), 1.0);
-        assert_eq!(tanh(f32::NEG_INFINITY), -1.0);
-        assert_eq!(tanh(40.0), 1.0);
-        assert!(tanh(f32::NAN).is_nan());
-    }
 
     #[test]
     fn gelu_known_values() {
