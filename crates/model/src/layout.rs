@@ -1,6 +1,6 @@
 //! The decode layout made at load: the layers' matrices and the output head
 //! rearranged into rows interleaved by eight ([`quant::interleave`]) where
-//! their type has the layout (Q4_K, Q5_0, Q8_0), which the x86 decode kernels
+//! their type has the layout (Q4_K, Q6_K, Q5_0, Q8_0), which the x86 decode kernels
 //! read as one stream with a fraction of the work per block. The products
 //! keep their bits, so nothing downstream can tell.
 //! `HEARTH_INTERLEAVE=0` keeps the file's layout (to measure the two side by

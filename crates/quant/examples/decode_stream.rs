@@ -28,6 +28,7 @@ fn main() {
         (GgmlType::Q4_K, 1152, 6912, false),
         (GgmlType::Q4_K, 1152, 6912, true),
         (GgmlType::Q6_K, 1152, 6912, false),
+        (GgmlType::Q6_K, 1152, 6912, true),
         (GgmlType::Q5_K, 1152, 6912, false),
     ] {
         // ROWS=n shrinks the matrices to n rows (weights in L2: the

@@ -81,7 +81,7 @@ pub fn row_size(ty: GgmlType, n: usize) -> Result<usize, QuantError> {
 }
 
 /// Whether the kernels in use read `ty` faster from the decode layout
-/// [`interleave`] makes (Q4_K, Q5_0 and Q8_0 on x86-64 with AVX2), so a loader
+/// [`interleave`] makes (Q4_K, Q6_K, Q5_0 and Q8_0 on x86-64 with AVX2), so a loader
 /// gains by making it.
 pub fn interleaves(ty: GgmlType) -> bool {
     simd::best().x8(ty).is_some()

@@ -113,17 +113,17 @@ proptest! {
         }
     }
 
-    /// Q4_K, Q5_0 and Q8_0 rows interleaved in groups of eight: every table's
+    /// Q4_K, Q6_K, Q5_0 and Q8_0 rows interleaved in groups of eight: every table's
     /// interleaved kernels give each row the scalar reference's dot to the
     /// bit, and so does every product through the layout (decode rows,
     /// batched rows, the panel product of a prefill), on the table in use.
     #[test]
     fn interleaved_rows_match_scalar_rows(seed in 1u64.., groups in 1usize..4, nblocks in 1usize..5, scale in 0.01f32..100.0) {
-        for ty in [GgmlType::Q4_K, GgmlType::Q5_0, GgmlType::Q8_0] {
+        for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_0, GgmlType::Q8_0] {
             let mut rng = Rng(seed);
             // The 32-value types take an odd number of blocks too (the
             // kernels' last block).
-            let blocks = if ty == GgmlType::Q4_K { nblocks } else { 5 * nblocks };
+            let blocks = if ty.block_len() == 256 { nblocks } else { 5 * nblocks };
             let (rows, cols) = (8 * groups, ty.block_len() * blocks);
             let w = random_weights(ty, rows * cols, &mut rng);
             let packed = quant::interleave(ty, rows, cols, &w, |_| {}).unwrap().unwrap();
@@ -206,7 +206,7 @@ fn interleaving_leaves_what_it_cannot_rearrange() {
         (GgmlType::Q8_0, 0, 64),
         (GgmlType::Q8_0, 8, 0),
         (GgmlType::Q5_0, 12, 32),
-        (GgmlType::Q6_K, 8, 256),
+        (GgmlType::Q5_K, 8, 256),
     ] {
         let data = vec![0u8; ty.row_bytes(cols as u64).unwrap() as usize * rows];
         let got = quant::interleave(ty, rows, cols, &data, |_| {}).unwrap();

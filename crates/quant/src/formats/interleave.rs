@@ -1,5 +1,5 @@
-//! Q4_K, Q5_0 and Q8_0 rows interleaved in groups of eight, Hearth's own
-//! decode layout.
+//! Q4_K, Q6_K, Q5_0 and Q8_0 rows interleaved in groups of eight, Hearth's
+//! own decode layout.
 //!
 //! A decode product reads each weight once, and one row at a time spends
 //! most of its time on each block's tail (unpacking the scales, horizontal
@@ -20,6 +20,16 @@
 //! | 32..128 | the packed scales: bytes 0..4 of rows 0..8, then 4..8, then 8..12 |
 //! | 128..1152 | nibbles: for sub-block `j` and quarter `g`, 32 bytes at `128 + 32 (4 j + g)`, four per row; byte `i` of row `r` holds value `32 j + 8 g + i` low and `+ 4` high |
 //!
+//! One Q6_K group block ([`Q6_K_GROUP_BYTES`]; value `v` of a row is its
+//! unsigned code `q + 32`, quad `j` its values `4 j..4 j + 4`, and group `g`,
+//! which shares a scale, quads `4 g..4 g + 4`):
+//!
+//! | bytes | what |
+//! |---|---|
+//! | 0..16 | `d` of rows 0..8 (f16) |
+//! | 16..144 | the scales: bytes 0..4 of rows 0..8, then 4..8, 8..12, 12..16 |
+//! | 144..1680 | group `g` at `144 + 96 g`: two runs of low four bits (at 0: quad `4 g` low, `4 g + 1` high; at 32: quads `4 g + 2`, `4 g + 3`), then one of high two bits (at 64: bits `2 i..2 i + 2` for quad `4 g + i`); in each run, byte `4 r + t` is row `r`'s value `t` |
+//!
 //! One Q8_0 group block ([`Q8_0_GROUP_BYTES`]):
 //!
 //! | bytes | what |
@@ -35,7 +45,7 @@
 //! | 16..48 | fifth bits: byte `4 r + t` holds row `r`'s of values `4 j + t` at bit `j` (quad `j`'s bits sit where its values do in a run, so one shift and mask give them) |
 //! | 48..176 | nibbles: run `k` at `48 + 32 k`, bytes `4 k..4 k + 4` of row `r`'s `qs` at `4 r` (values `4 k + i` low, `16 + 4 k + i` high) |
 
-use super::blocks::{BlockFormat, BlockQ4K, BlockQ5_0, BlockQ8_0};
+use super::blocks::{BlockFormat, BlockQ4K, BlockQ5_0, BlockQ6K, BlockQ8_0};
 use crate::GgmlType;
 
 /// Rows in a group.
@@ -68,9 +78,39 @@ pub(crate) mod x8_q5_0 {
     pub(crate) const QS: usize = 48;
 }
 
+/// Bytes of one Q6_K group block: eight Q6_K blocks.
+pub(crate) const Q6_K_GROUP_BYTES: usize = GROUP_ROWS * BlockQ6K::BYTES;
+
+/// Byte offsets within a Q6_K group block.
+pub(crate) mod x8_q6_k {
+    /// The eight `d`.
+    pub(crate) const D: usize = 0;
+    /// The scales, as four words of eight rows.
+    pub(crate) const SCALES: usize = 16;
+    /// The values: sixteen groups of [`GROUP`] bytes.
+    pub(crate) const VALUES: usize = 144;
+    /// Bytes of one group of sixteen values: two runs of low bits, then
+    /// one of high bits, so a product reads the block front to back.
+    pub(crate) const GROUP: usize = 96;
+
+    /// The run holding quad `j`'s low four bits (low nibbles for even `j`,
+    /// high for odd).
+    pub(crate) const fn low(j: usize) -> usize {
+        VALUES + GROUP * (j / 4) + 32 * (j % 4 / 2)
+    }
+
+    /// The run holding quad `j`'s high two bits (bits `2 (j % 4)` up).
+    pub(crate) const fn high(j: usize) -> usize {
+        VALUES + GROUP * (j / 4) + 64
+    }
+}
+
 /// Whether rows of `ty` have an interleaved layout.
 pub(crate) fn supports(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q4_K | GgmlType::Q5_0 | GgmlType::Q8_0)
+    matches!(
+        ty,
+        GgmlType::Q4_K | GgmlType::Q6_K | GgmlType::Q5_0 | GgmlType::Q8_0
+    )
 }
 
 /// Interleaves eight standard rows of `nb` blocks of `ty` (`rows[r]`) into
@@ -78,6 +118,7 @@ pub(crate) fn supports(ty: GgmlType) -> bool {
 pub(crate) fn interleave_group(ty: GgmlType, rows: [&[u8]; GROUP_ROWS], nb: usize, dst: &mut [u8]) {
     match ty {
         GgmlType::Q4_K => interleave_q4_k(rows, nb, dst),
+        GgmlType::Q6_K => interleave_q6_k(rows, nb, dst),
         GgmlType::Q5_0 => interleave_q5_0(rows, nb, dst),
         GgmlType::Q8_0 => interleave_q8_0(rows, nb, dst),
         _ => {}
@@ -99,6 +140,7 @@ pub(crate) fn deinterleave_rows(
 ) {
     let (block_of, gb): (BlockOf, usize) = match ty {
         GgmlType::Q4_K => (q4_k_block_of, GROUP_BLOCK_BYTES),
+        GgmlType::Q6_K => (q6_k_block_of, Q6_K_GROUP_BYTES),
         GgmlType::Q5_0 => (q5_0_block_of, Q5_0_GROUP_BYTES),
         GgmlType::Q8_0 => (q8_0_block_of, Q8_0_GROUP_BYTES),
         _ => return,
@@ -175,6 +217,92 @@ fn q5_0_block_of(g: &[u8], r: usize, blk: &mut [u8]) {
         let at = x8_q5_0::QS + 32 * k + 4 * r;
         blk[6 + 4 * k..10 + 4 * k].copy_from_slice(&g[at..at + 4]);
     }
+}
+
+/// A Q6_K block's 256 unsigned codes (`q + 32`, 0..63) in value order, as
+/// `kquants::unpack_q6_k` places them: word `j` holds quad `j` (values
+/// `4 j..4 j + 4`), four codes to a word.
+fn q6_k_codes(blk: &[u8]) -> [u32; 64] {
+    const NIB: u32 = 0x0f0f_0f0f;
+    const TWO: u32 = 0x0303_0303;
+    let (ql, qh) = (&blk[..128], &blk[128..192]);
+    let mut y = [0u32; 64];
+    for n in 0..2 {
+        for l in (0..32).step_by(4) {
+            let (a, b) = (word(ql, (64 * n + l) / 4), word(ql, (64 * n + l + 32) / 4));
+            let h = word(qh, (32 * n + l) / 4);
+            let q = 32 * n + l / 4;
+            y[q] = (a & NIB) | (h & TWO) << 4;
+            y[q + 8] = (b & NIB) | (h >> 2 & TWO) << 4;
+            y[q + 16] = (a >> 4 & NIB) | (h >> 4 & TWO) << 4;
+            y[q + 24] = (b >> 4 & NIB) | (h >> 6 & TWO) << 4;
+        }
+    }
+    y
+}
+
+/// The inverse of [`q6_k_codes`]: a block's `ql` and `qh` from its codes.
+fn q6_k_from_codes(y: &[u8; 256], blk: &mut [u8]) {
+    let (ql, qh) = blk[..192].split_at_mut(128);
+    for n in 0..2 {
+        let (ql, qh, y) = (&mut ql[64 * n..], &mut qh[32 * n..], &y[128 * n..]);
+        for l in 0..32 {
+            ql[l] = (y[l] & 0x0F) | (y[l + 64] & 0x0F) << 4;
+            ql[l + 32] = (y[l + 32] & 0x0F) | (y[l + 96] & 0x0F) << 4;
+            qh[l] =
+                (y[l] >> 4) | (y[l + 32] >> 4) << 2 | (y[l + 64] >> 4) << 4 | (y[l + 96] >> 4) << 6;
+        }
+    }
+}
+
+/// Q6_K's layout (see the module's table), a word (four values of a row)
+/// at a time: a model's Q6_K matrices are rearranged at every load.
+fn interleave_q6_k(rows: [&[u8]; GROUP_ROWS], nb: usize, dst: &mut [u8]) {
+    const B: usize = BlockQ6K::BYTES;
+    const NIB: u32 = 0x0f0f_0f0f;
+    const TWO: u32 = 0x0303_0303;
+    for b in 0..nb {
+        let g = &mut dst[b * Q6_K_GROUP_BYTES..(b + 1) * Q6_K_GROUP_BYTES];
+        for (r, row) in rows.iter().enumerate() {
+            let blk = &row[b * B..(b + 1) * B];
+            g[x8_q6_k::D + 2 * r..x8_q6_k::D + 2 * r + 2].copy_from_slice(&blk[208..210]);
+            for w in 0..4 {
+                let at = x8_q6_k::SCALES + 32 * w + 4 * r;
+                g[at..at + 4].copy_from_slice(&blk[192 + 4 * w..196 + 4 * w]);
+            }
+            let y = q6_k_codes(blk);
+            for (gi, q) in y.chunks_exact(4).enumerate() {
+                let j = 4 * gi;
+                let high = (0..4).fold(0, |h, i| h | (q[i] >> 4 & TWO) << (2 * i));
+                for (at, v) in [
+                    (x8_q6_k::low(j), (q[0] & NIB) | (q[1] & NIB) << 4),
+                    (x8_q6_k::low(j + 2), (q[2] & NIB) | (q[3] & NIB) << 4),
+                    (x8_q6_k::high(j), high),
+                ] {
+                    g[at + 4 * r..at + 4 * r + 4].copy_from_slice(&v.to_le_bytes());
+                }
+            }
+        }
+    }
+}
+
+/// Row `r`'s Q6_K block from the group block `g` (the inverse of
+/// [`interleave_q6_k`]).
+fn q6_k_block_of(g: &[u8], r: usize, blk: &mut [u8]) {
+    let mut y = [0u8; 256];
+    for (j, quad) in y.chunks_exact_mut(4).enumerate() {
+        for (t, v) in quad.iter_mut().enumerate() {
+            let low = g[x8_q6_k::low(j) + 4 * r + t] >> (4 * (j % 2)) & 0x0F;
+            let high = g[x8_q6_k::high(j) + 4 * r + t] >> (2 * (j % 4)) & 3;
+            *v = low | high << 4;
+        }
+    }
+    q6_k_from_codes(&y, blk);
+    for w in 0..4 {
+        let at = x8_q6_k::SCALES + 32 * w + 4 * r;
+        blk[192 + 4 * w..196 + 4 * w].copy_from_slice(&g[at..at + 4]);
+    }
+    blk[208..210].copy_from_slice(&g[x8_q6_k::D + 2 * r..x8_q6_k::D + 2 * r + 2]);
 }
 
 /// Byte offsets within a Q4_K group block.
@@ -343,6 +471,22 @@ mod tests {
         let want = blk[16 + 5] >> 4;
         let g = &packed[2 * GROUP_BLOCK_BYTES..];
         assert_eq!(g[x8::QS + 32 * 4 + 4 * 5 + 1] >> 4, want);
+
+        let src = random_rows(GgmlType::Q6_K, nb);
+        let packed = round_trip(GgmlType::Q6_K, &src, nb);
+        // Row 2, block 1, value 201 (half 1, l = 9, the third of `l`'s
+        // four: ql[64 + 9] high, qh[32 + 9] bits 4..6): quad 50, place 1,
+        // so group 12's second low run, low nibble, and its high run's bits
+        // 4..6.
+        let blk = &src[2 * nb * BlockQ6K::BYTES + BlockQ6K::BYTES..];
+        let g = &packed[Q6_K_GROUP_BYTES..];
+        let group = x8_q6_k::VALUES + 96 * 12;
+        assert_eq!(g[group + 32 + 4 * 2 + 1] & 0x0F, blk[64 + 9] >> 4);
+        assert_eq!(
+            g[group + 64 + 4 * 2 + 1] >> 4 & 3,
+            blk[128 + 32 + 9] >> 4 & 3
+        );
+        assert_eq!(g[x8_q6_k::SCALES + 32 * 3 + 4 * 2 + 2], blk[192 + 14]);
 
         let src = random_rows(GgmlType::Q8_0, nb);
         let packed = round_trip(GgmlType::Q8_0, &src, nb);

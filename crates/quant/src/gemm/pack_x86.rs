@@ -15,9 +15,9 @@
 use super::{Panel, NR};
 use crate::formats::blocks::{at, block, BlockQ4K, BlockQ6K};
 use crate::formats::f16_at;
-use crate::formats::interleave::{x8, x8_q5_0, x8_q8_0, GROUP_ROWS};
+use crate::formats::interleave::{x8, x8_q5_0, x8_q6_k, x8_q8_0, GROUP_ROWS};
 use crate::formats::kquants::scales_mins_k4;
-use crate::simd::x86_x8::fifth_bit;
+use crate::simd::x86_x8::{fifth_bit, q6_k_group_quads};
 use crate::GgmlType;
 use std::arch::x86_64::*;
 
@@ -98,7 +98,10 @@ pub(super) unsafe fn pack_avx2(p: &mut Panel, ty: GgmlType, rows: &[&[u8]], cols
 
 /// Whether [`pack_interleaved_avx2`] packs `ty`.
 pub(super) fn packs_interleaved(ty: GgmlType) -> bool {
-    matches!(ty, GgmlType::Q4_K | GgmlType::Q5_0 | GgmlType::Q8_0)
+    matches!(
+        ty,
+        GgmlType::Q4_K | GgmlType::Q6_K | GgmlType::Q5_0 | GgmlType::Q8_0
+    )
 }
 
 /// [`pack_avx2`] for [`NR`] interleaved rows, as their groups (`groups[i]`
@@ -173,6 +176,13 @@ pub(super) unsafe fn pack_interleaved_avx2(
                             );
                         }
                     }
+                    GgmlType::Q6_K => {
+                        for gi in 0..16 {
+                            for (i, v) in q6_k_group_quads(g, gi).into_iter().enumerate() {
+                                put(4 * gi + i, v);
+                            }
+                        }
+                    }
                     _ => {
                         // Run c (sub-block c / 4, quarter c % 4): the low
                         // nibbles are step 2c, the high ones step 2c + 1.
@@ -197,6 +207,20 @@ pub(super) unsafe fn pack_interleaved_avx2(
 /// `p.s` and `p.m` hold block `b`'s groups.
 #[inline(always)]
 unsafe fn interleaved_scales(p: &mut Panel, ty: GgmlType, g: *const u8, b: usize, i: usize) {
+    if ty == GgmlType::Q6_K {
+        // Sixteen groups a block; no minimum (left at `prepare`'s zeros).
+        let s = &mut p.s[b * 16 * NR..(b + 1) * 16 * NR];
+        // SAFETY: the group block's d and scales, read within it.
+        let head = unsafe { std::slice::from_raw_parts(g, x8_q6_k::VALUES) };
+        for r in 0..GROUP_ROWS {
+            let d = f16_at(&head[x8_q6_k::D + 2 * r..]);
+            for (h, s) in s.chunks_exact_mut(NR).enumerate() {
+                let sc = head[x8_q6_k::SCALES + 32 * (h / 4) + 4 * r + h % 4] as i8;
+                s[8 * i + r] = d * f32::from(sc);
+            }
+        }
+        return;
+    }
     if ty == GgmlType::Q4_K {
         let (s, m) = (
             &mut p.s[b * 8 * NR..(b + 1) * 8 * NR],

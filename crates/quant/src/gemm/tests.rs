@@ -408,11 +408,11 @@ proptest! {
     /// portable packer's panel of the same rows, in both forms, on every
     /// tier that takes that path (raw random bytes: any scale bits).
     #[test]
-    fn interleaved_rows_pack_the_portable_panel(t in 0usize..3, blocks in 1usize..12, seed in any::<u64>()) {
+    fn interleaved_rows_pack_the_portable_panel(t in 0usize..4, blocks in 1usize..12, seed in any::<u64>()) {
         use crate::formats::interleave::{interleave_group, GROUP_ROWS};
-        let ty = [GgmlType::Q4_K, GgmlType::Q5_0, GgmlType::Q8_0][t];
-        // Q4_K in whole 256-blocks; the others also at widths that are not.
-        let cols = if ty == GgmlType::Q4_K { blocks * 256 } else { blocks * 96 };
+        let ty = [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_0, GgmlType::Q8_0][t];
+        // K-quants in whole 256-blocks; the others also at widths that are not.
+        let cols = if ty.block_len() == 256 { blocks * 256 } else { blocks * 96 };
         let nb = cols / ty.block_len();
         let rb = crate::row_size(ty, cols).unwrap();
         let rows = raw_bytes(NR * rb, seed);

@@ -20,7 +20,7 @@ use acts::Ready;
 use plan::{GEMM_MIN_BATCH, MAX_FUSED};
 
 /// A weight matrix view: `rows` rows of `cols` elements of type `ty`,
-/// validated on construction; row after row, or Q4_K/Q5_0/Q8_0 rows in groups
+/// validated on construction; row after row, or Q4_K/Q6_K/Q5_0/Q8_0 rows in groups
 /// of eight (see [`Matrix::interleaved`]).
 #[derive(Debug, Clone, Copy)]
 pub struct Matrix<'a> {

@@ -72,7 +72,7 @@ pub(crate) type RowsFn = unsafe fn(w: &[u8], row_bytes: usize, a: &[u8], nb: usi
 /// An interleaved-rows kernel: the eight rows of one group in
 /// [`crate::formats::interleave`]'s layout (`nb` group blocks in `w`)
 /// against one activation row of `nb` blocks of the type's vec_dot type
-/// (Q8_K for Q4_K, Q8_0 for Q5_0 and Q8_0); each result equals the table's one-row
+/// (Q8_K for Q4_K and Q6_K, Q8_0 for Q5_0 and Q8_0); each result equals the table's one-row
 /// kernel to the bit (otherwise the [`DotFn`] contract).
 pub(crate) type X8Fn = unsafe fn(w: &[u8], a: &[u8], nb: usize) -> [f32; 8];
 
@@ -190,6 +190,10 @@ pub(crate) struct Kernels {
     pub q4_k_x8: Option<X8Fn>,
     /// The same against four activation rows (see [`X8TileFn`]).
     pub q4_k_x8x4: Option<X8TileFn>,
+    /// Q6_K rows interleaved in groups of eight (see [`X8Fn`]).
+    pub q6_k_x8: Option<X8Fn>,
+    /// The same against four activation rows (see [`X8TileFn`]).
+    pub q6_k_x8x4: Option<X8TileFn>,
     /// Q8_0 rows interleaved in groups of eight (see [`X8Fn`]).
     pub q8_0_x8: Option<X8Fn>,
     /// Q5_0 rows interleaved in groups of eight (see [`X8Fn`]).
@@ -212,6 +216,7 @@ impl Kernels {
     pub(crate) fn x8(&self, ty: GgmlType) -> Option<X8Fn> {
         match ty {
             GgmlType::Q4_K => self.q4_k_x8,
+            GgmlType::Q6_K => self.q6_k_x8,
             GgmlType::Q5_0 => self.q5_0_x8,
             GgmlType::Q8_0 => self.q8_0_x8,
             _ => None,
@@ -234,6 +239,7 @@ impl Kernels {
     pub(crate) fn x8x4(&self, ty: GgmlType) -> Option<X8TileFn> {
         match ty {
             GgmlType::Q4_K => self.q4_k_x8x4,
+            GgmlType::Q6_K => self.q6_k_x8x4,
             _ => None,
         }
     }
@@ -357,6 +363,8 @@ static SCALAR: Kernels = Kernels {
     q5_0_r4: None,
     q4_k_x8: None,
     q4_k_x8x4: None,
+    q6_k_x8: None,
+    q6_k_x8x4: None,
     q8_0_x8: None,
     q5_0_x8: None,
     q5_0_x8_as_q8_0: None,

@@ -816,21 +816,21 @@ fn k4_scale(pairs: &[i32; 8], i: usize) -> __m256i {
 /// times i16 scales, pairs summed into the i32 lanes of `acc`.
 #[inline]
 #[target_feature(enable = "avx2")]
-fn mac_avx2(acc: __m256i, p: __m256i, s: __m256i) -> __m256i {
+pub(super) fn mac_avx2(acc: __m256i, p: __m256i, s: __m256i) -> __m256i {
     _mm256_add_epi32(acc, _mm256_madd_epi16(p, s))
 }
 
 /// [`mac_avx2`] as one AVX-VNNI `vpdpwssd` (the same sums).
 #[inline]
 #[target_feature(enable = "avx2,avxvnni")]
-fn mac_avxvnni(acc: __m256i, p: __m256i, s: __m256i) -> __m256i {
+pub(super) fn mac_avxvnni(acc: __m256i, p: __m256i, s: __m256i) -> __m256i {
     _mm256_dpwssd_avx_epi32(acc, p, s)
 }
 
 /// [`mac_avx2`] as one AVX-512 VNNI `vpdpwssd` on 256 bits.
 #[inline]
 #[target_feature(enable = "avx2,avx512f,avx512vl,avx512vnni")]
-fn mac_avx512vl(acc: __m256i, p: __m256i, s: __m256i) -> __m256i {
+pub(super) fn mac_avx512vl(acc: __m256i, p: __m256i, s: __m256i) -> __m256i {
     _mm256_dpwssd_epi32(acc, p, s)
 }
 
@@ -1327,6 +1327,8 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q5_0_r4: Some(q5_0_r4_avx2),
         q4_k_x8: Some(super::x86_x8::q4_k_x8_avx2),
         q4_k_x8x4: Some(super::x86_x8::q4_k_x8x4_avx2),
+        q6_k_x8: Some(super::x86_x8::q6_k_x8_avx2),
+        q6_k_x8x4: Some(super::x86_x8::q6_k_x8x4_avx2),
         q8_0_x8: Some(super::x86_x8::q8_0_x8_avx2),
         q5_0_x8: Some(super::x86_x8::q5_0_x8_avx2),
         q5_0_x8_as_q8_0: Some(super::x86_x8::q5_0_x8_as_q8_0_avx2),
@@ -1350,6 +1352,8 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q6_k_x4: Some(q6_k_x4_avxvnni),
         q4_k_x8: Some(super::x86_x8::q4_k_x8_avxvnni),
         q4_k_x8x4: Some(super::x86_x8::q4_k_x8x4_avxvnni),
+        q6_k_x8: Some(super::x86_x8::q6_k_x8_avxvnni),
+        q6_k_x8x4: Some(super::x86_x8::q6_k_x8x4_avxvnni),
         q8_0_x8: Some(super::x86_x8::q8_0_x8_avxvnni),
         q5_0_x8: Some(super::x86_x8::q5_0_x8_avxvnni),
         q5_0_x8_as_q8_0: Some(super::x86_x8::q5_0_x8_as_q8_0_avx2),
@@ -1385,6 +1389,8 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q6_k_x4: Some(q6_k_x4_avx512vl),
         q4_k_x8: Some(super::x86_x8::q4_k_x8_avx512vl),
         q4_k_x8x4: Some(super::x86_x8::q4_k_x8x4_avx512vl),
+        q6_k_x8: Some(super::x86_x8::q6_k_x8_avx512vl),
+        q6_k_x8x4: Some(super::x86_x8::q6_k_x8x4_avx512vl),
         q8_0_x8: Some(super::x86_x8::q8_0_x8_avx512vl),
         q5_0_x8: Some(super::x86_x8::q5_0_x8_avx512vl),
         q5_0_x8_as_q8_0: None,

@@ -1,4 +1,4 @@
-//! Q4_K, Q5_0 and Q8_0 decode kernels over eight interleaved rows (the layout of
+//! Q4_K, Q6_K, Q5_0 and Q8_0 decode kernels over eight interleaved rows (the layout of
 //! [`crate::formats::interleave`]): one 32-bit lane per row, so the rows'
 //! values meet the same four activations in one `vpdpbusd`, and the
 //! scales, the minimums and the float steps of eight rows take one pass.
@@ -9,9 +9,11 @@
 
 use std::arch::x86_64::*;
 
+use super::x86::{mac_avx2, mac_avx512vl, mac_avxvnni};
 use crate::formats::blocks::{at, BlockFormat, BlockQ8K, BlockQ8_0};
 use crate::formats::interleave::{
-    x8, x8_q5_0, x8_q8_0, GROUP_BLOCK_BYTES, GROUP_ROWS, Q5_0_GROUP_BYTES, Q8_0_GROUP_BYTES,
+    x8, x8_q5_0, x8_q6_k, x8_q8_0, GROUP_BLOCK_BYTES, GROUP_ROWS, Q5_0_GROUP_BYTES,
+    Q6_K_GROUP_BYTES, Q8_0_GROUP_BYTES,
 };
 
 /// `acc + Σ u·s` over each lane's four byte pairs, without VNNI: `u` holds
@@ -261,6 +263,223 @@ x8_kernels!(
     q4_k_x8_rows_avx512vl,
     q4_k_x8_avx512vl,
     q4_k_x8x4_avx512vl
+);
+
+/// The `vpshufb` control that puts byte `k` of each 32-bit lane in both
+/// of its 16-bit halves' high bytes (zeros below): an arithmetic shift
+/// right by 8 then gives that byte sign-extended twice, as the i16 pair a
+/// `vpmaddwd` multiplies by.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn byte_to_i16_pair(k: usize) -> __m256i {
+    let lane = |l: usize| {
+        let b = (4 * l + k) as i32;
+        0x80 | b << 8 | 0x80 << 16 | b << 24
+    };
+    _mm256_setr_epi32(
+        lane(0),
+        lane(1),
+        lane(2),
+        lane(3),
+        lane(0),
+        lane(1),
+        lane(2),
+        lane(3),
+    )
+}
+
+/// The four quads of group `gi` (values `16 gi..16 gi + 16`) of the Q6_K
+/// group block at `g`: unsigned codes, four of each row a lane.
+///
+/// # Safety
+/// `g` points at a whole Q6_K group block; `gi < 16`.
+#[inline]
+#[target_feature(enable = "avx2")]
+pub(crate) unsafe fn q6_k_group_quads(g: *const u8, gi: usize) -> [__m256i; 4] {
+    // SAFETY: group gi's two runs of low bits and its run of high bits.
+    let (ql0, ql1, qh) = unsafe {
+        (
+            _mm256_loadu_si256(g.add(x8_q6_k::low(4 * gi)) as *const __m256i),
+            _mm256_loadu_si256(g.add(x8_q6_k::low(4 * gi + 2)) as *const __m256i),
+            _mm256_loadu_si256(g.add(x8_q6_k::high(4 * gi)) as *const __m256i),
+        )
+    };
+    let (m4, m30) = (_mm256_set1_epi8(0x0F), _mm256_set1_epi8(0x30));
+    let low = |v: __m256i| _mm256_and_si256(v, m4);
+    let high = |v: __m256i| _mm256_and_si256(v, m30);
+    [
+        _mm256_or_si256(low(ql0), high(_mm256_slli_epi16::<4>(qh))),
+        _mm256_or_si256(
+            low(_mm256_srli_epi16::<4>(ql0)),
+            high(_mm256_slli_epi16::<2>(qh)),
+        ),
+        _mm256_or_si256(low(ql1), high(qh)),
+        _mm256_or_si256(
+            low(_mm256_srli_epi16::<4>(ql1)),
+            high(_mm256_srli_epi16::<2>(qh)),
+        ),
+    ]
+}
+
+macro_rules! q6_k_x8_kernels {
+    ($feat:literal, $mac:ident, $rows:ident, $one:ident, $four:ident) => {
+        /// Eight interleaved Q6_K rows · Q8_K: one result per row.
+        ///
+        /// # Safety
+        /// [`super::X8Fn`] contract.
+        #[target_feature(enable = $feat)]
+        pub(crate) unsafe fn $one(w: &[u8], a: &[u8], nb: usize) -> [f32; GROUP_ROWS] {
+            debug_assert!(w.len() >= nb * Q6_K_GROUP_BYTES && a.len() >= nb * BlockQ8K::BYTES);
+            // SAFETY: the caller's contract.
+            unsafe { $rows::<1>(w.as_ptr(), [a.as_ptr()], nb)[0] }
+        }
+
+        /// Eight interleaved Q6_K rows · four Q8_K rows `stride` bytes apart.
+        ///
+        /// # Safety
+        /// [`super::X8TileFn`] contract.
+        #[target_feature(enable = $feat)]
+        pub(crate) unsafe fn $four(
+            w: &[u8],
+            a: &[u8],
+            stride: usize,
+            nb: usize,
+        ) -> [[f32; GROUP_ROWS]; 4] {
+            debug_assert!(
+                w.len() >= nb * Q6_K_GROUP_BYTES && a.len() >= 3 * stride + nb * BlockQ8K::BYTES
+            );
+            // SAFETY: the contract gives four activation rows of `nb` blocks.
+            unsafe {
+                $rows::<4>(
+                    w.as_ptr(),
+                    std::array::from_fn(|c| a.as_ptr().add(c * stride)),
+                    nb,
+                )
+            }
+        }
+
+        /// The body of the kernels above. Codes are unsigned (`q + 32`):
+        /// each row's `Σ sc · code · a` less `32 Σ sc · bsum` is the one-row
+        /// kernel's exact `Σ sc · q · a`, and its float steps are
+        /// `scalar::kquant_block`'s (no minimum), lane by lane in block
+        /// order.
+        ///
+        /// # Safety
+        /// `w` holds `nb` group blocks and each `a[c]` `nb` Q8_K blocks.
+        #[inline]
+        #[target_feature(enable = $feat)]
+        unsafe fn $rows<const N: usize>(
+            w: *const u8,
+            a: [*const u8; N],
+            nb: usize,
+        ) -> [[f32; GROUP_ROWS]; N] {
+            let pick: [__m256i; 4] = std::array::from_fn(|k| byte_to_i16_pair(k));
+            // Each 128-bit half's bsums as i32 pairs (0, 2), (1, 3), (4, 6), (5, 7).
+            let pairs = _mm256_setr_epi8(
+                0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15, 0, 1, 4, 5, 2, 3, 6, 7, 8, 9,
+                12, 13, 10, 11, 14, 15,
+            );
+            let zero = _mm256_setzero_ps();
+            let mut sumf = [_mm256_setzero_ps(); N];
+            for b in 0..nb {
+                // SAFETY: block b of the weights and activations lies inside
+                // them (the caller's contract).
+                let (g, ab): (*const u8, [*const u8; N]) = unsafe {
+                    (
+                        w.add(b * Q6_K_GROUP_BYTES),
+                        std::array::from_fn(|c| a[c].add(b * BlockQ8K::BYTES)),
+                    )
+                };
+                // SAFETY: the group block's d and scale words.
+                let (d, words): (__m256, [__m256i; 4]) = unsafe {
+                    (
+                        _mm256_cvtph_ps(_mm_loadu_si128(g.add(x8_q6_k::D) as *const __m128i)),
+                        std::array::from_fn(|w| {
+                            _mm256_loadu_si256(g.add(x8_q6_k::SCALES + 32 * w) as *const __m256i)
+                        }),
+                    )
+                };
+                // Each row's Σ sc · bsum: word w's scales 4w and 4w + 2 (and
+                // 4w + 1, 4w + 3) as i16 pairs, against those bsums.
+                let mut isum: [__m256i; N] = std::array::from_fn(|c| {
+                    // SAFETY: the Q8_K block's 16 i16 group sums.
+                    let bsums =
+                        unsafe { _mm256_loadu_si256(ab[c].add(at::Q8K_BSUMS) as *const __m256i) };
+                    let bp = _mm256_shuffle_epi8(bsums, pairs);
+                    let mut off = _mm256_setzero_si256();
+                    for (w, &word) in words.iter().enumerate() {
+                        let even = _mm256_srai_epi16::<8>(_mm256_slli_epi16::<8>(word));
+                        let odd = _mm256_srai_epi16::<8>(word);
+                        let at = |i: usize| _mm256_set1_epi32(i as i32);
+                        off = $mac(off, even, _mm256_permutevar8x32_epi32(bp, at(2 * w)));
+                        off = $mac(off, odd, _mm256_permutevar8x32_epi32(bp, at(2 * w + 1)));
+                    }
+                    _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32::<5>(off))
+                });
+                for gi in 0..16 {
+                    // SAFETY: a whole group block.
+                    let q = unsafe { q6_k_group_quads(g, gi) };
+                    let s =
+                        _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(words[gi / 4], pick[gi % 4]));
+                    for c in 0..N {
+                        // SAFETY: group gi's 16 activations, four at a time.
+                        let acts: [__m256i; 4] = std::array::from_fn(|i| unsafe {
+                            act4(ab[c].add(at::Q8K_QS + 16 * gi + 4 * i))
+                        });
+                        // Codes <= 63 against |a| <= 128: two products of two
+                        // sum to at most 32256 in 16 bits.
+                        let p0 = _mm256_add_epi16(
+                            _mm256_maddubs_epi16(q[0], acts[0]),
+                            _mm256_maddubs_epi16(q[1], acts[1]),
+                        );
+                        let p1 = _mm256_add_epi16(
+                            _mm256_maddubs_epi16(q[2], acts[2]),
+                            _mm256_maddubs_epi16(q[3], acts[3]),
+                        );
+                        isum[c] = $mac($mac(isum[c], p0, s), p1, s);
+                    }
+                }
+                for c in 0..N {
+                    // SAFETY: the Q8_K block's f32 scale at 0.
+                    let dy =
+                        _mm256_set1_ps(unsafe { std::ptr::read_unaligned(ab[c] as *const f32) });
+                    let t = _mm256_mul_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(isum[c]));
+                    // The reference's minimum term, `(0 · dy) · 0`, kept so
+                    // the bits agree where a block sums to zero.
+                    let u = _mm256_mul_ps(_mm256_mul_ps(zero, dy), zero);
+                    sumf[c] = _mm256_add_ps(sumf[c], _mm256_sub_ps(t, u));
+                }
+            }
+            let mut out = [[0.0f32; GROUP_ROWS]; N];
+            for (o, v) in out.iter_mut().zip(sumf) {
+                // SAFETY: `o` holds eight f32.
+                unsafe { _mm256_storeu_ps(o.as_mut_ptr(), v) };
+            }
+            out
+        }
+    };
+}
+
+q6_k_x8_kernels!(
+    "avx2,fma,f16c",
+    mac_avx2,
+    q6_k_x8_rows_avx2,
+    q6_k_x8_avx2,
+    q6_k_x8x4_avx2
+);
+q6_k_x8_kernels!(
+    "avx2,fma,f16c,avxvnni",
+    mac_avxvnni,
+    q6_k_x8_rows_avxvnni,
+    q6_k_x8_avxvnni,
+    q6_k_x8x4_avxvnni
+);
+q6_k_x8_kernels!(
+    "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
+    mac_avx512vl,
+    q6_k_x8_rows_avx512vl,
+    q6_k_x8_avx512vl,
+    q6_k_x8x4_avx512vl
 );
 
 macro_rules! legacy_x8_kernel {
