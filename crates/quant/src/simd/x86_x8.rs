@@ -98,20 +98,22 @@ fn byte_of(v: __m256i, n: i32) -> __m256i {
     _mm256_and_si256(shifted, _mm256_set1_epi32(0xFF))
 }
 
-macro_rules! x8_kernels {
-    ($feat:literal, $dot8:ident, $rows:ident, $one:ident, $four:ident) => {
-        /// Eight interleaved Q4_K rows · Q8_K: one result per row.
+/// The one- and four-activation-row entries of a K-quant interleaved
+/// kernel whose body is `$rows::<N>` over `$gb`-byte group blocks.
+macro_rules! k_x8_entries {
+    ($feat:literal, $name:literal, $gb:expr, $rows:ident, $one:ident, $four:ident) => {
+        #[doc = concat!("Eight interleaved ", $name, " rows · Q8_K: one result per row.")]
         ///
         /// # Safety
         /// [`super::X8Fn`] contract.
         #[target_feature(enable = $feat)]
         pub(crate) unsafe fn $one(w: &[u8], a: &[u8], nb: usize) -> [f32; GROUP_ROWS] {
-            debug_assert!(w.len() >= nb * GROUP_BLOCK_BYTES && a.len() >= nb * BlockQ8K::BYTES);
+            debug_assert!(w.len() >= nb * $gb && a.len() >= nb * BlockQ8K::BYTES);
             // SAFETY: the caller's contract.
             unsafe { $rows::<1>(w.as_ptr(), [a.as_ptr()], nb)[0] }
         }
 
-        /// Eight interleaved Q4_K rows · four Q8_K rows `stride` bytes apart.
+        #[doc = concat!("Eight interleaved ", $name, " rows · four Q8_K rows `stride` bytes apart.")]
         ///
         /// # Safety
         /// [`super::X8TileFn`] contract.
@@ -122,9 +124,7 @@ macro_rules! x8_kernels {
             stride: usize,
             nb: usize,
         ) -> [[f32; GROUP_ROWS]; 4] {
-            debug_assert!(
-                w.len() >= nb * GROUP_BLOCK_BYTES && a.len() >= 3 * stride + nb * BlockQ8K::BYTES
-            );
+            debug_assert!(w.len() >= nb * $gb && a.len() >= 3 * stride + nb * BlockQ8K::BYTES);
             // SAFETY: the contract gives four activation rows of `nb` blocks.
             unsafe {
                 $rows::<4>(
@@ -134,6 +134,12 @@ macro_rules! x8_kernels {
                 )
             }
         }
+    };
+}
+
+macro_rules! q4_k_x8_kernels {
+    ($feat:literal, $dot8:ident, $rows:ident, $one:ident, $four:ident) => {
+        k_x8_entries!($feat, "Q4_K", GROUP_BLOCK_BYTES, $rows, $one, $four);
 
         /// The body of the kernels above: `N` activation rows share each
         /// group block's unpacking, and each row's sums are the one-row
@@ -243,21 +249,21 @@ macro_rules! x8_kernels {
     };
 }
 
-x8_kernels!(
+q4_k_x8_kernels!(
     "avx2,fma,f16c",
     nibble_dot8_avx2,
     q4_k_x8_rows_avx2,
     q4_k_x8_avx2,
     q4_k_x8x4_avx2
 );
-x8_kernels!(
+q4_k_x8_kernels!(
     "avx2,fma,f16c,avxvnni",
     nibble_dot8_avxvnni,
     q4_k_x8_rows_avxvnni,
     q4_k_x8_avxvnni,
     q4_k_x8x4_avxvnni
 );
-x8_kernels!(
+q4_k_x8_kernels!(
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
     nibble_dot8_avx512vl,
     q4_k_x8_rows_avx512vl,
@@ -323,40 +329,7 @@ pub(crate) unsafe fn q6_k_group_quads(g: *const u8, gi: usize) -> [__m256i; 4] {
 
 macro_rules! q6_k_x8_kernels {
     ($feat:literal, $mac:ident, $rows:ident, $one:ident, $four:ident) => {
-        /// Eight interleaved Q6_K rows · Q8_K: one result per row.
-        ///
-        /// # Safety
-        /// [`super::X8Fn`] contract.
-        #[target_feature(enable = $feat)]
-        pub(crate) unsafe fn $one(w: &[u8], a: &[u8], nb: usize) -> [f32; GROUP_ROWS] {
-            debug_assert!(w.len() >= nb * Q6_K_GROUP_BYTES && a.len() >= nb * BlockQ8K::BYTES);
-            // SAFETY: the caller's contract.
-            unsafe { $rows::<1>(w.as_ptr(), [a.as_ptr()], nb)[0] }
-        }
-
-        /// Eight interleaved Q6_K rows · four Q8_K rows `stride` bytes apart.
-        ///
-        /// # Safety
-        /// [`super::X8TileFn`] contract.
-        #[target_feature(enable = $feat)]
-        pub(crate) unsafe fn $four(
-            w: &[u8],
-            a: &[u8],
-            stride: usize,
-            nb: usize,
-        ) -> [[f32; GROUP_ROWS]; 4] {
-            debug_assert!(
-                w.len() >= nb * Q6_K_GROUP_BYTES && a.len() >= 3 * stride + nb * BlockQ8K::BYTES
-            );
-            // SAFETY: the contract gives four activation rows of `nb` blocks.
-            unsafe {
-                $rows::<4>(
-                    w.as_ptr(),
-                    std::array::from_fn(|c| a.as_ptr().add(c * stride)),
-                    nb,
-                )
-            }
-        }
+        k_x8_entries!($feat, "Q6_K", Q6_K_GROUP_BYTES, $rows, $one, $four);
 
         /// The body of the kernels above. Codes are unsigned (`q + 32`):
         /// each row's `Σ sc · code · a` less `32 Σ sc · bsum` is the one-row
