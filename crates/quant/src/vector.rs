@@ -30,6 +30,7 @@ struct VectorKernels {
 /// The several-row kernels of a kernel set: each key or value row loaded
 /// once for all the heads that share it.
 #[derive(Clone, Copy, PartialEq, Eq)]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // x86 variants.
 enum Fused {
     /// Row by row, widened into a buffer (scalar, NEON).
     None,

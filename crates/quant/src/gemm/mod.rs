@@ -29,6 +29,7 @@ use crate::formats::blocks::{
     block, blocks_mut, BlockFormat, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,
     BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, Decoded,
 };
+#[cfg(target_arch = "x86_64")]
 use crate::formats::interleave::GROUP_ROWS;
 use crate::formats::kquants::{self, QK_K};
 use crate::formats::legacy::{self, QK};
@@ -415,8 +416,9 @@ impl Panel {
     }
 
     /// [`Self::fill_on`] for [`NR`] interleaved rows, given as their groups
-    /// of [`GROUP_ROWS`] (each `cols` elements of `ty` in the interleaved
-    /// layout), straight from that layout: its runs of 32 bytes are
+    /// of [`GROUP_ROWS`](crate::formats::interleave::GROUP_ROWS) (each
+    /// `cols` elements of `ty` in the interleaved layout), straight from that
+    /// layout: its runs of 32 bytes are
     /// already the panel's column steps, so nothing is transposed. Returns
     /// false, packing nothing, where `tier` has no packer for it (the
     /// caller then copies the rows out for [`Self::fill_on`]).
