@@ -155,6 +155,10 @@ macro_rules! q4_k_x8_kernels {
             nb: usize,
         ) -> [[f32; GROUP_ROWS]; N] {
             let m4 = _mm256_set1_epi8(0x0F);
+            let pair_order = _mm256_setr_epi8(
+                0, 1, 4, 5, 2, 3, 6, 7, 0, 1, 4, 5, 2, 3, 6, 7, 0, 1, 4, 5, 2, 3, 6, 7, 0, 1, 4, 5,
+                2, 3, 6, 7,
+            );
             let (low6, low4, low2) = (
                 _mm256_set1_epi32(0x3f3f_3f3f),
                 _mm256_set1_epi32(0x0f0f_0f0f),
@@ -194,15 +198,36 @@ macro_rules! q4_k_x8_kernels {
                     _mm256_and_si256(w1, low6),
                     high(_mm256_srli_epi32(w2, 4), w1),
                 ];
-                let subs: [__m256i; N] = std::array::from_fn(|c| {
+                // Each row's Σ min · sub-block sum, once a block: the mins of
+                // sub-blocks 4w and 4w + 2 (then 4w + 1 and 4w + 3) as i16
+                // pairs against those sub-blocks' activation sums.
+                let mins: [[__m256i; 2]; 2] = std::array::from_fn(|w| {
+                    [
+                        _mm256_and_si256(mn[w], _mm256_set1_epi32(0x00ff_00ff)),
+                        _mm256_srli_epi16::<8>(mn[w]),
+                    ]
+                });
+                let msum: [__m256i; N] = std::array::from_fn(|c| {
                     // SAFETY: each Q8_K block's 16 i16 sums; pairs make
-                    // sub-blocks.
+                    // sub-blocks (at most 32 · 128 each, so they fit i16).
                     let bsums =
                         unsafe { _mm256_loadu_si256(ab[c].add(at::Q8K_BSUMS) as *const __m256i) };
-                    _mm256_madd_epi16(bsums, _mm256_set1_epi16(1))
+                    let subs = _mm256_madd_epi16(bsums, _mm256_set1_epi16(1));
+                    let s16 = _mm256_packs_epi32(subs, subs);
+                    // Per 128-bit half: i32 lanes (s0, s2), (s1, s3).
+                    let sp = _mm256_shuffle_epi8(s16, pair_order);
+                    let at = |i: i32| _mm256_permutevar8x32_epi32(sp, _mm256_set1_epi32(i));
+                    let lo = _mm256_add_epi32(
+                        _mm256_madd_epi16(mins[0][0], at(0)),
+                        _mm256_madd_epi16(mins[0][1], at(1)),
+                    );
+                    let hi = _mm256_add_epi32(
+                        _mm256_madd_epi16(mins[1][0], at(4)),
+                        _mm256_madd_epi16(mins[1][1], at(5)),
+                    );
+                    _mm256_add_epi32(lo, hi)
                 });
                 let mut isum = [_mm256_setzero_si256(); N];
-                let mut msum = [_mm256_setzero_si256(); N];
                 for j in 0..8 {
                     let mut nibbles = [[_mm256_setzero_si256(); 2]; 4];
                     for (q, pair) in nibbles.iter_mut().enumerate() {
@@ -216,7 +241,7 @@ macro_rules! q4_k_x8_kernels {
                         ];
                     }
                     let n = (j % 4) as i32;
-                    let (s, m) = (byte_of(sc[j / 4], n), byte_of(mn[j / 4], n));
+                    let s = byte_of(sc[j / 4], n);
                     let u: [__m256i; 8] = std::array::from_fn(|i| nibbles[i / 2][i % 2]);
                     for c in 0..N {
                         // SAFETY: sub-block j's 32 activations, four at a
@@ -226,8 +251,6 @@ macro_rules! q4_k_x8_kernels {
                         });
                         let prod = _mm256_mullo_epi32($dot8(u, acts), s);
                         isum[c] = _mm256_add_epi32(isum[c], prod);
-                        let sub = _mm256_permutevar8x32_epi32(subs[c], _mm256_set1_epi32(j as i32));
-                        msum[c] = _mm256_add_epi32(msum[c], _mm256_mullo_epi32(m, sub));
                     }
                 }
                 for c in 0..N {
