@@ -45,7 +45,7 @@
 //! | 16..48 | fifth bits: byte `4 r + t` holds row `r`'s of values `4 j + t` at bit `j` (quad `j`'s bits sit where its values do in a run, so one shift and mask give them) |
 //! | 48..176 | nibbles: run `k` at `48 + 32 k`, bytes `4 k..4 k + 4` of row `r`'s `qs` at `4 r` (values `4 k + i` low, `16 + 4 k + i` high) |
 
-use super::blocks::{BlockFormat, BlockQ4K, BlockQ5_0, BlockQ6K, BlockQ8_0};
+use super::blocks::{at, BlockFormat, BlockQ4K, BlockQ5_0, BlockQ6K, BlockQ8_0};
 use crate::GgmlType;
 
 /// Rows in a group.
@@ -225,7 +225,10 @@ fn q5_0_block_of(g: &[u8], r: usize, blk: &mut [u8]) {
 fn q6_k_codes(blk: &[u8]) -> [u32; 64] {
     const NIB: u32 = 0x0f0f_0f0f;
     const TWO: u32 = 0x0303_0303;
-    let (ql, qh) = (&blk[..128], &blk[128..192]);
+    let (ql, qh) = (
+        &blk[at::Q6K_QL..at::Q6K_QH],
+        &blk[at::Q6K_QH..at::Q6K_SCALES],
+    );
     let mut y = [0u32; 64];
     for n in 0..2 {
         for l in (0..32).step_by(4) {
@@ -243,7 +246,7 @@ fn q6_k_codes(blk: &[u8]) -> [u32; 64] {
 
 /// The inverse of [`q6_k_codes`]: a block's `ql` and `qh` from its codes.
 fn q6_k_from_codes(y: &[u8; 256], blk: &mut [u8]) {
-    let (ql, qh) = blk[..192].split_at_mut(128);
+    let (ql, qh) = blk[at::Q6K_QL..at::Q6K_SCALES].split_at_mut(at::Q6K_QH - at::Q6K_QL);
     for n in 0..2 {
         let (ql, qh, y) = (&mut ql[64 * n..], &mut qh[32 * n..], &y[128 * n..]);
         for l in 0..32 {
@@ -265,10 +268,12 @@ fn interleave_q6_k(rows: [&[u8]; GROUP_ROWS], nb: usize, dst: &mut [u8]) {
         let g = &mut dst[b * Q6_K_GROUP_BYTES..(b + 1) * Q6_K_GROUP_BYTES];
         for (r, row) in rows.iter().enumerate() {
             let blk = &row[b * B..(b + 1) * B];
-            g[x8_q6_k::D + 2 * r..x8_q6_k::D + 2 * r + 2].copy_from_slice(&blk[208..210]);
+            g[x8_q6_k::D + 2 * r..x8_q6_k::D + 2 * r + 2]
+                .copy_from_slice(&blk[at::Q6K_D..at::Q6K_D + 2]);
             for w in 0..4 {
-                let at = x8_q6_k::SCALES + 32 * w + 4 * r;
-                g[at..at + 4].copy_from_slice(&blk[192 + 4 * w..196 + 4 * w]);
+                let to = x8_q6_k::SCALES + 32 * w + 4 * r;
+                let from = at::Q6K_SCALES + 4 * w;
+                g[to..to + 4].copy_from_slice(&blk[from..from + 4]);
             }
             let y = q6_k_codes(blk);
             for (gi, q) in y.chunks_exact(4).enumerate() {
@@ -299,10 +304,11 @@ fn q6_k_block_of(g: &[u8], r: usize, blk: &mut [u8]) {
     }
     q6_k_from_codes(&y, blk);
     for w in 0..4 {
-        let at = x8_q6_k::SCALES + 32 * w + 4 * r;
-        blk[192 + 4 * w..196 + 4 * w].copy_from_slice(&g[at..at + 4]);
+        let from = x8_q6_k::SCALES + 32 * w + 4 * r;
+        let to = at::Q6K_SCALES + 4 * w;
+        blk[to..to + 4].copy_from_slice(&g[from..from + 4]);
     }
-    blk[208..210].copy_from_slice(&g[x8_q6_k::D + 2 * r..x8_q6_k::D + 2 * r + 2]);
+    blk[at::Q6K_D..at::Q6K_D + 2].copy_from_slice(&g[x8_q6_k::D + 2 * r..x8_q6_k::D + 2 * r + 2]);
 }
 
 /// Byte offsets within a Q4_K group block.
