@@ -351,7 +351,7 @@ pub(crate) unsafe fn q6_k_group_quads(g: *const u8, gi: usize) -> [__m256i; 4] {
 }
 
 macro_rules! q6_k_x8_kernels {
-    ($feat:literal, $mac:ident, $rows:ident, $one:ident, $four:ident) => {
+    ($feat:literal, $mac:ident, $dp:ident, $vnni:literal, $rows:ident, $one:ident, $four:ident) => {
         k_x8_entries!($feat, "Q6_K", Q6_K_GROUP_BYTES, $rows, $one, $four);
 
         /// The body of the kernels above. Codes are unsigned (`q + 32`):
@@ -415,6 +415,24 @@ macro_rules! q6_k_x8_kernels {
                 for gi in 0..16 {
                     // SAFETY: a whole group block.
                     let q = unsafe { q6_k_group_quads(g, gi) };
+                    if $vnni {
+                        // With VNNI: the group's four quads straight into
+                        // i32 by `vpdpbusd`, then one multiply by the scale.
+                        let shift = _mm_cvtsi32_si128((24 - 8 * (gi % 4)) as i32);
+                        let s = _mm256_srai_epi32::<24>(_mm256_sll_epi32(words[gi / 4], shift));
+                        for c in 0..N {
+                            // SAFETY: group gi's 16 activations, four at a time.
+                            let acts: [__m256i; 4] = std::array::from_fn(|i| unsafe {
+                                act4(ab[c].add(at::Q8K_QS + 16 * gi + 4 * i))
+                            });
+                            let mut dot = _mm256_setzero_si256();
+                            for i in 0..4 {
+                                dot = $dp(dot, q[i], acts[i]);
+                            }
+                            isum[c] = _mm256_add_epi32(isum[c], _mm256_mullo_epi32(dot, s));
+                        }
+                        continue;
+                    }
                     let s =
                         _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(words[gi / 4], pick[gi % 4]));
                     for c in 0..N {
@@ -459,6 +477,8 @@ macro_rules! q6_k_x8_kernels {
 q6_k_x8_kernels!(
     "avx2,fma,f16c",
     mac_avx2,
+    dpbusd_avx2,
+    false,
     q6_k_x8_rows_avx2,
     q6_k_x8_avx2,
     q6_k_x8x4_avx2
@@ -466,6 +486,8 @@ q6_k_x8_kernels!(
 q6_k_x8_kernels!(
     "avx2,fma,f16c,avxvnni",
     mac_avxvnni,
+    dpbusd_avxvnni,
+    true,
     q6_k_x8_rows_avxvnni,
     q6_k_x8_avxvnni,
     q6_k_x8x4_avxvnni
@@ -473,6 +495,8 @@ q6_k_x8_kernels!(
 q6_k_x8_kernels!(
     "avx2,fma,f16c,avx512f,avx512bw,avx512vl,avx512vnni",
     mac_avx512vl,
+    dpbusd_avx512vl,
+    true,
     q6_k_x8_rows_avx512vl,
     q6_k_x8_avx512vl,
     q6_k_x8x4_avx512vl
