@@ -5,7 +5,8 @@
 //! `cargo run --release -p hearth-quant --example decode_stream -- [threads] [MiB]`
 //!
 //! `BATCH=n` multiplies `n` activation rows at once (a batched decode step
-//! of `n` sequences, bound by compute rather than memory).
+//! of `n` sequences, bound by compute rather than memory); `TYPES=BF16,Q8_0`
+//! runs only those types.
 
 use hearth_quant::{
     interleave, matmul, quantize, read_bandwidth, GgmlType, Matrix, Product, ThreadPool,
@@ -30,7 +31,15 @@ fn main() {
         (GgmlType::Q6_K, 1152, 6912, false),
         (GgmlType::Q6_K, 1152, 6912, true),
         (GgmlType::Q5_K, 1152, 6912, false),
+        (GgmlType::BF16, 6144, 640, false),
+        (GgmlType::BF16, 1536, 2048, false),
     ] {
+        // TYPES=BF16,Q8_0 runs only those.
+        if let Ok(only) = std::env::var("TYPES") {
+            if !only.split(',').any(|t| t.eq_ignore_ascii_case(ty.name())) {
+                continue;
+            }
+        }
         // ROWS=n shrinks the matrices to n rows (weights in L2: the
         // kernels' own rate).
         let rows = std::env::var("ROWS")

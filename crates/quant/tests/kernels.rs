@@ -261,6 +261,44 @@ fn batched_matmul_matches_vector_kernels() {
     }
 }
 
+/// A float product of every decode-sized batch (one to fifteen rows, which
+/// take the float tiles in groups) gives each output the bits of the scalar
+/// reference's dot of its weight and activation rows, at a width whose
+/// groups take one weight row at a time and one whose groups take several,
+/// on one and two threads.
+#[test]
+fn float_batches_equal_single_dots_bitwise() {
+    let mut rng = Rng(19);
+    for threads in [1, 2] {
+        let pool = ThreadPool::new(threads);
+        let mut scratch = Vec::new();
+        for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
+            for cols in [520, 2056] {
+                let rows = 23;
+                let w = random_weights(ty, rows * cols, &mut rng);
+                let m = Matrix::new(ty, rows, cols, &w).unwrap();
+                for batch in 1..16 {
+                    let x: Vec<f32> = (0..batch * cols).map(|_| rng.f32()).collect();
+                    let mut out = vec![f32::NAN; batch * rows];
+                    single_product(&pool, &m, &x, batch, &mut out, &mut scratch).unwrap();
+                    for b in 0..batch {
+                        let xb = &x[b * cols..(b + 1) * cols];
+                        for r in 0..rows {
+                            let want = scalar::vec_dot_f32(ty, m.row(r), xb).unwrap();
+                            let got = out[b * rows + r];
+                            assert_eq!(
+                                got.to_bits(),
+                                want.to_bits(),
+                                "{ty} cols {cols} batch {batch} threads {threads} row {b}, {r}"
+                            );
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
+
 #[test]
 fn matmul_matches_naive_loop() {
     let mut rng = Rng(42);

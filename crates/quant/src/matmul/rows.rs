@@ -29,47 +29,92 @@ pub(super) fn float_product(
     if batch >= GEMM_MIN_BATCH {
         return crate::float_gemm::float_gemm(pool, w, x, batch, &shared);
     }
-    let tile = k.float_tile(w.ty);
     let split = DecodeSplit::new(pool.threads(), rows);
     pool.run(split.parts(), |t| {
         let part = split.range(t);
         let mut r0 = part.start;
         while r0 < part.end {
             let r1 = (r0 + ROW_TILE).min(part.end);
-            let mut b = 0;
-            if let Some(tile) = tile {
-                // Every group of two to four activation rows through the
-                // tile, which widens each weight vector once for the group.
-                while batch - b >= 2 {
-                    let n = (batch - b).min(4);
-                    for r in r0..r1 {
-                        // SAFETY: kernel from `simd::best()`; the row holds
-                        // `cols` elements and activation rows b..b+n (`cols`
-                        // apart) lie inside `x`.
-                        let v =
-                            unsafe { tile(w.row(r), &x[b * cols..(b + n) * cols], cols, cols, n) };
-                        for (c, &v) in v[..n].iter().enumerate() {
+            // One row reads its weights front to back, the stream the
+            // hardware prefetchers follow best; the tiles read a few rows
+            // side by side.
+            match k.float_tile(w.ty).filter(|_| batch > 1) {
+                Some(tile) => float_tiles(tile, w, x, batch, r0..r1, &shared),
+                None => {
+                    for b in 0..batch {
+                        let xb = &x[b * cols..(b + 1) * cols];
+                        for r in r0..r1 {
+                            // SAFETY: kernel from `simd::best()`; the Matrix
+                            // guarantees `cols` elements per row and `xb` has
+                            // exactly `cols`.
+                            let v = unsafe { f(w.row(r), xb, cols) };
                             // SAFETY: row r belongs to this task alone.
-                            unsafe { shared.write((b + c) * rows + r, v) };
+                            unsafe { shared.write(b * rows + r, v) };
                         }
                     }
-                    b += n;
-                }
-            }
-            for b in b..batch {
-                let xb = &x[b * cols..(b + 1) * cols];
-                for r in r0..r1 {
-                    // SAFETY: kernel from `simd::best()`; the Matrix guarantees
-                    // `cols` elements per row and `xb` has exactly `cols`.
-                    let v = unsafe { f(w.row(r), xb, cols) };
-                    // SAFETY: row r belongs to this task alone.
-                    unsafe { shared.write(b * rows + r, v) };
                 }
             }
             r0 = r1;
         }
     });
     Ok(())
+}
+
+/// The activation bytes of a group from which a float tile takes several
+/// weight rows at once (docs/perf/speculation.md).
+const WIDE_TILE_ACT_BYTES: usize = 16 << 10;
+
+/// Rows `range` of the float matrix `w` times the `batch` rows of `x`
+/// through `tile`: the activation rows in as few groups as the tile takes,
+/// of even sizes (nine rows as three threes rather than 4, 4 and 1, whose
+/// last group would load each weight vector for one row).
+fn float_tiles(
+    tile: simd::FloatTileFn,
+    w: &Matrix,
+    x: &[f32],
+    batch: usize,
+    range: std::ops::Range<usize>,
+    shared: &SharedOut,
+) {
+    let (rows, cols, row_bytes) = (w.rows, w.cols, w.row_bytes());
+    let groups = batch.div_ceil(simd::FLOAT_TILE_ACTS);
+    let mut b = 0;
+    for g in 0..groups {
+        let n = (batch - b) / (groups - g);
+        // Several weight rows at once only where the group's activations
+        // would not stay in L1 beside the weights: there each weight row's
+        // pass reloaded them from L2. Otherwise one row at a time, which
+        // streams the weights from memory best.
+        let wide = n * cols * 4 >= WIDE_TILE_ACT_BYTES;
+        let wmax = if wide { simd::FLOAT_TILE_WEIGHTS } else { 1 };
+        let mut r = range.start;
+        while r < range.end {
+            let wn = (range.end - r).min(wmax);
+            let ws = &w.data()[r * row_bytes..(r + wn) * row_bytes];
+            // SAFETY: kernel from `simd::best()`; rows r..r + wn hold `cols`
+            // elements each, `row_bytes` apart, and activation rows
+            // b..b + n (`cols` apart) lie inside `x`.
+            let v = unsafe {
+                tile(
+                    ws,
+                    row_bytes,
+                    &x[b * cols..(b + n) * cols],
+                    cols,
+                    cols,
+                    wn,
+                    n,
+                )
+            };
+            for (dv, vs) in v.iter().take(wn).enumerate() {
+                for (c, &v) in vs[..n].iter().enumerate() {
+                    // SAFETY: row r + dv belongs to this task alone.
+                    unsafe { shared.write((b + c) * rows + r + dv, v) };
+                }
+            }
+            r += wn;
+        }
+        b += n;
+    }
 }
 
 /// The products of up to [`MAX_FUSED`] integer matrices of one width over

@@ -26,12 +26,27 @@ pub(crate) mod x86_x8;
 pub(crate) type DotFn = unsafe fn(w: &[u8], a: &[u8], nb: usize) -> f32;
 /// A float-weight dot kernel over `n` elements with f32 activations (same contract).
 pub(crate) type FloatDotFn = unsafe fn(w: &[u8], x: &[f32], n: usize) -> f32;
-/// A float-weight tile kernel: one weight row of `n` elements against
-/// `rows` (up to four) f32 activation rows that start `stride` floats apart
-/// in `x`, the results first (the rest zero); each equals the table's
+/// Weight rows a float tile takes at most.
+pub(crate) const FLOAT_TILE_WEIGHTS: usize = 3;
+/// Activation rows a float tile takes at most.
+pub(crate) const FLOAT_TILE_ACTS: usize = 4;
+/// A float tile's results: `[v][r]` for weight row `v` and activation row
+/// `r`, zero past the tile's shape.
+pub(crate) type FloatTile = [[f32; FLOAT_TILE_ACTS]; FLOAT_TILE_WEIGHTS];
+/// A float-weight tile kernel: `wrows` (up to [`FLOAT_TILE_WEIGHTS`])
+/// weight rows of `n` elements, `w_stride` bytes apart in `w`, against
+/// `rows` (up to [`FLOAT_TILE_ACTS`]) f32 activation rows that start
+/// `stride` floats apart in `x`; each result equals the table's
 /// [`FloatDotFn`] to the bit (same contract).
-pub(crate) type FloatTileFn =
-    unsafe fn(w: &[u8], x: &[f32], stride: usize, n: usize, rows: usize) -> [f32; 4];
+pub(crate) type FloatTileFn = unsafe fn(
+    w: &[u8],
+    w_stride: usize,
+    x: &[f32],
+    stride: usize,
+    n: usize,
+    wrows: usize,
+    rows: usize,
+) -> FloatTile;
 
 /// A tile kernel: one weight row of `nb` blocks against four activation rows
 /// that start `stride` bytes apart in `a` (same contract as [`DotFn`]).
@@ -155,12 +170,13 @@ pub(crate) struct Kernels {
     pub f32: FloatDotFn,
     pub f16: FloatDotFn,
     pub bf16: FloatDotFn,
-    /// Four-activation float tiles where a SIMD table has them (F32).
-    pub f32_x4: Option<FloatTileFn>,
+    /// Float tiles (several weight rows by several activation rows) where
+    /// a SIMD table has them: F32.
+    pub f32_tile: Option<FloatTileFn>,
     /// F16 float tile.
-    pub f16_x4: Option<FloatTileFn>,
+    pub f16_tile: Option<FloatTileFn>,
     /// BF16 float tile.
-    pub bf16_x4: Option<FloatTileFn>,
+    pub bf16_tile: Option<FloatTileFn>,
     /// Four-activation tile kernels where a SIMD table has them.
     pub q8_0_x4: Option<TileFn>,
     /// Q4_0 tile kernel.
@@ -309,12 +325,12 @@ impl Kernels {
         }
     }
 
-    /// The four-activation float tile for weights of type `ty`, if any.
+    /// The float tile for weights of type `ty`, if any.
     pub(crate) fn float_tile(&self, ty: GgmlType) -> Option<FloatTileFn> {
         match ty {
-            GgmlType::F32 => self.f32_x4,
-            GgmlType::F16 => self.f16_x4,
-            GgmlType::BF16 => self.bf16_x4,
+            GgmlType::F32 => self.f32_tile,
+            GgmlType::F16 => self.f16_tile,
+            GgmlType::BF16 => self.bf16_tile,
             _ => None,
         }
     }
@@ -346,9 +362,9 @@ static SCALAR: Kernels = Kernels {
     f32: scalar::dot_f32,
     f16: scalar::dot_f16,
     bf16: scalar::dot_bf16,
-    f32_x4: None,
-    f16_x4: None,
-    bf16_x4: None,
+    f32_tile: None,
+    f16_tile: None,
+    bf16_tile: None,
     q8_0_x4: None,
     q4_0_x4: None,
     q5_0_x4: None,
@@ -756,9 +772,10 @@ mod tests {
         }
     }
 
-    /// Every table's float tiles give each activation row the table's
-    /// one-row result and the scalar reference's to the bit, at lengths on
-    /// both sides of the 32- and 8-element steps, the rows padded apart.
+    /// Every table's float tiles give each pair of weight and activation
+    /// rows the table's one-row result and the scalar reference's to the
+    /// bit, in every shape, at lengths on both sides of the 32- and
+    /// 8-element steps, the rows padded apart.
     #[test]
     fn float_tiles_equal_single_rows_bitwise() {
         let mut x = 0x0bad_5eed_1234_5678_u64;
@@ -778,38 +795,42 @@ mod tests {
                 for n in [
                     0usize, 1, 7, 8, 15, 16, 31, 32, 33, 40, 47, 56, 63, 64, 65, 100, 640,
                 ] {
-                    let wf: Vec<f32> = (0..n).map(|_| next()).collect();
-                    let mut w = vec![0u8; n * ty.block_bytes()];
-                    crate::quantize(ty, &wf, &mut w).unwrap();
                     let stride = n + 3;
-                    for rows in 1..=4 {
+                    // Three weight rows, padded apart.
+                    let len = n * ty.block_bytes();
+                    let w_stride = len + 6;
+                    let mut ws = vec![0u8; FLOAT_TILE_WEIGHTS * w_stride];
+                    for v in 0..FLOAT_TILE_WEIGHTS {
+                        let wf: Vec<f32> = (0..n).map(|_| next()).collect();
+                        crate::quantize(ty, &wf, &mut ws[v * w_stride..v * w_stride + len])
+                            .unwrap();
+                    }
+                    for (wrows, rows) in (1..=FLOAT_TILE_WEIGHTS)
+                        .flat_map(|v| (1..=FLOAT_TILE_ACTS).map(move |r| (v, r)))
+                    {
                         let xs: Vec<f32> = (0..rows * stride).map(|_| next()).collect();
-                        // SAFETY: tables from this module; the row holds `n`
-                        // elements and each of the `rows` activation rows `n` floats.
-                        let got = unsafe { tile(&w, &xs, stride, n, rows) };
-                        assert!(
-                            got[rows..].iter().all(|&v| v == 0.0),
-                            "{} {ty} rows {rows}",
-                            k.name
-                        );
-                        for (c, g) in got.iter().take(rows).enumerate() {
-                            let row = &xs[c * stride..c * stride + n];
-                            // SAFETY: as above.
-                            let want = unsafe { single(&w, row, n) };
-                            let reference = scalar::vec_dot_f32(ty, &w, row).unwrap();
-                            assert_eq!(
-                                g.to_bits(),
-                                want.to_bits(),
-                                "{} {ty} n {n} row {c}",
-                                k.name
-                            );
-                            assert_eq!(
-                                g.to_bits(),
-                                reference.to_bits(),
-                                "{} {ty} n {n} row {c}",
-                                k.name
-                            );
-                            checked += 1;
+                        let ws = &ws[..(wrows - 1) * w_stride + len];
+                        // SAFETY: tables from this module; each weight row
+                        // holds `n` elements and each of the `rows`
+                        // activation rows `n` floats.
+                        let got = unsafe { tile(ws, w_stride, &xs, stride, n, wrows, rows) };
+                        for (v, gots) in got.iter().enumerate() {
+                            let shape = format!("{} {ty} n {n} tile {wrows}x{rows} w {v}", k.name);
+                            if v >= wrows {
+                                assert!(gots.iter().all(|&g| g == 0.0), "{shape}");
+                                continue;
+                            }
+                            assert!(gots[rows..].iter().all(|&g| g == 0.0), "{shape}");
+                            let wrow = &ws[v * w_stride..v * w_stride + len];
+                            for (c, g) in gots.iter().take(rows).enumerate() {
+                                let row = &xs[c * stride..c * stride + n];
+                                // SAFETY: as above.
+                                let want = unsafe { single(wrow, row, n) };
+                                let reference = scalar::vec_dot_f32(ty, wrow, row).unwrap();
+                                assert_eq!(g.to_bits(), want.to_bits(), "{shape} row {c}");
+                                assert_eq!(g.to_bits(), reference.to_bits(), "{shape} row {c}");
+                                checked += 1;
+                            }
                         }
                     }
                 }

@@ -1397,9 +1397,9 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         f32: x86_float::f32_avx512,
         f16: x86_float::f16_avx512,
         bf16: x86_float::bf16_avx512,
-        f32_x4: Some(x86_float::f32_x4_avx512),
-        f16_x4: Some(x86_float::f16_x4_avx512),
-        bf16_x4: Some(x86_float::bf16_x4_avx512),
+        f32_tile: Some(x86_float::f32_tile_avx512),
+        f16_tile: Some(x86_float::f16_tile_avx512),
+        bf16_tile: Some(x86_float::bf16_tile_avx512),
         gemm: GemmTier::Avx512Vnni,
         ..AVX2
     };
