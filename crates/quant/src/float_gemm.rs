@@ -8,6 +8,7 @@
 use crate::matmul::{Matrix, SharedOut};
 use crate::sgemm_packed::{sgemm_packed, PackedB, PANEL};
 use crate::{FirstError, QuantError, ThreadPool};
+use std::cell::RefCell;
 
 /// Weight rows per block: sixteen panels.
 const BLOCK_ROWS: usize = 16 * PANEL;
@@ -32,35 +33,53 @@ pub(crate) fn float_gemm(
     let tasks = row_blocks * batch_blocks;
     let per_task = tasks.div_ceil(pool.threads()).max(1);
     pool.run(tasks.div_ceil(per_task), |t| {
-        let mut packed = PackedB::new();
-        let mut widened = Vec::new();
-        let mut tile = Vec::new();
-        let mut packed_block = usize::MAX;
-        for task in t * per_task..((t + 1) * per_task).min(tasks) {
-            let (rb, bb) = (task / batch_blocks, task % batch_blocks);
-            let r0 = rb * BLOCK_ROWS;
-            let n = BLOCK_ROWS.min(rows - r0);
-            if packed_block != rb {
-                if let Err(e) = pack_rows(w, r0, n, &mut packed, &mut widened) {
+        SCRATCH.with(|scratch| {
+            let Scratch {
+                packed,
+                widened,
+                tile,
+            } = &mut *scratch.borrow_mut();
+            let mut packed_block = usize::MAX;
+            for task in t * per_task..((t + 1) * per_task).min(tasks) {
+                let (rb, bb) = (task / batch_blocks, task % batch_blocks);
+                let r0 = rb * BLOCK_ROWS;
+                let n = BLOCK_ROWS.min(rows - r0);
+                if packed_block != rb {
+                    if let Err(e) = pack_rows(w, r0, n, packed, widened) {
+                        return failure.set(e);
+                    }
+                    packed_block = rb;
+                }
+                let b0 = bb * BLOCK_BATCH;
+                let m = BLOCK_BATCH.min(batch - b0);
+                tile.resize(m * n, 0.0);
+                let a = &x[b0 * cols..(b0 + m) * cols];
+                if let Err(e) = sgemm_packed(m, a, cols, packed, tile, n) {
                     return failure.set(e);
                 }
-                packed_block = rb;
+                for (i, vals) in tile.chunks_exact(n).enumerate() {
+                    // SAFETY: rows r0..r0 + n of activation rows b0..b0 + m
+                    // belong to this task alone.
+                    unsafe { out.slice((b0 + i) * rows + r0, n) }.copy_from_slice(vals);
+                }
             }
-            let b0 = bb * BLOCK_BATCH;
-            let m = BLOCK_BATCH.min(batch - b0);
-            tile.resize(m * n, 0.0);
-            let a = &x[b0 * cols..(b0 + m) * cols];
-            if let Err(e) = sgemm_packed(m, a, cols, &packed, &mut tile, n) {
-                return failure.set(e);
-            }
-            for (i, vals) in tile.chunks_exact(n).enumerate() {
-                // SAFETY: rows r0..r0 + n of activation rows b0..b0 + m
-                // belong to this task alone.
-                unsafe { out.slice((b0 + i) * rows + r0, n) }.copy_from_slice(vals);
-            }
-        }
+        })
     });
     failure.into_result()
+}
+
+/// A thread's panels, widened rows and output tile, kept from product to
+/// product: fresh ones (megabytes each) were pages to fault in and zero
+/// for every product of an encoder's.
+#[derive(Default)]
+struct Scratch {
+    packed: PackedB,
+    widened: Vec<f32>,
+    tile: Vec<f32>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
 /// Rows `r0..r0 + n` of `w`, widened to f32, as the packed `cols × n`
@@ -74,22 +93,20 @@ fn pack_rows(
     rows: &mut Vec<f32>,
 ) -> Result<(), QuantError> {
     let cols = w.cols();
-    packed.reset(cols, n);
+    // Every element is written below, the padding of a short panel too.
+    packed.reshape(cols, n);
     rows.resize(PANEL * cols, 0.0);
-    for (s, panel) in packed
-        .panels_mut()
-        .chunks_exact_mut(cols * PANEL)
-        .enumerate()
-    {
+    for s in 0..n.div_ceil(PANEL) {
         let width = PANEL.min(n - s * PANEL);
-        for (jj, row) in rows.chunks_exact_mut(cols).take(width).enumerate() {
-            w.dequantize_row(r0 + s * PANEL + jj, row)?;
-        }
-        for (p, dst) in panel.chunks_exact_mut(PANEL).enumerate() {
-            for (jj, d) in dst.iter_mut().take(width).enumerate() {
-                *d = rows[jj * cols + p];
+        for (jj, row) in rows.chunks_exact_mut(cols).enumerate() {
+            if jj < width {
+                w.dequantize_row(r0 + s * PANEL + jj, row)?;
+            } else {
+                // The padding of a short panel.
+                row.fill(0.0);
             }
         }
+        packed.fill_panel_from_rows(s, rows);
     }
     Ok(())
 }

@@ -67,6 +67,37 @@ impl PackedB {
         &mut self.data
     }
 
+    /// Fill panel `s` from its columns given as rows: `cols` holds
+    /// [`PANEL`] rows of [`Self::k`] floats each, row `j` becoming the
+    /// panel's column `j` (a weight matrix's rows are the right-hand side's
+    /// columns). An 8 × 8 transpose in registers on x86 tiers; the bits are
+    /// the copy's on every tier.
+    pub(crate) fn fill_panel_from_rows(&mut self, s: usize, cols: &[f32]) {
+        self.fill_panel_from_rows_on(crate::simd::best().gemm, s, cols);
+    }
+
+    /// [`Self::fill_panel_from_rows`] through the given tier's code.
+    pub(crate) fn fill_panel_from_rows_on(
+        &mut self,
+        tier: crate::simd::GemmTier,
+        s: usize,
+        cols: &[f32],
+    ) {
+        let k = self.k;
+        let panel = &mut self.data[s * k * PANEL..(s + 1) * k * PANEL];
+        let cols = &cols[..PANEL * k];
+        #[cfg(target_arch = "x86_64")]
+        if tier.vector() != crate::simd::GemmTier::Portable {
+            // SAFETY: every x86 tier but the portable one runs on CPUs
+            // with AVX2 (AMX's vector tier is AVX-512's); both slices hold
+            // PANEL × k floats.
+            unsafe { x86::transpose_panel_avx2(cols, k, panel) };
+            return;
+        }
+        let _ = tier;
+        transpose_panel(cols, k, 0, panel);
+    }
+
     /// Pack the row-major `b` (`k × n`, rows `ldb` apart).
     pub fn pack(&mut self, k: usize, n: usize, b: &[f32], ldb: usize) -> Result<(), QuantError> {
         if k > 0 && n > 0 && (ldb < n || b.len() < (k - 1) * ldb + n) {
@@ -85,6 +116,17 @@ impl PackedB {
             }
         }
         Ok(())
+    }
+}
+
+/// Steps `p0..` of a panel from its [`PANEL`] columns given as rows of `k`
+/// (see [`PackedB::fill_panel_from_rows`]): the reference, and the tail
+/// of the vector code.
+fn transpose_panel(cols: &[f32], k: usize, p0: usize, panel: &mut [f32]) {
+    for (p, dst) in panel.chunks_exact_mut(PANEL).enumerate().skip(p0) {
+        for (j, d) in dst.iter_mut().enumerate() {
+            *d = cols[j * k + p];
+        }
     }
 }
 
@@ -419,6 +461,58 @@ mod x86 {
         }
     }
 
+    /// [`super::transpose_panel`] eight steps at a time: two 8 × 8
+    /// transposes (columns 0..8 and 8..16) per eight steps.
+    ///
+    /// # Safety
+    /// avx2 present; `cols` and `panel` hold `PANEL * k` floats.
+    #[target_feature(enable = "avx2")]
+    pub(super) unsafe fn transpose_panel_avx2(cols: &[f32], k: usize, panel: &mut [f32]) {
+        assert!(cols.len() >= PANEL * k && panel.len() >= PANEL * k);
+        let (src, dst) = (cols.as_ptr(), panel.as_mut_ptr());
+        let mut p = 0;
+        while p + 8 <= k {
+            for half in 0..2 {
+                // SAFETY: columns 8 * half..8 * half + 8, steps p..p + 8,
+                // inside `cols` (asserted).
+                let r: [__m256; 8] = std::array::from_fn(|j| unsafe {
+                    _mm256_loadu_ps(src.add((8 * half + j) * k + p))
+                });
+                let t: [__m256; 8] = std::array::from_fn(|i| {
+                    let (a, b) = (r[2 * (i / 2)], r[2 * (i / 2) + 1]);
+                    if i % 2 == 0 {
+                        _mm256_unpacklo_ps(a, b)
+                    } else {
+                        _mm256_unpackhi_ps(a, b)
+                    }
+                });
+                // u[i] (u[4 + i]) holds columns 0..4 (4..8) of steps i
+                // and i + 4, in its two halves.
+                let u: [__m256; 8] = std::array::from_fn(|i| {
+                    let base = 4 * (i / 4);
+                    let (lo, hi) = (t[base + (i % 4) / 2], t[base + 2 + (i % 4) / 2]);
+                    if i % 2 == 0 {
+                        _mm256_shuffle_ps::<0x44>(lo, hi)
+                    } else {
+                        _mm256_shuffle_ps::<0xEE>(lo, hi)
+                    }
+                });
+                for i in 0..8 {
+                    let (a, b) = (u[i % 4], u[4 + i % 4]);
+                    let v = if i < 4 {
+                        _mm256_permute2f128_ps::<0x20>(a, b)
+                    } else {
+                        _mm256_permute2f128_ps::<0x31>(a, b)
+                    };
+                    // SAFETY: step p + i, columns 8 * half.., inside `panel`.
+                    unsafe { _mm256_storeu_ps(dst.add((p + i) * PANEL + 8 * half), v) };
+                }
+            }
+            p += 8;
+        }
+        super::transpose_panel(cols, k, p, panel);
+    }
+
     /// Rows of A per AVX-512 tile: 12 rows × 2 panels is 24 accumulators,
     /// enough independent sums to keep both FMA ports busy, with 14 loads
     /// (two panel rows, twelve broadcasts) per 24 multiply-adds (8 rows
@@ -614,6 +708,47 @@ mod tests {
                 got.pack(2, 40, &[5.0; 80], 40).unwrap();
                 sgemm_packed_to_panels_on(set.gemm, m, &a, lda, &packed, &mut got).unwrap();
                 prop_assert_eq!(got.panels(), panels.panels(), "kernel set {}", set.name);
+            }
+        }
+    }
+
+    proptest! {
+        /// A panel filled from its columns given as rows holds, on every
+        /// tier, exactly what the element-by-element copy puts there, for
+        /// sums of any length (the eight-step blocks and their tails).
+        #[test]
+        fn panels_from_rows_match_the_copy(k in 0usize..70, panels in 1usize..3, seed in any::<u64>()) {
+            let mut x = seed | 1;
+            let mut next = move || {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+            };
+            let n = panels * PANEL - 3;
+            let mut want = PackedB::new();
+            want.reshape(k, n);
+            let cols: Vec<Vec<f32>> = (0..panels)
+                .map(|_| (0..PANEL * k).map(|_| next()).collect())
+                .collect();
+            for (s, c) in cols.iter().enumerate() {
+                let at = s * k * PANEL;
+                super::transpose_panel(c, k, 0, &mut want.data[at..at + k * PANEL]);
+                for p in 0..k {
+                    for j in 0..PANEL {
+                        prop_assert_eq!(want.data[at + p * PANEL + j].to_bits(), c[j * k + p].to_bits());
+                    }
+                }
+            }
+            for set in crate::simd::available() {
+                let mut got = PackedB::new();
+                got.reshape(k, n);
+                got.data.fill(f32::NAN);
+                for (s, c) in cols.iter().enumerate() {
+                    got.fill_panel_from_rows_on(set.gemm, s, c);
+                }
+                let same = got.data.iter().zip(&want.data).all(|(a, b)| a.to_bits() == b.to_bits());
+                prop_assert!(same, "kernel set {}", set.name);
             }
         }
     }
