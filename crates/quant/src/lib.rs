@@ -19,6 +19,18 @@ mod sgemm_packed;
 mod simd;
 pub mod vector;
 
+/// A xorshift stream of floats in [-1, 1) from the nonzero state `x`, for
+/// the unit tests' operands.
+#[cfg(test)]
+pub(crate) fn xorshift_values(mut x: u64) -> impl FnMut() -> f32 {
+    move || {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
+    }
+}
+
 pub use bandwidth::read_bandwidth;
 pub use error::QuantError;
 pub use gguf::GgmlType;

@@ -515,13 +515,7 @@ mod tests {
         /// with tails in every direction and padded strides.
         #[test]
         fn simd_matches_scalar(m in 1usize..30, n in 1usize..70, k in 0usize..40, pad in 0usize..3, seed in any::<u64>()) {
-            let mut x = seed | 1;
-            let mut next = move || {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-            };
+            let mut next = crate::xorshift_values(seed | 1);
             let (lda, ldb, ldc) = (k + pad, n + pad, n + 2 * pad);
             let a: Vec<f32> = (0..m * lda).map(|_| next()).collect();
             let b: Vec<f32> = (0..k.max(1) * ldb).map(|_| next()).collect();

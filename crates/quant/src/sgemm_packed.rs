@@ -665,13 +665,7 @@ mod tests {
         /// strided product's values, for shapes with tails everywhere.
         #[test]
         fn packed_matches_scalar(m in 1usize..20, n in 1usize..50, k in 0usize..40, pad in 0usize..3, seed in any::<u64>()) {
-            let mut x = seed | 1;
-            let mut next = move || {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-            };
+            let mut next = crate::xorshift_values(seed | 1);
             let (lda, ldb, ldc) = (k + pad, n + pad, n + 2 * pad);
             let a: Vec<f32> = (0..m * lda).map(|_| next()).collect();
             let b: Vec<f32> = (0..k.max(1) * ldb).map(|_| next()).collect();
@@ -718,13 +712,7 @@ mod tests {
         /// sums of any length (the eight-step blocks and their tails).
         #[test]
         fn panels_from_rows_match_the_copy(k in 0usize..70, panels in 1usize..3, seed in any::<u64>()) {
-            let mut x = seed | 1;
-            let mut next = move || {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-            };
+            let mut next = crate::xorshift_values(seed | 1);
             let n = panels * PANEL - 3;
             let mut want = PackedB::new();
             want.reshape(k, n);
@@ -766,13 +754,7 @@ mod tests {
             (40, 1100, 300),
         ] {
             let (lda, ldc) = (k + 1, n + 3);
-            let mut x = 0x9e37_79b9_7f4a_7c15u64 ^ (m * n * k) as u64;
-            let mut next = move || {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
-                (x >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-            };
+            let mut next = crate::xorshift_values(0x9e37_79b9_7f4a_7c15u64 ^ (m * n * k) as u64);
             let a: Vec<f32> = (0..m * lda).map(|_| next()).collect();
             let b: Vec<f32> = (0..k * n).map(|_| next()).collect();
             let mut packed = PackedB::new();
