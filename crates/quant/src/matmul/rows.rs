@@ -30,32 +30,36 @@ pub(super) fn float_product(
         return crate::float_gemm::float_gemm(pool, w, x, batch, &shared);
     }
     let split = DecodeSplit::new(pool.threads(), rows);
-    pool.run(split.parts(), |t| {
-        let part = split.range(t);
-        let mut r0 = part.start;
-        while r0 < part.end {
-            let r1 = (r0 + ROW_TILE).min(part.end);
-            // One row reads its weights front to back, the stream the
-            // hardware prefetchers follow best; the tiles read a few rows
-            // side by side.
-            match k.float_tile(w.ty).filter(|_| batch > 1) {
-                Some(tile) => float_tiles(tile, w, x, batch, r0..r1, &shared),
-                None => {
-                    for b in 0..batch {
-                        let xb = &x[b * cols..(b + 1) * cols];
-                        for r in r0..r1 {
-                            // SAFETY: kernel from `simd::best()`; the Matrix
-                            // guarantees `cols` elements per row and `xb` has
-                            // exactly `cols`.
-                            let v = unsafe { f(w.row(r), xb, cols) };
-                            // SAFETY: row r belongs to this task alone.
-                            unsafe { shared.write(b * rows + r, v) };
+    let tile = k.float_tile(w.ty).filter(|_| batch > 1);
+    ALIGNED_ACTS.with_borrow_mut(|buf| {
+        let acts = tile.map(|_| AlignedActs::copy(buf, x, batch, cols));
+        pool.run(split.parts(), |t| {
+            let part = split.range(t);
+            let mut r0 = part.start;
+            while r0 < part.end {
+                let r1 = (r0 + ROW_TILE).min(part.end);
+                // One row reads its weights front to back, the stream the
+                // hardware prefetchers follow best; the tiles read a few
+                // rows side by side.
+                match (tile, &acts) {
+                    (Some(tile), Some(acts)) => float_tiles(tile, w, acts, r0..r1, &shared),
+                    _ => {
+                        for b in 0..batch {
+                            let xb = &x[b * cols..(b + 1) * cols];
+                            for r in r0..r1 {
+                                // SAFETY: kernel from `simd::best()`; the
+                                // Matrix guarantees `cols` elements per row
+                                // and `xb` has exactly `cols`.
+                                let v = unsafe { f(w.row(r), xb, cols) };
+                                // SAFETY: row r belongs to this task alone.
+                                unsafe { shared.write(b * rows + r, v) };
+                            }
                         }
                     }
                 }
+                r0 = r1;
             }
-            r0 = r1;
-        }
+        });
     });
     Ok(())
 }
@@ -64,6 +68,48 @@ pub(super) fn float_product(
 /// weight rows at once (docs/perf/speculation.md).
 const WIDE_TILE_ACT_BYTES: usize = 16 << 10;
 
+thread_local! {
+    /// The calling thread's copy of a float batch's activations, kept
+    /// between products.
+    static ALIGNED_ACTS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// A batch's activation rows copied to start on cache lines, each row
+/// `stride` floats (its length rounded up to a line) from the last. The
+/// tiles load every activation vector once per weight row; from the
+/// model's buffers (4-byte aligned) each load straddled two lines and the
+/// four-row tile was bound by those split loads.
+struct AlignedActs<'a> {
+    data: &'a [f32],
+    batch: usize,
+    stride: usize,
+}
+
+impl<'a> AlignedActs<'a> {
+    /// `x`'s `batch` rows of `cols` floats, laid out in `buf`.
+    fn copy(buf: &'a mut Vec<f32>, x: &[f32], batch: usize, cols: usize) -> Self {
+        const LINE: usize = 16;
+        let stride = cols.next_multiple_of(LINE).max(LINE);
+        let len = batch * stride;
+        buf.clear();
+        buf.resize(len + LINE, 0.0);
+        // At most 15 floats in: the buffer's start is 4-byte aligned.
+        let skip = buf.as_ptr().align_offset(LINE * 4).min(LINE);
+        let data = &mut buf[skip..skip + len];
+        for (dst, src) in data
+            .chunks_exact_mut(stride)
+            .zip(x.chunks_exact(cols.max(1)))
+        {
+            dst[..cols].copy_from_slice(src);
+        }
+        Self {
+            data,
+            batch,
+            stride,
+        }
+    }
+}
+
 /// Rows `range` of the float matrix `w` times the `batch` rows of `x`
 /// through `tile`: the activation rows in as few groups as the tile takes,
 /// of even sizes (nine rows as three threes rather than 4, 4 and 1, whose
@@ -71,12 +117,16 @@ const WIDE_TILE_ACT_BYTES: usize = 16 << 10;
 fn float_tiles(
     tile: simd::FloatTileFn,
     w: &Matrix,
-    x: &[f32],
-    batch: usize,
+    acts: &AlignedActs<'_>,
     range: std::ops::Range<usize>,
     shared: &SharedOut,
 ) {
     let (rows, cols, row_bytes) = (w.rows, w.cols, w.row_bytes());
+    let AlignedActs {
+        data: x,
+        batch,
+        stride,
+    } = *acts;
     let groups = batch.div_ceil(simd::FLOAT_TILE_ACTS);
     let mut b = 0;
     for g in 0..groups {
@@ -93,13 +143,13 @@ fn float_tiles(
             let ws = &w.data()[r * row_bytes..(r + wn) * row_bytes];
             // SAFETY: kernel from `simd::best()`; rows r..r + wn hold `cols`
             // elements each, `row_bytes` apart, and activation rows
-            // b..b + n (`cols` apart) lie inside `x`.
+            // b..b + n (`stride` apart) lie inside `x`.
             let v = unsafe {
                 tile(
                     ws,
                     row_bytes,
-                    &x[b * cols..(b + n) * cols],
-                    cols,
+                    &x[b * stride..(b + n) * stride],
+                    stride,
                     cols,
                     wn,
                     n,

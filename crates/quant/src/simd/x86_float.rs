@@ -9,6 +9,10 @@ use std::arch::x86_64::*;
 use super::x86::float_dot_tail;
 use super::FloatTile;
 
+/// Bytes ahead of a lone weight row's reads that a tile of several
+/// activation rows prefetches (docs/perf/speculation.md).
+const SINGLE_ROW_PREFETCH: usize = 1024;
+
 /// `W` weight rows (`w_stride` bytes apart in `w`, `es` bytes an element)
 /// against `R` activation rows that start `stride` floats apart in `x`,
 /// over `n` elements: each result is [`crate::scalar::float_dot`]'s to the
@@ -53,6 +57,15 @@ fn float_rows<const W: usize, const R: usize>(
         // enough ahead from memory (one row alone is a plain stream). A
         // prefetch never faults, so the addresses past the matrix are
         // harmless.
+        // One row against several: each line's work is several times a
+        // plain dot's, so fewer of the row's next lines are in flight
+        // than the stream needs; ask for them ahead.
+        if W == 1 && R > 1 {
+            let p = wp.wrapping_add(i * es + SINGLE_ROW_PREFETCH);
+            for line in (0..32 * es).step_by(64) {
+                _mm_prefetch::<_MM_HINT_T0>(p.wrapping_add(line) as *const i8);
+            }
+        }
         if W > 1 {
             for v in 0..W {
                 let p = wp.wrapping_add((4 * W + v) * w_stride + i * es);
