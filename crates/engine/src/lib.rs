@@ -41,7 +41,7 @@ pub use images::{
 };
 pub use inspect::{inspect, load_tokenizer, towers, FileSummary, MetaEntry, TensorEntry, Towers};
 pub use load::{open_model_file, Engine};
-pub use model::{ring_slack, KvType, Precision};
+pub use model::{ring_slack, KvType, Precision, Scratch};
 pub use options::{InputLimits, RunOptions, DEFAULT_BATCH, MAX_DEFAULT_CTX};
 pub use request::GenerationRequest;
 pub use sampling::{argmax, Rng, Sampler, SamplingParams};

@@ -262,20 +262,56 @@ impl Engine {
     /// sequence, a perplexity chunk, a benchmark).
     pub fn session_with_ctx(&self, n_ctx: usize) -> Session {
         let n_ctx = n_ctx.max(1);
+        self.session_of(n_ctx, self.batch_for(n_ctx))
+    }
+
+    /// A session of the engine's context for a server's slot: its own
+    /// buffers hold a decode step or a speculating generation's verifying
+    /// batch, and its prompts go in through buffers the slots share
+    /// ([`Engine::prefill_scratch`], [`Session::prefill_in`]), so that
+    /// many slots do not each keep a prefill's worth of buffers.
+    pub fn slot_session(&self) -> Session {
+        let n_ctx = self.n_ctx();
+        self.session_of(n_ctx, self.slot_rows(n_ctx))
+    }
+
+    /// Buffers for prompts of the engine's context in batches of its
+    /// size, lent in turn to [`Engine::slot_session`]s.
+    pub fn prefill_scratch(&self) -> model::Scratch {
+        let n_ctx = self.n_ctx();
+        self.model.new_scratch(n_ctx, self.batch_for(n_ctx))
+    }
+
+    fn session_of(&self, n_ctx: usize, max_batch: usize) -> Session {
         Session {
             model: Arc::clone(&self.model),
             tokenizer: Arc::clone(&self.tokenizer),
             cache: self.model.new_cache(n_ctx),
-            scratch: self.model.new_scratch(n_ctx, self.batch_for(n_ctx)),
+            scratch: self.model.new_scratch(n_ctx, max_batch),
             tokens: Vec::with_capacity(n_ctx),
             images: Vec::new(),
         }
+    }
+
+    /// Rows a slot session's own buffers take: a draft and the token
+    /// before it, or the engine's batch where that is smaller.
+    fn slot_rows(&self, n_ctx: usize) -> usize {
+        self.batch_for(n_ctx).min(crate::speculate::MAX_DRAFT + 1)
     }
 
     /// Bytes a session of the engine's context takes (KV cache and buffers).
     pub fn session_bytes(&self) -> usize {
         let n_ctx = self.n_ctx();
         self.model.session_bytes(n_ctx, self.batch_for(n_ctx))
+    }
+
+    /// Bytes `slots` [`Engine::slot_session`]s and the prefill buffers
+    /// they share take.
+    pub fn serving_bytes(&self, slots: usize) -> usize {
+        let n_ctx = self.n_ctx();
+        let full = self.model.session_bytes(n_ctx, self.batch_for(n_ctx));
+        let kv = self.kv_bytes();
+        slots * self.model.session_bytes(n_ctx, self.slot_rows(n_ctx)) + full.saturating_sub(kv)
     }
 
     /// Bytes the KV cache of a session takes.

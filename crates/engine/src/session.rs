@@ -38,6 +38,26 @@ impl Session {
         true
     }
 
+    /// [`Session::prefill`] in `lent`'s buffers (see
+    /// [`crate::Engine::slot_session`]): they are this session's for the
+    /// chunk, and the prompt's last row stays here for the first sample.
+    pub fn prefill_in(
+        &mut self,
+        d: &mut crate::Decoding,
+        max_tokens: usize,
+        lent: &mut Scratch,
+    ) -> Result<bool, EngineError> {
+        std::mem::swap(&mut self.scratch, lent);
+        // The buffers go back to their owner even when the chunk panics.
+        let filled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            self.prefill(d, max_tokens)
+        }));
+        std::mem::swap(&mut self.scratch, lent);
+        let filled = filled.unwrap_or_else(|p| std::panic::resume_unwind(p));
+        self.scratch.adopt_last_row(lent);
+        filled
+    }
+
     /// Tokens currently in the cache.
     pub fn tokens(&self) -> &[u32] {
         &self.tokens

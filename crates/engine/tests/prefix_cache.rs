@@ -144,3 +144,63 @@ fn a_conversation_past_the_window_continues_exactly_as_a_fresh_run() {
         "after a long branch",
     );
 }
+
+/// Server slots keep buffers for a decode step and prefill their prompts,
+/// a chunk at a time and in turns, through one set of buffers they share:
+/// each samples exactly what a session with buffers of its own samples,
+/// and many slots take far less than as many whole sessions.
+#[test]
+fn slots_prefilling_through_shared_buffers_sample_as_whole_sessions() {
+    let engine = engine();
+    let vocab = engine.model().config().vocab;
+    let prompts = [ids(vocab, 3, 150), ids(vocab, 4, 97)];
+    let params = SamplingParams {
+        temperature: 1.0,
+        top_k: 0,
+        top_p: 1.0,
+        min_p: 0.0,
+        seed: 11,
+        ..SamplingParams::default()
+    };
+    let opts = GenerateOptions {
+        max_tokens: 20,
+        stop: Vec::new(),
+        stop_on_eog: false,
+        render_special: true,
+        speculation: None,
+    };
+    // Whole sessions, prefilling the same chunks in their own buffers.
+    let want: Vec<Vec<u32>> = prompts
+        .iter()
+        .map(|p| {
+            let mut s = engine.session();
+            let mut sm = Sampler::new(params.clone());
+            let mut d = s.begin(GenerationRequest::new(p, &opts), &sm).unwrap();
+            while !s.prefill(&mut d, 40).unwrap() {}
+            s.run(d, &mut sm, |_| true).unwrap().ids
+        })
+        .collect();
+    let mut lent = engine.prefill_scratch();
+    let mut slots: Vec<Session> = prompts.iter().map(|_| engine.slot_session()).collect();
+    let mut samplers: Vec<Sampler> = prompts.iter().map(|_| Sampler::new(params.clone())).collect();
+    let mut runs: Vec<_> = slots
+        .iter_mut()
+        .zip(&prompts)
+        .zip(&samplers)
+        .map(|((s, p), sm)| s.begin(GenerationRequest::new(p, &opts), sm).unwrap())
+        .collect();
+    // Chunks of 40 tokens, the two prompts in turns.
+    let mut done = [false, false];
+    while !done.iter().all(|&d| d) {
+        for (i, (s, d)) in slots.iter_mut().zip(runs.iter_mut()).enumerate() {
+            if !done[i] {
+                done[i] = s.prefill_in(d, 40, &mut lent).unwrap();
+            }
+        }
+    }
+    for (((s, d), sm), want) in slots.iter_mut().zip(runs).zip(&mut samplers).zip(&want) {
+        let got = s.run(d, sm, |_| true).unwrap().ids;
+        assert_eq!(&got, want);
+    }
+    assert!(engine.serving_bytes(16) < 4 * engine.session_bytes());
+}

@@ -194,6 +194,34 @@ impl Scratch {
         (i < self.batch).then(|| &self.out[i * h..(i + 1) * h])
     }
 
+    /// Make the last row of `from`'s last batch this scratch's whole last
+    /// batch: a prompt prefilled in buffers lent by another (a server's
+    /// slots share one set for their prompts) leaves here what its first
+    /// sample reads ([`Self::hidden`], [`crate::Model::logits`]). A batch
+    /// of another width (another model's) leaves no batch.
+    pub fn adopt_last_row(&mut self, from: &Scratch) {
+        let last = from.batch.checked_sub(1);
+        let row = last.and_then(|r| from.hidden(r)).filter(|r| r.len() <= self.out.len());
+        self.seq_start.clear();
+        self.row_seq.clear();
+        self.row_pos.clear();
+        self.row_last.clear();
+        self.tokens.clear();
+        self.rope_layer = None;
+        self.rope_spare_layer = None;
+        let (Some(r), Some(row)) = (last, row) else {
+            self.batch = 0;
+            return;
+        };
+        self.out[..row.len()].copy_from_slice(row);
+        self.batch = 1;
+        self.seq_start.extend([0, 1]);
+        self.row_seq.push(0);
+        self.row_pos.extend(from.row_pos.get(r));
+        self.row_last.extend(from.row_last.get(r));
+        self.tokens.extend(from.tokens.get(r));
+    }
+
     /// Lay the batch's rows out: each sequence's tokens in order, each row
     /// tagged with its sequence and its position there.
     /// Without `causal`, every row attends to its whole sequence.

@@ -165,8 +165,8 @@ impl std::fmt::Debug for Scheduler {
 
 impl Scheduler {
     /// Start the scheduler thread with `parallel` slots (each a session of
-    /// the engine's context; none for an embedding model) and a queue of
-    /// `capacity` waiting jobs.
+    /// the engine's context, their prompts prefilled in buffers they share;
+    /// none for an embedding model) and a queue of `capacity` waiting jobs.
     pub fn start(
         engine: Arc<Engine>,
         parallel: usize,
@@ -191,17 +191,22 @@ impl Scheduler {
         };
         let slots = (0..n_slots)
             .map(|_| Slot {
-                session: engine.session(),
+                session: engine.slot_session(),
                 active: None,
                 last_used: 0,
             })
             .collect();
+        // One set of prefill buffers, lent to each slot's prompt in turn.
+        let lent = match n_slots {
+            0 => engine::Scratch::default(),
+            _ => engine.prefill_scratch(),
+        };
         let decoder = engine.batch_decoder(parallel.max(1));
         let thread = {
             let shared = Arc::clone(&shared);
             std::thread::Builder::new()
                 .name("hearth-scheduler".into())
-                .spawn(move || run(&shared, slots, decoder))?
+                .spawn(move || run(&shared, slots, lent, decoder))?
         };
         Ok(Self {
             shared,

@@ -62,13 +62,13 @@ impl Backend {
                 e.n_ctx(),
             ),
             None => format!(
-                "model {id} ({}, {:?} precision, {} threads) loaded in {:.2?}; {parallel} slot(s) of {} tokens ({:.1} MiB each), queue {queue}",
+                "model {id} ({}, {:?} precision, {} threads) loaded in {:.2?}; {parallel} slot(s) of {} tokens ({:.1} MiB with their shared prefill buffers), queue {queue}",
                 e.weight_type().unwrap_or("unknown type"),
                 o.precision,
                 o.threads.unwrap_or(1),
                 e.load_time(),
                 e.n_ctx(),
-                e.session_bytes() as f64 / (1024.0 * 1024.0),
+                e.serving_bytes(parallel.max(1)) as f64 / (1024.0 * 1024.0),
             ),
         }
     }

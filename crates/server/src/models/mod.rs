@@ -432,7 +432,7 @@ fn build(
             model.id()
         );
     }
-    let bytes = model.disk_bytes() + (engine.session_bytes() * parallel.max(1)) as u64;
+    let bytes = model.disk_bytes() + engine.serving_bytes(parallel.max(1)) as u64;
     let backend = Backend::start(engine, speculation, parallel, queue, metrics)
         .map_err(|e| EngineError::InvalidRequest(format!("cannot start the scheduler: {e}")))?;
     Ok((backend, bytes))

@@ -3,7 +3,7 @@
 
 use super::{Event, Job, Shared, Usage};
 use crate::metrics::Metrics;
-use engine::{Decoding, EngineError, FinishReason, GenerationRequest, Sampler, Session};
+use engine::{Decoding, EngineError, FinishReason, GenerationRequest, Sampler, Scratch, Session};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 
@@ -58,9 +58,14 @@ pub(super) fn prefill_left(slot: &Slot) -> usize {
 }
 
 /// Prefills up to `chunk` more prompt tokens of the slot's job, if it has
-/// one still prefilling; returns whether its prompt just went in and it
-/// has forks to start. A failure ends the job.
-pub(super) fn prefill_slot(slot: &mut Slot, chunk: usize, metrics: &Metrics) -> bool {
+/// one still prefilling, in the `lent` buffers; returns whether its prompt
+/// just went in and it has forks to start. A failure ends the job.
+pub(super) fn prefill_slot(
+    slot: &mut Slot,
+    chunk: usize,
+    lent: &mut Scratch,
+    metrics: &Metrics,
+) -> bool {
     let Some(active) = slot.active.as_mut() else {
         return false;
     };
@@ -69,7 +74,7 @@ pub(super) fn prefill_slot(slot: &mut Slot, chunk: usize, metrics: &Metrics) -> 
     }
     let session = &mut slot.session;
     let filled = catch_unwind(AssertUnwindSafe(|| {
-        session.prefill(&mut active.decoding, chunk)
+        session.prefill_in(&mut active.decoding, chunk, lent)
     }));
     match filled {
         Ok(Ok(true)) => {

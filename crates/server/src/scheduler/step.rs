@@ -7,7 +7,7 @@ use super::slot::{
 };
 use super::{Event, Job, Shared};
 use crate::metrics::GaugeShare;
-use engine::{BatchDecoder, BatchItem, FinishReason};
+use engine::{BatchDecoder, BatchItem, FinishReason, Scratch};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
@@ -18,10 +18,11 @@ const PREFILL_CHUNK: usize = 128;
 /// The scheduler thread's loop: each round takes queued jobs into free
 /// slots, ends the requests whose client left or whose time ran out,
 /// prefills prompts, and decodes one token for every prefilled slot.
-pub(super) fn run(shared: &Shared, slots: Vec<Slot>, decoder: BatchDecoder) {
+pub(super) fn run(shared: &Shared, slots: Vec<Slot>, lent: Scratch, decoder: BatchDecoder) {
     let mut rounds = Rounds {
         shared,
         slots,
+        lent,
         decoder,
         tick: 0,
         busy_share: GaugeShare::default(),
@@ -38,6 +39,8 @@ pub(super) fn run(shared: &Shared, slots: Vec<Slot>, decoder: BatchDecoder) {
 struct Rounds<'s> {
     shared: &'s Shared,
     slots: Vec<Slot>,
+    /// The prefill buffers the slots' prompts go through in turn.
+    lent: Scratch,
     decoder: BatchDecoder,
     /// Jobs admitted so far: orders the slots by last use.
     tick: u64,
@@ -161,7 +164,7 @@ impl Rounds<'_> {
         for i in waiting {
             let slot = &mut self.slots[i];
             let before = prefill_left(slot);
-            if prefill_slot(slot, budget, &self.shared.metrics) {
+            if prefill_slot(slot, budget, &mut self.lent, &self.shared.metrics) {
                 prefilled.push(i);
             }
             let left = prefill_left(slot);
