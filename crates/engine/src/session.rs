@@ -49,9 +49,8 @@ impl Session {
     ) -> Result<bool, EngineError> {
         std::mem::swap(&mut self.scratch, lent);
         // The buffers go back to their owner even when the chunk panics.
-        let filled = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-            self.prefill(d, max_tokens)
-        }));
+        let filled =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.prefill(d, max_tokens)));
         std::mem::swap(&mut self.scratch, lent);
         let filled = filled.unwrap_or_else(|p| std::panic::resume_unwind(p));
         self.scratch.adopt_last_row(lent);

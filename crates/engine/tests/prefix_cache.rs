@@ -28,26 +28,36 @@ fn engine() -> Engine {
 /// (which a random tiny model answers with one repeated token), the draw
 /// follows the whole distribution, so different logits show.
 fn sampled(session: &mut Session, prompt: &[u32], n: usize) -> (Vec<u32>, usize) {
-    let opts = GenerateOptions {
-        max_tokens: n,
-        stop: Vec::new(),
-        stop_on_eog: false,
-        render_special: true,
-        speculation: None,
-    };
-    let mut sampler = Sampler::new(SamplingParams {
+    let opts = options(n);
+    let mut sampler = Sampler::new(seeded());
+    let d = session
+        .begin(GenerationRequest::new(prompt, &opts), &sampler)
+        .unwrap();
+    let g = session.run(d, &mut sampler, |_| true).unwrap();
+    (g.ids, g.prompt_tokens_reused)
+}
+
+/// Temperature 1, nothing cut, a fixed seed.
+fn seeded() -> SamplingParams {
+    SamplingParams {
         temperature: 1.0,
         top_k: 0,
         top_p: 1.0,
         min_p: 0.0,
         seed: 11,
         ..SamplingParams::default()
-    });
-    let d = session
-        .begin(GenerationRequest::new(prompt, &opts), &sampler)
-        .unwrap();
-    let g = session.run(d, &mut sampler, |_| true).unwrap();
-    (g.ids, g.prompt_tokens_reused)
+    }
+}
+
+/// `n` tokens, no stops.
+fn options(n: usize) -> GenerateOptions {
+    GenerateOptions {
+        max_tokens: n,
+        stop: Vec::new(),
+        stop_on_eog: false,
+        render_special: true,
+        speculation: None,
+    }
 }
 
 /// Deterministic ids in the vocabulary (BOS first).
@@ -154,21 +164,8 @@ fn slots_prefilling_through_shared_buffers_sample_as_whole_sessions() {
     let engine = engine();
     let vocab = engine.model().config().vocab;
     let prompts = [ids(vocab, 3, 150), ids(vocab, 4, 97)];
-    let params = SamplingParams {
-        temperature: 1.0,
-        top_k: 0,
-        top_p: 1.0,
-        min_p: 0.0,
-        seed: 11,
-        ..SamplingParams::default()
-    };
-    let opts = GenerateOptions {
-        max_tokens: 20,
-        stop: Vec::new(),
-        stop_on_eog: false,
-        render_special: true,
-        speculation: None,
-    };
+    let params = seeded();
+    let opts = options(20);
     // Whole sessions, prefilling the same chunks in their own buffers.
     let want: Vec<Vec<u32>> = prompts
         .iter()
@@ -182,7 +179,10 @@ fn slots_prefilling_through_shared_buffers_sample_as_whole_sessions() {
         .collect();
     let mut lent = engine.prefill_scratch();
     let mut slots: Vec<Session> = prompts.iter().map(|_| engine.slot_session()).collect();
-    let mut samplers: Vec<Sampler> = prompts.iter().map(|_| Sampler::new(params.clone())).collect();
+    let mut samplers: Vec<Sampler> = prompts
+        .iter()
+        .map(|_| Sampler::new(params.clone()))
+        .collect();
     let mut runs: Vec<_> = slots
         .iter_mut()
         .zip(&prompts)

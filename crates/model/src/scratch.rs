@@ -201,7 +201,9 @@ impl Scratch {
     /// of another width (another model's) leaves no batch.
     pub fn adopt_last_row(&mut self, from: &Scratch) {
         let last = from.batch.checked_sub(1);
-        let row = last.and_then(|r| from.hidden(r)).filter(|r| r.len() <= self.out.len());
+        let row = last
+            .and_then(|r| from.hidden(r))
+            .filter(|r| r.len() <= self.out.len());
         self.seq_start.clear();
         self.row_seq.clear();
         self.row_pos.clear();
