@@ -368,7 +368,7 @@ fn single(
     scratch: &mut Vec<u8>,
 ) -> Result<(), QuantError> {
     let x = &x[..batch * w.cols];
-    if k.float(w.ty).is_some() {
+    if simd::is_float(w.ty) {
         return rows::float_product(pool, k, w, x, batch, out);
     }
     k.quant(w.ty).ok_or(QuantError::Unsupported(w.ty))?;

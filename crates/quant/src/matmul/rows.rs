@@ -5,13 +5,15 @@
 use super::acts::{act_row_bytes, quantize_once, Ready};
 use super::plan::{DecodeSplit, SharedOut, GEMM_MIN_BATCH, MAX_FUSED, ROW_TILE};
 use super::Matrix;
+use crate::formats::float::f32_to_bf16_bits;
 use crate::formats::interleave::GROUP_ROWS;
 use crate::pool::ThreadPool;
 use crate::{simd, vec_dot_type, QuantError};
 
 /// A product of float weights (F32, F16, BF16): the f32 GEMM for a batch of
-/// [`GEMM_MIN_BATCH`] rows or more, one dot per row and batch row below.
-/// `w`'s type must have a float kernel in `k`.
+/// [`GEMM_MIN_BATCH`] rows or more, one dot per row and batch row below
+/// (BF16 against the activations rounded to bf16, as ggml's BF16 products
+/// take them). `w`'s type must have a float kernel in `k`.
 #[track_caller]
 pub(super) fn float_product(
     pool: &ThreadPool,
@@ -21,47 +23,86 @@ pub(super) fn float_product(
     batch: usize,
     out: &mut [f32],
 ) -> Result<(), QuantError> {
-    let Some(f) = k.float(w.ty) else {
-        return Err(QuantError::Unsupported(w.ty));
-    };
-    let (rows, cols) = (w.rows, w.cols);
-    let shared = SharedOut::of(out, batch * rows);
+    let shared = SharedOut::of(out, batch * w.rows);
     if batch >= GEMM_MIN_BATCH {
         return crate::float_gemm::float_gemm(pool, w, x, batch, &shared);
     }
-    let split = DecodeSplit::new(pool.threads(), rows);
-    let tile = k.float_tile(w.ty).filter(|_| batch > 1);
-    ALIGNED_ACTS.with_borrow_mut(|buf| {
-        let acts = tile.map(|_| AlignedActs::copy(buf, x, batch, cols));
-        pool.run(split.parts(), |t| {
-            let part = split.range(t);
-            let mut r0 = part.start;
-            while r0 < part.end {
-                let r1 = (r0 + ROW_TILE).min(part.end);
-                // One row reads its weights front to back, the stream the
-                // hardware prefetchers follow best; the tiles read a few
-                // rows side by side.
-                match (tile, &acts) {
-                    (Some(tile), Some(acts)) => float_tiles(tile, w, acts, r0..r1, &shared),
-                    _ => {
-                        for b in 0..batch {
-                            let xb = &x[b * cols..(b + 1) * cols];
-                            for r in r0..r1 {
-                                // SAFETY: kernel from `simd::best()`; the
-                                // Matrix guarantees `cols` elements per row
-                                // and `xb` has exactly `cols`.
-                                let v = unsafe { f(w.row(r), xb, cols) };
-                                // SAFETY: row r belongs to this task alone.
-                                unsafe { shared.write(b * rows + r, v) };
-                            }
-                        }
-                    }
-                }
-                r0 = r1;
-            }
+    if w.ty == crate::GgmlType::BF16 {
+        BF16_ACTS.with_borrow_mut(|buf| {
+            let acts = AlignedActs::copy(buf, x, batch, w.cols, f32_to_bf16_bits);
+            let tile = k.bf16_tile.filter(|_| batch > 1);
+            let tile = tile.map(|t| (t, simd::BF16_TILE_ACTS));
+            float_rows(pool, k.bf16, tile, w, &acts, &shared);
         });
+        return Ok(());
+    }
+    let Some(f) = k.float(w.ty) else {
+        return Err(QuantError::Unsupported(w.ty));
+    };
+    let Some(tile) = k.float_tile(w.ty).filter(|_| batch > 1) else {
+        // One row reads its weights front to back from the caller's buffer.
+        let acts = AlignedActs {
+            data: x,
+            batch,
+            stride: w.cols,
+        };
+        float_rows(pool, f, None, w, &acts, &shared);
+        return Ok(());
+    };
+    F32_ACTS.with_borrow_mut(|buf| {
+        let acts = AlignedActs::copy(buf, x, batch, w.cols, |v| v);
+        float_rows(
+            pool,
+            f,
+            Some((tile, simd::FLOAT_TILE_ACTS)),
+            w,
+            &acts,
+            &shared,
+        );
     });
     Ok(())
+}
+
+/// Every row of `w` against every activation row, the rows shared out over
+/// the threads: through `tile` where there is one (with the activation rows
+/// it takes against one weight row), else by `f` one weight row and one
+/// activation row at a time.
+fn float_rows<T: Copy + Sync>(
+    pool: &ThreadPool,
+    f: simd::FloatDotFn<T>,
+    tile: Option<(simd::FloatTileFn<T>, usize)>,
+    w: &Matrix,
+    acts: &AlignedActs<'_, T>,
+    shared: &SharedOut,
+) {
+    let (rows, cols) = (w.rows, w.cols);
+    let split = DecodeSplit::new(pool.threads(), rows);
+    pool.run(split.parts(), |t| {
+        let part = split.range(t);
+        let mut r0 = part.start;
+        while r0 < part.end {
+            let r1 = (r0 + ROW_TILE).min(part.end);
+            // One row reads its weights front to back, the stream the
+            // hardware prefetchers follow best; the tiles read a few
+            // rows side by side.
+            if let Some((tile, most)) = tile {
+                float_tiles(tile, most, w, acts, r0..r1, shared);
+            } else {
+                for b in 0..acts.batch {
+                    let xb = &acts.data[b * acts.stride..][..cols];
+                    for r in r0..r1 {
+                        // SAFETY: kernel from `simd::best()`; the Matrix
+                        // guarantees `cols` elements per row and `xb` has
+                        // exactly `cols`.
+                        let v = unsafe { f(w.row(r), xb, cols) };
+                        // SAFETY: row r belongs to this task alone.
+                        unsafe { shared.write(b * rows + r, v) };
+                    }
+                }
+            }
+            r0 = r1;
+        }
+    });
 }
 
 /// The activation bytes of a group from which a float tile takes several
@@ -71,36 +112,47 @@ const WIDE_TILE_ACT_BYTES: usize = 16 << 10;
 thread_local! {
     /// The calling thread's copy of a float batch's activations, kept
     /// between products.
-    static ALIGNED_ACTS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    static F32_ACTS: std::cell::RefCell<Vec<f32>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The same for BF16 weights' products, rounded to bf16.
+    static BF16_ACTS: std::cell::RefCell<Vec<u16>> = const { std::cell::RefCell::new(Vec::new()) };
 }
 
 /// A batch's activation rows copied to start on cache lines, each row
-/// `stride` floats (its length rounded up to a line) from the last. The
+/// `stride` elements (its length rounded up to a line) from the last. The
 /// tiles load every activation vector once per weight row; from the
 /// model's buffers (4-byte aligned) each load straddled two lines and the
 /// four-row tile was bound by those split loads.
-struct AlignedActs<'a> {
-    data: &'a [f32],
+struct AlignedActs<'a, T> {
+    data: &'a [T],
     batch: usize,
     stride: usize,
 }
 
-impl<'a> AlignedActs<'a> {
-    /// `x`'s `batch` rows of `cols` floats, laid out in `buf`.
-    fn copy(buf: &'a mut Vec<f32>, x: &[f32], batch: usize, cols: usize) -> Self {
-        const LINE: usize = 16;
-        let stride = cols.next_multiple_of(LINE).max(LINE);
+impl<'a, T: Copy + Default> AlignedActs<'a, T> {
+    /// `x`'s `batch` rows of `cols` floats, each converted by `convert`,
+    /// laid out in `buf`; the padding is `T::default()` (zero).
+    fn copy(
+        buf: &'a mut Vec<T>,
+        x: &[f32],
+        batch: usize,
+        cols: usize,
+        convert: impl Fn(f32) -> T,
+    ) -> Self {
+        let line = 64 / std::mem::size_of::<T>();
+        let stride = cols.next_multiple_of(line).max(line);
         let len = batch * stride;
         buf.clear();
-        buf.resize(len + LINE, 0.0);
-        // At most 15 floats in: the buffer's start is 4-byte aligned.
-        let skip = buf.as_ptr().align_offset(LINE * 4).min(LINE);
+        buf.resize(len + line, T::default());
+        // Less than a line in: the buffer's start is aligned to its type.
+        let skip = buf.as_ptr().align_offset(64).min(line);
         let data = &mut buf[skip..skip + len];
         for (dst, src) in data
             .chunks_exact_mut(stride)
             .zip(x.chunks_exact(cols.max(1)))
         {
-            dst[..cols].copy_from_slice(src);
+            for (d, &s) in dst.iter_mut().zip(src) {
+                *d = convert(s);
+            }
         }
         Self {
             data,
@@ -114,10 +166,11 @@ impl<'a> AlignedActs<'a> {
 /// through `tile`: the activation rows in as few groups as the tile takes,
 /// of even sizes (nine rows as three threes rather than 4, 4 and 1, whose
 /// last group would load each weight vector for one row).
-fn float_tiles(
-    tile: simd::FloatTileFn,
+fn float_tiles<T>(
+    tile: simd::FloatTileFn<T>,
+    one_row_acts: usize,
     w: &Matrix,
-    acts: &AlignedActs<'_>,
+    acts: &AlignedActs<'_, T>,
     range: std::ops::Range<usize>,
     shared: &SharedOut,
 ) {
@@ -127,15 +180,22 @@ fn float_tiles(
         batch,
         stride,
     } = *acts;
-    let groups = batch.div_ceil(simd::FLOAT_TILE_ACTS);
+    // Several weight rows at once only where the group's activations would
+    // not stay in L1 beside the weights: there each weight row's pass
+    // reloaded them from L2. Otherwise one row at a time, which streams the
+    // weights from memory best, against as many activation rows as the
+    // tile takes.
+    let wide_at = |n: usize| n * cols * std::mem::size_of::<T>() >= WIDE_TILE_ACT_BYTES;
+    let most = if wide_at(one_row_acts.min(batch)) {
+        simd::FLOAT_TILE_ACTS
+    } else {
+        one_row_acts
+    };
+    let groups = batch.div_ceil(most);
     let mut b = 0;
     for g in 0..groups {
         let n = (batch - b) / (groups - g);
-        // Several weight rows at once only where the group's activations
-        // would not stay in L1 beside the weights: there each weight row's
-        // pass reloaded them from L2. Otherwise one row at a time, which
-        // streams the weights from memory best.
-        let wide = n * cols * 4 >= WIDE_TILE_ACT_BYTES;
+        let wide = wide_at(n);
         let wmax = if wide { simd::FLOAT_TILE_WEIGHTS } else { 1 };
         let mut r = range.start;
         while r < range.end {

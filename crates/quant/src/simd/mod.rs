@@ -7,12 +7,15 @@ use crate::formats::blocks::{
     BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K,
     BlockQ8K, BlockQ8_0,
 };
+use crate::formats::float::f32_to_bf16_bits;
 use crate::{scalar, vec_dot_type, GgmlType};
 
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86;
+#[cfg(target_arch = "x86_64")]
+mod x86_bf16;
 #[cfg(target_arch = "x86_64")]
 mod x86_float;
 #[cfg(target_arch = "x86_64")]
@@ -24,24 +27,30 @@ pub(crate) mod x86_x8;
 /// types, and must only call kernels from a table built by this module, which installs
 /// a kernel only after detecting the CPU features it was compiled for.
 pub(crate) type DotFn = unsafe fn(w: &[u8], a: &[u8], nb: usize) -> f32;
-/// A float-weight dot kernel over `n` elements with f32 activations (same contract).
-pub(crate) type FloatDotFn = unsafe fn(w: &[u8], x: &[f32], n: usize) -> f32;
+/// A float-weight dot kernel over `n` elements with activations of type `T`
+/// (f32; bf16 bits for BF16 weights) (same contract).
+pub(crate) type FloatDotFn<T = f32> = unsafe fn(w: &[u8], x: &[T], n: usize) -> f32;
 /// Weight rows a float tile takes at most.
 pub(crate) const FLOAT_TILE_WEIGHTS: usize = 3;
 /// Activation rows a float tile takes at most.
 pub(crate) const FLOAT_TILE_ACTS: usize = 4;
+/// Activation rows a BF16 tile of one weight row takes at most: its
+/// activation vectors hold twice the elements, so twice the rows' sums fit
+/// in the registers.
+pub(crate) const BF16_TILE_ACTS: usize = 8;
 /// A float tile's results: `[v][r]` for weight row `v` and activation row
 /// `r`, zero past the tile's shape.
-pub(crate) type FloatTile = [[f32; FLOAT_TILE_ACTS]; FLOAT_TILE_WEIGHTS];
+pub(crate) type FloatTile = [[f32; BF16_TILE_ACTS]; FLOAT_TILE_WEIGHTS];
 /// A float-weight tile kernel: `wrows` (up to [`FLOAT_TILE_WEIGHTS`])
 /// weight rows of `n` elements, `w_stride` bytes apart in `w`, against
-/// `rows` (up to [`FLOAT_TILE_ACTS`]) f32 activation rows that start
-/// `stride` floats apart in `x`; each result equals the table's
+/// `rows` (up to [`FLOAT_TILE_ACTS`]; [`BF16_TILE_ACTS`] for a BF16 tile of
+/// one weight row) activation rows that start
+/// `stride` elements apart in `x`; each result equals the table's
 /// [`FloatDotFn`] to the bit (same contract).
-pub(crate) type FloatTileFn = unsafe fn(
+pub(crate) type FloatTileFn<T = f32> = unsafe fn(
     w: &[u8],
     w_stride: usize,
-    x: &[f32],
+    x: &[T],
     stride: usize,
     n: usize,
     wrows: usize,
@@ -169,14 +178,15 @@ pub(crate) struct Kernels {
     pub q8_k: DotFn,
     pub f32: FloatDotFn,
     pub f16: FloatDotFn,
-    pub bf16: FloatDotFn,
+    /// BF16 weights against bf16 activations ([`crate::scalar::dot_bf16`]).
+    pub bf16: FloatDotFn<u16>,
     /// Float tiles (several weight rows by several activation rows) where
     /// a SIMD table has them: F32.
     pub f32_tile: Option<FloatTileFn>,
     /// F16 float tile.
     pub f16_tile: Option<FloatTileFn>,
     /// BF16 float tile.
-    pub bf16_tile: Option<FloatTileFn>,
+    pub bf16_tile: Option<FloatTileFn<u16>>,
     /// Four-activation tile kernels where a SIMD table has them.
     pub q8_0_x4: Option<TileFn>,
     /// Q4_0 tile kernel.
@@ -325,22 +335,22 @@ impl Kernels {
         }
     }
 
-    /// The float tile for weights of type `ty`, if any.
+    /// The float tile for F32 or F16 weights of type `ty`, if any (BF16
+    /// has its own, [`Self::bf16_tile`]).
     pub(crate) fn float_tile(&self, ty: GgmlType) -> Option<FloatTileFn> {
         match ty {
             GgmlType::F32 => self.f32_tile,
             GgmlType::F16 => self.f16_tile,
-            GgmlType::BF16 => self.bf16_tile,
             _ => None,
         }
     }
 
-    /// The float kernel for weights of type `ty`.
+    /// The kernel for F32 or F16 weights of type `ty` against f32
+    /// activations (BF16 takes bf16 activations, [`Self::bf16`]).
     pub(crate) fn float(&self, ty: GgmlType) -> Option<FloatDotFn> {
         Some(match ty {
             GgmlType::F32 => self.f32,
             GgmlType::F16 => self.f16,
-            GgmlType::BF16 => self.bf16,
             _ => return None,
         })
     }
@@ -499,7 +509,7 @@ pub(crate) fn checked_vec_dot(
     w: &[u8],
     a: &[u8],
 ) -> Result<f32, QuantError> {
-    if k.float(ty).is_some() {
+    if is_float(ty) {
         let need = n.checked_mul(4).ok_or(QuantError::Overflow)?;
         let a = a.get(..need).ok_or(QuantError::BufferTooShort {
             what: "activation",
@@ -538,14 +548,17 @@ pub(crate) fn checked_vec_dot(
     Ok(unsafe { f(w, a, nb) })
 }
 
-/// Float-weight dot through table `k` over `x.len()` elements.
+/// Float-weight dot through table `k` over `x.len()` elements (BF16
+/// weights take the activations rounded to bf16).
 pub(crate) fn checked_vec_dot_f32(
     k: &Kernels,
     ty: GgmlType,
     w: &[u8],
     x: &[f32],
 ) -> Result<f32, QuantError> {
-    let f = k.float(ty).ok_or(QuantError::Unsupported(ty))?;
+    if !is_float(ty) {
+        return Err(QuantError::Unsupported(ty));
+    }
     let need = x
         .len()
         .checked_mul(ty.block_bytes())
@@ -557,8 +570,20 @@ pub(crate) fn checked_vec_dot_f32(
             have: w.len(),
         });
     }
+    if ty == GgmlType::BF16 {
+        let xb: Vec<u16> = x.iter().map(|&v| f32_to_bf16_bits(v)).collect();
+        // SAFETY: table from this module; `w` holds `x.len()` elements (checked above).
+        return Ok(unsafe { (k.bf16)(w, &xb, xb.len()) });
+    }
+    let f = k.float(ty).ok_or(QuantError::Unsupported(ty))?;
     // SAFETY: table from this module; `w` holds `x.len()` elements (checked above).
     Ok(unsafe { f(w, x, x.len()) })
+}
+
+/// Whether weights of type `ty` are plain floats (F32, F16, BF16), whose
+/// products take f32 activations rather than quantized ones.
+pub(crate) fn is_float(ty: GgmlType) -> bool {
+    matches!(ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16)
 }
 
 #[cfg(test)]
@@ -788,56 +813,124 @@ mod tests {
         let mut checked = 0;
         for k in available() {
             for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
-                let Some(tile) = k.float_tile(ty) else {
-                    continue;
-                };
-                let single = k.float(ty).unwrap();
-                for n in [
-                    0usize, 1, 7, 8, 15, 16, 31, 32, 33, 40, 47, 56, 63, 64, 65, 100, 640,
-                ] {
-                    let stride = n + 3;
-                    // Three weight rows, padded apart.
-                    let len = n * ty.block_bytes();
-                    let w_stride = len + 6;
-                    let mut ws = vec![0u8; FLOAT_TILE_WEIGHTS * w_stride];
-                    for v in 0..FLOAT_TILE_WEIGHTS {
-                        let wf: Vec<f32> = (0..n).map(|_| next()).collect();
-                        crate::quantize(ty, &wf, &mut ws[v * w_stride..v * w_stride + len])
-                            .unwrap();
+                if ty == GgmlType::BF16 {
+                    if let Some(tile) = k.bf16_tile {
+                        let acts = |v: &[f32]| v.iter().map(|&v| f32_to_bf16_bits(v)).collect();
+                        checked +=
+                            tiles_match(k, ty, tile, k.bf16, acts, BF16_TILE_ACTS, &mut next);
                     }
-                    for (wrows, rows) in (1..=FLOAT_TILE_WEIGHTS)
-                        .flat_map(|v| (1..=FLOAT_TILE_ACTS).map(move |r| (v, r)))
-                    {
-                        let xs: Vec<f32> = (0..rows * stride).map(|_| next()).collect();
-                        let ws = &ws[..(wrows - 1) * w_stride + len];
-                        // SAFETY: tables from this module; each weight row
-                        // holds `n` elements and each of the `rows`
-                        // activation rows `n` floats.
-                        let got = unsafe { tile(ws, w_stride, &xs, stride, n, wrows, rows) };
-                        for (v, gots) in got.iter().enumerate() {
-                            let shape = format!("{} {ty} n {n} tile {wrows}x{rows} w {v}", k.name);
-                            if v >= wrows {
-                                assert!(gots.iter().all(|&g| g == 0.0), "{shape}");
-                                continue;
-                            }
-                            assert!(gots[rows..].iter().all(|&g| g == 0.0), "{shape}");
-                            let wrow = &ws[v * w_stride..v * w_stride + len];
-                            for (c, g) in gots.iter().take(rows).enumerate() {
-                                let row = &xs[c * stride..c * stride + n];
-                                // SAFETY: as above.
-                                let want = unsafe { single(wrow, row, n) };
-                                let reference = scalar::vec_dot_f32(ty, wrow, row).unwrap();
-                                assert_eq!(g.to_bits(), want.to_bits(), "{shape} row {c}");
-                                assert_eq!(g.to_bits(), reference.to_bits(), "{shape} row {c}");
-                                checked += 1;
-                            }
-                        }
-                    }
+                } else if let Some(tile) = k.float_tile(ty) {
+                    let single = k.float(ty).unwrap();
+                    let acts = |v: &[f32]| v.to_vec();
+                    checked += tiles_match(k, ty, tile, single, acts, FLOAT_TILE_ACTS, &mut next);
                 }
             }
         }
         if cfg!(target_arch = "x86_64") && available().iter().any(|k| k.name == "avx512") {
             assert!(checked > 0);
+        }
+    }
+
+    /// [`float_tiles_equal_single_rows_bitwise`] for one table and type, the
+    /// activations made from f32 by `acts`, up to `one_row_acts` rows
+    /// against one weight row; the number of results checked.
+    fn tiles_match<T>(
+        k: &Kernels,
+        ty: GgmlType,
+        tile: FloatTileFn<T>,
+        single: FloatDotFn<T>,
+        acts: impl Fn(&[f32]) -> Vec<T>,
+        one_row_acts: usize,
+        next: &mut impl FnMut() -> f32,
+    ) -> usize {
+        let mut checked = 0;
+        for n in [
+            0usize, 1, 7, 8, 15, 16, 31, 32, 33, 40, 47, 56, 63, 64, 65, 100, 640,
+        ] {
+            let stride = n + 3;
+            // Three weight rows, padded apart.
+            let len = n * ty.block_bytes();
+            let w_stride = len + 6;
+            let mut ws = vec![0u8; FLOAT_TILE_WEIGHTS * w_stride];
+            for v in 0..FLOAT_TILE_WEIGHTS {
+                let wf: Vec<f32> = (0..n).map(|_| next()).collect();
+                crate::quantize(ty, &wf, &mut ws[v * w_stride..v * w_stride + len]).unwrap();
+            }
+            let most = |v| {
+                if v == 1 {
+                    one_row_acts
+                } else {
+                    FLOAT_TILE_ACTS
+                }
+            };
+            for (wrows, rows) in
+                (1..=FLOAT_TILE_WEIGHTS).flat_map(|v| (1..=most(v)).map(move |r| (v, r)))
+            {
+                let xf: Vec<f32> = (0..rows * stride).map(|_| next()).collect();
+                let xs = acts(&xf);
+                let ws = &ws[..(wrows - 1) * w_stride + len];
+                // SAFETY: tables from this module; each weight row holds `n`
+                // elements and each of the `rows` activation rows `n`.
+                let got = unsafe { tile(ws, w_stride, &xs, stride, n, wrows, rows) };
+                for (v, gots) in got.iter().enumerate() {
+                    let shape = format!("{} {ty} n {n} tile {wrows}x{rows} w {v}", k.name);
+                    if v >= wrows {
+                        assert!(gots.iter().all(|&g| g == 0.0), "{shape}");
+                        continue;
+                    }
+                    assert!(gots[rows..].iter().all(|&g| g == 0.0), "{shape}");
+                    let wrow = &ws[v * w_stride..v * w_stride + len];
+                    for (c, g) in gots.iter().take(rows).enumerate() {
+                        // SAFETY: as above.
+                        let want = unsafe { single(wrow, &xs[c * stride..c * stride + n], n) };
+                        let row = &xf[c * stride..c * stride + n];
+                        let reference = scalar::vec_dot_f32(ty, wrow, row).unwrap();
+                        assert_eq!(g.to_bits(), want.to_bits(), "{shape} row {c}");
+                        assert_eq!(g.to_bits(), reference.to_bits(), "{shape} row {c}");
+                        checked += 1;
+                    }
+                }
+            }
+        }
+        checked
+    }
+
+    /// AVX512_BF16's dot is the scalar reference's to the bit on any bits
+    /// at all: subnormal, infinite and NaN inputs, products that underflow,
+    /// sums that cancel (the reference models the instruction's flushing).
+    /// The other tiers match it on values in f32's normal range.
+    #[test]
+    fn bf16_dot_matches_its_instruction_on_any_bits() {
+        let Some(k) = available().into_iter().find(|k| k.bf16_tile.is_some()) else {
+            return;
+        };
+        let mut s = 0x5eed_0bf1_6000_0001_u64;
+        let mut next = move || {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            s
+        };
+        for round in 0..2000 {
+            let n = (next() % 200) as usize;
+            // Half the rounds any bits; half small exponents, where the
+            // products and sums fall below the normal range.
+            let bits = |r: u64| -> u16 {
+                if round % 2 == 0 {
+                    r as u16
+                } else {
+                    (r as u16 & 0x807f) | (((r >> 16) % 40) as u16) << 7
+                }
+            };
+            let w: Vec<u8> = (0..n).flat_map(|_| bits(next()).to_le_bytes()).collect();
+            let x: Vec<u16> = (0..n).map(|_| bits(next())).collect();
+            // SAFETY: a table from this module; both rows hold `n` elements.
+            let got = unsafe { (k.bf16)(&w, &x, n) };
+            let want = scalar::dot_bf16(&w, &x, n);
+            assert!(
+                got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
+                "round {round} n {n}: {got:e} vs {want:e}"
+            );
         }
     }
 }

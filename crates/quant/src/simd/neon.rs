@@ -484,27 +484,56 @@ unsafe fn f16_dot(w: &[u8], x: &[f32], n: usize) -> f32 {
     unsafe { float_dot(n, x, |i| f16x4(p.add(2 * i)), |i| f16_at(&w[2 * i..])) }
 }
 
-/// BF16 · F32: a bf16 is the top half of an f32.
+/// BF16 · BF16 in [`crate::scalar::dot_bf16`]'s order: each 32-bit word
+/// holds an odd element in its high half and an even one in its low half,
+/// so a mask and a shift make a lane's two operands, the odd's multiply-add
+/// first. Equal to the reference where no value falls below f32's normal
+/// range (the reference flushes those, as AVX512_BF16 does).
 ///
 /// # Safety
 /// `w` holds `n` bf16 and `x` `n` values.
-#[inline(always)]
-unsafe fn bf16_dot(w: &[u8], x: &[f32], n: usize) -> f32 {
-    let p = w.as_ptr();
-    // SAFETY: the caller's contract covers indices below `n`.
-    unsafe {
-        float_dot(
-            n,
-            x,
-            |i| vreinterpretq_f32_u32(vshll_n_u16::<16>(vld1_u16(p.add(2 * i) as *const u16))),
-            |i| {
-                crate::formats::float::bf16_bits_to_f32(u16::from_le_bytes([
-                    w[2 * i],
-                    w[2 * i + 1],
-                ]))
-            },
-        )
+unsafe fn bf16_dot(w: &[u8], x: &[u16], n: usize) -> f32 {
+    use crate::scalar::BF16_BLOCK;
+    let n = n.min(x.len()).min(w.len() / 2);
+    // [block parity][lanes 4q..4q + 4]
+    let mut acc = [[vdupq_n_f32(0.0); 4]; 2];
+    let high = vdupq_n_u32(0xffff_0000);
+    // SAFETY (callers): `wp` and `xp` point to 32 elements each.
+    let step = |acc: &mut [float32x4_t; 4], wp: *const u8, xp: *const u16| {
+        for (q, a) in acc.iter_mut().enumerate() {
+            // SAFETY: lanes 4q..4q + 4 are elements 8q..8q + 8 of the 32.
+            let (wv, xv) = unsafe {
+                (
+                    vreinterpretq_u32_u8(vld1q_u8(wp.add(16 * q))),
+                    vld1q_u32(xp.add(8 * q) as *const u32),
+                )
+            };
+            let odd = |v| vreinterpretq_f32_u32(vandq_u32(v, high));
+            let even = |v| vreinterpretq_f32_u32(vshlq_n_u32::<16>(v));
+            *a = vfmaq_f32(*a, odd(wv), odd(xv));
+            *a = vfmaq_f32(*a, even(wv), even(xv));
+        }
+    };
+    let full = n / BF16_BLOCK;
+    for b in 0..full {
+        let i = b * BF16_BLOCK;
+        // Block b's 32 elements lie within both rows' first `n`.
+        step(&mut acc[b % 2], w[2 * i..].as_ptr(), x[i..].as_ptr());
     }
+    let i = full * BF16_BLOCK;
+    if i < n {
+        // The short last block, filled out with zeros.
+        let mut wb = [0u8; 2 * BF16_BLOCK];
+        let mut xb = [0u16; BF16_BLOCK];
+        wb[..2 * (n - i)].copy_from_slice(&w[2 * i..2 * n]);
+        xb[..n - i].copy_from_slice(&x[i..n]);
+        step(&mut acc[full % 2], wb.as_ptr(), xb.as_ptr());
+    }
+    let t: [float32x4_t; 4] = std::array::from_fn(|q| vaddq_f32(acc[0][q], acc[1][q]));
+    // Lane l plus l + 8, then l + 4, l + 2, l + 1.
+    let t = vaddq_f32(vaddq_f32(t[0], t[2]), vaddq_f32(t[1], t[3]));
+    let t = vadd_f32(vget_low_f32(t), vget_high_f32(t));
+    vget_lane_f32::<0>(t) + vget_lane_f32::<1>(t)
 }
 
 /// Writes a table's kernels: `$feat` is the target feature string of the
@@ -568,9 +597,9 @@ unsafe fn f16_neon(w: &[u8], x: &[f32], n: usize) -> f32 {
     // SAFETY: the FloatDotFn contract.
     unsafe { f16_dot(w, x, n) }
 }
-/// BF16 · F32 (NEON).
+/// BF16 · BF16 (NEON).
 #[target_feature(enable = "neon")]
-unsafe fn bf16_neon(w: &[u8], x: &[f32], n: usize) -> f32 {
+unsafe fn bf16_neon(w: &[u8], x: &[u16], n: usize) -> f32 {
     // SAFETY: the FloatDotFn contract.
     unsafe { bf16_dot(w, x, n) }
 }

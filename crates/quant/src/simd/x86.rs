@@ -1214,26 +1214,6 @@ pub(crate) unsafe fn f16_avx2(w: &[u8], x: &[f32], n: usize) -> f32 {
     )
 }
 
-/// BF16 · F32.
-///
-/// # Safety
-/// [`super::FloatDotFn`] contract.
-#[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn bf16_avx2(w: &[u8], x: &[f32], n: usize) -> f32 {
-    float_dot(
-        w,
-        x,
-        n,
-        2,
-        |p| {
-            // SAFETY: `float_dot` passes pointers to 8 whole elements.
-            let h = unsafe { load16(p) };
-            _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16))
-        },
-        |b| crate::formats::float::bf16_bits_to_f32(u16::from_le_bytes([b[0], b[1]])),
-    )
-}
-
 /// Shared float loop in [`crate::scalar::float_dot`]'s order: four chains
 /// (which also hide the FMA latency), combined `(c0 + c2) + (c1 + c3)`, then
 /// the last `n % 8` products fused one at a time.
@@ -1315,7 +1295,7 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q6_k: q6_k_avx2,
         f32: f32_avx2,
         f16: f16_avx2,
-        bf16: bf16_avx2,
+        bf16: super::x86_bf16::bf16_avx2,
         q8_0_x4: Some(q8_0_x4_avx2),
         q4_k_x4: Some(q4_k_x4_avx2),
         q5_k_x4: Some(q5_k_x4_avx2),
@@ -1396,12 +1376,17 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q5_0_x8_as_q8_0: None,
         f32: x86_float::f32_avx512,
         f16: x86_float::f16_avx512,
-        bf16: x86_float::bf16_avx512,
         f32_tile: Some(x86_float::f32_tile_avx512),
         f16_tile: Some(x86_float::f16_tile_avx512),
-        bf16_tile: Some(x86_float::bf16_tile_avx512),
         gemm: GemmTier::Avx512Vnni,
         ..AVX2
+    };
+    // The same with AVX512_BF16's dot for BF16 weights (Zen 4, Cooper Lake,
+    // Sapphire Rapids on); the same name, as its results are the same.
+    static AVX512_BF16: Kernels = Kernels {
+        bf16: super::x86_bf16::bf16_avx512,
+        bf16_tile: Some(super::x86_bf16::bf16_tile_avx512),
+        ..AVX512
     };
     // AMX-INT8 tiles for the panel product (Sapphire Rapids on, which all
     // have AVX-VNNI), the rest as above. Listed below AVX-512 because it is
@@ -1411,7 +1396,7 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
     static AMX: Kernels = Kernels {
         name: "amx",
         gemm: GemmTier::Amx,
-        ..AVX512
+        ..AVX512_BF16
     };
     let mut v = Vec::new();
     if !(is_x86_feature_detected!("avx2")
@@ -1429,10 +1414,11 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         && is_x86_feature_detected!("avx512vl")
         && is_x86_feature_detected!("avx512vnni")
     {
-        if is_x86_feature_detected!("avxvnni") && crate::gemm::amx::usable() {
+        let bf16 = is_x86_feature_detected!("avx512bf16");
+        if bf16 && is_x86_feature_detected!("avxvnni") && crate::gemm::amx::usable() {
             v.push(&AMX);
         }
-        v.push(&AVX512);
+        v.push(if bf16 { &AVX512_BF16 } else { &AVX512 });
     }
     v
 }

@@ -1,4 +1,4 @@
-//! Float-weight kernels on AVX-512: F32, F16 and BF16 rows against f32
+//! Float-weight kernels on AVX-512: F32 and F16 rows against f32
 //! activations, one activation row or four at a time. They add in the scalar
 //! reference's order (four chains of eight lanes, see
 //! [`crate::scalar::float_dot`]), so every result has the bits of every other
@@ -210,18 +210,4 @@ float_kernels!(f16_avx512, f16_tile_avx512, 2, "F16",
         _mm256_cvtph_ps(unsafe { _mm_loadu_si128(p as *const __m128i) })
     },
     elem: crate::formats::f16_at
-);
-
-float_kernels!(bf16_avx512, bf16_tile_avx512, 2, "BF16",
-    |p| wide: {
-        // SAFETY: `float_rows` passes pointers to 16 whole elements.
-        let h = unsafe { _mm256_loadu_si256(p as *const __m256i) };
-        _mm512_castsi512_ps(_mm512_slli_epi32::<16>(_mm512_cvtepu16_epi32(h)))
-    },
-    narrow: {
-        // SAFETY: `float_rows` passes pointers to 8 whole elements.
-        let h = unsafe { _mm_loadu_si128(p as *const __m128i) };
-        _mm256_castsi256_ps(_mm256_slli_epi32::<16>(_mm256_cvtepu16_epi32(h)))
-    },
-    elem: |b| crate::formats::float::bf16_bits_to_f32(u16::from_le_bytes([b[0], b[1]]))
 );
