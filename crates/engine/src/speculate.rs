@@ -111,10 +111,12 @@ fn check_draft_len(n: usize) -> Result<(), String> {
     }
 }
 
-/// Most tokens one round drafts: the verifying batch stays short (short
-/// batches compute each row as a decode step does), and the cache can always
-/// rewind this far, a wrapped sliding-window ring included.
-pub const MAX_DRAFT: usize = 15;
+/// Most tokens one round drafts: the verifying batch (one more row) stays
+/// short enough that its products compute each row as a decode step does
+/// ([`quant::ROW_BATCH_MAX`]; a batch of 16 took the panel product and a
+/// greedy reply parted from the plain one), and the cache can always rewind
+/// this far, a wrapped sliding-window ring included.
+pub const MAX_DRAFT: usize = quant::ROW_BATCH_MAX - 1;
 
 /// What speculation did in one generation.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]

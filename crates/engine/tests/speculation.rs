@@ -188,7 +188,7 @@ fn drafts_across_wrapped_sliding_windows_change_nothing() {
             seed,
             ..SamplingParams::default()
         };
-        for draft in [1, 3, 15] {
+        for draft in [1, 3, hearth_engine::MAX_DRAFT] {
             let what = format!("temperature {temperature}, draft {draft}");
             let fast = same_both_ways(&engine, &prompt, 300, &params, ngram(draft), &what);
             let s = fast.speculation.unwrap();
@@ -216,7 +216,7 @@ fn the_token_limit_and_the_context_end_a_speculating_generation_as_a_plain_one()
             &prompt,
             n,
             &greedy,
-            ngram(15),
+            ngram(hearth_engine::MAX_DRAFT),
             &format!("{n} tokens"),
         );
     }
@@ -263,7 +263,7 @@ fn a_draft_model_changes_nothing_but_the_speed() {
             seed,
             ..SamplingParams::default()
         };
-        for max_draft in [1, 4, 15] {
+        for max_draft in [1, 4, hearth_engine::MAX_DRAFT] {
             let model = hearth_engine::DraftModel::new(draft.clone(), &target, max_draft).unwrap();
             let what = format!("temperature {temperature}, draft {max_draft}");
             let s = Some(Speculation::Draft(model));
@@ -384,4 +384,40 @@ fn a_draft_head_keeps_its_ids_logits_and_rules_out_the_rest() {
     assert_eq!(at, ids.len());
     let out = (0..tok.vocab_size()).filter(|&id| !kept(id)).count();
     assert!(out > 100_000, "only {out} ids ruled out");
+}
+
+/// The longest draft keeps the greedy output: its verifying batch computes
+/// each row as a decode step does. With drafts of 15 (a batch of 16 rows,
+/// which takes the panel product) this reply parted from the plain one
+/// (`hearth bench --draft`'s quoting task, the 270M drafting for itself).
+#[test]
+fn the_longest_draft_verifies_rows_as_decode_steps_compute_them() {
+    const TEXT: &str = "The committee met on the third of March. It agreed that the bridge would \
+close for repairs from the first of June to the end of August. During the closure, a ferry \
+will run every twenty minutes between the two landings, and it will be free for residents. \
+The committee also asked the council to publish the repair schedule on its website.";
+    let opts = RunOptions {
+        threads: Some(2),
+        ctx: Some(512),
+        ..RunOptions::default()
+    };
+    let target = Engine::load(real_model(), &opts).unwrap();
+    let draft_opts = RunOptions {
+        draft_vocab: Some(hearth_engine::DRAFT_HEAD_ROWS),
+        ..opts
+    };
+    let draft = std::sync::Arc::new(Engine::load(real_model(), &draft_opts).unwrap());
+    let model = hearth_engine::DraftModel::new(draft, &target, hearth_engine::MAX_DRAFT).unwrap();
+    let prompt = format!(
+        "{TEXT}\n\nQuestion: When will the bridge close, and how will people cross it? \
+         Answer by quoting the text.\nAnswer: \""
+    );
+    let ids = target.tokenizer().encode(&prompt, true, false);
+    let greedy = SamplingParams {
+        temperature: 0.0,
+        ..SamplingParams::default()
+    };
+    let s = Some(Speculation::Draft(model));
+    let fast = same_both_ways(&target, &ids, 128, &greedy, s, "quotes");
+    assert!(fast.speculation.unwrap().accepted > 0);
 }

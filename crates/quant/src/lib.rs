@@ -34,7 +34,7 @@ pub(crate) fn xorshift_values(mut x: u64) -> impl FnMut() -> f32 {
 pub use bandwidth::read_bandwidth;
 pub use error::QuantError;
 pub use gguf::GgmlType;
-pub use matmul::{matmul, Gate, Matrix, PreparedActs, Product};
+pub use matmul::{matmul, Gate, Matrix, PreparedActs, Product, ROW_BATCH_MAX};
 pub use pool::{core_counts, default_threads, FirstError, PoolStats, SiteProfile, ThreadPool};
 
 use formats::blocks::{

@@ -12,6 +12,7 @@ mod rows;
 
 pub use acts::PreparedActs;
 pub(crate) use plan::SharedOut;
+pub use plan::ROW_BATCH_MAX;
 
 use crate::formats::interleave::{deinterleave_rows, supports, GROUP_ROWS};
 use crate::pool::ThreadPool;

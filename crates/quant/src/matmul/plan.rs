@@ -19,6 +19,11 @@ pub(super) const ROW_TILE: usize = 16;
 /// their greedy replies part; that trade is not taken here.
 pub(super) const GEMM_MIN_BATCH: usize = 16;
 
+/// The most rows a product computes each as a decode step does, to the bit
+/// (one fewer than [`GEMM_MIN_BATCH`]): the longest verifying batch that
+/// keeps speculation's greedy output the same as without.
+pub const ROW_BATCH_MAX: usize = GEMM_MIN_BATCH - 1;
+
 /// Panels packed together; their activations are swept in [`SWEEP`]-row
 /// blocks, so the packed panels and the swept activations both stay in L2.
 pub(super) const PANELS: usize = 8;
