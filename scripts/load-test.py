@@ -229,6 +229,11 @@ class Client:
             # The next request of this client carries this one's turn.
             self.histories[i] = turns + [question, {"role": "assistant", "content": res.get("text", "")}]
         res["seconds"] = time.time() - t0
+        # The socket's timeout bounds each read, not the whole request: a
+        # stream that keeps trickling can run past the limit. It failed.
+        if res["seconds"] > self.timeout and res["ok"]:
+            res["ok"] = False
+            res["error"] = f"took {res['seconds']:.1f} s, past the {self.timeout:.0f} s limit"
         return res
 
 
