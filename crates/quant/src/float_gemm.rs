@@ -1,4 +1,5 @@
-//! Float weights (F32, F16, BF16) against a batch of activations: each task
+//! Float weights (F32, F16; BF16 in [`crate::bf16_gemm`]) against a batch
+//! of activations: each task
 //! widens a block of the weight's rows into f32 panels once, in its own
 //! cache, and runs the packed GEMM ([`crate::sgemm_packed`]) over a block
 //! of activation rows. Against a dot product per (row, activation row),
@@ -24,6 +25,10 @@ pub(crate) fn float_gemm(
     batch: usize,
     out: &SharedOut,
 ) -> Result<(), QuantError> {
+    if w.ty() == crate::GgmlType::BF16 {
+        let dot = crate::simd::best().has_bf16_dot();
+        return crate::bf16_gemm::bf16_gemm(pool, w, x, batch, out, dot);
+    }
     let (rows, cols) = (w.rows(), w.cols());
     let row_blocks = rows.div_ceil(BLOCK_ROWS);
     let batch_blocks = batch.div_ceil(BLOCK_BATCH);
@@ -143,13 +148,21 @@ mod tests {
                 &mut Vec::new(),
             )
             .unwrap();
+            // BF16 weights take the activations rounded to bf16.
+            let xs: Vec<f32> = if ty == GgmlType::BF16 {
+                x.iter()
+                    .map(|&v| crate::formats::float::round_to_bf16(v))
+                    .collect()
+            } else {
+                x.clone()
+            };
             let mut row = vec![0.0f32; cols];
             for r in 0..rows {
                 m.dequantize_row(r, &mut row).unwrap();
                 for b in 0..batch {
                     let want: f64 = row
                         .iter()
-                        .zip(&x[b * cols..(b + 1) * cols])
+                        .zip(&xs[b * cols..(b + 1) * cols])
                         .map(|(&a, &c)| a as f64 * c as f64)
                         .sum();
                     let got = out[b * rows + r] as f64;

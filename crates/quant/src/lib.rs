@@ -7,6 +7,7 @@
 
 pub mod activation;
 mod bandwidth;
+mod bf16_gemm;
 mod error;
 mod float_gemm;
 mod formats;

@@ -10,6 +10,12 @@ pub(crate) fn f32_to_bf16_bits(v: f32) -> u16 {
     ((u.wrapping_add(0x7fff + ((u >> 16) & 1))) >> 16) as u16
 }
 
+/// `v` rounded to the nearest bf16 value ([`f32_to_bf16_bits`]), as f32.
+#[cfg(test)]
+pub(crate) fn round_to_bf16(v: f32) -> f32 {
+    bf16_bits_to_f32(f32_to_bf16_bits(v))
+}
+
 /// Converts bf16 bits to f32 (exact).
 #[inline(always)]
 pub(crate) fn bf16_bits_to_f32(h: u16) -> f32 {

@@ -345,6 +345,12 @@ impl Kernels {
         }
     }
 
+    /// Whether this table runs AVX512_BF16's dot (its BF16 tile), which
+    /// the BF16 GEMM then uses too.
+    pub(crate) fn has_bf16_dot(&self) -> bool {
+        cfg!(target_arch = "x86_64") && self.bf16_tile.is_some()
+    }
+
     /// The kernel for F32 or F16 weights of type `ty` against f32
     /// activations (BF16 takes bf16 activations, [`Self::bf16`]).
     pub(crate) fn float(&self, ty: GgmlType) -> Option<FloatDotFn> {

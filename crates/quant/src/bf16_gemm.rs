@@ -1,0 +1,367 @@
+//! BF16 weights against a batch of activations rounded to bf16, in the
+//! order of AVX512_BF16's `vdpbf16ps` that the short products follow
+//! ([`crate::scalar::dot_bf16`]'s lanes): each output sums over the pairs
+//! of `k` in order, the odd element's product first, one rounding each.
+//!
+//! That is the f32 packed GEMM's order ([`crate::sgemm_packed`]: one fused
+//! multiply-add a step of `k`, in order) over `k` with each pair swapped,
+//! so CPUs without the instruction run that GEMM on swapped, rounded
+//! operands, and CPUs with it run a kernel that reads bf16 panels (32
+//! multiply-adds an instruction): the same bits wherever no value falls
+//! below f32's normal range (the instruction takes those as zero).
+
+use crate::formats::float::{bf16_bits_to_f32, f32_to_bf16_bits};
+use crate::matmul::{Matrix, SharedOut};
+use crate::sgemm_packed::{sgemm_packed, PackedB, PANEL};
+use crate::{FirstError, QuantError, ThreadPool};
+use std::cell::RefCell;
+
+/// Weight rows per block: sixteen panels.
+const BLOCK_ROWS: usize = 16 * PANEL;
+/// Activation rows per block.
+const BLOCK_BATCH: usize = 256;
+
+/// `out = W x` for `batch` rows of `x` through the BF16 matrix `w`, the
+/// output shared as `out` (`batch` rows of `w.rows()`).
+pub(crate) fn bf16_gemm(
+    pool: &ThreadPool,
+    w: &Matrix,
+    x: &[f32],
+    batch: usize,
+    out: &SharedOut,
+    dot: bool,
+) -> Result<(), QuantError> {
+    let (rows, cols) = (w.rows(), w.cols());
+    // Pairs of `k`, the last one filled out with a zero.
+    let pairs = cols.div_ceil(2);
+    let acts = round_acts(x, batch, cols, pairs);
+    let row_blocks = rows.div_ceil(BLOCK_ROWS);
+    let batch_blocks = batch.div_ceil(BLOCK_BATCH);
+    let failure = FirstError::new();
+    let tasks = row_blocks * batch_blocks;
+    let per_task = tasks.div_ceil(pool.threads()).max(1);
+    pool.run(tasks.div_ceil(per_task), |t| {
+        SCRATCH.with(|scratch| {
+            let s = &mut *scratch.borrow_mut();
+            let mut packed_block = usize::MAX;
+            for task in t * per_task..((t + 1) * per_task).min(tasks) {
+                let (rb, bb) = (task / batch_blocks, task % batch_blocks);
+                let r0 = rb * BLOCK_ROWS;
+                let n = BLOCK_ROWS.min(rows - r0);
+                let b0 = bb * BLOCK_BATCH;
+                let m = BLOCK_BATCH.min(batch - b0);
+                let a = &acts[b0 * 2 * pairs..(b0 + m) * 2 * pairs];
+                s.tile.resize(m * n, 0.0);
+                let done = if dot {
+                    if packed_block != rb {
+                        pack_bf16(w, r0, n, pairs, &mut s.bf16);
+                        packed_block = rb;
+                    }
+                    product_dot(m, n, pairs, a, &s.bf16, &mut s.tile);
+                    Ok(())
+                } else {
+                    if packed_block != rb {
+                        if let Err(e) = pack_swapped(w, r0, n, pairs, &mut s.packed, &mut s.rows) {
+                            return failure.set(e);
+                        }
+                        packed_block = rb;
+                    }
+                    s.swapped.clear();
+                    s.swapped.extend(
+                        a.chunks_exact(2)
+                            .flat_map(|p| [bf16_bits_to_f32(p[1]), bf16_bits_to_f32(p[0])]),
+                    );
+                    sgemm_packed(m, &s.swapped, 2 * pairs, &s.packed, &mut s.tile, n)
+                };
+                if let Err(e) = done {
+                    return failure.set(e);
+                }
+                for (i, vals) in s.tile.chunks_exact(n).enumerate() {
+                    // SAFETY: rows r0..r0 + n of activation rows b0..b0 + m
+                    // belong to this task alone.
+                    unsafe { out.slice((b0 + i) * rows + r0, n) }.copy_from_slice(vals);
+                }
+            }
+        })
+    });
+    failure.into_result()
+}
+
+/// `batch` rows of `cols` floats rounded to bf16 (as ggml rounds them),
+/// each `2 * pairs` long (a zero after an odd length).
+fn round_acts(x: &[f32], batch: usize, cols: usize, pairs: usize) -> Vec<u16> {
+    let mut acts = vec![0u16; batch * 2 * pairs];
+    for (dst, src) in acts
+        .chunks_exact_mut(2 * pairs)
+        .zip(x.chunks_exact(cols.max(1)))
+    {
+        for (d, &v) in dst.iter_mut().zip(src) {
+            *d = f32_to_bf16_bits(v);
+        }
+    }
+    acts
+}
+
+/// A thread's panels, rows and output tile, kept from product to product.
+#[derive(Default)]
+struct Scratch {
+    packed: PackedB,
+    rows: Vec<f32>,
+    swapped: Vec<f32>,
+    bf16: Vec<u16>,
+    tile: Vec<f32>,
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+}
+
+/// Weight `r`'s elements `2p + 1` and `2p` (zero past the row).
+fn pair(row: &[u8], cols: usize, p: usize) -> [u16; 2] {
+    let at = |i: usize| {
+        if i < cols {
+            u16::from_le_bytes([row[2 * i], row[2 * i + 1]])
+        } else {
+            0
+        }
+    };
+    [at(2 * p), at(2 * p + 1)]
+}
+
+/// Rows `r0..r0 + n` of `w` as f32 panels of `2 * pairs` steps, each pair
+/// of steps swapped (the odd element first).
+fn pack_swapped(
+    w: &Matrix,
+    r0: usize,
+    n: usize,
+    pairs: usize,
+    packed: &mut PackedB,
+    rows: &mut Vec<f32>,
+) -> Result<(), QuantError> {
+    let (k, cols) = (2 * pairs, w.cols());
+    packed.reshape(k, n);
+    rows.resize(PANEL * k, 0.0);
+    for s in 0..n.div_ceil(PANEL) {
+        for (j, row) in rows.chunks_exact_mut(k).enumerate() {
+            let r = s * PANEL + j;
+            if r >= n {
+                row.fill(0.0);
+                continue;
+            }
+            let src = w.row(r0 + r);
+            for (p, dst) in row.chunks_exact_mut(2).enumerate() {
+                let [even, odd] = pair(src, cols, p);
+                dst[0] = bf16_bits_to_f32(odd);
+                dst[1] = bf16_bits_to_f32(even);
+            }
+        }
+        packed.fill_panel_from_rows(s, rows);
+    }
+    Ok(())
+}
+
+/// Rows `r0..r0 + n` of `w` as bf16 panels: panel `s`, pair `p`, row `j`
+/// at `(s * pairs + p) * 2 * PANEL + 2 * j` (its even element, then odd).
+fn pack_bf16(w: &Matrix, r0: usize, n: usize, pairs: usize, out: &mut Vec<u16>) {
+    let panels = n.div_ceil(PANEL);
+    out.clear();
+    out.resize(panels * pairs * 2 * PANEL, 0);
+    let cols = w.cols();
+    for r in 0..n {
+        let (s, j) = (r / PANEL, r % PANEL);
+        let src = w.row(r0 + r);
+        for p in 0..pairs {
+            let at = (s * pairs + p) * 2 * PANEL + 2 * j;
+            out[at..at + 2].copy_from_slice(&pair(src, cols, p));
+        }
+    }
+}
+
+/// `tile = A B` for `m` rows of bf16 activations (`2 * pairs` each) and
+/// the `n` columns packed by [`pack_bf16`], through AVX512_BF16.
+fn product_dot(m: usize, n: usize, pairs: usize, a: &[u16], b: &[u16], tile: &mut [f32]) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        assert!(a.len() >= m * 2 * pairs && b.len() >= n.div_ceil(PANEL) * pairs * 2 * PANEL);
+        assert!(tile.len() >= m * n);
+        // SAFETY: chosen only where the CPU has AVX512_BF16 (the table
+        // with the BF16 dot); the slices hold the shapes (asserted).
+        unsafe { x86::product(m, n, pairs, a, b, tile) }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (m, n, pairs, a, b, tile);
+}
+
+#[cfg(target_arch = "x86_64")]
+mod x86 {
+    use super::PANEL;
+    use std::arch::x86_64::*;
+
+    /// Rows of A a tile takes: 12 rows by two panels is 24 accumulators.
+    const MR: usize = 12;
+
+    /// # Safety
+    /// AVX512_BF16 present; `a`, `b` and `tile` hold the shapes.
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    pub(super) unsafe fn product(
+        m: usize,
+        n: usize,
+        pairs: usize,
+        a: &[u16],
+        b: &[u16],
+        tile: &mut [f32],
+    ) {
+        let panels = n.div_ceil(PANEL);
+        let mask = |s: usize| -> __mmask16 {
+            let w = (n - s * PANEL).min(PANEL);
+            if w == PANEL {
+                0xffff
+            } else {
+                (1u16 << w) - 1
+            }
+        };
+        let (ap, bp, cp) = (a.as_ptr(), b.as_ptr(), tile.as_mut_ptr());
+        let mut s = 0;
+        while s < panels {
+            let two = panels - s >= 2;
+            let (m0, m1) = (mask(s), if two { mask(s + 1) } else { 0 });
+            let mut i = 0;
+            while i < m {
+                let rows = (m - i).min(MR);
+                // SAFETY: rows i..i + rows of A, panels s (and s + 1 when
+                // `two`) of B and C's columns under the masks are inside
+                // the shapes.
+                unsafe {
+                    let (a, b, c) = (
+                        ap.add(i * 2 * pairs),
+                        bp.add(s * pairs * 2 * PANEL),
+                        cp.add(i * n + s * PANEL),
+                    );
+                    macro_rules! go {
+                        ($($r:literal),*) => {
+                            match (rows, two) {
+                                $(($r, true) => tile_of::<$r, 2>(pairs, a, b, c, n, m0, m1),
+                                  ($r, false) => tile_of::<$r, 1>(pairs, a, b, c, n, m0, m1),)*
+                                _ => {}
+                            }
+                        };
+                    }
+                    go!(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12);
+                }
+                i += rows;
+            }
+            s += if two { 2 } else { 1 };
+        }
+    }
+
+    /// `R` rows of A against `P` adjacent panels, over every pair of `k`.
+    ///
+    /// # Safety
+    /// As [`product`], for this tile.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    unsafe fn tile_of<const R: usize, const P: usize>(
+        pairs: usize,
+        a: *const u16,
+        b: *const u16,
+        c: *mut f32,
+        ldc: usize,
+        m0: __mmask16,
+        m1: __mmask16,
+    ) {
+        let masks = [m0, m1];
+        let panel = pairs * 2 * PANEL;
+        let mut acc = [[_mm512_setzero_ps(); P]; R];
+        for p in 0..pairs {
+            // SAFETY: pair p of each panel and of each of the R rows.
+            unsafe {
+                let bv: [__m512bh; P] = std::array::from_fn(|q| {
+                    let v = _mm512_loadu_si512(b.add(q * panel + p * 2 * PANEL) as *const _);
+                    std::mem::transmute::<__m512i, __m512bh>(v)
+                });
+                for (r, row) in acc.iter_mut().enumerate() {
+                    let word = std::ptr::read_unaligned(a.add(r * 2 * pairs + 2 * p) as *const i32);
+                    let av = std::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(word));
+                    for (v, &bq) in row.iter_mut().zip(&bv) {
+                        *v = _mm512_dpbf16_ps(*v, av, bq);
+                    }
+                }
+            }
+        }
+        for (r, row) in acc.iter().enumerate() {
+            for (q, &v) in row.iter().enumerate() {
+                // SAFETY: C's row r, panel q's columns under its mask.
+                unsafe {
+                    let dst = c.add(r * ldc + q * PANEL);
+                    if masks[q] == 0xffff {
+                        _mm512_storeu_ps(dst, v);
+                    } else {
+                        _mm512_mask_storeu_ps(dst, masks[q], v);
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{quantize, GgmlType, ThreadPool};
+
+    /// The AVX512_BF16 kernel (where the CPU has it) gives the bits of the
+    /// f32 packed GEMM over the swapped, rounded operands, which every
+    /// other CPU runs; and both agree with a sum in f64 of the rounded
+    /// operands. Shapes leave partial panels, row tiles and blocks, an odd
+    /// `k`, and sums long enough to cross the f32 GEMM's blocks of `k`.
+    #[test]
+    fn both_paths_give_the_same_bits() {
+        let mut seed = 21u64;
+        let mut next = move || {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((seed >> 40) as f32 / (1u64 << 24) as f32) - 0.5
+        };
+        let dot = crate::simd::best().has_bf16_dot();
+        let pool = ThreadPool::new(2);
+        for (rows, cols, batch) in [(300, 40, 300), (37, 641, 19), (16, 2, 13), (5, 1, 3)] {
+            let w: Vec<f32> = (0..rows * cols).map(|_| next()).collect();
+            let x: Vec<f32> = (0..batch * cols).map(|_| next()).collect();
+            let mut bytes = vec![0u8; rows * cols * 2];
+            quantize(GgmlType::BF16, &w, &mut bytes).unwrap();
+            let m = Matrix::new(GgmlType::BF16, rows, cols, &bytes).unwrap();
+            let run = |dot: bool| {
+                let mut out = vec![f32::NAN; batch * rows];
+                let shared = SharedOut::of(&mut out, batch * rows);
+                bf16_gemm(&pool, &m, &x, batch, &shared, dot).unwrap();
+                out
+            };
+            let swapped = run(false);
+            if dot {
+                let bits = |v: &[f32]| v.iter().map(|v| v.to_bits()).collect::<Vec<_>>();
+                assert_eq!(
+                    bits(&run(true)),
+                    bits(&swapped),
+                    "{rows}x{cols} batch {batch}"
+                );
+            }
+            let mut row = vec![0.0f32; cols];
+            for r in 0..rows {
+                m.dequantize_row(r, &mut row).unwrap();
+                for b in 0..batch {
+                    let want: f64 = row
+                        .iter()
+                        .zip(&x[b * cols..(b + 1) * cols])
+                        .map(|(&a, &c)| a as f64 * bf16_bits_to_f32(f32_to_bf16_bits(c)) as f64)
+                        .sum();
+                    let got = swapped[b * rows + r] as f64;
+                    assert!(
+                        (got - want).abs() < 1e-4,
+                        "{rows}x{cols} row {r} batch {b}: {got} vs {want}"
+                    );
+                }
+            }
+        }
+    }
+}
