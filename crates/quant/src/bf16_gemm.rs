@@ -35,6 +35,14 @@ pub(crate) fn bf16_gemm(
     // Pairs of `k`, the last one filled out with a zero.
     let pairs = cols.div_ceil(2);
     let acts = round_acts(x, batch, cols, pairs);
+    // Without the instruction: the same values, each pair swapped, for the
+    // f32 GEMM (once for every task).
+    let swapped: Vec<f32> = if dot {
+        Vec::new()
+    } else {
+        let swap = |p: &[u16]| [bf16_bits_to_f32(p[1]), bf16_bits_to_f32(p[0])];
+        acts.chunks_exact(2).flat_map(swap).collect()
+    };
     let row_blocks = rows.div_ceil(BLOCK_ROWS);
     let batch_blocks = batch.div_ceil(BLOCK_BATCH);
     let failure = FirstError::new();
@@ -66,12 +74,8 @@ pub(crate) fn bf16_gemm(
                         }
                         packed_block = rb;
                     }
-                    s.swapped.clear();
-                    s.swapped.extend(
-                        a.chunks_exact(2)
-                            .flat_map(|p| [bf16_bits_to_f32(p[1]), bf16_bits_to_f32(p[0])]),
-                    );
-                    sgemm_packed(m, &s.swapped, 2 * pairs, &s.packed, &mut s.tile, n)
+                    let a = &swapped[b0 * 2 * pairs..(b0 + m) * 2 * pairs];
+                    sgemm_packed(m, a, 2 * pairs, &s.packed, &mut s.tile, n)
                 };
                 if let Err(e) = done {
                     return failure.set(e);
@@ -107,25 +111,12 @@ fn round_acts(x: &[f32], batch: usize, cols: usize, pairs: usize) -> Vec<u16> {
 struct Scratch {
     packed: PackedB,
     rows: Vec<f32>,
-    swapped: Vec<f32>,
     bf16: Vec<u16>,
     tile: Vec<f32>,
 }
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
-}
-
-/// Weight `r`'s elements `2p + 1` and `2p` (zero past the row).
-fn pair(row: &[u8], cols: usize, p: usize) -> [u16; 2] {
-    let at = |i: usize| {
-        if i < cols {
-            u16::from_le_bytes([row[2 * i], row[2 * i + 1]])
-        } else {
-            0
-        }
-    };
-    [at(2 * p), at(2 * p + 1)]
 }
 
 /// Rows `r0..r0 + n` of `w` as f32 panels of `2 * pairs` steps, each pair
@@ -144,15 +135,12 @@ fn pack_swapped(
     for s in 0..n.div_ceil(PANEL) {
         for (j, row) in rows.chunks_exact_mut(k).enumerate() {
             let r = s * PANEL + j;
-            if r >= n {
-                row.fill(0.0);
-                continue;
-            }
-            let src = w.row(r0 + r);
-            for (p, dst) in row.chunks_exact_mut(2).enumerate() {
-                let [even, odd] = pair(src, cols, p);
-                dst[0] = bf16_bits_to_f32(odd);
-                dst[1] = bf16_bits_to_f32(even);
+            row.fill(0.0);
+            if r < n {
+                w.dequantize_row(r0 + r, &mut row[..cols])?;
+                for p in row.chunks_exact_mut(2) {
+                    p.swap(0, 1);
+                }
             }
         }
         packed.fill_panel_from_rows(s, rows);
@@ -161,7 +149,8 @@ fn pack_swapped(
 }
 
 /// Rows `r0..r0 + n` of `w` as bf16 panels: panel `s`, pair `p`, row `j`
-/// at `(s * pairs + p) * 2 * PANEL + 2 * j` (its even element, then odd).
+/// at `(s * pairs + p) * 2 * PANEL + 2 * j` (its even element, then odd;
+/// zero past the row).
 fn pack_bf16(w: &Matrix, r0: usize, n: usize, pairs: usize, out: &mut Vec<u16>) {
     let panels = n.div_ceil(PANEL);
     out.clear();
@@ -169,10 +158,14 @@ fn pack_bf16(w: &Matrix, r0: usize, n: usize, pairs: usize, out: &mut Vec<u16>) 
     let cols = w.cols();
     for r in 0..n {
         let (s, j) = (r / PANEL, r % PANEL);
-        let src = w.row(r0 + r);
-        for p in 0..pairs {
-            let at = (s * pairs + p) * 2 * PANEL + 2 * j;
-            out[at..at + 2].copy_from_slice(&pair(src, cols, p));
+        let src = &w.row(r0 + r)[..2 * cols];
+        let base = s * pairs * 2 * PANEL + 2 * j;
+        for (p, b) in src.chunks(4).enumerate() {
+            let at = base + p * 2 * PANEL;
+            out[at] = u16::from_le_bytes([b[0], b[1]]);
+            if let [_, _, lo, hi] = *b {
+                out[at + 1] = u16::from_le_bytes([lo, hi]);
+            }
         }
     }
 }
