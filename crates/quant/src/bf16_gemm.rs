@@ -10,16 +10,12 @@
 //! multiply-adds an instruction): the same bits wherever no value falls
 //! below f32's normal range (the instruction takes those as zero).
 
+use crate::float_gemm::for_each_block;
 use crate::formats::float::{bf16_bits_to_f32, f32_to_bf16_bits};
 use crate::matmul::{Matrix, SharedOut};
 use crate::sgemm_packed::{sgemm_packed, PackedB, PANEL};
-use crate::{FirstError, QuantError, ThreadPool};
+use crate::{QuantError, ThreadPool};
 use std::cell::RefCell;
-
-/// Weight rows per block: sixteen panels.
-const BLOCK_ROWS: usize = 16 * PANEL;
-/// Activation rows per block.
-const BLOCK_BATCH: usize = 256;
 
 /// `out = W x` for `batch` rows of `x` through the BF16 matrix `w`, the
 /// output shared as `out` (`batch` rows of `w.rows()`).
@@ -43,52 +39,24 @@ pub(crate) fn bf16_gemm(
         let swap = |p: &[u16]| [bf16_bits_to_f32(p[1]), bf16_bits_to_f32(p[0])];
         acts.chunks_exact(2).flat_map(swap).collect()
     };
-    let row_blocks = rows.div_ceil(BLOCK_ROWS);
-    let batch_blocks = batch.div_ceil(BLOCK_BATCH);
-    let failure = FirstError::new();
-    let tasks = row_blocks * batch_blocks;
-    let per_task = tasks.div_ceil(pool.threads()).max(1);
-    pool.run(tasks.div_ceil(per_task), |t| {
+    for_each_block(pool, rows, batch, out, |block, tile| {
+        let (m, n) = (block.m, block.n);
         SCRATCH.with(|scratch| {
             let s = &mut *scratch.borrow_mut();
-            let mut packed_block = usize::MAX;
-            for task in t * per_task..((t + 1) * per_task).min(tasks) {
-                let (rb, bb) = (task / batch_blocks, task % batch_blocks);
-                let r0 = rb * BLOCK_ROWS;
-                let n = BLOCK_ROWS.min(rows - r0);
-                let b0 = bb * BLOCK_BATCH;
-                let m = BLOCK_BATCH.min(batch - b0);
-                let a = &acts[b0 * 2 * pairs..(b0 + m) * 2 * pairs];
-                s.tile.resize(m * n, 0.0);
-                let done = if dot {
-                    if packed_block != rb {
-                        pack_bf16(w, r0, n, pairs, &mut s.bf16);
-                        packed_block = rb;
-                    }
-                    product_dot(m, n, pairs, a, &s.bf16, &mut s.tile);
-                    Ok(())
-                } else {
-                    if packed_block != rb {
-                        if let Err(e) = pack_swapped(w, r0, n, pairs, &mut s.packed, &mut s.rows) {
-                            return failure.set(e);
-                        }
-                        packed_block = rb;
-                    }
-                    let a = &swapped[b0 * 2 * pairs..(b0 + m) * 2 * pairs];
-                    sgemm_packed(m, a, 2 * pairs, &s.packed, &mut s.tile, n)
-                };
-                if let Err(e) = done {
-                    return failure.set(e);
+            let at = block.b0 * 2 * pairs..(block.b0 + m) * 2 * pairs;
+            if dot {
+                if block.new_rows {
+                    pack_bf16(w, block.r0, n, pairs, &mut s.bf16);
                 }
-                for (i, vals) in s.tile.chunks_exact(n).enumerate() {
-                    // SAFETY: rows r0..r0 + n of activation rows b0..b0 + m
-                    // belong to this task alone.
-                    unsafe { out.slice((b0 + i) * rows + r0, n) }.copy_from_slice(vals);
-                }
+                product_dot(m, n, pairs, &acts[at], &s.bf16, tile);
+                return Ok(());
             }
+            if block.new_rows {
+                pack_swapped(w, block.r0, n, pairs, &mut s.packed, &mut s.rows)?;
+            }
+            sgemm_packed(m, &swapped[at], 2 * pairs, &s.packed, tile, n)
         })
-    });
-    failure.into_result()
+    })
 }
 
 /// `batch` rows of `cols` floats rounded to bf16 (as ggml rounds them),
@@ -106,13 +74,12 @@ fn round_acts(x: &[f32], batch: usize, cols: usize, pairs: usize) -> Vec<u16> {
     acts
 }
 
-/// A thread's panels, rows and output tile, kept from product to product.
+/// A thread's panels and rows, kept from product to product.
 #[derive(Default)]
 struct Scratch {
     packed: PackedB,
     rows: Vec<f32>,
     bf16: Vec<u16>,
-    tile: Vec<f32>,
 }
 
 thread_local! {

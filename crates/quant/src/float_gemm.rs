@@ -29,43 +29,72 @@ pub(crate) fn float_gemm(
         let dot = crate::simd::best().has_bf16_dot();
         return crate::bf16_gemm::bf16_gemm(pool, w, x, batch, out, dot);
     }
-    let (rows, cols) = (w.rows(), w.cols());
+    let cols = w.cols();
+    for_each_block(pool, w.rows(), batch, out, |block, tile| {
+        SCRATCH.with(|scratch| {
+            let Scratch { packed, widened } = &mut *scratch.borrow_mut();
+            if block.new_rows {
+                pack_rows(w, block.r0, block.n, packed, widened)?;
+            }
+            let a = &x[block.b0 * cols..(block.b0 + block.m) * cols];
+            sgemm_packed(block.m, a, cols, packed, tile, block.n)
+        })
+    })
+}
+
+/// One task's share of a batched product: weight rows `r0..r0 + n`
+/// against activation rows `b0..b0 + m`.
+#[derive(Clone, Copy)]
+pub(crate) struct Block {
+    pub r0: usize,
+    pub n: usize,
+    pub b0: usize,
+    pub m: usize,
+    /// Whether the thread's last block had other weight rows (its packed
+    /// panels must be made again).
+    pub new_rows: bool,
+}
+
+/// Runs `f` for every block of [`BLOCK_ROWS`] weight rows by
+/// [`BLOCK_BATCH`] activation rows, shared out over `pool` by weight rows
+/// first (so each thread's panels serve every activation block it takes);
+/// `f` fills the `m × n` tile it is given, which goes to `out` (`batch` rows
+/// of `rows`). The first error stops the product.
+pub(crate) fn for_each_block(
+    pool: &ThreadPool,
+    rows: usize,
+    batch: usize,
+    out: &SharedOut,
+    f: impl Fn(Block, &mut Vec<f32>) -> Result<(), QuantError> + Sync,
+) -> Result<(), QuantError> {
     let row_blocks = rows.div_ceil(BLOCK_ROWS);
     let batch_blocks = batch.div_ceil(BLOCK_BATCH);
     let failure = FirstError::new();
-    // Tasks by row block first, so each task's panels serve every
-    // activation block it takes.
     let tasks = row_blocks * batch_blocks;
     let per_task = tasks.div_ceil(pool.threads()).max(1);
     pool.run(tasks.div_ceil(per_task), |t| {
-        SCRATCH.with(|scratch| {
-            let Scratch {
-                packed,
-                widened,
-                tile,
-            } = &mut *scratch.borrow_mut();
+        TILE.with(|tile| {
+            let tile = &mut *tile.borrow_mut();
             let mut packed_block = usize::MAX;
             for task in t * per_task..((t + 1) * per_task).min(tasks) {
                 let (rb, bb) = (task / batch_blocks, task % batch_blocks);
-                let r0 = rb * BLOCK_ROWS;
-                let n = BLOCK_ROWS.min(rows - r0);
-                if packed_block != rb {
-                    if let Err(e) = pack_rows(w, r0, n, packed, widened) {
-                        return failure.set(e);
-                    }
-                    packed_block = rb;
-                }
-                let b0 = bb * BLOCK_BATCH;
-                let m = BLOCK_BATCH.min(batch - b0);
-                tile.resize(m * n, 0.0);
-                let a = &x[b0 * cols..(b0 + m) * cols];
-                if let Err(e) = sgemm_packed(m, a, cols, packed, tile, n) {
+                let (r0, b0) = (rb * BLOCK_ROWS, bb * BLOCK_BATCH);
+                let block = Block {
+                    r0,
+                    n: BLOCK_ROWS.min(rows - r0),
+                    b0,
+                    m: BLOCK_BATCH.min(batch - b0),
+                    new_rows: packed_block != rb,
+                };
+                packed_block = rb;
+                tile.resize(block.m * block.n, 0.0);
+                if let Err(e) = f(block, tile) {
                     return failure.set(e);
                 }
-                for (i, vals) in tile.chunks_exact(n).enumerate() {
+                for (i, vals) in tile.chunks_exact(block.n).enumerate() {
                     // SAFETY: rows r0..r0 + n of activation rows b0..b0 + m
                     // belong to this task alone.
-                    unsafe { out.slice((b0 + i) * rows + r0, n) }.copy_from_slice(vals);
+                    unsafe { out.slice((b0 + i) * rows + r0, block.n) }.copy_from_slice(vals);
                 }
             }
         })
@@ -73,18 +102,19 @@ pub(crate) fn float_gemm(
     failure.into_result()
 }
 
-/// A thread's panels, widened rows and output tile, kept from product to
-/// product: fresh ones (megabytes each) were pages to fault in and zero
-/// for every product of an encoder's.
+/// A thread's panels and widened rows, kept from product to product: fresh
+/// ones (megabytes each) were pages to fault in and zero for every product
+/// of an encoder's.
 #[derive(Default)]
 struct Scratch {
     packed: PackedB,
     widened: Vec<f32>,
-    tile: Vec<f32>,
 }
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+    /// A thread's output tile, kept as its panels are.
+    static TILE: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Rows `r0..r0 + n` of `w`, widened to f32, as the packed `cols × n`
