@@ -11,67 +11,62 @@
 //! below f32's normal range (the instruction takes those as zero).
 
 use crate::float_gemm::for_each_block;
-use crate::formats::float::{bf16_bits_to_f32, f32_to_bf16_bits};
+use crate::formats::float::bf16_bits_to_f32;
 use crate::matmul::{Matrix, SharedOut};
 use crate::sgemm_packed::{sgemm_packed, PackedB, PANEL};
 use crate::{QuantError, ThreadPool};
 use std::cell::RefCell;
 
-/// `out = W x` for `batch` rows of `x` through the BF16 matrix `w`, the
-/// output shared as `out` (`batch` rows of `w.rows()`).
+/// `out = W x` for `batch` rows of bf16 activations (`acts`, rows `lda`
+/// apart, each zero past the row's end up to an even length) through the
+/// BF16 matrix `w`, the output shared as `out` (`batch` rows of
+/// `w.rows()`); `dot`: by the AVX512_BF16 kernel.
 pub(crate) fn bf16_gemm(
     pool: &ThreadPool,
     w: &Matrix,
-    x: &[f32],
+    acts: &[u16],
+    lda: usize,
     batch: usize,
     out: &SharedOut,
     dot: bool,
 ) -> Result<(), QuantError> {
-    let (rows, cols) = (w.rows(), w.cols());
     // Pairs of `k`, the last one filled out with a zero.
-    let pairs = cols.div_ceil(2);
-    let acts = round_acts(x, batch, cols, pairs);
+    let pairs = w.cols().div_ceil(2);
+    if lda < 2 * pairs || acts.len() < batch * lda {
+        return Err(QuantError::Shape(format!(
+            "{batch} activation rows {lda} apart in {} values for {} columns",
+            acts.len(),
+            w.cols()
+        )));
+    }
+    if dot {
+        return for_each_block(pool, w.rows(), batch, out, |block, tile| {
+            SCRATCH.with_borrow_mut(|s| {
+                if block.new_rows {
+                    pack_bf16(w, block.r0, block.n, pairs, &mut s.bf16);
+                }
+                let a = &acts[block.b0 * lda..(block.b0 + block.m) * lda];
+                product_dot(block.m, block.n, pairs, a, lda, &s.bf16, tile);
+                Ok(())
+            })
+        });
+    }
     // Without the instruction: the same values, each pair swapped, for the
     // f32 GEMM (once for every task).
-    let swapped: Vec<f32> = if dot {
-        Vec::new()
-    } else {
+    SWAPPED.with_borrow_mut(|swapped| {
+        swapped.clear();
         let swap = |p: &[u16]| [bf16_bits_to_f32(p[1]), bf16_bits_to_f32(p[0])];
-        acts.chunks_exact(2).flat_map(swap).collect()
-    };
-    for_each_block(pool, rows, batch, out, |block, tile| {
-        let (m, n) = (block.m, block.n);
-        SCRATCH.with(|scratch| {
-            let s = &mut *scratch.borrow_mut();
-            let at = block.b0 * 2 * pairs..(block.b0 + m) * 2 * pairs;
-            if dot {
+        swapped.extend(acts[..batch * lda].chunks_exact(2).flat_map(swap));
+        for_each_block(pool, w.rows(), batch, out, |block, tile| {
+            SCRATCH.with_borrow_mut(|s| {
                 if block.new_rows {
-                    pack_bf16(w, block.r0, n, pairs, &mut s.bf16);
+                    pack_swapped(w, block.r0, block.n, pairs, &mut s.packed, &mut s.rows)?;
                 }
-                product_dot(m, n, pairs, &acts[at], &s.bf16, tile);
-                return Ok(());
-            }
-            if block.new_rows {
-                pack_swapped(w, block.r0, n, pairs, &mut s.packed, &mut s.rows)?;
-            }
-            sgemm_packed(m, &swapped[at], 2 * pairs, &s.packed, tile, n)
+                let a = &swapped[block.b0 * lda..(block.b0 + block.m) * lda];
+                sgemm_packed(block.m, a, lda, &s.packed, tile, block.n)
+            })
         })
     })
-}
-
-/// `batch` rows of `cols` floats rounded to bf16 (as ggml rounds them),
-/// each `2 * pairs` long (a zero after an odd length).
-fn round_acts(x: &[f32], batch: usize, cols: usize, pairs: usize) -> Vec<u16> {
-    let mut acts = vec![0u16; batch * 2 * pairs];
-    for (dst, src) in acts
-        .chunks_exact_mut(2 * pairs)
-        .zip(x.chunks_exact(cols.max(1)))
-    {
-        for (d, &v) in dst.iter_mut().zip(src) {
-            *d = f32_to_bf16_bits(v);
-        }
-    }
-    acts
 }
 
 /// A thread's panels and rows, kept from product to product.
@@ -84,6 +79,8 @@ struct Scratch {
 
 thread_local! {
     static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
+    /// The calling thread's swapped activations, kept between products.
+    static SWAPPED: RefCell<Vec<f32>> = const { RefCell::new(Vec::new()) };
 }
 
 /// Rows `r0..r0 + n` of `w` as f32 panels of `2 * pairs` steps, each pair
@@ -137,19 +134,27 @@ fn pack_bf16(w: &Matrix, r0: usize, n: usize, pairs: usize, out: &mut Vec<u16>) 
     }
 }
 
-/// `tile = A B` for `m` rows of bf16 activations (`2 * pairs` each) and
-/// the `n` columns packed by [`pack_bf16`], through AVX512_BF16.
-fn product_dot(m: usize, n: usize, pairs: usize, a: &[u16], b: &[u16], tile: &mut [f32]) {
+/// `tile = A B` for `m` rows of bf16 activations (`lda` apart, `2 * pairs`
+/// each) and the `n` columns packed by [`pack_bf16`], through AVX512_BF16.
+fn product_dot(
+    m: usize,
+    n: usize,
+    pairs: usize,
+    a: &[u16],
+    lda: usize,
+    b: &[u16],
+    tile: &mut [f32],
+) {
     #[cfg(target_arch = "x86_64")]
     {
-        assert!(a.len() >= m * 2 * pairs && b.len() >= n.div_ceil(PANEL) * pairs * 2 * PANEL);
-        assert!(tile.len() >= m * n);
+        assert!(lda >= 2 * pairs && a.len() >= m.saturating_sub(1) * lda + 2 * pairs);
+        assert!(b.len() >= n.div_ceil(PANEL) * pairs * 2 * PANEL && tile.len() >= m * n);
         // SAFETY: chosen only where the CPU has AVX512_BF16 (the table
         // with the BF16 dot); the slices hold the shapes (asserted).
-        unsafe { x86::product(m, n, pairs, a, b, tile) }
+        unsafe { x86::product(m, n, pairs, a, lda, b, tile) }
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = (m, n, pairs, a, b, tile);
+    let _ = (m, n, pairs, a, lda, b, tile);
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -168,6 +173,7 @@ mod x86 {
         n: usize,
         pairs: usize,
         a: &[u16],
+        lda: usize,
         b: &[u16],
         tile: &mut [f32],
     ) {
@@ -193,15 +199,15 @@ mod x86 {
                 // the shapes.
                 unsafe {
                     let (a, b, c) = (
-                        ap.add(i * 2 * pairs),
+                        ap.add(i * lda),
                         bp.add(s * pairs * 2 * PANEL),
                         cp.add(i * n + s * PANEL),
                     );
                     macro_rules! go {
                         ($($r:literal),*) => {
                             match (rows, two) {
-                                $(($r, true) => tile_of::<$r, 2>(pairs, a, b, c, n, m0, m1),
-                                  ($r, false) => tile_of::<$r, 1>(pairs, a, b, c, n, m0, m1),)*
+                                $(($r, true) => tile_of::<$r, 2>(pairs, a, lda, b, c, n, m0, m1),
+                                  ($r, false) => tile_of::<$r, 1>(pairs, a, lda, b, c, n, m0, m1),)*
                                 _ => {}
                             }
                         };
@@ -214,15 +220,18 @@ mod x86 {
         }
     }
 
-    /// `R` rows of A against `P` adjacent panels, over every pair of `k`.
+    /// `R` rows of A (`lda` apart) against `P` adjacent panels, over every
+    /// pair of `k`.
     ///
     /// # Safety
     /// As [`product`], for this tile.
     #[inline]
     #[target_feature(enable = "avx512f,avx512bw,avx512bf16")]
+    #[allow(clippy::too_many_arguments)]
     unsafe fn tile_of<const R: usize, const P: usize>(
         pairs: usize,
         a: *const u16,
+        lda: usize,
         b: *const u16,
         c: *mut f32,
         ldc: usize,
@@ -240,7 +249,7 @@ mod x86 {
                     std::mem::transmute::<__m512i, __m512bh>(v)
                 });
                 for (r, row) in acc.iter_mut().enumerate() {
-                    let word = std::ptr::read_unaligned(a.add(r * 2 * pairs + 2 * p) as *const i32);
+                    let word = std::ptr::read_unaligned(a.add(r * lda + 2 * p) as *const i32);
                     let av = std::mem::transmute::<__m512i, __m512bh>(_mm512_set1_epi32(word));
                     for (v, &bq) in row.iter_mut().zip(&bv) {
                         *v = _mm512_dpbf16_ps(*v, av, bq);
@@ -267,6 +276,7 @@ mod x86 {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::formats::float::f32_to_bf16_bits;
     use crate::{quantize, GgmlType, ThreadPool};
 
     /// The AVX512_BF16 kernel (where the CPU has it) gives the bits of the
@@ -291,10 +301,18 @@ mod tests {
             let mut bytes = vec![0u8; rows * cols * 2];
             quantize(GgmlType::BF16, &w, &mut bytes).unwrap();
             let m = Matrix::new(GgmlType::BF16, rows, cols, &bytes).unwrap();
+            // Rows padded apart, an odd length's pair filled out with zero.
+            let lda = cols.next_multiple_of(2) + 4;
+            let mut acts = vec![0u16; batch * lda];
+            for (dst, src) in acts.chunks_exact_mut(lda).zip(x.chunks_exact(cols)) {
+                for (d, &v) in dst.iter_mut().zip(src) {
+                    *d = f32_to_bf16_bits(v);
+                }
+            }
             let run = |dot: bool| {
                 let mut out = vec![f32::NAN; batch * rows];
                 let shared = SharedOut::of(&mut out, batch * rows);
-                bf16_gemm(&pool, &m, &x, batch, &shared, dot).unwrap();
+                bf16_gemm(&pool, &m, &acts, lda, batch, &shared, dot).unwrap();
                 out
             };
             let swapped = run(false);

@@ -25,10 +25,6 @@ pub(crate) fn float_gemm(
     batch: usize,
     out: &SharedOut,
 ) -> Result<(), QuantError> {
-    if w.ty() == crate::GgmlType::BF16 {
-        let dot = crate::simd::best().has_bf16_dot();
-        return crate::bf16_gemm::bf16_gemm(pool, w, x, batch, out, dot);
-    }
     let cols = w.cols();
     for_each_block(pool, w.rows(), batch, out, |block, tile| {
         SCRATCH.with(|scratch| {

@@ -10,10 +10,11 @@ use crate::formats::interleave::GROUP_ROWS;
 use crate::pool::ThreadPool;
 use crate::{simd, vec_dot_type, QuantError};
 
-/// A product of float weights (F32, F16, BF16): the f32 GEMM for a batch of
-/// [`GEMM_MIN_BATCH`] rows or more, one dot per row and batch row below
-/// (BF16 against the activations rounded to bf16, as ggml's BF16 products
-/// take them). `w`'s type must have a float kernel in `k`.
+/// A product of float weights (F32, F16, BF16): a GEMM for a batch of
+/// [`GEMM_MIN_BATCH`] rows or more (`float_gemm`, `bf16_gemm`), one dot per
+/// row and batch row below (BF16 against the activations rounded to bf16,
+/// as ggml's BF16 products take them). `w`'s type must have a float kernel
+/// in `k`.
 #[track_caller]
 pub(super) fn float_product(
     pool: &ThreadPool,
@@ -24,17 +25,30 @@ pub(super) fn float_product(
     out: &mut [f32],
 ) -> Result<(), QuantError> {
     let shared = SharedOut::of(out, batch * w.rows);
-    if batch >= GEMM_MIN_BATCH {
-        return crate::float_gemm::float_gemm(pool, w, x, batch, &shared);
-    }
     if w.ty == crate::GgmlType::BF16 {
-        BF16_ACTS.with_borrow_mut(|buf| {
+        // Rounded once, for the GEMM and the dots alike.
+        return BF16_ACTS.with_borrow_mut(|buf| {
             let acts = AlignedActs::copy(buf, x, batch, w.cols, f32_to_bf16_bits);
+            if batch >= GEMM_MIN_BATCH {
+                let dot = k.has_bf16_dot();
+                return crate::bf16_gemm::bf16_gemm(
+                    pool,
+                    w,
+                    acts.data,
+                    acts.stride,
+                    batch,
+                    &shared,
+                    dot,
+                );
+            }
             let tile = k.bf16_tile.filter(|_| batch > 1);
             let tile = tile.map(|t| (t, simd::BF16_TILE_ACTS));
             float_rows(pool, k.bf16, tile, w, &acts, &shared);
+            Ok(())
         });
-        return Ok(());
+    }
+    if batch >= GEMM_MIN_BATCH {
+        return crate::float_gemm::float_gemm(pool, w, x, batch, &shared);
     }
     let Some(f) = k.float(w.ty) else {
         return Err(QuantError::Unsupported(w.ty));
