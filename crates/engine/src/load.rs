@@ -282,7 +282,8 @@ impl Engine {
         self.model.new_scratch(n_ctx, self.batch_for(n_ctx))
     }
 
-    fn session_of(&self, n_ctx: usize, max_batch: usize) -> Session {
+    /// A session of `n_ctx` tokens whose buffers hold `max_batch` rows.
+    pub(crate) fn session_of(&self, n_ctx: usize, max_batch: usize) -> Session {
         Session {
             model: Arc::clone(&self.model),
             tokenizer: Arc::clone(&self.tokenizer),
@@ -290,6 +291,7 @@ impl Engine {
             scratch: self.model.new_scratch(n_ctx, max_batch),
             tokens: Vec::with_capacity(n_ctx),
             images: Vec::new(),
+            drafter: None,
         }
     }
 

@@ -16,6 +16,9 @@ pub struct Session {
     pub(crate) tokens: Vec<u32>,
     /// The images among `tokens`, in order.
     pub(crate) images: Vec<PromptImage>,
+    /// A draft model's sequence, from the last generation that speculated
+    /// with one: kept, so that the next one feeds it only what is new.
+    pub(crate) drafter: Option<Box<Session>>,
 }
 
 impl Session {

@@ -127,6 +127,9 @@ pub struct SpecStats {
     pub drafted: usize,
     /// Drafted tokens the target kept.
     pub accepted: usize,
+    /// Tokens the draft model was fed besides its own drafts: what its
+    /// sequence did not hold yet of the prompt and the kept tokens.
+    pub fed: usize,
 }
 
 impl SpecStats {
@@ -148,8 +151,6 @@ pub(crate) struct SpecState {
     /// last are in the cache.
     queue: VecDeque<(u32, Option<TokenLogprob>)>,
     draft: Vec<u32>,
-    /// The draft model's own sequence, made at the first round.
-    drafter: Option<Session>,
     /// Most tokens the next round drafts: doubled after a round whose
     /// draft was kept whole, cut to one past what was kept after one that
     /// was not, so rows that would likely be thrown away are not computed.
@@ -173,7 +174,6 @@ impl SpecState {
             how,
             queue: VecDeque::new(),
             draft: Vec::new(),
-            drafter: None,
             cap: MAX_DRAFT,
             stats: SpecStats::default(),
         }
@@ -186,12 +186,14 @@ impl SpecState {
     }
 
     /// Into `out`, up to `limit` tokens guessed to follow `history`, for a
-    /// target of `n_ctx` tokens of context.
+    /// target of `n_ctx` tokens of context whose draft model's sequence is
+    /// kept in `drafter`.
     fn draft(
         &mut self,
         history: &[u32],
         limit: usize,
         n_ctx: usize,
+        drafter: &mut Option<Box<Session>>,
         out: &mut Vec<u32>,
     ) -> Result<(), EngineError> {
         out.clear();
@@ -201,13 +203,11 @@ impl SpecState {
                 let limit = limit.min(m.max_draft);
                 // The draft's context is the target's: the verifying batch
                 // fits there, so the draft does too.
-                let s = self
-                    .drafter
-                    .get_or_insert_with(|| m.engine.session_with_ctx(n_ctx));
+                let s = m.drafter(drafter, n_ctx);
                 if limit == 0 || history.len() + limit > s.n_ctx() {
                     return Ok(());
                 }
-                s.feed(history)?;
+                self.stats.fed += s.feed(history)?.0;
                 for i in 0..limit {
                     let id = crate::argmax(s.last_logits()?) as u32;
                     out.push(id);
@@ -299,8 +299,9 @@ impl Session {
             .min(self.scratch.max_batch().saturating_sub(1))
             .min(spec.cap);
         let mut batch = std::mem::take(&mut spec.draft);
+        let n_ctx = self.n_ctx();
         self.tokens.push(pending);
-        let result = spec.draft(&self.tokens, limit, self.n_ctx(), &mut batch);
+        let result = spec.draft(&self.tokens, limit, n_ctx, &mut self.drafter, &mut batch);
         self.tokens.pop();
         result?;
         let drafted = batch.len();

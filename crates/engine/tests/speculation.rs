@@ -279,6 +279,56 @@ fn a_draft_model_changes_nothing_but_the_speed() {
     assert!(kept > 0);
 }
 
+/// A conversation's next turn, on the same session, feeds the draft model
+/// only what its sequence does not hold from the turn before (it had fed
+/// the whole conversation again every generation), and still changes
+/// nothing but the speed.
+#[test]
+fn a_draft_models_sequence_is_kept_for_the_next_turn() {
+    let target = load(std::path::Path::new(TINY), 512);
+    let draft = std::sync::Arc::new(load(std::path::Path::new(TINY_Q8), 512));
+    let model = hearth_engine::DraftModel::new(draft, &target, 4).unwrap();
+    let vocab = target.model().config().vocab as u32;
+    let first: Vec<u32> = std::iter::once(2)
+        .chain((0..200).map(|i| 10 + (i * 13 % 29) % (vocab - 10)))
+        .collect();
+    let greedy = SamplingParams {
+        temperature: 0.0,
+        ..SamplingParams::default()
+    };
+    let opts = GenerateOptions {
+        max_tokens: 16,
+        stop: Vec::new(),
+        stop_on_eog: false,
+        render_special: true,
+        speculation: Some(Speculation::Draft(model)),
+    };
+    let mut session = target.session();
+    let mut generate = |prompt: &[u32]| {
+        let mut sampler = Sampler::new(greedy.clone());
+        let d = session
+            .begin(GenerationRequest::new(prompt, &opts), &sampler)
+            .unwrap();
+        session.run(d, &mut sampler, |_| true).unwrap()
+    };
+    let one = generate(&first);
+    let fed_first = one.speculation.unwrap().fed;
+    assert!(fed_first > first.len(), "fed {fed_first}");
+    let next: Vec<u32> = first
+        .iter()
+        .chain(&one.ids)
+        .chain(&[11, 12, 13])
+        .copied()
+        .collect();
+    let two = generate(&next);
+    let stats = two.speculation.unwrap();
+    // The new turn's three ids, the tokens kept each round that the draft
+    // had not made itself (at most two a round), nothing of the first turn.
+    assert!(stats.fed <= 3 + 2 * (stats.rounds + 1), "{stats:?}");
+    let (plain, _) = run(&target, &next, 16, &greedy, None);
+    assert_eq!(two.ids, plain.ids);
+}
+
 #[test]
 fn a_draft_model_of_another_vocabulary_is_refused() {
     let target = load(std::path::Path::new(TINY), 64);

@@ -61,15 +61,25 @@ impl Backend {
                 e.load_time(),
                 e.n_ctx(),
             ),
-            None => format!(
-                "model {id} ({}, {:?} precision, {} threads) loaded in {:.2?}; {parallel} slot(s) of {} tokens ({:.1} MiB with their shared prefill buffers), queue {queue}",
-                e.weight_type().unwrap_or("unknown type"),
-                o.precision,
-                o.threads.unwrap_or(1),
-                e.load_time(),
-                e.n_ctx(),
-                e.serving_bytes(parallel.max(1)) as f64 / (1024.0 * 1024.0),
-            ),
+            None => {
+                let mib = |bytes: usize| bytes as f64 / (1024.0 * 1024.0);
+                let drafts = match &self.speculation {
+                    Some(Speculation::Draft(m)) => format!(
+                        "; each slot keeps a draft sequence of {:.1} MiB once it speculates",
+                        mib(m.sequence_bytes(e.n_ctx()))
+                    ),
+                    _ => String::new(),
+                };
+                format!(
+                    "model {id} ({}, {:?} precision, {} threads) loaded in {:.2?}; {parallel} slot(s) of {} tokens ({:.1} MiB with their shared prefill buffers){drafts}, queue {queue}",
+                    e.weight_type().unwrap_or("unknown type"),
+                    o.precision,
+                    o.threads.unwrap_or(1),
+                    e.load_time(),
+                    e.n_ctx(),
+                    mib(e.serving_bytes(parallel.max(1))),
+                )
+            }
         }
     }
 }
