@@ -100,6 +100,9 @@ pub struct BenchArgs {
     /// Most tokens drafted at a time, with --spec or --draft [default: 8].
     #[arg(long, value_name = "N")]
     pub draft_max: Option<usize>,
+    /// With --draft: the least probability of a drafted guess [default: 0.5].
+    #[arg(long, value_name = "P", value_parser = crate::probability, requires = "draft")]
+    pub draft_p_min: Option<f32>,
 }
 
 /// `MIN-MAX` as two numbers.
@@ -197,7 +200,12 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
             continue;
         }
         let spec = match (&args.draft, args.spec) {
-            (Some(d), _) => Some(crate::draft_speculation(d, &engine, args.draft_max)?),
+            (Some(d), _) => Some(crate::draft_speculation(
+                d,
+                &engine,
+                args.draft_max,
+                args.draft_p_min,
+            )?),
             (None, Some(how)) => Some(crate::speculation(how, args.draft_max)),
             (None, None) => None,
         };

@@ -119,6 +119,19 @@ struct SampleArgs {
     /// Most tokens guessed at a time, with --spec or --draft [default: 8].
     #[arg(long, value_name = "N")]
     draft_max: Option<usize>,
+    /// With --draft: the least probability of a guess that is drafted; a
+    /// round's draft ends at the first guess below it (0: every guess)
+    /// [default: 0.5].
+    #[arg(long, value_name = "P", value_parser = probability)]
+    draft_p_min: Option<f32>,
+}
+
+/// A probability, 0 to 1.
+pub(crate) fn probability(s: &str) -> Result<f32, String> {
+    match s.parse::<f32>() {
+        Ok(p) if (0.0..=1.0).contains(&p) => Ok(p),
+        _ => Err(format!("a probability between 0 and 1, got `{s}`")),
+    }
 }
 
 /// The speculation `--spec HOW` and `--draft-max` ask for.
@@ -137,9 +150,10 @@ pub(crate) fn draft_speculation(
     draft: &str,
     target: &engine::Engine,
     draft_max: Option<usize>,
+    p_min: Option<f32>,
 ) -> Result<engine::Speculation> {
     let threads = Some(target.model().threads());
-    let unpaired = unpaired_draft(draft, threads, Some(target.n_ctx()), draft_max)?;
+    let unpaired = unpaired_draft(draft, threads, Some(target.n_ctx()), draft_max, p_min)?;
     Ok(unpaired.for_target(target)?)
 }
 
@@ -150,6 +164,7 @@ fn unpaired_draft(
     threads: Option<usize>,
     ctx: Option<usize>,
     draft_max: Option<usize>,
+    p_min: Option<f32>,
 ) -> Result<engine::Speculation> {
     let path = store::resolve(draft)?;
     let opts = engine::RunOptions {
@@ -162,7 +177,8 @@ fn unpaired_draft(
         .with_context(|| format!("cannot load the draft model {}", path.display()))?;
     let max_draft = draft_max.unwrap_or(engine::DEFAULT_DRAFT);
     let model = engine::DraftModel::unpaired(std::sync::Arc::new(engine), max_draft);
-    Ok(engine::Speculation::Draft(model))
+    let p_min = p_min.unwrap_or(engine::DEFAULT_DRAFT_P_MIN);
+    Ok(engine::Speculation::Draft(model).with_p_min(p_min))
 }
 
 /// How `--spec` drafts.
@@ -191,10 +207,14 @@ impl SampleArgs {
         ctx: Option<usize>,
     ) -> Result<Option<engine::Speculation>> {
         if let Some(draft) = &self.draft {
-            return Ok(Some(unpaired_draft(draft, threads, ctx, self.draft_max)?));
+            let (max, p_min) = (self.draft_max, self.draft_p_min);
+            return Ok(Some(unpaired_draft(draft, threads, ctx, max, p_min)?));
         }
         if self.spec.is_none() && self.draft_max.is_some() {
             bail!("--draft-max needs --spec or --draft");
+        }
+        if self.draft_p_min.is_some() {
+            bail!("--draft-p-min needs --draft");
         }
         Ok(self.spec.map(|how| speculation(how, self.draft_max)))
     }

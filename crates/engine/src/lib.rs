@@ -49,8 +49,8 @@ pub use score::{logsumexp, token_logprob, top_k, PerplexityReport, TokenLogprob}
 pub use session::Session;
 pub use shared_chat::SharedChat;
 pub use speculate::{
-    ngram_draft, DraftModel, NgramOptions, SpecStats, Speculation, DEFAULT_DRAFT, DRAFT_HEAD_ROWS,
-    MAX_DRAFT,
+    ngram_draft, DraftModel, NgramOptions, SpecStats, Speculation, DEFAULT_DRAFT,
+    DEFAULT_DRAFT_P_MIN, DRAFT_HEAD_ROWS, MAX_DRAFT,
 };
 pub use thinking::Thinking;
 pub use tokenizer::{ChatMessage, ChatTemplate, StreamDecoder, Tokenizer};

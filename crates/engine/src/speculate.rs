@@ -18,7 +18,7 @@
 mod draft_model;
 
 pub(crate) use draft_model::draft_vocab;
-pub use draft_model::{DraftModel, DRAFT_HEAD_ROWS};
+pub use draft_model::{DraftModel, DEFAULT_DRAFT_P_MIN, DRAFT_HEAD_ROWS};
 
 use crate::{Decoding, Engine, EngineError, Sampler, Session, Step, TokenLogprob};
 use std::collections::VecDeque;
@@ -70,23 +70,35 @@ impl Speculation {
         }
     }
 
+    /// The same drafter, a draft model drafting only guesses of probability
+    /// `p_min` or more (n-gram drafting as it is).
+    pub fn with_p_min(&self, p_min: f32) -> Self {
+        match self {
+            Speculation::Draft(d) => Speculation::Draft(DraftModel { p_min, ..d.clone() }),
+            Speculation::Ngram(_) => self.clone(),
+        }
+    }
+
     /// This speculation for `target`: n-gram drafting as it is, a draft
     /// model only where its vocabulary is the target's (see
     /// [`DraftModel::new`]).
     pub fn for_target(&self, target: &Engine) -> Result<Self, EngineError> {
         match self {
             Speculation::Ngram(_) => Ok(self.clone()),
-            Speculation::Draft(d) => Ok(Speculation::Draft(DraftModel::new(
-                Arc::clone(&d.engine),
-                target,
-                d.max_draft,
-            )?)),
+            Speculation::Draft(d) => Ok(Speculation::Draft(DraftModel {
+                p_min: d.p_min,
+                ..DraftModel::new(Arc::clone(&d.engine), target, d.max_draft)?
+            })),
         }
     }
 
     /// Refuse settings that cannot draft (zero sizes, an empty n-gram range).
     pub fn validate(&self) -> Result<(), String> {
         match self {
+            Speculation::Draft(d) if !(0.0..=1.0).contains(&d.p_min) => Err(format!(
+                "a draft's least probability is between 0 and 1, got {}",
+                d.p_min
+            )),
             Speculation::Draft(d) => check_draft_len(d.max_draft),
             Speculation::Ngram(o) => {
                 if o.max_draft == 0 || o.min_ngram == 0 || o.min_ngram > o.max_ngram {
@@ -208,13 +220,7 @@ impl SpecState {
                     return Ok(());
                 }
                 self.stats.fed += s.feed(history)?.0;
-                for i in 0..limit {
-                    let id = crate::argmax(s.last_logits()?) as u32;
-                    out.push(id);
-                    if i + 1 < limit {
-                        s.feed_batch(&[id])?;
-                    }
-                }
+                m.guess(s, limit, out)?;
             }
         }
         Ok(())

@@ -9,6 +9,14 @@ use std::sync::Arc;
 /// of it (the 270M's prefill at 64 rows runs at 94% of its speed at 512).
 const DRAFTER_ROWS: usize = 64;
 
+/// The least probability (among the ids the draft's head keeps) at which a
+/// draft model's guess joins the draft, unless the caller says otherwise:
+/// llama.cpp's `--draft-p-min`. A round's draft ends at the first guess
+/// below it, so fewer guesses are checked only to be thrown away
+/// (docs/perf/speculation.md: 0.5 drafted faster than 0, 0.75 or 0.9 on
+/// the 270M drafting for its BF16 self).
+pub const DEFAULT_DRAFT_P_MIN: f32 = 0.5;
+
 /// A draft model for [`Speculation::Draft`](super::Speculation::Draft): an
 /// engine whose vocabulary is the target's (checked by [`DraftModel::new`]).
 #[derive(Clone)]
@@ -16,6 +24,8 @@ pub struct DraftModel {
     pub(super) engine: Arc<Engine>,
     /// Most tokens drafted at a time.
     pub max_draft: usize,
+    /// The least probability of a guess that is drafted (0: every guess).
+    pub p_min: f32,
 }
 
 impl std::fmt::Debug for DraftModel {
@@ -23,13 +33,16 @@ impl std::fmt::Debug for DraftModel {
         f.debug_struct("DraftModel")
             .field("model", &self.engine.model_name())
             .field("max_draft", &self.max_draft)
+            .field("p_min", &self.p_min)
             .finish()
     }
 }
 
 impl PartialEq for DraftModel {
     fn eq(&self, other: &Self) -> bool {
-        Arc::ptr_eq(&self.engine, &other.engine) && self.max_draft == other.max_draft
+        Arc::ptr_eq(&self.engine, &other.engine)
+            && self.max_draft == other.max_draft
+            && self.p_min.to_bits() == other.p_min.to_bits()
     }
 }
 
@@ -73,7 +86,34 @@ impl DraftModel {
         Self {
             engine: draft,
             max_draft,
+            p_min: DEFAULT_DRAFT_P_MIN,
         }
+    }
+
+    /// Up to `limit` guesses into `out`, each the best id of `s`'s logits
+    /// (then fed to it) while its probability is at least [`Self::p_min`].
+    pub(crate) fn guess(
+        &self,
+        s: &mut Session,
+        limit: usize,
+        out: &mut Vec<u32>,
+    ) -> Result<(), EngineError> {
+        for i in 0..limit {
+            let logits = s.last_logits()?;
+            let id = crate::argmax(logits) as u32;
+            if self.p_min > 0.0 {
+                // The logits are not needed after this guess.
+                quant::activation::softmax(logits);
+                if logits[id as usize] < self.p_min {
+                    break;
+                }
+            }
+            out.push(id);
+            if i + 1 < limit {
+                s.feed_batch(&[id])?;
+            }
+        }
+        Ok(())
     }
 
     /// Bytes this model's sequence for a target of `n_ctx` tokens takes
