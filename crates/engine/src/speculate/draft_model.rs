@@ -6,15 +6,15 @@ use std::sync::Arc;
 
 /// Rows a draft model's sequence computes at a time: its buffers, which a
 /// server's slots each keep, hold this many, and a prompt goes in by chunks
-/// of it (the 270M's prefill at 64 rows runs at 94% of its speed at 512).
+/// of it (small enough to keep per slot, large enough that prefill by such
+/// chunks stays near full speed: docs/perf/speculation.md, eighth sitting).
 const DRAFTER_ROWS: usize = 64;
 
 /// The least probability (among the ids the draft's head keeps) at which a
 /// draft model's guess joins the draft, unless the caller says otherwise:
 /// llama.cpp's `--draft-p-min`. A round's draft ends at the first guess
-/// below it, so fewer guesses are checked only to be thrown away
-/// (docs/perf/speculation.md: 0.5 drafted faster than 0, 0.75 or 0.9 on
-/// the 270M drafting for its BF16 self).
+/// below it, so fewer guesses are checked only to be thrown away (the
+/// choice of 0.5 is measured in docs/perf/speculation.md, eighth sitting).
 pub const DEFAULT_DRAFT_P_MIN: f32 = 0.5;
 
 /// A draft model for [`Speculation::Draft`](super::Speculation::Draft): an
