@@ -130,25 +130,42 @@ fn every_end_of_generation_token_ends_a_generation() {
 
 /// `serve --draft`: the 270M Q4_K_M drafts for itself requantized to Q8_0
 /// (as `complete --quant q8_0 --draft` does); greedy text is the same as the
-/// plain server's, and llama.cpp's `timings` count drafts that were kept. A
-/// draft of another vocabulary for the one model served stops the start
-/// with the reason.
+/// plain server's at any per-request `speculative.p_min`, and llama.cpp's
+/// `timings` count drafts that were kept. A draft of another vocabulary for
+/// the one model served stops the start with the reason.
 #[test]
 fn serve_drafts_with_a_draft_model_and_refuses_another_vocabulary() {
     let model = real_model();
     let m = model.to_str().unwrap();
     let plain = Server::start(m, &["--quant", "q8_0"]);
     let spec = Server::start(m, &["--quant", "q8_0", "--draft", m, "--draft-max", "4"]);
-    let mut accepted = 0;
+    let (mut accepted, mut drafted_all, mut drafted_sure) = (0, 0, 0);
     for p in PROMPTS {
-        assert_eq!(served(&spec, p), served(&plain, p), "{p:?}");
-        let body = serde_json::json!({"prompt": p, "max_tokens": 16, "temperature": 0});
-        let r = spec.post("/v1/completions", &body.to_string());
-        let t = &r.json()["timings"];
-        assert!(t["draft_n"].as_u64().unwrap() > 0, "{t}");
-        accepted += t["draft_n_accepted"].as_u64().unwrap();
+        let expected = served(&plain, p);
+        assert_eq!(served(&spec, p), expected, "{p:?}");
+        // llama.cpp's per-request least probability: 0 drafts every guess,
+        // 1 only certain ones; the text stays the plain server's.
+        for (p_min, drafted) in [(0.0, &mut drafted_all), (1.0, &mut drafted_sure)] {
+            let body = serde_json::json!({"prompt": p, "max_tokens": 32, "temperature": 0,
+                "speculative.p_min": p_min});
+            let v = spec.post("/v1/completions", &body.to_string()).json();
+            assert_eq!(
+                v["choices"][0]["text"],
+                expected.as_str(),
+                "{p:?} at {p_min}"
+            );
+            *drafted += v["timings"]["draft_n"].as_u64().unwrap();
+            accepted += v["timings"]["draft_n_accepted"].as_u64().unwrap();
+        }
     }
     assert!(accepted > 0, "no draft was kept on four prompts");
+    assert!(
+        drafted_sure < drafted_all,
+        "speculative.p_min 1 drafted {drafted_sure} tokens, 0 drafted {drafted_all}"
+    );
+    let r = spec.post("/v1/completions", r#"{"prompt":"a","speculative.p_min":2}"#);
+    assert_eq!(r.status, 400, "{}", r.text());
+    assert!(r.text().contains("speculative.p_min"), "{}", r.text());
     drop((plain, spec));
 
     let tiny = serve_common::TINY;

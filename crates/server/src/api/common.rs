@@ -1,6 +1,7 @@
 //! The fields every generating body shares: sampling, limits, stop
 //! strings, the one grammar, thinking, log-probabilities and `n`.
 
+use super::speculative::SpeculativeFields;
 use super::{Input, Request};
 use crate::error::ApiError;
 use engine::{Grammar, SamplingParams};
@@ -73,10 +74,9 @@ pub(super) struct Common {
     reasoning_effort: Option<String>,
     /// Most thought tokens before the thought channel is closed.
     thinking_budget: Option<i64>,
-    /// llama.cpp's server: most tokens drafted at a time (0 turns
-    /// speculation off for this request).
-    #[serde(rename = "speculative.n_max")]
-    speculative_n_max: Option<i64>,
+    /// llama.cpp's server: `speculative.n_max` and `speculative.p_min`.
+    #[serde(flatten)]
+    speculative: SpeculativeFields,
 }
 
 /// `prompt` of the legacy completions endpoint.
@@ -192,21 +192,9 @@ pub(super) fn common(
     let max_tokens = max_tokens(&c, default_max)?;
     let stop = stops(c.stop.take())?;
     let params = sampling(&c, defaults)?;
-    let draft_max = match c.speculative_n_max {
-        None => None,
-        Some(n) if (0..=engine::MAX_DRAFT as i64).contains(&n) => Some(n as usize),
-        Some(n) => {
-            return Err(ApiError::bad_param(
-                "speculative.n_max",
-                format!(
-                    "`speculative.n_max` is between 0 (off) and {}, got {n}.",
-                    engine::MAX_DRAFT
-                ),
-            ))
-        }
-    };
+    let speculation = c.speculative.choice()?;
     Ok(Request {
-        draft_max,
+        speculation,
         seed_given: c.seed.is_some(),
         model: c.model,
         stream: c.stream.unwrap_or(false),

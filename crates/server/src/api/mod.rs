@@ -11,10 +11,12 @@ use serde_json::{json, Value};
 
 mod chat;
 mod common;
+mod speculative;
 
 use chat::chat_request;
 use common::completion_request;
 pub use common::{MAX_CHOICES, MAX_TOP_LOGPROBS};
+pub use speculative::SpeculationChoice;
 
 /// What a request asks for, in the engine's terms, before tokenization.
 #[derive(Debug)]
@@ -56,9 +58,9 @@ pub struct Request {
     pub logprobs: Option<usize>,
     /// How many choices to generate from the prompt.
     pub n: usize,
-    /// llama.cpp's `speculative.n_max`: most tokens drafted at a time (0:
-    /// no speculation; `None`: the server's default).
-    pub draft_max: Option<usize>,
+    /// What the request chose of speculation (llama.cpp's
+    /// `speculative.n_max` and `speculative.p_min`).
+    pub speculation: SpeculationChoice,
 }
 
 /// Tool calling in a chat request.
@@ -108,28 +110,8 @@ impl Request {
             stop: self.stop.clone(),
             stop_on_eog: true,
             render_special: false,
-            speculation: speculation(default, self.draft_max),
+            speculation: self.speculation.apply(default),
         }
-    }
-}
-
-/// The speculation of a request: the server's `default`, with the draft
-/// length the request gave (0 turns it off; a length with no default drafts
-/// by n-gram lookup).
-fn speculation(
-    default: Option<&engine::Speculation>,
-    draft_max: Option<usize>,
-) -> Option<engine::Speculation> {
-    use engine::{NgramOptions, Speculation};
-    match (default, draft_max) {
-        (_, Some(0)) => None,
-        (None, None) => None,
-        (Some(s), None) => Some(s.clone()),
-        (Some(s), Some(n)) => Some(s.with_max_draft(n)),
-        (None, Some(n)) => Some(Speculation::Ngram(NgramOptions {
-            max_draft: n,
-            ..NgramOptions::default()
-        })),
     }
 }
 

@@ -121,4 +121,16 @@ fn speculative_n_max_sets_turns_off_or_is_refused() {
         let e = parse(&format!(r#"{{"prompt":"a","speculative.n_max":{bad}}}"#)).unwrap_err();
         assert_eq!(e.param.as_deref(), Some("speculative.n_max"), "{bad}");
     }
+    // A least probability is taken, range-checked, and alone turns nothing
+    // on; n-gram drafting has no probabilities to hold to it (a draft
+    // model's is tested with one: cli's serve_options).
+    let strict = parse(r#"{"prompt":"a","speculative.p_min":0.9,"speculative.n_max":3}"#).unwrap();
+    assert_eq!(strict.speculation.p_min, Some(0.9));
+    assert_eq!(draft(&strict, Some(&server)), Some(3));
+    let alone = parse(r#"{"prompt":"a","speculative.p_min":0.9}"#).unwrap();
+    assert_eq!(draft(&alone, None), None);
+    for bad in ["-0.1", "1.5", "1e9"] {
+        let e = parse(&format!(r#"{{"prompt":"a","speculative.p_min":{bad}}}"#)).unwrap_err();
+        assert_eq!(e.param.as_deref(), Some("speculative.p_min"), "{bad}");
+    }
 }
