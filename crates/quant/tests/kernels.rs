@@ -122,8 +122,8 @@ proptest! {
         for ty in [GgmlType::Q4_K, GgmlType::Q6_K, GgmlType::Q5_0, GgmlType::Q8_0] {
             let mut rng = Rng(seed);
             // The 32-value types take an odd number of blocks too (the
-            // kernels' last block).
-            let blocks = if ty.block_len() == 256 { nblocks } else { 5 * nblocks };
+            // kernels' last block), and more than a kernel's chunk of 32.
+            let blocks = if ty.block_len() == 256 { nblocks } else { 17 * nblocks };
             let (rows, cols) = (8 * groups, ty.block_len() * blocks);
             let w = random_weights(ty, rows * cols, &mut rng);
             let packed = quant::interleave(ty, rows, cols, &w, |_| {}).unwrap().unwrap();

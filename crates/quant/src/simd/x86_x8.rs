@@ -17,9 +17,9 @@ use crate::formats::interleave::{
 };
 
 /// `acc + Σ u·s` over each lane's four byte pairs, without VNNI: `u` holds
-/// Q4_K's 0..15, or Q8_0's and Q5_0's |w| ≤ 128 against activations of at
-/// most 127,
-/// so `vpmaddubsw` cannot saturate (2 · 128 · 127 < 2^15).
+/// Q4_K's 0..15, Q5_0's codes 0..31 or Q8_0's |w| ≤ 128 against
+/// activations of at most 127, so `vpmaddubsw` cannot saturate
+/// (2 · 128 · 127 < 2^15).
 #[inline]
 #[target_feature(enable = "avx2")]
 fn dpbusd_avx2(acc: __m256i, u: __m256i, s: __m256i) -> __m256i {
@@ -503,7 +503,7 @@ q6_k_x8_kernels!(
 );
 
 macro_rules! legacy_x8_kernel {
-    ($feat:literal, $dp:ident, $one:ident, $gb:expr, $doc:literal, |$g:ident| $values:expr) => {
+    ($feat:literal, $dp:ident, $one:ident, $gb:expr, $doc:literal, |$g:ident, $ab:ident| $quads:expr) => {
         #[doc = $doc]
         ///
         /// Quad `j` of block `b` adds to lane `j` of chain `b % 2` as in
@@ -522,7 +522,7 @@ macro_rules! legacy_x8_kernel {
                 // SAFETY: block b lies inside the weights and activations
                 // (the caller's contract): the eight f16 `d` at 0 and the
                 // activations' f16 `d` at 0.
-                let ($g, ab, d) = unsafe {
+                let ($g, $ab, d) = unsafe {
                     let (g, ab) = (w.add(b * $gb), a.add(b * BlockQ8_0::BYTES));
                     let dw = _mm256_cvtph_ps(_mm_loadu_si128(g as *const __m128i));
                     let da = std::ptr::read_unaligned(ab as *const i16);
@@ -532,18 +532,12 @@ macro_rules! legacy_x8_kernel {
                         _mm256_mul_ps(dw, _mm256_cvtph_ps(_mm_set1_epi16(da))),
                     )
                 };
-                // The eight quads' signed values, four of each row a lane.
-                let values: [__m256i; 8] = $values;
-                for (j, (lane, v)) in acc.iter_mut().zip(values).enumerate() {
-                    // SAFETY: quad j of the activations.
-                    let av = unsafe { act4(ab.add(at::Q8_0_QS + 4 * j)) };
-                    // |w| as u8 and the activations carrying w's sign keep
-                    // each product exact for the u8 · i8 instruction.
-                    let p = $dp(
-                        _mm256_setzero_si256(),
-                        _mm256_sign_epi8(v, v),
-                        _mm256_sign_epi8(av, v),
-                    );
+                // Each quad's `vpdpbusd` operands: a start, unsigned weight
+                // bytes and signed activation bytes whose sum with the start
+                // is the quad's exact dot, four bytes of each row a lane.
+                let quads: [QuadOperands; 8] = $quads;
+                for (lane, q) in acc.iter_mut().zip(quads) {
+                    let p = $dp(q.start, q.unsigned, q.signed);
                     *lane = _mm256_fmadd_ps(d, _mm256_cvtepi32_ps(p), *lane);
                 }
             };
@@ -567,6 +561,28 @@ macro_rules! legacy_x8_kernel {
     };
 }
 
+/// One quad's operands for `vpdpbusd`: `start + Σ unsigned · signed` over
+/// each lane's four byte pairs is the quad's dot for that lane's row.
+#[derive(Clone, Copy)]
+struct QuadOperands {
+    start: __m256i,
+    unsigned: __m256i,
+    signed: __m256i,
+}
+
+/// Q8_0's signed weights `v` against activations `av`: |w| meets the
+/// activations carrying w's sign, which keeps each product exact for the
+/// u8 · i8 instruction.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn signed_quad(v: __m256i, av: __m256i) -> QuadOperands {
+    QuadOperands {
+        start: _mm256_setzero_si256(),
+        unsigned: _mm256_sign_epi8(v, v),
+        signed: _mm256_sign_epi8(av, v),
+    }
+}
+
 /// The Q8_0 and Q5_0 kernels for one feature set.
 macro_rules! legacy_x8_kernels {
     ($feat:literal, $dp:ident, $q8_0:ident, $q5_0:ident) => {
@@ -576,10 +592,14 @@ macro_rules! legacy_x8_kernels {
             $q8_0,
             Q8_0_GROUP_BYTES,
             "Eight interleaved Q8_0 rows · Q8_0: one result per row.",
-            |g| {
+            |g, ab| {
                 std::array::from_fn(|j| {
-                    // SAFETY: quad j of the group block's values.
-                    unsafe { _mm256_loadu_si256(g.add(x8_q8_0::QS + 32 * j) as *const __m256i) }
+                    // SAFETY: quad j of the group block's values and of the
+                    // activations.
+                    unsafe {
+                        let v = _mm256_loadu_si256(g.add(x8_q8_0::QS + 32 * j) as *const __m256i);
+                        signed_quad(v, act4(ab.add(at::Q8_0_QS + 4 * j)))
+                    }
                 })
             }
         );
@@ -589,12 +609,40 @@ macro_rules! legacy_x8_kernels {
             $q5_0,
             Q5_0_GROUP_BYTES,
             "Eight interleaved Q5_0 rows · Q8_0: one result per row.",
-            |g| {
-                // SAFETY: a whole Q5_0 group block.
-                unsafe { q5_0_quads(g) }
+            |g, ab| {
+                // SAFETY: a whole Q5_0 group block, and a whole activation
+                // block.
+                unsafe { q5_0_quad_operands(g, ab) }
             }
         );
     };
+}
+
+/// A Q5_0 group block's quads against the activation block at `ab`: the
+/// codes `q` (0..31) as they are, starting from −16 × the activation
+/// quad's sum, so `Σ (q − 16) · a` needs no sign fix-ups.
+///
+/// # Safety
+/// `g` points at a whole Q5_0 group block and `ab` at a Q8_0 block.
+#[inline]
+#[target_feature(enable = "avx2")]
+unsafe fn q5_0_quad_operands(g: *const u8, ab: *const u8) -> [QuadOperands; 8] {
+    // SAFETY: the block's 32 activations (the caller's contract).
+    let acts = unsafe { _mm256_loadu_si256(ab.add(at::Q8_0_QS) as *const __m256i) };
+    // Quad j's sum times −16 in lane j: pairs of bytes, then pairs of those.
+    let pairs = _mm256_maddubs_epi16(_mm256_set1_epi8(1), acts);
+    let sums = _mm256_madd_epi16(pairs, _mm256_set1_epi16(-16));
+    let mut starts = [0i32; 8];
+    // SAFETY: `starts` holds eight i32.
+    unsafe { _mm256_storeu_si256(starts.as_mut_ptr() as *mut __m256i, sums) };
+    // SAFETY: the caller's contract.
+    let codes = unsafe { q5_0_codes(g) };
+    std::array::from_fn(|j| QuadOperands {
+        start: _mm256_set1_epi32(starts[j]),
+        unsigned: codes[j],
+        // SAFETY: quad j of the activation block.
+        signed: unsafe { act4(ab.add(at::Q8_0_QS + 4 * j)) },
+    })
 }
 
 /// Q5_0 group blocks rewritten as Q8_0 ones ([`super::WidenX8Fn`]), for
@@ -615,21 +663,22 @@ pub(crate) unsafe fn q5_0_x8_as_q8_0_avx2(src: &[u8], nb: usize, dst: &mut [u8])
             let o = dst.as_mut_ptr().add(b * Q8_0_GROUP_BYTES);
             let d = _mm_loadu_si128(g.add(x8_q5_0::D) as *const __m128i);
             _mm_storeu_si128(o.add(x8_q8_0::D) as *mut __m128i, d);
-            for (j, v) in q5_0_quads(g).into_iter().enumerate() {
+            for (j, q) in q5_0_codes(g).into_iter().enumerate() {
+                let v = _mm256_sub_epi8(q, _mm256_set1_epi8(16));
                 _mm256_storeu_si256(o.add(x8_q8_0::QS + 32 * j) as *mut __m256i, v);
             }
         }
     }
 }
 
-/// The eight quads' signed values (`q - 16`) of the Q5_0 group block at
-/// `g`, four of each row a lane.
+/// The eight quads' codes `q` (0..31, the value being `q - 16`) of the
+/// Q5_0 group block at `g`, four of each row a lane.
 ///
 /// # Safety
 /// `g` points at a whole Q5_0 group block.
 #[inline]
 #[target_feature(enable = "avx2")]
-unsafe fn q5_0_quads(g: *const u8) -> [__m256i; 8] {
+unsafe fn q5_0_codes(g: *const u8) -> [__m256i; 8] {
     // SAFETY: the group block's four runs of nibbles and its fifth bits.
     let (runs, qh): ([__m256i; 4], __m256i) = unsafe {
         (
@@ -646,7 +695,7 @@ unsafe fn q5_0_quads(g: *const u8) -> [__m256i; 8] {
         } else {
             _mm256_and_si256(_mm256_srli_epi16(runs[j - 4], 4), m4)
         };
-        _mm256_sub_epi8(_mm256_or_si256(nib, fifth_bit(qh, j)), _mm256_set1_epi8(16))
+        _mm256_or_si256(nib, fifth_bit(qh, j))
     })
 }
 
