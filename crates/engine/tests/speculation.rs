@@ -243,16 +243,23 @@ const TINY_Q8: &str = concat!(
     "/../../tests/fixtures/tiny/gemma3/model-q8_0.gguf"
 );
 
+/// The tiny f32 model, its Q8_0 copy to draft for it, and a prompt of 31
+/// ids whose pattern `(i * step % modulus)` the caller picks.
+fn tiny_with_its_q8_0(step: u32, modulus: u32) -> (Engine, std::sync::Arc<Engine>, Vec<u32>) {
+    let target = load(std::path::Path::new(TINY), 512);
+    let draft = std::sync::Arc::new(load(std::path::Path::new(TINY_Q8), 512));
+    let vocab = target.model().config().vocab as u32;
+    let prompt = std::iter::once(2)
+        .chain((0..30).map(|i| 10 + (i * step % modulus) % (vocab - 10)))
+        .collect();
+    (target, draft, prompt)
+}
+
 #[test]
 fn a_draft_model_changes_nothing_but_the_speed() {
     // The Q8_0 copy drafts for the f32 model: close enough that most drafts
     // are kept, different enough that some are not.
-    let target = load(std::path::Path::new(TINY), 512);
-    let draft = std::sync::Arc::new(load(std::path::Path::new(TINY_Q8), 512));
-    let vocab = target.model().config().vocab as u32;
-    let prompt: Vec<u32> = std::iter::once(2)
-        .chain((0..30).map(|i| 10 + (i * 11 % 17) % (vocab - 10)))
-        .collect();
+    let (target, draft, prompt) = tiny_with_its_q8_0(11, 17);
     let mut kept = 0;
     for (seed, temperature) in [(1, 0.0), (4, 1.0)] {
         let params = SamplingParams {
@@ -284,12 +291,7 @@ fn a_draft_model_changes_nothing_but_the_speed() {
 /// the tiny model is certain); the output is the same at each.
 #[test]
 fn a_draft_stops_at_a_guess_below_its_least_probability() {
-    let target = load(std::path::Path::new(TINY), 512);
-    let draft = std::sync::Arc::new(load(std::path::Path::new(TINY_Q8), 512));
-    let vocab = target.model().config().vocab as u32;
-    let prompt: Vec<u32> = std::iter::once(2)
-        .chain((0..30).map(|i| 10 + (i * 7 % 23) % (vocab - 10)))
-        .collect();
+    let (target, draft, prompt) = tiny_with_its_q8_0(7, 23);
     let greedy = SamplingParams {
         temperature: 0.0,
         ..SamplingParams::default()
