@@ -632,13 +632,10 @@ unsafe fn q5_0_quad_operands(g: *const u8, ab: *const u8) -> [QuadOperands; 8] {
     // Quad j's sum times −16 in lane j: pairs of bytes, then pairs of those.
     let pairs = _mm256_maddubs_epi16(_mm256_set1_epi8(1), acts);
     let sums = _mm256_madd_epi16(pairs, _mm256_set1_epi16(-16));
-    let mut starts = [0i32; 8];
-    // SAFETY: `starts` holds eight i32.
-    unsafe { _mm256_storeu_si256(starts.as_mut_ptr() as *mut __m256i, sums) };
     // SAFETY: the caller's contract.
     let codes = unsafe { q5_0_codes(g) };
     std::array::from_fn(|j| QuadOperands {
-        start: _mm256_set1_epi32(starts[j]),
+        start: _mm256_permutevar8x32_epi32(sums, _mm256_set1_epi32(j as i32)),
         unsigned: codes[j],
         // SAFETY: quad j of the activation block.
         signed: unsafe { act4(ab.add(at::Q8_0_QS + 4 * j)) },
