@@ -243,14 +243,18 @@ const TINY_Q8: &str = concat!(
     "/../../tests/fixtures/tiny/gemma3/model-q8_0.gguf"
 );
 
-/// The tiny f32 model, its Q8_0 copy to draft for it, and a prompt of 31
-/// ids whose pattern `(i * step % modulus)` the caller picks.
-fn tiny_with_its_q8_0(step: u32, modulus: u32) -> (Engine, std::sync::Arc<Engine>, Vec<u32>) {
+/// The tiny f32 model, its Q8_0 copy to draft for it, and a prompt of BOS
+/// and `len` ids whose pattern `(i * step % modulus)` the caller picks.
+fn tiny_with_its_q8_0(
+    len: u32,
+    step: u32,
+    modulus: u32,
+) -> (Engine, std::sync::Arc<Engine>, Vec<u32>) {
     let target = load(std::path::Path::new(TINY), 512);
     let draft = std::sync::Arc::new(load(std::path::Path::new(TINY_Q8), 512));
     let vocab = target.model().config().vocab as u32;
     let prompt = std::iter::once(2)
-        .chain((0..30).map(|i| 10 + (i * step % modulus) % (vocab - 10)))
+        .chain((0..len).map(|i| 10 + (i * step % modulus) % (vocab - 10)))
         .collect();
     (target, draft, prompt)
 }
@@ -259,7 +263,7 @@ fn tiny_with_its_q8_0(step: u32, modulus: u32) -> (Engine, std::sync::Arc<Engine
 fn a_draft_model_changes_nothing_but_the_speed() {
     // The Q8_0 copy drafts for the f32 model: close enough that most drafts
     // are kept, different enough that some are not.
-    let (target, draft, prompt) = tiny_with_its_q8_0(11, 17);
+    let (target, draft, prompt) = tiny_with_its_q8_0(30, 11, 17);
     let mut kept = 0;
     for (seed, temperature) in [(1, 0.0), (4, 1.0)] {
         let params = SamplingParams {
@@ -291,7 +295,7 @@ fn a_draft_model_changes_nothing_but_the_speed() {
 /// the tiny model is certain); the output is the same at each.
 #[test]
 fn a_draft_stops_at_a_guess_below_its_least_probability() {
-    let (target, draft, prompt) = tiny_with_its_q8_0(7, 23);
+    let (target, draft, prompt) = tiny_with_its_q8_0(30, 7, 23);
     let greedy = SamplingParams {
         temperature: 0.0,
         ..SamplingParams::default()
@@ -316,13 +320,8 @@ fn a_draft_stops_at_a_guess_below_its_least_probability() {
 /// nothing but the speed.
 #[test]
 fn a_draft_models_sequence_is_kept_for_the_next_turn() {
-    let target = load(std::path::Path::new(TINY), 512);
-    let draft = std::sync::Arc::new(load(std::path::Path::new(TINY_Q8), 512));
+    let (target, draft, first) = tiny_with_its_q8_0(200, 13, 29);
     let model = hearth_engine::DraftModel::new(draft, &target, 4).unwrap();
-    let vocab = target.model().config().vocab as u32;
-    let first: Vec<u32> = std::iter::once(2)
-        .chain((0..200).map(|i| 10 + (i * 13 % 29) % (vocab - 10)))
-        .collect();
     let greedy = SamplingParams {
         temperature: 0.0,
         ..SamplingParams::default()
