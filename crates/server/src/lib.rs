@@ -19,6 +19,7 @@ mod media;
 pub mod metrics;
 pub mod models;
 mod ollama;
+mod panics;
 mod pipeline;
 mod reply;
 mod responses;

@@ -20,7 +20,7 @@ use std::sync::Arc;
 /// Anthropic, Ollama and llama.cpp's utilities) and taking JSON bodies only;
 /// `/health` and `/metrics` behind the key too unless `--public-health`; the
 /// chat page open (it asks for the key itself); the browser checks of the
-/// server bound at `bound`; request counting.
+/// server bound at `bound`; request counting; panics caught.
 pub(crate) fn router(state: AppState, bound: SocketAddr) -> Router {
     let v1 = Router::new()
         .route("/v1/chat/completions", post(completions::chat_completions))
@@ -65,6 +65,7 @@ pub(crate) fn router(state: AppState, bound: SocketAddr) -> Router {
         &state.config.cors,
         &state.config.allowed_hosts,
     ));
+    let metrics = Arc::clone(&state.metrics);
     let router = Router::new()
         .merge(v1)
         .merge(probes)
@@ -87,10 +88,14 @@ pub(crate) fn router(state: AppState, bound: SocketAddr) -> Router {
     // Outside the rest, so a browser's preflight is answered before the key
     // check (a preflight from an origin not allowed gets no CORS headers,
     // and the request after it is refused).
-    match cors {
+    let router = match cors {
         Some(layer) => router.layer(layer),
         None => router,
-    }
+    };
+    // Outermost, so a panic anywhere in a request ends only that request.
+    router.layer(middleware::from_fn(move |req, next| {
+        crate::panics::catch_panics(Arc::clone(&metrics), req, next)
+    }))
 }
 
 /// `--cors ORIGIN...`: the origins a browser page may call from (`*` for
