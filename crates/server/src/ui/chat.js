@@ -39,27 +39,74 @@ function safeUrl(url) {
   try { const u = new URL(url, location.href); return ["http:", "https:", "mailto:"].includes(u.protocol) ? u.href : null; }
   catch { return null; }
 }
+// Inline markdown (code, **strong**, *em*, _em_, [links](url)) in one pass
+// over the text. Each closer is found by a forward search whose answer is
+// kept or that rules out every later opener of its kind, and code spans
+// pair through a table of backtick runs: no text costs more than a few
+// passes (a lazy regex took minutes on a line of backticks). Nesting is
+// bounded too: an element's text never holds its own delimiter.
 function inline(parent, text) {
-  const re = /(`+)([\s\S]*?[^`])\1(?!`)|\*\*([^*\n][\s\S]*?)\*\*|(?<![\w*])\*([^*\n]+)\*(?![\w*])|(?<!\w)_([^_\n]+)_(?!\w)|\[([^\]\n]+)\]\(([^()\s]+)\)/g;
-  let last = 0, m;
   const plain = (s) => s.split("\n").forEach((part, i) => { if (i) parent.append(el("br")); if (part) parent.append(document.createTextNode(part)); });
-  while ((m = re.exec(text))) {
-    plain(text.slice(last, m.index));
-    if (m[1]) parent.append(el("code", { text: m[2] }));
-    else if (m[3] != null) inline(parent.appendChild(el("strong")), m[3]);
-    else if (m[4] != null) inline(parent.appendChild(el("em")), m[4]);
-    else if (m[5] != null) inline(parent.appendChild(el("em")), m[5]);
-    else {
-      const href = safeUrl(m[7]);
-      if (href) parent.append(el("a", { href, target: "_blank", rel: "noopener noreferrer nofollow", text: m[6] }));
-      else plain(m[0]);
+  const word = (c) => c !== undefined && /\w/.test(c);
+  const ticks = text.includes("`") ? backtickRuns(text) : null;
+  let last = 0, i = 0, strongUntil = text.length, bracket = -1, urlFor = -1, urlEnd = -1;
+  while (i < text.length) {
+    const c = text[i], next = text[i + 1];
+    let node = null, end = -1;
+    if (c === "`") {
+      const run = ticks.get(i);
+      if (run.close < 0) { i += run.len; continue; }
+      node = el("code", { text: text.slice(i + run.len, run.close) }); end = run.close + run.len;
+    } else if (c === "*" && next === "*" && i < strongUntil && text[i + 2] && !"*\n".includes(text[i + 2])) {
+      const close = text.indexOf("**", i + 3);
+      // No closer after this opener: none after any later one either.
+      if (close < 0) strongUntil = i;
+      else { node = el("strong"); inline(node, text.slice(i + 2, close)); end = close + 2; }
+    } else if ((c === "*" && !word(text[i - 1]) && text[i - 1] !== "*") || (c === "_" && !word(text[i - 1]))) {
+      // The closer is the next `c` on the line: no two openers scan the same text.
+      let j = i + 1;
+      while (j < text.length && text[j] !== c && text[j] !== "\n") j++;
+      if (j > i + 1 && text[j] === c && !word(text[j + 1]) && (c === "_" || text[j + 1] !== "*")) {
+        node = el("em"); inline(node, text.slice(i + 1, j)); end = j + 1;
+      }
+    } else if (c === "[") {
+      // The first `]` or line end after a run of `[` is the same for all of them.
+      if (bracket <= i) { bracket = i + 1; while (bracket < text.length && text[bracket] !== "]" && text[bracket] !== "\n") bracket++; }
+      if (bracket > i + 1 && text[bracket] === "]" && text[bracket + 1] === "(") {
+        if (urlFor !== bracket) { urlFor = bracket; urlEnd = bracket + 2; while (urlEnd < text.length && !/[()\s]/.test(text[urlEnd])) urlEnd++; }
+        if (urlEnd > bracket + 2 && text[urlEnd] === ")") {
+          const href = safeUrl(text.slice(bracket + 2, urlEnd));
+          // A link to anything else stays as the text it was.
+          if (!href) { i = urlEnd + 1; continue; }
+          node = el("a", { href, target: "_blank", rel: "noopener noreferrer nofollow", text: text.slice(i + 1, bracket) }); end = urlEnd + 1;
+        }
+      }
     }
-    last = re.lastIndex;
+    if (!node) { i++; continue; }
+    plain(text.slice(last, i)); parent.append(node); i = last = end;
   }
   plain(text.slice(last));
 }
+// Each maximal run of backticks by its start: its length, and where the next
+// run of the same length starts (-1 if none), which closes a code span.
+function backtickRuns(text) {
+  const runs = [], byStart = new Map(), nextOfLength = new Map();
+  for (let i = text.indexOf("`"); i >= 0; i = text.indexOf("`", i)) {
+    const start = i;
+    while (text[i] === "`") i++;
+    runs.push({ start, len: i - start, close: -1 });
+  }
+  for (let k = runs.length - 1; k >= 0; k--) {
+    const r = runs[k];
+    r.close = nextOfLength.get(r.len) ?? -1; nextOfLength.set(r.len, r.start); byStart.set(r.start, r);
+  }
+  return byStart;
+}
 const BLOCK = /^\s*(```|~~~|#{1,6}\s|>|[-*+]\s|\d+[.)]\s)/;
-function markdown(text) {
+// Quotes nest this deep at most: a line of 100k `>` would otherwise nest
+// 100k elements (and overflow the stack).
+const QUOTE_DEPTH = 8;
+function markdown(text, depth = 0) {
   const out = document.createDocumentFragment(), lines = text.split("\n");
   for (let i = 0; i < lines.length;) {
     const line = lines[i], fence = line.match(/^\s*(```|~~~)\s*([\w+#.-]*)/);
@@ -79,7 +126,9 @@ function markdown(text) {
     } else if (/^>/.test(line)) {
       const quote = [];
       for (; i < lines.length && /^>/.test(lines[i]); i++) quote.push(lines[i].replace(/^>\s?/, ""));
-      out.appendChild(el("blockquote")).append(markdown(quote.join("\n")));
+      const q = out.appendChild(el("blockquote"));
+      if (depth + 1 < QUOTE_DEPTH) q.append(markdown(quote.join("\n"), depth + 1));
+      else inline(q.appendChild(el("p")), quote.join("\n"));
     } else {
       const para = [line];
       for (i++; i < lines.length && lines[i].trim() && !BLOCK.test(lines[i]); i++) para.push(lines[i]);
@@ -307,8 +356,16 @@ async function generate() {
   let node = messageNode(m, c.messages.length - 1, c); log.append(node);
   const controller = new AbortController(); busy = controller; setBusy(true);
   const started = performance.now(); let first = null, usage = null, timings = null, drawn = false;
-  const draw = () => { drawn = false; fillBody(node.querySelector(".body"), m); if (nearBottom) log.scrollTop = log.scrollHeight; };
-  let nearBottom = true;
+  // Each draw renders the whole reply again, so a long reply is drawn less
+  // often: the wait after a draw is four times what it took, which keeps
+  // drawing under a fifth of the page's time however long the reply grows.
+  let nearBottom = true, nextDraw = 0;
+  const draw = () => {
+    const began = performance.now();
+    drawn = false; fillBody(node.querySelector(".body"), m); if (nearBottom) log.scrollTop = log.scrollHeight;
+    const now = performance.now(); nextDraw = now + 4 * (now - began);
+  };
+  const schedule = () => setTimeout(() => requestAnimationFrame(draw), Math.max(0, nextDraw - performance.now()));
   try {
     const r = await api("/v1/chat/completions", body, controller.signal);
     if (!r.ok) throw new Error(await errorText(r));
@@ -331,7 +388,7 @@ async function generate() {
           if (j.guard) m.guard = j.guard;
           if (j.usage) usage = j.usage;
           if (j.timings) timings = j.timings;
-          if (!drawn) { drawn = true; nearBottom = log.scrollHeight - log.scrollTop - log.clientHeight < 80; requestAnimationFrame(draw); }
+          if (!drawn) { drawn = true; nearBottom = log.scrollHeight - log.scrollTop - log.clientHeight < 80; schedule(); }
         }
       }
     }
