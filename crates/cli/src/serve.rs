@@ -39,9 +39,15 @@ pub struct ServeArgs {
     #[arg(long, env = "HEARTH_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
     /// Let browser pages from these origins call the server (`*` for any;
-    /// off by default).
+    /// off by default: a request from another origin gets 403).
     #[arg(long, num_args = 1..)]
     cors: Vec<String>,
+    /// Host names the server answers to, besides localhost, *.localhost and
+    /// IP addresses (`*.NAME` for subdomains, `*` for any). Bound to
+    /// loopback, other names get 403 (DNS rebinding); bound elsewhere, every
+    /// name is answered unless this lists them.
+    #[arg(long, value_name = "NAME[,NAME]", num_args = 1.., value_delimiter = ',')]
+    allowed_hosts: Vec<String>,
     /// What a chat does when it outgrows the context: `truncate` drops its
     /// oldest turns (keeping the system prompt and the latest turn), `error`
     /// answers 400. Raw completions are never truncated.
@@ -240,6 +246,7 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
     config.queue = args.queue.unwrap_or(4 * args.parallel);
     config.api_key = args.api_key.clone().filter(|k| !k.is_empty());
     config.cors = args.cors.clone();
+    config.allowed_hosts = args.allowed_hosts.clone();
     config.context_overflow = match args.context_overflow {
         Overflow::Truncate => server::truncate::Overflow::Truncate,
         Overflow::Error => server::truncate::Overflow::Error,

@@ -11,6 +11,8 @@
 //! - replies whose text is `<img src=x onerror=alert(1)>` and
 //!   `[x](javascript:alert(1))` (the real model held to that text by a
 //!   regex) render as inert text: no dialog, no image, no script, no link;
+//! - replies that froze the page's first renderer (100k backticks or `[`,
+//!   100k nested quotes) are drawn, their text kept;
 //! - a guard switched on shows its trace folded under the reply;
 //! - with `--api-key`, the page asks for the key once and keeps it;
 //! - the page's weight on a cold load, stated; screenshots at 1280 and 360
@@ -487,6 +489,25 @@ async fn chat_page_end_to_end() {
     )
     .await;
     assert_inert(&c, "[x](javascript:alert(1))").await;
+
+    // Replies that froze the page's first renderer (a lazy regex took
+    // minutes on a line of backticks; a line of `>` nested a quote per
+    // character and overflowed the stack): each is drawn within the
+    // driver's script timeout, its text kept, its quotes nested 8 deep.
+    let drawn = js(
+        &c,
+        "const box=document.createElement('div'), n=100000; \
+         return ['a'+'`'.repeat(n), '`'.repeat(n), '['.repeat(n), '>'.repeat(n)+' x', \
+                 'x'.repeat(n), '**a '.repeat(n/4), '> '.repeat(n/2)+'x'].map(t=>{ \
+           fillBody(box,{role:'assistant',content:t}); \
+           return [box.textContent.length, box.querySelectorAll('blockquote').length]; })",
+    )
+    .await;
+    for (i, shown) in drawn.as_array().unwrap().iter().enumerate() {
+        let (text, quotes) = (shown[0].as_u64().unwrap(), shown[1].as_u64().unwrap());
+        assert!(i == 1 || text >= 50_000, "case {i}: {drawn}");
+        assert!(quotes <= 8, "case {i}: {drawn}");
+    }
 
     // Rename one conversation and delete another.
     js(

@@ -112,14 +112,16 @@ fn errors_have_the_openai_shape_and_status() {
     // Body over the limit: said up front by Content-Length (the answer comes
     // before the body is sent), or found while reading a chunked body.
     let mut c = connect(&s.addr).unwrap();
-    c.write_all(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 2097152\r\n\r\n{\"prompt\":\"")
+    c.write_all(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2097152\r\n\r\n{\"prompt\":\"")
         .unwrap();
     let mut raw = Vec::new();
     let _ = c.read_to_end(&mut raw);
     parse_response(&raw).unwrap().assert_error(413);
     let mut c = connect(&s.addr).unwrap();
-    c.write_all(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n")
-        .unwrap();
+    c.write_all(
+        b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nTransfer-Encoding: chunked\r\n\r\n",
+    )
+    .unwrap();
     let chunk = format!("10000\r\n{}\r\n", "a".repeat(0x10000));
     for _ in 0..17 {
         if c.write_all(chunk.as_bytes()).is_err() {
@@ -465,7 +467,7 @@ fn slow_clients_are_cut_off() {
     // A body trickling in one byte a second gets 408 after the timeout.
     let t0 = Instant::now();
     let mut c = connect(&s.addr).unwrap();
-    c.write_all(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 200\r\n\r\n")
+    c.write_all(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 200\r\n\r\n")
         .unwrap();
     let mut answered = Vec::new();
     c.set_read_timeout(Some(Duration::from_millis(900)))

@@ -386,7 +386,7 @@ fn errors_never_echo_a_file_path() {
     assert!(!msg.contains("secret-name"), "{msg}");
     let mut c = connect(&s.addr).unwrap();
     c.write_all(
-        b"GET /v1/models/..%2F..%2Fetc%2Fpasswd HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+        b"GET /v1/models/..%2F..%2Fetc%2Fpasswd HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n",
     )
     .unwrap();
     let mut raw = Vec::new();

@@ -129,7 +129,7 @@ fn image_parts_are_read_and_bad_ones_refused() {
     // 100 MB said up front: a 413 that names the limit and the flag, before
     // the body is sent; the server goes on.
     let mut c = connect(&s.addr).unwrap();
-    c.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 104857600\r\n\r\n{\"messages\":")
+    c.write_all(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 104857600\r\n\r\n{\"messages\":")
         .unwrap();
     let mut raw = Vec::new();
     let _ = c.read_to_end(&mut raw);

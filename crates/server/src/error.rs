@@ -83,6 +83,12 @@ impl ApiError {
         }
     }
 
+    /// 403: a request a web page on another site could have sent (a
+    /// foreign `Origin` or `Host`); the message names the flag that allows it.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "permission_error", message)
+    }
+
     /// 404: no such route.
     pub fn not_found(message: impl Into<String>) -> Self {
         Self::new(StatusCode::NOT_FOUND, "invalid_request_error", message)
@@ -133,6 +139,15 @@ impl ApiError {
                  start the server with --body-limit BYTES to raise it.",
                 limit as f64 / (1024.0 * 1024.0)
             ),
+        )
+    }
+
+    /// 415: the body is not declared as the JSON the route takes.
+    pub fn unsupported_media_type(message: impl Into<String>) -> Self {
+        Self::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "invalid_request_error",
+            message,
         )
     }
 

@@ -8,6 +8,7 @@
 mod anthropic;
 pub mod api;
 mod body;
+mod browser;
 mod completions;
 mod embeddings;
 pub mod error;
@@ -18,6 +19,7 @@ mod media;
 pub mod metrics;
 pub mod models;
 mod ollama;
+mod panics;
 mod pipeline;
 mod reply;
 mod responses;
@@ -68,6 +70,10 @@ pub struct ServerConfig {
     /// Origins a browser page may call from (`--cors`; `*` for any; none
     /// by default).
     pub cors: Vec<String>,
+    /// Host names the server answers to besides `localhost`, `*.localhost`
+    /// and IP literals (`--allowed-hosts`; `*.NAME` for subdomains, `*` for
+    /// any). Empty: those alone on a loopback bind, any name on another.
+    pub allowed_hosts: Vec<String>,
     /// What one client may ask: body size and time, connections, rate,
     /// media per request.
     pub limits: Limits,
@@ -117,6 +123,7 @@ impl ServerConfig {
             api_key: None,
             public_health: false,
             cors: Vec::new(),
+            allowed_hosts: Vec::new(),
             limits: Limits::default(),
             request_timeout: Duration::from_secs(600),
             max_request_time: Some(Duration::from_secs(300)),
@@ -258,7 +265,7 @@ async fn serve(config: ServerConfig, lineup: models::Lineup) -> Result<(), Serve
         });
     }
 
-    let app = routes::router(state.clone());
+    let app = routes::router(state.clone(), addr);
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut load_failed: Option<ServeError> = None;
     let server = tokio::spawn(accept_loop(listener, app, stop_rx, config.limits, acceptor));

@@ -22,7 +22,8 @@ pub struct Metrics {
     pub time_limited: AtomicU64,
     /// Jobs refused because the queue was full.
     pub rejected: AtomicU64,
-    /// Panics caught in the scheduler (bugs).
+    /// Panics caught (bugs): in the scheduler, the embedding batcher or a
+    /// request's handler.
     pub panics: AtomicU64,
     /// Prompt tokens of admitted requests.
     pub prompt_tokens: AtomicU64,
@@ -136,7 +137,7 @@ impl Metrics {
         put(
             "hearth_internal_errors_total",
             "counter",
-            "Panics caught in the scheduler.",
+            "Panics caught (bugs): in the scheduler, the embedding batcher or a handler.",
             get(&self.panics),
         );
         put(

@@ -1,6 +1,7 @@
 //! The router and the small handlers: authentication, request counting,
 //! activity tracking (for `--idle-exit`), health, metrics and the model list.
 
+use crate::browser::{self, BrowserPolicy};
 use crate::error::{ApiError, Dialect};
 use crate::idle::TrackedBody;
 use crate::{anthropic, completions, embeddings, ollama, responses, utility, AppState};
@@ -12,12 +13,15 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
+use std::net::SocketAddr;
+use std::sync::Arc;
 
 /// Every route: the APIs behind the key and the rate limit (OpenAI,
-/// Anthropic, Ollama and llama.cpp's utilities); `/health` and `/metrics`
-/// behind the key too unless `--public-health`; the chat page open (it asks
-/// for the key itself); request counting.
-pub(crate) fn router(state: AppState) -> Router {
+/// Anthropic, Ollama and llama.cpp's utilities) and taking JSON bodies only;
+/// `/health` and `/metrics` behind the key too unless `--public-health`; the
+/// chat page open (it asks for the key itself); the browser checks of the
+/// server bound at `bound`; request counting; panics caught.
+pub(crate) fn router(state: AppState, bound: SocketAddr) -> Router {
     let v1 = Router::new()
         .route("/v1/chat/completions", post(completions::chat_completions))
         .route("/v1/completions", post(completions::completions))
@@ -40,6 +44,7 @@ pub(crate) fn router(state: AppState) -> Router {
         .route("/v1/embeddings", post(embeddings::openai))
         .route("/api/embed", post(embeddings::ollama_embed))
         .route("/api/embeddings", post(embeddings::ollama_embeddings))
+        .route_layer(middleware::from_fn(browser::require_json))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth))
         // Outside the key check, so guessing keys counts against the rate.
         .route_layer(middleware::from_fn_with_state(
@@ -55,12 +60,22 @@ pub(crate) fn router(state: AppState) -> Router {
         probes.route_layer(middleware::from_fn_with_state(state.clone(), auth))
     };
     let cors = cors_layer(&state.config.cors);
+    let policy = Arc::new(BrowserPolicy::new(
+        bound,
+        &state.config.cors,
+        &state.config.allowed_hosts,
+    ));
+    let metrics = Arc::clone(&state.metrics);
     let router = Router::new()
         .merge(v1)
         .merge(probes)
         .merge(crate::ui::router(&state.config))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        // Inside the counting, so refusals show in /metrics.
+        .layer(middleware::from_fn(move |req, next| {
+            browser::guard(Arc::clone(&policy), req, next)
+        }))
         .layer(middleware::from_fn_with_state(
             state.clone(),
             count_requests,
@@ -70,11 +85,17 @@ pub(crate) fn router(state: AppState) -> Router {
             track_activity,
         ))
         .with_state(state);
-    // Outermost, so a browser's preflight is answered before the key check.
-    match cors {
+    // Outside the rest, so a browser's preflight is answered before the key
+    // check (a preflight from an origin not allowed gets no CORS headers,
+    // and the request after it is refused).
+    let router = match cors {
         Some(layer) => router.layer(layer),
         None => router,
-    }
+    };
+    // Outermost, so a panic anywhere in a request ends only that request.
+    router.layer(middleware::from_fn(move |req, next| {
+        crate::panics::catch_panics(Arc::clone(&metrics), req, next)
+    }))
 }
 
 /// `--cors ORIGIN...`: the origins a browser page may call from (`*` for

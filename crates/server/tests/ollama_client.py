@@ -155,7 +155,7 @@ assert status == 400 and "parameters" in v["error"], v
 expect_error(lambda: c.embed(model=MODEL, input="hello"), 400, "does not embed")
 expect_error(lambda: ollama.Client(host=HOST).list(), 401, "API key")
 for body in [b"{not json", b'{"model": 5, "messages": "x"}']:
-    req = urllib.request.Request(HOST + "/api/chat", data=body, headers=AUTH)
+    req = urllib.request.Request(HOST + "/api/chat", data=body, headers={"Content-Type": "application/json", **AUTH})
     try:
         urllib.request.urlopen(req)
         raise AssertionError("accepted")
