@@ -292,11 +292,11 @@ def attacks(model, vision_model):
          {"model": vision_model, "stream": False, "messages": [{"role": "user", "content": "hi", "images": [data_url(bomb).split(",", 1)[1]]}]}),
     ):
         add("media: decode before admission", f"{api}, {len(bomb) // 1024} KB PNG of 7000x7000", poster(path, body),
-            server="vision")
+            refuse=False, server="vision")
     png16 = png(3500, 3500, depth=16, color=6)
     add("media: decode before admission", f"chat image, {len(png16) // 1024} KB 16-bit RGBA PNG of 3500x3500",
         poster("/v1/chat/completions", {"model": vision_model, "max_tokens": 4, "messages": [{"role": "user", "content": [
-            {"type": "image_url", "image_url": {"url": data_url(png16)}}]}]}), server="vision")
+            {"type": "image_url", "image_url": {"url": data_url(png16)}}]}]}), refuse=False, server="vision")
     # Browsers.
     evil = {"Origin": "http://evil.example", "Content-Type": "text/plain"}
     add("browser: cross-site simple POST", "text/plain from http://evil.example to /v1/chat/completions",

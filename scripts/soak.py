@@ -220,12 +220,12 @@ def abuse_once(kind, host, port, rng):
     request (half-open, slowloris), else what came back."""
     if kind == "oversize":
         s = socket.create_connection((host, port), timeout=30)
-        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\n"
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\n"
                   b"Content-Type: application/json\r\nContent-Length: 67108864\r\n\r\n{\"messages\":")
         return status_of(s)
     if kind == "half_open":
         s = socket.create_connection((host, port), timeout=60)
-        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: x\r\nContent-Length: 500\r\n\r\n{\"mess")
+        s.sendall(b"POST /v1/chat/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 500\r\n\r\n{\"mess")
         return status_of(s)
     if kind == "slowloris":
         s = socket.create_connection((host, port), timeout=60)
