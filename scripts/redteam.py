@@ -308,6 +308,13 @@ def attacks(model, vision_model):
         poster("/v1/chat/completions", chat_body(model), headers={"Host": "evil.example:8080", "Origin": "http://evil.example:8080"}))
     add("browser: DNS rebinding", "GET /v1/models with Host: evil.example",
         lambda s: _answer(request(s.port, "GET", "/v1/models", headers={"Host": "evil.example"})))
+    add("browser: cross-site simple POST", "GET /v1/models from a page on another local port (Origin: http://localhost:3000)",
+        lambda s: _answer(request(s.port, "GET", "/v1/models", headers={"Origin": "http://localhost:3000"})))
+    add("browser: cross-site simple POST", "GET /v1/models with Sec-Fetch-Site: cross-site and no Origin",
+        lambda s: _answer(request(s.port, "GET", "/v1/models", headers={"Sec-Fetch-Site": "cross-site"})))
+    add("browser: content type", "multipart/form-data from the page's own origin",
+        lambda s: _answer(post(s, "/v1/chat/completions", json.dumps(chat_body(model)).encode(),
+                               headers={"Origin": f"http://127.0.0.1:{s.port}", "Content-Type": "multipart/form-data; boundary=x"})))
     add("browser: content type", "text/plain without Origin",
         poster("/v1/chat/completions", json.dumps(chat_body(model)).encode(), headers={"Content-Type": "text/plain"}))
     add("browser: CSP", "GET / (script-src of the chat page)", csp_check, refuse=False)
