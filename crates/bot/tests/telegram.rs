@@ -522,6 +522,7 @@ fn webhook_deliveries_need_the_secret() {
         url: url.clone(),
         listen: addr,
         secret: "s3cret-Token_1".into(),
+        limits: server::Limits::default(),
     };
     let _bot = Running::start(cfg, brain.clone());
     let t0 = std::time::Instant::now();

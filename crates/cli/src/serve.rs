@@ -85,6 +85,13 @@ pub struct ServeArgs {
     /// it only inline `data:` URLs are read.
     #[arg(long)]
     allow_file_images: bool,
+    /// Let clients pull models with POST /api/pull (off: 403). A client may
+    /// name a known alias or hf:OWNER/REPO/FILE.gguf, never a local path;
+    /// the download runs as this server's user, with its network, pip and
+    /// HF_TOKEN (so clients reach the gated or private files the token
+    /// does), into the model cache that --models serves.
+    #[arg(long)]
+    allow_pull: bool,
     /// Serve many models, each loaded on its first request: folders (every
     /// GGUF and checkpoint in them; a projector `mmproj*.gguf` pairs with
     /// the models beside it), files or aliases. With no value: the model
@@ -227,6 +234,22 @@ fn secs(name: &str, v: f64) -> Result<Duration> {
     Ok(Duration::from_secs_f64(v))
 }
 
+/// The key of `--api-key` or `HEARTH_API_KEY`. An empty one (a blank
+/// variable in a deployment's environment) is refused rather than taken to
+/// mean "no key", which would open a server its operator meant to lock.
+fn api_key(flag: Option<&str>) -> Result<Option<String>> {
+    // clap may take a blank variable for "not given": look at it here too.
+    let given = flag
+        .map(str::to_owned)
+        .or_else(|| std::env::var_os("HEARTH_API_KEY").map(|v| v.to_string_lossy().into_owned()));
+    match given {
+        Some(k) if k.trim().is_empty() => bail!(
+            "the API key is empty (--api-key or HEARTH_API_KEY): give a key, or leave both unset to serve without one"
+        ),
+        key => Ok(key),
+    }
+}
+
 /// Resolve the model and run the server until a signal stops it.
 pub fn run(args: &ServeArgs) -> Result<ExitCode> {
     if args.parallel == 0 {
@@ -244,7 +267,7 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
     config.port = args.port;
     config.parallel = args.parallel;
     config.queue = args.queue.unwrap_or(4 * args.parallel);
-    config.api_key = args.api_key.clone().filter(|k| !k.is_empty());
+    config.api_key = api_key(args.api_key.as_deref())?;
     config.cors = args.cors.clone();
     config.allowed_hosts = args.allowed_hosts.clone();
     config.context_overflow = match args.context_overflow {
@@ -266,6 +289,7 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
     };
     config.idle_counts_probes = args.idle_count_probes;
     config.allow_file_images = args.allow_file_images;
+    config.allow_pull = args.allow_pull;
     config.ui = !args.no_ui;
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         config.tls = Some(server::tls::TlsFiles {

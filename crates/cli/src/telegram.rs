@@ -60,9 +60,20 @@ pub struct TelegramArgs {
     #[arg(long, value_name = "ADDR", default_value = "0.0.0.0:8080")]
     listen: SocketAddr,
     /// The environment variable holding the webhook's secret token (1–256
-    /// of A-Z a-z 0-9 _ -); unset: a random one per start.
+    /// of A-Z a-z 0-9 _ -); unset: a random one per start. A post without
+    /// it is refused before its body is read.
     #[arg(long, value_name = "VAR", default_value = "TELEGRAM_WEBHOOK_SECRET")]
     webhook_secret_env: String,
+    /// Webhook: largest update body in bytes (past it 413).
+    #[arg(long, value_name = "BYTES", default_value_t = bot::webhook::DEFAULT_BODY_LIMIT)]
+    body_limit: usize,
+    /// Webhook: seconds a client has to send its request headers, and
+    /// again its body (past them the connection is closed, or 408).
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    read_timeout: f64,
+    /// Webhook: connections open at once; past it a new one gets 503.
+    #[arg(long, value_name = "N", default_value_t = bot::webhook::DEFAULT_CONNECTIONS)]
+    max_connections: usize,
     /// Seconds a Bot API call may take before it is retried.
     #[arg(long, default_value_t = 20.0)]
     request_timeout: f64,
@@ -88,12 +99,46 @@ fn default_state_dir() -> Result<PathBuf> {
     Ok(PathBuf::from(home).join(".local/state/hearth/telegram"))
 }
 
+/// The webhook's secret from `$var`, or a random one when it is unset. A
+/// variable set but empty (a blank line in a deployment's environment) is
+/// refused, like an empty API key, rather than quietly replaced.
+fn webhook_secret(var: &str) -> Result<String> {
+    let secret = match std::env::var_os(var) {
+        None => return Ok(bot::webhook::random_secret()),
+        Some(v) => v.to_string_lossy().into_owned(),
+    };
+    let valid = (1..=256).contains(&secret.len())
+        && secret
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if !valid {
+        bail!("${var} must be 1 to 256 characters of A-Z, a-z, 0-9, _ and - (unset it for a random secret per start)");
+    }
+    Ok(secret)
+}
+
+/// The webhook listener's bounds: `hearth serve`'s limits, from the flags
+/// of the same names.
+fn webhook_limits(args: &TelegramArgs) -> Result<server::Limits> {
+    if args.body_limit == 0 || args.max_connections == 0 {
+        bail!("--body-limit and --max-connections must be at least 1");
+    }
+    let read = secs("read-timeout", args.read_timeout)?;
+    Ok(server::Limits {
+        body_bytes: args.body_limit,
+        header_time: read,
+        body_time: read,
+        connections: args.max_connections,
+        ..server::Limits::default()
+    })
+}
+
 /// Load the model and run the bot until a signal stops it.
 pub fn run(args: &TelegramArgs) -> Result<ExitCode> {
     let token = std::env::var(&args.token_env).unwrap_or_default();
     if token.trim().is_empty() {
         bail!(
-            "no bot token: put the token @BotFather gave you in ${} (or name another variable with --token-env)",
+            "no bot token: ${} is unset or empty; put the token @BotFather gave you in it (or name another variable with --token-env)",
             args.token_env
         );
     }
@@ -109,27 +154,12 @@ pub fn run(args: &TelegramArgs) -> Result<ExitCode> {
     };
     let mode = match &args.webhook_url {
         None => bot::Mode::Polling,
-        Some(url) => {
-            let secret = std::env::var(&args.webhook_secret_env)
-                .ok()
-                .filter(|s| !s.is_empty())
-                .unwrap_or_else(bot::webhook::random_secret);
-            let valid = secret.len() <= 256
-                && secret
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-            if !valid {
-                bail!(
-                    "${} must be 1 to 256 characters of A-Z, a-z, 0-9, _ and -",
-                    args.webhook_secret_env
-                );
-            }
-            bot::Mode::Webhook {
-                url: url.clone(),
-                listen: args.listen,
-                secret,
-            }
-        }
+        Some(url) => bot::Mode::Webhook {
+            url: url.clone(),
+            listen: args.listen,
+            secret: webhook_secret(&args.webhook_secret_env)?,
+            limits: webhook_limits(args)?,
+        },
     };
     let path = store::resolve(&args.model.model)?;
     let name = path

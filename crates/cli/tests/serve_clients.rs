@@ -59,6 +59,8 @@ fn the_ollama_and_anthropic_clients_drive_the_real_model() {
             KEY,
             "-t",
             "2",
+            // The Ollama client's pull checks; the vision server runs without it.
+            "--allow-pull",
         ],
     );
     let vision_dir = format!("{ROOT}/tests/fixtures/tiny/gemma3_vision/");

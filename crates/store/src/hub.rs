@@ -26,13 +26,32 @@ pub struct HubSpec {
     pub file: String,
 }
 
+/// The longest `hf:` spec accepted, in bytes (the Hub's own names are far shorter).
+pub const MAX_SPEC_BYTES: usize = 512;
+
+/// One segment of a Hub spec: letters, digits, `-`, `_` and `.`, not starting with `.`
+/// (so never `.` or `..`, nor a hidden file) and not empty. Owner, repo, revision and
+/// every folder and file name of the path obey it, so a spec cannot climb out of the
+/// repo in the Hub's URL nor out of the cache on disk.
+fn is_segment(s: &str) -> bool {
+    !s.is_empty()
+        && !s.starts_with('.')
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
 impl HubSpec {
-    /// Parses the text after `hf:`: `OWNER/REPO/FILE` or `OWNER/REPO@REVISION/FILE`.
+    /// Parses the text after `hf:`: `OWNER/REPO/FILE` or `OWNER/REPO@REVISION/FILE`,
+    /// FILE a path of one or more segments; every segment as [`is_segment`] says, the
+    /// whole at most [`MAX_SPEC_BYTES`].
     pub fn parse(rest: &str) -> Result<Self, StoreError> {
         let bad = |reason: &str| StoreError::BadHubSpec {
-            spec: rest.to_string(),
+            spec: rest.chars().take(MAX_SPEC_BYTES).collect(),
             reason: reason.to_string(),
         };
+        if rest.len() > MAX_SPEC_BYTES {
+            return Err(bad(&format!("it is longer than {MAX_SPEC_BYTES} bytes")));
+        }
         let mut parts = rest.splitn(3, '/');
         let (Some(owner), Some(repo_rev), Some(file)) = (parts.next(), parts.next(), parts.next())
         else {
@@ -42,36 +61,22 @@ impl HubSpec {
             Some((r, rev)) => (r, rev),
             None => (repo_rev, "main"),
         };
-        if owner.is_empty() || repo.is_empty() {
-            return Err(bad("owner and repo must not be empty"));
-        }
-        if revision.is_empty() || revision.contains('@') {
-            return Err(bad("the revision after @ must be one non-empty name"));
-        }
-        // The file name becomes a path in our cache: refuse anything that could climb out of it.
-        if file.is_empty()
-            || file.starts_with('/')
-            || file.ends_with('/')
-            || file
-                .split('/')
-                .any(|c| c.is_empty() || c == "." || c == "..")
+        let plain = "each of owner, repo, revision and the file's path segments must be \
+                     letters, digits, '-', '_' and '.', not empty and not starting with '.'";
+        if ![owner, repo, revision].into_iter().all(is_segment) || !file.split('/').all(is_segment)
         {
-            return Err(bad("the file must be a plain path inside the repo"));
-        }
-        let valid = |s: &str| {
-            s.chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-        };
-        if !valid(owner) || !valid(repo) || !valid(revision) {
-            return Err(bad(
-                "owner, repo and revision may hold only letters, digits, '-', '_' and '.'",
-            ));
+            return Err(bad(plain));
         }
         Ok(Self {
             repo: format!("{owner}/{repo}"),
             revision: revision.to_string(),
             file: file.to_string(),
         })
+    }
+
+    /// Whether the file is a GGUF model (what a server may pull for its clients).
+    pub fn is_gguf(&self) -> bool {
+        self.file.to_ascii_lowercase().ends_with(".gguf")
     }
 
     fn hf_repo(&self) -> Repo {
@@ -540,6 +545,7 @@ mod tests {
         let s = HubSpec::parse("owner/repo@v1.0/model.gguf").unwrap();
         assert_eq!(s.revision, "v1.0");
         assert_eq!(s.to_string(), "hf:owner/repo@v1.0/model.gguf");
+        let long = format!("owner/repo/{}.gguf", "a".repeat(MAX_SPEC_BYTES));
         for bad in [
             "owner/repo",
             "owner//f.gguf",
@@ -548,9 +554,32 @@ mod tests {
             "owner/repo@/f",
             "owner/repo/",
             "ow ner/repo/f",
+            // `..` and hidden names anywhere: owner, repo, revision, path.
+            "a/../b/x.gguf",
+            "../repo/x.gguf",
+            "owner/..@main/x.gguf",
+            "owner/repo@../x.gguf",
+            "owner/repo/sub/../../x.gguf",
+            "owner/repo/./x.gguf",
+            "owner/repo/.hidden.gguf",
+            "owner/.repo/x.gguf",
+            // Characters a URL or a path would read as more than a name.
+            "owner/repo/x.gguf?download=1",
+            "owner/repo/x%2f..%2fy.gguf",
+            "owner/repo/a\\b.gguf",
+            "owner/repo@a@b/x.gguf",
+            "owner/repo/x.gguf#frag",
+            &long,
         ] {
-            assert!(HubSpec::parse(bad).is_err(), "{bad}");
+            assert!(
+                matches!(HubSpec::parse(bad), Err(StoreError::BadHubSpec { .. })),
+                "{bad}"
+            );
         }
+        assert!(HubSpec::parse("owner/repo/model.Q4_K_M.gguf")
+            .unwrap()
+            .is_gguf());
+        assert!(!HubSpec::parse("owner/repo/config.json").unwrap().is_gguf());
     }
 
     #[test]

