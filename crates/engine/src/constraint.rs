@@ -14,7 +14,7 @@
 //! over 262144 tokens costs a millisecond or more.
 
 use crate::{EngineError, Sampler};
-use llguidance::api::TopLevelGrammar;
+use llguidance::api::{ParserLimits, TopLevelGrammar};
 use llguidance::{Matcher, ParserFactory};
 use serde_json::{json, Value};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -50,6 +50,10 @@ pub enum Grammar {
     Lark(String),
     /// A grammar in llama.cpp's GBNF, converted to Lark.
     Gbnf(String),
+    /// Either JSON matching the schema or text that does not begin with `{`
+    /// or `[`: a tool call or a reply, as `tool_choice: auto` allows. The
+    /// schema is prepared as [`Grammar::JsonSchema`]'s is.
+    JsonOrText(Value),
 }
 
 impl Grammar {
@@ -61,7 +65,50 @@ impl Grammar {
             Grammar::Regex(_) => "regex",
             Grammar::Lark(_) => "lark grammar",
             Grammar::Gbnf(_) => "GBNF grammar",
+            Grammar::JsonOrText(_) => "tool call schema",
         }
+    }
+}
+
+/// Why a grammar is refused before llguidance compiles it.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Refusal {
+    /// It is malformed, unsupported, matches nothing or nests too deep.
+    Invalid(String),
+    /// It, or what our rewrites make of it, is past the byte limit.
+    TooLarge(String),
+}
+
+impl Refusal {
+    /// The engine's error for a `kind` of grammar refused so.
+    fn into_error(self, kind: &str) -> EngineError {
+        match self {
+            Refusal::Invalid(m) => EngineError::InvalidGrammar(format!("{kind}: {m}")),
+            Refusal::TooLarge(m) => EngineError::GrammarTooLarge(format!("{kind}: {m}")),
+        }
+    }
+}
+
+/// llguidance's own bounds on a grammar, as it compiles and as each token
+/// is masked: its defaults (tuned on large real schemas), stated here so
+/// a library update cannot loosen them unseen, without the parser state
+/// dumped into errors (we strip it anyway).
+fn parser_limits() -> ParserLimits {
+    ParserLimits {
+        // Earley items in one row: the grammar's branching.
+        max_items_in_row: 2000,
+        // Regex derivative steps to build the first lexer states (~20 ms).
+        initial_lexer_fuel: 1_000_000,
+        // Regex derivative steps for one token mask (~15 ms).
+        step_lexer_fuel: 200_000,
+        // Earley items for one token mask (~2.5 ms).
+        step_max_items: 50_000,
+        // Lexer states one constraint may build, 1-2 KiB each.
+        max_lexer_states: 250_000,
+        // Symbols in the grammar's productions.
+        max_grammar_size: 500_000,
+        precompute_large_lexemes: true,
+        verbose_errors: false,
     }
 }
 
@@ -179,6 +226,7 @@ impl Grammars {
             EngineError::InvalidGrammar(format!("cannot index the vocabulary: {e}"))
         })?;
         factory.quiet();
+        *factory.limits_mut() = parser_limits();
         Ok(Self {
             factory,
             eog,
@@ -193,56 +241,64 @@ impl Grammars {
     }
 
     /// Compile `grammar` into a fresh constraint, refusing (with a message
-    /// that names the problem) a grammar that is invalid, too large, uses a
-    /// feature llguidance does not support, or matches nothing.
+    /// that names the problem) a grammar that is invalid, larger than
+    /// `max_bytes` (itself or as our rewrites make it), nested deeper than
+    /// [`MAX_GRAMMAR_DEPTH`], uses a feature llguidance does not support,
+    /// or matches nothing.
+    ///
+    /// The checks that bound its cost come first, in an order where nothing
+    /// recurses over the input before its depth is known. All of it runs on
+    /// a thread of its own whose stack holds that depth
+    /// ([`depth::COMPILE_STACK`]); a panic there is a failed compile, a bug
+    /// to report, and ends no more than this call.
     pub fn compile(&self, grammar: &Grammar, max_bytes: usize) -> Result<Constraint, EngineError> {
-        let bad = |msg: String| EngineError::InvalidGrammar(format!("{}: {msg}", grammar.kind()));
-        let size = match grammar {
-            Grammar::JsonObject => 0,
-            Grammar::JsonSchema(v) => v.to_string().len(),
-            Grammar::Regex(s) | Grammar::Lark(s) | Grammar::Gbnf(s) => s.len(),
+        let kind = grammar.kind();
+        let compile = || {
+            let (source, size) =
+                checked_source(grammar, max_bytes).map_err(|r| r.into_error(kind))?;
+            self.compile_checked(source, size, max_bytes, kind)
         };
-        if size > max_bytes {
-            return Err(bad(format!(
-                "it is {size} bytes; the limit is {max_bytes} bytes"
-            )));
+        let compiled = std::thread::scope(|scope| {
+            std::thread::Builder::new()
+                .name("grammar-compile".into())
+                .stack_size(depth::COMPILE_STACK)
+                .spawn_scoped(scope, || catch_unwind(AssertUnwindSafe(compile)))
+                .map(|worker| worker.join())
+        });
+        match compiled {
+            Ok(Ok(Ok(result))) => result,
+            Ok(Ok(Err(panic)) | Err(panic)) => Err(EngineError::Constraint(format!(
+                "the grammar compiler failed on this {kind} (a bug): {}",
+                panic_message(&*panic)
+            ))),
+            Err(e) => Err(EngineError::Constraint(format!(
+                "cannot start the grammar compiler's thread: {e}"
+            ))),
         }
-        let top = match grammar {
-            Grammar::JsonObject => TopLevelGrammar::from_json_schema(
-                json!({"type": "object", "x-guidance": compact_json_options()}),
-            ),
-            Grammar::JsonSchema(schema) => {
-                let mut schema = schema.clone();
-                prepare_schema(&mut schema).map_err(bad)?;
-                match &mut schema {
-                    Value::Object(map) => {
-                        map.entry("x-guidance").or_insert_with(compact_json_options);
-                    }
-                    Value::Bool(true) => {
-                        schema = json!({"x-guidance": compact_json_options()});
-                    }
-                    Value::Bool(false) => {
-                        return Err(bad("the schema `false` matches nothing".into()))
-                    }
-                    other => {
-                        return Err(bad(format!(
-                            "a schema is a JSON object (or `true`), not {}",
-                            json_kind(other)
-                        )))
-                    }
-                }
-                TopLevelGrammar::from_json_schema(schema)
-            }
-            Grammar::Regex(rx) => TopLevelGrammar::from_regex(rx),
-            Grammar::Lark(src) => TopLevelGrammar::from_lark(src.clone()),
-            Grammar::Gbnf(src) => {
-                TopLevelGrammar::from_lark(crate::gbnf::to_lark(src).map_err(bad)?)
-            }
-        };
-        // llguidance reports errors as values; a panic in it would still be a
-        // bug to survive, not a reason to take the server down.
-        let parser = catch_unwind(AssertUnwindSafe(|| self.factory.create_parser(top)))
-            .map_err(|_| bad("the grammar compiler failed on it".into()))?
+    }
+
+    /// [`Grammars::compile`] past the checks, on the compile thread:
+    /// `source` of `size` bytes prepared, compiled and its first mask
+    /// taken.
+    fn compile_checked(
+        &self,
+        source: Source,
+        size: usize,
+        max_bytes: usize,
+        kind: &str,
+    ) -> Result<Constraint, EngineError> {
+        let bad = |msg: String| EngineError::InvalidGrammar(format!("{kind}: {msg}"));
+        #[cfg(test)]
+        if matches!(&source, Source::Regex(rx) if rx == PANIC_FOR_TESTS) {
+            panic!("a panic the tests asked for");
+        }
+        let digit_cap = source.digit_cap();
+        let top = source
+            .into_top_level(size, max_bytes)
+            .map_err(|r| r.into_error(kind))?;
+        let parser = self
+            .factory
+            .create_parser(top)
             .map_err(|e| bad(clean_error(&e.to_string())))?;
         let mut matcher = Matcher::new(Ok(parser));
         if let Some(e) = matcher.get_error() {
@@ -261,10 +317,6 @@ impl Grammars {
         if mask.is_zero() && !accepting {
             return Err(bad("it matches no output at all".into()));
         }
-        let digit_cap = match grammar {
-            Grammar::JsonObject | Grammar::JsonSchema(_) | Grammar::Lark(_) => Some(MAX_DIGIT_RUN),
-            Grammar::Regex(_) | Grammar::Gbnf(_) => None,
-        };
         Ok(Constraint {
             matcher,
             eog: Arc::clone(&self.eog),
@@ -275,6 +327,139 @@ impl Grammars {
             stats: ConstraintStats::default(),
         })
     }
+}
+
+/// A regular expression that makes the compile thread panic, for the test
+/// that a panic there ends only that compile.
+#[cfg(test)]
+const PANIC_FOR_TESTS: &str = "\u{0}panic";
+
+/// A grammar past the checks that bound its cost, ready for the compile
+/// thread: what llguidance is given, before our schema rewrites.
+enum Source {
+    /// Any JSON object.
+    JsonObject,
+    /// A schema, and whether text may stand in its place.
+    Schema { schema: Value, or_text: bool },
+    /// A regular expression.
+    Regex(String),
+    /// A Lark grammar, and whether it came from GBNF.
+    Lark { lark: String, from_gbnf: bool },
+}
+
+/// `grammar` as a [`Source`] and its size in bytes, refused when larger
+/// than `max_bytes` or deeper than [`MAX_GRAMMAR_DEPTH`]. A schema's nesting
+/// is checked before anything walks it recursively (measuring its size
+/// does), GBNF's size before it is converted.
+fn checked_source(grammar: &Grammar, max_bytes: usize) -> Result<(Source, usize), Refusal> {
+    if let Grammar::JsonSchema(v) | Grammar::JsonOrText(v) = grammar {
+        depth::check_json_nesting(v)?;
+    }
+    let size = match grammar {
+        Grammar::JsonObject => 0,
+        Grammar::JsonSchema(v) | Grammar::JsonOrText(v) => growth::json_len(v),
+        Grammar::Regex(s) | Grammar::Lark(s) | Grammar::Gbnf(s) => s.len(),
+    };
+    if size > max_bytes {
+        return Err(Refusal::TooLarge(format!(
+            "it is {size} bytes; the limit is {max_bytes} bytes"
+        )));
+    }
+    let source = match grammar {
+        Grammar::JsonObject => Source::JsonObject,
+        Grammar::JsonSchema(v) | Grammar::JsonOrText(v) => {
+            depth::check_schema(v)?;
+            Source::Schema {
+                schema: v.clone(),
+                or_text: matches!(grammar, Grammar::JsonOrText(_)),
+            }
+        }
+        Grammar::Regex(rx) => {
+            depth::check_regex_nesting(rx)?;
+            Source::Regex(rx.clone())
+        }
+        Grammar::Lark(src) | Grammar::Gbnf(src) => {
+            let from_gbnf = matches!(grammar, Grammar::Gbnf(_));
+            let lark = if from_gbnf {
+                crate::gbnf::to_lark(src).map_err(Refusal::Invalid)?
+            } else {
+                src.clone()
+            };
+            if depth::lark_depth(&lark) > MAX_GRAMMAR_DEPTH {
+                return Err(depth::too_deep("counting the rules it uses, it"));
+            }
+            Source::Lark { lark, from_gbnf }
+        }
+    };
+    Ok((source, size))
+}
+
+impl Source {
+    /// The longest run of digits it allows where something else may come:
+    /// [`MAX_DIGIT_RUN`] for JSON and Lark; none for regular expressions
+    /// and GBNF, which say exactly what they want.
+    fn digit_cap(&self) -> Option<usize> {
+        match self {
+            Source::JsonObject | Source::Schema { .. } => Some(MAX_DIGIT_RUN),
+            Source::Lark { from_gbnf, .. } => (!from_gbnf).then_some(MAX_DIGIT_RUN),
+            Source::Regex(_) => None,
+        }
+    }
+
+    /// What llguidance compiles: a schema rewritten (within `max_bytes`,
+    /// from `size`) and written compactly unless it says otherwise.
+    fn into_top_level(self, size: usize, max_bytes: usize) -> Result<TopLevelGrammar, Refusal> {
+        Ok(match self {
+            Source::JsonObject => TopLevelGrammar::from_json_schema(
+                json!({"type": "object", "x-guidance": compact_json_options()}),
+            ),
+            Source::Schema { schema, or_text } => {
+                let schema = compact_schema(schema, &mut growth::Growth::new(size, max_bytes))?;
+                if or_text {
+                    TopLevelGrammar::from_lark(format!(
+                        "start: call | text\ncall: %json {schema}\ntext: /[^{{\\[][\\s\\S]*/\n"
+                    ))
+                } else {
+                    TopLevelGrammar::from_json_schema(schema)
+                }
+            }
+            Source::Regex(rx) => TopLevelGrammar::from_regex(&rx),
+            Source::Lark { lark, .. } => TopLevelGrammar::from_lark(lark),
+        })
+    }
+}
+
+/// `schema` prepared ([`prepare_schema`]) and written compactly unless it
+/// says otherwise (`x-guidance`).
+fn compact_schema(mut schema: Value, growth: &mut growth::Growth) -> Result<Value, Refusal> {
+    prepare_schema(&mut schema, growth)?;
+    match &mut schema {
+        Value::Object(map) => {
+            map.entry("x-guidance").or_insert_with(compact_json_options);
+        }
+        Value::Bool(true) => schema = json!({"x-guidance": compact_json_options()}),
+        Value::Bool(false) => {
+            return Err(Refusal::Invalid(
+                "the schema `false` matches nothing".into(),
+            ))
+        }
+        other => {
+            return Err(Refusal::Invalid(format!(
+                "a schema is a JSON object (or `true`), not {}",
+                json_kind(other)
+            )))
+        }
+    }
+    Ok(schema)
+}
+
+/// What a panic said, when it said it in words.
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> &str {
+    panic
+        .downcast_ref::<&str>()
+        .copied()
+        .or_else(|| panic.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("no message")
 }
 
 /// The bytes of token `id` in the trie: its text for ordinary, byte and
@@ -316,40 +501,52 @@ fn json_kind(v: &Value) -> &'static str {
 }
 
 /// llguidance's messages, on one line and without its internal backtrace.
+/// Each line is cut short on its own, so an echo of a long input (a regex
+/// parser quotes the whole expression) cannot push out the line that
+/// says what is wrong.
 fn clean_error(msg: &str) -> String {
     let first = msg.split("\nStack backtrace").next().unwrap_or(msg);
     // The parser's state dump helps llguidance's authors, not our users.
     let first = first.split("<state>").next().unwrap_or(first);
+    let first = first.split("<non-verbose/>").next().unwrap_or(first);
     let one_line: Vec<&str> = first
         .lines()
-        .map(str::trim)
+        .map(|l| cut(l.trim(), 200))
         .filter(|l| !l.is_empty())
         .collect();
-    let mut s = one_line.join("; ");
+    let s = one_line.join("; ");
     if s.len() > 600 {
-        let mut cut = 600;
-        while !s.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        s.truncate(cut);
-        s.push('…');
+        return format!("{}…", cut(&s, 600));
     }
     s
+}
+
+/// The start of `s`, at most `max` bytes of it on a character boundary.
+fn cut(s: &str, max: usize) -> &str {
+    let mut end = max.min(s.len());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
 }
 
 mod live;
 pub use live::{Constraint, ConstraintStats};
 
 mod closed;
+mod depth;
+mod growth;
 mod unique;
+
+pub use depth::MAX_GRAMMAR_DEPTH;
 
 /// A JSON Schema as llguidance gets it: objects closed unless opened
 /// ([`closed`]), `uniqueItems` held by listing the arrays it allows where
-/// that is exact, dropped where not ([`unique`]). An error says what in
-/// the schema cannot be met.
-pub(crate) fn prepare_schema(schema: &mut Value) -> Result<(), String> {
-    closed::close_objects(schema);
-    unique::expand_unique_items(schema).map(drop)
+/// that is exact, dropped where not ([`unique`]), neither growing it past
+/// `growth`'s limit. An error says what in the schema cannot be met.
+fn prepare_schema(schema: &mut Value, growth: &mut growth::Growth) -> Result<(), Refusal> {
+    closed::close_objects(schema, growth)?;
+    unique::expand_unique_items(schema, growth).map(drop)
 }
 
 #[cfg(test)]

@@ -31,7 +31,9 @@ pub mod tools;
 pub use audio::{place_audio, AUDIO_MARKER, GEMMA4_AUDIO_MARKER};
 pub use batch::{BatchDecoder, BatchItem};
 pub use chat_model::{ChatModel, LocalChat, ModelCall, ModelReply};
-pub use constraint::{Constraint, ConstraintStats, Grammar, Grammars, MAX_GRAMMAR_BYTES};
+pub use constraint::{
+    Constraint, ConstraintStats, Grammar, Grammars, MAX_GRAMMAR_BYTES, MAX_GRAMMAR_DEPTH,
+};
 pub use decoding::{Decoding, Generation};
 pub use embed::{matryoshka, EmbedInput, EmbedOptions, EmbedTask, Embeddings};
 pub use gbnf::to_lark as gbnf_to_lark;
@@ -88,6 +90,10 @@ pub enum EngineError {
     /// nothing; the message names the problem.
     #[error("invalid {0}")]
     InvalidGrammar(String),
+    /// A schema or grammar, or what rewriting a schema makes of it, is
+    /// larger than [`InputLimits::grammar_bytes`]; the message names both.
+    #[error("too large a {0}")]
+    GrammarTooLarge(String),
     /// Constrained decoding failed during a generation (a dead end in the
     /// grammar that should not happen).
     #[error("constrained decoding failed: {0}")]

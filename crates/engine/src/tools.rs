@@ -96,24 +96,15 @@ pub fn tool_grammar(
     } else {
         json!({"anyOf": schemas})
     };
-    let mut schema = if parallel {
+    let schema = if parallel {
         json!({"anyOf": [one, {"type": "array", "items": one, "minItems": 1, "maxItems": MAX_PARALLEL_CALLS}]})
     } else {
         one
     };
-    // The `auto` grammar embeds the schema in Lark, past `compile`'s own
-    // preparation, so prepare it here for every choice alike.
-    crate::constraint::prepare_schema(&mut schema)?;
-    if let Value::Object(map) = &mut schema {
-        map.insert(
-            "x-guidance".into(),
-            json!({"whitespace_flexible": false, "item_separator": ", ", "key_separator": ": "}),
-        );
-    }
+    // Compiling prepares the schema (closes its objects, holds
+    // `uniqueItems`) within the grammar limits, text allowed or not.
     Ok(Some(match choice {
-        ToolChoice::Auto => Grammar::Lark(format!(
-            "start: call | text\ncall: %json {schema}\ntext: /[^{{\\[][\\s\\S]*/\n"
-        )),
+        ToolChoice::Auto => Grammar::JsonOrText(schema),
         _ => Grammar::JsonSchema(schema),
     }))
 }
@@ -268,7 +259,7 @@ mod tests {
         ));
         assert!(matches!(
             tool_grammar(&tools, &ToolChoice::Auto, true),
-            Ok(Some(Grammar::Lark(_)))
+            Ok(Some(Grammar::JsonOrText(_)))
         ));
         assert!(
             tool_grammar(&tools, &ToolChoice::Function("nope".into()), true)

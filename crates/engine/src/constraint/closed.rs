@@ -18,9 +18,21 @@
 //! them). An `allOf` with a `$ref` member, or a member that already says
 //! something about extra properties, is left as written, and so is every
 //! `$defs` entry such a `$ref` points at.
+//!
+//! Closing an `allOf` of n members adds up to n times their names: what
+//! each closing adds is counted against the schema's byte limit
+//! ([`Growth`]) before it is made.
 
+use super::growth::{json_str_len, Growth, CLOSING_BYTES};
+use super::Refusal;
 use serde_json::{Map, Value};
 use std::collections::HashSet;
+
+/// What the byte limit's refusal says the bytes were for.
+const WHAT: &str = "closing its objects (`additionalProperties: false`, and the names of an `allOf`'s members in each member)";
+
+/// Bytes of one `"name":true,` entry beyond the name's own.
+const ENTRY_BYTES: usize = 6;
 
 /// Keywords that already decide what an object's unnamed properties may be.
 const OPENING_KEYWORDS: [&str; 3] = [
@@ -30,11 +42,12 @@ const OPENING_KEYWORDS: [&str; 3] = [
 ];
 
 /// Closes every object of `schema` that names its properties and says
-/// nothing about other ones (see the module documentation).
-pub(crate) fn close_objects(schema: &mut Value) {
+/// nothing about other ones (see the module documentation), refusing when
+/// that would grow it past `growth`'s limit.
+pub(crate) fn close_objects(schema: &mut Value, growth: &mut Growth) -> Result<(), Refusal> {
     let mut left_open = HashSet::new();
     collect_all_of_refs(schema, &mut left_open);
-    close(schema, "#", true, &left_open);
+    close(schema, "#", true, &left_open, growth)
 }
 
 /// The `$ref`s that appear as direct members of an `allOf`: their targets
@@ -70,6 +83,13 @@ fn property_names(map: &Map<String, Value>) -> impl Iterator<Item = &String> {
         .flat_map(|p| p.keys())
 }
 
+/// Bytes of `names` as `"name":true,` entries.
+fn entries_bytes<'a>(names: impl Iterator<Item = &'a String>) -> usize {
+    names.fold(0, |sum, n| {
+        sum.saturating_add(json_str_len(n) + ENTRY_BYTES)
+    })
+}
+
 /// Closes `map` over `names`: the keys it does not list are added with
 /// schema `true`, everything else is forbidden.
 fn close_over(map: &mut Map<String, Value>, names: &[String]) {
@@ -83,52 +103,27 @@ fn close_over(map: &mut Map<String, Value>, names: &[String]) {
 
 /// Closes `node` (when `may_close`) and everything below it. `pointer` is
 /// the JSON pointer of `node` as a `$ref` would name it.
-fn close(node: &mut Value, pointer: &str, may_close: bool, left_open: &HashSet<String>) {
+fn close(
+    node: &mut Value,
+    pointer: &str,
+    may_close: bool,
+    left_open: &HashSet<String>,
+    growth: &mut Growth,
+) -> Result<(), Refusal> {
     let Value::Object(map) = node else {
-        return;
+        return Ok(());
     };
     let may_close = may_close && !left_open.contains(pointer);
     let has_properties = map.get("properties").is_some_and(Value::is_object);
 
     // allOf: close the inline members (and this node) over the union of
     // their properties, or leave the whole merge open.
-    let mut closed_here = false;
-    if let Some(Value::Array(members)) = map.get("allOf") {
-        let mergeable = may_close
-            && members.iter().all(|m| {
-                m.as_object().is_some_and(|o| {
-                    !o.contains_key("$ref") && !OPENING_KEYWORDS.iter().any(|k| o.contains_key(*k))
-                })
-            })
-            && !OPENING_KEYWORDS.iter().any(|k| map.contains_key(*k));
-        if mergeable {
-            let mut names: Vec<String> = property_names(map).cloned().collect();
-            for m in members.iter().filter_map(Value::as_object) {
-                for n in property_names(m) {
-                    if !names.contains(n) {
-                        names.push(n.clone());
-                    }
-                }
-            }
-            if !names.is_empty() {
-                if let Some(Value::Array(members)) = map.get_mut("allOf") {
-                    for m in members.iter_mut().filter_map(Value::as_object_mut) {
-                        if m.contains_key("properties") {
-                            close_over(m, &names);
-                        }
-                    }
-                }
-                if has_properties {
-                    close_over(map, &names);
-                }
-                closed_here = true;
-            }
-        }
-    }
+    let closed_here = may_close && close_all_of(map, has_properties, growth)?;
     // A node that combines its own properties with alternatives is an
     // intersection too: closing either side would forbid the other's keys.
     let has_alternatives = map.contains_key("anyOf") || map.contains_key("oneOf");
     if may_close && !closed_here && !(has_properties && has_alternatives) && closable(map) {
+        growth.add(CLOSING_BYTES, WHAT)?;
         map.insert("additionalProperties".into(), Value::Bool(false));
     }
 
@@ -139,17 +134,17 @@ fn close(node: &mut Value, pointer: &str, may_close: bool, left_open: &HashSet<S
                 if let Value::Object(entries) = child {
                     for (name, sub) in entries.iter_mut() {
                         let at = format!("{here}/{}", escape_pointer(name));
-                        close(sub, &at, true, left_open);
+                        close(sub, &at, true, left_open, growth)?;
                     }
                 }
             }
             "items" | "additionalItems" | "additionalProperties" | "contains" => match child {
                 Value::Array(subs) => {
                     for (i, sub) in subs.iter_mut().enumerate() {
-                        close(sub, &format!("{here}/{i}"), true, left_open);
+                        close(sub, &format!("{here}/{i}"), true, left_open, growth)?;
                     }
                 }
-                sub => close(sub, &here, true, left_open),
+                sub => close(sub, &here, true, left_open, growth)?,
             },
             "prefixItems" | "anyOf" | "oneOf" | "allOf" => {
                 // Members of an allOf were closed above (or must stay open);
@@ -161,7 +156,8 @@ fn close(node: &mut Value, pointer: &str, may_close: bool, left_open: &HashSet<S
                 };
                 if let Value::Array(subs) = child {
                     for (i, sub) in subs.iter_mut().enumerate() {
-                        close(sub, &format!("{here}/{i}"), member_closable, left_open);
+                        let at = format!("{here}/{i}");
+                        close(sub, &at, member_closable, left_open, growth)?;
                     }
                 }
             }
@@ -170,6 +166,62 @@ fn close(node: &mut Value, pointer: &str, may_close: bool, left_open: &HashSet<S
             _ => {}
         }
     }
+    Ok(())
+}
+
+/// Closes the inline members of `map`'s `allOf` (and `map` itself when it
+/// `has_properties`) over the union of their property names, when all of
+/// them may be closed; whether it did. What that adds is counted first.
+fn close_all_of(
+    map: &mut Map<String, Value>,
+    has_properties: bool,
+    growth: &mut Growth,
+) -> Result<bool, Refusal> {
+    let Some(Value::Array(members)) = map.get("allOf") else {
+        return Ok(false);
+    };
+    let mergeable = members.iter().all(|m| {
+        m.as_object().is_some_and(|o| {
+            !o.contains_key("$ref") && !OPENING_KEYWORDS.iter().any(|k| o.contains_key(*k))
+        })
+    }) && !OPENING_KEYWORDS.iter().any(|k| map.contains_key(*k));
+    if !mergeable {
+        return Ok(false);
+    }
+    let mut names: Vec<String> = Vec::new();
+    let mut seen: HashSet<&str> = HashSet::new();
+    let own = std::iter::once(&*map).chain(members.iter().filter_map(Value::as_object));
+    for n in own.flat_map(property_names) {
+        if seen.insert(n) {
+            names.push(n.clone());
+        }
+    }
+    if names.is_empty() {
+        return Ok(false);
+    }
+    // Each closed object gets every name it lacks, and the closing.
+    let all = entries_bytes(names.iter());
+    let closed_objects = members
+        .iter()
+        .filter_map(Value::as_object)
+        .filter(|m| m.contains_key("properties"))
+        .chain(has_properties.then_some(&*map));
+    let added = closed_objects.fold(0usize, |sum, m| {
+        let lacking = all.saturating_sub(entries_bytes(property_names(m)));
+        sum.saturating_add(lacking + CLOSING_BYTES)
+    });
+    growth.add(added, WHAT)?;
+    if let Some(Value::Array(members)) = map.get_mut("allOf") {
+        for m in members.iter_mut().filter_map(Value::as_object_mut) {
+            if m.contains_key("properties") {
+                close_over(m, &names);
+            }
+        }
+    }
+    if has_properties {
+        close_over(map, &names);
+    }
+    Ok(true)
 }
 
 /// Escapes a key as a JSON pointer segment (RFC 6901).
@@ -180,10 +232,11 @@ fn escape_pointer(key: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::close_objects;
+    use crate::constraint::growth::Growth;
     use serde_json::{json, Value};
 
     fn closed(mut v: Value) -> Value {
-        close_objects(&mut v);
+        close_objects(&mut v, &mut Growth::new(0, usize::MAX)).unwrap();
         v
     }
 

@@ -59,6 +59,21 @@ impl Constraint {
         self.stats
     }
 
+    /// An independent copy of this constraint in its present state (with
+    /// its lexer caches), for another choice of the same request: cheaper
+    /// than compiling the grammar again.
+    pub fn fork(&self) -> Constraint {
+        Constraint {
+            matcher: self.matcher.deep_clone(),
+            eog: Arc::clone(&self.eog),
+            digits: Arc::clone(&self.digits),
+            digit_cap: self.digit_cap,
+            digit_run: self.digit_run,
+            first_mask: self.first_mask.clone(),
+            stats: ConstraintStats::default(),
+        }
+    }
+
     /// Whether the grammar is complete and allows nothing more: the
     /// generation ends here.
     pub fn is_done(&self) -> bool {

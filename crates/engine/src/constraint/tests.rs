@@ -257,7 +257,10 @@ fn bad_grammars_are_refused_with_the_problem_named() {
     let m = msg(Grammar::Gbnf("root ::= nope".into()));
     assert!(m.contains("nope"), "{m}");
     let big = "a".repeat(crate::MAX_GRAMMAR_BYTES + 1);
-    assert!(msg(Grammar::Regex(big)).contains("limit"));
+    match e.constraint(&Grammar::Regex(big)) {
+        Err(EngineError::GrammarTooLarge(m)) => assert!(m.contains("limit"), "{m}"),
+        other => panic!("{other:?}"),
+    }
     // A `$ref` cycle with no way out.
     let cyc = json!({"$defs": {"a": {"$ref": "#/$defs/b"}, "b": {"$ref": "#/$defs/a"}}, "$ref": "#/$defs/a"});
     let m = msg(Grammar::JsonSchema(cyc));
@@ -343,4 +346,204 @@ fn json_digit_runs_are_capped_but_a_grammar_that_needs_digits_gets_them() {
     assert!(longest >= 8, "the bias did push digits: {text}");
     let (text, finish) = run(&e, &Grammar::Regex("[0-9]{40}".into()), params, 200);
     assert_eq!((text.len(), finish), (40, FinishReason::Stop), "{text:?}");
+}
+
+/// A chain of `n` GBNF rules, each using the next.
+fn gbnf_chain(n: usize) -> Grammar {
+    let mut s = String::from("root ::= r0\n");
+    for i in 0..n {
+        s.push_str(&format!("r{i} ::= \"a\" r{}\n", i + 1));
+    }
+    s.push_str(&format!("r{n} ::= \"a\"\n"));
+    Grammar::Gbnf(s)
+}
+
+/// The same chain in Lark.
+fn lark_chain(n: usize) -> Grammar {
+    let mut s = String::from("start: r0\n");
+    for i in 0..n {
+        s.push_str(&format!("r{i}: \"a\" r{}\n", i + 1));
+    }
+    s.push_str(&format!("r{n}: \"a\"\n"));
+    Grammar::Lark(s)
+}
+
+/// A schema whose `$defs` chain `n` deep through object properties.
+fn ref_chain(n: usize) -> Value {
+    let mut defs = serde_json::Map::new();
+    for i in 0..n {
+        let next = format!("#/$defs/d{}", i + 1);
+        defs.insert(
+            format!("d{i}"),
+            json!({"type": "object", "properties": {"a": {"$ref": next}}, "required": ["a"]}),
+        );
+    }
+    defs.insert(format!("d{n}"), json!({"type": "integer"}));
+    json!({"$defs": defs, "$ref": "#/$defs/d0"})
+}
+
+/// Objects nested `n` deep.
+fn nested_objects(n: usize) -> Value {
+    let mut v = json!({"type": "integer"});
+    for _ in 0..n {
+        v = json!({"type": "object", "properties": {"a": v}, "required": ["a"]});
+    }
+    v
+}
+
+/// The message of an `InvalidGrammar` refusal, or a panic saying what came.
+fn refusal(e: &Engine, g: &Grammar) -> String {
+    match e.constraint(g) {
+        Err(EngineError::InvalidGrammar(m)) => m,
+        other => panic!("{} gave {other:?}", g.kind()),
+    }
+}
+
+/// Grammars 1000 levels deep used to overflow the stack and abort the
+/// process; each is refused, naming the limit, before it compiles.
+#[test]
+fn grammars_nested_past_the_limit_are_refused() {
+    let e = engine();
+    let limit = format!("{} levels", crate::MAX_GRAMMAR_DEPTH);
+    let deep_regex = format!("{}a{}", "(".repeat(1000), ")".repeat(1000));
+    let lark_json = format!("start: %json {}\n", ref_chain(1000));
+    for g in [
+        gbnf_chain(1000),
+        lark_chain(1000),
+        Grammar::Lark(lark_json),
+        Grammar::JsonSchema(nested_objects(1000)),
+        Grammar::JsonSchema(ref_chain(1000)),
+        Grammar::JsonOrText(ref_chain(1000)),
+        Grammar::Regex(deep_regex),
+    ] {
+        let m = refusal(&e, &g);
+        assert!(m.contains(&limit) && m.contains("nests"), "{m}");
+    }
+}
+
+/// What the limit allows compiles: a grammar as deep as the bound lets
+/// through takes no more stack than the compile thread has.
+#[test]
+fn grammars_just_within_the_limit_compile() {
+    let e = engine();
+    // The chain's rules weigh 1 each in Lark, 2 from GBNF (each
+    // alternative is a group), 3 levels a link through a schema's `$defs`.
+    let max = crate::MAX_GRAMMAR_DEPTH;
+    for g in [
+        lark_chain(max - 2),
+        gbnf_chain(max / 2 - 3),
+        Grammar::JsonSchema(ref_chain(max / 3 - 2)),
+        Grammar::JsonSchema(nested_objects(max / 2 - 1)),
+    ] {
+        e.constraint(&g)
+            .unwrap_or_else(|err| panic!("{}: {err}", g.kind()));
+    }
+    assert!(e.constraint(&lark_chain(max)).is_err());
+}
+
+/// Schemas of a few KiB whose rewrites used to take GiB: an `allOf` of
+/// thousands of members (each closed over all their names) and one enum
+/// referenced from many `uniqueItems` arrays (copied into every order of
+/// each). Both are refused before the rewrite allocates, naming the byte
+/// limit; raised, the limit lets the same kind of schema through when it
+/// fits.
+#[test]
+fn schema_rewrites_that_amplify_are_refused_by_the_byte_limit() {
+    let e = engine();
+    let too_large = |g: &Grammar| match e.constraint(g) {
+        Err(EngineError::GrammarTooLarge(m)) => m,
+        other => panic!("{} gave {other:?}", g.kind()),
+    };
+    let members: Vec<Value> = (0..3000)
+        .map(|i| json!({"properties": {format!("p{i}"): true}}))
+        .collect();
+    let all_of = json!({"allOf": members});
+    assert!(all_of.to_string().len() < 100 * 1024);
+    let m = too_large(&Grammar::JsonSchema(all_of));
+    assert!(m.contains("allOf") && m.contains("262144 bytes"), "{m}");
+
+    let values: Vec<String> = (0..6)
+        .map(|i| format!("{i}{}", "x".repeat(10_000)))
+        .collect();
+    let arrays: serde_json::Map<String, Value> = (0..16)
+        .map(|i| {
+            let a = json!({"type": "array", "items": {"$ref": "#/$defs/E"}, "uniqueItems": true});
+            (format!("p{i}"), a)
+        })
+        .collect();
+    let unique = json!({"$defs": {"E": {"enum": values}}, "type": "object", "properties": arrays});
+    assert!(unique.to_string().len() < 64 * 1024);
+    let m = too_large(&Grammar::JsonOrText(unique));
+    assert!(
+        m.contains("uniqueItems") && m.contains("262144 bytes"),
+        "{m}"
+    );
+
+    // A small allOf still closes its members over each other's names.
+    let small = json!({"allOf": [{"properties": {"a": {"type": "integer"}}, "required": ["a"]},
+                                 {"properties": {"b": {"type": "integer"}}, "required": ["b"]}]});
+    let mut c = e.constraint(&Grammar::JsonSchema(small)).unwrap();
+    let toks = e.tokenizer().encode("{\"a\": 1, \"b\": 2}", false, false);
+    assert!(c.matcher.consume_tokens(&toks).is_ok() && c.is_accepting());
+}
+
+/// An invalid regular expression is a refused grammar on every path that
+/// takes one, never an internal error.
+#[test]
+fn bad_regexes_are_refused_on_every_path() {
+    let e = engine();
+    let in_property = json!({"type": "object", "properties": {"a": {"type": "string", "pattern": "(("}},
+                             "required": ["a"]});
+    for g in [
+        Grammar::Regex("(unclosed".into()),
+        Grammar::Regex("a{5,2}".into()),
+        Grammar::JsonSchema(in_property.clone()),
+        Grammar::JsonOrText(in_property),
+        Grammar::JsonSchema(
+            json!({"type": "object", "patternProperties": {"((": {"type": "integer"}}}),
+        ),
+        Grammar::JsonSchema(json!({"type": "string", "pattern": "\\p{NoSuchClass}"})),
+        Grammar::Lark("start: /((/\n".into()),
+        Grammar::Lark("start: A\nA: /(?<=a)b/\n".into()),
+        Grammar::Gbnf("root ::= [z-a]".into()),
+    ] {
+        let m = refusal(&e, &g);
+        assert!(m.starts_with(g.kind()), "{m}");
+    }
+    // The line that says what is wrong survives a long echo of the input.
+    let long = format!("{}(", "a".repeat(5000));
+    let m = refusal(&e, &Grammar::Regex(long));
+    assert!(m.contains("unclosed group"), "{m}");
+}
+
+/// A panic inside the compiler ends that compile with an error, on its own
+/// thread, and the engine compiles the next grammar as before.
+#[test]
+fn a_panic_while_compiling_is_an_error_not_an_abort() {
+    let e = engine();
+    match e.constraint(&Grammar::Regex(super::PANIC_FOR_TESTS.into())) {
+        Err(EngineError::Constraint(m)) => assert!(m.contains("compiler failed"), "{m}"),
+        other => panic!("{other:?}"),
+    }
+    assert!(e.constraint(&Grammar::Regex("ok".into())).is_ok());
+}
+
+/// A fork is the compiled grammar again: the same first mask and the same
+/// tokens accepted, each copy on its own.
+#[test]
+fn a_forked_constraint_matches_like_a_fresh_compile() {
+    let e = engine();
+    let g =
+        Grammar::JsonSchema(json!({"type": "object", "properties": {"n": {"type": "integer"}}}));
+    let mut a = e.constraint(&g).unwrap();
+    let mut b = a.fork();
+    assert_eq!(
+        a.first_mask.as_ref().map(|m| m.to_bin_string()),
+        b.first_mask.as_ref().map(|m| m.to_bin_string())
+    );
+    let toks = e.tokenizer().encode("{\"n\": 42}", false, false);
+    assert!(a.matcher.consume_tokens(&toks).is_ok() && a.is_accepting());
+    // The first copy's progress is not the second's.
+    assert!(!b.is_accepting());
+    assert!(b.matcher.consume_tokens(&toks).is_ok() && b.is_accepting());
 }

@@ -53,14 +53,16 @@ fn prepare(
         ),
         _ => media_prompt(engine, &req, config.allow_file_images, thinking.is_some())?,
     };
+    // Compiled once: each further choice gets a copy, not a compile.
     let constraints = match &req.grammar {
-        Some((grammar, field)) if compile => (0..req.n)
-            .map(|_| {
-                engine
-                    .constraint(grammar)
-                    .map_err(|e| grammar_error(field, e))
-            })
-            .collect::<Result<Vec<_>, _>>()?,
+        Some((grammar, field)) if compile => {
+            let first = engine
+                .constraint(grammar)
+                .map_err(|e| grammar_error(field, e))?;
+            let mut all: Vec<_> = (1..req.n).map(|_| first.fork()).collect();
+            all.insert(0, first);
+            all
+        }
         _ => Vec::new(),
     };
     Ok(Prepared {
@@ -107,15 +109,21 @@ fn check_media_counts(limits: &crate::Limits, req: &Request) -> Result<(), ApiEr
     Ok(())
 }
 
-/// A grammar that does not compile is the client's fault: 400, naming the
-/// field it came from and the problem.
+/// A grammar that does not compile, or is past a limit, is the client's
+/// fault: 400, naming the field it came from and the problem (and for the
+/// byte limit, the flag that raises it). A compiler that failed is ours:
+/// 500.
 fn grammar_error(field: &str, e: EngineError) -> ApiError {
-    match e {
-        EngineError::InvalidGrammar(msg) => ApiError {
-            code: Some("invalid_grammar"),
-            ..ApiError::bad_param(field, format!("`{field}` cannot be used: invalid {msg}"))
-        },
-        other => ApiError::internal(other.to_string()),
+    let message = match e {
+        EngineError::InvalidGrammar(msg) => format!("`{field}` cannot be used: invalid {msg}"),
+        EngineError::GrammarTooLarge(msg) => format!(
+            "`{field}` cannot be used: {msg} (start the server with a larger --max-grammar-bytes to allow it)"
+        ),
+        other => return ApiError::internal(other.to_string()),
+    };
+    ApiError {
+        code: Some("invalid_grammar"),
+        ..ApiError::bad_param(field, message)
     }
 }
 
