@@ -189,6 +189,7 @@ impl LimitArgs {
             template_steps: self.max_template_steps,
             image_pixels: self.max_image_pixels,
             clip_seconds: self.max_clip_seconds,
+            decode_bytes: engine::InputLimits::default().decode_bytes,
         };
         Ok((server, engine))
     }
