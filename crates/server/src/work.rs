@@ -10,7 +10,8 @@
 
 use crate::error::ApiError;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::mpsc::{self, SyncSender, TrySendError};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Sender};
 use std::sync::{Arc, Mutex};
 
 /// A step of a request, boxed for the queue.
@@ -23,17 +24,28 @@ const STACK_BYTES: usize = 16 << 20;
 
 /// Steps that may run at once and wait, and the threads that run them.
 pub(crate) struct WorkPool {
-    queue: SyncSender<Step>,
+    queue: Sender<Step>,
+    /// Steps admitted and not yet finished: running or waiting.
+    admitted: Arc<AtomicUsize>,
     threads: usize,
     waiting: usize,
 }
 
+/// Gives a step's place back when it is done, run or dropped unrun.
+struct Admitted(Arc<AtomicUsize>);
+
+impl Drop for Admitted {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 impl WorkPool {
-    /// A pool of `threads` threads (at least one) and a queue of `waiting`
+    /// A pool of `threads` threads (at least one) and room for `waiting`
     /// steps in front of them.
     pub(crate) fn new(threads: usize, waiting: usize) -> std::io::Result<Self> {
         let threads = threads.max(1);
-        let (queue, steps) = mpsc::sync_channel::<Step>(waiting);
+        let (queue, steps) = mpsc::channel::<Step>();
         let steps = Arc::new(Mutex::new(steps));
         for i in 0..threads {
             let steps = Arc::clone(&steps);
@@ -44,33 +56,45 @@ impl WorkPool {
         }
         Ok(Self {
             queue,
+            admitted: Arc::new(AtomicUsize::new(0)),
             threads,
             waiting,
         })
     }
 
-    /// Run `step` on the pool and wait for its result. A full queue is a
-    /// 503 naming the limits; a panic in `step` ends this request with a
-    /// 500 and leaves the pool running. A step whose request went away
-    /// before a thread took it is skipped.
+    /// Run `step` on the pool and wait for its result. With every thread
+    /// busy and `waiting` steps queued it is a 503 naming the limits; a
+    /// panic in `step` ends this request with a 500 and leaves the pool
+    /// running. A step whose request went away before a thread took it is
+    /// skipped.
     pub(crate) async fn run<T, F>(&self, step: F) -> Result<T, ApiError>
     where
         T: Send + 'static,
         F: FnOnce() -> T + Send + 'static,
     {
+        let room = self.threads + self.waiting;
+        let admit = |n: usize| (n < room).then_some(n + 1);
+        if self
+            .admitted
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, admit)
+            .is_err()
+        {
+            return Err(self.busy());
+        }
+        let place = Admitted(Arc::clone(&self.admitted));
         let (tx, rx) = tokio::sync::oneshot::channel();
         let boxed: Step = Box::new(move || {
             if tx.is_closed() {
                 return;
             }
-            let _ = tx.send(catch_unwind(AssertUnwindSafe(step)));
+            let result = catch_unwind(AssertUnwindSafe(step));
+            // Free the place before the caller hears, so its next step
+            // finds it free.
+            drop(place);
+            let _ = tx.send(result);
         });
-        match self.queue.try_send(boxed) {
-            Ok(()) => {}
-            Err(TrySendError::Full(_)) => return Err(self.busy()),
-            Err(TrySendError::Disconnected(_)) => {
-                return Err(ApiError::unavailable("The server is shutting down.", 1))
-            }
+        if self.queue.send(boxed).is_err() {
+            return Err(ApiError::unavailable("The server is shutting down.", 1));
         }
         match rx.await {
             Ok(Ok(value)) => Ok(value),
@@ -82,7 +106,7 @@ impl WorkPool {
         }
     }
 
-    /// The 503 of a full queue.
+    /// The 503 of a full pool.
     fn busy(&self) -> ApiError {
         ApiError {
             code: Some("prep_queue_full"),
@@ -162,6 +186,25 @@ mod tests {
             }
             // Room again.
             assert_eq!(pool.run(|| 7).await.unwrap(), 7);
+        });
+    }
+
+    #[test]
+    fn without_a_queue_a_step_is_taken_only_by_an_idle_thread() {
+        let rt = runtime();
+        let pool = Arc::new(WorkPool::new(1, 0).unwrap());
+        let (release, gate) = std::sync::mpsc::channel::<()>();
+        rt.block_on(async {
+            assert_eq!(pool.run(|| 1).await.unwrap(), 1);
+            let held = {
+                let pool = Arc::clone(&pool);
+                tokio::spawn(async move { pool.run(move || gate.recv().unwrap()).await })
+            };
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            assert_eq!(pool.run(|| 2).await.unwrap_err().status.as_u16(), 503);
+            release.send(()).unwrap();
+            held.await.unwrap().unwrap();
+            assert_eq!(pool.run(|| 3).await.unwrap(), 3);
         });
     }
 
