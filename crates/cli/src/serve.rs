@@ -169,6 +169,21 @@ pub struct LimitArgs {
     /// Most steps a model's chat template may take to render one request.
     #[arg(long, value_name = "N", default_value_t = engine::InputLimits::default().template_steps)]
     max_template_steps: u64,
+    /// Memory one request may take to be read: its JSON parsed, its prompt
+    /// tokenized, its images and clips decoded (worked out from their
+    /// headers first), its answer written; as bytes or with a unit: 256M,
+    /// 1G. Past it a request gets 413.
+    #[arg(long, value_name = "SIZE", default_value = "256M", value_parser = parse_size)]
+    request_memory: u64,
+    /// Threads that parse large bodies, render templates, tokenize,
+    /// compile grammars and decode media, off the HTTP threads (default:
+    /// one per core, at least 2).
+    #[arg(long, value_name = "N")]
+    prep_threads: Option<usize>,
+    /// Requests that may wait for those threads (default: 4 per thread);
+    /// past it a request gets 503 with Retry-After.
+    #[arg(long, value_name = "N")]
+    prep_queue: Option<usize>,
 }
 
 impl LimitArgs {
@@ -182,12 +197,17 @@ impl LimitArgs {
             ("max-clip-seconds", u64::from(self.max_clip_seconds)),
             ("max-grammar-bytes", self.max_grammar_bytes as u64),
             ("max-template-steps", self.max_template_steps),
+            ("request-memory", self.request_memory),
+            ("prep-threads", self.prep_threads.map_or(1, |n| n as u64)),
         ] {
             if v == 0 {
                 bail!("--{name} must be at least 1");
             }
         }
         let read = secs("read-timeout", self.read_timeout)?;
+        let prep_threads = self
+            .prep_threads
+            .unwrap_or_else(server::default_prep_threads);
         let server = server::Limits {
             body_bytes: self.body_limit,
             header_time: read,
@@ -196,12 +216,16 @@ impl LimitArgs {
             per_minute: self.rate_limit,
             images: self.max_images,
             clips: self.max_clips,
+            request_memory: usize::try_from(self.request_memory).unwrap_or(usize::MAX),
+            prep_threads,
+            prep_queue: self.prep_queue.unwrap_or(4 * prep_threads),
         };
         let engine = engine::InputLimits {
             grammar_bytes: self.max_grammar_bytes,
             template_steps: self.max_template_steps,
             image_pixels: self.max_image_pixels,
             clip_seconds: self.max_clip_seconds,
+            decode_bytes: self.request_memory,
         };
         Ok((server, engine))
     }

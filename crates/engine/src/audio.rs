@@ -106,7 +106,8 @@ impl Engine {
         let key = content_key(bytes);
         let start = Instant::now();
         let (rows, cached) = hearing.cache.get_or_encode(key, || {
-            let clip = Clip::decode_within(bytes, self.options().limits.clip_seconds)?;
+            let limits = &self.options().limits;
+            let clip = Clip::decode_within(bytes, limits.clip_seconds, limits.decode_bytes)?;
             let mel = LogMel::compute(&clip, &hearing.tower.mel_settings())?;
             Ok::<_, media::MediaError>(hearing.tower.encode(self.model.pool(), &mel)?.rows)
         })?;

@@ -173,7 +173,8 @@ impl Engine {
         let key = content_key(bytes);
         let start = Instant::now();
         let (rows, cached) = vision.cache.get_or_encode(key, || {
-            let picture = Picture::decode_within(bytes, self.options().limits.image_pixels)?;
+            let limits = &self.options().limits;
+            let picture = Picture::decode_within(bytes, limits.image_pixels, limits.decode_bytes)?;
             let pixels = vision.tower.pixels(&picture)?;
             vision.tower.encode(self.model.pool(), &pixels)
         })?;

@@ -68,6 +68,10 @@ pub struct InputLimits {
     /// Longest audio clip accepted, in seconds (the encoders hear the first
     /// [`media::MAX_SECONDS`] of it).
     pub clip_seconds: u32,
+    /// Most memory decoding one picture or clip may take, worked out from
+    /// its header before it is decoded (the server's per-request budget,
+    /// `--request-memory`).
+    pub decode_bytes: u64,
 }
 
 impl Default for InputLimits {
@@ -77,6 +81,7 @@ impl Default for InputLimits {
             template_steps: tokenizer::DEFAULT_TEMPLATE_STEPS,
             image_pixels: media::DEFAULT_MAX_PIXELS,
             clip_seconds: media::DEFAULT_MAX_CLIP_SECONDS,
+            decode_bytes: media::DEFAULT_MAX_DECODE_BYTES,
         }
     }
 }

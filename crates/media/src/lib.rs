@@ -25,7 +25,7 @@ pub use audio::{
     GEMMA3N_AUDIO_ARCH, GEMMA4_AUDIO_ARCH, MAX_SECONDS, SAMPLE_RATE,
 };
 pub use cache::{content_key, EmbeddingCache};
-pub use picture::{Picture, DEFAULT_MAX_PIXELS, MAX_SIDE};
+pub use picture::{Picture, DEFAULT_MAX_DECODE_BYTES, DEFAULT_MAX_PIXELS, MAX_SIDE};
 pub use vision::{
     Pixels, Projector, VisionConfig, VisionTower, GEMMA4_DEFAULT_TOKENS, GEMMA4_TOKEN_RANGE,
     MAX_TOKENS_KEY,
@@ -55,6 +55,15 @@ pub enum MediaError {
         /// Its height.
         height: u32,
         /// The limit on width times height.
+        max: u64,
+    },
+    /// Decoding the picture or clip would take more memory than the bound
+    /// it was decoded under (worked out from its header, before decoding).
+    #[error("decoding it would take about {} MiB of memory; the most allowed is {} MiB", .needed >> 20, .max >> 20)]
+    TooMuchMemory {
+        /// What it would take, in bytes.
+        needed: u64,
+        /// The bound, in bytes.
         max: u64,
     },
     /// The clip is longer than the limit it was decoded under.

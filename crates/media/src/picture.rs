@@ -8,6 +8,7 @@
 //! pixel values, and so the same image embeddings, as the reference.
 
 use crate::MediaError;
+use image::ImageDecoder;
 use std::io::Cursor;
 
 /// The longest side a picture may have. Larger files are refused before
@@ -17,9 +18,6 @@ pub const MAX_SIDE: u32 = 16_384;
 /// The default bound on a picture's pixels: a 48-megapixel phone photo
 /// (8064 x 6048, 146 MB as RGB) fits; a decompression bomb does not.
 pub const DEFAULT_MAX_PIXELS: u64 = 50_000_000;
-
-/// The most bytes the decoder may allocate for one picture.
-const MAX_DECODE_BYTES: u64 = 1 << 30;
 
 /// A decoded picture: 8-bit RGB, row-major, no padding.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -43,26 +41,29 @@ impl Picture {
     }
 
     /// Decode a PNG, JPEG or WebP file held in memory, of at most
-    /// [`DEFAULT_MAX_PIXELS`].
+    /// [`DEFAULT_MAX_PIXELS`] and [`DEFAULT_MAX_DECODE_BYTES`].
     pub fn decode(bytes: &[u8]) -> Result<Self, MediaError> {
-        Self::decode_within(bytes, DEFAULT_MAX_PIXELS)
+        Self::decode_within(bytes, DEFAULT_MAX_PIXELS, DEFAULT_MAX_DECODE_BYTES)
     }
 
     /// Decode a PNG, JPEG or WebP file held in memory, refusing one whose
-    /// header claims more than `max_pixels` before any pixel is decoded.
+    /// header claims more than `max_pixels`, or whose decoding would take
+    /// more than `max_bytes` of memory (worked out from its size, depth
+    /// and channels: see [`decode_memory`]), before any pixel is decoded.
     /// Transparency is composited onto white, as the processors' RGB
     /// conversion does.
-    pub fn decode_within(bytes: &[u8], max_pixels: u64) -> Result<Self, MediaError> {
+    pub fn decode_within(
+        bytes: &[u8],
+        max_pixels: u64,
+        max_bytes: u64,
+    ) -> Result<Self, MediaError> {
         if bytes.is_empty() {
             return Err(MediaError::Decode("the image is empty (0 bytes)".into()));
         }
-        let reader = || {
-            image::ImageReader::new(Cursor::new(bytes))
-                .with_guessed_format()
-                .map_err(|e| MediaError::Decode(e.to_string()))
-        };
-        let format = reader()?.format();
-        match format {
+        let reader = image::ImageReader::new(Cursor::new(bytes))
+            .with_guessed_format()
+            .map_err(|e| MediaError::Decode(e.to_string()))?;
+        let format = match reader.format() {
             None => {
                 return Err(MediaError::Decode(
                     "not a PNG, JPEG or WebP image (unrecognised header)".into(),
@@ -75,45 +76,28 @@ impl Picture {
                     "the JPEG is truncated (its image data has no end marker)".into(),
                 ))
             }
-            _ => {}
-        }
-        let (width, height) = reader()?
-            .into_dimensions()
-            .map_err(|e| MediaError::Decode(e.to_string()))?;
-        if width > MAX_SIDE || height > MAX_SIDE {
-            return Err(MediaError::TooLarge {
-                width,
-                height,
-                max: MAX_SIDE,
+            Some(format) => format,
+        };
+        let decode_error = |e: image::ImageError| MediaError::Decode(e.to_string());
+        let mut decoder = reader.into_decoder().map_err(decode_error)?;
+        let (width, height) = decoder.dimensions();
+        check_size(width, height, max_pixels)?;
+        let working = working_per_pixel(format, bytes);
+        let needed = decode_memory((width, height), decoder.color_type(), working);
+        if needed > max_bytes {
+            return Err(MediaError::TooMuchMemory {
+                needed,
+                max: max_bytes,
             });
         }
-        if u64::from(width) * u64::from(height) > max_pixels {
-            return Err(MediaError::TooManyPixels {
-                width,
-                height,
-                max: max_pixels,
-            });
-        }
-        let mut r = reader()?;
         let mut limits = image::Limits::default();
         limits.max_image_width = Some(MAX_SIDE);
         limits.max_image_height = Some(MAX_SIDE);
-        limits.max_alloc = Some(MAX_DECODE_BYTES);
-        r.limits(limits);
-        let img = r.decode().map_err(|e| MediaError::Decode(e.to_string()))?;
+        limits.max_alloc = Some(max_bytes);
+        decoder.set_limits(limits).map_err(decode_error)?;
+        let img = image::DynamicImage::from_decoder(decoder).map_err(decode_error)?;
         let (width, height) = (img.width(), img.height());
-        let rgb = if img.color().has_alpha() {
-            img.to_rgba8()
-                .pixels()
-                .flat_map(|p| {
-                    let [r, g, b, a] = p.0;
-                    [over_white(r, a), over_white(g, a), over_white(b, a)]
-                })
-                .collect()
-        } else {
-            img.to_rgb8().into_raw()
-        };
-        Self::from_rgb(width, height, rgb)
+        Self::from_rgb(width, height, rgb_over_white(img))
     }
 
     /// Width in pixels.
@@ -205,6 +189,131 @@ impl Picture {
         }
         out
     }
+}
+
+/// Refuse a picture past [`MAX_SIDE`] on a side or `max_pixels` in all.
+fn check_size(width: u32, height: u32, max_pixels: u64) -> Result<(), MediaError> {
+    if width > MAX_SIDE || height > MAX_SIDE {
+        return Err(MediaError::TooLarge {
+            width,
+            height,
+            max: MAX_SIDE,
+        });
+    }
+    if u64::from(width) * u64::from(height) > max_pixels {
+        return Err(MediaError::TooManyPixels {
+            width,
+            height,
+            max: max_pixels,
+        });
+    }
+    Ok(())
+}
+
+/// The default bound on what decoding one picture may take: 256 MiB, the
+/// server's default request budget. A 12-megapixel photo takes ~80 MB, a
+/// 48-megapixel one (baseline JPEG) ~250 MB.
+pub const DEFAULT_MAX_DECODE_BYTES: u64 = 256 << 20;
+
+/// The processors' largest outputs: Gemma 3's 896-pixel square, Gemma 4's
+/// 1120 tokens of 3x3 cells of 16-pixel patches.
+const PROCESSOR_SIDE: u64 = 896;
+const PROCESSOR_PIXELS: u64 = 1120 * 9 * 16 * 16;
+
+/// What decoding a `width` x `height` picture whose pixels decode as
+/// `color` takes at its peak, from its header alone:
+/// - the decoder's output buffer (a 16-bit RGBA PNG takes 8 bytes a pixel,
+///   whatever its file size: a flat one compresses a thousandfold);
+/// - the format's own working memory, `working` bytes a pixel (see
+///   [`working_per_pixel`]), and a few rows and the inflate window;
+/// - the 8-bit copy of anything not already 8-bit RGB(A) (RGBA is folded
+///   into RGB in place);
+/// - the processor's resized copies: its output, beside the first pass of
+///   its resize (the output's width by the picture's height), then beside
+///   the output's normalised floats.
+pub(crate) fn decode_memory(
+    (width, height): (u32, u32),
+    color: image::ColorType,
+    working: u64,
+) -> u64 {
+    let (w, h) = (u64::from(width), u64::from(height));
+    let pixels = w * h;
+    let per_pixel = u64::from(color.bytes_per_pixel());
+    let buffer = pixels * per_pixel;
+    let decoder = pixels * working + 2 * w * per_pixel + (1 << 20);
+    let conversion = match color {
+        image::ColorType::Rgb8 | image::ColorType::Rgba8 => 0,
+        _ => pixels * 4,
+    };
+    // The output lives beside the first pass, then beside its floats.
+    let first_pass =
+        (PROCESSOR_SIDE * h).max((PROCESSOR_PIXELS as f64 * pixels as f64).sqrt() as u64);
+    let processor = 3 * PROCESSOR_PIXELS + (3 * first_pass).max(12 * PROCESSOR_PIXELS);
+    buffer + decoder + conversion + processor
+}
+
+/// The bytes a pixel a format's decoder works through beside its output,
+/// told from the file's header: a progressive JPEG holds every coefficient
+/// (16 bits for each of three components), a baseline one a row of blocks;
+/// WebP decodes through a frame of its own (an animation's first frame and
+/// its canvas); PNG streams its rows.
+fn working_per_pixel(format: image::ImageFormat, bytes: &[u8]) -> u64 {
+    match format {
+        image::ImageFormat::Jpeg if jpeg_is_progressive(bytes) => 6,
+        image::ImageFormat::Jpeg => 1,
+        image::ImageFormat::WebP if webp_is_animated(bytes) => 8,
+        image::ImageFormat::WebP => 4,
+        _ => 0,
+    }
+}
+
+/// Whether a WebP file's extended header says it is animated.
+fn webp_is_animated(bytes: &[u8]) -> bool {
+    bytes.get(12..16) == Some(b"VP8X") && bytes.get(20).is_some_and(|flags| flags & 0x02 != 0)
+}
+
+/// Whether a JPEG's frame is progressive (or lossless), from the start of
+/// frame marker among its header's segments.
+fn jpeg_is_progressive(bytes: &[u8]) -> bool {
+    let mut at = 2;
+    while at + 4 <= bytes.len() && bytes[at] == 0xFF {
+        match bytes[at + 1] {
+            // Fill bytes before a marker.
+            0xFF => at += 1,
+            // Frames other than baseline and extended sequential.
+            0xC2 | 0xC3 | 0xC6 | 0xC7 | 0xCA | 0xCB | 0xCE | 0xCF => return true,
+            0xC0 | 0xC1 | 0xC9 | 0xDA => return false,
+            _ => at += 2 + usize::from(u16::from_be_bytes([bytes[at + 2], bytes[at + 3]])),
+        }
+    }
+    // A header we cannot walk: assume the costly kind.
+    true
+}
+
+/// `img` as 8-bit RGB bytes, transparency composited onto white, reusing
+/// the decoder's buffer when it is 8-bit already.
+fn rgb_over_white(img: image::DynamicImage) -> Vec<u8> {
+    if !img.color().has_alpha() {
+        return img.into_rgb8().into_raw();
+    }
+    let mut rgba = img.into_rgba8().into_raw();
+    // In place: pixel i's RGB goes to 3i, never past the 4i it is read
+    // from.
+    let n = rgba.len() / 4;
+    for i in 0..n {
+        let [r, g, b, a] = [
+            rgba[4 * i],
+            rgba[4 * i + 1],
+            rgba[4 * i + 2],
+            rgba[4 * i + 3],
+        ];
+        rgba[3 * i] = over_white(r, a);
+        rgba[3 * i + 1] = over_white(g, a);
+        rgba[3 * i + 2] = over_white(b, a);
+    }
+    rgba.truncate(3 * n);
+    rgba.shrink_to_fit();
+    rgba
 }
 
 /// Whether a JPEG's last scan is followed by the end-of-image marker. Inside
@@ -404,11 +513,17 @@ mod tests {
 
     /// A PNG whose header claims `w` × `h` RGB pixels, with a tiny body.
     fn png_claiming(w: u32, h: u32) -> Vec<u8> {
+        png_of_depth(w, h, 8, 2)
+    }
+
+    /// A PNG whose header claims `w` × `h` pixels of `depth` bits and PNG
+    /// colour type `color` (2: RGB, 6: RGBA), with a tiny body.
+    fn png_of_depth(w: u32, h: u32, depth: u8, color: u8) -> Vec<u8> {
         let mut out = b"\x89PNG\r\n\x1a\n".to_vec();
         let mut ihdr = b"IHDR".to_vec();
         ihdr.extend(w.to_be_bytes());
         ihdr.extend(h.to_be_bytes());
-        ihdr.extend([8, 2, 0, 0, 0]);
+        ihdr.extend([depth, color, 0, 0, 0]);
         out.extend(13u32.to_be_bytes());
         out.extend(&ihdr);
         out.extend(crc32(&ihdr).to_be_bytes());
@@ -424,7 +539,8 @@ mod tests {
 
     #[test]
     fn pixels_past_the_bound_are_refused_from_the_header() {
-        let err = Picture::decode_within(&png_claiming(100, 100), 9_999).unwrap_err();
+        let err = Picture::decode_within(&png_claiming(100, 100), 9_999, DEFAULT_MAX_DECODE_BYTES)
+            .unwrap_err();
         assert!(
             matches!(
                 err,
@@ -450,6 +566,70 @@ mod tests {
         // A sane header with a body that does not hold its pixels.
         let err = Picture::decode(&png_claiming(64, 64)).unwrap_err();
         assert!(matches!(err, MediaError::Decode(_)), "{err}");
+    }
+
+    #[test]
+    fn a_deep_picture_within_the_pixel_bound_is_refused_by_its_memory() {
+        // 16-bit RGBA at the default pixel bound: 8 bytes a pixel to decode
+        // (a flat one is a 400 KB file), refused from the header alone.
+        let bomb = png_of_depth(7071, 7071, 16, 6);
+        let err = Picture::decode(&bomb).unwrap_err();
+        let MediaError::TooMuchMemory { needed, max } = err else {
+            panic!("{err}");
+        };
+        assert_eq!(max, DEFAULT_MAX_DECODE_BYTES);
+        assert!(needed > 7071 * 7071 * 8, "{needed}");
+        // The same size at 8-bit RGB fits, and gets as far as its pixels.
+        let err = Picture::decode(&png_of_depth(7071, 7071, 8, 2)).unwrap_err();
+        assert!(matches!(err, MediaError::Decode(_)), "{err}");
+        // A lower bound refuses the small one too.
+        let err = Picture::decode_within(&png_claiming(64, 64), u64::MAX, 1 << 20).unwrap_err();
+        assert!(matches!(err, MediaError::TooMuchMemory { .. }), "{err}");
+    }
+
+    #[test]
+    fn the_estimate_bounds_a_real_decode_and_rgba_folds_onto_white() {
+        let rgba =
+            image::RgbaImage::from_fn(3, 2, |x, _| image::Rgba([200, 10, 0, 255 - 127 * x as u8]));
+        let mut png = Vec::new();
+        image::DynamicImage::ImageRgba8(rgba)
+            .write_to(&mut Cursor::new(&mut png), image::ImageFormat::Png)
+            .unwrap();
+        let p = Picture::decode(&png).unwrap();
+        assert_eq!(&p.rgb()[..3], &[200, 10, 0]);
+        assert_eq!(
+            &p.rgb()[3..6],
+            &[
+                over_white(200, 128),
+                over_white(10, 128),
+                over_white(0, 128)
+            ]
+        );
+        assert_eq!(p.rgb().len(), 3 * 3 * 2);
+    }
+
+    #[test]
+    fn headers_tell_progressive_jpegs_and_animated_webps() {
+        // SOI, an APP0 segment of 4 bytes, then the frame marker.
+        let jpeg = |sof: u8| [0xFF, 0xD8, 0xFF, 0xE0, 0, 4, 0, 0, 0xFF, sof, 0, 11].to_vec();
+        assert!(!jpeg_is_progressive(&jpeg(0xC0)));
+        assert!(jpeg_is_progressive(&jpeg(0xC2)));
+        assert!(jpeg_is_progressive(&[0xFF, 0xD8, 0x00]));
+        let mut webp = b"RIFF\0\0\0\0WEBPVP8X\x0a\0\0\0\0\0\0\0".to_vec();
+        assert!(!webp_is_animated(&webp));
+        webp[20] = 0x02;
+        assert!(webp_is_animated(&webp));
+        assert!(
+            decode_memory(
+                (1000, 1000),
+                image::ColorType::Rgb8,
+                working_per_pixel(image::ImageFormat::Jpeg, &jpeg(0xC2))
+            ) > decode_memory(
+                (1000, 1000),
+                image::ColorType::Rgb8,
+                working_per_pixel(image::ImageFormat::Jpeg, &jpeg(0xC0))
+            )
+        );
     }
 
     #[test]

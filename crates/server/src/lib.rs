@@ -9,6 +9,7 @@ mod anthropic;
 pub mod api;
 mod body;
 mod browser;
+mod budget;
 mod completions;
 mod embeddings;
 pub mod error;
@@ -29,6 +30,7 @@ pub mod tls;
 pub mod truncate;
 mod ui;
 mod utility;
+mod work;
 
 // The other APIs' bodies, parsed into an [`api::Request`] as their handlers
 // do (public for the fuzz targets; here, not in `api`, which those APIs use).
@@ -45,7 +47,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 pub use body::read_body_within;
-pub use limits::{Limits, RateLimiter, DEFAULT_BODY_LIMIT};
+pub use budget::{json_memory, DEFAULT_REQUEST_MEMORY};
+pub use limits::{default_prep_threads, Limits, RateLimiter, DEFAULT_BODY_LIMIT};
 
 /// How the server is set up. The models come from the [`models::Lineup`]
 /// given to [`run`], which loads each with the same [`engine::RunOptions`]
@@ -181,6 +184,9 @@ struct AppState {
     activity: Arc<Activity>,
     /// Requests per minute per client, when `--rate-limit` is set.
     rate: Option<Arc<RateLimiter>>,
+    /// The threads that parse, tokenize, compile and decode, off the
+    /// runtime.
+    work: Arc<work::WorkPool>,
     created: u64,
 }
 
@@ -234,6 +240,10 @@ async fn serve(config: ServerConfig, lineup: models::Lineup) -> Result<(), Serve
             .limits
             .per_minute
             .map(|n| Arc::new(RateLimiter::new(n))),
+        work: Arc::new(work::WorkPool::new(
+            config.limits.prep_threads,
+            config.limits.prep_queue,
+        )?),
         created: api::now_secs(),
     };
 

@@ -38,6 +38,20 @@ pub struct Limits {
     pub images: usize,
     /// Audio clips one request may carry (`--max-clips`).
     pub clips: usize,
+    /// Memory one request's parsing, tokenizing, answer and media may take
+    /// (`--request-memory`), checked by each stage before it allocates.
+    pub request_memory: usize,
+    /// Threads that parse, tokenize, compile grammars and decode media
+    /// (`--prep-threads`).
+    pub prep_threads: usize,
+    /// Requests' steps that may wait for those threads (`--prep-queue`);
+    /// past it a request gets 503 with Retry-After.
+    pub prep_queue: usize,
+}
+
+/// The default prep threads: one per core, at least two.
+pub fn default_prep_threads() -> usize {
+    std::thread::available_parallelism().map_or(2, |n| n.get().max(2))
 }
 
 impl Default for Limits {
@@ -50,6 +64,9 @@ impl Default for Limits {
             per_minute: None,
             images: 8,
             clips: 4,
+            request_memory: crate::DEFAULT_REQUEST_MEMORY,
+            prep_threads: default_prep_threads(),
+            prep_queue: 4 * default_prep_threads(),
         }
     }
 }

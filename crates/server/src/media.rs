@@ -115,6 +115,91 @@ fn image_source(url: &str, field: &str) -> Result<ImageSource, ApiError> {
     ))
 }
 
+/// The refusal of `what` (`image 2`, `audio clip 1`) the engine could not
+/// read: a 400, naming the flag of the bound it passed; 413 when decoding
+/// it would pass the request's memory budget.
+pub(crate) fn refusal(what: &str, e: engine::EngineError) -> ApiError {
+    use ::media::MediaError;
+    let flag = match &e {
+        engine::EngineError::Media(MediaError::TooMuchMemory { needed, max }) => {
+            return crate::budget::over_budget(&format!("Decoding {what}"), *needed, *max)
+        }
+        engine::EngineError::Media(MediaError::TooManyPixels { .. }) => {
+            " (start the server with --max-image-pixels N to raise it)"
+        }
+        engine::EngineError::Media(MediaError::TooLong { .. }) => {
+            " (start the server with --max-clip-seconds SECS to raise it)"
+        }
+        _ => "",
+    };
+    ApiError::bad_param("messages", format!("{what}: {e}{flag}."))
+}
+
+/// Why a `file://` image cannot be read: said without its path, as a
+/// message never echoes a file path.
+#[derive(Debug)]
+pub(crate) enum FileRefusal {
+    /// Not a regular file (a directory, a FIFO, a device such as
+    /// `/dev/zero`).
+    NotAFile,
+    /// Larger than `--body-limit`, the most an inline image could be.
+    TooLarge(usize),
+    /// The file system's error.
+    Io(std::io::ErrorKind),
+}
+
+impl std::fmt::Display for FileRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::NotAFile => f.write_str("it is not a regular file"),
+            Self::TooLarge(limit) => write!(
+                f,
+                "it is larger than {limit} bytes, the body limit (--body-limit)"
+            ),
+            Self::Io(kind) => write!(f, "{kind}"),
+        }
+    }
+}
+
+/// The bytes of a `file://` image: only a regular file, checked before it
+/// is opened (a FIFO would wait for a writer, `/dev/zero` never ends) and
+/// again once open (it may have been swapped), opened non-blocking, and
+/// read to at most `limit` bytes.
+pub(crate) fn read_image_file(
+    path: &std::path::Path,
+    limit: usize,
+) -> Result<Vec<u8>, FileRefusal> {
+    use std::io::Read;
+    let io = |e: std::io::Error| FileRefusal::Io(e.kind());
+    let regular = |meta: std::fs::Metadata| {
+        if !meta.is_file() {
+            return Err(FileRefusal::NotAFile);
+        }
+        if meta.len() > limit as u64 {
+            return Err(FileRefusal::TooLarge(limit));
+        }
+        Ok(meta.len() as usize)
+    };
+    regular(std::fs::metadata(path).map_err(io)?)?;
+    let mut options = std::fs::OpenOptions::new();
+    options.read(true);
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::OpenOptionsExt;
+        options.custom_flags(libc::O_NONBLOCK);
+    }
+    let file = options.open(path).map_err(io)?;
+    let len = regular(file.metadata().map_err(io)?)?;
+    let mut bytes = Vec::with_capacity(len);
+    file.take(limit as u64 + 1)
+        .read_to_end(&mut bytes)
+        .map_err(io)?;
+    if bytes.len() > limit {
+        return Err(FileRefusal::TooLarge(limit));
+    }
+    Ok(bytes)
+}
+
 /// The text of message `i`'s parts, a marker where each image or clip
 /// goes; the images and clips are appended to `images` and `audio`.
 pub(crate) fn parts_text(

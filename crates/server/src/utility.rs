@@ -3,16 +3,19 @@
 //! `/apply-template` and `/props`, with the request and response shapes of
 //! llama.cpp's server.
 
-use crate::body::read_body;
+use crate::body::read_json;
+use crate::budget::{bounded_json, check, check_tokenize};
 use crate::error::ApiError;
 use crate::{api, AppState};
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::HeaderMap;
+use axum::http::{header, HeaderMap};
+use axum::response::{IntoResponse, Response};
 use axum::Json;
-use engine::{Engine, SamplingParams};
+use engine::{Engine, SamplingParams, Tokenizer};
 use serde::Deserialize;
 use serde_json::{json, Value};
+use std::io::Write;
 use std::sync::Arc;
 
 /// The engine of the default model (the one most recently used, loaded
@@ -21,13 +24,19 @@ async fn engine(st: &AppState) -> Result<Arc<Engine>, ApiError> {
     Ok(Arc::clone(&st.models.lease(None).await?.engine))
 }
 
-/// The request body as `T`, within the server's size and time limits.
-async fn body_json<T: serde::de::DeserializeOwned>(
+/// The request body as `T`, within the server's size, time and memory
+/// limits.
+async fn body_json<T: serde::de::DeserializeOwned + Send + 'static>(
     st: &AppState,
     headers: &HeaderMap,
     body: Body,
 ) -> Result<T, ApiError> {
-    api::parse_json(&read_body(st, headers, body).await?)
+    read_json(st, headers, body, api::parse_json).await
+}
+
+/// `bytes` as a JSON response.
+fn json_response(bytes: Vec<u8>) -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], bytes).into_response()
 }
 
 #[derive(Deserialize)]
@@ -51,31 +60,62 @@ fn yes() -> bool {
 
 /// `POST /tokenize`: `{"tokens": [ids]}`, or with `with_pieces` each token
 /// as `{"id", "piece"}`, the piece a string when its bytes are UTF-8 and
-/// the list of bytes when not (as llama.cpp answers).
+/// the list of bytes when not (as llama.cpp answers). Tokenized and written
+/// on the prep pool, each within the request's memory budget.
 pub(crate) async fn tokenize(
     State(st): State<AppState>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let b: TokenizeBody = body_json(&st, &headers, body).await?;
     let engine = engine(&st).await?;
-    let tok = engine.tokenizer();
-    let ids = tok.encode(&b.content, b.add_special && tok.add_bos(), b.parse_special);
-    if !b.with_pieces {
-        return Ok(Json(json!({ "tokens": ids })));
-    }
-    let pieces: Vec<Value> = ids
-        .iter()
-        .map(|&id| {
-            let bytes = tok.token_bytes(id, true);
-            let piece = match std::str::from_utf8(&bytes) {
-                Ok(text) => json!(text),
-                Err(_) => json!(bytes.to_vec()),
-            };
-            json!({"id": id, "piece": piece})
+    let budget = st.config.limits.request_memory;
+    let answer = st
+        .work
+        .run(move || {
+            check_tokenize(b.content.len(), budget)?;
+            let tok = engine.tokenizer();
+            let ids = tok.encode(&b.content, b.add_special && tok.add_bos(), b.parse_special);
+            drop(b.content);
+            if b.with_pieces {
+                bounded_json("The token list with its pieces", budget, |w| {
+                    write_pieces(tok, &ids, w)
+                })
+            } else {
+                bounded_json("The token list", budget, |w| {
+                    serde_json::to_writer(w, &TokenIds { tokens: &ids })
+                        .map_err(std::io::Error::other)
+                })
+            }
         })
-        .collect();
-    Ok(Json(json!({ "tokens": pieces })))
+        .await??;
+    Ok(json_response(answer))
+}
+
+/// `{"tokens": [ids]}`, serialized from the ids themselves.
+#[derive(serde::Serialize)]
+struct TokenIds<'a> {
+    tokens: &'a [u32],
+}
+
+/// `{"tokens": [{"id", "piece"}, ...]}` written straight out: a `Value`
+/// per token would take a hundred times the answer's size.
+fn write_pieces(tok: &Tokenizer, ids: &[u32], w: &mut dyn Write) -> std::io::Result<()> {
+    w.write_all(br#"{"tokens":["#)?;
+    for (i, &id) in ids.iter().enumerate() {
+        if i > 0 {
+            w.write_all(b",")?;
+        }
+        write!(w, r#"{{"id":{id},"piece":"#)?;
+        let bytes = tok.token_bytes(id, true);
+        match std::str::from_utf8(&bytes) {
+            Ok(text) => serde_json::to_writer(&mut *w, text),
+            Err(_) => serde_json::to_writer(&mut *w, &*bytes),
+        }
+        .map_err(std::io::Error::other)?;
+        w.write_all(b"}")?;
+    }
+    w.write_all(b"]}")
 }
 
 #[derive(Deserialize)]
@@ -85,50 +125,80 @@ struct DetokenizeBody {
 }
 
 /// `POST /detokenize`: `{"content": text}`; an id outside the vocabulary
-/// is a 400 naming it.
+/// is a 400 naming it. The text's length is summed from its pieces and
+/// checked against the memory budget before it is decoded.
 pub(crate) async fn detokenize(
     State(st): State<AppState>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Response, ApiError> {
     let b: DetokenizeBody = body_json(&st, &headers, body).await?;
     let engine = engine(&st).await?;
-    let vocab = engine.model().config().vocab;
-    let mut ids = Vec::with_capacity(b.tokens.len());
-    for &id in &b.tokens {
-        match u32::try_from(id) {
-            Ok(i) if (i as usize) < vocab => ids.push(i),
-            _ => {
-                return Err(ApiError::bad_param(
-                    "tokens",
-                    format!("Token id {id} is out of the vocabulary of {vocab}."),
-                ))
-            }
-        }
-    }
-    Ok(Json(
-        json!({ "content": engine.tokenizer().decode(&ids, false) }),
-    ))
+    let budget = st.config.limits.request_memory;
+    let answer = st
+        .work
+        .run(move || {
+            let ids = vocabulary_ids(&b.tokens, engine.model().config().vocab)?;
+            let tok = engine.tokenizer();
+            let len: usize = ids.iter().map(|&id| tok.token_bytes(id, false).len()).sum();
+            // The decoder's buffer grows to twice the text at most.
+            check("The decoded text", 2 * len as u64, budget)?;
+            let content = tok.decode(&ids, false);
+            bounded_json("The decoded text as JSON", budget, |w| {
+                serde_json::to_writer(w, &json!({ "content": &content }))
+                    .map_err(std::io::Error::other)
+            })
+        })
+        .await??;
+    Ok(json_response(answer))
+}
+
+/// `tokens` as ids of a vocabulary of `vocab`; one outside it is a 400
+/// naming it.
+fn vocabulary_ids(tokens: &[u64], vocab: usize) -> Result<Vec<u32>, ApiError> {
+    tokens
+        .iter()
+        .map(|&id| match u32::try_from(id) {
+            Ok(i) if (i as usize) < vocab => Ok(i),
+            _ => Err(ApiError::bad_param(
+                "tokens",
+                format!("Token id {id} is out of the vocabulary of {vocab}."),
+            )),
+        })
+        .collect()
 }
 
 /// `POST /apply-template`: the chat request's messages (parsed as
 /// `/v1/chat/completions` parses them) as the prompt text the model's
-/// template makes, `{"prompt": text}`.
+/// template makes, `{"prompt": text}`, rendered and written on the prep
+/// pool.
 pub(crate) async fn apply_template(
     State(st): State<AppState>,
     headers: HeaderMap,
     body: Body,
-) -> Result<Json<Value>, ApiError> {
-    let bytes = read_body(&st, &headers, body).await?;
-    let req = api::parse_chat(&bytes, &SamplingParams::default())?;
-    let api::Input::Chat(messages) = &req.input else {
+) -> Result<Response, ApiError> {
+    let req = read_json(&st, &headers, body, |b| {
+        api::parse_chat(b, &SamplingParams::default())
+    })
+    .await?;
+    let api::Input::Chat(messages) = req.input else {
         return Err(ApiError::bad_param("messages", "`messages` is required."));
     };
     let engine = engine(&st).await?;
-    let prompt = engine.chat_prompt(messages).map_err(|e| {
-        ApiError::bad_param("messages", format!("Cannot apply the chat template: {e}"))
-    })?;
-    Ok(Json(json!({ "prompt": prompt })))
+    let budget = st.config.limits.request_memory;
+    let answer = st
+        .work
+        .run(move || {
+            let prompt = engine.chat_prompt(&messages).map_err(|e| {
+                ApiError::bad_param("messages", format!("Cannot apply the chat template: {e}"))
+            })?;
+            bounded_json("The prompt as JSON", budget, |w| {
+                serde_json::to_writer(w, &json!({ "prompt": &prompt }))
+                    .map_err(std::io::Error::other)
+            })
+        })
+        .await??;
+    Ok(json_response(answer))
 }
 
 /// `GET /props`: the server's settings as llama.cpp's server reports them

@@ -37,21 +37,33 @@ pub struct Clip {
 }
 
 impl Clip {
-    /// Decode a clip of at most [`DEFAULT_MAX_CLIP_SECONDS`].
+    /// Decode a clip of at most [`DEFAULT_MAX_CLIP_SECONDS`] (and
+    /// [`crate::DEFAULT_MAX_DECODE_BYTES`] of memory).
     pub fn decode(bytes: &[u8]) -> Result<Self, MediaError> {
-        Self::decode_within(bytes, DEFAULT_MAX_CLIP_SECONDS)
+        Self::decode_within(
+            bytes,
+            DEFAULT_MAX_CLIP_SECONDS,
+            crate::DEFAULT_MAX_DECODE_BYTES,
+        )
     }
 
     /// Decode a WAV, MP3, Ogg Vorbis or Ogg Opus file: channels averaged to
     /// mono, resampled to 16 kHz, cut at [`MAX_SECONDS`]. A clip whose
     /// container says it lasts longer than `max_seconds` is refused before
     /// it is decoded; decoding stops at the cut, so a long file costs no
-    /// more memory than 30 seconds of it.
-    pub fn decode_within(bytes: &[u8], max_seconds: u32) -> Result<Self, MediaError> {
+    /// more memory than 30 seconds of it. What that takes at the file's
+    /// sample rate ([`clip_memory`]) is checked against `max_bytes` before
+    /// the first packet is decoded.
+    pub fn decode_within(
+        bytes: &[u8],
+        max_seconds: u32,
+        max_bytes: u64,
+    ) -> Result<Self, MediaError> {
         if bytes.is_empty() {
             return Err(MediaError::Decode("the audio file is empty".into()));
         }
         if is_ogg_opus(bytes) {
+            check_clip_memory(bytes.len(), OPUS_RATE, max_bytes)?;
             if let Some(seconds) = opus_seconds(bytes).filter(|&s| s > f64::from(max_seconds)) {
                 return Err(MediaError::TooLong {
                     seconds,
@@ -72,7 +84,7 @@ impl Clip {
         }
         let mut bytes = bytes.to_vec();
         repair_wav_lengths(&mut bytes);
-        let (samples, rate, truncated) = decode_mono(bytes, max_seconds)?;
+        let (samples, rate, truncated) = decode_mono(bytes, max_seconds, max_bytes)?;
         if samples.is_empty() {
             return Err(MediaError::Decode("the audio clip has no samples".into()));
         }
@@ -101,6 +113,27 @@ impl Clip {
     pub fn seconds(&self) -> f32 {
         self.samples.len() as f32 / SAMPLE_RATE as f32
     }
+}
+
+/// What decoding a clip of `file_bytes` at `rate` takes at most: the
+/// file's copy, the first [`MAX_SECONDS`] as mono floats at its rate and
+/// resampled (each vector up to twice its length as it grows), and a
+/// packet's buffers.
+pub(crate) fn clip_memory(file_bytes: usize, rate: u32) -> u64 {
+    let floats = |rate: u32| 2 * 4 * u64::from(rate) * u64::from(MAX_SECONDS);
+    file_bytes as u64 + floats(rate) + floats(SAMPLE_RATE) + (1 << 20)
+}
+
+/// Refuse a clip whose decoding ([`clip_memory`]) would pass `max_bytes`.
+fn check_clip_memory(file_bytes: usize, rate: u32, max_bytes: u64) -> Result<(), MediaError> {
+    let needed = clip_memory(file_bytes, rate);
+    if needed > max_bytes {
+        return Err(MediaError::TooMuchMemory {
+            needed,
+            max: max_bytes,
+        });
+    }
+    Ok(())
 }
 
 /// Append the interleaved `frames` of `channels` to `mono`, averaged, up
@@ -256,8 +289,13 @@ fn repair_wav_lengths(bytes: &mut [u8]) {
 
 /// The first audio track of `bytes`, channels averaged, at its own rate;
 /// and whether it went on past [`MAX_SECONDS`].
-fn decode_mono(bytes: Vec<u8>, max_seconds: u32) -> Result<(Vec<f32>, u32, bool), MediaError> {
+fn decode_mono(
+    bytes: Vec<u8>,
+    max_seconds: u32,
+    max_bytes: u64,
+) -> Result<(Vec<f32>, u32, bool), MediaError> {
     let bad = |e: SymphoniaError| MediaError::Decode(format!("cannot decode the audio: {e}"));
+    let file_bytes = bytes.len();
     let stream = MediaSourceStream::new(Box::new(std::io::Cursor::new(bytes)), Default::default());
     let probed = symphonia::default::get_probe()
         .format(
@@ -310,6 +348,7 @@ fn decode_mono(bytes: Vec<u8>, max_seconds: u32) -> Result<(Vec<f32>, u32, bool)
             });
         }
     }
+    check_clip_memory(file_bytes, rate, max_bytes)?;
     let mut decoder = symphonia::default::get_codecs()
         .make(&track.codec_params, &DecoderOptions::default())
         .map_err(|e| match e {
@@ -641,6 +680,20 @@ mod tests {
         out
     }
 
+    #[test]
+    fn a_clip_whose_rate_needs_more_than_the_memory_bound_is_refused() {
+        let clip = wav(&tone(440.0, 384_000, 0.1), 384_000, 1, None);
+        let needed = clip_memory(clip.len(), 384_000);
+        // 30 s of 384 kHz floats, as they grow, and 30 s at 16 kHz.
+        assert!(needed > 2 * 4 * 384_000 * 30, "{needed}");
+        let err = Clip::decode_within(&clip, 60, needed - 1).unwrap_err();
+        assert!(
+            matches!(err, MediaError::TooMuchMemory { max, .. } if max == needed - 1),
+            "{err}"
+        );
+        assert!(Clip::decode_within(&clip, 60, needed).is_ok());
+    }
+
     fn tone(hz: f32, rate: u32, seconds: f32) -> Vec<f32> {
         let n = (rate as f32 * seconds) as usize;
         (0..n)
@@ -706,7 +759,12 @@ mod tests {
         assert_eq!(clip.samples.len(), t.len());
         // Longer than the bound: refused by its length, before decoding.
         let long = tone(440.0, 8_000, 3.0);
-        let err = Clip::decode_within(&wav(&long, 8_000, 1, None), 2).unwrap_err();
+        let err = Clip::decode_within(
+            &wav(&long, 8_000, 1, None),
+            2,
+            crate::DEFAULT_MAX_DECODE_BYTES,
+        )
+        .unwrap_err();
         assert!(matches!(err, MediaError::TooLong { max: 2, .. }), "{err}");
         assert!(err.to_string().contains("3.0 s"), "{err}");
         // Truncated in the middle of the header.

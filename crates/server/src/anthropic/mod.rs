@@ -7,7 +7,7 @@
 mod answer;
 
 use crate::api::{self, Request};
-use crate::body::read_body;
+use crate::body::read_json;
 use crate::error::{ApiError, Dialect};
 use crate::pipeline::{self, Submitted};
 use crate::AppState;
@@ -288,8 +288,9 @@ async fn messages_inner(
     body: Body,
 ) -> Result<Response, ApiError> {
     let received = Instant::now();
-    let bytes = read_body(&st, &headers, body).await?;
-    let (req, stream) = request(&bytes, &pipeline::sampling_defaults(&st), false)?;
+    let defaults = pipeline::sampling_defaults(&st);
+    let (req, stream) =
+        read_json(&st, &headers, body, move |b| request(b, &defaults, false)).await?;
     let Submitted {
         model,
         reply,
@@ -318,8 +319,8 @@ pub(crate) async fn count_tokens(
     body: Body,
 ) -> Response {
     let counted = async {
-        let bytes = read_body(&st, &headers, body).await?;
-        let (req, _) = request(&bytes, &pipeline::sampling_defaults(&st), true)?;
+        let defaults = pipeline::sampling_defaults(&st);
+        let (req, _) = read_json(&st, &headers, body, move |b| request(b, &defaults, true)).await?;
         pipeline::count_tokens(&st, req).await
     };
     match counted.await {

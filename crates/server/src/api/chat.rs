@@ -232,6 +232,11 @@ impl Conversation {
     }
 }
 
+/// Most tools one request may offer (OpenAI's limit): each is described in
+/// the prompt and held in the call grammar, and names are checked against
+/// each other.
+const MAX_TOOLS: usize = 128;
+
 /// `tools` and `tool_choice`: `None` when no tools are given.
 fn parse_tools(
     wire: Option<Vec<WireTool>>,
@@ -239,6 +244,15 @@ fn parse_tools(
     parallel: Option<bool>,
 ) -> Result<Option<ToolMode>, ApiError> {
     let wire = wire.unwrap_or_default();
+    if wire.len() > MAX_TOOLS {
+        return Err(ApiError::bad_param(
+            "tools",
+            format!(
+                "{} tools are given; at most {MAX_TOOLS} are supported.",
+                wire.len()
+            ),
+        ));
+    }
     let mut tools = Vec::with_capacity(wire.len());
     for (i, t) in wire.into_iter().enumerate() {
         if t.kind != "function" {

@@ -11,6 +11,11 @@ use serde_json::Value;
 /// Most stop strings a request may give.
 const MAX_STOPS: usize = 16;
 
+/// Longest stop string, in bytes. The matcher looks for each stop in the
+/// text's tail as long as the stop at every token, so this bounds its cost
+/// per token (16 KiB at most).
+const MAX_STOP_BYTES: usize = 1024;
+
 /// `stop`: one string or a list.
 #[derive(Debug, Deserialize)]
 #[serde(untagged)]
@@ -280,7 +285,8 @@ fn max_tokens(c: &Common, default_max: Option<usize>) -> Result<Option<usize>, A
     }
 }
 
-/// `stop`: at most [`MAX_STOPS`], none empty.
+/// `stop`: at most [`MAX_STOPS`] of at most [`MAX_STOP_BYTES`], none
+/// empty.
 fn stops(stop: Option<Stop>) -> Result<Vec<String>, ApiError> {
     let stop = match stop {
         None => Vec::new(),
@@ -297,6 +303,15 @@ fn stops(stop: Option<Stop>) -> Result<Vec<String>, ApiError> {
         return Err(ApiError::bad_param(
             "stop",
             "Stop strings must not be empty.",
+        ));
+    }
+    if let Some(long) = stop.iter().find(|s| s.len() > MAX_STOP_BYTES) {
+        return Err(ApiError::bad_param(
+            "stop",
+            format!(
+                "A stop string is {} bytes; at most {MAX_STOP_BYTES} are supported.",
+                long.len()
+            ),
         ));
     }
     Ok(stop)

@@ -7,7 +7,7 @@ mod shape;
 mod stream;
 
 use crate::api;
-use crate::body::read_body;
+use crate::body::read_json;
 use crate::error::ApiError;
 use crate::pipeline::{self, Submitted};
 use crate::reply::{self, Reply};
@@ -47,12 +47,12 @@ async fn generate(
     kind: Kind,
 ) -> Result<Response, ApiError> {
     let received = Instant::now();
-    let bytes = read_body(&st, &headers, body).await?;
     let defaults = pipeline::sampling_defaults(&st);
-    let req = match kind {
-        Kind::Chat => api::parse_chat(&bytes, &defaults)?,
-        Kind::Completion => api::parse_completion(&bytes, &defaults)?,
-    };
+    let req = read_json(&st, &headers, body, move |bytes| match kind {
+        Kind::Chat => api::parse_chat(bytes, &defaults),
+        Kind::Completion => api::parse_completion(bytes, &defaults),
+    })
+    .await?;
     let Submitted {
         model,
         req,

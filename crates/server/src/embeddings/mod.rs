@@ -5,7 +5,7 @@
 
 pub(crate) mod batcher;
 
-use crate::body::read_body;
+use crate::body::read_json;
 use crate::error::{ApiError, Dialect};
 use crate::{api, AppState};
 use axum::body::Body;
@@ -75,25 +75,34 @@ async fn embed(st: &AppState, req: EmbedRequest) -> Result<Embedded, ApiError> {
         .map_err(|e| ApiError::bad_param("dimensions", short(&e)))?;
     let opts = req.opts;
     let inputs = req.inputs;
-    let (texts, truncated) = tokio::task::spawn_blocking(move || {
-        let mut texts = Vec::with_capacity(inputs.len());
-        let mut truncated = Vec::new();
-        for (i, input) in inputs.iter().enumerate() {
-            let input = match input {
-                Input::Text(t) => EmbedInput::Text(t),
-                Input::Tokens(t) => EmbedInput::Tokens(t),
-            };
-            let (ids, cut) = engine.embedding_input(i, &input, &opts)?;
-            if cut {
-                truncated.push(i);
+    let text_bytes = inputs
+        .iter()
+        .map(|i| match i {
+            Input::Text(t) => t.len(),
+            Input::Tokens(_) => 0,
+        })
+        .sum();
+    crate::budget::check_tokenize(text_bytes, st.config.limits.request_memory)?;
+    let (texts, truncated) = st
+        .work
+        .run(move || {
+            let mut texts = Vec::with_capacity(inputs.len());
+            let mut truncated = Vec::new();
+            for (i, input) in inputs.iter().enumerate() {
+                let input = match input {
+                    Input::Text(t) => EmbedInput::Text(t),
+                    Input::Tokens(t) => EmbedInput::Tokens(t),
+                };
+                let (ids, cut) = engine.embedding_input(i, &input, &opts)?;
+                if cut {
+                    truncated.push(i);
+                }
+                texts.push(ids);
             }
-            texts.push(ids);
-        }
-        Ok::<_, engine::EngineError>((texts, truncated))
-    })
-    .await
-    .map_err(|e| ApiError::internal(format!("tokenizer task failed: {e}")))?
-    .map_err(|e| ApiError::bad_param("input", short(&e)))?;
+            Ok::<_, engine::EngineError>((texts, truncated))
+        })
+        .await?
+        .map_err(|e| ApiError::bad_param("input", short(&e)))?;
     let tokens: usize = texts.iter().map(Vec::len).sum();
     if tokens > MAX_REQUEST_TOKENS {
         return Err(ApiError::bad_param(
@@ -209,8 +218,7 @@ async fn openai_inner(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
-    let bytes = read_body(st, headers, body).await?;
-    let b: OpenAiBody = api::from_value(api::parse_json(&bytes)?)?;
+    let b: OpenAiBody = read_json(st, headers, body, api::parse_json).await?;
     let base64 = match b.encoding_format.as_deref() {
         None | Some("float") => false,
         Some("base64") => true,
@@ -299,8 +307,7 @@ async fn ollama_inner(
     legacy: bool,
 ) -> Result<Response, ApiError> {
     let received = Instant::now();
-    let bytes = read_body(st, headers, body).await?;
-    let b: OllamaBody = api::from_value(api::parse_json(&bytes)?)?;
+    let b: OllamaBody = read_json(st, headers, body, api::parse_json).await?;
     let inputs = match (legacy, b.input, b.prompt) {
         (true, _, Some(p)) => vec![Input::Text(p)],
         (true, _, None) => return Err(ApiError::bad_param("prompt", "`prompt` is required.")),

@@ -6,7 +6,7 @@
 use super::request::{self, chat_request, generate_request, ChatBody, Common, GenerateBody};
 use super::{created_at, model_name};
 use crate::api;
-use crate::body::read_body;
+use crate::body::read_json;
 use crate::error::{ApiError, Dialect};
 use crate::models::Lease;
 use crate::pipeline::{self, Submitted};
@@ -45,6 +45,12 @@ pub(crate) async fn generate(
         .unwrap_or_else(|e| e.respond(Dialect::Ollama))
 }
 
+/// A generating body as read, by endpoint.
+enum Parsed {
+    Chat(ChatBody),
+    Generate(GenerateBody),
+}
+
 async fn run(
     st: AppState,
     headers: HeaderMap,
@@ -52,12 +58,16 @@ async fn run(
     kind: Kind,
 ) -> Result<Response, ApiError> {
     let received = Instant::now();
-    let bytes = read_body(&st, &headers, body).await?;
-    let value: Value = api::parse_json(&bytes)?;
+    let parsed = read_json(&st, &headers, body, move |b| match kind {
+        Kind::Chat => api::parse_json(b).map(Parsed::Chat),
+        Kind::Generate => api::parse_json(b).map(Parsed::Generate),
+    })
+    .await?;
     let defaults = pipeline::sampling_defaults(&st);
-    let (req, stream) = match kind {
-        Kind::Chat => {
-            let b: ChatBody = api::from_value(value)?;
+    // Translating the body (its images copied into data URLs and decoded)
+    // runs on the prep pool too.
+    let (req, stream) = match parsed {
+        Parsed::Chat(b) => {
             let stream = b.common.stream.unwrap_or(true);
             let hold = hold_model(&st, &b.common).await?;
             if b.messages.is_empty() {
@@ -65,16 +75,20 @@ async fn run(
                 // model: answer that it is done.
                 return Ok(loaded(kind, &hold, &b.common));
             }
-            (chat_request(b, &defaults)?, stream)
+            let req = st.work.run(move || chat_request(b, &defaults)).await??;
+            (req, stream)
         }
-        Kind::Generate => {
-            let b: GenerateBody = api::from_value(value)?;
+        Parsed::Generate(b) => {
             let stream = b.common.stream.unwrap_or(true);
             let hold = hold_model(&st, &b.common).await?;
             if b.prompt.is_empty() && b.images.is_empty() {
                 return Ok(loaded(kind, &hold, &b.common));
             }
-            (generate_request(b, &defaults)?, stream)
+            let req = st
+                .work
+                .run(move || generate_request(b, &defaults))
+                .await??;
+            (req, stream)
         }
     };
     let Submitted {

@@ -9,7 +9,7 @@ mod request;
 pub(crate) use chat::{chat, generate};
 pub(crate) use pull::pull;
 
-use crate::body::read_body;
+use crate::body::read_json;
 use crate::error::{ApiError, Dialect};
 use crate::models::{Listed, ServedModel};
 use crate::{api, AppState};
@@ -153,7 +153,7 @@ pub(crate) async fn show(State(st): State<AppState>, headers: HeaderMap, body: B
 }
 
 async fn show_inner(st: &AppState, headers: &HeaderMap, body: Body) -> Result<Response, ApiError> {
-    let b: ShowBody = api::parse_json(&read_body(st, headers, body).await?)?;
+    let b: ShowBody = read_json(st, headers, body, api::parse_json).await?;
     let Some(asked) = b.model.or(b.name) else {
         return Err(ApiError::bad_param("model", "`model` is required."));
     };

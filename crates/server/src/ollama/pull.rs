@@ -11,7 +11,7 @@
 //! ([`store::Store::pull_remote`]).
 
 use crate::api;
-use crate::body::read_body;
+use crate::body::read_json;
 use crate::error::{ApiError, Dialect};
 use crate::AppState;
 use axum::body::Body;
@@ -87,7 +87,7 @@ pub(crate) async fn pull(State(st): State<AppState>, headers: HeaderMap, body: B
         return pull_disabled().respond(Dialect::Ollama);
     }
     let parsed = async {
-        let b: PullBody = api::parse_json(&read_body(&st, &headers, body).await?)?;
+        let b: PullBody = read_json(&st, &headers, body, api::parse_json).await?;
         match b.model.or(b.name).filter(|m| !m.trim().is_empty()) {
             Some(m) => Ok((m, b.stream.unwrap_or(true))),
             None => Err(ApiError::bad_param("model", "`model` is required.")),

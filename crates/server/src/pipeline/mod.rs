@@ -74,6 +74,12 @@ pub(crate) async fn submit(
     let opts = prepared
         .req
         .generate_options(n_ctx - prompt_tokens, backend.speculation.as_ref());
+    crate::budget::check_reply(
+        prepared.req.n,
+        opts.max_tokens,
+        prepared.req.logprobs,
+        st.config.limits.request_memory,
+    )?;
     let deadline = st
         .config
         .max_request_time

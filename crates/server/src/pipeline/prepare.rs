@@ -2,7 +2,9 @@
 //! its images and clips encoded, its grammar compiled.
 
 use crate::api::{self, Input, Request};
+use crate::budget::check_tokenize;
 use crate::error::ApiError;
+use crate::media;
 use crate::truncate::{self, Overflow};
 use crate::{AppState, ServerConfig};
 use engine::{Engine, EngineError};
@@ -51,7 +53,7 @@ fn prepare(
             tokenize(engine, &req.input, thinking.is_some())?,
             Vec::new(),
         ),
-        _ => media_prompt(engine, &req, config.allow_file_images, thinking.is_some())?,
+        _ => media_prompt(engine, &req, config, thinking.is_some())?,
     };
     // Compiled once: each further choice gets a copy, not a compile.
     let constraints = match &req.grammar {
@@ -75,8 +77,9 @@ fn prepare(
     })
 }
 
-/// [`prepare`] on a blocking thread: templating, tokenizing, encoding
-/// images and compiling a grammar can take a while.
+/// [`prepare`] on the prep pool: templating, tokenizing, encoding images
+/// and compiling a grammar can take a while. The prompt's text is checked
+/// against the request's memory budget before it is tokenized.
 pub(super) async fn prepare_off_thread(
     st: &AppState,
     engine: Arc<Engine>,
@@ -84,10 +87,24 @@ pub(super) async fn prepare_off_thread(
     compile: bool,
 ) -> Result<Prepared, ApiError> {
     check_media_counts(&st.config.limits, &req)?;
+    check_tokenize(input_bytes(&req), st.config.limits.request_memory)?;
     let config = Arc::clone(&st.config);
-    tokio::task::spawn_blocking(move || prepare(&engine, req, &config, compile))
-        .await
-        .map_err(|e| ApiError::internal(format!("tokenizer task failed: {e}")))?
+    st.work
+        .run(move || prepare(&engine, req, &config, compile))
+        .await?
+}
+
+/// The bytes of text a request's prompt holds (what its template adds is
+/// small beside a prompt that could pass the budget).
+fn input_bytes(req: &Request) -> usize {
+    match &req.input {
+        Input::Chat(messages) => messages
+            .iter()
+            .map(|m| m.role.len() + m.content.len())
+            .sum(),
+        Input::Text(text) => text.len(),
+        Input::Ids(_) => 0,
+    }
 }
 
 /// More images or clips than `--max-images` / `--max-clips` is a 400 that
@@ -127,13 +144,13 @@ fn grammar_error(field: &str, e: EngineError) -> ApiError {
     }
 }
 
-/// The ids of a chat with images and audio clips, each decoded and encoded
-/// (or taken from the cache): a bad image or clip, or media for a model
-/// without the tower for it, is the client's error.
+/// The ids of a chat with images and audio clips, each read, decoded and
+/// encoded (or taken from the cache): a bad image or clip, or media for a
+/// model without the tower for it, is the client's error.
 fn media_prompt(
     engine: &Engine,
     req: &Request,
-    allow_files: bool,
+    config: &ServerConfig,
     thinking: bool,
 ) -> Result<(Vec<u32>, Vec<engine::PromptImage>), ApiError> {
     let Input::Chat(messages) = &req.input else {
@@ -145,23 +162,10 @@ fn media_prompt(
     let mut images = Vec::with_capacity(req.images.len());
     for (i, source) in req.images.iter().enumerate() {
         let field = format!("image {}", i + 1);
-        let bytes = match source {
-            api::ImageSource::Data(b) => std::borrow::Cow::Borrowed(b.as_slice()),
-            api::ImageSource::File(_) if !allow_files => {
-                return Err(ApiError::bad_param(
-                    "messages",
-                    "File URLs are off on this server (start it with --allow-file-images); send the image as a data URL.",
-                ))
-            }
-            // The error names the image, not its path: a message never
-            // echoes a file path.
-            api::ImageSource::File(path) => std::borrow::Cow::Owned(std::fs::read(path).map_err(
-                |e| ApiError::bad_param("messages", format!("Cannot read the file of {field}: {}.", e.kind())),
-            )?),
-        };
+        let bytes = image_bytes(source, &field, config)?;
         let e = engine
             .encode_image(&bytes)
-            .map_err(|e| ApiError::bad_param("messages", format!("{field}: {e}.")))?;
+            .map_err(|e| media::refusal(&field, e))?;
         images.push(e);
     }
     let clips = req
@@ -171,12 +175,35 @@ fn media_prompt(
         .map(|(i, bytes)| {
             engine
                 .encode_audio(bytes)
-                .map_err(|e| ApiError::bad_param("messages", format!("audio clip {}: {e}.", i + 1)))
+                .map_err(|e| media::refusal(&format!("audio clip {}", i + 1), e))
         })
         .collect::<Result<Vec<_>, _>>()?;
     engine
         .encode_chat_media(messages, &images, &clips, thinking)
         .map_err(|e| ApiError::bad_param("messages", format!("{e}.")))
+}
+
+/// The file bytes of image `field`: inline, or read from a local file when
+/// the server allows it (never more than the body limit).
+fn image_bytes<'a>(
+    source: &'a api::ImageSource,
+    field: &str,
+    config: &ServerConfig,
+) -> Result<std::borrow::Cow<'a, [u8]>, ApiError> {
+    match source {
+        api::ImageSource::Data(b) => Ok(std::borrow::Cow::Borrowed(b.as_slice())),
+        api::ImageSource::File(_) if !config.allow_file_images => Err(ApiError::bad_param(
+            "messages",
+            "File URLs are off on this server (start it with --allow-file-images); send the image as a data URL.",
+        )),
+        // The error names the image, not its path: a message never
+        // echoes a file path.
+        api::ImageSource::File(path) => media::read_image_file(path, config.limits.body_bytes)
+            .map(std::borrow::Cow::Owned)
+            .map_err(|e| {
+                ApiError::bad_param("messages", format!("Cannot read the file of {field}: {e}."))
+            }),
+    }
 }
 
 fn tokenize_chat(

@@ -6,7 +6,7 @@
 mod stream;
 
 use crate::api;
-use crate::body::read_body;
+use crate::body::read_json;
 use crate::error::ApiError;
 use crate::pipeline::{self, Submitted};
 use crate::reply::{Ended, Whole};
@@ -176,9 +176,12 @@ pub(crate) async fn create(State(st): State<AppState>, headers: HeaderMap, body:
 
 async fn run(st: AppState, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
     let received = Instant::now();
-    let bytes = read_body(&st, &headers, body).await?;
-    let (chat, stream) = translate(api::parse_json(&bytes)?)?;
-    let req = api::parse_chat_value(chat, &pipeline::sampling_defaults(&st))?;
+    let defaults = pipeline::sampling_defaults(&st);
+    let (req, stream) = read_json(&st, &headers, body, move |b| {
+        let (chat, stream) = translate(api::parse_json(b)?)?;
+        Ok((api::parse_chat_value(chat, &defaults)?, stream))
+    })
+    .await?;
     let Submitted { model, reply, .. } = pipeline::submit(&st, req, received).await?;
     let meta = Meta {
         id: new_id("resp"),
