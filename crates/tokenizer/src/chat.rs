@@ -1,6 +1,8 @@
 //! Chat templates: a GGUF's own Jinja template rendered with minijinja, or
 //! the built-in Gemma turn format when the file has none.
 
+use std::ops::Range;
+
 use minijinja::value::{Value, ValueKind};
 use minijinja::{Environment, Error, ErrorKind, State};
 use serde::{Deserialize, Serialize};
@@ -10,12 +12,21 @@ use crate::TokenizerError;
 mod namespaces;
 
 /// One message of a conversation (`role` is `system`, `user` or `assistant`).
+///
+/// Its text is only ever text: control tokens written in it (`<end_of_turn>`)
+/// are encoded as the characters they are made of, never as the control
+/// ids (see [`crate::Tokenizer::render_chat`]). The one exception is the
+/// media markers its builder placed with [`ChatMessage::push_media`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
     /// Who speaks: `system`, `user`, `assistant` (Gemma writes it `model`).
     pub role: String,
-    /// What they say.
+    /// What they say. Append to it only: the media ranges index into it.
     pub content: String,
+    /// Byte ranges of `content` holding a media marker the builder placed
+    /// (not text the speaker wrote), in order.
+    #[serde(skip)]
+    media: Vec<Range<usize>>,
 }
 
 impl ChatMessage {
@@ -24,7 +35,31 @@ impl ChatMessage {
         Self {
             role: role.into(),
             content: content.into(),
+            media: Vec::new(),
         }
+    }
+
+    /// Append `marker`, the marker of a media item that goes here (an
+    /// image's `<start_of_image>`): it stays a control token, where the same
+    /// text written in `content` would be plain text.
+    pub fn push_media(&mut self, marker: &str) {
+        let start = self.content.len();
+        self.content.push_str(marker);
+        self.media.push(start..self.content.len());
+    }
+
+    /// Append `other`'s content, its media markers included.
+    pub fn append(&mut self, other: &ChatMessage) {
+        let shift = self.content.len();
+        self.content.push_str(&other.content);
+        self.media
+            .extend(other.media.iter().map(|r| r.start + shift..r.end + shift));
+    }
+
+    /// The byte ranges of `content` that hold media markers placed with
+    /// [`ChatMessage::push_media`], in order.
+    pub fn media(&self) -> &[Range<usize>] {
+        &self.media
     }
 
     /// A `system` message.
