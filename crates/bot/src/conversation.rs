@@ -48,7 +48,7 @@ pub struct ChatState {
 impl ChatState {
     /// The messages of a prompt that answers `user` after keeping the
     /// newest `keep` turns.
-    fn messages(&self, keep: usize, user: &str) -> Vec<ChatMessage> {
+    fn messages(&self, keep: usize, user: &ChatMessage) -> Vec<ChatMessage> {
         let mut m = Vec::with_capacity(2 * keep + 2);
         if let Some(s) = &self.system {
             m.push(ChatMessage::new("system", s.clone()));
@@ -57,7 +57,7 @@ impl ChatState {
             m.push(ChatMessage::new("user", t.user.clone()));
             m.push(ChatMessage::new("assistant", t.assistant.clone()));
         }
-        m.push(ChatMessage::new("user", user));
+        m.push(user.clone());
         m
     }
 
@@ -66,7 +66,7 @@ impl ChatState {
     /// system prompt and the new message fit.
     pub fn prompt(
         &self,
-        user: &str,
+        user: &ChatMessage,
         fits: impl Fn(&[ChatMessage]) -> bool,
     ) -> Option<(Vec<ChatMessage>, usize)> {
         let n = self.turns.len();
@@ -123,16 +123,20 @@ mod tests {
     #[test]
     fn everything_fits_or_the_oldest_turns_go() {
         let c = chat(10);
-        let (all, dropped) = c.prompt("new", |_| true).unwrap();
+        let (all, dropped) = c.prompt(&ChatMessage::user("new"), |_| true).unwrap();
         assert_eq!((all.len(), dropped), (22, 0));
         assert_eq!(all[0].role, "system");
         assert_eq!(all[1].content, "u0");
         // "sys" + "new" = 6, each turn 4 more: room for three turns.
-        let (some, dropped) = c.prompt("new", |m| chars(m) <= 6 + 12 + 3).unwrap();
+        let (some, dropped) = c
+            .prompt(&ChatMessage::user("new"), |m| chars(m) <= 6 + 12 + 3)
+            .unwrap();
         assert_eq!(dropped, 7);
         assert_eq!(some[1].content, "u7");
         assert_eq!(some.last().unwrap().content, "new");
-        assert!(c.prompt("new", |m| chars(m) < 6).is_none());
+        assert!(c
+            .prompt(&ChatMessage::user("new"), |m| chars(m) < 6)
+            .is_none());
     }
 
     #[test]

@@ -200,7 +200,9 @@ fn reply(brain: &dyn Brain, how: &Behaviour, state: &mut ChatState, text: &str) 
     if text.trim().is_empty() {
         return Answer::say("(That message was empty.)", false);
     }
-    let Some((messages, dropped)) = state.prompt(text, |m| brain.fits(m)) else {
+    let Some((messages, dropped)) =
+        state.prompt(&engine::ChatMessage::user(text), |m| brain.fits(m))
+    else {
         return Answer::say(
             "That message does not fit my context window, even with the conversation forgotten. Please shorten it.",
             false,
@@ -290,9 +292,11 @@ fn media_reply(
         );
     }
     let user = match media {
-        Media::Photo if caption.trim().is_empty() => engine::place_images(PHOTO_PROMPT, 1),
-        Media::Photo => engine::place_images(caption, 1),
-        Media::Voice => engine::place_audio("", 1),
+        Media::Photo if caption.trim().is_empty() => {
+            engine::media_message("user", PHOTO_PROMPT, 1, 0)
+        }
+        Media::Photo => engine::media_message("user", caption, 1, 0),
+        Media::Voice => engine::media_message("user", "", 0, 1),
     };
     let fits = |m: &[engine::ChatMessage]| match media {
         Media::Photo => brain.fits_image(m),

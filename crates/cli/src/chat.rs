@@ -150,10 +150,7 @@ pub fn run(
             break;
         }
         let (added, added_clips) = (pending_images.len(), pending_clips.len());
-        messages.push(ChatMessage::user(engine::place_images(
-            &engine::place_audio(&user, added_clips),
-            added,
-        )));
+        messages.push(engine::media_message("user", &user, added, added_clips));
         conversation_images.append(&mut pending_images);
         conversation_clips.append(&mut pending_clips);
         let encoded = if conversation_images.is_empty() && conversation_clips.is_empty() {

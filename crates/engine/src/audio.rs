@@ -150,6 +150,17 @@ impl Engine {
         images: &[ImageEmbedding],
         clips: &[ImageEmbedding],
     ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
+        self.place_mixed(crate::images::raw_prompt(text, add_bos), images, clips)
+    }
+
+    /// The ids of `prompt`, whose media markers place `images` and
+    /// `clips`, and every item's place.
+    fn place_mixed(
+        &self,
+        prompt: tokenizer::PromptText,
+        images: &[ImageEmbedding],
+        clips: &[ImageEmbedding],
+    ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
         let (image_form, image_soft) = self.image_form();
         let mut kinds = vec![MediaKind::new(image_form, image_soft, images, "image")];
         let tower = match (&self.audio, clips.is_empty()) {
@@ -165,7 +176,7 @@ impl Engine {
                 "clip",
             ));
         }
-        let (ids, placed) = self.media_prompt(text, add_bos, &kinds)?;
+        let (ids, placed) = self.media_prompt(prompt, &kinds)?;
         Ok(match tower {
             Some(t) => self.with_audio_vocabulary(t, ids, placed),
             None => (ids, placed),
@@ -293,8 +304,7 @@ impl Engine {
         clips: &[ImageEmbedding],
         thinking: bool,
     ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
-        let (text, add_bos) = self.render_for_media(messages, thinking)?;
-        self.mixed_prompt(&text, add_bos, images, clips)
+        self.place_mixed(self.render_for_media(messages, thinking)?, images, clips)
     }
 }
 

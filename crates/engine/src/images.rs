@@ -15,6 +15,7 @@ use media::{content_key, EmbeddingCache, Picture, VisionTower};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokenizer::{ChatMessage, PromptText};
 
 /// The marker that places an image in a prompt (Gemma's image token text).
 pub const IMAGE_MARKER: &str = "<start_of_image>";
@@ -202,11 +203,8 @@ impl Engine {
         images: &[ImageEmbedding],
     ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
         let (form, soft) = self.image_form();
-        self.media_prompt(
-            text,
-            add_bos,
-            &[MediaKind::new(form, soft, images, "image")],
-        )
+        let kinds = [MediaKind::new(form, soft, images, "image")];
+        self.media_prompt(raw_prompt(text, add_bos), &kinds)
     }
 
     /// What this model's prompts make of an image marker, and the id its
@@ -227,26 +225,23 @@ impl Engine {
         }
     }
 
-    /// Tokenize `text`, whose markers place the items of each of `kinds`
-    /// (images, clips) in order, into the prompt ids, each marker expanded
-    /// as its kind's form says with its item's soft tokens inside, and the
-    /// items' places.
+    /// Tokenize `prompt`, whose media markers place the items of each of
+    /// `kinds` (images, clips) in order, into the prompt ids, each marker
+    /// expanded as its kind's form says with its item's soft tokens inside,
+    /// and the items' places.
     pub(crate) fn media_prompt(
         &self,
-        text: &str,
-        add_bos: bool,
+        mut prompt: PromptText,
         kinds: &[MediaKind<'_>],
     ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
         let tok = &self.tokenizer;
-        let mut text = text.to_string();
         let mut pairs = Vec::with_capacity(kinds.len());
         for kind in kinds {
             let form = kind.form;
-            // One marker for all: the first of the family's.
-            for m in &form.markers[1..] {
-                text = text.replace(m, form.markers[0]);
-            }
-            let markers = text.matches(form.markers[0]).count();
+            let markers = prompt
+                .media_markers()
+                .filter(|m| form.markers.contains(m))
+                .count();
             if markers != kind.items.len() {
                 return Err(EngineError::InvalidRequest(format!(
                     "the prompt places {markers} {}(s) (with {}) but {} were given",
@@ -269,19 +264,22 @@ impl Engine {
             }
         }
         if pairs.is_empty() {
-            return Ok((tok.encode(&text, add_bos, true), Vec::new()));
+            return Ok((tok.encode_prompt(&prompt), Vec::new()));
         }
-        // The markers are control tokens, so the text between them encodes
-        // the same with or without the soft tokens in between: encode the
-        // expanded text without them, then insert them.
-        for kind in kinds.iter().filter(|k| !k.items.is_empty()) {
-            let f = kind.form;
-            text = text.replace(f.markers[0], &format!("{}{}", f.before, f.after));
-        }
-        let plain = tok.encode(&text, add_bos, true);
-        let specs: Vec<SoftTokens<'_>> = kinds
-            .iter()
-            .filter(|k| !k.items.is_empty())
+        // The begin/end tokens are control tokens, so the text between them
+        // encodes the same with or without the soft tokens in between:
+        // encode the expanded text without them, then insert them.
+        let placing: Vec<&MediaKind<'_>> = kinds.iter().filter(|k| !k.items.is_empty()).collect();
+        prompt.expand_media(|marker| {
+            let f = placing
+                .iter()
+                .find(|k| k.form.markers.contains(&marker))?
+                .form;
+            Some(format!("{}{}", f.before, f.after))
+        });
+        let plain = tok.encode_prompt(&prompt);
+        let specs: Vec<SoftTokens<'_>> = placing
+            .into_iter()
             .zip(pairs)
             .map(|(k, pair)| SoftTokens {
                 pair,
@@ -301,25 +299,35 @@ impl Engine {
         images: &[ImageEmbedding],
         thinking: bool,
     ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
-        let (text, add_bos) = self.render_for_media(messages, thinking)?;
-        self.image_prompt(&text, add_bos, images)
+        let (form, soft) = self.image_form();
+        let kinds = [MediaKind::new(form, soft, images, "image")];
+        self.media_prompt(self.render_for_media(messages, thinking)?, &kinds)
     }
 
-    /// The chat prompt's text for `messages`, and whether a BOS still
-    /// goes before it (not when the template wrote one).
+    /// The chat prompt for `messages`: the messages' text stays text, and
+    /// the media markers their builders placed are the prompt's media.
     pub(crate) fn render_for_media(
         &self,
         messages: &[tokenizer::ChatMessage],
         thinking: bool,
-    ) -> Result<(String, bool), EngineError> {
-        let text = self.template.render_thinking(messages, true, thinking)?;
-        let bos_text = self
+    ) -> Result<PromptText, EngineError> {
+        Ok(self
             .tokenizer
-            .bos_id()
-            .and_then(|id| self.tokenizer.token_text(id));
-        let starts_with_bos = bos_text.is_some_and(|b| !b.is_empty() && text.starts_with(b));
-        Ok((text, self.tokenizer.add_bos() && !starts_with_bos))
+            .render_chat(&self.template, messages, true, thinking)?)
     }
+}
+
+/// A raw prompt (its caller wrote all of it), whose markers place media.
+/// A marker of a kind the model does not take stays in the text as it is.
+pub(crate) fn raw_prompt(text: &str, add_bos: bool) -> PromptText {
+    let markers = [
+        IMAGE_MARKER,
+        MEDIA_MARKER,
+        GEMMA4_IMAGE_MARKER,
+        crate::AUDIO_MARKER,
+        crate::GEMMA4_AUDIO_MARKER,
+    ];
+    PromptText::raw(text, add_bos, &markers)
 }
 
 /// One kind of item a prompt places (images, or audio clips): how its
@@ -403,6 +411,32 @@ pub(crate) fn fill_soft_tokens(
         }
     }
     Ok((ids, placed))
+}
+
+/// A chat message of `role` saying `text` that brings `images` images and
+/// `clips` audio clips: their markers go where the text places them itself
+/// (as [`place_images`] and [`crate::place_audio`] read it), else before it,
+/// and only those are media (see [`ChatMessage::push_media`]). Marker text
+/// in a message that brings no media of its kind is text.
+pub fn media_message(role: &str, text: &str, images: usize, clips: usize) -> ChatMessage {
+    let mut markers = Vec::new();
+    if images > 0 {
+        markers.extend([IMAGE_MARKER, MEDIA_MARKER, GEMMA4_IMAGE_MARKER]);
+    }
+    if clips > 0 {
+        markers.extend([crate::AUDIO_MARKER, crate::GEMMA4_AUDIO_MARKER]);
+    }
+    let placed = place_images(&crate::place_audio(text, clips), images);
+    let prompt = PromptText::raw(placed.as_str(), false, &markers);
+    let mut message = ChatMessage::new(role, "");
+    let mut at = 0;
+    for marker in prompt.media() {
+        message.content.push_str(&placed[at..marker.start]);
+        message.push_media(&placed[marker.clone()]);
+        at = marker.end;
+    }
+    message.content.push_str(&placed[at..]);
+    message
 }
 
 /// `text` with one image marker per image at its start when it places none

@@ -39,7 +39,8 @@ pub use embed::{matryoshka, EmbedInput, EmbedOptions, EmbedTask, Embeddings};
 pub use gbnf::to_lark as gbnf_to_lark;
 pub use generate::{FinishReason, GenerateOptions, Step, TokenEvent};
 pub use images::{
-    place_images, ImageEmbedding, PromptImage, GEMMA4_IMAGE_MARKER, IMAGE_MARKER, MEDIA_MARKER,
+    media_message, place_images, ImageEmbedding, PromptImage, GEMMA4_IMAGE_MARKER, IMAGE_MARKER,
+    MEDIA_MARKER,
 };
 pub use inspect::{inspect, load_tokenizer, towers, FileSummary, MetaEntry, TensorEntry, Towers};
 pub use load::{open_model_file, Engine};

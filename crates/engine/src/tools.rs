@@ -202,9 +202,14 @@ pub fn calls_text(calls: &[ToolCall]) -> String {
 
 /// How a tool's result is written in the conversation.
 pub fn result_text(name: Option<&str>, content: &str) -> String {
+    result_prefix(name) + content
+}
+
+/// What goes before a tool's result in the conversation.
+pub fn result_prefix(name: Option<&str>) -> String {
     match name {
-        Some(n) => format!("Result of {n}: {content}"),
-        None => format!("Result of the function call: {content}"),
+        Some(n) => format!("Result of {n}: "),
+        None => "Result of the function call: ".into(),
     }
 }
 

@@ -182,3 +182,39 @@ fn image_errors_are_clear() {
     let err = small_batch.session().feed_images(&ids, &imgs).unwrap_err();
     assert!(err.to_string().contains("raise --batch"), "{err}");
 }
+
+/// In a chat only the media markers the message's builder placed place
+/// images: the same marker typed in a message's text is text (issue 90).
+#[test]
+fn only_placed_markers_place_images_in_a_chat() {
+    use hearth_engine::{media_message, ChatMessage, IMAGE_MARKER};
+    let engine = gguf_pair();
+    let begin = engine.tokenizer().token_id(IMAGE_MARKER).unwrap();
+    let a = image(&engine, "img_a.png");
+    // No image: the typed marker is text.
+    let typed = ChatMessage::user("Is <start_of_image> an image?");
+    let (ids, placed) = engine
+        .encode_chat_images(std::slice::from_ref(&typed), &[], false)
+        .unwrap();
+    assert!(placed.is_empty() && !ids.contains(&begin), "{ids:?}");
+    // One image, placed by the builder after the typed marker.
+    let mut m = typed.clone();
+    m.push_media(IMAGE_MARKER);
+    let (ids, placed) = engine
+        .encode_chat_images(&[m], std::slice::from_ref(&a), false)
+        .unwrap();
+    assert_eq!(placed.len(), 1);
+    assert_eq!(ids.iter().filter(|&&id| id == begin).count(), 1);
+    let text = engine.tokenizer().decode(&ids[..placed[0].pos], true);
+    assert!(text.contains("Is <start_of_image> an image?"), "{text}");
+    // A message built with its media: markers it types itself place them,
+    // else they go first; without media its markers are text.
+    let placed_here = media_message("user", "Look: <start_of_image>", 1, 0);
+    assert_eq!(placed_here.media(), std::slice::from_ref(&(6..22)));
+    let first = media_message("user", "Look", 2, 0);
+    assert_eq!(first.content, "<start_of_image><start_of_image>Look");
+    assert_eq!(first.media().len(), 2);
+    assert!(media_message("user", "Look: <start_of_image>", 0, 0)
+        .media()
+        .is_empty());
+}

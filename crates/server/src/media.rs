@@ -200,15 +200,17 @@ pub(crate) fn read_image_file(
     Ok(bytes)
 }
 
-/// The text of message `i`'s parts, a marker where each image or clip
-/// goes; the images and clips are appended to `images` and `audio`.
-pub(crate) fn parts_text(
+/// Message `i` of `role` made of its parts, a media marker where each image
+/// or clip goes (the only markers in it: marker text in a text part is
+/// text); the images and clips are appended to `images` and `audio`.
+pub(crate) fn parts_message(
+    role: &str,
     parts: Vec<Part>,
     i: usize,
     images: &mut Vec<ImageSource>,
     audio: &mut Vec<Vec<u8>>,
-) -> Result<String, ApiError> {
-    let mut text = String::new();
+) -> Result<engine::ChatMessage, ApiError> {
+    let mut text = engine::ChatMessage::new(role, "");
     for (j, p) in parts.into_iter().enumerate() {
         if p.kind == "input_audio" {
             let field = format!("messages[{i}].content[{j}].input_audio");
@@ -219,11 +221,11 @@ pub(crate) fn parts_text(
                 ));
             };
             audio.push(audio_bytes(a, &field)?);
-            text.push_str(engine::AUDIO_MARKER);
+            text.push_media(engine::AUDIO_MARKER);
             continue;
         }
         match (p.kind.as_str(), p.image_url) {
-                ("text", _) => text.push_str(p.text.as_deref().unwrap_or("")),
+                ("text", _) => text.content.push_str(p.text.as_deref().unwrap_or("")),
                 ("image_url", Some(u)) => {
                     let field = format!("messages[{i}].content[{j}].image_url");
                     let url = match u {
@@ -231,7 +233,7 @@ pub(crate) fn parts_text(
                     };
                     images.push(image_source(&url, &field)?);
                     // Where the image goes in the prompt.
-                    text.push_str(engine::IMAGE_MARKER);
+                    text.push_media(engine::IMAGE_MARKER);
                 }
                 ("image_url", None) => {
                     return Err(ApiError::bad_param(

@@ -1,21 +1,35 @@
 //! Chat templates: a GGUF's own Jinja template rendered with minijinja, or
 //! the built-in Gemma turn format when the file has none.
 
-use minijinja::value::{Value, ValueKind};
-use minijinja::{Environment, Error, ErrorKind, State};
+use std::ops::Range;
+
+use minijinja::value::Value;
+use minijinja::ErrorKind;
 use serde::{Deserialize, Serialize};
 
 use crate::TokenizerError;
 
+mod bounds;
+mod functions;
+mod jinja;
 mod namespaces;
 
 /// One message of a conversation (`role` is `system`, `user` or `assistant`).
+///
+/// Its text is only ever text: control tokens written in it (`<end_of_turn>`)
+/// are encoded as the characters they are made of, never as the control
+/// ids (see [`crate::Tokenizer::render_chat`]). The one exception is the
+/// media markers its builder placed with [`ChatMessage::push_media`].
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ChatMessage {
     /// Who speaks: `system`, `user`, `assistant` (Gemma writes it `model`).
     pub role: String,
-    /// What they say.
+    /// What they say. Append to it only: the media ranges index into it.
     pub content: String,
+    /// Byte ranges of `content` holding a media marker the builder placed
+    /// (not text the speaker wrote), in order.
+    #[serde(skip)]
+    media: Vec<Range<usize>>,
 }
 
 impl ChatMessage {
@@ -24,7 +38,31 @@ impl ChatMessage {
         Self {
             role: role.into(),
             content: content.into(),
+            media: Vec::new(),
         }
+    }
+
+    /// Append `marker`, the marker of a media item that goes here (an
+    /// image's `<start_of_image>`): it stays a control token, where the same
+    /// text written in `content` would be plain text.
+    pub fn push_media(&mut self, marker: &str) {
+        let start = self.content.len();
+        self.content.push_str(marker);
+        self.media.push(start..self.content.len());
+    }
+
+    /// Append `other`'s content, its media markers included.
+    pub fn append(&mut self, other: &ChatMessage) {
+        let shift = self.content.len();
+        self.content.push_str(&other.content);
+        self.media
+            .extend(other.media.iter().map(|r| r.start + shift..r.end + shift));
+    }
+
+    /// The byte ranges of `content` that hold media markers placed with
+    /// [`ChatMessage::push_media`], in order.
+    pub fn media(&self) -> &[Range<usize>] {
+        &self.media
     }
 
     /// A `system` message.
@@ -43,18 +81,19 @@ impl ChatMessage {
     }
 }
 
-const TEMPLATE_NAME: &str = "chat";
-
-/// The default bound on a template's render steps (minijinja's fuel, one
-/// per instruction). A real chat template takes a few hundred steps per
-/// message, so this renders a conversation of thousands of turns and stops
-/// a hostile loop within a fraction of a second.
+/// The default bound on a template's render steps (minijinja's fuel: one
+/// per instruction, and one per 64 bytes of text or list the template
+/// builds, so the default bounds a render's data to 128 MB). A real chat
+/// template takes a few hundred steps per message, so this renders a
+/// conversation of thousands of turns and stops a hostile loop within a
+/// fraction of a second.
 pub const DEFAULT_TEMPLATE_STEPS: u64 = 2_000_000;
 
-/// The most text a render may write. A prompt is bounded by the context
-/// (Gemma's 128k tokens are well under a megabyte of text); a template that
-/// writes more is looping. Formatting is the one cost fuel does not count,
-/// so this also bounds the time a render spends printing.
+/// The most text a render may write, and the most any value it prints
+/// (`{{ }}`, `~`, `join`, `string`...) may print as. A prompt is bounded by
+/// the context (Gemma's 128k tokens are well under a megabyte of text); a
+/// template that writes more is looping. Printing is the one cost fuel does
+/// not count, so this also bounds the time a render spends printing.
 pub const MAX_RENDER_BYTES: usize = 8 << 20;
 
 /// The stack a Jinja render runs on, per step of its limit. minijinja
@@ -67,7 +106,7 @@ const RENDER_STACK_BYTES_PER_STEP: u64 = 512;
 
 #[derive(Clone)]
 enum Kind {
-    Jinja(Box<Environment<'static>>),
+    Jinja(std::sync::Arc<jinja::Jinja>),
     Gemma,
     Gemma4,
 }
@@ -126,30 +165,9 @@ impl ChatTemplate {
         bos_token: impl Into<String>,
         eos_token: impl Into<String>,
     ) -> Result<Self, TokenizerError> {
-        let mut env = Environment::new();
-        // transformers renders chat templates with these two options on, and
-        // templates are written for them.
-        let syntax = minijinja::syntax::SyntaxConfig::builder()
-            .trim_blocks(true)
-            .lstrip_blocks(true)
-            .build()
-            .map_err(|e| TokenizerError::Template(format!("syntax settings: {e}")))?;
-        env.set_syntax(syntax);
-        // minijinja's debug mode (on in builds with debug assertions) puts
-        // the render's variables into error messages; formatting a huge or
-        // deeply nested one took minutes (found by fuzzing). Errors name the
-        // problem and line either way.
-        env.set_debug(false);
-        env.add_function("raise_exception", raise_exception);
-        env.add_function("strftime_now", strftime_now);
-        env.set_unknown_method_callback(python_methods);
-        env.set_fuel(Some(DEFAULT_TEMPLATE_STEPS));
-        env.set_formatter(bounded_output);
-        env.add_template_owned(TEMPLATE_NAME, source.to_string())
-            .map_err(|e| TokenizerError::Template(format!("does not compile: {e:#}")))?;
-        namespaces::check(source).map_err(|e| TokenizerError::Template(format!("refused: {e}")))?;
+        let jinja = jinja::Jinja::new(source)?;
         Ok(Self {
-            kind: Kind::Jinja(Box::new(env)),
+            kind: Kind::Jinja(std::sync::Arc::new(jinja)),
             step_limit: DEFAULT_TEMPLATE_STEPS,
             refused: None,
             bos_token: bos_token.into(),
@@ -163,8 +181,10 @@ impl ChatTemplate {
     pub fn set_step_limit(&mut self, steps: u64) {
         // minijinja adds to the fuel it is given: keep clear of overflow.
         self.step_limit = steps.clamp(1, u64::MAX / 4);
-        if let Kind::Jinja(env) = &mut self.kind {
-            env.set_fuel(Some(self.step_limit));
+        if let Kind::Jinja(jinja) = &mut self.kind {
+            std::sync::Arc::make_mut(jinja)
+                .env
+                .set_fuel(Some(self.step_limit));
         }
     }
 
@@ -212,9 +232,7 @@ impl ChatTemplate {
         match &self.kind {
             Kind::Gemma => false,
             Kind::Gemma4 => true,
-            Kind::Jinja(env) => env
-                .get_template(TEMPLATE_NAME)
-                .is_ok_and(|t| t.source().contains("enable_thinking")),
+            Kind::Jinja(jinja) => jinja.source.contains("enable_thinking"),
         }
     }
 
@@ -239,7 +257,9 @@ impl ChatTemplate {
                 add_generation_prompt,
                 thinking,
             )),
-            Kind::Jinja(env) => self.render_jinja(env, messages, add_generation_prompt, thinking),
+            Kind::Jinja(jinja) => {
+                self.render_jinja(jinja, messages, add_generation_prompt, thinking)
+            }
         }
     }
 
@@ -256,35 +276,19 @@ impl ChatTemplate {
     /// ([`RENDER_STACK_BYTES_PER_STEP`]), its panics turned into errors.
     fn render_jinja(
         &self,
-        env: &Environment<'static>,
+        jinja: &jinja::Jinja,
         messages: &[ChatMessage],
         add_generation_prompt: bool,
         thinking: bool,
     ) -> Result<String, TokenizerError> {
-        let tmpl = env
-            .get_template(TEMPLATE_NAME)
-            .map_err(|e| TokenizerError::Template(format!("{e:#}")))?;
-        // Into a sink that refuses past MAX_RENDER_BYTES: the text between
-        // tags counts too (found by fuzzing: a loop around raw text).
         let render = || {
-            let mut out = BoundedText::default();
-            let ctx = minijinja::context! {
+            jinja.render(minijinja::context! {
                 messages => Value::from(minijinja::value::Serde(messages)),
                 bos_token => &self.bos_token,
                 eos_token => &self.eos_token,
                 add_generation_prompt => add_generation_prompt,
                 enable_thinking => thinking,
-            };
-            match tmpl.render_captured_to(ctx, &mut out) {
-                Ok(_) => String::from_utf8(out.bytes).map_err(|_| {
-                    Error::new(
-                        ErrorKind::InvalidOperation,
-                        "the template wrote invalid UTF-8",
-                    )
-                }),
-                Err(_) if out.over => Err(over_the_bound()),
-                Err(e) => Err(e),
-            }
+            })
         };
         // minijinja 2 panicked on some slices (`''[::-1]`, `[][::-1]`: an
         // index past the end, found by fuzzing); a template from a model
@@ -310,7 +314,8 @@ impl ChatTemplate {
         rendered.map_err(|e| {
             TokenizerError::Template(match e.kind() {
                 ErrorKind::OutOfFuel => format!(
-                    "render stopped: the template took more than its limit of {} steps",
+                    "render stopped: the template took more than its limit of {} steps \
+                     (each also pays for 64 bytes of text or lists it builds)",
                     self.step_limit
                 ),
                 _ => format!("render failed: {e:#}"),
@@ -393,173 +398,4 @@ fn render_gemma4(
         }
     }
     out
-}
-
-/// minijinja's own formatting, after a look at how large the value is. The
-/// render's output sink ([`BoundedText`]) bounds the total, but minijinja goes
-/// on iterating a sequence after a write has failed, so a huge one
-/// (`[1] * 10**8`, a list of a million long lists) is refused by its element
-/// count first, looking at no more elements than the bound allows.
-fn bounded_output(
-    out: &mut minijinja::Output,
-    state: &mut State,
-    value: &Value,
-) -> Result<(), Error> {
-    if value.as_str().is_none() && prints_at_least(value, MAX_RENDER_BYTES) > MAX_RENDER_BYTES {
-        return Err(over_the_bound());
-    }
-    minijinja::escape_formatter(out, state, value)
-}
-
-fn over_the_bound() -> Error {
-    Error::new(
-        ErrorKind::InvalidOperation,
-        format!("the template wrote more than {MAX_RENDER_BYTES} bytes"),
-    )
-}
-
-/// A render's output, refused once it would pass [`MAX_RENDER_BYTES`].
-#[derive(Default)]
-struct BoundedText {
-    bytes: Vec<u8>,
-    over: bool,
-}
-
-impl std::io::Write for BoundedText {
-    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
-        if self.bytes.len() + data.len() > MAX_RENDER_BYTES {
-            self.over = true;
-            return Err(std::io::Error::other("past the render bound"));
-        }
-        self.bytes.extend_from_slice(data);
-        Ok(data.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// A lower bound on the bytes `value` prints as (one per element, at least),
-/// looking at no more than `left` elements: past `left` it stops.
-fn prints_at_least(value: &Value, left: usize) -> usize {
-    if let Some(text) = value.as_str() {
-        return text.len();
-    }
-    if !matches!(
-        value.kind(),
-        ValueKind::Seq | ValueKind::Map | ValueKind::Iterable
-    ) {
-        return 1;
-    }
-    let Some(n) = value.len() else { return 1 };
-    if n > left {
-        return n;
-    }
-    let Ok(items) = value.try_iter() else {
-        return n;
-    };
-    let mut total = 2;
-    for item in items {
-        let nested = if value.kind() == ValueKind::Map {
-            value.get_item(&item).unwrap_or_default()
-        } else {
-            item
-        };
-        total += 1 + prints_at_least(&nested, left - total.min(left));
-        if total > left {
-            break;
-        }
-    }
-    total
-}
-
-/// `strftime_now(format)`: the local time, formatted; transformers and
-/// llama.cpp give templates this function (Mistral's and gpt-oss's put
-/// today's date in their system prompt).
-fn strftime_now(format: String) -> Result<String, Error> {
-    use std::fmt::Write;
-    let mut out = String::new();
-    // A format chrono cannot read fails the write; it must fail the
-    // render, not panic in `to_string`.
-    write!(out, "{}", chrono::Local::now().format(&format)).map_err(|_| {
-        Error::new(
-            ErrorKind::InvalidOperation,
-            format!("strftime_now: cannot read the format {format:?}"),
-        )
-    })?;
-    Ok(out)
-}
-
-/// `raise_exception(msg)`, which Hugging Face templates call to reject a
-/// conversation; it becomes a render error carrying `msg`.
-fn raise_exception(msg: String) -> Result<String, Error> {
-    Err(Error::new(ErrorKind::InvalidOperation, msg))
-}
-
-/// The Python string and dict methods chat templates commonly call
-/// (`.strip()`, `.startswith()`, `.items()`, ...), which Jinja2 gets from
-/// Python and minijinja does not have.
-fn python_methods(
-    state: &mut State,
-    value: &Value,
-    method: &str,
-    args: &[Value],
-) -> Result<Value, Error> {
-    let arg_str =
-        |i: usize| -> Option<String> { args.get(i).and_then(|v| v.as_str().map(str::to_string)) };
-    match value.kind() {
-        ValueKind::String => {
-            let s = value.as_str().unwrap_or_default();
-            let chars = arg_str(0);
-            let strip_set = |c: char| match &chars {
-                Some(set) => set.contains(c),
-                None => c.is_whitespace(),
-            };
-            let v = match method {
-                "strip" => Value::from(s.trim_matches(strip_set)),
-                "lstrip" => Value::from(s.trim_start_matches(strip_set)),
-                "rstrip" => Value::from(s.trim_end_matches(strip_set)),
-                "upper" => Value::from(s.to_uppercase()),
-                "lower" => Value::from(s.to_lowercase()),
-                "startswith" => Value::from(arg_str(0).is_some_and(|p| s.starts_with(&p))),
-                "endswith" => Value::from(arg_str(0).is_some_and(|p| s.ends_with(&p))),
-                "replace" => match (arg_str(0), arg_str(1)) {
-                    (Some(a), Some(b)) => Value::from(s.replace(&a, &b)),
-                    _ => return Err(Error::new(ErrorKind::MissingArgument, "replace(old, new)")),
-                },
-                "split" => {
-                    let parts: Vec<Value> = match arg_str(0) {
-                        Some(sep) if !sep.is_empty() => {
-                            s.split(sep.as_str()).map(Value::from).collect()
-                        }
-                        _ => s.split_whitespace().map(Value::from).collect(),
-                    };
-                    Value::from(parts)
-                }
-                _ => return Err(Error::from(ErrorKind::UnknownMethod)),
-            };
-            Ok(v)
-        }
-        ValueKind::Map => match method {
-            "items" => state.apply_filter("items", std::slice::from_ref(value)),
-            "keys" => Ok(Value::from(value.try_iter()?.collect::<Vec<_>>())),
-            "values" => {
-                let vals = value
-                    .try_iter()?
-                    .map(|k| value.get_item(&k).unwrap_or_default())
-                    .collect::<Vec<_>>();
-                Ok(Value::from(vals))
-            }
-            "get" => {
-                let key = args.first().cloned().unwrap_or_default();
-                match value.get_item(&key) {
-                    Ok(v) if !v.is_undefined() => Ok(v),
-                    _ => Ok(args.get(1).cloned().unwrap_or(Value::from(()))),
-                }
-            }
-            _ => Err(Error::from(ErrorKind::UnknownMethod)),
-        },
-        _ => Err(Error::from(ErrorKind::UnknownMethod)),
-    }
 }

@@ -12,14 +12,18 @@ mod bpe;
 mod chat;
 mod decode;
 mod index;
+mod message_text;
 mod spm;
 mod vocab;
 
 pub use chat::{ChatMessage, ChatTemplate, DEFAULT_TEMPLATE_STEPS, MAX_RENDER_BYTES};
 pub use decode::StreamDecoder;
+pub use message_text::PromptText;
 pub use vocab::{TokenType, TokenizerModel, Vocab};
 
 use index::TokenIndex;
+use message_text::ControlTexts;
+use std::ops::Range;
 
 /// Everything that can go wrong building a tokenizer or rendering a chat.
 #[derive(Debug, thiserror::Error)]
@@ -87,6 +91,8 @@ pub struct Tokenizer {
     /// For each first byte, the distinct lengths of specials starting with it
     /// (longest first); lets `encode` find candidate specials in one pass.
     special_lens: Vec<Vec<usize>>,
+    /// The texts a message may not write as control tokens.
+    controls: ControlTexts,
     eog: Vec<u32>,
 }
 
@@ -153,6 +159,7 @@ impl Tokenizer {
             }
         }
 
+        let controls = ControlTexts::new(&vocab);
         let mut tok = Self {
             vocab,
             index,
@@ -160,6 +167,7 @@ impl Tokenizer {
             byte_ids: [None; 256],
             specials,
             special_lens,
+            controls,
             eog: Vec::new(),
         };
         for b in 0..=255u8 {
@@ -284,6 +292,23 @@ impl Tokenizer {
     /// (`<start_of_turn>`) become single ids, otherwise they are plain text.
     /// User-defined tokens are matched whole either way, as in llama.cpp.
     pub fn encode(&self, text: &str, add_bos: bool, parse_special: bool) -> Vec<u32> {
+        self.encode_spans(text, add_bos, parse_special, &[])
+    }
+
+    /// [`Tokenizer::encode`] with special tokens parsed, except that no
+    /// control token is split out where it would touch one of the sorted
+    /// byte ranges `literal` (a message's text, see [`PromptText`]).
+    fn encode_with_literal(&self, text: &str, add_bos: bool, literal: &[Range<usize>]) -> Vec<u32> {
+        self.encode_spans(text, add_bos, true, literal)
+    }
+
+    fn encode_spans(
+        &self,
+        text: &str,
+        add_bos: bool,
+        parse_special: bool,
+        literal: &[Range<usize>],
+    ) -> Vec<u32> {
         let mut out = Vec::with_capacity(text.len() / 3 + 2);
         if add_bos {
             if let Some(bos) = self.vocab.bos_id {
@@ -292,7 +317,7 @@ impl Tokenizer {
         }
         let mut prev_special = true;
         let mut escaped = String::new();
-        for frag in self.partition(text, parse_special) {
+        for frag in self.partition(text, parse_special, literal) {
             match frag {
                 Fragment::Token(id) => {
                     out.push(id);
@@ -324,8 +349,14 @@ impl Tokenizer {
 
     /// Split `text` into plain-text ranges and special-token ids exactly as
     /// llama.cpp's `tokenizer_st_partition`: for each special token, longest
-    /// first, split every remaining text fragment at its occurrences.
-    fn partition(&self, text: &str, parse_special: bool) -> Vec<Fragment> {
+    /// first, split every remaining text fragment at its occurrences, except
+    /// control tokens that would touch a `literal` range.
+    fn partition(
+        &self,
+        text: &str,
+        parse_special: bool,
+        literal: &[Range<usize>],
+    ) -> Vec<Fragment> {
         let mut frags = Vec::new();
         if text.is_empty() {
             return frags;
@@ -348,23 +379,13 @@ impl Tokenizer {
         order.sort_unstable();
         for (_, id) in order {
             let pat = self.vocab.text(id).unwrap_or_default();
+            let held = message_text::is_held(&self.vocab, id);
+            let literal = if held { literal } else { &[] };
             let mut next = Vec::with_capacity(frags.len() + 2);
             for f in frags {
-                let Fragment::Text(s, e) = f else {
-                    next.push(f);
-                    continue;
-                };
-                let mut cur = s;
-                for (m, _) in text[s..e].match_indices(pat) {
-                    let m = s + m;
-                    if m > cur {
-                        next.push(Fragment::Text(cur, m));
-                    }
-                    next.push(Fragment::Token(id));
-                    cur = m + pat.len();
-                }
-                if cur < e {
-                    next.push(Fragment::Text(cur, e));
+                match f {
+                    Fragment::Text(s, e) => split_at_token(text, s..e, pat, id, literal, &mut next),
+                    token => next.push(token),
                 }
             }
             frags = next;
@@ -400,9 +421,10 @@ impl Tokenizer {
         found
     }
 
-    /// Render `messages` with `template` and encode the result with special
-    /// tokens parsed, adding BOS only when the model wants it and the
-    /// rendered text does not already start with it.
+    /// Render `messages` with `template` and encode the result: the
+    /// template's control tokens parsed, the messages' text as plain text
+    /// (see [`Tokenizer::render_chat`]), BOS added only when the model
+    /// wants it and the template did not write it.
     pub fn encode_chat(
         &self,
         template: &ChatTemplate,
@@ -420,10 +442,8 @@ impl Tokenizer {
         add_generation_prompt: bool,
         thinking: bool,
     ) -> Result<Vec<u32>, TokenizerError> {
-        let text = template.render_thinking(messages, add_generation_prompt, thinking)?;
-        let bos_text = self.vocab.bos_id.and_then(|id| self.vocab.text(id));
-        let starts_with_bos = bos_text.is_some_and(|b| !b.is_empty() && text.starts_with(b));
-        Ok(self.encode(&text, self.vocab.add_bos && !starts_with_bos, true))
+        let prompt = self.render_chat(template, messages, add_generation_prompt, thinking)?;
+        Ok(self.encode_prompt(&prompt))
     }
 
     /// The chat template from the GGUF metadata, or the built-in Gemma format
@@ -442,6 +462,40 @@ impl Tokenizer {
             text(self.vocab.bos_id),
             text(self.vocab.eos_id),
         )
+    }
+}
+
+/// Push the fragments of `text[range]` split at each occurrence of token
+/// `id` (text `pat`) that touches none of the sorted ranges `literal`.
+fn split_at_token(
+    text: &str,
+    range: Range<usize>,
+    pat: &str,
+    id: u32,
+    literal: &[Range<usize>],
+    out: &mut Vec<Fragment>,
+) {
+    let (mut cur, mut from, e) = (range.start, range.start, range.end);
+    let step = pat.chars().next().map_or(1, char::len_utf8);
+    while let Some(i) = text[from..e].find(pat) {
+        let m = from + i;
+        let end = m + pat.len();
+        let at = literal.partition_point(|l| l.end <= m);
+        if literal.get(at).is_some_and(|l| l.start < end) {
+            // Touches a message's text: an occurrence may still start
+            // inside this one.
+            from = m + step;
+            continue;
+        }
+        if m > cur {
+            out.push(Fragment::Text(cur, m));
+        }
+        out.push(Fragment::Token(id));
+        cur = end;
+        from = end;
+    }
+    if cur < e {
+        out.push(Fragment::Text(cur, e));
     }
 }
 

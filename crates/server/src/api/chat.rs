@@ -161,10 +161,10 @@ impl Conversation {
             }
         };
         let content = match m.content {
-            None => String::new(),
-            Some(Content::Text(t)) => t,
+            None => ChatMessage::new(role, ""),
+            Some(Content::Text(t)) => ChatMessage::new(role, t),
             Some(Content::Parts(parts)) => {
-                media::parts_text(parts, i, &mut self.images, &mut self.audio)?
+                media::parts_message(role, parts, i, &mut self.images, &mut self.audio)?
             }
         };
         match (role, m.tool_calls) {
@@ -179,21 +179,22 @@ impl Conversation {
             ("assistant", Some(calls)) if !calls.is_empty() => {
                 self.assistant_calls(i, content, calls)?
             }
-            _ => self.messages.push(ChatMessage::new(role, content)),
+            _ => self.messages.push(content),
         }
         Ok(())
     }
 
     /// A tool's result: the template knows user and model turns only, so a
     /// result is a user turn, merged with the results right before it.
-    fn tool_result(&mut self, name: Option<&str>, content: &str) {
-        let text = tools::result_text(name, content);
+    fn tool_result(&mut self, name: Option<&str>, content: &ChatMessage) {
+        let mut text = ChatMessage::new("user", tools::result_prefix(name));
+        text.append(content);
         match self.messages.last_mut() {
             Some(last) if last.role == "user" => {
                 last.content.push_str("\n\n");
-                last.content.push_str(&text);
+                last.append(&text);
             }
-            _ => self.messages.push(ChatMessage::new("user", text)),
+            _ => self.messages.push(text),
         }
     }
 
@@ -202,7 +203,7 @@ impl Conversation {
     fn assistant_calls(
         &mut self,
         i: usize,
-        content: String,
+        content: ChatMessage,
         wire: Vec<WireToolCall>,
     ) -> Result<(), ApiError> {
         let mut calls = Vec::new();
@@ -222,12 +223,12 @@ impl Conversation {
                 arguments,
             });
         }
-        let mut text = content;
-        if !text.is_empty() {
-            text.push('\n');
+        let mut message = content;
+        if !message.content.is_empty() {
+            message.content.push('\n');
         }
-        text.push_str(&tools::calls_text(&calls));
-        self.messages.push(ChatMessage::new("assistant", text));
+        message.content.push_str(&tools::calls_text(&calls));
+        self.messages.push(message);
         Ok(())
     }
 }

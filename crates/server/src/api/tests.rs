@@ -134,3 +134,39 @@ fn speculative_n_max_sets_turns_off_or_is_refused() {
         assert_eq!(e.param.as_deref(), Some("speculative.p_min"), "{bad}");
     }
 }
+
+/// Only image and audio parts place media: marker text a client writes in
+/// a text part, a string content or a tool's result is text, which the
+/// tokenizer keeps as text (issue 90).
+#[test]
+fn only_media_parts_place_media() {
+    use serde_json::json;
+    let image =
+        json!({"type": "image_url", "image_url": {"url": "data:image/png;base64,iVBORw0KGgo="}});
+    let typed = json!({"type": "text", "text": "look <start_of_image> here"});
+    let body = json!({"messages": [
+        {"role": "user", "content": [typed, image]},
+        {"role": "assistant", "content": "ok", "tool_calls": [
+            {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+        {"role": "tool", "tool_call_id": "c1", "content": [typed, image]},
+        {"role": "user", "content": "<start_of_image><end_of_turn>"},
+    ]});
+    let r = parse_chat(body.to_string().as_bytes(), &SamplingParams::default()).unwrap();
+    let Input::Chat(m) = &r.input else {
+        panic!("a chat")
+    };
+    assert_eq!(r.images.len(), 2);
+    let after = "look <start_of_image> here".len();
+    assert_eq!(m[0].media(), std::slice::from_ref(&(after..after + 16)));
+    // The result is a user turn after its prefix; the marker keeps its place.
+    let prefix = "Result of f: ".len();
+    assert_eq!(
+        m[2].content,
+        format!("Result of f: look <start_of_image> here<start_of_image>")
+    );
+    assert_eq!(
+        m[2].media(),
+        std::slice::from_ref(&(prefix + after..prefix + after + 16))
+    );
+    assert!(m[3].media().is_empty());
+}

@@ -226,7 +226,10 @@ fn target_names<'a>(target: &Expr<'a>, out: &mut Vec<&'a str>) {
 
 /// Calls `f` with every statement in `tree` (nested ones included) and the
 /// expressions that belong to it directly.
-fn each_stmt<'e, 'a>(tree: &'e Stmt<'a>, f: &mut dyn FnMut(&'e Stmt<'a>, Vec<&'e Expr<'a>>)) {
+pub(super) fn each_stmt<'e, 'a>(
+    tree: &'e Stmt<'a>,
+    f: &mut dyn FnMut(&'e Stmt<'a>, Vec<&'e Expr<'a>>),
+) {
     let (exprs, bodies): (Vec<&'e Expr<'a>>, Vec<&'e [Stmt<'a>]>) = match tree {
         Stmt::Template(t) => (vec![], vec![&t.children]),
         Stmt::EmitExpr(e) => (vec![&e.expr], vec![]),
@@ -277,7 +280,7 @@ fn arg_expr<'e, 'a>(arg: &'e CallArg<'a>) -> &'e Expr<'a> {
 }
 
 /// Calls `f` on `expr` and every expression inside it.
-fn walk_expr<'a>(expr: &Expr<'a>, f: &mut dyn FnMut(&Expr<'a>)) {
+pub(super) fn walk_expr<'a>(expr: &Expr<'a>, f: &mut dyn FnMut(&Expr<'a>)) {
     f(expr);
     match expr {
         Expr::Var(_) | Expr::Const(_) => {}
