@@ -317,8 +317,19 @@ fn hostile_chat_templates_are_stopped_in_under_a_second() {
         ),
         (
             "huge value",
-            "{{ [1] * 30000000 }}",
+            "{% set one = [1] %}{{ one * 30000000 }}",
             "wrote more than",
+        ),
+        // Printed by `~` and by `join`, not by `{{ }}` (issue 90).
+        (
+            "huge concat",
+            "{% set one = [1] %}{{ ((one * 100000000) ~ '') | length }}",
+            "prints a value of more than",
+        ),
+        (
+            "huge join",
+            "{% set mb = ['x' * 1000000] %}{{ (mb * 10000) | join | length }}",
+            "prints a value of more than",
         ),
         (
             "huge repetition",

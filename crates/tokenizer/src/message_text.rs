@@ -10,9 +10,9 @@
 //! (U+FDD0, the run's number, U+FDD1: noncharacters, which Unicode reserves
 //! for a program's internal use, which no tokenizer matches and which
 //! `trim` keeps). Such a run is an occurrence of a control token's text, or,
-//! at either end of the text (as it is and trimmed), the longest part that a
-//! control token could carry on into the text beside it (`...<end_of`
-//! before a template's `_turn>`). After rendering each placeholder gets its
+//! at either end of a message's content (as it is and trimmed), the longest
+//! part that a control token could carry on into the text beside it
+//! (`...<end_of` before a template's `_turn>`). After rendering each placeholder gets its
 //! run back and the run's range is recorded, and the encoder splits control
 //! tokens only where they touch no such range. A message without such runs
 //! is rendered as it is, so an ordinary prompt encodes exactly as before;
@@ -74,12 +74,6 @@ impl PromptText {
     /// did not write it).
     pub fn add_bos(&self) -> bool {
         self.add_bos
-    }
-
-    /// The byte ranges of message text that are encoded as plain text
-    /// whatever control-token text they hold.
-    pub fn literal(&self) -> &[Range<usize>] {
-        &self.literal
     }
 
     /// The byte ranges of the media markers, in order.
@@ -236,9 +230,11 @@ impl Tokenizer {
         let mut stand_ins = Vec::with_capacity(messages.len());
         for (i, m) in messages.iter().enumerate() {
             check_media(i, m)?;
+            // A role's ends are left as they are: templates compare roles
+            // (`role == 'user'`), and write a newline after them.
             stand_ins.push(ChatMessage::new(
-                self.hold(&m.role, &[], &mut held),
-                self.hold(&m.content, m.media(), &mut held),
+                self.hold(&m.role, &[], false, &mut held),
+                self.hold(&m.content, m.media(), true, &mut held),
             ));
         }
         let rendered = template.render_thinking(&stand_ins, add_generation_prompt, thinking)?;
@@ -269,14 +265,20 @@ impl Tokenizer {
     }
 
     /// `field` with its media ranges and the runs of it that could take
-    /// part in a control token swapped for placeholders, the runs pushed to
-    /// `held`.
-    fn hold(&self, field: &str, media: &[Range<usize>], held: &mut Vec<Held>) -> String {
+    /// part in a control token (at its `ends` too, when asked) swapped for
+    /// placeholders, the runs pushed to `held`.
+    fn hold(
+        &self,
+        field: &str,
+        media: &[Range<usize>],
+        ends: bool,
+        held: &mut Vec<Held>,
+    ) -> String {
         let mut runs: Vec<(Range<usize>, bool)> = media.iter().map(|r| (r.clone(), true)).collect();
         let mut at = 0;
         let end = field.len()..field.len();
         for r in media.iter().chain([&end]) {
-            let segment = self.control_runs(&field[at..r.start]);
+            let segment = self.control_runs(&field[at..r.start], ends);
             runs.extend(
                 segment
                     .into_iter()
@@ -305,9 +307,10 @@ impl Tokenizer {
     }
 
     /// The merged byte ranges of `text` that could take part in a control
-    /// token: control-token text, the placeholder characters, and each
-    /// end's longest part that a control token could carry on from.
-    fn control_runs(&self, text: &str) -> Vec<Range<usize>> {
+    /// token: control-token text, the placeholder characters, and with
+    /// `ends` each end's longest part that a control token could carry on
+    /// from.
+    fn control_runs(&self, text: &str, ends: bool) -> Vec<Range<usize>> {
         let bytes = text.as_bytes();
         let mut runs = Vec::new();
         for (p, &b) in bytes.iter().enumerate() {
@@ -325,6 +328,9 @@ impl Tokenizer {
             if c == OPEN || c == CLOSE {
                 runs.push(i..i + c.len_utf8());
             }
+        }
+        if !ends {
+            return merge(runs);
         }
         let lead = text.len() - text.trim_start().len();
         for (from, part) in [(0, text), (lead, text.trim_start())] {

@@ -43,6 +43,9 @@ const PRINTING_FILTERS: &[(&str, &str)] = &[
     ("reject", "__hearth_reject"),
     ("selectattr", "__hearth_selectattr"),
     ("rejectattr", "__hearth_rejectattr"),
+    // Builds of minijinja with its `json` and `urlencode` features.
+    ("tojson", "__hearth_tojson"),
+    ("urlencode", "__hearth_urlencode"),
 ];
 
 /// The tests that print a value as text, and their guards.
