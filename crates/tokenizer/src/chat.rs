@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::TokenizerError;
 
 mod bounds;
+mod deep_stack;
 mod functions;
 mod jinja;
 mod namespaces;
@@ -272,45 +273,38 @@ impl ChatTemplate {
         usize::try_from(bytes).unwrap_or(usize::MAX)
     }
 
-    /// Renders the Jinja template on a thread of its own with a deep stack
-    /// ([`RENDER_STACK_BYTES_PER_STEP`]), its panics turned into errors.
+    /// Renders the Jinja template on a thread with a deep stack
+    /// ([`RENDER_STACK_BYTES_PER_STEP`], [`deep_stack`]), its panics turned
+    /// into errors.
     fn render_jinja(
         &self,
-        jinja: &jinja::Jinja,
+        jinja: &std::sync::Arc<jinja::Jinja>,
         messages: &[ChatMessage],
         add_generation_prompt: bool,
         thinking: bool,
     ) -> Result<String, TokenizerError> {
-        let render = || {
+        let (jinja, messages) = (jinja.clone(), messages.to_vec());
+        let (bos, eos) = (self.bos_token.clone(), self.eos_token.clone());
+        let render = move || {
             jinja.render(minijinja::context! {
-                messages => Value::from(minijinja::value::Serde(messages)),
-                bos_token => &self.bos_token,
-                eos_token => &self.eos_token,
+                messages => Value::from(minijinja::value::Serde(&messages)),
+                bos_token => bos,
+                eos_token => eos,
                 add_generation_prompt => add_generation_prompt,
                 enable_thinking => thinking,
             })
         };
         // minijinja 2 panicked on some slices (`''[::-1]`, `[][::-1]`: an
         // index past the end, found by fuzzing); a template from a model
-        // file must fail its render, not the thread. A thread that cannot
-        // be started renders here, on the caller's stack.
-        let rendered = std::thread::scope(|scope| {
-            match std::thread::Builder::new()
-                .name("chat-template".into())
-                .stack_size(self.render_stack_bytes())
-                .spawn_scoped(scope, render)
-            {
-                Ok(handle) => handle.join().map_err(|_| ()),
-                Err(_) => {
-                    std::panic::catch_unwind(std::panic::AssertUnwindSafe(render)).map_err(|_| ())
-                }
-            }
-        })
-        .map_err(|()| {
-            TokenizerError::Template(
-                "render failed: the template engine panicked (a slice such as `[][::-1]`?)".into(),
-            )
-        })?;
+        // file must fail its render, not the thread.
+        let rendered = deep_stack::run(self.render_stack_bytes(), render).map_err(
+            |deep_stack::Panicked| {
+                TokenizerError::Template(
+                    "render failed: the template engine panicked (a slice such as `[][::-1]`?)"
+                        .into(),
+                )
+            },
+        )?;
         rendered.map_err(|e| {
             TokenizerError::Template(match e.kind() {
                 ErrorKind::OutOfFuel => format!(

@@ -135,13 +135,31 @@ fn render_one_case() {
     println!("PEAK {}", peak.trim().trim_end_matches(" kB"));
 }
 
+/// The runner cargo starts this target's tests with (qemu-user under
+/// `scripts/test-aarch64.sh`, where the binary cannot be exec'd itself),
+/// from its `CARGO_TARGET_<TRIPLE>_RUNNER` variable; empty when none.
+fn runner() -> String {
+    let arch = std::env::consts::ARCH.to_uppercase();
+    std::env::vars()
+        .find(|(k, _)| {
+            k.starts_with("CARGO_TARGET_") && k.ends_with("_RUNNER") && k.contains(&arch)
+        })
+        .map(|(_, v)| v)
+        .unwrap_or_default()
+}
+
 #[test]
 fn hostile_templates_are_refused_within_bounded_memory() {
     let exe = std::env::current_exe().unwrap();
+    // The runner is split by the shell, as cargo splits it.
+    let script = format!(
+        "ulimit -v 4194304; exec {} \"$0\" --exact render_one_case --nocapture --test-threads=1",
+        runner()
+    );
     for (name, _, want) in CASES {
         let out = Command::new("sh")
             .arg("-c")
-            .arg("ulimit -v 4194304; exec \"$0\" --exact render_one_case --nocapture --test-threads=1")
+            .arg(&script)
             .arg(&exe)
             .env(CASE, name)
             .output()
