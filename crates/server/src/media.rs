@@ -186,7 +186,7 @@ pub(crate) fn read_image_file(
     #[cfg(unix)]
     {
         use std::os::unix::fs::OpenOptionsExt;
-        options.custom_flags(libc::O_NONBLOCK);
+        options.custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32);
     }
     let file = options.open(path).map_err(io)?;
     let len = regular(file.metadata().map_err(io)?)?;

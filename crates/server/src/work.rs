@@ -122,8 +122,19 @@ impl WorkPool {
     }
 }
 
+/// The nice value of the pool's threads: below the HTTP threads and the
+/// model's, so that on a machine whose cores the steps fill, `/health` and
+/// the streams already generating still get theirs (the kernel gives a
+/// thread of nice 10 about a tenth of a core beside one of nice 0).
+#[cfg(target_os = "linux")]
+const NICE: i32 = 10;
+
 /// A pool thread: take steps until the pool is dropped.
 fn run_steps(steps: &Mutex<mpsc::Receiver<Step>>) {
+    // On Linux a nice value is a thread's own; where it is the process's,
+    // the pool keeps the default rather than slow the whole server.
+    #[cfg(target_os = "linux")]
+    let _ = rustix::process::setpriority_process(Some(rustix::thread::gettid()), NICE);
     loop {
         // A step never panics out (it is caught inside), so the lock is
         // never poisoned by one; recover anyway rather than stop.
