@@ -2,20 +2,35 @@
 //! and parsed within its memory budget: what every handler that takes a
 //! body starts with.
 
-use crate::budget::check_json;
+use crate::budget::{check, json_memory};
 use crate::error::ApiError;
 use crate::{AppState, Limits};
 use axum::body::Body;
 use axum::http::{header, HeaderMap};
 use futures_util::StreamExt;
+use std::sync::Arc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
-/// Read the whole body within the server's size limit and time limit.
+/// Largest bodies the server holds at once, read and not yet parsed: a
+/// body's bytes are counted as they arrive, and past this many times
+/// `--body-limit` its next bytes wait (within `--read-timeout`) for other
+/// bodies to be parsed. Bodies wait only for parsing, which never waits
+/// for a body, so the wait always ends.
+pub(crate) const BODIES_AT_ONCE: usize = 4;
+
+/// A body read whole, and its place in the bodies' memory.
+pub(crate) struct ReadBody {
+    pub(crate) bytes: Vec<u8>,
+    _held: Option<OwnedSemaphorePermit>,
+}
+
+/// Read the whole body within the server's size, time and memory limits.
 pub(crate) async fn read_body(
     st: &AppState,
     headers: &HeaderMap,
     body: Body,
-) -> Result<Vec<u8>, ApiError> {
-    read_body_within(&st.config.limits, headers, body).await
+) -> Result<ReadBody, ApiError> {
+    read_counted(&st.config.limits, headers, body, Some(&st.bodies)).await
 }
 
 /// Read the whole body within `limits.body_bytes` (413 naming
@@ -26,6 +41,17 @@ pub async fn read_body_within(
     headers: &HeaderMap,
     body: Body,
 ) -> Result<Vec<u8>, ApiError> {
+    Ok(read_counted(limits, headers, body, None).await?.bytes)
+}
+
+/// [`read_body_within`], each chunk's bytes taken from `bodies` (a permit
+/// a byte) before it is kept, when given.
+async fn read_counted(
+    limits: &Limits,
+    headers: &HeaderMap,
+    body: Body,
+    bodies: Option<&Arc<Semaphore>>,
+) -> Result<ReadBody, ApiError> {
     let limit = limits.body_bytes;
     if let Some(len) = headers
         .get(header::CONTENT_LENGTH)
@@ -37,15 +63,29 @@ pub async fn read_body_within(
         }
     }
     let read = async {
-        let mut out = Vec::new();
+        let mut out = ReadBody {
+            bytes: Vec::new(),
+            _held: None,
+        };
         let mut stream = body.into_data_stream();
         while let Some(chunk) = stream.next().await {
             let chunk =
                 chunk.map_err(|e| ApiError::bad_request(format!("Cannot read the body: {e}")))?;
-            if out.len() + chunk.len() > limit {
+            if out.bytes.len() + chunk.len() > limit {
                 return Err(ApiError::too_large(limit));
             }
-            out.extend_from_slice(&chunk);
+            if let Some(bodies) = bodies {
+                let n = u32::try_from(chunk.len()).unwrap_or(u32::MAX);
+                let more = Arc::clone(bodies)
+                    .acquire_many_owned(n)
+                    .await
+                    .map_err(|_| ApiError::unavailable("The server is shutting down.", 1))?;
+                match &mut out._held {
+                    Some(held) => held.merge(more),
+                    None => out._held = Some(more),
+                }
+            }
+            out.bytes.extend_from_slice(&chunk);
         }
         Ok(out)
     };
@@ -77,15 +117,21 @@ where
     T: Send + 'static,
     F: FnOnce(&[u8]) -> Result<T, ApiError> + Send + 'static,
 {
-    let bytes = read_body(st, headers, body).await?;
+    let body = Arc::new(read_body(st, headers, body).await?);
     let budget = st.config.limits.request_memory;
-    let inline = bytes.len() <= INLINE_PARSE_BYTES;
-    let step = move || {
-        check_json(&bytes, budget)?;
-        parse(&bytes)
+    let inline = body.bytes.len() <= INLINE_PARSE_BYTES;
+    // What parsing will take is worked out first (a scan, no allocation),
+    // so the parse waits for that much of the pool's memory.
+    let memory = if inline {
+        json_memory(&body.bytes)
+    } else {
+        let body = Arc::clone(&body);
+        st.work.run(0, move || json_memory(&body.bytes)).await?
     };
+    check("Reading this body's JSON", memory, budget)?;
+    let step = move || parse(&body.bytes);
     if inline {
         return step();
     }
-    st.work.run(step).await?
+    st.work.run(memory, step).await?
 }

@@ -80,15 +80,17 @@ pub fn json_memory(body: &[u8]) -> u64 {
     2 * body.len() as u64 + values * slot + objects * object
 }
 
-/// Refuse a body whose JSON would take more than `budget` to read.
-pub(crate) fn check_json(body: &[u8], budget: usize) -> Result<(), ApiError> {
-    check("Reading this body's JSON", json_memory(body), budget)
-}
-
 /// Bytes the tokenizer may take per byte of text at most: SentencePiece's
 /// symbols and merge queue (32 bytes each, one per character, the queue
 /// growing as pairs merge), the escaped copy of the text, and the ids.
 pub const TOKENIZE_BYTES_PER_BYTE: u64 = 128;
+
+/// What compiling one grammar or schema within `--max-grammar-bytes` is
+/// counted as taking, for the prep pool's memory: llguidance's limits and
+/// the rewrites' pricing bound it, but not by a figure known before the
+/// compile, so it is counted as half the default request budget (the
+/// largest the red-team suite saw was about 140 MB).
+pub const GRAMMAR_MEMORY: u64 = 128 << 20;
 
 /// Refuse to tokenize `len` bytes of text when the tokenizer's working
 /// memory could pass `budget`.

@@ -187,6 +187,9 @@ struct AppState {
     /// The threads that parse, tokenize, compile and decode, off the
     /// runtime.
     work: Arc<work::WorkPool>,
+    /// The bytes of bodies read and not yet parsed, a permit a byte
+    /// ([`body::BODIES_AT_ONCE`] bodies of `--body-limit`).
+    bodies: Arc<tokio::sync::Semaphore>,
     created: u64,
 }
 
@@ -243,7 +246,13 @@ async fn serve(config: ServerConfig, lineup: models::Lineup) -> Result<(), Serve
         work: Arc::new(work::WorkPool::new(
             config.limits.prep_threads,
             config.limits.prep_queue,
+            config.limits.request_memory,
         )?),
+        bodies: Arc::new(tokio::sync::Semaphore::new(
+            body::BODIES_AT_ONCE
+                .saturating_mul(config.limits.body_bytes)
+                .min(tokio::sync::Semaphore::MAX_PERMITS),
+        )),
         created: api::now_secs(),
     };
 

@@ -4,7 +4,7 @@
 //! llama.cpp's server.
 
 use crate::body::read_json;
-use crate::budget::{bounded_json, check, check_tokenize};
+use crate::budget::{bounded_json, check, check_tokenize, TOKENIZE_BYTES_PER_BYTE};
 use crate::error::ApiError;
 use crate::{api, AppState};
 use axum::body::Body;
@@ -70,10 +70,12 @@ pub(crate) async fn tokenize(
     let b: TokenizeBody = body_json(&st, &headers, body).await?;
     let engine = engine(&st).await?;
     let budget = st.config.limits.request_memory;
+    check_tokenize(b.content.len(), budget)?;
+    // The ids, then the answer written from them (bounded by the budget).
+    let memory = (b.content.len() as u64 * TOKENIZE_BYTES_PER_BYTE).min(budget as u64);
     let answer = st
         .work
-        .run(move || {
-            check_tokenize(b.content.len(), budget)?;
+        .run(memory, move || {
             let tok = engine.tokenizer();
             let ids = tok.encode(&b.content, b.add_special && tok.add_bos(), b.parse_special);
             drop(b.content);
@@ -135,9 +137,11 @@ pub(crate) async fn detokenize(
     let b: DetokenizeBody = body_json(&st, &headers, body).await?;
     let engine = engine(&st).await?;
     let budget = st.config.limits.request_memory;
+    // The text (a token's piece is a few bytes), its JSON, the ids.
+    let memory = (b.tokens.len() as u64 * 64).min(budget as u64);
     let answer = st
         .work
-        .run(move || {
+        .run(memory, move || {
             let ids = vocabulary_ids(&b.tokens, engine.model().config().vocab)?;
             let tok = engine.tokenizer();
             let len: usize = ids.iter().map(|&id| tok.token_bytes(id, false).len()).sum();
@@ -186,9 +190,12 @@ pub(crate) async fn apply_template(
     };
     let engine = engine(&st).await?;
     let budget = st.config.limits.request_memory;
+    // Templating is tokenizing's first half: counted alike.
+    let text: usize = messages.iter().map(|m| m.role.len() + m.content.len()).sum();
+    let memory = (text as u64 * TOKENIZE_BYTES_PER_BYTE).min(budget as u64);
     let answer = st
         .work
-        .run(move || {
+        .run(memory, move || {
             let prompt = engine.chat_prompt(&messages).map_err(|e| {
                 ApiError::bad_param("messages", format!("Cannot apply the chat template: {e}"))
             })?;

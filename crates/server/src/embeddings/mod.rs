@@ -83,9 +83,10 @@ async fn embed(st: &AppState, req: EmbedRequest) -> Result<Embedded, ApiError> {
         })
         .sum();
     crate::budget::check_tokenize(text_bytes, st.config.limits.request_memory)?;
+    let memory = text_bytes as u64 * crate::budget::TOKENIZE_BYTES_PER_BYTE;
     let (texts, truncated) = st
         .work
-        .run(move || {
+        .run(memory, move || {
             let mut texts = Vec::with_capacity(inputs.len());
             let mut truncated = Vec::new();
             for (i, input) in inputs.iter().enumerate() {

@@ -75,7 +75,11 @@ async fn run(
                 // model: answer that it is done.
                 return Ok(loaded(kind, &hold, &b.common));
             }
-            let req = st.work.run(move || chat_request(b, &defaults)).await??;
+            let memory = b.copy_bytes();
+            let req = st
+                .work
+                .run(memory, move || chat_request(b, &defaults))
+                .await??;
             (req, stream)
         }
         Parsed::Generate(b) => {
@@ -86,7 +90,7 @@ async fn run(
             }
             let req = st
                 .work
-                .run(move || generate_request(b, &defaults))
+                .run(b.copy_bytes(), move || generate_request(b, &defaults))
                 .await??;
             (req, stream)
         }

@@ -190,6 +190,30 @@ fn content(text: String, images: Vec<String>) -> Value {
     json!(parts)
 }
 
+/// What translating a body takes: its text and images copied into an
+/// OpenAI body, the images' base64 decoded after.
+fn copy_bytes<'a>(texts: impl Iterator<Item = &'a String>) -> u64 {
+    3 * texts.map(|t| t.len() as u64).sum::<u64>()
+}
+
+impl ChatBody {
+    /// What [`chat_request`] takes, for the prep pool's memory.
+    pub(super) fn copy_bytes(&self) -> u64 {
+        copy_bytes(
+            self.messages
+                .iter()
+                .flat_map(|m| std::iter::once(&m.content).chain(&m.images)),
+        )
+    }
+}
+
+impl GenerateBody {
+    /// What [`generate_request`] takes, for the prep pool's memory.
+    pub(super) fn copy_bytes(&self) -> u64 {
+        copy_bytes(std::iter::once(&self.prompt).chain(&self.images))
+    }
+}
+
 pub(super) fn chat_request(
     b: ChatBody,
     defaults: &engine::SamplingParams,

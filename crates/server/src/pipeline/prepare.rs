@@ -2,7 +2,7 @@
 //! its images and clips encoded, its grammar compiled.
 
 use crate::api::{self, Input, Request};
-use crate::budget::check_tokenize;
+use crate::budget::{check_tokenize, GRAMMAR_MEMORY, TOKENIZE_BYTES_PER_BYTE};
 use crate::error::ApiError;
 use crate::media;
 use crate::truncate::{self, Overflow};
@@ -86,12 +86,32 @@ pub(super) async fn prepare_off_thread(
     req: Request,
     compile: bool,
 ) -> Result<Prepared, ApiError> {
-    check_media_counts(&st.config.limits, &req)?;
-    check_tokenize(input_bytes(&req), st.config.limits.request_memory)?;
+    let limits = &st.config.limits;
+    check_media_counts(limits, &req)?;
+    check_tokenize(input_bytes(&req), limits.request_memory)?;
+    let memory = prepare_memory(&req, compile, limits.request_memory);
     let config = Arc::clone(&st.config);
     st.work
-        .run(move || prepare(&engine, req, &config, compile))
+        .run(memory, move || prepare(&engine, req, &config, compile))
         .await?
+}
+
+/// What preparing `req` may take, for the prep pool: tokenizing its text,
+/// decoding its media (each picture or clip within the request's budget,
+/// decoded one at a time) and compiling its grammar.
+fn prepare_memory(req: &Request, compile: bool, budget: usize) -> u64 {
+    let tokenize = input_bytes(req) as u64 * TOKENIZE_BYTES_PER_BYTE;
+    let media = if req.images.is_empty() && req.audio.is_empty() {
+        0
+    } else {
+        budget as u64
+    };
+    let grammar = if compile && req.grammar.is_some() {
+        GRAMMAR_MEMORY
+    } else {
+        0
+    };
+    tokenize + media + grammar
 }
 
 /// The bytes of text a request's prompt holds (what its template adds is
