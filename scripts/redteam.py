@@ -428,15 +428,30 @@ def health_under_load(binary, model, seconds=20):
     ids = request(s.port, "GET", "/v1/models")[1]
     model_id = json.loads(ids)["data"][0]["id"]
     big_text = "word " * (30 * MIB // 5)
+    # The most text the default budget lets /tokenize take (128 bytes of
+    # working memory a byte of text), its pieces written back.
+    most_text = "word " * ((256 * MIB // 128 - 4096) // 5)
     schema = unique_items_amplifier(props=10)
     bomb = png(7000, 7000)
     loads = [
         ("/tokenize", {"content": big_text, "with_pieces": True}),
-        ("/tokenize", {"content": big_text}),
+        ("/tokenize", {"content": most_text, "with_pieces": True}),
         ("/v1/chat/completions", chat_body(model_id, response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": schema}})),
         ("/v1/chat/completions", {"model": model_id, "max_tokens": 4, "messages": [{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": data_url(bomb)}}]}]}),
     ]
+    # The baseline is a server that has answered one ordinary request of
+    # each kind: what they build once per model (llguidance's index of the
+    # vocabulary, ~110 MB for Gemma's 262k tokens) is not the load's.
+    small_schema = {"type": "object", "properties": {"a": {"type": "string"}}}
+    for path, body in [
+        ("/tokenize", {"content": "hello"}),
+        ("/v1/chat/completions", chat_body(model_id, max_tokens=1, response_format={
+            "type": "json_schema", "json_schema": {"name": "x", "schema": small_schema}})),
+        ("/v1/chat/completions", {"model": model_id, "max_tokens": 1, "messages": [{"role": "user", "content": [
+            {"type": "image_url", "image_url": {"url": data_url(png(64, 64))}}]}]}),
+    ]:
+        post(s, path, json.dumps(body).encode(), headers={"Content-Type": "application/json"}, timeout=120)
     stop = time.time() + seconds
     statuses = []
 
@@ -608,6 +623,9 @@ def main():
     ap.add_argument("--rss-cap-mb", type=int, default=4096)
     ap.add_argument("--health-seconds", type=int, default=20)
     ap.add_argument("--skip-health", action="store_true")
+    ap.add_argument("--no-latency-check", action="store_true",
+                    help="/health under load fails on memory and liveness only (a shared CI runner "
+                         "cannot promise the latency)")
     a = ap.parse_args()
     if not a.model:
         sys.exit("redteam: give --model or set HEARTH_MODEL")
@@ -686,7 +704,8 @@ def main():
             key = f"/health under load, {name}"
             h = extra[key] = health_under_load(a.binary, model, a.health_seconds)
             print(f"{key}:", h, flush=True)
-            if h["p99_ms"] >= 50 or not h["alive"] or h["peak_growth_mb"] > a.budget_mb:
+            slow = h["p99_ms"] >= 50 and not a.no_latency_check
+            if slow or not h["alive"] or h["peak_growth_mb"] > a.budget_mb:
                 failures.append(({"attack": key}, [f"p99 {h['p99_ms']} ms, alive {h['alive']}, "
                                                    f"peak growth {h['peak_growth_mb']} MB"]))
     if isinstance(extra.get("empty HEARTH_API_KEY at start", (0,))[0], str):

@@ -57,33 +57,10 @@ impl Picture {
         max_pixels: u64,
         max_bytes: u64,
     ) -> Result<Self, MediaError> {
-        if bytes.is_empty() {
-            return Err(MediaError::Decode("the image is empty (0 bytes)".into()));
-        }
-        let reader = image::ImageReader::new(Cursor::new(bytes))
-            .with_guessed_format()
-            .map_err(|e| MediaError::Decode(e.to_string()))?;
-        let format = match reader.format() {
-            None => {
-                return Err(MediaError::Decode(
-                    "not a PNG, JPEG or WebP image (unrecognised header)".into(),
-                ))
-            }
-            // The JPEG decoder fills a cut-off scan with grey and succeeds;
-            // the reference (PIL) refuses such a file, and so do we.
-            Some(image::ImageFormat::Jpeg) if !jpeg_is_complete(bytes) => {
-                return Err(MediaError::Decode(
-                    "the JPEG is truncated (its image data has no end marker)".into(),
-                ))
-            }
-            Some(format) => format,
-        };
         let decode_error = |e: image::ImageError| MediaError::Decode(e.to_string());
-        let mut decoder = reader.into_decoder().map_err(decode_error)?;
+        let (mut decoder, needed) = open(bytes)?;
         let (width, height) = decoder.dimensions();
         check_size(width, height, max_pixels)?;
-        let working = working_per_pixel(format, bytes);
-        let needed = decode_memory((width, height), decoder.color_type(), working);
         if needed > max_bytes {
             return Err(MediaError::TooMuchMemory {
                 needed,
@@ -98,6 +75,12 @@ impl Picture {
         let img = image::DynamicImage::from_decoder(decoder).map_err(decode_error)?;
         let (width, height) = (img.width(), img.height());
         Self::from_rgb(width, height, rgb_over_white(img))
+    }
+
+    /// What decoding `bytes` with [`Picture::decode_within`] would take,
+    /// worked out from the file's header without decoding a pixel.
+    pub fn decode_memory_of(bytes: &[u8]) -> Result<u64, MediaError> {
+        Ok(open(bytes)?.1)
     }
 
     /// Width in pixels.
@@ -236,20 +219,62 @@ pub(crate) fn decode_memory(
     color: image::ColorType,
     working: u64,
 ) -> u64 {
+    // Saturating: a header may claim 2^32 by 2^32 pixels, and is priced
+    // before its size is checked.
     let (w, h) = (u64::from(width), u64::from(height));
-    let pixels = w * h;
+    let pixels = w.saturating_mul(h);
     let per_pixel = u64::from(color.bytes_per_pixel());
-    let buffer = pixels * per_pixel;
-    let decoder = pixels * working + 2 * w * per_pixel + (1 << 20);
+    let buffer = pixels.saturating_mul(per_pixel);
+    let decoder = pixels
+        .saturating_mul(working)
+        .saturating_add(2 * w * per_pixel + (1 << 20));
     let conversion = match color {
         image::ColorType::Rgb8 | image::ColorType::Rgba8 => 0,
-        _ => pixels * 4,
+        _ => pixels.saturating_mul(4),
     };
     // The output lives beside the first pass, then beside its floats.
-    let first_pass =
-        (PROCESSOR_SIDE * h).max((PROCESSOR_PIXELS as f64 * pixels as f64).sqrt() as u64);
+    let first_pass = (PROCESSOR_SIDE.saturating_mul(h))
+        .max((PROCESSOR_PIXELS as f64 * pixels as f64).sqrt() as u64);
     let processor = 3 * PROCESSOR_PIXELS + (3 * first_pass).max(12 * PROCESSOR_PIXELS);
-    buffer + decoder + conversion + processor
+    buffer
+        .saturating_add(decoder)
+        .saturating_add(conversion)
+        .saturating_add(processor)
+}
+
+/// The decoder for a PNG, JPEG or WebP file held in memory, and what
+/// decoding it takes ([`decode_memory`]), from its header alone.
+fn open(bytes: &[u8]) -> Result<(impl image::ImageDecoder + '_, u64), MediaError> {
+    if bytes.is_empty() {
+        return Err(MediaError::Decode("the image is empty (0 bytes)".into()));
+    }
+    let reader = image::ImageReader::new(Cursor::new(bytes))
+        .with_guessed_format()
+        .map_err(|e| MediaError::Decode(e.to_string()))?;
+    let format = match reader.format() {
+        None => {
+            return Err(MediaError::Decode(
+                "not a PNG, JPEG or WebP image (unrecognised header)".into(),
+            ))
+        }
+        // The JPEG decoder fills a cut-off scan with grey and succeeds;
+        // the reference (PIL) refuses such a file, and so do we.
+        Some(image::ImageFormat::Jpeg) if !jpeg_is_complete(bytes) => {
+            return Err(MediaError::Decode(
+                "the JPEG is truncated (its image data has no end marker)".into(),
+            ))
+        }
+        Some(format) => format,
+    };
+    let decoder = reader
+        .into_decoder()
+        .map_err(|e| MediaError::Decode(e.to_string()))?;
+    let needed = decode_memory(
+        decoder.dimensions(),
+        decoder.color_type(),
+        working_per_pixel(format, bytes),
+    );
+    Ok((decoder, needed))
 }
 
 /// The bytes a pixel a format's decoder works through beside its output,
@@ -585,6 +610,22 @@ mod tests {
         // A lower bound refuses the small one too.
         let err = Picture::decode_within(&png_claiming(64, 64), u64::MAX, 1 << 20).unwrap_err();
         assert!(matches!(err, MediaError::TooMuchMemory { .. }), "{err}");
+    }
+
+    #[test]
+    fn the_price_of_a_picture_is_what_its_decode_checks() {
+        let bomb = png_of_depth(7071, 7071, 16, 6);
+        let MediaError::TooMuchMemory { needed, .. } = Picture::decode(&bomb).unwrap_err() else {
+            panic!("not refused by its memory");
+        };
+        assert_eq!(Picture::decode_memory_of(&bomb).unwrap(), needed);
+        // A header past every bound is refused or priced (saturating, not
+        // overflowed) past any budget.
+        let huge = png_of_depth(u32::MAX >> 1, u32::MAX >> 1, 16, 6);
+        assert!(Picture::decode_memory_of(&huge).map_or(true, |n| n > 1 << 60));
+        let wide = png_of_depth(1 << 20, 1 << 20, 16, 6);
+        assert!(Picture::decode_memory_of(&wide).map_or(true, |n| n > 1 << 40));
+        assert!(Picture::decode_memory_of(b"not a picture").is_err());
     }
 
     #[test]

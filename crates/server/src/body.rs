@@ -53,18 +53,18 @@ async fn read_counted(
     bodies: Option<&Arc<Semaphore>>,
 ) -> Result<ReadBody, ApiError> {
     let limit = limits.body_bytes;
-    if let Some(len) = headers
+    let announced = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.parse::<u64>().ok())
-    {
-        if len > limit as u64 {
-            return Err(ApiError::too_large(limit));
-        }
+        .and_then(|v| v.parse::<u64>().ok());
+    if announced.is_some_and(|len| len > limit as u64) {
+        return Err(ApiError::too_large(limit));
     }
     let read = async {
         let mut out = ReadBody {
-            bytes: Vec::new(),
+            // Sized once from its length (within the limit, checked above):
+            // a body grown by doubling takes half again its size for a time.
+            bytes: Vec::with_capacity(announced.unwrap_or(0) as usize),
             _held: None,
         };
         let mut stream = body.into_data_stream();

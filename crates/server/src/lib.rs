@@ -5,6 +5,7 @@
 //! thread and streams text back through channels. Nothing here blocks the
 //! async runtime on the model.
 
+mod allocator;
 mod anthropic;
 pub mod api;
 mod body;
@@ -207,6 +208,7 @@ fn new_id(prefix: &str) -> String {
 /// The bound address is printed to stderr as `listening on http://ADDR`
 /// (`https://` with TLS).
 pub fn run(config: ServerConfig, lineup: models::Lineup) -> Result<(), ServeError> {
+    allocator::return_large_blocks();
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()

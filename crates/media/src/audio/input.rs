@@ -109,6 +109,13 @@ impl Clip {
         }
     }
 
+    /// The most decoding a file of `file_bytes` with
+    /// [`Clip::decode_within`] can take: at the highest sample rate it
+    /// accepts, whatever the file's.
+    pub fn decode_memory_bound(file_bytes: usize) -> u64 {
+        clip_memory(file_bytes, *RATES.end())
+    }
+
     /// Its length in seconds.
     pub fn seconds(&self) -> f32 {
         self.samples.len() as f32 / SAMPLE_RATE as f32

@@ -97,15 +97,21 @@ pub(super) async fn prepare_off_thread(
 }
 
 /// What preparing `req` may take, for the prep pool: tokenizing its text,
-/// decoding its media (each picture or clip within the request's budget,
-/// decoded one at a time) and compiling its grammar.
+/// decoding its media (one picture or clip at a time, each priced from its
+/// header, a file not yet read at the request's budget) and compiling its
+/// grammar.
 fn prepare_memory(req: &Request, compile: bool, budget: usize) -> u64 {
     let tokenize = input_bytes(req) as u64 * TOKENIZE_BYTES_PER_BYTE;
-    let media = if req.images.is_empty() && req.audio.is_empty() {
-        0
-    } else {
-        budget as u64
-    };
+    let pictures = req.images.iter().map(|image| match image {
+        // One that cannot be priced fails its decode at once.
+        media::ImageSource::Data(bytes) => ::media::Picture::decode_memory_of(bytes).unwrap_or(0),
+        media::ImageSource::File(_) => budget as u64,
+    });
+    let clips = req
+        .audio
+        .iter()
+        .map(|clip| ::media::Clip::decode_memory_bound(clip.len()));
+    let media = pictures.chain(clips).max().unwrap_or(0).min(budget as u64);
     let grammar = if compile && req.grammar.is_some() {
         GRAMMAR_MEMORY
     } else {
