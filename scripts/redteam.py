@@ -297,6 +297,8 @@ def attacks(model, vision_model):
     add("media: decode before admission", f"chat image, {len(png16) // 1024} KB 16-bit RGBA PNG of 3500x3500",
         poster("/v1/chat/completions", {"model": vision_model, "max_tokens": 4, "messages": [{"role": "user", "content": [
             {"type": "image_url", "image_url": {"url": data_url(png16)}}]}]}), refuse=False, server="vision")
+    add("budget: bodies at once", "12 clients sending 30 MiB bodies over 6 s; an ordinary chat beside them",
+        slow_large_bodies(model), refuse=False)
     # Browsers.
     evil = {"Origin": "http://evil.example", "Content-Type": "text/plain"}
     add("browser: cross-site simple POST", "text/plain from http://evil.example to /v1/chat/completions",
@@ -333,6 +335,43 @@ def attacks(model, vision_model):
     add("media: file images", "file:// FIFO", fifo_image(vision_model), server="vision")
     add("media: file images", "file:///proc/self/environ", file_image("file:///proc/self/environ", vision_model), server="vision")
     return out
+
+
+def slow_large_bodies(model, clients=12, body_mb=30, seconds=6):
+    """`clients` connections each sending a body of `body_mb` MiB over
+    `seconds`; in the middle an ordinary chat request, whose answer and time
+    are the row's. The bodies' memory is bounded; the ordinary request must
+    not wait behind them."""
+    def run(s):
+        size = body_mb * MIB
+        piece = b"x" * MIB
+        answers = []
+
+        def sender():
+            try:
+                sock = socket.create_connection(("127.0.0.1", s.port), timeout=30)
+                sock.sendall(f"POST /tokenize HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+                             f"Content-Length: {size}\r\n\r\n".encode())
+                for _ in range(body_mb):
+                    sock.sendall(piece)
+                    time.sleep(seconds / body_mb)
+                line = sock.recv(64).split(b"\r\n")[0].decode(errors="replace")
+                answers.append(line.split(" ")[1] if " " in line else "closed")
+                sock.close()
+            except OSError as e:
+                answers.append(type(e).__name__)
+
+        threads = [threading.Thread(target=sender, daemon=True) for _ in range(clients)]
+        for t in threads:
+            t.start()
+        time.sleep(seconds / 2)
+        answer = _answer(post(s, "/v1/chat/completions", chat_body(model, max_tokens=1), timeout=60))
+        for t in threads:
+            t.join(90)
+        status, secs, note = answer
+        return status, secs, f"the bodies: {' '.join(sorted(answers))}; {note}"
+
+    return run
 
 
 def _answer(r):

@@ -18,10 +18,14 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 /// for a body, so the wait always ends.
 pub(crate) const BODIES_AT_ONCE: usize = 4;
 
+/// Bodies up to this size are not counted: 512 connections of them are
+/// 32 MiB, and an ordinary request never waits behind large bodies.
+const UNCOUNTED_BODY_BYTES: usize = 64 << 10;
+
 /// A body read whole, and its place in the bodies' memory.
 pub(crate) struct ReadBody {
     pub(crate) bytes: Vec<u8>,
-    _held: Option<OwnedSemaphorePermit>,
+    held: Option<OwnedSemaphorePermit>,
 }
 
 /// Read the whole body within the server's size, time and memory limits.
@@ -65,24 +69,38 @@ async fn read_counted(
             // Sized once from its length (within the limit, checked above):
             // a body grown by doubling takes half again its size for a time.
             bytes: Vec::with_capacity(announced.unwrap_or(0) as usize),
-            _held: None,
+            held: None,
         };
+        // A body of known length takes its whole place before its first
+        // byte is read, so bodies never hold part of a place while waiting
+        // for the rest (eight half-read bodies would wait on each other).
+        if let (Some(bodies), Some(len)) = (bodies, announced) {
+            if len > UNCOUNTED_BODY_BYTES as u64 {
+                out.held = Some(take_place(bodies, len, true).await?);
+            }
+        }
         let mut stream = body.into_data_stream();
         while let Some(chunk) = stream.next().await {
             let chunk =
                 chunk.map_err(|e| ApiError::bad_request(format!("Cannot read the body: {e}")))?;
-            if out.bytes.len() + chunk.len() > limit {
+            let total = out.bytes.len() + chunk.len();
+            if total > limit {
                 return Err(ApiError::too_large(limit));
             }
-            if let Some(bodies) = bodies {
-                let n = u32::try_from(chunk.len()).unwrap_or(u32::MAX);
-                let more = Arc::clone(bodies)
-                    .acquire_many_owned(n)
-                    .await
-                    .map_err(|_| ApiError::unavailable("The server is shutting down.", 1))?;
-                match &mut out._held {
-                    Some(held) => held.merge(more),
-                    None => out._held = Some(more),
+            // A body of unknown length is counted as it grows, and never
+            // waits: past the room left it is a 503.
+            if let Some(bodies) = bodies.filter(|_| announced.is_none()) {
+                if total > UNCOUNTED_BODY_BYTES {
+                    let new = if out.held.is_none() {
+                        total
+                    } else {
+                        chunk.len()
+                    };
+                    let more = take_place(bodies, new as u64, false).await?;
+                    match &mut out.held {
+                        Some(held) => held.merge(more),
+                        None => out.held = Some(more),
+                    }
                 }
             }
             out.bytes.extend_from_slice(&chunk);
@@ -92,10 +110,38 @@ async fn read_counted(
     match tokio::time::timeout(limits.body_time, read).await {
         Ok(r) => r,
         Err(_) => Err(ApiError::request_timeout(format!(
-            "The request body did not arrive within {} s.",
+            "The request body did not arrive within {} s (or waited that long behind other \
+             large bodies).",
             limits.body_time.as_secs_f64()
         ))),
     }
+}
+
+/// `bytes` of the bodies' memory: waited for when `wait`, else taken only
+/// when free (503 when not).
+async fn take_place(
+    bodies: &Arc<Semaphore>,
+    bytes: u64,
+    wait: bool,
+) -> Result<OwnedSemaphorePermit, ApiError> {
+    let n = u32::try_from(bytes).unwrap_or(u32::MAX);
+    let bodies = Arc::clone(bodies);
+    let taken = if wait {
+        bodies.acquire_many_owned(n).await.map_err(|_| None)
+    } else {
+        bodies.try_acquire_many_owned(n).map_err(|e| match e {
+            tokio::sync::TryAcquireError::Closed => None,
+            tokio::sync::TryAcquireError::NoPermits => Some(()),
+        })
+    };
+    taken.map_err(|busy| match busy {
+        Some(()) => ApiError::unavailable(
+            "The server is reading other large bodies; send this one again shortly (or with \
+             its Content-Length, to wait for room).",
+            1,
+        ),
+        None => ApiError::unavailable("The server is shutting down.", 1),
+    })
 }
 
 /// Bodies up to this size are parsed on the runtime's own thread: they

@@ -191,7 +191,10 @@ pub(crate) async fn apply_template(
     let engine = engine(&st).await?;
     let budget = st.config.limits.request_memory;
     // Templating is tokenizing's first half: counted alike.
-    let text: usize = messages.iter().map(|m| m.role.len() + m.content.len()).sum();
+    let text: usize = messages
+        .iter()
+        .map(|m| m.role.len() + m.content.len())
+        .sum();
     let memory = (text as u64 * TOKENIZE_BYTES_PER_BYTE).min(budget as u64);
     let answer = st
         .work

@@ -99,7 +99,9 @@ impl WorkPool {
             return Err(self.busy());
         }
         let place = Admitted(Arc::clone(&self.admitted));
-        let bytes = u32::try_from(memory).unwrap_or(u32::MAX).min(self.memory_bytes);
+        let bytes = u32::try_from(memory)
+            .unwrap_or(u32::MAX)
+            .min(self.memory_bytes);
         let held = Arc::clone(&self.memory)
             .acquire_many_owned(bytes)
             .await
@@ -202,7 +204,8 @@ mod tests {
             for _ in 0..2 {
                 let (pool, gate) = (Arc::clone(&pool), Arc::clone(&gate));
                 held.push(tokio::spawn(async move {
-                    pool.run(0, move || gate.lock().unwrap().recv().unwrap()).await
+                    pool.run(0, move || gate.lock().unwrap().recv().unwrap())
+                        .await
                 }));
                 tokio::time::sleep(Duration::from_millis(50)).await;
             }
