@@ -61,6 +61,10 @@ T=aarch64-unknown-linux-gnu
 if ((full)); then
     cargo build --profile ci --target "$T" --workspace --all-targets
 fi
+# The AArch64 code holds the same lints (its kernels' unsafe blocks
+# included), checked without running.
+cargo clippy --profile ci --target "$T" --all-targets \
+    -p hearth-quant -p hearth-gguf -p hearth-model -p hearth-tokenizer -- -D warnings
 # The kernel, format, model and tokenizer tests under emulation (the other
 # crates drive the same code; below, the model runs on both machines).
 cargo test --profile ci --target "$T" --no-fail-fast \

@@ -35,6 +35,10 @@ pub struct Turns {
     pub audio: Vec<std::path::PathBuf>,
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "longer than a screen; issue 91 splits it"
+)]
 pub fn run(
     args: &ModelArgs,
     sample: &SampleArgs,

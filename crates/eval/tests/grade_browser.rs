@@ -139,6 +139,10 @@ async fn assert_inert(c: &Client) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs chromium + chromedriver: run scripts/test-browser.sh"]
+#[expect(
+    clippy::too_many_lines,
+    reason = "longer than a screen; issue 91 splits it"
+)]
 async fn grade_three_by_keyboard_then_resume() {
     let Some(chromedriver) = on_path("chromedriver") else {
         println!(

@@ -315,6 +315,10 @@ fn attend_rows(
 /// of queries gets its scores as one product with the keys and its output as
 /// one product of the probabilities with the values. Positions outside a
 /// query's window get probability 0.
+#[expect(
+    clippy::too_many_lines,
+    reason = "longer than a screen; issue 91 splits it"
+)]
 fn attend_blocked(
     pool: &quant::ThreadPool,
     input: AttentionInput<'_, '_>,

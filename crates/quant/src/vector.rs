@@ -298,37 +298,43 @@ pub fn dot_rows(
     }
     #[cfg(target_arch = "x86_64")]
     if kernels().fused == Fused::Avx2 && hd.is_multiple_of(32) {
-        // SAFETY (each call): the AVX2 kernels are installed only after
+        // SAFETY: (each call) the AVX2 kernels are installed only after
         // avx2, fma and f16c were detected; the asserts bound every key and
         // score, and Q8_0 offsets are whole blocks (`hd`, `stride` are).
         match keys {
             Rows::F32(k) => {
-                return unsafe { rows_avx2::dot_rows(q, heads, hd, k, stride, n, out, out_stride) }
+                // SAFETY: as said above the match, for this arm's rows.
+                return unsafe { rows_avx2::dot_rows(q, heads, hd, k, stride, n, out, out_stride) };
             }
             Rows::F16(k) => {
-                return unsafe { rows_avx2::dot_rows(q, heads, hd, k, stride, n, out, out_stride) }
+                // SAFETY: as said above the match, for this arm's rows.
+                return unsafe { rows_avx2::dot_rows(q, heads, hd, k, stride, n, out, out_stride) };
             }
             Rows::Q8_0(k) if stride.is_multiple_of(Q8_0_BLOCK) => {
-                return unsafe { rows_avx2::dot_rows(q, heads, hd, k, stride, n, out, out_stride) }
+                // SAFETY: as said above the match, for this arm's rows.
+                return unsafe { rows_avx2::dot_rows(q, heads, hd, k, stride, n, out, out_stride) };
             }
             Rows::Q8_0(_) => {}
         }
     }
     #[cfg(target_arch = "x86_64")]
     if kernels().fused == Fused::Avx512 && hd.is_multiple_of(32) {
-        // SAFETY (both calls): the AVX-512 kernels are installed only after
+        // SAFETY: (both calls) the AVX-512 kernels are installed only after
         // avx512f was detected; the asserts bound every key and score.
         match keys {
             Rows::F32(k) => {
-                return unsafe { x86::dot_rows_avx512(q, heads, hd, k, stride, n, out, out_stride) }
+                // SAFETY: as said above the match, for this arm's rows.
+                return unsafe { x86::dot_rows_avx512(q, heads, hd, k, stride, n, out, out_stride) };
             }
             Rows::F16(k) => {
-                return unsafe { x86::dot_rows_avx512(q, heads, hd, k, stride, n, out, out_stride) }
+                // SAFETY: as said above the match, for this arm's rows.
+                return unsafe { x86::dot_rows_avx512(q, heads, hd, k, stride, n, out, out_stride) };
             }
             // Element offsets are whole blocks: `hd` and `stride` are
             // (`rows_width` checked the span in elements).
             Rows::Q8_0(k) if stride.is_multiple_of(Q8_0_BLOCK) => {
-                return unsafe { x86::dot_rows_avx512(q, heads, hd, k, stride, n, out, out_stride) }
+                // SAFETY: as said above the match, for this arm's rows.
+                return unsafe { x86::dot_rows_avx512(q, heads, hd, k, stride, n, out, out_stride) };
             }
             // Widened row by row below.
             Rows::Q8_0(_) => {}
@@ -369,40 +375,46 @@ pub fn axpy_rows(
     }
     #[cfg(target_arch = "x86_64")]
     if kernels().fused == Fused::Avx2 && width.is_multiple_of(8) {
-        // SAFETY (each call): as in `dot_rows`; Q8_0 loads start on a
+        // SAFETY: (each call) as in `dot_rows`; Q8_0 loads start on a
         // quarter block (`width` and `stride` whole blocks, steps of 8).
         match vals {
             Rows::F32(v) => {
-                return unsafe { rows_avx2::axpy_rows(o, heads, width, p, p_stride, v, stride, n) }
+                // SAFETY: as said above the match, for this arm's rows.
+                return unsafe { rows_avx2::axpy_rows(o, heads, width, p, p_stride, v, stride, n) };
             }
             Rows::F16(v) => {
-                return unsafe { rows_avx2::axpy_rows(o, heads, width, p, p_stride, v, stride, n) }
+                // SAFETY: as said above the match, for this arm's rows.
+                return unsafe { rows_avx2::axpy_rows(o, heads, width, p, p_stride, v, stride, n) };
             }
             Rows::Q8_0(v)
                 if width.is_multiple_of(Q8_0_BLOCK) && stride.is_multiple_of(Q8_0_BLOCK) =>
             {
-                return unsafe { rows_avx2::axpy_rows(o, heads, width, p, p_stride, v, stride, n) }
+                // SAFETY: as said above the match, for this arm's rows.
+                return unsafe { rows_avx2::axpy_rows(o, heads, width, p, p_stride, v, stride, n) };
             }
             Rows::Q8_0(_) => {}
         }
     }
     #[cfg(target_arch = "x86_64")]
     if kernels().fused == Fused::Avx512 && width.is_multiple_of(16) {
-        // SAFETY (both calls): as in `dot_rows`; the asserts bound every
+        // SAFETY: (both calls) as in `dot_rows`; the asserts bound every
         // row and weight.
         match vals {
             Rows::F32(v) => {
-                return unsafe { x86::axpy_rows_avx512(o, heads, width, p, p_stride, v, stride, n) }
+                // SAFETY: as said above the match, for this arm's rows.
+                return unsafe { x86::axpy_rows_avx512(o, heads, width, p, p_stride, v, stride, n) };
             }
             Rows::F16(v) => {
-                return unsafe { x86::axpy_rows_avx512(o, heads, width, p, p_stride, v, stride, n) }
+                // SAFETY: as said above the match, for this arm's rows.
+                return unsafe { x86::axpy_rows_avx512(o, heads, width, p, p_stride, v, stride, n) };
             }
             // Loads start on half blocks: `width` and `stride` are whole
             // blocks and the kernel steps by 16.
             Rows::Q8_0(v)
                 if width.is_multiple_of(Q8_0_BLOCK) && stride.is_multiple_of(Q8_0_BLOCK) =>
             {
-                return unsafe { x86::axpy_rows_avx512(o, heads, width, p, p_stride, v, stride, n) }
+                // SAFETY: as said above the match, for this arm's rows.
+                return unsafe { x86::axpy_rows_avx512(o, heads, width, p, p_stride, v, stride, n) };
             }
             // Widened row by row below.
             Rows::Q8_0(_) => {}

@@ -219,6 +219,10 @@ pub fn run(config: ServerConfig, lineup: models::Lineup) -> Result<(), ServeErro
     result
 }
 
+#[expect(
+    clippy::too_many_lines,
+    reason = "longer than a screen; issue 91 splits it"
+)]
 async fn serve(config: ServerConfig, lineup: models::Lineup) -> Result<(), ServeError> {
     let config = Arc::new(config);
     let metrics = Arc::new(Metrics::default());

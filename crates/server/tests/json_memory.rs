@@ -13,15 +13,18 @@ struct Counting;
 static LIVE: AtomicUsize = AtomicUsize::new(0);
 static PEAK: AtomicUsize = AtomicUsize::new(0);
 
+// SAFETY: every call goes to `System` unchanged; the counts beside it are atomics.
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         let live = LIVE.fetch_add(layout.size(), Ordering::SeqCst) + layout.size();
         PEAK.fetch_max(live, Ordering::SeqCst);
+        // SAFETY: the caller's contract, passed on to `System` unchanged.
         unsafe { System.alloc(layout) }
     }
 
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
         LIVE.fetch_sub(layout.size(), Ordering::SeqCst);
+        // SAFETY: the caller's contract, passed on to `System` unchanged.
         unsafe { System.dealloc(ptr, layout) }
     }
 
@@ -29,6 +32,7 @@ unsafe impl GlobalAlloc for Counting {
         // Both blocks are live while the data moves.
         let live = LIVE.fetch_add(new_size, Ordering::SeqCst) + new_size;
         PEAK.fetch_max(live, Ordering::SeqCst);
+        // SAFETY: the caller's contract, passed on to `System` unchanged.
         let out = unsafe { System.realloc(ptr, layout, new_size) };
         LIVE.fetch_sub(layout.size(), Ordering::SeqCst);
         out

@@ -315,6 +315,10 @@ impl Engine {
     /// end token) is started over from the cached prompt. With `grammar`
     /// every generation is held to it, so the difference to a run without
     /// is what constrained decoding costs.
+    #[expect(
+        clippy::too_many_lines,
+        reason = "longer than a screen; issue 91 splits it"
+    )]
     pub fn bench_sampled(
         &self,
         prompt: &[u32],

@@ -601,6 +601,10 @@ impl Resolver<'_> {
         Ok(Typed { term, sort, depth })
     }
 
+    #[expect(
+        clippy::too_many_lines,
+        reason = "longer than a screen; issue 91 splits it"
+    )]
     fn term(&mut self, expr: &Expr, depth: usize) -> Result<Typed, LogicError> {
         let line = expr.line;
         if depth > self.max_term_depth() {
@@ -841,6 +845,10 @@ impl Resolver<'_> {
         Ok(t)
     }
 
+    #[expect(
+        clippy::too_many_lines,
+        reason = "longer than a screen; issue 91 splits it"
+    )]
     fn call(
         &mut self,
         line: usize,

@@ -709,7 +709,7 @@ mod x86 {
 
         #[inline(always)]
         unsafe fn zero(&mut self, c: usize) {
-            // SAFETY (every arm): registers configured (the caller's contract).
+            // SAFETY: (every arm) registers configured (the caller's contract).
             unsafe {
                 match c {
                     0 => asm!("tilezero tmm4", options(nostack, nomem)),
@@ -722,7 +722,7 @@ mod x86 {
 
         #[inline(always)]
         unsafe fn load_a(&mut self, t: usize, _g: usize, a: *const u8, stride: usize) {
-            // SAFETY (both arms): 16 rows of g readable bytes (the caller's
+            // SAFETY: (both arms) 16 rows of g readable bytes (the caller's
             // contract), g as configured.
             unsafe {
                 if t == 0 {
@@ -735,7 +735,7 @@ mod x86 {
 
         #[inline(always)]
         unsafe fn load_b(&mut self, h: usize, _g: usize, b: *const u8, stride: usize) {
-            // SAFETY (both arms): g/4 rows of 64 readable bytes (the
+            // SAFETY: (both arms) g/4 rows of 64 readable bytes (the
             // caller's contract), g as configured.
             unsafe {
                 if h == 0 {
@@ -748,7 +748,7 @@ mod x86 {
 
         #[inline(always)]
         unsafe fn dot(&mut self, c: usize) {
-            // SAFETY (every arm): registers configured and loaded by the
+            // SAFETY: (every arm) registers configured and loaded by the
             // calls before.
             unsafe {
                 match c {
@@ -764,7 +764,7 @@ mod x86 {
         unsafe fn store(&mut self, c: usize, out: &mut Sums) {
             let stride = NR * 4;
             let (t, h) = (c / 2, c % 2);
-            // SAFETY (every arm): 16 rows of 64 bytes from out[16t][16h],
+            // SAFETY: (every arm) 16 rows of 64 bytes from out[16t][16h],
             // NR * 4 bytes apart, all inside `out` ([[i32; NR]; MA]).
             unsafe {
                 let p = out.as_mut_ptr().add(16 * t).cast::<i32>().add(16 * h);
@@ -832,7 +832,7 @@ mod x86 {
         k: &GroupScales,
     ) {
         let (rows, h) = quarter(c, m);
-        // SAFETY (whole body): `h + 16 <= NR`, so each row of `out`,
+        // SAFETY: (whole body) `h + 16 <= NR`, so each row of `out`,
         // `pend` and `sums` and the arrays of `k` hold the 16 values read
         // or written from `h`.
         unsafe {

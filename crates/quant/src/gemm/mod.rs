@@ -644,13 +644,13 @@ pub(crate) fn tile(tier: GemmTier, p: &Panel, a: &Acts, c0: usize, m: usize) -> 
             // after its CPU features were detected; the asserts bound every
             // element read.
             GemmTier::Avx512Vnni => return unsafe { x86::tile_avx512(p, a, c0, m) },
-            // SAFETY: as above (each call reads a part of those rows).
             GemmTier::Avx2 => {
-                return by_fours(m, |c, n| unsafe { x86::tile_avx2(p, a, c0 + c, n) })
+                // SAFETY: as above (each call reads a part of those rows).
+                return by_fours(m, |c, n| unsafe { x86::tile_avx2(p, a, c0 + c, n) });
             }
-            // SAFETY: as above.
             GemmTier::AvxVnni => {
-                return by_fours(m, |c, n| unsafe { x86::tile_avxvnni(p, a, c0 + c, n) })
+                // SAFETY: as above.
+                return by_fours(m, |c, n| unsafe { x86::tile_avxvnni(p, a, c0 + c, n) });
             }
             GemmTier::Portable | GemmTier::Amx => {}
         }

@@ -181,7 +181,7 @@ unsafe fn tile_g<const G: usize, const MIN: bool, const FLIP: bool>(
     // The activation row each of the four sum rows reads.
     let src: [usize; 4] = std::array::from_fn(|c| if c < m { c } else { 0 });
     for g in 0..p.groups {
-        // SAFETY (whole body): group g's panel entries and the elements
+        // SAFETY: (whole body) group g's panel entries and the elements
         // g*G..(g+1)*G of activation rows c0..c0 + m lie inside the buffers
         // (asserted by `super::tile`); `out` holds MR rows of NR.
         unsafe {

@@ -148,7 +148,7 @@ pub(super) unsafe fn pack_interleaved_avx2(
                     _mm256_storeu_si256(dst.add(s * step) as *mut __m256i, _mm256_sub_epi8(v, less))
                 }
             };
-            // SAFETY (the loads below): runs of the group block, read
+            // SAFETY: (the loads below) runs of the group block, read
             // within it.
             unsafe {
                 match ty {
@@ -270,7 +270,7 @@ unsafe fn interleaved_scales(p: &mut Panel, ty: GgmlType, g: *const u8, b: usize
 #[inline(always)]
 unsafe fn codes(ty: GgmlType, blk: *const u8, j: usize) -> __m256i {
     let low4 = _mm256_set1_epi8(0x0f);
-    // SAFETY (every load below): fields of the block's type, read
+    // SAFETY: (every load below) fields of the block's type, read
     // within it.
     unsafe {
         match ty {

@@ -413,7 +413,7 @@ unsafe fn tile_m<const M: usize, const G: usize, const MIN: bool, const FOLD: bo
     let mut facc = [[_mm512_setzero_ps(); 2]; M];
     let mut pend = [[_mm512_setzero_ps(); 2]; M];
     for g in 0..p.groups {
-        // SAFETY (whole body): group g's panel entries and each activation
+        // SAFETY: (whole body) group g's panel entries and each activation
         // row's elements g*G..(g+1)*G lie inside the buffers (asserted by
         // `super::tile`).
         unsafe {
@@ -613,7 +613,7 @@ unsafe fn tile_six<const G: usize, const MIN: bool, const FOLD: bool>(
     let mut facc = [[_mm512_setzero_ps(); 2]; M];
     let mut pend = [[_mm512_setzero_ps(); 2]; M];
     for g in 0..p.groups {
-        // SAFETY (whole body): group g's panel entries (G/4 steps of 128
+        // SAFETY: (whole body) group g's panel entries (G/4 steps of 128
         // bytes from `pw`) and each activation row's elements g*G..(g+1)*G
         // (from `row(c)`) lie inside the buffers (asserted by
         // `super::tile`); the assembly reads only those and writes only its
@@ -760,6 +760,10 @@ struct AlignedTile(Tile);
 /// avx2 and fma present; `p` and `a` as [`super::tile`] asserts for
 /// `MA <= m` rows; `16h + 16 <= NR`.
 #[target_feature(enable = "avx2,fma")]
+#[expect(
+    clippy::too_many_lines,
+    reason = "longer than a screen; issue 91 splits it"
+)]
 unsafe fn tile_avx2_wide<
     const MA: usize,
     const G: usize,
@@ -789,7 +793,7 @@ unsafe fn tile_avx2_wide<
     let o = out.0.as_mut_ptr() as *mut f32;
     let mut part = [[_mm256_setzero_si256(); 2]; MA];
     for g in 0..p.groups {
-        // SAFETY (whole body): group g's panel entries for rows
+        // SAFETY: (whole body) group g's panel entries for rows
         // 16h..16h + 16 and each activation row's elements g*G..(g+1)*G lie
         // inside the buffers (asserted by `super::tile`); `out` has MR rows
         // of NR floats, 32-byte aligned (NR * 4 and 32 are multiples of
@@ -1005,7 +1009,7 @@ unsafe fn tile_avxvnni_wide<const MA: usize, const G: usize, const MIN: bool, co
     let o = out.0.as_mut_ptr() as *mut f32;
     let pe = pend.0.as_mut_ptr() as *mut f32;
     for g in 0..p.groups {
-        // SAFETY (whole body): as in `tile_avx2_wide`: group g's panel
+        // SAFETY: (whole body) as in `tile_avx2_wide`: group g's panel
         // entries for rows 16h..16h + 16 and each activation row's elements
         // g*G..(g+1)*G lie inside the buffers (asserted by `super::tile`);
         // `out` has MR rows of NR floats, 32-byte aligned, 16h + 16 <= NR.

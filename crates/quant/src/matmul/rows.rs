@@ -289,6 +289,10 @@ pub(super) fn products(
 /// activation rows, where the type has such kernels; four weight rows at a
 /// time for one activation row; else one dot at a time.
 /// `w`'s type must have a quantized kernel in `k`.
+#[expect(
+    clippy::too_many_lines,
+    reason = "longer than a screen; issue 91 splits it"
+)]
 pub(super) fn quant_rows(
     k: &simd::Kernels,
     w: &Matrix,
@@ -481,8 +485,8 @@ fn grouped_rows(
                     // SAFETY: kernel from `simd::best()`; the group holds
                     // `nb` group blocks and `a` `nb` activation blocks.
                     Some(x8) => unsafe { x8(group, a, nb) },
-                    // SAFETY: as in `quant_rows`, for the rows copied out.
                     None => {
+                        // SAFETY: as in `quant_rows`, for the rows copied out.
                         std::array::from_fn(|r| unsafe { f(&copy[r * rb..(r + 1) * rb], a, nb) })
                     }
                 },

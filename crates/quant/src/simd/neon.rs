@@ -498,7 +498,7 @@ unsafe fn bf16_dot(w: &[u8], x: &[u16], n: usize) -> f32 {
     // [block parity][lanes 4q..4q + 4]
     let mut acc = [[vdupq_n_f32(0.0); 4]; 2];
     let high = vdupq_n_u32(0xffff_0000);
-    // SAFETY (callers): `wp` and `xp` point to 32 elements each.
+    // SAFETY: (callers) `wp` and `xp` point to 32 elements each.
     let step = |acc: &mut [float32x4_t; 4], wp: *const u8, xp: *const u16| {
         for (q, a) in acc.iter_mut().enumerate() {
             // SAFETY: lanes 4q..4q + 4 are elements 8q..8q + 8 of the 32.

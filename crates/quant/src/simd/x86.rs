@@ -402,12 +402,13 @@ macro_rules! zmm_kernels {
         /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; `w` holds `nb`
         /// blocks and each `a[c]` `nb` Q8_0 blocks.
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
+        #[expect(clippy::too_many_lines, reason = "longer than a screen; issue 91 splits it")]
         unsafe fn $rows<const N: usize>(w: *const u8, a: [*const u8; N], nb: usize) -> [f32; N] {
             let zero = _mm512_setzero_si512();
             let mut acc = [_mm512_setzero_ps(); N];
             let mut i = 0;
             while i + 8 <= nb {
-                // SAFETY (loop body): blocks i..i+8 lie inside every row.
+                // SAFETY: (loop body) blocks i..i+8 lie inside every row.
                 unsafe {
                     let dw = scales8(w.add(i * $wb), $wb);
                     let dd: [__m512; N] = std::array::from_fn(|c| {
@@ -463,7 +464,7 @@ macro_rules! zmm_kernels {
             }
             while i < nb {
                 let two = i + 1 < nb;
-                // SAFETY (loop body): block i, and block i + 1 when `two`,
+                // SAFETY: (loop body) block i, and block i + 1 when `two`,
                 // lie inside every row; nothing past them is read.
                 unsafe {
                     let $p = w.add(i * $wb);
@@ -547,6 +548,7 @@ macro_rules! zmm_kernels {
         /// # Safety
         /// [`super::Tile44Fn`] contract.
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
+        #[expect(clippy::too_many_lines, reason = "longer than a screen; issue 91 splits it")]
         pub(crate) unsafe fn $t44(
             w: &[u8],
             row_bytes: usize,
@@ -558,8 +560,8 @@ macro_rules! zmm_kernels {
                 w.len() >= 3 * row_bytes + nb * $wb
                     && a.len() >= 3 * stride + nb * BlockQ8_0::BYTES
             );
-            // SAFETY: rows 0..4 of both start inside their slices by the contract.
             let wr: [*const u8; 4] =
+                // SAFETY: rows 0..4 of both start inside their slices by the contract.
                 std::array::from_fn(|r| unsafe { w.as_ptr().add(r * row_bytes) });
             // SAFETY: as above.
             let ar: [*const u8; 4] = std::array::from_fn(|c| unsafe { a.as_ptr().add(c * stride) });
@@ -569,7 +571,7 @@ macro_rules! zmm_kernels {
             let mut acc = [[_mm512_setzero_ps(); 4]; 4];
             let mut i = 0;
             while i + 8 <= nb {
-                // SAFETY (loop body): blocks i..i+8 lie inside every row.
+                // SAFETY: (loop body) blocks i..i+8 lie inside every row.
                 unsafe {
                     let dw: [__m256; 4] =
                         std::array::from_fn(|r| scales8_at::<{ $wb }>(wr[r].add(i * $wb)));
@@ -616,7 +618,7 @@ macro_rules! zmm_kernels {
             }
             while i < nb {
                 let two = i + 1 < nb;
-                // SAFETY (loop body): block i, and block i + 1 when `two`,
+                // SAFETY: (loop body) block i, and block i + 1 when `two`,
                 // lie inside every row; nothing past them is read.
                 unsafe {
                     // Each side's one or two scales, spread over the half
@@ -951,8 +953,8 @@ macro_rules! kquant_kernels {
                 let dd = unsafe { h2f_pair(rd32(bw)) };
                 let (d, dmin) = (_mm_cvtss_f32(dd), _mm_cvtss_f32(_mm_movehdup_ps(dd)));
                 let scales = k4_scales(sc);
-                // SAFETY: Q5_K's 32 bytes of `qh`.
                 let qh = if FIVE {
+                    // SAFETY: Q5_K's 32 bytes of `qh`.
                     unsafe { load32(bw.add(at::Q5K_QH)) }
                 } else {
                     _mm256_setzero_si256()
@@ -1284,6 +1286,10 @@ pub(crate) fn detect() -> Option<Kernels> {
 }
 
 /// Every x86 table this CPU can run, slowest first.
+#[expect(
+    clippy::too_many_lines,
+    reason = "longer than a screen; issue 91 splits it"
+)]
 pub(crate) fn available() -> Vec<&'static Kernels> {
     static AVX2: Kernels = Kernels {
         name: "avx2",

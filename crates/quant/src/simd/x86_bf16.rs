@@ -229,7 +229,7 @@ pub(crate) unsafe fn bf16_avx2(w: &[u8], x: &[u16], n: usize) -> f32 {
             acc[h] = _mm256_fmadd_ps(even(wv[h]), even(xv[h]), acc[h]);
         }
     };
-    // SAFETY (callers): `pw` and `px` point to 32 elements each.
+    // SAFETY: (callers) `pw` and `px` point to 32 elements each.
     let load = |pw: *const u8, px: *const u16| unsafe {
         let lw = |o: usize| _mm256_loadu_si256(pw.add(o) as *const __m256i);
         let lx = |o: usize| _mm256_loadu_si256(px.add(o) as *const __m256i);

@@ -149,6 +149,7 @@ macro_rules! q4_k_x8_kernels {
         /// `w` holds `nb` group blocks and each `a[c]` `nb` Q8_K blocks.
         #[inline]
         #[target_feature(enable = $feat)]
+        #[expect(clippy::too_many_lines, reason = "longer than a screen; issue 91 splits it")]
         unsafe fn $rows<const N: usize>(
             w: *const u8,
             a: [*const u8; N],
@@ -208,9 +209,9 @@ macro_rules! q4_k_x8_kernels {
                     ]
                 });
                 let msum: [__m256i; N] = std::array::from_fn(|c| {
-                    // SAFETY: each Q8_K block's 16 i16 sums; pairs make
-                    // sub-blocks (at most 32 · 128 each, so they fit i16).
                     let bsums =
+                        // SAFETY: each Q8_K block's 16 i16 sums; pairs make
+                        // sub-blocks (at most 32 · 128 each, so they fit i16).
                         unsafe { _mm256_loadu_si256(ab[c].add(at::Q8K_BSUMS) as *const __m256i) };
                     let subs = _mm256_madd_epi16(bsums, _mm256_set1_epi16(1));
                     let s16 = _mm256_packs_epi32(subs, subs);
@@ -254,8 +255,8 @@ macro_rules! q4_k_x8_kernels {
                     }
                 }
                 for c in 0..N {
-                    // SAFETY: the Q8_K block's f32 scale at 0.
                     let dy =
+                        // SAFETY: the Q8_K block's f32 scale at 0.
                         _mm256_set1_ps(unsafe { std::ptr::read_unaligned(ab[c] as *const f32) });
                     let t = _mm256_mul_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(isum[c]));
                     let u = _mm256_mul_ps(_mm256_mul_ps(dmin, dy), _mm256_cvtepi32_ps(msum[c]));
@@ -364,6 +365,7 @@ macro_rules! q6_k_x8_kernels {
         /// `w` holds `nb` group blocks and each `a[c]` `nb` Q8_K blocks.
         #[inline]
         #[target_feature(enable = $feat)]
+        #[expect(clippy::too_many_lines, reason = "longer than a screen; issue 91 splits it")]
         unsafe fn $rows<const N: usize>(
             w: *const u8,
             a: [*const u8; N],
@@ -398,8 +400,8 @@ macro_rules! q6_k_x8_kernels {
                 // Each row's Σ sc · bsum: word w's scales 4w and 4w + 2 (and
                 // 4w + 1, 4w + 3) as i16 pairs, against those bsums.
                 let mut isum: [__m256i; N] = std::array::from_fn(|c| {
-                    // SAFETY: the Q8_K block's 16 i16 group sums.
                     let bsums =
+                        // SAFETY: the Q8_K block's 16 i16 group sums.
                         unsafe { _mm256_loadu_si256(ab[c].add(at::Q8K_BSUMS) as *const __m256i) };
                     let bp = _mm256_shuffle_epi8(bsums, pairs);
                     let mut off = _mm256_setzero_si256();
@@ -454,8 +456,8 @@ macro_rules! q6_k_x8_kernels {
                     }
                 }
                 for c in 0..N {
-                    // SAFETY: the Q8_K block's f32 scale at 0.
                     let dy =
+                        // SAFETY: the Q8_K block's f32 scale at 0.
                         _mm256_set1_ps(unsafe { std::ptr::read_unaligned(ab[c] as *const f32) });
                     let t = _mm256_mul_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(isum[c]));
                     // The reference's minimum term, `(0 · dy) · 0`, kept so
