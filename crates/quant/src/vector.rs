@@ -324,17 +324,23 @@ pub fn dot_rows(
         match keys {
             Rows::F32(k) => {
                 // SAFETY: as said above the match, for this arm's rows.
-                return unsafe { x86::dot_rows_avx512(q, heads, hd, k, stride, n, out, out_stride) };
+                return unsafe {
+                    x86::dot_rows_avx512(q, heads, hd, k, stride, n, out, out_stride)
+                };
             }
             Rows::F16(k) => {
                 // SAFETY: as said above the match, for this arm's rows.
-                return unsafe { x86::dot_rows_avx512(q, heads, hd, k, stride, n, out, out_stride) };
+                return unsafe {
+                    x86::dot_rows_avx512(q, heads, hd, k, stride, n, out, out_stride)
+                };
             }
             // Element offsets are whole blocks: `hd` and `stride` are
             // (`rows_width` checked the span in elements).
             Rows::Q8_0(k) if stride.is_multiple_of(Q8_0_BLOCK) => {
                 // SAFETY: as said above the match, for this arm's rows.
-                return unsafe { x86::dot_rows_avx512(q, heads, hd, k, stride, n, out, out_stride) };
+                return unsafe {
+                    x86::dot_rows_avx512(q, heads, hd, k, stride, n, out, out_stride)
+                };
             }
             // Widened row by row below.
             Rows::Q8_0(_) => {}
@@ -402,11 +408,15 @@ pub fn axpy_rows(
         match vals {
             Rows::F32(v) => {
                 // SAFETY: as said above the match, for this arm's rows.
-                return unsafe { x86::axpy_rows_avx512(o, heads, width, p, p_stride, v, stride, n) };
+                return unsafe {
+                    x86::axpy_rows_avx512(o, heads, width, p, p_stride, v, stride, n)
+                };
             }
             Rows::F16(v) => {
                 // SAFETY: as said above the match, for this arm's rows.
-                return unsafe { x86::axpy_rows_avx512(o, heads, width, p, p_stride, v, stride, n) };
+                return unsafe {
+                    x86::axpy_rows_avx512(o, heads, width, p, p_stride, v, stride, n)
+                };
             }
             // Loads start on half blocks: `width` and `stride` are whole
             // blocks and the kernel steps by 16.
@@ -414,7 +424,9 @@ pub fn axpy_rows(
                 if width.is_multiple_of(Q8_0_BLOCK) && stride.is_multiple_of(Q8_0_BLOCK) =>
             {
                 // SAFETY: as said above the match, for this arm's rows.
-                return unsafe { x86::axpy_rows_avx512(o, heads, width, p, p_stride, v, stride, n) };
+                return unsafe {
+                    x86::axpy_rows_avx512(o, heads, width, p, p_stride, v, stride, n)
+                };
             }
             // Widened row by row below.
             Rows::Q8_0(_) => {}
