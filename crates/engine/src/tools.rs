@@ -11,6 +11,9 @@
 //!   to exactly that ([`tool_grammar`]); with `auto` the reply is either
 //!   calls or text that does not begin with `{` or `[`, so the first
 //!   character decides which.
+//! - With `auto` and a format for the answer (`response_format`), the
+//!   reply is calls or JSON held to that format
+//!   ([`calls_or_format_grammar`]).
 //! - An earlier call goes back into the conversation as that same JSON in
 //!   the assistant's turn ([`call_text`]); a tool's result as a user turn
 //!   ([`result_text`]), since the template knows only user and model turns.
@@ -90,23 +93,59 @@ pub fn tool_grammar(
     if allowed.is_empty() {
         return Err("tool_choice asks for a call but `tools` is empty".into());
     }
-    let schemas: Vec<Value> = allowed.iter().map(|t| call_schema(t)).collect();
-    let one = if schemas.len() == 1 {
-        schemas.into_iter().next().unwrap_or(Value::Null)
-    } else {
-        json!({"anyOf": schemas})
-    };
-    let schema = if parallel {
-        json!({"anyOf": [one, {"type": "array", "items": one, "minItems": 1, "maxItems": MAX_PARALLEL_CALLS}]})
-    } else {
-        one
-    };
+    let schema = calls_schema(&allowed, parallel);
     // Compiling prepares the schema (closes its objects, holds
     // `uniqueItems`) within the grammar limits, text allowed or not.
     Ok(Some(match choice {
         ToolChoice::Auto => Grammar::JsonOrText(schema),
         _ => Grammar::JsonSchema(schema),
     }))
+}
+
+/// The schema of a reply that is a call to one of `allowed`, or with
+/// `parallel` an array of such calls.
+fn calls_schema(allowed: &[&Tool], parallel: bool) -> Value {
+    let schemas: Vec<Value> = allowed.iter().map(|t| call_schema(t)).collect();
+    let one = if schemas.len() == 1 {
+        schemas.into_iter().next().unwrap_or(Value::Null)
+    } else {
+        json!({"anyOf": schemas})
+    };
+    if parallel {
+        json!({"anyOf": [one, {"type": "array", "items": one, "minItems": 1, "maxItems": MAX_PARALLEL_CALLS}]})
+    } else {
+        one
+    }
+}
+
+/// The grammar of a reply under `tool_choice` `auto` whose answer, when it
+/// is not a call, is held to `format` (a JSON Schema): calls to any of
+/// `tools`, or the format's JSON. The format's `$defs` and `definitions`
+/// move to the root, where its `#/$defs/...` references look for them.
+/// Fails when `tools` is empty.
+pub fn calls_or_format_grammar(
+    tools: &[Tool],
+    parallel: bool,
+    format: &Value,
+) -> Result<Grammar, String> {
+    let allowed: Vec<&Tool> = tools.iter().collect();
+    if allowed.is_empty() {
+        return Err("tool_choice asks for a call but `tools` is empty".into());
+    }
+    let mut answer = format.clone();
+    let mut root = serde_json::Map::new();
+    if let Value::Object(fields) = &mut answer {
+        for key in ["$defs", "definitions"] {
+            if let Some(defs) = fields.remove(key) {
+                root.insert(key.into(), defs);
+            }
+        }
+    }
+    root.insert(
+        "anyOf".into(),
+        json!([calls_schema(&allowed, parallel), answer]),
+    );
+    Ok(Grammar::JsonSchema(Value::Object(root)))
 }
 
 /// The text that describes `tools` to the model, for the system turn.

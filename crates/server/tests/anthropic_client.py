@@ -138,4 +138,21 @@ if os.environ.get("HEARTH_VISION_HOST"):
     assert r.content[0].text == want["choices"][0]["message"]["content"], (r, want)
     assert r.usage.input_tokens == want["usage"]["prompt_tokens"] > 16, (r.usage, want["usage"])
 
+# Structured outputs: the SDK's `messages.parse` with a Pydantic model sends
+# output_config.format and validates the answer.
+import pydantic
+
+
+class Forecast(pydantic.BaseModel):
+    city: str
+    sunny: bool
+
+
+parsed = c.messages.parse(model=MODEL, max_tokens=60, messages=[{"role": "user", "content": "Is it sunny in Paris?"}], output_format=Forecast, extra_body=GREEDY)
+assert isinstance(parsed.parsed_output, Forecast), parsed
+status, v = post(HOST, "/v1/messages", {"model": MODEL, "max_tokens": 60, "messages": question, "output_format": {"type": "json_schema", "schema": Forecast.model_json_schema()}, **GREEDY})
+assert status == 200 and Forecast.model_validate_json(v["content"][0]["text"]), v
+status, v = post(HOST, "/v1/messages", {"model": MODEL, "max_tokens": 8, "messages": question, "output_config": {"format": {"type": "json_schema"}}})
+assert status == 400 and "output_config.format.schema" in v["error"]["message"], v
+
 print("all anthropic client checks passed")

@@ -203,4 +203,12 @@ if os.environ.get("HEARTH_VISION_HOST"):
     assert r.message.content == want and r.prompt_eval_count > 16, (r, want)
     expect_error(lambda: vc.chat(model=vm, messages=[{"role": "user", "content": "hi", "images": [base64.b64encode(b"GIF89a broken").decode()]}]), 400, "image")
 
+# Tools beside a format, as agent frameworks send them: a reply that is a
+# call to the tool, or JSON held to the format.
+both = c.chat(model=MODEL, messages=[{"role": "user", "content": "What is the weather in Paris?"}], tools=[get_weather], format=schema, options={**GREEDY, "num_predict": 80})
+if both.message.tool_calls:
+    assert both.message.tool_calls[0].function.name == "get_weather", both
+else:
+    assert set(json.loads(both.message.content)) == {"name", "age"}, both
+
 print("all ollama client checks passed")

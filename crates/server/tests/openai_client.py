@@ -286,6 +286,38 @@ person = {"type": "object", "properties": {"name": {"type": "string"}, "age": {"
 shaped = client.responses.create(model=MODEL, input="A person as JSON.", text={"format": {"type": "json_schema", "name": "person", "schema": person, "strict": True}}, max_output_tokens=80, temperature=0)
 got = json.loads(shaped.output_text)
 check(set(got) == {"name", "age"} and isinstance(got["age"], int), f"text.format json_schema: {got}")
+# Tools and a typed answer in one request, as agent frameworks send them:
+# the SDK's `parse` with a Pydantic model beside a strict tool. `none` is
+# the typed answer, `required` a call, `auto` either (the grammar admits
+# both; the reply is whichever the model wrote, and it parses).
+import pydantic
+
+
+class GetWeather(pydantic.BaseModel):
+    city: str
+
+
+class Forecast(pydantic.BaseModel):
+    city: str
+    sunny: bool
+
+
+strict_tools = [openai.pydantic_function_tool(GetWeather)]
+paris = [{"role": "user", "content": "Is it sunny in Paris?"}]
+for choice in ("none", "required", "auto"):
+    got = client.chat.completions.parse(model=MODEL, messages=paris, tools=strict_tools, tool_choice=choice, response_format=Forecast, max_tokens=60, temperature=0)
+    msg = got.choices[0].message
+    called = [c.function.parsed_arguments for c in msg.tool_calls or []]
+    if choice == "none":
+        check(msg.parsed is not None and not called, f"tool_choice none with a format: a typed answer {msg}")
+    elif choice == "required":
+        check(len(called) == 1 and isinstance(called[0], GetWeather), f"tool_choice required with a format: a call {msg}")
+    else:
+        check((msg.parsed is not None) != bool(called), f"tool_choice auto with a format: a call or a typed answer {msg}")
+with client.chat.completions.stream(model=MODEL, messages=paris, tools=strict_tools, tool_choice="none", response_format=Forecast, max_tokens=60, temperature=0) as st:
+    check(st.get_final_completion().choices[0].message.parsed is not None, "streamed: the typed answer beside tools")
+shaped_tools = client.responses.create(model=MODEL, input="Is it sunny in Paris?", tools=fn, tool_choice="none", text={"format": {"type": "json_schema", "name": "forecast", "schema": Forecast.model_json_schema()}}, max_output_tokens=60, temperature=0)
+check(Forecast.model_validate_json(shaped_tools.output_text).city != "", f"Responses: tools and text.format together {shaped_tools.output_text!r}")
 expect_error(openai.BadRequestError, 400, lambda: client.responses.create(model=MODEL, input="hi", previous_response_id="resp_1"), "previous_response_id (stateless)")
 expect_error(openai.BadRequestError, 400, lambda: client.responses.create(model=MODEL, input="hi", tools=[{"type": "web_search"}]), "a tool type we do not run")
 

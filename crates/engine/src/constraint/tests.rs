@@ -315,6 +315,48 @@ fn tool_call_grammars_compile_and_constrain() {
 }
 
 #[test]
+fn auto_with_a_format_is_a_call_or_the_formats_json() {
+    use crate::tools::{calls_or_format_grammar, parse_tool_calls, Tool};
+    let e = engine();
+    let tools = [Tool {
+        name: "add".into(),
+        description: None,
+        parameters: json!({"type": "object", "properties": {"a": {"type": "integer"}}, "required": ["a"], "additionalProperties": false}),
+    }];
+    // The format's definitions are referenced from its root, as a
+    // Pydantic model's schema does.
+    let format = json!({
+        "$defs": {"City": {"type": "string", "enum": ["Paris", "Rome"]}},
+        "type": "object",
+        "properties": {"city": {"$ref": "#/$defs/City"}, "n": {"type": "integer"}},
+        "required": ["city", "n"],
+        "additionalProperties": false,
+    });
+    let g = calls_or_format_grammar(&tools, false, &format).unwrap();
+    let (mut calls, mut answers) = (0, 0);
+    for seed in 0..12 {
+        let (text, finish) = run(&e, &g, sampled(seed), 200);
+        assert_eq!(finish, FinishReason::Stop, "{text:?}");
+        if parse_tool_calls(&text, &tools).is_some() {
+            calls += 1;
+            continue;
+        }
+        let v: Value = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{text:?}: {e}"));
+        assert!(
+            ["Paris", "Rome"].contains(&v["city"].as_str().unwrap()),
+            "{text:?}"
+        );
+        assert!(
+            v["n"].is_i64() && v.as_object().unwrap().len() == 2,
+            "{text:?}"
+        );
+        answers += 1;
+    }
+    assert_eq!(calls + answers, 12);
+    assert!(calls_or_format_grammar(&[], false, &format).is_err());
+}
+
+#[test]
 fn json_digit_runs_are_capped_but_a_grammar_that_needs_digits_gets_them() {
     let e = engine();
     let tok = e.tokenizer();

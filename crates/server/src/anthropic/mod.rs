@@ -58,6 +58,10 @@ struct MessagesBody {
     tools: Option<Vec<Tool>>,
     tool_choice: Option<Value>,
     thinking: Option<Value>,
+    /// Structured outputs: `{"format": {"type": "json_schema", "schema"}}`.
+    output_config: Option<Value>,
+    /// The beta's spelling of the same format.
+    output_format: Option<Value>,
 }
 
 /// The text of a block list that may hold only text (a system prompt, a
@@ -250,6 +254,7 @@ fn request(
         }
         out.insert("tool_choice".into(), tool_choice(tc)?);
     }
+    let format_field = answer_format(b.output_config.as_ref(), b.output_format.as_ref(), &mut out)?;
     match b.thinking.as_ref().and_then(|t| t["type"].as_str()) {
         None | Some("disabled") => {}
         Some("enabled") => {
@@ -270,9 +275,45 @@ fn request(
         }
     }
     Ok((
-        api::parse_chat_value(Value::Object(out), defaults)?,
+        api::parse_chat_value(Value::Object(out), defaults, format_field)?,
         b.stream,
     ))
+}
+
+/// The answer's format (`output_config.format`, or the beta's
+/// `output_format`) as `response_format` in `out`; the field it came from.
+fn answer_format(
+    output_config: Option<&Value>,
+    output_format: Option<&Value>,
+    out: &mut Map<String, Value>,
+) -> Result<&'static str, ApiError> {
+    let given = match (output_config, output_format) {
+        (Some(config), _) if !config["format"].is_null() => {
+            Some((&config["format"], "output_config.format"))
+        }
+        (_, Some(format)) if !format.is_null() => Some((format, "output_format")),
+        _ => None,
+    };
+    let Some((format, field)) = given else {
+        return Ok("output_config.format");
+    };
+    match (format["type"].as_str(), format.get("schema")) {
+        (Some("json_schema"), Some(schema)) if schema.is_object() => {
+            out.insert(
+                "response_format".into(),
+                json!({"type": "json_schema", "json_schema": {"name": "output", "schema": schema}}),
+            );
+            Ok(field)
+        }
+        (Some("json_schema"), _) => Err(ApiError::bad_param(
+            &format!("{field}.schema"),
+            format!("{field}.schema: a JSON Schema object is required"),
+        )),
+        (other, _) => Err(ApiError::bad_param(
+            &format!("{field}.type"),
+            format!("{field}.type: only `json_schema` is supported, got {other:?}"),
+        )),
+    }
 }
 
 /// `POST /v1/messages`.
@@ -343,4 +384,43 @@ pub fn parse_messages(
     counting: bool,
 ) -> Result<(Request, bool), ApiError> {
     request(body, defaults, counting)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use engine::Grammar;
+
+    fn parse(extra: &str) -> Result<Request, ApiError> {
+        let body = format!(
+            r#"{{"model":"m","max_tokens":8,"messages":[{{"role":"user","content":"hi"}}]{extra}}}"#
+        );
+        request(body.as_bytes(), &engine::SamplingParams::default(), false).map(|(r, _)| r)
+    }
+
+    #[test]
+    fn structured_outputs_hold_the_answer_to_their_schema() {
+        let schema = r#"{"type":"json_schema","schema":{"type":"object","properties":{"n":{"type":"integer"}}}}"#;
+        for (extra, field) in [
+            (
+                format!(r#","output_config":{{"format":{schema}}}"#),
+                "output_config.format",
+            ),
+            (format!(r#","output_format":{schema}"#), "output_format"),
+        ] {
+            let r = parse(&extra).unwrap();
+            let Some((Grammar::JsonSchema(s), named)) = &r.grammar else {
+                panic!("{:?}", r.grammar);
+            };
+            assert_eq!(*named, field);
+            assert!(s["properties"]["n"].is_object(), "{s}");
+        }
+        // No format: no grammar.
+        assert!(parse("").unwrap().grammar.is_none());
+        // Errors name the field as Anthropic spells it.
+        let err = parse(r#","output_config":{"format":{"type":"json_schema"}}"#).unwrap_err();
+        assert_eq!(err.param.as_deref(), Some("output_config.format.schema"));
+        let err = parse(r#","output_format":{"type":"text"}"#).unwrap_err();
+        assert_eq!(err.param.as_deref(), Some("output_format.type"));
+    }
 }

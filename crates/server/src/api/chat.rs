@@ -6,7 +6,7 @@ use super::{ImageSource, Input, Request, ToolMode};
 use crate::error::ApiError;
 use crate::media::{self, Part};
 use engine::tools::{self, Tool, ToolCall, ToolChoice};
-use engine::{ChatMessage, SamplingParams};
+use engine::{ChatMessage, Grammar, SamplingParams};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -117,20 +117,49 @@ pub(super) fn chat_request(b: ChatBody, defaults: &SamplingParams) -> Result<Req
     req.images = images;
     req.audio = audio;
     if let Some(mode) = tool_mode {
-        if let Some((_, field)) = &req.grammar {
-            return Err(ApiError::bad_param(
-                field,
-                format!("`{field}` cannot be combined with `tools` (a call's arguments are already held to the tool's schema)."),
-            ));
-        }
-        let grammar = tools::tool_grammar(&mode.tools, &mode.choice, mode.parallel)
-            .map_err(|e| ApiError::bad_param("tool_choice", format!("{e}.")))?;
-        req.grammar = grammar.map(|g| (g, "tools"));
+        req.grammar = reply_grammar(&mode, req.grammar.take())?;
         if mode.choice != ToolChoice::None {
             req.tools = Some(mode);
         }
     }
     Ok(req)
+}
+
+/// The grammar of a reply that may call `mode`'s tools, beside the
+/// `format` the request asks for its answer (as OpenAI's API takes both):
+/// `none` holds the reply to the format; `required` or a named function to
+/// a call (the format is for answers, not calls); `auto` to a call or the
+/// format's JSON. A format that is not JSON (a Hearth grammar or regex)
+/// cannot share a reply with calls under `auto`.
+fn reply_grammar(
+    mode: &ToolMode,
+    format: Option<(Grammar, &'static str)>,
+) -> Result<Option<(Grammar, &'static str)>, ApiError> {
+    let choice_error = |e: String| ApiError::bad_param("tool_choice", format!("{e}."));
+    match (&mode.choice, format) {
+        (ToolChoice::None, format) => Ok(format),
+        (ToolChoice::Auto, Some((format, field))) => {
+            let answer = match format {
+                Grammar::JsonSchema(schema) => schema,
+                Grammar::JsonObject => serde_json::json!({"type": "object"}),
+                _ => {
+                    return Err(ApiError::bad_param(
+                        field,
+                        format!(
+                            "`{field}` is not JSON, so a reply cannot be either it or a tool call; \
+                             use tool_choice `none` or `required`, or a JSON format."
+                        ),
+                    ))
+                }
+            };
+            let grammar = tools::calls_or_format_grammar(&mode.tools, mode.parallel, &answer)
+                .map_err(choice_error)?;
+            Ok(Some((grammar, field)))
+        }
+        (choice, _) => Ok(tools::tool_grammar(&mode.tools, choice, mode.parallel)
+            .map_err(choice_error)?
+            .map(|g| (g, "tools"))),
+    }
 }
 
 /// The chat the template reads, built message by message.

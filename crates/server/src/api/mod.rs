@@ -138,12 +138,25 @@ pub fn parse_chat(body: &[u8], defaults: &SamplingParams) -> Result<Request, Api
 }
 
 /// Check a chat body already read as JSON (the other APIs translate their
-/// requests into this one).
+/// requests into this one, their answer's format into `response_format`,
+/// which errors then call `format_field`, as that API spells it).
 pub(crate) fn parse_chat_value(
     body: Value,
     defaults: &SamplingParams,
+    format_field: &'static str,
 ) -> Result<Request, ApiError> {
-    chat_request(from_value(body)?, defaults)
+    let mut req = chat_request(from_value(body)?, defaults)?;
+    name_format(&mut req, format_field);
+    Ok(req)
+}
+
+/// Call the request's `response_format` `field` in what its compile says.
+pub(crate) fn name_format(req: &mut Request, field: &'static str) {
+    if let Some((_, named)) = &mut req.grammar {
+        if *named == "response_format" {
+            *named = field;
+        }
+    }
 }
 
 pub(crate) fn from_value<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, ApiError> {

@@ -170,3 +170,50 @@ fn only_media_parts_place_media() {
     );
     assert!(m[3].media().is_empty());
 }
+
+/// A chat body with one tool, `tool_choice` and a `response_format`.
+fn tools_and_format(choice: &str, format: &str) -> Result<Request, ApiError> {
+    let body = format!(
+        r#"{{"messages":[{{"role":"user","content":"hi"}}],
+            "tools":[{{"type":"function","function":{{"name":"add","parameters":{{"type":"object","properties":{{"a":{{"type":"integer"}}}}}}}}}}],
+            "tool_choice":{choice},"response_format":{format}}}"#
+    );
+    parse_chat(body.as_bytes(), &SamplingParams::default())
+}
+
+#[test]
+fn tools_and_a_format_share_a_request_as_tool_choice_says() {
+    let schema = r#"{"type":"json_schema","json_schema":{"name":"x","schema":{"type":"object","properties":{"city":{"type":"string"}}}}}"#;
+    // none: the format alone, and no tools to call.
+    let r = tools_and_format(r#""none""#, schema).unwrap();
+    assert!(r.tools.is_none());
+    assert!(
+        matches!(&r.grammar, Some((Grammar::JsonSchema(s), "response_format")) if s["properties"]["city"].is_object())
+    );
+    // required and a named function: the call grammar.
+    for choice in [
+        r#""required""#,
+        r#"{"type":"function","function":{"name":"add"}}"#,
+    ] {
+        let r = tools_and_format(choice, schema).unwrap();
+        assert!(r.tools.is_some());
+        assert!(
+            matches!(&r.grammar, Some((Grammar::JsonSchema(s), "tools")) if s["properties"]["name"]["const"] == "add"),
+            "{choice}"
+        );
+    }
+    // auto: a call or the format's JSON, for a schema or any object.
+    for format in [schema, r#"{"type":"json_object"}"#] {
+        let r = tools_and_format(r#""auto""#, format).unwrap();
+        assert!(r.tools.is_some());
+        let Some((Grammar::JsonSchema(s), "response_format")) = &r.grammar else {
+            panic!("{:?}", r.grammar);
+        };
+        assert_eq!(s["anyOf"].as_array().unwrap().len(), 2, "{s}");
+    }
+    // A format that is not JSON cannot share a reply with calls.
+    let body = br#"{"messages":[{"role":"user","content":"hi"}],"regex":"a+",
+        "tools":[{"type":"function","function":{"name":"add","parameters":{"type":"object"}}}]}"#;
+    let err = parse_chat(body, &SamplingParams::default()).unwrap_err();
+    assert_eq!(err.param.as_deref(), Some("regex"), "{}", err.message);
+}

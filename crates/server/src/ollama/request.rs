@@ -247,7 +247,7 @@ pub(super) fn chat_request(
         out.insert("tools".into(), tools);
     }
     common_fields(b.common, &mut out)?;
-    api::parse_chat_value(Value::Object(out), defaults)
+    api::parse_chat_value(Value::Object(out), defaults, "format")
 }
 
 pub(super) fn generate_request(
@@ -286,7 +286,9 @@ pub(super) fn generate_request(
             }
         }
         // No limit unless asked: the legacy endpoint's 16 is OpenAI's default.
-        return api::parse_completion_value(Value::Object(out), None, defaults);
+        let mut req = api::parse_completion_value(Value::Object(out), None, defaults)?;
+        api::name_format(&mut req, "format");
+        return Ok(req);
     }
     let mut messages = Vec::new();
     if let Some(system) = b.system.filter(|s| !s.is_empty()) {
@@ -295,7 +297,7 @@ pub(super) fn generate_request(
     messages.push(json!({"role": "user", "content": content(b.prompt, b.images)}));
     out.insert("messages".into(), json!(messages));
     common_fields(b.common, &mut out)?;
-    api::parse_chat_value(Value::Object(out), defaults)
+    api::parse_chat_value(Value::Object(out), defaults, "format")
 }
 
 /// Ollama's `keep_alive`: a number of seconds or a Go duration (`"10m"`,

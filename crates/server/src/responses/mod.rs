@@ -179,7 +179,10 @@ async fn run(st: AppState, headers: HeaderMap, body: Body) -> Result<Response, A
     let defaults = pipeline::sampling_defaults(&st);
     let (req, stream) = read_json(&st, &headers, body, move |b| {
         let (chat, stream) = translate(api::parse_json(b)?)?;
-        Ok((api::parse_chat_value(chat, &defaults)?, stream))
+        Ok((
+            api::parse_chat_value(chat, &defaults, "text.format")?,
+            stream,
+        ))
     })
     .await?;
     let Submitted { model, reply, .. } = pipeline::submit(&st, req, received).await?;
