@@ -229,7 +229,20 @@ def schema_requests(model, schema):
         ("anthropic forced tool", "/v1/messages",
          {"model": model, "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}],
           "tools": [{"name": "f", "input_schema": schema}], "tool_choice": {"type": "tool", "name": "f"}}),
+        # The format beside tools: a call or the format's JSON in one grammar.
+        ("chat tools + response_format, auto", "/v1/chat/completions",
+         chat_body(model, response_format=rf, tool_choice="auto", tools=[
+             {"type": "function", "function": {"name": "g", "parameters": {"type": "object"}}}])),
+        ("anthropic output_config.format", "/v1/messages",
+         {"model": model, "max_tokens": 4, "messages": [{"role": "user", "content": "hi"}],
+          "output_config": {"format": {"type": "json_schema", "schema": schema}}}),
     ]
+
+
+# The APIs each amplifying schema is sent through (a schema's cost is the
+# compiler's, whichever API brought it).
+AMPLIFY_APIS = ("chat response_format", "chat forced tool", "completions json_schema",
+                "chat tools + response_format, auto", "anthropic output_config.format")
 
 
 def grammar_requests(model, grammar):
@@ -267,10 +280,12 @@ def attacks(model, vision_model):
             add("stack: grammar", f"{api}, {name}", poster(path, body))
     add("stack: regex", "chat regex, 5000 nested groups",
         poster("/v1/chat/completions", chat_body(model, regex="(" * 5000 + "a" + ")" * 5000)))
-    for api, path, body in schema_requests(model, unique_items_amplifier())[:3]:
-        add("amplify: uniqueItems", api, poster(path, body))
-    for api, path, body in schema_requests(model, all_of_amplifier())[:3]:
-        add("amplify: allOf closure", api, poster(path, body))
+    for api, path, body in schema_requests(model, unique_items_amplifier()):
+        if api in AMPLIFY_APIS:
+            add("amplify: uniqueItems", api, poster(path, body))
+    for api, path, body in schema_requests(model, all_of_amplifier()):
+        if api in AMPLIFY_APIS:
+            add("amplify: allOf closure", api, poster(path, body))
     text = ("a b c d " * (4 * MIB // 8))
     add("amplify: /tokenize pieces", "4 MB text with_pieces",
         poster("/tokenize", {"content": text, "with_pieces": True}), refuse=False)
