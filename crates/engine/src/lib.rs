@@ -99,6 +99,14 @@ pub enum EngineError {
     /// grammar that should not happen).
     #[error("constrained decoding failed: {0}")]
     Constraint(String),
+    /// The request's grammar passed one of the parser's limits while it
+    /// decoded (its branching, or the work of one token's mask): the
+    /// grammar's fault, not the server's.
+    #[error(
+        "the grammar passed the parser's limits while decoding ({0}); a schema with fewer \
+         optional properties or alternatives stays within them"
+    )]
+    GrammarLimit(String),
     /// An image could not be read, or the vision projector not loaded.
     #[error(transparent)]
     Media(#[from] media::MediaError),

@@ -106,7 +106,7 @@ impl ChatModel for SchedulerChat<'_> {
                         gen_ms: began.elapsed().as_millis() as u64,
                     });
                 }
-                Some(Event::Failed(msg)) => return Err(EngineError::InvalidRequest(msg)),
+                Some(Event::Failed(err)) => return Err(EngineError::InvalidRequest(err.message)),
                 Some(_) => {}
                 None => {
                     return Err(EngineError::InvalidRequest(
@@ -153,7 +153,7 @@ pub(crate) fn run(
             }));
         }
         Err(e) => {
-            let _ = client.send(Event::Failed(e.to_string()));
+            let _ = client.send(Event::Failed(crate::scheduler::engine_error(&e)));
         }
     }
 }

@@ -13,6 +13,7 @@ mod step;
 
 use crate::metrics::{GaugeShare, Metrics};
 use engine::{Constraint, Engine, FinishReason, GenerateOptions, SamplingParams, Thinking};
+pub(crate) use slot::engine_error;
 use slot::Slot;
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
@@ -80,8 +81,8 @@ pub enum Event {
     Thought(String),
     /// Generation ended.
     Done(Usage),
-    /// Generation failed (after it was admitted).
-    Failed(String),
+    /// Generation failed (after it was admitted): the answer's error.
+    Failed(crate::error::ApiError),
     /// What the guardrails did (before `Done`, for a guarded reply).
     Guard(serde_json::Value),
     /// The log-probabilities of the tokens sampled since the last event

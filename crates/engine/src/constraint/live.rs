@@ -91,6 +91,11 @@ impl Constraint {
             .get_error()
             .map(|e| clean_error(&e))
             .unwrap_or_else(|| "no detail".into());
+        // llguidance says "max is N" for its row limit and names fuel for
+        // the lexer's and a mask's work.
+        if detail.contains("max is") || detail.contains("fuel") {
+            return EngineError::GrammarLimit(detail);
+        }
         EngineError::Constraint(format!("{what}: {detail}"))
     }
 

@@ -140,9 +140,9 @@ impl Reply {
                 self.done = true;
                 self.end(usage)
             }
-            Some(Event::Failed(msg)) => {
+            Some(Event::Failed(err)) => {
                 self.done = true;
-                vec![Piece::Failed(failed(&msg))]
+                vec![Piece::Failed(err)]
             }
             None => {
                 self.done = true;
@@ -296,13 +296,4 @@ pub(crate) async fn within<T>(
             timeout.as_secs()
         ))
     })?
-}
-
-/// A failure reported by the scheduler: shutdown is 503, the rest are bugs.
-pub(crate) fn failed(msg: &str) -> ApiError {
-    if msg.contains("shutting down") {
-        ApiError::unavailable(msg.to_string(), 5)
-    } else {
-        ApiError::internal(msg.to_string())
-    }
 }

@@ -2,6 +2,7 @@
 //! one: admitted, prefilled, forked, handed each step's output, finished.
 
 use super::{Event, Job, Shared, Usage};
+use crate::error::ApiError;
 use crate::metrics::Metrics;
 use engine::{Decoding, EngineError, FinishReason, GenerationRequest, Sampler, Scratch, Session};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -46,7 +47,10 @@ pub(super) fn pick_slot(slots: &[Slot], free: &[bool], prompt: &[u32]) -> Option
 /// Tells a job's client it was cancelled because the server is shutting
 /// down.
 pub(super) fn cancel(events: &tokio::sync::mpsc::UnboundedSender<Event>, metrics: &Metrics) {
-    let _ = events.send(Event::Failed("the server is shutting down".into()));
+    let _ = events.send(Event::Failed(ApiError::unavailable(
+        "The server is shutting down.",
+        5,
+    )));
     metrics.cancelled.fetch_add(1, Ordering::Relaxed);
 }
 
@@ -88,10 +92,9 @@ pub(super) fn prefill_slot(
         }
         Err(_) => {
             metrics.panics.fetch_add(1, Ordering::Relaxed);
-            let _ = active
-                .job
-                .events
-                .send(Event::Failed("internal error during prefill".into()));
+            let _ = active.job.events.send(Event::Failed(ApiError::internal(
+                "internal error during prefill",
+            )));
             slot.active = None;
             slot.session.reset();
         }
@@ -137,7 +140,9 @@ pub(super) fn deliver(
             slot.active = None;
         }
         None => {
-            let _ = events.send(Event::Failed("internal error: no step result".into()));
+            let _ = events.send(Event::Failed(ApiError::internal(
+                "internal error: no step result",
+            )));
             slot.active = None;
         }
     }
@@ -182,14 +187,14 @@ pub(super) fn admit(slot: &mut Slot, job: Job, metrics: &Metrics, tick: u64) {
             });
         }
         Ok(Err(e)) => {
-            let _ = job.events.send(Event::Failed(e.to_string()));
+            let _ = job.events.send(Event::Failed(engine_error(&e)));
         }
         Err(_) => {
             slot.session.reset();
             metrics.panics.fetch_add(1, Ordering::Relaxed);
-            let _ = job
-                .events
-                .send(Event::Failed("internal error while admitting".into()));
+            let _ = job.events.send(Event::Failed(ApiError::internal(
+                "internal error while admitting",
+            )));
         }
     }
 }
@@ -257,13 +262,32 @@ pub(super) fn finish(slot: &mut Slot, metrics: &Metrics, reason: FinishReason) {
     let _ = active.job.events.send(Event::Done(usage));
 }
 
-fn engine_error(e: &EngineError) -> String {
-    e.to_string()
+/// The answer to a generation that failed with `e`: a grammar past the
+/// parser's limits is the request's fault (400, naming the limit), the rest
+/// the server's.
+pub(crate) fn engine_error(e: &EngineError) -> ApiError {
+    match e {
+        EngineError::GrammarLimit(_) => ApiError {
+            code: Some("invalid_grammar"),
+            ..ApiError::bad_request(e.to_string())
+        },
+        _ => ApiError::internal(e.to_string()),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_grammar_past_the_parsers_limits_is_the_clients_error() {
+        let limit = engine_error(&EngineError::GrammarLimit("max is 2000".into()));
+        assert_eq!(limit.status.as_u16(), 400);
+        assert_eq!(limit.code, Some("invalid_grammar"));
+        assert!(limit.message.contains("max is 2000"), "{}", limit.message);
+        let bug = engine_error(&EngineError::Constraint("a dead end".into()));
+        assert_eq!(bug.status.as_u16(), 500);
+    }
 
     #[test]
     fn prefix_length() {

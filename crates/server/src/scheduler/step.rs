@@ -226,7 +226,9 @@ impl Rounds<'_> {
                     let _ = a
                         .job
                         .events
-                        .send(Event::Failed("internal error during decoding".into()));
+                        .send(Event::Failed(crate::error::ApiError::internal(
+                            "internal error during decoding",
+                        )));
                 }
                 self.slots[i].session.reset();
             }
