@@ -59,7 +59,7 @@ fn drain_usage(rx: &mut mpsc::UnboundedReceiver<Event>) -> (String, Option<Usage
             Ok(Event::Guard(_)) => panic!("the scheduler never sends a guard trace"),
             Ok(Event::Logprobs(_)) => panic!("no job here asks for log-probabilities"),
             Ok(Event::Done(u)) => return (text, Some(u)),
-            Ok(Event::Failed(m)) => panic!("failed: {m}"),
+            Ok(Event::Failed(e)) => panic!("failed: {}", e.message),
             Ok(Event::Started) => {}
             Err(mpsc::error::TryRecvError::Empty) => std::thread::sleep(Duration::from_millis(1)),
             Err(mpsc::error::TryRecvError::Disconnected) => return (text, None),
@@ -471,7 +471,7 @@ fn done_usage(rx: &mut mpsc::UnboundedReceiver<Event>) -> (bool, String, Usage) 
             Ok(Event::Guard(_)) => panic!("the scheduler never sends a guard trace"),
             Ok(Event::Logprobs(_)) => panic!("no job here asks for log-probabilities"),
             Ok(Event::Done(u)) => return (started, text, u),
-            Ok(Event::Failed(m)) => panic!("failed: {m}"),
+            Ok(Event::Failed(e)) => panic!("failed: {}", e.message),
             Err(mpsc::error::TryRecvError::Empty) => std::thread::sleep(Duration::from_millis(1)),
             Err(mpsc::error::TryRecvError::Disconnected) => panic!("no Done"),
         }
