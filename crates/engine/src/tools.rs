@@ -148,8 +148,15 @@ pub fn calls_or_format_grammar(
     Ok(Grammar::JsonSchema(Value::Object(root)))
 }
 
-/// The text that describes `tools` to the model, for the system turn.
-pub fn tools_prompt(tools: &[Tool], choice: &ToolChoice, parallel: bool) -> Option<String> {
+/// The text that describes `tools` to the model, for the system turn;
+/// `json_answer` when an answer that is not a call is JSON in a format the
+/// request gives.
+pub fn tools_prompt(
+    tools: &[Tool],
+    choice: &ToolChoice,
+    parallel: bool,
+    json_answer: bool,
+) -> Option<String> {
     if tools.is_empty() || *choice == ToolChoice::None {
         return None;
     }
@@ -173,6 +180,11 @@ pub fn tools_prompt(tools: &[Tool], choice: &ToolChoice, parallel: bool) -> Opti
     let when = match choice {
         ToolChoice::Function(name) => format!("You must call the function `{name}`."),
         ToolChoice::Required => "You must call one of these functions.".into(),
+        _ if json_answer => {
+            "Call a function when it helps answer; otherwise reply with only the JSON answer \
+             asked for."
+                .into()
+        }
         _ => "Call a function when it helps answer; otherwise reply in plain text.".into(),
     };
     Some(format!(
@@ -311,9 +323,9 @@ mod tests {
                 .contains("nope")
         );
         assert!(tool_grammar(&[], &ToolChoice::Required, true).is_err());
-        assert!(tools_prompt(&tools, &ToolChoice::Required, true)
+        assert!(tools_prompt(&tools, &ToolChoice::Required, true, false)
             .unwrap()
             .contains("get_weather"));
-        assert!(tools_prompt(&tools, &ToolChoice::None, false).is_none());
+        assert!(tools_prompt(&tools, &ToolChoice::None, false, false).is_none());
     }
 }

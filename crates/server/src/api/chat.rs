@@ -83,6 +83,7 @@ pub(super) fn chat_request(b: ChatBody, defaults: &SamplingParams) -> Result<Req
         ));
     }
     let tool_mode = parse_tools(b.tools, b.tool_choice, b.parallel_tool_calls)?;
+    let json_answer = b.common.asks_json();
     let guard = match b.guard.as_deref() {
         None => None,
         Some(spec) => Some(
@@ -102,7 +103,7 @@ pub(super) fn chat_request(b: ChatBody, defaults: &SamplingParams) -> Result<Req
     } = chat;
     if let Some(prompt) = tool_mode
         .as_ref()
-        .and_then(|t| tools::tools_prompt(&t.tools, &t.choice, t.parallel))
+        .and_then(|t| tools::tools_prompt(&t.tools, &t.choice, t.parallel, json_answer))
     {
         match messages.first_mut() {
             Some(first) if first.role == "system" => {

@@ -210,6 +210,13 @@ fn tools_and_a_format_share_a_request_as_tool_choice_says() {
             panic!("{:?}", r.grammar);
         };
         assert_eq!(s["anyOf"].as_array().unwrap().len(), 2, "{s}");
+        // The model is told an answer is JSON, not plain text.
+        let Input::Chat(m) = &r.input else { panic!() };
+        assert!(
+            m[0].content.contains("the JSON answer asked for"),
+            "{}",
+            m[0].content
+        );
     }
     // A format that is not JSON cannot share a reply with calls.
     let body = br#"{"messages":[{"role":"user","content":"hi"}],"regex":"a+",
