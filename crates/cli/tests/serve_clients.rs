@@ -1,7 +1,8 @@
 //! The clients people already run, unchanged, against `hearth serve`: the
-//! official `ollama` and `anthropic` Python clients (from PyPI, in the venv
-//! under target/) on the real model, and on the tiny vision model for
-//! images, through `crates/server/tests/{ollama,anthropic}_client.py`.
+//! official `ollama` and `anthropic` Python clients and OpenAI's Agents SDK
+//! (from PyPI, in the venv under target/) on the real model, and on the
+//! tiny vision model for images, through
+//! `crates/server/tests/{ollama,anthropic,agents}_client.py`.
 
 mod serve_common;
 
@@ -18,10 +19,12 @@ fn run_script(name: &str, text: &Server, vision: &Server, model: &Path) {
     let python = python_with(&[
         ("ollama", "ollama>=0.6,<1"),
         ("anthropic", "anthropic>=0.70,<3"),
+        ("agents", "openai-agents>=0.24,<1"),
     ]);
     let out = Command::new(&python)
         .arg(Path::new(ROOT).join(format!("crates/server/tests/{name}_client.py")))
         .env("HEARTH_HOST", format!("http://{}", text.addr))
+        .env("HEARTH_BASE_URL", format!("http://{}/v1", text.addr))
         .env("HEARTH_MODEL_ID", "gemma-3-270m-q4_k_m")
         .env("HEARTH_API_KEY", KEY)
         .env("HEARTH_MODEL_FILE", model)
@@ -33,6 +36,8 @@ fn run_script(name: &str, text: &Server, vision: &Server, model: &Path) {
         .env_remove("OLLAMA_HOST")
         .env_remove("ANTHROPIC_BASE_URL")
         .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_BASE_URL")
+        .env_remove("OPENAI_API_KEY")
         .output()
         .expect("run the client script");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -46,7 +51,7 @@ fn run_script(name: &str, text: &Server, vision: &Server, model: &Path) {
 }
 
 #[test]
-fn the_ollama_and_anthropic_clients_drive_the_real_model() {
+fn the_ollama_anthropic_and_agents_clients_drive_the_real_model() {
     let model = real_model();
     let mut text = Server::start(
         model.to_str().expect("UTF-8 model path"),
@@ -67,6 +72,9 @@ fn the_ollama_and_anthropic_clients_drive_the_real_model() {
     let mut vision = Server::start(&vision_dir, &["--ctx", "128", "--api-key", KEY]);
     run_script("ollama", &text, &vision, &model);
     run_script("anthropic", &text, &vision, &model);
+    // An agent with a tool and a typed output, through both of the SDK's
+    // models (issue 92).
+    run_script("agents", &text, &vision, &model);
     text.assert_alive();
     vision.assert_alive();
 }
