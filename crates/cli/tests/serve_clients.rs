@@ -1,8 +1,9 @@
 //! The clients people already run, unchanged, against `hearth serve`: the
-//! official `ollama` and `anthropic` Python clients and OpenAI's Agents SDK
-//! (from PyPI, in the venv under target/) on the real model, and on the
+//! official `ollama` and `anthropic` Python clients, OpenAI's Agents SDK,
+//! instructor and LangChain (from PyPI, in the venv under target/) on the
+//! real model, and on the
 //! tiny vision model for images, through
-//! `crates/server/tests/{ollama,anthropic,agents}_client.py`.
+//! `crates/server/tests/{ollama,anthropic,agents,frameworks}_client.py`.
 
 mod serve_common;
 
@@ -20,6 +21,9 @@ fn run_script(name: &str, text: &Server, vision: &Server, model: &Path) {
         ("ollama", "ollama>=0.6,<1"),
         ("anthropic", "anthropic>=0.70,<3"),
         ("agents", "openai-agents>=0.24,<1"),
+        ("instructor", "instructor>=1.17,<2"),
+        ("langchain.agents", "langchain>=1,<2"),
+        ("langchain_openai", "langchain-openai>=1,<2"),
     ]);
     let out = Command::new(&python)
         .arg(Path::new(ROOT).join(format!("crates/server/tests/{name}_client.py")))
@@ -51,7 +55,7 @@ fn run_script(name: &str, text: &Server, vision: &Server, model: &Path) {
 }
 
 #[test]
-fn the_ollama_anthropic_and_agents_clients_drive_the_real_model() {
+fn the_clients_and_frameworks_drive_the_real_model() {
     let model = real_model();
     let mut text = Server::start(
         model.to_str().expect("UTF-8 model path"),
@@ -75,6 +79,9 @@ fn the_ollama_anthropic_and_agents_clients_drive_the_real_model() {
     // An agent with a tool and a typed output, through both of the SDK's
     // models (issue 92).
     run_script("agents", &text, &vision, &model);
+    // instructor's typed extraction and a LangChain agent whose typed
+    // response is the provider's structured output beside its tools.
+    run_script("frameworks", &text, &vision, &model);
     text.assert_alive();
     vision.assert_alive();
 }
