@@ -318,6 +318,8 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
     config.idle_counts_probes = args.idle_count_probes;
     config.allow_file_images = args.allow_file_images;
     config.allow_pull = args.allow_pull;
+    // Stored responses live beside the models, so they survive a restart.
+    config.responses_log = Some(store::home().join("responses.jsonl"));
     config.ui = !args.no_ui;
     if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
         config.tls = Some(server::tls::TlsFiles {

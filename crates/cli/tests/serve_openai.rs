@@ -129,3 +129,58 @@ fn logprobs_are_the_models(model: &Path, served: &Path) {
         reply.len()
     );
 }
+
+/// Responses stored by the server: a conversation chained by
+/// `previous_response_id` through the official client, across a restart
+/// (the first server killed, as a crash would), then read and deleted.
+#[test]
+fn stored_responses_chain_a_conversation_across_a_restart() {
+    let model = real_model();
+    let python = python_with(&[("openai", "openai>=1.40,<3")]);
+    let home = tempfile::tempdir().unwrap();
+    let state = home.path().join("chain.json");
+    let key = "hearth-chain-key";
+    let model_arg = model.to_str().expect("UTF-8 model path");
+    let start = || {
+        Server::start_command(
+            &[
+                "serve",
+                "-m",
+                model_arg,
+                "--host",
+                "127.0.0.1",
+                "--port",
+                "0",
+                "-t",
+                "2",
+                "--api-key",
+                key,
+            ],
+            &[("HEARTH_HOME", home.path().to_str().unwrap())],
+        )
+    };
+    for phase in ["1", "2"] {
+        let s = start();
+        let out = Command::new(&python)
+            .arg(Path::new(ROOT).join("crates/server/tests/responses_chain.py"))
+            .arg(phase)
+            .env("HEARTH_BASE_URL", format!("http://{}/v1", s.addr))
+            .env("HEARTH_API_KEY", key)
+            .env("HEARTH_MODEL_ID", "gemma-3-270m-q4_k_m")
+            .env("HEARTH_CHAIN_STATE", &state)
+            .env_remove("OPENAI_BASE_URL")
+            .env_remove("OPENAI_API_KEY")
+            .output()
+            .expect("run responses_chain.py");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains(&format!("phase {phase} passed")),
+            "phase {phase}: {:?}\nstdout:\n{stdout}\nstderr:\n{}\nserver:\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr),
+            s.stderr()
+        );
+        // Dropping the server kills it (SIGKILL): what was stored is on disk.
+    }
+    assert!(home.path().join("responses.jsonl").is_file());
+}

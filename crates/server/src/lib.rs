@@ -118,6 +118,9 @@ pub struct ServerConfig {
     pub ui: bool,
     /// Serve HTTPS with this certificate and key instead of plain HTTP.
     pub tls: Option<tls::TlsFiles>,
+    /// The log that keeps stored responses across restarts; `None` keeps
+    /// them in memory only.
+    pub responses_log: Option<std::path::PathBuf>,
 }
 
 impl ServerConfig {
@@ -146,6 +149,7 @@ impl ServerConfig {
             residency: models::Residency::default(),
             ui: true,
             tls: None,
+            responses_log: None,
         }
     }
 }
@@ -191,6 +195,8 @@ struct AppState {
     /// The bytes of bodies read and not yet parsed, a permit a byte
     /// ([`body::BODIES_AT_ONCE`] bodies of `--body-limit`).
     bodies: Arc<tokio::sync::Semaphore>,
+    /// Responses kept for `previous_response_id` and `GET /v1/responses`.
+    responses: Arc<responses::ResponseStore>,
     created: u64,
 }
 
@@ -217,6 +223,21 @@ pub fn run(config: ServerConfig, lineup: models::Lineup) -> Result<(), ServeErro
     let result = runtime.block_on(serve(config, lineup));
     runtime.shutdown_timeout(Duration::from_secs(2));
     result
+}
+
+/// The response store at `log`, or in memory when there is none or it
+/// cannot be read (said once: the server still serves).
+fn open_responses(log: Option<&std::path::Path>) -> responses::ResponseStore {
+    let Some(path) = log else {
+        return responses::ResponseStore::in_memory();
+    };
+    responses::ResponseStore::open(path).unwrap_or_else(|e| {
+        eprintln!(
+            "hearth serve: stored responses kept in memory only ({}: {e})",
+            path.display()
+        );
+        responses::ResponseStore::in_memory()
+    })
 }
 
 #[expect(
@@ -259,6 +280,7 @@ async fn serve(config: ServerConfig, lineup: models::Lineup) -> Result<(), Serve
                 .saturating_mul(config.limits.body_bytes)
                 .min(tokio::sync::Semaphore::MAX_PERMITS),
         )),
+        responses: Arc::new(open_responses(config.responses_log.as_deref())),
         created: api::now_secs(),
     };
 

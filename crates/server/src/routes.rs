@@ -32,6 +32,10 @@ pub(crate) fn router(state: AppState, bound: SocketAddr) -> Router {
         .route("/apply-template", post(utility::apply_template))
         .route("/props", get(utility::props))
         .route("/v1/responses", post(responses::create))
+        .route(
+            "/v1/responses/{id}",
+            get(responses::retrieve).delete(responses::delete),
+        )
         .route("/v1/messages", post(anthropic::messages))
         .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
         .route("/api/version", get(ollama::version))

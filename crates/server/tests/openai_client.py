@@ -318,7 +318,7 @@ with client.chat.completions.stream(model=MODEL, messages=paris, tools=strict_to
     check(st.get_final_completion().choices[0].message.parsed is not None, "streamed: the typed answer beside tools")
 shaped_tools = client.responses.create(model=MODEL, input="Is it sunny in Paris?", tools=fn, tool_choice="none", text={"format": {"type": "json_schema", "name": "forecast", "schema": Forecast.model_json_schema()}}, max_output_tokens=60, temperature=0)
 check(Forecast.model_validate_json(shaped_tools.output_text).city != "", f"Responses: tools and text.format together {shaped_tools.output_text!r}")
-expect_error(openai.BadRequestError, 400, lambda: client.responses.create(model=MODEL, input="hi", previous_response_id="resp_1"), "previous_response_id (stateless)")
+expect_error(openai.BadRequestError, 400, lambda: client.responses.create(model=MODEL, input="hi", previous_response_id="resp_1"), "an unknown previous_response_id")
 expect_error(openai.BadRequestError, 400, lambda: client.responses.create(model=MODEL, input="hi", tools=[{"type": "web_search"}]), "a tool type we do not run")
 
 # For the test to compare with `hearth logits`: the prompt's ids and the reply's.

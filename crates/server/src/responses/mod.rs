@@ -1,9 +1,16 @@
 //! OpenAI's Responses API (`/v1/responses`), which new OpenAI SDK code
 //! calls. The body is translated into the chat request the rest of the
 //! server reads; the answer is a `response` object, or its stream of typed
-//! events. The server keeps no responses: `previous_response_id` is a 400.
+//! events. Responses are stored unless a request says `store: false`
+//! ([`store`]): a later request names one with `previous_response_id`
+//! instead of sending the conversation again, and `GET`/`DELETE
+//! /v1/responses/{id}` read or forget one.
 
+mod store;
 mod stream;
+
+pub(crate) use store::ResponseStore;
+use store::{owner_of, Stored};
 
 use crate::api;
 use crate::body::read_json;
@@ -13,12 +20,13 @@ use crate::reply::{Ended, Whole};
 use crate::scheduler::Usage;
 use crate::{new_id, AppState};
 use axum::body::Body;
-use axum::extract::State;
+use axum::extract::{Path, State};
 use axum::http::HeaderMap;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use engine::tools::ToolCall;
 use serde_json::{json, Map, Value};
+use std::sync::Arc;
 use std::time::Instant;
 
 /// One input item's content as chat content parts.
@@ -88,24 +96,59 @@ fn messages(input: &Value, out: &mut Vec<Value>) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// The chat request for a `/v1/responses` body, and whether to stream.
-fn translate(body: Value) -> Result<(Value, bool), ApiError> {
+/// A `/v1/responses` body read: the chat request it makes, and what the
+/// response needs to be answered and stored.
+struct Translated {
+    chat: Value,
+    stream: bool,
+    /// Whether to store the response (`store`, on unless false).
+    store: bool,
+    previous: Option<String>,
+    /// The conversation so far: the previous response's, then this input
+    /// (not the instructions, which do not carry over, as OpenAI's do not).
+    conversation: Vec<Value>,
+}
+
+/// The chat request for a `/v1/responses` body, the conversation of
+/// `previous_response_id` (looked up by `history`) first.
+fn translate(
+    body: Value,
+    history: impl FnOnce(&str) -> Option<Stored>,
+) -> Result<Translated, ApiError> {
     let Value::Object(b) = body else {
         return Err(ApiError::bad_request(
             "The request body must be a JSON object.",
         ));
     };
-    if b.get("previous_response_id").is_some_and(|v| !v.is_null()) {
-        return Err(ApiError::bad_param(
-            "previous_response_id",
-            "This server keeps no responses (it is stateless): send the whole conversation in `input`.",
-        ));
-    }
+    let previous = match b.get("previous_response_id") {
+        None | Some(Value::Null) => None,
+        Some(Value::String(id)) => Some(id.clone()),
+        Some(_) => {
+            return Err(ApiError::bad_param(
+                "previous_response_id",
+                "`previous_response_id` is a response's id.",
+            ))
+        }
+    };
+    let mut conversation = match &previous {
+        None => Vec::new(),
+        Some(id) => {
+            history(id)
+                .ok_or_else(|| {
+                    ApiError::bad_param(
+                        "previous_response_id",
+                        format!("Previous response with id '{id}' not found."),
+                    )
+                })?
+                .messages
+        }
+    };
+    messages(b.get("input").unwrap_or(&Value::Null), &mut conversation)?;
     let mut msgs = Vec::new();
     if let Some(text) = b.get("instructions").and_then(Value::as_str) {
         msgs.push(json!({"role": "system", "content": text}));
     }
-    messages(b.get("input").unwrap_or(&Value::Null), &mut msgs)?;
+    msgs.extend(conversation.iter().cloned());
     let mut out = Map::new();
     out.insert("messages".into(), json!(msgs));
     for (from, to) in [
@@ -126,6 +169,19 @@ fn translate(body: Value) -> Result<(Value, bool), ApiError> {
     {
         out.insert("reasoning_effort".into(), effort.clone());
     }
+    tools_and_format(&b, &mut out)?;
+    Ok(Translated {
+        chat: Value::Object(out),
+        stream: b.get("stream").and_then(Value::as_bool).unwrap_or(false),
+        store: b.get("store").and_then(Value::as_bool).unwrap_or(true),
+        previous,
+        conversation,
+    })
+}
+
+/// A body's `tools`, `tool_choice` and `text.format` as the chat request's
+/// fields.
+fn tools_and_format(b: &Map<String, Value>, out: &mut Map<String, Value>) -> Result<(), ApiError> {
     if let Some(tools) = b.get("tools").and_then(Value::as_array) {
         let mut list = Vec::new();
         for (i, t) in tools.iter().enumerate() {
@@ -163,8 +219,7 @@ fn translate(body: Value) -> Result<(Value, bool), ApiError> {
         };
         out.insert("response_format".into(), rf);
     }
-    let stream = b.get("stream").and_then(Value::as_bool).unwrap_or(false);
-    Ok((Value::Object(out), stream))
+    Ok(())
 }
 
 /// `POST /v1/responses`.
@@ -177,12 +232,12 @@ pub(crate) async fn create(State(st): State<AppState>, headers: HeaderMap, body:
 async fn run(st: AppState, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
     let received = Instant::now();
     let defaults = pipeline::sampling_defaults(&st);
-    let (req, stream) = read_json(&st, &headers, body, move |b| {
-        let (chat, stream) = translate(api::parse_json(b)?)?;
-        Ok((
-            api::parse_chat_value(chat, &defaults, "text.format")?,
-            stream,
-        ))
+    let owner = owner_of(api_key(&headers));
+    let (store, who) = (Arc::clone(&st.responses), owner.clone());
+    let (req, t) = read_json(&st, &headers, body, move |b| {
+        let mut t = translate(api::parse_json(b)?, |id| store.get(id, &who))?;
+        let chat = std::mem::take(&mut t.chat);
+        Ok((api::parse_chat_value(chat, &defaults, "text.format")?, t))
     })
     .await?;
     let Submitted { model, reply, .. } = pipeline::submit(&st, req, received).await?;
@@ -191,13 +246,72 @@ async fn run(st: AppState, headers: HeaderMap, body: Body) -> Result<Response, A
         msg_id: new_id("msg"),
         model,
         created: api::now_secs(),
+        previous: t.previous,
+        keep: t.store.then(|| Keep {
+            store: Arc::clone(&st.responses),
+            owner,
+            conversation: t.conversation,
+        }),
     };
-    if stream {
+    if t.stream {
         return Ok(stream::streamed(meta, reply.streaming_calls()));
     }
     let (whole, ended, usage) =
         crate::reply::within(st.config.request_timeout, crate::reply::collect(reply)).await?;
-    Ok(Json(meta.response(&whole, ended, Some(&usage))).into_response())
+    let response = meta.response(&whole, ended, Some(&usage));
+    meta.keep(&response);
+    Ok(Json(response).into_response())
+}
+
+/// The key a request came with (`Authorization: Bearer`, or `x-api-key`).
+fn api_key(headers: &HeaderMap) -> Option<&str> {
+    let bearer = headers
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "));
+    bearer.or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
+}
+
+/// `GET /v1/responses/{id}`: a stored response, to the key that made it.
+pub(crate) async fn retrieve(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    match st.responses.get(&id, &owner_of(api_key(&headers))) {
+        Some(stored) => Ok(Json(stored.response).into_response()),
+        None => Err(not_found(&id)),
+    }
+}
+
+/// `DELETE /v1/responses/{id}`.
+pub(crate) async fn delete(
+    State(st): State<AppState>,
+    headers: HeaderMap,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let deleted = st
+        .responses
+        .delete(&id, &owner_of(api_key(&headers)))
+        .map_err(|e| ApiError::internal(format!("the response store: {e}")))?;
+    if !deleted {
+        return Err(not_found(&id));
+    }
+    Ok(Json(json!({"id": id, "object": "response.deleted", "deleted": true})).into_response())
+}
+
+fn not_found(id: &str) -> ApiError {
+    ApiError {
+        status: axum::http::StatusCode::NOT_FOUND,
+        ..ApiError::bad_request(format!("Response with id '{id}' not found."))
+    }
+}
+
+/// Where a finished response is stored, and the conversation it ends.
+struct Keep {
+    store: Arc<ResponseStore>,
+    owner: String,
+    conversation: Vec<Value>,
 }
 
 /// What every event of one response shares.
@@ -206,6 +320,9 @@ struct Meta {
     msg_id: String,
     model: String,
     created: u64,
+    previous: Option<String>,
+    /// Set when the response is to be stored.
+    keep: Option<Keep>,
 }
 
 fn message_item(id: &str, text: &str, done: bool) -> Value {
@@ -225,7 +342,53 @@ fn call_item(call: &ToolCall, done: bool) -> Value {
     })
 }
 
+/// A response's output items as the chat messages that continue its
+/// conversation: its text, then its calls in one assistant turn.
+fn output_messages(output: &Value) -> Vec<Value> {
+    let items = output.as_array().map_or(&[][..], Vec::as_slice);
+    let mut out = Vec::new();
+    for item in items.iter().filter(|i| i["type"] == "message") {
+        let text: String = item["content"]
+            .as_array()
+            .map_or(&[][..], Vec::as_slice)
+            .iter()
+            .filter_map(|p| p["text"].as_str())
+            .collect();
+        out.push(json!({"role": "assistant", "content": text}));
+    }
+    let calls: Vec<Value> = items
+        .iter()
+        .filter(|i| i["type"] == "function_call")
+        .map(|i| json!({"id": i["call_id"], "type": "function", "function": {"name": i["name"], "arguments": i["arguments"]}}))
+        .collect();
+    if !calls.is_empty() {
+        out.push(json!({"role": "assistant", "content": null, "tool_calls": calls}));
+    }
+    out
+}
+
 impl Meta {
+    /// Store `response` with its conversation, when asked; a store that
+    /// cannot write its file keeps it in memory and says so.
+    fn keep(&self, response: &Value) {
+        let Some(keep) = &self.keep else {
+            return;
+        };
+        let mut messages = keep.conversation.clone();
+        messages.extend(output_messages(&response["output"]));
+        let stored = Stored {
+            owner: keep.owner.clone(),
+            messages,
+            response: response.clone(),
+        };
+        if let Err(e) = keep.store.put(&self.id, stored) {
+            eprintln!(
+                "hearth serve: response {} kept in memory only: {e}",
+                self.id
+            );
+        }
+    }
+
     /// The `response` object; `usage` once it has ended.
     fn response(&self, whole: &Whole, ended: Ended, usage: Option<&Usage>) -> Value {
         let mut output = Vec::new();
@@ -258,8 +421,8 @@ impl Meta {
         json!({
             "id": self.id, "object": "response", "created_at": self.created, "status": status,
             "model": self.model, "output": [], "error": null, "incomplete_details": null,
-            "previous_response_id": null, "parallel_tool_calls": false, "tool_choice": "auto",
-            "tools": [], "store": false, "usage": null,
+            "previous_response_id": self.previous, "parallel_tool_calls": false,
+            "tool_choice": "auto", "tools": [], "store": self.keep.is_some(), "usage": null,
         })
     }
 }

@@ -167,6 +167,7 @@ impl Streaming {
                     output.extend(self.items.iter().cloned());
                     response["output"] = json!(output);
                 }
+                self.meta.keep(&response);
                 self.event(kind, json!({"response": response}), out);
             }
             Piece::Failed(e) => {
