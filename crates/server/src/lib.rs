@@ -370,6 +370,8 @@ async fn serve(config: ServerConfig, lineup: models::Lineup) -> Result<(), Serve
         }
     }
     models.join();
+    // The responses the last requests stored reach the log before exit.
+    state.responses.flush();
     match load_failed {
         Some(e) => Err(e),
         None => {

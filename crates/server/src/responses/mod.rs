@@ -290,11 +290,7 @@ pub(crate) async fn delete(
     headers: HeaderMap,
     Path(id): Path<String>,
 ) -> Result<Response, ApiError> {
-    let deleted = st
-        .responses
-        .delete(&id, &owner_of(api_key(&headers)))
-        .map_err(|e| ApiError::internal(format!("the response store: {e}")))?;
-    if !deleted {
+    if !st.responses.delete(&id, &owner_of(api_key(&headers))) {
         return Err(not_found(&id));
     }
     Ok(Json(json!({"id": id, "object": "response.deleted", "deleted": true})).into_response())
@@ -368,8 +364,7 @@ fn output_messages(output: &Value) -> Vec<Value> {
 }
 
 impl Meta {
-    /// Store `response` with its conversation, when asked; a store that
-    /// cannot write its file keeps it in memory and says so.
+    /// Store `response` with its conversation, when asked.
     fn keep(&self, response: &Value) {
         let Some(keep) = &self.keep else {
             return;
@@ -381,12 +376,7 @@ impl Meta {
             messages,
             response: response.clone(),
         };
-        if let Err(e) = keep.store.put(&self.id, stored) {
-            eprintln!(
-                "hearth serve: response {} kept in memory only: {e}",
-                self.id
-            );
-        }
+        keep.store.put(&self.id, stored);
     }
 
     /// The `response` object; `usage` once it has ended.
