@@ -10,7 +10,7 @@ mod serve_common;
 
 use base64::Engine as _;
 use serde_json::json;
-use serve_common::{tiny_fixture, Server, TINY};
+use serve_common::{png_claiming, tiny_fixture, Server, TINY};
 use std::time::Duration;
 
 /// The peak resident memory of a process so far, in MiB (Linux's VmHWM).
@@ -34,47 +34,6 @@ fn letters(n: usize) -> String {
     (0..n)
         .map(|i| char::from(b'a' + ((i * 7 + i / 26) % 26) as u8))
         .collect()
-}
-
-/// CRC-32 (IEEE), as PNG chunks carry it.
-fn crc32(bytes: &[u8]) -> u32 {
-    let mut crc = !0u32;
-    for &b in bytes {
-        crc ^= u32::from(b);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ 0xEDB8_8320
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    !crc
-}
-
-/// A PNG whose header claims `side` x `side` pixels of 16-bit RGBA (within
-/// the default pixel bound; 8 bytes a pixel to decode), with a body of a
-/// few bytes: what a flat picture that compresses a thousandfold declares.
-fn deep_png(side: u32) -> Vec<u8> {
-    let chunk = |kind: &[u8], data: &[u8]| {
-        let mut body = kind.to_vec();
-        body.extend_from_slice(data);
-        let mut c = (data.len() as u32).to_be_bytes().to_vec();
-        c.extend_from_slice(&body);
-        c.extend_from_slice(&crc32(&body).to_be_bytes());
-        c
-    };
-    let mut ihdr = side.to_be_bytes().to_vec();
-    ihdr.extend_from_slice(&side.to_be_bytes());
-    ihdr.extend_from_slice(&[16, 6, 0, 0, 0]);
-    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
-    png.extend(chunk(b"IHDR", &ihdr));
-    png.extend(chunk(
-        b"IDAT",
-        &[0x78, 0x9c, 0x03, 0x00, 0x00, 0x00, 0x00, 0x01],
-    ));
-    png.extend(chunk(b"IEND", b""));
-    png
 }
 
 /// A chat whose user turn shows the image at `url`.
@@ -197,8 +156,9 @@ fn a_picture_that_would_decode_past_the_budget_is_refused_from_its_header() {
     let mut s = Server::start(dir.to_str().unwrap(), &["--ctx", "128"]);
     let before = peak_rss_mib(s.child.id());
     // 7071 x 7071 is within the 50-megapixel bound; at 8 bytes a pixel its
-    // decoding needs 400 MB before any conversion.
-    let png = deep_png(7071);
+    // decoding needs 400 MB before any conversion (16-bit RGBA; a flat
+    // one compresses a thousandfold).
+    let png = png_claiming(7071, 7071, 16, 6);
     let url = format!(
         "data:image/png;base64,{}",
         base64::engine::general_purpose::STANDARD.encode(&png)

@@ -9,7 +9,7 @@ mod serve_common;
 use base64::Engine as _;
 use gguf::{GgufFile, GgufWriter, MetaValue};
 use serde_json::json;
-use serve_common::{connect, tiny_fixture, Server, TINY};
+use serve_common::{connect, png_claiming, tiny_fixture, Server, TINY};
 use std::io::{Read, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -40,47 +40,6 @@ fn peak_rss_kib(pid: u32) -> u64 {
         .find_map(|l| l.strip_prefix("VmHWM:"))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .expect("VmHWM in /proc/PID/status")
-}
-
-/// CRC-32 (IEEE), as PNG chunks carry it.
-fn crc32(bytes: &[u8]) -> u32 {
-    let mut crc = !0u32;
-    for &b in bytes {
-        crc ^= u32::from(b);
-        for _ in 0..8 {
-            crc = if crc & 1 == 1 {
-                (crc >> 1) ^ 0xEDB8_8320
-            } else {
-                crc >> 1
-            };
-        }
-    }
-    !crc
-}
-
-/// A PNG whose header claims `width` x `height` RGB pixels, with one small
-/// compressed row of data: a decompression bomb's header.
-fn png_claiming(width: u32, height: u32) -> Vec<u8> {
-    let chunk = |kind: &[u8], data: &[u8]| {
-        let mut c = (data.len() as u32).to_be_bytes().to_vec();
-        let mut body = kind.to_vec();
-        body.extend_from_slice(data);
-        c.extend_from_slice(&body);
-        c.extend_from_slice(&crc32(&body).to_be_bytes());
-        c
-    };
-    let mut ihdr = width.to_be_bytes().to_vec();
-    ihdr.extend_from_slice(&height.to_be_bytes());
-    ihdr.extend_from_slice(&[8, 2, 0, 0, 0]);
-    // zlib: a stored block of 16 zero bytes (filter bytes and pixels).
-    let mut idat = vec![0x78, 0x01, 0x01, 16, 0, !16, 0xFF];
-    idat.extend_from_slice(&[0u8; 16]);
-    idat.extend_from_slice(&[0, 0, 0, 1]);
-    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
-    png.extend(chunk(b"IHDR", &ihdr));
-    png.extend(chunk(b"IDAT", &idat));
-    png.extend(chunk(b"IEND", &[]));
-    png
 }
 
 /// A 16-bit mono WAV at `rate` holding `samples` samples of a tone, whose
@@ -162,7 +121,7 @@ fn connections_past_the_cap_get_503_and_the_server_recovers() {
 fn media_counts_and_sizes_are_refused_by_their_limits() {
     // Counted before anything is decoded, so a model without towers says so.
     let s = Server::start(TINY, &["--max-images", "1", "--max-clips", "1"]);
-    let png = png_claiming(2, 2);
+    let png = png_claiming(2, 2, 8, 2);
     let msg = s
         .post(
             "/v1/chat/completions",
@@ -206,7 +165,7 @@ fn a_decompression_bomb_png_is_refused_in_under_a_second() {
         let msg = s
             .post(
                 "/v1/chat/completions",
-                &chat_with(vec![image_part(&png_claiming(w, h))]),
+                &chat_with(vec![image_part(&png_claiming(w, h, 8, 2))]),
             )
             .assert_error(400);
         let took = t0.elapsed();
@@ -225,7 +184,7 @@ fn a_decompression_bomb_png_is_refused_in_under_a_second() {
     let msg = low
         .post(
             "/v1/chat/completions",
-            &chat_with(vec![image_part(&png_claiming(40, 40))]),
+            &chat_with(vec![image_part(&png_claiming(40, 40, 8, 2))]),
         )
         .assert_error(400);
     assert!(msg.contains("1000 pixels"), "{msg}");

@@ -41,6 +41,49 @@ pub fn serve_models(dir: &std::path::Path, extra: &[&str]) -> Server {
     Server::start_command(&args, &[])
 }
 
+/// CRC-32 (IEEE), as PNG chunks carry it.
+pub fn crc32(bytes: &[u8]) -> u32 {
+    let mut crc = !0u32;
+    for &b in bytes {
+        crc ^= u32::from(b);
+        for _ in 0..8 {
+            crc = if crc & 1 == 1 {
+                (crc >> 1) ^ 0xEDB8_8320
+            } else {
+                crc >> 1
+            };
+        }
+    }
+    !crc
+}
+
+/// A PNG whose header claims `width` x `height` pixels of `depth` bits and
+/// colour type `color` (2 RGB, 6 RGBA), with one small stored block of
+/// zeros for its data: a whole picture when tiny, a decompression bomb's
+/// header when large.
+pub fn png_claiming(width: u32, height: u32, depth: u8, color: u8) -> Vec<u8> {
+    let chunk = |kind: &[u8], data: &[u8]| {
+        let mut c = (data.len() as u32).to_be_bytes().to_vec();
+        let mut body = kind.to_vec();
+        body.extend_from_slice(data);
+        c.extend_from_slice(&body);
+        c.extend_from_slice(&crc32(&body).to_be_bytes());
+        c
+    };
+    let mut ihdr = width.to_be_bytes().to_vec();
+    ihdr.extend_from_slice(&height.to_be_bytes());
+    ihdr.extend_from_slice(&[depth, color, 0, 0, 0]);
+    // zlib: a stored block of 16 zero bytes (filter bytes and pixels).
+    let mut idat = vec![0x78, 0x01, 0x01, 16, 0, !16, 0xFF];
+    idat.extend_from_slice(&[0u8; 16]);
+    idat.extend_from_slice(&[0, 0, 0, 1]);
+    let mut png = b"\x89PNG\r\n\x1a\n".to_vec();
+    png.extend(chunk(b"IHDR", &ihdr));
+    png.extend(chunk(b"IDAT", &idat));
+    png.extend(chunk(b"IEND", &[]));
+    png
+}
+
 /// The real model: $HEARTH_MODEL, else the cache ($HEARTH_HOME or
 /// ~/.cache/hearth). Missing is a failure, never a silent pass.
 pub fn real_model() -> std::path::PathBuf {
