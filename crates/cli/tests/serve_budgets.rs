@@ -10,19 +10,8 @@ mod serve_common;
 
 use base64::Engine as _;
 use serde_json::json;
-use serve_common::{png_claiming, tiny_fixture, Server, TINY};
+use serve_common::{peak_rss_kib, png_claiming, tiny_fixture, Server, TINY};
 use std::time::Duration;
-
-/// The peak resident memory of a process so far, in MiB (Linux's VmHWM).
-fn peak_rss_mib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .expect("VmHWM in /proc/PID/status")
-        / 1024
-}
 
 /// `n` digits: one token each, the most tokens a byte of text makes.
 fn digits(n: usize) -> String {
@@ -51,7 +40,7 @@ fn chat_with_image(url: &str) -> String {
 #[test]
 fn tokenize_with_pieces_is_refused_or_answered_within_the_budget() {
     let mut s = Server::start(TINY, &["--ctx", "64"]);
-    let before = peak_rss_mib(s.child.id());
+    let before = peak_rss_kib(s.child.id()) / 1024;
     // 4 MiB of text used to take 4.3 GiB as a JSON value per token.
     let big = json!({"content": digits(4 << 20), "with_pieces": true}).to_string();
     let r = s.post("/tokenize", &big);
@@ -73,7 +62,7 @@ fn tokenize_with_pieces_is_refused_or_answered_within_the_budget() {
     let tokens = r.json()["tokens"].as_array().unwrap().len();
     assert_eq!(tokens, n);
     assert!(r.body.len() < 32 << 20, "{} bytes", r.body.len());
-    let grew = peak_rss_mib(s.child.id()) - before;
+    let grew = peak_rss_kib(s.child.id()) / 1024 - before;
     eprintln!(
         "peak RSS grew {grew} MiB for a {n}-token answer of {} bytes",
         r.body.len()
@@ -85,7 +74,7 @@ fn tokenize_with_pieces_is_refused_or_answered_within_the_budget() {
 #[test]
 fn a_body_of_tiny_json_values_is_refused_before_it_is_parsed() {
     let mut s = Server::start(TINY, &["--ctx", "64"]);
-    let before = peak_rss_mib(s.child.id());
+    let before = peak_rss_kib(s.child.id()) / 1024;
     // 4 MiB of `{"a":0}`: a quarter of a gigabyte as JSON values.
     let body = format!(
         r#"{{"messages":[{}]}}"#,
@@ -96,7 +85,7 @@ fn a_body_of_tiny_json_values_is_refused_before_it_is_parsed() {
         msg.contains("JSON") && msg.contains("--request-memory"),
         "{msg}"
     );
-    let grew = peak_rss_mib(s.child.id()) - before;
+    let grew = peak_rss_kib(s.child.id()) / 1024 - before;
     assert!(grew < 64, "peak RSS grew {grew} MiB");
     s.assert_alive();
 }
@@ -154,7 +143,7 @@ fn stop_strings_and_alternatives_past_their_caps_are_refused() {
 fn a_picture_that_would_decode_past_the_budget_is_refused_from_its_header() {
     let dir = tiny_fixture("gemma3_vision");
     let mut s = Server::start(dir.to_str().unwrap(), &["--ctx", "128"]);
-    let before = peak_rss_mib(s.child.id());
+    let before = peak_rss_kib(s.child.id()) / 1024;
     // 7071 x 7071 is within the 50-megapixel bound; at 8 bytes a pixel its
     // decoding needs 400 MB before any conversion (16-bit RGBA; a flat
     // one compresses a thousandfold).
@@ -170,7 +159,7 @@ fn a_picture_that_would_decode_past_the_budget_is_refused_from_its_header() {
         msg.contains("Decoding image 1") && msg.contains("--request-memory"),
         "{msg}"
     );
-    let grew = peak_rss_mib(s.child.id()) - before;
+    let grew = peak_rss_kib(s.child.id()) / 1024 - before;
     assert!(grew < 64, "peak RSS grew {grew} MiB");
     // A larger budget lets the header through to the decoder (whose tiny
     // body then fails to decode: a 400, not a 413).

@@ -8,18 +8,8 @@
 mod serve_common;
 
 use serde_json::{json, Value};
-use serve_common::{Server, TINY};
+use serve_common::{peak_rss_kib, Server, TINY};
 use std::time::{Duration, Instant};
-
-/// The peak resident memory of a process so far, in KiB (Linux's VmHWM).
-fn peak_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM in /proc/PID/status")
-}
 
 /// A GBNF grammar of `n` rules, each using the next.
 fn gbnf_chain(n: usize) -> String {

@@ -9,7 +9,7 @@ mod serve_common;
 use base64::Engine as _;
 use gguf::{GgufFile, GgufWriter, MetaValue};
 use serde_json::json;
-use serve_common::{connect, png_claiming, tiny_fixture, Server, TINY};
+use serve_common::{connect, peak_rss_kib, png_claiming, tiny_fixture, Server, TINY};
 use std::io::{Read, Write};
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -30,16 +30,6 @@ fn image_part(bytes: &[u8]) -> serde_json::Value {
 fn audio_part(bytes: &[u8]) -> serde_json::Value {
     let b64 = base64::engine::general_purpose::STANDARD.encode(bytes);
     json!({"type": "input_audio", "input_audio": {"data": b64, "format": "wav"}})
-}
-
-/// The peak resident memory of a process so far, in KiB (Linux's VmHWM).
-fn peak_rss_kib(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .expect("VmHWM in /proc/PID/status")
 }
 
 /// A 16-bit mono WAV at `rate` holding `samples` samples of a tone, whose

@@ -41,6 +41,16 @@ pub fn serve_models(dir: &std::path::Path, extra: &[&str]) -> Server {
     Server::start_command(&args, &[])
 }
 
+/// The peak resident memory of a process so far, in KiB (Linux's VmHWM).
+pub fn peak_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("VmHWM in /proc/PID/status")
+}
+
 /// CRC-32 (IEEE), as PNG chunks carry it.
 pub fn crc32(bytes: &[u8]) -> u32 {
     let mut crc = !0u32;
