@@ -38,7 +38,7 @@ fuzz_target!(
     ];
     let _ = t.supports_thinking();
     for thinking in [false, true] {
-        if let Ok(out) = t.render_thinking(&messages, true, thinking) {
+        if let Ok(out) = t.render_with(&messages, &hearth_fuzz::tokenizer::ChatOptions::reply(thinking)) {
             assert!(out.len() <= MAX_RENDER_BYTES, "rendered {} bytes", out.len());
         }
     }

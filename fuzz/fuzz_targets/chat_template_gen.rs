@@ -477,7 +477,14 @@ fuzz_target!(
         })
         .collect();
     for thinking in [false, true] {
-        if let Ok(out) = t.render_thinking(&messages, input.add_generation_prompt, thinking) {
+        if let Ok(out) = t.render_with(
+            &messages,
+            &hearth_fuzz::tokenizer::ChatOptions {
+                add_generation_prompt: input.add_generation_prompt,
+                thinking,
+                tools: &[],
+            },
+        ) {
             assert!(out.len() <= MAX_RENDER_BYTES, "rendered {} bytes", out.len());
         }
     }

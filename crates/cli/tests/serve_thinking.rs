@@ -11,45 +11,15 @@
 mod serve_common;
 
 use engine::{Engine, RunOptions, Sampler, SamplingParams};
-use gguf::{GgufFile, GgufWriter, MetaArray, MetaValue};
+use gguf::GgufFile;
 use serde_json::{json, Value};
-use serve_common::Server;
+use serve_common::{with_tokens, Server};
 use std::path::Path;
 
 const TINY_GEMMA4: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),
     "/../../tests/fixtures/tiny/gemma4_e2b/model-f32.gguf"
 );
-
-/// The tiny Gemma 4 with `names` given to token ids (as control tokens).
-fn with_tokens(src: &GgufFile, names: &[(usize, &str)], out: &Path) {
-    let mut w = GgufWriter::new();
-    for (k, v) in src.metadata() {
-        let v = match (k.as_str(), v) {
-            ("tokenizer.ggml.tokens", MetaValue::Array(MetaArray::String(t))) => {
-                let mut t = t.clone();
-                for &(id, name) in names {
-                    t[id] = name.to_string();
-                }
-                MetaValue::Array(MetaArray::String(t))
-            }
-            ("tokenizer.ggml.token_type", MetaValue::Array(MetaArray::I32(t))) => {
-                let mut t = t.clone();
-                for &(id, _) in names {
-                    t[id] = 3;
-                }
-                MetaValue::Array(MetaArray::I32(t))
-            }
-            _ => v.clone(),
-        };
-        w.set(k.clone(), v);
-    }
-    for t in src.tensors() {
-        w.add_tensor(t.name.clone(), &t.dims, t.ty, src.tensor_data(t).to_vec())
-            .unwrap();
-    }
-    std::fs::write(out, w.to_bytes()).unwrap();
-}
 
 /// The first token greedy decoding picks after a thinking prompt of `user`.
 fn first_token(path: &Path, user: &str) -> u32 {
@@ -63,7 +33,10 @@ fn first_token(path: &Path, user: &str) -> u32 {
     )
     .unwrap();
     let ids = engine
-        .encode_chat_thinking(&[engine::ChatMessage::user(user)], true)
+        .encode_chat_with(
+            &[engine::ChatMessage::user(user)],
+            &engine::ChatOptions::reply(true),
+        )
         .unwrap();
     let mut s = engine.session();
     s.feed(&ids).unwrap();
@@ -90,7 +63,7 @@ fn thought_and_answer_come_back_apart() {
         (n - 5, "<|channel>"),
     ];
     let path = dir.path().join("thinking.gguf");
-    with_tokens(&src, &names, &path);
+    with_tokens(&src, &names, None, &path);
     // The renamed token must leave the prompt's tokens as they were: not
     // in the prompt, not part of any merge. Try prompts until the model's
     // first pick is such a token.
@@ -121,7 +94,10 @@ fn thought_and_answer_come_back_apart() {
         let first = first_token(&path, user) as usize;
         let engine = Engine::load(&path, &RunOptions::default()).unwrap();
         let prompt = engine
-            .encode_chat_thinking(&[engine::ChatMessage::user(user.as_str())], true)
+            .encode_chat_with(
+                &[engine::ChatMessage::user(user.as_str())],
+                &engine::ChatOptions::reply(true),
+            )
             .unwrap();
         if first < n - 5 && !prompt.contains(&(first as u32)) && !in_merges(&texts[first]) {
             found = Some((user.clone(), first));
@@ -130,7 +106,7 @@ fn thought_and_answer_come_back_apart() {
     }
     let (user, first) = found.expect("a prompt after which the model picks a renamable token");
     names[4] = (first, "<|channel>");
-    with_tokens(&src, &names, &path);
+    with_tokens(&src, &names, None, &path);
     assert_eq!(
         first_token(&path, &user) as usize,
         first,

@@ -284,27 +284,27 @@ fn form(tower: &AudioTower) -> &'static MediaForm {
 }
 
 impl Engine {
-    /// [`Engine::encode_chat_thinking`] for messages whose text places
+    /// [`Engine::encode_chat_with`] for messages whose text places
     /// `clips` with [`AUDIO_MARKER`]s.
     pub fn encode_chat_audio(
         &self,
         messages: &[tokenizer::ChatMessage],
         clips: &[ImageEmbedding],
-        thinking: bool,
+        options: &tokenizer::ChatOptions<'_>,
     ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
-        self.encode_chat_media(messages, &[], clips, thinking)
+        self.encode_chat_media(messages, &[], clips, options)
     }
 
-    /// [`Engine::encode_chat_thinking`] for messages whose text places
+    /// [`Engine::encode_chat_with`] for messages whose text places
     /// `images` with image markers and `clips` with audio markers.
     pub fn encode_chat_media(
         &self,
         messages: &[tokenizer::ChatMessage],
         images: &[ImageEmbedding],
         clips: &[ImageEmbedding],
-        thinking: bool,
+        options: &tokenizer::ChatOptions<'_>,
     ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
-        self.place_mixed(self.render_for_media(messages, thinking)?, images, clips)
+        self.place_mixed(self.render_for_media(messages, options)?, images, clips)
     }
 }
 

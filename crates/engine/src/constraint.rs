@@ -54,6 +54,26 @@ pub enum Grammar {
     /// or `[`: a tool call or a reply, as `tool_choice: auto` allows. The
     /// schema is prepared as [`Grammar::JsonSchema`]'s is.
     JsonOrText(Value),
+    /// Tool calls in a model's own syntax: Lark rules that define `calls`
+    /// (see [`crate::tools::native`]), alone or as one choice beside
+    /// another.
+    NativeCalls {
+        /// The rules.
+        calls: String,
+        /// What the reply may be instead of calls.
+        or: OrInstead,
+    },
+}
+
+/// What a reply held to [`Grammar::NativeCalls`] may be instead of calls.
+#[derive(Debug, Clone, PartialEq)]
+pub enum OrInstead {
+    /// Nothing: it is calls.
+    Nothing,
+    /// Text (which cannot write the call tokens).
+    Text,
+    /// JSON matching this schema, prepared as [`Grammar::JsonSchema`]'s is.
+    Json(Value),
 }
 
 impl Grammar {
@@ -65,7 +85,7 @@ impl Grammar {
             Grammar::Regex(_) => "regex",
             Grammar::Lark(_) => "lark grammar",
             Grammar::Gbnf(_) => "GBNF grammar",
-            Grammar::JsonOrText(_) => "tool call schema",
+            Grammar::JsonOrText(_) | Grammar::NativeCalls { .. } => "tool call schema",
         }
     }
 }
@@ -345,6 +365,8 @@ enum Source {
     Regex(String),
     /// A Lark grammar, and whether it came from GBNF.
     Lark { lark: String, from_gbnf: bool },
+    /// Native calls' rules, and what else the reply may be.
+    Native { calls: String, or: OrInstead },
 }
 
 /// `grammar` as a [`Source`] and its size in bytes, refused when larger
@@ -352,13 +374,23 @@ enum Source {
 /// is checked before anything walks it recursively (measuring its size
 /// does), GBNF's size before it is converted.
 fn checked_source(grammar: &Grammar, max_bytes: usize) -> Result<(Source, usize), Refusal> {
-    if let Grammar::JsonSchema(v) | Grammar::JsonOrText(v) = grammar {
+    let answer = match grammar {
+        Grammar::JsonSchema(v)
+        | Grammar::JsonOrText(v)
+        | Grammar::NativeCalls {
+            or: OrInstead::Json(v),
+            ..
+        } => Some(v),
+        _ => None,
+    };
+    if let Some(v) = answer {
         depth::check_json_nesting(v)?;
     }
     let size = match grammar {
         Grammar::JsonObject => 0,
         Grammar::JsonSchema(v) | Grammar::JsonOrText(v) => growth::json_len(v),
         Grammar::Regex(s) | Grammar::Lark(s) | Grammar::Gbnf(s) => s.len(),
+        Grammar::NativeCalls { calls, .. } => calls.len() + answer.map_or(0, growth::json_len),
     };
     if size > max_bytes {
         return Err(Refusal::TooLarge(format!(
@@ -390,6 +422,18 @@ fn checked_source(grammar: &Grammar, max_bytes: usize) -> Result<(Source, usize)
             }
             Source::Lark { lark, from_gbnf }
         }
+        Grammar::NativeCalls { calls, or } => {
+            if let OrInstead::Json(v) = or {
+                depth::check_schema(v)?;
+            }
+            if depth::lark_depth(calls) > MAX_GRAMMAR_DEPTH {
+                return Err(depth::too_deep("counting the rules it uses, it"));
+            }
+            Source::Native {
+                calls: calls.clone(),
+                or: or.clone(),
+            }
+        }
     };
     Ok((source, size))
 }
@@ -402,6 +446,7 @@ impl Source {
         match self {
             Source::JsonObject | Source::Schema { .. } => Some(MAX_DIGIT_RUN),
             Source::Lark { from_gbnf, .. } => (!from_gbnf).then_some(MAX_DIGIT_RUN),
+            Source::Native { .. } => Some(MAX_DIGIT_RUN),
             Source::Regex(_) => None,
         }
     }
@@ -425,6 +470,18 @@ impl Source {
             }
             Source::Regex(rx) => TopLevelGrammar::from_regex(&rx),
             Source::Lark { lark, .. } => TopLevelGrammar::from_lark(lark),
+            Source::Native { calls, or } => {
+                let start = match or {
+                    OrInstead::Nothing => "start: calls\n".to_string(),
+                    OrInstead::Text => "start: calls | TEXT\nTEXT: /[\\s\\S]+/\n".to_string(),
+                    OrInstead::Json(answer) => {
+                        let answer =
+                            compact_schema(answer, &mut growth::Growth::new(size, max_bytes))?;
+                        format!("start: calls | answer\nanswer: %json {answer}\n")
+                    }
+                };
+                TopLevelGrammar::from_lark(start + &calls)
+            }
         })
     }
 }

@@ -291,17 +291,17 @@ impl Engine {
         fill_soft_tokens(&plain, &specs)
     }
 
-    /// [`Engine::encode_chat_thinking`] for messages whose text places
+    /// [`Engine::encode_chat_with`] for messages whose text places
     /// `images` with image markers.
     pub fn encode_chat_images(
         &self,
         messages: &[tokenizer::ChatMessage],
         images: &[ImageEmbedding],
-        thinking: bool,
+        options: &tokenizer::ChatOptions<'_>,
     ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
         let (form, soft) = self.image_form();
         let kinds = [MediaKind::new(form, soft, images, "image")];
-        self.media_prompt(self.render_for_media(messages, thinking)?, &kinds)
+        self.media_prompt(self.render_for_media(messages, options)?, &kinds)
     }
 
     /// The chat prompt for `messages`: the messages' text stays text, and
@@ -309,11 +309,11 @@ impl Engine {
     pub(crate) fn render_for_media(
         &self,
         messages: &[tokenizer::ChatMessage],
-        thinking: bool,
+        options: &tokenizer::ChatOptions<'_>,
     ) -> Result<PromptText, EngineError> {
         Ok(self
             .tokenizer
-            .render_chat(&self.template, messages, true, thinking)?)
+            .render_chat(&self.template, messages, options)?)
     }
 }
 

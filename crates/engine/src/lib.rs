@@ -32,7 +32,7 @@ pub use audio::{place_audio, AUDIO_MARKER, GEMMA4_AUDIO_MARKER};
 pub use batch::{BatchDecoder, BatchItem};
 pub use chat_model::{ChatModel, LocalChat, ModelCall, ModelReply};
 pub use constraint::{
-    Constraint, ConstraintStats, Grammar, Grammars, MAX_GRAMMAR_BYTES, MAX_GRAMMAR_DEPTH,
+    Constraint, ConstraintStats, Grammar, Grammars, OrInstead, MAX_GRAMMAR_BYTES, MAX_GRAMMAR_DEPTH,
 };
 pub use decoding::{Decoding, Generation};
 pub use embed::{matryoshka, EmbedInput, EmbedOptions, EmbedTask, Embeddings};
@@ -56,7 +56,7 @@ pub use speculate::{
     DEFAULT_DRAFT_P_MIN, DRAFT_HEAD_ROWS, MAX_DRAFT,
 };
 pub use thinking::Thinking;
-pub use tokenizer::{ChatMessage, ChatTemplate, StreamDecoder, Tokenizer};
+pub use tokenizer::{ChatMessage, ChatOptions, ChatTemplate, StreamDecoder, Tokenizer};
 
 /// Why loading a model or serving a request failed.
 #[derive(Debug, thiserror::Error)]

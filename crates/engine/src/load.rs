@@ -11,7 +11,7 @@ use model::{KvCache, LoadOptions, Model};
 use std::path::Path;
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-use tokenizer::{ChatMessage, ChatTemplate, Tokenizer};
+use tokenizer::{ChatMessage, ChatOptions, ChatTemplate, Tokenizer};
 
 /// A model with its tokenizer, chat template and resolved run options,
 /// shared by sessions.
@@ -321,11 +321,25 @@ impl Engine {
         KvCache::bytes_for(self.model.config(), self.n_ctx(), self.model.kv_type())
     }
 
-    /// A conversation as the prompt text the chat template makes of it,
-    /// ending with the opening of the model's turn (llama.cpp's
-    /// `/apply-template`).
-    pub fn chat_prompt(&self, messages: &[ChatMessage]) -> Result<String, EngineError> {
-        Ok(self.template.render(messages, true)?)
+    /// A conversation as the prompt text the chat template makes of it, as
+    /// llama.cpp's `/apply-template` gives it: without a BOS the template
+    /// wrote in front when the tokenizer adds one itself.
+    pub fn chat_prompt(
+        &self,
+        messages: &[ChatMessage],
+        options: &ChatOptions<'_>,
+    ) -> Result<String, EngineError> {
+        let text = self.template.render_with(messages, options)?;
+        let bos = self
+            .tokenizer
+            .bos_id()
+            .and_then(|id| self.tokenizer.token_text(id));
+        match bos {
+            Some(b) if self.tokenizer.add_bos() && !b.is_empty() && text.starts_with(b) => {
+                Ok(text[b.len()..].to_string())
+            }
+            _ => Ok(text),
+        }
     }
 
     /// Encode a conversation with the chat template, ready for generation.
@@ -349,16 +363,17 @@ impl Engine {
         })
     }
 
-    /// [`Engine::encode_chat`] with the template's thinking switch on or off
-    /// (models without one ignore it).
-    pub fn encode_chat_thinking(
+    /// [`Engine::encode_chat`] rendered as `options` say: the template's
+    /// thinking switch (models without one ignore it), tools for a
+    /// template that declares them.
+    pub fn encode_chat_with(
         &self,
         messages: &[ChatMessage],
-        thinking: bool,
+        options: &ChatOptions<'_>,
     ) -> Result<Vec<u32>, EngineError> {
         Ok(self
             .tokenizer
-            .encode_chat_thinking(&self.template, messages, true, thinking)?)
+            .encode_chat_with(&self.template, messages, options)?)
     }
 }
 

@@ -72,7 +72,12 @@ fn admit(engine: &Engine, session: &mut Session, p: Pending) -> Option<Active> {
         let (prompt, images) = if p.call.images.is_empty() && p.call.audio.is_empty() {
             (engine.encode_chat(&p.call.messages)?, Vec::new())
         } else {
-            engine.encode_chat_media(&p.call.messages, &p.call.images, &p.call.audio, false)?
+            engine.encode_chat_media(
+                &p.call.messages,
+                &p.call.images,
+                &p.call.audio,
+                &tokenizer::ChatOptions::reply(false),
+            )?
         };
         let constraint = match &p.call.grammar {
             Some(g) => Some(engine.constraint(g)?),

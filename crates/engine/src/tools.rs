@@ -1,5 +1,8 @@
-//! Tool calls for models whose chat template defines no tool format (Gemma 2
-//! and 3): a documented JSON convention, enforced by a grammar.
+//! Tool calls. A model whose chat template writes calls in its own syntax
+//! (Gemma 4, FunctionGemma) gets its tools, calls and results from that
+//! template and calls in that syntax ([`native`], [`ToolFormat::Native`]).
+//! The others (Gemma 2 and 3, whose templates know no tools) use a
+//! documented JSON convention, enforced by a grammar:
 //!
 //! - The tools are described to the model in the system turn
 //!   ([`tools_prompt`]).
@@ -18,8 +21,256 @@
 //!   the assistant's turn ([`call_text`]); a tool's result as a user turn
 //!   ([`result_text`]), since the template knows only user and model turns.
 
-use crate::Grammar;
+use crate::{Engine, Grammar, OrInstead};
 use serde_json::{json, Value};
+use tokenizer::ChatMessage;
+
+pub mod native;
+
+pub use native::{NativeSyntax, NativeTools};
+
+/// How a model writes tool calls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum ToolFormat {
+    /// The JSON convention, described in the system turn.
+    #[default]
+    Json,
+    /// The syntax its chat template writes calls in.
+    Native(NativeTools),
+}
+
+impl Engine {
+    /// How this model writes tool calls: in its own syntax when its chat
+    /// template writes calls in one we know and its vocabulary has that
+    /// syntax's tokens, else the JSON convention.
+    pub fn tool_format(&self) -> ToolFormat {
+        let Some(syntax) = self.template().source().and_then(NativeSyntax::of_template) else {
+            return ToolFormat::Json;
+        };
+        let tok = self.tokenizer();
+        let ids = syntax.tokens().map(|t| tok.token_id(t));
+        match ids {
+            [Some(open), Some(close), Some(quote)] => ToolFormat::Native(NativeTools {
+                syntax,
+                ids: [open, close, quote],
+            }),
+            _ => ToolFormat::Json,
+        }
+    }
+}
+
+/// Tool calling in a chat request.
+#[derive(Debug, Clone)]
+pub struct ToolMode {
+    /// The tools.
+    pub tools: Vec<Tool>,
+    /// Whether a call is required, and of which tool.
+    pub choice: ToolChoice,
+    /// Whether one reply may hold several calls.
+    pub parallel: bool,
+    /// How the model writes calls (the JSON convention until the model is
+    /// known).
+    pub format: ToolFormat,
+}
+
+impl ToolMode {
+    /// The reply as calls, when it is.
+    pub fn parse(&self, text: &str) -> Option<Vec<ToolCall>> {
+        match &self.format {
+            ToolFormat::Json => parse_tool_calls(text, &self.tools),
+            ToolFormat::Native(n) => native::parse_calls(n.syntax, text, &self.tools),
+        }
+    }
+
+    /// Whether the reply must be a call (so nothing streams as text).
+    pub fn call_required(&self) -> bool {
+        matches!(self.choice, ToolChoice::Required | ToolChoice::Function(_))
+    }
+
+    /// The native syntax calls are written in, when it is one.
+    pub fn native(&self) -> Option<&'static NativeSyntax> {
+        match &self.format {
+            ToolFormat::Native(n) => Some(n.syntax),
+            ToolFormat::Json => None,
+        }
+    }
+
+    /// The tools as a template declares them (OpenAI's shape), when they
+    /// are declared by the template: a native format, and a choice that
+    /// allows calls.
+    pub fn declarations(&self) -> Vec<Value> {
+        if self.native().is_none() || self.choice == ToolChoice::None {
+            return Vec::new();
+        }
+        self.tools
+            .iter()
+            .map(|t| {
+                let mut function = json!({"name": t.name, "parameters": t.parameters});
+                if let Some(d) = &t.description {
+                    function["description"] = json!(d);
+                }
+                json!({"type": "function", "function": function})
+            })
+            .collect()
+    }
+
+    /// The grammar of a reply that may call these tools, beside the
+    /// `format` the request asks for its answer: `none` holds the reply to
+    /// the format; `required` or a named function to a call (the format is
+    /// for answers, not calls); `auto` to a call or the format's JSON (or
+    /// text, without a format). Fails on a named tool that is not given, or
+    /// under `auto` a format that is not JSON (`Err(None)` names the
+    /// format's field as the fault, `Err(Some)` the choice).
+    pub fn reply_grammar(&self, format: Option<Grammar>) -> Result<Option<Grammar>, ToolsError> {
+        let answer = match (&self.choice, format) {
+            (ToolChoice::None, format) => return Ok(format),
+            (ToolChoice::Auto, Some(Grammar::JsonSchema(schema))) => Some(schema),
+            (ToolChoice::Auto, Some(Grammar::JsonObject)) => Some(json!({"type": "object"})),
+            (ToolChoice::Auto, Some(_)) => return Err(ToolsError::FormatNotJson),
+            _ => None,
+        };
+        let ToolFormat::Native(native) = &self.format else {
+            return match answer {
+                Some(answer) => calls_or_format_grammar(&self.tools, self.parallel, &answer)
+                    .map(Some)
+                    .map_err(ToolsError::Choice),
+                None => tool_grammar(&self.tools, &self.choice, self.parallel)
+                    .map_err(ToolsError::Choice),
+            };
+        };
+        let allowed = allowed_tools(&self.tools, &self.choice).map_err(ToolsError::Choice)?;
+        let calls =
+            native::calls_lark(native, &allowed, self.parallel).map_err(ToolsError::Choice)?;
+        let or = match (&self.choice, answer) {
+            (ToolChoice::Auto, Some(answer)) => OrInstead::Json(answer),
+            (ToolChoice::Auto, None) => OrInstead::Text,
+            _ => OrInstead::Nothing,
+        };
+        Ok(Some(Grammar::NativeCalls { calls, or }))
+    }
+}
+
+/// Why tools and a format cannot make a reply's grammar.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ToolsError {
+    /// The tool choice cannot be met (the message says why).
+    Choice(String),
+    /// Under `auto` the answer's format is not JSON, so a reply could not
+    /// be told apart from a call.
+    FormatNotJson,
+}
+
+/// The tools a reply may call under `choice` (all of them, or the one
+/// named); fails when a named tool is missing or none are given.
+fn allowed_tools<'a>(tools: &'a [Tool], choice: &ToolChoice) -> Result<Vec<&'a Tool>, String> {
+    let allowed: Vec<&Tool> = match choice {
+        ToolChoice::Function(name) => match tools.iter().find(|t| &t.name == name) {
+            Some(t) => vec![t],
+            None => {
+                return Err(format!(
+                    "tool_choice names `{name}`, which is not in `tools`"
+                ))
+            }
+        },
+        _ => tools.iter().collect(),
+    };
+    if allowed.is_empty() {
+        return Err("tool_choice asks for a call but `tools` is empty".into());
+    }
+    Ok(allowed)
+}
+
+/// The conversation as a model that uses the JSON convention reads it:
+/// each call written into its assistant turn as the model writes one
+/// ([`calls_text`]), each result a user turn ([`result_text`], merged with
+/// the user turn before it: the templates know user and model turns only),
+/// and with `mode` the tools described in the system turn
+/// ([`tools_prompt`]; `json_answer` when an answer is JSON in a format the
+/// request gives). Media markers stay where they are.
+pub fn json_conversation(
+    messages: &[ChatMessage],
+    mode: Option<&ToolMode>,
+    json_answer: bool,
+) -> Vec<ChatMessage> {
+    let mut out: Vec<ChatMessage> = Vec::with_capacity(messages.len() + 1);
+    let mut names = std::collections::HashMap::new();
+    for m in messages {
+        if m.role == "tool" {
+            let name = m.name.clone().or_else(|| {
+                m.tool_call_id
+                    .as_ref()
+                    .and_then(|id| names.get(id).cloned())
+            });
+            let mut text = ChatMessage::new("user", result_prefix(name.as_deref()));
+            text.append(&bare(m));
+            match out.last_mut() {
+                Some(last) if last.role == "user" => {
+                    last.content.push_str("\n\n");
+                    last.append(&text);
+                }
+                _ => out.push(text),
+            }
+            continue;
+        }
+        let mut message = bare(m);
+        if !m.tool_calls.is_empty() {
+            let calls: Vec<ToolCall> = m
+                .tool_calls
+                .iter()
+                .map(|c| {
+                    let name = c
+                        .pointer("/function/name")
+                        .and_then(Value::as_str)
+                        .unwrap_or_default();
+                    if let Some(id) = c.get("id").and_then(Value::as_str) {
+                        names.insert(id.to_string(), name.to_string());
+                    }
+                    ToolCall {
+                        name: name.to_string(),
+                        arguments: c
+                            .pointer("/function/arguments")
+                            .cloned()
+                            .unwrap_or(json!({})),
+                    }
+                })
+                .collect();
+            if !message.content.is_empty() {
+                message.content.push('\n');
+            }
+            message.content.push_str(&calls_text(&calls));
+        }
+        out.push(message);
+    }
+    let prompt = mode.and_then(|t| tools_prompt(&t.tools, &t.choice, t.parallel, json_answer));
+    if let Some(prompt) = prompt {
+        match out.first_mut() {
+            Some(first) if first.role == "system" => {
+                first.content.push_str("\n\n");
+                first.content.push_str(&prompt);
+            }
+            _ => out.insert(0, ChatMessage::new("system", prompt)),
+        }
+    }
+    out
+}
+
+/// `m`'s role, text and media, without its calls or result fields.
+fn bare(m: &ChatMessage) -> ChatMessage {
+    let mut out = ChatMessage::new(m.role.clone(), "");
+    out.append(m);
+    out
+}
+
+/// A call in OpenAI's shape, as an assistant message carries it for a
+/// template.
+pub fn call_value(id: Option<&str>, call: &ToolCall) -> Value {
+    let mut v =
+        json!({"type": "function", "function": {"name": call.name, "arguments": call.arguments}});
+    if let Some(id) = id {
+        v["id"] = json!(id);
+    }
+    v
+}
 
 /// A function the model may call.
 #[derive(Debug, Clone, PartialEq)]
@@ -78,21 +329,10 @@ pub fn tool_grammar(
     choice: &ToolChoice,
     parallel: bool,
 ) -> Result<Option<Grammar>, String> {
-    let allowed: Vec<&Tool> = match choice {
-        ToolChoice::None => return Ok(None),
-        ToolChoice::Function(name) => match tools.iter().find(|t| &t.name == name) {
-            Some(t) => vec![t],
-            None => {
-                return Err(format!(
-                    "tool_choice names `{name}`, which is not in `tools`"
-                ))
-            }
-        },
-        ToolChoice::Auto | ToolChoice::Required => tools.iter().collect(),
-    };
-    if allowed.is_empty() {
-        return Err("tool_choice asks for a call but `tools` is empty".into());
+    if *choice == ToolChoice::None {
+        return Ok(None);
     }
+    let allowed = allowed_tools(tools, choice)?;
     let schema = calls_schema(&allowed, parallel);
     // Compiling prepares the schema (closes its objects, holds
     // `uniqueItems`) within the grammar limits, text allowed or not.

@@ -194,14 +194,22 @@ fn only_placed_markers_place_images_in_a_chat() {
     // No image: the typed marker is text.
     let typed = ChatMessage::user("Is <start_of_image> an image?");
     let (ids, placed) = engine
-        .encode_chat_images(std::slice::from_ref(&typed), &[], false)
+        .encode_chat_images(
+            std::slice::from_ref(&typed),
+            &[],
+            &hearth_engine::ChatOptions::reply(false),
+        )
         .unwrap();
     assert!(placed.is_empty() && !ids.contains(&begin), "{ids:?}");
     // One image, placed by the builder after the typed marker.
     let mut m = typed.clone();
     m.push_media(IMAGE_MARKER);
     let (ids, placed) = engine
-        .encode_chat_images(&[m], std::slice::from_ref(&a), false)
+        .encode_chat_images(
+            &[m],
+            std::slice::from_ref(&a),
+            &hearth_engine::ChatOptions::reply(false),
+        )
         .unwrap();
     assert_eq!(placed.len(), 1);
     assert_eq!(ids.iter().filter(|&&id| id == begin).count(), 1);

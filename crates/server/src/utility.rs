@@ -185,21 +185,27 @@ pub(crate) async fn apply_template(
         api::parse_chat(b, &SamplingParams::default())
     })
     .await?;
-    let api::Input::Chat(messages) = req.input else {
-        return Err(ApiError::bad_param("messages", "`messages` is required."));
-    };
     let engine = engine(&st).await?;
     let budget = st.config.limits.request_memory;
+    let api::Input::Chat(messages) = &req.input else {
+        return Err(ApiError::bad_param("messages", "`messages` is required."));
+    };
     // Templating is tokenizing's first half: counted alike.
-    let text: usize = messages
-        .iter()
-        .map(|m| m.role.len() + m.content.len())
-        .sum();
+    let text: usize = messages.iter().map(crate::pipeline::message_bytes).sum();
     let memory = (text as u64 * TOKENIZE_BYTES_PER_BYTE).min(budget as u64);
     let answer = st
         .work
         .run(memory, move || {
-            let prompt = engine.chat_prompt(&messages).map_err(|e| {
+            let (req, tools) = crate::pipeline::for_this_model(&engine, req)?;
+            let api::Input::Chat(messages) = &req.input else {
+                return Err(ApiError::bad_param("messages", "`messages` is required."));
+            };
+            let thinking = req.thinking && engine.thinking(None).is_some();
+            let options = engine::ChatOptions {
+                tools: &tools,
+                ..engine::ChatOptions::reply(thinking)
+            };
+            let prompt = engine.chat_prompt(messages, &options).map_err(|e| {
                 ApiError::bad_param("messages", format!("Cannot apply the chat template: {e}"))
             })?;
             bounded_json("The prompt as JSON", budget, |w| {

@@ -3,9 +3,9 @@
 
 use std::ops::Range;
 
-use minijinja::value::Value;
 use minijinja::ErrorKind;
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use crate::TokenizerError;
 
@@ -31,6 +31,17 @@ pub struct ChatMessage {
     /// (not text the speaker wrote), in order.
     #[serde(skip)]
     media: Vec<Range<usize>>,
+    /// An assistant turn's tool calls in OpenAI's shape (`{"id", "type":
+    /// "function", "function": {"name", "arguments": {...}}}`, the
+    /// arguments an object), for templates that write calls themselves.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub tool_calls: Vec<Value>,
+    /// A tool result's call id (`role` `tool`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    /// A tool result's function name (`role` `tool`), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
 }
 
 impl ChatMessage {
@@ -40,6 +51,9 @@ impl ChatMessage {
             role: role.into(),
             content: content.into(),
             media: Vec::new(),
+            tool_calls: Vec::new(),
+            tool_call_id: None,
+            name: None,
         }
     }
 
@@ -104,6 +118,32 @@ pub const MAX_RENDER_BYTES: usize = 8 << 20;
 /// thread stack (an abort). So the stack grows with the step limit (1 GiB
 /// at the default); untouched stack costs only address space.
 const RENDER_STACK_BYTES_PER_STEP: u64 = 512;
+
+/// How a conversation is rendered, beside its messages.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ChatOptions<'a> {
+    /// End with the opening of the model's turn.
+    pub add_generation_prompt: bool,
+    /// The template's thinking switch (`enable_thinking`; formats without
+    /// one ignore it).
+    pub thinking: bool,
+    /// Functions the model may call, in OpenAI's shape (`{"type":
+    /// "function", "function": {"name", "description", "parameters"}}`),
+    /// for a template that declares them itself (`tools`); empty for none.
+    pub tools: &'a [Value],
+}
+
+impl ChatOptions<'_> {
+    /// A prompt that the model answers: its turn opened, thinking as given,
+    /// no tools.
+    pub fn reply(thinking: bool) -> Self {
+        Self {
+            add_generation_prompt: true,
+            thinking,
+            tools: &[],
+        }
+    }
+}
 
 #[derive(Clone)]
 enum Kind {
@@ -224,7 +264,13 @@ impl ChatTemplate {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<String, TokenizerError> {
-        self.render_thinking(messages, add_generation_prompt, false)
+        self.render_with(
+            messages,
+            &ChatOptions {
+                add_generation_prompt,
+                ..ChatOptions::default()
+            },
+        )
     }
 
     /// Whether the format has a thinking switch: Gemma 4's, or a Jinja
@@ -237,30 +283,26 @@ impl ChatTemplate {
         }
     }
 
-    /// [`ChatTemplate::render`] with the model's thinking switched on or off
-    /// (`enable_thinking` for Jinja templates; formats without a switch
-    /// ignore it).
-    pub fn render_thinking(
+    /// The Jinja source, when the format is a template (not built in).
+    pub fn source(&self) -> Option<&str> {
+        match &self.kind {
+            Kind::Jinja(jinja) => Some(&jinja.source),
+            Kind::Gemma | Kind::Gemma4 => None,
+        }
+    }
+
+    /// The conversation as prompt text, rendered as `options` say (the
+    /// built-in formats declare no tools: they ignore `options.tools`).
+    pub fn render_with(
         &self,
         messages: &[ChatMessage],
-        add_generation_prompt: bool,
-        thinking: bool,
+        options: &ChatOptions<'_>,
     ) -> Result<String, TokenizerError> {
+        let (add, thinking) = (options.add_generation_prompt, options.thinking);
         match &self.kind {
-            Kind::Gemma => Ok(render_gemma(
-                &self.bos_token,
-                messages,
-                add_generation_prompt,
-            )),
-            Kind::Gemma4 => Ok(render_gemma4(
-                &self.bos_token,
-                messages,
-                add_generation_prompt,
-                thinking,
-            )),
-            Kind::Jinja(jinja) => {
-                self.render_jinja(jinja, messages, add_generation_prompt, thinking)
-            }
+            Kind::Gemma => Ok(render_gemma(&self.bos_token, messages, add)),
+            Kind::Gemma4 => Ok(render_gemma4(&self.bos_token, messages, add, thinking)),
+            Kind::Jinja(jinja) => self.render_jinja(jinja, messages, options),
         }
     }
 
@@ -280,19 +322,27 @@ impl ChatTemplate {
         &self,
         jinja: &std::sync::Arc<jinja::Jinja>,
         messages: &[ChatMessage],
-        add_generation_prompt: bool,
-        thinking: bool,
+        options: &ChatOptions<'_>,
     ) -> Result<String, TokenizerError> {
         let (jinja, messages) = (jinja.clone(), messages.to_vec());
         let (bos, eos) = (self.bos_token.clone(), self.eos_token.clone());
+        let (add_generation_prompt, thinking) = (options.add_generation_prompt, options.thinking);
+        // Absent, not empty, when there are none: templates test `tools is
+        // defined` as often as `tools`.
+        let tools = (!options.tools.is_empty()).then(|| options.tools.to_vec());
         let render = move || {
-            jinja.render(minijinja::context! {
-                messages => Value::from(minijinja::value::Serde(&messages)),
-                bos_token => bos,
-                eos_token => eos,
-                add_generation_prompt => add_generation_prompt,
-                enable_thinking => thinking,
-            })
+            use minijinja::value::{Serde, Value as Jv};
+            let mut ctx = vec![
+                ("messages", Jv::from(Serde(&messages))),
+                ("bos_token", Jv::from(bos)),
+                ("eos_token", Jv::from(eos)),
+                ("add_generation_prompt", Jv::from(add_generation_prompt)),
+                ("enable_thinking", Jv::from(thinking)),
+            ];
+            if let Some(tools) = &tools {
+                ctx.push(("tools", Jv::from(Serde(tools))));
+            }
+            jinja.render(Jv::from_pairs(ctx))
         };
         // minijinja 2 panicked on some slices (`''[::-1]`, `[][::-1]`: an
         // index past the end, found by fuzzing); a template from a model

@@ -16,7 +16,7 @@ mod message_text;
 mod spm;
 mod vocab;
 
-pub use chat::{ChatMessage, ChatTemplate, DEFAULT_TEMPLATE_STEPS, MAX_RENDER_BYTES};
+pub use chat::{ChatMessage, ChatOptions, ChatTemplate, DEFAULT_TEMPLATE_STEPS, MAX_RENDER_BYTES};
 pub use decode::StreamDecoder;
 pub use message_text::PromptText;
 pub use vocab::{TokenType, TokenizerModel, Vocab};
@@ -435,18 +435,22 @@ impl Tokenizer {
         messages: &[ChatMessage],
         add_generation_prompt: bool,
     ) -> Result<Vec<u32>, TokenizerError> {
-        self.encode_chat_thinking(template, messages, add_generation_prompt, false)
+        let options = ChatOptions {
+            add_generation_prompt,
+            ..ChatOptions::default()
+        };
+        self.encode_chat_with(template, messages, &options)
     }
 
-    /// [`Tokenizer::encode_chat`] with the template's thinking switch.
-    pub fn encode_chat_thinking(
+    /// [`Tokenizer::encode_chat`] rendered as `options` say (thinking,
+    /// tools).
+    pub fn encode_chat_with(
         &self,
         template: &ChatTemplate,
         messages: &[ChatMessage],
-        add_generation_prompt: bool,
-        thinking: bool,
+        options: &ChatOptions<'_>,
     ) -> Result<Vec<u32>, TokenizerError> {
-        let prompt = self.render_chat(template, messages, add_generation_prompt, thinking)?;
+        let prompt = self.render_chat(template, messages, options)?;
         Ok(self.encode_prompt(&prompt))
     }
 

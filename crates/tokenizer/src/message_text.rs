@@ -25,7 +25,8 @@ use std::fmt::Write;
 use std::ops::Range;
 
 use crate::vocab::Vocab;
-use crate::{ChatMessage, ChatTemplate, TokenType, Tokenizer, TokenizerError};
+use crate::{ChatMessage, ChatOptions, ChatTemplate, TokenType, Tokenizer, TokenizerError};
+use serde_json::Value;
 
 /// Opens a placeholder.
 const OPEN: char = '\u{FDD0}';
@@ -223,8 +224,7 @@ impl Tokenizer {
         &self,
         template: &ChatTemplate,
         messages: &[ChatMessage],
-        add_generation_prompt: bool,
-        thinking: bool,
+        options: &ChatOptions<'_>,
     ) -> Result<PromptText, TokenizerError> {
         let mut held = Vec::new();
         let mut stand_ins = Vec::with_capacity(messages.len());
@@ -232,12 +232,35 @@ impl Tokenizer {
             check_media(i, m)?;
             // A role's ends are left as they are: templates compare roles
             // (`role == 'user'`), and write a newline after them.
-            stand_ins.push(ChatMessage::new(
+            let mut stand_in = ChatMessage::new(
                 self.hold(&m.role, &[], false, &mut held),
                 self.hold(&m.content, m.media(), true, &mut held),
-            ));
+            );
+            stand_in.tool_calls = m
+                .tool_calls
+                .iter()
+                .map(|c| self.hold_value(c, &mut held))
+                .collect();
+            stand_in.tool_call_id = m
+                .tool_call_id
+                .as_deref()
+                .map(|id| self.hold(id, &[], true, &mut held));
+            stand_in.name = m
+                .name
+                .as_deref()
+                .map(|n| self.hold(n, &[], true, &mut held));
+            stand_ins.push(stand_in);
         }
-        let rendered = template.render_thinking(&stand_ins, add_generation_prompt, thinking)?;
+        let tools: Vec<Value> = options
+            .tools
+            .iter()
+            .map(|t| self.hold_value(t, &mut held))
+            .collect();
+        let options = ChatOptions {
+            tools: &tools,
+            ..*options
+        };
+        let rendered = template.render_with(&stand_ins, &options)?;
         let (text, literal, media) = restore(&rendered, &held);
         let add_bos = self.vocab.add_bos && !self.template_wrote_bos(&text, &literal);
         Ok(PromptText {
@@ -304,6 +327,25 @@ impl Tokenizer {
         }
         out.push_str(&field[at..]);
         out
+    }
+
+    /// `value` with every string in it, keys included, held as
+    /// [`Tokenizer::hold`] holds a message's text: tool calls, results and
+    /// declarations are the client's text too.
+    fn hold_value(&self, value: &Value, held: &mut Vec<Held>) -> Value {
+        match value {
+            Value::String(s) => Value::String(self.hold(s, &[], true, held)),
+            Value::Array(items) => {
+                Value::Array(items.iter().map(|v| self.hold_value(v, held)).collect())
+            }
+            Value::Object(fields) => Value::Object(
+                fields
+                    .iter()
+                    .map(|(k, v)| (self.hold(k, &[], true, held), self.hold_value(v, held)))
+                    .collect(),
+            ),
+            other => other.clone(),
+        }
     }
 
     /// The merged byte ranges of `text` that could take part in a control

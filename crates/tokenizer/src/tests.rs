@@ -306,7 +306,9 @@ fn builtin_gemma4_thinking_switch() {
     let t = ChatTemplate::gemma4("<bos>");
     assert!(t.supports_thinking());
     assert!(!ChatTemplate::gemma("<bos>").supports_thinking());
-    let s = t.render_thinking(&conversation(), true, true).unwrap();
+    let s = t
+        .render_with(&conversation(), &ChatOptions::reply(true))
+        .unwrap();
     assert!(
         s.starts_with("<bos><|turn>system\n<|think|>\nBe brief.<turn|>\n"),
         "{s}"
@@ -315,18 +317,31 @@ fn builtin_gemma4_thinking_switch() {
         s.ends_with("<|turn>user\nHow are you?<turn|>\n<|turn>model\n"),
         "{s}"
     );
-    let s = t.render_thinking(&conversation()[1..], true, true).unwrap();
+    let s = t
+        .render_with(&conversation()[1..], &ChatOptions::reply(true))
+        .unwrap();
     assert!(
         s.starts_with("<bos><|turn>system\n<|think|><turn|>\n<|turn>user\nHi there"),
         "{s}"
     );
     assert_eq!(
-        t.render_thinking(&conversation(), true, false).unwrap(),
+        t.render_with(&conversation(), &ChatOptions::reply(false))
+            .unwrap(),
         t.render(&conversation(), true).unwrap()
     );
     let j = ChatTemplate::jinja("{% if enable_thinking %}T{% endif %}", "", "").unwrap();
     assert!(j.supports_thinking());
-    assert_eq!(j.render_thinking(&[], false, true).unwrap(), "T");
+    assert_eq!(
+        j.render_with(
+            &[],
+            &ChatOptions {
+                thinking: true,
+                ..ChatOptions::default()
+            }
+        )
+        .unwrap(),
+        "T"
+    );
     assert_eq!(j.render(&[], false).unwrap(), "");
 }
 

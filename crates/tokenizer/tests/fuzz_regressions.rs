@@ -203,7 +203,7 @@ fn real_templates_with_namespaces_are_accepted() {
         }
         checked += 1;
     }
-    assert_eq!((checked, rendered), (12, 12));
+    assert_eq!((checked, rendered), (13, 13));
 }
 
 /// `{% set ns.x = [ns.x] %}` in a loop nests a list once per iteration, and

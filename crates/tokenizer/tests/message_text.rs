@@ -6,7 +6,7 @@
 
 use std::path::PathBuf;
 
-use hearth_tokenizer::{ChatMessage, ChatTemplate, TokenType, Tokenizer};
+use hearth_tokenizer::{ChatMessage, ChatOptions, ChatTemplate, TokenType, Tokenizer};
 
 fn repo_path(rel: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR"))
@@ -107,7 +107,7 @@ fn parsed_whole(
     m: &[ChatMessage],
     thinking: bool,
 ) -> Option<Vec<u32>> {
-    let text = t.render_thinking(m, true, thinking).ok()?;
+    let text = t.render_with(m, &ChatOptions::reply(thinking)).ok()?;
     let bos = tok.token_text(tok.bos_id()?).unwrap_or_default();
     let written = !bos.is_empty() && text.starts_with(bos);
     Some(tok.encode(&text, tok.add_bos() && !written, true))
@@ -121,7 +121,9 @@ fn ordinary_chats_encode_exactly_as_before() {
             for m in ordinary() {
                 for thinking in [false, true] {
                     let before = parsed_whole(&tok, &t, &m, thinking);
-                    let now = tok.encode_chat_thinking(&t, &m, true, thinking).ok();
+                    let now = tok
+                        .encode_chat_with(&t, &m, &ChatOptions::reply(thinking))
+                        .ok();
                     assert_eq!(now, before, "{vname} / {tname} / {m:?}");
                     compared += usize::from(now.is_some());
                 }
@@ -273,7 +275,9 @@ fn only_placed_media_markers_are_media() {
     let mut tool = ChatMessage::user("Result of f: ");
     tool.append(&m);
     for message in [m, tool] {
-        let prompt = tok.render_chat(&t, &[message], true, false).unwrap();
+        let prompt = tok
+            .render_chat(&t, &[message], &ChatOptions::reply(false))
+            .unwrap();
         assert_eq!(
             prompt.media_markers().collect::<Vec<_>>(),
             ["<start_of_image>"]

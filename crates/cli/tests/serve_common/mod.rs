@@ -22,6 +22,49 @@ pub fn tiny_fixture(rel: &str) -> std::path::PathBuf {
         .join(rel)
 }
 
+/// `src` with `names` given to token ids (as control tokens) and, when
+/// given, `template` as its chat template, written to `out`.
+pub fn with_tokens(
+    src: &gguf::GgufFile,
+    names: &[(usize, &str)],
+    template: Option<&str>,
+    out: &std::path::Path,
+) {
+    use gguf::{MetaArray, MetaValue};
+    let mut w = gguf::GgufWriter::new();
+    for (k, v) in src.metadata() {
+        let v = match (k.as_str(), v) {
+            ("tokenizer.ggml.tokens", MetaValue::Array(MetaArray::String(t))) => {
+                let mut t = t.clone();
+                for &(id, name) in names {
+                    t[id] = name.to_string();
+                }
+                MetaValue::Array(MetaArray::String(t))
+            }
+            ("tokenizer.ggml.token_type", MetaValue::Array(MetaArray::I32(t))) => {
+                let mut t = t.clone();
+                for &(id, _) in names {
+                    t[id] = 3;
+                }
+                MetaValue::Array(MetaArray::I32(t))
+            }
+            _ => v.clone(),
+        };
+        w.set(k.clone(), v);
+    }
+    if let Some(template) = template {
+        w.set(
+            "tokenizer.chat_template".to_string(),
+            MetaValue::String(template.to_string()),
+        );
+    }
+    for t in src.tensors() {
+        w.add_tensor(t.name.clone(), &t.dims, t.ty, src.tensor_data(t).to_vec())
+            .unwrap();
+    }
+    std::fs::write(out, w.to_bytes()).unwrap();
+}
+
 /// Start `hearth serve --models DIR` on a free loopback port with one
 /// thread and `extra` flags.
 pub fn serve_models(dir: &std::path::Path, extra: &[&str]) -> Server {

@@ -5,7 +5,7 @@ use super::common::{common, Common};
 use super::{ImageSource, Input, Request, ToolMode};
 use crate::error::ApiError;
 use crate::media::{self, Part};
-use engine::tools::{self, Tool, ToolCall, ToolChoice};
+use engine::tools::{self, Tool, ToolCall, ToolChoice, ToolsError};
 use engine::{ChatMessage, Grammar, SamplingParams};
 use serde::Deserialize;
 use serde_json::Value;
@@ -83,7 +83,6 @@ pub(super) fn chat_request(b: ChatBody, defaults: &SamplingParams) -> Result<Req
         ));
     }
     let tool_mode = parse_tools(b.tools, b.tool_choice, b.parallel_tool_calls)?;
-    let json_answer = b.common.asks_json();
     let guard = match b.guard.as_deref() {
         None => None,
         Some(spec) => Some(
@@ -96,29 +95,19 @@ pub(super) fn chat_request(b: ChatBody, defaults: &SamplingParams) -> Result<Req
         chat.push(i, m)?;
     }
     let Conversation {
-        mut messages,
+        messages,
         images,
         audio,
         ..
     } = chat;
-    if let Some(prompt) = tool_mode
-        .as_ref()
-        .and_then(|t| tools::tools_prompt(&t.tools, &t.choice, t.parallel, json_answer))
-    {
-        match messages.first_mut() {
-            Some(first) if first.role == "system" => {
-                first.content.push_str("\n\n");
-                first.content.push_str(&prompt);
-            }
-            _ => messages.insert(0, ChatMessage::new("system", prompt)),
-        }
-    }
     let mut req = common(b.common, Input::Chat(messages), None, defaults)?;
     req.guard = guard;
     req.images = images;
     req.audio = audio;
     if let Some(mode) = tool_mode {
-        req.grammar = reply_grammar(&mode, req.grammar.take())?;
+        // Checked now, made once the model (and so the call syntax) is
+        // known: `req.grammar` stays the answer's format until then.
+        reply_grammar(&mode, req.grammar.clone())?;
         if mode.choice != ToolChoice::None {
             req.tools = Some(mode);
         }
@@ -132,34 +121,26 @@ pub(super) fn chat_request(b: ChatBody, defaults: &SamplingParams) -> Result<Req
 /// a call (the format is for answers, not calls); `auto` to a call or the
 /// format's JSON. A format that is not JSON (a Hearth grammar or regex)
 /// cannot share a reply with calls under `auto`.
-fn reply_grammar(
+pub(crate) fn reply_grammar(
     mode: &ToolMode,
     format: Option<(Grammar, &'static str)>,
 ) -> Result<Option<(Grammar, &'static str)>, ApiError> {
-    let choice_error = |e: String| ApiError::bad_param("tool_choice", format!("{e}."));
-    match (&mode.choice, format) {
-        (ToolChoice::None, format) => Ok(format),
-        (ToolChoice::Auto, Some((format, field))) => {
-            let answer = match format {
-                Grammar::JsonSchema(schema) => schema,
-                Grammar::JsonObject => serde_json::json!({"type": "object"}),
-                _ => {
-                    return Err(ApiError::bad_param(
-                        field,
-                        format!(
-                            "`{field}` is not JSON, so a reply cannot be either it or a tool call; \
-                             use tool_choice `none` or `required`, or a JSON format."
-                        ),
-                    ))
-                }
-            };
-            let grammar = tools::calls_or_format_grammar(&mode.tools, mode.parallel, &answer)
-                .map_err(choice_error)?;
-            Ok(Some((grammar, field)))
-        }
-        (choice, _) => Ok(tools::tool_grammar(&mode.tools, choice, mode.parallel)
-            .map_err(choice_error)?
-            .map(|g| (g, "tools"))),
+    // The field a grammar error names: the format's while it holds the
+    // answer, else the tools'.
+    let field = match (&mode.choice, &format) {
+        (ToolChoice::None | ToolChoice::Auto, Some((_, field))) => *field,
+        _ => "tools",
+    };
+    match mode.reply_grammar(format.map(|(g, _)| g)) {
+        Ok(grammar) => Ok(grammar.map(|g| (g, field))),
+        Err(ToolsError::Choice(e)) => Err(ApiError::bad_param("tool_choice", format!("{e}."))),
+        Err(ToolsError::FormatNotJson) => Err(ApiError::bad_param(
+            field,
+            format!(
+                "`{field}` is not JSON, so a reply cannot be either it or a tool call; \
+                 use tool_choice `none` or `required`, or a JSON format."
+            ),
+        )),
     }
 }
 
@@ -169,8 +150,6 @@ struct Conversation {
     messages: Vec<ChatMessage>,
     images: Vec<ImageSource>,
     audio: Vec<Vec<u8>>,
-    /// Call ids of earlier assistant turns, to name a tool's result.
-    call_names: std::collections::HashMap<String, String>,
 }
 
 impl Conversation {
@@ -199,12 +178,12 @@ impl Conversation {
         };
         match (role, m.tool_calls) {
             ("tool", _) => {
-                let name = m.name.or_else(|| {
-                    m.tool_call_id
-                        .as_ref()
-                        .and_then(|id| self.call_names.get(id).cloned())
-                });
-                self.tool_result(name.as_deref(), &content);
+                // Named as the client named it: a template that wants the
+                // name finds it from the call id (as llama.cpp leaves it).
+                let mut result = content;
+                result.name = m.name;
+                result.tool_call_id = m.tool_call_id;
+                self.messages.push(result);
             }
             ("assistant", Some(calls)) if !calls.is_empty() => {
                 self.assistant_calls(i, content, calls)?
@@ -214,29 +193,16 @@ impl Conversation {
         Ok(())
     }
 
-    /// A tool's result: the template knows user and model turns only, so a
-    /// result is a user turn, merged with the results right before it.
-    fn tool_result(&mut self, name: Option<&str>, content: &ChatMessage) {
-        let mut text = ChatMessage::new("user", tools::result_prefix(name));
-        text.append(content);
-        match self.messages.last_mut() {
-            Some(last) if last.role == "user" => {
-                last.content.push_str("\n\n");
-                last.append(&text);
-            }
-            _ => self.messages.push(text),
-        }
-    }
-
-    /// An assistant turn with calls: its text, then the calls as the model
-    /// writes them.
+    /// An assistant turn with calls: its text, and the calls, their
+    /// arguments read as JSON (how the model's format writes them is
+    /// decided with the model).
     fn assistant_calls(
         &mut self,
         i: usize,
         content: ChatMessage,
         wire: Vec<WireToolCall>,
     ) -> Result<(), ApiError> {
-        let mut calls = Vec::new();
+        let mut message = content;
         for (j, c) in wire.into_iter().enumerate() {
             let raw = c.function.arguments.unwrap_or_else(|| "{}".into());
             let arguments = serde_json::from_str::<Value>(&raw).map_err(|e| {
@@ -245,19 +211,14 @@ impl Conversation {
                     format!("The arguments are not valid JSON: {e}"),
                 )
             })?;
-            if let Some(id) = c.id {
-                self.call_names.insert(id, c.function.name.clone());
-            }
-            calls.push(ToolCall {
+            let call = ToolCall {
                 name: c.function.name,
                 arguments,
-            });
+            };
+            message
+                .tool_calls
+                .push(tools::call_value(c.id.as_deref(), &call));
         }
-        let mut message = content;
-        if !message.content.is_empty() {
-            message.content.push('\n');
-        }
-        message.content.push_str(&tools::calls_text(&calls));
         self.messages.push(message);
         Ok(())
     }
@@ -373,5 +334,6 @@ fn parse_tools(
         // Off unless asked for (OpenAI's default is on): small models
         // offered an array of calls tend to repeat one call to the limit.
         parallel: parallel.unwrap_or(false),
+        format: tools::ToolFormat::Json,
     }))
 }

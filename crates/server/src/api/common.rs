@@ -100,16 +100,6 @@ pub(super) struct CompletionBody {
     common: Common,
 }
 
-impl Common {
-    /// Whether the request holds its answer to JSON (`response_format`
-    /// `json_object` or `json_schema`, or llama.cpp's `json_schema`).
-    pub(super) fn asks_json(&self) -> bool {
-        let format = self.response_format.as_ref().and_then(|f| f.get("type"));
-        self.json_schema.is_some()
-            || format.is_some_and(|t| t == "json_object" || t == "json_schema")
-    }
-}
-
 /// The one grammar a request asks for through `response_format`, `grammar`,
 /// `json_schema`, `regex` or `lark_grammar`.
 fn parse_grammar(c: &mut Common) -> Result<Option<(Grammar, &'static str)>, ApiError> {

@@ -5,7 +5,7 @@
 
 use crate::error::ApiError;
 pub use crate::media::ImageSource;
-use engine::tools::{self, Tool, ToolCall, ToolChoice};
+pub use engine::tools::ToolMode;
 use engine::{ChatMessage, GenerateOptions, Grammar, SamplingParams};
 use serde_json::{json, Value};
 
@@ -14,6 +14,7 @@ mod common;
 mod speculative;
 
 use chat::chat_request;
+pub(crate) use chat::reply_grammar;
 use common::completion_request;
 pub use common::{MAX_CHOICES, MAX_TOP_LOGPROBS};
 pub use speculative::SpeculationChoice;
@@ -63,29 +64,6 @@ pub struct Request {
     pub speculation: SpeculationChoice,
 }
 
-/// Tool calling in a chat request.
-#[derive(Debug, Clone)]
-pub struct ToolMode {
-    /// The tools.
-    pub tools: Vec<Tool>,
-    /// Whether a call is required, and of which tool.
-    pub choice: ToolChoice,
-    /// Whether one reply may hold several calls (a JSON array of them).
-    pub parallel: bool,
-}
-
-impl ToolMode {
-    /// The reply as calls, when it is.
-    pub fn parse(&self, text: &str) -> Option<Vec<ToolCall>> {
-        tools::parse_tool_calls(text, &self.tools)
-    }
-
-    /// Whether the reply must be a call (so nothing streams as text).
-    pub fn call_required(&self) -> bool {
-        matches!(self.choice, ToolChoice::Required | ToolChoice::Function(_))
-    }
-}
-
 /// The prompt of a request.
 #[derive(Debug)]
 pub enum Input {
@@ -109,7 +87,8 @@ impl Request {
             max_tokens: self.max_tokens.unwrap_or(room).min(room),
             stop: self.stop.clone(),
             stop_on_eog: true,
-            render_special: false,
+            // Calls in a model's own syntax are read from their tokens.
+            render_special: self.tools.as_ref().is_some_and(|t| t.native().is_some()),
             speculation: self.speculation.apply(default),
         }
     }

@@ -158,7 +158,11 @@ fn only_media_parts_place_media() {
     assert_eq!(r.images.len(), 2);
     let after = "look <start_of_image> here".len();
     assert_eq!(m[0].media(), std::slice::from_ref(&(after..after + 16)));
-    // The result is a user turn after its prefix; the marker keeps its place.
+    assert_eq!((m[2].role.as_str(), m[2].tool_call_id.as_deref()), ("tool", Some("c1")));
+    assert_eq!(m[2].media(), std::slice::from_ref(&(after..after + 16)));
+    // In the JSON convention the result is a user turn after its prefix;
+    // the marker keeps its place.
+    let m = engine::tools::json_conversation(m, None, false);
     let prefix = "Result of f: ".len();
     assert_eq!(
         m[2].content,
@@ -191,6 +195,9 @@ fn tools_and_a_format_share_a_request_as_tool_choice_says() {
         matches!(&r.grammar, Some((Grammar::JsonSchema(s), "response_format")) if s["properties"]["city"].is_object())
     );
     // required and a named function: the call grammar.
+    // The reply's grammar is made once the model is known; these models
+    // use the JSON convention.
+    let reply = |r: &Request| super::reply_grammar(r.tools.as_ref().unwrap(), r.grammar.clone());
     for choice in [
         r#""required""#,
         r#"{"type":"function","function":{"name":"add"}}"#,
@@ -198,7 +205,7 @@ fn tools_and_a_format_share_a_request_as_tool_choice_says() {
         let r = tools_and_format(choice, schema).unwrap();
         assert!(r.tools.is_some());
         assert!(
-            matches!(&r.grammar, Some((Grammar::JsonSchema(s), "tools")) if s["properties"]["name"]["const"] == "add"),
+            matches!(&reply(&r).unwrap(), Some((Grammar::JsonSchema(s), "tools")) if s["properties"]["name"]["const"] == "add"),
             "{choice}"
         );
     }
@@ -206,12 +213,13 @@ fn tools_and_a_format_share_a_request_as_tool_choice_says() {
     for format in [schema, r#"{"type":"json_object"}"#] {
         let r = tools_and_format(r#""auto""#, format).unwrap();
         assert!(r.tools.is_some());
-        let Some((Grammar::JsonSchema(s), "response_format")) = &r.grammar else {
+        let Some((Grammar::JsonSchema(s), "response_format")) = &reply(&r).unwrap() else {
             panic!("{:?}", r.grammar);
         };
         assert_eq!(s["anyOf"].as_array().unwrap().len(), 2, "{s}");
         // The model is told an answer is JSON, not plain text.
         let Input::Chat(m) = &r.input else { panic!() };
+        let m = engine::tools::json_conversation(m, r.tools.as_ref(), true);
         assert!(
             m[0].content.contains("the JSON answer asked for"),
             "{}",

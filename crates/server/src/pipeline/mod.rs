@@ -12,6 +12,7 @@ use crate::reply::Reply;
 use crate::scheduler::{Fork, Job};
 use crate::AppState;
 use engine::SamplingParams;
+pub(crate) use prepare::{for_this_model, message_bytes};
 use prepare::{prepare_off_thread, Prepared};
 use std::sync::Arc;
 use std::time::Instant;

@@ -7,7 +7,9 @@ use crate::error::ApiError;
 use crate::media;
 use crate::truncate::{self, Overflow};
 use crate::{AppState, ServerConfig};
-use engine::{Engine, EngineError};
+use engine::tools::{self, ToolFormat};
+use engine::{ChatOptions, Engine, EngineError, Grammar};
+use serde_json::Value;
 use std::sync::Arc;
 
 /// A request made ready for the scheduler.
@@ -30,10 +32,15 @@ fn prepare(
     config: &ServerConfig,
     compile: bool,
 ) -> Result<Prepared, ApiError> {
+    let (req, declarations) = for_this_model(engine, req)?;
     // A model that does not think ignores the switch.
     let thinking = match (&req.input, req.thinking) {
         (Input::Chat(_), true) => engine.thinking(req.thinking_budget),
         _ => None,
+    };
+    let options = ChatOptions {
+        tools: &declarations,
+        ..ChatOptions::reply(thinking.is_some())
     };
     let media = !req.images.is_empty() || !req.audio.is_empty();
     let mut dropped = 0;
@@ -44,16 +51,13 @@ fn prepare(
             let n_ctx = engine.n_ctx();
             let room = req.max_tokens.unwrap_or(n_ctx / 8).min(n_ctx / 4).max(1);
             let fitted = truncate::fit(messages, n_ctx, room, |m| {
-                tokenize_chat(engine, m, thinking.is_some())
+                tokenize_chat(engine, m, &options)
             })?;
             dropped = fitted.dropped;
             (fitted.ids, Vec::new())
         }
-        _ if !media => (
-            tokenize(engine, &req.input, thinking.is_some())?,
-            Vec::new(),
-        ),
-        _ => media_prompt(engine, &req, config, thinking.is_some())?,
+        _ if !media => (tokenize(engine, &req.input, &options)?, Vec::new()),
+        _ => media_prompt(engine, &req, config, &options)?,
     };
     // Compiled once: each further choice gets a copy, not a compile.
     let constraints = match &req.grammar {
@@ -75,6 +79,33 @@ fn prepare(
         constraints,
         thinking,
     })
+}
+
+/// `req` as this model reads it: the conversation's tool calls and results
+/// in the model's format (written out in the JSON convention, or left for a
+/// template that writes calls itself, which then also declares the tools:
+/// the declarations returned), and the reply's grammar for that format.
+pub(crate) fn for_this_model(
+    engine: &Engine,
+    mut req: Request,
+) -> Result<(Request, Vec<Value>), ApiError> {
+    let format = engine.tool_format();
+    if let Some(mode) = &mut req.tools {
+        mode.format = format;
+    }
+    if let (ToolFormat::Json, Input::Chat(messages)) = (format, &mut req.input) {
+        let json_answer = matches!(
+            req.grammar,
+            Some((Grammar::JsonSchema(_) | Grammar::JsonObject, _))
+        );
+        *messages = tools::json_conversation(messages, req.tools.as_ref(), json_answer);
+    }
+    let mut declarations = Vec::new();
+    if let Some(mode) = &req.tools {
+        req.grammar = api::reply_grammar(mode, req.grammar.take())?;
+        declarations = mode.declarations();
+    }
+    Ok((req, declarations))
 }
 
 /// [`prepare`] on the prep pool: templating, tokenizing, encoding images
@@ -112,7 +143,7 @@ fn prepare_memory(req: &Request, compile: bool, budget: usize) -> u64 {
         .iter()
         .map(|clip| ::media::Clip::decode_memory_bound(clip.len()));
     let media = pictures.chain(clips).max().unwrap_or(0).min(budget as u64);
-    let grammar = if compile && req.grammar.is_some() {
+    let grammar = if compile && (req.grammar.is_some() || req.tools.is_some()) {
         GRAMMAR_MEMORY
     } else {
         0
@@ -124,13 +155,19 @@ fn prepare_memory(req: &Request, compile: bool, budget: usize) -> u64 {
 /// small beside a prompt that could pass the budget).
 fn input_bytes(req: &Request) -> usize {
     match &req.input {
-        Input::Chat(messages) => messages
-            .iter()
-            .map(|m| m.role.len() + m.content.len())
-            .sum(),
+        Input::Chat(messages) => messages.iter().map(message_bytes).sum(),
         Input::Text(text) => text.len(),
         Input::Ids(_) => 0,
     }
+}
+
+/// The bytes of text a message holds: its role and content, and its calls
+/// and result fields, which a template writes too.
+pub(crate) fn message_bytes(m: &engine::ChatMessage) -> usize {
+    let calls: usize = m.tool_calls.iter().map(|c| c.to_string().len()).sum();
+    let ids =
+        m.tool_call_id.as_ref().map_or(0, String::len) + m.name.as_ref().map_or(0, String::len);
+    m.role.len() + m.content.len() + calls + ids
 }
 
 /// More images or clips than `--max-images` / `--max-clips` is a 400 that
@@ -177,7 +214,7 @@ fn media_prompt(
     engine: &Engine,
     req: &Request,
     config: &ServerConfig,
-    thinking: bool,
+    options: &ChatOptions<'_>,
 ) -> Result<(Vec<u32>, Vec<engine::PromptImage>), ApiError> {
     let Input::Chat(messages) = &req.input else {
         return Err(ApiError::bad_param(
@@ -205,7 +242,7 @@ fn media_prompt(
         })
         .collect::<Result<Vec<_>, _>>()?;
     engine
-        .encode_chat_media(messages, &images, &clips, thinking)
+        .encode_chat_media(messages, &images, &clips, options)
         .map_err(|e| ApiError::bad_param("messages", format!("{e}.")))
 }
 
@@ -235,18 +272,20 @@ fn image_bytes<'a>(
 fn tokenize_chat(
     engine: &Engine,
     messages: &[engine::ChatMessage],
-    thinking: bool,
+    options: &ChatOptions<'_>,
 ) -> Result<Vec<u32>, ApiError> {
-    engine
-        .encode_chat_thinking(messages, thinking)
-        .map_err(|e| {
-            ApiError::bad_param("messages", format!("Cannot apply the chat template: {e}"))
-        })
+    engine.encode_chat_with(messages, options).map_err(|e| {
+        ApiError::bad_param("messages", format!("Cannot apply the chat template: {e}"))
+    })
 }
 
-fn tokenize(engine: &Engine, input: &Input, thinking: bool) -> Result<Vec<u32>, ApiError> {
+fn tokenize(
+    engine: &Engine,
+    input: &Input,
+    options: &ChatOptions<'_>,
+) -> Result<Vec<u32>, ApiError> {
     match input {
-        Input::Chat(messages) => tokenize_chat(engine, messages, thinking),
+        Input::Chat(messages) => tokenize_chat(engine, messages, options),
         Input::Text(text) => {
             let tok = engine.tokenizer();
             Ok(tok.encode(text, tok.add_bos(), true))

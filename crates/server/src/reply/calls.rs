@@ -1,7 +1,12 @@
 //! Tool calls read as the model writes them, so their arguments stream in
 //! fragments (as OpenAI's and Anthropic's APIs stream them) instead of
-//! arriving whole at the end. The grammar fixes the shape: a call
-//! `{"name": "NAME", "arguments": {...}}`, or an array of them.
+//! arriving whole at the end. The grammar fixes the shape: in the JSON
+//! convention a call `{"name": "NAME", "arguments": {...}}`, or an array of
+//! them; in a model's own syntax `OPEN call:NAME{...} CLOSE` after another,
+//! the arguments turned into JSON as they come.
+
+use engine::tools::native::ArgsToJson;
+use engine::tools::NativeSyntax;
 
 /// What the reader found in the text so far.
 #[derive(Debug, PartialEq)]
@@ -24,7 +29,99 @@ enum State {
 
 /// Reads calls from text that arrives in pieces.
 #[derive(Debug)]
-pub(crate) struct CallReader {
+pub(crate) enum CallReader {
+    /// The JSON convention.
+    Json(JsonReader),
+    /// A model's own syntax.
+    Native(NativeReader),
+}
+
+impl CallReader {
+    /// A reader for calls in `native` syntax, or the JSON convention.
+    pub(crate) fn new(native: Option<&'static NativeSyntax>) -> Self {
+        match native {
+            Some(syntax) => Self::Native(NativeReader {
+                syntax,
+                head: String::new(),
+                args: None,
+                begun: 0,
+            }),
+            None => Self::Json(JsonReader::new()),
+        }
+    }
+
+    /// Calls begun so far.
+    pub(crate) fn begun(&self) -> usize {
+        match self {
+            Self::Json(r) => r.begun,
+            Self::Native(r) => r.begun,
+        }
+    }
+
+    /// Read `text`, the next piece of the reply.
+    pub(crate) fn feed(&mut self, text: &str, out: &mut Vec<CallPart>) {
+        match self {
+            Self::Json(r) => r.feed(text, out),
+            Self::Native(r) => r.feed(text, out),
+        }
+    }
+}
+
+/// Reads calls in a model's own syntax.
+#[derive(Debug)]
+pub(crate) struct NativeReader {
+    syntax: &'static NativeSyntax,
+    /// Text since the last call ended, up to its arguments' `{`.
+    head: String,
+    /// The arguments being read.
+    args: Option<ArgsToJson>,
+    begun: usize,
+}
+
+impl NativeReader {
+    fn feed(&mut self, text: &str, out: &mut Vec<CallPart>) {
+        let mut text = text.to_string();
+        while !text.is_empty() {
+            if let Some(args) = &mut self.args {
+                let (json, after) = args.feed(&text);
+                if !json.is_empty() {
+                    out.push(CallPart::Args {
+                        index: self.begun - 1,
+                        fragment: json,
+                    });
+                }
+                if !args.done() {
+                    return;
+                }
+                self.args = None;
+                text = after;
+                continue;
+            }
+            self.head.push_str(&text);
+            text.clear();
+            let opener = format!("{}call:", self.syntax.call_open);
+            let Some(start) = self.head.find(&opener) else {
+                return;
+            };
+            let Some(brace) = self.head[start..].find('{') else {
+                return;
+            };
+            let name = self.head[start + opener.len()..start + brace].to_string();
+            text = self.head[start + brace..].to_string();
+            self.head.clear();
+            out.push(CallPart::Begin {
+                index: self.begun,
+                name,
+            });
+            self.begun += 1;
+            self.args = Some(ArgsToJson::new(self.syntax));
+        }
+    }
+}
+
+/// Reads calls in the JSON convention.
+#[derive(Debug)]
+pub(crate) struct JsonReader {
     state: State,
     head: String,
     /// Calls begun so far.
@@ -34,8 +131,8 @@ pub(crate) struct CallReader {
     escaped: bool,
 }
 
-impl CallReader {
-    pub(crate) fn new() -> Self {
+impl JsonReader {
+    fn new() -> Self {
         Self {
             state: State::Between,
             head: String::new(),
@@ -46,13 +143,7 @@ impl CallReader {
         }
     }
 
-    /// Calls begun so far.
-    pub(crate) fn begun(&self) -> usize {
-        self.begun
-    }
-
-    /// Read `text`, the next piece of the reply.
-    pub(crate) fn feed(&mut self, text: &str, out: &mut Vec<CallPart>) {
+    fn feed(&mut self, text: &str, out: &mut Vec<CallPart>) {
         let mut args = String::new();
         for c in text.chars() {
             match self.state {
@@ -148,7 +239,15 @@ mod tests {
     /// Feed `text` in pieces of `n` characters; the calls' names and their
     /// joined arguments.
     fn read(text: &str, n: usize) -> Vec<(String, String)> {
-        let mut r = CallReader::new();
+        read_in(None, text, n)
+    }
+
+    fn read_in(
+        native: Option<&'static NativeSyntax>,
+        text: &str,
+        n: usize,
+    ) -> Vec<(String, String)> {
+        let mut r = CallReader::new(native);
         let mut out = Vec::new();
         let chars: Vec<char> = text.chars().collect();
         for piece in chars.chunks(n) {
@@ -193,5 +292,34 @@ mod tests {
             read(r#"{"name": "a", "arguments": {"x": 1"#, 4),
             vec![("a".to_string(), r#"{"x": 1"#.to_string())]
         );
+    }
+
+    #[test]
+    fn native_calls_are_read_as_json_in_any_pieces() {
+        use engine::tools::native::{FUNCTION_GEMMA, GEMMA4};
+        let q = GEMMA4.quote;
+        let two = format!(
+            "<|tool_call>call:get_weather{{city:{q}Pa}}ris, \"x\"{q},days:[1,{{a:true}}],e:{{}}}}<tool_call|>\
+             <|tool_call>call:b_2{{}}<tool_call|>"
+        );
+        let args = r#"{"city":"Pa}ris, \"x\"","days":[1,{"a":true}],"e":{}}"#;
+        for n in [1, 2, 3, 7, 200] {
+            assert_eq!(
+                read_in(Some(&GEMMA4), &two, n),
+                vec![
+                    ("get_weather".to_string(), args.to_string()),
+                    ("b_2".to_string(), "{}".to_string())
+                ]
+            );
+        }
+        let q = FUNCTION_GEMMA.quote;
+        let one = format!("<start_function_call>call:f{{x:{q}a<b{q},n:-2.5e3}}<end_function_call>");
+        assert_eq!(
+            read_in(Some(&FUNCTION_GEMMA), &one, 3),
+            vec![("f".to_string(), r#"{"x":"a<b","n":-2.5e3}"#.to_string())]
+        );
+        for (_, json) in read_in(Some(&GEMMA4), &two, 1) {
+            serde_json::from_str::<serde_json::Value>(&json).unwrap();
+        }
     }
 }

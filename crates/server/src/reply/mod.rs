@@ -118,7 +118,8 @@ impl Reply {
     /// Stream tool calls as they are written: `CallBegin` and `CallArgs`
     /// pieces before the whole `Calls`.
     pub(crate) fn streaming_calls(mut self) -> Self {
-        self.calls = Some(calls::CallReader::new());
+        let native = self.tools.as_ref().and_then(ToolMode::native);
+        self.calls = Some(calls::CallReader::new(native));
         self
     }
 
@@ -172,16 +173,17 @@ impl Reply {
     }
 
     /// The text that may be shown now: under `auto` calls are a reply that
-    /// begins with `{` or `[`, so the first character decides.
+    /// begins with `{` or `[` (or, in a model's own syntax, its call
+    /// token), so its beginning decides.
     fn text(&mut self, t: String) -> Vec<Piece> {
         match self.mode {
             Mode::Text => return vec![Piece::Text(t)],
             Mode::Call => self.held.push_str(&t),
             Mode::Undecided => {
                 self.held.push_str(&t);
-                match self.held.chars().next() {
+                match self.decide() {
                     None => return Vec::new(),
-                    Some('{' | '[') => self.mode = Mode::Call,
+                    Some(Mode::Call) => self.mode = Mode::Call,
                     Some(_) => {
                         self.mode = Mode::Text;
                         return vec![Piece::Text(std::mem::take(&mut self.held))];
@@ -192,6 +194,19 @@ impl Reply {
             }
         }
         self.read_calls(&t)
+    }
+
+    /// Whether the held text begins a call or text, when it shows.
+    fn decide(&self) -> Option<Mode> {
+        let native = self.tools.as_ref().and_then(ToolMode::native);
+        match (native, self.held.chars().next()) {
+            (_, None) => None,
+            (Some(n), _) if self.held.starts_with(n.call_open) => Some(Mode::Call),
+            (Some(n), _) if n.call_open.starts_with(self.held.as_str()) => None,
+            (Some(_), _) => Some(Mode::Text),
+            (None, Some('{' | '[')) => Some(Mode::Call),
+            (None, Some(_)) => Some(Mode::Text),
+        }
     }
 
     /// The call pieces in `t`, the next text of a call, when calls stream.

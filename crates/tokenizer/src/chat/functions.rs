@@ -157,3 +157,74 @@ fn string_method(state: &State, s: &str, method: &str, args: &[Value]) -> Result
     };
     Ok(v)
 }
+
+/// `value | tojson(indent=None)`: JSON as transformers' templates get it
+/// (Python's `json.dumps` with `ensure_ascii=False`: `", "` and `": "`
+/// between items, or with `indent` one item a line), sized first as
+/// printing is ([`check_printable`]). Tool templates write declarations
+/// with it.
+pub(super) fn tojson(
+    state: &State,
+    value: &Value,
+    kwargs: minijinja::value::Kwargs,
+) -> Result<String, Error> {
+    check_printable(state, value)?;
+    let indent: Option<usize> = kwargs.get("indent")?;
+    kwargs.assert_all_used()?;
+    let mut out = Vec::new();
+    let written = match indent {
+        Some(n) => {
+            let pad = vec![b' '; n.min(16)];
+            let mut ser = serde_json::Serializer::with_formatter(
+                &mut out,
+                serde_json::ser::PrettyFormatter::with_indent(&pad),
+            );
+            serde::Serialize::serialize(value, &mut ser)
+        }
+        None => {
+            let mut ser = serde_json::Serializer::with_formatter(&mut out, PythonFormatter);
+            serde::Serialize::serialize(value, &mut ser)
+        }
+    };
+    written.map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))?;
+    ensure_room(state, out.len())?;
+    String::from_utf8(out)
+        .map_err(|e| Error::new(ErrorKind::InvalidOperation, format!("tojson: {e}")))
+}
+
+/// Python's default JSON separators: `", "` between items, `": "` after a
+/// key.
+struct PythonFormatter;
+
+impl serde_json::ser::Formatter for PythonFormatter {
+    fn begin_array_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            writer.write_all(b", ")
+        }
+    }
+
+    fn begin_object_key<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+        first: bool,
+    ) -> std::io::Result<()> {
+        if first {
+            Ok(())
+        } else {
+            writer.write_all(b", ")
+        }
+    }
+
+    fn begin_object_value<W: ?Sized + std::io::Write>(
+        &mut self,
+        writer: &mut W,
+    ) -> std::io::Result<()> {
+        writer.write_all(b": ")
+    }
+}

@@ -34,6 +34,7 @@ impl Jinja {
         env.set_debug(false);
         env.add_function("raise_exception", functions::raise_exception);
         env.add_function("strftime_now", functions::strftime_now);
+        env.add_filter("tojson", functions::tojson);
         env.set_unknown_method_callback(functions::python_methods);
         env.set_fuel(Some(DEFAULT_TEMPLATE_STEPS));
         env.set_formatter(bounded_output);
@@ -145,6 +146,7 @@ mod tests {
         env.set_debug(false);
         env.add_function("raise_exception", functions::raise_exception);
         env.add_function("strftime_now", functions::strftime_now);
+        env.add_filter("tojson", functions::tojson);
         env.set_unknown_method_callback(functions::python_methods);
         env.set_fuel(Some(DEFAULT_TEMPLATE_STEPS));
         env
