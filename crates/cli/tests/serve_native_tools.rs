@@ -426,3 +426,80 @@ fn auto_is_a_call_text_or_the_formats_json() {
     assert_eq!(calls + answers, 16);
     println!("auto: {calls} calls, {answers} answers");
 }
+
+/// Hostile tools and calls aimed at the native path: each is a quick 400
+/// or an ordinary answer, the server's peak memory barely moves, and it
+/// still answers afterwards.
+#[test]
+fn hostile_tools_and_calls_cost_little() {
+    let (_keep, dir) = models_dir();
+    let s = Server::start(
+        gemma4_native(&dir).to_str().unwrap(),
+        &["--ctx", "2048", "-t", "1"],
+    );
+    let before = serve_common::peak_rss_kib(s.child.id()) / 1024;
+    let tool = |parameters: Value| json!([{"type": "function", "function": {"name": "f", "parameters": parameters}}]);
+    // A schema whose `type` list writes its properties twice per level.
+    let mut doubling = json!({"type": "string"});
+    for _ in 0..40 {
+        doubling = json!({"type": ["object", "object"], "properties": {"a": doubling}});
+    }
+    let cycle = json!({"type": "object", "properties": {"x": {"$ref": "#/$defs/a"}},
+        "$defs": {"a": {"$ref": "#/$defs/a"}}});
+    let nowhere = json!({"type": "object", "properties": {"x": {"$ref": "#/$defs/none"}}});
+    let wrap = |p: Value| json!({"type": "object", "properties": {"x": p}});
+    for (what, params, choice) in [
+        ("doubling types", wrap(doubling.clone()), "required"),
+        ("doubling types under auto", wrap(doubling), "auto"),
+        ("a $ref cycle", cycle, "required"),
+        ("a $ref to nothing", nowhere, "required"),
+    ] {
+        let body = json!({"messages": [{"role": "user", "content": "hi"}], "tools": tool(params), "tool_choice": choice, "max_tokens": 8});
+        let t0 = std::time::Instant::now();
+        let r = s.post("/v1/chat/completions", &body.to_string());
+        let took = t0.elapsed();
+        println!(
+            "{what}: {} in {took:?}: {}",
+            r.status,
+            r.text().chars().take(200).collect::<String>()
+        );
+        assert!(r.status == 400 || r.status == 200, "{what}: {}", r.text());
+        assert!(
+            took < std::time::Duration::from_secs(20),
+            "{what}: {took:?}"
+        );
+    }
+    // A call in the history nested as deep as JSON allows, and thousands of calls.
+    let mut deep = json!(1);
+    for _ in 0..60 {
+        deep = json!({"a": [deep]});
+    }
+    let many: Vec<Value> = (0..5000).map(|i| json!({"id": format!("c{i}"), "type": "function", "function": {"name": "f", "arguments": "{\"x\":1}"}})).collect();
+    for (what, calls) in [
+        (
+            "a deep call",
+            json!([{"id": "c", "type": "function", "function": {"name": "f", "arguments": deep.to_string()}}]),
+        ),
+        ("5000 calls", json!(many)),
+    ] {
+        let body = json!({"messages": [{"role": "user", "content": "hi"}, {"role": "assistant", "content": null, "tool_calls": calls}],
+            "tools": tool(json!({"type": "object"})), "max_tokens": 4});
+        let t0 = std::time::Instant::now();
+        let r = s.post("/v1/chat/completions", &body.to_string());
+        println!(
+            "{what}: {} in {:?}: {}",
+            r.status,
+            t0.elapsed(),
+            r.text().chars().take(200).collect::<String>()
+        );
+        assert!(r.status == 400 || r.status == 200, "{what}: {}", r.text());
+    }
+    let grew = serve_common::peak_rss_kib(s.child.id()) / 1024 - before;
+    println!("peak RSS growth: {grew} MiB");
+    assert!(grew < 300, "{grew} MiB");
+    let r = s.post(
+        "/v1/chat/completions",
+        &chat(json!("required"), 1, json!({})).to_string(),
+    );
+    assert_eq!(r.status, 200, "still answers: {}", r.text());
+}

@@ -140,7 +140,7 @@ impl ToolMode {
         };
         let allowed = allowed_tools(&self.tools, &self.choice).map_err(ToolsError::Choice)?;
         let calls =
-            native::calls_lark(native, &allowed, self.parallel).map_err(ToolsError::Choice)?;
+            native::calls_lark(native, &allowed, self.parallel).map_err(ToolsError::Schema)?;
         let or = match (&self.choice, answer) {
             (ToolChoice::Auto, Some(answer)) => OrInstead::Json(answer),
             (ToolChoice::Auto, None) => OrInstead::Text,
@@ -155,6 +155,9 @@ impl ToolMode {
 pub enum ToolsError {
     /// The tool choice cannot be met (the message says why).
     Choice(String),
+    /// The tools' parameter schemas cannot be held in the model's call
+    /// syntax (the message says why).
+    Schema(String),
     /// Under `auto` the answer's format is not JSON, so a reply could not
     /// be told apart from a call.
     FormatNotJson,

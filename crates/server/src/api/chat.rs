@@ -134,6 +134,7 @@ pub(crate) fn reply_grammar(
     match mode.reply_grammar(format.map(|(g, _)| g)) {
         Ok(grammar) => Ok(grammar.map(|g| (g, field))),
         Err(ToolsError::Choice(e)) => Err(ApiError::bad_param("tool_choice", format!("{e}."))),
+        Err(ToolsError::Schema(e)) => Err(ApiError::bad_param("tools", format!("{e}."))),
         Err(ToolsError::FormatNotJson) => Err(ApiError::bad_param(
             field,
             format!(

@@ -158,7 +158,10 @@ fn only_media_parts_place_media() {
     assert_eq!(r.images.len(), 2);
     let after = "look <start_of_image> here".len();
     assert_eq!(m[0].media(), std::slice::from_ref(&(after..after + 16)));
-    assert_eq!((m[2].role.as_str(), m[2].tool_call_id.as_deref()), ("tool", Some("c1")));
+    assert_eq!(
+        (m[2].role.as_str(), m[2].tool_call_id.as_deref()),
+        ("tool", Some("c1"))
+    );
     assert_eq!(m[2].media(), std::slice::from_ref(&(after..after + 16)));
     // In the JSON convention the result is a user turn after its prefix;
     // the marker keeps its place.
