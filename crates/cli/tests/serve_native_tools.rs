@@ -303,6 +303,83 @@ fn chat_calls(s: &Server, seed: u64, choice: &Value, parallel: bool) {
     );
 }
 
+/// Anthropic's named tool forces a call: a `tool_use` block whose input holds to
+/// the schema, and streamed, the same input in `input_json_delta`s.
+fn anthropic_calls(s: &Server, m: &str) {
+    let tools: Vec<Value> = tight_tools()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| json!({"name": t["function"]["name"], "description": "d", "input_schema": t["function"]["parameters"]}))
+        .collect();
+    // Greedy, so the streamed reply is the same reply; the tool whose
+    // arguments are two numbers, which greedy random weights finish.
+    let mut body = json!({"model": m, "max_tokens": 400, "messages": [{"role": "user", "content": "Add 2 and 3"}],
+        "tools": tools, "tool_choice": {"type": "tool", "name": "add"}, "temperature": 0});
+    let r = s.post("/v1/messages", &body.to_string());
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    assert_eq!(v["stop_reason"], "tool_use", "{v}");
+    let block = v["content"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["type"] == "tool_use")
+        .unwrap();
+    check_arguments(block["name"].as_str().unwrap(), &block["input"]);
+    body["stream"] = json!(true);
+    let (mut name, mut input) = (String::new(), String::new());
+    for d in s.post("/v1/messages", &body.to_string()).sse_data() {
+        let e: Value = serde_json::from_str(&d).unwrap();
+        if e["type"] == "content_block_start" && e["content_block"]["type"] == "tool_use" {
+            name = e["content_block"]["name"].as_str().unwrap().to_string();
+        }
+        if e["delta"]["type"] == "input_json_delta" {
+            input.push_str(e["delta"]["partial_json"].as_str().unwrap());
+        }
+    }
+    let input: Value = serde_json::from_str(&input).unwrap_or_else(|e| panic!("{input}: {e}"));
+    assert!(
+        name == block["name"] && same(&input, &block["input"]),
+        "{name} {input}"
+    );
+}
+
+/// Responses' named function: a `function_call` item, and streamed, the same
+/// arguments in `function_call_arguments.delta`s.
+fn responses_calls(s: &Server, m: &str) {
+    let tools: Vec<Value> = tight_tools()
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| json!({"type": "function", "name": t["function"]["name"], "parameters": t["function"]["parameters"]}))
+        .collect();
+    let mut body = json!({"model": m, "input": "Add 2 and 3", "max_output_tokens": 400,
+        "tool_choice": {"type": "function", "name": "add"}, "tools": tools, "store": false, "temperature": 0});
+    let r = s.post("/v1/responses", &body.to_string());
+    assert_eq!(r.status, 200, "{}", r.text());
+    let v = r.json();
+    let item = v["output"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|o| o["type"] == "function_call")
+        .unwrap_or_else(|| panic!("{v}"));
+    let args: Value = serde_json::from_str(item["arguments"].as_str().unwrap()).unwrap();
+    check_arguments(item["name"].as_str().unwrap(), &args);
+    body["stream"] = json!(true);
+    let mut streamed = String::new();
+    for d in s.post("/v1/responses", &body.to_string()).sse_data() {
+        let e: Value = serde_json::from_str(&d).unwrap();
+        if e["type"] == "response.function_call_arguments.delta" {
+            streamed.push_str(e["delta"].as_str().unwrap());
+        }
+    }
+    let streamed: Value =
+        serde_json::from_str(&streamed).unwrap_or_else(|e| panic!("{streamed}: {e}"));
+    assert!(same(&streamed, &args), "{streamed} {args}");
+}
+
 #[test]
 fn forced_calls_parse_on_every_api_streamed_and_not() {
     let (_keep, dir) = models_dir();
@@ -319,41 +396,8 @@ fn forced_calls_parse_on_every_api_streamed_and_not() {
                 chat_calls(&s, seed, &choice, parallel);
             }
         }
-        // Anthropic: `any` forces a call; the input is an object.
-        let r = s.post(
-            "/v1/messages",
-            &json!({"model": m, "max_tokens": 160, "messages": [{"role": "user", "content": "Add 2 and 3"}],
-                "tools": tight_tools().as_array().unwrap().iter().map(|t| json!({"name": t["function"]["name"], "description": "d", "input_schema": t["function"]["parameters"]})).collect::<Vec<_>>(),
-                "tool_choice": {"type": "any"}}).to_string(),
-        );
-        assert_eq!(r.status, 200, "{}", r.text());
-        let v = r.json();
-        assert_eq!(v["stop_reason"], "tool_use", "{v}");
-        let block = v["content"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|b| b["type"] == "tool_use")
-            .unwrap();
-        check_arguments(block["name"].as_str().unwrap(), &block["input"]);
-        // Responses: a required call is a `function_call` item.
-        let r = s.post(
-            "/v1/responses",
-            &json!({"model": m, "input": "Add 2 and 3", "max_output_tokens": 160, "tool_choice": "required",
-                "tools": tight_tools().as_array().unwrap().iter().map(|t| json!({"type": "function", "name": t["function"]["name"], "parameters": t["function"]["parameters"]})).collect::<Vec<_>>()}).to_string(),
-        );
-        assert_eq!(r.status, 200, "{}", r.text());
-        let v = r.json();
-        let item = v["output"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|o| o["type"] == "function_call")
-            .unwrap_or_else(|| panic!("{v}"));
-        check_arguments(
-            item["name"].as_str().unwrap(),
-            &serde_json::from_str(item["arguments"].as_str().unwrap()).unwrap(),
-        );
+        anthropic_calls(&s, m);
+        responses_calls(&s, m);
         // Ollama: tools under `auto`; when the reply is a call, it parses.
         for seed in 0..3 {
             let r = s.post(
