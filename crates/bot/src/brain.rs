@@ -187,7 +187,7 @@ impl EngineBrain {
     /// Whether `messages` plus `extra` tokens leave room for a whole reply.
     fn fits_with(&self, messages: &[ChatMessage], extra: usize) -> bool {
         self.engine
-            .encode_chat(messages)
-            .is_ok_and(|ids| ids.len() + extra + self.max_tokens <= self.engine.n_ctx())
+            .prompt(&engine::PromptRequest::chat(messages))
+            .is_ok_and(|p| p.ids.len() + extra + self.max_tokens <= self.engine.n_ctx())
     }
 }

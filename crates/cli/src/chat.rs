@@ -157,19 +157,12 @@ pub fn run(
         messages.push(engine::media_message("user", &user, added, added_clips));
         conversation_images.append(&mut pending_images);
         conversation_clips.append(&mut pending_clips);
-        let options = engine::ChatOptions::reply(thinking.is_some());
-        let encoded = if conversation_images.is_empty() && conversation_clips.is_empty() {
-            engine
-                .encode_chat_with(&messages, &options)
-                .map(|ids| (ids, Vec::new()))
-        } else {
-            engine.encode_chat_media(
-                &messages,
-                &conversation_images,
-                &conversation_clips,
-                &options,
-            )
-        };
+        let request = engine::PromptRequest::chat_with(
+            &messages,
+            engine::ChatOptions::reply(thinking.is_some()),
+        )
+        .with_media(&conversation_images, &conversation_clips);
+        let encoded = engine.prompt(&request).map(|p| (p.ids, p.media));
         let (ids, placed) = match encoded {
             Ok(v) => v,
             Err(e) => {

@@ -190,7 +190,10 @@ fn prompt_ids(
         &engine::place_audio(prompt, media.clips.len()),
         media.images.len(),
     );
-    Ok(engine.mixed_prompt(&text, tok.add_bos(), &media.images, &media.clips)?)
+    let request =
+        engine::PromptRequest::text(&text, tok.add_bos()).with_media(&media.images, &media.clips);
+    let prompt = engine.prompt(&request)?;
+    Ok((prompt.ids, prompt.media))
 }
 
 /// `complete`'s output options.

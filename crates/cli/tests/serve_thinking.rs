@@ -33,10 +33,11 @@ fn first_token(path: &Path, user: &str) -> u32 {
     )
     .unwrap();
     let ids = engine
-        .encode_chat_with(
+        .prompt(&engine::PromptRequest::chat_with(
             &[engine::ChatMessage::user(user)],
-            &engine::ChatOptions::reply(true),
-        )
+            engine::ChatOptions::reply(true),
+        ))
+        .map(|p| p.ids)
         .unwrap();
     let mut s = engine.session();
     s.feed(&ids).unwrap();
@@ -94,10 +95,11 @@ fn thought_and_answer_come_back_apart() {
         let first = first_token(&path, user) as usize;
         let engine = Engine::load(&path, &RunOptions::default()).unwrap();
         let prompt = engine
-            .encode_chat_with(
+            .prompt(&engine::PromptRequest::chat_with(
                 &[engine::ChatMessage::user(user.as_str())],
-                &engine::ChatOptions::reply(true),
-            )
+                engine::ChatOptions::reply(true),
+            ))
+            .map(|p| p.ids)
             .unwrap();
         if first < n - 5 && !prompt.contains(&(first as u32)) && !in_merges(&texts[first]) {
             found = Some((user.clone(), first));

@@ -125,37 +125,9 @@ impl Engine {
         })
     }
 
-    /// Tokenize `text`, whose audio markers ([`AUDIO_MARKER`], and on
-    /// Gemma 4 [`GEMMA4_AUDIO_MARKER`]) place `clips` in order, into the
-    /// prompt ids (with the clips' audio tokens) and their places.
-    pub fn audio_prompt(
-        &self,
-        text: &str,
-        add_bos: bool,
-        clips: &[ImageEmbedding],
-    ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
-        // Refused on a model that does not hear, clips or not.
-        self.tower()?;
-        self.mixed_prompt(text, add_bos, &[], clips)
-    }
-
-    /// Tokenize `text`, whose image markers place `images` and whose audio
-    /// markers place `clips` (each kind in order, the two in any order),
-    /// into the prompt ids and every item's place: one prompt with both
-    /// kinds, for a model that reads and hears (Gemma 4).
-    pub fn mixed_prompt(
-        &self,
-        text: &str,
-        add_bos: bool,
-        images: &[ImageEmbedding],
-        clips: &[ImageEmbedding],
-    ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
-        self.place_mixed(crate::images::raw_prompt(text, add_bos), images, clips)
-    }
-
     /// The ids of `prompt`, whose media markers place `images` and
     /// `clips`, and every item's place.
-    fn place_mixed(
+    pub(crate) fn place_mixed(
         &self,
         prompt: tokenizer::PromptText,
         images: &[ImageEmbedding],
@@ -280,31 +252,6 @@ fn form(tower: &AudioTower) -> &'static MediaForm {
     match tower {
         AudioTower::Gemma3n(_) => &GEMMA3N_FORM,
         AudioTower::Gemma4(_) => &GEMMA4_FORM,
-    }
-}
-
-impl Engine {
-    /// [`Engine::encode_chat_with`] for messages whose text places
-    /// `clips` with [`AUDIO_MARKER`]s.
-    pub fn encode_chat_audio(
-        &self,
-        messages: &[tokenizer::ChatMessage],
-        clips: &[ImageEmbedding],
-        options: &tokenizer::ChatOptions<'_>,
-    ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
-        self.encode_chat_media(messages, &[], clips, options)
-    }
-
-    /// [`Engine::encode_chat_with`] for messages whose text places
-    /// `images` with image markers and `clips` with audio markers.
-    pub fn encode_chat_media(
-        &self,
-        messages: &[tokenizer::ChatMessage],
-        images: &[ImageEmbedding],
-        clips: &[ImageEmbedding],
-        options: &tokenizer::ChatOptions<'_>,
-    ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
-        self.place_mixed(self.render_for_media(messages, options)?, images, clips)
     }
 }
 

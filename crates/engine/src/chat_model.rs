@@ -122,7 +122,10 @@ impl ChatModel for LocalChat<'_> {
                 "a local chat takes no images or audio; use SharedChat".into(),
             ));
         }
-        let prompt = self.engine.encode_chat(&call.messages)?;
+        let prompt = self
+            .engine
+            .prompt(&crate::PromptRequest::chat(&call.messages))?
+            .ids;
         let constraint = match &call.grammar {
             Some(g) => Some(self.engine.constraint(g)?),
             None => None,

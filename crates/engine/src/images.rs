@@ -193,20 +193,6 @@ impl Engine {
         })
     }
 
-    /// Tokenize `text`, whose image markers place `images` in order, into
-    /// the prompt ids (with the images' soft tokens) and the images'
-    /// places. The number of markers must equal the number of images.
-    pub fn image_prompt(
-        &self,
-        text: &str,
-        add_bos: bool,
-        images: &[ImageEmbedding],
-    ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
-        let (form, soft) = self.image_form();
-        let kinds = [MediaKind::new(form, soft, images, "image")];
-        self.media_prompt(raw_prompt(text, add_bos), &kinds)
-    }
-
     /// What this model's prompts make of an image marker, and the id its
     /// soft tokens take. The soft tokens' ids reach no embedding table on
     /// Gemma 3 (its own id keeps the prompt's ids what transformers sees);
@@ -289,31 +275,6 @@ impl Engine {
             })
             .collect();
         fill_soft_tokens(&plain, &specs)
-    }
-
-    /// [`Engine::encode_chat_with`] for messages whose text places
-    /// `images` with image markers.
-    pub fn encode_chat_images(
-        &self,
-        messages: &[tokenizer::ChatMessage],
-        images: &[ImageEmbedding],
-        options: &tokenizer::ChatOptions<'_>,
-    ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
-        let (form, soft) = self.image_form();
-        let kinds = [MediaKind::new(form, soft, images, "image")];
-        self.media_prompt(self.render_for_media(messages, options)?, &kinds)
-    }
-
-    /// The chat prompt for `messages`: the messages' text stays text, and
-    /// the media markers their builders placed are the prompt's media.
-    pub(crate) fn render_for_media(
-        &self,
-        messages: &[tokenizer::ChatMessage],
-        options: &tokenizer::ChatOptions<'_>,
-    ) -> Result<PromptText, EngineError> {
-        Ok(self
-            .tokenizer
-            .render_chat(&self.template, messages, options)?)
     }
 }
 

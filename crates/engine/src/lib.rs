@@ -19,6 +19,7 @@ mod images;
 mod inspect;
 mod load;
 mod options;
+mod prompt;
 mod request;
 mod sampling;
 mod score;
@@ -46,6 +47,7 @@ pub use inspect::{inspect, load_tokenizer, towers, FileSummary, MetaEntry, Tenso
 pub use load::{open_model_file, Engine};
 pub use model::{ring_slack, KvType, Precision, Scratch};
 pub use options::{InputLimits, RunOptions, DEFAULT_BATCH, MAX_DEFAULT_CTX};
+pub use prompt::{Prompt, PromptInput, PromptRequest};
 pub use request::GenerationRequest;
 pub use sampling::{argmax, Rng, Sampler, SamplingParams};
 pub use score::{logsumexp, token_logprob, top_k, PerplexityReport, TokenLogprob};

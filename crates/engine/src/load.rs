@@ -342,11 +342,6 @@ impl Engine {
         }
     }
 
-    /// Encode a conversation with the chat template, ready for generation.
-    pub fn encode_chat(&self, messages: &[ChatMessage]) -> Result<Vec<u32>, EngineError> {
-        Ok(self.tokenizer.encode_chat(&self.template, messages, true)?)
-    }
-
     /// The thought channel's markers when this model thinks: its template
     /// has a thinking switch and its vocabulary the channel tokens
     /// (`<|channel>`, `<channel|>`). `None` for models that do not think.
@@ -361,19 +356,6 @@ impl Engine {
             close,
             budget,
         })
-    }
-
-    /// [`Engine::encode_chat`] rendered as `options` say: the template's
-    /// thinking switch (models without one ignore it), tools for a
-    /// template that declares them.
-    pub fn encode_chat_with(
-        &self,
-        messages: &[ChatMessage],
-        options: &ChatOptions<'_>,
-    ) -> Result<Vec<u32>, EngineError> {
-        Ok(self
-            .tokenizer
-            .encode_chat_with(&self.template, messages, options)?)
     }
 }
 

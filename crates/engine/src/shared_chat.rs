@@ -69,16 +69,12 @@ impl ChatModel for SharedChat {
 /// to the caller and leaves the slot free.
 fn admit(engine: &Engine, session: &mut Session, p: Pending) -> Option<Active> {
     let started = (|| {
-        let (prompt, images) = if p.call.images.is_empty() && p.call.audio.is_empty() {
-            (engine.encode_chat(&p.call.messages)?, Vec::new())
-        } else {
-            engine.encode_chat_media(
-                &p.call.messages,
-                &p.call.images,
-                &p.call.audio,
-                &tokenizer::ChatOptions::reply(false),
-            )?
-        };
+        let crate::Prompt {
+            ids: prompt,
+            media: images,
+        } = engine.prompt(
+            &crate::PromptRequest::chat(&p.call.messages).with_media(&p.call.images, &p.call.audio),
+        )?;
         let constraint = match &p.call.grammar {
             Some(g) => Some(engine.constraint(g)?),
             None => None,

@@ -88,7 +88,11 @@ fn the_marker_expands_as_the_processor_does() {
     let clip = engine.encode_audio(&bytes).unwrap();
     let text = format!("Listen:{AUDIO_MARKER}What is it?");
     let (ids, placed) = engine
-        .audio_prompt(&text, true, std::slice::from_ref(&clip))
+        .prompt(
+            &hearth_engine::PromptRequest::text(&text, true)
+                .with_media(&[], std::slice::from_ref(&clip)),
+        )
+        .map(|p| (p.ids, p.media))
         .unwrap();
     let clips: Vec<usize> = placed
         .iter()
@@ -102,7 +106,10 @@ fn the_marker_expands_as_the_processor_does() {
     assert_eq!(ids[p + 24], 528, "<end_of_audio> after it");
     // One marker, two clips: refused with a clear error.
     let err = engine
-        .audio_prompt(&text, true, &[clip.clone(), clip])
+        .prompt(
+            &hearth_engine::PromptRequest::text(&text, true).with_media(&[], &[clip.clone(), clip]),
+        )
+        .map(|p| (p.ids, p.media))
         .unwrap_err();
     assert!(err.to_string().contains("1 clip"), "{err}");
 }

@@ -144,7 +144,11 @@ fn markers_expand_as_the_processor_does() {
     for marker in [GEMMA4_AUDIO_MARKER, AUDIO_MARKER] {
         let text = format!("Listen:{marker}What is it?");
         let (ids, placed) = engine
-            .audio_prompt(&text, true, std::slice::from_ref(&clip))
+            .prompt(
+                &hearth_engine::PromptRequest::text(&text, true)
+                    .with_media(&[], std::slice::from_ref(&clip)),
+            )
+            .map(|p| (p.ids, p.media))
             .unwrap();
         assert_eq!(placed.len(), 1);
         let p = placed[0].pos;
@@ -154,7 +158,10 @@ fn markers_expand_as_the_processor_does() {
     }
     let text = format!("Listen:{GEMMA4_AUDIO_MARKER}What is it?");
     let err = engine
-        .audio_prompt(&text, true, &[clip.clone(), clip])
+        .prompt(
+            &hearth_engine::PromptRequest::text(&text, true).with_media(&[], &[clip.clone(), clip]),
+        )
+        .map(|p| (p.ids, p.media))
         .unwrap_err();
     assert!(err.to_string().contains("places 1 clip"), "{err}");
 }
@@ -192,12 +199,11 @@ fn a_prompt_with_an_image_and_a_clip_matches_transformers() {
     // "Look at<|image|> and hear<|audio|> now": the markers in order.
     let text = mixed["prompt"].as_str().unwrap();
     let (ids, placed) = engine
-        .mixed_prompt(
-            text,
-            true,
-            std::slice::from_ref(&image),
-            std::slice::from_ref(&clip),
+        .prompt(
+            &hearth_engine::PromptRequest::text(text, true)
+                .with_media(std::slice::from_ref(&image), std::slice::from_ref(&clip)),
         )
+        .map(|p| (p.ids, p.media))
         .unwrap();
     assert_eq!(ids.len(), want_ids.len(), "{ids:?}");
     assert_eq!(placed.len(), 2);

@@ -72,7 +72,11 @@ fn check_prompts(engine: &Engine, golden: &str) {
             .map(|n| image(engine, n.as_str().unwrap()))
             .collect();
         let (ids, placed) = engine
-            .image_prompt(p["prompt"].as_str().unwrap(), true, &images)
+            .prompt(
+                &hearth_engine::PromptRequest::text(p["prompt"].as_str().unwrap(), true)
+                    .with_media(&images, &[]),
+            )
+            .map(|p| (p.ids, p.media))
             .unwrap();
         let want_ids: Vec<u32> = p["ids"]
             .as_array()
@@ -111,8 +115,14 @@ fn a_cached_prefix_is_not_reused_across_pictures() {
     // The second request for the same file costs no encoder time.
     assert!(image(&engine, "img_a.png").cached);
     let prompt = "Describe <start_of_image> the license";
-    let (ids_a, imgs_a) = engine.image_prompt(prompt, true, &[a]).unwrap();
-    let (ids_b, imgs_b) = engine.image_prompt(prompt, true, &[b]).unwrap();
+    let (ids_a, imgs_a) = engine
+        .prompt(&hearth_engine::PromptRequest::text(prompt, true).with_media(&[a], &[]))
+        .map(|p| (p.ids, p.media))
+        .unwrap();
+    let (ids_b, imgs_b) = engine
+        .prompt(&hearth_engine::PromptRequest::text(prompt, true).with_media(&[b], &[]))
+        .map(|p| (p.ids, p.media))
+        .unwrap();
     assert_eq!(ids_a, ids_b, "the same ids, different pictures");
     let mut session = engine.session();
     session.feed_images(&ids_a, &imgs_a).unwrap();
@@ -143,7 +153,11 @@ fn image_errors_are_clear() {
     let engine = gguf_pair();
     let a = image(&engine, "img_a.png");
     let err = engine
-        .image_prompt("no marker here", true, std::slice::from_ref(&a))
+        .prompt(
+            &hearth_engine::PromptRequest::text("no marker here", true)
+                .with_media(std::slice::from_ref(&a), &[]),
+        )
+        .map(|p| (p.ids, p.media))
         .unwrap_err();
     assert!(err.to_string().contains("places 0 image"), "{err}");
     // Anything but an image file.
@@ -177,7 +191,8 @@ fn image_errors_are_clear() {
     .unwrap();
     let a = image(&small_batch, "img_a.png");
     let (ids, imgs) = small_batch
-        .image_prompt("<start_of_image>", true, &[a])
+        .prompt(&hearth_engine::PromptRequest::text("<start_of_image>", true).with_media(&[a], &[]))
+        .map(|p| (p.ids, p.media))
         .unwrap();
     let err = small_batch.session().feed_images(&ids, &imgs).unwrap_err();
     assert!(err.to_string().contains("raise --batch"), "{err}");
@@ -194,22 +209,28 @@ fn only_placed_markers_place_images_in_a_chat() {
     // No image: the typed marker is text.
     let typed = ChatMessage::user("Is <start_of_image> an image?");
     let (ids, placed) = engine
-        .encode_chat_images(
-            std::slice::from_ref(&typed),
-            &[],
-            &hearth_engine::ChatOptions::reply(false),
+        .prompt(
+            &hearth_engine::PromptRequest::chat_with(
+                std::slice::from_ref(&typed),
+                hearth_engine::ChatOptions::reply(false),
+            )
+            .with_media(&[], &[]),
         )
+        .map(|p| (p.ids, p.media))
         .unwrap();
     assert!(placed.is_empty() && !ids.contains(&begin), "{ids:?}");
     // One image, placed by the builder after the typed marker.
     let mut m = typed.clone();
     m.push_media(IMAGE_MARKER);
     let (ids, placed) = engine
-        .encode_chat_images(
-            &[m],
-            std::slice::from_ref(&a),
-            &hearth_engine::ChatOptions::reply(false),
+        .prompt(
+            &hearth_engine::PromptRequest::chat_with(
+                &[m],
+                hearth_engine::ChatOptions::reply(false),
+            )
+            .with_media(std::slice::from_ref(&a), &[]),
         )
+        .map(|p| (p.ids, p.media))
         .unwrap();
     assert_eq!(placed.len(), 1);
     assert_eq!(ids.iter().filter(|&&id| id == begin).count(), 1);

@@ -50,7 +50,11 @@ fn check_prompts(engine: &Engine, golden: &str, tol: f32) {
             })
             .collect();
         let (ids, placed) = engine
-            .image_prompt(p["prompt"].as_str().unwrap(), true, &images)
+            .prompt(
+                &hearth_engine::PromptRequest::text(p["prompt"].as_str().unwrap(), true)
+                    .with_media(&images, &[]),
+            )
+            .map(|p| (p.ids, p.media))
             .unwrap();
         // transformers swaps the image token for the pad (0) before the text
         // model; our prompts carry the pad from the start.
@@ -116,11 +120,22 @@ fn markers_and_mismatches() {
     // Gemma 4's own marker, Gemma 3's and llama.cpp's place an image alike.
     let one = std::slice::from_ref(&a);
     let (ids, _) = engine
-        .image_prompt("Describe <|image|> it", true, one)
+        .prompt(
+            &hearth_engine::PromptRequest::text("Describe <|image|> it", true).with_media(one, &[]),
+        )
+        .map(|p| (p.ids, p.media))
         .unwrap();
     for m in ["<start_of_image>", "<__media__>"] {
         let p = format!("Describe {m} it");
-        assert_eq!(engine.image_prompt(&p, true, one).unwrap().0, ids, "{m}");
+        assert_eq!(
+            engine
+                .prompt(&hearth_engine::PromptRequest::text(&p, true).with_media(one, &[]))
+                .map(|p| (p.ids, p.media))
+                .unwrap()
+                .0,
+            ids,
+            "{m}"
+        );
     }
     // Another family's projector is refused.
     let gemma3 = Path::new(env!("CARGO_MANIFEST_DIR"))

@@ -48,7 +48,11 @@ fn check(engine: &Engine, image_dir: &Path, p: &Value, golden: &Path, soft_to_pa
         })
         .collect();
     let (ids, placed) = engine
-        .image_prompt(p["prompt"].as_str().unwrap(), true, &images)
+        .prompt(
+            &hearth_engine::PromptRequest::text(p["prompt"].as_str().unwrap(), true)
+                .with_media(&images, &[]),
+        )
+        .map(|p| (p.ids, p.media))
         .unwrap();
     let want_ids: Vec<u32> = p["ids"]
         .as_array()

@@ -38,7 +38,10 @@ impl ChatModel for SchedulerChat<'_> {
         if self.client.is_closed() {
             return Err(EngineError::InvalidRequest("the client went away".into()));
         }
-        let prompt = self.engine.encode_chat(&call.messages)?;
+        let prompt = self
+            .engine
+            .prompt(&engine::PromptRequest::chat(&call.messages))?
+            .ids;
         let n_ctx = self.engine.n_ctx();
         if prompt.len() >= n_ctx {
             return Err(EngineError::PromptTooLong {

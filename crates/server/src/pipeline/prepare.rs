@@ -8,7 +8,7 @@ use crate::media;
 use crate::truncate::{self, Overflow};
 use crate::{AppState, ServerConfig};
 use engine::tools::{self, ToolFormat};
-use engine::{ChatOptions, Engine, EngineError, Grammar};
+use engine::{ChatOptions, Engine, EngineError, Grammar, PromptRequest};
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -241,8 +241,10 @@ fn media_prompt(
                 .map_err(|e| media::refusal(&format!("audio clip {}", i + 1), e))
         })
         .collect::<Result<Vec<_>, _>>()?;
+    let request = PromptRequest::chat_with(messages, *options).with_media(&images, &clips);
     engine
-        .encode_chat_media(messages, &images, &clips, options)
+        .prompt(&request)
+        .map(|p| (p.ids, p.media))
         .map_err(|e| ApiError::bad_param("messages", format!("{e}.")))
 }
 
@@ -274,9 +276,12 @@ fn tokenize_chat(
     messages: &[engine::ChatMessage],
     options: &ChatOptions<'_>,
 ) -> Result<Vec<u32>, ApiError> {
-    engine.encode_chat_with(messages, options).map_err(|e| {
-        ApiError::bad_param("messages", format!("Cannot apply the chat template: {e}"))
-    })
+    engine
+        .prompt(&PromptRequest::chat_with(messages, *options))
+        .map(|p| p.ids)
+        .map_err(|e| {
+            ApiError::bad_param("messages", format!("Cannot apply the chat template: {e}"))
+        })
 }
 
 fn tokenize(
