@@ -74,8 +74,8 @@ pub fn run(
     // The images go with the first message; the conversation keeps them.
     let mut pending_images = crate::commands::encode_images(&engine, &images)?;
     let mut pending_clips = crate::commands::encode_audio(&engine, &audio)?;
-    let mut conversation_images: Vec<engine::ImageEmbedding> = Vec::new();
-    let mut conversation_clips: Vec<engine::ImageEmbedding> = Vec::new();
+    let mut conversation_images: Vec<engine::MediaEmbedding> = Vec::new();
+    let mut conversation_clips: Vec<engine::MediaEmbedding> = Vec::new();
     let mut session = engine.session();
     let mut guarded_model = (!guard.is_empty()).then(|| engine::LocalChat::new(&engine));
     let guard_cfg = guard::GuardConfig {

@@ -1,9 +1,9 @@
 //! The one-shot commands: wiring between flags, the engine and stdout.
 
-use crate::{ConstraintArgs, ImageArgs, ModelArgs, SampleArgs};
+use crate::{ConstraintArgs, MediaArgs, ModelArgs, SampleArgs};
 use anyhow::{bail, Context, Result};
 use engine::{
-    Engine, GenerateOptions, GenerationRequest, ImageEmbedding, PromptImage, Sampler,
+    Engine, GenerateOptions, GenerationRequest, MediaEmbedding, PromptMedia, Sampler,
     SamplingParams,
 };
 use std::io::{BufRead, Read, Write};
@@ -119,12 +119,12 @@ fn mib(b: usize) -> f64 {
 
 /// Encode image files for a prompt, each timed on stderr (a cached one
 /// costs nothing).
-pub fn encode_images(engine: &Engine, files: &[PathBuf]) -> Result<Vec<ImageEmbedding>> {
+pub fn encode_images(engine: &Engine, files: &[PathBuf]) -> Result<Vec<MediaEmbedding>> {
     encode_files(files, "image", |bytes| engine.encode_image(bytes))
 }
 
 /// Encode audio clips for a prompt, each timed on stderr.
-pub fn encode_audio(engine: &Engine, files: &[PathBuf]) -> Result<Vec<ImageEmbedding>> {
+pub fn encode_audio(engine: &Engine, files: &[PathBuf]) -> Result<Vec<MediaEmbedding>> {
     encode_files(files, "audio", |bytes| engine.encode_audio(bytes))
 }
 
@@ -132,8 +132,8 @@ pub fn encode_audio(engine: &Engine, files: &[PathBuf]) -> Result<Vec<ImageEmbed
 fn encode_files(
     files: &[PathBuf],
     kind: &str,
-    encode: impl Fn(&[u8]) -> Result<ImageEmbedding, engine::EngineError>,
-) -> Result<Vec<ImageEmbedding>> {
+    encode: impl Fn(&[u8]) -> Result<MediaEmbedding, engine::EngineError>,
+) -> Result<Vec<MediaEmbedding>> {
     files
         .iter()
         .map(|f| {
@@ -155,9 +155,9 @@ fn encode_files(
 /// prompt).
 pub struct Media {
     /// Encoded images.
-    pub images: Vec<ImageEmbedding>,
+    pub images: Vec<MediaEmbedding>,
     /// Encoded clips.
-    pub clips: Vec<ImageEmbedding>,
+    pub clips: Vec<MediaEmbedding>,
 }
 
 impl Media {
@@ -180,7 +180,7 @@ fn prompt_ids(
     engine: &Engine,
     prompt: &str,
     media: &Media,
-) -> Result<(Vec<u32>, Vec<PromptImage>)> {
+) -> Result<(Vec<u32>, Vec<PromptMedia>)> {
     let tok = engine.tokenizer();
     if media.is_empty() {
         return Ok((tok.encode(prompt, tok.add_bos(), true), Vec::new()));
@@ -216,7 +216,7 @@ pub fn complete(
     sample: &SampleArgs,
     constraint: &ConstraintArgs,
     source: PromptSource,
-    images: &ImageArgs,
+    images: &MediaArgs,
     out_opts: CompleteOptions,
 ) -> Result<ExitCode> {
     let CompleteOptions {

@@ -64,11 +64,12 @@ struct ModelArgs {
     image_tokens: Option<usize>,
 }
 
-/// Images for the prompt, placed where it says `<start_of_image>` (or
-/// `<__media__>`, or on Gemma 4 `<|image|>`; one marker per image, in
-/// order), else before the prompt text.
+/// Images and audio clips for the prompt, each placed where it says its
+/// marker (`<start_of_image>`, `<__media__>` or on Gemma 4 `<|image|>`; the
+/// audio markers for clips; one marker per item, in order), else before the
+/// prompt text.
 #[derive(Args, Debug, Clone, Default)]
-pub(crate) struct ImageArgs {
+pub(crate) struct MediaArgs {
     /// An image file (PNG, JPEG, WebP); repeat for several.
     #[arg(long = "image", value_name = "FILE")]
     pub(crate) images: Vec<std::path::PathBuf>,
@@ -349,7 +350,7 @@ enum Command {
         #[arg(long)]
         ignore_eos: bool,
         #[command(flatten)]
-        images: ImageArgs,
+        images: MediaArgs,
     },
     /// Chat with the model using its chat template (interactive, or once with -p).
     Chat {
@@ -385,7 +386,7 @@ enum Command {
         guard_trace: bool,
         /// Images for the first message (see `complete --image`).
         #[command(flatten)]
-        images: ImageArgs,
+        images: MediaArgs,
     },
     /// Solve a logic puzzle written in z3's Python API (a declarative
     /// subset, parsed, never run): prints {"status", "model", "unique"}.
@@ -443,7 +444,7 @@ enum Command {
         #[arg(short, long)]
         prompt: Option<String>,
         #[command(flatten)]
-        images: ImageArgs,
+        images: MediaArgs,
         /// Print each image's (or clip's) projected embeddings (one JSON
         /// line per file: rows of the text model's width) instead of logits.
         #[arg(long)]

@@ -9,12 +9,12 @@
 //! `\n\n<start_of_audio>`, the model's fixed number of audio tokens (188 for
 //! the released checkpoints; the clip's own tokens first, then padding),
 //! `<end_of_audio>\n\n`. Gemma 4: `<|audio>`, one token per 40 ms of the clip
-//! (at most 750), `<audio|>`. A clip's embeddings share [`ImageEmbedding`]
+//! (at most 750), `<audio|>`. A clip's embeddings share [`MediaEmbedding`]
 //! with images (rows for soft tokens, by content), so prompts, sessions and
 //! prefix reuse treat both alike.
 
 use crate::images::{MediaForm, MediaKind, SoftTokens};
-use crate::{Engine, EngineError, ImageEmbedding, PromptImage};
+use crate::{Engine, EngineError, MediaEmbedding, PromptMedia};
 use media::{content_key, AudioTower, Clip, EmbeddingCache, LogMel};
 use std::path::Path;
 use std::sync::Arc;
@@ -94,7 +94,7 @@ impl Engine {
     /// Decode the audio file `bytes` (WAV, MP3, Ogg Vorbis; cut at 30 s),
     /// compute its features and encode it, or take its embeddings from the
     /// cache when the same file was encoded before.
-    pub fn encode_audio(&self, bytes: &[u8]) -> Result<ImageEmbedding, EngineError> {
+    pub fn encode_audio(&self, bytes: &[u8]) -> Result<MediaEmbedding, EngineError> {
         let hearing = self.audio.as_deref().ok_or_else(|| {
             EngineError::InvalidRequest(
                 "this model has no audio tower, so it cannot hear \
@@ -111,7 +111,7 @@ impl Engine {
             let mel = LogMel::compute(&clip, &hearing.tower.mel_settings())?;
             Ok::<_, media::MediaError>(hearing.tower.encode(self.model.pool(), &mel)?.rows)
         })?;
-        Ok(ImageEmbedding {
+        Ok(MediaEmbedding {
             key,
             tokens: rows.len() / self.model.config().hidden.max(1),
             rows,
@@ -130,9 +130,9 @@ impl Engine {
     pub(crate) fn place_mixed(
         &self,
         prompt: tokenizer::PromptText,
-        images: &[ImageEmbedding],
-        clips: &[ImageEmbedding],
-    ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
+        images: &[MediaEmbedding],
+        clips: &[MediaEmbedding],
+    ) -> Result<(Vec<u32>, Vec<PromptMedia>), EngineError> {
         let (image_form, image_soft) = self.image_form();
         let mut kinds = vec![MediaKind::new(image_form, image_soft, images, "image")];
         let tower = match (&self.audio, clips.is_empty()) {
@@ -162,8 +162,8 @@ impl Engine {
     pub fn audio_prompt_ids(
         &self,
         plain: &[u32],
-        clips: &[ImageEmbedding],
-    ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
+        clips: &[MediaEmbedding],
+    ) -> Result<(Vec<u32>, Vec<PromptMedia>), EngineError> {
         let tower = self.tower()?;
         let f = form(tower);
         let tok = &self.tokenizer;
@@ -213,8 +213,8 @@ impl Engine {
         &self,
         tower: &AudioTower,
         ids: Vec<u32>,
-        mut placed: Vec<PromptImage>,
-    ) -> (Vec<u32>, Vec<PromptImage>) {
+        mut placed: Vec<PromptMedia>,
+    ) -> (Vec<u32>, Vec<PromptMedia>) {
         let inside = |i: usize| placed.iter().any(|p| p.pos <= i && i < p.end());
         let mut extra = Vec::new();
         for (i, &id) in ids.iter().enumerate() {
@@ -224,9 +224,9 @@ impl Engine {
             if let Some(row) = tower.token_embedding(id) {
                 let mut tag = b"gemma3n audio token ".to_vec();
                 tag.extend_from_slice(&id.to_le_bytes());
-                extra.push(PromptImage {
+                extra.push(PromptMedia {
                     pos: i,
-                    image: ImageEmbedding {
+                    item: MediaEmbedding {
                         key: content_key(&tag),
                         rows: Arc::new(row.to_vec()),
                         tokens: 1,

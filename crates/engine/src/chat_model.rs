@@ -26,11 +26,11 @@ pub struct ModelCall {
     pub temperature: Option<f32>,
     /// Encoded images the messages place with image markers, in order
     /// (see [`Engine::image_prompt`]); empty for text.
-    pub images: Vec<crate::ImageEmbedding>,
+    pub images: Vec<crate::MediaEmbedding>,
     /// Encoded audio clips the messages place with audio markers, in
     /// order (see [`Engine::audio_prompt`]); a call may carry both kinds
     /// (see [`Engine::mixed_prompt`]).
-    pub audio: Vec<crate::ImageEmbedding>,
+    pub audio: Vec<crate::MediaEmbedding>,
 }
 
 impl ModelCall {

@@ -3,7 +3,7 @@
 //! stop-string search; the session that advances it is in `generate.rs`.
 
 use crate::thinking::ThinkState;
-use crate::{Constraint, ConstraintStats, FinishReason, GenerateOptions, PromptImage};
+use crate::{Constraint, ConstraintStats, FinishReason, GenerateOptions, PromptMedia};
 use std::time::{Duration, Instant};
 use tokenizer::StreamDecoder;
 
@@ -64,7 +64,7 @@ pub struct Decoding {
     pub(crate) prefill: Vec<u32>,
     pub(crate) prefilled: usize,
     /// The prompt's images (positions in the whole prompt).
-    pub(crate) images: Vec<PromptImage>,
+    pub(crate) images: Vec<PromptMedia>,
     pub(crate) finish: Option<FinishReason>,
     pub(crate) evaluated: usize,
     pub(crate) reused: usize,

@@ -90,9 +90,10 @@ const GEMMA4_FORM: MediaForm = MediaForm {
     end: "<image|>",
 };
 
-/// An encoded picture.
+/// An encoded media item (an image or an audio clip): the rows a tower
+/// made of it for the text model.
 #[derive(Debug, Clone)]
-pub struct ImageEmbedding {
+pub struct MediaEmbedding {
     /// The SHA-256 of the file it came from.
     pub key: [u8; 32],
     /// Its rows in the text model's width, one per soft token.
@@ -107,19 +108,19 @@ pub struct ImageEmbedding {
     pub time: Duration,
 }
 
-/// An image placed in a prompt: its soft tokens start at `pos`.
+/// A media item placed in a prompt: its soft tokens start at `pos`.
 #[derive(Debug, Clone)]
-pub struct PromptImage {
+pub struct PromptMedia {
     /// Index of the first soft token in the prompt's ids.
     pub pos: usize,
-    /// The image and its embeddings.
-    pub image: ImageEmbedding,
+    /// The item and its embeddings.
+    pub item: MediaEmbedding,
 }
 
-impl PromptImage {
+impl PromptMedia {
     /// Index one past the last soft token.
     pub fn end(&self) -> usize {
-        self.pos + self.image.tokens
+        self.pos + self.item.tokens
     }
 }
 
@@ -169,7 +170,7 @@ impl Engine {
     /// Decode, preprocess and encode the image file `bytes` (PNG, JPEG,
     /// WebP), or take its embeddings from the cache when the same file was
     /// encoded before.
-    pub fn encode_image(&self, bytes: &[u8]) -> Result<ImageEmbedding, EngineError> {
+    pub fn encode_image(&self, bytes: &[u8]) -> Result<MediaEmbedding, EngineError> {
         let vision = self.vision()?;
         let key = content_key(bytes);
         let start = Instant::now();
@@ -179,7 +180,7 @@ impl Engine {
             let pixels = vision.tower.pixels(&picture)?;
             vision.tower.encode(self.model.pool(), &pixels)
         })?;
-        Ok(ImageEmbedding {
+        Ok(MediaEmbedding {
             key,
             tokens: rows.len() / self.model.config().hidden.max(1),
             rows,
@@ -219,7 +220,7 @@ impl Engine {
         &self,
         mut prompt: PromptText,
         kinds: &[MediaKind<'_>],
-    ) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
+    ) -> Result<(Vec<u32>, Vec<PromptMedia>), EngineError> {
         let tok = &self.tokenizer;
         let mut pairs = Vec::with_capacity(kinds.len());
         for kind in kinds {
@@ -297,7 +298,7 @@ pub(crate) fn raw_prompt(text: &str, add_bos: bool) -> PromptText {
 pub(crate) struct MediaKind<'a> {
     pub(crate) form: &'static MediaForm,
     pub(crate) soft: u32,
-    pub(crate) items: &'a [ImageEmbedding],
+    pub(crate) items: &'a [MediaEmbedding],
     pub(crate) what: &'static str,
 }
 
@@ -305,7 +306,7 @@ impl<'a> MediaKind<'a> {
     pub(crate) fn new(
         form: &'static MediaForm,
         soft: u32,
-        items: &'a [ImageEmbedding],
+        items: &'a [MediaEmbedding],
         what: &'static str,
     ) -> Self {
         Self {
@@ -322,7 +323,7 @@ impl<'a> MediaKind<'a> {
 pub(crate) struct SoftTokens<'a> {
     pub(crate) pair: (u32, u32),
     pub(crate) soft: u32,
-    pub(crate) items: &'a [ImageEmbedding],
+    pub(crate) items: &'a [MediaEmbedding],
     pub(crate) what: &'static str,
 }
 
@@ -333,7 +334,7 @@ pub(crate) struct SoftTokens<'a> {
 pub(crate) fn fill_soft_tokens(
     plain: &[u32],
     kinds: &[SoftTokens<'_>],
-) -> Result<(Vec<u32>, Vec<PromptImage>), EngineError> {
+) -> Result<(Vec<u32>, Vec<PromptMedia>), EngineError> {
     let total: usize = kinds
         .iter()
         .flat_map(|k| k.items.iter())
@@ -354,9 +355,9 @@ pub(crate) fn fill_soft_tokens(
         let Some(item) = next[k].next() else {
             continue;
         };
-        placed.push(PromptImage {
+        placed.push(PromptMedia {
             pos: ids.len(),
-            image: item.clone(),
+            item: item.clone(),
         });
         ids.extend(std::iter::repeat_n(kinds[k].soft, item.tokens));
     }

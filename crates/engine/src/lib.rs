@@ -40,7 +40,7 @@ pub use embed::{matryoshka, EmbedInput, EmbedOptions, EmbedTask, Embeddings};
 pub use gbnf::to_lark as gbnf_to_lark;
 pub use generate::{FinishReason, GenerateOptions, Step, TokenEvent};
 pub use images::{
-    media_message, place_images, ImageEmbedding, PromptImage, GEMMA4_IMAGE_MARKER, IMAGE_MARKER,
+    media_message, place_images, MediaEmbedding, PromptMedia, GEMMA4_IMAGE_MARKER, IMAGE_MARKER,
     MEDIA_MARKER,
 };
 pub use inspect::{inspect, load_tokenizer, towers, FileSummary, MetaEntry, TensorEntry, Towers};

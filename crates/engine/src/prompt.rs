@@ -4,7 +4,7 @@
 //! (the ids, and where each media item's rows go).
 
 use crate::images::raw_prompt;
-use crate::{Engine, EngineError, ImageEmbedding, PromptImage};
+use crate::{Engine, EngineError, MediaEmbedding, PromptMedia};
 use tokenizer::{ChatMessage, ChatOptions};
 
 /// What a prompt is made of.
@@ -13,9 +13,9 @@ pub struct PromptRequest<'a> {
     /// The conversation or the text.
     pub input: PromptInput<'a>,
     /// The images the image markers place, in order.
-    pub images: &'a [ImageEmbedding],
+    pub images: &'a [MediaEmbedding],
     /// The clips the audio markers place, in order.
-    pub clips: &'a [ImageEmbedding],
+    pub clips: &'a [MediaEmbedding],
 }
 
 /// A prompt's words.
@@ -45,7 +45,7 @@ pub struct Prompt {
     /// The token ids, media items' placeholder tokens included.
     pub ids: Vec<u32>,
     /// Where each media item's rows go, in order.
-    pub media: Vec<PromptImage>,
+    pub media: Vec<PromptMedia>,
 }
 
 impl<'a> PromptRequest<'a> {
@@ -74,7 +74,7 @@ impl<'a> PromptRequest<'a> {
     }
 
     /// The same request with these images and clips for its markers.
-    pub fn with_media(self, images: &'a [ImageEmbedding], clips: &'a [ImageEmbedding]) -> Self {
+    pub fn with_media(self, images: &'a [MediaEmbedding], clips: &'a [MediaEmbedding]) -> Self {
         Self {
             images,
             clips,

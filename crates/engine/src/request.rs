@@ -5,7 +5,7 @@
 
 use crate::thinking::ThinkState;
 use crate::{
-    Constraint, Decoding, EngineError, GenerateOptions, PromptImage, Sampler, Session, Thinking,
+    Constraint, Decoding, EngineError, GenerateOptions, PromptMedia, Sampler, Session, Thinking,
 };
 use std::time::{Duration, Instant};
 use tokenizer::StreamDecoder;
@@ -21,7 +21,7 @@ pub struct GenerationRequest<'a> {
     pub prompt: &'a [u32],
     /// The images and audio among the prompt's ids (see
     /// [`crate::Engine::image_prompt`]).
-    pub media: &'a [PromptImage],
+    pub media: &'a [PromptMedia],
     /// Limits, stop rules and speculation.
     pub options: &'a GenerateOptions,
     /// The grammar the answer must match, compiled: tokens that keep the

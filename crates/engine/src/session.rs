@@ -2,7 +2,7 @@
 //! the prefix cache (a new prompt reuses what it shares with the last one) and
 //! teacher-forced scoring.
 
-use crate::{EngineError, PromptImage};
+use crate::{EngineError, PromptMedia};
 use model::{Embedded, KvCache, Model, Scratch};
 use std::sync::Arc;
 use tokenizer::Tokenizer;
@@ -15,7 +15,7 @@ pub struct Session {
     pub(crate) scratch: Scratch,
     pub(crate) tokens: Vec<u32>,
     /// The images among `tokens`, in order.
-    pub(crate) images: Vec<PromptImage>,
+    pub(crate) images: Vec<PromptMedia>,
     /// A draft model's sequence, from the last generation that speculated
     /// with one: kept, so that the next one feeds it only what is new.
     pub(crate) drafter: Option<Box<Session>>,
@@ -84,7 +84,7 @@ impl Session {
     pub fn feed_images(
         &mut self,
         prompt: &[u32],
-        images: &[PromptImage],
+        images: &[PromptMedia],
     ) -> Result<(usize, usize), EngineError> {
         if prompt.len() > self.n_ctx() {
             return Err(EngineError::PromptTooLong {
@@ -101,14 +101,14 @@ impl Session {
     /// its `images` (when the cache can rewind that far; else clear it) and
     /// return its length. The same ids with a different picture are not
     /// shared, and an image is never cut: its tokens go in one batch.
-    pub(crate) fn reuse_prefix(&mut self, prompt: &[u32], images: &[PromptImage]) -> usize {
+    pub(crate) fn reuse_prefix(&mut self, prompt: &[u32], images: &[PromptMedia]) -> usize {
         let mut shared = self
             .tokens
             .iter()
             .zip(prompt)
             .take_while(|(a, b)| a == b)
             .count();
-        let same = |a: &PromptImage, b: &PromptImage| a.pos == b.pos && a.image.key == b.image.key;
+        let same = |a: &PromptMedia, b: &PromptMedia| a.pos == b.pos && a.item.key == b.item.key;
         let mut held = self.images.iter();
         let mut new = images.iter();
         loop {
@@ -147,11 +147,11 @@ impl Session {
     pub(crate) fn forward_prompt(
         &mut self,
         ids: &[u32],
-        images: &[PromptImage],
+        images: &[PromptMedia],
     ) -> Result<(), EngineError> {
         let base = self.tokens.len();
         let end = base + ids.len();
-        let here: Vec<&PromptImage> = images
+        let here: Vec<&PromptMedia> = images
             .iter()
             .filter(|i| i.pos >= base && i.end() <= end)
             .collect();
@@ -167,20 +167,20 @@ impl Session {
             )));
         }
         let max = self.scratch.max_batch();
-        if let Some(i) = here.iter().find(|i| i.image.tokens > max) {
+        if let Some(i) = here.iter().find(|i| i.item.tokens > max) {
             self.reset();
             return Err(EngineError::InvalidRequest(format!(
                 "an image takes {} tokens, more than the batch of {max} (raise --batch)",
-                i.image.tokens
+                i.item.tokens
             )));
         }
         let spans: Vec<Embedded<'_>> = here
             .iter()
             .map(|i| Embedded {
                 start: i.pos - base,
-                len: i.image.tokens,
-                rows: &i.image.rows,
-                bidirectional: i.image.bidirectional,
+                len: i.item.tokens,
+                rows: &i.item.rows,
+                bidirectional: i.item.bidirectional,
             })
             .collect();
         let result = self
@@ -231,7 +231,7 @@ impl Session {
     pub fn score_images(
         &mut self,
         ids: &[u32],
-        images: &[PromptImage],
+        images: &[PromptMedia],
         mut each: impl FnMut(usize, &[f32]),
     ) -> Result<(), EngineError> {
         self.reset();
@@ -271,14 +271,14 @@ pub(crate) fn batch_end(
     len: usize,
     want: usize,
     max_batch: usize,
-    images: &[PromptImage],
+    images: &[PromptMedia],
 ) -> Result<usize, EngineError> {
     let end = start.saturating_add(want.max(1)).min(len);
     match images.iter().find(|i| i.pos < end && i.end() > end) {
         Some(i) if i.pos > start => Ok(i.pos),
-        Some(i) if i.image.tokens > max_batch => Err(EngineError::InvalidRequest(format!(
+        Some(i) if i.item.tokens > max_batch => Err(EngineError::InvalidRequest(format!(
             "an image takes {} tokens, more than the batch of {max_batch} (raise --batch)",
-            i.image.tokens
+            i.item.tokens
         ))),
         Some(i) => Ok(i.end()),
         None => Ok(end),

@@ -57,7 +57,7 @@ fn audio_prompts_match_transformers() {
         // (`<start_of_audio>` and `<end_of_audio>` are 530 and 528 here).
         let clip_at: Vec<usize> = placed
             .iter()
-            .filter(|p| p.image.tokens == 24)
+            .filter(|p| p.item.tokens == 24)
             .map(|p| p.pos)
             .collect();
         assert_eq!(clip_at, [pos]);
@@ -96,7 +96,7 @@ fn the_marker_expands_as_the_processor_does() {
         .unwrap();
     let clips: Vec<usize> = placed
         .iter()
-        .filter(|p| p.image.tokens == 24)
+        .filter(|p| p.item.tokens == 24)
         .map(|p| p.pos)
         .collect();
     assert_eq!(clips.len(), 1);

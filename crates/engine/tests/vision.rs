@@ -7,7 +7,7 @@
 #[path = "../../../tests/support/npy.rs"]
 mod npy;
 
-use hearth_engine::{Engine, EngineError, ImageEmbedding, PromptImage, RunOptions};
+use hearth_engine::{Engine, EngineError, MediaEmbedding, PromptMedia, RunOptions};
 use npy::{read_npy_f32, rel_err};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -46,14 +46,14 @@ fn reference() -> Value {
     serde_json::from_str(&std::fs::read_to_string(fixture("reference.json")).unwrap()).unwrap()
 }
 
-fn image(engine: &Engine, name: &str) -> ImageEmbedding {
+fn image(engine: &Engine, name: &str) -> MediaEmbedding {
     engine
         .encode_image(&std::fs::read(fixture(name)).unwrap())
         .unwrap()
 }
 
 /// Every position's logits of `ids`.
-fn logits(engine: &Engine, ids: &[u32], images: &[PromptImage]) -> Vec<f32> {
+fn logits(engine: &Engine, ids: &[u32], images: &[PromptMedia]) -> Vec<f32> {
     let mut session = engine.session();
     let mut all = Vec::new();
     session
@@ -65,7 +65,7 @@ fn logits(engine: &Engine, ids: &[u32], images: &[PromptImage]) -> Vec<f32> {
 fn check_prompts(engine: &Engine, golden: &str) {
     let reference = reference();
     for p in reference["prompts"].as_array().unwrap() {
-        let images: Vec<ImageEmbedding> = p["images"]
+        let images: Vec<MediaEmbedding> = p["images"]
             .as_array()
             .unwrap()
             .iter()

@@ -8,7 +8,7 @@
 #[path = "../../../tests/support/npy.rs"]
 mod npy;
 
-use hearth_engine::{Engine, ImageEmbedding, RunOptions};
+use hearth_engine::{Engine, MediaEmbedding, RunOptions};
 use npy::{read_npy_f32, rel_err};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -40,7 +40,7 @@ fn check_prompts(engine: &Engine, golden: &str, tol: f32) {
     let reference = reference();
     let soft = reference["image_token"].as_u64().unwrap() as u32;
     for p in reference["prompts"].as_array().unwrap() {
-        let images: Vec<ImageEmbedding> = p["images"]
+        let images: Vec<MediaEmbedding> = p["images"]
             .as_array()
             .unwrap()
             .iter()

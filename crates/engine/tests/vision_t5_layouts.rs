@@ -10,7 +10,7 @@
 #[path = "../../../tests/support/npy.rs"]
 mod npy;
 
-use hearth_engine::{Engine, ImageEmbedding, RunOptions};
+use hearth_engine::{Engine, MediaEmbedding, RunOptions};
 use npy::{read_npy_f32, rel_err};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
@@ -38,7 +38,7 @@ fn json(path: &Path) -> Value {
 /// against transformers' (its soft token swapped for our pad where the
 /// model family does that) and the logits of every position.
 fn check(engine: &Engine, image_dir: &Path, p: &Value, golden: &Path, soft_to_pad: Option<u32>) {
-    let images: Vec<ImageEmbedding> = p["images"]
+    let images: Vec<MediaEmbedding> = p["images"]
         .as_array()
         .unwrap()
         .iter()

@@ -29,7 +29,7 @@ pub struct Job {
     /// Prompt ids (BOS and chat template applied).
     pub prompt: Vec<u32>,
     /// The images among the prompt's ids.
-    pub images: Vec<engine::PromptImage>,
+    pub images: Vec<engine::PromptMedia>,
     /// Sampling settings.
     pub params: SamplingParams,
     /// Limits and stop conditions.

@@ -18,7 +18,7 @@ pub(super) struct Prepared {
     pub(super) prompt: Vec<u32>,
     /// Turns dropped to fit the context.
     pub(super) dropped: usize,
-    pub(super) images: Vec<engine::PromptImage>,
+    pub(super) images: Vec<engine::PromptMedia>,
     /// One compiled grammar per choice, when there is a grammar.
     pub(super) constraints: Vec<engine::Constraint>,
     pub(super) thinking: Option<engine::Thinking>,
@@ -215,7 +215,7 @@ fn media_prompt(
     req: &Request,
     config: &ServerConfig,
     options: &ChatOptions<'_>,
-) -> Result<(Vec<u32>, Vec<engine::PromptImage>), ApiError> {
+) -> Result<(Vec<u32>, Vec<engine::PromptMedia>), ApiError> {
     let Input::Chat(messages) = &req.input else {
         return Err(ApiError::bad_param(
             "prompt",
