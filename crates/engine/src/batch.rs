@@ -7,7 +7,7 @@
 //! computes all their logits in one product with the head, then samples each
 //! with its own sampler: N tokens for about the cost of one.
 
-use crate::{Decoding, Engine, EngineError, FinishReason, Sampler, Session, Step};
+use crate::{Decoding, Engine, EngineError, Sampler, Session, Step};
 use model::{Model, ModelError, Scratch, SeqInput};
 use std::sync::Arc;
 
@@ -97,11 +97,9 @@ impl BatchDecoder {
                 continue;
             }
             let room = it.session.tokens.len() < it.session.n_ctx();
-            match d.pending.take() {
-                Some(id) if d.finish.is_none() && room => feed.push((i, id)),
-                None if d.finish.is_none() && room && it.session.scratch.batch() > 0 => {
-                    fresh.push(i)
-                }
+            match d.take_pending() {
+                Some(id) if room => feed.push((i, id)),
+                None if !d.is_done() && room && it.session.scratch.batch() > 0 => fresh.push(i),
                 // Ended, or full (sampling ends it with `Length`).
                 _ => on_step(i, it.session.sample_from(d, it.sampler, None)),
             }
@@ -202,27 +200,10 @@ fn batch_error(e: &ModelError) -> EngineError {
     )))
 }
 
-impl Decoding {
-    /// End now with `Length` (a time limit ran out), handing out the text
-    /// held back for stop strings; a generation that has ended already
-    /// stays as it is.
-    pub fn end_with_length(&mut self) -> Step<'_> {
-        let from = self.emitted;
-        if self.finish.is_none() {
-            self.end(FinishReason::Length);
-        }
-        Step {
-            id: self.ids.last().copied(),
-            text: &self.text[from.min(self.text.len())..],
-            thought: "",
-            finish: self.finish,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::FinishReason;
     use crate::{GenerateOptions, GenerationRequest, RunOptions, SamplingParams};
 
     const TINY: &str = concat!(

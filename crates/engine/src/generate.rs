@@ -2,9 +2,8 @@
 //! with sampling, stop strings, end-of-generation tokens and streaming of the
 //! text that is safe to show.
 
-use crate::decoding::{find_stop, floor_char_boundary};
-use crate::thinking::ThinkState;
-use crate::{Constraint, Decoding, EngineError, Generation, Sampler, Session};
+use crate::decoding::Blocker;
+use crate::{Decoding, EngineError, Generation, Sampler, Session};
 use std::time::Instant;
 
 /// Why generation stopped.
@@ -96,37 +95,33 @@ impl Session {
     /// Evaluate up to `max_tokens` more prompt tokens of a generation made
     /// by [`Session::begin`]; returns whether the whole prompt is in.
     pub fn prefill(&mut self, d: &mut Decoding, max_tokens: usize) -> Result<bool, EngineError> {
-        if d.prefilled < d.prefill.len() {
+        let (prefill, prefilled, images) = d.prefill_state();
+        if prefilled < prefill.len() {
             let t0 = Instant::now();
             // Prompt positions of the chunk: the session holds the rest.
-            let base = self.tokens.len() - d.prefilled;
+            let base = self.tokens.len() - prefilled;
             let end = crate::session::batch_end(
-                base + d.prefilled,
-                base + d.prefill.len(),
+                base + prefilled,
+                base + prefill.len(),
                 max_tokens,
                 self.scratch.max_batch(),
-                &d.images,
+                images,
             )? - base;
-            let chunk = d.prefill[d.prefilled..end].to_vec();
-            let last_is_image = d.images.last().is_some_and(|i| i.end() == base + end);
-            if end == d.prefill.len() && chunk.len() > 1 && !last_is_image {
+            let chunk = prefill[prefilled..end].to_vec();
+            let images = images.to_vec();
+            let last_is_image = images.last().is_some_and(|i| i.end() == base + end);
+            if end == prefill.len() && chunk.len() > 1 && !last_is_image {
                 // The last prompt token goes alone. A prompt found in the
                 // cache has its last token evaluated alone too, and long
                 // batches take other kernels (rounded differently, then
                 // amplified by 8-bit activations), so this keeps a seeded
                 // sample the same whether the prompt was cached or not.
-                self.forward_prompt(&chunk[..chunk.len() - 1], &d.images)?;
-                self.forward_prompt(&chunk[chunk.len() - 1..], &d.images)?;
+                self.forward_prompt(&chunk[..chunk.len() - 1], &images)?;
+                self.forward_prompt(&chunk[chunk.len() - 1..], &images)?;
             } else {
-                self.forward_prompt(&chunk, &d.images)?;
+                self.forward_prompt(&chunk, &images)?;
             }
-            d.prefilled = end;
-            d.prompt_time += t0.elapsed();
-            if d.prefilled == d.prefill.len() {
-                d.prefill = Vec::new();
-                d.prefilled = 0;
-                d.gen_start = Instant::now();
-            }
+            d.prefilled_through(end, t0.elapsed());
         }
         Ok(d.prefill_done())
     }
@@ -154,12 +149,9 @@ impl Session {
     /// cache, so the logits for the next one are ready. Ends the generation
     /// with `Length` when the context is full.
     pub fn accept_pending(&mut self, d: &mut Decoding) -> Result<(), EngineError> {
-        let Some(id) = d.pending.take() else {
+        let Some(id) = d.take_pending() else {
             return Ok(());
         };
-        if d.finish.is_some() {
-            return Ok(());
-        }
         if self.tokens.len() + 1 > self.n_ctx() {
             // Full: `sample_next` ends the generation with `Length`.
             return Ok(());
@@ -185,21 +177,15 @@ impl Session {
         sampler: &mut Sampler,
         logits: Option<&mut [f32]>,
     ) -> Result<Step<'d>, EngineError> {
-        if d.finish.is_some() {
-            return Ok(Step {
-                id: None,
-                text: "",
-                thought: "",
-                finish: d.finish,
-            });
-        }
-        if !d.prefill_done() {
-            return Err(EngineError::InvalidRequest(
-                "sample_next before the prompt was prefilled".into(),
-            ));
-        }
-        if d.ids.len() >= d.opts.max_tokens || self.tokens.len() >= self.n_ctx() {
-            return Ok(d.end_at_length());
+        match d.blocker(self.tokens.len() >= self.n_ctx()) {
+            Some(Blocker::Ended) => return Ok(d.ended()),
+            Some(Blocker::Length) => return Ok(d.end_at_length()),
+            Some(Blocker::NotPrefilled) => {
+                return Err(EngineError::InvalidRequest(
+                    "sample_next before the prompt was prefilled".into(),
+                ))
+            }
+            None => {}
         }
         let logits = match logits {
             Some(row) => row,
@@ -209,113 +195,7 @@ impl Session {
                     .logits(&mut self.scratch, rows.saturating_sub(1)..rows)?
             }
         };
-        // The model's own distribution, before the sampler changes it.
-        let raw = d.logprobs.map(|_| logits.to_vec());
-        let forced = d.think.as_ref().and_then(ThinkState::forced);
-        let thinking = d.think.as_ref().is_some_and(ThinkState::thinking);
-        let id = match (forced, d.constraint.as_mut()) {
-            (Some(id), _) => id,
-            (None, None) => sampler.sample(logits, &self.tokens),
-            (None, Some(c)) if thinking => {
-                // A grammar holds the answer, not the thought: draw freely,
-                // and under the grammar only when the first token does not
-                // open the thought channel.
-                sampler.prepare(logits, &self.tokens);
-                let id = sampler.pick(logits);
-                let opens = d.think.as_ref().is_some_and(|t| id == t.spec.open);
-                let before = d.think.as_ref().is_some_and(ThinkState::before);
-                if before && !opens {
-                    c.sample(sampler, logits)?
-                } else {
-                    id
-                }
-            }
-            (None, Some(c)) => {
-                sampler.prepare(logits, &self.tokens);
-                c.sample(sampler, logits)?
-            }
-        };
-        if let (Some(top), Some(raw)) = (d.logprobs, raw) {
-            d.log.push(crate::token_logprob(&raw, id, top));
-        }
-        self.take_sampled(d, id)
-    }
-
-    /// Add the sampled `id` to the generation and apply the stop
-    /// conditions; the returned text is what can be shown now.
-    pub(crate) fn take_sampled<'d>(
-        &mut self,
-        d: &'d mut Decoding,
-        id: u32,
-    ) -> Result<Step<'d>, EngineError> {
-        d.ids.push(id);
-        if !self.tokenizer.is_eog(id) {
-            if let Some(t) = d.think.as_mut() {
-                let from_t = t.text.len();
-                if t.take(id, &self.tokenizer).is_some() {
-                    d.pending = d.unfed(id);
-                    let t = d.think.as_ref().map_or("", |t| &t.text[from_t..]);
-                    return Ok(Step {
-                        id: Some(id),
-                        text: "",
-                        thought: t,
-                        finish: None,
-                    });
-                }
-            }
-        }
-        let from = d.emitted;
-        // Under a grammar an end-of-generation token is only drawn where the
-        // output may end, and it always ends it.
-        if (d.opts.stop_on_eog || d.constraint.is_some()) && self.tokenizer.is_eog(id) {
-            d.end(FinishReason::Stop);
-            return Ok(Step {
-                id: Some(id),
-                text: &d.text[from..],
-                thought: "",
-                finish: d.finish,
-            });
-        }
-        d.piece.clear();
-        d.decoder.push_into(&self.tokenizer, id, &mut d.piece);
-        d.text.push_str(&d.piece);
-        if let Some((cut, which)) = find_stop(&d.text, &d.opts.stop, d.emitted) {
-            d.stopped_by = Some(which);
-            d.text.truncate(cut);
-            d.emitted = d.text.len();
-            d.finish = Some(FinishReason::Stop);
-            return Ok(Step {
-                id: Some(id),
-                text: &d.text[from.min(cut)..],
-                thought: "",
-                finish: d.finish,
-            });
-        }
-        if d.constraint.as_ref().is_some_and(Constraint::is_done) {
-            // The grammar is complete and allows nothing more.
-            let tail = d.decoder.finish();
-            d.text.push_str(&tail);
-            d.end(FinishReason::Stop);
-            return Ok(Step {
-                id: Some(id),
-                text: &d.text[from..],
-                thought: "",
-                finish: d.finish,
-            });
-        }
-        // Emit what can no longer become part of a stop string.
-        let safe = if d.max_stop == 0 {
-            d.text.len()
-        } else {
-            floor_char_boundary(&d.text, d.text.len().saturating_sub(d.max_stop - 1)).max(from)
-        };
-        d.emitted = safe;
-        d.pending = d.unfed(id);
-        Ok(Step {
-            id: Some(id),
-            text: &d.text[from..safe],
-            thought: "",
-            finish: None,
-        })
+        let id = d.draw(sampler, logits, &self.tokens)?;
+        Ok(d.take(id, &self.tokenizer))
     }
 }

@@ -3,12 +3,9 @@
 //! server's scheduler, the shared chat behind the bot and the eval runner,
 //! and the benchmarks all go through it).
 
-use crate::thinking::ThinkState;
 use crate::{
     Constraint, Decoding, EngineError, GenerateOptions, PromptMedia, Sampler, Session, Thinking,
 };
-use std::time::{Duration, Instant};
-use tokenizer::StreamDecoder;
 
 /// One generation's request: the prompt (chat template applied, see
 /// [`crate::Engine::encode_chat`]) with the media it places, the limits and
@@ -75,33 +72,15 @@ impl Session {
         self.check(prompt, sampler, opts)?;
         let reused = self.reuse_prefix(prompt, media);
         let rest = prompt[reused..].to_vec();
-        Ok(Decoding {
-            decoder: StreamDecoder::new(opts.render_special),
-            ids: Vec::with_capacity(opts.max_tokens.min(4096)),
-            text: String::new(),
-            piece: String::new(),
-            emitted: 0,
-            max_stop: opts.stop.iter().map(|s| s.len()).max().unwrap_or(0),
-            opts: opts.clone(),
-            pending: None,
-            finish: None,
-            evaluated: rest.len(),
+        Ok(Decoding::new(crate::decoding::Start {
+            opts,
+            rest,
             reused,
-            prefill: rest,
-            prefilled: 0,
-            images: media.to_vec(),
-            prompt_time: Duration::ZERO,
-            gen_start: Instant::now(),
+            media,
             constraint,
-            think: thinking.map(ThinkState::new),
-            stopped_by: None,
+            thinking,
             logprobs,
-            log: Vec::new(),
-            spec: opts
-                .speculation
-                .clone()
-                .map(crate::speculate::SpecState::new),
-        })
+        }))
     }
 
     /// The request's errors before anything is evaluated: an empty prompt,

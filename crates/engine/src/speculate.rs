@@ -258,29 +258,29 @@ impl Session {
         d: &'d mut Decoding,
         sampler: &mut Sampler,
     ) -> Result<Step<'d>, EngineError> {
-        let queued = d.spec.as_mut().and_then(|s| s.queue.pop_front());
+        let queued = d.spec_mut().and_then(|s| s.queue.pop_front());
         if let Some((id, logprob)) = queued {
-            if d.finish.is_some() {
+            if d.is_done() {
                 return self.sample_from(d, sampler, None);
             }
             // Where a plain decode would stop: its cache is full one token
             // before a round's verifying batch is.
-            if d.ids.len() >= d.opts.max_tokens || d.fed_len() >= self.n_ctx() {
+            if d.tokens_left() == 0 || d.fed_len() >= self.n_ctx() {
                 return Ok(d.end_at_length());
             }
-            d.log.extend(logprob);
-            return self.take_sampled(d, id);
+            d.record_logprob(logprob);
+            return Ok(d.take(id, &self.tokenizer));
         }
-        let Some(pending) = d.pending else {
+        let Some(pending) = d.pending() else {
             return self.sample_next(d, sampler);
         };
         let base = self.tokens.len();
-        if d.finish.is_some() || base + 1 > self.n_ctx() {
+        if d.is_done() || base + 1 > self.n_ctx() {
             // Nothing to verify: the plain step ends the generation.
             self.accept_pending(d)?;
             return self.sample_next(d, sampler);
         }
-        d.pending = None;
+        d.take_pending();
         self.verify_round(d, sampler, pending, base)?;
         self.step_speculative(d, sampler)
     }
@@ -295,13 +295,14 @@ impl Session {
         pending: u32,
         base: usize,
     ) -> Result<(), EngineError> {
-        let Some(spec) = d.spec.as_mut() else {
+        let (tokens_left, logprobs) = (d.tokens_left(), d.logprobs_asked());
+        let Some(spec) = d.spec_mut() else {
             return Ok(());
         };
         // Room: the context, the tokens still to produce (a round makes one
         // more than it drafts), and the scratch's batch.
         let limit = (self.n_ctx() - base - 1)
-            .min(d.opts.max_tokens.saturating_sub(d.ids.len() + 1))
+            .min(tokens_left.saturating_sub(1))
             .min(self.scratch.max_batch().saturating_sub(1))
             .min(spec.cap);
         let mut batch = std::mem::take(&mut spec.draft);
@@ -316,7 +317,7 @@ impl Session {
         let vocab = self.model.config().vocab;
         let logits = self.model.logits(&mut self.scratch, 0..batch.len())?;
         for (j, row) in logits.chunks_exact_mut(vocab).enumerate() {
-            let raw = d.logprobs.map(|top| (row.to_vec(), top));
+            let raw = logprobs.map(|top| (row.to_vec(), top));
             let id = sampler.sample(row, &self.tokens[..base + 1 + j]);
             let logprob = raw.map(|(raw, top)| crate::token_logprob(&raw, id, top));
             spec.queue.push_back((id, logprob));
