@@ -70,10 +70,6 @@ impl BatchDecoder {
     ///
     /// `on_step(i, step)` gets item `i`'s outcome, once per item. A failed
     /// forward clears the sessions it touched, as [`Session::step`] does.
-    #[expect(
-        clippy::too_many_lines,
-        reason = "longer than a screen; issue 91 splits it"
-    )]
     pub fn step(
         &mut self,
         items: &mut [BatchItem<'_>],
@@ -86,7 +82,7 @@ impl BatchDecoder {
         let mut fresh: Vec<usize> = Vec::new();
         for (i, it) in items.iter_mut().enumerate() {
             let d = &mut *it.decoding;
-            let ours = Arc::ptr_eq(&it.session.model, &self.model)
+            let ours = it.session.runs(&self.model)
                 && it.session.n_ctx() <= self.n_ctx
                 && d.prefill_done()
                 && !d.speculates();
@@ -96,10 +92,10 @@ impl BatchDecoder {
                 on_step(i, it.session.step(d, it.sampler));
                 continue;
             }
-            let room = it.session.tokens.len() < it.session.n_ctx();
+            let room = it.session.has_room();
             match d.take_pending() {
                 Some(id) if room => feed.push((i, id)),
-                None if !d.is_done() && room && it.session.scratch.batch() > 0 => fresh.push(i),
+                None if !d.is_done() && room && it.session.last_hidden().is_some() => fresh.push(i),
                 // Ended, or full (sampling ends it with `Length`).
                 _ => on_step(i, it.session.sample_from(d, it.sampler, None)),
             }
@@ -125,16 +121,13 @@ impl BatchDecoder {
                     continue;
                 }
                 for &(i, id) in group {
-                    items[i].session.tokens.push(id);
+                    items[i].session.fed(id);
                 }
             }
             let logits = {
                 let extra: Vec<&[f32]> = fresh
                     .iter()
-                    .filter_map(|&i| {
-                        let sc = &items[i].session.scratch;
-                        sc.hidden(sc.batch().wrapping_sub(1))
-                    })
+                    .filter_map(|&i| items[i].session.last_hidden())
                     .collect();
                 if extra.len() != fresh.len() {
                     Err(ModelError::BadBatch("a prefilled row is missing".into()))
@@ -182,11 +175,7 @@ impl BatchDecoder {
         let mut next = group.iter().zip(&ids).peekable();
         for (i, it) in items.iter_mut().enumerate() {
             if let Some((_, tokens)) = next.next_if(|((j, _), _)| *j == i) {
-                inputs.push(SeqInput {
-                    cache: &mut it.session.cache,
-                    tokens,
-                    embedded: &[],
-                });
+                inputs.push(it.session.batch_input(tokens));
             }
         }
         self.model.forward_multi(&mut inputs, &mut self.scratch)

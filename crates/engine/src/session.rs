@@ -27,6 +27,38 @@ impl Session {
         self.cache.n_ctx()
     }
 
+    /// Whether this session runs `model` (so its rows can share a batch
+    /// with others of it).
+    pub(crate) fn runs(&self, model: &Arc<Model>) -> bool {
+        Arc::ptr_eq(&self.model, model)
+    }
+
+    /// Whether the context has room for another token.
+    pub(crate) fn has_room(&self) -> bool {
+        self.tokens.len() < self.n_ctx()
+    }
+
+    /// The last row its own buffers hold (a prompt's last hidden state,
+    /// waiting for the head), when they hold one.
+    pub(crate) fn last_hidden(&self) -> Option<&[f32]> {
+        self.scratch.hidden(self.scratch.batch().checked_sub(1)?)
+    }
+
+    /// This session's share of a batched forward step: `tokens` into its
+    /// cache.
+    pub(crate) fn batch_input<'a>(&'a mut self, tokens: &'a [u32]) -> model::SeqInput<'a> {
+        model::SeqInput {
+            cache: &mut self.cache,
+            tokens,
+            embedded: &[],
+        }
+    }
+
+    /// `id` went into the cache in a batched forward step.
+    pub(crate) fn fed(&mut self, id: u32) {
+        self.tokens.push(id);
+    }
+
     /// Take `other`'s cache (its ids, images, keys and values) as this
     /// session's, so a generation sharing its prompt starts without
     /// prefilling it again. Sessions of different models or context sizes
