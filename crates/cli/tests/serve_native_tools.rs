@@ -21,11 +21,30 @@ fn template(name: &str) -> String {
     std::fs::read_to_string(path).unwrap()
 }
 
-/// The tiny Gemma 4 with Gemma 4's chat and tool tokens on its last ids
-/// and its real template, written into `dir`.
-pub fn gemma4_native(dir: &Path) -> PathBuf {
-    let src = GgufFile::open(tiny_fixture("gemma4_e2b/model-f32.gguf")).unwrap();
+/// The tiny `fixture` with `tokens` on its last ids (as control tokens)
+/// and the template in `template_file`, written into `dir` as `name`.
+fn native_model(
+    dir: &Path,
+    fixture: &str,
+    tokens: &[&str],
+    template_file: &str,
+    name: &str,
+) -> PathBuf {
+    let src = GgufFile::open(tiny_fixture(fixture)).unwrap();
     let n = src.get_str_array("tokenizer.ggml.tokens").unwrap().len();
+    let names: Vec<(usize, &str)> = tokens
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (n - 1 - i, *t))
+        .collect();
+    let path = dir.join(name);
+    with_tokens(&src, &names, Some(&template(template_file)), &path);
+    path
+}
+
+/// The tiny Gemma 4 with Gemma 4's chat and tool tokens and its real
+/// template.
+pub fn gemma4_native(dir: &Path) -> PathBuf {
     let tokens = [
         "<|turn>",
         "<turn|>",
@@ -40,26 +59,18 @@ pub fn gemma4_native(dir: &Path) -> PathBuf {
         "<tool_response|>",
         "<|\"|>",
     ];
-    let names: Vec<(usize, &str)> = tokens
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (n - 1 - i, *t))
-        .collect();
-    let path = dir.join("gemma4-native.gguf");
-    with_tokens(
-        &src,
-        &names,
-        Some(&template("google-gemma-4-31B-it.jinja")),
-        &path,
-    );
-    path
+    native_model(
+        dir,
+        "gemma4_e2b/model-f32.gguf",
+        &tokens,
+        "google-gemma-4-31B-it.jinja",
+        "gemma4-native.gguf",
+    )
 }
 
-/// The tiny Gemma 3 with FunctionGemma's tokens on its last ids and a
-/// FunctionGemma template, written into `dir`.
+/// The tiny Gemma 3 with FunctionGemma's tokens and a FunctionGemma
+/// template.
 pub fn function_gemma(dir: &Path) -> PathBuf {
-    let src = GgufFile::open(tiny_fixture("gemma3/model-f32.gguf")).unwrap();
-    let n = src.get_str_array("tokenizer.ggml.tokens").unwrap().len();
     let tokens = [
         "<start_function_call>",
         "<end_function_call>",
@@ -69,19 +80,13 @@ pub fn function_gemma(dir: &Path) -> PathBuf {
         "<start_function_response>",
         "<end_function_response>",
     ];
-    let names: Vec<(usize, &str)> = tokens
-        .iter()
-        .enumerate()
-        .map(|(i, t)| (n - 1 - i, *t))
-        .collect();
-    let path = dir.join("functiongemma-native.gguf");
-    with_tokens(
-        &src,
-        &names,
-        Some(&template("vllm-functiongemma.jinja")),
-        &path,
-    );
-    path
+    native_model(
+        dir,
+        "gemma3/model-f32.gguf",
+        &tokens,
+        "vllm-functiongemma.jinja",
+        "functiongemma-native.gguf",
+    )
 }
 
 /// Where the models go: `HEARTH_NATIVE_TOOLS_DIR` when set (so the goldens
