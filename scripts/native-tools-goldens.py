@@ -20,22 +20,21 @@ import urllib.request
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 OUT = os.path.join(ROOT, "tests/fixtures/tools/apply-template.json")
 
-# Keys in sorted order at every level: Hearth's JSON values keep their keys
-# sorted, so a template that prints a declaration with `tojson` writes them
-# in that order, where llama.cpp keeps the order the client sent.
+# Keys in the order clients write them (a template that prints a
+# declaration with `tojson` keeps that order, in llama.cpp and in Hearth).
 TOOLS = [
-    {"function": {
-        "description": "Weather in a city", "name": "get_weather",
-        "parameters": {"properties": {
-            "city": {"description": "The city", "type": "string"},
+    {"type": "function", "function": {
+        "name": "get_weather", "description": "Weather in a city",
+        "parameters": {"type": "object", "properties": {
+            "city": {"type": "string", "description": "The city"},
             "days": {"type": "integer"},
-            "units": {"enum": ["c", "f"], "type": "string"}},
-            "required": ["city"], "type": "object"}}, "type": "function"},
-    {"function": {
-        "description": "Add two numbers", "name": "add",
-        "parameters": {"properties": {
-            "a": {"type": "number"}, "b": {"type": "number"}},
-            "required": ["a", "b"], "type": "object"}}, "type": "function"},
+            "units": {"type": "string", "enum": ["c", "f"]}},
+            "required": ["city"]}}},
+    {"type": "function", "function": {
+        "name": "add", "description": "Add two numbers",
+        "parameters": {"type": "object", "properties": {
+            "b": {"type": "number"}, "a": {"type": "number"}},
+            "required": ["a", "b"]}}},
 ]
 
 

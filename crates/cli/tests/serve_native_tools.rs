@@ -488,18 +488,30 @@ fn hostile_tools_and_calls_cost_little() {
     );
     let before = serve_common::peak_rss_kib(s.child.id()) / 1024;
     let tool = |parameters: Value| json!([{"type": "function", "function": {"name": "f", "parameters": parameters}}]);
-    // A schema whose `type` list writes its properties twice per level.
-    let mut doubling = json!({"type": "string"});
+    // A type listed 200,000 times at each of 40 levels (written once
+    // each), and a hundred thousand properties (past the grammar's bound).
+    let mut listed = json!({"type": "string"});
     for _ in 0..40 {
-        doubling = json!({"type": ["object", "object"], "properties": {"a": doubling}});
+        listed = json!({"type": vec!["object"; 5000], "properties": {"a": listed}});
     }
+    let wide: serde_json::Map<String, Value> = (0..100_000)
+        .map(|i| (format!("p{i}"), json!({"type": "string"})))
+        .collect();
     let cycle = json!({"type": "object", "properties": {"x": {"$ref": "#/$defs/a"}},
         "$defs": {"a": {"$ref": "#/$defs/a"}}});
     let nowhere = json!({"type": "object", "properties": {"x": {"$ref": "#/$defs/none"}}});
     let wrap = |p: Value| json!({"type": "object", "properties": {"x": p}});
     for (what, params, choice) in [
-        ("doubling types", wrap(doubling.clone()), "required"),
-        ("doubling types under auto", wrap(doubling), "auto"),
+        (
+            "a type listed 5000 times at 40 levels",
+            wrap(listed),
+            "required",
+        ),
+        (
+            "100,000 properties under auto",
+            json!({"type": "object", "properties": wide}),
+            "auto",
+        ),
         ("a $ref cycle", cycle, "required"),
         ("a $ref to nothing", nowhere, "required"),
     ] {

@@ -118,6 +118,8 @@ struct Rules {
     quote: String,
     /// The regex of a string's text: anything without the quote in it.
     string_text: String,
+    /// The quote's text, which no key or literal may hold.
+    quote_text: String,
     /// Rules made once and shared (`any`, `string`...).
     shared: HashMap<&'static str, ()>,
     /// The tool's parameter schema, which `$ref`s point into.
@@ -125,7 +127,18 @@ struct Rules {
     /// Rules made for `$ref`s of this tool, by pointer.
     refs: HashMap<String, String>,
     next: usize,
+    /// How deep in the schema (through `$ref`s too) the walk is.
+    depth: usize,
 }
+
+/// The deepest a tool's schema may nest (through `$ref`s too) for the call
+/// grammar: the walk recurses once a level.
+const MAX_SCHEMA_DEPTH: usize = 128;
+
+/// JSON Schema's type names.
+const TYPES: [&str; 7] = [
+    "string", "integer", "number", "boolean", "null", "array", "object",
+];
 
 impl Rules {
     fn new(quote: String, quote_text: &str) -> Self {
@@ -133,10 +146,12 @@ impl Rules {
             text: String::new(),
             quote,
             string_text: avoiding(quote_text),
+            quote_text: quote_text.to_string(),
             shared: HashMap::new(),
             root: Value::Null,
             refs: HashMap::new(),
             next: 0,
+            depth: 0,
         }
     }
 
@@ -203,7 +218,9 @@ impl Rules {
         Ok(name)
     }
 
-    /// Arguments: an object schema's rule, or any object.
+    /// Arguments: an object schema's rule (closed: only the properties it
+    /// names, none when it names none), or any object when it names no
+    /// `properties` at all.
     fn object_or_any(&mut self, schema: &Value) -> Result<String, String> {
         match schema.get("properties") {
             Some(Value::Object(_)) => self.value(schema),
@@ -211,8 +228,21 @@ impl Rules {
         }
     }
 
-    /// The rule (or expression) of a value matching `schema`.
+    /// The rule (or expression) of a value matching `schema`, refused past
+    /// [`MAX_SCHEMA_DEPTH`].
     fn value(&mut self, schema: &Value) -> Result<String, String> {
+        if self.depth >= MAX_SCHEMA_DEPTH {
+            return Err(format!(
+                "a tool's parameter schema nests deeper than {MAX_SCHEMA_DEPTH} levels"
+            ));
+        }
+        self.depth += 1;
+        let rule = self.value_within(schema);
+        self.depth -= 1;
+        rule
+    }
+
+    fn value_within(&mut self, schema: &Value) -> Result<String, String> {
         let Value::Object(s) = schema else {
             // `true`, `{}` or something we do not read: any value.
             return Ok(self.shared("any")?.into());
@@ -221,11 +251,14 @@ impl Rules {
             return self.reference(pointer);
         }
         if let Some(c) = s.get("const") {
-            return Ok(self.literal(c));
+            return self.literal(c);
         }
         if let Some(Value::Array(options)) = s.get("enum") {
-            let alts: Vec<String> = options.iter().map(|v| self.literal(v)).collect();
-            return Ok(alternatives(alts));
+            let alts = options
+                .iter()
+                .map(|v| self.literal(v))
+                .collect::<Result<Vec<_>, _>>()?;
+            return alternatives(alts, "enum");
         }
         for key in ["anyOf", "oneOf"] {
             if let Some(Value::Array(options)) = s.get(key) {
@@ -233,18 +266,32 @@ impl Rules {
                     .iter()
                     .map(|o| self.value(o))
                     .collect::<Result<Vec<_>, _>>()?;
-                return Ok(alternatives(alts));
+                return alternatives(alts, key);
             }
         }
         match s.get("type") {
             Some(Value::Array(types)) => {
-                let mut alts = Vec::with_capacity(types.len());
+                // Each type once, and only JSON Schema's: at most seven.
+                let mut seen = Vec::with_capacity(TYPES.len());
                 for t in types {
-                    let mut one = s.clone();
-                    one.insert("type".into(), t.clone());
-                    alts.push(self.value(&Value::Object(one))?);
+                    match t.as_str() {
+                        Some(name) if TYPES.contains(&name) => {
+                            if !seen.contains(&name) {
+                                seen.push(name);
+                            }
+                        }
+                        _ => {
+                            return Err(format!(
+                                "`type` lists {t}, which is not a JSON Schema type"
+                            ))
+                        }
+                    }
                 }
-                Ok(alternatives(alts))
+                let alts = seen
+                    .into_iter()
+                    .map(|t| self.typed(t, s))
+                    .collect::<Result<Vec<_>, _>>()?;
+                alternatives(alts, "type")
             }
             Some(Value::String(t)) => self.typed(t, s),
             _ if s.contains_key("properties") => self.typed("object", s),
@@ -270,7 +317,8 @@ impl Rules {
                 name
             }
             "object" => match s.get("properties") {
-                Some(Value::Object(props)) if !props.is_empty() => self.object(s, props)?,
+                Some(Value::Object(props)) if props.is_empty() => "(\"{\" \"}\")".into(),
+                Some(Value::Object(props)) => self.object(s, props)?,
                 _ => self.shared("any_dict")?.into(),
             },
             _ => self.shared("any")?.into(),
@@ -284,14 +332,15 @@ impl Rules {
         s: &Map<String, Value>,
         props: &Map<String, Value>,
     ) -> Result<String, String> {
-        let required: Vec<&str> = match s.get("required") {
+        let required: std::collections::HashSet<&str> = match s.get("required") {
             Some(Value::Array(r)) => r.iter().filter_map(Value::as_str).collect(),
-            _ => Vec::new(),
+            _ => std::collections::HashSet::new(),
         };
         let mut names: Vec<&String> = props.keys().collect();
-        names.sort_by(|a, b| a.to_lowercase().cmp(&b.to_lowercase()).then(a.cmp(b)));
+        names.sort_by_cached_key(|n| (n.to_lowercase(), n.as_str()));
         let mut pairs = Vec::with_capacity(names.len());
         for name in &names {
+            self.check_key(name)?;
             let value = self.value(&props[name.as_str()])?;
             pairs.push((
                 format!("{} {value}", lit(&format!("{name}:"))),
@@ -365,9 +414,34 @@ impl Rules {
         Ok(name)
     }
 
-    /// `v` written in the native syntax, as a Lark expression.
-    fn literal(&self, v: &Value) -> String {
-        match v {
+    /// A property name as a bare key: refused when the syntax could not
+    /// read it back (empty, or holding a delimiter or the quote's text).
+    fn check_key(&self, name: &str) -> Result<(), String> {
+        let bad = name.is_empty()
+            || name.contains(|c: char| ":,{}[]<>\"".contains(c) || c.is_control())
+            || name.contains(&self.quote_text);
+        match bad {
+            true => Err(format!(
+                "the property name {name:?} cannot be written as a bare key in the model's call syntax"
+            )),
+            false => Ok(()),
+        }
+    }
+
+    /// `v` written in the native syntax, as a Lark expression; refused
+    /// when a string holds the quote's text (it could not be read back).
+    fn literal(&self, v: &Value) -> Result<String, String> {
+        if self.depth >= MAX_SCHEMA_DEPTH {
+            return Err(format!(
+                "a literal nests deeper than {MAX_SCHEMA_DEPTH} levels"
+            ));
+        }
+        Ok(match v {
+            Value::String(s) if s.contains(&self.quote_text) => {
+                return Err(format!(
+                    "the value {s:?} holds the quote of the model's call syntax"
+                ))
+            }
             Value::String(s) => format!("{} {} {}", self.quote, lit(s), self.quote),
             Value::Array(items) => {
                 let mut parts = vec!["\"[\"".to_string()];
@@ -375,7 +449,7 @@ impl Rules {
                     if i > 0 {
                         parts.push("\",\"".into());
                     }
-                    parts.push(self.literal(item));
+                    parts.push(self.literal(item)?);
                 }
                 parts.push("\"]\"".into());
                 parts.join(" ")
@@ -386,29 +460,36 @@ impl Rules {
                     if i > 0 {
                         parts.push("\",\"".into());
                     }
+                    self.check_key(k)?;
                     parts.push(lit(&format!("{k}:")));
-                    parts.push(self.literal(item));
+                    parts.push(self.literal(item)?);
                 }
                 parts.push("\"}\"".into());
                 parts.join(" ")
             }
             other => lit(&other.to_string()),
-        }
+        })
     }
 }
 
-/// `alts` as one Lark expression.
-fn alternatives(alts: Vec<String>) -> String {
+/// `alts` as one Lark expression; an empty list (`what` lists nothing)
+/// matches nothing and is refused.
+fn alternatives(alts: Vec<String>, what: &str) -> Result<String, String> {
     match alts.len() {
-        0 => "\"\"".into(),
-        1 => alts.into_iter().next().unwrap_or_default(),
-        _ => format!("({})", alts.join(" | ")),
+        0 => Err(format!(
+            "`{what}` lists nothing, so no value could match it"
+        )),
+        1 => Ok(alts.into_iter().next().unwrap_or_default()),
+        _ => Ok(format!("({})", alts.join(" | "))),
     }
 }
 
-/// `s` as a Lark string literal (empty text is an empty literal).
+/// `s` as a Lark string literal (DEL escaped too: Lark's lexer refuses it
+/// raw).
 fn lit(s: &str) -> String {
-    serde_json::to_string(s).unwrap_or_else(|_| "\"\"".into())
+    serde_json::to_string(s)
+        .unwrap_or_else(|_| "\"\"".into())
+        .replace('\u{7f}', "\\u007f")
 }
 
 /// A regex for nonempty text in which `marker` (one `<`, at its start,

@@ -143,16 +143,89 @@ fn call_rules_name_every_allowed_tool_and_bound_their_size() {
         lark.contains("<[7]>") && lark.contains("<[9]>") && lark.contains("{1,16}"),
         "{lark}"
     );
-    // Types listed at every level write the schema again per type.
-    let mut nested = json!({"type": "string"});
-    for _ in 0..30 {
-        nested = json!({"type": ["object", "object"], "properties": {"a": nested}});
-    }
+    // A schema past the grammar's bound: a hundred thousand properties.
+    let props: serde_json::Map<String, Value> = (0..100_000)
+        .map(|i| (format!("p{i}"), json!({"type": "string"})))
+        .collect();
     let wide = Tool {
         name: "w".into(),
         description: None,
-        parameters: json!({"type": "object", "properties": {"x": nested}}),
+        parameters: json!({"type": "object", "properties": props}),
     };
     let e = calls_lark(&native, &[&wide], false).unwrap_err();
     assert!(e.contains("more than"), "{e}");
+}
+
+#[test]
+fn schemas_the_syntax_cannot_hold_are_refused_cheaply() {
+    let native = NativeTools {
+        syntax: &GEMMA4,
+        ids: [7, 8, 9],
+    };
+    let tool = |parameters: Value| Tool {
+        name: "t".into(),
+        description: None,
+        parameters,
+    };
+    let refuse = |parameters: Value, says: &str| {
+        let t = tool(parameters);
+        let e = calls_lark(&native, &[&t], false).unwrap_err();
+        assert!(e.contains(says), "{e}");
+    };
+    // A `$ref` chain as long as a body allows: refused at its depth, not
+    // by a stack overflow.
+    let mut defs = serde_json::Map::new();
+    for i in 0..5000 {
+        defs.insert(
+            format!("d{i}"),
+            json!({"$ref": format!("#/$defs/d{}", i + 1)}),
+        );
+    }
+    defs.insert("d5000".into(), json!({"type": "string"}));
+    refuse(
+        json!({"type": "object", "properties": {"a": {"$ref": "#/$defs/d0"}}, "$defs": defs}),
+        "deeper than",
+    );
+    refuse(
+        json!({"type": "object", "properties": {"a:b": {"type": "string"}}}),
+        "bare key",
+    );
+    refuse(
+        json!({"type": "object", "properties": {"a": {"enum": []}}}),
+        "lists nothing",
+    );
+    refuse(
+        json!({"type": "object", "properties": {"a": {"anyOf": []}}}),
+        "lists nothing",
+    );
+    refuse(
+        json!({"type": "object", "properties": {"a": {"const": "x<|\"|>y"}}}),
+        "quote",
+    );
+    refuse(
+        json!({"type": "object", "properties": {"a": {"type": [["object"]]}}}),
+        "not a JSON Schema type",
+    );
+    // A type listed two hundred thousand times is written once.
+    let t = tool(json!({"type": "object", "properties": {"a": {"type": vec!["string"; 200_000]}}}));
+    let started = std::time::Instant::now();
+    let lark = calls_lark(&native, &[&t], false).unwrap();
+    assert!(
+        lark.len() < 4096 && started.elapsed().as_secs() < 5,
+        "{} bytes",
+        lark.len()
+    );
+    // Properties named, none given: only `{}`; no properties key: any object.
+    let closed = calls_lark(
+        &native,
+        &[&tool(json!({"type": "object", "properties": {}}))],
+        false,
+    )
+    .unwrap();
+    assert!(
+        closed.contains("(\"{\" \"}\")") && !closed.contains("any_dict"),
+        "{closed}"
+    );
+    let open = calls_lark(&native, &[&tool(json!({"type": "object"}))], false).unwrap();
+    assert!(open.contains("any_dict"), "{open}");
 }
