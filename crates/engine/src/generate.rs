@@ -107,8 +107,7 @@ impl Session {
                 self.scratch.max_batch(),
                 images,
             )? - base;
-            let chunk = prefill[prefilled..end].to_vec();
-            let images = images.to_vec();
+            let chunk = &prefill[prefilled..end];
             let last_is_image = images.last().is_some_and(|i| i.end() == base + end);
             if end == prefill.len() && chunk.len() > 1 && !last_is_image {
                 // The last prompt token goes alone. A prompt found in the
@@ -116,10 +115,10 @@ impl Session {
                 // batches take other kernels (rounded differently, then
                 // amplified by 8-bit activations), so this keeps a seeded
                 // sample the same whether the prompt was cached or not.
-                self.forward_prompt(&chunk[..chunk.len() - 1], &images)?;
-                self.forward_prompt(&chunk[chunk.len() - 1..], &images)?;
+                self.forward_prompt(&chunk[..chunk.len() - 1], images)?;
+                self.forward_prompt(&chunk[chunk.len() - 1..], images)?;
             } else {
-                self.forward_prompt(&chunk, &images)?;
+                self.forward_prompt(chunk, images)?;
             }
             d.prefilled_through(end, t0.elapsed());
         }

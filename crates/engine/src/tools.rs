@@ -114,14 +114,31 @@ impl ToolMode {
             .collect()
     }
 
+    /// Whether these tools and `format` can make a reply's grammar, before
+    /// the model (and so the call syntax) is known: the errors of
+    /// [`ToolMode::reply_grammar`] but those of a native syntax, without
+    /// building anything.
+    pub fn check(&self, format: Option<&Grammar>) -> Result<(), ToolsError> {
+        match (&self.choice, format) {
+            (ToolChoice::None, _) => Ok(()),
+            (ToolChoice::Auto, Some(Grammar::JsonSchema(_) | Grammar::JsonObject) | None)
+            | (ToolChoice::Required | ToolChoice::Function(_), _) => {
+                allowed_tools(&self.tools, &self.choice)
+                    .map(|_| ())
+                    .map_err(ToolsError::Choice)
+            }
+            (ToolChoice::Auto, Some(_)) => Err(ToolsError::FormatNotJson),
+        }
+    }
+
     /// The grammar of a reply that may call these tools, beside the
     /// `format` the request asks for its answer: `none` holds the reply to
     /// the format; `required` or a named function to a call (the format is
     /// for answers, not calls); `auto` to a call or the format's JSON (or
-    /// text, without a format). Fails on a named tool that is not given, or
-    /// under `auto` a format that is not JSON (`Err(None)` names the
-    /// format's field as the fault, `Err(Some)` the choice).
+    /// text, without a format). Fails as [`ToolMode::check`] says, or on
+    /// schemas the native syntax cannot hold.
     pub fn reply_grammar(&self, format: Option<Grammar>) -> Result<Option<Grammar>, ToolsError> {
+        self.check(format.as_ref())?;
         let answer = match (&self.choice, format) {
             (ToolChoice::None, format) => return Ok(format),
             (ToolChoice::Auto, Some(Grammar::JsonSchema(schema))) => Some(schema),

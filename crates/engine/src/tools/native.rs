@@ -14,7 +14,7 @@
 
 use super::{Tool, ToolCall, MAX_PARALLEL_CALLS};
 use serde_json::{Map, Value};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
 /// A model family's call syntax: the tokens around a call and a string.
@@ -73,8 +73,8 @@ pub struct NativeTools {
     pub ids: [u32; 3],
 }
 
-/// The most bytes of grammar the tools' schemas may make (each type of a
-/// `"type": [...]` list writes its schema again, so nesting multiplies).
+/// The most bytes of grammar the tools' schemas may make (the grammar
+/// grows with the schemas; this bounds what a request can make it cost).
 const MAX_LARK_BYTES: usize = 4 << 20;
 
 /// Lark rules for `calls`: one call to one of `tools` (with `parallel`, up
@@ -84,10 +84,10 @@ const MAX_LARK_BYTES: usize = 4 << 20;
 /// the schemas make a grammar past [`MAX_LARK_BYTES`].
 pub fn calls_lark(native: &NativeTools, tools: &[&Tool], parallel: bool) -> Result<String, String> {
     let [open, close, quote] = native.ids;
-    let mut rules = Rules::new(format!("<[{quote}]>"), native.syntax.quote);
+    let mut rules = Rules::new(native.syntax, format!("<[{quote}]>"));
     let mut alternatives = Vec::with_capacity(tools.len());
     for (i, tool) in tools.iter().enumerate() {
-        rules.root = tool.parameters.clone();
+        rules.root = &tool.parameters;
         rules.refs.clear();
         let args = rules.object_or_any(&tool.parameters)?;
         let name = format!("tool_{i}");
@@ -111,7 +111,9 @@ pub fn calls_lark(native: &NativeTools, tools: &[&Tool], parallel: bool) -> Resu
 }
 
 /// Writes Lark rules for schemas in the native value syntax.
-struct Rules {
+struct Rules<'a> {
+    /// The syntax, for messages.
+    syntax: &'static NativeSyntax,
     /// The rules so far.
     text: String,
     /// How a string's quote is written in Lark (`<[id]>`).
@@ -120,15 +122,40 @@ struct Rules {
     string_text: String,
     /// The quote's text, which no key or literal may hold.
     quote_text: String,
-    /// Rules made once and shared (`any`, `string`...).
-    shared: HashMap<&'static str, ()>,
+    /// The shared rules made so far.
+    shared: HashSet<Shared>,
     /// The tool's parameter schema, which `$ref`s point into.
-    root: Value,
+    root: &'a Value,
     /// Rules made for `$ref`s of this tool, by pointer.
     refs: HashMap<String, String>,
     next: usize,
     /// How deep in the schema (through `$ref`s too) the walk is.
     depth: usize,
+}
+
+/// The rules every schema shares, made once on first use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Shared {
+    String,
+    Integer,
+    Number,
+    Any,
+    AnyDict,
+    AnyArray,
+}
+
+impl Shared {
+    /// The rule's name in the grammar.
+    fn name(self) -> &'static str {
+        match self {
+            Shared::String => "string",
+            Shared::Integer => "integer",
+            Shared::Number => "number",
+            Shared::Any => "any",
+            Shared::AnyDict => "any_dict",
+            Shared::AnyArray => "any_array",
+        }
+    }
 }
 
 /// The deepest a tool's schema may nest (through `$ref`s too) for the call
@@ -140,15 +167,17 @@ const TYPES: [&str; 7] = [
     "string", "integer", "number", "boolean", "null", "array", "object",
 ];
 
-impl Rules {
-    fn new(quote: String, quote_text: &str) -> Self {
+impl<'a> Rules<'a> {
+    fn new(syntax: &'static NativeSyntax, quote: String) -> Self {
+        let quote_text = syntax.quote;
         Self {
+            syntax,
             text: String::new(),
             quote,
             string_text: avoiding(quote_text),
             quote_text: quote_text.to_string(),
-            shared: HashMap::new(),
-            root: Value::Null,
+            shared: HashSet::new(),
+            root: &Value::Null,
             refs: HashMap::new(),
             next: 0,
             depth: 0,
@@ -171,49 +200,46 @@ impl Rules {
         format!("{kind}_{}", self.next)
     }
 
-    /// A rule shared by every schema, made on first use.
-    fn shared(&mut self, name: &'static str) -> Result<&'static str, String> {
-        if self.shared.insert(name, ()).is_some() {
+    /// A rule shared by every schema, made on first use; its name.
+    fn shared(&mut self, rule: Shared) -> Result<&'static str, String> {
+        let name = rule.name();
+        if !self.shared.insert(rule) {
             return Ok(name);
         }
         let q = self.quote.clone();
-        match name {
-            "string" => {
+        match rule {
+            Shared::String => {
                 let text = self.string_text.clone();
-                self.define("string", &format!("{q} {q} | {q} STRING_TEXT {q}"))?;
+                self.define(name, &format!("{q} {q} | {q} STRING_TEXT {q}"))?;
                 self.define("STRING_TEXT", &format!("/{text}/"))?;
             }
-            "any" => {
-                let (s, d, a) = (
-                    self.shared("string")?,
-                    self.shared("any_dict")?,
-                    self.shared("any_array")?,
+            Shared::Any => {
+                let (s, n, d, a) = (
+                    self.shared(Shared::String)?,
+                    self.shared(Shared::Number)?,
+                    self.shared(Shared::AnyDict)?,
+                    self.shared(Shared::AnyArray)?,
                 );
                 self.define(
-                    "any",
-                    &format!("{s} | NUMBER | \"true\" | \"false\" | \"null\" | {d} | {a}"),
-                )?;
-                self.define(
-                    "NUMBER",
-                    "/-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]{1,2})?/",
+                    name,
+                    &format!("{s} | {n} | \"true\" | \"false\" | \"null\" | {d} | {a}"),
                 )?;
             }
-            "any_dict" => {
-                self.define("any_dict", "\"{\" (any_pair (\",\" any_pair)*)? \"}\"")?;
-                self.define("any_pair", "KEY \":\" any")?;
+            Shared::AnyDict => {
+                let any = self.shared(Shared::Any)?;
+                self.define(name, "\"{\" (any_pair (\",\" any_pair)*)? \"}\"")?;
+                self.define("any_pair", &format!("KEY \":\" {any}"))?;
                 self.define("KEY", "/[A-Za-z_$][A-Za-z0-9_.$-]*/")?;
-                self.shared("any")?;
             }
-            "any_array" => {
-                self.define("any_array", "\"[\" (any (\",\" any)*)? \"]\"")?;
-                self.shared("any")?;
+            Shared::AnyArray => {
+                let any = self.shared(Shared::Any)?;
+                self.define(name, &format!("\"[\" ({any} (\",\" {any})*)? \"]\""))?;
             }
-            "integer" => self.define("integer", "/-?(0|[1-9][0-9]*)/")?,
-            "number" => self.define(
-                "number",
+            Shared::Integer => self.define(name, "/-?(0|[1-9][0-9]*)/")?,
+            Shared::Number => self.define(
+                name,
                 "/-?(0|[1-9][0-9]*)(\\.[0-9]+)?([eE][+-]?[0-9]{1,2})?/",
             )?,
-            _ => unreachable!("no shared rule `{name}`"),
         }
         Ok(name)
     }
@@ -224,7 +250,7 @@ impl Rules {
     fn object_or_any(&mut self, schema: &Value) -> Result<String, String> {
         match schema.get("properties") {
             Some(Value::Object(_)) => self.value(schema),
-            _ => Ok(self.shared("any_dict")?.to_string()),
+            _ => Ok(self.shared(Shared::AnyDict)?.to_string()),
         }
     }
 
@@ -245,7 +271,7 @@ impl Rules {
     fn value_within(&mut self, schema: &Value) -> Result<String, String> {
         let Value::Object(s) = schema else {
             // `true`, `{}` or something we do not read: any value.
-            return Ok(self.shared("any")?.into());
+            return Ok(self.shared(Shared::Any)?.into());
         };
         if let Some(Value::String(pointer)) = s.get("$ref") {
             return self.reference(pointer);
@@ -296,21 +322,21 @@ impl Rules {
             Some(Value::String(t)) => self.typed(t, s),
             _ if s.contains_key("properties") => self.typed("object", s),
             _ if s.contains_key("items") => self.typed("array", s),
-            _ => Ok(self.shared("any")?.into()),
+            _ => Ok(self.shared(Shared::Any)?.into()),
         }
     }
 
     fn typed(&mut self, ty: &str, s: &Map<String, Value>) -> Result<String, String> {
         Ok(match ty {
-            "string" => self.shared("string")?.into(),
-            "integer" => self.shared("integer")?.into(),
-            "number" => self.shared("number")?.into(),
+            "string" => self.shared(Shared::String)?.into(),
+            "integer" => self.shared(Shared::Integer)?.into(),
+            "number" => self.shared(Shared::Number)?.into(),
             "boolean" => "(\"true\" | \"false\")".into(),
             "null" => "\"null\"".into(),
             "array" => {
                 let item = match s.get("items") {
                     Some(items) => self.value(items)?,
-                    None => self.shared("any")?.into(),
+                    None => self.shared(Shared::Any)?.into(),
                 };
                 let name = self.fresh("array");
                 self.define(&name, &format!("\"[\" ({item} (\",\" {item})*)? \"]\""))?;
@@ -319,9 +345,9 @@ impl Rules {
             "object" => match s.get("properties") {
                 Some(Value::Object(props)) if props.is_empty() => "(\"{\" \"}\")".into(),
                 Some(Value::Object(props)) => self.object(s, props)?,
-                _ => self.shared("any_dict")?.into(),
+                _ => self.shared(Shared::AnyDict)?.into(),
             },
-            _ => self.shared("any")?.into(),
+            _ => self.shared(Shared::Any)?.into(),
         })
     }
 
@@ -402,14 +428,14 @@ impl Rules {
         if let Some(name) = self.refs.get(pointer) {
             return Ok(name.clone());
         }
+        let root: &'a Value = self.root;
         let target = pointer
             .strip_prefix('#')
-            .and_then(|p| self.root.pointer(p))
-            .cloned()
+            .and_then(|p| root.pointer(p))
             .ok_or_else(|| format!("`$ref` `{pointer}` points at nothing in the parameters"))?;
         let name = self.fresh("ref");
         self.refs.insert(pointer.to_string(), name.clone());
-        let body = self.value(&target)?;
+        let body = self.value(target)?;
         self.define(&name, &body)?;
         Ok(name)
     }
@@ -422,7 +448,8 @@ impl Rules {
             || name.contains(&self.quote_text);
         match bad {
             true => Err(format!(
-                "the property name {name:?} cannot be written as a bare key in the model's call syntax"
+                "the property name {name:?} cannot be written as a bare key in {}'s call syntax",
+                self.syntax.family
             )),
             false => Ok(()),
         }
@@ -439,7 +466,8 @@ impl Rules {
         Ok(match v {
             Value::String(s) if s.contains(&self.quote_text) => {
                 return Err(format!(
-                    "the value {s:?} holds the quote of the model's call syntax"
+                    "the value {s:?} holds the quote of {}'s call syntax",
+                    self.syntax.family
                 ))
             }
             Value::String(s) => format!("{} {} {}", self.quote, lit(s), self.quote),

@@ -107,7 +107,9 @@ pub(super) fn chat_request(b: ChatBody, defaults: &SamplingParams) -> Result<Req
     if let Some(mode) = tool_mode {
         // Checked now, made once the model (and so the call syntax) is
         // known: `req.grammar` stays the answer's format until then.
-        reply_grammar(&mode, req.grammar.clone())?;
+        let format = req.grammar.as_ref();
+        mode.check(format.map(|(g, _)| g))
+            .map_err(|e| tools_error(e, error_field(&mode, format)))?;
         if mode.choice != ToolChoice::None {
             req.tools = Some(mode);
         }
@@ -125,23 +127,34 @@ pub(crate) fn reply_grammar(
     mode: &ToolMode,
     format: Option<(Grammar, &'static str)>,
 ) -> Result<Option<(Grammar, &'static str)>, ApiError> {
-    // The field a grammar error names: the format's while it holds the
-    // answer, else the tools'.
-    let field = match (&mode.choice, &format) {
-        (ToolChoice::None | ToolChoice::Auto, Some((_, field))) => *field,
+    let field = error_field(mode, format.as_ref());
+    mode.reply_grammar(format.map(|(g, _)| g))
+        .map(|grammar| grammar.map(|g| (g, field)))
+        .map_err(|e| tools_error(e, field))
+}
+
+/// The field a grammar error names: the format's while it holds the
+/// answer, else the tools'.
+fn error_field(mode: &ToolMode, format: Option<&(Grammar, &'static str)>) -> &'static str {
+    match (&mode.choice, format) {
+        (ToolChoice::None | ToolChoice::Auto, Some((_, field))) => field,
         _ => "tools",
-    };
-    match mode.reply_grammar(format.map(|(g, _)| g)) {
-        Ok(grammar) => Ok(grammar.map(|g| (g, field))),
-        Err(ToolsError::Choice(e)) => Err(ApiError::bad_param("tool_choice", format!("{e}."))),
-        Err(ToolsError::Schema(e)) => Err(ApiError::bad_param("tools", format!("{e}."))),
-        Err(ToolsError::FormatNotJson) => Err(ApiError::bad_param(
+    }
+}
+
+/// A tools error as the API tells it, naming `field` where the format is
+/// at fault.
+fn tools_error(e: ToolsError, field: &str) -> ApiError {
+    match e {
+        ToolsError::Choice(e) => ApiError::bad_param("tool_choice", format!("{e}.")),
+        ToolsError::Schema(e) => ApiError::bad_param("tools", format!("{e}.")),
+        ToolsError::FormatNotJson => ApiError::bad_param(
             field,
             format!(
                 "`{field}` is not JSON, so a reply cannot be either it or a tool call; \
                  use tool_choice `none` or `required`, or a JSON format."
             ),
-        )),
+        ),
     }
 }
 
