@@ -110,7 +110,7 @@ impl RunOptions {
 
     /// The kernel threads: as asked, else the physical cores.
     pub(crate) fn threads_or_default(&self) -> usize {
-        self.threads.unwrap_or_else(quant::default_threads)
+        self.threads.unwrap_or_else(threads::default_threads)
     }
 
     /// These options with every default filled in for a model trained on

@@ -29,7 +29,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         start.elapsed().as_secs_f64()
     );
     let bytes = std::fs::read(clip)?;
-    let pool = quant::ThreadPool::new(threads);
+    let pool = threads::ThreadPool::new(threads);
     for run in 0..runs {
         let t0 = Instant::now();
         let audio = Clip::decode(&bytes)?;

@@ -7,7 +7,8 @@ use gguf::{GgmlType, GgufFile, TensorInfo};
 use model::ops;
 use model::ops::attention::full::HeadOperands;
 use model::ops::linear::{Clamp, LinearScratch};
-use quant::{Matrix, ThreadPool};
+use quant::Matrix;
+use threads::ThreadPool;
 
 /// Activation rows per task of the row-wise steps between products.
 pub(crate) const PRODUCT_BLOCK: usize = ops::linear::ROW_BLOCK;

@@ -36,7 +36,7 @@ fn pixels_match_the_processor() {
 }
 
 fn check_embeddings(tower: &VisionTower, golden_suffix: &str, tol: f32) {
-    let pool = quant::ThreadPool::new(2);
+    let pool = threads::ThreadPool::new(2);
     for name in IMAGES {
         let bytes = std::fs::read(fixture(&format!("{name}.png"))).unwrap();
         let pixels = tower.pixels(&Picture::decode(&bytes).unwrap()).unwrap();

@@ -31,7 +31,7 @@ fn tower() -> AudioTower {
 #[test]
 fn embeddings_match_transformers() {
     let tower = tower();
-    let pool = quant::ThreadPool::new(2);
+    let pool = threads::ThreadPool::new(2);
     for (name, from_clip, end_to_end_tol) in [("speech", 20, 1e-5), ("sweep", 9, 5e-4)] {
         let (shape, want) =
             read_npy_f32(&fixtures().join(format!("tiny/gemma3n_audio/embd_{name}.npy")));

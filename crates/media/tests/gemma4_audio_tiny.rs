@@ -34,7 +34,7 @@ fn embeddings_match_transformers() {
     assert!(matches!(tower, AudioTower::Gemma4(_)));
     assert_eq!(tower.max_tokens(), 750);
     assert_eq!(tower.mel_settings(), MelSettings::gemma4());
-    let pool = quant::ThreadPool::new(2);
+    let pool = threads::ThreadPool::new(2);
     for (name, tokens) in [("speech", 77), ("sweep", 34)] {
         let (shape, want) =
             read_npy_f32(&fixtures().join(format!("tiny/gemma4_audio/embd_{name}.npy")));
@@ -83,7 +83,7 @@ fn token_count_follows_the_processor() {
 #[test]
 fn empty_and_overlong_clips_are_refused() {
     let tower = tower();
-    let pool = quant::ThreadPool::new(1);
+    let pool = threads::ThreadPool::new(1);
     let empty = LogMel {
         data: Vec::new(),
         frames: 0,
@@ -121,7 +121,7 @@ fn mmproj_tower_matches_the_checkpoint() {
     let from_mmproj = AudioTower::load(&mmproj).unwrap();
     assert!(matches!(from_mmproj, AudioTower::Gemma4(_)));
     assert_eq!(from_mmproj.text_hidden(), 64);
-    let pool = quant::ThreadPool::new(2);
+    let pool = threads::ThreadPool::new(2);
     for (name, tokens) in [("speech", 77), ("sweep", 34)] {
         let (_, want) =
             read_npy_f32(&fixtures().join(format!("tiny/gemma4_audio/embd_{name}_unclamped.npy")));

@@ -54,7 +54,7 @@ fn pixels_match_the_processor() {
 }
 
 fn check_embeddings(tower: &VisionTower, golden_suffix: &str, tol: f32) {
-    let pool = quant::ThreadPool::new(2);
+    let pool = threads::ThreadPool::new(2);
     for (name, tokens) in IMAGES {
         let bytes = std::fs::read(fixture(&format!("{name}.png"))).unwrap();
         let pixels = tower.pixels(&Picture::decode(&bytes).unwrap()).unwrap();
@@ -100,7 +100,7 @@ fn budgets_outside_the_range_are_refused() {
 #[test]
 fn pictures_of_any_shape_fit_the_budget() {
     let t = tower("mmproj-f32.gguf");
-    let pool = quant::ThreadPool::new(2);
+    let pool = threads::ThreadPool::new(2);
     for (w, h) in [(1, 1), (1, 300), (2000, 3), (4000, 4000)] {
         let rgb: Vec<u8> = (0..w * h * 3).map(|i| (i * 7 % 251) as u8).collect();
         let picture = Picture::from_rgb(w, h, rgb).unwrap();

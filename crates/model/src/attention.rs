@@ -15,8 +15,8 @@ use crate::ops;
 use crate::ops::attention::{KeyRuns, Scoring};
 use crate::{Config, LayerKind, SeqInput};
 use quant::vector::Rows;
-use quant::FirstError;
 use std::sync::Mutex;
+use threads::FirstError;
 
 mod gather;
 use gather::{gather_keys, KEY_STRIP};
@@ -236,7 +236,7 @@ pub(crate) struct AttentionBuffers<'b> {
 /// Attention of every row of the batch into `out` (`n_heads * value_dim` per
 /// row).
 pub(crate) fn attend(
-    pool: &quant::ThreadPool,
+    pool: &threads::ThreadPool,
     input: AttentionInput<'_, '_>,
     bufs: AttentionBuffers<'_>,
     out: &mut [f32],
@@ -255,7 +255,7 @@ pub(crate) fn attend(
 /// head), each KV head's query heads are split between tasks instead; every
 /// head's arithmetic is the same either way.
 fn attend_rows(
-    pool: &quant::ThreadPool,
+    pool: &threads::ThreadPool,
     input: AttentionInput<'_, '_>,
     out: &mut [f32],
     scores: &[Mutex<Vec<f32>>],
@@ -320,7 +320,7 @@ fn attend_rows(
     reason = "longer than a screen; issue 91 splits it"
 )]
 fn attend_blocked(
-    pool: &quant::ThreadPool,
+    pool: &threads::ThreadPool,
     input: AttentionInput<'_, '_>,
     out: &mut [f32],
     scores: &[Mutex<Vec<f32>>],

@@ -32,7 +32,7 @@ pub(crate) fn interleave(
     let mut linears: Vec<&mut Linear> = weights.layers.iter_mut().flat_map(layer_linears).collect();
     let per = linears
         .len()
-        .div_ceil(quant::default_threads().max(1))
+        .div_ceil(threads::default_threads().max(1))
         .max(1);
     // Each thread rearranges its share of the matrices.
     let layers = std::thread::scope(|s| {

@@ -29,9 +29,9 @@ pub use scratch::Scratch;
 pub use weights::Weights;
 
 use gguf::GgufFile;
-use quant::ThreadPool;
 use std::path::Path;
 use std::sync::Arc;
+use threads::ThreadPool;
 
 /// Why a model cannot be loaded or run.
 #[derive(Debug, thiserror::Error)]
@@ -144,7 +144,7 @@ pub struct LoadOptions {
 impl Default for LoadOptions {
     fn default() -> Self {
         Self {
-            threads: quant::default_threads(),
+            threads: threads::default_threads(),
             precision: Precision::default(),
             kv_cache: None,
         }
@@ -258,7 +258,7 @@ impl Model {
 
     /// The thread pool's counters so far: parallel operations, and the time
     /// its threads spent working and waiting.
-    pub fn pool_stats(&self) -> quant::PoolStats {
+    pub fn pool_stats(&self) -> threads::PoolStats {
         self.pool.stats()
     }
 
@@ -275,14 +275,14 @@ impl Model {
     }
 
     /// Turns the thread pool's profiling by call site on or off (see
-    /// [`quant::ThreadPool::set_profiling`]).
+    /// [`threads::ThreadPool::set_profiling`]).
     pub fn set_profiling(&self, on: bool) {
         self.pool.set_profiling(on);
     }
 
     /// The pool's profile by call site since the last reading, most time
-    /// first (see [`quant::ThreadPool::profile`]).
-    pub fn profile(&self) -> Vec<(String, quant::SiteProfile)> {
+    /// first (see [`threads::ThreadPool::profile`]).
+    pub fn profile(&self) -> Vec<(String, threads::SiteProfile)> {
         self.pool.profile()
     }
 

@@ -3,7 +3,7 @@
 use crate::scratch::ProductBuffers;
 use crate::weights::Linear;
 use crate::{Model, ModelError, Precision};
-use quant::FirstError;
+use threads::FirstError;
 
 impl Model {
     /// `out = W x` for `batch` rows through the weight matrix `w`.
@@ -163,7 +163,7 @@ impl Model {
 /// free of activation-quantization error (see [`Precision`]).
 #[track_caller]
 fn matmul_exact(
-    pool: &quant::ThreadPool,
+    pool: &threads::ThreadPool,
     w: &quant::Matrix,
     x: &[f32],
     batch: usize,

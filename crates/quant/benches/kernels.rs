@@ -2,10 +2,10 @@
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use hearth_quant::{
-    default_threads, matmul, quantize, quantize_activation, testing, vec_dot_type, vector,
-    GgmlType, Matrix, Product, ThreadPool,
+    matmul, quantize, quantize_activation, testing, vec_dot_type, vector, GgmlType, Matrix, Product,
 };
 use std::hint::black_box;
+use threads::{default_threads, ThreadPool};
 
 const TYPES: [GgmlType; 9] = [
     GgmlType::F32,

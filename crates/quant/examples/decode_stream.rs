@@ -8,10 +8,9 @@
 //! of `n` sequences, bound by compute rather than memory); `TYPES=BF16,Q8_0`
 //! runs only those types.
 
-use hearth_quant::{
-    interleave, matmul, quantize, read_bandwidth, GgmlType, Matrix, Product, ThreadPool,
-};
+use hearth_quant::{interleave, matmul, quantize, GgmlType, Matrix, Product};
 use std::time::Instant;
+use threads::{read_bandwidth, ThreadPool};
 
 #[expect(
     clippy::too_many_lines,

@@ -8,8 +8,9 @@
 //! 10240 × 2560, and Q4_K, Q6_K, Q5_0 and Q8_0 in turn; a type name such
 //! as `q4_k` runs that one alone).
 
-use hearth_quant::{matmul, quantize, GgmlType, Matrix, Product, ThreadPool};
+use hearth_quant::{matmul, quantize, GgmlType, Matrix, Product};
 use std::time::Instant;
+use threads::ThreadPool;
 
 fn main() {
     let arg = |i: usize, d: usize| -> usize {

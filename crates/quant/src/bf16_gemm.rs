@@ -14,8 +14,9 @@ use crate::float_gemm::for_each_block;
 use crate::formats::float::bf16_bits_to_f32;
 use crate::matmul::{Matrix, SharedOut};
 use crate::sgemm_packed::{sgemm_packed, PackedB, PANEL};
-use crate::{QuantError, ThreadPool};
+use crate::QuantError;
 use std::cell::RefCell;
+use threads::ThreadPool;
 
 /// `out = W x` for `batch` rows of bf16 activations (`acts`, rows `lda`
 /// apart, each zero past the row's end up to an even length) through the
@@ -277,7 +278,8 @@ mod x86 {
 mod tests {
     use super::*;
     use crate::formats::float::f32_to_bf16_bits;
-    use crate::{quantize, GgmlType, ThreadPool};
+    use crate::{quantize, GgmlType};
+    use threads::ThreadPool;
 
     /// The AVX512_BF16 kernel (where the CPU has it) gives the bits of the
     /// f32 packed GEMM over the swapped, rounded operands, which every

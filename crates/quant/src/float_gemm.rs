@@ -8,8 +8,9 @@
 
 use crate::matmul::{Matrix, SharedOut};
 use crate::sgemm_packed::{sgemm_packed, PackedB, PANEL};
-use crate::{FirstError, QuantError, ThreadPool};
+use crate::QuantError;
 use std::cell::RefCell;
+use threads::{FirstError, ThreadPool};
 
 /// Weight rows per block: sixteen panels.
 const BLOCK_ROWS: usize = 16 * PANEL;
@@ -144,7 +145,8 @@ fn pack_rows(
 
 #[cfg(test)]
 mod tests {
-    use crate::{matmul, quantize, GgmlType, Matrix, Product, ThreadPool};
+    use crate::{matmul, quantize, GgmlType, Matrix, Product};
+    use threads::ThreadPool;
 
     /// A batched product through the packed GEMM against a sum in f64 of
     /// the same (stored-precision) weights, for each float type, with

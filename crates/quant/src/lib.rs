@@ -1,19 +1,17 @@
 //! Tensor block formats, quantize/dequantize, and dot/matmul kernels with run-time
-//! SIMD dispatch, plus the thread pool they run on.
+//! SIMD dispatch; they run on the [`threads`] pool.
 //!
 //! Block layouts are byte-exact ggml/llama.cpp layouts, so weights are used straight
 //! from the GGUF mmap. Every format has a scalar reference kernel ([`scalar`]) that
 //! the SIMD kernels are tested against.
 
 pub mod activation;
-mod bandwidth;
 mod bf16_gemm;
 mod error;
 mod float_gemm;
 mod formats;
 mod gemm;
 mod matmul;
-mod pool;
 pub mod scalar;
 mod sgemm;
 mod sgemm_packed;
@@ -32,11 +30,9 @@ pub(crate) fn xorshift_values(mut x: u64) -> impl FnMut() -> f32 {
     }
 }
 
-pub use bandwidth::read_bandwidth;
 pub use error::QuantError;
 pub use gguf::GgmlType;
 pub use matmul::{matmul, Gate, Matrix, PreparedActs, Product, ROW_BATCH_MAX};
-pub use pool::{core_counts, default_threads, FirstError, PoolStats, SiteProfile, ThreadPool};
 
 use formats::blocks::{
     dequantize_row, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0,
@@ -126,12 +122,12 @@ pub fn interleave(
     let mut out = vec![0u8; data.len()];
     // Stretches of whole groups, about a MiB each; threads take turns.
     let per = ((1 << 20) / gb.max(1)).max(1) * gb;
-    let threads = default_threads().clamp(1, data.len().div_ceil(per));
+    let workers = threads::default_threads().clamp(1, data.len().div_ceil(per));
     let consumed = &consumed;
     std::thread::scope(|s| {
-        let mut parts: Vec<Vec<(usize, &mut [u8])>> = (0..threads).map(|_| Vec::new()).collect();
+        let mut parts: Vec<Vec<(usize, &mut [u8])>> = (0..workers).map(|_| Vec::new()).collect();
         for (i, part) in out.chunks_mut(per).enumerate() {
-            parts[i % threads].push((i * per, part));
+            parts[i % workers].push((i * per, part));
         }
         for mine in parts {
             s.spawn(move || {

@@ -5,8 +5,9 @@ use hearth_quant as quant;
 use proptest::prelude::*;
 use quant::{
     dequantize, quantize, quantize_activation, scalar, testing, vec_dot, vec_dot_type, GgmlType,
-    Matrix, QuantError, ThreadPool,
+    Matrix, QuantError,
 };
+use threads::ThreadPool;
 
 const WEIGHT_TYPES: [GgmlType; 14] = [
     GgmlType::F32,

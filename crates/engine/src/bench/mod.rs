@@ -6,7 +6,7 @@ use crate::{Engine, EngineError, Rng};
 use std::time::{Duration, Instant};
 
 /// Where a parallel operation site spent its time (`hearth bench --profile`).
-pub use quant::SiteProfile;
+pub use threads::SiteProfile;
 
 /// What one benchmark row measures.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -68,7 +68,7 @@ impl SyncShare {
     /// The share of pool counters `d` (the difference of two readings)
     /// over `wall` time, for `tokens` tokens on `threads` threads (`None`
     /// on one thread).
-    fn of(d: quant::PoolStats, wall: Duration, tokens: usize, threads: usize) -> Option<Self> {
+    fn of(d: threads::PoolStats, wall: Duration, tokens: usize, threads: usize) -> Option<Self> {
         if threads < 2 || wall.is_zero() || tokens == 0 {
             return None;
         }
@@ -128,7 +128,7 @@ impl Engine {
         let model = self.model();
         // The timed part's duration and the pool's counters around it alone
         // (the context before it runs on the pool too).
-        let mut run = || -> Result<(Duration, quant::PoolStats), EngineError> {
+        let mut run = || -> Result<(Duration, threads::PoolStats), EngineError> {
             session.reset();
             if depth > 0 {
                 session.feed(&ctx_ids)?;
@@ -196,7 +196,7 @@ pub fn kernel_set() -> &'static str {
 /// The physical cores (`None` where unknown) and the logical CPUs this
 /// process may run on.
 pub fn core_counts() -> (Option<usize>, usize) {
-    quant::core_counts()
+    threads::core_counts()
 }
 
 /// The kernel sets this CPU can run, slowest first.
@@ -213,7 +213,7 @@ pub fn select_kernels(name: &str) -> Result<&'static str, EngineError> {
 /// This machine's memory read bandwidth with `threads` threads, in bytes
 /// per second: the ceiling on decode, which reads every weight once a token.
 pub fn memory_read_bandwidth(threads: usize) -> f64 {
-    quant::read_bandwidth(&quant::ThreadPool::new(threads.max(1)), 5)
+    threads::read_bandwidth(&threads::ThreadPool::new(threads.max(1)), 5)
 }
 
 impl Engine {
@@ -251,12 +251,12 @@ mod tests {
     #[test]
     fn sync_share_of_pool_counters() {
         let ms = Duration::from_millis;
-        let before = quant::PoolStats {
+        let before = threads::PoolStats {
             ops: 10,
             caller_wait: ms(5),
             worker_busy: ms(50),
         };
-        let after = quant::PoolStats {
+        let after = threads::PoolStats {
             ops: 410,
             caller_wait: ms(15),
             worker_busy: ms(130),

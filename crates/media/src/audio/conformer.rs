@@ -11,7 +11,7 @@ use crate::MediaError;
 use gguf::GgufFile;
 use model::ops;
 use model::ops::attention::local::{local, LocalWindow};
-use quant::ThreadPool;
+use threads::ThreadPool;
 
 /// Metadata keys the converter writes.
 pub const AUDIO_KEY_PREFIX: &str = "hearth.audio.";

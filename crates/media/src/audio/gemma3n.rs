@@ -23,8 +23,8 @@ use crate::weights::{product, vector, Buffers, Linear};
 use crate::MediaError;
 use gguf::GgufFile;
 use model::ops;
-use quant::ThreadPool;
 use std::sync::Arc;
+use threads::ThreadPool;
 
 /// The audio encoder's shape and the prompt's size.
 #[derive(Debug, Clone, PartialEq)]

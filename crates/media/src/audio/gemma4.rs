@@ -32,8 +32,8 @@ use crate::weights::{product, vector, Buffers, Linear};
 use crate::MediaError;
 use gguf::GgufFile;
 use model::ops;
-use quant::ThreadPool;
 use std::sync::Arc;
+use threads::ThreadPool;
 
 /// The converter's `general.architecture` for a Gemma 4 audio tower.
 pub const GEMMA4_AUDIO_ARCH: &str = "gemma4_audio";

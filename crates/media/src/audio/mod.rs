@@ -18,8 +18,8 @@ pub use input::{
 
 use crate::MediaError;
 use gguf::GgufFile;
-use quant::ThreadPool;
 use std::sync::Arc;
+use threads::ThreadPool;
 
 /// The converter's `general.architecture` for a Gemma 3n audio tower.
 pub const GEMMA3N_AUDIO_ARCH: &str = "gemma3n_audio";

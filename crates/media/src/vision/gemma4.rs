@@ -22,7 +22,7 @@ use crate::MediaError;
 use gguf::GgufFile;
 use model::ops;
 use model::ops::attention::full::attention;
-use quant::ThreadPool;
+use threads::ThreadPool;
 
 /// The size (width, height) a `width × height` picture is resized to: the
 /// processor's `get_aspect_ratio_preserving_size`, in the same f64

@@ -16,8 +16,8 @@ mod siglip;
 
 use crate::MediaError;
 use gguf::GgufFile;
-use quant::ThreadPool;
 use std::sync::Arc;
+use threads::ThreadPool;
 
 /// The vision towers implemented, by `clip.projector_type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

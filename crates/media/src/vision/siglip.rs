@@ -8,7 +8,7 @@ use crate::MediaError;
 use gguf::GgufFile;
 use model::ops;
 use model::ops::attention::full::attention;
-use quant::ThreadPool;
+use threads::ThreadPool;
 
 /// Gemma 3's SigLIP encoder and projector.
 pub(super) struct Siglip {

@@ -15,7 +15,7 @@ pub(super) const KEY_STRIP: usize = 32;
 /// column), so that each strip of `P·V` reads one contiguous run, in
 /// parallel.
 pub(super) fn gather_keys(
-    pool: &quant::ThreadPool,
+    pool: &threads::ThreadPool,
     keys: &SeqKeys<'_>,
     klo: usize,
     nk: usize,

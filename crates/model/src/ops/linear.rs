@@ -5,7 +5,8 @@
 //! BF16) against a batch of rows the f32 GEMM, which widens a block of the
 //! weight's rows at a time, so the activations stay exact.
 
-use quant::{Matrix, QuantError, ThreadPool};
+use quant::{Matrix, QuantError};
+use threads::ThreadPool;
 
 /// Activation rows per task of the row-wise steps the towers run between
 /// products.

@@ -160,7 +160,7 @@ pub(crate) const PAR_MIN_ROWS: usize = 16;
 /// over the pool when there are enough rows to pay for the hand-off.
 #[track_caller]
 pub fn par_rows(
-    pool: &quant::ThreadPool,
+    pool: &threads::ThreadPool,
     data: &mut [f32],
     row_len: usize,
     f: impl Fn(usize, &mut [f32]) + Sync + Send,

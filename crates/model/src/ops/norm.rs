@@ -44,7 +44,7 @@ fn sum_squares(x: &[f32]) -> f64 {
 /// runs in the same parallel pass as the norm: a prefill's rows are
 /// megabytes, and one thread copying them would hold the others.
 #[track_caller]
-pub fn pre_norm(pool: &quant::ThreadPool, x: &[f32], h: &mut [f32], w: &[f32], eps: f32) {
+pub fn pre_norm(pool: &threads::ThreadPool, x: &[f32], h: &mut [f32], w: &[f32], eps: f32) {
     par_rows(pool, h, w.len(), |i, row| {
         row.copy_from_slice(&x[i * w.len()..(i + 1) * w.len()]);
         rms_norm(row, w, eps)
@@ -54,7 +54,13 @@ pub fn pre_norm(pool: &quant::ThreadPool, x: &[f32], h: &mut [f32], w: &[f32], e
 /// `x += rms_norm(o) * w` row by row: Gemma's norm after a block, then the
 /// residual add, both in one parallel pass over the rows.
 #[track_caller]
-pub fn post_norm_add(pool: &quant::ThreadPool, o: &mut [f32], x: &mut [f32], w: &[f32], eps: f32) {
+pub fn post_norm_add(
+    pool: &threads::ThreadPool,
+    o: &mut [f32],
+    x: &mut [f32],
+    w: &[f32],
+    eps: f32,
+) {
     let n = w.len();
     let norm_add = |o: &mut [f32], x: &mut [f32]| {
         for (o, x) in o.chunks_exact_mut(n).zip(x.chunks_exact_mut(n)) {
@@ -115,7 +121,7 @@ pub fn layer_norm(x: &mut [f32], w: &[f32], b: Option<&[f32]>, eps: f32) {
 
 /// `out = layer_norm(x) · w + b` row by row, in parallel.
 pub fn layer_norm_rows(
-    pool: &quant::ThreadPool,
+    pool: &threads::ThreadPool,
     x: &[f32],
     out: &mut [f32],
     w: &[f32],
@@ -131,7 +137,7 @@ pub fn layer_norm_rows(
 
 /// `x <- rms_norm(x) · w` (or with no weight) row by row, in parallel.
 pub fn rms_norm_rows(
-    pool: &quant::ThreadPool,
+    pool: &threads::ThreadPool,
     x: &mut [f32],
     d: usize,
     w: Option<&[f32]>,
@@ -223,7 +229,7 @@ mod tests {
         let mut plain = x;
         layer_norm(&mut plain, &w, None, 0.0);
         assert!((plain[2] - (y[2] - 0.5)).abs() < 1e-6);
-        let pool = quant::ThreadPool::new(2);
+        let pool = threads::ThreadPool::new(2);
         let rows: Vec<f32> = (0..40 * 4).map(|i| (i % 7) as f32 - 3.0).collect();
         let mut out = vec![0.0f32; rows.len()];
         layer_norm_rows(&pool, &rows, &mut out, &w, Some(&b), 1e-6);

@@ -6,9 +6,9 @@ use super::plan::{
     tasks_per_thread, PanelFormat, SharedBytes, SharedOut, GEMM_MIN_BATCH, MAX_FUSED,
 };
 use super::Matrix;
-use crate::pool::ThreadPool;
 use crate::simd::{self, GemmTier};
 use crate::{vec_dot_type, GgmlType, QuantError};
+use threads::ThreadPool;
 
 /// Where [`quantize_panel_acts`] takes its rows from.
 pub(super) enum RowSource<'a> {

@@ -5,8 +5,8 @@ use super::acts::{BlockSink, Ready};
 use super::plan::{DecodeSplit, PanelFormat, SharedOut, GEMM_MIN_BATCH};
 use super::rows::quant_rows;
 use super::{Gate, Matrix};
-use crate::pool::ThreadPool;
 use crate::{simd, QuantError};
+use threads::ThreadPool;
 
 /// The gated product (shapes checked, `batch > 0`). For the few rows of a
 /// decode step it is one parallel operation in which each task computes

@@ -15,10 +15,10 @@ pub(crate) use plan::SharedOut;
 pub use plan::ROW_BATCH_MAX;
 
 use crate::formats::interleave::{deinterleave_rows, supports, GROUP_ROWS};
-use crate::pool::ThreadPool;
 use crate::{dequantize, is_supported, simd, GgmlType, QuantError};
 use acts::Ready;
 use plan::{GEMM_MIN_BATCH, MAX_FUSED};
+use threads::ThreadPool;
 
 /// A weight matrix view: `rows` rows of `cols` elements of type `ty`,
 /// validated on construction; row after row, or Q4_K/Q6_K/Q5_0/Q8_0 rows in groups

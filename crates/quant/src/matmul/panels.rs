@@ -7,9 +7,9 @@ use super::plan::{
 };
 use super::Matrix;
 use crate::formats::interleave::GROUP_ROWS;
-use crate::pool::ThreadPool;
 use crate::simd::{self, GemmTier};
 use crate::QuantError;
+use threads::ThreadPool;
 
 /// The panel product (see [`crate::gemm`]) of one or more matrices of the
 /// same width and activation format (a layer's query and key projections,

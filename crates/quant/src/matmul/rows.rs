@@ -7,8 +7,8 @@ use super::plan::{DecodeSplit, SharedOut, GEMM_MIN_BATCH, MAX_FUSED, ROW_TILE};
 use super::Matrix;
 use crate::formats::float::f32_to_bf16_bits;
 use crate::formats::interleave::GROUP_ROWS;
-use crate::pool::ThreadPool;
 use crate::{simd, vec_dot_type, QuantError};
+use threads::ThreadPool;
 
 /// A product of float weights (F32, F16, BF16): a GEMM for a batch of
 /// [`GEMM_MIN_BATCH`] rows or more (`float_gemm`, `bf16_gemm`), one dot per

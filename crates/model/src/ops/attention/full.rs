@@ -2,7 +2,8 @@
 //! query sees every key, as blocked products over whole register tiles.
 
 use quant::vector::{PackedB, PANEL};
-use quant::{FirstError, QuantError, ThreadPool};
+use quant::QuantError;
+use threads::{FirstError, ThreadPool};
 
 /// Query rows per attention task: each task holds one block's scores for
 /// one head at a time (`BLOCK × positions` floats).

@@ -5,7 +5,7 @@
 
 use super::{attend_query, KeyRuns, Scoring};
 use quant::vector::Rows;
-use quant::ThreadPool;
+use threads::ThreadPool;
 
 /// Which keys a query sees and how its scores are shaped.
 #[derive(Clone, Copy)]

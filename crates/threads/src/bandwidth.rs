@@ -1,7 +1,7 @@
 //! How fast this machine streams memory into the cores: the ceiling for a
 //! decode step, which reads every weight once.
 
-use crate::pool::{split_range, ThreadPool};
+use crate::{split_range, ThreadPool};
 use std::time::Instant;
 
 /// Bytes per sample: far past any last-level cache (servers have 300 MiB

@@ -1,4 +1,6 @@
-//! The persistent worker pool every parallel operation shares.
+//! The persistent worker pool every parallel operation shares, and the
+//! memory-bandwidth probe ([`read_bandwidth`]) that measures what its
+//! threads can stream.
 //!
 //! A decode step makes about a hundred and fifty small parallel operations,
 //! each a few tens of microseconds. Waking a sleeping thread through the OS
@@ -15,6 +17,10 @@
 //! taken on the way to a task, so sixteen threads meeting at the start of
 //! an operation pass one cache line around once each instead of queueing
 //! on a mutex.
+
+mod bandwidth;
+
+pub use bandwidth::read_bandwidth;
 
 use std::cell::Cell;
 use std::collections::HashMap;
