@@ -10,7 +10,7 @@
 //! `audio::{gemma3n, gemma4}` over the shared `audio::conformer`); weights
 //! are bound by name in `weights`, and every operation — products, norms,
 //! softmax, attention, activations — comes from the ops layer the text
-//! model uses too (`model::ops`, over `quant`'s kernels and thread pool).
+//! model uses too (`nn`, over `quant`'s kernels and the `threads` pool).
 //! This crate knows nothing about chat or HTTP.
 
 mod audio;

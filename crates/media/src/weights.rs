@@ -1,17 +1,16 @@
 //! Weights bound from a tower's GGUF file by name and checked against the
 //! shapes the tower expects, and the products they take part in (run by
-//! the shared [`model::ops`] layer).
+//! the shared [`nn`] layer).
 
 use crate::MediaError;
 use gguf::{GgmlType, GgufFile, TensorInfo};
-use model::ops;
-use model::ops::attention::full::HeadOperands;
-use model::ops::linear::{Clamp, LinearScratch};
+use nn::attention::full::HeadOperands;
+use nn::linear::{Clamp, LinearScratch};
 use quant::Matrix;
 use threads::ThreadPool;
 
 /// Activation rows per task of the row-wise steps between products.
-pub(crate) const PRODUCT_BLOCK: usize = ops::linear::ROW_BLOCK;
+pub(crate) const PRODUCT_BLOCK: usize = nn::linear::ROW_BLOCK;
 
 /// A weight matrix, its bias and its clamps.
 #[derive(Debug, Clone)]
@@ -117,8 +116,8 @@ impl Linear {
     }
 
     /// The product this weight stands for, over `file`'s bytes.
-    fn op<'f>(&'f self, file: &'f GgufFile) -> Result<ops::linear::Linear<'f>, MediaError> {
-        Ok(ops::linear::Linear {
+    fn op<'f>(&'f self, file: &'f GgufFile) -> Result<nn::linear::Linear<'f>, MediaError> {
+        Ok(nn::linear::Linear {
             matrix: Matrix::new(
                 self.info.ty,
                 self.rows,
@@ -148,7 +147,7 @@ impl LayerNorm {
 
     /// `out = LayerNorm(x)` row by row.
     pub(crate) fn rows(&self, pool: &ThreadPool, x: &[f32], out: &mut [f32], eps: f32) {
-        ops::layer_norm_rows(pool, x, out, &self.weight, Some(&self.bias), eps);
+        nn::layer_norm_rows(pool, x, out, &self.weight, Some(&self.bias), eps);
     }
 }
 

@@ -12,9 +12,9 @@
 //! The streams live token-major in `s.alt` (`n` rows of `hidden` per token),
 //! so every per-token step is one parallel pass over contiguous rows.
 
-use crate::ops::{self, par_rows};
 use crate::weights::AltUpLayer;
 use crate::{Model, ModelError, Scratch};
+use nn::par_rows;
 
 /// AltUp's bound on streams, so per-token coefficients live on the stack.
 pub(crate) const MAX_STREAMS: usize = 16;
@@ -48,7 +48,7 @@ impl AltUpLayer {
                 .zip(&self.router_norm)
                 .map(|((&r, &a), &w)| r * (a * inv * w))
                 .sum();
-            *m = ops::tanh(dot / h as f32);
+            *m = nn::tanh(dot / h as f32);
         }
     }
 }
@@ -126,7 +126,7 @@ impl Model {
         self.linear(&la.right, low, b, o, &mut s.products)?;
         let (o, normed, eps) = (&mut s.o[..b * h], &s.h[..b * h], self.config.norm_eps);
         par_rows(&self.pool, o, h, |_, row| {
-            ops::rms_norm(row, &la.post_norm, eps)
+            nn::rms_norm(row, &la.post_norm, eps)
         });
         let o = &s.o[..b * h];
         par_rows(&self.pool, &mut s.x[..b * h], h, |r, x| {
@@ -187,7 +187,7 @@ impl Model {
         gated?;
         let o = &mut s.o[..b * h];
         par_rows(&self.pool, o, h, |_, row| {
-            ops::rms_norm(row, &pl.post_norm, eps)
+            nn::rms_norm(row, &pl.post_norm, eps)
         });
         let o = &s.o[..b * h];
         par_rows(&self.pool, &mut s.alt[..b * n * h], n * h, |r, alt| {

@@ -11,9 +11,8 @@
 //! comes in as data from the layer's [`LayerKind`] and the [`Config`].
 
 use crate::kv::LayerCache;
-use crate::ops;
-use crate::ops::attention::{KeyRuns, Scoring};
 use crate::{Config, LayerKind, SeqInput};
+use nn::attention::{KeyRuns, Scoring};
 use quant::vector::Rows;
 use std::sync::Mutex;
 use threads::FirstError;
@@ -299,7 +298,7 @@ fn attend_rows(
             hi,
             kvh,
         };
-        ops::attention::attend_query(qs, sub, &runs, n_keys, &scoring, sc, o);
+        nn::attention::attend_query(qs, sub, &runs, n_keys, &scoring, sc, o);
     };
 
     pool.for_each_chunk_mut(out, per_worker * sub * h.vdim, |worker, rows| {
@@ -402,7 +401,7 @@ fn attend_blocked(
                 let row = &mut sc[qi * nkb..(qi + 1) * nkb];
                 row[..lo].fill(0.0);
                 row[hi + 1..].fill(0.0);
-                ops::attention::probabilities(&mut row[lo..=hi], None, &scoring);
+                nn::attention::probabilities(&mut row[lo..=hi], None, &scoring);
             }
             // One product per strip of value columns, each strip's rows
             // one contiguous run (as the keys' strips).

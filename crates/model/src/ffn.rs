@@ -2,9 +2,9 @@
 //! mixture-of-experts added to it where the layer has a router, and Gemma 4's
 //! per-layer inputs.
 
-use crate::ops::par_rows;
 use crate::weights::PerLayerEmbeddings;
-use crate::{ops, Model, ModelError, Scratch};
+use crate::{Model, ModelError, Scratch};
+use nn::par_rows;
 
 impl Model {
     /// Layer `li`'s feed-forward block: `x += post_norm(down(gelu(gate) * up))`
@@ -22,8 +22,8 @@ impl Model {
                 self.linear_many([&lw.gate, &lw.up], input, b, &mut outs, &mut s.products)?;
                 let up = &s.up[..b * fd];
                 par_rows(&self.pool, &mut s.gate[..b * fd], fd, |i, g| {
-                    ops::gaussian_top_k(g, m);
-                    ops::geglu(g, &up[i * fd..(i + 1) * fd])
+                    nn::gaussian_top_k(g, m);
+                    nn::geglu(g, &up[i * fd..(i + 1) * fd])
                 });
             }
             None => {
@@ -34,7 +34,7 @@ impl Model {
                     b,
                     outs,
                     &mut s.products,
-                    &ops::geglu,
+                    &nn::geglu,
                     &lw.down,
                 )?;
             }
@@ -92,7 +92,7 @@ impl Model {
         for (i, g) in s.ple_gate[..b * pd].chunks_exact_mut(pd).enumerate() {
             let per_layer = &s.ple[i * width + li * pd..][..pd];
             for (gv, &iv) in g.iter_mut().zip(per_layer) {
-                *gv = ops::gelu_tanh(*gv) * iv;
+                *gv = nn::gelu_tanh(*gv) * iv;
             }
         }
         let (gated, o) = (&s.ple_gate[..b * pd], &mut s.o[..b * h]);
@@ -134,7 +134,7 @@ impl Model {
             .zip(s.ple[..b * width].chunks_exact_mut(pd))
         {
             p.iter_mut().for_each(|v| *v *= proj_scale);
-            ops::rms_norm(p, &ple.proj_norm, cfg.norm_eps);
+            nn::rms_norm(p, &ple.proj_norm, cfg.norm_eps);
             for (tv, &pv) in t.iter_mut().zip(p.iter()) {
                 *tv = (pv + *tv) * mix;
             }

@@ -11,9 +11,9 @@
 
 use crate::attention::{attend, AttentionBuffers, AttentionInput};
 use crate::kv::{slots_before_attention, store_batch_kv, KvSlot};
-use crate::ops::{par_rows, post_norm_add, pre_norm};
 use crate::weights::Linear;
-use crate::{ops, Arch, KvCache, Model, ModelError, Precision, Scratch};
+use crate::{Arch, KvCache, Model, ModelError, Precision, Scratch};
+use nn::{par_rows, post_norm_add, pre_norm};
 
 mod qkv;
 
@@ -373,7 +373,7 @@ impl Model {
         }
         let norm = |i: usize, row: &mut [f32]| {
             row.copy_from_slice(&x[i * h..(i + 1) * h]);
-            ops::rms_norm(row, w, eps);
+            nn::rms_norm(row, w, eps);
         };
         let m = next.matrix(&self.file)?;
         s.products

@@ -15,7 +15,6 @@ mod layout;
 mod logits;
 mod matmul;
 mod moe;
-pub mod ops;
 mod scratch;
 mod weights;
 
@@ -157,7 +156,7 @@ pub struct Model {
     config: Config,
     weights: Weights,
     /// Each layer's rotary embedding (bases, scales and divisors differ).
-    ropes: Vec<ops::Rope>,
+    ropes: Vec<nn::Rope>,
     file: Arc<GgufFile>,
     pool: ThreadPool,
     precision: Precision,
@@ -194,7 +193,7 @@ impl Model {
             .iter()
             .zip(&weights.layers)
             .map(|(l, w)| {
-                ops::Rope::new(l.rope_dims, l.rope_base, l.rope_scale)
+                nn::Rope::new(l.rope_dims, l.rope_base, l.rope_scale)
                     .with_divisors(w.rope_freqs.clone())
             })
             .collect();

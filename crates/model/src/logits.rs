@@ -2,7 +2,7 @@
 //! matrix, then the final soft-cap where the model has one. Logits are
 //! computed only for the rows asked for.
 
-use crate::{ops, Model, ModelError, Scratch};
+use crate::{Model, ModelError, Scratch};
 
 /// Which rows of the last batch [`Model::head_logits`] takes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,7 +106,7 @@ impl Model {
         let Some(subset) = &self.head_subset else {
             self.linear(&self.weights.output, rows, m, logits, products)?;
             if let Some(cap) = self.config.final_softcap {
-                ops::softcap(logits, cap);
+                nn::softcap(logits, cap);
             }
             return Ok(());
         };
@@ -114,7 +114,7 @@ impl Model {
         let w = quant::Matrix::new(subset.ty, n, self.config.hidden, &subset.rows)?;
         self.matmul(&w, rows, m, &mut logits[..m * n], products)?;
         if let Some(cap) = self.config.final_softcap {
-            ops::softcap(&mut logits[..m * n], cap);
+            nn::softcap(&mut logits[..m * n], cap);
         }
         subset.spread(logits, m, vocab);
         Ok(())

@@ -96,7 +96,7 @@ impl Model {
                 matmul_exact(&self.pool, &g, x, batch, out_gate, &mut bufs.wide)?;
                 matmul_exact(&self.pool, &u, x, batch, out_up, &mut bufs.wide)?;
                 let rows = g.rows();
-                crate::ops::par_rows(&self.pool, &mut out_gate[..batch * rows], rows, |i, r| {
+                nn::par_rows(&self.pool, &mut out_gate[..batch * rows], rows, |i, r| {
                     act(r, &out_up[i * rows..(i + 1) * rows])
                 });
             }

@@ -4,7 +4,7 @@
 
 use crate::scratch::ProductBuffers;
 use crate::weights::{checked_tensor, vector, Linear};
-use crate::{ops, Model, ModelError};
+use crate::{Model, ModelError};
 use gguf::{GgufFile, TensorInfo};
 
 /// E expert matrices stored as one 3-D tensor `[cols, rows, E]`.
@@ -193,14 +193,14 @@ impl Model {
         let eps = self.config.norm_eps;
         let n_exp = moe.router.rows;
         for row in dense.chunks_exact_mut(h) {
-            ops::rms_norm(row, &moe.post_norm_dense, eps);
+            nn::rms_norm(row, &moe.post_norm_dense, eps);
         }
 
         ms.router_in.clear();
         ms.router_in.extend_from_slice(&x[..b * h]);
         let inv_sqrt_h = 1.0 / (h as f32).sqrt();
         for row in ms.router_in.chunks_exact_mut(h) {
-            ops::rms_norm_plain(row, eps);
+            nn::rms_norm_plain(row, eps);
             for (v, &s) in row.iter_mut().zip(&moe.router_scale) {
                 *v *= s * inv_sqrt_h;
             }
@@ -211,7 +211,7 @@ impl Model {
         ms.input.clear();
         ms.input.extend_from_slice(&x[..b * h]);
         for row in ms.input.chunks_exact_mut(h) {
-            ops::rms_norm(row, &moe.pre_norm, eps);
+            nn::rms_norm(row, &moe.pre_norm, eps);
         }
 
         // Route: per expert, the rows that chose it and their weights.
@@ -222,7 +222,7 @@ impl Model {
         routes.iter_mut().for_each(Vec::clear);
         let mut order = std::mem::take(&mut ms.order);
         for (r, logits) in ms.logits.chunks_exact_mut(n_exp).enumerate() {
-            ops::softmax(logits);
+            nn::softmax(logits);
             order.clear();
             order.extend(0..n_exp);
             // Highest probability first; ties to the lower index, as topk does.
@@ -255,7 +255,7 @@ impl Model {
                     for row in ms.up.chunks_exact(2 * ffn) {
                         let (g, u) = row.split_at(ffn);
                         ms.gate
-                            .extend(g.iter().zip(u).map(|(&g, &u)| ops::gelu_tanh(g) * u));
+                            .extend(g.iter().zip(u).map(|(&g, &u)| nn::gelu_tanh(g) * u));
                     }
                 }
                 GateUp::Split(g, u) => {
@@ -263,7 +263,7 @@ impl Model {
                     ms.up.resize(m * ffn, 0.0);
                     self.matmul(&g.matrix(file, e)?, &ms.gathered, m, &mut ms.gate, bufs)?;
                     self.matmul(&u.matrix(file, e)?, &ms.gathered, m, &mut ms.up, bufs)?;
-                    ops::geglu(&mut ms.gate, &ms.up);
+                    nn::geglu(&mut ms.gate, &ms.up);
                 }
             }
             ms.out.resize(m * h, 0.0);
@@ -280,7 +280,7 @@ impl Model {
         ms.routes = routes;
         ms.order = order;
         for (row, drow) in ms.sum.chunks_exact_mut(h).zip(dense.chunks_exact_mut(h)) {
-            ops::rms_norm(row, &moe.post_norm_experts, eps);
+            nn::rms_norm(row, &moe.post_norm_experts, eps);
             for (d, &v) in drow.iter_mut().zip(row.iter()) {
                 *d += v;
             }

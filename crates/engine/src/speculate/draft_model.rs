@@ -103,7 +103,7 @@ impl DraftModel {
             let id = crate::argmax(logits) as u32;
             if self.p_min > 0.0 {
                 // The logits are not needed after this guess.
-                quant::activation::softmax(logits);
+                nn::softmax(logits);
                 if logits[id as usize] < self.p_min {
                     break;
                 }

@@ -9,8 +9,7 @@
 use crate::weights::{product, vector, Buffers, Linear};
 use crate::MediaError;
 use gguf::GgufFile;
-use model::ops;
-use model::ops::attention::local::{local, LocalWindow};
+use nn::attention::local::{local, LocalWindow};
 use threads::ThreadPool;
 
 /// Metadata keys the converter writes.
@@ -177,7 +176,7 @@ impl Block {
         };
         let (scale_name, softplus_applied) = layout.per_dim_scale;
         let per_dim = vector(f, &n(scale_name), dh)?;
-        let base = (dh as f32).powf(-0.5) / ops::softplus(0.0);
+        let base = (dh as f32).powf(-0.5) / nn::softplus(0.0);
         let pos_proj = Linear::bind_plain(f, &n(layout.pos_proj), d, d)?;
         let [q, k, v] = layout.qkv;
         let [conv_norm_in, conv_start, conv, conv_norm, conv_end] = layout.lconv;
@@ -190,13 +189,7 @@ impl Block {
             positions: relative_positions(pool, f, shape, &pos_proj)?,
             query_scale: per_dim
                 .iter()
-                .map(|&s| {
-                    base * if softplus_applied {
-                        s
-                    } else {
-                        ops::softplus(s)
-                    }
-                })
+                .map(|&s| base * if softplus_applied { s } else { nn::softplus(s) })
                 .collect(),
             post: Linear::bind_clamped(f, &n(layout.post), d, d)?,
             post_norm: vector(f, &w(layout.post_norm), d)?,
@@ -230,16 +223,16 @@ impl Block {
         self.ffw[0].run(pool, file, shape, x, t, bufs)?;
         // Attention.
         let mut h = x.to_vec();
-        ops::par_rows(pool, &mut h, d, |_, row| {
+        nn::par_rows(pool, &mut h, d, |_, row| {
             row.iter_mut().for_each(|e| *e = e.clamp(lo, hi));
-            ops::rms_norm(row, &self.attn_norm, eps);
+            nn::rms_norm(row, &self.attn_norm, eps);
         });
         let (mut q, mut k, mut v) = (vec![0.0; t * d], vec![0.0; t * d], vec![0.0; t * d]);
         product(pool, file, &self.q, &h, t, &mut q, bufs)?;
         product(pool, file, &self.k, &h, t, &mut k, bufs)?;
         product(pool, file, &self.v, &h, t, &mut v, bufs)?;
         let dh = d / shape.heads;
-        ops::par_rows(pool, &mut q, d, |_, row| {
+        nn::par_rows(pool, &mut q, d, |_, row| {
             for head in row.chunks_exact_mut(dh) {
                 head.iter_mut()
                     .zip(&self.query_scale)
@@ -247,7 +240,7 @@ impl Block {
             }
         });
         if shape.key_scale != 1.0 {
-            ops::par_rows(pool, &mut k, d, |_, row| {
+            nn::par_rows(pool, &mut k, d, |_, row| {
                 row.iter_mut().for_each(|e| *e *= shape.key_scale)
             });
         }
@@ -264,12 +257,12 @@ impl Block {
         local(pool, &window, &q, &k, &v, &self.positions, valid, &mut attn);
         let mut o = vec![0.0f32; t * d];
         product(pool, file, &self.post, &attn, t, &mut o, bufs)?;
-        ops::par_rows(pool, &mut o, d, |_, row| {
+        nn::par_rows(pool, &mut o, d, |_, row| {
             row.iter_mut().for_each(|e| *e = e.clamp(lo, hi));
-            ops::rms_norm(row, &self.post_norm, eps);
+            nn::rms_norm(row, &self.post_norm, eps);
         });
         // The residual; frames past the clip do not enter the convolution.
-        ops::par_rows(pool, x, d, |i, row| {
+        nn::par_rows(pool, x, d, |i, row| {
             if valid[i] {
                 row.iter_mut()
                     .zip(&o[i * d..][..d])
@@ -280,20 +273,20 @@ impl Block {
         });
         // Light convolution.
         let mut h = x.to_vec();
-        ops::par_rows(pool, &mut h, d, |_, row| {
-            ops::rms_norm(row, &self.conv_norm_in, eps)
+        nn::par_rows(pool, &mut h, d, |_, row| {
+            nn::rms_norm(row, &self.conv_norm_in, eps)
         });
         let mut wide = vec![0.0f32; t * 2 * d];
         product(pool, file, &self.conv_start, &h, t, &mut wide, bufs)?;
         let mut gated = vec![0.0f32; t * d];
-        ops::par_rows(pool, &mut gated, d, |i, g| {
+        nn::par_rows(pool, &mut gated, d, |i, g| {
             let (a, gate) = wide[i * 2 * d..][..2 * d].split_at(d);
             g.copy_from_slice(a);
-            ops::glu(g, gate);
+            nn::glu(g, gate);
         });
         let kernel = shape.conv_kernel;
         let mut conv = vec![0.0f32; t * d];
-        ops::par_rows(pool, &mut conv, d, |ti, out| {
+        nn::par_rows(pool, &mut conv, d, |ti, out| {
             for (ch, o) in out.iter_mut().enumerate() {
                 let w = &self.conv[ch * kernel..][..kernel];
                 let mut s = 0.0f32;
@@ -306,20 +299,20 @@ impl Block {
                 *o = s;
             }
             out.iter_mut().for_each(|e| *e = e.clamp(lo, hi));
-            ops::rms_norm(out, &self.conv_norm, eps);
-            ops::silu(out);
+            nn::rms_norm(out, &self.conv_norm, eps);
+            nn::silu(out);
         });
         let mut o = vec![0.0f32; t * d];
         product(pool, file, &self.conv_end, &conv, t, &mut o, bufs)?;
-        ops::par_rows(pool, x, d, |i, row| {
+        nn::par_rows(pool, x, d, |i, row| {
             row.iter_mut()
                 .zip(&o[i * d..][..d])
                 .for_each(|(e, &a)| *e += a)
         });
         self.ffw[1].run(pool, file, shape, x, t, bufs)?;
-        ops::par_rows(pool, x, d, |_, row| {
+        nn::par_rows(pool, x, d, |_, row| {
             row.iter_mut().for_each(|e| *e = e.clamp(lo, hi));
-            ops::rms_norm(row, &self.norm, eps);
+            nn::rms_norm(row, &self.norm, eps);
         });
         Ok(())
     }
@@ -340,21 +333,21 @@ impl FeedForward {
         let (lo, hi) = (-shape.clip, shape.clip);
         let eps = shape.eps;
         let mut h = x.to_vec();
-        ops::par_rows(pool, &mut h, d, |_, row| {
+        nn::par_rows(pool, &mut h, d, |_, row| {
             row.iter_mut().for_each(|e| *e = e.clamp(lo, hi));
-            ops::rms_norm(row, &self.pre_norm, eps);
+            nn::rms_norm(row, &self.pre_norm, eps);
         });
         let mut up = vec![0.0f32; t * 4 * d];
         product(pool, file, &self.up, &h, t, &mut up, bufs)?;
-        ops::par_rows(pool, &mut up, 4 * d, |_, row| ops::silu(row));
+        nn::par_rows(pool, &mut up, 4 * d, |_, row| nn::silu(row));
         let mut o = vec![0.0f32; t * d];
         product(pool, file, &self.down, &up, t, &mut o, bufs)?;
-        ops::par_rows(pool, &mut o, d, |_, row| {
+        nn::par_rows(pool, &mut o, d, |_, row| {
             row.iter_mut().for_each(|e| *e = e.clamp(lo, hi));
-            ops::rms_norm(row, &self.post_norm, eps);
+            nn::rms_norm(row, &self.post_norm, eps);
         });
         let w = shape.residual_weight;
-        ops::par_rows(pool, x, d, |i, row| {
+        nn::par_rows(pool, x, d, |i, row| {
             row.iter_mut()
                 .zip(&o[i * d..][..d])
                 .for_each(|(e, &a)| *e += a * w)

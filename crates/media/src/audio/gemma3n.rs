@@ -22,7 +22,6 @@ use super::input::LogMel;
 use crate::weights::{product, vector, Buffers, Linear};
 use crate::MediaError;
 use gguf::GgufFile;
-use model::ops;
 use std::sync::Arc;
 use threads::ThreadPool;
 
@@ -232,7 +231,7 @@ impl Gemma3nAudioTower {
         let mut hard = vector(f, "mm.a.embedding.weight", cfg.vocab * d)?;
         let hard_norm = vector(f, "mm.a.hard_embedding_norm.weight", d)?;
         for row in hard.chunks_exact_mut(d) {
-            ops::rms_norm(row, &hard_norm, cfg.eps);
+            nn::rms_norm(row, &hard_norm, cfg.eps);
         }
         let mut vocab = vec![0.0; cfg.vocab * cfg.text_hidden];
         product(
@@ -245,7 +244,7 @@ impl Gemma3nAudioTower {
             &mut Buffers::default(),
         )?;
         for row in vocab.chunks_exact_mut(cfg.text_hidden) {
-            ops::rms_norm_plain(row, cfg.eps);
+            nn::rms_norm_plain(row, cfg.eps);
         }
         Ok(Self {
             cfg,
@@ -318,7 +317,7 @@ impl Gemma3nAudioTower {
         for &i in &kept {
             rows.extend_from_slice(&x[i * d..][..d]);
         }
-        ops::rms_norm_rows(pool, &mut rows, d, Some(&self.soft_norm), cfg.eps);
+        nn::rms_norm_rows(pool, &mut rows, d, Some(&self.soft_norm), cfg.eps);
         let th = cfg.text_hidden;
         let mut out = vec![0.0f32; kept.len() * th];
         product(
@@ -330,7 +329,7 @@ impl Gemma3nAudioTower {
             &mut out,
             &mut bufs,
         )?;
-        ops::rms_norm_rows(pool, &mut out, th, None, cfg.eps);
+        nn::rms_norm_rows(pool, &mut out, th, None, cfg.eps);
         for (j, &i) in kept.iter().enumerate() {
             if !valid[i] {
                 out[j * th..][..th].copy_from_slice(self.padding());
@@ -359,7 +358,7 @@ impl Gemma3nAudioTower {
         for i in 0..2 {
             // Time is padded after the end only.
             x = conv_stride2(pool, &self.file, &self.conv[i], &x, 0, bufs)?;
-            ops::cumulative_group_norm(
+            nn::cumulative_group_norm(
                 &mut x.data,
                 x.f * x.c,
                 x.c,

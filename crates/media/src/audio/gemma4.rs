@@ -31,7 +31,6 @@ use super::input::LogMel;
 use crate::weights::{product, vector, Buffers, Linear};
 use crate::MediaError;
 use gguf::GgufFile;
-use model::ops;
 use std::sync::Arc;
 use threads::ThreadPool;
 
@@ -357,7 +356,7 @@ impl Gemma4AudioTower {
         for i in 0..2 {
             x = conv_stride2(pool, &self.file, &self.conv[i], &x, 1, &mut bufs)?;
             for row in x.data.chunks_exact_mut(x.c) {
-                ops::layer_norm(row, &self.conv_norm[i], None, cfg.eps);
+                nn::layer_norm(row, &self.conv_norm[i], None, cfg.eps);
             }
             x.data.iter_mut().for_each(|v| *v = v.max(0.0));
         }
@@ -389,7 +388,7 @@ impl Gemma4AudioTower {
             &mut o,
             &mut bufs,
         )?;
-        ops::rms_norm_rows(pool, &mut o, od, None, cfg.eps);
+        nn::rms_norm_rows(pool, &mut o, od, None, cfg.eps);
         let mut rows = vec![0.0f32; t * cfg.text_hidden];
         product(
             pool,

@@ -20,8 +20,7 @@ use super::{patch_rows, Pixels, VisionConfig};
 use crate::weights::{product, tensor, vector, Buffers, Linear, PRODUCT_BLOCK};
 use crate::MediaError;
 use gguf::GgufFile;
-use model::ops;
-use model::ops::attention::full::attention;
+use nn::attention::full::attention;
 use threads::ThreadPool;
 
 /// The size (width, height) a `width × height` picture is resized to: the
@@ -203,7 +202,7 @@ impl Gemma4 {
         let mut o = vec![0.0f32; n * d];
         let (mut gate, mut up) = (vec![0.0f32; n * f], vec![0.0f32; n * f]);
         for blk in &self.blocks {
-            ops::pre_norm(pool, &x, &mut hbuf, &blk.ln1, cfg.eps);
+            nn::pre_norm(pool, &x, &mut hbuf, &blk.ln1, cfg.eps);
             product(pool, file, &blk.q, &hbuf, n, &mut q, &mut bufs)?;
             product(pool, file, &blk.k, &hbuf, n, &mut kk, &mut bufs)?;
             product(pool, file, &blk.v, &hbuf, n, &mut v, &mut bufs)?;
@@ -212,7 +211,7 @@ impl Gemma4 {
                     for (r, row) in chunk.chunks_exact_mut(d).enumerate() {
                         let i = b * PRODUCT_BLOCK + r;
                         for head in row.chunks_exact_mut(dh) {
-                            ops::rms_norm(head, weight, cfg.eps);
+                            nn::rms_norm(head, weight, cfg.eps);
                             rope.apply(head, i % pw, i / pw);
                         }
                     }
@@ -221,7 +220,7 @@ impl Gemma4 {
             pool.for_each_chunk_mut(&mut v, PRODUCT_BLOCK * d, |_, chunk| {
                 chunk
                     .chunks_exact_mut(dh)
-                    .for_each(|head| ops::rms_norm_plain(head, cfg.eps));
+                    .for_each(|head| nn::rms_norm_plain(head, cfg.eps));
             });
             attention(
                 pool,
@@ -235,21 +234,21 @@ impl Gemma4 {
                 &mut bufs.heads,
             )?;
             product(pool, file, &blk.out, &attn, n, &mut o, &mut bufs)?;
-            ops::post_norm_add(pool, &mut o, &mut x, &blk.attn_post, cfg.eps);
-            ops::pre_norm(pool, &x, &mut hbuf, &blk.ln2, cfg.eps);
+            nn::post_norm_add(pool, &mut o, &mut x, &blk.attn_post, cfg.eps);
+            nn::pre_norm(pool, &x, &mut hbuf, &blk.ln2, cfg.eps);
             product(pool, file, &blk.gate, &hbuf, n, &mut gate, &mut bufs)?;
             product(pool, file, &blk.up, &hbuf, n, &mut up, &mut bufs)?;
             pool.for_each_chunk_mut(&mut gate, PRODUCT_BLOCK * f, |b, chunk| {
-                ops::geglu(chunk, &up[b * PRODUCT_BLOCK * f..][..chunk.len()]);
+                nn::geglu(chunk, &up[b * PRODUCT_BLOCK * f..][..chunk.len()]);
             });
             product(pool, file, &blk.down, &gate, n, &mut o, &mut bufs)?;
-            ops::post_norm_add(pool, &mut o, &mut x, &blk.ffn_post, cfg.eps);
+            nn::post_norm_add(pool, &mut o, &mut x, &blk.ffn_post, cfg.eps);
         }
         drop((hbuf, q, kk, v, attn, o, gate, up));
         let mut pooled = self.pool_cells(cfg, &x, pw, ph);
         let tokens = pooled.len() / d;
         for row in pooled.chunks_exact_mut(d) {
-            ops::rms_norm_plain(row, cfg.eps);
+            nn::rms_norm_plain(row, cfg.eps);
         }
         let mut out = vec![0.0f32; tokens * cfg.text_hidden];
         product(
@@ -293,12 +292,12 @@ impl Gemma4 {
     }
 }
 
-/// The 2-D rotary embedding of one head: the shared [`ops::Rope`] over
+/// The 2-D rotary embedding of one head: the shared [`nn::Rope`] over
 /// each half of the head (NeoX pairs `i` and `i + dh/4`, frequencies
 /// `theta^(-2i / (dh/2))`), the first half turned by the patch's column and
 /// the second by its row, from tables of every coordinate's angles.
 struct Rope2d {
-    rope: ops::Rope,
+    rope: nn::Rope,
     /// `cos` and `sin` of coordinate `c` at pair `i`: `[c * pairs + i]`.
     cos: Vec<f32>,
     sin: Vec<f32>,
@@ -306,7 +305,7 @@ struct Rope2d {
 
 impl Rope2d {
     fn new(dh: usize, theta: f32, coords: usize) -> Self {
-        let rope = ops::Rope::new(dh / 2, theta, 1.0);
+        let rope = nn::Rope::new(dh / 2, theta, 1.0);
         let q = rope.pairs();
         let (mut cos, mut sin) = (vec![0.0; coords * q], vec![0.0; coords * q]);
         for c in 0..coords {

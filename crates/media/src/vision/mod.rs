@@ -2,7 +2,7 @@
 //! keys, `v.*` and `mm.*` tensors; Hugging Face checkpoints are converted
 //! into the same layout by the `hf` crate): Gemma 3's SigLIP encoder and
 //! projector in [`siglip`], Gemma 4's in [`gemma4`]; both run on the
-//! shared [`model::ops`] layer.
+//! shared [`nn`] layer.
 //!
 //! Gemma 3: the pixels go in as 14-pixel (896 / 64) patches, each projected
 //! by the patch embedding and given its learned position; a stack of

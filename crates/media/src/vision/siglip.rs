@@ -6,8 +6,7 @@ use super::{patch_rows, Pixels, VisionConfig};
 use crate::weights::{product, tensor, vector, Buffers, LayerNorm, Linear, PRODUCT_BLOCK};
 use crate::MediaError;
 use gguf::GgufFile;
-use model::ops;
-use model::ops::attention::full::attention;
+use nn::attention::full::attention;
 use threads::ThreadPool;
 
 /// Gemma 3's SigLIP encoder and projector.
@@ -129,7 +128,7 @@ impl Siglip {
             product(pool, file, &blk.up, &h, n, &mut up, &mut bufs)?;
             let ffn = cfg.ffn;
             pool.for_each_chunk_mut(&mut up, ffn * PRODUCT_BLOCK, |_, chunk| {
-                quant::activation::gelu(chunk);
+                nn::gelu(chunk);
             });
             product(pool, file, &blk.down, &up, n, &mut o, &mut bufs)?;
             x.iter_mut().zip(&o).for_each(|(a, &b)| *a += b);
@@ -157,7 +156,7 @@ impl Siglip {
                 }
             }
             row.iter_mut().for_each(|a| *a *= inv);
-            ops::rms_norm(row, &self.soft_norm, cfg.eps);
+            nn::rms_norm(row, &self.soft_norm, cfg.eps);
         }
         let th = cfg.text_hidden;
         let mut out = vec![0.0f32; tokens * th];

@@ -20,7 +20,7 @@ struct Heads<'w> {
 /// One head of a batch row: the QK-norm where the layer has one, RoPE
 /// through the row's angles, then the scale.
 fn finish_head(
-    rope: &ops::Rope,
+    rope: &nn::Rope,
     eps: f32,
     heads: Heads<'_>,
     head: &mut [f32],
@@ -28,7 +28,7 @@ fn finish_head(
     sin: &[f32],
 ) {
     if let Some(w) = heads.norm {
-        ops::rms_norm(head, w, eps);
+        nn::rms_norm(head, w, eps);
     }
     rope.apply_angles(head, cos, sin);
     if heads.scale != 1.0 {
@@ -119,7 +119,7 @@ impl Model {
         };
         self.rope_angles(li, s);
         let shared = cfg.is_kv_source(li);
-        let stored = if b * kind.n_kv_heads >= ops::PAR_MIN_ROWS {
+        let stored = if b * kind.n_kv_heads >= nn::PAR_MIN_ROWS {
             self.finish_kv_rows(li, seqs, s, heads, !shared && cfg.causal)
         } else {
             if lw.v.is_none() {
@@ -129,7 +129,7 @@ impl Model {
             self.rotate_heads(li, &mut s.k[..b * kd], heads, &s.rope_angles);
             if cfg.v_norm {
                 par_rows(&self.pool, &mut s.v[..b * vd], kind.value_dim, |_, head| {
-                    ops::rms_norm_plain(head, cfg.norm_eps)
+                    nn::rms_norm_plain(head, cfg.norm_eps)
                 });
             }
             self.kv_type.round(&mut s.k[..b * kd]);
@@ -201,7 +201,7 @@ impl Model {
                 }
                 if cfg.v_norm {
                     for head in row.v.chunks_exact_mut(kind.value_dim) {
-                        ops::rms_norm_plain(head, eps);
+                        nn::rms_norm_plain(head, eps);
                     }
                 }
                 match &mut row.slot {

@@ -23,6 +23,12 @@ pub fn gelu_tanh(x: f32) -> f32 {
     quant::activation::gelu_tanh(x)
 }
 
+/// `x <- gelu(x)` over a slice (SIMD where the CPU has it, the same bits
+/// as [`gelu_tanh`] element by element): the vision towers' MLP.
+pub fn gelu(x: &mut [f32]) {
+    quant::activation::gelu(x)
+}
+
 /// `gate <- gelu(gate) * up`, the gated FFN activation (SIMD where the CPU
 /// has it, the same bits as [`gelu_tanh`] element by element).
 pub fn geglu(gate: &mut [f32], up: &[f32]) {
@@ -154,7 +160,7 @@ pub fn softmax(x: &mut [f32]) {
 
 /// Fewer rows than this run on the calling thread: handing them to the pool
 /// would cost more than it saves.
-pub(crate) const PAR_MIN_ROWS: usize = 16;
+pub const PAR_MIN_ROWS: usize = 16;
 
 /// Apply `f(row_index, row)` to every `row_len`-wide row of `data`, split
 /// over the pool when there are enough rows to pay for the hand-off.

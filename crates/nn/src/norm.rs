@@ -2,7 +2,7 @@
 //! LayerNorm (the vision and audio towers'), one row at a time or over the
 //! rows of a batch in parallel.
 
-use super::{par_rows, PAR_MIN_ROWS};
+use crate::{par_rows, PAR_MIN_ROWS};
 
 /// `x <- x / rms(x) * w`, where GGUF Gemma norm weights already hold `1 + w`.
 /// The sum of squares is accumulated in f64, as ggml does, so long rows do

@@ -145,7 +145,7 @@ mod tests {
                     })
                     .collect();
                 if !w.is_empty() {
-                    crate::ops::softmax(&mut w);
+                    crate::softmax(&mut w);
                 }
                 for c in 0..dh {
                     let want: f32 = keys

@@ -4,7 +4,7 @@
 //! query sees and how its scores are shaped:
 //!
 //! - which keys: the text model's causal window over its cache
-//!   (`crate::attention`, which owns the cache's layout and the prefill's
+//!   (`model::attention`, which owns the cache's layout and the prefill's
 //!   blocked schedule), a window of frames around each query ([`local`], the
 //!   audio conformers'), or every position ([`full`], the vision towers', as
 //!   blocked products);
@@ -42,7 +42,7 @@ pub fn probabilities(scores: &mut [f32], bias: Option<&[f32]>, scoring: &Scoring
         scores.iter_mut().zip(bias).for_each(|(s, &b)| *s += b);
     }
     if let Some(cap) = scoring.softcap {
-        super::softcap(scores, cap);
+        crate::softcap(scores, cap);
     }
     if let Some(visible) = scoring.visible {
         if !visible.iter().any(|&v| v) {
@@ -55,7 +55,7 @@ pub fn probabilities(scores: &mut [f32], bias: Option<&[f32]>, scoring: &Scoring
             }
         }
     }
-    super::softmax(scores);
+    crate::softmax(scores);
     true
 }
 
@@ -201,7 +201,7 @@ mod tests {
                         .zip(seen)
                         .for_each(|(x, &s)| *x = if s { *x } else { f32::NEG_INFINITY });
                     if any {
-                        crate::ops::softmax(&mut w);
+                        crate::softmax(&mut w);
                     }
                     for c in 0..width {
                         let want: f32 = if any {

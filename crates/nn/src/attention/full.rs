@@ -189,7 +189,7 @@ mod tests {
                             * scale
                     })
                     .collect();
-                crate::ops::softmax(&mut w);
+                crate::softmax(&mut w);
                 for c in 0..dh {
                     let want: f32 = (0..n).map(|j| w[j] * v[j * d + h * dh + c]).sum();
                     let got = out[i * d + h * dh + c];
