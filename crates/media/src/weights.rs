@@ -5,129 +5,87 @@
 use crate::MediaError;
 use gguf::{GgmlType, GgufFile, TensorInfo};
 use nn::attention::full::HeadOperands;
-use nn::linear::{Clamp, LinearScratch};
-use quant::Matrix;
+use nn::{Clamp, Input, Linear, Precision, ProductBuffers, Products, Weight};
 use threads::ThreadPool;
 
 /// Activation rows per task of the row-wise steps between products.
 pub(crate) const PRODUCT_BLOCK: usize = nn::linear::ROW_BLOCK;
 
-/// A weight matrix, its bias and its clamps.
-#[derive(Debug, Clone)]
-pub(crate) struct Linear {
-    info: TensorInfo,
-    pub(crate) rows: usize,
-    pub(crate) cols: usize,
-    bias: Option<Vec<f32>>,
-    clamp: Option<Clamp>,
+/// `{name}.weight` of `rows` outputs by `cols` inputs and `{name}.bias`.
+pub(crate) fn bind(
+    file: &GgufFile,
+    name: &str,
+    rows: usize,
+    cols: usize,
+) -> Result<Linear, MediaError> {
+    let mut w = bind_plain(file, name, rows, cols)?;
+    w.bias = Some(vector(file, &format!("{name}.bias"), rows)?);
+    Ok(w)
 }
 
-impl Linear {
-    /// `{name}.weight` of `rows` outputs by `cols` inputs and `{name}.bias`.
-    pub(crate) fn bind(
-        file: &GgufFile,
-        name: &str,
-        rows: usize,
-        cols: usize,
-    ) -> Result<Self, MediaError> {
-        let mut w = Self::bind_weight(file, name, rows, cols)?;
-        w.bias = Some(vector(file, &format!("{name}.bias"), rows)?);
-        Ok(w)
-    }
-
-    /// `{name}.weight` with no bias, and the clamps `{name}.input_min` (and
-    /// `input_max`, `output_min`, `output_max`) where the file has them
-    /// (a missing one does not clamp, as llama.cpp reads them).
-    pub(crate) fn bind_clamped(
-        file: &GgufFile,
-        name: &str,
-        rows: usize,
-        cols: usize,
-    ) -> Result<Self, MediaError> {
-        let mut w = Self::bind_weight(file, name, rows, cols)?;
-        let bound = |suffix: &str, default: f32| -> Result<Option<f32>, MediaError> {
-            let key = format!("{name}.{suffix}");
-            if file.tensor(&key).is_none() {
-                return Ok(None);
-            }
-            let v = vector(file, &key, 1)?[0];
-            Ok(Some(if v.is_nan() { default } else { v }))
-        };
-        let (a, b, c, d) = (
-            bound("input_min", f32::NEG_INFINITY)?,
-            bound("input_max", f32::INFINITY)?,
-            bound("output_min", f32::NEG_INFINITY)?,
-            bound("output_max", f32::INFINITY)?,
-        );
-        if [a, b, c, d].iter().any(Option::is_some) {
-            w.clamp = Some(Clamp {
-                input: (a.unwrap_or(f32::NEG_INFINITY), b.unwrap_or(f32::INFINITY)),
-                output: (c.unwrap_or(f32::NEG_INFINITY), d.unwrap_or(f32::INFINITY)),
-            });
+/// `{name}.weight` with no bias, and the clamps `{name}.input_min` (and
+/// `input_max`, `output_min`, `output_max`) where the file has them
+/// (a missing one does not clamp, as llama.cpp reads them).
+pub(crate) fn bind_clamped(
+    file: &GgufFile,
+    name: &str,
+    rows: usize,
+    cols: usize,
+) -> Result<Linear, MediaError> {
+    let mut w = bind_plain(file, name, rows, cols)?;
+    let bound = |suffix: &str, default: f32| -> Result<Option<f32>, MediaError> {
+        let key = format!("{name}.{suffix}");
+        if file.tensor(&key).is_none() {
+            return Ok(None);
         }
-        Ok(w)
+        let v = vector(file, &key, 1)?[0];
+        Ok(Some(if v.is_nan() { default } else { v }))
+    };
+    let (a, b, c, d) = (
+        bound("input_min", f32::NEG_INFINITY)?,
+        bound("input_max", f32::INFINITY)?,
+        bound("output_min", f32::NEG_INFINITY)?,
+        bound("output_max", f32::INFINITY)?,
+    );
+    if [a, b, c, d].iter().any(Option::is_some) {
+        w.clamp = Some(Clamp {
+            input: (a.unwrap_or(f32::NEG_INFINITY), b.unwrap_or(f32::INFINITY)),
+            output: (c.unwrap_or(f32::NEG_INFINITY), d.unwrap_or(f32::INFINITY)),
+        });
     }
+    Ok(w)
+}
 
-    /// `{name}.weight` of `rows` outputs by `cols` inputs, no bias.
-    pub(crate) fn bind_plain(
-        file: &GgufFile,
-        name: &str,
-        rows: usize,
-        cols: usize,
-    ) -> Result<Self, MediaError> {
-        Self::bind_weight(file, name, rows, cols)
+/// `{name}.weight` of `rows` outputs by `cols` inputs, no bias.
+pub(crate) fn bind_plain(
+    file: &GgufFile,
+    name: &str,
+    rows: usize,
+    cols: usize,
+) -> Result<Linear, MediaError> {
+    let info = tensor(file, &format!("{name}.weight"))?;
+    // A convolution kernel (`[P, P, 3, d]`) is a matrix of d rows of
+    // 3·P·P; rows of a quantized type must be whole ggml rows.
+    let whole_rows = info.dims.first() == Some(&(cols as u64))
+        || matches!(info.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
+    if info.n_elements() != (rows * cols) as u64
+        || info.dims.last() != Some(&(rows as u64))
+        || !whole_rows
+    {
+        return Err(MediaError::TensorShape {
+            name: info.name.clone(),
+            found: info.dims.clone(),
+            expected: vec![cols as u64, rows as u64],
+        });
     }
-
-    fn bind_weight(
-        file: &GgufFile,
-        name: &str,
-        rows: usize,
-        cols: usize,
-    ) -> Result<Self, MediaError> {
-        let info = tensor(file, &format!("{name}.weight"))?;
-        // A convolution kernel (`[P, P, 3, d]`) is a matrix of d rows of
-        // 3·P·P; rows of a quantized type must be whole ggml rows.
-        let whole_rows = info.dims.first() == Some(&(cols as u64))
-            || matches!(info.ty, GgmlType::F32 | GgmlType::F16 | GgmlType::BF16);
-        if info.n_elements() != (rows * cols) as u64
-            || info.dims.last() != Some(&(rows as u64))
-            || !whole_rows
-        {
-            return Err(MediaError::TensorShape {
-                name: info.name.clone(),
-                found: info.dims.clone(),
-                expected: vec![cols as u64, rows as u64],
-            });
-        }
-        if !quant::is_supported(info.ty) {
-            return Err(MediaError::Unsupported(format!(
-                "tensor `{}` is {}, which has no kernels",
-                info.name,
-                info.ty.name()
-            )));
-        }
-        Ok(Self {
-            info,
-            rows,
-            cols,
-            bias: None,
-            clamp: None,
-        })
+    if !quant::is_supported(info.ty) {
+        return Err(MediaError::Unsupported(format!(
+            "tensor `{}` is {}, which has no kernels",
+            info.name,
+            info.ty.name()
+        )));
     }
-
-    /// The product this weight stands for, over `file`'s bytes.
-    fn op<'f>(&'f self, file: &'f GgufFile) -> Result<nn::linear::Linear<'f>, MediaError> {
-        Ok(nn::linear::Linear {
-            matrix: Matrix::new(
-                self.info.ty,
-                self.rows,
-                self.cols,
-                file.tensor_data(&self.info),
-            )?,
-            bias: self.bias.as_deref(),
-            clamp: self.clamp,
-        })
-    }
+    Ok(Linear::new(Weight::new(info, rows, cols)?))
 }
 
 /// A LayerNorm's weight and bias.
@@ -151,7 +109,8 @@ impl LayerNorm {
     }
 }
 
-/// `out = x Wᵀ + b` for `n` rows of `x`, clamped where the weight says so.
+/// `out = x Wᵀ + b` for `n` rows of `x`, clamped where the weight says so
+/// (activations quantized for quantized weights, as llama.cpp's towers).
 pub(crate) fn product(
     pool: &ThreadPool,
     file: &GgufFile,
@@ -161,14 +120,19 @@ pub(crate) fn product(
     out: &mut [f32],
     bufs: &mut Buffers,
 ) -> Result<(), MediaError> {
-    Ok(w.op(file)?.apply(pool, x, n, out, &mut bufs.linear)?)
+    let ctx = Products {
+        file,
+        pool,
+        precision: Precision::Quantized,
+    };
+    Ok(w.apply(ctx, x, n, out, &mut bufs.linear, Input::Plain)?)
 }
 
 /// Buffers reused across the products and attention of one encoding.
 #[derive(Default)]
 pub(crate) struct Buffers {
     /// The products' scratch.
-    linear: LinearScratch,
+    linear: ProductBuffers,
     /// Each head's keys and transposed values, for attention.
     pub(crate) heads: Vec<HeadOperands>,
 }

@@ -66,7 +66,14 @@ impl Model {
             s.alt[r * n * h..][..h].copy_from_slice(row);
         }
         for (k, w) in proj.embed.iter().enumerate() {
-            self.linear(w, &s.x[..b * h], b, &mut s.o[..b * h], &mut s.products)?;
+            w.apply(
+                self.products(),
+                &s.x[..b * h],
+                b,
+                &mut s.o[..b * h],
+                &mut s.products,
+                nn::Input::Plain,
+            )?;
             let (x, o) = (&s.x[..b * h], &mut s.o[..b * h]);
             par_rows(&self.pool, o, h, |r, row| {
                 rescale(row, magnitude(&x[r * h..][..h]));
@@ -119,11 +126,25 @@ impl Model {
         let Some(la) = &self.weights.layers[li].laurel else {
             return Ok(());
         };
-        let (b, h, rank) = (s.batch, self.config.hidden, la.left.rows);
+        let (b, h, rank) = (s.batch, self.config.hidden, la.left.rows());
         let (input, low) = (&s.h[..b * h], &mut s.laurel[..b * rank]);
-        self.linear(&la.left, input, b, low, &mut s.products)?;
+        la.left.apply(
+            self.products(),
+            input,
+            b,
+            low,
+            &mut s.products,
+            nn::Input::Plain,
+        )?;
         let (low, o) = (&s.laurel[..b * rank], &mut s.o[..b * h]);
-        self.linear(&la.right, low, b, o, &mut s.products)?;
+        la.right.apply(
+            self.products(),
+            low,
+            b,
+            o,
+            &mut s.products,
+            nn::Input::Plain,
+        )?;
         let (o, normed, eps) = (&mut s.o[..b * h], &s.h[..b * h], self.config.norm_eps);
         par_rows(&self.pool, o, h, |_, row| {
             nn::rms_norm(row, &la.post_norm, eps)
@@ -214,7 +235,14 @@ impl Model {
             for (r, row) in s.h[..b * h].chunks_exact_mut(h).enumerate() {
                 row.copy_from_slice(&s.alt[(r * n + k + 1) * h..][..h]);
             }
-            self.linear(w, &s.h[..b * h], b, &mut s.o[..b * h], &mut s.products)?;
+            w.apply(
+                self.products(),
+                &s.h[..b * h],
+                b,
+                &mut s.o[..b * h],
+                &mut s.products,
+                nn::Input::Plain,
+            )?;
             let alt = &s.alt[..b * n * h];
             par_rows(&self.pool, &mut s.o[..b * h], h, |r, row| {
                 rescale(row, magnitude(&alt[r * n * h..][..h]));

@@ -3,9 +3,9 @@
 //! text's last hidden states pooled into one vector, projected by the dense
 //! layers and normalised to unit length.
 
-use crate::weights::Linear;
 use crate::{Config, KvCache, Model, ModelError, Pooling, Scratch, SeqInput};
 use gguf::GgufFile;
+use nn::Linear;
 
 /// The dense projections after pooling (sentence-transformers' `2_Dense`
 /// and `3_Dense`, llama.cpp's `dense_2` and `dense_3`), in order.
@@ -32,7 +32,7 @@ impl EmbeddingHead {
                 .and_then(|t| t.dims.get(1).copied())
                 .and_then(|r| usize::try_from(r).ok())
                 .ok_or(ModelError::MissingProjection(name))?;
-            let layer = Linear::bind(file, name, width, rows)?;
+            let layer = crate::weights::bind(file, name, width, rows)?;
             width = rows;
             dense.push(layer);
         }
@@ -41,7 +41,7 @@ impl EmbeddingHead {
 
     /// Width of the vectors the head gives.
     pub fn dim(&self) -> usize {
-        self.dense.last().map_or(0, |d| d.rows)
+        self.dense.last().map_or(0, |d| d.rows())
     }
 }
 
@@ -88,8 +88,15 @@ impl Model {
         }
         let mut x = pooled;
         for layer in &head.dense {
-            let mut y = vec![0.0f32; texts.len() * layer.rows];
-            self.linear(layer, &x, texts.len(), &mut y, &mut scratch.products)?;
+            let mut y = vec![0.0f32; texts.len() * layer.rows()];
+            layer.apply(
+                self.products(),
+                &x,
+                texts.len(),
+                &mut y,
+                &mut scratch.products,
+                nn::Input::Plain,
+            )?;
             x = y;
         }
         Ok(x.chunks_exact(head.dim()).map(unit_vector).collect())

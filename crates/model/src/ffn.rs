@@ -19,7 +19,14 @@ impl Model {
             // spread), so it runs between the products.
             Some(m) => {
                 let mut outs = [&mut s.gate[..b * fd], &mut s.up[..b * fd]];
-                self.linear_many([&lw.gate, &lw.up], input, b, &mut outs, &mut s.products)?;
+                nn::Linear::apply_many(
+                    self.products(),
+                    [&lw.gate, &lw.up],
+                    input,
+                    b,
+                    &mut outs,
+                    &mut s.products,
+                )?;
                 let up = &s.up[..b * fd];
                 par_rows(&self.pool, &mut s.gate[..b * fd], fd, |i, g| {
                     nn::gaussian_top_k(g, m);
@@ -28,7 +35,8 @@ impl Model {
             }
             None => {
                 let outs = [&mut s.gate[..b * fd], &mut s.up[..b * fd]];
-                self.linear_gated(
+                nn::Linear::apply_gated(
+                    self.products(),
                     [&lw.gate, &lw.up],
                     input,
                     b,
@@ -41,7 +49,14 @@ impl Model {
         }
         let (gate, o) = (&s.gate[..b * fd], &mut s.o[..b * h]);
         // With the activations the gated product quantized where it did.
-        self.linear_after_gate(&lw.down, gate, b, o, &mut s.products)?;
+        lw.down.apply(
+            self.products(),
+            gate,
+            b,
+            o,
+            &mut s.products,
+            nn::Input::AfterGate,
+        )?;
         if let Some(moe) = &lw.moe {
             let (x, o) = (&s.x[..b * h], &mut s.o[..b * h]);
             self.moe_block(moe, x, o, b, &mut s.moe, &mut s.products)?;
@@ -82,12 +97,13 @@ impl Model {
         let cfg = &self.config;
         let (b, h, pd) = (s.batch, cfg.hidden, cfg.per_layer_dim);
         let width = cfg.n_layers * pd;
-        self.linear(
-            &pl.gate,
+        pl.gate.apply(
+            self.products(),
             input,
             b,
             &mut s.ple_gate[..b * pd],
             &mut s.products,
+            nn::Input::Plain,
         )?;
         for (i, g) in s.ple_gate[..b * pd].chunks_exact_mut(pd).enumerate() {
             let per_layer = &s.ple[i * width + li * pd..][..pd];
@@ -96,7 +112,14 @@ impl Model {
             }
         }
         let (gated, o) = (&s.ple_gate[..b * pd], &mut s.o[..b * h]);
-        self.linear(&pl.proj, gated, b, o, &mut s.products)
+        Ok(pl.proj.apply(
+            self.products(),
+            gated,
+            b,
+            o,
+            &mut s.products,
+            nn::Input::Plain,
+        )?)
     }
 
     /// Gemma 4's per-layer inputs for the batch: each token's row of the
@@ -113,19 +136,20 @@ impl Model {
         let b = tokens.len();
         let pd = cfg.per_layer_dim;
         let width = cfg.n_layers * pd;
-        let table = ple.token_embd.matrix(&self.file)?;
+        let table = ple.token_embd.weight.matrix(&self.file)?;
         let tok_scale = (pd as f32).sqrt();
         for (row, &t) in s.ple.chunks_exact_mut(width).zip(tokens) {
             table.dequantize_row(t as usize, row)?;
             row.iter_mut().for_each(|v| *v *= tok_scale);
         }
         let x = &s.x[..b * cfg.hidden];
-        self.linear(
-            &ple.model_proj,
+        ple.model_proj.apply(
+            self.products(),
             x,
             b,
             &mut s.ple_proj[..b * width],
             &mut s.products,
+            nn::Input::Plain,
         )?;
         let proj_scale = 1.0 / (cfg.hidden as f32).sqrt();
         let mix = std::f32::consts::FRAC_1_SQRT_2;

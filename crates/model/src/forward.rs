@@ -11,8 +11,8 @@
 
 use crate::attention::{attend, AttentionBuffers, AttentionInput};
 use crate::kv::{slots_before_attention, store_batch_kv, KvSlot};
-use crate::weights::Linear;
 use crate::{Arch, KvCache, Model, ModelError, Precision, Scratch};
+use nn::Linear;
 use nn::{par_rows, post_norm_add, pre_norm};
 
 mod qkv;
@@ -257,7 +257,7 @@ impl Model {
     fn embed(&self, s: &mut Scratch, seqs: &[SeqInput<'_>]) -> Result<(), ModelError> {
         let h = self.config.hidden;
         let tokens = std::mem::take(&mut s.tokens);
-        let embd = self.weights.token_embd.matrix(&self.file)?;
+        let embd = self.weights.token_embd.weight.matrix(&self.file)?;
         let scale = (h as f32).sqrt();
         for (row, &t) in s.x.chunks_exact_mut(h).zip(&tokens) {
             embd.dequantize_row(t as usize, row)?;
@@ -346,7 +346,14 @@ impl Model {
         }
         let ad = cfg.n_heads * kind.value_dim;
         let (attn, o) = (&s.attn[..b * ad], &mut s.o[..b * h]);
-        self.linear(&lw.o, attn, b, o, &mut s.products)?;
+        lw.o.apply(
+            self.products(),
+            attn,
+            b,
+            o,
+            &mut s.products,
+            nn::Input::Plain,
+        )?;
         self.add_block_output(&lw.post_attn_norm, s);
         Ok(())
     }
@@ -366,7 +373,7 @@ impl Model {
         let (b, h) = (s.batch, self.config.hidden);
         let (x, out) = (&s.x[..b * h], &mut s.h[..b * h]);
         let eps = self.config.norm_eps;
-        if self.precision != Precision::Quantized || next.cols != h {
+        if self.precision != Precision::Quantized || next.cols() != h {
             s.products.block_input.clear();
             pre_norm(&self.pool, x, out, w, eps);
             return Ok(());
@@ -375,7 +382,7 @@ impl Model {
             row.copy_from_slice(&x[i * h..(i + 1) * h]);
             nn::rms_norm(row, w, eps);
         };
-        let m = next.matrix(&self.file)?;
+        let m = next.weight.matrix(&self.file)?;
         s.products
             .block_input
             .make_rows(&self.pool, &m, out, b, &norm)?;

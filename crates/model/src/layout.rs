@@ -6,9 +6,10 @@
 //! `HEARTH_INTERLEAVE=0` keeps the file's layout (to measure the two side by
 //! side).
 
-use crate::weights::{LayerWeights, Linear, Weights};
+use crate::weights::{LayerWeights, Weights};
 use crate::ModelError;
 use gguf::GgufFile;
+use nn::Linear;
 
 /// Whether loads make the decode layout (`HEARTH_INTERLEAVE=0` says no).
 pub(crate) fn enabled() -> bool {
@@ -28,7 +29,10 @@ pub(crate) fn interleave(
     file: &GgufFile,
     with_head: bool,
 ) -> Result<usize, ModelError> {
-    let tied = weights.output.same_tensor(&weights.token_embd);
+    let tied = weights
+        .output
+        .weight
+        .same_tensor(&weights.token_embd.weight);
     let mut linears: Vec<&mut Linear> = weights.layers.iter_mut().flat_map(layer_linears).collect();
     let per = linears
         .len()
@@ -38,7 +42,13 @@ pub(crate) fn interleave(
     let layers = std::thread::scope(|s| {
         let jobs: Vec<_> = linears
             .chunks_mut(per)
-            .map(|part| s.spawn(move || part.iter_mut().map(|l| l.interleave(file)).sum()))
+            .map(|part| {
+                s.spawn(move || {
+                    part.iter_mut()
+                        .map(|l| l.weight.interleave(file).map_err(ModelError::from))
+                        .sum()
+                })
+            })
             .collect();
         jobs.into_iter()
             .map(|j| j.join().unwrap_or(Ok(0)))
@@ -46,7 +56,7 @@ pub(crate) fn interleave(
     })?;
     // The head is shared out over the threads by `quant::interleave` itself.
     let head = match with_head {
-        true => weights.output.interleave(file)?,
+        true => weights.output.weight.interleave(file)?,
         false => 0,
     };
     if tied {

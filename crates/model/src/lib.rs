@@ -13,7 +13,6 @@ mod forward;
 mod kv;
 mod layout;
 mod logits;
-mod matmul;
 mod moe;
 mod scratch;
 mod weights;
@@ -24,6 +23,7 @@ pub use forward::{Embedded, SeqInput};
 pub use kv::{ring_slack, KvCache, KvType};
 pub use logits::BatchRows;
 pub use moe::{Experts, GateUp, MoeWeights};
+pub use nn::Precision;
 pub use scratch::Scratch;
 pub use weights::Weights;
 
@@ -108,24 +108,6 @@ pub enum ModelError {
     /// than the buffers hold).
     #[error("bad batch: {0}")]
     BadBatch(String),
-}
-
-/// How matrix products treat activations.
-///
-/// Gemma's residual stream carries a few channels hundreds of times larger
-/// than the rest. Quantizing activations to 8 bits (as llama.cpp does, and as
-/// `Quantized` does, with its exact rounding rules) then leaves the other
-/// channels of such a block with a step so coarse that a change in the last
-/// bit of an input can flip roundings and move logits by a few tenths. `Exact`
-/// keeps activations in f32 and dequantizes weights instead: deterministic to
-/// the last digits, slower.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Precision {
-    /// 8-bit activations and integer dot products (llama.cpp's scheme).
-    #[default]
-    Quantized,
-    /// f32 activations against dequantized weights.
-    Exact,
 }
 
 /// Options for loading.
@@ -245,6 +227,16 @@ impl Model {
         self.precision
     }
 
+    /// Where this model's weight products run: its file, pool and
+    /// precision.
+    pub(crate) fn products(&self) -> nn::Products<'_> {
+        nn::Products {
+            file: &self.file,
+            pool: &self.pool,
+            precision: self.precision,
+        }
+    }
+
     /// How this model's KV caches store keys and values.
     pub fn kv_type(&self) -> KvType {
         self.kv_type
@@ -267,7 +259,7 @@ impl Model {
     /// copied out of the file once, here.
     pub fn limit_head(&mut self, ids: &[u32]) -> Result<(), ModelError> {
         self.head_subset = Some(logits::HeadSubset::new(
-            &self.weights.output.matrix(&self.file)?,
+            &self.weights.output.weight.matrix(&self.file)?,
             ids,
         ));
         Ok(())

@@ -99,12 +99,19 @@ impl Model {
         rows: &[f32],
         m: usize,
         logits: &mut Vec<f32>,
-        products: &mut crate::scratch::ProductBuffers,
+        products: &mut nn::ProductBuffers,
     ) -> Result<(), ModelError> {
         let vocab = self.config.vocab;
         logits.resize(m * vocab, 0.0);
         let Some(subset) = &self.head_subset else {
-            self.linear(&self.weights.output, rows, m, logits, products)?;
+            self.weights.output.apply(
+                self.products(),
+                rows,
+                m,
+                logits,
+                products,
+                nn::Input::Plain,
+            )?;
             if let Some(cap) = self.config.final_softcap {
                 nn::softcap(logits, cap);
             }
@@ -112,7 +119,15 @@ impl Model {
         };
         let n = subset.ids.len();
         let w = quant::Matrix::new(subset.ty, n, self.config.hidden, &subset.rows)?;
-        self.matmul(&w, rows, m, &mut logits[..m * n], products)?;
+        nn::linear::product(
+            self.products(),
+            &w,
+            rows,
+            m,
+            &mut logits[..m * n],
+            products,
+            nn::Input::Plain,
+        )?;
         if let Some(cap) = self.config.final_softcap {
             nn::softcap(&mut logits[..m * n], cap);
         }

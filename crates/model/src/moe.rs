@@ -2,10 +2,11 @@
 //! E small GeGLU experts per token; their weighted sum is added to the dense
 //! FFN's output before the layer's post-FFN norm.
 
-use crate::scratch::ProductBuffers;
-use crate::weights::{checked_tensor, vector, Linear};
+use crate::weights::{bind, checked_tensor, vector};
 use crate::{Model, ModelError};
 use gguf::{GgufFile, TensorInfo};
+use nn::Linear;
+use nn::ProductBuffers;
 
 /// E expert matrices stored as one 3-D tensor `[cols, rows, E]`.
 #[derive(Debug, Clone)]
@@ -135,7 +136,7 @@ impl MoeWeights {
             None
         };
         Ok(Some(Self {
-            router: Linear::bind(file, &n("ffn_gate_inp.weight"), hidden, n_experts)?,
+            router: bind(file, &n("ffn_gate_inp.weight"), hidden, n_experts)?,
             router_scale: vector(file, &n("ffn_gate_inp.scale"), hidden)?,
             expert_scale,
             pre_norm: vector(file, &n("pre_ffw_norm_2.weight"), hidden)?,
@@ -191,7 +192,7 @@ impl Model {
         let file = &*self.file;
         let h = self.config.hidden;
         let eps = self.config.norm_eps;
-        let n_exp = moe.router.rows;
+        let n_exp = moe.router.rows();
         for row in dense.chunks_exact_mut(h) {
             nn::rms_norm(row, &moe.post_norm_dense, eps);
         }
@@ -206,7 +207,14 @@ impl Model {
             }
         }
         ms.logits.resize(b * n_exp, 0.0);
-        self.linear(&moe.router, &ms.router_in, b, &mut ms.logits, bufs)?;
+        moe.router.apply(
+            self.products(),
+            &ms.router_in,
+            b,
+            &mut ms.logits,
+            bufs,
+            nn::Input::Plain,
+        )?;
 
         ms.input.clear();
         ms.input.extend_from_slice(&x[..b * h]);
@@ -250,7 +258,15 @@ impl Model {
             match &moe.gate_up {
                 GateUp::Fused(gu) => {
                     ms.up.resize(m * 2 * ffn, 0.0);
-                    self.matmul(&gu.matrix(file, e)?, &ms.gathered, m, &mut ms.up, bufs)?;
+                    nn::linear::product(
+                        self.products(),
+                        &gu.matrix(file, e)?,
+                        &ms.gathered,
+                        m,
+                        &mut ms.up,
+                        bufs,
+                        nn::Input::Plain,
+                    )?;
                     ms.gate.clear();
                     for row in ms.up.chunks_exact(2 * ffn) {
                         let (g, u) = row.split_at(ffn);
@@ -261,13 +277,37 @@ impl Model {
                 GateUp::Split(g, u) => {
                     ms.gate.resize(m * ffn, 0.0);
                     ms.up.resize(m * ffn, 0.0);
-                    self.matmul(&g.matrix(file, e)?, &ms.gathered, m, &mut ms.gate, bufs)?;
-                    self.matmul(&u.matrix(file, e)?, &ms.gathered, m, &mut ms.up, bufs)?;
+                    nn::linear::product(
+                        self.products(),
+                        &g.matrix(file, e)?,
+                        &ms.gathered,
+                        m,
+                        &mut ms.gate,
+                        bufs,
+                        nn::Input::Plain,
+                    )?;
+                    nn::linear::product(
+                        self.products(),
+                        &u.matrix(file, e)?,
+                        &ms.gathered,
+                        m,
+                        &mut ms.up,
+                        bufs,
+                        nn::Input::Plain,
+                    )?;
                     nn::geglu(&mut ms.gate, &ms.up);
                 }
             }
             ms.out.resize(m * h, 0.0);
-            self.matmul(&moe.down.matrix(file, e)?, &ms.gate, m, &mut ms.out, bufs)?;
+            nn::linear::product(
+                self.products(),
+                &moe.down.matrix(file, e)?,
+                &ms.gate,
+                m,
+                &mut ms.out,
+                bufs,
+                nn::Input::Plain,
+            )?;
             for (j, &(r, w)) in rows.iter().enumerate() {
                 for (acc, &v) in ms.sum[r * h..(r + 1) * h]
                     .iter_mut()

@@ -6,22 +6,6 @@ use crate::Config;
 use std::ops::Range;
 use std::sync::Mutex;
 
-/// Buffers the matrix products work in: quantized activations for the integer
-/// kernels, transposed outputs for the exact-precision path.
-#[derive(Debug, Default)]
-pub(crate) struct ProductBuffers {
-    /// Activations quantized to the weights' dot type.
-    pub qbuf: Vec<u8>,
-    /// Transposed outputs of the exact-precision product.
-    pub wide: Vec<f32>,
-    /// A block's normed input, quantized by the norm for the block's first
-    /// products where that pays (see [`crate::Model::block_input_for`]).
-    pub block_input: quant::PreparedActs,
-    /// A gated MLP's output, quantized by the gated product for the down
-    /// projection where that pays.
-    pub gated: quant::PreparedActs,
-}
-
 /// Reusable buffers for one sequence (or one multi-sequence batch).
 #[derive(Debug, Default)]
 pub struct Scratch {
@@ -46,7 +30,7 @@ pub struct Scratch {
     /// a batch attends to, gathered contiguously per KV head.
     pub(crate) attn_kv: Vec<f32>,
     /// Buffers of the matrix products.
-    pub(crate) products: ProductBuffers,
+    pub(crate) products: nn::ProductBuffers,
     /// Logits of the rows last asked for.
     pub(crate) logits: Vec<f32>,
     /// Final-normed hidden states of the last batch.

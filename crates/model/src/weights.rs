@@ -1,114 +1,35 @@
 //! Binding GGUF tensors to the roles the forward pass gives them.
 
 use crate::{Arch, Config, ModelError};
-use gguf::{GgmlType, GgufFile, TensorInfo};
+use gguf::{GgufFile, TensorInfo};
+use nn::{Linear, Weight};
 
-/// A weight matrix left in the mapped file: `rows` outputs of `cols` inputs.
-#[derive(Debug, Clone)]
-pub struct Linear {
-    info: TensorInfo,
-    /// Where the matrix starts in the tensor's bytes: 0, or one slice of a
-    /// stack of matrices stored as one 3-D tensor.
-    offset: usize,
-    /// The matrix's bytes from `offset`.
-    len: usize,
-    /// Output features.
-    pub rows: usize,
-    /// Input features.
-    pub cols: usize,
-    /// The matrix in the decode layout of [`quant::interleave`], made at
-    /// load where the kernels read it (see [`crate::layout`]).
-    interleaved: Option<std::sync::Arc<Vec<u8>>>,
+/// The matrix `name` of `rows` outputs by `cols` inputs, as a product
+/// without bias.
+pub(crate) fn bind(
+    file: &GgufFile,
+    name: &str,
+    cols: usize,
+    rows: usize,
+) -> Result<Linear, ModelError> {
+    let info = checked_tensor(file, name, &[cols as u64, rows as u64])?;
+    Ok(Linear::new(Weight::new(info, rows, cols)?))
 }
 
-impl Linear {
-    pub(crate) fn bind(
-        file: &GgufFile,
-        name: &str,
-        cols: usize,
-        rows: usize,
-    ) -> Result<Self, ModelError> {
-        let info = checked_tensor(file, name, &[cols as u64, rows as u64])?;
-        let len = rows * quant::row_size(info.ty, cols)?;
-        Ok(Self {
-            info,
-            offset: 0,
-            len,
-            rows,
-            cols,
-            interleaved: None,
-        })
-    }
-
-    /// The `count` matrices of `rows` × `cols` stacked in the 3-D tensor
-    /// `name` (Gemma 3n's AltUp projections).
-    pub(crate) fn bind_stack(
-        file: &GgufFile,
-        name: &str,
-        cols: usize,
-        rows: usize,
-        count: usize,
-    ) -> Result<Vec<Self>, ModelError> {
-        let info = checked_tensor(file, name, &[cols as u64, rows as u64, count as u64])?;
-        let bytes = rows * quant::row_size(info.ty, cols)?;
-        Ok((0..count)
-            .map(|i| Self {
-                info: info.clone(),
-                offset: i * bytes,
-                len: bytes,
-                rows,
-                cols,
-                interleaved: None,
-            })
-            .collect())
-    }
-
-    /// Whether `other` is bound to the same bytes of the same tensor (tied
-    /// embeddings and head).
-    pub(crate) fn same_tensor(&self, other: &Linear) -> bool {
-        self.info.name == other.info.name && self.offset == other.offset
-    }
-
-    /// The element type.
-    pub fn ty(&self) -> GgmlType {
-        self.info.ty
-    }
-
-    /// A kernel view over the file's bytes, or over the decode layout made
-    /// at load.
-    pub fn matrix<'a>(&'a self, file: &'a GgufFile) -> Result<quant::Matrix<'a>, ModelError> {
-        let (ty, rows, cols) = (self.info.ty, self.rows, self.cols);
-        if let Some(data) = &self.interleaved {
-            return Ok(quant::Matrix::interleaved(ty, rows, cols, data)?);
-        }
-        Ok(quant::Matrix::new(ty, rows, cols, self.file_bytes(file))?)
-    }
-
-    /// The matrix's bytes in the file.
-    fn file_bytes<'a>(&self, file: &'a GgufFile) -> &'a [u8] {
-        let data = file.tensor_data(&self.info);
-        data.get(self.offset..self.offset + self.len)
-            .unwrap_or_default()
-    }
-
-    /// Rearranges the matrix into the decode layout of
-    /// [`quant::interleave`] where the kernels in use read it, and gives
-    /// the file's pages of it back as they are read (they are not read
-    /// again). Returns the bytes rearranged.
-    pub(crate) fn interleave(&mut self, file: &GgufFile) -> Result<usize, ModelError> {
-        if self.interleaved.is_some() || !quant::interleaves(self.info.ty) {
-            return Ok(0);
-        }
-        let bytes = self.file_bytes(file);
-        let release = |read: &[u8]| file.release(read);
-        let Some(packed) = quant::interleave(self.info.ty, self.rows, self.cols, bytes, release)?
-        else {
-            return Ok(0);
-        };
-        // `Arc::new`, not `into()`: an `Arc<[u8]>` would copy the bytes.
-        self.interleaved = Some(std::sync::Arc::new(packed));
-        Ok(bytes.len())
-    }
+/// The `count` matrices of `rows` × `cols` stacked in the 3-D tensor
+/// `name` (Gemma 3n's AltUp projections).
+pub(crate) fn bind_stack(
+    file: &GgufFile,
+    name: &str,
+    cols: usize,
+    rows: usize,
+    count: usize,
+) -> Result<Vec<Linear>, ModelError> {
+    let info = checked_tensor(file, name, &[cols as u64, rows as u64, count as u64])?;
+    Ok(Weight::stack(&info, rows, cols, count)?
+        .into_iter()
+        .map(Linear::new)
+        .collect())
 }
 
 /// The tensor `name`, required to have shape `dims` and a type the kernels
@@ -291,9 +212,9 @@ impl Weights {
     )]
     pub fn bind(file: &GgufFile, cfg: &Config) -> Result<Self, ModelError> {
         let h = cfg.hidden;
-        let token_embd = Linear::bind(file, "token_embd.weight", h, cfg.vocab)?;
+        let token_embd = bind(file, "token_embd.weight", h, cfg.vocab)?;
         let output = if file.tensor("output.weight").is_some() {
-            Linear::bind(file, "output.weight", h, cfg.vocab)?
+            bind(file, "output.weight", h, cfg.vocab)?
         } else {
             token_embd.clone()
         };
@@ -301,8 +222,8 @@ impl Weights {
         let per_layer = if pd > 0 {
             let width = cfg.n_layers * pd;
             Some(PerLayerEmbeddings {
-                token_embd: Linear::bind(file, "per_layer_token_embd.weight", width, cfg.vocab)?,
-                model_proj: Linear::bind(file, "per_layer_model_proj.weight", h, width)?,
+                token_embd: bind(file, "per_layer_token_embd.weight", width, cfg.vocab)?,
+                model_proj: bind(file, "per_layer_model_proj.weight", h, width)?,
                 proj_norm: vector(file, "per_layer_proj_norm.weight", pd)?,
             })
         } else {
@@ -327,12 +248,12 @@ impl Weights {
                 let v_dim = kind.n_kv_heads * kind.value_dim;
                 let computes_kv = kind.kv_source.is_none();
                 let k = computes_kv
-                    .then(|| Linear::bind(file, &n("attn_k"), h, k_dim))
+                    .then(|| bind(file, &n("attn_k"), h, k_dim))
                     .transpose()?;
                 let v = if computes_kv
                     && (cfg.arch != Arch::Gemma4 || file.tensor(&n("attn_v")).is_some())
                 {
-                    Some(Linear::bind(file, &n("attn_v"), h, v_dim)?)
+                    Some(bind(file, &n("attn_v"), h, v_dim)?)
                 } else {
                     None
                 };
@@ -341,8 +262,8 @@ impl Weights {
                 }
                 let per_layer = if pd > 0 {
                     Some(PerLayerInput {
-                        gate: Linear::bind(file, &n("inp_gate"), h, pd)?,
-                        proj: Linear::bind(file, &n("proj"), pd, h)?,
+                        gate: bind(file, &n("inp_gate"), h, pd)?,
+                        proj: bind(file, &n("proj"), pd, h)?,
                         post_norm: vector(file, &n("post_norm"), h)?,
                     })
                 } else {
@@ -369,8 +290,8 @@ impl Weights {
                             correct_scale: vector(file, &n("altup_correct_scale"), h)?,
                         }),
                         Some(Laurel {
-                            left: Linear::bind(file, &n("laurel_l"), h, rank)?,
-                            right: Linear::bind(file, &n("laurel_r"), rank, h)?,
+                            left: bind(file, &n("laurel_l"), h, rank)?,
+                            right: bind(file, &n("laurel_r"), rank, h)?,
                             post_norm: vector(file, &n("laurel_post_norm"), h)?,
                         }),
                     )
@@ -379,10 +300,10 @@ impl Weights {
                 };
                 Ok(LayerWeights {
                     attn_norm: vector(file, &n("attn_norm"), h)?,
-                    q: Linear::bind(file, &n("attn_q"), h, q_dim)?,
+                    q: bind(file, &n("attn_q"), h, q_dim)?,
                     k,
                     v,
-                    o: Linear::bind(file, &n("attn_output"), cfg.n_heads * kind.value_dim, h)?,
+                    o: bind(file, &n("attn_output"), cfg.n_heads * kind.value_dim, h)?,
                     q_norm: cfg
                         .qk_norm
                         .then(|| vector(file, &n("attn_q_norm"), hd))
@@ -392,9 +313,9 @@ impl Weights {
                         .transpose()?,
                     post_attn_norm: vector(file, &n("post_attention_norm"), h)?,
                     ffn_norm: vector(file, &n("ffn_norm"), h)?,
-                    gate: Linear::bind(file, &n("ffn_gate"), h, kind.ffn_dim)?,
-                    up: Linear::bind(file, &n("ffn_up"), h, kind.ffn_dim)?,
-                    down: Linear::bind(file, &n("ffn_down"), kind.ffn_dim, h)?,
+                    gate: bind(file, &n("ffn_gate"), h, kind.ffn_dim)?,
+                    up: bind(file, &n("ffn_up"), h, kind.ffn_dim)?,
+                    down: bind(file, &n("ffn_down"), kind.ffn_dim, h)?,
                     post_ffn_norm: vector(file, &n("post_ffw_norm"), h)?,
                     per_layer,
                     out_scale: optional(&n("layer_output_scale"), 1)?.map(|v| v[0]),
@@ -415,8 +336,8 @@ impl Weights {
         let altup = if cfg.altup_streams > 0 {
             let extra = cfg.altup_streams - 1;
             Some(AltUpProjections {
-                embed: Linear::bind_stack(file, "altup_proj.weight", h, h, extra)?,
-                unembed: Linear::bind_stack(file, "altup_unembd_proj.weight", h, h, extra)?,
+                embed: bind_stack(file, "altup_proj.weight", h, h, extra)?,
+                unembed: bind_stack(file, "altup_unembd_proj.weight", h, h, extra)?,
             })
         } else {
             None

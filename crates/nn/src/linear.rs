@@ -1,16 +1,43 @@
-//! `y = x Wᵀ (+ b)` for a weight as a file stores it, with the input and
-//! output clamps some towers put around their products (Gemma 4's
-//! `ClippableLinear`). Every weight goes through [`quant::matmul`]: the
-//! integer kernels for quantized weights, and for float weights (F32, F16,
-//! BF16) against a batch of rows the f32 GEMM, which widens a block of the
-//! weight's rows at a time, so the activations stay exact.
+//! `y = x Wᵀ (+ b)`: the one product of a weight, for the text model and
+//! every media tower alike.
+//!
+//! A [`Weight`] is a matrix left in the mapped file (or rearranged at load
+//! into the decode layout); a [`Linear`] is a weight with an optional bias
+//! and the clamps some towers put around their products (Gemma 4's
+//! `ClippableLinear`). Every product goes through [`quant::matmul`] in the
+//! model's [`Precision`]: the integer kernels for quantized weights (and
+//! the f32 GEMM for float ones, which widens a block of the weight's rows
+//! at a time, so the activations stay exact), or f32 activations against
+//! dequantized weights with [`Precision::Exact`]. [`Linear::apply_many`]
+//! and [`Linear::apply_gated`] run several weights over one input in one
+//! pass, with the same numbers as one [`Linear::apply`] after another.
 
-use quant::{Matrix, QuantError};
-use threads::ThreadPool;
+use gguf::{GgmlType, GgufFile, TensorInfo};
+use quant::{Matrix, PreparedActs, QuantError};
+use std::sync::Arc;
+use threads::{FirstError, ThreadPool};
 
 /// Activation rows per task of the row-wise steps the towers run between
 /// products.
 pub const ROW_BLOCK: usize = 64;
+
+/// How matrix products treat activations.
+///
+/// Gemma's residual stream carries a few channels hundreds of times larger
+/// than the rest. Quantizing activations to 8 bits (as llama.cpp does, and as
+/// `Quantized` does, with its exact rounding rules) then leaves the other
+/// channels of such a block with a step so coarse that a change in the last
+/// bit of an input can flip roundings and move logits by a few tenths. `Exact`
+/// keeps activations in f32 and dequantizes weights instead: deterministic to
+/// the last digits, slower.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Precision {
+    /// 8-bit activations and integer dot products (llama.cpp's scheme).
+    #[default]
+    Quantized,
+    /// f32 activations against dequantized weights.
+    Exact,
+}
 
 /// Bounds a product's input and output are clamped to.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -21,57 +48,213 @@ pub struct Clamp {
     pub output: (f32, f32),
 }
 
-/// One weight's product: the matrix (`rows` outputs × `cols` inputs), an
-/// optional bias per output and optional clamps.
-pub struct Linear<'a> {
-    /// The weight, as the file stores it.
-    pub matrix: Matrix<'a>,
+/// A weight matrix left in the mapped file: `rows` outputs of `cols`
+/// inputs, optionally rearranged at load into the decode layout of
+/// [`quant::interleave`].
+#[derive(Debug, Clone)]
+pub struct Weight {
+    info: TensorInfo,
+    /// Where the matrix starts in the tensor's bytes: 0, or one slice of a
+    /// stack of matrices stored as one 3-D tensor.
+    offset: usize,
+    /// The matrix's bytes from `offset`.
+    len: usize,
+    /// Output features.
+    pub rows: usize,
+    /// Input features.
+    pub cols: usize,
+    /// The matrix in the decode layout, where the kernels read it.
+    interleaved: Option<Arc<Vec<u8>>>,
+}
+
+impl Weight {
+    /// The tensor `info` as a matrix of `rows` × `cols` (the caller has
+    /// checked its shape).
+    pub fn new(info: TensorInfo, rows: usize, cols: usize) -> Result<Self, QuantError> {
+        let len = rows * quant::row_size(info.ty, cols)?;
+        Ok(Self {
+            info,
+            offset: 0,
+            len,
+            rows,
+            cols,
+            interleaved: None,
+        })
+    }
+
+    /// The `count` matrices of `rows` × `cols` stacked in the 3-D tensor
+    /// `info` (Gemma 3n's AltUp projections).
+    pub fn stack(
+        info: &TensorInfo,
+        rows: usize,
+        cols: usize,
+        count: usize,
+    ) -> Result<Vec<Self>, QuantError> {
+        let bytes = rows * quant::row_size(info.ty, cols)?;
+        Ok((0..count)
+            .map(|i| Self {
+                info: info.clone(),
+                offset: i * bytes,
+                len: bytes,
+                rows,
+                cols,
+                interleaved: None,
+            })
+            .collect())
+    }
+
+    /// Whether `other` is bound to the same bytes of the same tensor (tied
+    /// embeddings and head).
+    pub fn same_tensor(&self, other: &Weight) -> bool {
+        self.info.name == other.info.name && self.offset == other.offset
+    }
+
+    /// The element type.
+    pub fn ty(&self) -> GgmlType {
+        self.info.ty
+    }
+
+    /// A kernel view over the file's bytes, or over the decode layout made
+    /// at load.
+    pub fn matrix<'a>(&'a self, file: &'a GgufFile) -> Result<Matrix<'a>, QuantError> {
+        let (ty, rows, cols) = (self.info.ty, self.rows, self.cols);
+        if let Some(data) = &self.interleaved {
+            return Matrix::interleaved(ty, rows, cols, data);
+        }
+        Matrix::new(ty, rows, cols, self.file_bytes(file))
+    }
+
+    /// The matrix's bytes in the file.
+    fn file_bytes<'a>(&self, file: &'a GgufFile) -> &'a [u8] {
+        let data = file.tensor_data(&self.info);
+        data.get(self.offset..self.offset + self.len)
+            .unwrap_or_default()
+    }
+
+    /// Rearranges the matrix into the decode layout of
+    /// [`quant::interleave`] where the kernels in use read it, and gives
+    /// the file's pages of it back as they are read (they are not read
+    /// again). Returns the bytes rearranged.
+    pub fn interleave(&mut self, file: &GgufFile) -> Result<usize, QuantError> {
+        if self.interleaved.is_some() || !quant::interleaves(self.info.ty) {
+            return Ok(0);
+        }
+        let bytes = self.file_bytes(file);
+        let release = |read: &[u8]| file.release(read);
+        let Some(packed) = quant::interleave(self.info.ty, self.rows, self.cols, bytes, release)?
+        else {
+            return Ok(0);
+        };
+        // `Arc::new`, not `into()`: an `Arc<[u8]>` would copy the bytes.
+        self.interleaved = Some(Arc::new(packed));
+        Ok(bytes.len())
+    }
+}
+
+/// A weight, an optional bias per output and optional clamps: the one
+/// product every model and tower runs.
+#[derive(Debug, Clone)]
+pub struct Linear {
+    /// The matrix.
+    pub weight: Weight,
     /// Added to every output row.
-    pub bias: Option<&'a [f32]>,
+    pub bias: Option<Vec<f32>>,
     /// Input and output bounds.
     pub clamp: Option<Clamp>,
 }
 
-/// Buffers reused across the products of one encoding.
-#[derive(Default)]
-pub struct LinearScratch {
-    /// Activations clamped for a clamped product.
-    clamped: Vec<f32>,
-    /// Quantized activations.
-    quant: Vec<u8>,
+/// Where and how products run: the file the weights live in, the pool and
+/// the precision.
+#[derive(Clone, Copy)]
+pub struct Products<'a> {
+    /// The mapped file the weights are bound in.
+    pub file: &'a GgufFile,
+    /// The threads that run the product.
+    pub pool: &'a ThreadPool,
+    /// How activations are treated.
+    pub precision: Precision,
 }
 
-impl Linear<'_> {
+/// The activations a product takes, beside their f32 values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Input {
+    /// Quantized by the product itself where it needs them so.
+    Plain,
+    /// The output of [`Linear::apply_gated`], with the activations it
+    /// quantized for its `next` weight where it did.
+    AfterGate,
+}
+
+/// Buffers reused across the products of a forward pass or an encoding.
+#[derive(Debug, Default)]
+pub struct ProductBuffers {
+    /// Activations quantized to the weights' dot type.
+    qbuf: Vec<u8>,
+    /// Transposed outputs of the exact-precision product.
+    wide: Vec<f32>,
+    /// Activations clamped for a clamped product.
+    clamped: Vec<f32>,
+    /// A block's input, quantized once for the block's first products
+    /// ([`Linear::apply_many`], [`Linear::apply_gated`]).
+    pub block_input: PreparedActs,
+    /// A gated MLP's output, quantized by the gated product for the down
+    /// projection where that pays.
+    gated: PreparedActs,
+}
+
+impl Linear {
+    /// A weight with no bias and no clamps.
+    pub fn new(weight: Weight) -> Self {
+        Self {
+            weight,
+            bias: None,
+            clamp: None,
+        }
+    }
+
+    /// Output features.
+    pub fn rows(&self) -> usize {
+        self.weight.rows
+    }
+
+    /// Input features.
+    pub fn cols(&self) -> usize {
+        self.weight.cols
+    }
+
     /// `out[..n·rows] = x[..n·cols] Wᵀ + b`, clamped as the weight says.
     pub fn apply(
         &self,
-        pool: &ThreadPool,
+        ctx: Products,
         x: &[f32],
         n: usize,
         out: &mut [f32],
-        scratch: &mut LinearScratch,
+        bufs: &mut ProductBuffers,
+        input: Input,
     ) -> Result<(), QuantError> {
-        let m = &self.matrix;
-        let (rows, cols) = (m.rows(), m.cols());
-        let mut clamped = std::mem::take(&mut scratch.clamped);
+        let matrix = self.weight.matrix(ctx.file)?;
+        let mut clamped = std::mem::take(&mut bufs.clamped);
         let x = match self.clamp {
             Some(Clamp {
                 input: (lo, hi), ..
             }) => {
                 clamped.clear();
-                clamped.extend(x[..n * cols].iter().map(|&v| v.clamp(lo, hi)));
+                clamped.extend(x[..n * matrix.cols()].iter().map(|&v| v.clamp(lo, hi)));
                 &clamped[..]
             }
             None => x,
         };
-        let ws = [m];
-        let product = quant::Product::new(&ws, x, n);
-        let result = quant::matmul(pool, product, &mut [out], &mut scratch.quant);
-        scratch.clamped = clamped;
+        let result = product(ctx, &matrix, x, n, out, bufs, input);
+        bufs.clamped = clamped;
         result?;
-        let out = &mut out[..n * rows];
-        if let Some(bias) = self.bias {
-            for r in out.chunks_exact_mut(rows) {
+        self.finish(&mut out[..n * matrix.rows()]);
+        Ok(())
+    }
+
+    /// The bias and the output clamp, over whole output rows.
+    fn finish(&self, out: &mut [f32]) {
+        if let Some(bias) = &self.bias {
+            for r in out.chunks_exact_mut(bias.len().max(1)) {
                 r.iter_mut().zip(bias).for_each(|(o, &b)| *o += b);
             }
         }
@@ -81,14 +264,164 @@ impl Linear<'_> {
         {
             out.iter_mut().for_each(|v| *v = v.clamp(lo, hi));
         }
+    }
+
+    /// `outs[i] = x ws[i]ᵀ` for one input: in one pass (see
+    /// [`quant::Product`]) where the activations are quantized, which also
+    /// leaves them in `bufs.block_input` for the block's later products;
+    /// one product after another in exact precision or where a weight
+    /// clamps its input. The same numbers either way as [`Self::apply`] on
+    /// each.
+    pub fn apply_many<const N: usize>(
+        ctx: Products,
+        ws: [&Linear; N],
+        x: &[f32],
+        n: usize,
+        outs: &mut [&mut [f32]; N],
+        bufs: &mut ProductBuffers,
+    ) -> Result<(), QuantError> {
+        let Some(first) = ws.first() else {
+            return Ok(());
+        };
+        let fused = ctx.precision == Precision::Quantized && ws.iter().all(|w| w.clamp.is_none());
+        if !fused {
+            for (w, out) in ws.iter().zip(outs.iter_mut()) {
+                w.apply(ctx, x, n, out, bufs, Input::Plain)?;
+            }
+            return Ok(());
+        }
+        // Matrix views in a fixed array: this runs a few times per step.
+        let mut matrices = [first.weight.matrix(ctx.file)?; N];
+        for (m, w) in matrices.iter_mut().zip(ws).skip(1) {
+            *m = w.weight.matrix(ctx.file)?;
+        }
+        let refs: [&Matrix; N] = std::array::from_fn(|i| &matrices[i]);
+        let product = quant::Product {
+            prepared: Some(&mut bufs.block_input),
+            ..quant::Product::new(&refs, x, n)
+        };
+        quant::matmul(ctx.pool, product, outs, &mut bufs.qbuf)?;
+        for ((w, m), out) in ws.iter().zip(&matrices).zip(outs.iter_mut()) {
+            w.finish(&mut out[..n * m.rows()]);
+        }
         Ok(())
     }
+
+    /// `outs[0] = act(x gateᵀ, x upᵀ)` row by row, with `outs[1] = x upᵀ`
+    /// (a gated MLP's first half; `act` acts element by element), as one
+    /// parallel operation where the activations are quantized (see
+    /// [`quant::Gate`]), which also quantizes `outs[0]` for `next` where it
+    /// can ([`Input::AfterGate`]). The same numbers as
+    /// [`Self::apply_many`] followed by `act`. The weights have no bias or
+    /// clamps (the text model's).
+    #[allow(clippy::too_many_arguments)]
+    pub fn apply_gated(
+        ctx: Products,
+        [gate, up]: [&Linear; 2],
+        x: &[f32],
+        n: usize,
+        [out_gate, out_up]: [&mut [f32]; 2],
+        bufs: &mut ProductBuffers,
+        act: &(dyn Fn(&mut [f32], &[f32]) + Sync),
+        next: &Linear,
+    ) -> Result<(), QuantError> {
+        let (g, u) = (gate.weight.matrix(ctx.file)?, up.weight.matrix(ctx.file)?);
+        match ctx.precision {
+            Precision::Quantized => {
+                let (next, ws) = (next.weight.matrix(ctx.file)?, [&g, &u]);
+                let product = quant::Product {
+                    prepared: Some(&mut bufs.block_input),
+                    gate: Some(quant::Gate {
+                        act,
+                        next: Some((&next, &mut bufs.gated)),
+                    }),
+                    ..quant::Product::new(&ws, x, n)
+                };
+                quant::matmul(ctx.pool, product, &mut [out_gate, out_up], &mut bufs.qbuf)
+            }
+            Precision::Exact => {
+                matmul_exact(ctx.pool, &g, x, n, out_gate, &mut bufs.wide)?;
+                matmul_exact(ctx.pool, &u, x, n, out_up, &mut bufs.wide)?;
+                let rows = g.rows();
+                crate::par_rows(ctx.pool, &mut out_gate[..n * rows], rows, |i, r| {
+                    act(r, &out_up[i * rows..(i + 1) * rows])
+                });
+                Ok(())
+            }
+        }
+    }
+}
+
+/// `out = x Wᵀ` for `n` rows through the kernel view `w`, in the
+/// precision of `ctx`: what [`Linear::apply`] runs between its clamps, and
+/// the product of a matrix that is not a whole tensor's (one expert of a
+/// stack, a slice of the head).
+pub fn product(
+    ctx: Products,
+    w: &Matrix,
+    x: &[f32],
+    n: usize,
+    out: &mut [f32],
+    bufs: &mut ProductBuffers,
+    input: Input,
+) -> Result<(), QuantError> {
+    match ctx.precision {
+        Precision::Quantized => {
+            let ws = [w];
+            let product = quant::Product {
+                prepared: (input == Input::AfterGate).then_some(&mut bufs.gated),
+                ..quant::Product::new(&ws, x, n)
+            };
+            quant::matmul(ctx.pool, product, &mut [out], &mut bufs.qbuf)
+        }
+        Precision::Exact => matmul_exact(ctx.pool, w, x, n, out, &mut bufs.wide),
+    }
+}
+
+/// `out = x Wᵀ` with f32 activations: each weight row is dequantized once
+/// and dotted with every row of the batch. Slower than the integer kernels,
+/// but free of activation-quantization error (see [`Precision`]).
+fn matmul_exact(
+    pool: &ThreadPool,
+    w: &Matrix,
+    x: &[f32],
+    batch: usize,
+    out: &mut [f32],
+    transposed: &mut Vec<f32>,
+) -> Result<(), QuantError> {
+    let (rows, cols) = (w.rows(), w.cols());
+    w.check_product(x, batch, out)?;
+    transposed.resize(rows * batch, 0.0);
+    let per_worker = rows.div_ceil(pool.threads());
+    let failure = FirstError::new();
+    pool.for_each_chunk_mut(
+        &mut transposed[..rows * batch],
+        per_worker * batch,
+        |worker, chunk| {
+            let mut row = vec![0.0f32; cols];
+            for (i, outs) in chunk.chunks_exact_mut(batch).enumerate() {
+                if let Err(e) = w.dequantize_row(worker * per_worker + i, &mut row) {
+                    return failure.set(e);
+                }
+                for (b, o) in outs.iter_mut().enumerate() {
+                    *o = quant::vector::dot(&row, &x[b * cols..(b + 1) * cols]);
+                }
+            }
+        },
+    );
+    failure.into_result()?;
+    for r in 0..rows {
+        for b in 0..batch {
+            out[b * rows + r] = transposed[r * batch + b];
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use gguf::GgmlType;
+    use gguf::{GgmlType, GgufWriter};
 
     /// Float products of a few rows (the per-row kernels) and of many (the
     /// f32 GEMM) are the textbook product, with the bias added and both
@@ -101,6 +434,11 @@ mod tests {
             .collect();
         let bytes: Vec<u8> = w.iter().flat_map(|v| v.to_le_bytes()).collect();
         let bias: Vec<f32> = (0..rows).map(|i| i as f32 * 0.01).collect();
+        let mut gguf = GgufWriter::new();
+        gguf.add_tensor("w", &[cols as u64, rows as u64], GgmlType::F32, bytes)
+            .unwrap();
+        let file = GgufFile::from_bytes(gguf.to_bytes()).unwrap();
+        let weight = Weight::new(file.tensor("w").unwrap().clone(), rows, cols).unwrap();
         let pool = ThreadPool::new(2);
         for n in [1usize, 3, 8, 70] {
             let x: Vec<f32> = (0..n * cols)
@@ -114,12 +452,18 @@ mod tests {
                 }),
             ] {
                 let lin = Linear {
-                    matrix: Matrix::new(GgmlType::F32, rows, cols, &bytes).unwrap(),
-                    bias: Some(&bias),
+                    weight: weight.clone(),
+                    bias: Some(bias.clone()),
                     clamp,
                 };
+                let ctx = Products {
+                    file: &file,
+                    pool: &pool,
+                    precision: Precision::Quantized,
+                };
                 let mut out = vec![0.0f32; n * rows];
-                lin.apply(&pool, &x, n, &mut out, &mut LinearScratch::default())
+                let mut bufs = ProductBuffers::default();
+                lin.apply(ctx, &x, n, &mut out, &mut bufs, Input::Plain)
                     .unwrap();
                 for i in 0..n {
                     for r in 0..rows {

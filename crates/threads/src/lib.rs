@@ -622,7 +622,7 @@ mod tests {
         let profile = pool.profile();
         assert_eq!(profile.len(), 1);
         let (site, p) = &profile[0];
-        assert!(site.ends_with(&format!("pool.rs:{line}")), "{site}");
+        assert!(site.ends_with(&format!("lib.rs:{line}")), "{site}");
         assert_eq!((p.ops, p.tasks), (10, 60));
         assert!(p.caller_wait <= p.wall);
         assert!(pool.profile().is_empty());

@@ -6,10 +6,12 @@
 //! in tensor names, in Gemma 4's key scale and its clamped products (a
 //! [`Linear`] carries its own clamps), and in what surrounds the blocks.
 
-use crate::weights::{product, vector, Buffers, Linear};
+use crate::weights;
+use crate::weights::{product, vector, Buffers};
 use crate::MediaError;
 use gguf::GgufFile;
 use nn::attention::local::{local, LocalWindow};
+use nn::Linear;
 use threads::ThreadPool;
 
 /// Metadata keys the converter writes.
@@ -169,35 +171,35 @@ impl Block {
         let ffw = |names: &[&str; 4]| -> Result<FeedForward, MediaError> {
             Ok(FeedForward {
                 pre_norm: vector(f, &w(names[0]), d)?,
-                up: Linear::bind_clamped(f, &n(names[1]), 4 * d, d)?,
-                down: Linear::bind_clamped(f, &n(names[2]), d, 4 * d)?,
+                up: weights::bind_clamped(f, &n(names[1]), 4 * d, d)?,
+                down: weights::bind_clamped(f, &n(names[2]), d, 4 * d)?,
                 post_norm: vector(f, &w(names[3]), d)?,
             })
         };
         let (scale_name, softplus_applied) = layout.per_dim_scale;
         let per_dim = vector(f, &n(scale_name), dh)?;
         let base = (dh as f32).powf(-0.5) / nn::softplus(0.0);
-        let pos_proj = Linear::bind_plain(f, &n(layout.pos_proj), d, d)?;
+        let pos_proj = weights::bind_plain(f, &n(layout.pos_proj), d, d)?;
         let [q, k, v] = layout.qkv;
         let [conv_norm_in, conv_start, conv, conv_norm, conv_end] = layout.lconv;
         Ok(Self {
             ffw: [ffw(&layout.ffw[0])?, ffw(&layout.ffw[1])?],
             attn_norm: vector(f, &w(layout.attn_norm), d)?,
-            q: Linear::bind_clamped(f, &n(q), d, d)?,
-            k: Linear::bind_clamped(f, &n(k), d, d)?,
-            v: Linear::bind_clamped(f, &n(v), d, d)?,
+            q: weights::bind_clamped(f, &n(q), d, d)?,
+            k: weights::bind_clamped(f, &n(k), d, d)?,
+            v: weights::bind_clamped(f, &n(v), d, d)?,
             positions: relative_positions(pool, f, shape, &pos_proj)?,
             query_scale: per_dim
                 .iter()
                 .map(|&s| base * if softplus_applied { s } else { nn::softplus(s) })
                 .collect(),
-            post: Linear::bind_clamped(f, &n(layout.post), d, d)?,
+            post: weights::bind_clamped(f, &n(layout.post), d, d)?,
             post_norm: vector(f, &w(layout.post_norm), d)?,
             conv_norm_in: vector(f, &w(conv_norm_in), d)?,
-            conv_start: Linear::bind_clamped(f, &n(conv_start), 2 * d, d)?,
+            conv_start: weights::bind_clamped(f, &n(conv_start), 2 * d, d)?,
             conv: vector(f, &w(conv), d * shape.conv_kernel)?,
             conv_norm: vector(f, &w(conv_norm), d)?,
-            conv_end: Linear::bind_clamped(f, &n(conv_end), d, d)?,
+            conv_end: weights::bind_clamped(f, &n(conv_end), d, d)?,
             norm: vector(f, &w(layout.norm), d)?,
         })
     }
@@ -459,7 +461,7 @@ pub(crate) fn conv_stride2(
             }
         }
     }
-    let out_c = w.rows;
+    let out_c = w.rows();
     let mut y = vec![0.0f32; t2 * f2 * out_c];
     product(pool, file, w, &patches, t2 * f2, &mut y, bufs)?;
     Ok(Grid {

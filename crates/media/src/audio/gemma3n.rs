@@ -19,9 +19,11 @@
 
 use super::conformer::{conv_stride2, AudioKeys, Block, Grid, Layout, Shape, HF_LCONV};
 use super::input::LogMel;
-use crate::weights::{product, vector, Buffers, Linear};
+use crate::weights;
+use crate::weights::{product, vector, Buffers};
 use crate::MediaError;
 use gguf::GgufFile;
+use nn::Linear;
 use std::sync::Arc;
 use threads::ThreadPool;
 
@@ -204,14 +206,14 @@ impl Gemma3nAudioTower {
         let d = cfg.hidden;
         let [c0, c1] = cfg.channels;
         let conv = [
-            Linear::bind_plain(f, "a.subsample_conv_projection.conv_0.conv", c0, 9)?,
-            Linear::bind_plain(f, "a.subsample_conv_projection.conv_1.conv", c1, c0 * 9)?,
+            weights::bind_plain(f, "a.subsample_conv_projection.conv_0.conv", c0, 9)?,
+            weights::bind_plain(f, "a.subsample_conv_projection.conv_1.conv", c1, c0 * 9)?,
         ];
         let conv_norm = [
             vector(f, "a.subsample_conv_projection.conv_0.norm.weight", c0)?,
             vector(f, "a.subsample_conv_projection.conv_1.norm.weight", c1)?,
         ];
-        let input_proj = Linear::bind_plain(
+        let input_proj = weights::bind_plain(
             f,
             "a.subsample_conv_projection.input_proj_linear",
             d,
@@ -225,7 +227,7 @@ impl Gemma3nAudioTower {
             .map(|i| Block::bind(&pool, f, &shape, &LAYOUT, &format!("a.conformer.{i}.")))
             .collect::<Result<Vec<_>, MediaError>>()?;
         let soft_norm = vector(f, "mm.a.soft_embedding_norm.weight", d)?;
-        let projection = Linear::bind_plain(f, "mm.a.embedding_projection", cfg.text_hidden, d)?;
+        let projection = weights::bind_plain(f, "mm.a.embedding_projection", cfg.text_hidden, d)?;
         // Every token of the audio vocabulary, embedded once: its row,
         // hard-normed, projected, normed without weight.
         let mut hard = vector(f, "mm.a.embedding.weight", cfg.vocab * d)?;

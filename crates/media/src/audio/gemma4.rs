@@ -28,9 +28,11 @@
 use super::conformer::{conv_stride2, AudioKeys, Block, Grid, Layout, Shape, HF_LCONV};
 use super::gemma3n::AudioEmbedding;
 use super::input::LogMel;
-use crate::weights::{product, vector, Buffers, Linear};
+use crate::weights;
+use crate::weights::{product, vector, Buffers};
 use crate::MediaError;
 use gguf::GgufFile;
+use nn::Linear;
 use std::sync::Arc;
 use threads::ThreadPool;
 
@@ -295,15 +297,15 @@ impl Gemma4AudioTower {
         let d = cfg.hidden;
         let [c0, c1] = cfg.channels;
         let conv = [
-            Linear::bind_plain(f, names.conv[0], c0, 9)?,
-            Linear::bind_plain(f, names.conv[1], c1, c0 * 9)?,
+            weights::bind_plain(f, names.conv[0], c0, 9)?,
+            weights::bind_plain(f, names.conv[1], c1, c0 * 9)?,
         ];
         let conv_norm = [
             vector(f, &format!("{}.weight", names.conv_norm[0]), c0)?,
             vector(f, &format!("{}.weight", names.conv_norm[1]), c1)?,
         ];
         let freq = (0..2).fold(cfg.mel_bins, |f, _| (f + 2 - 3) / 2 + 1);
-        let input_proj = Linear::bind_plain(f, names.input_proj, d, c1 * freq)?;
+        let input_proj = weights::bind_plain(f, names.input_proj, d, c1 * freq)?;
         // The position tables are small: computed on one thread at load.
         let pool = ThreadPool::new(1);
         let shape = cfg.shape();
@@ -313,8 +315,9 @@ impl Gemma4AudioTower {
                 Block::bind(&pool, f, &shape, &names.layout, &prefix)
             })
             .collect::<Result<Vec<_>, MediaError>>()?;
-        let output_proj = Linear::bind(f, names.output_proj, cfg.output_dims, d)?;
-        let projection = Linear::bind_plain(f, names.projection, cfg.text_hidden, cfg.output_dims)?;
+        let output_proj = weights::bind(f, names.output_proj, cfg.output_dims, d)?;
+        let projection =
+            weights::bind_plain(f, names.projection, cfg.text_hidden, cfg.output_dims)?;
         Ok(Self {
             cfg,
             file,

@@ -17,10 +17,12 @@
 //! projected into the text model's width.
 
 use super::{patch_rows, Pixels, VisionConfig};
-use crate::weights::{product, tensor, vector, Buffers, Linear, PRODUCT_BLOCK};
+use crate::weights;
+use crate::weights::{product, tensor, vector, Buffers, PRODUCT_BLOCK};
 use crate::MediaError;
 use gguf::GgufFile;
 use nn::attention::full::attention;
+use nn::Linear;
 use threads::ThreadPool;
 
 /// The size (width, height) a `width × height` picture is resized to: the
@@ -96,7 +98,7 @@ pub(crate) struct Gemma4 {
 impl Gemma4 {
     pub(crate) fn bind(file: &GgufFile, cfg: &VisionConfig) -> Result<Self, MediaError> {
         let (d, p, f) = (cfg.hidden, cfg.patch_size, cfg.ffn);
-        let patch = Linear::bind_clamped(file, "v.patch_embd", d, 3 * p * p)?;
+        let patch = weights::bind_clamped(file, "v.patch_embd", d, 3 * p * p)?;
         let pos = tensor(file, "v.position_embd.weight")?;
         let table = match pos.dims[..] {
             [w, t, 2] if w == d as u64 && t > 0 => t as usize,
@@ -113,7 +115,7 @@ impl Gemma4 {
         let blocks = (0..cfg.layers)
             .map(|i| {
                 let b = |n: &str| format!("v.blk.{i}.{n}");
-                let lin = |n: &str, rows, cols| Linear::bind_clamped(file, &b(n), rows, cols);
+                let lin = |n: &str, rows, cols| weights::bind_clamped(file, &b(n), rows, cols);
                 let norm = |n: &str, len| vector(file, &b(&format!("{n}.weight")), len);
                 Ok(Block {
                     ln1: norm("ln1", d)?,
@@ -139,7 +141,7 @@ impl Gemma4 {
             )),
             _ => None,
         };
-        let projection = Linear::bind_clamped(file, "mm.input_projection", cfg.text_hidden, d)?;
+        let projection = weights::bind_clamped(file, "mm.input_projection", cfg.text_hidden, d)?;
         Ok(Self {
             patch,
             positions,

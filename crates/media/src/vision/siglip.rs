@@ -3,10 +3,12 @@
 //! a final LayerNorm, then the projector's pooling, RMSNorm and projection.
 
 use super::{patch_rows, Pixels, VisionConfig};
-use crate::weights::{product, tensor, vector, Buffers, LayerNorm, Linear, PRODUCT_BLOCK};
+use crate::weights;
+use crate::weights::{product, tensor, vector, Buffers, LayerNorm, PRODUCT_BLOCK};
 use crate::MediaError;
 use gguf::GgufFile;
 use nn::attention::full::attention;
+use nn::Linear;
 use threads::ThreadPool;
 
 /// Gemma 3's SigLIP encoder and projector.
@@ -37,20 +39,20 @@ struct Block {
 impl Siglip {
     pub(super) fn bind(file: &GgufFile, cfg: &VisionConfig) -> Result<Self, MediaError> {
         let (d, p) = (cfg.hidden, cfg.patch_size);
-        let patch = Linear::bind(file, "v.patch_embd", d, 3 * p * p)?;
+        let patch = weights::bind(file, "v.patch_embd", d, 3 * p * p)?;
         let positions = vector(file, "v.position_embd.weight", cfg.patches() * d)?;
         let blocks = (0..cfg.layers)
             .map(|i| {
                 let b = |n: &str| format!("v.blk.{i}.{n}");
                 Ok(Block {
                     ln1: LayerNorm::bind(file, &b("ln1"), d)?,
-                    q: Linear::bind(file, &b("attn_q"), d, d)?,
-                    k: Linear::bind(file, &b("attn_k"), d, d)?,
-                    v: Linear::bind(file, &b("attn_v"), d, d)?,
-                    out: Linear::bind(file, &b("attn_out"), d, d)?,
+                    q: weights::bind(file, &b("attn_q"), d, d)?,
+                    k: weights::bind(file, &b("attn_k"), d, d)?,
+                    v: weights::bind(file, &b("attn_v"), d, d)?,
+                    out: weights::bind(file, &b("attn_out"), d, d)?,
                     ln2: LayerNorm::bind(file, &b("ln2"), d)?,
-                    up: Linear::bind(file, &b("ffn_up"), cfg.ffn, d)?,
-                    down: Linear::bind(file, &b("ffn_down"), d, cfg.ffn)?,
+                    up: weights::bind(file, &b("ffn_up"), cfg.ffn, d)?,
+                    down: weights::bind(file, &b("ffn_down"), d, cfg.ffn)?,
                 })
             })
             .collect::<Result<Vec<_>, MediaError>>()?;

@@ -60,18 +60,34 @@ impl Model {
         let input = &s.h[..b * h];
         if kind.kv_source.is_some() {
             let q = &mut s.q[..b * qd];
-            return self.linear_many([&lw.q], input, b, &mut [q], &mut s.products);
+            return Ok(nn::Linear::apply_many(
+                self.products(),
+                [&lw.q],
+                input,
+                b,
+                &mut [q],
+                &mut s.products,
+            )?);
         }
         let k_w =
             lw.k.as_ref()
                 .ok_or_else(|| ModelError::MissingTensor(format!("blk.{li}.attn_k.weight")))?;
         let (q, k, v) = (&mut s.q[..b * qd], &mut s.k[..b * kd], &mut s.v[..b * vd]);
+        let ctx = self.products();
         match &lw.v {
-            Some(v_w) => {
-                self.linear_many([&lw.q, k_w, v_w], input, b, &mut [q, k, v], &mut s.products)
+            Some(v_w) => nn::Linear::apply_many(
+                ctx,
+                [&lw.q, k_w, v_w],
+                input,
+                b,
+                &mut [q, k, v],
+                &mut s.products,
+            )?,
+            None => {
+                nn::Linear::apply_many(ctx, [&lw.q, k_w], input, b, &mut [q, k], &mut s.products)?
             }
-            None => self.linear_many([&lw.q, k_w], input, b, &mut [q, k], &mut s.products),
         }
+        Ok(())
     }
 
     /// The projected queries of layer `li`, QK-normed where the layer has
