@@ -81,3 +81,24 @@ done
 
 echo "README lines:"
 echo "  $(wc -l < README.md)"
+
+# Issue 91's counts (the model layer): where ops are defined, how many
+# `Linear` types, prompt builders, `Scratch` fields, long functions and
+# kernel-table fields there are.
+echo "crates defining ops (functions named for an op, tests excluded; quant's are the SIMD kernels behind nn):"
+for c in nn model media quant engine; do
+    n=$(find crates/$c/src -name '*.rs' -exec sed '/^#\[cfg(test)\]/,$d' {} \; |
+        grep -cE '^\s*pub(\([a-z]+\))? fn ([a-z0-9_]*_)?(norm|softmax|silu|gelu|geglu|glu|softcap|softplus|rope|attention|attend)(_[a-z0-9_]*)?\(' || true)
+    [ "$n" -gt 0 ] && echo "  $c: $n"
+done
+echo "Linear types:"
+grep -rnE '^\s*pub(\([a-z]+\))? struct Linear\b' crates --include=*.rs | sed 's/^/  /'
+echo "public prompt builders on Engine:"
+grep -rhE '^    pub fn ([a-z_]*_)?prompt(_[a-z_]*)?\(' crates/engine/src --include=*.rs |
+    grep -vE 'prompt_tokens' | sed 's/(.*//; s/^ */  /'
+echo "Scratch fields (crates/model/src/scratch.rs):"
+awk '/^pub struct Scratch \{/{f=1;next} f&&/^\}/{f=0} f&&/^    pub\(crate\) [a-z_]+:/{n++} END{print "  " n+0}' crates/model/src/scratch.rs
+echo "functions over the length lint (marked expect(clippy::too_many_lines)):"
+echo "  $(grep -rE 'clippy::too_many_lines' crates --include=*.rs | grep -vE '^[^:]*:\s*//' | wc -l)"
+echo "kernel table fields (quant/src/simd/mod.rs Kernels):"
+awk '/^pub\(crate\) struct Kernels \{/{f=1;next} f&&/^\}/{f=0} f&&/^    pub [a-z0-9_]+:/{n++} END{print "  " n+0}' crates/quant/src/simd/mod.rs
