@@ -64,11 +64,11 @@ fi
 # The AArch64 code holds the same lints (its kernels' unsafe blocks
 # included), checked without running.
 cargo clippy --profile ci --target "$T" --all-targets \
-    -p hearth-quant -p hearth-gguf -p hearth-model -p hearth-tokenizer -- -D warnings
+    -p hearth-threads -p hearth-quant -p hearth-nn -p hearth-gguf -p hearth-model -p hearth-tokenizer -- -D warnings
 # The kernel, format, model and tokenizer tests under emulation (the other
 # crates drive the same code; below, the model runs on both machines).
 cargo test --profile ci --target "$T" --no-fail-fast \
-    -p hearth-quant -p hearth-gguf -p hearth-model -p hearth-tokenizer
+    -p hearth-threads -p hearth-quant -p hearth-nn -p hearth-gguf -p hearth-model -p hearth-tokenizer
 
 # The comparison runs the model crate's `arch_check` example, whose
 # dependencies the tests above built already (the whole CLI for AArch64
