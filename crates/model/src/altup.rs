@@ -9,7 +9,7 @@
 //! are made from the embeddings and mapped back, each rescaled to stream 0's
 //! magnitude, and averaged.
 //!
-//! The streams live token-major in `s.alt` (`n` rows of `hidden` per token),
+//! The streams live token-major in `s.altup.streams` (`n` rows of `hidden` per token),
 //! so every per-token step is one parallel pass over contiguous rows.
 
 use crate::weights::AltUpLayer;
@@ -61,9 +61,13 @@ impl Model {
         let Some(proj) = &self.weights.altup else {
             return Ok(());
         };
-        let (b, h, n) = (s.batch, self.config.hidden, self.config.altup_streams);
+        let (b, h, n) = (
+            s.layout.batch,
+            self.config.hidden,
+            self.config.altup_streams,
+        );
         for (r, row) in s.x[..b * h].chunks_exact(h).enumerate() {
-            s.alt[r * n * h..][..h].copy_from_slice(row);
+            s.altup.streams[r * n * h..][..h].copy_from_slice(row);
         }
         for (k, w) in proj.embed.iter().enumerate() {
             w.apply(
@@ -79,7 +83,7 @@ impl Model {
                 rescale(row, magnitude(&x[r * h..][..h]));
             });
             for (r, row) in s.o[..b * h].chunks_exact(h).enumerate() {
-                s.alt[(r * n + k + 1) * h..][..h].copy_from_slice(row);
+                s.altup.streams[(r * n + k + 1) * h..][..h].copy_from_slice(row);
             }
         }
         Ok(())
@@ -93,30 +97,35 @@ impl Model {
             return;
         };
         let (b, h, n, eps) = (
-            s.batch,
+            s.layout.batch,
             self.config.hidden,
             self.config.altup_streams,
             self.config.norm_eps,
         );
-        let alt = &s.alt[..b * n * h];
-        par_rows(&self.pool, &mut s.pred[..b * n * h], n * h, |r, pred| {
-            let streams = &alt[r * n * h..][..n * h];
-            let mut modal = [0.0f32; MAX_STREAMS];
-            au.modalities(&streams[..h], eps, &mut modal[..n]);
-            let mut coef = [0.0f32; MAX_STREAMS * MAX_STREAMS];
-            for (c, row) in coef.iter_mut().zip(au.predict.chunks_exact(n)) {
-                *c = row.iter().zip(&modal[..n]).map(|(&w, &m)| w * m).sum();
-            }
-            for (j, out) in pred.chunks_exact_mut(h).enumerate() {
-                out.copy_from_slice(&streams[j * h..][..h]);
-                for (k, src) in streams.chunks_exact(h).enumerate() {
-                    let c = coef[j * n + k];
-                    out.iter_mut().zip(src).for_each(|(o, &v)| *o += c * v);
+        let alt = &s.altup.streams[..b * n * h];
+        par_rows(
+            &self.pool,
+            &mut s.altup.pred[..b * n * h],
+            n * h,
+            |r, pred| {
+                let streams = &alt[r * n * h..][..n * h];
+                let mut modal = [0.0f32; MAX_STREAMS];
+                au.modalities(&streams[..h], eps, &mut modal[..n]);
+                let mut coef = [0.0f32; MAX_STREAMS * MAX_STREAMS];
+                for (c, row) in coef.iter_mut().zip(au.predict.chunks_exact(n)) {
+                    *c = row.iter().zip(&modal[..n]).map(|(&w, &m)| w * m).sum();
                 }
-            }
-        });
+                for (j, out) in pred.chunks_exact_mut(h).enumerate() {
+                    out.copy_from_slice(&streams[j * h..][..h]);
+                    for (k, src) in streams.chunks_exact(h).enumerate() {
+                        let c = coef[j * n + k];
+                        out.iter_mut().zip(src).for_each(|(o, &v)| *o += c * v);
+                    }
+                }
+            },
+        );
         for (r, row) in s.x[..b * h].chunks_exact_mut(h).enumerate() {
-            row.copy_from_slice(&s.pred[r * n * h..][..h]);
+            row.copy_from_slice(&s.altup.pred[r * n * h..][..h]);
         }
     }
 
@@ -126,7 +135,7 @@ impl Model {
         let Some(la) = &self.weights.layers[li].laurel else {
             return Ok(());
         };
-        let (b, h, rank) = (s.batch, self.config.hidden, la.left.rows());
+        let (b, h, rank) = (s.layout.batch, self.config.hidden, la.left.rows());
         let (input, low) = (&s.h[..b * h], &mut s.laurel[..b * rank]);
         la.left.apply(
             self.products(),
@@ -169,35 +178,41 @@ impl Model {
             return Ok(());
         };
         let (b, h, n, eps) = (
-            s.batch,
+            s.layout.batch,
             self.config.hidden,
             self.config.altup_streams,
             self.config.norm_eps,
         );
-        let (x, pred) = (&s.x[..b * h], &s.pred[..b * n * h]);
-        par_rows(&self.pool, &mut s.alt[..b * n * h], n * h, |r, alt| {
-            let active = &x[r * h..][..h];
-            let pred = &pred[r * n * h..][..n * h];
-            let mut modal = [0.0f32; MAX_STREAMS];
-            au.modalities(active, eps, &mut modal[..n]);
-            for (j, out) in alt.chunks_exact_mut(h).enumerate() {
-                let c: f32 = au.correct[j * n..][..n]
-                    .iter()
-                    .zip(&modal[..n])
-                    .map(|(&w, &m)| w * m)
-                    .sum::<f32>()
-                    + 1.0;
-                let p = &pred[j * h..][..h];
-                for ((o, &pv), (&a, &p0)) in out.iter_mut().zip(p).zip(active.iter().zip(pred)) {
-                    *o = pv + c * (a - p0);
+        let (x, pred) = (&s.x[..b * h], &s.altup.pred[..b * n * h]);
+        par_rows(
+            &self.pool,
+            &mut s.altup.streams[..b * n * h],
+            n * h,
+            |r, alt| {
+                let active = &x[r * h..][..h];
+                let pred = &pred[r * n * h..][..n * h];
+                let mut modal = [0.0f32; MAX_STREAMS];
+                au.modalities(active, eps, &mut modal[..n]);
+                for (j, out) in alt.chunks_exact_mut(h).enumerate() {
+                    let c: f32 = au.correct[j * n..][..n]
+                        .iter()
+                        .zip(&modal[..n])
+                        .map(|(&w, &m)| w * m)
+                        .sum::<f32>()
+                        + 1.0;
+                    let p = &pred[j * h..][..h];
+                    for ((o, &pv), (&a, &p0)) in out.iter_mut().zip(p).zip(active.iter().zip(pred))
+                    {
+                        *o = pv + c * (a - p0);
+                    }
                 }
-            }
-        });
+            },
+        );
         let Some(pl) = &lw.per_layer else {
             return Ok(());
         };
         for (r, row) in s.h[..b * h].chunks_exact_mut(h).enumerate() {
-            let first = &s.alt[r * n * h..][..h];
+            let first = &s.altup.streams[r * n * h..][..h];
             for ((v, &a), &g) in row.iter_mut().zip(first).zip(&au.correct_scale) {
                 *v = a * g;
             }
@@ -211,12 +226,17 @@ impl Model {
             nn::rms_norm(row, &pl.post_norm, eps)
         });
         let o = &s.o[..b * h];
-        par_rows(&self.pool, &mut s.alt[..b * n * h], n * h, |r, alt| {
-            let add = &o[r * h..][..h];
-            for stream in alt.chunks_exact_mut(h).skip(1) {
-                stream.iter_mut().zip(add).for_each(|(v, &a)| *v += a);
-            }
-        });
+        par_rows(
+            &self.pool,
+            &mut s.altup.streams[..b * n * h],
+            n * h,
+            |r, alt| {
+                let add = &o[r * h..][..h];
+                for stream in alt.chunks_exact_mut(h).skip(1) {
+                    stream.iter_mut().zip(add).for_each(|(v, &a)| *v += a);
+                }
+            },
+        );
         Ok(())
     }
 
@@ -227,13 +247,17 @@ impl Model {
         let Some(proj) = &self.weights.altup else {
             return Ok(());
         };
-        let (b, h, n) = (s.batch, self.config.hidden, self.config.altup_streams);
+        let (b, h, n) = (
+            s.layout.batch,
+            self.config.hidden,
+            self.config.altup_streams,
+        );
         for (r, row) in s.x[..b * h].chunks_exact_mut(h).enumerate() {
-            row.copy_from_slice(&s.alt[r * n * h..][..h]);
+            row.copy_from_slice(&s.altup.streams[r * n * h..][..h]);
         }
         for (k, w) in proj.unembed.iter().enumerate() {
             for (r, row) in s.h[..b * h].chunks_exact_mut(h).enumerate() {
-                row.copy_from_slice(&s.alt[(r * n + k + 1) * h..][..h]);
+                row.copy_from_slice(&s.altup.streams[(r * n + k + 1) * h..][..h]);
             }
             w.apply(
                 self.products(),
@@ -243,7 +267,7 @@ impl Model {
                 &mut s.products,
                 nn::Input::Plain,
             )?;
-            let alt = &s.alt[..b * n * h];
+            let alt = &s.altup.streams[..b * n * h];
             par_rows(&self.pool, &mut s.o[..b * h], h, |r, row| {
                 rescale(row, magnitude(&alt[r * n * h..][..h]));
             });

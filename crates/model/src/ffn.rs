@@ -11,14 +11,14 @@ impl Model {
     /// over `pre_norm(x)`, plus the experts' share on MoE layers.
     pub(crate) fn ffn_block(&self, li: usize, s: &mut Scratch) -> Result<(), ModelError> {
         let (cfg, lw) = (&self.config, &self.weights.layers[li]);
-        let (b, h, fd) = (s.batch, cfg.hidden, cfg.layers[li].ffn_dim);
+        let (b, h, fd) = (s.layout.batch, cfg.hidden, cfg.layers[li].ffn_dim);
         self.block_input_for(&lw.ffn_norm, s, &lw.gate)?;
         let input = &s.h[..b * h];
         match cfg.layers[li].sparsity {
             // Activation sparsity needs each gate row whole (its mean and
             // spread), so it runs between the products.
             Some(m) => {
-                let mut outs = [&mut s.gate[..b * fd], &mut s.up[..b * fd]];
+                let mut outs = [&mut s.ffn.gate[..b * fd], &mut s.ffn.up[..b * fd]];
                 nn::Linear::apply_many(
                     self.products(),
                     [&lw.gate, &lw.up],
@@ -27,14 +27,14 @@ impl Model {
                     &mut outs,
                     &mut s.products,
                 )?;
-                let up = &s.up[..b * fd];
-                par_rows(&self.pool, &mut s.gate[..b * fd], fd, |i, g| {
+                let up = &s.ffn.up[..b * fd];
+                par_rows(&self.pool, &mut s.ffn.gate[..b * fd], fd, |i, g| {
                     nn::gaussian_top_k(g, m);
                     nn::geglu(g, &up[i * fd..(i + 1) * fd])
                 });
             }
             None => {
-                let outs = [&mut s.gate[..b * fd], &mut s.up[..b * fd]];
+                let outs = [&mut s.ffn.gate[..b * fd], &mut s.ffn.up[..b * fd]];
                 nn::Linear::apply_gated(
                     self.products(),
                     [&lw.gate, &lw.up],
@@ -47,7 +47,7 @@ impl Model {
                 )?;
             }
         }
-        let (gate, o) = (&s.gate[..b * fd], &mut s.o[..b * h]);
+        let (gate, o) = (&s.ffn.gate[..b * fd], &mut s.o[..b * h]);
         // With the activations the gated product quantized where it did.
         lw.down.apply(
             self.products(),
@@ -75,7 +75,7 @@ impl Model {
         let Some(pl) = &self.weights.layers[li].per_layer else {
             return Ok(());
         };
-        let (b, h) = (s.batch, self.config.hidden);
+        let (b, h) = (s.layout.batch, self.config.hidden);
         let x = std::mem::take(&mut s.x);
         let gated = self.gated_per_layer_input(li, pl, &x[..b * h], s);
         s.x = x;
@@ -95,23 +95,23 @@ impl Model {
         s: &mut Scratch,
     ) -> Result<(), ModelError> {
         let cfg = &self.config;
-        let (b, h, pd) = (s.batch, cfg.hidden, cfg.per_layer_dim);
+        let (b, h, pd) = (s.layout.batch, cfg.hidden, cfg.per_layer_dim);
         let width = cfg.n_layers * pd;
         pl.gate.apply(
             self.products(),
             input,
             b,
-            &mut s.ple_gate[..b * pd],
+            &mut s.per_layer.gate[..b * pd],
             &mut s.products,
             nn::Input::Plain,
         )?;
-        for (i, g) in s.ple_gate[..b * pd].chunks_exact_mut(pd).enumerate() {
-            let per_layer = &s.ple[i * width + li * pd..][..pd];
+        for (i, g) in s.per_layer.gate[..b * pd].chunks_exact_mut(pd).enumerate() {
+            let per_layer = &s.per_layer.inputs[i * width + li * pd..][..pd];
             for (gv, &iv) in g.iter_mut().zip(per_layer) {
                 *gv = nn::gelu_tanh(*gv) * iv;
             }
         }
-        let (gated, o) = (&s.ple_gate[..b * pd], &mut s.o[..b * h]);
+        let (gated, o) = (&s.per_layer.gate[..b * pd], &mut s.o[..b * h]);
         Ok(pl.proj.apply(
             self.products(),
             gated,
@@ -138,7 +138,7 @@ impl Model {
         let width = cfg.n_layers * pd;
         let table = ple.token_embd.weight.matrix(&self.file)?;
         let tok_scale = (pd as f32).sqrt();
-        for (row, &t) in s.ple.chunks_exact_mut(width).zip(tokens) {
+        for (row, &t) in s.per_layer.inputs.chunks_exact_mut(width).zip(tokens) {
             table.dequantize_row(t as usize, row)?;
             row.iter_mut().for_each(|v| *v *= tok_scale);
         }
@@ -147,15 +147,15 @@ impl Model {
             self.products(),
             x,
             b,
-            &mut s.ple_proj[..b * width],
+            &mut s.per_layer.proj[..b * width],
             &mut s.products,
             nn::Input::Plain,
         )?;
         let proj_scale = 1.0 / (cfg.hidden as f32).sqrt();
         let mix = std::f32::consts::FRAC_1_SQRT_2;
-        for (p, t) in s.ple_proj[..b * width]
+        for (p, t) in s.per_layer.proj[..b * width]
             .chunks_exact_mut(pd)
-            .zip(s.ple[..b * width].chunks_exact_mut(pd))
+            .zip(s.per_layer.inputs[..b * width].chunks_exact_mut(pd))
         {
             p.iter_mut().for_each(|v| *v *= proj_scale);
             nn::rms_norm(p, &ple.proj_norm, cfg.norm_eps);

@@ -74,7 +74,7 @@ impl Model {
         self.check_generative()?;
         self.check_input(cache, scratch, tokens)?;
         self.check_embedded(tokens.len(), embedded)?;
-        let max = scratch.max_batch;
+        let max = scratch.layout.max_batch;
         if let Some(e) = embedded.iter().find(|e| e.len > max) {
             return Err(ModelError::BadBatch(format!(
                 "{} embedded tokens do not fit a batch of {max}",
@@ -177,10 +177,10 @@ impl Model {
                 "every sequence of a batch needs at least one token".into(),
             ));
         }
-        if rows > scratch.max_batch {
+        if rows > scratch.layout.max_batch {
             return Err(ModelError::BadBatch(format!(
                 "{rows} rows do not fit buffers made for {}",
-                scratch.max_batch
+                scratch.layout.max_batch
             )));
         }
         for s in seqs.iter() {
@@ -199,7 +199,7 @@ impl Model {
         tokens: &[u32],
     ) -> Result<(), ModelError> {
         let needed = cache.n_past() + tokens.len();
-        let n_ctx = cache.n_ctx().min(scratch.n_ctx);
+        let n_ctx = cache.n_ctx().min(scratch.attention.n_ctx);
         if needed > n_ctx {
             return Err(ModelError::ContextFull { needed, n_ctx });
         }
@@ -228,14 +228,14 @@ impl Model {
                 self.per_layer_input_block(li, s)?;
             }
             if let Some(f) = self.weights.layers[li].out_scale {
-                s.x[..s.batch * self.config.hidden]
+                s.x[..s.layout.batch * self.config.hidden]
                     .iter_mut()
                     .for_each(|v| *v *= f);
             }
         }
         self.store_shared_kv(seqs, s);
         self.altup_merge(s)?;
-        let n = s.batch * self.config.hidden;
+        let n = s.layout.batch * self.config.hidden;
         pre_norm(
             &self.pool,
             &s.x[..n],
@@ -256,14 +256,14 @@ impl Model {
     /// from the merged rows).
     fn embed(&self, s: &mut Scratch, seqs: &[SeqInput<'_>]) -> Result<(), ModelError> {
         let h = self.config.hidden;
-        let tokens = std::mem::take(&mut s.tokens);
+        let tokens = std::mem::take(&mut s.layout.tokens);
         let embd = self.weights.token_embd.weight.matrix(&self.file)?;
         let scale = (h as f32).sqrt();
         for (row, &t) in s.x.chunks_exact_mut(h).zip(&tokens) {
             embd.dequantize_row(t as usize, row)?;
             row.iter_mut().for_each(|v| *v *= scale);
         }
-        for (sq, &first) in seqs.iter().zip(&s.seq_start) {
+        for (sq, &first) in seqs.iter().zip(&s.layout.seq_start) {
             for e in sq.embedded {
                 s.x[(first + e.start) * h..][..e.len * h].copy_from_slice(e.rows);
             }
@@ -272,7 +272,7 @@ impl Model {
             Some(ple) => self.per_layer_inputs(ple, s, &tokens),
             None => Ok(()),
         };
-        s.tokens = tokens;
+        s.layout.tokens = tokens;
         per_layer
     }
 
@@ -289,7 +289,7 @@ impl Model {
             &self.weights.layers[li],
             &self.config.layers[li],
         );
-        let (b, h) = (s.batch, cfg.hidden);
+        let (b, h) = (s.layout.batch, cfg.hidden);
         let (kd, vd) = (
             kind.n_kv_heads * kind.head_dim,
             kind.n_kv_heads * kind.value_dim,
@@ -298,7 +298,7 @@ impl Model {
         self.qkv_products(li, s)?;
         self.finish_queries(li, s);
         if let (Some(w), false) = (kind.window, cfg.causal) {
-            s.reach_within(w);
+            s.layout.reach_within(w);
         }
         // A layer that shares another's KV reads that layer's cache and keys.
         let (kv_layer, stored) = match kind.kv_source {
@@ -306,46 +306,53 @@ impl Model {
             None => (li, self.finish_keys_values(li, seqs, s)),
         };
         let (k_new, v_new) = if kv_layer == li {
-            (&s.k[..b * kd], &s.v[..b * vd])
+            (&s.attention.k[..b * kd], &s.attention.v[..b * vd])
         } else {
             (
-                &s.shared_k[kv_layer][..b * kd],
-                &s.shared_v[kv_layer][..b * vd],
+                &s.attention.shared_k[kv_layer][..b * kd],
+                &s.attention.shared_v[kv_layer][..b * vd],
             )
         };
         // Gemma 4's global layers keep image tokens causal; an embedding
         // model's sliding layers reach half their window ahead.
         let spans_apply = cfg.arch != Arch::Gemma4 || kind.window.is_some();
         let row_last = match kind.window {
-            Some(_) if !cfg.causal => &s.row_reach,
-            _ if spans_apply => &s.row_last,
-            _ => &s.row_pos,
+            Some(_) if !cfg.causal => &s.layout.row_reach,
+            _ if spans_apply => &s.layout.row_last,
+            _ => &s.layout.row_pos,
         };
         let input = AttentionInput {
             cfg,
             kind,
             seqs,
             layer: kv_layer,
-            seq_start: &s.seq_start,
-            row_seq: &s.row_seq,
+            seq_start: &s.layout.seq_start,
+            row_seq: &s.layout.row_seq,
             row_last,
-            q: &s.q[..b * cfg.n_heads * kind.head_dim],
+            q: &s.attention.q[..b * cfg.n_heads * kind.head_dim],
             k_new,
             v_new,
         };
         let bufs = AttentionBuffers {
-            scores: &s.scores,
-            gathered: &mut s.attn_kv,
+            scores: &s.attention.scores,
+            gathered: &mut s.attention.attn_kv,
         };
-        attend(&self.pool, input, bufs, &mut s.attn)?;
+        attend(&self.pool, input, bufs, &mut s.attention.attn)?;
         // A layer whose KV later layers reuse writes its ring only after the
         // whole batch (`store_shared_kv`): they still need the positions it
         // would evict.
         if cfg.causal && kind.kv_source.is_none() && !cfg.is_kv_source(li) && !stored {
-            store_batch_kv(kind, li, seqs, &s.seq_start, &s.k, &s.v);
+            store_batch_kv(
+                kind,
+                li,
+                seqs,
+                &s.layout.seq_start,
+                &s.attention.k,
+                &s.attention.v,
+            );
         }
         let ad = cfg.n_heads * kind.value_dim;
-        let (attn, o) = (&s.attn[..b * ad], &mut s.o[..b * h]);
+        let (attn, o) = (&s.attention.attn[..b * ad], &mut s.o[..b * h]);
         lw.o.apply(
             self.products(),
             attn,
@@ -370,7 +377,7 @@ impl Model {
         s: &mut Scratch,
         next: &Linear,
     ) -> Result<(), ModelError> {
-        let (b, h) = (s.batch, self.config.hidden);
+        let (b, h) = (s.layout.batch, self.config.hidden);
         let (x, out) = (&s.x[..b * h], &mut s.h[..b * h]);
         let eps = self.config.norm_eps;
         if self.precision != Precision::Quantized || next.cols() != h {
@@ -393,7 +400,7 @@ impl Model {
     /// residual stream.
     #[track_caller]
     pub(crate) fn add_block_output(&self, w: &[f32], s: &mut Scratch) {
-        let n = s.batch * self.config.hidden;
+        let n = s.layout.batch * self.config.hidden;
         post_norm_add(
             &self.pool,
             &mut s.o[..n],
@@ -412,9 +419,9 @@ impl Model {
                     kind,
                     li,
                     seqs,
-                    &s.seq_start,
-                    &s.shared_k[li],
-                    &s.shared_v[li],
+                    &s.layout.seq_start,
+                    &s.attention.shared_k[li],
+                    &s.attention.shared_v[li],
                 );
             }
         }

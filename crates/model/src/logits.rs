@@ -36,7 +36,7 @@ impl Model {
         scratch: &'s mut Scratch,
         rows: Range<usize>,
     ) -> Result<&'s mut [f32], ModelError> {
-        let rows = rows.start.min(scratch.batch)..rows.end.min(scratch.batch);
+        let rows = rows.start.min(scratch.layout.batch)..rows.end.min(scratch.layout.batch);
         let h = self.config.hidden;
         let Scratch {
             out,
@@ -72,7 +72,7 @@ impl Model {
         let n = if with_batch { s.sequences() } else { 0 };
         let m = n + extra.len();
         // One row per sequence already in place: no copy.
-        if extra.is_empty() && (0..n).all(|j| s.seq_start[j + 1] == j + 1) {
+        if extra.is_empty() && (0..n).all(|j| s.layout.seq_start[j + 1] == j + 1) {
             self.head(&s.out[..m * h], m, &mut s.logits, &mut s.products)?;
             return Ok(&mut scratch.logits);
         }
@@ -82,7 +82,7 @@ impl Model {
             s.h.resize(m * h, 0.0);
         }
         for j in 0..n {
-            let r = s.seq_start[j + 1] - 1;
+            let r = s.layout.seq_start[j + 1] - 1;
             s.h[j * h..(j + 1) * h].copy_from_slice(&s.out[r * h..(r + 1) * h]);
         }
         for (j, row) in extra.iter().enumerate() {

@@ -6,56 +6,49 @@ use crate::Config;
 use std::ops::Range;
 use std::sync::Mutex;
 
-/// Reusable buffers for one sequence (or one multi-sequence batch).
+/// Reusable buffers for one sequence (or one multi-sequence batch): the
+/// batch's row layout, the residual stream and a block's input and output,
+/// and the buffers of each part of a layer.
 #[derive(Debug, Default)]
 pub struct Scratch {
-    pub(crate) max_batch: usize,
+    /// Which sequence and position each row of the batch is.
+    pub(crate) layout: RowLayout,
     /// The residual stream, `hidden` per row.
     pub(crate) x: Vec<f32>,
     /// A normed copy of the residual stream, the input of a block.
     pub(crate) h: Vec<f32>,
-    pub(crate) q: Vec<f32>,
-    pub(crate) k: Vec<f32>,
-    pub(crate) v: Vec<f32>,
-    /// Attention output, `n_heads * value_dim` per row.
-    pub(crate) attn: Vec<f32>,
     /// A block's output before its post-norm and residual add.
     pub(crate) o: Vec<f32>,
-    pub(crate) gate: Vec<f32>,
-    pub(crate) up: Vec<f32>,
-    /// Attention scores, one row of `n_ctx` per worker thread. Each worker
-    /// locks its own row once per layer, so the locks are never contended.
-    pub(crate) scores: Vec<Mutex<Vec<f32>>>,
-    /// Prefill attention: the keys (transposed) and values of the positions
-    /// a batch attends to, gathered contiguously per KV head.
-    pub(crate) attn_kv: Vec<f32>,
-    /// Buffers of the matrix products.
-    pub(crate) products: nn::ProductBuffers,
-    /// Logits of the rows last asked for.
-    pub(crate) logits: Vec<f32>,
     /// Final-normed hidden states of the last batch.
     pub(crate) out: Vec<f32>,
-    pub(crate) batch: usize,
-    /// Gemma 4: the batch's per-layer inputs, `n_layers * per_layer_dim` per token.
-    pub(crate) ple: Vec<f32>,
-    /// Gemma 4: the projection half of the per-layer inputs.
-    pub(crate) ple_proj: Vec<f32>,
-    /// Gemma 4: one layer's gated per-layer input.
-    pub(crate) ple_gate: Vec<f32>,
-    /// Gemma 3n: the AltUp streams, `altup_streams` rows of `hidden` per token.
-    pub(crate) alt: Vec<f32>,
-    /// Gemma 3n: the streams' predictions for the running layer, laid out as `alt`.
-    pub(crate) pred: Vec<f32>,
+    /// Logits of the rows last asked for.
+    pub(crate) logits: Vec<f32>,
+    /// The attention block's buffers.
+    pub(crate) attention: AttentionBuffers,
+    /// The batch's RoPE angles.
+    pub(crate) rope: RopeTables,
+    /// The gated MLP's buffers.
+    pub(crate) ffn: FfnBuffers,
+    /// Gemma 4's per-layer inputs.
+    pub(crate) per_layer: PerLayerBuffers,
+    /// Gemma 3n's AltUp streams.
+    pub(crate) altup: AltUpBuffers,
     /// Gemma 3n: LAuReL's low-rank activations, `laurel_rank` per token.
     pub(crate) laurel: Vec<f32>,
-    /// Keys and values of the batch from layers whose KV later layers reuse,
-    /// indexed by layer (empty for the others).
-    pub(crate) shared_k: Vec<Vec<f32>>,
-    pub(crate) shared_v: Vec<Vec<f32>>,
     /// Buffers of the mixture-of-experts block.
     pub(crate) moe: crate::moe::MoeScratch,
-    /// Positions the attention buffers hold scores for.
-    pub(crate) n_ctx: usize,
+    /// Buffers of the matrix products.
+    pub(crate) products: nn::ProductBuffers,
+}
+
+/// The rows of a batch: each a token of some sequence at that sequence's
+/// next position.
+#[derive(Debug, Default)]
+pub(crate) struct RowLayout {
+    /// The largest batch the buffers take.
+    pub(crate) max_batch: usize,
+    /// Rows in the last batch.
+    pub(crate) batch: usize,
     /// Rows `seq_start[j]..seq_start[j + 1]` of the last batch belong to its
     /// sequence `j`; one entry more than there are sequences.
     pub(crate) seq_start: Vec<usize>,
@@ -70,17 +63,77 @@ pub struct Scratch {
     pub(crate) row_reach: Vec<usize>,
     /// The batch's token ids in row order.
     pub(crate) tokens: Vec<u32>,
-    /// RoPE angles of every row of the batch (`pairs` cosines, then as many
-    /// sines, per row), for the layer [`Self::rope_layer`] names; layers
-    /// with the same RoPE reuse them.
-    pub(crate) rope_angles: Vec<f32>,
-    /// The layer whose RoPE `rope_angles` holds, for this batch.
-    pub(crate) rope_layer: Option<usize>,
-    /// The table before `rope_angles`, kept for the next layer with its
-    /// RoPE (Gemma's local and global layers alternate between two).
-    pub(crate) rope_spare: Vec<f32>,
-    /// The layer whose RoPE `rope_spare` holds, for this batch.
-    pub(crate) rope_spare_layer: Option<usize>,
+}
+
+/// The attention block's buffers.
+#[derive(Debug, Default)]
+pub(crate) struct AttentionBuffers {
+    /// Queries, `n_heads * head_dim` per row.
+    pub(crate) q: Vec<f32>,
+    /// Keys, `n_kv_heads * head_dim` per row.
+    pub(crate) k: Vec<f32>,
+    /// Values, `n_kv_heads * value_dim` per row.
+    pub(crate) v: Vec<f32>,
+    /// Attention output, `n_heads * value_dim` per row.
+    pub(crate) attn: Vec<f32>,
+    /// Attention scores, one row of `n_ctx` per worker thread. Each worker
+    /// locks its own row once per layer, so the locks are never contended.
+    pub(crate) scores: Vec<Mutex<Vec<f32>>>,
+    /// Prefill attention: the keys (transposed) and values of the positions
+    /// a batch attends to, gathered contiguously per KV head.
+    pub(crate) attn_kv: Vec<f32>,
+    /// Positions the attention buffers hold scores for.
+    pub(crate) n_ctx: usize,
+    /// Keys and values of the batch from layers whose KV later layers reuse,
+    /// indexed by layer (empty for the others).
+    pub(crate) shared_k: Vec<Vec<f32>>,
+    /// See [`Self::shared_k`].
+    pub(crate) shared_v: Vec<Vec<f32>>,
+}
+
+/// RoPE angles of every row of the batch, kept for the layers that share
+/// them.
+#[derive(Debug, Default)]
+pub(crate) struct RopeTables {
+    /// `pairs` cosines, then as many sines, per row, for the layer
+    /// [`Self::layer`] names; layers with the same RoPE reuse them.
+    pub(crate) angles: Vec<f32>,
+    /// The layer whose RoPE `angles` holds, for this batch.
+    pub(crate) layer: Option<usize>,
+    /// The table before `angles`, kept for the next layer with its RoPE
+    /// (Gemma's local and global layers alternate between two).
+    pub(crate) spare: Vec<f32>,
+    /// The layer whose RoPE `spare` holds, for this batch.
+    pub(crate) spare_layer: Option<usize>,
+}
+
+/// The gated MLP's buffers, `ffn_dim` per row each.
+#[derive(Debug, Default)]
+pub(crate) struct FfnBuffers {
+    /// The gate projection, then the activation.
+    pub(crate) gate: Vec<f32>,
+    /// The up projection.
+    pub(crate) up: Vec<f32>,
+}
+
+/// Gemma 4's per-layer inputs.
+#[derive(Debug, Default)]
+pub(crate) struct PerLayerBuffers {
+    /// The batch's per-layer inputs, `n_layers * per_layer_dim` per token.
+    pub(crate) inputs: Vec<f32>,
+    /// The projection half of the per-layer inputs.
+    pub(crate) proj: Vec<f32>,
+    /// One layer's gated per-layer input.
+    pub(crate) gate: Vec<f32>,
+}
+
+/// Gemma 3n's AltUp streams.
+#[derive(Debug, Default)]
+pub(crate) struct AltUpBuffers {
+    /// The streams, `altup_streams` rows of `hidden` per token.
+    pub(crate) streams: Vec<f32>,
+    /// The streams' predictions for the running layer, laid out as `streams`.
+    pub(crate) pred: Vec<f32>,
 }
 
 /// f32 values per token the row buffers hold.
@@ -104,35 +157,47 @@ impl Scratch {
         let b = max_batch.max(1);
         let rows = |width: usize| vec![0.0; b * width];
         Self {
-            max_batch: b,
+            layout: RowLayout {
+                max_batch: b,
+                seq_start: Vec::with_capacity(b + 1),
+                row_seq: Vec::with_capacity(b),
+                row_pos: Vec::with_capacity(b),
+                row_last: Vec::with_capacity(b),
+                row_reach: Vec::with_capacity(b),
+                tokens: Vec::with_capacity(b),
+                ..RowLayout::default()
+            },
             x: rows(cfg.hidden),
             h: rows(cfg.hidden),
-            q: rows(cfg.n_heads * cfg.head_dim),
-            k: rows(cfg.n_kv_heads * cfg.head_dim),
-            v: rows(cfg.n_kv_heads * cfg.value_dim),
-            attn: rows(cfg.n_heads * cfg.value_dim),
             o: rows(cfg.hidden),
-            gate: rows(cfg.ffn_dim),
-            up: rows(cfg.ffn_dim),
-            scores: (0..threads.max(1))
-                .map(|_| Mutex::new(vec![0.0; n_ctx.max(1) * cfg.n_heads]))
-                .collect(),
             out: rows(cfg.hidden),
-            ple: rows(cfg.n_layers * cfg.per_layer_dim),
-            ple_proj: rows(cfg.n_layers * cfg.per_layer_dim),
-            ple_gate: rows(cfg.per_layer_dim),
-            alt: rows(cfg.altup_streams * cfg.hidden),
-            pred: rows(cfg.altup_streams * cfg.hidden),
+            attention: AttentionBuffers {
+                q: rows(cfg.n_heads * cfg.head_dim),
+                k: rows(cfg.n_kv_heads * cfg.head_dim),
+                v: rows(cfg.n_kv_heads * cfg.value_dim),
+                attn: rows(cfg.n_heads * cfg.value_dim),
+                scores: (0..threads.max(1))
+                    .map(|_| Mutex::new(vec![0.0; n_ctx.max(1) * cfg.n_heads]))
+                    .collect(),
+                n_ctx: n_ctx.max(1),
+                shared_k: vec![Vec::new(); cfg.n_layers],
+                shared_v: vec![Vec::new(); cfg.n_layers],
+                ..AttentionBuffers::default()
+            },
+            ffn: FfnBuffers {
+                gate: rows(cfg.ffn_dim),
+                up: rows(cfg.ffn_dim),
+            },
+            per_layer: PerLayerBuffers {
+                inputs: rows(cfg.n_layers * cfg.per_layer_dim),
+                proj: rows(cfg.n_layers * cfg.per_layer_dim),
+                gate: rows(cfg.per_layer_dim),
+            },
+            altup: AltUpBuffers {
+                streams: rows(cfg.altup_streams * cfg.hidden),
+                pred: rows(cfg.altup_streams * cfg.hidden),
+            },
             laurel: rows(cfg.laurel_rank),
-            shared_k: vec![Vec::new(); cfg.n_layers],
-            shared_v: vec![Vec::new(); cfg.n_layers],
-            n_ctx: n_ctx.max(1),
-            seq_start: Vec::with_capacity(b + 1),
-            row_seq: Vec::with_capacity(b),
-            row_pos: Vec::with_capacity(b),
-            row_last: Vec::with_capacity(b),
-            row_reach: Vec::with_capacity(b),
-            tokens: Vec::with_capacity(b),
             ..Self::default()
         }
     }
@@ -152,30 +217,30 @@ impl Scratch {
 
     /// The largest batch these buffers take.
     pub fn max_batch(&self) -> usize {
-        self.max_batch
+        self.layout.max_batch
     }
 
     /// Rows in the last batch run.
     pub fn batch(&self) -> usize {
-        self.batch
+        self.layout.batch
     }
 
     /// Sequences in the last batch run (1 after [`crate::Model::forward`]).
     pub fn sequences(&self) -> usize {
-        self.seq_start.len().saturating_sub(1)
+        self.layout.seq_start.len().saturating_sub(1)
     }
 
     /// Rows of sequence `j` in the last batch run.
     pub fn sequence_rows(&self, j: usize) -> Option<Range<usize>> {
-        let start = *self.seq_start.get(j)?;
-        let end = *self.seq_start.get(j + 1)?;
+        let start = *self.layout.seq_start.get(j)?;
+        let end = *self.layout.seq_start.get(j + 1)?;
         Some(start..end)
     }
 
     /// Final-normed hidden state of row `i` of the last batch.
     pub fn hidden(&self, i: usize) -> Option<&[f32]> {
-        let h = self.out.len() / self.max_batch;
-        (i < self.batch).then(|| &self.out[i * h..(i + 1) * h])
+        let h = self.out.len() / self.layout.max_batch;
+        (i < self.layout.batch).then(|| &self.out[i * h..(i + 1) * h])
     }
 
     /// Make the last row of `from`'s last batch this scratch's whole last
@@ -184,22 +249,40 @@ impl Scratch {
     /// sample reads ([`Self::hidden`], [`crate::Model::logits`]). A batch
     /// of another width (another model's) leaves no batch.
     pub fn adopt_last_row(&mut self, from: &Scratch) {
-        let last = from.batch.checked_sub(1);
+        let last = from.layout.batch.checked_sub(1);
         let row = last
             .and_then(|r| from.hidden(r))
             .filter(|r| r.len() <= self.out.len());
+        self.layout.clear();
+        self.rope.forget();
+        let (Some(r), Some(row)) = (last, row) else {
+            return;
+        };
+        self.out[..row.len()].copy_from_slice(row);
+        self.layout.adopt_row(&from.layout, r);
+    }
+
+    /// Lay the batch's rows out (see [`RowLayout::lay_out`]); the RoPE
+    /// tables of the last batch no longer apply.
+    pub(crate) fn lay_out_rows(&mut self, seqs: &[crate::SeqInput<'_>], causal: bool) {
+        self.layout.lay_out(seqs, causal);
+        self.rope.forget();
+    }
+}
+
+impl RowLayout {
+    /// No rows.
+    fn clear(&mut self) {
+        self.batch = 0;
         self.seq_start.clear();
         self.row_seq.clear();
         self.row_pos.clear();
         self.row_last.clear();
         self.tokens.clear();
-        self.rope_layer = None;
-        self.rope_spare_layer = None;
-        let (Some(r), Some(row)) = (last, row) else {
-            self.batch = 0;
-            return;
-        };
-        self.out[..row.len()].copy_from_slice(row);
+    }
+
+    /// Row `r` of `from` as this layout's one row, of its one sequence.
+    fn adopt_row(&mut self, from: &RowLayout, r: usize) {
         self.batch = 1;
         self.seq_start.extend([0, 1]);
         self.row_seq.push(0);
@@ -208,15 +291,11 @@ impl Scratch {
         self.tokens.extend(from.tokens.get(r));
     }
 
-    /// Lay the batch's rows out: each sequence's tokens in order, each row
-    /// tagged with its sequence and its position there.
-    /// Without `causal`, every row attends to its whole sequence.
-    pub(crate) fn lay_out_rows(&mut self, seqs: &[crate::SeqInput<'_>], causal: bool) {
-        self.seq_start.clear();
-        self.row_seq.clear();
-        self.row_pos.clear();
-        self.row_last.clear();
-        self.tokens.clear();
+    /// Each sequence's tokens in order, each row tagged with its sequence
+    /// and its position there. Without `causal`, every row attends to its
+    /// whole sequence.
+    fn lay_out(&mut self, seqs: &[crate::SeqInput<'_>], causal: bool) {
+        self.clear();
         for (j, sq) in seqs.iter().enumerate() {
             self.seq_start.push(self.row_pos.len());
             let p0 = sq.cache.n_past();
@@ -238,8 +317,6 @@ impl Scratch {
         }
         self.batch = self.row_pos.len();
         self.seq_start.push(self.batch);
-        self.rope_layer = None;
-        self.rope_spare_layer = None;
     }
 
     /// Into `row_reach`: the last position each row attends to in a layer
@@ -250,5 +327,13 @@ impl Scratch {
         let rows = self.row_pos.iter().zip(&self.row_last);
         self.row_reach
             .extend(rows.map(|(&pos, &last)| (pos + w - 1).min(last)));
+    }
+}
+
+impl RopeTables {
+    /// Holds no layer's angles (a new batch).
+    fn forget(&mut self) {
+        self.layer = None;
+        self.spare_layer = None;
     }
 }

@@ -45,8 +45,8 @@ struct KvRow<'a> {
 }
 
 impl Model {
-    /// Layer `li`'s projections of `s.h`: the queries into `s.q` and, on a
-    /// layer with its own keys and values, those into `s.k` and `s.v` (the
+    /// Layer `li`'s projections of `s.h`: the queries into `s.attention.q` and, on a
+    /// layer with its own keys and values, those into `s.attention.k` and `s.attention.v` (the
     /// value projection only where the layer has one), as one product.
     pub(super) fn qkv_products(&self, li: usize, s: &mut Scratch) -> Result<(), ModelError> {
         let (cfg, lw, kind) = (
@@ -54,12 +54,12 @@ impl Model {
             &self.weights.layers[li],
             &self.config.layers[li],
         );
-        let (b, h, hd) = (s.batch, cfg.hidden, kind.head_dim);
+        let (b, h, hd) = (s.layout.batch, cfg.hidden, kind.head_dim);
         let qd = cfg.n_heads * hd;
         let (kd, vd) = (kind.n_kv_heads * hd, kind.n_kv_heads * kind.value_dim);
         let input = &s.h[..b * h];
         if kind.kv_source.is_some() {
-            let q = &mut s.q[..b * qd];
+            let q = &mut s.attention.q[..b * qd];
             return Ok(nn::Linear::apply_many(
                 self.products(),
                 [&lw.q],
@@ -72,7 +72,11 @@ impl Model {
         let k_w =
             lw.k.as_ref()
                 .ok_or_else(|| ModelError::MissingTensor(format!("blk.{li}.attn_k.weight")))?;
-        let (q, k, v) = (&mut s.q[..b * qd], &mut s.k[..b * kd], &mut s.v[..b * vd]);
+        let (q, k, v) = (
+            &mut s.attention.q[..b * qd],
+            &mut s.attention.k[..b * kd],
+            &mut s.attention.v[..b * vd],
+        );
         let ctx = self.products();
         match &lw.v {
             Some(v_w) => nn::Linear::apply_many(
@@ -95,7 +99,7 @@ impl Model {
     pub(super) fn finish_queries(&self, li: usize, s: &mut Scratch) {
         let (cfg, lw) = (&self.config, &self.weights.layers[li]);
         let hd = cfg.layers[li].head_dim;
-        let (b, qd) = (s.batch, cfg.n_heads * hd);
+        let (b, qd) = (s.layout.batch, cfg.n_heads * hd);
         let heads = Heads {
             per_row: cfg.n_heads,
             dim: hd,
@@ -103,7 +107,7 @@ impl Model {
             scale: cfg.attn_scale,
         };
         self.rope_angles(li, s);
-        self.rotate_heads(li, &mut s.q[..b * qd], heads, &s.rope_angles);
+        self.rotate_heads(li, &mut s.attention.q[..b * qd], heads, &s.rope.angles);
     }
 
     /// The projected keys and values of layer `li`: values taken from the
@@ -125,7 +129,7 @@ impl Model {
             &self.weights.layers[li],
             &self.config.layers[li],
         );
-        let (b, hd) = (s.batch, kind.head_dim);
+        let (b, hd) = (s.layout.batch, kind.head_dim);
         let (kd, vd) = (kind.n_kv_heads * hd, kind.n_kv_heads * kind.value_dim);
         let heads = Heads {
             per_row: kind.n_kv_heads,
@@ -140,23 +144,26 @@ impl Model {
         } else {
             if lw.v.is_none() {
                 // k = v: values are the keys' projection before the key norm and RoPE.
-                s.v[..b * vd].copy_from_slice(&s.k[..b * kd]);
+                s.attention.v[..b * vd].copy_from_slice(&s.attention.k[..b * kd]);
             }
-            self.rotate_heads(li, &mut s.k[..b * kd], heads, &s.rope_angles);
+            self.rotate_heads(li, &mut s.attention.k[..b * kd], heads, &s.rope.angles);
             if cfg.v_norm {
-                par_rows(&self.pool, &mut s.v[..b * vd], kind.value_dim, |_, head| {
-                    nn::rms_norm_plain(head, cfg.norm_eps)
-                });
+                par_rows(
+                    &self.pool,
+                    &mut s.attention.v[..b * vd],
+                    kind.value_dim,
+                    |_, head| nn::rms_norm_plain(head, cfg.norm_eps),
+                );
             }
-            self.kv_type.round(&mut s.k[..b * kd]);
-            self.kv_type.round(&mut s.v[..b * vd]);
+            self.kv_type.round(&mut s.attention.k[..b * kd]);
+            self.kv_type.round(&mut s.attention.v[..b * vd]);
             false
         };
         if shared {
-            s.shared_k[li].clear();
-            s.shared_k[li].extend_from_slice(&s.k[..b * kd]);
-            s.shared_v[li].clear();
-            s.shared_v[li].extend_from_slice(&s.v[..b * vd]);
+            s.attention.shared_k[li].clear();
+            s.attention.shared_k[li].extend_from_slice(&s.attention.k[..b * kd]);
+            s.attention.shared_v[li].clear();
+            s.attention.shared_v[li].extend_from_slice(&s.attention.v[..b * vd]);
         }
         stored
     }
@@ -178,7 +185,7 @@ impl Model {
     ) -> bool {
         let (cfg, kind) = (&self.config, &self.config.layers[li]);
         let (b, kd, vd) = (
-            s.batch,
+            s.layout.batch,
             kind.n_kv_heads * kind.head_dim,
             kind.n_kv_heads * kind.value_dim,
         );
@@ -187,16 +194,16 @@ impl Model {
         let (rope, eps) = (&self.ropes[li], cfg.norm_eps);
         let pairs = rope.pairs();
         let slots = if store {
-            slots_before_attention(kind, li, seqs, &s.seq_start)
+            slots_before_attention(kind, li, seqs, &s.layout.seq_start)
         } else {
             None
         };
         let stored = slots.is_some();
         let mut slots = slots.map(Vec::into_iter);
-        let angles = &s.rope_angles;
-        let mut rows: Vec<KvRow<'_>> = s.k[..b * kd]
+        let angles = &s.rope.angles;
+        let mut rows: Vec<KvRow<'_>> = s.attention.k[..b * kd]
             .chunks_exact_mut(kd)
-            .zip(s.v[..b * vd].chunks_exact_mut(vd))
+            .zip(s.attention.v[..b * vd].chunks_exact_mut(vd))
             .map(|(k, v)| KvRow {
                 k,
                 v,
@@ -235,29 +242,34 @@ impl Model {
         stored
     }
 
-    /// Fills `s.rope_angles` with layer `li`'s RoPE angles at every row's
+    /// Fills `s.rope.angles` with layer `li`'s RoPE angles at every row's
     /// position, unless they are there already: the queries and keys of a
     /// layer, and every layer with the same RoPE, share one table a batch.
     pub(super) fn rope_angles(&self, li: usize, s: &mut Scratch) {
         let rope = &self.ropes[li];
-        if s.rope_layer.is_some_and(|l| self.ropes[l] == *rope) {
+        if s.rope.layer.is_some_and(|l| self.ropes[l] == *rope) {
             return;
         }
         // The table before holds it: swap back (a decode step of Gemma 3
         // switched between its local and global tables 9 times, each 128
         // sines and cosines on one thread).
-        std::mem::swap(&mut s.rope_angles, &mut s.rope_spare);
-        std::mem::swap(&mut s.rope_layer, &mut s.rope_spare_layer);
-        if s.rope_layer.is_some_and(|l| self.ropes[l] == *rope) {
+        std::mem::swap(&mut s.rope.angles, &mut s.rope.spare);
+        std::mem::swap(&mut s.rope.layer, &mut s.rope.spare_layer);
+        if s.rope.layer.is_some_and(|l| self.ropes[l] == *rope) {
             return;
         }
         let pairs = rope.pairs();
-        s.rope_angles.resize(s.batch * 2 * pairs, 0.0);
-        for (row, &pos) in s.rope_angles.chunks_exact_mut(2 * pairs).zip(&s.row_pos) {
+        s.rope.angles.resize(s.layout.batch * 2 * pairs, 0.0);
+        for (row, &pos) in s
+            .rope
+            .angles
+            .chunks_exact_mut(2 * pairs)
+            .zip(&s.layout.row_pos)
+        {
             let (cos, sin) = row.split_at_mut(pairs);
             rope.angles(pos, cos, sin);
         }
-        s.rope_layer = Some(li);
+        s.rope.layer = Some(li);
     }
 
     /// Per head of `data` (rows of `heads.per_row` heads): the QK-norm where
