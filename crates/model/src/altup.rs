@@ -12,7 +12,7 @@
 //! The streams live token-major in `s.altup.streams` (`n` rows of `hidden` per token),
 //! so every per-token step is one parallel pass over contiguous rows.
 
-use crate::weights::AltUpLayer;
+use crate::weights::{AltUpLayer, Laurel, PerLayerInput};
 use crate::{Model, ModelError, Scratch};
 use nn::par_rows;
 
@@ -51,6 +51,144 @@ impl AltUpLayer {
             *m = nn::tanh(dot / h as f32);
         }
     }
+
+    /// Before the layer: every stream predicted from all streams
+    /// (`pred_j = alt_j + Σ_k c_jk alt_k`, the coefficients from the
+    /// router), and stream 0's prediction put in `s.x` for the layer.
+    pub(crate) fn predict(&self, m: &Model, s: &mut Scratch) {
+        let (b, h, n, eps) = (
+            s.layout.batch,
+            m.config.hidden,
+            m.config.altup_streams,
+            m.config.norm_eps,
+        );
+        let alt = &s.altup.streams[..b * n * h];
+        par_rows(&m.pool, &mut s.altup.pred[..b * n * h], n * h, |r, pred| {
+            let streams = &alt[r * n * h..][..n * h];
+            let mut modal = [0.0f32; MAX_STREAMS];
+            self.modalities(&streams[..h], eps, &mut modal[..n]);
+            let mut coef = [0.0f32; MAX_STREAMS * MAX_STREAMS];
+            for (c, row) in coef.iter_mut().zip(self.predict.chunks_exact(n)) {
+                *c = row.iter().zip(&modal[..n]).map(|(&w, &m)| w * m).sum();
+            }
+            for (j, out) in pred.chunks_exact_mut(h).enumerate() {
+                out.copy_from_slice(&streams[j * h..][..h]);
+                for (k, src) in streams.chunks_exact(h).enumerate() {
+                    let c = coef[j * n + k];
+                    out.iter_mut().zip(src).for_each(|(o, &v)| *o += c * v);
+                }
+            }
+        });
+        for (r, row) in s.x[..b * h].chunks_exact_mut(h).enumerate() {
+            row.copy_from_slice(&s.altup.pred[r * n * h..][..h]);
+        }
+    }
+
+    /// After layer `li`: every stream corrected by the layer's change to
+    /// stream 0 (`alt_j = pred_j + (1 + c_j)(x - pred_0)`), then the
+    /// per-layer input, gated by the scaled corrected stream 0, added to
+    /// the other streams.
+    pub(crate) fn correct(
+        &self,
+        m: &Model,
+        li: usize,
+        per_layer: Option<&PerLayerInput>,
+        s: &mut Scratch,
+    ) -> Result<(), ModelError> {
+        let (b, h, n, eps) = (
+            s.layout.batch,
+            m.config.hidden,
+            m.config.altup_streams,
+            m.config.norm_eps,
+        );
+        let (x, pred) = (&s.x[..b * h], &s.altup.pred[..b * n * h]);
+        par_rows(
+            &m.pool,
+            &mut s.altup.streams[..b * n * h],
+            n * h,
+            |r, alt| {
+                let active = &x[r * h..][..h];
+                let pred = &pred[r * n * h..][..n * h];
+                let mut modal = [0.0f32; MAX_STREAMS];
+                self.modalities(active, eps, &mut modal[..n]);
+                for (j, out) in alt.chunks_exact_mut(h).enumerate() {
+                    let c: f32 = self.correct[j * n..][..n]
+                        .iter()
+                        .zip(&modal[..n])
+                        .map(|(&w, &m)| w * m)
+                        .sum::<f32>()
+                        + 1.0;
+                    let p = &pred[j * h..][..h];
+                    for ((o, &pv), (&a, &p0)) in out.iter_mut().zip(p).zip(active.iter().zip(pred))
+                    {
+                        *o = pv + c * (a - p0);
+                    }
+                }
+            },
+        );
+        let Some(pl) = per_layer else {
+            return Ok(());
+        };
+        for (r, row) in s.h[..b * h].chunks_exact_mut(h).enumerate() {
+            let first = &s.altup.streams[r * n * h..][..h];
+            for ((v, &a), &g) in row.iter_mut().zip(first).zip(&self.correct_scale) {
+                *v = a * g;
+            }
+        }
+        let first = std::mem::take(&mut s.h);
+        let gated = m.gated_per_layer_input(li, pl, &first[..b * h], s);
+        s.h = first;
+        gated?;
+        let o = &mut s.o[..b * h];
+        par_rows(&m.pool, o, h, |_, row| {
+            nn::rms_norm(row, &pl.post_norm, eps)
+        });
+        let o = &s.o[..b * h];
+        par_rows(
+            &m.pool,
+            &mut s.altup.streams[..b * n * h],
+            n * h,
+            |r, alt| {
+                let add = &o[r * h..][..h];
+                for stream in alt.chunks_exact_mut(h).skip(1) {
+                    stream.iter_mut().zip(add).for_each(|(v, &a)| *v += a);
+                }
+            },
+        );
+        Ok(())
+    }
+}
+
+impl Laurel {
+    /// LAuReL after the layer's attention: with `s.h` still the block's
+    /// normed input, `x = (x + h + post_norm(right(left(h)))) / √2`.
+    pub(crate) fn forward(&self, m: &Model, s: &mut Scratch) -> Result<(), ModelError> {
+        let (b, h, rank) = (s.layout.batch, m.config.hidden, self.left.rows());
+        let (input, low) = (&s.h[..b * h], &mut s.laurel[..b * rank]);
+        self.left.apply(
+            m.products(),
+            input,
+            b,
+            low,
+            &mut s.products,
+            nn::Input::Plain,
+        )?;
+        let (low, o) = (&s.laurel[..b * rank], &mut s.o[..b * h]);
+        self.right
+            .apply(m.products(), low, b, o, &mut s.products, nn::Input::Plain)?;
+        let (o, normed, eps) = (&mut s.o[..b * h], &s.h[..b * h], m.config.norm_eps);
+        par_rows(&m.pool, o, h, |_, row| {
+            nn::rms_norm(row, &self.post_norm, eps)
+        });
+        let o = &s.o[..b * h];
+        par_rows(&m.pool, &mut s.x[..b * h], h, |r, x| {
+            let (l, n) = (&o[r * h..][..h], &normed[r * h..][..h]);
+            for ((xv, &lv), &nv) in x.iter_mut().zip(l).zip(n) {
+                *xv = (*xv + (nv + lv)) * std::f32::consts::FRAC_1_SQRT_2;
+            }
+        });
+        Ok(())
+    }
 }
 
 impl Model {
@@ -86,157 +224,6 @@ impl Model {
                 s.altup.streams[(r * n + k + 1) * h..][..h].copy_from_slice(row);
             }
         }
-        Ok(())
-    }
-
-    /// Before layer `li`: every stream predicted from all streams
-    /// (`pred_j = alt_j + Σ_k c_jk alt_k`, the coefficients from the
-    /// router), and stream 0's prediction put in `s.x` for the layer.
-    pub(crate) fn altup_predict(&self, li: usize, s: &mut Scratch) {
-        let Some(au) = &self.weights.layers[li].altup else {
-            return;
-        };
-        let (b, h, n, eps) = (
-            s.layout.batch,
-            self.config.hidden,
-            self.config.altup_streams,
-            self.config.norm_eps,
-        );
-        let alt = &s.altup.streams[..b * n * h];
-        par_rows(
-            &self.pool,
-            &mut s.altup.pred[..b * n * h],
-            n * h,
-            |r, pred| {
-                let streams = &alt[r * n * h..][..n * h];
-                let mut modal = [0.0f32; MAX_STREAMS];
-                au.modalities(&streams[..h], eps, &mut modal[..n]);
-                let mut coef = [0.0f32; MAX_STREAMS * MAX_STREAMS];
-                for (c, row) in coef.iter_mut().zip(au.predict.chunks_exact(n)) {
-                    *c = row.iter().zip(&modal[..n]).map(|(&w, &m)| w * m).sum();
-                }
-                for (j, out) in pred.chunks_exact_mut(h).enumerate() {
-                    out.copy_from_slice(&streams[j * h..][..h]);
-                    for (k, src) in streams.chunks_exact(h).enumerate() {
-                        let c = coef[j * n + k];
-                        out.iter_mut().zip(src).for_each(|(o, &v)| *o += c * v);
-                    }
-                }
-            },
-        );
-        for (r, row) in s.x[..b * h].chunks_exact_mut(h).enumerate() {
-            row.copy_from_slice(&s.altup.pred[r * n * h..][..h]);
-        }
-    }
-
-    /// LAuReL after layer `li`'s attention: with `s.h` still the block's
-    /// normed input, `x = (x + h + post_norm(right(left(h)))) / √2`.
-    pub(crate) fn laurel_block(&self, li: usize, s: &mut Scratch) -> Result<(), ModelError> {
-        let Some(la) = &self.weights.layers[li].laurel else {
-            return Ok(());
-        };
-        let (b, h, rank) = (s.layout.batch, self.config.hidden, la.left.rows());
-        let (input, low) = (&s.h[..b * h], &mut s.laurel[..b * rank]);
-        la.left.apply(
-            self.products(),
-            input,
-            b,
-            low,
-            &mut s.products,
-            nn::Input::Plain,
-        )?;
-        let (low, o) = (&s.laurel[..b * rank], &mut s.o[..b * h]);
-        la.right.apply(
-            self.products(),
-            low,
-            b,
-            o,
-            &mut s.products,
-            nn::Input::Plain,
-        )?;
-        let (o, normed, eps) = (&mut s.o[..b * h], &s.h[..b * h], self.config.norm_eps);
-        par_rows(&self.pool, o, h, |_, row| {
-            nn::rms_norm(row, &la.post_norm, eps)
-        });
-        let o = &s.o[..b * h];
-        par_rows(&self.pool, &mut s.x[..b * h], h, |r, x| {
-            let (l, n) = (&o[r * h..][..h], &normed[r * h..][..h]);
-            for ((xv, &lv), &nv) in x.iter_mut().zip(l).zip(n) {
-                *xv = (*xv + (nv + lv)) * std::f32::consts::FRAC_1_SQRT_2;
-            }
-        });
-        Ok(())
-    }
-
-    /// After layer `li`: every stream corrected by the layer's change to
-    /// stream 0 (`alt_j = pred_j + (1 + c_j)(x - pred_0)`), then the
-    /// per-layer input, gated by the scaled corrected stream 0, added to
-    /// the other streams.
-    pub(crate) fn altup_correct(&self, li: usize, s: &mut Scratch) -> Result<(), ModelError> {
-        let lw = &self.weights.layers[li];
-        let Some(au) = &lw.altup else {
-            return Ok(());
-        };
-        let (b, h, n, eps) = (
-            s.layout.batch,
-            self.config.hidden,
-            self.config.altup_streams,
-            self.config.norm_eps,
-        );
-        let (x, pred) = (&s.x[..b * h], &s.altup.pred[..b * n * h]);
-        par_rows(
-            &self.pool,
-            &mut s.altup.streams[..b * n * h],
-            n * h,
-            |r, alt| {
-                let active = &x[r * h..][..h];
-                let pred = &pred[r * n * h..][..n * h];
-                let mut modal = [0.0f32; MAX_STREAMS];
-                au.modalities(active, eps, &mut modal[..n]);
-                for (j, out) in alt.chunks_exact_mut(h).enumerate() {
-                    let c: f32 = au.correct[j * n..][..n]
-                        .iter()
-                        .zip(&modal[..n])
-                        .map(|(&w, &m)| w * m)
-                        .sum::<f32>()
-                        + 1.0;
-                    let p = &pred[j * h..][..h];
-                    for ((o, &pv), (&a, &p0)) in out.iter_mut().zip(p).zip(active.iter().zip(pred))
-                    {
-                        *o = pv + c * (a - p0);
-                    }
-                }
-            },
-        );
-        let Some(pl) = &lw.per_layer else {
-            return Ok(());
-        };
-        for (r, row) in s.h[..b * h].chunks_exact_mut(h).enumerate() {
-            let first = &s.altup.streams[r * n * h..][..h];
-            for ((v, &a), &g) in row.iter_mut().zip(first).zip(&au.correct_scale) {
-                *v = a * g;
-            }
-        }
-        let first = std::mem::take(&mut s.h);
-        let gated = self.gated_per_layer_input(li, pl, &first[..b * h], s);
-        s.h = first;
-        gated?;
-        let o = &mut s.o[..b * h];
-        par_rows(&self.pool, o, h, |_, row| {
-            nn::rms_norm(row, &pl.post_norm, eps)
-        });
-        let o = &s.o[..b * h];
-        par_rows(
-            &self.pool,
-            &mut s.altup.streams[..b * n * h],
-            n * h,
-            |r, alt| {
-                let add = &o[r * h..][..h];
-                for stream in alt.chunks_exact_mut(h).skip(1) {
-                    stream.iter_mut().zip(add).for_each(|(v, &a)| *v += a);
-                }
-            },
-        );
         Ok(())
     }
 

@@ -2,88 +2,13 @@
 //! mixture-of-experts added to it where the layer has a router, and Gemma 4's
 //! per-layer inputs.
 
-use crate::weights::PerLayerEmbeddings;
+use crate::moe::MoeWeights;
+use crate::weights::{Mlp, PerLayerEmbeddings, PerLayerInput};
+use crate::LayerKind;
 use crate::{Model, ModelError, Scratch};
 use nn::par_rows;
 
 impl Model {
-    /// Layer `li`'s feed-forward block: `x += post_norm(down(gelu(gate) * up))`
-    /// over `pre_norm(x)`, plus the experts' share on MoE layers.
-    pub(crate) fn ffn_block(&self, li: usize, s: &mut Scratch) -> Result<(), ModelError> {
-        let (cfg, lw) = (&self.config, &self.weights.layers[li]);
-        let (b, h, fd) = (s.layout.batch, cfg.hidden, cfg.layers[li].ffn_dim);
-        self.block_input_for(&lw.ffn_norm, s, &lw.gate)?;
-        let input = &s.h[..b * h];
-        match cfg.layers[li].sparsity {
-            // Activation sparsity needs each gate row whole (its mean and
-            // spread), so it runs between the products.
-            Some(m) => {
-                let mut outs = [&mut s.ffn.gate[..b * fd], &mut s.ffn.up[..b * fd]];
-                nn::Linear::apply_many(
-                    self.products(),
-                    [&lw.gate, &lw.up],
-                    input,
-                    b,
-                    &mut outs,
-                    &mut s.products,
-                )?;
-                let up = &s.ffn.up[..b * fd];
-                par_rows(&self.pool, &mut s.ffn.gate[..b * fd], fd, |i, g| {
-                    nn::gaussian_top_k(g, m);
-                    nn::geglu(g, &up[i * fd..(i + 1) * fd])
-                });
-            }
-            None => {
-                let outs = [&mut s.ffn.gate[..b * fd], &mut s.ffn.up[..b * fd]];
-                nn::Linear::apply_gated(
-                    self.products(),
-                    [&lw.gate, &lw.up],
-                    input,
-                    b,
-                    outs,
-                    &mut s.products,
-                    &nn::geglu,
-                    &lw.down,
-                )?;
-            }
-        }
-        let (gate, o) = (&s.ffn.gate[..b * fd], &mut s.o[..b * h]);
-        // With the activations the gated product quantized where it did.
-        lw.down.apply(
-            self.products(),
-            gate,
-            b,
-            o,
-            &mut s.products,
-            nn::Input::AfterGate,
-        )?;
-        if let Some(moe) = &lw.moe {
-            let (x, o) = (&s.x[..b * h], &mut s.o[..b * h]);
-            self.moe_block(moe, x, o, b, &mut s.moe, &mut s.products)?;
-        }
-        self.add_block_output(&lw.post_ffn_norm, s);
-        Ok(())
-    }
-
-    /// Gemma 4: `x += post_norm(proj(gelu(gate(x)) * per_layer_input))`, a
-    /// gated projection of layer `li`'s per-layer input. Absent elsewhere.
-    pub(crate) fn per_layer_input_block(
-        &self,
-        li: usize,
-        s: &mut Scratch,
-    ) -> Result<(), ModelError> {
-        let Some(pl) = &self.weights.layers[li].per_layer else {
-            return Ok(());
-        };
-        let (b, h) = (s.layout.batch, self.config.hidden);
-        let x = std::mem::take(&mut s.x);
-        let gated = self.gated_per_layer_input(li, pl, &x[..b * h], s);
-        s.x = x;
-        gated?;
-        self.add_block_output(&pl.post_norm, s);
-        Ok(())
-    }
-
     /// `s.o = proj(gelu(gate(input)) * per_layer_input)` for layer `li`,
     /// over the batch's rows of `input` (Gemma 4: the residual stream;
     /// Gemma 3n: the scaled, corrected active stream).
@@ -163,6 +88,85 @@ impl Model {
                 *tv = (pv + *tv) * mix;
             }
         }
+        Ok(())
+    }
+}
+
+impl Mlp {
+    /// The layer's feed-forward block: `x += post_norm(down(gelu(gate) * up))`
+    /// over `pre_norm(x)`, plus the experts' share on MoE layers.
+    pub(crate) fn forward(
+        &self,
+        m: &Model,
+        kind: &LayerKind,
+        moe: Option<&MoeWeights>,
+        s: &mut Scratch,
+    ) -> Result<(), ModelError> {
+        let (b, h, fd) = (s.layout.batch, m.config.hidden, kind.ffn_dim);
+        m.block_input_for(&self.norm, s, &self.gate)?;
+        let input = &s.h[..b * h];
+        match kind.sparsity {
+            // Activation sparsity needs each gate row whole (its mean and
+            // spread), so it runs between the products.
+            Some(spread) => {
+                let mut outs = [&mut s.ffn.gate[..b * fd], &mut s.ffn.up[..b * fd]];
+                nn::Linear::apply_many(
+                    m.products(),
+                    [&self.gate, &self.up],
+                    input,
+                    b,
+                    &mut outs,
+                    &mut s.products,
+                )?;
+                let up = &s.ffn.up[..b * fd];
+                par_rows(&m.pool, &mut s.ffn.gate[..b * fd], fd, |i, g| {
+                    nn::gaussian_top_k(g, spread);
+                    nn::geglu(g, &up[i * fd..(i + 1) * fd])
+                });
+            }
+            None => {
+                let outs = [&mut s.ffn.gate[..b * fd], &mut s.ffn.up[..b * fd]];
+                nn::Linear::apply_gated(
+                    m.products(),
+                    [&self.gate, &self.up],
+                    input,
+                    b,
+                    outs,
+                    &mut s.products,
+                    &nn::geglu,
+                    &self.down,
+                )?;
+            }
+        }
+        let (gate, o) = (&s.ffn.gate[..b * fd], &mut s.o[..b * h]);
+        // With the activations the gated product quantized where it did.
+        self.down.apply(
+            m.products(),
+            gate,
+            b,
+            o,
+            &mut s.products,
+            nn::Input::AfterGate,
+        )?;
+        if let Some(moe) = moe {
+            let (x, o) = (&s.x[..b * h], &mut s.o[..b * h]);
+            m.moe_block(moe, x, o, b, &mut s.moe, &mut s.products)?;
+        }
+        m.add_block_output(&self.post_norm, s);
+        Ok(())
+    }
+}
+
+impl PerLayerInput {
+    /// Gemma 4: `x += post_norm(proj(gelu(gate(x)) * per_layer_input))`, a
+    /// gated projection of layer `li`'s per-layer input.
+    pub(crate) fn forward(&self, m: &Model, li: usize, s: &mut Scratch) -> Result<(), ModelError> {
+        let (b, h) = (s.layout.batch, m.config.hidden);
+        let x = std::mem::take(&mut s.x);
+        let gated = m.gated_per_layer_input(li, self, &x[..b * h], s);
+        s.x = x;
+        gated?;
+        m.add_block_output(&self.post_norm, s);
         Ok(())
     }
 }

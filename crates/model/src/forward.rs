@@ -11,6 +11,7 @@
 
 use crate::attention::{attend, AttentionBuffers, AttentionInput};
 use crate::kv::{slots_before_attention, store_batch_kv, KvSlot};
+use crate::weights::Attention;
 use crate::{Arch, KvCache, Model, ModelError, Precision, Scratch};
 use nn::Linear;
 use nn::{par_rows, post_norm_add, pre_norm};
@@ -217,21 +218,8 @@ impl Model {
         s.lay_out_rows(seqs, self.config.causal);
         self.embed(s, seqs)?;
         self.altup_embed(s)?;
-        for li in 0..self.config.n_layers {
-            self.altup_predict(li, s);
-            self.attention_block(li, seqs, s)?;
-            self.laurel_block(li, s)?;
-            self.ffn_block(li, s)?;
-            if self.config.altup_streams > 0 {
-                self.altup_correct(li, s)?;
-            } else {
-                self.per_layer_input_block(li, s)?;
-            }
-            if let Some(f) = self.weights.layers[li].out_scale {
-                s.x[..s.layout.batch * self.config.hidden]
-                    .iter_mut()
-                    .for_each(|v| *v *= f);
-            }
+        for (li, layer) in self.weights.layers.iter().enumerate() {
+            layer.forward(self, li, seqs, s)?;
         }
         self.store_shared_kv(seqs, s);
         self.altup_merge(s)?;
@@ -274,95 +262,6 @@ impl Model {
         };
         s.layout.tokens = tokens;
         per_layer
-    }
-
-    /// Layer `li`'s attention: `x += post_norm(o(attend(q, k, v)))` over
-    /// `pre_norm(x)`, with the layer's keys and values stored in each cache.
-    fn attention_block(
-        &self,
-        li: usize,
-        seqs: &mut [SeqInput<'_>],
-        s: &mut Scratch,
-    ) -> Result<(), ModelError> {
-        let (cfg, lw, kind) = (
-            &self.config,
-            &self.weights.layers[li],
-            &self.config.layers[li],
-        );
-        let (b, h) = (s.layout.batch, cfg.hidden);
-        let (kd, vd) = (
-            kind.n_kv_heads * kind.head_dim,
-            kind.n_kv_heads * kind.value_dim,
-        );
-        self.block_input_for(&lw.attn_norm, s, &lw.q)?;
-        self.qkv_products(li, s)?;
-        self.finish_queries(li, s);
-        if let (Some(w), false) = (kind.window, cfg.causal) {
-            s.layout.reach_within(w);
-        }
-        // A layer that shares another's KV reads that layer's cache and keys.
-        let (kv_layer, stored) = match kind.kv_source {
-            Some(src) => (src, false),
-            None => (li, self.finish_keys_values(li, seqs, s)),
-        };
-        let (k_new, v_new) = if kv_layer == li {
-            (&s.attention.k[..b * kd], &s.attention.v[..b * vd])
-        } else {
-            (
-                &s.attention.shared_k[kv_layer][..b * kd],
-                &s.attention.shared_v[kv_layer][..b * vd],
-            )
-        };
-        // Gemma 4's global layers keep image tokens causal; an embedding
-        // model's sliding layers reach half their window ahead.
-        let spans_apply = cfg.arch != Arch::Gemma4 || kind.window.is_some();
-        let row_last = match kind.window {
-            Some(_) if !cfg.causal => &s.layout.row_reach,
-            _ if spans_apply => &s.layout.row_last,
-            _ => &s.layout.row_pos,
-        };
-        let input = AttentionInput {
-            cfg,
-            kind,
-            seqs,
-            layer: kv_layer,
-            seq_start: &s.layout.seq_start,
-            row_seq: &s.layout.row_seq,
-            row_last,
-            q: &s.attention.q[..b * cfg.n_heads * kind.head_dim],
-            k_new,
-            v_new,
-        };
-        let bufs = AttentionBuffers {
-            scores: &s.attention.scores,
-            gathered: &mut s.attention.attn_kv,
-        };
-        attend(&self.pool, input, bufs, &mut s.attention.attn)?;
-        // A layer whose KV later layers reuse writes its ring only after the
-        // whole batch (`store_shared_kv`): they still need the positions it
-        // would evict.
-        if cfg.causal && kind.kv_source.is_none() && !cfg.is_kv_source(li) && !stored {
-            store_batch_kv(
-                kind,
-                li,
-                seqs,
-                &s.layout.seq_start,
-                &s.attention.k,
-                &s.attention.v,
-            );
-        }
-        let ad = cfg.n_heads * kind.value_dim;
-        let (attn, o) = (&s.attention.attn[..b * ad], &mut s.o[..b * h]);
-        lw.o.apply(
-            self.products(),
-            attn,
-            b,
-            o,
-            &mut s.products,
-            nn::Input::Plain,
-        )?;
-        self.add_block_output(&lw.post_attn_norm, s);
-        Ok(())
     }
 
     /// `s.h = rms_norm(s.x) * w`: the input of a block, whose first
@@ -425,5 +324,87 @@ impl Model {
                 );
             }
         }
+    }
+}
+
+impl Attention {
+    /// Layer `li`'s attention: `x += post_norm(o(attend(q, k, v)))` over
+    /// `pre_norm(x)`, with the layer's keys and values stored in each cache.
+    pub(crate) fn forward(
+        &self,
+        m: &Model,
+        li: usize,
+        seqs: &mut [SeqInput<'_>],
+        s: &mut Scratch,
+    ) -> Result<(), ModelError> {
+        let (cfg, kind) = (&m.config, &m.config.layers[li]);
+        let (b, h) = (s.layout.batch, cfg.hidden);
+        let (kd, vd) = (
+            kind.n_kv_heads * kind.head_dim,
+            kind.n_kv_heads * kind.value_dim,
+        );
+        m.block_input_for(&self.norm, s, &self.q)?;
+        m.qkv_products(li, self, s)?;
+        m.finish_queries(li, self, s);
+        if let (Some(w), false) = (kind.window, cfg.causal) {
+            s.layout.reach_within(w);
+        }
+        // A layer that shares another's KV reads that layer's cache and keys.
+        let (kv_layer, stored) = match kind.kv_source {
+            Some(src) => (src, false),
+            None => (li, m.finish_keys_values(li, self, seqs, s)),
+        };
+        let (k_new, v_new) = if kv_layer == li {
+            (&s.attention.k[..b * kd], &s.attention.v[..b * vd])
+        } else {
+            (
+                &s.attention.shared_k[kv_layer][..b * kd],
+                &s.attention.shared_v[kv_layer][..b * vd],
+            )
+        };
+        // Gemma 4's global layers keep image tokens causal; an embedding
+        // model's sliding layers reach half their window ahead.
+        let spans_apply = cfg.arch != Arch::Gemma4 || kind.window.is_some();
+        let row_last = match kind.window {
+            Some(_) if !cfg.causal => &s.layout.row_reach,
+            _ if spans_apply => &s.layout.row_last,
+            _ => &s.layout.row_pos,
+        };
+        let input = AttentionInput {
+            cfg,
+            kind,
+            seqs,
+            layer: kv_layer,
+            seq_start: &s.layout.seq_start,
+            row_seq: &s.layout.row_seq,
+            row_last,
+            q: &s.attention.q[..b * cfg.n_heads * kind.head_dim],
+            k_new,
+            v_new,
+        };
+        let bufs = AttentionBuffers {
+            scores: &s.attention.scores,
+            gathered: &mut s.attention.attn_kv,
+        };
+        attend(&m.pool, input, bufs, &mut s.attention.attn)?;
+        // A layer whose KV later layers reuse writes its ring only after the
+        // whole batch (`store_shared_kv`): they still need the positions it
+        // would evict.
+        if cfg.causal && kind.kv_source.is_none() && !cfg.is_kv_source(li) && !stored {
+            store_batch_kv(
+                kind,
+                li,
+                seqs,
+                &s.layout.seq_start,
+                &s.attention.k,
+                &s.attention.v,
+            );
+        }
+        let ad = cfg.n_heads * kind.value_dim;
+        let (attn, o) = (&s.attention.attn[..b * ad], &mut s.o[..b * h]);
+        self.o
+            .apply(m.products(), attn, b, o, &mut s.products, nn::Input::Plain)?;
+        m.add_block_output(&self.post_norm, s);
+        Ok(())
     }
 }

@@ -6,7 +6,7 @@
 //! `HEARTH_INTERLEAVE=0` keeps the file's layout (to measure the two side by
 //! side).
 
-use crate::weights::{LayerWeights, Weights};
+use crate::weights::{DecoderLayer, Weights};
 use crate::ModelError;
 use gguf::GgufFile;
 use nn::Linear;
@@ -66,13 +66,14 @@ pub(crate) fn interleave(
 }
 
 /// The matrices of one layer that a decode step multiplies by.
-fn layer_linears(l: &mut LayerWeights) -> impl Iterator<Item = &mut Linear> {
+fn layer_linears(l: &mut DecoderLayer) -> impl Iterator<Item = &mut Linear> {
     let per_layer = l.per_layer.as_mut().map(|p| [&mut p.gate, &mut p.proj]);
     let laurel = l.laurel.as_mut().map(|p| [&mut p.left, &mut p.right]);
-    [Some(&mut l.q), l.k.as_mut(), l.v.as_mut(), Some(&mut l.o)]
+    let (a, m) = (&mut l.attention, &mut l.mlp);
+    [Some(&mut a.q), a.k.as_mut(), a.v.as_mut(), Some(&mut a.o)]
         .into_iter()
         .flatten()
-        .chain([&mut l.gate, &mut l.up, &mut l.down])
+        .chain([&mut m.gate, &mut m.up, &mut m.down])
         .chain(per_layer.into_iter().flatten())
         .chain(laurel.into_iter().flatten())
 }

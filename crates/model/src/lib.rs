@@ -11,6 +11,7 @@ mod embed;
 mod ffn;
 mod forward;
 mod kv;
+mod layer;
 mod layout;
 mod logits;
 mod moe;
@@ -176,7 +177,7 @@ impl Model {
             .zip(&weights.layers)
             .map(|(l, w)| {
                 nn::Rope::new(l.rope_dims, l.rope_base, l.rope_scale)
-                    .with_divisors(w.rope_freqs.clone())
+                    .with_divisors(w.attention.rope_freqs.clone())
             })
             .collect();
         // An embedding model caches nothing, so its keys stay f32.

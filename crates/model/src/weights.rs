@@ -130,11 +130,11 @@ pub struct PerLayerInput {
     pub post_norm: Vec<f32>,
 }
 
-/// The weights of one decoder layer.
+/// A decoder layer's attention: the norms around it and its projections.
 #[derive(Debug, Clone)]
-pub struct LayerWeights {
+pub struct Attention {
     /// Norm before attention.
-    pub attn_norm: Vec<f32>,
+    pub norm: Vec<f32>,
     /// Query projection.
     pub q: Linear,
     /// Key projection; `None` on layers that reuse another layer's KV.
@@ -142,36 +142,52 @@ pub struct LayerWeights {
     /// Value projection; `None` when values are the keys' projection
     /// (Gemma 4 global layers with k = v) or the layer reuses another's KV.
     pub v: Option<Linear>,
-    /// Attention output projection.
+    /// Output projection.
     pub o: Linear,
     /// Per-head query norm (Gemma 3 and 4).
     pub q_norm: Option<Vec<f32>>,
     /// Per-head key norm (Gemma 3 and 4, layers computing keys).
     pub k_norm: Option<Vec<f32>>,
     /// Norm after attention, before the residual add.
-    pub post_attn_norm: Vec<f32>,
-    /// Norm before the FFN.
-    pub ffn_norm: Vec<f32>,
-    /// FFN gate projection.
-    pub gate: Linear,
-    /// FFN up projection.
-    pub up: Linear,
-    /// FFN down projection.
-    pub down: Linear,
-    /// Norm after the FFN, before the residual add.
-    pub post_ffn_norm: Vec<f32>,
-    /// Per-layer embedding block (Gemma 4).
-    pub per_layer: Option<PerLayerInput>,
-    /// Scalar the whole residual stream is multiplied by after the layer.
-    pub out_scale: Option<f32>,
+    pub post_norm: Vec<f32>,
     /// RoPE frequency divisors for this layer (Gemma 4's proportional RoPE).
     pub rope_freqs: Option<Vec<f32>>,
-    /// Mixture-of-experts block beside the dense FFN (Gemma 4 26B-A4B).
+}
+
+/// A decoder layer's gated MLP and the norms around it.
+#[derive(Debug, Clone)]
+pub struct Mlp {
+    /// Norm before the MLP.
+    pub norm: Vec<f32>,
+    /// Gate projection.
+    pub gate: Linear,
+    /// Up projection.
+    pub up: Linear,
+    /// Down projection.
+    pub down: Linear,
+    /// Norm after the MLP, before the residual add.
+    pub post_norm: Vec<f32>,
+}
+
+/// One decoder layer: its parts, each owning its weights. Every layer has
+/// attention and an MLP; the rest belong to some Gemma variants.
+#[derive(Debug, Clone)]
+pub struct DecoderLayer {
+    /// Attention, with its norms.
+    pub attention: Attention,
+    /// The gated MLP, with its norms.
+    pub mlp: Mlp,
+    /// Mixture-of-experts block beside the MLP (Gemma 4 26B-A4B).
     pub moe: Option<crate::moe::MoeWeights>,
+    /// Per-layer embedding block (Gemma 4, and Gemma 3n inside AltUp's
+    /// correction).
+    pub per_layer: Option<PerLayerInput>,
     /// AltUp prediction and correction (Gemma 3n).
     pub altup: Option<AltUpLayer>,
     /// Low-rank residual beside attention (Gemma 3n).
     pub laurel: Option<Laurel>,
+    /// Scalar the whole residual stream is multiplied by after the layer.
+    pub out_scale: Option<f32>,
 }
 
 /// Gemma 4's per-layer embedding tables.
@@ -199,7 +215,7 @@ pub struct Weights {
     /// AltUp's stream projections (Gemma 3n).
     pub altup: Option<AltUpProjections>,
     /// Decoder layers.
-    pub layers: Vec<LayerWeights>,
+    pub layers: Vec<DecoderLayer>,
     /// The dense projections of an embedding model.
     pub embedding: Option<crate::embed::EmbeddingHead>,
 }
@@ -298,28 +314,32 @@ impl Weights {
                 } else {
                     (None, None)
                 };
-                Ok(LayerWeights {
-                    attn_norm: vector(file, &n("attn_norm"), h)?,
-                    q: bind(file, &n("attn_q"), h, q_dim)?,
-                    k,
-                    v,
-                    o: bind(file, &n("attn_output"), cfg.n_heads * kind.value_dim, h)?,
-                    q_norm: cfg
-                        .qk_norm
-                        .then(|| vector(file, &n("attn_q_norm"), hd))
-                        .transpose()?,
-                    k_norm: (cfg.qk_norm && computes_kv)
-                        .then(|| vector(file, &n("attn_k_norm"), hd))
-                        .transpose()?,
-                    post_attn_norm: vector(file, &n("post_attention_norm"), h)?,
-                    ffn_norm: vector(file, &n("ffn_norm"), h)?,
-                    gate: bind(file, &n("ffn_gate"), h, kind.ffn_dim)?,
-                    up: bind(file, &n("ffn_up"), h, kind.ffn_dim)?,
-                    down: bind(file, &n("ffn_down"), kind.ffn_dim, h)?,
-                    post_ffn_norm: vector(file, &n("post_ffw_norm"), h)?,
+                Ok(DecoderLayer {
+                    attention: Attention {
+                        norm: vector(file, &n("attn_norm"), h)?,
+                        q: bind(file, &n("attn_q"), h, q_dim)?,
+                        k,
+                        v,
+                        o: bind(file, &n("attn_output"), cfg.n_heads * kind.value_dim, h)?,
+                        q_norm: cfg
+                            .qk_norm
+                            .then(|| vector(file, &n("attn_q_norm"), hd))
+                            .transpose()?,
+                        k_norm: (cfg.qk_norm && computes_kv)
+                            .then(|| vector(file, &n("attn_k_norm"), hd))
+                            .transpose()?,
+                        post_norm: vector(file, &n("post_attention_norm"), h)?,
+                        rope_freqs,
+                    },
+                    mlp: Mlp {
+                        norm: vector(file, &n("ffn_norm"), h)?,
+                        gate: bind(file, &n("ffn_gate"), h, kind.ffn_dim)?,
+                        up: bind(file, &n("ffn_up"), h, kind.ffn_dim)?,
+                        down: bind(file, &n("ffn_down"), kind.ffn_dim, h)?,
+                        post_norm: vector(file, &n("post_ffw_norm"), h)?,
+                    },
                     per_layer,
                     out_scale: optional(&n("layer_output_scale"), 1)?.map(|v| v[0]),
-                    rope_freqs,
                     moe: crate::moe::MoeWeights::bind(
                         file,
                         i,

@@ -48,12 +48,13 @@ impl Model {
     /// Layer `li`'s projections of `s.h`: the queries into `s.attention.q` and, on a
     /// layer with its own keys and values, those into `s.attention.k` and `s.attention.v` (the
     /// value projection only where the layer has one), as one product.
-    pub(super) fn qkv_products(&self, li: usize, s: &mut Scratch) -> Result<(), ModelError> {
-        let (cfg, lw, kind) = (
-            &self.config,
-            &self.weights.layers[li],
-            &self.config.layers[li],
-        );
+    pub(super) fn qkv_products(
+        &self,
+        li: usize,
+        lw: &Attention,
+        s: &mut Scratch,
+    ) -> Result<(), ModelError> {
+        let (cfg, kind) = (&self.config, &self.config.layers[li]);
         let (b, h, hd) = (s.layout.batch, cfg.hidden, kind.head_dim);
         let qd = cfg.n_heads * hd;
         let (kd, vd) = (kind.n_kv_heads * hd, kind.n_kv_heads * kind.value_dim);
@@ -96,8 +97,8 @@ impl Model {
 
     /// The projected queries of layer `li`, QK-normed where the layer has
     /// the norm, rotated, and scaled.
-    pub(super) fn finish_queries(&self, li: usize, s: &mut Scratch) {
-        let (cfg, lw) = (&self.config, &self.weights.layers[li]);
+    pub(super) fn finish_queries(&self, li: usize, lw: &Attention, s: &mut Scratch) {
+        let cfg = &self.config;
         let hd = cfg.layers[li].head_dim;
         let (b, qd) = (s.layout.batch, cfg.n_heads * hd);
         let heads = Heads {
@@ -121,14 +122,11 @@ impl Model {
     pub(super) fn finish_keys_values(
         &self,
         li: usize,
+        lw: &Attention,
         seqs: &mut [SeqInput<'_>],
         s: &mut Scratch,
     ) -> bool {
-        let (cfg, lw, kind) = (
-            &self.config,
-            &self.weights.layers[li],
-            &self.config.layers[li],
-        );
+        let (cfg, kind) = (&self.config, &self.config.layers[li]);
         let (b, hd) = (s.layout.batch, kind.head_dim);
         let (kd, vd) = (kind.n_kv_heads * hd, kind.n_kv_heads * kind.value_dim);
         let heads = Heads {
@@ -140,7 +138,8 @@ impl Model {
         self.rope_angles(li, s);
         let shared = cfg.is_kv_source(li);
         let stored = if b * kind.n_kv_heads >= nn::PAR_MIN_ROWS {
-            self.finish_kv_rows(li, seqs, s, heads, !shared && cfg.causal)
+            let copy_values = lw.v.is_none();
+            self.finish_kv_rows(li, seqs, s, heads, copy_values, !shared && cfg.causal)
         } else {
             if lw.v.is_none() {
                 // k = v: values are the keys' projection before the key norm and RoPE.
@@ -181,6 +180,7 @@ impl Model {
         seqs: &mut [SeqInput<'_>],
         s: &mut Scratch,
         heads: Heads<'_>,
+        copy_values: bool,
         store: bool,
     ) -> bool {
         let (cfg, kind) = (&self.config, &self.config.layers[li]);
@@ -189,7 +189,6 @@ impl Model {
             kind.n_kv_heads * kind.head_dim,
             kind.n_kv_heads * kind.value_dim,
         );
-        let copy_values = self.weights.layers[li].v.is_none();
         let kv_type = self.kv_type;
         let (rope, eps) = (&self.ropes[li], cfg.norm_eps);
         let pairs = rope.pairs();
