@@ -150,7 +150,7 @@ impl Mlp {
         )?;
         if let Some(moe) = moe {
             let (x, o) = (&s.x[..b * h], &mut s.o[..b * h]);
-            m.moe_block(moe, x, o, b, &mut s.moe, &mut s.products)?;
+            moe.forward(m, x, o, b, &mut s.moe, &mut s.products)?;
         }
         m.add_block_output(&self.post_norm, s);
         Ok(())

@@ -172,157 +172,149 @@ pub(crate) struct MoeScratch {
     out: Vec<f32>,
 }
 
-impl Model {
+impl MoeWeights {
     /// `dense <- post_norm_dense(dense) + post_norm_experts(Σ_k w_k expert_k(pre_norm(x)))`
     /// for `b` rows, where the router reads `x` (the residual stream after
     /// attention).
-    #[expect(
-        clippy::too_many_lines,
-        reason = "longer than a screen; issue 91 splits it"
-    )]
-    pub(crate) fn moe_block(
+    pub(crate) fn forward(
         &self,
-        moe: &MoeWeights,
+        m: &Model,
         x: &[f32],
         dense: &mut [f32],
         b: usize,
         ms: &mut MoeScratch,
         bufs: &mut ProductBuffers,
     ) -> Result<(), ModelError> {
-        let file = &*self.file;
-        let h = self.config.hidden;
-        let eps = self.config.norm_eps;
-        let n_exp = moe.router.rows();
+        let (h, eps) = (m.config.hidden, m.config.norm_eps);
         for row in dense.chunks_exact_mut(h) {
-            nn::rms_norm(row, &moe.post_norm_dense, eps);
+            nn::rms_norm(row, &self.post_norm_dense, eps);
         }
+        // Taken out of the scratch so the loops below can borrow it freely;
+        // put back at the end, so steady-state decoding allocates nothing.
+        let mut routes = std::mem::take(&mut ms.routes);
+        let routed = self.route(m, x, b, ms, bufs, &mut routes);
+        ms.input.clear();
+        ms.input.extend_from_slice(&x[..b * h]);
+        for row in ms.input.chunks_exact_mut(h) {
+            nn::rms_norm(row, &self.pre_norm, eps);
+        }
+        ms.sum.clear();
+        ms.sum.resize(b * h, 0.0);
+        let run = routed.and_then(|()| {
+            routes
+                .iter()
+                .enumerate()
+                .filter(|(_, rows)| !rows.is_empty())
+                .try_for_each(|(e, rows)| self.expert(m, e, rows, ms, bufs))
+        });
+        ms.routes = routes;
+        run?;
+        for (row, drow) in ms.sum.chunks_exact_mut(h).zip(dense.chunks_exact_mut(h)) {
+            nn::rms_norm(row, &self.post_norm_experts, eps);
+            for (d, &v) in drow.iter_mut().zip(row.iter()) {
+                *d += v;
+            }
+        }
+        Ok(())
+    }
 
+    /// Into `routes`, per expert: the rows that chose it and their weights
+    /// (the router's softmax over the top k, renormalized, times the
+    /// expert's scale).
+    fn route(
+        &self,
+        m: &Model,
+        x: &[f32],
+        b: usize,
+        ms: &mut MoeScratch,
+        bufs: &mut ProductBuffers,
+        routes: &mut Vec<Vec<(usize, f32)>>,
+    ) -> Result<(), ModelError> {
+        let (h, eps) = (m.config.hidden, m.config.norm_eps);
+        let n_exp = self.router.rows();
         ms.router_in.clear();
         ms.router_in.extend_from_slice(&x[..b * h]);
         let inv_sqrt_h = 1.0 / (h as f32).sqrt();
         for row in ms.router_in.chunks_exact_mut(h) {
             nn::rms_norm_plain(row, eps);
-            for (v, &s) in row.iter_mut().zip(&moe.router_scale) {
+            for (v, &s) in row.iter_mut().zip(&self.router_scale) {
                 *v *= s * inv_sqrt_h;
             }
         }
         ms.logits.resize(b * n_exp, 0.0);
-        moe.router.apply(
-            self.products(),
+        self.router.apply(
+            m.products(),
             &ms.router_in,
             b,
             &mut ms.logits,
             bufs,
             nn::Input::Plain,
         )?;
-
-        ms.input.clear();
-        ms.input.extend_from_slice(&x[..b * h]);
-        for row in ms.input.chunks_exact_mut(h) {
-            nn::rms_norm(row, &moe.pre_norm, eps);
-        }
-
-        // Route: per expert, the rows that chose it and their weights.
-        // Taken out of the scratch so the loops below can borrow it freely;
-        // put back at the end, so steady-state decoding allocates nothing.
-        let mut routes = std::mem::take(&mut ms.routes);
         routes.resize_with(n_exp, Vec::new);
         routes.iter_mut().for_each(Vec::clear);
-        let mut order = std::mem::take(&mut ms.order);
+        let order = &mut ms.order;
         for (r, logits) in ms.logits.chunks_exact_mut(n_exp).enumerate() {
             nn::softmax(logits);
             order.clear();
             order.extend(0..n_exp);
             // Highest probability first; ties to the lower index, as topk does.
             order.sort_by(|&a, &c| logits[c].total_cmp(&logits[a]).then(a.cmp(&c)));
-            let chosen = &order[..moe.top_k];
+            let chosen = &order[..self.top_k];
             let total: f32 = chosen.iter().map(|&e| logits[e]).sum();
             for &e in chosen {
-                let scale = moe.expert_scale.as_ref().map_or(1.0, |s| s[e]);
+                let scale = self.expert_scale.as_ref().map_or(1.0, |s| s[e]);
                 routes[e].push((r, logits[e] / total * scale));
             }
         }
+        Ok(())
+    }
 
-        let ffn = moe.down.cols;
-        ms.sum.clear();
-        ms.sum.resize(b * h, 0.0);
-        for (e, rows) in routes.iter().enumerate() {
-            if rows.is_empty() {
-                continue;
-            }
-            let m = rows.len();
-            ms.gathered.clear();
-            for &(r, _) in rows {
-                ms.gathered.extend_from_slice(&ms.input[r * h..(r + 1) * h]);
-            }
-            match &moe.gate_up {
-                GateUp::Fused(gu) => {
-                    ms.up.resize(m * 2 * ffn, 0.0);
-                    nn::linear::product(
-                        self.products(),
-                        &gu.matrix(file, e)?,
-                        &ms.gathered,
-                        m,
-                        &mut ms.up,
-                        bufs,
-                        nn::Input::Plain,
-                    )?;
-                    ms.gate.clear();
-                    for row in ms.up.chunks_exact(2 * ffn) {
-                        let (g, u) = row.split_at(ffn);
-                        ms.gate
-                            .extend(g.iter().zip(u).map(|(&g, &u)| nn::gelu_tanh(g) * u));
-                    }
-                }
-                GateUp::Split(g, u) => {
-                    ms.gate.resize(m * ffn, 0.0);
-                    ms.up.resize(m * ffn, 0.0);
-                    nn::linear::product(
-                        self.products(),
-                        &g.matrix(file, e)?,
-                        &ms.gathered,
-                        m,
-                        &mut ms.gate,
-                        bufs,
-                        nn::Input::Plain,
-                    )?;
-                    nn::linear::product(
-                        self.products(),
-                        &u.matrix(file, e)?,
-                        &ms.gathered,
-                        m,
-                        &mut ms.up,
-                        bufs,
-                        nn::Input::Plain,
-                    )?;
-                    nn::geglu(&mut ms.gate, &ms.up);
+    /// Expert `e` over the normed input rows routed to it, its outputs
+    /// added to `ms.sum` with their weights.
+    fn expert(
+        &self,
+        m: &Model,
+        e: usize,
+        rows: &[(usize, f32)],
+        ms: &mut MoeScratch,
+        bufs: &mut ProductBuffers,
+    ) -> Result<(), ModelError> {
+        let (file, h, ffn) = (&*m.file, m.config.hidden, self.down.cols);
+        let n = rows.len();
+        ms.gathered.clear();
+        for &(r, _) in rows {
+            ms.gathered.extend_from_slice(&ms.input[r * h..(r + 1) * h]);
+        }
+        let product = |w: &quant::Matrix, x: &[f32], out: &mut [f32], bufs: &mut ProductBuffers| {
+            nn::linear::product(m.products(), w, x, n, out, bufs, nn::Input::Plain)
+        };
+        match &self.gate_up {
+            GateUp::Fused(gu) => {
+                ms.up.resize(n * 2 * ffn, 0.0);
+                product(&gu.matrix(file, e)?, &ms.gathered, &mut ms.up, bufs)?;
+                ms.gate.clear();
+                for row in ms.up.chunks_exact(2 * ffn) {
+                    let (g, u) = row.split_at(ffn);
+                    ms.gate
+                        .extend(g.iter().zip(u).map(|(&g, &u)| nn::gelu_tanh(g) * u));
                 }
             }
-            ms.out.resize(m * h, 0.0);
-            nn::linear::product(
-                self.products(),
-                &moe.down.matrix(file, e)?,
-                &ms.gate,
-                m,
-                &mut ms.out,
-                bufs,
-                nn::Input::Plain,
-            )?;
-            for (j, &(r, w)) in rows.iter().enumerate() {
-                for (acc, &v) in ms.sum[r * h..(r + 1) * h]
-                    .iter_mut()
-                    .zip(&ms.out[j * h..(j + 1) * h])
-                {
-                    *acc += w * v;
-                }
+            GateUp::Split(g, u) => {
+                ms.gate.resize(n * ffn, 0.0);
+                ms.up.resize(n * ffn, 0.0);
+                product(&g.matrix(file, e)?, &ms.gathered, &mut ms.gate, bufs)?;
+                product(&u.matrix(file, e)?, &ms.gathered, &mut ms.up, bufs)?;
+                nn::geglu(&mut ms.gate, &ms.up);
             }
         }
-        ms.routes = routes;
-        ms.order = order;
-        for (row, drow) in ms.sum.chunks_exact_mut(h).zip(dense.chunks_exact_mut(h)) {
-            nn::rms_norm(row, &moe.post_norm_experts, eps);
-            for (d, &v) in drow.iter_mut().zip(row.iter()) {
-                *d += v;
+        ms.out.resize(n * h, 0.0);
+        product(&self.down.matrix(file, e)?, &ms.gate, &mut ms.out, bufs)?;
+        for (j, &(r, w)) in rows.iter().enumerate() {
+            for (acc, &v) in ms.sum[r * h..(r + 1) * h]
+                .iter_mut()
+                .zip(&ms.out[j * h..(j + 1) * h])
+            {
+                *acc += w * v;
             }
         }
         Ok(())

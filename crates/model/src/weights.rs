@@ -222,10 +222,6 @@ pub struct Weights {
 
 impl Weights {
     /// Find, shape-check and type-check every tensor the configuration needs.
-    #[expect(
-        clippy::too_many_lines,
-        reason = "longer than a screen; issue 91 splits it"
-    )]
     pub fn bind(file: &GgufFile, cfg: &Config) -> Result<Self, ModelError> {
         let h = cfg.hidden;
         let token_embd = bind(file, "token_embd.weight", h, cfg.vocab)?;
@@ -245,113 +241,8 @@ impl Weights {
         } else {
             None
         };
-        let optional = |name: &str, len: usize| -> Result<Option<Vec<f32>>, ModelError> {
-            if file.tensor(name).is_some() {
-                vector(file, name, len).map(Some)
-            } else {
-                Ok(None)
-            }
-        };
-        let layers = cfg
-            .layers
-            .iter()
-            .enumerate()
-            .map(|(i, kind)| {
-                let n = |s: &str| format!("blk.{i}.{s}.weight");
-                let hd = kind.head_dim;
-                let q_dim = cfg.n_heads * hd;
-                let k_dim = kind.n_kv_heads * hd;
-                let v_dim = kind.n_kv_heads * kind.value_dim;
-                let computes_kv = kind.kv_source.is_none();
-                let k = computes_kv
-                    .then(|| bind(file, &n("attn_k"), h, k_dim))
-                    .transpose()?;
-                let v = if computes_kv
-                    && (cfg.arch != Arch::Gemma4 || file.tensor(&n("attn_v")).is_some())
-                {
-                    Some(bind(file, &n("attn_v"), h, v_dim)?)
-                } else {
-                    None
-                };
-                if computes_kv && v.is_none() && kind.value_dim != hd {
-                    return Err(ModelError::MissingTensor(n("attn_v")));
-                }
-                let per_layer = if pd > 0 {
-                    Some(PerLayerInput {
-                        gate: bind(file, &n("inp_gate"), h, pd)?,
-                        proj: bind(file, &n("proj"), pd, h)?,
-                        post_norm: vector(file, &n("post_norm"), h)?,
-                    })
-                } else {
-                    None
-                };
-                // Gemma 4 stores one `rope_freqs` for all global layers.
-                let rope_freqs = if cfg.arch == Arch::Gemma4 && kind.window.is_none() {
-                    match optional(&n("rope_freqs"), kind.rope_dims / 2)? {
-                        Some(f) => Some(f),
-                        None => optional("rope_freqs.weight", kind.rope_dims / 2)?,
-                    }
-                } else {
-                    None
-                };
-                let (altup, laurel) = if cfg.altup_streams > 0 {
-                    let ns = cfg.altup_streams;
-                    let rank = cfg.laurel_rank;
-                    (
-                        Some(AltUpLayer {
-                            router_norm: vector(file, &n("altup_router_norm"), h)?,
-                            router: dense(file, &n("altup_router"), h, ns)?,
-                            predict: dense(file, &n("altup_predict_coef"), ns, ns * ns)?,
-                            correct: dense(file, &n("altup_correct_coef"), ns, ns)?,
-                            correct_scale: vector(file, &n("altup_correct_scale"), h)?,
-                        }),
-                        Some(Laurel {
-                            left: bind(file, &n("laurel_l"), h, rank)?,
-                            right: bind(file, &n("laurel_r"), rank, h)?,
-                            post_norm: vector(file, &n("laurel_post_norm"), h)?,
-                        }),
-                    )
-                } else {
-                    (None, None)
-                };
-                Ok(DecoderLayer {
-                    attention: Attention {
-                        norm: vector(file, &n("attn_norm"), h)?,
-                        q: bind(file, &n("attn_q"), h, q_dim)?,
-                        k,
-                        v,
-                        o: bind(file, &n("attn_output"), cfg.n_heads * kind.value_dim, h)?,
-                        q_norm: cfg
-                            .qk_norm
-                            .then(|| vector(file, &n("attn_q_norm"), hd))
-                            .transpose()?,
-                        k_norm: (cfg.qk_norm && computes_kv)
-                            .then(|| vector(file, &n("attn_k_norm"), hd))
-                            .transpose()?,
-                        post_norm: vector(file, &n("post_attention_norm"), h)?,
-                        rope_freqs,
-                    },
-                    mlp: Mlp {
-                        norm: vector(file, &n("ffn_norm"), h)?,
-                        gate: bind(file, &n("ffn_gate"), h, kind.ffn_dim)?,
-                        up: bind(file, &n("ffn_up"), h, kind.ffn_dim)?,
-                        down: bind(file, &n("ffn_down"), kind.ffn_dim, h)?,
-                        post_norm: vector(file, &n("post_ffw_norm"), h)?,
-                    },
-                    per_layer,
-                    out_scale: optional(&n("layer_output_scale"), 1)?.map(|v| v[0]),
-                    moe: crate::moe::MoeWeights::bind(
-                        file,
-                        i,
-                        h,
-                        cfg.n_experts,
-                        cfg.n_experts_used,
-                        cfg.expert_ffn_dim,
-                    )?,
-                    altup,
-                    laurel,
-                })
-            })
+        let layers = (0..cfg.layers.len())
+            .map(|i| DecoderLayer::bind(file, cfg, i))
             .collect::<Result<Vec<_>, ModelError>>()?;
         let altup = if cfg.altup_streams > 0 {
             let extra = cfg.altup_streams - 1;
@@ -370,6 +261,135 @@ impl Weights {
             altup,
             layers,
             embedding: crate::embed::EmbeddingHead::bind(file, cfg)?,
+        })
+    }
+}
+
+/// The vector `name` of `len` values where the file has it.
+fn optional(file: &GgufFile, name: &str, len: usize) -> Result<Option<Vec<f32>>, ModelError> {
+    if file.tensor(name).is_some() {
+        vector(file, name, len).map(Some)
+    } else {
+        Ok(None)
+    }
+}
+
+impl DecoderLayer {
+    /// Layer `i`'s parts, as the configuration says the layer has them.
+    fn bind(file: &GgufFile, cfg: &Config, i: usize) -> Result<Self, ModelError> {
+        let (h, pd) = (cfg.hidden, cfg.per_layer_dim);
+        let n = |s: &str| format!("blk.{i}.{s}.weight");
+        let per_layer = if pd > 0 {
+            Some(PerLayerInput {
+                gate: bind(file, &n("inp_gate"), h, pd)?,
+                proj: bind(file, &n("proj"), pd, h)?,
+                post_norm: vector(file, &n("post_norm"), h)?,
+            })
+        } else {
+            None
+        };
+        let (altup, laurel) = if cfg.altup_streams > 0 {
+            let ns = cfg.altup_streams;
+            let rank = cfg.laurel_rank;
+            (
+                Some(AltUpLayer {
+                    router_norm: vector(file, &n("altup_router_norm"), h)?,
+                    router: dense(file, &n("altup_router"), h, ns)?,
+                    predict: dense(file, &n("altup_predict_coef"), ns, ns * ns)?,
+                    correct: dense(file, &n("altup_correct_coef"), ns, ns)?,
+                    correct_scale: vector(file, &n("altup_correct_scale"), h)?,
+                }),
+                Some(Laurel {
+                    left: bind(file, &n("laurel_l"), h, rank)?,
+                    right: bind(file, &n("laurel_r"), rank, h)?,
+                    post_norm: vector(file, &n("laurel_post_norm"), h)?,
+                }),
+            )
+        } else {
+            (None, None)
+        };
+        Ok(DecoderLayer {
+            attention: Attention::bind(file, cfg, i)?,
+            mlp: Mlp::bind(file, cfg, i)?,
+            per_layer,
+            out_scale: optional(file, &n("layer_output_scale"), 1)?.map(|v| v[0]),
+            moe: crate::moe::MoeWeights::bind(
+                file,
+                i,
+                h,
+                cfg.n_experts,
+                cfg.n_experts_used,
+                cfg.expert_ffn_dim,
+            )?,
+            altup,
+            laurel,
+        })
+    }
+}
+
+impl Attention {
+    /// Layer `i`'s attention weights: a layer that reuses another's KV has
+    /// no key or value projection, and a Gemma 4 global layer may take its
+    /// values from the keys' projection.
+    fn bind(file: &GgufFile, cfg: &Config, i: usize) -> Result<Self, ModelError> {
+        let (h, kind) = (cfg.hidden, &cfg.layers[i]);
+        let n = |s: &str| format!("blk.{i}.{s}.weight");
+        let hd = kind.head_dim;
+        let q_dim = cfg.n_heads * hd;
+        let k_dim = kind.n_kv_heads * hd;
+        let v_dim = kind.n_kv_heads * kind.value_dim;
+        let computes_kv = kind.kv_source.is_none();
+        let k = computes_kv
+            .then(|| bind(file, &n("attn_k"), h, k_dim))
+            .transpose()?;
+        let v = if computes_kv && (cfg.arch != Arch::Gemma4 || file.tensor(&n("attn_v")).is_some())
+        {
+            Some(bind(file, &n("attn_v"), h, v_dim)?)
+        } else {
+            None
+        };
+        if computes_kv && v.is_none() && kind.value_dim != hd {
+            return Err(ModelError::MissingTensor(n("attn_v")));
+        }
+        // Gemma 4 stores one `rope_freqs` for all global layers.
+        let rope_freqs = if cfg.arch == Arch::Gemma4 && kind.window.is_none() {
+            match optional(file, &n("rope_freqs"), kind.rope_dims / 2)? {
+                Some(f) => Some(f),
+                None => optional(file, "rope_freqs.weight", kind.rope_dims / 2)?,
+            }
+        } else {
+            None
+        };
+        Ok(Attention {
+            norm: vector(file, &n("attn_norm"), h)?,
+            q: bind(file, &n("attn_q"), h, q_dim)?,
+            k,
+            v,
+            o: bind(file, &n("attn_output"), cfg.n_heads * kind.value_dim, h)?,
+            q_norm: cfg
+                .qk_norm
+                .then(|| vector(file, &n("attn_q_norm"), hd))
+                .transpose()?,
+            k_norm: (cfg.qk_norm && computes_kv)
+                .then(|| vector(file, &n("attn_k_norm"), hd))
+                .transpose()?,
+            post_norm: vector(file, &n("post_attention_norm"), h)?,
+            rope_freqs,
+        })
+    }
+}
+
+impl Mlp {
+    /// Layer `i`'s gated MLP.
+    fn bind(file: &GgufFile, cfg: &Config, i: usize) -> Result<Self, ModelError> {
+        let (h, ffn) = (cfg.hidden, cfg.layers[i].ffn_dim);
+        let n = |s: &str| format!("blk.{i}.{s}.weight");
+        Ok(Mlp {
+            norm: vector(file, &n("ffn_norm"), h)?,
+            gate: bind(file, &n("ffn_gate"), h, ffn)?,
+            up: bind(file, &n("ffn_up"), h, ffn)?,
+            down: bind(file, &n("ffn_down"), ffn, h)?,
+            post_norm: vector(file, &n("post_ffw_norm"), h)?,
         })
     }
 }

@@ -205,11 +205,8 @@ impl Block {
     }
 
     /// Run the block over `x` (`valid.len()` rows; frames past the clip are
-    /// not `valid`).
-    #[expect(
-        clippy::too_many_lines,
-        reason = "longer than a screen; issue 91 splits it"
-    )]
+    /// not `valid`): half a feed-forward, attention, the light convolution,
+    /// the other half, a norm.
     pub(crate) fn run(
         &self,
         pool: &ThreadPool,
@@ -221,9 +218,31 @@ impl Block {
     ) -> Result<(), MediaError> {
         let (t, d) = (valid.len(), shape.hidden);
         let (lo, hi) = (-shape.clip, shape.clip);
-        let eps = shape.eps;
         self.ffw[0].run(pool, file, shape, x, t, bufs)?;
-        // Attention.
+        self.attend(pool, file, shape, x, valid, bufs)?;
+        self.convolve(pool, file, shape, x, t, bufs)?;
+        self.ffw[1].run(pool, file, shape, x, t, bufs)?;
+        nn::par_rows(pool, x, d, |_, row| {
+            row.iter_mut().for_each(|e| *e = e.clamp(lo, hi));
+            nn::rms_norm(row, &self.norm, shape.eps);
+        });
+        Ok(())
+    }
+
+    /// `x += post_norm(clip(post(local attention(pre_norm(clip(x))))))`;
+    /// frames past the clip are zeroed.
+    fn attend(
+        &self,
+        pool: &ThreadPool,
+        file: &GgufFile,
+        shape: &Shape,
+        x: &mut [f32],
+        valid: &[bool],
+        bufs: &mut Buffers,
+    ) -> Result<(), MediaError> {
+        let (t, d) = (valid.len(), shape.hidden);
+        let (lo, hi) = (-shape.clip, shape.clip);
+        let eps = shape.eps;
         let mut h = x.to_vec();
         nn::par_rows(pool, &mut h, d, |_, row| {
             row.iter_mut().for_each(|e| *e = e.clamp(lo, hi));
@@ -273,7 +292,22 @@ impl Block {
                 row.fill(0.0);
             }
         });
-        // Light convolution.
+        Ok(())
+    }
+
+    /// The light convolution: `x += end(silu(norm(clip(causal conv(glu(start(norm(x))))))))`.
+    fn convolve(
+        &self,
+        pool: &ThreadPool,
+        file: &GgufFile,
+        shape: &Shape,
+        x: &mut [f32],
+        t: usize,
+        bufs: &mut Buffers,
+    ) -> Result<(), MediaError> {
+        let d = shape.hidden;
+        let (lo, hi) = (-shape.clip, shape.clip);
+        let eps = shape.eps;
         let mut h = x.to_vec();
         nn::par_rows(pool, &mut h, d, |_, row| {
             nn::rms_norm(row, &self.conv_norm_in, eps)
@@ -310,11 +344,6 @@ impl Block {
             row.iter_mut()
                 .zip(&o[i * d..][..d])
                 .for_each(|(e, &a)| *e += a)
-        });
-        self.ffw[1].run(pool, file, shape, x, t, bufs)?;
-        nn::par_rows(pool, x, d, |_, row| {
-            row.iter_mut().for_each(|e| *e = e.clamp(lo, hi));
-            nn::rms_norm(row, &self.norm, eps);
         });
         Ok(())
     }

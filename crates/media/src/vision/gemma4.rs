@@ -83,6 +83,114 @@ struct Block {
     ffn_post: Vec<f32>,
 }
 
+/// What every block of one encoding shares: the threads, the tower's
+/// configuration, the patch grid's rotary embedding and its shape.
+struct Grid<'a> {
+    pool: &'a ThreadPool,
+    cfg: &'a VisionConfig,
+    rope: &'a Rope2d,
+    /// Patches per row of the grid.
+    pw: usize,
+    /// Patches in all.
+    n: usize,
+}
+
+/// The activations a block works in, reused from block to block.
+struct BlockActs {
+    h: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    attn: Vec<f32>,
+    o: Vec<f32>,
+    gate: Vec<f32>,
+    up: Vec<f32>,
+}
+
+impl BlockActs {
+    /// Buffers for `n` patches of width `d` and an MLP of `f`.
+    fn new(n: usize, d: usize, f: usize) -> Self {
+        let rows = |w: usize| vec![0.0f32; n * w];
+        Self {
+            h: rows(d),
+            q: rows(d),
+            k: rows(d),
+            v: rows(d),
+            attn: rows(d),
+            o: rows(d),
+            gate: rows(f),
+            up: rows(f),
+        }
+    }
+}
+
+impl Block {
+    /// `x += attention(x)` then `x += mlp(x)`, each normed before and after.
+    fn forward(
+        &self,
+        file: &GgufFile,
+        g: &Grid,
+        x: &mut [f32],
+        a: &mut BlockActs,
+        bufs: &mut Buffers,
+    ) -> Result<(), MediaError> {
+        let (pool, cfg, n) = (g.pool, g.cfg, g.n);
+        nn::pre_norm(pool, x, &mut a.h, &self.ln1, cfg.eps);
+        product(pool, file, &self.q, &a.h, n, &mut a.q, bufs)?;
+        product(pool, file, &self.k, &a.h, n, &mut a.k, bufs)?;
+        product(pool, file, &self.v, &a.h, n, &mut a.v, bufs)?;
+        self.finish_heads(g, a);
+        let dh = cfg.hidden / cfg.heads;
+        attention(
+            pool,
+            cfg.heads,
+            dh,
+            1.0,
+            &a.q,
+            &a.k,
+            &a.v,
+            &mut a.attn,
+            &mut bufs.heads,
+        )?;
+        product(pool, file, &self.out, &a.attn, n, &mut a.o, bufs)?;
+        nn::post_norm_add(pool, &mut a.o, x, &self.attn_post, cfg.eps);
+        nn::pre_norm(pool, x, &mut a.h, &self.ln2, cfg.eps);
+        product(pool, file, &self.gate, &a.h, n, &mut a.gate, bufs)?;
+        product(pool, file, &self.up, &a.h, n, &mut a.up, bufs)?;
+        let f = cfg.ffn;
+        let up = &a.up;
+        pool.for_each_chunk_mut(&mut a.gate, PRODUCT_BLOCK * f, |b, chunk| {
+            nn::geglu(chunk, &up[b * PRODUCT_BLOCK * f..][..chunk.len()]);
+        });
+        product(pool, file, &self.down, &a.gate, n, &mut a.o, bufs)?;
+        nn::post_norm_add(pool, &mut a.o, x, &self.ffn_post, cfg.eps);
+        Ok(())
+    }
+
+    /// Queries and keys normed per head and turned by their patch's
+    /// column and row; values normed per head without a weight.
+    fn finish_heads(&self, g: &Grid, a: &mut BlockActs) {
+        let (pool, cfg, pw) = (g.pool, g.cfg, g.pw);
+        let (d, dh) = (cfg.hidden, cfg.hidden / cfg.heads);
+        for (buf, weight) in [(&mut a.q, &self.q_norm), (&mut a.k, &self.k_norm)] {
+            pool.for_each_chunk_mut(buf, PRODUCT_BLOCK * d, |b, chunk| {
+                for (r, row) in chunk.chunks_exact_mut(d).enumerate() {
+                    let i = b * PRODUCT_BLOCK + r;
+                    for head in row.chunks_exact_mut(dh) {
+                        nn::rms_norm(head, weight, cfg.eps);
+                        g.rope.apply(head, i % pw, i / pw);
+                    }
+                }
+            });
+        }
+        pool.for_each_chunk_mut(&mut a.v, PRODUCT_BLOCK * d, |_, chunk| {
+            chunk
+                .chunks_exact_mut(dh)
+                .for_each(|head| nn::rms_norm_plain(head, cfg.eps));
+        });
+    }
+}
+
 /// Gemma 4's encoder and embedder, bound to an mmproj file.
 pub(crate) struct Gemma4 {
     patch: Linear,
@@ -152,10 +260,8 @@ impl Gemma4 {
         })
     }
 
-    #[expect(
-        clippy::too_many_lines,
-        reason = "longer than a screen; issue 91 splits it"
-    )]
+    /// The tower over one picture's pixels, projected into the text
+    /// model's width: a row per soft token.
     pub(crate) fn encode(
         &self,
         file: &GgufFile,
@@ -163,7 +269,7 @@ impl Gemma4 {
         pool: &ThreadPool,
         pixels: &Pixels,
     ) -> Result<Vec<f32>, MediaError> {
-        let (p, k, d, f) = (cfg.patch_size, cfg.pool, cfg.hidden, cfg.ffn);
+        let (p, k, d) = (cfg.patch_size, cfg.pool, cfg.hidden);
         let (w, h) = (pixels.width, pixels.height);
         if w == 0 || h == 0 || !w.is_multiple_of(p * k) || !h.is_multiple_of(p * k) {
             return Err(MediaError::Decode(format!(
@@ -196,57 +302,19 @@ impl Gemma4 {
             }
         }
 
-        let dh = d / cfg.heads;
-        let rope = Rope2d::new(dh, cfg.rope_theta, pw.max(ph));
-        let mut hbuf = vec![0.0f32; n * d];
-        let (mut q, mut kk, mut v) = (vec![0.0; n * d], vec![0.0; n * d], vec![0.0; n * d]);
-        let mut attn = vec![0.0f32; n * d];
-        let mut o = vec![0.0f32; n * d];
-        let (mut gate, mut up) = (vec![0.0f32; n * f], vec![0.0f32; n * f]);
+        let rope = Rope2d::new(d / cfg.heads, cfg.rope_theta, pw.max(ph));
+        let grid = Grid {
+            pool,
+            cfg,
+            rope: &rope,
+            pw,
+            n,
+        };
+        let mut acts = BlockActs::new(n, d, cfg.ffn);
         for blk in &self.blocks {
-            nn::pre_norm(pool, &x, &mut hbuf, &blk.ln1, cfg.eps);
-            product(pool, file, &blk.q, &hbuf, n, &mut q, &mut bufs)?;
-            product(pool, file, &blk.k, &hbuf, n, &mut kk, &mut bufs)?;
-            product(pool, file, &blk.v, &hbuf, n, &mut v, &mut bufs)?;
-            for (buf, weight) in [(&mut q, &blk.q_norm), (&mut kk, &blk.k_norm)] {
-                pool.for_each_chunk_mut(buf, PRODUCT_BLOCK * d, |b, chunk| {
-                    for (r, row) in chunk.chunks_exact_mut(d).enumerate() {
-                        let i = b * PRODUCT_BLOCK + r;
-                        for head in row.chunks_exact_mut(dh) {
-                            nn::rms_norm(head, weight, cfg.eps);
-                            rope.apply(head, i % pw, i / pw);
-                        }
-                    }
-                });
-            }
-            pool.for_each_chunk_mut(&mut v, PRODUCT_BLOCK * d, |_, chunk| {
-                chunk
-                    .chunks_exact_mut(dh)
-                    .for_each(|head| nn::rms_norm_plain(head, cfg.eps));
-            });
-            attention(
-                pool,
-                cfg.heads,
-                dh,
-                1.0,
-                &q,
-                &kk,
-                &v,
-                &mut attn,
-                &mut bufs.heads,
-            )?;
-            product(pool, file, &blk.out, &attn, n, &mut o, &mut bufs)?;
-            nn::post_norm_add(pool, &mut o, &mut x, &blk.attn_post, cfg.eps);
-            nn::pre_norm(pool, &x, &mut hbuf, &blk.ln2, cfg.eps);
-            product(pool, file, &blk.gate, &hbuf, n, &mut gate, &mut bufs)?;
-            product(pool, file, &blk.up, &hbuf, n, &mut up, &mut bufs)?;
-            pool.for_each_chunk_mut(&mut gate, PRODUCT_BLOCK * f, |b, chunk| {
-                nn::geglu(chunk, &up[b * PRODUCT_BLOCK * f..][..chunk.len()]);
-            });
-            product(pool, file, &blk.down, &gate, n, &mut o, &mut bufs)?;
-            nn::post_norm_add(pool, &mut o, &mut x, &blk.ffn_post, cfg.eps);
+            blk.forward(file, &grid, &mut x, &mut acts, &mut bufs)?;
         }
-        drop((hbuf, q, kk, v, attn, o, gate, up));
+        drop(acts);
         let mut pooled = self.pool_cells(cfg, &x, pw, ph);
         let tokens = pooled.len() / d;
         for row in pooled.chunks_exact_mut(d) {
