@@ -36,6 +36,76 @@ struct Block {
     down: Linear,
 }
 
+/// The activations a block works in, reused from block to block.
+struct BlockActs {
+    h: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    attn: Vec<f32>,
+    o: Vec<f32>,
+    up: Vec<f32>,
+}
+
+impl BlockActs {
+    /// Buffers for `n` patches of width `d` and an MLP of `ffn`.
+    fn new(n: usize, d: usize, ffn: usize) -> Self {
+        let rows = |w: usize| vec![0.0f32; n * w];
+        Self {
+            h: rows(d),
+            q: rows(d),
+            k: rows(d),
+            v: rows(d),
+            attn: rows(d),
+            o: rows(d),
+            up: rows(ffn),
+        }
+    }
+}
+
+impl Block {
+    /// `x += out(attention(ln1(x)))`, then `x += down(gelu(up(ln2(x))))`.
+    fn forward(
+        &self,
+        file: &GgufFile,
+        pool: &ThreadPool,
+        cfg: &VisionConfig,
+        x: &mut [f32],
+        a: &mut BlockActs,
+        bufs: &mut Buffers,
+    ) -> Result<(), MediaError> {
+        let d = cfg.hidden;
+        let (n, dh) = (x.len() / d, d / cfg.heads);
+        let scale = 1.0 / (dh as f32).sqrt();
+        self.ln1.rows(pool, x, &mut a.h, cfg.eps);
+        product(pool, file, &self.q, &a.h, n, &mut a.q, bufs)?;
+        product(pool, file, &self.k, &a.h, n, &mut a.k, bufs)?;
+        product(pool, file, &self.v, &a.h, n, &mut a.v, bufs)?;
+        attention(
+            pool,
+            cfg.heads,
+            dh,
+            scale,
+            &a.q,
+            &a.k,
+            &a.v,
+            &mut a.attn,
+            &mut bufs.heads,
+        )?;
+        product(pool, file, &self.out, &a.attn, n, &mut a.o, bufs)?;
+        x.iter_mut().zip(&a.o).for_each(|(v, &o)| *v += o);
+        self.ln2.rows(pool, x, &mut a.h, cfg.eps);
+        product(pool, file, &self.up, &a.h, n, &mut a.up, bufs)?;
+        let ffn = cfg.ffn;
+        pool.for_each_chunk_mut(&mut a.up, ffn * PRODUCT_BLOCK, |_, chunk| {
+            nn::gelu(chunk);
+        });
+        product(pool, file, &self.down, &a.up, n, &mut a.o, bufs)?;
+        x.iter_mut().zip(&a.o).for_each(|(v, &o)| *v += o);
+        Ok(())
+    }
+}
+
 impl Siglip {
     pub(super) fn bind(file: &GgufFile, cfg: &VisionConfig) -> Result<Self, MediaError> {
         let (d, p) = (cfg.hidden, cfg.patch_size);
@@ -101,40 +171,11 @@ impl Siglip {
             .zip(&self.positions)
             .for_each(|(v, &pe)| *v += pe);
 
-        let mut h = vec![0.0f32; n * d];
-        let (mut q, mut k, mut v) = (vec![0.0; n * d], vec![0.0; n * d], vec![0.0; n * d]);
-        let mut attn = vec![0.0f32; n * d];
-        let mut o = vec![0.0f32; n * d];
-        let mut up = vec![0.0f32; n * cfg.ffn];
-        let dh = d / cfg.heads;
-        let scale = 1.0 / (dh as f32).sqrt();
+        let mut acts = BlockActs::new(n, d, cfg.ffn);
         for blk in &self.blocks {
-            blk.ln1.rows(pool, &x, &mut h, cfg.eps);
-            product(pool, file, &blk.q, &h, n, &mut q, &mut bufs)?;
-            product(pool, file, &blk.k, &h, n, &mut k, &mut bufs)?;
-            product(pool, file, &blk.v, &h, n, &mut v, &mut bufs)?;
-            attention(
-                pool,
-                cfg.heads,
-                dh,
-                scale,
-                &q,
-                &k,
-                &v,
-                &mut attn,
-                &mut bufs.heads,
-            )?;
-            product(pool, file, &blk.out, &attn, n, &mut o, &mut bufs)?;
-            x.iter_mut().zip(&o).for_each(|(a, &b)| *a += b);
-            blk.ln2.rows(pool, &x, &mut h, cfg.eps);
-            product(pool, file, &blk.up, &h, n, &mut up, &mut bufs)?;
-            let ffn = cfg.ffn;
-            pool.for_each_chunk_mut(&mut up, ffn * PRODUCT_BLOCK, |_, chunk| {
-                nn::gelu(chunk);
-            });
-            product(pool, file, &blk.down, &up, n, &mut o, &mut bufs)?;
-            x.iter_mut().zip(&o).for_each(|(a, &b)| *a += b);
+            blk.forward(file, pool, cfg, &mut x, &mut acts, &mut bufs)?;
         }
+        let mut h = acts.h;
         self.post_ln.rows(pool, &x, &mut h, cfg.eps);
         self.project(cfg, &h)
     }
