@@ -16,7 +16,7 @@
 //! `sqrt(width)`, optionally standardised, RMS-normalised without weight and
 //! projected into the text model's width.
 
-use super::{patch_rows, Pixels, VisionConfig};
+use super::{patch_rows, BlockActs, Pixels, VisionConfig};
 use crate::weights;
 use crate::weights::{product, tensor, vector, Buffers, PRODUCT_BLOCK};
 use crate::MediaError;
@@ -93,35 +93,6 @@ struct Grid<'a> {
     pw: usize,
     /// Patches in all.
     n: usize,
-}
-
-/// The activations a block works in, reused from block to block.
-struct BlockActs {
-    h: Vec<f32>,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    attn: Vec<f32>,
-    o: Vec<f32>,
-    gate: Vec<f32>,
-    up: Vec<f32>,
-}
-
-impl BlockActs {
-    /// Buffers for `n` patches of width `d` and an MLP of `f`.
-    fn new(n: usize, d: usize, f: usize) -> Self {
-        let rows = |w: usize| vec![0.0f32; n * w];
-        Self {
-            h: rows(d),
-            q: rows(d),
-            k: rows(d),
-            v: rows(d),
-            attn: rows(d),
-            o: rows(d),
-            gate: rows(f),
-            up: rows(f),
-        }
-    }
 }
 
 impl Block {
@@ -310,7 +281,7 @@ impl Gemma4 {
             pw,
             n,
         };
-        let mut acts = BlockActs::new(n, d, cfg.ffn);
+        let mut acts = BlockActs::new(n, d, cfg.ffn, true);
         for blk in &self.blocks {
             blk.forward(file, &grid, &mut x, &mut acts, &mut bufs)?;
         }

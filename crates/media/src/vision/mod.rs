@@ -354,6 +354,41 @@ impl VisionTower {
     }
 }
 
+/// The activations a tower's block works in, reused from block to block.
+pub(crate) struct BlockActs {
+    /// A normed copy of the patch rows.
+    pub(crate) h: Vec<f32>,
+    pub(crate) q: Vec<f32>,
+    pub(crate) k: Vec<f32>,
+    pub(crate) v: Vec<f32>,
+    /// Attention's output.
+    pub(crate) attn: Vec<f32>,
+    /// A block's output before the residual add.
+    pub(crate) o: Vec<f32>,
+    /// The MLP's gate projection (empty for an MLP without one).
+    pub(crate) gate: Vec<f32>,
+    /// The MLP's up projection.
+    pub(crate) up: Vec<f32>,
+}
+
+impl BlockActs {
+    /// Buffers for `n` patches of width `d` and an MLP of `ffn`, `gated`
+    /// or not.
+    pub(crate) fn new(n: usize, d: usize, ffn: usize, gated: bool) -> Self {
+        let rows = |w: usize| vec![0.0f32; n * w];
+        Self {
+            h: rows(d),
+            q: rows(d),
+            k: rows(d),
+            v: rows(d),
+            attn: rows(d),
+            o: rows(d),
+            gate: if gated { rows(ffn) } else { Vec::new() },
+            up: rows(ffn),
+        }
+    }
+}
+
 /// The pixels cut into `p × p` patches, one row each in the order of the
 /// convolution kernel (channel, y, x), patches row by row: the patch
 /// embedding is then one product.

@@ -2,7 +2,7 @@
 //! positions, pre-LayerNorm blocks with full attention and a tanh-GELU MLP,
 //! a final LayerNorm, then the projector's pooling, RMSNorm and projection.
 
-use super::{patch_rows, Pixels, VisionConfig};
+use super::{patch_rows, BlockActs, Pixels, VisionConfig};
 use crate::weights;
 use crate::weights::{product, tensor, vector, Buffers, LayerNorm, PRODUCT_BLOCK};
 use crate::MediaError;
@@ -34,33 +34,6 @@ struct Block {
     ln2: LayerNorm,
     up: Linear,
     down: Linear,
-}
-
-/// The activations a block works in, reused from block to block.
-struct BlockActs {
-    h: Vec<f32>,
-    q: Vec<f32>,
-    k: Vec<f32>,
-    v: Vec<f32>,
-    attn: Vec<f32>,
-    o: Vec<f32>,
-    up: Vec<f32>,
-}
-
-impl BlockActs {
-    /// Buffers for `n` patches of width `d` and an MLP of `ffn`.
-    fn new(n: usize, d: usize, ffn: usize) -> Self {
-        let rows = |w: usize| vec![0.0f32; n * w];
-        Self {
-            h: rows(d),
-            q: rows(d),
-            k: rows(d),
-            v: rows(d),
-            attn: rows(d),
-            o: rows(d),
-            up: rows(ffn),
-        }
-    }
 }
 
 impl Block {
@@ -171,7 +144,7 @@ impl Siglip {
             .zip(&self.positions)
             .for_each(|(v, &pe)| *v += pe);
 
-        let mut acts = BlockActs::new(n, d, cfg.ffn);
+        let mut acts = BlockActs::new(n, d, cfg.ffn, false);
         for blk in &self.blocks {
             blk.forward(file, pool, cfg, &mut x, &mut acts, &mut bufs)?;
         }
