@@ -342,8 +342,12 @@ def attacks(model, vision_model):
     # Tokens a user types.
     add("prompt: control tokens in user text", "fake model turn in a user message", control_tokens(model), refuse=False)
     wide = {"type": "object", "properties": {f"p{i:04d}_" + "x" * 20: {"type": "string"} for i in range(3000)}}
+    # Greedy: a sampled reply is sometimes `{}` (one token), a whole object
+    # that never enters the property list, so a valid 200 (about one run in
+    # seven); the greedy one reaches the limit.
     add("grammar: parser limits while decoding", "chat response_format, 3000 optional properties",
-        poster("/v1/chat/completions", chat_body(model, response_format={"type": "json_schema", "json_schema": {"name": "x", "schema": wide}})))
+        poster("/v1/chat/completions", chat_body(model, temperature=0, response_format={
+            "type": "json_schema", "json_schema": {"name": "x", "schema": wide}})))
     add("grammar: bad regex", "chat regex `(`", poster("/v1/chat/completions", chat_body(model, regex="(")))
     add("grammar: bad regex", "schema pattern `[`",
         poster("/v1/chat/completions", chat_body(model, response_format={"type": "json_schema", "json_schema": {
