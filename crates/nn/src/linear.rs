@@ -239,7 +239,10 @@ impl Linear {
                 input: (lo, hi), ..
             }) => {
                 clamped.clear();
-                clamped.extend(x[..n * matrix.cols()].iter().map(|&v| v.clamp(lo, hi)));
+                // `take`, not a slice: a short input reaches the product's
+                // shape check as an error instead of panicking here.
+                let take = n * matrix.cols();
+                clamped.extend(x.iter().take(take).map(|&v| v.clamp(lo, hi)));
                 &clamped[..]
             }
             None => x,
@@ -486,6 +489,44 @@ mod tests {
                     }
                 }
             }
+        }
+    }
+
+    /// An input shorter than `n` rows is a shape error, clamped or not,
+    /// never a panic.
+    #[test]
+    fn a_short_input_is_an_error() {
+        let (rows, cols) = (4, 8);
+        let bytes = vec![0u8; rows * cols * 4];
+        let mut gguf = GgufWriter::new();
+        gguf.add_tensor("w", &[cols as u64, rows as u64], GgmlType::F32, bytes)
+            .unwrap();
+        let file = GgufFile::from_bytes(gguf.to_bytes()).unwrap();
+        let weight = Weight::new(file.tensor("w").unwrap().clone(), rows, cols).unwrap();
+        let pool = ThreadPool::new(1);
+        let ctx = Products {
+            file: &file,
+            pool: &pool,
+            precision: Precision::Quantized,
+        };
+        for clamp in [
+            None,
+            Some(Clamp {
+                input: (-1.0, 1.0),
+                output: (-1.0, 1.0),
+            }),
+        ] {
+            let lin = Linear {
+                weight: weight.clone(),
+                bias: None,
+                clamp,
+            };
+            let mut out = vec![0.0f32; 2 * rows];
+            let mut bufs = ProductBuffers::default();
+            let short = vec![0.5f32; cols + 3];
+            assert!(lin
+                .apply(ctx, &short, 2, &mut out, &mut bufs, Input::Plain)
+                .is_err());
         }
     }
 }
