@@ -93,7 +93,7 @@ pub fn row_size(ty: GgmlType, n: usize) -> Result<usize, QuantError> {
 /// [`interleave`] makes (Q4_K, Q6_K, Q5_0 and Q8_0 on x86-64 with AVX2), so a loader
 /// gains by making it.
 pub fn interleaves(ty: GgmlType) -> bool {
-    simd::best().x8(ty).is_some()
+    simd::best().interleaves(ty)
 }
 
 /// `rows` rows of `cols` weights of `ty` (`data`, row after row)
@@ -289,7 +289,8 @@ pub fn select_kernels(name: &str) -> Result<&'static str, QuantError> {
 /// Test and benchmark hooks: every kernel table this CPU can run.
 #[doc(hidden)]
 pub mod testing {
-    use crate::{GgmlType, QuantError};
+    use crate::formats::blocks::{blocks, BlockFormat, WeightFormat};
+    use crate::{simd, GgmlType, QuantError};
 
     /// Names of the kernel tables this CPU can run, scalar first.
     pub fn kernel_sets() -> Vec<&'static str> {
@@ -446,36 +447,51 @@ pub mod testing {
         out: &mut [f32],
         four: bool,
     ) -> Result<bool, QuantError> {
-        let k = table(set)?;
-        let ty = w.ty();
-        let one = k.quant(ty).ok_or(QuantError::Unsupported(ty))?;
-        let nb = w.cols() / ty.block_len();
-        let at = crate::vec_dot_type(ty);
-        let need = nb * at.block_bytes();
-        if a.len() < need || out.len() < w.rows() {
-            return Err(QuantError::BufferTooShort {
-                what: "activation or output",
-                need,
-                have: a.len().min(out.len()),
-            });
+        /// The rows, for one format.
+        struct Rows<'a> {
+            w: &'a crate::Matrix<'a>,
+            a: &'a [u8],
+            out: &'a mut [f32],
+            four: bool,
         }
-        let rb = w.row_bytes();
-        let mut r = 0;
-        let rows4 = k.rows4(ty).filter(|_| four);
-        if let Some(f) = rows4 {
-            while r + 4 <= w.rows() {
-                // SAFETY: table from this module; rows r..r+4 lie inside the
-                // matrix, each `nb` blocks, and `a` holds `nb` blocks (checked).
-                let v = unsafe { f(&w.data()[r * rb..(r + 4) * rb], rb, a, nb) };
-                out[r..r + 4].copy_from_slice(&v);
-                r += 4;
+        impl simd::ForFormat for Rows<'_> {
+            type Out = Result<bool, QuantError>;
+            fn run<W: WeightFormat>(
+                self,
+                _: &simd::Kernels,
+                f: &simd::FormatKernels<W>,
+            ) -> Self::Out {
+                let nb = self.w.cols() / W::VALUES;
+                let (w, a) = (blocks::<W>(self.w.data()), blocks::<simd::Acts<W>>(self.a));
+                if a.len() < nb || self.out.len() < self.w.rows() {
+                    return Err(QuantError::BufferTooShort {
+                        what: "activation or output",
+                        need: nb * <simd::Acts<W>>::BYTES,
+                        have: self.a.len().min(self.out.len()),
+                    });
+                }
+                let a = &a[..nb];
+                let mut r = 0;
+                let rows4 = f.rows4.filter(|_| self.four);
+                if let Some(rows4) = rows4 {
+                    while r + 4 <= self.w.rows() {
+                        // SAFETY: a table from this module.
+                        let v = unsafe { rows4(&w[r * nb..(r + 4) * nb], nb, a) };
+                        self.out[r..r + 4].copy_from_slice(&v);
+                        r += 4;
+                    }
+                }
+                for r in r..self.w.rows() {
+                    // SAFETY: a table from this module.
+                    self.out[r] = unsafe { (f.dot)(&w[r * nb..(r + 1) * nb], a) };
+                }
+                Ok(rows4.is_some())
             }
         }
-        for (r, o) in out.iter_mut().enumerate().take(w.rows()).skip(r) {
-            // SAFETY: as above, for one row.
-            *o = unsafe { one(w.row(r), a, nb) };
-        }
-        Ok(rows4.is_some())
+        let rows = Rows { w, a, out, four };
+        table(set)?
+            .with_format(w.ty(), rows)
+            .unwrap_or(Err(QuantError::Unsupported(w.ty())))
     }
 
     /// Every group of the interleaved matrix `w` against `batch`
@@ -491,39 +507,56 @@ pub mod testing {
         batch: usize,
         out: &mut [f32],
     ) -> Result<bool, QuantError> {
-        use crate::formats::interleave::GROUP_ROWS;
-        let k = table(set)?;
-        let Some(one) = k.x8(w.ty()) else {
-            return Ok(false);
-        };
-        let (rows, nb) = (w.rows(), w.cols() / w.ty().block_len());
-        let arow = nb * crate::vec_dot_type(w.ty()).block_bytes();
-        if !w.is_interleaved() || a.len() < batch * arow || out.len() < batch * rows {
-            return Err(QuantError::Shape(format!(
-                "an interleaved matrix, {batch} rows of {arow} activation bytes and {} outputs",
-                batch * rows
-            )));
+        /// The groups, for one format.
+        struct Groups<'a> {
+            w: &'a crate::Matrix<'a>,
+            a: &'a [u8],
+            batch: usize,
+            out: &'a mut [f32],
         }
-        for g in 0..rows / GROUP_ROWS {
-            let at = |b: usize| b * rows + g * GROUP_ROWS;
-            let mut b = 0;
-            while let Some(four) = k.x8x4(w.ty()).filter(|_| b + 4 <= batch) {
-                // SAFETY: table from this module; the group holds `nb` group
-                // blocks and rows b..b+4 of `a` `nb` activation blocks each
-                // (checked).
-                let v = unsafe { four(w.group(g), &a[b * arow..], arow, nb) };
-                for (c, v) in v.iter().enumerate() {
-                    out[at(b + c)..at(b + c) + GROUP_ROWS].copy_from_slice(v);
+        impl simd::ForFormat for Groups<'_> {
+            type Out = Result<bool, QuantError>;
+            fn run<W: WeightFormat>(
+                self,
+                _: &simd::Kernels,
+                f: &simd::FormatKernels<W>,
+            ) -> Self::Out {
+                use crate::formats::interleave::{Interleaved, GROUP_ROWS};
+                let Some(one) = f.x8 else {
+                    return Ok(false);
+                };
+                let (rows, nb, batch) = (self.w.rows(), self.w.cols() / W::VALUES, self.batch);
+                let a = blocks::<simd::Acts<W>>(self.a);
+                if !self.w.is_interleaved() || a.len() < batch * nb || self.out.len() < batch * rows
+                {
+                    return Err(QuantError::Shape(format!(
+                        "an interleaved matrix, {batch} rows of {nb} activation blocks and {} outputs",
+                        batch * rows
+                    )));
                 }
-                b += 4;
-            }
-            for b in b..batch {
-                // SAFETY: as above, for one activation row.
-                let v = unsafe { one(w.group(g), &a[b * arow..], nb) };
-                out[at(b)..at(b) + GROUP_ROWS].copy_from_slice(&v);
+                for g in 0..rows / GROUP_ROWS {
+                    let group = blocks::<Interleaved<W>>(self.w.group(g));
+                    let at = |b: usize| b * rows + g * GROUP_ROWS;
+                    let mut b = 0;
+                    while let Some(four) = f.x8x4.filter(|_| b + 4 <= batch) {
+                        // SAFETY: a table from this module.
+                        let v = unsafe { four(group, &a[b * nb..(b + 4) * nb], nb) };
+                        for (c, v) in v.iter().enumerate() {
+                            self.out[at(b + c)..at(b + c) + GROUP_ROWS].copy_from_slice(v);
+                        }
+                        b += 4;
+                    }
+                    for b in b..batch {
+                        // SAFETY: a table from this module.
+                        let v = unsafe { one(group, &a[b * nb..(b + 1) * nb]) };
+                        self.out[at(b)..at(b) + GROUP_ROWS].copy_from_slice(&v);
+                    }
+                }
+                Ok(true)
             }
         }
-        Ok(true)
+        let groups = Groups { w, a, batch, out };
+        table(set)?.with_format(w.ty(), groups).unwrap_or(Ok(false))
     }
 
     /// `vec_dot_f32` through the named kernel table.

@@ -7,10 +7,10 @@
 //! prompt's tokens do not depend on which machine runs it.
 
 use crate::formats::blocks::{
-    blocks, BlockFormat, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0,
-    BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, WeightFormat,
+    Bf16Le, BlockFormat, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0,
+    BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, F16Le, F32Le, WeightFormat,
 };
-use crate::formats::{f16_at, f32_at, kquants, legacy};
+use crate::formats::{kquants, legacy};
 use crate::GgmlType;
 
 /// Dot product of one weight row (type `ty`, `n` elements) with one activation row in
@@ -50,9 +50,9 @@ pub(crate) fn hsum8(v: [f32; LANES]) -> f32 {
 /// The scalar reference product of `nb` blocks of weights `W` (bytes `w`)
 /// with activations in `W::Acts` (bytes `a`): the kernel table's entry for
 /// `W` on the scalar tier.
-pub(crate) fn dot<W: WeightFormat>(w: &[u8], a: &[u8], nb: usize) -> f32 {
-    let (w, a) = (blocks::<W>(w), blocks::<W::Acts>(a));
-    W::dot(&w[..nb.min(w.len())], &a[..nb.min(a.len())])
+pub(crate) fn dot<W: WeightFormat>(w: &[W], a: &[W::Acts]) -> f32 {
+    let nb = w.len().min(a.len());
+    W::dot(&w[..nb], &a[..nb])
 }
 
 /// Q4_0/Q5_0/Q8_0 against Q8_0 in the canonical order every tier follows:
@@ -164,14 +164,12 @@ pub(crate) fn float_dot(n: usize, w: impl Fn(usize) -> f32, x: impl Fn(usize) ->
 }
 
 /// F32 · F32.
-pub(crate) fn dot_f32(w: &[u8], x: &[f32], n: usize) -> f32 {
-    let n = n.min(x.len()).min(w.len() / 4);
-    float_dot(n, |i| f32_at(&w[4 * i..]), |i| x[i])
+pub(crate) fn dot_f32(w: &[F32Le], x: &[f32]) -> f32 {
+    float_dot(w.len().min(x.len()), |i| w[i].get(), |i| x[i])
 }
 /// F16 · F32.
-pub(crate) fn dot_f16(w: &[u8], x: &[f32], n: usize) -> f32 {
-    let n = n.min(x.len()).min(w.len() / 2);
-    float_dot(n, |i| f16_at(&w[2 * i..]), |i| x[i])
+pub(crate) fn dot_f16(w: &[F16Le], x: &[f32]) -> f32 {
+    float_dot(w.len().min(x.len()), |i| w[i].get(), |i| x[i])
 }
 /// Elements of one AVX512_BF16 dot step (`vdpbf16ps` on 512 bits): 16
 /// lanes of two elements each.
@@ -189,13 +187,13 @@ pub(crate) const BF16_BLOCK: usize = 32;
 /// The activations are bf16 because that instruction takes them so, as
 /// ggml's BF16 products do (they round the activations with
 /// [`crate::formats::float::f32_to_bf16_bits`] too).
-pub(crate) fn dot_bf16(w: &[u8], x: &[u16], n: usize) -> f32 {
-    let n = n.min(x.len()).min(w.len() / 2);
+pub(crate) fn dot_bf16(w: &[Bf16Le], x: &[u16]) -> f32 {
+    let n = w.len().min(x.len());
     let at = |i: usize| -> (f32, f32) {
         if i >= n {
             return (0.0, 0.0);
         }
-        let wi = u16::from_le_bytes([w[2 * i], w[2 * i + 1]]);
+        let wi = u16::from_le_bytes(w[i].0);
         (bf16_daz(wi), bf16_daz(x[i]))
     };
     let mut acc = [[0.0f32; BF16_BLOCK / 2]; 2];

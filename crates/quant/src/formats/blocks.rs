@@ -37,6 +37,11 @@ impl F16Le {
     }
 }
 
+/// A little-endian bf16, as BF16 weights store it.
+#[derive(Clone, Copy, Pod, Zeroable, Default, Debug, PartialEq)]
+#[repr(transparent)]
+pub(crate) struct Bf16Le(pub(crate) [u8; size_of::<u16>()]);
+
 /// A little-endian f32 (Q8_K's scale).
 #[derive(Clone, Copy, Pod, Zeroable, Default, Debug, PartialEq)]
 #[repr(transparent)]
@@ -118,8 +123,8 @@ pub(crate) trait WeightFormat: BlockFormat {
 /// `bytes` as whole blocks of `B`, to read (a trailing partial block is
 /// left out).
 #[inline(always)]
-pub(crate) fn blocks<B: BlockFormat>(bytes: &[u8]) -> &[B] {
-    let whole = bytes.len() / B::BYTES * B::BYTES;
+pub(crate) fn blocks<B: Pod>(bytes: &[u8]) -> &[B] {
+    let whole = bytes.len() / size_of::<B>() * size_of::<B>();
     bytemuck::cast_slice(&bytes[..whole])
 }
 

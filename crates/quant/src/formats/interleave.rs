@@ -51,6 +51,13 @@ use crate::GgmlType;
 /// Rows in a group.
 pub const GROUP_ROWS: usize = 8;
 
+/// Block `b` of a group: the eight rows' blocks `b` of `B`, the same bytes
+/// rearranged as the tables above lay them out. Only the interleaved
+/// kernels and this module read one.
+#[derive(Clone, Copy, bytemuck::Pod, bytemuck::Zeroable)]
+#[repr(transparent)]
+pub(crate) struct Interleaved<B>(pub(crate) [B; GROUP_ROWS]);
+
 /// Bytes of one group block: eight Q4_K blocks.
 pub(crate) const GROUP_BLOCK_BYTES: usize = GROUP_ROWS * BlockQ4K::BYTES;
 
@@ -393,6 +400,7 @@ fn q4_k_block_of(g: &[u8], r: usize, blk: &mut [u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use bytemuck::Zeroable;
 
     /// `GROUP_ROWS` rows of `nb` blocks of `ty`, any bytes.
     fn random_rows(ty: GgmlType, nb: usize) -> Vec<u8> {
@@ -453,14 +461,18 @@ mod tests {
             let mut want = vec![0u8; nb * Q8_0_GROUP_BYTES];
             q5_0_group_as_q8_0(&src, nb, &mut want);
             for k in crate::simd::available() {
-                let Some((widen, ty)) = k.x8_widened(GgmlType::Q5_0) else {
+                let Some(widen) = k.q5_0.x8_as_q8_0 else {
                     continue;
                 };
-                assert_eq!(ty, GgmlType::Q8_0);
-                let mut got = vec![0xAAu8; nb * Q8_0_GROUP_BYTES];
-                // SAFETY: a table this CPU runs; both buffers hold nb blocks.
-                unsafe { widen(&src, nb, &mut got) };
-                assert_eq!(got, want, "{} nb {nb}", k.name);
+                let mut got = vec![Interleaved([BlockQ8_0::zeroed(); GROUP_ROWS]); nb];
+                // SAFETY: a table this CPU runs.
+                unsafe { widen(crate::formats::blocks::blocks(&src), &mut got) };
+                assert_eq!(
+                    bytemuck::cast_slice::<_, u8>(&got),
+                    want,
+                    "{} nb {nb}",
+                    k.name
+                );
             }
         }
     }

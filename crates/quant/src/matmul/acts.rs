@@ -288,10 +288,7 @@ impl<'a> BlockSink<'a> {
             GgmlType::Q8_0 | GgmlType::Q8_K => at.block_len(),
             _ => return None,
         };
-        let usable = next.cols == rows
-            && rows.is_multiple_of(len)
-            && k.float(next.ty).is_none()
-            && k.quant(next.ty).is_some();
+        let usable = next.cols == rows && rows.is_multiple_of(len) && k.quantized(next.ty);
         if !usable {
             return None;
         }

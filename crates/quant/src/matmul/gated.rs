@@ -31,7 +31,7 @@ pub(super) fn product(
     gate: Gate<'_>,
 ) -> Result<(), QuantError> {
     let k = simd::best();
-    let integer = |w: &Matrix| k.float(w.ty).is_none() && k.quant(w.ty).is_some();
+    let integer = |w: &Matrix| k.quantized(w.ty);
     if batch < GEMM_MIN_BATCH && integer(gate_w) && integer(up_w) {
         return fused(
             pool,

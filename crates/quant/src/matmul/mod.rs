@@ -342,7 +342,7 @@ fn products(
     input: Option<Ready<'_>>,
 ) -> Result<(), QuantError> {
     let k = simd::best();
-    let integer = |w: &&Matrix| k.float(w.ty).is_none() && k.quant(w.ty).is_some();
+    let integer = |w: &&Matrix| k.quantized(w.ty);
     if ws.len() <= MAX_FUSED && batch >= GEMM_MIN_BATCH {
         return panels::products(pool, k, ws, x, batch, outs, scratch, input.as_ref());
     }
@@ -372,7 +372,9 @@ fn single(
     if simd::is_float(w.ty) {
         return rows::float_product(pool, k, w, x, batch, out);
     }
-    k.quant(w.ty).ok_or(QuantError::Unsupported(w.ty))?;
+    if !k.quantized(w.ty) {
+        return Err(QuantError::Unsupported(w.ty));
+    }
     if batch >= GEMM_MIN_BATCH && crate::gemm::group_len(w.ty).is_some() {
         let shared = SharedOut::of(out, batch * w.rows);
         panels::gemm_panels(pool, k.gemm, &[w], x, batch, std::slice::from_ref(&shared));

@@ -94,7 +94,7 @@ impl PanelFormat {
     /// that is a panel product (a batch of [`GEMM_MIN_BATCH`] rows or
     /// more, of a type with integer kernels and panels).
     pub(super) fn for_product(k: &simd::Kernels, w: &Matrix, batch: usize) -> Option<Self> {
-        let panel = batch >= GEMM_MIN_BATCH && k.float(w.ty).is_none() && k.quant(w.ty).is_some();
+        let panel = batch >= GEMM_MIN_BATCH && k.quantized(w.ty);
         panel
             .then(|| Self::of(w.ty, w.cols, batch, k.gemm))
             .flatten()

@@ -2,19 +2,21 @@
 //! the batch, the rows shared out over the threads in parts (see
 //! [`DecodeSplit`]).
 
-use super::acts::{act_row_bytes, quantize_once, Ready};
+use super::acts::{quantize_once, Ready};
 use super::plan::{DecodeSplit, SharedOut, GEMM_MIN_BATCH, MAX_FUSED, ROW_TILE};
 use super::Matrix;
+use crate::formats::blocks::{blocks, BlockFormat, BlockQ8_0, WeightFormat};
 use crate::formats::float::f32_to_bf16_bits;
-use crate::formats::interleave::GROUP_ROWS;
-use crate::{simd, vec_dot_type, QuantError};
+use crate::formats::interleave::{Interleaved, GROUP_ROWS};
+use crate::simd::Acts;
+use crate::{simd, QuantError};
+use bytemuck::Zeroable;
 use threads::ThreadPool;
 
 /// A product of float weights (F32, F16, BF16): a GEMM for a batch of
 /// [`GEMM_MIN_BATCH`] rows or more (`float_gemm`, `bf16_gemm`), one dot per
 /// row and batch row below (BF16 against the activations rounded to bf16,
-/// as ggml's BF16 products take them). `w`'s type must have a float kernel
-/// in `k`.
+/// as ggml's BF16 products take them). `w`'s type must be a float type.
 #[track_caller]
 pub(super) fn float_product(
     pool: &ThreadPool,
@@ -25,9 +27,9 @@ pub(super) fn float_product(
     out: &mut [f32],
 ) -> Result<(), QuantError> {
     let shared = SharedOut::of(out, batch * w.rows);
-    if w.ty == crate::GgmlType::BF16 {
-        // Rounded once, for the GEMM and the dots alike.
-        return BF16_ACTS.with_borrow_mut(|buf| {
+    match w.ty {
+        crate::GgmlType::BF16 => BF16_ACTS.with_borrow_mut(|buf| {
+            // Rounded once, for the GEMM and the dots alike.
             let acts = AlignedActs::copy(buf, x, batch, w.cols, f32_to_bf16_bits);
             if batch >= GEMM_MIN_BATCH {
                 let dot = k.has_bf16_dot();
@@ -41,55 +43,61 @@ pub(super) fn float_product(
                     dot,
                 );
             }
-            let tile = k.bf16_tile.filter(|_| batch > 1);
+            let tile = k.bf16.tile.filter(|_| batch > 1);
             let tile = tile.map(|t| (t, simd::BF16_TILE_ACTS));
-            float_rows(pool, k.bf16, tile, w, &acts, &shared);
+            float_rows(pool, k.bf16.dot, tile, w, &acts, &shared);
             Ok(())
-        });
+        }),
+        _ if batch >= GEMM_MIN_BATCH => crate::float_gemm::float_gemm(pool, w, x, batch, &shared),
+        crate::GgmlType::F32 => f32_rows(pool, &k.f32, w, x, batch, &shared),
+        crate::GgmlType::F16 => f32_rows(pool, &k.f16, w, x, batch, &shared),
+        ty => Err(QuantError::Unsupported(ty)),
     }
-    if batch >= GEMM_MIN_BATCH {
-        return crate::float_gemm::float_gemm(pool, w, x, batch, &shared);
-    }
-    let Some(f) = k.float(w.ty) else {
-        return Err(QuantError::Unsupported(w.ty));
-    };
-    let Some(tile) = k.float_tile(w.ty).filter(|_| batch > 1) else {
+}
+
+/// [`float_rows`] for weights stored as `E` against f32 activations
+/// (`batch` rows of `x`): through the set's tile for a batch of two or
+/// more, copying the activations to aligned rows for it.
+fn f32_rows<E: bytemuck::Pod + Sync>(
+    pool: &ThreadPool,
+    f: &simd::FloatKernels<E>,
+    w: &Matrix,
+    x: &[f32],
+    batch: usize,
+    shared: &SharedOut,
+) -> Result<(), QuantError> {
+    let Some(tile) = f.tile.filter(|_| batch > 1) else {
         // One row reads its weights front to back from the caller's buffer.
         let acts = AlignedActs {
             data: x,
             batch,
             stride: w.cols,
         };
-        float_rows(pool, f, None, w, &acts, &shared);
+        float_rows(pool, f.dot, None, w, &acts, shared);
         return Ok(());
     };
     F32_ACTS.with_borrow_mut(|buf| {
         let acts = AlignedActs::copy(buf, x, batch, w.cols, |v| v);
-        float_rows(
-            pool,
-            f,
-            Some((tile, simd::FLOAT_TILE_ACTS)),
-            w,
-            &acts,
-            &shared,
-        );
+        let tile = Some((tile, simd::FLOAT_TILE_ACTS));
+        float_rows(pool, f.dot, tile, w, &acts, shared);
     });
     Ok(())
 }
 
-/// Every row of `w` against every activation row, the rows shared out over
-/// the threads: through `tile` where there is one (with the activation rows
-/// it takes against one weight row), else by `f` one weight row and one
-/// activation row at a time.
-fn float_rows<T: Copy + Sync>(
+/// Every row of `w` (its elements stored as `E`) against every activation
+/// row, the rows shared out over the threads: through `tile` where there is
+/// one (with the activation rows it takes against one weight row), else by
+/// `f` one weight row and one activation row at a time.
+fn float_rows<E: bytemuck::Pod + Sync, T: Copy + Sync>(
     pool: &ThreadPool,
-    f: simd::FloatDotFn<T>,
-    tile: Option<(simd::FloatTileFn<T>, usize)>,
+    f: simd::FloatDotFn<E, T>,
+    tile: Option<(simd::FloatTileFn<E, T>, usize)>,
     w: &Matrix,
     acts: &AlignedActs<'_, T>,
     shared: &SharedOut,
 ) {
     let (rows, cols) = (w.rows, w.cols);
+    let elements: &[E] = bytemuck::cast_slice(w.data());
     let split = DecodeSplit::new(pool.threads(), rows);
     pool.run(split.parts(), |t| {
         let part = split.range(t);
@@ -100,15 +108,13 @@ fn float_rows<T: Copy + Sync>(
             // hardware prefetchers follow best; the tiles read a few
             // rows side by side.
             if let Some((tile, most)) = tile {
-                float_tiles(tile, most, w, acts, r0..r1, shared);
+                float_tiles(tile, most, elements, w, acts, r0..r1, shared);
             } else {
                 for b in 0..acts.batch {
                     let xb = &acts.data[b * acts.stride..][..cols];
                     for r in r0..r1 {
-                        // SAFETY: kernel from `simd::best()`; the Matrix
-                        // guarantees `cols` elements per row and `xb` has
-                        // exactly `cols`.
-                        let v = unsafe { f(w.row(r), xb, cols) };
+                        // SAFETY: kernel from `simd::best()`.
+                        let v = unsafe { f(&elements[r * cols..(r + 1) * cols], xb) };
                         // SAFETY: row r belongs to this task alone.
                         unsafe { shared.write(b * rows + r, v) };
                     }
@@ -180,15 +186,16 @@ impl<'a, T: Copy + Default> AlignedActs<'a, T> {
 /// through `tile`: the activation rows in as few groups as the tile takes,
 /// of even sizes (nine rows as three threes rather than 4, 4 and 1, whose
 /// last group would load each weight vector for one row).
-fn float_tiles<T>(
-    tile: simd::FloatTileFn<T>,
+fn float_tiles<E, T>(
+    tile: simd::FloatTileFn<E, T>,
     one_row_acts: usize,
+    elements: &[E],
     w: &Matrix,
     acts: &AlignedActs<'_, T>,
     range: std::ops::Range<usize>,
     shared: &SharedOut,
 ) {
-    let (rows, cols, row_bytes) = (w.rows, w.cols, w.row_bytes());
+    let (rows, cols) = (w.rows, w.cols);
     let AlignedActs {
         data: x,
         batch,
@@ -214,14 +221,12 @@ fn float_tiles<T>(
         let mut r = range.start;
         while r < range.end {
             let wn = (range.end - r).min(wmax);
-            let ws = &w.data()[r * row_bytes..(r + wn) * row_bytes];
-            // SAFETY: kernel from `simd::best()`; rows r..r + wn hold `cols`
-            // elements each, `row_bytes` apart, and activation rows
-            // b..b + n (`stride` apart) lie inside `x`.
+            let ws = &elements[r * cols..(r + wn) * cols];
+            // SAFETY: kernel from `simd::best()`.
             let v = unsafe {
                 tile(
                     ws,
-                    row_bytes,
+                    cols,
                     &x[b * stride..(b + n) * stride],
                     stride,
                     cols,
@@ -284,15 +289,8 @@ pub(super) fn products(
 }
 
 /// Rows `range` of `w` times `batch` quantized activation rows (`acts`,
-/// of `w`'s activation type) into `out`, through the small-batch kernels:
-/// four weight rows by four activation rows, or one weight row by four
-/// activation rows, where the type has such kernels; four weight rows at a
-/// time for one activation row; else one dot at a time.
-/// `w`'s type must have a quantized kernel in `k`.
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
+/// of `w`'s activation type) into `out`, through the kernel set of `w`'s
+/// format (see [`QuantRows`]). `w`'s type must be a quantized format.
 pub(super) fn quant_rows(
     k: &simd::Kernels,
     w: &Matrix,
@@ -301,205 +299,238 @@ pub(super) fn quant_rows(
     range: std::ops::Range<usize>,
     out: &SharedOut,
 ) {
-    if w.grouped {
-        return grouped_rows(k, w, acts, batch, range, out);
-    }
-    let Some(f) = k.quant(w.ty) else { return };
-    let (rows, cols) = (w.rows, w.cols);
-    let at = vec_dot_type(w.ty);
-    let arow = act_row_bytes(at, cols);
-    let nb = cols / w.ty.block_len();
-    if let (Some(tile), true) = (k.tile4(w.ty), batch >= 4) {
-        let t44 = k.tile44(w.ty);
-        let rb = w.row_bytes;
-        // The activations' scales widened once for all the weight rows,
-        // into a buffer the thread keeps from task to task.
-        let mut scales = WIDE_SCALES.take();
-        scales.clear();
-        if at == crate::GgmlType::Q8_0 {
-            simd::widen_scales(acts, arow, batch / 4 * 4, nb, &mut scales);
+    let rows = QuantRows {
+        w,
+        acts,
+        batch,
+        range,
+        out,
+    };
+    k.with_format(w.ty, rows);
+}
+
+/// One part of a quantized product: rows `range` of `w` against `batch`
+/// activation rows (`acts`), into `out`.
+struct QuantRows<'a> {
+    w: &'a Matrix<'a>,
+    acts: &'a [u8],
+    batch: usize,
+    range: std::ops::Range<usize>,
+    out: &'a SharedOut,
+}
+
+impl simd::ForFormat for QuantRows<'_> {
+    type Out = ();
+
+    /// Through the small-batch kernels: four weight rows by four activation
+    /// rows, or one weight row by four activation rows, where the format
+    /// has such kernels; four weight rows at a time for one activation row;
+    /// else one dot at a time. An interleaved matrix goes group by group
+    /// ([`grouped_rows`]).
+    fn run<W: WeightFormat>(self, k: &simd::Kernels, f: &simd::FormatKernels<W>) {
+        let acts = blocks::<Acts<W>>(self.acts);
+        if self.w.grouped {
+            return grouped_rows(k, f, &self, acts);
         }
-        let mut r0 = range.start;
-        while r0 < range.end {
-            let r1 = (r0 + ROW_TILE).min(range.end);
-            let mut b = 0;
-            while b + 4 <= batch {
-                let mut r = r0;
-                if let Some(t44) = t44 {
+        let w = blocks::<W>(self.w.data());
+        let (rows, nb) = (self.w.rows, self.w.cols / W::VALUES);
+        let out = self.out;
+        let row = |r: usize| &w[r * nb..(r + 1) * nb];
+        let act = |b: usize| &acts[b * nb..(b + 1) * nb];
+        if let (Some(tile), true) = (f.tile4, self.batch >= 4) {
+            return tiled_rows(f, tile, w, acts, &self);
+        }
+        if let Some(rows4) = f.rows4 {
+            for_row_tiles(self.range, |r0, r1| {
+                for b in 0..self.batch {
+                    let mut r = r0;
                     while r + 4 <= r1 {
-                        // SAFETY: kernel from `simd::best()`; rows r..r+4 are
-                        // inside the matrix (r + 4 <= r1 <= rows), each `nb`
-                        // blocks, and activation rows b..b+4 lie inside `acts`.
-                        let v = unsafe {
-                            t44(
-                                &w.data[r * rb..(r + 4) * rb],
-                                rb,
-                                &acts[b * arow..(b + 4) * arow],
-                                arow,
-                                nb,
-                            )
-                        };
-                        for (c, v) in v.into_iter().enumerate() {
-                            for (j, v) in v.into_iter().enumerate() {
-                                // SAFETY: row r + j belongs to this task alone.
-                                unsafe { out.write((b + c) * rows + r + j, v) };
-                            }
+                        // SAFETY: kernel from `simd::best()`.
+                        let v = unsafe { rows4(&w[r * nb..(r + 4) * nb], nb, act(b)) };
+                        for (j, v) in v.into_iter().enumerate() {
+                            // SAFETY: row r + j belongs to this task alone.
+                            unsafe { out.write(b * rows + r + j, v) };
                         }
                         r += 4;
                     }
-                }
-                for r in r..r1 {
-                    let s = scales.get(b * nb..).unwrap_or_default();
-                    // SAFETY: kernel from `simd::best()`; the row holds `nb`
-                    // blocks, activation rows b..b+4 (each `arow` bytes of
-                    // `nb` blocks) lie inside `acts`, and `s` holds their
-                    // scales where they are Q8_0.
-                    let v = unsafe { tile(w.row(r), &acts[b * arow..(b + 4) * arow], arow, s, nb) };
-                    for (c, v) in v.into_iter().enumerate() {
+                    for r in r..r1 {
+                        // SAFETY: kernel from `simd::best()`.
+                        let v = unsafe { (f.dot)(row(r), act(b)) };
                         // SAFETY: row r belongs to this task alone.
-                        unsafe { out.write((b + c) * rows + r, v) };
+                        unsafe { out.write(b * rows + r, v) };
                     }
                 }
-                b += 4;
-            }
-            for b in b..batch {
-                for r in r0..r1 {
-                    // SAFETY: as in the single-row path below.
-                    let v = unsafe { f(w.row(r), &acts[b * arow..(b + 1) * arow], nb) };
-                    // SAFETY: row r belongs to this task alone.
-                    unsafe { out.write(b * rows + r, v) };
-                }
-            }
-            r0 = r1;
+            });
+            return;
         }
-        WIDE_SCALES.set(scales);
-        return;
+        let ahead = (PREFETCH_BYTES / self.w.row_bytes).max(1);
+        for_tiles(self.range, self.batch, |r, b| {
+            if b == 0 && !f.prefetches {
+                prefetch(self.w.row(r + ahead));
+            }
+            // SAFETY: kernel from `simd::best()`.
+            let v = unsafe { (f.dot)(row(r), act(b)) };
+            // SAFETY: row r belongs to this task alone.
+            unsafe { out.write(b * rows + r, v) };
+        });
     }
-    if let Some(rows4) = k.rows4(w.ty) {
-        let rb = w.row_bytes;
-        let mut r0 = range.start;
-        while r0 < range.end {
-            let r1 = (r0 + ROW_TILE).min(range.end);
-            for b in 0..batch {
-                let a = &acts[b * arow..(b + 1) * arow];
-                let mut r = r0;
-                while r + 4 <= r1 {
-                    // SAFETY: kernel from `simd::best()`; rows r..r+4 are
-                    // inside the matrix (r + 4 <= r1 <= rows), each `nb`
-                    // blocks, and `a` holds `nb` activation blocks.
-                    let v = unsafe { rows4(&w.data[r * rb..(r + 4) * rb], rb, a, nb) };
-                    for (j, v) in v.into_iter().enumerate() {
-                        // SAFETY: row r + j belongs to this task alone.
-                        unsafe { out.write(b * rows + r + j, v) };
-                    }
-                    r += 4;
-                }
-                for r in r..r1 {
-                    // SAFETY: as in the single-row path below.
-                    let v = unsafe { f(w.row(r), a, nb) };
-                    // SAFETY: row r belongs to this task alone.
-                    unsafe { out.write(b * rows + r, v) };
-                }
-            }
-            r0 = r1;
-        }
-        return;
-    }
-    let ahead = (PREFETCH_BYTES / w.row_bytes).max(1);
-    let self_prefetching = k.prefetches(w.ty);
-    for_tiles(range, batch, |r, b| {
-        if b == 0 && !self_prefetching {
-            prefetch(w.row(r + ahead));
-        }
-        // SAFETY: kernel from `simd::best()`; a row holds `nb` weight blocks and
-        // each activation row `nb` blocks of the vec_dot type.
-        let v = unsafe { f(w.row(r), &acts[b * arow..(b + 1) * arow], nb) };
-        // SAFETY: row r belongs to this task alone.
-        unsafe { out.write(b * rows + r, v) };
-    });
 }
 
-/// [`quant_rows`] for an interleaved matrix: group by group through the
-/// table's interleaved kernels, each group against every activation row
-/// while it is in cache (four rows at a time where the table has a
-/// four-row kernel); a table without one gets each group's rows copied out
-/// for its one-row kernel.
-fn grouped_rows(
-    k: &simd::Kernels,
-    w: &Matrix,
-    acts: &[u8],
-    batch: usize,
-    range: std::ops::Range<usize>,
-    out: &SharedOut,
+/// [`QuantRows`] for a batch of four or more through the format's tiles:
+/// four weight rows by four activation rows where it has that tile, else
+/// one weight row by four; the batch's last rows one dot at a time.
+fn tiled_rows<W: WeightFormat>(
+    f: &simd::FormatKernels<W>,
+    tile: simd::TileFn<W>,
+    w: &[W],
+    acts: &[Acts<W>],
+    part: &QuantRows<'_>,
 ) {
-    let Some(f) = k.quant(w.ty) else { return };
-    let (mut x8, mut x8x4) = (k.x8(w.ty), k.x8x4(w.ty));
-    let arow = act_row_bytes(vec_dot_type(w.ty), w.cols);
-    let (rb, nb) = (w.row_bytes, w.cols / w.ty.block_len());
-    // A batch takes each group rewritten once into a type whose kernel
-    // unpacks less per activation row (Q5_0's fifth bits), where the
-    // table has such a rewrite; the sums are the same.
-    let widen = k.x8_widened(w.ty).filter(|_| batch >= 2);
-    if let Some((_, ty)) = widen {
-        (x8, x8x4) = (k.x8(ty), k.x8x4(ty));
-    }
-    let mut copy = Vec::new();
-    let mut widened = WIDENED.take();
-    for g in range.start / GROUP_ROWS..range.end.div_ceil(GROUP_ROWS) {
-        let first = g * GROUP_ROWS;
-        let (lo, hi) = (first.max(range.start), (first + GROUP_ROWS).min(range.end));
-        if x8.is_none() {
-            w.rows_into(first, GROUP_ROWS, &mut copy);
+    let (rows, nb, batch, out) = (part.w.rows, part.w.cols / W::VALUES, part.batch, part.out);
+    // The activations' scales widened once for all the weight rows, into a
+    // buffer the thread keeps from task to task.
+    let mut scales = WIDE_SCALES.take();
+    scales.clear();
+    if let Ok(q8_0) = bytemuck::try_cast_slice::<Acts<W>, BlockQ8_0>(acts) {
+        if <Acts<W>>::TYPE == crate::GgmlType::Q8_0 {
+            simd::widen_scales(q8_0, nb, batch / 4 * 4, nb, &mut scales);
         }
-        let group = match widen {
-            Some((rewrite, ty)) => {
-                widened.resize(nb * GROUP_ROWS * ty.block_bytes(), 0);
-                // SAFETY: a kernel of `simd::best()`; the group holds `nb`
-                // group blocks and `widened` room for `nb` of `ty`.
-                unsafe { rewrite(w.group(g), nb, &mut widened) };
-                &widened[..]
-            }
-            None => w.group(g),
-        };
-        let write = |b: usize, v: [f32; GROUP_ROWS]| {
-            for r in lo..hi {
-                // SAFETY: row r belongs to this task alone.
-                unsafe { out.write(b * w.rows + r, v[r - first]) };
-            }
-        };
+    }
+    for_row_tiles(part.range.clone(), |r0, r1| {
         let mut b = 0;
-        while let Some(x4) = x8x4.filter(|_| b + 4 <= batch) {
-            // SAFETY: kernel from `simd::best()`; the group holds `nb` group
-            // blocks and activation rows b..b+4 lie inside `acts`.
-            let v = unsafe { x4(group, &acts[b * arow..(b + 4) * arow], arow, nb) };
-            for (c, v) in v.into_iter().enumerate() {
-                write(b + c, v);
+        while b + 4 <= batch {
+            let a = &acts[b * nb..(b + 4) * nb];
+            let mut r = r0;
+            while let Some(t44) = f.tile44.filter(|_| r + 4 <= r1) {
+                // SAFETY: kernel from `simd::best()`.
+                let v = unsafe { t44(&w[r * nb..(r + 4) * nb], nb, a, nb, nb) };
+                for (c, v) in v.into_iter().enumerate() {
+                    for (j, v) in v.into_iter().enumerate() {
+                        // SAFETY: row r + j belongs to this task alone.
+                        unsafe { out.write((b + c) * rows + r + j, v) };
+                    }
+                }
+                r += 4;
+            }
+            for r in r..r1 {
+                let s = scales.get(b * nb..).unwrap_or_default();
+                // SAFETY: kernel from `simd::best()`; `s` holds the rows'
+                // scales where they are Q8_0.
+                let v = unsafe { tile(&w[r * nb..(r + 1) * nb], a, nb, s) };
+                for (c, v) in v.into_iter().enumerate() {
+                    // SAFETY: row r belongs to this task alone.
+                    unsafe { out.write((b + c) * rows + r, v) };
+                }
             }
             b += 4;
         }
         for b in b..batch {
-            let a = &acts[b * arow..(b + 1) * arow];
-            write(
-                b,
-                match x8 {
-                    // SAFETY: kernel from `simd::best()`; the group holds
-                    // `nb` group blocks and `a` `nb` activation blocks.
-                    Some(x8) => unsafe { x8(group, a, nb) },
-                    None => {
-                        // SAFETY: as in `quant_rows`, for the rows copied out.
-                        std::array::from_fn(|r| unsafe { f(&copy[r * rb..(r + 1) * rb], a, nb) })
-                    }
-                },
-            );
+            for r in r0..r1 {
+                let (wr, a) = (&w[r * nb..(r + 1) * nb], &acts[b * nb..(b + 1) * nb]);
+                // SAFETY: kernel from `simd::best()`.
+                let v = unsafe { (f.dot)(wr, a) };
+                // SAFETY: row r belongs to this task alone.
+                unsafe { out.write(b * rows + r, v) };
+            }
+        }
+    });
+    WIDE_SCALES.set(scales);
+}
+
+/// [`QuantRows`] for an interleaved matrix: group by group through the
+/// format's interleaved kernels, each group against every activation row
+/// while it is in cache (four rows at a time where the set has a four-row
+/// kernel); a set without them gets each group's rows copied out for its
+/// one-row kernel. A batch of two or more takes each group rewritten as
+/// Q8_0 first where the set has that rewrite (the same sums, the format
+/// unpacked once rather than once per activation row).
+fn grouped_rows<W: WeightFormat>(
+    k: &simd::Kernels,
+    f: &simd::FormatKernels<W>,
+    part: &QuantRows<'_>,
+    acts: &[Acts<W>],
+) {
+    let w = part.w;
+    let range = part.range.clone();
+    let nb = w.cols / W::VALUES;
+    let widen = f.x8_as_q8_0.filter(|_| part.batch >= 2);
+    // Only Q5_0 is rewritten, and its activations are Q8_0 already.
+    let q8_acts = bytemuck::try_cast_slice::<Acts<W>, BlockQ8_0>(acts).ok();
+    let mut widened = WIDENED.take();
+    for g in range.start / GROUP_ROWS..range.end.div_ceil(GROUP_ROWS) {
+        let first = g * GROUP_ROWS;
+        let (lo, hi) = (first.max(range.start), (first + GROUP_ROWS).min(range.end));
+        let write = |b: usize, v: [f32; GROUP_ROWS]| {
+            for r in lo..hi {
+                // SAFETY: row r belongs to this task alone.
+                unsafe { part.out.write(b * w.rows + r, v[r - first]) };
+            }
+        };
+        let group = blocks::<Interleaved<W>>(w.group(g));
+        match (widen, q8_acts) {
+            (Some(rewrite), Some(a)) => {
+                widened.resize(nb, Interleaved([BlockQ8_0::zeroed(); GROUP_ROWS]));
+                // SAFETY: a kernel of `simd::best()`.
+                unsafe { rewrite(group, &mut widened) };
+                group_against(&k.q8_0, &widened, a, part.batch, nb, write);
+            }
+            _ => group_against(f, group, acts, part.batch, nb, write),
         }
     }
     WIDENED.set(widened);
 }
 
+/// One interleaved group (`group`, `nb` group blocks) against `batch`
+/// activation rows of `nb` blocks (`acts`), each row's eight results handed
+/// to `write`: through the set's interleaved kernels, else its one-row
+/// kernel on the group's rows copied out.
+fn group_against<W: WeightFormat>(
+    f: &simd::FormatKernels<W>,
+    group: &[Interleaved<W>],
+    acts: &[Acts<W>],
+    batch: usize,
+    nb: usize,
+    write: impl Fn(usize, [f32; GROUP_ROWS]),
+) {
+    let Some(x8) = f.x8 else {
+        let mut copy = vec![W::zeroed(); GROUP_ROWS * nb];
+        crate::formats::interleave::deinterleave_rows(
+            W::TYPE,
+            bytemuck::cast_slice(group),
+            nb,
+            0..GROUP_ROWS,
+            bytemuck::cast_slice_mut(&mut copy),
+        );
+        for b in 0..batch {
+            let a = &acts[b * nb..(b + 1) * nb];
+            // SAFETY: kernel from `simd::best()`.
+            write(
+                b,
+                std::array::from_fn(|r| unsafe { (f.dot)(&copy[r * nb..(r + 1) * nb], a) }),
+            );
+        }
+        return;
+    };
+    let mut b = 0;
+    while let Some(x4) = f.x8x4.filter(|_| b + 4 <= batch) {
+        // SAFETY: kernel from `simd::best()`.
+        let v = unsafe { x4(group, &acts[b * nb..(b + 4) * nb], nb) };
+        for (c, v) in v.into_iter().enumerate() {
+            write(b + c, v);
+        }
+        b += 4;
+    }
+    for b in b..batch {
+        // SAFETY: kernel from `simd::best()`.
+        write(b, unsafe { x8(group, &acts[b * nb..(b + 1) * nb]) });
+    }
+}
+
 thread_local! {
-    /// A group rewritten for a batch (see [`simd::Kernels::x8_widened`]),
-    /// kept so a decode step allocates none.
-    static WIDENED: std::cell::Cell<Vec<u8>> = const { std::cell::Cell::new(Vec::new()) };
+    /// A group rewritten for a batch (see
+    /// [`simd::FormatKernels::x8_as_q8_0`]), kept so a decode step
+    /// allocates none.
+    static WIDENED: std::cell::Cell<Vec<Interleaved<BlockQ8_0>>> = const { std::cell::Cell::new(Vec::new()) };
     /// The tile kernels' widened activation scales (see
     /// [`simd::widen_scales`]), kept so a decode step allocates none.
     static WIDE_SCALES: std::cell::Cell<Vec<f32>> = const { std::cell::Cell::new(Vec::new()) };
@@ -541,6 +572,17 @@ fn for_tiles(rows: std::ops::Range<usize>, batch: usize, mut f: impl FnMut(usize
                 f(r, b);
             }
         }
+        r0 = r1;
+    }
+}
+
+/// Visits rows `rows` in tiles of [`ROW_TILE`]: `f(start, end)` for each.
+#[inline]
+fn for_row_tiles(rows: std::ops::Range<usize>, mut f: impl FnMut(usize, usize)) {
+    let mut r0 = rows.start;
+    while r0 < rows.end {
+        let r1 = (r0 + ROW_TILE).min(rows.end);
+        f(r0, r1);
         r0 = r1;
     }
 }

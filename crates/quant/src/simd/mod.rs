@@ -1,14 +1,25 @@
-//! Run-time kernel selection: a table of function pointers chosen once per process.
+//! Run-time kernel selection: a table of kernel sets, one per weight format,
+//! chosen once per process.
+//!
+//! Every kernel takes its weights and activations as typed blocks
+//! (`&[BlockQ4K]` against `&[BlockQ8K]`, eight interleaved rows as
+//! [`Interleaved`] blocks, float weights as their little-endian elements)
+//! and takes its block count from those slices. A multi-row kernel checks
+//! once that its rows fit ([`check_rows`]), so the raw reads inside every
+//! kernel stay in bounds whatever a caller passes: what makes a kernel
+//! `unsafe` to call is only the CPU features it was compiled for, which a
+//! table built here installs only after detecting them.
 
 use crate::QuantError;
 use std::sync::OnceLock;
 
 use crate::formats::blocks::{
-    BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K,
-    BlockQ8K, BlockQ8_0,
+    blocks, Bf16Le, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0,
+    BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, F16Le, F32Le, WeightFormat,
 };
 use crate::formats::float::f32_to_bf16_bits;
-use crate::{scalar, vec_dot_type, GgmlType};
+pub(crate) use crate::formats::interleave::Interleaved;
+use crate::{scalar, GgmlType};
 
 #[cfg(target_arch = "aarch64")]
 pub(crate) mod neon;
@@ -21,15 +32,17 @@ mod x86_float;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86_x8;
 
-/// A quantized dot kernel over `nb` blocks.
-///
-/// Callers must pass slices holding at least `nb` blocks of the weight and activation
-/// types, and must only call kernels from a table built by this module, which installs
-/// a kernel only after detecting the CPU features it was compiled for.
-pub(crate) type DotFn = unsafe fn(w: &[u8], a: &[u8], nb: usize) -> f32;
-/// A float-weight dot kernel over `n` elements with activations of type `T`
-/// (f32; bf16 bits for BF16 weights) (same contract).
-pub(crate) type FloatDotFn<T = f32> = unsafe fn(w: &[u8], x: &[T], n: usize) -> f32;
+/// The activation blocks weights of format `W` are multiplied with.
+pub(crate) type Acts<W> = <W as WeightFormat>::Acts;
+
+/// `Σ w·a` over the blocks of one weight row and one activation row (as
+/// many as the shorter holds).
+pub(crate) type DotFn<W> = unsafe fn(w: &[W], a: &[Acts<W>]) -> f32;
+
+/// A float-weight dot over as many elements as the shorter of `w` and `x`
+/// holds, the weights stored as `E` (f32, f16 or bf16), the activations
+/// `T` (f32; bf16 bits for BF16 weights).
+pub(crate) type FloatDotFn<E, T = f32> = unsafe fn(w: &[E], x: &[T]) -> f32;
 /// Weight rows a float tile takes at most.
 pub(crate) const FLOAT_TILE_WEIGHTS: usize = 3;
 /// Activation rows a float tile takes at most.
@@ -41,14 +54,14 @@ pub(crate) const BF16_TILE_ACTS: usize = 8;
 /// A float tile's results: `[v][r]` for weight row `v` and activation row
 /// `r`, zero past the tile's shape.
 pub(crate) type FloatTile = [[f32; BF16_TILE_ACTS]; FLOAT_TILE_WEIGHTS];
-/// A float-weight tile kernel: `wrows` (up to [`FLOAT_TILE_WEIGHTS`])
-/// weight rows of `n` elements, `w_stride` bytes apart in `w`, against
-/// `rows` (up to [`FLOAT_TILE_ACTS`]; [`BF16_TILE_ACTS`] for a BF16 tile of
-/// one weight row) activation rows that start
-/// `stride` elements apart in `x`; each result equals the table's
-/// [`FloatDotFn`] to the bit (same contract).
-pub(crate) type FloatTileFn<T = f32> = unsafe fn(
-    w: &[u8],
+/// A float-weight tile: `wrows` (up to [`FLOAT_TILE_WEIGHTS`]) weight rows
+/// of `n` elements, `w_stride` elements apart in `w`, against `rows` (up to
+/// [`FLOAT_TILE_ACTS`]; [`BF16_TILE_ACTS`] for a BF16 tile of one weight
+/// row) activation rows that start `stride` elements apart in `x`; each
+/// result equals the set's [`FloatDotFn`] to the bit. Rows that run past
+/// the slices are cut short where they end.
+pub(crate) type FloatTileFn<E, T = f32> = unsafe fn(
+    w: &[E],
     w_stride: usize,
     x: &[T],
     stride: usize,
@@ -57,62 +70,88 @@ pub(crate) type FloatTileFn<T = f32> = unsafe fn(
     rows: usize,
 ) -> FloatTile;
 
-/// A tile kernel: one weight row of `nb` blocks against four activation rows
-/// that start `stride` bytes apart in `a` (same contract as [`DotFn`]).
-/// Where the activations are Q8_0 blocks, `scales` holds the four rows'
-/// block scales widened to f32 (`scales[c * nb + i]` for block `i` of row
-/// `c`, see [`widen_scales`]), widened once per product rather than once
-/// per weight row; the kernels for Q8_K activations (whose scales are f32
-/// already) take an empty slice.
-pub(crate) type TileFn =
-    unsafe fn(w: &[u8], a: &[u8], stride: usize, scales: &[f32], nb: usize) -> [f32; 4];
+/// One weight row (all of `w`) against four activation rows of as many
+/// blocks that start `stride` blocks apart in `a`. Where the activations
+/// are Q8_0 blocks, `scales` holds the four rows' block scales widened to
+/// f32 (`scales[c * nb + i]` for block `i` of row `c`, see
+/// [`widen_scales`]), widened once per product rather than once per weight
+/// row; the kernels for Q8_K activations (whose scales are f32 already)
+/// take an empty slice. Each result equals the set's [`DotFn`] to the bit.
+/// Panics where the rows do not fit.
+pub(crate) type TileFn<W> =
+    unsafe fn(w: &[W], a: &[Acts<W>], stride: usize, scales: &[f32]) -> [f32; 4];
 
 /// The f16 block scales of `rows` Q8_0 activation rows of `nb` blocks each,
-/// `stride` bytes apart in `a`, widened to f32 into `out` (`out[c * nb + i]`
-/// for block `i` of row `c`): what [`TileFn`] kernels read for 32-block
+/// `stride` blocks apart in `a`, widened to f32 into `out` (`out[c * nb +
+/// i]` for block `i` of row `c`): what [`TileFn`] kernels read for 32-block
 /// weights.
-pub(crate) fn widen_scales(a: &[u8], stride: usize, rows: usize, nb: usize, out: &mut Vec<f32>) {
-    let block = GgmlType::Q8_0.block_bytes();
+pub(crate) fn widen_scales(
+    a: &[BlockQ8_0],
+    stride: usize,
+    rows: usize,
+    nb: usize,
+    out: &mut Vec<f32>,
+) {
     out.clear();
     for c in 0..rows {
-        let row = &a[c * stride..];
-        out.extend((0..nb).map(|i| crate::formats::f16_at(&row[i * block..])));
+        out.extend(a[c * stride..c * stride + nb].iter().map(|b| b.d.get()));
     }
 }
 
-/// A four-by-four tile kernel: four weight rows of `nb` blocks that start
-/// `row_bytes` apart in `w`, against four activation rows that start
-/// `stride` bytes apart in `a`; `out[c][r]` is activation row `c` times
-/// weight row `r`, each the table's one-row kernel result to the bit (same
-/// contract as [`DotFn`] for each pair).
-pub(crate) type Tile44Fn =
-    unsafe fn(w: &[u8], row_bytes: usize, a: &[u8], stride: usize, nb: usize) -> [[f32; 4]; 4];
+/// Four weight rows of `nb` blocks that start `w_stride` blocks apart in
+/// `w`, against four activation rows that start `stride` blocks apart in
+/// `a`; `out[c][r]` is activation row `c` times weight row `r`, each the
+/// set's [`DotFn`] result to the bit. Panics where the rows do not fit.
+pub(crate) type Tile44Fn<W> =
+    unsafe fn(w: &[W], w_stride: usize, a: &[Acts<W>], stride: usize, nb: usize) -> [[f32; 4]; 4];
 
-/// A rows kernel: four weight rows of `nb` blocks that start `row_bytes`
-/// apart in `w`, against one activation row (same contract as [`DotFn`] for
-/// each row). Each result equals the table's one-row kernel to the bit.
-pub(crate) type RowsFn = unsafe fn(w: &[u8], row_bytes: usize, a: &[u8], nb: usize) -> [f32; 4];
+/// Four weight rows of `a.len()` blocks that start `w_stride` blocks apart
+/// in `w`, against one activation row (`a`); each result equals the set's
+/// [`DotFn`] to the bit. Panics where the rows do not fit.
+pub(crate) type RowsFn<W> = unsafe fn(w: &[W], w_stride: usize, a: &[Acts<W>]) -> [f32; 4];
 
-/// An interleaved-rows kernel: the eight rows of one group in
-/// [`crate::formats::interleave`]'s layout (`nb` group blocks in `w`)
-/// against one activation row of `nb` blocks of the type's vec_dot type
-/// (Q8_K for Q4_K and Q6_K, Q8_0 for Q5_0 and Q8_0); each result equals the table's one-row
-/// kernel to the bit (otherwise the [`DotFn`] contract).
-pub(crate) type X8Fn = unsafe fn(w: &[u8], a: &[u8], nb: usize) -> [f32; 8];
+/// The eight rows of one group in [`crate::formats::interleave`]'s layout
+/// against one activation row (as many blocks as the shorter holds); each
+/// result equals the set's [`DotFn`] to the bit.
+pub(crate) type X8Fn<W> = unsafe fn(w: &[Interleaved<W>], a: &[Acts<W>]) -> [f32; 8];
 
-/// Rewrites `nb` interleaved group blocks of one type (`src`) as `nb` of
-/// another (`dst`) that hold the same values and scales exactly (checked
-/// against a scalar reference in `formats::interleave`'s tests); panics
-/// where `src` or `dst` is too short.
-///
-/// # Safety
-/// The table's CPU features present.
-pub(crate) type WidenX8Fn = unsafe fn(src: &[u8], nb: usize, dst: &mut [u8]);
+/// [`X8Fn`] against four activation rows of `w.len()` blocks that start
+/// `stride` blocks apart in `a`: `out[c]` is activation row `c`'s, each the
+/// one-row kernel's to the bit. Panics where the rows do not fit.
+pub(crate) type X8TileFn<W> =
+    unsafe fn(w: &[Interleaved<W>], a: &[Acts<W>], stride: usize) -> [[f32; 8]; 4];
 
-/// [`X8Fn`] against four activation rows that start `stride` bytes apart in
-/// `a`: `out[c]` is activation row `c`'s, each the one-row kernel's to the
-/// bit.
-pub(crate) type X8TileFn = unsafe fn(w: &[u8], a: &[u8], stride: usize, nb: usize) -> [[f32; 8]; 4];
+/// Rewrites interleaved group blocks of one format (`src`) as Q8_0 ones
+/// (`dst`, as many) that hold the same values and scales exactly (checked
+/// against a scalar reference in `formats::interleave`'s tests), so that a
+/// batch unpacks the format once rather than once per activation row.
+/// Panics where `dst` is shorter than `src`.
+pub(crate) type WidenX8Fn<W> =
+    unsafe fn(src: &[Interleaved<W>], dst: &mut [Interleaved<BlockQ8_0>]);
+
+/// Panics unless `rows` rows of `nb` items that start `stride` items apart
+/// lie inside a slice of `len`: the one bounds check of a multi-row
+/// kernel, which its raw reads then rely on.
+#[inline(always)]
+#[track_caller]
+#[cfg_attr(not(target_arch = "x86_64"), allow(dead_code))] // x86's multi-row kernels.
+pub(crate) fn check_rows(len: usize, rows: usize, stride: usize, nb: usize) {
+    let end = rows
+        .checked_sub(1)
+        .and_then(|last| stride.checked_mul(last))
+        .and_then(|start| start.checked_add(nb));
+    assert!(
+        end.is_some_and(|end| end <= len),
+        "{rows} rows of {nb} items {stride} apart do not fit in {len}"
+    );
+}
+
+/// Blocks as the bytes they are stored in, for the kernels that read a
+/// block's fields at byte offsets.
+#[inline(always)]
+pub(crate) fn raw<B: bytemuck::Pod>(b: &[B]) -> &[u8] {
+    bytemuck::cast_slice(b)
+}
 
 /// The vector width a kernel set's batched kernels use: the panel GEMM's
 /// tile and activation quantizers (see [`crate::gemm`]), the f32 `sgemm` and
@@ -161,246 +200,200 @@ impl GemmTier {
     }
 }
 
-/// One kernel per supported weight type.
+/// The kernels for weights stored as blocks of `W`, on one tier: the dot
+/// every product can fall back on, and the batched shapes where the tier
+/// has them.
+pub(crate) struct FormatKernels<W: WeightFormat> {
+    /// One weight row against one activation row.
+    pub dot: DotFn<W>,
+    /// One weight row against four activation rows.
+    pub tile4: Option<TileFn<W>>,
+    /// Four weight rows against four activation rows (batched decode).
+    pub tile44: Option<Tile44Fn<W>>,
+    /// Four weight rows against one activation row (decode).
+    pub rows4: Option<RowsFn<W>>,
+    /// Eight interleaved rows against one activation row.
+    pub x8: Option<X8Fn<W>>,
+    /// Eight interleaved rows against four activation rows.
+    pub x8x4: Option<X8TileFn<W>>,
+    /// Interleaved groups rewritten as Q8_0 ones, whose [`Self::x8`]
+    /// kernels a batch then runs (the same sums, the format unpacked once).
+    pub x8_as_q8_0: Option<WidenX8Fn<W>>,
+    /// Whether the kernels prefetch the weights ahead themselves (spread
+    /// over the row, which keeps more misses in flight than a burst per
+    /// row does).
+    pub prefetches: bool,
+}
+
+impl<W: WeightFormat> FormatKernels<W> {
+    /// A set of one dot kernel and no batched shapes.
+    pub(crate) const fn dot(dot: DotFn<W>) -> Self {
+        FormatKernels {
+            dot,
+            tile4: None,
+            tile44: None,
+            rows4: None,
+            x8: None,
+            x8x4: None,
+            x8_as_q8_0: None,
+            prefetches: false,
+        }
+    }
+}
+
+// Function pointers are Copy whatever `W` is; a derive would ask `W: Copy`.
+impl<W: WeightFormat> Clone for FormatKernels<W> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<W: WeightFormat> Copy for FormatKernels<W> {}
+
+/// The kernels for float weights stored as `E`, against activations `T`.
+pub(crate) struct FloatKernels<E: 'static, T: 'static = f32> {
+    /// One weight row against one activation row.
+    pub dot: FloatDotFn<E, T>,
+    /// Several weight rows against several activation rows, where the
+    /// tier has it.
+    pub tile: Option<FloatTileFn<E, T>>,
+}
+
+impl<E, T> FloatKernels<E, T> {
+    /// A set of one dot kernel and no tile.
+    pub(crate) const fn dot(dot: FloatDotFn<E, T>) -> Self {
+        FloatKernels { dot, tile: None }
+    }
+}
+
+impl<E, T> Clone for FloatKernels<E, T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+impl<E, T> Copy for FloatKernels<E, T> {}
+
+/// One tier's kernels: a set per weight format.
 #[derive(Clone, Copy)]
 pub(crate) struct Kernels {
     pub name: &'static str,
-    pub q4_0: DotFn,
-    pub q4_1: DotFn,
-    pub q5_0: DotFn,
-    pub q5_1: DotFn,
-    pub q8_0: DotFn,
-    pub q2_k: DotFn,
-    pub q3_k: DotFn,
-    pub q4_k: DotFn,
-    pub q5_k: DotFn,
-    pub q6_k: DotFn,
-    pub q8_k: DotFn,
-    pub f32: FloatDotFn,
-    pub f16: FloatDotFn,
+    pub q4_0: FormatKernels<BlockQ4_0>,
+    pub q4_1: FormatKernels<BlockQ4_1>,
+    pub q5_0: FormatKernels<BlockQ5_0>,
+    pub q5_1: FormatKernels<BlockQ5_1>,
+    pub q8_0: FormatKernels<BlockQ8_0>,
+    pub q2_k: FormatKernels<BlockQ2K>,
+    pub q3_k: FormatKernels<BlockQ3K>,
+    pub q4_k: FormatKernels<BlockQ4K>,
+    pub q5_k: FormatKernels<BlockQ5K>,
+    pub q6_k: FormatKernels<BlockQ6K>,
+    pub q8_k: FormatKernels<BlockQ8K>,
+    pub f32: FloatKernels<F32Le>,
+    pub f16: FloatKernels<F16Le>,
     /// BF16 weights against bf16 activations ([`crate::scalar::dot_bf16`]).
-    pub bf16: FloatDotFn<u16>,
-    /// Float tiles (several weight rows by several activation rows) where
-    /// a SIMD table has them: F32.
-    pub f32_tile: Option<FloatTileFn>,
-    /// F16 float tile.
-    pub f16_tile: Option<FloatTileFn>,
-    /// BF16 float tile.
-    pub bf16_tile: Option<FloatTileFn<u16>>,
-    /// Four-activation tile kernels where a SIMD table has them.
-    pub q8_0_x4: Option<TileFn>,
-    /// Q4_0 tile kernel.
-    pub q4_0_x4: Option<TileFn>,
-    /// Q5_0 tile kernel.
-    pub q5_0_x4: Option<TileFn>,
-    /// Q4_K tile kernel.
-    pub q4_k_x4: Option<TileFn>,
-    /// Q5_K tile kernel.
-    pub q5_k_x4: Option<TileFn>,
-    /// Q6_K tile kernel.
-    pub q6_k_x4: Option<TileFn>,
-    /// Four-weight-row by four-activation-row tiles where a SIMD table has
-    /// them (batched decode).
-    pub q8_0_t44: Option<Tile44Fn>,
-    /// Q4_0 four-by-four tile.
-    pub q4_0_t44: Option<Tile44Fn>,
-    /// Q5_0 four-by-four tile.
-    pub q5_0_t44: Option<Tile44Fn>,
-    /// Four-weight-row decode kernels where a SIMD table has them.
-    pub q8_0_r4: Option<RowsFn>,
-    /// Q4_0 rows kernel.
-    pub q4_0_r4: Option<RowsFn>,
-    /// Q5_0 rows kernel.
-    pub q5_0_r4: Option<RowsFn>,
-    /// Q4_K rows interleaved in groups of eight (see [`X8Fn`]).
-    pub q4_k_x8: Option<X8Fn>,
-    /// The same against four activation rows (see [`X8TileFn`]).
-    pub q4_k_x8x4: Option<X8TileFn>,
-    /// Q6_K rows interleaved in groups of eight (see [`X8Fn`]).
-    pub q6_k_x8: Option<X8Fn>,
-    /// The same against four activation rows (see [`X8TileFn`]).
-    pub q6_k_x8x4: Option<X8TileFn>,
-    /// Q8_0 rows interleaved in groups of eight (see [`X8Fn`]).
-    pub q8_0_x8: Option<X8Fn>,
-    /// Q5_0 rows interleaved in groups of eight (see [`X8Fn`]).
-    pub q5_0_x8: Option<X8Fn>,
-    /// Interleaved Q5_0 group blocks rewritten as Q8_0 ones (see
-    /// [`WidenX8Fn`]), so that a batch unpacks the fifth bits once, not
-    /// once per activation row.
-    pub q5_0_x8_as_q8_0: Option<WidenX8Fn>,
-    /// Whether the Q4_0/Q5_0/Q8_0 and Q4_K/Q5_K/Q6_K kernels prefetch the
-    /// weights ahead themselves (spread over the row, which keeps more misses in flight
-    /// than a burst per row does).
-    pub self_prefetch: bool,
+    pub bf16: FloatKernels<Bf16Le, u16>,
     /// The batched (prefill) product's kernels.
     pub gemm: GemmTier,
 }
 
+/// Work over one quantized weight format, generic in its blocks: what
+/// [`Kernels::with_format`] runs with the format's kernel set.
+pub(crate) trait ForFormat {
+    /// What the work gives.
+    type Out;
+    /// The work, with the whole table (`k`) and the format's set (`f`).
+    fn run<W: WeightFormat>(self, k: &Kernels, f: &FormatKernels<W>) -> Self::Out;
+}
+
+/// Work over one float weight format ([`Kernels::with_float`]).
+pub(crate) trait ForFloat {
+    /// What the work gives.
+    type Out;
+    /// The work with the format's set: weights stored as `E` against
+    /// activations `T`, made from f32 by `act`.
+    fn run<E: bytemuck::Pod, T: Copy + Send + Sync>(
+        self,
+        f: &FloatKernels<E, T>,
+        act: fn(f32) -> T,
+    ) -> Self::Out;
+}
+
 impl Kernels {
-    /// The interleaved-rows kernel for weights of type `ty`, one
-    /// activation row (see [`X8Fn`]).
-    pub(crate) fn x8(&self, ty: GgmlType) -> Option<X8Fn> {
-        match ty {
-            GgmlType::Q4_K => self.q4_k_x8,
-            GgmlType::Q6_K => self.q6_k_x8,
-            GgmlType::Q5_0 => self.q5_0_x8,
-            GgmlType::Q8_0 => self.q8_0_x8,
-            _ => None,
-        }
-    }
-
-    /// For interleaved weights of type `ty` whose one-row kernel unpacks
-    /// more than a batch should repeat: the rewrite into another
-    /// interleaved type, and that type (whose [`Self::x8`] kernel then
-    /// gives the same bits).
-    pub(crate) fn x8_widened(&self, ty: GgmlType) -> Option<(WidenX8Fn, GgmlType)> {
-        match ty {
-            GgmlType::Q5_0 => Some((self.q5_0_x8_as_q8_0?, GgmlType::Q8_0)),
-            _ => None,
-        }
-    }
-
-    /// The interleaved-rows kernel for weights of type `ty` against four
-    /// activation rows (see [`X8TileFn`]).
-    pub(crate) fn x8x4(&self, ty: GgmlType) -> Option<X8TileFn> {
-        match ty {
-            GgmlType::Q4_K => self.q4_k_x8x4,
-            GgmlType::Q6_K => self.q6_k_x8x4,
-            _ => None,
-        }
-    }
-
-    /// The quantized kernel for weights of type `ty`.
-    pub(crate) fn quant(&self, ty: GgmlType) -> Option<DotFn> {
+    /// Runs `work` with the kernel set of quantized format `ty`; `None` for
+    /// a type that is not a quantized weight format.
+    pub(crate) fn with_format<F: ForFormat>(&self, ty: GgmlType, work: F) -> Option<F::Out> {
         Some(match ty {
-            GgmlType::Q4_0 => self.q4_0,
-            GgmlType::Q4_1 => self.q4_1,
-            GgmlType::Q5_0 => self.q5_0,
-            GgmlType::Q5_1 => self.q5_1,
-            GgmlType::Q8_0 => self.q8_0,
-            GgmlType::Q2_K => self.q2_k,
-            GgmlType::Q3_K => self.q3_k,
-            GgmlType::Q4_K => self.q4_k,
-            GgmlType::Q5_K => self.q5_k,
-            GgmlType::Q6_K => self.q6_k,
-            GgmlType::Q8_K => self.q8_k,
+            GgmlType::Q4_0 => work.run(self, &self.q4_0),
+            GgmlType::Q4_1 => work.run(self, &self.q4_1),
+            GgmlType::Q5_0 => work.run(self, &self.q5_0),
+            GgmlType::Q5_1 => work.run(self, &self.q5_1),
+            GgmlType::Q8_0 => work.run(self, &self.q8_0),
+            GgmlType::Q2_K => work.run(self, &self.q2_k),
+            GgmlType::Q3_K => work.run(self, &self.q3_k),
+            GgmlType::Q4_K => work.run(self, &self.q4_k),
+            GgmlType::Q5_K => work.run(self, &self.q5_k),
+            GgmlType::Q6_K => work.run(self, &self.q6_k),
+            GgmlType::Q8_K => work.run(self, &self.q8_k),
             _ => return None,
         })
     }
 
-    /// Whether the kernel for `ty` prefetches its own weights.
-    pub(crate) fn prefetches(&self, ty: GgmlType) -> bool {
-        self.self_prefetch
-            && matches!(
-                ty,
-                GgmlType::Q4_0
-                    | GgmlType::Q5_0
-                    | GgmlType::Q8_0
-                    | GgmlType::Q4_K
-                    | GgmlType::Q5_K
-                    | GgmlType::Q6_K
-            )
+    /// Runs `work` with the kernel set of float format `ty`; `None` for a
+    /// type that is not F32, F16 or BF16.
+    pub(crate) fn with_float<F: ForFloat>(&self, ty: GgmlType, work: F) -> Option<F::Out> {
+        Some(match ty {
+            GgmlType::F32 => work.run(&self.f32, std::convert::identity),
+            GgmlType::F16 => work.run(&self.f16, std::convert::identity),
+            GgmlType::BF16 => work.run(&self.bf16, f32_to_bf16_bits),
+            _ => return None,
+        })
     }
 
-    /// The four-activation tile kernel for weights of type `ty`, if any.
-    pub(crate) fn tile4(&self, ty: GgmlType) -> Option<TileFn> {
-        match ty {
-            GgmlType::Q8_0 => self.q8_0_x4,
-            GgmlType::Q4_0 => self.q4_0_x4,
-            GgmlType::Q5_0 => self.q5_0_x4,
-            GgmlType::Q4_K => self.q4_k_x4,
-            GgmlType::Q5_K => self.q5_k_x4,
-            GgmlType::Q6_K => self.q6_k_x4,
-            _ => None,
+    /// Whether `ty` is a quantized weight format, which every table has a
+    /// kernel set for.
+    pub(crate) fn quantized(&self, ty: GgmlType) -> bool {
+        struct Has;
+        impl ForFormat for Has {
+            type Out = ();
+            fn run<W: WeightFormat>(self, _: &Kernels, _: &FormatKernels<W>) {}
         }
+        self.with_format(ty, Has).is_some()
     }
 
-    /// The four-by-four tile kernel for weights of type `ty`, if any.
-    pub(crate) fn tile44(&self, ty: GgmlType) -> Option<Tile44Fn> {
-        match ty {
-            GgmlType::Q8_0 => self.q8_0_t44,
-            GgmlType::Q4_0 => self.q4_0_t44,
-            GgmlType::Q5_0 => self.q5_0_t44,
-            _ => None,
+    /// Whether the interleaved layout of `ty` has kernels in this table.
+    pub(crate) fn interleaves(&self, ty: GgmlType) -> bool {
+        struct HasX8;
+        impl ForFormat for HasX8 {
+            type Out = bool;
+            fn run<W: WeightFormat>(self, _: &Kernels, f: &FormatKernels<W>) -> bool {
+                f.x8.is_some()
+            }
         }
-    }
-
-    /// The four-weight-row decode kernel for weights of type `ty`, if any.
-    pub(crate) fn rows4(&self, ty: GgmlType) -> Option<RowsFn> {
-        match ty {
-            GgmlType::Q8_0 => self.q8_0_r4,
-            GgmlType::Q4_0 => self.q4_0_r4,
-            GgmlType::Q5_0 => self.q5_0_r4,
-            _ => None,
-        }
-    }
-
-    /// The float tile for F32 or F16 weights of type `ty`, if any (BF16
-    /// has its own, [`Self::bf16_tile`]).
-    pub(crate) fn float_tile(&self, ty: GgmlType) -> Option<FloatTileFn> {
-        match ty {
-            GgmlType::F32 => self.f32_tile,
-            GgmlType::F16 => self.f16_tile,
-            _ => None,
-        }
+        self.with_format(ty, HasX8) == Some(true)
     }
 
     /// Whether this table runs AVX512_BF16's dot (its BF16 tile), which
     /// the BF16 GEMM then uses too.
     pub(crate) fn has_bf16_dot(&self) -> bool {
-        cfg!(target_arch = "x86_64") && self.bf16_tile.is_some()
-    }
-
-    /// The kernel for F32 or F16 weights of type `ty` against f32
-    /// activations (BF16 takes bf16 activations, [`Self::bf16`]).
-    pub(crate) fn float(&self, ty: GgmlType) -> Option<FloatDotFn> {
-        Some(match ty {
-            GgmlType::F32 => self.f32,
-            GgmlType::F16 => self.f16,
-            _ => return None,
-        })
+        cfg!(target_arch = "x86_64") && self.bf16.tile.is_some()
     }
 }
 
 static SCALAR: Kernels = Kernels {
     name: "scalar",
-    q4_0: scalar::dot::<BlockQ4_0>,
-    q4_1: scalar::dot::<BlockQ4_1>,
-    q5_0: scalar::dot::<BlockQ5_0>,
-    q5_1: scalar::dot::<BlockQ5_1>,
-    q8_0: scalar::dot::<BlockQ8_0>,
-    q2_k: scalar::dot::<BlockQ2K>,
-    q3_k: scalar::dot::<BlockQ3K>,
-    q4_k: scalar::dot::<BlockQ4K>,
-    q5_k: scalar::dot::<BlockQ5K>,
-    q6_k: scalar::dot::<BlockQ6K>,
-    q8_k: scalar::dot::<BlockQ8K>,
-    f32: scalar::dot_f32,
-    f16: scalar::dot_f16,
-    bf16: scalar::dot_bf16,
-    f32_tile: None,
-    f16_tile: None,
-    bf16_tile: None,
-    q8_0_x4: None,
-    q4_0_x4: None,
-    q5_0_x4: None,
-    q4_k_x4: None,
-    q5_k_x4: None,
-    q6_k_x4: None,
-    q8_0_t44: None,
-    q4_0_t44: None,
-    q5_0_t44: None,
-    q8_0_r4: None,
-    q4_0_r4: None,
-    q5_0_r4: None,
-    q4_k_x8: None,
-    q4_k_x8x4: None,
-    q6_k_x8: None,
-    q6_k_x8x4: None,
-    q8_0_x8: None,
-    q5_0_x8: None,
-    q5_0_x8_as_q8_0: None,
-    self_prefetch: false,
+    q4_0: FormatKernels::dot(scalar::dot::<BlockQ4_0>),
+    q4_1: FormatKernels::dot(scalar::dot::<BlockQ4_1>),
+    q5_0: FormatKernels::dot(scalar::dot::<BlockQ5_0>),
+    q5_1: FormatKernels::dot(scalar::dot::<BlockQ5_1>),
+    q8_0: FormatKernels::dot(scalar::dot::<BlockQ8_0>),
+    q2_k: FormatKernels::dot(scalar::dot::<BlockQ2K>),
+    q3_k: FormatKernels::dot(scalar::dot::<BlockQ3K>),
+    q4_k: FormatKernels::dot(scalar::dot::<BlockQ4K>),
+    q5_k: FormatKernels::dot(scalar::dot::<BlockQ5K>),
+    q6_k: FormatKernels::dot(scalar::dot::<BlockQ6K>),
+    q8_k: FormatKernels::dot(scalar::dot::<BlockQ8K>),
+    f32: FloatKernels::dot(scalar::dot_f32),
+    f16: FloatKernels::dot(scalar::dot_f16),
+    bf16: FloatKernels::dot(scalar::dot_bf16),
     gemm: GemmTier::Portable,
 };
 
@@ -496,17 +489,6 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
     v
 }
 
-/// Blocks in `n` elements of `ty`, when `w` and `a` are long enough.
-fn blocks_for(ty: GgmlType, n: usize, w: usize, a: usize) -> Option<usize> {
-    let bl = ty.block_len();
-    if !n.is_multiple_of(bl) {
-        return None;
-    }
-    let nb = n / bl;
-    let at = vec_dot_type(ty);
-    (w >= nb.checked_mul(ty.block_bytes())? && a >= nb.checked_mul(at.block_bytes())?).then_some(nb)
-}
-
 /// `vec_dot` through table `k`, validating everything first.
 pub(crate) fn checked_vec_dot(
     k: &Kernels,
@@ -541,17 +523,36 @@ pub(crate) fn checked_vec_dot(
         }
         return Ok(sum);
     }
-    let f = k.quant(ty).ok_or(QuantError::Unsupported(ty))?;
-    let nb = blocks_for(ty, n, w.len(), a.len()).ok_or_else(|| {
+    let bl = ty.block_len();
+    let shape = || {
         QuantError::Shape(format!(
             "a dot product of {n} {ty} elements over a weight row of {} bytes and an activation row of {} bytes",
             w.len(),
             a.len()
         ))
-    })?;
-    // SAFETY: `k` comes from this module (kernels installed only after feature
-    // detection) and `blocks_for` checked that both slices hold `nb` blocks.
-    Ok(unsafe { f(w, a, nb) })
+    };
+    if bl == 0 || !n.is_multiple_of(bl) {
+        return Err(shape());
+    }
+    /// One dot of `nb` blocks, or `None` where a row is short.
+    struct Dot<'a> {
+        nb: usize,
+        w: &'a [u8],
+        a: &'a [u8],
+    }
+    impl ForFormat for Dot<'_> {
+        type Out = Option<f32>;
+        fn run<W: WeightFormat>(self, _: &Kernels, f: &FormatKernels<W>) -> Option<f32> {
+            let w = blocks::<W>(self.w).get(..self.nb)?;
+            let a = blocks::<Acts<W>>(self.a).get(..self.nb)?;
+            // SAFETY: a table from this module (kernels installed only after
+            // feature detection).
+            Some(unsafe { (f.dot)(w, a) })
+        }
+    }
+    k.with_format(ty, Dot { nb: n / bl, w, a })
+        .ok_or(QuantError::Unsupported(ty))?
+        .ok_or_else(shape)
 }
 
 /// Float-weight dot through table `k` over `x.len()` elements (BF16
@@ -562,28 +563,37 @@ pub(crate) fn checked_vec_dot_f32(
     w: &[u8],
     x: &[f32],
 ) -> Result<f32, QuantError> {
-    if !is_float(ty) {
-        return Err(QuantError::Unsupported(ty));
-    }
     let need = x
         .len()
         .checked_mul(ty.block_bytes())
         .ok_or(QuantError::Overflow)?;
-    if w.len() < need {
+    if is_float(ty) && w.len() < need {
         return Err(QuantError::BufferTooShort {
             what: "weight",
             need,
             have: w.len(),
         });
     }
-    if ty == GgmlType::BF16 {
-        let xb: Vec<u16> = x.iter().map(|&v| f32_to_bf16_bits(v)).collect();
-        // SAFETY: table from this module; `w` holds `x.len()` elements (checked above).
-        return Ok(unsafe { (k.bf16)(w, &xb, xb.len()) });
+    /// One float dot over `x`'s elements.
+    struct Dot<'a> {
+        w: &'a [u8],
+        x: &'a [f32],
     }
-    let f = k.float(ty).ok_or(QuantError::Unsupported(ty))?;
-    // SAFETY: table from this module; `w` holds `x.len()` elements (checked above).
-    Ok(unsafe { f(w, x, x.len()) })
+    impl ForFloat for Dot<'_> {
+        type Out = f32;
+        fn run<E: bytemuck::Pod, T: Copy + Send + Sync>(
+            self,
+            f: &FloatKernels<E, T>,
+            act: fn(f32) -> T,
+        ) -> f32 {
+            let xs: Vec<T> = self.x.iter().map(|&v| act(v)).collect();
+            let w: &[E] = bytemuck::cast_slice(&self.w[..self.x.len() * size_of::<E>()]);
+            // SAFETY: a table from this module.
+            unsafe { (f.dot)(w, &xs) }
+        }
+    }
+    k.with_float(ty, Dot { w, x })
+        .ok_or(QuantError::Unsupported(ty))
 }
 
 /// Whether weights of type `ty` are plain floats (F32, F16, BF16), whose
@@ -595,53 +605,80 @@ pub(crate) fn is_float(ty: GgmlType) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::formats::blocks::BlockFormat;
+    use bytemuck::Zeroable;
+
+    /// A xorshift stream of bits, for test data.
+    fn bits(seed: u64) -> impl FnMut() -> u64 {
+        let mut x = seed;
+        move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        }
+    }
+
+    /// A float in `[-scale, scale)` from the stream.
+    fn unit(bits: &mut impl FnMut() -> u64, scale: f32) -> f32 {
+        ((bits() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+    }
+
+    /// `rows` rows of `nb` blocks of `B`, `stride` blocks apart (padding
+    /// zero), each quantized from random values of its own scale in
+    /// `scales` (cycled): as weights, or as activations where `B` is an
+    /// activation format.
+    fn quantized_rows<B: BlockFormat>(
+        rows: usize,
+        nb: usize,
+        stride: usize,
+        scales: &[f32],
+        bits: &mut impl FnMut() -> u64,
+    ) -> Vec<B> {
+        let mut out = vec![B::zeroed(); (rows - 1) * stride + nb];
+        for r in 0..rows {
+            let xs: Vec<f32> = (0..nb * B::VALUES)
+                .map(|_| unit(bits, scales[r % scales.len()]))
+                .collect();
+            let row = bytemuck::cast_slice_mut(&mut out[r * stride..r * stride + nb]);
+            crate::quantize(B::TYPE, &xs, row)
+                .or_else(|_| crate::quantize_activation(B::TYPE, &xs, row))
+                .unwrap();
+        }
+        out
+    }
+
+    /// Block counts on both sides of the kernels' eight-block runs.
+    const BLOCK_COUNTS: [usize; 10] = [1, 2, 3, 7, 8, 9, 16, 17, 20, 33];
 
     /// Every table's four-weight-row decode kernels give each row's one-row
     /// kernel result to the bit, so a decode step's logits do not depend on
     /// whether a row fell in a group of four.
     #[test]
     fn rows_kernels_equal_single_rows_bitwise() {
-        let mut x = 0x0bad_cafe_dead_beef_u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            ((x >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        };
-        let mut checked = 0;
-        for k in available() {
-            for ty in [GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q4_0] {
-                let Some(rows) = k.rows4(ty) else { continue };
-                let single = k.quant(ty).unwrap();
-                for nb in [1usize, 2, 3, 7, 8, 9, 16, 17, 20, 33] {
-                    let n = nb * 32;
-                    let row_bytes = crate::row_size(ty, n).unwrap();
-                    let mut w = vec![0u8; 4 * row_bytes];
-                    for r in 0..4 {
-                        // Rows of very different sizes, so a mixed-up scale shows.
-                        let scale = [0.01f32, 1.0, 30.0, 0.3][r];
-                        let wf: Vec<f32> = (0..n).map(|_| next() * scale).collect();
-                        crate::quantize(ty, &wf, &mut w[r * row_bytes..(r + 1) * row_bytes])
-                            .unwrap();
-                    }
-                    let xf: Vec<f32> = (0..n).map(|_| next() * 3.0).collect();
-                    let mut a = vec![0u8; nb * 34];
-                    crate::quantize_activation(GgmlType::Q8_0, &xf, &mut a).unwrap();
-                    // SAFETY: tables from this module; four rows of `nb` blocks.
-                    let got = unsafe { rows(&w, row_bytes, &a, nb) };
-                    for (r, g) in got.iter().enumerate() {
-                        // SAFETY: as above.
-                        let want = unsafe { single(&w[r * row_bytes..], &a, nb) };
-                        assert_eq!(
-                            g.to_bits(),
-                            want.to_bits(),
-                            "{} {ty} nb {nb} row {r}",
-                            k.name
-                        );
-                        checked += 1;
-                    }
+        fn check<W: WeightFormat>(k: &Kernels, f: &FormatKernels<W>) -> usize {
+            let Some(rows4) = f.rows4 else { return 0 };
+            let mut bits = bits(0x0bad_cafe_dead_beef);
+            let mut checked = 0;
+            for nb in BLOCK_COUNTS {
+                // Rows of very different sizes, so a mixed-up scale shows.
+                let w = quantized_rows::<W>(4, nb, nb, &[0.01, 1.0, 30.0, 0.3], &mut bits);
+                let a = quantized_rows::<Acts<W>>(1, nb, nb, &[3.0], &mut bits);
+                // SAFETY: tables from this module.
+                let got = unsafe { rows4(&w, nb, &a) };
+                for (r, g) in got.iter().enumerate() {
+                    // SAFETY: as above.
+                    let want = unsafe { (f.dot)(&w[r * nb..(r + 1) * nb], &a) };
+                    let what = format!("{} {} nb {nb} row {r}", k.name, W::TYPE);
+                    assert_eq!(g.to_bits(), want.to_bits(), "{what}");
+                    checked += 1;
                 }
             }
+            checked
+        }
+        let mut checked = 0;
+        for k in available() {
+            checked += check(k, &k.q8_0) + check(k, &k.q5_0) + check(k, &k.q4_0);
         }
         // Every x86 SIMD table sits on the AVX2 one, which has rows kernels
         // (the AArch64 tables have none yet).
@@ -654,79 +691,52 @@ mod tests {
     /// result to the bit (batched decode relies on it), on quantized rows of
     /// very different sizes and on raw random bytes (any quant, -128
     /// included, under sane scales), for block counts on both sides of the
-    /// eight-block runs.
+    /// eight-block runs, the rows a block apart.
     #[test]
     fn four_by_four_tiles_equal_single_rows_bitwise() {
-        let mut x = 0x5eed_0f44_1234_abcd_u64;
-        let mut bits = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x
-        };
-        let mut checked = 0;
-        for k in available() {
-            for ty in [GgmlType::Q8_0, GgmlType::Q5_0, GgmlType::Q4_0] {
-                let Some(t44) = k.tile44(ty) else { continue };
-                let single = k.quant(ty).unwrap();
-                for nb in [1usize, 2, 3, 7, 8, 9, 16, 17, 20, 33] {
-                    for raw in [false, true] {
-                        let n = nb * 32;
-                        let row_bytes = crate::row_size(ty, n).unwrap();
-                        // Rows padded apart, as a matrix's rows are not.
-                        let rb = row_bytes + 6;
-                        let mut w = vec![0u8; 4 * rb];
-                        for r in 0..4 {
-                            let row = &mut w[r * rb..r * rb + row_bytes];
-                            if raw {
-                                row.iter_mut().for_each(|b| *b = bits() as u8);
-                                for blk in row.chunks_exact_mut(ty.block_bytes()) {
-                                    // A sane f16 scale (exponent 10..17).
-                                    let h = 0x2800u16 + (bits() as u16 & 0x1fff);
-                                    blk[..2].copy_from_slice(&h.to_le_bytes());
-                                }
-                            } else {
-                                let scale = [0.01f32, 1.0, 30.0, 0.3][r];
-                                let wf: Vec<f32> = (0..n)
-                                    .map(|_| {
-                                        ((bits() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * scale
-                                    })
-                                    .collect();
-                                crate::quantize(ty, &wf, row).unwrap();
-                            }
+        fn check<W: WeightFormat>(k: &Kernels, f: &FormatKernels<W>) -> usize {
+            let Some(t44) = f.tile44 else { return 0 };
+            let mut bits = bits(0x5eed_0f44_1234_abcd);
+            let mut checked = 0;
+            for nb in BLOCK_COUNTS {
+                for raw_bytes in [false, true] {
+                    let stride = nb + 1;
+                    let mut w =
+                        quantized_rows::<W>(4, nb, stride, &[0.01, 1.0, 30.0, 0.3], &mut bits);
+                    if raw_bytes {
+                        for blk in w.iter_mut() {
+                            let bytes = bytemuck::bytes_of_mut(blk);
+                            bytes.iter_mut().for_each(|b| *b = bits() as u8);
+                            // A sane f16 scale (exponent 10..17).
+                            let h = 0x2800u16 + (bits() as u16 & 0x1fff);
+                            bytes[..2].copy_from_slice(&h.to_le_bytes());
                         }
-                        let stride = nb * 34 + 2;
-                        let mut a = vec![0u8; 4 * stride];
-                        for c in 0..4 {
-                            let xf: Vec<f32> = (0..n)
-                                .map(|_| ((bits() >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 6.0)
-                                .collect();
-                            crate::quantize_activation(
-                                GgmlType::Q8_0,
-                                &xf,
-                                &mut a[c * stride..c * stride + nb * 34],
-                            )
-                            .unwrap();
-                        }
-                        // SAFETY: tables from this module; four rows of `nb`
-                        // blocks on each side.
-                        let got = unsafe { t44(&w, rb, &a, stride, nb) };
-                        for (c, got) in got.iter().enumerate() {
-                            for (r, g) in got.iter().enumerate() {
-                                // SAFETY: as above.
-                                let want = unsafe { single(&w[r * rb..], &a[c * stride..], nb) };
-                                assert_eq!(
-                                    g.to_bits(),
-                                    want.to_bits(),
-                                    "{} {ty} nb {nb} raw {raw} act {c} row {r}",
-                                    k.name
-                                );
-                                checked += 1;
-                            }
+                    }
+                    let a = quantized_rows::<Acts<W>>(4, nb, stride, &[3.0], &mut bits);
+                    // SAFETY: tables from this module.
+                    let got = unsafe { t44(&w, stride, &a, stride, nb) };
+                    for (c, got) in got.iter().enumerate() {
+                        for (r, g) in got.iter().enumerate() {
+                            let (wr, ar) =
+                                (r * stride..r * stride + nb, c * stride..c * stride + nb);
+                            // SAFETY: as above.
+                            let want = unsafe { (f.dot)(&w[wr], &a[ar]) };
+                            let what = format!(
+                                "{} {} nb {nb} raw {raw_bytes} act {c} row {r}",
+                                k.name,
+                                W::TYPE
+                            );
+                            assert_eq!(g.to_bits(), want.to_bits(), "{what}");
+                            checked += 1;
                         }
                     }
                 }
             }
+            checked
+        }
+        let mut checked = 0;
+        for k in available() {
+            checked += check(k, &k.q8_0) + check(k, &k.q5_0) + check(k, &k.q4_0);
         }
         let avx512 = cfg!(target_arch = "x86_64") && available().iter().any(|k| k.name == "avx512");
         if avx512 {
@@ -736,70 +746,67 @@ mod tests {
 
     /// Every table's four-row tiles give each row's one-row kernel result to
     /// the bit (batched decode relies on it), for odd and even block counts
-    /// on both sides of the eight-block runs.
+    /// on both sides of the eight-block runs, the activation rows a block
+    /// apart.
     #[test]
     fn tiles_equal_single_rows_bitwise() {
-        let mut x = 0x1234_5678_9abc_def1_u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            ((x >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-        };
-        let mut checked = 0;
-        for k in available() {
-            for ty in [
-                GgmlType::Q8_0,
-                GgmlType::Q5_0,
-                GgmlType::Q4_0,
-                GgmlType::Q4_K,
-                GgmlType::Q5_K,
-                GgmlType::Q6_K,
-            ] {
-                let Some(tile) = k.tile4(ty) else { continue };
-                let single = k.quant(ty).unwrap();
-                let at = crate::vec_dot_type(ty);
-                for nb in [1usize, 2, 3, 7, 8, 9, 16, 17, 20, 33] {
-                    let n = nb * ty.block_len();
-                    let wf: Vec<f32> = (0..n).map(|_| next()).collect();
-                    let mut w = vec![0u8; crate::row_size(ty, n).unwrap()];
-                    crate::quantize(ty, &wf, &mut w).unwrap();
-                    // Rows padded apart, as the caller's may be.
-                    let stride = nb * at.block_bytes() + 4;
-                    let mut a = vec![0u8; 4 * stride];
-                    for c in 0..4 {
-                        let xf: Vec<f32> = (0..n).map(|_| next() * 3.0).collect();
-                        crate::quantize_activation(
-                            at,
-                            &xf,
-                            &mut a[c * stride..(c + 1) * stride - 4],
-                        )
-                        .unwrap();
-                    }
-                    let mut scales = Vec::new();
-                    if at == GgmlType::Q8_0 {
-                        widen_scales(&a, stride, 4, nb, &mut scales);
-                    }
-                    // SAFETY: tables from this module; the rows hold `nb`
-                    // blocks, and `scales` their scales where Q8_0.
-                    let got = unsafe { tile(&w, &a, stride, &scales, nb) };
-                    for (c, g) in got.iter().enumerate() {
-                        // SAFETY: as above.
-                        let want = unsafe { single(&w, &a[c * stride..], nb) };
-                        assert_eq!(
-                            g.to_bits(),
-                            want.to_bits(),
-                            "{} {ty} nb {nb} row {c}",
-                            k.name
-                        );
-                        checked += 1;
-                    }
+        fn check<W: WeightFormat>(k: &Kernels, f: &FormatKernels<W>) -> usize {
+            let Some(tile) = f.tile4 else { return 0 };
+            let mut bits = bits(0x1234_5678_9abc_def1);
+            let mut checked = 0;
+            for nb in BLOCK_COUNTS {
+                let w = quantized_rows::<W>(1, nb, nb, &[1.0], &mut bits);
+                let stride = nb + 1;
+                let a = quantized_rows::<Acts<W>>(4, nb, stride, &[3.0], &mut bits);
+                let mut scales = Vec::new();
+                if let (GgmlType::Q8_0, Ok(q8)) = (
+                    <Acts<W>>::TYPE,
+                    bytemuck::try_cast_slice::<_, BlockQ8_0>(&a),
+                ) {
+                    widen_scales(q8, stride, 4, nb, &mut scales);
+                }
+                // SAFETY: tables from this module.
+                let got = unsafe { tile(&w, &a, stride, &scales) };
+                for (c, g) in got.iter().enumerate() {
+                    // SAFETY: as above.
+                    let want = unsafe { (f.dot)(&w, &a[c * stride..c * stride + nb]) };
+                    let what = format!("{} {} nb {nb} row {c}", k.name, W::TYPE);
+                    assert_eq!(g.to_bits(), want.to_bits(), "{what}");
+                    checked += 1;
                 }
             }
+            checked
+        }
+        let mut checked = 0;
+        for k in available() {
+            checked += check(k, &k.q8_0) + check(k, &k.q5_0) + check(k, &k.q4_0);
+            checked += check(k, &k.q4_k) + check(k, &k.q5_k) + check(k, &k.q6_k);
         }
         // Every x86 SIMD table sits on the AVX2 one, which has tiles.
         if cfg!(target_arch = "x86_64") && available().len() > 1 {
             assert!(checked > 0);
+        }
+    }
+
+    /// A multi-row kernel refuses rows that do not fit rather than reading
+    /// past its slices.
+    #[test]
+    fn rows_that_do_not_fit_panic() {
+        let fits = |len, rows, stride, nb| {
+            std::panic::catch_unwind(|| check_rows(len, rows, stride, nb)).is_ok()
+        };
+        assert!(fits(10, 4, 3, 1));
+        assert!(!fits(10, 4, 3, 2));
+        assert!(!fits(10, 4, usize::MAX / 2, 1));
+        assert!(!fits(10, 0, 1, 1));
+        for k in available() {
+            if let Some(rows4) = k.q8_0.rows4 {
+                let w = vec![BlockQ8_0::zeroed(); 7];
+                let a = vec![BlockQ8_0::zeroed(); 2];
+                // SAFETY: a table from this module.
+                let short = std::panic::catch_unwind(|| unsafe { rows4(&w, 2, &a) });
+                assert!(short.is_err(), "{}", k.name);
+            }
         }
     }
 
@@ -809,27 +816,30 @@ mod tests {
     /// 8-element steps, the rows padded apart.
     #[test]
     fn float_tiles_equal_single_rows_bitwise() {
-        let mut x = 0x0bad_5eed_1234_5678_u64;
-        let mut next = move || {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            ((x >> 40) as f32 / (1u64 << 24) as f32) * 4.0 - 2.0
-        };
+        /// The check for one table and float format.
+        struct Tiles<'a>(&'a Kernels, &'a mut usize);
+        impl ForFloat for Tiles<'_> {
+            type Out = ();
+            fn run<E: bytemuck::Pod, T: Copy + Send + Sync>(
+                self,
+                f: &FloatKernels<E, T>,
+                act: fn(f32) -> T,
+            ) {
+                if let Some(tile) = f.tile {
+                    // BF16 tiles take twice the activation rows against one weight row.
+                    let one_row = if size_of::<T>() == 2 {
+                        BF16_TILE_ACTS
+                    } else {
+                        FLOAT_TILE_ACTS
+                    };
+                    *self.1 += tiles_match(self.0, tile, f.dot, act, one_row);
+                }
+            }
+        }
         let mut checked = 0;
         for k in available() {
             for ty in [GgmlType::F32, GgmlType::F16, GgmlType::BF16] {
-                if ty == GgmlType::BF16 {
-                    if let Some(tile) = k.bf16_tile {
-                        let acts = |v: &[f32]| v.iter().map(|&v| f32_to_bf16_bits(v)).collect();
-                        checked +=
-                            tiles_match(k, ty, tile, k.bf16, acts, BF16_TILE_ACTS, &mut next);
-                    }
-                } else if let Some(tile) = k.float_tile(ty) {
-                    let single = k.float(ty).unwrap();
-                    let acts = |v: &[f32]| v.to_vec();
-                    checked += tiles_match(k, ty, tile, single, acts, FLOAT_TILE_ACTS, &mut next);
-                }
+                k.with_float(ty, Tiles(k, &mut checked));
             }
         }
         if cfg!(target_arch = "x86_64") && available().iter().any(|k| k.name == "avx512") {
@@ -837,30 +847,35 @@ mod tests {
         }
     }
 
-    /// [`float_tiles_equal_single_rows_bitwise`] for one table and type, the
-    /// activations made from f32 by `acts`, up to `one_row_acts` rows
-    /// against one weight row; the number of results checked.
-    fn tiles_match<T>(
+    /// [`float_tiles_equal_single_rows_bitwise`] for one table and format
+    /// (weights stored as `E`), the activations made from f32 by `act`, up
+    /// to `one_row_acts` rows against one weight row; the number of results
+    /// checked.
+    fn tiles_match<E: bytemuck::Pod, T: Copy>(
         k: &Kernels,
-        ty: GgmlType,
-        tile: FloatTileFn<T>,
-        single: FloatDotFn<T>,
-        acts: impl Fn(&[f32]) -> Vec<T>,
+        tile: FloatTileFn<E, T>,
+        single: FloatDotFn<E, T>,
+        act: fn(f32) -> T,
         one_row_acts: usize,
-        next: &mut impl FnMut() -> f32,
     ) -> usize {
+        let ty = match size_of::<E>() {
+            4 => GgmlType::F32,
+            _ if size_of::<T>() == 2 => GgmlType::BF16,
+            _ => GgmlType::F16,
+        };
+        let mut bits = bits(0x0bad_5eed_1234_5678);
         let mut checked = 0;
         for n in [
             0usize, 1, 7, 8, 15, 16, 31, 32, 33, 40, 47, 56, 63, 64, 65, 100, 640,
         ] {
             let stride = n + 3;
             // Three weight rows, padded apart.
-            let len = n * ty.block_bytes();
-            let w_stride = len + 6;
-            let mut ws = vec![0u8; FLOAT_TILE_WEIGHTS * w_stride];
+            let w_stride = n + 3;
+            let mut ws = vec![E::zeroed(); FLOAT_TILE_WEIGHTS * w_stride];
             for v in 0..FLOAT_TILE_WEIGHTS {
-                let wf: Vec<f32> = (0..n).map(|_| next()).collect();
-                crate::quantize(ty, &wf, &mut ws[v * w_stride..v * w_stride + len]).unwrap();
+                let wf: Vec<f32> = (0..n).map(|_| unit(&mut bits, 2.0)).collect();
+                let row = &mut ws[v * w_stride..v * w_stride + n];
+                crate::quantize(ty, &wf, bytemuck::cast_slice_mut(row)).unwrap();
             }
             let most = |v| {
                 if v == 1 {
@@ -872,11 +887,10 @@ mod tests {
             for (wrows, rows) in
                 (1..=FLOAT_TILE_WEIGHTS).flat_map(|v| (1..=most(v)).map(move |r| (v, r)))
             {
-                let xf: Vec<f32> = (0..rows * stride).map(|_| next()).collect();
-                let xs = acts(&xf);
-                let ws = &ws[..(wrows - 1) * w_stride + len];
-                // SAFETY: tables from this module; each weight row holds `n`
-                // elements and each of the `rows` activation rows `n`.
+                let xf: Vec<f32> = (0..rows * stride).map(|_| unit(&mut bits, 2.0)).collect();
+                let xs: Vec<T> = xf.iter().map(|&v| act(v)).collect();
+                let ws = &ws[..(wrows - 1) * w_stride + n];
+                // SAFETY: tables from this module.
                 let got = unsafe { tile(ws, w_stride, &xs, stride, n, wrows, rows) };
                 for (v, gots) in got.iter().enumerate() {
                     let shape = format!("{} {ty} n {n} tile {wrows}x{rows} w {v}", k.name);
@@ -885,12 +899,13 @@ mod tests {
                         continue;
                     }
                     assert!(gots[rows..].iter().all(|&g| g == 0.0), "{shape}");
-                    let wrow = &ws[v * w_stride..v * w_stride + len];
+                    let wrow = &ws[v * w_stride..v * w_stride + n];
                     for (c, g) in gots.iter().take(rows).enumerate() {
                         // SAFETY: as above.
-                        let want = unsafe { single(wrow, &xs[c * stride..c * stride + n], n) };
+                        let want = unsafe { single(wrow, &xs[c * stride..c * stride + n]) };
                         let row = &xf[c * stride..c * stride + n];
-                        let reference = scalar::vec_dot_f32(ty, wrow, row).unwrap();
+                        let wbytes = bytemuck::cast_slice(wrow);
+                        let reference = scalar::vec_dot_f32(ty, wbytes, row).unwrap();
                         assert_eq!(g.to_bits(), want.to_bits(), "{shape} row {c}");
                         assert_eq!(g.to_bits(), reference.to_bits(), "{shape} row {c}");
                         checked += 1;
@@ -907,16 +922,10 @@ mod tests {
     /// The other tiers match it on values in f32's normal range.
     #[test]
     fn bf16_dot_matches_its_instruction_on_any_bits() {
-        let Some(k) = available().into_iter().find(|k| k.bf16_tile.is_some()) else {
+        let Some(k) = available().into_iter().find(|k| k.bf16.tile.is_some()) else {
             return;
         };
-        let mut s = 0x5eed_0bf1_6000_0001_u64;
-        let mut next = move || {
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            s
-        };
+        let mut next = bits(0x5eed_0bf1_6000_0001);
         for round in 0..2000 {
             let n = (next() % 200) as usize;
             // Half the rounds any bits; half small exponents, where the
@@ -928,11 +937,11 @@ mod tests {
                     (r as u16 & 0x807f) | (((r >> 16) % 40) as u16) << 7
                 }
             };
-            let w: Vec<u8> = (0..n).flat_map(|_| bits(next()).to_le_bytes()).collect();
+            let w: Vec<Bf16Le> = (0..n).map(|_| Bf16Le(bits(next()).to_le_bytes())).collect();
             let x: Vec<u16> = (0..n).map(|_| bits(next())).collect();
-            // SAFETY: a table from this module; both rows hold `n` elements.
-            let got = unsafe { (k.bf16)(&w, &x, n) };
-            let want = scalar::dot_bf16(&w, &x, n);
+            // SAFETY: a table from this module.
+            let got = unsafe { (k.bf16.dot)(&w, &x) };
+            let want = scalar::dot_bf16(&w, &x);
             assert!(
                 got.to_bits() == want.to_bits() || (got.is_nan() && want.is_nan()),
                 "round {round} n {n}: {got:e} vs {want:e}"

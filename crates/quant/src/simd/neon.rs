@@ -11,9 +11,9 @@
 //! products `4j..4j+4`) is what `sdot` computes natively; plain NEON gets it
 //! from widening multiplies and two pairwise additions.
 //!
-//! Every kernel is an `unsafe fn` with the [`super::DotFn`] contract: the
-//! slices hold `nb` blocks (checked by the caller), and the CPU has the
-//! features the kernel was compiled for (checked by [`available`]).
+//! Every kernel is an `unsafe fn` only for the features it was compiled for
+//! (checked by [`available`]): it takes its block count from its typed
+//! slices.
 //!
 //! `sdot` and the f16 conversion intrinsics are not stable in Rust yet, so
 //! the two instructions they need (`sdot`, `fcvtl`) are written as inline
@@ -22,10 +22,10 @@
 use std::arch::aarch64::*;
 use std::arch::asm;
 
-use super::{GemmTier, Kernels, SCALAR};
+use super::{raw, FloatKernels, FormatKernels, GemmTier, Kernels, SCALAR};
 use crate::formats::blocks::{
-    at, block, BlockFormat, BlockQ4K, BlockQ4_0, BlockQ5K, BlockQ5_0, BlockQ6K, BlockQ8K,
-    BlockQ8_0, K_SUB_BLOCKS,
+    at, block, Bf16Le, BlockFormat, BlockQ4K, BlockQ4_0, BlockQ5K, BlockQ5_0, BlockQ6K, BlockQ8K,
+    BlockQ8_0, F16Le, F32Le, K_SUB_BLOCKS,
 };
 use crate::formats::f16_at;
 use crate::formats::kquants::scales_mins_k4;
@@ -540,35 +540,28 @@ unsafe fn bf16_dot(w: &[u8], x: &[u16], n: usize) -> f32 {
 /// functions, `$p` the [`Products`] they use.
 macro_rules! kernels {
     ($feat:literal, $p:ty, $q4_0:ident, $q5_0:ident, $q8_0:ident, $q4_k:ident, $q5_k:ident, $q6_k:ident) => {
+        kernels!(@one $feat, $q4_0, BlockQ4_0, BlockQ8_0, |w, a, nb| {
+            legacy_q8_0::<$p>(w, a, nb, BlockQ4_0::BYTES, |p| unpack_q4_0(p))
+        });
+        kernels!(@one $feat, $q5_0, BlockQ5_0, BlockQ8_0, |w, a, nb| {
+            legacy_q8_0::<$p>(w, a, nb, BlockQ5_0::BYTES, |p| unpack_q5_0(p))
+        });
+        kernels!(@one $feat, $q8_0, BlockQ8_0, BlockQ8_0, |w, a, nb| {
+            legacy_q8_0::<$p>(w, a, nb, BlockQ8_0::BYTES, |p| unpack_q8_0(p))
+        });
+        kernels!(@one $feat, $q4_k, BlockQ4K, BlockQ8K, |w, a, nb| q4_k::<$p>(w, a, nb));
+        kernels!(@one $feat, $q5_k, BlockQ5K, BlockQ8K, |w, a, nb| q5_k::<$p>(w, a, nb));
+        kernels!(@one $feat, $q6_k, BlockQ6K, BlockQ8K, |w, a, nb| q6_k::<$p>(w, a, nb));
+    };
+    (@one $feat:literal, $name:ident, $block:ty, $acts:ty, |$w:ident, $a:ident, $nb:ident| $body:expr) => {
+        /// # Safety
+        /// The features of `$feat` present.
         #[target_feature(enable = $feat)]
-        unsafe fn $q4_0(w: &[u8], a: &[u8], nb: usize) -> f32 {
-            // SAFETY: the DotFn contract.
-            unsafe { legacy_q8_0::<$p>(w, a, nb, BlockQ4_0::BYTES, |p| unpack_q4_0(p)) }
-        }
-        #[target_feature(enable = $feat)]
-        unsafe fn $q5_0(w: &[u8], a: &[u8], nb: usize) -> f32 {
-            // SAFETY: the DotFn contract.
-            unsafe { legacy_q8_0::<$p>(w, a, nb, BlockQ5_0::BYTES, |p| unpack_q5_0(p)) }
-        }
-        #[target_feature(enable = $feat)]
-        unsafe fn $q8_0(w: &[u8], a: &[u8], nb: usize) -> f32 {
-            // SAFETY: the DotFn contract.
-            unsafe { legacy_q8_0::<$p>(w, a, nb, BlockQ8_0::BYTES, |p| unpack_q8_0(p)) }
-        }
-        #[target_feature(enable = $feat)]
-        unsafe fn $q4_k(w: &[u8], a: &[u8], nb: usize) -> f32 {
-            // SAFETY: the DotFn contract.
-            unsafe { q4_k::<$p>(w, a, nb) }
-        }
-        #[target_feature(enable = $feat)]
-        unsafe fn $q5_k(w: &[u8], a: &[u8], nb: usize) -> f32 {
-            // SAFETY: the DotFn contract.
-            unsafe { q5_k::<$p>(w, a, nb) }
-        }
-        #[target_feature(enable = $feat)]
-        unsafe fn $q6_k(w: &[u8], a: &[u8], nb: usize) -> f32 {
-            // SAFETY: the DotFn contract.
-            unsafe { q6_k::<$p>(w, a, nb) }
+        unsafe fn $name(w: &[$block], a: &[$acts]) -> f32 {
+            let $nb = w.len().min(a.len());
+            let ($w, $a) = (raw(w), raw(a));
+            // SAFETY: both hold `nb` blocks.
+            unsafe { $body }
         }
     };
 }
@@ -587,21 +580,21 @@ kernels!(
 
 /// F32 · F32 (NEON).
 #[target_feature(enable = "neon")]
-unsafe fn f32_neon(w: &[u8], x: &[f32], n: usize) -> f32 {
-    // SAFETY: the FloatDotFn contract.
-    unsafe { f32_dot(w, x, n) }
+unsafe fn f32_neon(w: &[F32Le], x: &[f32]) -> f32 {
+    // SAFETY: both hold that many elements.
+    unsafe { f32_dot(raw(w), x, w.len().min(x.len())) }
 }
 /// F16 · F32 (NEON).
 #[target_feature(enable = "neon")]
-unsafe fn f16_neon(w: &[u8], x: &[f32], n: usize) -> f32 {
-    // SAFETY: the FloatDotFn contract.
-    unsafe { f16_dot(w, x, n) }
+unsafe fn f16_neon(w: &[F16Le], x: &[f32]) -> f32 {
+    // SAFETY: both hold that many elements.
+    unsafe { f16_dot(raw(w), x, w.len().min(x.len())) }
 }
 /// BF16 · BF16 (NEON).
 #[target_feature(enable = "neon")]
-unsafe fn bf16_neon(w: &[u8], x: &[u16], n: usize) -> f32 {
-    // SAFETY: the FloatDotFn contract.
-    unsafe { bf16_dot(w, x, n) }
+unsafe fn bf16_neon(w: &[Bf16Le], x: &[u16]) -> f32 {
+    // SAFETY: both hold that many elements.
+    unsafe { bf16_dot(raw(w), x, w.len().min(x.len())) }
 }
 
 /// The f32 vector dot of [`crate::vector`] in the canonical order.
@@ -634,26 +627,26 @@ pub(crate) fn vector_axpy(y: &mut [f32], alpha: f32, x: &[f32]) {
 pub(crate) fn available() -> Vec<&'static Kernels> {
     static NEON: Kernels = Kernels {
         name: "neon",
-        q4_0: q4_0_neon,
-        q5_0: q5_0_neon,
-        q8_0: q8_0_neon,
-        q4_k: q4_k_neon,
-        q5_k: q5_k_neon,
-        q6_k: q6_k_neon,
-        f32: f32_neon,
-        f16: f16_neon,
-        bf16: bf16_neon,
+        q4_0: FormatKernels::dot(q4_0_neon),
+        q5_0: FormatKernels::dot(q5_0_neon),
+        q8_0: FormatKernels::dot(q8_0_neon),
+        q4_k: FormatKernels::dot(q4_k_neon),
+        q5_k: FormatKernels::dot(q5_k_neon),
+        q6_k: FormatKernels::dot(q6_k_neon),
+        f32: FloatKernels::dot(f32_neon),
+        f16: FloatKernels::dot(f16_neon),
+        bf16: FloatKernels::dot(bf16_neon),
         gemm: GemmTier::Neon,
         ..SCALAR
     };
     static DOTPROD: Kernels = Kernels {
         name: "dotprod",
-        q4_0: q4_0_dp,
-        q5_0: q5_0_dp,
-        q8_0: q8_0_dp,
-        q4_k: q4_k_dp,
-        q5_k: q5_k_dp,
-        q6_k: q6_k_dp,
+        q4_0: FormatKernels::dot(q4_0_dp),
+        q5_0: FormatKernels::dot(q5_0_dp),
+        q8_0: FormatKernels::dot(q8_0_dp),
+        q4_k: FormatKernels::dot(q4_k_dp),
+        q5_k: FormatKernels::dot(q5_k_dp),
+        q6_k: FormatKernels::dot(q6_k_dp),
         gemm: GemmTier::Dotprod,
         ..NEON
     };

@@ -2,19 +2,20 @@
 //! AVX-VNNI variants of the 32-block formats, where `vpdpbusd` replaces the
 //! `maddubs`+`madd` pair.
 //!
-//! Every kernel is an `unsafe fn` with the [`super::DotFn`] contract: the slices hold
-//! `nb` blocks (checked by the caller), and the CPU has the enabled features (checked
-//! by [`detect`] before the kernel is put in a table).
+//! Every kernel is an `unsafe fn` only for the CPU features it enables
+//! (checked by [`detect`] before the kernel is put in a table): it takes its
+//! block counts from its typed slices, or checks its rows fit
+//! ([`super::check_rows`]).
 
 #![allow(clippy::incompatible_msrv)] // AVX-512 intrinsics are stable since 1.89; guarded at run time.
 
 use std::arch::x86_64::*;
 
-use super::{x86_float, GemmTier, Kernels, SCALAR};
+use super::{check_rows, raw, x86_float, GemmTier, Kernels, SCALAR};
 use crate::formats::blocks::at;
 use crate::formats::blocks::{
-    BlockFormat, BlockQ4K, BlockQ4_0, BlockQ5K, BlockQ5_0, BlockQ6K, BlockQ8K, BlockQ8_0,
-    K_SUB_BLOCKS,
+    BlockFormat, BlockQ4K, BlockQ4_0, BlockQ5K, BlockQ5_0, BlockQ6K, BlockQ8K, BlockQ8_0, F16Le,
+    F32Le, K_SUB_BLOCKS,
 };
 
 /// Reads a u16 at `p`.
@@ -321,16 +322,16 @@ fn prefetch_block(p: *const u8) {
 /// prefetches the weights [`PREFETCH`] bytes ahead: decode streams them once.
 macro_rules! legacy_kernels {
     ($feat:literal, $dot4:ident, $q8_0:ident, $q4_0:ident, $q5_0:ident) => {
-        legacy_kernels!(@one $feat, $dot4, $q8_0, BlockQ8_0::BYTES, "Q8_0 · Q8_0.", |bw| {
+        legacy_kernels!(@one $feat, $dot4, $q8_0, BlockQ8_0, "Q8_0 · Q8_0.", |bw| {
             // SAFETY: the block holds its 32 `qs`.
             unsafe { load32(bw.add(at::Q8_0_QS)) }
         });
-        legacy_kernels!(@one $feat, $dot4, $q4_0, BlockQ4_0::BYTES, "Q4_0 · Q8_0.", |bw| {
+        legacy_kernels!(@one $feat, $dot4, $q4_0, BlockQ4_0, "Q4_0 · Q8_0.", |bw| {
             // SAFETY: the block holds 16 bytes of nibbles (`qs`).
             let q = unsafe { load16(bw.add(at::Q4_0_QS)) };
             _mm256_sub_epi8(nibbles32(q), _mm256_set1_epi8(8))
         });
-        legacy_kernels!(@one $feat, $dot4, $q5_0, BlockQ5_0::BYTES, "Q5_0 · Q8_0.", |bw| {
+        legacy_kernels!(@one $feat, $dot4, $q5_0, BlockQ5_0, "Q5_0 · Q8_0.", |bw| {
             // SAFETY: the block holds its `qh` bits and 16 bytes of nibbles.
             let (qh, q) = unsafe { (std::ptr::read_unaligned(bw.add(at::Q5_0_QH) as *const u32), load16(bw.add(at::Q5_0_QS))) };
             // Where the fifth bit is clear, or-ing 0xF0 makes the byte nibble-16.
@@ -338,23 +339,24 @@ macro_rules! legacy_kernels {
             _mm256_or_si256(nibbles32(q), hi)
         });
     };
-    (@one $feat:literal, $dot4:ident, $name:ident, $wb:expr, $doc:literal, |$bw:ident| $unpack:expr) => {
+    (@one $feat:literal, $dot4:ident, $name:ident, $block:ty, $doc:literal, |$bw:ident| $unpack:expr) => {
         #[doc = $doc]
         ///
         /// # Safety
-        /// [`super::DotFn`] contract.
+        /// The features of `$feat` present.
         #[target_feature(enable = $feat)]
-        pub(crate) unsafe fn $name(w: &[u8], a: &[u8], nb: usize) -> f32 {
-            debug_assert!(w.len() >= nb * $wb && a.len() >= nb * BlockQ8_0::BYTES);
-            let (wp, ap) = (w.as_ptr(), a.as_ptr());
+        pub(crate) unsafe fn $name(w: &[$block], a: &[BlockQ8_0]) -> f32 {
+            const WB: usize = <$block>::BYTES;
+            let nb = w.len().min(a.len());
+            let (wp, ap) = (raw(w).as_ptr(), raw(a).as_ptr());
             let mut acc = [_mm256_setzero_ps(); 2];
             let mut i = 0;
             while i + 8 <= nb {
-                // SAFETY: blocks i..i+8 are inside both slices by the contract.
-                let dd = unsafe { scale_products8(wp.add(i * $wb), $wb, ap.add(i * BlockQ8_0::BYTES)) };
+                // SAFETY: blocks i..i+8 are inside both slices (i + 8 <= nb).
+                let dd = unsafe { scale_products8(wp.add(i * WB), WB, ap.add(i * BlockQ8_0::BYTES)) };
                 for (k, &d) in dd.iter().enumerate() {
                     // SAFETY: block i + k is inside both slices.
-                    let ($bw, ba) = unsafe { (wp.add((i + k) * $wb), ap.add((i + k) * BlockQ8_0::BYTES)) };
+                    let ($bw, ba) = unsafe { (wp.add((i + k) * WB), ap.add((i + k) * BlockQ8_0::BYTES)) };
                     _mm_prefetch($bw.wrapping_add(PREFETCH) as *const i8, _MM_HINT_T0);
                     let qx = $unpack;
                     // SAFETY: the activation block's 32 `qs`.
@@ -366,8 +368,8 @@ macro_rules! legacy_kernels {
                 i += 8;
             }
             for i in i..nb {
-                // SAFETY: block i is inside both slices by the contract.
-                let ($bw, ba) = unsafe { (wp.add(i * $wb), ap.add(i * BlockQ8_0::BYTES)) };
+                // SAFETY: block i is inside both slices (i < nb).
+                let ($bw, ba) = unsafe { (wp.add(i * WB), ap.add(i * BlockQ8_0::BYTES)) };
                 _mm_prefetch($bw.wrapping_add(PREFETCH) as *const i8, _MM_HINT_T0);
                 // SAFETY: as above; both blocks start with their f16 scale.
                 let (d, qy) = unsafe { (h2f_prod(rd16($bw) | rd16(ba) << 16), load32(ba.add(at::Q8_0_QS))) };
@@ -395,7 +397,7 @@ legacy_kernels!(
 /// four-row tiles are the same code, so they give the same sums to the bit:
 /// a batched decode step matches decoding each sequence alone.
 macro_rules! zmm_kernels {
-    ($rows:ident, $one:ident, $four:ident, $t44:ident, $wb:expr, $doc:literal, |$p:ident, $two:ident| $unpack:expr, unsigned $off:literal |$up:ident, $utwo:ident| $uunpack:expr) => {
+    ($rows:ident, $one:ident, $four:ident, $t44:ident, $block:ty, $doc:literal, |$p:ident, $two:ident| $unpack:expr, unsigned $off:literal |$up:ident, $utwo:ident| $uunpack:expr) => {
         #[doc = $doc]
         ///
         /// # Safety
@@ -410,7 +412,7 @@ macro_rules! zmm_kernels {
             while i + 8 <= nb {
                 // SAFETY: (loop body) blocks i..i+8 lie inside every row.
                 unsafe {
-                    let dw = scales8(w.add(i * $wb), $wb);
+                    let dw = scales8(w.add(i * <$block>::BYTES), <$block>::BYTES);
                     let dd: [__m512; N] = std::array::from_fn(|c| {
                         _mm512_castps256_ps512(_mm256_mul_ps(
                             dw,
@@ -419,11 +421,11 @@ macro_rules! zmm_kernels {
                     });
                     for k in 0..4 {
                         let b = i + 2 * k;
-                        let $p = w.add(b * $wb);
+                        let $p = w.add(b * <$block>::BYTES);
                         let $two = true;
                         _mm_prefetch($p.wrapping_add(PREFETCH) as *const i8, _MM_HINT_T0);
                         _mm_prefetch(
-                            $p.wrapping_add(PREFETCH + 2 * $wb - 1) as *const i8,
+                            $p.wrapping_add(PREFETCH + 2 * <$block>::BYTES - 1) as *const i8,
                             _MM_HINT_T0,
                         );
                         let qx: __m512i = $unpack;
@@ -467,7 +469,7 @@ macro_rules! zmm_kernels {
                 // SAFETY: (loop body) block i, and block i + 1 when `two`,
                 // lie inside every row; nothing past them is read.
                 unsafe {
-                    let $p = w.add(i * $wb);
+                    let $p = w.add(i * <$block>::BYTES);
                     let $two = two;
                     let qx: __m512i = $unpack;
                     let ux = _mm512_abs_epi8(qx);
@@ -477,7 +479,7 @@ macro_rules! zmm_kernels {
                         let lo = h2f_prod(rd16($p) | rd16(ab) << 16);
                         let (hi, qy_hi) = if two {
                             (
-                                h2f_prod(rd16($p.add($wb)) | rd16(ab.add(BlockQ8_0::BYTES)) << 16),
+                                h2f_prod(rd16($p.add(<$block>::BYTES)) | rd16(ab.add(BlockQ8_0::BYTES)) << 16),
                                 load32(ab.add(BlockQ8_0::BYTES + at::Q8_0_QS)),
                             )
                         } else {
@@ -505,36 +507,36 @@ macro_rules! zmm_kernels {
         #[doc = $doc]
         ///
         /// # Safety
-        /// [`super::DotFn`] contract.
+        /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present.
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
-        pub(crate) unsafe fn $one(w: &[u8], a: &[u8], nb: usize) -> f32 {
-            debug_assert!(w.len() >= nb * $wb && a.len() >= nb * BlockQ8_0::BYTES);
-            // SAFETY: the contract gives `nb` blocks in both.
-            unsafe { $rows::<1>(w.as_ptr(), [a.as_ptr()], nb)[0] }
+        pub(crate) unsafe fn $one(w: &[$block], a: &[BlockQ8_0]) -> f32 {
+            let nb = w.len().min(a.len());
+            // SAFETY: both hold `nb` blocks.
+            unsafe { $rows::<1>(raw(w).as_ptr(), [raw(a).as_ptr()], nb)[0] }
         }
 
         #[doc = $doc]
-        /// Four activation rows `stride` bytes apart.
+        /// Four activation rows `stride` blocks apart.
         ///
         /// # Safety
-        /// [`super::TileFn`] contract.
+        /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present.
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
         pub(crate) unsafe fn $four(
-            w: &[u8],
-            a: &[u8],
+            w: &[$block],
+            a: &[BlockQ8_0],
             stride: usize,
             _scales: &[f32],
-            nb: usize,
         ) -> [f32; 4] {
-            debug_assert!(w.len() >= nb * $wb && a.len() >= 3 * stride + nb * BlockQ8_0::BYTES);
-            let ap = a.as_ptr();
-            // SAFETY: the contract gives four rows of `nb` blocks.
-            unsafe { $rows::<4>(w.as_ptr(), std::array::from_fn(|c| ap.add(c * stride)), nb) }
+            let nb = w.len();
+            check_rows(a.len(), 4, stride, nb);
+            let ap = raw(a).as_ptr();
+            // SAFETY: four rows of `nb` blocks (checked).
+            unsafe { $rows::<4>(raw(w).as_ptr(), std::array::from_fn(|c| ap.add(c * stride * BlockQ8_0::BYTES)), nb) }
         }
 
         #[doc = $doc]
-        /// Four weight rows `row_bytes` apart times four activation rows
-        /// `stride` apart, `out[c][r]` for activation row `c` and weight row
+        /// Four weight rows `w_stride` blocks apart times four activation
+        /// rows `stride` blocks apart, `out[c][r]` for activation row `c` and weight row
         /// `r`: each the one-row kernel's result to the bit.
         ///
         /// The weights are unpacked unsigned (`q + off`) instead of moving
@@ -546,25 +548,24 @@ macro_rules! zmm_kernels {
         /// weights unpack to, its lanes sum to zero.
         ///
         /// # Safety
-        /// [`super::Tile44Fn`] contract.
+        /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present.
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
         #[expect(clippy::too_many_lines, reason = "longer than a screen; issue 91 splits it")]
         pub(crate) unsafe fn $t44(
-            w: &[u8],
-            row_bytes: usize,
-            a: &[u8],
+            w: &[$block],
+            w_stride: usize,
+            a: &[BlockQ8_0],
             stride: usize,
             nb: usize,
         ) -> [[f32; 4]; 4] {
-            debug_assert!(
-                w.len() >= 3 * row_bytes + nb * $wb
-                    && a.len() >= 3 * stride + nb * BlockQ8_0::BYTES
-            );
+            check_rows(w.len(), 4, w_stride, nb);
+            check_rows(a.len(), 4, stride, nb);
+            let (row_bytes, stride) = (w_stride * <$block>::BYTES, stride * BlockQ8_0::BYTES);
             let wr: [*const u8; 4] =
-                // SAFETY: rows 0..4 of both start inside their slices by the contract.
-                std::array::from_fn(|r| unsafe { w.as_ptr().add(r * row_bytes) });
+                // SAFETY: rows 0..4 of both start inside their slices (checked).
+                std::array::from_fn(|r| unsafe { raw(w).as_ptr().add(r * row_bytes) });
             // SAFETY: as above.
-            let ar: [*const u8; 4] = std::array::from_fn(|c| unsafe { a.as_ptr().add(c * stride) });
+            let ar: [*const u8; 4] = std::array::from_fn(|c| unsafe { raw(a).as_ptr().add(c * stride) });
             let zero = _mm512_setzero_si512();
             let off = _mm512_set1_epi8($off as u8 as i8);
             // acc[c][r]: lanes 0..8 chain of the even blocks, 8..16 the odd.
@@ -574,7 +575,7 @@ macro_rules! zmm_kernels {
                 // SAFETY: (loop body) blocks i..i+8 lie inside every row.
                 unsafe {
                     let dw: [__m256; 4] =
-                        std::array::from_fn(|r| scales8_at::<{ $wb }>(wr[r].add(i * $wb)));
+                        std::array::from_fn(|r| scales8_at::<{ <$block>::BYTES }>(wr[r].add(i * <$block>::BYTES)));
                     let da: [__m256; 4] = std::array::from_fn(|c| {
                         scales8_at::<{ BlockQ8_0::BYTES }>(ar[c].add(i * BlockQ8_0::BYTES))
                     });
@@ -584,11 +585,11 @@ macro_rules! zmm_kernels {
                         let lanes =
                             _mm512_setr_epi32(e, e, e, e, e, e, e, e, o, o, o, o, o, o, o, o);
                         let ux: [__m512i; 4] = std::array::from_fn(|r| {
-                            let $up = wr[r].add(b * $wb);
+                            let $up = wr[r].add(b * <$block>::BYTES);
                             let $utwo = true;
                             _mm_prefetch($up.wrapping_add(PREFETCH) as *const i8, _MM_HINT_T0);
                             _mm_prefetch(
-                                $up.wrapping_add(PREFETCH + 2 * $wb - 1) as *const i8,
+                                $up.wrapping_add(PREFETCH + 2 * <$block>::BYTES - 1) as *const i8,
                                 _MM_HINT_T0,
                             );
                             $uunpack
@@ -629,9 +630,9 @@ macro_rules! zmm_kernels {
                         let pair = rd16(p) | if two { rd16(p.add(bytes)) << 16 } else { 0 };
                         _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(h2f_pair(pair)))
                     };
-                    let dw: [__m512; 4] = std::array::from_fn(|r| spread(wr[r].add(i * $wb), $wb));
+                    let dw: [__m512; 4] = std::array::from_fn(|r| spread(wr[r].add(i * <$block>::BYTES), <$block>::BYTES));
                     let ux: [__m512i; 4] = std::array::from_fn(|r| {
-                        let $up = wr[r].add(i * $wb);
+                        let $up = wr[r].add(i * <$block>::BYTES);
                         let $utwo = two;
                         $uunpack
                     });
@@ -672,7 +673,7 @@ zmm_kernels!(
     q8_0_avx512,
     q8_0_x4_avx512,
     q8_0_t44_avx512,
-    BlockQ8_0::BYTES,
+    BlockQ8_0,
     "Q8_0 · Q8_0, two blocks per 512-bit register.",
     |p, two| {
         let hi = if two {
@@ -698,7 +699,7 @@ zmm_kernels!(
     q4_0_avx512,
     q4_0_x4_avx512,
     q4_0_t44_avx512,
-    BlockQ4_0::BYTES,
+    BlockQ4_0,
     "Q4_0 · Q8_0, two blocks per 512-bit register.",
     |p, two| {
         let qb = if two {
@@ -725,7 +726,7 @@ zmm_kernels!(
     q5_0_avx512,
     q5_0_x4_avx512,
     q5_0_t44_avx512,
-    BlockQ5_0::BYTES,
+    BlockQ5_0,
     "Q5_0 · Q8_0, two blocks per 512-bit register.",
     |p, two| {
         let (qb, hb) = if two {
@@ -846,30 +847,30 @@ macro_rules! kquant_kernels {
         /// Q4_K · Q8_K.
         ///
         /// # Safety
-        /// [`super::DotFn`] contract.
+        /// The features of `$feat` present.
         #[target_feature(enable = $feat)]
-        pub(crate) unsafe fn $q4k(w: &[u8], a: &[u8], nb: usize) -> f32 {
-            debug_assert!(w.len() >= nb * BlockQ4K::BYTES && a.len() >= nb * BlockQ8K::BYTES);
-            // SAFETY: the caller's contract, for Q4_K blocks.
+        pub(crate) unsafe fn $q4k(w: &[BlockQ4K], a: &[BlockQ8K]) -> f32 {
+            let nb = w.len().min(a.len());
+            let (w, a) = (raw(w), raw(a));
+            // SAFETY: both hold `nb` blocks.
             unsafe { $k4::<{ BlockQ4K::BYTES }, false, 1>(w.as_ptr(), [a.as_ptr()], nb)[0] }
         }
 
-        /// Q4_K · Q8_K, four activation rows `stride` bytes apart.
+        /// Q4_K · Q8_K, four activation rows `stride` blocks apart.
         ///
         /// # Safety
-        /// [`super::TileFn`] contract.
+        /// The features of `$feat` present.
         #[target_feature(enable = $feat)]
         pub(crate) unsafe fn $q4kx4(
-            w: &[u8],
-            a: &[u8],
+            w: &[BlockQ4K],
+            a: &[BlockQ8K],
             stride: usize,
             _scales: &[f32],
-            nb: usize,
         ) -> [f32; 4] {
-            debug_assert!(
-                w.len() >= nb * BlockQ4K::BYTES && a.len() >= 3 * stride + nb * BlockQ8K::BYTES
-            );
-            // SAFETY: the contract gives four activation rows of `nb` blocks.
+            let nb = w.len();
+            check_rows(a.len(), 4, stride, nb);
+            let (w, a, stride) = (raw(w), raw(a), stride * BlockQ8K::BYTES);
+            // SAFETY: four activation rows of `nb` blocks (checked).
             unsafe {
                 $k4::<{ BlockQ4K::BYTES }, false, 4>(
                     w.as_ptr(),
@@ -882,30 +883,30 @@ macro_rules! kquant_kernels {
         /// Q5_K · Q8_K.
         ///
         /// # Safety
-        /// [`super::DotFn`] contract.
+        /// The features of `$feat` present.
         #[target_feature(enable = $feat)]
-        pub(crate) unsafe fn $q5k(w: &[u8], a: &[u8], nb: usize) -> f32 {
-            debug_assert!(w.len() >= nb * BlockQ5K::BYTES && a.len() >= nb * BlockQ8K::BYTES);
-            // SAFETY: the caller's contract, for Q5_K blocks.
+        pub(crate) unsafe fn $q5k(w: &[BlockQ5K], a: &[BlockQ8K]) -> f32 {
+            let nb = w.len().min(a.len());
+            let (w, a) = (raw(w), raw(a));
+            // SAFETY: both hold `nb` blocks.
             unsafe { $k4::<{ BlockQ5K::BYTES }, true, 1>(w.as_ptr(), [a.as_ptr()], nb)[0] }
         }
 
-        /// Q5_K · Q8_K, four activation rows `stride` bytes apart.
+        /// Q5_K · Q8_K, four activation rows `stride` blocks apart.
         ///
         /// # Safety
-        /// [`super::TileFn`] contract.
+        /// The features of `$feat` present.
         #[target_feature(enable = $feat)]
         pub(crate) unsafe fn $q5kx4(
-            w: &[u8],
-            a: &[u8],
+            w: &[BlockQ5K],
+            a: &[BlockQ8K],
             stride: usize,
             _scales: &[f32],
-            nb: usize,
         ) -> [f32; 4] {
-            debug_assert!(
-                w.len() >= nb * BlockQ5K::BYTES && a.len() >= 3 * stride + nb * BlockQ8K::BYTES
-            );
-            // SAFETY: the contract gives four activation rows of `nb` blocks.
+            let nb = w.len();
+            check_rows(a.len(), 4, stride, nb);
+            let (w, a, stride) = (raw(w), raw(a), stride * BlockQ8K::BYTES);
+            // SAFETY: four activation rows of `nb` blocks (checked).
             unsafe {
                 $k4::<{ BlockQ5K::BYTES }, true, 4>(
                     w.as_ptr(),
@@ -1007,30 +1008,30 @@ macro_rules! kquant_kernels {
         /// Q6_K · Q8_K.
         ///
         /// # Safety
-        /// [`super::DotFn`] contract.
+        /// The features of `$feat` present.
         #[target_feature(enable = $feat)]
-        pub(crate) unsafe fn $q6k(w: &[u8], a: &[u8], nb: usize) -> f32 {
-            debug_assert!(w.len() >= nb * BlockQ6K::BYTES && a.len() >= nb * BlockQ8K::BYTES);
+        pub(crate) unsafe fn $q6k(w: &[BlockQ6K], a: &[BlockQ8K]) -> f32 {
+            let nb = w.len().min(a.len());
+            let (w, a) = (raw(w), raw(a));
             // SAFETY: the caller's contract.
             unsafe { $k6::<1>(w.as_ptr(), [a.as_ptr()], nb)[0] }
         }
 
-        /// Q6_K · Q8_K, four activation rows `stride` bytes apart.
+        /// Q6_K · Q8_K, four activation rows `stride` blocks apart.
         ///
         /// # Safety
-        /// [`super::TileFn`] contract.
+        /// The features of `$feat` present.
         #[target_feature(enable = $feat)]
         pub(crate) unsafe fn $q6kx4(
-            w: &[u8],
-            a: &[u8],
+            w: &[BlockQ6K],
+            a: &[BlockQ8K],
             stride: usize,
             _scales: &[f32],
-            nb: usize,
         ) -> [f32; 4] {
-            debug_assert!(
-                w.len() >= nb * BlockQ6K::BYTES && a.len() >= 3 * stride + nb * BlockQ8K::BYTES
-            );
-            // SAFETY: the contract gives four activation rows of `nb` blocks.
+            let nb = w.len();
+            check_rows(a.len(), 4, stride, nb);
+            let (w, a, stride) = (raw(w), raw(a), stride * BlockQ8K::BYTES);
+            // SAFETY: four activation rows of `nb` blocks (checked).
             unsafe {
                 $k6::<4>(
                     w.as_ptr(),
@@ -1181,13 +1182,13 @@ kquant_kernels!(
 /// F32 · F32.
 ///
 /// # Safety
-/// [`super::FloatDotFn`] contract.
+/// AVX2, FMA and F16C present.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn f32_avx2(w: &[u8], x: &[f32], n: usize) -> f32 {
+pub(crate) unsafe fn f32_avx2(w: &[F32Le], x: &[f32]) -> f32 {
     float_dot(
-        w,
+        raw(w),
         x,
-        n,
+        w.len(),
         4,
         |p| {
             // SAFETY: `float_dot` passes pointers to 8 whole elements.
@@ -1200,13 +1201,13 @@ pub(crate) unsafe fn f32_avx2(w: &[u8], x: &[f32], n: usize) -> f32 {
 /// F16 · F32.
 ///
 /// # Safety
-/// [`super::FloatDotFn`] contract.
+/// AVX2, FMA and F16C present.
 #[target_feature(enable = "avx2,fma,f16c")]
-pub(crate) unsafe fn f16_avx2(w: &[u8], x: &[f32], n: usize) -> f32 {
+pub(crate) unsafe fn f16_avx2(w: &[F16Le], x: &[f32]) -> f32 {
     float_dot(
-        w,
+        raw(w),
         x,
-        n,
+        w.len(),
         2,
         |p| {
             // SAFETY: `float_dot` passes pointers to 8 whole elements.
@@ -1288,61 +1289,97 @@ pub(crate) fn detect() -> Option<Kernels> {
 /// Every x86 table this CPU can run, slowest first.
 #[expect(
     clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
+    reason = "the five tables, a format a line group; issue 91"
 )]
 pub(crate) fn available() -> Vec<&'static Kernels> {
+    use super::x86_x8 as x8;
+    use super::{FloatKernels, FormatKernels};
     static AVX2: Kernels = Kernels {
         name: "avx2",
-        q4_0: q4_0_avx2,
-        q5_0: q5_0_avx2,
-        q8_0: q8_0_avx2,
-        q4_k: q4_k_avx2,
-        q5_k: q5_k_avx2,
-        q6_k: q6_k_avx2,
-        f32: f32_avx2,
-        f16: f16_avx2,
-        bf16: super::x86_bf16::bf16_avx2,
-        q8_0_x4: Some(q8_0_x4_avx2),
-        q4_k_x4: Some(q4_k_x4_avx2),
-        q5_k_x4: Some(q5_k_x4_avx2),
-        q6_k_x4: Some(q6_k_x4_avx2),
-        q4_0_x4: Some(q4_0_x4_avx2),
-        q5_0_x4: Some(q5_0_x4_avx2),
-        q8_0_r4: Some(q8_0_r4_avx2),
-        q4_0_r4: Some(q4_0_r4_avx2),
-        q5_0_r4: Some(q5_0_r4_avx2),
-        q4_k_x8: Some(super::x86_x8::q4_k_x8_avx2),
-        q4_k_x8x4: Some(super::x86_x8::q4_k_x8x4_avx2),
-        q6_k_x8: Some(super::x86_x8::q6_k_x8_avx2),
-        q6_k_x8x4: Some(super::x86_x8::q6_k_x8x4_avx2),
-        q8_0_x8: Some(super::x86_x8::q8_0_x8_avx2),
-        q5_0_x8: Some(super::x86_x8::q5_0_x8_avx2),
-        q5_0_x8_as_q8_0: Some(super::x86_x8::q5_0_x8_as_q8_0_avx2),
-        self_prefetch: true,
+        q4_0: FormatKernels {
+            tile4: Some(q4_0_x4_avx2),
+            rows4: Some(q4_0_r4_avx2),
+            prefetches: true,
+            ..FormatKernels::dot(q4_0_avx2)
+        },
+        q5_0: FormatKernels {
+            tile4: Some(q5_0_x4_avx2),
+            rows4: Some(q5_0_r4_avx2),
+            x8: Some(x8::q5_0_x8_avx2),
+            x8_as_q8_0: Some(x8::q5_0_x8_as_q8_0_avx2),
+            prefetches: true,
+            ..FormatKernels::dot(q5_0_avx2)
+        },
+        q8_0: FormatKernels {
+            tile4: Some(q8_0_x4_avx2),
+            rows4: Some(q8_0_r4_avx2),
+            x8: Some(x8::q8_0_x8_avx2),
+            prefetches: true,
+            ..FormatKernels::dot(q8_0_avx2)
+        },
+        q4_k: FormatKernels {
+            tile4: Some(q4_k_x4_avx2),
+            x8: Some(x8::q4_k_x8_avx2),
+            x8x4: Some(x8::q4_k_x8x4_avx2),
+            prefetches: true,
+            ..FormatKernels::dot(q4_k_avx2)
+        },
+        q5_k: FormatKernels {
+            tile4: Some(q5_k_x4_avx2),
+            prefetches: true,
+            ..FormatKernels::dot(q5_k_avx2)
+        },
+        q6_k: FormatKernels {
+            tile4: Some(q6_k_x4_avx2),
+            x8: Some(x8::q6_k_x8_avx2),
+            x8x4: Some(x8::q6_k_x8x4_avx2),
+            prefetches: true,
+            ..FormatKernels::dot(q6_k_avx2)
+        },
+        f32: FloatKernels::dot(f32_avx2),
+        f16: FloatKernels::dot(f16_avx2),
+        bf16: FloatKernels::dot(super::x86_bf16::bf16_avx2),
         gemm: GemmTier::Avx2,
         ..SCALAR
     };
     static AVXVNNI: Kernels = Kernels {
         name: "avxvnni",
-        q4_0: q4_0_avxvnni,
-        q5_0: q5_0_avxvnni,
-        q8_0: q8_0_avxvnni,
-        q8_0_r4: Some(q8_0_r4_avxvnni),
-        q4_0_r4: Some(q4_0_r4_avxvnni),
-        q5_0_r4: Some(q5_0_r4_avxvnni),
-        q4_k: q4_k_avxvnni,
-        q5_k: q5_k_avxvnni,
-        q6_k: q6_k_avxvnni,
-        q4_k_x4: Some(q4_k_x4_avxvnni),
-        q5_k_x4: Some(q5_k_x4_avxvnni),
-        q6_k_x4: Some(q6_k_x4_avxvnni),
-        q4_k_x8: Some(super::x86_x8::q4_k_x8_avxvnni),
-        q4_k_x8x4: Some(super::x86_x8::q4_k_x8x4_avxvnni),
-        q6_k_x8: Some(super::x86_x8::q6_k_x8_avxvnni),
-        q6_k_x8x4: Some(super::x86_x8::q6_k_x8x4_avxvnni),
-        q8_0_x8: Some(super::x86_x8::q8_0_x8_avxvnni),
-        q5_0_x8: Some(super::x86_x8::q5_0_x8_avxvnni),
-        q5_0_x8_as_q8_0: Some(super::x86_x8::q5_0_x8_as_q8_0_avx2),
+        q4_0: FormatKernels {
+            dot: q4_0_avxvnni,
+            rows4: Some(q4_0_r4_avxvnni),
+            ..AVX2.q4_0
+        },
+        q5_0: FormatKernels {
+            dot: q5_0_avxvnni,
+            rows4: Some(q5_0_r4_avxvnni),
+            x8: Some(x8::q5_0_x8_avxvnni),
+            ..AVX2.q5_0
+        },
+        q8_0: FormatKernels {
+            dot: q8_0_avxvnni,
+            rows4: Some(q8_0_r4_avxvnni),
+            x8: Some(x8::q8_0_x8_avxvnni),
+            ..AVX2.q8_0
+        },
+        q4_k: FormatKernels {
+            dot: q4_k_avxvnni,
+            tile4: Some(q4_k_x4_avxvnni),
+            x8: Some(x8::q4_k_x8_avxvnni),
+            x8x4: Some(x8::q4_k_x8x4_avxvnni),
+            ..AVX2.q4_k
+        },
+        q5_k: FormatKernels {
+            dot: q5_k_avxvnni,
+            tile4: Some(q5_k_x4_avxvnni),
+            ..AVX2.q5_k
+        },
+        q6_k: FormatKernels {
+            dot: q6_k_avxvnni,
+            tile4: Some(q6_k_x4_avxvnni),
+            x8: Some(x8::q6_k_x8_avxvnni),
+            x8x4: Some(x8::q6_k_x8x4_avxvnni),
+            ..AVX2.q6_k
+        },
         gemm: GemmTier::AvxVnni,
         ..AVX2
     };
@@ -1353,45 +1390,71 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
     // four-row ones take `vpdpbusd` through AVX-512 VL and Q5_0's fifth bits
     // as a byte mask (2-core Xeon, 1B tg128 at 1/2 threads: 13.7-14.1 ->
     // 14.5-14.6 and 26.4 -> 27.1-27.3 t/s against the AVX-VNNI/AVX2 ones).
+    // Q5_0's rewrite as Q8_0 measured no gain here (its kernel unpacks more
+    // cheaply) and is left out.
     static AVX512: Kernels = Kernels {
         name: "avx512",
-        q4_0: q4_0_avx512,
-        q5_0: q5_0_avx512,
-        q8_0: q8_0_avx512,
-        q8_0_x4: Some(q8_0_x4_avx512),
-        q4_0_x4: Some(q4_0_x4_avx512),
-        q5_0_x4: Some(q5_0_x4_avx512),
-        q8_0_t44: Some(q8_0_t44_avx512),
-        q4_0_t44: Some(q4_0_t44_avx512),
-        q5_0_t44: Some(q5_0_t44_avx512),
-        q8_0_r4: Some(q8_0_r4_avx512vl),
-        q4_0_r4: Some(q4_0_r4_avx512vl),
-        q5_0_r4: Some(q5_0_r4_avx512vl),
-        q4_k: q4_k_avx512vl,
-        q5_k: q5_k_avx512vl,
-        q6_k: q6_k_avx512vl,
-        q4_k_x4: Some(q4_k_x4_avx512vl),
-        q5_k_x4: Some(q5_k_x4_avx512vl),
-        q6_k_x4: Some(q6_k_x4_avx512vl),
-        q4_k_x8: Some(super::x86_x8::q4_k_x8_avx512vl),
-        q4_k_x8x4: Some(super::x86_x8::q4_k_x8x4_avx512vl),
-        q6_k_x8: Some(super::x86_x8::q6_k_x8_avx512vl),
-        q6_k_x8x4: Some(super::x86_x8::q6_k_x8x4_avx512vl),
-        q8_0_x8: Some(super::x86_x8::q8_0_x8_avx512vl),
-        q5_0_x8: Some(super::x86_x8::q5_0_x8_avx512vl),
-        q5_0_x8_as_q8_0: None,
-        f32: x86_float::f32_avx512,
-        f16: x86_float::f16_avx512,
-        f32_tile: Some(x86_float::f32_tile_avx512),
-        f16_tile: Some(x86_float::f16_tile_avx512),
+        q4_0: FormatKernels {
+            dot: q4_0_avx512,
+            tile4: Some(q4_0_x4_avx512),
+            tile44: Some(q4_0_t44_avx512),
+            rows4: Some(q4_0_r4_avx512vl),
+            ..AVX2.q4_0
+        },
+        q5_0: FormatKernels {
+            dot: q5_0_avx512,
+            tile4: Some(q5_0_x4_avx512),
+            tile44: Some(q5_0_t44_avx512),
+            rows4: Some(q5_0_r4_avx512vl),
+            x8: Some(x8::q5_0_x8_avx512vl),
+            x8_as_q8_0: None,
+            ..AVX2.q5_0
+        },
+        q8_0: FormatKernels {
+            dot: q8_0_avx512,
+            tile4: Some(q8_0_x4_avx512),
+            tile44: Some(q8_0_t44_avx512),
+            rows4: Some(q8_0_r4_avx512vl),
+            x8: Some(x8::q8_0_x8_avx512vl),
+            ..AVX2.q8_0
+        },
+        q4_k: FormatKernels {
+            dot: q4_k_avx512vl,
+            tile4: Some(q4_k_x4_avx512vl),
+            x8: Some(x8::q4_k_x8_avx512vl),
+            x8x4: Some(x8::q4_k_x8x4_avx512vl),
+            ..AVX2.q4_k
+        },
+        q5_k: FormatKernels {
+            dot: q5_k_avx512vl,
+            tile4: Some(q5_k_x4_avx512vl),
+            ..AVX2.q5_k
+        },
+        q6_k: FormatKernels {
+            dot: q6_k_avx512vl,
+            tile4: Some(q6_k_x4_avx512vl),
+            x8: Some(x8::q6_k_x8_avx512vl),
+            x8x4: Some(x8::q6_k_x8x4_avx512vl),
+            ..AVX2.q6_k
+        },
+        f32: FloatKernels {
+            dot: x86_float::f32_avx512,
+            tile: Some(x86_float::f32_tile_avx512),
+        },
+        f16: FloatKernels {
+            dot: x86_float::f16_avx512,
+            tile: Some(x86_float::f16_tile_avx512),
+        },
         gemm: GemmTier::Avx512Vnni,
         ..AVX2
     };
     // The same with AVX512_BF16's dot for BF16 weights (Zen 4, Cooper Lake,
     // Sapphire Rapids on); the same name, as its results are the same.
     static AVX512_BF16: Kernels = Kernels {
-        bf16: super::x86_bf16::bf16_avx512,
-        bf16_tile: Some(super::x86_bf16::bf16_tile_avx512),
+        bf16: FloatKernels {
+            dot: super::x86_bf16::bf16_avx512,
+            tile: Some(super::x86_bf16::bf16_tile_avx512),
+        },
         ..AVX512
     };
     // AMX-INT8 tiles for the panel product (Sapphire Rapids on, which all
@@ -1435,51 +1498,53 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
 /// unpacking.
 macro_rules! legacy_tiles {
     ($feat:literal, $dot4:ident, $t8:ident, $t4:ident, $t5:ident) => {
-        legacy_tiles!(@one $feat, $dot4, $t8, BlockQ8_0::BYTES, |bw| {
+        legacy_tiles!(@one $feat, $dot4, $t8, BlockQ8_0, |bw| {
             // SAFETY: the block holds its 32 `qs`.
             unsafe { load32(bw.add(at::Q8_0_QS)) }
         });
-        legacy_tiles!(@one $feat, $dot4, $t4, BlockQ4_0::BYTES, |bw| {
+        legacy_tiles!(@one $feat, $dot4, $t4, BlockQ4_0, |bw| {
             // SAFETY: the block holds 16 bytes of nibbles (`qs`).
             let q = unsafe { load16(bw.add(at::Q4_0_QS)) };
             _mm256_sub_epi8(nibbles32(q), _mm256_set1_epi8(8))
         });
-        legacy_tiles!(@one $feat, $dot4, $t5, BlockQ5_0::BYTES, |bw| {
+        legacy_tiles!(@one $feat, $dot4, $t5, BlockQ5_0, |bw| {
             // SAFETY: the block holds its `qh` bits and 16 bytes of nibbles.
             let (qh, q) = unsafe { (std::ptr::read_unaligned(bw.add(at::Q5_0_QH) as *const u32), load16(bw.add(at::Q5_0_QS))) };
             let hi = _mm256_andnot_si256(bits_to_bytes(qh), _mm256_set1_epi8(0xF0u8 as i8));
             _mm256_or_si256(nibbles32(q), hi)
         });
     };
-    (@one $feat:literal, $dot4:ident, $name:ident, $wb:expr, |$bw:ident| $unpack:expr) => {
-        /// One weight row times four Q8_0 activation rows `stride` bytes apart,
-        /// their block scales widened in `scales`.
+    (@one $feat:literal, $dot4:ident, $name:ident, $block:ty, |$bw:ident| $unpack:expr) => {
+        /// One weight row times four Q8_0 activation rows `stride` blocks
+        /// apart, their block scales widened in `scales`.
         ///
         /// # Safety
-        /// [`super::TileFn`] contract.
+        /// The features of `$feat` present.
         #[target_feature(enable = $feat)]
         pub(crate) unsafe fn $name(
-            w: &[u8],
-            a: &[u8],
+            w: &[$block],
+            a: &[BlockQ8_0],
             stride: usize,
             scales: &[f32],
-            nb: usize,
         ) -> [f32; 4] {
-            debug_assert!(w.len() >= nb * $wb && a.len() >= 3 * stride + nb * BlockQ8_0::BYTES);
-            debug_assert!(scales.len() >= 4 * nb);
-            let (wp, ap, sp) = (w.as_ptr(), a.as_ptr(), scales.as_ptr());
+            const WB: usize = <$block>::BYTES;
+            let nb = w.len();
+            check_rows(a.len(), 4, stride, nb);
+            check_rows(scales.len(), 4, nb, nb);
+            let stride = stride * BlockQ8_0::BYTES;
+            let (wp, ap, sp) = (raw(w).as_ptr(), raw(a).as_ptr(), scales.as_ptr());
             // Chain i % 2 of each activation row, as in the one-row kernels.
             let mut acc = [[_mm256_setzero_ps(); 4]; 2];
             for i in 0..nb {
-                // SAFETY: block i is inside the weight row by the contract.
-                let $bw = unsafe { wp.add(i * $wb) };
+                // SAFETY: block i is inside the weight row (i < nb).
+                let $bw = unsafe { wp.add(i * WB) };
                 let qx = $unpack;
                 // SAFETY: d is the first two bytes of the block.
                 let dw = _mm256_broadcastss_ps(h2f_pair(unsafe { rd16($bw) }));
                 let ux = _mm256_sign_epi8(qx, qx);
                 for (c, acc) in acc[i % 2].iter_mut().enumerate() {
                     // SAFETY: activation row c's block i lies inside `a`, and
-                    // its scale inside `scales`, by the contract.
+                    // its scale inside `scales` (checked).
                     let (ay, da) = unsafe { (ap.add(c * stride + i * BlockQ8_0::BYTES + at::Q8_0_QS), &*sp.add(c * nb + i)) };
                     // The one-row kernels' scale product (exact f16 values
                     // multiplied in f32) in every lane; a broadcast load
@@ -1544,23 +1609,23 @@ fn prefetch_rows_line(base: *const u8, off: usize) {
 
 macro_rules! legacy_rows {
     ($feat:literal, $dot4:ident, $dot4acc:ident, $q5:ident, $r8:ident, $r4:ident, $r5:ident) => {
-        legacy_rows!(@one $feat, $dot4, $dot4acc, $r8, BlockQ8_0::BYTES, |bw| {
+        legacy_rows!(@one $feat, $dot4, $dot4acc, $r8, BlockQ8_0, |bw| {
             // SAFETY: the block holds its 32 `qs`.
             unsafe { load32(bw.add(at::Q8_0_QS)) }
         });
         // Q4_0 and Q5_0 stay unsigned (nibble, or nibble plus 16 for the
         // fifth bit) and the offset comes off the integer sums (see `@one`).
-        legacy_rows!(@one $feat, $dot4, $dot4acc, $r4, BlockQ4_0::BYTES, offset 3, |bw| {
+        legacy_rows!(@one $feat, $dot4, $dot4acc, $r4, BlockQ4_0, offset 3, |bw| {
             // SAFETY: the block holds 16 bytes of nibbles (`qs`).
             unsafe { nibbles32_at(bw.add(at::Q4_0_QS)) }
         });
-        legacy_rows!(@one $feat, $dot4, $dot4acc, $r5, BlockQ5_0::BYTES, offset 4, |bw| {
+        legacy_rows!(@one $feat, $dot4, $dot4acc, $r5, BlockQ5_0, offset 4, |bw| {
             // SAFETY: the block is inside `w` (see `@one`).
             unsafe { $q5(bw) }
         });
     };
-    (@one $feat:literal, $dot4:ident, $dot4acc:ident, $name:ident, $wb:expr, |$bw:ident| $unpack:expr) => {
-        legacy_rows!(@one $feat, $dot4, $dot4acc, $name, $wb, signed, |$bw| $unpack);
+    (@one $feat:literal, $dot4:ident, $dot4acc:ident, $name:ident, $block:ty, |$bw:ident| $unpack:expr) => {
+        legacy_rows!(@one $feat, $dot4, $dot4acc, $name, $block, signed, |$bw| $unpack);
     };
     // `signed`: the unpacked bytes are the signed values, multiplied through
     // the sign trick. `offset K`: they are `value + 2^K`, unsigned, so they
@@ -1570,17 +1635,20 @@ macro_rules! legacy_rows {
     // lane sums are the same integers either way, so the results are the
     // one-row kernels' to the bit, with three fewer instructions per row and
     // block.
-    (@one $feat:literal, $dot4:ident, $dot4acc:ident, $name:ident, $wb:expr, $form:ident $($shift:literal)?, |$bw:ident| $unpack:expr) => {
-        /// Four weight rows `row_bytes` apart times one Q8_0 activation row.
+    (@one $feat:literal, $dot4:ident, $dot4acc:ident, $name:ident, $block:ty, $form:ident $($shift:literal)?, |$bw:ident| $unpack:expr) => {
+        /// Four weight rows `w_stride` blocks apart times one Q8_0
+        /// activation row.
         ///
         /// # Safety
-        /// [`super::RowsFn`] contract.
+        /// The features of `$feat` present.
         #[target_feature(enable = $feat)]
-        pub(crate) unsafe fn $name(w: &[u8], row_bytes: usize, a: &[u8], nb: usize) -> [f32; 4] {
-            debug_assert!(w.len() >= 3 * row_bytes + nb * $wb && a.len() >= nb * BlockQ8_0::BYTES);
-            let ap = a.as_ptr();
-            // SAFETY: rows 0..4 start inside `w` by the contract.
-            let wp: [*const u8; 4] = std::array::from_fn(|r| unsafe { w.as_ptr().add(r * row_bytes) });
+        pub(crate) unsafe fn $name(w: &[$block], w_stride: usize, a: &[BlockQ8_0]) -> [f32; 4] {
+            const WB: usize = <$block>::BYTES;
+            let nb = a.len();
+            check_rows(w.len(), 4, w_stride, nb);
+            let (ap, row_bytes) = (raw(a).as_ptr(), w_stride * WB);
+            // SAFETY: rows 0..4 start inside `w` (checked).
+            let wp: [*const u8; 4] = std::array::from_fn(|r| unsafe { raw(w).as_ptr().add(r * row_bytes) });
             // Chain i % 2 of each row, as in the one-row kernels. The two
             // chains are named, not indexed by `k % 2`: indexed, they had
             // lived on the stack (a load and a store per block and row),
@@ -1594,7 +1662,7 @@ macro_rules! legacy_rows {
                 let dd: [[f32; 8]; 4] = std::array::from_fn(|r| {
                     let mut d = [0.0f32; 8];
                     // SAFETY: as above; `d` holds 8 floats.
-                    unsafe { _mm256_storeu_ps(d.as_mut_ptr(), _mm256_mul_ps(scales8_at::<{ $wb }>(wp[r].add(i * $wb)), da)) };
+                    unsafe { _mm256_storeu_ps(d.as_mut_ptr(), _mm256_mul_ps(scales8_at::<{ WB }>(wp[r].add(i * WB)), da)) };
                     d
                 });
                 for k in (0..8).step_by(2) {
@@ -1604,8 +1672,8 @@ macro_rules! legacy_rows {
                         let corr = legacy_rows!(@corr $dot4, qy, $form $($shift)?);
                         for r in 0..4 {
                             // SAFETY: block i + k of row r is inside `w`.
-                            let $bw = unsafe { wp[r].add((i + k) * $wb) };
-                            prefetch_rows_line(wp[0], PREFETCH + ((i + k) * 4 + r) * $wb);
+                            let $bw = unsafe { wp[r].add((i + k) * WB) };
+                            prefetch_rows_line(wp[0], PREFETCH + ((i + k) * 4 + r) * WB);
                             let qx = $unpack;
                             let p = legacy_rows!(@dot $dot4, $dot4acc, qx, qy, corr, $form);
                             let d = _mm256_set1_ps(dd[r][k]);
@@ -1623,8 +1691,8 @@ macro_rules! legacy_rows {
                 let corr = legacy_rows!(@corr $dot4, qy, $form $($shift)?);
                 for r in 0..4 {
                     // SAFETY: block i of row r is inside `w`; its f16 scale at 0.
-                    let $bw = unsafe { wp[r].add(i * $wb) };
-                    prefetch_rows_line(wp[0], PREFETCH + (i * 4 + r) * $wb);
+                    let $bw = unsafe { wp[r].add(i * WB) };
+                    prefetch_rows_line(wp[0], PREFETCH + (i * 4 + r) * WB);
                     // SAFETY: as above.
                     let d = h2f_prod(unsafe { rd16($bw) } | da << 16);
                     let qx = $unpack;

@@ -6,7 +6,8 @@
 
 use std::arch::x86_64::*;
 
-use super::FloatTile;
+use super::{raw, FloatTile};
+use crate::formats::blocks::Bf16Le;
 use crate::scalar::BF16_BLOCK;
 
 /// Bytes ahead of a lone weight row's reads that a tile of several
@@ -140,20 +141,20 @@ fn fold8(t: __m256) -> f32 {
 /// BF16 · BF16 with AVX512_BF16, one activation row.
 ///
 /// # Safety
-/// [`super::FloatDotFn`] contract.
+/// AVX-512 F/BW/VL and BF16 present.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
-pub(crate) unsafe fn bf16_avx512(w: &[u8], x: &[u16], n: usize) -> f32 {
-    bf16_rows::<1, 1>(w, 0, x, 0, n)[0][0]
+pub(crate) unsafe fn bf16_avx512(w: &[Bf16Le], x: &[u16]) -> f32 {
+    bf16_rows::<1, 1>(raw(w), 0, x, 0, w.len())[0][0]
 }
 
 /// BF16 · BF16 with AVX512_BF16, a tile of up to three weight rows by four
 /// activation rows, or one weight row by up to eight.
 ///
 /// # Safety
-/// [`super::FloatTileFn`] contract.
+/// AVX-512 F/BW/VL and BF16 present.
 #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512bf16")]
 pub(crate) unsafe fn bf16_tile_avx512(
-    w: &[u8],
+    w: &[Bf16Le],
     w_stride: usize,
     x: &[u16],
     stride: usize,
@@ -182,7 +183,7 @@ pub(crate) unsafe fn bf16_tile_avx512(
         let mut out = FloatTile::default();
         for (v, o) in out.iter_mut().enumerate().take(wrows) {
             let wv = w.get(v * w_stride..).unwrap_or_default();
-            // SAFETY: the caller's contract, one of its weight rows.
+            // SAFETY: the features are the caller's.
             *o = unsafe { bf16_tile_avx512(wv, w_stride, x, stride, n, 1, rows) }[0];
         }
         return out;
@@ -206,7 +207,7 @@ pub(crate) unsafe fn bf16_tile_avx512(
         (_, 3) => rows_of::<3, 3>,
         _ => rows_of::<3, 4>,
     };
-    f(w, w_stride, x, stride, n)
+    f(raw(w), w_stride * size_of::<Bf16Le>(), x, stride, n)
 }
 
 /// BF16 · BF16 on AVX2: each 32-bit word holds an odd element in its high
@@ -214,10 +215,11 @@ pub(crate) unsafe fn bf16_tile_avx512(
 /// f32 operands of a lane's two multiply-adds.
 ///
 /// # Safety
-/// [`super::FloatDotFn`] contract.
+/// AVX2 and FMA present.
 #[target_feature(enable = "avx2,fma")]
-pub(crate) unsafe fn bf16_avx2(w: &[u8], x: &[u16], n: usize) -> f32 {
-    let n = n.min(x.len()).min(w.len() / 2);
+pub(crate) unsafe fn bf16_avx2(w: &[Bf16Le], x: &[u16]) -> f32 {
+    let n = w.len().min(x.len());
+    let w = raw(w);
     // [block parity][lanes 0..8, 8..16]
     let mut acc = [[_mm256_setzero_ps(); 2]; 2];
     let high = _mm256_set1_epi32(0xffff_0000_u32 as i32);

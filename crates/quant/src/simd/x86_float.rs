@@ -7,7 +7,8 @@
 use std::arch::x86_64::*;
 
 use super::x86::float_dot_tail;
-use super::FloatTile;
+use super::{raw, FloatTile};
+use crate::formats::blocks::{F16Le, F32Le};
 
 /// Bytes ahead of a lone weight row's reads that a tile of several
 /// activation rows prefetches (docs/perf/speculation.md).
@@ -115,24 +116,34 @@ fn high_half(v: __m512) -> __m256 {
 /// Defines the one-row ([`super::FloatDotFn`]) and tile
 /// ([`super::FloatTileFn`]) kernels of one weight type.
 macro_rules! float_kernels {
-    ($one:ident, $tile:ident, $es:expr, $doc:literal,
+    ($one:ident, $tile:ident, $el:ty, $es:expr, $doc:literal,
      |$p:ident| wide: $wide:expr, narrow: $narrow:expr, elem: $elem:expr) => {
         #[doc = concat!($doc, " · F32, one activation row.")]
         ///
         /// # Safety
-        /// [`super::FloatDotFn`] contract.
+        /// AVX-512 F/BW/VL, AVX2, FMA and F16C present.
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
-        pub(crate) unsafe fn $one(w: &[u8], x: &[f32], n: usize) -> f32 {
-            float_rows::<1, 1>(w, 0, x, 0, n, $es, |$p| $wide, |$p| $narrow, $elem)[0][0]
+        pub(crate) unsafe fn $one(w: &[$el], x: &[f32]) -> f32 {
+            float_rows::<1, 1>(
+                raw(w),
+                0,
+                x,
+                0,
+                w.len(),
+                $es,
+                |$p| $wide,
+                |$p| $narrow,
+                $elem,
+            )[0][0]
         }
 
         #[doc = concat!($doc, " · F32, a tile of up to three weight rows by four activation rows.")]
         ///
         /// # Safety
-        /// [`super::FloatTileFn`] contract.
+        /// AVX-512 F/BW/VL, AVX2, FMA and F16C present.
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vl")]
         pub(crate) unsafe fn $tile(
-            w: &[u8],
+            w: &[$el],
             w_stride: usize,
             x: &[f32],
             stride: usize,
@@ -183,12 +194,12 @@ macro_rules! float_kernels {
                 (_, 3) => rows_of::<3, 3>,
                 _ => rows_of::<3, 4>,
             };
-            f(w, w_stride, x, stride, n)
+            f(raw(w), w_stride * $es, x, stride, n)
         }
     };
 }
 
-float_kernels!(f32_avx512, f32_tile_avx512, 4, "F32",
+float_kernels!(f32_avx512, f32_tile_avx512, F32Le, 4, "F32",
     |p| wide: {
         // SAFETY: `float_rows` passes pointers to 16 whole elements.
         unsafe { _mm512_loadu_ps(p as *const f32) }
@@ -200,7 +211,7 @@ float_kernels!(f32_avx512, f32_tile_avx512, 4, "F32",
     elem: crate::formats::f32_at
 );
 
-float_kernels!(f16_avx512, f16_tile_avx512, 2, "F16",
+float_kernels!(f16_avx512, f16_tile_avx512, F16Le, 2, "F16",
     |p| wide: {
         // SAFETY: `float_rows` passes pointers to 16 whole elements.
         _mm512_cvtph_ps(unsafe { _mm256_loadu_si256(p as *const __m256i) })

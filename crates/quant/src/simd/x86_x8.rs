@@ -10,9 +10,10 @@
 use std::arch::x86_64::*;
 
 use super::x86::{mac_avx2, mac_avx512vl, mac_avxvnni};
-use crate::formats::blocks::{at, BlockFormat, BlockQ8K, BlockQ8_0};
+use super::{check_rows, raw};
+use crate::formats::blocks::{at, BlockFormat, BlockQ4K, BlockQ5_0, BlockQ6K, BlockQ8K, BlockQ8_0};
 use crate::formats::interleave::{
-    x8, x8_q5_0, x8_q6_k, x8_q8_0, GROUP_BLOCK_BYTES, GROUP_ROWS, Q5_0_GROUP_BYTES,
+    x8, x8_q5_0, x8_q6_k, x8_q8_0, Interleaved, GROUP_BLOCK_BYTES, GROUP_ROWS, Q5_0_GROUP_BYTES,
     Q6_K_GROUP_BYTES, Q8_0_GROUP_BYTES,
 };
 
@@ -101,35 +102,36 @@ fn byte_of(v: __m256i, n: i32) -> __m256i {
 /// The one- and four-activation-row entries of a K-quant interleaved
 /// kernel whose body is `$rows::<N>` over `$gb`-byte group blocks.
 macro_rules! k_x8_entries {
-    ($feat:literal, $name:literal, $gb:expr, $rows:ident, $one:ident, $four:ident) => {
+    ($feat:literal, $name:literal, $block:ty, $rows:ident, $one:ident, $four:ident) => {
         #[doc = concat!("Eight interleaved ", $name, " rows · Q8_K: one result per row.")]
         ///
         /// # Safety
-        /// [`super::X8Fn`] contract.
+        /// The features of `$feat` present.
         #[target_feature(enable = $feat)]
-        pub(crate) unsafe fn $one(w: &[u8], a: &[u8], nb: usize) -> [f32; GROUP_ROWS] {
-            debug_assert!(w.len() >= nb * $gb && a.len() >= nb * BlockQ8K::BYTES);
-            // SAFETY: the caller's contract.
-            unsafe { $rows::<1>(w.as_ptr(), [a.as_ptr()], nb)[0] }
+        pub(crate) unsafe fn $one(w: &[Interleaved<$block>], a: &[BlockQ8K]) -> [f32; GROUP_ROWS] {
+            let nb = w.len().min(a.len());
+            // SAFETY: both hold `nb` blocks.
+            unsafe { $rows::<1>(raw(w).as_ptr(), [raw(a).as_ptr()], nb)[0] }
         }
 
-        #[doc = concat!("Eight interleaved ", $name, " rows · four Q8_K rows `stride` bytes apart.")]
+        #[doc = concat!("Eight interleaved ", $name, " rows · four Q8_K rows `stride` blocks apart.")]
         ///
         /// # Safety
-        /// [`super::X8TileFn`] contract.
+        /// The features of `$feat` present.
         #[target_feature(enable = $feat)]
         pub(crate) unsafe fn $four(
-            w: &[u8],
-            a: &[u8],
+            w: &[Interleaved<$block>],
+            a: &[BlockQ8K],
             stride: usize,
-            nb: usize,
         ) -> [[f32; GROUP_ROWS]; 4] {
-            debug_assert!(w.len() >= nb * $gb && a.len() >= 3 * stride + nb * BlockQ8K::BYTES);
-            // SAFETY: the contract gives four activation rows of `nb` blocks.
+            let nb = w.len();
+            check_rows(a.len(), 4, stride, nb);
+            let ap = raw(a).as_ptr();
+            // SAFETY: four activation rows of `nb` blocks (checked).
             unsafe {
                 $rows::<4>(
-                    w.as_ptr(),
-                    std::array::from_fn(|c| a.as_ptr().add(c * stride)),
+                    raw(w).as_ptr(),
+                    std::array::from_fn(|c| ap.add(c * stride * BlockQ8K::BYTES)),
                     nb,
                 )
             }
@@ -139,7 +141,7 @@ macro_rules! k_x8_entries {
 
 macro_rules! q4_k_x8_kernels {
     ($feat:literal, $dot8:ident, $rows:ident, $one:ident, $four:ident) => {
-        k_x8_entries!($feat, "Q4_K", GROUP_BLOCK_BYTES, $rows, $one, $four);
+        k_x8_entries!($feat, "Q4_K", BlockQ4K, $rows, $one, $four);
 
         /// The body of the kernels above: `N` activation rows share each
         /// group block's unpacking, and each row's sums are the one-row
@@ -353,7 +355,7 @@ pub(crate) unsafe fn q6_k_group_quads(g: *const u8, gi: usize) -> [__m256i; 4] {
 
 macro_rules! q6_k_x8_kernels {
     ($feat:literal, $mac:ident, $dp:ident, $vnni:literal, $rows:ident, $one:ident, $four:ident) => {
-        k_x8_entries!($feat, "Q6_K", Q6_K_GROUP_BYTES, $rows, $one, $four);
+        k_x8_entries!($feat, "Q6_K", BlockQ6K, $rows, $one, $four);
 
         /// The body of the kernels above. Codes are unsigned (`q + 32`):
         /// each row's `Σ sc · code · a` less `32 Σ sc · bsum` is the one-row
@@ -505,7 +507,7 @@ q6_k_x8_kernels!(
 );
 
 macro_rules! legacy_x8_kernel {
-    ($feat:literal, $dp:ident, $one:ident, $gb:expr, $doc:literal, |$g:ident, $ab:ident| $quads:expr) => {
+    ($feat:literal, $dp:ident, $one:ident, $block:ty, $doc:literal, |$g:ident, $ab:ident| $quads:expr) => {
         #[doc = $doc]
         ///
         /// Quad `j` of block `b` adds to lane `j` of chain `b % 2` as in
@@ -513,11 +515,12 @@ macro_rules! legacy_x8_kernel {
         /// rows in a register, and the lanes meet as `hsum8` adds them.
         ///
         /// # Safety
-        /// [`super::X8Fn`] contract.
+        /// The features of `$feat` present.
         #[target_feature(enable = $feat)]
-        pub(crate) unsafe fn $one(w: &[u8], a: &[u8], nb: usize) -> [f32; GROUP_ROWS] {
-            debug_assert!(w.len() >= nb * $gb && a.len() >= nb * BlockQ8_0::BYTES);
-            let (w, a) = (w.as_ptr(), a.as_ptr());
+        pub(crate) unsafe fn $one(w: &[Interleaved<$block>], a: &[BlockQ8_0]) -> [f32; GROUP_ROWS] {
+            const GB: usize = size_of::<Interleaved<$block>>();
+            let nb = w.len().min(a.len());
+            let (w, a) = (raw(w).as_ptr(), raw(a).as_ptr());
             // Chain `b % 2`'s lane `j`, for the eight rows at once.
             let (mut even, mut odd) = ([_mm256_setzero_ps(); 8], [_mm256_setzero_ps(); 8]);
             let step = |acc: &mut [__m256; 8], b: usize| {
@@ -525,7 +528,7 @@ macro_rules! legacy_x8_kernel {
                 // (the caller's contract): the eight f16 `d` at 0 and the
                 // activations' f16 `d` at 0.
                 let ($g, $ab, d) = unsafe {
-                    let (g, ab) = (w.add(b * $gb), a.add(b * BlockQ8_0::BYTES));
+                    let (g, ab) = (w.add(b * GB), a.add(b * BlockQ8_0::BYTES));
                     let dw = _mm256_cvtph_ps(_mm_loadu_si128(g as *const __m128i));
                     let da = std::ptr::read_unaligned(ab as *const i16);
                     (
@@ -592,7 +595,7 @@ macro_rules! legacy_x8_kernels {
             $feat,
             $dp,
             $q8_0,
-            Q8_0_GROUP_BYTES,
+            BlockQ8_0,
             "Eight interleaved Q8_0 rows · Q8_0: one result per row.",
             |g, ab| {
                 std::array::from_fn(|j| {
@@ -609,7 +612,7 @@ macro_rules! legacy_x8_kernels {
             $feat,
             $dp,
             $q5_0,
-            Q5_0_GROUP_BYTES,
+            BlockQ5_0,
             "Eight interleaved Q5_0 rows · Q8_0: one result per row.",
             |g, ab| {
                 // SAFETY: a whole Q5_0 group block, and a whole activation
@@ -651,10 +654,15 @@ unsafe fn q5_0_quad_operands(g: *const u8, ab: *const u8) -> [QuadOperands; 8] {
 /// without it.
 ///
 /// # Safety
-/// [`super::WidenX8Fn`] contract.
+/// AVX2 present.
 #[target_feature(enable = "avx2")]
-pub(crate) unsafe fn q5_0_x8_as_q8_0_avx2(src: &[u8], nb: usize, dst: &mut [u8]) {
-    assert!(src.len() >= nb * Q5_0_GROUP_BYTES && dst.len() >= nb * Q8_0_GROUP_BYTES);
+pub(crate) unsafe fn q5_0_x8_as_q8_0_avx2(
+    src: &[Interleaved<BlockQ5_0>],
+    dst: &mut [Interleaved<BlockQ8_0>],
+) {
+    let nb = src.len();
+    assert!(dst.len() >= nb, "{nb} group blocks into {}", dst.len());
+    let (src, dst) = (raw(src), bytemuck::cast_slice_mut::<_, u8>(dst));
     for b in 0..nb {
         // SAFETY: group block b of each, inside them (asserted).
         unsafe {
