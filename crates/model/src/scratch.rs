@@ -1,8 +1,8 @@
 //! Reusable buffers for the forward pass, sized once for the largest batch,
 //! so the decode loop allocates nothing.
 
-use crate::attention::BLOCKED_ATTENTION_MIN_ROWS;
 use crate::Config;
+use nn::attention::causal::BLOCKED_MIN_ROWS;
 use std::ops::Range;
 use std::sync::Mutex;
 
@@ -206,7 +206,7 @@ impl Scratch {
     pub fn bytes_for(cfg: &Config, n_ctx: usize, max_batch: usize, threads: usize) -> usize {
         let b = max_batch.max(1);
         // A long batch's attention gathers the keys and values it reads.
-        let gathered = if b >= BLOCKED_ATTENTION_MIN_ROWS {
+        let gathered = if b >= BLOCKED_MIN_ROWS {
             n_ctx * cfg.n_kv_heads * (cfg.head_dim + cfg.value_dim)
         } else {
             0

@@ -2,18 +2,10 @@
 //! attention's products read contiguous runs.
 
 use super::*;
+use nn::attention::causal::KEY_STRIP;
 
-/// Keys per strip of the gathered, transposed keys: the matrix kernel's
-/// widest tile (two 16-lane vectors).
-pub(super) const KEY_STRIP: usize = 32;
-
-/// Copies keys `klo..klo + nk` of every KV head into `kt_all` transposed in
-/// strips of [`KEY_STRIP`] keys (`[kvh][strip][dim][key in strip]`, zeros
-/// past the last key, so `Q·Kᵀ` over a strip is a plain product) and their
-/// values into `vc_all` in strips of [`KEY_STRIP`] columns
-/// (`[kvh][column strip][key][column in strip]`, zeros past the last
-/// column), so that each strip of `P·V` reads one contiguous run, in
-/// parallel.
+/// Copies keys `klo..klo + nk` of every KV head into `kt_all` and their
+/// values into `vc_all`, laid out as [`GatheredKeys`] says, in parallel.
 pub(super) fn gather_keys(
     pool: &threads::ThreadPool,
     keys: &SeqKeys<'_>,

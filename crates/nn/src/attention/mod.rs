@@ -3,11 +3,11 @@
 //! probabilities and sums the values with them. What differs is which keys a
 //! query sees and how its scores are shaped:
 //!
-//! - which keys: the text model's causal window over its cache
-//!   (`model::attention`, which owns the cache's layout and the prefill's
-//!   blocked schedule), a window of frames around each query ([`local`], the
-//!   audio conformers'), or every position ([`full`], the vision towers', as
-//!   blocked products);
+//! - which keys: the text model's causal window over its cache ([`causal`],
+//!   row by row or as blocked products, the cache's layout left to
+//!   `model::attention`), a window of frames around each query ([`local`],
+//!   the audio conformers'), or every position ([`full`], the vision
+//!   towers', as blocked products);
 //! - how scores are shaped, [`Scoring`]: a soft-cap (Gemma 2's text, the
 //!   conformers), a term added per key (the conformers' relative positions),
 //!   keys in range but hidden (frames past an audio clip).
@@ -16,6 +16,7 @@
 //! and short batches and the conformers; the blocked forms run the same
 //! [`probabilities`] over their blocks of scores.
 
+pub mod causal;
 pub mod full;
 pub mod local;
 

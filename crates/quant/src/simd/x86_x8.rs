@@ -686,24 +686,31 @@ pub(crate) unsafe fn q5_0_x8_as_q8_0_avx2(
 #[inline]
 #[target_feature(enable = "avx2")]
 unsafe fn q5_0_codes(g: *const u8) -> [__m256i; 8] {
-    // SAFETY: the group block's four runs of nibbles and its fifth bits.
-    let (runs, qh): ([__m256i; 4], __m256i) = unsafe {
-        (
-            std::array::from_fn(|k| {
-                _mm256_loadu_si256(g.add(x8_q5_0::QS + 32 * k) as *const __m256i)
-            }),
-            _mm256_loadu_si256(g.add(x8_q5_0::QH) as *const __m256i),
-        )
-    };
+    // SAFETY: (the closure's callers) run `k` of the group block's four
+    // runs of nibbles.
+    let run =
+        |k: usize| unsafe { _mm256_loadu_si256(g.add(x8_q5_0::QS + 32 * k) as *const __m256i) };
+    // SAFETY: the group block's fifth bits.
+    let qh = unsafe { _mm256_loadu_si256(g.add(x8_q5_0::QH) as *const __m256i) };
+    // The runs and codes as plain locals: built through `array::from_fn`,
+    // the runs went through the stack once the kernels took typed slices.
+    let runs = [run(0), run(1), run(2), run(3)];
     let m4 = _mm256_set1_epi8(0x0F);
-    std::array::from_fn(|j| {
-        let nib = if j < 4 {
-            _mm256_and_si256(runs[j], m4)
-        } else {
-            _mm256_and_si256(_mm256_srli_epi16(runs[j - 4], 4), m4)
-        };
-        _mm256_or_si256(nib, fifth_bit(qh, j))
-    })
+    let low = |j: usize| _mm256_or_si256(_mm256_and_si256(runs[j], m4), fifth_bit(qh, j));
+    let high = |j: usize| {
+        let nib = _mm256_and_si256(_mm256_srli_epi16(runs[j], 4), m4);
+        _mm256_or_si256(nib, fifth_bit(qh, j + 4))
+    };
+    [
+        low(0),
+        low(1),
+        low(2),
+        low(3),
+        high(0),
+        high(1),
+        high(2),
+        high(3),
+    ]
 }
 
 /// Bit `j` of each byte of `qh` as 0x10 in that byte (else 0): quad `j`'s
