@@ -171,6 +171,11 @@ fn block_queries(keys: usize) -> usize {
     }
 }
 
+/// Batch rows per block of the blocked schedule over `keys` keys.
+fn block_rows(keys: usize, h: Heads) -> usize {
+    (block_queries(keys) / h.group()).max(1)
+}
+
 /// Keys past which a block of queries takes four tiles (see [`block_queries`]).
 const LONG_KEYS: usize = 2048;
 
@@ -190,7 +195,7 @@ pub fn blocked(
     out: &mut [f32],
 ) -> Result<(), QuantError> {
     let h = batch.heads;
-    let block_rows = (block_queries(keys.n) / h.group()).max(1);
+    let block_rows = block_rows(keys.n, h);
     let row_len = h.n_heads * h.vdim;
     let failure = FirstError::new();
     let blocks: Vec<Mutex<(usize, &mut [f32])>> = out[..batch.rows * row_len]
@@ -205,8 +210,7 @@ pub fn blocked(
         let out_block = &mut *block.1;
         let rows = first..first + out_block.len() / row_len;
         let mut work = free_buffer(scores);
-        let work = (&mut *work, block_rows * h.group());
-        if let Err(e) = attend_block(batch, keys, &window, rows, work, out_block) {
+        if let Err(e) = attend_block(batch, keys, &window, rows, &mut work, out_block) {
             failure.set(e);
         }
     });
@@ -214,18 +218,19 @@ pub fn blocked(
 }
 
 /// [`blocked`]'s work for the block of batch rows `rows` into `out` (its
-/// rows' outputs), KV head by KV head, in `work.0`, laid out for blocks of
-/// up to `work.1` query vectors.
+/// rows' outputs), KV head by KV head, in `work`, laid out for the longest
+/// block.
 fn attend_block(
     batch: &Batch<'_>,
     keys: &GatheredKeys<'_>,
     window: &impl Fn(usize) -> (usize, usize),
     rows: std::ops::Range<usize>,
-    (work, m_max): (&mut Vec<f32>, usize),
+    work: &mut Vec<f32>,
     out: &mut [f32],
 ) -> Result<(), QuantError> {
     let (h, group) = (batch.heads, batch.heads.group());
     let (nrows, m) = (rows.len(), rows.len() * group);
+    let m_max = block_rows(keys.n, h) * group;
     // Keys the block's rows attend to, from the start of the strip that
     // holds the first one any of them sees (the keys before it get
     // probability 0 like any outside a window).

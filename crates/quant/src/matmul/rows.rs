@@ -5,7 +5,7 @@
 use super::acts::{quantize_once, Ready};
 use super::plan::{DecodeSplit, SharedOut, GEMM_MIN_BATCH, MAX_FUSED, ROW_TILE};
 use super::Matrix;
-use crate::formats::blocks::{blocks, BlockFormat, BlockQ8_0, WeightFormat};
+use crate::formats::blocks::{blocks, BlockQ8_0, WeightFormat};
 use crate::formats::float::f32_to_bf16_bits;
 use crate::formats::interleave::{Interleaved, GROUP_ROWS};
 use crate::simd::Acts;
@@ -391,10 +391,8 @@ fn tiled_rows<W: WeightFormat>(
     // buffer the thread keeps from task to task.
     let mut scales = WIDE_SCALES.take();
     scales.clear();
-    if let Ok(q8_0) = bytemuck::try_cast_slice::<Acts<W>, BlockQ8_0>(acts) {
-        if <Acts<W>>::TYPE == crate::GgmlType::Q8_0 {
-            simd::widen_scales(q8_0, nb, batch / 4 * 4, nb, &mut scales);
-        }
+    if let Some(q8_0) = simd::as_q8_0(acts) {
+        simd::widen_scales(q8_0, nb, batch / 4 * 4, nb, &mut scales);
     }
     for_row_tiles(part.range.clone(), |r0, r1| {
         let mut b = 0;
@@ -455,8 +453,9 @@ fn grouped_rows<W: WeightFormat>(
     let nb = w.cols / W::VALUES;
     let widen = f.x8_as_q8_0.filter(|_| part.batch >= 2);
     // Only Q5_0 is rewritten, and its activations are Q8_0 already.
-    let q8_acts = bytemuck::try_cast_slice::<Acts<W>, BlockQ8_0>(acts).ok();
+    let q8_acts = simd::as_q8_0(acts);
     let mut widened = WIDENED.take();
+    let mut copy = Vec::new();
     for g in range.start / GROUP_ROWS..range.end.div_ceil(GROUP_ROWS) {
         let first = g * GROUP_ROWS;
         let (lo, hi) = (first.max(range.start), (first + GROUP_ROWS).min(range.end));
@@ -472,9 +471,9 @@ fn grouped_rows<W: WeightFormat>(
                 widened.resize(nb, Interleaved([BlockQ8_0::zeroed(); GROUP_ROWS]));
                 // SAFETY: a kernel of `simd::best()`.
                 unsafe { rewrite(group, &mut widened) };
-                group_against(&k.q8_0, &widened, a, part.batch, nb, write);
+                group_against(&k.q8_0, &widened, a, part.batch, &mut copy, write);
             }
-            _ => group_against(f, group, acts, part.batch, nb, write),
+            _ => group_against(f, group, acts, part.batch, &mut copy, write),
         }
     }
     WIDENED.set(widened);
@@ -483,24 +482,21 @@ fn grouped_rows<W: WeightFormat>(
 /// One interleaved group (`group`, `nb` group blocks) against `batch`
 /// activation rows of `nb` blocks (`acts`), each row's eight results handed
 /// to `write`: through the set's interleaved kernels, else its one-row
-/// kernel on the group's rows copied out.
+/// kernel on the group's rows copied out into `copy`.
 fn group_against<W: WeightFormat>(
     f: &simd::FormatKernels<W>,
     group: &[Interleaved<W>],
     acts: &[Acts<W>],
     batch: usize,
-    nb: usize,
+    copy: &mut Vec<u8>,
     write: impl Fn(usize, [f32; GROUP_ROWS]),
 ) {
+    let nb = group.len();
     let Some(x8) = f.x8 else {
-        let mut copy = vec![W::zeroed(); GROUP_ROWS * nb];
-        crate::formats::interleave::deinterleave_rows(
-            W::TYPE,
-            bytemuck::cast_slice(group),
-            nb,
-            0..GROUP_ROWS,
-            bytemuck::cast_slice_mut(&mut copy),
-        );
+        copy.resize(GROUP_ROWS * nb * W::BYTES, 0);
+        let bytes = simd::raw(group);
+        crate::formats::interleave::deinterleave_rows(W::TYPE, bytes, nb, 0..GROUP_ROWS, copy);
+        let copy = blocks::<W>(copy);
         for b in 0..batch {
             let a = &acts[b * nb..(b + 1) * nb];
             // SAFETY: kernel from `simd::best()`.
@@ -584,5 +580,56 @@ fn for_row_tiles(rows: std::ops::Range<usize>, mut f: impl FnMut(usize, usize)) 
         let r1 = (r0 + ROW_TILE).min(rows.end);
         f(r0, r1);
         r0 = r1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::GgmlType;
+
+    /// Every table gives an interleaved matrix the products of its plain
+    /// rows to the bit, through its interleaved kernels or, on a table
+    /// without them (the scalar one), through the group's rows copied out;
+    /// for one activation row and a batch.
+    #[test]
+    fn interleaved_matrices_match_plain_rows_on_every_table() {
+        let (rows, cols) = (16, 512);
+        for ty in [
+            GgmlType::Q4_K,
+            GgmlType::Q6_K,
+            GgmlType::Q5_0,
+            GgmlType::Q8_0,
+        ] {
+            let wf: Vec<f32> = (0..rows * cols)
+                .map(|i| ((i * 37 % 101) as f32 * 0.13).sin())
+                .collect();
+            let mut w = vec![0u8; rows * crate::row_size(ty, cols).unwrap()];
+            crate::quantize(ty, &wf, &mut w).unwrap();
+            let packed = crate::interleave(ty, rows, cols, &w, |_| {})
+                .unwrap()
+                .unwrap();
+            let plain = Matrix::new(ty, rows, cols, &w).unwrap();
+            let grouped = Matrix::interleaved(ty, rows, cols, &packed).unwrap();
+            let at = crate::vec_dot_type(ty);
+            for batch in [1usize, 5] {
+                let x: Vec<f32> = (0..batch * cols)
+                    .map(|i| ((i * 11 % 97) as f32 * 0.29).cos() * 2.0)
+                    .collect();
+                let mut a = vec![0u8; batch * crate::row_size(at, cols).unwrap()];
+                crate::quantize_activation(at, &x, &mut a).unwrap();
+                for k in simd::available() {
+                    let run = |m: &Matrix| {
+                        let mut out = vec![0.0f32; batch * rows];
+                        let shared = SharedOut::of(&mut out, batch * rows);
+                        quant_rows(k, m, &a, batch, 0..rows, &shared);
+                        out
+                    };
+                    let (want, got) = (run(&plain), run(&grouped));
+                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                    assert_eq!(bits(&got), bits(&want), "{} {ty} batch {batch}", k.name);
+                }
+            }
+        }
     }
 }

@@ -11,11 +11,12 @@
 //! table built here installs only after detecting them.
 
 use crate::QuantError;
+use std::borrow::Cow;
 use std::sync::OnceLock;
 
 use crate::formats::blocks::{
-    blocks, Bf16Le, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0,
-    BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, F16Le, F32Le, WeightFormat,
+    blocks, Bf16Le, BlockFormat, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,
+    BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, F16Le, F32Le, WeightFormat,
 };
 use crate::formats::float::f32_to_bf16_bits;
 pub(crate) use crate::formats::interleave::Interleaved;
@@ -144,6 +145,13 @@ pub(crate) fn check_rows(len: usize, rows: usize, stride: usize, nb: usize) {
         end.is_some_and(|end| end <= len),
         "{rows} rows of {nb} items {stride} apart do not fit in {len}"
     );
+}
+
+/// Activation blocks `a` as Q8_0 blocks, where that is what they are
+/// (the widened scales and the Q8_0 rewrite read them so); `None` for
+/// another format.
+pub(crate) fn as_q8_0<A: BlockFormat>(a: &[A]) -> Option<&[BlockQ8_0]> {
+    (A::TYPE == GgmlType::Q8_0).then(|| bytemuck::cast_slice(a))
 }
 
 /// Blocks as the bytes they are stored in, for the kernels that read a
@@ -304,16 +312,20 @@ pub(crate) trait ForFormat {
     fn run<W: WeightFormat>(self, k: &Kernels, f: &FormatKernels<W>) -> Self::Out;
 }
 
+/// f32 activations as a float format's kernels take them: the same slice
+/// for F32 and F16 weights, rounded to bf16 (a new buffer) for BF16.
+pub(crate) type FloatActs<T> = for<'a> fn(&'a [f32]) -> Cow<'a, [T]>;
+
 /// Work over one float weight format ([`Kernels::with_float`]).
 pub(crate) trait ForFloat {
     /// What the work gives.
     type Out;
     /// The work with the format's set: weights stored as `E` against
-    /// activations `T`, made from f32 by `act`.
+    /// activations `T`, made from f32 by `acts`.
     fn run<E: bytemuck::Pod, T: Copy + Send + Sync>(
         self,
         f: &FloatKernels<E, T>,
-        act: fn(f32) -> T,
+        acts: FloatActs<T>,
     ) -> Self::Out;
 }
 
@@ -341,9 +353,11 @@ impl Kernels {
     /// type that is not F32, F16 or BF16.
     pub(crate) fn with_float<F: ForFloat>(&self, ty: GgmlType, work: F) -> Option<F::Out> {
         Some(match ty {
-            GgmlType::F32 => work.run(&self.f32, std::convert::identity),
-            GgmlType::F16 => work.run(&self.f16, std::convert::identity),
-            GgmlType::BF16 => work.run(&self.bf16, f32_to_bf16_bits),
+            GgmlType::F32 => work.run(&self.f32, |x| Cow::Borrowed(x)),
+            GgmlType::F16 => work.run(&self.f16, |x| Cow::Borrowed(x)),
+            GgmlType::BF16 => work.run(&self.bf16, |x| {
+                Cow::Owned(x.iter().map(|&v| f32_to_bf16_bits(v)).collect())
+            }),
             _ => return None,
         })
     }
@@ -584,9 +598,9 @@ pub(crate) fn checked_vec_dot_f32(
         fn run<E: bytemuck::Pod, T: Copy + Send + Sync>(
             self,
             f: &FloatKernels<E, T>,
-            act: fn(f32) -> T,
+            acts: FloatActs<T>,
         ) -> f32 {
-            let xs: Vec<T> = self.x.iter().map(|&v| act(v)).collect();
+            let xs = acts(self.x);
             let w: &[E] = bytemuck::cast_slice(&self.w[..self.x.len() * size_of::<E>()]);
             // SAFETY: a table from this module.
             unsafe { (f.dot)(w, &xs) }
@@ -605,7 +619,6 @@ pub(crate) fn is_float(ty: GgmlType) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::formats::blocks::BlockFormat;
     use bytemuck::Zeroable;
 
     /// A xorshift stream of bits, for test data.
@@ -759,10 +772,7 @@ mod tests {
                 let stride = nb + 1;
                 let a = quantized_rows::<Acts<W>>(4, nb, stride, &[3.0], &mut bits);
                 let mut scales = Vec::new();
-                if let (GgmlType::Q8_0, Ok(q8)) = (
-                    <Acts<W>>::TYPE,
-                    bytemuck::try_cast_slice::<_, BlockQ8_0>(&a),
-                ) {
+                if let Some(q8) = as_q8_0(&a) {
                     widen_scales(q8, stride, 4, nb, &mut scales);
                 }
                 // SAFETY: tables from this module.
@@ -823,7 +833,7 @@ mod tests {
             fn run<E: bytemuck::Pod, T: Copy + Send + Sync>(
                 self,
                 f: &FloatKernels<E, T>,
-                act: fn(f32) -> T,
+                acts: FloatActs<T>,
             ) {
                 if let Some(tile) = f.tile {
                     // BF16 tiles take twice the activation rows against one weight row.
@@ -832,7 +842,7 @@ mod tests {
                     } else {
                         FLOAT_TILE_ACTS
                     };
-                    *self.1 += tiles_match(self.0, tile, f.dot, act, one_row);
+                    *self.1 += tiles_match(self.0, tile, f.dot, acts, one_row);
                 }
             }
         }
@@ -848,14 +858,14 @@ mod tests {
     }
 
     /// [`float_tiles_equal_single_rows_bitwise`] for one table and format
-    /// (weights stored as `E`), the activations made from f32 by `act`, up
+    /// (weights stored as `E`), the activations made from f32 by `acts`, up
     /// to `one_row_acts` rows against one weight row; the number of results
     /// checked.
     fn tiles_match<E: bytemuck::Pod, T: Copy>(
         k: &Kernels,
         tile: FloatTileFn<E, T>,
         single: FloatDotFn<E, T>,
-        act: fn(f32) -> T,
+        acts: FloatActs<T>,
         one_row_acts: usize,
     ) -> usize {
         let ty = match size_of::<E>() {
@@ -888,7 +898,7 @@ mod tests {
                 (1..=FLOAT_TILE_WEIGHTS).flat_map(|v| (1..=most(v)).map(move |r| (v, r)))
             {
                 let xf: Vec<f32> = (0..rows * stride).map(|_| unit(&mut bits, 2.0)).collect();
-                let xs: Vec<T> = xf.iter().map(|&v| act(v)).collect();
+                let xs = acts(&xf);
                 let ws = &ws[..(wrows - 1) * w_stride + n];
                 // SAFETY: tables from this module.
                 let got = unsafe { tile(ws, w_stride, &xs, stride, n, wrows, rows) };

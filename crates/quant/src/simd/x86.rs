@@ -1289,7 +1289,7 @@ pub(crate) fn detect() -> Option<Kernels> {
 /// Every x86 table this CPU can run, slowest first.
 #[expect(
     clippy::too_many_lines,
-    reason = "the five tables, a format a line group; issue 91"
+    reason = "five tables of a kernel set per format"
 )]
 pub(crate) fn available() -> Vec<&'static Kernels> {
     use super::x86_x8 as x8;
