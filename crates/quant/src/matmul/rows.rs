@@ -560,16 +560,13 @@ fn prefetch(bytes: &[u8]) {
 /// Visits (row, batch) pairs tile by tile: all batch entries for a few rows at a time.
 #[inline]
 fn for_tiles(rows: std::ops::Range<usize>, batch: usize, mut f: impl FnMut(usize, usize)) {
-    let mut r0 = rows.start;
-    while r0 < rows.end {
-        let r1 = (r0 + ROW_TILE).min(rows.end);
+    for_row_tiles(rows, |r0, r1| {
         for b in 0..batch {
             for r in r0..r1 {
                 f(r, b);
             }
         }
-        r0 = r1;
-    }
+    });
 }
 
 /// Visits rows `rows` in tiles of [`ROW_TILE`]: `f(start, end)` for each.
