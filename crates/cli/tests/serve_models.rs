@@ -98,8 +98,8 @@ fn models_load_on_demand_within_max_loaded() {
     assert_eq!(server.metric("hearth_models_loaded"), 2.0);
     // Every scheduler, the unloaded ones included, took its share of the
     // busy and queued gauges back when it went idle.
-    assert_eq!(server.metric("hearth_slots_busy"), 0.0);
-    assert_eq!(server.metric("hearth_queue_depth"), 0.0);
+    assert_eq!(server.settled_metric("hearth_slots_busy", 0.0), 0.0);
+    assert_eq!(server.settled_metric("hearth_queue_depth", 0.0), 0.0);
     // Loaded, the vision model reports the tower its projector holds.
     let vision = server
         .request("GET", "/v1/models/vision/model-f32", &[], b"")

@@ -355,6 +355,20 @@ impl Server {
             .and_then(|v| v.trim().parse().ok())
             .unwrap_or_else(|| panic!("no metric {name} in:\n{m}"))
     }
+
+    /// A gauge's value once it reaches `want`, or its last value after ten
+    /// seconds: the scheduler updates gauges each round, so a response can
+    /// reach the client a round before the gauge that counted it moves.
+    pub fn settled_metric(&self, name: &str, want: f64) -> f64 {
+        let start = std::time::Instant::now();
+        loop {
+            let value = self.metric(name);
+            if value == want || start.elapsed() > std::time::Duration::from_secs(10) {
+                return value;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+    }
 }
 
 impl Drop for Server {
