@@ -2,6 +2,7 @@
 //! the prefix cache (a new prompt reuses what it shares with the last one) and
 //! teacher-forced scoring.
 
+use crate::saved::{usable_prefix, MediaSpan};
 use crate::{EngineError, PromptMedia};
 use model::{Embedded, KvCache, Model, Scratch};
 use std::sync::Arc;
@@ -134,35 +135,9 @@ impl Session {
     /// return its length. The same ids with a different picture are not
     /// shared, and an image is never cut: its tokens go in one batch.
     pub(crate) fn reuse_prefix(&mut self, prompt: &[u32], images: &[PromptMedia]) -> usize {
-        let mut shared = self
-            .tokens
-            .iter()
-            .zip(prompt)
-            .take_while(|(a, b)| a == b)
-            .count();
-        let same = |a: &PromptMedia, b: &PromptMedia| a.pos == b.pos && a.item.key == b.item.key;
-        let mut held = self.images.iter();
-        let mut new = images.iter();
-        loop {
-            match (held.next(), new.next()) {
-                (Some(a), Some(b)) if same(a, b) => continue,
-                (a, b) => {
-                    let first = [a.map(|i| i.pos), b.map(|i| i.pos)];
-                    if let Some(p) = first.into_iter().flatten().min() {
-                        shared = shared.min(p);
-                    }
-                    break;
-                }
-            }
-        }
-        // At least the last prompt token must be evaluated to get its logits.
-        if shared == prompt.len() {
-            shared = shared.saturating_sub(1);
-        }
-        // Not inside an image.
-        if let Some(i) = images.iter().find(|i| i.pos < shared && shared < i.end()) {
-            shared = i.pos;
-        }
+        let held: Vec<MediaSpan> = self.images.iter().map(PromptMedia::span).collect();
+        let wanted: Vec<MediaSpan> = images.iter().map(PromptMedia::span).collect();
+        let mut shared = usable_prefix(&self.tokens, &held, prompt, &wanted);
         if !self.cache.truncate(shared) {
             self.cache.clear();
             shared = 0;

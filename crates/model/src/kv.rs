@@ -7,7 +7,9 @@ use crate::{Config, LayerKind, SeqInput};
 use half::f16;
 use quant::vector::Rows;
 
+mod state;
 mod storage_type;
+pub use state::KvStateError;
 pub use storage_type::KvType;
 
 /// Positions a sliding-window ring of `window` keeps beyond its window: one

@@ -21,7 +21,7 @@ mod weights;
 pub use config::{Arch, Config, LayerKind, Pooling};
 pub use embed::{unit_vector, EmbeddingHead};
 pub use forward::{Embedded, SeqInput};
-pub use kv::{ring_slack, KvCache, KvType};
+pub use kv::{ring_slack, KvCache, KvStateError, KvType};
 pub use logits::BatchRows;
 pub use moe::{Experts, GateUp, MoeWeights};
 pub use nn::Precision;
