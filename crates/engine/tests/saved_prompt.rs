@@ -209,11 +209,15 @@ fn media_in_the_prefix_is_restored_only_for_the_same_picture() {
     };
     let (a, b) = (picture("img_a.png"), picture("img_b.png"));
     let spans = |m: &[PromptMedia]| m.iter().map(PromptMedia::span).collect::<Vec<MediaSpan>>();
-    let (turn1, media1) = image_prompt(&engine, "Look: <start_of_image> and say", &[a.clone()]);
+    let (turn1, media1) = image_prompt(
+        &engine,
+        "Look: <start_of_image> and say",
+        std::slice::from_ref(&a),
+    );
     let (turn2, media2) = image_prompt(
         &engine,
         "Look: <start_of_image> and say what it is, in a few words",
-        &[a.clone()],
+        std::slice::from_ref(&a),
     );
     assert!(!media1.is_empty() && turn2.starts_with(&turn1[..turn1.len() - 1]));
     let mut live = engine.session();
