@@ -1,0 +1,209 @@
+//! One stored state as a file: a header that says whose state it is and
+//! which tokens and media it holds, the cache's bytes, and a SHA-256 of
+//! everything before it, so a damaged file is recognized and never loaded.
+//!
+//! ```text
+//! "HEARTHPC" u32 version | namespace [32] | n u64, n tokens u32
+//! | m u64, m × (pos u64, tokens u64, key [32]) | kv_len u64, kv | sha256 [32]
+//! ```
+//! Numbers are little-endian.
+
+use crate::Namespace;
+use engine::{MediaSpan, SavedPrompt};
+use sha2::{Digest, Sha256};
+use std::io::{self, Read, Write};
+
+const MAGIC: &[u8; 8] = b"HEARTHPC";
+const VERSION: u32 = 1;
+/// Bytes of a media span in the header.
+const SPAN_BYTES: usize = 48;
+/// The most tokens a header may claim (far past any context): a corrupt
+/// count must not make a reader allocate without bound.
+const MAX_TOKENS: u64 = 1 << 24;
+
+/// What a file's header says: whose state, which tokens and media, and how
+/// long its cache bytes are.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Header {
+    pub ns: Namespace,
+    pub tokens: Vec<u32>,
+    pub media: Vec<MediaSpan>,
+    pub kv_len: u64,
+}
+
+impl Header {
+    /// The file's whole length: header, cache bytes and checksum.
+    pub fn file_len(&self) -> u64 {
+        let header = 8 + 4 + 32 + 8 + 4 * self.tokens.len() + 8 + SPAN_BYTES * self.media.len() + 8;
+        header as u64 + self.kv_len + 32
+    }
+}
+
+/// Writes `saved` of namespace `ns` to `out`, checksum last.
+pub(crate) fn write(out: &mut impl Write, ns: &Namespace, saved: &SavedPrompt) -> io::Result<()> {
+    let mut hashed = Hashed {
+        inner: out,
+        sha: Sha256::new(),
+    };
+    let w = &mut hashed;
+    w.write_all(MAGIC)?;
+    w.write_all(&VERSION.to_le_bytes())?;
+    w.write_all(&ns.0)?;
+    w.write_all(&(saved.tokens.len() as u64).to_le_bytes())?;
+    let tokens: Vec<u8> = saved.tokens.iter().flat_map(|t| t.to_le_bytes()).collect();
+    w.write_all(&tokens)?;
+    w.write_all(&(saved.media.len() as u64).to_le_bytes())?;
+    for m in &saved.media {
+        w.write_all(&(m.pos as u64).to_le_bytes())?;
+        w.write_all(&(m.tokens as u64).to_le_bytes())?;
+        w.write_all(&m.key)?;
+    }
+    w.write_all(&(saved.kv.len() as u64).to_le_bytes())?;
+    w.write_all(&saved.kv)?;
+    let sum = hashed.sha.finalize();
+    out.write_all(&sum)
+}
+
+/// A writer that hashes what passes through it.
+struct Hashed<'w, W> {
+    inner: &'w mut W,
+    sha: Sha256,
+}
+
+impl<W: Write> Write for Hashed<'_, W> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.sha.update(&buf[..n]);
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+fn bad(what: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, what.to_string())
+}
+
+fn read_u64(r: &mut impl Read) -> io::Result<u64> {
+    let mut b = [0u8; 8];
+    r.read_exact(&mut b)?;
+    Ok(u64::from_le_bytes(b))
+}
+
+/// Reads a header from the start of a file of `file_len` bytes, checking
+/// that its counts fit that length (the checksum is checked on load).
+pub(crate) fn read_header(r: &mut impl Read, file_len: u64) -> io::Result<Header> {
+    let mut magic = [0u8; 12];
+    r.read_exact(&mut magic)?;
+    if &magic[..8] != MAGIC || magic[8..] != VERSION.to_le_bytes() {
+        return Err(bad("not a prompt state of this version"));
+    }
+    let mut ns = [0u8; 32];
+    r.read_exact(&mut ns)?;
+    let n = read_u64(r)?;
+    if n > MAX_TOKENS || 4 * n > file_len {
+        return Err(bad("a token count past the file's end"));
+    }
+    let mut raw = vec![0u8; 4 * n as usize];
+    r.read_exact(&mut raw)?;
+    let tokens = raw
+        .chunks_exact(4)
+        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect();
+    let m = read_u64(r)?;
+    if m > n {
+        return Err(bad("more media than tokens"));
+    }
+    let mut media = Vec::with_capacity(m as usize);
+    for _ in 0..m {
+        let pos = read_u64(r)?;
+        let tokens = read_u64(r)?;
+        let mut key = [0u8; 32];
+        r.read_exact(&mut key)?;
+        if pos.checked_add(tokens).is_none_or(|end| end > n) {
+            return Err(bad("a media span past the tokens"));
+        }
+        media.push(MediaSpan {
+            pos: pos as usize,
+            tokens: tokens as usize,
+            key,
+        });
+    }
+    let kv_len = read_u64(r)?;
+    let header = Header {
+        ns: Namespace(ns),
+        tokens,
+        media,
+        kv_len,
+    };
+    if kv_len > file_len || header.file_len() != file_len {
+        return Err(bad("its length is not what its header says"));
+    }
+    Ok(header)
+}
+
+/// Parses a whole file: its header, cache bytes and checksum.
+pub(crate) fn parse(bytes: &[u8]) -> io::Result<(Namespace, SavedPrompt)> {
+    let len = bytes.len() as u64;
+    let mut r = bytes;
+    let header = read_header(&mut r, len)?;
+    let (kv, sum) = r.split_at(r.len().checked_sub(32).ok_or_else(|| bad("no checksum"))?);
+    if Sha256::digest(&bytes[..bytes.len() - 32]).as_slice() != sum {
+        return Err(bad("its checksum does not match"));
+    }
+    Ok((
+        header.ns,
+        SavedPrompt {
+            tokens: header.tokens,
+            media: header.media,
+            kv: kv.to_vec(),
+        },
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> SavedPrompt {
+        SavedPrompt {
+            tokens: vec![2, 10, 11, 12, 13],
+            media: vec![MediaSpan {
+                pos: 1,
+                tokens: 3,
+                key: [7; 32],
+            }],
+            kv: (0..200u8).collect(),
+        }
+    }
+
+    #[test]
+    fn a_file_reads_back_and_any_damage_is_refused() {
+        let ns = Namespace([3; 32]);
+        let mut bytes = Vec::new();
+        write(&mut bytes, &ns, &sample()).unwrap();
+        let header = read_header(&mut bytes.as_slice(), bytes.len() as u64).unwrap();
+        assert_eq!(header.file_len(), bytes.len() as u64);
+        assert_eq!(parse(&bytes).unwrap(), (ns, sample()));
+        // Every cut and every flipped byte is refused.
+        for cut in 0..bytes.len() {
+            assert!(parse(&bytes[..cut]).is_err(), "cut at {cut}");
+        }
+        for i in 0..bytes.len() {
+            let mut bad = bytes.clone();
+            bad[i] ^= 0x40;
+            assert!(parse(&bad).is_err(), "byte {i} flipped");
+        }
+    }
+
+    #[test]
+    fn huge_counts_in_a_header_are_refused_before_allocating() {
+        let mut bytes = Vec::new();
+        write(&mut bytes, &Namespace([0; 32]), &sample()).unwrap();
+        // The token count (after magic, version and namespace).
+        bytes[44..52].copy_from_slice(&u64::MAX.to_le_bytes());
+        assert!(read_header(&mut bytes.as_slice(), bytes.len() as u64).is_err());
+    }
+}

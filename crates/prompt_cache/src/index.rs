@@ -1,0 +1,309 @@
+//! The states the cache knows, in RAM or in files: found by the prefix a
+//! prompt can reuse, dropped by recency to stay within the byte bounds.
+
+use crate::{Namespace, Stats};
+use engine::{usable_prefix, MediaSpan, SavedPrompt};
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// Where an entry's file stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FileState {
+    /// No file (RAM only, or its write failed or was skipped).
+    None,
+    /// Queued or being written.
+    Pending,
+    /// On disk, this many bytes.
+    Written(u64),
+}
+
+/// One state the cache knows.
+#[derive(Debug)]
+pub(crate) struct Entry {
+    pub ns: Namespace,
+    pub tokens: Vec<u32>,
+    pub media: Vec<MediaSpan>,
+    /// The whole state, while it is in RAM.
+    pub saved: Option<Arc<SavedPrompt>>,
+    pub file: FileState,
+    /// Its file's name in the cache's folder.
+    pub name: String,
+    /// When it was last stored or served (a counter).
+    pub last_used: u64,
+}
+
+impl Entry {
+    fn ram_bytes(&self) -> u64 {
+        self.saved.as_ref().map_or(0, |s| ram_bytes(s))
+    }
+}
+
+/// Bytes a state takes in RAM.
+pub(crate) fn ram_bytes(s: &SavedPrompt) -> u64 {
+    (s.kv.len() + 4 * s.tokens.len() + 48 * s.media.len()) as u64
+}
+
+/// What a state the cache holds looks like, for `hearth cache ls`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EntryInfo {
+    /// The first bytes of its namespace, in hex.
+    pub namespace: String,
+    /// Tokens it holds.
+    pub tokens: usize,
+    /// Media items among them.
+    pub media: usize,
+    /// Bytes in RAM (0 when only its file is left).
+    pub ram_bytes: u64,
+    /// Bytes of its file (0 without one).
+    pub disk_bytes: u64,
+}
+
+/// The best state for a prompt: in RAM, or to be read from its file.
+pub(crate) enum Found {
+    Ram(Arc<SavedPrompt>, usize),
+    Disk(u64, usize),
+}
+
+/// Every entry, by id.
+#[derive(Debug)]
+pub(crate) struct Index {
+    pub entries: HashMap<u64, Entry>,
+    next_id: u64,
+    tick: u64,
+    ram_limit: u64,
+    /// The folder of the entries' files and its bound, when there is one.
+    pub dir: Option<(PathBuf, u64)>,
+}
+
+impl Index {
+    pub fn new(ram_limit: u64) -> Self {
+        Self {
+            entries: HashMap::new(),
+            next_id: 0,
+            tick: 0,
+            ram_limit,
+            dir: None,
+        }
+    }
+
+    fn touch(&mut self) -> u64 {
+        self.tick += 1;
+        self.tick
+    }
+
+    /// Adds an entry (read from a file, or just stored); returns its id.
+    pub fn add(&mut self, mut entry: Entry, stats: &Stats) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        entry.last_used = self.touch();
+        stats
+            .ram_bytes
+            .fetch_add(entry.ram_bytes(), Ordering::Relaxed);
+        if let FileState::Written(n) = entry.file {
+            stats.disk_bytes.fetch_add(n, Ordering::Relaxed);
+        }
+        self.entries.insert(id, entry);
+        id
+    }
+
+    /// The entry of `ns` that serves the most of `prompt`, if more than
+    /// `held` tokens, most recent first among equals; marks it used.
+    pub fn best(
+        &mut self,
+        ns: &Namespace,
+        prompt: &[u32],
+        media: &[MediaSpan],
+        held: usize,
+    ) -> Option<Found> {
+        let (id, keep) = self
+            .entries
+            .iter()
+            .filter(|(_, e)| {
+                e.ns == *ns && (e.saved.is_some() || matches!(e.file, FileState::Written(_)))
+            })
+            .map(|(id, e)| {
+                (
+                    *id,
+                    usable_prefix(&e.tokens, &e.media, prompt, media),
+                    e.last_used,
+                )
+            })
+            .filter(|(_, keep, _)| *keep > held)
+            .max_by_key(|(_, keep, used)| (*keep, *used))
+            .map(|(id, keep, _)| (id, keep))?;
+        let tick = self.touch();
+        let entry = self.entries.get_mut(&id)?;
+        entry.last_used = tick;
+        Some(match &entry.saved {
+            Some(saved) => Found::Ram(Arc::clone(saved), keep),
+            None => Found::Disk(id, keep),
+        })
+    }
+
+    /// Stores `saved` in `ns`, removing the entries it extends (their
+    /// tokens and media a prefix of its own); returns its id.
+    pub fn insert(
+        &mut self,
+        ns: Namespace,
+        saved: &Arc<SavedPrompt>,
+        on_disk: bool,
+        stats: &Stats,
+    ) -> u64 {
+        let extended: Vec<u64> = self
+            .entries
+            .iter()
+            .filter(|(_, e)| {
+                e.ns == ns
+                    && saved.tokens.starts_with(&e.tokens)
+                    && saved.media.starts_with(&e.media)
+            })
+            .map(|(id, _)| *id)
+            .collect();
+        for id in extended {
+            self.remove(id, stats);
+        }
+        let entry = Entry {
+            ns,
+            tokens: saved.tokens.clone(),
+            media: saved.media.clone(),
+            saved: Some(Arc::clone(saved)),
+            file: if on_disk {
+                FileState::Pending
+            } else {
+                FileState::None
+            },
+            name: file_name(&ns, saved),
+            last_used: 0,
+        };
+        self.add(entry, stats)
+    }
+
+    /// Forgets an entry, removing its file if it is written (one being
+    /// written is removed by the writer when it finds the entry gone).
+    pub fn remove(&mut self, id: u64, stats: &Stats) {
+        let Some(entry) = self.entries.remove(&id) else {
+            return;
+        };
+        stats
+            .ram_bytes
+            .fetch_sub(entry.ram_bytes(), Ordering::Relaxed);
+        if let FileState::Written(n) = entry.file {
+            stats.disk_bytes.fetch_sub(n, Ordering::Relaxed);
+            if let Some((dir, _)) = &self.dir {
+                let _ = std::fs::remove_file(dir.join(&entry.name));
+            }
+        }
+    }
+
+    /// Puts a state read from its file back in RAM.
+    pub fn hold_in_ram(&mut self, id: u64, saved: &Arc<SavedPrompt>, stats: &Stats) {
+        if let Some(e) = self.entries.get_mut(&id) {
+            if e.saved.is_none() {
+                stats
+                    .ram_bytes
+                    .fetch_add(ram_bytes(saved), Ordering::Relaxed);
+                e.saved = Some(Arc::clone(saved));
+            }
+        }
+    }
+
+    /// Drops the least recently used states from RAM until the rest fit
+    /// its bound: those with a file (or one on its way) stay known, read
+    /// again on their next hit; the others are forgotten.
+    pub fn evict_ram(&mut self, stats: &Stats) {
+        while stats.ram_bytes.load(Ordering::Relaxed) > self.ram_limit {
+            let Some((&id, _)) = self
+                .entries
+                .iter()
+                .filter(|(_, e)| e.saved.is_some())
+                .min_by_key(|(_, e)| e.last_used)
+            else {
+                return;
+            };
+            stats.ram_evictions.fetch_add(1, Ordering::Relaxed);
+            let Some(entry) = self.entries.get_mut(&id) else {
+                return;
+            };
+            if entry.file == FileState::None {
+                self.remove(id, stats);
+            } else {
+                stats
+                    .ram_bytes
+                    .fetch_sub(entry.ram_bytes(), Ordering::Relaxed);
+                entry.saved = None;
+            }
+        }
+    }
+
+    /// Removes the least recently used files until the rest fit the disk
+    /// bound; an entry left with neither RAM nor file is forgotten.
+    pub fn evict_disk(&mut self, stats: &Stats) {
+        let Some((dir, limit)) = self.dir.clone() else {
+            return;
+        };
+        while stats.disk_bytes.load(Ordering::Relaxed) > limit {
+            let Some((&id, _)) = self
+                .entries
+                .iter()
+                .filter(|(_, e)| matches!(e.file, FileState::Written(_)))
+                .min_by_key(|(_, e)| e.last_used)
+            else {
+                return;
+            };
+            stats.disk_evictions.fetch_add(1, Ordering::Relaxed);
+            let Some(entry) = self.entries.get_mut(&id) else {
+                return;
+            };
+            if entry.saved.is_none() {
+                self.remove(id, stats);
+            } else if let FileState::Written(n) = entry.file {
+                entry.file = FileState::None;
+                stats.disk_bytes.fetch_sub(n, Ordering::Relaxed);
+                let _ = std::fs::remove_file(dir.join(&entry.name));
+            }
+        }
+    }
+
+    /// Every id.
+    pub fn ids(&self) -> Vec<u64> {
+        self.entries.keys().copied().collect()
+    }
+
+    /// What each entry holds, most recently used first.
+    pub fn entries(&self) -> Vec<EntryInfo> {
+        let mut all: Vec<&Entry> = self.entries.values().collect();
+        all.sort_by_key(|e| std::cmp::Reverse(e.last_used));
+        all.into_iter()
+            .map(|e| EntryInfo {
+                namespace: e.ns.0[..6].iter().map(|b| format!("{b:02x}")).collect(),
+                tokens: e.tokens.len(),
+                media: e.media.len(),
+                ram_bytes: e.ram_bytes(),
+                disk_bytes: match e.file {
+                    FileState::Written(n) => n,
+                    _ => 0,
+                },
+            })
+            .collect()
+    }
+}
+
+/// A state's file name: a digest of its namespace, tokens and media.
+pub(crate) fn file_name(ns: &Namespace, saved: &SavedPrompt) -> String {
+    use sha2::{Digest, Sha256};
+    let mut sha = Sha256::new();
+    sha.update(ns.0);
+    for t in &saved.tokens {
+        sha.update(t.to_le_bytes());
+    }
+    for m in &saved.media {
+        sha.update((m.pos as u64).to_le_bytes());
+        sha.update((m.tokens as u64).to_le_bytes());
+        sha.update(m.key);
+    }
+    let digest = sha.finalize();
+    let hex: String = digest[..16].iter().map(|b| format!("{b:02x}")).collect();
+    format!("{hex}.{}", crate::disk::EXTENSION)
+}
