@@ -477,7 +477,7 @@ enum Command {
         full: bool,
     },
     /// Serve the model over an OpenAI-compatible HTTP API until SIGTERM/SIGINT.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Run the model as a Telegram bot (long polling, or a webhook) until
     /// SIGTERM/SIGINT; each chat's memory survives restarts.
     Telegram(telegram::TelegramArgs),

@@ -35,9 +35,33 @@ pub struct ServeArgs {
     /// more get 429 with Retry-After.
     #[arg(long)]
     queue: Option<usize>,
-    /// Require `Authorization: Bearer KEY` on /v1/* (also read from HEARTH_API_KEY).
-    #[arg(long, env = "HEARTH_API_KEY", hide_env_values = true)]
+    /// Require `Authorization: Bearer KEY` on /v1/* (also read from
+    /// HEARTH_API_KEY); several keys separated by commas, each a caller of
+    /// its own (its prompt states reused by it alone, see --cache-shared).
+    #[arg(
+        long,
+        value_name = "KEY[,KEY]",
+        env = "HEARTH_API_KEY",
+        hide_env_values = true
+    )]
     api_key: Option<String>,
+    /// Bytes of prompt states kept in RAM beyond the slots, so a
+    /// conversation's next turn is not prefilled again after another took
+    /// its slot (or its model was unloaded): bytes or 512M, 8G; 0 turns the
+    /// store off. Default: a quarter of the memory available, at most 8G.
+    #[arg(long, value_name = "SIZE", value_parser = parse_size)]
+    cache_ram: Option<u64>,
+    /// Also keep prompt states in files in DIR, written after each turn, so
+    /// they outlive a restart or a scale to zero (also HEARTH_CACHE_DIR).
+    #[arg(long, value_name = "DIR", env = "HEARTH_CACHE_DIR")]
+    cache_dir: Option<std::path::PathBuf>,
+    /// Bytes of state files --cache-dir keeps (the least recently used go).
+    #[arg(long, value_name = "SIZE", default_value = "4G", value_parser = parse_size)]
+    cache_disk: u64,
+    /// Let every API key reuse every key's prompt states (by default a state
+    /// serves only requests with the key that left it).
+    #[arg(long)]
+    cache_shared: bool,
     /// Let browser pages from these origins call the server (`*` for any;
     /// off by default: a request from another origin gets 403).
     #[arg(long, num_args = 1..)]
@@ -258,20 +282,41 @@ fn secs(name: &str, v: f64) -> Result<Duration> {
     Ok(Duration::from_secs_f64(v))
 }
 
-/// The key of `--api-key` or `HEARTH_API_KEY`. An empty one (a blank
-/// variable in a deployment's environment) is refused rather than taken to
-/// mean "no key", which would open a server its operator meant to lock.
-fn api_key(flag: Option<&str>) -> Result<Option<String>> {
+/// The keys of `--api-key` or `HEARTH_API_KEY` (comma-separated). A blank
+/// one (a blank variable in a deployment's environment, a stray comma) is
+/// refused rather than taken to mean "no key", which would open a server
+/// its operator meant to lock.
+fn api_keys(flag: Option<&str>) -> Result<Vec<String>> {
     // clap may take a blank variable for "not given": look at it here too.
     let given = flag
         .map(str::to_owned)
         .or_else(|| std::env::var_os("HEARTH_API_KEY").map(|v| v.to_string_lossy().into_owned()));
-    match given {
-        Some(k) if k.trim().is_empty() => bail!(
-            "the API key is empty (--api-key or HEARTH_API_KEY): give a key, or leave both unset to serve without one"
-        ),
-        key => Ok(key),
+    let Some(given) = given else {
+        return Ok(Vec::new());
+    };
+    let keys: Vec<String> = given.split(',').map(|k| k.trim().to_owned()).collect();
+    if keys.iter().any(String::is_empty) {
+        bail!(
+            "an API key is empty (--api-key or HEARTH_API_KEY): give keys, or leave both unset to serve without one"
+        );
     }
+    Ok(keys)
+}
+
+/// The prompt-state store `--cache-ram`, `--cache-dir` and `--cache-disk`
+/// ask for (`None` with `--cache-ram 0` and no folder).
+fn prompt_cache(args: &ServeArgs) -> Option<prompt_cache::CacheConfig> {
+    let ram_bytes = args
+        .cache_ram
+        .unwrap_or_else(prompt_cache::default_ram_bytes);
+    if ram_bytes == 0 && args.cache_dir.is_none() {
+        return None;
+    }
+    Some(prompt_cache::CacheConfig {
+        ram_bytes,
+        dir: args.cache_dir.clone(),
+        disk_bytes: args.cache_disk,
+    })
 }
 
 /// Resolve the model and run the server until a signal stops it.
@@ -295,7 +340,9 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
     config.port = args.port;
     config.parallel = args.parallel;
     config.queue = args.queue.unwrap_or(4 * args.parallel);
-    config.api_key = api_key(args.api_key.as_deref())?;
+    config.api_keys = api_keys(args.api_key.as_deref())?;
+    config.prompt_cache = prompt_cache(args);
+    config.cache_shared = args.cache_shared;
     config.cors = args.cors.clone();
     config.allowed_hosts = args.allowed_hosts.clone();
     config.context_overflow = match args.context_overflow {

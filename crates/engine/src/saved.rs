@@ -100,6 +100,13 @@ impl Session {
         }
     }
 
+    /// How many leading tokens of `prompt` (with `media`) the session could
+    /// serve as it is ([`usable_prefix`] of what it holds).
+    pub fn reusable(&self, prompt: &[u32], media: &[MediaSpan]) -> usize {
+        let held: Vec<MediaSpan> = self.images.iter().map(PromptMedia::span).collect();
+        usable_prefix(&self.tokens, &held, prompt, media)
+    }
+
     /// Bytes [`Session::save_prompt`] would take.
     pub fn saved_bytes(&self) -> usize {
         self.cache.saved_len() + 4 * self.tokens.len()

@@ -8,6 +8,11 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+/// Tokens of an older state a newer one may leave unserved and still
+/// replace it: reloading the older conversation through the newer state
+/// then computes at most this many tokens more.
+pub(crate) const SUPERSEDED_TAIL: usize = 64;
+
 /// Where an entry's file stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum FileState {
@@ -142,8 +147,11 @@ impl Index {
         })
     }
 
-    /// Stores `saved` in `ns`, removing the entries it extends (their
-    /// tokens and media a prefix of its own); returns its id.
+    /// Stores `saved` in `ns`, removing the entries it supersedes; returns
+    /// its id. An entry is superseded when the new state serves all but at
+    /// most [`SUPERSEDED_TAIL`] of its tokens: the same conversation's
+    /// earlier turn (whose answer the next prompt re-tokenizes, so it
+    /// differs near its end), or a branch of it just regenerated.
     pub fn insert(
         &mut self,
         ns: Namespace,
@@ -155,9 +163,8 @@ impl Index {
             .entries
             .iter()
             .filter(|(_, e)| {
-                e.ns == ns
-                    && saved.tokens.starts_with(&e.tokens)
-                    && saved.media.starts_with(&e.media)
+                let served = usable_prefix(&saved.tokens, &saved.media, &e.tokens, &e.media);
+                e.ns == ns && served + SUPERSEDED_TAIL >= e.tokens.len()
             })
             .map(|(id, _)| *id)
             .collect();

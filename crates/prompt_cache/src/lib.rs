@@ -17,9 +17,11 @@
 
 mod disk;
 mod file;
+mod identity;
 mod index;
 
 pub use disk::{default_ram_bytes, DEFAULT_DISK_BYTES};
+pub use identity::file_identity;
 pub use index::EntryInfo;
 
 use engine::{MediaSpan, SavedPrompt};
@@ -89,6 +91,9 @@ pub struct Stats {
     pub ram_bytes: AtomicU64,
     /// Bytes of state files now.
     pub disk_bytes: AtomicU64,
+    /// States found that would not load into the session (a ring that
+    /// cannot rewind as far as the prompt needed): computed afresh.
+    pub unloadable: AtomicU64,
 }
 
 /// A state that serves a prompt: load its first `keep` tokens
@@ -180,6 +185,16 @@ impl PromptCache {
             disk.queue_write(id, ns, saved, &mut index);
         }
         index.evict_ram(&self.stats);
+    }
+
+    /// Counts a hit that would not load (`why`, said on stderr once): the
+    /// prompt is computed afresh.
+    pub fn note_unloadable(&self, why: &str) {
+        if self.stats.unloadable.fetch_add(1, Ordering::Relaxed) == 0 {
+            eprintln!(
+                "hearth: prompt cache: a stored state did not load ({why}); computing the prompt"
+            );
+        }
     }
 
     /// The states held, most recently used first.

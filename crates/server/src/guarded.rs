@@ -27,6 +27,8 @@ pub(crate) struct SchedulerChat<'a> {
     /// The request's own channel: once its receiver is gone (the client
     /// hung up), no more calls are made and the running one is cancelled.
     pub client: &'a UnboundedSender<Event>,
+    /// The caller whose prompt states the calls may reuse.
+    pub cache_scope: Option<[u8; 32]>,
 }
 
 impl ChatModel for SchedulerChat<'_> {
@@ -78,6 +80,7 @@ impl ChatModel for SchedulerChat<'_> {
             forks: Vec::new(),
             // The guard pipeline's thread holds the model for the whole chat.
             hold: None,
+            cache_scope: self.cache_scope,
         };
         match self.scheduler.submit(job) {
             Ok(()) => {}

@@ -66,9 +66,9 @@ pub struct ServerConfig {
     pub seed: Option<u64>,
     /// Requests that may wait for a slot.
     pub queue: usize,
-    /// Required bearer key for the APIs (and `/health`, `/metrics` unless
-    /// `public_health`), if any.
-    pub api_key: Option<String>,
+    /// Bearer keys the APIs accept (and `/health`, `/metrics` unless
+    /// `public_health`); none: no key is asked for.
+    pub api_keys: Vec<String>,
     /// Whether `/health` and `/metrics` answer without the key (for a
     /// platform's probes, which cannot send one).
     pub public_health: bool,
@@ -121,6 +121,13 @@ pub struct ServerConfig {
     /// The log that keeps stored responses across restarts; `None` keeps
     /// them in memory only.
     pub responses_log: Option<std::path::PathBuf>,
+    /// Where finished prompts' states are kept for later turns (RAM, and a
+    /// folder that outlives the process); `None`: each slot keeps its own
+    /// conversation only.
+    pub prompt_cache: Option<prompt_cache::CacheConfig>,
+    /// Whether every API key may reuse every key's prompt states (off: a
+    /// state serves only the key whose request left it).
+    pub cache_shared: bool,
 }
 
 impl ServerConfig {
@@ -132,7 +139,7 @@ impl ServerConfig {
             parallel: 1,
             seed: None,
             queue: 4,
-            api_key: None,
+            api_keys: Vec::new(),
             public_health: false,
             cors: Vec::new(),
             allowed_hosts: Vec::new(),
@@ -150,6 +157,8 @@ impl ServerConfig {
             ui: true,
             tls: None,
             responses_log: None,
+            prompt_cache: None,
+            cache_shared: false,
         }
     }
 }
@@ -240,6 +249,32 @@ fn open_responses(log: Option<&std::path::Path>) -> responses::ResponseStore {
     })
 }
 
+/// The prompt-state store of `config`, said on stderr: its bounds and,
+/// with a folder, the states found there.
+fn open_prompt_cache(
+    config: &prompt_cache::CacheConfig,
+) -> std::io::Result<prompt_cache::PromptCache> {
+    let cache = prompt_cache::PromptCache::open(config).map_err(|e| {
+        let dir = config.dir.as_deref().unwrap_or(std::path::Path::new("?"));
+        std::io::Error::new(e.kind(), format!("prompt cache {}: {e}", dir.display()))
+    })?;
+    let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
+    match &config.dir {
+        Some(dir) => eprintln!(
+            "hearth serve: prompt states kept in {:.0} MiB of RAM and {:.0} MiB in {} ({} found there)",
+            mib(config.ram_bytes),
+            mib(config.disk_bytes),
+            dir.display(),
+            cache.entries().len()
+        ),
+        None => eprintln!(
+            "hearth serve: prompt states kept in {:.0} MiB of RAM",
+            mib(config.ram_bytes)
+        ),
+    }
+    Ok(cache)
+}
+
 #[expect(
     clippy::too_many_lines,
     reason = "longer than a screen; issue 91 splits it"
@@ -254,12 +289,17 @@ async fn serve(config: ServerConfig, lineup: models::Lineup) -> Result<(), Serve
         .slots_total
         .store(config.parallel as u64, Ordering::Relaxed);
     let pinned = lineup.pinned;
+    let cache = match &config.prompt_cache {
+        Some(c) => Some(Arc::new(open_prompt_cache(c)?)),
+        None => None,
+    };
     let models = Arc::new(models::Models::new(
         lineup,
         config.residency,
         config.parallel,
         config.queue,
         Arc::clone(&metrics),
+        cache.clone(),
     ));
     let state = AppState {
         config: Arc::clone(&config),
@@ -370,8 +410,12 @@ async fn serve(config: ServerConfig, lineup: models::Lineup) -> Result<(), Serve
         }
     }
     models.join();
-    // The responses the last requests stored reach the log before exit.
+    // The responses the last requests stored reach the log, and their
+    // prompts' states their files, before exit.
     state.responses.flush();
+    if let Some(cache) = &cache {
+        cache.flush();
+    }
     match load_failed {
         Some(e) => Err(e),
         None => {

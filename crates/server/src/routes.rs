@@ -175,35 +175,62 @@ fn same_key(a: &[u8], b: &[u8]) -> bool {
         == 0
 }
 
+tokio::task_local! {
+    /// The caller of the request being handled: a digest of the API key it
+    /// gave, where the server has keys and keeps each key's prompt states
+    /// apart ([`ServerConfig::cache_shared`](crate::ServerConfig) off).
+    static CALLER: Option<[u8; 32]>;
+}
+
+/// The caller of the request this task handles ([`CALLER`]); `None`
+/// outside one, without keys, or with states shared.
+pub(crate) fn caller() -> Option<[u8; 32]> {
+    CALLER.try_with(|c| *c).ok().flatten()
+}
+
+/// The digest that stands for `key` in the prompt-state store.
+fn caller_of(key: &[u8]) -> [u8; 32] {
+    use sha2::{Digest, Sha256};
+    let mut sha = Sha256::new();
+    sha.update(b"hearth caller\0");
+    sha.update(key);
+    sha.finalize().into()
+}
+
 async fn auth(State(st): State<AppState>, req: HttpRequest, next: Next) -> Response {
-    if let Some(key) = &st.config.api_key {
-        // `Authorization: Bearer KEY` (OpenAI), or `x-api-key: KEY` as
-        // Anthropic's clients send it.
-        let headers = req.headers();
-        let given = headers
-            .get(header::AUTHORIZATION)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| {
-                v.strip_prefix("Bearer ")
-                    .or_else(|| v.strip_prefix("bearer "))
-            })
-            .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
-            .map(str::trim);
-        let dialect = Dialect::of_path(req.uri().path());
-        match given {
-            None => {
-                return ApiError::unauthorized(
-                    "Missing API key: send `Authorization: Bearer KEY` or `x-api-key: KEY`.",
-                )
-                .respond(dialect)
-            }
-            Some(g) if !same_key(g.as_bytes(), key.as_bytes()) => {
-                return ApiError::unauthorized("Incorrect API key provided.").respond(dialect)
-            }
-            Some(_) => {}
-        }
+    let keys = &st.config.api_keys;
+    if keys.is_empty() {
+        return CALLER.scope(None, next.run(req)).await;
     }
-    next.run(req).await
+    // `Authorization: Bearer KEY` (OpenAI), or `x-api-key: KEY` as
+    // Anthropic's clients send it.
+    let headers = req.headers();
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| {
+            v.strip_prefix("Bearer ")
+                .or_else(|| v.strip_prefix("bearer "))
+        })
+        .or_else(|| headers.get("x-api-key").and_then(|v| v.to_str().ok()))
+        .map(str::trim);
+    let dialect = Dialect::of_path(req.uri().path());
+    let Some(given) = given else {
+        return ApiError::unauthorized(
+            "Missing API key: send `Authorization: Bearer KEY` or `x-api-key: KEY`.",
+        )
+        .respond(dialect);
+    };
+    // Every key is compared, so the time taken does not tell which matched.
+    let matched = keys.iter().fold(None, |found, k| {
+        let same = same_key(given.as_bytes(), k.as_bytes());
+        found.or(same.then_some(k))
+    });
+    let Some(key) = matched else {
+        return ApiError::unauthorized("Incorrect API key provided.").respond(dialect);
+    };
+    let caller = (!st.config.cache_shared).then(|| caller_of(key.as_bytes()));
+    CALLER.scope(caller, next.run(req)).await
 }
 
 async fn not_found(req: HttpRequest) -> Response {

@@ -52,6 +52,27 @@ pub struct Job {
     /// Keeps the job's model loaded (and counted as in use) until the job
     /// and its forks end; `None` where nothing unloads models.
     pub hold: Option<Hold>,
+    /// The caller whose prompt states the job may reuse and leaves behind
+    /// (a digest of its API key); `None`: states shared by every caller.
+    pub cache_scope: Option<[u8; 32]>,
+}
+
+/// The store of prompt states a scheduler's slots load from and save to,
+/// and the namespace of its model (the callers' scopes narrow it).
+#[derive(Debug, Clone)]
+pub struct SlotCache {
+    /// The server's store.
+    pub cache: Arc<prompt_cache::PromptCache>,
+    /// The model's namespace: its files and the options that change its
+    /// numbers.
+    pub model: prompt_cache::Namespace,
+}
+
+impl SlotCache {
+    /// The namespace of a job's states.
+    fn namespace(&self, scope: Option<&[u8; 32]>) -> prompt_cache::Namespace {
+        self.model.for_caller(scope)
+    }
 }
 
 /// What a job holds to keep its model in memory (the server's lease on
@@ -141,6 +162,8 @@ struct Shared {
     wake: Condvar,
     capacity: usize,
     metrics: Arc<Metrics>,
+    /// Where finished prompts' states go and new prompts look for one.
+    cache: Option<SlotCache>,
 }
 
 impl Shared {
@@ -167,12 +190,15 @@ impl std::fmt::Debug for Scheduler {
 impl Scheduler {
     /// Start the scheduler thread with `parallel` slots (each a session of
     /// the engine's context, their prompts prefilled in buffers they share;
-    /// none for an embedding model) and a queue of `capacity` waiting jobs.
+    /// none for an embedding model) and a queue of `capacity` waiting jobs;
+    /// with a `cache`, each finished prompt's state is kept there and each
+    /// new prompt starts from the state that serves the most of it.
     pub fn start(
         engine: Arc<Engine>,
         parallel: usize,
         capacity: usize,
         metrics: Arc<Metrics>,
+        cache: Option<SlotCache>,
     ) -> std::io::Result<Self> {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue {
@@ -184,6 +210,7 @@ impl Scheduler {
             wake: Condvar::new(),
             capacity,
             metrics,
+            cache,
         });
         // An embedding model generates nothing: no sessions to hold.
         let n_slots = match engine.embedding_dim() {
@@ -195,6 +222,7 @@ impl Scheduler {
                 session: engine.slot_session(),
                 active: None,
                 last_used: 0,
+                scope: None,
             })
             .collect();
         // One set of prefill buffers, lent to each slot's prompt in turn.

@@ -104,7 +104,7 @@ fn interleaved_slots_match_generate() {
         .collect();
 
     let metrics = Arc::new(Metrics::default());
-    let sched = Scheduler::start(Arc::clone(&engine), 2, 16, Arc::clone(&metrics)).unwrap();
+    let sched = Scheduler::start(Arc::clone(&engine), 2, 16, Arc::clone(&metrics), None).unwrap();
     let mut rxs = Vec::new();
     for p in &prompts {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -119,6 +119,7 @@ fn interleaved_slots_match_generate() {
                 events: tx,
                 deadline: None,
                 hold: None,
+                cache_scope: None,
                 logprobs: None,
                 forks: Vec::new(),
             })
@@ -169,7 +170,7 @@ fn speculating_jobs_beside_plain_ones_match_generate() {
         .map(|(p, params, _)| alone(&engine, p, params, &opts(120)))
         .collect();
     let metrics = Arc::new(Metrics::default());
-    let sched = Scheduler::start(Arc::clone(&engine), 3, 16, Arc::clone(&metrics)).unwrap();
+    let sched = Scheduler::start(Arc::clone(&engine), 3, 16, Arc::clone(&metrics), None).unwrap();
     let mut rxs = Vec::new();
     for (prompt, params, opts) in &jobs {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -184,6 +185,7 @@ fn speculating_jobs_beside_plain_ones_match_generate() {
                 events: tx,
                 deadline: None,
                 hold: None,
+                cache_scope: None,
                 logprobs: None,
                 forks: Vec::new(),
             })
@@ -212,7 +214,7 @@ fn forks_share_one_prefill() {
         .tokenizer()
         .encode("Once upon a time there was a", true, true);
     let metrics = Arc::new(Metrics::default());
-    let sched = Scheduler::start(Arc::clone(&engine), 3, 4, Arc::clone(&metrics)).unwrap();
+    let sched = Scheduler::start(Arc::clone(&engine), 3, 4, Arc::clone(&metrics), None).unwrap();
     let params = |seed| SamplingParams {
         seed,
         ..SamplingParams::default()
@@ -241,6 +243,7 @@ fn forks_share_one_prefill() {
             events: tx,
             deadline: None,
             hold: None,
+            cache_scope: None,
             logprobs: None,
             forks,
         })
@@ -271,7 +274,7 @@ fn forks_share_one_prefill() {
 fn the_queue_is_bounded_and_a_dropped_receiver_cancels() {
     let engine = engine(2048);
     let metrics = Arc::new(Metrics::default());
-    let sched = Scheduler::start(Arc::clone(&engine), 1, 1, Arc::clone(&metrics)).unwrap();
+    let sched = Scheduler::start(Arc::clone(&engine), 1, 1, Arc::clone(&metrics), None).unwrap();
     let prompt = engine.tokenizer().encode("a", true, true);
     let mut accepted = Vec::new();
     let mut rejected = 0;
@@ -292,6 +295,7 @@ fn the_queue_is_bounded_and_a_dropped_receiver_cancels() {
             events: tx,
             deadline: None,
             hold: None,
+            cache_scope: None,
             logprobs: None,
             forks: Vec::new(),
         }) {
@@ -329,6 +333,7 @@ fn the_queue_is_bounded_and_a_dropped_receiver_cancels() {
         events: tx,
         deadline: None,
         hold: None,
+        cache_scope: None,
         logprobs: None,
         forks: Vec::new(),
     });
@@ -352,7 +357,7 @@ fn a_long_prompt_is_prefilled_in_chunks_beside_a_decoding_slot() {
     let want_long = reference(&long, 20);
 
     let metrics = Arc::new(Metrics::default());
-    let sched = Scheduler::start(Arc::clone(&engine), 2, 4, Arc::clone(&metrics)).unwrap();
+    let sched = Scheduler::start(Arc::clone(&engine), 2, 4, Arc::clone(&metrics), None).unwrap();
     let (tx_a, mut rx_a) = mpsc::unbounded_channel();
     sched
         .submit(Job {
@@ -365,6 +370,7 @@ fn a_long_prompt_is_prefilled_in_chunks_beside_a_decoding_slot() {
             events: tx_a,
             deadline: None,
             hold: None,
+            cache_scope: None,
             logprobs: None,
             forks: Vec::new(),
         })
@@ -387,6 +393,7 @@ fn a_long_prompt_is_prefilled_in_chunks_beside_a_decoding_slot() {
             events: tx_b,
             deadline: None,
             hold: None,
+            cache_scope: None,
             logprobs: None,
             forks: Vec::new(),
         })
@@ -428,7 +435,7 @@ fn batched_slots_match_generate_as_requests_join_and_leave() {
         .map(|(p, params, o)| alone(&engine, p, params, o))
         .collect();
     let metrics = Arc::new(Metrics::default());
-    let sched = Scheduler::start(Arc::clone(&engine), 4, 16, Arc::clone(&metrics)).unwrap();
+    let sched = Scheduler::start(Arc::clone(&engine), 4, 16, Arc::clone(&metrics), None).unwrap();
     let mut rxs = Vec::new();
     for (prompt, params, o) in &cases {
         let (tx, rx) = mpsc::unbounded_channel();
@@ -443,6 +450,7 @@ fn batched_slots_match_generate_as_requests_join_and_leave() {
                 events: tx,
                 deadline: None,
                 hold: None,
+                cache_scope: None,
                 logprobs: None,
                 forks: Vec::new(),
             })
@@ -485,7 +493,7 @@ fn the_time_limit_ends_generations_with_length() {
     let metrics = Arc::new(Metrics::default());
     // A context so long that filling it takes far longer than the limit.
     let n_ctx = 32768;
-    let sched = Scheduler::start(Arc::clone(&engine), 2, 4, Arc::clone(&metrics)).unwrap();
+    let sched = Scheduler::start(Arc::clone(&engine), 2, 4, Arc::clone(&metrics), None).unwrap();
     let prompt = engine.tokenizer().encode("a", true, true);
     let job = |deadline, tx| Job {
         prompt: prompt.clone(),
@@ -500,6 +508,7 @@ fn the_time_limit_ends_generations_with_length() {
         events: tx,
         deadline,
         hold: None,
+        cache_scope: None,
         logprobs: None,
         forks: Vec::new(),
     };

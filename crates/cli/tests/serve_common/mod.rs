@@ -241,7 +241,8 @@ impl Server {
                     .find(|(k, _)| *k == "HEARTH_API_KEY")
                     .map(|(_, v)| v)
             })
-            .map(|k| k.to_string());
+            // The first of several keys.
+            .map(|k| k.split(',').next().unwrap_or_default().to_string());
         let server = Server {
             child,
             addr,

@@ -3,7 +3,7 @@
 
 use crate::embeddings::batcher::Batcher;
 use crate::metrics::Metrics;
-use crate::scheduler::Scheduler;
+use crate::scheduler::{Scheduler, SlotCache};
 use engine::{Engine, Speculation};
 use std::ops::Deref;
 use std::sync::{Arc, Mutex};
@@ -21,18 +21,25 @@ pub struct Backend {
 }
 
 impl Backend {
-    /// Start the threads that serve `engine`: `parallel` slots and a queue
-    /// of `queue` jobs.
+    /// Start the threads that serve `engine`: `parallel` slots (keeping
+    /// their prompts' states in `cache`, when there is one) and a queue of
+    /// `queue` jobs.
     pub(crate) fn start(
         engine: Engine,
         speculation: Option<Speculation>,
         parallel: usize,
         queue: usize,
         metrics: &Arc<Metrics>,
+        cache: Option<SlotCache>,
     ) -> std::io::Result<Self> {
         let engine = Arc::new(engine);
-        let scheduler =
-            Scheduler::start(Arc::clone(&engine), parallel, queue, Arc::clone(metrics))?;
+        let scheduler = Scheduler::start(
+            Arc::clone(&engine),
+            parallel,
+            queue,
+            Arc::clone(metrics),
+            cache,
+        )?;
         let embedder = match engine.embedding_dim() {
             Some(_) => Some(Batcher::start(
                 Arc::clone(&engine),

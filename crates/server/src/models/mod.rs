@@ -32,6 +32,9 @@ pub(crate) struct Models {
     parallel: usize,
     queue: usize,
     metrics: Arc<Metrics>,
+    /// The prompt states every model's slots keep, when the server keeps
+    /// them.
+    pub(crate) cache: Option<Arc<prompt_cache::PromptCache>>,
     table: Mutex<Table>,
     /// Models loaded since the start, and loads that failed.
     pub loads: AtomicU64,
@@ -68,6 +71,7 @@ impl Models {
         parallel: usize,
         queue: usize,
         metrics: Arc<Metrics>,
+        cache: Option<Arc<prompt_cache::PromptCache>>,
     ) -> Self {
         let mut table = Table {
             models: Vec::new(),
@@ -87,6 +91,7 @@ impl Models {
             parallel,
             queue,
             metrics,
+            cache,
             table: Mutex::new(table),
             loads: AtomicU64::new(0),
             load_failures: AtomicU64::new(0),
@@ -231,15 +236,19 @@ impl Models {
         let load = Arc::clone(&self.load);
         let (parallel, queue) = (self.parallel, self.queue);
         let (metrics, spec) = (Arc::clone(&self.metrics), self.speculation.clone());
+        let cache = self.cache.clone();
         let started = Instant::now();
         let id = model.id().to_string();
         let built = tokio::task::spawn_blocking(move || {
             build(
                 &load,
                 &model,
-                parallel,
-                queue,
-                &metrics,
+                Serving {
+                    parallel,
+                    queue,
+                    metrics: &metrics,
+                    cache: cache.as_ref(),
+                },
                 spec.as_ref(),
                 false,
             )
@@ -278,15 +287,13 @@ impl Models {
             return Err(EngineError::InvalidOptions("no model to serve".into()));
         };
         let spec = self.speculation.as_ref();
-        let (backend, bytes) = build(
-            &self.load,
-            &model,
-            self.parallel,
-            self.queue,
-            &self.metrics,
-            spec,
-            true,
-        )?;
+        let serving = Serving {
+            parallel: self.parallel,
+            queue: self.queue,
+            metrics: &self.metrics,
+            cache: self.cache.as_ref(),
+        };
+        let (backend, bytes) = build(&self.load, &model, serving, spec, true)?;
         eprintln!(
             "hearth serve: {}",
             backend.describe(model.id(), self.parallel, self.queue)
@@ -399,18 +406,24 @@ impl Models {
     }
 }
 
+/// How a loaded model is served: its slots, queue, metrics and the
+/// server's prompt-state store.
+struct Serving<'a> {
+    parallel: usize,
+    queue: usize,
+    metrics: &'a Arc<Metrics>,
+    cache: Option<&'a Arc<prompt_cache::PromptCache>>,
+}
+
 /// Load `model` and start the threads that serve it (blocking): its
 /// backend, and what it takes (its files and every slot's cache). The
 /// server's `speculation` is the model's where it applies to it; a draft
 /// model of another vocabulary does not, and is an error when `strict` (the
 /// one model served), else the model is served without.
-#[allow(clippy::too_many_arguments)]
 fn build(
     load: &LoadFn,
     model: &ServedModel,
-    parallel: usize,
-    queue: usize,
-    metrics: &Arc<Metrics>,
+    serving: Serving<'_>,
     speculation: Option<&Speculation>,
     strict: bool,
 ) -> Result<(Backend, u64), EngineError> {
@@ -432,10 +445,58 @@ fn build(
             model.id()
         );
     }
+    let Serving {
+        parallel,
+        queue,
+        metrics,
+        cache,
+    } = serving;
+    let cache = cache.and_then(|c| slot_cache(c, model, &engine));
     let bytes = model.disk_bytes() + engine.serving_bytes(parallel.max(1)) as u64;
-    let backend = Backend::start(engine, speculation, parallel, queue, metrics)
+    let backend = Backend::start(engine, speculation, parallel, queue, metrics, cache)
         .map_err(|e| EngineError::InvalidRequest(format!("cannot start the scheduler: {e}")))?;
     Ok((backend, bytes))
+}
+
+/// The store as `model`'s slots use it: states in the namespace of its
+/// files (model and projector) and of the options that change its numbers,
+/// under this version of Hearth. A file that cannot be read is said, and
+/// the model served without the store.
+fn slot_cache(
+    cache: &Arc<prompt_cache::PromptCache>,
+    model: &ServedModel,
+    engine: &engine::Engine,
+) -> Option<crate::scheduler::SlotCache> {
+    let identity = |p: &std::path::Path| prompt_cache::file_identity(p);
+    let files = identity(&model.path).and_then(|m| {
+        let projector = model.mmproj.as_deref().map(identity).transpose()?;
+        Ok((m, projector.unwrap_or_default()))
+    });
+    let (weights, projector) = match files {
+        Ok(ids) => ids,
+        Err(e) => {
+            eprintln!(
+                "hearth serve: {}: prompt states are not kept ({e})",
+                model.id()
+            );
+            return None;
+        }
+    };
+    let o = engine.options();
+    let options = format!(
+        "precision {:?}, cache {:?}, quant {:?}, image tokens {:?}",
+        o.precision, o.kv_cache, o.quant, o.image_tokens
+    );
+    Some(crate::scheduler::SlotCache {
+        cache: Arc::clone(cache),
+        model: prompt_cache::Namespace::of(&[
+            b"hearth prompt state",
+            env!("CARGO_PKG_VERSION").as_bytes(),
+            &weights,
+            &projector,
+            options.as_bytes(),
+        ]),
+    })
 }
 
 /// Let `model`'s requests finish, stop its threads, and drop it.

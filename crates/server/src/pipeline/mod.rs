@@ -99,6 +99,7 @@ pub(crate) async fn submit(
                     ..guard::GuardConfig::default()
                 },
                 deadline,
+                cache_scope: crate::routes::caller(),
             };
             run_guarded(st, backend, call, tx);
             (prepared.req, Vec::new())
@@ -186,6 +187,7 @@ fn queue_job(
         logprobs: req.logprobs,
         forks,
         hold: Some(Arc::new(backend.clone())),
+        cache_scope: crate::routes::caller(),
     };
     backend.scheduler.submit(job)?;
     Ok((req, more))
@@ -197,6 +199,7 @@ struct GuardedCall {
     params: SamplingParams,
     cfg: guard::GuardConfig,
     deadline: Option<Instant>,
+    cache_scope: Option<[u8; 32]>,
 }
 
 /// Run the guard pipeline for a chat on a blocking thread, holding its
@@ -215,6 +218,7 @@ fn run_guarded(
             params: call.params,
             deadline: call.deadline,
             client: &tx,
+            cache_scope: call.cache_scope,
         };
         crate::guarded::run(&mut chat, &call.messages, &call.cfg, &metrics);
     });

@@ -1,10 +1,13 @@
 //! A scheduler slot (a session and the job it runs) and what happens to
 //! one: admitted, prefilled, forked, handed each step's output, finished.
 
-use super::{Event, Job, Shared, Usage};
+use super::{Event, Job, Shared, SlotCache, Usage};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use engine::{Decoding, EngineError, FinishReason, GenerationRequest, Sampler, Scratch, Session};
+use engine::{
+    Decoding, EngineError, FinishReason, GenerationRequest, MediaSpan, PromptMedia, Sampler,
+    Scratch, Session,
+};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 
@@ -22,24 +25,28 @@ pub(super) struct Slot {
     /// When the slot last took a job (a counter): the least recently used
     /// slot is the one to overwrite when no cached prefix helps.
     pub(super) last_used: u64,
+    /// The caller whose conversation the session holds ([`Job::cache_scope`]):
+    /// another caller's job starts from an empty session.
+    pub(super) scope: Option<[u8; 32]>,
 }
 
 fn shared_prefix(a: &[u32], b: &[u32]) -> usize {
     a.iter().zip(b).take_while(|(x, y)| x == y).count()
 }
 
-/// The free slot for `prompt`: the longest cached prefix, then the least
-/// recently used.
-pub(super) fn pick_slot(slots: &[Slot], free: &[bool], prompt: &[u32]) -> Option<usize> {
+/// The free slot for `job`: the longest cached prefix of its caller's,
+/// then the least recently used.
+pub(super) fn pick_slot(slots: &[Slot], free: &[bool], job: &Job) -> Option<usize> {
     slots
         .iter()
         .enumerate()
         .filter(|(i, _)| free[*i])
         .max_by_key(|(_, s)| {
-            (
-                shared_prefix(s.session.tokens(), prompt),
-                std::cmp::Reverse(s.last_used),
-            )
+            let shared = match s.scope == job.cache_scope {
+                true => shared_prefix(s.session.tokens(), &job.prompt),
+                false => 0,
+            };
+            (shared, std::cmp::Reverse(s.last_used))
         })
         .map(|(i, _)| i)
 }
@@ -110,8 +117,9 @@ pub(super) fn deliver(
     slot: &mut Slot,
     before: usize,
     outcome: Option<StepOutcome>,
-    metrics: &Metrics,
+    shared: &Shared,
 ) -> u64 {
+    let metrics = &shared.metrics;
     let Some(active) = slot.active.as_mut() else {
         return 0;
     };
@@ -132,7 +140,7 @@ pub(super) fn deliver(
                 metrics.cancelled.fetch_add(1, Ordering::Relaxed);
                 slot.active = None;
             } else if let Some(reason) = finish_reason {
-                finish(slot, metrics, reason);
+                finish(slot, shared, reason);
             }
         }
         Some(Err(e)) => {
@@ -153,10 +161,21 @@ pub(super) fn deliver(
 /// finish, if any.
 pub(super) type StepOutcome = Result<(String, String, Option<FinishReason>), EngineError>;
 
-/// Start `job` in `slot`: rewind the slot's cache to the prefix it shares
-/// with the prompt (the rest is prefilled a chunk per round).
-pub(super) fn admit(slot: &mut Slot, job: Job, metrics: &Metrics, tick: u64) {
+/// Start `job` in `slot`: the slot's session (emptied first when it holds
+/// another caller's conversation) starts from the stored state that serves
+/// more of the prompt than it holds, if there is one, and rewinds to the
+/// prefix it shares with the prompt (the rest is prefilled a chunk per
+/// round).
+pub(super) fn admit(slot: &mut Slot, job: Job, shared: &Shared, tick: u64) {
+    let metrics = &shared.metrics;
     slot.last_used = tick;
+    if slot.scope != job.cache_scope {
+        slot.session.reset();
+        slot.scope = job.cache_scope;
+    }
+    if let Some(cache) = &shared.cache {
+        restore(&mut slot.session, &job, cache);
+    }
     let sampler = Sampler::new(job.params.clone());
     let session = &mut slot.session;
     let mut job = job;
@@ -199,6 +218,33 @@ pub(super) fn admit(slot: &mut Slot, job: Job, metrics: &Metrics, tick: u64) {
     }
 }
 
+/// Loads into `session` the stored state of the job's namespace that
+/// serves more of its prompt than the session holds, if any. A state that
+/// will not load (it cannot rewind that far) leaves the session empty: the
+/// prompt is then computed whole, as without a store.
+fn restore(session: &mut Session, job: &Job, cache: &SlotCache) {
+    let media: Vec<MediaSpan> = job.images.iter().map(PromptMedia::span).collect();
+    let held = session.reusable(&job.prompt, &media);
+    let ns = cache.namespace(job.cache_scope.as_ref());
+    let Some(hit) = cache.cache.lookup(&ns, &job.prompt, &media, held) else {
+        return;
+    };
+    if let Err(e) = session.load_prompt(&hit.saved, hit.keep, &job.images) {
+        cache.cache.note_unloadable(&e.to_string());
+    }
+}
+
+/// Keeps the state of the slot's session (a finished generation's prompt
+/// and answer) in the store, for the conversation's next turn.
+fn keep_state(slot: &Slot, scope: Option<&[u8; 32]>, cache: &SlotCache) {
+    if slot.session.tokens().is_empty() {
+        return;
+    }
+    cache
+        .cache
+        .store(cache.namespace(scope), slot.session.save_prompt());
+}
+
 /// Start the forks of the job in slot `from`, whose prompt is in: each
 /// takes a free slot with a copy of the cache, so its prompt is not
 /// prefilled again; those that find no free slot wait in the queue.
@@ -222,6 +268,7 @@ pub(super) fn fork(slots: &mut [Slot], from: usize, shared: &Shared, tick: &mut 
             logprobs: job.logprobs,
             forks: Vec::new(),
             hold: job.hold.clone(),
+            cache_scope: job.cache_scope,
         })
         .collect();
     for job in jobs {
@@ -237,13 +284,17 @@ pub(super) fn fork(slots: &mut [Slot], from: usize, shared: &Shared, tick: &mut 
             (&b[0], &mut a[to])
         };
         dst.session.copy_cache_from(&src.session);
+        dst.scope = src.scope;
         *tick += 1;
-        admit(dst, job, &shared.metrics, *tick);
+        admit(dst, job, shared, *tick);
     }
 }
 
-/// Report the end of a slot's generation and free the slot.
-pub(super) fn finish(slot: &mut Slot, metrics: &Metrics, reason: FinishReason) {
+/// Report the end of a slot's generation, free the slot, and keep its
+/// state in the store (after the answer's end is sent: the client does not
+/// wait for the copy).
+pub(super) fn finish(slot: &mut Slot, shared: &Shared, reason: FinishReason) {
+    let metrics = &shared.metrics;
     let Some(active) = slot.active.take() else {
         return;
     };
@@ -260,6 +311,9 @@ pub(super) fn finish(slot: &mut Slot, metrics: &Metrics, reason: FinishReason) {
     };
     metrics.completed.fetch_add(1, Ordering::Relaxed);
     let _ = active.job.events.send(Event::Done(usage));
+    if let Some(cache) = &shared.cache {
+        keep_state(slot, active.job.cache_scope.as_ref(), cache);
+    }
 }
 
 /// The answer to a generation that failed with `e`: a grammar past the

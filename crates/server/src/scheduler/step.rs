@@ -89,7 +89,7 @@ impl Rounds<'_> {
                 metrics.cancelled.fetch_add(1, Ordering::Relaxed);
                 continue;
             }
-            let Some(i) = pick_slot(&self.slots, &free, &job.prompt) else {
+            let Some(i) = pick_slot(&self.slots, &free, &job) else {
                 q.jobs.push_front(job);
                 break;
             };
@@ -106,7 +106,7 @@ impl Rounds<'_> {
     fn admit_all(&mut self, taken: Vec<(usize, Job)>) {
         for (i, job) in taken {
             self.tick += 1;
-            admit(&mut self.slots[i], job, &self.shared.metrics, self.tick);
+            admit(&mut self.slots[i], job, self.shared, self.tick);
         }
         let busy = self.slots.iter().filter(|s| s.active.is_some()).count();
         self.busy_share
@@ -134,7 +134,7 @@ impl Rounds<'_> {
                     let _ = active.job.events.send(Event::Text(text));
                 }
                 metrics.time_limited.fetch_add(1, Ordering::Relaxed);
-                finish(slot, metrics, FinishReason::Length);
+                finish(slot, self.shared, FinishReason::Length);
             }
         }
     }
@@ -236,7 +236,7 @@ impl Rounds<'_> {
         }
         let mut produced = 0u64;
         for ((&i, &before), outcome) in stepped.iter().zip(&before).zip(outcomes) {
-            produced += deliver(&mut self.slots[i], before, outcome, metrics);
+            produced += deliver(&mut self.slots[i], before, outcome, self.shared);
         }
         if produced > 0 {
             metrics.record_decode(produced, decode_time);
