@@ -83,6 +83,10 @@ fn load_for(session: &mut Session, saved: &SavedPrompt, prompt: &[u32]) -> usize
 
 #[test]
 fn a_loaded_state_serves_the_next_turn_as_the_live_session_would() {
+    // Run by the test below on each tier: check it is that tier's kernels.
+    if let Ok(tier) = std::env::var("HEARTH_CPU") {
+        assert_eq!(hearth_engine::bench::kernel_set(), tier);
+    }
     let models = [
         "gemma2",
         "gemma3",
@@ -122,6 +126,30 @@ fn a_loaded_state_serves_the_next_turn_as_the_live_session_would() {
                 }
             }
         }
+    }
+}
+
+/// The test above on every kernel tier this CPU runs, each in a process of
+/// its own (a tier is chosen once per process).
+#[test]
+fn a_loaded_state_serves_the_next_turn_alike_on_every_tier() {
+    let tiers = hearth_engine::bench::kernel_sets();
+    assert!(tiers.contains(&"scalar"), "{tiers:?}");
+    for tier in tiers {
+        let out = std::process::Command::new(std::env::current_exe().unwrap())
+            .args([
+                "--exact",
+                "a_loaded_state_serves_the_next_turn_as_the_live_session_would",
+            ])
+            .env("HEARTH_CPU", tier)
+            .output()
+            .unwrap();
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success() && stdout.contains("1 passed"),
+            "{tier}: {stdout}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
 }
 

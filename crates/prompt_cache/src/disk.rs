@@ -14,6 +14,10 @@ use std::sync::{Arc, Condvar, Mutex};
 /// The extension of state files.
 pub(crate) const EXTENSION: &str = "hpc";
 
+/// The writer thread's nice value (the server's prep threads' too).
+#[cfg(target_os = "linux")]
+const WRITER_NICE: i32 = 10;
+
 /// Bytes of state files a folder keeps unless told otherwise.
 pub const DEFAULT_DISK_BYTES: u64 = 4 << 30;
 
@@ -92,6 +96,15 @@ impl Disk {
                 dir.to_path_buf(),
             );
             move || {
+                // Below the threads that answer requests: a file written
+                // after a turn does not slow the next one. (On Linux a nice
+                // value is a thread's own; elsewhere it would be the
+                // process's, so the default is kept.)
+                #[cfg(target_os = "linux")]
+                let _ = rustix::process::setpriority_process(
+                    Some(rustix::thread::gettid()),
+                    WRITER_NICE,
+                );
                 for w in rx {
                     write_one(&dir, &w, &index, &stats);
                     let mut n = queued.count.lock().unwrap_or_else(|e| e.into_inner());
@@ -147,7 +160,7 @@ impl Disk {
             (e.name.clone(), e.ns, e.tokens.clone())
         };
         let path = self.dir.join(&name);
-        let read = std::fs::read(&path).and_then(|bytes| file::parse(&bytes));
+        let read = std::fs::read(&path).and_then(file::parse);
         let mut index = lock(index);
         match read {
             Ok((file_ns, saved)) if file_ns == ns && saved.tokens == tokens => {

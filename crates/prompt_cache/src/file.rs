@@ -1,16 +1,15 @@
 //! One stored state as a file: a header that says whose state it is and
-//! which tokens and media it holds, the cache's bytes, and a SHA-256 of
+//! which tokens and media it holds, the cache's bytes, and a CRC-32 of
 //! everything before it, so a damaged file is recognized and never loaded.
 //!
 //! ```text
 //! "HEARTHPC" u32 version | namespace [32] | n u64, n tokens u32
-//! | m u64, m × (pos u64, tokens u64, key [32]) | kv_len u64, kv | sha256 [32]
+//! | m u64, m × (pos u64, tokens u64, key [32]) | kv_len u64, kv | crc32 u32
 //! ```
 //! Numbers are little-endian.
 
 use crate::Namespace;
 use engine::{MediaSpan, SavedPrompt};
-use sha2::{Digest, Sha256};
 use std::io::{self, Read, Write};
 
 const MAGIC: &[u8; 8] = b"HEARTHPC";
@@ -35,7 +34,7 @@ impl Header {
     /// The file's whole length: header, cache bytes and checksum.
     pub fn file_len(&self) -> u64 {
         let header = 8 + 4 + 32 + 8 + 4 * self.tokens.len() + 8 + SPAN_BYTES * self.media.len() + 8;
-        header as u64 + self.kv_len + 32
+        header as u64 + self.kv_len + 4
     }
 }
 
@@ -43,7 +42,7 @@ impl Header {
 pub(crate) fn write(out: &mut impl Write, ns: &Namespace, saved: &SavedPrompt) -> io::Result<()> {
     let mut hashed = Hashed {
         inner: out,
-        sha: Sha256::new(),
+        crc: crc32fast::Hasher::new(),
     };
     let w = &mut hashed;
     w.write_all(MAGIC)?;
@@ -60,20 +59,20 @@ pub(crate) fn write(out: &mut impl Write, ns: &Namespace, saved: &SavedPrompt) -
     }
     w.write_all(&(saved.kv.len() as u64).to_le_bytes())?;
     w.write_all(&saved.kv)?;
-    let sum = hashed.sha.finalize();
-    out.write_all(&sum)
+    let sum = hashed.crc.finalize();
+    out.write_all(&sum.to_le_bytes())
 }
 
-/// A writer that hashes what passes through it.
+/// A writer that checksums what passes through it.
 struct Hashed<'w, W> {
     inner: &'w mut W,
-    sha: Sha256,
+    crc: crc32fast::Hasher,
 }
 
 impl<W: Write> Write for Hashed<'_, W> {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let n = self.inner.write(buf)?;
-        self.sha.update(&buf[..n]);
+        self.crc.update(&buf[..n]);
         Ok(n)
     }
 
@@ -145,20 +144,24 @@ pub(crate) fn read_header(r: &mut impl Read, file_len: u64) -> io::Result<Header
 }
 
 /// Parses a whole file: its header, cache bytes and checksum.
-pub(crate) fn parse(bytes: &[u8]) -> io::Result<(Namespace, SavedPrompt)> {
+pub(crate) fn parse(mut bytes: Vec<u8>) -> io::Result<(Namespace, SavedPrompt)> {
     let len = bytes.len() as u64;
-    let mut r = bytes;
-    let header = read_header(&mut r, len)?;
-    let (kv, sum) = r.split_at(r.len().checked_sub(32).ok_or_else(|| bad("no checksum"))?);
-    if Sha256::digest(&bytes[..bytes.len() - 32]).as_slice() != sum {
+    let header = read_header(&mut bytes.as_slice(), len)?;
+    let body = bytes.len() - 4;
+    let sum = u32::from_le_bytes(bytes[body..].try_into().map_err(|_| bad("no checksum"))?);
+    if crc32fast::hash(&bytes[..body]) != sum {
         return Err(bad("its checksum does not match"));
     }
+    // The cache bytes, moved to the front of the buffer they were read in.
+    let kv_start = body - header.kv_len as usize;
+    bytes.truncate(body);
+    bytes.drain(..kv_start);
     Ok((
         header.ns,
         SavedPrompt {
             tokens: header.tokens,
             media: header.media,
-            kv: kv.to_vec(),
+            kv: bytes,
         },
     ))
 }
@@ -186,15 +189,15 @@ mod tests {
         write(&mut bytes, &ns, &sample()).unwrap();
         let header = read_header(&mut bytes.as_slice(), bytes.len() as u64).unwrap();
         assert_eq!(header.file_len(), bytes.len() as u64);
-        assert_eq!(parse(&bytes).unwrap(), (ns, sample()));
+        assert_eq!(parse(bytes.clone()).unwrap(), (ns, sample()));
         // Every cut and every flipped byte is refused.
         for cut in 0..bytes.len() {
-            assert!(parse(&bytes[..cut]).is_err(), "cut at {cut}");
+            assert!(parse(bytes[..cut].to_vec()).is_err(), "cut at {cut}");
         }
         for i in 0..bytes.len() {
             let mut bad = bytes.clone();
             bad[i] ^= 0x40;
-            assert!(parse(&bad).is_err(), "byte {i} flipped");
+            assert!(parse(bad).is_err(), "byte {i} flipped");
         }
     }
 

@@ -42,50 +42,59 @@ impl KvBuf {
 
     /// Bytes the buffer takes.
     fn byte_len(&self) -> usize {
+        self.bytes().len()
+    }
+
+    /// The buffer's bytes as the machine holds them.
+    fn bytes(&self) -> &[u8] {
         match self {
-            KvBuf::F32(b) => 4 * b.len(),
-            KvBuf::F16(b) => 2 * b.len(),
-            KvBuf::Q8_0(b) => b.len(),
+            KvBuf::F32(b) => bytemuck::cast_slice(b),
+            KvBuf::F16(b) => bytemuck::cast_slice(b),
+            KvBuf::Q8_0(b) => b,
+        }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        match self {
+            KvBuf::F32(b) => bytemuck::cast_slice_mut(b),
+            KvBuf::F16(b) => bytemuck::cast_slice_mut(b),
+            KvBuf::Q8_0(b) => b,
+        }
+    }
+
+    /// The width in bytes of the buffer's elements (1 for Q8_0's blocks,
+    /// which are bytes already).
+    fn element_bytes(&self) -> usize {
+        match self {
+            KvBuf::F32(_) => 4,
+            KvBuf::F16(_) => 2,
+            KvBuf::Q8_0(_) => 1,
         }
     }
 
     /// Appends slots `slots` of `row` bytes each, little-endian.
     fn write_slots(&self, slots: impl Iterator<Item = usize>, row: usize, out: &mut Vec<u8>) {
+        let (bytes, width) = (self.bytes(), self.element_bytes());
         for s in slots {
-            match self {
-                KvBuf::F32(b) => {
-                    let n = row / 4;
-                    out.extend(b[s * n..(s + 1) * n].iter().flat_map(|x| x.to_le_bytes()));
-                }
-                KvBuf::F16(b) => {
-                    let n = row / 2;
-                    out.extend(
-                        b[s * n..(s + 1) * n]
-                            .iter()
-                            .flat_map(|x| x.to_bits().to_le_bytes()),
-                    );
-                }
-                KvBuf::Q8_0(b) => out.extend_from_slice(&b[s * row..(s + 1) * row]),
+            let slot = &bytes[s * row..(s + 1) * row];
+            if cfg!(target_endian = "little") || width == 1 {
+                out.extend_from_slice(slot);
+            } else {
+                out.extend(slot.chunks_exact(width).flat_map(|e| e.iter().rev()));
             }
         }
     }
 
     /// Sets slot `s` (of `src.len()` bytes) from little-endian bytes.
     fn read_slot(&mut self, s: usize, src: &[u8]) {
-        match self {
-            KvBuf::F32(b) => {
-                let n = src.len() / 4;
-                for (d, c) in b[s * n..(s + 1) * n].iter_mut().zip(src.chunks_exact(4)) {
-                    *d = f32::from_le_bytes([c[0], c[1], c[2], c[3]]);
-                }
+        let width = self.element_bytes();
+        let slot = &mut self.bytes_mut()[s * src.len()..(s + 1) * src.len()];
+        if cfg!(target_endian = "little") || width == 1 {
+            slot.copy_from_slice(src);
+        } else {
+            for (d, e) in slot.chunks_exact_mut(width).zip(src.chunks_exact(width)) {
+                d.iter_mut().zip(e.iter().rev()).for_each(|(d, e)| *d = *e);
             }
-            KvBuf::F16(b) => {
-                let n = src.len() / 2;
-                for (d, c) in b[s * n..(s + 1) * n].iter_mut().zip(src.chunks_exact(2)) {
-                    *d = half::f16::from_bits(u16::from_le_bytes([c[0], c[1]]));
-                }
-            }
-            KvBuf::Q8_0(b) => b[s * src.len()..(s + 1) * src.len()].copy_from_slice(src),
         }
     }
 }
