@@ -3,6 +3,7 @@
 mod bench;
 mod bench_embed;
 mod bench_spec;
+mod cache;
 mod chat;
 mod commands;
 mod convert;
@@ -489,6 +490,11 @@ enum Command {
     Quantize(convert::QuantizeArgs),
     /// Write a random-weight Gemma 3 model of a real size (for speed and memory tests).
     Synth(convert::SynthArgs),
+    /// List or clear the prompt states `serve --cache-dir` keeps.
+    Cache {
+        #[command(subcommand)]
+        what: cache::CacheCommand,
+    },
     /// Fetch a model into the local cache (alias or hf:OWNER/REPO/FILE.gguf).
     Pull {
         /// What to fetch.
@@ -602,6 +608,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Perplexity { model, file, chunk } => commands::perplexity(&model, &file, chunk),
         Command::Inspect { model, full } => commands::inspect(&model, full),
         Command::Pull { spec, quiet } => commands::pull(&spec, quiet),
+        Command::Cache { what } => cache::run(&what),
         Command::Calc { exprs } => commands::calc(&exprs),
         Command::Solve { file, timeout_ms } => commands::solve(&file, timeout_ms),
         Command::Eval { what } => eval_cmd::run(&what),

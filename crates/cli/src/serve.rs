@@ -52,9 +52,11 @@ pub struct ServeArgs {
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     cache_ram: Option<u64>,
     /// Also keep prompt states in files in DIR, written after each turn, so
-    /// they outlive a restart or a scale to zero (also HEARTH_CACHE_DIR).
-    #[arg(long, value_name = "DIR", env = "HEARTH_CACHE_DIR")]
-    cache_dir: Option<std::path::PathBuf>,
+    /// they outlive a restart or a scale to zero (also HEARTH_CACHE_DIR;
+    /// with no DIR, prompt-cache in the Hearth home, where `hearth cache`
+    /// looks).
+    #[arg(long, value_name = "DIR", env = "HEARTH_CACHE_DIR", num_args = 0..=1)]
+    cache_dir: Option<Option<std::path::PathBuf>>,
     /// Bytes of state files --cache-dir keeps (the least recently used go).
     #[arg(long, value_name = "SIZE", default_value = "4G", value_parser = parse_size)]
     cache_disk: u64,
@@ -309,12 +311,16 @@ fn prompt_cache(args: &ServeArgs) -> Option<prompt_cache::CacheConfig> {
     let ram_bytes = args
         .cache_ram
         .unwrap_or_else(prompt_cache::default_ram_bytes);
-    if ram_bytes == 0 && args.cache_dir.is_none() {
+    let dir = args.cache_dir.as_ref().map(|d| {
+        d.clone()
+            .unwrap_or_else(|| store::home().join("prompt-cache"))
+    });
+    if ram_bytes == 0 && dir.is_none() {
         return None;
     }
     Some(prompt_cache::CacheConfig {
         ram_bytes,
-        dir: args.cache_dir.clone(),
+        dir,
         disk_bytes: args.cache_disk,
     })
 }

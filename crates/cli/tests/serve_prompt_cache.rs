@@ -128,6 +128,31 @@ fn a_conversation_resumes_after_a_restart_from_its_file() {
         1.0
     );
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    drop(server);
+
+    // `hearth cache` lists the state, then clears it.
+    let cache = |what: &str| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_hearth"))
+            .args(["cache", what, "--dir", dir_arg])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        String::from_utf8(out.stdout).unwrap()
+    };
+    let listed = cache("ls");
+    assert!(listed.contains("1 states"), "{listed}");
+    let tokens = reply["usage"]["prompt_tokens"].as_u64().unwrap();
+    assert!(
+        listed.lines().nth(1).is_some_and(|l| l
+            .split_whitespace()
+            .nth(1)
+            .and_then(|t| t.parse::<u64>().ok())
+            .is_some_and(|t| t > tokens)),
+        "the state holds the prompt and its answer: {listed}"
+    );
+    assert!(cache("clear").contains("removed 1 states"));
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    assert!(cache("ls").contains("0 states"));
 }
 
 #[test]

@@ -126,13 +126,21 @@ impl PromptCache {
     /// already there are indexed (their headers read; damaged ones removed
     /// and reported on stderr).
     pub fn open(config: &CacheConfig) -> std::io::Result<Self> {
-        let stats = Arc::new(Stats::default());
-        let index = Arc::new(Mutex::new(index::Index::new(config.ram_bytes)));
-        let disk = match &config.dir {
-            Some(dir) => Some(disk::Disk::open(dir, config.disk_bytes, &index, &stats)?),
-            None => None,
-        };
-        Ok(Self { index, disk, stats })
+        let mut cache = Self::in_ram(config.ram_bytes);
+        if let Some(dir) = &config.dir {
+            let disk = disk::Disk::open(dir, config.disk_bytes, &cache.index, &cache.stats)?;
+            cache.disk = Some(disk);
+        }
+        Ok(cache)
+    }
+
+    /// A cache of `ram_bytes` in RAM, without files.
+    pub fn in_ram(ram_bytes: u64) -> Self {
+        Self {
+            index: Arc::new(Mutex::new(index::Index::new(ram_bytes))),
+            disk: None,
+            stats: Arc::new(Stats::default()),
+        }
     }
 
     /// What the cache did so far.

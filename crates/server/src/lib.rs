@@ -250,29 +250,34 @@ fn open_responses(log: Option<&std::path::Path>) -> responses::ResponseStore {
 }
 
 /// The prompt-state store of `config`, said on stderr: its bounds and,
-/// with a folder, the states found there.
-fn open_prompt_cache(
-    config: &prompt_cache::CacheConfig,
-) -> std::io::Result<prompt_cache::PromptCache> {
-    let cache = prompt_cache::PromptCache::open(config).map_err(|e| {
-        let dir = config.dir.as_deref().unwrap_or(std::path::Path::new("?"));
-        std::io::Error::new(e.kind(), format!("prompt cache {}: {e}", dir.display()))
-    })?;
+/// with a folder, the states found there. A folder that cannot be used (not
+/// writable, not a folder) is said, and the states kept in RAM only: the
+/// server still serves.
+fn open_prompt_cache(config: &prompt_cache::CacheConfig) -> prompt_cache::PromptCache {
     let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
-    match &config.dir {
-        Some(dir) => eprintln!(
-            "hearth serve: prompt states kept in {:.0} MiB of RAM and {:.0} MiB in {} ({} found there)",
-            mib(config.ram_bytes),
-            mib(config.disk_bytes),
-            dir.display(),
-            cache.entries().len()
-        ),
-        None => eprintln!(
-            "hearth serve: prompt states kept in {:.0} MiB of RAM",
-            mib(config.ram_bytes)
-        ),
+    if let Some(dir) = &config.dir {
+        match prompt_cache::PromptCache::open(config) {
+            Ok(cache) => {
+                eprintln!(
+                    "hearth serve: prompt states kept in {:.0} MiB of RAM and {:.0} MiB in {} ({} found there)",
+                    mib(config.ram_bytes),
+                    mib(config.disk_bytes),
+                    dir.display(),
+                    cache.entries().len()
+                );
+                return cache;
+            }
+            Err(e) => eprintln!(
+                "hearth serve: prompt states not kept in {} ({e}); kept in RAM only",
+                dir.display()
+            ),
+        }
     }
-    Ok(cache)
+    eprintln!(
+        "hearth serve: prompt states kept in {:.0} MiB of RAM",
+        mib(config.ram_bytes)
+    );
+    prompt_cache::PromptCache::in_ram(config.ram_bytes)
 }
 
 #[expect(
@@ -289,10 +294,10 @@ async fn serve(config: ServerConfig, lineup: models::Lineup) -> Result<(), Serve
         .slots_total
         .store(config.parallel as u64, Ordering::Relaxed);
     let pinned = lineup.pinned;
-    let cache = match &config.prompt_cache {
-        Some(c) => Some(Arc::new(open_prompt_cache(c)?)),
-        None => None,
-    };
+    let cache = config
+        .prompt_cache
+        .as_ref()
+        .map(|c| Arc::new(open_prompt_cache(c)));
     let models = Arc::new(models::Models::new(
         lineup,
         config.residency,
