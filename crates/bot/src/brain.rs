@@ -2,7 +2,7 @@
 //! batched engine, with the guardrails when the chat has them on. Behind a
 //! trait so the bot's behaviour is testable with scripted replies.
 
-use engine::{ChatMessage, ChatModel, Engine, ModelCall, SharedChat};
+use engine::{ChatMessage, ChatModel, Engine, ModelCall, PromptStore, SharedChat};
 use guard::{GuardConfig, GuardSet};
 use std::sync::Arc;
 
@@ -83,16 +83,20 @@ pub struct EngineBrain {
 }
 
 impl EngineBrain {
-    /// Answer with `engine`, `slots` chats decoded together, replies of at
-    /// most `max_tokens`; `guards` are the guards `/guard on` runs.
+    /// Answer with `engine`, `slots` chats decoded together (each chat's
+    /// prompt state kept in `states`, when given, so its next message is not
+    /// prefilled again after another chat took its slot or the bot
+    /// restarted), replies of at most `max_tokens`; `guards` are the guards
+    /// `/guard on` runs.
     pub fn new(
         engine: Arc<Engine>,
         slots: usize,
+        states: Option<Arc<dyn PromptStore>>,
         max_tokens: usize,
         guards: GuardSet,
         name: String,
     ) -> std::io::Result<Self> {
-        let chat = SharedChat::start(Arc::clone(&engine), slots)?;
+        let chat = SharedChat::start(Arc::clone(&engine), slots, states)?;
         let guard = GuardConfig {
             guards,
             max_tokens,

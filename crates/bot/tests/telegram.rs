@@ -332,7 +332,7 @@ fn photos_are_read_by_a_model_with_a_vision_tower() {
         ..engine::RunOptions::default()
     };
     let engine = Arc::new(engine::Engine::load(&fixture, &opts).unwrap());
-    let brain = hearth_bot::EngineBrain::new(engine, 2, 6, Default::default(), "tiny".into());
+    let brain = hearth_bot::EngineBrain::new(engine, 2, None, 6, Default::default(), "tiny".into());
     let api = FakeBotApi::start(TOKEN).unwrap();
     let dir = tempfile::tempdir().unwrap();
     api.add_file("pic", std::fs::read(fixture.join("img_a.png")).unwrap());
@@ -389,7 +389,7 @@ fn voice_notes_are_heard_by_a_model_with_an_audio_tower() {
     };
     let engine =
         Arc::new(engine::Engine::load(fixtures.join("tiny/gemma3n_audio"), &opts).unwrap());
-    let brain = hearth_bot::EngineBrain::new(engine, 2, 6, Default::default(), "tiny".into());
+    let brain = hearth_bot::EngineBrain::new(engine, 2, None, 6, Default::default(), "tiny".into());
     let api = FakeBotApi::start(TOKEN).unwrap();
     let dir = tempfile::tempdir().unwrap();
     api.add_file(
@@ -592,4 +592,73 @@ fn webhook_deliveries_need_the_secret() {
     let mut out = String::new();
     s.read_to_string(&mut out).unwrap();
     assert!(out.starts_with("HTTP/1.1 200"), "{out}");
+}
+
+#[test]
+fn a_chat_resumes_from_its_stored_prompt_state() {
+    // The tiny random Gemma 3 on one slot: a second chat takes the slot
+    // between two messages of the first, whose next prompt then starts from
+    // its stored state; after a restart, from the state's file.
+    let fixture = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../../tests/fixtures/tiny/gemma3/model-f32.gguf");
+    let opts = engine::RunOptions {
+        threads: Some(1),
+        ctx: Some(512),
+        ..engine::RunOptions::default()
+    };
+    let engine = Arc::new(engine::Engine::load(&fixture, &opts).unwrap());
+    let dir = tempfile::tempdir().unwrap();
+    let states = dir.path().join("prompt-cache");
+    let open = || {
+        let cache = prompt_cache::PromptCache::open(&prompt_cache::CacheConfig {
+            ram_bytes: 64 << 20,
+            dir: Some(states.clone()),
+            disk_bytes: 64 << 20,
+        })
+        .unwrap();
+        let cache = Arc::new(cache);
+        let scoped = prompt_cache::ScopedCache {
+            cache: Arc::clone(&cache),
+            ns: prompt_cache::Namespace([1; 32]),
+        };
+        let store: Arc<dyn engine::PromptStore> = Arc::new(scoped);
+        (cache, store)
+    };
+    let brain = |store| {
+        let b = hearth_bot::EngineBrain::new(
+            Arc::clone(&engine),
+            1,
+            Some(store),
+            6,
+            Default::default(),
+            "tiny".into(),
+        );
+        Arc::new(b.unwrap())
+    };
+    let api = FakeBotApi::start(TOKEN).unwrap();
+    let (cache, store) = open();
+    let bot = Running::start(config(&api, dir.path()), brain(store));
+    let long = "tell me about rivers and the sea and the rain ".repeat(6);
+    api.push_text(1, &long);
+    api.wait_for(1, 1, WAIT);
+    api.push_text(2, "something else entirely, about mountains");
+    api.wait_for(2, 1, WAIT);
+    api.push_text(1, "and then?");
+    api.wait_for(1, 2, WAIT);
+    let hits = |c: &prompt_cache::PromptCache| {
+        let s = c.stats();
+        (
+            s.ram_hits.load(Ordering::Relaxed),
+            s.disk_hits.load(Ordering::Relaxed),
+        )
+    };
+    assert_eq!(hits(&cache), (1, 0), "chat 1 came back to a taken slot");
+    bot.stop().unwrap();
+    cache.flush();
+
+    let (cache, store) = open();
+    let _bot = Running::start(config(&api, dir.path()), brain(store));
+    api.push_text(1, "and after that?");
+    api.wait_for(1, 3, WAIT);
+    assert_eq!(hits(&cache), (0, 1), "from the file, after the restart");
 }

@@ -279,7 +279,7 @@ fn mt_bench(a: &MtBenchArgs) -> Result<ExitCode> {
             eprintln!("{line}");
         }
     }
-    let shared = engine::SharedChat::start(Arc::clone(&engine), a.parallel)
+    let shared = engine::SharedChat::start(Arc::clone(&engine), a.parallel, None)
         .context("cannot start the decoding thread")?;
     // First Ctrl-C: finish the questions in flight and stop (nothing is
     // lost; --resume continues). Second: quit now.

@@ -174,8 +174,16 @@ pub fn run(args: &TelegramArgs) -> Result<ExitCode> {
     } else {
         guard::GuardSet::all()
     };
-    let brain = bot::EngineBrain::new(engine, args.parallel, args.max_tokens, guards, name)
-        .context("cannot start the decoding thread")?;
+    let states = prompt_states(&engine, &path, &state);
+    let brain = bot::EngineBrain::new(
+        engine,
+        args.parallel,
+        states.clone(),
+        args.max_tokens,
+        guards,
+        name,
+    )
+    .context("cannot start the decoding thread")?;
     let mut cfg = bot::BotConfig::new(token.trim().to_owned(), state);
     cfg.api_url = args.api_url.clone();
     cfg.allow =
@@ -187,5 +195,43 @@ pub fn run(args: &TelegramArgs) -> Result<ExitCode> {
     cfg.drain = secs("shutdown-timeout", args.shutdown_timeout)?;
     cfg.concurrency = args.parallel;
     bot::run_until_signal(cfg, Arc::new(brain))?;
+    // The last answers' prompt states reach their files before exit.
+    if let Some(states) = states {
+        states.flush();
+    }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The chats' prompt states, kept in `prompt-cache` in the bot's state
+/// folder (RAM and disk at `serve`'s defaults), so a chat's next message is
+/// not prefilled again after a restart; `None`, said, when the folder
+/// cannot be used.
+fn prompt_states(
+    engine: &engine::Engine,
+    model: &std::path::Path,
+    state: &std::path::Path,
+) -> Option<Arc<dyn engine::PromptStore>> {
+    let dir = state.join("prompt-cache");
+    let opened = prompt_cache::PromptCache::open(&prompt_cache::CacheConfig {
+        ram_bytes: prompt_cache::default_ram_bytes(),
+        dir: Some(dir.clone()),
+        disk_bytes: prompt_cache::DEFAULT_DISK_BYTES,
+    })
+    .and_then(|cache| {
+        let ns = prompt_cache::model_namespace(engine, model, engine.options().mmproj.as_deref())?;
+        Ok(prompt_cache::ScopedCache {
+            cache: Arc::new(cache),
+            ns,
+        })
+    });
+    match opened {
+        Ok(scoped) => Some(Arc::new(scoped)),
+        Err(e) => {
+            eprintln!(
+                "hearth telegram: chats' prompt states not kept in {} ({e})",
+                dir.display()
+            );
+            None
+        }
+    }
 }

@@ -51,7 +51,7 @@ pub use options::{InputLimits, RunOptions, DEFAULT_BATCH, MAX_DEFAULT_CTX};
 pub use prompt::{Prompt, PromptInput, PromptRequest};
 pub use request::GenerationRequest;
 pub use sampling::{argmax, Rng, Sampler, SamplingParams};
-pub use saved::{usable_prefix, MediaSpan, SavedPrompt};
+pub use saved::{usable_prefix, MediaSpan, PromptStore, SavedPrompt};
 pub use score::{logsumexp, token_logprob, top_k, PerplexityReport, TokenLogprob};
 pub use session::Session;
 pub use shared_chat::SharedChat;

@@ -226,6 +226,17 @@ impl Engine {
         &self.options
     }
 
+    /// The options that change the numbers a prompt gives (precision, the
+    /// cache's element type, requantization, image tokens), as text: a
+    /// stored prompt state serves only an engine with the same ones.
+    pub fn numbers_fingerprint(&self) -> String {
+        let o = &self.options;
+        format!(
+            "precision {:?}, cache {:?}, quant {:?}, image tokens {:?}",
+            o.precision, o.kv_cache, o.quant, o.image_tokens
+        )
+    }
+
     /// How long `load` took.
     pub fn load_time(&self) -> Duration {
         self.load_time

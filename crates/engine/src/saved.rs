@@ -5,6 +5,7 @@
 //! the one rule the session and such a store both follow.
 
 use crate::{EngineError, PromptMedia, Session};
+use std::sync::Arc;
 
 /// A media item's place among a sequence's tokens, by the hash of its file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +47,32 @@ pub struct SavedPrompt {
     pub media: Vec<MediaSpan>,
     /// The cache's contents.
     pub kv: Vec<u8>,
+}
+
+/// A store of prompt states within one namespace (a model, the options
+/// that change its numbers, a caller): a session starts from the state that
+/// serves the most of its prompt ([`Session::resume_from`]) and leaves its
+/// own there when a generation ends ([`Session::leave_in`]). The
+/// `prompt_cache` crate's store is one.
+pub trait PromptStore: Send + Sync {
+    /// The stored state that serves more than `held` tokens of `prompt`
+    /// (with `media`), with how many it serves.
+    fn find(
+        &self,
+        prompt: &[u32],
+        media: &[MediaSpan],
+        held: usize,
+    ) -> Option<(Arc<SavedPrompt>, usize)>;
+
+    /// Keeps `saved` for later prompts.
+    fn keep(&self, saved: SavedPrompt);
+
+    /// A state it found would not load (`why`): the prompt is computed.
+    fn unloadable(&self, why: &str);
+
+    /// Waits until the states kept so far are as durable as the store makes
+    /// them (before a planned exit).
+    fn flush(&self);
 }
 
 /// How many leading tokens of `prompt` (with `prompt_media`) a sequence
@@ -105,6 +132,38 @@ impl Session {
     pub fn reusable(&self, prompt: &[u32], media: &[MediaSpan]) -> usize {
         let held: Vec<MediaSpan> = self.images.iter().map(PromptMedia::span).collect();
         usable_prefix(&self.tokens, &held, prompt, media)
+    }
+
+    /// Starts from the state in `store` that serves more of `prompt` (with
+    /// `media`) than the session holds, if there is one; returns whether it
+    /// did. A state that will not load (its rings cannot rewind that far)
+    /// is told to the store and leaves the session empty: the prompt is then
+    /// computed whole.
+    pub fn resume_from(
+        &mut self,
+        store: &dyn PromptStore,
+        prompt: &[u32],
+        media: &[PromptMedia],
+    ) -> bool {
+        let spans: Vec<MediaSpan> = media.iter().map(PromptMedia::span).collect();
+        let held = self.reusable(prompt, &spans);
+        let Some((saved, keep)) = store.find(prompt, &spans, held) else {
+            return false;
+        };
+        match self.load_prompt(&saved, keep, media) {
+            Ok(()) => true,
+            Err(e) => {
+                store.unloadable(&e.to_string());
+                false
+            }
+        }
+    }
+
+    /// Leaves the session's state in `store` (nothing when it holds none).
+    pub fn leave_in(&self, store: &dyn PromptStore) {
+        if !self.tokens.is_empty() {
+            store.keep(self.save_prompt());
+        }
     }
 
     /// Bytes [`Session::save_prompt`] would take.

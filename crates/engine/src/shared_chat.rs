@@ -8,7 +8,7 @@
 use crate::chat_model::{call_options, reply_of};
 use crate::{
     BatchItem, ChatModel, Decoding, Engine, EngineError, GenerationRequest, ModelCall, ModelReply,
-    Sampler, Session,
+    PromptStore, Sampler, Session,
 };
 use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
@@ -40,13 +40,21 @@ impl std::fmt::Debug for SharedChat {
 }
 
 impl SharedChat {
-    /// Start the decoding thread with `slots` sessions of `engine`. It ends
-    /// when every handle is dropped and its calls are done.
-    pub fn start(engine: Arc<Engine>, slots: usize) -> std::io::Result<Self> {
+    /// Start the decoding thread with `slots` sessions of `engine`; with a
+    /// `store`, each call starts from the stored state that serves the most
+    /// of its prompt, and leaves its own there when it ends (so a
+    /// conversation whose slot another took, or a restarted process, does
+    /// not compute its prompt again). It ends when every handle is dropped
+    /// and its calls are done.
+    pub fn start(
+        engine: Arc<Engine>,
+        slots: usize,
+        store: Option<Arc<dyn PromptStore>>,
+    ) -> std::io::Result<Self> {
         let (tx, rx) = mpsc::channel();
         std::thread::Builder::new()
             .name("hearth-shared-chat".into())
-            .spawn(move || decode_loop(&engine, slots.max(1), &rx))?;
+            .spawn(move || decode_loop(&engine, slots.max(1), store.as_deref(), &rx))?;
         Ok(Self { tx })
     }
 }
@@ -65,9 +73,15 @@ impl ChatModel for SharedChat {
     }
 }
 
-/// Start `p` in `session`: template, grammar, prefill. An error goes back
-/// to the caller and leaves the slot free.
-fn admit(engine: &Engine, session: &mut Session, p: Pending) -> Option<Active> {
+/// Start `p` in `session` (from the `store`'s state for its prompt, when
+/// one serves more than the session holds): template, grammar, prefill. An
+/// error goes back to the caller and leaves the slot free.
+fn admit(
+    engine: &Engine,
+    session: &mut Session,
+    store: Option<&dyn PromptStore>,
+    p: Pending,
+) -> Option<Active> {
     let started = (|| {
         let crate::Prompt {
             ids: prompt,
@@ -79,6 +93,9 @@ fn admit(engine: &Engine, session: &mut Session, p: Pending) -> Option<Active> {
             Some(g) => Some(engine.constraint(g)?),
             None => None,
         };
+        if let Some(store) = store {
+            session.resume_from(store, &prompt, &images);
+        }
         let sampler = Sampler::new(p.call.sampling(&engine.options().sampling));
         let opts = call_options(&p.call);
         let request = GenerationRequest {
@@ -104,7 +121,7 @@ fn admit(engine: &Engine, session: &mut Session, p: Pending) -> Option<Active> {
     }
 }
 
-fn decode_loop(engine: &Engine, n: usize, rx: &Receiver<Pending>) {
+fn decode_loop(engine: &Engine, n: usize, store: Option<&dyn PromptStore>, rx: &Receiver<Pending>) {
     let mut sessions: Vec<Session> = (0..n).map(|_| engine.session()).collect();
     let mut active: Vec<Option<Active>> = (0..n).map(|_| None).collect();
     let mut decoder = engine.batch_decoder(n);
@@ -135,7 +152,7 @@ fn decode_loop(engine: &Engine, n: usize, rx: &Receiver<Pending>) {
                 }
             };
             if let Some(p) = next {
-                active[i] = admit(engine, &mut sessions[i], p);
+                active[i] = admit(engine, &mut sessions[i], store, p);
             }
         }
         if !open && active.iter().all(Option::is_none) {
@@ -174,6 +191,9 @@ fn decode_loop(engine: &Engine, n: usize, rx: &Receiver<Pending>) {
                 if let Some(a) = active[i].take() {
                     let g = a.decoding.into_generation();
                     let _ = a.reply.send(Ok(reply_of(g, a.prompt_tokens)));
+                    if let Some(store) = store {
+                        sessions[i].leave_in(store);
+                    }
                 }
             }
         }
@@ -217,7 +237,7 @@ mod tests {
             .enumerate()
             .map(|(i, p)| alone.reply(&call(p, 8 + 3 * i)).unwrap().text)
             .collect();
-        let shared = SharedChat::start(Arc::clone(&engine), 3).unwrap();
+        let shared = SharedChat::start(Arc::clone(&engine), 3, None).unwrap();
         let handles: Vec<_> = prompts
             .iter()
             .enumerate()

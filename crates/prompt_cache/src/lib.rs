@@ -57,6 +57,63 @@ impl Namespace {
     }
 }
 
+/// A cache seen through one namespace: what a session resumes from and
+/// leaves its state in ([`engine::PromptStore`]).
+#[derive(Debug, Clone)]
+pub struct ScopedCache {
+    /// The cache.
+    pub cache: Arc<PromptCache>,
+    /// The namespace its states are found and kept in.
+    pub ns: Namespace,
+}
+
+impl engine::PromptStore for ScopedCache {
+    fn find(
+        &self,
+        prompt: &[u32],
+        media: &[MediaSpan],
+        held: usize,
+    ) -> Option<(Arc<SavedPrompt>, usize)> {
+        self.cache
+            .lookup(&self.ns, prompt, media, held)
+            .map(|hit| (hit.saved, hit.keep))
+    }
+
+    fn keep(&self, saved: SavedPrompt) {
+        self.cache.store(self.ns, saved);
+    }
+
+    fn unloadable(&self, why: &str) {
+        self.cache.note_unloadable(why);
+    }
+
+    fn flush(&self) {
+        self.cache.flush();
+    }
+}
+
+/// The namespace of a model's states: its files (the weights and the
+/// projector, by [`file_identity`]), the options of `engine` that change its
+/// numbers, and this version of Hearth (a newer one may compute other bits).
+pub fn model_namespace(
+    engine: &engine::Engine,
+    weights: &std::path::Path,
+    projector: Option<&std::path::Path>,
+) -> std::io::Result<Namespace> {
+    let weights = file_identity(weights)?;
+    let projector = projector
+        .map(file_identity)
+        .transpose()?
+        .unwrap_or_default();
+    Ok(Namespace::of(&[
+        b"hearth prompt state",
+        env!("CARGO_PKG_VERSION").as_bytes(),
+        &weights,
+        &projector,
+        engine.numbers_fingerprint().as_bytes(),
+    ]))
+}
+
 /// How much the cache may hold.
 #[derive(Debug, Clone)]
 pub struct CacheConfig {

@@ -63,15 +63,17 @@ pub struct Job {
 pub struct SlotCache {
     /// The server's store.
     pub cache: Arc<prompt_cache::PromptCache>,
-    /// The model's namespace: its files and the options that change its
-    /// numbers.
+    /// The model's namespace ([`prompt_cache::model_namespace`]).
     pub model: prompt_cache::Namespace,
 }
 
 impl SlotCache {
-    /// The namespace of a job's states.
-    fn namespace(&self, scope: Option<&[u8; 32]>) -> prompt_cache::Namespace {
-        self.model.for_caller(scope)
+    /// The store as a job of the caller `scope` sees it.
+    fn scoped(&self, scope: Option<&[u8; 32]>) -> prompt_cache::ScopedCache {
+        prompt_cache::ScopedCache {
+            cache: Arc::clone(&self.cache),
+            ns: self.model.for_caller(scope),
+        }
     }
 }
 

@@ -459,44 +459,26 @@ fn build(
 }
 
 /// The store as `model`'s slots use it: states in the namespace of its
-/// files (model and projector) and of the options that change its numbers,
-/// under this version of Hearth. A file that cannot be read is said, and
-/// the model served without the store.
+/// files and of the options that change its numbers. A file that cannot be
+/// read is said, and the model served without the store.
 fn slot_cache(
     cache: &Arc<prompt_cache::PromptCache>,
     model: &ServedModel,
     engine: &engine::Engine,
 ) -> Option<crate::scheduler::SlotCache> {
-    let identity = |p: &std::path::Path| prompt_cache::file_identity(p);
-    let files = identity(&model.path).and_then(|m| {
-        let projector = model.mmproj.as_deref().map(identity).transpose()?;
-        Ok((m, projector.unwrap_or_default()))
-    });
-    let (weights, projector) = match files {
-        Ok(ids) => ids,
+    match prompt_cache::model_namespace(engine, &model.path, model.mmproj.as_deref()) {
+        Ok(ns) => Some(crate::scheduler::SlotCache {
+            cache: Arc::clone(cache),
+            model: ns,
+        }),
         Err(e) => {
             eprintln!(
                 "hearth serve: {}: prompt states are not kept ({e})",
                 model.id()
             );
-            return None;
+            None
         }
-    };
-    let o = engine.options();
-    let options = format!(
-        "precision {:?}, cache {:?}, quant {:?}, image tokens {:?}",
-        o.precision, o.kv_cache, o.quant, o.image_tokens
-    );
-    Some(crate::scheduler::SlotCache {
-        cache: Arc::clone(cache),
-        model: prompt_cache::Namespace::of(&[
-            b"hearth prompt state",
-            env!("CARGO_PKG_VERSION").as_bytes(),
-            &weights,
-            &projector,
-            options.as_bytes(),
-        ]),
-    })
+    }
 }
 
 /// Let `model`'s requests finish, stop its threads, and drop it.

@@ -4,10 +4,7 @@
 use super::{Event, Job, Shared, SlotCache, Usage};
 use crate::error::ApiError;
 use crate::metrics::Metrics;
-use engine::{
-    Decoding, EngineError, FinishReason, GenerationRequest, MediaSpan, PromptMedia, Sampler,
-    Scratch, Session,
-};
+use engine::{Decoding, EngineError, FinishReason, GenerationRequest, Sampler, Scratch, Session};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::Ordering;
 
@@ -174,7 +171,8 @@ pub(super) fn admit(slot: &mut Slot, job: Job, shared: &Shared, tick: u64) {
         slot.scope = job.cache_scope;
     }
     if let Some(cache) = &shared.cache {
-        restore(&mut slot.session, &job, cache);
+        let store = cache.scoped(job.cache_scope.as_ref());
+        slot.session.resume_from(&store, &job.prompt, &job.images);
     }
     let sampler = Sampler::new(job.params.clone());
     let session = &mut slot.session;
@@ -218,31 +216,10 @@ pub(super) fn admit(slot: &mut Slot, job: Job, shared: &Shared, tick: u64) {
     }
 }
 
-/// Loads into `session` the stored state of the job's namespace that
-/// serves more of its prompt than the session holds, if any. A state that
-/// will not load (it cannot rewind that far) leaves the session empty: the
-/// prompt is then computed whole, as without a store.
-fn restore(session: &mut Session, job: &Job, cache: &SlotCache) {
-    let media: Vec<MediaSpan> = job.images.iter().map(PromptMedia::span).collect();
-    let held = session.reusable(&job.prompt, &media);
-    let ns = cache.namespace(job.cache_scope.as_ref());
-    let Some(hit) = cache.cache.lookup(&ns, &job.prompt, &media, held) else {
-        return;
-    };
-    if let Err(e) = session.load_prompt(&hit.saved, hit.keep, &job.images) {
-        cache.cache.note_unloadable(&e.to_string());
-    }
-}
-
 /// Keeps the state of the slot's session (a finished generation's prompt
 /// and answer) in the store, for the conversation's next turn.
 fn keep_state(slot: &Slot, scope: Option<&[u8; 32]>, cache: &SlotCache) {
-    if slot.session.tokens().is_empty() {
-        return;
-    }
-    cache
-        .cache
-        .store(cache.namespace(scope), slot.session.save_prompt());
+    slot.session.leave_in(&cache.scoped(scope));
 }
 
 /// Start the forks of the job in slot `from`, whose prompt is in: each
