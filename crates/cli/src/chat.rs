@@ -33,6 +33,9 @@ pub struct Turns {
     pub images: Vec<std::path::PathBuf>,
     /// Audio clips for the first message.
     pub audio: Vec<std::path::PathBuf>,
+    /// Keep the conversation in this file (and its prompt state beside
+    /// it), resuming it when it exists.
+    pub session_file: Option<std::path::PathBuf>,
 }
 
 #[expect(
@@ -54,8 +57,12 @@ pub fn run(
         guard_trace,
         images,
         audio,
+        session_file,
     } = turns;
     let has_media = !images.is_empty() || !audio.is_empty();
+    if has_media && session_file.is_some() {
+        anyhow::bail!("--session does not keep images or audio yet");
+    }
     if has_media && !guard.is_empty() {
         anyhow::bail!("--guard does not take images or audio yet");
     }
@@ -92,6 +99,17 @@ pub fn run(
         speculation: sample.speculation(&engine)?,
     };
     let mut messages: Vec<ChatMessage> = system.into_iter().map(ChatMessage::system).collect();
+    let saved = match &session_file {
+        Some(path) => {
+            let (saved, kept) = crate::chat_session::SavedChat::open(path, &engine, &args.model)?;
+            if !kept.is_empty() {
+                eprintln!("(resuming {} messages from {})", kept.len(), path.display());
+                messages = kept;
+            }
+            Some(saved)
+        }
+        None => None,
+    };
 
     // Ctrl-C while a reply streams stops that reply; at the prompt it exits.
     let state = Arc::new(AtomicU8::new(IDLE));
@@ -142,6 +160,9 @@ pub fn run(
         if trimmed == "/reset" {
             messages.retain(|m| m.role == "system");
             session.reset();
+            if let Some(saved) = &saved {
+                saved.save(&session, &messages)?;
+            }
             if !conversation_images.is_empty() || !conversation_clips.is_empty() {
                 eprintln!("(the images and clips were cleared with it)");
                 conversation_images.clear();
@@ -211,6 +232,9 @@ pub fn run(
             thinking,
             ..GenerationRequest::new(&ids, &opts)
         };
+        if let Some(saved) = &saved {
+            saved.resume(&mut session, &ids, &placed);
+        }
         let begun = session.begin(request, &sampler);
         let result = begun.and_then(|decoding| {
             session.run(decoding, &mut sampler, |ev| {
@@ -244,6 +268,9 @@ pub fn run(
                     eprintln!("(reply stopped)");
                 }
                 messages.push(ChatMessage::assistant(g.text.trim_end().to_string()));
+                if let Some(saved) = &saved {
+                    saved.save(&session, &messages)?;
+                }
             }
             Err(e @ EngineError::PromptTooLong { .. }) => {
                 messages.pop();

@@ -5,6 +5,7 @@ mod bench_embed;
 mod bench_spec;
 mod cache;
 mod chat;
+mod chat_session;
 mod commands;
 mod convert;
 mod embed;
@@ -388,6 +389,11 @@ enum Command {
         /// Images for the first message (see `complete --image`).
         #[command(flatten)]
         images: MediaArgs,
+        /// Keep the conversation in FILE, and its prompt state in
+        /// FILE.states/, resuming both when FILE exists: the next reply
+        /// does not compute the conversation again.
+        #[arg(long, value_name = "FILE")]
+        session: Option<std::path::PathBuf>,
     },
     /// Solve a logic puzzle written in z3's Python API (a declarative
     /// subset, parsed, never run): prints {"status", "model", "unique"}.
@@ -564,6 +570,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             guard,
             guard_trace,
             images,
+            session,
         } => chat::run(
             &model,
             &sample,
@@ -577,6 +584,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 guard_trace,
                 images: images.images,
                 audio: images.audio,
+                session_file: session,
             },
         ),
         Command::Tokenize {
