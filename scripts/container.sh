@@ -103,7 +103,7 @@ fi
 # --- 2. The build context --------------------------------------------------
 
 rm -rf "$CTX"
-mkdir -p "$CTX/rootfs/usr/local/bin" "$CTX/models-empty" "$CTX/models-baked"
+mkdir -p "$CTX/rootfs/usr/local/bin" "$CTX/models-empty" "$CTX/models-baked" "$CTX/data-empty"
 # Strip the debug info the release profile keeps (debug = 1) from the copy.
 if ! strip -o "$CTX/rootfs/usr/local/bin/hearth" "$BIN" 2>/dev/null; then
     cp "$BIN" "$CTX/rootfs/usr/local/bin/hearth"

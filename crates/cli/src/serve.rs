@@ -48,7 +48,7 @@ pub struct ServeArgs {
     /// Bytes of prompt states kept in RAM beyond the slots, so a
     /// conversation's next turn is not prefilled again after another took
     /// its slot (or its model was unloaded): bytes or 512M, 8G; 0 turns the
-    /// store off. Default: a quarter of the memory available, at most 8G.
+    /// store off. Default: an eighth of the memory available, at most 2G.
     #[arg(long, value_name = "SIZE", value_parser = parse_size)]
     cache_ram: Option<u64>,
     /// Also keep prompt states in files in DIR, written after each turn, so

@@ -132,12 +132,37 @@ fn the_containerfile_command_serves_and_its_healthcheck_probes_it() {
     assert_eq!(exposed, "8080");
     assert!(cmd.windows(2).any(|w| w[0] == "--port" && w[1] == "8080"));
 
-    // The image runs `ENTRYPOINT CMD`; here on a free port and the fixture.
+    // Prompt states go to the data volume, which the image makes writable
+    // by its user.
+    let cache_dir = instrs
+        .iter()
+        .filter(|(k, _)| k == "ENV")
+        .find_map(|(_, v)| v.strip_prefix("HEARTH_CACHE_DIR="))
+        .expect("ENV HEARTH_CACHE_DIR=... in the Containerfile")
+        .to_string();
+    assert!(cache_dir.starts_with("/data/"), "{cache_dir}");
+    assert!(
+        instrs.iter().any(|(k, v)| k == "COPY"
+            && v.contains("--chown=65534:65534")
+            && v.ends_with(" /data/")),
+        "/data/ belongs to the image's user"
+    );
+
+    // The image runs `ENTRYPOINT CMD`; here on a free port and the fixture,
+    // its states in a folder of this test's.
     let mut full: Vec<String> = entry[1..].to_vec();
     full.extend(cmd);
     let full = localize(&full);
     let refs: Vec<&str> = full.iter().map(String::as_str).collect();
-    let mut server = Server::start_command(&refs, &[]);
+    let states = tempfile::tempdir().unwrap();
+    let states_dir = states.path().join("prompt-cache");
+    let states_env = states_dir.to_str().unwrap();
+    let mut server = Server::start_command(&refs, &[("HEARTH_CACHE_DIR", states_env)]);
+    assert!(
+        server.stderr().contains(&format!("MiB in {states_env}")),
+        "{}",
+        server.stderr()
+    );
     let port = server.addr.rsplit(':').next().unwrap().to_string();
 
     let ok = health(&healthcheck_at(&check, &port));

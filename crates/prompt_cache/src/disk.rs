@@ -27,8 +27,9 @@ pub const DEFAULT_DISK_BYTES: u64 = 4 << 30;
 /// bound.
 const QUEUED_BYTES: u64 = 256 << 20;
 
-/// Bytes of RAM states kept unless told otherwise: a quarter of the memory
-/// available now, at most 8 GiB (llama.cpp's `--cache-ram` default), 256 MiB
+/// Bytes of RAM states kept unless told otherwise: an eighth of the memory
+/// available now, at most 2 GiB (llama.cpp keeps up to 8 GiB; a server left
+/// running beside other work should not grow by that much unasked), 256 MiB
 /// where the available memory cannot be read.
 pub fn default_ram_bytes() -> u64 {
     let available = std::fs::read_to_string("/proc/meminfo").ok().and_then(|m| {
@@ -37,7 +38,7 @@ pub fn default_ram_bytes() -> u64 {
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
     });
     match available {
-        Some(kib) => (kib * 1024 / 4).min(8 << 30),
+        Some(kib) => (kib * 1024 / 8).min(2 << 30),
         None => 256 << 20,
     }
 }
@@ -62,6 +63,8 @@ struct Queued {
 #[derive(Debug)]
 pub(crate) struct Disk {
     dir: PathBuf,
+    /// Bytes of files the folder keeps.
+    limit: u64,
     writes: Mutex<Sender<Write1>>,
     queued: Arc<Queued>,
 }
@@ -84,7 +87,7 @@ impl Disk {
             let mut index = lock(index);
             index.dir = Some((dir.to_path_buf(), limit));
             scan(dir, &mut index, stats)?;
-            index.evict_disk(stats);
+            index.evict_disk(0, stats);
         }
         let (tx, rx) = channel::<Write1>();
         let queued = Arc::new(Queued::default());
@@ -119,9 +122,15 @@ impl Disk {
             .spawn(writer)?;
         Ok(Self {
             dir: dir.to_path_buf(),
+            limit,
             writes: Mutex::new(tx),
             queued,
         })
+    }
+
+    /// Whether `saved`'s file fits the folder's bound at all.
+    pub fn fits(&self, saved: &SavedPrompt) -> bool {
+        file::file_len(saved) <= self.limit
     }
 
     /// Queues the file of entry `id`; with the queue full it is not
@@ -166,7 +175,6 @@ impl Disk {
             Ok((file_ns, saved)) if file_ns == ns && saved.tokens == tokens => {
                 let saved = Arc::new(saved);
                 index.hold_in_ram(id, &saved, stats);
-                index.evict_ram(stats);
                 Some(saved)
             }
             Ok(_) => {
@@ -204,6 +212,8 @@ fn ignore(path: &Path, e: &io::Error, stats: &Stats) {
 /// when the entry is gone (replaced or cleared while it was being written).
 fn write_one(dir: &Path, w: &Write1, index: &Mutex<Index>, stats: &Stats) {
     let path = dir.join(&w.name);
+    // Room first, so the files written never pass the bound.
+    lock(index).evict_disk(file::file_len(&w.saved), stats);
     let written = durable::PendingFile::create_saying(&path, |l| say(format_args!("{l}")))
         .and_then(|pending| {
             let mut out = BufWriter::with_capacity(1 << 20, pending);
@@ -220,7 +230,6 @@ fn write_one(dir: &Path, w: &Write1, index: &Mutex<Index>, stats: &Stats) {
             e.file = FileState::Written(len);
             stats.disk_bytes.fetch_add(len, Ordering::Relaxed);
             stats.files_written.fetch_add(1, Ordering::Relaxed);
-            index.evict_disk(stats);
         }
         (Ok(_), None) => {
             let _ = std::fs::remove_file(&path);

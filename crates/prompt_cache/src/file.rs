@@ -33,9 +33,19 @@ pub(crate) struct Header {
 impl Header {
     /// The file's whole length: header, cache bytes and checksum.
     pub fn file_len(&self) -> u64 {
-        let header = 8 + 4 + 32 + 8 + 4 * self.tokens.len() + 8 + SPAN_BYTES * self.media.len() + 8;
-        header as u64 + self.kv_len + 4
+        length(self.tokens.len(), self.media.len(), self.kv_len)
     }
+}
+
+/// The length of `saved`'s file.
+pub(crate) fn file_len(saved: &SavedPrompt) -> u64 {
+    length(saved.tokens.len(), saved.media.len(), saved.kv.len() as u64)
+}
+
+/// The length of a file of `tokens`, `media` spans and `kv` cache bytes.
+fn length(tokens: usize, media: usize, kv: u64) -> u64 {
+    let header = 8 + 4 + 32 + 8 + 4 * tokens + 8 + SPAN_BYTES * media + 8;
+    header as u64 + kv + 4
 }
 
 /// Writes `saved` of namespace `ns` to `out`, checksum last.

@@ -8,6 +8,11 @@ use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+/// Fewer tokens than this more than the caller holds are not worth a
+/// state's load (a copy of all of it, or a read of its file): they are
+/// computed instead.
+pub(crate) const MIN_GAIN: usize = 32;
+
 /// Tokens of an older state a newer one may leave unserved and still
 /// replace it: reloading the older conversation through the newer state
 /// then computes at most this many tokens more.
@@ -113,8 +118,9 @@ impl Index {
         id
     }
 
-    /// The entry of `ns` that serves the most of `prompt`, if more than
-    /// `held` tokens, most recent first among equals; marks it used.
+    /// The entry of `ns` that serves the most of `prompt`, if at least
+    /// [`MIN_GAIN`] more than `held` tokens, most recent first among
+    /// equals; marks it used.
     pub fn best(
         &mut self,
         ns: &Namespace,
@@ -135,7 +141,7 @@ impl Index {
                     e.last_used,
                 )
             })
-            .filter(|(_, keep, _)| *keep > held)
+            .filter(|(_, keep, _)| *keep >= held + MIN_GAIN)
             .max_by_key(|(_, keep, used)| (*keep, *used))
             .map(|(id, keep, _)| (id, keep))?;
         let tick = self.touch();
@@ -156,10 +162,11 @@ impl Index {
         &mut self,
         ns: Namespace,
         saved: &Arc<SavedPrompt>,
+        in_ram: bool,
         on_disk: bool,
         stats: &Stats,
     ) -> u64 {
-        let extended: Vec<u64> = self
+        let superseded: Vec<u64> = self
             .entries
             .iter()
             .filter(|(_, e)| {
@@ -168,14 +175,17 @@ impl Index {
             })
             .map(|(id, _)| *id)
             .collect();
-        for id in extended {
+        for id in superseded {
             self.remove(id, stats);
+        }
+        if in_ram {
+            self.evict_ram(ram_bytes(saved), stats);
         }
         let entry = Entry {
             ns,
             tokens: saved.tokens.clone(),
             media: saved.media.clone(),
-            saved: Some(Arc::clone(saved)),
+            saved: in_ram.then(|| Arc::clone(saved)),
             file: if on_disk {
                 FileState::Pending
             } else {
@@ -185,6 +195,11 @@ impl Index {
             last_used: 0,
         };
         self.add(entry, stats)
+    }
+
+    /// Whether a state of `bytes` can be held in RAM at all.
+    pub fn fits_ram(&self, bytes: u64) -> bool {
+        bytes <= self.ram_limit
     }
 
     /// Forgets an entry, removing its file if it is written (one being
@@ -204,23 +219,25 @@ impl Index {
         }
     }
 
-    /// Puts a state read from its file back in RAM.
+    /// Puts a state read from its file back in RAM, when it fits there
+    /// (others go first to make room).
     pub fn hold_in_ram(&mut self, id: u64, saved: &Arc<SavedPrompt>, stats: &Stats) {
+        let bytes = ram_bytes(saved);
+        if !self.fits_ram(bytes) || self.entries.get(&id).is_none_or(|e| e.saved.is_some()) {
+            return;
+        }
+        self.evict_ram(bytes, stats);
         if let Some(e) = self.entries.get_mut(&id) {
-            if e.saved.is_none() {
-                stats
-                    .ram_bytes
-                    .fetch_add(ram_bytes(saved), Ordering::Relaxed);
-                e.saved = Some(Arc::clone(saved));
-            }
+            stats.ram_bytes.fetch_add(bytes, Ordering::Relaxed);
+            e.saved = Some(Arc::clone(saved));
         }
     }
 
-    /// Drops the least recently used states from RAM until the rest fit
-    /// its bound: those with a file (or one on its way) stay known, read
-    /// again on their next hit; the others are forgotten.
-    pub fn evict_ram(&mut self, stats: &Stats) {
-        while stats.ram_bytes.load(Ordering::Relaxed) > self.ram_limit {
+    /// Drops the least recently used states from RAM until `incoming` more
+    /// bytes fit its bound: those with a file (or one on its way) stay
+    /// known, read again on their next hit; the others are forgotten.
+    pub fn evict_ram(&mut self, incoming: u64, stats: &Stats) {
+        while stats.ram_bytes.load(Ordering::Relaxed) + incoming > self.ram_limit {
             let Some((&id, _)) = self
                 .entries
                 .iter()
@@ -244,13 +261,14 @@ impl Index {
         }
     }
 
-    /// Removes the least recently used files until the rest fit the disk
-    /// bound; an entry left with neither RAM nor file is forgotten.
-    pub fn evict_disk(&mut self, stats: &Stats) {
+    /// Removes the least recently used files until `incoming` more bytes
+    /// fit the disk bound; an entry left with neither RAM nor file is
+    /// forgotten.
+    pub fn evict_disk(&mut self, incoming: u64, stats: &Stats) {
         let Some((dir, limit)) = self.dir.clone() else {
             return;
         };
-        while stats.disk_bytes.load(Ordering::Relaxed) > limit {
+        while stats.disk_bytes.load(Ordering::Relaxed) + incoming > limit {
             let Some((&id, _)) = self
                 .entries
                 .iter()

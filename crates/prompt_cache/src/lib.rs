@@ -206,7 +206,8 @@ impl PromptCache {
     }
 
     /// The state of `ns` that serves the most of `prompt` (with `media`),
-    /// if it serves more than the `held` tokens the caller already has.
+    /// if it serves enough more than the `held` tokens the caller already
+    /// has to be worth loading (32).
     pub fn lookup(
         &self,
         ns: &Namespace,
@@ -244,12 +245,16 @@ impl PromptCache {
         }
         let saved = Arc::new(saved);
         let mut index = lock(&self.index);
-        let id = index.insert(ns, &saved, self.disk.is_some(), &self.stats);
+        let in_ram = index.fits_ram(index::ram_bytes(&saved));
+        let on_disk = self.disk.as_ref().is_some_and(|d| d.fits(&saved));
+        if !in_ram && !on_disk {
+            return;
+        }
+        let id = index.insert(ns, &saved, in_ram, on_disk, &self.stats);
         self.stats.stored.fetch_add(1, Ordering::Relaxed);
-        if let Some(disk) = &self.disk {
+        if let Some(disk) = self.disk.as_ref().filter(|_| on_disk) {
             disk.queue_write(id, ns, saved, &mut index);
         }
-        index.evict_ram(&self.stats);
     }
 
     /// Counts a hit that would not load (`why`, said on stderr once): the

@@ -59,13 +59,16 @@ fn the_longest_usable_prefix_in_the_namespace_is_found() {
     // Only the shared system prompt: the other conversation serves 50.
     let third = [system.clone(), convo(3, 5)].concat();
     assert_eq!(cache.lookup(&A, &third, &[], 0).unwrap().keep, 50);
-    // Not beyond what the caller holds; never across namespaces.
+    // Not beyond what the caller holds, nor for fewer than 32 tokens more;
+    // never across namespaces.
     assert!(cache.lookup(&A, &third, &[], 50).is_none());
+    assert!(cache.lookup(&A, &third, &[], 19).is_none());
+    assert_eq!(cache.lookup(&A, &third, &[], 18).unwrap().keep, 50);
     assert!(cache.lookup(&B, &prompt, &[], 0).is_none());
-    assert_eq!(cache.stats().misses.load(Ordering::Relaxed), 2);
+    assert_eq!(cache.stats().misses.load(Ordering::Relaxed), 3);
     // Another picture at the same place is not shared.
     let pic = |key| MediaSpan {
-        pos: 10,
+        pos: 40,
         tokens: 5,
         key: [key; 32],
     };
@@ -73,12 +76,12 @@ fn the_longest_usable_prefix_in_the_namespace_is_found() {
         A,
         SavedPrompt {
             media: vec![pic(1)],
-            ..state(&convo(4, 30), 4)
+            ..state(&convo(4, 70), 4)
         },
     );
-    let other = convo(4, 40);
-    assert_eq!(cache.lookup(&A, &other, &[pic(2)], 0).unwrap().keep, 10);
-    assert_eq!(cache.lookup(&A, &other, &[pic(1)], 0).unwrap().keep, 30);
+    let other = convo(4, 80);
+    assert_eq!(cache.lookup(&A, &other, &[pic(2)], 0).unwrap().keep, 40);
+    assert_eq!(cache.lookup(&A, &other, &[pic(1)], 0).unwrap().keep, 70);
     // A namespace narrowed to a caller is another namespace.
     assert_ne!(A.for_caller(Some(&[9; 32])), A);
     assert_eq!(A.for_caller(None), A);

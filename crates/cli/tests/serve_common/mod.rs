@@ -196,6 +196,7 @@ impl Server {
             // The caller's `envs` alone decide these.
             .env_remove("HEARTH_API_KEY")
             .env_remove("HEARTH_IDLE_EXIT")
+            .env_remove("HEARTH_CACHE_DIR")
             .envs(envs.iter().copied())
             .stdin(Stdio::null())
             .stdout(Stdio::null())
