@@ -2,7 +2,8 @@
 # Crash consistency, shown (docs/crash-consistency.md): SIGKILL the real
 # `hearth` at random instants while it writes each of its stores (the MT-Bench
 # tape, judgments from `eval judge` and `eval grade`, the Telegram bot's redb
-# state, the model cache via `hearth pull`, `hearth quantize`'s output), restart
+# state, the model cache via `hearth pull`, `hearth quantize`'s output, the
+# prompt states of `hearth serve --cache-dir`), restart
 # it, and check that nothing committed is lost or damaged. Prints one result
 # line per store.
 #
@@ -22,7 +23,7 @@ HEARTH_CRASH_REPORT=$(mktemp "${TMPDIR:-/tmp}/hearth-crash.XXXXXX")
 export HEARTH_CRASH_REPORT
 trap 'rm -f "$HEARTH_CRASH_REPORT"' EXIT INT TERM
 status=0
-cargo test --profile ci -p hearth-cli --test crash_kill -- --nocapture >&2 || status=1
+cargo test --profile ci -p hearth-cli --test crash_kill --test crash_prompt_cache -- --nocapture >&2 || status=1
 echo "kills per store: $HEARTH_CRASH_KILLS"
 sort "$HEARTH_CRASH_REPORT"
 exit $status

@@ -314,6 +314,8 @@ def attacks(model, vision_model):
             {"type": "image_url", "image_url": {"url": data_url(png16)}}]}]}), refuse=False, server="vision")
     add("budget: bodies at once", "12 clients sending 30 MiB bodies over 6 s; an ordinary chat beside them",
         slow_large_bodies(model), refuse=False)
+    add("budget: prompt-state store", "24 distinct 2,500-token conversations, each state kept (--cache-ram 128M)",
+        state_flood(model, 24), refuse=False)
     # Browsers.
     evil = {"Origin": "http://evil.example", "Content-Type": "text/plain"}
     add("browser: cross-site simple POST", "text/plain from http://evil.example to /v1/chat/completions",
@@ -392,6 +394,22 @@ def slow_large_bodies(model, clients=12, body_mb=30, seconds=6):
             t.join(90)
         status, secs, note = answer
         return status, secs, f"the bodies: {' '.join(sorted(answers))}; {note}"
+
+    return run
+
+
+def state_flood(model, n):
+    """Conversations that each leave a ~20 MB prompt state: the store keeps
+    them within --cache-ram, whatever their number."""
+    def run(s):
+        t0 = time.time()
+        statuses = []
+        for i in range(n):
+            text = " ".join(f"w{i}x{k}" for k in range(500))
+            body = {"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": text}]}
+            statuses.append(post(s, "/v1/chat/completions", body, timeout=120)[0])
+        bad = [st for st in statuses if st != 200]
+        return (bad[0] if bad else 200), time.time() - t0, f"{n - len(bad)} of {n} answered"
 
     return run
 
@@ -692,7 +710,10 @@ def main():
         sys.exit("redteam: give --model or set HEARTH_MODEL")
 
     vision = ["-m", os.path.join(a.vision, "model-f32.gguf"), "--mmproj", os.path.join(a.vision, "mmproj-f32.gguf")]
-    kinds = {"default": (["-m", a.model], []), "vision": (vision, ["--allow-file-images"])}
+    # The store bounded below the budget: what the flood of conversations
+    # may grow is the operator's --cache-ram, not the client's to choose.
+    kinds = {"default": (["-m", a.model], ["--cache-ram", "128M"]),
+             "vision": (vision, ["--allow-file-images", "--cache-ram", "128M"])}
     servers = {}
 
     def server(kind):
