@@ -170,8 +170,10 @@ impl Index {
             .entries
             .iter()
             .filter(|(_, e)| {
-                let served = usable_prefix(&saved.tokens, &saved.media, &e.tokens, &e.media);
-                e.ns == ns && served + SUPERSEDED_TAIL >= e.tokens.len()
+                e.ns == ns
+                    && usable_prefix(&saved.tokens, &saved.media, &e.tokens, &e.media)
+                        + SUPERSEDED_TAIL
+                        >= e.tokens.len()
             })
             .map(|(id, _)| *id)
             .collect();
