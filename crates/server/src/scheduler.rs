@@ -225,6 +225,7 @@ impl Scheduler {
                 active: None,
                 last_used: 0,
                 scope: None,
+                unsaved: false,
             })
             .collect();
         // One set of prefill buffers, lent to each slot's prompt in turn.

@@ -25,6 +25,25 @@ pub(super) struct Slot {
     /// The caller whose conversation the session holds ([`Job::cache_scope`]):
     /// another caller's job starts from an empty session.
     pub(super) scope: Option<[u8; 32]>,
+    /// Whether the session holds a finished generation's state not yet in
+    /// the store: it goes there when the slot is idle, or before another
+    /// conversation takes the slot (not before the same conversation's next
+    /// turn, which leaves a longer one).
+    pub(super) unsaved: bool,
+}
+
+/// Tokens of the slot's state a job may leave unused and still count as
+/// the same conversation's next turn (as the store's rule for a state that
+/// replaces another).
+const SAME_CONVERSATION_TAIL: usize = 64;
+
+/// Puts the slot's finished state in the store, if it has one not there.
+pub(super) fn save_unsaved(slot: &mut Slot, cache: Option<&SlotCache>) {
+    if std::mem::take(&mut slot.unsaved) {
+        if let Some(cache) = cache {
+            slot.session.leave_in(&cache.scoped(slot.scope.as_ref()));
+        }
+    }
 }
 
 fn shared_prefix(a: &[u32], b: &[u32]) -> usize {
@@ -166,6 +185,15 @@ pub(super) type StepOutcome = Result<(String, String, Option<FinishReason>), Eng
 pub(super) fn admit(slot: &mut Slot, job: Job, shared: &Shared, tick: u64) {
     let metrics = &shared.metrics;
     slot.last_used = tick;
+    let media: Vec<engine::MediaSpan> = job.images.iter().map(engine::PromptMedia::span).collect();
+    let continues = slot.scope == job.cache_scope
+        && slot.session.reusable(&job.prompt, &media) + SAME_CONVERSATION_TAIL
+            >= slot.session.tokens().len();
+    if continues {
+        slot.unsaved = false;
+    } else {
+        save_unsaved(slot, shared.cache.as_ref());
+    }
     if slot.scope != job.cache_scope {
         slot.session.reset();
         slot.scope = job.cache_scope;
@@ -216,12 +244,6 @@ pub(super) fn admit(slot: &mut Slot, job: Job, shared: &Shared, tick: u64) {
     }
 }
 
-/// Keeps the state of the slot's session (a finished generation's prompt
-/// and answer) in the store, for the conversation's next turn.
-fn keep_state(slot: &Slot, scope: Option<&[u8; 32]>, cache: &SlotCache) {
-    slot.session.leave_in(&cache.scoped(scope));
-}
-
 /// Start the forks of the job in slot `from`, whose prompt is in: each
 /// takes a free slot with a copy of the cache, so its prompt is not
 /// prefilled again; those that find no free slot wait in the queue.
@@ -260,6 +282,7 @@ pub(super) fn fork(slots: &mut [Slot], from: usize, shared: &Shared, tick: &mut 
         } else {
             (&b[0], &mut a[to])
         };
+        save_unsaved(dst, shared.cache.as_ref());
         dst.session.copy_cache_from(&src.session);
         dst.scope = src.scope;
         *tick += 1;
@@ -267,9 +290,8 @@ pub(super) fn fork(slots: &mut [Slot], from: usize, shared: &Shared, tick: &mut 
     }
 }
 
-/// Report the end of a slot's generation, free the slot, and keep its
-/// state in the store (after the answer's end is sent: the client does not
-/// wait for the copy).
+/// Report the end of a slot's generation, free the slot, and mark its
+/// state for the store.
 pub(super) fn finish(slot: &mut Slot, shared: &Shared, reason: FinishReason) {
     let metrics = &shared.metrics;
     let Some(active) = slot.active.take() else {
@@ -288,9 +310,9 @@ pub(super) fn finish(slot: &mut Slot, shared: &Shared, reason: FinishReason) {
     };
     metrics.completed.fetch_add(1, Ordering::Relaxed);
     let _ = active.job.events.send(Event::Done(usage));
-    if let Some(cache) = &shared.cache {
-        keep_state(slot, active.job.cache_scope.as_ref(), cache);
-    }
+    // Its state (the prompt and the answer) goes to the store once the
+    // slot is idle or another conversation takes it.
+    slot.unsaved = shared.cache.is_some();
 }
 
 /// The answer to a generation that failed with `e`: a grammar past the

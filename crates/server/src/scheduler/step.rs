@@ -3,7 +3,8 @@
 //! every decoding slot one token per step in one batched forward.
 
 use super::slot::{
-    admit, cancel, deliver, finish, fork, pick_slot, prefill_left, prefill_slot, Slot, StepOutcome,
+    admit, cancel, deliver, finish, fork, pick_slot, prefill_left, prefill_slot, save_unsaved,
+    Slot, StepOutcome,
 };
 use super::{Event, Job, Shared};
 use crate::metrics::GaugeShare;
@@ -70,6 +71,16 @@ impl Rounds<'_> {
                 break;
             }
             self.busy_share.set(&metrics.slots_busy, 0);
+            // Idle: the finished conversations' states go to the store,
+            // with the queue open to new jobs meanwhile.
+            if self.slots.iter().any(|s| s.unsaved) {
+                drop(q);
+                for slot in self.slots.iter_mut() {
+                    save_unsaved(slot, self.shared.cache.as_ref());
+                }
+                q = self.shared.lock();
+                continue;
+            }
             if q.shutdown {
                 q.report_depth(metrics);
                 return None;
