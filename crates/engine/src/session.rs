@@ -2,7 +2,7 @@
 //! the prefix cache (a new prompt reuses what it shares with the last one) and
 //! teacher-forced scoring.
 
-use crate::saved::{usable_prefix, MediaSpan};
+use crate::saved::MediaSpan;
 use crate::{EngineError, PromptMedia};
 use model::{Embedded, KvCache, Model, Scratch};
 use std::sync::Arc;
@@ -135,9 +135,8 @@ impl Session {
     /// return its length. The same ids with a different picture are not
     /// shared, and an image is never cut: its tokens go in one batch.
     pub(crate) fn reuse_prefix(&mut self, prompt: &[u32], images: &[PromptMedia]) -> usize {
-        let held: Vec<MediaSpan> = self.images.iter().map(PromptMedia::span).collect();
         let wanted: Vec<MediaSpan> = images.iter().map(PromptMedia::span).collect();
-        let mut shared = usable_prefix(&self.tokens, &held, prompt, &wanted);
+        let mut shared = self.reusable(prompt, &wanted);
         if !self.cache.truncate(shared) {
             self.cache.clear();
             shared = 0;

@@ -16,7 +16,7 @@ pub(crate) const MIN_GAIN: usize = 32;
 /// Tokens of an older state a newer one may leave unserved and still
 /// replace it: reloading the older conversation through the newer state
 /// then computes at most this many tokens more.
-pub(crate) const SUPERSEDED_TAIL: usize = 64;
+pub const SUPERSEDED_TAIL: usize = 64;
 
 /// Where an entry's file stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -22,7 +22,7 @@ mod index;
 
 pub use disk::{default_ram_bytes, DEFAULT_DISK_BYTES};
 pub use identity::file_identity;
-pub use index::EntryInfo;
+pub use index::{EntryInfo, SUPERSEDED_TAIL};
 
 use engine::{MediaSpan, SavedPrompt};
 use sha2::{Digest, Sha256};

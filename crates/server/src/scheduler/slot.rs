@@ -32,11 +32,6 @@ pub(super) struct Slot {
     pub(super) unsaved: bool,
 }
 
-/// Tokens of the slot's state a job may leave unused and still count as
-/// the same conversation's next turn (as the store's rule for a state that
-/// replaces another).
-const SAME_CONVERSATION_TAIL: usize = 64;
-
 /// Puts the slot's finished state in the store, if it has one not there.
 pub(super) fn save_unsaved(slot: &mut Slot, cache: Option<&SlotCache>) {
     if std::mem::take(&mut slot.unsaved) {
@@ -186,8 +181,10 @@ pub(super) fn admit(slot: &mut Slot, job: Job, shared: &Shared, tick: u64) {
     let metrics = &shared.metrics;
     slot.last_used = tick;
     let media: Vec<engine::MediaSpan> = job.images.iter().map(engine::PromptMedia::span).collect();
+    // The same conversation's next turn, by the store's rule for a state
+    // that replaces another: its finish leaves the longer state.
     let continues = slot.scope == job.cache_scope
-        && slot.session.reusable(&job.prompt, &media) + SAME_CONVERSATION_TAIL
+        && slot.session.reusable(&job.prompt, &media) + prompt_cache::SUPERSEDED_TAIL
             >= slot.session.tokens().len();
     if continues {
         slot.unsaved = false;
