@@ -260,7 +260,7 @@ def post(server, path, body, **kw):
     return request(server.port, "POST", path, body, **kw)
 
 
-def attacks(model, vision_model):
+def attacks(model, vision_model, slot_dir):
     out = []
 
     def add(cls, name, fn, refuse=True, server="default"):
@@ -316,6 +316,15 @@ def attacks(model, vision_model):
         slow_large_bodies(model), refuse=False)
     add("budget: prompt-state store", "24 distinct 2,500-token conversations, each state kept (--cache-ram 128M)",
         state_flood(model, 24), refuse=False)
+    # Slot files (the default server has --slot-save-path and --slot-save-disk 64M).
+    for name in ("../../etc/passwd", "/etc/passwd", ".hidden", "a/b", "x" * 10000, "a\u0000b"):
+        add("slots: file names", f"save as {name[:24]!r}", poster("/slots/0?action=save", {"filename": name}))
+    add("slots: file names", "restore ../../etc/passwd", poster("/slots/0?action=restore", {"filename": "../../etc/passwd"}))
+    add("slots: forged files", "restore a 1 GiB sparse file", slot_forged(slot_dir, "sparse.bin", None), refuse=True)
+    add("slots: forged files", "restore a header claiming 2^60 tokens",
+        slot_forged(slot_dir, "claims.bin", b"HEARTHPC" + struct.pack("<I", 1) + bytes(32) + struct.pack("<Q", 1 << 60)))
+    add("budget: slot files", "40 saves of a 2,000-token slot under distinct names (--slot-save-disk 64M)",
+        slot_flood(model, slot_dir, 40, 64 * MIB), refuse=False)
     # Browsers.
     evil = {"Origin": "http://evil.example", "Content-Type": "text/plain"}
     add("browser: cross-site simple POST", "text/plain from http://evil.example to /v1/chat/completions",
@@ -410,6 +419,44 @@ def state_flood(model, n):
             statuses.append(post(s, "/v1/chat/completions", body, timeout=120)[0])
         bad = [st for st in statuses if st != 200]
         return (bad[0] if bad else 200), time.time() - t0, f"{n - len(bad)} of {n} answered"
+
+    return run
+
+
+def slot_forged(folder, name, header):
+    """Restore a file planted in the slot folder: a sparse one far longer
+    than any state (refused before it is read), or a header whose counts
+    pass its length (refused before allocating)."""
+    def run(s):
+        path = os.path.join(folder, name)
+        with open(path, "wb") as f:
+            if header is None:
+                f.truncate(1 << 30)
+            else:
+                f.write(header + bytes(4096))
+        try:
+            return _answer(post(s, "/slots/0?action=restore", {"filename": name}, timeout=60))
+        finally:
+            os.remove(path)
+
+    return run
+
+
+def slot_flood(model, folder, n, bound):
+    """Saves of one slot under ever new names: the folder stays within
+    --slot-save-disk, the saves past it answered 507."""
+    def run(s):
+        t0 = time.time()
+        text = " ".join(f"v{k}" for k in range(1000))
+        body = {"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": text}]}
+        post(s, "/v1/chat/completions", body, timeout=120)
+        statuses = [post(s, "/slots/0?action=save", {"filename": f"flood{i}.bin"}, timeout=120)[0] for i in range(n)]
+        used = sum(os.path.getsize(os.path.join(folder, f)) for f in os.listdir(folder))
+        for f in os.listdir(folder):
+            os.remove(os.path.join(folder, f))
+        held = all(st in (200, 507) for st in statuses) and 507 in statuses and used <= bound
+        note = f"{statuses.count(200)} saved, {statuses.count(507)} answered 507; folder {used // MIB} MiB of {bound // MIB}"
+        return (200 if held else f"not held: {sorted(set(map(str, statuses)))}"), time.time() - t0, note
 
     return run
 
@@ -712,7 +759,9 @@ def main():
     vision = ["-m", os.path.join(a.vision, "model-f32.gguf"), "--mmproj", os.path.join(a.vision, "mmproj-f32.gguf")]
     # The store bounded below the budget: what the flood of conversations
     # may grow is the operator's --cache-ram, not the client's to choose.
-    kinds = {"default": (["-m", a.model], ["--cache-ram", "128M"]),
+    slot_dir = tempfile.mkdtemp(prefix="hearth-redteam-slots-")
+    kinds = {"default": (["-m", a.model], ["--cache-ram", "128M", "--slot-save-path", slot_dir,
+                                           "--slot-save-disk", "64M"]),
              "vision": (vision, ["--allow-file-images", "--cache-ram", "128M"])}
     servers = {}
 
@@ -727,7 +776,7 @@ def main():
     vision_id = json.loads(request(server("vision").port, "GET", "/v1/models")[1])["data"][0]["id"]
     rows, failures = [], []
     only = [o.strip() for o in a.only.split(",")] if a.only else None
-    for at in attacks(model_id, vision_id):
+    for at in attacks(model_id, vision_id, slot_dir):
         if only and not any(o in at["class"] for o in only):
             continue
         s = server(at["server"])
@@ -750,7 +799,8 @@ def main():
             bad.append("peak RSS over budget")
         if at["refuse"] and not (isinstance(status, int) and 400 <= status < 500):
             bad.append("not refused with a 4xx")
-        if not at["refuse"] and status in ("unsafe", "control tokens") or (isinstance(status, int) and status >= 500):
+        if not at["refuse"] and (status in ("unsafe", "control tokens") or str(status).startswith("not held")) \
+                or (isinstance(status, int) and status >= 500):
             bad.append(f"answered {status}")
         if bad:
             failures.append((row, bad))

@@ -64,6 +64,15 @@ pub struct ServeArgs {
     /// serves only requests with the key that left it).
     #[arg(long)]
     cache_shared: bool,
+    /// Folder where `POST /slots/{id}?action=save|restore` (llama.cpp's slot
+    /// files) write and read a slot's prompt state by name; created if
+    /// missing. Without it those actions answer 501.
+    #[arg(long, value_name = "DIR")]
+    slot_save_path: Option<std::path::PathBuf>,
+    /// Bytes of files --slot-save-path may hold: a save that would pass it
+    /// is refused (507).
+    #[arg(long, value_name = "SIZE", default_value = "4G", value_parser = parse_size)]
+    slot_save_disk: u64,
     /// Let browser pages from these origins call the server (`*` for any;
     /// off by default: a request from another origin gets 403).
     #[arg(long, num_args = 1..)]
@@ -349,6 +358,12 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
     config.api_keys = api_keys(args.api_key.as_deref())?;
     config.prompt_cache = prompt_cache(args);
     config.cache_shared = args.cache_shared;
+    if let Some(dir) = &args.slot_save_path {
+        std::fs::create_dir_all(dir)
+            .with_context(|| format!("--slot-save-path {}", dir.display()))?;
+        config.slot_save_path = Some(dir.clone());
+        config.slot_save_bytes = args.slot_save_disk;
+    }
     config.cors = args.cors.clone();
     config.allowed_hosts = args.allowed_hosts.clone();
     config.context_overflow = match args.context_overflow {

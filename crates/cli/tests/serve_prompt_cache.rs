@@ -184,3 +184,130 @@ fn each_key_reuses_only_its_own_states_unless_shared() {
     );
     assert_eq!(r.status, 401);
 }
+
+/// `POST /slots/0?action=...` with `body`, as `key`.
+fn slot_action(server: &Server, key: Option<&str>, action: &str, body: &str) -> (u16, Value) {
+    let bearer = key.map(|k| format!("Bearer {k}"));
+    let mut headers = vec![("Content-Type", "application/json")];
+    if let Some(b) = &bearer {
+        headers.push(("Authorization", b.as_str()));
+    }
+    let path = format!("/slots/0?action={action}");
+    let r = server.request("POST", &path, &headers, body.as_bytes());
+    let json = serde_json::from_slice(&r.body).unwrap_or(Value::Null);
+    (r.status, json)
+}
+
+#[test]
+fn a_slot_saved_by_hand_restores_on_another_server_with_the_same_answer() {
+    let want = uninterrupted();
+    let dir = tempfile::tempdir().unwrap();
+    let dir_arg = dir.path().join("slots");
+    let dir_arg = dir_arg.to_str().unwrap();
+    // No store: what the second server reuses comes from the file alone.
+    let args = ["--cache-ram", "0", "--slot-save-path", dir_arg];
+    let server = serve(&args);
+    let (_, second) = conversation(&server, None, "rivers");
+    let (status, saved) = slot_action(&server, None, "save", r#"{"filename": "rivers.bin"}"#);
+    assert_eq!(status, 200, "{saved}");
+    let file = std::path::Path::new(dir_arg).join("rivers.bin");
+    assert_eq!(saved["n_written"], std::fs::metadata(&file).unwrap().len());
+    assert_eq!(saved["id_slot"], 0);
+    assert_eq!(saved["filename"], "rivers.bin");
+    let n_saved = saved["n_saved"].as_u64().unwrap();
+    assert!(n_saved > cached(&want), "{saved}");
+    let slots = server.request("GET", "/slots", &[], b"").json();
+    assert_eq!(slots[0]["id"], 0);
+    assert_eq!(slots[0]["n_ctx"], 1024);
+    assert_eq!(slots[0]["is_processing"], false);
+    drop(server);
+
+    let server = serve(&args);
+    let (status, restored) = slot_action(&server, None, "restore", r#"{"filename": "rivers.bin"}"#);
+    assert_eq!(status, 200, "{restored}");
+    assert_eq!(restored["n_restored"], n_saved);
+    assert_eq!(restored["n_read"], saved["n_written"]);
+    let reply = ask(&server, None, &second);
+    assert_eq!(cached(&reply), cached(&want), "{reply}");
+    assert_eq!(text(&reply), text(&want));
+    // Erased, the slot holds nothing: the same turn is computed afresh.
+    let (status, erased) = slot_action(&server, None, "erase", "");
+    assert_eq!(status, 200, "{erased}");
+    assert!(erased["n_erased"].as_u64().unwrap() > n_saved, "{erased}");
+    assert_eq!(cached(&ask(&server, None, &second)), 0);
+}
+
+#[test]
+fn slot_files_refuse_other_keys_bad_names_and_damaged_files() {
+    let bare = serve(&["--cache-ram", "0"]);
+    let (status, _) = slot_action(&bare, None, "save", r#"{"filename": "a.bin"}"#);
+    assert_eq!(status, 501, "slot files are off without --slot-save-path");
+    // A folder at its bound takes no more.
+    let small = tempfile::tempdir().unwrap();
+    let small_arg = small.path().to_str().unwrap();
+    let tight = serve(&["--slot-save-path", small_arg, "--slot-save-disk", "4K"]);
+    conversation(&tight, None, "rivers");
+    let (status, full) = slot_action(&tight, None, "save", r#"{"filename": "a.bin"}"#);
+    assert_eq!(status, 507, "{full}");
+    assert_eq!(std::fs::read_dir(small.path()).unwrap().count(), 0);
+
+    let dir = tempfile::tempdir().unwrap();
+    let dir_arg = dir.path().to_str().unwrap();
+    let server = serve(&["--api-key", "key-one,key-two", "--slot-save-path", dir_arg]);
+    let (one, two) = (Some("key-one"), Some("key-two"));
+    conversation(&server, one, "rivers");
+    let file = |name: &str| format!(r#"{{"filename": "{name}"}}"#);
+    assert_eq!(slot_action(&server, one, "save", &file("a.bin")).0, 200);
+    // The other key may not take, erase or restore the first key's state.
+    assert_eq!(slot_action(&server, two, "save", &file("b.bin")).0, 403);
+    assert_eq!(slot_action(&server, two, "erase", "").0, 403);
+    let (status, refused) = slot_action(&server, two, "restore", &file("a.bin"));
+    assert_eq!(status, 400, "{refused}");
+    assert!(refused.to_string().contains("another API key"), "{refused}");
+    assert_eq!(slot_action(&server, one, "restore", &file("a.bin")).0, 200);
+    // Names that leave the folder or hide, missing and damaged files,
+    // unknown actions and slots.
+    for name in ["../a.bin", "/etc/passwd", ".a.bin", "a b", ""] {
+        assert_eq!(
+            slot_action(&server, one, "save", &file(name)).0,
+            400,
+            "{name}"
+        );
+    }
+    assert_eq!(
+        slot_action(&server, one, "restore", &file("none.bin")).0,
+        404
+    );
+    let whole = std::fs::read(dir.path().join("a.bin")).unwrap();
+    std::fs::write(dir.path().join("cut.bin"), &whole[..whole.len() / 2]).unwrap();
+    let (status, refused) = slot_action(&server, one, "restore", &file("cut.bin"));
+    assert_eq!(status, 400, "{refused}");
+    assert!(
+        refused.to_string().contains("not a whole state"),
+        "{refused}"
+    );
+    assert_eq!(slot_action(&server, one, "burn", "").0, 400);
+    let r = server.request(
+        "POST",
+        "/slots/7?action=erase",
+        &[("Authorization", "Bearer key-one")],
+        b"",
+    );
+    assert_eq!(r.status, 400, "{}", r.text());
+    // Without a key, or from a web page, nothing happens.
+    assert_eq!(slot_action(&server, None, "erase", "").0, 401);
+    let r = server.request(
+        "POST",
+        "/slots/0?action=erase",
+        &[
+            ("Authorization", "Bearer key-one"),
+            ("Origin", "https://evil.example"),
+        ],
+        b"",
+    );
+    assert_eq!(r.status, 403, "{}", r.text());
+    // The state survived every refusal.
+    let (status, erased) = slot_action(&server, one, "erase", "");
+    assert_eq!(status, 200);
+    assert!(erased["n_erased"].as_u64().unwrap() > 200, "{erased}");
+}

@@ -19,10 +19,12 @@ mod disk;
 mod file;
 mod identity;
 mod index;
+mod named;
 
 pub use disk::{default_ram_bytes, DEFAULT_DISK_BYTES};
 pub use identity::file_identity;
 pub use index::{EntryInfo, SUPERSEDED_TAIL};
+pub use named::{load_named, save_named, NamedFileError};
 
 use engine::{MediaSpan, SavedPrompt};
 use sha2::{Digest, Sha256};

@@ -180,6 +180,16 @@ impl ApiError {
         }
     }
 
+    /// 501: a feature the server was started without.
+    pub fn not_implemented(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_IMPLEMENTED, "not_supported_error", message)
+    }
+
+    /// 507: no room left where the server keeps files.
+    pub fn insufficient_storage(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INSUFFICIENT_STORAGE, "server_error", message)
+    }
+
     /// 503: not ready (loading) or going away (shutting down).
     pub fn unavailable(message: impl Into<String>, retry_after: u64) -> Self {
         Self {

@@ -27,6 +27,7 @@ mod reply;
 mod responses;
 mod routes;
 pub mod scheduler;
+mod slots;
 pub mod tls;
 pub mod truncate;
 mod ui;
@@ -128,6 +129,12 @@ pub struct ServerConfig {
     /// Whether every API key may reuse every key's prompt states (off: a
     /// state serves only the key whose request left it).
     pub cache_shared: bool,
+    /// The folder `/slots/{id}?action=save|restore` writes and reads
+    /// (`--slot-save-path`); `None`: those actions answer 501.
+    pub slot_save_path: Option<std::path::PathBuf>,
+    /// Bytes of files that folder may hold (`--slot-save-disk`): a save
+    /// that would pass it answers 507.
+    pub slot_save_bytes: u64,
 }
 
 impl ServerConfig {
@@ -159,6 +166,8 @@ impl ServerConfig {
             responses_log: None,
             prompt_cache: None,
             cache_shared: false,
+            slot_save_path: None,
+            slot_save_bytes: 4 << 30,
         }
     }
 }

@@ -4,7 +4,7 @@
 use crate::browser::{self, BrowserPolicy};
 use crate::error::{ApiError, Dialect};
 use crate::idle::TrackedBody;
-use crate::{anthropic, completions, embeddings, ollama, responses, utility, AppState};
+use crate::{anthropic, completions, embeddings, ollama, responses, slots, utility, AppState};
 use axum::body::Body;
 use axum::extract::{Path as UrlPath, Request as HttpRequest, State};
 use axum::http::{header, HeaderValue};
@@ -31,6 +31,8 @@ pub(crate) fn router(state: AppState, bound: SocketAddr) -> Router {
         .route("/detokenize", post(utility::detokenize))
         .route("/apply-template", post(utility::apply_template))
         .route("/props", get(utility::props))
+        .route("/slots", get(slots::list))
+        .route("/slots/{id}", post(slots::act))
         .route("/v1/responses", post(responses::create))
         .route(
             "/v1/responses/{id}",
@@ -137,6 +139,7 @@ async fn count_requests(State(st): State<AppState>, req: HttpRequest, next: Next
         "/health" => "health",
         "/metrics" => "metrics",
         "/tokenize" | "/detokenize" | "/apply-template" | "/props" => "utility",
+        p if p == "/slots" || p.starts_with("/slots/") => "slots",
         "/v1/responses" => "responses",
         "/v1/embeddings" => "embeddings",
         "/v1/messages" => "messages",

@@ -9,12 +9,14 @@
 //! prompt does not stall their streams.
 
 mod slot;
+mod slot_actions;
 mod step;
 
 use crate::metrics::{GaugeShare, Metrics};
 use engine::{Constraint, Engine, FinishReason, GenerateOptions, SamplingParams, Thinking};
 pub(crate) use slot::engine_error;
 use slot::Slot;
+pub use slot_actions::{SlotAction, SlotAnswer, SlotRequest, SlotView};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
@@ -145,6 +147,8 @@ pub enum Rejected {
 
 struct Queue {
     jobs: VecDeque<Job>,
+    /// Requests about the slots themselves, served between rounds.
+    actions: Vec<SlotRequest>,
     shutdown: bool,
     cancel_all: bool,
     /// This scheduler's part of `hearth_queue_depth`.
@@ -205,6 +209,7 @@ impl Scheduler {
         let shared = Arc::new(Shared {
             queue: Mutex::new(Queue {
                 jobs: VecDeque::new(),
+                actions: Vec::new(),
                 shutdown: false,
                 cancel_all: false,
                 depth: GaugeShare::default(),
@@ -258,6 +263,22 @@ impl Scheduler {
         }
         q.jobs.push_back(job);
         q.report_depth(&self.shared.metrics);
+        drop(q);
+        self.shared.wake.notify_one();
+        Ok(())
+    }
+
+    /// Queue a request about the slots, answered between rounds.
+    pub fn ask(&self, request: SlotRequest) -> Result<(), Rejected> {
+        let mut q = self.shared.lock();
+        if q.shutdown {
+            return Err(Rejected::ShuttingDown);
+        }
+        // As many as there are jobs: each is a copy of a slot's state.
+        if q.actions.len() >= self.shared.capacity.max(1) {
+            return Err(Rejected::QueueFull);
+        }
+        q.actions.push(request);
         drop(q);
         self.shared.wake.notify_one();
         Ok(())

@@ -18,6 +18,9 @@ pub struct Backend {
     /// The embedding queue, when the model embeds (its scheduler then has
     /// no slots: an embedding model does not generate).
     pub(crate) embedder: Option<Batcher>,
+    /// The namespace of its prompt states, which saved slot files carry
+    /// (`None`: its files could not be identified).
+    pub(crate) namespace: Option<prompt_cache::Namespace>,
 }
 
 impl Backend {
@@ -53,6 +56,7 @@ impl Backend {
             speculation,
             scheduler,
             embedder,
+            namespace: None,
         })
     }
 

@@ -451,31 +451,38 @@ fn build(
         metrics,
         cache,
     } = serving;
-    let cache = cache.and_then(|c| slot_cache(c, model, &engine));
+    let namespace = states_namespace(model, &engine, cache.is_some());
+    let cache = cache
+        .zip(namespace)
+        .map(|(c, ns)| crate::scheduler::SlotCache {
+            cache: Arc::clone(c),
+            model: ns,
+        });
     let bytes = model.disk_bytes() + engine.serving_bytes(parallel.max(1)) as u64;
-    let backend = Backend::start(engine, speculation, parallel, queue, metrics, cache)
+    let mut backend = Backend::start(engine, speculation, parallel, queue, metrics, cache)
         .map_err(|e| EngineError::InvalidRequest(format!("cannot start the scheduler: {e}")))?;
+    backend.namespace = namespace;
     Ok((backend, bytes))
 }
 
-/// The store as `model`'s slots use it: states in the namespace of its
-/// files and of the options that change its numbers. A file that cannot be
-/// read is said, and the model served without the store.
-fn slot_cache(
-    cache: &Arc<prompt_cache::PromptCache>,
+/// The namespace of `model`'s prompt states: its files and the options of
+/// `engine` that change its numbers. A file that cannot be read leaves
+/// none (said where the server keeps states: the model is then served
+/// without them).
+fn states_namespace(
     model: &ServedModel,
     engine: &engine::Engine,
-) -> Option<crate::scheduler::SlotCache> {
+    kept: bool,
+) -> Option<prompt_cache::Namespace> {
     match prompt_cache::model_namespace(engine, &model.path, model.mmproj.as_deref()) {
-        Ok(ns) => Some(crate::scheduler::SlotCache {
-            cache: Arc::clone(cache),
-            model: ns,
-        }),
+        Ok(ns) => Some(ns),
         Err(e) => {
-            eprintln!(
-                "hearth serve: {}: prompt states are not kept ({e})",
-                model.id()
-            );
+            if kept {
+                eprintln!(
+                    "hearth serve: {}: prompt states are not kept ({e})",
+                    model.id()
+                );
+            }
             None
         }
     }

@@ -6,7 +6,7 @@ use super::slot::{
     admit, cancel, deliver, finish, fork, pick_slot, prefill_left, prefill_slot, save_unsaved,
     Slot, StepOutcome,
 };
-use super::{Event, Job, Shared};
+use super::{slot_actions, Event, Job, Shared};
 use crate::metrics::GaugeShare;
 use engine::{BatchDecoder, BatchItem, FinishReason, Scratch};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -57,6 +57,15 @@ impl Rounds<'_> {
         let metrics = &self.shared.metrics;
         let mut q = self.shared.lock();
         loop {
+            if !q.actions.is_empty() {
+                let asked = std::mem::take(&mut q.actions);
+                drop(q);
+                for request in asked {
+                    slot_actions::serve(&mut self.slots, self.shared.cache.as_ref(), request);
+                }
+                q = self.shared.lock();
+                continue;
+            }
             if q.cancel_all {
                 for job in q.jobs.drain(..) {
                     cancel(&job.events, metrics);
