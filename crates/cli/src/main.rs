@@ -322,6 +322,7 @@ impl ModelArgs {
             image_tokens: self.image_tokens,
             limits: engine::InputLimits::default(),
             draft_vocab: None,
+            layout: engine::LayoutTiming::AtLoad,
         }
     }
 }

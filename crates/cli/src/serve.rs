@@ -349,6 +349,9 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
     config.seed = args.sample.seed;
     let mut options = args.model.resolved_options(args.sample.params())?;
     options.validate()?;
+    // A request (or the server's start) waits for each load: the decode
+    // layout is made after it, in the background.
+    options.layout = engine::LayoutTiming::AfterLoad;
     (config.limits, options.limits) = args.limits.resolve()?;
     config.public_health = args.public_health;
     config.host = args.host.clone();

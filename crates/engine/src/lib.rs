@@ -46,7 +46,7 @@ pub use images::{
 };
 pub use inspect::{inspect, load_tokenizer, towers, FileSummary, MetaEntry, TensorEntry, Towers};
 pub use load::{open_model_file, Engine};
-pub use model::{ring_slack, KvType, Precision, Scratch};
+pub use model::{ring_slack, KvType, LayoutTiming, Precision, Scratch};
 pub use options::{InputLimits, RunOptions, DEFAULT_BATCH, MAX_DEFAULT_CTX};
 pub use prompt::{Prompt, PromptInput, PromptRequest};
 pub use request::GenerationRequest;

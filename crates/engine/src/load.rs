@@ -162,7 +162,7 @@ impl Engine {
             precision: opts.precision,
             kv_cache: opts.kv_cache,
         };
-        let mut model = Model::from_gguf(file, &load)?;
+        let mut model = Model::from_gguf_timed(file, &load, opts.layout)?;
         let options = RunOptions {
             kv_cache: Some(model.kv_type()),
             ..opts.resolved(model.config().context_length)
@@ -219,6 +219,12 @@ impl Engine {
     /// The chat template.
     pub fn template(&self) -> &ChatTemplate {
         &self.template
+    }
+
+    /// Whether the model's decode layout is still being made after its
+    /// load (see [`RunOptions::layout`]).
+    pub fn layout_pending(&self) -> bool {
+        self.model.layout_pending()
     }
 
     /// The run options with every default resolved.

@@ -49,6 +49,10 @@ pub struct RunOptions {
     /// every single character, the others -inf (see
     /// [`crate::DRAFT_HEAD_ROWS`]); `None`: the whole vocabulary.
     pub draft_vocab: Option<usize>,
+    /// When the load makes the decode layout: before it returns (the
+    /// default), or after, on a background thread (a server answering the
+    /// request that loads the model).
+    pub layout: model::LayoutTiming,
 }
 
 /// Bounds on the work a request's inputs can make the engine do, so that a

@@ -146,6 +146,21 @@ pub struct Model {
     kv_type: KvType,
     /// The only rows of the output head computed (see [`Model::limit_head`]).
     head_subset: Option<logits::HeadSubset>,
+    /// The decode layout still being made after the load, if it is.
+    layout: Option<layout::Background>,
+}
+
+/// When a load makes the decode layout (the x86 kernels' rows interleaved
+/// by eight; the same bits either way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum LayoutTiming {
+    /// Before the load returns: every product reads it from the first.
+    #[default]
+    AtLoad,
+    /// On a background thread after the load: the first prompt does not
+    /// wait for it, and products read the file's layout until each
+    /// matrix's is made (a server loading a model for a request waiting).
+    AfterLoad,
 }
 
 impl std::fmt::Debug for Model {
@@ -166,11 +181,29 @@ impl Model {
 
     /// Bind the weights of an already opened file.
     pub fn from_gguf(file: Arc<GgufFile>, opts: &LoadOptions) -> Result<Self, ModelError> {
+        Self::from_gguf_timed(file, opts, LayoutTiming::AtLoad)
+    }
+
+    /// Bind the weights of an already opened file, making the decode
+    /// layout when `timing` says.
+    pub fn from_gguf_timed(
+        file: Arc<GgufFile>,
+        opts: &LoadOptions,
+        timing: LayoutTiming,
+    ) -> Result<Self, ModelError> {
         let config = Config::from_gguf(&file)?;
         let mut weights = Weights::bind(&file, &config)?;
-        if layout::enabled() {
-            layout::interleave(&mut weights, &file, config.pooling.is_none())?;
-        }
+        let with_head = config.pooling.is_none();
+        let background = match (layout::enabled(), timing) {
+            (false, _) => None,
+            (true, LayoutTiming::AtLoad) => {
+                layout::interleave(&mut weights, &file, with_head)?;
+                None
+            }
+            (true, LayoutTiming::AfterLoad) => {
+                layout::interleave_later(&mut weights, &file, with_head)
+            }
+        };
         let ropes = config
             .layers
             .iter()
@@ -197,6 +230,7 @@ impl Model {
         }
         Ok(Self {
             head_subset: None,
+            layout: background,
             config,
             weights,
             ropes,
@@ -205,6 +239,14 @@ impl Model {
             precision: opts.precision,
             kv_type,
         })
+    }
+
+    /// Whether the decode layout is still being made after the load
+    /// ([`LayoutTiming::AfterLoad`]).
+    pub fn layout_pending(&self) -> bool {
+        self.layout
+            .as_ref()
+            .is_some_and(layout::Background::pending)
     }
 
     /// The thread pool the kernels run on (other encoders of the same

@@ -14,7 +14,7 @@
 
 use gguf::{GgmlType, GgufFile, TensorInfo};
 use quant::{Matrix, PreparedActs, QuantError};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use threads::{FirstError, ThreadPool};
 
 /// Activation rows per task of the row-wise steps the towers run between
@@ -63,8 +63,10 @@ pub struct Weight {
     pub rows: usize,
     /// Input features.
     pub cols: usize,
-    /// The matrix in the decode layout, where the kernels read it.
-    interleaved: Option<Arc<Vec<u8>>>,
+    /// The matrix in the decode layout, where the kernels read it once it
+    /// is made (at load, or by a background thread after it: clones of the
+    /// weight share it).
+    interleaved: Arc<OnceLock<Vec<u8>>>,
 }
 
 impl Weight {
@@ -78,7 +80,7 @@ impl Weight {
             len,
             rows,
             cols,
-            interleaved: None,
+            interleaved: Arc::default(),
         })
     }
 
@@ -98,7 +100,7 @@ impl Weight {
                 len: bytes,
                 rows,
                 cols,
-                interleaved: None,
+                interleaved: Arc::default(),
             })
             .collect())
     }
@@ -118,7 +120,7 @@ impl Weight {
     /// at load.
     pub fn matrix<'a>(&'a self, file: &'a GgufFile) -> Result<Matrix<'a>, QuantError> {
         let (ty, rows, cols) = (self.info.ty, self.rows, self.cols);
-        if let Some(data) = &self.interleaved {
+        if let Some(data) = self.interleaved.get() {
             return Matrix::interleaved(ty, rows, cols, data);
         }
         Matrix::new(ty, rows, cols, self.file_bytes(file))
@@ -132,22 +134,39 @@ impl Weight {
     }
 
     /// Rearranges the matrix into the decode layout of
-    /// [`quant::interleave`] where the kernels in use read it, and gives
-    /// the file's pages of it back as they are read (they are not read
-    /// again). Returns the bytes rearranged.
-    pub fn interleave(&mut self, file: &GgufFile) -> Result<usize, QuantError> {
-        if self.interleaved.is_some() || !quant::interleaves(self.info.ty) {
+    /// [`quant::interleave`] where the kernels in use read it; with
+    /// `give_back`, gives the file's pages of it back as they are read
+    /// (they are not read again once it is made, but products running
+    /// meanwhile read them: see [`Weight::give_back`]). Returns the bytes
+    /// rearranged. Products running meanwhile read the file's layout, with
+    /// the same results.
+    pub fn interleave(&self, file: &GgufFile, give_back: bool) -> Result<usize, QuantError> {
+        if self.interleaved.get().is_some() || !quant::interleaves(self.info.ty) {
             return Ok(0);
         }
         let bytes = self.file_bytes(file);
-        let release = |read: &[u8]| file.release(read);
+        let release = |read: &[u8]| {
+            if give_back {
+                file.release(read);
+            }
+        };
         let Some(packed) = quant::interleave(self.info.ty, self.rows, self.cols, bytes, release)?
         else {
             return Ok(0);
         };
-        // `Arc::new`, not `into()`: an `Arc<[u8]>` would copy the bytes.
-        self.interleaved = Some(Arc::new(packed));
-        Ok(bytes.len())
+        // Another clone of this weight may have made it meanwhile.
+        match self.interleaved.set(packed) {
+            Ok(()) => Ok(bytes.len()),
+            Err(_) => Ok(0),
+        }
+    }
+
+    /// Gives the file's pages of the matrix back once its decode layout is
+    /// made (nothing before: they are still read).
+    pub fn give_back(&self, file: &GgufFile) {
+        if self.interleaved.get().is_some() {
+            file.release(self.file_bytes(file));
+        }
     }
 }
 
