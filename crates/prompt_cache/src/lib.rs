@@ -94,26 +94,52 @@ impl engine::PromptStore for ScopedCache {
     }
 }
 
-/// The namespace of a model's states: its files (the weights and the
-/// projector, by [`file_identity`]), the options of `engine` that change its
-/// numbers, and this version of Hearth (a newer one may compute other bits).
+/// The identity of a model's files: the weights' and the projector's, by
+/// [`file_identity`]. Worked out apart from the load, so a loader can read
+/// it beside the weights.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ModelFiles {
+    weights: [u8; 32],
+    projector: [u8; 32],
+}
+
+impl ModelFiles {
+    /// Reads the identity of `weights` and of `projector`, if there is one.
+    pub fn identify(
+        weights: &std::path::Path,
+        projector: Option<&std::path::Path>,
+    ) -> std::io::Result<Self> {
+        Ok(Self {
+            weights: file_identity(weights)?,
+            projector: projector
+                .map(file_identity)
+                .transpose()?
+                .unwrap_or_default(),
+        })
+    }
+
+    /// The namespace of the states of these files run by `engine`: with
+    /// the options of `engine` that change its numbers, and this version of
+    /// Hearth (a newer one may compute other bits).
+    pub fn namespace(&self, engine: &engine::Engine) -> Namespace {
+        Namespace::of(&[
+            b"hearth prompt state",
+            env!("CARGO_PKG_VERSION").as_bytes(),
+            &self.weights,
+            &self.projector,
+            engine.numbers_fingerprint().as_bytes(),
+        ])
+    }
+}
+
+/// The namespace of a model's states: its files ([`ModelFiles`]) and the
+/// options of `engine` that change its numbers.
 pub fn model_namespace(
     engine: &engine::Engine,
     weights: &std::path::Path,
     projector: Option<&std::path::Path>,
 ) -> std::io::Result<Namespace> {
-    let weights = file_identity(weights)?;
-    let projector = projector
-        .map(file_identity)
-        .transpose()?
-        .unwrap_or_default();
-    Ok(Namespace::of(&[
-        b"hearth prompt state",
-        env!("CARGO_PKG_VERSION").as_bytes(),
-        &weights,
-        &projector,
-        engine.numbers_fingerprint().as_bytes(),
-    ]))
+    Ok(ModelFiles::identify(weights, projector)?.namespace(engine))
 }
 
 /// How much the cache may hold.

@@ -427,7 +427,17 @@ fn build(
     speculation: Option<&Speculation>,
     strict: bool,
 ) -> Result<(Backend, u64), EngineError> {
-    let engine = load(model)?;
+    // The files' identity (for the prompt states) is read beside the load.
+    let (engine, files) = std::thread::scope(|s| {
+        let files =
+            s.spawn(|| prompt_cache::ModelFiles::identify(&model.path, model.mmproj.as_deref()));
+        let engine = load(model);
+        let files = files
+            .join()
+            .unwrap_or_else(|_| Err(std::io::Error::other("the identity reader stopped")));
+        (engine, files)
+    });
+    let engine = engine?;
     let speculation = match speculation.map(|s| s.for_target(&engine)).transpose() {
         Ok(s) => s,
         Err(why) if !strict => {
@@ -451,7 +461,7 @@ fn build(
         metrics,
         cache,
     } = serving;
-    let namespace = states_namespace(model, &engine, cache.is_some());
+    let namespace = states_namespace(model, files, &engine, cache.is_some());
     let cache = cache
         .zip(namespace)
         .map(|(c, ns)| crate::scheduler::SlotCache {
@@ -465,17 +475,18 @@ fn build(
     Ok((backend, bytes))
 }
 
-/// The namespace of `model`'s prompt states: its files and the options of
-/// `engine` that change its numbers. A file that cannot be read leaves
+/// The namespace of `model`'s prompt states: its `files` and the options of
+/// `engine` that change its numbers. Files that could not be read leave
 /// none (said where the server keeps states: the model is then served
 /// without them).
 fn states_namespace(
     model: &ServedModel,
+    files: std::io::Result<prompt_cache::ModelFiles>,
     engine: &engine::Engine,
     kept: bool,
 ) -> Option<prompt_cache::Namespace> {
-    match prompt_cache::model_namespace(engine, &model.path, model.mmproj.as_deref()) {
-        Ok(ns) => Some(ns),
+    match files {
+        Ok(files) => Some(files.namespace(engine)),
         Err(e) => {
             if kept {
                 eprintln!(
