@@ -81,7 +81,7 @@ fn file_digest(path: &Path) -> io::Result<[u8; 32]> {
     let mut f = std::fs::File::open(path)?;
     let meta = f.metadata()?;
     let stamp = Stamp::of(&meta);
-    let seen = |m: &HashMap<PathBuf, (Stamp, [u8; 32])>| m.get(path).copied();
+    let seen = |m: &Hashed| m.get(path).copied();
     let mut memo = HASHED.lock().unwrap_or_else(|e| e.into_inner());
     if let Some((s, digest)) = seen(&memo) {
         if s == stamp {
