@@ -48,9 +48,12 @@ impl Stamp {
     }
 }
 
-/// Digests of files hashed before, by path: a model loaded again (after an
-/// unload) is not read again while its file is unchanged.
-static HASHED: LazyLock<Mutex<HashMap<PathBuf, (Stamp, [u8; 32])>>> = LazyLock::new(Mutex::default);
+/// Files hashed before, by path: each one's stamp then and digest.
+type Hashed = HashMap<PathBuf, (Stamp, [u8; 32])>;
+
+/// Digests of files hashed before: a model loaded again (after an unload)
+/// is not read again while its file is unchanged.
+static HASHED: LazyLock<Mutex<Hashed>> = LazyLock::new(Mutex::default);
 
 /// A digest that tells model files (or checkpoint folders) apart.
 pub fn file_identity(path: &Path) -> io::Result<[u8; 32]> {
