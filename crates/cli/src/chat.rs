@@ -1,10 +1,12 @@
 //! `hearth chat`: a multi-turn conversation on stdin/stdout.
 
+use crate::chat_session::MediaFiles;
 use crate::commands::{load_engine, report_session};
 use crate::{ConstraintArgs, ModelArgs, SampleArgs};
-use anyhow::Result;
+use anyhow::{Context, Result};
 use engine::{ChatMessage, EngineError, FinishReason, GenerateOptions, GenerationRequest, Sampler};
 use std::io::{BufRead, IsTerminal, Write};
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::Arc;
@@ -60,9 +62,6 @@ pub fn run(
         session_file,
     } = turns;
     let has_media = !images.is_empty() || !audio.is_empty();
-    if has_media && session_file.is_some() {
-        anyhow::bail!("--session does not keep images or audio yet");
-    }
     if has_media && !guard.is_empty() {
         anyhow::bail!("--guard does not take images or audio yet");
     }
@@ -79,10 +78,8 @@ pub fn run(
         eprintln!("(this model does not think; --think is ignored)");
     }
     // The images go with the first message; the conversation keeps them.
-    let mut pending_images = crate::commands::encode_images(&engine, &images)?;
-    let mut pending_clips = crate::commands::encode_audio(&engine, &audio)?;
-    let mut conversation_images: Vec<engine::MediaEmbedding> = Vec::new();
-    let mut conversation_clips: Vec<engine::MediaEmbedding> = Vec::new();
+    let mut pending = Media::read(&engine, MediaFiles { images, audio })?;
+    let mut conversation = Media::default();
     let mut session = engine.session();
     let mut guarded_model = (!guard.is_empty()).then(|| engine::LocalChat::new(&engine));
     let guard_cfg = guard::GuardConfig {
@@ -102,9 +99,15 @@ pub fn run(
     let saved = match &session_file {
         Some(path) => {
             let (saved, kept) = crate::chat_session::SavedChat::open(path, &engine, &args.model)?;
-            if !kept.is_empty() {
-                eprintln!("(resuming {} messages from {})", kept.len(), path.display());
-                messages = kept;
+            if !kept.messages.is_empty() {
+                eprintln!(
+                    "(resuming {} messages from {})",
+                    kept.messages.len(),
+                    path.display()
+                );
+                messages = kept.messages;
+                conversation = Media::read(&engine, kept.media)
+                    .context("cannot read the saved chat's media again")?;
             }
             Some(saved)
         }
@@ -131,11 +134,11 @@ pub fn run(
     if interactive {
         eprintln!("hearth chat: type a message; /reset clears the conversation, Ctrl-D exits, Ctrl-C stops a reply.");
     }
-    let mut pending = prompt;
+    let mut typed = prompt;
     let stdin = std::io::stdin();
     let mut lines = stdin.lock().lines();
     loop {
-        let user = match pending.take() {
+        let user = match typed.take() {
             Some(p) => p,
             None if once => break,
             None => {
@@ -160,13 +163,12 @@ pub fn run(
         if trimmed == "/reset" {
             messages.retain(|m| m.role == "system");
             session.reset();
-            if let Some(saved) = &saved {
-                saved.save(&session, &messages)?;
-            }
-            if !conversation_images.is_empty() || !conversation_clips.is_empty() {
+            if !conversation.is_empty() {
                 eprintln!("(the images and clips were cleared with it)");
-                conversation_images.clear();
-                conversation_clips.clear();
+                conversation = Media::default();
+            }
+            if let Some(saved) = &saved {
+                saved.save(&session, &messages, &conversation.files)?;
             }
             eprintln!("(conversation cleared)");
             continue;
@@ -174,25 +176,20 @@ pub fn run(
         if trimmed == "/exit" || trimmed == "/quit" {
             break;
         }
-        let (added, added_clips) = (pending_images.len(), pending_clips.len());
-        messages.push(engine::media_message("user", &user, added, added_clips));
-        conversation_images.append(&mut pending_images);
-        conversation_clips.append(&mut pending_clips);
+        let added = conversation.append(&mut pending);
+        messages.push(engine::media_message("user", &user, added.0, added.1));
         let request = engine::PromptRequest::chat_with(
             &messages,
             engine::ChatOptions::reply(thinking.is_some()),
         )
-        .with_media(&conversation_images, &conversation_clips);
+        .with_media(&conversation.images, &conversation.clips);
         let encoded = engine.prompt(&request).map(|p| (p.ids, p.media));
         let (ids, placed) = match encoded {
             Ok(v) => v,
             Err(e) => {
                 messages.pop();
                 // Media given with the message stay for the next try.
-                let keep = conversation_images.len() - added;
-                pending_images = conversation_images.split_off(keep);
-                let keep = conversation_clips.len() - added_clips;
-                pending_clips = conversation_clips.split_off(keep);
+                pending = conversation.split_off(added);
                 eprintln!("error: {e}");
                 if once {
                     return Ok(ExitCode::FAILURE);
@@ -269,7 +266,7 @@ pub fn run(
                 }
                 messages.push(ChatMessage::assistant(g.text.trim_end().to_string()));
                 if let Some(saved) = &saved {
-                    saved.save(&session, &messages)?;
+                    saved.save(&session, &messages, &conversation.files)?;
                 }
             }
             Err(e @ EngineError::PromptTooLong { .. }) => {
@@ -286,6 +283,69 @@ pub fn run(
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Pictures and clips as a prompt takes them, with the files they were read
+/// from (what a saved chat keeps, to read them again).
+#[derive(Default)]
+struct Media {
+    images: Vec<engine::MediaEmbedding>,
+    clips: Vec<engine::MediaEmbedding>,
+    files: MediaFiles,
+}
+
+impl Media {
+    /// Reads and encodes `files` (made absolute, so a chat resumed from
+    /// another folder finds them).
+    fn read(engine: &engine::Engine, files: MediaFiles) -> Result<Self> {
+        let absolute = |list: Vec<PathBuf>| -> Result<Vec<PathBuf>> {
+            list.into_iter()
+                .map(|p| std::fs::canonicalize(&p).with_context(|| format!("{}", p.display())))
+                .collect()
+        };
+        let files = MediaFiles {
+            images: absolute(files.images)?,
+            audio: absolute(files.audio)?,
+        };
+        Ok(Self {
+            images: crate::commands::encode_images(engine, &files.images)?,
+            clips: crate::commands::encode_audio(engine, &files.audio)?,
+            files,
+        })
+    }
+
+    fn is_empty(&self) -> bool {
+        self.images.is_empty() && self.clips.is_empty()
+    }
+
+    /// Moves all of `more` after these; how many images and clips moved.
+    fn append(&mut self, more: &mut Media) -> (usize, usize) {
+        let added = (more.images.len(), more.clips.len());
+        self.images.append(&mut more.images);
+        self.clips.append(&mut more.clips);
+        self.files.images.append(&mut more.files.images);
+        self.files.audio.append(&mut more.files.audio);
+        added
+    }
+
+    /// Takes back the last `images` images and `clips` clips appended.
+    fn split_off(&mut self, (images, clips): (usize, usize)) -> Media {
+        let at = |len: usize, n: usize| len.saturating_sub(n);
+        Media {
+            images: self.images.split_off(at(self.images.len(), images)),
+            clips: self.clips.split_off(at(self.clips.len(), clips)),
+            files: MediaFiles {
+                images: self
+                    .files
+                    .images
+                    .split_off(at(self.files.images.len(), images)),
+                audio: self
+                    .files
+                    .audio
+                    .split_off(at(self.files.audio.len(), clips)),
+            },
+        }
+    }
 }
 
 /// One reply through the guards: shown whole once checked, with the trace

@@ -390,9 +390,10 @@ enum Command {
         /// Images for the first message (see `complete --image`).
         #[command(flatten)]
         images: MediaArgs,
-        /// Keep the conversation in FILE, and its prompt state in
-        /// FILE.states/, resuming both when FILE exists: the next reply
-        /// does not compute the conversation again.
+        /// Keep the conversation in FILE (its pictures and clips as the
+        /// paths of their files, read again on resume), and its prompt
+        /// state in FILE.states/, resuming both when FILE exists: the next
+        /// reply does not compute the conversation again.
         #[arg(long, value_name = "FILE")]
         session: Option<std::path::PathBuf>,
     },
