@@ -135,15 +135,13 @@ impl Index {
                 e.ns == *ns && (e.saved.is_some() || matches!(e.file, FileState::Written(_)))
             })
             .map(|(id, e)| {
-                (
-                    *id,
-                    usable_prefix(&e.tokens, &e.media, prompt, media),
-                    e.last_used,
-                )
+                let keep = usable_prefix(&e.tokens, &e.media, prompt, media);
+                let past = e.tokens.len() - keep;
+                (*id, keep, std::cmp::Reverse(past), e.last_used)
             })
-            .filter(|(_, keep, _)| *keep >= held + MIN_GAIN)
-            .max_by_key(|(_, keep, used)| (*keep, *used))
-            .map(|(id, keep, _)| (id, keep))?;
+            .filter(|(_, keep, _, _)| *keep >= held + MIN_GAIN)
+            .max_by_key(|(_, keep, past, used)| (*keep, *past, *used))
+            .map(|(id, keep, _, _)| (id, keep))?;
         let tick = self.touch();
         let entry = self.entries.get_mut(&id)?;
         entry.last_used = tick;

@@ -59,6 +59,16 @@ fn the_longest_usable_prefix_in_the_namespace_is_found() {
     // Only the shared system prompt: the other conversation serves 50.
     let third = [system.clone(), convo(3, 5)].concat();
     assert_eq!(cache.lookup(&A, &third, &[], 0).unwrap().keep, 50);
+    // Among states that serve as much, the one holding the least past it,
+    // though not the most recent: the shorter rewind (a ring that has
+    // wrapped may not reach further back).
+    let shared = ram_only(1 << 20);
+    let short = [system.clone(), convo(5, 100)].concat();
+    let long = [system.clone(), convo(6, 200)].concat();
+    shared.store(A, state(&short, 4));
+    shared.store(A, state(&long, 4));
+    let hit = shared.lookup(&A, &third, &[], 0).unwrap();
+    assert_eq!((hit.keep, &*hit.saved), (50, &state(&short, 4)));
     // Not beyond what the caller holds, nor for fewer than 32 tokens more;
     // never across namespaces.
     assert!(cache.lookup(&A, &third, &[], 50).is_none());
