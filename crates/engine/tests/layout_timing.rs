@@ -3,22 +3,11 @@
 //! while the layout is being made and once it is: the real 270M, whose
 //! matrices have the layout on x86 tiers with AVX2.
 
-use hearth_engine::{Engine, LayoutTiming, RunOptions};
-use std::path::PathBuf;
-use std::time::{Duration, Instant};
+mod common;
 
-/// The real 270M file, which scripts/test.sh fetches before the tests.
-fn real_model() -> PathBuf {
-    if let Some(p) = std::env::var_os("HEARTH_MODEL") {
-        return PathBuf::from(p);
-    }
-    let home = std::env::var_os("HEARTH_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/hearth")
-        });
-    home.join("models/gemma-3-270m-q4_k_m.gguf")
-}
+use common::real_model;
+use hearth_engine::{Engine, LayoutTiming, RunOptions};
+use std::time::{Duration, Instant};
 
 fn load(layout: LayoutTiming) -> Engine {
     let opts = RunOptions {

@@ -4,30 +4,13 @@
 //! and on a tiny model whose sliding-window rings wrap and rewind, and the
 //! drafts were really verified (tokens were drafted and some kept).
 
+mod common;
+
+use common::real_model;
 use hearth_engine::{
     Engine, GenerateOptions, Generation, GenerationRequest, NgramOptions, RunOptions, Sampler,
     SamplingParams, Speculation,
 };
-use std::path::PathBuf;
-
-/// The real 270M file, which scripts/test.sh fetches before the tests.
-fn real_model() -> PathBuf {
-    if let Some(p) = std::env::var_os("HEARTH_MODEL") {
-        return PathBuf::from(p);
-    }
-    let home = std::env::var_os("HEARTH_HOME")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| {
-            PathBuf::from(std::env::var_os("HOME").unwrap_or_default()).join(".cache/hearth")
-        });
-    let p = home.join("models/gemma-3-270m-q4_k_m.gguf");
-    assert!(
-        p.is_file(),
-        "the real model is missing at {}: run scripts/fetch-model.sh (or set HEARTH_MODEL)",
-        p.display()
-    );
-    p
-}
 
 const TINY: &str = concat!(
     env!("CARGO_MANIFEST_DIR"),

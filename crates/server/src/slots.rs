@@ -42,9 +42,7 @@ pub(crate) async fn list(
 ) -> Result<Json<Value>, ApiError> {
     let lease = st.models.lease(q.model.as_deref()).await?;
     let SlotAnswer::Slots(views) = ask(&lease, 0, SlotAction::List).await? else {
-        return Err(ApiError::internal(
-            "the scheduler answered another question",
-        ));
+        return Err(another_answer());
     };
     let fail = q.fail_on_no_slot.as_deref().is_some_and(|v| v != "0");
     if fail && views.iter().all(|v| v.is_processing) {
@@ -83,9 +81,7 @@ pub(crate) async fn act(
     if action == "erase" {
         let lease = slot_lease(&st, q.model.as_deref()).await?;
         let SlotAnswer::Erased(n) = ask(&lease, slot, SlotAction::Erase).await? else {
-            return Err(ApiError::internal(
-                "the scheduler answered another question",
-            ));
+            return Err(another_answer());
         };
         return Ok(Json(json!({ "id_slot": slot, "n_erased": n })));
     }
@@ -133,9 +129,7 @@ async fn save(
 ) -> Result<Value, ApiError> {
     let started = Instant::now();
     let SlotAnswer::Saved(saved) = ask(lease, slot, SlotAction::Save).await? else {
-        return Err(ApiError::internal(
-            "the scheduler answered another question",
-        ));
+        return Err(another_answer());
     };
     let tokens = saved.tokens.len();
     let held = saved.kv.len() as u64;
@@ -184,9 +178,7 @@ async fn restore(
             e => ApiError::bad_param("filename", format!("Cannot restore it: {e}.")),
         })?;
     let SlotAnswer::Restored(n) = ask(lease, slot, SlotAction::Restore(saved)).await? else {
-        return Err(ApiError::internal(
-            "the scheduler answered another question",
-        ));
+        return Err(another_answer());
     };
     Ok(json!({
         "n_restored": n,
@@ -223,6 +215,11 @@ fn check_name(name: &str) -> Result<(), ApiError> {
             "`filename` must be a plain name of up to 200 letters, digits, `.`, `_` and `-`, not starting with `.`.",
         )),
     }
+}
+
+/// The scheduler answered something other than what was asked (a bug).
+fn another_answer() -> ApiError {
+    ApiError::internal("the scheduler answered another question")
 }
 
 /// Asks the model's scheduler about slot `slot` and waits for its answer.
