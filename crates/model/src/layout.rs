@@ -140,12 +140,11 @@ pub(crate) fn interleave_later(
                     return;
                 }
                 // A matrix that cannot be rearranged keeps the file's
-                // layout, which is as exact. The file's pages stay while
-                // products may still read them: giving them back as they
-                // are read would make those products fault them in again.
+                // layout, which is as exact. Its file pages stay while it
+                // is rearranged (products may read them meanwhile: given
+                // back as they are read, they would be faulted in again),
+                // and go once its layout is set: nothing reads them then.
                 let _ = w.interleave(&file, false);
-            }
-            for w in &all {
                 w.give_back(&file);
             }
         })
