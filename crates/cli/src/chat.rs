@@ -300,7 +300,10 @@ impl Media {
     fn read(engine: &engine::Engine, files: MediaFiles) -> Result<Self> {
         let absolute = |list: Vec<PathBuf>| -> Result<Vec<PathBuf>> {
             list.into_iter()
-                .map(|p| std::fs::canonicalize(&p).with_context(|| format!("{}", p.display())))
+                .map(|p| {
+                    std::fs::canonicalize(&p)
+                        .with_context(|| format!("cannot read {}", p.display()))
+                })
                 .collect()
         };
         let files = MediaFiles {

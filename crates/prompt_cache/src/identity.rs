@@ -84,14 +84,16 @@ fn file_digest(path: &Path) -> io::Result<[u8; 32]> {
     let mut f = std::fs::File::open(path)?;
     let meta = f.metadata()?;
     let stamp = Stamp::of(&meta);
-    let seen = |m: &Hashed| m.get(path).copied();
-    let mut memo = HASHED.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((s, digest)) = seen(&memo) {
+    let seen = HASHED
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .get(path)
+        .copied();
+    if let Some((s, digest)) = seen {
         if s == stamp {
             return Ok(digest);
         }
     }
-    drop(memo);
     let hashed_at = SystemTime::now();
     let mut sha = Sha256::new();
     hash_file(&mut f, stamp.len, &mut sha)?;
@@ -101,8 +103,10 @@ fn file_digest(path: &Path) -> io::Result<[u8; 32]> {
         .and_then(|m| hashed_at.duration_since(m).ok())
         .is_some_and(|age| age >= SETTLED);
     if settled {
-        memo = HASHED.lock().unwrap_or_else(|e| e.into_inner());
-        memo.insert(path.to_path_buf(), (stamp, digest));
+        HASHED
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(path.to_path_buf(), (stamp, digest));
     }
     Ok(digest)
 }

@@ -16,7 +16,7 @@ use crate::metrics::{GaugeShare, Metrics};
 use engine::{Constraint, Engine, FinishReason, GenerateOptions, SamplingParams, Thinking};
 pub(crate) use slot::engine_error;
 use slot::Slot;
-pub use slot_actions::{SlotAction, SlotAnswer, SlotRequest, SlotView};
+pub use slot_actions::{SlotAction, SlotAnswer, SlotChange, SlotRequest, SlotView};
 use std::collections::VecDeque;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};

@@ -6,7 +6,7 @@
 
 use crate::error::ApiError;
 use crate::models::Lease;
-use crate::scheduler::{Rejected, SlotAction, SlotAnswer, SlotRequest};
+use crate::scheduler::{Rejected, SlotAction, SlotAnswer, SlotChange, SlotRequest};
 use crate::{api, body::read_json, AppState};
 use axum::body::Body;
 use axum::extract::{Path as UrlPath, Query, State};
@@ -41,7 +41,7 @@ pub(crate) async fn list(
     Query(q): Query<SlotsQuery>,
 ) -> Result<Json<Value>, ApiError> {
     let lease = st.models.lease(q.model.as_deref()).await?;
-    let SlotAnswer::Slots(views) = ask(&lease, 0, SlotAction::List).await? else {
+    let SlotAnswer::Slots(views) = ask(&lease, SlotAction::List).await? else {
         return Err(another_answer());
     };
     let fail = q.fail_on_no_slot.as_deref().is_some_and(|v| v != "0");
@@ -80,7 +80,8 @@ pub(crate) async fn act(
     let action = q.action.as_deref().unwrap_or("");
     if action == "erase" {
         let lease = slot_lease(&st, q.model.as_deref()).await?;
-        let SlotAnswer::Erased(n) = ask(&lease, slot, SlotAction::Erase).await? else {
+        let SlotAnswer::Erased(n) = ask(&lease, SlotAction::On(slot, SlotChange::Erase)).await?
+        else {
             return Err(another_answer());
         };
         return Ok(Json(json!({ "id_slot": slot, "n_erased": n })));
@@ -109,11 +110,10 @@ pub(crate) async fn act(
         })?
         .for_caller(crate::routes::caller().as_ref());
     let path = dir.join(&filename);
-    let answer = match action {
+    let mut answer = match action {
         "save" => save(&st, &lease, slot, ns, path).await?,
         _ => restore(&st, &lease, slot, ns, path).await?,
     };
-    let mut answer = answer;
     answer["id_slot"] = json!(slot);
     answer["filename"] = json!(filename);
     Ok(Json(answer))
@@ -128,7 +128,7 @@ async fn save(
     path: PathBuf,
 ) -> Result<Value, ApiError> {
     let started = Instant::now();
-    let SlotAnswer::Saved(saved) = ask(lease, slot, SlotAction::Save).await? else {
+    let SlotAnswer::Saved(saved) = ask(lease, SlotAction::On(slot, SlotChange::Save)).await? else {
         return Err(another_answer());
     };
     let tokens = saved.tokens.len();
@@ -177,7 +177,9 @@ async fn restore(
             }
             e => ApiError::bad_param("filename", format!("Cannot restore it: {e}.")),
         })?;
-    let SlotAnswer::Restored(n) = ask(lease, slot, SlotAction::Restore(saved)).await? else {
+    let SlotAnswer::Restored(n) =
+        ask(lease, SlotAction::On(slot, SlotChange::Restore(saved))).await?
+    else {
         return Err(another_answer());
     };
     Ok(json!({
@@ -222,11 +224,10 @@ fn another_answer() -> ApiError {
     ApiError::internal("the scheduler answered another question")
 }
 
-/// Asks the model's scheduler about slot `slot` and waits for its answer.
-async fn ask(lease: &Lease, slot: usize, action: SlotAction) -> Result<SlotAnswer, ApiError> {
+/// Asks the model's scheduler `action` and waits for its answer.
+async fn ask(lease: &Lease, action: SlotAction) -> Result<SlotAnswer, ApiError> {
     let (reply, answer) = tokio::sync::oneshot::channel();
     let request = SlotRequest {
-        slot,
         action,
         caller: crate::routes::caller(),
         reply,

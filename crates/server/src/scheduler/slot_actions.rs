@@ -10,16 +10,23 @@ use crate::error::ApiError;
 use engine::SavedPrompt;
 use tokio::sync::oneshot;
 
-/// What is asked of a slot.
+/// What is asked of the slots.
 #[derive(Debug)]
 pub enum SlotAction {
-    /// Every slot's view (the slot number is ignored).
+    /// Every slot's view.
     List,
-    /// A copy of the slot's state.
+    /// A change to the slot of this number.
+    On(usize, SlotChange),
+}
+
+/// What is asked of one slot.
+#[derive(Debug)]
+pub enum SlotChange {
+    /// A copy of its state.
     Save,
-    /// The slot to hold this state (its part before any media).
+    /// It to hold this state (its part before any media).
     Restore(SavedPrompt),
-    /// The slot emptied.
+    /// It emptied.
     Erase,
 }
 
@@ -48,8 +55,6 @@ pub struct SlotView {
 /// One request about a slot, with where its answer goes.
 #[derive(Debug)]
 pub struct SlotRequest {
-    /// The slot's number.
-    pub slot: usize,
     /// What is asked.
     pub action: SlotAction,
     /// The asking caller ([`super::Job::cache_scope`]): a slot holding
@@ -63,7 +68,6 @@ pub struct SlotRequest {
 /// goes before a restore replaces it).
 pub(super) fn serve(slots: &mut [Slot], cache: Option<&SlotCache>, request: SlotRequest) {
     let SlotRequest {
-        slot,
         action,
         caller,
         reply,
@@ -79,8 +83,8 @@ pub(super) fn serve(slots: &mut [Slot], cache: Option<&SlotCache>, request: Slot
                 })
                 .collect(),
         )),
-        action => match slots.get_mut(slot) {
-            Some(s) => act(s, cache, action, caller),
+        SlotAction::On(slot, change) => match slots.get_mut(slot) {
+            Some(s) => act(s, cache, change, caller),
             None => Err(ApiError::bad_param(
                 "id_slot",
                 format!(
@@ -98,7 +102,7 @@ pub(super) fn serve(slots: &mut [Slot], cache: Option<&SlotCache>, request: Slot
 fn act(
     slot: &mut Slot,
     cache: Option<&SlotCache>,
-    action: SlotAction,
+    change: SlotChange,
     caller: Option<[u8; 32]>,
 ) -> Result<SlotAnswer, ApiError> {
     if slot.active.is_some() {
@@ -108,18 +112,18 @@ fn act(
         ));
     }
     let others = slot.scope != caller && !slot.session.tokens().is_empty();
-    match action {
-        SlotAction::Save | SlotAction::Erase if others => Err(ApiError::forbidden(
+    match change {
+        SlotChange::Save | SlotChange::Erase if others => Err(ApiError::forbidden(
             "The slot holds another API key's conversation.",
         )),
-        SlotAction::Save => Ok(SlotAnswer::Saved(slot.session.save_prompt())),
-        SlotAction::Erase => {
+        SlotChange::Save => Ok(SlotAnswer::Saved(slot.session.save_prompt())),
+        SlotChange::Erase => {
             let held = slot.session.tokens().len();
             slot.session.reset();
             slot.unsaved = false;
             Ok(SlotAnswer::Erased(held))
         }
-        SlotAction::Restore(saved) => {
+        SlotChange::Restore(saved) => {
             save_unsaved(slot, cache);
             // Media are not in the file (only their keys): the state serves
             // up to the first of them.
@@ -130,6 +134,5 @@ fn act(
                 .map_err(|e| ApiError::bad_param("filename", format!("Cannot restore it: {e}")))?;
             Ok(SlotAnswer::Restored(keep))
         }
-        SlotAction::List => Err(ApiError::internal("a list is not a slot's action")),
     }
 }
