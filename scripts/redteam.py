@@ -325,6 +325,8 @@ def attacks(model, vision_model, slot_dir):
         slot_forged(slot_dir, "claims.bin", b"HEARTHPC" + struct.pack("<I", 1) + bytes(32) + struct.pack("<Q", 1 << 60)))
     add("budget: slot files", "40 saves of a 2,000-token slot under distinct names (--slot-save-disk 64M)",
         slot_flood(model, slot_dir, 40, 64 * MIB), refuse=False)
+    add("budget: slot files", "4,200 saves of an empty slot under distinct names (at most 4,096 files)",
+        slot_count_flood(slot_dir, 4200, 4096), refuse=False)
     # Browsers.
     evil = {"Origin": "http://evil.example", "Content-Type": "text/plain"}
     add("browser: cross-site simple POST", "text/plain from http://evil.example to /v1/chat/completions",
@@ -456,6 +458,23 @@ def slot_flood(model, folder, n, bound):
             os.remove(os.path.join(folder, f))
         held = all(st in (200, 507) for st in statuses) and 507 in statuses and used <= bound
         note = f"{statuses.count(200)} saved, {statuses.count(507)} answered 507; folder {used // MIB} MiB of {bound // MIB}"
+        return (200 if held else f"not held: {sorted(set(map(str, statuses)))}"), time.time() - t0, note
+
+    return run
+
+
+def slot_count_flood(folder, n, most):
+    """Saves of an emptied slot (a few hundred bytes each) under ever new
+    names: the folder's file count stays bounded too, the rest answered 507."""
+    def run(s):
+        t0 = time.time()
+        post(s, "/slots/0?action=erase", b"", timeout=60)
+        statuses = [post(s, "/slots/0?action=save", {"filename": f"empty{i}.bin"}, timeout=60)[0] for i in range(n)]
+        files = os.listdir(folder)
+        for f in files:
+            os.remove(os.path.join(folder, f))
+        held = all(st in (200, 507) for st in statuses) and 507 in statuses and len(files) <= most
+        note = f"{statuses.count(200)} saved, {statuses.count(507)} answered 507; {len(files)} files (bound {most})"
         return (200 if held else f"not held: {sorted(set(map(str, statuses)))}"), time.time() - t0, note
 
     return run

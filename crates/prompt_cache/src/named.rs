@@ -32,10 +32,14 @@ pub enum NamedFileError {
     Io(io::Error),
 }
 
+/// Most files a folder of named states may hold: each save reads the
+/// folder to keep its bound, so their number is bounded too.
+const MAX_NAMED_FILES: usize = 4096;
+
 /// Writes `saved` of namespace `ns` to `path` under a temporary name,
 /// synced, then renamed over it; returns the bytes written. Refused
 /// (`StorageFull`) when the folder's files, less the one it replaces, would
-/// pass `folder_limit` bytes with it.
+/// pass `folder_limit` bytes with it, or [`MAX_NAMED_FILES`] files.
 pub fn save_named(
     path: &Path,
     ns: &Namespace,
@@ -43,7 +47,13 @@ pub fn save_named(
     folder_limit: u64,
 ) -> io::Result<u64> {
     let len = file::file_len(saved);
-    let used = folder_bytes(path)?;
+    let (used, others) = folder_use(path)?;
+    if others >= MAX_NAMED_FILES {
+        return Err(io::Error::new(
+            io::ErrorKind::StorageFull,
+            format!("the folder holds {others} files, the most it may"),
+        ));
+    }
     if used.saturating_add(len) > folder_limit {
         return Err(io::Error::new(
             io::ErrorKind::StorageFull,
@@ -58,18 +68,19 @@ pub fn save_named(
     out.into_inner().map_err(|e| e.into_error())?.commit()
 }
 
-/// Bytes of the files in `path`'s folder other than `path` itself.
-fn folder_bytes(path: &Path) -> io::Result<u64> {
+/// Bytes and number of the files in `path`'s folder other than `path`.
+fn folder_use(path: &Path) -> io::Result<(u64, usize)> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    let mut used = 0u64;
+    let (mut used, mut files) = (0u64, 0usize);
     for item in std::fs::read_dir(dir)? {
         let item = item?;
         let meta = item.metadata()?;
         if meta.is_file() && item.path() != path {
             used = used.saturating_add(meta.len());
+            files += 1;
         }
     }
-    Ok(used)
+    Ok((used, files))
 }
 
 /// Reads the state at `path`, refusing one longer than `limit` bytes (before
@@ -123,6 +134,17 @@ mod tests {
         assert_eq!(save_named(&path, &ns, &sample(), written).unwrap(), written);
         let full = save_named(&dir.path().join("b.bin"), &ns, &sample(), 2 * written - 1);
         assert_eq!(full.unwrap_err().kind(), io::ErrorKind::StorageFull);
+        // Nor more files than the bound, however small.
+        for i in 1..MAX_NAMED_FILES {
+            std::fs::write(dir.path().join(format!("f{i}")), b"").unwrap();
+        }
+        let many = save_named(&dir.path().join("c.bin"), &ns, &sample(), u64::MAX);
+        assert_eq!(many.unwrap_err().kind(), io::ErrorKind::StorageFull);
+        // Replacing one it holds is still taken.
+        assert_eq!(
+            save_named(&path, &ns, &sample(), u64::MAX).unwrap(),
+            written
+        );
         assert_eq!(written, std::fs::metadata(&path).unwrap().len());
         let (saved, read) = load_named(&path, &ns, 1 << 20).unwrap();
         assert_eq!((saved, read), (sample(), written));
