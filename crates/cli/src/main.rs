@@ -105,6 +105,33 @@ struct SampleArgs {
     /// Tokens the repetition penalty looks back over [default: 64].
     #[arg(long)]
     repeat_last_n: Option<usize>,
+    /// DRY: penalize a token that would extend a sequence already repeated
+    /// in the recent context, 0 = off [default: 0].
+    #[arg(long, value_name = "N")]
+    dry_multiplier: Option<f32>,
+    /// DRY's growth per token of repeat past the allowed length [default: 1.75].
+    #[arg(long, value_name = "N")]
+    dry_base: Option<f32>,
+    /// Repeats up to this many tokens go unpenalized by DRY [default: 2].
+    #[arg(long, value_name = "N")]
+    dry_allowed_length: Option<usize>,
+    /// Tokens DRY scans back over; -1 = the whole context, 0 = off [default: 64].
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    dry_penalty_last_n: Option<i64>,
+    /// A string that ends a repeat for DRY (repeatable; replaces the
+    /// defaults: newline, colon, quote, asterisk; `none` for no breakers).
+    #[arg(long, value_name = "STRING")]
+    dry_sequence_breaker: Vec<String>,
+    /// XTC: the chance per token of removing the likeliest choices, 0 = off [default: 0].
+    #[arg(long, value_name = "N")]
+    xtc_probability: Option<f32>,
+    /// XTC: tokens at least this likely are its top choices [default: 0.1].
+    #[arg(long, value_name = "N")]
+    xtc_threshold: Option<f32>,
+    /// Top-nσ: keep tokens within N standard deviations of the best logit,
+    /// 0 or below = off [default: -1].
+    #[arg(long, value_name = "N", allow_negative_numbers = true)]
+    top_nsigma: Option<f32>,
     /// Random seed (default: from the clock).
     #[arg(long)]
     seed: Option<u64>,
@@ -237,7 +264,31 @@ impl SampleArgs {
             min_p: self.min_p.unwrap_or(d.min_p),
             repeat_penalty: self.repeat_penalty.unwrap_or(d.repeat_penalty),
             repeat_last_n: self.repeat_last_n.unwrap_or(d.repeat_last_n),
+            dry: self.dry(d.dry.clone()),
+            xtc_probability: self.xtc_probability.unwrap_or(d.xtc_probability),
+            xtc_threshold: self.xtc_threshold.unwrap_or(d.xtc_threshold),
+            top_n_sigma: self.top_nsigma.unwrap_or(d.top_n_sigma),
             seed,
+            ..d
+        }
+    }
+
+    /// The DRY flags over `d`; like llama.cpp, a negative
+    /// `--dry-penalty-last-n` means the whole context.
+    fn dry(&self, d: engine::Dry) -> engine::Dry {
+        let breakers = match self.dry_sequence_breaker.as_slice() {
+            [] => d.sequence_breakers.clone(),
+            [none] if none == "none" => Vec::new(),
+            given => given.to_vec(),
+        };
+        engine::Dry {
+            multiplier: self.dry_multiplier.unwrap_or(d.multiplier),
+            base: self.dry_base.unwrap_or(d.base),
+            allowed_length: self.dry_allowed_length.unwrap_or(d.allowed_length),
+            penalty_last_n: self.dry_penalty_last_n.map_or(d.penalty_last_n, |n| {
+                usize::try_from(n).unwrap_or(usize::MAX)
+            }),
+            sequence_breakers: breakers,
             ..d
         }
     }

@@ -50,7 +50,10 @@ pub use model::{ring_slack, KvType, LayoutTiming, Precision, Scratch};
 pub use options::{InputLimits, RunOptions, DEFAULT_BATCH, MAX_DEFAULT_CTX};
 pub use prompt::{Prompt, PromptInput, PromptRequest};
 pub use request::GenerationRequest;
-pub use sampling::{argmax, Rng, Sampler, SamplingParams};
+pub use sampling::{
+    argmax, Dry, Rng, Sampler, SamplingParams, SequenceBreakers, DEFAULT_SEQUENCE_BREAKERS,
+    MAX_BREAKERS, MAX_BREAKER_BYTES,
+};
 pub use saved::{usable_prefix, MediaSpan, PromptStore, SavedPrompt};
 pub use score::{logsumexp, token_logprob, top_k, PerplexityReport, TokenLogprob};
 pub use session::Session;

@@ -3,6 +3,7 @@
 //! here, so a load option means the same thing in `complete`, `chat`, `serve`
 //! and `bench`.
 
+use crate::sampling::{Dry, SequenceBreakers, DEFAULT_SEQUENCE_BREAKERS};
 use crate::session::Session;
 use crate::{Constraint, Grammar, Grammars};
 use crate::{EngineError, RunOptions};
@@ -28,6 +29,9 @@ pub struct Engine {
     pub(crate) vision: Option<Arc<crate::images::Vision>>,
     /// The audio tower, when the engine hears.
     pub(crate) audio: Option<Arc<crate::audio::Hearing>>,
+    /// llama.cpp's default DRY sequence breakers as this vocabulary's
+    /// tokens, made on first use.
+    default_breakers: OnceLock<Arc<SequenceBreakers>>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -175,7 +179,7 @@ impl Engine {
         template.set_step_limit(options.limits.template_steps);
         // What the template closes an assistant turn with ends generations too.
         tokenizer.add_template_eog(&template);
-        Ok(Self {
+        let mut engine = Self {
             model: Arc::new(model),
             tokenizer: Arc::new(tokenizer),
             template: Arc::new(template),
@@ -184,7 +188,38 @@ impl Engine {
             grammars: OnceLock::new(),
             vision: None,
             audio: None,
-        })
+            default_breakers: OnceLock::new(),
+        };
+        let mut dry = engine.options.sampling.dry.clone();
+        engine.bind_dry(&mut dry);
+        engine.options.sampling.dry = dry;
+        Ok(engine)
+    }
+
+    /// Make `dry`'s sequence breakers this model's tokens, when DRY is on
+    /// (llama.cpp's default four are made once and shared).
+    pub fn bind_dry(&self, dry: &mut Dry) {
+        if !dry.enabled() {
+            return;
+        }
+        dry.breakers = if dry.sequence_breakers == DEFAULT_SEQUENCE_BREAKERS {
+            let made = self
+                .default_breakers
+                .get_or_init(|| Arc::new(self.resolve_breakers(&dry.sequence_breakers)));
+            Arc::clone(made)
+        } else {
+            Arc::new(self.resolve_breakers(&dry.sequence_breakers))
+        };
+    }
+
+    fn resolve_breakers(&self, texts: &[String]) -> SequenceBreakers {
+        let t = &self.tokenizer;
+        SequenceBreakers::resolve(
+            texts,
+            t.vocab_size(),
+            |id| t.token_bytes(id, true).into_owned(),
+            |text| t.encode(text, false, false),
+        )
     }
 
     /// The trie and parser factory for constrained decoding over this

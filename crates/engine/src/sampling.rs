@@ -1,5 +1,10 @@
-//! Turning logits into the next token: penalties, truncation (top-k, top-p,
-//! min-p), temperature and a seeded draw.
+//! Turning logits into the next token, in llama.cpp's order: logit bias,
+//! repetition penalties, DRY, top-nσ, top-k, top-p, min-p, XTC,
+//! temperature and a seeded draw.
+
+mod dry;
+
+pub use dry::{Dry, SequenceBreakers, DEFAULT_SEQUENCE_BREAKERS, MAX_BREAKERS, MAX_BREAKER_BYTES};
 
 /// Sampling settings. `temperature <= 0` means greedy.
 #[derive(Debug, Clone, PartialEq)]
@@ -25,6 +30,17 @@ pub struct SamplingParams {
     /// Added to the logit of a token before anything else (OpenAI's
     /// `logit_bias`: -100 bans a token, 100 all but forces it).
     pub logit_bias: Vec<(u32, f32)>,
+    /// DRY, the penalty on extending a repeated sequence (off by default).
+    pub dry: Dry,
+    /// XTC ("exclude top choices"): with this probability per token, every
+    /// token at least `xtc_threshold` likely but the least likely of them
+    /// is removed (0 = off).
+    pub xtc_probability: f32,
+    /// XTC's probability threshold (above 0.5 = off).
+    pub xtc_threshold: f32,
+    /// Top-nσ: drop tokens whose logit is more than this many standard
+    /// deviations (of all logits) below the best (0 or below = off).
+    pub top_n_sigma: f32,
 }
 
 impl Default for SamplingParams {
@@ -40,6 +56,10 @@ impl Default for SamplingParams {
             presence_penalty: 0.0,
             seed: 0,
             logit_bias: Vec::new(),
+            dry: Dry::default(),
+            xtc_probability: 0.0,
+            xtc_threshold: 0.1,
+            top_n_sigma: -1.0,
         }
     }
 }
@@ -68,6 +88,23 @@ impl SamplingParams {
         finite(self.repeat_penalty, "repeat_penalty")?;
         finite(self.frequency_penalty, "frequency_penalty")?;
         finite(self.presence_penalty, "presence_penalty")?;
+        finite(self.dry.multiplier, "dry_multiplier")?;
+        finite(self.dry.base, "dry_base")?;
+        finite(self.xtc_probability, "xtc_probability")?;
+        finite(self.xtc_threshold, "xtc_threshold")?;
+        finite(self.top_n_sigma, "top_n_sigma")?;
+        if self.dry.multiplier < 0.0 {
+            return Err("dry_multiplier must not be negative".into());
+        }
+        if self.dry.sequence_breakers.len() > MAX_BREAKERS {
+            return Err(format!(
+                "dry_sequence_breakers holds {} strings; at most {MAX_BREAKERS} are taken",
+                self.dry.sequence_breakers.len()
+            ));
+        }
+        if !(0.0..=1.0).contains(&self.xtc_probability) {
+            return Err("xtc_probability must be between 0 and 1".into());
+        }
         if self.temperature < 0.0 {
             return Err("temperature must not be negative".into());
         }
@@ -167,9 +204,13 @@ const SCAN_CHUNK: usize = 64;
 pub struct Sampler {
     params: SamplingParams,
     rng: Rng,
+    /// XTC's own draws, so that turning it on leaves the token draws'
+    /// sequence as it was (llama.cpp also gives XTC its own generator).
+    xtc_rng: Rng,
     candidates: Vec<(u32, f32)>,
     probs: Vec<f64>,
     counts: std::collections::HashMap<u32, u32>,
+    repeats: Vec<usize>,
 }
 
 impl Sampler {
@@ -177,10 +218,12 @@ impl Sampler {
     pub fn new(params: SamplingParams) -> Self {
         Self {
             rng: Rng::new(params.seed),
+            xtc_rng: Rng::new(params.seed ^ XTC_SEED),
             params,
             candidates: Vec::new(),
             probs: Vec::new(),
             counts: std::collections::HashMap::new(),
+            repeats: Vec::new(),
         }
     }
 
@@ -197,7 +240,7 @@ impl Sampler {
     }
 
     /// The first half of [`Sampler::sample`]: add the biases and apply the
-    /// penalties to `logits`, in place.
+    /// penalties and DRY to `logits`, in place.
     pub fn prepare(&mut self, logits: &mut [f32], history: &[u32]) {
         for &(id, bias) in &self.params.logit_bias {
             if let Some(l) = logits.get_mut(id as usize) {
@@ -205,6 +248,7 @@ impl Sampler {
             }
         }
         self.apply_penalties(logits, history);
+        dry::apply(&self.params.dry, logits, history, &mut self.repeats);
     }
 
     /// The second half of [`Sampler::sample`]: draw from prepared logits,
@@ -212,7 +256,8 @@ impl Sampler {
     /// again when the first draw is not allowed.
     pub fn pick(&mut self, logits: &[f32]) -> u32 {
         let p = &self.params;
-        if p.temperature <= 0.0 || p.top_k == 1 {
+        let xtc = p.xtc_probability > 0.0 && p.xtc_threshold <= 0.5;
+        if p.top_k == 1 || (p.temperature <= 0.0 && !xtc) {
             return argmax(logits) as u32;
         }
         let c = &mut self.candidates;
@@ -224,6 +269,10 @@ impl Sampler {
             c.extend(logits.iter().enumerate().map(|(i, &l)| (i as u32, l)));
             c.retain(|(_, l)| l.is_finite());
             c.sort_unstable_by(by_logit);
+        }
+        if p.top_n_sigma > 0.0 && logits.len() > 1 {
+            let floor = sigma_floor(logits, p.top_n_sigma);
+            c.retain(|&(_, l)| l >= floor);
         }
         if c.is_empty() {
             return argmax(logits) as u32;
@@ -252,8 +301,15 @@ impl Sampler {
             keep = keep.min(probs.iter().take_while(|&&pr| pr >= floor).count().max(1));
         }
         c.truncate(keep.max(1));
-        probs.clear();
+        if xtc && c.len() >= 2 && self.xtc_rng.next_f64() as f32 <= p.xtc_probability {
+            exclude_top_choices(c, p.xtc_threshold);
+        }
         let t = p.temperature;
+        if t <= 0.0 {
+            return c[0].0;
+        }
+        let max = c[0].1;
+        probs.clear();
         probs.extend(c.iter().map(|&(_, l)| (((l - max) / t) as f64).exp()));
         let sum: f64 = probs.iter().sum();
         let mut r = self.rng.next_f64() * sum;
@@ -289,6 +345,48 @@ impl Sampler {
             }
             *l -= n as f32 * p.frequency_penalty + p.presence_penalty;
         }
+    }
+}
+
+/// Seeds XTC's generator apart from the token draws'.
+const XTC_SEED: u64 = 0x5854_435f_5854_4321;
+
+/// Top-nσ's floor: the best logit less `n` standard deviations of all
+/// finite ones, summed in order in f32 as llama.cpp sums them (its squares
+/// in double), so the same tokens fall on each side.
+fn sigma_floor(logits: &[f32], n: f32) -> f32 {
+    let (mut max, mut sum, mut count) = (logits[0], 0.0f32, 0usize);
+    for &l in logits.iter().filter(|&&l| l != f32::NEG_INFINITY) {
+        max = max.max(l);
+        sum += l;
+        count += 1;
+    }
+    let mean = if count > 0 { sum / count as f32 } else { 0.0 };
+    let mut acc = 0.0f32;
+    for &l in logits.iter().filter(|&&l| l != f32::NEG_INFINITY) {
+        acc = (f64::from(acc) + f64::from(l - mean).powi(2)) as f32;
+    }
+    let std = if count > 0 {
+        (acc / count as f32).sqrt()
+    } else {
+        0.0
+    };
+    max - n * std
+}
+
+/// XTC on candidates sorted best first: of the leading run at least
+/// `threshold` likely (probabilities renormalized over the candidates, in
+/// f32 as llama.cpp computes them), all but the last are removed.
+fn exclude_top_choices(c: &mut Vec<(u32, f32)>, threshold: f32) {
+    let max = c[0].1;
+    let weights: Vec<f32> = c.iter().map(|&(_, l)| (l - max).exp()).collect();
+    let sum = weights.iter().fold(0.0f32, |s, &w| s + w);
+    let above = weights
+        .iter()
+        .take_while(|&&w| w / sum >= threshold)
+        .count();
+    if above > 1 {
+        c.drain(..above - 1);
     }
 }
 

@@ -202,3 +202,123 @@ fn non_finite_logits_do_not_panic() {
     let t = s.sample(&mut [f32::NAN, f32::NEG_INFINITY, 1.0], &[]);
     assert_eq!(t, 2);
 }
+
+/// llama.cpp's XTC cases (tests/test-sampling.cpp), greedy after XTC so the
+/// token left on top names what XTC removed.
+#[test]
+fn xtc_removes_all_but_the_least_likely_top_choice() {
+    let probs = [0.4f32, 0.3, 0.2, 0.1];
+    for (threshold, want) in [(0.09, 3), (0.19, 2), (0.29, 1), (0.39, 0), (0.6, 0)] {
+        let mut l: Vec<f32> = probs.iter().map(|p| p.ln()).collect();
+        let mut s = Sampler::new(SamplingParams {
+            xtc_probability: 1.0,
+            xtc_threshold: threshold,
+            top_p: 1.0,
+            min_p: 0.0,
+            ..SamplingParams::greedy()
+        });
+        assert_eq!(s.sample(&mut l, &[]), want, "threshold {threshold}");
+    }
+}
+
+#[test]
+fn xtc_applies_with_its_probability_and_leaves_other_draws_alone() {
+    let probs = [0.4f32, 0.3, 0.2, 0.1];
+    let params = SamplingParams {
+        xtc_probability: 0.5,
+        xtc_threshold: 0.09,
+        top_p: 1.0,
+        min_p: 0.0,
+        ..SamplingParams::greedy()
+    };
+    let mut s = Sampler::new(params);
+    let removed = (0..2000)
+        .filter(|_| {
+            let mut l: Vec<f32> = probs.iter().map(|p| p.ln()).collect();
+            s.sample(&mut l, &[]) == 3
+        })
+        .count();
+    assert!((850..1150).contains(&removed), "{removed} of 2000");
+    // With XTC never firing, the draws are the ones without it.
+    let draw = |xtc_probability| {
+        let mut s = Sampler::new(SamplingParams {
+            xtc_probability,
+            xtc_threshold: 0.6,
+            temperature: 1.0,
+            seed: 9,
+            ..SamplingParams::default()
+        });
+        (0..50)
+            .map(|_| s.sample(&mut logits(), &[]))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(draw(1.0), draw(0.0));
+}
+
+#[test]
+fn top_n_sigma_keeps_the_tokens_near_the_best() {
+    // llama.cpp's case: logits ln(0.1..0.4), one σ keeps tokens 2 and 3.
+    let probs = [0.1f32, 0.2, 0.3, 0.4];
+    let seen = |n: f32| {
+        let mut s = Sampler::new(SamplingParams {
+            top_n_sigma: n,
+            temperature: 1.0,
+            top_k: 0,
+            top_p: 1.0,
+            min_p: 0.0,
+            seed: 4,
+            ..SamplingParams::default()
+        });
+        let mut seen = [false; 4];
+        for _ in 0..400 {
+            let mut l: Vec<f32> = probs.iter().map(|p| p.ln()).collect();
+            seen[s.sample(&mut l, &[]) as usize] = true;
+        }
+        seen
+    };
+    assert_eq!(seen(1.0), [false, false, true, true]);
+    assert_eq!(seen(3.0), [true; 4]);
+    assert_eq!(seen(0.0), [true; 4]);
+}
+
+#[test]
+fn the_new_samplers_check_their_ranges() {
+    for (bad, name) in [
+        (
+            SamplingParams {
+                xtc_probability: 1.5,
+                ..SamplingParams::default()
+            },
+            "xtc_probability",
+        ),
+        (
+            SamplingParams {
+                top_n_sigma: f32::NAN,
+                ..SamplingParams::default()
+            },
+            "top_n_sigma",
+        ),
+        (
+            SamplingParams {
+                dry: Dry {
+                    multiplier: -1.0,
+                    ..Dry::default()
+                },
+                ..SamplingParams::default()
+            },
+            "dry_multiplier",
+        ),
+        (
+            SamplingParams {
+                dry: Dry {
+                    sequence_breakers: vec!["x".into(); MAX_BREAKERS + 1],
+                    ..Dry::default()
+                },
+                ..SamplingParams::default()
+            },
+            "dry_sequence_breakers",
+        ),
+    ] {
+        assert!(bad.validate().unwrap_err().starts_with(name), "{name}");
+    }
+}

@@ -59,6 +59,18 @@ pub(super) struct Common {
     repeat_last_n: Option<i64>,
     /// Token id (as a string) to a bias from -100 to 100.
     logit_bias: Option<std::collections::BTreeMap<String, f32>>,
+    /// llama.cpp's DRY settings.
+    dry_multiplier: Option<f32>,
+    dry_base: Option<f32>,
+    dry_allowed_length: Option<i64>,
+    /// -1 means the whole context, 0 turns DRY off.
+    dry_penalty_last_n: Option<i64>,
+    dry_sequence_breakers: Option<Vec<String>>,
+    /// llama.cpp's XTC settings.
+    xtc_probability: Option<f32>,
+    xtc_threshold: Option<f32>,
+    /// llama.cpp's top-nσ.
+    top_n_sigma: Option<f32>,
     /// OpenAI: `{"type": "text" | "json_object" | "json_schema", ...}`.
     response_format: Option<Value>,
     /// llama.cpp's extension: a GBNF grammar.
@@ -354,6 +366,10 @@ fn sampling(c: &Common, defaults: &SamplingParams) -> Result<SamplingParams, Api
             n => usize::try_from(n).unwrap_or(usize::MAX),
         };
     }
+    dry_settings(c, &mut params.dry)?;
+    params.xtc_probability = c.xtc_probability.unwrap_or(params.xtc_probability);
+    params.xtc_threshold = c.xtc_threshold.unwrap_or(params.xtc_threshold);
+    params.top_n_sigma = c.top_n_sigma.unwrap_or(params.top_n_sigma);
     if let Some(k) = c.top_k {
         if k < 0 {
             return Err(ApiError::bad_param(
@@ -365,6 +381,42 @@ fn sampling(c: &Common, defaults: &SamplingParams) -> Result<SamplingParams, Api
     }
     check_ranges(c, &params)?;
     Ok(params)
+}
+
+/// The request's DRY fields over the server's defaults in `dry`.
+fn dry_settings(c: &Common, dry: &mut engine::Dry) -> Result<(), ApiError> {
+    dry.multiplier = c.dry_multiplier.unwrap_or(dry.multiplier);
+    dry.base = c.dry_base.unwrap_or(dry.base);
+    if let Some(n) = c.dry_allowed_length {
+        dry.allowed_length = usize::try_from(n).map_err(|_| {
+            ApiError::bad_param(
+                "dry_allowed_length",
+                "`dry_allowed_length` must not be negative.",
+            )
+        })?;
+    }
+    if let Some(n) = c.dry_penalty_last_n {
+        // llama.cpp: -1 means the whole context.
+        dry.penalty_last_n = match n {
+            -1 => usize::MAX,
+            n => usize::try_from(n).map_err(|_| {
+                ApiError::bad_param(
+                    "dry_penalty_last_n",
+                    "`dry_penalty_last_n` is -1 (the whole context) or at least 0.",
+                )
+            })?,
+        };
+    }
+    if let Some(breakers) = &c.dry_sequence_breakers {
+        if breakers.is_empty() {
+            return Err(ApiError::bad_param(
+                "dry_sequence_breakers",
+                "`dry_sequence_breakers` must be a non-empty array of strings.",
+            ));
+        }
+        dry.sequence_breakers.clone_from(breakers);
+    }
+    Ok(())
 }
 
 /// OpenAI's ranges for temperature and the penalties, then the sampler's.

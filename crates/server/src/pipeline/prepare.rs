@@ -81,14 +81,15 @@ fn prepare(
     })
 }
 
-/// `req` as this model reads it: the conversation's tool calls and results
-/// in the model's format (written out in the JSON convention, or left for a
+/// `req` as this model reads it: DRY's sequence breakers as its tokens, the
+/// conversation's tool calls and results in the model's format (written out in the JSON convention, or left for a
 /// template that writes calls itself, which then also declares the tools:
 /// the declarations returned), and the reply's grammar for that format.
 pub(crate) fn for_this_model(
     engine: &Engine,
     mut req: Request,
 ) -> Result<(Request, Vec<Value>), ApiError> {
+    engine.bind_dry(&mut req.params.dry);
     let format = engine.tool_format();
     if let Some(mode) = &mut req.tools {
         mode.format = format;

@@ -154,9 +154,12 @@ async function copy(text, button) {
 }
 
 // ---- Conversations ----
+// The settings panel's fields, and those sent as numbers (llama.cpp's names).
+const NUMBERS = ["temperature", "top_p", "dry_multiplier", "xtc_probability", "xtc_threshold", "top_n_sigma"];
+const SETTINGS = ["system", ...NUMBERS, "max_tokens", "seed"];
 function newConv() {
   const c = { id: "c" + Date.now().toString(36) + Math.random().toString(36).slice(2, 6), title: "New chat", model: $("model").value || "",
-    settings: { system: "", temperature: "", top_p: "", max_tokens: "", seed: "", think: false, guard: [] }, messages: [], updated: Date.now() };
+    settings: { system: "", temperature: "", top_p: "", dry_multiplier: "", xtc_probability: "", xtc_threshold: "", top_n_sigma: "", max_tokens: "", seed: "", think: false, guard: [] }, messages: [], updated: Date.now() };
   convs.unshift(c); current = c.id; save(); render();
   $("input").focus();
 }
@@ -187,7 +190,7 @@ function render() {
 }
 function renderSettings() {
   const s = conv().settings;
-  for (const k of ["system", "temperature", "top_p", "max_tokens", "seed"]) $("s-" + k).value = s[k] ?? "";
+  for (const k of SETTINGS) $("s-" + k).value = s[k] ?? "";
   $("s-think").checked = !!s.think;
   for (const g of GUARDS) $("g-" + g).checked = (s.guard || []).includes(g);
   if (conv().model && models.some((m) => m.id === conv().model)) $("model").value = conv().model;
@@ -331,7 +334,7 @@ function requestBody(c) {
     messages.push({ role: m.role, content: parts });
   }
   const body = { model: c.model, messages, stream: true, stream_options: { include_usage: true } };
-  for (const k of ["temperature", "top_p"]) if (s[k] !== "" && s[k] != null) body[k] = Number(s[k]);
+  for (const k of NUMBERS) if (s[k] !== "" && s[k] != null) body[k] = Number(s[k]);
   for (const k of ["max_tokens", "seed"]) if (s[k] !== "" && s[k] != null) body[k] = parseInt(s[k], 10);
   if (s.think) body.think = true;
   if ((s.guard || []).length) body.guard = s.guard.join(",");
@@ -436,7 +439,7 @@ document.addEventListener("keydown", (e) => { if (e.key === "Escape" && busy) { 
 $("settings-btn").onclick = () => { const s = $("settings"); s.hidden = !s.hidden; $("settings-btn").setAttribute("aria-expanded", String(!s.hidden)); };
 $("settings").addEventListener("input", () => {
   const s = conv().settings;
-  for (const k of ["system", "temperature", "top_p", "max_tokens", "seed"]) s[k] = $("s-" + k).value;
+  for (const k of SETTINGS) s[k] = $("s-" + k).value;
   s.think = $("s-think").checked; s.guard = GUARDS.filter((g) => $("g-" + g).checked); save();
 });
 $("export").onclick = () => download("hearth-" + conv().title.replace(/[^\w-]+/g, "_").slice(0, 40) + ".json", conv());
