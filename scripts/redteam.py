@@ -352,6 +352,21 @@ def attacks(model, vision_model, slot_dir):
     for spec in ("/etc/passwd", "/nonexistent/file.gguf", "hf:a/../../b/x.gguf", "hf:../x/y.gguf",
                  "hf:owner/repo/../../../x.gguf"):
         add("pull: operator's powers", f"/api/pull {spec}", poster("/api/pull", {"model": spec, "stream": False}))
+    # DRY's breakers: each is matched against the whole vocabulary when the
+    # request is prepared, and a tail that thousands of tokens end in the
+    # start of is kept once.
+    breakers = [("e" * 39 + str(i))[:40] for i in range(64)]
+    add("amplify: DRY breakers", "64 breakers of 40 bytes most tokens end in the start of",
+        poster("/v1/completions", {"model": model, "prompt": "the " * 2000, "max_tokens": 16,
+                                   "dry_multiplier": 1.0, "dry_penalty_last_n": -1,
+                                   "dry_sequence_breakers": breakers}), refuse=False)
+    add("amplify: DRY breakers", "65 breakers",
+        poster("/v1/completions", {"model": model, "prompt": "hi", "max_tokens": 4,
+                                   "dry_multiplier": 1.0, "dry_sequence_breakers": ["x"] * 65}))
+    add("amplify: DRY breakers", "one 10 MB breaker",
+        poster("/v1/completions", {"model": model, "prompt": "hi", "max_tokens": 4,
+                                   "dry_multiplier": 1.0, "dry_sequence_breakers": ["e" * (10 * MIB)]}),
+        refuse=False)
     # Tokens a user types.
     add("prompt: control tokens in user text", "fake model turn in a user message", control_tokens(model), refuse=False)
     wide = {"type": "object", "properties": {f"p{i:04d}_" + "x" * 20: {"type": "string"} for i in range(3000)}}

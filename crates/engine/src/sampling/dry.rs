@@ -63,11 +63,23 @@ impl Dry {
 }
 
 /// Sequence breakers as tokens: each head token with the tails that,
-/// written after it, complete a breaker (an empty tail: the head alone
-/// holds one).
-#[derive(Debug, Clone, Default, PartialEq)]
+/// written after it, complete a breaker (the empty tail: the head alone
+/// holds one). Tails are kept once and named by index, since one tail
+/// (the rest of a breaker after its first byte) follows thousands of heads.
+#[derive(Debug, Clone, PartialEq)]
 pub struct SequenceBreakers {
-    tails: HashMap<u32, Vec<Vec<u32>>>,
+    heads: HashMap<u32, Vec<u32>>,
+    /// The distinct tails; the first is the empty one.
+    tails: Vec<Vec<u32>>,
+}
+
+impl Default for SequenceBreakers {
+    fn default() -> Self {
+        Self {
+            heads: HashMap::new(),
+            tails: vec![Vec::new()],
+        }
+    }
 }
 
 impl SequenceBreakers {
@@ -77,7 +89,8 @@ impl SequenceBreakers {
         let mut out = Self::default();
         for s in seqs {
             if let Some((&head, tail)) = s.split_first() {
-                out.add(head, tail.to_vec());
+                let index = out.tail_index(tail.to_vec());
+                out.add(head, index);
             }
         }
         out
@@ -101,12 +114,12 @@ impl SequenceBreakers {
             .collect();
         let mut out = Self::default();
         // A tail is the same rest of a breaker for many heads: tokenize it once.
-        let mut tail_tokens: HashMap<&[u8], Vec<u32>> = HashMap::new();
+        let mut by_text: HashMap<&[u8], u32> = HashMap::new();
         for id in 0..vocab_len as u32 {
             let word = token_text(id);
             for &b in &breakers {
                 if contains(&word, b) {
-                    out.add(id, Vec::new());
+                    out.add(id, 0);
                     continue;
                 }
                 for pos in (0..word.len()).filter(|&p| word[p] == b[0]) {
@@ -115,35 +128,57 @@ impl SequenceBreakers {
                         continue;
                     }
                     let tail = &b[rest.len()..];
-                    let tokens = tail_tokens.entry(tail).or_insert_with(|| {
-                        let mut t = tokenize(&String::from_utf8_lossy(tail));
-                        t.truncate(MAX_TAIL_TOKENS);
-                        t
-                    });
-                    out.add(id, tokens.clone());
+                    let index = match by_text.get(tail) {
+                        Some(&i) => i,
+                        None => {
+                            let mut t = tokenize(&String::from_utf8_lossy(tail));
+                            t.truncate(MAX_TAIL_TOKENS);
+                            let i = out.tail_index(t);
+                            by_text.insert(tail, i);
+                            i
+                        }
+                    };
+                    out.add(id, index);
                 }
             }
         }
         out
     }
 
-    fn add(&mut self, head: u32, tail: Vec<u32>) {
-        let tails = self.tails.entry(head).or_default();
+    fn tail_index(&mut self, tail: Vec<u32>) -> u32 {
+        match self.tails.iter().position(|t| *t == tail) {
+            Some(i) => i as u32,
+            None => {
+                self.tails.push(tail);
+                (self.tails.len() - 1) as u32
+            }
+        }
+    }
+
+    fn add(&mut self, head: u32, tail: u32) {
+        let tails = self.heads.entry(head).or_default();
         if !tails.contains(&tail) {
             tails.push(tail);
         }
     }
 
+    /// The tails that complete a breaker after `head`.
+    fn tails_of(&self, head: u32) -> impl Iterator<Item = &[u32]> {
+        self.heads
+            .get(&head)
+            .into_iter()
+            .flatten()
+            .map(|&i| self.tails[i as usize].as_slice())
+    }
+
     /// Whether `token` alone is a breaker.
     fn breaks_alone(&self, token: u32) -> bool {
-        self.tails
-            .get(&token)
-            .is_some_and(|t| t.iter().any(Vec::is_empty))
+        self.heads.get(&token).is_some_and(|t| t.contains(&0))
     }
 
     /// How many head tokens there are.
     pub fn heads(&self) -> usize {
-        self.tails.len()
+        self.heads.len()
     }
 }
 
@@ -205,14 +240,11 @@ pub(super) fn apply(dry: &Dry, logits: &mut [f32], history: &[u32], repeat: &mut
 /// longest of those whose head is at one place), else the whole window.
 fn repeat_limit(breakers: &SequenceBreakers, n: usize, back: impl Fn(usize) -> u32) -> usize {
     for i in 0..n {
-        let Some(tails) = breakers.tails.get(&back(i)) else {
-            continue;
-        };
-        let longest = tails
-            .iter()
+        let longest = breakers
+            .tails_of(back(i))
             .filter(|t| t.len() <= i)
             .filter(|t| t.iter().enumerate().all(|(o, &tok)| tok == back(i - o - 1)))
-            .map(Vec::len)
+            .map(<[u32]>::len)
             .max();
         if let Some(len) = longest {
             return i - len;

@@ -142,8 +142,8 @@ fn breakers_resolve_against_the_vocabulary() {
     let b = SequenceBreakers::resolve(&texts, vocab.len(), text, tokenize);
     assert!(b.breaks_alone(2) && b.breaks_alone(5) && b.breaks_alone(6));
     assert!(!b.breaks_alone(0) && !b.breaks_alone(3));
-    assert_eq!(b.tails[&0], vec![vec![1]]);
-    assert_eq!(b.tails[&3], vec![vec![1]]);
+    assert_eq!(b.tails_of(0).collect::<Vec<_>>(), [[1]]);
+    assert_eq!(b.tails_of(3).collect::<Vec<_>>(), [[1]]);
     assert_eq!(b.heads(), 5);
 }
 
