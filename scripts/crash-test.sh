@@ -23,7 +23,7 @@ HEARTH_CRASH_REPORT=$(mktemp "${TMPDIR:-/tmp}/hearth-crash.XXXXXX")
 export HEARTH_CRASH_REPORT
 trap 'rm -f "$HEARTH_CRASH_REPORT"' EXIT INT TERM
 status=0
-cargo test --profile ci -p hearth-cli --test crash_kill --test crash_prompt_cache -- --nocapture >&2 || status=1
+cargo test --profile ci -p hearth-cli --test it -- --nocapture crash_kill:: crash_prompt_cache:: >&2 || status=1
 echo "kills per store: $HEARTH_CRASH_KILLS"
 sort "$HEARTH_CRASH_REPORT"
 exit $status

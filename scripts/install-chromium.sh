@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs Debian's headless Chromium and its WebDriver (chromedriver) for the
-# browser test of `hearth eval grade` (crates/eval/tests/grade_browser.rs).
+# browser test of `hearth eval grade` (crates/eval/tests/it/grade_browser.rs).
 # Needs root (or sudo) and apt; does nothing when chromedriver is already there.
 set -euo pipefail
 if command -v chromedriver >/dev/null 2>&1; then

@@ -1,7 +1,7 @@
 """The official `anthropic` Python client against `hearth serve`'s
 /v1/messages and /v1/messages/count_tokens.
 
-Run by crates/cli/tests/serve_clients.rs. Greedy replies (temperature 0,
+Run by crates/cli/tests/it/serve_clients.rs. Greedy replies (temperature 0,
 sent through `extra_body`: the current SDK no longer takes `temperature` as
 an argument) are compared with /v1/chat/completions on the same server.
 

@@ -1,7 +1,7 @@
 """The official `openai` and `ollama` Python clients' embedding calls against
 `hearth serve` running the tiny EmbeddingGemma.
 
-Run by crates/cli/tests/serve_embeddings.rs. The vectors are compared with
+Run by crates/cli/tests/it/serve_embeddings.rs. The vectors are compared with
 sentence-transformers' own (`embeddings.npy` and friends, saved beside the
 fixture by make_tiny_embedding.py), so each check shows the model, not only a
 well-formed body.

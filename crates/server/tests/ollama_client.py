@@ -1,6 +1,6 @@
 """The official `ollama` Python client against `hearth serve`'s /api/*.
 
-Run by crates/cli/tests/serve_clients.rs. Greedy replies are compared with
+Run by crates/cli/tests/it/serve_clients.rs. Greedy replies are compared with
 the OpenAI endpoints' on the same server, so each check shows the same
 model answering, not only a well-formed body.
 

@@ -1,6 +1,6 @@
 """Drive a running `hearth serve` with the official `openai` Python client.
 
-Run by crates/cli/tests/serve_openai.rs against the real model. Reads
+Run by crates/cli/tests/it/serve_openai.rs against the real model. Reads
 HEARTH_BASE_URL (…/v1), HEARTH_API_KEY, HEARTH_MODEL_ID and HEARTH_CTX from
 the environment; exits non-zero on the first failed check.
 """

@@ -1,7 +1,7 @@
 """Structured output through the official `openai` client against a running
 `hearth serve` on the real model.
 
-Run by crates/cli/tests/serve_structured.rs. Reads HEARTH_BASE_URL (…/v1)
+Run by crates/cli/tests/it/serve_structured.rs. Reads HEARTH_BASE_URL (…/v1)
 and HEARTH_MODEL_ID. Every output must parse and validate with `jsonschema`
 (formats checked where jsonschema can), through `response_format`, through
 the client's `parse` with Pydantic models, and tool calls must match their

@@ -1,0 +1,11 @@
+//! Every integration test of this crate in one binary: one link, and
+//! the shared helpers compiled once. Each file is a module named for
+//! what it tests (`cargo test -p CRATE --test it MODULE::`).
+
+mod fuzz_regressions;
+mod grammars;
+mod gsm8k;
+mod ifeval;
+mod logic_errors;
+mod puzzles;
+mod seed_classes;
