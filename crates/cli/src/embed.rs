@@ -97,8 +97,13 @@ fn read_texts(args: &EmbedArgs) -> Result<Vec<String>> {
     if !args.texts.is_empty() {
         return Ok(args.texts.clone());
     }
+    read_lines(args.file.as_deref())
+}
+
+/// The non-blank lines of `file`, or of stdin.
+pub(crate) fn read_lines(file: Option<&std::path::Path>) -> Result<Vec<String>> {
     let mut bytes = Vec::new();
-    match &args.file {
+    match file {
         Some(path) => {
             bytes =
                 std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?

@@ -11,6 +11,7 @@ mod convert;
 mod embed;
 mod eval_cmd;
 mod health;
+mod rerank;
 mod serve;
 mod telegram;
 
@@ -477,6 +478,9 @@ enum Command {
     /// Embed texts with an embedding model (EmbeddingGemma): one vector per
     /// text, as JSON lines or a NumPy array.
     Embed(embed::EmbedArgs),
+    /// Rank documents against a query with an embedding model
+    /// (EmbeddingGemma): JSON lines, best first.
+    Rerank(rerank::RerankArgs),
     /// Print the token ids of TEXT as a JSON array.
     Tokenize {
         #[command(flatten)]
@@ -680,6 +684,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Synth(args) => convert::synth(&args),
         Command::Bench(args) => bench::run(&args),
         Command::Embed(args) => embed::run(&args),
+        Command::Rerank(args) => rerank::run(&args),
         Command::Serve(args) => serve::run(&args),
         Command::Telegram(args) => telegram::run(&args),
         Command::Health(args) => health::run(&args),

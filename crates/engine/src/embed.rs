@@ -250,6 +250,43 @@ impl Engine {
     }
 }
 
+/// A document's place in a ranking.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Ranked {
+    /// The document's index among those given.
+    pub index: usize,
+    /// Its cosine similarity to the query.
+    pub score: f32,
+}
+
+/// `documents` ranked by the cosine similarity of their embeddings to the
+/// query's, best first (ties to the lower index): the retrieval score
+/// EmbeddingGemma's model card gives, with the query embedded under the
+/// `query` task and the documents under `document`.
+pub fn rank(query: &[f32], documents: &[Vec<f32>]) -> Vec<Ranked> {
+    let norm = |v: &[f32]| v.iter().map(|&x| f64::from(x).powi(2)).sum::<f64>().sqrt();
+    let qn = norm(query);
+    let mut ranked: Vec<Ranked> = documents
+        .iter()
+        .enumerate()
+        .map(|(index, d)| {
+            let dot: f64 = query
+                .iter()
+                .zip(d)
+                .map(|(&a, &b)| f64::from(a) * f64::from(b))
+                .sum();
+            let denom = qn * norm(d);
+            let score = if denom > 0.0 { dot / denom } else { 0.0 };
+            Ranked {
+                index,
+                score: score as f32,
+            }
+        })
+        .collect();
+    ranked.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.index.cmp(&b.index)));
+    ranked
+}
+
 /// The first `dim` values of a unit vector, renormalised (Matryoshka); the
 /// vector as it is at its full width.
 pub fn matryoshka(v: Vec<f32>, dim: usize) -> Vec<f32> {

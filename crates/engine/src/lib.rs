@@ -37,7 +37,7 @@ pub use constraint::{
     Constraint, ConstraintStats, Grammar, Grammars, OrInstead, MAX_GRAMMAR_BYTES, MAX_GRAMMAR_DEPTH,
 };
 pub use decoding::{Decoding, Generation};
-pub use embed::{matryoshka, EmbedInput, EmbedOptions, EmbedTask, Embeddings};
+pub use embed::{matryoshka, rank, EmbedInput, EmbedOptions, EmbedTask, Embeddings, Ranked};
 pub use gbnf::to_lark as gbnf_to_lark;
 pub use generate::{FinishReason, GenerateOptions, Step, TokenEvent};
 pub use images::{

@@ -50,6 +50,11 @@ pub(crate) fn router(state: AppState, bound: SocketAddr) -> Router {
         .route("/v1/embeddings", post(embeddings::openai))
         .route("/api/embed", post(embeddings::ollama_embed))
         .route("/api/embeddings", post(embeddings::ollama_embeddings))
+        .route("/v1/rerank", post(embeddings::rerank))
+        .route("/v2/rerank", post(embeddings::rerank))
+        .route("/rerank", post(embeddings::rerank))
+        .route("/reranking", post(embeddings::rerank))
+        .route("/v1/reranking", post(embeddings::rerank))
         .route_layer(middleware::from_fn(browser::require_json))
         .route_layer(middleware::from_fn_with_state(state.clone(), auth))
         // Outside the key check, so guessing keys counts against the rate.
@@ -142,6 +147,7 @@ async fn count_requests(State(st): State<AppState>, req: HttpRequest, next: Next
         p if p == "/slots" || p.starts_with("/slots/") => "slots",
         "/v1/responses" => "responses",
         "/v1/embeddings" => "embeddings",
+        "/v1/rerank" | "/v2/rerank" | "/rerank" | "/reranking" | "/v1/reranking" => "rerank",
         "/v1/messages" => "messages",
         "/v1/messages/count_tokens" => "count_tokens",
         "/api/chat" => "ollama_chat",

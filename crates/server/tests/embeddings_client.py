@@ -1,5 +1,6 @@
-"""The official `openai` and `ollama` Python clients' embedding calls against
-`hearth serve` running the tiny EmbeddingGemma.
+"""The official `openai` and `ollama` Python clients' embedding calls, and
+Cohere's official client's reranking, against `hearth serve` running the
+tiny EmbeddingGemma.
 
 Run by crates/cli/tests/it/serve_embeddings.rs. The vectors are compared with
 sentence-transformers' own (`embeddings.npy` and friends, saved beside the
@@ -19,6 +20,7 @@ import os
 import urllib.error
 import urllib.request
 
+import cohere
 import ollama
 import openai
 
@@ -157,6 +159,48 @@ except ollama.ResponseError as err:
     assert err.status_code == 400 and "past the limit" in err.error, err.error
 legacy = oc.embeddings(model=MODEL, prompt=texts[4])
 assert max_diff([legacy.embedding], [golden[4]]) < 1e-5
+
+# Reranking: each document's score is the cosine of sentence-transformers'
+# query and document embeddings (`model.similarity` of `encode_query` and
+# `encode_document`: EmbeddingGemma's similarity is the cosine), ranked as
+# those scores rank.
+def cosine(a, b):
+    return sum(x * y for x, y in zip(unit(a), unit(b)))
+
+
+queries, documents = load_npy("embeddings_query.npy"), load_npy("embeddings_document.npy")
+docs = texts[: len(documents)]
+co2 = cohere.ClientV2(api_key="unused", base_url=HOST)
+co1 = cohere.Client(api_key="unused", base_url=HOST)
+for i, q in enumerate(queries):
+    want = [cosine(q, d) for d in documents]
+    order = sorted(range(len(docs)), key=lambda j: -want[j])
+    v2 = co2.rerank(model=MODEL, query=texts[i], documents=docs)
+    assert [r.index for r in v2.results] == order, (i, v2.results, want)
+    assert max(abs(r.relevance_score - want[r.index]) for r in v2.results) < 1e-5, (v2, want)
+    v1 = co1.rerank(model=MODEL, query=texts[i], documents=docs, top_n=2, return_documents=True)
+    assert [r.index for r in v1.results] == order[:2], v1
+    assert [r.document.text for r in v1.results] == [docs[j] for j in order[:2]], v1
+    # Jina's shape (documents as objects) and llama.cpp's names for the route.
+    for path in ("/v1/rerank", "/rerank", "/reranking", "/v1/reranking"):
+        status, got = post(path, {"model": MODEL, "query": texts[i],
+                                  "documents": [{"text": d} for d in docs]})
+        assert status == 200, (path, got)
+        assert [r["index"] for r in got["results"]] == order, (path, got)
+        assert got["usage"]["total_tokens"] > 0, got
+for body, says in (
+    ({"query": "a", "documents": []}, "documents"),
+    ({"query": "", "documents": ["a"]}, "query"),
+    ({"documents": ["a"]}, "query"),
+    ({"query": "a", "documents": ["a"], "top_n": 0}, "top_n"),
+    ({"query": "a", "documents": [1]}, "documents"),
+    ({"query": "a", "documents": ["a"] * 2049}, "2049 inputs"),
+    ({"query": "a", "documents": ["a"], "truncate": False, "dimensions": 4096}, "dimensions"),
+):
+    status, got = post("/v1/rerank", {"model": MODEL, **body})
+    assert status == 400 and says in got["error"]["message"], (body, got)
+status, got = post("/v1/rerank", {"model": MODEL, "query": "a", "documents": ["a", long_text]})
+assert status == 200 and got["truncated"] == [1], got
 
 # After all that, the server still answers.
 assert client.embeddings.create(model=MODEL, input="still here").data

@@ -1,10 +1,10 @@
 //! Embeddings through the clients people already run: the official `openai`
 //! client's `embeddings.create` (a string, a list, token ids, `dimensions`,
-//! base64 and float) and the `ollama` client's `embed` / `embeddings`
-//! against `hearth serve` running the tiny EmbeddingGemma from its
-//! sentence-transformers directory, compared with sentence-transformers'
-//! vectors, plus the bad inputs the server must refuse and survive
-//! (`crates/server/tests/embeddings_client.py`).
+//! base64 and float), the `ollama` client's `embed` / `embeddings` and
+//! `cohere`'s `rerank` (v1 and v2) against `hearth serve` running the tiny
+//! EmbeddingGemma from its sentence-transformers directory, compared with
+//! sentence-transformers' vectors and similarities, plus the bad inputs the
+//! server must refuse and survive (`crates/server/tests/embeddings_client.py`).
 
 use crate::serve_common;
 
@@ -16,7 +16,11 @@ const ROOT: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../..");
 
 #[test]
 fn the_openai_and_ollama_clients_embed_as_sentence_transformers_does() {
-    let python = python_with(&[("openai", "openai>=1.40,<3"), ("ollama", "ollama>=0.6,<1")]);
+    let python = python_with(&[
+        ("openai", "openai>=1.40,<3"),
+        ("ollama", "ollama>=0.6,<1"),
+        ("cohere", "cohere>=5,<6"),
+    ]);
     let fixture = format!("{ROOT}/tests/fixtures/tiny/embeddinggemma");
     let mut server = Server::start(&fixture, &["--ctx", "320", "-t", "2", "--queue", "16"]);
     let out = Command::new(&python)

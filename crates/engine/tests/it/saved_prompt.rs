@@ -139,7 +139,7 @@ fn a_loaded_state_serves_the_next_turn_alike_on_every_tier() {
         let out = std::process::Command::new(std::env::current_exe().unwrap())
             .args([
                 "--exact",
-                "a_loaded_state_serves_the_next_turn_as_the_live_session_would",
+                "saved_prompt::a_loaded_state_serves_the_next_turn_as_the_live_session_would",
             ])
             .env("HEARTH_CPU", tier)
             .output()

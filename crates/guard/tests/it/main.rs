@@ -2,10 +2,8 @@
 //! the shared helpers compiled once. Each file is a module named for
 //! what it tests (`cargo test -p CRATE --test it MODULE::`).
 
-mod fuzz_regressions;
 mod grammars;
 mod gsm8k;
 mod ifeval;
-mod logic_errors;
 mod puzzles;
 mod seed_classes;

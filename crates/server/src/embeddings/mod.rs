@@ -1,9 +1,13 @@
 //! The embedding endpoints: OpenAI's `/v1/embeddings`, Ollama's
-//! `/api/embed` and its older `/api/embeddings`. Each translates its body
+//! `/api/embed` and its older `/api/embeddings`, and reranking by
+//! embeddings ([`rerank`]). Each translates its body
 //! into one [`EmbedRequest`]; [`embed`] checks and tokenizes it and queues
 //! it on the [`batcher`], which packs concurrent requests together.
 
 pub(crate) mod batcher;
+mod rerank;
+
+pub(crate) use rerank::rerank;
 
 use crate::body::read_json;
 use crate::error::{ApiError, Dialect};

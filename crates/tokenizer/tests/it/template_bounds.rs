@@ -153,7 +153,7 @@ fn hostile_templates_are_refused_within_bounded_memory() {
     let exe = std::env::current_exe().unwrap();
     // The runner is split by the shell, as cargo splits it.
     let script = format!(
-        "ulimit -v 4194304; exec {} \"$0\" --exact render_one_case --nocapture --test-threads=1",
+        "ulimit -v 4194304; exec {} \"$0\" --exact template_bounds::render_one_case --nocapture --test-threads=1",
         runner()
     );
     for (name, _, want) in CASES {

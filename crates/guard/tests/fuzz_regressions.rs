@@ -1,5 +1,7 @@
 //! Inputs the fuzz targets found (fuzz/fuzz_targets/logic.rs; docs/fuzz.md),
 //! kept as tests so the bugs stay fixed.
+//! A binary of its own, apart from `it`: a program past its time budget
+//! leaves the solver busy for the whole process until it stops.
 
 use hearth_guard::logic::{solve, Limits, Status};
 use std::time::{Duration, Instant};

@@ -1,5 +1,7 @@
 //! Bad input: every construct outside the subset is refused by name and
 //! line, and hostile programs end quickly with an error or "unknown".
+//! A binary of its own, apart from `it`: a program past its time budget
+//! leaves the solver busy for the whole process until it stops.
 
 use hearth_guard::logic::{solve, Limits, LogicError, Status};
 use proptest::prelude::*;

@@ -1,6 +1,7 @@
 //! The request budget's estimate of what reading a body's JSON takes is an
 //! upper bound: measured with a counting allocator on bodies of the shapes
 //! that amplify most (millions of tiny values) and on ordinary ones.
+//! A binary of its own: its counting allocator is the whole process's.
 
 use hearth_server::api;
 use std::alloc::{GlobalAlloc, Layout, System};
