@@ -146,6 +146,42 @@ pub(crate) struct Block {
     norm: Vec<f32>,
 }
 
+/// The activations a block works in, made once per clip and reused by
+/// every block (each use starts from zeros, as a fresh buffer would).
+#[derive(Default)]
+pub(crate) struct Acts {
+    /// A normed copy of the block's input.
+    h: Vec<f32>,
+    q: Vec<f32>,
+    k: Vec<f32>,
+    v: Vec<f32>,
+    /// Attention's output.
+    attn: Vec<f32>,
+    /// A step's output before the residual add.
+    o: Vec<f32>,
+    /// The convolution's product before the GLU, and the GLU's output.
+    wide: Vec<f32>,
+    gated: Vec<f32>,
+    /// The depthwise convolution's output.
+    conv: Vec<f32>,
+    /// The feed-forward's hidden layer.
+    up: Vec<f32>,
+}
+
+/// `buf` as `n` zeros, its allocation kept.
+fn zeros(buf: &mut Vec<f32>, n: usize) -> &mut [f32] {
+    buf.clear();
+    buf.resize(n, 0.0);
+    buf
+}
+
+/// `buf` as a copy of `x`, its allocation kept.
+fn copy_of<'b>(buf: &'b mut Vec<f32>, x: &[f32]) -> &'b mut [f32] {
+    buf.clear();
+    buf.extend_from_slice(x);
+    buf
+}
+
 /// A half-step feed-forward block.
 struct FeedForward {
     pre_norm: Vec<f32>,
@@ -215,13 +251,14 @@ impl Block {
         x: &mut [f32],
         valid: &[bool],
         bufs: &mut Buffers,
+        acts: &mut Acts,
     ) -> Result<(), MediaError> {
         let (t, d) = (valid.len(), shape.hidden);
         let (lo, hi) = (-shape.clip, shape.clip);
-        self.ffw[0].run(pool, file, shape, x, t, bufs)?;
-        self.attend(pool, file, shape, x, valid, bufs)?;
-        self.convolve(pool, file, shape, x, t, bufs)?;
-        self.ffw[1].run(pool, file, shape, x, t, bufs)?;
+        self.ffw[0].run(pool, file, shape, x, t, bufs, acts)?;
+        self.attend(pool, file, shape, x, valid, bufs, acts)?;
+        self.convolve(pool, file, shape, x, t, bufs, acts)?;
+        self.ffw[1].run(pool, file, shape, x, t, bufs, acts)?;
         nn::par_rows(pool, x, d, |_, row| {
             row.iter_mut().for_each(|e| *e = e.clamp(lo, hi));
             nn::rms_norm(row, &self.norm, shape.eps);
@@ -239,21 +276,31 @@ impl Block {
         x: &mut [f32],
         valid: &[bool],
         bufs: &mut Buffers,
+        acts: &mut Acts,
     ) -> Result<(), MediaError> {
         let (t, d) = (valid.len(), shape.hidden);
         let (lo, hi) = (-shape.clip, shape.clip);
         let eps = shape.eps;
-        let mut h = x.to_vec();
-        nn::par_rows(pool, &mut h, d, |_, row| {
+        let Acts {
+            h,
+            q,
+            k,
+            v,
+            attn,
+            o,
+            ..
+        } = acts;
+        let h = copy_of(h, x);
+        nn::par_rows(pool, h, d, |_, row| {
             row.iter_mut().for_each(|e| *e = e.clamp(lo, hi));
             nn::rms_norm(row, &self.attn_norm, eps);
         });
-        let (mut q, mut k, mut v) = (vec![0.0; t * d], vec![0.0; t * d], vec![0.0; t * d]);
-        product(pool, file, &self.q, &h, t, &mut q, bufs)?;
-        product(pool, file, &self.k, &h, t, &mut k, bufs)?;
-        product(pool, file, &self.v, &h, t, &mut v, bufs)?;
+        let (q, k, v) = (zeros(q, t * d), zeros(k, t * d), zeros(v, t * d));
+        product(pool, file, &self.q, h, t, q, bufs)?;
+        product(pool, file, &self.k, h, t, k, bufs)?;
+        product(pool, file, &self.v, h, t, v, bufs)?;
         let dh = d / shape.heads;
-        nn::par_rows(pool, &mut q, d, |_, row| {
+        nn::par_rows(pool, q, d, |_, row| {
             for head in row.chunks_exact_mut(dh) {
                 head.iter_mut()
                     .zip(&self.query_scale)
@@ -261,11 +308,11 @@ impl Block {
             }
         });
         if shape.key_scale != 1.0 {
-            nn::par_rows(pool, &mut k, d, |_, row| {
+            nn::par_rows(pool, k, d, |_, row| {
                 row.iter_mut().for_each(|e| *e *= shape.key_scale)
             });
         }
-        let mut attn = vec![0.0f32; t * d];
+        let attn = zeros(attn, t * d);
         // Each frame sees the valid frames from `left_keys - 1` before it
         // to `context_right` after it, scored with their distance's term.
         let window = LocalWindow {
@@ -275,10 +322,10 @@ impl Block {
             past: shape.context_left - 1,
             softcap: shape.logit_cap,
         };
-        local(pool, &window, &q, &k, &v, &self.positions, valid, &mut attn);
-        let mut o = vec![0.0f32; t * d];
-        product(pool, file, &self.post, &attn, t, &mut o, bufs)?;
-        nn::par_rows(pool, &mut o, d, |_, row| {
+        local(pool, &window, q, k, v, &self.positions, valid, attn);
+        let o = zeros(o, t * d);
+        product(pool, file, &self.post, attn, t, o, bufs)?;
+        nn::par_rows(pool, o, d, |_, row| {
             row.iter_mut().for_each(|e| *e = e.clamp(lo, hi));
             nn::rms_norm(row, &self.post_norm, eps);
         });
@@ -304,25 +351,36 @@ impl Block {
         x: &mut [f32],
         t: usize,
         bufs: &mut Buffers,
+        acts: &mut Acts,
     ) -> Result<(), MediaError> {
         let d = shape.hidden;
         let (lo, hi) = (-shape.clip, shape.clip);
         let eps = shape.eps;
-        let mut h = x.to_vec();
-        nn::par_rows(pool, &mut h, d, |_, row| {
+        let Acts {
+            h,
+            wide,
+            gated,
+            conv,
+            o,
+            ..
+        } = acts;
+        let h = copy_of(h, x);
+        nn::par_rows(pool, h, d, |_, row| {
             nn::rms_norm(row, &self.conv_norm_in, eps)
         });
-        let mut wide = vec![0.0f32; t * 2 * d];
-        product(pool, file, &self.conv_start, &h, t, &mut wide, bufs)?;
-        let mut gated = vec![0.0f32; t * d];
-        nn::par_rows(pool, &mut gated, d, |i, g| {
+        let wide = zeros(wide, t * 2 * d);
+        product(pool, file, &self.conv_start, h, t, wide, bufs)?;
+        let wide = &*wide;
+        let gated = zeros(gated, t * d);
+        nn::par_rows(pool, gated, d, |i, g| {
             let (a, gate) = wide[i * 2 * d..][..2 * d].split_at(d);
             g.copy_from_slice(a);
             nn::glu(g, gate);
         });
         let kernel = shape.conv_kernel;
-        let mut conv = vec![0.0f32; t * d];
-        nn::par_rows(pool, &mut conv, d, |ti, out| {
+        let gated = &*gated;
+        let conv = zeros(conv, t * d);
+        nn::par_rows(pool, conv, d, |ti, out| {
             for (ch, o) in out.iter_mut().enumerate() {
                 let w = &self.conv[ch * kernel..][..kernel];
                 let mut s = 0.0f32;
@@ -338,8 +396,9 @@ impl Block {
             nn::rms_norm(out, &self.conv_norm, eps);
             nn::silu(out);
         });
-        let mut o = vec![0.0f32; t * d];
-        product(pool, file, &self.conv_end, &conv, t, &mut o, bufs)?;
+        let o = zeros(o, t * d);
+        product(pool, file, &self.conv_end, conv, t, o, bufs)?;
+        let o = &*o;
         nn::par_rows(pool, x, d, |i, row| {
             row.iter_mut()
                 .zip(&o[i * d..][..d])
@@ -359,21 +418,23 @@ impl FeedForward {
         x: &mut [f32],
         t: usize,
         bufs: &mut Buffers,
+        acts: &mut Acts,
     ) -> Result<(), MediaError> {
         let d = shape.hidden;
         let (lo, hi) = (-shape.clip, shape.clip);
         let eps = shape.eps;
-        let mut h = x.to_vec();
-        nn::par_rows(pool, &mut h, d, |_, row| {
+        let Acts { h, up, o, .. } = acts;
+        let h = copy_of(h, x);
+        nn::par_rows(pool, h, d, |_, row| {
             row.iter_mut().for_each(|e| *e = e.clamp(lo, hi));
             nn::rms_norm(row, &self.pre_norm, eps);
         });
-        let mut up = vec![0.0f32; t * 4 * d];
-        product(pool, file, &self.up, &h, t, &mut up, bufs)?;
-        nn::par_rows(pool, &mut up, 4 * d, |_, row| nn::silu(row));
-        let mut o = vec![0.0f32; t * d];
-        product(pool, file, &self.down, &up, t, &mut o, bufs)?;
-        nn::par_rows(pool, &mut o, d, |_, row| {
+        let up = zeros(up, t * 4 * d);
+        product(pool, file, &self.up, h, t, up, bufs)?;
+        nn::par_rows(pool, up, 4 * d, |_, row| nn::silu(row));
+        let o = zeros(o, t * d);
+        product(pool, file, &self.down, up, t, o, bufs)?;
+        nn::par_rows(pool, o, d, |_, row| {
             row.iter_mut().for_each(|e| *e = e.clamp(lo, hi));
             nn::rms_norm(row, &self.post_norm, eps);
         });

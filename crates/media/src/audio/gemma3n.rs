@@ -17,7 +17,7 @@
 //! `hf` crate: the tower's tensors under `a.`, the embedder's under `mm.a.`,
 //! with the hyper-parameters under `hearth.audio.`.
 
-use super::conformer::{conv_stride2, AudioKeys, Block, Grid, Layout, Shape, HF_LCONV};
+use super::conformer::{conv_stride2, Acts, AudioKeys, Block, Grid, Layout, Shape, HF_LCONV};
 use super::input::LogMel;
 use crate::weights;
 use crate::weights::{product, vector, Buffers};
@@ -302,8 +302,11 @@ impl Gemma3nAudioTower {
             .collect();
         let mut x = x;
         let shape = cfg.shape();
+        let mut acts = Acts::default();
         for b in &self.blocks {
-            b.run(pool, &self.file, &shape, &mut x, &valid, &mut bufs)?;
+            b.run(
+                pool, &self.file, &shape, &mut x, &valid, &mut bufs, &mut acts,
+            )?;
         }
         let d = cfg.hidden;
         let kept: Vec<usize> = (0..t).step_by(cfg.reduction).collect();

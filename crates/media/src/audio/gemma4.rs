@@ -25,7 +25,7 @@
 //! constants llama.cpp fixes, such as the attention's reach and soft-cap,
 //! are taken as it takes them).
 
-use super::conformer::{conv_stride2, AudioKeys, Block, Grid, Layout, Shape, HF_LCONV};
+use super::conformer::{conv_stride2, Acts, AudioKeys, Block, Grid, Layout, Shape, HF_LCONV};
 use super::gemma3n::AudioEmbedding;
 use super::input::LogMel;
 use crate::weights;
@@ -377,8 +377,11 @@ impl Gemma4AudioTower {
         )?;
         let valid = vec![true; t];
         let shape = cfg.shape();
+        let mut acts = Acts::default();
         for b in &self.blocks {
-            b.run(pool, &self.file, &shape, &mut h, &valid, &mut bufs)?;
+            b.run(
+                pool, &self.file, &shape, &mut h, &valid, &mut bufs, &mut acts,
+            )?;
         }
         let od = cfg.output_dims;
         let mut o = vec![0.0f32; t * od];
