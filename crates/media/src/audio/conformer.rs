@@ -150,6 +150,8 @@ pub(crate) struct Block {
 /// every block (each use starts from zeros, as a fresh buffer would).
 #[derive(Default)]
 pub(crate) struct Acts {
+    /// The products' buffers.
+    pub(crate) products: Buffers,
     /// A normed copy of the block's input.
     h: Vec<f32>,
     q: Vec<f32>,
@@ -250,15 +252,14 @@ impl Block {
         shape: &Shape,
         x: &mut [f32],
         valid: &[bool],
-        bufs: &mut Buffers,
         acts: &mut Acts,
     ) -> Result<(), MediaError> {
         let (t, d) = (valid.len(), shape.hidden);
         let (lo, hi) = (-shape.clip, shape.clip);
-        self.ffw[0].run(pool, file, shape, x, t, bufs, acts)?;
-        self.attend(pool, file, shape, x, valid, bufs, acts)?;
-        self.convolve(pool, file, shape, x, t, bufs, acts)?;
-        self.ffw[1].run(pool, file, shape, x, t, bufs, acts)?;
+        self.ffw[0].run(pool, file, shape, x, t, acts)?;
+        self.attend(pool, file, shape, x, valid, acts)?;
+        self.convolve(pool, file, shape, x, t, acts)?;
+        self.ffw[1].run(pool, file, shape, x, t, acts)?;
         nn::par_rows(pool, x, d, |_, row| {
             row.iter_mut().for_each(|e| *e = e.clamp(lo, hi));
             nn::rms_norm(row, &self.norm, shape.eps);
@@ -275,13 +276,13 @@ impl Block {
         shape: &Shape,
         x: &mut [f32],
         valid: &[bool],
-        bufs: &mut Buffers,
         acts: &mut Acts,
     ) -> Result<(), MediaError> {
         let (t, d) = (valid.len(), shape.hidden);
         let (lo, hi) = (-shape.clip, shape.clip);
         let eps = shape.eps;
         let Acts {
+            products: bufs,
             h,
             q,
             k,
@@ -350,13 +351,13 @@ impl Block {
         shape: &Shape,
         x: &mut [f32],
         t: usize,
-        bufs: &mut Buffers,
         acts: &mut Acts,
     ) -> Result<(), MediaError> {
         let d = shape.hidden;
         let (lo, hi) = (-shape.clip, shape.clip);
         let eps = shape.eps;
         let Acts {
+            products: bufs,
             h,
             wide,
             gated,
@@ -417,13 +418,18 @@ impl FeedForward {
         shape: &Shape,
         x: &mut [f32],
         t: usize,
-        bufs: &mut Buffers,
         acts: &mut Acts,
     ) -> Result<(), MediaError> {
         let d = shape.hidden;
         let (lo, hi) = (-shape.clip, shape.clip);
         let eps = shape.eps;
-        let Acts { h, up, o, .. } = acts;
+        let Acts {
+            products: bufs,
+            h,
+            up,
+            o,
+            ..
+        } = acts;
         let h = copy_of(h, x);
         nn::par_rows(pool, h, d, |_, row| {
             row.iter_mut().for_each(|e| *e = e.clamp(lo, hi));

@@ -293,8 +293,8 @@ impl Gemma3nAudioTower {
                 mel.frames, mel.bins, cfg.mel_bins
             )));
         }
-        let mut bufs = Buffers::default();
-        let (x, t) = self.subsample(pool, mel, &mut bufs)?;
+        let mut acts = Acts::default();
+        let (x, t) = self.subsample(pool, mel, &mut acts.products)?;
         // A frame after sub-sampling is valid when the mel frame it starts
         // at is.
         let valid: Vec<bool> = (0..t)
@@ -302,11 +302,8 @@ impl Gemma3nAudioTower {
             .collect();
         let mut x = x;
         let shape = cfg.shape();
-        let mut acts = Acts::default();
         for b in &self.blocks {
-            b.run(
-                pool, &self.file, &shape, &mut x, &valid, &mut bufs, &mut acts,
-            )?;
+            b.run(pool, &self.file, &shape, &mut x, &valid, &mut acts)?;
         }
         let d = cfg.hidden;
         let kept: Vec<usize> = (0..t).step_by(cfg.reduction).collect();
@@ -332,7 +329,7 @@ impl Gemma3nAudioTower {
             &rows,
             kept.len(),
             &mut out,
-            &mut bufs,
+            &mut acts.products,
         )?;
         nn::rms_norm_rows(pool, &mut out, th, None, cfg.eps);
         for (j, &i) in kept.iter().enumerate() {

@@ -29,7 +29,7 @@ use super::conformer::{conv_stride2, Acts, AudioKeys, Block, Grid, Layout, Shape
 use super::gemma3n::AudioEmbedding;
 use super::input::LogMel;
 use crate::weights;
-use crate::weights::{product, vector, Buffers};
+use crate::weights::{product, vector};
 use crate::MediaError;
 use gguf::GgufFile;
 use nn::Linear;
@@ -353,11 +353,11 @@ impl Gemma4AudioTower {
                 cfg.max_tokens
             )));
         }
-        let mut bufs = Buffers::default();
+        let mut acts = Acts::default();
         // The clip's frames alone (see the module's note on padding).
         let mut x = Grid::mel(mel, mel.valid)?;
         for i in 0..2 {
-            x = conv_stride2(pool, &self.file, &self.conv[i], &x, 1, &mut bufs)?;
+            x = conv_stride2(pool, &self.file, &self.conv[i], &x, 1, &mut acts.products)?;
             for row in x.data.chunks_exact_mut(x.c) {
                 nn::layer_norm(row, &self.conv_norm[i], None, cfg.eps);
             }
@@ -373,15 +373,12 @@ impl Gemma4AudioTower {
             &x.data,
             t,
             &mut h,
-            &mut bufs,
+            &mut acts.products,
         )?;
         let valid = vec![true; t];
         let shape = cfg.shape();
-        let mut acts = Acts::default();
         for b in &self.blocks {
-            b.run(
-                pool, &self.file, &shape, &mut h, &valid, &mut bufs, &mut acts,
-            )?;
+            b.run(pool, &self.file, &shape, &mut h, &valid, &mut acts)?;
         }
         let od = cfg.output_dims;
         let mut o = vec![0.0f32; t * od];
@@ -392,7 +389,7 @@ impl Gemma4AudioTower {
             &h,
             t,
             &mut o,
-            &mut bufs,
+            &mut acts.products,
         )?;
         nn::rms_norm_rows(pool, &mut o, od, None, cfg.eps);
         let mut rows = vec![0.0f32; t * cfg.text_hidden];
@@ -403,7 +400,7 @@ impl Gemma4AudioTower {
             &o,
             t,
             &mut rows,
-            &mut bufs,
+            &mut acts.products,
         )?;
         Ok(AudioEmbedding { rows, from_clip: t })
     }
