@@ -67,6 +67,9 @@ pub struct Weight {
     /// is made (at load, or by a background thread after it: clones of the
     /// weight share it).
     interleaved: Arc<OnceLock<Vec<u8>>>,
+    /// The matrix made at load as f32 rows, read instead of the file (a
+    /// tensor the file stores transposed).
+    held: Option<Arc<[u8]>>,
 }
 
 impl Weight {
@@ -81,6 +84,39 @@ impl Weight {
             rows,
             cols,
             interleaved: Arc::default(),
+            held: None,
+        })
+    }
+
+    /// The float tensor `info`, stored as `cols` rows of `rows` values (a
+    /// projection the reference multiplies as `x · P`, Gemma 3's vision
+    /// projector), made at load into f32 rows of `rows` outputs by `cols`
+    /// inputs, so that its product is `x Wᵀ` like every other weight's.
+    pub fn transposed(
+        file: &GgufFile,
+        info: TensorInfo,
+        rows: usize,
+        cols: usize,
+    ) -> Result<Self, QuantError> {
+        let mut stored = vec![0.0f32; rows * cols];
+        quant::dequantize(info.ty, file.tensor_data(&info), &mut stored)?;
+        let mut held = Vec::with_capacity(rows * cols * 4);
+        for r in 0..rows {
+            for c in 0..cols {
+                held.extend_from_slice(&stored[c * rows + r].to_le_bytes());
+            }
+        }
+        Ok(Self {
+            len: held.len(),
+            info: TensorInfo {
+                ty: GgmlType::F32,
+                ..info
+            },
+            offset: 0,
+            rows,
+            cols,
+            interleaved: Arc::default(),
+            held: Some(held.into()),
         })
     }
 
@@ -101,6 +137,7 @@ impl Weight {
                 rows,
                 cols,
                 interleaved: Arc::default(),
+                held: None,
             })
             .collect())
     }
@@ -120,6 +157,9 @@ impl Weight {
     /// at load.
     pub fn matrix<'a>(&'a self, file: &'a GgufFile) -> Result<Matrix<'a>, QuantError> {
         let (ty, rows, cols) = (self.info.ty, self.rows, self.cols);
+        if let Some(data) = &self.held {
+            return Matrix::new(ty, rows, cols, data);
+        }
         if let Some(data) = self.interleaved.get() {
             return Matrix::interleaved(ty, rows, cols, data);
         }
@@ -141,7 +181,8 @@ impl Weight {
     /// rearranged. Products running meanwhile read the file's layout, with
     /// the same results.
     pub fn interleave(&self, file: &GgufFile, give_back: bool) -> Result<usize, QuantError> {
-        if self.interleaved.get().is_some() || !quant::interleaves(self.info.ty) {
+        let made = self.interleaved.get().is_some() || self.held.is_some();
+        if made || !quant::interleaves(self.info.ty) {
             return Ok(0);
         }
         let bytes = self.file_bytes(file);

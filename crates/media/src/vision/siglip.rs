@@ -18,9 +18,9 @@ pub(super) struct Siglip {
     blocks: Vec<Block>,
     post_ln: LayerNorm,
     soft_norm: Vec<f32>,
-    /// `[vision width][text width]`, the projection as the reference
-    /// multiplies it (`x · P`).
-    projection: Vec<f32>,
+    /// Text width outputs of vision width inputs (the file stores it
+    /// transposed, as the reference multiplies it: `x · P`).
+    projection: Linear,
 }
 
 /// One encoder block.
@@ -109,7 +109,7 @@ impl Siglip {
                 expected: vec![cfg.text_hidden as u64, d as u64],
             });
         }
-        let projection = vector(file, "mm.input_projection.weight", d * cfg.text_hidden)?;
+        let projection = Linear::new(nn::Weight::transposed(file, proj, cfg.text_hidden, d)?);
         Ok(Self {
             patch,
             positions,
@@ -150,12 +150,19 @@ impl Siglip {
         }
         let mut h = acts.h;
         self.post_ln.rows(pool, &x, &mut h, cfg.eps);
-        self.project(cfg, &h)
+        self.project(file, cfg, pool, &h, &mut bufs)
     }
 
     /// The projector: `pool × pool` averages of the patch grid, RMSNorm
-    /// with the (already `1 + w`) weight, then `x · P`.
-    fn project(&self, cfg: &VisionConfig, x: &[f32]) -> Result<Vec<f32>, MediaError> {
+    /// with the (already `1 + w`) weight, then the projection.
+    fn project(
+        &self,
+        file: &GgufFile,
+        cfg: &VisionConfig,
+        pool: &ThreadPool,
+        x: &[f32],
+        bufs: &mut Buffers,
+    ) -> Result<Vec<f32>, MediaError> {
         let (d, side, k) = (cfg.hidden, cfg.patches_per_side(), cfg.pool);
         let out_side = side / k;
         let tokens = out_side * out_side;
@@ -174,19 +181,8 @@ impl Siglip {
             row.iter_mut().for_each(|a| *a *= inv);
             nn::rms_norm(row, &self.soft_norm, cfg.eps);
         }
-        let th = cfg.text_hidden;
-        let mut out = vec![0.0f32; tokens * th];
-        quant::vector::sgemm(
-            tokens,
-            th,
-            d,
-            &pooled,
-            d,
-            &self.projection,
-            th,
-            &mut out,
-            th,
-        )?;
+        let mut out = vec![0.0f32; tokens * cfg.text_hidden];
+        product(pool, file, &self.projection, &pooled, tokens, &mut out, bufs)?;
         Ok(out)
     }
 }
