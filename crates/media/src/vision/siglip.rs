@@ -182,7 +182,15 @@ impl Siglip {
             nn::rms_norm(row, &self.soft_norm, cfg.eps);
         }
         let mut out = vec![0.0f32; tokens * cfg.text_hidden];
-        product(pool, file, &self.projection, &pooled, tokens, &mut out, bufs)?;
+        product(
+            pool,
+            file,
+            &self.projection,
+            &pooled,
+            tokens,
+            &mut out,
+            bufs,
+        )?;
         Ok(out)
     }
 }
