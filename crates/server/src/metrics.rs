@@ -96,108 +96,43 @@ impl Metrics {
     }
 
     /// The Prometheus text exposition.
-    #[expect(
-        clippy::too_many_lines,
-        reason = "longer than a screen; issue 91 splits it"
-    )]
     pub fn render(&self) -> String {
         let mut out = String::new();
-        let mut put = |name: &str, kind: &str, help: &str, value: String| {
+        self.render_plain(&mut out);
+        self.render_labelled(&mut out);
+        self.render_guard_costs(&mut out);
+        out
+    }
+
+    /// The counters and gauges without labels.
+    fn render_plain(&self, out: &mut String) {
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
+        let values: [String; 15] = [
+            u8::from(self.loaded.load(Ordering::Relaxed)).to_string(),
+            get(&self.completed),
+            get(&self.cancelled),
+            get(&self.time_limited),
+            get(&self.rejected),
+            get(&self.panics),
+            get(&self.prompt_tokens),
+            get(&self.completion_tokens),
+            get(&self.prefill_evaluated),
+            get(&self.prefill_saved),
+            get(&self.queue_depth),
+            get(&self.queue_capacity),
+            get(&self.slots_busy),
+            get(&self.slots_total),
+            format!("{:.3}", self.decode_tokens_per_s()),
+        ];
+        for ((name, kind, help), value) in PLAIN.iter().zip(values) {
             let _ = writeln!(out, "# HELP {name} {help}");
             let _ = writeln!(out, "# TYPE {name} {kind}");
             let _ = writeln!(out, "{name} {value}");
-        };
-        let get = |a: &AtomicU64| a.load(Ordering::Relaxed).to_string();
-        put(
-            "hearth_model_loaded",
-            "gauge",
-            "1 once the model is loaded.",
-            u8::from(self.loaded.load(Ordering::Relaxed)).to_string(),
-        );
-        put(
-            "hearth_generations_completed_total",
-            "counter",
-            "Generations that ran to their end.",
-            get(&self.completed),
-        );
-        put(
-            "hearth_generations_cancelled_total",
-            "counter",
-            "Generations cancelled (client gone or shutdown).",
-            get(&self.cancelled),
-        );
-        put(
-            "hearth_generations_time_limited_total",
-            "counter",
-            "Generations ended with finish_reason length by --max-request-secs.",
-            get(&self.time_limited),
-        );
-        put(
-            "hearth_requests_rejected_total",
-            "counter",
-            "Requests refused because the queue was full.",
-            get(&self.rejected),
-        );
-        put(
-            "hearth_internal_errors_total",
-            "counter",
-            "Panics caught (bugs): in the scheduler, the embedding batcher or a handler.",
-            get(&self.panics),
-        );
-        put(
-            "hearth_prompt_tokens_total",
-            "counter",
-            "Prompt tokens of admitted requests.",
-            get(&self.prompt_tokens),
-        );
-        put(
-            "hearth_completion_tokens_total",
-            "counter",
-            "Tokens generated (cancelled generations included).",
-            get(&self.completion_tokens),
-        );
-        put(
-            "hearth_prefill_tokens_evaluated_total",
-            "counter",
-            "Prompt tokens computed by prefill.",
-            get(&self.prefill_evaluated),
-        );
-        put(
-            "hearth_prefill_tokens_saved_total",
-            "counter",
-            "Prompt tokens reused from the prefix cache instead of computed.",
-            get(&self.prefill_saved),
-        );
-        put(
-            "hearth_queue_depth",
-            "gauge",
-            "Requests waiting for a slot (every loaded model's queue).",
-            get(&self.queue_depth),
-        );
-        put(
-            "hearth_queue_capacity",
-            "gauge",
-            "Most requests that may wait, per loaded model.",
-            get(&self.queue_capacity),
-        );
-        put(
-            "hearth_slots_busy",
-            "gauge",
-            "Slots generating now (every loaded model's).",
-            get(&self.slots_busy),
-        );
-        put(
-            "hearth_slots_total",
-            "gauge",
-            "Slots (parallel sequences) per loaded model.",
-            get(&self.slots_total),
-        );
-        put(
-            "hearth_decode_tokens_per_second",
-            "gauge",
-            "Generated tokens per second of decoding, all slots together.",
-            format!("{:.3}", self.decode_tokens_per_s()),
-        );
+        }
+    }
+
+    /// Requests by endpoint and status, guard steps by guard and outcome.
+    fn render_labelled(&self, out: &mut String) {
         let _ = writeln!(
             out,
             "# HELP hearth_requests_total HTTP requests answered, by endpoint and status."
@@ -224,6 +159,10 @@ impl Metrics {
             );
         }
         drop(steps);
+    }
+
+    /// What each guard's extra work cost.
+    fn render_guard_costs(&self, out: &mut String) {
         let costs = self.guard_costs.lock().unwrap_or_else(|e| e.into_inner());
         for (i, (name, help)) in [
             (
@@ -248,9 +187,88 @@ impl Metrics {
                 let _ = writeln!(out, "{name}{{guard=\"{guard}\"}} {}", c[i]);
             }
         }
-        out
     }
 }
+
+/// The counters and gauges without labels: name, type and help, in the
+/// order [`Metrics::render`] writes them.
+const PLAIN: [(&str, &str, &str); 15] = [
+    (
+        "hearth_model_loaded",
+        "gauge",
+        "1 once the model is loaded.",
+    ),
+    (
+        "hearth_generations_completed_total",
+        "counter",
+        "Generations that ran to their end.",
+    ),
+    (
+        "hearth_generations_cancelled_total",
+        "counter",
+        "Generations cancelled (client gone or shutdown).",
+    ),
+    (
+        "hearth_generations_time_limited_total",
+        "counter",
+        "Generations ended with finish_reason length by --max-request-secs.",
+    ),
+    (
+        "hearth_requests_rejected_total",
+        "counter",
+        "Requests refused because the queue was full.",
+    ),
+    (
+        "hearth_internal_errors_total",
+        "counter",
+        "Panics caught (bugs): in the scheduler, the embedding batcher or a handler.",
+    ),
+    (
+        "hearth_prompt_tokens_total",
+        "counter",
+        "Prompt tokens of admitted requests.",
+    ),
+    (
+        "hearth_completion_tokens_total",
+        "counter",
+        "Tokens generated (cancelled generations included).",
+    ),
+    (
+        "hearth_prefill_tokens_evaluated_total",
+        "counter",
+        "Prompt tokens computed by prefill.",
+    ),
+    (
+        "hearth_prefill_tokens_saved_total",
+        "counter",
+        "Prompt tokens reused from the prefix cache instead of computed.",
+    ),
+    (
+        "hearth_queue_depth",
+        "gauge",
+        "Requests waiting for a slot (every loaded model's queue).",
+    ),
+    (
+        "hearth_queue_capacity",
+        "gauge",
+        "Most requests that may wait, per loaded model.",
+    ),
+    (
+        "hearth_slots_busy",
+        "gauge",
+        "Slots generating now (every loaded model's).",
+    ),
+    (
+        "hearth_slots_total",
+        "gauge",
+        "Slots (parallel sequences) per loaded model.",
+    ),
+    (
+        "hearth_decode_tokens_per_second",
+        "gauge",
+        "Generated tokens per second of decoding, all slots together.",
+    ),
+];
 
 /// One scheduler's share of a gauge that every loaded model's scheduler
 /// adds to (busy slots, queued jobs): it remembers what it last reported

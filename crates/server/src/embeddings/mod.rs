@@ -52,10 +52,6 @@ struct Embedded {
 }
 
 /// Check, tokenize and embed `req` through the batcher.
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 async fn embed(st: &AppState, req: EmbedRequest) -> Result<Embedded, ApiError> {
     let backend = st.models.lease(req.model.as_deref()).await?;
     let model = backend.0.id.clone();
@@ -81,37 +77,7 @@ async fn embed(st: &AppState, req: EmbedRequest) -> Result<Embedded, ApiError> {
     let dim = engine
         .embedding_width(req.opts.dim)
         .map_err(|e| ApiError::bad_param("dimensions", short(&e)))?;
-    let opts = req.opts;
-    let inputs = req.inputs;
-    let text_bytes = inputs
-        .iter()
-        .map(|i| match i {
-            Input::Text(t) => t.len(),
-            Input::Tokens(_) => 0,
-        })
-        .sum();
-    crate::budget::check_tokenize(text_bytes, st.config.limits.request_memory)?;
-    let memory = text_bytes as u64 * crate::budget::TOKENIZE_BYTES_PER_BYTE;
-    let (texts, truncated) = st
-        .work
-        .run(memory, move || {
-            let mut texts = Vec::with_capacity(inputs.len());
-            let mut truncated = Vec::new();
-            for (i, input) in inputs.iter().enumerate() {
-                let input = match input {
-                    Input::Text(t) => EmbedInput::Text(t),
-                    Input::Tokens(t) => EmbedInput::Tokens(t),
-                };
-                let (ids, cut) = engine.embedding_input(i, &input, &opts)?;
-                if cut {
-                    truncated.push(i);
-                }
-                texts.push(ids);
-            }
-            Ok::<_, engine::EngineError>((texts, truncated))
-        })
-        .await?
-        .map_err(|e| ApiError::bad_param("input", short(&e)))?;
+    let (texts, truncated) = tokenize(st, engine, req.inputs, req.opts).await?;
     let tokens: usize = texts.iter().map(Vec::len).sum();
     if tokens > MAX_REQUEST_TOKENS {
         return Err(ApiError::bad_param(
@@ -137,6 +103,45 @@ async fn embed(st: &AppState, req: EmbedRequest) -> Result<Embedded, ApiError> {
         tokens,
         truncated,
     })
+}
+
+/// Each input's ids as the model embeds it (its task prompt put before a
+/// text), on the prep pool within the request memory budget, and the
+/// indices of those cut to fit.
+async fn tokenize(
+    st: &AppState,
+    engine: Arc<engine::Engine>,
+    inputs: Vec<Input>,
+    opts: EmbedOptions,
+) -> Result<(Vec<Vec<u32>>, Vec<usize>), ApiError> {
+    let text_bytes = inputs
+        .iter()
+        .map(|i| match i {
+            Input::Text(t) => t.len(),
+            Input::Tokens(_) => 0,
+        })
+        .sum();
+    crate::budget::check_tokenize(text_bytes, st.config.limits.request_memory)?;
+    let memory = text_bytes as u64 * crate::budget::TOKENIZE_BYTES_PER_BYTE;
+    st.work
+        .run(memory, move || {
+            let mut texts = Vec::with_capacity(inputs.len());
+            let mut truncated = Vec::new();
+            for (i, input) in inputs.iter().enumerate() {
+                let input = match input {
+                    Input::Text(t) => EmbedInput::Text(t),
+                    Input::Tokens(t) => EmbedInput::Tokens(t),
+                };
+                let (ids, cut) = engine.embedding_input(i, &input, &opts)?;
+                if cut {
+                    truncated.push(i);
+                }
+                texts.push(ids);
+            }
+            Ok::<_, engine::EngineError>((texts, truncated))
+        })
+        .await?
+        .map_err(|e| ApiError::bad_param("input", short(&e)))
 }
 
 /// An engine error's message without the "invalid request: " lead.

@@ -99,11 +99,34 @@ pub(super) struct GenerateBody {
     pub common: Common,
 }
 
+/// `options`' sampling fields under their OpenAI (and llama.cpp) names.
+fn sampling_fields(o: Options) -> [(&'static str, Option<Value>); 18] {
+    [
+        ("temperature", o.temperature.map(|v| json!(v))),
+        ("top_k", o.top_k.map(|v| json!(v))),
+        ("top_p", o.top_p.map(|v| json!(v))),
+        ("min_p", o.min_p.map(|v| json!(v))),
+        ("seed", o.seed.map(|v| json!(v))),
+        ("stop", o.stop.map(|v| json!(v))),
+        ("repeat_penalty", o.repeat_penalty.map(|v| json!(v))),
+        ("repeat_last_n", o.repeat_last_n.map(|v| json!(v))),
+        ("presence_penalty", o.presence_penalty.map(|v| json!(v))),
+        ("frequency_penalty", o.frequency_penalty.map(|v| json!(v))),
+        ("dry_multiplier", o.dry_multiplier.map(|v| json!(v))),
+        ("dry_base", o.dry_base.map(|v| json!(v))),
+        ("dry_allowed_length", o.dry_allowed_length.map(|v| json!(v))),
+        ("dry_penalty_last_n", o.dry_penalty_last_n.map(|v| json!(v))),
+        (
+            "dry_sequence_breakers",
+            o.dry_sequence_breakers.map(|v| json!(v)),
+        ),
+        ("xtc_probability", o.xtc_probability.map(|v| json!(v))),
+        ("xtc_threshold", o.xtc_threshold.map(|v| json!(v))),
+        ("top_n_sigma", o.top_n_sigma.map(|v| json!(v))),
+    ]
+}
+
 /// The OpenAI fields for `common` (sampling, limits, format, thinking).
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 fn common_fields(c: Common, out: &mut Map<String, Value>) -> Result<(), ApiError> {
     if let Some(on) = c.logprobs {
         out.insert("logprobs".into(), json!(on));
@@ -135,30 +158,7 @@ fn common_fields(c: Common, out: &mut Map<String, Value>) -> Result<(), ApiError
             ));
         }
     }
-    let fields = [
-        ("temperature", o.temperature.map(|v| json!(v))),
-        ("top_k", o.top_k.map(|v| json!(v))),
-        ("top_p", o.top_p.map(|v| json!(v))),
-        ("min_p", o.min_p.map(|v| json!(v))),
-        ("seed", o.seed.map(|v| json!(v))),
-        ("stop", o.stop.map(|v| json!(v))),
-        ("repeat_penalty", o.repeat_penalty.map(|v| json!(v))),
-        ("repeat_last_n", o.repeat_last_n.map(|v| json!(v))),
-        ("presence_penalty", o.presence_penalty.map(|v| json!(v))),
-        ("frequency_penalty", o.frequency_penalty.map(|v| json!(v))),
-        ("dry_multiplier", o.dry_multiplier.map(|v| json!(v))),
-        ("dry_base", o.dry_base.map(|v| json!(v))),
-        ("dry_allowed_length", o.dry_allowed_length.map(|v| json!(v))),
-        ("dry_penalty_last_n", o.dry_penalty_last_n.map(|v| json!(v))),
-        (
-            "dry_sequence_breakers",
-            o.dry_sequence_breakers.map(|v| json!(v)),
-        ),
-        ("xtc_probability", o.xtc_probability.map(|v| json!(v))),
-        ("xtc_threshold", o.xtc_threshold.map(|v| json!(v))),
-        ("top_n_sigma", o.top_n_sigma.map(|v| json!(v))),
-    ];
-    for (name, value) in fields {
+    for (name, value) in sampling_fields(o) {
         if let Some(v) = value {
             out.insert(name.into(), v);
         }
