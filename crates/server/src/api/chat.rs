@@ -244,10 +244,6 @@ impl Conversation {
 const MAX_TOOLS: usize = 128;
 
 /// `tools` and `tool_choice`: `None` when no tools are given.
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 fn parse_tools(
     wire: Option<Vec<WireTool>>,
     choice: Option<Value>,
@@ -265,52 +261,79 @@ fn parse_tools(
     }
     let mut tools = Vec::with_capacity(wire.len());
     for (i, t) in wire.into_iter().enumerate() {
-        if t.kind != "function" {
-            return Err(ApiError::bad_param(
-                &format!("tools[{i}].type"),
-                format!(
-                    "Tools of type `{}` are not supported; only `function`.",
-                    t.kind
-                ),
-            ));
-        }
-        let name = t.function.name;
-        let valid = !name.is_empty()
-            && name.len() <= 64
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
-        if !valid {
+        let tool = parse_tool(i, t)?;
+        if tools.iter().any(|t: &Tool| t.name == tool.name) {
             return Err(ApiError::bad_param(
                 &format!("tools[{i}].function.name"),
-                format!(
-                    "`{name}` is not a valid function name (1 to 64 of a-z, A-Z, 0-9, _ and -)."
-                ),
+                format!("The function `{}` is defined twice.", tool.name),
             ));
         }
-        if tools.iter().any(|t: &Tool| t.name == name) {
-            return Err(ApiError::bad_param(
-                &format!("tools[{i}].function.name"),
-                format!("The function `{name}` is defined twice."),
-            ));
-        }
-        let parameters = match t.function.parameters {
-            None => serde_json::json!({"type": "object", "properties": {}}),
-            Some(p @ Value::Object(_)) => p,
-            Some(_) => {
-                return Err(ApiError::bad_param(
-                    &format!("tools[{i}].function.parameters"),
-                    "`parameters` must be a JSON Schema object.",
-                ))
-            }
-        };
-        tools.push(Tool {
-            name,
-            description: t.function.description,
-            parameters,
-        });
+        tools.push(tool);
     }
-    let choice = match choice {
+    let choice = parse_tool_choice(choice)?;
+    if tools.is_empty() {
+        return match choice {
+            ToolChoice::Required | ToolChoice::Function(_) => Err(ApiError::bad_param(
+                "tool_choice",
+                "tool_choice asks for a call but no `tools` are given.",
+            )),
+            _ => Ok(None),
+        };
+    }
+    Ok(Some(ToolMode {
+        tools,
+        choice,
+        // Off unless asked for (OpenAI's default is on): small models
+        // offered an array of calls tend to repeat one call to the limit.
+        parallel: parallel.unwrap_or(false),
+        format: tools::ToolFormat::Json,
+    }))
+}
+
+/// Tool `i` of the request, checked: a function with a valid name and an
+/// object schema.
+fn parse_tool(i: usize, t: WireTool) -> Result<Tool, ApiError> {
+    if t.kind != "function" {
+        return Err(ApiError::bad_param(
+            &format!("tools[{i}].type"),
+            format!(
+                "Tools of type `{}` are not supported; only `function`.",
+                t.kind
+            ),
+        ));
+    }
+    let name = t.function.name;
+    let valid = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    if !valid {
+        return Err(ApiError::bad_param(
+            &format!("tools[{i}].function.name"),
+            format!("`{name}` is not a valid function name (1 to 64 of a-z, A-Z, 0-9, _ and -)."),
+        ));
+    }
+    let parameters = match t.function.parameters {
+        None => serde_json::json!({"type": "object", "properties": {}}),
+        Some(p @ Value::Object(_)) => p,
+        Some(_) => {
+            return Err(ApiError::bad_param(
+                &format!("tools[{i}].function.parameters"),
+                "`parameters` must be a JSON Schema object.",
+            ))
+        }
+    };
+    Ok(Tool {
+        name,
+        description: t.function.description,
+        parameters,
+    })
+}
+
+/// `tool_choice`: `auto` when absent.
+fn parse_tool_choice(choice: Option<Value>) -> Result<ToolChoice, ApiError> {
+    Ok(match choice {
         None | Some(Value::Null) => ToolChoice::Auto,
         Some(Value::String(s)) => match s.as_str() {
             "auto" => ToolChoice::Auto,
@@ -332,22 +355,5 @@ fn parse_tools(
                 ))
             }
         },
-    };
-    if tools.is_empty() {
-        return match choice {
-            ToolChoice::Required | ToolChoice::Function(_) => Err(ApiError::bad_param(
-                "tool_choice",
-                "tool_choice asks for a call but no `tools` are given.",
-            )),
-            _ => Ok(None),
-        };
-    }
-    Ok(Some(ToolMode {
-        tools,
-        choice,
-        // Off unless asked for (OpenAI's default is on): small models
-        // offered an array of calls tend to repeat one call to the limit.
-        parallel: parallel.unwrap_or(false),
-        format: tools::ToolFormat::Json,
-    }))
+    })
 }
