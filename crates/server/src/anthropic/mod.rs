@@ -177,10 +177,6 @@ fn tool_choice(v: Value) -> Result<Value, ApiError> {
 
 /// Translate and check a `/v1/messages` body; `counting` skips the checks
 /// that only generation needs (`max_tokens`).
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 fn request(
     bytes: &[u8],
     defaults: &engine::SamplingParams,
@@ -239,14 +235,7 @@ fn request(
         }
     }
     if let Some(tools) = b.tools {
-        let mut list = Vec::new();
-        for (i, t) in tools.into_iter().enumerate() {
-            if t.kind.as_deref().is_some_and(|k| k != "custom") {
-                return Err(ApiError::bad_param(&format!("tools.{i}.type"), format!("tools.{i}: server tools such as `{}` are not available here; define a custom tool.", t.kind.unwrap_or_default())));
-            }
-            list.push(json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.input_schema}}));
-        }
-        out.insert("tools".into(), json!(list));
+        out.insert("tools".into(), functions(tools)?);
     }
     if let Some(tc) = b.tool_choice {
         if tc["disable_parallel_tool_use"] == true {
@@ -255,15 +244,34 @@ fn request(
         out.insert("tool_choice".into(), tool_choice(tc)?);
     }
     let format_field = answer_format(b.output_config.as_ref(), b.output_format.as_ref(), &mut out)?;
-    match b.thinking.as_ref().and_then(|t| t["type"].as_str()) {
+    thinking(b.thinking.as_ref(), &mut out)?;
+    Ok((
+        api::parse_chat_value(Value::Object(out), defaults, format_field)?,
+        b.stream,
+    ))
+}
+
+/// Anthropic's custom tools as OpenAI's functions; server tools are
+/// refused.
+fn functions(tools: Vec<Tool>) -> Result<Value, ApiError> {
+    let mut list = Vec::new();
+    for (i, t) in tools.into_iter().enumerate() {
+        if t.kind.as_deref().is_some_and(|k| k != "custom") {
+            return Err(ApiError::bad_param(&format!("tools.{i}.type"), format!("tools.{i}: server tools such as `{}` are not available here; define a custom tool.", t.kind.unwrap_or_default())));
+        }
+        list.push(json!({"type": "function", "function": {"name": t.name, "description": t.description, "parameters": t.input_schema}}));
+    }
+    Ok(json!(list))
+}
+
+/// `thinking` (`enabled` with its `budget_tokens`, or `disabled`) as our
+/// `think` and `thinking_budget` in `out`.
+fn thinking(thinking: Option<&Value>, out: &mut Map<String, Value>) -> Result<(), ApiError> {
+    match thinking.and_then(|t| t["type"].as_str()) {
         None | Some("disabled") => {}
         Some("enabled") => {
             out.insert("think".into(), json!(true));
-            if let Some(budget) = b
-                .thinking
-                .as_ref()
-                .and_then(|t| t["budget_tokens"].as_i64())
-            {
+            if let Some(budget) = thinking.and_then(|t| t["budget_tokens"].as_i64()) {
                 out.insert("thinking_budget".into(), json!(budget));
             }
         }
@@ -274,10 +282,7 @@ fn request(
             ))
         }
     }
-    Ok((
-        api::parse_chat_value(Value::Object(out), defaults, format_field)?,
-        b.stream,
-    ))
+    Ok(())
 }
 
 /// The answer's format (`output_config.format`, or the beta's
