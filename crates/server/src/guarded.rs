@@ -32,10 +32,6 @@ pub(crate) struct SchedulerChat<'a> {
 }
 
 impl ChatModel for SchedulerChat<'_> {
-    #[expect(
-        clippy::too_many_lines,
-        reason = "longer than a screen; issue 91 splits it"
-    )]
     fn reply(&mut self, call: &ModelCall) -> Result<ModelReply, EngineError> {
         if self.client.is_closed() {
             return Err(EngineError::InvalidRequest("the client went away".into()));
@@ -51,37 +47,10 @@ impl ChatModel for SchedulerChat<'_> {
                 n_ctx,
             });
         }
-        let constraint = match &call.grammar {
-            Some(g) => Some(self.engine.constraint(g)?),
-            None => None,
-        };
-        let params = call.sampling(&self.params);
-        let room = n_ctx - prompt.len();
         let prompt_tokens = prompt.len();
-        let (tx, mut rx) = mpsc::unbounded_channel();
+        let (tx, rx) = mpsc::unbounded_channel();
         let submitted = Instant::now();
-        let mut started = None;
-        let job = Job {
-            prompt,
-            images: Vec::new(),
-            params,
-            opts: GenerateOptions {
-                max_tokens: call.max_tokens.min(room),
-                stop: Vec::new(),
-                stop_on_eog: true,
-                render_special: false,
-                speculation: None,
-            },
-            constraint,
-            thinking: None,
-            events: tx,
-            deadline: self.deadline,
-            logprobs: None,
-            forks: Vec::new(),
-            // The guard pipeline's thread holds the model for the whole chat.
-            hold: None,
-            cache_scope: self.cache_scope,
-        };
+        let job = self.job(call, prompt, tx)?;
         match self.scheduler.submit(job) {
             Ok(()) => {}
             Err(Rejected::QueueFull) => {
@@ -95,6 +64,56 @@ impl ChatModel for SchedulerChat<'_> {
                 ))
             }
         }
+        self.wait(rx, prompt_tokens, submitted)
+    }
+}
+
+impl SchedulerChat<'_> {
+    /// The scheduler job of `call` over `prompt`, its events sent to `events`.
+    fn job(
+        &self,
+        call: &ModelCall,
+        prompt: Vec<u32>,
+        events: mpsc::UnboundedSender<Event>,
+    ) -> Result<Job, EngineError> {
+        let constraint = match &call.grammar {
+            Some(g) => Some(self.engine.constraint(g)?),
+            None => None,
+        };
+        let room = self.engine.n_ctx() - prompt.len();
+        Ok(Job {
+            prompt,
+            images: Vec::new(),
+            params: call.sampling(&self.params),
+            opts: GenerateOptions {
+                max_tokens: call.max_tokens.min(room),
+                stop: Vec::new(),
+                stop_on_eog: true,
+                render_special: false,
+                speculation: None,
+            },
+            constraint,
+            thinking: None,
+            events,
+            deadline: self.deadline,
+            logprobs: None,
+            forks: Vec::new(),
+            // The guard pipeline's thread holds the model for the whole chat.
+            hold: None,
+            cache_scope: self.cache_scope,
+        })
+    }
+
+    /// The reply a submitted job's events add up to; an error when the
+    /// client goes away first (dropping `rx` cancels the job at its next
+    /// step).
+    fn wait(
+        &self,
+        mut rx: mpsc::UnboundedReceiver<Event>,
+        prompt_tokens: usize,
+        submitted: Instant,
+    ) -> Result<ModelReply, EngineError> {
+        let mut started = None;
         let mut text = String::new();
         loop {
             match rx.blocking_recv() {
@@ -120,7 +139,6 @@ impl ChatModel for SchedulerChat<'_> {
                     ))
                 }
             }
-            // Dropping `rx` cancels the job at its next step.
             if self.client.is_closed() {
                 return Err(EngineError::InvalidRequest("the client went away".into()));
             }
