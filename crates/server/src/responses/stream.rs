@@ -4,6 +4,7 @@
 
 use super::{call_item, message_item, Meta};
 use crate::reply::{Ended, Piece, Reply, Whole};
+use crate::scheduler::Usage;
 use axum::response::sse::{Event as SseEvent, KeepAlive, Sse};
 use axum::response::{IntoResponse, Response};
 use engine::tools::ToolCall;
@@ -73,10 +74,57 @@ impl Streaming {
         self.items.push(item);
     }
 
-    #[expect(
-        clippy::too_many_lines,
-        reason = "longer than a screen; issue 91 splits it"
-    )]
+    /// The message's closing events (when it was opened, or nothing else
+    /// was said), then `response.completed` or `response.incomplete` with
+    /// the whole response, the calls as they were streamed.
+    fn finish(&mut self, ended: Ended, usage: &Usage, out: &mut Vec<SseEvent>) {
+        self.end_call(out);
+        if self.opened || self.items.is_empty() {
+            self.open_message(out);
+            let (id, text) = (self.meta.msg_id.clone(), self.text.clone());
+            self.event(
+                "response.output_text.done",
+                json!({"item_id": id, "output_index": 0, "content_index": 0, "text": text}),
+                out,
+            );
+            let part = json!({"type": "output_text", "text": text, "annotations": []});
+            self.event(
+                "response.content_part.done",
+                json!({"item_id": id, "output_index": 0, "content_index": 0, "part": part}),
+                out,
+            );
+            let item = message_item(&id, &text, true);
+            self.event(
+                "response.output_item.done",
+                json!({"output_index": 0, "item": item}),
+                out,
+            );
+        }
+        self.whole.text = std::mem::take(&mut self.text);
+        let kind = if ended == Ended::Length {
+            "response.incomplete"
+        } else {
+            "response.completed"
+        };
+        let mut response = self.meta.response(&self.whole, ended, Some(usage));
+        if !self.items.is_empty() {
+            // The calls as they were streamed, with their ids.
+            let mut output: Vec<Value> = response["output"]
+                .as_array()
+                .map(|o| {
+                    o.iter()
+                        .filter(|i| i["type"] == "message")
+                        .cloned()
+                        .collect()
+                })
+                .unwrap_or_default();
+            output.extend(self.items.iter().cloned());
+            response["output"] = json!(output);
+        }
+        self.meta.keep(&response);
+        self.event(kind, json!({"response": response}), out);
+    }
+
     fn events(&mut self, piece: Piece, out: &mut Vec<SseEvent>) {
         match piece {
             Piece::Started | Piece::Guard(_) | Piece::Logprobs(_) | Piece::Thought(_) => {}
@@ -123,53 +171,7 @@ impl Streaming {
                     out,
                 );
             }
-            Piece::Done(ended, usage) => {
-                self.end_call(out);
-                if self.opened || self.items.is_empty() {
-                    self.open_message(out);
-                    let (id, text) = (self.meta.msg_id.clone(), self.text.clone());
-                    self.event(
-                        "response.output_text.done",
-                        json!({"item_id": id, "output_index": 0, "content_index": 0, "text": text}),
-                        out,
-                    );
-                    let part = json!({"type": "output_text", "text": text, "annotations": []});
-                    self.event(
-                        "response.content_part.done",
-                        json!({"item_id": id, "output_index": 0, "content_index": 0, "part": part}),
-                        out,
-                    );
-                    let item = message_item(&id, &text, true);
-                    self.event(
-                        "response.output_item.done",
-                        json!({"output_index": 0, "item": item}),
-                        out,
-                    );
-                }
-                self.whole.text = std::mem::take(&mut self.text);
-                let kind = if ended == Ended::Length {
-                    "response.incomplete"
-                } else {
-                    "response.completed"
-                };
-                let mut response = self.meta.response(&self.whole, ended, Some(&usage));
-                if !self.items.is_empty() {
-                    // The calls as they were streamed, with their ids.
-                    let mut output: Vec<Value> = response["output"]
-                        .as_array()
-                        .map(|o| {
-                            o.iter()
-                                .filter(|i| i["type"] == "message")
-                                .cloned()
-                                .collect()
-                        })
-                        .unwrap_or_default();
-                    output.extend(self.items.iter().cloned());
-                    response["output"] = json!(output);
-                }
-                self.meta.keep(&response);
-                self.event(kind, json!({"response": response}), out);
-            }
+            Piece::Done(ended, usage) => self.finish(ended, &usage, out),
             Piece::Failed(e) => {
                 self.event(
                     "error",
