@@ -103,36 +103,8 @@ impl VisionConfig {
     }
 
     /// Read the configuration of an `mmproj` file.
-    #[expect(
-        clippy::too_many_lines,
-        reason = "longer than a screen; issue 91 splits it"
-    )]
     pub fn from_gguf(file: &GgufFile) -> Result<Self, MediaError> {
-        if file.architecture() != Some("clip") {
-            return Err(MediaError::Metadata(format!(
-                "not a projector file: general.architecture is {:?}, expected \"clip\" \
-                 (an mmproj GGUF as llama.cpp's convert_hf_to_gguf.py --mmproj writes it)",
-                file.architecture().unwrap_or("missing")
-            )));
-        }
-        if file.get_bool("clip.has_vision_encoder") == Some(false) {
-            return Err(MediaError::Metadata(
-                "this projector file has no vision encoder".into(),
-            ));
-        }
-        let name = file
-            .get_str("clip.vision.projector_type")
-            .or_else(|| file.get_str("clip.projector_type"))
-            .unwrap_or("");
-        let projector = match name {
-            "gemma3" => Projector::Gemma3,
-            "gemma4v" => Projector::Gemma4,
-            other => {
-                return Err(MediaError::Unsupported(format!(
-                    "projector type `{other}` (supported: gemma3, gemma4v)"
-                )))
-            }
-        };
+        let projector = projector_of(file)?;
         let uint = |key: &str| -> Result<usize, MediaError> {
             file.get_u64(key)
                 .and_then(|v| usize::try_from(v).ok())
@@ -184,46 +156,82 @@ impl VisionConfig {
             },
             rope_theta: file.get_f32("clip.vision.rope_theta").unwrap_or(100.0),
         };
-        if !cfg.hidden.is_multiple_of(cfg.heads) {
+        cfg.check()?;
+        Ok(cfg)
+    }
+
+    /// Whether the numbers make a tower: heads that split the width, and
+    /// for Gemma 4 rotary halves and bounded patches; for Gemma 3 a grid
+    /// that pools evenly and no zero in the pixels' spread.
+    fn check(&self) -> Result<(), MediaError> {
+        if !self.hidden.is_multiple_of(self.heads) {
             return Err(MediaError::Metadata(format!(
                 "width {} does not split into {} heads",
-                cfg.hidden, cfg.heads
+                self.hidden, self.heads
             )));
         }
-        if projector == Projector::Gemma4 {
-            if !(cfg.hidden / cfg.heads).is_multiple_of(4) {
+        if self.projector == Projector::Gemma4 {
+            if !(self.hidden / self.heads).is_multiple_of(4) {
                 return Err(MediaError::Metadata(format!(
                     "head width {} does not split into the 2-D rotary halves",
-                    cfg.hidden / cfg.heads
+                    self.hidden / self.heads
                 )));
             }
             // The input's pixel count grows with the patch's area (the
             // budget is in patches): bound it so a bad file cannot ask for
             // gigabytes of pixels. Gemma 4's patches are 16 pixels.
-            if cfg.patch_size > MAX_GEMMA4_PATCH || cfg.pool > 8 {
+            if self.patch_size > MAX_GEMMA4_PATCH || self.pool > 8 {
                 return Err(MediaError::Metadata(format!(
                     "patches of {} pixels pooled {}x{} (at most {MAX_GEMMA4_PATCH} and 8)",
-                    cfg.patch_size, cfg.pool, cfg.pool
+                    self.patch_size, self.pool, self.pool
                 )));
             }
-            return Ok(cfg);
+            return Ok(());
         }
-        let side = cfg.patches_per_side();
-        if !cfg.image_size.is_multiple_of(cfg.patch_size)
+        let side = self.patches_per_side();
+        if !self.image_size.is_multiple_of(self.patch_size)
             || side == 0
-            || !side.is_multiple_of(cfg.pool)
+            || !side.is_multiple_of(self.pool)
         {
             return Err(MediaError::Metadata(format!(
                 "image size {} in patches of {} does not pool by {}",
-                cfg.image_size, cfg.patch_size, cfg.pool
+                self.image_size, self.patch_size, self.pool
             )));
         }
-        if cfg.std.contains(&0.0) {
+        if self.std.contains(&0.0) {
             return Err(MediaError::Metadata(
                 "clip.vision.image_std holds a 0".into(),
             ));
         }
-        Ok(cfg)
+        Ok(())
+    }
+}
+
+/// The projector an `mmproj` file holds, refusing files that are not one
+/// or hold no vision encoder.
+fn projector_of(file: &GgufFile) -> Result<Projector, MediaError> {
+    if file.architecture() != Some("clip") {
+        return Err(MediaError::Metadata(format!(
+            "not a projector file: general.architecture is {:?}, expected \"clip\" \
+             (an mmproj GGUF as llama.cpp's convert_hf_to_gguf.py --mmproj writes it)",
+            file.architecture().unwrap_or("missing")
+        )));
+    }
+    if file.get_bool("clip.has_vision_encoder") == Some(false) {
+        return Err(MediaError::Metadata(
+            "this projector file has no vision encoder".into(),
+        ));
+    }
+    let name = file
+        .get_str("clip.vision.projector_type")
+        .or_else(|| file.get_str("clip.projector_type"))
+        .unwrap_or("");
+    match name {
+        "gemma3" => Ok(Projector::Gemma3),
+        "gemma4v" => Ok(Projector::Gemma4),
+        other => Err(MediaError::Unsupported(format!(
+            "projector type `{other}` (supported: gemma3, gemma4v)"
+        ))),
     }
 }
 
