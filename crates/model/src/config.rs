@@ -162,10 +162,6 @@ const GEMMA2_WINDOW: usize = 4096;
 
 impl Config {
     /// Read and validate the configuration of a GGUF model.
-    #[expect(
-        clippy::too_many_lines,
-        reason = "longer than a screen; issue 91 splits it"
-    )]
     pub fn from_gguf(file: &GgufFile) -> Result<Self, ModelError> {
         let arch_name = file
             .architecture()
@@ -173,188 +169,59 @@ impl Config {
         let arch = Arch::from_name(arch_name).ok_or_else(|| ModelError::UnknownArchitecture {
             name: arch_name.to_string(),
         })?;
-        let key = |k: &str| format!("{arch_name}.{k}");
-        let opt_uint = |k: &str| -> Option<usize> {
-            file.get_u64(&key(k)).and_then(|v| usize::try_from(v).ok())
+        let keys = Keys {
+            file,
+            arch: arch_name,
         };
-        let uint = |k: &str| -> Result<usize, ModelError> {
-            opt_uint(k).ok_or_else(|| {
-                ModelError::Metadata(format!("`{}` is missing or not an integer", key(k)))
-            })
-        };
-        let float = |k: &str| -> Option<f32> { file.get_f32(&key(k)) };
-
-        let hidden = uint("embedding_length")?;
-        let n_layers = uint("block_count")?;
-        if n_layers > 4096 {
-            return Err(ModelError::Metadata(format!(
-                "{n_layers} layers is implausible"
-            )));
-        }
-        let n_heads = uint("attention.head_count")?;
-        let kv_heads = per_layer_uint(file, &key("attention.head_count_kv"), n_layers)?
-            .unwrap_or_else(|| vec![n_heads; n_layers]);
-        let ffn =
-            per_layer_uint(file, &key("feed_forward_length"), n_layers)?.ok_or_else(|| {
-                ModelError::Metadata(format!("`{}` is missing", key("feed_forward_length")))
-            })?;
-        let head_dim =
-            opt_uint("attention.key_length").unwrap_or(hidden.checked_div(n_heads).unwrap_or(0));
-        let value_dim = opt_uint("attention.value_length").unwrap_or(head_dim);
-        let context_length = uint("context_length")?;
-        let norm_eps = float("attention.layer_norm_rms_epsilon").unwrap_or(1e-6);
+        let dims = Dims::read(&keys)?;
         let vocab = file
             .tensor("token_embd.weight")
             .and_then(|t| t.dims.get(1).copied())
             .and_then(|v| usize::try_from(v).ok())
             .ok_or_else(|| ModelError::MissingTensor("token_embd.weight".into()))?;
-        let global_base = float("rope.freq_base");
-        let local_base = float("rope.freq_base_swa");
-
-        let plain = |i: usize, window: Option<usize>, base: f32, scale: f32| LayerKind {
-            window,
-            rope_base: base,
-            rope_scale: scale,
-            rope_dims: head_dim,
-            head_dim,
-            value_dim,
-            n_kv_heads: kv_heads[i],
-            ffn_dim: ffn[i],
-            kv_source: None,
-            sparsity: None,
+        let mut scaling = Scaling {
+            attn_softcap: keys.float("attn_logit_softcapping").filter(|c| *c > 0.0),
+            final_softcap: keys.float("final_logit_softcapping").filter(|c| *c > 0.0),
+            attn_scale: keys.float("attention.scale"),
         };
-
-        let mut attn_softcap = float("attn_logit_softcapping").filter(|c| *c > 0.0);
-        let mut final_softcap = float("final_logit_softcapping").filter(|c| *c > 0.0);
-        let mut attn_scale = float("attention.scale");
-        let (layers, qk_norm, v_norm, per_layer_dim) = match arch {
-            Arch::Gemma2 => {
-                // Even layers slide, odd layers see everything; one RoPE base.
-                let window = opt_uint("attention.sliding_window").unwrap_or(GEMMA2_WINDOW);
-                let base = global_base.unwrap_or(10_000.0);
-                attn_softcap = attn_softcap.or(Some(GEMMA2_ATTN_SOFTCAP));
-                final_softcap = final_softcap.or(Some(GEMMA2_FINAL_SOFTCAP));
-                // Gemma 2 27B scales queries by (hidden / heads)^-1/2, not
-                // head_dim^-1/2 (query_pre_attn_scalar = 144); llama.cpp keys it
-                // on the layer count and so do we.
-                if n_layers == 46 {
-                    attn_scale = attn_scale.or(Some(1.0 / ((hidden / n_heads) as f32).sqrt()));
-                }
-                let layers = (0..n_layers)
-                    .map(|i| {
-                        let w = (i % 2 == 0).then_some(window);
-                        plain(
-                            i,
-                            w,
-                            local_base.filter(|_| w.is_some()).unwrap_or(base),
-                            1.0,
-                        )
-                    })
-                    .collect();
-                (layers, false, false, 0)
-            }
-            Arch::Gemma3 | Arch::GemmaEmbedding => {
-                let mut window = uint("attention.sliding_window")?;
-                if arch == Arch::GemmaEmbedding {
-                    // Both ways: positions within half the window either side
-                    // (transformers' `sliding_window // 2 + 1`, exclusive;
-                    // llama.cpp's symmetric mask), kept as the causal form's
-                    // "the last `w` positions" reach backwards.
-                    window = window / 2 + 1;
-                }
-                let global_base = global_base.unwrap_or(1_000_000.0);
-                let local_base = local_base.unwrap_or(GEMMA3_LOCAL_ROPE_BASE);
-                let global_scale = match file.get_str(&key("rope.scaling.type")) {
-                    Some("linear") => float("rope.scaling.factor")
-                        .filter(|f| *f > 0.0)
-                        .map_or(1.0, |f| 1.0 / f),
-                    _ => 1.0,
-                };
-                // Gemma 3 27B: query_pre_attn_scalar = hidden / heads (168).
-                if n_layers == 62 {
-                    attn_scale = attn_scale.or(Some(1.0 / ((hidden / n_heads) as f32).sqrt()));
-                }
-                let layers = (0..n_layers)
-                    .map(|i| {
-                        if (i + 1) % GEMMA3_SWA_PATTERN == 0 {
-                            plain(i, None, global_base, global_scale)
-                        } else {
-                            plain(i, Some(window), local_base, 1.0)
-                        }
-                    })
-                    .collect();
-                (layers, true, false, 0)
-            }
-            Arch::Gemma4 => (
-                gemma4_layers(file, arch_name, n_layers, &kv_heads, &ffn)?,
-                true,
-                true,
-                opt_uint("embedding_length_per_layer_input").unwrap_or(0),
-            ),
-            Arch::Gemma3n => {
-                let mut layers = gemma4_layers(file, arch_name, n_layers, &kv_heads, &ffn)?;
-                for (l, m) in layers.iter_mut().zip(gemma3n_sparsity(file, n_layers)?) {
-                    l.sparsity = m;
-                }
-                (
-                    layers,
-                    true,
-                    true,
-                    uint("embedding_length_per_layer_input")?,
-                )
-            }
-        };
-        let (altup_streams, laurel_rank) = match arch {
-            Arch::Gemma3n => (
-                uint("altup.num_inputs")?,
-                file.tensor("blk.0.laurel_l.weight")
-                    .and_then(|t| t.dims.get(1).copied())
-                    .and_then(|r| usize::try_from(r).ok())
-                    .ok_or_else(|| ModelError::MissingTensor("blk.0.laurel_l.weight".into()))?,
-            ),
-            _ => (0, 0),
-        };
-        if arch == Arch::Gemma3n
-            && (!(2..=crate::altup::MAX_STREAMS).contains(&altup_streams)
-                || opt_uint("altup.active_idx").unwrap_or(0) != 0)
-        {
-            return Err(ModelError::Metadata(format!(
-                "AltUp with {altup_streams} streams and active stream {:?} is not supported (2 to 16 streams, active 0)",
-                opt_uint("altup.active_idx")
-            )));
-        }
+        let (layers, qk_norm, v_norm, per_layer_dim) =
+            arch_layers(arch, &keys, &dims, &mut scaling)?;
+        let (altup_streams, laurel_rank) = altup_of(arch, &keys)?;
         let attn_scale = match arch {
-            Arch::Gemma4 | Arch::Gemma3n => attn_scale.unwrap_or(1.0),
-            _ => attn_scale.unwrap_or(1.0 / (head_dim as f32).sqrt()),
+            Arch::Gemma4 | Arch::Gemma3n => scaling.attn_scale.unwrap_or(1.0),
+            _ => scaling
+                .attn_scale
+                .unwrap_or(1.0 / (dims.head_dim as f32).sqrt()),
         };
-
         let max = |f: fn(&LayerKind) -> usize| layers.iter().map(f).max().unwrap_or(0);
         let cfg = Config {
             arch,
-            hidden,
-            n_layers,
-            n_heads,
+            hidden: dims.hidden,
+            n_layers: dims.n_layers,
+            n_heads: dims.n_heads,
             n_kv_heads: max(|l| l.n_kv_heads),
             head_dim: max(|l| l.head_dim),
             value_dim: max(|l| l.value_dim),
             ffn_dim: max(|l| l.ffn_dim),
             vocab,
-            norm_eps,
-            context_length,
+            norm_eps: keys
+                .float("attention.layer_norm_rms_epsilon")
+                .unwrap_or(1e-6),
+            context_length: keys.uint("context_length")?,
             attn_scale,
-            attn_softcap,
-            final_softcap,
+            attn_softcap: scaling.attn_softcap,
+            final_softcap: scaling.final_softcap,
             qk_norm,
             v_norm,
             per_layer_dim,
-            n_experts: opt_uint("expert_count").unwrap_or(0),
-            n_experts_used: opt_uint("expert_used_count").unwrap_or(0),
-            expert_ffn_dim: opt_uint("expert_feed_forward_length").unwrap_or(0),
+            n_experts: keys.opt_uint("expert_count").unwrap_or(0),
+            n_experts_used: keys.opt_uint("expert_used_count").unwrap_or(0),
+            expert_ffn_dim: keys.opt_uint("expert_feed_forward_length").unwrap_or(0),
             altup_streams,
             laurel_rank,
             causal: arch != Arch::GemmaEmbedding,
             pooling: match arch {
-                Arch::GemmaEmbedding => Some(pooling_of(opt_uint("pooling_type"))?),
+                Arch::GemmaEmbedding => Some(pooling_of(keys.opt_uint("pooling_type"))?),
                 _ => None,
             },
             layers,
@@ -430,6 +297,226 @@ fn pooling_of(value: Option<usize>) -> Result<Pooling, ModelError> {
             "pooling_type {other} is not supported (1, mean, is)"
         ))),
     }
+}
+
+/// The architecture's keys of a GGUF file (`{arch}.{key}`).
+struct Keys<'f> {
+    file: &'f GgufFile,
+    arch: &'f str,
+}
+
+impl Keys<'_> {
+    fn name(&self, k: &str) -> String {
+        format!("{}.{k}", self.arch)
+    }
+
+    fn opt_uint(&self, k: &str) -> Option<usize> {
+        self.file
+            .get_u64(&self.name(k))
+            .and_then(|v| usize::try_from(v).ok())
+    }
+
+    fn uint(&self, k: &str) -> Result<usize, ModelError> {
+        self.opt_uint(k).ok_or_else(|| {
+            ModelError::Metadata(format!("`{}` is missing or not an integer", self.name(k)))
+        })
+    }
+
+    fn float(&self, k: &str) -> Option<f32> {
+        self.file.get_f32(&self.name(k))
+    }
+}
+
+/// The sizes every architecture reads the same way.
+struct Dims {
+    hidden: usize,
+    n_layers: usize,
+    n_heads: usize,
+    kv_heads: Vec<usize>,
+    ffn: Vec<usize>,
+    head_dim: usize,
+    value_dim: usize,
+    global_base: Option<f32>,
+    local_base: Option<f32>,
+}
+
+impl Dims {
+    fn read(keys: &Keys<'_>) -> Result<Self, ModelError> {
+        let hidden = keys.uint("embedding_length")?;
+        let n_layers = keys.uint("block_count")?;
+        if n_layers > 4096 {
+            return Err(ModelError::Metadata(format!(
+                "{n_layers} layers is implausible"
+            )));
+        }
+        let n_heads = keys.uint("attention.head_count")?;
+        let kv_heads = per_layer_uint(keys.file, &keys.name("attention.head_count_kv"), n_layers)?
+            .unwrap_or_else(|| vec![n_heads; n_layers]);
+        let ffn = per_layer_uint(keys.file, &keys.name("feed_forward_length"), n_layers)?
+            .ok_or_else(|| {
+                ModelError::Metadata(format!("`{}` is missing", keys.name("feed_forward_length")))
+            })?;
+        let head_dim = keys
+            .opt_uint("attention.key_length")
+            .unwrap_or(hidden.checked_div(n_heads).unwrap_or(0));
+        Ok(Self {
+            hidden,
+            n_layers,
+            n_heads,
+            kv_heads,
+            ffn,
+            head_dim,
+            value_dim: keys.opt_uint("attention.value_length").unwrap_or(head_dim),
+            global_base: keys.float("rope.freq_base"),
+            local_base: keys.float("rope.freq_base_swa"),
+        })
+    }
+
+    /// Layer `i` with one head size throughout (Gemma 2 and 3).
+    fn plain(&self, i: usize, window: Option<usize>, base: f32, scale: f32) -> LayerKind {
+        LayerKind {
+            window,
+            rope_base: base,
+            rope_scale: scale,
+            rope_dims: self.head_dim,
+            head_dim: self.head_dim,
+            value_dim: self.value_dim,
+            n_kv_heads: self.kv_heads[i],
+            ffn_dim: self.ffn[i],
+            kv_source: None,
+            sparsity: None,
+        }
+    }
+}
+
+/// Soft-caps and the query scale: the file's, or the architecture's
+/// defaults where a file predates the keys.
+struct Scaling {
+    attn_softcap: Option<f32>,
+    final_softcap: Option<f32>,
+    attn_scale: Option<f32>,
+}
+
+/// The layers of `arch`, whether it norms queries and keys, and values,
+/// and its per-layer input width.
+fn arch_layers(
+    arch: Arch,
+    keys: &Keys<'_>,
+    dims: &Dims,
+    scaling: &mut Scaling,
+) -> Result<(Vec<LayerKind>, bool, bool, usize), ModelError> {
+    let (file, name, n) = (keys.file, keys.arch, dims.n_layers);
+    Ok(match arch {
+        Arch::Gemma2 => (gemma2_layers(keys, dims, scaling), false, false, 0),
+        Arch::Gemma3 | Arch::GemmaEmbedding => {
+            (gemma3_layers(arch, keys, dims, scaling)?, true, false, 0)
+        }
+        Arch::Gemma4 => (
+            gemma4_layers(file, name, n, &dims.kv_heads, &dims.ffn)?,
+            true,
+            true,
+            keys.opt_uint("embedding_length_per_layer_input")
+                .unwrap_or(0),
+        ),
+        Arch::Gemma3n => {
+            let mut layers = gemma4_layers(file, name, n, &dims.kv_heads, &dims.ffn)?;
+            for (l, m) in layers.iter_mut().zip(gemma3n_sparsity(file, n)?) {
+                l.sparsity = m;
+            }
+            (
+                layers,
+                true,
+                true,
+                keys.uint("embedding_length_per_layer_input")?,
+            )
+        }
+    })
+}
+
+/// Gemma 2: even layers slide, odd layers see everything; one RoPE base.
+fn gemma2_layers(keys: &Keys<'_>, dims: &Dims, scaling: &mut Scaling) -> Vec<LayerKind> {
+    let window = keys
+        .opt_uint("attention.sliding_window")
+        .unwrap_or(GEMMA2_WINDOW);
+    let base = dims.global_base.unwrap_or(10_000.0);
+    scaling.attn_softcap = scaling.attn_softcap.or(Some(GEMMA2_ATTN_SOFTCAP));
+    scaling.final_softcap = scaling.final_softcap.or(Some(GEMMA2_FINAL_SOFTCAP));
+    // Gemma 2 27B scales queries by (hidden / heads)^-1/2, not
+    // head_dim^-1/2 (query_pre_attn_scalar = 144); llama.cpp keys it on the
+    // layer count and so do we.
+    if dims.n_layers == 46 {
+        let scale = 1.0 / ((dims.hidden / dims.n_heads) as f32).sqrt();
+        scaling.attn_scale = scaling.attn_scale.or(Some(scale));
+    }
+    (0..dims.n_layers)
+        .map(|i| {
+            let w = (i % 2 == 0).then_some(window);
+            let local = dims.local_base.filter(|_| w.is_some());
+            dims.plain(i, w, local.unwrap_or(base), 1.0)
+        })
+        .collect()
+}
+
+/// Gemma 3 (and EmbeddingGemma): five sliding layers, then a global one
+/// with its own RoPE base and scaling.
+fn gemma3_layers(
+    arch: Arch,
+    keys: &Keys<'_>,
+    dims: &Dims,
+    scaling: &mut Scaling,
+) -> Result<Vec<LayerKind>, ModelError> {
+    let mut window = keys.uint("attention.sliding_window")?;
+    if arch == Arch::GemmaEmbedding {
+        // Both ways: positions within half the window either side
+        // (transformers' `sliding_window // 2 + 1`, exclusive; llama.cpp's
+        // symmetric mask), kept as the causal form's "the last `w`
+        // positions" reach backwards.
+        window = window / 2 + 1;
+    }
+    let global_base = dims.global_base.unwrap_or(1_000_000.0);
+    let local_base = dims.local_base.unwrap_or(GEMMA3_LOCAL_ROPE_BASE);
+    let global_scale = match keys.file.get_str(&keys.name("rope.scaling.type")) {
+        Some("linear") => keys
+            .float("rope.scaling.factor")
+            .filter(|f| *f > 0.0)
+            .map_or(1.0, |f| 1.0 / f),
+        _ => 1.0,
+    };
+    // Gemma 3 27B: query_pre_attn_scalar = hidden / heads (168).
+    if dims.n_layers == 62 {
+        let scale = 1.0 / ((dims.hidden / dims.n_heads) as f32).sqrt();
+        scaling.attn_scale = scaling.attn_scale.or(Some(scale));
+    }
+    Ok((0..dims.n_layers)
+        .map(|i| {
+            if (i + 1) % GEMMA3_SWA_PATTERN == 0 {
+                dims.plain(i, None, global_base, global_scale)
+            } else {
+                dims.plain(i, Some(window), local_base, 1.0)
+            }
+        })
+        .collect())
+}
+
+/// Gemma 3n's AltUp streams and LAuReL rank (none elsewhere), checked.
+fn altup_of(arch: Arch, keys: &Keys<'_>) -> Result<(usize, usize), ModelError> {
+    if arch != Arch::Gemma3n {
+        return Ok((0, 0));
+    }
+    let altup_streams = keys.uint("altup.num_inputs")?;
+    let laurel_rank = keys
+        .file
+        .tensor("blk.0.laurel_l.weight")
+        .and_then(|t| t.dims.get(1).copied())
+        .and_then(|r| usize::try_from(r).ok())
+        .ok_or_else(|| ModelError::MissingTensor("blk.0.laurel_l.weight".into()))?;
+    let active = keys.opt_uint("altup.active_idx");
+    if !(2..=crate::altup::MAX_STREAMS).contains(&altup_streams) || active.unwrap_or(0) != 0 {
+        return Err(ModelError::Metadata(format!(
+            "AltUp with {altup_streams} streams and active stream {active:?} is not supported (2 to 16 streams, active 0)"
+        )));
+    }
+    Ok((altup_streams, laurel_rank))
 }
 
 mod layers;
