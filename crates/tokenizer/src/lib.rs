@@ -105,32 +105,14 @@ impl Tokenizer {
 
     /// `new`, reporting bad merges against `merges_key` when they come from
     /// a GGUF key.
-    #[expect(
-        clippy::too_many_lines,
-        reason = "longer than a screen; issue 91 splits it"
-    )]
     fn build(mut vocab: Vocab, merges_key: Option<&str>) -> Result<Self, TokenizerError> {
         if vocab.model == TokenizerModel::Gemma4 {
             // Converted Gemma 4 files may say add_bos_token = false, but the
             // model needs BOS; llama.cpp overrides the flag the same way.
             vocab.add_bos = true;
         }
+        check_special_ids(&vocab)?;
         let n = vocab.len();
-        for (name, id) in [
-            ("bos_id", vocab.bos_id),
-            ("eos_id", vocab.eos_id),
-            ("unk_id", vocab.unk_id),
-            ("pad_id", vocab.pad_id),
-            ("eot_id", vocab.eot_id),
-        ] {
-            if let Some(id) = id {
-                if id as usize >= n {
-                    return Err(TokenizerError::InvalidVocab(format!(
-                        "{name} {id} is outside the vocabulary of {n} tokens"
-                    )));
-                }
-            }
-        }
         let index = TokenIndex::build(&vocab);
         let merges = match vocab.model {
             TokenizerModel::Llama => None,
@@ -145,23 +127,7 @@ impl Tokenizer {
             )?),
         };
 
-        let mut specials: Vec<u32> = (0..n as u32)
-            .filter(|&id| {
-                vocab.token_type(id).is_some_and(TokenType::is_special)
-                    && !vocab.text(id).unwrap_or_default().is_empty()
-            })
-            .collect();
-        // Stable sort: equal lengths keep id order, a deterministic choice
-        // where llama.cpp's std::sort leaves it unspecified.
-        specials.sort_by_key(|&id| std::cmp::Reverse(vocab.text(id).map_or(0, str::len)));
-        let mut special_lens = vec![Vec::new(); 256];
-        for &id in &specials {
-            let t = vocab.text(id).unwrap_or_default().as_bytes();
-            let lens: &mut Vec<usize> = &mut special_lens[t[0] as usize];
-            if lens.last() != Some(&t.len()) {
-                lens.push(t.len());
-            }
-        }
+        let (specials, special_lens) = specials_by_length(&vocab, n);
 
         let controls = ControlTexts::new(&vocab);
         let mut tok = Self {
@@ -174,37 +140,51 @@ impl Tokenizer {
             controls,
             eog: Vec::new(),
         };
+        tok.byte_ids = tok.byte_fallbacks();
+        tok.eog = tok.end_of_generation();
+        Ok(tok)
+    }
+
+    /// Each byte's token for byte fallback: `<0xNN>`, else (SentencePiece,
+    /// as llama.cpp) the single-character token, else unknown.
+    fn byte_fallbacks(&self) -> [Option<u32>; 256] {
+        let mut ids = [None; 256];
         for b in 0..=255u8 {
             let name = format!("<0x{b:02X}>");
-            let byte_token = tok.lookup(name.as_bytes());
-            tok.byte_ids[b as usize] = match tok.vocab.model {
+            let byte_token = self.lookup(name.as_bytes());
+            ids[b as usize] = match self.vocab.model {
                 // llama.cpp's SentencePiece falls back to the single-character
                 // token when the vocabulary has no byte token for this value.
-                TokenizerModel::Llama => {
-                    byte_token.or_else(|| tok.lookup(&[b])).or(tok.vocab.unk_id)
-                }
+                TokenizerModel::Llama => byte_token
+                    .or_else(|| self.lookup(&[b]))
+                    .or(self.vocab.unk_id),
                 TokenizerModel::Gemma4 => byte_token,
             };
         }
-        let mut eog: Vec<u32> = [tok.vocab.eos_id, tok.vocab.eot_id]
+        ids
+    }
+
+    /// The tokens that end a generation: EOS, EOT and the texts of
+    /// [`EOG_TEXTS`] the vocabulary holds, sorted.
+    fn end_of_generation(&self) -> Vec<u32> {
+        let mut eog: Vec<u32> = [self.vocab.eos_id, self.vocab.eot_id]
             .into_iter()
             .flatten()
             .collect();
         // Gemma 4's vocabulary has `</s>` as ordinary text (llama.cpp takes it
         // back out of the list there too).
-        let gemma4 = tok.lookup(GEMMA4_MARKER.as_bytes()).is_some();
+        let gemma4 = self.lookup(GEMMA4_MARKER.as_bytes()).is_some();
         for t in EOG_TEXTS {
             if gemma4 && *t == "</s>" {
                 continue;
             }
-            if let Some(id) = tok.lookup(t.as_bytes()) {
+            if let Some(id) = self.lookup(t.as_bytes()) {
                 eog.push(id);
             }
         }
         eog.sort_unstable();
         eog.dedup();
-        tok.eog = eog;
-        Ok(tok)
+        eog
     }
 
     /// Read the vocabulary from a GGUF file and build the tokenizer.
@@ -514,6 +494,50 @@ enum Fragment {
     Text(usize, usize),
     /// A special token matched whole.
     Token(u32),
+}
+
+/// Every special id the vocabulary names lies within it.
+fn check_special_ids(vocab: &Vocab) -> Result<(), TokenizerError> {
+    let n = vocab.len();
+    for (name, id) in [
+        ("bos_id", vocab.bos_id),
+        ("eos_id", vocab.eos_id),
+        ("unk_id", vocab.unk_id),
+        ("pad_id", vocab.pad_id),
+        ("eot_id", vocab.eot_id),
+    ] {
+        if let Some(id) = id {
+            if id as usize >= n {
+                return Err(TokenizerError::InvalidVocab(format!(
+                    "{name} {id} is outside the vocabulary of {n} tokens"
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// The special tokens with text, longest first, and per first byte the
+/// lengths they come in (longest first), for the special-token scan.
+fn specials_by_length(vocab: &Vocab, n: usize) -> (Vec<u32>, Vec<Vec<usize>>) {
+    let mut specials: Vec<u32> = (0..n as u32)
+        .filter(|&id| {
+            vocab.token_type(id).is_some_and(TokenType::is_special)
+                && !vocab.text(id).unwrap_or_default().is_empty()
+        })
+        .collect();
+    // Stable sort: equal lengths keep id order, a deterministic choice
+    // where llama.cpp's std::sort leaves it unspecified.
+    specials.sort_by_key(|&id| std::cmp::Reverse(vocab.text(id).map_or(0, str::len)));
+    let mut special_lens = vec![Vec::new(); 256];
+    for &id in &specials {
+        let t = vocab.text(id).unwrap_or_default().as_bytes();
+        let lens: &mut Vec<usize> = &mut special_lens[t[0] as usize];
+        if lens.last() != Some(&t.len()) {
+            lens.push(t.len());
+        }
+    }
+    (specials, special_lens)
 }
 
 #[cfg(test)]
