@@ -236,10 +236,6 @@ fn u32_of(v: u64, key: &str) -> Result<MetaValue, HfError> {
 }
 
 /// The `<arch>.*` hyper-parameter keys, as llama.cpp's converter names them.
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 fn write_hparams(w: &mut GgufWriter, family: Family, cfg: &TextConfig) -> Result<(), HfError> {
     let arch = family.gguf_arch();
     let k = |s: &str| format!("{arch}.{s}");
@@ -248,7 +244,6 @@ fn write_hparams(w: &mut GgufWriter, family: Family, cfg: &TextConfig) -> Result
     let heads = cfg.uint("num_attention_heads")?;
     let kv_heads = cfg.opt_uint("num_key_value_heads").unwrap_or(heads);
     let head_dim = cfg.opt_uint("head_dim").unwrap_or(hidden / heads.max(1));
-    let ffn = || cfg.uint("intermediate_size");
     let ctx = cfg.opt_uint("max_position_embeddings").unwrap_or(8192);
     let eps = cfg.opt_f32("rms_norm_eps").unwrap_or(1e-6);
     w.set(k("context_length"), u32_of(ctx, "max_position_embeddings")?);
@@ -266,141 +261,178 @@ fn write_hparams(w: &mut GgufWriter, family: Family, cfg: &TextConfig) -> Result
     if let Some(c) = cfg.opt_f32("final_logit_softcapping") {
         w.set(k("final_logit_softcapping"), MetaValue::F32(c));
     }
-    let window = cfg.opt_uint("sliding_window");
-    if let Some(win) = window {
+    if let Some(win) = cfg.opt_uint("sliding_window") {
         w.set(
             k("attention.sliding_window"),
             u32_of(win, "sliding_window")?,
         );
     }
-    let rope_theta = |kind: &str| cfg.rope(kind, "rope_theta").and_then(Value::as_f64);
     match family {
         Family::Gemma2 | Family::Gemma3 | Family::GemmaEmbedding => {
-            w.set(
-                k("feed_forward_length"),
-                u32_of(ffn()?, "intermediate_size")?,
-            );
-            w.set(k("attention.key_length"), u32_of(head_dim, "head_dim")?);
-            w.set(k("attention.value_length"), u32_of(head_dim, "head_dim")?);
-            if let Some(s) = cfg.opt_f32("query_pre_attn_scalar").filter(|s| *s > 0.0) {
-                w.set(k("attention.scale"), MetaValue::F32(1.0 / s.sqrt()));
-            }
-            if family == Family::Gemma2 {
-                if let Some(c) = cfg.opt_f32("attn_logit_softcapping") {
-                    w.set(k("attn_logit_softcapping"), MetaValue::F32(c));
-                }
-                if let Some(t) = rope_theta("default").or_else(|| rope_theta("full_attention")) {
-                    w.set(k("rope.freq_base"), MetaValue::F32(t as f32));
-                }
-            } else {
-                if let Some(t) = rope_theta("full_attention") {
-                    w.set(k("rope.freq_base"), MetaValue::F32(t as f32));
-                }
-                let local = rope_theta("sliding_attention")
-                    .or_else(|| cfg.v.get("rope_local_base_freq").and_then(Value::as_f64));
-                if let Some(t) = local {
-                    w.set(k("rope.freq_base_swa"), MetaValue::F32(t as f32));
-                }
-                let rope_type = cfg
-                    .rope("full_attention", "rope_type")
-                    .and_then(Value::as_str);
-                let factor = cfg.rope("full_attention", "factor").and_then(Value::as_f64);
-                if let (Some("linear"), Some(f)) = (rope_type, factor) {
-                    w.set(k("rope.scaling.type"), MetaValue::String("linear".into()));
-                    w.set(k("rope.scaling.factor"), MetaValue::F32(f as f32));
-                }
-            }
+            write_gemma23_hparams(w, family, cfg, head_dim)
         }
-        Family::Gemma3n => write_gemma3n_hparams(w, cfg, n_layers, head_dim)?,
-        Family::Gemma4 => {
-            let ffn = ffn()?;
-            let sliding = cfg.sliding_layers(n_layers)?;
-            let global_dim = gemma4_global_head_dim(cfg, &sliding).unwrap_or(head_dim);
-            let shared = cfg
-                .opt_uint("num_kv_shared_layers")
-                .unwrap_or(0)
-                .min(n_layers);
-            let double = cfg.v.get("use_double_wide_mlp").and_then(Value::as_bool) == Some(true);
-            if double {
-                let ffn_per_layer: Vec<i32> = (0..n_layers)
-                    .map(|i| {
-                        let wide = i >= n_layers - shared;
-                        i32::try_from(if wide { 2 * ffn } else { ffn })
-                            .map_err(|_| HfError::Config("intermediate_size is too large".into()))
-                    })
-                    .collect::<Result<_, _>>()?;
-                w.set(
-                    k("feed_forward_length"),
-                    MetaValue::Array(MetaArray::I32(ffn_per_layer)),
-                );
-            } else {
-                w.set(k("feed_forward_length"), u32_of(ffn, "intermediate_size")?);
-            }
-            for (key, value, what) in [
-                ("attention.key_length", global_dim, "global_head_dim"),
-                ("attention.value_length", global_dim, "global_head_dim"),
-                ("attention.key_length_swa", head_dim, "head_dim"),
-                ("attention.value_length_swa", head_dim, "head_dim"),
-                ("rope.dimension_count", global_dim, "global_head_dim"),
-                ("rope.dimension_count_swa", head_dim, "head_dim"),
-            ] {
-                w.set(k(key), u32_of(value, what)?);
-            }
-            w.set(
-                k("rope.freq_base"),
-                MetaValue::F32(rope_theta("full_attention").unwrap_or(1e6) as f32),
-            );
-            w.set(
-                k("rope.freq_base_swa"),
-                MetaValue::F32(rope_theta("sliding_attention").unwrap_or(1e4) as f32),
-            );
-            w.set(
-                k("attention.sliding_window_pattern"),
-                MetaValue::Array(MetaArray::Bool(sliding.clone())),
-            );
-            w.set(
-                k("attention.shared_kv_layers"),
-                u32_of(shared, "num_kv_shared_layers")?,
-            );
-            let global_kv = cfg.opt_uint("num_global_key_value_heads").or_else(|| {
-                let first_global = sliding.iter().position(|s| !s)?;
-                cfg.v
-                    .get("per_layer_config")?
-                    .get(first_global.to_string())?
-                    .get("num_key_value_heads")?
-                    .as_u64()
-            });
-            if let Some(g) = global_kv {
-                let per_layer: Vec<i32> = sliding
-                    .iter()
-                    .map(|&s| i32::try_from(if s { kv_heads } else { g }))
-                    .collect::<Result<_, _>>()
-                    .map_err(|_| HfError::Config("key/value head count too large".into()))?;
-                w.set(
-                    k("attention.head_count_kv"),
-                    MetaValue::Array(MetaArray::I32(per_layer)),
-                );
-            }
-            if let Some(n) = cfg.opt_uint("num_experts") {
-                w.set(k("expert_count"), u32_of(n, "num_experts")?);
-            }
-            if let Some(n) = cfg.opt_uint("top_k_experts") {
-                w.set(k("expert_used_count"), u32_of(n, "top_k_experts")?);
-            }
-            if let Some(n) = cfg.opt_uint("moe_intermediate_size") {
-                w.set(
-                    k("expert_feed_forward_length"),
-                    u32_of(n, "moe_intermediate_size")?,
-                );
-            }
-            let ple = cfg.opt_uint("hidden_size_per_layer_input").unwrap_or(0);
-            w.set(
-                k("embedding_length_per_layer_input"),
-                u32_of(ple, "hidden_size_per_layer_input")?,
-            );
+        Family::Gemma3n => write_gemma3n_hparams(w, cfg, n_layers, head_dim),
+        Family::Gemma4 => write_gemma4_hparams(w, cfg, n_layers, head_dim, kv_heads),
+    }
+}
+
+/// Gemma 2's and 3's keys: one FFN width and head size, the query scale,
+/// the RoPE bases (and Gemma 3's linear scaling), Gemma 2's soft-cap.
+fn write_gemma23_hparams(
+    w: &mut GgufWriter,
+    family: Family,
+    cfg: &TextConfig,
+    head_dim: u64,
+) -> Result<(), HfError> {
+    let arch = family.gguf_arch();
+    let k = |s: &str| format!("{arch}.{s}");
+    let rope_theta = |kind: &str| cfg.rope(kind, "rope_theta").and_then(Value::as_f64);
+    w.set(
+        k("feed_forward_length"),
+        u32_of(cfg.uint("intermediate_size")?, "intermediate_size")?,
+    );
+    w.set(k("attention.key_length"), u32_of(head_dim, "head_dim")?);
+    w.set(k("attention.value_length"), u32_of(head_dim, "head_dim")?);
+    if let Some(s) = cfg.opt_f32("query_pre_attn_scalar").filter(|s| *s > 0.0) {
+        w.set(k("attention.scale"), MetaValue::F32(1.0 / s.sqrt()));
+    }
+    if family == Family::Gemma2 {
+        if let Some(c) = cfg.opt_f32("attn_logit_softcapping") {
+            w.set(k("attn_logit_softcapping"), MetaValue::F32(c));
         }
+        if let Some(t) = rope_theta("default").or_else(|| rope_theta("full_attention")) {
+            w.set(k("rope.freq_base"), MetaValue::F32(t as f32));
+        }
+        return Ok(());
+    }
+    if let Some(t) = rope_theta("full_attention") {
+        w.set(k("rope.freq_base"), MetaValue::F32(t as f32));
+    }
+    let local = rope_theta("sliding_attention")
+        .or_else(|| cfg.v.get("rope_local_base_freq").and_then(Value::as_f64));
+    if let Some(t) = local {
+        w.set(k("rope.freq_base_swa"), MetaValue::F32(t as f32));
+    }
+    let rope_type = cfg
+        .rope("full_attention", "rope_type")
+        .and_then(Value::as_str);
+    let factor = cfg.rope("full_attention", "factor").and_then(Value::as_f64);
+    if let (Some("linear"), Some(f)) = (rope_type, factor) {
+        w.set(k("rope.scaling.type"), MetaValue::String("linear".into()));
+        w.set(k("rope.scaling.factor"), MetaValue::F32(f as f32));
     }
     Ok(())
+}
+
+/// Gemma 4's keys: FFN widths (doubled on KV-sharing layers when the
+/// checkpoint says so), global and sliding head sizes and RoPE, the layer
+/// pattern, KV sharing and the global layers' KV heads, experts, per-layer
+/// inputs.
+fn write_gemma4_hparams(
+    w: &mut GgufWriter,
+    cfg: &TextConfig,
+    n_layers: u64,
+    head_dim: u64,
+    kv_heads: u64,
+) -> Result<(), HfError> {
+    let arch = Family::Gemma4.gguf_arch();
+    let k = |s: &str| format!("{arch}.{s}");
+    let rope_theta = |kind: &str| cfg.rope(kind, "rope_theta").and_then(Value::as_f64);
+    let sliding = cfg.sliding_layers(n_layers)?;
+    let global_dim = gemma4_global_head_dim(cfg, &sliding).unwrap_or(head_dim);
+    let shared = cfg
+        .opt_uint("num_kv_shared_layers")
+        .unwrap_or(0)
+        .min(n_layers);
+    w.set(k("feed_forward_length"), gemma4_ffn(cfg, n_layers, shared)?);
+    for (key, value, what) in [
+        ("attention.key_length", global_dim, "global_head_dim"),
+        ("attention.value_length", global_dim, "global_head_dim"),
+        ("attention.key_length_swa", head_dim, "head_dim"),
+        ("attention.value_length_swa", head_dim, "head_dim"),
+        ("rope.dimension_count", global_dim, "global_head_dim"),
+        ("rope.dimension_count_swa", head_dim, "head_dim"),
+    ] {
+        w.set(k(key), u32_of(value, what)?);
+    }
+    w.set(
+        k("rope.freq_base"),
+        MetaValue::F32(rope_theta("full_attention").unwrap_or(1e6) as f32),
+    );
+    w.set(
+        k("rope.freq_base_swa"),
+        MetaValue::F32(rope_theta("sliding_attention").unwrap_or(1e4) as f32),
+    );
+    w.set(
+        k("attention.sliding_window_pattern"),
+        MetaValue::Array(MetaArray::Bool(sliding.clone())),
+    );
+    w.set(
+        k("attention.shared_kv_layers"),
+        u32_of(shared, "num_kv_shared_layers")?,
+    );
+    if let Some(per_layer) = gemma4_kv_heads(cfg, &sliding, kv_heads)? {
+        w.set(k("attention.head_count_kv"), per_layer);
+    }
+    for (key, name) in [
+        ("expert_count", "num_experts"),
+        ("expert_used_count", "top_k_experts"),
+        ("expert_feed_forward_length", "moe_intermediate_size"),
+    ] {
+        if let Some(n) = cfg.opt_uint(name) {
+            w.set(k(key), u32_of(n, name)?);
+        }
+    }
+    let ple = cfg.opt_uint("hidden_size_per_layer_input").unwrap_or(0);
+    w.set(
+        k("embedding_length_per_layer_input"),
+        u32_of(ple, "hidden_size_per_layer_input")?,
+    );
+    Ok(())
+}
+
+/// Gemma 4's FFN width: one, or per layer with the last `shared` (the
+/// KV-sharing layers) doubled under `use_double_wide_mlp`.
+fn gemma4_ffn(cfg: &TextConfig, n_layers: u64, shared: u64) -> Result<MetaValue, HfError> {
+    let ffn = cfg.uint("intermediate_size")?;
+    if cfg.v.get("use_double_wide_mlp").and_then(Value::as_bool) != Some(true) {
+        return u32_of(ffn, "intermediate_size");
+    }
+    let per_layer: Vec<i32> = (0..n_layers)
+        .map(|i| {
+            let wide = i >= n_layers - shared;
+            i32::try_from(if wide { 2 * ffn } else { ffn })
+                .map_err(|_| HfError::Config("intermediate_size is too large".into()))
+        })
+        .collect::<Result<_, _>>()?;
+    Ok(MetaValue::Array(MetaArray::I32(per_layer)))
+}
+
+/// Gemma 4's KV heads per layer where its global layers have their own
+/// count (`num_global_key_value_heads`, or the first global layer's
+/// `per_layer_config`); `None` when they do not.
+fn gemma4_kv_heads(
+    cfg: &TextConfig,
+    sliding: &[bool],
+    kv_heads: u64,
+) -> Result<Option<MetaValue>, HfError> {
+    let global_kv = cfg.opt_uint("num_global_key_value_heads").or_else(|| {
+        let first_global = sliding.iter().position(|s| !s)?;
+        cfg.v
+            .get("per_layer_config")?
+            .get(first_global.to_string())?
+            .get("num_key_value_heads")?
+            .as_u64()
+    });
+    let Some(g) = global_kv else {
+        return Ok(None);
+    };
+    let per_layer: Vec<i32> = sliding
+        .iter()
+        .map(|&s| i32::try_from(if s { kv_heads } else { g }))
+        .collect::<Result<_, _>>()
+        .map_err(|_| HfError::Config("key/value head count too large".into()))?;
+    Ok(Some(MetaValue::Array(MetaArray::I32(per_layer))))
 }
 
 /// Gemma 3n's keys: per-layer FFN widths, the layer pattern, KV sharing,
