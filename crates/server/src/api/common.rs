@@ -5,7 +5,7 @@ use super::speculative::SpeculativeFields;
 use super::{Input, Request};
 use crate::error::ApiError;
 use engine::{Grammar, SamplingParams};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 /// Most stop strings a request may give.
@@ -59,18 +59,9 @@ pub(super) struct Common {
     repeat_last_n: Option<i64>,
     /// Token id (as a string) to a bias from -100 to 100.
     logit_bias: Option<std::collections::BTreeMap<String, f32>>,
-    /// llama.cpp's DRY settings.
-    dry_multiplier: Option<f32>,
-    dry_base: Option<f32>,
-    dry_allowed_length: Option<i64>,
-    /// -1 means the whole context, 0 turns DRY off.
-    dry_penalty_last_n: Option<i64>,
-    dry_sequence_breakers: Option<Vec<String>>,
-    /// llama.cpp's XTC settings.
-    xtc_probability: Option<f32>,
-    xtc_threshold: Option<f32>,
-    /// llama.cpp's top-nσ.
-    top_n_sigma: Option<f32>,
+    /// llama.cpp's DRY, XTC and top-nσ.
+    #[serde(flatten)]
+    samplers: LlamaSamplers,
     /// OpenAI: `{"type": "text" | "json_object" | "json_schema", ...}`.
     response_format: Option<Value>,
     /// llama.cpp's extension: a GBNF grammar.
@@ -366,10 +357,11 @@ fn sampling(c: &Common, defaults: &SamplingParams) -> Result<SamplingParams, Api
             n => usize::try_from(n).unwrap_or(usize::MAX),
         };
     }
-    dry_settings(c, &mut params.dry)?;
-    params.xtc_probability = c.xtc_probability.unwrap_or(params.xtc_probability);
-    params.xtc_threshold = c.xtc_threshold.unwrap_or(params.xtc_threshold);
-    params.top_n_sigma = c.top_n_sigma.unwrap_or(params.top_n_sigma);
+    let x = &c.samplers;
+    dry_settings(x, &mut params.dry)?;
+    params.xtc_probability = x.xtc_probability.unwrap_or(params.xtc_probability);
+    params.xtc_threshold = x.xtc_threshold.unwrap_or(params.xtc_threshold);
+    params.top_n_sigma = x.top_n_sigma.unwrap_or(params.top_n_sigma);
     if let Some(k) = c.top_k {
         if k < 0 {
             return Err(ApiError::bad_param(
@@ -383,8 +375,31 @@ fn sampling(c: &Common, defaults: &SamplingParams) -> Result<SamplingParams, Api
     Ok(params)
 }
 
+/// llama.cpp's samplers beyond OpenAI's, under llama.cpp's names: fields
+/// of chat and legacy completions, and of Ollama's `options`.
+#[derive(Debug, Default, Deserialize, Serialize)]
+pub(crate) struct LlamaSamplers {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dry_multiplier: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dry_base: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dry_allowed_length: Option<i64>,
+    /// -1 means the whole context, 0 turns DRY off.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dry_penalty_last_n: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dry_sequence_breakers: Option<Vec<String>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    xtc_probability: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    xtc_threshold: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    top_n_sigma: Option<f32>,
+}
+
 /// The request's DRY fields over the server's defaults in `dry`.
-fn dry_settings(c: &Common, dry: &mut engine::Dry) -> Result<(), ApiError> {
+fn dry_settings(c: &LlamaSamplers, dry: &mut engine::Dry) -> Result<(), ApiError> {
     dry.multiplier = c.dry_multiplier.unwrap_or(dry.multiplier);
     dry.base = c.dry_base.unwrap_or(dry.base);
     if let Some(n) = c.dry_allowed_length {

@@ -16,6 +16,7 @@ mod speculative;
 use chat::chat_request;
 pub(crate) use chat::reply_grammar;
 use common::completion_request;
+pub(crate) use common::LlamaSamplers;
 pub use common::{MAX_CHOICES, MAX_TOP_LOGPROBS};
 pub use speculative::SpeculationChoice;
 

@@ -22,15 +22,9 @@ struct Options {
     repeat_last_n: Option<i64>,
     presence_penalty: Option<f32>,
     frequency_penalty: Option<f32>,
-    // llama.cpp's samplers, under the same names.
-    dry_multiplier: Option<f32>,
-    dry_base: Option<f32>,
-    dry_allowed_length: Option<i64>,
-    dry_penalty_last_n: Option<i64>,
-    dry_sequence_breakers: Option<Vec<String>>,
-    xtc_probability: Option<f32>,
-    xtc_threshold: Option<f32>,
-    top_n_sigma: Option<f32>,
+    /// llama.cpp's samplers, under the same names.
+    #[serde(flatten)]
+    samplers: api::LlamaSamplers,
 }
 
 /// A tool call in an assistant message: arguments as an object.
@@ -99,8 +93,8 @@ pub(super) struct GenerateBody {
     pub common: Common,
 }
 
-/// `options`' sampling fields under their OpenAI (and llama.cpp) names.
-fn sampling_fields(o: Options) -> [(&'static str, Option<Value>); 18] {
+/// `options`' sampling fields under their OpenAI names.
+fn sampling_fields(o: Options) -> [(&'static str, Option<Value>); 10] {
     [
         ("temperature", o.temperature.map(|v| json!(v))),
         ("top_k", o.top_k.map(|v| json!(v))),
@@ -112,17 +106,6 @@ fn sampling_fields(o: Options) -> [(&'static str, Option<Value>); 18] {
         ("repeat_last_n", o.repeat_last_n.map(|v| json!(v))),
         ("presence_penalty", o.presence_penalty.map(|v| json!(v))),
         ("frequency_penalty", o.frequency_penalty.map(|v| json!(v))),
-        ("dry_multiplier", o.dry_multiplier.map(|v| json!(v))),
-        ("dry_base", o.dry_base.map(|v| json!(v))),
-        ("dry_allowed_length", o.dry_allowed_length.map(|v| json!(v))),
-        ("dry_penalty_last_n", o.dry_penalty_last_n.map(|v| json!(v))),
-        (
-            "dry_sequence_breakers",
-            o.dry_sequence_breakers.map(|v| json!(v)),
-        ),
-        ("xtc_probability", o.xtc_probability.map(|v| json!(v))),
-        ("xtc_threshold", o.xtc_threshold.map(|v| json!(v))),
-        ("top_n_sigma", o.top_n_sigma.map(|v| json!(v))),
     ]
 }
 
@@ -157,6 +140,9 @@ fn common_fields(c: Common, out: &mut Map<String, Value>) -> Result<(), ApiError
                 "`num_ctx` must be at least 1.",
             ));
         }
+    }
+    if let Ok(Value::Object(samplers)) = serde_json::to_value(&o.samplers) {
+        out.extend(samplers);
     }
     for (name, value) in sampling_fields(o) {
         if let Some(v) = value {
