@@ -235,10 +235,6 @@ impl Vocab {
 
     /// Read the vocabulary of a `tokenizer.ggml.model = llama` (SentencePiece)
     /// or `gemma4` (BPE with merges) file.
-    #[expect(
-        clippy::too_many_lines,
-        reason = "longer than a screen; issue 91 splits it"
-    )]
     pub fn from_gguf(file: &gguf::GgufFile) -> Result<Self, TokenizerError> {
         const MODEL: &str = "tokenizer.ggml.model";
         const TOKENS: &str = "tokenizer.ggml.tokens";
@@ -304,7 +300,14 @@ impl Vocab {
                 other => other,
             })?;
         }
-        let n = vocab.len() as u64;
+        vocab.read_settings(file)?;
+        Ok(vocab)
+    }
+
+    /// The special ids, the BOS/EOS/space flags and the chat template of
+    /// `file` (its tokens and model already read).
+    fn read_settings(&mut self, file: &gguf::GgufFile) -> Result<(), TokenizerError> {
+        let n = self.len() as u64;
         let id = |key: &str| -> Result<Option<u32>, TokenizerError> {
             match file.get(key) {
                 None => Ok(None),
@@ -321,24 +324,24 @@ impl Vocab {
                 }
             }
         };
-        vocab.bos_id = id("tokenizer.ggml.bos_token_id")?;
-        vocab.eos_id = id("tokenizer.ggml.eos_token_id")?;
-        vocab.unk_id = id("tokenizer.ggml.unknown_token_id")?;
-        vocab.pad_id = id("tokenizer.ggml.padding_token_id")?;
-        vocab.eot_id = id("tokenizer.ggml.eot_token_id")?;
+        self.bos_id = id("tokenizer.ggml.bos_token_id")?;
+        self.eos_id = id("tokenizer.ggml.eos_token_id")?;
+        self.unk_id = id("tokenizer.ggml.unknown_token_id")?;
+        self.pad_id = id("tokenizer.ggml.padding_token_id")?;
+        self.eot_id = id("tokenizer.ggml.eot_token_id")?;
         let flag = |key: &str, default: bool| -> Result<bool, TokenizerError> {
             match file.get(key) {
                 None => Ok(default),
                 Some(v) => v.as_bool().ok_or_else(|| invalid(key, "not a bool")),
             }
         };
-        vocab.add_bos = flag("tokenizer.ggml.add_bos_token", true)?;
-        vocab.add_eos = flag("tokenizer.ggml.add_eos_token", false)?;
+        self.add_bos = flag("tokenizer.ggml.add_bos_token", true)?;
+        self.add_eos = flag("tokenizer.ggml.add_eos_token", false)?;
         // BPE vocabularies default to no prefix space (llama.cpp's choice);
         // the flag then only affects decode, as there.
-        let space_default = model == TokenizerModel::Llama;
-        vocab.add_space_prefix = flag("tokenizer.ggml.add_space_prefix", space_default)?;
-        vocab.chat_template = match file.get("tokenizer.chat_template") {
+        let space_default = self.model == TokenizerModel::Llama;
+        self.add_space_prefix = flag("tokenizer.ggml.add_space_prefix", space_default)?;
+        self.chat_template = match file.get("tokenizer.chat_template") {
             None => None,
             Some(v) => Some(
                 v.as_str()
@@ -346,7 +349,7 @@ impl Vocab {
                     .to_string(),
             ),
         };
-        Ok(vocab)
+        Ok(())
     }
 
     /// Number of tokens.
