@@ -102,10 +102,8 @@ fn strip_prefix(name: &str) -> Option<&str> {
     bare.iter().any(|p| name.starts_with(p)).then_some(name)
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
+/// Where a checkpoint tensor goes in the GGUF (llama.cpp's names); layers
+/// from `shared_from` on read an earlier layer's KV and skip their own.
 fn target(name: &str, shared_from: u64) -> Target {
     if name == "lm_head.weight" {
         return Target::Matrix("output.weight".into());
@@ -158,6 +156,11 @@ fn target(name: &str, shared_from: u64) -> Target {
         // Layers that reuse an earlier layer's KV never read these.
         return Target::Skip;
     }
+    layer_target(i, suffix)
+}
+
+/// Where layer `i`'s tensor `suffix` goes.
+fn layer_target(i: u64, suffix: &str) -> Target {
     let blk = |s: &str| format!("blk.{i}.{s}.weight");
     match suffix {
         "input_layernorm.weight" => Target::Norm(blk("attn_norm")),
