@@ -210,7 +210,7 @@ pub struct Sampler {
     candidates: Vec<(u32, f32)>,
     probs: Vec<f64>,
     counts: std::collections::HashMap<u32, u32>,
-    repeats: Vec<usize>,
+    dry: dry::Scratch,
 }
 
 impl Sampler {
@@ -223,7 +223,7 @@ impl Sampler {
             candidates: Vec::new(),
             probs: Vec::new(),
             counts: std::collections::HashMap::new(),
-            repeats: Vec::new(),
+            dry: dry::Scratch::default(),
         }
     }
 
@@ -248,7 +248,7 @@ impl Sampler {
             }
         }
         self.apply_penalties(logits, history);
-        dry::apply(&self.params.dry, logits, history, &mut self.repeats);
+        dry::apply(&self.params.dry, logits, history, &mut self.dry);
     }
 
     /// The second half of [`Sampler::sample`]: draw from prepared logits,
@@ -379,11 +379,11 @@ fn sigma_floor(logits: &[f32], n: f32) -> f32 {
 /// f32 as llama.cpp computes them), all but the last are removed.
 fn exclude_top_choices(c: &mut Vec<(u32, f32)>, threshold: f32) {
     let max = c[0].1;
-    let weights: Vec<f32> = c.iter().map(|&(_, l)| (l - max).exp()).collect();
-    let sum = weights.iter().fold(0.0f32, |s, &w| s + w);
-    let above = weights
+    let weight = |&(_, l): &(u32, f32)| (l - max).exp();
+    let sum = c.iter().map(weight).fold(0.0f32, |s, w| s + w);
+    let above = c
         .iter()
-        .take_while(|&&w| w / sum >= threshold)
+        .take_while(|&e| weight(e) / sum >= threshold)
         .count();
     if above > 1 {
         c.drain(..above - 1);

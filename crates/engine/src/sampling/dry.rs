@@ -186,9 +186,18 @@ fn contains(hay: &[u8], needle: &[u8]) -> bool {
     hay.windows(needle.len()).any(|w| w == needle)
 }
 
+/// The buffers DRY works in, kept by a sampler from token to token.
+#[derive(Debug, Clone, Default)]
+pub(super) struct Scratch {
+    /// How far the text before each place matches the text's end.
+    repeat: Vec<usize>,
+    /// The longest repeat each next token would extend.
+    longest: HashMap<u32, usize>,
+}
+
 /// Apply DRY's penalties to `logits` after `history` (the prompt and the
-/// tokens drawn so far, oldest first), with `repeat` as a reused buffer.
-pub(super) fn apply(dry: &Dry, logits: &mut [f32], history: &[u32], repeat: &mut Vec<usize>) {
+/// tokens drawn so far, oldest first).
+pub(super) fn apply(dry: &Dry, logits: &mut [f32], history: &[u32], scratch: &mut Scratch) {
     if !dry.enabled() {
         return;
     }
@@ -203,9 +212,9 @@ pub(super) fn apply(dry: &Dry, logits: &mut [f32], history: &[u32], repeat: &mut
     if limit < dry.allowed_length {
         return;
     }
+    let Scratch { repeat, longest } = scratch;
     suffix_repeats(n, limit, back, repeat);
-    // The longest repeat each next token would extend.
-    let mut longest: HashMap<u32, usize> = HashMap::new();
+    longest.clear();
     for (i, &len) in repeat.iter().enumerate().take(n - 1) {
         if len >= dry.allowed_length {
             let next = back(n - 2 - i);
@@ -218,7 +227,7 @@ pub(super) fn apply(dry: &Dry, logits: &mut [f32], history: &[u32], repeat: &mut
     } else {
         0
     };
-    for (&token, &len) in &longest {
+    for (&token, &len) in longest.iter() {
         if dry.breakers.breaks_alone(token) {
             continue;
         }
