@@ -6,9 +6,9 @@ use crate::MediaError;
 use realfft::RealFftPlanner;
 use rubato::{FftFixedIn, Resampler};
 use symphonia::core::audio::SampleBuffer;
-use symphonia::core::codecs::{DecoderOptions, CODEC_TYPE_NULL};
+use symphonia::core::codecs::{CodecParameters, Decoder, DecoderOptions, CODEC_TYPE_NULL};
 use symphonia::core::errors::Error as SymphoniaError;
-use symphonia::core::formats::FormatOptions;
+use symphonia::core::formats::{FormatOptions, FormatReader};
 use symphonia::core::io::MediaSourceStream;
 use symphonia::core::meta::MetadataOptions;
 use symphonia::core::probe::Hint;
@@ -71,28 +71,30 @@ impl Clip {
                 });
             }
             let (samples, truncated) = decode_opus(bytes)?;
-            if samples.is_empty() {
-                return Err(MediaError::Decode("the audio clip has no samples".into()));
-            }
-            let mut samples = resample(&samples, OPUS_RATE, SAMPLE_RATE)?;
-            samples.truncate((SAMPLE_RATE * MAX_SECONDS) as usize);
-            return Ok(Self {
-                samples,
-                source_rate: OPUS_RATE,
-                truncated,
-            });
+            return Self::from_decoded(&samples, OPUS_RATE, truncated);
         }
         let mut bytes = bytes.to_vec();
         repair_wav_lengths(&mut bytes);
         let (samples, rate, truncated) = decode_mono(bytes, max_seconds, max_bytes)?;
+        Self::from_decoded(&samples, rate, truncated)
+    }
+
+    /// A clip of mono `samples` decoded at `source_rate` (`truncated` if
+    /// decoding stopped at the cut): resampled to [`SAMPLE_RATE`] and cut
+    /// at [`MAX_SECONDS`]. No samples at all is an error.
+    fn from_decoded(
+        samples: &[f32],
+        source_rate: u32,
+        truncated: bool,
+    ) -> Result<Self, MediaError> {
         if samples.is_empty() {
             return Err(MediaError::Decode("the audio clip has no samples".into()));
         }
-        let mut samples = resample(&samples, rate, SAMPLE_RATE)?;
+        let mut samples = resample(samples, source_rate, SAMPLE_RATE)?;
         samples.truncate((SAMPLE_RATE * MAX_SECONDS) as usize);
         Ok(Self {
             samples,
-            source_rate: rate,
+            source_rate,
             truncated,
         })
     }
@@ -296,118 +298,171 @@ fn repair_wav_lengths(bytes: &mut [u8]) {
 
 /// The first audio track of `bytes`, channels averaged, at its own rate;
 /// and whether it went on past [`MAX_SECONDS`].
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 fn decode_mono(
     bytes: Vec<u8>,
     max_seconds: u32,
     max_bytes: u64,
 ) -> Result<(Vec<f32>, u32, bool), MediaError> {
-    let bad = |e: SymphoniaError| MediaError::Decode(format!("cannot decode the audio: {e}"));
     let file_bytes = bytes.len();
-    let stream = MediaSourceStream::new(Box::new(std::io::Cursor::new(bytes)), Default::default());
-    let probed = symphonia::default::get_probe()
-        .format(
-            &Hint::new(),
-            stream,
-            &FormatOptions {
-                // Trim the padding of the last packet (Ogg, MP3 with a LAME
-                // header) so a clip decodes to its own length.
-                enable_gapless: true,
-                ..FormatOptions::default()
-            },
-            &MetadataOptions::default(),
-        )
-        .map_err(|e| match e {
-            SymphoniaError::Unsupported(_) => MediaError::Decode(
-                "not an audio format we decode (WAV, MP3, Ogg Vorbis are)".into(),
-            ),
-            e => bad(e),
-        })?;
-    let mut format = probed.format;
-    let track = format
-        .tracks()
-        .iter()
-        .find(|t| t.codec_params.codec != CODEC_TYPE_NULL)
-        .ok_or_else(|| MediaError::Decode("the file has no audio track".into()))?;
-    let track_id = track.id;
-    // The stream's own length, where the container states it: the last
-    // packet of an Ogg stream decodes past it.
-    let stated = track
-        .codec_params
-        .n_frames
-        .and_then(|n| usize::try_from(n).ok());
-    let rate = track
-        .codec_params
-        .sample_rate
-        .ok_or_else(|| MediaError::Decode("the audio track has no sample rate".into()))?;
-    if !RATES.contains(&rate) {
-        return Err(MediaError::Decode(format!(
-            "a sample rate of {rate} Hz is outside {}..={} Hz",
-            RATES.start(),
-            RATES.end()
-        )));
-    }
-    if let Some(frames) = stated {
-        let seconds = frames as f64 / f64::from(rate);
-        if seconds > f64::from(max_seconds) {
-            return Err(MediaError::TooLong {
-                seconds,
-                max: max_seconds,
-            });
-        }
-    }
-    check_clip_memory(file_bytes, rate, max_bytes)?;
-    let mut decoder = symphonia::default::get_codecs()
-        .make(&track.codec_params, &DecoderOptions::default())
-        .map_err(|e| match e {
-            SymphoniaError::Unsupported(what) => {
-                MediaError::Decode(format!("unsupported audio codec ({what})"))
-            }
-            e => bad(e),
-        })?;
-    let limit = rate as usize * MAX_SECONDS as usize;
-    let mut mono = Vec::new();
-    let mut buffer: Option<SampleBuffer<f32>> = None;
-    let mut truncated = false;
-    loop {
-        let packet = match format.next_packet() {
-            Ok(p) => p,
-            // The end of the stream, or a file that stops early (a header
-            // that promised more): keep what was decoded.
-            Err(SymphoniaError::IoError(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
-                break
-            }
-            Err(SymphoniaError::ResetRequired) => break,
-            Err(e) => return Err(bad(e)),
-        };
-        if packet.track_id() != track_id {
-            continue;
-        }
-        let decoded = match decoder.decode(&packet) {
-            Ok(d) => d,
-            // A damaged packet: skip it, as players do.
-            Err(SymphoniaError::DecodeError(_)) => continue,
-            Err(e) => return Err(bad(e)),
-        };
-        let spec = *decoded.spec();
-        let channels = spec.channels.count().max(1);
-        let buf = match &mut buffer {
-            Some(b) if b.capacity() >= decoded.capacity() * channels => b,
-            _ => buffer.insert(SampleBuffer::new(decoded.capacity() as u64, spec)),
-        };
-        buf.copy_interleaved_ref(decoded);
-        if push_mono(&mut mono, buf.samples(), channels, limit) {
-            truncated = true;
-            break;
-        }
-    }
-    if let Some(n) = stated {
+    let mut track = AudioTrack::open(bytes)?;
+    track.check_stated_length(max_seconds)?;
+    check_clip_memory(file_bytes, track.rate, max_bytes)?;
+    let mut decoder = track.decoder()?;
+    let limit = track.rate as usize * MAX_SECONDS as usize;
+    let (mut mono, truncated) = track.decode_packets(&mut *decoder, limit)?;
+    if let Some(n) = track.stated {
         mono.truncate(n);
     }
-    Ok((mono, rate, truncated))
+    Ok((mono, track.rate, truncated))
+}
+
+/// A symphonia error as a decoding error.
+fn symphonia_error(e: SymphoniaError) -> MediaError {
+    MediaError::Decode(format!("cannot decode the audio: {e}"))
+}
+
+/// The first audio track of a probed container, with what its header says
+/// about it.
+struct AudioTrack {
+    /// The container, read packet by packet.
+    format: Box<dyn FormatReader>,
+    /// The track's id among the container's packets.
+    track_id: u32,
+    /// What the decoder is made from.
+    params: CodecParameters,
+    /// The track's sample rate, within [`RATES`].
+    rate: u32,
+    /// The stream's own length in frames, where the container states it:
+    /// the last packet of an Ogg stream decodes past it.
+    stated: Option<usize>,
+}
+
+impl AudioTrack {
+    /// Probe `bytes` for a container symphonia reads and take its first
+    /// track with a codec; refuse one without a sample rate or with a rate
+    /// outside [`RATES`].
+    fn open(bytes: Vec<u8>) -> Result<Self, MediaError> {
+        let stream =
+            MediaSourceStream::new(Box::new(std::io::Cursor::new(bytes)), Default::default());
+        let probed = symphonia::default::get_probe()
+            .format(
+                &Hint::new(),
+                stream,
+                &FormatOptions {
+                    // Trim the padding of the last packet (Ogg, MP3 with a LAME
+                    // header) so a clip decodes to its own length.
+                    enable_gapless: true,
+                    ..FormatOptions::default()
+                },
+                &MetadataOptions::default(),
+            )
+            .map_err(|e| match e {
+                SymphoniaError::Unsupported(_) => MediaError::Decode(
+                    "not an audio format we decode (WAV, MP3, Ogg Vorbis are)".into(),
+                ),
+                e => symphonia_error(e),
+            })?;
+        let format = probed.format;
+        let track = format
+            .tracks()
+            .iter()
+            .find(|t| t.codec_params.codec != CODEC_TYPE_NULL)
+            .ok_or_else(|| MediaError::Decode("the file has no audio track".into()))?;
+        let track_id = track.id;
+        let params = track.codec_params.clone();
+        let stated = params.n_frames.and_then(|n| usize::try_from(n).ok());
+        let rate = params
+            .sample_rate
+            .ok_or_else(|| MediaError::Decode("the audio track has no sample rate".into()))?;
+        if !RATES.contains(&rate) {
+            return Err(MediaError::Decode(format!(
+                "a sample rate of {rate} Hz is outside {}..={} Hz",
+                RATES.start(),
+                RATES.end()
+            )));
+        }
+        Ok(Self {
+            format,
+            track_id,
+            params,
+            rate,
+            stated,
+        })
+    }
+
+    /// Refuse a track whose stated length passes `max_seconds`, before any
+    /// of it is decoded.
+    fn check_stated_length(&self, max_seconds: u32) -> Result<(), MediaError> {
+        if let Some(frames) = self.stated {
+            let seconds = frames as f64 / f64::from(self.rate);
+            if seconds > f64::from(max_seconds) {
+                return Err(MediaError::TooLong {
+                    seconds,
+                    max: max_seconds,
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// A decoder for the track's codec.
+    fn decoder(&self) -> Result<Box<dyn Decoder>, MediaError> {
+        symphonia::default::get_codecs()
+            .make(&self.params, &DecoderOptions::default())
+            .map_err(|e| match e {
+                SymphoniaError::Unsupported(what) => {
+                    MediaError::Decode(format!("unsupported audio codec ({what})"))
+                }
+                e => symphonia_error(e),
+            })
+    }
+
+    /// Decode the track's packets with `decoder` into mono samples, up to
+    /// `limit` of them; and whether the limit cut the stream. Packets of
+    /// other tracks are passed over, damaged ones skipped, and a stream
+    /// that stops early keeps what was decoded.
+    fn decode_packets(
+        &mut self,
+        decoder: &mut dyn Decoder,
+        limit: usize,
+    ) -> Result<(Vec<f32>, bool), MediaError> {
+        let mut mono = Vec::new();
+        let mut buffer: Option<SampleBuffer<f32>> = None;
+        loop {
+            let packet = match self.format.next_packet() {
+                Ok(p) => p,
+                // The end of the stream, or a file that stops early (a header
+                // that promised more): keep what was decoded.
+                Err(SymphoniaError::IoError(e))
+                    if e.kind() == std::io::ErrorKind::UnexpectedEof =>
+                {
+                    break
+                }
+                Err(SymphoniaError::ResetRequired) => break,
+                Err(e) => return Err(symphonia_error(e)),
+            };
+            if packet.track_id() != self.track_id {
+                continue;
+            }
+            let decoded = match decoder.decode(&packet) {
+                Ok(d) => d,
+                // A damaged packet: skip it, as players do.
+                Err(SymphoniaError::DecodeError(_)) => continue,
+                Err(e) => return Err(symphonia_error(e)),
+            };
+            let spec = *decoded.spec();
+            let channels = spec.channels.count().max(1);
+            let buf = match &mut buffer {
+                Some(b) if b.capacity() >= decoded.capacity() * channels => b,
+                _ => buffer.insert(SampleBuffer::new(decoded.capacity() as u64, spec)),
+            };
+            buf.copy_interleaved_ref(decoded);
+            if push_mono(&mut mono, buf.samples(), channels, limit) {
+                return Ok((mono, true));
+            }
+        }
+        Ok((mono, false))
+    }
 }
 
 /// `samples` at `from` Hz resampled to `to` Hz (band-limited, by FFT), of
