@@ -196,57 +196,17 @@ enum Tok {
     End,
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 fn lex(src: &str) -> Result<Vec<(Tok, usize)>, CalcError> {
     let b = src.as_bytes();
     let mut out = Vec::new();
     let mut i = 0;
-    let syntax = |at: usize, what: &str| CalcError::Syntax {
-        at,
-        what: what.to_string(),
-    };
     while i < b.len() {
-        let c = b[i];
-        match c {
-            b' ' | b'\t' | b'\r' => i += 1,
-            b'\n' | b';' => {
-                out.push((Tok::End, i));
-                i += 1;
-            }
-            b'$' => i += 1,
+        match b[i] {
+            b' ' | b'\t' | b'\r' | b'$' => i += 1,
             b'0'..=b'9' | b'.' => {
-                let start = i;
-                let mut text = String::new();
-                while i < b.len() {
-                    match b[i] {
-                        d @ (b'0'..=b'9' | b'.') => {
-                            text.push(d as char);
-                            i += 1;
-                        }
-                        // A thousands separator: a comma followed by
-                        // exactly three digits.
-                        b',' if b
-                            .get(i + 1..i + 4)
-                            .is_some_and(|s| s.iter().all(u8::is_ascii_digit))
-                            && !b.get(i + 4).is_some_and(u8::is_ascii_digit) =>
-                        {
-                            i += 1
-                        }
-                        _ => break,
-                    }
-                }
-                if text.len() > MAX_DIGITS {
-                    return Err(CalcError::TooLarge(format!(
-                        "a number of more than {MAX_DIGITS} digits"
-                    )));
-                }
-                out.push((
-                    Tok::Num(parse_decimal(&text).ok_or_else(|| syntax(start, "bad number"))?),
-                    start,
-                ));
+                let (value, end) = lex_number(b, i)?;
+                out.push((Tok::Num(value), i));
+                i = end;
             }
             b'a'..=b'z' | b'A'..=b'Z' | b'_' => {
                 let start = i;
@@ -255,56 +215,86 @@ fn lex(src: &str) -> Result<Vec<(Tok, usize)>, CalcError> {
                 }
                 out.push((Tok::Ident(src[start..i].to_string()), start));
             }
-            b'(' => {
-                out.push((Tok::LParen, i));
-                i += 1;
-            }
-            b')' => {
-                out.push((Tok::RParen, i));
-                i += 1;
-            }
-            b',' => {
-                out.push((Tok::Comma, i));
-                i += 1;
-            }
-            b'=' => {
-                out.push((Tok::Assign, i));
-                i += 1;
-            }
-            b'*' if b.get(i + 1) == Some(&b'*') => {
-                out.push((Tok::Op("^"), i));
-                i += 2;
-            }
-            b'/' if b.get(i + 1) == Some(&b'/') => {
-                out.push((Tok::Op("//"), i));
-                i += 2;
-            }
-            b'+' | b'-' | b'*' | b'/' | b'^' | b'%' => {
-                let op = match c {
-                    b'+' => "+",
-                    b'-' => "-",
-                    b'*' => "*",
-                    b'/' => "/",
-                    b'^' => "^",
-                    _ => "%",
-                };
-                out.push((Tok::Op(op), i));
-                i += 1;
-            }
             _ => {
-                let ch = src[i..].chars().next().unwrap_or('?');
-                match ch {
-                    '×' | '·' => out.push((Tok::Op("*"), i)),
-                    '÷' => out.push((Tok::Op("/"), i)),
-                    '−' => out.push((Tok::Op("-"), i)),
-                    _ => return Err(syntax(i, &format!("unexpected {ch:?}"))),
-                }
-                i += ch.len_utf8();
+                let (tok, len) = lex_symbol(src, i)?;
+                out.push((tok, i));
+                i += len;
             }
         }
     }
     out.push((Tok::End, src.len()));
     Ok(out)
+}
+
+fn syntax_error(at: usize, what: &str) -> CalcError {
+    CalcError::Syntax {
+        at,
+        what: what.to_string(),
+    }
+}
+
+/// The number starting at `start` (digits, a decimal point, thousands
+/// separators) and the index just past it.
+fn lex_number(b: &[u8], start: usize) -> Result<(BigRational, usize), CalcError> {
+    let mut i = start;
+    let mut text = String::new();
+    while i < b.len() {
+        match b[i] {
+            d @ (b'0'..=b'9' | b'.') => {
+                text.push(d as char);
+                i += 1;
+            }
+            // A thousands separator: a comma followed by exactly three
+            // digits.
+            b',' if b
+                .get(i + 1..i + 4)
+                .is_some_and(|s| s.iter().all(u8::is_ascii_digit))
+                && !b.get(i + 4).is_some_and(u8::is_ascii_digit) =>
+            {
+                i += 1
+            }
+            _ => break,
+        }
+    }
+    if text.len() > MAX_DIGITS {
+        return Err(CalcError::TooLarge(format!(
+            "a number of more than {MAX_DIGITS} digits"
+        )));
+    }
+    let value = parse_decimal(&text).ok_or_else(|| syntax_error(start, "bad number"))?;
+    Ok((value, i))
+}
+
+/// The statement end, bracket, comma, `=` or operator at `i` (ASCII or
+/// `×`, `·`, `÷`, `−`) and its length in bytes.
+fn lex_symbol(src: &str, i: usize) -> Result<(Tok, usize), CalcError> {
+    let b = src.as_bytes();
+    let tok = match b[i] {
+        b'\n' | b';' => Tok::End,
+        b'(' => Tok::LParen,
+        b')' => Tok::RParen,
+        b',' => Tok::Comma,
+        b'=' => Tok::Assign,
+        b'*' if b.get(i + 1) == Some(&b'*') => return Ok((Tok::Op("^"), 2)),
+        b'/' if b.get(i + 1) == Some(&b'/') => return Ok((Tok::Op("//"), 2)),
+        b'+' => Tok::Op("+"),
+        b'-' => Tok::Op("-"),
+        b'*' => Tok::Op("*"),
+        b'/' => Tok::Op("/"),
+        b'^' => Tok::Op("^"),
+        b'%' => Tok::Op("%"),
+        _ => {
+            let ch = src[i..].chars().next().unwrap_or('?');
+            let op = match ch {
+                '×' | '·' => "*",
+                '÷' => "/",
+                '−' => "-",
+                _ => return Err(syntax_error(i, &format!("unexpected {ch:?}"))),
+            };
+            return Ok((Tok::Op(op), ch.len_utf8()));
+        }
+    };
+    Ok((tok, 1))
 }
 
 fn parse_decimal(text: &str) -> Option<BigRational> {
