@@ -361,70 +361,124 @@ impl Run<'_> {
 
 /// Answer `messages` (the last one the user's) through the guards in
 /// `cfg`. Fails only when the model cannot give an answer at all.
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 pub fn answer(
     model: &mut dyn ChatModel,
     messages: &[ChatMessage],
     cfg: &GuardConfig,
 ) -> Result<Guarded, EngineError> {
     let start = Instant::now();
-    let question = messages
-        .iter()
-        .rev()
-        .find(|m| m.role == "user")
-        .map(|m| m.content.clone())
-        .unwrap_or_default();
-    let mut run = Run {
-        meter: Meter {
-            model,
-            calls: 0,
-            prompt: 0,
-            completion: 0,
-        },
-        cfg: cfg.clone(),
-        messages: messages.to_vec(),
-        question,
-        trace: Trace {
-            guards: cfg.guards.to_string(),
-            routed: Vec::new(),
-            steps: Vec::new(),
-            extra_calls: 0,
-            extra_prompt_tokens: 0,
-            extra_completion_tokens: 0,
-            changed: false,
-            ms: 0,
-        },
-    };
-
+    let mut run = Run::new(model, messages, cfg);
     let routes = route_all(&mut run);
     let applies = |g: GuardKind| routes.contains(&g);
+    let facts = compute_facts(&mut run, applies);
+    let draft = draft_answer(&mut run, &facts.notes)?;
+    let mut text = draft.text.clone();
+    if !facts.notes.is_empty() {
+        text = scrub_instructions(&mut run, text, &facts.notes);
+    }
+    let (text, finish) = check_answer(&mut run, applies, &facts, text, draft.finish);
+    Ok(run.into_guarded(text, draft, finish, start))
+}
 
-    // Facts computed before the answer is written.
-    let mut facts = Vec::new();
-    let mut calc_value = None;
+impl<'m> Run<'m> {
+    /// The state of a run over `messages`, its question the last user turn.
+    fn new(model: &'m mut dyn ChatModel, messages: &[ChatMessage], cfg: &GuardConfig) -> Self {
+        let question = messages
+            .iter()
+            .rev()
+            .find(|m| m.role == "user")
+            .map(|m| m.content.clone())
+            .unwrap_or_default();
+        Run {
+            meter: Meter {
+                model,
+                calls: 0,
+                prompt: 0,
+                completion: 0,
+            },
+            cfg: cfg.clone(),
+            messages: messages.to_vec(),
+            question,
+            trace: Trace {
+                guards: cfg.guards.to_string(),
+                routed: Vec::new(),
+                steps: Vec::new(),
+                extra_calls: 0,
+                extra_prompt_tokens: 0,
+                extra_completion_tokens: 0,
+                changed: false,
+                ms: 0,
+            },
+        }
+    }
+
+    /// The guarded answer `text` (from `draft`), the trace's totals filled
+    /// in.
+    fn into_guarded(
+        self,
+        text: String,
+        draft: ModelReply,
+        finish: FinishReason,
+        start: Instant,
+    ) -> Guarded {
+        let (calls, prompt, completion) =
+            (self.meter.calls, self.meter.prompt, self.meter.completion);
+        let mut trace = self.trace;
+        trace.extra_calls = calls;
+        trace.extra_prompt_tokens = prompt;
+        trace.extra_completion_tokens = completion;
+        trace.changed = text != draft.text;
+        trace.ms = start.elapsed().as_millis() as u64;
+        Guarded {
+            text,
+            draft: draft.text,
+            finish,
+            answer_prompt_tokens: draft.prompt_tokens,
+            answer_completion_tokens: draft.completion_tokens,
+            trace,
+        }
+    }
+}
+
+/// What the tools computed before the answer is written.
+struct Facts {
+    /// The facts as the answer prompt states them.
+    notes: Vec<String>,
+    /// The calculator's exact value.
+    calc_value: Option<BigRational>,
+    /// The solver's solution (unique or not).
+    solved: Option<logic::Solution>,
+}
+
+/// Runs the calculator's and the solver's programs where they apply.
+fn compute_facts(run: &mut Run<'_>, applies: impl Fn(GuardKind) -> bool) -> Facts {
+    let mut facts = Facts {
+        notes: Vec::new(),
+        calc_value: None,
+        solved: None,
+    };
     if applies(GuardKind::Calc) {
-        if let Some((name, v)) = calc_program(&mut run) {
-            facts.push(format!(
+        if let Some((name, v)) = calc_program(run) {
+            facts.notes.push(format!(
                 "A calculator computed exactly: {name} = {}.",
                 claims::format_value(&v)
             ));
-            calc_value = Some(v);
+            facts.calc_value = Some(v);
         }
     }
-    let mut solved = None;
     if applies(GuardKind::Logic) {
-        if let Some(s) = logic_program(&mut run) {
+        if let Some(s) = logic_program(run) {
             if let Some(f) = logic_fact(&s) {
-                facts.push(f);
+                facts.notes.push(f);
             }
-            solved = Some(s);
+            facts.solved = Some(s);
         }
     }
+    facts
+}
 
-    // The answer itself.
+/// The answer itself, the facts (if any) added to the last user turn.
+fn draft_answer(run: &mut Run<'_>, facts: &[String]) -> Result<ModelReply, EngineError> {
     let mut answer_messages = run.messages.clone();
     if !facts.is_empty() {
         if let Some(last) = answer_messages.iter_mut().rev().find(|m| m.role == "user") {
@@ -432,49 +486,38 @@ pub fn answer(
                 .push_str(&format!("\n\n({FACTS_NOTE}: {})", facts.join(" ")));
         }
     }
-    let draft = run.meter.model.reply(
+    run.meter.model.reply(
         &ModelCall::new(answer_messages, run.cfg.max_tokens).at_temperature(run.cfg.temperature),
-    )?;
-    let mut text = draft.text.clone();
-    let mut finish = draft.finish;
-    if !facts.is_empty() {
-        text = scrub_instructions(&mut run, text, &facts);
-    }
+    )
+}
 
+/// The passes that check and repair the answer, in their order.
+fn check_answer(
+    run: &mut Run<'_>,
+    applies: impl Fn(GuardKind) -> bool,
+    facts: &Facts,
+    mut text: String,
+    mut finish: FinishReason,
+) -> (String, FinishReason) {
     if applies(GuardKind::Clean) {
-        text = clean_pass(&mut run, text);
+        text = clean_pass(run, text);
     }
     if applies(GuardKind::Persona) {
-        (text, finish) = persona_pass(&mut run, text, finish);
+        (text, finish) = persona_pass(run, text, finish);
     }
     if applies(GuardKind::Calc) {
-        text = calc_pass(&mut run, text, calc_value.as_ref());
+        text = calc_pass(run, text, facts.calc_value.as_ref());
     }
-    if let (true, Some(s)) = (applies(GuardKind::Logic), &solved) {
-        text = logic_pass(&mut run, text, s);
+    if let (true, Some(s)) = (applies(GuardKind::Logic), &facts.solved) {
+        text = logic_pass(run, text, s);
     }
     if applies(GuardKind::Qualifiers) {
-        text = qualifier_pass(&mut run, text);
+        text = qualifier_pass(run, text);
     }
     if applies(GuardKind::Verify) {
-        text = verify_pass(&mut run, text);
+        text = verify_pass(run, text);
     }
-
-    let (calls, prompt, completion) = (run.meter.calls, run.meter.prompt, run.meter.completion);
-    let mut trace = run.trace;
-    trace.extra_calls = calls;
-    trace.extra_prompt_tokens = prompt;
-    trace.extra_completion_tokens = completion;
-    trace.changed = text != draft.text;
-    trace.ms = start.elapsed().as_millis() as u64;
-    Ok(Guarded {
-        text,
-        draft: draft.text,
-        finish,
-        answer_prompt_tokens: draft.prompt_tokens,
-        answer_completion_tokens: draft.completion_tokens,
-        trace,
-    })
+    (text, finish)
 }
 
 /// What the answer prompt is told around the facts; a reply must never
@@ -660,14 +703,61 @@ fn one_line(s: &str) -> String {
 
 /// Check the answer's arithmetic: repair wrong claims in place, then hold
 /// the stated final number to the calculator's value.
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 fn calc_pass(run: &mut Run<'_>, text: String, value: Option<&BigRational>) -> String {
     let m = run.mark();
     let found = claims::find_claims(&text);
-    let mut out = text.clone();
+    let ClaimRepairs {
+        mut out,
+        notes,
+        last_wrong,
+    } = repair_claims(&text, &found);
+    // The stated final: against the program's value, or (without one)
+    // against the correction of the last wrong claim it repeats.
+    let target = value
+        .cloned()
+        .or_else(|| last_wrong.as_ref().map(|(_, right)| right.clone()));
+    let mut final_note = None;
+    if let Some(target) = &target {
+        match hold_final(&mut out, target, value.is_some(), last_wrong.as_ref()) {
+            FinalCheck::Replaced(note) => final_note = Some(note),
+            FinalCheck::NoNumber if value.is_some() => {
+                run.record(
+                    m,
+                    GuardKind::Calc,
+                    if notes.is_empty() {
+                        Outcome::Flagged
+                    } else {
+                        Outcome::Repaired
+                    },
+                    format!(
+                        "{}the answer states no number; the calculator's is {}",
+                        prefix(&notes),
+                        claims::format_value(target)
+                    ),
+                );
+                return out;
+            }
+            FinalCheck::Kept | FinalCheck::NoNumber => {}
+        }
+    }
+    let (outcome, detail) = calc_summary(&notes, final_note, found.len(), value, out != text);
+    run.record(m, GuardKind::Calc, outcome, detail.trim_end_matches("; "));
+    out
+}
+
+/// An answer with its wrong claims corrected.
+struct ClaimRepairs {
+    /// The answer, each wrong claim's result replaced by the right one.
+    out: String,
+    /// One note per wrong claim, in the answer's order.
+    notes: Vec<String>,
+    /// The last wrong claim's stated and right values.
+    last_wrong: Option<(BigRational, BigRational)>,
+}
+
+/// Replaces the result of every wrong claim in `found` (claims of `text`).
+fn repair_claims(text: &str, found: &[claims::FoundClaim]) -> ClaimRepairs {
+    let mut out = text.to_string();
     let mut notes = Vec::new();
     let mut last_wrong: Option<(BigRational, BigRational)> = None;
     // From the end, so earlier byte ranges stay valid.
@@ -688,55 +778,66 @@ fn calc_pass(run: &mut Run<'_>, text: String, value: Option<&BigRational>) -> St
         }
     }
     notes.reverse();
-    // The stated final: against the program's value, or (without one)
-    // against the correction of the last wrong claim it repeats.
-    let target = value
-        .cloned()
-        .or_else(|| last_wrong.as_ref().map(|(_, right)| right.clone()));
-    let mut final_note = None;
-    if let Some(target) = &target {
-        match stated_final(&out) {
-            Some(f) if !claims::same_number(&f.value, target) => {
-                let repeats_wrong = last_wrong
-                    .as_ref()
-                    .is_some_and(|(old, _)| claims::same_number(old, &f.value));
-                if value.is_some() || repeats_wrong {
-                    final_note = Some(format!(
-                        "final {} replaced by {}",
-                        &out[f.at.clone()],
-                        claims::format_value(target)
-                    ));
-                    out = claims::replace_number(&out, f.at, target);
-                }
-            }
-            Some(_) => {}
-            None if value.is_some() => {
-                run.record(
-                    m,
-                    GuardKind::Calc,
-                    if notes.is_empty() {
-                        Outcome::Flagged
-                    } else {
-                        Outcome::Repaired
-                    },
-                    format!(
-                        "{}the answer states no number; the calculator's is {}",
-                        prefix(&notes),
-                        claims::format_value(target)
-                    ),
-                );
-                return out;
-            }
-            None => {}
-        }
+    ClaimRepairs {
+        out,
+        notes,
+        last_wrong,
     }
-    let changed = out != text;
-    let mut detail = prefix(&notes);
+}
+
+/// What holding an answer's stated final number to a target came to.
+enum FinalCheck {
+    /// Left as it is: it states the target, or it is not held to it.
+    Kept,
+    /// Replaced by the target; the note says what by what.
+    Replaced(String),
+    /// The answer states no number.
+    NoNumber,
+}
+
+/// Holds the final number of `out` to `target`: a different final is
+/// replaced when the target is the program's value (`from_program`) or
+/// when the final repeats the last wrong claim's value.
+fn hold_final(
+    out: &mut String,
+    target: &BigRational,
+    from_program: bool,
+    last_wrong: Option<&(BigRational, BigRational)>,
+) -> FinalCheck {
+    let Some(f) = stated_final(out) else {
+        return FinalCheck::NoNumber;
+    };
+    if claims::same_number(&f.value, target) {
+        return FinalCheck::Kept;
+    }
+    let repeats_wrong = last_wrong.is_some_and(|(old, _)| claims::same_number(old, &f.value));
+    if !(from_program || repeats_wrong) {
+        return FinalCheck::Kept;
+    }
+    let note = format!(
+        "final {} replaced by {}",
+        &out[f.at.clone()],
+        claims::format_value(target)
+    );
+    *out = claims::replace_number(out, f.at, target);
+    FinalCheck::Replaced(note)
+}
+
+/// The calculator step's outcome and detail: the repairs' notes, else how
+/// many claims were checked.
+fn calc_summary(
+    notes: &[String],
+    final_note: Option<String>,
+    claims_found: usize,
+    value: Option<&BigRational>,
+    changed: bool,
+) -> (Outcome, String) {
+    let mut detail = prefix(notes);
     if let Some(n) = final_note {
         detail.push_str(&n);
     }
     if detail.is_empty() {
-        detail = format!("{} claim(s) checked, all right", found.len());
+        detail = format!("{claims_found} claim(s) checked, all right");
         if let Some(v) = value {
             // The answer was handed this value, so a final that states it
             // shows it was used, not that it was checked independently.
@@ -748,15 +849,14 @@ fn calc_pass(run: &mut Run<'_>, text: String, value: Option<&BigRational>) -> St
     }
     let outcome = if changed {
         Outcome::Repaired
-    } else if found.is_empty() && value.is_none() {
+    } else if claims_found == 0 && value.is_none() {
         // Neither a program nor a worked step: nothing was checked.
         detail = "no worked arithmetic in the answer and no program to hold it to".into();
         Outcome::CouldNotVerify
     } else {
         Outcome::Passed
     };
-    run.record(m, GuardKind::Calc, outcome, detail.trim_end_matches("; "));
-    out
+    (outcome, detail)
 }
 
 /// The number an answer states as its result, passing over a worked step's
@@ -1060,10 +1160,6 @@ fn asked_int(s: &logic::Solution) -> Option<i64> {
 
 /// Hold the answer's stated number to the solver's unique value: ask once
 /// more with the value, then replace the number if the model still misses.
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 fn logic_pass(run: &mut Run<'_>, text: String, s: &logic::Solution) -> String {
     let m = run.mark();
     let Some(want) = (s.status == logic::Status::Sat && s.unique)
@@ -1079,8 +1175,7 @@ fn logic_pass(run: &mut Run<'_>, text: String, s: &logic::Solution) -> String {
         return text;
     };
     let want_r = BigRational::from_integer(want.into());
-    let stated = claims::final_number(&text, true);
-    match &stated {
+    let stated = match claims::final_number(&text, true) {
         Some(f) if claims::same_number(&f.value, &want_r) => {
             run.record(
                 m,
@@ -1099,41 +1194,56 @@ fn logic_pass(run: &mut Run<'_>, text: String, s: &logic::Solution) -> String {
             );
             return text;
         }
-        Some(_) => {}
+        Some(f) => f,
+    };
+    let said = text[stated.at.clone()].to_string();
+    if let Some(again) = ask_with_solution(run, &text, want, &said) {
+        run.record(
+            m,
+            GuardKind::Logic,
+            Outcome::Repaired,
+            format!("the answer said {said}; the solver proved {want}; answered again"),
+        );
+        return again;
     }
-    let said = stated
-        .as_ref()
-        .map(|f| text[f.at.clone()].to_string())
-        .unwrap_or_default();
+    let out = replace_with_solution(&text, &stated, want);
+    run.record(
+        m,
+        GuardKind::Logic,
+        Outcome::Repaired,
+        format!("the answer said {said}; the solver proved {want}; replaced"),
+    );
+    out
+}
+
+/// Asks the model once more, telling it the solver's value `want` (the
+/// answer `text` said `said`); its new answer when that states `want`.
+fn ask_with_solution(run: &mut Run<'_>, text: &str, want: i64, said: &str) -> Option<String> {
     let ask = format!(
         "A constraint solver proved that the answer is {want}, and that no other answer fits, but your answer says {said}. Write your answer again with the right result, {want}, and reasoning that supports it."
     );
     let call = ModelCall::new(
-        run.with_user(&[ChatMessage::assistant(text.clone())], &ask),
+        run.with_user(&[ChatMessage::assistant(text.to_string())], &ask),
         run.cfg.max_tokens,
     )
     .at_temperature(run.cfg.temperature);
-    if let Ok(r) = run.meter.call(&call) {
-        if claims::final_number(&r.text, true)
-            .is_some_and(|f| claims::same_number(&f.value, &want_r))
-        {
-            run.record(
-                m,
-                GuardKind::Logic,
-                Outcome::Repaired,
-                format!("the answer said {said}; the solver proved {want}; answered again"),
-            );
-            return r.text;
-        }
-    }
-    let Some(f) = stated else { return text };
-    let word = f.word;
-    let replacement = if word {
+    let want_r = BigRational::from_integer(want.into());
+    let r = run.meter.call(&call).ok()?;
+    claims::final_number(&r.text, true)
+        .is_some_and(|f| claims::same_number(&f.value, &want_r))
+        .then_some(r.text)
+}
+
+/// `text` with its stated number `stated` replaced by `want`, written as
+/// the answer wrote it (a word or digits), a plural noun after it made
+/// singular for one.
+fn replace_with_solution(text: &str, stated: &claims::NumberAt, want: i64) -> String {
+    let replacement = if stated.word {
         number_word(want)
     } else {
         want.to_string()
     };
-    let mut rest = text[f.at.end..].to_string();
+    let mut rest = text[stated.at.end..].to_string();
     if want == 1 {
         // "two brothers" → "one brother".
         let word_end = rest
@@ -1145,14 +1255,7 @@ fn logic_pass(run: &mut Run<'_>, text: String, s: &logic::Solution) -> String {
             rest.remove(word_end - 1);
         }
     }
-    let out = format!("{}{}{}", &text[..f.at.start], replacement, rest);
-    run.record(
-        m,
-        GuardKind::Logic,
-        Outcome::Repaired,
-        format!("the answer said {said}; the solver proved {want}; replaced"),
-    );
-    out
+    format!("{}{}{}", &text[..stated.at.start], replacement, rest)
 }
 
 fn number_word(n: i64) -> String {
@@ -1169,40 +1272,103 @@ fn number_word(n: i64) -> String {
 /// Check the question's stated requirements; repair what is safe to repair
 /// deterministically, then refine the rest with the model (at most
 /// `refine_rounds` rounds), keeping the draft that meets the most.
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 fn verify_pass(run: &mut Run<'_>, text: String) -> String {
     let m = run.mark();
     let wanted = verify::extract(&run.question);
     if wanted.is_empty() {
         return text;
     }
-    let failures = |t: &str| -> Vec<String> {
-        wanted
-            .iter()
-            .filter_map(|i| {
-                let v = verify::verdict(i, t);
-                (!v.ok).then(|| format!("{}: {}", i.id(), v.detail))
-            })
-            .collect()
-    };
     // Deterministic repairs first: they change nothing else.
-    let mut best = text.clone();
+    let (best, repaired) = repair_requirements(&wanted, &text);
+    let best_failures = failures(&wanted, &best);
+    let first_failures = failures(&wanted, &text);
+    let refined = refine(run, &wanted, best, best_failures);
+    let n = wanted.len();
+    let (outcome, detail) = if first_failures.is_empty() {
+        (Outcome::Passed, format!("{n} requirement(s) met"))
+    } else if refined.failures.is_empty() {
+        (
+            Outcome::Repaired,
+            format!(
+                "{} of {n} requirement(s) failed ({}); {}{} refinement round(s); all met now",
+                first_failures.len(),
+                first_failures.join("; "),
+                if repaired.is_empty() {
+                    String::new()
+                } else {
+                    format!("repaired {} in place; ", repaired.join(", "))
+                },
+                refined.rounds
+            ),
+        )
+    } else {
+        (
+            if refined.text != text {
+                Outcome::Repaired
+            } else {
+                Outcome::Flagged
+            },
+            format!(
+                "{} of {n} requirement(s) failed; after {} round(s) still failing: {}",
+                first_failures.len(),
+                refined.rounds,
+                refined.failures.join("; ")
+            ),
+        )
+    };
+    run.record(m, GuardKind::Verify, outcome, detail);
+    refined.text
+}
+
+/// The requirements of `wanted` that `t` fails, each with why.
+fn failures(wanted: &[verify::Instruction], t: &str) -> Vec<String> {
+    wanted
+        .iter()
+        .filter_map(|i| {
+            let v = verify::verdict(i, t);
+            (!v.ok).then(|| format!("{}: {}", i.id(), v.detail))
+        })
+        .collect()
+}
+
+/// `text` with the deterministic repairs that fix a failing requirement
+/// and fail fewer in all, and the ids of the requirements they fixed.
+fn repair_requirements(wanted: &[verify::Instruction], text: &str) -> (String, Vec<String>) {
+    let mut best = text.to_string();
     let mut repaired = Vec::new();
-    for i in &wanted {
+    for i in wanted {
         if !verify::verdict(i, &best).ok {
             if let Some(fixed) = verify::repair(i, &best) {
-                if verify::verdict(i, &fixed).ok && failures(&fixed).len() < failures(&best).len() {
+                if verify::verdict(i, &fixed).ok
+                    && failures(wanted, &fixed).len() < failures(wanted, &best).len()
+                {
                     best = fixed;
                     repaired.push(i.id().to_string());
                 }
             }
         }
     }
-    let mut best_failures = failures(&best);
-    let first_failures = failures(&text);
+    (best, repaired)
+}
+
+/// The best answer refinement found.
+struct Refined {
+    /// The answer that fails the fewest requirements.
+    text: String,
+    /// The requirements it still fails.
+    failures: Vec<String>,
+    /// The rounds asked.
+    rounds: usize,
+}
+
+/// Asks the model to meet the failing requirements again, at most
+/// `refine_rounds` times, keeping an answer only when it fails fewer.
+fn refine(
+    run: &mut Run<'_>,
+    wanted: &[verify::Instruction],
+    mut best: String,
+    mut best_failures: Vec<String>,
+) -> Refined {
     let mut rounds = 0;
     while !best_failures.is_empty() && rounds < run.cfg.refine_rounds {
         rounds += 1;
@@ -1216,44 +1382,15 @@ fn verify_pass(run: &mut Run<'_>, text: String) -> String {
         )
         .at_temperature(run.cfg.temperature);
         let Ok(r) = run.meter.call(&call) else { break };
-        let f = failures(&r.text);
+        let f = failures(wanted, &r.text);
         if f.len() < best_failures.len() && !r.text.trim().is_empty() {
             best = r.text;
             best_failures = f;
         }
     }
-    let n = wanted.len();
-    let (outcome, detail) = if first_failures.is_empty() {
-        (Outcome::Passed, format!("{n} requirement(s) met"))
-    } else if best_failures.is_empty() {
-        (
-            Outcome::Repaired,
-            format!(
-                "{} of {n} requirement(s) failed ({}); {}{} refinement round(s); all met now",
-                first_failures.len(),
-                first_failures.join("; "),
-                if repaired.is_empty() {
-                    String::new()
-                } else {
-                    format!("repaired {} in place; ", repaired.join(", "))
-                },
-                rounds
-            ),
-        )
-    } else {
-        (
-            if best != text {
-                Outcome::Repaired
-            } else {
-                Outcome::Flagged
-            },
-            format!(
-                "{} of {n} requirement(s) failed; after {rounds} round(s) still failing: {}",
-                first_failures.len(),
-                best_failures.join("; ")
-            ),
-        )
-    };
-    run.record(m, GuardKind::Verify, outcome, detail);
-    best
+    Refined {
+        text: best,
+        failures: best_failures,
+        rounds,
+    }
 }
