@@ -430,237 +430,258 @@ fn bad(id: &str, what: impl Into<String>) -> VerifyError {
     }
 }
 
-impl Instruction {
-    /// Builds an instruction from an IFEval instruction id and its kwargs
-    /// object (null arguments are ignored; missing, mistyped or unexpected
-    /// ones are errors naming the instruction).
-    #[expect(
-        clippy::too_many_lines,
-        reason = "longer than a screen; issue 91 splits it"
-    )]
-    pub fn from_id_kwargs(id: &str, kwargs: &Value) -> Result<Instruction, VerifyError> {
-        let a = Args::new(id, kwargs)?;
-        let instruction = match id {
-            "keywords:existence" => {
-                a.only(&["keywords"])?;
-                Instruction::KeywordsExistence {
-                    keywords: a.strings("keywords")?,
-                }
-            }
+// The instructions by the kind of their arguments; each builder takes the
+// ids of its kind only.
+impl Args<'_> {
+    /// An instruction that compares a count with a threshold by a relation
+    /// (keyword, letter, sentence, word, capital, line, stanza counts);
+    /// `None` for another id.
+    fn threshold_instruction(&self) -> Result<Option<Instruction>, VerifyError> {
+        let instruction = match self.id {
             "keywords:frequency" => {
-                a.only(&["keyword", "frequency", "relation"])?;
-                let keyword = a.string("keyword")?.trim().to_string();
+                self.only(&["keyword", "frequency", "relation"])?;
+                let keyword = self.string("keyword")?.trim().to_string();
                 if keyword.is_empty() {
-                    return Err(bad(id, "`keyword` is empty"));
+                    return Err(bad(self.id, "`keyword` is empty"));
                 }
                 Instruction::KeywordFrequency {
                     keyword,
-                    frequency: a.count("frequency")?,
-                    relation: a.relation("relation", true)?,
-                }
-            }
-            "keywords:forbidden_words" => {
-                a.only(&["forbidden_words"])?;
-                let mut words = a.strings("forbidden_words")?;
-                words.sort();
-                words.dedup();
-                Instruction::ForbiddenWords {
-                    forbidden_words: words,
+                    frequency: self.count("frequency")?,
+                    relation: self.relation("relation", true)?,
                 }
             }
             "keywords:letter_frequency" => {
-                a.only(&["letter", "let_frequency", "let_relation"])?;
-                let letter = a.string("letter")?;
+                self.only(&["letter", "let_frequency", "let_relation"])?;
+                let letter = self.string("letter")?;
                 let mut chars = letter.trim().chars().flat_map(char::to_lowercase);
                 let (Some(c), None) = (chars.next(), chars.next()) else {
-                    return Err(bad(id, format!("`letter` {letter:?} is not one letter")));
+                    return Err(bad(
+                        self.id,
+                        format!("`letter` {letter:?} is not one letter"),
+                    ));
                 };
                 Instruction::LetterFrequency {
                     letter: c,
-                    let_frequency: a.count("let_frequency")?,
-                    let_relation: a.relation("let_relation", true)?,
-                }
-            }
-            "language:response_language" => {
-                a.only(&["language"])?;
-                Instruction::ResponseLanguage {
-                    language: a.string("language")?.trim().to_string(),
+                    let_frequency: self.count("let_frequency")?,
+                    let_relation: self.relation("let_relation", true)?,
                 }
             }
             "length_constraints:number_sentences" => {
-                a.only(&["num_sentences", "relation"])?;
+                self.only(&["num_sentences", "relation"])?;
                 Instruction::NumberSentences {
-                    num_sentences: a.count("num_sentences")?,
-                    relation: a.relation("relation", true)?,
-                }
-            }
-            "length_constraints:number_paragraphs" => {
-                a.only(&["num_paragraphs"])?;
-                Instruction::NumberParagraphs {
-                    num_paragraphs: a.count("num_paragraphs")?,
+                    num_sentences: self.count("num_sentences")?,
+                    relation: self.relation("relation", true)?,
                 }
             }
             "length_constraints:number_words" => {
-                a.only(&["num_words", "relation"])?;
+                self.only(&["num_words", "relation"])?;
                 Instruction::NumberWords {
-                    num_words: a.count("num_words")?,
-                    relation: a.relation("relation", true)?,
+                    num_words: self.count("num_words")?,
+                    relation: self.relation("relation", true)?,
+                }
+            }
+            "change_case:capital_word_frequency" => {
+                self.only(&["capital_frequency", "capital_relation"])?;
+                Instruction::CapitalWordFrequency {
+                    capital_frequency: self.count("capital_frequency")?,
+                    capital_relation: self.relation("capital_relation", true)?,
+                }
+            }
+            "hearth:words_per_sentence" => {
+                self.only(&["num_words", "relation"])?;
+                Instruction::WordsPerSentence {
+                    num_words: self.count("num_words")?,
+                    relation: self.relation("relation", false)?,
+                }
+            }
+            "hearth:number_lines" => {
+                self.only(&["num_lines", "relation"])?;
+                Instruction::NumberLines {
+                    num_lines: self.count("num_lines")?,
+                    relation: self.relation("relation", false)?,
+                }
+            }
+            "hearth:number_stanzas" => {
+                self.only(&["num_stanzas", "relation"])?;
+                Instruction::NumberStanzas {
+                    num_stanzas: self.count("num_stanzas")?,
+                    relation: self.relation("relation", false)?,
+                }
+            }
+            _ => return Ok(None),
+        };
+        Ok(Some(instruction))
+    }
+
+    /// An instruction that counts parts of the response (paragraphs,
+    /// placeholders, bullets, highlighted sections, sections); `None` for
+    /// another id.
+    fn structure_instruction(&self) -> Result<Option<Instruction>, VerifyError> {
+        let instruction = match self.id {
+            "length_constraints:number_paragraphs" => {
+                self.only(&["num_paragraphs"])?;
+                Instruction::NumberParagraphs {
+                    num_paragraphs: self.count("num_paragraphs")?,
                 }
             }
             "length_constraints:nth_paragraph_first_word" => {
-                a.only(&["num_paragraphs", "nth_paragraph", "first_word"])?;
-                let num_paragraphs = a.count("num_paragraphs")?;
-                let nth_paragraph = a.count("nth_paragraph")?;
+                self.only(&["num_paragraphs", "nth_paragraph", "first_word"])?;
+                let num_paragraphs = self.count("num_paragraphs")?;
+                let nth_paragraph = self.count("nth_paragraph")?;
                 if nth_paragraph == 0 || nth_paragraph > num_paragraphs {
                     return Err(bad(
-                        id,
+                        self.id,
                         format!("`nth_paragraph` {nth_paragraph} is not in 1..={num_paragraphs}"),
                     ));
                 }
                 Instruction::NthParagraphFirstWord {
                     num_paragraphs,
                     nth_paragraph,
-                    first_word: a.string("first_word")?.to_lowercase(),
+                    first_word: self.string("first_word")?.to_lowercase(),
                 }
             }
             "detectable_content:number_placeholders" => {
-                a.only(&["num_placeholders"])?;
+                self.only(&["num_placeholders"])?;
                 Instruction::NumberPlaceholders {
-                    num_placeholders: a.count("num_placeholders")?,
+                    num_placeholders: self.count("num_placeholders")?,
+                }
+            }
+            "detectable_format:number_bullet_lists" => {
+                self.only(&["num_bullets"])?;
+                Instruction::NumberBulletLists {
+                    num_bullets: self.count("num_bullets")?,
+                }
+            }
+            "detectable_format:number_highlighted_sections" => {
+                self.only(&["num_highlights"])?;
+                Instruction::NumberHighlightedSections {
+                    num_highlights: self.count("num_highlights")?,
+                }
+            }
+            "detectable_format:multiple_sections" => {
+                self.only(&["section_spliter", "num_sections"])?;
+                let splitter = self.string("section_spliter")?.trim().to_string();
+                if splitter.is_empty() {
+                    return Err(bad(self.id, "`section_spliter` is empty"));
+                }
+                Instruction::MultipleSections {
+                    section_spliter: splitter,
+                    num_sections: self.count("num_sections")?,
+                }
+            }
+            _ => return Ok(None),
+        };
+        Ok(Some(instruction))
+    }
+
+    /// An instruction whose arguments are text (keywords, a language, a
+    /// marker or a phrase); `None` for another id.
+    fn text_instruction(&self) -> Result<Option<Instruction>, VerifyError> {
+        let instruction = match self.id {
+            "keywords:existence" => {
+                self.only(&["keywords"])?;
+                Instruction::KeywordsExistence {
+                    keywords: self.strings("keywords")?,
+                }
+            }
+            "keywords:forbidden_words" => {
+                self.only(&["forbidden_words"])?;
+                let mut words = self.strings("forbidden_words")?;
+                words.sort();
+                words.dedup();
+                Instruction::ForbiddenWords {
+                    forbidden_words: words,
+                }
+            }
+            "language:response_language" => {
+                self.only(&["language"])?;
+                Instruction::ResponseLanguage {
+                    language: self.string("language")?.trim().to_string(),
                 }
             }
             "detectable_content:postscript" => {
-                a.only(&["postscript_marker"])?;
-                let marker = a.string("postscript_marker")?.trim().to_string();
+                self.only(&["postscript_marker"])?;
+                let marker = self.string("postscript_marker")?.trim().to_string();
                 if marker.is_empty() {
-                    return Err(bad(id, "`postscript_marker` is empty"));
+                    return Err(bad(self.id, "`postscript_marker` is empty"));
                 }
                 Instruction::Postscript {
                     postscript_marker: marker,
                 }
             }
-            "detectable_format:number_bullet_lists" => {
-                a.only(&["num_bullets"])?;
-                Instruction::NumberBulletLists {
-                    num_bullets: a.count("num_bullets")?,
-                }
-            }
-            "detectable_format:constrained_response" => {
-                a.only(&[])?;
-                Instruction::ConstrainedResponse
-            }
-            "detectable_format:number_highlighted_sections" => {
-                a.only(&["num_highlights"])?;
-                Instruction::NumberHighlightedSections {
-                    num_highlights: a.count("num_highlights")?,
-                }
-            }
-            "detectable_format:multiple_sections" => {
-                a.only(&["section_spliter", "num_sections"])?;
-                let splitter = a.string("section_spliter")?.trim().to_string();
-                if splitter.is_empty() {
-                    return Err(bad(id, "`section_spliter` is empty"));
-                }
-                Instruction::MultipleSections {
-                    section_spliter: splitter,
-                    num_sections: a.count("num_sections")?,
-                }
-            }
-            "detectable_format:json_format" => {
-                a.only(&[])?;
-                Instruction::JsonFormat
-            }
-            "detectable_format:title" => {
-                a.only(&[])?;
-                Instruction::Title
-            }
-            "combination:two_responses" => {
-                a.only(&[])?;
-                Instruction::TwoResponses
-            }
             "combination:repeat_prompt" => {
-                a.only(&["prompt_to_repeat"])?;
-                let prompt = a.string("prompt_to_repeat")?;
+                self.only(&["prompt_to_repeat"])?;
+                let prompt = self.string("prompt_to_repeat")?;
                 if prompt.trim().is_empty() {
-                    return Err(bad(id, "`prompt_to_repeat` is empty"));
+                    return Err(bad(self.id, "`prompt_to_repeat` is empty"));
                 }
                 Instruction::RepeatPrompt {
                     prompt_to_repeat: prompt,
                 }
             }
             "startend:end_checker" => {
-                a.only(&["end_phrase"])?;
+                self.only(&["end_phrase"])?;
                 Instruction::EndChecker {
-                    end_phrase: a.string("end_phrase")?.trim().to_string(),
+                    end_phrase: self.string("end_phrase")?.trim().to_string(),
                 }
-            }
-            "change_case:capital_word_frequency" => {
-                a.only(&["capital_frequency", "capital_relation"])?;
-                Instruction::CapitalWordFrequency {
-                    capital_frequency: a.count("capital_frequency")?,
-                    capital_relation: a.relation("capital_relation", true)?,
-                }
-            }
-            "change_case:english_capital" => {
-                a.only(&[])?;
-                Instruction::EnglishCapital
-            }
-            "change_case:english_lowercase" => {
-                a.only(&[])?;
-                Instruction::EnglishLowercase
-            }
-            "punctuation:no_comma" => {
-                a.only(&[])?;
-                Instruction::NoComma
-            }
-            "startend:quotation" => {
-                a.only(&[])?;
-                Instruction::Quotation
-            }
-            "hearth:words_per_sentence" => {
-                a.only(&["num_words", "relation"])?;
-                Instruction::WordsPerSentence {
-                    num_words: a.count("num_words")?,
-                    relation: a.relation("relation", false)?,
-                }
-            }
-            "hearth:number_lines" => {
-                a.only(&["num_lines", "relation"])?;
-                Instruction::NumberLines {
-                    num_lines: a.count("num_lines")?,
-                    relation: a.relation("relation", false)?,
-                }
-            }
-            "hearth:number_stanzas" => {
-                a.only(&["num_stanzas", "relation"])?;
-                Instruction::NumberStanzas {
-                    num_stanzas: a.count("num_stanzas")?,
-                    relation: a.relation("relation", false)?,
-                }
-            }
-            "hearth:rhyme" => {
-                a.only(&[])?;
-                Instruction::Rhyme
             }
             "hearth:start_phrase" => {
-                a.only(&["phrase"])?;
-                let phrase = a.string("phrase")?.trim().to_string();
+                self.only(&["phrase"])?;
+                let phrase = self.string("phrase")?.trim().to_string();
                 if phrase.is_empty() {
-                    return Err(bad(id, "`phrase` is empty"));
+                    return Err(bad(self.id, "`phrase` is empty"));
                 }
                 Instruction::StartPhrase { phrase }
             }
             "hearth:sentence_start" => {
-                a.only(&["prefix"])?;
-                let prefix = a.string("prefix")?.trim().to_string();
+                self.only(&["prefix"])?;
+                let prefix = self.string("prefix")?.trim().to_string();
                 if prefix.is_empty() {
-                    return Err(bad(id, "`prefix` is empty"));
+                    return Err(bad(self.id, "`prefix` is empty"));
                 }
                 Instruction::SentenceStart { prefix }
             }
-            _ => return Err(VerifyError::UnknownId(id.to_string())),
+            _ => return Ok(None),
         };
+        Ok(Some(instruction))
+    }
+
+    /// An instruction without arguments; an id that is none of these is
+    /// unknown.
+    fn plain_instruction(&self) -> Result<Instruction, VerifyError> {
+        let instruction = match self.id {
+            "detectable_format:constrained_response" => Instruction::ConstrainedResponse,
+            "detectable_format:json_format" => Instruction::JsonFormat,
+            "detectable_format:title" => Instruction::Title,
+            "combination:two_responses" => Instruction::TwoResponses,
+            "change_case:english_capital" => Instruction::EnglishCapital,
+            "change_case:english_lowercase" => Instruction::EnglishLowercase,
+            "punctuation:no_comma" => Instruction::NoComma,
+            "startend:quotation" => Instruction::Quotation,
+            "hearth:rhyme" => Instruction::Rhyme,
+            _ => return Err(VerifyError::UnknownId(self.id.to_string())),
+        };
+        self.only(&[])?;
         Ok(instruction)
+    }
+}
+
+impl Instruction {
+    /// Builds an instruction from an IFEval instruction id and its kwargs
+    /// object (null arguments are ignored; missing, mistyped or unexpected
+    /// ones are errors naming the instruction).
+    pub fn from_id_kwargs(id: &str, kwargs: &Value) -> Result<Instruction, VerifyError> {
+        let a = Args::new(id, kwargs)?;
+        if let Some(instruction) = a.threshold_instruction()? {
+            return Ok(instruction);
+        }
+        if let Some(instruction) = a.structure_instruction()? {
+            return Ok(instruction);
+        }
+        if let Some(instruction) = a.text_instruction()? {
+            return Ok(instruction);
+        }
+        a.plain_instruction()
     }
 
     /// The instruction's id, such as `punctuation:no_comma`.
@@ -705,22 +726,23 @@ impl Instruction {
     }
 
     /// The instruction's kwargs object, in IFEval's shape (`{}` for none).
-    #[expect(
-        clippy::too_many_lines,
-        reason = "longer than a screen; issue 91 splits it"
-    )]
     pub fn kwargs(&self) -> Value {
+        self.threshold_kwargs()
+            .or_else(|| self.structure_kwargs())
+            .or_else(|| self.text_kwargs())
+            .unwrap_or_else(|| serde_json::json!({}))
+    }
+
+    /// The kwargs of an instruction that compares a count with a threshold
+    /// by a relation; `None` for another.
+    fn threshold_kwargs(&self) -> Option<Value> {
         use serde_json::json;
-        match self {
-            Instruction::KeywordsExistence { keywords } => json!({ "keywords": keywords }),
+        let kwargs = match self {
             Instruction::KeywordFrequency {
                 keyword,
                 frequency,
                 relation,
             } => json!({"keyword": keyword, "frequency": frequency, "relation": relation.name()}),
-            Instruction::ForbiddenWords { forbidden_words } => {
-                json!({ "forbidden_words": forbidden_words })
-            }
             Instruction::LetterFrequency {
                 letter,
                 let_frequency,
@@ -730,14 +752,10 @@ impl Instruction {
                 "let_frequency": let_frequency,
                 "let_relation": let_relation.name(),
             }),
-            Instruction::ResponseLanguage { language } => json!({ "language": language }),
             Instruction::NumberSentences {
                 num_sentences,
                 relation,
             } => json!({"num_sentences": num_sentences, "relation": relation.name()}),
-            Instruction::NumberParagraphs { num_paragraphs } => {
-                json!({ "num_paragraphs": num_paragraphs })
-            }
             Instruction::NumberWords {
                 num_words,
                 relation,
@@ -746,33 +764,6 @@ impl Instruction {
                 num_words,
                 relation,
             } => json!({"num_words": num_words, "relation": relation.name()}),
-            Instruction::NthParagraphFirstWord {
-                num_paragraphs,
-                nth_paragraph,
-                first_word,
-            } => json!({
-                "num_paragraphs": num_paragraphs,
-                "nth_paragraph": nth_paragraph,
-                "first_word": first_word,
-            }),
-            Instruction::NumberPlaceholders { num_placeholders } => {
-                json!({ "num_placeholders": num_placeholders })
-            }
-            Instruction::Postscript { postscript_marker } => {
-                json!({ "postscript_marker": postscript_marker })
-            }
-            Instruction::NumberBulletLists { num_bullets } => json!({ "num_bullets": num_bullets }),
-            Instruction::NumberHighlightedSections { num_highlights } => {
-                json!({ "num_highlights": num_highlights })
-            }
-            Instruction::MultipleSections {
-                section_spliter,
-                num_sections,
-            } => json!({"section_spliter": section_spliter, "num_sections": num_sections}),
-            Instruction::RepeatPrompt { prompt_to_repeat } => {
-                json!({ "prompt_to_repeat": prompt_to_repeat })
-            }
-            Instruction::EndChecker { end_phrase } => json!({ "end_phrase": end_phrase }),
             Instruction::CapitalWordFrequency {
                 capital_frequency,
                 capital_relation,
@@ -788,18 +779,66 @@ impl Instruction {
                 num_stanzas,
                 relation,
             } => json!({"num_stanzas": num_stanzas, "relation": relation.name()}),
+            _ => return None,
+        };
+        Some(kwargs)
+    }
+
+    /// The kwargs of an instruction that counts parts of the response;
+    /// `None` for another.
+    fn structure_kwargs(&self) -> Option<Value> {
+        use serde_json::json;
+        let kwargs = match self {
+            Instruction::NumberParagraphs { num_paragraphs } => {
+                json!({ "num_paragraphs": num_paragraphs })
+            }
+            Instruction::NthParagraphFirstWord {
+                num_paragraphs,
+                nth_paragraph,
+                first_word,
+            } => json!({
+                "num_paragraphs": num_paragraphs,
+                "nth_paragraph": nth_paragraph,
+                "first_word": first_word,
+            }),
+            Instruction::NumberPlaceholders { num_placeholders } => {
+                json!({ "num_placeholders": num_placeholders })
+            }
+            Instruction::NumberBulletLists { num_bullets } => json!({ "num_bullets": num_bullets }),
+            Instruction::NumberHighlightedSections { num_highlights } => {
+                json!({ "num_highlights": num_highlights })
+            }
+            Instruction::MultipleSections {
+                section_spliter,
+                num_sections,
+            } => json!({"section_spliter": section_spliter, "num_sections": num_sections}),
+            _ => return None,
+        };
+        Some(kwargs)
+    }
+
+    /// The kwargs of an instruction whose arguments are text; `None` for
+    /// another.
+    fn text_kwargs(&self) -> Option<Value> {
+        use serde_json::json;
+        let kwargs = match self {
+            Instruction::KeywordsExistence { keywords } => json!({ "keywords": keywords }),
+            Instruction::ForbiddenWords { forbidden_words } => {
+                json!({ "forbidden_words": forbidden_words })
+            }
+            Instruction::ResponseLanguage { language } => json!({ "language": language }),
+            Instruction::Postscript { postscript_marker } => {
+                json!({ "postscript_marker": postscript_marker })
+            }
+            Instruction::RepeatPrompt { prompt_to_repeat } => {
+                json!({ "prompt_to_repeat": prompt_to_repeat })
+            }
+            Instruction::EndChecker { end_phrase } => json!({ "end_phrase": end_phrase }),
             Instruction::StartPhrase { phrase } => json!({ "phrase": phrase }),
             Instruction::SentenceStart { prefix } => json!({ "prefix": prefix }),
-            Instruction::ConstrainedResponse
-            | Instruction::JsonFormat
-            | Instruction::Title
-            | Instruction::TwoResponses
-            | Instruction::EnglishCapital
-            | Instruction::EnglishLowercase
-            | Instruction::NoComma
-            | Instruction::Quotation
-            | Instruction::Rhyme => json!({}),
-        }
+            _ => return None,
+        };
+        Some(kwargs)
     }
 }
 
