@@ -4,7 +4,7 @@
 //! only differs for text with regex syntax in it).
 
 use super::text::{count_capital_words, count_sentences, count_words, is_all_lower, is_all_upper};
-use super::{lang, text, Instruction, Verdict};
+use super::{lang, text, Instruction, Relation, Verdict};
 use regex::Regex;
 use std::sync::LazyLock;
 
@@ -69,7 +69,7 @@ pub(crate) fn contains_word(text: &str, word: &str) -> bool {
     false
 }
 
-fn relation_detail(what: &str, count: u64, relation: super::Relation, threshold: u64) -> String {
+fn relation_detail(what: &str, count: u64, relation: Relation, threshold: u64) -> String {
     format!("{count} {what}; needs {} {threshold}", relation.name())
 }
 
@@ -178,465 +178,495 @@ fn starts_with_ci(text: &str, prefix: &str) -> bool {
         .all(|p| t.next() == Some(p))
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 pub(super) fn verdict(instruction: &Instruction, value: &str) -> Verdict {
     use Instruction as I;
     match instruction {
-        I::KeywordsExistence { keywords } => {
-            let missing: Vec<&str> = keywords
-                .iter()
-                .filter(|k| literal(k).is_none_or(|re| !re.is_match(value)))
-                .map(String::as_str)
-                .collect();
-            if missing.is_empty() {
-                Verdict::new(true, "all keywords present")
-            } else {
-                Verdict::new(false, format!("missing keywords: {}", missing.join(", ")))
-            }
-        }
+        // Keywords and letters.
+        I::KeywordsExistence { keywords } => keywords_present(value, keywords),
         I::KeywordFrequency {
             keyword,
             frequency,
             relation,
-        } => {
-            let n = count_literal(value, keyword) as u64;
-            Verdict::new(
-                relation.holds(n, *frequency),
-                relation_detail(
-                    &format!("occurrences of {keyword:?}"),
-                    n,
-                    *relation,
-                    *frequency,
-                ),
-            )
-        }
-        I::ForbiddenWords { forbidden_words } => {
-            let found: Vec<&str> = forbidden_words
-                .iter()
-                .filter(|w| contains_word(value, w))
-                .map(String::as_str)
-                .collect();
-            if found.is_empty() {
-                Verdict::new(true, "no forbidden word")
-            } else {
-                Verdict::new(false, format!("forbidden words used: {}", found.join(", ")))
-            }
-        }
+        } => keyword_frequency(value, keyword, *relation, *frequency),
+        I::ForbiddenWords { forbidden_words } => forbidden_absent(value, forbidden_words),
         I::LetterFrequency {
             letter,
             let_frequency,
             let_relation,
-        } => {
-            let n = value
-                .chars()
-                .flat_map(char::to_lowercase)
-                .filter(|c| c == letter)
-                .count() as u64;
-            Verdict::new(
-                let_relation.holds(n, *let_frequency),
-                relation_detail(
-                    &format!("letters {letter:?}"),
-                    n,
-                    *let_relation,
-                    *let_frequency,
-                ),
-            )
-        }
-        I::ResponseLanguage { language } => {
-            let found = lang::detect(value).unwrap_or("undetectable");
-            Verdict::new(
-                lang::is_language(value, language),
-                format!("detected {found}; needs {language}"),
-            )
-        }
+        } => letter_frequency(value, *letter, *let_relation, *let_frequency),
+        I::ResponseLanguage { language } => in_language(value, language),
+        // Lengths.
         I::NumberSentences {
             num_sentences,
             relation,
-        } => {
-            let n = count_sentences(value) as u64;
-            Verdict::new(
-                relation.holds(n, *num_sentences),
-                relation_detail("sentences", n, *relation, *num_sentences),
-            )
-        }
-        I::NumberParagraphs { num_paragraphs } => {
-            let parts: Vec<&str> = DIVIDER.split(value).collect();
-            let mut n = parts.len() as u64;
-            for (i, part) in parts.iter().enumerate() {
-                if part.trim().is_empty() {
-                    if i == 0 || i == parts.len() - 1 {
-                        n -= 1;
-                    } else {
-                        return Verdict::new(false, format!("paragraph {} is empty", i + 1));
-                    }
-                }
-            }
-            Verdict::new(
-                n == *num_paragraphs,
-                format!("{n} paragraphs separated by ***; needs exactly {num_paragraphs}"),
-            )
-        }
+        } => counted(
+            "sentences",
+            count_sentences(value),
+            *relation,
+            *num_sentences,
+        ),
+        I::NumberParagraphs { num_paragraphs } => divided_paragraphs(value, *num_paragraphs),
         I::NumberWords {
             num_words,
             relation,
-        } => {
-            let n = count_words(value) as u64;
-            Verdict::new(
-                relation.holds(n, *num_words),
-                relation_detail("words", n, *relation, *num_words),
-            )
-        }
+        } => counted("words", count_words(value), *relation, *num_words),
         I::NthParagraphFirstWord {
             num_paragraphs,
             nth_paragraph,
             first_word,
-        } => {
-            let parts: Vec<&str> = value.split("\n\n").collect();
-            let n = parts.iter().filter(|p| !p.trim().is_empty()).count() as u64;
-            if *nth_paragraph > n {
-                return Verdict::new(
-                    false,
-                    format!("{n} paragraphs, so no paragraph {nth_paragraph}"),
-                );
-            }
-            let index = usize::try_from(*nth_paragraph - 1).unwrap_or(usize::MAX);
-            let paragraph = parts.get(index).map_or("", |p| p.trim());
-            if paragraph.is_empty() {
-                return Verdict::new(false, format!("paragraph {nth_paragraph} is empty"));
-            }
-            let word = first_word_of(paragraph);
-            Verdict::new(
-                n == *num_paragraphs && word == *first_word,
-                format!(
-                    "{n} paragraphs (needs {num_paragraphs}); paragraph {nth_paragraph} starts with {word:?} (needs {first_word:?})"
-                ),
-            )
-        }
-        I::NumberPlaceholders { num_placeholders } => {
-            let n = PLACEHOLDER.find_iter(value).count() as u64;
-            Verdict::new(
-                n >= *num_placeholders,
-                format!("{n} placeholders; needs at least {num_placeholders}"),
-            )
-        }
-        I::Postscript { postscript_marker } => {
-            let lower = value.to_lowercase();
-            let found = match postscript_marker.as_str() {
-                "P.P.S" => PPS.is_match(&lower),
-                "P.S." => PS.is_match(&lower),
-                other => lower.contains(&other.to_lowercase()),
-            };
-            Verdict::new(
-                found,
-                if found {
-                    format!("postscript {postscript_marker} found")
-                } else {
-                    format!("no postscript starting with {postscript_marker}")
-                },
-            )
-        }
-        I::NumberBulletLists { num_bullets } => {
-            let n = (BULLET_STAR.find_iter(value).count() + BULLET_DASH.find_iter(value).count())
-                as u64;
-            Verdict::new(
-                n == *num_bullets,
-                format!("{n} bullet points; needs exactly {num_bullets}"),
-            )
-        }
-        I::ConstrainedResponse => {
-            let v = value.trim();
-            let ok = [
-                "My answer is yes.",
-                "My answer is no.",
-                "My answer is maybe.",
-            ]
-            .iter()
-            .any(|o| v.contains(o));
-            Verdict::new(
-                ok,
-                if ok {
-                    "contains one of the options"
-                } else {
-                    "none of \"My answer is yes./no./maybe.\""
-                },
-            )
-        }
-        I::NumberHighlightedSections { num_highlights } => {
-            let single = HIGHLIGHT
-                .find_iter(value)
-                .filter(|m| !m.as_str().trim_matches('*').trim().is_empty())
-                .count();
-            let double = DOUBLE_HIGHLIGHT
-                .find_iter(value)
-                .filter(|m| {
-                    let inner = m.as_str().strip_prefix("**").unwrap_or("");
-                    !inner.strip_suffix("**").unwrap_or("").trim().is_empty()
-                })
-                .count();
-            let n = (single + double) as u64;
-            Verdict::new(
-                n >= *num_highlights,
-                format!("{n} highlighted sections; needs at least {num_highlights}"),
-            )
-        }
+        } => nth_paragraph_first_word(value, *num_paragraphs, *nth_paragraph, first_word),
+        // Content and format.
+        I::NumberPlaceholders { num_placeholders } => placeholders(value, *num_placeholders),
+        I::Postscript { postscript_marker } => postscript(value, postscript_marker),
+        I::NumberBulletLists { num_bullets } => bullets(value, *num_bullets),
+        I::ConstrainedResponse => constrained_response(value),
+        I::NumberHighlightedSections { num_highlights } => highlights(value, *num_highlights),
         I::MultipleSections {
             section_spliter,
             num_sections,
-        } => {
-            let pattern = format!(r"\s?{}\s?\d+\s?", regex::escape(section_spliter));
-            let n = Regex::new(&pattern).map_or(0, |re| re.find_iter(value).count()) as u64;
-            Verdict::new(
-                n >= *num_sections,
-                format!("{n} sections marked {section_spliter} N; needs at least {num_sections}"),
-            )
-        }
-        I::JsonFormat => {
-            let ok = is_json(value);
-            Verdict::new(ok, if ok { "valid JSON" } else { "not valid JSON" })
-        }
-        I::Title => {
-            let ok = TITLE.find_iter(value).any(|m| {
-                !m.as_str()
-                    .trim_start_matches('<')
-                    .trim_end_matches('>')
-                    .trim()
-                    .is_empty()
-            });
-            Verdict::new(
-                ok,
-                if ok {
-                    "has a <<title>>"
-                } else {
-                    "no <<title>>"
-                },
-            )
-        }
-        I::TwoResponses => {
-            let parts: Vec<&str> = value.split("******").collect();
-            let mut valid = Vec::new();
-            for (i, part) in parts.iter().enumerate() {
-                if part.trim().is_empty() {
-                    if i != 0 && i != parts.len() - 1 {
-                        return Verdict::new(false, "an empty response between separators");
-                    }
-                } else {
-                    valid.push(part.trim());
-                }
-            }
-            let ok = valid.len() == 2 && valid[0] != valid[1];
-            Verdict::new(
-                ok,
-                format!(
-                    "{} responses separated by ******; needs two different ones",
-                    valid.len()
-                ),
-            )
-        }
-        I::RepeatPrompt { prompt_to_repeat } => {
-            let ok = value
-                .trim()
-                .to_lowercase()
-                .starts_with(&prompt_to_repeat.trim().to_lowercase());
-            Verdict::new(
-                ok,
-                if ok {
-                    "starts with the request"
-                } else {
-                    "does not start with the request, repeated"
-                },
-            )
-        }
-        I::EndChecker { end_phrase } => {
-            let v = value.trim().trim_matches('"').to_lowercase();
-            let ok = v.ends_with(&end_phrase.trim().to_lowercase());
-            Verdict::new(
-                ok,
-                if ok {
-                    format!("ends with {end_phrase:?}")
-                } else {
-                    format!("does not end with {end_phrase:?}")
-                },
-            )
-        }
+        } => sections(value, section_spliter, *num_sections),
+        I::JsonFormat => json(value),
+        I::Title => title(value),
+        // The response as a whole: its parts, start, end, case, punctuation.
+        I::TwoResponses => two_responses(value),
+        I::RepeatPrompt { prompt_to_repeat } => repeats_prompt(value, prompt_to_repeat),
+        I::EndChecker { end_phrase } => ends_with_phrase(value, end_phrase),
         I::CapitalWordFrequency {
-            capital_frequency,
-            capital_relation,
-        } => {
-            let n = count_capital_words(value) as u64;
-            Verdict::new(
-                capital_relation.holds(n, *capital_frequency),
-                relation_detail(
-                    "all-capital words",
-                    n,
-                    *capital_relation,
-                    *capital_frequency,
-                ),
-            )
-        }
-        I::EnglishCapital => {
-            let upper = is_all_upper(value);
-            let english = lang::is_language(value, "en");
-            Verdict::new(
-                upper && english,
-                format!(
-                    "{}; {}",
-                    if upper {
-                        "all capitals"
-                    } else {
-                        "not all capitals"
-                    },
-                    if english { "English" } else { "not English" }
-                ),
-            )
-        }
-        I::EnglishLowercase => {
-            let lower = is_all_lower(value);
-            let english = lang::is_language(value, "en");
-            Verdict::new(
-                lower && english,
-                format!(
-                    "{}; {}",
-                    if lower {
-                        "all lowercase"
-                    } else {
-                        "not all lowercase"
-                    },
-                    if english { "English" } else { "not English" }
-                ),
-            )
-        }
-        I::NoComma => {
-            let n = value.matches(',').count();
-            Verdict::new(n == 0, format!("{n} commas"))
-        }
-        I::Quotation => {
-            let v = value.trim();
-            let ok = v.chars().count() > 1 && v.starts_with('"') && v.ends_with('"');
-            Verdict::new(
-                ok,
-                if ok {
-                    "wrapped in double quotes"
-                } else {
-                    "not wrapped in double quotes"
-                },
-            )
-        }
+            capital_frequency: threshold,
+            capital_relation: relation,
+        } => counted(
+            "all-capital words",
+            count_capital_words(value),
+            *relation,
+            *threshold,
+        ),
+        I::EnglishCapital => english_case(value, is_all_upper(value), "all capitals"),
+        I::EnglishLowercase => english_case(value, is_all_lower(value), "all lowercase"),
+        I::NoComma => no_comma(value),
+        I::Quotation => quoted(value),
+        // Our extras: sentences, lines, stanzas, rhyme, starts.
         I::WordsPerSentence {
             num_words,
             relation,
-        } => {
-            let sentences = text::sentences(value);
-            let broken: Vec<String> = sentences
-                .iter()
-                .enumerate()
-                .filter_map(|(i, s)| {
-                    let n = count_words(s) as u64;
-                    (!relation.holds(n, *num_words))
-                        .then(|| format!("sentence {} has {n} words: {:?}", i + 1, clip(s)))
-                })
-                .collect();
-            let ok = broken.is_empty() && !sentences.is_empty();
-            Verdict::new(
-                ok,
-                if ok {
-                    format!(
-                        "all {} sentences have {} {num_words} words",
-                        sentences.len(),
-                        relation.name()
-                    )
-                } else if sentences.is_empty() {
-                    "no sentences".to_string()
-                } else {
-                    format!(
-                        "needs {} {num_words} words per sentence; {}",
-                        relation.name(),
-                        broken.join("; ")
-                    )
-                },
-            )
-        }
+        } => words_per_sentence(value, *num_words, *relation),
         I::NumberLines {
             num_lines,
             relation,
-        } => {
-            let n = content_lines(value).len() as u64;
-            Verdict::new(
-                relation.holds(n, *num_lines),
-                relation_detail("lines", n, *relation, *num_lines),
-            )
-        }
+        } => counted("lines", content_lines(value).len(), *relation, *num_lines),
         I::NumberStanzas {
             num_stanzas,
             relation,
-        } => {
-            let n = stanzas(value).len() as u64;
-            Verdict::new(
-                relation.holds(n, *num_stanzas),
-                relation_detail("stanzas", n, *relation, *num_stanzas),
-            )
-        }
-        I::Rhyme => {
-            let mut broken = Vec::new();
-            let mut pairs = 0;
-            for (si, stanza) in stanzas(value).iter().enumerate() {
-                for pair in stanza.chunks(2) {
-                    if let [a, b] = pair {
-                        pairs += 1;
-                        let (wa, wb) = (last_word(a), last_word(b));
-                        if !rhymes(&wa, &wb) {
-                            broken.push(format!("stanza {}: {wa:?} / {wb:?}", si + 1));
-                        }
-                    }
-                }
+        } => counted("stanzas", stanzas(value).len(), *relation, *num_stanzas),
+        I::Rhyme => rhyme(value),
+        I::StartPhrase { phrase } => starts_with_phrase(value, phrase),
+        I::SentenceStart { prefix } => sentences_start_with(value, prefix),
+    }
+}
+
+/// `n` things (`what`) against a threshold by a relation.
+fn counted(what: &str, n: usize, relation: Relation, threshold: u64) -> Verdict {
+    let n = n as u64;
+    Verdict::new(
+        relation.holds(n, threshold),
+        relation_detail(what, n, relation, threshold),
+    )
+}
+
+// Keywords and letters.
+
+fn keywords_present(value: &str, keywords: &[String]) -> Verdict {
+    let missing: Vec<&str> = keywords
+        .iter()
+        .filter(|k| literal(k).is_none_or(|re| !re.is_match(value)))
+        .map(String::as_str)
+        .collect();
+    if missing.is_empty() {
+        Verdict::new(true, "all keywords present")
+    } else {
+        Verdict::new(false, format!("missing keywords: {}", missing.join(", ")))
+    }
+}
+
+fn forbidden_absent(value: &str, forbidden_words: &[String]) -> Verdict {
+    let found: Vec<&str> = forbidden_words
+        .iter()
+        .filter(|w| contains_word(value, w))
+        .map(String::as_str)
+        .collect();
+    if found.is_empty() {
+        Verdict::new(true, "no forbidden word")
+    } else {
+        Verdict::new(false, format!("forbidden words used: {}", found.join(", ")))
+    }
+}
+
+fn keyword_frequency(value: &str, keyword: &str, relation: Relation, frequency: u64) -> Verdict {
+    counted(
+        &format!("occurrences of {keyword:?}"),
+        count_literal(value, keyword),
+        relation,
+        frequency,
+    )
+}
+
+/// How often `letter` (lowercase) occurs in `value`, case-insensitively,
+/// against the threshold.
+fn letter_frequency(value: &str, letter: char, relation: Relation, frequency: u64) -> Verdict {
+    let n = value
+        .chars()
+        .flat_map(char::to_lowercase)
+        .filter(|c| *c == letter)
+        .count();
+    counted(&format!("letters {letter:?}"), n, relation, frequency)
+}
+
+fn in_language(value: &str, language: &str) -> Verdict {
+    let found = lang::detect(value).unwrap_or("undetectable");
+    Verdict::new(
+        lang::is_language(value, language),
+        format!("detected {found}; needs {language}"),
+    )
+}
+
+// Lengths.
+
+/// Exactly `num_paragraphs` paragraphs separated by the markdown divider,
+/// none empty but the first and last.
+fn divided_paragraphs(value: &str, num_paragraphs: u64) -> Verdict {
+    let parts: Vec<&str> = DIVIDER.split(value).collect();
+    let mut n = parts.len() as u64;
+    for (i, part) in parts.iter().enumerate() {
+        if part.trim().is_empty() {
+            if i == 0 || i == parts.len() - 1 {
+                n -= 1;
+            } else {
+                return Verdict::new(false, format!("paragraph {} is empty", i + 1));
             }
-            let ok = pairs > 0 && broken.is_empty();
-            Verdict::new(
-                ok,
-                if pairs == 0 {
-                    "no line pairs".to_string()
-                } else if ok {
-                    format!("all {pairs} line pairs rhyme (approximately)")
-                } else {
-                    format!("line pairs that do not rhyme: {}", broken.join("; "))
-                },
-            )
-        }
-        I::StartPhrase { phrase } => {
-            let ok = starts_with_ci(strip_lead(value), phrase);
-            Verdict::new(
-                ok,
-                if ok {
-                    format!("starts with {phrase:?}")
-                } else {
-                    format!("does not start with {phrase:?}")
-                },
-            )
-        }
-        I::SentenceStart { prefix } => {
-            let sentences = text::sentences(value);
-            let broken: Vec<String> = sentences
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| !starts_with_ci(strip_lead(s), prefix))
-                .map(|(i, s)| format!("sentence {}: {:?}", i + 1, clip(s)))
-                .collect();
-            let ok = broken.is_empty() && !sentences.is_empty();
-            Verdict::new(
-                ok,
-                if ok {
-                    format!("all {} sentences start with {prefix:?}", sentences.len())
-                } else {
-                    format!(
-                        "sentences not starting with {prefix:?}: {}",
-                        broken.join("; ")
-                    )
-                },
-            )
         }
     }
+    Verdict::new(
+        n == num_paragraphs,
+        format!("{n} paragraphs separated by ***; needs exactly {num_paragraphs}"),
+    )
+}
+
+fn nth_paragraph_first_word(
+    value: &str,
+    num_paragraphs: u64,
+    nth_paragraph: u64,
+    first_word: &str,
+) -> Verdict {
+    let parts: Vec<&str> = value.split("\n\n").collect();
+    let n = parts.iter().filter(|p| !p.trim().is_empty()).count() as u64;
+    if nth_paragraph > n {
+        return Verdict::new(
+            false,
+            format!("{n} paragraphs, so no paragraph {nth_paragraph}"),
+        );
+    }
+    let index = usize::try_from(nth_paragraph - 1).unwrap_or(usize::MAX);
+    let paragraph = parts.get(index).map_or("", |p| p.trim());
+    if paragraph.is_empty() {
+        return Verdict::new(false, format!("paragraph {nth_paragraph} is empty"));
+    }
+    let word = first_word_of(paragraph);
+    Verdict::new(
+        n == num_paragraphs && word == first_word,
+        format!(
+            "{n} paragraphs (needs {num_paragraphs}); paragraph {nth_paragraph} starts with {word:?} (needs {first_word:?})"
+        ),
+    )
+}
+
+// Content and format.
+
+fn placeholders(value: &str, num_placeholders: u64) -> Verdict {
+    let n = PLACEHOLDER.find_iter(value).count() as u64;
+    Verdict::new(
+        n >= num_placeholders,
+        format!("{n} placeholders; needs at least {num_placeholders}"),
+    )
+}
+
+fn postscript(value: &str, postscript_marker: &str) -> Verdict {
+    let lower = value.to_lowercase();
+    let found = match postscript_marker {
+        "P.P.S" => PPS.is_match(&lower),
+        "P.S." => PS.is_match(&lower),
+        other => lower.contains(&other.to_lowercase()),
+    };
+    Verdict::new(
+        found,
+        if found {
+            format!("postscript {postscript_marker} found")
+        } else {
+            format!("no postscript starting with {postscript_marker}")
+        },
+    )
+}
+
+fn bullets(value: &str, num_bullets: u64) -> Verdict {
+    let n = (BULLET_STAR.find_iter(value).count() + BULLET_DASH.find_iter(value).count()) as u64;
+    Verdict::new(
+        n == num_bullets,
+        format!("{n} bullet points; needs exactly {num_bullets}"),
+    )
+}
+
+fn constrained_response(value: &str) -> Verdict {
+    let v = value.trim();
+    let ok = [
+        "My answer is yes.",
+        "My answer is no.",
+        "My answer is maybe.",
+    ]
+    .iter()
+    .any(|o| v.contains(o));
+    Verdict::new(
+        ok,
+        if ok {
+            "contains one of the options"
+        } else {
+            "none of \"My answer is yes./no./maybe.\""
+        },
+    )
+}
+
+/// At least `num_highlights` non-blank `*single*` and `**double**`
+/// highlights.
+fn highlights(value: &str, num_highlights: u64) -> Verdict {
+    let single = HIGHLIGHT
+        .find_iter(value)
+        .filter(|m| !m.as_str().trim_matches('*').trim().is_empty())
+        .count();
+    let double = DOUBLE_HIGHLIGHT
+        .find_iter(value)
+        .filter(|m| {
+            let inner = m.as_str().strip_prefix("**").unwrap_or("");
+            !inner.strip_suffix("**").unwrap_or("").trim().is_empty()
+        })
+        .count();
+    let n = (single + double) as u64;
+    Verdict::new(
+        n >= num_highlights,
+        format!("{n} highlighted sections; needs at least {num_highlights}"),
+    )
+}
+
+fn sections(value: &str, section_spliter: &str, num_sections: u64) -> Verdict {
+    let pattern = format!(r"\s?{}\s?\d+\s?", regex::escape(section_spliter));
+    let n = Regex::new(&pattern).map_or(0, |re| re.find_iter(value).count()) as u64;
+    Verdict::new(
+        n >= num_sections,
+        format!("{n} sections marked {section_spliter} N; needs at least {num_sections}"),
+    )
+}
+
+fn title(value: &str) -> Verdict {
+    let ok = TITLE.find_iter(value).any(|m| {
+        !m.as_str()
+            .trim_start_matches('<')
+            .trim_end_matches('>')
+            .trim()
+            .is_empty()
+    });
+    Verdict::new(
+        ok,
+        if ok {
+            "has a <<title>>"
+        } else {
+            "no <<title>>"
+        },
+    )
+}
+
+fn json(value: &str) -> Verdict {
+    let ok = is_json(value);
+    Verdict::new(ok, if ok { "valid JSON" } else { "not valid JSON" })
+}
+
+// The response as a whole.
+
+fn two_responses(value: &str) -> Verdict {
+    let parts: Vec<&str> = value.split("******").collect();
+    let mut valid = Vec::new();
+    for (i, part) in parts.iter().enumerate() {
+        if part.trim().is_empty() {
+            if i != 0 && i != parts.len() - 1 {
+                return Verdict::new(false, "an empty response between separators");
+            }
+        } else {
+            valid.push(part.trim());
+        }
+    }
+    let ok = valid.len() == 2 && valid[0] != valid[1];
+    Verdict::new(
+        ok,
+        format!(
+            "{} responses separated by ******; needs two different ones",
+            valid.len()
+        ),
+    )
+}
+
+fn repeats_prompt(value: &str, prompt_to_repeat: &str) -> Verdict {
+    let ok = value
+        .trim()
+        .to_lowercase()
+        .starts_with(&prompt_to_repeat.trim().to_lowercase());
+    Verdict::new(
+        ok,
+        if ok {
+            "starts with the request"
+        } else {
+            "does not start with the request, repeated"
+        },
+    )
+}
+
+fn ends_with_phrase(value: &str, end_phrase: &str) -> Verdict {
+    let v = value.trim().trim_matches('"').to_lowercase();
+    let ok = v.ends_with(&end_phrase.trim().to_lowercase());
+    Verdict::new(
+        ok,
+        if ok {
+            format!("ends with {end_phrase:?}")
+        } else {
+            format!("does not end with {end_phrase:?}")
+        },
+    )
+}
+
+/// English in one case: `in_case` says whether every letter is in it,
+/// `case` names it ("all capitals").
+fn english_case(value: &str, in_case: bool, case: &str) -> Verdict {
+    let english = lang::is_language(value, "en");
+    Verdict::new(
+        in_case && english,
+        format!(
+            "{}; {}",
+            if in_case {
+                case.to_string()
+            } else {
+                format!("not {case}")
+            },
+            if english { "English" } else { "not English" }
+        ),
+    )
+}
+
+fn no_comma(value: &str) -> Verdict {
+    let n = value.matches(',').count();
+    Verdict::new(n == 0, format!("{n} commas"))
+}
+
+fn quoted(value: &str) -> Verdict {
+    let v = value.trim();
+    let ok = v.chars().count() > 1 && v.starts_with('"') && v.ends_with('"');
+    Verdict::new(
+        ok,
+        if ok {
+            "wrapped in double quotes"
+        } else {
+            "not wrapped in double quotes"
+        },
+    )
+}
+
+// Our extras.
+
+fn words_per_sentence(value: &str, num_words: u64, relation: Relation) -> Verdict {
+    let sentences = text::sentences(value);
+    let broken: Vec<String> = sentences
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| {
+            let n = count_words(s) as u64;
+            (!relation.holds(n, num_words))
+                .then(|| format!("sentence {} has {n} words: {:?}", i + 1, clip(s)))
+        })
+        .collect();
+    let ok = broken.is_empty() && !sentences.is_empty();
+    Verdict::new(
+        ok,
+        if ok {
+            format!(
+                "all {} sentences have {} {num_words} words",
+                sentences.len(),
+                relation.name()
+            )
+        } else if sentences.is_empty() {
+            "no sentences".to_string()
+        } else {
+            format!(
+                "needs {} {num_words} words per sentence; {}",
+                relation.name(),
+                broken.join("; ")
+            )
+        },
+    )
+}
+
+/// Consecutive line pairs of every stanza rhyme (AABB), and there is one.
+fn rhyme(value: &str) -> Verdict {
+    let mut broken = Vec::new();
+    let mut pairs = 0;
+    for (si, stanza) in stanzas(value).iter().enumerate() {
+        for pair in stanza.chunks(2) {
+            if let [a, b] = pair {
+                pairs += 1;
+                let (wa, wb) = (last_word(a), last_word(b));
+                if !rhymes(&wa, &wb) {
+                    broken.push(format!("stanza {}: {wa:?} / {wb:?}", si + 1));
+                }
+            }
+        }
+    }
+    let ok = pairs > 0 && broken.is_empty();
+    Verdict::new(
+        ok,
+        if pairs == 0 {
+            "no line pairs".to_string()
+        } else if ok {
+            format!("all {pairs} line pairs rhyme (approximately)")
+        } else {
+            format!("line pairs that do not rhyme: {}", broken.join("; "))
+        },
+    )
+}
+
+fn starts_with_phrase(value: &str, phrase: &str) -> Verdict {
+    let ok = starts_with_ci(strip_lead(value), phrase);
+    Verdict::new(
+        ok,
+        if ok {
+            format!("starts with {phrase:?}")
+        } else {
+            format!("does not start with {phrase:?}")
+        },
+    )
+}
+
+fn sentences_start_with(value: &str, prefix: &str) -> Verdict {
+    let sentences = text::sentences(value);
+    let broken: Vec<String> = sentences
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| !starts_with_ci(strip_lead(s), prefix))
+        .map(|(i, s)| format!("sentence {}: {:?}", i + 1, clip(s)))
+        .collect();
+    let ok = broken.is_empty() && !sentences.is_empty();
+    Verdict::new(
+        ok,
+        if ok {
+            format!("all {} sentences start with {prefix:?}", sentences.len())
+        } else {
+            format!(
+                "sentences not starting with {prefix:?}: {}",
+                broken.join("; ")
+            )
+        },
+    )
 }
 
 /// The first 60 characters of a sentence, for details.
