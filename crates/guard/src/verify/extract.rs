@@ -489,39 +489,13 @@ fn words_and_sentences(prompt: &str, found: &mut Found) {
     }
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 fn paragraphs(prompt: &str, found: &mut Found) {
     rx!(NUM_PARTS, r"\b(NUM)\s+(?:\w+\s+)?(?:paragraphs?|parts)\b");
     rx!(
         NEWLINES,
         r"(?:two|2) new ?lines|\\n\\n|two line ?breaks|double line break|(?:two|2) newlines|blank lines?|empty lines?"
     );
-    rx!(
-        NTH,
-        r#"(?:start|begin)\w*\s+(?:the\s+)?(?P<ord>first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|last|final|\d+(?:st|nd|rd|th)?)\s+paragraph\s+with\s+(?:the\s+)?(?:word\s+)?["“'‘]?(?P<w>[\w'-]+)|paragraph\s+(?P<num>\d+)\s+(?:(?:must|should|has to|needs to|shall)\s+)?(?:(?:start|begin)\w*\s+)?with\s+(?:the\s+)?(?:word\s+)?["“'‘]?(?P<w2>[\w'-]+)|(?P<ord2>first|second|third|fourth|fifth|sixth|\d+(?:st|nd|rd|th))\s+paragraph\s+(?:must|should|has to|needs to)\s+(?:start|begin)\s+with\s+(?:the\s+)?(?:word\s+)?["“'‘]?(?P<w3>[\w'-]+)|\b(?:story|response|answer|essay|letter|reply|text|poem)\s+(?:must|should|has to|needs to)\s+(?:start|begin)\s+with\s+(?:the\s+)?(?:word\s+)?["“'‘]?(?P<w4>[\w'-]+)"#
-    );
-    let stars: Vec<usize> = {
-        // Runs of exactly three asterisks: the markdown divider.
-        let mut runs = Vec::new();
-        let mut run = 0;
-        for (i, c) in prompt.char_indices() {
-            if c == '*' {
-                run += 1;
-            } else {
-                if run == 3 {
-                    runs.push(i);
-                }
-                run = 0;
-            }
-        }
-        if run == 3 {
-            runs.push(prompt.len());
-        }
-        runs
-    };
+    let stars = divider_runs(prompt);
     let standalone = prompt.lines().filter(|l| l.trim() == "***").count();
     let dividers = if standalone > 0 {
         standalone
@@ -541,52 +515,84 @@ fn paragraphs(prompt: &str, found: &mut Found) {
         let n = parts.unwrap_or(dividers as u64 + 1);
         found.push(Instruction::NumberParagraphs { num_paragraphs: n });
     } else if NEWLINES.is_match(prompt) || lower.contains("paragraph") {
-        if let (Some(n), Some(c)) = (parts, NTH.captures(prompt)) {
-            let ordinal = c
-                .name("ord")
-                .or(c.name("ord2"))
-                .map(|m| m.as_str().to_lowercase());
-            let nth = match ordinal.as_deref() {
-                Some("first") => Some(1),
-                Some("second") => Some(2),
-                Some("third") => Some(3),
-                Some("fourth") => Some(4),
-                Some("fifth") => Some(5),
-                Some("sixth") => Some(6),
-                Some("seventh") => Some(7),
-                Some("eighth") => Some(8),
-                Some("ninth") => Some(9),
-                Some("tenth") => Some(10),
-                Some("last" | "final") => Some(n),
-                Some(other) => other
-                    .trim_end_matches(|c: char| c.is_alphabetic())
-                    .parse()
-                    .ok(),
-                None if c.name("w4").is_some() => Some(1),
-                None => c.name("num").and_then(|m| m.as_str().parse().ok()),
-            };
-            let word = c
-                .name("w")
-                .or(c.name("w2"))
-                .or(c.name("w3"))
-                .or(c.name("w4"));
-            if let (Some(nth), Some(word)) = (nth, word) {
-                if nth >= 1 && nth <= n {
-                    found.push(Instruction::NthParagraphFirstWord {
-                        num_paragraphs: n,
-                        nth_paragraph: nth,
-                        first_word: word.as_str().to_lowercase(),
-                    });
-                }
-            }
+        if let Some(instruction) = nth_paragraph_first_word(prompt, parts) {
+            found.push(instruction);
         }
     }
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
+/// Where each run of exactly three asterisks (the markdown divider) in
+/// `prompt` ends.
+fn divider_runs(prompt: &str) -> Vec<usize> {
+    let mut runs = Vec::new();
+    let mut run = 0;
+    for (i, c) in prompt.char_indices() {
+        if c == '*' {
+            run += 1;
+        } else {
+            if run == 3 {
+                runs.push(i);
+            }
+            run = 0;
+        }
+    }
+    if run == 3 {
+        runs.push(prompt.len());
+    }
+    runs
+}
+
+/// "Paragraph 2 must start with the word X" in a prompt that asks for
+/// `parts` paragraphs.
+fn nth_paragraph_first_word(prompt: &str, parts: Option<u64>) -> Option<Instruction> {
+    rx!(
+        NTH,
+        r#"(?:start|begin)\w*\s+(?:the\s+)?(?P<ord>first|second|third|fourth|fifth|sixth|seventh|eighth|ninth|tenth|last|final|\d+(?:st|nd|rd|th)?)\s+paragraph\s+with\s+(?:the\s+)?(?:word\s+)?["“'‘]?(?P<w>[\w'-]+)|paragraph\s+(?P<num>\d+)\s+(?:(?:must|should|has to|needs to|shall)\s+)?(?:(?:start|begin)\w*\s+)?with\s+(?:the\s+)?(?:word\s+)?["“'‘]?(?P<w2>[\w'-]+)|(?P<ord2>first|second|third|fourth|fifth|sixth|\d+(?:st|nd|rd|th))\s+paragraph\s+(?:must|should|has to|needs to)\s+(?:start|begin)\s+with\s+(?:the\s+)?(?:word\s+)?["“'‘]?(?P<w3>[\w'-]+)|\b(?:story|response|answer|essay|letter|reply|text|poem)\s+(?:must|should|has to|needs to)\s+(?:start|begin)\s+with\s+(?:the\s+)?(?:word\s+)?["“'‘]?(?P<w4>[\w'-]+)"#
+    );
+    let (Some(n), Some(c)) = (parts, NTH.captures(prompt)) else {
+        return None;
+    };
+    let nth = paragraph_index(&c, n)?;
+    let word = c
+        .name("w")
+        .or(c.name("w2"))
+        .or(c.name("w3"))
+        .or(c.name("w4"))?;
+    (nth >= 1 && nth <= n).then(|| Instruction::NthParagraphFirstWord {
+        num_paragraphs: n,
+        nth_paragraph: nth,
+        first_word: word.as_str().to_lowercase(),
+    })
+}
+
+/// Which paragraph (1-based, of `n`) a match of the `NTH` rule names: an
+/// ordinal, `last`, a number, or the first for "the story must start with".
+fn paragraph_index(c: &Captures, n: u64) -> Option<u64> {
+    let ordinal = c
+        .name("ord")
+        .or(c.name("ord2"))
+        .map(|m| m.as_str().to_lowercase());
+    match ordinal.as_deref() {
+        Some("first") => Some(1),
+        Some("second") => Some(2),
+        Some("third") => Some(3),
+        Some("fourth") => Some(4),
+        Some("fifth") => Some(5),
+        Some("sixth") => Some(6),
+        Some("seventh") => Some(7),
+        Some("eighth") => Some(8),
+        Some("ninth") => Some(9),
+        Some("tenth") => Some(10),
+        Some("last" | "final") => Some(n),
+        Some(other) => other
+            .trim_end_matches(|c: char| c.is_alphabetic())
+            .parse()
+            .ok(),
+        None if c.name("w4").is_some() => Some(1),
+        None => c.name("num").and_then(|m| m.as_str().parse().ok()),
+    }
+}
+
 fn format_rules(prompt: &str, found: &mut Found) {
     rx!(
         PLACEHOLDERS,
@@ -598,42 +604,6 @@ fn format_rules(prompt: &str, found: &mut Found) {
         BULLETS,
         r"\b(NUM)\s+(?:[\w-]+\s+){0,2}?bullet(?:\s*points?|s)?\b"
     );
-    rx!(
-        HIGHLIGHTS,
-        r"(?:highlight|italic|bold)\w*\s+(?:[\w/]+\s+){0,4}?(?:at least\s+)?(NUM)\s+(?:[\w-]+\s+){0,2}?(?:sections?|parts?|phrases?|words?|texts?|of them|of these|items?|points?|tips?|ideas?)\b"
-    );
-    rx!(
-        HIGHLIGHTS_BEFORE,
-        r"\b(?:at least\s+)?(NUM)\s+(?:italic|italicized|highlighted|bold)\w*\s"
-    );
-    rx!(
-        HIGHLIGHT_EACH,
-        r"\b(NUM)\s+(?:or more\s+)?sections?\b[^*]{0,80}highlight each section"
-    );
-    rx!(
-        SECTION_MARK,
-        r#"(?:mark|label|start|begin|starting|beginning|open|opening|head|heading)\w*\s+[^.]{0,60}?\bwith\s+["'“]?(?P<s>[A-Za-z]+)\s+(?:X|N|\d)\b|(?:label|mark|title|head|name)\w*\s+(?:each|every|them|it)\s+(?:one\s+|of them\s+)?(?:as\s+)?["'“]?(?P<s2>[A-Za-z]+)\s+(?:X|N|\d)\b|(?:with|as)\s+["'“]?(?P<s3>[A-Za-z]+)["'”]?\s+(?:and|followed by|plus)\s+(?:a|its|the|their)\s+(?:number|numeral|index)|\blabell?ed\s+["']?(?P<s4>[A-Za-z]+)\s+\d"#
-    );
-    rx!(
-        NUM_SECTIONS,
-        r"\b(NUM)\s+(?:\w+\s+)?(?:sections?|paragraphs?|parts|days)\b"
-    );
-    rx!(
-        NUM_DASH,
-        r"\b(NUM)[ -](?:sections?|paragraphs?|parts|days)\b"
-    );
-    rx!(JSON, r"\bjson\b");
-    rx!(TITLE, r"<<|double angular brackets|double angle brackets");
-    rx!(
-        TWO_RESPONSES,
-        r"\*{6,}|\b(?:6|six) asterisk|two different (?:responses|answers)"
-    );
-    rx!(QUOTATION, r"double[\s-]?quot|quotation marks");
-    rx!(
-        NO_COMMA,
-        r"(?:\bno\b|\bnot\b|n't\b|\bwithout\b|\bavoid\w*|\bnever\b|\brefrain\w*)[^.?!]{0,40}\bcommas?\b"
-    );
-
     if let Some(n) = PLACEHOLDERS
         .captures(prompt)
         .and_then(|c| c.get(1).or(c.get(2)).or(c.get(3)))
@@ -663,48 +633,98 @@ fn format_rules(prompt: &str, found: &mut Found) {
     if prompt.contains("My answer is yes.") || prompt.contains("My answer is no.") {
         found.push(Instruction::ConstrainedResponse);
     }
-    let highlights = HIGHLIGHTS
+    if let Some(n) = highlight_count(prompt) {
+        found.push(Instruction::NumberHighlightedSections { num_highlights: n });
+    }
+    if let Some(sections) = multiple_sections(prompt) {
+        found.push(sections);
+    }
+    whole_response_rules(prompt, found);
+}
+
+/// How many highlighted sections the prompt asks for ("highlight at least
+/// 2 sections", "3 italic phrases", or an emphasis example).
+fn highlight_count(prompt: &str) -> Option<u64> {
+    rx!(
+        HIGHLIGHTS,
+        r"(?:highlight|italic|bold)\w*\s+(?:[\w/]+\s+){0,4}?(?:at least\s+)?(NUM)\s+(?:[\w-]+\s+){0,2}?(?:sections?|parts?|phrases?|words?|texts?|of them|of these|items?|points?|tips?|ideas?)\b"
+    );
+    rx!(
+        HIGHLIGHTS_BEFORE,
+        r"\b(?:at least\s+)?(NUM)\s+(?:italic|italicized|highlighted|bold)\w*\s"
+    );
+    rx!(
+        HIGHLIGHT_EACH,
+        r"\b(NUM)\s+(?:or more\s+)?sections?\b[^*]{0,80}highlight each section"
+    );
+    HIGHLIGHTS
         .captures(prompt)
         .or_else(|| HIGHLIGHTS_BEFORE.captures(prompt))
         .or_else(|| HIGHLIGHT_EACH.captures(prompt))
         .and_then(|c| c.get(1))
         .and_then(|m| number(m.as_str()))
-        .or_else(|| emphasis_count(prompt));
-    if let Some(n) = highlights {
-        found.push(Instruction::NumberHighlightedSections { num_highlights: n });
-    }
-    if let Some(c) = SECTION_MARK.captures(prompt) {
-        if let Some(splitter) = c
-            .name("s")
-            .or(c.name("s2"))
-            .or(c.name("s3"))
-            .or(c.name("s4"))
-        {
-            let splitter = splitter.as_str();
-            // "3 chapters" counts sections marked "Chapter".
-            let own_plural = re(&format!(r"\b(NUM)\s+{}s?\b", regex::escape(splitter)));
-            let n = own_plural
-                .captures(prompt)
-                .or_else(|| NUM_SECTIONS.captures(prompt))
-                .or_else(|| NUM_DASH.captures(prompt))
-                .and_then(|c| c.get(1))
-                .and_then(|m| number(m.as_str()))
-                .or_else(|| {
-                    // "Audience 1 and Audience 2": the largest number used.
-                    let numbered = re(&format!(r"\b{}\s+(\d+)", regex::escape(splitter)));
-                    numbered
-                        .captures_iter(prompt)
-                        .filter_map(|c| c.get(1).and_then(|m| m.as_str().parse().ok()))
-                        .max()
-                });
-            if let Some(n) = n {
-                found.push(Instruction::MultipleSections {
-                    section_spliter: splitter.to_string(),
-                    num_sections: n,
-                });
-            }
-        }
-    }
+        .or_else(|| emphasis_count(prompt))
+}
+
+/// Sections marked with a word and a number ("mark each section with
+/// Section X"), counted by the prompt's "N sections" (or "N <marker>s"),
+/// else by the largest "<marker> N" it shows.
+fn multiple_sections(prompt: &str) -> Option<Instruction> {
+    rx!(
+        SECTION_MARK,
+        r#"(?:mark|label|start|begin|starting|beginning|open|opening|head|heading)\w*\s+[^.]{0,60}?\bwith\s+["'“]?(?P<s>[A-Za-z]+)\s+(?:X|N|\d)\b|(?:label|mark|title|head|name)\w*\s+(?:each|every|them|it)\s+(?:one\s+|of them\s+)?(?:as\s+)?["'“]?(?P<s2>[A-Za-z]+)\s+(?:X|N|\d)\b|(?:with|as)\s+["'“]?(?P<s3>[A-Za-z]+)["'”]?\s+(?:and|followed by|plus)\s+(?:a|its|the|their)\s+(?:number|numeral|index)|\blabell?ed\s+["']?(?P<s4>[A-Za-z]+)\s+\d"#
+    );
+    rx!(
+        NUM_SECTIONS,
+        r"\b(NUM)\s+(?:\w+\s+)?(?:sections?|paragraphs?|parts|days)\b"
+    );
+    rx!(
+        NUM_DASH,
+        r"\b(NUM)[ -](?:sections?|paragraphs?|parts|days)\b"
+    );
+    let c = SECTION_MARK.captures(prompt)?;
+    let splitter = c
+        .name("s")
+        .or(c.name("s2"))
+        .or(c.name("s3"))
+        .or(c.name("s4"))?
+        .as_str();
+    // "3 chapters" counts sections marked "Chapter".
+    let own_plural = re(&format!(r"\b(NUM)\s+{}s?\b", regex::escape(splitter)));
+    let n = own_plural
+        .captures(prompt)
+        .or_else(|| NUM_SECTIONS.captures(prompt))
+        .or_else(|| NUM_DASH.captures(prompt))
+        .and_then(|c| c.get(1))
+        .and_then(|m| number(m.as_str()))
+        .or_else(|| {
+            // "Audience 1 and Audience 2": the largest number used.
+            let numbered = re(&format!(r"\b{}\s+(\d+)", regex::escape(splitter)));
+            numbered
+                .captures_iter(prompt)
+                .filter_map(|c| c.get(1).and_then(|m| m.as_str().parse().ok()))
+                .max()
+        })?;
+    Some(Instruction::MultipleSections {
+        section_spliter: splitter.to_string(),
+        num_sections: n,
+    })
+}
+
+/// Rules on the response as a whole: JSON, a title, two responses,
+/// quotation marks, no commas.
+fn whole_response_rules(prompt: &str, found: &mut Found) {
+    rx!(JSON, r"\bjson\b");
+    rx!(TITLE, r"<<|double angular brackets|double angle brackets");
+    rx!(
+        TWO_RESPONSES,
+        r"\*{6,}|\b(?:6|six) asterisk|two different (?:responses|answers)"
+    );
+    rx!(QUOTATION, r"double[\s-]?quot|quotation marks");
+    rx!(
+        NO_COMMA,
+        r"(?:\bno\b|\bnot\b|n't\b|\bwithout\b|\bavoid\w*|\bnever\b|\brefrain\w*)[^.?!]{0,40}\bcommas?\b"
+    );
     if JSON.is_match(prompt) {
         found.push(Instruction::JsonFormat);
     }
@@ -743,46 +763,46 @@ fn emphasis_count(prompt: &str) -> Option<u64> {
         })
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 fn keywords(prompt: &str, found: &mut Found) {
-    rx!(
-        LIST_TRIGGER,
-        r#"\b(?:the\s+|following\s+)*(?:key\s?words?|words?)\b\s*:?\s*"#
-    );
-    rx!(
-        BARE_FORBIDDEN,
-        r#"(?:do not|don't|never)\s+(?:use|say|include|mention|write)\s+(?P<rest>["'“‘])"#
-    );
-    rx!(
-        CANNOT_APPEAR,
-        r#"\bwords?\s+(?P<list>(?:["'“‘]?[\w-]+["'”’]?(?:,\s*|\s+and\s+|\s+or\s+)?){1,8}?)\s+(?:cannot|can't|should not|shouldn't|must not|mustn't)\s+(?:be|appear)"#
-    );
+    let frequency_keywords = keyword_frequencies(prompt, found);
+    letter_frequencies(prompt, found);
+    let (required, mut forbidden) = keyword_lists(prompt, &frequency_keywords);
+    let tidy = |mut words: Vec<String>| {
+        let mut seen = std::collections::HashSet::new();
+        // `Use "*" for bullets` names a symbol, not a keyword.
+        words.retain(|w| w.chars().any(char::is_alphanumeric) && seen.insert(w.to_lowercase()));
+        words.truncate(MAX_KEYWORDS);
+        words
+    };
+    let required = tidy(required);
+    // A word limited to a few uses ("not more than twice") is not forbidden.
+    forbidden.retain(|w| !frequency_keywords.contains(&w.to_lowercase()));
+    // A bare function word after "words" ("fewer than 2 words in all
+    // caps") is no keyword.
+    forbidden.retain(|w| !STOPWORDS.contains(&w.to_lowercase().as_str()));
+    let forbidden = tidy(forbidden);
+    if !required.is_empty() {
+        found.push(Instruction::KeywordsExistence { keywords: required });
+    }
+    if !forbidden.is_empty() {
+        let mut words: Vec<String> = forbidden.iter().map(|w| w.to_lowercase()).collect();
+        words.sort();
+        words.dedup();
+        found.push(Instruction::ForbiddenWords {
+            forbidden_words: words,
+        });
+    }
+}
+
+/// "the word X at least N times": keyword frequencies, found in order;
+/// returns the keywords given a count, lowercased.
+fn keyword_frequencies(prompt: &str, found: &mut Found) -> Vec<String> {
     rx!(
         FREQUENCY,
         &format!(
             r#"\bword\s+["'“‘]?(?P<kw>[\w'-]+)["'”’]?\s+(?:[\w,\-–—]+\s+){{0,6}}?{COUNT}\s*(?:times?\b)?"#
         )
     );
-    rx!(
-        LETTER,
-        &format!(r#"\bletter\s+["'“‘]?(?P<letter>[a-zA-Z])["'”’]?\s+(?:[\w,]+\s+){{0,5}}?{COUNT}"#)
-    );
-    rx!(
-        INCLUDE,
-        r"(?:include|including|includes|contain|containing|contains|use|using|mention)\s*$"
-    );
-    rx!(
-        VAGUE,
-        r"\b(?:any|other|some|no|more|extra|of|these|those|additional|few|many|all|new|single|following\s+\w+)$"
-    );
-    rx!(
-        QUOTED_AFTER_VERB,
-        r#"\b(?:mention|mentions|mentioning|include|includes|including|use|using|make sure (?:that )?the words?)\s+(?:both\s+|each of\s+|all of\s+)?(?P<rest>["“])"#
-    );
-
     let mut frequency_keywords: Vec<String> = Vec::new();
     for caps in FREQUENCY.captures_iter(prompt) {
         let Some(keyword) = caps.name("kw") else {
@@ -813,6 +833,15 @@ fn keywords(prompt: &str, found: &mut Found) {
         }
         frequency_keywords.push(keyword.as_str().to_lowercase());
     }
+    frequency_keywords
+}
+
+/// "the letter q at least 3 times": letter frequencies.
+fn letter_frequencies(prompt: &str, found: &mut Found) {
+    rx!(
+        LETTER,
+        &format!(r#"\bletter\s+["'“‘]?(?P<letter>[a-zA-Z])["'”’]?\s+(?:[\w,]+\s+){{0,5}}?{COUNT}"#)
+    );
     for caps in LETTER.captures_iter(prompt) {
         let Some(letter) = caps
             .name("letter")
@@ -836,7 +865,23 @@ fn keywords(prompt: &str, found: &mut Found) {
             });
         }
     }
+}
 
+/// The words the prompt lists as required and as forbidden (untidied),
+/// leaving out required words given a count of uses.
+fn keyword_lists(prompt: &str, frequency_keywords: &[String]) -> (Vec<String>, Vec<String>) {
+    rx!(
+        LIST_TRIGGER,
+        r#"\b(?:the\s+|following\s+)*(?:key\s?words?|words?)\b\s*:?\s*"#
+    );
+    rx!(
+        INCLUDE,
+        r"(?:include|including|includes|contain|containing|contains|use|using|mention)\s*$"
+    );
+    rx!(
+        VAGUE,
+        r"\b(?:any|other|some|no|more|extra|of|these|those|additional|few|many|all|new|single|following\s+\w+)$"
+    );
     let mut forbidden: Vec<String> = Vec::new();
     let mut required: Vec<String> = Vec::new();
     for m in LIST_TRIGGER.find_iter(prompt) {
@@ -855,14 +900,21 @@ fn keywords(prompt: &str, found: &mut Found) {
             || before.to_lowercase().ends_with("include the")
             || before.to_lowercase().ends_with("use the")
         {
-            required.extend(required_words(
-                list,
-                &prompt[m.end()..],
-                &frequency_keywords,
-            ));
+            required.extend(required_words(list, &prompt[m.end()..], frequency_keywords));
         }
     }
-    // `mention "battery" and "comfort"`: quoted words right after the verb.
+    required.extend(quoted_required(prompt, frequency_keywords));
+    forbidden.extend(bare_forbidden(prompt));
+    (required, forbidden)
+}
+
+/// `mention "battery" and "comfort"`: quoted words right after the verb.
+fn quoted_required(prompt: &str, frequency_keywords: &[String]) -> Vec<String> {
+    rx!(
+        QUOTED_AFTER_VERB,
+        r#"\b(?:mention|mentions|mentioning|include|includes|including|use|using|make sure (?:that )?the words?)\s+(?:both\s+|each of\s+|all of\s+)?(?P<rest>["“])"#
+    );
+    let mut required = Vec::new();
     for caps in QUOTED_AFTER_VERB.captures_iter(prompt) {
         let Some(rest) = caps.name("rest") else {
             continue;
@@ -874,9 +926,24 @@ fn keywords(prompt: &str, found: &mut Found) {
         required.extend(required_words(
             keyword_list(after),
             after,
-            &frequency_keywords,
+            frequency_keywords,
         ));
     }
+    required
+}
+
+/// Words forbidden without the word "words": `do not say "x"`, `the words
+/// x and y cannot appear`.
+fn bare_forbidden(prompt: &str) -> Vec<String> {
+    rx!(
+        BARE_FORBIDDEN,
+        r#"(?:do not|don't|never)\s+(?:use|say|include|mention|write)\s+(?P<rest>["'“‘])"#
+    );
+    rx!(
+        CANNOT_APPEAR,
+        r#"\bwords?\s+(?P<list>(?:["'“‘]?[\w-]+["'”’]?(?:,\s*|\s+and\s+|\s+or\s+)?){1,8}?)\s+(?:cannot|can't|should not|shouldn't|must not|mustn't)\s+(?:be|appear)"#
+    );
+    let mut forbidden = Vec::new();
     for caps in BARE_FORBIDDEN.captures_iter(prompt) {
         if let Some(rest) = caps.name("rest") {
             forbidden.extend(keyword_list(&prompt[rest.start()..]));
@@ -887,31 +954,7 @@ fn keywords(prompt: &str, found: &mut Found) {
             forbidden.extend(keyword_list(list.as_str()));
         }
     }
-    let tidy = |mut words: Vec<String>| {
-        let mut seen = std::collections::HashSet::new();
-        // `Use "*" for bullets` names a symbol, not a keyword.
-        words.retain(|w| w.chars().any(char::is_alphanumeric) && seen.insert(w.to_lowercase()));
-        words.truncate(MAX_KEYWORDS);
-        words
-    };
-    let required = tidy(required);
-    // A word limited to a few uses ("not more than twice") is not forbidden.
-    forbidden.retain(|w| !frequency_keywords.contains(&w.to_lowercase()));
-    // A bare function word after "words" ("fewer than 2 words in all
-    // caps") is no keyword.
-    forbidden.retain(|w| !STOPWORDS.contains(&w.to_lowercase().as_str()));
-    let forbidden = tidy(forbidden);
-    if !required.is_empty() {
-        found.push(Instruction::KeywordsExistence { keywords: required });
-    }
-    if !forbidden.is_empty() {
-        let mut words: Vec<String> = forbidden.iter().map(|w| w.to_lowercase()).collect();
-        words.sort();
-        words.dedup();
-        found.push(Instruction::ForbiddenWords {
-            forbidden_words: words,
-        });
-    }
+    forbidden
 }
 
 /// One pattern per non-English language name: the name, optionally with
@@ -1015,32 +1058,28 @@ fn ending(prompt: &str, found: &mut Found) {
     }
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 fn extras(prompt: &str, found: &mut Found) {
+    rx!(
+        RHYME,
+        r"rhym\w*\s+couplets?|(?:lines|pairs of lines) (?:must|should) rhyme|every two lines rhyme"
+    );
+    words_per_sentence(prompt, found);
+    lines_and_stanzas(prompt, found);
+    if RHYME.is_match(prompt) {
+        found.push(Instruction::Rhyme);
+    }
+    starts(prompt, found);
+}
+
+/// "use only four-word sentences", "each sentence must have at most 10
+/// words".
+fn words_per_sentence(prompt: &str, found: &mut Found) {
     rx!(WORD_SENTENCES, r"\b(NUM)[\s-]word sentences?\b");
     rx!(
         EACH_SENTENCE_WORDS,
         &format!(
             r"(?:each|every) sentence\s+(?:must|should|has to|needs to)?\s*(?:have|contain|be)\s+{COUNT}\s+words"
         )
-    );
-    rx!(LINES, &format!(r"{COUNT}\s+lines\b"));
-    rx!(IN_LINES, r"\bin\s+(NUM)\s+lines\b");
-    rx!(STANZAS, r"\b(?P<atleast>at least\s+)?(NUM)\s+stanzas?\b");
-    rx!(
-        RHYME,
-        r"rhym\w*\s+couplets?|(?:lines|pairs of lines) (?:must|should) rhyme|every two lines rhyme"
-    );
-    rx!(
-        START_PHRASE,
-        r#"(?:start|begin)\s+(?:your|the)\s+(?:response|answer|reply|essay|story|email|letter|poem)\s+with\s+(?:the\s+(?:phrase|word|sentence)\s+)?["“](?P<p>[^"”\n]{1,100})["”]"#
-    );
-    rx!(
-        SENTENCE_START,
-        r#"(?:(?:start|begin)\s+(?:every|each)\s+sentence\s+with|(?:every|each)\s+sentence\s+(?:must|should)\s+(?:start|begin)\s+with)\s+(?:the\s+letter\s+|the\s+word\s+)?["“']?(?P<p>[\w]+)"#
     );
     for caps in WORD_SENTENCES.captures_iter(prompt) {
         if let Some(n) = caps.get(1).and_then(|m| number(m.as_str())) {
@@ -1058,6 +1097,13 @@ fn extras(prompt: &str, found: &mut Found) {
             });
         }
     }
+}
+
+/// "fewer than 10 lines", "in 4 lines", "3 stanzas".
+fn lines_and_stanzas(prompt: &str, found: &mut Found) {
+    rx!(LINES, &format!(r"{COUNT}\s+lines\b"));
+    rx!(IN_LINES, r"\bin\s+(NUM)\s+lines\b");
+    rx!(STANZAS, r"\b(?P<atleast>at least\s+)?(NUM)\s+stanzas?\b");
     for caps in LINES.captures_iter(prompt) {
         if let Some((relation, n)) = single_relation(&caps) {
             found.push(Instruction::NumberLines {
@@ -1091,9 +1137,18 @@ fn extras(prompt: &str, found: &mut Found) {
             });
         }
     }
-    if RHYME.is_match(prompt) {
-        found.push(Instruction::Rhyme);
-    }
+}
+
+/// How the response, and each of its sentences, must start.
+fn starts(prompt: &str, found: &mut Found) {
+    rx!(
+        START_PHRASE,
+        r#"(?:start|begin)\s+(?:your|the)\s+(?:response|answer|reply|essay|story|email|letter|poem)\s+with\s+(?:the\s+(?:phrase|word|sentence)\s+)?["“](?P<p>[^"”\n]{1,100})["”]"#
+    );
+    rx!(
+        SENTENCE_START,
+        r#"(?:(?:start|begin)\s+(?:every|each)\s+sentence\s+with|(?:every|each)\s+sentence\s+(?:must|should)\s+(?:start|begin)\s+with)\s+(?:the\s+letter\s+|the\s+word\s+)?["“']?(?P<p>[\w]+)"#
+    );
     if !found.has("combination:repeat_prompt") {
         if let Some(p) = START_PHRASE.captures(prompt).and_then(|c| c.name("p")) {
             found.push(Instruction::StartPhrase {
