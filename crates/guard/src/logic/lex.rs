@@ -72,167 +72,187 @@ fn string_body<'i>(input: &mut &'i str, quote: char) -> winnow::Result<&'i str> 
 }
 
 /// Splits `src` into tokens, ending with [`Tok::Eof`].
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 pub(crate) fn lex(src: &str) -> Result<Vec<Token>, LogicError> {
-    let mut rest = src;
-    let mut tokens = Vec::new();
-    let mut line = 1usize;
-    // Depth of open brackets: a newline inside them continues the statement.
-    let mut depth = 0usize;
-    let mut at_line_start = true;
-
+    let mut lexer = Lexer {
+        rest: src,
+        tokens: Vec::new(),
+        line: 1,
+        depth: 0,
+        at_line_start: true,
+    };
     loop {
-        if at_line_start && depth == 0 {
-            let indent = take_while::<_, _, winnow::error::ContextError>(0.., [' ', '\t'])
-                .parse_next(&mut rest)
-                .unwrap_or("");
-            let blank = rest.is_empty()
-                || rest.starts_with('\n')
-                || rest.starts_with('\r')
-                || rest.starts_with('#');
-            if !indent.is_empty() && !blank {
-                tokens.push(Token {
-                    tok: Tok::Indent,
-                    line,
-                });
-            }
-            at_line_start = false;
+        if lexer.at_line_start && lexer.depth == 0 {
+            lexer.indentation();
         }
         let _ = take_while::<_, _, winnow::error::ContextError>(0.., [' ', '\t', '\x0c'])
-            .parse_next(&mut rest);
-        let Some(c) = rest.chars().next() else {
+            .parse_next(&mut lexer.rest);
+        let Some(c) = lexer.rest.chars().next() else {
             break;
         };
         match c {
             '#' => {
                 let _ = take_while::<_, _, winnow::error::ContextError>(0.., |c: char| c != '\n')
-                    .parse_next(&mut rest);
+                    .parse_next(&mut lexer.rest);
             }
-            '\r' => rest = &rest[1..],
-            '\n' => {
-                rest = &rest[1..];
-                if depth == 0 {
-                    let after_statement = !matches!(
-                        tokens.last(),
-                        None | Some(Token {
-                            tok: Tok::Newline,
-                            ..
-                        })
-                    );
-                    if after_statement {
-                        tokens.push(Token {
-                            tok: Tok::Newline,
-                            line,
-                        });
-                    }
-                    at_line_start = true;
-                }
-                line += 1;
+            '\r' => lexer.rest = &lexer.rest[1..],
+            '\n' => lexer.newline(),
+            '\\' if lexer.rest[1..].starts_with('\n') => {
+                lexer.rest = &lexer.rest[2..];
+                lexer.line += 1;
             }
-            '\\' if rest[1..].starts_with('\n') => {
-                rest = &rest[2..];
-                line += 1;
-            }
-            '\'' | '"' => {
-                if rest.starts_with("'''") || rest.starts_with("\"\"\"") {
-                    return Err(LogicError::unsupported(
-                        line,
-                        "a triple-quoted string",
-                        "use a one-line string such as 'a b c'",
-                    ));
-                }
-                rest = &rest[1..];
-                let body = string_body(&mut rest, c).map_err(|_| LogicError::Syntax {
-                    line,
-                    what: "unterminated string (escapes are not supported)".into(),
-                })?;
-                tokens.push(Token {
-                    tok: Tok::Str(body.to_string()),
-                    line,
-                });
-            }
-            '0'..='9' => {
-                let digits = digit1::<_, winnow::error::ContextError>
-                    .parse_next(&mut rest)
-                    .unwrap_or("");
-                if let Some(next) = rest.chars().next() {
-                    if next == '.' || next.is_ascii_alphanumeric() || next == '_' {
-                        let construct = if next == '.' || next == 'e' || next == 'E' {
-                            "a floating-point number"
-                        } else {
-                            "a number with a prefix, suffix or separator"
-                        };
-                        return Err(LogicError::unsupported(
-                            line,
-                            construct,
-                            "only decimal integers are allowed (z3 Int)",
-                        ));
-                    }
-                }
-                tokens.push(Token {
-                    tok: Tok::Int(digits.to_string()),
-                    line,
-                });
-            }
-            c if c.is_ascii_alphabetic() || c == '_' => {
-                let word = name(&mut rest).map_err(|_| LogicError::Syntax {
-                    line,
-                    what: "bad name".into(),
-                })?;
-                if rest.starts_with('\'') || rest.starts_with('"') {
-                    let construct = if word.eq_ignore_ascii_case("f") {
-                        "an f-string"
-                    } else {
-                        "a prefixed string literal"
-                    };
-                    return Err(LogicError::unsupported(
-                        line,
-                        construct,
-                        "print values with print(m[x]) or print(m)",
-                    ));
-                }
-                tokens.push(Token {
-                    tok: Tok::Name(word.to_string()),
-                    line,
-                });
-            }
-            _ => {
-                let op = operator(&mut rest).map_err(|_| LogicError::Syntax {
-                    line,
-                    what: format!("unexpected character {c:?}"),
-                })?;
-                match op {
-                    "(" | "[" | "{" => depth += 1,
-                    ")" | "]" | "}" => depth = depth.saturating_sub(1),
-                    _ => {}
-                }
-                tokens.push(Token {
-                    tok: Tok::Op(op),
-                    line,
-                });
-            }
+            '\'' | '"' => lexer.string(c)?,
+            '0'..='9' => lexer.integer()?,
+            c if c.is_ascii_alphabetic() || c == '_' => lexer.word()?,
+            _ => lexer.symbol(c)?,
         }
     }
-    if !matches!(
-        tokens.last(),
-        None | Some(Token {
-            tok: Tok::Newline,
-            ..
-        })
-    ) {
-        tokens.push(Token {
-            tok: Tok::Newline,
-            line,
+    if !lexer.after_newline() {
+        lexer.push(Tok::Newline);
+    }
+    lexer.push(Tok::Eof);
+    Ok(lexer.tokens)
+}
+
+/// The lexer's position in the text and what it has read so far.
+struct Lexer<'s> {
+    rest: &'s str,
+    tokens: Vec<Token>,
+    /// The current line, 1-based.
+    line: usize,
+    /// Depth of open brackets: a newline inside them continues the statement.
+    depth: usize,
+    at_line_start: bool,
+}
+
+impl Lexer<'_> {
+    fn push(&mut self, tok: Tok) {
+        self.tokens.push(Token {
+            tok,
+            line: self.line,
         });
     }
-    tokens.push(Token {
-        tok: Tok::Eof,
-        line,
-    });
-    Ok(tokens)
+
+    /// Whether no statement is open: nothing read yet, or a newline last.
+    fn after_newline(&self) -> bool {
+        matches!(
+            self.tokens.last(),
+            None | Some(Token {
+                tok: Tok::Newline,
+                ..
+            })
+        )
+    }
+
+    /// Reads a statement's leading indentation: an indent token unless the
+    /// line is blank or a comment.
+    fn indentation(&mut self) {
+        let indent = take_while::<_, _, winnow::error::ContextError>(0.., [' ', '\t'])
+            .parse_next(&mut self.rest)
+            .unwrap_or("");
+        let blank = self.rest.is_empty()
+            || self.rest.starts_with('\n')
+            || self.rest.starts_with('\r')
+            || self.rest.starts_with('#');
+        if !indent.is_empty() && !blank {
+            self.push(Tok::Indent);
+        }
+        self.at_line_start = false;
+    }
+
+    /// A newline: the end of a statement outside brackets.
+    fn newline(&mut self) {
+        self.rest = &self.rest[1..];
+        if self.depth == 0 {
+            if !self.after_newline() {
+                self.push(Tok::Newline);
+            }
+            self.at_line_start = true;
+        }
+        self.line += 1;
+    }
+
+    /// A one-line string quoted by `quote`, without escapes.
+    fn string(&mut self, quote: char) -> Result<(), LogicError> {
+        if self.rest.starts_with("'''") || self.rest.starts_with("\"\"\"") {
+            return Err(LogicError::unsupported(
+                self.line,
+                "a triple-quoted string",
+                "use a one-line string such as 'a b c'",
+            ));
+        }
+        self.rest = &self.rest[1..];
+        let body = string_body(&mut self.rest, quote).map_err(|_| LogicError::Syntax {
+            line: self.line,
+            what: "unterminated string (escapes are not supported)".into(),
+        })?;
+        self.push(Tok::Str(body.to_string()));
+        Ok(())
+    }
+
+    /// A decimal integer; a float or a number with a prefix, suffix or
+    /// separator is refused.
+    fn integer(&mut self) -> Result<(), LogicError> {
+        let digits = digit1::<_, winnow::error::ContextError>
+            .parse_next(&mut self.rest)
+            .unwrap_or("");
+        if let Some(next) = self.rest.chars().next() {
+            if next == '.' || next.is_ascii_alphanumeric() || next == '_' {
+                let construct = if next == '.' || next == 'e' || next == 'E' {
+                    "a floating-point number"
+                } else {
+                    "a number with a prefix, suffix or separator"
+                };
+                return Err(LogicError::unsupported(
+                    self.line,
+                    construct,
+                    "only decimal integers are allowed (z3 Int)",
+                ));
+            }
+        }
+        self.push(Tok::Int(digits.to_string()));
+        Ok(())
+    }
+
+    /// A name or keyword; one that prefixes a string (an f-string) is
+    /// refused.
+    fn word(&mut self) -> Result<(), LogicError> {
+        let line = self.line;
+        let word = name(&mut self.rest).map_err(|_| LogicError::Syntax {
+            line,
+            what: "bad name".into(),
+        })?;
+        if self.rest.starts_with('\'') || self.rest.starts_with('"') {
+            let construct = if word.eq_ignore_ascii_case("f") {
+                "an f-string"
+            } else {
+                "a prefixed string literal"
+            };
+            return Err(LogicError::unsupported(
+                line,
+                construct,
+                "print values with print(m[x]) or print(m)",
+            ));
+        }
+        self.push(Tok::Name(word.to_string()));
+        Ok(())
+    }
+
+    /// An operator or punctuation mark (`c` its first character), keeping
+    /// count of open brackets.
+    fn symbol(&mut self, c: char) -> Result<(), LogicError> {
+        let line = self.line;
+        let op = operator(&mut self.rest).map_err(|_| LogicError::Syntax {
+            line,
+            what: format!("unexpected character {c:?}"),
+        })?;
+        match op {
+            "(" | "[" | "{" => self.depth += 1,
+            ")" | "]" | "}" => self.depth = self.depth.saturating_sub(1),
+            _ => {}
+        }
+        self.push(Tok::Op(op));
+        Ok(())
+    }
 }
 
 #[cfg(test)]
