@@ -601,10 +601,6 @@ impl Resolver<'_> {
         Ok(Typed { term, sort, depth })
     }
 
-    #[expect(
-        clippy::too_many_lines,
-        reason = "longer than a screen; issue 91 splits it"
-    )]
     fn term(&mut self, expr: &Expr, depth: usize) -> Result<Typed, LogicError> {
         let line = expr.line;
         if depth > self.max_term_depth() {
@@ -618,37 +614,7 @@ impl Resolver<'_> {
                 line,
                 "a list is only allowed as the argument of And/Or/Sum/Distinct or s.add",
             )),
-            ExprKind::Name(name) => match self.names.get(name) {
-                Some(Binding::Var(i)) => {
-                    let sort = self.program.vars[*i].sort;
-                    self.typed(Term::Var(*i), sort, 1, line)
-                }
-                Some(Binding::Alias(a)) => {
-                    let a = *a;
-                    let alias = &self.program.aliases[a];
-                    let (sort, inner_depth) = (alias.sort, self.alias_depth(a));
-                    self.typed(Term::Alias(a), sort, inner_depth + 1, line)
-                }
-                Some(Binding::List(_)) => Err(invalid(
-                    line,
-                    format!("the list `{name}` can only be the argument of And/Or/Sum/Distinct or s.add"),
-                )),
-                Some(_) => Err(invalid(
-                    line,
-                    format!("`{name}` is a solver or model, not a z3 term"),
-                )),
-                None if name == "sat" || name == "unsat" || name == "unknown" => {
-                    Err(LogicError::unsupported(
-                        line,
-                        &format!("comparing with `{name}`"),
-                        "just call print(s.check()); no Python control flow",
-                    ))
-                }
-                None => Err(invalid(
-                    line,
-                    format!("`{name}` is not declared (declare it with Int('{name}'))"),
-                )),
-            },
+            ExprKind::Name(name) => self.named_term(name, line),
             ExprKind::Neg(inner) => {
                 let t = self.int_term(inner, depth)?;
                 self.typed(Term::Neg(Box::new(t.term)), Sort::Int, t.depth + 1, line)
@@ -673,117 +639,172 @@ impl Resolver<'_> {
                 }
                 self.typed(Term::Mul(terms), Sort::Int, deepest + 1, line)
             }
-            ExprKind::Div(a, b) | ExprKind::Mod(a, b) => {
-                let is_div = matches!(expr.kind, ExprKind::Div(..));
-                if matches!(a.kind, ExprKind::Str(_)) {
-                    return Err(LogicError::unsupported(
-                        line,
-                        "string formatting with `%`",
-                        "write names out: Ints('x0 x1 x2')",
-                    ));
-                }
-                let numerator = self.int_term(a, depth)?;
-                let denominator = self.int_term(b, depth)?;
-                let Some(divisor) = self.constant(&denominator.term) else {
-                    return Err(LogicError::unsupported(
-                        line,
-                        if is_div {
-                            "division by a variable"
-                        } else {
-                            "`%` by a variable"
-                        },
-                        "divide only by a constant, or multiply out: x == k * y",
-                    ));
-                };
-                if divisor == 0 {
-                    return Err(LogicError::DivisionByZero { line });
-                }
-                let inner = Box::new(numerator.term);
-                let term = if is_div {
-                    Term::Div(inner, divisor)
-                } else {
-                    Term::Mod(inner, divisor)
-                };
-                self.typed(term, Sort::Int, numerator.depth + 1, line)
-            }
-            ExprKind::Compare(first, rest) => {
-                let first = self.term(first, depth + 1)?;
-                if first.sort == Sort::Bool {
-                    let [(op, second)] = rest.as_slice() else {
-                        return Err(invalid(line, "a chain of Boolean comparisons"));
-                    };
-                    let second = self.bool_term(second, depth)?;
-                    let eq = match op {
-                        CmpOp::Eq => true,
-                        CmpOp::Ne => false,
-                        _ => {
-                            return Err(invalid(
-                                line,
-                                "Booleans can only be compared with == or !=",
-                            ))
-                        }
-                    };
-                    let d = first.depth.max(second.depth) + 1;
-                    return self.typed(
-                        Term::BoolEq(Box::new(first.term), Box::new(second.term), eq),
-                        Sort::Bool,
-                        d,
-                        line,
-                    );
-                }
-                let mut deepest = first.depth;
-                let mut operands = vec![first.term];
-                let mut ops = Vec::with_capacity(rest.len());
-                for (op, operand) in rest {
-                    let t = self.int_term(operand, depth)?;
-                    deepest = deepest.max(t.depth);
-                    operands.push(t.term);
-                    ops.push(*op);
-                }
-                self.typed(Term::Compare(operands, ops), Sort::Bool, deepest + 1, line)
-            }
+            ExprKind::Div(a, b) => self.division(a, b, true, line, depth),
+            ExprKind::Mod(a, b) => self.division(a, b, false, line, depth),
+            ExprKind::Compare(first, rest) => self.comparison(first, rest, line, depth),
             ExprKind::Call(function, args, kwargs) => {
                 self.call(line, function, args, kwargs, depth)
             }
-            ExprKind::Index(list, index) => {
-                let list = match &list.kind {
-                    ExprKind::Name(n) => match self.names.get(n) {
-                        Some(Binding::List(l)) => Some(*l),
-                        _ => None,
-                    },
-                    _ => None,
-                };
-                let Some(list) = list else {
-                    return Err(invalid(
-                        line,
-                        "m[x] can only be printed, not used in a constraint",
-                    ));
-                };
-                let position = match index.kind {
-                    ExprKind::Int(i) => usize::try_from(i).ok(),
-                    ExprKind::Neg(ref inner) => match inner.kind {
-                        ExprKind::Int(i) => usize::try_from(i)
-                            .ok()
-                            .and_then(|i| self.lists[list].len().checked_sub(i)),
-                        _ => None,
-                    },
-                    _ => None,
-                };
-                match position.and_then(|p| self.lists[list].get(p).copied()) {
-                    Some(a) => {
-                        let sort = self.program.aliases[a].sort;
-                        self.typed(Term::Alias(a), sort, self.alias_depth(a) + 1, line)
-                    }
-                    None => Err(invalid(
-                        line,
-                        "a list index must be an integer literal within the list",
-                    )),
-                }
-            }
+            ExprKind::Index(list, index) => self.list_item(list, index, line),
             ExprKind::Method(_, method, ..) => Err(LogicError::unsupported(
                 line,
                 &format!("the method `.{method}` inside an expression"),
                 "constraints use only variables, numbers and z3 functions",
+            )),
+        }
+    }
+
+    /// What a name stands for in a term: a variable or a definition.
+    fn named_term(&mut self, name: &str, line: usize) -> Result<Typed, LogicError> {
+        match self.names.get(name) {
+            Some(Binding::Var(i)) => {
+                let sort = self.program.vars[*i].sort;
+                self.typed(Term::Var(*i), sort, 1, line)
+            }
+            Some(Binding::Alias(a)) => {
+                let a = *a;
+                let alias = &self.program.aliases[a];
+                let (sort, inner_depth) = (alias.sort, self.alias_depth(a));
+                self.typed(Term::Alias(a), sort, inner_depth + 1, line)
+            }
+            Some(Binding::List(_)) => Err(invalid(
+                line,
+                format!(
+                    "the list `{name}` can only be the argument of And/Or/Sum/Distinct or s.add"
+                ),
+            )),
+            Some(_) => Err(invalid(
+                line,
+                format!("`{name}` is a solver or model, not a z3 term"),
+            )),
+            None if name == "sat" || name == "unsat" || name == "unknown" => {
+                Err(LogicError::unsupported(
+                    line,
+                    &format!("comparing with `{name}`"),
+                    "just call print(s.check()); no Python control flow",
+                ))
+            }
+            None => Err(invalid(
+                line,
+                format!("`{name}` is not declared (declare it with Int('{name}'))"),
+            )),
+        }
+    }
+
+    /// `a / b` (`is_div`) or `a % b`, by a non-zero constant only.
+    fn division(
+        &mut self,
+        a: &Expr,
+        b: &Expr,
+        is_div: bool,
+        line: usize,
+        depth: usize,
+    ) -> Result<Typed, LogicError> {
+        if matches!(a.kind, ExprKind::Str(_)) {
+            return Err(LogicError::unsupported(
+                line,
+                "string formatting with `%`",
+                "write names out: Ints('x0 x1 x2')",
+            ));
+        }
+        let numerator = self.int_term(a, depth)?;
+        let denominator = self.int_term(b, depth)?;
+        let Some(divisor) = self.constant(&denominator.term) else {
+            return Err(LogicError::unsupported(
+                line,
+                if is_div {
+                    "division by a variable"
+                } else {
+                    "`%` by a variable"
+                },
+                "divide only by a constant, or multiply out: x == k * y",
+            ));
+        };
+        if divisor == 0 {
+            return Err(LogicError::DivisionByZero { line });
+        }
+        let inner = Box::new(numerator.term);
+        let term = if is_div {
+            Term::Div(inner, divisor)
+        } else {
+            Term::Mod(inner, divisor)
+        };
+        self.typed(term, Sort::Int, numerator.depth + 1, line)
+    }
+
+    /// A chain of integer comparisons `a < b <= c`, or one Boolean `==`
+    /// or `!=`.
+    fn comparison(
+        &mut self,
+        first: &Expr,
+        rest: &[(CmpOp, Expr)],
+        line: usize,
+        depth: usize,
+    ) -> Result<Typed, LogicError> {
+        let first = self.term(first, depth + 1)?;
+        if first.sort == Sort::Bool {
+            let [(op, second)] = rest else {
+                return Err(invalid(line, "a chain of Boolean comparisons"));
+            };
+            let second = self.bool_term(second, depth)?;
+            let eq = match op {
+                CmpOp::Eq => true,
+                CmpOp::Ne => false,
+                _ => return Err(invalid(line, "Booleans can only be compared with == or !=")),
+            };
+            let d = first.depth.max(second.depth) + 1;
+            return self.typed(
+                Term::BoolEq(Box::new(first.term), Box::new(second.term), eq),
+                Sort::Bool,
+                d,
+                line,
+            );
+        }
+        let mut deepest = first.depth;
+        let mut operands = vec![first.term];
+        let mut ops = Vec::with_capacity(rest.len());
+        for (op, operand) in rest {
+            let t = self.int_term(operand, depth)?;
+            deepest = deepest.max(t.depth);
+            operands.push(t.term);
+            ops.push(*op);
+        }
+        self.typed(Term::Compare(operands, ops), Sort::Bool, deepest + 1, line)
+    }
+
+    /// `cells[i]` (or `cells[-i]`) of a named list, by an integer literal.
+    fn list_item(&mut self, list: &Expr, index: &Expr, line: usize) -> Result<Typed, LogicError> {
+        let list = match &list.kind {
+            ExprKind::Name(n) => match self.names.get(n) {
+                Some(Binding::List(l)) => Some(*l),
+                _ => None,
+            },
+            _ => None,
+        };
+        let Some(list) = list else {
+            return Err(invalid(
+                line,
+                "m[x] can only be printed, not used in a constraint",
+            ));
+        };
+        let position = match index.kind {
+            ExprKind::Int(i) => usize::try_from(i).ok(),
+            ExprKind::Neg(ref inner) => match inner.kind {
+                ExprKind::Int(i) => usize::try_from(i)
+                    .ok()
+                    .and_then(|i| self.lists[list].len().checked_sub(i)),
+                _ => None,
+            },
+            _ => None,
+        };
+        match position.and_then(|p| self.lists[list].get(p).copied()) {
+            Some(a) => {
+                let sort = self.program.aliases[a].sort;
+                self.typed(Term::Alias(a), sort, self.alias_depth(a) + 1, line)
+            }
+            None => Err(invalid(
+                line,
+                "a list index must be an integer literal within the list",
             )),
         }
     }
@@ -845,10 +866,6 @@ impl Resolver<'_> {
         Ok(t)
     }
 
-    #[expect(
-        clippy::too_many_lines,
-        reason = "longer than a screen; issue 91 splits it"
-    )]
     fn call(
         &mut self,
         line: usize,
@@ -867,118 +884,19 @@ impl Resolver<'_> {
                 "pass arguments positionally",
             ));
         }
-        let arity = |n: usize| -> Result<(), LogicError> {
-            if args.len() == n {
-                Ok(())
-            } else {
-                Err(invalid(
-                    line,
-                    format!("{function} takes {n} argument(s), got {}", args.len()),
-                ))
-            }
-        };
+        let arity = |n: usize| check_arity(line, function, args, n);
         match function {
-            "And" | "Or" => {
-                let mut terms = Vec::new();
-                let mut deepest = 0;
-                for t in self.items(args, depth)? {
-                    self.expect_sort(&t, Sort::Bool, line, function)?;
-                    deepest = deepest.max(t.depth);
-                    terms.push(t.term);
-                }
-                let term = if function == "And" {
-                    Term::And(terms)
-                } else {
-                    Term::Or(terms)
-                };
-                self.typed(term, Sort::Bool, deepest + 1, line)
-            }
-            "Not" => {
-                arity(1)?;
-                let t = self.bool_term(&args[0], depth)?;
-                self.typed(Term::Not(Box::new(t.term)), Sort::Bool, t.depth + 1, line)
-            }
-            "Implies" | "Xor" => {
-                arity(2)?;
-                let a = self.bool_term(&args[0], depth)?;
-                let b = self.bool_term(&args[1], depth)?;
-                let d = a.depth.max(b.depth) + 1;
-                let (a, b) = (Box::new(a.term), Box::new(b.term));
-                let term = if function == "Implies" {
-                    Term::Implies(a, b)
-                } else {
-                    Term::Xor(a, b)
-                };
-                self.typed(term, Sort::Bool, d, line)
+            "And" | "Or" | "Not" | "Implies" | "Xor" => {
+                self.connective(line, function, args, depth)
             }
             "If" => {
                 arity(3)?;
-                let c = self.bool_term(&args[0], depth)?;
-                let t = self.term(&args[1], depth + 1)?;
-                let e = self.term(&args[2], depth + 1)?;
-                if t.sort != e.sort {
-                    return Err(invalid(
-                        line,
-                        format!(
-                            "the branches of If are {} and {}; they must have one sort",
-                            t.sort.name(),
-                            e.sort.name()
-                        ),
-                    ));
-                }
-                let d = c.depth.max(t.depth).max(e.depth) + 1;
-                self.typed(
-                    Term::Ite(Box::new(c.term), Box::new(t.term), Box::new(e.term)),
-                    t.sort,
-                    d,
-                    line,
-                )
+                self.if_then_else(line, args, depth)
             }
-            "Distinct" => {
-                let mut terms = Vec::new();
-                let mut deepest = 0;
-                for t in self.items(args, depth)? {
-                    self.expect_sort(&t, Sort::Int, line, function)?;
-                    deepest = deepest.max(t.depth);
-                    terms.push(t.term);
-                }
-                self.typed(Term::Distinct(terms), Sort::Bool, deepest + 1, line)
-            }
-            "Sum" | "Product" => {
-                let mut terms = Vec::new();
-                let mut deepest = 0;
-                for t in self.items(args, depth)? {
-                    self.expect_sort(&t, Sort::Int, line, function)?;
-                    deepest = deepest.max(t.depth);
-                    terms.push(t.term);
-                }
-                let term = match (function, terms.is_empty()) {
-                    ("Sum", true) => Term::Const(0),
-                    ("Sum", false) => Term::Add(terms.into_iter().map(|t| (false, t)).collect()),
-                    (_, true) => Term::Const(1),
-                    (_, false) => Term::Mul(terms),
-                };
-                self.typed(term, Sort::Int, deepest + 1, line)
-            }
+            "Distinct" | "Sum" | "Product" => self.aggregate(line, function, args, depth),
             "Abs" => {
                 arity(1)?;
-                let t = self.int_term(&args[0], depth)?;
-                // Shared through an alias so the operand is built once.
-                let alias = self.program.aliases.len();
-                let constant = self.constant(&t.term);
-                self.program.aliases.push(Alias {
-                    term: t.term,
-                    sort: Sort::Int,
-                    constant,
-                });
-                self.alias_depths.push(t.depth);
-                let x = || Term::Alias(alias);
-                let term = Term::Ite(
-                    Box::new(Term::Compare(vec![x(), Term::Const(0)], vec![CmpOp::Lt])),
-                    Box::new(Term::Neg(Box::new(x()))),
-                    Box::new(x()),
-                );
-                self.typed(term, Sort::Int, t.depth + 3, line)
+                self.absolute(line, &args[0], depth)
             }
             "IntVal" => {
                 arity(1)?;
@@ -995,19 +913,7 @@ impl Resolver<'_> {
                     _ => Err(invalid(line, "BoolVal takes True or False")),
                 }
             }
-            "Int" | "Bool" => {
-                let sort = if function == "Int" {
-                    Sort::Int
-                } else {
-                    Sort::Bool
-                };
-                let names = self.declared_names(line, function, args, kwargs)?;
-                let [name] = names.as_slice() else {
-                    return Err(invalid(line, format!("{function} declares one variable")));
-                };
-                let index = self.declare(line, name, sort)?;
-                self.typed(Term::Var(index), sort, 1, line)
-            }
+            "Int" | "Bool" => self.inline_declaration(line, function, args, kwargs),
             _ => Err(invalid(
                 line,
                 format!(
@@ -1015,6 +921,171 @@ impl Resolver<'_> {
                 ),
             )),
         }
+    }
+
+    /// `And`, `Or`, `Not`, `Implies` or `Xor` of Boolean terms.
+    fn connective(
+        &mut self,
+        line: usize,
+        function: &str,
+        args: &[Expr],
+        depth: usize,
+    ) -> Result<Typed, LogicError> {
+        match function {
+            "And" | "Or" => {
+                let (terms, deepest) =
+                    self.items_of_sort(args, depth, Sort::Bool, line, function)?;
+                let term = if function == "And" {
+                    Term::And(terms)
+                } else {
+                    Term::Or(terms)
+                };
+                self.typed(term, Sort::Bool, deepest + 1, line)
+            }
+            "Not" => {
+                check_arity(line, function, args, 1)?;
+                let t = self.bool_term(&args[0], depth)?;
+                self.typed(Term::Not(Box::new(t.term)), Sort::Bool, t.depth + 1, line)
+            }
+            _ => {
+                check_arity(line, function, args, 2)?;
+                let a = self.bool_term(&args[0], depth)?;
+                let b = self.bool_term(&args[1], depth)?;
+                let d = a.depth.max(b.depth) + 1;
+                let (a, b) = (Box::new(a.term), Box::new(b.term));
+                let term = if function == "Implies" {
+                    Term::Implies(a, b)
+                } else {
+                    Term::Xor(a, b)
+                };
+                self.typed(term, Sort::Bool, d, line)
+            }
+        }
+    }
+
+    /// `Distinct`, `Sum` or `Product` of integer terms (an empty sum is 0,
+    /// an empty product 1).
+    fn aggregate(
+        &mut self,
+        line: usize,
+        function: &str,
+        args: &[Expr],
+        depth: usize,
+    ) -> Result<Typed, LogicError> {
+        let (terms, deepest) = self.items_of_sort(args, depth, Sort::Int, line, function)?;
+        if function == "Distinct" {
+            return self.typed(Term::Distinct(terms), Sort::Bool, deepest + 1, line);
+        }
+        let term = match (function, terms.is_empty()) {
+            ("Sum", true) => Term::Const(0),
+            ("Sum", false) => Term::Add(terms.into_iter().map(|t| (false, t)).collect()),
+            (_, true) => Term::Const(1),
+            (_, false) => Term::Mul(terms),
+        };
+        self.typed(term, Sort::Int, deepest + 1, line)
+    }
+
+    /// The items of a function's arguments (see [`Self::items`]), each of
+    /// `sort`, and the depth of the deepest.
+    fn items_of_sort(
+        &mut self,
+        args: &[Expr],
+        depth: usize,
+        sort: Sort,
+        line: usize,
+        function: &str,
+    ) -> Result<(Vec<Term>, usize), LogicError> {
+        let mut terms = Vec::new();
+        let mut deepest = 0;
+        for t in self.items(args, depth)? {
+            self.expect_sort(&t, sort, line, function)?;
+            deepest = deepest.max(t.depth);
+            terms.push(t.term);
+        }
+        Ok((terms, deepest))
+    }
+
+    /// `If(c, t, e)`: its branches of one sort.
+    fn if_then_else(
+        &mut self,
+        line: usize,
+        args: &[Expr],
+        depth: usize,
+    ) -> Result<Typed, LogicError> {
+        let c = self.bool_term(&args[0], depth)?;
+        let t = self.term(&args[1], depth + 1)?;
+        let e = self.term(&args[2], depth + 1)?;
+        if t.sort != e.sort {
+            return Err(invalid(
+                line,
+                format!(
+                    "the branches of If are {} and {}; they must have one sort",
+                    t.sort.name(),
+                    e.sort.name()
+                ),
+            ));
+        }
+        let d = c.depth.max(t.depth).max(e.depth) + 1;
+        self.typed(
+            Term::Ite(Box::new(c.term), Box::new(t.term), Box::new(e.term)),
+            t.sort,
+            d,
+            line,
+        )
+    }
+
+    /// `Abs(x)` as `If(x < 0, -x, x)`.
+    fn absolute(&mut self, line: usize, arg: &Expr, depth: usize) -> Result<Typed, LogicError> {
+        let t = self.int_term(arg, depth)?;
+        // Shared through an alias so the operand is built once.
+        let alias = self.program.aliases.len();
+        let constant = self.constant(&t.term);
+        self.program.aliases.push(Alias {
+            term: t.term,
+            sort: Sort::Int,
+            constant,
+        });
+        self.alias_depths.push(t.depth);
+        let x = || Term::Alias(alias);
+        let term = Term::Ite(
+            Box::new(Term::Compare(vec![x(), Term::Const(0)], vec![CmpOp::Lt])),
+            Box::new(Term::Neg(Box::new(x()))),
+            Box::new(x()),
+        );
+        self.typed(term, Sort::Int, t.depth + 3, line)
+    }
+
+    /// `Int('x')` or `Bool('p')` inside an expression: one variable.
+    fn inline_declaration(
+        &mut self,
+        line: usize,
+        function: &str,
+        args: &[Expr],
+        kwargs: &[(String, Expr)],
+    ) -> Result<Typed, LogicError> {
+        let sort = if function == "Int" {
+            Sort::Int
+        } else {
+            Sort::Bool
+        };
+        let names = self.declared_names(line, function, args, kwargs)?;
+        let [name] = names.as_slice() else {
+            return Err(invalid(line, format!("{function} declares one variable")));
+        };
+        let index = self.declare(line, name, sort)?;
+        self.typed(Term::Var(index), sort, 1, line)
+    }
+}
+
+/// An error unless `function` got `n` arguments.
+fn check_arity(line: usize, function: &str, args: &[Expr], n: usize) -> Result<(), LogicError> {
+    if args.len() == n {
+        Ok(())
+    } else {
+        Err(invalid(
+            line,
+            format!("{function} takes {n} argument(s), got {}", args.len()),
+        ))
     }
 }
 
