@@ -514,10 +514,8 @@ impl Builder<'_> {
         })
     }
 
-    #[expect(
-        clippy::too_many_lines,
-        reason = "longer than a screen; issue 91 splits it"
-    )]
+    /// The linear sum equal to an integer term (auxiliary variables for its
+    /// non-linear pieces).
     fn lin(&mut self, term: &Term) -> Result<Lin, Stop> {
         self.step(1)?;
         match term {
@@ -526,21 +524,7 @@ impl Builder<'_> {
                 Some(Handle::Int(d)) => Ok(view_lin(d.scaled(1))),
                 _ => Err(Stop::Fail(self.sort_error())),
             },
-            Term::Alias(a) => {
-                if let Some(Some(lin)) = self.alias_lin.get(*a) {
-                    return Ok(lin.clone());
-                }
-                let alias = self
-                    .program
-                    .aliases
-                    .get(*a)
-                    .ok_or_else(|| self.sort_error())?;
-                let lin = self.lin(&alias.term)?;
-                if let Some(slot) = self.alias_lin.get_mut(*a) {
-                    *slot = Some(lin.clone());
-                }
-                Ok(lin)
-            }
+            Term::Alias(a) => self.alias_lin(*a),
             Term::Neg(t) => {
                 let inner = self.lin(t)?;
                 self.scale(inner, -1)
@@ -561,57 +545,81 @@ impl Builder<'_> {
                 }
                 Ok(acc)
             }
-            Term::Div(t, k) | Term::Mod(t, k) => {
-                let x = self.lin(t)?;
-                let (lo, hi) = self.bounds(&x);
-                let divisor = i128::from(*k);
-                let reach = lo.abs().max(hi.abs()) / divisor.abs() + 1;
-                let limit = i128::from(SOLVER_LIMIT);
-                let reach = reach.min(limit) as i64;
-                let quotient = self.fresh_int(-reach, reach)?;
-                let remainder = self.fresh_int(0, k.saturating_abs().saturating_sub(1))?;
-                // x = k * q + r with 0 <= r < |k|: z3's (Euclidean) div and mod.
-                let kq = self.scale(view_lin(quotient.scaled(1)), *k)?;
-                let rest = self.add(x, kq, true)?;
-                let difference = self.add(rest, view_lin(remainder.scaled(1)), true)?;
-                self.post(difference, Rel::Eq, None)?;
-                Ok(view_lin(if matches!(term, Term::Div(..)) {
-                    quotient.scaled(1)
-                } else {
-                    remainder.scaled(1)
-                }))
-            }
-            Term::Ite(c, t, e) => {
-                let condition = self.literal(c)?;
-                let then = self.lin(t)?;
-                let otherwise = self.lin(e)?;
-                if then.is_constant() && otherwise.is_constant() {
-                    // If(c, a, b) = b + (a - b) * c: no new variable.
-                    let step = then
-                        .constant
-                        .checked_sub(otherwise.constant)
-                        .ok_or_else(|| self.overflow())?;
-                    let mut lin = Lin::constant(otherwise.constant);
-                    lin.push(step, condition.get_integer_variable())
-                        .ok_or_else(|| self.overflow())?;
-                    return Ok(lin);
-                }
-                let (lo_t, hi_t) = self.bounds(&then);
-                let (lo_e, hi_e) = self.bounds(&otherwise);
-                let limit = i128::from(SOLVER_LIMIT);
-                let value = self.fresh_int(
-                    lo_t.min(lo_e).clamp(-limit, limit) as i64,
-                    hi_t.max(hi_e).clamp(-limit, limit) as i64,
-                )?;
-                let value_lin = view_lin(value.scaled(1));
-                let when_true = self.add(then, value_lin.clone(), true)?;
-                self.post_equal_if(when_true, condition)?;
-                let when_false = self.add(otherwise, value_lin.clone(), true)?;
-                self.post_equal_if(when_false, !condition)?;
-                Ok(value_lin)
-            }
+            Term::Div(t, k) => self.division_lin(t, *k, true),
+            Term::Mod(t, k) => self.division_lin(t, *k, false),
+            Term::Ite(c, t, e) => self.ite_lin(c, t, e),
             _ => Err(Stop::Fail(self.sort_error())),
         }
+    }
+
+    /// The sum of alias `a`, lowered once and then shared.
+    fn alias_lin(&mut self, a: usize) -> Result<Lin, Stop> {
+        if let Some(Some(lin)) = self.alias_lin.get(a) {
+            return Ok(lin.clone());
+        }
+        let alias = self
+            .program
+            .aliases
+            .get(a)
+            .ok_or_else(|| self.sort_error())?;
+        let lin = self.lin(&alias.term)?;
+        if let Some(slot) = self.alias_lin.get_mut(a) {
+            *slot = Some(lin.clone());
+        }
+        Ok(lin)
+    }
+
+    /// The quotient (`is_div`) or remainder of `t` by the constant `k`.
+    fn division_lin(&mut self, t: &Term, k: i64, is_div: bool) -> Result<Lin, Stop> {
+        let x = self.lin(t)?;
+        let (lo, hi) = self.bounds(&x);
+        let divisor = i128::from(k);
+        let reach = lo.abs().max(hi.abs()) / divisor.abs() + 1;
+        let limit = i128::from(SOLVER_LIMIT);
+        let reach = reach.min(limit) as i64;
+        let quotient = self.fresh_int(-reach, reach)?;
+        let remainder = self.fresh_int(0, k.saturating_abs().saturating_sub(1))?;
+        // x = k * q + r with 0 <= r < |k|: z3's (Euclidean) div and mod.
+        let kq = self.scale(view_lin(quotient.scaled(1)), k)?;
+        let rest = self.add(x, kq, true)?;
+        let difference = self.add(rest, view_lin(remainder.scaled(1)), true)?;
+        self.post(difference, Rel::Eq, None)?;
+        Ok(view_lin(if is_div {
+            quotient.scaled(1)
+        } else {
+            remainder.scaled(1)
+        }))
+    }
+
+    /// An integer `If(c, t, e)`.
+    fn ite_lin(&mut self, c: &Term, t: &Term, e: &Term) -> Result<Lin, Stop> {
+        let condition = self.literal(c)?;
+        let then = self.lin(t)?;
+        let otherwise = self.lin(e)?;
+        if then.is_constant() && otherwise.is_constant() {
+            // If(c, a, b) = b + (a - b) * c: no new variable.
+            let step = then
+                .constant
+                .checked_sub(otherwise.constant)
+                .ok_or_else(|| self.overflow())?;
+            let mut lin = Lin::constant(otherwise.constant);
+            lin.push(step, condition.get_integer_variable())
+                .ok_or_else(|| self.overflow())?;
+            return Ok(lin);
+        }
+        let (lo_t, hi_t) = self.bounds(&then);
+        let (lo_e, hi_e) = self.bounds(&otherwise);
+        let limit = i128::from(SOLVER_LIMIT);
+        let value = self.fresh_int(
+            lo_t.min(lo_e).clamp(-limit, limit) as i64,
+            hi_t.max(hi_e).clamp(-limit, limit) as i64,
+        )?;
+        let value_lin = view_lin(value.scaled(1));
+        let when_true = self.add(then, value_lin.clone(), true)?;
+        self.post_equal_if(when_true, condition)?;
+        let when_false = self.add(otherwise, value_lin.clone(), true)?;
+        self.post_equal_if(when_false, !condition)?;
+        Ok(value_lin)
     }
 
     fn multiply(&mut self, a: Lin, b: Lin) -> Result<Lin, Stop> {
@@ -656,10 +664,6 @@ impl Builder<'_> {
     }
 
     /// A literal equivalent to a Boolean term.
-    #[expect(
-        clippy::too_many_lines,
-        reason = "longer than a screen; issue 91 splits it"
-    )]
     fn literal(&mut self, term: &Term) -> Result<Literal, Stop> {
         self.step(1)?;
         match term {
@@ -669,21 +673,7 @@ impl Builder<'_> {
                 Some(Handle::Bool(l)) => Ok(*l),
                 _ => Err(Stop::Fail(self.sort_error())),
             },
-            Term::Alias(a) => {
-                if let Some(Some(lit)) = self.alias_lit.get(*a) {
-                    return Ok(*lit);
-                }
-                let alias = self
-                    .program
-                    .aliases
-                    .get(*a)
-                    .ok_or_else(|| self.sort_error())?;
-                let lit = self.literal(&alias.term)?;
-                if let Some(slot) = self.alias_lit.get_mut(*a) {
-                    *slot = Some(lit);
-                }
-                Ok(lit)
-            }
+            Term::Alias(a) => self.alias_literal(*a),
             Term::Not(t) => Ok(!self.literal(t)?),
             Term::And(items) | Term::Or(items) => {
                 let is_and = matches!(term, Term::And(_));
@@ -708,48 +698,76 @@ impl Builder<'_> {
                 let b = self.literal(b)?;
                 self.equivalence(a, b, *eq)
             }
-            Term::Ite(c, t, e) => {
-                let c = self.literal(c)?;
-                let t = self.literal(t)?;
-                let e = self.literal(e)?;
-                let r = self.fresh_literal()?;
-                self.clause(&[!c, !t, r])?;
-                self.clause(&[!c, t, !r])?;
-                self.clause(&[c, !e, r])?;
-                self.clause(&[c, e, !r])?;
-                Ok(r)
-            }
-            Term::Compare(operands, ops) => {
-                let mut parts = Vec::with_capacity(ops.len());
-                for (pair, op) in operands.windows(2).zip(ops) {
-                    let a = self.lin(&pair[0])?;
-                    let b = self.lin(&pair[1])?;
-                    let (lin, rel) = self.relation(a, *op, b)?;
-                    let r = self.fresh_literal()?;
-                    self.post(lin, rel, Some(r))?;
-                    parts.push(r);
-                }
-                if parts.len() == 1 {
-                    return Ok(parts[0]);
-                }
-                self.junction(parts, true)
-            }
-            Term::Distinct(items) => {
-                let lins = self.lins(items)?;
-                self.step(lins.len().saturating_mul(lins.len()) / 2)?;
-                let mut parts = Vec::new();
-                for i in 0..lins.len() {
-                    for j in i + 1..lins.len() {
-                        let d = self.add(lins[i].clone(), lins[j].clone(), true)?;
-                        let r = self.fresh_literal()?;
-                        self.post(d, Rel::Ne, Some(r))?;
-                        parts.push(r);
-                    }
-                }
-                self.junction(parts, true)
-            }
+            Term::Ite(c, t, e) => self.ite_literal(c, t, e),
+            Term::Compare(operands, ops) => self.compare_literal(operands, ops),
+            Term::Distinct(items) => self.distinct_literal(items),
             _ => Err(Stop::Fail(self.sort_error())),
         }
+    }
+
+    /// The literal of alias `a`, built once and then shared.
+    fn alias_literal(&mut self, a: usize) -> Result<Literal, Stop> {
+        if let Some(Some(lit)) = self.alias_lit.get(a) {
+            return Ok(*lit);
+        }
+        let alias = self
+            .program
+            .aliases
+            .get(a)
+            .ok_or_else(|| self.sort_error())?;
+        let lit = self.literal(&alias.term)?;
+        if let Some(slot) = self.alias_lit.get_mut(a) {
+            *slot = Some(lit);
+        }
+        Ok(lit)
+    }
+
+    /// A Boolean `If(c, t, e)`.
+    fn ite_literal(&mut self, c: &Term, t: &Term, e: &Term) -> Result<Literal, Stop> {
+        let c = self.literal(c)?;
+        let t = self.literal(t)?;
+        let e = self.literal(e)?;
+        let r = self.fresh_literal()?;
+        self.clause(&[!c, !t, r])?;
+        self.clause(&[!c, t, !r])?;
+        self.clause(&[c, !e, r])?;
+        self.clause(&[c, e, !r])?;
+        Ok(r)
+    }
+
+    /// A chain of comparisons `a op b op c`: each pair reified, then their
+    /// conjunction.
+    fn compare_literal(&mut self, operands: &[Term], ops: &[CmpOp]) -> Result<Literal, Stop> {
+        let mut parts = Vec::with_capacity(ops.len());
+        for (pair, op) in operands.windows(2).zip(ops) {
+            let a = self.lin(&pair[0])?;
+            let b = self.lin(&pair[1])?;
+            let (lin, rel) = self.relation(a, *op, b)?;
+            let r = self.fresh_literal()?;
+            self.post(lin, rel, Some(r))?;
+            parts.push(r);
+        }
+        if parts.len() == 1 {
+            return Ok(parts[0]);
+        }
+        self.junction(parts, true)
+    }
+
+    /// `Distinct(items)`: every pair reified as different, then their
+    /// conjunction.
+    fn distinct_literal(&mut self, items: &[Term]) -> Result<Literal, Stop> {
+        let lins = self.lins(items)?;
+        self.step(lins.len().saturating_mul(lins.len()) / 2)?;
+        let mut parts = Vec::new();
+        for i in 0..lins.len() {
+            for j in i + 1..lins.len() {
+                let d = self.add(lins[i].clone(), lins[j].clone(), true)?;
+                let r = self.fresh_literal()?;
+                self.post(d, Rel::Ne, Some(r))?;
+                parts.push(r);
+            }
+        }
+        self.junction(parts, true)
     }
 
     fn lins(&mut self, items: &[Term]) -> Result<Vec<Lin>, Stop> {
@@ -860,10 +878,6 @@ impl Builder<'_> {
         }
     }
 
-    #[expect(
-        clippy::too_many_lines,
-        reason = "longer than a screen; issue 91 splits it"
-    )]
     fn search(mut self, domains: &[Domain], limits: &Limits) -> Result<Solution, LogicError> {
         if self.solver.is_inconsistent() {
             return Ok(Solution::unsat());
@@ -876,67 +890,24 @@ impl Builder<'_> {
         let mut brancher = self.solver.default_brancher();
         let mut resolver = ResolutionResolver::new(AnalysisMode::OneUIP, false, false);
         let mut budget = TimeBudget::starting_now(limits.time_budget);
-        let found: Vec<(usize, Val)> =
-            match self
-                .solver
-                .satisfy(&mut brancher, &mut budget, &mut resolver)
-            {
-                SatisfactionResult::Satisfiable(satisfiable) => {
-                    let solution = satisfiable.solution();
-                    interest
-                        .iter()
-                        .filter_map(|&i| {
-                            let value = match self.handles.get(i)? {
-                                Handle::Int(d) => {
-                                    Val::Int(i64::from(solution.get_integer_value(*d)))
-                                }
-                                Handle::Bool(l) => Val::Bool(solution.get_literal_value(*l)),
-                            };
-                            Some((i, value))
-                        })
-                        .collect()
-                }
-                SatisfactionResult::Unsatisfiable(..) => return Ok(Solution::unsat()),
-                SatisfactionResult::Unknown(..) => {
-                    let mut solution = Solution::unknown();
-                    solution.notes.push(format!(
-                        "no answer within the time budget of {:?}",
-                        limits.time_budget
-                    ));
-                    return Ok(solution);
-                }
-            };
-
-        let mut solution = Solution {
-            status: Status::Sat,
-            model: BTreeMap::new(),
-            unique: false,
-            notes: Vec::new(),
-        };
-        let mut blocking = Vec::with_capacity(found.len());
-        for (i, value) in &found {
-            let name = self.program.vars[*i].name.clone();
-            match (value, self.handles[*i]) {
-                (Val::Int(v), Handle::Int(d)) => {
-                    let domain = &domains[*i];
-                    if (domain.lower_is_default && *v == domain.lower)
-                        || (domain.upper_is_default && *v == domain.upper)
-                    {
-                        solution.notes.push(format!(
-                            "{name} = {v} is at the default bound ±{DEFAULT_BOUND} of an unbounded Int"
-                        ));
-                    }
-                    blocking.push(d.disequality_predicate(clamp_i32(*v)));
-                }
-                (Val::Bool(b), Handle::Bool(l)) => blocking.push(if *b {
-                    l.get_false_predicate()
-                } else {
-                    l.get_true_predicate()
-                }),
-                _ => {}
+        let found = match self
+            .solver
+            .satisfy(&mut brancher, &mut budget, &mut resolver)
+        {
+            SatisfactionResult::Satisfiable(satisfiable) => {
+                asked_values(&self.handles, &interest, &satisfiable.solution())
             }
-            solution.model.insert(name, *value);
-        }
+            SatisfactionResult::Unsatisfiable(..) => return Ok(Solution::unsat()),
+            SatisfactionResult::Unknown(..) => {
+                let mut solution = Solution::unknown();
+                solution.notes.push(format!(
+                    "no answer within the time budget of {:?}",
+                    limits.time_budget
+                ));
+                return Ok(solution);
+            }
+        };
+        let (mut solution, blocking) = self.first_solution(&found, domains);
         if blocking.is_empty() {
             solution.unique = true;
             return Ok(solution);
@@ -960,6 +931,65 @@ impl Builder<'_> {
         }
         Ok(solution)
     }
+
+    /// The solution made of the values `found` (not yet known unique),
+    /// noting values at a default bound, and the predicates that forbid
+    /// it.
+    fn first_solution(
+        &self,
+        found: &[(usize, Val)],
+        domains: &[Domain],
+    ) -> (Solution, Vec<Predicate>) {
+        let mut solution = Solution {
+            status: Status::Sat,
+            model: BTreeMap::new(),
+            unique: false,
+            notes: Vec::new(),
+        };
+        let mut blocking = Vec::with_capacity(found.len());
+        for (i, value) in found {
+            let name = self.program.vars[*i].name.clone();
+            match (value, self.handles[*i]) {
+                (Val::Int(v), Handle::Int(d)) => {
+                    let domain = &domains[*i];
+                    if (domain.lower_is_default && *v == domain.lower)
+                        || (domain.upper_is_default && *v == domain.upper)
+                    {
+                        solution.notes.push(format!(
+                            "{name} = {v} is at the default bound ±{DEFAULT_BOUND} of an unbounded Int"
+                        ));
+                    }
+                    blocking.push(d.disequality_predicate(clamp_i32(*v)));
+                }
+                (Val::Bool(b), Handle::Bool(l)) => blocking.push(if *b {
+                    l.get_false_predicate()
+                } else {
+                    l.get_true_predicate()
+                }),
+                _ => {}
+            }
+            solution.model.insert(name, *value);
+        }
+        (solution, blocking)
+    }
+}
+
+/// The values of the asked variables (`interest`) in a solution.
+fn asked_values(
+    handles: &[Handle],
+    interest: &[usize],
+    solution: &impl ProblemSolution,
+) -> Vec<(usize, Val)> {
+    interest
+        .iter()
+        .filter_map(|&i| {
+            let value = match handles.get(i)? {
+                Handle::Int(d) => Val::Int(i64::from(solution.get_integer_value(*d))),
+                Handle::Bool(l) => Val::Bool(solution.get_literal_value(*l)),
+            };
+            Some((i, value))
+        })
+        .collect()
 }
 
 fn view_lin(view: View) -> Lin {
