@@ -354,12 +354,23 @@ fn build(id: &str, kwargs: Value) -> Instruction {
     Instruction::from_id_kwargs(id, &kwargs).unwrap()
 }
 
+/// An instruction, a response that follows it and one that does not.
+type Case = (Instruction, &'static str, &'static str);
+
 /// Hand-made (instruction, passing response, failing response) for every type.
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
-fn cases() -> Vec<(Instruction, &'static str, &'static str)> {
+fn cases() -> Vec<Case> {
+    [
+        keyword_and_language_cases(),
+        length_cases(),
+        format_cases(),
+        whole_response_cases(),
+        hearth_cases(),
+    ]
+    .concat()
+}
+
+/// Keywords, letters and the response's language.
+fn keyword_and_language_cases() -> Vec<Case> {
     use serde_json::json;
     vec![
         (
@@ -404,6 +415,13 @@ fn cases() -> Vec<(Instruction, &'static str, &'static str)> {
             "Das ist ein ganz normaler deutscher Satz über das Wetter und die Stadt.",
             "This is a perfectly ordinary English sentence about the weather in town.",
         ),
+    ]
+}
+
+/// Sentence, paragraph and word counts, and a paragraph's first word.
+fn length_cases() -> Vec<Case> {
+    use serde_json::json;
+    vec![
         (
             build(
                 "length_constraints:number_sentences",
@@ -436,6 +454,13 @@ fn cases() -> Vec<(Instruction, &'static str, &'static str)> {
             "Intro here.\n\n\"Elm, trees grow.",
             "Intro here.\n\nOak trees grow.",
         ),
+    ]
+}
+
+/// Placeholders, postscripts and markdown formats.
+fn format_cases() -> Vec<Case> {
+    use serde_json::json;
+    vec![
         (
             build(
                 "detectable_content:number_placeholders",
@@ -499,6 +524,13 @@ fn cases() -> Vec<(Instruction, &'static str, &'static str)> {
             "<<Joy>>\ntext",
             "<< >> text",
         ),
+    ]
+}
+
+/// The response as a whole: two responses, repetition, its end, case, commas, quotes.
+fn whole_response_cases() -> Vec<Case> {
+    use serde_json::json;
+    vec![
         (
             build("combination:two_responses", json!({})),
             "one\n******\ntwo",
@@ -548,6 +580,13 @@ fn cases() -> Vec<(Instruction, &'static str, &'static str)> {
             " \"quoted\" ",
             "\"unbalanced",
         ),
+    ]
+}
+
+/// Our extras: words per sentence, lines, stanzas, rhyme, starts.
+fn hearth_cases() -> Vec<Case> {
+    use serde_json::json;
+    vec![
         (
             build(
                 "hearth:words_per_sentence",
