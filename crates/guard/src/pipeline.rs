@@ -421,12 +421,10 @@ impl<'m> Run<'m> {
         finish: FinishReason,
         start: Instant,
     ) -> Guarded {
-        let (calls, prompt, completion) =
-            (self.meter.calls, self.meter.prompt, self.meter.completion);
         let mut trace = self.trace;
-        trace.extra_calls = calls;
-        trace.extra_prompt_tokens = prompt;
-        trace.extra_completion_tokens = completion;
+        trace.extra_calls = self.meter.calls;
+        trace.extra_prompt_tokens = self.meter.prompt;
+        trace.extra_completion_tokens = self.meter.completion;
         trace.changed = text != draft.text;
         trace.ms = start.elapsed().as_millis() as u64;
         Guarded {
