@@ -465,22 +465,26 @@ fn gated(
     quant::matmul(pool, product, &mut outs, scratch).unwrap();
 }
 
+/// The activation the gated tests apply: the gate's half through tanh,
+/// times up.
+fn tanh_gate(g: &mut [f32], u: &[f32]) {
+    for (g, &u) in g.iter_mut().zip(u) {
+        *g = (*g * 0.5).tanh() * u;
+    }
+}
+
+/// Whether two outputs hold the same bits.
+fn same_bits(a: &[f32], b: &[f32]) -> bool {
+    a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits())
+}
+
 /// Gate and up with the activation applied by the product's tasks give the
 /// separate products followed by the activation, to the bit, for decode
 /// and prefill batches and on every thread count.
 #[test]
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 fn matmul_gated_matches_products_then_activation() {
     let mut rng = Rng(12);
     let cols = 256;
-    let act = |g: &mut [f32], u: &[f32]| {
-        for (g, &u) in g.iter_mut().zip(u) {
-            *g = (*g * 0.5).tanh() * u;
-        }
-    };
     // Pairs of one format (the panel product applies the activation in its
     // tasks, over partial panels too) and of two (applied after it).
     for (ty, ty_up, rows) in [
@@ -502,31 +506,15 @@ fn matmul_gated_matches_products_then_activation() {
             let mut scratch = Vec::new();
             for batch in [1, 2, 7, 40, 150] {
                 let x: Vec<f32> = (0..batch * cols).map(|_| rng.f32()).collect();
-                let (mut gate, mut up) = (vec![0.0; batch * rows], vec![0.0; batch * rows]);
-                gated(
-                    &pool,
-                    [&g, &u],
-                    &x,
+                let step = GatedStep {
+                    pool: &pool,
+                    threads,
+                    g: &g,
+                    u: &u,
+                    x: &x,
                     batch,
-                    [&mut gate, &mut up],
-                    &mut scratch,
-                    &act,
-                    None,
-                );
-                let (mut want_g, mut want_u) = (vec![0.0; batch * rows], vec![0.0; batch * rows]);
-                single_product(&pool, &g, &x, batch, &mut want_g, &mut scratch).unwrap();
-                single_product(&pool, &u, &x, batch, &mut want_u, &mut scratch).unwrap();
-                act(&mut want_g, &want_u);
-                let same =
-                    |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits());
-                assert!(
-                    same(&up, &want_u),
-                    "{ty} up, {threads} threads, batch {batch}"
-                );
-                assert!(
-                    same(&gate, &want_g),
-                    "{ty} gate, {threads} threads, batch {batch}"
-                );
+                };
+                let want = step.check_against_separate_products(&mut scratch);
                 // The next product from the activations the gated one
                 // quantized as its tasks completed their blocks: the same
                 // bits as quantizing the gated output afterwards.
@@ -541,42 +529,120 @@ fn matmul_gated_matches_products_then_activation() {
                     }
                     let wn = random_weights(ty_next, 48 * rows, &mut rng);
                     let next = Matrix::new(ty_next, 48, rows, &wn).unwrap();
-                    let mut ready = quant::PreparedActs::default();
-                    let (mut gate2, mut up2) = (vec![0.0; batch * rows], vec![0.0; batch * rows]);
-                    let next_of = Some((&next, &mut ready));
-                    let outs = [&mut gate2[..], &mut up2[..]];
-                    gated(
-                        &pool,
-                        [&g, &u],
-                        &x,
-                        batch,
-                        outs,
-                        &mut scratch,
-                        &act,
-                        next_of,
-                    );
-                    assert!(same(&gate2, &want_g) && same(&up2, &want_u));
-                    // Decode batches of quantized weights have them ready,
-                    // and every prefill batch (the next product is a panel
-                    // product: all four types have one).
-                    let fused = batch >= 16 || ty != GgmlType::F16;
-                    assert_eq!(ready.is_ready(), fused, "{ty} -> {ty_next}, batch {batch}");
-                    let (mut got, mut want) = (vec![0.0; batch * 48], vec![0.0; batch * 48]);
-                    let ws = [&next];
-                    let product = quant::Product {
-                        prepared: Some(&mut ready),
-                        ..quant::Product::new(&ws, &gate2, batch)
-                    };
-                    quant::matmul(&pool, product, &mut [&mut got[..]], &mut scratch).unwrap();
-                    assert!(!ready.is_ready(), "used up");
-                    single_product(&pool, &next, &want_g, batch, &mut want, &mut scratch).unwrap();
-                    assert!(
-                        same(&got, &want),
-                        "{ty} -> {ty_next}, {threads} threads, batch {batch}"
-                    );
+                    step.check_next_product_takes_its_acts(&next, &want, &mut scratch);
                 }
             }
         }
+    }
+}
+
+/// One gated product to check: gate and up over one batch, on one pool.
+struct GatedStep<'a> {
+    pool: &'a ThreadPool,
+    /// The pool's thread count, for messages.
+    threads: usize,
+    g: &'a Matrix<'a>,
+    u: &'a Matrix<'a>,
+    x: &'a [f32],
+    batch: usize,
+}
+
+/// What the separate products give: the activated gate and up.
+struct GatedOutputs {
+    gate: Vec<f32>,
+    up: Vec<f32>,
+}
+
+impl GatedStep<'_> {
+    /// Outputs of the right size for this step's products.
+    fn zeroed(&self) -> GatedOutputs {
+        let n = self.batch * self.g.rows();
+        GatedOutputs {
+            gate: vec![0.0; n],
+            up: vec![0.0; n],
+        }
+    }
+
+    /// Asserts the gated product equals the separate products followed by
+    /// the activation, and returns the latter.
+    fn check_against_separate_products(&self, scratch: &mut Vec<u8>) -> GatedOutputs {
+        let (ty, threads, batch) = (self.g.ty(), self.threads, self.batch);
+        let mut got = self.zeroed();
+        gated(
+            self.pool,
+            [self.g, self.u],
+            self.x,
+            batch,
+            [&mut got.gate, &mut got.up],
+            scratch,
+            &tanh_gate,
+            None,
+        );
+        let mut want = self.zeroed();
+        single_product(self.pool, self.g, self.x, batch, &mut want.gate, scratch).unwrap();
+        single_product(self.pool, self.u, self.x, batch, &mut want.up, scratch).unwrap();
+        tanh_gate(&mut want.gate, &want.up);
+        assert!(
+            same_bits(&got.up, &want.up),
+            "{ty} up, {threads} threads, batch {batch}"
+        );
+        assert!(
+            same_bits(&got.gate, &want.gate),
+            "{ty} gate, {threads} threads, batch {batch}"
+        );
+        want
+    }
+
+    /// Asserts the gated product that quantizes its output for `next`
+    /// still gives `want`, leaves the activations ready where it should,
+    /// and that `next` over them gives its product of `want.gate`.
+    fn check_next_product_takes_its_acts(
+        &self,
+        next: &Matrix,
+        want: &GatedOutputs,
+        scratch: &mut Vec<u8>,
+    ) {
+        let (ty, ty_next, threads, batch) = (self.g.ty(), next.ty(), self.threads, self.batch);
+        let mut ready = quant::PreparedActs::default();
+        let mut got = self.zeroed();
+        let next_of = Some((next, &mut ready));
+        let outs = [&mut got.gate[..], &mut got.up[..]];
+        gated(
+            self.pool,
+            [self.g, self.u],
+            self.x,
+            batch,
+            outs,
+            scratch,
+            &tanh_gate,
+            next_of,
+        );
+        assert!(same_bits(&got.gate, &want.gate) && same_bits(&got.up, &want.up));
+        // Decode batches of quantized weights have them ready, and every
+        // prefill batch (the next product is a panel product: all four
+        // types have one).
+        let fused = batch >= 16 || ty != GgmlType::F16;
+        assert_eq!(ready.is_ready(), fused, "{ty} -> {ty_next}, batch {batch}");
+        let (mut out, mut want_out) = (vec![0.0; batch * 48], vec![0.0; batch * 48]);
+        let ws = [next];
+        let product = quant::Product {
+            prepared: Some(&mut ready),
+            ..quant::Product::new(&ws, &got.gate, batch)
+        };
+        quant::matmul(self.pool, product, &mut [&mut out[..]], scratch).unwrap();
+        assert!(!ready.is_ready(), "used up");
+        single_product(self.pool, next, &want.gate, batch, &mut want_out, scratch).unwrap();
+        assert!(
+            same_bits(&out, &want_out),
+            "{ty} -> {ty_next}, {threads} threads, batch {batch}"
+        );
+    }
+}
+
+/// Row `i` of the activations the prepared-rows test makes.
+fn make_row(i: usize, row: &mut [f32]) {
+    for (j, v) in row.iter_mut().enumerate() {
+        *v = ((i * 7 + j * 13) % 97) as f32 / 48.0 - 1.0;
     }
 }
 
@@ -587,18 +653,9 @@ fn matmul_gated_matches_products_then_activation() {
 /// own), on every thread count. Prepared activations serve only a product
 /// of the shape they were made for, and one product.
 #[test]
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 fn prepared_rows_give_the_same_products() {
     let mut rng = Rng(31);
     let cols = 512;
-    let make = |i: usize, row: &mut [f32]| {
-        for (j, v) in row.iter_mut().enumerate() {
-            *v = ((i * 7 + j * 13) % 97) as f32 / 48.0 - 1.0;
-        }
-    };
     for (ty, ty2) in [
         (GgmlType::Q4_K, GgmlType::Q4_K),
         (GgmlType::Q4_K, GgmlType::Q6_K),
@@ -622,61 +679,132 @@ fn prepared_rows_give_the_same_products() {
                 want_x
                     .chunks_exact_mut(cols)
                     .enumerate()
-                    .for_each(|(i, r)| make(i, r));
-                let same =
-                    |a: &[f32], b: &[f32]| a.iter().zip(b).all(|(a, b)| a.to_bits() == b.to_bits());
+                    .for_each(|(i, r)| make_row(i, r));
+                let step = PreparedStep {
+                    pool: &pool,
+                    threads,
+                    m1: &m1,
+                    m2: &m2,
+                    want_x: &want_x,
+                    batch,
+                };
                 let mut ready = quant::PreparedActs::default();
                 let mut x = vec![f32::NAN; batch * cols];
-                ready.make_rows(&pool, &m1, &mut x, batch, &make).unwrap();
-                assert!(same(&x, &want_x), "{ty}, batch {batch}: the rows made");
+                ready
+                    .make_rows(&pool, &m1, &mut x, batch, &make_row)
+                    .unwrap();
+                assert!(same_bits(&x, &want_x), "{ty}, batch {batch}: the rows made");
                 let panel = batch >= 16 && ty != GgmlType::F16;
                 assert_eq!(ready.is_ready(), panel, "{ty}, batch {batch}");
-                // One matrix.
-                let (mut got, mut want) = (vec![0.0; batch * 40], vec![0.0; batch * 40]);
-                let one = [&m1];
-                let product = quant::Product {
-                    prepared: Some(&mut ready),
-                    ..quant::Product::new(&one, &x, batch)
-                };
-                quant::matmul(&pool, product, &mut [&mut got[..]], &mut scratch).unwrap();
-                assert!(!ready.is_ready(), "used up");
-                let plain = quant::Product::new(&one, &want_x, batch);
-                quant::matmul(&pool, plain, &mut [&mut want[..]], &mut scratch).unwrap();
-                assert!(same(&got, &want), "{ty}, {threads} threads, batch {batch}");
-                // Two matrices, of one format or two.
-                ready.make_rows(&pool, &m1, &mut x, batch, &make).unwrap();
-                let (mut g1, mut g2) = (vec![0.0; batch * 40], vec![0.0; batch * 72]);
-                let two = [&m1, &m2];
-                let product = quant::Product {
-                    prepared: Some(&mut ready),
-                    ..quant::Product::new(&two, &x, batch)
-                };
-                quant::matmul(&pool, product, &mut [&mut g1, &mut g2], &mut scratch).unwrap();
-                assert!(!ready.is_ready(), "used up");
-                let mut want2 = vec![0.0; batch * 72];
-                let plain = quant::Product::new(&two[1..], &want_x, batch);
-                quant::matmul(&pool, plain, &mut [&mut want2[..]], &mut scratch).unwrap();
-                assert!(
-                    same(&g1, &want) && same(&g2, &want2),
-                    "{ty} and {ty2}, batch {batch}"
-                );
-                // Prepared for another batch: not taken, and used up all
-                // the same.
-                ready.make_rows(&pool, &m1, &mut x, batch, &make).unwrap();
-                let fewer = batch - batch / 2;
-                let mut want_fewer = vec![0.0; fewer * 40];
-                let plain = quant::Product::new(&one, &want_x, fewer);
-                quant::matmul(&pool, plain, &mut [&mut want_fewer[..]], &mut scratch).unwrap();
-                let product = quant::Product {
-                    prepared: Some(&mut ready),
-                    ..quant::Product::new(&one, &x, fewer)
-                };
-                quant::matmul(&pool, product, &mut [&mut got[..]], &mut scratch).unwrap();
-                assert!(!ready.is_ready());
-                let got = &got[..fewer * 40];
-                assert!(same(got, &want_fewer), "{ty}, batch {batch}: another batch");
+                let (mut got, want) = step.check_one_matrix(&mut ready, &x, &mut scratch);
+                ready
+                    .make_rows(&pool, &m1, &mut x, batch, &make_row)
+                    .unwrap();
+                step.check_two_matrices(&mut ready, &x, &want, &mut scratch);
+                ready
+                    .make_rows(&pool, &m1, &mut x, batch, &make_row)
+                    .unwrap();
+                step.check_another_batch_is_not_served(&mut ready, &x, &mut got, &mut scratch);
             }
         }
+    }
+}
+
+/// One batch of the prepared-rows test: its rows made plainly (`want_x`)
+/// and the two matrices the products multiply them by (40 and 72 rows).
+struct PreparedStep<'a> {
+    pool: &'a ThreadPool,
+    /// The pool's thread count, for messages.
+    threads: usize,
+    m1: &'a Matrix<'a>,
+    m2: &'a Matrix<'a>,
+    want_x: &'a [f32],
+    batch: usize,
+}
+
+impl PreparedStep<'_> {
+    /// One matrix over the prepared rows `x`: asserts it uses them up and
+    /// equals the plain product, and returns both outputs (the prepared
+    /// one, then the plain one).
+    fn check_one_matrix(
+        &self,
+        ready: &mut quant::PreparedActs,
+        x: &[f32],
+        scratch: &mut Vec<u8>,
+    ) -> (Vec<f32>, Vec<f32>) {
+        let (ty, threads, batch) = (self.m1.ty(), self.threads, self.batch);
+        let (mut got, mut want) = (vec![0.0; batch * 40], vec![0.0; batch * 40]);
+        let one = [self.m1];
+        let product = quant::Product {
+            prepared: Some(ready),
+            ..quant::Product::new(&one, x, batch)
+        };
+        quant::matmul(self.pool, product, &mut [&mut got[..]], scratch).unwrap();
+        assert!(!ready.is_ready(), "used up");
+        let plain = quant::Product::new(&one, self.want_x, batch);
+        quant::matmul(self.pool, plain, &mut [&mut want[..]], scratch).unwrap();
+        assert!(
+            same_bits(&got, &want),
+            "{ty}, {threads} threads, batch {batch}"
+        );
+        (got, want)
+    }
+
+    /// Two matrices, of one format or two, over the prepared rows `x`:
+    /// asserts they use them up and equal the plain products (`want` is
+    /// the first's).
+    fn check_two_matrices(
+        &self,
+        ready: &mut quant::PreparedActs,
+        x: &[f32],
+        want: &[f32],
+        scratch: &mut Vec<u8>,
+    ) {
+        let (ty, ty2, batch) = (self.m1.ty(), self.m2.ty(), self.batch);
+        let (mut g1, mut g2) = (vec![0.0; batch * 40], vec![0.0; batch * 72]);
+        let two = [self.m1, self.m2];
+        let product = quant::Product {
+            prepared: Some(ready),
+            ..quant::Product::new(&two, x, batch)
+        };
+        quant::matmul(self.pool, product, &mut [&mut g1, &mut g2], scratch).unwrap();
+        assert!(!ready.is_ready(), "used up");
+        let mut want2 = vec![0.0; batch * 72];
+        let plain = quant::Product::new(&two[1..], self.want_x, batch);
+        quant::matmul(self.pool, plain, &mut [&mut want2[..]], scratch).unwrap();
+        assert!(
+            same_bits(&g1, want) && same_bits(&g2, &want2),
+            "{ty} and {ty2}, batch {batch}"
+        );
+    }
+
+    /// Rows prepared for this batch, offered to a product of fewer rows:
+    /// not taken, and used up all the same. `got` is the output buffer the
+    /// one-matrix check filled (its head is overwritten).
+    fn check_another_batch_is_not_served(
+        &self,
+        ready: &mut quant::PreparedActs,
+        x: &[f32],
+        got: &mut [f32],
+        scratch: &mut Vec<u8>,
+    ) {
+        let (ty, batch) = (self.m1.ty(), self.batch);
+        let fewer = batch - batch / 2;
+        let one = [self.m1];
+        let mut want_fewer = vec![0.0; fewer * 40];
+        let plain = quant::Product::new(&one, self.want_x, fewer);
+        quant::matmul(self.pool, plain, &mut [&mut want_fewer[..]], scratch).unwrap();
+        let product = quant::Product {
+            prepared: Some(ready),
+            ..quant::Product::new(&one, x, fewer)
+        };
+        quant::matmul(self.pool, product, &mut [&mut got[..]], scratch).unwrap();
+        assert!(!ready.is_ready());
+        let got = &got[..fewer * 40];
+        assert!(
+            same_bits(got, &want_fewer),
+            "{ty}, batch {batch}: another batch"
+        );
     }
 }
 
