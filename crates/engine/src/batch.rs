@@ -192,7 +192,7 @@ fn batch_error(e: &ModelError) -> EngineError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::FinishReason;
+    use crate::{FinishReason, Generation};
     use crate::{GenerateOptions, GenerationRequest, RunOptions, SamplingParams};
 
     const TINY: &str = concat!(
@@ -218,30 +218,14 @@ mod tests {
         join: usize,
     }
 
-    /// Several requests (seeded sampling, greedy, a stop string, different
-    /// lengths, late joiners) stepped together give exactly the text, ids
-    /// and finish each gets alone from `Session::run`.
-    #[test]
-    #[expect(
-        clippy::too_many_lines,
-        reason = "longer than a screen; issue 91 splits it"
-    )]
-    fn batched_steps_match_generate() {
-        let n_ctx = 128;
-        let engine = Engine::load(
-            TINY,
-            &RunOptions {
-                threads: Some(2),
-                ctx: Some(n_ctx),
-                ..Default::default()
-            },
-        )
-        .unwrap();
+    /// Seeded sampling, greedy, a stop string and different lengths, two
+    /// of them joining late.
+    fn mixed_requests() -> [Req; 4] {
         let seeded = |seed| SamplingParams {
             seed,
             ..SamplingParams::default()
         };
-        let reqs = [
+        [
             Req {
                 prompt: "Once upon a time there was a little fox who lived",
                 params: seeded(1),
@@ -266,40 +250,69 @@ mod tests {
                 opts: opts(12, &[]),
                 join: 5,
             },
-        ];
-        let want: Vec<_> = reqs
-            .iter()
-            .map(|r| {
-                let ids = engine.tokenizer().encode(r.prompt, true, true);
-                let mut s = engine.session();
-                let mut sampler = Sampler::new(r.params.clone());
-                let d = s
-                    .begin(GenerationRequest::new(&ids, &r.opts), &sampler)
-                    .unwrap();
-                s.run(d, &mut sampler, |_| true).unwrap()
-            })
-            .collect();
+        ]
+    }
 
-        // Fewer rows than requests: the step splits into two forwards.
-        let mut decoder = engine.batch_decoder(3);
-        let mut sessions: Vec<Session> = reqs.iter().map(|_| engine.session()).collect();
-        let mut samplers: Vec<Sampler> = reqs
-            .iter()
-            .map(|r| Sampler::new(r.params.clone()))
-            .collect();
-        let mut decodings: Vec<Option<Decoding>> = reqs.iter().map(|_| None).collect();
-        let mut texts = vec![String::new(); reqs.len()];
-        let mut finishes = vec![None; reqs.len()];
-        for step in 0..200 {
+    /// What `Session::run` gives the request alone.
+    fn generate_alone(engine: &Engine, r: &Req) -> Generation {
+        let ids = engine.tokenizer().encode(r.prompt, true, true);
+        let mut s = engine.session();
+        let mut sampler = Sampler::new(r.params.clone());
+        let d = s
+            .begin(GenerationRequest::new(&ids, &r.opts), &sampler)
+            .unwrap();
+        s.run(d, &mut sampler, |_| true).unwrap()
+    }
+
+    /// The requests' sessions stepped together, and what the steps handed
+    /// out to each.
+    struct Batch {
+        sessions: Vec<Session>,
+        samplers: Vec<Sampler>,
+        /// Each request's generation, from the step it joins at.
+        decodings: Vec<Option<Decoding>>,
+        texts: Vec<String>,
+        finishes: Vec<Option<FinishReason>>,
+    }
+
+    impl Batch {
+        fn new(engine: &Engine, reqs: &[Req]) -> Self {
+            Self {
+                sessions: reqs.iter().map(|_| engine.session()).collect(),
+                samplers: reqs
+                    .iter()
+                    .map(|r| Sampler::new(r.params.clone()))
+                    .collect(),
+                decodings: reqs.iter().map(|_| None).collect(),
+                texts: vec![String::new(); reqs.len()],
+                finishes: vec![None; reqs.len()],
+            }
+        }
+
+        /// Begins and prefills the requests that join at `step`.
+        fn join(&mut self, engine: &Engine, reqs: &[Req], step: usize) {
             for (j, r) in reqs.iter().enumerate() {
                 if r.join == step {
                     let ids = engine.tokenizer().encode(r.prompt, true, true);
                     let request = GenerationRequest::new(&ids, &r.opts);
-                    let mut d = sessions[j].begin(request, &samplers[j]).unwrap();
-                    assert!(sessions[j].prefill(&mut d, usize::MAX).unwrap());
-                    decodings[j] = Some(d);
+                    let mut d = self.sessions[j].begin(request, &self.samplers[j]).unwrap();
+                    assert!(self.sessions[j].prefill(&mut d, usize::MAX).unwrap());
+                    self.decodings[j] = Some(d);
                 }
             }
+        }
+
+        /// Steps every unfinished generation once with `decoder`, keeping
+        /// what each step hands out. False, and no step, once none is left
+        /// after the late joiners' steps.
+        fn step(&mut self, decoder: &mut BatchDecoder, step: usize) -> bool {
+            let Self {
+                sessions,
+                samplers,
+                decodings,
+                texts,
+                finishes,
+            } = self;
             let mut which = Vec::new();
             let mut items = Vec::new();
             for (j, ((session, d), sampler)) in sessions
@@ -318,7 +331,7 @@ mod tests {
                 }
             }
             if items.is_empty() && step > 5 {
-                break;
+                return false;
             }
             decoder.step(&mut items, |i, step| {
                 let step = step.unwrap();
@@ -327,11 +340,41 @@ mod tests {
                     finishes[which[i]] = step.finish;
                 }
             });
+            true
+        }
+    }
+
+    /// Several requests (seeded sampling, greedy, a stop string, different
+    /// lengths, late joiners) stepped together give exactly the text, ids
+    /// and finish each gets alone from `Session::run`.
+    #[test]
+    fn batched_steps_match_generate() {
+        let n_ctx = 128;
+        let engine = Engine::load(
+            TINY,
+            &RunOptions {
+                threads: Some(2),
+                ctx: Some(n_ctx),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let reqs = mixed_requests();
+        let want: Vec<_> = reqs.iter().map(|r| generate_alone(&engine, r)).collect();
+
+        // Fewer rows than requests: the step splits into two forwards.
+        let mut decoder = engine.batch_decoder(3);
+        let mut batch = Batch::new(&engine, &reqs);
+        for step in 0..200 {
+            batch.join(&engine, &reqs, step);
+            if !batch.step(&mut decoder, step) {
+                break;
+            }
         }
         for (j, w) in want.iter().enumerate() {
-            let d = decodings[j].take().unwrap();
-            assert_eq!(texts[j], w.text, "request {j}");
-            assert_eq!(finishes[j], Some(w.finish), "request {j}");
+            let d = batch.decodings[j].take().unwrap();
+            assert_eq!(batch.texts[j], w.text, "request {j}");
+            assert_eq!(batch.finishes[j], Some(w.finish), "request {j}");
             let g = d.into_generation();
             assert_eq!(g.ids, w.ids, "request {j}");
             assert_eq!(g.text, w.text, "request {j}");
