@@ -12,14 +12,19 @@ use std::time::{Duration, Instant};
 const CHAT: &str = r#"{"model":"model-f32","messages":[{"role":"system","content":"be brief"},{"role":"user","content":"hi"}],"max_tokens":6,"temperature":0}"#;
 
 #[test]
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 fn errors_have_the_openai_shape_and_status() {
     let mut s = Server::start(TINY, &["--ctx", "32", "--body-limit", "1048576"]);
+    bad_bodies_are_400s(&s);
+    bad_parameters_are_400s_that_name_them(&s);
+    unknown_routes_and_models_are_404s_wrong_methods_405s(&s);
+    bodies_over_the_limit_are_413s(&s);
+    the_context_refuses_long_prompts_and_caps_max_tokens(&s);
+    s.assert_alive();
+}
 
-    // Malformed, garbage and non-object bodies.
+/// Malformed, garbage and non-object bodies, and JSON nested past
+/// serde_json's recursion limit.
+fn bad_bodies_are_400s(s: &Server) {
     for body in [
         &b"{"[..],
         b"not json at all",
@@ -39,8 +44,10 @@ fn errors_have_the_openai_shape_and_status() {
         "]".repeat(200_000)
     );
     s.post("/v1/chat/completions", &deep).assert_error(400);
+}
 
-    // Bad parameters name the parameter.
+/// Out-of-range and mistyped parameters; those checked by name say which.
+fn bad_parameters_are_400s_that_name_them(s: &Server) {
     for (body, param) in [
         (
             r#"{"messages":[{"role":"user","content":"x"}],"temperature":-0.5}"#,
@@ -95,8 +102,11 @@ fn errors_have_the_openai_shape_and_status() {
     assert!(msg.contains("does not embed"), "{msg}");
     s.post("/v1/completions", r#"{"prompt":"x","logprobs":"yes"}"#)
         .assert_error(400);
+}
 
-    // Unknown route, unknown model, wrong method.
+/// Unknown route, unknown model (as the chat's model and as a model's
+/// page), and a route asked with the wrong method.
+fn unknown_routes_and_models_are_404s_wrong_methods_405s(s: &Server) {
     s.request("GET", "/v2/nothing", &[], b"").assert_error(404);
     let r = s.post(
         "/v1/chat/completions",
@@ -112,9 +122,11 @@ fn errors_have_the_openai_shape_and_status() {
     );
     s.request("GET", "/v1/chat/completions", &[], b"")
         .assert_error(405);
+}
 
-    // Body over the limit: said up front by Content-Length (the answer comes
-    // before the body is sent), or found while reading a chunked body.
+/// A body over the limit: said up front by Content-Length (the answer comes
+/// before the body is sent), or found while reading a chunked body.
+fn bodies_over_the_limit_are_413s(s: &Server) {
     let mut c = connect(&s.addr).unwrap();
     c.write_all(b"POST /v1/completions HTTP/1.1\r\nHost: localhost\r\nContent-Length: 2097152\r\n\r\n{\"prompt\":\"")
         .unwrap();
@@ -135,8 +147,11 @@ fn errors_have_the_openai_shape_and_status() {
     let mut raw = Vec::new();
     let _ = c.read_to_end(&mut raw);
     parse_response(&raw).unwrap().assert_error(413);
+}
 
-    // A prompt longer than the context: both numbers in the message.
+/// On a server of a 32-token context: a longer prompt is a 400 with both
+/// numbers in its message, a huge `max_tokens` is capped, not an error.
+fn the_context_refuses_long_prompts_and_caps_max_tokens(s: &Server) {
     let long = format!(
         r#"{{"prompt":"{}","max_tokens":4}}"#,
         "hello there ".repeat(20)
@@ -146,7 +161,6 @@ fn errors_have_the_openai_shape_and_status() {
     assert!(msg.contains("32"), "{msg}");
     assert_eq!(r.json()["error"]["code"], "context_length_exceeded");
 
-    // A huge max_tokens is capped by the context, not an error.
     let r = s.post(
         "/v1/completions",
         r#"{"prompt":"hi","max_tokens":1000000000,"temperature":0}"#,
@@ -155,8 +169,6 @@ fn errors_have_the_openai_shape_and_status() {
     let v = r.json();
     let u = &v["usage"];
     assert!(u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap() <= 32);
-
-    s.assert_alive();
 }
 
 #[test]
@@ -199,13 +211,30 @@ fn api_key_is_required_when_set() {
 }
 
 #[test]
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 fn responses_and_streams_have_the_openai_shape() {
     let mut s = Server::start(TINY, &[]);
+    a_chat_completion_has_the_openai_shape(&s);
 
+    // Same seed, same output.
+    let seeded = r#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":8,"temperature":1.0,"seed":42}"#;
+    let a = s.post("/v1/chat/completions", seeded).json();
+    let b = s.post("/v1/chat/completions", seeded).json();
+    assert_eq!(a["choices"][0]["message"], b["choices"][0]["message"]);
+
+    a_chat_stream_has_the_openai_shape_and_the_plain_text(&s);
+    let v = completions_streamed_give_the_plain_text(&s);
+    a_stop_string_is_answered(&s, &v);
+
+    // Models.
+    let v = s.request("GET", "/v1/models", &[], b"").json();
+    assert_eq!(v["object"], "list");
+    assert_eq!(v["data"][0]["object"], "model");
+    s.assert_alive();
+}
+
+/// A plain chat completion: its object, model, message, finish reason and
+/// usage that adds up within `max_tokens`.
+fn a_chat_completion_has_the_openai_shape(s: &Server) {
     let r = s.post("/v1/chat/completions", CHAT);
     assert_eq!(r.status, 200, "{}", r.text());
     let v = r.json();
@@ -221,14 +250,12 @@ fn responses_and_streams_have_the_openai_shape() {
         u["prompt_tokens"].as_u64().unwrap() + u["completion_tokens"].as_u64().unwrap()
     );
     assert!(u["completion_tokens"].as_u64().unwrap() <= 6);
+}
 
-    // Same seed, same output.
-    let seeded = r#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":8,"temperature":1.0,"seed":42}"#;
-    let a = s.post("/v1/chat/completions", seeded).json();
-    let b = s.post("/v1/chat/completions", seeded).json();
-    assert_eq!(a["choices"][0]["message"], b["choices"][0]["message"]);
-
-    // Streaming chat: role first, content deltas, a finish chunk, usage, [DONE].
+/// Streaming chat: role first, content deltas, a finish chunk, usage,
+/// [DONE]; and the streamed text is the non-streamed text of the same
+/// greedy request.
+fn a_chat_stream_has_the_openai_shape_and_the_plain_text(s: &Server) {
     let body = r#"{"messages":[{"role":"user","content":"hi"}],"max_tokens":5,"temperature":0,"stream":true,"stream_options":{"include_usage":true}}"#;
     let r = s.post("/v1/chat/completions", body);
     assert_eq!(r.status, 200);
@@ -257,7 +284,6 @@ fn responses_and_streams_have_the_openai_shape() {
     let usage = &chunks[chunks.len() - 1];
     assert_eq!(usage["choices"].as_array().unwrap().len(), 0);
     assert!(usage["usage"]["completion_tokens"].as_u64().unwrap() <= 5);
-    // Streamed text equals the non-streamed text for the same greedy request.
     let streamed: String = chunks
         .iter()
         .filter_map(|c| c["choices"][0]["delta"]["content"].as_str())
@@ -269,8 +295,11 @@ fn responses_and_streams_have_the_openai_shape() {
         )
         .json();
     assert_eq!(plain["choices"][0]["message"]["content"], streamed.as_str());
+}
 
-    // Completions, plain and streamed.
+/// A plain completion has its shape, and the same request streamed gives
+/// its text; returns the plain completion.
+fn completions_streamed_give_the_plain_text(s: &Server) -> Value {
     let r = s.post(
         "/v1/completions",
         r#"{"prompt":"Once upon","max_tokens":4,"temperature":0}"#,
@@ -290,14 +319,18 @@ fn responses_and_streams_have_the_openai_shape() {
         .filter_map(|c| c["choices"][0]["text"].as_str().map(str::to_string))
         .collect();
     assert_eq!(text, v["choices"][0]["text"].as_str().unwrap());
+    v
+}
 
-    // A stop string ends the text before it.
+/// A completion with a stop string (the second character of `completion`'s
+/// text: it ends the text before it) is answered.
+fn a_stop_string_is_answered(s: &Server, completion: &Value) {
     let r = s.post(
         "/v1/completions",
         &format!(
             r#"{{"prompt":"Once upon","max_tokens":8,"temperature":0,"stop":[{}]}}"#,
             serde_json::to_string(
-                &v["choices"][0]["text"]
+                &completion["choices"][0]["text"]
                     .as_str()
                     .unwrap()
                     .chars()
@@ -309,12 +342,6 @@ fn responses_and_streams_have_the_openai_shape() {
         ),
     );
     assert_eq!(r.status, 200);
-
-    // Models.
-    let v = s.request("GET", "/v1/models", &[], b"").json();
-    assert_eq!(v["object"], "list");
-    assert_eq!(v["data"][0]["object"], "model");
-    s.assert_alive();
 }
 
 #[test]
