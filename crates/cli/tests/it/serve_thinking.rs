@@ -13,7 +13,7 @@ use crate::serve_common;
 use engine::{Engine, RunOptions, Sampler, SamplingParams};
 use gguf::GgufFile;
 use serde_json::{json, Value};
-use serve_common::{with_tokens, Server};
+use serve_common::{with_tokens, Resp, Server};
 use std::path::Path;
 
 const TINY_GEMMA4: &str = concat!(
@@ -46,16 +46,35 @@ fn first_token(path: &Path, user: &str) -> u32 {
 }
 
 #[test]
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 fn thought_and_answer_come_back_apart() {
     let src = GgufFile::open(TINY_GEMMA4).unwrap();
     let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("thinking.gguf");
+    let user = write_thinking_model(&src, &path);
+
+    let mut s = Server::start(path.to_str().unwrap(), &["--ctx", "256", "-t", "1"]);
+    let on = json!({"chat_template_kwargs": {"enable_thinking": true}, "thinking_budget": 4});
+    let (thought, answer) = thinking_gives_a_thought_then_an_answer(&s, ask(&user, on.clone()));
+
+    // Streamed: the reasoning deltas and content deltas join to the same.
+    let mut body = ask(&user, on);
+    body["stream"] = json!(true);
+    let r = s.post("/v1/chat/completions", &body.to_string());
+    assert_eq!(
+        streamed_thought_and_answer(&r),
+        (thought, answer),
+        "streamed the same"
+    );
+
+    thinking_is_off_unless_asked_and_a_bad_switch_refused(&s, &user);
+    s.assert_alive();
+}
+
+/// Writes to `path` the tiny Gemma 4 with the template's markers on its
+/// last ids, the thought channel's opener moved onto the token the model
+/// picks first; returns the user message it picks that token after.
+fn write_thinking_model(src: &GgufFile, path: &Path) -> String {
     let n = src.get_str_array("tokenizer.ggml.tokens").unwrap().len();
-    // The template's markers on the last ids, the thought channel's opener
-    // moved onto the token the model picks first.
     let mut names = vec![
         (n - 1, "<|turn>"),
         (n - 2, "<turn|>"),
@@ -63,11 +82,24 @@ fn thought_and_answer_come_back_apart() {
         (n - 4, "<channel|>"),
         (n - 5, "<|channel>"),
     ];
-    let path = dir.path().join("thinking.gguf");
-    with_tokens(&src, &names, None, &path);
-    // The renamed token must leave the prompt's tokens as they were: not
-    // in the prompt, not part of any merge. Try prompts until the model's
-    // first pick is such a token.
+    with_tokens(src, &names, None, path);
+    let (user, first) = renamable_first_pick(src, path, n)
+        .expect("a prompt after which the model picks a renamable token");
+    names[4] = (first, "<|channel>");
+    with_tokens(src, &names, None, path);
+    assert_eq!(
+        first_token(path, &user) as usize,
+        first,
+        "renaming it keeps it first"
+    );
+    user
+}
+
+/// A user message and the token the model at `path` picks first after it,
+/// where that token can be renamed without changing the prompt's tokens:
+/// it is not one of the last five (the markers), not in the prompt, and
+/// not part of any merge. Prompts are tried until one fits.
+fn renamable_first_pick(src: &GgufFile, path: &Path, n: usize) -> Option<(String, usize)> {
     let texts = src.get_str_array("tokenizer.ggml.tokens").unwrap();
     let merges = src.get_str_array("tokenizer.ggml.merges").unwrap();
     let in_merges = |t: &str| {
@@ -90,10 +122,9 @@ fn thought_and_answer_come_back_apart() {
     .map(|s| s.to_string())
     .chain((b'a'..=b'z').map(|c| (c as char).to_string()))
     .collect();
-    let mut found = None;
     for user in &users {
-        let first = first_token(&path, user) as usize;
-        let engine = Engine::load(&path, &RunOptions::default()).unwrap();
+        let first = first_token(path, user) as usize;
+        let engine = Engine::load(path, &RunOptions::default()).unwrap();
         let prompt = engine
             .prompt(&engine::PromptRequest::chat_with(
                 &[engine::ChatMessage::user(user.as_str())],
@@ -102,33 +133,30 @@ fn thought_and_answer_come_back_apart() {
             .map(|p| p.ids)
             .unwrap();
         if first < n - 5 && !prompt.contains(&(first as u32)) && !in_merges(&texts[first]) {
-            found = Some((user.clone(), first));
-            break;
+            return Some((user.clone(), first));
         }
     }
-    let (user, first) = found.expect("a prompt after which the model picks a renamable token");
-    names[4] = (first, "<|channel>");
-    with_tokens(&src, &names, None, &path);
-    assert_eq!(
-        first_token(&path, &user) as usize,
-        first,
-        "renaming it keeps it first"
-    );
+    None
+}
 
-    let mut s = Server::start(path.to_str().unwrap(), &["--ctx", "256", "-t", "1"]);
-    let ask = |extra: Value| {
-        let mut body = json!({
-            "messages": [{"role": "user", "content": user}],
-            "max_tokens": 14,
-            "temperature": 0,
-        });
-        for (k, v) in extra.as_object().unwrap() {
-            body[k] = v.clone();
-        }
-        body
-    };
-    let on = json!({"chat_template_kwargs": {"enable_thinking": true}, "thinking_budget": 4});
-    let r = s.post("/v1/chat/completions", &ask(on.clone()).to_string());
+/// A greedy chat request of 14 tokens from `user`, with `extra`'s fields.
+fn ask(user: &str, extra: Value) -> Value {
+    let mut body = json!({
+        "messages": [{"role": "user", "content": user}],
+        "max_tokens": 14,
+        "temperature": 0,
+    });
+    for (k, v) in extra.as_object().unwrap() {
+        body[k] = v.clone();
+    }
+    body
+}
+
+/// With thinking on and a budget, the reply holds a thought (without the
+/// channel's markup) and an answer after the budget closed it, and all
+/// the tokens asked for; returns the thought and the answer.
+fn thinking_gives_a_thought_then_an_answer(s: &Server, body: Value) -> (String, String) {
+    let r = s.post("/v1/chat/completions", &body.to_string());
     assert_eq!(r.status, 200, "{}", r.text());
     let msg = &r.json()["choices"][0]["message"];
     let thought = msg["reasoning_content"]
@@ -151,11 +179,12 @@ fn thought_and_answer_come_back_apart() {
         usage["completion_tokens"], 14,
         "the budget left room for the answer: {usage}"
     );
+    (thought, answer)
+}
 
-    // Streamed: the reasoning deltas and content deltas join to the same.
-    let mut body = ask(on);
-    body["stream"] = json!(true);
-    let r = s.post("/v1/chat/completions", &body.to_string());
+/// The reasoning deltas and the content deltas of a streamed reply, each
+/// joined.
+fn streamed_thought_and_answer(r: &Resp) -> (String, String) {
     let (mut t, mut a) = (String::new(), String::new());
     for d in r.sse_data() {
         if d == "[DONE]" {
@@ -166,10 +195,13 @@ fn thought_and_answer_come_back_apart() {
         t.push_str(delta["reasoning_content"].as_str().unwrap_or(""));
         a.push_str(delta["content"].as_str().unwrap_or(""));
     }
-    assert_eq!((t, a), (thought, answer), "streamed the same");
+    (t, a)
+}
 
-    // Off unless asked: no thought, and the prompt carries the empty channel.
-    let r = s.post("/v1/chat/completions", &ask(json!({})).to_string());
+/// Off unless asked: no thought, and the prompt carries the empty channel.
+/// A switch that is not a boolean is a 400.
+fn thinking_is_off_unless_asked_and_a_bad_switch_refused(s: &Server, user: &str) {
+    let r = s.post("/v1/chat/completions", &ask(user, json!({})).to_string());
     assert_eq!(r.status, 200);
     assert!(
         r.json()["choices"][0]["message"]
@@ -178,13 +210,15 @@ fn thought_and_answer_come_back_apart() {
         "{}",
         r.text()
     );
-    // A bad switch is a 400.
     let r = s.post(
         "/v1/chat/completions",
-        &ask(json!({"chat_template_kwargs": {"enable_thinking": "yes"}})).to_string(),
+        &ask(
+            user,
+            json!({"chat_template_kwargs": {"enable_thinking": "yes"}}),
+        )
+        .to_string(),
     );
     r.assert_error(400);
-    s.assert_alive();
 }
 
 #[test]
