@@ -46,99 +46,107 @@ fn mt_bench(out: &Path, extra: &[&str]) -> Output {
 }
 
 #[test]
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 fn answer_resume_judge_and_report() {
     let dir = tempfile::tempdir().unwrap();
-    let out = mt_bench(dir.path(), &[]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let tape = dir.path().join("model_answer/tiny.jsonl");
-    let rows: Vec<Value> = std::fs::read_to_string(&tape)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(rows.len(), 2);
-    assert_eq!(rows[0]["choices"][0]["turns"].as_array().unwrap().len(), 2);
-
-    // The tape is never overwritten; --resume finds nothing left to do.
-    let out = mt_bench(dir.path(), &[]);
-    assert_eq!(out.status.code(), Some(1));
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--resume"));
-    let out = mt_bench(dir.path(), &["--resume"]);
-    assert!(out.status.success());
-    assert!(
-        String::from_utf8_lossy(&out.stderr).contains("0 answered this run, 2 already on the tape")
-    );
+    let tape = two_questions_are_answered_onto_a_tape(dir.path());
+    the_tape_is_never_overwritten_and_resumes(dir.path());
 
     // Judged by a local hearth serve (the tiny model rarely rates: -1).
     let server = Server::start(TINY, &[]);
     let url = format!("http://{}/v1", server.addr);
-    let out = hearth(&[
-        "eval",
-        "judge",
-        "--answers",
-        tape.to_str().unwrap(),
-        "--judge-url",
-        &url,
-        "--judge-model",
-        "model-f32",
-        "--out",
-        dir.path().to_str().unwrap(),
-        "--timeout",
-        "60",
-    ]);
+    let judgments = every_turn_is_judged(&tape, &url, dir.path());
+    forced_ratings_rate_every_turn(&tape, &url, &dir.path().join("forced"));
+    the_report_is_written(&judgments, &tape, &dir.path().join("report"));
+}
+
+/// Asserts `out` is a success, showing its stderr where not.
+#[track_caller]
+fn assert_succeeded(out: &Output) {
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let judgments = dir.path().join("model_judgment/model-f32_single.jsonl");
-    let rows: Vec<Value> = std::fs::read_to_string(&judgments)
+}
+
+/// The JSON rows of a JSON Lines file.
+fn read_rows(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
         .unwrap()
         .lines()
         .map(|l| serde_json::from_str(l).unwrap())
-        .collect();
-    assert_eq!(rows.len(), 4);
-    assert!(rows.iter().all(|r| r["score"].as_f64().is_some()));
+        .collect()
+}
 
-    // --force-rating: the server holds each judgment to `... Rating: [[n]]`,
-    // so even the tiny random model rates every turn.
-    let forced = dir.path().join("forced");
-    let out = hearth(&[
+/// MT-Bench's questions 81 and 111 answered into `dir`: two rows of two
+/// turns each on the tape, whose path it returns.
+fn two_questions_are_answered_onto_a_tape(dir: &Path) -> PathBuf {
+    let out = mt_bench(dir, &[]);
+    assert_succeeded(&out);
+    let tape = dir.join("model_answer/tiny.jsonl");
+    let rows = read_rows(&tape);
+    assert_eq!(rows.len(), 2);
+    assert_eq!(rows[0]["choices"][0]["turns"].as_array().unwrap().len(), 2);
+    tape
+}
+
+/// The tape in `dir` is never overwritten; --resume finds nothing left to
+/// do.
+fn the_tape_is_never_overwritten_and_resumes(dir: &Path) {
+    let out = mt_bench(dir, &[]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--resume"));
+    let out = mt_bench(dir, &["--resume"]);
+    assert!(out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("0 answered this run, 2 already on the tape")
+    );
+}
+
+/// `hearth eval judge` of `tape` by the model-f32 served at `url`, into
+/// `out`, with `extra` flags.
+fn judge(tape: &Path, url: &str, out: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
         "eval",
         "judge",
         "--answers",
         tape.to_str().unwrap(),
         "--judge-url",
-        &url,
+        url,
         "--judge-model",
         "model-f32",
         "--out",
-        forced.to_str().unwrap(),
+        out.to_str().unwrap(),
         "--timeout",
         "60",
-        "--max-tokens",
-        "400",
-        "--force-rating",
-    ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    ];
+    args.extend_from_slice(extra);
+    hearth(&args)
+}
+
+/// Each of the tape's four turns gets a judgment with a score (-1 where
+/// the judge gave no rating); returns the judgments' path.
+fn every_turn_is_judged(tape: &Path, url: &str, out: &Path) -> PathBuf {
+    let run = judge(tape, url, out, &[]);
+    assert_succeeded(&run);
+    let judgments = out.join("model_judgment/model-f32_single.jsonl");
+    let rows = read_rows(&judgments);
+    assert_eq!(rows.len(), 4);
+    assert!(rows.iter().all(|r| r["score"].as_f64().is_some()));
+    judgments
+}
+
+/// --force-rating: the server holds each judgment to `... Rating: [[n]]`,
+/// so even the tiny random model rates every turn.
+fn forced_ratings_rate_every_turn(tape: &Path, url: &str, forced: &Path) {
+    let out = judge(
+        tape,
+        url,
+        forced,
+        &["--max-tokens", "400", "--force-rating"],
     );
-    let forced_rows: Vec<Value> =
-        std::fs::read_to_string(forced.join("model_judgment/model-f32_single.jsonl"))
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str(l).unwrap())
-            .collect();
+    assert_succeeded(&out);
+    let forced_rows = read_rows(&forced.join("model_judgment/model-f32_single.jsonl"));
     assert_eq!(forced_rows.len(), 4);
     for r in &forced_rows {
         let score = r["score"].as_f64().unwrap();
@@ -148,8 +156,11 @@ fn answer_resume_judge_and_report() {
             "{r}"
         );
     }
+}
 
-    let report_dir = dir.path().join("report");
+/// `hearth eval report` of the judgments writes the HTML page and a
+/// summary of the models into `report_dir`.
+fn the_report_is_written(judgments: &Path, tape: &Path, report_dir: &Path) {
     let out = hearth(&[
         "eval",
         "report",
@@ -160,11 +171,7 @@ fn answer_resume_judge_and_report() {
         "--out",
         report_dir.to_str().unwrap(),
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_succeeded(&out);
     assert!(report_dir.join("report.html").is_file());
     let summary: Value =
         serde_json::from_str(&std::fs::read_to_string(report_dir.join("summary.json")).unwrap())
