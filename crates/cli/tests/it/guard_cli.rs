@@ -7,7 +7,7 @@ use crate::serve_common;
 use serde_json::{json, Value};
 use serve_common::{real_model, Server};
 use std::io::Write;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 fn guard_data(rel: &str) -> PathBuf {
@@ -95,63 +95,119 @@ fn solve_is_right_on_the_puzzle_suite() {
 }
 
 #[test]
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 fn check_ifeval_writes_the_official_shape_and_agrees() {
     let text = std::fs::read_to_string(guard_data("ifeval_visible.jsonl")).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let (mut input, mut responses) = (String::new(), String::new());
-    let mut official: Vec<(Vec<bool>, Vec<bool>)> = Vec::new();
-    for line in text.lines() {
-        let v: Value = serde_json::from_str(line).unwrap();
-        input.push_str(
-            &json!({"key": v["key"], "prompt": v["prompt"], "instruction_id_list": v["instruction_id_list"], "kwargs": v["kwargs"]})
-                .to_string(),
-        );
-        input.push('\n');
-        responses.push_str(&json!({"prompt": v["prompt"], "response": v["response"]}).to_string());
-        responses.push('\n');
-        let bools = |k: &str| -> Vec<bool> {
-            v[k].as_array()
-                .unwrap()
-                .iter()
-                .map(|b| b.as_bool().unwrap())
-                .collect()
-        };
-        official.push((
-            bools("follow_instruction_list_strict"),
-            bools("follow_instruction_list_loose"),
-        ));
-    }
-    let input_path = dir.path().join("input_data.jsonl");
-    let responses_path = dir.path().join("responses.jsonl");
-    std::fs::write(&input_path, input).unwrap();
-    std::fs::write(&responses_path, responses).unwrap();
-    let out_dir = dir.path().join("out");
-    let out = hearth(&[
-        "check",
-        "ifeval",
-        "--input",
-        input_path.to_str().unwrap(),
-        "--responses",
-        responses_path.to_str().unwrap(),
-        "--output",
-        out_dir.to_str().unwrap(),
-    ]);
+    let visible = VisibleSet::parse(&text);
+    let files = IfevalFiles {
+        input: dir.path().join("input_data.jsonl"),
+        responses: dir.path().join("responses.jsonl"),
+        out: dir.path().join("out"),
+    };
+    std::fs::write(&files.input, visible.input).unwrap();
+    std::fs::write(&files.responses, visible.responses).unwrap();
+    let out = files.check(&[]);
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
+    results_have_the_official_shape_and_agree(&files.out, &visible.official);
+
+    let out = files.check(&["--extract"]);
+    assert!(out.status.success());
+    let rows = std::fs::read_to_string(files.out.join("eval_results_strict.jsonl")).unwrap();
+    let first: Value = serde_json::from_str(rows.lines().next().unwrap()).unwrap();
+    assert!(first["extracted_instruction_id_list"].is_array());
+    assert!(first["extracted_kwargs"].is_array());
+
+    // A response file that lacks a prompt is an error naming it.
+    std::fs::write(&files.responses, "").unwrap();
+    let out = files.check(&[]);
+    assert_eq!(out.status.code(), Some(1));
+}
+
+/// IFEval's visible rows split into what `hearth check ifeval` reads and
+/// what the official checker said of each.
+struct VisibleSet {
+    /// The input data, JSON Lines.
+    input: String,
+    /// The responses, JSON Lines.
+    responses: String,
+    /// Per row, the official strict and loose verdicts per instruction.
+    official: Vec<(Vec<bool>, Vec<bool>)>,
+}
+
+impl VisibleSet {
+    fn parse(text: &str) -> Self {
+        let (mut input, mut responses) = (String::new(), String::new());
+        let mut official: Vec<(Vec<bool>, Vec<bool>)> = Vec::new();
+        for line in text.lines() {
+            let v: Value = serde_json::from_str(line).unwrap();
+            input.push_str(
+                &json!({"key": v["key"], "prompt": v["prompt"], "instruction_id_list": v["instruction_id_list"], "kwargs": v["kwargs"]})
+                    .to_string(),
+            );
+            input.push('\n');
+            responses
+                .push_str(&json!({"prompt": v["prompt"], "response": v["response"]}).to_string());
+            responses.push('\n');
+            let bools = |k: &str| -> Vec<bool> {
+                v[k].as_array()
+                    .unwrap()
+                    .iter()
+                    .map(|b| b.as_bool().unwrap())
+                    .collect()
+            };
+            official.push((
+                bools("follow_instruction_list_strict"),
+                bools("follow_instruction_list_loose"),
+            ));
+        }
+        Self {
+            input,
+            responses,
+            official,
+        }
+    }
+}
+
+/// Where a `hearth check ifeval` run reads and writes.
+struct IfevalFiles {
+    input: PathBuf,
+    responses: PathBuf,
+    out: PathBuf,
+}
+
+impl IfevalFiles {
+    /// `hearth check ifeval` over these files, with `extra` flags.
+    fn check(&self, extra: &[&str]) -> std::process::Output {
+        let mut args = vec![
+            "check",
+            "ifeval",
+            "--input",
+            self.input.to_str().unwrap(),
+            "--responses",
+            self.responses.to_str().unwrap(),
+            "--output",
+            self.out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        hearth(&args)
+    }
+}
+
+/// The strict and loose results in `out_dir`: a row per input row with the
+/// official fields, whose verdicts agree with the official checker's on at
+/// least 99% of the instructions.
+fn results_have_the_official_shape_and_agree(out_dir: &Path, official: &[(Vec<bool>, Vec<bool>)]) {
     for (file, which) in [
         ("eval_results_strict.jsonl", 0),
         ("eval_results_loose.jsonl", 1),
     ] {
         let rows = std::fs::read_to_string(out_dir.join(file)).unwrap();
         let (mut agree, mut total) = (0, 0);
-        for (line, off) in rows.lines().zip(&official) {
+        for (line, off) in rows.lines().zip(official) {
             let row: Value = serde_json::from_str(line).unwrap();
             for k in [
                 "prompt",
@@ -177,37 +233,6 @@ fn check_ifeval_writes_the_official_shape_and_agrees() {
             "{file}: {agree}/{total} instructions agree with the official checker"
         );
     }
-
-    let out = hearth(&[
-        "check",
-        "ifeval",
-        "--input",
-        input_path.to_str().unwrap(),
-        "--responses",
-        responses_path.to_str().unwrap(),
-        "--output",
-        out_dir.to_str().unwrap(),
-        "--extract",
-    ]);
-    assert!(out.status.success());
-    let rows = std::fs::read_to_string(out_dir.join("eval_results_strict.jsonl")).unwrap();
-    let first: Value = serde_json::from_str(rows.lines().next().unwrap()).unwrap();
-    assert!(first["extracted_instruction_id_list"].is_array());
-    assert!(first["extracted_kwargs"].is_array());
-
-    // A response file that lacks a prompt is an error naming it.
-    std::fs::write(&responses_path, "").unwrap();
-    let out = hearth(&[
-        "check",
-        "ifeval",
-        "--input",
-        input_path.to_str().unwrap(),
-        "--responses",
-        responses_path.to_str().unwrap(),
-        "--output",
-        out_dir.to_str().unwrap(),
-    ]);
-    assert_eq!(out.status.code(), Some(1));
 }
 
 /// The real model, end to end through every guard: an answer comes back
