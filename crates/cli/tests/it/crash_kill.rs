@@ -17,6 +17,7 @@
 
 use crate::crash_common;
 
+use bot::fake::FakeBotApi;
 use crash_common::*;
 use serde_json::Value;
 use std::collections::{BTreeSet, HashSet};
@@ -290,10 +291,6 @@ fn grade_port(cap: &Captured, child: &mut std::process::Child) -> Option<u16> {
 }
 
 #[test]
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 fn human_grades_survive_sigkill() {
     let (mut rng, seed) = Rng::new(3);
     let mut t = Tally::new("judgments (eval grade)", seed);
@@ -312,12 +309,7 @@ fn human_grades_survive_sigkill() {
         let before = std::fs::read(&file).unwrap_or_default();
         let (_, tail) = split_lines(&before);
         let cap = Captured::new();
-        let mut cmd = hearth();
-        cmd.args(["eval", "grade", "--answers"])
-            .arg(answers())
-            .arg("--out")
-            .arg(&file)
-            .args(["--grader", "crash", "--port", "0", "--seed", "7"]);
+        let mut cmd = grade_command(&file);
         cap.attach(&mut cmd);
         let mut child = cmd.spawn().unwrap();
         let port = grade_port(&cap, &mut child);
@@ -325,59 +317,11 @@ fn human_grades_survive_sigkill() {
             t.fail(format!("the grading page did not start:\n{}", cap.stderr()))
         };
         // The page grades as fast as it can; the server dies at a random instant.
-        let child = std::sync::Arc::new(std::sync::Mutex::new(child));
-        let (tx, rx) = std::sync::mpsc::channel::<()>();
         let delay = rng.instant(ZERO, window);
         let serving = Instant::now();
-        let killer = {
-            let child = child.clone();
-            std::thread::spawn(move || {
-                if rx.recv_timeout(delay).is_err() {
-                    let mut c = child.lock().unwrap();
-                    let _ = c.kill();
-                    let _ = c.wait();
-                    true
-                } else {
-                    false
-                }
-            })
-        };
-        let mut next: Option<Value> = request(port, "GET", "/api/next", None)
-            .and_then(|(_, b)| serde_json::from_str(&b).ok());
-        let mut done = false;
-        while let Some(item) = next.take() {
-            if item["done"] == true {
-                done = true;
-                break;
-            }
-            let key = (
-                item["question_id"].as_u64().unwrap_or(0),
-                item["turn"].as_u64().unwrap_or(0),
-            );
-            let body = serde_json::json!({"item": item["item"], "score": 1 + key.0 % 10});
-            match request(port, "POST", "/api/grade", Some(&body.to_string())) {
-                Some((200, b)) => {
-                    acked.insert(key);
-                    next = serde_json::from_str(&b).ok();
-                }
-                Some((status, b)) => t.fail(format!("a grade was refused: {status} {b}")),
-                None => unanswered += 1,
-            }
-        }
-        let _ = tx.send(());
-        let killed = killer.join().unwrap();
-        {
-            let mut c = child.lock().unwrap();
-            let _ = c.kill();
-            let _ = c.wait();
-        }
-        let run = Run {
-            killed,
-            status: child.lock().unwrap().wait().unwrap(),
-            stdout: cap.stdout(),
-            stderr: cap.stderr(),
-            wall: ZERO,
-        };
+        let killer = Killer::after(child, delay);
+        let done = grade_as_fast_as_possible(&t, port, &mut acked, &mut unanswered);
+        let run = killer.stop(&cap);
         let after = std::fs::read(&file).unwrap_or_default();
         // The page started, so it said what it found before it served.
         t.check(
@@ -385,27 +329,7 @@ fn human_grades_survive_sigkill() {
             || run.stderr.clone(),
         );
         check_tail_said(&mut t, &run, &tail, &before, &after);
-        let rows = ledger.check(&mut t, &after);
-        let on_file: Vec<(u64, u64)> = rows
-            .iter()
-            .map(|r| {
-                (
-                    r["question_id"].as_u64().unwrap_or(0),
-                    r["turn"].as_u64().unwrap_or(0),
-                )
-            })
-            .collect();
-        let distinct: BTreeSet<(u64, u64)> = on_file.iter().copied().collect();
-        t.check(distinct.len() == on_file.len(), || {
-            "an item is graded twice".to_string()
-        });
-        let missing: Vec<_> = acked.difference(&distinct).collect();
-        if !missing.is_empty() {
-            t.lost += missing.len();
-            t.fail(format!(
-                "grades the page was told were saved are gone: {missing:?}"
-            ));
-        }
+        let distinct = check_grades_on_file(&mut t, &mut ledger, &after, &acked);
         if done {
             t.completed += 1;
             if before.is_empty() {
@@ -418,13 +342,10 @@ fn human_grades_survive_sigkill() {
             std::fs::remove_file(&file).unwrap();
             ledger = Ledger::default();
             acked.clear();
-        } else if killed {
+        } else if run.killed {
             t.kills += 1;
             if let Some(r) = maybe_tear(&mut t, &mut rng, &file, &mut ledger, &mut torn) {
-                acked.remove(&(
-                    r["question_id"].as_u64().unwrap_or(0),
-                    r["turn"].as_u64().unwrap_or(0),
-                ));
+                acked.remove(&grade_key(&r));
             }
         }
     }
@@ -435,61 +356,147 @@ fn human_grades_survive_sigkill() {
     t.report();
 }
 
+/// `eval grade` of the answers into `file`, its page on a free port.
+fn grade_command(file: &Path) -> std::process::Command {
+    let mut cmd = hearth();
+    cmd.args(["eval", "grade", "--answers"])
+        .arg(answers())
+        .arg("--out")
+        .arg(file)
+        .args(["--grader", "crash", "--port", "0", "--seed", "7"]);
+    cmd
+}
+
+/// The (question, turn) a grade or a grading item is of.
+fn grade_key(r: &Value) -> (u64, u64) {
+    (
+        r["question_id"].as_u64().unwrap_or(0),
+        r["turn"].as_u64().unwrap_or(0),
+    )
+}
+
+/// A thread that SIGKILLs a child at a set instant, unless stopped first.
+struct Killer {
+    child: std::sync::Arc<std::sync::Mutex<std::process::Child>>,
+    stop: std::sync::mpsc::Sender<()>,
+    /// Says whether it killed the child.
+    thread: std::thread::JoinHandle<bool>,
+}
+
+impl Killer {
+    /// Kills `child` `delay` from now.
+    fn after(child: std::process::Child, delay: Duration) -> Self {
+        let child = std::sync::Arc::new(std::sync::Mutex::new(child));
+        let (stop, rx) = std::sync::mpsc::channel::<()>();
+        let thread = {
+            let child = child.clone();
+            std::thread::spawn(move || {
+                if rx.recv_timeout(delay).is_err() {
+                    let mut c = child.lock().unwrap();
+                    let _ = c.kill();
+                    let _ = c.wait();
+                    true
+                } else {
+                    false
+                }
+            })
+        };
+        Self {
+            child,
+            stop,
+            thread,
+        }
+    }
+
+    /// Stops the thread, kills the child if it is still there, and what
+    /// the run did (its output in `cap`).
+    fn stop(self, cap: &Captured) -> Run {
+        let _ = self.stop.send(());
+        let killed = self.thread.join().unwrap();
+        {
+            let mut c = self.child.lock().unwrap();
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+        Run {
+            killed,
+            status: self.child.lock().unwrap().wait().unwrap(),
+            stdout: cap.stdout(),
+            stderr: cap.stderr(),
+            wall: ZERO,
+        }
+    }
+}
+
+/// Grades every item the page on `port` hands out, one after the other,
+/// until it says all are graded (true) or stops answering (false). Grades
+/// it acknowledged go into `acked`; grades it never answered are counted
+/// in `unanswered`.
+fn grade_as_fast_as_possible(
+    t: &Tally,
+    port: u16,
+    acked: &mut BTreeSet<(u64, u64)>,
+    unanswered: &mut usize,
+) -> bool {
+    let mut next: Option<Value> =
+        request(port, "GET", "/api/next", None).and_then(|(_, b)| serde_json::from_str(&b).ok());
+    while let Some(item) = next.take() {
+        if item["done"] == true {
+            return true;
+        }
+        let key = grade_key(&item);
+        let body = serde_json::json!({"item": item["item"], "score": 1 + key.0 % 10});
+        match request(port, "POST", "/api/grade", Some(&body.to_string())) {
+            Some((200, b)) => {
+                acked.insert(key);
+                next = serde_json::from_str(&b).ok();
+            }
+            Some((status, b)) => t.fail(format!("a grade was refused: {status} {b}")),
+            None => *unanswered += 1,
+        }
+    }
+    false
+}
+
+/// The grades file after a run (`after`): its committed lines are there
+/// (the ledger's check), no item is graded twice, and no grade the page
+/// acknowledged is gone. Returns the (question, turn) of the grades on it.
+fn check_grades_on_file(
+    t: &mut Tally,
+    ledger: &mut Ledger,
+    after: &[u8],
+    acked: &BTreeSet<(u64, u64)>,
+) -> BTreeSet<(u64, u64)> {
+    let rows = ledger.check(t, after);
+    let on_file: Vec<(u64, u64)> = rows.iter().map(grade_key).collect();
+    let distinct: BTreeSet<(u64, u64)> = on_file.iter().copied().collect();
+    t.check(distinct.len() == on_file.len(), || {
+        "an item is graded twice".to_string()
+    });
+    let missing: Vec<_> = acked.difference(&distinct).collect();
+    if !missing.is_empty() {
+        t.lost += missing.len();
+        t.fail(format!(
+            "grades the page was told were saved are gone: {missing:?}"
+        ));
+    }
+    distinct
+}
+
 const TOKEN: &str = "4242:crash-TEST";
 
 #[test]
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 fn the_bot_state_survives_sigkill() {
-    use bot::fake::FakeBotApi;
     let (mut rng, seed) = Rng::new(4);
     let mut t = Tally::new("bot state (redb)", seed);
     let n = kills(50);
     let api = FakeBotApi::start(TOKEN).unwrap();
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().join("telegram.redb");
-    let cmd = || {
-        let mut c = hearth();
-        c.args(["telegram", "-m", TINY, "-n", "4", "--temp", "0", "-t", "1"])
-            .args([
-                "--parallel",
-                "2",
-                "--rate-limit",
-                "0",
-                "--request-timeout",
-                "2",
-            ])
-            .args(["--shutdown-timeout", "2", "--api-url", api.url(), "--state"])
-            .arg(dir.path())
-            .env("TELEGRAM_BOT_TOKEN", TOKEN);
-        c
-    };
-    // One update per chat: chat -> update id.
-    let mut chats: Vec<(i64, u64)> = Vec::new();
-    let mut next_chat = 1000i64;
-    let mut push = |chats: &mut Vec<(i64, u64)>, k: u64| {
-        for _ in 0..k {
-            next_chat += 1;
-            let id = api.push_text(next_chat, &format!("hello from chat {next_chat}"));
-            chats.push((next_chat, id));
-        }
-    };
+    let cmd = || telegram_command(&api, dir.path());
+    let mut chats = Chats::new(&api);
     let mut repaired = 0;
-    // Calibration: start, answer three chats.
-    let cap = Captured::new();
-    let mut c = cmd();
-    cap.attach(&mut c);
-    let start = Instant::now();
-    let mut child = c.spawn().unwrap();
-    push(&mut chats, 3);
-    for &(chat, _) in &chats {
-        let got = api.wait_for(chat, 1, Duration::from_secs(60));
-        t.check(!got.is_empty(), || format!("no answer:\n{}", cap.stderr()));
-    }
-    let full = start.elapsed();
-    kill_at(&mut child, Instant::now());
+    let full = bot_calibration(&t, &cmd, &mut chats);
 
     for _ in 0..n * 20 {
         if t.kills >= n {
@@ -500,7 +507,7 @@ fn the_bot_state_survives_sigkill() {
         cap.attach(&mut c);
         let start = Instant::now();
         let mut child = c.spawn().unwrap();
-        push(&mut chats, 1 + rng.below(3));
+        chats.push(1 + rng.below(3));
         let killed = kill_at(&mut child, start + rng.instant(ZERO, past(full)));
         let err = cap.stderr();
         t.check(killed, || format!("the bot stopped by itself:\n{err}"));
@@ -510,63 +517,158 @@ fn the_bot_state_survives_sigkill() {
             t.check(err.contains("did not stop cleanly"), || err.clone());
             t.said += 1;
         }
-        // Every other kill, look inside: the store opens, every record in it
-        // decodes, and nothing committed is missing.
+        // Every other kill, look inside.
         if rng.chance(0.5) {
             continue;
         }
-        let store = match bot::store::Store::open(&db) {
-            Ok(s) => s,
-            Err(e) => t.fail(format!(
-                "the state database does not open after a kill: {e}"
-            )),
-        };
-        t.check(store.was_unclean(), || {
-            "a database left open by a killed bot was taken for cleanly closed".into()
-        });
-        if store.was_repaired() {
+        if check_bot_store_after_kill(&mut t, &db, &chats) {
             repaired += 1;
         }
-        let inbox: HashSet<u64> = match store.inbox() {
-            Ok(i) => i.into_iter().map(|(id, _)| id).collect(),
-            Err(e) => t.fail(format!("the inbox does not read: {e}")),
-        };
-        let _ = store.next_outgoing().unwrap_or_else(|e| t.fail(e));
-        let offset = store.offset().unwrap_or_else(|e| t.fail(e));
-        // Updates are acknowledged in order: the first (pushed - unacknowledged).
-        let acked = (chats.len() - api.unacknowledged()) as u64;
-        t.check(offset > acked || acked == 0, || {
-            format!("Telegram was told updates up to {acked} are stored; the store's offset is {offset}")
-        });
-        for &(chat, id) in &chats {
-            let state = store.chat(chat).unwrap_or_else(|e| t.fail(e));
-            let replies = state.stats.replies;
-            let queued = inbox.contains(&id);
-            let sent = api.sent_to(chat).len();
-            // Still to be answered, or answered (memory, outbox and inbox
-            // moved in one transaction): never both. Never neither, once
-            // Telegram was told it is stored.
-            let waiting = queued && replies == 0 && sent == 0;
-            let answered = !queued && replies == 1;
-            let unseen = !queued && replies == 0 && sent == 0;
-            if id <= acked {
-                t.committed_checked += 1;
-            }
-            if !(waiting || answered || (unseen && id > acked)) {
-                if unseen {
-                    t.lost += 1;
-                } else {
-                    t.corrupt += 1;
-                }
-                t.fail(format!(
-                    "update {id} (chat {chat}, acknowledged {}): in inbox {queued}, replies in memory {replies}, sent {sent}",
-                    id <= acked
-                ));
-            }
-        }
-        drop(store);
     }
-    // A last start answers everything still in flight, then stops cleanly.
+    a_last_bot_start_answers_everything(&mut t, &cmd, &chats);
+    let twice = check_bot_store_after_clean_stop(&mut t, &db, &chats);
+    t.note(format!(
+        "updates={} replies_sent_twice={twice} redb_repairs_seen={repaired}",
+        chats.sent.len()
+    ));
+    t.report();
+}
+
+/// `hearth telegram` on the tiny model against the fake Bot API `api`, its
+/// state in `state`.
+fn telegram_command(api: &FakeBotApi, state: &Path) -> std::process::Command {
+    let mut c = hearth();
+    c.args(["telegram", "-m", TINY, "-n", "4", "--temp", "0", "-t", "1"])
+        .args([
+            "--parallel",
+            "2",
+            "--rate-limit",
+            "0",
+            "--request-timeout",
+            "2",
+        ])
+        .args(["--shutdown-timeout", "2", "--api-url", api.url(), "--state"])
+        .arg(state)
+        .env("TELEGRAM_BOT_TOKEN", TOKEN);
+    c
+}
+
+/// The chats that wrote to the bot through the fake Bot API: one update
+/// per chat.
+struct Chats<'a> {
+    api: &'a FakeBotApi,
+    /// Chat id and update id, in the order they were sent.
+    sent: Vec<(i64, u64)>,
+    /// The last chat id taken.
+    last: i64,
+}
+
+impl<'a> Chats<'a> {
+    fn new(api: &'a FakeBotApi) -> Self {
+        Self {
+            api,
+            sent: Vec::new(),
+            last: 1000,
+        }
+    }
+
+    /// `k` new chats each send one message.
+    fn push(&mut self, k: u64) {
+        for _ in 0..k {
+            self.last += 1;
+            let chat = self.last;
+            let id = self.api.push_text(chat, &format!("hello from chat {chat}"));
+            self.sent.push((chat, id));
+        }
+    }
+}
+
+/// Calibration: start the bot, have it answer three new chats, kill it.
+/// Returns how long the answers took.
+fn bot_calibration(
+    t: &Tally,
+    cmd: &impl Fn() -> std::process::Command,
+    chats: &mut Chats,
+) -> Duration {
+    let cap = Captured::new();
+    let mut c = cmd();
+    cap.attach(&mut c);
+    let start = Instant::now();
+    let mut child = c.spawn().unwrap();
+    chats.push(3);
+    for &(chat, _) in &chats.sent {
+        let got = chats.api.wait_for(chat, 1, Duration::from_secs(60));
+        t.check(!got.is_empty(), || format!("no answer:\n{}", cap.stderr()));
+    }
+    let full = start.elapsed();
+    kill_at(&mut child, Instant::now());
+    full
+}
+
+/// After a kill: the store opens, every record in it decodes, and nothing
+/// committed is missing (each update still to be answered or answered,
+/// never both; never neither once Telegram was told it is stored). True
+/// when redb said it repaired the file.
+fn check_bot_store_after_kill(t: &mut Tally, db: &Path, chats: &Chats) -> bool {
+    let store = match bot::store::Store::open(db) {
+        Ok(s) => s,
+        Err(e) => t.fail(format!(
+            "the state database does not open after a kill: {e}"
+        )),
+    };
+    t.check(store.was_unclean(), || {
+        "a database left open by a killed bot was taken for cleanly closed".into()
+    });
+    let repaired = store.was_repaired();
+    let inbox: HashSet<u64> = match store.inbox() {
+        Ok(i) => i.into_iter().map(|(id, _)| id).collect(),
+        Err(e) => t.fail(format!("the inbox does not read: {e}")),
+    };
+    let _ = store.next_outgoing().unwrap_or_else(|e| t.fail(e));
+    let offset = store.offset().unwrap_or_else(|e| t.fail(e));
+    // Updates are acknowledged in order: the first (pushed - unacknowledged).
+    let acked = (chats.sent.len() - chats.api.unacknowledged()) as u64;
+    t.check(offset > acked || acked == 0, || {
+        format!(
+            "Telegram was told updates up to {acked} are stored; the store's offset is {offset}"
+        )
+    });
+    for &(chat, id) in &chats.sent {
+        let state = store.chat(chat).unwrap_or_else(|e| t.fail(e));
+        let replies = state.stats.replies;
+        let queued = inbox.contains(&id);
+        let sent = chats.api.sent_to(chat).len();
+        // Still to be answered, or answered (memory, outbox and inbox
+        // moved in one transaction): never both. Never neither, once
+        // Telegram was told it is stored.
+        let waiting = queued && replies == 0 && sent == 0;
+        let answered = !queued && replies == 1;
+        let unseen = !queued && replies == 0 && sent == 0;
+        if id <= acked {
+            t.committed_checked += 1;
+        }
+        if !(waiting || answered || (unseen && id > acked)) {
+            if unseen {
+                t.lost += 1;
+            } else {
+                t.corrupt += 1;
+            }
+            t.fail(format!(
+                "update {id} (chat {chat}, acknowledged {}): in inbox {queued}, replies in memory {replies}, sent {sent}",
+                id <= acked
+            ));
+        }
+    }
+    repaired
+}
+
+/// A last start answers everything still in flight, then stops cleanly on
+/// SIGTERM, having said the run before it did not.
+fn a_last_bot_start_answers_everything(
+    t: &mut Tally,
+    cmd: &impl Fn() -> std::process::Command,
+    chats: &Chats,
+) {
     let cap = Captured::new();
     let mut c = cmd();
     cap.attach(&mut c);
@@ -575,8 +677,8 @@ fn the_bot_state_survives_sigkill() {
     while !cap.stderr().contains("running (") && Instant::now() < up {
         std::thread::sleep(Duration::from_millis(5));
     }
-    for &(chat, _) in &chats {
-        let got = api.wait_for(chat, 1, Duration::from_secs(60));
+    for &(chat, _) in &chats.sent {
+        let got = chats.api.wait_for(chat, 1, Duration::from_secs(60));
         if got.is_empty() {
             t.lost += 1;
         }
@@ -592,14 +694,22 @@ fn the_bot_state_survives_sigkill() {
     });
     t.check(err.contains("did not stop cleanly"), || err.clone());
     t.said += 1;
-    let store = bot::store::Store::open(&db).unwrap();
+}
+
+/// After the clean stop: nothing is left in the inbox or the outbox, every
+/// chat was answered once in memory, and the store knows it was closed
+/// cleanly. Replies Telegram got twice (sent, but killed before marked
+/// sent) are the work in flight lost; returns their count.
+fn check_bot_store_after_clean_stop(t: &mut Tally, db: &Path, chats: &Chats) -> usize {
+    let store = bot::store::Store::open(db).unwrap();
     t.check(store.inbox().unwrap().is_empty(), || "inbox left".into());
     t.check(store.outbox_len().unwrap() == 0, || "outbox left".into());
     let twice = chats
+        .sent
         .iter()
-        .filter(|(c, _)| api.sent_to(*c).len() > 1)
+        .filter(|(c, _)| chats.api.sent_to(*c).len() > 1)
         .count();
-    for &(chat, _) in &chats {
+    for &(chat, _) in &chats.sent {
         let replies = store.chat(chat).unwrap().stats.replies;
         t.check(replies == 1, || {
             format!("chat {chat} answered {replies} times")
@@ -610,11 +720,7 @@ fn the_bot_state_survives_sigkill() {
     t.check(!store.was_unclean(), || {
         "a clean stop was taken for a crash".into()
     });
-    t.note(format!(
-        "updates={} replies_sent_twice={twice} redb_repairs_seen={repaired}",
-        chats.len()
-    ));
-    t.report();
+    twice
 }
 
 fn sha256_hex(b: &[u8]) -> String {
@@ -683,10 +789,6 @@ fn fake_hub(body: Vec<u8>) -> FakeHub {
 }
 
 #[test]
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 fn the_model_cache_survives_sigkill() {
     let (mut rng, seed) = Rng::new(5);
     let mut t = Tally::new("model cache (hearth pull)", seed);
@@ -695,13 +797,7 @@ fn the_model_cache_survives_sigkill() {
         .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
         .collect();
     let hub = fake_hub(body.clone());
-    let cmd = |home: &Path| {
-        let mut c = hearth();
-        c.args(["pull", "hf:owner/repo/model.gguf", "--quiet"])
-            .env("HEARTH_HOME", home)
-            .env("HF_ENDPOINT", hub.http.url());
-        c
-    };
+    let cmd = |home: &Path| pull_command(home, &hub);
     let scratch = tempfile::tempdir().unwrap();
     let cal = run_killed(&mut cmd(scratch.path()), Duration::from_secs(60));
     t.check(cal.ok(), || format!("a whole pull failed:\n{}", cal.stderr));
@@ -712,31 +808,13 @@ fn the_model_cache_survives_sigkill() {
     hub.ranges.lock().unwrap().clear();
 
     let home = tempfile::tempdir().unwrap();
-    let repo = home.path().join("models/hf/models--owner--repo");
-    let snapshot = repo.join("snapshots").join(COMMIT).join("model.gguf");
-    // The file at its final name, as a resolve finds it: refs/main, then the snapshot.
-    let resolvable = || {
-        std::fs::read_to_string(repo.join("refs/main"))
-            .ok()
-            .filter(|c| c == COMMIT)
-            .and_then(|_| std::fs::read(&snapshot).ok())
-    };
-    let parts = || -> Vec<PathBuf> {
-        std::fs::read_dir(repo.join("blobs"))
-            .map(|d| {
-                d.flatten()
-                    .map(|e| e.path())
-                    .filter(|p| p.extension().is_some_and(|x| x == "part"))
-                    .collect()
-            })
-            .unwrap_or_default()
-    };
+    let cache = PulledRepo::in_home(home.path());
     let (mut had_it, mut cycles) = (false, 0u64);
     for _ in 0..n * 20 {
         if t.kills >= n {
             break;
         }
-        let partial = parts();
+        let partial = cache.parts();
         let had_it_before = had_it;
         let run = run_killed(&mut cmd(home.path()), rng.instant(ZERO, past(full)));
         t.check(run.killed || run.status.success(), || {
@@ -745,24 +823,7 @@ fn the_model_cache_survives_sigkill() {
         if run.stderr.contains("resuming") {
             t.said += 1;
         }
-        match resolvable() {
-            Some(bytes) => {
-                t.committed_checked += 1;
-                if bytes != body {
-                    t.corrupt += 1;
-                    t.fail(format!(
-                        "the cached file at its final name is damaged ({} bytes)",
-                        bytes.len()
-                    ));
-                }
-                had_it = true;
-            }
-            None if had_it => {
-                t.lost += 1;
-                t.fail("a pulled file vanished from the cache");
-            }
-            None => {}
-        }
+        check_the_pulled_file(&mut t, &cache, &body, &mut had_it);
         if run.killed {
             t.kills += 1;
         } else {
@@ -771,19 +832,7 @@ fn the_model_cache_survives_sigkill() {
                 // A whole download from nothing: the kill window.
                 full = full.min(run.wall);
             }
-            t.check(run.stdout.trim() == snapshot.to_str().unwrap(), || {
-                format!("printed {:?}", run.stdout)
-            });
-            t.check(
-                partial.is_empty() || run.stderr.contains("resuming"),
-                || {
-                    format!(
-                        "a partial download ({partial:?}) was resumed without a word:\n{}",
-                        run.stderr
-                    )
-                },
-            );
-            t.check(parts().is_empty(), || "a .part file is left".into());
+            check_a_finished_pull(&t, &run, &cache, &partial);
             // A fresh cache for the next cycle.
             std::fs::remove_dir_all(home.path().join("models")).unwrap();
             had_it = false;
@@ -807,11 +856,95 @@ fn the_model_cache_survives_sigkill() {
     t.report();
 }
 
+/// `hearth pull` of the fake Hub's file into the cache under `home`.
+fn pull_command(home: &Path, hub: &FakeHub) -> std::process::Command {
+    let mut c = hearth();
+    c.args(["pull", "hf:owner/repo/model.gguf", "--quiet"])
+        .env("HEARTH_HOME", home)
+        .env("HF_ENDPOINT", hub.http.url());
+    c
+}
+
+/// Where the pulled repository lives in a cache.
+struct PulledRepo {
+    repo: PathBuf,
+    /// The file at its final name.
+    snapshot: PathBuf,
+}
+
+impl PulledRepo {
+    fn in_home(home: &Path) -> Self {
+        let repo = home.join("models/hf/models--owner--repo");
+        let snapshot = repo.join("snapshots").join(COMMIT).join("model.gguf");
+        Self { repo, snapshot }
+    }
+
+    /// The file at its final name, as a resolve finds it: refs/main, then
+    /// the snapshot.
+    fn resolvable(&self) -> Option<Vec<u8>> {
+        std::fs::read_to_string(self.repo.join("refs/main"))
+            .ok()
+            .filter(|c| c == COMMIT)
+            .and_then(|_| std::fs::read(&self.snapshot).ok())
+    }
+
+    /// The partial downloads among the blobs.
+    fn parts(&self) -> Vec<PathBuf> {
+        std::fs::read_dir(self.repo.join("blobs"))
+            .map(|d| {
+                d.flatten()
+                    .map(|e| e.path())
+                    .filter(|p| p.extension().is_some_and(|x| x == "part"))
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+}
+
+/// After a run: a file at its final name is the whole `body`, and once it
+/// was there (`had_it`, which this sets) it stays.
+fn check_the_pulled_file(t: &mut Tally, cache: &PulledRepo, body: &[u8], had_it: &mut bool) {
+    match cache.resolvable() {
+        Some(bytes) => {
+            t.committed_checked += 1;
+            if bytes != body {
+                t.corrupt += 1;
+                t.fail(format!(
+                    "the cached file at its final name is damaged ({} bytes)",
+                    bytes.len()
+                ));
+            }
+            *had_it = true;
+        }
+        None if *had_it => {
+            t.lost += 1;
+            t.fail("a pulled file vanished from the cache");
+        }
+        None => {}
+    }
+}
+
+/// A pull that finished printed the snapshot's path, said so where it
+/// resumed a partial download (`partial`, those before it ran), and left
+/// no partial download.
+fn check_a_finished_pull(t: &Tally, run: &Run, cache: &PulledRepo, partial: &[PathBuf]) {
+    t.check(
+        run.stdout.trim() == cache.snapshot.to_str().unwrap(),
+        || format!("printed {:?}", run.stdout),
+    );
+    t.check(
+        partial.is_empty() || run.stderr.contains("resuming"),
+        || {
+            format!(
+                "a partial download ({partial:?}) was resumed without a word:\n{}",
+                run.stderr
+            )
+        },
+    );
+    t.check(cache.parts().is_empty(), || "a .part file is left".into());
+}
+
 #[test]
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 fn quantize_output_survives_sigkill() {
     let (mut rng, seed) = Rng::new(6);
     let mut t = Tally::new("quantize output", seed);
@@ -819,14 +952,7 @@ fn quantize_output_survives_sigkill() {
     let input = tiny_fixture("gemma3_h256/model-f32.gguf");
     // What a previous, finished run left at the output's name.
     let old = std::fs::read(tiny_fixture("gemma3_h256/model-q4_k_m.gguf")).unwrap();
-    let cmd = |out: &Path| {
-        let mut c = hearth();
-        c.arg("quantize")
-            .arg(&input)
-            .arg(out)
-            .args(["--type", "q8_0", "-q", "-t", "1"]);
-        c
-    };
+    let cmd = |out: &Path| quantize_command(&input, out);
     let scratch = tempfile::tempdir().unwrap();
     let reference = scratch.path().join("ref.gguf");
     let cal = run_killed(&mut cmd(&reference), Duration::from_secs(120));
@@ -839,16 +965,6 @@ fn quantize_output_survives_sigkill() {
 
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("out.gguf");
-    let temps = || -> Vec<PathBuf> {
-        let mut v: Vec<PathBuf> = std::fs::read_dir(dir.path())
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.file_name().unwrap().to_string_lossy().ends_with(".tmp"))
-            .collect();
-        v.sort();
-        v
-    };
     let (mut partial_left, mut mid_write) = (0, 0);
     for _ in 0..n * 20 {
         if t.kills >= n {
@@ -860,23 +976,8 @@ fn quantize_output_survives_sigkill() {
         } else if out.exists() {
             std::fs::remove_file(&out).unwrap();
         }
-        let before = temps();
-        // A third of the kills land anywhere, a third late, and a third
-        // while the output is being written (once its temporary file has
-        // bytes, within the next 2 ms).
-        let run = match rng.below(3) {
-            0 => run_killed(&mut cmd(&out), rng.instant(ZERO, full * 11 / 10)),
-            1 => run_killed(&mut cmd(&out), rng.instant(full * 3 / 4, full * 11 / 10)),
-            _ => {
-                let writing = || {
-                    temps().iter().any(|p| {
-                        !before.contains(p) && std::fs::metadata(p).is_ok_and(|m| m.len() > 0)
-                    })
-                };
-                let extra = rng.instant(ZERO, Duration::from_millis(2));
-                run_killed_when(&mut cmd(&out), full * 3, writing, extra)
-            }
-        };
+        let before = temp_files(dir.path());
+        let run = quantize_killed(&mut rng, &mut cmd(&out), full, dir.path(), &before);
         t.check(run.killed || run.status.success(), || {
             format!("the run failed:\n{}", run.stderr)
         });
@@ -894,17 +995,8 @@ fn quantize_output_survives_sigkill() {
             }
             Err(_) => {}
         }
-        // Leftovers of earlier kills: never removed without a word.
-        let now = temps();
-        for p in &before {
-            if !now.contains(p) {
-                let name = p.file_name().unwrap().to_string_lossy().into_owned();
-                t.check(run.stderr.contains(&name), || {
-                    format!("{name} was removed without a word:\n{}", run.stderr)
-                });
-                t.said += 1;
-            }
-        }
+        let now = temp_files(dir.path());
+        check_leftovers_removed_with_a_word(&mut t, &run, &before, &now);
         if run.killed {
             t.kills += 1;
             let fresh: Vec<&PathBuf> = now.iter().filter(|p| !before.contains(p)).collect();
@@ -930,4 +1022,71 @@ fn quantize_output_survives_sigkill() {
         "partial_outputs_left_by_kills={partial_left} of_them_killed_mid_write={mid_write}"
     ));
     t.report();
+}
+
+/// `hearth quantize` of `input` to Q8_0 at `out`.
+fn quantize_command(input: &Path, out: &Path) -> std::process::Command {
+    let mut c = hearth();
+    c.arg("quantize")
+        .arg(input)
+        .arg(out)
+        .args(["--type", "q8_0", "-q", "-t", "1"]);
+    c
+}
+
+/// The temporary files in `dir`, sorted.
+fn temp_files(dir: &Path) -> Vec<PathBuf> {
+    let mut v: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| p.file_name().unwrap().to_string_lossy().ends_with(".tmp"))
+        .collect();
+    v.sort();
+    v
+}
+
+/// Runs a quantization (`full` long when whole) and kills it: a third of
+/// the kills land anywhere, a third late, and a third while the output is
+/// being written (once a temporary file in `dir` not among `before` has
+/// bytes, within the next 2 ms).
+fn quantize_killed(
+    rng: &mut Rng,
+    cmd: &mut std::process::Command,
+    full: Duration,
+    dir: &Path,
+    before: &[PathBuf],
+) -> Run {
+    match rng.below(3) {
+        0 => run_killed(cmd, rng.instant(ZERO, full * 11 / 10)),
+        1 => run_killed(cmd, rng.instant(full * 3 / 4, full * 11 / 10)),
+        _ => {
+            let writing = || {
+                temp_files(dir)
+                    .iter()
+                    .any(|p| !before.contains(p) && std::fs::metadata(p).is_ok_and(|m| m.len() > 0))
+            };
+            let extra = rng.instant(ZERO, Duration::from_millis(2));
+            run_killed_when(cmd, full * 3, writing, extra)
+        }
+    }
+}
+
+/// Leftovers of earlier kills (`before` the run, gone `now`): never removed
+/// without a word.
+fn check_leftovers_removed_with_a_word(
+    t: &mut Tally,
+    run: &Run,
+    before: &[PathBuf],
+    now: &[PathBuf],
+) {
+    for p in before {
+        if !now.contains(p) {
+            let name = p.file_name().unwrap().to_string_lossy().into_owned();
+            t.check(run.stderr.contains(&name), || {
+                format!("{name} was removed without a word:\n{}", run.stderr)
+            });
+            t.said += 1;
+        }
+    }
 }
