@@ -28,7 +28,7 @@ use fantoccini::actions::{InputSource, KeyAction, KeyActions};
 use fantoccini::key::Key;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{json, Value};
-use serve_common::{serve_models, tiny_fixture};
+use serve_common::{serve_models, tiny_fixture, Server};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -262,10 +262,6 @@ async fn screenshot(c: &Client, width: u32, height: u32, name: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs chromium + chromedriver: run scripts/test-browser.sh"]
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 async fn chat_page_end_to_end() {
     let Some(chromedriver) = on_path("chromedriver") else {
         println!(
@@ -299,283 +295,22 @@ async fn chat_page_end_to_end() {
     )
     .await;
 
-    // The page's weight on this cold load: the document and everything it
-    // fetched (it fetches only the model list).
-    let weight = js(
-        &c,
-        "return performance.getEntriesByType('navigation').concat(performance.getEntriesByType('resource')) \
-         .reduce((n,e)=>n+(e.transferSize||e.encodedBodySize||0),0)",
-    )
-    .await;
-    let bytes = weight.as_f64().unwrap();
-    println!("page weight, cold load: {bytes} bytes");
-    assert!(bytes > 10_000.0 && bytes < 300_000.0, "{bytes}");
-
-    // Type, see tokens arrive while the reply is still running, Stop.
-    choose_model(&c, "gemma3-270m").await;
-    set_setting(&c, "s-max_tokens", "400").await;
-    type_message(
-        &c,
-        "Tell me a long story about a dragon who learns to bake bread.",
-    )
-    .await;
-    until(&c, "the reply to start", Duration::from_secs(60), &format!(
-        "{LAST} return !!m && m.querySelector('.body').textContent.length > 0 && !document.getElementById('stop').hidden"
-    )).await;
-    let early = last_reply(&c).await["text"].as_str().unwrap().len();
-    until(&c, "more tokens", Duration::from_secs(30), &format!(
-        "{LAST} return m.querySelector('.body').textContent.length > {early} && !document.getElementById('stop').hidden"
-    )).await;
-    assert_eq!(js(&c, BUSY).await, json!(true), "still streaming");
-    press(&c, Key::Escape).await;
-    until(&c, "the stop", Duration::from_secs(10), IDLE).await;
-    let stopped = last_reply(&c).await;
-    assert!(
-        stopped["stats"].as_str().unwrap().contains("stopped"),
-        "{stopped}"
-    );
-    assert!(!stopped["text"].as_str().unwrap().is_empty());
-
-    // Regenerate: a new, complete reply in its place.
-    set_setting(&c, "s-max_tokens", "12").await;
-    c.find(Locator::Css(".regen"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    until(&c, "the regenerated reply", Duration::from_secs(60), &format!(
-        "{LAST} return document.getElementById('stop').hidden && !!m.querySelector('.stats') && /reply tokens/.test(m.querySelector('.stats').textContent)"
-    )).await;
-    let regenerated = last_reply(&c).await;
-    assert!(
-        regenerated["stats"].as_str().unwrap().contains("tokens/s"),
-        "{regenerated}"
-    );
-    assert_eq!(
-        js(&c, "return document.querySelectorAll('.msg').length").await,
-        json!(2)
-    );
-
-    // Edit the question and send it again: the reply after it is replaced.
-    js(&c, "[...document.querySelectorAll('.msg.user button')].find(b=>b.textContent==='Edit').click(); return true").await;
-    let area = c.find(Locator::Css(".edit textarea")).await.unwrap();
-    area.clear().await.unwrap();
-    area.send_keys("Tell me a long story about a dragon who learns to sing.")
-        .await
-        .unwrap();
-    js(
-        &c,
-        "document.querySelector('.edit button.primary').click(); return true",
-    )
-    .await;
-    until(&c, "the reply to the edited question", Duration::from_secs(60), &format!(
-        "{LAST} return document.getElementById('stop').hidden && !!m && !!m.querySelector('.stats') && document.querySelectorAll('.msg').length === 2"
-    )).await;
-    assert_eq!(
-        js(
-            &c,
-            "return document.querySelector('.msg.user .body').textContent"
-        )
-        .await,
-        json!("Tell me a long story about a dragon who learns to sing.")
-    );
-
+    the_cold_load_is_light(&c).await;
+    tokens_stream_until_stopped(&c).await;
+    regenerate_replaces_the_reply(&c).await;
+    an_edited_question_is_answered_again(&c).await;
     // Reload: the conversation is still there.
     c.refresh().await.unwrap();
     until(&c, "the saved conversation", Duration::from_secs(10),
         "return document.querySelectorAll('.msg').length === 2 && \
          document.querySelector('#convs [aria-current=true] .title').textContent.startsWith('Tell me a long story')").await;
-
-    // Another loaded model, in the same conversation.
-    choose_model(&c, "tiny-gemma3").await;
-    type_message(&c, "hello").await;
-    until(
-        &c,
-        "the tiny model's reply",
-        Duration::from_secs(30),
-        &format!(
-            "{LAST} return document.getElementById('stop').hidden && !!m.querySelector('.stats')"
-        ),
-    )
-    .await;
-    let tiny = last_reply(&c).await;
-    assert_eq!(tiny["who"], "tiny-gemma3", "{tiny}");
-    assert_eq!(tiny["error"], "", "{tiny}");
-    let ps = server.request("GET", "/api/ps", &[], b"").json();
-    assert_eq!(ps["models"].as_array().unwrap().len(), 2, "{ps}");
-
-    // No tower, no attachment, and the page says why.
-    let why = js(&c, "return [document.getElementById('attach').disabled, document.getElementById('attach-why').textContent]").await;
-    assert_eq!(why[0], true);
-    assert!(
-        why[1].as_str().unwrap().contains("vision or audio"),
-        "{why}"
-    );
-
-    // The vision model takes an image, the audio model a voice note.
-    let png = tiny_fixture("gemma3_vision/img_a.png");
-    ask_with_attachment(&c, "vision/model-f32", &png, "What is in this picture?").await;
-    let images = js(
-        &c,
-        "return document.querySelectorAll('.msg.user img.att').length",
-    )
-    .await;
-    assert_eq!(images, json!(1));
-    let wav = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/audio/speech.wav");
-    let heard = ask_with_attachment(&c, "audio/model-f32", &wav, "Transcribe this.").await;
-    assert!(
-        heard["stats"].as_str().unwrap().contains("prompt tokens"),
-        "{heard}"
-    );
-    let note = js(
-        &c,
-        "return document.querySelector('.msg.user .body').textContent",
-    )
-    .await;
-    assert!(
-        note.as_str().unwrap().starts_with("Voice note: speech.wav"),
-        "{note}"
-    );
-
-    // A guard switched on in the settings: its trace folds under the reply.
-    new_chat(&c, "gemma3-270m").await;
-    js(
-        &c,
-        "const g=document.getElementById('g-calc'); g.checked=true; \
-            g.dispatchEvent(new Event('input', {bubbles: true})); return true",
-    )
-    .await;
-    set_setting(&c, "s-max_tokens", "24").await;
-    type_message(&c, "What is 12 times 7?").await;
-    wait_finished(&c, "the guarded reply").await;
-    let guarded = js(
-        &c,
-        &format!(
-            "{LAST} return [m.querySelector('.err') ? m.querySelector('.err').textContent : '', \
-         [...m.querySelectorAll('details summary')].map(s=>s.textContent), \
-         (m.querySelector('details pre')||{{}}).textContent || '']"
-        ),
-    )
-    .await;
-    assert_eq!(guarded[0], "", "{guarded}");
-    assert_eq!(guarded[1], json!(["Guard trace"]), "{guarded}");
-    assert!(guarded[2].as_str().unwrap().contains("calc"), "{guarded}");
-    js(
-        &c,
-        "document.querySelector('#convs li:first-child button[title=Delete]').click(); return true",
-    )
-    .await;
-
-    // Hostile replies, written by the real model held to them by a regex.
-    new_chat(&c, "gemma3-270m").await;
-    for (regex, shown) in [
-        (
-            r"<img src=x onerror=alert\(1\)>",
-            "<img src=x onerror=alert(1)>",
-        ),
-        (
-            r"\[x\]\(javascript:alert\(1\)\)",
-            "[x](javascript:alert(1))",
-        ),
-    ] {
-        hold_next_request(&c, regex).await;
-        type_message(&c, "Say it.").await;
-        wait_finished(&c, "the hostile reply").await;
-        assert_inert(&c, shown).await;
-    }
-    c.refresh().await.unwrap();
-    until(
-        &c,
-        "the page again",
-        Duration::from_secs(10),
-        "return document.querySelectorAll('.msg').length === 4",
-    )
-    .await;
-    assert_inert(&c, "[x](javascript:alert(1))").await;
-
-    // Replies that froze the page's first renderer (a lazy regex took
-    // minutes on a line of backticks; a line of `>` nested a quote per
-    // character and overflowed the stack): each is drawn within the
-    // driver's script timeout, its text kept, its quotes nested 8 deep.
-    let drawn = js(
-        &c,
-        "const box=document.createElement('div'), n=100000; \
-         return ['a'+'`'.repeat(n), '`'.repeat(n), '['.repeat(n), '>'.repeat(n)+' x', \
-                 'x'.repeat(n), '**a '.repeat(n/4), '> '.repeat(n/2)+'x'].map(t=>{ \
-           fillBody(box,{role:'assistant',content:t}); \
-           return [box.textContent.length, box.querySelectorAll('blockquote').length]; })",
-    )
-    .await;
-    for (i, shown) in drawn.as_array().unwrap().iter().enumerate() {
-        let (text, quotes) = (shown[0].as_u64().unwrap(), shown[1].as_u64().unwrap());
-        assert!(i == 1 || text >= 50_000, "case {i}: {drawn}");
-        assert!(quotes <= 8, "case {i}: {drawn}");
-    }
-
-    // Rename one conversation and delete another.
-    js(
-        &c,
-        "document.querySelector('#convs li:first-child button[title=Rename]').click(); return true",
-    )
-    .await;
-    // The field opens focused with the old name selected: typing replaces it.
-    c.find(Locator::Css("#convs input")).await.unwrap();
-    let mut typing = KeyActions::new("keyboard".into());
-    for ch in "Hostile replies".chars() {
-        typing = typing
-            .then(KeyAction::Down { value: ch })
-            .then(KeyAction::Up { value: ch });
-    }
-    c.perform_actions(typing).await.unwrap();
-    press(&c, Key::Enter).await;
-    until(&c, "the new name", Duration::from_secs(5),
-        "return document.querySelector('#convs li:first-child .title').textContent === 'Hostile replies'").await;
-    js(&c, "[...document.querySelectorAll('#convs li')].find(li=>li.textContent.startsWith('What is in')).querySelector('button[title=Delete]').click(); return true").await;
-    until(
-        &c,
-        "the deletion",
-        Duration::from_secs(5),
-        "return document.querySelectorAll('#convs li').length === 3",
-    )
-    .await;
-    c.refresh().await.unwrap();
-    until(&c, "the list after a reload", Duration::from_secs(10),
-        "return [...document.querySelectorAll('#convs .title')].map(b=>b.textContent).join('|').startsWith('Hostile replies|Transcribe this.|Tell me a long story')").await;
-
-    // With --api-key, the page asks for the key once and keeps it.
-    let keyed = serve_models(dir.path(), &["--api-key", "sekret"]);
-    c.goto(&format!("http://{}/", keyed.addr)).await.unwrap();
-    until(
-        &c,
-        "the key dialog",
-        Duration::from_secs(10),
-        "return document.getElementById('key-dialog').open",
-    )
-    .await;
-    c.find(Locator::Id("key-input"))
-        .await
-        .unwrap()
-        .send_keys("sekret")
-        .await
-        .unwrap();
-    c.find(Locator::Id("key-save"))
-        .await
-        .unwrap()
-        .click()
-        .await
-        .unwrap();
-    until(
-        &c,
-        "the models behind the key",
-        Duration::from_secs(10),
-        "return document.getElementById('model').options.length === 4",
-    )
-    .await;
-    c.refresh().await.unwrap();
-    until(&c, "the models after a reload", Duration::from_secs(10),
-        "return document.getElementById('model').options.length === 4 && !document.getElementById('key-dialog').open").await;
-    drop(keyed);
+    another_model_answers_in_the_same_conversation(&c, &server).await;
+    attachments_go_to_the_models_with_a_tower(&c).await;
+    a_guard_trace_folds_under_the_reply(&c).await;
+    hostile_replies_render_inert(&c).await;
+    replies_that_froze_the_first_renderer_are_drawn(&c).await;
+    conversations_are_renamed_and_deleted(&c).await;
+    the_key_is_asked_for_once(&c, dir.path()).await;
     c.goto(&url).await.unwrap();
     until(
         &c,
@@ -594,4 +329,304 @@ async fn chat_page_end_to_end() {
     screenshot(&c, 1280, 900, "chat-page-1280.png").await;
     screenshot(&c, 360, 740, "chat-page-360.png").await;
     c.close().await.unwrap();
+}
+
+/// The page's weight on this cold load: the document and everything it
+/// fetched (it fetches only the model list).
+async fn the_cold_load_is_light(c: &Client) {
+    let weight = js(
+        c,
+        "return performance.getEntriesByType('navigation').concat(performance.getEntriesByType('resource')) \
+         .reduce((n,e)=>n+(e.transferSize||e.encodedBodySize||0),0)",
+    )
+    .await;
+    let bytes = weight.as_f64().unwrap();
+    println!("page weight, cold load: {bytes} bytes");
+    assert!(bytes > 10_000.0 && bytes < 300_000.0, "{bytes}");
+}
+
+/// Type, see tokens arrive while the reply is still running, Stop (Esc):
+/// the reply says it was stopped and keeps its text.
+async fn tokens_stream_until_stopped(c: &Client) {
+    choose_model(c, "gemma3-270m").await;
+    set_setting(c, "s-max_tokens", "400").await;
+    type_message(
+        c,
+        "Tell me a long story about a dragon who learns to bake bread.",
+    )
+    .await;
+    until(c, "the reply to start", Duration::from_secs(60), &format!(
+        "{LAST} return !!m && m.querySelector('.body').textContent.length > 0 && !document.getElementById('stop').hidden"
+    )).await;
+    let early = last_reply(c).await["text"].as_str().unwrap().len();
+    until(c, "more tokens", Duration::from_secs(30), &format!(
+        "{LAST} return m.querySelector('.body').textContent.length > {early} && !document.getElementById('stop').hidden"
+    )).await;
+    assert_eq!(js(c, BUSY).await, json!(true), "still streaming");
+    press(c, Key::Escape).await;
+    until(c, "the stop", Duration::from_secs(10), IDLE).await;
+    let stopped = last_reply(c).await;
+    assert!(
+        stopped["stats"].as_str().unwrap().contains("stopped"),
+        "{stopped}"
+    );
+    assert!(!stopped["text"].as_str().unwrap().is_empty());
+}
+
+/// Regenerate: a new, complete reply in its place.
+async fn regenerate_replaces_the_reply(c: &Client) {
+    set_setting(c, "s-max_tokens", "12").await;
+    c.find(Locator::Css(".regen"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until(c, "the regenerated reply", Duration::from_secs(60), &format!(
+        "{LAST} return document.getElementById('stop').hidden && !!m.querySelector('.stats') && /reply tokens/.test(m.querySelector('.stats').textContent)"
+    )).await;
+    let regenerated = last_reply(c).await;
+    assert!(
+        regenerated["stats"].as_str().unwrap().contains("tokens/s"),
+        "{regenerated}"
+    );
+    assert_eq!(
+        js(c, "return document.querySelectorAll('.msg').length").await,
+        json!(2)
+    );
+}
+
+/// Edit the question and send it again: the reply after it is replaced.
+async fn an_edited_question_is_answered_again(c: &Client) {
+    js(c, "[...document.querySelectorAll('.msg.user button')].find(b=>b.textContent==='Edit').click(); return true").await;
+    let area = c.find(Locator::Css(".edit textarea")).await.unwrap();
+    area.clear().await.unwrap();
+    area.send_keys("Tell me a long story about a dragon who learns to sing.")
+        .await
+        .unwrap();
+    js(
+        c,
+        "document.querySelector('.edit button.primary').click(); return true",
+    )
+    .await;
+    until(c, "the reply to the edited question", Duration::from_secs(60), &format!(
+        "{LAST} return document.getElementById('stop').hidden && !!m && !!m.querySelector('.stats') && document.querySelectorAll('.msg').length === 2"
+    )).await;
+    assert_eq!(
+        js(
+            c,
+            "return document.querySelector('.msg.user .body').textContent"
+        )
+        .await,
+        json!("Tell me a long story about a dragon who learns to sing.")
+    );
+}
+
+/// Another loaded model, in the same conversation: it answers, and the
+/// server holds both models.
+async fn another_model_answers_in_the_same_conversation(c: &Client, server: &Server) {
+    choose_model(c, "tiny-gemma3").await;
+    type_message(c, "hello").await;
+    until(
+        c,
+        "the tiny model's reply",
+        Duration::from_secs(30),
+        &format!(
+            "{LAST} return document.getElementById('stop').hidden && !!m.querySelector('.stats')"
+        ),
+    )
+    .await;
+    let tiny = last_reply(c).await;
+    assert_eq!(tiny["who"], "tiny-gemma3", "{tiny}");
+    assert_eq!(tiny["error"], "", "{tiny}");
+    let ps = server.request("GET", "/api/ps", &[], b"").json();
+    assert_eq!(ps["models"].as_array().unwrap().len(), 2, "{ps}");
+}
+
+/// No tower, no attachment, and the page says why; the vision model takes
+/// an image, the audio model a voice note.
+async fn attachments_go_to_the_models_with_a_tower(c: &Client) {
+    let why = js(c, "return [document.getElementById('attach').disabled, document.getElementById('attach-why').textContent]").await;
+    assert_eq!(why[0], true);
+    assert!(
+        why[1].as_str().unwrap().contains("vision or audio"),
+        "{why}"
+    );
+
+    let png = tiny_fixture("gemma3_vision/img_a.png");
+    ask_with_attachment(c, "vision/model-f32", &png, "What is in this picture?").await;
+    let images = js(
+        c,
+        "return document.querySelectorAll('.msg.user img.att').length",
+    )
+    .await;
+    assert_eq!(images, json!(1));
+    let wav = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures/audio/speech.wav");
+    let heard = ask_with_attachment(c, "audio/model-f32", &wav, "Transcribe this.").await;
+    assert!(
+        heard["stats"].as_str().unwrap().contains("prompt tokens"),
+        "{heard}"
+    );
+    let note = js(
+        c,
+        "return document.querySelector('.msg.user .body').textContent",
+    )
+    .await;
+    assert!(
+        note.as_str().unwrap().starts_with("Voice note: speech.wav"),
+        "{note}"
+    );
+}
+
+/// A guard switched on in the settings: its trace folds under the reply.
+/// The conversation is deleted afterwards.
+async fn a_guard_trace_folds_under_the_reply(c: &Client) {
+    new_chat(c, "gemma3-270m").await;
+    js(
+        c,
+        "const g=document.getElementById('g-calc'); g.checked=true; \
+            g.dispatchEvent(new Event('input', {bubbles: true})); return true",
+    )
+    .await;
+    set_setting(c, "s-max_tokens", "24").await;
+    type_message(c, "What is 12 times 7?").await;
+    wait_finished(c, "the guarded reply").await;
+    let guarded = js(
+        c,
+        &format!(
+            "{LAST} return [m.querySelector('.err') ? m.querySelector('.err').textContent : '', \
+         [...m.querySelectorAll('details summary')].map(s=>s.textContent), \
+         (m.querySelector('details pre')||{{}}).textContent || '']"
+        ),
+    )
+    .await;
+    assert_eq!(guarded[0], "", "{guarded}");
+    assert_eq!(guarded[1], json!(["Guard trace"]), "{guarded}");
+    assert!(guarded[2].as_str().unwrap().contains("calc"), "{guarded}");
+    js(
+        c,
+        "document.querySelector('#convs li:first-child button[title=Delete]').click(); return true",
+    )
+    .await;
+}
+
+/// Hostile replies, written by the real model held to them by a regex,
+/// render as inert text, and still do after a reload.
+async fn hostile_replies_render_inert(c: &Client) {
+    new_chat(c, "gemma3-270m").await;
+    for (regex, shown) in [
+        (
+            r"<img src=x onerror=alert\(1\)>",
+            "<img src=x onerror=alert(1)>",
+        ),
+        (
+            r"\[x\]\(javascript:alert\(1\)\)",
+            "[x](javascript:alert(1))",
+        ),
+    ] {
+        hold_next_request(c, regex).await;
+        type_message(c, "Say it.").await;
+        wait_finished(c, "the hostile reply").await;
+        assert_inert(c, shown).await;
+    }
+    c.refresh().await.unwrap();
+    until(
+        c,
+        "the page again",
+        Duration::from_secs(10),
+        "return document.querySelectorAll('.msg').length === 4",
+    )
+    .await;
+    assert_inert(c, "[x](javascript:alert(1))").await;
+}
+
+/// Replies that froze the page's first renderer (a lazy regex took
+/// minutes on a line of backticks; a line of `>` nested a quote per
+/// character and overflowed the stack): each is drawn within the driver's
+/// script timeout, its text kept, its quotes nested 8 deep.
+async fn replies_that_froze_the_first_renderer_are_drawn(c: &Client) {
+    let drawn = js(
+        c,
+        "const box=document.createElement('div'), n=100000; \
+         return ['a'+'`'.repeat(n), '`'.repeat(n), '['.repeat(n), '>'.repeat(n)+' x', \
+                 'x'.repeat(n), '**a '.repeat(n/4), '> '.repeat(n/2)+'x'].map(t=>{ \
+           fillBody(box,{role:'assistant',content:t}); \
+           return [box.textContent.length, box.querySelectorAll('blockquote').length]; })",
+    )
+    .await;
+    for (i, shown) in drawn.as_array().unwrap().iter().enumerate() {
+        let (text, quotes) = (shown[0].as_u64().unwrap(), shown[1].as_u64().unwrap());
+        assert!(i == 1 || text >= 50_000, "case {i}: {drawn}");
+        assert!(quotes <= 8, "case {i}: {drawn}");
+    }
+}
+
+/// Rename one conversation and delete another; the list after a reload
+/// shows both.
+async fn conversations_are_renamed_and_deleted(c: &Client) {
+    js(
+        c,
+        "document.querySelector('#convs li:first-child button[title=Rename]').click(); return true",
+    )
+    .await;
+    // The field opens focused with the old name selected: typing replaces it.
+    c.find(Locator::Css("#convs input")).await.unwrap();
+    let mut typing = KeyActions::new("keyboard".into());
+    for ch in "Hostile replies".chars() {
+        typing = typing
+            .then(KeyAction::Down { value: ch })
+            .then(KeyAction::Up { value: ch });
+    }
+    c.perform_actions(typing).await.unwrap();
+    press(c, Key::Enter).await;
+    until(c, "the new name", Duration::from_secs(5),
+        "return document.querySelector('#convs li:first-child .title').textContent === 'Hostile replies'").await;
+    js(c, "[...document.querySelectorAll('#convs li')].find(li=>li.textContent.startsWith('What is in')).querySelector('button[title=Delete]').click(); return true").await;
+    until(
+        c,
+        "the deletion",
+        Duration::from_secs(5),
+        "return document.querySelectorAll('#convs li').length === 3",
+    )
+    .await;
+    c.refresh().await.unwrap();
+    until(c, "the list after a reload", Duration::from_secs(10),
+        "return [...document.querySelectorAll('#convs .title')].map(b=>b.textContent).join('|').startsWith('Hostile replies|Transcribe this.|Tell me a long story')").await;
+}
+
+/// With --api-key (a second server on the models in `dir`), the page asks
+/// for the key once and keeps it across a reload.
+async fn the_key_is_asked_for_once(c: &Client, dir: &Path) {
+    let keyed = serve_models(dir, &["--api-key", "sekret"]);
+    c.goto(&format!("http://{}/", keyed.addr)).await.unwrap();
+    until(
+        c,
+        "the key dialog",
+        Duration::from_secs(10),
+        "return document.getElementById('key-dialog').open",
+    )
+    .await;
+    c.find(Locator::Id("key-input"))
+        .await
+        .unwrap()
+        .send_keys("sekret")
+        .await
+        .unwrap();
+    c.find(Locator::Id("key-save"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+    until(
+        c,
+        "the models behind the key",
+        Duration::from_secs(10),
+        "return document.getElementById('model').options.length === 4",
+    )
+    .await;
+    c.refresh().await.unwrap();
+    until(c, "the models after a reload", Duration::from_secs(10),
+        "return document.getElementById('model').options.length === 4 && !document.getElementById('key-dialog').open").await;
+    drop(keyed);
 }
