@@ -14,6 +14,7 @@ mod health;
 mod rerank;
 mod serve;
 mod telegram;
+mod transcribe;
 
 use anyhow::{bail, Context, Result};
 use clap::{Args, Parser, Subcommand};
@@ -481,6 +482,9 @@ enum Command {
     /// Rank documents against a query with an embedding model
     /// (EmbeddingGemma): JSON lines, best first.
     Rerank(rerank::RerankArgs),
+    /// Transcribe (or translate into English) an audio file with a model
+    /// that hears, a window of at most 30 s at a time.
+    Transcribe(transcribe::TranscribeArgs),
     /// Print the token ids of TEXT as a JSON array.
     Tokenize {
         #[command(flatten)]
@@ -685,6 +689,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Command::Bench(args) => bench::run(&args),
         Command::Embed(args) => embed::run(&args),
         Command::Rerank(args) => rerank::run(&args),
+        Command::Transcribe(args) => transcribe::run(&args),
         Command::Serve(args) => serve::run(&args),
         Command::Telegram(args) => telegram::run(&args),
         Command::Health(args) => health::run(&args),

@@ -122,6 +122,24 @@ impl PromptMedia {
     pub fn end(&self) -> usize {
         self.pos + self.item.tokens
     }
+
+    /// The part of the item within the prompt positions `batch`, as the
+    /// rows of that batch replace (positions counted from its start); the
+    /// caller passes only items that overlap the batch.
+    pub(crate) fn part_in(&self, batch: std::ops::Range<usize>) -> model::Embedded<'_> {
+        let whole = model::Embedded {
+            start: self.pos,
+            len: self.item.tokens,
+            rows: &self.item.rows,
+            bidirectional: self.item.bidirectional,
+        };
+        whole.within(batch).unwrap_or(model::Embedded {
+            start: 0,
+            len: 0,
+            rows: &[],
+            bidirectional: self.item.bidirectional,
+        })
+    }
 }
 
 impl Engine {

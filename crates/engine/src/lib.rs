@@ -29,6 +29,7 @@ mod shared_chat;
 mod speculate;
 mod thinking;
 pub mod tools;
+pub mod transcribe;
 
 pub use audio::{place_audio, AUDIO_MARKER, GEMMA4_AUDIO_MARKER};
 pub use batch::{BatchDecoder, BatchItem};

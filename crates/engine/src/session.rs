@@ -157,13 +157,15 @@ impl Session {
     ) -> Result<(), EngineError> {
         let base = self.tokens.len();
         let end = base + ids.len();
+        // Items in this batch, whole or in part: only a causal item (a
+        // clip) may be cut between batches, its rows fed a part at a time.
         let here: Vec<&PromptMedia> = images
             .iter()
-            .filter(|i| i.pos >= base && i.end() <= end)
+            .filter(|i| i.pos < end && i.end() > base)
             .collect();
-        if let Some(i) = images
+        if let Some(i) = here
             .iter()
-            .find(|i| i.pos < end && i.end() > base && (i.pos < base || i.end() > end))
+            .find(|i| i.item.bidirectional && (i.pos < base || i.end() > end))
         {
             self.reset();
             return Err(EngineError::InvalidRequest(format!(
@@ -173,22 +175,17 @@ impl Session {
             )));
         }
         let max = self.scratch.max_batch();
-        if let Some(i) = here.iter().find(|i| i.item.tokens > max) {
+        if let Some(i) = here
+            .iter()
+            .find(|i| i.item.bidirectional && i.item.tokens > max)
+        {
             self.reset();
             return Err(EngineError::InvalidRequest(format!(
                 "an image takes {} tokens, more than the batch of {max} (raise --batch)",
                 i.item.tokens
             )));
         }
-        let spans: Vec<Embedded<'_>> = here
-            .iter()
-            .map(|i| Embedded {
-                start: i.pos - base,
-                len: i.item.tokens,
-                rows: &i.item.rows,
-                bidirectional: i.item.bidirectional,
-            })
-            .collect();
+        let spans: Vec<Embedded<'_>> = here.iter().map(|i| i.part_in(base..end)).collect();
         let result = self
             .model
             .forward_embedded(&mut self.cache, &mut self.scratch, ids, &spans);
@@ -197,7 +194,9 @@ impl Session {
             return Err(e.into());
         }
         self.tokens.extend_from_slice(ids);
-        self.images.extend(here.into_iter().cloned());
+        // An item is the session's once its last row is in.
+        self.images
+            .extend(here.into_iter().filter(|i| i.end() <= end).cloned());
         Ok(())
     }
 
@@ -281,6 +280,8 @@ pub(crate) fn batch_end(
 ) -> Result<usize, EngineError> {
     let end = start.saturating_add(want.max(1)).min(len);
     match images.iter().find(|i| i.pos < end && i.end() > end) {
+        // A clip's rows are causal: a batch may end inside it.
+        Some(i) if !i.item.bidirectional => Ok(end),
         Some(i) if i.pos > start => Ok(i.pos),
         Some(i) if i.item.tokens > max_batch => Err(EngineError::InvalidRequest(format!(
             "an image takes {} tokens, more than the batch of {max_batch} (raise --batch)",

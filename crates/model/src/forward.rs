@@ -49,6 +49,29 @@ pub struct Embedded<'a> {
     pub bidirectional: bool,
 }
 
+impl<'a> Embedded<'a> {
+    /// The part of the span within the token positions `batch` (counted
+    /// from that batch's start), if any of it is there. Only a causal span
+    /// may be cut so; a bidirectional one must lie in one batch whole.
+    pub fn within(&self, batch: std::ops::Range<usize>) -> Option<Embedded<'a>> {
+        let (from, to) = (
+            self.start.max(batch.start),
+            (self.start + self.len).min(batch.end),
+        );
+        if from >= to {
+            return None;
+        }
+        let width = self.rows.len() / self.len.max(1);
+        let skip = from - self.start;
+        Some(Embedded {
+            start: from - batch.start,
+            len: to - from,
+            rows: &self.rows[skip * width..(skip + to - from) * width],
+            bidirectional: self.bidirectional,
+        })
+    }
+}
+
 impl Model {
     /// Run `tokens` through the model at positions `cache.n_past()..`, append
     /// their keys and values to `cache`, and leave their final hidden states
@@ -63,8 +86,9 @@ impl Model {
     }
 
     /// [`Self::forward`] with some tokens' embeddings given (see
-    /// [`Embedded`]). Batches are split between spans, never inside one, so
-    /// a span longer than the scratch's `max_batch` is refused.
+    /// [`Embedded`]). Batches are split between bidirectional spans, never
+    /// inside one, so such a span longer than the scratch's `max_batch` is
+    /// refused; a causal span's rows are fed a batch at a time.
     pub fn forward_embedded(
         &self,
         cache: &mut KvCache,
@@ -76,7 +100,7 @@ impl Model {
         self.check_input(cache, scratch, tokens)?;
         self.check_embedded(tokens.len(), embedded)?;
         let max = scratch.layout.max_batch;
-        if let Some(e) = embedded.iter().find(|e| e.len > max) {
+        if let Some(e) = embedded.iter().find(|e| e.bidirectional && e.len > max) {
             return Err(ModelError::BadBatch(format!(
                 "{} embedded tokens do not fit a batch of {max}",
                 e.len
@@ -86,20 +110,15 @@ impl Model {
             let mut start = 0;
             while start < tokens.len() {
                 let mut end = (start + max).min(tokens.len());
-                // End the batch before a span it would cut.
-                if let Some(e) = embedded
-                    .iter()
-                    .find(|e| e.start < end && e.start + e.len > end && e.start > start)
-                {
+                // End the batch before a bidirectional span it would cut.
+                if let Some(e) = embedded.iter().find(|e| {
+                    e.bidirectional && e.start < end && e.start + e.len > end && e.start > start
+                }) {
                     end = e.start;
                 }
                 let spans: Vec<Embedded<'_>> = embedded
                     .iter()
-                    .filter(|e| e.start >= start && e.start < end)
-                    .map(|e| Embedded {
-                        start: e.start - start,
-                        ..*e
-                    })
+                    .filter_map(|e| e.within(start..end))
                     .collect();
                 let mut seq = [SeqInput {
                     cache: &mut *cache,

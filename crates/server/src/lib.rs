@@ -8,6 +8,7 @@
 mod allocator;
 mod anthropic;
 pub mod api;
+mod audio;
 mod body;
 mod browser;
 mod budget;

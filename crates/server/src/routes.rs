@@ -4,7 +4,9 @@
 use crate::browser::{self, BrowserPolicy};
 use crate::error::{ApiError, Dialect};
 use crate::idle::TrackedBody;
-use crate::{anthropic, completions, embeddings, ollama, responses, slots, utility, AppState};
+use crate::{
+    anthropic, audio, completions, embeddings, ollama, responses, slots, utility, AppState,
+};
 use axum::body::Body;
 use axum::extract::{Path as UrlPath, Request as HttpRequest, State};
 use axum::http::{header, HeaderValue};
@@ -62,6 +64,17 @@ pub(crate) fn router(state: AppState, bound: SocketAddr) -> Router {
             state.clone(),
             crate::limits::rate_limit,
         ));
+    // The audio API takes multipart forms, a type a page on another site
+    // can send without a preflight: `browser::guard` refuses such a page by
+    // its `Origin` and `Sec-Fetch-Site`, and the key check applies as above.
+    let forms = Router::new()
+        .route("/v1/audio/transcriptions", post(audio::transcriptions))
+        .route("/v1/audio/translations", post(audio::translations))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::limits::rate_limit,
+        ));
     let probes = Router::new()
         .route("/health", get(health))
         .route("/metrics", get(metrics_text));
@@ -79,6 +92,7 @@ pub(crate) fn router(state: AppState, bound: SocketAddr) -> Router {
     let metrics = Arc::clone(&state.metrics);
     let router = Router::new()
         .merge(v1)
+        .merge(forms)
         .merge(probes)
         .merge(crate::ui::router(&state.config))
         .fallback(not_found)

@@ -41,6 +41,7 @@ mod serve_samplers;
 mod serve_structured;
 mod serve_thinking;
 mod serve_tls;
+mod serve_transcribe;
 mod serve_utility;
 mod serve_vision;
 mod telegram_cli;

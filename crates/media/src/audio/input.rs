@@ -59,39 +59,64 @@ impl Clip {
         max_seconds: u32,
         max_bytes: u64,
     ) -> Result<Self, MediaError> {
+        Self::decode_kept(bytes, max_seconds, MAX_SECONDS, max_bytes)
+    }
+
+    /// Decode a file as [`Clip::decode_within`] does, but whole: up to
+    /// `max_seconds` are kept (a transcription hears them a window at a
+    /// time, see [`Clip::windows`]), and the memory they take at the
+    /// file's rate is what is checked against `max_bytes`.
+    pub fn decode_whole(
+        bytes: &[u8],
+        max_seconds: u32,
+        max_bytes: u64,
+    ) -> Result<Self, MediaError> {
+        Self::decode_kept(bytes, max_seconds, max_seconds, max_bytes)
+    }
+
+    /// Decode at most `max_seconds` of a file, keeping its first `keep`.
+    fn decode_kept(
+        bytes: &[u8],
+        max_seconds: u32,
+        keep: u32,
+        max_bytes: u64,
+    ) -> Result<Self, MediaError> {
         if bytes.is_empty() {
             return Err(MediaError::Decode("the audio file is empty".into()));
         }
         if is_ogg_opus(bytes) {
-            check_clip_memory(bytes.len(), OPUS_RATE, max_bytes)?;
-            if let Some(seconds) = opus_seconds(bytes).filter(|&s| s > f64::from(max_seconds)) {
+            let stated = opus_seconds(bytes);
+            if let Some(seconds) = stated.filter(|&s| s > f64::from(max_seconds)) {
                 return Err(MediaError::TooLong {
                     seconds,
                     max: max_seconds,
                 });
             }
-            let (samples, truncated) = decode_opus(bytes)?;
-            return Self::from_decoded(&samples, OPUS_RATE, truncated);
+            let decoded = stated_bound(keep, stated);
+            check_clip_memory(bytes.len(), OPUS_RATE, decoded, max_bytes)?;
+            let (samples, cut) = decode_opus(bytes, decoded)?;
+            return Self::from_decoded(&samples, OPUS_RATE, cut && decoded == keep, keep);
         }
         let mut bytes = bytes.to_vec();
         repair_wav_lengths(&mut bytes);
-        let (samples, rate, truncated) = decode_mono(bytes, max_seconds, max_bytes)?;
-        Self::from_decoded(&samples, rate, truncated)
+        let (samples, rate, truncated) = decode_mono(bytes, max_seconds, keep, max_bytes)?;
+        Self::from_decoded(&samples, rate, truncated, keep)
     }
 
     /// A clip of mono `samples` decoded at `source_rate` (`truncated` if
     /// decoding stopped at the cut): resampled to [`SAMPLE_RATE`] and cut
-    /// at [`MAX_SECONDS`]. No samples at all is an error.
+    /// at `keep` seconds. No samples at all is an error.
     fn from_decoded(
         samples: &[f32],
         source_rate: u32,
         truncated: bool,
+        keep: u32,
     ) -> Result<Self, MediaError> {
         if samples.is_empty() {
             return Err(MediaError::Decode("the audio clip has no samples".into()));
         }
         let mut samples = resample(samples, source_rate, SAMPLE_RATE)?;
-        samples.truncate((SAMPLE_RATE * MAX_SECONDS) as usize);
+        samples.truncate(SAMPLE_RATE as usize * keep as usize);
         Ok(Self {
             samples,
             source_rate,
@@ -115,7 +140,13 @@ impl Clip {
     /// [`Clip::decode_within`] can take: at the highest sample rate it
     /// accepts, whatever the file's.
     pub fn decode_memory_bound(file_bytes: usize) -> u64 {
-        clip_memory(file_bytes, *RATES.end())
+        clip_memory(file_bytes, *RATES.end(), MAX_SECONDS)
+    }
+
+    /// The most decoding a file of `file_bytes` with [`Clip::decode_whole`]
+    /// up to `max_seconds` can take, at the highest rate it accepts.
+    pub fn whole_memory_bound(file_bytes: usize, max_seconds: u32) -> u64 {
+        clip_memory(file_bytes, *RATES.end(), max_seconds)
     }
 
     /// Its length in seconds.
@@ -124,18 +155,31 @@ impl Clip {
     }
 }
 
-/// What decoding a clip of `file_bytes` at `rate` takes at most: the
-/// file's copy, the first [`MAX_SECONDS`] as mono floats at its rate and
-/// resampled (each vector up to twice its length as it grows), and a
-/// packet's buffers.
-pub(crate) fn clip_memory(file_bytes: usize, rate: u32) -> u64 {
-    let floats = |rate: u32| 2 * 4 * u64::from(rate) * u64::from(MAX_SECONDS);
+/// What decoding a clip of `file_bytes` at `rate`, keeping its first
+/// `keep` seconds, takes at most: the file's copy, those seconds as mono
+/// floats at its rate and resampled (each vector up to twice its length as
+/// it grows), and a packet's buffers.
+pub(crate) fn clip_memory(file_bytes: usize, rate: u32, keep: u32) -> u64 {
+    let floats = |rate: u32| 2 * 4 * u64::from(rate) * u64::from(keep);
     file_bytes as u64 + floats(rate) + floats(SAMPLE_RATE) + (1 << 20)
 }
 
+/// The seconds a stream is decoded to: `keep`, or a second past its
+/// stated length when that is shorter (the last packet may decode past
+/// it). A header that understates the length so bounds the decoding too,
+/// which is what its memory is priced at.
+fn stated_bound(keep: u32, stated_seconds: Option<f64>) -> u32 {
+    stated_seconds.map_or(keep, |s| keep.min(s.max(0.0).ceil() as u32 + 1))
+}
+
 /// Refuse a clip whose decoding ([`clip_memory`]) would pass `max_bytes`.
-fn check_clip_memory(file_bytes: usize, rate: u32, max_bytes: u64) -> Result<(), MediaError> {
-    let needed = clip_memory(file_bytes, rate);
+fn check_clip_memory(
+    file_bytes: usize,
+    rate: u32,
+    keep: u32,
+    max_bytes: u64,
+) -> Result<(), MediaError> {
+    let needed = clip_memory(file_bytes, rate, keep);
     if needed > max_bytes {
         return Err(MediaError::TooMuchMemory {
             needed,
@@ -181,10 +225,6 @@ fn is_ogg_opus(bytes: &[u8]) -> bool {
 /// Opus's own rate: pre-skip and granule positions count its samples.
 const OPUS_RATE: u32 = 48_000;
 
-/// An Ogg Opus stream (a voice note) decoded to mono at 48 kHz, where its
-/// header's pre-skip and the last page's granule position are exact
-/// (decoding at 16 kHz directly shifts the clip by the decoder's own
-/// delay), cut at [`MAX_SECONDS`]; and whether it was cut.
 /// An Ogg Opus stream's length from its last page's granule position
 /// (48 kHz samples, the pre-skip included), if a page says.
 fn opus_seconds(bytes: &[u8]) -> Option<f64> {
@@ -194,7 +234,11 @@ fn opus_seconds(bytes: &[u8]) -> Option<f64> {
     (granule != u64::MAX).then(|| granule as f64 / f64::from(OPUS_RATE))
 }
 
-fn decode_opus(bytes: &[u8]) -> Result<(Vec<f32>, bool), MediaError> {
+/// An Ogg Opus stream (a voice note) decoded to mono at 48 kHz, where its
+/// header's pre-skip and the last page's granule position are exact
+/// (decoding at 16 kHz directly shifts the clip by the decoder's own
+/// delay), cut at `keep` seconds; and whether it was cut.
+fn decode_opus(bytes: &[u8], keep: u32) -> Result<(Vec<f32>, bool), MediaError> {
     let bad = |m: String| MediaError::Decode(format!("cannot decode the Opus audio: {m}"));
     let mut reader = ogg::PacketReader::new(std::io::Cursor::new(bytes));
     let head = reader
@@ -216,7 +260,7 @@ fn decode_opus(bytes: &[u8]) -> Result<(Vec<f32>, bool), MediaError> {
         opus_decoder::OpusDecoder::new(OPUS_RATE, channels).map_err(|e| bad(format!("{e:?}")))?;
     // The largest Opus packet holds 120 ms.
     let mut pcm = vec![0.0f32; OPUS_RATE as usize * 120 / 1000 * channels];
-    let limit = (OPUS_RATE * MAX_SECONDS) as usize;
+    let limit = OPUS_RATE as usize * keep as usize;
     let (mut mono, mut end, mut skipped) = (Vec::new(), None, 0u64);
     let mut truncated = false;
     let mut first = true;
@@ -297,19 +341,23 @@ fn repair_wav_lengths(bytes: &mut [u8]) {
 }
 
 /// The first audio track of `bytes`, channels averaged, at its own rate;
-/// and whether it went on past [`MAX_SECONDS`].
+/// and whether it went on past `keep` seconds.
 fn decode_mono(
     bytes: Vec<u8>,
     max_seconds: u32,
+    keep: u32,
     max_bytes: u64,
 ) -> Result<(Vec<f32>, u32, bool), MediaError> {
     let file_bytes = bytes.len();
     let mut track = AudioTrack::open(bytes)?;
     track.check_stated_length(max_seconds)?;
-    check_clip_memory(file_bytes, track.rate, max_bytes)?;
+    let stated_seconds = track.stated.map(|n| n as f64 / f64::from(track.rate));
+    let decoded = stated_bound(keep, stated_seconds);
+    check_clip_memory(file_bytes, track.rate, decoded, max_bytes)?;
     let mut decoder = track.decoder()?;
-    let limit = track.rate as usize * MAX_SECONDS as usize;
-    let (mut mono, truncated) = track.decode_packets(&mut *decoder, limit)?;
+    let limit = track.rate as usize * decoded as usize;
+    let (mut mono, cut) = track.decode_packets(&mut *decoder, limit)?;
+    let truncated = cut && decoded == keep;
     if let Some(n) = track.stated {
         mono.truncate(n);
     }
@@ -749,7 +797,7 @@ mod tests {
     #[test]
     fn a_clip_whose_rate_needs_more_than_the_memory_bound_is_refused() {
         let clip = wav(&tone(440.0, 384_000, 0.1), 384_000, 1, None);
-        let needed = clip_memory(clip.len(), 384_000);
+        let needed = clip_memory(clip.len(), 384_000, MAX_SECONDS);
         // 30 s of 384 kHz floats, as they grow, and 30 s at 16 kHz.
         assert!(needed > 2 * 4 * 384_000 * 30, "{needed}");
         let err = Clip::decode_within(&clip, 60, needed - 1).unwrap_err();

@@ -8,6 +8,7 @@ mod conformer;
 mod gemma3n;
 mod gemma4;
 mod input;
+mod windows;
 
 pub use conformer::AUDIO_KEY_PREFIX;
 pub use gemma3n::{AudioEmbedding, Gemma3nAudioConfig, Gemma3nAudioTower};
