@@ -219,31 +219,13 @@ impl<'a> Cursor<'a> {
 
 /// Parse the header, metadata and tensor index, and check every tensor's
 /// extent against the image length.
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 pub(crate) fn parse(bytes: &[u8]) -> Result<Parsed, GgufError> {
     let mut c = Cursor {
         bytes,
         pos: 0,
         version: 3,
     };
-    let magic = c.array::<4>("magic").map_err(|_| GgufError::NotGguf {
-        found: bytes.iter().take(4).copied().collect(),
-    })?;
-    if magic != MAGIC {
-        return Err(GgufError::NotGguf {
-            found: magic.to_vec(),
-        });
-    }
-    let version = c.u32("version")?;
-    if !(2..=3).contains(&version) {
-        return Err(GgufError::UnsupportedVersion(version));
-    }
-    c.version = version;
-    let n_tensors = c.count("tensor count")?;
-    let n_kv = c.count("metadata count")?;
+    let (version, n_tensors, n_kv) = read_header(&mut c)?;
 
     // Each metadata entry takes at least 12 bytes and each tensor info at
     // least 24, so counts beyond that are corrupt and must not size a Vec.
@@ -257,92 +239,140 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Parsed, GgufError> {
         metadata.push((key, value));
     }
 
-    let alignment = match metadata.iter().find(|(k, _)| k == "general.alignment") {
-        None => DEFAULT_ALIGNMENT,
-        Some((_, v)) => match v.as_u64() {
-            Some(a) if a > 0 && a.is_power_of_two() => a,
-            _ => {
-                return Err(GgufError::Invalid {
-                    offset: 0,
-                    message: format!("general.alignment is {v}, not a power of two"),
-                })
-            }
-        },
-    };
+    let alignment = alignment_of(&metadata)?;
 
     let mut tensors = Vec::with_capacity(cap(n_tensors, 24, c.remaining()));
     for i in 0..n_tensors {
-        let at = c.pos as u64;
-        let name = c.string(&format!("tensor #{i} name"))?;
-        let n_dims = c.u32(&format!("tensor `{name}` dimension count"))?;
-        if n_dims == 0 || n_dims > MAX_DIMS {
-            return Err(GgufError::Invalid {
-                offset: at,
-                message: format!(
-                    "tensor `{name}` has {n_dims} dimensions (1 to {MAX_DIMS} allowed)"
-                ),
-            });
-        }
-        let mut dims = Vec::with_capacity(n_dims as usize);
-        for _ in 0..n_dims {
-            dims.push(c.count(&format!("tensor `{name}` dimensions"))?);
-        }
-        let type_at = c.pos as u64;
-        let type_id = c.u32(&format!("tensor `{name}` type"))?;
-        let ty = GgmlType::from_id(type_id).ok_or_else(|| GgufError::UnknownTensorType {
-            tensor: name.clone(),
-            id: type_id,
-            offset: type_at,
-        })?;
-        let offset = c.u64(&format!("tensor `{name}` offset"))?;
-        // Check the row count on its own too: with dims[0] == 0 the element
-        // count is 0 whatever the other dimensions are, but
-        // `TensorInfo::n_rows` multiplies those alone.
-        let n_rows = dims[1..]
-            .iter()
-            .try_fold(1u64, |acc, &d| acc.checked_mul(d));
-        let n_elements = n_rows
-            .and_then(|_| dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d)))
-            .ok_or_else(|| GgufError::Invalid {
-                offset: at,
-                message: format!("tensor `{name}` dimensions {dims:?} overflow"),
-            })?;
-        let row_bytes = ty.row_bytes(dims[0]).ok_or_else(|| GgufError::Invalid {
-            offset: at,
-            message: format!(
-                "tensor `{name}`: row length {} is not a multiple of {}'s block of {}",
-                dims[0],
-                ty,
-                ty.block_len()
-            ),
-        })?;
-        let n_bytes = row_bytes
-            .checked_mul(n_elements / dims[0].max(1))
-            .ok_or_else(|| GgufError::Invalid {
-                offset: at,
-                message: format!("tensor `{name}` size overflows"),
-            })?;
-        if offset % alignment != 0 {
-            return Err(GgufError::Invalid {
-                offset: at,
-                message: format!(
-                    "tensor `{name}` data offset {offset} is not aligned to {alignment}"
-                ),
-            });
-        }
-        tensors.push(TensorInfo {
-            name,
-            dims,
-            ty,
-            offset,
-            n_bytes,
-        });
+        tensors.push(read_tensor_info(&mut c, i, alignment)?);
     }
 
     let header_end = c.pos as u64;
     let data_offset = header_end.div_ceil(alignment) * alignment;
-    let file_len = bytes.len() as u64;
-    for t in &tensors {
+    check_extents(&tensors, data_offset, bytes.len() as u64)?;
+    check_unique_names(&tensors)?;
+
+    Ok(Parsed {
+        version,
+        metadata,
+        tensors,
+        alignment,
+        data_offset,
+    })
+}
+
+/// Read the magic, the version and the two counts (tensors, metadata
+/// entries), and set the cursor's version so later counts are read at the
+/// right width.
+fn read_header(c: &mut Cursor<'_>) -> Result<(u32, u64, u64), GgufError> {
+    let magic = c.array::<4>("magic").map_err(|_| GgufError::NotGguf {
+        found: c.bytes.iter().take(4).copied().collect(),
+    })?;
+    if magic != MAGIC {
+        return Err(GgufError::NotGguf {
+            found: magic.to_vec(),
+        });
+    }
+    let version = c.u32("version")?;
+    if !(2..=3).contains(&version) {
+        return Err(GgufError::UnsupportedVersion(version));
+    }
+    c.version = version;
+    let n_tensors = c.count("tensor count")?;
+    let n_kv = c.count("metadata count")?;
+    Ok((version, n_tensors, n_kv))
+}
+
+/// The data alignment `general.alignment` sets, or the default; anything but
+/// a positive power of two is an error.
+fn alignment_of(metadata: &[(String, MetaValue)]) -> Result<u64, GgufError> {
+    match metadata.iter().find(|(k, _)| k == "general.alignment") {
+        None => Ok(DEFAULT_ALIGNMENT),
+        Some((_, v)) => match v.as_u64() {
+            Some(a) if a > 0 && a.is_power_of_two() => Ok(a),
+            _ => Err(GgufError::Invalid {
+                offset: 0,
+                message: format!("general.alignment is {v}, not a power of two"),
+            }),
+        },
+    }
+}
+
+/// Read tensor info number `i`: its name, dimensions, type and data offset,
+/// checking the dimension count, the size arithmetic and the alignment.
+fn read_tensor_info(c: &mut Cursor<'_>, i: u64, alignment: u64) -> Result<TensorInfo, GgufError> {
+    let at = c.pos as u64;
+    let name = c.string(&format!("tensor #{i} name"))?;
+    let n_dims = c.u32(&format!("tensor `{name}` dimension count"))?;
+    if n_dims == 0 || n_dims > MAX_DIMS {
+        return Err(GgufError::Invalid {
+            offset: at,
+            message: format!("tensor `{name}` has {n_dims} dimensions (1 to {MAX_DIMS} allowed)"),
+        });
+    }
+    let mut dims = Vec::with_capacity(n_dims as usize);
+    for _ in 0..n_dims {
+        dims.push(c.count(&format!("tensor `{name}` dimensions"))?);
+    }
+    let type_at = c.pos as u64;
+    let type_id = c.u32(&format!("tensor `{name}` type"))?;
+    let ty = GgmlType::from_id(type_id).ok_or_else(|| GgufError::UnknownTensorType {
+        tensor: name.clone(),
+        id: type_id,
+        offset: type_at,
+    })?;
+    let offset = c.u64(&format!("tensor `{name}` offset"))?;
+    let n_bytes = tensor_bytes(&name, &dims, ty, at)?;
+    if offset % alignment != 0 {
+        return Err(GgufError::Invalid {
+            offset: at,
+            message: format!("tensor `{name}` data offset {offset} is not aligned to {alignment}"),
+        });
+    }
+    Ok(TensorInfo {
+        name,
+        dims,
+        ty,
+        offset,
+        n_bytes,
+    })
+}
+
+/// The bytes a tensor of these dimensions and type takes, or an error (at
+/// the tensor info's offset `at`) when the arithmetic overflows or the row
+/// length does not fill whole blocks.
+fn tensor_bytes(name: &str, dims: &[u64], ty: GgmlType, at: u64) -> Result<u64, GgufError> {
+    // Check the row count on its own too: with dims[0] == 0 the element
+    // count is 0 whatever the other dimensions are, but
+    // `TensorInfo::n_rows` multiplies those alone.
+    let n_rows = dims[1..]
+        .iter()
+        .try_fold(1u64, |acc, &d| acc.checked_mul(d));
+    let n_elements = n_rows
+        .and_then(|_| dims.iter().try_fold(1u64, |acc, &d| acc.checked_mul(d)))
+        .ok_or_else(|| GgufError::Invalid {
+            offset: at,
+            message: format!("tensor `{name}` dimensions {dims:?} overflow"),
+        })?;
+    let row_bytes = ty.row_bytes(dims[0]).ok_or_else(|| GgufError::Invalid {
+        offset: at,
+        message: format!(
+            "tensor `{name}`: row length {} is not a multiple of {}'s block of {}",
+            dims[0],
+            ty,
+            ty.block_len()
+        ),
+    })?;
+    row_bytes
+        .checked_mul(n_elements / dims[0].max(1))
+        .ok_or_else(|| GgufError::Invalid {
+            offset: at,
+            message: format!("tensor `{name}` size overflows"),
+        })
+}
+
+/// Check that every tensor's data lies inside the image.
+fn check_extents(tensors: &[TensorInfo], data_offset: u64, file_len: u64) -> Result<(), GgufError> {
+    for t in tensors {
         let end = data_offset
             .checked_add(t.offset)
             .and_then(|s| s.checked_add(t.n_bytes));
@@ -358,6 +388,12 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Parsed, GgufError> {
             }
         }
     }
+    Ok(())
+}
+
+/// Reject an index that names the same tensor twice (the first such name in
+/// sorted order is reported).
+fn check_unique_names(tensors: &[TensorInfo]) -> Result<(), GgufError> {
     let mut names: Vec<&str> = tensors.iter().map(|t| t.name.as_str()).collect();
     names.sort_unstable();
     if let Some(w) = names.windows(2).find(|w| w[0] == w[1]) {
@@ -366,12 +402,5 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Parsed, GgufError> {
             message: format!("tensor `{}` appears twice", w[0]),
         });
     }
-
-    Ok(Parsed {
-        version,
-        metadata,
-        tensors,
-        alignment,
-        data_offset,
-    })
+    Ok(())
 }
