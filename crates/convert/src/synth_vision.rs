@@ -47,16 +47,25 @@ impl VisionPreset {
 /// (F16, BF16, F32 or Q8_0), the rest as llama.cpp's converter stores them
 /// (embeddings, norms and biases F32, the projection F16). `progress` runs
 /// after each tensor.
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 pub fn synth_vision(
     preset: &VisionPreset,
     matrix: GgmlType,
     seed: u64,
     progress: &mut dyn FnMut(&TensorReport),
 ) -> Result<GgufWriter, ConvertError> {
+    let side = patch_grid_side(preset, matrix)?;
+    let mut w = GgufWriter::new();
+    write_clip_metadata(&mut w, preset, matrix);
+    for spec in tensor_specs(preset, matrix, side) {
+        write_random_tensor(&mut w, spec, seed, progress)?;
+    }
+    Ok(w)
+}
+
+/// The side of the patch grid, once `matrix` is a type the projector's
+/// matrices may have and the grid pools by 4 and the width splits into the
+/// heads.
+fn patch_grid_side(p: &VisionPreset, matrix: GgmlType) -> Result<u64, ConvertError> {
     if !matches!(
         matrix,
         GgmlType::F16 | GgmlType::BF16 | GgmlType::F32 | GgmlType::Q8_0
@@ -65,14 +74,17 @@ pub fn synth_vision(
             "a vision projector's matrices are f16, bf16, f32 or q8_0, not {matrix}"
         )));
     }
-    let p = preset;
     let side = u64::from(p.image_size / p.patch_size.max(1));
     if side == 0 || !side.is_multiple_of(4) || !p.hidden.is_multiple_of(p.heads as usize) {
         return Err(ConvertError::Invalid(
             "the patch grid must pool by 4 and the width split into the heads".into(),
         ));
     }
-    let mut w = GgufWriter::new();
+    Ok(side)
+}
+
+/// The `general.*` and `clip.*` keys llama.cpp reads from a Gemma 3 `mmproj`.
+fn write_clip_metadata(w: &mut GgufWriter, p: &VisionPreset, matrix: GgmlType) {
     let u32v = |v: usize| MetaValue::U32(v as u32);
     w.set("general.architecture", MetaValue::String("clip".into()));
     w.set(
@@ -105,25 +117,46 @@ pub fn synth_vision(
         "clip.vision.image_std",
         MetaValue::Array(MetaArray::F32(vec![0.5; 3])),
     );
-    let (d, f, ps) = (p.hidden as u64, p.ffn as u64, u64::from(p.patch_size));
-    // (name, dims, type, mean, std)
-    let mut specs: Vec<(String, Vec<u64>, GgmlType, f32, f32)> = vec![
-        (
-            "v.patch_embd.weight".into(),
+}
+
+/// One tensor to synthesise: its name, dimensions, storage type and the
+/// normal distribution its values are drawn from.
+struct TensorSpec {
+    name: String,
+    dims: Vec<u64>,
+    ty: GgmlType,
+    mean: f32,
+    std: f32,
+}
+
+impl TensorSpec {
+    fn new(name: impl Into<String>, dims: Vec<u64>, ty: GgmlType, mean: f32, std: f32) -> Self {
+        Self {
+            name: name.into(),
+            dims,
+            ty,
+            mean,
+            std,
+        }
+    }
+}
+
+/// Every tensor of the projector, in the order they are written: the patch
+/// and position embeddings, each encoder block, the final norm and the
+/// projection into the text model.
+fn tensor_specs(p: &VisionPreset, matrix: GgmlType, side: u64) -> Vec<TensorSpec> {
+    let (d, ps) = (p.hidden as u64, u64::from(p.patch_size));
+    let mut specs = vec![
+        TensorSpec::new(
+            "v.patch_embd.weight",
             vec![ps, ps, 3, d],
             GgmlType::F32,
             0.0,
             0.02,
         ),
-        (
-            "v.patch_embd.bias".into(),
-            vec![d],
-            GgmlType::F32,
-            0.0,
-            0.02,
-        ),
-        (
-            "v.position_embd.weight".into(),
+        TensorSpec::new("v.patch_embd.bias", vec![d], GgmlType::F32, 0.0, 0.02),
+        TensorSpec::new(
+            "v.position_embd.weight",
             vec![d, side * side],
             GgmlType::F32,
             0.0,
@@ -131,41 +164,24 @@ pub fn synth_vision(
         ),
     ];
     for i in 0..p.layers {
-        let b = |n: &str| format!("v.blk.{i}.{n}");
-        for (n, cols, rows) in [
-            ("attn_q", d, d),
-            ("attn_k", d, d),
-            ("attn_v", d, d),
-            ("attn_out", d, d),
-            ("ffn_up", d, f),
-            ("ffn_down", f, d),
-        ] {
-            let std = 1.0 / (cols as f32).sqrt();
-            // Rows that are not whole Q8_0 blocks (the MLP's 4304) stay F16,
-            // as llama.cpp's converter leaves them.
-            let ty = if matrix == GgmlType::Q8_0 && cols % 32 != 0 {
-                GgmlType::F16
-            } else {
-                matrix
-            };
-            specs.push((b(&format!("{n}.weight")), vec![cols, rows], ty, 0.0, std));
-            specs.push((
-                b(&format!("{n}.bias")),
-                vec![rows],
-                GgmlType::F32,
-                0.0,
-                0.02,
-            ));
-        }
-        for n in ["ln1", "ln2"] {
-            specs.push((b(&format!("{n}.weight")), vec![d], GgmlType::F32, 1.0, 0.05));
-            specs.push((b(&format!("{n}.bias")), vec![d], GgmlType::F32, 0.0, 0.02));
-        }
+        push_block_specs(&mut specs, p, matrix, i);
     }
-    specs.push(("v.post_ln.weight".into(), vec![d], GgmlType::F32, 1.0, 0.05));
-    specs.push(("v.post_ln.bias".into(), vec![d], GgmlType::F32, 0.0, 0.02));
-    specs.push((
-        "mm.soft_emb_norm.weight".into(),
+    specs.push(TensorSpec::new(
+        "v.post_ln.weight",
+        vec![d],
+        GgmlType::F32,
+        1.0,
+        0.05,
+    ));
+    specs.push(TensorSpec::new(
+        "v.post_ln.bias",
+        vec![d],
+        GgmlType::F32,
+        0.0,
+        0.02,
+    ));
+    specs.push(TensorSpec::new(
+        "mm.soft_emb_norm.weight",
         vec![d],
         GgmlType::F32,
         1.0,
@@ -173,31 +189,101 @@ pub fn synth_vision(
     ));
     let th = p.text_hidden as u64;
     let proj_std = 1.0 / (d as f32).sqrt();
-    specs.push((
-        "mm.input_projection.weight".into(),
+    specs.push(TensorSpec::new(
+        "mm.input_projection.weight",
         vec![th, d],
         GgmlType::F16,
         0.0,
         proj_std,
     ));
-    for (name, dims, ty, mean, std) in specs {
-        let rows = Rows::Random {
-            stream: seed ^ hash_name(&name),
-            mean,
+    specs
+}
+
+/// Encoder block `i`'s tensors: the attention and MLP matrices with their
+/// biases, then the two layer norms.
+fn push_block_specs(specs: &mut Vec<TensorSpec>, p: &VisionPreset, matrix: GgmlType, i: usize) {
+    let (d, f) = (p.hidden as u64, p.ffn as u64);
+    let b = |n: &str| format!("v.blk.{i}.{n}");
+    for (n, cols, rows) in [
+        ("attn_q", d, d),
+        ("attn_k", d, d),
+        ("attn_v", d, d),
+        ("attn_out", d, d),
+        ("ffn_up", d, f),
+        ("ffn_down", f, d),
+    ] {
+        let std = 1.0 / (cols as f32).sqrt();
+        // Rows that are not whole Q8_0 blocks (the MLP's 4304) stay F16,
+        // as llama.cpp's converter leaves them.
+        let ty = if matrix == GgmlType::Q8_0 && cols % 32 != 0 {
+            GgmlType::F16
+        } else {
+            matrix
+        };
+        specs.push(TensorSpec::new(
+            b(&format!("{n}.weight")),
+            vec![cols, rows],
+            ty,
+            0.0,
             std,
-        };
-        let data = produce(&name, &dims, &rows, ty)?;
-        let report = TensorReport {
-            name: name.clone(),
-            dims: dims.clone(),
-            from: GgmlType::F32,
-            to: ty,
-            bytes: data.len(),
-        };
-        w.add_tensor(name, &dims, ty, data)?;
-        progress(&report);
+        ));
+        specs.push(TensorSpec::new(
+            b(&format!("{n}.bias")),
+            vec![rows],
+            GgmlType::F32,
+            0.0,
+            0.02,
+        ));
     }
-    Ok(w)
+    for n in ["ln1", "ln2"] {
+        specs.push(TensorSpec::new(
+            b(&format!("{n}.weight")),
+            vec![d],
+            GgmlType::F32,
+            1.0,
+            0.05,
+        ));
+        specs.push(TensorSpec::new(
+            b(&format!("{n}.bias")),
+            vec![d],
+            GgmlType::F32,
+            0.0,
+            0.02,
+        ));
+    }
+}
+
+/// Draw `spec`'s values from its own random stream (the seed mixed with the
+/// name's hash), add the tensor to `w` and report it.
+fn write_random_tensor(
+    w: &mut GgufWriter,
+    spec: TensorSpec,
+    seed: u64,
+    progress: &mut dyn FnMut(&TensorReport),
+) -> Result<(), ConvertError> {
+    let TensorSpec {
+        name,
+        dims,
+        ty,
+        mean,
+        std,
+    } = spec;
+    let rows = Rows::Random {
+        stream: seed ^ hash_name(&name),
+        mean,
+        std,
+    };
+    let data = produce(&name, &dims, &rows, ty)?;
+    let report = TensorReport {
+        name: name.clone(),
+        dims: dims.clone(),
+        from: GgmlType::F32,
+        to: ty,
+        bytes: data.len(),
+    };
+    w.add_tensor(name, &dims, ty, data)?;
+    progress(&report);
+    Ok(())
 }
 
 #[cfg(test)]
