@@ -302,10 +302,6 @@ fn is_byte_token(t: &str) -> bool {
 
 /// A `tokenizers` BPE vocabulary: ids from `model.vocab` and `added_tokens`,
 /// merges as "left right" strings, special added tokens as control tokens.
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 fn from_tokenizer_json(path: &Path) -> Result<Vocab, HfError> {
     let v = read_json(path)?;
     let bad = |m: &str| HfError::Tokenizer(format!("{}: {m}", path.display()));
@@ -313,19 +309,44 @@ fn from_tokenizer_json(path: &Path) -> Result<Vocab, HfError> {
     if model.get("type").and_then(Value::as_str) != Some("BPE") {
         return Err(bad("only BPE tokenizer.json files are supported"));
     }
+    let mut entries = vocab_entries(model).map_err(bad)?;
+    let special = add_added_tokens(&v, &mut entries).map_err(bad)?;
+    let tokens = tokens_by_id(entries).map_err(bad)?;
+    let unk = model.get("unk_token").and_then(Value::as_str);
+    let types = token_types(&tokens, &special, unk);
+    let merges = bpe_merges(model).map_err(bad)?;
+    // llama.cpp's converter gives BPE vocabularies no scores; merges rank.
+    Ok(Vocab {
+        scores: vec![-1000.0; tokens.len()],
+        tokens,
+        types,
+        merges: Some(merges),
+    })
+}
+
+/// The (id, text) pairs of `model.vocab`.
+fn vocab_entries(model: &Value) -> Result<Vec<(usize, String)>, &'static str> {
     let vocab = model
         .get("vocab")
         .and_then(Value::as_object)
-        .ok_or_else(|| bad("no `model.vocab`"))?;
-    let mut entries: Vec<(usize, String)> = vocab
+        .ok_or("no `model.vocab`")?;
+    vocab
         .iter()
         .map(|(t, id)| {
             id.as_u64()
                 .and_then(|i| usize::try_from(i).ok())
                 .map(|i| (i, t.clone()))
-                .ok_or_else(|| bad("a vocabulary id is not an integer"))
+                .ok_or("a vocabulary id is not an integer")
         })
-        .collect::<Result<_, _>>()?;
+        .collect()
+}
+
+/// Add the `added_tokens` whose ids `model.vocab` lacks to `entries`; every
+/// added token's id with whether it is special.
+fn add_added_tokens(
+    v: &Value,
+    entries: &mut Vec<(usize, String)>,
+) -> Result<Vec<(usize, bool)>, &'static str> {
     let mut special = Vec::new();
     for a in v
         .get("added_tokens")
@@ -337,30 +358,39 @@ fn from_tokenizer_json(path: &Path) -> Result<Vocab, HfError> {
             a.get("id").and_then(Value::as_u64),
             a.get("content").and_then(Value::as_str),
         ) else {
-            return Err(bad("an added token lacks `id` or `content`"));
+            return Err("an added token lacks `id` or `content`");
         };
-        let id = usize::try_from(id).map_err(|_| bad("added token id too large"))?;
+        let id = usize::try_from(id).map_err(|_| "added token id too large")?;
         let is_special = a.get("special").and_then(Value::as_bool).unwrap_or(false);
         special.push((id, is_special));
         if !entries.iter().any(|(i, _)| *i == id) {
             entries.push((id, text.to_string()));
         }
     }
+    Ok(special)
+}
+
+/// The tokens in id order, the ids no entry names filled with `[PAD<id>]`.
+fn tokens_by_id(entries: Vec<(usize, String)>) -> Result<Vec<String>, &'static str> {
     let n = entries.iter().map(|(i, _)| i + 1).max().unwrap_or(0);
     if n == 0 || n > 4_000_000 {
-        return Err(bad("empty or implausibly large vocabulary"));
+        return Err("empty or implausibly large vocabulary");
     }
     let mut tokens = vec![None; n];
     for (i, t) in entries {
         tokens[i] = Some(t);
     }
-    let unk = model.get("unk_token").and_then(Value::as_str);
-    let tokens: Vec<String> = tokens
+    Ok(tokens
         .into_iter()
         .enumerate()
         .map(|(i, t)| t.unwrap_or_else(|| format!("[PAD{i}]")))
-        .collect();
-    let types: Vec<i32> = tokens
+        .collect())
+}
+
+/// Each token's type: added tokens control (special) or user-defined, then
+/// the unknown token, byte tokens and the rest normal.
+fn token_types(tokens: &[String], special: &[(usize, bool)], unk: Option<&str>) -> Vec<i32> {
+    tokens
         .iter()
         .enumerate()
         .map(|(i, t)| match special.iter().find(|(id, _)| *id == i) {
@@ -370,11 +400,16 @@ fn from_tokenizer_json(path: &Path) -> Result<Vocab, HfError> {
             None if is_byte_token(t) => BYTE,
             None => NORMAL,
         })
-        .collect();
-    let merges = model
+        .collect()
+}
+
+/// `model.merges` as "left right" strings, whether the file writes each as
+/// such a string or as a pair.
+fn bpe_merges(model: &Value) -> Result<Vec<String>, &'static str> {
+    model
         .get("merges")
         .and_then(Value::as_array)
-        .ok_or_else(|| bad("no `model.merges`"))?
+        .ok_or("no `model.merges`")?
         .iter()
         .map(|m| match m {
             Value::String(s) => Ok(s.clone()),
@@ -383,16 +418,9 @@ fn from_tokenizer_json(path: &Path) -> Result<Vocab, HfError> {
                 pair.get(1).and_then(Value::as_str),
             ) {
                 (Some(a), Some(b)) if pair.len() == 2 => Ok(format!("{a} {b}")),
-                _ => Err(bad("a merge is not a pair of strings")),
+                _ => Err("a merge is not a pair of strings"),
             },
-            _ => Err(bad("a merge is neither a string nor a pair")),
+            _ => Err("a merge is neither a string nor a pair"),
         })
-        .collect::<Result<Vec<_>, _>>()?;
-    // llama.cpp's converter gives BPE vocabularies no scores; merges rank.
-    Ok(Vocab {
-        scores: vec![-1000.0; tokens.len()],
-        tokens,
-        types,
-        merges: Some(merges),
-    })
+        .collect()
 }
