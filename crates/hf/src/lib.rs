@@ -438,10 +438,6 @@ fn gemma4_kv_heads(
 /// Gemma 3n's keys: per-layer FFN widths, the layer pattern, KV sharing,
 /// per-layer inputs, AltUp and the activation sparsity's normal quantiles,
 /// as llama.cpp's converter writes them.
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 fn write_gemma3n_hparams(
     w: &mut GgufWriter,
     cfg: &TextConfig,
@@ -449,46 +445,18 @@ fn write_gemma3n_hparams(
     head_dim: u64,
 ) -> Result<(), HfError> {
     let k = |s: &str| format!("gemma3n.{s}");
-    let per_layer_u64 = |key: &str| -> Result<Vec<u64>, HfError> {
-        match cfg.v.get(key) {
-            Some(Value::Array(a)) => a
-                .iter()
-                .map(|x| x.as_u64())
-                .collect::<Option<Vec<_>>>()
-                .filter(|v| v.len() as u64 == n_layers)
-                .ok_or_else(|| HfError::Config(format!("`{key}` needs {n_layers} integers"))),
-            Some(v) => v
-                .as_u64()
-                .map(|x| vec![x; n_layers as usize])
-                .ok_or_else(|| HfError::Config(format!("`{key}` is not an integer"))),
-            None => Err(HfError::Config(format!("`{key}` is missing"))),
-        }
-    };
-    let ffn = per_layer_u64("intermediate_size")?
-        .into_iter()
-        .map(|f| {
-            i32::try_from(f).map_err(|_| HfError::Config("intermediate_size is too large".into()))
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    w.set(
-        k("feed_forward_length"),
-        MetaValue::Array(MetaArray::I32(ffn)),
-    );
+    w.set(k("feed_forward_length"), gemma3n_ffn(cfg, n_layers)?);
     w.set(k("attention.key_length"), u32_of(head_dim, "head_dim")?);
     w.set(k("attention.value_length"), u32_of(head_dim, "head_dim")?);
-    let theta = |kind: &str, flat: &str, default: f64| {
-        cfg.rope(kind, "rope_theta")
-            .and_then(Value::as_f64)
-            .or_else(|| cfg.v.get(flat).and_then(Value::as_f64))
-            .unwrap_or(default)
-    };
     w.set(
         k("rope.freq_base"),
-        MetaValue::F32(theta("full_attention", "rope_theta", 1e6) as f32),
+        MetaValue::F32(gemma3n_rope_theta(cfg, "full_attention", "rope_theta", 1e6) as f32),
     );
     w.set(
         k("rope.freq_base_swa"),
-        MetaValue::F32(theta("sliding_attention", "rope_local_base_freq", 1e4) as f32),
+        MetaValue::F32(
+            gemma3n_rope_theta(cfg, "sliding_attention", "rope_local_base_freq", 1e4) as f32,
+        ),
     );
     let sliding = cfg.sliding_layers(n_layers)?;
     w.set(
@@ -519,7 +487,55 @@ fn write_gemma3n_hparams(
             "altup_active_idx",
         )?,
     );
-    let sparsity = match cfg.v.get("activation_sparsity_pattern") {
+    w.set(
+        k("activation_sparsity_scale"),
+        MetaValue::Array(MetaArray::F32(gemma3n_sparsity_scales(cfg, n_layers)?)),
+    );
+    Ok(())
+}
+
+/// A Gemma 3n per-layer integer: `key` as an array of one value per layer,
+/// or as one value for every layer.
+fn per_layer_uints(cfg: &TextConfig, key: &str, n_layers: u64) -> Result<Vec<u64>, HfError> {
+    match cfg.v.get(key) {
+        Some(Value::Array(a)) => a
+            .iter()
+            .map(|x| x.as_u64())
+            .collect::<Option<Vec<_>>>()
+            .filter(|v| v.len() as u64 == n_layers)
+            .ok_or_else(|| HfError::Config(format!("`{key}` needs {n_layers} integers"))),
+        Some(v) => v
+            .as_u64()
+            .map(|x| vec![x; n_layers as usize])
+            .ok_or_else(|| HfError::Config(format!("`{key}` is not an integer"))),
+        None => Err(HfError::Config(format!("`{key}` is missing"))),
+    }
+}
+
+/// Gemma 3n's FFN width of each layer.
+fn gemma3n_ffn(cfg: &TextConfig, n_layers: u64) -> Result<MetaValue, HfError> {
+    let ffn = per_layer_uints(cfg, "intermediate_size", n_layers)?
+        .into_iter()
+        .map(|f| {
+            i32::try_from(f).map_err(|_| HfError::Config("intermediate_size is too large".into()))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(MetaValue::Array(MetaArray::I32(ffn)))
+}
+
+/// Gemma 3n's RoPE base for the `kind` layers: from `rope_parameters`, else
+/// the flat key `flat`, else `default`.
+fn gemma3n_rope_theta(cfg: &TextConfig, kind: &str, flat: &str, default: f64) -> f64 {
+    cfg.rope(kind, "rope_theta")
+        .and_then(Value::as_f64)
+        .or_else(|| cfg.v.get(flat).and_then(Value::as_f64))
+        .unwrap_or(default)
+}
+
+/// Gemma 3n's activation sparsity per layer as the normal quantile of its
+/// target (`-inf`, no sparsity, where the config gives no pattern).
+fn gemma3n_sparsity_scales(cfg: &TextConfig, n_layers: u64) -> Result<Vec<f32>, HfError> {
+    match cfg.v.get("activation_sparsity_pattern") {
         Some(Value::Array(a)) if a.len() as u64 == n_layers => a
             .iter()
             .map(|x| {
@@ -530,19 +546,12 @@ fn write_gemma3n_hparams(
                         HfError::Config("activation_sparsity_pattern needs values in [0, 1)".into())
                     })
             })
-            .collect::<Result<Vec<f32>, _>>()?,
-        None | Some(Value::Null) => vec![f32::NEG_INFINITY; n_layers as usize],
-        Some(_) => {
-            return Err(HfError::Config(format!(
-                "`activation_sparsity_pattern` needs {n_layers} numbers"
-            )))
-        }
-    };
-    w.set(
-        k("activation_sparsity_scale"),
-        MetaValue::Array(MetaArray::F32(sparsity)),
-    );
-    Ok(())
+            .collect(),
+        None | Some(Value::Null) => Ok(vec![f32::NEG_INFINITY; n_layers as usize]),
+        Some(_) => Err(HfError::Config(format!(
+            "`activation_sparsity_pattern` needs {n_layers} numbers"
+        ))),
+    }
 }
 
 /// The standard normal's quantile `Φ⁻¹(p)` (`-inf` at 0): Acklam's rational
