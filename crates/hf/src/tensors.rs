@@ -4,6 +4,7 @@
 use crate::{Family, HfError, TextConfig};
 use gguf::{GgmlType, GgufWriter};
 use memmap2::Mmap;
+use safetensors::tensor::TensorView;
 use safetensors::{Dtype, SafeTensors};
 use serde_json::Value;
 use std::collections::HashMap;
@@ -240,123 +241,198 @@ pub(crate) fn f32_bytes(v: &[f32]) -> Vec<u8> {
 
 /// Add every text-model tensor to `w`; returns llama.cpp's file type number
 /// for the precision most weights are stored in.
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 pub(crate) fn write_tensors(
     w: &mut GgufWriter,
     ckpt: &Checkpoint,
     family: Family,
     cfg: &TextConfig,
 ) -> Result<u32, HfError> {
-    let n_layers = cfg.uint("num_hidden_layers")?;
-    let shared = cfg
-        .opt_uint("num_kv_shared_layers")
-        .unwrap_or(0)
-        .min(n_layers);
-    let shared_from = if family.shares_kv() {
-        n_layers - shared
-    } else {
-        n_layers
-    };
-    let tied = cfg.v.get("tie_word_embeddings").and_then(Value::as_bool) != Some(false);
-    let vocab = cfg.opt_uint("vocab_size");
-    let mut stacks: Vec<(String, Vec<StackPart>)> = Vec::new();
-    let mut counts = [0usize; 3];
-    let mut names: Vec<(String, usize)> = Vec::new();
+    let mut text = TextTensors::new(family, cfg)?;
     let parsed = ckpt.parsed()?;
+    for (name, si) in sorted_tensor_names(&parsed) {
+        let view = parsed[si]
+            .1
+            .tensor(&name)
+            .map_err(|e| HfError::Tensor(format!("{name}: {e}")))?;
+        text.add(w, &name, &view)?;
+    }
+    for (gname, parts) in text.stacks {
+        write_stack(w, gname, parts)?;
+    }
+    if family == Family::Gemma4 {
+        add_gemma4_rope_freqs(w, cfg)?;
+    }
+    Ok(file_type(&text.counts))
+}
+
+/// Every tensor name of the checkpoint with the index of its shard, in a
+/// stable order, so the same checkpoint always gives the same file.
+fn sorted_tensor_names(parsed: &[(&str, SafeTensors<'_>)]) -> Vec<(String, usize)> {
+    let mut names: Vec<(String, usize)> = Vec::new();
     for (si, (_, st)) in parsed.iter().enumerate() {
         for name in st.names() {
             names.push((name.to_string(), si));
         }
     }
-    // A stable order, so the same checkpoint always gives the same file.
     names.sort();
-    // Two checkpoint tensors that become one GGUF tensor (a name in two
-    // shards, or under two prefixes) would make a file our reader refuses
-    // (found by fuzzing): refuse the checkpoint, naming both.
-    let mut taken: HashMap<String, String> = HashMap::new();
-    let mut claim = |gname: &str, name: &str| match taken.insert(gname.into(), name.into()) {
-        Some(other) => Err(HfError::Tensor(format!(
-            "`{other}` and `{name}` of the checkpoint are both `{gname}`"
-        ))),
-        None => Ok(()),
-    };
-    for (name, si) in names {
-        let view = parsed[si]
-            .1
-            .tensor(&name)
-            .map_err(|e| HfError::Tensor(format!("{name}: {e}")))?;
-        let target = match target(&name, shared_from) {
-            Target::Matrix(n) if n == "output.weight" && tied => Target::Skip,
+    names
+}
+
+/// What adding a checkpoint's text tensors one by one keeps: the settings
+/// that decide where each goes, the experts' matrices waiting to be stacked,
+/// and which GGUF names are taken.
+struct TextTensors {
+    family: Family,
+    /// Layers from this one on share an earlier layer's keys and values.
+    shared_from: u64,
+    /// Whether the output matrix is the token embeddings (and so not kept).
+    tied: bool,
+    /// The vocabulary size the config states, which the per-layer table is
+    /// padded to.
+    vocab: Option<u64>,
+    /// The parts of each stacked GGUF tensor, in the order first seen.
+    stacks: Vec<(String, Vec<StackPart>)>,
+    /// Matrices kept in F32, F16 and BF16 (or another type).
+    counts: [usize; 3],
+    /// Each GGUF name given so far, with the checkpoint tensor it came from.
+    taken: HashMap<String, String>,
+}
+
+impl TextTensors {
+    fn new(family: Family, cfg: &TextConfig) -> Result<Self, HfError> {
+        let n_layers = cfg.uint("num_hidden_layers")?;
+        let shared = cfg
+            .opt_uint("num_kv_shared_layers")
+            .unwrap_or(0)
+            .min(n_layers);
+        let shared_from = if family.shares_kv() {
+            n_layers - shared
+        } else {
+            n_layers
+        };
+        Ok(Self {
+            family,
+            shared_from,
+            tied: cfg.v.get("tie_word_embeddings").and_then(Value::as_bool) != Some(false),
+            vocab: cfg.opt_uint("vocab_size"),
+            stacks: Vec::new(),
+            counts: [0; 3],
+            taken: HashMap::new(),
+        })
+    }
+
+    /// Two checkpoint tensors that become one GGUF tensor (a name in two
+    /// shards, or under two prefixes) would make a file our reader refuses
+    /// (found by fuzzing): refuse the checkpoint, naming both.
+    fn claim(&mut self, gname: &str, name: &str) -> Result<(), HfError> {
+        match self.taken.insert(gname.into(), name.into()) {
+            Some(other) => Err(HfError::Tensor(format!(
+                "`{other}` and `{name}` of the checkpoint are both `{gname}`"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    /// Add checkpoint tensor `name` to `w` under its GGUF name, or keep it
+    /// to be stacked, or pass it over.
+    fn add(
+        &mut self,
+        w: &mut GgufWriter,
+        name: &str,
+        view: &TensorView<'_>,
+    ) -> Result<(), HfError> {
+        let target = match target(name, self.shared_from) {
+            Target::Matrix(n) if n == "output.weight" && self.tied => Target::Skip,
             t => t,
         };
         let dims: Vec<u64> = view.shape().iter().rev().map(|&d| d as u64).collect();
         match target {
             Target::Skip => {}
             Target::Stacked(gname, i) => {
-                let ty = stored_type(view.dtype(), &name)?;
-                let entry = match stacks.iter_mut().find(|(n, _)| *n == gname) {
+                let ty = stored_type(view.dtype(), name)?;
+                let entry = match self.stacks.iter_mut().find(|(n, _)| *n == gname) {
                     Some(e) => e,
                     None => {
-                        stacks.push((gname, Vec::new()));
-                        stacks.last_mut().expect("just pushed")
+                        self.stacks.push((gname, Vec::new()));
+                        self.stacks.last_mut().expect("just pushed")
                     }
                 };
                 entry.1.push((i, ty, dims, view.data().to_vec()));
             }
             Target::Matrix(gname) => {
-                claim(&gname, &name)?;
-                let ty = stored_type(view.dtype(), &name)?;
-                counts[match ty {
-                    GgmlType::F32 => 0,
-                    GgmlType::F16 => 1,
-                    _ => 2,
-                }] += 1;
-                let mut dims = dims;
-                let mut data = view.data().to_vec();
-                if gname == "per_layer_token_embd.weight" {
-                    pad_with_first_row(&mut dims, &mut data, vocab)?;
-                }
-                w.add_tensor(gname, &dims, ty, data)?;
+                self.claim(&gname, name)?;
+                self.add_matrix(w, gname, name, dims, view)?;
             }
             Target::Norm(gname) => {
-                claim(&gname, &name)?;
-                let offset = family.norm_offset();
-                let v: Vec<f32> = to_f32(view.dtype(), view.data(), &name)?
+                self.claim(&gname, name)?;
+                let offset = self.family.norm_offset();
+                let v: Vec<f32> = to_f32(view.dtype(), view.data(), name)?
                     .into_iter()
                     .map(|x| x + offset)
                     .collect();
                 w.add_tensor(gname, &[v.len() as u64], GgmlType::F32, f32_bytes(&v))?;
             }
             Target::Vector(gname) => {
-                claim(&gname, &name)?;
-                let v = to_f32(view.dtype(), view.data(), &name)?;
+                self.claim(&gname, name)?;
+                let v = to_f32(view.dtype(), view.data(), name)?;
                 w.add_tensor(gname, &[v.len() as u64], GgmlType::F32, f32_bytes(&v))?;
             }
         }
+        Ok(())
     }
-    for (gname, mut parts) in stacks {
-        parts.sort_by_key(|p| p.0);
-        let first = &parts[0];
-        let (ty, dims) = (first.1, first.2.clone());
-        let in_order = parts.iter().enumerate().all(|(j, p)| p.0 == j);
-        if !in_order || parts.iter().any(|p| p.1 != ty || p.2 != dims) || dims.len() != 2 {
-            return Err(HfError::Tensor(format!(
-                "the matrices of `{gname}` are not numbered 0.. with one shape and type"
-            )));
+
+    /// Add a matrix in its stored precision, counting that precision, the
+    /// per-layer table padded to the vocabulary.
+    fn add_matrix(
+        &mut self,
+        w: &mut GgufWriter,
+        gname: String,
+        name: &str,
+        mut dims: Vec<u64>,
+        view: &TensorView<'_>,
+    ) -> Result<(), HfError> {
+        let ty = stored_type(view.dtype(), name)?;
+        self.counts[match ty {
+            GgmlType::F32 => 0,
+            GgmlType::F16 => 1,
+            _ => 2,
+        }] += 1;
+        let mut data = view.data().to_vec();
+        if gname == "per_layer_token_embd.weight" {
+            pad_with_first_row(&mut dims, &mut data, self.vocab)?;
         }
-        let count = parts.len() as u64;
-        let data: Vec<u8> = parts.into_iter().flat_map(|p| p.3).collect();
-        w.add_tensor(gname, &[dims[0], dims[1], count], ty, data)?;
+        w.add_tensor(gname, &dims, ty, data)?;
+        Ok(())
     }
-    if family == Family::Gemma4 {
-        add_gemma4_rope_freqs(w, cfg)?;
+}
+
+/// Add the matrices numbered 0.. of one shape and type as one 3-D tensor
+/// `gname`.
+fn write_stack(
+    w: &mut GgufWriter,
+    gname: String,
+    mut parts: Vec<StackPart>,
+) -> Result<(), HfError> {
+    parts.sort_by_key(|p| p.0);
+    let first = &parts[0];
+    let (ty, dims) = (first.1, first.2.clone());
+    let in_order = parts.iter().enumerate().all(|(j, p)| p.0 == j);
+    if !in_order || parts.iter().any(|p| p.1 != ty || p.2 != dims) || dims.len() != 2 {
+        return Err(HfError::Tensor(format!(
+            "the matrices of `{gname}` are not numbered 0.. with one shape and type"
+        )));
     }
-    // llama.cpp's LLAMA_FTYPE numbers: ALL_F32 0, MOSTLY_F16 1, MOSTLY_BF16 32.
+    let count = parts.len() as u64;
+    let data: Vec<u8> = parts.into_iter().flat_map(|p| p.3).collect();
+    w.add_tensor(gname, &[dims[0], dims[1], count], ty, data)?;
+    Ok(())
+}
+
+/// llama.cpp's LLAMA_FTYPE number for the precision most matrices are kept
+/// in (`counts` of F32, F16 and BF16): ALL_F32 0, MOSTLY_F16 1, MOSTLY_BF16 32.
+fn file_type(counts: &[usize; 3]) -> u32 {
     let most = (0..3).max_by_key(|&i| counts[i]).unwrap_or(0);
-    Ok([0, 1, 32][most])
+    [0, 1, 32][most]
 }
 
 /// Gemma 3n's per-layer table covers fewer ids than the vocabulary (the
