@@ -31,13 +31,25 @@ enum Tok {
 
 /// The Lark grammar for GBNF `src`, or a message naming the first problem
 /// (with its line).
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 pub fn to_lark(src: &str) -> Result<String, String> {
     let toks = lex(src)?;
-    // Split into rules at each `name ::=`.
+    let rules = split_rules(&toks)?;
+    let names = lark_names(&rules);
+    if !names.contains_key("root") {
+        return Err("the grammar has no `root` rule".into());
+    }
+    let bodies = lark_bodies(&rules, &names)?;
+    let mut lark = format!("start: {}\n", names["root"]);
+    for (name, alts) in bodies {
+        let alts: Vec<String> = alts.into_iter().map(|a| format!("({a})")).collect();
+        lark.push_str(&format!("{name}: {}\n", alts.join(" | ")));
+    }
+    Ok(lark)
+}
+
+/// The rules of the token stream, split at each `name ::=`: each name with
+/// the tokens of its body.
+fn split_rules(toks: &[(Tok, usize)]) -> Result<Vec<(String, Vec<Tok>)>, String> {
     let mut rules: Vec<(String, Vec<Tok>)> = Vec::new();
     let mut i = 0;
     while i < toks.len() {
@@ -65,9 +77,15 @@ pub fn to_lark(src: &str) -> Result<String, String> {
     if rules.is_empty() {
         return Err("the grammar has no rules".into());
     }
+    Ok(rules)
+}
+
+/// Each GBNF rule name's Lark name: `r_` and the name lowercased, with `_`
+/// for what Lark does not allow, numbered where two names would meet.
+fn lark_names(rules: &[(String, Vec<Tok>)]) -> HashMap<&str, String> {
     let mut names: HashMap<&str, String> = HashMap::new();
     let mut used: std::collections::HashSet<String> = Default::default();
-    for (n, _) in &rules {
+    for (n, _) in rules {
         if names.contains_key(n.as_str()) {
             continue;
         }
@@ -90,35 +108,24 @@ pub fn to_lark(src: &str) -> Result<String, String> {
         used.insert(name.clone());
         names.insert(n, name);
     }
-    if !names.contains_key("root") {
-        return Err("the grammar has no `root` rule".into());
-    }
-    // Rules written twice are alternatives of one rule, as in llama.cpp.
+    names
+}
+
+/// Each Lark rule with its alternatives in Lark syntax, in the order the
+/// rules first appear. Rules written twice are alternatives of one rule,
+/// as in llama.cpp.
+fn lark_bodies(
+    rules: &[(String, Vec<Tok>)],
+    names: &HashMap<&str, String>,
+) -> Result<Vec<(String, Vec<String>)>, String> {
     let mut bodies: Vec<(String, Vec<String>)> = Vec::new();
-    for (n, body) in &rules {
+    for (n, body) in rules {
         if body.is_empty() {
             return Err(format!("rule `{n}` is empty"));
         }
         let mut out = Vec::with_capacity(body.len());
         for t in body {
-            out.push(match t {
-                Tok::Name(r) => names
-                    .get(r.as_str())
-                    .cloned()
-                    .ok_or_else(|| format!("rule `{n}` uses `{r}`, which is not defined"))?,
-                Tok::Literal(s) if s.is_empty() => "\"\"".into(),
-                Tok::Literal(s) => serde_json::to_string(s).map_err(|e| e.to_string())?,
-                Tok::Class(neg, ranges) => class_regex(*neg, ranges),
-                Tok::Any => "/(?s:.)/".into(),
-                Tok::Open => "(".into(),
-                Tok::Close => ")".into(),
-                Tok::Bar => "|".into(),
-                Tok::Star => "*".into(),
-                Tok::Plus => "+".into(),
-                Tok::Question => "?".into(),
-                Tok::Repeat(r) => r.clone(),
-                Tok::Define => unreachable!("split out above"),
-            });
+            out.push(lark_token(t, n, names)?);
         }
         let name = names[n.as_str()].clone();
         match bodies.iter_mut().find(|(b, _)| *b == name) {
@@ -126,12 +133,29 @@ pub fn to_lark(src: &str) -> Result<String, String> {
             None => bodies.push((name, vec![out.join(" ")])),
         }
     }
-    let mut lark = format!("start: {}\n", names["root"]);
-    for (name, alts) in bodies {
-        let alts: Vec<String> = alts.into_iter().map(|a| format!("({a})")).collect();
-        lark.push_str(&format!("{name}: {}\n", alts.join(" | ")));
-    }
-    Ok(lark)
+    Ok(bodies)
+}
+
+/// Token `t` of rule `rule`'s body in Lark syntax.
+fn lark_token(t: &Tok, rule: &str, names: &HashMap<&str, String>) -> Result<String, String> {
+    Ok(match t {
+        Tok::Name(r) => names
+            .get(r.as_str())
+            .cloned()
+            .ok_or_else(|| format!("rule `{rule}` uses `{r}`, which is not defined"))?,
+        Tok::Literal(s) if s.is_empty() => "\"\"".into(),
+        Tok::Literal(s) => serde_json::to_string(s).map_err(|e| e.to_string())?,
+        Tok::Class(neg, ranges) => class_regex(*neg, ranges),
+        Tok::Any => "/(?s:.)/".into(),
+        Tok::Open => "(".into(),
+        Tok::Close => ")".into(),
+        Tok::Bar => "|".into(),
+        Tok::Star => "*".into(),
+        Tok::Plus => "+".into(),
+        Tok::Question => "?".into(),
+        Tok::Repeat(r) => r.clone(),
+        Tok::Define => unreachable!("split out by `split_rules`"),
+    })
 }
 
 fn describe(t: &Tok) -> String {
@@ -159,184 +183,221 @@ fn class_regex(neg: bool, ranges: &[(char, char)]) -> String {
 }
 
 /// Tokens with the line each starts on.
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 fn lex(src: &str) -> Result<Vec<(Tok, usize)>, String> {
-    let chars: Vec<char> = src.chars().collect();
+    let mut lx = Lexer {
+        chars: src.chars().collect(),
+        i: 0,
+    };
     let mut out = Vec::new();
-    let mut i = 0;
     let mut line = 1;
-    while i < chars.len() {
-        let c = chars[i];
+    while lx.i < lx.chars.len() {
+        let c = lx.chars[lx.i];
         let at = line;
-        match c {
+        let tok = match c {
             '\n' => {
                 line += 1;
-                i += 1;
+                lx.i += 1;
+                continue;
             }
-            c if c.is_whitespace() => i += 1,
+            c if c.is_whitespace() => {
+                lx.i += 1;
+                continue;
+            }
             '#' => {
-                while i < chars.len() && chars[i] != '\n' {
-                    i += 1;
-                }
+                lx.skip_comment();
+                continue;
             }
-            ':' if chars.get(i + 1) == Some(&':') && chars.get(i + 2) == Some(&'=') => {
-                out.push((Tok::Define, at));
-                i += 3;
+            ':' if lx.at_define() => {
+                lx.i += 3;
+                Tok::Define
             }
-            '"' => {
-                i += 1;
-                let mut s = String::new();
-                loop {
-                    match chars.get(i) {
-                        None | Some('\n') => {
-                            return Err(format!("line {at}: unterminated string"));
-                        }
-                        Some('"') => {
-                            i += 1;
-                            break;
-                        }
-                        Some('\\') => {
-                            let (ch, n) = escape(&chars[i..], at)?;
-                            s.push(ch);
-                            i += n;
-                        }
-                        Some(&ch) => {
-                            s.push(ch);
-                            i += 1;
-                        }
-                    }
-                }
-                out.push((Tok::Literal(s), at));
-            }
-            '[' => {
-                i += 1;
-                let neg = chars.get(i) == Some(&'^');
-                if neg {
-                    i += 1;
-                }
-                let mut ranges = Vec::new();
-                loop {
-                    let lo = match chars.get(i) {
-                        None | Some('\n') => {
-                            return Err(format!("line {at}: unterminated character class"))
-                        }
-                        Some(']') => {
-                            i += 1;
-                            break;
-                        }
-                        Some('\\') => {
-                            let (ch, n) = escape(&chars[i..], at)?;
-                            i += n;
-                            ch
-                        }
-                        Some(&ch) => {
-                            i += 1;
-                            ch
-                        }
-                    };
-                    let mut hi = lo;
-                    if chars.get(i) == Some(&'-') && chars.get(i + 1).is_some_and(|&c| c != ']') {
-                        i += 1;
-                        hi = match chars.get(i) {
-                            Some('\\') => {
-                                let (ch, n) = escape(&chars[i..], at)?;
-                                i += n;
-                                ch
-                            }
-                            Some(&ch) => {
-                                i += 1;
-                                ch
-                            }
-                            None => return Err(format!("line {at}: unterminated range")),
-                        };
-                        if hi < lo {
-                            return Err(format!(
-                                "line {at}: the range {lo:?}-{hi:?} is backwards"
-                            ));
-                        }
-                    }
-                    ranges.push((lo, hi));
-                }
-                if ranges.is_empty() && !neg {
-                    return Err(format!("line {at}: the empty class `[]` matches nothing"));
-                }
-                out.push((Tok::Class(neg, ranges), at));
-            }
-            '{' => {
-                let start = i;
-                while i < chars.len() && chars[i] != '}' {
-                    i += 1;
-                }
-                if i == chars.len() {
-                    return Err(format!("line {at}: unterminated `{{`"));
-                }
-                let inner: String = chars[start + 1..i].iter().filter(|c| !c.is_whitespace()).collect();
-                i += 1;
-                let ok = !inner.is_empty()
-                    && inner.chars().all(|c| c.is_ascii_digit() || c == ',')
-                    && inner.matches(',').count() <= 1
-                    && inner != ",";
-                if !ok {
-                    return Err(format!("line {at}: bad repetition `{{{inner}}}`"));
-                }
-                if let Some((m, n)) = inner.split_once(',') {
-                    if let (Ok(m), Ok(n)) = (m.parse::<u32>(), n.parse::<u32>()) {
-                        if n < m {
-                            return Err(format!("line {at}: repetition {{{m},{n}}} is backwards"));
-                        }
-                    }
-                }
-                out.push((Tok::Repeat(format!("{{{inner}}}")), at));
-            }
+            '"' => lx.string(at)?,
+            '[' => lx.class(at)?,
+            '{' => lx.repeat(at)?,
             '<' | '!' => {
                 return Err(format!(
                     "line {at}: token references (`<[id]>`, `!<[id]>`) are not supported; write the text instead"
                 ))
             }
-            '(' => {
-                out.push((Tok::Open, at));
-                i += 1;
+            c if is_name_char(c) => lx.name(),
+            c => {
+                let tok = operator(c)
+                    .ok_or_else(|| format!("line {at}: unexpected character {c:?}"))?;
+                lx.i += 1;
+                tok
             }
-            ')' => {
-                out.push((Tok::Close, at));
-                i += 1;
-            }
-            '|' => {
-                out.push((Tok::Bar, at));
-                i += 1;
-            }
-            '*' => {
-                out.push((Tok::Star, at));
-                i += 1;
-            }
-            '+' => {
-                out.push((Tok::Plus, at));
-                i += 1;
-            }
-            '?' => {
-                out.push((Tok::Question, at));
-                i += 1;
-            }
-            '.' => {
-                out.push((Tok::Any, at));
-                i += 1;
-            }
-            c if c.is_ascii_alphanumeric() || c == '-' || c == '_' => {
-                let start = i;
-                while i < chars.len()
-                    && (chars[i].is_ascii_alphanumeric() || chars[i] == '-' || chars[i] == '_')
-                {
-                    i += 1;
-                }
-                out.push((Tok::Name(chars[start..i].iter().collect()), at));
-            }
-            other => return Err(format!("line {at}: unexpected character {other:?}")),
-        }
+        };
+        out.push((tok, at));
     }
     Ok(out)
+}
+
+/// The token of a one-character operator.
+fn operator(c: char) -> Option<Tok> {
+    Some(match c {
+        '(' => Tok::Open,
+        ')' => Tok::Close,
+        '|' => Tok::Bar,
+        '*' => Tok::Star,
+        '+' => Tok::Plus,
+        '?' => Tok::Question,
+        '.' => Tok::Any,
+        _ => return None,
+    })
+}
+
+fn is_name_char(c: char) -> bool {
+    c.is_ascii_alphanumeric() || c == '-' || c == '_'
+}
+
+/// The source's characters and the position reached. Line counting stays
+/// with [`lex`]: a token is reported at the line it starts on.
+struct Lexer {
+    chars: Vec<char>,
+    i: usize,
+}
+
+impl Lexer {
+    /// Move to the end of the line (its `\n` left for the line count).
+    fn skip_comment(&mut self) {
+        while self.i < self.chars.len() && self.chars[self.i] != '\n' {
+            self.i += 1;
+        }
+    }
+
+    /// Whether `::=` starts here.
+    fn at_define(&self) -> bool {
+        self.chars.get(self.i + 1) == Some(&':') && self.chars.get(self.i + 2) == Some(&'=')
+    }
+
+    /// A string literal from its opening quote, escapes resolved.
+    fn string(&mut self, at: usize) -> Result<Tok, String> {
+        self.i += 1;
+        let mut s = String::new();
+        loop {
+            match self.chars.get(self.i) {
+                None | Some('\n') => {
+                    return Err(format!("line {at}: unterminated string"));
+                }
+                Some('"') => {
+                    self.i += 1;
+                    break;
+                }
+                Some('\\') => {
+                    let (ch, n) = escape(&self.chars[self.i..], at)?;
+                    s.push(ch);
+                    self.i += n;
+                }
+                Some(&ch) => {
+                    s.push(ch);
+                    self.i += 1;
+                }
+            }
+        }
+        Ok(Tok::Literal(s))
+    }
+
+    /// A character class from its `[`: whether `^` negates it, and its
+    /// ranges (a lone character is a range of one).
+    fn class(&mut self, at: usize) -> Result<Tok, String> {
+        self.i += 1;
+        let neg = self.chars.get(self.i) == Some(&'^');
+        if neg {
+            self.i += 1;
+        }
+        let mut ranges = Vec::new();
+        while let Some(range) = self.class_range(at)? {
+            ranges.push(range);
+        }
+        if ranges.is_empty() && !neg {
+            return Err(format!("line {at}: the empty class `[]` matches nothing"));
+        }
+        Ok(Tok::Class(neg, ranges))
+    }
+
+    /// The class's next character or `lo-hi` range; `None` past its `]`.
+    fn class_range(&mut self, at: usize) -> Result<Option<(char, char)>, String> {
+        let lo = match self.chars.get(self.i) {
+            None | Some('\n') => return Err(format!("line {at}: unterminated character class")),
+            Some(']') => {
+                self.i += 1;
+                return Ok(None);
+            }
+            Some('\\') => {
+                let (ch, n) = escape(&self.chars[self.i..], at)?;
+                self.i += n;
+                ch
+            }
+            Some(&ch) => {
+                self.i += 1;
+                ch
+            }
+        };
+        let mut hi = lo;
+        // A `-` before the `]` is itself a member.
+        if self.chars.get(self.i) == Some(&'-')
+            && self.chars.get(self.i + 1).is_some_and(|&c| c != ']')
+        {
+            self.i += 1;
+            hi = match self.chars.get(self.i) {
+                Some('\\') => {
+                    let (ch, n) = escape(&self.chars[self.i..], at)?;
+                    self.i += n;
+                    ch
+                }
+                Some(&ch) => {
+                    self.i += 1;
+                    ch
+                }
+                None => return Err(format!("line {at}: unterminated range")),
+            };
+            if hi < lo {
+                return Err(format!("line {at}: the range {lo:?}-{hi:?} is backwards"));
+            }
+        }
+        Ok(Some((lo, hi)))
+    }
+
+    /// A repetition `{m}`, `{m,}`, `{m,n}` or `{,n}` from its `{`, spaces
+    /// removed; one whose bounds are backwards is refused.
+    fn repeat(&mut self, at: usize) -> Result<Tok, String> {
+        let start = self.i;
+        while self.i < self.chars.len() && self.chars[self.i] != '}' {
+            self.i += 1;
+        }
+        if self.i == self.chars.len() {
+            return Err(format!("line {at}: unterminated `{{`"));
+        }
+        let inner: String = self.chars[start + 1..self.i]
+            .iter()
+            .filter(|c| !c.is_whitespace())
+            .collect();
+        self.i += 1;
+        let ok = !inner.is_empty()
+            && inner.chars().all(|c| c.is_ascii_digit() || c == ',')
+            && inner.matches(',').count() <= 1
+            && inner != ",";
+        if !ok {
+            return Err(format!("line {at}: bad repetition `{{{inner}}}`"));
+        }
+        if let Some((m, n)) = inner.split_once(',') {
+            if let (Ok(m), Ok(n)) = (m.parse::<u32>(), n.parse::<u32>()) {
+                if n < m {
+                    return Err(format!("line {at}: repetition {{{m},{n}}} is backwards"));
+                }
+            }
+        }
+        Ok(Tok::Repeat(format!("{{{inner}}}")))
+    }
+
+    /// A rule name.
+    fn name(&mut self) -> Tok {
+        let start = self.i;
+        while self.i < self.chars.len() && is_name_char(self.chars[self.i]) {
+            self.i += 1;
+        }
+        Tok::Name(self.chars[start..self.i].iter().collect())
+    }
 }
 
 /// One escape at `s[0] == '\\'`: the character and how many chars it took.
