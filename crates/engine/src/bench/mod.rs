@@ -2,7 +2,9 @@
 //! of N tokens in one batch, `tg N` decodes N tokens one at a time (after
 //! `depth` tokens of context), each run from an empty cache.
 
-use crate::{Engine, EngineError, Rng};
+use crate::{
+    BatchDecoder, BatchItem, Decoding, Engine, EngineError, GenerateOptions, Rng, Sampler, Session,
+};
 use std::time::{Duration, Instant};
 
 /// Where a parallel operation site spent its time (`hearth bench --profile`).
@@ -315,10 +317,6 @@ impl Engine {
     /// end token) is started over from the cached prompt. With `grammar`
     /// every generation is held to it, so the difference to a run without
     /// is what constrained decoding costs.
-    #[expect(
-        clippy::too_many_lines,
-        reason = "longer than a screen; issue 91 splits it"
-    )]
     pub fn bench_sampled(
         &self,
         prompt: &[u32],
@@ -328,7 +326,6 @@ impl Engine {
         params: &crate::SamplingParams,
         reps: usize,
     ) -> Result<SampledBench, EngineError> {
-        use crate::{BatchItem, Decoding, GenerateOptions, Sampler};
         let seqs = seqs.max(1);
         if n_gen == 0 {
             return Err(EngineError::InvalidRequest(
@@ -337,84 +334,29 @@ impl Engine {
         }
         let mut sessions: Vec<_> = (0..seqs).map(|_| self.session()).collect();
         let mut decoder = self.batch_decoder(seqs);
-        let opts = GenerateOptions {
-            max_tokens: n_gen,
-            stop: Vec::new(),
-            stop_on_eog: true,
-            render_special: false,
-            speculation: None,
+        let run = SampledRun {
+            engine: self,
+            prompt,
+            grammar,
+            params,
+            opts: GenerateOptions {
+                max_tokens: n_gen,
+                stop: Vec::new(),
+                stop_on_eog: true,
+                render_special: false,
+                speculation: None,
+            },
         };
         let mut total = crate::ConstraintStats::default();
         let mut tokens = 0u64;
         let mut samples = Vec::with_capacity(reps);
-        let start_seq = |session: &mut crate::Session,
-                         i: usize,
-                         k: u64|
-         -> Result<(Decoding, Sampler), EngineError> {
-            let sampler = Sampler::new(crate::SamplingParams {
-                seed: params.seed.wrapping_add(i as u64 * 7919 + k),
-                ..params.clone()
-            });
-            let request = crate::GenerationRequest {
-                constraint: grammar.map(|g| self.constraint(g)).transpose()?,
-                ..crate::GenerationRequest::new(prompt, &opts)
-            };
-            let mut d = session.begin(request, &sampler)?;
-            session.prefill(&mut d, usize::MAX)?;
-            Ok((d, sampler))
-        };
         // One untimed warm-up repetition, then `reps` timed ones.
         for rep in 0..=reps.max(1) {
-            let mut live: Vec<(Decoding, Sampler)> = Vec::with_capacity(seqs);
-            for (i, s) in sessions.iter_mut().enumerate() {
-                live.push(start_seq(s, i, rep as u64 * 1000)?);
-            }
-            let mut produced = 0usize;
-            let mut restarts = 0u64;
-            let mut time = Duration::ZERO;
-            let mut first_error = None;
-            while produced < n_gen * seqs {
-                let before: usize = live.iter().map(|(d, _)| d.ids().len()).sum();
-                let mut items: Vec<BatchItem<'_>> = sessions
-                    .iter_mut()
-                    .zip(live.iter_mut())
-                    .map(|(session, (decoding, sampler))| BatchItem {
-                        session,
-                        decoding,
-                        sampler,
-                    })
-                    .collect();
-                let t0 = Instant::now();
-                decoder.step(&mut items, |_, step| {
-                    if let Err(e) = step {
-                        first_error.get_or_insert(e);
-                    }
-                });
-                time += t0.elapsed();
-                drop(items);
-                if let Some(e) = first_error.take() {
-                    return Err(e);
-                }
-                let after: usize = live.iter().map(|(d, _)| d.ids().len()).sum();
-                produced += after - before;
-                for (i, s) in sessions.iter_mut().enumerate() {
-                    if live[i].0.is_done() {
-                        if rep > 0 {
-                            if let Some(c) = live[i].0.constraint_stats() {
-                                add_stats(&mut total, &c);
-                            }
-                        }
-                        restarts += 1;
-                        live[i] = start_seq(s, i, rep as u64 * 1000 + restarts)?;
-                    }
-                }
-            }
-            if rep > 0 {
-                for (d, _) in &live {
-                    if let Some(c) = d.constraint_stats() {
-                        add_stats(&mut total, &c);
-                    }
-                }
+            let timed = rep > 0;
+            let stats = timed.then_some(&mut total);
+            let (produced, time) =
+                run.repetition(&mut sessions, &mut decoder, rep, n_gen, stats)?;
+            if timed {
                 tokens += produced as u64;
                 samples.push(produced as f64 / time.as_secs_f64().max(1e-9));
             }
@@ -425,6 +367,119 @@ impl Engine {
             tokens,
             constraint: grammar.map(|_| total),
         })
+    }
+}
+
+/// What every generation of [`Engine::bench_sampled`] starts from.
+struct SampledRun<'a> {
+    engine: &'a Engine,
+    prompt: &'a [u32],
+    grammar: Option<&'a crate::Grammar>,
+    params: &'a crate::SamplingParams,
+    opts: GenerateOptions,
+}
+
+impl SampledRun<'_> {
+    /// Begin sequence `i`'s generation on `session`, prefilled, with its
+    /// own sampler (the seed moved by `i` and `k`, so no two generations
+    /// sample alike) and, with a grammar, its own constraint.
+    fn start(
+        &self,
+        session: &mut Session,
+        i: usize,
+        k: u64,
+    ) -> Result<(Decoding, Sampler), EngineError> {
+        let sampler = Sampler::new(crate::SamplingParams {
+            seed: self.params.seed.wrapping_add(i as u64 * 7919 + k),
+            ..self.params.clone()
+        });
+        let request = crate::GenerationRequest {
+            constraint: self
+                .grammar
+                .map(|g| self.engine.constraint(g))
+                .transpose()?,
+            ..crate::GenerationRequest::new(self.prompt, &self.opts)
+        };
+        let mut d = session.begin(request, &sampler)?;
+        session.prefill(&mut d, usize::MAX)?;
+        Ok((d, sampler))
+    }
+
+    /// Repetition `rep`: decode on every session until `n_gen` tokens per
+    /// session have been produced, restarting each generation that ends.
+    /// The tokens produced and the time the decode steps took; each
+    /// generation's constraint costs are added to `stats` when given.
+    fn repetition(
+        &self,
+        sessions: &mut [Session],
+        decoder: &mut BatchDecoder,
+        rep: usize,
+        n_gen: usize,
+        mut stats: Option<&mut crate::ConstraintStats>,
+    ) -> Result<(usize, Duration), EngineError> {
+        let seqs = sessions.len();
+        let mut live: Vec<(Decoding, Sampler)> = Vec::with_capacity(seqs);
+        for (i, s) in sessions.iter_mut().enumerate() {
+            live.push(self.start(s, i, rep as u64 * 1000)?);
+        }
+        let mut produced = 0usize;
+        let mut restarts = 0u64;
+        let mut time = Duration::ZERO;
+        while produced < n_gen * seqs {
+            let before: usize = live.iter().map(|(d, _)| d.ids().len()).sum();
+            time += timed_step(decoder, sessions, &mut live)?;
+            let after: usize = live.iter().map(|(d, _)| d.ids().len()).sum();
+            produced += after - before;
+            for (i, s) in sessions.iter_mut().enumerate() {
+                if live[i].0.is_done() {
+                    if let Some(total) = stats.as_deref_mut() {
+                        if let Some(c) = live[i].0.constraint_stats() {
+                            add_stats(total, &c);
+                        }
+                    }
+                    restarts += 1;
+                    live[i] = self.start(s, i, rep as u64 * 1000 + restarts)?;
+                }
+            }
+        }
+        if let Some(total) = stats {
+            for (d, _) in &live {
+                if let Some(c) = d.constraint_stats() {
+                    add_stats(total, &c);
+                }
+            }
+        }
+        Ok((produced, time))
+    }
+}
+
+/// One batched decode step of every live generation, timed; the first
+/// error any of them met.
+fn timed_step(
+    decoder: &mut BatchDecoder,
+    sessions: &mut [Session],
+    live: &mut [(Decoding, Sampler)],
+) -> Result<Duration, EngineError> {
+    let mut items: Vec<BatchItem<'_>> = sessions
+        .iter_mut()
+        .zip(live.iter_mut())
+        .map(|(session, (decoding, sampler))| BatchItem {
+            session,
+            decoding,
+            sampler,
+        })
+        .collect();
+    let mut first_error = None;
+    let t0 = Instant::now();
+    decoder.step(&mut items, |_, step| {
+        if let Err(e) = step {
+            first_error.get_or_insert(e);
+        }
+    });
+    let time = t0.elapsed();
+    match first_error {
+        Some(e) => Err(e),
+        None => Ok(time),
     }
 }
 
