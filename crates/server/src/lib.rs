@@ -290,10 +290,9 @@ fn open_prompt_cache(config: &prompt_cache::CacheConfig) -> prompt_cache::Prompt
     prompt_cache::PromptCache::in_ram(config.ram_bytes)
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
+/// Start the server: load the lineup, bind, serve until a signal, the model
+/// load failing or the idle limit, then drain the requests in flight and
+/// flush what the last ones stored.
 async fn serve(config: ServerConfig, lineup: models::Lineup) -> Result<(), ServeError> {
     let config = Arc::new(config);
     let metrics = Arc::new(Metrics::default());
@@ -316,10 +315,51 @@ async fn serve(config: ServerConfig, lineup: models::Lineup) -> Result<(), Serve
         Arc::clone(&metrics),
         cache.clone(),
     ));
-    let state = AppState {
-        config: Arc::clone(&config),
-        models: Arc::clone(&models),
-        metrics: Arc::clone(&metrics),
+    let state = app_state(&config, &models, &metrics)?;
+
+    // A certificate that cannot be used stops the server before it binds.
+    let acceptor = config.tls.as_ref().map(tls::acceptor).transpose()?;
+    let listener = tokio::net::TcpListener::bind((config.host.as_str(), config.port)).await?;
+    let addr: SocketAddr = listener.local_addr()?;
+    let scheme = if acceptor.is_some() { "https" } else { "http" };
+    eprintln!("hearth serve: listening on {scheme}://{addr}");
+
+    let loaded_rx = start_loading(&models, pinned)?;
+    let app = routes::router(state.clone(), addr);
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let server = tokio::spawn(accept_loop(listener, app, stop_rx, config.limits, acceptor));
+    let load_failed = wait_for_stop(&state, loaded_rx).await;
+    let _ = stop_tx.send(true);
+    // No new jobs; running ones go on for now.
+    models.shutdown(false);
+    finish_requests(&models, server, config.shutdown_timeout).await?;
+    models.join();
+    // The responses the last requests stored reach the log, and their
+    // prompts' states their files, before exit.
+    state.responses.flush();
+    if let Some(cache) = &cache {
+        cache.flush();
+    }
+    match load_failed {
+        Some(e) => Err(e),
+        None => {
+            eprintln!("hearth serve: stopped");
+            Ok(())
+        }
+    }
+}
+
+/// The handlers' shared state: the limits' rate limiter, work pool and body
+/// permits, and the response store (said on stderr when it cannot be read).
+fn app_state(
+    config: &Arc<ServerConfig>,
+    models: &Arc<models::Models>,
+    metrics: &Arc<Metrics>,
+) -> Result<AppState, ServeError> {
+    Ok(AppState {
+        config: Arc::clone(config),
+        models: Arc::clone(models),
+        metrics: Arc::clone(metrics),
         activity: Arc::new(Activity::new(Instant::now())),
         rate: config
             .limits
@@ -337,21 +377,21 @@ async fn serve(config: ServerConfig, lineup: models::Lineup) -> Result<(), Serve
         )),
         responses: Arc::new(open_responses(config.responses_log.as_deref())),
         created: api::now_secs(),
-    };
+    })
+}
 
-    // A certificate that cannot be used stops the server before it binds.
-    let acceptor = config.tls.as_ref().map(tls::acceptor).transpose()?;
-    let listener = tokio::net::TcpListener::bind((config.host.as_str(), config.port)).await?;
-    let addr: SocketAddr = listener.local_addr()?;
-    let scheme = if acceptor.is_some() { "https" } else { "http" };
-    eprintln!("hearth serve: listening on {scheme}://{addr}");
-
-    // A pinned model loads on its own thread (/health says 503 until it is
-    // done); models served on demand load on their first request, and an
-    // idle check unloads them past their keep-alive.
+/// Start loading the lineup: a pinned model loads on its own thread
+/// (/health says 503 until it is done); models served on demand load on
+/// their first request, and an idle check unloads them past their
+/// keep-alive. The receiver hears how the pinned load ended (at once when
+/// there is none).
+fn start_loading(
+    models: &Arc<models::Models>,
+    pinned: bool,
+) -> Result<tokio::sync::oneshot::Receiver<Result<(), ServeError>>, ServeError> {
     let (loaded_tx, loaded_rx) = tokio::sync::oneshot::channel::<Result<(), ServeError>>();
     if pinned {
-        let models = Arc::clone(&models);
+        let models = Arc::clone(models);
         std::thread::Builder::new()
             .name("hearth-load".into())
             .spawn(move || {
@@ -363,7 +403,7 @@ async fn serve(config: ServerConfig, lineup: models::Lineup) -> Result<(), Serve
             })?;
     } else {
         let _ = loaded_tx.send(Ok(()));
-        let models = Arc::clone(&models);
+        let models = Arc::clone(models);
         tokio::spawn(async move {
             let period = models.reap_period();
             loop {
@@ -372,48 +412,57 @@ async fn serve(config: ServerConfig, lineup: models::Lineup) -> Result<(), Serve
             }
         });
     }
+    Ok(loaded_rx)
+}
 
-    let app = routes::router(state.clone(), addr);
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let mut load_failed: Option<ServeError> = None;
-    let server = tokio::spawn(accept_loop(listener, app, stop_rx, config.limits, acceptor));
-
+/// Wait for a signal, for the model load to fail, or (once loaded) for the
+/// idle limit; the load's error, if that is what ended the wait. Loading is
+/// never idle time: the quiet period starts when the model is ready.
+async fn wait_for_stop(
+    state: &AppState,
+    loaded_rx: tokio::sync::oneshot::Receiver<Result<(), ServeError>>,
+) -> Option<ServeError> {
+    let config = &state.config;
     let draining = || {
         eprintln!(
             "hearth serve: shutting down; waiting up to {:?} for requests in flight",
             config.shutdown_timeout
         )
     };
-    // Wait for a signal, for the model load to fail, or (once loaded) for
-    // the idle limit. Loading is never idle time: the quiet period starts
-    // when the model is ready.
     tokio::select! {
-        () = shutdown_signal() => draining(),
-        res = loaded_rx => {
-            match res {
-                Ok(Ok(())) => {
-                    state.activity.touch(Instant::now());
-                    tokio::select! {
-                        () = shutdown_signal() => draining(),
-                        idle = idle_exit(&state.activity, config.idle_exit) => {
-                            eprintln!(
-                                "hearth serve: idle for {:.1} s with no request in flight (--idle-exit {}); exiting",
-                                idle.as_secs_f64(),
-                                config.idle_exit.map_or(0.0, |d| d.as_secs_f64())
-                            );
-                        }
+        () = shutdown_signal() => {
+            draining();
+            None
+        }
+        res = loaded_rx => match res {
+            Ok(Ok(())) => {
+                state.activity.touch(Instant::now());
+                tokio::select! {
+                    () = shutdown_signal() => draining(),
+                    idle = idle_exit(&state.activity, config.idle_exit) => {
+                        eprintln!(
+                            "hearth serve: idle for {:.1} s with no request in flight (--idle-exit {}); exiting",
+                            idle.as_secs_f64(),
+                            config.idle_exit.map_or(0.0, |d| d.as_secs_f64())
+                        );
                     }
                 }
-                Ok(Err(e)) => load_failed = Some(e),
-                Err(_) => load_failed = None,
+                None
             }
-        }
+            Ok(Err(e)) => Some(e),
+            Err(_) => None,
+        },
     }
-    let _ = stop_tx.send(true);
-    // No new jobs; running ones go on for now.
-    models.shutdown(false);
-    let mut server = server;
-    match tokio::time::timeout(config.shutdown_timeout, &mut server).await {
+}
+
+/// Give the requests in flight `timeout` to finish as the accept loop
+/// (`server`) winds down, then cancel the ones still running.
+async fn finish_requests(
+    models: &models::Models,
+    mut server: tokio::task::JoinHandle<()>,
+    timeout: Duration,
+) -> Result<(), ServeError> {
+    match tokio::time::timeout(timeout, &mut server).await {
         Ok(res) => {
             res.map_err(|e| std::io::Error::other(e.to_string()))?;
         }
@@ -424,20 +473,7 @@ async fn serve(config: ServerConfig, lineup: models::Lineup) -> Result<(), Serve
             let _ = tokio::time::timeout(Duration::from_secs(2), &mut server).await;
         }
     }
-    models.join();
-    // The responses the last requests stored reach the log, and their
-    // prompts' states their files, before exit.
-    state.responses.flush();
-    if let Some(cache) = &cache {
-        cache.flush();
-    }
-    match load_failed {
-        Some(e) => Err(e),
-        None => {
-            eprintln!("hearth serve: stopped");
-            Ok(())
-        }
-    }
+    Ok(())
 }
 
 /// Accept connections until `stop`, serving each (over TLS when `tls` is
