@@ -167,7 +167,7 @@ fn transcripts_equal_complete_and_transcribe_in_every_format() {
 fn a_model_that_does_not_hear_is_refused_and_forms_are_checked() {
     let mut s = Server::start(&fixture("tiny/gemma3/model-f32.gguf"), &["--ctx", "128"]);
     let wav = std::fs::read(fixture("audio/speech.wav")).unwrap();
-    let form = multipart(&[("file", &wav), ("model", b"m")]);
+    let form = multipart(&[("file", &wav), ("model", b"whisper-1")]);
     let refused = s.request(
         "POST",
         "/v1/audio/transcriptions",

@@ -15,7 +15,8 @@ const MAX_PROMPT_BYTES: usize = 4096;
 pub(super) struct AudioForm {
     /// The audio file's bytes.
     pub(super) file: Vec<u8>,
-    /// The model asked for, if any.
+    /// The model asked for, if any (OpenAI's own speech models' names ask
+    /// for the default).
     pub(super) model: Option<String>,
     /// What to make of the speech.
     pub(super) transcription: Transcription,
@@ -161,7 +162,7 @@ impl Fields {
         }
         Ok(AudioForm {
             file,
-            model: self.model.filter(|m| !m.is_empty()),
+            model: self.model.filter(|m| !m.is_empty() && !is_openai_speech_model(m)),
             transcription: Transcription {
                 task,
                 language: self.language,
@@ -172,6 +173,13 @@ impl Fields {
             stream,
         })
     }
+}
+
+/// OpenAI's speech-to-text model names (`whisper-1`,
+/// `gpt-4o-transcribe`...), which clients send fixed: they ask for the
+/// server's default model.
+fn is_openai_speech_model(name: &str) -> bool {
+    name.starts_with("whisper") || name.contains("transcribe")
 }
 
 fn bounded(name: &str, text: String, max: usize) -> Result<String, ApiError> {
