@@ -468,19 +468,15 @@ fn judgments_block(out: &mut String, rows: &[&JudgmentRow]) {
     }
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
-fn section_answers(
-    out: &mut String,
-    judgments: &[JudgmentRow],
-    answers: &[AnswerRow],
-    questions: &[Question],
-) {
-    out.push_str("<h2 id=\"answers\">Answers and judgments</h2>\n");
-    // question → model → (answer row, judgments)
-    type PerModel<'a> = BTreeMap<&'a str, (Option<&'a AnswerRow>, Vec<&'a JudgmentRow>)>;
+/// Per question, each model's answer row (the first one given) and the
+/// judgments of its turns.
+type PerModel<'a> = BTreeMap<&'a str, (Option<&'a AnswerRow>, Vec<&'a JudgmentRow>)>;
+
+/// Answers and judgments grouped question → model.
+fn group_by_question<'a>(
+    judgments: &'a [JudgmentRow],
+    answers: &'a [AnswerRow],
+) -> BTreeMap<u32, PerModel<'a>> {
     let mut by_q: BTreeMap<u32, PerModel> = BTreeMap::new();
     for a in answers {
         let e = by_q.entry(a.question_id).or_default();
@@ -490,6 +486,41 @@ fn section_answers(
         let e = by_q.entry(j.question_id).or_default();
         e.entry(j.model.as_str()).or_default().1.push(j);
     }
+    by_q
+}
+
+/// Each model's scores on a question, as the question's summary line shows
+/// them: `model: t1 8, t2 7 · other: –`.
+fn scores_line(models: &PerModel) -> String {
+    let scores: Vec<String> = models
+        .iter()
+        .map(|(m, (_, js))| {
+            let s: Vec<String> = js
+                .iter()
+                .map(|j| format!("t{} {}", j.turn, score_text(j.score)))
+                .collect();
+            format!(
+                "{}: {}",
+                m,
+                if s.is_empty() {
+                    "–".into()
+                } else {
+                    s.join(", ")
+                }
+            )
+        })
+        .collect();
+    scores.join(" · ")
+}
+
+fn section_answers(
+    out: &mut String,
+    judgments: &[JudgmentRow],
+    answers: &[AnswerRow],
+    questions: &[Question],
+) {
+    out.push_str("<h2 id=\"answers\">Answers and judgments</h2>\n");
+    let by_q = group_by_question(judgments, answers);
     if by_q.is_empty() {
         out.push_str("<p class=\"note\">No answers or judgments given.</p>\n");
         return;
@@ -506,99 +537,98 @@ fn section_answers(
         let Some(models) = by_q.get(&id) else {
             continue;
         };
-        let q = qs.get(&id);
-        let scores: Vec<String> = models
-            .iter()
-            .map(|(m, (_, js))| {
-                let s: Vec<String> = js
-                    .iter()
-                    .map(|j| format!("t{} {}", j.turn, score_text(j.score)))
-                    .collect();
-                format!(
-                    "{}: {}",
-                    m,
-                    if s.is_empty() {
-                        "–".into()
-                    } else {
-                        s.join(", ")
-                    }
-                )
-            })
-            .collect();
-        w!(
-            out,
-            "<details class=\"q\" id=\"q{id}\"><summary>Question {id} · {} <span class=\"meta\">{}</span></summary>\n",
-            escape_html(q.map(|q| q.category.as_str()).unwrap_or("not in the question list")),
-            escape_html(&scores.join(" · "))
-        );
-        if let Some(q) = q {
-            for (i, t) in q.turns.iter().enumerate() {
-                w!(
-                    out,
-                    "<div><b>Turn {}</b><pre>{}</pre></div>\n",
-                    i + 1,
-                    escape_html(t)
-                );
-            }
-        }
-        for (model, (answer, js)) in models {
+        question_block(out, id, qs.get(&id).copied(), models);
+    }
+}
+
+/// One question's collapsible block: its turns, then every model's answers
+/// and judgments.
+fn question_block(out: &mut String, id: u32, q: Option<&Question>, models: &PerModel) {
+    w!(
+        out,
+        "<details class=\"q\" id=\"q{id}\"><summary>Question {id} · {} <span class=\"meta\">{}</span></summary>\n",
+        escape_html(q.map(|q| q.category.as_str()).unwrap_or("not in the question list")),
+        escape_html(&scores_line(models))
+    );
+    if let Some(q) = q {
+        for (i, t) in q.turns.iter().enumerate() {
             w!(
                 out,
-                "<details class=\"model\" open><summary><b>{}</b></summary>\n",
-                escape_html(model)
+                "<div><b>Turn {}</b><pre>{}</pre></div>\n",
+                i + 1,
+                escape_html(t)
             );
-            let turns: BTreeSet<u32> = answer
-                .map(|a| {
-                    let n = a.choices.first().map(|c| c.turns.len()).unwrap_or(0);
-                    (1..=u32::try_from(n).unwrap_or(u32::MAX)).collect::<Vec<u32>>()
-                })
-                .unwrap_or_default()
-                .into_iter()
-                .chain(js.iter().map(|j| j.turn))
-                .collect();
-            for turn in turns {
-                let idx = usize::try_from(turn.saturating_sub(1)).unwrap_or(usize::MAX);
-                w!(out, "<div class=\"turn\"><h4>Turn {turn}</h4>\n");
-                if turn >= 2 {
-                    // The judge saw the earlier turns; so should the reader.
-                    out.push_str("<details><summary>turn-1 context</summary>");
-                    let q1 = q.and_then(|q| q.turns.first()).map(String::as_str);
-                    let a1 = answer.and_then(|a| text(a, 0));
-                    w!(
-                        out,
-                        "<div>user</div><pre>{}</pre><div>assistant</div><pre>{}</pre></details>\n",
-                        escape_html(q1.unwrap_or("–")),
-                        escape_html(a1.unwrap_or("–"))
-                    );
-                }
-                if let Some(qt) = q.and_then(|q| q.turns.get(idx)) {
-                    w!(out, "<div>user</div><pre>{}</pre>\n", escape_html(qt));
-                }
-                match answer.and_then(|a| text(a, idx)) {
-                    Some(t) => {
-                        w!(out, "<div>assistant</div><pre>{}</pre>\n", escape_html(t));
-                    }
-                    None => out.push_str("<p class=\"note\">No answer row.</p>\n"),
-                }
-                if let Some(a) = answer {
-                    let lines = trace_lines(a, idx);
-                    if !lines.is_empty() {
-                        w!(
-                            out,
-                            "<div class=\"trace\">guard trace: {}</div>\n",
-                            escape_html(&lines.join(" | "))
-                        );
-                    }
-                }
-                let mine: Vec<&JudgmentRow> =
-                    js.iter().filter(|j| j.turn == turn).copied().collect();
-                judgments_block(out, &mine);
-                out.push_str("</div>\n");
-            }
-            out.push_str("</details>\n");
+        }
+    }
+    for (model, (answer, js)) in models {
+        w!(
+            out,
+            "<details class=\"model\" open><summary><b>{}</b></summary>\n",
+            escape_html(model)
+        );
+        // The turns the answer has, and any that only a judgment names.
+        let turns: BTreeSet<u32> = answer
+            .map(|a| {
+                let n = a.choices.first().map(|c| c.turns.len()).unwrap_or(0);
+                (1..=u32::try_from(n).unwrap_or(u32::MAX)).collect::<Vec<u32>>()
+            })
+            .unwrap_or_default()
+            .into_iter()
+            .chain(js.iter().map(|j| j.turn))
+            .collect();
+        for turn in turns {
+            turn_block(out, q, *answer, js, turn);
         }
         out.push_str("</details>\n");
     }
+    out.push_str("</details>\n");
+}
+
+/// One turn (1-based) of one model's answer: the earlier context, the
+/// user's message, the answer, its guard trace and the turn's judgments.
+fn turn_block(
+    out: &mut String,
+    q: Option<&Question>,
+    answer: Option<&AnswerRow>,
+    js: &[&JudgmentRow],
+    turn: u32,
+) {
+    let idx = usize::try_from(turn.saturating_sub(1)).unwrap_or(usize::MAX);
+    w!(out, "<div class=\"turn\"><h4>Turn {turn}</h4>\n");
+    if turn >= 2 {
+        // The judge saw the earlier turns; so should the reader.
+        out.push_str("<details><summary>turn-1 context</summary>");
+        let q1 = q.and_then(|q| q.turns.first()).map(String::as_str);
+        let a1 = answer.and_then(|a| text(a, 0));
+        w!(
+            out,
+            "<div>user</div><pre>{}</pre><div>assistant</div><pre>{}</pre></details>\n",
+            escape_html(q1.unwrap_or("–")),
+            escape_html(a1.unwrap_or("–"))
+        );
+    }
+    if let Some(qt) = q.and_then(|q| q.turns.get(idx)) {
+        w!(out, "<div>user</div><pre>{}</pre>\n", escape_html(qt));
+    }
+    match answer.and_then(|a| text(a, idx)) {
+        Some(t) => {
+            w!(out, "<div>assistant</div><pre>{}</pre>\n", escape_html(t));
+        }
+        None => out.push_str("<p class=\"note\">No answer row.</p>\n"),
+    }
+    if let Some(a) = answer {
+        let lines = trace_lines(a, idx);
+        if !lines.is_empty() {
+            w!(
+                out,
+                "<div class=\"trace\">guard trace: {}</div>\n",
+                escape_html(&lines.join(" | "))
+            );
+        }
+    }
+    let mine: Vec<&JudgmentRow> = js.iter().filter(|j| j.turn == turn).copied().collect();
+    judgments_block(out, &mine);
+    out.push_str("</div>\n");
 }
 
 /// The whole report page: averages as `show_result.py` prints them, a bar
