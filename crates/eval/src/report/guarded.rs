@@ -181,12 +181,78 @@ fn scores(
     }
 }
 
+/// Per base name, its raw models and its guarded models with their setting.
+type Side<'a> = (Vec<&'a str>, Vec<(&'a str, String)>);
+
+/// The models of `by_model` sorted by base name into raw and guarded.
+fn sides_by_base<'a>(by_model: &BTreeMap<&'a str, Vec<&AnswerRow>>) -> BTreeMap<&'a str, Side<'a>> {
+    let mut bases: BTreeMap<&str, Side> = BTreeMap::new();
+    for (model, rows) in by_model {
+        let setting = guard_setting(rows);
+        let entry = bases.entry(base_of(model)).or_default();
+        if is_raw(setting.as_deref()) {
+            entry.0.push(model);
+        } else {
+            entry.1.push((model, setting.unwrap_or_default()));
+        }
+    }
+    bases
+}
+
+/// The judges that graded either model, or one `None` when neither was
+/// judged (the comparison is still shown, without scores).
+fn judges_of<'a>(judgments: &'a [JudgmentRow], raw: &str, guarded: &str) -> Vec<Option<&'a str>> {
+    let judges: BTreeSet<&str> = judgments
+        .iter()
+        .filter(|r| r.model == raw || r.model == guarded)
+        .map(judge_of)
+        .collect();
+    if judges.is_empty() {
+        vec![None]
+    } else {
+        judges.into_iter().map(Some).collect()
+    }
+}
+
+/// Every category either model was scored in, with both models' means.
+fn category_pairs(r: &Scores, g: &Scores) -> BTreeMap<String, CategoryPair> {
+    let names: BTreeSet<&String> = r.categories.keys().chain(g.categories.keys()).collect();
+    names
+        .into_iter()
+        .map(|c| {
+            let pair = CategoryPair {
+                raw: r.categories.get(c).copied(),
+                guarded: g.categories.get(c).copied(),
+            };
+            (c.clone(), pair)
+        })
+        .collect()
+}
+
+/// The turns each guard repaired, with the raw and guarded scores of each.
+fn guard_changes(
+    repaired: &BTreeMap<(String, u32, u32), Vec<String>>,
+    r: &Scores,
+    g: &Scores,
+) -> BTreeMap<String, Vec<GuardChange>> {
+    let mut changes: BTreeMap<String, Vec<GuardChange>> = BTreeMap::new();
+    for ((guard, q, turn), details) in repaired {
+        let raw_score = r.turns.get(&(*q, *turn)).copied();
+        let guarded_score = g.turns.get(&(*q, *turn)).copied();
+        changes.entry(guard.clone()).or_default().push(GuardChange {
+            question_id: *q,
+            turn: *turn,
+            detail: details.join("; "),
+            raw: raw_score,
+            guarded: guarded_score,
+            delta: raw_score.zip(guarded_score).map(|(a, b)| b - a),
+        });
+    }
+    changes
+}
+
 /// Every raw-vs-guarded comparison found in `answers` (see the module docs),
 /// ordered by base, guarded model and judge.
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 pub fn compare_guarded(
     judgments: &[JudgmentRow],
     answers: &[AnswerRow],
@@ -197,20 +263,8 @@ pub fn compare_guarded(
     for a in answers {
         by_model.entry(a.model_id.as_str()).or_default().push(a);
     }
-    // base → (raw models, guarded models with their setting)
-    type Side<'a> = (Vec<&'a str>, Vec<(&'a str, String)>);
-    let mut bases: BTreeMap<&str, Side> = BTreeMap::new();
-    for (model, rows) in &by_model {
-        let setting = guard_setting(rows);
-        let entry = bases.entry(base_of(model)).or_default();
-        if is_raw(setting.as_deref()) {
-            entry.0.push(model);
-        } else {
-            entry.1.push((model, setting.unwrap_or_default()));
-        }
-    }
     let mut out = Vec::new();
-    for (base, (raws, guardeds)) in bases {
+    for (base, (raws, guardeds)) in sides_by_base(&by_model) {
         let Some(raw) = raws
             .iter()
             .find(|m| **m == base)
@@ -222,44 +276,9 @@ pub fn compare_guarded(
         for (guarded, setting) in guardeds {
             let rows = by_model.get(guarded).map(Vec::as_slice).unwrap_or(&[]);
             let repaired = repairs(rows);
-            let judges: BTreeSet<&str> = judgments
-                .iter()
-                .filter(|r| r.model == raw || r.model == guarded)
-                .map(judge_of)
-                .collect();
-            let judges: Vec<Option<&str>> = if judges.is_empty() {
-                vec![None]
-            } else {
-                judges.into_iter().map(Some).collect()
-            };
-            for judge in judges {
+            for judge in judges_of(judgments, raw, guarded) {
                 let r = scores(judgments, raw, judge, &cats);
                 let g = scores(judgments, guarded, judge, &cats);
-                let names: BTreeSet<&String> =
-                    r.categories.keys().chain(g.categories.keys()).collect();
-                let categories = names
-                    .into_iter()
-                    .map(|c| {
-                        let pair = CategoryPair {
-                            raw: r.categories.get(c).copied(),
-                            guarded: g.categories.get(c).copied(),
-                        };
-                        (c.clone(), pair)
-                    })
-                    .collect();
-                let mut changes: BTreeMap<String, Vec<GuardChange>> = BTreeMap::new();
-                for ((guard, q, turn), details) in &repaired {
-                    let raw_score = r.turns.get(&(*q, *turn)).copied();
-                    let guarded_score = g.turns.get(&(*q, *turn)).copied();
-                    changes.entry(guard.clone()).or_default().push(GuardChange {
-                        question_id: *q,
-                        turn: *turn,
-                        detail: details.join("; "),
-                        raw: raw_score,
-                        guarded: guarded_score,
-                        delta: raw_score.zip(guarded_score).map(|(a, b)| b - a),
-                    });
-                }
                 out.push(GuardComparison {
                     base: base.to_string(),
                     raw_model: raw.to_string(),
@@ -270,8 +289,8 @@ pub fn compare_guarded(
                         raw: r.average,
                         guarded: g.average,
                     },
-                    categories,
-                    changes,
+                    categories: category_pairs(&r, &g),
+                    changes: guard_changes(&repaired, &r, &g),
                 });
             }
         }
