@@ -200,10 +200,6 @@ pub struct Context {
 }
 
 /// Reads the answer files and the judgment file and lays out the items.
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 fn load(cfg: &GradeConfig) -> Result<Grading, GradeError> {
     let grader = cfg.grader.trim();
     if grader.is_empty() {
@@ -216,6 +212,26 @@ fn load(cfg: &GradeConfig) -> Result<Grading, GradeError> {
         .into_iter()
         .map(|q| (q.question_id, q))
         .collect();
+    let references = reference_turns(&questions);
+    let answers = read_answers(&cfg.answers, &questions)?;
+    let (items, by_id) = lay_out_items(&answers, &questions, cfg.seed);
+    let judge = format!("human:{grader}");
+    let graded = already_graded(&cfg.out, &judge, &items)?;
+    Ok(Grading {
+        items,
+        by_id,
+        graded,
+        questions,
+        references,
+        answers: answers.into_iter().collect(),
+        judge,
+        out: cfg.out.clone(),
+    })
+}
+
+/// Question id → the reference answer's turns: FastChat's reference file
+/// first, then the references the question file carries itself.
+fn reference_turns(questions: &HashMap<u32, Question>) -> HashMap<u32, Vec<String>> {
     let mut references: HashMap<u32, Vec<String>> = HashMap::new();
     for r in fastchat::reference_answers() {
         if let Some(c) = r.choices.into_iter().next() {
@@ -227,11 +243,19 @@ fn load(cfg: &GradeConfig) -> Result<Grading, GradeError> {
             references.entry(q.question_id).or_insert_with(|| r.clone());
         }
     }
+    references
+}
 
+/// Model name → its answers, one file per model; a second file for a model
+/// or a question that is not MT-Bench's is an input error.
+fn read_answers(
+    paths: &[PathBuf],
+    questions: &HashMap<u32, Question>,
+) -> Result<BTreeMap<String, Answers>, GradeError> {
     // Ordered by model name so the shuffle depends only on the seed and the
     // files' contents, not on the order they were named on the command line.
     let mut answers: BTreeMap<String, Answers> = BTreeMap::new();
-    for path in &cfg.answers {
+    for path in paths {
         let model = model_name(path)?;
         let (rows, _torn) = fastchat::read_jsonl::<AnswerRow>(path)?;
         if answers.contains_key(&model) {
@@ -256,9 +280,19 @@ fn load(cfg: &GradeConfig) -> Result<Grading, GradeError> {
         }
         answers.insert(model, by_q);
     }
+    Ok(answers)
+}
 
+/// One item per answered turn (at most two per question), shuffled by
+/// `seed`, with ids `i0`, `i1`… in the shuffled order, and the index of
+/// each id.
+fn lay_out_items(
+    answers: &BTreeMap<String, Answers>,
+    questions: &HashMap<u32, Question>,
+    seed: u64,
+) -> (Vec<Item>, HashMap<String, usize>) {
     let mut items = Vec::new();
-    for (model, by_q) in &answers {
+    for (model, by_q) in answers {
         let mut qids: Vec<&u32> = by_q.keys().collect();
         qids.sort();
         for qid in qids {
@@ -274,20 +308,24 @@ fn load(cfg: &GradeConfig) -> Result<Grading, GradeError> {
             }
         }
     }
-    shuffle(&mut items, cfg.seed);
+    shuffle(&mut items, seed);
     let mut by_id = HashMap::new();
     for (i, item) in items.iter_mut().enumerate() {
         item.id = format!("i{i}");
         by_id.insert(item.id.clone(), i);
     }
+    (items, by_id)
+}
 
-    let judge = format!("human:{grader}");
+/// The items this judge already graded in the judgment file `out`, when
+/// there is one: what a restarted session skips.
+fn already_graded(out: &Path, judge: &str, items: &[Item]) -> Result<HashSet<usize>, GradeError> {
     let mut graded = HashSet::new();
-    if cfg.out.exists() {
-        let (rows, _torn) = fastchat::read_jsonl::<JudgmentRow>(&cfg.out)?;
+    if out.exists() {
+        let (rows, _torn) = fastchat::read_jsonl::<JudgmentRow>(out)?;
         let done: HashSet<(u32, u32, String)> = rows
             .into_iter()
-            .filter(|r| r.judge.first() == Some(&judge))
+            .filter(|r| r.judge.first().map(String::as_str) == Some(judge))
             .map(|r| (r.question_id, r.turn, r.model))
             .collect();
         for (i, item) in items.iter().enumerate() {
@@ -296,17 +334,7 @@ fn load(cfg: &GradeConfig) -> Result<Grading, GradeError> {
             }
         }
     }
-
-    Ok(Grading {
-        items,
-        by_id,
-        graded,
-        questions,
-        references,
-        answers: answers.into_iter().collect(),
-        judge,
-        out: cfg.out.clone(),
-    })
+    Ok(graded)
 }
 
 /// FastChat names a model by its answer file: `gpt-4.jsonl` is `gpt-4`.
