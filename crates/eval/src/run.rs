@@ -218,13 +218,102 @@ fn append(file: &Mutex<File>, path: &Path, row: &AnswerRow) -> Result<(), RunErr
     })
 }
 
+/// The questions a run answers: those `ids` names (all when empty), in the
+/// question set's order; an id the set does not have is an error.
+fn choose_questions<'a>(
+    questions: &'a [Question],
+    ids: &[u32],
+) -> Result<Vec<&'a Question>, RunError> {
+    for id in ids {
+        if !questions.iter().any(|q| q.question_id == *id) {
+            return Err(RunError::UnknownQuestion(*id));
+        }
+    }
+    Ok(questions
+        .iter()
+        .filter(|q| ids.is_empty() || ids.contains(&q.question_id))
+        .collect())
+}
+
+/// Creates the tape's folder and, for a tape that exists, checks that
+/// resuming was asked for and repairs it: the question ids already on it
+/// and what its tail held.
+fn prepare_tape(tape: &Path, resume: bool) -> Result<(BTreeSet<u32>, fastchat::Tail), RunError> {
+    let dir = tape.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).map_err(|source| RunError::Io {
+        path: dir.display().to_string(),
+        source,
+    })?;
+    if tape.exists() {
+        if !resume {
+            return Err(RunError::Exists(tape.display().to_string()));
+        }
+        resume_tape(tape)
+    } else {
+        Ok((BTreeSet::new(), fastchat::Tail::Clean))
+    }
+}
+
+/// Questions done (this run's and earlier ones'), answered by this run, and
+/// the tokens this run generated.
+struct Tally {
+    done: usize,
+    answered: usize,
+    tokens: usize,
+}
+
+/// What the worker threads share: the questions left, the tape, the tally
+/// and the first write failure, which stops every worker.
+struct Workers<'a> {
+    cfg: &'a RunConfig,
+    tape: &'a Path,
+    file: Mutex<File>,
+    next: Mutex<std::vec::IntoIter<&'a Question>>,
+    tally: Mutex<Tally>,
+    failure: Mutex<Option<RunError>>,
+    total: usize,
+    stop: &'a AtomicBool,
+    progress: &'a (dyn Fn(Progress) + Sync),
+}
+
+impl Workers<'_> {
+    /// One worker: takes questions until none is left, `stop` is set or a
+    /// write fails, answering each with `model` and appending its row.
+    fn work(&self, model: &mut dyn ChatModel) {
+        loop {
+            if self.stop.load(Ordering::SeqCst) {
+                return;
+            }
+            let q = {
+                let mut it = self.next.lock().unwrap_or_else(|e| e.into_inner());
+                it.next()
+            };
+            let Some(q) = q else { return };
+            let (row, tokens) = answer_question(model, q, self.cfg);
+            if let Err(e) = append(&self.file, self.tape, &row) {
+                *self.failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                self.stop.store(true, Ordering::SeqCst);
+                return;
+            }
+            let p = {
+                let mut s = self.tally.lock().unwrap_or_else(|e| e.into_inner());
+                s.done += 1;
+                s.answered += 1;
+                s.tokens += tokens;
+                Progress {
+                    done: s.done,
+                    total: self.total,
+                    tokens: s.tokens,
+                }
+            };
+            (self.progress)(p);
+        }
+    }
+}
+
 /// Run MT-Bench: `make_model` gives each of `cfg.parallel` workers its
 /// model; `stop` ends the run after the questions in flight; `progress` is
 /// called after each question.
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 pub fn run<M: ChatModel + Send>(
     questions: &[Question],
     cfg: &RunConfig,
@@ -233,29 +322,9 @@ pub fn run<M: ChatModel + Send>(
     progress: impl Fn(Progress) + Sync,
 ) -> Result<RunSummary, RunError> {
     let started = Instant::now();
-    for id in &cfg.questions {
-        if !questions.iter().any(|q| q.question_id == *id) {
-            return Err(RunError::UnknownQuestion(*id));
-        }
-    }
-    let chosen: Vec<&Question> = questions
-        .iter()
-        .filter(|q| cfg.questions.is_empty() || cfg.questions.contains(&q.question_id))
-        .collect();
+    let chosen = choose_questions(questions, &cfg.questions)?;
     let tape = tape_path(cfg);
-    let dir = tape.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).map_err(|source| RunError::Io {
-        path: dir.display().to_string(),
-        source,
-    })?;
-    let (done, tail) = if tape.exists() {
-        if !cfg.resume {
-            return Err(RunError::Exists(tape.display().to_string()));
-        }
-        resume_tape(&tape)?
-    } else {
-        (BTreeSet::new(), fastchat::Tail::Clean)
-    };
+    let (done, tail) = prepare_tape(&tape, cfg.resume)?;
     let todo: Vec<&Question> = chosen
         .iter()
         .copied()
@@ -266,11 +335,22 @@ pub fn run<M: ChatModel + Send>(
         path: tape.display().to_string(),
         source,
     })?;
-    let file = Mutex::new(file);
-    let next = Mutex::new(todo.into_iter());
-    let state = Mutex::new((resumed, 0usize, 0usize)); // (done, answered, tokens)
-    let failure: Mutex<Option<RunError>> = Mutex::new(None);
     let total = chosen.len();
+    let workers = Workers {
+        cfg,
+        tape: &tape,
+        file: Mutex::new(file),
+        next: Mutex::new(todo.into_iter()),
+        tally: Mutex::new(Tally {
+            done: resumed,
+            answered: 0,
+            tokens: 0,
+        }),
+        failure: Mutex::new(None),
+        total,
+        stop,
+        progress: &progress,
+    };
     progress(Progress {
         done: resumed,
         total,
@@ -279,48 +359,21 @@ pub fn run<M: ChatModel + Send>(
     let models: Vec<M> = (0..cfg.parallel.max(1)).map(|_| make_model()).collect();
     std::thread::scope(|scope| {
         for mut model in models {
-            let (next, file, state, failure, tape, progress) =
-                (&next, &file, &state, &failure, &tape, &progress);
-            scope.spawn(move || loop {
-                if stop.load(Ordering::SeqCst) {
-                    return;
-                }
-                let q = {
-                    let mut it = next.lock().unwrap_or_else(|e| e.into_inner());
-                    it.next()
-                };
-                let Some(q) = q else { return };
-                let (row, tokens) = answer_question(&mut model, q, cfg);
-                if let Err(e) = append(file, tape, &row) {
-                    *failure.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
-                    stop.store(true, Ordering::SeqCst);
-                    return;
-                }
-                let p = {
-                    let mut s = state.lock().unwrap_or_else(|e| e.into_inner());
-                    s.0 += 1;
-                    s.1 += 1;
-                    s.2 += tokens;
-                    Progress {
-                        done: s.0,
-                        total,
-                        tokens: s.2,
-                    }
-                };
-                progress(p);
-            });
+            let workers = &workers;
+            scope.spawn(move || workers.work(&mut model));
         }
     });
+    let Workers { failure, tally, .. } = workers;
     if let Some(e) = failure.into_inner().unwrap_or_else(|e| e.into_inner()) {
         return Err(e);
     }
-    let (done_now, answered, tokens) = state.into_inner().unwrap_or_else(|e| e.into_inner());
+    let tally = tally.into_inner().unwrap_or_else(|e| e.into_inner());
     Ok(RunSummary {
         tape,
-        answered,
+        answered: tally.answered,
         resumed,
-        left: total - done_now,
-        tokens,
+        left: total - tally.done,
+        tokens: tally.tokens,
         seconds: started.elapsed().as_secs_f64(),
         tail,
     })
