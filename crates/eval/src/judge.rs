@@ -319,12 +319,138 @@ fn now() -> f64 {
         .map_or(0.0, |d| d.as_secs_f64())
 }
 
+/// A judgment's identity in the judgment file: question, model, turn and
+/// prompt name.
+type JudgmentKey = (u32, String, u32, String);
+
+/// The judgments already in the file at `path` (error rows excepted: those
+/// are asked for again).
+fn judged_already(path: &Path) -> Result<HashSet<JudgmentKey>, JudgeError> {
+    if !path.exists() {
+        return Ok(HashSet::new());
+    }
+    Ok(fastchat::read_jsonl::<JudgmentRow>(path)?
+        .0
+        .into_iter()
+        .filter(|r| r.judgment != ERROR_JUDGMENT)
+        .map(|r| {
+            let prompt = r.judge.get(1).cloned().unwrap_or_default();
+            (r.question_id, r.model, r.turn, prompt)
+        })
+        .collect())
+}
+
+/// Asks the judge about `task` up to `cfg.attempts` times, backing off
+/// between retryable failures: the judgment or the last failure, and the
+/// requests made.
+fn ask_with_retries(
+    agent: &ureq::Agent,
+    cfg: &JudgeConfig,
+    task: &Task,
+) -> (Result<String, String>, usize) {
+    let mut wait = cfg.backoff;
+    let mut outcome = Err(String::new());
+    let mut requests = 0;
+    for attempt in 0..cfg.attempts.max(1) {
+        requests += 1;
+        match ask(agent, cfg, task) {
+            Ok(text) => {
+                outcome = Ok(text);
+                break;
+            }
+            Err((why, retry)) => {
+                outcome = Err(why);
+                if !retry || attempt + 1 == cfg.attempts.max(1) {
+                    break;
+                }
+                std::thread::sleep(wait);
+                wait = wait.saturating_mul(2);
+            }
+        }
+    }
+    (outcome, requests)
+}
+
+/// The row written for `task`: the judge's text and its rating, or
+/// [`ERROR_JUDGMENT`] and -1 when every attempt failed.
+fn judgment_row(cfg: &JudgeConfig, task: &Task, outcome: &Result<String, String>) -> JudgmentRow {
+    let (judgment, score) = match outcome {
+        Ok(text) => (text.clone(), parse_rating(text)),
+        Err(_) => (ERROR_JUDGMENT.to_string(), -1.0),
+    };
+    JudgmentRow {
+        question_id: task.question_id,
+        model: task.model.clone(),
+        judge: vec![cfg.model.clone(), task.prompt.clone()],
+        user_prompt: task.user.clone(),
+        judgment,
+        score,
+        turn: task.turn,
+        tstamp: now(),
+    }
+}
+
+impl JudgeSummary {
+    /// Counts one written judgment (`score` is its row's) and the requests
+    /// it took; the judgments done so far.
+    fn count(&mut self, requests: usize, outcome: Result<String, String>, score: f64) -> usize {
+        self.requests += requests;
+        match outcome {
+            Ok(_) => {
+                self.judged += 1;
+                if score < 0.0 {
+                    self.no_rating += 1;
+                }
+            }
+            Err(why) => {
+                self.failed += 1;
+                self.last_error = Some(why);
+            }
+        }
+        self.judged + self.failed
+    }
+}
+
+/// What the judging threads share: the tasks left, the judgment file, the
+/// summary so far and the first write failure, which ends its thread.
+struct Judging<'a> {
+    cfg: &'a JudgeConfig,
+    agent: ureq::Agent,
+    queue: Mutex<std::slice::Iter<'a, Task>>,
+    total: usize,
+    file: Mutex<File>,
+    summary: Mutex<JudgeSummary>,
+    write_error: Mutex<Option<std::io::Error>>,
+    progress: &'a (dyn Fn(usize, usize) + Sync),
+}
+
+impl Judging<'_> {
+    /// One thread: judges tasks until none is left or a write fails.
+    fn work(&self) {
+        loop {
+            let task = {
+                let mut q = self.queue.lock().unwrap_or_else(|e| e.into_inner());
+                q.next()
+            };
+            let Some(task) = task else { return };
+            let (outcome, requests) = ask_with_retries(&self.agent, self.cfg, task);
+            let row = judgment_row(self.cfg, task, &outcome);
+            if let Err(e) = append(&self.file, &row) {
+                *self.write_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
+                return;
+            }
+            let done = self
+                .summary
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .count(requests, outcome, row.score);
+            (self.progress)(done, self.total);
+        }
+    }
+}
+
 /// Grade every turn of every answer in `answer_files`, skipping what the
 /// judgment file already holds; `progress(done, total)` after each.
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 pub fn judge(
     answer_files: &[PathBuf],
     cfg: &JudgeConfig,
@@ -353,102 +479,36 @@ pub fn judge(
     // A torn last line (a crash mid-write) is cut off before anything is
     // appended after it; its judgment is asked for again.
     let tail = fastchat::repair_jsonl::<JudgmentRow>(&path)?;
-    let done: HashSet<(u32, String, u32, String)> = if path.exists() {
-        fastchat::read_jsonl::<JudgmentRow>(&path)?
-            .0
-            .into_iter()
-            .filter(|r| r.judgment != ERROR_JUDGMENT)
-            .map(|r| {
-                let prompt = r.judge.get(1).cloned().unwrap_or_default();
-                (r.question_id, r.model, r.turn, prompt)
-            })
-            .collect()
-    } else {
-        HashSet::new()
-    };
+    let done = judged_already(&path)?;
     let (cached, todo): (Vec<Task>, Vec<Task>) = all
         .into_iter()
         .partition(|t| done.contains(&(t.question_id, t.model.clone(), t.turn, t.prompt.clone())));
     let file = durable::open_append(&path).map_err(io)?;
-    let file = Mutex::new(file);
-    let summary = Mutex::new(JudgeSummary {
-        cached: cached.len(),
-        tail,
-        ..JudgeSummary::default()
-    });
-    let queue = Mutex::new(todo.iter());
-    let total = todo.len();
-    let write_error: Mutex<Option<std::io::Error>> = Mutex::new(None);
-    let agent = ureq::AgentBuilder::new().timeout(cfg.timeout).build();
+    let judging = Judging {
+        cfg,
+        agent: ureq::AgentBuilder::new().timeout(cfg.timeout).build(),
+        queue: Mutex::new(todo.iter()),
+        total: todo.len(),
+        file: Mutex::new(file),
+        summary: Mutex::new(JudgeSummary {
+            cached: cached.len(),
+            tail,
+            ..JudgeSummary::default()
+        }),
+        write_error: Mutex::new(None),
+        progress: &progress,
+    };
     std::thread::scope(|scope| {
         for _ in 0..cfg.parallel.max(1) {
-            let (queue, file, summary, agent, write_error, progress) =
-                (&queue, &file, &summary, &agent, &write_error, &progress);
-            scope.spawn(move || loop {
-                let task = {
-                    let mut q = queue.lock().unwrap_or_else(|e| e.into_inner());
-                    q.next()
-                };
-                let Some(task) = task else { return };
-                let mut wait = cfg.backoff;
-                let mut outcome = Err(String::new());
-                let mut requests = 0;
-                for attempt in 0..cfg.attempts.max(1) {
-                    requests += 1;
-                    match ask(agent, cfg, task) {
-                        Ok(text) => {
-                            outcome = Ok(text);
-                            break;
-                        }
-                        Err((why, retry)) => {
-                            outcome = Err(why);
-                            if !retry || attempt + 1 == cfg.attempts.max(1) {
-                                break;
-                            }
-                            std::thread::sleep(wait);
-                            wait = wait.saturating_mul(2);
-                        }
-                    }
-                }
-                let (judgment, score) = match &outcome {
-                    Ok(text) => (text.clone(), parse_rating(text)),
-                    Err(_) => (ERROR_JUDGMENT.to_string(), -1.0),
-                };
-                let row = JudgmentRow {
-                    question_id: task.question_id,
-                    model: task.model.clone(),
-                    judge: vec![cfg.model.clone(), task.prompt.clone()],
-                    user_prompt: task.user.clone(),
-                    judgment,
-                    score,
-                    turn: task.turn,
-                    tstamp: now(),
-                };
-                if let Err(e) = append(file, &row) {
-                    *write_error.lock().unwrap_or_else(|p| p.into_inner()) = Some(e);
-                    return;
-                }
-                let done = {
-                    let mut s = summary.lock().unwrap_or_else(|e| e.into_inner());
-                    s.requests += requests;
-                    match outcome {
-                        Ok(_) => {
-                            s.judged += 1;
-                            if score < 0.0 {
-                                s.no_rating += 1;
-                            }
-                        }
-                        Err(why) => {
-                            s.failed += 1;
-                            s.last_error = Some(why);
-                        }
-                    }
-                    s.judged + s.failed
-                };
-                progress(done, total);
-            });
+            let judging = &judging;
+            scope.spawn(move || judging.work());
         }
     });
+    let Judging {
+        summary,
+        write_error,
+        ..
+    } = judging;
     if let Some(e) = write_error.into_inner().unwrap_or_else(|e| e.into_inner()) {
         return Err(io(e));
     }
