@@ -106,25 +106,19 @@ fn assert_no_model_keys(v: &Value) {
     }
 }
 
-#[test]
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
-fn items_are_shuffled_blind_and_resumable() {
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("judgment/human_single.jsonl");
-
-    let server = grade::start(config(&out, 42)).unwrap();
-    let addr = server.addr();
-    assert!(addr.ip().is_loopback());
-
+/// The page itself: served with its script's nonce filled in, and blind.
+fn assert_page_is_blind(addr: SocketAddr) {
     let (status, page) = request(addr, "GET", "/", None);
     assert_eq!(status, 200);
     assert!(page.contains("<script nonce=\""), "the page has its script");
     assert!(!page.contains("{{NONCE}}"));
     assert_blind(&page);
+}
 
+/// Grades the first 5 items (scores 3 to 7, a note on the first), checking
+/// each answer is blind and counts the grade; every item shown, the first
+/// included, so the last is the one now pending.
+fn grade_five(addr: SocketAddr) -> Vec<Value> {
     // 3 questions × 2 turns × 2 models.
     let first = get_json(addr, "/api/next");
     assert_blind(&first.to_string());
@@ -134,7 +128,6 @@ fn items_are_shuffled_blind_and_resumable() {
     // GET does not consume: the same item until it is graded.
     assert_eq!(get_json(addr, "/api/next")["item"], first["item"]);
 
-    // Grade 5, recording what was shown.
     let mut seen = vec![first.clone()];
     let mut item = first;
     for k in 0..5u64 {
@@ -149,8 +142,13 @@ fn items_are_shuffled_blind_and_resumable() {
         item = next;
         seen.push(item.clone());
     }
-    // Turn 2 comes with turn 1 as context; math/reasoning with a reference.
-    for s in &seen {
+    seen
+}
+
+/// Turn 2 comes with turn 1 as context, math and reasoning with a
+/// reference, and the items are not in file order.
+fn assert_items_shaped_and_shuffled(seen: &[Value]) {
+    for s in seen {
         assert_eq!(s["turn"] == 2, s["context"].is_object(), "{s}");
         let needs_ref = s["category"] == "math" || s["category"] == "reasoning";
         assert_eq!(needs_ref, s["reference"].is_string(), "{s}");
@@ -168,10 +166,11 @@ fn items_are_shuffled_blind_and_resumable() {
     let mut sorted = order.clone();
     sorted.sort();
     assert_ne!(order, sorted, "items look unshuffled: {order:?}");
+}
 
-    // Bad requests.
-    let graded = &seen[0]["item"];
-    let pending = &item["item"];
+/// Malformed grades, unknown and already graded items, and a client that
+/// hangs up mid-request are all refused, and change nothing.
+fn assert_bad_requests_refused(addr: SocketAddr, graded: &Value, pending: &Value) {
     for bad in [
         json!({"item": pending, "score": 0}),
         json!({"item": pending, "score": 11}),
@@ -197,10 +196,12 @@ fn items_are_shuffled_blind_and_resumable() {
             .unwrap();
     }
     assert_eq!(get_json(addr, "/api/next")["graded"], 5);
-    server.shutdown().unwrap();
+}
 
-    // The file: 5 FastChat single-answer judgment rows.
-    let (rows, torn) = read_jsonl::<JudgmentRow>(&out).unwrap();
+/// The file holds 5 FastChat single-answer judgment rows, one per item
+/// `seen` graded, with FastChat's keys and nothing more.
+fn assert_five_fastchat_rows(out: &Path, seen: &[Value]) {
+    let (rows, torn) = read_jsonl::<JudgmentRow>(out).unwrap();
     assert_eq!(torn, None);
     assert_eq!(rows.len(), 5);
     for (k, r) in rows.iter().enumerate() {
@@ -224,7 +225,7 @@ fn items_are_shuffled_blind_and_resumable() {
         assert_eq!(r.judgment, judgment);
     }
     // Raw keys are FastChat's, nothing more.
-    let text = std::fs::read_to_string(&out).unwrap();
+    let text = std::fs::read_to_string(out).unwrap();
     let first_row: Value = serde_json::from_str(text.lines().next().unwrap()).unwrap();
     let mut keys: Vec<&String> = first_row.as_object().unwrap().keys().collect();
     keys.sort();
@@ -241,17 +242,21 @@ fn items_are_shuffled_blind_and_resumable() {
             "user_prompt"
         ]
     );
+}
 
-    // Restart: the same order, the 5 graded items skipped.
-    let server = grade::start(config(&out, 42)).unwrap();
+/// Restarts on the same file: the same order with the 5 graded items
+/// skipped (`pending` comes next), another grader starting from zero, and
+/// every item graded exactly once by the end.
+fn resume_and_finish(out: &Path, pending: &Value) {
+    let server = grade::start(config(out, 42)).unwrap();
     assert_eq!(server.progress_at_start(), (5, 12));
     let next = get_json(server.addr(), "/api/next");
     assert_eq!(next["graded"], 5);
     assert_eq!(next["total"], 12);
-    assert_eq!(next["item"], item["item"]);
-    assert_eq!(next["question_id"], item["question_id"]);
+    assert_eq!(next["item"], pending["item"]);
+    assert_eq!(next["question_id"], pending["question_id"]);
     // Another grader starts from zero on the same file.
-    let mut other = config(&out, 42);
+    let mut other = config(out, 42);
     other.grader = "someone-else".into();
     assert_eq!(grade::progress(&other).unwrap(), (0, 12));
     // Finish: every remaining item, then done.
@@ -267,7 +272,7 @@ fn items_are_shuffled_blind_and_resumable() {
     assert_eq!(left, 0);
     assert_eq!(item, json!({"done": true, "graded": 12, "total": 12}));
     server.shutdown().unwrap();
-    let (rows, _) = read_jsonl::<JudgmentRow>(&out).unwrap();
+    let (rows, _) = read_jsonl::<JudgmentRow>(out).unwrap();
     assert_eq!(rows.len(), 12);
     let mut keys: Vec<(u32, u32, String)> = rows
         .into_iter()
@@ -276,6 +281,26 @@ fn items_are_shuffled_blind_and_resumable() {
     keys.sort();
     keys.dedup();
     assert_eq!(keys.len(), 12, "each item graded once");
+}
+
+#[test]
+fn items_are_shuffled_blind_and_resumable() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("judgment/human_single.jsonl");
+
+    let server = grade::start(config(&out, 42)).unwrap();
+    let addr = server.addr();
+    assert!(addr.ip().is_loopback());
+    assert_page_is_blind(addr);
+
+    let seen = grade_five(addr);
+    assert_items_shaped_and_shuffled(&seen);
+    let pending = &seen[seen.len() - 1];
+    assert_bad_requests_refused(addr, &seen[0]["item"], &pending["item"]);
+    server.shutdown().unwrap();
+
+    assert_five_fastchat_rows(&out, &seen);
+    resume_and_finish(&out, pending);
 }
 
 #[test]
