@@ -137,35 +137,12 @@ async fn assert_inert(c: &Client) {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs chromium + chromedriver: run scripts/test-browser.sh"]
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
-async fn grade_three_by_keyboard_then_resume() {
-    let Some(chromedriver) = on_path("chromedriver") else {
-        println!(
-            "SKIPPED grade_browser: chromedriver is not on PATH \
-             (scripts/install-chromium.sh installs it; scripts/test-browser.sh runs this)"
-        );
-        return;
-    };
-
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("model_judgment/human_single.jsonl");
-    let server = grade::start(GradeConfig {
-        answers: marked_answers(dir.path()),
-        out: out.clone(),
-        grader: "browser".into(),
-        seed: 7,
-        port: 0,
-    })
-    .unwrap();
-
+/// Starts chromedriver on a free port and opens a headless Chromium session
+/// through it (the system's `chromium` when it is on PATH).
+async fn open_browser(chromedriver: &Path) -> (Driver, Client) {
     let port = free_port();
-    let _driver = Driver(
-        Command::new(&chromedriver)
+    let driver = Driver(
+        Command::new(chromedriver)
             .arg(format!("--port={port}"))
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -195,18 +172,19 @@ async fn grade_three_by_keyboard_then_resume() {
             Err(e) => panic!("cannot reach chromedriver: {e}"),
         }
     };
+    (driver, c)
+}
 
-    c.goto(&server.url()).await.unwrap();
-    wait_for_text(&c, "#progress-text", "0 / 12 graded").await;
-
-    // Grade 3: keys 5, 6 and 0 (= 10); Enter saves; the third with a note,
-    // saved by Ctrl+Enter from inside the note.
+/// Grades 3 items: keys 5, 6 and 0 (= 10); Enter saves; the third with a
+/// note, saved by Ctrl+Enter from inside the note. Each item's heading as
+/// it was shown.
+async fn grade_three(c: &Client) -> Vec<String> {
     let mut shown = Vec::new();
     for (k, key) in ['5', '6', '0'].into_iter().enumerate() {
-        assert_inert(&c).await;
-        shown.push(text(&c, "#meta").await);
-        press(&c, &[key]).await;
-        let pressed = text(&c, "#ratings button[aria-pressed=true]").await;
+        assert_inert(c).await;
+        shown.push(text(c, "#meta").await);
+        press(c, &[key]).await;
+        let pressed = text(c, "#ratings button[aria-pressed=true]").await;
         let want = if key == '0' {
             "10".to_string()
         } else {
@@ -217,18 +195,18 @@ async fn grade_three_by_keyboard_then_resume() {
             let note = c.find(Locator::Id("note")).await.unwrap();
             note.click().await.unwrap();
             note.send_keys("typed 1 2 3 in the note").await.unwrap();
-            press(&c, &[Key::Control.into(), Key::Enter.into()]).await;
+            press(c, &[Key::Control.into(), Key::Enter.into()]).await;
         } else {
-            press(&c, &[Key::Enter.into()]).await;
+            press(c, &[Key::Enter.into()]).await;
         }
-        wait_for_text(&c, "#progress-text", &format!("{} / 12 graded", k + 1)).await;
+        wait_for_text(c, "#progress-text", &format!("{} / 12 graded", k + 1)).await;
     }
+    shown
+}
 
-    // Reload: the page resumes from the server's record.
-    c.refresh().await.unwrap();
-    wait_for_text(&c, "#progress-text", "3 / 12 graded").await;
-    assert_inert(&c).await;
-    // The screenshot shows the end of the answer: the markup, as text.
+/// Saves a screenshot of the end of the answer (the markup, as text) to
+/// `<target dir>/grade-page.png`.
+async fn screenshot_answer(c: &Client) {
     c.execute(
         "document.getElementById('answer').scrollIntoView({block: 'end'}); \
          window.scrollBy(0, 140)",
@@ -244,16 +222,17 @@ async fn grade_three_by_keyboard_then_resume() {
     std::fs::write(&shot, &png).unwrap();
     println!("screenshot: {}", shot.display());
     assert!(png.starts_with(b"\x89PNG"));
+}
 
-    c.close().await.unwrap();
-    server.shutdown().unwrap();
-
-    let (rows, torn) = read_jsonl::<JudgmentRow>(&out).unwrap();
+/// The judgment file holds the 3 grades as FastChat rows, in order, each
+/// for the item whose heading was `shown`.
+fn assert_three_rows(out: &Path, shown: &[String]) {
+    let (rows, torn) = read_jsonl::<JudgmentRow>(out).unwrap();
     assert_eq!(torn, None);
     assert_eq!(rows.len(), 3, "{rows:?}");
     let scores: Vec<f64> = rows.iter().map(|r| r.score).collect();
     assert_eq!(scores, [5.0, 6.0, 10.0]);
-    for (r, meta) in rows.iter().zip(&shown) {
+    for (r, meta) in rows.iter().zip(shown) {
         assert_eq!(r.judge[0], "human:browser");
         assert!(["gemma-2b-it", "gpt-3.5-turbo"].contains(&r.model.as_str()));
         let want = format!("Question {} · ", r.question_id);
@@ -262,4 +241,42 @@ async fn grade_three_by_keyboard_then_resume() {
     }
     assert_eq!(rows[0].judgment, "human rating");
     assert_eq!(rows[2].judgment, "typed 1 2 3 in the note");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs chromium + chromedriver: run scripts/test-browser.sh"]
+async fn grade_three_by_keyboard_then_resume() {
+    let Some(chromedriver) = on_path("chromedriver") else {
+        println!(
+            "SKIPPED grade_browser: chromedriver is not on PATH \
+             (scripts/install-chromium.sh installs it; scripts/test-browser.sh runs this)"
+        );
+        return;
+    };
+
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("model_judgment/human_single.jsonl");
+    let server = grade::start(GradeConfig {
+        answers: marked_answers(dir.path()),
+        out: out.clone(),
+        grader: "browser".into(),
+        seed: 7,
+        port: 0,
+    })
+    .unwrap();
+    let (_driver, c) = open_browser(&chromedriver).await;
+
+    c.goto(&server.url()).await.unwrap();
+    wait_for_text(&c, "#progress-text", "0 / 12 graded").await;
+    let shown = grade_three(&c).await;
+
+    // Reload: the page resumes from the server's record.
+    c.refresh().await.unwrap();
+    wait_for_text(&c, "#progress-text", "3 / 12 graded").await;
+    assert_inert(&c).await;
+    screenshot_answer(&c).await;
+
+    c.close().await.unwrap();
+    server.shutdown().unwrap();
+    assert_three_rows(&out, &shown);
 }
