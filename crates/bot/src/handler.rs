@@ -101,10 +101,6 @@ pub fn answer_with(
     }
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 fn command(brain: &dyn Brain, how: &Behaviour, state: &mut ChatState, c: Command) -> Answer {
     match c {
         Command::Start => Answer::say(
@@ -123,12 +119,29 @@ fn command(brain: &dyn Brain, how: &Behaviour, state: &mut ChatState, c: Command
                 true,
             )
         }
-        Command::System(Some(s)) => {
+        Command::System(prompt) => system_command(how, state, prompt),
+        Command::Guard(on) => guard_command(how, state, on),
+        Command::Stats => Answer::say(stats_text(brain, how, state), false),
+        Command::Unknown(name) => Answer::say(
+            format!("I don't know the command /{name}. Try /help."),
+            false,
+        ),
+    }
+}
+
+/// `/system TEXT` sets the chat's system prompt (cut to the longest input);
+/// `/system` alone clears it.
+fn system_command(how: &Behaviour, state: &mut ChatState, prompt: Option<String>) -> Answer {
+    match prompt {
+        Some(s) => {
             let s: String = s.chars().take(how.max_input_chars).collect();
             state.system = Some(s);
-            Answer::say("System prompt set. It applies from your next message.", true)
+            Answer::say(
+                "System prompt set. It applies from your next message.",
+                true,
+            )
         }
-        Command::System(None) => {
+        None => {
             let had = state.system.take().is_some();
             Answer::say(
                 if had {
@@ -139,7 +152,14 @@ fn command(brain: &dyn Brain, how: &Behaviour, state: &mut ChatState, c: Command
                 had,
             )
         }
-        Command::Guard(Some(on)) => {
+    }
+}
+
+/// `/guard on|off` turns the chat's guardrails on or off; `/guard` alone
+/// says how they are.
+fn guard_command(how: &Behaviour, state: &mut ChatState, on: Option<bool>) -> Answer {
+    match on {
+        Some(on) => {
             state.guard = Some(on);
             Answer::say(
                 if on {
@@ -150,44 +170,39 @@ fn command(brain: &dyn Brain, how: &Behaviour, state: &mut ChatState, c: Command
                 true,
             )
         }
-        Command::Guard(None) => Answer::say(
+        None => Answer::say(
             format!(
                 "Guardrails are {}. Use /guard on or /guard off.",
                 if guard_on(how, state) { "on" } else { "off" }
             ),
             false,
         ),
-        Command::Stats => {
-            let s = &state.stats;
-            let speed = if s.gen_ms > 0 {
-                format!(
-                    ", {:.1} tokens/s",
-                    s.completion_tokens as f64 * 1e3 / s.gen_ms as f64
-                )
-            } else {
-                String::new()
-            };
-            Answer::say(
-                format!(
-                    "Model: {}\nReplies: {}\nTokens: {} prompt, {} generated{speed}\nTurns remembered: {} (dropped for room: {})\nGuardrails: {} (answers they changed: {})\nSystem prompt: {}",
-                    brain.name(),
-                    s.replies,
-                    s.prompt_tokens,
-                    s.completion_tokens,
-                    state.turns.len(),
-                    s.trimmed_turns,
-                    if guard_on(how, state) { "on" } else { "off" },
-                    s.guard_changes,
-                    if state.system.is_some() { "set" } else { "none" },
-                ),
-                false,
-            )
-        }
-        Command::Unknown(name) => Answer::say(
-            format!("I don't know the command /{name}. Try /help."),
-            false,
-        ),
     }
+}
+
+/// What `/stats` says: the model, the chat's counters and settings.
+fn stats_text(brain: &dyn Brain, how: &Behaviour, state: &ChatState) -> String {
+    let s = &state.stats;
+    let speed = if s.gen_ms > 0 {
+        format!(
+            ", {:.1} tokens/s",
+            s.completion_tokens as f64 * 1e3 / s.gen_ms as f64
+        )
+    } else {
+        String::new()
+    };
+    format!(
+        "Model: {}\nReplies: {}\nTokens: {} prompt, {} generated{speed}\nTurns remembered: {} (dropped for room: {})\nGuardrails: {} (answers they changed: {})\nSystem prompt: {}",
+        brain.name(),
+        s.replies,
+        s.prompt_tokens,
+        s.completion_tokens,
+        state.turns.len(),
+        s.trimmed_turns,
+        if guard_on(how, state) { "on" } else { "off" },
+        s.guard_changes,
+        if state.system.is_some() { "set" } else { "none" },
+    )
 }
 
 fn reply(brain: &dyn Brain, how: &Behaviour, state: &mut ChatState, text: &str) -> Answer {
