@@ -316,10 +316,8 @@ async fn download(
     }
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
+/// `POST /bot<token>/<method>`: one Bot API call, as Telegram answers it
+/// (or with the fault queued for it).
 async fn call(
     State(sh): State<Arc<Shared>>,
     Path((bot, method)): Path<(String, String)>,
@@ -331,54 +329,8 @@ async fn call(
     }
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     match method.as_str() {
-        "getUpdates" => {
-            let f = sh.lock().poll_faults.pop_front();
-            if let Some(r) = fault(f).await {
-                return r;
-            }
-            let offset = body.get("offset").and_then(Value::as_u64).unwrap_or(0);
-            let wait = body
-                .get("timeout")
-                .and_then(Value::as_u64)
-                .unwrap_or(0)
-                .min(5);
-            let end = tokio::time::Instant::now() + Duration::from_secs(wait);
-            loop {
-                let news = sh.news.notified();
-                let ready: Vec<Value> = {
-                    let mut g = sh.lock();
-                    g.updates.retain(|(id, _)| *id >= offset);
-                    g.updates.iter().map(|(_, u)| u.clone()).collect()
-                };
-                if !ready.is_empty() || tokio::time::Instant::now() >= end {
-                    return ok(Value::Array(ready));
-                }
-                let _ = tokio::time::timeout_at(end, news).await;
-            }
-        }
-        "sendMessage" => {
-            let f = sh.lock().send_faults.pop_front();
-            if let Some(r) = fault(f).await {
-                return r;
-            }
-            let chat_id = body.get("chat_id").and_then(Value::as_i64);
-            let text = body.get("text").and_then(Value::as_str).unwrap_or("");
-            let Some(chat_id) = chat_id else {
-                return refuse(400, "Bad Request: chat not found");
-            };
-            if text.trim().is_empty() {
-                return refuse(400, "Bad Request: message text is empty");
-            }
-            if text.encode_utf16().count() > 4096 {
-                return refuse(400, "Bad Request: message is too long");
-            }
-            sh.lock().sent.push(Sent {
-                chat_id,
-                text: text.to_owned(),
-            });
-            ok(json!({"message_id": 2, "date": 1_700_000_000,
-                      "chat": {"id": chat_id, "type": "private"}, "text": text}))
-        }
+        "getUpdates" => get_updates(&sh, &body).await,
+        "sendMessage" => send_message(&sh, &body).await,
         "sendChatAction" => {
             let chat = body.get("chat_id").and_then(Value::as_i64).unwrap_or(0);
             let action = body.get("action").and_then(Value::as_str).unwrap_or("");
@@ -398,18 +350,76 @@ async fn call(
             sh.lock().webhook = None;
             ok(json!(true))
         }
-        "getFile" => {
-            let id = body.get("file_id").and_then(Value::as_str).unwrap_or("");
-            let size = sh.lock().files.get(id).map(Vec::len);
-            match size {
-                Some(n) => ok(json!({"file_id": id, "file_unique_id": format!("u-{id}"),
-                                     "file_size": n, "file_path": format!("photos/{id}.jpg")})),
-                None => refuse(400, "Bad Request: invalid file_id"),
-            }
-        }
+        "getFile" => get_file(&sh, &body),
         "getMe" => {
             ok(json!({"id": 1, "is_bot": true, "first_name": "Hearth", "username": "hearth_bot"}))
         }
         _ => refuse(404, "Not Found: method not found"),
+    }
+}
+
+/// `getUpdates`: the updates from `offset` on (those before it are
+/// confirmed and dropped), waiting up to `timeout` seconds (at most 5) for
+/// one to arrive.
+async fn get_updates(sh: &Shared, body: &Value) -> Response {
+    let f = sh.lock().poll_faults.pop_front();
+    if let Some(r) = fault(f).await {
+        return r;
+    }
+    let offset = body.get("offset").and_then(Value::as_u64).unwrap_or(0);
+    let wait = body
+        .get("timeout")
+        .and_then(Value::as_u64)
+        .unwrap_or(0)
+        .min(5);
+    let end = tokio::time::Instant::now() + Duration::from_secs(wait);
+    loop {
+        let news = sh.news.notified();
+        let ready: Vec<Value> = {
+            let mut g = sh.lock();
+            g.updates.retain(|(id, _)| *id >= offset);
+            g.updates.iter().map(|(_, u)| u.clone()).collect()
+        };
+        if !ready.is_empty() || tokio::time::Instant::now() >= end {
+            return ok(Value::Array(ready));
+        }
+        let _ = tokio::time::timeout_at(end, news).await;
+    }
+}
+
+/// `sendMessage`: records the text, refused as Telegram refuses it without
+/// a chat, empty or over 4,096 UTF-16 units.
+async fn send_message(sh: &Shared, body: &Value) -> Response {
+    let f = sh.lock().send_faults.pop_front();
+    if let Some(r) = fault(f).await {
+        return r;
+    }
+    let chat_id = body.get("chat_id").and_then(Value::as_i64);
+    let text = body.get("text").and_then(Value::as_str).unwrap_or("");
+    let Some(chat_id) = chat_id else {
+        return refuse(400, "Bad Request: chat not found");
+    };
+    if text.trim().is_empty() {
+        return refuse(400, "Bad Request: message text is empty");
+    }
+    if text.encode_utf16().count() > 4096 {
+        return refuse(400, "Bad Request: message is too long");
+    }
+    sh.lock().sent.push(Sent {
+        chat_id,
+        text: text.to_owned(),
+    });
+    ok(json!({"message_id": 2, "date": 1_700_000_000,
+              "chat": {"id": chat_id, "type": "private"}, "text": text}))
+}
+
+/// `getFile`: the path [`download`] serves a known file under.
+fn get_file(sh: &Shared, body: &Value) -> Response {
+    let id = body.get("file_id").and_then(Value::as_str).unwrap_or("");
+    let size = sh.lock().files.get(id).map(Vec::len);
+    match size {
+        Some(n) => ok(json!({"file_id": id, "file_unique_id": format!("u-{id}"),
+                             "file_size": n, "file_path": format!("photos/{id}.jpg")})),
+        None => refuse(400, "Bad Request: invalid file_id"),
     }
 }
