@@ -18,11 +18,11 @@ use serde_json::Value;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::future::Future;
 use std::net::SocketAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use tokio::sync::{mpsc, watch, Notify, Semaphore};
-use tokio::task::JoinSet;
+use tokio::task::{JoinHandle, JoinSet};
 
 /// How updates reach the bot.
 #[derive(Debug, Clone)]
@@ -155,26 +155,31 @@ fn log(msg: impl std::fmt::Display) {
     eprintln!("hearth telegram: {msg}");
 }
 
-/// Run the bot until `shutdown` resolves (or the token is refused), then
-/// finish what is in progress within the drain time. Work still undone is
-/// kept in the state database and done at the next start.
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
-pub async fn run(
-    cfg: BotConfig,
-    brain: Arc<dyn Brain>,
-    shutdown: impl Future<Output = ()>,
-) -> Result<(), BotError> {
+/// The state database in `state_dir`.
+fn db_path(state_dir: &Path) -> PathBuf {
+    state_dir.join("telegram.redb")
+}
+
+/// A message waiting in the work queue: its inbox key and what it is.
+type Work = (u64, Incoming);
+
+/// The bot as it opens: what every task shares, the receiving end of the
+/// work queue, and the messages the last run left unanswered.
+struct Opened {
+    shared: Arc<Shared>,
+    work: mpsc::UnboundedReceiver<Work>,
+    pending: Vec<Work>,
+}
+
+/// Opens the state database and the API client.
+fn open_shared(cfg: BotConfig, brain: Arc<dyn Brain>) -> Result<Opened, BotError> {
     std::fs::create_dir_all(&cfg.state_dir).map_err(|e| {
         BotError::Config(format!(
             "cannot create the state directory {}: {e}",
             cfg.state_dir.display()
         ))
     })?;
-    let db = cfg.state_dir.join("telegram.redb");
-    let store = Store::open(&db)?;
+    let store = Store::open(&db_path(&cfg.state_dir))?;
     let api = Api::new(&cfg.token, cfg.api_url.as_deref(), cfg.request_timeout)
         .map_err(BotError::Config)?;
     let (work_tx, work_rx) = mpsc::unbounded_channel();
@@ -190,11 +195,21 @@ pub async fn run(
         work: work_tx,
         outbox: Notify::new(),
     });
-    if shared.store.was_unclean() || shared.store.was_repaired() {
+    Ok(Opened {
+        shared,
+        work: work_rx,
+        pending,
+    })
+}
+
+/// Says what the last run left behind (an unclean stop, unanswered
+/// messages, undelivered replies) and queues its unanswered messages again.
+fn take_over_leftovers(sh: &Shared, db: &Path, pending: Vec<Work>) -> Result<(), BotError> {
+    if sh.store.was_unclean() || sh.store.was_repaired() {
         log(format!(
             "the last run did not stop cleanly (it was killed, or the machine stopped): {} {}; every committed change is kept and work in flight is redone",
             db.display(),
-            if shared.store.was_repaired() {
+            if sh.store.was_repaired() {
                 "was repaired by redb (the write in flight rolled back)"
             } else {
                 "needed no repair"
@@ -207,21 +222,27 @@ pub async fn run(
             pending.len()
         ));
     }
-    let undelivered = shared.store.outbox_len()?;
+    let undelivered = sh.store.outbox_len()?;
     if undelivered > 0 {
         log(format!(
             "{undelivered} repl(ies) left undelivered by the last run: sending them now (one sent just before a crash may arrive twice)"
         ));
     }
     for p in pending {
-        let _ = shared.work.send(p);
+        let _ = sh.work.send(p);
     }
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let (flush_tx, flush_rx) = watch::channel(false);
-    let dispatcher = tokio::spawn(dispatch(Arc::clone(&shared), work_rx, stop_rx.clone()));
-    let sender = tokio::spawn(send_loop(Arc::clone(&shared), flush_rx));
-    let mut receiver = match shared.cfg.mode.clone() {
-        Mode::Polling => tokio::spawn(poll_loop(Arc::clone(&shared), stop_rx.clone())),
+    Ok(())
+}
+
+/// Starts receiving updates as the mode says: the polling loop, or the
+/// webhook's listener (bound here, so a busy port fails the start) with
+/// the webhook set at Telegram in the background.
+async fn start_receiver(
+    shared: &Arc<Shared>,
+    stop: &watch::Receiver<bool>,
+) -> Result<JoinHandle<Result<(), BotError>>, BotError> {
+    Ok(match shared.cfg.mode.clone() {
+        Mode::Polling => tokio::spawn(poll_loop(Arc::clone(shared), stop.clone())),
         Mode::Webhook {
             url,
             listen,
@@ -234,29 +255,114 @@ pub async fn run(
                     addr: listen,
                     source,
                 })?;
-            let sh = Arc::clone(&shared);
-            let (u, s) = (url.clone(), secret.clone());
-            tokio::spawn(async move {
-                let mut delay = sh.cfg.backoff.first;
-                for _ in 0..5 {
-                    match sh.api.set_webhook(&u, &s).await {
-                        Ok(()) => return log(format!("webhook set to {u}")),
-                        Err(e) => log(format!("setWebhook failed ({e}); retrying")),
-                    }
-                    tokio::time::sleep(delay).await;
-                    delay = (delay * 2).min(sh.cfg.backoff.max);
-                }
-                log("could not set the webhook; Telegram keeps the one set before, if any");
-            });
+            tokio::spawn(set_webhook(Arc::clone(shared), url.clone(), secret.clone()));
             tokio::spawn(crate::webhook::serve(
-                Arc::clone(&shared) as Arc<dyn crate::webhook::Ingest>,
+                Arc::clone(shared) as Arc<dyn crate::webhook::Ingest>,
                 listener,
                 url,
                 secret,
                 limits,
-                stop_rx.clone(),
+                stop.clone(),
             ))
         }
+    })
+}
+
+/// Tells Telegram where to post updates, trying 5 times with backoff.
+async fn set_webhook(sh: Arc<Shared>, url: String, secret: String) {
+    let mut delay = sh.cfg.backoff.first;
+    for _ in 0..5 {
+        match sh.api.set_webhook(&url, &secret).await {
+            Ok(()) => return log(format!("webhook set to {url}")),
+            Err(e) => log(format!("setWebhook failed ({e}); retrying")),
+        }
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(sh.cfg.backoff.max);
+    }
+    log("could not set the webhook; Telegram keeps the one set before, if any");
+}
+
+/// The bot's running tasks, and the signals that stop them.
+struct Tasks {
+    receiver: JoinHandle<Result<(), BotError>>,
+    dispatcher: JoinHandle<()>,
+    sender: JoinHandle<()>,
+    /// Stops receiving and starting answers.
+    stop: watch::Sender<bool>,
+    /// Tells the sender to send what is left and end.
+    flush: watch::Sender<bool>,
+}
+
+impl Tasks {
+    /// Stops the tasks in order (receiver, answers in progress, outbox)
+    /// within the drain time, aborting what is not done by then, and
+    /// records the clean stop.
+    async fn wind_down(self, shared: &Shared) {
+        let Tasks {
+            mut receiver,
+            mut dispatcher,
+            mut sender,
+            stop,
+            flush,
+        } = self;
+        let _ = stop.send(true);
+        let deadline = tokio::time::Instant::now() + shared.cfg.drain;
+        if !receiver.is_finished() {
+            let _ = tokio::time::timeout_at(deadline, &mut receiver).await;
+            receiver.abort();
+        }
+        if tokio::time::timeout_at(deadline, &mut dispatcher)
+            .await
+            .is_err()
+        {
+            dispatcher.abort();
+            log("answers still in progress are kept and redone at the next start");
+        }
+        let _ = flush.send(true);
+        if tokio::time::timeout_at(deadline, &mut sender)
+            .await
+            .is_err()
+        {
+            sender.abort();
+        }
+        let left = shared.store.outbox_len().unwrap_or(0);
+        if left > 0 {
+            log(format!(
+                "{left} repl(ies) not delivered yet: kept for the next start"
+            ));
+        }
+        if let Err(e) = shared.store.close_cleanly() {
+            log(format!("cannot record the clean stop: {e}"));
+        }
+    }
+}
+
+/// Run the bot until `shutdown` resolves (or the token is refused), then
+/// finish what is in progress within the drain time. Work still undone is
+/// kept in the state database and done at the next start.
+pub async fn run(
+    cfg: BotConfig,
+    brain: Arc<dyn Brain>,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), BotError> {
+    let Opened {
+        shared,
+        work: work_rx,
+        pending,
+    } = open_shared(cfg, brain)?;
+    let db = db_path(&shared.cfg.state_dir);
+    take_over_leftovers(&shared, &db, pending)?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let (flush_tx, flush_rx) = watch::channel(false);
+    let dispatcher = tokio::spawn(dispatch(Arc::clone(&shared), work_rx, stop_rx.clone()));
+    let sender = tokio::spawn(send_loop(Arc::clone(&shared), flush_rx));
+    let receiver = start_receiver(&shared, &stop_rx).await?;
+    let mut tasks = Tasks {
+        receiver,
+        dispatcher,
+        sender,
+        stop: stop_tx,
+        flush: flush_tx,
     };
     log(format!(
         "running ({}); state in {}",
@@ -266,41 +372,11 @@ pub async fn run(
     let mut outcome = Ok(());
     tokio::select! {
         () = shutdown => log("stopping: finishing the answers in progress"),
-        r = &mut receiver => {
+        r = &mut tasks.receiver => {
             outcome = r.unwrap_or_else(|e| Err(BotError::Config(format!("the receiver failed: {e}"))));
         }
     }
-    let _ = stop_tx.send(true);
-    let deadline = tokio::time::Instant::now() + shared.cfg.drain;
-    if !receiver.is_finished() {
-        let _ = tokio::time::timeout_at(deadline, &mut receiver).await;
-        receiver.abort();
-    }
-    let mut dispatcher = dispatcher;
-    if tokio::time::timeout_at(deadline, &mut dispatcher)
-        .await
-        .is_err()
-    {
-        dispatcher.abort();
-        log("answers still in progress are kept and redone at the next start");
-    }
-    let _ = flush_tx.send(true);
-    let mut sender = sender;
-    if tokio::time::timeout_at(deadline, &mut sender)
-        .await
-        .is_err()
-    {
-        sender.abort();
-    }
-    let left = shared.store.outbox_len().unwrap_or(0);
-    if left > 0 {
-        log(format!(
-            "{left} repl(ies) not delivered yet: kept for the next start"
-        ));
-    }
-    if let Err(e) = shared.store.close_cleanly() {
-        log(format!("cannot record the clean stop: {e}"));
-    }
+    tasks.wind_down(&shared).await;
     outcome
 }
 
