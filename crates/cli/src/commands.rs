@@ -207,10 +207,6 @@ pub struct CompleteOptions {
 }
 
 /// `hearth complete`.
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 pub fn complete(
     args: &ModelArgs,
     sample: &SampleArgs,
@@ -242,23 +238,13 @@ pub fn complete(
     };
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
-    let mut write_failed = None;
     let request = GenerationRequest {
         media: &placed,
         constraint,
         ..GenerationRequest::new(&ids, &opts)
     };
-    let decoding = session.begin(request, &sampler)?;
-    let generation = session.run(decoding, &mut sampler, |ev| {
-        if !json && !ev.text.is_empty() {
-            if let Err(e) = out.write_all(ev.text.as_bytes()).and_then(|_| out.flush()) {
-                // A closed pipe (`| head`) ends generation quietly.
-                write_failed = Some(e);
-                return false;
-            }
-        }
-        true
-    })?;
+    let (generation, write_failed) =
+        generate_streaming(&mut session, &mut sampler, request, &mut out, !json)?;
     if let Some(e) = write_failed {
         if e.kind() != std::io::ErrorKind::BrokenPipe {
             return Err(e).context("cannot write to stdout");
@@ -275,6 +261,38 @@ pub fn complete(
     } else {
         writeln!(out)?;
     }
+    report_generation(&generation);
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Generates `request` to its end, writing the text to `out` as it comes
+/// when `stream` is set. A write that fails stops the generation; its error
+/// comes back beside what was generated.
+fn generate_streaming(
+    session: &mut engine::Session,
+    sampler: &mut Sampler,
+    request: GenerationRequest<'_>,
+    out: &mut impl Write,
+    stream: bool,
+) -> Result<(engine::Generation, Option<std::io::Error>)> {
+    let mut write_failed = None;
+    let decoding = session.begin(request, sampler)?;
+    let generation = session.run(decoding, sampler, |ev| {
+        if stream && !ev.text.is_empty() {
+            if let Err(e) = out.write_all(ev.text.as_bytes()).and_then(|_| out.flush()) {
+                // A closed pipe (`| head`) ends generation quietly.
+                write_failed = Some(e);
+                return false;
+            }
+        }
+        true
+    })?;
+    Ok((generation, write_failed))
+}
+
+/// The generation's timings on stderr, and the constraint's and the
+/// speculation's when they were used.
+fn report_generation(generation: &engine::Generation) {
     eprintln!(
         "hearth: prompt {} tokens in {:.0} ms ({:.1} t/s), generated {} tokens in {:.0} ms ({:.1} t/s), stop: {:?}",
         generation.prompt_tokens_evaluated,
@@ -285,7 +303,7 @@ pub fn complete(
         generation.gen_tokens_per_s(),
         generation.finish
     );
-    if let Some(c) = generation.constraint {
+    if let Some(c) = &generation.constraint {
         eprintln!(
             "hearth: constraint: {} masks in {:.1} ms, {:.0} µs per token",
             c.masks,
@@ -293,7 +311,7 @@ pub fn complete(
             c.per_token().as_secs_f64() * 1e6
         );
     }
-    if let Some(s) = generation.speculation {
+    if let Some(s) = &generation.speculation {
         eprintln!(
             "hearth: speculation: {} of {} drafted tokens kept ({:.0}%) in {} rounds",
             s.accepted,
@@ -302,7 +320,6 @@ pub fn complete(
             s.rounds
         );
     }
-    Ok(ExitCode::SUCCESS)
 }
 
 /// `hearth tokenize`.
