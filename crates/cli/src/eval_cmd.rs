@@ -221,44 +221,15 @@ fn bar(total: u64, what: &str) -> ProgressBar {
     pb
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 fn mt_bench(a: &MtBenchArgs) -> Result<ExitCode> {
     if a.parallel == 0 {
         bail!("--parallel must be at least 1");
     }
-    let questions: Vec<Question> = match &a.question_file {
-        None => fastchat::questions(),
-        Some(p) => {
-            let (q, torn) = fastchat::read_jsonl::<Question>(p)?;
-            if torn.is_some() {
-                bail!("{}: the last line is cut off", p.display());
-            }
-            if q.is_empty() {
-                bail!("{}: no questions", p.display());
-            }
-            q
-        }
-    };
+    let questions = read_questions(a.question_file.as_deref())?;
     let engine = Arc::new(load_engine(&a.model, a.sample.params())?);
     report_session(&engine);
-    let model_id = a.model_id.clone().unwrap_or_else(|| {
-        let stem = std::path::Path::new(&a.model.model)
-            .file_stem()
-            .map_or_else(
-                || a.model.model.clone(),
-                |s| s.to_string_lossy().into_owned(),
-            );
-        if a.guard.is_empty() {
-            stem
-        } else {
-            format!("{stem}+guard")
-        }
-    });
     let cfg = eval::run::RunConfig {
-        model_id,
+        model_id: model_id(a),
         out: a.out.clone(),
         guards: a.guard,
         parallel: a.parallel,
@@ -266,36 +237,10 @@ fn mt_bench(a: &MtBenchArgs) -> Result<ExitCode> {
         resume: a.resume,
         max_tokens: a.max_tokens,
     };
-    // Said now, not only at the end: a run killed again before it ends has
-    // still told what the last one lost.
-    let tape = eval::run::tape_path(&cfg);
-    if cfg.resume && tape.exists() {
-        // Said before the repair (run() does it): a crash in between only
-        // makes the next start say it again.
-        let tail = fastchat::inspect_jsonl::<fastchat::AnswerRow>(&tape)?;
-        if let Some(line) =
-            fastchat::describe_tail(&tape, tail, "that question will be answered again")
-        {
-            eprintln!("{line}");
-        }
-    }
+    say_how_the_tape_ends(&cfg)?;
     let shared = engine::SharedChat::start(Arc::clone(&engine), a.parallel, None)
         .context("cannot start the decoding thread")?;
-    // First Ctrl-C: finish the questions in flight and stop (nothing is
-    // lost; --resume continues). Second: quit now.
-    let stop = Arc::new(AtomicBool::new(false));
-    let presses = Arc::new(AtomicU8::new(0));
-    {
-        let (stop, presses) = (Arc::clone(&stop), Arc::clone(&presses));
-        let _ = ctrlc::set_handler(move || {
-            if presses.fetch_add(1, Ordering::SeqCst) == 0 {
-                stop.store(true, Ordering::SeqCst);
-                eprintln!("\nstopping after the questions in flight (Ctrl-C again to quit now; --resume continues)");
-            } else {
-                std::process::exit(130);
-            }
-        });
-    }
+    let stop = stop_on_ctrl_c();
     let pb = bar(0, "questions");
     pb.enable_steady_tick(Duration::from_millis(500));
     let summary = eval::run::run(
@@ -326,6 +271,78 @@ fn mt_bench(a: &MtBenchArgs) -> Result<ExitCode> {
     } else {
         ExitCode::from(130)
     })
+}
+
+/// The questions: MT-Bench's own, or those of `--question-file` (whole and
+/// not empty).
+fn read_questions(file: Option<&std::path::Path>) -> Result<Vec<Question>> {
+    Ok(match file {
+        None => fastchat::questions(),
+        Some(p) => {
+            let (q, torn) = fastchat::read_jsonl::<Question>(p)?;
+            if torn.is_some() {
+                bail!("{}: the last line is cut off", p.display());
+            }
+            if q.is_empty() {
+                bail!("{}: no questions", p.display());
+            }
+            q
+        }
+    })
+}
+
+/// `--model-id`, else the model file's stem (`+guard` added with guards).
+fn model_id(a: &MtBenchArgs) -> String {
+    a.model_id.clone().unwrap_or_else(|| {
+        let stem = std::path::Path::new(&a.model.model)
+            .file_stem()
+            .map_or_else(
+                || a.model.model.clone(),
+                |s| s.to_string_lossy().into_owned(),
+            );
+        if a.guard.is_empty() {
+            stem
+        } else {
+            format!("{stem}+guard")
+        }
+    })
+}
+
+/// When resuming, says what an earlier run's crash left at the tape's end.
+fn say_how_the_tape_ends(cfg: &eval::run::RunConfig) -> Result<()> {
+    // Said now, not only at the end: a run killed again before it ends has
+    // still told what the last one lost.
+    let tape = eval::run::tape_path(cfg);
+    if cfg.resume && tape.exists() {
+        // Said before the repair (run() does it): a crash in between only
+        // makes the next start say it again.
+        let tail = fastchat::inspect_jsonl::<fastchat::AnswerRow>(&tape)?;
+        if let Some(line) =
+            fastchat::describe_tail(&tape, tail, "that question will be answered again")
+        {
+            eprintln!("{line}");
+        }
+    }
+    Ok(())
+}
+
+/// First Ctrl-C: finish the questions in flight and stop (nothing is
+/// lost; --resume continues). Second: quit now. The flag the first sets.
+fn stop_on_ctrl_c() -> Arc<AtomicBool> {
+    let stop = Arc::new(AtomicBool::new(false));
+    let presses = Arc::new(AtomicU8::new(0));
+    {
+        let (stop, presses) = (Arc::clone(&stop), Arc::clone(&presses));
+        let _ = ctrlc::set_handler(move || {
+            if presses.fetch_add(1, Ordering::SeqCst) == 0 {
+                stop.store(true, Ordering::SeqCst);
+                eprintln!("\nstopping after the questions in flight (Ctrl-C again to quit now; --resume continues)");
+            } else {
+                std::process::exit(130);
+            }
+        });
+    }
+    stop
 }
 
 fn judge(a: &JudgeArgs) -> Result<ExitCode> {
