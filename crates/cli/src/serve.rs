@@ -335,10 +335,6 @@ fn prompt_cache(args: &ServeArgs) -> Option<prompt_cache::CacheConfig> {
 }
 
 /// Resolve the model and run the server until a signal stops it.
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 pub fn run(args: &ServeArgs) -> Result<ExitCode> {
     if args.parallel == 0 {
         bail!("--parallel must be at least 1");
@@ -353,6 +349,15 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
     // layout is made after it, in the background.
     options.layout = engine::LayoutTiming::AfterLoad;
     (config.limits, options.limits) = args.limits.resolve()?;
+    configure(&mut config, args)?;
+    let lineup = models_to_serve(&mut config, args, options)?;
+    server::run(config, lineup).context("hearth serve")?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Sets what the flags say about serving: where and to whom, the caches,
+/// the time limits and the optional features.
+fn configure(config: &mut server::ServerConfig, args: &ServeArgs) -> Result<()> {
     config.public_health = args.public_health;
     config.host = args.host.clone();
     config.port = args.port;
@@ -373,20 +378,8 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
         Overflow::Truncate => server::truncate::Overflow::Truncate,
         Overflow::Error => server::truncate::Overflow::Error,
     };
-    config.request_timeout = secs("request-timeout", args.request_timeout)?;
-    config.max_request_time = if args.max_request_secs == 0.0 {
-        None
-    } else {
-        Some(secs("max-request-secs", args.max_request_secs)?)
-    };
-    config.shutdown_timeout = secs("shutdown-timeout", args.shutdown_timeout)?;
+    configure_times(config, args)?;
     config.guard = args.guard;
-    config.idle_exit = match args.idle_exit {
-        None => None,
-        Some(0.0) => None,
-        Some(v) => Some(secs("idle-exit", v)?),
-    };
-    config.idle_counts_probes = args.idle_count_probes;
     config.allow_file_images = args.allow_file_images;
     config.allow_pull = args.allow_pull;
     // Stored responses live beside the models, so they survive a restart.
@@ -398,6 +391,35 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
             key: key.clone(),
         });
     }
+    Ok(())
+}
+
+/// The time limits: of a request, of the shutdown, and of idleness.
+fn configure_times(config: &mut server::ServerConfig, args: &ServeArgs) -> Result<()> {
+    config.request_timeout = secs("request-timeout", args.request_timeout)?;
+    config.max_request_time = if args.max_request_secs == 0.0 {
+        None
+    } else {
+        Some(secs("max-request-secs", args.max_request_secs)?)
+    };
+    config.shutdown_timeout = secs("shutdown-timeout", args.shutdown_timeout)?;
+    config.idle_exit = match args.idle_exit {
+        None => None,
+        Some(0.0) => None,
+        Some(v) => Some(secs("idle-exit", v)?),
+    };
+    config.idle_counts_probes = args.idle_count_probes;
+    Ok(())
+}
+
+/// The models served and how they load: the one of `-m`, pinned, or those
+/// of `--models` (rescanned on request, loaded and unloaded as the
+/// residency limits set here allow).
+fn models_to_serve(
+    config: &mut server::ServerConfig,
+    args: &ServeArgs,
+    options: engine::RunOptions,
+) -> Result<server::models::Lineup> {
     let pinned = args.models.is_none();
     let mut rescan: Option<server::models::RescanFn> = None;
     let models = match &args.models {
@@ -430,16 +452,14 @@ pub fn run(args: &ServeArgs) -> Result<ExitCode> {
             }
             engine::Engine::load(&m.path, &o)
         });
-    let lineup = server::models::Lineup {
+    Ok(server::models::Lineup {
         models,
         load,
         pinned,
         sampling,
         speculation,
         rescan,
-    };
-    server::run(config, lineup).context("hearth serve")?;
-    Ok(ExitCode::SUCCESS)
+    })
 }
 
 /// The one model of `-m`, with the names it answers to: what -m named
