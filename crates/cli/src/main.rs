@@ -383,73 +383,9 @@ impl ModelArgs {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Continue a prompt (raw completion, no chat template), streamed to stdout.
-    Complete {
-        #[command(flatten)]
-        model: ModelArgs,
-        #[command(flatten)]
-        sample: SampleArgs,
-        #[command(flatten)]
-        constraint: ConstraintArgs,
-        /// The prompt; read from stdin when omitted.
-        #[arg(short, long)]
-        prompt: Option<String>,
-        /// Read the prompt from a file.
-        #[arg(short, long, conflicts_with = "prompt")]
-        file: Option<std::path::PathBuf>,
-        /// Tokens to generate.
-        #[arg(short = 'n', long, default_value_t = 128)]
-        n_predict: usize,
-        /// Print one JSON object at the end instead of streaming text.
-        #[arg(long)]
-        json: bool,
-        /// Keep generating past end-of-generation tokens.
-        #[arg(long)]
-        ignore_eos: bool,
-        #[command(flatten)]
-        images: MediaArgs,
-    },
+    Complete(CompleteArgs),
     /// Chat with the model using its chat template (interactive, or once with -p).
-    Chat {
-        #[command(flatten)]
-        model: ModelArgs,
-        #[command(flatten)]
-        sample: SampleArgs,
-        #[command(flatten)]
-        constraint: ConstraintArgs,
-        /// System prompt.
-        #[arg(long)]
-        system: Option<String>,
-        /// Answer this message once and exit.
-        #[arg(short, long)]
-        prompt: Option<String>,
-        /// Most tokens per reply.
-        #[arg(short = 'n', long, default_value_t = 1024)]
-        n_predict: usize,
-        /// Let a model that thinks (Gemma 4) think before it answers; the
-        /// thought shows dimmed (on stderr when stdout is not a terminal).
-        #[arg(long)]
-        think: bool,
-        /// Most thought tokens per reply (with --think).
-        #[arg(long, value_name = "N", requires = "think")]
-        thinking_budget: Option<usize>,
-        /// Guardrails: `all`, `none`, or a list of calc, logic, verify,
-        /// persona, clean, qualifiers. Guarded replies are checked (and
-        /// repaired) before they are shown, so they do not stream.
-        #[arg(long, value_name = "GUARDS", default_value = "none", conflicts_with_all = ["think", "json_schema", "grammar", "regex", "json_object"])]
-        guard: guard::GuardSet,
-        /// Print what the guards did (on stderr) after each reply.
-        #[arg(long, requires = "guard")]
-        guard_trace: bool,
-        /// Images for the first message (see `complete --image`).
-        #[command(flatten)]
-        images: MediaArgs,
-        /// Keep the conversation in FILE (its pictures and clips as the
-        /// paths of their files, read again on resume), and its prompt
-        /// state in FILE.states/, resuming both when FILE exists: the next
-        /// reply does not compute the conversation again.
-        #[arg(long, value_name = "FILE")]
-        session: Option<std::path::PathBuf>,
-    },
+    Chat(ChatArgs),
     /// Solve a logic puzzle written in z3's Python API (a declarative
     /// subset, parsed, never run): prints {"status", "model", "unique"}.
     Solve {
@@ -572,6 +508,118 @@ enum Command {
     },
 }
 
+/// `hearth complete`'s flags.
+#[derive(clap::Args, Debug)]
+struct CompleteArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    sample: SampleArgs,
+    #[command(flatten)]
+    constraint: ConstraintArgs,
+    /// The prompt; read from stdin when omitted.
+    #[arg(short, long)]
+    prompt: Option<String>,
+    /// Read the prompt from a file.
+    #[arg(short, long, conflicts_with = "prompt")]
+    file: Option<std::path::PathBuf>,
+    /// Tokens to generate.
+    #[arg(short = 'n', long, default_value_t = 128)]
+    n_predict: usize,
+    /// Print one JSON object at the end instead of streaming text.
+    #[arg(long)]
+    json: bool,
+    /// Keep generating past end-of-generation tokens.
+    #[arg(long)]
+    ignore_eos: bool,
+    #[command(flatten)]
+    images: MediaArgs,
+}
+
+impl CompleteArgs {
+    /// Runs `hearth complete` with these flags.
+    fn run(self) -> Result<ExitCode> {
+        commands::complete(
+            &self.model,
+            &self.sample,
+            &self.constraint,
+            commands::PromptSource::new(self.prompt, self.file),
+            &self.images,
+            commands::CompleteOptions {
+                n_predict: self.n_predict,
+                json: self.json,
+                ignore_eos: self.ignore_eos,
+            },
+        )
+    }
+}
+
+/// `hearth chat`'s flags.
+#[derive(clap::Args, Debug)]
+struct ChatArgs {
+    #[command(flatten)]
+    model: ModelArgs,
+    #[command(flatten)]
+    sample: SampleArgs,
+    #[command(flatten)]
+    constraint: ConstraintArgs,
+    /// System prompt.
+    #[arg(long)]
+    system: Option<String>,
+    /// Answer this message once and exit.
+    #[arg(short, long)]
+    prompt: Option<String>,
+    /// Most tokens per reply.
+    #[arg(short = 'n', long, default_value_t = 1024)]
+    n_predict: usize,
+    /// Let a model that thinks (Gemma 4) think before it answers; the
+    /// thought shows dimmed (on stderr when stdout is not a terminal).
+    #[arg(long)]
+    think: bool,
+    /// Most thought tokens per reply (with --think).
+    #[arg(long, value_name = "N", requires = "think")]
+    thinking_budget: Option<usize>,
+    /// Guardrails: `all`, `none`, or a list of calc, logic, verify,
+    /// persona, clean, qualifiers. Guarded replies are checked (and
+    /// repaired) before they are shown, so they do not stream.
+    #[arg(long, value_name = "GUARDS", default_value = "none", conflicts_with_all = ["think", "json_schema", "grammar", "regex", "json_object"])]
+    guard: guard::GuardSet,
+    /// Print what the guards did (on stderr) after each reply.
+    #[arg(long, requires = "guard")]
+    guard_trace: bool,
+    /// Images for the first message (see `complete --image`).
+    #[command(flatten)]
+    images: MediaArgs,
+    /// Keep the conversation in FILE (its pictures and clips as the
+    /// paths of their files, read again on resume), and its prompt
+    /// state in FILE.states/, resuming both when FILE exists: the next
+    /// reply does not compute the conversation again.
+    #[arg(long, value_name = "FILE")]
+    session: Option<std::path::PathBuf>,
+}
+
+impl ChatArgs {
+    /// Runs `hearth chat` with these flags.
+    fn run(self) -> Result<ExitCode> {
+        chat::run(
+            &self.model,
+            &self.sample,
+            &self.constraint,
+            chat::Turns {
+                system: self.system,
+                prompt: self.prompt,
+                n_predict: self.n_predict,
+                think: self.think.then_some(self.thinking_budget),
+                guard: self.guard,
+                guard_trace: self.guard_trace,
+                images: self.images.images,
+                audio: self.images.audio,
+                session_file: self.session,
+            },
+        )
+    }
+}
+
 /// What `hearth check` checks.
 #[derive(Subcommand, Debug)]
 enum CheckCommand {
@@ -591,63 +639,10 @@ fn main() -> ExitCode {
     }
 }
 
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 fn run(cli: Cli) -> Result<ExitCode> {
     match cli.command {
-        Command::Complete {
-            model,
-            sample,
-            constraint,
-            prompt,
-            file,
-            n_predict,
-            json,
-            ignore_eos,
-            images,
-        } => commands::complete(
-            &model,
-            &sample,
-            &constraint,
-            commands::PromptSource::new(prompt, file),
-            &images,
-            commands::CompleteOptions {
-                n_predict,
-                json,
-                ignore_eos,
-            },
-        ),
-        Command::Chat {
-            model,
-            sample,
-            constraint,
-            system,
-            prompt,
-            n_predict,
-            think,
-            thinking_budget,
-            guard,
-            guard_trace,
-            images,
-            session,
-        } => chat::run(
-            &model,
-            &sample,
-            &constraint,
-            chat::Turns {
-                system,
-                prompt,
-                n_predict,
-                think: think.then_some(thinking_budget),
-                guard,
-                guard_trace,
-                images: images.images,
-                audio: images.audio,
-                session_file: session,
-            },
-        ),
+        Command::Complete(args) => args.run(),
+        Command::Chat(args) => args.run(),
         Command::Tokenize {
             model,
             no_bos,
