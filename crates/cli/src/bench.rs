@@ -112,11 +112,19 @@ fn token_range(s: &str) -> Result<(usize, usize), String> {
     Ok((n(lo)?, n(hi)?))
 }
 
+/// What every thread count measures.
+struct Plan {
+    /// The `-p` and `-n` tests (those above 0).
+    tests: Vec<BenchTest>,
+    /// The constraint of the constrained comparison, if any.
+    grammar: Option<engine::Grammar>,
+    /// The kernel set that runs.
+    kernels: &'static str,
+    /// Whether a decode is timed (the read bandwidth is measured then).
+    decodes: bool,
+}
+
 /// Run every (threads, test) combination and print a row for each.
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 pub fn run(args: &BenchArgs) -> Result<ExitCode> {
     // No -t: one row at the engine's default (the physical cores).
     let threads: Vec<Option<usize>> = if args.threads.is_empty() {
@@ -145,101 +153,119 @@ pub fn run(args: &BenchArgs) -> Result<ExitCode> {
     }
     let kernels = engine::bench::kernel_set();
     if !args.json {
-        println!(
-            "kernels: {kernels} (this CPU runs: {})",
-            engine::bench::kernel_sets().join(", ")
-        );
-        let (physical, logical) = engine::bench::core_counts();
-        match physical {
-            Some(p) => println!("cores: {p} physical, {logical} logical CPUs"),
-            None => println!("cores: {logical} logical CPUs (physical cores unknown)"),
-        }
-        let precision = if args.precise {
-            engine::Precision::Exact
-        } else {
-            engine::Precision::Quantized
-        };
-        let kv = args
-            .kv_cache
-            .unwrap_or(engine::KvType::default_for(precision));
-        println!("kv cache: {}", kv.name());
-        if args.spec.is_some() || args.draft.is_some() {
-            crate::bench_spec::header();
-        } else if args.embed {
-            println!("| model | kernels | threads | test | time | texts/s | tokens/s |");
-            println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
-        } else {
-            println!("| model | kernels | threads | test | t/s | decode GB/s (% of read bandwidth) | sync: ops/token, workers idle, caller waits |");
-            println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
-        }
+        print_header(args, kernels);
     }
     let decodes = !args.embed && tests.iter().any(|t| matches!(t, BenchTest::Generate(_)));
+    let plan = Plan {
+        tests,
+        grammar,
+        kernels,
+        decodes,
+    };
     for &t in &threads {
-        let model = ModelArgs {
-            model: args.model.clone(),
-            threads: t,
-            precise: args.precise,
-            kv_cache: args.kv_cache,
-            quant: args.quant.clone(),
-            ctx: None,
-            batch: args.batch,
-            mmproj: None,
-            image_tokens: None,
-        };
-        let engine = load_engine(&model, engine::SamplingParams::default())?;
-        let name = engine.model_name().unwrap_or("model").to_string();
-        // The machine's read bandwidth at these threads: the ceiling that
-        // decode's weight traffic is judged against.
-        let bandwidth =
-            decodes.then(|| engine::bench::memory_read_bandwidth(engine.model().threads()));
-        let row = Row {
-            model: &name,
-            kernels,
-            kv_cache: engine.model().kv_type().name(),
-            engine: &engine,
-            bandwidth,
-        };
-        if args.embed {
-            crate::bench_embed::rows(&engine, &name, args)?;
-            continue;
+        measure_at(args, t, &plan)?;
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The lines before the table: the kernels, the cores and the KV cache's
+/// type, then the table's head for what is measured.
+fn print_header(args: &BenchArgs, kernels: &str) {
+    println!(
+        "kernels: {kernels} (this CPU runs: {})",
+        engine::bench::kernel_sets().join(", ")
+    );
+    let (physical, logical) = engine::bench::core_counts();
+    match physical {
+        Some(p) => println!("cores: {p} physical, {logical} logical CPUs"),
+        None => println!("cores: {logical} logical CPUs (physical cores unknown)"),
+    }
+    let precision = if args.precise {
+        engine::Precision::Exact
+    } else {
+        engine::Precision::Quantized
+    };
+    let kv = args
+        .kv_cache
+        .unwrap_or(engine::KvType::default_for(precision));
+    println!("kv cache: {}", kv.name());
+    if args.spec.is_some() || args.draft.is_some() {
+        crate::bench_spec::header();
+    } else if args.embed {
+        println!("| model | kernels | threads | test | time | texts/s | tokens/s |");
+        println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
+    } else {
+        println!("| model | kernels | threads | test | t/s | decode GB/s (% of read bandwidth) | sync: ops/token, workers idle, caller waits |");
+        println!("| --- | --- | ---: | ---: | ---: | ---: | ---: |");
+    }
+}
+
+/// Loads the model at `threads` and prints its rows: embedding, speculation
+/// or constrained rows when asked for, else one per test and depth.
+fn measure_at(args: &BenchArgs, threads: Option<usize>, plan: &Plan) -> Result<()> {
+    let model = ModelArgs {
+        model: args.model.clone(),
+        threads,
+        precise: args.precise,
+        kv_cache: args.kv_cache,
+        quant: args.quant.clone(),
+        ctx: None,
+        batch: args.batch,
+        mmproj: None,
+        image_tokens: None,
+    };
+    let engine = load_engine(&model, engine::SamplingParams::default())?;
+    let name = engine.model_name().unwrap_or("model").to_string();
+    // The machine's read bandwidth at these threads: the ceiling that
+    // decode's weight traffic is judged against.
+    let bandwidth = plan
+        .decodes
+        .then(|| engine::bench::memory_read_bandwidth(engine.model().threads()));
+    let row = Row {
+        model: &name,
+        kernels: plan.kernels,
+        kv_cache: engine.model().kv_type().name(),
+        engine: &engine,
+        bandwidth,
+    };
+    if args.embed {
+        return crate::bench_embed::rows(&engine, &name, args);
+    }
+    let spec = match (&args.draft, args.spec) {
+        (Some(d), _) => Some(crate::draft_speculation(
+            d,
+            &engine,
+            args.draft_max,
+            args.draft_p_min,
+        )?),
+        (None, Some(how)) => Some(crate::speculation(how, args.draft_max)),
+        (None, None) => None,
+    };
+    if let Some(spec) = spec {
+        return crate::bench_spec::rows(&engine, &name, &spec, args);
+    }
+    if let Some(grammar) = &plan.grammar {
+        for &n in args.n_gen.iter().filter(|&&n| n > 0) {
+            constrained_rows(&engine, &name, grammar, n, args)?;
         }
-        let spec = match (&args.draft, args.spec) {
-            (Some(d), _) => Some(crate::draft_speculation(
-                d,
-                &engine,
-                args.draft_max,
-                args.draft_p_min,
-            )?),
-            (None, Some(how)) => Some(crate::speculation(how, args.draft_max)),
-            (None, None) => None,
-        };
-        if let Some(spec) = spec {
-            crate::bench_spec::rows(&engine, &name, &spec, args)?;
-            continue;
-        }
-        if let Some(grammar) = &grammar {
-            for &n in args.n_gen.iter().filter(|&&n| n > 0) {
-                constrained_rows(&engine, &name, grammar, n, args)?;
-            }
-            continue;
-        }
-        for &test in &tests {
-            for &depth in &args.depth {
-                engine.model().set_profiling(args.profile);
-                let start = std::time::Instant::now();
-                let r = engine.bench(test, depth, args.reps)?;
-                let elapsed = start.elapsed();
-                engine.model().set_profiling(false);
-                row.print(&r, args.json);
-                if args.profile {
-                    // The warm-up run is timed too: one more run than `reps`.
-                    let tokens = (test.tokens() + depth) * (args.reps.max(1) + 1);
-                    print_profile(&engine.model().profile(), elapsed, tokens);
-                }
+        return Ok(());
+    }
+    for &test in &plan.tests {
+        for &depth in &args.depth {
+            engine.model().set_profiling(args.profile);
+            let start = std::time::Instant::now();
+            let r = engine.bench(test, depth, args.reps)?;
+            let elapsed = start.elapsed();
+            engine.model().set_profiling(false);
+            row.print(&r, args.json);
+            if args.profile {
+                // The warm-up run is timed too: one more run than `reps`.
+                let tokens = (test.tokens() + depth) * (args.reps.max(1) + 1);
+                print_profile(&engine.model().profile(), elapsed, tokens);
             }
         }
     }
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }
 
 /// The profile of one test (see `--profile`): a line per call site, then
