@@ -47,8 +47,10 @@ pub fn run(args: &TranscribeArgs) -> Result<ExitCode> {
         .map_err(anyhow::Error::msg)?;
     let bytes = std::fs::read(&args.file)
         .with_context(|| format!("cannot read {}", args.file.display()))?;
-    let mut sampling = engine::SamplingParams::default();
-    sampling.temperature = args.temp;
+    let sampling = engine::SamplingParams {
+        temperature: args.temp,
+        ..Default::default()
+    };
     let engine = load_engine(&args.model, sampling.clone())?;
     if !engine.has_audio() {
         bail!(

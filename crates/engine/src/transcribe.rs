@@ -480,7 +480,8 @@ mod tests {
         );
         assert!(text.ends_with("style: Ouagadougou"));
         let m = t.message();
-        assert_eq!(m.media(), &[0..crate::AUDIO_MARKER.len()]);
+        assert_eq!(m.media().len(), 1);
+        assert_eq!(m.media()[0], 0..crate::AUDIO_MARKER.len());
         let unknown = Transcription {
             language: Some("Klingon".into()),
             prompt: None,

@@ -19,62 +19,13 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 /// Every route: the APIs behind the key and the rate limit (OpenAI,
-/// Anthropic, Ollama and llama.cpp's utilities) and taking JSON bodies only;
-/// `/health` and `/metrics` behind the key too unless `--public-health`; the
+/// Anthropic, Ollama and llama.cpp's utilities), taking JSON bodies but for
+/// the audio API's forms; `/health` and `/metrics` behind the key too unless `--public-health`; the
 /// chat page open (it asks for the key itself); the browser checks of the
 /// server bound at `bound`; request counting; panics caught.
 pub(crate) fn router(state: AppState, bound: SocketAddr) -> Router {
-    let v1 = Router::new()
-        .route("/v1/chat/completions", post(completions::chat_completions))
-        .route("/v1/completions", post(completions::completions))
-        .route("/v1/models", get(list_models))
-        .route("/v1/models/{*id}", get(get_model))
-        .route("/tokenize", post(utility::tokenize))
-        .route("/detokenize", post(utility::detokenize))
-        .route("/apply-template", post(utility::apply_template))
-        .route("/props", get(utility::props))
-        .route("/slots", get(slots::list))
-        .route("/slots/{id}", post(slots::act))
-        .route("/v1/responses", post(responses::create))
-        .route(
-            "/v1/responses/{id}",
-            get(responses::retrieve).delete(responses::delete),
-        )
-        .route("/v1/messages", post(anthropic::messages))
-        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
-        .route("/api/version", get(ollama::version))
-        .route("/api/tags", get(ollama::tags))
-        .route("/api/ps", get(ollama::ps))
-        .route("/api/show", post(ollama::show))
-        .route("/api/chat", post(ollama::chat))
-        .route("/api/generate", post(ollama::generate))
-        .route("/api/pull", post(ollama::pull))
-        .route("/v1/embeddings", post(embeddings::openai))
-        .route("/api/embed", post(embeddings::ollama_embed))
-        .route("/api/embeddings", post(embeddings::ollama_embeddings))
-        .route("/v1/rerank", post(embeddings::rerank))
-        .route("/v2/rerank", post(embeddings::rerank))
-        .route("/rerank", post(embeddings::rerank))
-        .route("/reranking", post(embeddings::rerank))
-        .route("/v1/reranking", post(embeddings::rerank))
-        .route_layer(middleware::from_fn(browser::require_json))
-        .route_layer(middleware::from_fn_with_state(state.clone(), auth))
-        // Outside the key check, so guessing keys counts against the rate.
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            crate::limits::rate_limit,
-        ));
-    // The audio API takes multipart forms, a type a page on another site
-    // can send without a preflight: `browser::guard` refuses such a page by
-    // its `Origin` and `Sec-Fetch-Site`, and the key check applies as above.
-    let forms = Router::new()
-        .route("/v1/audio/transcriptions", post(audio::transcriptions))
-        .route("/v1/audio/translations", post(audio::translations))
-        .route_layer(middleware::from_fn_with_state(state.clone(), auth))
-        .route_layer(middleware::from_fn_with_state(
-            state.clone(),
-            crate::limits::rate_limit,
-        ));
+    let v1 = json_apis(&state);
+    let forms = form_apis(&state);
     let probes = Router::new()
         .route("/health", get(health))
         .route("/metrics", get(metrics_text));
@@ -121,6 +72,66 @@ pub(crate) fn router(state: AppState, bound: SocketAddr) -> Router {
     router.layer(middleware::from_fn(move |req, next| {
         crate::panics::catch_panics(Arc::clone(&metrics), req, next)
     }))
+}
+
+/// The APIs that take JSON bodies (OpenAI, Anthropic, Ollama and
+/// llama.cpp's utilities), behind the key and the rate limit.
+fn json_apis(state: &AppState) -> Router<AppState> {
+    Router::new()
+        .route("/v1/chat/completions", post(completions::chat_completions))
+        .route("/v1/completions", post(completions::completions))
+        .route("/v1/models", get(list_models))
+        .route("/v1/models/{*id}", get(get_model))
+        .route("/tokenize", post(utility::tokenize))
+        .route("/detokenize", post(utility::detokenize))
+        .route("/apply-template", post(utility::apply_template))
+        .route("/props", get(utility::props))
+        .route("/slots", get(slots::list))
+        .route("/slots/{id}", post(slots::act))
+        .route("/v1/responses", post(responses::create))
+        .route(
+            "/v1/responses/{id}",
+            get(responses::retrieve).delete(responses::delete),
+        )
+        .route("/v1/messages", post(anthropic::messages))
+        .route("/v1/messages/count_tokens", post(anthropic::count_tokens))
+        .route("/api/version", get(ollama::version))
+        .route("/api/tags", get(ollama::tags))
+        .route("/api/ps", get(ollama::ps))
+        .route("/api/show", post(ollama::show))
+        .route("/api/chat", post(ollama::chat))
+        .route("/api/generate", post(ollama::generate))
+        .route("/api/pull", post(ollama::pull))
+        .route("/v1/embeddings", post(embeddings::openai))
+        .route("/api/embed", post(embeddings::ollama_embed))
+        .route("/api/embeddings", post(embeddings::ollama_embeddings))
+        .route("/v1/rerank", post(embeddings::rerank))
+        .route("/v2/rerank", post(embeddings::rerank))
+        .route("/rerank", post(embeddings::rerank))
+        .route("/reranking", post(embeddings::rerank))
+        .route("/v1/reranking", post(embeddings::rerank))
+        .route_layer(middleware::from_fn(browser::require_json))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth))
+        // Outside the key check, so guessing keys counts against the rate.
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::limits::rate_limit,
+        ))
+}
+
+/// The audio API, which takes multipart forms: a type a page on another
+/// site can send without a preflight, so `browser::guard` refuses such a
+/// page by its `Origin` and `Sec-Fetch-Site`; behind the key and the rate
+/// limit as the JSON APIs are.
+fn form_apis(state: &AppState) -> Router<AppState> {
+    Router::new()
+        .route("/v1/audio/transcriptions", post(audio::transcriptions))
+        .route("/v1/audio/translations", post(audio::translations))
+        .route_layer(middleware::from_fn_with_state(state.clone(), auth))
+        .route_layer(middleware::from_fn_with_state(
+            state.clone(),
+            crate::limits::rate_limit,
+        ))
 }
 
 /// `--cors ORIGIN...`: the origins a browser page may call from (`*` for

@@ -162,7 +162,9 @@ impl Fields {
         }
         Ok(AudioForm {
             file,
-            model: self.model.filter(|m| !m.is_empty() && !is_openai_speech_model(m)),
+            model: self
+                .model
+                .filter(|m| !m.is_empty() && !is_openai_speech_model(m)),
             transcription: Transcription {
                 task,
                 language: self.language,

@@ -152,8 +152,10 @@ async fn transcribe(
 /// file of its samples, which decodes to them exactly) and the
 /// instruction; no guard, no tools, the chosen token's log-probability.
 fn window_request(form: &AudioForm, window: Clip) -> Request {
-    let mut params = engine::SamplingParams::default();
-    params.temperature = form.temperature;
+    let params = engine::SamplingParams {
+        temperature: form.temperature,
+        ..Default::default()
+    };
     Request {
         model: form.model.clone(),
         stream: false,
