@@ -34,6 +34,7 @@ import time
 import zlib
 
 MIB = 1 << 20
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 # --------------------------------------------------------------------------
@@ -367,6 +368,10 @@ def attacks(model, vision_model, slot_dir):
         poster("/v1/completions", {"model": model, "prompt": "hi", "max_tokens": 4,
                                    "dry_multiplier": 1.0, "dry_sequence_breakers": ["e" * (10 * MIB)]}),
         refuse=False)
+    # The audio API's multipart forms (the hearing server: the tiny Gemma 4
+    # audio model).
+    for name, fn, refuse in audio_attacks():
+        add("audio: " + name[0], name[1], fn, refuse=refuse, server="hearing")
     # Tokens a user types.
     add("prompt: control tokens in user text", "fake model turn in a user message", control_tokens(model), refuse=False)
     wide = {"type": "object", "properties": {f"p{i:04d}_" + "x" * 20: {"type": "string"} for i in range(3000)}}
@@ -385,6 +390,84 @@ def attacks(model, vision_model, slot_dir):
     add("media: file images", "file:// FIFO", fifo_image(vision_model), server="vision")
     add("media: file images", "file:///proc/self/environ", file_image("file:///proc/self/environ", vision_model), server="vision")
     return out
+
+
+def multipart(fields, boundary="RedTeamBoundary"):
+    """A multipart/form-data body of (name, bytes) fields, and its type."""
+    out = bytearray()
+    for name, value in fields:
+        file = '; filename="clip"' if name == "file" else ""
+        out += f'--{boundary}\r\nContent-Disposition: form-data; name="{name}"{file}\r\n\r\n'.encode()
+        out += value + b"\r\n"
+    out += f"--{boundary}--\r\n".encode()
+    return bytes(out), f"multipart/form-data; boundary={boundary}"
+
+
+def wav16k(seconds, noise=True):
+    """A 16 kHz mono 16-bit WAV of `seconds` of noise (or silence)."""
+    import random
+    n = int(seconds * 16000)
+    rnd = random.Random(7)
+    data = rnd.randbytes(2 * n) if noise else bytes(2 * n)
+    return (b"RIFF" + struct.pack("<I", 36 + len(data)) + b"WAVEfmt " + struct.pack("<IHHIIHH", 16, 1, 1, 16000, 32000, 2, 16)
+            + b"data" + struct.pack("<I", len(data)) + data)
+
+
+def opus_with_granule(granule):
+    """The numbers clip (Ogg Opus) with its last page's granule position
+    (its stated length) replaced."""
+    data = bytearray(open(os.path.join(ROOT, "tests/fixtures/audio/numbers.opus"), "rb").read())
+    at = data.rfind(b"OggS")
+    data[at + 6:at + 14] = struct.pack("<Q", granule)
+    # Ogg pages carry a CRC; recompute the last one's so the demuxer reads it.
+    data[at + 22:at + 26] = b"\0\0\0\0"
+    crc = 0
+    for b in data[at:]:
+        crc ^= b << 24
+        for _ in range(8):
+            crc = ((crc << 1) ^ 0x04C11DB7) & 0xFFFFFFFF if crc & 0x80000000 else (crc << 1) & 0xFFFFFFFF
+    data[at + 22:at + 26] = struct.pack("<I", crc)
+    return bytes(data)
+
+
+def audio_attacks():
+    """(class, attack), fn, refuse: what a client or a page could send the
+    audio API."""
+    def form(fields, headers=None, path="/v1/audio/transcriptions", boundary="RedTeamBoundary"):
+        body, kind = multipart(fields, boundary)
+        return lambda s: _answer(request(s.port, "POST", path, body, dict({"Content-Type": kind}, **(headers or {})),
+                                         timeout=600))
+    speech = open(os.path.join(ROOT, "tests/fixtures/audio/speech.wav"), "rb").read()
+    hour = 3600 * 48000
+    return [
+        (("browser", "a form from http://evil.example (a simple POST, no preflight)"),
+         form([("file", speech)], {"Origin": "http://evil.example"}), True),
+        (("browser", "a form from a sandboxed page (Origin: null)"),
+         form([("file", speech)], {"Origin": "null"}), True),
+        (("browser", "a form with Sec-Fetch-Site: cross-site and no Origin"),
+         form([("file", speech)], {"Sec-Fetch-Site": "cross-site"}), True),
+        (("form", "JSON instead of a form"),
+         lambda s: _answer(post(s, "/v1/audio/transcriptions", {"file": "x"})), True),
+        (("form", "a body cut off before its closing boundary"),
+         lambda s: _answer(request(s.port, "POST", "/v1/audio/transcriptions",
+                                   multipart([("file", speech)])[0][:-20],
+                                   {"Content-Type": multipart([])[1]})), True),
+        (("form", "a part header of 1 MB"),
+         lambda s: _answer(request(s.port, "POST", "/v1/audio/transcriptions",
+                                   b"--B\r\nContent-Disposition: form-data; name=\"" + b"n" * MIB + b"\"\r\n\r\nx\r\n--B--\r\n",
+                                   {"Content-Type": "multipart/form-data; boundary=B"})), True),
+        (("form", "200,000 fields of no name beside the clip"),
+         form([("x", b"1")] * 200_000 + [("file", speech), ("response_format", b"text")]), False),
+        (("form", "no file field"), form([("model", b"whisper-1")]), True),
+        (("form", "a prompt of 1 MB"), form([("file", speech), ("prompt", b"p" * MIB)]), True),
+        (("decode", "Opus whose header says it lasts 10 hours"), form([("file", opus_with_granule(10 * hour))]), True),
+        (("decode", "Opus whose header says 1 s (7.4 s inside): decoded to 2 s"),
+         form([("file", opus_with_granule(48000)), ("response_format", b"verbose_json")]), False),
+        (("decode", "25 MB of bytes that are no audio"), form([("file", os.urandom(25 * MIB))]), True),
+        (("length", "10 minutes of noise at 16 kHz (20 windows)"),
+         form([("file", wav16k(600)), ("response_format", b"verbose_json")]), False),
+        (("length", "10 minutes and a second at 16 kHz (past --max-clip-seconds)"), form([("file", wav16k(601))]), True),
+    ]
 
 
 def slow_large_bodies(model, clients=12, body_mb=30, seconds=6):
@@ -775,6 +858,8 @@ def main():
     ap.add_argument("--model", default=os.environ.get("HEARTH_MODEL"))
     ap.add_argument("--vision", default="tests/fixtures/tiny/gemma3_vision",
                     help="a tiny vision model's folder (model-f32.gguf, mmproj-f32.gguf) for the media attacks")
+    ap.add_argument("--hearing", default="tests/fixtures/tiny/gemma4_audio",
+                    help="a tiny model that hears (model-f32.gguf, mmproj-f32.gguf) for the audio API's attacks")
     ap.add_argument("--out", help="write the table (markdown) here")
     ap.add_argument("--json", help="write the rows as JSON here")
     ap.add_argument("--only", help="comma-separated substrings of class names to run")
@@ -791,12 +876,14 @@ def main():
         sys.exit("redteam: give --model or set HEARTH_MODEL")
 
     vision = ["-m", os.path.join(a.vision, "model-f32.gguf"), "--mmproj", os.path.join(a.vision, "mmproj-f32.gguf")]
+    hearing = ["-m", os.path.join(a.hearing, "model-f32.gguf"), "--mmproj", os.path.join(a.hearing, "mmproj-f32.gguf")]
     # The store bounded below the budget: what the flood of conversations
     # may grow is the operator's --cache-ram, not the client's to choose.
     slot_dir = tempfile.mkdtemp(prefix="hearth-redteam-slots-")
     kinds = {"default": (["-m", a.model], ["--cache-ram", "128M", "--slot-save-path", slot_dir,
                                            "--slot-save-disk", "64M"]),
-             "vision": (vision, ["--allow-file-images", "--cache-ram", "128M"])}
+             "vision": (vision, ["--allow-file-images", "--cache-ram", "128M"]),
+             "hearing": (hearing, ["--ctx", "2048"])}
     servers = {}
 
     def server(kind):

@@ -37,6 +37,10 @@ pub enum MediaError {
     /// The bytes are not a picture we decode.
     #[error("cannot decode the image: {0}")]
     Decode(String),
+    /// The bytes are not a clip we decode, or its features do not fit the
+    /// encoder (the message says which).
+    #[error("{0}")]
+    Audio(String),
     /// The picture is larger than we accept.
     #[error("the image is {width}x{height}; the most accepted is {max} pixels on a side")]
     TooLarge {

@@ -511,7 +511,7 @@ impl Grid {
             .checked_mul(mel.bins)
             .and_then(|n| mel.data.get(..n))
             .ok_or_else(|| {
-                MediaError::Decode(format!(
+                MediaError::Audio(format!(
                     "{frames} frames of {} mel bins asked of features holding {} values",
                     mel.bins,
                     mel.data.len()

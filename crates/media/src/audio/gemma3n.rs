@@ -288,7 +288,7 @@ impl Gemma3nAudioTower {
     pub fn encode(&self, pool: &ThreadPool, mel: &LogMel) -> Result<AudioEmbedding, MediaError> {
         let cfg = &self.cfg;
         if mel.bins != cfg.mel_bins || mel.frames == 0 {
-            return Err(MediaError::Decode(format!(
+            return Err(MediaError::Audio(format!(
                 "{} frames of {} mel bins for an encoder of {} bins",
                 mel.frames, mel.bins, cfg.mel_bins
             )));

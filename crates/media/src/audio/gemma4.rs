@@ -341,7 +341,7 @@ impl Gemma4AudioTower {
     pub fn encode(&self, pool: &ThreadPool, mel: &LogMel) -> Result<AudioEmbedding, MediaError> {
         let cfg = &self.cfg;
         if mel.bins != cfg.mel_bins || mel.valid == 0 || mel.valid > mel.frames {
-            return Err(MediaError::Decode(format!(
+            return Err(MediaError::Audio(format!(
                 "{} frames ({} inside the clip) of {} mel bins for an encoder of {} bins",
                 mel.frames, mel.valid, mel.bins, cfg.mel_bins
             )));

@@ -82,7 +82,7 @@ impl Clip {
         max_bytes: u64,
     ) -> Result<Self, MediaError> {
         if bytes.is_empty() {
-            return Err(MediaError::Decode("the audio file is empty".into()));
+            return Err(MediaError::Audio("the audio file is empty".into()));
         }
         if is_ogg_opus(bytes) {
             let stated = opus_seconds(bytes);
@@ -95,25 +95,25 @@ impl Clip {
             let decoded = stated_bound(keep, stated);
             check_clip_memory(bytes.len(), OPUS_RATE, decoded, max_bytes)?;
             let (samples, cut) = decode_opus(bytes, decoded)?;
-            return Self::from_decoded(&samples, OPUS_RATE, cut && decoded == keep, keep);
+            return Self::from_decoded(samples, OPUS_RATE, cut && decoded == keep, keep);
         }
         let mut bytes = bytes.to_vec();
         repair_wav_lengths(&mut bytes);
         let (samples, rate, truncated) = decode_mono(bytes, max_seconds, keep, max_bytes)?;
-        Self::from_decoded(&samples, rate, truncated, keep)
+        Self::from_decoded(samples, rate, truncated, keep)
     }
 
     /// A clip of mono `samples` decoded at `source_rate` (`truncated` if
     /// decoding stopped at the cut): resampled to [`SAMPLE_RATE`] and cut
     /// at `keep` seconds. No samples at all is an error.
     fn from_decoded(
-        samples: &[f32],
+        samples: Vec<f32>,
         source_rate: u32,
         truncated: bool,
         keep: u32,
     ) -> Result<Self, MediaError> {
         if samples.is_empty() {
-            return Err(MediaError::Decode("the audio clip has no samples".into()));
+            return Err(MediaError::Audio("the audio clip has no samples".into()));
         }
         let mut samples = resample(samples, source_rate, SAMPLE_RATE)?;
         samples.truncate(SAMPLE_RATE as usize * keep as usize);
@@ -239,7 +239,7 @@ fn opus_seconds(bytes: &[u8]) -> Option<f64> {
 /// (decoding at 16 kHz directly shifts the clip by the decoder's own
 /// delay), cut at `keep` seconds; and whether it was cut.
 fn decode_opus(bytes: &[u8], keep: u32) -> Result<(Vec<f32>, bool), MediaError> {
-    let bad = |m: String| MediaError::Decode(format!("cannot decode the Opus audio: {m}"));
+    let bad = |m: String| MediaError::Audio(format!("cannot decode the Opus audio: {m}"));
     let mut reader = ogg::PacketReader::new(std::io::Cursor::new(bytes));
     let head = reader
         .read_packet()
@@ -250,7 +250,7 @@ fn decode_opus(bytes: &[u8], keep: u32) -> Result<(Vec<f32>, bool), MediaError> 
     }
     let channels = usize::from(head.data[9]);
     if !(1..=2).contains(&channels) || head.data[18] != 0 {
-        return Err(MediaError::Decode(format!(
+        return Err(MediaError::Audio(format!(
             "unsupported Opus stream: {channels} channels, mapping family {}",
             head.data[18]
         )));
@@ -366,7 +366,7 @@ fn decode_mono(
 
 /// A symphonia error as a decoding error.
 fn symphonia_error(e: SymphoniaError) -> MediaError {
-    MediaError::Decode(format!("cannot decode the audio: {e}"))
+    MediaError::Audio(format!("cannot decode the audio: {e}"))
 }
 
 /// The first audio track of a probed container, with what its header says
@@ -405,8 +405,8 @@ impl AudioTrack {
                 &MetadataOptions::default(),
             )
             .map_err(|e| match e {
-                SymphoniaError::Unsupported(_) => MediaError::Decode(
-                    "not an audio format we decode (WAV, MP3, Ogg Vorbis are)".into(),
+                SymphoniaError::Unsupported(_) => MediaError::Audio(
+                    "not an audio format we decode (WAV, MP3, Ogg Vorbis and Ogg Opus are)".into(),
                 ),
                 e => symphonia_error(e),
             })?;
@@ -415,15 +415,15 @@ impl AudioTrack {
             .tracks()
             .iter()
             .find(|t| t.codec_params.codec != CODEC_TYPE_NULL)
-            .ok_or_else(|| MediaError::Decode("the file has no audio track".into()))?;
+            .ok_or_else(|| MediaError::Audio("the file has no audio track".into()))?;
         let track_id = track.id;
         let params = track.codec_params.clone();
         let stated = params.n_frames.and_then(|n| usize::try_from(n).ok());
         let rate = params
             .sample_rate
-            .ok_or_else(|| MediaError::Decode("the audio track has no sample rate".into()))?;
+            .ok_or_else(|| MediaError::Audio("the audio track has no sample rate".into()))?;
         if !RATES.contains(&rate) {
-            return Err(MediaError::Decode(format!(
+            return Err(MediaError::Audio(format!(
                 "a sample rate of {rate} Hz is outside {}..={} Hz",
                 RATES.start(),
                 RATES.end()
@@ -459,7 +459,7 @@ impl AudioTrack {
             .make(&self.params, &DecoderOptions::default())
             .map_err(|e| match e {
                 SymphoniaError::Unsupported(what) => {
-                    MediaError::Decode(format!("unsupported audio codec ({what})"))
+                    MediaError::Audio(format!("unsupported audio codec ({what})"))
                 }
                 e => symphonia_error(e),
             })
@@ -474,7 +474,9 @@ impl AudioTrack {
         decoder: &mut dyn Decoder,
         limit: usize,
     ) -> Result<(Vec<f32>, bool), MediaError> {
-        let mut mono = Vec::new();
+        // A stated length bounds `limit` (see `stated_bound`): room for it
+        // all at once, rather than doubling up to twice the clip.
+        let mut mono = Vec::with_capacity(if self.stated.is_some() { limit } else { 0 });
         let mut buffer: Option<SampleBuffer<f32>> = None;
         loop {
             let packet = match self.format.next_packet() {
@@ -516,11 +518,11 @@ impl AudioTrack {
 /// `samples` at `from` Hz resampled to `to` Hz (band-limited, by FFT), of
 /// length `len * to / from`, aligned with the input (the resampler's delay
 /// removed).
-fn resample(samples: &[f32], from: u32, to: u32) -> Result<Vec<f32>, MediaError> {
+fn resample(samples: Vec<f32>, from: u32, to: u32) -> Result<Vec<f32>, MediaError> {
     if from == to {
-        return Ok(samples.to_vec());
+        return Ok(samples);
     }
-    let failed = |e: String| MediaError::Decode(format!("resampling failed: {e}"));
+    let failed = |e: String| MediaError::Audio(format!("resampling failed: {e}"));
     const CHUNK: usize = 1024;
     let mut r = FftFixedIn::<f32>::new(from as usize, to as usize, CHUNK, 2, 1)
         .map_err(|e| failed(e.to_string()))?;
@@ -686,7 +688,7 @@ impl LogMel {
         let padded = len.div_ceil(s.pad_to.max(1)) * s.pad_to.max(1) + s.pad_left;
         let span = s.frame + 1;
         if padded < span || s.fft < s.frame || s.hop == 0 {
-            return Err(MediaError::Decode(format!(
+            return Err(MediaError::Audio(format!(
                 "the audio clip is {:.1} ms long; at least {:.1} ms is needed",
                 len as f64 * 1000.0 / SAMPLE_RATE as f64,
                 span as f64 * 1000.0 / SAMPLE_RATE as f64
@@ -733,7 +735,7 @@ impl LogMel {
                 *v = f64::from(x * window[i]);
             }
             fft.process(&mut input, &mut spectrum)
-                .map_err(|e| MediaError::Decode(format!("FFT failed: {e}")))?;
+                .map_err(|e| MediaError::Audio(format!("FFT failed: {e}")))?;
             for (m, c) in magnitude.iter_mut().zip(&spectrum) {
                 *m = c.norm();
             }

@@ -13,8 +13,8 @@ const MAX_PROMPT_BYTES: usize = 4096;
 
 /// A transcription or translation request.
 pub(super) struct AudioForm {
-    /// The audio file's bytes.
-    pub(super) file: Vec<u8>,
+    /// The audio file's bytes (a part of the body's buffer, not a copy).
+    pub(super) file: bytes::Bytes,
     /// The model asked for, if any (OpenAI's own speech models' names ask
     /// for the default).
     pub(super) model: Option<String>,
@@ -50,7 +50,7 @@ pub(super) async fn parse(
     while let Some(field) = parts.next_field().await.map_err(malformed)? {
         let name = field.name().unwrap_or("").to_string();
         let value = field.bytes().await.map_err(malformed)?;
-        fields.take(&name, value.to_vec())?;
+        fields.take(&name, value)?;
     }
     fields.into_form(task)
 }
@@ -62,7 +62,7 @@ fn malformed(e: multer::Error) -> ApiError {
 /// The fields as they arrive.
 #[derive(Default)]
 struct Fields {
-    file: Option<Vec<u8>>,
+    file: Option<bytes::Bytes>,
     model: Option<String>,
     language: Option<String>,
     prompt: Option<String>,
@@ -75,13 +75,14 @@ impl Fields {
     /// Keep field `name`; refuse what Hearth cannot honour (word
     /// timestamps, log-probabilities, server-side voice detection), and
     /// pass over fields other APIs send.
-    fn take(&mut self, name: &str, value: Vec<u8>) -> Result<(), ApiError> {
+    fn take(&mut self, name: &str, value: bytes::Bytes) -> Result<(), ApiError> {
         let text = || {
-            String::from_utf8(value.clone())
+            std::str::from_utf8(&value)
+                .map(str::to_string)
                 .map_err(|_| ApiError::bad_param(name, "The field is not UTF-8 text."))
         };
         match name {
-            "file" => self.file = Some(value),
+            "file" => self.file = Some(value.clone()),
             "model" => self.model = Some(text()?),
             "language" => self.language = Some(bounded(name, text()?, MAX_LANGUAGE_BYTES)?),
             "prompt" => self.prompt = Some(bounded(name, text()?, MAX_PROMPT_BYTES)?),

@@ -61,8 +61,8 @@ async fn answer(
         .and_then(|v| v.to_str().ok())
         .map(str::to_string);
     let body = read_body(&st, &headers, body).await?;
-    let form = form::parse(body.bytes, content_type.as_deref(), task).await?;
-    let clip = decode_clip(&st, &form).await?;
+    let mut form = form::parse(body.bytes, content_type.as_deref(), task).await?;
+    let clip = decode_clip(&st, &mut form).await?;
     if form.stream {
         return Ok(stream(st, form, clip, received));
     }
@@ -74,8 +74,9 @@ async fn answer(
 }
 
 /// The whole clip at 16 kHz, decoded on the work pool within the model's
-/// clip limits; a model that does not hear is refused first.
-async fn decode_clip(st: &AppState, form: &AudioForm) -> Result<Clip, ApiError> {
+/// clip limits (the file's bytes are let go once decoded); a model that
+/// does not hear is refused first.
+async fn decode_clip(st: &AppState, form: &mut AudioForm) -> Result<Clip, ApiError> {
     let lease = st.models.lease(form.model.as_deref()).await?;
     if !lease.engine.has_audio() {
         return Err(ApiError::bad_param(
@@ -91,7 +92,10 @@ async fn decode_clip(st: &AppState, form: &AudioForm) -> Result<Clip, ApiError> 
     // The decoding refuses a clip that would take more than its bound.
     let memory =
         Clip::whole_memory_bound(form.file.len(), limits.clip_seconds).min(limits.decode_bytes);
-    let (engine, file) = (std::sync::Arc::clone(&lease.engine), form.file.clone());
+    let (engine, file) = (
+        std::sync::Arc::clone(&lease.engine),
+        std::mem::take(&mut form.file),
+    );
     let decoded = st
         .work
         .run(memory, move || engine.decode_long_clip(&file))
