@@ -11,7 +11,8 @@
 
 use std::arch::x86_64::*;
 
-use super::{check_rows, raw, x86_float, GemmTier, Kernels, SCALAR};
+use super::x86_x8 as x8;
+use super::{check_rows, raw, x86_float, FloatKernels, FormatKernels, GemmTier, Kernels, SCALAR};
 use crate::formats::blocks::at;
 use crate::formats::blocks::{
     BlockFormat, BlockQ4K, BlockQ4_0, BlockQ5K, BlockQ5_0, BlockQ6K, BlockQ8K, BlockQ8_0, F16Le,
@@ -391,6 +392,159 @@ legacy_kernels!(
     q5_0_avxvnni
 );
 
+/// The lanes that spread a pair of blocks' scales over a 512-bit register
+/// (through `vpermps` of eight blocks' scales): block `2k`'s in lanes 0..8,
+/// block `2k + 1`'s in lanes 8..16.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
+fn pair_lanes(k: usize) -> __m512i {
+    let (e, o) = (2 * k as i32, 2 * k as i32 + 1);
+    _mm512_setr_epi32(e, e, e, e, e, e, e, e, o, o, o, o, o, o, o, o)
+}
+
+/// Prefetches the pair of `bytes`-byte blocks at `p` [`PREFETCH`] bytes
+/// ahead: the lines of its first byte and of its last.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
+fn prefetch_pair(p: *const u8, bytes: usize) {
+    _mm_prefetch(p.wrapping_add(PREFETCH) as *const i8, _MM_HINT_T0);
+    _mm_prefetch(
+        p.wrapping_add(PREFETCH + 2 * bytes - 1) as *const i8,
+        _MM_HINT_T0,
+    );
+}
+
+/// The 32 `qs` of the Q8_0 block at `ab` in the low half and, when `two`,
+/// those of the block after it in the high half (zeros otherwise).
+///
+/// # Safety
+/// `ab` must point at a whole Q8_0 block, and at two when `two`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
+unsafe fn q8_0_pair(ab: *const u8, two: bool) -> __m512i {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let lo = load32(ab.add(at::Q8_0_QS));
+        let hi = if two {
+            load32(ab.add(BlockQ8_0::BYTES + at::Q8_0_QS))
+        } else {
+            _mm256_setzero_si256()
+        };
+        _mm512_inserti64x4::<1>(_mm512_castsi256_si512(lo), hi)
+    }
+}
+
+/// The products of the weight and activation scales of 8 consecutive
+/// blocks from block `i`, one activation row to a register (in its low
+/// eight lanes): the weights' blocks are `wb` bytes long, the activations'
+/// Q8_0.
+///
+/// # Safety
+/// As [`scales8`] for blocks `i..i + 8` of `w` and of each `a[c]`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
+unsafe fn scale_products_zmm<const N: usize>(
+    w: *const u8,
+    wb: usize,
+    a: &[*const u8; N],
+    i: usize,
+) -> [__m512; N] {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let dw = scales8(w.add(i * wb), wb);
+        std::array::from_fn(|c| {
+            _mm512_castps256_ps512(_mm256_mul_ps(
+                dw,
+                scales8(a[c].add(i * BlockQ8_0::BYTES), BlockQ8_0::BYTES),
+            ))
+        })
+    }
+}
+
+/// The exact integer dots of two weight blocks, given as their magnitudes
+/// `ux` and sign mask `neg`, with the two activation blocks `qy`: the
+/// activations take the weights' signs, so each product is one `vpdpbusd`
+/// term.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
+fn signed_pair_dot(ux: __m512i, neg: __mmask64, qy: __m512i) -> __m512i {
+    let zero = _mm512_setzero_si512();
+    let sy = _mm512_mask_sub_epi8(qy, neg, zero, qy);
+    _mm512_dpbusd_epi32(zero, ux, sy)
+}
+
+/// The scale products of the weight block at `p` (`bytes` long) with the
+/// Q8_0 block at `ab` in lanes 0..8, and of the blocks after them in lanes
+/// 8..16 when `two` (zero otherwise), each rounded as [`h2f_prod`] rounds
+/// it: the one-row kernel's scales for its last one or two blocks.
+///
+/// # Safety
+/// `p` and `ab` must be valid for a block's scale, and for the next
+/// block's when `two`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
+unsafe fn tail_scale_products(p: *const u8, bytes: usize, ab: *const u8, two: bool) -> __m512 {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let lo = h2f_prod(rd16(p) | rd16(ab) << 16);
+        let hi = if two {
+            h2f_prod(rd16(p.add(bytes)) | rd16(ab.add(BlockQ8_0::BYTES)) << 16)
+        } else {
+            0.0
+        };
+        _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(lo), _mm512_set1_ps(hi))
+    }
+}
+
+/// One or two blocks' f16 scales (`bytes` apart from `p`) as f32, spread
+/// over the half of the lanes each block fills: the first's in lanes 0..8,
+/// the second's (zero unless `two`, as the one-row kernel's is) in 8..16.
+///
+/// # Safety
+/// `p` must be valid for a block's scale, and for the next block's when
+/// `two`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
+unsafe fn spread_pair_scales(p: *const u8, bytes: usize, two: bool) -> __m512 {
+    let halves = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+    // SAFETY: the caller's contract.
+    let pair = unsafe { rd16(p) | if two { rd16(p.add(bytes)) << 16 } else { 0 } };
+    _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(h2f_pair(pair)))
+}
+
+/// Adds the dots of an activation block pair `qy` with four weight rows'
+/// unsigned pairs `ux` (values `q + off`) into `acc[r]`, each scaled by
+/// `dw[r] * da`: each dot starts from the offset's correction,
+/// `-off * sum(qy)` per lane, so its integers are those of the signed
+/// weights.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
+fn unsigned_pair_dots(
+    qy: __m512i,
+    off: __m512i,
+    ux: &[__m512i; 4],
+    dw: &[__m512; 4],
+    da: __m512,
+    acc: &mut [__m512; 4],
+) {
+    let zero = _mm512_setzero_si512();
+    let corr = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, off, qy));
+    for (r, acc) in acc.iter_mut().enumerate() {
+        let dot = _mm512_dpbusd_epi32(corr, ux[r], qy);
+        let d = _mm512_mul_ps(dw[r], da);
+        *acc = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot), *acc);
+    }
+}
+
+/// The sum of a 512-bit accumulator's sixteen lanes: its halves added,
+/// then [`hsum_ps`]'s order.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
+fn hsum_zmm(v: __m512) -> f32 {
+    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
+    hsum_ps(_mm256_add_ps(_mm512_castps512_ps256(v), hi))
+}
+
 /// The 32-block formats on 512-bit registers (AVX-512 BW and VNNI): two
 /// blocks per register, the fifth bits of Q5_0 applied through a byte mask,
 /// and `N` activation rows per weight row. The one-row kernels and the
@@ -404,59 +558,24 @@ macro_rules! zmm_kernels {
         /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present; `w` holds `nb`
         /// blocks and each `a[c]` `nb` Q8_0 blocks.
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
-        #[expect(clippy::too_many_lines, reason = "longer than a screen; issue 91 splits it")]
         unsafe fn $rows<const N: usize>(w: *const u8, a: [*const u8; N], nb: usize) -> [f32; N] {
-            let zero = _mm512_setzero_si512();
             let mut acc = [_mm512_setzero_ps(); N];
             let mut i = 0;
             while i + 8 <= nb {
                 // SAFETY: (loop body) blocks i..i+8 lie inside every row.
                 unsafe {
-                    let dw = scales8(w.add(i * <$block>::BYTES), <$block>::BYTES);
-                    let dd: [__m512; N] = std::array::from_fn(|c| {
-                        _mm512_castps256_ps512(_mm256_mul_ps(
-                            dw,
-                            scales8(a[c].add(i * BlockQ8_0::BYTES), BlockQ8_0::BYTES),
-                        ))
-                    });
+                    let dd = scale_products_zmm(w, <$block>::BYTES, &a, i);
                     for k in 0..4 {
                         let b = i + 2 * k;
                         let $p = w.add(b * <$block>::BYTES);
                         let $two = true;
-                        _mm_prefetch($p.wrapping_add(PREFETCH) as *const i8, _MM_HINT_T0);
-                        _mm_prefetch(
-                            $p.wrapping_add(PREFETCH + 2 * <$block>::BYTES - 1) as *const i8,
-                            _MM_HINT_T0,
-                        );
+                        prefetch_pair($p, <$block>::BYTES);
                         let qx: __m512i = $unpack;
-                        let ux = _mm512_abs_epi8(qx);
-                        let neg = _mm512_movepi8_mask(qx);
-                        let lanes = _mm512_setr_epi32(
-                            2 * k as i32,
-                            2 * k as i32,
-                            2 * k as i32,
-                            2 * k as i32,
-                            2 * k as i32,
-                            2 * k as i32,
-                            2 * k as i32,
-                            2 * k as i32,
-                            2 * k as i32 + 1,
-                            2 * k as i32 + 1,
-                            2 * k as i32 + 1,
-                            2 * k as i32 + 1,
-                            2 * k as i32 + 1,
-                            2 * k as i32 + 1,
-                            2 * k as i32 + 1,
-                            2 * k as i32 + 1,
-                        );
+                        let (ux, neg) = (_mm512_abs_epi8(qx), _mm512_movepi8_mask(qx));
+                        let lanes = pair_lanes(k);
                         for c in 0..N {
-                            let ab = a[c].add(b * BlockQ8_0::BYTES);
-                            let qy = _mm512_inserti64x4::<1>(
-                                _mm512_castsi256_si512(load32(ab.add(at::Q8_0_QS))),
-                                load32(ab.add(BlockQ8_0::BYTES + at::Q8_0_QS)),
-                            );
-                            let sy = _mm512_mask_sub_epi8(qy, neg, zero, qy);
-                            let dot = _mm512_dpbusd_epi32(zero, ux, sy);
+                            let qy = q8_0_pair(a[c].add(b * BlockQ8_0::BYTES), true);
+                            let dot = signed_pair_dot(ux, neg, qy);
                             let d = _mm512_permutexvar_ps(lanes, dd[c]);
                             acc[c] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot), acc[c]);
                         }
@@ -472,36 +591,17 @@ macro_rules! zmm_kernels {
                     let $p = w.add(i * <$block>::BYTES);
                     let $two = two;
                     let qx: __m512i = $unpack;
-                    let ux = _mm512_abs_epi8(qx);
-                    let neg = _mm512_movepi8_mask(qx);
+                    let (ux, neg) = (_mm512_abs_epi8(qx), _mm512_movepi8_mask(qx));
                     for c in 0..N {
                         let ab = a[c].add(i * BlockQ8_0::BYTES);
-                        let lo = h2f_prod(rd16($p) | rd16(ab) << 16);
-                        let (hi, qy_hi) = if two {
-                            (
-                                h2f_prod(rd16($p.add(<$block>::BYTES)) | rd16(ab.add(BlockQ8_0::BYTES)) << 16),
-                                load32(ab.add(BlockQ8_0::BYTES + at::Q8_0_QS)),
-                            )
-                        } else {
-                            (0.0, _mm256_setzero_si256())
-                        };
-                        let qy = _mm512_inserti64x4::<1>(
-                            _mm512_castsi256_si512(load32(ab.add(at::Q8_0_QS))),
-                            qy_hi,
-                        );
-                        let sy = _mm512_mask_sub_epi8(qy, neg, zero, qy);
-                        let dot = _mm512_dpbusd_epi32(zero, ux, sy);
-                        let d =
-                            _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(lo), _mm512_set1_ps(hi));
+                        let d = tail_scale_products($p, <$block>::BYTES, ab, two);
+                        let dot = signed_pair_dot(ux, neg, q8_0_pair(ab, two));
                         acc[c] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot), acc[c]);
                     }
                 }
                 i += if two { 2 } else { 1 };
             }
-            acc.map(|v| {
-                let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
-                hsum_ps(_mm256_add_ps(_mm512_castps512_ps256(v), hi))
-            })
+            acc.map(|v| hsum_zmm(v))
         }
 
         #[doc = $doc]
@@ -550,7 +650,6 @@ macro_rules! zmm_kernels {
         /// # Safety
         /// AVX-512 F/BW/VL/VNNI, AVX2, FMA and F16C present.
         #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
-        #[expect(clippy::too_many_lines, reason = "longer than a screen; issue 91 splits it")]
         pub(crate) unsafe fn $t44(
             w: &[$block],
             w_stride: usize,
@@ -566,7 +665,6 @@ macro_rules! zmm_kernels {
                 std::array::from_fn(|r| unsafe { raw(w).as_ptr().add(r * row_bytes) });
             // SAFETY: as above.
             let ar: [*const u8; 4] = std::array::from_fn(|c| unsafe { raw(a).as_ptr().add(c * stride) });
-            let zero = _mm512_setzero_si512();
             let off = _mm512_set1_epi8($off as u8 as i8);
             // acc[c][r]: lanes 0..8 chain of the even blocks, 8..16 the odd.
             let mut acc = [[_mm512_setzero_ps(); 4]; 4];
@@ -581,17 +679,11 @@ macro_rules! zmm_kernels {
                     });
                     for k in 0..4 {
                         let b = i + 2 * k;
-                        let (e, o) = (2 * k as i32, 2 * k as i32 + 1);
-                        let lanes =
-                            _mm512_setr_epi32(e, e, e, e, e, e, e, e, o, o, o, o, o, o, o, o);
+                        let lanes = pair_lanes(k);
                         let ux: [__m512i; 4] = std::array::from_fn(|r| {
                             let $up = wr[r].add(b * <$block>::BYTES);
                             let $utwo = true;
-                            _mm_prefetch($up.wrapping_add(PREFETCH) as *const i8, _MM_HINT_T0);
-                            _mm_prefetch(
-                                $up.wrapping_add(PREFETCH + 2 * <$block>::BYTES - 1) as *const i8,
-                                _MM_HINT_T0,
-                            );
+                            prefetch_pair($up, <$block>::BYTES);
                             $uunpack
                         });
                         // The product of two scales is the same float
@@ -600,18 +692,9 @@ macro_rules! zmm_kernels {
                             _mm512_permutexvar_ps(lanes, _mm512_castps256_ps512(dw[r]))
                         });
                         for c in 0..4 {
-                            let ab = ar[c].add(b * BlockQ8_0::BYTES);
-                            let qy = _mm512_inserti64x4::<1>(
-                                _mm512_castsi256_si512(load32(ab.add(at::Q8_0_QS))),
-                                load32(ab.add(BlockQ8_0::BYTES + at::Q8_0_QS)),
-                            );
-                            let corr = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, off, qy));
+                            let qy = q8_0_pair(ar[c].add(b * BlockQ8_0::BYTES), true);
                             let dak = _mm512_permutexvar_ps(lanes, _mm512_castps256_ps512(da[c]));
-                            for r in 0..4 {
-                                let dot = _mm512_dpbusd_epi32(corr, ux[r], qy);
-                                let d = _mm512_mul_ps(dwk[r], dak);
-                                acc[c][r] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot), acc[c][r]);
-                            }
+                            unsigned_pair_dots(qy, off, &ux, &dwk, dak, &mut acc[c]);
                         }
                     }
                 }
@@ -622,15 +705,9 @@ macro_rules! zmm_kernels {
                 // SAFETY: (loop body) block i, and block i + 1 when `two`,
                 // lie inside every row; nothing past them is read.
                 unsafe {
-                    // Each side's one or two scales, spread over the half
-                    // of the lanes their block fills (a missing odd block's
-                    // scale is zero, as the one-row kernel's is).
-                    let halves = _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-                    let spread = |p: *const u8, bytes: usize| {
-                        let pair = rd16(p) | if two { rd16(p.add(bytes)) << 16 } else { 0 };
-                        _mm512_permutexvar_ps(halves, _mm512_castps128_ps512(h2f_pair(pair)))
-                    };
-                    let dw: [__m512; 4] = std::array::from_fn(|r| spread(wr[r].add(i * <$block>::BYTES), <$block>::BYTES));
+                    let dw: [__m512; 4] = std::array::from_fn(|r| {
+                        spread_pair_scales(wr[r].add(i * <$block>::BYTES), <$block>::BYTES, two)
+                    });
                     let ux: [__m512i; 4] = std::array::from_fn(|r| {
                         let $up = wr[r].add(i * <$block>::BYTES);
                         let $utwo = two;
@@ -638,32 +715,13 @@ macro_rules! zmm_kernels {
                     });
                     for c in 0..4 {
                         let ab = ar[c].add(i * BlockQ8_0::BYTES);
-                        let qy_hi = if two {
-                            load32(ab.add(BlockQ8_0::BYTES + at::Q8_0_QS))
-                        } else {
-                            _mm256_setzero_si256()
-                        };
-                        let qy = _mm512_inserti64x4::<1>(
-                            _mm512_castsi256_si512(load32(ab.add(at::Q8_0_QS))),
-                            qy_hi,
-                        );
-                        let corr = _mm512_sub_epi32(zero, _mm512_dpbusd_epi32(zero, off, qy));
-                        let da = spread(ab, BlockQ8_0::BYTES);
-                        for r in 0..4 {
-                            let dot = _mm512_dpbusd_epi32(corr, ux[r], qy);
-                            let d = _mm512_mul_ps(dw[r], da);
-                            acc[c][r] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot), acc[c][r]);
-                        }
+                        let da = spread_pair_scales(ab, BlockQ8_0::BYTES, two);
+                        unsigned_pair_dots(q8_0_pair(ab, two), off, &ux, &dw, da, &mut acc[c]);
                     }
                 }
                 i += if two { 2 } else { 1 };
             }
-            acc.map(|row| {
-                row.map(|v| {
-                    let hi = _mm256_castpd_ps(_mm512_extractf64x4_pd::<1>(_mm512_castps_pd(v)));
-                    hsum_ps(_mm256_add_ps(_mm512_castps512_ps256(v), hi))
-                })
-            })
+            acc.map(|row| row.map(|v| hsum_zmm(v)))
         }
     };
 }
@@ -1286,187 +1344,188 @@ pub(crate) fn detect() -> Option<Kernels> {
     available().pop().copied()
 }
 
+/// The AVX2 + FMA + F16C table: every main format's kernels on 256-bit
+/// registers.
+static AVX2_TABLE: Kernels = Kernels {
+    name: "avx2",
+    q4_0: FormatKernels {
+        tile4: Some(q4_0_x4_avx2),
+        rows4: Some(q4_0_r4_avx2),
+        prefetches: true,
+        ..FormatKernels::dot(q4_0_avx2)
+    },
+    q5_0: FormatKernels {
+        tile4: Some(q5_0_x4_avx2),
+        rows4: Some(q5_0_r4_avx2),
+        x8: Some(x8::q5_0_x8_avx2),
+        x8_as_q8_0: Some(x8::q5_0_x8_as_q8_0_avx2),
+        prefetches: true,
+        ..FormatKernels::dot(q5_0_avx2)
+    },
+    q8_0: FormatKernels {
+        tile4: Some(q8_0_x4_avx2),
+        rows4: Some(q8_0_r4_avx2),
+        x8: Some(x8::q8_0_x8_avx2),
+        prefetches: true,
+        ..FormatKernels::dot(q8_0_avx2)
+    },
+    q4_k: FormatKernels {
+        tile4: Some(q4_k_x4_avx2),
+        x8: Some(x8::q4_k_x8_avx2),
+        x8x4: Some(x8::q4_k_x8x4_avx2),
+        prefetches: true,
+        ..FormatKernels::dot(q4_k_avx2)
+    },
+    q5_k: FormatKernels {
+        tile4: Some(q5_k_x4_avx2),
+        prefetches: true,
+        ..FormatKernels::dot(q5_k_avx2)
+    },
+    q6_k: FormatKernels {
+        tile4: Some(q6_k_x4_avx2),
+        x8: Some(x8::q6_k_x8_avx2),
+        x8x4: Some(x8::q6_k_x8x4_avx2),
+        prefetches: true,
+        ..FormatKernels::dot(q6_k_avx2)
+    },
+    f32: FloatKernels::dot(f32_avx2),
+    f16: FloatKernels::dot(f16_avx2),
+    bf16: FloatKernels::dot(super::x86_bf16::bf16_avx2),
+    gemm: GemmTier::Avx2,
+    ..SCALAR
+};
+/// [`AVX2_TABLE`] with AVX-VNNI's `vpdpbusd` in the integer dots.
+static AVXVNNI_TABLE: Kernels = Kernels {
+    name: "avxvnni",
+    q4_0: FormatKernels {
+        dot: q4_0_avxvnni,
+        rows4: Some(q4_0_r4_avxvnni),
+        ..AVX2_TABLE.q4_0
+    },
+    q5_0: FormatKernels {
+        dot: q5_0_avxvnni,
+        rows4: Some(q5_0_r4_avxvnni),
+        x8: Some(x8::q5_0_x8_avxvnni),
+        ..AVX2_TABLE.q5_0
+    },
+    q8_0: FormatKernels {
+        dot: q8_0_avxvnni,
+        rows4: Some(q8_0_r4_avxvnni),
+        x8: Some(x8::q8_0_x8_avxvnni),
+        ..AVX2_TABLE.q8_0
+    },
+    q4_k: FormatKernels {
+        dot: q4_k_avxvnni,
+        tile4: Some(q4_k_x4_avxvnni),
+        x8: Some(x8::q4_k_x8_avxvnni),
+        x8x4: Some(x8::q4_k_x8x4_avxvnni),
+        ..AVX2_TABLE.q4_k
+    },
+    q5_k: FormatKernels {
+        dot: q5_k_avxvnni,
+        tile4: Some(q5_k_x4_avxvnni),
+        ..AVX2_TABLE.q5_k
+    },
+    q6_k: FormatKernels {
+        dot: q6_k_avxvnni,
+        tile4: Some(q6_k_x4_avxvnni),
+        x8: Some(x8::q6_k_x8_avxvnni),
+        x8x4: Some(x8::q6_k_x8x4_avxvnni),
+        ..AVX2_TABLE.q6_k
+    },
+    gemm: GemmTier::AvxVnni,
+    ..AVX2_TABLE
+};
+
+/// The AVX-512 (F, BW, VL, VNNI) table: the 512-bit one-row kernels for
+/// the 32-block formats, and for decode the 256-bit four-row ones (the same bits: every tier sums in one
+/// canonical order). Four rows a pass beat one on a 16-core Xeon: 1B
+/// decode 95.2 -> 102.6 t/s at 16 threads, 11.6 -> 12.0 at one. The
+/// four-row ones take `vpdpbusd` through AVX-512 VL and Q5_0's fifth bits
+/// as a byte mask (2-core Xeon, 1B tg128 at 1/2 threads: 13.7-14.1 ->
+/// 14.5-14.6 and 26.4 -> 27.1-27.3 t/s against the AVX-VNNI/AVX2 ones).
+/// Q5_0's rewrite as Q8_0 measured no gain here (its kernel unpacks more
+/// cheaply) and is left out.
+static AVX512_TABLE: Kernels = Kernels {
+    name: "avx512",
+    q4_0: FormatKernels {
+        dot: q4_0_avx512,
+        tile4: Some(q4_0_x4_avx512),
+        tile44: Some(q4_0_t44_avx512),
+        rows4: Some(q4_0_r4_avx512vl),
+        ..AVX2_TABLE.q4_0
+    },
+    q5_0: FormatKernels {
+        dot: q5_0_avx512,
+        tile4: Some(q5_0_x4_avx512),
+        tile44: Some(q5_0_t44_avx512),
+        rows4: Some(q5_0_r4_avx512vl),
+        x8: Some(x8::q5_0_x8_avx512vl),
+        x8_as_q8_0: None,
+        ..AVX2_TABLE.q5_0
+    },
+    q8_0: FormatKernels {
+        dot: q8_0_avx512,
+        tile4: Some(q8_0_x4_avx512),
+        tile44: Some(q8_0_t44_avx512),
+        rows4: Some(q8_0_r4_avx512vl),
+        x8: Some(x8::q8_0_x8_avx512vl),
+        ..AVX2_TABLE.q8_0
+    },
+    q4_k: FormatKernels {
+        dot: q4_k_avx512vl,
+        tile4: Some(q4_k_x4_avx512vl),
+        x8: Some(x8::q4_k_x8_avx512vl),
+        x8x4: Some(x8::q4_k_x8x4_avx512vl),
+        ..AVX2_TABLE.q4_k
+    },
+    q5_k: FormatKernels {
+        dot: q5_k_avx512vl,
+        tile4: Some(q5_k_x4_avx512vl),
+        ..AVX2_TABLE.q5_k
+    },
+    q6_k: FormatKernels {
+        dot: q6_k_avx512vl,
+        tile4: Some(q6_k_x4_avx512vl),
+        x8: Some(x8::q6_k_x8_avx512vl),
+        x8x4: Some(x8::q6_k_x8x4_avx512vl),
+        ..AVX2_TABLE.q6_k
+    },
+    f32: FloatKernels {
+        dot: x86_float::f32_avx512,
+        tile: Some(x86_float::f32_tile_avx512),
+    },
+    f16: FloatKernels {
+        dot: x86_float::f16_avx512,
+        tile: Some(x86_float::f16_tile_avx512),
+    },
+    gemm: GemmTier::Avx512Vnni,
+    ..AVX2_TABLE
+};
+
+/// [`AVX512_TABLE`] with AVX512_BF16's dot for BF16 weights (Zen 4, Cooper
+/// Lake, Sapphire Rapids on); the same name, as its results are the same.
+static AVX512_BF16_TABLE: Kernels = Kernels {
+    bf16: FloatKernels {
+        dot: super::x86_bf16::bf16_avx512,
+        tile: Some(super::x86_bf16::bf16_tile_avx512),
+    },
+    ..AVX512_TABLE
+};
+
+/// [`AVX512_BF16_TABLE`] with AMX-INT8 tiles for the panel product
+/// (Sapphire Rapids on, which all have AVX-VNNI). Listed below AVX-512 because it is
+/// slower there so far: on a 16-core Xeon, pp512 of a 1B at 1/16 threads
+/// 98/893 t/s against 147/1149 (4B at 16: 197 against 316), with the
+/// same numbers. So it runs only when asked for (`HEARTH_CPU=amx`).
+static AMX_TABLE: Kernels = Kernels {
+    name: "amx",
+    gemm: GemmTier::Amx,
+    ..AVX512_BF16_TABLE
+};
+
 /// Every x86 table this CPU can run, slowest first.
-#[expect(
-    clippy::too_many_lines,
-    reason = "five tables of a kernel set per format"
-)]
 pub(crate) fn available() -> Vec<&'static Kernels> {
-    use super::x86_x8 as x8;
-    use super::{FloatKernels, FormatKernels};
-    static AVX2: Kernels = Kernels {
-        name: "avx2",
-        q4_0: FormatKernels {
-            tile4: Some(q4_0_x4_avx2),
-            rows4: Some(q4_0_r4_avx2),
-            prefetches: true,
-            ..FormatKernels::dot(q4_0_avx2)
-        },
-        q5_0: FormatKernels {
-            tile4: Some(q5_0_x4_avx2),
-            rows4: Some(q5_0_r4_avx2),
-            x8: Some(x8::q5_0_x8_avx2),
-            x8_as_q8_0: Some(x8::q5_0_x8_as_q8_0_avx2),
-            prefetches: true,
-            ..FormatKernels::dot(q5_0_avx2)
-        },
-        q8_0: FormatKernels {
-            tile4: Some(q8_0_x4_avx2),
-            rows4: Some(q8_0_r4_avx2),
-            x8: Some(x8::q8_0_x8_avx2),
-            prefetches: true,
-            ..FormatKernels::dot(q8_0_avx2)
-        },
-        q4_k: FormatKernels {
-            tile4: Some(q4_k_x4_avx2),
-            x8: Some(x8::q4_k_x8_avx2),
-            x8x4: Some(x8::q4_k_x8x4_avx2),
-            prefetches: true,
-            ..FormatKernels::dot(q4_k_avx2)
-        },
-        q5_k: FormatKernels {
-            tile4: Some(q5_k_x4_avx2),
-            prefetches: true,
-            ..FormatKernels::dot(q5_k_avx2)
-        },
-        q6_k: FormatKernels {
-            tile4: Some(q6_k_x4_avx2),
-            x8: Some(x8::q6_k_x8_avx2),
-            x8x4: Some(x8::q6_k_x8x4_avx2),
-            prefetches: true,
-            ..FormatKernels::dot(q6_k_avx2)
-        },
-        f32: FloatKernels::dot(f32_avx2),
-        f16: FloatKernels::dot(f16_avx2),
-        bf16: FloatKernels::dot(super::x86_bf16::bf16_avx2),
-        gemm: GemmTier::Avx2,
-        ..SCALAR
-    };
-    static AVXVNNI: Kernels = Kernels {
-        name: "avxvnni",
-        q4_0: FormatKernels {
-            dot: q4_0_avxvnni,
-            rows4: Some(q4_0_r4_avxvnni),
-            ..AVX2.q4_0
-        },
-        q5_0: FormatKernels {
-            dot: q5_0_avxvnni,
-            rows4: Some(q5_0_r4_avxvnni),
-            x8: Some(x8::q5_0_x8_avxvnni),
-            ..AVX2.q5_0
-        },
-        q8_0: FormatKernels {
-            dot: q8_0_avxvnni,
-            rows4: Some(q8_0_r4_avxvnni),
-            x8: Some(x8::q8_0_x8_avxvnni),
-            ..AVX2.q8_0
-        },
-        q4_k: FormatKernels {
-            dot: q4_k_avxvnni,
-            tile4: Some(q4_k_x4_avxvnni),
-            x8: Some(x8::q4_k_x8_avxvnni),
-            x8x4: Some(x8::q4_k_x8x4_avxvnni),
-            ..AVX2.q4_k
-        },
-        q5_k: FormatKernels {
-            dot: q5_k_avxvnni,
-            tile4: Some(q5_k_x4_avxvnni),
-            ..AVX2.q5_k
-        },
-        q6_k: FormatKernels {
-            dot: q6_k_avxvnni,
-            tile4: Some(q6_k_x4_avxvnni),
-            x8: Some(x8::q6_k_x8_avxvnni),
-            x8x4: Some(x8::q6_k_x8x4_avxvnni),
-            ..AVX2.q6_k
-        },
-        gemm: GemmTier::AvxVnni,
-        ..AVX2
-    };
-    // The 512-bit one-row kernels for the 32-block formats, and for decode
-    // the 256-bit four-row ones (the same bits: every tier sums in one
-    // canonical order). Four rows a pass beat one on a 16-core Xeon: 1B
-    // decode 95.2 -> 102.6 t/s at 16 threads, 11.6 -> 12.0 at one. The
-    // four-row ones take `vpdpbusd` through AVX-512 VL and Q5_0's fifth bits
-    // as a byte mask (2-core Xeon, 1B tg128 at 1/2 threads: 13.7-14.1 ->
-    // 14.5-14.6 and 26.4 -> 27.1-27.3 t/s against the AVX-VNNI/AVX2 ones).
-    // Q5_0's rewrite as Q8_0 measured no gain here (its kernel unpacks more
-    // cheaply) and is left out.
-    static AVX512: Kernels = Kernels {
-        name: "avx512",
-        q4_0: FormatKernels {
-            dot: q4_0_avx512,
-            tile4: Some(q4_0_x4_avx512),
-            tile44: Some(q4_0_t44_avx512),
-            rows4: Some(q4_0_r4_avx512vl),
-            ..AVX2.q4_0
-        },
-        q5_0: FormatKernels {
-            dot: q5_0_avx512,
-            tile4: Some(q5_0_x4_avx512),
-            tile44: Some(q5_0_t44_avx512),
-            rows4: Some(q5_0_r4_avx512vl),
-            x8: Some(x8::q5_0_x8_avx512vl),
-            x8_as_q8_0: None,
-            ..AVX2.q5_0
-        },
-        q8_0: FormatKernels {
-            dot: q8_0_avx512,
-            tile4: Some(q8_0_x4_avx512),
-            tile44: Some(q8_0_t44_avx512),
-            rows4: Some(q8_0_r4_avx512vl),
-            x8: Some(x8::q8_0_x8_avx512vl),
-            ..AVX2.q8_0
-        },
-        q4_k: FormatKernels {
-            dot: q4_k_avx512vl,
-            tile4: Some(q4_k_x4_avx512vl),
-            x8: Some(x8::q4_k_x8_avx512vl),
-            x8x4: Some(x8::q4_k_x8x4_avx512vl),
-            ..AVX2.q4_k
-        },
-        q5_k: FormatKernels {
-            dot: q5_k_avx512vl,
-            tile4: Some(q5_k_x4_avx512vl),
-            ..AVX2.q5_k
-        },
-        q6_k: FormatKernels {
-            dot: q6_k_avx512vl,
-            tile4: Some(q6_k_x4_avx512vl),
-            x8: Some(x8::q6_k_x8_avx512vl),
-            x8x4: Some(x8::q6_k_x8x4_avx512vl),
-            ..AVX2.q6_k
-        },
-        f32: FloatKernels {
-            dot: x86_float::f32_avx512,
-            tile: Some(x86_float::f32_tile_avx512),
-        },
-        f16: FloatKernels {
-            dot: x86_float::f16_avx512,
-            tile: Some(x86_float::f16_tile_avx512),
-        },
-        gemm: GemmTier::Avx512Vnni,
-        ..AVX2
-    };
-    // The same with AVX512_BF16's dot for BF16 weights (Zen 4, Cooper Lake,
-    // Sapphire Rapids on); the same name, as its results are the same.
-    static AVX512_BF16: Kernels = Kernels {
-        bf16: FloatKernels {
-            dot: super::x86_bf16::bf16_avx512,
-            tile: Some(super::x86_bf16::bf16_tile_avx512),
-        },
-        ..AVX512
-    };
-    // AMX-INT8 tiles for the panel product (Sapphire Rapids on, which all
-    // have AVX-VNNI), the rest as above. Listed below AVX-512 because it is
-    // slower there so far: on a 16-core Xeon, pp512 of a 1B at 1/16 threads
-    // 98/893 t/s against 147/1149 (4B at 16: 197 against 316), with the
-    // same numbers. So it runs only when asked for (`HEARTH_CPU=amx`).
-    static AMX: Kernels = Kernels {
-        name: "amx",
-        gemm: GemmTier::Amx,
-        ..AVX512_BF16
-    };
     let mut v = Vec::new();
     if !(is_x86_feature_detected!("avx2")
         && is_x86_feature_detected!("fma")
@@ -1474,9 +1533,9 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
     {
         return v;
     }
-    v.push(&AVX2);
+    v.push(&AVX2_TABLE);
     if is_x86_feature_detected!("avxvnni") {
-        v.push(&AVXVNNI);
+        v.push(&AVXVNNI_TABLE);
     }
     if is_x86_feature_detected!("avx512f")
         && is_x86_feature_detected!("avx512bw")
@@ -1485,9 +1544,13 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
     {
         let bf16 = is_x86_feature_detected!("avx512bf16");
         if bf16 && is_x86_feature_detected!("avxvnni") && crate::gemm::amx::usable() {
-            v.push(&AMX);
+            v.push(&AMX_TABLE);
         }
-        v.push(if bf16 { &AVX512_BF16 } else { &AVX512 });
+        v.push(if bf16 {
+            &AVX512_BF16_TABLE
+        } else {
+            &AVX512_TABLE
+        });
     }
     v
 }
