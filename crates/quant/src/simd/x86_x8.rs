@@ -139,6 +139,164 @@ macro_rules! k_x8_entries {
     };
 }
 
+/// The `K` quads of activations from `p`, each in every lane (see [`act4`]).
+///
+/// # Safety
+/// `p` must point at `4 K` readable bytes.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn act_quads<const K: usize>(p: *const u8) -> [__m256i; K] {
+    // SAFETY: the caller's contract.
+    std::array::from_fn(|i| unsafe { act4(p.add(4 * i)) })
+}
+
+/// Adds a K-quant block's float steps for eight rows to `sum`, lane by
+/// lane in [`crate::scalar::kquant_block`]'s order: `(d · dy) · isum −
+/// (dmin · dy) · msum`, `dy` the scale of the Q8_K block at `ab`.
+///
+/// # Safety
+/// `ab` must point at a Q8_K block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn kquant_x8_step(
+    sum: __m256,
+    (d, dmin): (__m256, __m256),
+    ab: *const u8,
+    isum: __m256i,
+    msum: __m256,
+) -> __m256 {
+    // SAFETY: the Q8_K block's f32 scale at 0.
+    let dy = _mm256_set1_ps(unsafe { std::ptr::read_unaligned(ab as *const f32) });
+    let t = _mm256_mul_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(isum));
+    let u = _mm256_mul_ps(_mm256_mul_ps(dmin, dy), msum);
+    _mm256_add_ps(sum, _mm256_sub_ps(t, u))
+}
+
+/// Each activation row's eight sums, one per weight row.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn x8_results<const N: usize>(sumf: [__m256; N]) -> [[f32; GROUP_ROWS]; N] {
+    let mut out = [[0.0f32; GROUP_ROWS]; N];
+    for (o, v) in out.iter_mut().zip(sumf) {
+        // SAFETY: `o` holds eight f32.
+        unsafe { _mm256_storeu_ps(o.as_mut_ptr(), v) };
+    }
+    out
+}
+
+/// A Q4_K group block's scales for its eight rows, a row to a lane.
+struct Q4KScales {
+    /// The super-block scales.
+    d: __m256,
+    /// The super-block minimums' scales.
+    dmin: __m256,
+    /// Sub-blocks `4w..4w + 4`'s scales in `sc[w]`, a byte each.
+    sc: [__m256i; 2],
+    /// Their minimums, as `sc`.
+    mn: [__m256i; 2],
+}
+
+/// `scales_mins_k4` on eight rows at once: the low six bits of words 0
+/// and 1, the rest from word 2 and the spare top bits.
+///
+/// # Safety
+/// `g` must point at a whole Q4_K group block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_k_x8_scales(g: *const u8) -> Q4KScales {
+    let (low6, low4, low2) = (
+        _mm256_set1_epi32(0x3f3f_3f3f),
+        _mm256_set1_epi32(0x0f0f_0f0f),
+        _mm256_set1_epi32(0x0303_0303),
+    );
+    // SAFETY: the group block's d, dmin and scale words.
+    let (d, dmin, w0, w1, w2) = unsafe {
+        (
+            _mm256_cvtph_ps(_mm_loadu_si128(g.add(x8::D) as *const __m128i)),
+            _mm256_cvtph_ps(_mm_loadu_si128(g.add(x8::DMIN) as *const __m128i)),
+            _mm256_loadu_si256(g.add(x8::WORDS) as *const __m256i),
+            _mm256_loadu_si256(g.add(x8::WORDS + 32) as *const __m256i),
+            _mm256_loadu_si256(g.add(x8::WORDS + 64) as *const __m256i),
+        )
+    };
+    let high = |lo: __m256i, top: __m256i| {
+        let top = _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(top, 6), low2), 4);
+        _mm256_or_si256(_mm256_and_si256(lo, low4), top)
+    };
+    Q4KScales {
+        d,
+        dmin,
+        sc: [_mm256_and_si256(w0, low6), high(w2, w0)],
+        mn: [
+            _mm256_and_si256(w1, low6),
+            high(_mm256_srli_epi32(w2, 4), w1),
+        ],
+    }
+}
+
+/// Each activation row's Σ min · sub-block sum over the eight weight rows,
+/// once a block: the mins of sub-blocks 4w and 4w + 2 (then 4w + 1 and
+/// 4w + 3) as i16 pairs against those sub-blocks' activation sums.
+///
+/// # Safety
+/// Each `ab[c]` must point at a whole Q8_K block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_k_x8_min_sums<const N: usize>(mn: &[__m256i; 2], ab: &[*const u8; N]) -> [__m256i; N] {
+    let pair_order = _mm256_setr_epi8(
+        0, 1, 4, 5, 2, 3, 6, 7, 0, 1, 4, 5, 2, 3, 6, 7, 0, 1, 4, 5, 2, 3, 6, 7, 0, 1, 4, 5, 2, 3,
+        6, 7,
+    );
+    let mins: [[__m256i; 2]; 2] = std::array::from_fn(|w| {
+        [
+            _mm256_and_si256(mn[w], _mm256_set1_epi32(0x00ff_00ff)),
+            _mm256_srli_epi16::<8>(mn[w]),
+        ]
+    });
+    std::array::from_fn(|c| {
+        let bsums =
+            // SAFETY: each Q8_K block's 16 i16 sums; pairs make
+            // sub-blocks (at most 32 · 128 each, so they fit i16).
+            unsafe { _mm256_loadu_si256(ab[c].add(at::Q8K_BSUMS) as *const __m256i) };
+        let subs = _mm256_madd_epi16(bsums, _mm256_set1_epi16(1));
+        let s16 = _mm256_packs_epi32(subs, subs);
+        // Per 128-bit half: i32 lanes (s0, s2), (s1, s3).
+        let sp = _mm256_shuffle_epi8(s16, pair_order);
+        let at = |i: i32| _mm256_permutevar8x32_epi32(sp, _mm256_set1_epi32(i));
+        let lo = _mm256_add_epi32(
+            _mm256_madd_epi16(mins[0][0], at(0)),
+            _mm256_madd_epi16(mins[0][1], at(1)),
+        );
+        let hi = _mm256_add_epi32(
+            _mm256_madd_epi16(mins[1][0], at(4)),
+            _mm256_madd_epi16(mins[1][1], at(5)),
+        );
+        _mm256_add_epi32(lo, hi)
+    })
+}
+
+/// Sub-block `j`'s nibbles of the Q4_K group block at `g`, as the
+/// unsigned operands of [`nibble_dot8_avx2`]: quarter `i / 2`'s low
+/// nibbles at even `i`, its high ones at odd `i`.
+///
+/// # Safety
+/// `g` must point at a whole Q4_K group block; `j < 8`.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q4_k_x8_nibbles(g: *const u8, j: usize) -> [__m256i; 8] {
+    let m4 = _mm256_set1_epi8(0x0F);
+    let mut nibbles = [[_mm256_setzero_si256(); 2]; 4];
+    for (q, pair) in nibbles.iter_mut().enumerate() {
+        // SAFETY: sub-block j's quarter q of the nibbles.
+        let v = unsafe { _mm256_loadu_si256(g.add(x8::QS + 32 * (4 * j + q)) as *const __m256i) };
+        *pair = [
+            _mm256_and_si256(v, m4),
+            _mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
+        ];
+    }
+    std::array::from_fn(|i| nibbles[i / 2][i % 2])
+}
+
 macro_rules! q4_k_x8_kernels {
     ($feat:literal, $dot8:ident, $rows:ident, $one:ident, $four:ident) => {
         k_x8_entries!($feat, "Q4_K", BlockQ4K, $rows, $one, $four);
@@ -151,22 +309,11 @@ macro_rules! q4_k_x8_kernels {
         /// `w` holds `nb` group blocks and each `a[c]` `nb` Q8_K blocks.
         #[inline]
         #[target_feature(enable = $feat)]
-        #[expect(clippy::too_many_lines, reason = "longer than a screen; issue 91 splits it")]
         unsafe fn $rows<const N: usize>(
             w: *const u8,
             a: [*const u8; N],
             nb: usize,
         ) -> [[f32; GROUP_ROWS]; N] {
-            let m4 = _mm256_set1_epi8(0x0F);
-            let pair_order = _mm256_setr_epi8(
-                0, 1, 4, 5, 2, 3, 6, 7, 0, 1, 4, 5, 2, 3, 6, 7, 0, 1, 4, 5, 2, 3, 6, 7, 0, 1, 4, 5,
-                2, 3, 6, 7,
-            );
-            let (low6, low4, low2) = (
-                _mm256_set1_epi32(0x3f3f_3f3f),
-                _mm256_set1_epi32(0x0f0f_0f0f),
-                _mm256_set1_epi32(0x0303_0303),
-            );
             let mut sumf = [_mm256_setzero_ps(); N];
             for b in 0..nb {
                 // SAFETY: block b of the weights and activations lies inside
@@ -179,98 +326,32 @@ macro_rules! q4_k_x8_kernels {
                         std::array::from_fn(|c| a[c].add(b * BlockQ8K::BYTES)),
                     )
                 };
-                // SAFETY: the group block's d, dmin and scale words.
-                let (d, dmin, w0, w1, w2) = unsafe {
-                    (
-                        _mm256_cvtph_ps(_mm_loadu_si128(g.add(x8::D) as *const __m128i)),
-                        _mm256_cvtph_ps(_mm_loadu_si128(g.add(x8::DMIN) as *const __m128i)),
-                        _mm256_loadu_si256(g.add(x8::WORDS) as *const __m256i),
-                        _mm256_loadu_si256(g.add(x8::WORDS + 32) as *const __m256i),
-                        _mm256_loadu_si256(g.add(x8::WORDS + 64) as *const __m256i),
-                    )
+                // SAFETY: a whole group block and whole Q8_K blocks.
+                let (scales, msum) = unsafe {
+                    let scales = q4_k_x8_scales(g);
+                    let msum = q4_k_x8_min_sums(&scales.mn, &ab);
+                    (scales, msum)
                 };
-                // `scales_mins_k4` on eight rows at once: the low six bits of
-                // words 0 and 1, the rest from word 2 and the spare top bits.
-                let high = |lo: __m256i, top: __m256i| {
-                    let top =
-                        _mm256_slli_epi32(_mm256_and_si256(_mm256_srli_epi32(top, 6), low2), 4);
-                    _mm256_or_si256(_mm256_and_si256(lo, low4), top)
-                };
-                let sc = [_mm256_and_si256(w0, low6), high(w2, w0)];
-                let mn = [
-                    _mm256_and_si256(w1, low6),
-                    high(_mm256_srli_epi32(w2, 4), w1),
-                ];
-                // Each row's Σ min · sub-block sum, once a block: the mins of
-                // sub-blocks 4w and 4w + 2 (then 4w + 1 and 4w + 3) as i16
-                // pairs against those sub-blocks' activation sums.
-                let mins: [[__m256i; 2]; 2] = std::array::from_fn(|w| {
-                    [
-                        _mm256_and_si256(mn[w], _mm256_set1_epi32(0x00ff_00ff)),
-                        _mm256_srli_epi16::<8>(mn[w]),
-                    ]
-                });
-                let msum: [__m256i; N] = std::array::from_fn(|c| {
-                    let bsums =
-                        // SAFETY: each Q8_K block's 16 i16 sums; pairs make
-                        // sub-blocks (at most 32 · 128 each, so they fit i16).
-                        unsafe { _mm256_loadu_si256(ab[c].add(at::Q8K_BSUMS) as *const __m256i) };
-                    let subs = _mm256_madd_epi16(bsums, _mm256_set1_epi16(1));
-                    let s16 = _mm256_packs_epi32(subs, subs);
-                    // Per 128-bit half: i32 lanes (s0, s2), (s1, s3).
-                    let sp = _mm256_shuffle_epi8(s16, pair_order);
-                    let at = |i: i32| _mm256_permutevar8x32_epi32(sp, _mm256_set1_epi32(i));
-                    let lo = _mm256_add_epi32(
-                        _mm256_madd_epi16(mins[0][0], at(0)),
-                        _mm256_madd_epi16(mins[0][1], at(1)),
-                    );
-                    let hi = _mm256_add_epi32(
-                        _mm256_madd_epi16(mins[1][0], at(4)),
-                        _mm256_madd_epi16(mins[1][1], at(5)),
-                    );
-                    _mm256_add_epi32(lo, hi)
-                });
                 let mut isum = [_mm256_setzero_si256(); N];
                 for j in 0..8 {
-                    let mut nibbles = [[_mm256_setzero_si256(); 2]; 4];
-                    for (q, pair) in nibbles.iter_mut().enumerate() {
-                        // SAFETY: sub-block j's quarter q of the nibbles.
-                        let v = unsafe {
-                            _mm256_loadu_si256(g.add(x8::QS + 32 * (4 * j + q)) as *const __m256i)
-                        };
-                        *pair = [
-                            _mm256_and_si256(v, m4),
-                            _mm256_and_si256(_mm256_srli_epi16(v, 4), m4),
-                        ];
-                    }
-                    let n = (j % 4) as i32;
-                    let s = byte_of(sc[j / 4], n);
-                    let u: [__m256i; 8] = std::array::from_fn(|i| nibbles[i / 2][i % 2]);
+                    // SAFETY: sub-block j of a whole group block.
+                    let u = unsafe { q4_k_x8_nibbles(g, j) };
+                    let s = byte_of(scales.sc[j / 4], (j % 4) as i32);
                     for c in 0..N {
                         // SAFETY: sub-block j's 32 activations, four at a
                         // time: quarter q's low four at 8 q, high at 8 q + 4.
-                        let acts: [__m256i; 8] = std::array::from_fn(|i| unsafe {
-                            act4(ab[c].add(at::Q8K_QS + 32 * j + 4 * i))
-                        });
+                        let acts = unsafe { act_quads::<8>(ab[c].add(at::Q8K_QS + 32 * j)) };
                         let prod = _mm256_mullo_epi32($dot8(u, acts), s);
                         isum[c] = _mm256_add_epi32(isum[c], prod);
                     }
                 }
                 for c in 0..N {
-                    let dy =
-                        // SAFETY: the Q8_K block's f32 scale at 0.
-                        _mm256_set1_ps(unsafe { std::ptr::read_unaligned(ab[c] as *const f32) });
-                    let t = _mm256_mul_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(isum[c]));
-                    let u = _mm256_mul_ps(_mm256_mul_ps(dmin, dy), _mm256_cvtepi32_ps(msum[c]));
-                    sumf[c] = _mm256_add_ps(sumf[c], _mm256_sub_ps(t, u));
+                    let (dm, m) = ((scales.d, scales.dmin), _mm256_cvtepi32_ps(msum[c]));
+                    // SAFETY: the row's Q8_K block.
+                    sumf[c] = unsafe { kquant_x8_step(sumf[c], dm, ab[c], isum[c], m) };
                 }
             }
-            let mut out = [[0.0f32; GROUP_ROWS]; N];
-            for (o, v) in out.iter_mut().zip(sumf) {
-                // SAFETY: `o` holds eight f32.
-                unsafe { _mm256_storeu_ps(o.as_mut_ptr(), v) };
-            }
-            out
+            x8_results(sumf)
         }
     };
 }
@@ -353,6 +434,61 @@ pub(crate) unsafe fn q6_k_group_quads(g: *const u8, gi: usize) -> [__m256i; 4] {
     ]
 }
 
+/// A Q6_K group block's eight super-block scales (f32, a row to a lane)
+/// and its four words of sub-block scales (`words[w]` holds scales
+/// `4w..4w + 4`, a signed byte each, in every row's lane).
+///
+/// # Safety
+/// `g` must point at a whole Q6_K group block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6_k_x8_scales(g: *const u8) -> (__m256, [__m256i; 4]) {
+    // SAFETY: the group block's d and scale words.
+    unsafe {
+        (
+            _mm256_cvtph_ps(_mm_loadu_si128(g.add(x8_q6_k::D) as *const __m128i)),
+            std::array::from_fn(|w| {
+                _mm256_loadu_si256(g.add(x8_q6_k::SCALES + 32 * w) as *const __m256i)
+            }),
+        )
+    }
+}
+
+/// The 16 i16 group sums of the Q8_K block at `ab`, each 128-bit half's
+/// as i32 pairs (0, 2), (1, 3), (4, 6), (5, 7).
+///
+/// # Safety
+/// `ab` must point at a whole Q8_K block.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+unsafe fn q6_k_bsum_pairs(ab: *const u8) -> __m256i {
+    let pairs = _mm256_setr_epi8(
+        0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15, 0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13,
+        10, 11, 14, 15,
+    );
+    // SAFETY: the Q8_K block's 16 i16 group sums.
+    let bsums = unsafe { _mm256_loadu_si256(ab.add(at::Q8K_BSUMS) as *const __m256i) };
+    _mm256_shuffle_epi8(bsums, pairs)
+}
+
+/// A Q6_K group's four quads of codes against its four quads of
+/// activations, without VNNI: quads 0 and 1's `vpmaddubsw` pairs added in
+/// 16 bits, then quads 2 and 3's. Codes <= 63 against |a| <= 128: two
+/// products of two sum to at most 32256 in 16 bits.
+#[inline]
+#[target_feature(enable = "avx2,fma,f16c")]
+fn q6_k_pair_sums(q: &[__m256i; 4], acts: &[__m256i; 4]) -> (__m256i, __m256i) {
+    let p0 = _mm256_add_epi16(
+        _mm256_maddubs_epi16(q[0], acts[0]),
+        _mm256_maddubs_epi16(q[1], acts[1]),
+    );
+    let p1 = _mm256_add_epi16(
+        _mm256_maddubs_epi16(q[2], acts[2]),
+        _mm256_maddubs_epi16(q[3], acts[3]),
+    );
+    (p0, p1)
+}
+
 macro_rules! q6_k_x8_kernels {
     ($feat:literal, $mac:ident, $dp:ident, $vnni:literal, $rows:ident, $one:ident, $four:ident) => {
         k_x8_entries!($feat, "Q6_K", BlockQ6K, $rows, $one, $four);
@@ -367,18 +503,12 @@ macro_rules! q6_k_x8_kernels {
         /// `w` holds `nb` group blocks and each `a[c]` `nb` Q8_K blocks.
         #[inline]
         #[target_feature(enable = $feat)]
-        #[expect(clippy::too_many_lines, reason = "longer than a screen; issue 91 splits it")]
         unsafe fn $rows<const N: usize>(
             w: *const u8,
             a: [*const u8; N],
             nb: usize,
         ) -> [[f32; GROUP_ROWS]; N] {
             let pick: [__m256i; 4] = std::array::from_fn(|k| byte_to_i16_pair(k));
-            // Each 128-bit half's bsums as i32 pairs (0, 2), (1, 3), (4, 6), (5, 7).
-            let pairs = _mm256_setr_epi8(
-                0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15, 0, 1, 4, 5, 2, 3, 6, 7, 8, 9,
-                12, 13, 10, 11, 14, 15,
-            );
             let zero = _mm256_setzero_ps();
             let mut sumf = [_mm256_setzero_ps(); N];
             for b in 0..nb {
@@ -390,22 +520,13 @@ macro_rules! q6_k_x8_kernels {
                         std::array::from_fn(|c| a[c].add(b * BlockQ8K::BYTES)),
                     )
                 };
-                // SAFETY: the group block's d and scale words.
-                let (d, words): (__m256, [__m256i; 4]) = unsafe {
-                    (
-                        _mm256_cvtph_ps(_mm_loadu_si128(g.add(x8_q6_k::D) as *const __m128i)),
-                        std::array::from_fn(|w| {
-                            _mm256_loadu_si256(g.add(x8_q6_k::SCALES + 32 * w) as *const __m256i)
-                        }),
-                    )
-                };
+                // SAFETY: a whole group block.
+                let (d, words) = unsafe { q6_k_x8_scales(g) };
                 // Each row's Σ sc · bsum: word w's scales 4w and 4w + 2 (and
                 // 4w + 1, 4w + 3) as i16 pairs, against those bsums.
                 let mut isum: [__m256i; N] = std::array::from_fn(|c| {
-                    let bsums =
-                        // SAFETY: the Q8_K block's 16 i16 group sums.
-                        unsafe { _mm256_loadu_si256(ab[c].add(at::Q8K_BSUMS) as *const __m256i) };
-                    let bp = _mm256_shuffle_epi8(bsums, pairs);
+                    // SAFETY: a whole Q8_K block.
+                    let bp = unsafe { q6_k_bsum_pairs(ab[c]) };
                     let mut off = _mm256_setzero_si256();
                     for (w, &word) in words.iter().enumerate() {
                         let even = _mm256_srai_epi16::<8>(_mm256_slli_epi16::<8>(word));
@@ -426,9 +547,7 @@ macro_rules! q6_k_x8_kernels {
                         let s = _mm256_srai_epi32::<24>(_mm256_sll_epi32(words[gi / 4], shift));
                         for c in 0..N {
                             // SAFETY: group gi's 16 activations, four at a time.
-                            let acts: [__m256i; 4] = std::array::from_fn(|i| unsafe {
-                                act4(ab[c].add(at::Q8K_QS + 16 * gi + 4 * i))
-                            });
+                            let acts = unsafe { act_quads::<4>(ab[c].add(at::Q8K_QS + 16 * gi)) };
                             let mut dot = _mm256_setzero_si256();
                             for i in 0..4 {
                                 dot = $dp(dot, q[i], acts[i]);
@@ -441,39 +560,19 @@ macro_rules! q6_k_x8_kernels {
                         _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(words[gi / 4], pick[gi % 4]));
                     for c in 0..N {
                         // SAFETY: group gi's 16 activations, four at a time.
-                        let acts: [__m256i; 4] = std::array::from_fn(|i| unsafe {
-                            act4(ab[c].add(at::Q8K_QS + 16 * gi + 4 * i))
-                        });
-                        // Codes <= 63 against |a| <= 128: two products of two
-                        // sum to at most 32256 in 16 bits.
-                        let p0 = _mm256_add_epi16(
-                            _mm256_maddubs_epi16(q[0], acts[0]),
-                            _mm256_maddubs_epi16(q[1], acts[1]),
-                        );
-                        let p1 = _mm256_add_epi16(
-                            _mm256_maddubs_epi16(q[2], acts[2]),
-                            _mm256_maddubs_epi16(q[3], acts[3]),
-                        );
+                        let acts = unsafe { act_quads::<4>(ab[c].add(at::Q8K_QS + 16 * gi)) };
+                        let (p0, p1) = q6_k_pair_sums(&q, &acts);
                         isum[c] = $mac($mac(isum[c], p0, s), p1, s);
                     }
                 }
                 for c in 0..N {
-                    let dy =
-                        // SAFETY: the Q8_K block's f32 scale at 0.
-                        _mm256_set1_ps(unsafe { std::ptr::read_unaligned(ab[c] as *const f32) });
-                    let t = _mm256_mul_ps(_mm256_mul_ps(d, dy), _mm256_cvtepi32_ps(isum[c]));
                     // The reference's minimum term, `(0 · dy) · 0`, kept so
                     // the bits agree where a block sums to zero.
-                    let u = _mm256_mul_ps(_mm256_mul_ps(zero, dy), zero);
-                    sumf[c] = _mm256_add_ps(sumf[c], _mm256_sub_ps(t, u));
+                    // SAFETY: the row's Q8_K block.
+                    sumf[c] = unsafe { kquant_x8_step(sumf[c], (d, zero), ab[c], isum[c], zero) };
                 }
             }
-            let mut out = [[0.0f32; GROUP_ROWS]; N];
-            for (o, v) in out.iter_mut().zip(sumf) {
-                // SAFETY: `o` holds eight f32.
-                unsafe { _mm256_storeu_ps(o.as_mut_ptr(), v) };
-            }
-            out
+            x8_results(sumf)
         }
     };
 }
