@@ -7,8 +7,12 @@ use super::plan::{
 };
 use super::Matrix;
 use crate::formats::interleave::GROUP_ROWS;
+use crate::gemm::amx::{Tiles, MA};
+use crate::gemm::{tile, tile_rows, Acts, Panel, NR};
 use crate::simd::{self, GemmTier};
 use crate::QuantError;
+use std::cell::RefCell;
+use std::ops::Range;
 use threads::ThreadPool;
 
 /// The panel product (see [`crate::gemm`]) of one or more matrices of the
@@ -25,8 +29,6 @@ pub(super) fn gemm_panels(
     batch: usize,
     outs: &[SharedOut],
 ) {
-    use crate::gemm::Acts;
-    use std::cell::RefCell;
     thread_local! {
         static ACTS: RefCell<Acts> = RefCell::new(Acts::default());
     }
@@ -44,7 +46,7 @@ pub(super) fn gemm_panels(
 /// The panel product of `ws` (same width and activation format) over the
 /// activations `acts` quantized for them: one parallel operation, each
 /// task packing its own run of weight panels and sweeping activation rows
-/// past them.
+/// past them (see [`PanelProduct::task`]).
 ///
 /// Tasks are runs of panels (never across two matrices), several per
 /// thread so threads that finish early take more. A product of few panels
@@ -53,132 +55,207 @@ pub(super) fn gemm_panels(
 /// activation rows into blocks, each task one run and one block: the
 /// panels are packed once per block, which costs less than idle threads.
 #[track_caller]
-#[expect(
-    clippy::too_many_lines,
-    reason = "longer than a screen; issue 91 splits it"
-)]
 pub(super) fn panels_product(
     pool: &ThreadPool,
     tier: GemmTier,
     ws: &[&Matrix],
-    acts: &crate::gemm::Acts,
+    acts: &Acts,
     batch: usize,
     outs: &[SharedOut],
 ) {
-    use crate::gemm::amx::{Tiles, MA};
-    use crate::gemm::{tile, tile_rows, Panel, NR};
-    use std::cell::RefCell;
-    thread_local! {
-        static PACKED: RefCell<Vec<Panel>> = const { RefCell::new(Vec::new()) };
-        /// An interleaved matrix's panel rows copied out, kept from task to
-        /// task so a prefill allocates none.
-        static COPIED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
-    }
     let Some(w0) = ws.first() else { return };
-    let cols = w0.cols;
     // AMX blocks are MA (32) activation rows, the register tiles the
     // tier's own height (six on AVX-512, four elsewhere).
     let amx = tier == GemmTier::Amx;
     let rows_per_tile = tile_rows(tier);
     let step = if amx { MA } else { rows_per_tile };
-    let sweep = sweep_rows(step);
-    // Fixed arrays: at most MAX_FUSED matrices.
-    let mut panels = [0usize; MAX_FUSED];
-    for (p, w) in panels.iter_mut().zip(ws) {
-        *p = w.rows.div_ceil(NR);
-    }
-    let aim = pool.threads() * tasks_per_thread();
-    let runs = panel_runs(&panels[..ws.len()], aim, pool.threads());
-    let blocks = if runs.len() >= aim {
-        1
-    } else {
-        aim.div_ceil(runs.len().max(1))
-            .min(batch.div_ceil(sweep))
-            .max(1)
+    let product = PanelProduct {
+        tier,
+        amx,
+        rows_per_tile,
+        sweep: sweep_rows(step),
+        cols: w0.cols,
+        acts,
     };
-    let block_rows = batch.div_ceil(blocks).div_ceil(step) * step;
-    let blocks = batch.div_ceil(block_rows.max(1)).max(1);
-    pool.run(runs.len() * blocks, |t| {
+    let split = TaskSplit::new(pool, ws, batch, step, product.sweep);
+    pool.run(split.runs.len() * split.blocks, |t| {
         let (
             PanelRun {
                 matrix,
                 panels: mine,
             },
             block,
-        ) = (runs[t / blocks].clone(), t % blocks);
-        let (b0, b1) = (block * block_rows, ((block + 1) * block_rows).min(batch));
-        let (w, out, rows) = (ws[matrix], &outs[matrix], ws[matrix].rows);
+        ) = (split.runs[t / split.blocks].clone(), t % split.blocks);
+        let (b0, b1) = (
+            block * split.block_rows,
+            ((block + 1) * split.block_rows).min(batch),
+        );
+        product.task(ws[matrix], &outs[matrix], mine, b0..b1);
+    });
+}
+
+/// How the panel product's tasks share out the work: runs of panels, each
+/// taken by `blocks` tasks, one per block of `block_rows` activation rows.
+struct TaskSplit {
+    /// The runs of panels, in the order the pool hands them out.
+    runs: Vec<PanelRun>,
+    /// The blocks of activation rows each run is split into.
+    blocks: usize,
+    /// The activation rows of a block (the last may have fewer).
+    block_rows: usize,
+}
+
+impl TaskSplit {
+    /// The split of `ws`'s panels over `pool`'s threads, for `batch`
+    /// activation rows taken `step` at a time (a register tile's or an AMX
+    /// block's) and swept `sweep` at a time.
+    #[track_caller]
+    fn new(pool: &ThreadPool, ws: &[&Matrix], batch: usize, step: usize, sweep: usize) -> Self {
+        // Fixed arrays: at most MAX_FUSED matrices.
+        let mut panels = [0usize; MAX_FUSED];
+        for (p, w) in panels.iter_mut().zip(ws) {
+            *p = w.rows.div_ceil(NR);
+        }
+        let aim = pool.threads() * tasks_per_thread();
+        let runs = panel_runs(&panels[..ws.len()], aim, pool.threads());
+        let blocks = if runs.len() >= aim {
+            1
+        } else {
+            aim.div_ceil(runs.len().max(1))
+                .min(batch.div_ceil(sweep))
+                .max(1)
+        };
+        let block_rows = batch.div_ceil(blocks).div_ceil(step) * step;
+        let blocks = batch.div_ceil(block_rows.max(1)).max(1);
+        Self {
+            runs,
+            blocks,
+            block_rows,
+        }
+    }
+}
+
+/// What every task of one panel product shares.
+struct PanelProduct<'a> {
+    tier: GemmTier,
+    /// Whether AMX blocks of [`MA`] rows take the activations, rather than
+    /// the tier's register tiles.
+    amx: bool,
+    /// The height of the tier's register tiles.
+    rows_per_tile: usize,
+    /// How many activation rows are swept past the packed panels at once.
+    sweep: usize,
+    /// The width of every matrix.
+    cols: usize,
+    acts: &'a Acts,
+}
+
+impl PanelProduct<'_> {
+    /// One task: panels `mine` of `w` packed [`PANELS`] at a time, and
+    /// each time the activation rows `b` swept past them into `out`.
+    fn task(&self, w: &Matrix, out: &SharedOut, mine: Range<usize>, b: Range<usize>) {
+        thread_local! {
+            static PACKED: RefCell<Vec<Panel>> = const { RefCell::new(Vec::new()) };
+            /// An interleaved matrix's panel rows copied out, kept from task to
+            /// task so a prefill allocates none.
+            static COPIED: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+        }
         PACKED.with(|packed| {
             COPIED.with(|copied| {
                 let mut packed = packed.borrow_mut();
                 packed.resize_with(PANELS, Panel::default);
-                let mut tiles = amx.then(Tiles::new);
+                let mut tiles = self.amx.then(Tiles::new);
                 let mut copied = copied.borrow_mut();
                 let mut p0 = mine.start;
                 while p0 < mine.end {
                     let p1 = (p0 + PANELS).min(mine.end);
-                    for (i, panel) in packed.iter_mut().enumerate().take(p1 - p0) {
-                        let r0 = (p0 + i) * NR;
-                        // A fixed array: this runs for every panel.
-                        let mut views: [&[u8]; NR] = [&[]; NR];
-                        let n = (rows - r0).min(NR);
-                        if w.grouped && n == NR {
-                            let g0 = r0 / GROUP_ROWS;
-                            let groups: [&[u8]; NR / GROUP_ROWS] =
-                                std::array::from_fn(|i| w.group(g0 + i));
-                            if panel.fill_interleaved(tier, w.ty, &groups, cols, amx) {
-                                continue;
-                            }
-                        }
-                        if w.grouped {
-                            // Else interleaved rows are packed from their
-                            // standard layout, copied out a panel at a time.
-                            w.rows_into(r0, n, &mut copied);
-                            for (v, row) in views.iter_mut().zip(copied.chunks_exact(w.row_bytes)) {
-                                *v = row;
-                            }
-                        } else {
-                            for (v, r) in views.iter_mut().zip(r0..r0 + n) {
-                                *v = w.row(r);
-                            }
-                        }
-                        panel.fill_on(tier, w.ty, &views[..n], cols, amx);
-                    }
-                    for c0 in (b0..b1).step_by(sweep) {
-                        let c1 = (c0 + sweep).min(b1);
-                        for (i, panel) in packed.iter().enumerate().take(p1 - p0) {
-                            let r0 = (p0 + i) * NR;
-                            let n = (rows - r0).min(NR);
-                            if let Some(tiles) = tiles.as_mut() {
-                                for c in (c0..c1).step_by(MA) {
-                                    let m = (c1 - c).min(MA);
-                                    let v = tiles.block(panel, acts, c, m);
-                                    for (j, vj) in v.iter().enumerate().take(m) {
-                                        // SAFETY: as below.
-                                        unsafe { out.slice((c + j) * rows + r0, n) }
-                                            .copy_from_slice(&vj[..n]);
-                                    }
-                                }
-                                continue;
-                            }
-                            for c in (c0..c1).step_by(rows_per_tile) {
-                                let m = (c1 - c).min(rows_per_tile);
-                                let v = tile(tier, panel, acts, c, m);
-                                for (j, vj) in v.iter().enumerate().take(m) {
-                                    // SAFETY: weight rows r0..r0+n of rows
-                                    // b0..b1 belong to this task alone, and
-                                    // this slice is the only one alive.
-                                    unsafe { out.slice((c + j) * rows + r0, n) }
-                                        .copy_from_slice(&vj[..n]);
-                                }
-                            }
-                        }
-                    }
+                    self.pack(&mut packed, w, p0..p1, &mut copied);
+                    self.sweep_acts(&packed, p0..p1, w.rows, out, b.clone(), &mut tiles);
                     p0 = p1;
                 }
             })
         });
-    });
+    }
+
+    /// Packs `panels` of `w` into the start of `packed`: an
+    /// interleaved matrix's whole panels straight from its groups where the
+    /// tier can, else from the rows' standard layout (interleaved rows
+    /// copied out into `copied` first).
+    fn pack(&self, packed: &mut [Panel], w: &Matrix, panels: Range<usize>, copied: &mut Vec<u8>) {
+        let (p0, p1) = (panels.start, panels.end);
+        let (tier, cols, amx, rows) = (self.tier, self.cols, self.amx, w.rows);
+        for (i, panel) in packed.iter_mut().enumerate().take(p1 - p0) {
+            let r0 = (p0 + i) * NR;
+            // A fixed array: this runs for every panel.
+            let mut views: [&[u8]; NR] = [&[]; NR];
+            let n = (rows - r0).min(NR);
+            if w.grouped && n == NR {
+                let g0 = r0 / GROUP_ROWS;
+                let groups: [&[u8]; NR / GROUP_ROWS] = std::array::from_fn(|i| w.group(g0 + i));
+                if panel.fill_interleaved(tier, w.ty, &groups, cols, amx) {
+                    continue;
+                }
+            }
+            if w.grouped {
+                // Else interleaved rows are packed from their
+                // standard layout, copied out a panel at a time.
+                w.rows_into(r0, n, copied);
+                for (v, row) in views.iter_mut().zip(copied.chunks_exact(w.row_bytes)) {
+                    *v = row;
+                }
+            } else {
+                for (v, r) in views.iter_mut().zip(r0..r0 + n) {
+                    *v = w.row(r);
+                }
+            }
+            panel.fill_on(tier, w.ty, &views[..n], cols, amx);
+        }
+    }
+
+    /// Sweeps the activation rows `b`, `self.sweep` at a time, past the
+    /// packed panels `panels` of a matrix of `rows` rows, writing the
+    /// products into `out`: through AMX `tiles` where there are, else
+    /// through the tier's register tiles.
+    fn sweep_acts(
+        &self,
+        packed: &[Panel],
+        panels: Range<usize>,
+        rows: usize,
+        out: &SharedOut,
+        b: Range<usize>,
+        tiles: &mut Option<Tiles>,
+    ) {
+        let (p0, p1, b0, b1) = (panels.start, panels.end, b.start, b.end);
+        let (rows_per_tile, acts) = (self.rows_per_tile, self.acts);
+        for c0 in (b0..b1).step_by(self.sweep) {
+            let c1 = (c0 + self.sweep).min(b1);
+            for (i, panel) in packed.iter().enumerate().take(p1 - p0) {
+                let r0 = (p0 + i) * NR;
+                let n = (rows - r0).min(NR);
+                if let Some(tiles) = tiles.as_mut() {
+                    for c in (c0..c1).step_by(MA) {
+                        let m = (c1 - c).min(MA);
+                        let v = tiles.block(panel, acts, c, m);
+                        for (j, vj) in v.iter().enumerate().take(m) {
+                            // SAFETY: as below.
+                            unsafe { out.slice((c + j) * rows + r0, n) }.copy_from_slice(&vj[..n]);
+                        }
+                    }
+                    continue;
+                }
+                for c in (c0..c1).step_by(rows_per_tile) {
+                    let m = (c1 - c).min(rows_per_tile);
+                    let v = tile(self.tier, panel, acts, c, m);
+                    for (j, vj) in v.iter().enumerate().take(m) {
+                        // SAFETY: weight rows r0..r0+n of rows
+                        // b0..b1 belong to this task alone, and
+                        // this slice is the only one alive.
+                        unsafe { out.slice((c + j) * rows + r0, n) }.copy_from_slice(&vj[..n]);
+                    }
+                }
+            }
+        }
+    }
 }
 
 /// The products of up to [`MAX_FUSED`] matrices over a batch that takes
