@@ -784,6 +784,7 @@ unsafe fn tile_avx2_wide<
         asum,
         abase,
     } = a.rows_from(c0);
+    let ones = _mm256_set1_epi16(1);
     let o = out.0.as_mut_ptr() as *mut f32;
     let mut part = [[_mm256_setzero_si256(); 2]; MA];
     for g in 0..p.groups {
@@ -794,12 +795,60 @@ unsafe fn tile_avx2_wide<
         // 32), and 16h + 16 <= NR. The volatile accesses keep the float
         // accumulators in memory: promoted to registers they would spill.
         unsafe {
-            let iacc = if RUN == 0 {
-                q8_0_group_sums::<MA, G>(pq, aq, cols, g, h)
-            } else {
-                let (at, groups) = ((aq, abase), p.groups);
-                run_group_sums::<MA, G, MIN, RUN>(pq, at, cols, groups, (g, h), &mut part)
+            let quad = |r: usize, k4: usize| -> __m256i {
+                _mm256_set1_epi32((aq.add(r * cols + k4 * 4) as *const i32).read_unaligned())
             };
+            let wat = |k4: usize, v: usize| -> __m256i {
+                _mm256_loadu_si256(pq.add(k4 * NR * 4 + h * 64 + v * 32) as *const _)
+            };
+            let mut iacc = [[_mm256_setzero_si256(); 2]; MA];
+            if RUN == 0 {
+                iacc = q8_0_group_sums::<MA, G>(pq, aq, cols, g, h);
+            } else {
+                // A group's steps in runs of RUN; all but the last run's
+                // i32 sums wait in `part` (memory, so that they do not take
+                // the registers the running i16 sums need).
+                let runs = (G / 4).div_ceil(RUN.max(1));
+                for run in 0..runs {
+                    let mut t = [[_mm256_setzero_si256(); 2]; MA];
+                    for j in 0..RUN {
+                        let k4 = g * (G / 4) + run * RUN + j;
+                        let w = [wat(k4, 0), wat(k4, 1)];
+                        for (r, t) in t.iter_mut().enumerate() {
+                            let q = quad(r, k4);
+                            for v in 0..2 {
+                                t[v] = _mm256_add_epi16(t[v], _mm256_maddubs_epi16(w[v], q));
+                            }
+                        }
+                    }
+                    for (r, (acc, t)) in iacc.iter_mut().zip(t).enumerate() {
+                        for v in 0..2 {
+                            let wide = _mm256_madd_epi16(t[v], ones);
+                            // The formats with minimum terms have offset 0
+                            // (`tile_avx2` checks), so their sums start at
+                            // zero: one add fewer per sum and group.
+                            let x = if run == 0 && MIN {
+                                wide
+                            } else if run == 0 {
+                                _mm256_add_epi32(
+                                    wide,
+                                    _mm256_set1_epi32(*abase.add(r * p.groups + g)),
+                                )
+                            } else {
+                                _mm256_add_epi32(
+                                    wide,
+                                    std::ptr::addr_of!(part[r][v]).read_volatile(),
+                                )
+                            };
+                            if run + 1 == runs {
+                                acc[v] = x;
+                            } else {
+                                std::ptr::addr_of_mut!(part[r][v]).write_volatile(x);
+                            }
+                        }
+                    }
+                }
+            }
             if FOLD {
                 fold_steps_in_l1::<MA, G, MIN>(&iacc, p, (ad, asum), g, h, (o, pe));
             } else {
@@ -807,30 +856,6 @@ unsafe fn tile_avx2_wide<
             }
         }
     }
-}
-
-/// Activation quad `k4` (bytes `4 k4..4 k4 + 4`) of row `r`, rows `cols`
-/// bytes apart from `aq`, in every lane.
-///
-/// # Safety
-/// The quad lies inside the activations.
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn act_quad(aq: *const u8, cols: usize, r: usize, k4: usize) -> __m256i {
-    // SAFETY: the caller's contract.
-    _mm256_set1_epi32(unsafe { (aq.add(r * cols + k4 * 4) as *const i32).read_unaligned() })
-}
-
-/// Column step `k4`'s bytes of panel rows `16h + 8v..16h + 8v + 8` (four
-/// to a row).
-///
-/// # Safety
-/// Step `k4` lies inside the panel and `16h + 16 <= NR`.
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn panel_step(pq: *const u8, k4: usize, h: usize, v: usize) -> __m256i {
-    // SAFETY: the caller's contract.
-    unsafe { _mm256_loadu_si256(pq.add(k4 * NR * 4 + h * 64 + v * 32) as *const _) }
 }
 
 /// Group `g`'s i32 sums of panel rows `16h..16h + 16` (two vectors)
@@ -852,99 +877,32 @@ unsafe fn q8_0_group_sums<const MA: usize, const G: usize>(
 ) -> [[__m256i; 2]; MA] {
     let ones = _mm256_set1_epi16(1);
     let flip = _mm256_set1_epi8(-128i8);
-    let mut iacc = [[_mm256_setzero_si256(); 2]; MA];
-    for kq in 0..G / 4 {
-        let k4 = g * (G / 4) + kq;
-        // SAFETY: the caller's contract bounds every read.
-        let w = unsafe {
-            [
-                _mm256_xor_si256(panel_step(pq, k4, h, 0), flip),
-                _mm256_xor_si256(panel_step(pq, k4, h, 1), flip),
-            ]
+    // SAFETY: the caller's contract bounds every read.
+    unsafe {
+        let quad = |r: usize, k4: usize| -> __m256i {
+            _mm256_set1_epi32((aq.add(r * cols + k4 * 4) as *const i32).read_unaligned())
         };
-        let wabs = [_mm256_abs_epi8(w[0]), _mm256_abs_epi8(w[1])];
-        for (r, acc) in iacc.iter_mut().enumerate() {
-            // SAFETY: as above.
-            let q = unsafe { act_quad(aq, cols, r, k4) };
-            for v in 0..2 {
-                let t = _mm256_maddubs_epi16(wabs[v], _mm256_sign_epi8(q, w[v]));
-                acc[v] = _mm256_add_epi32(acc[v], _mm256_madd_epi16(t, ones));
-            }
-        }
-    }
-    iacc
-}
-
-/// Group `g`'s i32 sums of panel rows `16h..16h + 16` (two vectors)
-/// against `MA` activation rows `cols` apart, its steps in runs of `RUN`
-/// added in 16 bits before widening: all but the last run's i32 sums wait
-/// in `part` (memory, so that they do not take the registers the running
-/// i16 sums need), and each row's sums start from its offset correction
-/// in `abase` (`groups` to a row), or from zero when `MIN`.
-///
-/// # Safety
-/// avx2 and fma present; the pointers hold group `g` of a panel of
-/// `groups` groups of `G` and of `MA` activation rows (as [`super::tile`]
-/// asserts), and `16h + 16 <= NR`.
-#[inline]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn run_group_sums<const MA: usize, const G: usize, const MIN: bool, const RUN: usize>(
-    pq: *const u8,
-    (aq, abase): (*const u8, *const i32),
-    cols: usize,
-    groups: usize,
-    (g, h): (usize, usize),
-    part: &mut [[__m256i; 2]; MA],
-) -> [[__m256i; 2]; MA] {
-    let ones = _mm256_set1_epi16(1);
-    let mut iacc = [[_mm256_setzero_si256(); 2]; MA];
-    let runs = (G / 4).div_ceil(RUN.max(1));
-    for run in 0..runs {
-        let mut t = [[_mm256_setzero_si256(); 2]; MA];
-        for j in 0..RUN {
-            let k4 = g * (G / 4) + run * RUN + j;
-            // SAFETY: the caller's contract bounds every read.
-            let w = unsafe { [panel_step(pq, k4, h, 0), panel_step(pq, k4, h, 1)] };
-            for (r, t) in t.iter_mut().enumerate() {
-                // SAFETY: as above.
-                let q = unsafe { act_quad(aq, cols, r, k4) };
+        let wat = |k4: usize, v: usize| -> __m256i {
+            _mm256_loadu_si256(pq.add(k4 * NR * 4 + h * 64 + v * 32) as *const _)
+        };
+        let mut iacc = [[_mm256_setzero_si256(); 2]; MA];
+        for kq in 0..G / 4 {
+            let k4 = g * (G / 4) + kq;
+            let w = [
+                _mm256_xor_si256(wat(k4, 0), flip),
+                _mm256_xor_si256(wat(k4, 1), flip),
+            ];
+            let wabs = [_mm256_abs_epi8(w[0]), _mm256_abs_epi8(w[1])];
+            for (r, acc) in iacc.iter_mut().enumerate() {
+                let q = quad(r, k4);
                 for v in 0..2 {
-                    t[v] = _mm256_add_epi16(t[v], _mm256_maddubs_epi16(w[v], q));
+                    let t = _mm256_maddubs_epi16(wabs[v], _mm256_sign_epi8(q, w[v]));
+                    acc[v] = _mm256_add_epi32(acc[v], _mm256_madd_epi16(t, ones));
                 }
             }
         }
-        for (r, (acc, t)) in iacc.iter_mut().zip(t).enumerate() {
-            for v in 0..2 {
-                let wide = _mm256_madd_epi16(t[v], ones);
-                // The formats with minimum terms have offset 0
-                // (`tile_avx2` checks), so their sums start at
-                // zero: one add fewer per sum and group.
-                let x = if run == 0 && MIN {
-                    wide
-                } else if run == 0 {
-                    // SAFETY: row r's correction for group g (the caller's
-                    // contract).
-                    _mm256_add_epi32(
-                        wide,
-                        _mm256_set1_epi32(unsafe { *abase.add(r * groups + g) }),
-                    )
-                } else {
-                    // SAFETY: `part` is a live array; volatile keeps it in
-                    // memory.
-                    _mm256_add_epi32(wide, unsafe {
-                        std::ptr::addr_of!(part[r][v]).read_volatile()
-                    })
-                };
-                if run + 1 == runs {
-                    acc[v] = x;
-                } else {
-                    // SAFETY: as above.
-                    unsafe { std::ptr::addr_of_mut!(part[r][v]).write_volatile(x) };
-                }
-            }
-        }
+        iacc
     }
-    iacc
 }
 
 /// The AVX-VNNI tile (Intel Alder Lake and later client cores, AMD Zen 5):
