@@ -434,33 +434,6 @@ unsafe fn q8_0_pair(ab: *const u8, two: bool) -> __m512i {
     }
 }
 
-/// The products of the weight and activation scales of 8 consecutive
-/// blocks from block `i`, one activation row to a register (in its low
-/// eight lanes): the weights' blocks are `wb` bytes long, the activations'
-/// Q8_0.
-///
-/// # Safety
-/// As [`scales8`] for blocks `i..i + 8` of `w` and of each `a[c]`.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
-unsafe fn scale_products_zmm<const N: usize>(
-    w: *const u8,
-    wb: usize,
-    a: &[*const u8; N],
-    i: usize,
-) -> [__m512; N] {
-    // SAFETY: the caller's contract.
-    unsafe {
-        let dw = scales8(w.add(i * wb), wb);
-        std::array::from_fn(|c| {
-            _mm512_castps256_ps512(_mm256_mul_ps(
-                dw,
-                scales8(a[c].add(i * BlockQ8_0::BYTES), BlockQ8_0::BYTES),
-            ))
-        })
-    }
-}
-
 /// The exact integer dots of two weight blocks, given as their magnitudes
 /// `ux` and sign mask `neg`, with the two activation blocks `qy`: the
 /// activations take the weights' signs, so each product is one `vpdpbusd`
@@ -473,26 +446,33 @@ fn signed_pair_dot(ux: __m512i, neg: __mmask64, qy: __m512i) -> __m512i {
     _mm512_dpbusd_epi32(zero, ux, sy)
 }
 
-/// The scale products of the weight block at `p` (`bytes` long) with the
-/// Q8_0 block at `ab` in lanes 0..8, and of the blocks after them in lanes
-/// 8..16 when `two` (zero otherwise), each rounded as [`h2f_prod`] rounds
-/// it: the one-row kernel's scales for its last one or two blocks.
+/// The last one or two blocks of the one-row kernel's weights (at `p`,
+/// `bytes` long) against the Q8_0 blocks at `ab`: the activations' `qs`
+/// (zeros for a missing second block), and the scale products, the first
+/// block's in lanes 0..8 and the second's in 8..16 (zero when missing),
+/// each rounded as [`h2f_prod`] rounds it.
 ///
 /// # Safety
-/// `p` and `ab` must be valid for a block's scale, and for the next
-/// block's when `two`.
+/// `p` and `ab` must be valid for a whole block each, and for two when
+/// `two`.
 #[inline]
 #[target_feature(enable = "avx2,fma,f16c,avx512f,avx512bw,avx512vnni,avx512vl")]
-unsafe fn tail_scale_products(p: *const u8, bytes: usize, ab: *const u8, two: bool) -> __m512 {
+unsafe fn tail_pair(p: *const u8, bytes: usize, ab: *const u8, two: bool) -> (__m512, __m512i) {
     // SAFETY: the caller's contract.
     unsafe {
         let lo = h2f_prod(rd16(p) | rd16(ab) << 16);
-        let hi = if two {
-            h2f_prod(rd16(p.add(bytes)) | rd16(ab.add(BlockQ8_0::BYTES)) << 16)
+        let (hi, qy_hi) = if two {
+            (
+                h2f_prod(rd16(p.add(bytes)) | rd16(ab.add(BlockQ8_0::BYTES)) << 16),
+                load32(ab.add(BlockQ8_0::BYTES + at::Q8_0_QS)),
+            )
         } else {
-            0.0
+            (0.0, _mm256_setzero_si256())
         };
-        _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(lo), _mm512_set1_ps(hi))
+        let qy =
+            _mm512_inserti64x4::<1>(_mm512_castsi256_si512(load32(ab.add(at::Q8_0_QS))), qy_hi);
+        let d = _mm512_mask_blend_ps(0xFF00, _mm512_set1_ps(lo), _mm512_set1_ps(hi));
+        (d, qy)
     }
 }
 
@@ -564,7 +544,13 @@ macro_rules! zmm_kernels {
             while i + 8 <= nb {
                 // SAFETY: (loop body) blocks i..i+8 lie inside every row.
                 unsafe {
-                    let dd = scale_products_zmm(w, <$block>::BYTES, &a, i);
+                    let dw = scales8(w.add(i * <$block>::BYTES), <$block>::BYTES);
+                    let dd: [__m512; N] = std::array::from_fn(|c| {
+                        _mm512_castps256_ps512(_mm256_mul_ps(
+                            dw,
+                            scales8(a[c].add(i * BlockQ8_0::BYTES), BlockQ8_0::BYTES),
+                        ))
+                    });
                     for k in 0..4 {
                         let b = i + 2 * k;
                         let $p = w.add(b * <$block>::BYTES);
@@ -594,8 +580,8 @@ macro_rules! zmm_kernels {
                     let (ux, neg) = (_mm512_abs_epi8(qx), _mm512_movepi8_mask(qx));
                     for c in 0..N {
                         let ab = a[c].add(i * BlockQ8_0::BYTES);
-                        let d = tail_scale_products($p, <$block>::BYTES, ab, two);
-                        let dot = signed_pair_dot(ux, neg, q8_0_pair(ab, two));
+                        let (d, qy) = tail_pair($p, <$block>::BYTES, ab, two);
+                        let dot = signed_pair_dot(ux, neg, qy);
                         acc[c] = _mm512_fmadd_ps(d, _mm512_cvtepi32_ps(dot), acc[c]);
                     }
                 }
