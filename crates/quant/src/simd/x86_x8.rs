@@ -139,17 +139,6 @@ macro_rules! k_x8_entries {
     };
 }
 
-/// The `K` quads of activations from `p`, each in every lane (see [`act4`]).
-///
-/// # Safety
-/// `p` must point at `4 K` readable bytes.
-#[inline]
-#[target_feature(enable = "avx2,fma,f16c")]
-unsafe fn act_quads<const K: usize>(p: *const u8) -> [__m256i; K] {
-    // SAFETY: the caller's contract.
-    std::array::from_fn(|i| unsafe { act4(p.add(4 * i)) })
-}
-
 /// Adds a K-quant block's float steps for eight rows to `sum`, lane by
 /// lane in [`crate::scalar::kquant_block`]'s order: `(d · dy) · isum −
 /// (dmin · dy) · msum`, `dy` the scale of the Q8_K block at `ab`.
@@ -340,7 +329,9 @@ macro_rules! q4_k_x8_kernels {
                     for c in 0..N {
                         // SAFETY: sub-block j's 32 activations, four at a
                         // time: quarter q's low four at 8 q, high at 8 q + 4.
-                        let acts = unsafe { act_quads::<8>(ab[c].add(at::Q8K_QS + 32 * j)) };
+                        let acts: [__m256i; 8] = std::array::from_fn(|i| unsafe {
+                            act4(ab[c].add(at::Q8K_QS + 32 * j + 4 * i))
+                        });
                         let prod = _mm256_mullo_epi32($dot8(u, acts), s);
                         isum[c] = _mm256_add_epi32(isum[c], prod);
                     }
@@ -547,7 +538,9 @@ macro_rules! q6_k_x8_kernels {
                         let s = _mm256_srai_epi32::<24>(_mm256_sll_epi32(words[gi / 4], shift));
                         for c in 0..N {
                             // SAFETY: group gi's 16 activations, four at a time.
-                            let acts = unsafe { act_quads::<4>(ab[c].add(at::Q8K_QS + 16 * gi)) };
+                            let acts: [__m256i; 4] = std::array::from_fn(|i| unsafe {
+                                act4(ab[c].add(at::Q8K_QS + 16 * gi + 4 * i))
+                            });
                             let mut dot = _mm256_setzero_si256();
                             for i in 0..4 {
                                 dot = $dp(dot, q[i], acts[i]);
@@ -560,7 +553,9 @@ macro_rules! q6_k_x8_kernels {
                         _mm256_srai_epi16::<8>(_mm256_shuffle_epi8(words[gi / 4], pick[gi % 4]));
                     for c in 0..N {
                         // SAFETY: group gi's 16 activations, four at a time.
-                        let acts = unsafe { act_quads::<4>(ab[c].add(at::Q8K_QS + 16 * gi)) };
+                        let acts: [__m256i; 4] = std::array::from_fn(|i| unsafe {
+                            act4(ab[c].add(at::Q8K_QS + 16 * gi + 4 * i))
+                        });
                         let (p0, p1) = q6_k_pair_sums(&q, &acts);
                         isum[c] = $mac($mac(isum[c], p0, s), p1, s);
                     }
