@@ -118,8 +118,8 @@ async fn transcribe(
     let mut segments = Vec::new();
     for (i, range) in clip.windows().into_iter().enumerate() {
         let (start, end) = (range.start as f64 / rate, range.end as f64 / rate);
-        let Submitted { reply, .. } =
-            pipeline::submit(st, window_request(form, clip.window(range)), received).await?;
+        let request = window_request(st, form, clip.window(range));
+        let Submitted { reply, .. } = pipeline::submit(st, request, received).await?;
         let (text, tokens, logprobs, usage) = read_window(reply, i, deltas).await?;
         input += usage.prompt_tokens;
         output += usage.completion_tokens;
@@ -154,11 +154,12 @@ async fn transcribe(
 
 /// One window as a chat request: the user turn with the window (as a WAV
 /// file of its samples, which decodes to them exactly) and the
-/// instruction; no guard, no tools, the chosen token's log-probability.
-fn window_request(form: &AudioForm, window: Clip) -> Request {
+/// instruction; the server's sampling settings at the form's temperature;
+/// no guard, no tools, the chosen token's log-probability.
+fn window_request(st: &AppState, form: &AudioForm, window: Clip) -> Request {
     let params = engine::SamplingParams {
         temperature: form.temperature,
-        ..Default::default()
+        ..pipeline::sampling_defaults(st)
     };
     Request {
         model: form.model.clone(),
