@@ -799,9 +799,12 @@ mod tests {
     #[test]
     fn a_clip_whose_rate_needs_more_than_the_memory_bound_is_refused() {
         let clip = wav(&tone(440.0, 384_000, 0.1), 384_000, 1, None);
-        let needed = clip_memory(clip.len(), 384_000, MAX_SECONDS);
-        // 30 s of 384 kHz floats, as they grow, and 30 s at 16 kHz.
-        assert!(needed > 2 * 4 * 384_000 * 30, "{needed}");
+        // Priced at its stated 0.1 s, rounded up and a second past it.
+        let seconds = stated_bound(MAX_SECONDS, Some(0.1));
+        assert_eq!(seconds, 2);
+        let needed = clip_memory(clip.len(), 384_000, seconds);
+        // 2 s of 384 kHz floats, as they grow, and 2 s at 16 kHz.
+        assert!(needed > 2 * 4 * 384_000 * 2, "{needed}");
         let err = Clip::decode_within(&clip, 60, needed - 1).unwrap_err();
         assert!(
             matches!(err, MediaError::TooMuchMemory { max, .. } if max == needed - 1),
