@@ -94,6 +94,19 @@ impl Transcription {
         text
     }
 
+    /// The transcript of `clip` made of its windows' `segments`, in the
+    /// language the request named (lower-case) or `unknown`.
+    pub fn transcript(&self, clip: &Clip, segments: Vec<Segment>) -> Transcript {
+        Transcript {
+            task: self.task,
+            language: self
+                .language_name()
+                .map_or_else(|| "unknown".into(), |l| l.to_lowercase()),
+            duration: clip.samples.len() as f64 / f64::from(media::SAMPLE_RATE),
+            segments,
+        }
+    }
+
     /// The user turn for one window: the clip's marker, then the
     /// instruction (the order of Gemma's audio examples).
     pub fn message(&self) -> ChatMessage {
@@ -175,14 +188,7 @@ impl Engine {
             on_segment(&segment, count);
             segments.push(segment);
         }
-        Ok(Transcript {
-            task: request.task,
-            language: request
-                .language_name()
-                .map_or_else(|| "unknown".into(), |l| l.to_lowercase()),
-            duration: clip.samples.len() as f64 / rate,
-            segments,
-        })
+        Ok(request.transcript(clip, segments))
     }
 }
 

@@ -134,15 +134,7 @@ async fn transcribe(
             temperature: form.temperature,
         });
     }
-    let transcript = Transcript {
-        task: form.transcription.task,
-        language: form
-            .transcription
-            .language_name()
-            .map_or_else(|| "unknown".into(), |l| l.to_lowercase()),
-        duration: clip.samples.len() as f64 / rate,
-        segments,
-    };
+    let transcript = form.transcription.transcript(clip, segments);
     let usage = json!({
         "type": "tokens",
         "input_tokens": input,
