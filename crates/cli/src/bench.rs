@@ -53,6 +53,10 @@ pub struct BenchArgs {
     /// Requantize the weights at load (q8_0, q4_k_m, ...).
     #[arg(long, value_name = "TYPE")]
     pub quant: Option<String>,
+    /// A LoRA adapter to run beside the weights, `FILE[:SCALE]`; repeat
+    /// for several (the cost of unmerged adapters).
+    #[arg(long, value_name = "FILE[:SCALE]")]
+    pub lora: Vec<engine::LoraSpec>,
     /// Kernel set to run (scalar, avx2, avxvnni, avx512, amx; scalar, neon, dotprod on AArch64): a lower tier than
     /// the CPU's best, as HEARTH_CPU does. Default: the best.
     #[arg(long, value_name = "TIER")]
@@ -213,6 +217,7 @@ fn measure_at(args: &BenchArgs, threads: Option<usize>, plan: &Plan) -> Result<(
         batch: args.batch,
         mmproj: None,
         image_tokens: None,
+        lora: args.lora.clone(),
     };
     let engine = load_engine(&model, engine::SamplingParams::default())?;
     let name = engine.model_name().unwrap_or("model").to_string();

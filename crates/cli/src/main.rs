@@ -66,6 +66,12 @@ struct ModelArgs {
     /// keep more detail and cost more time.
     #[arg(long, value_name = "N")]
     image_tokens: Option<usize>,
+    /// A LoRA adapter to run beside the weights (not merged): a GGUF
+    /// adapter (llama.cpp's convert_lora_to_gguf.py) or a PEFT adapter
+    /// directory, with an optional scale (default 1; 0 loads it off);
+    /// repeat for several (ids 0, 1, ... in order).
+    #[arg(long, value_name = "FILE[:SCALE]")]
+    lora: Vec<engine::LoraSpec>,
 }
 
 /// Images and audio clips for the prompt, each placed where it says its
@@ -376,6 +382,7 @@ impl ModelArgs {
             limits: engine::InputLimits::default(),
             draft_vocab: None,
             layout: engine::LayoutTiming::AtLoad,
+            lora: self.lora.clone(),
         }
     }
 }

@@ -187,6 +187,7 @@ impl Engine {
         let batch = self.batch_for(self.n_ctx());
         let longest = texts.iter().map(Vec::len).max().unwrap_or(1);
         let mut scratch = self.model.new_scratch(longest, batch.max(longest));
+        let adapters = self.adapters_for(None)?;
         let mut vectors = Vec::with_capacity(texts.len());
         let mut start = 0;
         while start < texts.len() {
@@ -197,7 +198,7 @@ impl Engine {
                 end += 1;
             }
             let group: Vec<&[u32]> = texts[start..end].iter().map(Vec::as_slice).collect();
-            vectors.extend(self.model.embed_texts(&group, &mut scratch)?);
+            vectors.extend(self.model.embed_texts(&group, &adapters, &mut scratch)?);
             start = end;
             progress(start, texts.len());
         }

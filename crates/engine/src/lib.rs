@@ -18,6 +18,7 @@ mod generate;
 mod images;
 mod inspect;
 mod load;
+mod lora;
 mod options;
 mod prompt;
 mod request;
@@ -47,7 +48,9 @@ pub use images::{
 };
 pub use inspect::{inspect, load_tokenizer, towers, FileSummary, MetaEntry, TensorEntry, Towers};
 pub use load::{open_model_file, Engine};
+pub use lora::{LoraInfo, LoraSpec};
 pub use model::{ring_slack, KvType, LayoutTiming, Precision, Scratch};
+pub use nn::Adapters;
 pub use options::{InputLimits, RunOptions, DEFAULT_BATCH, MAX_DEFAULT_CTX};
 pub use prompt::{Prompt, PromptInput, PromptRequest};
 pub use request::GenerationRequest;

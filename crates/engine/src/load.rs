@@ -32,6 +32,8 @@ pub struct Engine {
     /// llama.cpp's default DRY sequence breakers as this vocabulary's
     /// tokens, made on first use.
     default_breakers: OnceLock<Arc<SequenceBreakers>>,
+    /// The LoRA adapters loaded and their current scales.
+    pub(crate) lora: Arc<crate::lora::LoraSet>,
 }
 
 impl std::fmt::Debug for Engine {
@@ -107,6 +109,7 @@ impl Engine {
             // A Gemma 3n or Gemma 4 checkpoint brings its audio tower.
             engine.attach_audio(crate::audio::convert_audio_dir(path.as_ref())?)?;
         }
+        engine.load_adapters(&opts.lora)?;
         engine.load_time = start.elapsed();
         Ok(engine)
     }
@@ -189,6 +192,7 @@ impl Engine {
             vision: None,
             audio: None,
             default_breakers: OnceLock::new(),
+            lora: Arc::default(),
         };
         let mut dry = engine.options.sampling.dry.clone();
         engine.bind_dry(&mut dry);
@@ -336,10 +340,14 @@ impl Engine {
 
     /// A session of `n_ctx` tokens whose buffers hold `max_batch` rows.
     pub(crate) fn session_of(&self, n_ctx: usize, max_batch: usize) -> Session {
+        let mut cache = self.model.new_cache(n_ctx);
+        if let Ok(adapters) = self.adapters_for(None) {
+            cache.use_adapters(&adapters);
+        }
         Session {
             model: Arc::clone(&self.model),
             tokenizer: Arc::clone(&self.tokenizer),
-            cache: self.model.new_cache(n_ctx),
+            cache,
             scratch: self.model.new_scratch(n_ctx, max_batch),
             tokens: Vec::with_capacity(n_ctx),
             images: Vec::new(),

@@ -53,6 +53,9 @@ pub struct RunOptions {
     /// default), or after, on a background thread (a server answering the
     /// request that loads the model).
     pub layout: model::LayoutTiming,
+    /// LoRA adapters to load, in order (their ids), each at its starting
+    /// scale.
+    pub lora: Vec<crate::LoraSpec>,
 }
 
 /// Bounds on the work a request's inputs can make the engine do, so that a

@@ -56,16 +56,19 @@ pub struct SavedPrompt {
 /// `prompt_cache` crate's store is one.
 pub trait PromptStore: Send + Sync {
     /// The stored state that serves more than `held` tokens of `prompt`
-    /// (with `media`), with how many it serves.
+    /// (with `media`) computed with the adapters whose key is `adapters`
+    /// ([`nn::Adapters::key`]), with how many it serves.
     fn find(
         &self,
+        adapters: &[u8],
         prompt: &[u32],
         media: &[MediaSpan],
         held: usize,
     ) -> Option<(Arc<SavedPrompt>, usize)>;
 
-    /// Keeps `saved` for later prompts.
-    fn keep(&self, saved: SavedPrompt);
+    /// Keeps `saved`, computed with the adapters whose key is `adapters`,
+    /// for later prompts.
+    fn keep(&self, adapters: &[u8], saved: SavedPrompt);
 
     /// A state it found would not load (`why`): the prompt is computed.
     fn unloadable(&self, why: &str);
@@ -147,7 +150,7 @@ impl Session {
     ) -> bool {
         let spans: Vec<MediaSpan> = media.iter().map(PromptMedia::span).collect();
         let held = self.reusable(prompt, &spans);
-        let Some((saved, keep)) = store.find(prompt, &spans, held) else {
+        let Some((saved, keep)) = store.find(&self.adapters().key(), prompt, &spans, held) else {
             return false;
         };
         match self.load_prompt(&saved, keep, media) {
@@ -162,7 +165,7 @@ impl Session {
     /// Leaves the session's state in `store` (nothing when it holds none).
     pub fn leave_in(&self, store: &dyn PromptStore) {
         if !self.tokens.is_empty() {
-            store.keep(self.save_prompt());
+            store.keep(&self.adapters().key(), self.save_prompt());
         }
     }
 

@@ -9,6 +9,7 @@
 //! one input format.
 
 mod audio;
+mod lora;
 mod processor;
 mod sentence;
 mod spm;
@@ -17,6 +18,7 @@ mod vision;
 mod vocab;
 
 pub use audio::{convert_audio_dir, has_audio_tower};
+pub use lora::{convert_adapter_dir, is_adapter_dir};
 pub use vision::{convert_vision_dir, has_vision_tower, image_attention_bidirectional};
 
 use gguf::{GgufWriter, MetaArray, MetaValue};

@@ -160,6 +160,15 @@ fn target(name: &str, shared_from: u64) -> Target {
     layer_target(i, suffix)
 }
 
+/// The GGUF name of the checkpoint matrix `name`, if it is one of the
+/// text model's (what a LoRA adapter may change).
+pub(crate) fn target_name(name: &str) -> Option<String> {
+    match target(name, u64::MAX) {
+        Target::Matrix(g) => Some(g),
+        _ => None,
+    }
+}
+
 /// Where layer `i`'s tensor `suffix` goes.
 fn layer_target(i: u64, suffix: &str) -> Target {
     let blk = |s: &str| format!("blk.{i}.{s}.weight");

@@ -124,6 +124,7 @@ pub(crate) fn product(
         file,
         pool,
         precision: Precision::Quantized,
+        adapters: None,
     };
     Ok(w.apply(ctx, x, n, out, &mut bufs.linear, Input::Plain)?)
 }

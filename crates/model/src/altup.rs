@@ -166,7 +166,7 @@ impl Laurel {
         let (b, h, rank) = (s.layout.batch, m.config.hidden, self.left.rows());
         let (input, low) = (&s.h[..b * h], &mut s.laurel[..b * rank]);
         self.left.apply(
-            m.products(),
+            m.products(None),
             input,
             b,
             low,
@@ -174,8 +174,14 @@ impl Laurel {
             nn::Input::Plain,
         )?;
         let (low, o) = (&s.laurel[..b * rank], &mut s.o[..b * h]);
-        self.right
-            .apply(m.products(), low, b, o, &mut s.products, nn::Input::Plain)?;
+        self.right.apply(
+            m.products(None),
+            low,
+            b,
+            o,
+            &mut s.products,
+            nn::Input::Plain,
+        )?;
         let (o, normed, eps) = (&mut s.o[..b * h], &s.h[..b * h], m.config.norm_eps);
         par_rows(&m.pool, o, h, |_, row| {
             nn::rms_norm(row, &self.post_norm, eps)
@@ -209,7 +215,7 @@ impl Model {
         }
         for (k, w) in proj.embed.iter().enumerate() {
             w.apply(
-                self.products(),
+                self.products(None),
                 &s.x[..b * h],
                 b,
                 &mut s.o[..b * h],
@@ -247,7 +253,7 @@ impl Model {
                 row.copy_from_slice(&s.altup.streams[(r * n + k + 1) * h..][..h]);
             }
             w.apply(
-                self.products(),
+                self.products(None),
                 &s.h[..b * h],
                 b,
                 &mut s.o[..b * h],

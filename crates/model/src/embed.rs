@@ -59,6 +59,7 @@ impl Model {
     pub fn embed_texts(
         &self,
         texts: &[&[u32]],
+        adapters: &nn::Adapters,
         scratch: &mut Scratch,
     ) -> Result<Vec<Vec<f32>>, ModelError> {
         let (Some(head), Some(pooling)) = (&self.weights.embedding, self.config.pooling) else {
@@ -66,7 +67,11 @@ impl Model {
         };
         let mut caches: Vec<KvCache> = texts
             .iter()
-            .map(|t| KvCache::uncached(&self.config, t.len()))
+            .map(|t| {
+                let mut cache = KvCache::uncached(&self.config, t.len());
+                cache.use_adapters(adapters);
+                cache
+            })
             .collect();
         let mut seqs: Vec<SeqInput<'_>> = caches
             .iter_mut()
@@ -90,7 +95,7 @@ impl Model {
         for layer in &head.dense {
             let mut y = vec![0.0f32; texts.len() * layer.rows()];
             layer.apply(
-                self.products(),
+                self.products(None),
                 &x,
                 texts.len(),
                 &mut y,

@@ -23,7 +23,7 @@ impl Model {
         let (b, h, pd) = (s.layout.batch, cfg.hidden, cfg.per_layer_dim);
         let width = cfg.n_layers * pd;
         pl.gate.apply(
-            self.products(),
+            self.products(None),
             input,
             b,
             &mut s.per_layer.gate[..b * pd],
@@ -38,7 +38,7 @@ impl Model {
         }
         let (gated, o) = (&s.per_layer.gate[..b * pd], &mut s.o[..b * h]);
         Ok(pl.proj.apply(
-            self.products(),
+            self.products(None),
             gated,
             b,
             o,
@@ -69,7 +69,7 @@ impl Model {
         }
         let x = &s.x[..b * cfg.hidden];
         ple.model_proj.apply(
-            self.products(),
+            self.products(None),
             x,
             b,
             &mut s.per_layer.proj[..b * width],
@@ -111,7 +111,7 @@ impl Mlp {
             Some(spread) => {
                 let mut outs = [&mut s.ffn.gate[..b * fd], &mut s.ffn.up[..b * fd]];
                 nn::Linear::apply_many(
-                    m.products(),
+                    m.products(Some(&s.layout.adapters)),
                     [&self.gate, &self.up],
                     input,
                     b,
@@ -127,7 +127,7 @@ impl Mlp {
             None => {
                 let outs = [&mut s.ffn.gate[..b * fd], &mut s.ffn.up[..b * fd]];
                 nn::Linear::apply_gated(
-                    m.products(),
+                    m.products(Some(&s.layout.adapters)),
                     [&self.gate, &self.up],
                     input,
                     b,
@@ -141,7 +141,7 @@ impl Mlp {
         let (gate, o) = (&s.ffn.gate[..b * fd], &mut s.o[..b * h]);
         // With the activations the gated product quantized where it did.
         self.down.apply(
-            m.products(),
+            m.products(Some(&s.layout.adapters)),
             gate,
             b,
             o,

@@ -421,8 +421,14 @@ impl Attention {
         }
         let ad = cfg.n_heads * kind.value_dim;
         let (attn, o) = (&s.attention.attn[..b * ad], &mut s.o[..b * h]);
-        self.o
-            .apply(m.products(), attn, b, o, &mut s.products, nn::Input::Plain)?;
+        self.o.apply(
+            m.products(Some(&s.layout.adapters)),
+            attn,
+            b,
+            o,
+            &mut s.products,
+            nn::Input::Plain,
+        )?;
         m.add_block_output(&self.post_norm, s);
         Ok(())
     }

@@ -183,6 +183,9 @@ pub struct KvCache {
     n_past: usize,
     /// One past the highest position written since the cache was cleared.
     high: usize,
+    /// The adapters its keys and values were computed with, and the next
+    /// tokens will be.
+    adapters: nn::Adapters,
 }
 
 impl KvCache {
@@ -224,6 +227,7 @@ impl KvCache {
             n_ctx,
             n_past: 0,
             high: 0,
+            adapters: nn::Adapters::default(),
         }
     }
 
@@ -279,6 +283,23 @@ impl KvCache {
             self.n_past = n;
         }
         ok
+    }
+
+    /// The adapters the cache's contents were computed with.
+    pub fn adapters(&self) -> &nn::Adapters {
+        &self.adapters
+    }
+
+    /// Runs the next tokens with `adapters`. A cache computed with other
+    /// adapters is cleared first (its keys and values would be another
+    /// model's); returns whether it was.
+    pub fn use_adapters(&mut self, adapters: &nn::Adapters) -> bool {
+        if *adapters == self.adapters {
+            return false;
+        }
+        self.clear();
+        self.adapters = adapters.clone();
+        true
     }
 
     /// Forget everything.

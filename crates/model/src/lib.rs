@@ -14,6 +14,7 @@ mod kv;
 mod layer;
 mod layout;
 mod logits;
+mod lora;
 mod moe;
 mod scratch;
 mod weights;
@@ -271,12 +272,17 @@ impl Model {
     }
 
     /// Where this model's weight products run: its file, pool and
-    /// precision.
-    pub(crate) fn products(&self) -> nn::Products<'_> {
+    /// precision, with the adapters of the batch's rows where the product
+    /// is one an adapter may change (a layer's attention and MLP).
+    pub(crate) fn products<'a>(
+        &'a self,
+        adapters: Option<&'a nn::RowAdapters>,
+    ) -> nn::Products<'a> {
         nn::Products {
             file: &self.file,
             pool: &self.pool,
             precision: self.precision,
+            adapters,
         }
     }
 

@@ -105,7 +105,7 @@ impl Model {
         logits.resize(m * vocab, 0.0);
         let Some(subset) = &self.head_subset else {
             self.weights.output.apply(
-                self.products(),
+                self.products(None),
                 rows,
                 m,
                 logits,
@@ -120,7 +120,7 @@ impl Model {
         let n = subset.ids.len();
         let w = quant::Matrix::new(subset.ty, n, self.config.hidden, &subset.rows)?;
         nn::linear::product(
-            self.products(),
+            self.products(None),
             &w,
             rows,
             m,

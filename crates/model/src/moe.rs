@@ -243,7 +243,7 @@ impl MoeWeights {
         }
         ms.logits.resize(b * n_exp, 0.0);
         self.router.apply(
-            m.products(),
+            m.products(None),
             &ms.router_in,
             b,
             &mut ms.logits,
@@ -286,7 +286,7 @@ impl MoeWeights {
             ms.gathered.extend_from_slice(&ms.input[r * h..(r + 1) * h]);
         }
         let product = |w: &quant::Matrix, x: &[f32], out: &mut [f32], bufs: &mut ProductBuffers| {
-            nn::linear::product(m.products(), w, x, n, out, bufs, nn::Input::Plain)
+            nn::linear::product(m.products(None), w, x, n, out, bufs, nn::Input::Plain)
         };
         match &self.gate_up {
             GateUp::Fused(gu) => {

@@ -63,6 +63,8 @@ pub(crate) struct RowLayout {
     pub(crate) row_reach: Vec<usize>,
     /// The batch's token ids in row order.
     pub(crate) tokens: Vec<u32>,
+    /// The adapters each row runs with: its sequence's cache's.
+    pub(crate) adapters: nn::RowAdapters,
 }
 
 /// The attention block's buffers.
@@ -279,6 +281,7 @@ impl RowLayout {
         self.row_pos.clear();
         self.row_last.clear();
         self.tokens.clear();
+        self.adapters.clear();
     }
 
     /// Row `r` of `from` as this layout's one row, of its one sequence.
@@ -314,6 +317,8 @@ impl RowLayout {
             }
             self.row_seq.extend(std::iter::repeat_n(j, sq.tokens.len()));
             self.tokens.extend_from_slice(sq.tokens);
+            self.adapters
+                .push(first..first + sq.tokens.len(), sq.cache.adapters());
         }
         self.batch = self.row_pos.len();
         self.seq_start.push(self.batch);

@@ -7,9 +7,11 @@
 
 pub mod attention;
 pub mod linear;
+pub mod lora;
 pub mod norm;
 
 pub use linear::{Clamp, Input, Linear, Precision, ProductBuffers, Products, Weight};
+pub use lora::{Adapter, Adapters, LoraPair, RowAdapters};
 pub use norm::{
     cumulative_group_norm, layer_norm, layer_norm_rows, post_norm_add, pre_norm, rms_norm,
     rms_norm_plain, rms_norm_rows,

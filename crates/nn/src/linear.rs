@@ -12,6 +12,7 @@
 //! and [`Linear::apply_gated`] run several weights over one input in one
 //! pass, with the same numbers as one [`Linear::apply`] after another.
 
+use crate::lora::RowAdapters;
 use gguf::{GgmlType, GgufFile, TensorInfo};
 use quant::{Matrix, PreparedActs, QuantError};
 use std::sync::{Arc, OnceLock};
@@ -142,6 +143,11 @@ impl Weight {
             .collect())
     }
 
+    /// The name of the tensor it is (or is a slice of).
+    pub fn name(&self) -> &str {
+        &self.info.name
+    }
+
     /// Whether `other` is bound to the same bytes of the same tensor (tied
     /// embeddings and head).
     pub fn same_tensor(&self, other: &Weight) -> bool {
@@ -233,6 +239,31 @@ pub struct Products<'a> {
     pub pool: &'a ThreadPool,
     /// How activations are treated.
     pub precision: Precision,
+    /// The adapters each row of the batch runs with, beside the weights
+    /// (`None`: none, as for the towers and the output head).
+    pub adapters: Option<&'a RowAdapters>,
+}
+
+impl Products<'_> {
+    /// Whether some row's adapters change `w`.
+    fn adapted(&self, w: &Linear) -> bool {
+        self.adapters.is_some_and(|a| a.changes(w.weight.name()))
+    }
+
+    /// Adds each row's adapter updates of `w` to `out`.
+    fn add_updates(
+        &self,
+        w: &Linear,
+        x: &[f32],
+        n: usize,
+        out: &mut [f32],
+        bufs: &mut ProductBuffers,
+    ) -> Result<(), QuantError> {
+        match self.adapters {
+            Some(a) => a.add_updates(*self, w.weight.name(), x, n, out, bufs),
+            None => Ok(()),
+        }
+    }
 }
 
 /// The activations a product takes, beside their f32 values.
@@ -260,6 +291,8 @@ pub struct ProductBuffers {
     /// A gated MLP's output, quantized by the gated product for the down
     /// projection where that pays.
     gated: PreparedActs,
+    /// An adapter update's low-rank rows and its full-width rows.
+    pub(crate) lora: (Vec<f32>, Vec<f32>),
 }
 
 impl Linear {
@@ -307,7 +340,8 @@ impl Linear {
             }
             None => x,
         };
-        let result = product(ctx, &matrix, x, n, out, bufs, input);
+        let result = product(ctx, &matrix, x, n, out, bufs, input)
+            .and_then(|()| ctx.add_updates(self, x, n, out, bufs));
         bufs.clamped = clamped;
         result?;
         self.finish(&mut out[..n * matrix.rows()]);
@@ -365,6 +399,7 @@ impl Linear {
         };
         quant::matmul(ctx.pool, product, outs, &mut bufs.qbuf)?;
         for ((w, m), out) in ws.iter().zip(&matrices).zip(outs.iter_mut()) {
+            ctx.add_updates(w, x, n, out, bufs)?;
             w.finish(&mut out[..n * m.rows()]);
         }
         Ok(())
@@ -389,8 +424,10 @@ impl Linear {
         next: &Linear,
     ) -> Result<(), QuantError> {
         let (g, u) = (gate.weight.matrix(ctx.file)?, up.weight.matrix(ctx.file)?);
+        // An adapter changes the gate or up rows before the activation.
+        let adapted = ctx.adapted(gate) || ctx.adapted(up);
         match ctx.precision {
-            Precision::Quantized => {
+            Precision::Quantized if !adapted => {
                 let (next, ws) = (next.weight.matrix(ctx.file)?, [&g, &u]);
                 let product = quant::Product {
                     prepared: Some(&mut bufs.block_input),
@@ -402,10 +439,11 @@ impl Linear {
                 };
                 quant::matmul(ctx.pool, product, &mut [out_gate, out_up], &mut bufs.qbuf)
             }
-            Precision::Exact => {
-                matmul_exact(ctx.pool, &g, x, n, out_gate, &mut bufs.wide)?;
-                matmul_exact(ctx.pool, &u, x, n, out_up, &mut bufs.wide)?;
+            _ => {
+                bufs.gated.clear();
                 let rows = g.rows();
+                let outs = &mut [&mut out_gate[..n * rows], &mut out_up[..n * rows]];
+                Self::apply_many(ctx, [gate, up], x, n, outs, bufs)?;
                 crate::par_rows(ctx.pool, &mut out_gate[..n * rows], rows, |i, r| {
                     act(r, &out_up[i * rows..(i + 1) * rows])
                 });
@@ -523,6 +561,7 @@ mod tests {
                     file: &file,
                     pool: &pool,
                     precision: Precision::Quantized,
+                    adapters: None,
                 };
                 let mut out = vec![0.0f32; n * rows];
                 let mut bufs = ProductBuffers::default();
@@ -568,6 +607,7 @@ mod tests {
             file: &file,
             pool: &pool,
             precision: Precision::Quantized,
+            adapters: None,
         };
         for clamp in [
             None,

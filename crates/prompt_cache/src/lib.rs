@@ -50,6 +50,16 @@ impl Namespace {
         Self(sha.finalize().into())
     }
 
+    /// This namespace narrowed to the states computed with the adapters
+    /// whose key is `adapters` ([`engine::Adapters::key`]; empty: none,
+    /// left as it is).
+    pub fn with_adapters(self, adapters: &[u8]) -> Self {
+        match adapters.is_empty() {
+            true => self,
+            false => Self::of(&[b"adapters", &self.0, adapters]),
+        }
+    }
+
     /// This namespace narrowed to one caller (`None`: left as it is).
     pub fn for_caller(self, caller: Option<&[u8; 32]>) -> Self {
         match caller {
@@ -72,17 +82,18 @@ pub struct ScopedCache {
 impl engine::PromptStore for ScopedCache {
     fn find(
         &self,
+        adapters: &[u8],
         prompt: &[u32],
         media: &[MediaSpan],
         held: usize,
     ) -> Option<(Arc<SavedPrompt>, usize)> {
         self.cache
-            .lookup(&self.ns, prompt, media, held)
+            .lookup(&self.ns.with_adapters(adapters), prompt, media, held)
             .map(|hit| (hit.saved, hit.keep))
     }
 
-    fn keep(&self, saved: SavedPrompt) {
-        self.cache.store(self.ns, saved);
+    fn keep(&self, adapters: &[u8], saved: SavedPrompt) {
+        self.cache.store(self.ns.with_adapters(adapters), saved);
     }
 
     fn unloadable(&self, why: &str) {

@@ -29,6 +29,8 @@ pub(crate) struct SchedulerChat<'a> {
     pub client: &'a UnboundedSender<Event>,
     /// The caller whose prompt states the calls may reuse.
     pub cache_scope: Option<[u8; 32]>,
+    /// The LoRA adapters the calls run with.
+    pub adapters: engine::Adapters,
 }
 
 impl ChatModel for SchedulerChat<'_> {
@@ -101,6 +103,7 @@ impl SchedulerChat<'_> {
             // The guard pipeline's thread holds the model for the whole chat.
             hold: None,
             cache_scope: self.cache_scope,
+            adapters: self.adapters.clone(),
         })
     }
 

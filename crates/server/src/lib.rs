@@ -18,6 +18,7 @@ pub mod error;
 mod guarded;
 pub mod idle;
 mod limits;
+mod lora;
 mod media;
 pub mod metrics;
 pub mod models;

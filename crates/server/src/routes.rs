@@ -88,6 +88,10 @@ fn json_apis(state: &AppState) -> Router<AppState> {
         .route("/props", get(utility::props))
         .route("/slots", get(slots::list))
         .route("/slots/{id}", post(slots::act))
+        .route(
+            "/lora-adapters",
+            get(crate::lora::list).post(crate::lora::set),
+        )
         .route("/v1/responses", post(responses::create))
         .route(
             "/v1/responses/{id}",

@@ -57,6 +57,8 @@ pub struct Job {
     /// The caller whose prompt states the job may reuse and leaves behind
     /// (a digest of its API key); `None`: states shared by every caller.
     pub cache_scope: Option<[u8; 32]>,
+    /// The LoRA adapters the job runs with.
+    pub adapters: engine::Adapters,
 }
 
 /// The store of prompt states a scheduler's slots load from and save to,

@@ -128,9 +128,12 @@ async fn save(
     path: PathBuf,
 ) -> Result<Value, ApiError> {
     let started = Instant::now();
-    let SlotAnswer::Saved(saved) = ask(lease, SlotAction::On(slot, SlotChange::Save)).await? else {
+    let SlotAnswer::Saved(saved, adapters) =
+        ask(lease, SlotAction::On(slot, SlotChange::Save)).await?
+    else {
         return Err(another_answer());
     };
+    let ns = ns.with_adapters(&adapters);
     let tokens = saved.tokens.len();
     let held = saved.kv.len() as u64;
     let limit = st.config.slot_save_bytes;
@@ -164,6 +167,11 @@ async fn restore(
 ) -> Result<Value, ApiError> {
     let started = Instant::now();
     let engine = &lease.engine;
+    // Restored to run with the adapters requests run with by default.
+    let adapters = engine
+        .adapters_for(None)
+        .map_err(|e| ApiError::internal(e.to_string()))?;
+    let ns = ns.with_adapters(&adapters.key());
     // A whole context's cache, its tokens and a header: no state is longer.
     let limit = (engine.kv_bytes() + 48 * engine.n_ctx() + (1 << 20)) as u64;
     let (saved, read) = st
@@ -177,8 +185,11 @@ async fn restore(
             }
             e => ApiError::bad_param("filename", format!("Cannot restore it: {e}.")),
         })?;
-    let SlotAnswer::Restored(n) =
-        ask(lease, SlotAction::On(slot, SlotChange::Restore(saved))).await?
+    let SlotAnswer::Restored(n) = ask(
+        lease,
+        SlotAction::On(slot, SlotChange::Restore(saved, adapters)),
+    )
+    .await?
     else {
         return Err(another_answer());
     };

@@ -120,6 +120,7 @@ fn interleaved_slots_match_generate() {
                 deadline: None,
                 hold: None,
                 cache_scope: None,
+                adapters: Default::default(),
                 logprobs: None,
                 forks: Vec::new(),
             })
@@ -186,6 +187,7 @@ fn speculating_jobs_beside_plain_ones_match_generate() {
                 deadline: None,
                 hold: None,
                 cache_scope: None,
+                adapters: Default::default(),
                 logprobs: None,
                 forks: Vec::new(),
             })
@@ -244,6 +246,7 @@ fn forks_share_one_prefill() {
             deadline: None,
             hold: None,
             cache_scope: None,
+            adapters: Default::default(),
             logprobs: None,
             forks,
         })
@@ -296,6 +299,7 @@ fn the_queue_is_bounded_and_a_dropped_receiver_cancels() {
             deadline: None,
             hold: None,
             cache_scope: None,
+            adapters: Default::default(),
             logprobs: None,
             forks: Vec::new(),
         }) {
@@ -334,6 +338,7 @@ fn the_queue_is_bounded_and_a_dropped_receiver_cancels() {
         deadline: None,
         hold: None,
         cache_scope: None,
+        adapters: Default::default(),
         logprobs: None,
         forks: Vec::new(),
     });
@@ -371,6 +376,7 @@ fn a_long_prompt_is_prefilled_in_chunks_beside_a_decoding_slot() {
             deadline: None,
             hold: None,
             cache_scope: None,
+            adapters: Default::default(),
             logprobs: None,
             forks: Vec::new(),
         })
@@ -394,6 +400,7 @@ fn a_long_prompt_is_prefilled_in_chunks_beside_a_decoding_slot() {
             deadline: None,
             hold: None,
             cache_scope: None,
+            adapters: Default::default(),
             logprobs: None,
             forks: Vec::new(),
         })
@@ -451,6 +458,7 @@ fn batched_slots_match_generate_as_requests_join_and_leave() {
                 deadline: None,
                 hold: None,
                 cache_scope: None,
+                adapters: Default::default(),
                 logprobs: None,
                 forks: Vec::new(),
             })
@@ -509,6 +517,7 @@ fn the_time_limit_ends_generations_with_length() {
         deadline,
         hold: None,
         cache_scope: None,
+        adapters: Default::default(),
         logprobs: None,
         forks: Vec::new(),
     };

@@ -352,7 +352,11 @@ fn synthetic_embeddinggemma_embeds() {
     assert_eq!(model.embedding_dim(), Some(768));
     let mut scratch = model.new_scratch(16, 16);
     let vectors = model
-        .embed_texts(&[&[2, 10, 1], &[2, 20, 30, 1]], &mut scratch)
+        .embed_texts(
+            &[&[2, 10, 1], &[2, 20, 30, 1]],
+            &Default::default(),
+            &mut scratch,
+        )
         .unwrap();
     for v in &vectors {
         let norm: f32 = v.iter().map(|x| x * x).sum::<f32>().sqrt();

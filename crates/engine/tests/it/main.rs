@@ -7,6 +7,7 @@ mod audio_gemma4;
 mod common;
 mod embedding;
 mod layout_timing;
+mod lora;
 #[path = "../../../../tests/support/npy.rs"]
 mod npy;
 mod prefix_cache;

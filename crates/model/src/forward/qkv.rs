@@ -62,7 +62,7 @@ impl Model {
         if kind.kv_source.is_some() {
             let q = &mut s.attention.q[..b * qd];
             return Ok(nn::Linear::apply_many(
-                self.products(),
+                self.products(Some(&s.layout.adapters)),
                 [&lw.q],
                 input,
                 b,
@@ -78,7 +78,7 @@ impl Model {
             &mut s.attention.k[..b * kd],
             &mut s.attention.v[..b * vd],
         );
-        let ctx = self.products();
+        let ctx = self.products(Some(&s.layout.adapters));
         match &lw.v {
             Some(v_w) => nn::Linear::apply_many(
                 ctx,

@@ -3,6 +3,7 @@
 //! what it tests (`cargo test -p CRATE --test it MODULE::`).
 
 mod embedded;
+mod lora;
 mod multi_seq;
 #[path = "../../../../tests/support/npy.rs"]
 mod npy;

@@ -85,6 +85,34 @@ pub(super) struct Common {
     /// llama.cpp's server: `speculative.n_max` and `speculative.p_min`.
     #[serde(flatten)]
     speculative: SpeculativeFields,
+    /// llama.cpp's server: `[{"id": 0, "scale": 0.5}, ...]`, the LoRA
+    /// adapters this request runs with.
+    lora: Option<Vec<LoraEntry>>,
+}
+
+/// One adapter of a request's `lora` list.
+#[derive(Debug, Deserialize)]
+struct LoraEntry {
+    id: i64,
+    scale: f32,
+}
+
+/// The request's `lora` list as `(id, scale)` pairs: ids are the
+/// server's adapters' (checked against them when the model is known).
+fn lora_list(c: &Common) -> Result<Option<Vec<(usize, f32)>>, ApiError> {
+    let Some(list) = &c.lora else {
+        return Ok(None);
+    };
+    list.iter()
+        .map(|e| match usize::try_from(e.id) {
+            Ok(id) if e.scale.is_finite() => Ok((id, e.scale)),
+            _ => Err(ApiError::bad_param(
+                "lora",
+                "Each `lora` entry is `{\"id\": <adapter id>, \"scale\": <number>}`.",
+            )),
+        })
+        .collect::<Result<_, _>>()
+        .map(Some)
 }
 
 /// `prompt` of the legacy completions endpoint.
@@ -201,8 +229,10 @@ pub(super) fn common(
     let stop = stops(c.stop.take())?;
     let params = sampling(&c, defaults)?;
     let speculation = c.speculative.choice()?;
+    let lora = lora_list(&c)?;
     Ok(Request {
         speculation,
+        lora,
         seed_given: c.seed.is_some(),
         model: c.model,
         stream: c.stream.unwrap_or(false),

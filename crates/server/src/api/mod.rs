@@ -63,6 +63,9 @@ pub struct Request {
     /// What the request chose of speculation (llama.cpp's
     /// `speculative.n_max` and `speculative.p_min`).
     pub speculation: SpeculationChoice,
+    /// llama.cpp's `lora`: the adapters to run, by id, each at its scale
+    /// (those not listed off); `None`: the server's current scales.
+    pub lora: Option<Vec<(usize, f32)>>,
 }
 
 /// The prompt of a request.

@@ -172,6 +172,7 @@ fn window_request(st: &AppState, form: &AudioForm, window: Clip) -> Request {
         logprobs: Some(0),
         n: 1,
         speculation: SpeculationChoice::default(),
+        lora: None,
     }
 }
 

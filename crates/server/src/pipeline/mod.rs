@@ -100,6 +100,7 @@ pub(crate) async fn submit(
                 },
                 deadline,
                 cache_scope: crate::routes::caller(),
+                adapters: adapters_for(&engine, &prepared.req)?,
             };
             run_guarded(st, backend, call, tx);
             (prepared.req, Vec::new())
@@ -160,6 +161,7 @@ fn queue_job(
         ..
     } = prepared;
     let engine = &backend.engine;
+    let adapters = adapters_for(engine, &req)?;
     let mut constraints = constraints.into_iter();
     let mut more = Vec::new();
     let forks = (1..req.n)
@@ -188,6 +190,7 @@ fn queue_job(
         forks,
         hold: Some(Arc::new(backend.clone())),
         cache_scope: crate::routes::caller(),
+        adapters,
     };
     backend.scheduler.submit(job)?;
     Ok((req, more))
@@ -200,6 +203,15 @@ struct GuardedCall {
     cfg: guard::GuardConfig,
     deadline: Option<Instant>,
     cache_scope: Option<[u8; 32]>,
+    adapters: engine::Adapters,
+}
+
+/// The adapters `req` runs with on `engine`: an unknown id or a bad
+/// scale in its `lora` is a 400.
+fn adapters_for(engine: &engine::Engine, req: &Request) -> Result<engine::Adapters, ApiError> {
+    engine
+        .adapters_for(req.lora.as_deref())
+        .map_err(|e| ApiError::bad_param("lora", format!("{e}.")))
 }
 
 /// Run the guard pipeline for a chat on a blocking thread, holding its
@@ -219,6 +231,7 @@ fn run_guarded(
             deadline: call.deadline,
             client: &tx,
             cache_scope: call.cache_scope,
+            adapters: call.adapters,
         };
         crate::guarded::run(&mut chat, &call.messages, &call.cfg, &metrics);
     });

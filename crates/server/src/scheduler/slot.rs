@@ -184,6 +184,7 @@ pub(super) fn admit(slot: &mut Slot, job: Job, shared: &Shared, tick: u64) {
     // The same conversation's next turn, by the store's rule for a state
     // that replaces another: its finish leaves the longer state.
     let continues = slot.scope == job.cache_scope
+        && slot.session.adapters() == &job.adapters
         && slot.session.reusable(&job.prompt, &media) + prompt_cache::SUPERSEDED_TAIL
             >= slot.session.tokens().len();
     if continues {
@@ -195,6 +196,7 @@ pub(super) fn admit(slot: &mut Slot, job: Job, shared: &Shared, tick: u64) {
         slot.session.reset();
         slot.scope = job.cache_scope;
     }
+    slot.session.use_adapters(&job.adapters);
     if let Some(cache) = &shared.cache {
         let store = cache.scoped(job.cache_scope.as_ref());
         slot.session.resume_from(&store, &job.prompt, &job.images);
@@ -265,6 +267,7 @@ pub(super) fn fork(slots: &mut [Slot], from: usize, shared: &Shared, tick: &mut 
             forks: Vec::new(),
             hold: job.hold.clone(),
             cache_scope: job.cache_scope,
+            adapters: job.adapters.clone(),
         })
         .collect();
     for job in jobs {

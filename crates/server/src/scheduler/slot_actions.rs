@@ -24,8 +24,9 @@ pub enum SlotAction {
 pub enum SlotChange {
     /// A copy of its state.
     Save,
-    /// It to hold this state (its part before any media).
-    Restore(SavedPrompt),
+    /// It to hold this state (its part before any media), computed with
+    /// these adapters.
+    Restore(SavedPrompt, engine::Adapters),
     /// It emptied.
     Erase,
 }
@@ -35,8 +36,9 @@ pub enum SlotChange {
 pub enum SlotAnswer {
     /// Every slot's view.
     Slots(Vec<SlotView>),
-    /// The slot's state.
-    Saved(SavedPrompt),
+    /// The slot's state and the key of the adapters it was computed with
+    /// ([`engine::Adapters::key`]).
+    Saved(SavedPrompt, Vec<u8>),
     /// Tokens the slot now holds from a restored state.
     Restored(usize),
     /// Tokens the slot held before it was emptied.
@@ -116,19 +118,23 @@ fn act(
         SlotChange::Save | SlotChange::Erase if others => Err(ApiError::forbidden(
             "The slot holds another API key's conversation.",
         )),
-        SlotChange::Save => Ok(SlotAnswer::Saved(slot.session.save_prompt())),
+        SlotChange::Save => Ok(SlotAnswer::Saved(
+            slot.session.save_prompt(),
+            slot.session.adapters().key(),
+        )),
         SlotChange::Erase => {
             let held = slot.session.tokens().len();
             slot.session.reset();
             slot.unsaved = false;
             Ok(SlotAnswer::Erased(held))
         }
-        SlotChange::Restore(saved) => {
+        SlotChange::Restore(saved, adapters) => {
             save_unsaved(slot, cache);
             // Media are not in the file (only their keys): the state serves
             // up to the first of them.
             let keep = saved.media.first().map_or(saved.tokens.len(), |m| m.pos);
             slot.scope = caller;
+            slot.session.use_adapters(&adapters);
             slot.session
                 .load_prompt(&saved, keep, &[])
                 .map_err(|e| ApiError::bad_param("filename", format!("Cannot restore it: {e}")))?;

@@ -1,0 +1,197 @@
+//! LoRA adapters on an engine: loaded at start (`--lora FILE[:SCALE]`,
+//! GGUF adapters or PEFT directories), applied beside the weights at the
+//! scales the engine holds (llama.cpp's `/lora-adapters`) or a request
+//! gives (its `lora` field), never merged into them.
+//!
+//! A session's cache records the adapters its keys and values were
+//! computed with ([`model::KvCache::use_adapters`]), so two adapter sets
+//! never share cached state; stored prompt states are kept apart by
+//! [`nn::Adapters::key`] too.
+
+use crate::{Engine, EngineError, Session};
+use nn::{Adapter, Adapters};
+use sha2::{Digest, Sha256};
+use std::path::{Path, PathBuf};
+use std::str::FromStr;
+use std::sync::Arc;
+
+/// An adapter to load and the scale it starts at: `FILE[:SCALE]`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoraSpec {
+    /// A GGUF adapter (llama.cpp's `convert_lora_to_gguf.py`) or a PEFT
+    /// adapter directory.
+    pub path: PathBuf,
+    /// Its scale until changed (1: as trained; 0: loaded but off).
+    pub scale: f32,
+}
+
+impl FromStr for LoraSpec {
+    type Err = String;
+
+    /// `FILE` at scale 1, or `FILE:SCALE` where what follows the last `:`
+    /// is a number (a path with a colon of its own stays whole).
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.is_empty() {
+            return Err("an adapter path is empty".into());
+        }
+        let (path, scale) = match s.rsplit_once(':') {
+            Some((p, n)) if !p.is_empty() => match n.parse::<f32>() {
+                Ok(v) => (p, v),
+                Err(_) => (s, 1.0),
+            },
+            _ => (s, 1.0),
+        };
+        check_scale(scale).map_err(|e| format!("{s}: {e}"))?;
+        Ok(Self {
+            path: path.into(),
+            scale,
+        })
+    }
+}
+
+/// A scale a user may give an adapter: finite, and within ±100 (beyond,
+/// the model's outputs are noise).
+fn check_scale(scale: f32) -> Result<(), String> {
+    match scale.is_finite() && scale.abs() <= 100.0 {
+        true => Ok(()),
+        false => Err(format!(
+            "an adapter scale must be a number within ±100, not {scale}"
+        )),
+    }
+}
+
+/// An adapter the engine holds, as `GET /lora-adapters` lists it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LoraInfo {
+    /// Its index, in the order the adapters were given.
+    pub id: usize,
+    /// Where it was loaded from.
+    pub path: PathBuf,
+    /// The scale requests that name no adapters run it at.
+    pub scale: f32,
+}
+
+/// The adapters an engine holds and their current scales.
+#[derive(Debug, Default)]
+pub(crate) struct LoraSet {
+    adapters: Vec<(PathBuf, Arc<Adapter>)>,
+    scales: std::sync::RwLock<Vec<f32>>,
+}
+
+impl Engine {
+    /// Loads `specs` for this model, in order (their ids).
+    pub(crate) fn load_adapters(&mut self, specs: &[LoraSpec]) -> Result<(), EngineError> {
+        let mut adapters = Vec::with_capacity(specs.len());
+        for spec in specs {
+            check_scale(spec.scale).map_err(EngineError::InvalidOptions)?;
+            let adapter = self.read_adapter(&spec.path).map_err(|e| {
+                EngineError::InvalidOptions(format!("adapter {}: {e}", spec.path.display()))
+            })?;
+            adapters.push((spec.path.clone(), Arc::new(adapter)));
+        }
+        let scales = specs.iter().map(|s| s.scale).collect();
+        self.lora = Arc::new(LoraSet {
+            adapters,
+            scales: std::sync::RwLock::new(scales),
+        });
+        Ok(())
+    }
+
+    /// The adapter at `path` bound to this model.
+    fn read_adapter(&self, path: &Path) -> Result<Adapter, EngineError> {
+        let file = match hf::is_adapter_dir(path) {
+            true => {
+                let arch = self.model.gguf().get_str("general.architecture");
+                let writer = hf::convert_adapter_dir(path, arch.unwrap_or(""))?;
+                gguf::GgufFile::from_bytes(writer.to_bytes())?
+            }
+            false => gguf::GgufFile::open(path)?,
+        };
+        let mut sha = Sha256::new();
+        for t in file.tensors() {
+            sha.update(t.name.as_bytes());
+            sha.update(file.tensor_data(t));
+        }
+        let alpha = file.get_f32("adapter.lora.alpha").unwrap_or(0.0);
+        sha.update(alpha.to_le_bytes());
+        Ok(self.model.bind_adapter(&file, sha.finalize().into())?)
+    }
+
+    /// The adapters loaded, with the scales requests that name none run
+    /// them at.
+    pub fn lora_adapters(&self) -> Vec<LoraInfo> {
+        let scales = self.lora.scales.read().unwrap_or_else(|e| e.into_inner());
+        self.lora
+            .adapters
+            .iter()
+            .zip(scales.iter())
+            .enumerate()
+            .map(|(id, ((path, _), &scale))| LoraInfo {
+                id,
+                path: path.clone(),
+                scale,
+            })
+            .collect()
+    }
+
+    /// Sets the scales requests that name no adapters run at: each listed
+    /// `(id, scale)`, and 0 for the adapters not listed (llama.cpp's
+    /// `POST /lora-adapters`).
+    pub fn set_lora_scales(&self, scales: &[(usize, f32)]) -> Result<(), EngineError> {
+        let new = self.scales_from(scales)?;
+        *self.lora.scales.write().unwrap_or_else(|e| e.into_inner()) = new;
+        Ok(())
+    }
+
+    /// Every adapter's scale from a request's list: those listed at their
+    /// scale, the others at 0. An unknown id or a bad scale is refused.
+    fn scales_from(&self, listed: &[(usize, f32)]) -> Result<Vec<f32>, EngineError> {
+        let mut scales = vec![0.0; self.lora.adapters.len()];
+        for &(id, scale) in listed {
+            let slot = scales.get_mut(id).ok_or_else(|| {
+                EngineError::InvalidRequest(format!(
+                    "no LoRA adapter has id {id} ({} loaded)",
+                    self.lora.adapters.len()
+                ))
+            })?;
+            check_scale(scale).map_err(EngineError::InvalidRequest)?;
+            *slot = scale;
+        }
+        Ok(scales)
+    }
+
+    /// The adapters a request runs with: those it lists (`Some`, the
+    /// others off), or the engine's current scales (`None`).
+    pub fn adapters_for(&self, listed: Option<&[(usize, f32)]>) -> Result<Adapters, EngineError> {
+        let scales = match listed {
+            Some(l) => self.scales_from(l)?,
+            None => self
+                .lora
+                .scales
+                .read()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        };
+        let list = self.lora.adapters.iter().zip(scales);
+        Ok(Adapters::new(
+            list.map(|((_, a), s)| (Arc::clone(a), s)).collect(),
+        ))
+    }
+}
+
+impl Session {
+    /// Runs the next generations with `adapters`. What the session holds
+    /// was computed with its earlier adapters; when those differ, it is
+    /// forgotten.
+    pub fn use_adapters(&mut self, adapters: &Adapters) {
+        if self.cache.adapters() != adapters {
+            self.reset();
+            self.cache.use_adapters(adapters);
+        }
+    }
+
+    /// The adapters the session runs with.
+    pub fn adapters(&self) -> &Adapters {
+        self.cache.adapters()
+    }
+}
