@@ -48,7 +48,7 @@ pub use images::{
 };
 pub use inspect::{inspect, load_tokenizer, towers, FileSummary, MetaEntry, TensorEntry, Towers};
 pub use load::{open_model_file, Engine};
-pub use lora::{LoraInfo, LoraSpec};
+pub use lora::{merge_adapters, LoraInfo, LoraSpec};
 pub use model::{ring_slack, KvType, LayoutTiming, Precision, Scratch};
 pub use nn::Adapters;
 pub use options::{InputLimits, RunOptions, DEFAULT_BATCH, MAX_DEFAULT_CTX};

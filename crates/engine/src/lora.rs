@@ -9,6 +9,7 @@
 //! [`nn::Adapters::key`] too.
 
 use crate::{Engine, EngineError, Session};
+use gguf::{GgmlType, GgufFile, GgufWriter};
 use nn::{Adapter, Adapters};
 use sha2::{Digest, Sha256};
 use std::path::{Path, PathBuf};
@@ -60,6 +61,78 @@ fn check_scale(scale: f32) -> Result<(), String> {
     }
 }
 
+/// The adapter at `path` (a GGUF adapter or a PEFT directory) bound to
+/// the model in `base`, its id a digest of its tensors and alpha.
+fn read_adapter(base: &GgufFile, path: &Path) -> Result<Adapter, EngineError> {
+    let file = match hf::is_adapter_dir(path) {
+        true => {
+            let arch = base.get_str("general.architecture").unwrap_or("");
+            GgufFile::from_bytes(hf::convert_adapter_dir(path, arch)?.to_bytes())?
+        }
+        false => GgufFile::open(path)?,
+    };
+    let mut sha = Sha256::new();
+    for t in file.tensors() {
+        sha.update(t.name.as_bytes());
+        sha.update(file.tensor_data(t));
+    }
+    let alpha = file.get_f32("adapter.lora.alpha").unwrap_or(0.0);
+    sha.update(alpha.to_le_bytes());
+    Ok(model::bind_adapter(base, &file, sha.finalize().into())?)
+}
+
+/// The model in `base` with the adapters of `specs` merged into its
+/// weights at their scales (what `hearth quantize --lora` quantizes):
+/// each weight they change becomes f32 `W + Σ scale · alpha / r · B A`,
+/// the others are copied as they are.
+pub fn merge_adapters(base: &GgufFile, specs: &[LoraSpec]) -> Result<GgufFile, EngineError> {
+    let mut adapters = Vec::with_capacity(specs.len());
+    for spec in specs {
+        check_scale(spec.scale).map_err(EngineError::InvalidOptions)?;
+        let adapter = read_adapter(base, &spec.path).map_err(|e| {
+            EngineError::InvalidOptions(format!("adapter {}: {e}", spec.path.display()))
+        })?;
+        adapters.push((adapter, spec.scale));
+    }
+    let mut w = GgufWriter::new();
+    for (k, v) in base.metadata() {
+        w.set(k.clone(), v.clone());
+    }
+    for t in base.tensors() {
+        let data = base.tensor_data(t);
+        let changes: Vec<_> = adapters
+            .iter()
+            .filter_map(|(a, s)| a.pair(&t.name).map(|p| (p, a.factor(p.rank, *s))))
+            .filter(|(_, f)| *f != 0.0)
+            .collect();
+        let Some((first, _)) = changes.first() else {
+            w.add_tensor(t.name.clone(), &t.dims, t.ty, data.to_vec())?;
+            continue;
+        };
+        let (rows, cols) = (first.rows, first.cols);
+        let mut m = vec![0.0f32; rows * cols];
+        quant::dequantize(t.ty, data, &mut m).map_err(model::ModelError::from)?;
+        for (pair, factor) in changes {
+            add_update(&mut m, pair, factor);
+        }
+        let bytes = m.iter().flat_map(|v| v.to_le_bytes()).collect();
+        w.add_tensor(t.name.clone(), &t.dims, GgmlType::F32, bytes)?;
+    }
+    Ok(GgufFile::from_bytes(w.to_bytes())?)
+}
+
+/// `m += factor · B A` for the `rows × cols` matrix `m`.
+fn add_update(m: &mut [f32], pair: &nn::LoraPair, factor: f32) {
+    let (a, b, rank, cols) = (pair.a(), pair.b(), pair.rank, pair.cols);
+    for (r, row) in m.chunks_exact_mut(cols).enumerate() {
+        for k in 0..rank {
+            let coef = factor * b[r * rank + k];
+            let a_row = &a[k * cols..(k + 1) * cols];
+            row.iter_mut().zip(a_row).for_each(|(v, &x)| *v += coef * x);
+        }
+    }
+}
+
 /// An adapter the engine holds, as `GET /lora-adapters` lists it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct LoraInfo {
@@ -84,7 +157,7 @@ impl Engine {
         let mut adapters = Vec::with_capacity(specs.len());
         for spec in specs {
             check_scale(spec.scale).map_err(EngineError::InvalidOptions)?;
-            let adapter = self.read_adapter(&spec.path).map_err(|e| {
+            let adapter = read_adapter(self.model.gguf(), &spec.path).map_err(|e| {
                 EngineError::InvalidOptions(format!("adapter {}: {e}", spec.path.display()))
             })?;
             adapters.push((spec.path.clone(), Arc::new(adapter)));
@@ -95,26 +168,6 @@ impl Engine {
             scales: std::sync::RwLock::new(scales),
         });
         Ok(())
-    }
-
-    /// The adapter at `path` bound to this model.
-    fn read_adapter(&self, path: &Path) -> Result<Adapter, EngineError> {
-        let file = match hf::is_adapter_dir(path) {
-            true => {
-                let arch = self.model.gguf().get_str("general.architecture");
-                let writer = hf::convert_adapter_dir(path, arch.unwrap_or(""))?;
-                gguf::GgufFile::from_bytes(writer.to_bytes())?
-            }
-            false => gguf::GgufFile::open(path)?,
-        };
-        let mut sha = Sha256::new();
-        for t in file.tensors() {
-            sha.update(t.name.as_bytes());
-            sha.update(file.tensor_data(t));
-        }
-        let alpha = file.get_f32("adapter.lora.alpha").unwrap_or(0.0);
-        sha.update(alpha.to_le_bytes());
-        Ok(self.model.bind_adapter(&file, sha.finalize().into())?)
     }
 
     /// The adapters loaded, with the scales requests that name none run

@@ -24,6 +24,7 @@ pub use embed::{unit_vector, EmbeddingHead};
 pub use forward::{Embedded, SeqInput};
 pub use kv::{ring_slack, KvCache, KvStateError, KvType};
 pub use logits::BatchRows;
+pub use lora::bind_adapter;
 pub use moe::{Experts, GateUp, MoeWeights};
 pub use nn::Precision;
 pub use scratch::Scratch;

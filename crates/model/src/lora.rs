@@ -10,95 +10,112 @@
 
 use crate::{Model, ModelError};
 use gguf::{GgufFile, TensorInfo};
-use nn::{Adapter, Linear, LoraPair};
+use nn::{Adapter, LoraPair};
 use std::collections::HashMap;
 
 /// The adapter's tensor suffixes for `A` and `B`.
 const SUFFIX_A: &str = ".lora_a";
 const SUFFIX_B: &str = ".lora_b";
 
-impl Model {
-    /// The weights an adapter may change, by name: each layer's attention
-    /// projections and MLP.
-    fn adaptable(&self) -> HashMap<&str, &Linear> {
-        let mut out = HashMap::new();
-        for l in &self.weights.layers {
-            let a = &l.attention;
-            let m = &l.mlp;
-            let ws = [Some(&a.q), a.k.as_ref(), a.v.as_ref(), Some(&a.o)];
-            let ws = ws.into_iter().flatten().chain([&m.gate, &m.up, &m.down]);
-            for w in ws {
-                out.insert(w.weight.name(), w);
-            }
-        }
-        out
-    }
+/// The weight roles an adapter may change, as GGUF names them after
+/// `blk.N.`: a layer's attention projections and MLP.
+const ADAPTABLE: [&str; 7] = [
+    "attn_q",
+    "attn_k",
+    "attn_v",
+    "attn_output",
+    "ffn_gate",
+    "ffn_up",
+    "ffn_down",
+];
 
-    /// Binds the LoRA adapter in `file` to this model, its updates
-    /// dequantized to f32; `id` identifies its contents (see
-    /// [`nn::Adapter::id`]). Refuses a file that is not a LoRA adapter, is
-    /// for another architecture, or changes a weight this model lacks, in
-    /// another shape, or one adapters may not change.
-    pub fn bind_adapter(&self, file: &GgufFile, id: [u8; 32]) -> Result<Adapter, ModelError> {
-        let bad = |m: String| ModelError::Metadata(m);
-        if file.get_str("general.type") != Some("adapter") {
-            return Err(bad(
-                "not an adapter (its general.type is not `adapter`)".into()
-            ));
-        }
-        let kind = file.get_str("adapter.type").unwrap_or("");
-        if kind != "lora" {
-            return Err(bad(format!(
-                "a `{kind}` adapter: only LoRA adapters are supported"
-            )));
-        }
-        let (ours, theirs) = (
-            self.file.get_str("general.architecture").unwrap_or(""),
-            file.get_str("general.architecture").unwrap_or(""),
-        );
-        if ours != theirs {
-            return Err(bad(format!(
-                "the adapter is for `{theirs}`, the model is `{ours}`"
-            )));
-        }
-        let alpha = file.get_f32("adapter.lora.alpha");
-        let adaptable = self.adaptable();
-        let mut pairs = HashMap::new();
-        for info in file.tensors() {
-            let Some(base) = info.name.strip_suffix(SUFFIX_A) else {
-                if !info.name.ends_with(SUFFIX_B) {
-                    return Err(bad(format!(
-                        "the adapter's tensor `{}` is neither a LoRA A nor B",
-                        info.name
-                    )));
-                }
-                continue;
-            };
-            let Some(w) = adaptable.get(base) else {
-                return Err(bad(format!(
-                    "the adapter changes `{base}`, which is not an attention or MLP weight of this model"
-                )));
-            };
-            let b = file
-                .tensor(&format!("{base}{SUFFIX_B}"))
-                .ok_or_else(|| ModelError::MissingTensor(format!("{base}{SUFFIX_B}")))?;
-            pairs.insert(base.to_string(), pair(file, info, b, w.rows(), w.cols())?);
-        }
-        let orphan = file.tensors().iter().find(|t| {
-            t.name
-                .strip_suffix(SUFFIX_B)
-                .is_some_and(|base| !pairs.contains_key(base))
-        });
-        if let Some(t) = orphan {
-            return Err(ModelError::MissingTensor(
-                t.name.replace(SUFFIX_B, SUFFIX_A),
-            ));
-        }
-        if pairs.is_empty() {
-            return Err(bad("the adapter changes no weight".into()));
-        }
-        Ok(Adapter::new(id, alpha, pairs))
+/// `(rows, cols)` of the weight `name` of `base`, if an adapter may change
+/// it: a layer's attention or MLP matrix.
+fn adaptable(base: &GgufFile, name: &str) -> Option<(usize, usize)> {
+    let (layer, role) = name
+        .strip_prefix("blk.")?
+        .strip_suffix(".weight")?
+        .split_once('.')?;
+    layer.parse::<usize>().ok()?;
+    if !ADAPTABLE.contains(&role) {
+        return None;
     }
+    match base.tensor(name)?.dims.as_slice() {
+        [cols, rows] => Some((usize::try_from(*rows).ok()?, usize::try_from(*cols).ok()?)),
+        _ => None,
+    }
+}
+
+impl Model {
+    /// Binds the LoRA adapter in `file` to this model (see
+    /// [`bind_adapter`]).
+    pub fn bind_adapter(&self, file: &GgufFile, id: [u8; 32]) -> Result<Adapter, ModelError> {
+        bind_adapter(&self.file, file, id)
+    }
+}
+
+/// Binds the LoRA adapter in `file` to the model in `base`, its updates
+/// dequantized to f32; `id` identifies its contents (see
+/// [`nn::Adapter::id`]). Refuses a file that is not a LoRA adapter, is for
+/// another architecture, or changes a weight the model lacks, in another
+/// shape, or one adapters may not change.
+pub fn bind_adapter(base: &GgufFile, file: &GgufFile, id: [u8; 32]) -> Result<Adapter, ModelError> {
+    let bad = |m: String| ModelError::Metadata(m);
+    if file.get_str("general.type") != Some("adapter") {
+        return Err(bad(
+            "not an adapter (its general.type is not `adapter`)".into()
+        ));
+    }
+    let kind = file.get_str("adapter.type").unwrap_or("");
+    if kind != "lora" {
+        return Err(bad(format!(
+            "a `{kind}` adapter: only LoRA adapters are supported"
+        )));
+    }
+    let (ours, theirs) = (
+        base.get_str("general.architecture").unwrap_or(""),
+        file.get_str("general.architecture").unwrap_or(""),
+    );
+    if ours != theirs {
+        return Err(bad(format!(
+            "the adapter is for `{theirs}`, the model is `{ours}`"
+        )));
+    }
+    let mut pairs = HashMap::new();
+    for info in file.tensors() {
+        let Some(name) = info.name.strip_suffix(SUFFIX_A) else {
+            if !info.name.ends_with(SUFFIX_B) {
+                return Err(bad(format!(
+                    "the adapter's tensor `{}` is neither a LoRA A nor B",
+                    info.name
+                )));
+            }
+            continue;
+        };
+        let Some((rows, cols)) = adaptable(base, name) else {
+            return Err(bad(format!(
+                "the adapter changes `{name}`, which is not an attention or MLP weight of this model"
+            )));
+        };
+        let b = file
+            .tensor(&format!("{name}{SUFFIX_B}"))
+            .ok_or_else(|| ModelError::MissingTensor(format!("{name}{SUFFIX_B}")))?;
+        pairs.insert(name.to_string(), pair(file, info, b, rows, cols)?);
+    }
+    let orphan = file.tensors().iter().find(|t| {
+        t.name
+            .strip_suffix(SUFFIX_B)
+            .is_some_and(|name| !pairs.contains_key(name))
+    });
+    if let Some(t) = orphan {
+        return Err(ModelError::MissingTensor(
+            t.name.replace(SUFFIX_B, SUFFIX_A),
+        ));
+    }
+    if pairs.is_empty() {
+        return Err(bad("the adapter changes no weight".into()));
+    }
+    Ok(Adapter::new(id, file.get_f32("adapter.lora.alpha"), pairs))
 }
 
 /// The update of a `rows × cols` weight from its tensors `a` (ggml shape

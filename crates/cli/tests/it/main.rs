@@ -17,6 +17,7 @@ mod empty_keys;
 mod eval_cli;
 mod guard_cli;
 mod llamacpp_parity;
+mod lora_cli;
 #[path = "../../../../tests/support/npy.rs"]
 mod npy;
 mod same_on_every_tier;

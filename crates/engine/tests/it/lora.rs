@@ -192,3 +192,28 @@ fn foreign_adapters_are_refused() {
     std::fs::copy(dir().join("lora_a").join(weights), peft.join(weights)).unwrap();
     said("gemma3", peft, "DoRA");
 }
+
+/// `hearth quantize --lora`'s merge: the merged model run without
+/// adapters is the model run with them, to transformers' within 1e-5.
+#[test]
+fn a_merged_model_matches_the_adapter_applied() {
+    let base = gguf::GgufFile::open(dir().join("model-f32.gguf")).unwrap();
+    let specs: Vec<LoraSpec> = ["lora_a", "lora_b-f32.gguf"]
+        .iter()
+        .map(|a| format!("{}/{a}", dir().display()).parse().unwrap())
+        .collect();
+    let merged = hearth_engine::merge_adapters(&base, &specs).unwrap();
+    let opts = RunOptions {
+        threads: Some(2),
+        precision: Precision::Exact,
+        kv_cache: Some(KvType::F32),
+        ..RunOptions::default()
+    };
+    let engine = Engine::from_file(std::sync::Arc::new(merged), &opts).unwrap();
+    let d = max_diff(&logits(&engine), &golden("logits_lora_ab.npy"));
+    assert!(d <= 1e-5, "merged: off by {d}");
+    // An adapter of another model is refused, naming it.
+    let other = gguf::GgufFile::open(dir().join("../gemma2/model-f32.gguf")).unwrap();
+    let e = hearth_engine::merge_adapters(&other, &specs[1..]).unwrap_err();
+    assert!(e.to_string().contains("lora_b-f32.gguf"), "{e}");
+}
