@@ -114,9 +114,29 @@ fn two_adapters_are_chosen_per_request_and_each_matches_its_golden() {
     matches(&got, "logits.npy");
     let both = json!({"lora": [{"id": 0, "scale": 1.0}, {"id": 1, "scale": 1.0}]});
     matches(&top(&server, both).0, "logits_lora_ab.npy");
-    // A prompt long enough for the prompt cache: adapter 0's state comes
-    // back from it after adapter 1 and none held the slot, and gives what
-    // adapter 0 gave before.
+    states_stay_with_their_adapters(&server);
+    // The scales every request runs at, changed for the server.
+    let r = server.post("/lora-adapters", r#"[{"id": 0, "scale": 0.5}]"#);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.json()["success"], true);
+    assert_eq!(server.probe("/lora-adapters").json()[1]["scale"], 0.0);
+    matches(&top(&server, json!({})).0, "logits_lora_a_half.npy");
+    // Chat completions carry the field too.
+    let chat = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
+                      "lora": [{"id": 1, "scale": 1}]});
+    assert_eq!(
+        server
+            .post("/v1/chat/completions", &chat.to_string())
+            .status,
+        200
+    );
+    refusals_say_why(&server);
+}
+
+/// A prompt long enough for the prompt cache: adapter 0's state comes back
+/// from it after adapter 1 and none held the slot, and gives what adapter 0
+/// gave before; adapter 1 never starts from it.
+fn states_stay_with_their_adapters(server: &Server) {
     let long: Vec<u32> = tokens().repeat(3);
     let asked = |lora: Value| {
         let body = json!({"prompt": long, "max_tokens": 1, "temperature": 0, "logprobs": 20, "lora": lora});
@@ -134,22 +154,10 @@ fn two_adapters_are_chosen_per_request_and_each_matches_its_golden() {
     let (again, cached) = asked(json!([{"id": 0, "scale": 1}]));
     assert!(cached >= 32, "adapter 0's state was not kept: {cached}");
     assert_eq!(again, first);
-    // The scales every request runs at, changed for the server.
-    let r = server.post("/lora-adapters", r#"[{"id": 0, "scale": 0.5}]"#);
-    assert_eq!(r.status, 200, "{}", r.text());
-    assert_eq!(r.json()["success"], true);
-    assert_eq!(server.probe("/lora-adapters").json()[1]["scale"], 0.0);
-    matches(&top(&server, json!({})).0, "logits_lora_a_half.npy");
-    // Chat completions carry the field too.
-    let chat = json!({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 1,
-                      "lora": [{"id": 1, "scale": 1}]});
-    assert_eq!(
-        server
-            .post("/v1/chat/completions", &chat.to_string())
-            .status,
-        200
-    );
-    // Unknown ids, bad scales and bodies are 400s that say why.
+}
+
+/// Unknown ids, bad scales and bodies are 400s that say why.
+fn refusals_say_why(server: &Server) {
     for (path, body) in [
         (
             "/v1/completions",
