@@ -372,6 +372,9 @@ def attacks(model, vision_model, slot_dir):
     # audio model).
     for name, fn, refuse in audio_attacks():
         add("audio: " + name[0], name[1], fn, refuse=refuse, server="hearing")
+    # LoRA adapters (the adapters server: the tiny Gemma 3 with two).
+    for name, fn, refuse in lora_attacks():
+        add("lora: " + name[0], name[1], fn, refuse=refuse, server="adapters")
     # Tokens a user types.
     add("prompt: control tokens in user text", "fake model turn in a user message", control_tokens(model), refuse=False)
     wide = {"type": "object", "properties": {f"p{i:04d}_" + "x" * 20: {"type": "string"} for i in range(3000)}}
@@ -852,6 +855,53 @@ def webhook_attacks(binary, model, budget_mb):
 # --------------------------------------------------------------------------
 
 
+def lora_attacks():
+    """(class, attack), fn, refuse: what a client or a page could send the
+    LoRA endpoints and fields."""
+    def send(path, body, headers=None):
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        h = dict({"Content-Type": "application/json"}, **(headers or {}))
+        return lambda s: _answer(request(s.port, "POST", path, data, h, timeout=120))
+
+    def completion(lora, **extra):
+        return dict({"prompt": "hi", "max_tokens": 4, "lora": lora}, **extra)
+
+    def thrash(s):
+        """Each request another adapter set: every one starts from an empty
+        slot, none from another set's state."""
+        t0, statuses = time.time(), []
+        for i in range(60):
+            lora = [{"id": i % 2, "scale": 1}] if i % 3 else []
+            r = request(s.port, "POST", "/v1/completions",
+                        json.dumps(completion(lora, prompt="the " * 200)).encode(),
+                        {"Content-Type": "application/json"})
+            statuses.append(r[0])
+        bad = [x for x in statuses if x != 200]
+        return (bad[0] if bad else 200), time.time() - t0, f"60 requests, {len(bad)} not 200"
+
+    evil = {"Origin": "http://evil.example", "Content-Type": "text/plain"}
+    return [
+        (("browser", "cross-site text/plain POST /lora-adapters (a simple POST)"),
+         send("/lora-adapters", [{"id": 0, "scale": 0}], evil), True),
+        (("browser", "cross-site form POST /lora-adapters"),
+         send("/lora-adapters", b"id=0&scale=0",
+              {"Origin": "http://evil.example", "Content-Type": "application/x-www-form-urlencoded"}), True),
+        (("body", "/lora-adapters with 500,000 entries (12 MB)"),
+         send("/lora-adapters", [{"id": 0, "scale": 1}] * 500_000), False),
+        (("body", "/lora-adapters nested 100,000 arrays deep"),
+         send("/lora-adapters", b"[" * 100_000 + b"]" * 100_000), True),
+        (("body", "/lora-adapters id 2^64"), send("/lora-adapters", b'[{"id": 18446744073709551616, "scale": 1}]'), True),
+        (("field", "lora with 200,000 entries"),
+         send("/v1/completions", completion([{"id": 1, "scale": 1}] * 200_000)), False),
+        (("field", "lora scale 1e39 (past f32)"), send("/v1/completions", completion([{"id": 0, "scale": 1e39}])), True),
+        (("field", "lora scale as a string"), send("/v1/completions", completion([{"id": 0, "scale": "1"}])), True),
+        (("field", "lora id -1"), send("/v1/completions", completion([{"id": -1, "scale": 1}])), True),
+        (("field", "lora at scale 100 on both adapters (logits far out)"),
+         send("/v1/completions", completion([{"id": 0, "scale": 100}, {"id": 1, "scale": -100}], max_tokens=16)), False),
+        (("cache", "60 requests alternating three adapter sets"), thrash, False),
+    ]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binary", default="target/ci/hearth")
@@ -860,6 +910,8 @@ def main():
                     help="a tiny vision model's folder (model-f32.gguf, mmproj-f32.gguf) for the media attacks")
     ap.add_argument("--hearing", default="tests/fixtures/tiny/gemma4_audio",
                     help="a tiny model that hears (model-f32.gguf, mmproj-f32.gguf) for the audio API's attacks")
+    ap.add_argument("--adapters", default="tests/fixtures/tiny/gemma3",
+                    help="a tiny model's folder with LoRA adapters (model-f32.gguf, lora_a/, lora_b-f32.gguf)")
     ap.add_argument("--out", help="write the table (markdown) here")
     ap.add_argument("--json", help="write the rows as JSON here")
     ap.add_argument("--only", help="comma-separated substrings of class names to run")
@@ -883,7 +935,10 @@ def main():
     kinds = {"default": (["-m", a.model], ["--cache-ram", "128M", "--slot-save-path", slot_dir,
                                            "--slot-save-disk", "64M"]),
              "vision": (vision, ["--allow-file-images", "--cache-ram", "128M"]),
-             "hearing": (hearing, ["--ctx", "2048"])}
+             "hearing": (hearing, ["--ctx", "2048"]),
+             "adapters": (["-m", os.path.join(a.adapters, "model-f32.gguf")],
+                          ["--lora", os.path.join(a.adapters, "lora_a"),
+                           "--lora", os.path.join(a.adapters, "lora_b-f32.gguf"), "--cache-ram", "64M"])}
     servers = {}
 
     def server(kind):
