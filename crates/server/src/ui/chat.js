@@ -190,10 +190,40 @@ function render() {
 }
 function renderSettings() {
   const s = conv().settings;
+  renderAdapters();
   for (const k of SETTINGS) $("s-" + k).value = s[k] ?? "";
   $("s-think").checked = !!s.think;
   for (const g of GUARDS) $("g-" + g).checked = (s.guard || []).includes(g);
   if (conv().model && models.some((m) => m.id === conv().model)) $("model").value = conv().model;
+}
+// The chosen model's LoRA adapters ({id, path, scale}), read when the
+// settings open (reading them loads the model).
+let adapters = [];
+async function loadAdapters() {
+  const m = $("model").value;
+  adapters = [];
+  if (m && !caps(m).includes("embedding")) {
+    try { const r = await api("/lora-adapters?model=" + encodeURIComponent(m)); if (r.ok) adapters = await r.json(); } catch {}
+  }
+  renderAdapters();
+}
+function renderAdapters() {
+  const box = $("adapters"), lora = (conv() && conv().settings.lora) || {};
+  box.hidden = !adapters.length;
+  box.querySelectorAll("label").forEach((l) => l.remove());
+  for (const a of adapters) {
+    const name = String(a.path).split(/[\\/]/).filter(Boolean).pop() || "adapter " + a.id;
+    const input = el("input", { id: "lora-" + a.id, type: "number", min: "-100", max: "100", step: "0.1", placeholder: String(a.scale) });
+    input.value = lora[a.id] ?? "";
+    box.append(el("label", null, name, input));
+  }
+}
+// A conversation's adapter scales as a request's `lora` (every adapter
+// listed, the server's scale where none is set), or none when none is set.
+function loraField(s) {
+  const set = s.lora || {};
+  if (!adapters.length || !Object.values(set).some((v) => v !== "" && v != null)) return null;
+  return adapters.map((a) => ({ id: a.id, scale: set[a.id] !== "" && set[a.id] != null ? Number(set[a.id]) : a.scale }));
 }
 function renderLog() {
   const log = $("log"), c = conv(); log.textContent = "";
@@ -338,6 +368,8 @@ function requestBody(c) {
   for (const k of ["max_tokens", "seed"]) if (s[k] !== "" && s[k] != null) body[k] = parseInt(s[k], 10);
   if (s.think) body.think = true;
   if ((s.guard || []).length) body.guard = s.guard.join(",");
+  const lora = loraField(s);
+  if (lora) body.lora = lora;
   return body;
 }
 function send() {
@@ -432,15 +464,24 @@ $("send").onclick = send;
 $("stop").onclick = stop;
 $("attach").onclick = () => $("file").click();
 $("file").onchange = (e) => { for (const f of e.target.files) attach(f); e.target.value = ""; };
-$("model").onchange = () => { conv().model = $("model").value; save(); updateAttach(); };
+$("model").onchange = () => {
+  conv().model = $("model").value; save(); updateAttach();
+  adapters = []; renderAdapters();
+  if (!$("settings").hidden) loadAdapters();
+};
 $("input").addEventListener("input", autosize);
 $("input").addEventListener("keydown", (e) => { if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); send(); } });
 document.addEventListener("keydown", (e) => { if (e.key === "Escape" && busy) { e.preventDefault(); stop(); } });
-$("settings-btn").onclick = () => { const s = $("settings"); s.hidden = !s.hidden; $("settings-btn").setAttribute("aria-expanded", String(!s.hidden)); };
+$("settings-btn").onclick = () => {
+  const s = $("settings"); s.hidden = !s.hidden; $("settings-btn").setAttribute("aria-expanded", String(!s.hidden));
+  if (!s.hidden) loadAdapters();
+};
 $("settings").addEventListener("input", () => {
   const s = conv().settings;
   for (const k of SETTINGS) s[k] = $("s-" + k).value;
-  s.think = $("s-think").checked; s.guard = GUARDS.filter((g) => $("g-" + g).checked); save();
+  s.think = $("s-think").checked; s.guard = GUARDS.filter((g) => $("g-" + g).checked);
+  s.lora = Object.fromEntries(adapters.map((a) => [a.id, $("lora-" + a.id).value]));
+  save();
 });
 $("export").onclick = () => download("hearth-" + conv().title.replace(/[^\w-]+/g, "_").slice(0, 40) + ".json", conv());
 $("export-all").onclick = () => download("hearth-conversations.json", convs);
