@@ -15,6 +15,10 @@
 //!   100k nested quotes) are drawn, their text kept;
 //! - a guard switched on shows its trace folded under the reply;
 //! - with `--api-key`, the page asks for the key once and keeps it;
+//! - on a server started with two `--lora` adapters, the settings list
+//!   them (the server's scale as placeholder, the file as label) and a
+//!   scale typed there goes in the request's `lora`, with every adapter;
+//!   none typed, no `lora`; a model without adapters shows no such group;
 //! - the page's weight on a cold load, stated; screenshots at 1280 and 360
 //!   px wide (into docs/img with HEARTH_UPDATE_SCREENSHOTS=1, else beside
 //!   the target folder).
@@ -28,7 +32,7 @@ use fantoccini::actions::{InputSource, KeyAction, KeyActions};
 use fantoccini::key::Key;
 use fantoccini::{Client, ClientBuilder, Locator};
 use serde_json::{json, Value};
-use serve_common::{serve_models, tiny_fixture, Server};
+use serve_common::{serve_models, tiny_fixture, Server, TINY};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -303,6 +307,7 @@ async fn chat_page_end_to_end() {
     c.refresh().await.unwrap();
     until(&c, "the saved conversation", Duration::from_secs(10),
         "return document.querySelectorAll('.msg').length === 2 && \
+         document.getElementById('model').options.length === 4 && \
          document.querySelector('#convs [aria-current=true] .title').textContent.startsWith('Tell me a long story')").await;
     another_model_answers_in_the_same_conversation(&c, &server).await;
     attachments_go_to_the_models_with_a_tower(&c).await;
@@ -310,6 +315,8 @@ async fn chat_page_end_to_end() {
     hostile_replies_render_inert(&c).await;
     replies_that_froze_the_first_renderer_are_drawn(&c).await;
     conversations_are_renamed_and_deleted(&c).await;
+    a_model_without_adapters_shows_none(&c).await;
+    lora_scales_go_in_the_request(&c).await;
     the_key_is_asked_for_once(&c, dir.path()).await;
     c.goto(&url).await.unwrap();
     until(
@@ -629,4 +636,125 @@ async fn the_key_is_asked_for_once(c: &Client, dir: &Path) {
     until(c, "the models after a reload", Duration::from_secs(10),
         "return document.getElementById('model').options.length === 4 && !document.getElementById('key-dialog').open").await;
     drop(keyed);
+}
+
+/// From now on the page's requests are recorded: `window.__sent` holds
+/// every body it sends, `window.__asked` every `/lora-adapters` it has
+/// read the answer of.
+async fn record_requests(c: &Client) {
+    js(
+        c,
+        "window.__sent=[]; window.__asked=[]; const orig=window.fetch; \
+         window.fetch=async (url,init)=>{ \
+           if(init&&init.body) window.__sent.push(JSON.parse(init.body)); \
+           const r=await orig(url,init); \
+           if(String(url).includes('/lora-adapters')){ await r.clone().text(); window.__asked.push(String(url)); } \
+           return r; }; return true",
+    )
+    .await;
+}
+
+/// Open (or close) the settings panel by its button.
+async fn toggle_settings(c: &Client) {
+    c.find(Locator::Id("settings-btn"))
+        .await
+        .unwrap()
+        .click()
+        .await
+        .unwrap();
+}
+
+/// The settings open on a model without adapters: the page asks the
+/// server for them and shows no adapters group.
+async fn a_model_without_adapters_shows_none(c: &Client) {
+    until(
+        c,
+        "the model list",
+        Duration::from_secs(10),
+        "return document.getElementById('model').options.length === 4",
+    )
+    .await;
+    record_requests(c).await;
+    toggle_settings(c).await;
+    until(
+        c,
+        "the adapters' answer",
+        Duration::from_secs(30),
+        "return window.__asked.length === 1 && !document.getElementById('settings').hidden",
+    )
+    .await;
+    // The answer is drawn just after it is read.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let shown = js(
+        c,
+        "const f=document.getElementById('adapters'); \
+         return [f.hidden, f.offsetParent === null, f.querySelectorAll('input').length]",
+    )
+    .await;
+    assert_eq!(shown, json!([true, true, 0]), "{shown}");
+    toggle_settings(c).await;
+}
+
+/// A server whose model has two adapters (the second off): the settings
+/// list both; a scale typed for the second goes in the request with the
+/// first at the server's scale; emptied again, no `lora` is sent.
+async fn lora_scales_go_in_the_request(c: &Client) {
+    let a = tiny_fixture("gemma3/lora_a");
+    let b = format!("{}:0", tiny_fixture("gemma3/lora_b-f32.gguf").display());
+    let server = Server::start(TINY, &["--lora", a.to_str().unwrap(), "--lora", &b]);
+    c.goto(&format!("http://{}/", server.addr)).await.unwrap();
+    until(
+        c,
+        "the adapters server's model",
+        Duration::from_secs(10),
+        "return document.getElementById('model').options.length === 1",
+    )
+    .await;
+    record_requests(c).await;
+    toggle_settings(c).await;
+    until(
+        c,
+        "the adapters group",
+        Duration::from_secs(30),
+        "const f=document.getElementById('adapters'); \
+         return !f.hidden && f.offsetParent !== null && f.querySelectorAll('input').length === 2",
+    )
+    .await;
+    let listed = js(
+        c,
+        "return [...document.querySelectorAll('#adapters label')].map(l=>{ \
+           const i=l.querySelector('input'); return [l.textContent, i.id, i.placeholder, i.value]; })",
+    )
+    .await;
+    let want = json!([
+        ["lora_a", "lora-0", "1", ""],
+        ["lora_b-f32.gguf", "lora-1", "0", ""]
+    ]);
+    assert_eq!(listed, want, "{listed}");
+    set_setting(c, "s-max_tokens", "4").await;
+    let scale = c.find(Locator::Id("lora-1")).await.unwrap();
+    scale.send_keys("0.5").await.unwrap();
+    let sent = sent_chat(c, "hello").await;
+    let want = json!([{"id": 0, "scale": 1}, {"id": 1, "scale": 0.5}]);
+    assert_eq!(sent["lora"], want, "{sent}");
+    set_setting(c, "lora-1", "").await;
+    let sent = sent_chat(c, "again").await;
+    assert!(sent.get("lora").is_none(), "{sent}");
+    toggle_settings(c).await;
+    drop(server);
+}
+
+/// Send `text`, wait for the reply, which must carry no error: the body of
+/// the chat request the page sent for it.
+async fn sent_chat(c: &Client, text: &str) -> Value {
+    type_message(c, text).await;
+    wait_finished(c, "the reply on the adapters' model").await;
+    let reply = last_reply(c).await;
+    assert_eq!(reply["error"], "", "{reply}");
+    assert!(!reply["stats"].as_str().unwrap().is_empty(), "{reply}");
+    js(
+        c,
+        "return window.__sent.filter(b=>Array.isArray(b.messages)).pop()",
+    )
+    .await
 }

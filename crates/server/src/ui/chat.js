@@ -190,25 +190,31 @@ function render() {
 }
 function renderSettings() {
   const s = conv().settings;
+  // Another conversation's model: its adapters are read again.
+  if (adaptersOf !== null && adaptersOf !== conv().model) { adapters = []; adaptersOf = null; }
   renderAdapters();
   for (const k of SETTINGS) $("s-" + k).value = s[k] ?? "";
   $("s-think").checked = !!s.think;
   for (const g of GUARDS) $("g-" + g).checked = (s.guard || []).includes(g);
   if (conv().model && models.some((m) => m.id === conv().model)) $("model").value = conv().model;
+  if (adaptersOf === null && models.length && (hasScales(conv()) || !$("settings").hidden)) loadAdapters();
 }
 // The chosen model's LoRA adapters ({id, path, scale}), read when the
-// settings open (reading them loads the model).
-let adapters = [];
+// settings open or a conversation has scales set (reading them loads the
+// model). A conversation keeps its scales per model: `settings.lora[model][id]`.
+let adapters = [], adaptersOf = null;
+function loraSet(c) { const all = (c && c.settings.lora) || {}; return all[c && c.model] || {}; }
+function hasScales(c) { return Object.values(loraSet(c)).some((v) => v !== "" && v != null); }
 async function loadAdapters() {
   const m = $("model").value;
-  adapters = [];
+  adapters = []; adaptersOf = m;
   if (m && !caps(m).includes("embedding")) {
     try { const r = await api("/lora-adapters?model=" + encodeURIComponent(m)); if (r.ok) adapters = await r.json(); } catch {}
   }
   renderAdapters();
 }
 function renderAdapters() {
-  const box = $("adapters"), lora = (conv() && conv().settings.lora) || {};
+  const box = $("adapters"), lora = loraSet(conv());
   box.hidden = !adapters.length;
   box.querySelectorAll("label").forEach((l) => l.remove());
   for (const a of adapters) {
@@ -220,9 +226,9 @@ function renderAdapters() {
 }
 // A conversation's adapter scales as a request's `lora` (every adapter
 // listed, the server's scale where none is set), or none when none is set.
-function loraField(s) {
-  const set = s.lora || {};
-  if (!adapters.length || !Object.values(set).some((v) => v !== "" && v != null)) return null;
+function loraField(c) {
+  const set = loraSet(c);
+  if (!adapters.length || adaptersOf !== c.model || !hasScales(c)) return null;
   return adapters.map((a) => ({ id: a.id, scale: set[a.id] !== "" && set[a.id] != null ? Number(set[a.id]) : a.scale }));
 }
 function renderLog() {
@@ -368,7 +374,7 @@ function requestBody(c) {
   for (const k of ["max_tokens", "seed"]) if (s[k] !== "" && s[k] != null) body[k] = parseInt(s[k], 10);
   if (s.think) body.think = true;
   if ((s.guard || []).length) body.guard = s.guard.join(",");
-  const lora = loraField(s);
+  const lora = loraField(c);
   if (lora) body.lora = lora;
   return body;
 }
@@ -467,7 +473,7 @@ $("file").onchange = (e) => { for (const f of e.target.files) attach(f); e.targe
 $("model").onchange = () => {
   conv().model = $("model").value; save(); updateAttach();
   adapters = []; renderAdapters();
-  if (!$("settings").hidden) loadAdapters();
+  if (!$("settings").hidden || hasScales(conv())) loadAdapters();
 };
 $("input").addEventListener("input", autosize);
 $("input").addEventListener("keydown", (e) => { if (e.key === "Enter" && !e.shiftKey && !e.isComposing) { e.preventDefault(); send(); } });
@@ -480,7 +486,11 @@ $("settings").addEventListener("input", () => {
   const s = conv().settings;
   for (const k of SETTINGS) s[k] = $("s-" + k).value;
   s.think = $("s-think").checked; s.guard = GUARDS.filter((g) => $("g-" + g).checked);
-  s.lora = Object.fromEntries(adapters.map((a) => [a.id, $("lora-" + a.id).value]));
+  // Scales change only while the adapters they are for are shown.
+  if (adapters.length) {
+    s.lora = s.lora || {};
+    s.lora[conv().model] = Object.fromEntries(adapters.map((a) => [a.id, $("lora-" + a.id).value]));
+  }
   save();
 });
 $("export").onclick = () => download("hearth-" + conv().title.replace(/[^\w-]+/g, "_").slice(0, 40) + ".json", conv());
@@ -491,4 +501,9 @@ $("open-side").onclick = () => { $("side").classList.add("open"); $("open-side")
 $("close-side").onclick = () => { $("side").classList.remove("open"); $("open-side").setAttribute("aria-expanded", "false"); };
 applyTheme();
 render();
-loadModels().then(() => { if (conv() && !conv().model) conv().model = $("model").value; render(); });
+loadModels().then(() => {
+  if (conv() && !conv().model) conv().model = $("model").value;
+  // A conversation with scales set reads its adapters here, so its first
+  // message sends them.
+  render();
+});
