@@ -16,6 +16,7 @@ mod embed;
 mod gbnf;
 mod generate;
 mod images;
+mod infill;
 mod inspect;
 mod load;
 mod lora;
@@ -46,6 +47,7 @@ pub use images::{
     media_message, place_images, MediaEmbedding, PromptMedia, GEMMA4_IMAGE_MARKER, IMAGE_MARKER,
     MEDIA_MARKER,
 };
+pub use infill::{Infill, InfillFile, InfillLayout};
 pub use inspect::{inspect, load_tokenizer, towers, FileSummary, MetaEntry, TensorEntry, Towers};
 pub use load::{open_model_file, Engine};
 pub use lora::{merge_adapters, LoraInfo, LoraSpec};

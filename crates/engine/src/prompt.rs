@@ -1,5 +1,6 @@
 //! The one way a prompt is made: a [`PromptRequest`] (a conversation for
-//! the chat template, or text written whole; the images and clips its
+//! the chat template, text written whole, or a gap in code to fill; the
+//! images and clips its
 //! markers place; the chat's thinking switch and tools) into a [`Prompt`]
 //! (the ids, and where each media item's rows go).
 
@@ -37,6 +38,8 @@ pub enum PromptInput<'a> {
         /// Whether a BOS goes in front.
         add_bos: bool,
     },
+    /// A gap in code for a code model to fill (no media).
+    Infill(crate::Infill<'a>),
 }
 
 /// A prompt ready to feed.
@@ -91,6 +94,17 @@ impl Engine {
     pub fn prompt(&self, request: &PromptRequest<'_>) -> Result<Prompt, EngineError> {
         let tok = self.tokenizer();
         let text = match request.input {
+            PromptInput::Infill(infill) => {
+                if !request.images.is_empty() || !request.clips.is_empty() {
+                    return Err(EngineError::InvalidRequest(
+                        "a fill-in-the-middle prompt takes no images or clips".into(),
+                    ));
+                }
+                return Ok(Prompt {
+                    ids: self.infill_ids(&infill)?,
+                    media: Vec::new(),
+                });
+            }
             PromptInput::Chat { messages, options } => {
                 tok.render_chat(self.template(), messages, &options)?
             }

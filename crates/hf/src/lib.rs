@@ -45,7 +45,7 @@ pub enum HfError {
         message: String,
     },
     /// The checkpoint is for a model we do not convert.
-    #[error("unsupported model_type `{0}` in config.json (supported: gemma2, gemma3, gemma3_text, gemma3n, gemma3n_text, gemma4, gemma4_text)")]
+    #[error("unsupported model_type `{0}` in config.json (supported: gemma, gemma2, gemma3, gemma3_text, gemma3n, gemma3n_text, gemma4, gemma4_text)")]
     UnsupportedModel(String),
     /// A required config value is missing or of the wrong kind.
     #[error("config.json: {0}")]
@@ -69,6 +69,8 @@ pub fn is_checkpoint_dir(path: &Path) -> bool {
 /// The Gemma generations this crate converts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Family {
+    /// Gemma 1 and CodeGemma.
+    Gemma,
     Gemma2,
     Gemma3,
     Gemma3n,
@@ -82,6 +84,7 @@ impl Family {
     fn gguf_arch(self) -> &'static str {
         match self {
             Family::GemmaEmbedding => "gemma-embedding",
+            Family::Gemma => "gemma",
             Family::Gemma2 => "gemma2",
             Family::Gemma3 => "gemma3",
             Family::Gemma3n => "gemma3n",
@@ -89,11 +92,11 @@ impl Family {
         }
     }
 
-    /// Gemma 2 and 3 store RMSNorm weights as `w` and scale by `1 + w`;
+    /// Gemma 1, 2 and 3 store RMSNorm weights as `w` and scale by `1 + w`;
     /// GGUF stores `1 + w`. Gemma 3n and 4 scale by `w` itself.
     fn norm_offset(self) -> f32 {
         match self {
-            Family::Gemma2 | Family::Gemma3 | Family::GemmaEmbedding => 1.0,
+            Family::Gemma | Family::Gemma2 | Family::Gemma3 | Family::GemmaEmbedding => 1.0,
             Family::Gemma3n | Family::Gemma4 => 0.0,
         }
     }
@@ -214,6 +217,7 @@ fn family_of(root: &Value) -> Result<Family, HfError> {
         .and_then(Value::as_str)
         .unwrap_or("");
     match model_type {
+        "gemma" => Ok(Family::Gemma),
         "gemma2" => Ok(Family::Gemma2),
         // transformers' EmbeddingGemma is a Gemma 3 text model attending both ways.
         "gemma3" | "gemma3_text"
@@ -270,7 +274,7 @@ fn write_hparams(w: &mut GgufWriter, family: Family, cfg: &TextConfig) -> Result
         );
     }
     match family {
-        Family::Gemma2 | Family::Gemma3 | Family::GemmaEmbedding => {
+        Family::Gemma | Family::Gemma2 | Family::Gemma3 | Family::GemmaEmbedding => {
             write_gemma23_hparams(w, family, cfg, head_dim)
         }
         Family::Gemma3n => write_gemma3n_hparams(w, cfg, n_layers, head_dim),
@@ -278,8 +282,9 @@ fn write_hparams(w: &mut GgufWriter, family: Family, cfg: &TextConfig) -> Result
     }
 }
 
-/// Gemma 2's and 3's keys: one FFN width and head size, the query scale,
-/// the RoPE bases (and Gemma 3's linear scaling), Gemma 2's soft-cap.
+/// Gemma 1's, 2's and 3's keys: one FFN width and head size, the query
+/// scale, the RoPE bases (and Gemma 3's linear scaling), Gemma 2's
+/// soft-cap.
 fn write_gemma23_hparams(
     w: &mut GgufWriter,
     family: Family,
@@ -298,7 +303,7 @@ fn write_gemma23_hparams(
     if let Some(s) = cfg.opt_f32("query_pre_attn_scalar").filter(|s| *s > 0.0) {
         w.set(k("attention.scale"), MetaValue::F32(1.0 / s.sqrt()));
     }
-    if family == Family::Gemma2 {
+    if matches!(family, Family::Gemma | Family::Gemma2) {
         if let Some(c) = cfg.opt_f32("attn_logit_softcapping") {
             w.set(k("attn_logit_softcapping"), MetaValue::F32(c));
         }

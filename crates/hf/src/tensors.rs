@@ -105,7 +105,7 @@ fn strip_prefix(name: &str) -> Option<&str> {
 
 /// Where a checkpoint tensor goes in the GGUF (llama.cpp's names); layers
 /// from `shared_from` on read an earlier layer's KV and skip their own.
-fn target(name: &str, shared_from: u64) -> Target {
+fn target(name: &str, shared_from: u64, family: Family) -> Target {
     if name == "lm_head.weight" {
         return Target::Matrix("output.weight".into());
     }
@@ -157,22 +157,26 @@ fn target(name: &str, shared_from: u64) -> Target {
         // Layers that reuse an earlier layer's KV never read these.
         return Target::Skip;
     }
-    layer_target(i, suffix)
+    layer_target(i, suffix, family)
 }
 
 /// The GGUF name of the checkpoint matrix `name`, if it is one of the
 /// text model's (what a LoRA adapter may change).
 pub(crate) fn target_name(name: &str) -> Option<String> {
-    match target(name, u64::MAX) {
+    match target(name, u64::MAX, Family::Gemma3) {
         Target::Matrix(g) => Some(g),
         _ => None,
     }
 }
 
 /// Where layer `i`'s tensor `suffix` goes.
-fn layer_target(i: u64, suffix: &str) -> Target {
+fn layer_target(i: u64, suffix: &str, family: Family) -> Target {
     let blk = |s: &str| format!("blk.{i}.{s}.weight");
     match suffix {
+        // Gemma 1 names the MLP's input norm as Llama does.
+        "post_attention_layernorm.weight" if family == Family::Gemma => {
+            Target::Norm(blk("ffn_norm"))
+        }
         "input_layernorm.weight" => Target::Norm(blk("attn_norm")),
         "self_attn.q_proj.weight" => Target::Matrix(blk("attn_q")),
         "self_attn.k_proj.weight" => Target::Matrix(blk("attn_k")),
@@ -350,7 +354,7 @@ impl TextTensors {
         name: &str,
         view: &TensorView<'_>,
     ) -> Result<(), HfError> {
-        let target = match target(name, self.shared_from) {
+        let target = match target(name, self.shared_from, self.family) {
             Target::Matrix(n) if n == "output.weight" && self.tied => Target::Skip,
             t => t,
         };

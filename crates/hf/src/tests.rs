@@ -59,6 +59,12 @@ fn same_as_reference(name: &str, ignored: &[&str]) {
 const NAMING: &[&str] = &["general.name", "general.size_label", "general.type"];
 
 #[test]
+fn gemma1_checkpoints_convert_like_llama_cpp() {
+    same_as_reference("gemma1", NAMING);
+    same_as_reference("codegemma", NAMING);
+}
+
+#[test]
 fn gemma2_checkpoint_converts_like_llama_cpp() {
     same_as_reference("gemma2", NAMING);
 }

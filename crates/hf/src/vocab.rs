@@ -23,6 +23,9 @@ struct Vocab {
     merges: Option<Vec<String>>,
 }
 
+/// Gemma 1's `<end_of_turn>` id, as llama.cpp's converter fixes it.
+const GEMMA1_EOT: u32 = 107;
+
 pub(crate) fn write_tokenizer(
     w: &mut GgufWriter,
     dir: &Path,
@@ -77,9 +80,14 @@ pub(crate) fn write_tokenizer(
         }
     }
     w.set("tokenizer.ggml.add_bos_token", MetaValue::Bool(true));
-    // Written only when set, as llama.cpp's converter does.
-    if adds_eos(dir)? {
-        w.set("tokenizer.ggml.add_eos_token", MetaValue::Bool(true));
+    // Written only when the tokenizer says, as llama.cpp's converter does.
+    if let Some(flag) = adds_eos(dir)? {
+        w.set("tokenizer.ggml.add_eos_token", MetaValue::Bool(flag));
+    }
+    // llama.cpp's converter names Gemma 1's (CodeGemma's) `<end_of_turn>`
+    // by its id, whatever the vocabulary holds there.
+    if family == Family::Gemma && vocab.tokens.len() > GEMMA1_EOT as usize {
+        w.set("tokenizer.ggml.eot_token_id", MetaValue::U32(GEMMA1_EOT));
     }
     w.set("tokenizer.ggml.add_sep_token", MetaValue::Bool(false));
     w.set("tokenizer.ggml.add_space_prefix", MetaValue::Bool(false));
@@ -89,17 +97,18 @@ pub(crate) fn write_tokenizer(
     Ok(())
 }
 
-/// Whether the tokenizer puts EOS after a text (EmbeddingGemma's does):
-/// `add_eos_token` in `tokenizer_config.json`, else an `<eos>` closing the
-/// single-text template of `tokenizer.json`'s post-processor (transformers 5
-/// writes only that).
-fn adds_eos(dir: &Path) -> Result<bool, HfError> {
+/// Whether the tokenizer says it puts EOS after a text (EmbeddingGemma's
+/// does): `add_eos_token` in `tokenizer_config.json`, else `true` where an
+/// `<eos>` closes the single-text template of `tokenizer.json`'s
+/// post-processor (transformers 5 writes only that); `None` where it says
+/// nothing.
+fn adds_eos(dir: &Path) -> Result<Option<bool>, HfError> {
     let config = read_json_if_present(&dir.join("tokenizer_config.json"))?;
     if let Some(flag) = config.and_then(|c| c.get("add_eos_token").and_then(Value::as_bool)) {
-        return Ok(flag);
+        return Ok(Some(flag));
     }
     let Some(json) = read_json_if_present(&dir.join("tokenizer.json"))? else {
-        return Ok(false);
+        return Ok(None);
     };
     let single = json
         .pointer("/post_processor/single")
@@ -108,7 +117,7 @@ fn adds_eos(dir: &Path) -> Result<bool, HfError> {
     let id = last
         .and_then(|t| t.pointer("/SpecialToken/id"))
         .and_then(Value::as_str);
-    Ok(id == Some("<eos>"))
+    Ok((id == Some("<eos>")).then_some(true))
 }
 
 /// The chat template from `chat_template.jinja` or `tokenizer_config.json`.

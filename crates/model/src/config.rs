@@ -11,6 +11,9 @@ use gguf::GgufFile;
 /// The architectures this crate runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Arch {
+    /// Gemma 1 and CodeGemma (2B, 7B): every layer global, no soft-caps,
+    /// no norms after attention and the MLP.
+    Gemma,
     /// Gemma 2 (2B, 9B, 27B): soft-capped attention, alternating local/global.
     Gemma2,
     /// Gemma 3 text models (270M to 27B): QK-norm, 5 local : 1 global.
@@ -31,6 +34,7 @@ impl Arch {
     /// The `general.architecture` string.
     pub fn name(self) -> &'static str {
         match self {
+            Arch::Gemma => "gemma",
             Arch::Gemma2 => "gemma2",
             Arch::Gemma3 => "gemma3",
             Arch::Gemma3n => "gemma3n",
@@ -40,12 +44,19 @@ impl Arch {
     }
 
     /// Every supported architecture name, for error messages.
-    pub const SUPPORTED: &'static [&'static str] =
-        &["gemma2", "gemma3", "gemma3n", "gemma4", "gemma-embedding"];
+    pub const SUPPORTED: &'static [&'static str] = &[
+        "gemma",
+        "gemma2",
+        "gemma3",
+        "gemma3n",
+        "gemma4",
+        "gemma-embedding",
+    ];
 
     /// The architecture named `name` in `general.architecture`.
     pub fn from_name(name: &str) -> Option<Self> {
         match name {
+            "gemma" => Some(Arch::Gemma),
             "gemma2" => Some(Arch::Gemma2),
             "gemma3" => Some(Arch::Gemma3),
             "gemma3n" => Some(Arch::Gemma3n),
@@ -407,6 +418,7 @@ fn arch_layers(
 ) -> Result<(Vec<LayerKind>, bool, bool, usize), ModelError> {
     let (file, name, n) = (keys.file, keys.arch, dims.n_layers);
     Ok(match arch {
+        Arch::Gemma => (gemma_layers(dims), false, false, 0),
         Arch::Gemma2 => (gemma2_layers(keys, dims, scaling), false, false, 0),
         Arch::Gemma3 | Arch::GemmaEmbedding => {
             (gemma3_layers(arch, keys, dims, scaling)?, true, false, 0)
@@ -431,6 +443,14 @@ fn arch_layers(
             )
         }
     })
+}
+
+/// Gemma 1: every layer sees everything; one RoPE base.
+fn gemma_layers(dims: &Dims) -> Vec<LayerKind> {
+    let base = dims.global_base.unwrap_or(10_000.0);
+    (0..dims.n_layers)
+        .map(|i| dims.plain(i, None, base, 1.0))
+        .collect()
 }
 
 /// Gemma 2: even layers slide, odd layers see everything; one RoPE base.

@@ -152,7 +152,7 @@ impl Mlp {
             let (x, o) = (&s.x[..b * h], &mut s.o[..b * h]);
             moe.forward(m, x, o, b, &mut s.moe, &mut s.products)?;
         }
-        m.add_block_output(&self.post_norm, s);
+        m.add_block_output(self.post_norm.as_deref(), s);
         Ok(())
     }
 }
@@ -166,7 +166,7 @@ impl PerLayerInput {
         let gated = m.gated_per_layer_input(li, self, &x[..b * h], s);
         s.x = x;
         gated?;
-        m.add_block_output(&self.post_norm, s);
+        m.add_block_output(Some(&self.post_norm), s);
         Ok(())
     }
 }

@@ -315,10 +315,15 @@ impl Model {
     }
 
     /// `s.x += rms_norm(s.o) * w`: a block's output, post-normed, into the
-    /// residual stream.
+    /// residual stream (Gemma 1, without a norm: `s.x += s.o`).
     #[track_caller]
-    pub(crate) fn add_block_output(&self, w: &[f32], s: &mut Scratch) {
+    pub(crate) fn add_block_output(&self, w: Option<&[f32]>, s: &mut Scratch) {
         let n = s.layout.batch * self.config.hidden;
+        let Some(w) = w else {
+            let (o, x) = (&s.o[..n], &mut s.x[..n]);
+            x.iter_mut().zip(o).for_each(|(x, o)| *x += o);
+            return;
+        };
         post_norm_add(
             &self.pool,
             &mut s.o[..n],
@@ -429,7 +434,7 @@ impl Attention {
             &mut s.products,
             nn::Input::Plain,
         )?;
-        m.add_block_output(&self.post_norm, s);
+        m.add_block_output(self.post_norm.as_deref(), s);
         Ok(())
     }
 }

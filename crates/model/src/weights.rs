@@ -148,8 +148,8 @@ pub struct Attention {
     pub q_norm: Option<Vec<f32>>,
     /// Per-head key norm (Gemma 3 and 4, layers computing keys).
     pub k_norm: Option<Vec<f32>>,
-    /// Norm after attention, before the residual add.
-    pub post_norm: Vec<f32>,
+    /// Norm after attention, before the residual add (all but Gemma 1).
+    pub post_norm: Option<Vec<f32>>,
     /// RoPE frequency divisors for this layer (Gemma 4's proportional RoPE).
     pub rope_freqs: Option<Vec<f32>>,
 }
@@ -165,8 +165,8 @@ pub struct Mlp {
     pub up: Linear,
     /// Down projection.
     pub down: Linear,
-    /// Norm after the MLP, before the residual add.
-    pub post_norm: Vec<f32>,
+    /// Norm after the MLP, before the residual add (all but Gemma 1).
+    pub post_norm: Option<Vec<f32>>,
 }
 
 /// One decoder layer: its parts, each owning its weights. Every layer has
@@ -373,7 +373,7 @@ impl Attention {
             k_norm: (cfg.qk_norm && computes_kv)
                 .then(|| vector(file, &n("attn_k_norm"), hd))
                 .transpose()?,
-            post_norm: vector(file, &n("post_attention_norm"), h)?,
+            post_norm: post_norm(file, cfg, &n("post_attention_norm"))?,
             rope_freqs,
         })
     }
@@ -389,7 +389,15 @@ impl Mlp {
             gate: bind(file, &n("ffn_gate"), h, ffn)?,
             up: bind(file, &n("ffn_up"), h, ffn)?,
             down: bind(file, &n("ffn_down"), ffn, h)?,
-            post_norm: vector(file, &n("post_ffw_norm"), h)?,
+            post_norm: post_norm(file, cfg, &n("post_ffw_norm"))?,
         })
     }
+}
+
+/// The norm `name` after a block, which every architecture but Gemma 1
+/// has.
+fn post_norm(file: &GgufFile, cfg: &Config, name: &str) -> Result<Option<Vec<f32>>, ModelError> {
+    (cfg.arch != crate::Arch::Gemma)
+        .then(|| vector(file, name, cfg.hidden))
+        .transpose()
 }

@@ -17,6 +17,7 @@ mod embeddings;
 pub mod error;
 mod guarded;
 pub mod idle;
+mod infill;
 mod limits;
 mod lora;
 mod media;

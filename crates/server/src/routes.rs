@@ -80,6 +80,7 @@ fn json_apis(state: &AppState) -> Router<AppState> {
     Router::new()
         .route("/v1/chat/completions", post(completions::chat_completions))
         .route("/v1/completions", post(completions::completions))
+        .route("/infill", post(crate::infill::infill))
         .route("/v1/models", get(list_models))
         .route("/v1/models/{*id}", get(get_model))
         .route("/tokenize", post(utility::tokenize))

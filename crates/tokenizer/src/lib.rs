@@ -19,7 +19,7 @@ mod vocab;
 pub use chat::{ChatMessage, ChatOptions, ChatTemplate, DEFAULT_TEMPLATE_STEPS, MAX_RENDER_BYTES};
 pub use decode::StreamDecoder;
 pub use message_text::PromptText;
-pub use vocab::{TokenType, TokenizerModel, Vocab};
+pub use vocab::{FimTokens, TokenType, TokenizerModel, Vocab};
 
 use index::TokenIndex;
 use message_text::ControlTexts;
@@ -57,7 +57,7 @@ pub enum TokenizerError {
 /// `<end_of_turn>`, Gemma 4 with `<turn|>`, and Gemma 4 stops to wait for a
 /// tool's answer at `<|tool_response>`). Gemma 3 also ends a generation at
 /// `</s>` (id 212); see [`GEMMA4_MARKER`] for the exception.
-const EOG_TEXTS: &[&str] = &[
+pub(crate) const EOG_TEXTS: &[&str] = &[
     "<end_of_turn>",
     "</s>",
     "<turn|>",

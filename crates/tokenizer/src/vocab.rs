@@ -74,6 +74,84 @@ impl TokenizerModel {
     }
 }
 
+/// A code model's fill-in-the-middle tokens (CodeGemma's `<|fim_prefix|>`,
+/// `<|fim_suffix|>`, `<|fim_middle|>`, `<|file_separator|>`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct FimTokens {
+    /// Before the code ahead of the gap.
+    pub pre: Option<u32>,
+    /// Before the code after the gap.
+    pub suf: Option<u32>,
+    /// Where the middle is written.
+    pub mid: Option<u32>,
+    /// Before a repository's name.
+    pub rep: Option<u32>,
+    /// Before each file of the context.
+    pub sep: Option<u32>,
+}
+
+impl FimTokens {
+    /// The prefix, suffix and middle tokens, when the model has all three.
+    pub fn infill(&self) -> Option<(u32, u32, u32)> {
+        Some((self.pre?, self.suf?, self.mid?))
+    }
+}
+
+/// The texts llama.cpp takes for each fill-in-the-middle token when a file
+/// names none (`llama_vocab::impl::load`).
+const FIM_TEXTS: [(&str, &[&str]); 5] = [
+    (
+        "pre",
+        &[
+            "<|fim_prefix|>",
+            "<fim-prefix>",
+            "<fim_prefix>",
+            "<｜fim▁begin｜>",
+            "<PRE>",
+            "▁<PRE>",
+            "<|code_prefix|>",
+            "<|prefix|>",
+        ],
+    ),
+    (
+        "suf",
+        &[
+            "<|fim_suffix|>",
+            "<fim-suffix>",
+            "<fim_suffix>",
+            "<｜fim▁hole｜>",
+            "<SUF>",
+            "▁<SUF>",
+            "<|code_suffix|>",
+            "<|suffix|>",
+        ],
+    ),
+    (
+        "mid",
+        &[
+            "<|fim_middle|>",
+            "<fim-middle>",
+            "<fim_middle>",
+            "<｜fim▁end｜>",
+            "<MID>",
+            "▁<MID>",
+            "<|code_middle|>",
+            "<|middle|>",
+        ],
+    ),
+    (
+        "rep",
+        &[
+            "<|fim_repo|>",
+            "<|repo_name|>",
+            "<fim-repo>",
+            "<REPO>",
+            "<reponame>",
+        ],
+    ),
+    ("sep", &["<|file_sep|>"]),
+];
+
 /// Strings packed into one buffer with an offset table (see [`Vocab`]).
 #[derive(Debug, Clone, Default)]
 struct Packed {
@@ -138,6 +216,8 @@ pub struct Vocab {
     pub pad_id: Option<u32>,
     /// End-of-turn id (`tokenizer.ggml.eot_token_id`), if the file names one.
     pub eot_id: Option<u32>,
+    /// The fill-in-the-middle tokens, where the model has them.
+    pub fim: FimTokens,
     /// Whether the model wants BOS in front of a prompt (`add_bos_token`).
     pub add_bos: bool,
     /// Whether the model wants EOS after a prompt (`add_eos_token`).
@@ -207,6 +287,7 @@ impl Vocab {
             unk_id: None,
             pad_id: None,
             eot_id: None,
+            fim: FimTokens::default(),
             add_bos: true,
             add_eos: false,
             add_space_prefix: true,
@@ -329,6 +410,25 @@ impl Vocab {
         self.unk_id = id("tokenizer.ggml.unknown_token_id")?;
         self.pad_id = id("tokenizer.ggml.padding_token_id")?;
         self.eot_id = id("tokenizer.ggml.eot_token_id")?;
+        let either = |key: &str, old: &str| Ok::<_, TokenizerError>(id(key)?.or(id(old)?));
+        self.fim = FimTokens {
+            pre: either(
+                "tokenizer.ggml.fim_pre_token_id",
+                "tokenizer.ggml.prefix_token_id",
+            )?,
+            suf: either(
+                "tokenizer.ggml.fim_suf_token_id",
+                "tokenizer.ggml.suffix_token_id",
+            )?,
+            mid: either(
+                "tokenizer.ggml.fim_mid_token_id",
+                "tokenizer.ggml.middle_token_id",
+            )?,
+            rep: id("tokenizer.ggml.fim_rep_token_id")?,
+            sep: id("tokenizer.ggml.fim_sep_token_id")?,
+        };
+        let eog_looking = self.find_fim_tokens();
+        self.control_looking_as_control(eog_looking);
         let flag = |key: &str, default: bool| -> Result<bool, TokenizerError> {
             match file.get(key) {
                 None => Ok(default),
@@ -350,6 +450,65 @@ impl Vocab {
             ),
         };
         Ok(())
+    }
+
+    /// The fill-in-the-middle tokens a file does not name, found by their
+    /// texts as llama.cpp finds them (the first such token of each kind);
+    /// returns, found in the same pass, the tokens whose text is an
+    /// end-of-generation text.
+    fn find_fim_tokens(&mut self) -> Vec<u32> {
+        let mut found: [Option<u32>; 5] = [None; 5];
+        let mut eog = Vec::new();
+        for i in 0..self.len() {
+            let Some(t) = self.tokens.get(i) else {
+                continue;
+            };
+            // Every candidate starts with `<` or `▁<`: most tokens are
+            // passed over at their first byte.
+            if !(t.starts_with('<') || t.starts_with("▁<")) {
+                continue;
+            }
+            for (k, (_, texts)) in FIM_TEXTS.iter().enumerate() {
+                if found[k].is_none() && texts.contains(&t) {
+                    found[k] = Some(i as u32);
+                }
+            }
+            if crate::EOG_TEXTS.contains(&t) {
+                eog.push(i as u32);
+            }
+        }
+        let f = &mut self.fim;
+        for (slot, id) in [&mut f.pre, &mut f.suf, &mut f.mid, &mut f.rep, &mut f.sep]
+            .into_iter()
+            .zip(found)
+        {
+            *slot = slot.or(id);
+        }
+        eog
+    }
+
+    /// Makes the fill-in-the-middle tokens and the end-of-generation
+    /// texts control tokens, whatever type the file gives them, as
+    /// llama.cpp's loader does ("control-looking token ... will be
+    /// overridden"): text then spells them out unless control tokens are
+    /// parsed. Gemma 4's vocabulary, whose types llama.cpp's exceptions
+    /// keep, is left as it is.
+    fn control_looking_as_control(&mut self, eog_looking: Vec<u32>) {
+        if self.model == TokenizerModel::Gemma4 {
+            return;
+        }
+        let f = self.fim;
+        let fim = [f.pre, f.suf, f.mid, f.rep, f.sep].into_iter().flatten();
+        for id in fim.chain(eog_looking) {
+            if let Some(t) = self.types.get_mut(id as usize) {
+                if matches!(
+                    t,
+                    TokenType::Normal | TokenType::UserDefined | TokenType::Undefined
+                ) {
+                    *t = TokenType::Control;
+                }
+            }
+        }
     }
 
     /// Number of tokens.

@@ -31,6 +31,7 @@ mod serve_embeddings;
 mod serve_grammar_limits;
 mod serve_http;
 mod serve_idle;
+mod serve_infill;
 mod serve_limits;
 mod serve_lora;
 mod serve_models;

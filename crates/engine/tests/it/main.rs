@@ -6,6 +6,7 @@ mod audio_gemma3n;
 mod audio_gemma4;
 mod common;
 mod embedding;
+mod infill;
 mod layout_timing;
 mod lora;
 #[path = "../../../../tests/support/npy.rs"]

@@ -234,6 +234,24 @@ fn q8_0_cache_stays_near_transformers() {
     }
 }
 
+/// Gemma 1 (CodeGemma's architecture): every layer global, no soft-caps,
+/// no norms after the blocks, multi-query attention.
+#[test]
+fn gemma1_f32_matches_transformers() {
+    check("gemma1", "model-f32.gguf", "logits_model-f32.npy", 2e-3);
+    check_with(
+        "gemma1",
+        "model-f32.gguf",
+        "logits_model-f32.npy",
+        2e-3,
+        Precision::Exact,
+    );
+    assert_eq!(
+        greedy("gemma1", "model-f32.gguf"),
+        reference("gemma1").greedy
+    );
+}
+
 #[test]
 fn gemma2_f32_matches_transformers() {
     check("gemma2", "model-f32.gguf", "logits_model-f32.npy", 2e-3);

@@ -127,8 +127,58 @@ enum Prompt {
 #[derive(Debug, Deserialize)]
 pub(super) struct CompletionBody {
     prompt: Prompt,
+    /// OpenAI's insertion: the text after the gap the completion fills
+    /// (a code model's fill-in-the-middle prompt).
+    suffix: Option<String>,
     #[serde(flatten)]
     common: Common,
+}
+
+/// llama.cpp's `/infill` body: the code around the gap, the project's
+/// files, the start of the middle, and `/completion`'s other fields.
+#[derive(Debug, Deserialize)]
+pub(super) struct InfillBody {
+    input_prefix: String,
+    input_suffix: String,
+    #[serde(default)]
+    input_extra: Vec<ExtraFile>,
+    prompt: Option<String>,
+    /// llama.cpp's name for the most tokens (-1: no limit).
+    n_predict: Option<i64>,
+    #[serde(flatten)]
+    common: Common,
+}
+
+/// One file of `input_extra`.
+#[derive(Debug, Deserialize)]
+struct ExtraFile {
+    text: String,
+    filename: Option<String>,
+}
+
+/// An `/infill` body as a request (no limit unless it sets one, as
+/// llama.cpp's server).
+pub(super) fn infill_request(
+    mut b: InfillBody,
+    defaults: &SamplingParams,
+) -> Result<Request, ApiError> {
+    if b.common.max_tokens.is_none() {
+        b.common.max_tokens = b.n_predict.filter(|n| *n >= 0);
+    }
+    let input = Input::Infill(super::InfillInput {
+        prefix: b.input_prefix,
+        suffix: b.input_suffix,
+        extra: b
+            .input_extra
+            .into_iter()
+            .map(|f| engine::InfillFile {
+                filename: f.filename.unwrap_or_else(|| "tmp".into()),
+                text: f.text,
+            })
+            .collect(),
+        middle: b.prompt.unwrap_or_default(),
+    });
+    common(b.common, input, None, defaults)
 }
 
 /// The one grammar a request asks for through `response_format`, `grammar`,
@@ -192,7 +242,26 @@ pub(super) fn completion_request(
     default_max: Option<usize>,
     defaults: &SamplingParams,
 ) -> Result<Request, ApiError> {
-    let input = match b.prompt {
+    let input = match (b.prompt, b.suffix) {
+        (Prompt::Text(prefix), Some(suffix)) => Input::Infill(super::InfillInput {
+            prefix,
+            suffix,
+            ..Default::default()
+        }),
+        (_, Some(_)) => {
+            return Err(ApiError::bad_param(
+                "suffix",
+                "`suffix` fills a gap after a `prompt` that is one text.",
+            ))
+        }
+        (prompt, None) => plain_prompt(prompt)?,
+    };
+    common(b.common, input, default_max, defaults)
+}
+
+/// A completion's `prompt` without a suffix.
+fn plain_prompt(prompt: Prompt) -> Result<Input, ApiError> {
+    Ok(match prompt {
         Prompt::Text(t) => Input::Text(t),
         Prompt::Texts(mut ts) if ts.len() == 1 => Input::Text(ts.remove(0)),
         Prompt::Texts(_) => {
@@ -202,8 +271,7 @@ pub(super) fn completion_request(
             ))
         }
         Prompt::Ids(ids) => Input::Ids(ids),
-    };
-    common(b.common, input, default_max, defaults)
+    })
 }
 
 pub(super) fn common(

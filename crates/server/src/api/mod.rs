@@ -77,6 +77,33 @@ pub enum Input {
     Text(String),
     /// Token ids.
     Ids(Vec<u32>),
+    /// A gap in code to fill (llama.cpp's `/infill`, OpenAI's `suffix`).
+    Infill(InfillInput),
+}
+
+/// The parts of a fill-in-the-middle prompt (see [`engine::Infill`]).
+#[derive(Debug, Clone, Default)]
+pub struct InfillInput {
+    /// The code before the gap.
+    pub prefix: String,
+    /// The code after the gap.
+    pub suffix: String,
+    /// Files of the project, for context.
+    pub extra: Vec<engine::InfillFile>,
+    /// The start of the middle, already written.
+    pub middle: String,
+}
+
+impl InfillInput {
+    /// Bytes of text it holds.
+    pub fn bytes(&self) -> usize {
+        let files: usize = self
+            .extra
+            .iter()
+            .map(|f| f.filename.len() + f.text.len())
+            .sum();
+        self.prefix.len() + self.suffix.len() + self.middle.len() + files
+    }
 }
 
 impl Request {
@@ -144,6 +171,11 @@ pub(crate) fn name_format(req: &mut Request, field: &'static str) {
 
 pub(crate) fn from_value<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, ApiError> {
     T::deserialize(v).map_err(|e| ApiError::bad_request(format!("Invalid request: {e}")))
+}
+
+/// Parse and check an `/infill` body (llama.cpp's).
+pub fn parse_infill(body: &[u8], defaults: &SamplingParams) -> Result<Request, ApiError> {
+    common::infill_request(parse_json(body)?, defaults)
 }
 
 /// Parse and check a `/v1/completions` body.

@@ -159,6 +159,7 @@ fn input_bytes(req: &Request) -> usize {
         Input::Chat(messages) => messages.iter().map(message_bytes).sum(),
         Input::Text(text) => text.len(),
         Input::Ids(_) => 0,
+        Input::Infill(infill) => infill.bytes(),
     }
 }
 
@@ -295,6 +296,24 @@ fn tokenize(
         Input::Text(text) => {
             let tok = engine.tokenizer();
             Ok(tok.encode(text, tok.add_bos(), true))
+        }
+        Input::Infill(i) => {
+            let infill = engine::Infill {
+                prefix: &i.prefix,
+                suffix: &i.suffix,
+                extra: &i.extra,
+                middle: &i.middle,
+                layout: engine::InfillLayout::default(),
+            };
+            let request = engine::PromptRequest {
+                input: engine::PromptInput::Infill(infill),
+                images: &[],
+                clips: &[],
+            };
+            engine
+                .prompt(&request)
+                .map(|p| p.ids)
+                .map_err(|e| ApiError::bad_param("input_prefix", format!("{e}.")))
         }
         Input::Ids(ids) => {
             let vocab = engine.model().config().vocab;
