@@ -375,6 +375,9 @@ def attacks(model, vision_model, slot_dir):
     # LoRA adapters (the adapters server: the tiny Gemma 3 with two).
     for name, fn, refuse in lora_attacks():
         add("lora: " + name[0], name[1], fn, refuse=refuse, server="adapters")
+    # Fill-in-the-middle (the infill server: the tiny CodeGemma).
+    for name, fn, refuse in infill_attacks():
+        add("infill: " + name[0], name[1], fn, refuse=refuse, server="infill")
     # Tokens a user types.
     add("prompt: control tokens in user text", "fake model turn in a user message", control_tokens(model), refuse=False)
     wide = {"type": "object", "properties": {f"p{i:04d}_" + "x" * 20: {"type": "string"} for i in range(3000)}}
@@ -902,6 +905,36 @@ def lora_attacks():
     ]
 
 
+def infill_attacks():
+    """(class, attack), fn, refuse: what a client or a page could send
+    `/infill` and `/v1/completions`' `suffix`."""
+    def send(path, body, headers=None):
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        h = dict({"Content-Type": "application/json"}, **(headers or {}))
+        return lambda s: _answer(request(s.port, "POST", path, data, h, timeout=120))
+
+    def infill(**extra):
+        return dict({"input_prefix": "def f():\n    return ", "input_suffix": "\n", "n_predict": 4}, **extra)
+
+    return [
+        (("browser", "cross-site text/plain POST /infill"),
+         send("/infill", infill(), {"Origin": "http://evil.example", "Content-Type": "text/plain"}), True),
+        (("body", "200,000 files of context of 1 byte each"),
+         send("/infill", infill(input_extra=[{"filename": "f", "text": "x"}] * 200_000)), False),
+        (("body", "a prefix and a suffix of 4 MB each (past the request's memory budget)"),
+         send("/infill", infill(input_prefix="x = 1\n" * 700_000, input_suffix="y = 2\n" * 700_000)), True),
+        (("body", "a prefix and a suffix of 600 KB each (a batch's worth kept)"),
+         send("/infill", infill(input_prefix="x = 1\n" * 100_000, input_suffix="y = 2\n" * 100_000)), False),
+        (("body", "a middle of 1 MB (longer than the context)"),
+         send("/infill", infill(prompt="z" * MIB)), True),
+        (("body", "input_extra nested 100,000 arrays deep"),
+         send("/infill", b'{"input_prefix": "a", "input_suffix": "b", "input_extra": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"), True),
+        (("body", "no input_suffix (llama.cpp answers 500)"), send("/infill", {"input_prefix": "a"}), True),
+        (("field", "suffix beside a prompt of token ids"),
+         send("/v1/completions", {"prompt": [1, 2, 3], "suffix": "x", "max_tokens": 4}), True),
+    ]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binary", default="target/ci/hearth")
@@ -936,6 +969,7 @@ def main():
                                            "--slot-save-disk", "64M"]),
              "vision": (vision, ["--allow-file-images", "--cache-ram", "128M"]),
              "hearing": (hearing, ["--ctx", "2048"]),
+             "infill": (["-m", "tests/fixtures/tiny/codegemma/model-f32.gguf"], ["-c", "512"]),
              "adapters": (["-m", os.path.join(a.adapters, "model-f32.gguf")],
                           ["--lora", os.path.join(a.adapters, "lora_a"),
                            "--lora", os.path.join(a.adapters, "lora_b-f32.gguf"), "--cache-ram", "64M"])}

@@ -9,8 +9,9 @@
 //! ```
 //!
 //! The prefix keeps its last tokens and the suffix its first within a
-//! batch (three quarters for the prefix, the rest for the suffix), and the
-//! project's files their last tokens within what the context has left.
+//! batch (three quarters for the prefix, the rest for the suffix; within
+//! the context, where a batch is the whole of it), and the project's files
+//! their last tokens within what the context has left.
 
 use crate::{Engine, EngineError};
 
@@ -71,10 +72,18 @@ impl Engine {
         let extra = self.infill_context(infill.extra);
         let n_ctx = self.n_ctx();
         let n_batch = self.batch_for(n_ctx);
-        let prefix_take = prefix.len().min(3 * (n_batch / 4));
-        let suffix_take = suffix
+        let mut prefix_take = prefix.len().min(3 * (n_batch / 4));
+        let mut suffix_take = suffix
             .len()
             .min((n_batch / 4).saturating_sub(2 + middle.len()));
+        // Where the batch is the whole context, llama.cpp's shares leave no
+        // room for the FIM tokens and an answer: cut them to what does.
+        let fixed = usize::from(tok.add_bos()) + 3 + middle.len() + 1;
+        let room = n_ctx.saturating_sub(fixed);
+        if prefix_take + suffix_take > room {
+            suffix_take = suffix_take.min(room / 4);
+            prefix_take = prefix_take.min(room - suffix_take);
+        }
         // llama.cpp leaves room for twice its `-n` (-1 by default). A batch
         // of the whole context (the batch is cut to it here, not in
         // llama.cpp's count) leaves none.
