@@ -86,6 +86,9 @@ pub fn report_session(engine: &Engine) {
     if let Some(why) = engine.template().refused() {
         eprintln!("hearth: the model's chat template is not used ({why}); chatting in the built-in Gemma format");
     }
+    for adapter in engine.lora_adapters() {
+        eprintln!("hearth: {adapter}");
+    }
     if let Some(img) = engine.image_settings() {
         let size = match img["image_size"].as_u64() {
             Some(s) => format!("{s}x{s} px"),

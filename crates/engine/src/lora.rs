@@ -142,6 +142,24 @@ pub struct LoraInfo {
     pub path: PathBuf,
     /// The scale requests that name no adapters run it at.
     pub scale: f32,
+    /// How many weights it changes.
+    pub weights: usize,
+    /// Bytes its updates take in memory.
+    pub bytes: usize,
+}
+
+impl std::fmt::Display for LoraInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "LoRA adapter {}: {} ({} weights, {:.1} MiB) at scale {}",
+            self.id,
+            self.path.display(),
+            self.weights,
+            self.bytes as f64 / (1024.0 * 1024.0),
+            self.scale
+        )
+    }
 }
 
 /// The adapters an engine holds and their current scales.
@@ -179,10 +197,12 @@ impl Engine {
             .iter()
             .zip(scales.iter())
             .enumerate()
-            .map(|(id, ((path, _), &scale))| LoraInfo {
+            .map(|(id, ((path, adapter), &scale))| LoraInfo {
                 id,
                 path: path.clone(),
                 scale,
+                weights: adapter.targets().count(),
+                bytes: adapter.bytes(),
             })
             .collect()
     }

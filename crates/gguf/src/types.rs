@@ -47,11 +47,38 @@ pub enum GgmlType {
     F64,
     /// bfloat16.
     BF16,
+    /// 4-bit non-linear, 32 per block: an f16 scale and indices into a
+    /// fixed table of 16 values.
+    IQ4_NL,
+    /// 4-bit non-linear super-blocks of 256: IQ4_NL's table with a 6-bit
+    /// scale per 32.
+    IQ4_XS,
+    /// 2.06-bit lattice super-blocks of 256 (readable, not supported).
+    IQ2_XXS,
+    /// 2.31-bit lattice super-blocks of 256 (readable, not supported).
+    IQ2_XS,
+    /// 2.5-bit lattice super-blocks of 256 (readable, not supported).
+    IQ2_S,
+    /// 3.06-bit lattice super-blocks of 256 (readable, not supported).
+    IQ3_XXS,
+    /// 3.44-bit lattice super-blocks of 256 (readable, not supported).
+    IQ3_S,
+    /// 1.56-bit lattice super-blocks of 256 (readable, not supported).
+    IQ1_S,
+    /// 1.75-bit lattice super-blocks of 256 (readable, not supported).
+    IQ1_M,
+    /// Ternary, 1.69 bits, super-blocks of 256 (readable, not supported).
+    TQ1_0,
+    /// Ternary, 2.06 bits, super-blocks of 256 (readable, not supported).
+    TQ2_0,
+    /// 4-bit floats (E2M1), 32 per block with an E8M0 scale (readable, not
+    /// supported).
+    MXFP4,
 }
 
 impl GgmlType {
     /// Every type this crate can size, for iteration in tests and tools.
-    pub const ALL: [GgmlType; 20] = [
+    pub const ALL: [GgmlType; 32] = [
         GgmlType::F32,
         GgmlType::F16,
         GgmlType::Q4_0,
@@ -72,6 +99,18 @@ impl GgmlType {
         GgmlType::I64,
         GgmlType::F64,
         GgmlType::BF16,
+        GgmlType::IQ4_NL,
+        GgmlType::IQ4_XS,
+        GgmlType::IQ2_XXS,
+        GgmlType::IQ2_XS,
+        GgmlType::IQ2_S,
+        GgmlType::IQ3_XXS,
+        GgmlType::IQ3_S,
+        GgmlType::IQ1_S,
+        GgmlType::IQ1_M,
+        GgmlType::TQ1_0,
+        GgmlType::TQ2_0,
+        GgmlType::MXFP4,
     ];
 
     /// The type for a numeric id from a GGUF file, or `None` when unknown.
@@ -91,12 +130,24 @@ impl GgmlType {
             13 => Self::Q5_K,
             14 => Self::Q6_K,
             15 => Self::Q8_K,
+            16 => Self::IQ2_XXS,
+            17 => Self::IQ2_XS,
+            18 => Self::IQ3_XXS,
+            19 => Self::IQ1_S,
+            20 => Self::IQ4_NL,
+            21 => Self::IQ3_S,
+            22 => Self::IQ2_S,
+            23 => Self::IQ4_XS,
             24 => Self::I8,
             25 => Self::I16,
             26 => Self::I32,
             27 => Self::I64,
             28 => Self::F64,
+            29 => Self::IQ1_M,
             30 => Self::BF16,
+            34 => Self::TQ1_0,
+            35 => Self::TQ2_0,
+            39 => Self::MXFP4,
             _ => return None,
         })
     }
@@ -124,6 +175,18 @@ impl GgmlType {
             Self::I64 => 27,
             Self::F64 => 28,
             Self::BF16 => 30,
+            Self::IQ2_XXS => 16,
+            Self::IQ2_XS => 17,
+            Self::IQ3_XXS => 18,
+            Self::IQ1_S => 19,
+            Self::IQ4_NL => 20,
+            Self::IQ3_S => 21,
+            Self::IQ2_S => 22,
+            Self::IQ4_XS => 23,
+            Self::IQ1_M => 29,
+            Self::TQ1_0 => 34,
+            Self::TQ2_0 => 35,
+            Self::MXFP4 => 39,
         }
     }
 
@@ -150,14 +213,48 @@ impl GgmlType {
             Self::I64 => "I64",
             Self::F64 => "F64",
             Self::BF16 => "BF16",
+            Self::IQ4_NL => "IQ4_NL",
+            Self::IQ4_XS => "IQ4_XS",
+            Self::IQ2_XXS => "IQ2_XXS",
+            Self::IQ2_XS => "IQ2_XS",
+            Self::IQ2_S => "IQ2_S",
+            Self::IQ3_XXS => "IQ3_XXS",
+            Self::IQ3_S => "IQ3_S",
+            Self::IQ1_S => "IQ1_S",
+            Self::IQ1_M => "IQ1_M",
+            Self::TQ1_0 => "TQ1_0",
+            Self::TQ2_0 => "TQ2_0",
+            Self::MXFP4 => "MXFP4",
         }
     }
 
     /// Elements per block (1 for plain types).
     pub fn block_len(self) -> usize {
         match self {
-            Self::Q4_0 | Self::Q4_1 | Self::Q5_0 | Self::Q5_1 | Self::Q8_0 | Self::Q8_1 => 32,
-            Self::Q2_K | Self::Q3_K | Self::Q4_K | Self::Q5_K | Self::Q6_K | Self::Q8_K => 256,
+            Self::Q4_0
+            | Self::Q4_1
+            | Self::Q5_0
+            | Self::Q5_1
+            | Self::Q8_0
+            | Self::Q8_1
+            | Self::IQ4_NL
+            | Self::MXFP4 => 32,
+            Self::Q2_K
+            | Self::Q3_K
+            | Self::Q4_K
+            | Self::Q5_K
+            | Self::Q6_K
+            | Self::Q8_K
+            | Self::IQ4_XS
+            | Self::IQ2_XXS
+            | Self::IQ2_XS
+            | Self::IQ2_S
+            | Self::IQ3_XXS
+            | Self::IQ3_S
+            | Self::IQ1_S
+            | Self::IQ1_M
+            | Self::TQ1_0
+            | Self::TQ2_0 => 256,
             _ => 1,
         }
     }
@@ -181,6 +278,19 @@ impl GgmlType {
             Self::Q5_K => 2 + 2 + 12 + 32 + 128,
             Self::Q6_K => 128 + 64 + 16 + 2,
             Self::Q8_K => 4 + 256 + 2 * 16,
+            // ggml-common.h's static_asserts, term by term.
+            Self::IQ4_NL => 2 + 16,
+            Self::IQ4_XS => 2 + 2 + 4 + 128,
+            Self::IQ2_XXS => 2 + 64,
+            Self::IQ2_XS => 2 + 64 + 8,
+            Self::IQ2_S => 2 + 64 + 16,
+            Self::IQ3_XXS => 2 + 96,
+            Self::IQ3_S => 2 + 13 * 8 + 4,
+            Self::IQ1_S => 2 + 32 + 16,
+            Self::IQ1_M => 32 + 16 + 8,
+            Self::TQ1_0 => 2 + 4 + 48,
+            Self::TQ2_0 => 2 + 64,
+            Self::MXFP4 => 1 + 16,
         }
     }
 
@@ -231,6 +341,26 @@ mod tests {
         assert_eq!(GgmlType::Q2_K.block_bytes(), 84);
         assert_eq!(GgmlType::Q3_K.block_bytes(), 110);
         assert_eq!(GgmlType::Q8_0.row_bytes(640), Some(20 * 34));
+        // ggml's `type_size` for the non-linear and lattice types.
+        for (ty, bytes, len) in [
+            (GgmlType::IQ4_NL, 18, 32),
+            (GgmlType::IQ4_XS, 136, 256),
+            (GgmlType::IQ2_XXS, 66, 256),
+            (GgmlType::IQ2_XS, 74, 256),
+            (GgmlType::IQ2_S, 82, 256),
+            (GgmlType::IQ3_XXS, 98, 256),
+            (GgmlType::IQ3_S, 110, 256),
+            (GgmlType::IQ1_S, 50, 256),
+            (GgmlType::IQ1_M, 56, 256),
+            (GgmlType::TQ1_0, 54, 256),
+            (GgmlType::TQ2_0, 66, 256),
+            (GgmlType::MXFP4, 17, 32),
+        ] {
+            assert_eq!((ty.block_bytes(), ty.block_len()), (bytes, len), "{ty}");
+        }
+        assert_eq!(GgmlType::from_id(20), Some(GgmlType::IQ4_NL));
+        assert_eq!(GgmlType::from_id(23), Some(GgmlType::IQ4_XS));
+        assert_eq!(GgmlType::from_id(16), Some(GgmlType::IQ2_XXS));
         assert_eq!(GgmlType::Q8_0.row_bytes(33), None);
     }
 }

@@ -151,10 +151,14 @@ pub(crate) fn block<B: BlockFormat>(bytes: &[u8]) -> &B {
 
 macro_rules! block_format {
     ($name:ident, $ty:ident, $values:expr, $family:ident :: $unpack:ident) => {
+        block_format!($name, $ty, $values, $family::$unpack as $family);
+    };
+    // `as FORM`: the block decodes to another family's form.
+    ($name:ident, $ty:ident, $values:expr, $family:ident :: $unpack:ident as $form:ident) => {
         impl BlockFormat for $name {
             const TYPE: GgmlType = GgmlType::$ty;
             const VALUES: usize = $values;
-            type Decoded = super::$family::Unpacked;
+            type Decoded = super::$form::Unpacked;
             #[inline(always)]
             fn decode(&self) -> Self::Decoded {
                 super::$family::$unpack(self)
@@ -291,6 +295,29 @@ pub(crate) struct BlockQ8K {
 }
 block_format!(BlockQ8K, Q8_K, QK_K, kquants::unpack_q8_k);
 
+/// `block_iq4_nl`: value `d · KVALUES[q]` (see `iquants`), nibbles as
+/// Q4_0's.
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct BlockIQ4NL {
+    pub(crate) d: F16Le,
+    pub(crate) qs: [u8; QK / 2],
+}
+block_format!(BlockIQ4NL, IQ4_NL, QK, iquants::unpack_iq4_nl as legacy);
+
+/// `block_iq4_xs`: the super-block's scale, the two high bits
+/// (`scales_h`) and four low bits (`scales_l`) of each sub-block of 32's
+/// 6-bit scale, and 4-bit indices, each sub-block's laid out as IQ4_NL's.
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct BlockIQ4XS {
+    pub(crate) d: F16Le,
+    pub(crate) scales_h: [u8; size_of::<u16>()],
+    pub(crate) scales_l: [u8; K_SUB_BLOCKS / 2],
+    pub(crate) qs: [u8; QK_K / 2],
+}
+block_format!(BlockIQ4XS, IQ4_XS, QK_K, iquants::unpack_iq4_xs as kquants);
+
 /// Where the fields these kernels load start in their blocks, from the
 /// block types, for the SIMD kernels that load a field as one vector from
 /// its start.
@@ -313,6 +340,10 @@ pub(crate) mod at {
     pub(crate) const Q6K_D: usize = offset_of!(BlockQ6K, d);
     pub(crate) const Q8K_QS: usize = offset_of!(BlockQ8K, qs);
     pub(crate) const Q8K_BSUMS: usize = offset_of!(BlockQ8K, bsums);
+    pub(crate) const IQ4NL_QS: usize = offset_of!(BlockIQ4NL, qs);
+    pub(crate) const IQ4XS_SCALES_H: usize = offset_of!(BlockIQ4XS, scales_h);
+    pub(crate) const IQ4XS_SCALES_L: usize = offset_of!(BlockIQ4XS, scales_l);
+    pub(crate) const IQ4XS_QS: usize = offset_of!(BlockIQ4XS, qs);
 }
 
 #[cfg(test)]
@@ -340,6 +371,8 @@ mod tests {
         check::<BlockQ5K>();
         check::<BlockQ6K>();
         check::<BlockQ8K>();
+        check::<BlockIQ4NL>();
+        check::<BlockIQ4XS>();
     }
 
     /// A view of bytes as blocks reads the fields at ggml's offsets.

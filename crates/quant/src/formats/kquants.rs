@@ -28,7 +28,8 @@ pub(crate) struct Unpacked {
 }
 
 impl Unpacked {
-    fn new(d: f32, dmin: f32) -> Self {
+    /// A block of scales `d` and `dmin`, every value, scale and minimum zero.
+    pub(crate) fn new(d: f32, dmin: f32) -> Self {
         Unpacked {
             d,
             dmin,

@@ -7,6 +7,7 @@
 pub(crate) mod blocks;
 pub(crate) mod float;
 pub(crate) mod interleave;
+pub(crate) mod iquants;
 pub(crate) mod kquantize;
 pub(crate) mod kquants;
 pub(crate) mod legacy;

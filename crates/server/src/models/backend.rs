@@ -64,7 +64,8 @@ impl Backend {
     pub(crate) fn describe(&self, id: &str, parallel: usize, queue: usize) -> String {
         let e = &self.engine;
         let o = e.options();
-        match e.embedding_dim() {
+        let adapters: String = e.lora_adapters().iter().map(|a| format!("; {a}")).collect();
+        let line = match e.embedding_dim() {
             Some(dim) => format!(
                 "embedding model {id} ({}, {dim} dimensions, {} threads) loaded in {:.2?}; texts of up to {} tokens, queue {queue}",
                 e.weight_type().unwrap_or("unknown type"),
@@ -91,7 +92,8 @@ impl Backend {
                     mib(e.serving_bytes(parallel.max(1))),
                 )
             }
-        }
+        };
+        format!("{line}{adapters}")
     }
 }
 
