@@ -104,7 +104,8 @@ compare() { # name, model, ids, batch, top, greedy
 
 ids="2,17,300,45,9,120,77,8,250,33,61,500,12,99,140,7,220,310,5,88"
 for m in gemma2/model-q8_0.gguf gemma3/model-f32.gguf gemma3/model-q8_0.gguf gemma3_h256/model-q4_k_m.gguf \
-    gemma3_h256/model-q6_k.gguf gemma4_e2b_h256/model-q4_k_m.gguf gemma4_moe/model-q8_0.gguf; do
+    gemma3_h256/model-q6_k.gguf gemma3_h256/model-iq4_nl.gguf gemma3_h256/model-iq4_xs.gguf \
+    gemma4_e2b_h256/model-q4_k_m.gguf gemma4_moe/model-q8_0.gguf; do
     f=tests/fixtures/tiny/$m
     # One token at a time (the decode products), then batches of 8 and 64
     # (the panel products); each run ends with 24 greedy tokens.

@@ -131,6 +131,37 @@ fn unknown_tensor_type_is_named() {
     );
 }
 
+/// A tensor of a type Hearth reads but has no kernels for (IQ2_XXS, a
+/// lattice type) still opens, sized by ggml's block geometry and named, so
+/// `hearth inspect` lists it and the model loader can say which type it
+/// cannot run.
+#[test]
+fn iq_tensor_types_are_read_and_named() {
+    let mut w = GgufWriter::new();
+    for (name, ty) in [
+        ("nl", GgmlType::IQ4_NL),
+        ("xs", GgmlType::IQ4_XS),
+        ("xxs", GgmlType::IQ2_XXS),
+    ] {
+        let bytes = ty.row_bytes(512).unwrap() as usize * 2;
+        w.add_tensor(name, &[512, 2], ty, vec![0u8; bytes]).unwrap();
+    }
+    let file = GgufFile::from_bytes(w.to_bytes()).unwrap();
+    let named: Vec<(String, String, u64)> = file
+        .tensors()
+        .iter()
+        .map(|t| (t.name.clone(), t.ty.to_string(), t.n_bytes))
+        .collect();
+    assert_eq!(
+        named,
+        [
+            ("nl".to_string(), "IQ4_NL".to_string(), 2 * 16 * 18),
+            ("xs".to_string(), "IQ4_XS".to_string(), 2 * 2 * 136),
+            ("xxs".to_string(), "IQ2_XXS".to_string(), 2 * 2 * 66),
+        ]
+    );
+}
+
 #[test]
 fn out_of_bounds_and_misaligned_offsets() {
     let bytes = sample().to_bytes();

@@ -35,10 +35,10 @@ pub use gguf::GgmlType;
 pub use matmul::{matmul, Gate, Matrix, PreparedActs, Product, ROW_BATCH_MAX};
 
 use formats::blocks::{
-    dequantize_row, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0,
-    BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1,
+    dequantize_row, BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1,
+    BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1,
 };
-use formats::{float, kquantize, kquants, legacy};
+use formats::{float, iquants, kquantize, kquants, legacy};
 
 /// Whether this crate can dequantize and multiply weights of this type.
 pub fn is_supported(ty: GgmlType) -> bool {
@@ -58,17 +58,20 @@ pub fn is_supported(ty: GgmlType) -> bool {
             | Q5_K
             | Q6_K
             | Q8_K
+            | IQ4_NL
+            | IQ4_XS
     )
 }
 
 /// The activation format multiplied against weights of type `ty`, as in llama.cpp:
-/// Q4_0/Q5_0/Q8_0 → Q8_0, Q4_1/Q5_1 → Q8_1, K-quants → Q8_K, everything else → F32.
+/// Q4_0/Q5_0/Q8_0/IQ4_NL → Q8_0, Q4_1/Q5_1 → Q8_1, K-quants and IQ4_XS → Q8_K,
+/// everything else → F32.
 pub fn vec_dot_type(ty: GgmlType) -> GgmlType {
     use GgmlType::*;
     match ty {
-        Q4_0 | Q5_0 | Q8_0 => Q8_0,
+        Q4_0 | Q5_0 | Q8_0 | IQ4_NL => Q8_0,
         Q4_1 | Q5_1 => Q8_1,
-        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K => Q8_K,
+        Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K | IQ4_XS => Q8_K,
         _ => F32,
     }
 }
@@ -172,6 +175,8 @@ pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Quant
         Q5_K => dequantize_row::<BlockQ5K>(src, dst),
         Q6_K => dequantize_row::<BlockQ6K>(src, dst),
         Q8_K => dequantize_row::<BlockQ8K>(src, dst),
+        IQ4_NL => dequantize_row::<BlockIQ4NL>(src, dst),
+        IQ4_XS => dequantize_row::<BlockIQ4XS>(src, dst),
         _ => return Err(QuantError::Unsupported(ty)),
     }
     Ok(())
@@ -196,6 +201,8 @@ pub fn can_quantize(ty: GgmlType) -> bool {
             | Q5_K
             | Q6_K
             | Q8_K
+            | IQ4_NL
+            | IQ4_XS
     )
 }
 
@@ -234,6 +241,8 @@ pub fn quantize(ty: GgmlType, src: &[f32], dst: &mut [u8]) -> Result<(), QuantEr
         Q5_K => kquantize::quant_q5_k(src, dst),
         Q6_K => kquantize::quant_q6_k(src, dst),
         Q8_K => kquants::quant_q8_k(src, dst),
+        IQ4_NL => iquants::quant_iq4_nl(src, dst),
+        IQ4_XS => iquants::quant_iq4_xs(src, dst),
         _ => return Err(QuantError::Unsupported(ty)),
     }
     Ok(())

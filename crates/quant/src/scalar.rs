@@ -7,8 +7,9 @@
 //! prompt's tokens do not depend on which machine runs it.
 
 use crate::formats::blocks::{
-    Bf16Le, BlockFormat, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0,
-    BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, F16Le, F32Le, WeightFormat,
+    Bf16Le, BlockFormat, BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0,
+    BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, F16Le,
+    F32Le, WeightFormat,
 };
 use crate::formats::{kquants, legacy};
 use crate::GgmlType;
@@ -55,7 +56,8 @@ pub(crate) fn dot<W: WeightFormat>(w: &[W], a: &[W::Acts]) -> f32 {
     W::dot(&w[..nb], &a[..nb])
 }
 
-/// Q4_0/Q5_0/Q8_0 against Q8_0 in the canonical order every tier follows:
+/// Q4_0/Q5_0/Q8_0 (and IQ4_NL, whose values are table entries) against
+/// Q8_0 in the canonical order every tier follows:
 /// lane `j` of a block is the exact integer sum of its products `4j..4j+4`;
 /// block `b` adds `d_b * lane` into chain `b % 2` of eight lanes with one
 /// fused multiply-add (`d_b` the product of the two f16 scales, rounded to
@@ -89,8 +91,9 @@ fn legacy_q8_1<W: BlockFormat<Decoded = legacy::Unpacked>>(w: &[W], a: &[BlockQ8
     sumf
 }
 
-/// A K-quant against Q8_K: exact integer sums per super-block (values by
-/// group scales, minimums by the activations' group sums), then
+/// A K-quant (or IQ4_XS, whose values are table entries and whose
+/// minimums are zero) against Q8_K: exact integer sums per super-block
+/// (values by group scales, minimums by the activations' group sums), then
 /// [`kquant_block`] in block order.
 #[inline(always)]
 fn kquant_q8_k<W: BlockFormat<Decoded = kquants::Unpacked>>(w: &[W], a: &[BlockQ8K]) -> f32 {
@@ -137,6 +140,8 @@ weight_format!(BlockQ4K, BlockQ8K, kquant_q8_k);
 weight_format!(BlockQ5K, BlockQ8K, kquant_q8_k);
 weight_format!(BlockQ6K, BlockQ8K, kquant_q8_k);
 weight_format!(BlockQ8K, BlockQ8K, kquant_q8_k);
+weight_format!(BlockIQ4NL, BlockQ8_0, legacy_q8_0);
+weight_format!(BlockIQ4XS, BlockQ8K, kquant_q8_k);
 
 /// The canonical order of a float dot product of `n` elements, which every
 /// tier's float kernels follow: 8-element group `g` adds its products into

@@ -331,6 +331,10 @@ pub(crate) mod at {
     pub(crate) const Q5_0_QH: usize = offset_of!(BlockQ5_0, qh);
     pub(crate) const Q5_0_QS: usize = offset_of!(BlockQ5_0, qs);
     pub(crate) const Q8_0_QS: usize = offset_of!(BlockQ8_0, qs);
+    pub(crate) const Q4_1_QS: usize = offset_of!(BlockQ4_1, qs);
+    pub(crate) const Q5_1_QH: usize = offset_of!(BlockQ5_1, qh);
+    pub(crate) const Q5_1_QS: usize = offset_of!(BlockQ5_1, qs);
+    pub(crate) const Q8_1_QS: usize = offset_of!(BlockQ8_1, qs);
     pub(crate) const Q4K_QS: usize = offset_of!(BlockQ4K, qs);
     pub(crate) const Q5K_QH: usize = offset_of!(BlockQ5K, qh);
     pub(crate) const Q5K_QS: usize = offset_of!(BlockQ5K, qs);
@@ -341,8 +345,6 @@ pub(crate) mod at {
     pub(crate) const Q8K_QS: usize = offset_of!(BlockQ8K, qs);
     pub(crate) const Q8K_BSUMS: usize = offset_of!(BlockQ8K, bsums);
     pub(crate) const IQ4NL_QS: usize = offset_of!(BlockIQ4NL, qs);
-    pub(crate) const IQ4XS_SCALES_H: usize = offset_of!(BlockIQ4XS, scales_h);
-    pub(crate) const IQ4XS_SCALES_L: usize = offset_of!(BlockIQ4XS, scales_l);
     pub(crate) const IQ4XS_QS: usize = offset_of!(BlockIQ4XS, qs);
 }
 

@@ -26,8 +26,9 @@
 //! depend on the CPU that runs it.
 
 use crate::formats::blocks::{
-    block, blocks_mut, BlockFormat, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,
-    BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, Decoded,
+    block, blocks_mut, BlockFormat, BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K,
+    BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1,
+    Decoded,
 };
 #[cfg(target_arch = "x86_64")]
 use crate::formats::interleave::GROUP_ROWS;
@@ -62,7 +63,7 @@ pub(crate) const ROWS4: usize = 4;
 pub(crate) fn group_len(ty: GgmlType) -> Option<usize> {
     use GgmlType::*;
     match ty {
-        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K => Some(32),
+        Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K | IQ4_NL | IQ4_XS => Some(32),
         Q2_K | Q3_K | Q6_K => Some(16),
         _ => None,
     }
@@ -89,6 +90,8 @@ fn unsigned_range(ty: GgmlType) -> (i32, i32) {
         Q4_0 => (8, 15),
         Q5_0 => (16, 31),
         Q8_0 => (128, 255),
+        // Table values -127..=113 (`iquants::KVALUES`).
+        IQ4_NL | IQ4_XS => (128, 241),
         Q3_K => (4, 7),
         Q6_K => (32, 63),
         Q2_K => (0, 3),
@@ -411,6 +414,8 @@ impl Panel {
             Q4_K => self.pack_format::<BlockQ4K>(rows, cols),
             Q5_K => self.pack_format::<BlockQ5K>(rows, cols),
             Q6_K => self.pack_format::<BlockQ6K>(rows, cols),
+            IQ4_NL => self.pack_format::<BlockIQ4NL>(rows, cols),
+            IQ4_XS => self.pack_format::<BlockIQ4XS>(rows, cols),
             _ => {}
         }
     }

@@ -8,14 +8,16 @@
 //! it was an eighth of a 512-token prefill and most of a 16-sequence decode
 //! step. Here each format's stored bits are already the unsigned panel bytes
 //! `q + off` (Q8_0 flips its sign bit), so unpacking is a few masks and
-//! shifts, and eight rows' 32 bytes go through one 8 × 8 transpose of
+//! shifts (IQ4_NL and IQ4_XS: a table lookup by `vpshufb`, the sign bit
+//! flipped), and eight rows' 32 bytes go through one 8 × 8 transpose of
 //! 4-byte words into eight column steps. The bytes, scales and minimum
 //! terms are exactly the portable packer's (tested).
 
 use super::{Panel, NR};
-use crate::formats::blocks::{at, block, BlockQ4K, BlockQ6K};
+use crate::formats::blocks::{at, block, BlockIQ4XS, BlockQ4K, BlockQ6K, K_SUB_BLOCKS};
 use crate::formats::f16_at;
 use crate::formats::interleave::{x8, x8_q5_0, x8_q6_k, x8_q8_0, GROUP_ROWS};
+use crate::formats::iquants::{xs_scale, KVALUES, XS_SCALE_BIAS};
 use crate::formats::kquants::scales_mins_k4;
 use crate::simd::x86_x8::{fifth_bit, q6_k_group_quads};
 use crate::GgmlType;
@@ -27,7 +29,10 @@ const PREFETCH_AHEAD: usize = 256;
 /// Whether [`pack_avx2`] packs `ty`.
 pub(super) fn packs(ty: GgmlType) -> bool {
     use GgmlType::*;
-    matches!(ty, Q4_0 | Q5_0 | Q8_0 | Q4_K | Q5_K | Q6_K)
+    matches!(
+        ty,
+        Q4_0 | Q5_0 | Q8_0 | Q4_K | Q5_K | Q6_K | IQ4_NL | IQ4_XS
+    )
 }
 
 /// Packs `rows` (exactly [`NR`] rows, each holding at least `cols`
@@ -279,6 +284,8 @@ unsafe fn codes(ty: GgmlType, blk: *const u8, j: usize) -> __m256i {
                 _mm256_set1_epi8(-128),
             ),
             GgmlType::Q4_0 => nibbles(_mm_loadu_si128(blk.add(at::Q4_0_QS) as *const __m128i)),
+            GgmlType::IQ4_NL => iq4_codes(blk.add(at::IQ4NL_QS)),
+            GgmlType::IQ4_XS => iq4_codes(blk.add(at::IQ4XS_QS + 16 * j)),
             GgmlType::Q5_0 => {
                 let qh = (blk.add(at::Q5_0_QH) as *const u32).read_unaligned();
                 let lo = nibbles(_mm_loadu_si128(blk.add(at::Q5_0_QS) as *const __m128i));
@@ -342,6 +349,22 @@ unsafe fn codes(ty: GgmlType, blk: *const u8, j: usize) -> __m256i {
 }
 
 /// A legacy block's 16 bytes of nibbles as 32 values: low nibbles first.
+/// The 16 bytes of IQ4 nibbles at `p` as panel bytes: each nibble's table
+/// value plus 128 (the value with its sign bit flipped), element order.
+///
+/// # Safety
+/// `p` must be valid for 16 bytes; avx2 present (as in every caller).
+#[inline(always)]
+unsafe fn iq4_codes(p: *const u8) -> __m256i {
+    // SAFETY: the caller's contract; `KVALUES` holds 16 bytes.
+    unsafe {
+        let table =
+            _mm256_broadcastsi128_si256(_mm_loadu_si128(KVALUES.as_ptr() as *const __m128i));
+        let idx = nibbles(_mm_loadu_si128(p as *const __m128i));
+        _mm256_xor_si256(_mm256_shuffle_epi8(table, idx), _mm256_set1_epi8(-128))
+    }
+}
+
 #[inline(always)]
 fn nibbles(v: __m128i) -> __m256i {
     // SAFETY: register operations only; avx2 is enabled by the caller.
@@ -444,6 +467,18 @@ unsafe fn scales(p: &mut Panel, ty: GgmlType, rows: &[&[u8]], b: usize, bb: usiz
                 {
                     s[r] = d * f32::from(sc[h]);
                     m[r] = dmin * f32::from(mn[h]);
+                }
+            }
+        }
+        GgmlType::IQ4_XS => {
+            // The portable packer's `d · (ls − 32)`; no minimum terms (`m`
+            // stays the zeros `prepare` left).
+            let s = &mut p.s[b * K_SUB_BLOCKS * NR..(b + 1) * K_SUB_BLOCKS * NR];
+            for (r, row) in rows.iter().enumerate() {
+                let blk: &BlockIQ4XS = block(&row[b * bb..(b + 1) * bb]);
+                let d = blk.d.get();
+                for (ib, s) in s.chunks_exact_mut(NR).enumerate() {
+                    s[r] = d * (xs_scale(blk, ib) - XS_SCALE_BIAS) as f32;
                 }
             }
         }

@@ -44,7 +44,7 @@ fn random_acts(
     (a, xs)
 }
 
-const TYPES: [GgmlType; 10] = [
+const TYPES: [GgmlType; 12] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
@@ -55,6 +55,8 @@ const TYPES: [GgmlType; 10] = [
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
 ];
 
 /// Every format packs to a shape the AVX2 tile has a kernel for (any other
@@ -86,7 +88,7 @@ proptest! {
     /// Every tier's tile gives exactly the reference's sums, for every type,
     /// partial tiles and partial panels included.
     #[test]
-    fn simd_tile_matches_scalar(t in 0usize..10, sbs in 1usize..4, rows in 1usize..=NR, m in 1usize..=MR, seed in any::<u64>()) {
+    fn simd_tile_matches_scalar(t in 0usize..TYPES.len(), sbs in 1usize..4, rows in 1usize..=NR, m in 1usize..=MR, seed in any::<u64>()) {
         let ty = TYPES[t];
         let cols = sbs * 256;
         let g = group_len(ty).unwrap();
@@ -109,7 +111,7 @@ proptest! {
     /// type, whole and partial blocks and partial panels, at a block that
     /// does not start the batch.
     #[test]
-    fn amx_block_matches_scalar(t in 0usize..10, sbs in 1usize..3, rows in 1usize..=NR, m in 1usize..=amx::MA, seed in any::<u64>()) {
+    fn amx_block_matches_scalar(t in 0usize..TYPES.len(), sbs in 1usize..3, rows in 1usize..=NR, m in 1usize..=amx::MA, seed in any::<u64>()) {
         let ty = TYPES[t];
         let cols = sbs * 256;
         let g = group_len(ty).unwrap();
@@ -368,7 +370,7 @@ proptest! {
     /// format: quantized rows, and raw random bytes (any scale bits,
     /// NaN and infinity included), whole panels and short ones.
     #[test]
-    fn every_tier_packs_the_portable_panel(t in 0usize..10, sbs in 1usize..4, short in 1usize..NR, whole in 0usize..4, raw in any::<bool>(), seed in any::<u64>()) {
+    fn every_tier_packs_the_portable_panel(t in 0usize..TYPES.len(), sbs in 1usize..4, short in 1usize..NR, whole in 0usize..4, raw in any::<bool>(), seed in any::<u64>()) {
         let ty = TYPES[t];
         // Mostly whole panels, which the vector packers take (short ones go
         // to the portable packer on every tier).

@@ -15,8 +15,9 @@ use std::borrow::Cow;
 use std::sync::OnceLock;
 
 use crate::formats::blocks::{
-    blocks, Bf16Le, BlockFormat, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,
-    BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, F16Le, F32Le, WeightFormat,
+    blocks, Bf16Le, BlockFormat, BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0,
+    BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, F16Le, F32Le,
+    WeightFormat,
 };
 use crate::formats::float::f32_to_bf16_bits;
 pub(crate) use crate::formats::interleave::Interleaved;
@@ -295,6 +296,8 @@ pub(crate) struct Kernels {
     pub q5_k: FormatKernels<BlockQ5K>,
     pub q6_k: FormatKernels<BlockQ6K>,
     pub q8_k: FormatKernels<BlockQ8K>,
+    pub iq4_nl: FormatKernels<BlockIQ4NL>,
+    pub iq4_xs: FormatKernels<BlockIQ4XS>,
     pub f32: FloatKernels<F32Le>,
     pub f16: FloatKernels<F16Le>,
     /// BF16 weights against bf16 activations ([`crate::scalar::dot_bf16`]).
@@ -345,6 +348,8 @@ impl Kernels {
             GgmlType::Q5_K => work.run(self, &self.q5_k),
             GgmlType::Q6_K => work.run(self, &self.q6_k),
             GgmlType::Q8_K => work.run(self, &self.q8_k),
+            GgmlType::IQ4_NL => work.run(self, &self.iq4_nl),
+            GgmlType::IQ4_XS => work.run(self, &self.iq4_xs),
             _ => return None,
         })
     }
@@ -405,6 +410,8 @@ static SCALAR: Kernels = Kernels {
     q5_k: FormatKernels::dot(scalar::dot::<BlockQ5K>),
     q6_k: FormatKernels::dot(scalar::dot::<BlockQ6K>),
     q8_k: FormatKernels::dot(scalar::dot::<BlockQ8K>),
+    iq4_nl: FormatKernels::dot(scalar::dot::<BlockIQ4NL>),
+    iq4_xs: FormatKernels::dot(scalar::dot::<BlockIQ4XS>),
     f32: FloatKernels::dot(scalar::dot_f32),
     f16: FloatKernels::dot(scalar::dot_f16),
     bf16: FloatKernels::dot(scalar::dot_bf16),
@@ -692,6 +699,7 @@ mod tests {
         let mut checked = 0;
         for k in available() {
             checked += check(k, &k.q8_0) + check(k, &k.q5_0) + check(k, &k.q4_0);
+            checked += check(k, &k.iq4_nl);
         }
         // Every x86 SIMD table sits on the AVX2 one, which has rows kernels
         // (the AArch64 tables have none yet).
@@ -750,6 +758,7 @@ mod tests {
         let mut checked = 0;
         for k in available() {
             checked += check(k, &k.q8_0) + check(k, &k.q5_0) + check(k, &k.q4_0);
+            checked += check(k, &k.iq4_nl);
         }
         let avx512 = cfg!(target_arch = "x86_64") && available().iter().any(|k| k.name == "avx512");
         if avx512 {
@@ -791,6 +800,7 @@ mod tests {
         for k in available() {
             checked += check(k, &k.q8_0) + check(k, &k.q5_0) + check(k, &k.q4_0);
             checked += check(k, &k.q4_k) + check(k, &k.q5_k) + check(k, &k.q6_k);
+            checked += check(k, &k.iq4_nl) + check(k, &k.iq4_xs);
         }
         // Every x86 SIMD table sits on the AVX2 one, which has tiles.
         if cfg!(target_arch = "x86_64") && available().len() > 1 {

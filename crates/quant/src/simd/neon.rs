@@ -1,8 +1,9 @@
 //! AArch64 kernels: NEON (every AArch64 CPU) and NEON with the `dotprod`
 //! extension (`sdot`: Cortex-A76/A78, Apple M1 and later, Neoverse N1 and
 //! later, the Raspberry Pi 5), for the formats llama-quantize's mixes use:
-//! Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K and the F32/F16/BF16 dots. The other
-//! formats stay on the scalar kernels.
+//! Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS (their table values
+//! by `tbl`) and the F32/F16/BF16 dots. The other formats stay on the
+//! scalar kernels.
 //!
 //! Both tables follow the canonical order of [`crate::scalar`]: integer
 //! products are exact in any order, and the float accumulation uses the same
@@ -24,10 +25,11 @@ use std::arch::asm;
 
 use super::{raw, FloatKernels, FormatKernels, GemmTier, Kernels, SCALAR};
 use crate::formats::blocks::{
-    at, block, Bf16Le, BlockFormat, BlockQ4K, BlockQ4_0, BlockQ5K, BlockQ5_0, BlockQ6K, BlockQ8K,
-    BlockQ8_0, F16Le, F32Le, K_SUB_BLOCKS,
+    at, block, Bf16Le, BlockFormat, BlockIQ4NL, BlockIQ4XS, BlockQ4K, BlockQ4_0, BlockQ5K,
+    BlockQ5_0, BlockQ6K, BlockQ8K, BlockQ8_0, F16Le, F32Le, K_SUB_BLOCKS,
 };
 use crate::formats::f16_at;
+use crate::formats::iquants::{xs_scale, KVALUES, XS_SCALE_BIAS};
 use crate::formats::kquants::scales_mins_k4;
 
 /// How a table turns 16 pairs of signed bytes into four lanes, lane `j`
@@ -164,6 +166,31 @@ unsafe fn unpack_q4_0(p: *const u8) -> (int8x16_t, int8x16_t) {
     }
 }
 
+/// The 16 bytes of nibbles at `p` as table values ([`KVALUES`], by
+/// `tbl`): elements 0–15 from the low nibbles, 16–31 from the high ones.
+///
+/// # Safety
+/// `p` must be valid for 16 bytes.
+#[inline(always)]
+unsafe fn iq4_values(p: *const u8) -> (int8x16_t, int8x16_t) {
+    // SAFETY: the caller's contract; `KVALUES` is 16 bytes.
+    unsafe {
+        let table = vld1q_s8(KVALUES.as_ptr());
+        let qs = ld_u8(p);
+        (
+            vqtbl1q_s8(table, vandq_u8(qs, vdupq_n_u8(0x0F))),
+            vqtbl1q_s8(table, vshrq_n_u8::<4>(qs)),
+        )
+    }
+}
+
+/// IQ4_NL weights: the table values of its nibbles.
+#[inline(always)]
+unsafe fn unpack_iq4_nl(p: *const u8) -> (int8x16_t, int8x16_t) {
+    // SAFETY: `p` points at a whole IQ4_NL block, whose 16 `qs` bytes these are.
+    unsafe { iq4_values(p.add(at::IQ4NL_QS)) }
+}
+
 /// Bit `i` of `bits` (16 bits) as byte `i`: 0x10 where set, else 0.
 #[inline(always)]
 unsafe fn high_bits(bits: u16) -> uint8x16_t {
@@ -286,6 +313,36 @@ unsafe fn q4_k<P: Products>(w: &[u8], a: &[u8], nb: usize) -> f32 {
                 vaddvq_s32(isum),
                 min_sum(&mins, pa),
             )
+        })
+    }
+}
+
+/// IQ4_XS · Q8_K: each sub-block's exact dot times its multiplier
+/// `ls − 32`, then [`crate::scalar::kquant_block`] (no minimums), blocks in
+/// order.
+///
+/// # Safety
+/// `w` holds `nb` IQ4_XS blocks, `a` `nb` Q8_K blocks.
+#[inline(always)]
+unsafe fn iq4_xs<P: Products>(w: &[u8], a: &[u8], nb: usize) -> f32 {
+    // SAFETY: `kquant_row` hands over whole IQ4_XS blocks and their Q8_K
+    // blocks; every read below stays inside them.
+    unsafe {
+        kquant_row(w, a, nb, BlockIQ4XS::BYTES, |blk, pa| {
+            let head: &BlockIQ4XS = block(blk);
+            let qa = pa.add(at::Q8K_QS);
+            let mut isum = vdupq_n_s32(0);
+            for ib in 0..K_SUB_BLOCKS {
+                let (lo, hi) = iq4_values(blk.as_ptr().add(at::IQ4XS_QS + 16 * ib));
+                let z = vdupq_n_s32(0);
+                let dot = P::dot4(
+                    P::dot4(z, lo, ld_s8(qa.add(32 * ib))),
+                    hi,
+                    ld_s8(qa.add(32 * ib + 16)),
+                );
+                isum = vmlaq_n_s32(isum, dot, xs_scale(head, ib) - XS_SCALE_BIAS);
+            }
+            (head.d.get(), 0.0, vaddvq_s32(isum), 0)
         })
     }
 }
@@ -539,7 +596,11 @@ unsafe fn bf16_dot(w: &[u8], x: &[u16], n: usize) -> f32 {
 /// Writes a table's kernels: `$feat` is the target feature string of the
 /// functions, `$p` the [`Products`] they use.
 macro_rules! kernels {
-    ($feat:literal, $p:ty, $q4_0:ident, $q5_0:ident, $q8_0:ident, $q4_k:ident, $q5_k:ident, $q6_k:ident) => {
+    ($feat:literal, $p:ty, $q4_0:ident, $q5_0:ident, $q8_0:ident, $q4_k:ident, $q5_k:ident, $q6_k:ident, $iq4_nl:ident, $iq4_xs:ident) => {
+        kernels!(@one $feat, $iq4_nl, BlockIQ4NL, BlockQ8_0, |w, a, nb| {
+            legacy_q8_0::<$p>(w, a, nb, BlockIQ4NL::BYTES, |p| unpack_iq4_nl(p))
+        });
+        kernels!(@one $feat, $iq4_xs, BlockIQ4XS, BlockQ8K, |w, a, nb| iq4_xs::<$p>(w, a, nb));
         kernels!(@one $feat, $q4_0, BlockQ4_0, BlockQ8_0, |w, a, nb| {
             legacy_q8_0::<$p>(w, a, nb, BlockQ4_0::BYTES, |p| unpack_q4_0(p))
         });
@@ -566,7 +627,18 @@ macro_rules! kernels {
     };
 }
 
-kernels!("neon", Widening, q4_0_neon, q5_0_neon, q8_0_neon, q4_k_neon, q5_k_neon, q6_k_neon);
+kernels!(
+    "neon",
+    Widening,
+    q4_0_neon,
+    q5_0_neon,
+    q8_0_neon,
+    q4_k_neon,
+    q5_k_neon,
+    q6_k_neon,
+    iq4_nl_neon,
+    iq4_xs_neon
+);
 kernels!(
     "neon,dotprod",
     Sdot,
@@ -575,7 +647,9 @@ kernels!(
     q8_0_dp,
     q4_k_dp,
     q5_k_dp,
-    q6_k_dp
+    q6_k_dp,
+    iq4_nl_dp,
+    iq4_xs_dp
 );
 
 /// F32 · F32 (NEON).
@@ -633,6 +707,8 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q4_k: FormatKernels::dot(q4_k_neon),
         q5_k: FormatKernels::dot(q5_k_neon),
         q6_k: FormatKernels::dot(q6_k_neon),
+        iq4_nl: FormatKernels::dot(iq4_nl_neon),
+        iq4_xs: FormatKernels::dot(iq4_xs_neon),
         f32: FloatKernels::dot(f32_neon),
         f16: FloatKernels::dot(f16_neon),
         bf16: FloatKernels::dot(bf16_neon),
@@ -647,6 +723,8 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q4_k: FormatKernels::dot(q4_k_dp),
         q5_k: FormatKernels::dot(q5_k_dp),
         q6_k: FormatKernels::dot(q6_k_dp),
+        iq4_nl: FormatKernels::dot(iq4_nl_dp),
+        iq4_xs: FormatKernels::dot(iq4_xs_dp),
         gemm: GemmTier::Dotprod,
         ..NEON
     };

@@ -1,6 +1,7 @@
 //! x86_64 kernels: AVX2+FMA+F16C for every main format, and AVX-512 VNNI /
 //! AVX-VNNI variants of the 32-block formats, where `vpdpbusd` replaces the
-//! `maddubs`+`madd` pair.
+//! `maddubs`+`madd` pair. IQ4_NL and IQ4_XS are in `x86/iq4.rs`, on this
+//! file's macros.
 //!
 //! Every kernel is an `unsafe fn` only for the CPU features it enables
 //! (checked by [`detect`] before the kernel is put in a table): it takes its
@@ -1340,6 +1341,8 @@ static AVX2_TABLE: Kernels = Kernels {
         prefetches: true,
         ..FormatKernels::dot(q4_0_avx2)
     },
+    q4_1: FormatKernels::dot(q8_1::q4_1_avx2),
+    q5_1: FormatKernels::dot(q8_1::q5_1_avx2),
     q5_0: FormatKernels {
         tile4: Some(q5_0_x4_avx2),
         rows4: Some(q5_0_r4_avx2),
@@ -1373,6 +1376,17 @@ static AVX2_TABLE: Kernels = Kernels {
         x8x4: Some(x8::q6_k_x8x4_avx2),
         prefetches: true,
         ..FormatKernels::dot(q6_k_avx2)
+    },
+    iq4_nl: FormatKernels {
+        tile4: Some(iq4::iq4_nl_x4_avx2),
+        rows4: Some(iq4::iq4_nl_r4_avx2),
+        prefetches: true,
+        ..FormatKernels::dot(iq4::iq4_nl_avx2)
+    },
+    iq4_xs: FormatKernels {
+        tile4: Some(iq4::iq4_xs_x4_avx2),
+        prefetches: true,
+        ..FormatKernels::dot(iq4::iq4_xs_avx2)
     },
     f32: FloatKernels::dot(f32_avx2),
     f16: FloatKernels::dot(f16_avx2),
@@ -1418,6 +1432,16 @@ static AVXVNNI_TABLE: Kernels = Kernels {
         x8: Some(x8::q6_k_x8_avxvnni),
         x8x4: Some(x8::q6_k_x8x4_avxvnni),
         ..AVX2_TABLE.q6_k
+    },
+    iq4_nl: FormatKernels {
+        dot: iq4::iq4_nl_avxvnni,
+        rows4: Some(iq4::iq4_nl_r4_avxvnni),
+        ..AVX2_TABLE.iq4_nl
+    },
+    iq4_xs: FormatKernels {
+        dot: iq4::iq4_xs_avxvnni,
+        tile4: Some(iq4::iq4_xs_x4_avxvnni),
+        ..AVX2_TABLE.iq4_xs
     },
     gemm: GemmTier::AvxVnni,
     ..AVX2_TABLE
@@ -1476,6 +1500,18 @@ static AVX512_TABLE: Kernels = Kernels {
         x8: Some(x8::q6_k_x8_avx512vl),
         x8x4: Some(x8::q6_k_x8x4_avx512vl),
         ..AVX2_TABLE.q6_k
+    },
+    iq4_nl: FormatKernels {
+        dot: iq4::iq4_nl_avx512,
+        tile4: Some(iq4::iq4_nl_x4_avx512),
+        tile44: Some(iq4::iq4_nl_t44_avx512),
+        rows4: Some(iq4::iq4_nl_r4_avx512vl),
+        ..AVX2_TABLE.iq4_nl
+    },
+    iq4_xs: FormatKernels {
+        dot: iq4::iq4_xs_avx512vl,
+        tile4: Some(iq4::iq4_xs_x4_avx512vl),
+        ..AVX2_TABLE.iq4_xs
     },
     f32: FloatKernels {
         dot: x86_float::f32_avx512,
@@ -1801,3 +1837,8 @@ legacy_rows!(
     q4_0_r4_avx512vl,
     q5_0_r4_avx512vl
 );
+
+/// IQ4_NL and IQ4_XS, on the macros above.
+mod iq4;
+/// Q4_1 and Q5_1 against Q8_1.
+mod q8_1;

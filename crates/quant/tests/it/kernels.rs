@@ -9,7 +9,7 @@ use quant::{
 };
 use threads::ThreadPool;
 
-const WEIGHT_TYPES: [GgmlType; 14] = [
+const WEIGHT_TYPES: [GgmlType; 16] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -24,12 +24,15 @@ const WEIGHT_TYPES: [GgmlType; 14] = [
     GgmlType::Q5_K,
     GgmlType::Q6_K,
     GgmlType::Q8_K,
+    GgmlType::IQ4_NL,
+    GgmlType::IQ4_XS,
 ];
 
 /// Offsets of the f16 scale fields in one block, which must hold finite values.
 fn f16_fields(ty: GgmlType) -> &'static [usize] {
     match ty {
         GgmlType::Q4_0 | GgmlType::Q5_0 | GgmlType::Q8_0 => &[0],
+        GgmlType::IQ4_NL | GgmlType::IQ4_XS => &[0],
         GgmlType::Q4_1 | GgmlType::Q5_1 | GgmlType::Q4_K | GgmlType::Q5_K => &[0, 2],
         GgmlType::Q2_K => &[80, 82],
         GgmlType::Q3_K => &[108],
@@ -234,6 +237,8 @@ fn batched_matmul_matches_vector_kernels() {
             GgmlType::Q4_K,
             GgmlType::Q5_K,
             GgmlType::Q6_K,
+            GgmlType::IQ4_NL,
+            GgmlType::IQ4_XS,
         ] {
             let (rows, cols, batch) = (45, 512, 37);
             let w = random_weights(ty, rows * cols, &mut rng);

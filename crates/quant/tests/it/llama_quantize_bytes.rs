@@ -1,6 +1,7 @@
-//! Our K-quant quantizers against bytes llama.cpp's `llama-quantize` wrote: the
-//! tiny Gemma 3 fixture (hidden 256, so every matrix takes K-quants) quantized
-//! from its f32 GGUF to Q4_K_M and Q6_K (see tests/fixtures/tiny/SOURCE.md).
+//! Our K-quant and IQ4 quantizers against bytes llama.cpp's `llama-quantize`
+//! wrote: the tiny Gemma 3 fixture (hidden 256, so every matrix takes
+//! K-quants and IQ4_XS) quantized from its f32 GGUF to Q4_K_M, Q6_K, IQ4_NL
+//! and IQ4_XS (see tests/fixtures/tiny/SOURCE.md).
 
 use gguf::GgufFile;
 use hearth_quant::{quantize, GgmlType};
@@ -20,14 +21,15 @@ fn f32_values(bytes: &[u8]) -> Vec<f32> {
         .collect()
 }
 
-/// Quantizes every K-quant tensor of `quantized` from the f32 file and counts
-/// the tensors (per type) whose bytes match.
+/// Quantizes every K-quant and IQ4 tensor of `quantized` from the f32 file
+/// and counts the tensors (per type) whose bytes match.
 fn compare(quantized: &str) -> Vec<(GgmlType, usize)> {
     let src = fixture("model-f32.gguf");
     let want = fixture(quantized);
     let mut counts: Vec<(GgmlType, usize)> = Vec::new();
     for t in want.tensors() {
-        if !matches!(t.ty, GgmlType::Q4_K | GgmlType::Q5_K | GgmlType::Q6_K) {
+        use GgmlType::{IQ4_NL, IQ4_XS, Q4_K, Q5_K, Q6_K};
+        if !matches!(t.ty, Q4_K | Q5_K | Q6_K | IQ4_NL | IQ4_XS) {
             continue;
         }
         let s = src.tensor(&t.name).expect("tensor in the f32 file");
@@ -69,4 +71,16 @@ fn q4_k_m_tensors_match_llama_quantize_bit_for_bit() {
 fn q6_k_tensors_match_llama_quantize_bit_for_bit() {
     let counts = compare("model-q6_k.gguf");
     assert_eq!(counts, vec![(GgmlType::Q6_K, 43)]);
+}
+
+/// IQ4_NL and IQ4_XS (`quantize_iq4_nl`/`quantize_iq4_xs` without an
+/// importance matrix: the best of 15 scales per block of 32, then for
+/// IQ4_XS a 6-bit multiplier of the super-block's scale) give llama.cpp's
+/// bytes; the tied embedding stays Q6_K in both files.
+#[test]
+fn iq4_tensors_match_llama_quantize_bit_for_bit() {
+    let counts = compare("model-iq4_nl.gguf");
+    assert_eq!(counts, vec![(GgmlType::Q6_K, 1), (GgmlType::IQ4_NL, 42)]);
+    let counts = compare("model-iq4_xs.gguf");
+    assert_eq!(counts, vec![(GgmlType::Q6_K, 1), (GgmlType::IQ4_XS, 42)]);
 }

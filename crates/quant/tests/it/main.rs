@@ -3,6 +3,7 @@
 //! what it tests (`cargo test -p CRATE --test it MODULE::`).
 
 mod fixtures;
+mod iq4;
 mod kernels;
 mod kquant_llamacpp;
 mod kquantize;
