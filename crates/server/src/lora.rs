@@ -1,7 +1,8 @@
 //! llama.cpp's `/lora-adapters`: `GET` lists the LoRA adapters a model
 //! was started with (`--lora`) and the scales requests run them at;
 //! `POST` sets those scales (`[{"id": 0, "scale": 0.5}]`, adapters not
-//! listed off). A request's own `lora` field overrides them for itself.
+//! listed off), which a model unloaded and loaded again keeps. A
+//! request's own `lora` field overrides them for itself.
 
 use crate::error::ApiError;
 use crate::{body::read_json, AppState};
@@ -45,9 +46,8 @@ pub(crate) async fn set(
 ) -> Result<Json<Value>, ApiError> {
     let entries = read_json(&st, &headers, body, parse_scales).await?;
     let lease = st.models.lease(q.model.as_deref()).await?;
-    lease
-        .engine
-        .set_lora_scales(&entries)
+    st.models
+        .set_lora_scales(&lease, entries)
         .map_err(|e| ApiError::bad_request(format!("{e}.")))?;
     Ok(Json(json!({ "success": true })))
 }

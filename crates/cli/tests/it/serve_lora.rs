@@ -180,3 +180,32 @@ fn refusals_say_why(server: &Server) {
         assert!(!message.is_empty(), "{path} {body}");
     }
 }
+
+/// Scales set by `POST /lora-adapters` outlive an unload: the model loaded
+/// again runs at them, not at its `--lora` scales.
+#[test]
+fn set_scales_outlive_an_unload() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::copy(
+        tiny_fixture("gemma3/model-f32.gguf"),
+        dir.path().join("tiny.gguf"),
+    )
+    .unwrap();
+    let a = tiny_fixture("gemma3/lora_a");
+    let server = crate::serve_common::serve_models(dir.path(), &["--lora", a.to_str().unwrap()]);
+    let scale = |s: &Server| s.probe("/lora-adapters?model=tiny").json()[0]["scale"].clone();
+    assert_eq!(scale(&server), 1.0);
+    let r = server.post("/lora-adapters?model=tiny", r#"[{"id": 0, "scale": 0.5}]"#);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let unload = server.post("/api/generate", r#"{"model":"tiny","keep_alive":0}"#);
+    assert_eq!(unload.json()["done_reason"], "unload", "{}", unload.text());
+    let asked = std::time::Instant::now();
+    while server.probe("/api/ps").json()["models"]
+        .as_array()
+        .is_some_and(|m| !m.is_empty())
+    {
+        assert!(asked.elapsed().as_secs() < 5, "keep_alive 0 did not unload");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(scale(&server), 0.5, "the reloaded model lost the set scale");
+}

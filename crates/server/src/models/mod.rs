@@ -39,6 +39,10 @@ pub(crate) struct Models {
     /// Models loaded since the start, and loads that failed.
     pub loads: AtomicU64,
     pub load_failures: AtomicU64,
+    /// The LoRA scales `POST /lora-adapters` set, by model id: a model
+    /// loaded again (after an unload) runs at them, not at its `--lora`
+    /// scales.
+    lora_scales: Mutex<std::collections::HashMap<String, Vec<(usize, f32)>>>,
 }
 
 /// The listed models, each with its load lock and its place in memory.
@@ -95,7 +99,21 @@ impl Models {
             table: Mutex::new(table),
             loads: AtomicU64::new(0),
             load_failures: AtomicU64::new(0),
+            lora_scales: Mutex::default(),
         }
+    }
+
+    /// Sets the LoRA scales of the loaded model `lease` for every request
+    /// without its own, and keeps them for its later loads.
+    pub(crate) fn set_lora_scales(
+        &self,
+        lease: &Lease,
+        scales: Vec<(usize, f32)>,
+    ) -> Result<(), EngineError> {
+        lease.engine.set_lora_scales(&scales)?;
+        let mut kept = self.lora_scales.lock().unwrap_or_else(|e| e.into_inner());
+        kept.insert(lease.0.id.clone(), scales);
+        Ok(())
     }
 
     fn table(&self) -> MutexGuard<'_, Table> {
@@ -258,6 +276,18 @@ impl Models {
             Err(EngineError::InvalidRequest(format!(
                 "the loader stopped: {e}"
             )))
+        });
+        let kept = self
+            .lora_scales
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&id)
+            .cloned();
+        let built = built.and_then(|(backend, bytes)| {
+            if let Some(scales) = kept {
+                backend.engine.set_lora_scales(&scales)?;
+            }
+            Ok((backend, bytes))
         });
         let (backend, bytes) = match built {
             Ok(b) => b,
