@@ -18,7 +18,7 @@
 use super::blocks::{blocks_mut, BlockIQ4NL, BlockIQ4XS, K_SUB_BLOCKS};
 use super::kquants::{self, QK_K};
 use super::legacy::{self, QK};
-use super::nearest_int;
+use super::{nearest_int, GROUP_MAX_EPS};
 
 /// `kvalues_iq4nl`: the 16 values a nibble indexes, ascending.
 pub(crate) const KVALUES: [i8; 16] = [
@@ -101,10 +101,6 @@ fn best_index(x: f32) -> usize {
     }
 }
 
-/// ggml's `GROUP_MAX_EPS`: a block whose largest magnitude is below it
-/// quantizes to zeros.
-const GROUP_MAX_EPS: f32 = 1e-15;
-
 /// Candidate scales tried either side of the first guess (`ntry` in
 /// ggml's `quantize_row_iq4_nl_impl`, 7 for what `llama-quantize` writes).
 const NTRY: i32 = 7;
@@ -128,13 +124,7 @@ fn fit(x: &[f32], id: f32) -> (f32, f32) {
 /// block of (near) zeros. (ggml keeps the indices of its first guess too,
 /// but both formats round every value again at the scale they store.)
 fn block_scale(x: &[f32]) -> f32 {
-    let (mut amax, mut max) = (0.0f32, 0.0f32);
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
-        }
-    }
+    let (amax, max) = super::signed_amax(x);
     if amax < GROUP_MAX_EPS {
         return 0.0;
     }

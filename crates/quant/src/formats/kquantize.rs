@@ -13,7 +13,7 @@ use super::blocks::{
     blocks_mut, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ5K, BlockQ6K, F16Le, K_SCALE_BYTES,
 };
 use super::kquants::QK_K;
-use super::nearest_int;
+use super::{nearest_int, GROUP_MAX_EPS};
 use bytemuck::Zeroable;
 
 /// The head Q4_K and Q5_K share: the super-block's scale and minimum and
@@ -23,9 +23,6 @@ struct KHead<'b> {
     dmin: &'b mut F16Le,
     scales: &'b mut [u8; K_SCALE_BYTES],
 }
-
-/// ggml's threshold below which a group counts as all zeros.
-const GROUP_MAX_EPS: f32 = 1e-15;
 
 /// `nearest_int(v).clamp(lo, hi)` without a branch, so loops over it vectorize:
 /// clamping to `[lo - 1, hi + 1]` first keeps the magic-number rounding exact
@@ -149,13 +146,7 @@ const SYM_GRIDS: usize = 19;
 /// side by side (each in ggml's element order, so every bit matches) and the
 /// winner is then picked in ggml's order.
 fn fit_symmetric<const N: usize>(nmax: i32, x: &[f32; N], l: &mut [i8; N]) -> f32 {
-    let (mut amax, mut max) = (0.0f32, 0.0f32);
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
-        }
-    }
+    let (amax, max) = super::signed_amax(x);
     if amax < GROUP_MAX_EPS {
         l.fill(0);
         return 0.0;
@@ -205,13 +196,7 @@ fn fit_symmetric<const N: usize>(nmax: i32, x: &[f32; N], l: &mut [i8; N]) -> f3
 /// the `x²`-weighted error. `l` receives the biased quants `0..2*nmax`.
 fn fit_q3(nmax: i32, x: &[f32], l: &mut [i8]) -> f32 {
     let n = x.len();
-    let (mut amax, mut max) = (0.0f32, 0.0f32);
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
-        }
-    }
+    let (amax, max) = super::signed_amax(x);
     if amax < GROUP_MAX_EPS {
         l[..n].fill(0);
         return 0.0;

@@ -221,13 +221,7 @@ pub(crate) fn quant_q8_k(src: &[f32], dst: &mut [u8]) {
 
 /// [`quant_q8_k`] for one super-block.
 pub(crate) fn quant_q8_k_block(x: &[f32], b: &mut BlockQ8K) {
-    let (mut amax, mut max) = (0.0f32, 0.0f32);
-    for &v in x {
-        if v.abs() > amax {
-            amax = v.abs();
-            max = v;
-        }
-    }
+    let (amax, max) = super::signed_amax(x);
     if amax == 0.0 {
         *b = bytemuck::Zeroable::zeroed();
         return;

@@ -30,6 +30,24 @@ pub(crate) fn f32_at(b: &[u8]) -> f32 {
     f32::from_le_bytes([b[0], b[1], b[2], b[3]])
 }
 
+/// The largest magnitude of `x` and the value that has it (the first, on a
+/// tie), as ggml's quantizers find them.
+#[inline]
+pub(crate) fn signed_amax(x: &[f32]) -> (f32, f32) {
+    let (mut amax, mut max) = (0.0f32, 0.0f32);
+    for &v in x {
+        if v.abs() > amax {
+            amax = v.abs();
+            max = v;
+        }
+    }
+    (amax, max)
+}
+
+/// ggml's `GROUP_MAX_EPS`: a group whose largest magnitude is below it
+/// quantizes to zeros.
+pub(crate) const GROUP_MAX_EPS: f32 = 1e-15;
+
 /// ggml's `nearest_int`: round half to even (the magic-number trick rounds that way).
 #[inline(always)]
 pub(crate) fn nearest_int(v: f32) -> i32 {
