@@ -57,7 +57,7 @@ fn last(model: &str, content: &str, ended: Ended, u: &Usage) -> Value {
     };
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
     let per_second = |n: usize, d: Duration| n as f64 / d.as_secs_f64().max(1e-9);
-    let evaluated = u.prompt_tokens - u.cached_tokens;
+    let evaluated = u.prompt_tokens.saturating_sub(u.cached_tokens);
     json!({
         "index": 0,
         "content": content,

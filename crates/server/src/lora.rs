@@ -4,6 +4,7 @@
 //! listed off), which a model unloaded and loaded again keeps. A
 //! request's own `lora` field overrides them for itself.
 
+use crate::api::{lora_pairs, LoraEntry};
 use crate::error::ApiError;
 use crate::{body::read_json, AppState};
 use axum::body::Body;
@@ -18,13 +19,6 @@ use serde_json::{json, Value};
 pub(crate) struct LoraQuery {
     /// The model whose adapters are meant (default: the first served).
     model: Option<String>,
-}
-
-/// One entry of a `POST /lora-adapters` body.
-#[derive(Debug, Deserialize)]
-struct ScaleEntry {
-    id: i64,
-    scale: f32,
 }
 
 /// `GET /lora-adapters`: `[{"id", "path", "scale"}]`.
@@ -65,19 +59,10 @@ fn listing(engine: &engine::Engine) -> Value {
 
 /// A `POST /lora-adapters` body: a JSON array of `{"id", "scale"}`.
 fn parse_scales(body: &[u8]) -> Result<Vec<(usize, f32)>, ApiError> {
-    let entries: Vec<ScaleEntry> = serde_json::from_slice(body).map_err(|e| {
+    let entries: Vec<LoraEntry> = serde_json::from_slice(body).map_err(|e| {
         ApiError::bad_request(format!(
             "The body must be a JSON array of {{\"id\": <adapter id>, \"scale\": <number>}}: {e}"
         ))
     })?;
-    entries
-        .into_iter()
-        .map(|e| match usize::try_from(e.id) {
-            Ok(id) => Ok((id, e.scale)),
-            Err(_) => Err(ApiError::bad_request(format!(
-                "{} is not an adapter id.",
-                e.id
-            ))),
-        })
-        .collect()
+    lora_pairs(&entries, "body")
 }

@@ -90,29 +90,30 @@ pub(super) struct Common {
     lora: Option<Vec<LoraEntry>>,
 }
 
-/// One adapter of a request's `lora` list.
+/// One adapter of a `lora` list (a request's, or `POST /lora-adapters`'
+/// body).
 #[derive(Debug, Deserialize)]
-struct LoraEntry {
+pub(crate) struct LoraEntry {
     id: i64,
     scale: f32,
 }
 
-/// The request's `lora` list as `(id, scale)` pairs: ids are the
-/// server's adapters' (checked against them when the model is known).
-fn lora_list(c: &Common) -> Result<Option<Vec<(usize, f32)>>, ApiError> {
-    let Some(list) = &c.lora else {
-        return Ok(None);
-    };
+/// A `lora` list as `(id, scale)` pairs: ids are the server's adapters'
+/// (checked against them when the model is known); `field` names it in
+/// the error.
+pub(crate) fn lora_pairs(
+    list: &[LoraEntry],
+    field: &'static str,
+) -> Result<Vec<(usize, f32)>, ApiError> {
     list.iter()
         .map(|e| match usize::try_from(e.id) {
             Ok(id) if e.scale.is_finite() => Ok((id, e.scale)),
             _ => Err(ApiError::bad_param(
-                "lora",
+                field,
                 "Each `lora` entry is `{\"id\": <adapter id>, \"scale\": <number>}`.",
             )),
         })
-        .collect::<Result<_, _>>()
-        .map(Some)
+        .collect()
 }
 
 /// `prompt` of the legacy completions endpoint.
@@ -297,7 +298,11 @@ pub(super) fn common(
     let stop = stops(c.stop.take())?;
     let params = sampling(&c, defaults)?;
     let speculation = c.speculative.choice()?;
-    let lora = lora_list(&c)?;
+    let lora = c
+        .lora
+        .as_deref()
+        .map(|l| lora_pairs(l, "lora"))
+        .transpose()?;
     Ok(Request {
         speculation,
         lora,

@@ -17,6 +17,7 @@ use chat::chat_request;
 pub(crate) use chat::reply_grammar;
 use common::completion_request;
 pub(crate) use common::LlamaSamplers;
+pub(crate) use common::{lora_pairs, LoraEntry};
 pub use common::{MAX_CHOICES, MAX_TOP_LOGPROBS};
 pub use speculative::SpeculationChoice;
 
