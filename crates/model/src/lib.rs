@@ -196,7 +196,10 @@ impl Model {
         let config = Config::from_gguf(&file)?;
         let mut weights = Weights::bind(&file, &config)?;
         let with_head = config.pooling.is_none();
-        let background = match (layout::enabled(), timing) {
+        // Exact products dequantize each weight row to f32, which the
+        // file's layout serves faster than the integer kernels' one.
+        let interleave = layout::enabled() && opts.precision == Precision::Quantized;
+        let background = match (interleave, timing) {
             (false, _) => None,
             (true, LayoutTiming::AtLoad) => {
                 layout::interleave(&mut weights, &file, with_head)?;

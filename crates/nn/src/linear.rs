@@ -479,6 +479,9 @@ pub fn product(
     }
 }
 
+/// Weight rows [`matmul_exact`] takes out of the matrix at a time.
+const EXACT_ROWS: usize = 32;
+
 /// `out = x Wᵀ` with f32 activations: each weight row is dequantized once
 /// and dotted with every row of the batch. Slower than the integer kernels,
 /// but free of activation-quantization error (see [`Precision`]).
@@ -499,13 +502,26 @@ fn matmul_exact(
         &mut transposed[..rows * batch],
         per_worker * batch,
         |worker, chunk| {
-            let mut row = vec![0.0f32; cols];
-            for (i, outs) in chunk.chunks_exact_mut(batch).enumerate() {
-                if let Err(e) = w.dequantize_row(worker * per_worker + i, &mut row) {
-                    return failure.set(e);
-                }
-                for (b, o) in outs.iter_mut().enumerate() {
-                    *o = quant::vector::dot(&row, &x[b * cols..(b + 1) * cols]);
+            let (mut row, mut raw) = (vec![0.0f32; cols], Vec::new());
+            // Rows come out of an interleaved layout a group at a time:
+            // block by block (as one row's lookup takes them) costs more
+            // than the dot products.
+            for (g, group) in chunk.chunks_mut(EXACT_ROWS * batch).enumerate() {
+                let (first, rb) = (worker * per_worker + g * EXACT_ROWS, w.row_bytes());
+                let rows = match w.is_interleaved() {
+                    true => {
+                        w.rows_into(first, EXACT_ROWS, &mut raw);
+                        raw.chunks_exact(rb)
+                    }
+                    false => w.data()[first * rb..].chunks_exact(rb),
+                };
+                for (bytes, outs) in rows.zip(group.chunks_exact_mut(batch)) {
+                    if let Err(e) = quant::dequantize(w.ty(), bytes, &mut row) {
+                        return failure.set(e);
+                    }
+                    for (b, o) in outs.iter_mut().enumerate() {
+                        *o = quant::vector::dot(&row, &x[b * cols..(b + 1) * cols]);
+                    }
                 }
             }
         },
