@@ -51,7 +51,9 @@ pub use infill::{Infill, InfillFile, InfillLayout};
 pub use inspect::{inspect, load_tokenizer, towers, FileSummary, MetaEntry, TensorEntry, Towers};
 pub use load::{open_model_file, Engine};
 pub use lora::{merge_adapters, LoraInfo, LoraSpec};
-pub use model::{ring_slack, KvType, LayoutTiming, Precision, Scratch};
+pub use model::{
+    ring_slack, saved_rows, KvType, LayoutTiming, Precision, SavedKv, SavedLayerRows, Scratch,
+};
 pub use nn::Adapters;
 pub use options::{InputLimits, RunOptions, DEFAULT_BATCH, MAX_DEFAULT_CTX};
 pub use prompt::{Prompt, PromptInput, PromptRequest};

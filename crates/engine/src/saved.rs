@@ -45,8 +45,8 @@ pub struct SavedPrompt {
     pub tokens: Vec<u32>,
     /// The media among them, in order.
     pub media: Vec<MediaSpan>,
-    /// The cache's contents.
-    pub kv: Vec<u8>,
+    /// The cache's contents, in parts a store may share with other states.
+    pub kv: model::SavedKv,
 }
 
 /// A store of prompt states within one namespace (a model, the options
@@ -126,7 +126,7 @@ impl Session {
         SavedPrompt {
             tokens: self.tokens.clone(),
             media: self.images.iter().map(PromptMedia::span).collect(),
-            kv,
+            kv: model::SavedKv::whole(kv),
         }
     }
 

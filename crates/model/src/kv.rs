@@ -9,7 +9,7 @@ use quant::vector::Rows;
 
 mod state;
 mod storage_type;
-pub use state::KvStateError;
+pub use state::{saved_rows, KvStateError, SavedKv, SavedLayerRows};
 pub use storage_type::KvType;
 
 /// Positions a sliding-window ring of `window` keeps beyond its window: one

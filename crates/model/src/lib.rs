@@ -22,7 +22,7 @@ mod weights;
 pub use config::{Arch, Config, LayerKind, Pooling};
 pub use embed::{unit_vector, EmbeddingHead};
 pub use forward::{Embedded, SeqInput};
-pub use kv::{ring_slack, KvCache, KvStateError, KvType};
+pub use kv::{ring_slack, saved_rows, KvCache, KvStateError, KvType, SavedKv, SavedLayerRows};
 pub use logits::BatchRows;
 pub use lora::bind_adapter;
 pub use moe::{Experts, GateUp, MoeWeights};

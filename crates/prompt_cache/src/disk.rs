@@ -3,6 +3,7 @@
 //! back on a hit and checked before they are trusted.
 
 use crate::index::{Entry, FileState, Index};
+use crate::shared::Cut;
 use crate::{file, lock, Namespace, Stats};
 use engine::SavedPrompt;
 use std::io::{self, BufWriter};
@@ -170,12 +171,12 @@ impl Disk {
         };
         let path = self.dir.join(&name);
         let read = std::fs::read(&path).and_then(file::parse);
+        let cut = read.as_ref().ok().map(|(ns, saved)| Cut::of(ns, saved));
         let mut index = lock(index);
         match read {
             Ok((file_ns, saved)) if file_ns == ns && saved.tokens == tokens => {
-                let saved = Arc::new(saved);
-                index.hold_in_ram(id, &saved, stats);
-                Some(saved)
+                let held = cut.and_then(|cut| index.hold(id, cut, stats));
+                Some(held.unwrap_or_else(|| Arc::new(saved)))
             }
             Ok(_) => {
                 ignore(&path, &io::Error::other("it holds another state"), stats);
@@ -269,18 +270,9 @@ fn scan(dir: &Path, index: &mut Index, stats: &Stats) -> io::Result<()> {
         let path = dir.join(&name);
         match read_header(&path) {
             Ok((header, len)) => {
-                index.add(
-                    Entry {
-                        ns: header.ns,
-                        tokens: header.tokens,
-                        media: header.media,
-                        saved: None,
-                        file: FileState::Written(len),
-                        name,
-                        last_used: 0,
-                    },
-                    stats,
-                );
+                let held = (header.tokens, header.media);
+                let entry = Entry::new(header.ns, held, FileState::Written(len), name);
+                index.add(entry, stats);
             }
             Err(e) => {
                 ignore(&path, &e, stats);

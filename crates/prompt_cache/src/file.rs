@@ -9,11 +9,12 @@
 //! Numbers are little-endian.
 
 use crate::Namespace;
-use engine::{MediaSpan, SavedPrompt};
+use engine::{MediaSpan, SavedKv, SavedPrompt};
 use std::io::{self, Read, Write};
 
 const MAGIC: &[u8; 8] = b"HEARTHPC";
-const VERSION: u32 = 1;
+/// 2: each layer of a saved cache says its row widths.
+const VERSION: u32 = 2;
 /// Bytes of a media span in the header.
 const SPAN_BYTES: usize = 48;
 /// The most tokens a header may claim (far past any context): a corrupt
@@ -68,7 +69,9 @@ pub(crate) fn write(out: &mut impl Write, ns: &Namespace, saved: &SavedPrompt) -
         w.write_all(&m.key)?;
     }
     w.write_all(&(saved.kv.len() as u64).to_le_bytes())?;
-    w.write_all(&saved.kv)?;
+    for part in saved.kv.parts() {
+        w.write_all(part)?;
+    }
     let sum = hashed.crc.finalize();
     out.write_all(&sum.to_le_bytes())
 }
@@ -171,7 +174,7 @@ pub(crate) fn parse(mut bytes: Vec<u8>) -> io::Result<(Namespace, SavedPrompt)> 
         SavedPrompt {
             tokens: header.tokens,
             media: header.media,
-            kv: bytes,
+            kv: SavedKv::whole(bytes),
         },
     ))
 }
@@ -188,7 +191,7 @@ mod tests {
                 tokens: 3,
                 key: [7; 32],
             }],
-            kv: (0..200u8).collect(),
+            kv: SavedKv::from_parts(vec![(0..150u8).collect(), (150..200u8).collect()]),
         }
     }
 
@@ -199,7 +202,10 @@ mod tests {
         write(&mut bytes, &ns, &sample()).unwrap();
         let header = read_header(&mut bytes.as_slice(), bytes.len() as u64).unwrap();
         assert_eq!(header.file_len(), bytes.len() as u64);
-        assert_eq!(parse(bytes.clone()).unwrap(), (ns, sample()));
+        let (read_ns, read) = parse(bytes.clone()).unwrap();
+        assert_eq!(read_ns, ns);
+        assert_eq!(read.kv.to_vec(), sample().kv.to_vec());
+        assert_eq!((read.tokens, read.media), (sample().tokens, sample().media));
         // Every cut and every flipped byte is refused.
         for cut in 0..bytes.len() {
             assert!(parse(bytes[..cut].to_vec()).is_err(), "cut at {cut}");

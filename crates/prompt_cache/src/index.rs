@@ -1,6 +1,7 @@
 //! The states the cache knows, in RAM or in files: found by the prefix a
 //! prompt can reuse, dropped by recency to stay within the byte bounds.
 
+use crate::shared::{BlockKey, Blocks, Cut};
 use crate::{Namespace, Stats};
 use engine::{usable_prefix, MediaSpan, SavedPrompt};
 use std::collections::HashMap;
@@ -37,6 +38,10 @@ pub(crate) struct Entry {
     pub media: Vec<MediaSpan>,
     /// The whole state, while it is in RAM.
     pub saved: Option<Arc<SavedPrompt>>,
+    /// Bytes of it in RAM no other state holds.
+    pub own: u64,
+    /// The blocks of rows it shares with other states in RAM.
+    pub blocks: Vec<BlockKey>,
     pub file: FileState,
     /// Its file's name in the cache's folder.
     pub name: String,
@@ -45,12 +50,29 @@ pub(crate) struct Entry {
 }
 
 impl Entry {
-    fn ram_bytes(&self) -> u64 {
-        self.saved.as_ref().map_or(0, |s| ram_bytes(s))
+    /// An entry of `ns` for a state of `tokens` and `media`, not yet in
+    /// RAM.
+    pub fn new(
+        ns: Namespace,
+        (tokens, media): (Vec<u32>, Vec<MediaSpan>),
+        file: FileState,
+        name: String,
+    ) -> Self {
+        Self {
+            ns,
+            tokens,
+            media,
+            saved: None,
+            own: 0,
+            blocks: Vec::new(),
+            file,
+            name,
+            last_used: 0,
+        }
     }
 }
 
-/// Bytes a state takes in RAM.
+/// Bytes a state takes in RAM when it shares nothing.
 pub(crate) fn ram_bytes(s: &SavedPrompt) -> u64 {
     (s.kv.len() + 4 * s.tokens.len() + 48 * s.media.len()) as u64
 }
@@ -64,8 +86,11 @@ pub struct EntryInfo {
     pub tokens: usize,
     /// Media items among them.
     pub media: usize,
-    /// Bytes in RAM (0 when only its file is left).
+    /// Bytes in RAM it alone holds (0 when only its file is left).
     pub ram_bytes: u64,
+    /// Bytes in RAM of the rows it shares with other states (a system
+    /// prompt's, say): held once for all of them.
+    pub shared_bytes: u64,
     /// Bytes of its file (0 without one).
     pub disk_bytes: u64,
 }
@@ -80,6 +105,8 @@ pub(crate) enum Found {
 #[derive(Debug)]
 pub(crate) struct Index {
     pub entries: HashMap<u64, Entry>,
+    /// The blocks of rows states in RAM share.
+    blocks: Blocks,
     next_id: u64,
     tick: u64,
     ram_limit: u64,
@@ -91,6 +118,7 @@ impl Index {
     pub fn new(ram_limit: u64) -> Self {
         Self {
             entries: HashMap::new(),
+            blocks: Blocks::default(),
             next_id: 0,
             tick: 0,
             ram_limit,
@@ -108,9 +136,6 @@ impl Index {
         let id = self.next_id;
         self.next_id += 1;
         entry.last_used = self.touch();
-        stats
-            .ram_bytes
-            .fetch_add(entry.ram_bytes(), Ordering::Relaxed);
         if let FileState::Written(n) = entry.file {
             stats.disk_bytes.fetch_add(n, Ordering::Relaxed);
         }
@@ -151,19 +176,21 @@ impl Index {
         })
     }
 
-    /// Stores `saved` in `ns`, removing the entries it supersedes; returns
-    /// its id. An entry is superseded when the new state serves all but at
-    /// most [`SUPERSEDED_TAIL`] of its tokens: the same conversation's
-    /// earlier turn (whose answer the next prompt re-tokenizes, so it
-    /// differs near its end), or a branch of it just regenerated.
+    /// Stores `saved` in `ns`, removing the entries it supersedes, in RAM
+    /// as `cut` (none: on disk only); returns its id and the state as held
+    /// (its shared rows the table's). An entry is superseded when the new
+    /// state serves all but at most [`SUPERSEDED_TAIL`] of its tokens: the
+    /// same conversation's earlier turn (whose answer the next prompt
+    /// re-tokenizes, so it differs near its end), or a branch of it just
+    /// regenerated.
     pub fn insert(
         &mut self,
         ns: Namespace,
-        saved: &Arc<SavedPrompt>,
-        in_ram: bool,
+        saved: &SavedPrompt,
+        cut: Option<Cut>,
         on_disk: bool,
         stats: &Stats,
-    ) -> u64 {
+    ) -> (u64, Option<Arc<SavedPrompt>>) {
         let superseded: Vec<u64> = self
             .entries
             .iter()
@@ -178,23 +205,49 @@ impl Index {
         for id in superseded {
             self.remove(id, stats);
         }
-        if in_ram {
-            self.evict_ram(ram_bytes(saved), stats);
-        }
-        let entry = Entry {
-            ns,
-            tokens: saved.tokens.clone(),
-            media: saved.media.clone(),
-            saved: in_ram.then(|| Arc::clone(saved)),
-            file: if on_disk {
-                FileState::Pending
-            } else {
-                FileState::None
-            },
-            name: file_name(&ns, saved),
-            last_used: 0,
+        let file = match on_disk {
+            true => FileState::Pending,
+            false => FileState::None,
         };
-        self.add(entry, stats)
+        let held = (saved.tokens.clone(), saved.media.clone());
+        let id = self.add(Entry::new(ns, held, file, file_name(&ns, saved)), stats);
+        (id, cut.and_then(|cut| self.hold(id, cut, stats)))
+    }
+
+    /// Puts entry `id`'s state, cut at its blocks, in RAM (others go first
+    /// to make room for all of it, shared or not); returns it as held.
+    pub fn hold(&mut self, id: u64, cut: Cut, stats: &Stats) -> Option<Arc<SavedPrompt>> {
+        let entry = self.entries.get(&id).filter(|e| e.saved.is_none())?;
+        let extra = (4 * entry.tokens.len() + 48 * entry.media.len()) as u64;
+        if !self.fits_ram(cut.len() + extra) {
+            return None;
+        }
+        self.evict_ram(cut.len() + extra, stats);
+        let held = self.blocks.share(cut);
+        let entry = self.entries.get_mut(&id)?;
+        let saved = Arc::new(SavedPrompt {
+            tokens: entry.tokens.clone(),
+            media: entry.media.clone(),
+            kv: held.kv,
+        });
+        entry.own = held.own + extra;
+        entry.blocks = held.keys;
+        entry.saved = Some(Arc::clone(&saved));
+        stats
+            .ram_bytes
+            .fetch_add(entry.own + held.new_blocks, Ordering::Relaxed);
+        Some(saved)
+    }
+
+    /// Drops entry `id`'s state from RAM, letting go of its blocks.
+    fn drop_ram(&mut self, id: u64, stats: &Stats) {
+        let Some(entry) = self.entries.get_mut(&id) else {
+            return;
+        };
+        let (own, keys) = (entry.own, std::mem::take(&mut entry.blocks));
+        (entry.own, entry.saved) = (0, None);
+        let freed = own + self.blocks.release(&keys);
+        stats.ram_bytes.fetch_sub(freed, Ordering::Relaxed);
     }
 
     /// Whether a state of `bytes` can be held in RAM at all.
@@ -205,31 +258,15 @@ impl Index {
     /// Forgets an entry, removing its file if it is written (one being
     /// written is removed by the writer when it finds the entry gone).
     pub fn remove(&mut self, id: u64, stats: &Stats) {
+        self.drop_ram(id, stats);
         let Some(entry) = self.entries.remove(&id) else {
             return;
         };
-        stats
-            .ram_bytes
-            .fetch_sub(entry.ram_bytes(), Ordering::Relaxed);
         if let FileState::Written(n) = entry.file {
             stats.disk_bytes.fetch_sub(n, Ordering::Relaxed);
             if let Some((dir, _)) = &self.dir {
                 let _ = std::fs::remove_file(dir.join(&entry.name));
             }
-        }
-    }
-
-    /// Puts a state read from its file back in RAM, when it fits there
-    /// (others go first to make room).
-    pub fn hold_in_ram(&mut self, id: u64, saved: &Arc<SavedPrompt>, stats: &Stats) {
-        let bytes = ram_bytes(saved);
-        if !self.fits_ram(bytes) || self.entries.get(&id).is_none_or(|e| e.saved.is_some()) {
-            return;
-        }
-        self.evict_ram(bytes, stats);
-        if let Some(e) = self.entries.get_mut(&id) {
-            stats.ram_bytes.fetch_add(bytes, Ordering::Relaxed);
-            e.saved = Some(Arc::clone(saved));
         }
     }
 
@@ -247,16 +284,9 @@ impl Index {
                 return;
             };
             stats.ram_evictions.fetch_add(1, Ordering::Relaxed);
-            let Some(entry) = self.entries.get_mut(&id) else {
-                return;
-            };
-            if entry.file == FileState::None {
-                self.remove(id, stats);
-            } else {
-                stats
-                    .ram_bytes
-                    .fetch_sub(entry.ram_bytes(), Ordering::Relaxed);
-                entry.saved = None;
+            match self.entries.get(&id).map(|e| e.file) {
+                Some(FileState::None) => self.remove(id, stats),
+                _ => self.drop_ram(id, stats),
             }
         }
     }
@@ -305,7 +335,8 @@ impl Index {
                 namespace: e.ns.0[..6].iter().map(|b| format!("{b:02x}")).collect(),
                 tokens: e.tokens.len(),
                 media: e.media.len(),
-                ram_bytes: e.ram_bytes(),
+                ram_bytes: e.own,
+                shared_bytes: self.blocks.bytes_of(&e.blocks),
                 disk_bytes: match e.file {
                     FileState::Written(n) => n,
                     _ => 0,

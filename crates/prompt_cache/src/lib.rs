@@ -20,6 +20,7 @@ mod file;
 mod identity;
 mod index;
 mod named;
+mod shared;
 
 pub use disk::{default_ram_bytes, DEFAULT_DISK_BYTES};
 pub use identity::file_identity;
@@ -282,16 +283,18 @@ impl PromptCache {
         if saved.tokens.is_empty() {
             return;
         }
-        let saved = Arc::new(saved);
+        // Cut outside the lock: it copies the whole state.
+        let cut = shared::Cut::of(&ns, &saved);
         let mut index = lock(&self.index);
         let in_ram = index.fits_ram(index::ram_bytes(&saved));
         let on_disk = self.disk.as_ref().is_some_and(|d| d.fits(&saved));
         if !in_ram && !on_disk {
             return;
         }
-        let id = index.insert(ns, &saved, in_ram, on_disk, &self.stats);
+        let (id, held) = index.insert(ns, &saved, in_ram.then_some(cut), on_disk, &self.stats);
         self.stats.stored.fetch_add(1, Ordering::Relaxed);
         if let Some(disk) = self.disk.as_ref().filter(|_| on_disk) {
+            let saved = held.unwrap_or_else(|| Arc::new(saved));
             disk.queue_write(id, ns, saved, &mut index);
         }
     }

@@ -120,7 +120,7 @@ mod tests {
         SavedPrompt {
             tokens: vec![2, 5, 6],
             media: Vec::new(),
-            kv: vec![9; 64],
+            kv: engine::SavedKv::whole(vec![9; 64]),
         }
     }
 

@@ -2,7 +2,7 @@
 //! prefix within a namespace, one state per conversation, the RAM and disk
 //! bounds, files that outlive the process, and damaged files ignored.
 
-use engine::{MediaSpan, SavedPrompt};
+use engine::{MediaSpan, SavedKv, SavedPrompt};
 use hearth_prompt_cache::{CacheConfig, Namespace, PromptCache};
 use std::sync::atomic::Ordering;
 
@@ -12,10 +12,12 @@ fn state(tokens: &[u32], per_token: usize) -> SavedPrompt {
     SavedPrompt {
         tokens: tokens.to_vec(),
         media: Vec::new(),
-        kv: tokens
-            .iter()
-            .flat_map(|t| std::iter::repeat_n((*t % 251) as u8, per_token))
-            .collect(),
+        kv: SavedKv::whole(
+            tokens
+                .iter()
+                .flat_map(|t| std::iter::repeat_n((*t % 251) as u8, per_token))
+                .collect(),
+        ),
     }
 }
 
@@ -194,4 +196,79 @@ fn damaged_files_and_leftovers_are_ignored_and_removed() {
     assert!(cache.lookup(&A, &convo(2, 301), &[], 0).is_none());
     assert_eq!(cache.stats().files_ignored.load(Ordering::Relaxed), 2);
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+/// A saved cache in the engine's format for `tokens`: a global layer
+/// holding every position and a ring holding the last `ring`, rows of 64
+/// bytes derived from the position's token and `salt` (the same prefix
+/// computed alike gives the same rows).
+fn cache_state(tokens: &[u32], ring: usize, salt: u8) -> SavedPrompt {
+    const ROW: usize = 64;
+    let n = tokens.len();
+    let mut kv = vec![1u8];
+    kv.extend((n as u64).to_le_bytes());
+    kv.extend(2u64.to_le_bytes());
+    for first in [0, n.saturating_sub(ring)] {
+        for word in [first, ROW, ROW] {
+            kv.extend((word as u64).to_le_bytes());
+        }
+        for kind in [0u8, 1] {
+            for t in &tokens[first..] {
+                kv.extend(std::iter::repeat_n((*t as u8) ^ kind ^ salt, ROW));
+            }
+        }
+    }
+    SavedPrompt {
+        tokens: tokens.to_vec(),
+        media: Vec::new(),
+        kv: SavedKv::whole(kv),
+    }
+}
+
+#[test]
+fn rows_states_share_are_held_once() {
+    let system: Vec<u32> = (0..640).collect();
+    let convos: Vec<Vec<u32>> = (1..=8)
+        .map(|c| [system.clone(), convo(c, 100)].concat())
+        .collect();
+    let full = |s: &SavedPrompt| (s.kv.len() + 4 * s.tokens.len()) as u64;
+    let cache = ram_only(1 << 30);
+    for c in &convos {
+        cache.store(A, cache_state(c, 300, 0));
+    }
+    // Shared: the global layer's 10 blocks of 64 system positions, and the
+    // ring's 3 (positions 448..640; it holds 440..740), keys and values.
+    let shared = (10 + 3) * 64 * 64 * 2;
+    let one = full(&cache_state(&convos[0], 300, 0));
+    let gauge = || cache.stats().ram_bytes.load(Ordering::Relaxed);
+    assert_eq!(gauge(), 8 * one - 7 * shared);
+    // Each state comes back with its own bytes.
+    for c in &convos {
+        let prompt = [c.clone(), vec![1]].concat();
+        let hit = cache.lookup(&A, &prompt, &[], 0).unwrap();
+        assert_eq!(*hit.saved, cache_state(c, 300, 0));
+        assert!(hit.saved.kv.parts().len() > 1);
+    }
+    // The same tokens computed into other bits share nothing.
+    let other = [system.clone(), convo(20, 100)].concat();
+    cache.store(A, cache_state(&other, 300, 9));
+    assert_eq!(gauge(), 9 * one - 7 * shared);
+    let hit = cache.lookup(&A, &[other.clone(), vec![1]].concat(), &[], 0);
+    assert_eq!(*hit.unwrap().saved, cache_state(&other, 300, 9));
+    // Nor across namespaces.
+    cache.store(B, cache_state(&convos[0], 300, 0));
+    assert_eq!(gauge(), 10 * one - 7 * shared);
+    cache.clear();
+    assert_eq!(gauge(), 0);
+    // Within a bound of three whole states, more fit once they share.
+    let bounded = ram_only(3 * one);
+    for c in &convos {
+        bounded.store(A, cache_state(c, 300, 0));
+        assert!(bounded.stats().ram_bytes.load(Ordering::Relaxed) <= 3 * one);
+    }
+    let held = bounded.entries().iter().filter(|e| e.ram_bytes > 0).count();
+    assert!(held >= 4, "{held} states in RAM");
+    for e in bounded.entries().iter().filter(|e| e.ram_bytes > 0) {
+        assert!(e.shared_bytes > 0);
+    }
 }

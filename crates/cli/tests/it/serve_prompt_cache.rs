@@ -311,3 +311,63 @@ fn slot_files_refuse_other_keys_bad_names_and_damaged_files() {
     assert_eq!(status, 200);
     assert!(erased["n_erased"].as_u64().unwrap() > 200, "{erased}");
 }
+
+#[test]
+fn conversations_that_share_a_system_prompt_hold_its_rows_once() {
+    let serve = |args: &[&str]| {
+        Server::start(
+            TINY,
+            &[&["--ctx", "2048", "--parallel", "1"], args].concat(),
+        )
+    };
+    let policy = ["policy", "rules", "manners"].map(long_turn).join(" ");
+    let system = json!({"role": "system", "content": policy});
+    let opener = |topic: &str| {
+        vec![
+            system.clone(),
+            json!({"role": "user", "content": long_turn(topic).split_inclusive('.').take(4).collect::<String>()}),
+        ]
+    };
+    let then = |mut messages: Vec<Value>, reply: &Value| {
+        messages.push(json!({"role": "assistant", "content": text(reply)}));
+        messages.push(json!({"role": "user", "content": "And then?"}));
+        messages
+    };
+    // The reference: the first conversation alone, on a server without a
+    // store.
+    let reference = serve(&["--cache-ram", "0"]);
+    let want = ask(
+        &reference,
+        None,
+        &then(opener("rivers"), &ask(&reference, None, &opener("rivers"))),
+    );
+    let server = serve(&["--cache-ram", "64M"]);
+    let (mut first, mut grew) = (None, Vec::new());
+    for (n, topic) in ["rivers", "mountains", "forests", "deserts"]
+        .iter()
+        .enumerate()
+    {
+        let before = server.metric("hearth_prompt_cache_ram_bytes");
+        let reply = ask(&server, None, &opener(topic));
+        first.get_or_insert(reply);
+        server.settled_metric("hearth_prompt_cache_stored_total", (n + 1) as f64);
+        grew.push(server.metric("hearth_prompt_cache_ram_bytes") - before);
+    }
+    eprintln!("prompt cache RAM after each conversation grew by {grew:?}");
+    // Each later conversation adds its own rows, not the system prompt's
+    // again (those its global layer holds, and its rings where they still
+    // reach into it).
+    for g in &grew[1..] {
+        assert!(*g < 0.5 * grew[0], "RAM grew by {grew:?}");
+    }
+    // The first conversation resumes from its state, rows shared with the
+    // others included, with the answer it has alone.
+    let reply = ask(
+        &server,
+        None,
+        &then(opener("rivers"), first.as_ref().unwrap()),
+    );
+    assert_eq!(text(&reply), text(&want));
+    assert_eq!(cached(&reply), cached(&want));
+    assert!(server.metric("hearth_prompt_cache_hits_total") >= 1.0);
+}

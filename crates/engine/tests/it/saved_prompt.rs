@@ -6,7 +6,7 @@
 
 use hearth_engine::{
     usable_prefix, Engine, GenerateOptions, GenerationRequest, KvType, MediaEmbedding, MediaSpan,
-    PromptMedia, RunOptions, Sampler, SamplingParams, SavedPrompt, Session,
+    PromptMedia, RunOptions, Sampler, SamplingParams, SavedKv, SavedPrompt, Session,
 };
 use std::path::{Path, PathBuf};
 
@@ -81,6 +81,24 @@ fn load_for(session: &mut Session, saved: &SavedPrompt, prompt: &[u32]) -> usize
     keep
 }
 
+/// `saved` with its cache's bytes cut into parts of uneven lengths, as a
+/// store that shares some of them hands them back (parts straddle rows,
+/// integers and layers).
+fn in_parts(saved: &SavedPrompt) -> SavedPrompt {
+    let bytes = saved.kv.to_vec();
+    let mut parts: Vec<std::sync::Arc<[u8]>> = Vec::new();
+    let (mut at, mut i) = (0, 0);
+    while at < bytes.len() {
+        let len = [1, 0, 5, 997, 4099, 3][i % 6].min(bytes.len() - at);
+        parts.push(bytes[at..at + len].into());
+        (at, i) = (at + len, i + 1);
+    }
+    SavedPrompt {
+        kv: SavedKv::from_parts(parts),
+        ..saved.clone()
+    }
+}
+
 #[test]
 fn a_loaded_state_serves_the_next_turn_as_the_live_session_would() {
     // Run by the test below on each tier: check it is that tier's kernels.
@@ -116,9 +134,10 @@ fn a_loaded_state_serves_the_next_turn_as_the_live_session_would() {
                 let mut live = engine.session();
                 first_turn(&mut live, &turn1);
                 let (want, live_reused) = next_turn(&mut live, &turn2);
-                for target in [&engine, &other_ctx] {
+                let cut = in_parts(&saved);
+                for (target, state) in [(&engine, &saved), (&other_ctx, &saved), (&engine, &cut)] {
                     let mut restored = target.session();
-                    let keep = load_for(&mut restored, &saved, &turn2);
+                    let keep = load_for(&mut restored, state, &turn2);
                     assert_eq!(keep, held.len() - back, "{what}");
                     let (got, reused) = next_turn(&mut restored, &turn2);
                     assert_eq!(reused, live_reused, "{what}, {back} back");
@@ -170,13 +189,14 @@ fn states_that_do_not_fit_are_refused_and_leave_the_session_empty() {
         assert_eq!(target.feed(&prompt).unwrap().1, 0, "nothing reused");
     };
     // Cut short, or longer than it was.
-    for cut in [1, 9, saved.kv.len() / 2, saved.kv.len() - 1] {
+    let bytes = saved.kv.to_vec();
+    for cut in [1, 9, bytes.len() / 2, bytes.len() - 1] {
         let mut torn = saved.clone();
-        torn.kv.truncate(cut);
+        torn.kv = SavedKv::whole(bytes[..cut].to_vec());
         refused(&mut target, &torn);
     }
     let mut longer = saved.clone();
-    longer.kv.push(0);
+    longer.kv = SavedKv::from_parts(vec![bytes.clone().into(), vec![0].into()]);
     refused(&mut target, &longer);
     // Another cache type, another model, another context.
     let f32_cache = load("gemma3", 512, KvType::F32).session().save_prompt();

@@ -4,9 +4,14 @@
 //! Each layer's positions are written in position order, so a state can be
 //! loaded into a cache of another context size, whose rings wrap at other
 //! slots. Elements are written as the cache holds them (f16 stays f16), so a
-//! loaded cache attends to exactly the bits the saved one did.
+//! loaded cache attends to exactly the bits the saved one did. A saved
+//! cache may come back in parts ([`SavedKv`]) cut anywhere: a store keeps
+//! the rows of a prefix several states share once ([`saved_rows`] says
+//! where they lie).
 
 use super::{KvBuf, KvCache, KvType, LayerCache};
+use std::borrow::Cow;
+use std::sync::Arc;
 
 /// Why bytes could not be loaded into a cache.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -112,26 +117,182 @@ impl LayerCache {
     }
 }
 
-/// Reads little-endian integers off the front of a byte slice.
-struct Reader<'b>(&'b [u8]);
+/// A saved cache's bytes ([`KvCache::save`]) in parts, read one after
+/// another: one part for a state just saved, several where a store shares
+/// some of them between states. Two are equal when their bytes are,
+/// however they are cut.
+#[derive(Debug, Clone, Default)]
+pub struct SavedKv {
+    parts: Vec<Arc<[u8]>>,
+}
+
+impl SavedKv {
+    /// Bytes in one part.
+    pub fn whole(bytes: Vec<u8>) -> Self {
+        Self {
+            parts: vec![bytes.into()],
+        }
+    }
+
+    /// Bytes in these parts, in order.
+    pub fn from_parts(parts: Vec<Arc<[u8]>>) -> Self {
+        Self { parts }
+    }
+
+    /// The parts.
+    pub fn parts(&self) -> &[Arc<[u8]>] {
+        &self.parts
+    }
+
+    /// Bytes in all.
+    pub fn len(&self) -> usize {
+        self.parts.iter().map(|p| p.len()).sum()
+    }
+
+    /// Whether it holds no byte.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The bytes in one piece.
+    pub fn to_vec(&self) -> Vec<u8> {
+        self.parts.concat()
+    }
+}
+
+impl PartialEq for SavedKv {
+    fn eq(&self, other: &Self) -> bool {
+        let bytes = |s: &Self| {
+            s.parts
+                .iter()
+                .flat_map(|p| p.iter())
+                .copied()
+                .collect::<Vec<u8>>()
+        };
+        self.len() == other.len() && bytes(self) == bytes(other)
+    }
+}
+
+impl Eq for SavedKv {}
+
+/// Reads little-endian integers and rows off the front of a saved cache's
+/// parts.
+struct Reader<'b> {
+    rest: &'b [Arc<[u8]>],
+    part: &'b [u8],
+}
 
 impl<'b> Reader<'b> {
-    fn take(&mut self, n: usize) -> Result<&'b [u8], KvStateError> {
-        if self.0.len() < n {
-            return Err(KvStateError::Malformed("it ends early"));
+    fn new(parts: &'b [Arc<[u8]>]) -> Self {
+        Self {
+            rest: parts,
+            part: &[],
         }
-        let (head, rest) = self.0.split_at(n);
-        self.0 = rest;
-        Ok(head)
+    }
+
+    /// Moves past empty parts.
+    fn settle(&mut self) {
+        while self.part.is_empty() {
+            let Some((next, rest)) = self.rest.split_first() else {
+                return;
+            };
+            (self.part, self.rest) = (next, rest);
+        }
+    }
+
+    /// The next `n` bytes: borrowed when one part holds them, gathered
+    /// when they straddle parts.
+    fn take(&mut self, n: usize) -> Result<Cow<'b, [u8]>, KvStateError> {
+        self.settle();
+        if self.part.len() >= n {
+            let (head, tail) = self.part.split_at(n);
+            self.part = tail;
+            return Ok(Cow::Borrowed(head));
+        }
+        let mut out = Vec::with_capacity(n.min(1 << 20));
+        while out.len() < n {
+            self.settle();
+            if self.part.is_empty() {
+                return Err(KvStateError::Malformed("it ends early"));
+            }
+            let k = self.part.len().min(n - out.len());
+            out.extend_from_slice(&self.part[..k]);
+            self.part = &self.part[k..];
+        }
+        Ok(Cow::Owned(out))
     }
 
     fn u64(&mut self) -> Result<u64, KvStateError> {
         let b = self.take(8)?;
-        Ok(u64::from_le_bytes(b.try_into().unwrap_or_default()))
+        Ok(u64::from_le_bytes((*b).try_into().unwrap_or_default()))
     }
 
     fn usize(&mut self) -> Result<usize, KvStateError> {
         usize::try_from(self.u64()?).map_err(|_| KvStateError::Malformed("a count is too large"))
+    }
+
+    fn is_done(&mut self) -> bool {
+        self.settle();
+        self.part.is_empty()
+    }
+}
+
+/// Where one layer's rows lie in a saved cache's bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SavedLayerRows {
+    /// The position of its first row (later ones follow in order).
+    pub first: usize,
+    /// Byte offset of its first key row.
+    pub keys_at: usize,
+    /// Bytes of one key row.
+    pub key_row: usize,
+    /// Byte offset of its first value row.
+    pub values_at: usize,
+    /// Bytes of one value row.
+    pub value_row: usize,
+}
+
+/// The positions a saved cache holds and where each layer's rows lie in
+/// `bytes` ([`KvCache::save`]'s), for a store that cuts them into blocks
+/// of positions.
+pub fn saved_rows(bytes: &[u8]) -> Result<(usize, Vec<SavedLayerRows>), KvStateError> {
+    let word = |at: usize| -> Result<usize, KvStateError> {
+        let b = bytes
+            .get(at..at + 8)
+            .ok_or(KvStateError::Malformed("it ends early"))?;
+        usize::try_from(u64::from_le_bytes(b.try_into().unwrap_or_default()))
+            .map_err(|_| KvStateError::Malformed("a count is too large"))
+    };
+    let (n, count) = (word(1)?, word(9)?);
+    let mut at = 17;
+    let mut layers = Vec::new();
+    for _ in 0..count {
+        let (first, key_row, value_row) = (word(at)?, word(at + 8)?, word(at + 16)?);
+        if first > n {
+            return Err(KvStateError::Malformed("a layer starts past its end"));
+        }
+        let span = |row: usize| {
+            (n - first)
+                .checked_mul(row)
+                .ok_or(KvStateError::Malformed("too long"))
+        };
+        let keys_at = at + 24;
+        let values_at = keys_at + span(key_row)?;
+        at = values_at
+            .checked_add(span(value_row)?)
+            .filter(|&end| end <= bytes.len())
+            .ok_or(KvStateError::Malformed("it ends early"))?;
+        layers.push(SavedLayerRows {
+            first,
+            keys_at,
+            key_row,
+            values_at,
+            value_row,
+        });
+    }
+    match at == bytes.len() {
+        true => Ok((n, layers)),
+        false => Err(KvStateError::Malformed("bytes follow its last layer")),
     }
 }
 
@@ -152,7 +313,7 @@ impl KvCache {
             .iter()
             .map(|l| {
                 let (k, v) = l.row_bytes();
-                8 + (self.n_past - self.first_intact(l)) * (k + v)
+                24 + (self.n_past - self.first_intact(l)) * (k + v)
             })
             .sum::<usize>()
     }
@@ -169,8 +330,8 @@ impl KvCache {
     }
 
     /// Appends the cache's positions to `out`: its element type, the
-    /// positions held, and each layer's first intact position with its
-    /// keys then values in position order.
+    /// positions held, and each layer's first intact position and row
+    /// widths with its keys then values in position order.
     pub fn save(&self, out: &mut Vec<u8>) {
         out.reserve(self.saved_len());
         out.push(tag(self.kv_type()));
@@ -178,8 +339,10 @@ impl KvCache {
         out.extend((self.layers.len() as u64).to_le_bytes());
         for l in &self.layers {
             let first = self.first_intact(l);
-            out.extend((first as u64).to_le_bytes());
             let (k, v) = l.row_bytes();
+            for word in [first, k, v] {
+                out.extend((word as u64).to_le_bytes());
+            }
             l.k.write_slots((first..self.n_past).map(|p| p % l.cap), k, out);
             l.v.write_slots((first..self.n_past).map(|p| p % l.cap), v, out);
         }
@@ -191,17 +354,16 @@ impl KvCache {
     /// cache cleared, when the bytes are malformed, of another shape, or
     /// lack keys the next position reads (a ring saved short of its
     /// window, a context too small for them).
-    pub fn load(&mut self, bytes: &[u8]) -> Result<(), KvStateError> {
+    pub fn load(&mut self, saved: &SavedKv) -> Result<(), KvStateError> {
         self.clear();
-        let loaded = self.load_layers(bytes);
+        let loaded = self.load_layers(Reader::new(saved.parts()));
         if loaded.is_err() {
             self.clear();
         }
         loaded
     }
 
-    fn load_layers(&mut self, bytes: &[u8]) -> Result<(), KvStateError> {
-        let mut r = Reader(bytes);
+    fn load_layers(&mut self, mut r: Reader<'_>) -> Result<(), KvStateError> {
         if r.take(1)?[0] != tag(self.kv_type()) {
             return Err(KvStateError::Mismatch("its element type differs"));
         }
@@ -216,52 +378,57 @@ impl KvCache {
         }
         let mut high = n;
         for l in self.layers.iter_mut() {
-            let first = r.usize()?;
-            if first > n {
-                return Err(KvStateError::Malformed("a layer starts past its end"));
-            }
-            let (kb, vb) = l.row_bytes();
-            let keys = r.take(
-                (n - first)
-                    .checked_mul(kb)
-                    .ok_or(KvStateError::Malformed("too long"))?,
-            )?;
-            let values = r.take(
-                (n - first)
-                    .checked_mul(vb)
-                    .ok_or(KvStateError::Malformed("too long"))?,
-            )?;
-            if !l.stores() {
-                if first != n {
-                    return Err(KvStateError::Mismatch("a shared layer holds keys"));
-                }
-                continue;
-            }
-            let kept = first.max(n.saturating_sub(l.cap));
-            // The next position reads from `n + 1 - window` on (all of a
-            // global layer's).
-            let reads_from = l.window.map_or(0, |w| (n + 1).saturating_sub(w));
-            if kept > reads_from {
-                return Err(KvStateError::Mismatch(
-                    "a layer lacks keys the next position reads",
-                ));
-            }
-            for p in kept..n {
-                let i = p - first;
-                l.k.read_slot(p % l.cap, &keys[i * kb..(i + 1) * kb]);
-                l.v.read_slot(p % l.cap, &values[i * vb..(i + 1) * vb]);
-            }
-            if kept > 0 {
-                // Only `kept..` is intact: what a cache written up to
-                // `kept + cap` would hold (see `LayerCache::can_rewind`).
-                high = high.max(kept + l.cap);
-            }
+            high = high.max(load_layer(l, n, &mut r)?);
         }
-        if !r.0.is_empty() {
+        if !r.is_done() {
             return Err(KvStateError::Malformed("bytes follow its last layer"));
         }
         self.n_past = n;
         self.high = high;
         Ok(())
     }
+}
+
+/// Loads one layer's rows of a cache holding `n` positions from `r`;
+/// returns the highest position its ring may be taken to have been
+/// written up to.
+fn load_layer(l: &mut LayerCache, n: usize, r: &mut Reader<'_>) -> Result<usize, KvStateError> {
+    let first = r.usize()?;
+    if first > n {
+        return Err(KvStateError::Malformed("a layer starts past its end"));
+    }
+    let (kb, vb) = l.row_bytes();
+    if (r.usize()?, r.usize()?) != (kb, vb) {
+        return Err(KvStateError::Mismatch("its rows are of another width"));
+    }
+    if !l.stores() {
+        return match first == n {
+            true => Ok(n),
+            false => Err(KvStateError::Mismatch("a shared layer holds keys")),
+        };
+    }
+    let kept = first.max(n.saturating_sub(l.cap));
+    // The next position reads from `n + 1 - window` on (all of a global
+    // layer's).
+    let reads_from = l.window.map_or(0, |w| (n + 1).saturating_sub(w));
+    if kept > reads_from {
+        return Err(KvStateError::Mismatch(
+            "a layer lacks keys the next position reads",
+        ));
+    }
+    for p in first..n {
+        let row = r.take(kb)?;
+        if p >= kept {
+            l.k.read_slot(p % l.cap, &row);
+        }
+    }
+    for p in first..n {
+        let row = r.take(vb)?;
+        if p >= kept {
+            l.v.read_slot(p % l.cap, &row);
+        }
+    }
+    // Only `kept..` is intact: what a cache written up to `kept + cap`
+    // would hold (see `LayerCache::can_rewind`).
+    Ok(if kept > 0 { kept + l.cap } else { n })
 }
