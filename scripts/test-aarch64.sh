@@ -4,7 +4,8 @@
 # x86, the format, model and tokenizer tests, and then the same prompts
 # through this machine's model and the AArch64 one (the model crate's
 # `arch_check` example), compared bit for bit: a prompt's logits and greedy
-# tokens must not depend on the architecture.
+# tokens must not depend on the architecture; and a saved prompt state
+# loaded back on each AArch64 tier.
 #
 #   bash scripts/test-aarch64.sh [--install] [--full]
 #
@@ -121,8 +122,23 @@ if [[ -f "$real" ]]; then
 else
     echo "test-aarch64: the real model is not on disk; its comparison skipped (scripts/fetch-model.sh)"
 fi
+# Prompt states (the prompt cache's): a state saved and loaded back serves
+# the next turn with the live session's logits, bit for bit, on each
+# AArch64 tier (every tiny architecture and cache type; the test's own
+# every-tier runner cannot start itself under qemu-user, so the tiers are
+# run here one by one).
+saved=saved_prompt::a_loaded_state_serves_the_next_turn_as_the_live_session_would
+for tier in $tiers; do
+    if HEARTH_CPU=$tier cargo test --profile ci --target "$T" -p hearth-engine --test it -- --exact "$saved" 2>&1 |
+        grep -q '^test result: ok. 1 passed'; then
+        echo "ok: saved prompt states on aarch64 $tier"
+    else
+        echo "FAIL: saved prompt states on aarch64 $tier" >&2
+        fail=1
+    fi
+done
 if ((fail)); then
-    echo "test-aarch64: FAILED: AArch64 output differs" >&2
+    echo "test-aarch64: FAILED: AArch64 output differs or a state did not load alike" >&2
     exit 1
 fi
 echo "test-aarch64: passed"
