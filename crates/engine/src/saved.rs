@@ -121,12 +121,10 @@ impl Session {
     /// The session's prompt state, to put back later with
     /// [`Session::load_prompt`].
     pub fn save_prompt(&self) -> SavedPrompt {
-        let mut kv = Vec::new();
-        self.cache.save(&mut kv);
         SavedPrompt {
             tokens: self.tokens.clone(),
             media: self.images.iter().map(PromptMedia::span).collect(),
-            kv: model::SavedKv::whole(kv),
+            kv: self.cache.save(),
         }
     }
 

@@ -157,7 +157,7 @@ pub(crate) fn read_header(r: &mut impl Read, file_len: u64) -> io::Result<Header
 }
 
 /// Parses a whole file: its header, cache bytes and checksum.
-pub(crate) fn parse(mut bytes: Vec<u8>) -> io::Result<(Namespace, SavedPrompt)> {
+pub(crate) fn parse(bytes: Vec<u8>) -> io::Result<(Namespace, SavedPrompt)> {
     let len = bytes.len() as u64;
     let header = read_header(&mut bytes.as_slice(), len)?;
     let body = bytes.len() - 4;
@@ -165,16 +165,14 @@ pub(crate) fn parse(mut bytes: Vec<u8>) -> io::Result<(Namespace, SavedPrompt)> 
     if crc32fast::hash(&bytes[..body]) != sum {
         return Err(bad("its checksum does not match"));
     }
-    // The cache bytes, moved to the front of the buffer they were read in.
+    // The cache bytes, copied out in the parts a store shares.
     let kv_start = body - header.kv_len as usize;
-    bytes.truncate(body);
-    bytes.drain(..kv_start);
     Ok((
         header.ns,
         SavedPrompt {
             tokens: header.tokens,
             media: header.media,
-            kv: SavedKv::whole(bytes),
+            kv: SavedKv::cut_from(&bytes[kv_start..body]),
         },
     ))
 }

@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// Positions in a block of rows states may share.
-pub(crate) const BLOCK_ROWS: usize = 64;
+const BLOCK_ROWS: usize = SavedKv::BLOCK_ROWS;
 
 /// Which rows a shared block holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -36,54 +36,57 @@ pub(crate) struct Cut {
 }
 
 impl Cut {
-    /// `saved`'s cache bytes cut at its blocks (one part, shared with
-    /// nothing, when they are not a saved cache's).
+    /// `saved`'s cache bytes, its whole blocks keyed: the parts as they
+    /// are where they are cut at the blocks ([`engine::SavedKv`] cuts them
+    /// so), else a copy cut so; one part shared with nothing when they are
+    /// not a saved cache's.
     pub fn of(ns: &Namespace, saved: &SavedPrompt) -> Self {
-        let bytes = match saved.kv.parts() {
-            [one] => Arc::clone(one),
-            _ => saved.kv.to_vec().into(),
-        };
-        let Ok((n, layers)) = saved_rows(&bytes) else {
+        let Ok((n, layers)) = saved_rows(&saved.kv) else {
+            let parts = saved.kv.parts().iter().map(|p| (Arc::clone(p), None));
             return Self {
-                parts: vec![(bytes, None)],
+                parts: parts.collect(),
             };
         };
-        let prefixes = block_prefixes(ns, &saved.tokens[..n.min(saved.tokens.len())], &saved.media);
-        let mut cuts: Vec<(usize, usize, BlockKey)> = Vec::new();
-        for (layer, rows) in layers.iter().enumerate() {
-            for (values, at, width) in [
-                (false, rows.keys_at, rows.key_row),
-                (true, rows.values_at, rows.value_row),
-            ] {
-                if width == 0 {
-                    continue;
-                }
-                for (b, prefix) in prefixes.iter().enumerate() {
-                    let (lo, hi) = (b * BLOCK_ROWS, (b + 1) * BLOCK_ROWS);
-                    if lo < rows.first {
-                        continue;
-                    }
+        let held = &saved.tokens[..n.min(saved.tokens.len())];
+        let mut blocks: HashMap<usize, (usize, BlockKey)> = HashMap::new();
+        for (b, prefix) in block_prefixes(ns, held, &saved.media)
+            .into_iter()
+            .enumerate()
+        {
+            let (lo, hi) = (b * BLOCK_ROWS, (b + 1) * BLOCK_ROWS);
+            for (layer, rows) in layers.iter().enumerate().filter(|(_, r)| r.first <= lo) {
+                for (values, at, width) in [
+                    (false, rows.keys_at, rows.key_row),
+                    (true, rows.values_at, rows.value_row),
+                ] {
                     let start = at + (lo - rows.first) * width;
                     let key = BlockKey {
-                        prefix: *prefix,
+                        prefix,
                         layer: layer as u32,
                         values,
                     };
-                    cuts.push((start, start + (hi - lo) * width, key));
+                    if width > 0 {
+                        blocks.insert(start, (start + (hi - lo) * width, key));
+                    }
                 }
             }
         }
-        let mut parts = Vec::with_capacity(2 * cuts.len() + 1);
-        let mut at = 0;
-        for (start, end, key) in cuts {
-            if start > at {
-                parts.push((bytes[at..start].into(), None));
+        let keyed = |kv: &SavedKv| {
+            let mut at = 0;
+            let mut parts = Vec::with_capacity(kv.parts().len());
+            for p in kv.parts() {
+                let key = blocks
+                    .get(&at)
+                    .filter(|(end, _)| *end == at + p.len())
+                    .map(|(_, key)| *key);
+                parts.push((Arc::clone(p), key));
+                at += p.len();
             }
-            parts.push((bytes[start..end].into(), Some(key)));
-            at = end;
-        }
-        if at < bytes.len() {
-            parts.push((bytes[at..].into(), None));
+            parts
+        };
+        let mut parts = keyed(&saved.kv);
+        if parts.iter().filter(|(_, k)| k.is_some()).count() < blocks.len() {
+            parts = keyed(&SavedKv::cut_from(&saved.kv.to_vec()));
         }
         Self { parts }
     }

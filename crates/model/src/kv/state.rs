@@ -127,11 +127,41 @@ pub struct SavedKv {
 }
 
 impl SavedKv {
+    /// Positions in a block: [`KvCache::save`] starts a part at every
+    /// position of a layer's rows that is a multiple of it, so a store can
+    /// share whole blocks of rows between states without copying them.
+    pub const BLOCK_ROWS: usize = 64;
+
     /// Bytes in one part.
     pub fn whole(bytes: Vec<u8>) -> Self {
         Self {
             parts: vec![bytes.into()],
         }
+    }
+
+    /// A copy of `bytes` cut as [`KvCache::save`] cuts its parts (one part
+    /// when they are not a saved cache's).
+    pub fn cut_from(bytes: &[u8]) -> Self {
+        let Ok((n, layers)) = saved_rows(&Self::from_parts(vec![bytes.into()])) else {
+            return Self::whole(bytes.to_vec());
+        };
+        let mut ends: Vec<usize> = Vec::new();
+        for l in &layers {
+            for (at, row) in [(l.keys_at, l.key_row), (l.values_at, l.value_row)] {
+                ends.push(at);
+                ends.extend(block_starts(l.first, n).map(|p| at + (p - l.first) * row));
+            }
+        }
+        ends.push(bytes.len());
+        let mut parts = Vec::with_capacity(ends.len());
+        let mut from = 0;
+        for end in ends {
+            if end > from {
+                parts.push(bytes[from..end].into());
+                from = end;
+            }
+        }
+        Self { parts }
     }
 
     /// Bytes in these parts, in order.
@@ -222,6 +252,20 @@ impl<'b> Reader<'b> {
         Ok(Cow::Owned(out))
     }
 
+    /// Moves past `n` bytes without gathering them.
+    fn skip(&mut self, mut n: usize) -> Result<(), KvStateError> {
+        while n > 0 {
+            self.settle();
+            if self.part.is_empty() {
+                return Err(KvStateError::Malformed("it ends early"));
+            }
+            let k = self.part.len().min(n);
+            self.part = &self.part[k..];
+            n -= k;
+        }
+        Ok(())
+    }
+
     fn u64(&mut self) -> Result<u64, KvStateError> {
         let b = self.take(8)?;
         Ok(u64::from_le_bytes((*b).try_into().unwrap_or_default()))
@@ -253,21 +297,15 @@ pub struct SavedLayerRows {
 }
 
 /// The positions a saved cache holds and where each layer's rows lie in
-/// `bytes` ([`KvCache::save`]'s), for a store that cuts them into blocks
-/// of positions.
-pub fn saved_rows(bytes: &[u8]) -> Result<(usize, Vec<SavedLayerRows>), KvStateError> {
-    let word = |at: usize| -> Result<usize, KvStateError> {
-        let b = bytes
-            .get(at..at + 8)
-            .ok_or(KvStateError::Malformed("it ends early"))?;
-        usize::try_from(u64::from_le_bytes(b.try_into().unwrap_or_default()))
-            .map_err(|_| KvStateError::Malformed("a count is too large"))
-    };
-    let (n, count) = (word(1)?, word(9)?);
-    let mut at = 17;
+/// its bytes ([`KvCache::save`]'s), for a store that shares blocks of them.
+pub fn saved_rows(kv: &SavedKv) -> Result<(usize, Vec<SavedLayerRows>), KvStateError> {
+    let mut r = Reader::new(kv.parts());
+    r.take(1)?;
+    let (n, count) = (r.usize()?, r.usize()?);
+    let mut at = 17usize;
     let mut layers = Vec::new();
     for _ in 0..count {
-        let (first, key_row, value_row) = (word(at)?, word(at + 8)?, word(at + 16)?);
+        let (first, key_row, value_row) = (r.usize()?, r.usize()?, r.usize()?);
         if first > n {
             return Err(KvStateError::Malformed("a layer starts past its end"));
         }
@@ -276,24 +314,32 @@ pub fn saved_rows(bytes: &[u8]) -> Result<(usize, Vec<SavedLayerRows>), KvStateE
                 .checked_mul(row)
                 .ok_or(KvStateError::Malformed("too long"))
         };
+        let (keys, values) = (span(key_row)?, span(value_row)?);
+        r.skip(keys)?;
+        r.skip(values)?;
         let keys_at = at + 24;
-        let values_at = keys_at + span(key_row)?;
-        at = values_at
-            .checked_add(span(value_row)?)
-            .filter(|&end| end <= bytes.len())
-            .ok_or(KvStateError::Malformed("it ends early"))?;
         layers.push(SavedLayerRows {
             first,
             keys_at,
             key_row,
-            values_at,
+            values_at: keys_at + keys,
             value_row,
         });
+        at = keys_at + keys + values;
     }
-    match at == bytes.len() {
+    match r.is_done() {
         true => Ok((n, layers)),
         false => Err(KvStateError::Malformed("bytes follow its last layer")),
     }
+}
+
+/// The positions in `first..n` past `first` where a block of
+/// [`SavedKv::BLOCK_ROWS`] starts.
+fn block_starts(first: usize, n: usize) -> impl Iterator<Item = usize> {
+    let b = SavedKv::BLOCK_ROWS;
+    (first / b + 1..)
+        .map(move |k| k * b)
+        .take_while(move |&p| p < n)
 }
 
 impl KvCache {
@@ -306,7 +352,7 @@ impl KvCache {
             .map_or(KvType::F32, |l| l.k.kv_type())
     }
 
-    /// Bytes [`KvCache::save`] writes.
+    /// Bytes [`KvCache::save`] gives.
     pub fn saved_len(&self) -> usize {
         17 + self
             .layers
@@ -329,23 +375,36 @@ impl KvCache {
         }
     }
 
-    /// Appends the cache's positions to `out`: its element type, the
-    /// positions held, and each layer's first intact position and row
-    /// widths with its keys then values in position order.
-    pub fn save(&self, out: &mut Vec<u8>) {
-        out.reserve(self.saved_len());
-        out.push(tag(self.kv_type()));
-        out.extend((self.n_past as u64).to_le_bytes());
-        out.extend((self.layers.len() as u64).to_le_bytes());
+    /// The cache's positions: its element type, the positions held, and
+    /// each layer's first intact position and row widths with its keys then
+    /// values in position order; in parts, a layer's rows cut where a
+    /// position is a multiple of [`SavedKv::BLOCK_ROWS`].
+    pub fn save(&self) -> SavedKv {
+        let mut parts: Vec<Arc<[u8]>> = Vec::new();
+        let mut head = vec![tag(self.kv_type())];
+        head.extend((self.n_past as u64).to_le_bytes());
+        head.extend((self.layers.len() as u64).to_le_bytes());
         for l in &self.layers {
             let first = self.first_intact(l);
             let (k, v) = l.row_bytes();
             for word in [first, k, v] {
-                out.extend((word as u64).to_le_bytes());
+                head.extend((word as u64).to_le_bytes());
             }
-            l.k.write_slots((first..self.n_past).map(|p| p % l.cap), k, out);
-            l.v.write_slots((first..self.n_past).map(|p| p % l.cap), v, out);
+            parts.push(std::mem::take(&mut head).into());
+            for (buf, row) in [(&l.k, k), (&l.v, v)] {
+                let starts = std::iter::once(first).chain(block_starts(first, self.n_past));
+                let ends = block_starts(first, self.n_past).chain(std::iter::once(self.n_past));
+                for (from, to) in starts.zip(ends).filter(|(a, b)| a < b) {
+                    let mut out = Vec::with_capacity((to - from) * row);
+                    buf.write_slots((from..to).map(|p| p % l.cap), row, &mut out);
+                    parts.push(out.into());
+                }
+            }
         }
+        if !head.is_empty() {
+            parts.push(head.into());
+        }
+        SavedKv { parts }
     }
 
     /// Replaces the cache's contents with `bytes` from [`KvCache::save`] of
