@@ -59,7 +59,7 @@ impl KvBuf {
         }
     }
 
-    fn bytes_mut(&mut self) -> &mut [u8] {
+    pub(super) fn bytes_mut(&mut self) -> &mut [u8] {
         match self {
             KvBuf::F32(b) => bytemuck::cast_slice_mut(b),
             KvBuf::F16(b) => bytemuck::cast_slice_mut(b),
