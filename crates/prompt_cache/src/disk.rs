@@ -170,7 +170,12 @@ impl Disk {
             (e.name.clone(), e.ns, e.tokens.clone())
         };
         let path = self.dir.join(&name);
-        let read = std::fs::read(&path).and_then(file::parse);
+        let read = std::fs::File::open(&path).and_then(|f| {
+            let len = f.metadata()?.len();
+            // Small: the cache's blocks are read past it, straight into
+            // their parts.
+            file::read(&mut io::BufReader::with_capacity(8 << 10, f), len)
+        });
         let cut = read.as_ref().ok().map(|(ns, saved)| Cut::of(ns, saved));
         let mut index = lock(index);
         match read {

@@ -157,24 +157,48 @@ pub(crate) fn read_header(r: &mut impl Read, file_len: u64) -> io::Result<Header
 }
 
 /// Parses a whole file: its header, cache bytes and checksum.
-pub(crate) fn parse(bytes: Vec<u8>) -> io::Result<(Namespace, SavedPrompt)> {
-    let len = bytes.len() as u64;
-    let header = read_header(&mut bytes.as_slice(), len)?;
-    let body = bytes.len() - 4;
-    let sum = u32::from_le_bytes(bytes[body..].try_into().map_err(|_| bad("no checksum"))?);
-    if crc32fast::hash(&bytes[..body]) != sum {
+pub(crate) fn parse(bytes: &[u8]) -> io::Result<(Namespace, SavedPrompt)> {
+    read(&mut &bytes[..], bytes.len() as u64)
+}
+
+/// Reads a whole file of `file_len` bytes from `r`, its cache bytes
+/// straight into the parts a store shares, and checks its checksum.
+pub(crate) fn read(r: &mut impl Read, file_len: u64) -> io::Result<(Namespace, SavedPrompt)> {
+    let mut hashed = Checked {
+        inner: r,
+        crc: crc32fast::Hasher::new(),
+    };
+    let header = read_header(&mut hashed, file_len)?;
+    let kv_len = usize::try_from(header.kv_len).map_err(|_| bad("too long"))?;
+    let kv = SavedKv::read_cut(&mut hashed, kv_len)?;
+    let mut sum = [0u8; 4];
+    hashed.inner.read_exact(&mut sum)?;
+    if hashed.crc.finalize() != u32::from_le_bytes(sum) {
         return Err(bad("its checksum does not match"));
     }
-    // The cache bytes, copied out in the parts a store shares.
-    let kv_start = body - header.kv_len as usize;
-    Ok((
-        header.ns,
-        SavedPrompt {
-            tokens: header.tokens,
-            media: header.media,
-            kv: SavedKv::cut_from(&bytes[kv_start..body]),
-        },
-    ))
+    if hashed.inner.read(&mut [0u8; 1])? != 0 {
+        return Err(bad("bytes follow its checksum"));
+    }
+    let saved = SavedPrompt {
+        tokens: header.tokens,
+        media: header.media,
+        kv,
+    };
+    Ok((header.ns, saved))
+}
+
+/// A reader that checksums what passes through it.
+struct Checked<'r, R> {
+    inner: &'r mut R,
+    crc: crc32fast::Hasher,
+}
+
+impl<R: Read> Read for Checked<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.crc.update(&buf[..n]);
+        Ok(n)
+    }
 }
 
 #[cfg(test)]
@@ -200,18 +224,18 @@ mod tests {
         write(&mut bytes, &ns, &sample()).unwrap();
         let header = read_header(&mut bytes.as_slice(), bytes.len() as u64).unwrap();
         assert_eq!(header.file_len(), bytes.len() as u64);
-        let (read_ns, read) = parse(bytes.clone()).unwrap();
+        let (read_ns, read) = parse(&bytes).unwrap();
         assert_eq!(read_ns, ns);
         assert_eq!(read.kv.to_vec(), sample().kv.to_vec());
         assert_eq!((read.tokens, read.media), (sample().tokens, sample().media));
         // Every cut and every flipped byte is refused.
         for cut in 0..bytes.len() {
-            assert!(parse(bytes[..cut].to_vec()).is_err(), "cut at {cut}");
+            assert!(parse(&bytes[..cut]).is_err(), "cut at {cut}");
         }
         for i in 0..bytes.len() {
             let mut bad = bytes.clone();
             bad[i] ^= 0x40;
-            assert!(parse(bad).is_err(), "byte {i} flipped");
+            assert!(parse(&bad).is_err(), "byte {i} flipped");
         }
     }
 

@@ -105,7 +105,7 @@ pub fn load_named(
         .read_to_end(&mut bytes)
         .map_err(NamedFileError::Io)?;
     let read = bytes.len() as u64;
-    let (found, saved) = file::parse(bytes).map_err(NamedFileError::Damaged)?;
+    let (found, saved) = file::parse(&bytes).map_err(NamedFileError::Damaged)?;
     if found != *ns {
         return Err(NamedFileError::OtherNamespace);
     }

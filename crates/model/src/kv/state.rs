@@ -142,26 +142,48 @@ impl SavedKv {
     /// A copy of `bytes` cut as [`KvCache::save`] cuts its parts (one part
     /// when they are not a saved cache's).
     pub fn cut_from(bytes: &[u8]) -> Self {
-        let Ok((n, layers)) = saved_rows(&Self::from_parts(vec![bytes.into()])) else {
-            return Self::whole(bytes.to_vec());
+        Self::read_cut(&mut &bytes[..], bytes.len()).unwrap_or_else(|_| Self::whole(bytes.to_vec()))
+    }
+
+    /// Reads `len` bytes of a saved cache from `r`, cut as
+    /// [`KvCache::save`] cuts them while they read as one (the rest in one
+    /// part once they do not: loading refuses them then).
+    pub fn read_cut(r: &mut impl std::io::Read, len: usize) -> std::io::Result<Self> {
+        let mut cut = ReadCut {
+            r,
+            left: len,
+            parts: Vec::new(),
         };
-        let mut ends: Vec<usize> = Vec::new();
-        for l in &layers {
-            for (at, row) in [(l.keys_at, l.key_row), (l.values_at, l.value_row)] {
-                ends.push(at);
-                ends.extend(block_starts(l.first, n).map(|p| at + (p - l.first) * row));
+        let head = cut.part(17)?;
+        let word = |b: &[u8], i: usize| -> Option<usize> {
+            let w = b.get(8 * i..8 * i + 8)?.try_into().ok()?;
+            usize::try_from(u64::from_le_bytes(w)).ok()
+        };
+        let words = head.get(1..).unwrap_or_default();
+        if let (Some(n), Some(count)) = (word(words, 0), word(words, 1)) {
+            for _ in 0..count {
+                let layer = cut.part(24)?;
+                let (Some(first), Some(k), Some(v)) =
+                    (word(&layer, 0), word(&layer, 1), word(&layer, 2))
+                else {
+                    break;
+                };
+                let rows = n.checked_sub(first);
+                let fits = rows.and_then(|r| r.checked_mul(k)?.checked_add(r.checked_mul(v)?));
+                if fits.is_none_or(|b| b > cut.left) {
+                    break;
+                }
+                for row in [k, v] {
+                    let starts = std::iter::once(first).chain(block_starts(first, n));
+                    let ends = block_starts(first, n).chain(std::iter::once(n));
+                    for (from, to) in starts.zip(ends).filter(|(a, b)| a < b) {
+                        cut.part((to - from) * row)?;
+                    }
+                }
             }
         }
-        ends.push(bytes.len());
-        let mut parts = Vec::with_capacity(ends.len());
-        let mut from = 0;
-        for end in ends {
-            if end > from {
-                parts.push(bytes[from..end].into());
-                from = end;
-            }
-        }
-        Self { parts }
+        cut.part(cut.left)?;
+        Ok(Self { parts: cut.parts })
     }
 
     /// Bytes in these parts, in order.
@@ -204,6 +226,28 @@ impl PartialEq for SavedKv {
 }
 
 impl Eq for SavedKv {}
+
+/// Parts read off a stream, at most `left` bytes more.
+struct ReadCut<'r, R> {
+    r: &'r mut R,
+    left: usize,
+    parts: Vec<Arc<[u8]>>,
+}
+
+impl<R: std::io::Read> ReadCut<'_, R> {
+    /// Reads the next part, of `n` bytes or what is left; returns it.
+    fn part(&mut self, n: usize) -> std::io::Result<Arc<[u8]>> {
+        let n = n.min(self.left);
+        let mut buf = vec![0u8; n];
+        self.r.read_exact(&mut buf)?;
+        self.left -= n;
+        let part: Arc<[u8]> = buf.into();
+        if n > 0 {
+            self.parts.push(Arc::clone(&part));
+        }
+        Ok(part)
+    }
+}
 
 /// Reads little-endian integers and rows off the front of a saved cache's
 /// parts.
@@ -299,7 +343,11 @@ pub struct SavedLayerRows {
 /// The positions a saved cache holds and where each layer's rows lie in
 /// its bytes ([`KvCache::save`]'s), for a store that shares blocks of them.
 pub fn saved_rows(kv: &SavedKv) -> Result<(usize, Vec<SavedLayerRows>), KvStateError> {
-    let mut r = Reader::new(kv.parts());
+    rows_of(Reader::new(kv.parts()))
+}
+
+/// [`saved_rows`] of the bytes `r` reads.
+fn rows_of(mut r: Reader<'_>) -> Result<(usize, Vec<SavedLayerRows>), KvStateError> {
     r.take(1)?;
     let (n, count) = (r.usize()?, r.usize()?);
     let mut at = 17usize;
