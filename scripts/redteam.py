@@ -323,7 +323,11 @@ def attacks(model, vision_model, slot_dir):
     add("slots: file names", "restore ../../etc/passwd", poster("/slots/0?action=restore", {"filename": "../../etc/passwd"}))
     add("slots: forged files", "restore a 1 GiB sparse file", slot_forged(slot_dir, "sparse.bin", None), refuse=True)
     add("slots: forged files", "restore a header claiming 2^60 tokens",
-        slot_forged(slot_dir, "claims.bin", b"HEARTHPC" + struct.pack("<I", 1) + bytes(32) + struct.pack("<Q", 1 << 60)))
+        slot_forged(slot_dir, "claims.bin", b"HEARTHPC" + struct.pack("<I", 2) + bytes(32) + struct.pack("<Q", 1 << 60)))
+    for what, field, value in [("2^60 layers", "layers", 1 << 60), ("key rows of 2^40 bytes", "key_row", 1 << 40),
+                               ("its first layer starting past its end", "first", 1 << 50)]:
+        add("slots: forged files", f"restore a saved slot whose cache claims {what} (checksum recomputed)",
+            slot_recrafted(model, slot_dir, field, value), refuse=True)
     add("budget: slot files", "40 saves of a 2,000-token slot under distinct names (--slot-save-disk 64M)",
         slot_flood(model, slot_dir, 40, 64 * MIB), refuse=False)
     add("budget: slot files", "4,200 saves of an empty slot under distinct names (at most 4,096 files)",
@@ -542,6 +546,35 @@ def slot_forged(folder, name, header):
                 f.write(header + bytes(4096))
         try:
             return _answer(post(s, "/slots/0?action=restore", {"filename": name}, timeout=60))
+        finally:
+            os.remove(path)
+
+    return run
+
+
+def slot_recrafted(model, folder, field, value):
+    """A real saved slot with one number of its cache's header changed and
+    its CRC-32 recomputed, so it passes the file's checks: the cache's
+    reader must refuse it without allocating what it claims."""
+    def run(s):
+        text = " ".join(f"w{k}" for k in range(300))
+        body = {"model": model, "max_tokens": 1, "messages": [{"role": "user", "content": text}]}
+        post(s, "/v1/chat/completions", body, timeout=120)
+        post(s, "/slots/0?action=save", {"filename": "legit.bin"}, timeout=60)
+        legit = os.path.join(folder, "legit.bin")
+        data = bytearray(open(legit, "rb").read())
+        os.remove(legit)
+        n = struct.unpack_from("<Q", data, 44)[0]
+        at = 52 + 4 * n
+        m = struct.unpack_from("<Q", data, at)[0]
+        kv = at + 8 + 48 * m + 8
+        offset = {"layers": kv + 9, "first": kv + 17, "key_row": kv + 25}[field]
+        struct.pack_into("<Q", data, offset, value)
+        struct.pack_into("<I", data, len(data) - 4, zlib.crc32(bytes(data[:-4])))
+        path = os.path.join(folder, f"recrafted-{field}.bin")
+        open(path, "wb").write(data)
+        try:
+            return _answer(post(s, "/slots/0?action=restore", {"filename": os.path.basename(path)}, timeout=60))
         finally:
             os.remove(path)
 
