@@ -37,7 +37,10 @@ impl KvBuf {
     fn zeros(ty: KvType, n: usize) -> Self {
         match ty {
             KvType::F32 => KvBuf::F32(vec![0.0; n]),
-            KvType::F16 => KvBuf::F16(vec![f16::ZERO; n]),
+            // Zeroed by the allocator (pages the kernel zeroes when first
+            // touched), not written: a slot's cache is made when a model
+            // loads for a waiting request.
+            KvType::F16 => KvBuf::F16(bytemuck::zeroed_vec(n)),
             KvType::Q8_0 => KvBuf::Q8_0(vec![0; quant::vector::q8_0_bytes(n)]),
         }
     }
