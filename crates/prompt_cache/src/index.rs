@@ -211,7 +211,12 @@ impl Index {
         };
         let held = (saved.tokens.clone(), saved.media.clone());
         let id = self.add(Entry::new(ns, held, file, file_name(&ns, saved)), stats);
-        (id, cut.and_then(|cut| self.hold(id, cut, stats)))
+        let held = cut.and_then(|cut| self.hold(id, cut, stats));
+        // Neither in RAM nor on its way to a file: nothing to keep.
+        if held.is_none() && !on_disk {
+            self.remove(id, stats);
+        }
+        (id, held)
     }
 
     /// Puts entry `id`'s state, cut at its blocks, in RAM (others go first

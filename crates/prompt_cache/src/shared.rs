@@ -55,19 +55,18 @@ impl Cut {
         {
             let (lo, hi) = (b * BLOCK_ROWS, (b + 1) * BLOCK_ROWS);
             for (layer, rows) in layers.iter().enumerate().filter(|(_, r)| r.first <= lo) {
-                for (values, at, width) in [
+                let halves = [
                     (false, rows.keys_at, rows.key_row),
                     (true, rows.values_at, rows.value_row),
-                ] {
+                ];
+                for (values, at, width) in halves.into_iter().filter(|h| h.2 > 0) {
                     let start = at + (lo - rows.first) * width;
                     let key = BlockKey {
                         prefix,
                         layer: layer as u32,
                         values,
                     };
-                    if width > 0 {
-                        blocks.insert(start, (start + (hi - lo) * width, key));
-                    }
+                    blocks.insert(start, (start + (hi - lo) * width, key));
                 }
             }
         }

@@ -174,9 +174,7 @@ impl SavedKv {
                     break;
                 }
                 for row in [k, v] {
-                    let starts = std::iter::once(first).chain(block_starts(first, n));
-                    let ends = block_starts(first, n).chain(std::iter::once(n));
-                    for (from, to) in starts.zip(ends).filter(|(a, b)| a < b) {
+                    for (from, to) in block_spans(first, n) {
                         cut.part((to - from) * row)?;
                     }
                 }
@@ -214,14 +212,10 @@ impl SavedKv {
 
 impl PartialEq for SavedKv {
     fn eq(&self, other: &Self) -> bool {
-        let bytes = |s: &Self| {
-            s.parts
-                .iter()
-                .flat_map(|p| p.iter())
-                .copied()
-                .collect::<Vec<u8>>()
-        };
-        self.len() == other.len() && bytes(self) == bytes(other)
+        fn bytes(s: &SavedKv) -> impl Iterator<Item = &u8> {
+            s.parts.iter().flat_map(|p| p.iter())
+        }
+        self.len() == other.len() && bytes(self).eq(bytes(other))
     }
 }
 
@@ -343,11 +337,7 @@ pub struct SavedLayerRows {
 /// The positions a saved cache holds and where each layer's rows lie in
 /// its bytes ([`KvCache::save`]'s), for a store that shares blocks of them.
 pub fn saved_rows(kv: &SavedKv) -> Result<(usize, Vec<SavedLayerRows>), KvStateError> {
-    rows_of(Reader::new(kv.parts()))
-}
-
-/// [`saved_rows`] of the bytes `r` reads.
-fn rows_of(mut r: Reader<'_>) -> Result<(usize, Vec<SavedLayerRows>), KvStateError> {
+    let mut r = Reader::new(kv.parts());
     r.take(1)?;
     let (n, count) = (r.usize()?, r.usize()?);
     let mut at = 17usize;
@@ -381,13 +371,18 @@ fn rows_of(mut r: Reader<'_>) -> Result<(usize, Vec<SavedLayerRows>), KvStateErr
     }
 }
 
-/// The positions in `first..n` past `first` where a block of
-/// [`SavedKv::BLOCK_ROWS`] starts.
-fn block_starts(first: usize, n: usize) -> impl Iterator<Item = usize> {
+/// The runs of positions `first..n` splits into where a position is a
+/// multiple of [`SavedKv::BLOCK_ROWS`]: the parts a layer's rows are cut
+/// into.
+fn block_spans(first: usize, n: usize) -> impl Iterator<Item = (usize, usize)> {
     let b = SavedKv::BLOCK_ROWS;
-    (first / b + 1..)
+    let starts = (first / b + 1..)
         .map(move |k| k * b)
-        .take_while(move |&p| p < n)
+        .take_while(move |&p| p < n);
+    std::iter::once(first)
+        .chain(starts.clone())
+        .zip(starts.chain(std::iter::once(n)))
+        .filter(|(from, to)| from < to)
 }
 
 impl KvCache {
@@ -440,9 +435,7 @@ impl KvCache {
             }
             parts.push(std::mem::take(&mut head).into());
             for (buf, row) in [(&l.k, k), (&l.v, v)] {
-                let starts = std::iter::once(first).chain(block_starts(first, self.n_past));
-                let ends = block_starts(first, self.n_past).chain(std::iter::once(self.n_past));
-                for (from, to) in starts.zip(ends).filter(|(a, b)| a < b) {
+                for (from, to) in block_spans(first, self.n_past) {
                     let mut out = Vec::with_capacity((to - from) * row);
                     buf.write_slots((from..to).map(|p| p % l.cap), row, &mut out);
                     parts.push(out.into());
@@ -523,16 +516,11 @@ fn load_layer(l: &mut LayerCache, n: usize, r: &mut Reader<'_>) -> Result<usize,
             "a layer lacks keys the next position reads",
         ));
     }
-    for p in first..n {
-        let row = r.take(kb)?;
-        if p >= kept {
-            l.k.read_slot(p % l.cap, &row);
-        }
-    }
-    for p in first..n {
-        let row = r.take(vb)?;
-        if p >= kept {
-            l.v.read_slot(p % l.cap, &row);
+    // Rows before `kept` are past what this ring holds: skipped unread.
+    for (buf, width) in [(&mut l.k, kb), (&mut l.v, vb)] {
+        r.skip((kept - first) * width)?;
+        for p in kept..n {
+            buf.read_slot(p % l.cap, &r.take(width)?);
         }
     }
     // Only `kept..` is intact: what a cache written up to `kept + cap`

@@ -6,6 +6,7 @@
 //! dequantized as the `--precise` path reads them, each against the f32
 //! product of the values the writer meant.
 
+use crate::kernels::Rng;
 use hearth_quant as quant;
 use quant::{dequantize, GgmlType, Matrix};
 use threads::ThreadPool;
@@ -15,28 +16,9 @@ const TABLE: [i8; 16] = [
     -127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113,
 ];
 
-/// A xorshift stream.
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    /// A float in [-1, 1).
-    fn unit(&mut self) -> f32 {
-        (self.next() >> 40) as f32 / (1u64 << 23) as f32 - 1.0
-    }
-    /// A nibble.
-    fn nibble(&mut self) -> u8 {
-        (self.next() >> 60) as u8
-    }
-}
-
 /// A scale rounded to f16 as a block stores it: its bytes and value.
 fn f16_scale(rng: &mut Rng) -> ([u8; 2], f32) {
-    let h = half::f16::from_f32(0.002 + 0.02 * rng.unit().abs());
+    let h = half::f16::from_f32(0.002 + 0.02 * rng.f32().abs());
     (h.to_bits().to_le_bytes(), h.to_f32())
 }
 
@@ -49,7 +31,7 @@ struct Written {
 /// 32 random indices as 16 bytes of nibbles (element `j` low in byte `j`,
 /// `j + 16` high), their values `scale · TABLE[i]` appended to `values`.
 fn nibbles(rng: &mut Rng, scale: f32, bytes: &mut Vec<u8>, values: &mut Vec<f32>) {
-    let idx: Vec<u8> = (0..32).map(|_| rng.nibble()).collect();
+    let idx: Vec<u8> = (0..32).map(|_| (rng.next() >> 60) as u8).collect();
     bytes.extend((0..16).map(|j| idx[j] | idx[j + 16] << 4));
     values.extend(idx.iter().map(|&i| scale * f32::from(TABLE[i as usize])));
 }
@@ -110,7 +92,7 @@ fn check(ty: GgmlType, cols: usize, write: fn(&mut Rng, usize) -> Written) {
     let pool = ThreadPool::new(2);
     let mut scratch = Vec::new();
     for batch in [1, 3, 20] {
-        let x: Vec<f32> = (0..batch * cols).map(|_| rng.unit()).collect();
+        let x: Vec<f32> = (0..batch * cols).map(|_| rng.f32()).collect();
         let mut out = vec![f32::NAN; batch * rows];
         quant::matmul(
             &pool,

@@ -42,15 +42,16 @@ fn f16_fields(ty: GgmlType) -> &'static [usize] {
 }
 
 /// Simple deterministic generator so failures reproduce from the proptest seed.
-struct Rng(u64);
+pub(crate) struct Rng(pub(crate) u64);
 impl Rng {
-    fn next(&mut self) -> u64 {
+    pub(crate) fn next(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
     }
-    fn f32(&mut self) -> f32 {
+    /// A float in [-1, 1).
+    pub(crate) fn f32(&mut self) -> f32 {
         (self.next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0
     }
 }
