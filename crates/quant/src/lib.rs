@@ -35,8 +35,8 @@ pub use gguf::GgmlType;
 pub use matmul::{matmul, Gate, Matrix, PreparedActs, Product, ROW_BATCH_MAX};
 
 use formats::blocks::{
-    dequantize_row, BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1,
-    BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1,
+    BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,
+    BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1,
 };
 use formats::{float, iquants, kquantize, kquants, legacy};
 
@@ -149,7 +149,18 @@ pub fn interleave(
 
 /// Dequantize `dst.len()` elements from `src` (a whole number of blocks).
 pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), QuantError> {
+    dequantize_with(simd::best(), ty, src, dst)
+}
+
+/// [`dequantize`] on the kernels of table `k` (every table gives the same bits).
+fn dequantize_with(
+    k: &simd::Kernels,
+    ty: GgmlType,
+    src: &[u8],
+    dst: &mut [f32],
+) -> Result<(), QuantError> {
     use GgmlType::*;
+    let tier = k.gemm;
     let need = row_size(ty, dst.len())?;
     if !is_supported(ty) && ty != Q8_1 {
         return Err(QuantError::Unsupported(ty));
@@ -163,20 +174,20 @@ pub fn dequantize(ty: GgmlType, src: &[u8], dst: &mut [f32]) -> Result<(), Quant
         F32 => float::dequant_f32(src, dst),
         F16 => float::dequant_f16(src, dst),
         BF16 => float::dequant_bf16(src, dst),
-        Q4_0 => dequantize_row::<BlockQ4_0>(src, dst),
-        Q4_1 => dequantize_row::<BlockQ4_1>(src, dst),
-        Q5_0 => dequantize_row::<BlockQ5_0>(src, dst),
-        Q5_1 => dequantize_row::<BlockQ5_1>(src, dst),
-        Q8_0 => dequantize_row::<BlockQ8_0>(src, dst),
-        Q8_1 => dequantize_row::<BlockQ8_1>(src, dst),
-        Q2_K => dequantize_row::<BlockQ2K>(src, dst),
-        Q3_K => dequantize_row::<BlockQ3K>(src, dst),
-        Q4_K => dequantize_row::<BlockQ4K>(src, dst),
-        Q5_K => dequantize_row::<BlockQ5K>(src, dst),
-        Q6_K => dequantize_row::<BlockQ6K>(src, dst),
-        Q8_K => dequantize_row::<BlockQ8K>(src, dst),
-        IQ4_NL => dequantize_row::<BlockIQ4NL>(src, dst),
-        IQ4_XS => dequantize_row::<BlockIQ4XS>(src, dst),
+        Q4_0 => simd::dequantize_row_on::<BlockQ4_0>(tier, src, dst),
+        Q4_1 => simd::dequantize_row_on::<BlockQ4_1>(tier, src, dst),
+        Q5_0 => simd::dequantize_row_on::<BlockQ5_0>(tier, src, dst),
+        Q5_1 => simd::dequantize_row_on::<BlockQ5_1>(tier, src, dst),
+        Q8_0 => simd::dequantize_row_on::<BlockQ8_0>(tier, src, dst),
+        Q8_1 => simd::dequantize_row_on::<BlockQ8_1>(tier, src, dst),
+        Q2_K => simd::dequantize_row_on::<BlockQ2K>(tier, src, dst),
+        Q3_K => simd::dequantize_row_on::<BlockQ3K>(tier, src, dst),
+        Q4_K => simd::dequantize_row_on::<BlockQ4K>(tier, src, dst),
+        Q5_K => simd::dequantize_row_on::<BlockQ5K>(tier, src, dst),
+        Q6_K => simd::dequantize_row_on::<BlockQ6K>(tier, src, dst),
+        Q8_K => simd::dequantize_row_on::<BlockQ8K>(tier, src, dst),
+        IQ4_NL => simd::dequantize_row_on::<BlockIQ4NL>(tier, src, dst),
+        IQ4_XS => simd::dequantize_row_on::<BlockIQ4XS>(tier, src, dst),
         _ => return Err(QuantError::Unsupported(ty)),
     }
     Ok(())
@@ -566,6 +577,16 @@ pub mod testing {
         }
         let groups = Groups { w, a, batch, out };
         table(set)?.with_format(w.ty(), groups).unwrap_or(Ok(false))
+    }
+
+    /// [`crate::dequantize`] through the named kernel table.
+    pub fn dequantize_with(
+        set: &str,
+        ty: GgmlType,
+        src: &[u8],
+        dst: &mut [f32],
+    ) -> Result<(), QuantError> {
+        crate::dequantize_with(table(set)?, ty, src, dst)
     }
 
     /// `vec_dot_f32` through the named kernel table.

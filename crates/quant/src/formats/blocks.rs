@@ -129,6 +129,7 @@ pub(crate) fn blocks<B: Pod>(bytes: &[u8]) -> &[B] {
 }
 
 /// Dequantize whole blocks of `B` from `src` into `dst`.
+#[inline(always)]
 pub(crate) fn dequantize_row<B: BlockFormat>(src: &[u8], dst: &mut [f32]) {
     for (b, y) in blocks::<B>(src).iter().zip(dst.chunks_exact_mut(B::VALUES)) {
         b.decode().dequantize(y);

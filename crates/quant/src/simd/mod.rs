@@ -30,6 +30,8 @@ pub(crate) mod x86;
 #[cfg(target_arch = "x86_64")]
 mod x86_bf16;
 #[cfg(target_arch = "x86_64")]
+mod x86_dequant;
+#[cfg(target_arch = "x86_64")]
 mod x86_float;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86_x8;
@@ -497,6 +499,23 @@ pub(crate) fn best() -> &'static Kernels {
         }
         SCALAR
     })
+}
+
+/// Whole blocks of `B` from `src` dequantized into `dst` on `tier`'s
+/// vectors: the portable code's bits on every tier.
+pub(crate) fn dequantize_row_on<B: BlockFormat>(tier: GemmTier, src: &[u8], dst: &mut [f32]) {
+    match tier.vector() {
+        // SAFETY: a table of these tiers is installed only after its CPU
+        // features were detected (`x86::available`).
+        #[cfg(target_arch = "x86_64")]
+        GemmTier::Avx512Vnni => unsafe { x86_dequant::dequantize_row_avx512::<B>(src, dst) },
+        // SAFETY: as above.
+        #[cfg(target_arch = "x86_64")]
+        GemmTier::Avx2 | GemmTier::AvxVnni => unsafe {
+            x86_dequant::dequantize_row_avx2::<B>(src, dst)
+        },
+        _ => crate::formats::blocks::dequantize_row::<B>(src, dst),
+    }
 }
 
 /// Every table this CPU can run (scalar first), for tests and benchmarks.

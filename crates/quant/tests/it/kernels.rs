@@ -171,6 +171,26 @@ proptest! {
         }
     }
 
+    /// Whole rows dequantized on every tier are the portable code's bits,
+    /// for any bytes (NaN and infinite scales included; a NaN is any NaN,
+    /// as the sum of two may keep either's payload).
+    #[test]
+    fn every_tier_dequantizes_to_the_portable_bits(seed in 1u64.., nblocks in 1usize..5) {
+        let mut rng = Rng(seed);
+        for ty in WEIGHT_TYPES {
+            let n = nblocks * 256;
+            let bytes: Vec<u8> = (0..quant::row_size(ty, n).unwrap()).map(|_| rng.next() as u8).collect();
+            let mut want = vec![0f32; n];
+            testing::dequantize_with("scalar", ty, &bytes, &mut want).unwrap();
+            for set in testing::kernel_sets() {
+                let mut got = vec![0f32; n];
+                testing::dequantize_with(set, ty, &bytes, &mut got).unwrap();
+                let bits = |v: &[f32]| v.iter().map(|v| if v.is_nan() { u32::MAX } else { v.to_bits() }).collect::<Vec<_>>();
+                prop_assert_eq!(bits(&got), bits(&want), "{} on {}", ty, set);
+            }
+        }
+    }
+
     #[test]
     fn float_kernels_match_scalar_any_length(seed in 1u64.., n in 0usize..300) {
         let mut rng = Rng(seed);
