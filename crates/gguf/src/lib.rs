@@ -5,6 +5,7 @@
 //! data is handed out as borrowed slices of the mapping (zero copy).
 
 mod reader;
+mod strings;
 mod types;
 mod value;
 mod writer;
@@ -13,6 +14,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 pub use reader::{DEFAULT_ALIGNMENT, MAGIC};
+pub use strings::StrArray;
 pub use types::GgmlType;
 pub use value::{MetaArray, MetaValue, ValueType};
 pub use writer::GgufWriter;
@@ -268,7 +270,7 @@ impl GgufFile {
     }
 
     /// A string array.
-    pub fn get_str_array(&self, key: &str) -> Option<&[String]> {
+    pub fn get_str_array(&self, key: &str) -> Option<&StrArray> {
         match self.get(key)?.as_array()? {
             MetaArray::String(v) => Some(v),
             _ => None,

@@ -2,6 +2,7 @@
 //! on malformed input.
 
 use crate::value::{MetaArray, MetaValue, ValueType};
+use crate::StrArray;
 use crate::{GgmlType, GgufError, TensorInfo};
 
 /// The four bytes every GGUF file starts with.
@@ -83,6 +84,12 @@ impl<'a> Cursor<'a> {
     }
 
     fn string(&mut self, what: &str) -> Result<String, GgufError> {
+        Ok(self.str_bytes(what)?.into_owned())
+    }
+
+    /// The next length-prefixed string, borrowed from the file where it is
+    /// UTF-8 (invalid bytes are replaced, never rejected).
+    fn str_bytes(&mut self, what: &str) -> Result<std::borrow::Cow<'a, str>, GgufError> {
         let at = self.pos as u64;
         let len = self.count(what)?;
         let len = usize::try_from(len)
@@ -94,11 +101,7 @@ impl<'a> Cursor<'a> {
                 needed: len,
                 file_len: self.bytes.len() as u64,
             })?;
-        let raw = self.take(len, what)?;
-        Ok(match std::str::from_utf8(raw) {
-            Ok(s) => s.to_owned(),
-            Err(_) => String::from_utf8_lossy(raw).into_owned(),
-        })
+        Ok(String::from_utf8_lossy(self.take(len, what)?))
     }
 
     fn value_type(&mut self, what: &str) -> Result<ValueType, GgufError> {
@@ -200,9 +203,9 @@ impl<'a> Cursor<'a> {
                 MetaArray::Bool(v)
             }
             ValueType::String => {
-                let mut v = Vec::with_capacity(n_usize);
+                let mut v = StrArray::with_capacity(n_usize, 0);
                 for _ in 0..n_usize {
-                    v.push(self.string(key)?);
+                    v.push(&self.str_bytes(key)?);
                 }
                 MetaArray::String(v)
             }

@@ -9,11 +9,9 @@ fn sample() -> GgufWriter {
         .set("flag", MetaValue::Bool(true))
         .set(
             "tokenizer.ggml.tokens",
-            MetaValue::Array(MetaArray::String(vec![
-                "<pad>".into(),
-                "a".into(),
-                "▁b".into(),
-            ])),
+            MetaValue::Array(MetaArray::String(crate::StrArray::from_iter([
+                "<pad>", "a", "▁b",
+            ]))),
         )
         .set(
             "nested",
@@ -39,8 +37,8 @@ fn round_trip() {
     assert_eq!(f.get_f32("gemma3.rope.freq_base"), Some(10000.0));
     assert_eq!(f.get_bool("flag"), Some(true));
     assert_eq!(
-        f.get_str_array("tokenizer.ggml.tokens").unwrap(),
-        &["<pad>", "a", "▁b"]
+        f.get_str_array("tokenizer.ggml.tokens").unwrap().to_vec(),
+        ["<pad>", "a", "▁b"]
     );
     match f.get("nested").unwrap().as_array().unwrap() {
         MetaArray::Array(v) => {

@@ -1,5 +1,7 @@
 //! Typed metadata values.
 
+use crate::StrArray;
+
 /// The value type ids of GGUF metadata.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ValueType {
@@ -118,7 +120,7 @@ pub enum MetaArray {
     /// `bool[]`
     Bool(Vec<bool>),
     /// `string[]`
-    String(Vec<String>),
+    String(StrArray),
     /// `u64[]`
     U64(Vec<u64>),
     /// `i64[]`
@@ -314,7 +316,7 @@ fn write_array(f: &mut std::fmt::Formatter<'_>, a: &MetaArray) -> std::fmt::Resu
         MetaArray::I32(v) => items(v),
         MetaArray::F32(v) => items(v),
         MetaArray::Bool(v) => items(v),
-        MetaArray::String(v) => items(v),
+        MetaArray::String(v) => items(&v.iter().take(SHOWN + 1).collect::<Vec<_>>()),
         MetaArray::U64(v) => items(v),
         MetaArray::I64(v) => items(v),
         MetaArray::F64(v) => items(v),

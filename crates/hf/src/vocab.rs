@@ -53,7 +53,7 @@ pub(crate) fn write_tokenizer(
     }
     w.set(
         "tokenizer.ggml.tokens",
-        MetaValue::Array(MetaArray::String(vocab.tokens.clone())),
+        MetaValue::Array(MetaArray::String(vocab.tokens.iter().collect())),
     );
     w.set(
         "tokenizer.ggml.scores",
@@ -66,7 +66,7 @@ pub(crate) fn write_tokenizer(
     if let Some(m) = vocab.merges {
         w.set(
             "tokenizer.ggml.merges",
-            MetaValue::Array(MetaArray::String(m)),
+            MetaValue::Array(MetaArray::String(m.into())),
         );
     }
     for (key, cfg_key, text) in [

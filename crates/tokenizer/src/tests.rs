@@ -61,7 +61,7 @@ fn tiny_vocab(add_space_prefix: bool) -> Vocab {
         types.push(1);
         scores.push(*s);
     }
-    let mut v = Vocab::new(&tokens, Some(&scores), Some(&types)).unwrap();
+    let mut v = Vocab::new(tokens.iter().collect(), Some(&scores), Some(&types)).unwrap();
     v.bos_id = Some(2);
     v.eos_id = Some(1);
     v.unk_id = Some(3);
@@ -441,7 +441,7 @@ fn gguf_with(edit: impl FnOnce(&mut gguf::GgufWriter)) -> Result<Tokenizer, Toke
     w.set("tokenizer.ggml.model", MetaValue::String("llama".into()))
         .set(
             "tokenizer.ggml.tokens",
-            MetaValue::Array(MetaArray::String(tokens)),
+            MetaValue::Array(MetaArray::String(tokens.into())),
         )
         .set(
             "tokenizer.ggml.scores",
@@ -574,7 +574,7 @@ fn bpe_vocab(merges: &[&str]) -> Vocab {
         tokens.push(t.into());
         types.push(1);
     }
-    let mut v = Vocab::new(&tokens, None, Some(&types)).unwrap();
+    let mut v = Vocab::new(tokens.iter().collect(), None, Some(&types)).unwrap();
     v.model = TokenizerModel::Gemma4;
     v.bos_id = Some(2);
     v.eos_id = Some(1);
@@ -582,7 +582,7 @@ fn bpe_vocab(merges: &[&str]) -> Vocab {
     v.pad_id = Some(0);
     v.add_bos = false;
     v.add_space_prefix = false;
-    v.set_merges(merges).unwrap();
+    v.set_merges(merges.iter().collect()).unwrap();
     v
 }
 
@@ -666,7 +666,12 @@ fn bpe_byte_fallback_uses_only_byte_tokens() {
     );
     // Without byte tokens an unknown character is dropped, not <unk>
     // (llama.cpp's BPE), while SentencePiece would give <unk>.
-    let mut v = Vocab::new(&["<unk>", "<bos>", "a"], None, Some(&[2, 3, 1])).unwrap();
+    let mut v = Vocab::new(
+        ["<unk>", "<bos>", "a"].into_iter().collect(),
+        None,
+        Some(&[2, 3, 1]),
+    )
+    .unwrap();
     v.model = TokenizerModel::Gemma4;
     v.unk_id = Some(0);
     let t = Tokenizer::new(v).unwrap();
@@ -728,7 +733,7 @@ fn gemma4_gguf(edit: impl FnOnce(&mut gguf::GgufWriter)) -> Result<Tokenizer, To
     w.set("tokenizer.ggml.model", MetaValue::String("gemma4".into()))
         .set(
             "tokenizer.ggml.tokens",
-            MetaValue::Array(MetaArray::String(tokens)),
+            MetaValue::Array(MetaArray::String(tokens.into())),
         )
         .set(
             "tokenizer.ggml.token_type",
@@ -736,7 +741,7 @@ fn gemma4_gguf(edit: impl FnOnce(&mut gguf::GgufWriter)) -> Result<Tokenizer, To
         )
         .set(
             "tokenizer.ggml.merges",
-            MetaValue::Array(MetaArray::String(merges)),
+            MetaValue::Array(MetaArray::String(merges.into())),
         )
         .set("tokenizer.ggml.bos_token_id", MetaValue::U32(2))
         .set("tokenizer.ggml.eos_token_id", MetaValue::U32(1))
@@ -761,13 +766,13 @@ fn gemma4_from_gguf() {
 
 #[test]
 fn gemma4_from_gguf_errors() {
-    use gguf::{MetaArray, MetaValue};
+    use gguf::{MetaArray, MetaValue, StrArray};
     let err =
         |edit: &dyn Fn(&mut gguf::GgufWriter)| gemma4_gguf(|w| edit(w)).unwrap_err().to_string();
     let e = err(&|w| {
         w.set(
             "tokenizer.ggml.merges",
-            MetaValue::Array(MetaArray::String(vec!["a b".into(), "ab".into()])),
+            MetaValue::Array(MetaArray::String(StrArray::from_iter(["a b", "ab"]))),
         );
     });
     assert!(
@@ -777,7 +782,7 @@ fn gemma4_from_gguf_errors() {
     let e = err(&|w| {
         w.set(
             "tokenizer.ggml.merges",
-            MetaValue::Array(MetaArray::String(vec!["a zzz".into()])),
+            MetaValue::Array(MetaArray::String(StrArray::from_iter(["a zzz"]))),
         );
     });
     assert!(
@@ -791,7 +796,7 @@ fn gemma4_from_gguf_errors() {
     let e = err(&|w| {
         w.set(
             "tokenizer.ggml.tokens",
-            MetaValue::Array(MetaArray::String(Vec::new())),
+            MetaValue::Array(MetaArray::String(StrArray::default())),
         );
     });
     assert!(e.contains("empty"), "{e}");
@@ -805,7 +810,7 @@ fn gemma4_from_gguf_errors() {
     w.set("tokenizer.ggml.model", MetaValue::String("gemma4".into()))
         .set(
             "tokenizer.ggml.tokens",
-            MetaValue::Array(MetaArray::String(vec!["a".into()])),
+            MetaValue::Array(MetaArray::String(StrArray::from_iter(["a"]))),
         );
     let file = gguf::GgufFile::from_bytes(w.to_bytes()).unwrap();
     let e = Tokenizer::from_gguf(&file).unwrap_err().to_string();
@@ -840,7 +845,7 @@ proptest::proptest! {
         text in "(a|b|c|x| |\n|é){0,16}",
     ) {
         let mut v = bpe_vocab(&[]);
-        v.set_merges(&merges).unwrap();
+        v.set_merges(merges.iter().collect()).unwrap();
         if let Ok(t) = Tokenizer::new(v) {
             let _ = t.encode(&text, true, true);
         }
@@ -859,7 +864,7 @@ fn vocab_with(extra: &[&str]) -> Vocab {
         types.push(4);
         scores.push(-1000.0);
     }
-    let mut v = Vocab::new(&tokens, Some(&scores), Some(&types)).unwrap();
+    let mut v = Vocab::new(tokens.iter().collect(), Some(&scores), Some(&types)).unwrap();
     v.bos_id = Some(2);
     v.eos_id = Some(1);
     v

@@ -1,6 +1,7 @@
 //! The vocabulary as stored in GGUF metadata, independent of any algorithm.
 
 use crate::TokenizerError;
+use gguf::StrArray;
 
 /// What a vocabulary entry is, as in `tokenizer.ggml.token_type`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -152,58 +153,26 @@ const FIM_TEXTS: [(&str, &[&str]); 5] = [
     ("sep", &["<|file_sep|>"]),
 ];
 
-/// Strings packed into one buffer with an offset table (see [`Vocab`]).
-#[derive(Debug, Clone, Default)]
-struct Packed {
-    text: String,
-    offsets: Vec<u32>,
-}
-
-impl Packed {
-    fn new<S: AsRef<str>>(items: &[S], what: &str) -> Result<Self, TokenizerError> {
-        if items.len() > u32::MAX as usize / 2 {
-            return Err(TokenizerError::InvalidVocab(format!(
-                "{} {what} is too many",
-                items.len()
-            )));
-        }
-        let total: usize = items.iter().map(|t| t.as_ref().len()).sum();
-        if total > u32::MAX as usize {
-            return Err(TokenizerError::InvalidVocab(format!(
-                "the texts of the {what} exceed 4 GiB"
-            )));
-        }
-        let mut text = String::with_capacity(total);
-        let mut offsets = Vec::with_capacity(items.len() + 1);
-        offsets.push(0u32);
-        for t in items {
-            text.push_str(t.as_ref());
-            offsets.push(text.len() as u32);
-        }
-        Ok(Self { text, offsets })
+/// Refuses more `what` than a `u32` id (with a flag bit) can name.
+fn check_count(n: usize, what: &str) -> Result<(), TokenizerError> {
+    if n > u32::MAX as usize / 2 {
+        return Err(TokenizerError::InvalidVocab(format!(
+            "{n} {what} is too many"
+        )));
     }
-
-    fn len(&self) -> usize {
-        self.offsets.len().saturating_sub(1)
-    }
-
-    fn get(&self, i: usize) -> Option<&str> {
-        let start = *self.offsets.get(i)? as usize;
-        let end = *self.offsets.get(i + 1)? as usize;
-        self.text.get(start..end)
-    }
+    Ok(())
 }
 
 /// A tokenizer vocabulary: token texts, scores, types and the special ids.
 ///
-/// Token texts (and BPE merges) are packed into one string with an offset
-/// table, so that loading a 262 144-entry vocabulary costs two allocations
-/// instead of one per token (cold start is a product feature).
+/// Token texts (and BPE merges) are held as the GGUF reader's packed
+/// arrays: a 262 144-entry vocabulary is two allocations, not one per token
+/// (cold start is a product feature).
 #[derive(Debug, Clone)]
 pub struct Vocab {
-    tokens: Packed,
+    tokens: StrArray,
     /// BPE merges in rank order, each "LEFT RIGHT" (Gemma 4 only).
-    merges: Packed,
+    merges: StrArray,
     scores: Vec<f32>,
     types: Vec<TokenType>,
     /// Beginning-of-sequence id (`tokenizer.ggml.bos_token_id`).
@@ -236,8 +205,8 @@ impl Vocab {
     ///
     /// Special ids are unset and flags take SentencePiece defaults; set the
     /// public fields afterwards.
-    pub fn new<S: AsRef<str>>(
-        tokens: &[S],
+    pub fn new(
+        tokens: StrArray,
         scores: Option<&[f32]>,
         types: Option<&[i32]>,
     ) -> Result<Self, TokenizerError> {
@@ -263,7 +232,7 @@ impl Vocab {
                 )));
             }
         }
-        let tokens = Packed::new(tokens, "tokens")?;
+        check_count(n, "tokens")?;
         // NaN scores would make the merge order ill-defined; treat them as
         // "never preferred" so the priority queue stays a total order.
         let scores = match scores {
@@ -279,7 +248,7 @@ impl Vocab {
         };
         Ok(Self {
             tokens,
-            merges: Packed::default(),
+            merges: StrArray::default(),
             scores,
             types,
             bos_id: None,
@@ -299,8 +268,9 @@ impl Vocab {
     /// Set the BPE merges, highest priority first, each two token texts
     /// separated by a space ("▁ t"). Only [`TokenizerModel::Gemma4`] uses
     /// them; [`crate::Tokenizer::new`] checks that they name real tokens.
-    pub fn set_merges<S: AsRef<str>>(&mut self, merges: &[S]) -> Result<(), TokenizerError> {
-        self.merges = Packed::new(merges, "merges")?;
+    pub fn set_merges(&mut self, merges: StrArray) -> Result<(), TokenizerError> {
+        check_count(merges.len(), "merges")?;
+        self.merges = merges;
         Ok(())
     }
 
@@ -362,7 +332,7 @@ impl Vocab {
                 }
             },
         };
-        let mut vocab = Self::new(tokens, scores, types).map_err(|e| match e {
+        let mut vocab = Self::new(tokens.clone(), scores, types).map_err(|e| match e {
             TokenizerError::InvalidVocab(m) => invalid(TOKENS, &m),
             other => other,
         })?;
@@ -376,7 +346,7 @@ impl Vocab {
                     .get_str_array(MERGES)
                     .ok_or_else(|| invalid(MERGES, "not a string array"))?,
             };
-            vocab.set_merges(merges).map_err(|e| match e {
+            vocab.set_merges(merges.clone()).map_err(|e| match e {
                 TokenizerError::InvalidVocab(m) => invalid(MERGES, &m),
                 other => other,
             })?;

@@ -35,11 +35,11 @@ pub fn with_tokens(
     for (k, v) in src.metadata() {
         let v = match (k.as_str(), v) {
             ("tokenizer.ggml.tokens", MetaValue::Array(MetaArray::String(t))) => {
-                let mut t = t.clone();
+                let mut t = t.to_vec();
                 for &(id, name) in names {
                     t[id] = name.to_string();
                 }
-                MetaValue::Array(MetaArray::String(t))
+                MetaValue::Array(MetaArray::String(t.into()))
             }
             ("tokenizer.ggml.token_type", MetaValue::Array(MetaArray::I32(t))) => {
                 let mut t = t.clone();
