@@ -115,7 +115,7 @@ mod tests {
         let a: StrArray = words.iter().collect();
         assert_eq!(a.len(), 5);
         assert_eq!(a.iter().collect::<Vec<_>>(), words);
-        assert_eq!(a.iter().rev().next(), Some("日本"));
+        assert_eq!(a.iter().next_back(), Some("日本"));
         assert_eq!((a.get(3), a.get(5)), (Some("a b"), None));
         assert_eq!(&a[1], "▁the");
         assert_eq!(a.text_len(), "▁the".len() + 3 + "日本".len());
