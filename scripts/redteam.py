@@ -382,6 +382,9 @@ def attacks(model, vision_model, slot_dir):
     # Fill-in-the-middle (the infill server: the tiny CodeGemma).
     for name, fn, refuse in infill_attacks():
         add("infill: " + name[0], name[1], fn, refuse=refuse, server="infill")
+    # llama.cpp's /completion (the same server).
+    for name, fn, refuse in completion_attacks():
+        add("completion: " + name[0], name[1], fn, refuse=refuse, server="infill")
     # Tokens a user types.
     add("prompt: control tokens in user text", "fake model turn in a user message", control_tokens(model), refuse=False)
     wide = {"type": "object", "properties": {f"p{i:04d}_" + "x" * 20: {"type": "string"} for i in range(3000)}}
@@ -965,6 +968,33 @@ def infill_attacks():
         (("body", "no input_suffix (llama.cpp answers 500)"), send("/infill", {"input_prefix": "a"}), True),
         (("field", "suffix beside a prompt of token ids"),
          send("/v1/completions", {"prompt": [1, 2, 3], "suffix": "x", "max_tokens": 4}), True),
+    ]
+
+
+def completion_attacks():
+    """(class, attack), fn, refuse: what a client or a page could send
+    llama.cpp's `/completion` (text or token ids, `return_tokens`)."""
+    def send(body, headers=None):
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
+        h = dict({"Content-Type": "application/json"}, **(headers or {}))
+        return lambda s: _answer(request(s.port, "POST", "/completion", data, h, timeout=120))
+
+    return [
+        (("browser", "cross-site text/plain POST /completion"),
+         send({"prompt": "a", "n_predict": 2}, {"Origin": "http://evil.example", "Content-Type": "text/plain"}), True),
+        (("body", "a prompt of 2,000,000 token ids (past the request's memory budget)"),
+         send({"prompt": [2] * 2_000_000, "n_predict": 2}), True),
+        (("body", "a prompt of 100,000 token ids (past the context)"),
+         send({"prompt": [2] * 100_000, "n_predict": 2}), True),
+        (("body", "a prompt of ids nested 100,000 arrays deep"),
+         send(b'{"prompt": ' + b"[" * 100_000 + b"]" * 100_000 + b"}"), True),
+        (("body", "a prompt of 2,000,000 texts"), send({"prompt": ["a"] * 2_000_000}), True),
+        (("field", "n_predict 10^18 with every id returned (bounded by the context)"),
+         send({"prompt": "x", "n_predict": 10 ** 18, "return_tokens": True, "temperature": 1.5}), False),
+        (("field", "n_predict 10^18 streamed with every id returned"),
+         send({"prompt": "x", "n_predict": 10 ** 18, "return_tokens": True, "stream": True}), False),
+        (("field", "ids past the vocabulary and negative ids"),
+         send({"prompt": [2, 1 << 40, -1], "n_predict": 2}), True),
     ]
 
 

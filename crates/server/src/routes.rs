@@ -80,7 +80,9 @@ fn json_apis(state: &AppState) -> Router<AppState> {
     Router::new()
         .route("/v1/chat/completions", post(completions::chat_completions))
         .route("/v1/completions", post(completions::completions))
-        .route("/infill", post(crate::infill::infill))
+        .route("/completion", post(crate::native::completion))
+        .route("/completions", post(crate::native::completion))
+        .route("/infill", post(crate::native::infill))
         .route("/v1/models", get(list_models))
         .route("/v1/models/{*id}", get(get_model))
         .route("/tokenize", post(utility::tokenize))
@@ -169,6 +171,8 @@ async fn count_requests(State(st): State<AppState>, req: HttpRequest, next: Next
     let endpoint = match req.uri().path() {
         "/v1/chat/completions" => "chat_completions",
         "/v1/completions" => "completions",
+        "/completion" | "/completions" => "completion",
+        "/infill" => "infill",
         "/v1/models" => "models",
         p if p.starts_with("/v1/models/") => "models",
         "/health" => "health",

@@ -35,6 +35,7 @@ mod serve_infill;
 mod serve_limits;
 mod serve_lora;
 mod serve_models;
+mod serve_native_completion;
 mod serve_native_tools;
 mod serve_openai;
 mod serve_options;

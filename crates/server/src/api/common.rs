@@ -135,6 +135,38 @@ pub(super) struct CompletionBody {
     common: Common,
 }
 
+/// llama.cpp's `/completion` body: one prompt (text or token ids), its
+/// `n_predict`, whether to answer with the generated ids, and the sampling
+/// fields.
+#[derive(Debug, Deserialize)]
+pub(super) struct NativeCompletionBody {
+    prompt: Prompt,
+    /// llama.cpp's name for the most tokens (-1: no limit).
+    n_predict: Option<i64>,
+    /// Answer with the generated token ids too (`tokens`).
+    #[serde(default)]
+    return_tokens: bool,
+    #[serde(flatten)]
+    common: Common,
+}
+
+/// A `/completion` body as a request (no limit unless it sets one, as
+/// llama.cpp's server), and whether it asks for the generated ids, which
+/// come with each token's log-probability.
+pub(super) fn native_completion_request(
+    mut b: NativeCompletionBody,
+    defaults: &SamplingParams,
+) -> Result<(Request, bool), ApiError> {
+    if b.common.max_tokens.is_none() {
+        b.common.max_tokens = b.n_predict.filter(|n| *n >= 0);
+    }
+    let mut req = common(b.common, plain_prompt(b.prompt)?, None, defaults)?;
+    if b.return_tokens {
+        req.logprobs = req.logprobs.or(Some(0));
+    }
+    Ok((req, b.return_tokens))
+}
+
 /// llama.cpp's `/infill` body: the code around the gap, the project's
 /// files, the start of the middle, and `/completion`'s other fields.
 #[derive(Debug, Deserialize)]

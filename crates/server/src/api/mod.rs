@@ -174,6 +174,15 @@ pub(crate) fn from_value<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, 
     T::deserialize(v).map_err(|e| ApiError::bad_request(format!("Invalid request: {e}")))
 }
 
+/// Parse and check a `/completion` body (llama.cpp's): the request and
+/// whether it asks for the generated token ids.
+pub fn parse_native_completion(
+    body: &[u8],
+    defaults: &SamplingParams,
+) -> Result<(Request, bool), ApiError> {
+    common::native_completion_request(parse_json(body)?, defaults)
+}
+
 /// Parse and check an `/infill` body (llama.cpp's).
 pub fn parse_infill(body: &[u8], defaults: &SamplingParams) -> Result<Request, ApiError> {
     common::infill_request(parse_json(body)?, defaults)
