@@ -20,8 +20,15 @@ gain.
   woken      --idle-exit 2: the server exits by itself; a new process
              (the container's wake) answers once /health is 200
 
+With --ids the conversation is kept as token ids, as a client of
+llama.cpp's `/completion` keeps it: each turn's prompt is the last turn's
+ids, the ids it generated (`return_tokens`) and the template's text up to
+the next answer; so nothing is re-tokenized, which a model with random
+weights (a synthetic preset) needs, its answers being pieces that do not
+tokenize back to the same ids.
+
   python3 scripts/prompt-cache-ttft.py --binary target/release/hearth \
-      --model MODEL.gguf [--threads 2] [--runs 3] [--json OUT]
+      --model MODEL.gguf [--threads 2] [--runs 3] [--ids] [--json OUT]
 """
 
 from __future__ import annotations
@@ -95,6 +102,18 @@ class Server:
             reply = json.load(r)
         return reply, time.monotonic() - t0
 
+    def post(self, path: str, body: dict) -> tuple[dict, float]:
+        req = urllib.request.Request(self.url(path), json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+        t0 = time.monotonic()
+        with urllib.request.urlopen(req, timeout=600) as r:
+            reply = json.load(r)
+        return reply, time.monotonic() - t0
+
+    def complete_ids(self, ids: list[int], max_tokens: int) -> tuple[dict, float]:
+        return self.post("/completion", {"prompt": ids, "n_predict": max_tokens, "temperature": 0,
+                                         "seed": 1, "return_tokens": True})
+
     def metric(self, name: str) -> float:
         with urllib.request.urlopen(self.url("/metrics"), timeout=10) as r:
             for line in r.read().decode().splitlines():
@@ -135,6 +154,43 @@ def play(binary: str, model_args: list[str], turns: int, answer: int, log: str) 
     return messages
 
 
+def play_ids(binary: str, model_args: list[str], turns: int, answer: int, log: str) -> list[list[int]]:
+    """The turn before the last's prompt as ids, then the ids of the
+    template's text from the end of its answer to the start of the next
+    (each turn's prompt is the last turn's, the ids it generated, and such
+    a text). A replay appends the ids it generates itself: a model of
+    random weights, prefilled in other batches, may answer otherwise."""
+    s = Server(binary, [*model_args, "--cache-ram", "0"], log)
+    messages: list[dict] = []
+    prompts: list[list[int]] = []
+    ids: list[int] = []
+    answer_text = None
+    try:
+        for i in range(turns):
+            messages.append(user_turn(i))
+            rendered = s.post("/apply-template", {"messages": messages})[0]["prompt"]
+            start = 0
+            if answer_text is not None:
+                at = rendered.rfind(answer_text.strip())
+                if at < 0:
+                    sys.exit("the template did not keep the answer's text; --ids cannot follow it")
+                start = at + len(answer_text.strip())
+            delta = s.post("/tokenize", {"content": rendered[start:], "add_special": False,
+                                         "parse_special": True})[0]["tokens"]
+            ids = ids + delta
+            prompts.append(ids)
+            last_delta = delta
+            if i < turns - 1:
+                reply, _ = s.complete_ids(ids, answer)
+                ids = ids + reply["tokens"]
+                answer_text = reply["content"]
+                messages.append({"role": "assistant", "content": answer_text})
+        print(f"conversation: {turns} turns as ids, last prompt {len(prompts[-1])} tokens", file=sys.stderr)
+    finally:
+        s.stop()
+    return [prompts[-2], last_delta]
+
+
 def other_conversation() -> list[dict]:
     return [{"role": "user", "content": " ".join(f"Unrelated question number {i}?" for i in range(40))}]
 
@@ -151,7 +207,11 @@ def scenario(name: str, store: bool, a: argparse.Namespace, convo: list[dict], w
     log = os.path.join(work, "serve.log")
     s = Server(a.binary, [*base, *cache, *extra], log)
     before, answer = convo[:-2], convo[-2]
-    s.chat(before, a.answer)
+    if a.ids:
+        replayed, _ = s.complete_ids(convo[0], a.answer)
+        last_prompt = convo[0] + replayed["tokens"] + convo[1]
+    else:
+        s.chat(before, a.answer)
     out = {"scenario": name, "store": store}
     if name == "evicted":
         s.chat(other_conversation(), 1)
@@ -167,10 +227,14 @@ def scenario(name: str, store: bool, a: argparse.Namespace, convo: list[dict], w
         s.log.close()
         s = Server(a.binary, [*base, *cache], log)
         out["start_to_healthy_s"] = s.healthy - s.started
-    reply, ttft = s.chat([*before, answer, convo[-1]], 1)
+    if a.ids:
+        reply, ttft = s.complete_ids(last_prompt, 1)
+        out["prompt_tokens"], out["cached_tokens"] = reply["tokens_evaluated"], reply["tokens_cached"]
+    else:
+        reply, ttft = s.chat([*before, answer, convo[-1]], 1)
+        out["prompt_tokens"] = reply["usage"]["prompt_tokens"]
+        out["cached_tokens"] = reply["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0)
     out["ttft_s"] = ttft
-    out["prompt_tokens"] = reply["usage"]["prompt_tokens"]
-    out["cached_tokens"] = reply["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0)
     s.stop()
     return out
 
@@ -185,6 +249,7 @@ def main() -> None:
     p.add_argument("--answer", type=int, default=160, help="tokens per answer")
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--scenarios", default="kept,evicted,unloaded,restarted,woken")
+    p.add_argument("--ids", action="store_true", help="keep the conversation as token ids (/completion)")
     p.add_argument("--json")
     a = p.parse_args()
     work = tempfile.mkdtemp(prefix="hearth-ttft-")
@@ -192,7 +257,8 @@ def main() -> None:
     os.symlink(os.path.abspath(a.model), os.path.join(work, "models", "model.gguf"))
     model_args = ["-m", os.path.join(work, "models", "model.gguf"), "-t", str(a.threads),
                   "--ctx", str(a.ctx)]
-    convo = play(a.binary, model_args, a.turns, a.answer, os.path.join(work, "serve.log"))
+    player = play_ids if a.ids else play
+    convo = player(a.binary, model_args, a.turns, a.answer, os.path.join(work, "serve.log"))
     rows = []
     for name in a.scenarios.split(","):
         for run in range(a.runs):

@@ -120,6 +120,11 @@ pub struct ServeArgs {
     /// it only inline `data:` URLs are read.
     #[arg(long)]
     allow_file_images: bool,
+    /// Lay out /infill's fill-in-the-middle prompts suffix first (the
+    /// suffix part before the prefix part), as llama.cpp's --spm-infill,
+    /// for models trained that way.
+    #[arg(long)]
+    spm_infill: bool,
     /// Let clients pull models with POST /api/pull (off: 403). A client may
     /// name a known alias or hf:OWNER/REPO/FILE.gguf, never a local path;
     /// the download runs as this server's user, with its network, pip and
@@ -381,6 +386,7 @@ fn configure(config: &mut server::ServerConfig, args: &ServeArgs) -> Result<()> 
     configure_times(config, args)?;
     config.guard = args.guard;
     config.allow_file_images = args.allow_file_images;
+    config.infill_layout.suffix_first = args.spm_infill;
     config.allow_pull = args.allow_pull;
     // Stored responses live beside the models, so they survive a restart.
     config.responses_log = Some(store::home().join("responses.jsonl"));

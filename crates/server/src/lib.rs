@@ -104,6 +104,9 @@ pub struct ServerConfig {
     /// Whether image parts may name local files (`file://` URLs); off, only
     /// inline `data:` URLs are read.
     pub allow_file_images: bool,
+    /// How `/infill` and `suffix` lay out a fill-in-the-middle prompt
+    /// (llama.cpp's `--spm-infill`: the suffix part first).
+    pub infill_layout: engine::InfillLayout,
     /// Whether clients may pull models (`/api/pull`, `--allow-pull`): a
     /// known alias or an `hf:` GGUF file, fetched with the operator's
     /// network and `HF_TOKEN` into the cache. Off: 403.
@@ -159,6 +162,7 @@ impl ServerConfig {
             shutdown_timeout: Duration::from_secs(10),
             guard: guard::GuardSet::none(),
             allow_file_images: false,
+            infill_layout: engine::InfillLayout::default(),
             allow_pull: false,
             context_overflow: truncate::Overflow::Truncate,
             idle_exit: None,

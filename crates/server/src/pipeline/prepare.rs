@@ -56,7 +56,10 @@ fn prepare(
             dropped = fitted.dropped;
             (fitted.ids, Vec::new())
         }
-        _ if !media => (tokenize(engine, &req.input, &options)?, Vec::new()),
+        _ if !media => (
+            tokenize(engine, &req.input, &options, config.infill_layout)?,
+            Vec::new(),
+        ),
         _ => media_prompt(engine, &req, config, &options)?,
     };
     // Compiled once: each further choice gets a copy, not a compile.
@@ -290,6 +293,7 @@ fn tokenize(
     engine: &Engine,
     input: &Input,
     options: &ChatOptions<'_>,
+    layout: engine::InfillLayout,
 ) -> Result<Vec<u32>, ApiError> {
     match input {
         Input::Chat(messages) => tokenize_chat(engine, messages, options),
@@ -303,7 +307,7 @@ fn tokenize(
                 suffix: &i.suffix,
                 extra: &i.extra,
                 middle: &i.middle,
-                layout: engine::InfillLayout::default(),
+                layout,
             };
             let request = engine::PromptRequest {
                 input: engine::PromptInput::Infill(infill),
