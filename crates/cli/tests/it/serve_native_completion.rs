@@ -64,25 +64,33 @@ fn completion_takes_and_returns_token_ids() {
         (&first["content"], &json!([]))
     );
 
+    conversation_as_ids(&server, text, &first, &made);
+    streamed(&server, &body, &first, &made);
+    refusals(&server);
+}
+
+/// The prompt as ids answers as the text did; a conversation kept as ids
+/// reuses all that its last turn computed.
+fn conversation_as_ids(server: &Server, text: &str, first: &Value, made: &[u64]) {
     // The same prompt as ids.
-    let prompt = tokenize(&server, text, true);
+    let prompt = tokenize(server, text, true);
     let by_ids = ok(
-        &server,
+        server,
         "/completion",
         &json!({"prompt": prompt, "n_predict": 12, "temperature": 0, "return_tokens": true}),
     );
     assert_eq!(
         (&by_ids["content"], ids(&by_ids["tokens"])),
-        (&first["content"], made.clone())
+        (&first["content"], made.to_vec())
     );
 
     // The conversation kept as ids: everything the last turn computed is
     // reused; its text tokenized again would not be the same ids.
     let mut next = prompt.clone();
-    next.extend(&made);
-    next.extend(tokenize(&server, " And then", false));
+    next.extend(made);
+    next.extend(tokenize(server, " And then", false));
     let turn = ok(
-        &server,
+        server,
         "/completion",
         &json!({"prompt": next, "n_predict": 4, "temperature": 0}),
     );
@@ -92,15 +100,17 @@ fn completion_takes_and_returns_token_ids() {
         "{cached} of {} cached: {turn}",
         next.len()
     );
-    let retokenized = tokenize(&server, first["content"].as_str().unwrap(), false);
+    let retokenized = tokenize(server, first["content"].as_str().unwrap(), false);
     eprintln!(
         "the answer's {} ids tokenize back as {} ids (equal: {})",
         made.len(),
         retokenized.len(),
         retokenized == made
     );
+}
 
-    // Streamed: the same text and the same ids, piece by piece.
+/// Streamed: the same text and the same ids, piece by piece.
+fn streamed(server: &Server, body: &Value, first: &Value, made: &[u64]) {
     let mut streamed = body.clone();
     streamed["stream"] = json!(true);
     let r = server.post("/completion", &streamed.to_string());
@@ -117,10 +127,13 @@ fn completion_takes_and_returns_token_ids() {
     let all: Vec<u64> = events.iter().flat_map(|e| ids(&e["tokens"])).collect();
     assert_eq!(
         (content.as_str(), all),
-        (first["content"].as_str().unwrap(), made)
+        (first["content"].as_str().unwrap(), made.to_vec())
     );
     assert_eq!(events.last().unwrap()["stop"], true);
+}
 
+/// Bodies that are not one prompt, or not llama.cpp's fields, are a 400.
+fn refusals(server: &Server) {
     for (bad, why) in [
         (json!({"prompt": [2, "a"]}), "text and ids mixed"),
         (json!({"prompt": ["a", "b"]}), "two prompts"),
