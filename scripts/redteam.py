@@ -993,6 +993,9 @@ def completion_attacks():
          send({"prompt": "x", "n_predict": 10 ** 18, "return_tokens": True, "temperature": 1.5}), False),
         (("field", "n_predict 10^18 streamed with every id returned"),
          send({"prompt": "x", "n_predict": 10 ** 18, "return_tokens": True, "stream": True}), False),
+        (("field", "n_probs 20 with n_predict 10^18, streamed (bounded by the context)"),
+         send({"prompt": "x", "n_predict": 10 ** 18, "n_probs": 20, "stream": True}), False),
+        (("field", "n_probs 10^18"), send({"prompt": "x", "n_probs": 10 ** 18}), True),
         (("field", "ids past the vocabulary and negative ids"),
          send({"prompt": [2, 1 << 40, -1], "n_predict": 2}), True),
     ]

@@ -1,18 +1,21 @@
 //! llama.cpp's own completion endpoints, answered in its shape (whole, or
 //! as a stream of `{"content", "tokens", "stop"}` objects):
 //! - `/completion` (and `/completions`): a prompt as text or token ids,
-//!   `n_predict`, and with `return_tokens` the generated ids, so a client
-//!   that keeps a conversation as ids sends back exactly what was made;
+//!   `n_predict`, with `return_tokens` the generated ids (so a client that
+//!   keeps a conversation as ids sends back exactly what was made), and
+//!   with `n_probs` each token's log-probability and the likeliest others
+//!   (`completion_probabilities`);
 //! - `/infill`, the endpoint editor plugins (llama.vim, llama.vscode)
 //!   complete code with: the code around the gap (`input_prefix`,
 //!   `input_suffix`), files of the project (`input_extra`), the start of
 //!   the middle (`prompt`), laid out with the model's fill-in-the-middle
 //!   tokens ([`engine::Infill`]).
 
+use crate::api::NativeExtras;
 use crate::body::read_json;
 use crate::error::ApiError;
 use crate::pipeline::{self, Submitted};
-use crate::reply::{self, Ended, Piece, Reply};
+use crate::reply::{self, Ended, Piece, Reply, TokenLp, TokenText};
 use crate::scheduler::Usage;
 use crate::{api, AppState};
 use axum::body::Body;
@@ -39,15 +42,17 @@ pub(crate) async fn completion(
 
 /// `POST /infill`.
 pub(crate) async fn infill(State(st): State<AppState>, headers: HeaderMap, body: Body) -> Response {
-    let parse = |b: &[u8], d: &engine::SamplingParams| Ok((api::parse_infill(b, d)?, false));
+    let parse = |b: &[u8], d: &engine::SamplingParams| {
+        Ok((api::parse_infill(b, d)?, NativeExtras::default()))
+    };
     run(st, headers, body, parse)
         .await
         .unwrap_or_else(IntoResponse::into_response)
 }
 
-/// A parser of one endpoint's body: the request, and whether the answer
-/// carries the generated ids.
-type Parse = fn(&[u8], &engine::SamplingParams) -> Result<(api::Request, bool), ApiError>;
+/// A parser of one endpoint's body: the request, and what the answer
+/// carries beside the text.
+type Parse = fn(&[u8], &engine::SamplingParams) -> Result<(api::Request, NativeExtras), ApiError>;
 
 async fn run(
     st: AppState,
@@ -57,25 +62,45 @@ async fn run(
 ) -> Result<Response, ApiError> {
     let received = Instant::now();
     let defaults = pipeline::sampling_defaults(&st);
-    let (req, ids) = read_json(&st, &headers, body, move |b| parse(b, &defaults)).await?;
+    let (req, extras) = read_json(&st, &headers, body, move |b| parse(b, &defaults)).await?;
     let Submitted {
         model, req, reply, ..
     } = pipeline::submit(&st, req, received).await?;
     if req.stream {
-        return Ok(stream(model, reply, ids));
+        return Ok(stream(model, reply, extras));
     }
     let (whole, ended, usage) =
         reply::within(st.config.request_timeout, reply::collect(reply)).await?;
-    let tokens = match ids {
-        true => whole.logprobs.iter().map(|lp| lp.token.id).collect(),
-        false => Vec::new(),
-    };
-    Ok(Json(last(&model, &whole.text, &tokens, ended, &usage)).into_response())
+    let mut v = last(&model, &whole.text, ended, &usage);
+    add_tokens(&mut v, &whole.logprobs, extras);
+    Ok(Json(v).into_response())
 }
 
-/// The answer's last object: the text and ids (all of them, or what is
-/// left to stream), why it stopped, the counts and timings.
-fn last(model: &str, content: &str, tokens: &[u32], ended: Ended, u: &Usage) -> Value {
+/// `tokens` (the ids, when asked for; else empty, as llama.cpp's) and
+/// `completion_probabilities` (when asked for) of the tokens `lps`.
+fn add_tokens(v: &mut Value, lps: &[TokenLp], extras: NativeExtras) {
+    let ids: Vec<u32> = match extras.ids {
+        true => lps.iter().map(|lp| lp.token.id).collect(),
+        false => Vec::new(),
+    };
+    v["tokens"] = json!(ids);
+    if extras.probs {
+        let one = |t: &TokenText, logprob: f32| json!({"id": t.id, "token": t.text, "bytes": t.bytes, "logprob": logprob});
+        let probs: Vec<Value> = lps
+            .iter()
+            .map(|lp| {
+                let mut p = one(&lp.token, lp.logprob);
+                p["top_logprobs"] = lp.top.iter().map(|(t, l)| one(t, *l)).collect();
+                p
+            })
+            .collect();
+        v["completion_probabilities"] = json!(probs);
+    }
+}
+
+/// The answer's last object: the text (all of it, or what is left to
+/// stream), why it stopped, the counts and timings.
+fn last(model: &str, content: &str, ended: Ended, u: &Usage) -> Value {
     let stop_type = match (ended, &u.stop_string) {
         (Ended::Length, _) => "limit",
         (_, Some(_)) => "word",
@@ -87,7 +112,6 @@ fn last(model: &str, content: &str, tokens: &[u32], ended: Ended, u: &Usage) -> 
     json!({
         "index": 0,
         "content": content,
-        "tokens": tokens,
         "stop": true,
         "model": model,
         "tokens_predicted": u.completion_tokens,
@@ -108,10 +132,10 @@ fn last(model: &str, content: &str, tokens: &[u32], ended: Ended, u: &Usage) -> 
 }
 
 /// The streamed answer: `{"content", "tokens", "stop": false}` per piece
-/// of text (the ids sampled since the last piece, when asked for), then
-/// the last object. Dropping it (the client hung up) cancels the
-/// generation.
-fn stream(model: String, reply: Reply, ids: bool) -> Response {
+/// of text (the ids and probabilities of the tokens sampled since the last
+/// piece, when asked for), then the last object. Dropping it (the client
+/// hung up) cancels the generation.
+fn stream(model: String, reply: Reply, extras: NativeExtras) -> Response {
     let events = stream::unfold(
         (reply, false, Vec::new()),
         move |(mut reply, done, mut held)| {
@@ -125,16 +149,21 @@ fn stream(model: String, reply: Reply, ids: bool) -> Response {
                 let mut ended = false;
                 for piece in pieces {
                     let v = match piece {
-                        // An id comes before the text it makes.
-                        Piece::Logprobs(lps) if ids => {
-                            held.extend(lps.iter().map(|lp| lp.token.id));
+                        // A token comes before the text it makes.
+                        Piece::Logprobs(lps) => {
+                            held.extend(lps);
                             continue;
                         }
                         Piece::Text(t) => {
-                            let tokens = std::mem::take(&mut held);
-                            json!({"index": 0, "content": t, "tokens": tokens, "stop": false})
+                            let mut v = json!({"index": 0, "content": t, "stop": false});
+                            add_tokens(&mut v, &std::mem::take(&mut held), extras);
+                            v
                         }
-                        Piece::Done(e, u) => last(&model, "", &std::mem::take(&mut held), e, &u),
+                        Piece::Done(e, u) => {
+                            let mut v = last(&model, "", e, &u);
+                            add_tokens(&mut v, &std::mem::take(&mut held), extras);
+                            v
+                        }
                         Piece::Failed(e) => e.body(),
                         _ => continue,
                     };

@@ -3,7 +3,8 @@
 //! streamed. Random weights answer in pieces that do not tokenize back to
 //! the same ids, so a conversation kept as ids (its prompt, the ids
 //! returned, its next words) is what lets the next turn reuse all of the
-//! last one's cache; bodies that cannot be one prompt are a 400.
+//! last one's cache; `n_probs` gives each token's log-probability and the
+//! likeliest others; bodies that cannot be one prompt are a 400.
 
 use crate::serve_common::{tiny_fixture, Server};
 use serde_json::{json, Value};
@@ -66,7 +67,42 @@ fn completion_takes_and_returns_token_ids() {
 
     conversation_as_ids(&server, text, &first, &made);
     streamed(&server, &body, &first, &made);
+    probabilities(&server, &body, &made);
     refusals(&server);
+}
+
+/// `n_probs`: each sampled token with its log-probability and the
+/// likeliest others, the greedy one first among them; streamed, the same.
+fn probabilities(server: &Server, body: &Value, made: &[u64]) {
+    let mut body = body.clone();
+    body["n_probs"] = json!(3);
+    let whole = ok(server, "/completion", &body)["completion_probabilities"].clone();
+    let probs = whole.as_array().unwrap();
+    assert_eq!(probs.len(), made.len());
+    for (p, &id) in probs.iter().zip(made) {
+        let top = p["top_logprobs"].as_array().unwrap();
+        assert_eq!((p["id"].as_u64(), top.len()), (Some(id), 3), "{p}");
+        assert_eq!(top[0]["id"], p["id"], "greedy picks the likeliest: {p}");
+        assert!(
+            p["logprob"].as_f64().unwrap() <= 0.0
+                && p["token"].is_string()
+                && p["bytes"].is_array()
+        );
+    }
+    body["stream"] = json!(true);
+    let r = server.post("/completion", &body.to_string());
+    let streamed: Vec<Value> = r
+        .sse_data()
+        .iter()
+        .map(|d| serde_json::from_str::<Value>(d).unwrap())
+        .flat_map(|e| {
+            e["completion_probabilities"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+        })
+        .collect();
+    assert_eq!(&streamed, probs);
 }
 
 /// The prompt as ids answers as the text did; a conversation kept as ids

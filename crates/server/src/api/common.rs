@@ -146,25 +146,47 @@ pub(super) struct NativeCompletionBody {
     /// Answer with the generated token ids too (`tokens`).
     #[serde(default)]
     return_tokens: bool,
+    /// How many of the likeliest tokens to give beside each sampled one
+    /// (`completion_probabilities`; 0: none).
+    #[serde(default)]
+    n_probs: i64,
     #[serde(flatten)]
     common: Common,
 }
 
 /// A `/completion` body as a request (no limit unless it sets one, as
-/// llama.cpp's server), and whether it asks for the generated ids, which
-/// come with each token's log-probability.
+/// llama.cpp's server), and what its answer carries beside the text; the
+/// ids and probabilities come with each token's log-probability.
 pub(super) fn native_completion_request(
     mut b: NativeCompletionBody,
     defaults: &SamplingParams,
-) -> Result<(Request, bool), ApiError> {
+) -> Result<(Request, super::NativeExtras), ApiError> {
     if b.common.max_tokens.is_none() {
         b.common.max_tokens = b.n_predict.filter(|n| *n >= 0);
     }
+    let top = match usize::try_from(b.n_probs) {
+        Ok(n) if n <= MAX_TOP_LOGPROBS => n,
+        _ => {
+            return Err(ApiError::bad_param(
+                "n_probs",
+                format!(
+                    "`n_probs` must be between 0 and {MAX_TOP_LOGPROBS}, got {}.",
+                    b.n_probs
+                ),
+            ))
+        }
+    };
     let mut req = common(b.common, plain_prompt(b.prompt)?, None, defaults)?;
-    if b.return_tokens {
+    let extras = super::NativeExtras {
+        ids: b.return_tokens,
+        probs: top > 0,
+    };
+    if extras.probs {
+        req.logprobs = Some(top);
+    } else if extras.ids {
         req.logprobs = req.logprobs.or(Some(0));
     }
-    Ok((req, b.return_tokens))
+    Ok((req, extras))
 }
 
 /// llama.cpp's `/infill` body: the code around the gap, the project's

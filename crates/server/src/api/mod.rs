@@ -174,12 +174,21 @@ pub(crate) fn from_value<T: serde::de::DeserializeOwned>(v: Value) -> Result<T, 
     T::deserialize(v).map_err(|e| ApiError::bad_request(format!("Invalid request: {e}")))
 }
 
+/// What a llama.cpp `/completion` answer carries beside the text.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NativeExtras {
+    /// The generated ids (`return_tokens`).
+    pub ids: bool,
+    /// Each token's probability and the likeliest others (`n_probs`).
+    pub probs: bool,
+}
+
 /// Parse and check a `/completion` body (llama.cpp's): the request and
-/// whether it asks for the generated token ids.
+/// what its answer carries beside the text.
 pub fn parse_native_completion(
     body: &[u8],
     defaults: &SamplingParams,
-) -> Result<(Request, bool), ApiError> {
+) -> Result<(Request, NativeExtras), ApiError> {
     common::native_completion_request(parse_json(body)?, defaults)
 }
 
