@@ -203,7 +203,7 @@ impl<'a> Cursor<'a> {
                 MetaArray::Bool(v)
             }
             ValueType::String => {
-                let mut v = StrArray::with_capacity(n_usize, 0);
+                let mut v = StrArray::with_capacity(n_usize);
                 for _ in 0..n_usize {
                     v.push(&self.str_bytes(key)?);
                 }

@@ -6,7 +6,7 @@ use std::fmt;
 /// and where each string starts: a quarter of a million tokens are two
 /// allocations rather than one each, which is most of what opening a large
 /// vocabulary's file costs.
-#[derive(Clone, Default, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct StrArray {
     text: String,
     /// Where each string starts in `text`, then where the last one ends.
@@ -14,28 +14,25 @@ pub struct StrArray {
 }
 
 impl StrArray {
-    /// An empty array with room for `n` strings of `bytes` bytes in all.
-    pub fn with_capacity(n: usize, bytes: usize) -> Self {
+    /// An empty array with room for `n` strings' offsets.
+    pub fn with_capacity(n: usize) -> Self {
         let mut offsets = Vec::with_capacity(n + 1);
         offsets.push(0);
         StrArray {
-            text: String::with_capacity(bytes),
+            text: String::new(),
             offsets,
         }
     }
 
     /// Appends one string.
     pub fn push(&mut self, s: &str) {
-        if self.offsets.is_empty() {
-            self.offsets.push(0);
-        }
         self.text.push_str(s);
         self.offsets.push(self.text.len());
     }
 
     /// The number of strings.
     pub fn len(&self) -> usize {
-        self.offsets.len().saturating_sub(1)
+        self.offsets.len() - 1
     }
 
     /// Whether there are no strings.
@@ -65,6 +62,12 @@ impl StrArray {
     }
 }
 
+impl Default for StrArray {
+    fn default() -> Self {
+        StrArray::with_capacity(0)
+    }
+}
+
 impl std::ops::Index<usize> for StrArray {
     type Output = str;
 
@@ -89,12 +92,6 @@ impl<S: AsRef<str>> FromIterator<S> for StrArray {
 
 impl From<Vec<String>> for StrArray {
     fn from(v: Vec<String>) -> Self {
-        v.iter().collect()
-    }
-}
-
-impl<S: AsRef<str>> From<&[S]> for StrArray {
-    fn from(v: &[S]) -> Self {
         v.iter().collect()
     }
 }

@@ -15,7 +15,7 @@ use crate::api::NativeExtras;
 use crate::body::read_json;
 use crate::error::ApiError;
 use crate::pipeline::{self, Submitted};
-use crate::reply::{self, Ended, Piece, Reply, TokenLp, TokenText};
+use crate::reply::{self, Ended, Piece, Reply, TokenLp};
 use crate::scheduler::Usage;
 use crate::{api, AppState};
 use axum::body::Body;
@@ -85,16 +85,7 @@ fn add_tokens(v: &mut Value, lps: &[TokenLp], extras: NativeExtras) {
     };
     v["tokens"] = json!(ids);
     if extras.probs {
-        let one = |t: &TokenText, logprob: f32| json!({"id": t.id, "token": t.text, "bytes": t.bytes, "logprob": logprob});
-        let probs: Vec<Value> = lps
-            .iter()
-            .map(|lp| {
-                let mut p = one(&lp.token, lp.logprob);
-                p["top_logprobs"] = lp.top.iter().map(|(t, l)| one(t, *l)).collect();
-                p
-            })
-            .collect();
-        v["completion_probabilities"] = json!(probs);
+        v["completion_probabilities"] = lps.iter().map(TokenLp::json).collect();
     }
 }
 

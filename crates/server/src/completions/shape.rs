@@ -3,7 +3,7 @@
 
 use crate::api;
 use crate::new_id;
-use crate::reply::{Ended, TokenLp, TokenText, Whole};
+use crate::reply::{Ended, TokenLp, Whole};
 use crate::scheduler::Usage;
 use engine::tools::ToolCall;
 use serde_json::{json, Value};
@@ -154,17 +154,8 @@ impl Meta {
         if !self.logprobs {
             return Value::Null;
         }
-        // `id` as llama.cpp's server adds it.
-        let entry = |t: &TokenText, lp: f32| json!({"id": t.id, "token": t.text, "logprob": lp, "bytes": t.bytes});
         if self.kind == Kind::Chat {
-            let content: Vec<Value> = lps
-                .iter()
-                .map(|l| {
-                    let mut e = entry(&l.token, l.logprob);
-                    e["top_logprobs"] = l.top.iter().map(|(t, lp)| entry(t, *lp)).collect();
-                    e
-                })
-                .collect();
+            let content: Vec<Value> = lps.iter().map(TokenLp::json).collect();
             return json!({ "content": content, "refusal": null });
         }
         let mut at = offset;

@@ -70,6 +70,19 @@ pub(crate) struct TokenLp {
     pub top: Vec<(TokenText, f32)>,
 }
 
+impl TokenLp {
+    /// `{"id", "token", "bytes", "logprob", "top_logprobs"}` (`id` as
+    /// llama.cpp's server adds it): a token as
+    /// OpenAI's chat logprobs and llama.cpp's `completion_probabilities`
+    /// show it.
+    pub(crate) fn json(&self) -> Value {
+        let entry = |t: &TokenText, lp: f32| serde_json::json!({"id": t.id, "token": t.text, "logprob": lp, "bytes": t.bytes});
+        let mut e = entry(&self.token, self.logprob);
+        e["top_logprobs"] = self.top.iter().map(|(t, lp)| entry(t, *lp)).collect();
+        e
+    }
+}
+
 /// Whether text streams as it comes, or is held because the reply may be
 /// (or must be) a tool call.
 #[derive(Debug, PartialEq)]
