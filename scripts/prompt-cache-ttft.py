@@ -91,16 +91,8 @@ class Server:
         sys.exit("server not healthy")
 
     def chat(self, messages: list[dict], max_tokens: int) -> tuple[dict, float]:
-        body = json.dumps({
-            "model": "model", "messages": messages, "max_tokens": max_tokens,
-            "temperature": 0, "seed": 1,
-        }).encode()
-        req = urllib.request.Request(self.url("/v1/chat/completions"), body,
-                                     {"Content-Type": "application/json"})
-        t0 = time.monotonic()
-        with urllib.request.urlopen(req, timeout=600) as r:
-            reply = json.load(r)
-        return reply, time.monotonic() - t0
+        return self.post("/v1/chat/completions", {"model": "model", "messages": messages,
+                                                  "max_tokens": max_tokens, "temperature": 0, "seed": 1})
 
     def post(self, path: str, body: dict) -> tuple[dict, float]:
         req = urllib.request.Request(self.url(path), json.dumps(body).encode(),
