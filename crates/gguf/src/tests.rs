@@ -129,10 +129,8 @@ fn unknown_tensor_type_is_named() {
     );
 }
 
-/// A tensor of a type Hearth reads but has no kernels for (IQ2_XXS, a
-/// lattice type) still opens, sized by ggml's block geometry and named, so
-/// `hearth inspect` lists it and the model loader can say which type it
-/// cannot run.
+/// Tensors of the IQ types (IQ4 and the lattice formats) open, sized by
+/// ggml's block geometry and named, so `hearth inspect` lists them.
 #[test]
 fn iq_tensor_types_are_read_and_named() {
     let mut w = GgufWriter::new();

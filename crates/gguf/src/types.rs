@@ -53,19 +53,19 @@ pub enum GgmlType {
     /// 4-bit non-linear super-blocks of 256: IQ4_NL's table with a 6-bit
     /// scale per 32.
     IQ4_XS,
-    /// 2.06-bit lattice super-blocks of 256 (readable, not supported).
+    /// 2.06-bit lattice super-blocks of 256.
     IQ2_XXS,
-    /// 2.31-bit lattice super-blocks of 256 (readable, not supported).
+    /// 2.31-bit lattice super-blocks of 256.
     IQ2_XS,
-    /// 2.5-bit lattice super-blocks of 256 (readable, not supported).
+    /// 2.5-bit lattice super-blocks of 256.
     IQ2_S,
-    /// 3.06-bit lattice super-blocks of 256 (readable, not supported).
+    /// 3.06-bit lattice super-blocks of 256.
     IQ3_XXS,
-    /// 3.44-bit lattice super-blocks of 256 (readable, not supported).
+    /// 3.44-bit lattice super-blocks of 256.
     IQ3_S,
-    /// 1.56-bit lattice super-blocks of 256 (readable, not supported).
+    /// 1.56-bit lattice super-blocks of 256.
     IQ1_S,
-    /// 1.75-bit lattice super-blocks of 256 (readable, not supported).
+    /// 1.75-bit lattice super-blocks of 256.
     IQ1_M,
     /// Ternary, 1.69 bits, super-blocks of 256 (readable, not supported).
     TQ1_0,

@@ -35,8 +35,9 @@ pub use gguf::GgmlType;
 pub use matmul::{matmul, Gate, Matrix, PreparedActs, Product, ROW_BATCH_MAX};
 
 use formats::blocks::{
-    BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K,
-    BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1,
+    BlockIQ1M, BlockIQ1S, BlockIQ2S, BlockIQ2XS, BlockIQ2XXS, BlockIQ3S, BlockIQ3XXS, BlockIQ4NL,
+    BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1,
+    BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1,
 };
 use formats::{float, iquants, kquantize, kquants, legacy};
 
@@ -60,18 +61,26 @@ pub fn is_supported(ty: GgmlType) -> bool {
             | Q8_K
             | IQ4_NL
             | IQ4_XS
+            | IQ2_XXS
+            | IQ2_XS
+            | IQ2_S
+            | IQ3_XXS
+            | IQ3_S
+            | IQ1_S
+            | IQ1_M
     )
 }
 
 /// The activation format multiplied against weights of type `ty`, as in llama.cpp:
-/// Q4_0/Q5_0/Q8_0/IQ4_NL → Q8_0, Q4_1/Q5_1 → Q8_1, K-quants and IQ4_XS → Q8_K,
-/// everything else → F32.
+/// Q4_0/Q5_0/Q8_0/IQ4_NL → Q8_0, Q4_1/Q5_1 → Q8_1, K-quants and the other IQ
+/// types → Q8_K, everything else → F32.
 pub fn vec_dot_type(ty: GgmlType) -> GgmlType {
     use GgmlType::*;
     match ty {
         Q4_0 | Q5_0 | Q8_0 | IQ4_NL => Q8_0,
         Q4_1 | Q5_1 => Q8_1,
         Q2_K | Q3_K | Q4_K | Q5_K | Q6_K | Q8_K | IQ4_XS => Q8_K,
+        IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S | IQ1_S | IQ1_M => Q8_K,
         _ => F32,
     }
 }
@@ -188,6 +197,13 @@ fn dequantize_with(
         Q8_K => simd::dequantize_row_on::<BlockQ8K>(tier, src, dst),
         IQ4_NL => simd::dequantize_row_on::<BlockIQ4NL>(tier, src, dst),
         IQ4_XS => simd::dequantize_row_on::<BlockIQ4XS>(tier, src, dst),
+        IQ2_XXS => simd::dequantize_row_on::<BlockIQ2XXS>(tier, src, dst),
+        IQ2_XS => simd::dequantize_row_on::<BlockIQ2XS>(tier, src, dst),
+        IQ2_S => simd::dequantize_row_on::<BlockIQ2S>(tier, src, dst),
+        IQ3_XXS => simd::dequantize_row_on::<BlockIQ3XXS>(tier, src, dst),
+        IQ3_S => simd::dequantize_row_on::<BlockIQ3S>(tier, src, dst),
+        IQ1_S => simd::dequantize_row_on::<BlockIQ1S>(tier, src, dst),
+        IQ1_M => simd::dequantize_row_on::<BlockIQ1M>(tier, src, dst),
         _ => return Err(QuantError::Unsupported(ty)),
     }
     Ok(())
@@ -311,6 +327,29 @@ pub fn select_kernels(name: &str) -> Result<&'static str, QuantError> {
 pub mod testing {
     use crate::formats::blocks::{blocks, BlockFormat, WeightFormat};
     use crate::{simd, GgmlType, QuantError};
+
+    /// `blocks` blocks of the lattice format `ty` (IQ2, IQ3 or IQ1 but
+    /// IQ4) of random bits from `next` but for a finite super-block scale
+    /// of at most `scale` in magnitude, which no quantizer here writes; an
+    /// error for any other type.
+    pub fn random_lattice_blocks(
+        ty: GgmlType,
+        blocks: usize,
+        scale: f32,
+        mut next: impl FnMut() -> u64,
+    ) -> Result<Vec<u8>, QuantError> {
+        use crate::formats::lattice;
+        if !lattice::is_lattice(ty) {
+            return Err(QuantError::Unsupported(ty));
+        }
+        let bb = ty.block_bytes();
+        let mut out: Vec<u8> = (0..blocks * bb).map(|_| next() as u8).collect();
+        for block in out.chunks_exact_mut(bb) {
+            let unit = (next() >> 40) as f32 / (1u64 << 24) as f32 * 2.0 - 1.0;
+            lattice::set_scale(ty, block, unit * scale);
+        }
+        Ok(out)
+    }
 
     /// Names of the kernel tables this CPU can run, scalar first.
     pub fn kernel_sets() -> Vec<&'static str> {

@@ -7,9 +7,10 @@
 //! prompt's tokens do not depend on which machine runs it.
 
 use crate::formats::blocks::{
-    Bf16Le, BlockFormat, BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0,
-    BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, F16Le,
-    F32Le, WeightFormat,
+    Bf16Le, BlockFormat, BlockIQ1M, BlockIQ1S, BlockIQ2S, BlockIQ2XS, BlockIQ2XXS, BlockIQ3S,
+    BlockIQ3XXS, BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0, BlockQ4_1,
+    BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, F16Le, F32Le,
+    WeightFormat,
 };
 use crate::formats::{kquants, legacy};
 use crate::GgmlType;
@@ -51,6 +52,7 @@ pub(crate) fn hsum8(v: [f32; LANES]) -> f32 {
 /// The scalar reference product of `nb` blocks of weights `W` (bytes `w`)
 /// with activations in `W::Acts` (bytes `a`): the kernel table's entry for
 /// `W` on the scalar tier.
+#[inline(always)]
 pub(crate) fn dot<W: WeightFormat>(w: &[W], a: &[W::Acts]) -> f32 {
     let nb = w.len().min(a.len());
     W::dot(&w[..nb], &a[..nb])
@@ -91,8 +93,8 @@ fn legacy_q8_1<W: BlockFormat<Decoded = legacy::Unpacked>>(w: &[W], a: &[BlockQ8
     sumf
 }
 
-/// A K-quant (or IQ4_XS, whose values are table entries and whose
-/// minimums are zero) against Q8_K: exact integer sums per super-block
+/// A K-quant (or an IQ type but IQ4_NL, whose values are table entries
+/// and whose minimums are zero) against Q8_K: exact integer sums per super-block
 /// (values by group scales, minimums by the activations' group sums), then
 /// [`kquant_block`] in block order.
 #[inline(always)]
@@ -122,6 +124,7 @@ macro_rules! weight_format {
     ($block:ident, $acts:ident, $order:ident) => {
         impl WeightFormat for $block {
             type Acts = $acts;
+            #[inline(always)]
             fn dot(w: &[Self], a: &[$acts]) -> f32 {
                 $order(w, a)
             }
@@ -142,6 +145,13 @@ weight_format!(BlockQ6K, BlockQ8K, kquant_q8_k);
 weight_format!(BlockQ8K, BlockQ8K, kquant_q8_k);
 weight_format!(BlockIQ4NL, BlockQ8_0, legacy_q8_0);
 weight_format!(BlockIQ4XS, BlockQ8K, kquant_q8_k);
+weight_format!(BlockIQ2XXS, BlockQ8K, kquant_q8_k);
+weight_format!(BlockIQ2XS, BlockQ8K, kquant_q8_k);
+weight_format!(BlockIQ2S, BlockQ8K, kquant_q8_k);
+weight_format!(BlockIQ3XXS, BlockQ8K, kquant_q8_k);
+weight_format!(BlockIQ3S, BlockQ8K, kquant_q8_k);
+weight_format!(BlockIQ1S, BlockQ8K, kquant_q8_k);
+weight_format!(BlockIQ1M, BlockQ8K, kquant_q8_k);
 
 /// The canonical order of a float dot product of `n` elements, which every
 /// tier's float kernels follow: 8-element group `g` adds its products into

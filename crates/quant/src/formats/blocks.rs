@@ -319,6 +319,92 @@ pub(crate) struct BlockIQ4XS {
 }
 block_format!(BlockIQ4XS, IQ4_XS, QK_K, iquants::unpack_iq4_xs as kquants);
 
+/// `block_iq2_xxs`: per sub-block of 32, two little-endian u32 in `qs`:
+/// the first holds four 8-bit indices into the IQ2_XXS grid (eight values
+/// each), the second four 7-bit sign indices and the 4-bit scale on top.
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct BlockIQ2XXS {
+    pub(crate) d: F16Le,
+    pub(crate) qs: [u8; QK_K / 4],
+}
+block_format!(BlockIQ2XXS, IQ2_XXS, QK_K, lattice::unpack as kquants);
+
+/// `block_iq2_xs`: a little-endian u16 per eight values (a 9-bit index
+/// into the IQ2_XS grid, a 7-bit sign index on top) and two 4-bit scales
+/// per sub-block of 32.
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct BlockIQ2XS {
+    pub(crate) d: F16Le,
+    pub(crate) qs: [u8; QK_K / 4],
+    pub(crate) scales: [u8; K_SUB_BLOCKS],
+}
+block_format!(BlockIQ2XS, IQ2_XS, QK_K, lattice::unpack as kquants);
+
+/// `block_iq2_s`: the low 8 bits of a 10-bit IQ2_S grid index per eight
+/// values, then a sign byte per eight values (`qs`), the indices' high bits
+/// (`qh`, two per eight values), two 4-bit scales per sub-block of 32.
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct BlockIQ2S {
+    pub(crate) d: F16Le,
+    pub(crate) qs: [u8; QK_K / 4],
+    pub(crate) qh: [u8; K_SUB_BLOCKS],
+    pub(crate) scales: [u8; K_SUB_BLOCKS],
+}
+block_format!(BlockIQ2S, IQ2_S, QK_K, lattice::unpack as kquants);
+
+/// `block_iq3_xxs`: an 8-bit IQ3_XXS grid index per four values, then per
+/// sub-block of 32 a little-endian u32 of four 7-bit sign indices and the
+/// 4-bit scale on top.
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct BlockIQ3XXS {
+    pub(crate) d: F16Le,
+    pub(crate) qs: [u8; 3 * QK_K / 8],
+}
+block_format!(BlockIQ3XXS, IQ3_XXS, QK_K, lattice::unpack as kquants);
+
+/// `block_iq3_s`: the low 8 bits of a 9-bit IQ3_S grid index per four
+/// values (`qs`), their high bits (`qh`, a byte per sub-block of 32), a
+/// sign bit per value, a 4-bit scale per sub-block.
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct BlockIQ3S {
+    pub(crate) d: F16Le,
+    pub(crate) qs: [u8; QK_K / 4],
+    pub(crate) qh: [u8; K_SUB_BLOCKS],
+    pub(crate) signs: [u8; QK_K / 8],
+    pub(crate) scales: [u8; K_SUB_BLOCKS / 2],
+}
+block_format!(BlockIQ3S, IQ3_S, QK_K, lattice::unpack as kquants);
+
+/// `block_iq1_s`: the low 8 bits of an 11-bit IQ1_S grid index per eight
+/// values, and per sub-block of 32 a little-endian u16 of the indices'
+/// high bits, a 3-bit scale and the sign of the shift.
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct BlockIQ1S {
+    pub(crate) d: F16Le,
+    pub(crate) qs: [u8; QK_K / 8],
+    pub(crate) qh: [u8; QK_K / 16],
+}
+block_format!(BlockIQ1S, IQ1_S, QK_K, lattice::unpack as kquants);
+
+/// `block_iq1_m`: the low 8 bits of an IQ1_S grid index per eight values,
+/// a nibble per eight values of the index's high bits and the shift's
+/// sign, and 3-bit scales per 16 values whose spare top nibbles hold the
+/// super-block's f16 scale.
+#[derive(Clone, Copy, Pod, Zeroable)]
+#[repr(C)]
+pub(crate) struct BlockIQ1M {
+    pub(crate) qs: [u8; QK_K / 8],
+    pub(crate) qh: [u8; QK_K / 16],
+    pub(crate) scales: [u8; QK_K / 32],
+}
+block_format!(BlockIQ1M, IQ1_M, QK_K, lattice::unpack as kquants);
+
 /// Where the fields these kernels load start in their blocks, from the
 /// block types, for the SIMD kernels that load a field as one vector from
 /// its start.
@@ -376,6 +462,13 @@ mod tests {
         check::<BlockQ8K>();
         check::<BlockIQ4NL>();
         check::<BlockIQ4XS>();
+        check::<BlockIQ2XXS>();
+        check::<BlockIQ2XS>();
+        check::<BlockIQ2S>();
+        check::<BlockIQ3XXS>();
+        check::<BlockIQ3S>();
+        check::<BlockIQ1S>();
+        check::<BlockIQ1M>();
     }
 
     /// A view of bytes as blocks reads the fields at ggml's offsets.

@@ -10,6 +10,7 @@ pub(crate) mod interleave;
 pub(crate) mod iquants;
 pub(crate) mod kquantize;
 pub(crate) mod kquants;
+pub(crate) mod lattice;
 pub(crate) mod legacy;
 
 /// Reads a little-endian f16 at `b[0..2]`.

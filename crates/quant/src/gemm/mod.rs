@@ -26,9 +26,9 @@
 //! depend on the CPU that runs it.
 
 use crate::formats::blocks::{
-    block, blocks_mut, BlockFormat, BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K,
-    BlockQ4_0, BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1,
-    Decoded,
+    block, blocks_mut, BlockFormat, BlockIQ1M, BlockIQ1S, BlockIQ2S, BlockIQ2XS, BlockIQ2XXS,
+    BlockIQ3S, BlockIQ3XXS, BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0,
+    BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, BlockQ8_1, Decoded,
 };
 #[cfg(target_arch = "x86_64")]
 use crate::formats::interleave::GROUP_ROWS;
@@ -64,7 +64,8 @@ pub(crate) fn group_len(ty: GgmlType) -> Option<usize> {
     use GgmlType::*;
     match ty {
         Q4_0 | Q4_1 | Q5_0 | Q5_1 | Q8_0 | Q4_K | Q5_K | IQ4_NL | IQ4_XS => Some(32),
-        Q2_K | Q3_K | Q6_K => Some(16),
+        IQ2_XXS | IQ3_XXS | IQ3_S | IQ1_S => Some(32),
+        Q2_K | Q3_K | Q6_K | IQ2_XS | IQ2_S | IQ1_M => Some(16),
         _ => None,
     }
 }
@@ -92,6 +93,12 @@ fn unsigned_range(ty: GgmlType) -> (i32, i32) {
         Q8_0 => (128, 255),
         // Table values -127..=113 (`iquants::KVALUES`).
         IQ4_NL | IQ4_XS => (128, 241),
+        // Lattice magnitudes, either sign (`formats::lattice`).
+        IQ2_XXS | IQ2_XS | IQ2_S => (43, 86),
+        IQ3_XXS => (62, 124),
+        IQ3_S => (15, 30),
+        // Grid values −1..=1 in eighths, shifted by ±1.
+        IQ1_S | IQ1_M => (9, 18),
         Q3_K => (4, 7),
         Q6_K => (32, 63),
         Q2_K => (0, 3),
@@ -343,8 +350,8 @@ pub(crate) struct Panel {
     pub min: bool,
     /// Column steps whose `vpmaddubsw` products the AVX2 kernel may add in
     /// 16 bits before widening: each step adds at most `2 * 127 * umax` per
-    /// lane, so 8 steps for 4-bit formats, 4 for 5-bit, 2 for 6-bit (at
-    /// most a group's). 0 for Q8_0, whose products can saturate even alone
+    /// lane, so 8 steps for 4-bit formats, 4 for 5-bit, 2 for 6-bit, 1 for
+    /// the IQ2 and IQ3_XXS magnitudes (at most a group's). 0 for Q8_0, whose products can saturate even alone
     /// (`2 * 255 * 127`); it folds the weight's sign into the activation
     /// instead. A power of two (whole runs tile a group). The sums are the
     /// same integers either way.
@@ -416,6 +423,13 @@ impl Panel {
             Q6_K => self.pack_format::<BlockQ6K>(rows, cols),
             IQ4_NL => self.pack_format::<BlockIQ4NL>(rows, cols),
             IQ4_XS => self.pack_format::<BlockIQ4XS>(rows, cols),
+            IQ2_XXS => self.pack_format::<BlockIQ2XXS>(rows, cols),
+            IQ2_XS => self.pack_format::<BlockIQ2XS>(rows, cols),
+            IQ2_S => self.pack_format::<BlockIQ2S>(rows, cols),
+            IQ3_XXS => self.pack_format::<BlockIQ3XXS>(rows, cols),
+            IQ3_S => self.pack_format::<BlockIQ3S>(rows, cols),
+            IQ1_S => self.pack_format::<BlockIQ1S>(rows, cols),
+            IQ1_M => self.pack_format::<BlockIQ1M>(rows, cols),
             _ => {}
         }
     }
@@ -468,7 +482,7 @@ impl Panel {
         self.off = off;
         let run = (i16::MAX as usize / (2 * 127 * umax as usize)).min(g / 4);
         // A power of two, so that whole runs tile a group's steps.
-        self.run = if run < 2 { 0 } else { 1 << run.ilog2() };
+        self.run = if run == 0 { 0 } else { 1 << run.ilog2() };
         // Every byte of the first `cols * NR` is written below (missing rows
         // as zeros), so the buffer only grows and is never cleared.
         grow(&mut self.q, cols * NR, 0);

@@ -12,6 +12,11 @@ fn random_rows(ty: GgmlType, n: usize, cols: usize, seed: u64) -> Vec<Vec<u8>> {
         x ^= x << 17;
         ((x >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
     };
+    if let Ok(all) =
+        crate::testing::random_lattice_blocks(ty, n * cols / 256, 1.0, || next().to_bits() as u64)
+    {
+        return all.chunks(all.len() / n).map(<[u8]>::to_vec).collect();
+    }
     (0..n)
         .map(|_| {
             let v: Vec<f32> = (0..cols).map(|_| next()).collect();
@@ -44,7 +49,7 @@ fn random_acts(
     (a, xs)
 }
 
-const TYPES: [GgmlType; 12] = [
+const TYPES: [GgmlType; 19] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
@@ -57,6 +62,13 @@ const TYPES: [GgmlType; 12] = [
     GgmlType::Q6_K,
     GgmlType::IQ4_NL,
     GgmlType::IQ4_XS,
+    GgmlType::IQ2_XXS,
+    GgmlType::IQ2_XS,
+    GgmlType::IQ2_S,
+    GgmlType::IQ3_XXS,
+    GgmlType::IQ3_S,
+    GgmlType::IQ1_S,
+    GgmlType::IQ1_M,
 ];
 
 /// Every format packs to a shape the AVX2 tile has a kernel for (any other

@@ -703,6 +703,8 @@ pub(super) unsafe fn tile_avx2(p: &Panel, a: &Acts, c0: usize, m: usize) -> Tile
             (16, false, 4) => wide!(16, false, 4), // Q3_K
             (16, true, 4) => wide!(16, true, 4),   // Q2_K
             (16, false, 2) => wide!(16, false, 2), // Q6_K
+            (16, false, 1) => wide!(16, false, 1), // IQ2_XS, IQ2_S
+            (32, false, 1) => wide!(32, false, 1), // IQ2_XXS, IQ3_XXS
             (32, false, 8) => wide!(32, false, 8), // Q4_0
             (32, true, 8) => wide!(32, true, 8),   // Q4_1, Q4_K
             (32, false, 4) => wide!(32, false, 4), // Q5_0
@@ -727,6 +729,8 @@ pub(super) fn avx2_has_kernel(p: &Panel) -> bool {
         (16, false, 4)
             | (16, true, 4)
             | (16, false, 2)
+            | (16, false, 1)
+            | (32, false, 1)
             | (32, false, 8)
             | (32, true, 8)
             | (32, false, 4)

@@ -15,7 +15,8 @@ use std::borrow::Cow;
 use std::sync::OnceLock;
 
 use crate::formats::blocks::{
-    blocks, Bf16Le, BlockFormat, BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0,
+    blocks, Bf16Le, BlockFormat, BlockIQ1M, BlockIQ1S, BlockIQ2S, BlockIQ2XS, BlockIQ2XXS,
+    BlockIQ3S, BlockIQ3XXS, BlockIQ4NL, BlockIQ4XS, BlockQ2K, BlockQ3K, BlockQ4K, BlockQ4_0,
     BlockQ4_1, BlockQ5K, BlockQ5_0, BlockQ5_1, BlockQ6K, BlockQ8K, BlockQ8_0, F16Le, F32Le,
     WeightFormat,
 };
@@ -30,9 +31,9 @@ pub(crate) mod x86;
 #[cfg(target_arch = "x86_64")]
 mod x86_bf16;
 #[cfg(target_arch = "x86_64")]
-mod x86_dequant;
-#[cfg(target_arch = "x86_64")]
 mod x86_float;
+#[cfg(target_arch = "x86_64")]
+mod x86_portable;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86_x8;
 
@@ -283,6 +284,36 @@ impl<E, T> Clone for FloatKernels<E, T> {
 }
 impl<E, T> Copy for FloatKernels<E, T> {}
 
+/// The lattice formats' kernels, one dot each (the reference compiled for
+/// the tier, see [`lattice_kernels`]).
+#[derive(Clone, Copy)]
+pub(crate) struct LatticeKernels {
+    pub iq2_xxs: FormatKernels<BlockIQ2XXS>,
+    pub iq2_xs: FormatKernels<BlockIQ2XS>,
+    pub iq2_s: FormatKernels<BlockIQ2S>,
+    pub iq3_xxs: FormatKernels<BlockIQ3XXS>,
+    pub iq3_s: FormatKernels<BlockIQ3S>,
+    pub iq1_s: FormatKernels<BlockIQ1S>,
+    pub iq1_m: FormatKernels<BlockIQ1M>,
+}
+
+/// A [`LatticeKernels`] whose dots are the generic `dot` taken at each
+/// lattice format.
+macro_rules! lattice_kernels {
+    ($($dot:ident)::+) => {
+        $crate::simd::LatticeKernels {
+            iq2_xxs: $crate::simd::FormatKernels::dot($($dot)::+::<$crate::formats::blocks::BlockIQ2XXS>),
+            iq2_xs: $crate::simd::FormatKernels::dot($($dot)::+::<$crate::formats::blocks::BlockIQ2XS>),
+            iq2_s: $crate::simd::FormatKernels::dot($($dot)::+::<$crate::formats::blocks::BlockIQ2S>),
+            iq3_xxs: $crate::simd::FormatKernels::dot($($dot)::+::<$crate::formats::blocks::BlockIQ3XXS>),
+            iq3_s: $crate::simd::FormatKernels::dot($($dot)::+::<$crate::formats::blocks::BlockIQ3S>),
+            iq1_s: $crate::simd::FormatKernels::dot($($dot)::+::<$crate::formats::blocks::BlockIQ1S>),
+            iq1_m: $crate::simd::FormatKernels::dot($($dot)::+::<$crate::formats::blocks::BlockIQ1M>),
+        }
+    };
+}
+pub(crate) use lattice_kernels;
+
 /// One tier's kernels: a set per weight format.
 #[derive(Clone, Copy)]
 pub(crate) struct Kernels {
@@ -300,6 +331,8 @@ pub(crate) struct Kernels {
     pub q8_k: FormatKernels<BlockQ8K>,
     pub iq4_nl: FormatKernels<BlockIQ4NL>,
     pub iq4_xs: FormatKernels<BlockIQ4XS>,
+    /// The lattice formats (`formats::lattice`).
+    pub lattice: LatticeKernels,
     pub f32: FloatKernels<F32Le>,
     pub f16: FloatKernels<F16Le>,
     /// BF16 weights against bf16 activations ([`crate::scalar::dot_bf16`]).
@@ -352,6 +385,13 @@ impl Kernels {
             GgmlType::Q8_K => work.run(self, &self.q8_k),
             GgmlType::IQ4_NL => work.run(self, &self.iq4_nl),
             GgmlType::IQ4_XS => work.run(self, &self.iq4_xs),
+            GgmlType::IQ2_XXS => work.run(self, &self.lattice.iq2_xxs),
+            GgmlType::IQ2_XS => work.run(self, &self.lattice.iq2_xs),
+            GgmlType::IQ2_S => work.run(self, &self.lattice.iq2_s),
+            GgmlType::IQ3_XXS => work.run(self, &self.lattice.iq3_xxs),
+            GgmlType::IQ3_S => work.run(self, &self.lattice.iq3_s),
+            GgmlType::IQ1_S => work.run(self, &self.lattice.iq1_s),
+            GgmlType::IQ1_M => work.run(self, &self.lattice.iq1_m),
             _ => return None,
         })
     }
@@ -414,6 +454,7 @@ static SCALAR: Kernels = Kernels {
     q8_k: FormatKernels::dot(scalar::dot::<BlockQ8K>),
     iq4_nl: FormatKernels::dot(scalar::dot::<BlockIQ4NL>),
     iq4_xs: FormatKernels::dot(scalar::dot::<BlockIQ4XS>),
+    lattice: lattice_kernels!(scalar::dot),
     f32: FloatKernels::dot(scalar::dot_f32),
     f16: FloatKernels::dot(scalar::dot_f16),
     bf16: FloatKernels::dot(scalar::dot_bf16),
@@ -508,11 +549,11 @@ pub(crate) fn dequantize_row_on<B: BlockFormat>(tier: GemmTier, src: &[u8], dst:
         // SAFETY: a table of these tiers is installed only after its CPU
         // features were detected (`x86::available`).
         #[cfg(target_arch = "x86_64")]
-        GemmTier::Avx512Vnni => unsafe { x86_dequant::dequantize_row_avx512::<B>(src, dst) },
+        GemmTier::Avx512Vnni => unsafe { x86_portable::dequantize_row_avx512::<B>(src, dst) },
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
         GemmTier::Avx2 | GemmTier::AvxVnni => unsafe {
-            x86_dequant::dequantize_row_avx2::<B>(src, dst)
+            x86_portable::dequantize_row_avx2::<B>(src, dst)
         },
         _ => crate::formats::blocks::dequantize_row::<B>(src, dst),
     }

@@ -1390,6 +1390,7 @@ static AVX2_TABLE: Kernels = Kernels {
     },
     f32: FloatKernels::dot(f32_avx2),
     f16: FloatKernels::dot(f16_avx2),
+    lattice: super::lattice_kernels!(super::x86_portable::dot_avx2),
     bf16: FloatKernels::dot(super::x86_bf16::bf16_avx2),
     gemm: GemmTier::Avx2,
     ..SCALAR
@@ -1521,6 +1522,7 @@ static AVX512_TABLE: Kernels = Kernels {
         dot: x86_float::f16_avx512,
         tile: Some(x86_float::f16_tile_avx512),
     },
+    lattice: super::lattice_kernels!(super::x86_portable::dot_avx512),
     gemm: GemmTier::Avx512Vnni,
     ..AVX2_TABLE
 };

@@ -72,3 +72,38 @@ fn quantize_matches_gguf_py_bytes() {
         "expected gguf-py quantizer fixtures, found {checked}"
     );
 }
+
+/// The lattice formats (IQ2, IQ3, IQ1) decode as gguf-py does, through
+/// every entry of every grid (`tests/fixtures/make_lattice_fixtures.py`),
+/// on every kernel table: the output's SHA-256 and first values are
+/// gguf-py's.
+#[test]
+fn lattice_formats_dequantize_as_gguf_py() {
+    use sha2::{Digest, Sha256};
+    let fixture = load("lattice");
+    let cases = fixture.as_array().unwrap();
+    assert_eq!(cases.len(), 7);
+    for case in cases {
+        let ty = ty_named(case["type"].as_str().unwrap());
+        let bytes = hex(case["bytes"].as_str().unwrap());
+        let n = bytes.len() / ty.block_bytes() * ty.block_len();
+        for set in hearth_quant::testing::kernel_sets() {
+            let mut got = vec![0f32; n];
+            hearth_quant::testing::dequantize_with(set, ty, &bytes, &mut got).unwrap();
+            let first = floats(&case["first"]);
+            for (i, (g, w)) in got.iter().zip(&first).enumerate() {
+                assert_eq!(
+                    g.to_bits(),
+                    w.to_bits(),
+                    "{ty} on {set}, element {i}: {g} vs {w}"
+                );
+            }
+            let le: Vec<u8> = got.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let digest: String = Sha256::digest(&le)
+                .iter()
+                .map(|b| format!("{b:02x}"))
+                .collect();
+            assert_eq!(digest, case["sha256"].as_str().unwrap(), "{ty} on {set}");
+        }
+    }
+}

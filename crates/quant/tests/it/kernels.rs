@@ -9,7 +9,7 @@ use quant::{
 };
 use threads::ThreadPool;
 
-const WEIGHT_TYPES: [GgmlType; 16] = [
+const WEIGHT_TYPES: [GgmlType; 23] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -26,6 +26,13 @@ const WEIGHT_TYPES: [GgmlType; 16] = [
     GgmlType::Q8_K,
     GgmlType::IQ4_NL,
     GgmlType::IQ4_XS,
+    GgmlType::IQ2_XXS,
+    GgmlType::IQ2_XS,
+    GgmlType::IQ2_S,
+    GgmlType::IQ3_XXS,
+    GgmlType::IQ3_S,
+    GgmlType::IQ1_S,
+    GgmlType::IQ1_M,
 ];
 
 /// Offsets of the f16 scale fields in one block, which must hold finite values.
@@ -63,6 +70,9 @@ fn random_weights(ty: GgmlType, n: usize, rng: &mut Rng) -> Vec<u8> {
         let mut out = vec![0u8; n * ty.block_bytes()];
         quantize(ty, &x, &mut out).unwrap();
         return out;
+    }
+    if let Ok(w) = testing::random_lattice_blocks(ty, n / ty.block_len(), 0.05, || rng.next()) {
+        return w;
     }
     if ty == GgmlType::Q8_K {
         let x: Vec<f32> = (0..n).map(|_| rng.f32()).collect();
@@ -260,6 +270,13 @@ fn batched_matmul_matches_vector_kernels() {
             GgmlType::Q6_K,
             GgmlType::IQ4_NL,
             GgmlType::IQ4_XS,
+            GgmlType::IQ2_XXS,
+            GgmlType::IQ2_XS,
+            GgmlType::IQ2_S,
+            GgmlType::IQ3_XXS,
+            GgmlType::IQ3_S,
+            GgmlType::IQ1_S,
+            GgmlType::IQ1_M,
         ] {
             let (rows, cols, batch) = (45, 512, 37);
             let w = random_weights(ty, rows * cols, &mut rng);
