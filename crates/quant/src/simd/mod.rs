@@ -31,9 +31,9 @@ pub(crate) mod x86;
 #[cfg(target_arch = "x86_64")]
 mod x86_bf16;
 #[cfg(target_arch = "x86_64")]
-mod x86_float;
+mod x86_dequant;
 #[cfg(target_arch = "x86_64")]
-mod x86_portable;
+mod x86_float;
 #[cfg(target_arch = "x86_64")]
 pub(crate) mod x86_x8;
 
@@ -549,11 +549,11 @@ pub(crate) fn dequantize_row_on<B: BlockFormat>(tier: GemmTier, src: &[u8], dst:
         // SAFETY: a table of these tiers is installed only after its CPU
         // features were detected (`x86::available`).
         #[cfg(target_arch = "x86_64")]
-        GemmTier::Avx512Vnni => unsafe { x86_portable::dequantize_row_avx512::<B>(src, dst) },
+        GemmTier::Avx512Vnni => unsafe { x86_dequant::dequantize_row_avx512::<B>(src, dst) },
         // SAFETY: as above.
         #[cfg(target_arch = "x86_64")]
         GemmTier::Avx2 | GemmTier::AvxVnni => unsafe {
-            x86_portable::dequantize_row_avx2::<B>(src, dst)
+            x86_dequant::dequantize_row_avx2::<B>(src, dst)
         },
         _ => crate::formats::blocks::dequantize_row::<B>(src, dst),
     }

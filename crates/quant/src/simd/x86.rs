@@ -1390,7 +1390,7 @@ static AVX2_TABLE: Kernels = Kernels {
     },
     f32: FloatKernels::dot(f32_avx2),
     f16: FloatKernels::dot(f16_avx2),
-    lattice: super::lattice_kernels!(super::x86_portable::dot_avx2),
+    lattice: super::lattice_kernels!(lattice::dot_avx2),
     bf16: FloatKernels::dot(super::x86_bf16::bf16_avx2),
     gemm: GemmTier::Avx2,
     ..SCALAR
@@ -1522,7 +1522,6 @@ static AVX512_TABLE: Kernels = Kernels {
         dot: x86_float::f16_avx512,
         tile: Some(x86_float::f16_tile_avx512),
     },
-    lattice: super::lattice_kernels!(super::x86_portable::dot_avx512),
     gemm: GemmTier::Avx512Vnni,
     ..AVX2_TABLE
 };
@@ -1842,5 +1841,7 @@ legacy_rows!(
 
 /// IQ4_NL and IQ4_XS, on the macros above.
 mod iq4;
+/// The lattice formats (IQ2, IQ3, IQ1).
+mod lattice;
 /// Q4_1 and Q5_1 against Q8_1.
 mod q8_1;
