@@ -2,8 +2,8 @@
 //! extension (`sdot`: Cortex-A76/A78, Apple M1 and later, Neoverse N1 and
 //! later, the Raspberry Pi 5), for the formats llama-quantize's mixes use:
 //! Q4_0, Q5_0, Q8_0, Q4_K, Q5_K, Q6_K, IQ4_NL, IQ4_XS (their table values
-//! by `tbl`) and the F32/F16/BF16 dots. The other formats stay on the
-//! scalar kernels.
+//! by `tbl`), the lattice formats (`lattice`) and the F32/F16/BF16 dots.
+//! The other formats stay on the scalar kernels.
 //!
 //! Both tables follow the canonical order of [`crate::scalar`]: integer
 //! products are exact in any order, and the float accumulation uses the same
@@ -709,6 +709,7 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q6_k: FormatKernels::dot(q6_k_neon),
         iq4_nl: FormatKernels::dot(iq4_nl_neon),
         iq4_xs: FormatKernels::dot(iq4_xs_neon),
+        lattice: super::lattice_kernels!(lattice::dot_neon),
         f32: FloatKernels::dot(f32_neon),
         f16: FloatKernels::dot(f16_neon),
         bf16: FloatKernels::dot(bf16_neon),
@@ -725,6 +726,7 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
         q6_k: FormatKernels::dot(q6_k_dp),
         iq4_nl: FormatKernels::dot(iq4_nl_dp),
         iq4_xs: FormatKernels::dot(iq4_xs_dp),
+        lattice: super::lattice_kernels!(lattice::dot_dotprod),
         gemm: GemmTier::Dotprod,
         ..NEON
     };
@@ -734,3 +736,6 @@ pub(crate) fn available() -> Vec<&'static Kernels> {
     }
     v
 }
+
+/// The lattice formats (IQ2, IQ3, IQ1).
+mod lattice;
