@@ -18,8 +18,8 @@ pub struct QuantizeArgs {
     /// Output GGUF path.
     output: PathBuf,
     /// Target mix, as llama-quantize names it: q4_k_m, q4_k_s, q5_k_m, q5_k_s,
-    /// q6_k, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k_s, q3_k_m, q3_k_l, f16,
-    /// bf16, f32.
+    /// q6_k, q8_0, q4_0, q4_1, q5_0, q5_1, q2_k, q3_k_s, q3_k_m, q3_k_l,
+    /// iq4_nl, iq4_xs, f16, bf16, f32.
     #[arg(long = "type", value_name = "TYPE")]
     ftype: String,
     /// Worker threads (default: all cores).

@@ -42,11 +42,16 @@ pub enum FileType {
     Q5_K_M,
     /// Q6_K.
     Q6_K,
+    /// IQ4_NL (4-bit values from a fixed table, blocks of 32).
+    IQ4_NL,
+    /// IQ4_XS (IQ4_NL's table in super-blocks of 256, falling back to
+    /// IQ4_NL for narrower rows).
+    IQ4_XS,
 }
 
 impl FileType {
     /// Every file type, in llama.cpp's numbering order.
-    pub const ALL: [FileType; 17] = [
+    pub const ALL: [FileType; 19] = [
         FileType::F32,
         FileType::F16,
         FileType::Q4_0,
@@ -63,6 +68,8 @@ impl FileType {
         FileType::Q5_K_S,
         FileType::Q5_K_M,
         FileType::Q6_K,
+        FileType::IQ4_NL,
+        FileType::IQ4_XS,
         FileType::BF16,
     ];
 
@@ -86,6 +93,8 @@ impl FileType {
             FileType::Q5_K_S => "Q5_K_S",
             FileType::Q5_K_M => "Q5_K_M",
             FileType::Q6_K => "Q6_K",
+            FileType::IQ4_NL => "IQ4_NL",
+            FileType::IQ4_XS => "IQ4_XS",
         }
     }
 
@@ -121,6 +130,8 @@ impl FileType {
             FileType::Q5_K_S => 16,
             FileType::Q5_K_M => 17,
             FileType::Q6_K => 18,
+            FileType::IQ4_NL => 25,
+            FileType::IQ4_XS => 30,
             FileType::BF16 => 32,
         }
     }
@@ -146,6 +157,8 @@ impl FileType {
             FileType::Q4_K_S | FileType::Q4_K_M => GgmlType::Q4_K,
             FileType::Q5_K_S | FileType::Q5_K_M => GgmlType::Q5_K,
             FileType::Q6_K => GgmlType::Q6_K,
+            FileType::IQ4_NL => GgmlType::IQ4_NL,
+            FileType::IQ4_XS => GgmlType::IQ4_XS,
         }
     }
 

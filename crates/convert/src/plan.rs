@@ -210,6 +210,7 @@ fn fallback(ncols: u64, ty: GgmlType) -> GgmlType {
         GgmlType::Q4_K => GgmlType::Q5_0,
         GgmlType::Q5_K => GgmlType::Q5_1,
         GgmlType::Q6_K => GgmlType::Q8_0,
+        GgmlType::IQ4_XS => GgmlType::IQ4_NL,
         other => other,
     };
     if ncols.is_multiple_of(alt.block_len() as u64) {
@@ -262,6 +263,7 @@ impl State<'_> {
                 F::Q3_K_L => ty = T::Q5_K,
                 F::Q4_K_M | F::Q5_K_M if use_more_bits(i, self.n_attention_wv) => ty = T::Q6_K,
                 F::Q4_K_S if i < 4 => ty = T::Q5_K,
+                F::IQ4_NL | F::IQ4_XS if self.shape.n_gqa() >= 4 => ty = T::Q5_K,
                 _ => {}
             }
             self.i_attention_wv += 1;
@@ -294,6 +296,8 @@ impl State<'_> {
                 }
                 F::Q5_K_M if use_more_bits(i, n) => ty = T::Q6_K,
                 F::Q4_K_S if !self.falcon() && i < n / 8 => ty = T::Q5_K,
+                // Without an importance matrix, as every plan here is.
+                F::IQ4_NL | F::IQ4_XS if i < n / 8 => ty = T::Q5_K,
                 _ => {}
             }
             self.i_ffn_down += 1;
