@@ -7,7 +7,7 @@ use hearth_quant::{
 use std::hint::black_box;
 use threads::{default_threads, ThreadPool};
 
-const TYPES: [GgmlType; 9] = [
+const TYPES: [GgmlType; 14] = [
     GgmlType::F32,
     GgmlType::F16,
     GgmlType::BF16,
@@ -17,6 +17,11 @@ const TYPES: [GgmlType; 9] = [
     GgmlType::Q4_K,
     GgmlType::Q5_K,
     GgmlType::Q6_K,
+    GgmlType::IQ2_XXS,
+    GgmlType::IQ2_S,
+    GgmlType::IQ3_XXS,
+    GgmlType::IQ3_S,
+    GgmlType::IQ1_M,
 ];
 
 /// Deterministic pseudo-random values in [-1, 1).
@@ -38,6 +43,16 @@ fn weights(ty: GgmlType, n: usize) -> Vec<u8> {
     let bytes = ty.row_bytes(n as u64).unwrap() as usize;
     let mut w = vec![0u8; bytes];
     if quantize(ty, &values(n, 7), &mut w).is_ok() {
+        return w;
+    }
+    let mut s = 0x9e37_79b9_7f4a_7c15u64;
+    let next = move || {
+        s ^= s << 13;
+        s ^= s >> 7;
+        s ^= s << 17;
+        s
+    };
+    if let Ok(w) = testing::random_lattice_blocks(ty, n / ty.block_len(), 0.01, next) {
         return w;
     }
     let noise = values(bytes, 11);

@@ -94,7 +94,7 @@ pub(crate) enum Runs {
 pub(crate) struct Sub {
     /// Grid index of each entry: the first four for one entry a run, all
     /// eight for two.
-    pub index: [usize; 8],
+    pub index: [u32; 8],
     /// Each run's sign bits (bit `j` for its value `j`), or IQ1's shift
     /// direction.
     pub signs: [u8; 4],
@@ -143,13 +143,13 @@ pub(crate) fn unpack<L: Lattice>(b: &L) -> Unpacked {
         for l in 0..4 {
             let out = &mut u.q[32 * ib + 8 * l..32 * ib + 8 * l + 8];
             match L::RUNS {
-                Runs::Signed8(grid) => signed(&grid[s.index[l]], s.signs[l], out),
+                Runs::Signed8(grid) => signed(&grid[s.index[l] as usize], s.signs[l], out),
                 Runs::Signed4(grid) => {
                     let (first, second) = out.split_at_mut(4);
-                    signed(&grid[s.index[2 * l]], s.signs[l], first);
-                    signed(&grid[s.index[2 * l + 1]], s.signs[l] >> 4, second);
+                    signed(&grid[s.index[2 * l] as usize], s.signs[l], first);
+                    signed(&grid[s.index[2 * l + 1] as usize], s.signs[l] >> 4, second);
                 }
-                Runs::Shifted8(grid) => shifted(&grid[s.index[l]], s.signs[l] != 0, out),
+                Runs::Shifted8(grid) => shifted(&grid[s.index[l] as usize], s.signs[l] != 0, out),
             }
         }
     }
@@ -194,7 +194,7 @@ impl Lattice for BlockIQ2XXS {
             scales: odd(aux >> 28),
         };
         for l in 0..4 {
-            s.index[l] = (index >> (8 * l) & 0xFF) as usize;
+            s.index[l] = index >> (8 * l) & 0xFF;
         }
         s
     }
@@ -215,7 +215,7 @@ impl Lattice for BlockIQ2XS {
             scales: nibble_scales(self.scales[ib]),
         };
         for l in 0..4 {
-            s.index[l] = (v[l] & 511) as usize;
+            s.index[l] = v[l] & 511;
         }
         s
     }
@@ -237,7 +237,7 @@ impl Lattice for BlockIQ2S {
             scales: nibble_scales(self.scales[ib]),
         };
         for l in 0..4 {
-            s.index[l] = (u32::from(low[4 * ib + l]) | (qh << (8 - 2 * l)) & 0x300) as usize;
+            s.index[l] = u32::from(low[4 * ib + l]) | (qh << (8 - 2 * l)) & 0x300;
         }
         s
     }
@@ -254,7 +254,7 @@ impl Lattice for BlockIQ3XXS {
         let (index, aux) = self.qs.split_at(64);
         let a = u32_at(aux, ib);
         Sub {
-            index: std::array::from_fn(|j| usize::from(index[8 * ib + j])),
+            index: std::array::from_fn(|j| u32::from(index[8 * ib + j])),
             signs: std::array::from_fn(|l| ksigns(a >> (7 * l))),
             scales: odd(a >> 28),
         }
@@ -272,9 +272,7 @@ impl Lattice for BlockIQ3S {
         let ls = i32::from((self.scales[ib / 2] >> (4 * (ib % 2))) & 0x0F);
         let qh = u32::from(self.qh[ib]);
         // Index `j` of the sub-block takes bit `j` of its `qh` byte as its ninth.
-        let index = std::array::from_fn(|j| {
-            (u32::from(self.qs[8 * ib + j]) | (qh << (8 - j)) & 256) as usize
-        });
+        let index = std::array::from_fn(|j| u32::from(self.qs[8 * ib + j]) | (qh << (8 - j)) & 256);
         Sub {
             index,
             signs: std::array::from_fn(|l| self.signs[4 * ib + l]),
@@ -298,7 +296,7 @@ impl Lattice for BlockIQ1S {
             scales: odd((qh >> 12) & 7),
         };
         for l in 0..4 {
-            s.index[l] = (u32::from(self.qs[4 * ib + l]) | ((qh >> (3 * l)) & 7) << 8) as usize;
+            s.index[l] = u32::from(self.qs[4 * ib + l]) | ((qh >> (3 * l)) & 7) << 8;
         }
         s
     }
@@ -331,7 +329,7 @@ impl Lattice for BlockIQ1M {
             let k = 4 * ib + l;
             // A nibble per run: three index bits, then the shift's direction.
             let nibble = u32::from(self.qh[k / 2]) >> (4 * (l % 2)) & 0x0F;
-            s.index[l] = (u32::from(self.qs[k]) | (nibble & 7) << 8) as usize;
+            s.index[l] = u32::from(self.qs[k]) | (nibble & 7) << 8;
             s.signs[l] = down(nibble & 8 != 0);
         }
         s

@@ -14,12 +14,6 @@ use crate::formats::blocks::BlockQ8K;
 use crate::formats::lattice::{Lattice, Runs, Sub};
 use crate::scalar::kquant_block;
 
-/// A byte repeated into each byte of a u64.
-#[inline(always)]
-fn spread(b: u8) -> i64 {
-    (u64::from(b) * 0x0101_0101_0101_0101) as i64
-}
-
 /// Eight bytes as a little-endian i64.
 #[inline(always)]
 fn le8(e: &[u8; 8]) -> i64 {
@@ -32,26 +26,36 @@ fn le4(e: &[u8; 4]) -> i32 {
     i32::from_le_bytes(*e)
 }
 
-/// 0xff in each byte whose bit is set in its run's byte of `runs` (run `l`
-/// covers bytes `8l..8l + 8`, bit `j` byte `8l + j`), 0 elsewhere.
+/// Each of the four bytes of `runs` repeated over its run of eight bytes
+/// (run `l` covers bytes `8l..8l + 8`).
+#[inline]
+#[target_feature(enable = "avx2")]
+fn spread_runs(runs: [u8; 4]) -> __m256i {
+    // Byte `l` of the word to the eight bytes of run `l` (within each
+    // 128-bit half, which holds two runs).
+    let pick = _mm256_set_epi64x(
+        0x0303_0303_0303_0303,
+        0x0202_0202_0202_0202,
+        0x0101_0101_0101_0101,
+        0,
+    );
+    _mm256_shuffle_epi8(_mm256_set1_epi32(i32::from_le_bytes(runs)), pick)
+}
+
+/// 0xff in each byte whose bit is set in its run's byte of `runs` (bit `j`
+/// of run `l` for byte `8l + j`), 0 elsewhere.
 #[inline]
 #[target_feature(enable = "avx2")]
 fn run_mask(runs: [u8; 4]) -> __m256i {
-    let v = _mm256_set_epi64x(
-        spread(runs[3]),
-        spread(runs[2]),
-        spread(runs[1]),
-        spread(runs[0]),
-    );
     let bits = _mm256_set1_epi64x(0x8040_2010_0804_0201u64 as i64);
-    _mm256_cmpeq_epi8(_mm256_and_si256(v, bits), bits)
+    _mm256_cmpeq_epi8(_mm256_and_si256(spread_runs(runs), bits), bits)
 }
 
 /// The sub-block's 32 magnitudes and the mask of its negative values.
 #[inline]
 #[target_feature(enable = "avx2")]
 fn magnitudes<L: Lattice>(s: &Sub) -> (__m256i, __m256i) {
-    let i = &s.index;
+    let i = s.index.map(|i| i as usize);
     {
         match L::RUNS {
             Runs::Signed8(g) => (
@@ -76,14 +80,8 @@ fn magnitudes<L: Lattice>(s: &Sub) -> (__m256i, __m256i) {
                     _mm256_set_epi64x(le8(&g[i[3]]), le8(&g[i[2]]), le8(&g[i[1]]), le8(&g[i[0]]));
                 let v2 = _mm256_add_epi8(v, v);
                 let v4 = _mm256_add_epi8(v2, v2);
-                let down = _mm256_set_epi64x(
-                    spread(s.signs[3]),
-                    spread(s.signs[2]),
-                    spread(s.signs[1]),
-                    spread(s.signs[0]),
-                );
                 // −1 where a run shifts down, +1 where it shifts up.
-                let shift = _mm256_or_si256(down, _mm256_set1_epi8(1));
+                let shift = _mm256_or_si256(spread_runs(s.signs), _mm256_set1_epi8(1));
                 let x = _mm256_add_epi8(_mm256_add_epi8(v4, v4), shift);
                 (
                     _mm256_abs_epi8(x),
