@@ -362,3 +362,80 @@ fn tokenize_works() {
     let ids: Vec<u32> = serde_json::from_slice(&out.stdout).expect("a JSON array of ids");
     assert!(!ids.is_empty());
 }
+
+/// Weights in the lattice IQ types made of any bits (scales that are NaN,
+/// infinite or subnormal included) load and run, or stop with one line
+/// that says why: never a panic. Every weight whose rows are whole
+/// super-blocks of the tiny Gemma 3 (hidden 256) is rewritten.
+#[test]
+fn lattice_weights_of_any_bits_run_or_say_why() {
+    let dir = tempfile::tempdir().unwrap();
+    let src = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/fixtures/tiny/gemma3_h256/model-f32.gguf"
+    );
+    let f = GgufFile::open(src).expect("open the tiny h256 model");
+    let mut seed = 0x2545_f491_4f6c_dd1du64;
+    let mut rewritten = 0;
+    for ty in [
+        GgmlType::IQ2_XXS,
+        GgmlType::IQ2_XS,
+        GgmlType::IQ2_S,
+        GgmlType::IQ3_XXS,
+        GgmlType::IQ3_S,
+        GgmlType::IQ1_S,
+        GgmlType::IQ1_M,
+    ] {
+        let mut w = GgufWriter::new();
+        for (k, v) in f.metadata() {
+            w.set(k.clone(), v.clone());
+        }
+        for t in f.tensors() {
+            let whole = t.dims.len() == 2 && t.dims[0] % 256 == 0;
+            let (tty, data) = if whole {
+                rewritten += 1;
+                let n = (ty.row_bytes(t.dims[0]).unwrap() * t.n_rows()) as usize;
+                let bits: Vec<u8> = (0..n)
+                    .map(|_| {
+                        seed ^= seed << 13;
+                        seed ^= seed >> 7;
+                        seed ^= seed << 17;
+                        (seed >> 32) as u8
+                    })
+                    .collect();
+                (ty, bits)
+            } else {
+                (t.ty, f.tensor_data(t).to_vec())
+            };
+            w.add_tensor(t.name.clone(), &t.dims, tty, data).unwrap();
+        }
+        let p = write(dir.path(), &format!("{ty}.gguf"), &w.to_bytes());
+        // A prompt long enough for the batched product, then decoding.
+        let prompt = "the quick brown fox ".repeat(16);
+        let out = hearth(
+            dir.path(),
+            &[
+                "complete",
+                "-m",
+                s(&p),
+                "-p",
+                &prompt,
+                "-n",
+                "4",
+                "--temp",
+                "0",
+            ],
+            b"",
+        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !stderr.contains("panicked"),
+            "{ty}: hearth panicked:\n{stderr}"
+        );
+        if !out.status.success() {
+            let errors = stderr.lines().filter(|l| l.contains("error")).count();
+            assert_eq!(errors, 1, "{ty}: not one error line:\n{stderr}");
+        }
+    }
+    assert!(rewritten >= 7 * 4, "only {rewritten} weights rewritten");
+}
