@@ -18,13 +18,18 @@ const EMPTY: u64 = u64::MAX;
 pub(crate) struct TokenIndex {
     slots: Vec<u64>,
     mask: usize,
+    /// This index's key for [`hash`], drawn at random when it is built: the
+    /// texts come from a model file, which could otherwise be written so
+    /// that they all share a slot (every insert and lookup then walks them
+    /// all, minutes for a full vocabulary).
+    key: u64,
 }
 
-/// A fast non-cryptographic hash (FxHash-style over 8-byte words); token
-/// texts come from the model file, not from an adversary choosing collisions.
-fn hash(bytes: &[u8]) -> u64 {
+/// A fast non-cryptographic hash (FxHash-style over 8-byte words, Murmur3's
+/// finaliser) keyed by `key`, which a file's author cannot know.
+fn hash(bytes: &[u8], key: u64) -> u64 {
     const K: u64 = 0x517c_c1b7_2722_0a95;
-    let mut h: u64 = bytes.len() as u64;
+    let mut h: u64 = bytes.len() as u64 ^ key;
     let mut chunks = bytes.chunks_exact(8);
     for c in &mut chunks {
         let w = u64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]);
@@ -44,38 +49,47 @@ fn hash(bytes: &[u8]) -> u64 {
     h
 }
 
+/// Tokens whose first slots are read together before they are inserted.
+const AHEAD: usize = 16;
+
 impl TokenIndex {
     /// Index every token of `vocab`.
     pub(crate) fn build(vocab: &Vocab) -> Self {
+        use std::hash::{BuildHasher, Hasher};
+        let key = std::hash::RandomState::new().build_hasher().finish();
         let n = vocab.len();
         let cap = (n * 2).next_power_of_two().max(16);
         let mask = cap - 1;
         let mut slots = vec![EMPTY; cap];
-        for id in 0..n as u32 {
-            let text = vocab.text(id).unwrap_or_default().as_bytes();
-            let h = hash(text);
-            let entry = (h & 0xffff_ffff_0000_0000) | id as u64;
-            let mut i = h as usize & mask;
-            loop {
-                let s = slots[i];
-                if s == EMPTY {
-                    slots[i] = entry;
-                    break;
+        let text = |id: u32| vocab.text(id).unwrap_or_default().as_bytes();
+        let hashes: Vec<u64> = (0..n as u32).map(|id| hash(text(id), key)).collect();
+        for (start, run) in hashes.chunks(AHEAD).enumerate() {
+            // Each insert's first read is a cache miss in a table of
+            // megabytes; reading a run's slots first lets them overlap.
+            let warm = run
+                .iter()
+                .fold(0u64, |acc, &h| acc ^ slots[h as usize & mask]);
+            std::hint::black_box(warm);
+            for (k, &h) in run.iter().enumerate() {
+                let id = (start * AHEAD + k) as u32;
+                let entry = (h & 0xffff_ffff_0000_0000) | u64::from(id);
+                let mut i = h as usize & mask;
+                loop {
+                    let s = slots[i];
+                    if s == EMPTY || ((s ^ h) >> 32 == 0 && text(s as u32) == text(id)) {
+                        slots[i] = entry;
+                        break;
+                    }
+                    i = (i + 1) & mask;
                 }
-                if (s ^ h) >> 32 == 0 && vocab.text(s as u32).unwrap_or_default().as_bytes() == text
-                {
-                    slots[i] = entry;
-                    break;
-                }
-                i = (i + 1) & mask;
             }
         }
-        Self { slots, mask }
+        Self { slots, mask, key }
     }
 
     /// The id whose text is exactly `key`.
     pub(crate) fn get(&self, vocab: &Vocab, key: &[u8]) -> Option<u32> {
-        let h = hash(key);
+        let h = hash(key, self.key);
         let mut i = h as usize & self.mask;
         loop {
             let s = self.slots[i];
@@ -87,5 +101,26 @@ impl TokenIndex {
             }
             i = (i + 1) & self.mask;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two indexes of one vocabulary are keyed apart (a file cannot be
+    /// written against the key), and both find every token.
+    #[test]
+    fn indexes_are_keyed_at_random_and_find_every_token() {
+        let texts: Vec<String> = (0..5000).map(|i| format!("t{i}")).collect();
+        let vocab = Vocab::new(texts.iter().map(String::as_str).collect(), None, None).unwrap();
+        let (a, b) = (TokenIndex::build(&vocab), TokenIndex::build(&vocab));
+        assert_ne!(a.key, b.key);
+        assert_ne!(a.slots, b.slots);
+        for (id, t) in texts.iter().enumerate() {
+            assert_eq!(a.get(&vocab, t.as_bytes()), Some(id as u32));
+            assert_eq!(b.get(&vocab, t.as_bytes()), Some(id as u32));
+        }
+        assert_eq!(a.get(&vocab, b"absent"), None);
     }
 }
