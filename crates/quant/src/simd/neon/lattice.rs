@@ -64,7 +64,7 @@ unsafe fn shifted(g: int8x16_t, first: u8, second: u8) -> int8x16_t {
 /// The sub-block's 32 signed values, as values 0–15 and 16–31.
 #[inline(always)]
 unsafe fn values<L: Lattice>(s: &Sub) -> (int8x16_t, int8x16_t) {
-    let (i, n) = (&s.index, &s.signs);
+    let (i, n) = (s.index.map(|i| i as usize), &s.signs);
     // SAFETY: the grid entries are whole (see the helpers).
     unsafe {
         match L::RUNS {
