@@ -113,6 +113,18 @@ impl GgmlType {
         GgmlType::MXFP4,
     ];
 
+    /// The lattice IQ types: runs of values named by their index into a
+    /// fixed codebook (IQ4_NL and IQ4_XS are table types, not these).
+    pub const LATTICE: [GgmlType; 7] = [
+        GgmlType::IQ2_XXS,
+        GgmlType::IQ2_XS,
+        GgmlType::IQ2_S,
+        GgmlType::IQ3_XXS,
+        GgmlType::IQ3_S,
+        GgmlType::IQ1_S,
+        GgmlType::IQ1_M,
+    ];
+
     /// The type for a numeric id from a GGUF file, or `None` when unknown.
     pub fn from_id(id: u32) -> Option<Self> {
         Some(match id {

@@ -377,15 +377,7 @@ fn lattice_weights_of_any_bits_run_or_say_why() {
     let f = GgufFile::open(src).expect("open the tiny h256 model");
     let mut seed = 0x2545_f491_4f6c_dd1du64;
     let mut rewritten = 0;
-    for ty in [
-        GgmlType::IQ2_XXS,
-        GgmlType::IQ2_XS,
-        GgmlType::IQ2_S,
-        GgmlType::IQ3_XXS,
-        GgmlType::IQ3_S,
-        GgmlType::IQ1_S,
-        GgmlType::IQ1_M,
-    ] {
+    for ty in GgmlType::LATTICE {
         let mut w = GgufWriter::new();
         for (k, v) in f.metadata() {
             w.set(k.clone(), v.clone());

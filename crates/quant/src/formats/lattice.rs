@@ -338,11 +338,7 @@ impl Lattice for BlockIQ1M {
 
 /// Whether `ty` is a lattice format.
 pub(crate) fn is_lattice(ty: GgmlType) -> bool {
-    use GgmlType::*;
-    matches!(
-        ty,
-        IQ2_XXS | IQ2_XS | IQ2_S | IQ3_XXS | IQ3_S | IQ1_S | IQ1_M
-    )
+    GgmlType::LATTICE.contains(&ty)
 }
 
 /// Sets the f16 super-block scale of the lattice block `block` (of type

@@ -49,7 +49,10 @@ fn random_acts(
     (a, xs)
 }
 
-const TYPES: [GgmlType; 19] = [
+/// The formats with a panel form, the lattice ones included.
+const TYPES: [GgmlType; 19] = concat_types(BASE_TYPES, GgmlType::LATTICE);
+
+const BASE_TYPES: [GgmlType; 12] = [
     GgmlType::Q4_0,
     GgmlType::Q4_1,
     GgmlType::Q5_0,
@@ -62,14 +65,22 @@ const TYPES: [GgmlType; 19] = [
     GgmlType::Q6_K,
     GgmlType::IQ4_NL,
     GgmlType::IQ4_XS,
-    GgmlType::IQ2_XXS,
-    GgmlType::IQ2_XS,
-    GgmlType::IQ2_S,
-    GgmlType::IQ3_XXS,
-    GgmlType::IQ3_S,
-    GgmlType::IQ1_S,
-    GgmlType::IQ1_M,
 ];
+
+/// `a` then `b`.
+const fn concat_types<const A: usize, const B: usize, const N: usize>(
+    a: [GgmlType; A],
+    b: [GgmlType; B],
+) -> [GgmlType; N] {
+    assert!(A + B == N);
+    let mut out = [GgmlType::F32; N];
+    let mut i = 0;
+    while i < N {
+        out[i] = if i < A { a[i] } else { b[i - A] };
+        i += 1;
+    }
+    out
+}
 
 /// Every format packs to a shape the AVX2 tile has a kernel for (any other
 /// would silently run the reference).
