@@ -56,51 +56,52 @@ impl TokenIndex {
     /// Index every token of `vocab`.
     pub(crate) fn build(vocab: &Vocab) -> Self {
         use std::hash::{BuildHasher, Hasher};
-        let key = std::hash::RandomState::new().build_hasher().finish();
         let n = vocab.len();
         let cap = (n * 2).next_power_of_two().max(16);
-        let mask = cap - 1;
-        let mut slots = vec![EMPTY; cap];
+        let mut index = Self {
+            slots: vec![EMPTY; cap],
+            mask: cap - 1,
+            key: std::hash::RandomState::new().build_hasher().finish(),
+        };
         let text = |id: u32| vocab.text(id).unwrap_or_default().as_bytes();
-        let hashes: Vec<u64> = (0..n as u32).map(|id| hash(text(id), key)).collect();
-        for (start, run) in hashes.chunks(AHEAD).enumerate() {
+        let hashes: Vec<u64> = (0..n as u32).map(|id| hash(text(id), index.key)).collect();
+        for (r, run) in hashes.chunks(AHEAD).enumerate() {
             // Each insert's first read is a cache miss in a table of
             // megabytes; reading a run's slots first lets them overlap.
             let warm = run
                 .iter()
-                .fold(0u64, |acc, &h| acc ^ slots[h as usize & mask]);
+                .fold(0u64, |acc, &h| acc ^ index.slots[h as usize & index.mask]);
             std::hint::black_box(warm);
             for (k, &h) in run.iter().enumerate() {
-                let id = (start * AHEAD + k) as u32;
-                let entry = (h & 0xffff_ffff_0000_0000) | u64::from(id);
-                let mut i = h as usize & mask;
-                loop {
-                    let s = slots[i];
-                    if s == EMPTY || ((s ^ h) >> 32 == 0 && text(s as u32) == text(id)) {
-                        slots[i] = entry;
-                        break;
-                    }
-                    i = (i + 1) & mask;
-                }
+                let id = (r * AHEAD + k) as u32;
+                // A later duplicate text takes the earlier one's slot.
+                let (Ok(i) | Err(i)) = index.slot(vocab, text(id), h);
+                index.slots[i] = (h & 0xffff_ffff_0000_0000) | u64::from(id);
             }
         }
-        Self { slots, mask, key }
+        index
     }
 
-    /// The id whose text is exactly `key`.
-    pub(crate) fn get(&self, vocab: &Vocab, key: &[u8]) -> Option<u32> {
-        let h = hash(key, self.key);
+    /// The slot holding the id of `key` (whose hash is `h`), or the empty
+    /// slot where it would go.
+    fn slot(&self, vocab: &Vocab, key: &[u8], h: u64) -> Result<usize, usize> {
         let mut i = h as usize & self.mask;
         loop {
             let s = self.slots[i];
             if s == EMPTY {
-                return None;
+                return Err(i);
             }
             if (s ^ h) >> 32 == 0 && vocab.text(s as u32).unwrap_or_default().as_bytes() == key {
-                return Some(s as u32);
+                return Ok(i);
             }
             i = (i + 1) & self.mask;
         }
+    }
+
+    /// The id whose text is exactly `key`.
+    pub(crate) fn get(&self, vocab: &Vocab, key: &[u8]) -> Option<u32> {
+        let i = self.slot(vocab, key, hash(key, self.key)).ok()?;
+        Some(self.slots[i] as u32)
     }
 }
 

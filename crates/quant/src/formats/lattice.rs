@@ -156,17 +156,22 @@ pub(crate) fn unpack<L: Lattice>(b: &L) -> Unpacked {
     u
 }
 
-/// A scale `2·ls + 1` for both halves.
+/// The integer scale `2·ls + 1` of a (half) sub-block.
 #[inline(always)]
-fn odd(ls: u32) -> [i32; 2] {
-    let s = 2 * ls as i32 + 1;
-    [s, s]
+fn odd(ls: u32) -> i32 {
+    2 * ls as i32 + 1
 }
 
 /// IQ2_XS's and IQ2_S's two 4-bit scales of a sub-block, as `2·ls + 1`.
 #[inline(always)]
 fn nibble_scales(byte: u8) -> [i32; 2] {
-    [odd(u32::from(byte & 0x0F))[0], odd(u32::from(byte >> 4))[0]]
+    [odd(u32::from(byte & 0x0F)), odd(u32::from(byte >> 4))]
+}
+
+/// [`Sub::index`] for one entry a run: `f(l)` for runs 0..4.
+#[inline(always)]
+fn per_run(f: impl Fn(usize) -> u32) -> [u32; 8] {
+    std::array::from_fn(|l| if l < 4 { f(l) } else { 0 })
 }
 
 /// Where IQ1 shifts a run down.
@@ -188,15 +193,11 @@ impl Lattice for BlockIQ2XXS {
     #[inline(always)]
     fn sub(&self, ib: usize) -> Sub {
         let (index, aux) = (u32_at(&self.qs, 2 * ib), u32_at(&self.qs, 2 * ib + 1));
-        let mut s = Sub {
-            index: [0; 8],
+        Sub {
+            index: per_run(|l| index >> (8 * l) & 0xFF),
             signs: std::array::from_fn(|l| ksigns(aux >> (7 * l))),
-            scales: odd(aux >> 28),
-        };
-        for l in 0..4 {
-            s.index[l] = index >> (8 * l) & 0xFF;
+            scales: [odd(aux >> 28); 2],
         }
-        s
     }
 }
 
@@ -209,15 +210,11 @@ impl Lattice for BlockIQ2XS {
     #[inline(always)]
     fn sub(&self, ib: usize) -> Sub {
         let v: [u32; 4] = std::array::from_fn(|l| u16_at(&self.qs, 4 * ib + l));
-        let mut s = Sub {
-            index: [0; 8],
+        Sub {
+            index: per_run(|l| v[l] & 511),
             signs: v.map(|v| ksigns(v >> 9)),
             scales: nibble_scales(self.scales[ib]),
-        };
-        for l in 0..4 {
-            s.index[l] = v[l] & 511;
         }
-        s
     }
 }
 
@@ -231,15 +228,11 @@ impl Lattice for BlockIQ2S {
     fn sub(&self, ib: usize) -> Sub {
         let (low, signs) = self.qs.split_at(32);
         let qh = u32::from(self.qh[ib]);
-        let mut s = Sub {
-            index: [0; 8],
+        Sub {
+            index: per_run(|l| u32::from(low[4 * ib + l]) | (qh << (8 - 2 * l)) & 0x300),
             signs: std::array::from_fn(|l| signs[4 * ib + l]),
             scales: nibble_scales(self.scales[ib]),
-        };
-        for l in 0..4 {
-            s.index[l] = u32::from(low[4 * ib + l]) | (qh << (8 - 2 * l)) & 0x300;
         }
-        s
     }
 }
 
@@ -256,7 +249,7 @@ impl Lattice for BlockIQ3XXS {
         Sub {
             index: std::array::from_fn(|j| u32::from(index[8 * ib + j])),
             signs: std::array::from_fn(|l| ksigns(a >> (7 * l))),
-            scales: odd(a >> 28),
+            scales: [odd(a >> 28); 2],
         }
     }
 }
@@ -269,14 +262,14 @@ impl Lattice for BlockIQ3S {
     }
     #[inline(always)]
     fn sub(&self, ib: usize) -> Sub {
-        let ls = i32::from((self.scales[ib / 2] >> (4 * (ib % 2))) & 0x0F);
+        let ls = u32::from((self.scales[ib / 2] >> (4 * (ib % 2))) & 0x0F);
         let qh = u32::from(self.qh[ib]);
         // Index `j` of the sub-block takes bit `j` of its `qh` byte as its ninth.
         let index = std::array::from_fn(|j| u32::from(self.qs[8 * ib + j]) | (qh << (8 - j)) & 256);
         Sub {
             index,
             signs: std::array::from_fn(|l| self.signs[4 * ib + l]),
-            scales: [1 + 2 * ls; 2],
+            scales: [odd(ls); 2],
         }
     }
 }
@@ -290,15 +283,11 @@ impl Lattice for BlockIQ1S {
     #[inline(always)]
     fn sub(&self, ib: usize) -> Sub {
         let qh = u16_at(&self.qh, ib);
-        let mut s = Sub {
-            index: [0; 8],
+        Sub {
+            index: per_run(|l| u32::from(self.qs[4 * ib + l]) | ((qh >> (3 * l)) & 7) << 8),
             signs: [down(qh & 0x8000 != 0); 4],
-            scales: odd((qh >> 12) & 7),
-        };
-        for l in 0..4 {
-            s.index[l] = u32::from(self.qs[4 * ib + l]) | ((qh >> (3 * l)) & 7) << 8;
+            scales: [odd((qh >> 12) & 7); 2],
         }
-        s
     }
 }
 
@@ -320,19 +309,13 @@ impl Lattice for BlockIQ1M {
     #[inline(always)]
     fn sub(&self, ib: usize) -> Sub {
         let word = u16_at(&self.scales, ib / 2) >> (6 * (ib % 2));
-        let mut s = Sub {
-            index: [0; 8],
-            signs: [0; 4],
-            scales: [odd(word & 7)[0], odd((word >> 3) & 7)[0]],
-        };
-        for l in 0..4 {
-            let k = 4 * ib + l;
-            // A nibble per run: three index bits, then the shift's direction.
-            let nibble = u32::from(self.qh[k / 2]) >> (4 * (l % 2)) & 0x0F;
-            s.index[l] = u32::from(self.qs[k]) | (nibble & 7) << 8;
-            s.signs[l] = down(nibble & 8 != 0);
+        // A nibble per run: three index bits, then the shift's direction.
+        let nibble = |l: usize| u32::from(self.qh[2 * ib + l / 2]) >> (4 * (l % 2)) & 0x0F;
+        Sub {
+            index: per_run(|l| u32::from(self.qs[4 * ib + l]) | (nibble(l) & 7) << 8),
+            signs: std::array::from_fn(|l| down(nibble(l) & 8 != 0)),
+            scales: [odd(word & 7), odd((word >> 3) & 7)],
         }
-        s
     }
 }
 

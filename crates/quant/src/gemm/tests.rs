@@ -6,17 +6,16 @@ use proptest::prelude::*;
 /// Random rows of `ty` with sane scales: quantized from random floats.
 fn random_rows(ty: GgmlType, n: usize, cols: usize, seed: u64) -> Vec<Vec<u8>> {
     let mut x = seed | 1;
-    let mut next = move || {
+    let mut bits = move || {
         x ^= x << 13;
         x ^= x >> 7;
         x ^= x << 17;
-        ((x >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+        x
     };
-    if let Ok(all) =
-        crate::testing::random_lattice_blocks(ty, n * cols / 256, 1.0, || next().to_bits() as u64)
-    {
+    if let Ok(all) = crate::testing::random_lattice_blocks(ty, n * cols / 256, 1.0, &mut bits) {
         return all.chunks(all.len() / n).map(<[u8]>::to_vec).collect();
     }
+    let mut next = || ((bits() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0;
     (0..n)
         .map(|_| {
             let v: Vec<f32> = (0..cols).map(|_| next()).collect();

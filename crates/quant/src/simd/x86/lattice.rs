@@ -51,43 +51,44 @@ fn run_mask(runs: [u8; 4]) -> __m256i {
     _mm256_cmpeq_epi8(_mm256_and_si256(spread_runs(runs), bits), bits)
 }
 
+/// The eight-byte entries `i[0..4]` of `g`, in order.
+#[inline]
+#[target_feature(enable = "avx2")]
+fn eights(g: &[[u8; 8]], i: &[usize; 8]) -> __m256i {
+    _mm256_set_epi64x(le8(&g[i[3]]), le8(&g[i[2]]), le8(&g[i[1]]), le8(&g[i[0]]))
+}
+
 /// The sub-block's 32 magnitudes and the mask of its negative values.
 #[inline]
 #[target_feature(enable = "avx2")]
 fn magnitudes<L: Lattice>(s: &Sub) -> (__m256i, __m256i) {
     let i = s.index.map(|i| i as usize);
-    {
-        match L::RUNS {
-            Runs::Signed8(g) => (
-                _mm256_set_epi64x(le8(&g[i[3]]), le8(&g[i[2]]), le8(&g[i[1]]), le8(&g[i[0]])),
-                run_mask(s.signs),
+    match L::RUNS {
+        Runs::Signed8(g) => (eights(g, &i), run_mask(s.signs)),
+        Runs::Signed4(g) => (
+            _mm256_set_epi32(
+                le4(&g[i[7]]),
+                le4(&g[i[6]]),
+                le4(&g[i[5]]),
+                le4(&g[i[4]]),
+                le4(&g[i[3]]),
+                le4(&g[i[2]]),
+                le4(&g[i[1]]),
+                le4(&g[i[0]]),
             ),
-            Runs::Signed4(g) => (
-                _mm256_set_epi32(
-                    le4(&g[i[7]]),
-                    le4(&g[i[6]]),
-                    le4(&g[i[5]]),
-                    le4(&g[i[4]]),
-                    le4(&g[i[3]]),
-                    le4(&g[i[2]]),
-                    le4(&g[i[1]]),
-                    le4(&g[i[0]]),
-                ),
-                run_mask(s.signs),
-            ),
-            Runs::Shifted8(g) => {
-                let v =
-                    _mm256_set_epi64x(le8(&g[i[3]]), le8(&g[i[2]]), le8(&g[i[1]]), le8(&g[i[0]]));
-                let v2 = _mm256_add_epi8(v, v);
-                let v4 = _mm256_add_epi8(v2, v2);
-                // −1 where a run shifts down, +1 where it shifts up.
-                let shift = _mm256_or_si256(spread_runs(s.signs), _mm256_set1_epi8(1));
-                let x = _mm256_add_epi8(_mm256_add_epi8(v4, v4), shift);
-                (
-                    _mm256_abs_epi8(x),
-                    _mm256_cmpgt_epi8(_mm256_setzero_si256(), x),
-                )
-            }
+            run_mask(s.signs),
+        ),
+        Runs::Shifted8(g) => {
+            let v = eights(g, &i);
+            let v2 = _mm256_add_epi8(v, v);
+            let v4 = _mm256_add_epi8(v2, v2);
+            // −1 where a run shifts down, +1 where it shifts up.
+            let shift = _mm256_or_si256(spread_runs(s.signs), _mm256_set1_epi8(1));
+            let x = _mm256_add_epi8(_mm256_add_epi8(v4, v4), shift);
+            (
+                _mm256_abs_epi8(x),
+                _mm256_cmpgt_epi8(_mm256_setzero_si256(), x),
+            )
         }
     }
 }
